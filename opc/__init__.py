@@ -1,0 +1,18 @@
+"""opc: an op compiler for deep-learning operators and their gradients.
+
+    import opc
+    m = opc.compile("model.mlir", target="cpu", grad=True)
+    out = m.mlp(x, w, b)
+    dx, dw, db = m.mlp_grad(x, w, b, dout)
+"""
+
+from opc.ir import OpcError
+
+__all__ = ["OpcError", "compile"]
+
+
+def compile(source, target: str = "cpu", grad: bool = False, decompose: str | None = None, cache_dir: str | None = None):  # noqa: A001
+    """Compile a path, MLIR text or ModuleOp into a module of callables."""
+    from opc.api import compile as _compile
+
+    return _compile(source, target=target, grad=grad, decompose=decompose, cache_dir=cache_dir)

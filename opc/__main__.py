@@ -1,0 +1,5 @@
+import sys
+
+from opc.cli import main
+
+sys.exit(main())

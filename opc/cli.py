@@ -1,0 +1,129 @@
+"""`opc opt | compile | explain`: a thin layer over opc's Python API.
+
+Every error meant for the user is an OpcError (or ValueError) printed as one
+line, exit code 1; no traceback ever reaches the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from opc.ir import OpcError, Source, read_source, verify
+
+
+def run_pipeline(source: Source, spec: str) -> None:
+    """Apply `-p` passes through xDSL's PassPipeline, verifying after each."""
+    from xdsl.passes import PassPipeline
+    from xdsl.utils.exceptions import ArgSpecParseError
+
+    from opc.ir import make_context
+    from opc.transforms import get_all_passes
+
+    available = get_all_passes()
+    try:
+        pipeline = PassPipeline.parse_spec(available, spec)
+    except ValueError as err:
+        raise OpcError(f"error: {err} (available: {', '.join(sorted(available))})") from None
+    except (ArgSpecParseError, Exception) as err:  # malformed options of a known pass
+        first = str(err).strip().splitlines()
+        raise OpcError(f"error: bad pass pipeline '{spec}': {first[-1] if first else err}") from None
+    ctx = make_context()
+    for p in pipeline.passes:
+        p.apply(ctx, source.module)
+        verify(source, stage=p.name)
+
+
+def cmd_opt(args: argparse.Namespace) -> None:
+    source = read_source(args.file)
+    if args.passes:
+        run_pipeline(source, args.passes)
+    text = str(source.module) + "\n"
+    if args.generic:
+        import io
+
+        from xdsl.printer import Printer
+
+        buf = io.StringIO()
+        Printer(stream=buf, print_generic_format=True).print_op(source.module)
+        text = buf.getvalue() + "\n"
+    write_output(text, args.output)
+
+
+def write_output(text: str, path: str | None) -> None:
+    if path in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def cmd_compile(args: argparse.Namespace) -> None:
+    from opc.api import compile_to_dir, emit
+
+    source = read_source(args.file)
+    if args.emit:
+        write_output(emit(source, args.emit, target=args.target, grad=args.grad, decompose=args.decompose), None)
+        return
+    out_dir = args.output or "."
+    name = os.path.splitext(os.path.basename(args.file))[0] if args.file != "-" else "model"
+    written = compile_to_dir(source, out_dir, name, target=args.target, grad=args.grad, decompose=args.decompose)
+    for path in written:
+        print(f"wrote {path}")
+
+
+def cmd_explain(args: argparse.Namespace) -> None:
+    from opc.explain import explain
+
+    source = read_source(args.file)
+    write_output(explain(source.module, args.target, grad=args.grad), None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opc", description="op compiler for deep-learning ops and their gradients")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    opt = sub.add_parser("opt", help="apply passes and print the IR (like xdsl-opt)")
+    opt.add_argument("file", help="input .mlir file, or - for stdin")
+    opt.add_argument("-p", "--passes", default="", help="comma-separated pass pipeline")
+    opt.add_argument("-o", "--output", help="output file (default stdout)")
+    opt.add_argument("--generic", action="store_true", help="print the generic MLIR form")
+    opt.set_defaults(func=cmd_opt)
+
+    comp = sub.add_parser("compile", help="compile a model into an importable module")
+    comp.add_argument("file")
+    comp.add_argument("--target", default="cpu", help="cpu, cuda, or a device FILE.toml")
+    comp.add_argument("-o", "--output", help="output directory (default .)")
+    comp.add_argument("--grad", action="store_true", help="also build NAME_grad for every function")
+    comp.add_argument("--decompose", default="", help="ops to decompose (comma list, or all)")
+    comp.add_argument("--emit", choices=["mlir", "c", "cuda"], help="print lowered IR or source instead")
+    comp.set_defaults(func=cmd_compile)
+
+    exp = sub.add_parser("explain", help="show how every op runs on a target")
+    exp.add_argument("file")
+    exp.add_argument("--target", default="cpu", help="cpu, cuda, or a device FILE.toml")
+    exp.add_argument("--grad", action="store_true", help="explain the gradient functions too")
+    exp.set_defaults(func=cmd_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (OpcError, ValueError) as err:
+        print(str(err) if str(err).startswith(("error:", "<")) or ": error:" in str(err) else f"error: {err}",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:  # noqa: BLE001 - the CLI promises no traceback
+        print(f"error: internal compiler error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Dialects of opc: the `opc` dialect (ops and grad ops on tensors)."""

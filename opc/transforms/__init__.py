@@ -1,0 +1,50 @@
+"""Passes usable in `opc opt -p`, registered lazily so the CLI starts fast."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.passes import ModulePass
+
+
+def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Name -> factory returning the pass class (imported on first use)."""
+
+    def canonicalize():
+        from xdsl.transforms.canonicalize import CanonicalizePass
+
+        return CanonicalizePass
+
+    def dce():
+        from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+
+        return DeadCodeElimination
+
+    def cse():
+        from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
+
+        return CommonSubexpressionElimination
+
+    def opc_decompose():
+        from opc.transforms.opc_decompose import DecomposePass
+
+        return DecomposePass
+
+    def opc_grad():
+        from opc.transforms.opc_grad import GradPass
+
+        return GradPass
+
+    def opc_lower_to_loops():
+        from opc.lowering.opc_lower_to_loops import LowerToLoopsPass
+
+        return LowerToLoopsPass
+
+    return {
+        "canonicalize": canonicalize,
+        "dce": dce,
+        "cse": cse,
+        "opc-decompose": opc_decompose,
+        "opc-grad": opc_grad,
+        "opc-lower-to-loops": opc_lower_to_loops,
+    }

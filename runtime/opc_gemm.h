@@ -1,0 +1,769 @@
+/* opc_gemm.h -- CPU GEMM with a fused epilogue, for opc's generated C modules.
+ *
+ *   out[b] = act(op_a(A[b]) @ op_b(B[b]) + bias);  reserve[b] = pre-activation
+ *
+ * Entry points (one per dtype, same argument order):
+ *   opc_gemm_f32 (float), opc_gemm_f64 (double),
+ *   opc_gemm_f16, opc_gemm_bf16 (uint16_t storage; f32 compute/accumulate,
+ *                               round to nearest even on store)
+ *   (batch, M, N, K, A, a_batch_stride, trans_a, B, b_batch_stride, trans_b,
+ *    bias, act, out, reserve)
+ * A is [batch,M,K] ([batch,K,M] if trans_a), B is [batch,K,N] ([batch,N,K] if
+ * trans_b), *_batch_stride in elements (0 = broadcast), bias NULL or [N],
+ * act: 0 none, 1 relu, 2 gelu (tanh form), 3 gelu (erf form).
+ * out / reserve: [batch,M,N] contiguous, reserve may be NULL, no aliasing.
+ *
+ * Design (BLIS): loop jc over NC columns, pc over KC depth, pack B[pc,jc]
+ * into KCxNR panels (shared by threads), then the threads take MCxKC blocks of
+ * A (or, for short M, column ranges), pack them into MRxKC panels (packing
+ * does the transpose and the f16/bf16 -> f32 conversion, and zero-pads edge
+ * panels) and run an MRxNR register-blocked micro-kernel (AVX2+FMA intrinsics
+ * when available, portable C otherwise). Each micro-tile goes through one
+ * store routine which accumulates over K blocks and, after the last K block,
+ * applies bias, reserve store, activation and the final rounding in the same
+ * pass. The rows/columns beyond M/N are never read or written.
+ *
+ * C only (not for CUDA). Compiles with or without -march=native / -fopenmp.
+ */
+#ifndef OPC_GEMM_H
+#define OPC_GEMM_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include "opc_runtime.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define OPC_GEMM_AVX2 1
+#endif
+
+#if defined(__GNUC__)
+#define OPC_RESTRICT __restrict__
+#define OPC_UNUSED __attribute__((unused))
+#define OPC_ALWAYS_INLINE static inline __attribute__((always_inline, unused))
+#else
+#define OPC_RESTRICT
+#define OPC_UNUSED
+#define OPC_ALWAYS_INLINE static inline
+#endif
+
+enum { OPC_DT_F32 = 0, OPC_DT_F16 = 1, OPC_DT_BF16 = 2, OPC_DT_F64 = 3 };
+
+/* Blocking. f32: 6x16 micro-tile (12 ymm accumulators), f64: 6x8. */
+#define OPC_S_MR 6
+#define OPC_S_NR 16
+#define OPC_S_KC 256
+#define OPC_S_MC 144
+#define OPC_S_NC 3072
+#define OPC_D_MR 6
+#define OPC_D_NR 8
+#define OPC_D_KC 256
+#define OPC_D_MC 96
+#define OPC_D_NC 2048
+
+/* Work (M*N*K) below which OpenMP is not worth starting. */
+#define OPC_GEMM_PAR_MIN (64.0 * 64.0 * 64.0)
+
+/* 64-byte aligned allocation on plain malloc (C99: no aligned_alloc). The
+   original pointer is kept just below the aligned block. */
+static OPC_UNUSED void *opc__amalloc(size_t bytes) {
+    unsigned char *raw, *p;
+    if (bytes > SIZE_MAX - 128u) return NULL;
+    raw = (unsigned char *)malloc(bytes + 64u + sizeof(void *));
+    if (!raw) return NULL;
+    p = raw + sizeof(void *);
+    p += (64u - ((uintptr_t)p & 63u)) & 63u;
+    memcpy(p - sizeof(void *), &raw, sizeof(void *));
+    return p;
+}
+static OPC_UNUSED void opc__afree(void *p) {
+    void *raw;
+    if (!p) return;
+    memcpy(&raw, (unsigned char *)p - sizeof(void *), sizeof(void *));
+    free(raw);
+}
+
+static inline int64_t opc__min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t opc__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* ------------------------------------------------------------------------ */
+/* Loading one element of any storage type as f32.                           */
+/* ------------------------------------------------------------------------ */
+OPC_ALWAYS_INLINE float opc__ld_s(const void *p, int64_t i, int dt) {
+    if (dt == OPC_DT_F32) return ((const float *)p)[i];
+    if (dt == OPC_DT_F16) return opc_f16_to_f32(((const uint16_t *)p)[i]);
+    return opc_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Vectorised exp / gelu-tanh for the f32 epilogue (GCC vector extensions,   */
+/* 8 floats, only when AVX is on; scalar libm otherwise).                    */
+/* gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)): same function,   */
+/* no cancellation for negative x. exp: Cody-Waite reduction + degree-6      */
+/* polynomial, ~1-2 ulp, argument clamped to [-87, 88].                      */
+/* ------------------------------------------------------------------------ */
+#if defined(__GNUC__) && defined(__AVX__)
+#define OPC_GEMM_VEC 1
+typedef float opc__v8f __attribute__((vector_size(32)));
+typedef int32_t opc__v8i __attribute__((vector_size(32)));
+
+OPC_ALWAYS_INLINE opc__v8f opc__v8_ld(const float *p) {
+    opc__v8f v; memcpy(&v, p, sizeof v); return v;
+}
+OPC_ALWAYS_INLINE void opc__v8_st(float *p, opc__v8f v) { memcpy(p, &v, sizeof v); }
+
+OPC_ALWAYS_INLINE opc__v8f opc__v8_exp(opc__v8f x) {
+    const opc__v8f hi = (opc__v8f){0} + 88.0f, lo = (opc__v8f){0} - 87.0f;
+    opc__v8i mhi = x > hi, mlo = x < lo;
+    opc__v8i xi = (opc__v8i)x;
+    xi = (xi & ~mhi) | ((opc__v8i)hi & mhi);
+    xi = (xi & ~mlo) | ((opc__v8i)lo & mlo);
+    x = (opc__v8f)xi;
+    const float magic = 12582912.0f; /* 1.5 * 2^23: round to nearest int */
+    opc__v8f t = x * 1.44269504088896341f + magic;
+    opc__v8i n = (opc__v8i)t - (opc__v8i)((opc__v8f){0} + magic);
+    opc__v8f nf = t - magic;
+    opc__v8f r = x - nf * 0.693359375f;
+    r = r - nf * (-2.12194440e-4f);
+    opc__v8f p = (opc__v8f){0} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    opc__v8i scale = (n + 127) << 23;
+    return p * (opc__v8f)scale;
+}
+
+OPC_ALWAYS_INLINE opc__v8f opc__v8_gelu_tanh(opc__v8f x) {
+    opc__v8f u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x * x * x);
+    opc__v8f e = opc__v8_exp(-2.0f * u);
+    return x / (1.0f + e);
+}
+#endif
+
+OPC_ALWAYS_INLINE float opc__gelu_tanh_fast_f32(float x) {
+#ifdef OPC_GEMM_VEC
+    opc__v8f v = (opc__v8f){0} + x;
+    v = opc__v8_gelu_tanh(v);
+    return v[0];
+#else
+    return opc_gelu_tanh_f32(x);
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Epilogue / store for one f32-compute micro-tile.                          */
+/*  ct: MR x NR tile (row stride NR) of this K block's partial product.     */
+/*  acc: where partial sums live between K blocks (f32, row stride ldacc),   */
+/*       NULL when there is a single K block. first: no earlier partial.     */
+/*  last: apply bias + activation and store to out/res (dtype dt, row        */
+/*       stride ldo). bias: f32 values for these columns, or NULL.          */
+/* ------------------------------------------------------------------------ */
+static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr,
+                         float *acc, int64_t ldacc, int first, int last,
+                         const float *bias, int act, int dt,
+                         void *out, void *res, int64_t ldo) {
+    float z[OPC_S_NR];
+    for (int i = 0; i < mr; i++) {
+        const float *ci = ct + i * OPC_S_NR;
+        if (!last) {
+            float *ai = acc + i * ldacc;
+            if (first) { for (int j = 0; j < nr; j++) ai[j] = ci[j]; }
+            else { for (int j = 0; j < nr; j++) ai[j] += ci[j]; }
+            continue;
+        }
+        if (first) { for (int j = 0; j < OPC_S_NR; j++) z[j] = ci[j]; }
+        else {
+            const float *ai = acc + i * ldacc;
+            for (int j = 0; j < nr; j++) z[j] = ai[j] + ci[j];
+            for (int j = nr; j < OPC_S_NR; j++) z[j] = 0.0f;
+        }
+        if (bias) { for (int j = 0; j < nr; j++) z[j] += bias[j]; }
+        if (dt == OPC_DT_F32) {
+            float *o = (float *)out + i * ldo;
+            if (res) { float *r = (float *)res + i * ldo; for (int j = 0; j < nr; j++) r[j] = z[j]; }
+            if (act == 0) { for (int j = 0; j < nr; j++) o[j] = z[j]; }
+            else if (act == 1) { for (int j = 0; j < nr; j++) o[j] = z[j] < 0.0f ? 0.0f : z[j]; }
+            else if (act == 2) {
+#ifdef OPC_GEMM_VEC
+                if (nr == OPC_S_NR) {
+                    opc__v8_st(o, opc__v8_gelu_tanh(opc__v8_ld(z)));
+                    opc__v8_st(o + 8, opc__v8_gelu_tanh(opc__v8_ld(z + 8)));
+                } else {
+                    float g[OPC_S_NR];
+                    opc__v8_st(g, opc__v8_gelu_tanh(opc__v8_ld(z)));
+                    opc__v8_st(g + 8, opc__v8_gelu_tanh(opc__v8_ld(z + 8)));
+                    for (int j = 0; j < nr; j++) o[j] = g[j];
+                }
+#else
+                for (int j = 0; j < nr; j++) o[j] = opc_gelu_tanh_f32(z[j]);
+#endif
+            } else { for (int j = 0; j < nr; j++) o[j] = opc_gelu_erf_f32(z[j]); }
+        } else {
+            float g[OPC_S_NR];
+            uint16_t *o = (uint16_t *)out + i * ldo;
+            uint16_t *r = res ? (uint16_t *)res + i * ldo : NULL;
+            if (act == 0) { for (int j = 0; j < nr; j++) g[j] = z[j]; }
+            else if (act == 1) { for (int j = 0; j < nr; j++) g[j] = z[j] < 0.0f ? 0.0f : z[j]; }
+            else if (act == 2) {
+#ifdef OPC_GEMM_VEC
+                opc__v8_st(g, opc__v8_gelu_tanh(opc__v8_ld(z)));
+                opc__v8_st(g + 8, opc__v8_gelu_tanh(opc__v8_ld(z + 8)));
+#else
+                for (int j = 0; j < nr; j++) g[j] = opc_gelu_tanh_f32(z[j]);
+#endif
+            } else { for (int j = 0; j < nr; j++) g[j] = opc_gelu_erf_f32(z[j]); }
+            if (dt == OPC_DT_F16) {
+                if (r) for (int j = 0; j < nr; j++) r[j] = opc_f32_to_f16(z[j]);
+                for (int j = 0; j < nr; j++) o[j] = opc_f32_to_f16(g[j]);
+            } else {
+                if (r) for (int j = 0; j < nr; j++) r[j] = opc_f32_to_bf16(z[j]);
+                for (int j = 0; j < nr; j++) o[j] = opc_f32_to_bf16(g[j]);
+            }
+        }
+    }
+}
+
+static OPC_UNUSED void opc__store_d(const double *OPC_RESTRICT ct, int mr, int nr,
+                         double *acc, int64_t ldacc, int first, int last,
+                         const double *bias, int act,
+                         double *out, double *res, int64_t ldo) {
+    for (int i = 0; i < mr; i++) {
+        const double *ci = ct + i * OPC_D_NR;
+        if (!last) {
+            double *ai = acc + i * ldacc;
+            if (first) { for (int j = 0; j < nr; j++) ai[j] = ci[j]; }
+            else { for (int j = 0; j < nr; j++) ai[j] += ci[j]; }
+            continue;
+        }
+        double z[OPC_D_NR];
+        if (first) { for (int j = 0; j < nr; j++) z[j] = ci[j]; }
+        else { const double *ai = acc + i * ldacc; for (int j = 0; j < nr; j++) z[j] = ai[j] + ci[j]; }
+        if (bias) { for (int j = 0; j < nr; j++) z[j] += bias[j]; }
+        double *o = out + i * ldo;
+        if (res) { double *r = res + i * ldo; for (int j = 0; j < nr; j++) r[j] = z[j]; }
+        if (act == 0) { for (int j = 0; j < nr; j++) o[j] = z[j]; }
+        else if (act == 1) { for (int j = 0; j < nr; j++) o[j] = z[j] < 0.0 ? 0.0 : z[j]; }
+        else if (act == 2) { for (int j = 0; j < nr; j++) o[j] = opc_gelu_tanh_f64(z[j]); }
+        else { for (int j = 0; j < nr; j++) o[j] = opc_gelu_erf_f64(z[j]); }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Micro-kernels: ct[MR][NR] = sum_k Ap[k][0..MR) (x) Bp[k][0..NR).          */
+/* ------------------------------------------------------------------------ */
+#ifdef OPC_GEMM_AVX2
+static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
+                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+#define OPC__SK(A, B) do { \
+        __m256 b0 = _mm256_load_ps((B)), b1 = _mm256_load_ps((B) + 8), av; \
+        av = _mm256_broadcast_ss((A) + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01); \
+        av = _mm256_broadcast_ss((A) + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11); \
+        av = _mm256_broadcast_ss((A) + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21); \
+        av = _mm256_broadcast_ss((A) + 3); c30 = _mm256_fmadd_ps(av, b0, c30); c31 = _mm256_fmadd_ps(av, b1, c31); \
+        av = _mm256_broadcast_ss((A) + 4); c40 = _mm256_fmadd_ps(av, b0, c40); c41 = _mm256_fmadd_ps(av, b1, c41); \
+        av = _mm256_broadcast_ss((A) + 5); c50 = _mm256_fmadd_ps(av, b0, c50); c51 = _mm256_fmadd_ps(av, b1, c51); \
+    } while (0)
+    int64_t k = 0;
+    for (; k + 4 <= kc; k += 4) {
+        _mm_prefetch((const char *)(b + 16 * 8), _MM_HINT_T0);
+        OPC__SK(a, b); OPC__SK(a + 6, b + 16);
+        _mm_prefetch((const char *)(b + 16 * 10), _MM_HINT_T0);
+        OPC__SK(a + 12, b + 32); OPC__SK(a + 18, b + 48);
+        a += 24; b += 64;
+    }
+    for (; k < kc; k++) { OPC__SK(a, b); a += 6; b += 16; }
+#undef OPC__SK
+    _mm256_store_ps(c + 0, c00);  _mm256_store_ps(c + 8, c01);
+    _mm256_store_ps(c + 16, c10); _mm256_store_ps(c + 24, c11);
+    _mm256_store_ps(c + 32, c20); _mm256_store_ps(c + 40, c21);
+    _mm256_store_ps(c + 48, c30); _mm256_store_ps(c + 56, c31);
+    _mm256_store_ps(c + 64, c40); _mm256_store_ps(c + 72, c41);
+    _mm256_store_ps(c + 80, c50); _mm256_store_ps(c + 88, c51);
+}
+
+static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
+                       const double *OPC_RESTRICT b, double *OPC_RESTRICT c) {
+    __m256d c00 = _mm256_setzero_pd(), c01 = _mm256_setzero_pd();
+    __m256d c10 = _mm256_setzero_pd(), c11 = _mm256_setzero_pd();
+    __m256d c20 = _mm256_setzero_pd(), c21 = _mm256_setzero_pd();
+    __m256d c30 = _mm256_setzero_pd(), c31 = _mm256_setzero_pd();
+    __m256d c40 = _mm256_setzero_pd(), c41 = _mm256_setzero_pd();
+    __m256d c50 = _mm256_setzero_pd(), c51 = _mm256_setzero_pd();
+#define OPC__DK(A, B) do { \
+        __m256d b0 = _mm256_load_pd((B)), b1 = _mm256_load_pd((B) + 4), av; \
+        av = _mm256_broadcast_sd((A) + 0); c00 = _mm256_fmadd_pd(av, b0, c00); c01 = _mm256_fmadd_pd(av, b1, c01); \
+        av = _mm256_broadcast_sd((A) + 1); c10 = _mm256_fmadd_pd(av, b0, c10); c11 = _mm256_fmadd_pd(av, b1, c11); \
+        av = _mm256_broadcast_sd((A) + 2); c20 = _mm256_fmadd_pd(av, b0, c20); c21 = _mm256_fmadd_pd(av, b1, c21); \
+        av = _mm256_broadcast_sd((A) + 3); c30 = _mm256_fmadd_pd(av, b0, c30); c31 = _mm256_fmadd_pd(av, b1, c31); \
+        av = _mm256_broadcast_sd((A) + 4); c40 = _mm256_fmadd_pd(av, b0, c40); c41 = _mm256_fmadd_pd(av, b1, c41); \
+        av = _mm256_broadcast_sd((A) + 5); c50 = _mm256_fmadd_pd(av, b0, c50); c51 = _mm256_fmadd_pd(av, b1, c51); \
+    } while (0)
+    int64_t k = 0;
+    for (; k + 4 <= kc; k += 4) {
+        _mm_prefetch((const char *)(b + 8 * 8), _MM_HINT_T0);
+        OPC__DK(a, b); OPC__DK(a + 6, b + 8);
+        _mm_prefetch((const char *)(b + 8 * 10), _MM_HINT_T0);
+        OPC__DK(a + 12, b + 16); OPC__DK(a + 18, b + 24);
+        a += 24; b += 32;
+    }
+    for (; k < kc; k++) { OPC__DK(a, b); a += 6; b += 8; }
+#undef OPC__DK
+    _mm256_store_pd(c + 0, c00);  _mm256_store_pd(c + 4, c01);
+    _mm256_store_pd(c + 8, c10);  _mm256_store_pd(c + 12, c11);
+    _mm256_store_pd(c + 16, c20); _mm256_store_pd(c + 20, c21);
+    _mm256_store_pd(c + 24, c30); _mm256_store_pd(c + 28, c31);
+    _mm256_store_pd(c + 32, c40); _mm256_store_pd(c + 36, c41);
+    _mm256_store_pd(c + 40, c50); _mm256_store_pd(c + 44, c51);
+}
+#else
+/* Portable micro-kernels: fixed-size loops the compiler can vectorise. */
+static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
+                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c) {
+    float acc[OPC_S_MR][OPC_S_NR];
+    for (int i = 0; i < OPC_S_MR; i++) for (int j = 0; j < OPC_S_NR; j++) acc[i][j] = 0.0f;
+    for (int64_t k = 0; k < kc; k++) {
+        for (int i = 0; i < OPC_S_MR; i++) {
+            float av = a[i];
+            for (int j = 0; j < OPC_S_NR; j++) acc[i][j] += av * b[j];
+        }
+        a += OPC_S_MR; b += OPC_S_NR;
+    }
+    for (int i = 0; i < OPC_S_MR; i++) for (int j = 0; j < OPC_S_NR; j++) c[i * OPC_S_NR + j] = acc[i][j];
+}
+static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
+                       const double *OPC_RESTRICT b, double *OPC_RESTRICT c) {
+    double acc[OPC_D_MR][OPC_D_NR];
+    for (int i = 0; i < OPC_D_MR; i++) for (int j = 0; j < OPC_D_NR; j++) acc[i][j] = 0.0;
+    for (int64_t k = 0; k < kc; k++) {
+        for (int i = 0; i < OPC_D_MR; i++) {
+            double av = a[i];
+            for (int j = 0; j < OPC_D_NR; j++) acc[i][j] += av * b[j];
+        }
+        a += OPC_D_MR; b += OPC_D_NR;
+    }
+    for (int i = 0; i < OPC_D_MR; i++) for (int j = 0; j < OPC_D_NR; j++) c[i * OPC_D_NR + j] = acc[i][j];
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Packing.                                                                  */
+/* A block: rows [i0, i0+mc), depth [p0, p0+kc) -> panels of MR rows, each   */
+/*   kc x MR (k-major), rows beyond mc zero-filled.                          */
+/* B block: depth [p0, p0+kc), cols [j0, j0+nc) -> panels of NR columns,     */
+/*   each kc x NR, columns beyond nc zero-filled. Panels [pj0, pj1) only.    */
+/* ------------------------------------------------------------------------ */
+static OPC_UNUSED void opc__packA_s(const void *A, int dt, int trans, int64_t M, int64_t K,
+                         int64_t i0, int64_t mc, int64_t p0, int64_t kc, float *OPC_RESTRICT dst) {
+    const int MR = OPC_S_MR;
+    for (int64_t ip = 0; ip < mc; ip += MR) {
+        int64_t mr = opc__min64(MR, mc - ip);
+        float *d = dst + ip * kc;
+        if (!trans) {              /* A(i,k) = A[i*K + k] */
+            if (dt == OPC_DT_F32 && mr == MR) {
+                const float *s0 = (const float *)A + (i0 + ip) * K + p0;
+                for (int64_t k = 0; k < kc; k++)
+                    for (int i = 0; i < MR; i++) d[k * MR + i] = s0[i * K + k];
+            } else {
+                for (int64_t i = 0; i < MR; i++) {
+                    if (i < mr) {
+                        int64_t base = (i0 + ip + i) * K + p0;
+                        for (int64_t k = 0; k < kc; k++) d[k * MR + i] = opc__ld_s(A, base + k, dt);
+                    } else {
+                        for (int64_t k = 0; k < kc; k++) d[k * MR + i] = 0.0f;
+                    }
+                }
+            }
+        } else {                   /* A(i,k) = A[k*M + i] */
+            for (int64_t k = 0; k < kc; k++) {
+                int64_t base = (p0 + k) * M + i0 + ip;
+                if (dt == OPC_DT_F32) {
+                    const float *s = (const float *)A + base;
+                    for (int64_t i = 0; i < mr; i++) d[k * MR + i] = s[i];
+                } else {
+                    for (int64_t i = 0; i < mr; i++) d[k * MR + i] = opc__ld_s(A, base + i, dt);
+                }
+                for (int64_t i = mr; i < MR; i++) d[k * MR + i] = 0.0f;
+            }
+        }
+    }
+}
+
+static OPC_UNUSED void opc__packB_s(const void *B, int dt, int trans, int64_t N, int64_t K,
+                         int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                         int64_t pj, float *OPC_RESTRICT dst) {
+    const int NR = OPC_S_NR;
+    int64_t jp = pj * NR;
+    int64_t nr = opc__min64(NR, nc - jp);
+    float *d = dst + jp * kc;
+    if (!trans) {                  /* B(k,j) = B[k*N + j] */
+        for (int64_t k = 0; k < kc; k++) {
+            int64_t base = (p0 + k) * N + j0 + jp;
+            if (dt == OPC_DT_F32) {
+                const float *s = (const float *)B + base;
+                if (nr == NR) { for (int j = 0; j < NR; j++) d[k * NR + j] = s[j]; continue; }
+                for (int64_t j = 0; j < nr; j++) d[k * NR + j] = s[j];
+            } else {
+                for (int64_t j = 0; j < nr; j++) d[k * NR + j] = opc__ld_s(B, base + j, dt);
+            }
+            for (int64_t j = nr; j < NR; j++) d[k * NR + j] = 0.0f;
+        }
+    } else {                       /* B(k,j) = B[j*K + k] */
+        for (int64_t j = 0; j < NR; j++) {
+            if (j < nr) {
+                int64_t base = (j0 + jp + j) * K + p0;
+                if (dt == OPC_DT_F32) {
+                    const float *s = (const float *)B + base;
+                    for (int64_t k = 0; k < kc; k++) d[k * NR + j] = s[k];
+                } else {
+                    for (int64_t k = 0; k < kc; k++) d[k * NR + j] = opc__ld_s(B, base + k, dt);
+                }
+            } else {
+                for (int64_t k = 0; k < kc; k++) d[k * NR + j] = 0.0f;
+            }
+        }
+    }
+}
+
+static OPC_UNUSED void opc__packA_d(const double *A, int trans, int64_t M, int64_t K,
+                         int64_t i0, int64_t mc, int64_t p0, int64_t kc, double *OPC_RESTRICT dst) {
+    const int MR = OPC_D_MR;
+    for (int64_t ip = 0; ip < mc; ip += MR) {
+        int64_t mr = opc__min64(MR, mc - ip);
+        double *d = dst + ip * kc;
+        if (!trans) {
+            for (int64_t i = 0; i < MR; i++) {
+                if (i < mr) {
+                    const double *s = A + (i0 + ip + i) * K + p0;
+                    for (int64_t k = 0; k < kc; k++) d[k * MR + i] = s[k];
+                } else {
+                    for (int64_t k = 0; k < kc; k++) d[k * MR + i] = 0.0;
+                }
+            }
+        } else {
+            for (int64_t k = 0; k < kc; k++) {
+                const double *s = A + (p0 + k) * M + i0 + ip;
+                for (int64_t i = 0; i < mr; i++) d[k * MR + i] = s[i];
+                for (int64_t i = mr; i < MR; i++) d[k * MR + i] = 0.0;
+            }
+        }
+    }
+}
+
+static OPC_UNUSED void opc__packB_d(const double *B, int trans, int64_t N, int64_t K,
+                         int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                         int64_t pj, double *OPC_RESTRICT dst) {
+    const int NR = OPC_D_NR;
+    int64_t jp = pj * NR;
+    int64_t nr = opc__min64(NR, nc - jp);
+    double *d = dst + jp * kc;
+    if (!trans) {
+        for (int64_t k = 0; k < kc; k++) {
+            const double *s = B + (p0 + k) * N + j0 + jp;
+            for (int64_t j = 0; j < nr; j++) d[k * NR + j] = s[j];
+            for (int64_t j = nr; j < NR; j++) d[k * NR + j] = 0.0;
+        }
+    } else {
+        for (int64_t j = 0; j < NR; j++) {
+            if (j < nr) {
+                const double *s = B + (j0 + jp + j) * K + p0;
+                for (int64_t k = 0; k < kc; k++) d[k * NR + j] = s[k];
+            } else {
+                for (int64_t k = 0; k < kc; k++) d[k * NR + j] = 0.0;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reference path: no packing, no allocation. Used for K == 0 and when a     */
+/* buffer cannot be allocated.                                               */
+/* ------------------------------------------------------------------------ */
+static OPC_UNUSED void opc__gemm_naive_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
+                              const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
+                              const void *bias, int act, void *out, void *res) {
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j0 = 0; j0 < N; j0 += OPC_S_NR) {
+                int nr = (int)opc__min64(OPC_S_NR, N - j0);
+                float ct[OPC_S_NR], bv[OPC_S_NR];
+                for (int j = 0; j < nr; j++) {
+                    float s = 0.0f;
+                    for (int64_t k = 0; k < K; k++) {
+                        float a = opc__ld_s(A, b * sa + (ta ? k * M + i : i * K + k), dt);
+                        float w = opc__ld_s(B, b * sb + (tb ? (j0 + j) * K + k : k * N + j0 + j), dt);
+                        s += a * w;
+                    }
+                    ct[j] = s;
+                    bv[j] = bias ? opc__ld_s(bias, j0 + j, dt) : 0.0f;
+                }
+                for (int j = nr; j < OPC_S_NR; j++) ct[j] = 0.0f;
+                int64_t off = b * M * N + i * N + j0;
+                size_t es = dt == OPC_DT_F32 ? 4 : 2;
+                opc__store_s(ct, 1, nr, NULL, 0, 1, 1, bias ? bv : NULL, act, dt,
+                             (char *)out + off * es, res ? (char *)res + off * es : NULL, N);
+            }
+}
+
+static OPC_UNUSED void opc__gemm_naive_d(int64_t batch, int64_t M, int64_t N, int64_t K,
+                              const double *A, int64_t sa, int ta, const double *B, int64_t sb, int tb,
+                              const double *bias, int act, double *out, double *res) {
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j0 = 0; j0 < N; j0 += OPC_D_NR) {
+                int nr = (int)opc__min64(OPC_D_NR, N - j0);
+                double ct[OPC_D_NR];
+                for (int j = 0; j < nr; j++) {
+                    double s = 0.0;
+                    for (int64_t k = 0; k < K; k++)
+                        s += A[b * sa + (ta ? k * M + i : i * K + k)] *
+                             B[b * sb + (tb ? (j0 + j) * K + k : k * N + j0 + j)];
+                    ct[j] = s;
+                }
+                int64_t off = b * M * N + i * N + j0;
+                opc__store_d(ct, 1, nr, NULL, 0, 1, 1, bias ? bias + j0 : NULL, act,
+                             out + off, res ? res + off : NULL, N);
+            }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Blocked drivers.                                                          */
+/* Work items per (jc, pc): nbm row blocks x nbn column groups; a thread     */
+/* packs the A block of its item into its own buffer and runs the tiles.     */
+/* Column groups (nbn > 1) are used only when M is too short to give every  */
+/* thread a row block.                                                       */
+/* ------------------------------------------------------------------------ */
+static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
+                        const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
+                        const void *bias, int act, void *out, void *res) {
+    const int MR = OPC_S_MR, NR = OPC_S_NR;
+    if (batch <= 0 || M <= 0 || N <= 0) return;
+    if (K <= 0) { opc__gemm_naive_s(dt, batch, M, N, 0, A, sa, ta, B, sb, tb, bias, act, out, res); return; }
+    const size_t es = dt == OPC_DT_F32 ? 4 : 2;
+    const double work = (double)M * (double)N * (double)K;
+    int nt = 1;
+    (void)work;
+#ifdef _OPENMP
+    if (work > OPC_GEMM_PAR_MIN) nt = omp_get_max_threads();
+    if (nt < 1) nt = 1;
+#endif
+    const int64_t KC = opc__min64(OPC_S_KC, K);
+    const int64_t nkb = opc__cdiv(K, KC);
+    const int64_t kcb = opc__cdiv(K, nkb);              /* balanced depth blocks */
+    const int64_t NC = opc__min64(OPC_S_NC, opc__cdiv(N, NR) * NR);
+    /* Row blocks: balanced, multiple of MR, count a multiple of nt if possible. */
+    int64_t nbm = opc__cdiv(M, OPC_S_MC);
+    if (nt > 1 && nbm % nt) nbm += nt - nbm % nt;
+    int64_t mcb = opc__cdiv(opc__cdiv(M, nbm), MR) * MR;
+    nbm = opc__cdiv(M, mcb);
+    int64_t nbn = 1;
+    if (nt > 1 && nbm < nt) nbn = nt;
+    const int need_acc = nkb > 1 && dt != OPC_DT_F32;
+
+    float *bp = (float *)opc__amalloc((size_t)kcb * (size_t)NC * sizeof(float));
+    float *ap = (float *)opc__amalloc((size_t)nt * (size_t)kcb * (size_t)mcb * sizeof(float));
+    float *bf = bias ? (float *)opc__amalloc((size_t)N * sizeof(float)) : NULL;
+    float *sc = need_acc ? (float *)opc__amalloc((size_t)M * (size_t)NC * sizeof(float)) : NULL;
+    if (!bp || !ap || (bias && !bf) || (need_acc && !sc)) {
+        opc__afree(bp); opc__afree(ap); opc__afree(bf); opc__afree(sc);
+        opc__gemm_naive_s(dt, batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res);
+        return;
+    }
+    if (bias) for (int64_t j = 0; j < N; j++) bf[j] = opc__ld_s(bias, j, dt);
+
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        float *apt = ap + (size_t)tid * (size_t)kcb * (size_t)mcb;
+        float ct[OPC_S_MR * OPC_S_NR] __attribute__((aligned(64)));
+        for (int64_t b = 0; b < batch; b++) {
+            const char *Ab = (const char *)A + (size_t)(b * sa) * es;
+            const char *Bb = (const char *)B + (size_t)(b * sb) * es;
+            char *Ob = (char *)out + (size_t)(b * M * N) * es;
+            char *Rb = res ? (char *)res + (size_t)(b * M * N) * es : NULL;
+            for (int64_t jc = 0; jc < N; jc += NC) {
+                const int64_t nc = opc__min64(NC, N - jc);
+                const int64_t npan = opc__cdiv(nc, NR);
+                for (int64_t pc = 0; pc < K; pc += kcb) {
+                    const int64_t kc = opc__min64(kcb, K - pc);
+                    const int first = pc == 0, last = pc + kc >= K;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+                    for (int64_t pj = 0; pj < npan; pj++)
+                        opc__packB_s(Bb, dt, tb, N, K, pc, kc, jc, nc, pj, bp);
+                    /* (implicit barrier: B block packed) */
+                    const int64_t pang = opc__cdiv(npan, nbn);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+                    for (int64_t item = 0; item < nbm * nbn; item++) {
+                        const int64_t ib = item / nbn, jb = item % nbn;
+                        const int64_t ic = ib * mcb, mc = opc__min64(mcb, M - ic);
+                        const int64_t pj0 = jb * pang, pj1 = opc__min64(npan, pj0 + pang);
+                        if (pj0 >= pj1) continue;
+                        opc__packA_s(Ab, dt, ta, M, K, ic, mc, pc, kc, apt);
+                        for (int64_t pj = pj0; pj < pj1; pj++) {
+                            const int64_t j = jc + pj * NR;
+                            const int nr = (int)opc__min64(NR, N - j);
+                            for (int64_t ir = 0; ir < mc; ir += MR) {
+                                const int mr = (int)opc__min64(MR, mc - ir);
+                                const int64_t i = ic + ir;
+                                opc__ukr_s(kc, apt + ir * kc, bp + pj * NR * kc, ct);
+                                float *acc;
+                                int64_t ldacc;
+                                if (dt == OPC_DT_F32) { acc = (float *)Ob + i * N + j; ldacc = N; }
+                                else if (sc) { acc = sc + i * NC + (j - jc); ldacc = NC; }
+                                else { acc = NULL; ldacc = 0; }
+                                opc__store_s(ct, mr, nr, acc, ldacc, first, last,
+                                             bf ? bf + j : NULL, act, dt,
+                                             Ob + (size_t)(i * N + j) * es,
+                                             Rb ? Rb + (size_t)(i * N + j) * es : NULL, N);
+                            }
+                        }
+                    }
+                    /* (implicit barrier before bp is repacked) */
+                }
+            }
+        }
+    }
+    opc__afree(bp); opc__afree(ap); opc__afree(bf); opc__afree(sc);
+}
+
+static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t K,
+                        const double *A, int64_t sa, int ta, const double *B, int64_t sb, int tb,
+                        const double *bias, int act, double *out, double *res) {
+    const int MR = OPC_D_MR, NR = OPC_D_NR;
+    if (batch <= 0 || M <= 0 || N <= 0) return;
+    if (K <= 0) { opc__gemm_naive_d(batch, M, N, 0, A, sa, ta, B, sb, tb, bias, act, out, res); return; }
+    const double work = (double)M * (double)N * (double)K;
+    int nt = 1;
+    (void)work;
+#ifdef _OPENMP
+    if (work > OPC_GEMM_PAR_MIN) nt = omp_get_max_threads();
+    if (nt < 1) nt = 1;
+#endif
+    const int64_t KC = opc__min64(OPC_D_KC, K);
+    const int64_t nkb = opc__cdiv(K, KC);
+    const int64_t kcb = opc__cdiv(K, nkb);
+    const int64_t NC = opc__min64(OPC_D_NC, opc__cdiv(N, NR) * NR);
+    int64_t nbm = opc__cdiv(M, OPC_D_MC);
+    if (nt > 1 && nbm % nt) nbm += nt - nbm % nt;
+    int64_t mcb = opc__cdiv(opc__cdiv(M, nbm), MR) * MR;
+    nbm = opc__cdiv(M, mcb);
+    int64_t nbn = 1;
+    if (nt > 1 && nbm < nt) nbn = nt;
+
+    double *bp = (double *)opc__amalloc((size_t)kcb * (size_t)NC * sizeof(double));
+    double *ap = (double *)opc__amalloc((size_t)nt * (size_t)kcb * (size_t)mcb * sizeof(double));
+    if (!bp || !ap) {
+        opc__afree(bp); opc__afree(ap);
+        opc__gemm_naive_d(batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        double *apt = ap + (size_t)tid * (size_t)kcb * (size_t)mcb;
+        double ct[OPC_D_MR * OPC_D_NR] __attribute__((aligned(64)));
+        for (int64_t b = 0; b < batch; b++) {
+            const double *Ab = A + b * sa, *Bb = B + b * sb;
+            double *Ob = out + b * M * N, *Rb = res ? res + b * M * N : NULL;
+            for (int64_t jc = 0; jc < N; jc += NC) {
+                const int64_t nc = opc__min64(NC, N - jc);
+                const int64_t npan = opc__cdiv(nc, NR);
+                for (int64_t pc = 0; pc < K; pc += kcb) {
+                    const int64_t kc = opc__min64(kcb, K - pc);
+                    const int first = pc == 0, last = pc + kc >= K;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+                    for (int64_t pj = 0; pj < npan; pj++)
+                        opc__packB_d(Bb, tb, N, K, pc, kc, jc, nc, pj, bp);
+                    const int64_t pang = opc__cdiv(npan, nbn);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+                    for (int64_t item = 0; item < nbm * nbn; item++) {
+                        const int64_t ib = item / nbn, jb = item % nbn;
+                        const int64_t ic = ib * mcb, mc = opc__min64(mcb, M - ic);
+                        const int64_t pj0 = jb * pang, pj1 = opc__min64(npan, pj0 + pang);
+                        if (pj0 >= pj1) continue;
+                        opc__packA_d(Ab, ta, M, K, ic, mc, pc, kc, apt);
+                        for (int64_t pj = pj0; pj < pj1; pj++) {
+                            const int64_t j = jc + pj * NR;
+                            const int nr = (int)opc__min64(NR, N - j);
+                            for (int64_t ir = 0; ir < mc; ir += MR) {
+                                const int mr = (int)opc__min64(MR, mc - ir);
+                                const int64_t i = ic + ir;
+                                opc__ukr_d(kc, apt + ir * kc, bp + pj * NR * kc, ct);
+                                opc__store_d(ct, mr, nr, Ob + i * N + j, N, first, last,
+                                             bias ? bias + j : NULL, act,
+                                             Ob + i * N + j, Rb ? Rb + i * N + j : NULL, N);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    opc__afree(bp); opc__afree(ap);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public API.                                                               */
+/* ------------------------------------------------------------------------ */
+static OPC_UNUSED void opc_gemm_f32(int64_t batch, int64_t M, int64_t N, int64_t K,
+                         const float *A, int64_t a_batch_stride, int trans_a,
+                         const float *B, int64_t b_batch_stride, int trans_b,
+                         const float *bias, int act, float *out, float *reserve) {
+    opc__gemm_s(OPC_DT_F32, batch, M, N, K, A, a_batch_stride, trans_a, B, b_batch_stride,
+                trans_b, bias, act, out, reserve);
+}
+static OPC_UNUSED void opc_gemm_f16(int64_t batch, int64_t M, int64_t N, int64_t K,
+                         const uint16_t *A, int64_t a_batch_stride, int trans_a,
+                         const uint16_t *B, int64_t b_batch_stride, int trans_b,
+                         const uint16_t *bias, int act, uint16_t *out, uint16_t *reserve) {
+    opc__gemm_s(OPC_DT_F16, batch, M, N, K, A, a_batch_stride, trans_a, B, b_batch_stride,
+                trans_b, bias, act, out, reserve);
+}
+static OPC_UNUSED void opc_gemm_bf16(int64_t batch, int64_t M, int64_t N, int64_t K,
+                          const uint16_t *A, int64_t a_batch_stride, int trans_a,
+                          const uint16_t *B, int64_t b_batch_stride, int trans_b,
+                          const uint16_t *bias, int act, uint16_t *out, uint16_t *reserve) {
+    opc__gemm_s(OPC_DT_BF16, batch, M, N, K, A, a_batch_stride, trans_a, B, b_batch_stride,
+                trans_b, bias, act, out, reserve);
+}
+static OPC_UNUSED void opc_gemm_f64(int64_t batch, int64_t M, int64_t N, int64_t K,
+                         const double *A, int64_t a_batch_stride, int trans_a,
+                         const double *B, int64_t b_batch_stride, int trans_b,
+                         const double *bias, int act, double *out, double *reserve) {
+    opc__gemm_d(batch, M, N, K, A, a_batch_stride, trans_a, B, b_batch_stride,
+                trans_b, bias, act, out, reserve);
+}
+
+#endif /* OPC_GEMM_H */

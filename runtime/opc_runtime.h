@@ -1,0 +1,315 @@
+/* opc_runtime.h -- scalar helpers shared by opc's generated C and CUDA code.
+ *
+ * Header only. Compiles as C99 (gcc) and as CUDA C++ (nvcc); every function is
+ * OPC_FN (static inline, plus __host__ __device__ under nvcc).
+ * Nothing in here relies on undefined behaviour: bit casts go through memcpy
+ * (or the CUDA intrinsics in device code), float->int casts are range-checked
+ * before the C conversion, shifts never exceed the operand width.
+ */
+#ifndef OPC_RUNTIME_H
+#define OPC_RUNTIME_H
+
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+#ifdef __CUDACC__
+#define OPC_FN static inline __host__ __device__
+#else
+#define OPC_FN static inline
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Bit casts. memcpy is the portable, UB-free way to reinterpret bits in C;  */
+/* compilers turn it into a register move. In CUDA device code use the      */
+/* intrinsics (memcpy works there too, but the intrinsics are guaranteed     */
+/* free).                                                                    */
+/* ------------------------------------------------------------------------ */
+OPC_FN uint32_t opc_f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
+    uint32_t u; memcpy(&u, &f, sizeof u); return u;
+#endif
+}
+OPC_FN float opc_bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float f; memcpy(&f, &u, sizeof f); return f;
+#endif
+}
+OPC_FN uint64_t opc_f64_bits(double d) {
+#if defined(__CUDA_ARCH__)
+    return (uint64_t)__double_as_longlong(d);
+#else
+    uint64_t u; memcpy(&u, &d, sizeof u); return u;
+#endif
+}
+OPC_FN double opc_bits_f64(uint64_t u) {
+#if defined(__CUDA_ARCH__)
+    return __longlong_as_double((long long)u);
+#else
+    double d; memcpy(&d, &u, sizeof d); return d;
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* IEEE binary16 (f16). Storage is uint16_t; arithmetic happens in f32.      */
+/* Conversions round to nearest, ties to even, handle subnormals, overflow   */
+/* to +-inf, and keep NaN a NaN. NaN payloads follow NumPy's software        */
+/* conversion (top mantissa bits kept; a payload that would vanish becomes   */
+/* 0x7c01) so results are bit-identical to ndarray.astype(np.float16).       */
+/* f64 -> f16 rounds once, directly from the double (no double rounding via  */
+/* f32), as NumPy does.                                                      */
+/* ------------------------------------------------------------------------ */
+OPC_FN float opc_f16_to_f32(uint16_t h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t exp = ((uint32_t)h >> 10) & 0x1fu;
+    uint32_t man = (uint32_t)h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0x1fu) {                      /* inf / NaN */
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {                   /* normal */
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {                   /* +-0 */
+        bits = sign;
+    } else {                                 /* subnormal: man * 2^-24, exact in f32 */
+        float v = (float)man * 5.9604644775390625e-08f;
+        bits = sign | opc_f32_bits(v);
+    }
+    return opc_bits_f32(bits);
+}
+
+OPC_FN uint16_t opc_f32_to_f16(float f) {
+    uint32_t x = opc_f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {                 /* inf / NaN */
+        if (ax == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
+        {
+            uint32_t r = 0x7c00u + ((ax & 0x007fffffu) >> 13);
+            if (r == 0x7c00u) r++;
+            return (uint16_t)(sign | r);
+        }
+    }
+    if (ax >= 0x47800000u)                   /* >= 2^16: overflow */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax >= 0x38800000u) {                 /* normal in f16 (>= 2^-14) */
+        uint32_t base = ax - 0x38000000u;    /* rebias exponent 127 -> 15 */
+        uint32_t q = base >> 13, rem = base & 0x1fffu;
+        if (rem > 0x1000u || (rem == 0x1000u && (q & 1u))) q++;   /* may carry into inf: correct */
+        return (uint16_t)(sign | q);
+    }
+    if (ax <= 0x33000000u)                   /* <= 2^-25: rounds to zero (tie at 2^-25 -> even 0) */
+        return sign;
+    {                                        /* f16 subnormal */
+        uint32_t e = ax >> 23;               /* 102..112 */
+        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e;           /* 14..24 */
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        return (uint16_t)(sign | q);
+    }
+}
+
+OPC_FN uint16_t opc_f64_to_f16(double d) {
+    uint64_t x = opc_f64_bits(d);
+    uint16_t sign = (uint16_t)((x >> 48) & 0x8000u);
+    uint64_t ax = x & 0x7fffffffffffffffull;
+    if (ax >= 0x7ff0000000000000ull) {       /* inf / NaN */
+        if (ax == 0x7ff0000000000000ull) return (uint16_t)(sign | 0x7c00u);
+        {
+            uint32_t r = 0x7c00u + (uint32_t)((ax & 0x000fffffffffffffull) >> 42);
+            if (r == 0x7c00u) r++;
+            return (uint16_t)(sign | r);
+        }
+    }
+    if (ax >= 0x40f0000000000000ull)         /* >= 2^16 */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax >= 0x3f10000000000000ull) {       /* >= 2^-14: normal */
+        uint64_t base = ax - 0x3f00000000000000ull;   /* rebias 1023 -> 15 */
+        uint64_t q = base >> 42, rem = base & 0x3ffffffffffull;
+        const uint64_t half = 0x20000000000ull;
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        return (uint16_t)(sign | (uint16_t)q);
+    }
+    if (ax <= 0x3e60000000000000ull)         /* <= 2^-25 */
+        return sign;
+    {
+        uint64_t e = ax >> 52;               /* 998..1008 */
+        uint64_t m = (ax & 0x000fffffffffffffull) | 0x0010000000000000ull;
+        uint64_t shift = 1051u - e;          /* 43..53 */
+        uint64_t q = m >> shift, rem = m & ((1ull << shift) - 1u), half = 1ull << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        return (uint16_t)(sign | (uint16_t)q);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* bfloat16: the top 16 bits of an f32. Round to nearest even; NaN becomes   */
+/* the canonical quiet NaN (sign kept), as ml_dtypes.bfloat16 does. f64 ->   */
+/* bf16 rounds once, directly from the double: ml_dtypes does so too (e.g.   */
+/* 1 + 2^-8 + 2^-30 rounds up, via f32 it would tie and round down).         */
+/* ------------------------------------------------------------------------ */
+OPC_FN float opc_bf16_to_f32(uint16_t h) {
+    return opc_bits_f32((uint32_t)h << 16);
+}
+
+OPC_FN uint16_t opc_f32_to_bf16(float f) {
+    uint32_t x = opc_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)(((x >> 16) & 0x8000u) | 0x7fc0u);
+    x += 0x7fffu + ((x >> 16) & 1u);        /* cannot overflow 32 bits: |x| <= inf here */
+    return (uint16_t)(x >> 16);
+}
+
+OPC_FN uint16_t opc_f64_to_bf16(double d) {
+    uint64_t x = opc_f64_bits(d);
+    uint16_t sign = (uint16_t)((x >> 48) & 0x8000u);
+    uint64_t ax = x & 0x7fffffffffffffffull;
+    if (ax > 0x7ff0000000000000ull) return (uint16_t)(sign | 0x7fc0u);
+    if (ax == 0x7ff0000000000000ull) return (uint16_t)(sign | 0x7f80u);
+    {
+        int64_t e = (int64_t)(ax >> 52);     /* biased double exponent */
+        int64_t ef = e - 1023 + 127;         /* biased f32 exponent */
+        if (ef >= 255) return (uint16_t)(sign | 0x7f80u);
+        if (ef >= 1) {                       /* normal bf16 range */
+            /* bf16 mantissa = 7 bits; drop 45 bits of the 52-bit mantissa */
+            uint64_t base = ((uint64_t)ef << 52) | (ax & 0x000fffffffffffffull);
+            uint64_t q = base >> 45, rem = base & 0x1fffffffffffull;
+            const uint64_t half = 0x100000000000ull;
+            if (rem > half || (rem == half && (q & 1u))) q++;   /* carry into inf is correct */
+            return (uint16_t)(sign | (uint16_t)q);
+        }
+        /* bf16 subnormal: unit 2^-133. value = m * 2^(e-1075) */
+        if (e == 0) return sign;             /* double subnormal: far below 2^-134 */
+        {
+            uint64_t m = (ax & 0x000fffffffffffffull) | 0x0010000000000000ull;
+            int64_t shift = 1075 - 133 - e;  /* = 942 - e; ef<=0 -> e<=896 -> shift >= 46 */
+            if (shift > 54) return sign;     /* value < 2^-134 (half unit): rounds to 0 */
+            {
+                uint64_t q = m >> shift, rem = m & ((1ull << shift) - 1u), half = 1ull << (shift - 1);
+                if (rem > half || (rem == half && (q & 1u))) q++;
+                return (uint16_t)(sign | (uint16_t)q);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Saturating float -> int casts. In C, converting a float whose truncated    */
+/* value does not fit the target type (or NaN) is undefined behaviour, and   */
+/* x86 returns the "integer indefinite" value. opc's cast semantics are:     */
+/* truncate toward zero, saturate to [min, max], NaN -> 0, so the range is    */
+/* checked before the conversion. The bounds are exact doubles: for int64,   */
+/* 2^63 itself is out of range (compare with 9223372036854775808.0).          */
+/* ------------------------------------------------------------------------ */
+OPC_FN int8_t opc_sat_i8(double x) {
+    if (x != x) return 0;
+    if (x <= -128.0) return INT8_MIN;
+    if (x >= 127.0) return INT8_MAX;
+    return (int8_t)x;
+}
+OPC_FN uint8_t opc_sat_u8(double x) {
+    if (!(x > 0.0)) return 0;                /* NaN, negatives (incl. -0.5 -> 0) */
+    if (x >= 255.0) return UINT8_MAX;
+    return (uint8_t)x;
+}
+OPC_FN int16_t opc_sat_i16(double x) {
+    if (x != x) return 0;
+    if (x <= -32768.0) return INT16_MIN;
+    if (x >= 32767.0) return INT16_MAX;
+    return (int16_t)x;
+}
+OPC_FN uint16_t opc_sat_u16(double x) {
+    if (!(x > 0.0)) return 0;
+    if (x >= 65535.0) return UINT16_MAX;
+    return (uint16_t)x;
+}
+OPC_FN int32_t opc_sat_i32(double x) {
+    if (x != x) return 0;
+    if (x <= -2147483648.0) return INT32_MIN;
+    if (x >= 2147483647.0) return INT32_MAX;
+    return (int32_t)x;
+}
+OPC_FN uint32_t opc_sat_u32(double x) {
+    if (!(x > 0.0)) return 0;
+    if (x >= 4294967295.0) return UINT32_MAX;
+    return (uint32_t)x;
+}
+OPC_FN int64_t opc_sat_i64(double x) {
+    if (x != x) return 0;
+    if (x >= 9223372036854775808.0) return INT64_MAX;   /* 2^63: not an int64 */
+    if (x <= -9223372036854775808.0) return INT64_MIN;  /* -2^63 is exact */
+    return (int64_t)x;
+}
+OPC_FN uint64_t opc_sat_u64(double x) {
+    if (!(x > 0.0)) return 0;
+    if (x >= 18446744073709551616.0) return UINT64_MAX; /* 2^64 */
+    return (uint64_t)x;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Activations and their derivatives (used by gelu / gelu_grad and by the    */
+/* fused GEMM epilogue and its grad). Formulas are exactly those of SPEC:     */
+/*   tanh form: g(x) = 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi) */
+/*   erf form:  g(x) = 0.5 x (1 + erf(x / sqrt 2))                            */
+/* Derivatives are the analytic ones:                                         */
+/*   tanh: 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3*0.044715 x^2)               */
+/*   erf:  0.5 (1 + erf(x/sqrt2)) + x exp(-x^2/2) / sqrt(2 pi)                */
+/* ------------------------------------------------------------------------ */
+#define OPC_SQRT_2_OVER_PI 0.79788456080286535587989211986876
+#define OPC_INV_SQRT2      0.70710678118654752440084436210485
+#define OPC_INV_SQRT_2PI   0.39894228040143267793994605993438
+#define OPC_GELU_A         0.044715
+
+OPC_FN float opc_gelu_tanh_f32(float x) {
+    float u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+OPC_FN double opc_gelu_tanh_f64(double x) {
+    double u = OPC_SQRT_2_OVER_PI * (x + OPC_GELU_A * x * x * x);
+    return 0.5 * x * (1.0 + tanh(u));
+}
+OPC_FN float opc_gelu_erf_f32(float x) {
+    return 0.5f * x * (1.0f + erff(x * (float)OPC_INV_SQRT2));
+}
+OPC_FN double opc_gelu_erf_f64(double x) {
+    return 0.5 * x * (1.0 + erf(x * OPC_INV_SQRT2));
+}
+OPC_FN float opc_gelu_tanh_grad_f32(float x) {
+    float x2 = x * x;
+    float u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x2 * x);
+    float t = tanhf(u);
+    float du = (float)OPC_SQRT_2_OVER_PI * (1.0f + 3.0f * (float)OPC_GELU_A * x2);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+OPC_FN double opc_gelu_tanh_grad_f64(double x) {
+    double x2 = x * x;
+    double u = OPC_SQRT_2_OVER_PI * (x + OPC_GELU_A * x2 * x);
+    double t = tanh(u);
+    double du = OPC_SQRT_2_OVER_PI * (1.0 + 3.0 * OPC_GELU_A * x2);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+}
+OPC_FN float opc_gelu_erf_grad_f32(float x) {
+    return 0.5f * (1.0f + erff(x * (float)OPC_INV_SQRT2))
+         + x * (float)OPC_INV_SQRT_2PI * expf(-0.5f * x * x);
+}
+OPC_FN double opc_gelu_erf_grad_f64(double x) {
+    return 0.5 * (1.0 + erf(x * OPC_INV_SQRT2))
+         + x * OPC_INV_SQRT_2PI * exp(-0.5 * x * x);
+}
+
+/* relu and its grad (grad at 0 is 0, like Paddle/PyTorch); NaN propagates. */
+OPC_FN float opc_relu_f32(float x) { return x < 0.0f ? 0.0f : x; }
+OPC_FN double opc_relu_f64(double x) { return x < 0.0 ? 0.0 : x; }
+OPC_FN float opc_relu_grad_f32(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+OPC_FN double opc_relu_grad_f64(double x) { return x > 0.0 ? 1.0 : 0.0; }
+
+/* Reciprocal square root: plain 1/sqrt (correctly rounded sqrt, one        */
+/* division) so CPU and GPU agree to an ulp; no approximate instructions.   */
+OPC_FN float opc_rsqrt_f32(float x) { return 1.0f / sqrtf(x); }
+OPC_FN double opc_rsqrt_f64(double x) { return 1.0 / sqrt(x); }
+
+#endif /* OPC_RUNTIME_H */
