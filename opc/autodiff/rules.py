@@ -1,0 +1,318 @@
+"""Vector-Jacobian product rules: one small function per differentiable op.
+
+A rule gets an `Emitter` (which builds opc ops with their Python
+constructors), the forward op, and one cotangent per result of the op
+(`None` where a result has none: a zero cotangent). It returns one gradient
+per operand, or `None` for an operand that gets no gradient (the condition of
+a select, say). Broadcasting operands get their gradient summed back to their
+own shape by `Emitter.unbroadcast`.
+
+Which op uses which rule is written in the registry (opc/registry.py), not
+here: this file only says how.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import Float32Type, TensorType, f32
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from opc.dialects import opc as o
+
+Grads = Sequence[SSAValue | None]
+
+
+class Emitter:
+    """Builds opc ops into a list, in order; each helper returns the result value."""
+
+    def __init__(self) -> None:
+        self.ops: list[Operation] = []
+
+    def emit(self, op: Operation) -> Operation:
+        self.ops.append(op)
+        return op
+
+    def value(self, op: Operation) -> SSAValue:
+        return self.emit(op).results[0]
+
+    # -- constructors -------------------------------------------------------
+    def full(self, value: float, like: SSAValue | TensorType) -> SSAValue:
+        t = like if isinstance(like, TensorType) else like.type
+        assert isinstance(t, TensorType)
+        return self.value(o.FullOp(value, t))
+
+    def add(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.value(o.AddOp(a, b))
+
+    def sub(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.value(o.SubOp(a, b))
+
+    def mul(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.value(o.MulOp(a, b))
+
+    def div(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.value(o.DivOp(a, b))
+
+    def scale(self, a: SSAValue, c: float) -> SSAValue:
+        """a * c, the constant as a full tensor of a's type."""
+        return self.mul(a, self.full(c, a))
+
+    def neg(self, a: SSAValue) -> SSAValue:
+        return self.value(o.NegOp(a))
+
+    def select(self, c: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.value(o.SelectOp(c, a, b))
+
+    def cast(self, a: SSAValue, element: Attribute) -> SSAValue:
+        return self.value(o.CastOp(a, element))
+
+    def matmul(self, x: SSAValue, y: SSAValue, trans_x: bool = False, trans_y: bool = False) -> SSAValue:
+        return self.value(o.MatmulOp(x, y, trans_x, trans_y))
+
+    def reduce_sum(self, x: SSAValue, axes: Sequence[int], keepdim: bool = False) -> SSAValue:
+        return self.value(o.ReduceSumOp(x, axes, keepdim))
+
+    def unbroadcast(self, g: SSAValue, to: SSAValue | TensorType) -> SSAValue:
+        """Sum g (of a broadcast result's shape) back to the shape of `to`."""
+        target = to if isinstance(to, TensorType) else to.type
+        assert isinstance(target, TensorType) and isinstance(g.type, TensorType)
+        src, dst = tuple(g.type.get_shape()), tuple(target.get_shape())
+        if src == dst:
+            return g
+        lead = len(src) - len(dst)
+        axes = list(range(lead)) + [lead + i for i, d in enumerate(dst) if d == 1 and src[lead + i] != 1]
+        if axes:
+            g = self.reduce_sum(g, axes, keepdim=False)
+        if tuple(g.type.get_shape()) != dst:  # type: ignore[attr-defined]
+            g = self.value(o.ReshapeOp(g, o.tensor(dst, target.element_type)))
+        return g
+
+
+def wide(e: Emitter, x: SSAValue) -> SSAValue:
+    """x in the type elementwise math is done in: f16/bf16 go up to f32."""
+    el = x.type.element_type  # type: ignore[attr-defined]
+    return x if isinstance(el, (o.Float64Type, Float32Type)) else e.cast(x, f32)
+
+
+def narrow(e: Emitter, x: SSAValue, like: SSAValue) -> SSAValue:
+    el = like.type.element_type  # type: ignore[attr-defined]
+    return x if x.type == like.type else e.cast(x, el)
+
+
+def _result(op: Operation) -> SSAValue:
+    return op.results[0]
+
+
+# ---------------------------------------------------------------------------
+# Elementwise binaries
+# ---------------------------------------------------------------------------
+
+
+def vjp_add(e: Emitter, op: o.AddOp, douts: Grads) -> Grads:
+    (d,) = douts
+    return e.unbroadcast(d, op.lhs), e.unbroadcast(d, op.rhs)
+
+
+def vjp_sub(e: Emitter, op: o.SubOp, douts: Grads) -> Grads:
+    (d,) = douts
+    return e.unbroadcast(d, op.lhs), e.unbroadcast(e.neg(d), op.rhs)
+
+
+def vjp_mul(e: Emitter, op: o.MulOp, douts: Grads) -> Grads:
+    (d,) = douts
+    return e.unbroadcast(e.mul(d, op.rhs), op.lhs), e.unbroadcast(e.mul(d, op.lhs), op.rhs)
+
+
+def vjp_div(e: Emitter, op: o.DivOp, douts: Grads) -> Grads:
+    # out = a / b: da = d / b, db = -d * out / b
+    (d,) = douts
+    da = e.div(d, op.rhs)
+    db = e.neg(e.div(e.mul(d, _result(op)), op.rhs))
+    return e.unbroadcast(da, op.lhs), e.unbroadcast(db, op.rhs)
+
+
+def _extremum(e: Emitter, op: o.MaximumOp | o.MinimumOp, d: SSAValue, wins: type[Operation]) -> Grads:
+    # Ties split the gradient evenly between the operands, as PyTorch does.
+    a, b = op.lhs, op.rhs
+    zero, half = e.full(0.0, d), e.scale(d, 0.5)
+    tie = e.value(o.EqualOp(a, b))
+    da = e.select(e.value(wins(a, b)), d, e.select(tie, half, zero))
+    db = e.select(e.value(wins(b, a)), d, e.select(tie, half, zero))
+    return e.unbroadcast(da, a), e.unbroadcast(db, b)
+
+
+def vjp_maximum(e: Emitter, op: o.MaximumOp, douts: Grads) -> Grads:
+    return _extremum(e, op, douts[0], o.GreaterThanOp)  # type: ignore[arg-type]
+
+
+def vjp_minimum(e: Emitter, op: o.MinimumOp, douts: Grads) -> Grads:
+    return _extremum(e, op, douts[0], o.LessThanOp)  # type: ignore[arg-type]
+
+
+def vjp_pow(e: Emitter, op: o.PowOp, douts: Grads) -> Grads:
+    # out = a ** b: da = d * b * a ** (b - 1), db = d * out * log(a)
+    (d,) = douts
+    a, b = op.lhs, op.rhs
+    bm1 = e.sub(b, e.full(1.0, b))
+    da = e.mul(d, e.mul(b, e.value(o.PowOp(a, bm1))))
+    db = e.mul(d, e.mul(_result(op), e.value(o.LogOp(a))))
+    return e.unbroadcast(da, a), e.unbroadcast(db, b)
+
+
+# ---------------------------------------------------------------------------
+# Elementwise unaries
+# ---------------------------------------------------------------------------
+
+
+def vjp_neg(e: Emitter, op: o.NegOp, douts: Grads) -> Grads:
+    return (e.neg(douts[0]),)
+
+
+def vjp_exp(e: Emitter, op: o.ExpOp, douts: Grads) -> Grads:
+    return (e.mul(douts[0], _result(op)),)
+
+
+def vjp_log(e: Emitter, op: o.LogOp, douts: Grads) -> Grads:
+    return (e.div(douts[0], op.x),)
+
+
+def vjp_tanh(e: Emitter, op: o.TanhOp, douts: Grads) -> Grads:
+    t = _result(op)
+    return (e.mul(douts[0], e.sub(e.full(1.0, t), e.mul(t, t))),)
+
+
+def vjp_erf(e: Emitter, op: o.ErfOp, douts: Grads) -> Grads:
+    # d erf(x) = 2 / sqrt(pi) * exp(-x^2)
+    x = op.x
+    g = e.scale(e.value(o.ExpOp(e.neg(e.mul(x, x)))), 2.0 / math.sqrt(math.pi))
+    return (e.mul(douts[0], g),)
+
+
+def vjp_sqrt(e: Emitter, op: o.SqrtOp, douts: Grads) -> Grads:
+    # d sqrt(x) = 0.5 / sqrt(x)
+    return (e.div(e.scale(douts[0], 0.5), _result(op)),)
+
+
+def vjp_rsqrt(e: Emitter, op: o.RsqrtOp, douts: Grads) -> Grads:
+    # d x^(-1/2) = -0.5 * x^(-3/2) = -0.5 * out^3
+    r = _result(op)
+    return (e.mul(e.scale(douts[0], -0.5), e.mul(r, e.mul(r, r))),)
+
+
+def vjp_abs(e: Emitter, op: o.AbsOp, douts: Grads) -> Grads:
+    # sign(x) * d, and 0 at x == 0 (PyTorch's choice)
+    (d,) = douts
+    x = op.x
+    zero = e.full(0.0, x)
+    pos, negative = e.value(o.GreaterThanOp(x, zero)), e.value(o.LessThanOp(x, zero))
+    return (e.select(pos, d, e.select(negative, e.neg(d), e.full(0.0, d))),)
+
+
+def vjp_relu(e: Emitter, op: o.ReluOp, douts: Grads) -> Grads:
+    (d,) = douts
+    if o.is_float(op.x.type.element_type):  # type: ignore[attr-defined]
+        return (e.value(o.ReluGradOp(op.x, d)),)
+    positive = e.value(o.GreaterThanOp(op.x, e.full(0.0, op.x)))
+    return (e.select(positive, d, e.full(0.0, d)),)
+
+
+def vjp_gelu(e: Emitter, op: o.GeluOp, douts: Grads) -> Grads:
+    return (e.value(o.GeluGradOp(op.x, douts[0], approximate=o.flag(op.approximate))),)
+
+
+# ---------------------------------------------------------------------------
+# Types and shapes
+# ---------------------------------------------------------------------------
+
+
+def vjp_cast(e: Emitter, op: o.CastOp, douts: Grads) -> Grads:
+    # Paddle's backward.yaml: cast_grad, realised by invoking cast(dout, x.dtype).
+    return (e.value(o.CastGradOp(op.x, douts[0])),)
+
+
+def vjp_select(e: Emitter, op: o.SelectOp, douts: Grads) -> Grads:
+    (d,) = douts
+    zero = e.full(0.0, d)
+    return None, e.unbroadcast(e.select(op.cond, d, zero), op.lhs), e.unbroadcast(e.select(op.cond, zero, d), op.rhs)
+
+
+def vjp_broadcast_to(e: Emitter, op: o.BroadcastToOp, douts: Grads) -> Grads:
+    return (e.unbroadcast(douts[0], op.x),)
+
+
+def vjp_reshape(e: Emitter, op: o.ReshapeOp, douts: Grads) -> Grads:
+    return (e.value(o.ReshapeOp(douts[0], op.x.type)),)  # type: ignore[arg-type]
+
+
+def vjp_transpose(e: Emitter, op: o.TransposeOp, douts: Grads) -> Grads:
+    perm = op.perm_list()
+    inverse = [perm.index(i) for i in range(len(perm))]
+    return (e.value(o.TransposeOp(douts[0], inverse)),)
+
+
+def _keepdim(e: Emitter, op: o.ReduceOp, v: SSAValue) -> SSAValue:
+    """A reduced value reshaped to the keepdim shape, so that it broadcasts against x."""
+    if o.flag(op.keepdim):
+        return v
+    x = op.x.type
+    shape = o.reduced_shape(x.get_shape(), op.axes_list(), True)  # type: ignore[attr-defined]
+    return e.value(o.ReshapeOp(v, o.tensor(shape, v.type.element_type)))  # type: ignore[attr-defined]
+
+
+def vjp_reduce_sum(e: Emitter, op: o.ReduceSumOp, douts: Grads) -> Grads:
+    return (e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type)),)  # type: ignore[arg-type]
+
+
+def vjp_reduce_max(e: Emitter, op: o.ReduceMaxOp, douts: Grads) -> Grads:
+    # The gradient goes to the maxima, split evenly between ties (like torch.amax).
+    x = op.x
+    hit = e.cast(e.value(o.EqualOp(x, _keepdim(e, op, _result(op)))), x.type.element_type)  # type: ignore[attr-defined]
+    count = e.reduce_sum(hit, op.axes_list(), keepdim=True)
+    share = e.div(_keepdim(e, op, douts[0]), count)
+    return (e.mul(hit, share),)
+
+
+def matmul_grads(
+    e: Emitter, x: SSAValue, y: SSAValue, dz: SSAValue, trans_x: bool, trans_y: bool
+) -> tuple[SSAValue, SSAValue]:
+    """dX, dY of Z = op_x(X) @ op_y(Y), through matmul's trans flags only (SPEC.md table)."""
+    if not trans_x and not trans_y:
+        return e.matmul(dz, y, trans_y=True), e.matmul(x, dz, trans_x=True)
+    if trans_x and not trans_y:
+        return e.matmul(y, dz, trans_y=True), e.matmul(x, dz)
+    if not trans_x and trans_y:
+        return e.matmul(dz, y), e.matmul(dz, x, trans_x=True)
+    return e.matmul(y, dz, True, True), e.matmul(dz, x, True, True)
+
+
+def vjp_matmul(e: Emitter, op: o.MatmulOp, douts: Grads) -> Grads:
+    return matmul_grads(e, op.x, op.y, douts[0], o.flag(op.trans_x), o.flag(op.trans_y))
+
+
+def vjp_fused_gemm_epilogue(e: Emitter, op: o.FusedGemmEpilogueOp, douts: Grads) -> Grads:
+    """Emits fused_gemm_epilogue_grad fed by reserve_space (the pre-activation Z).
+
+    When reserve_space itself has a cotangent (Z is used downstream), dZ is
+    the sum of both paths and the grad op runs with activation_grad none.
+    """
+    act = op.activation.data
+    tx, ty = o.flag(op.trans_x), o.flag(op.trans_y)
+    dout = douts[0]
+    dreserve = douts[1] if len(douts) > 1 else None
+    reserve = op.reserve_space
+    if dreserve is None:
+        if act == "none":
+            grad = o.FusedGemmEpilogueGradOp(op.x, op.y, None, dout, tx, ty, "none")
+        else:
+            grad = o.FusedGemmEpilogueGradOp(op.x, op.y, reserve, dout, tx, ty, f"{act}_grad")
+    else:
+        assert reserve is not None
+        dz = dreserve
+        if dout is not None:
+            act_grad = o.ReluGradOp(reserve, dout) if act == "relu" else o.GeluGradOp(reserve, dout, True)
+            dz = e.add(e.value(act_grad), dreserve)
+        grad = o.FusedGemmEpilogueGradOp(op.x, op.y, None, dz, tx, ty, "none")
+    e.emit(grad)
+    return tuple(grad.results)

@@ -1,0 +1,110 @@
+"""`opc explain model.mlir --target T`: how every op of a model runs on T.
+
+    target cpu (backend cpu), kernel list: built-in (33 ops)
+    op                            count  path        into
+    opc.fused_gemm_epilogue           1  kernel
+    opc.cast_grad                     2  invoke      -> opc.cast
+
+One row per op name occurring in the module (with grad=True, after adding
+the _grad functions), in order of first occurrence: how many there are, the
+path the registry and the target's kernel list give it (kernel, invoke,
+composite or CANNOT RUN), and, for invoke and composite, the kernel ops it
+finally runs as after full legalization (each occurrence is legalized on its own; the row shows the
+union, so a fused_gemm_epilogue_grad with relu_grad and one with gelu_grad
+show both activation grads).
+
+When some op cannot run on the target, `explain` still builds the whole
+table (the op reads CANNOT RUN, and an op whose rule produces it names it
+as `opc.tanh (CANNOT RUN)`), then raises `ExplainError`: an OpcError whose
+message is the error line naming the op, followed by the table, and whose
+`.table` holds the table alone. The CLI prints it and exits 1: a device that
+cannot run a model is an error for a script, and the table says why.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, Region
+
+from opc.ir import OpcError
+from opc.registry import route
+from opc.targets import Target, get_target
+
+
+class ExplainError(OpcError):
+    def __init__(self, message: str, table: str):
+        super().__init__(f"{message}\n{table}".rstrip("\n"))
+        self.table = table
+
+
+def isolate(op: Operation) -> ModuleOp:
+    """A module with one function holding a copy of `op`, operands as arguments."""
+    block = Block(arg_types=[v.type for v in op.operands])
+    clone = op.clone(value_mapper=dict(zip(op.operands, block.args)))  # type: ignore[arg-type]
+    block.add_op(clone)
+    block.add_op(func.ReturnOp(*clone.results))
+    f = func.FuncOp("explain", ([v.type for v in op.operands], [r.type for r in op.results]), Region(block))
+    return ModuleOp([f])
+
+
+def runs_as(op: Operation, target: Target) -> tuple[list[str], list[str]]:
+    """The kernel ops `op` becomes on the target, and the ops among them that cannot run."""
+    from opc.transforms.opc_decompose import legalize_ops
+
+    module = isolate(op)
+    bad = legalize_ops(module, target)
+    names = [o.name for o in module.walk() if o.name.startswith("opc.")]
+    return list(dict.fromkeys(names)), list(dict.fromkeys(o.name for o, _ in bad))
+
+
+def explain(module: ModuleOp, target_spec: str, grad: bool = False) -> str:
+    """The table for `module` on the target named by `target_spec` (cpu, cuda, FILE.toml)."""
+    target = get_target(target_spec)
+    if grad:
+        from opc.autodiff import add_grad_functions
+
+        module = module.clone()
+        add_grad_functions(module)
+
+    rows: dict[str, dict] = {}
+    for op in module.walk():
+        if not op.name.startswith("opc."):
+            continue
+        row = rows.setdefault(op.name, {"count": 0, "into": {}, "bad": {}})
+        row["count"] += 1
+        into, bad = runs_as(op, target)
+        row["into"].update(dict.fromkeys(into))
+        row["bad"].update(dict.fromkeys(bad))
+
+    where = "built-in" if target.source == "built-in" else target.source
+    lines = [f"target {target.name} (backend {target.backend}), kernel list: {where} ({len(target.kernels)} ops)"]
+    width = max([len("op")] + [len(n) for n in rows]) + 2
+    lines.append(f"{'op':<{width}}{'count':>5}  {'path':<11} into")
+    failing: list[str] = []
+    for name, row in rows.items():
+        path = route(name, target.kernels)
+        shown = "CANNOT RUN" if path == "cannot run" else path
+        if path == "cannot run":
+            into = ""
+        elif path == "kernel":
+            into = ""
+        else:
+            into = "-> " + (", ".join(f"{n} (CANNOT RUN)" if n in row["bad"] else n for n in row["into"]) or "(nothing)")
+        if row["bad"]:
+            failing.append(name)
+        lines.append(f"{name:<{width}}{row['count']:>5}  {shown:<11} {into}".rstrip())
+    if not rows:
+        lines.append("(no opc ops)")
+    table = "\n".join(lines) + "\n"
+    if failing:
+        direct = [n for n in failing if route(n, target.kernels) == "cannot run"]
+        if direct:
+            why = f"no kernel for it there and no invoke or composite rule"
+            first = direct[0]
+        else:
+            first = failing[0]
+            path = route(first, target.kernels)
+            why = f"its {path} rule needs {', '.join(rows[first]['bad'])}, which the target cannot run"
+        raise ExplainError(f"error: {first} cannot run on target '{target.name}': {why}", table)
+    return table

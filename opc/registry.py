@@ -1,0 +1,123 @@
+"""The op registry: one table saying, per opc op, how it is differentiated and
+how it can run. The analogue of Paddle's ops.yaml + backward.yaml.
+
+Columns
+  kind         primitive | fused | grad
+  vjp          the rule in opc/autodiff/rules.py that builds its gradient, or
+               None: not differentiable (compares, full: no gradient flows
+               through it). Grad ops have no vjp: differentiating one is an
+               error ("no gradient rule"), opc has no double backward.
+  composite    True if opc/transforms/opc_decompose.py has a decomposition of
+               the op into other opc ops (which may decompose further).
+  realised_by  grad ops only, with backward.yaml's meaning:
+                 invoke     reuse a forward op (`invoke` says which)
+                 composite  a decomposition into primitives
+                 kernel     a dedicated kernel; `composite` says whether a
+                            fallback exists for targets without the kernel
+  invoke       for realised_by == "invoke": the forward call it stands for.
+
+Which way an op runs on a target comes from this table and the target's
+kernel list alone (see `route`): its kernel if the target has one, else its
+invoke, else its composite rule, else it cannot run there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from opc.autodiff import rules as R
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    kind: str
+    vjp: Callable | None = None
+    composite: bool = False
+    realised_by: str | None = None
+    invoke: str | None = None
+
+    @property
+    def rewrite(self) -> str | None:
+        """'invoke' or 'composite' when the op can be rewritten into other ops."""
+        if self.realised_by == "invoke":
+            return "invoke"
+        return "composite" if self.composite else None
+
+
+def prim(vjp: Callable | None, composite: bool = False) -> OpEntry:
+    return OpEntry("primitive", vjp, composite)
+
+
+def grad(realised_by: str, composite: bool = False, invoke: str | None = None) -> OpEntry:
+    return OpEntry("grad", None, composite, realised_by, invoke)
+
+
+# fmt: off
+REGISTRY: dict[str, OpEntry] = {
+    # --- primitives ------------------------------------- vjp rule ----------------- composite
+    "opc.add":              prim(R.vjp_add),
+    "opc.sub":              prim(R.vjp_sub),
+    "opc.mul":              prim(R.vjp_mul),
+    "opc.div":              prim(R.vjp_div),
+    "opc.maximum":          prim(R.vjp_maximum),
+    "opc.minimum":          prim(R.vjp_minimum),
+    "opc.pow":              prim(R.vjp_pow),
+    "opc.greater_than":     prim(None),
+    "opc.less_than":        prim(None),
+    "opc.equal":            prim(None),
+    "opc.select":           prim(R.vjp_select),
+    "opc.neg":              prim(R.vjp_neg),
+    "opc.exp":              prim(R.vjp_exp),
+    "opc.log":              prim(R.vjp_log),
+    "opc.tanh":             prim(R.vjp_tanh),
+    "opc.erf":              prim(R.vjp_erf),
+    "opc.sqrt":             prim(R.vjp_sqrt),
+    "opc.rsqrt":            prim(R.vjp_rsqrt),
+    "opc.abs":              prim(R.vjp_abs),
+    "opc.relu":             prim(R.vjp_relu,             composite=True),   # maximum(x, 0)
+    "opc.gelu":             prim(R.vjp_gelu,             composite=True),   # tanh or erf form
+    # cast passes gradients through every dtype, ints included, as Paddle does
+    # (cast_grad = cast(dout, x.dtype)): f64 -> ui8 -> f64 has gradient 1.
+    "opc.cast":             prim(R.vjp_cast),
+    "opc.full":             prim(None),
+    "opc.broadcast_to":     prim(R.vjp_broadcast_to),
+    "opc.reshape":          prim(R.vjp_reshape),
+    "opc.transpose":        prim(R.vjp_transpose),
+    "opc.reduce_sum":       prim(R.vjp_reduce_sum),
+    "opc.reduce_max":       prim(R.vjp_reduce_max),
+    "opc.matmul":           prim(R.vjp_matmul),
+    # --- fused ------------------------------------------------------------------------------
+    # vjp: fused_gemm_epilogue_grad fed by reserve_space; composite: matmul + add + activation
+    "opc.fused_gemm_epilogue": OpEntry("fused", R.vjp_fused_gemm_epilogue, composite=True),
+    # --- grad ops --------------------------------------- realised by ------------------------
+    "opc.cast_grad":        grad("invoke", invoke="cast(dout, x.dtype)"),
+    "opc.fused_gemm_epilogue_grad": grad("kernel", composite=True),  # matmuls, act grad, reduce_sum
+    "opc.relu_grad":        grad("kernel", composite=True),  # select(x > 0, dout, 0)
+    "opc.gelu_grad":        grad("kernel", composite=True),  # closed form in mul/add/tanh/erf/exp
+}
+# fmt: on
+
+ALL_OPS: frozenset[str] = frozenset(REGISTRY)
+PRIMITIVES: frozenset[str] = frozenset(n for n, e in REGISTRY.items() if e.kind == "primitive")
+
+
+def entry(name: str) -> OpEntry | None:
+    return REGISTRY.get(name)
+
+
+def route(name: str, kernels: Collection[str], force: bool = False) -> str:
+    """How `name` runs given a kernel list: kernel, invoke, composite or cannot run.
+
+    force: take the invoke/composite path even where a kernel exists (when there is one).
+    """
+    e = REGISTRY.get(name)
+    rewrite = e.rewrite if e else None
+    if name in kernels and not (force and rewrite):
+        return "kernel"
+    return rewrite or "cannot run"
+
+
+def has_vjp(name: str) -> bool:
+    e = REGISTRY.get(name)
+    return e is not None and e.vjp is not None

@@ -1,0 +1,85 @@
+"""Targets: a name, a code emitter (backend) and the ops it has kernels for.
+
+    get_target("cpu")                   # built in
+    get_target("cuda")                  # built in
+    get_target("examples/device_no_fused.toml")
+
+A device file says
+
+    name = "my-npu"
+    backend = "cpu"                      # optional, cpu (default) or cuda
+    kernels = ["add", "opc.matmul", ...] # with or without the opc. prefix
+
+Ops a target has no kernel for are rewritten by their invoke or composite
+rule (opc/registry.py) until only kernel ops remain.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+
+from opc.ir import OpcError
+from opc.registry import ALL_OPS
+
+BACKENDS = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    backend: str
+    kernels: frozenset[str]
+    source: str = field(default="built-in", compare=False)
+    """Where the kernel list came from: 'built-in' or the .toml path."""
+
+
+# Every op has a kernel on cpu and cuda except cast_grad, which is realised by
+# invoking cast: Paddle's cast_grad kernels were registered but never ran.
+BUILTIN_KERNELS: frozenset[str] = ALL_OPS - {"opc.cast_grad"}
+
+BUILTIN_TARGETS = {name: Target(name, name, BUILTIN_KERNELS) for name in BACKENDS}
+
+
+def op_name(name: str) -> str:
+    return name if name.startswith("opc.") else f"opc.{name}"
+
+
+def get_target(spec: str) -> Target:
+    """'cpu', 'cuda' or the path of a device .toml file."""
+    if spec in BUILTIN_TARGETS:
+        return BUILTIN_TARGETS[spec]
+    if not spec.endswith(".toml") and not os.path.isfile(spec):
+        raise OpcError(f"error: unknown target '{spec}' (expected cpu, cuda or a device FILE.toml)")
+    return load_toml(spec)
+
+
+def load_toml(path: str) -> Target:
+    def fail(why: str) -> OpcError:
+        return OpcError(f"error: {path}: {why}")
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise fail("no such target file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as err:
+        raise fail(f"malformed target file: {err}") from None
+    unknown_keys = sorted(set(data) - {"name", "backend", "kernels"})
+    if unknown_keys:
+        raise fail(f"unknown key(s) {', '.join(unknown_keys)} (expected name, backend, kernels)")
+    name = data.get("name", os.path.splitext(os.path.basename(path))[0])
+    backend = data.get("backend", "cpu")
+    kernels = data.get("kernels")
+    if not isinstance(name, str) or not name:
+        raise fail("'name' must be a non-empty string")
+    if backend not in BACKENDS:
+        raise fail(f"'backend' must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if not isinstance(kernels, list) or not all(isinstance(k, str) for k in kernels):
+        raise fail("'kernels' must be a list of op names, e.g. kernels = [\"add\", \"opc.matmul\"]")
+    names = [op_name(k) for k in kernels]
+    unknown = [k for k, n in zip(kernels, names) if n not in ALL_OPS]
+    if unknown:
+        raise fail(f"unknown op(s) in kernels: {', '.join(unknown)}")
+    return Target(name, backend, frozenset(names), source=path)

@@ -1,0 +1,289 @@
+"""`opc-decompose{ops=... target=...}`: rewrite ops by their invoke or
+composite rule (opc/registry.py says which op has which).
+
+    opc-decompose                      every op the target (default cpu) has no
+                                       kernel for, repeatedly, until only kernel
+                                       ops remain; an op that cannot run is an error
+    opc-decompose{ops=all}             everything with a rule, down to primitives
+    opc-decompose{ops=cast_grad,fused_gemm_epilogue_grad}   just those (and what
+                                       they produce, if named too)
+
+Patterns first, one per rule; then the pass and `legalize`, which the Python
+API calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+from xdsl.transforms.dead_code_elimination import region_dce
+
+from opc.autodiff.rules import Emitter, matmul_grads, narrow, wide
+from opc.dialects import opc as o
+from opc.ir import OpcError
+from opc.registry import REGISTRY, route
+from opc.targets import Target, get_target, op_name
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+GELU_K = 0.044715
+
+
+class RulePattern(RewritePattern):
+    """Rewrites one op kind, when `wanted(op)` says so, into what `build` emits.
+
+    `origin` remembers, for every op a rule creates, which op it came from, so
+    that an op that cannot run can be traced back to what produced it.
+    """
+
+    OP: type[Operation]
+
+    def __init__(self, wanted: Callable[[Operation], bool], origin: dict[Operation, str] | None = None):
+        self.wanted = wanted
+        self.origin = origin if origin is not None else {}
+
+    def build(self, e: Emitter, op) -> Sequence[SSAValue]:  # noqa: ANN001
+        raise NotImplementedError
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, self.OP) or not self.wanted(op):
+            return
+        e = Emitter()
+        results = list(self.build(e, op))
+        source = self.origin.get(op, op.name)
+        for new in e.ops:
+            self.origin[new] = source
+        for old, new in zip(op.results, results):
+            if old.name_hint and not new.name_hint and isinstance(new, SSAValue) and new.owner in e.ops:
+                new.name_hint = old.name_hint
+        rewriter.replace_op(op, e.ops, results)
+
+
+# ---------------------------------------------------------------------------
+# invoke
+# ---------------------------------------------------------------------------
+
+
+class CastGradInvokePattern(RulePattern):
+    """cast_grad(x, dout) -> cast(dout, x.dtype) (backward.yaml: invoke)."""
+
+    OP = o.CastGradOp
+
+    def build(self, e: Emitter, op: o.CastGradOp) -> Sequence[SSAValue]:
+        return [e.cast(op.dout, op.x.type.element_type)]  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------
+# composites
+# ---------------------------------------------------------------------------
+
+
+class FusedGemmEpilogueGradPattern(RulePattern):
+    """dZ = dout | relu_grad(Z, dout) | gelu_grad(Z, dout); dX, dY by matmul trans
+    flags (SPEC.md table, no explicit transposes); dbias = reduce_sum(dZ, [0])."""
+
+    OP = o.FusedGemmEpilogueGradOp
+
+    def build(self, e: Emitter, op: o.FusedGemmEpilogueGradOp) -> Sequence[SSAValue]:
+        act, z = op.activation_grad.data, op.reserve_space
+        if act == "relu_grad":
+            dz = e.value(o.ReluGradOp(z, op.dout))  # type: ignore[arg-type]
+        elif act == "gelu_grad":
+            dz = e.value(o.GeluGradOp(z, op.dout, approximate=True))  # type: ignore[arg-type]
+        else:
+            dz = op.dout
+        if dz is not op.dout:
+            dz.name_hint = "dz"
+        dx, dy = matmul_grads(e, op.x, op.y, dz, o.flag(op.trans_x), o.flag(op.trans_y))
+        return [dx, dy, e.reduce_sum(dz, [0])]
+
+
+class FusedGemmEpilogueForwardPattern(RulePattern):
+    """out = act(matmul(x, y) + bias); reserve_space = the pre-activation."""
+
+    OP = o.FusedGemmEpilogueOp
+
+    def build(self, e: Emitter, op: o.FusedGemmEpilogueOp) -> Sequence[SSAValue]:
+        z = e.add(e.matmul(op.x, op.y, o.flag(op.trans_x), o.flag(op.trans_y)), op.bias)
+        act = op.activation.data
+        if act == "none":
+            return [z]
+        out = e.value(o.ReluOp(z) if act == "relu" else o.GeluOp(z, approximate=True))
+        return [out, z]
+
+
+class ReluPattern(RulePattern):
+    """relu(x) -> maximum(x, 0)."""
+
+    OP = o.ReluOp
+
+    def build(self, e: Emitter, op: o.ReluOp) -> Sequence[SSAValue]:
+        return [e.value(o.MaximumOp(op.x, e.full(0.0, op.x)))]
+
+
+class ReluGradPattern(RulePattern):
+    """relu_grad(x, dout) -> select(x > 0, dout, 0)."""
+
+    OP = o.ReluGradOp
+
+    def build(self, e: Emitter, op: o.ReluGradOp) -> Sequence[SSAValue]:
+        positive = e.value(o.GreaterThanOp(op.x, e.full(0.0, op.x)))
+        return [e.select(positive, op.dout, e.full(0.0, op.dout))]
+
+
+def gelu_tanh_inner(e: Emitter, x: SSAValue, x2: SSAValue | None = None) -> SSAValue:
+    """tanh(sqrt(2/pi) * (x + 0.044715 x^3))."""
+    x3 = e.mul(x2 if x2 is not None else e.mul(x, x), x)
+    return e.value(o.TanhOp(e.scale(e.add(x, e.scale(x3, GELU_K)), SQRT_2_OVER_PI)))
+
+
+def gelu_erf_inner(e: Emitter, x: SSAValue) -> SSAValue:
+    """erf(x / sqrt(2))."""
+    return e.value(o.ErfOp(e.scale(x, 1.0 / math.sqrt(2.0))))
+
+
+class GeluPattern(RulePattern):
+    """tanh form 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))), erf form
+    0.5 x (1 + erf(x / sqrt 2)); f16/bf16 computed in f32, like the kernel."""
+
+    OP = o.GeluOp
+
+    def build(self, e: Emitter, op: o.GeluOp) -> Sequence[SSAValue]:
+        x = wide(e, op.x)
+        inner = gelu_tanh_inner(e, x) if o.flag(op.approximate) else gelu_erf_inner(e, x)
+        out = e.mul(e.scale(x, 0.5), e.add(e.full(1.0, x), inner))
+        return [narrow(e, out, op.x)]
+
+
+class GeluGradPattern(RulePattern):
+    """dx = dout * gelu'(x):
+    tanh form 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),
+    erf form  0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)."""
+
+    OP = o.GeluGradOp
+
+    def build(self, e: Emitter, op: o.GeluGradOp) -> Sequence[SSAValue]:
+        x, dout = wide(e, op.x), wide(e, op.dout)
+        one = e.full(1.0, x)
+        x2 = e.mul(x, x)
+        if o.flag(op.approximate):
+            t = gelu_tanh_inner(e, x, x2)
+            left = e.scale(e.add(one, t), 0.5)
+            slope = e.scale(e.add(one, e.scale(x2, 3.0 * GELU_K)), SQRT_2_OVER_PI)
+            right = e.mul(e.mul(e.scale(x, 0.5), e.sub(one, e.mul(t, t))), slope)
+        else:
+            left = e.scale(e.add(one, gelu_erf_inner(e, x)), 0.5)
+            density = e.scale(e.value(o.ExpOp(e.scale(x2, -0.5))), 1.0 / math.sqrt(2.0 * math.pi))
+            right = e.mul(x, density)
+        return [narrow(e, e.mul(dout, e.add(left, right)), op.x)]
+
+
+PATTERNS: dict[str, type[RulePattern]] = {
+    "opc.cast_grad": CastGradInvokePattern,
+    "opc.fused_gemm_epilogue_grad": FusedGemmEpilogueGradPattern,
+    "opc.fused_gemm_epilogue": FusedGemmEpilogueForwardPattern,
+    "opc.relu": ReluPattern,
+    "opc.relu_grad": ReluGradPattern,
+    "opc.gelu": GeluPattern,
+    "opc.gelu_grad": GeluGradPattern,
+}
+"""The rules, by op; the registry says which ops have one (and a test checks
+that the two agree)."""
+
+
+# ---------------------------------------------------------------------------
+# Driving the rules
+# ---------------------------------------------------------------------------
+
+
+def rewritable() -> frozenset[str]:
+    return frozenset(n for n, e in REGISTRY.items() if e.rewrite)
+
+
+def resolve_ops(ops: Sequence[str] | str | None) -> frozenset[str]:
+    """'all', 'a,b' or ['a', 'opc.b'] -> full op names, each with a rule."""
+    if ops is None:
+        return frozenset()
+    if isinstance(ops, str):
+        ops = [s for s in (p.strip() for p in ops.split(",")) if s]
+    if list(ops) == ["all"]:
+        return rewritable()
+    names = [op_name(n) for n in ops]
+    for raw, n in zip(ops, names):
+        if n not in REGISTRY:
+            raise OpcError(f"error: opc-decompose: unknown op '{raw}'")
+        if n not in PATTERNS:
+            raise OpcError(f"error: opc-decompose: {n} has no invoke or composite rule to decompose it with")
+    return frozenset(names)
+
+
+def apply_rules(module: ModuleOp, wanted: Callable[[Operation], bool], origin: dict[Operation, str] | None = None) -> None:
+    """Rewrite every wanted op (and the wanted ops the rules produce) to a fixed point."""
+    origin = origin if origin is not None else {}
+    patterns = [cls(wanted, origin) for cls in PATTERNS.values()]
+    PatternRewriteWalker(GreedyRewritePatternApplier(patterns), apply_recursively=True).rewrite_module(module)
+
+
+def cannot_run(module: ModuleOp, target: Target) -> list[Operation]:
+    """opc ops left without a kernel on the target."""
+    return [op for op in module.walk() if op.name.startswith("opc.") and op.name not in target.kernels]
+
+
+def enclosing_func(op: Operation) -> str:
+    p = op.parent_op()
+    while p is not None and not isinstance(p, func.FuncOp):
+        p = p.parent_op()
+    return f" (in @{p.sym_name.data})" if isinstance(p, func.FuncOp) else ""
+
+
+def legalize_ops(module: ModuleOp, target: Target, force: Sequence[str] | str | None = None) -> list[tuple[Operation, str]]:
+    """Rewrite until only kernel ops remain where possible; return (op, origin) of those that cannot run."""
+    forced = resolve_ops(force)
+    origin: dict[Operation, str] = {}
+    apply_rules(module, lambda op: route(op.name, target.kernels, force=op.name in forced) in ("invoke", "composite"), origin)
+    return [(op, origin.get(op, "")) for op in cannot_run(module, target)]
+
+
+def cannot_run_message(op: Operation, origin: str, target: Target) -> str:
+    via = f", produced by the rule of {origin}" if origin else ""
+    return (
+        f"error: {op.name} cannot run on target '{target.name}': it has no kernel there and no invoke or "
+        f"composite rule{via}{enclosing_func(op)}"
+    )
+
+
+def legalize(module: ModuleOp, target: Target, force: Sequence[str] | str | None = None) -> None:
+    """Leave only ops in target.kernels (plus func / arith): kernel where the
+    target has one, else invoke, else composite; `force` ("all" or op names)
+    decomposes those even where a kernel exists. Then dce."""
+    bad = legalize_ops(module, target, force)
+    if bad:
+        raise OpcError(cannot_run_message(*bad[0], target))
+    region_dce(module.body)
+
+
+@dataclass(frozen=True)
+class DecomposePass(ModulePass):
+    name = "opc-decompose"
+
+    ops: tuple[str, ...] = ()
+    target: str = "cpu"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if not self.ops:
+            legalize(op, get_target(self.target))
+            return
+        names = resolve_ops(self.ops)
+        apply_rules(op, lambda o_: o_.name in names)

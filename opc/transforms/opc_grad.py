@@ -1,0 +1,39 @@
+"""`opc-grad{func=NAME wrt=x,w}`: append @NAME_grad(inputs..., douts...) -> (grads of wrt...).
+
+Without `func`, every function gets its _grad (as `opc.compile(src, grad=True)`
+does); without `wrt`, the grads are taken with respect to every float argument
+not marked `{opc.stop_gradient}`. Semantics: opc/autodiff/__init__.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from opc.autodiff import add_grad_function, add_grad_functions, default_wrt, find_func, wrt_indices
+from opc.ir import OpcError
+
+
+@dataclass(frozen=True)
+class GradPass(ModulePass):
+    name = "opc-grad"
+
+    func: str | None = None
+    wrt: tuple[str, ...] = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if not self.func:
+            if self.wrt:
+                raise OpcError("error: opc-grad: wrt=... needs func=NAME")
+            add_grad_functions(op)
+            return
+        f = find_func(op, self.func)
+        if f is None:
+            raise OpcError(f"error: opc-grad: no function @{self.func} in the module")
+        wrt = wrt_indices(f, self.wrt) if self.wrt else default_wrt(f)
+        if not wrt:
+            raise OpcError(f"error: opc-grad: @{self.func} has no float argument to differentiate with respect to")
+        add_grad_function(op, f, wrt)
