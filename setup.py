@@ -17,7 +17,7 @@ class BuildWithRuntime(build_py):
         src = Path(__file__).parent / "runtime"
         dst = Path(self.build_lib) / "opc" / "_runtime"
         dst.mkdir(parents=True, exist_ok=True)
-        for header in list(src.glob("*.h")) + list(src.glob("*.cuh")):
+        for header in [*src.glob("*.h"), *src.glob("*.cuh"), *src.glob("*.c"), *src.glob("*.cu")]:
             shutil.copy2(header, dst / header.name)
 
 

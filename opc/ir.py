@@ -16,6 +16,7 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from xdsl.utils.lexer import Span
 
 from opc.dialects.opc import Opc
+from opc.dialects.opc_loops import OpcLoops
 
 
 class OpcError(Exception):
@@ -24,7 +25,7 @@ class OpcError(Exception):
 
 def make_context() -> Context:
     ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, Opc):
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, Opc, OpcLoops):
         ctx.load_dialect(dialect)
     return ctx
 

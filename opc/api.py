@@ -1,0 +1,132 @@
+"""The Python API behind `opc.compile` and `opc compile`.
+
+    source -> [opc-grad] -> legalize for the target (kernel / invoke /
+    composite) -> canonicalize, dce -> opc-lower-to-loops -> C or CUDA C
+    -> compiled module
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from xdsl.dialects.builtin import ModuleOp
+
+from opc.ir import OpcError, Source, load_module, make_context, verify
+from opc.lowering.build import CompiledModule, bind, build_extension, cache_dir, load_extension
+from opc.lowering.c_emitter import FunctionSignature, emit_c
+
+
+def prepare(source: Source, target: str = "cpu", grad: bool = False, decompose: str | None = None) -> Source:
+    """Grad functions added, ops legalized for the target, cleaned up (in place)."""
+    from xdsl.transforms.canonicalize import CanonicalizePass
+    from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+
+    from opc.targets import get_target
+    from opc.transforms.opc_decompose import legalize
+
+    ctx = make_context()
+    if grad:
+        from opc.autodiff import add_grad_functions
+
+        add_grad_functions(source.module)
+        verify(source, stage="opc-grad")
+    legalize(source.module, get_target(target), decompose or None)
+    verify(source, stage="opc-decompose")
+    CanonicalizePass().apply(ctx, source.module)
+    DeadCodeElimination().apply(ctx, source.module)
+    return source
+
+
+def lower(source: Source) -> ModuleOp:
+    """The loop-level module (the input is left untouched)."""
+    from opc.lowering.opc_lower_to_loops import LowerToLoopsPass
+
+    module = source.module.clone()
+    LowerToLoopsPass().apply(make_context(), module)
+    verify(Source(module, source.name, {}), stage="opc-lower-to-loops")
+    return module
+
+
+def target_backend(target: str) -> str:
+    from opc.targets import get_target
+
+    return get_target(target).backend
+
+
+def emit(source: Source, what: str, target: str = "cpu", grad: bool = False, decompose: str | None = None) -> str:
+    """`--emit mlir|c|cuda`: the lowered IR or the generated source."""
+    prepare(source, target, grad, decompose)
+    loops = lower(source)
+    if what == "mlir":
+        return str(loops) + "\n"
+    if what == "c":
+        return emit_c(loops)[0]
+    from opc.lowering.cuda_emitter import emit_cuda
+
+    return emit_cuda(loops)[0]
+
+
+def compile(source, target: str = "cpu", grad: bool = False, decompose: str | None = None,  # noqa: A001
+            cache_dir: str | None = None):
+    """A path, MLIR text or ModuleOp -> a module of NumPy-callable functions."""
+    src = prepare(load_module(source), target, grad, decompose)
+    loops = lower(src)
+    if target_backend(target) == "cuda":
+        from opc.lowering.cuda_build import compile_cuda
+
+        return compile_cuda(loops, cache_dir)
+    c_source, sigs = emit_c(loops)
+    return load_c(c_source, sigs, cache_dir)
+
+
+def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = None) -> CompiledModule:
+    name, path = build_extension(c_source, sigs, _cache(cache))
+    return CompiledModule(bind(load_extension(name, path), sigs), c_source, path)
+
+
+def _cache(override: str | None) -> Path:
+    return cache_dir(override)
+
+
+MODULE_TEMPLATE = '''"""{name}: compiled by opc from {origin}. Import it; call its functions with NumPy arrays."""
+
+import os as _os
+
+from opc.lowering.build import bind as _bind, load_extension as _load
+from opc.lowering.c_emitter import FunctionSignature as _Sig
+
+_SIGNATURES = {signatures!r}
+_EXT = _load({ext_name!r}, _os.path.join(_os.path.dirname(__file__), {ext_file!r}))
+globals().update(_bind(_EXT, [_Sig(*s) for s in _SIGNATURES]))
+__all__ = {names!r}
+'''
+
+
+def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu", grad: bool = False,
+                   decompose: str | None = None) -> list[str]:
+    """`opc compile -o DIR`: an importable `name.py` plus its extension (and .cu for cuda)."""
+    if not name.isidentifier():
+        raise OpcError(f"error: '{name}' is not a valid Python module name; rename the input file")
+    os.makedirs(out_dir, exist_ok=True)
+    origin = source.name
+    prepare(source, target, grad, decompose)
+    loops = lower(source)
+    if target_backend(target) == "cuda":
+        from opc.lowering.cuda_build import write_cuda_module
+
+        return write_cuda_module(loops, out_dir, name, origin)
+    c_source, sigs = emit_c(loops)
+    ext_name, built = build_extension(c_source, sigs, _cache(None))
+    ext_file = built.name
+    shutil.copy2(built, os.path.join(out_dir, ext_file))
+    c_path = os.path.join(out_dir, f"{name}.c")
+    with open(c_path, "w", encoding="utf-8") as f:
+        f.write(c_source)
+    py_path = os.path.join(out_dir, f"{name}.py")
+    signatures = [(s.name, s.inputs, s.outputs) for s in sigs]
+    with open(py_path, "w", encoding="utf-8") as f:
+        f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
+                                       ext_name=ext_name, ext_file=ext_file, names=[s.name for s in sigs]))
+    return [py_path, os.path.join(out_dir, ext_file), c_path]

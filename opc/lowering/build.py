@@ -1,0 +1,257 @@
+"""Compiling emitted C through CFFI into importable extension modules, cached
+on disk by content hash, and binding their functions to NumPy.
+
+The cache key covers the C source, the runtime headers, the flags, and the
+versions of gcc, CFFI and Python, so a changed toolchain never loads a stale
+module. Builds happen in a private temp dir and land with an atomic rename,
+so concurrent compiles of one model cannot corrupt the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.machinery
+import importlib.util
+import io
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from opc.ir import OpcError
+from opc.lowering.c_emitter import FunctionSignature
+
+BASE_FLAGS = ["-O3", "-std=gnu11", "-fopenmp", "-fno-math-errno", "-Wno-unused-variable", "-Wno-unused-function", "-Wno-unused-label"]
+
+
+def runtime_dir() -> Path:
+    """runtime/ of a source checkout, or the copy shipped inside the package."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "_runtime", here.parent / "runtime"):
+        if (candidate / "opc_runtime.h").is_file():
+            return candidate
+    raise OpcError("error: opc's runtime headers (opc_runtime.h) were not found next to the package")
+
+
+def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    path = Path(override or os.environ.get("OPC_CACHE_DIR") or Path.home() / ".cache" / "opc")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@functools.cache
+def compiler_version() -> str:
+    cc = os.environ.get("CC", "gcc")
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        return "unknown"
+
+
+@functools.cache
+def native_flags() -> tuple[str, ...]:
+    """-march=native where the compiler takes it (it is the point of a local build)."""
+    cc = os.environ.get("CC", "gcc")
+    try:
+        probe = subprocess.run([cc, "-march=native", "-x", "c", "-c", "-o", os.devnull, "-"],
+                               input="int x;", capture_output=True, text=True, check=False)
+    except OSError:
+        return ()
+    return ("-march=native",) if probe.returncode == 0 else ()
+
+
+def runtime_digest() -> str:
+    h = hashlib.sha256()
+    for path in sorted([*runtime_dir().glob("*.h"), *runtime_dir().glob("*.c")]):
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def compile_flags() -> list[str]:
+    return BASE_FLAGS + list(native_flags())
+
+
+def runtime_object(cache: Path) -> Path:
+    """opc_gemm_lib.c compiled once per toolchain and flags, shared by every module."""
+    key = hashlib.sha256("\0".join([runtime_digest(), compiler_version(), *compile_flags()]).encode()).hexdigest()[:16]
+    obj = cache / f"opc_gemm_lib-{key}.o"
+    if obj.exists():
+        return obj
+    fd, tmp = tempfile.mkstemp(suffix=".o", dir=cache)
+    os.close(fd)
+    cc = os.environ.get("CC", "gcc")
+    cmd = [cc, *compile_flags(), "-fPIC", "-I", str(runtime_dir()), "-c", str(runtime_dir() / "opc_gemm_lib.c"), "-o", tmp]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        raise OpcError(f"error: building opc's GEMM runtime failed: {proc.stderr.strip().splitlines()[-1:]}")
+    os.replace(tmp, obj)
+    return obj
+
+
+def cdef_for(signatures: list[FunctionSignature]) -> str:
+    lines = []
+    for sig in signatures:
+        params = [f"const {c_type_of(dt)} *" for _, _, dt in sig.inputs]
+        params += [f"{c_type_of(dt)} *" for _, dt in sig.outputs]
+        lines.append(f"int opc_{sig.name}({', '.join(params) or 'void'});")
+    return "\n".join(lines)
+
+
+def module_key(source: str, cdef: str) -> str:
+    import cffi
+
+    h = hashlib.sha256()
+    for part in (source, cdef, " ".join(compile_flags()), compiler_version(),
+                 cffi.__version__, sys.version, runtime_digest()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def extension_path(directory: Path, name: str) -> Path:
+    return directory / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+
+
+def build_extension(source: str, signatures: list[FunctionSignature], cache: Path) -> tuple[str, Path]:
+    """(module name, path of the built extension); built only on a cache miss."""
+    import cffi
+
+    cdef = cdef_for(signatures)
+    name = f"_opc_{module_key(source, cdef)}"
+    target = extension_path(cache, name)
+    if target.exists():
+        return name, target
+    ffi = cffi.FFI()
+    ffi.cdef(cdef)
+    objects = [str(runtime_object(cache))] if "opc_rt_gemm_" in source else []
+    ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
+                   extra_compile_args=compile_flags(), extra_link_args=["-fopenmp"])
+    tmp = tempfile.mkdtemp(prefix=f"{name}-", dir=cache)
+    try:
+        log = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(log):
+                built = ffi.compile(tmpdir=tmp, verbose=False)
+        except Exception as err:  # CompileError, LinkError, VerificationError
+            raise OpcError(f"error: the C compiler failed on the generated code: {err}") from None
+        os.replace(built, target)  # atomic: a concurrent build of the same key just wins the race
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return name, target
+
+
+def load_extension(name: str, path: Path) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, str(path), loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+# ---------------------------------------------------------------------------
+# NumPy binding
+# ---------------------------------------------------------------------------
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def c_type_of(dtype: str) -> str:
+    return {"bool": "uint8_t", "float16": "uint16_t", "bfloat16": "uint16_t", "float32": "float",
+            "float64": "double"}.get(dtype, f"{dtype}_t")
+
+
+def storage_view(a: np.ndarray) -> np.ndarray:
+    """The array as the C side sees it: halves as their bits, bool as bytes."""
+    if a.dtype.itemsize == 2 and a.dtype.kind in "fV":
+        return a.view(np.uint16)
+    if a.dtype == np.bool_:
+        return a.view(np.uint8)
+    return a
+
+
+class CompiledFunction:
+    """A compiled function: checks its arguments, allocates its results."""
+
+    def __init__(self, ffi, cfunc, sig: FunctionSignature):
+        self.ffi, self.cfunc, self.sig = ffi, cfunc, sig
+        self.__name__ = sig.name
+        self.in_dtypes = [numpy_dtype(dt) for _, _, dt in sig.inputs]
+        self.out_dtypes = [numpy_dtype(dt) for _, dt in sig.outputs]
+        names = ", ".join(n for n, _, _ in sig.inputs)
+        self.__doc__ = f"{sig.name}({names}) -> {len(sig.outputs)} array(s), compiled by opc"
+
+    def check(self, i: int, value) -> np.ndarray:
+        name, shape, _ = self.sig.inputs[i]
+        want = self.in_dtypes[i]
+        if isinstance(value, np.ndarray) or np.isscalar(value) and isinstance(value, np.generic):
+            arr = np.asarray(value)
+            if arr.dtype != want:
+                raise ValueError(f"{self.sig.name}(): argument '{name}' must have dtype {want}, got {arr.dtype}")
+        else:
+            try:
+                arr = np.asarray(value, dtype=want)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{self.sig.name}(): argument '{name}' cannot be read as a {want} array: {err}") from None
+        if arr.shape != tuple(shape):
+            raise ValueError(
+                f"{self.sig.name}(): argument '{name}' must have shape {tuple(shape)}, got {arr.shape}")
+        return np.ascontiguousarray(arr)
+
+    def __call__(self, *args):
+        sig = self.sig
+        if len(args) != len(sig.inputs):
+            names = ", ".join(n for n, _, _ in sig.inputs)
+            raise ValueError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
+        ins = [self.check(i, a) for i, a in enumerate(args)]
+        outs = [np.empty(shape, dt) for (shape, _), dt in zip(sig.outputs, self.out_dtypes)]
+        ptrs = [self.ffi.from_buffer(f"{c_type_of(dt)}[]", storage_view(a))
+                for a, (_, _, dt) in zip(ins, sig.inputs)]
+        ptrs += [self.ffi.from_buffer(f"{c_type_of(dt)}[]", storage_view(a), require_writable=True)
+                 for a, (_, dt) in zip(outs, sig.outputs)]
+        if self.cfunc(*ptrs) != 0:
+            raise MemoryError(f"{sig.name}(): out of memory for intermediate buffers")
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __repr__(self) -> str:
+        return f"<opc function {self.sig.name}>"
+
+
+class CompiledModule:
+    """Attributes are the compiled functions, named after the func.funcs."""
+
+    def __init__(self, functions: dict[str, CompiledFunction], source: str, path: Path | None = None):
+        self._functions = functions
+        self.c_source = source
+        self.path = path
+        for name, fn in functions.items():
+            setattr(self, name, fn)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._functions))
+
+    def __repr__(self) -> str:
+        return f"<opc module {', '.join(self._functions)}>"
+
+
+def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, CompiledFunction]:
+    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"opc_{s.name}"), s) for s in signatures}
+

@@ -1,0 +1,473 @@
+"""C emitter: loop-level IR (memref/scf/arith/math + opc_loops) to C99.
+
+The scalar ops are a table from op class to a C expression template; loops,
+loads, stores, allocations and GEMM calls have small methods of their own,
+which the CUDA emitter (cuda_emitter.py) overrides where a GPU differs. An
+op without an entry fails loudly, naming it.
+
+Semantics that C would leave undefined are pinned down here: integer
+arithmetic wraps (computed in unsigned), float -> int casts saturate with
+NaN -> 0 (runtime/opc_runtime.h), maximumf/minimumf propagate NaN.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.dialects import arith, func, math, memref, scf
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    Signedness,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from opc.dialects.opc_loops import GEMM_ACTIVATIONS, GemmOp
+
+# ---------------------------------------------------------------------------
+# Types
+# ---------------------------------------------------------------------------
+
+
+def c_type(t: Attribute) -> str:
+    if isinstance(t, Float32Type):
+        return "float"
+    if isinstance(t, Float64Type):
+        return "double"
+    if isinstance(t, (Float16Type, BFloat16Type)):
+        return "uint16_t"  # storage bits; arithmetic happens in float
+    if isinstance(t, IndexType):
+        return "int64_t"
+    if isinstance(t, IntegerType):
+        width = t.width.data
+        if width == 1:
+            return "uint8_t"  # NumPy bool: one byte holding 0 or 1
+        unsigned = t.signedness.data == Signedness.UNSIGNED
+        return f"{'u' if unsigned else ''}int{width}_t"
+    raise NotImplementedError(f"no C type for {t}")
+
+
+def c_unsigned_wide(t: Attribute) -> str:
+    """The unsigned type that integer arithmetic of t wraps in (never promoted to int)."""
+    return "uint64_t" if isinstance(t, IntegerType) and t.width.data == 64 else "uint32_t"
+
+
+def dtype_suffix(t: Attribute) -> str:
+    return {Float32Type: "f32", Float64Type: "f64", Float16Type: "f16", BFloat16Type: "bf16"}[type(t)]
+
+
+def sat_helper(t: Attribute) -> str:
+    assert isinstance(t, IntegerType)
+    unsigned = t.signedness.data == Signedness.UNSIGNED
+    return f"opc_sat_{'u' if unsigned else 'i'}{t.width.data}"
+
+
+def c_float_literal(value: float, t: Attribute) -> str:
+    if pymath.isnan(value):
+        return "NAN" if isinstance(t, Float32Type) else "(double)NAN"
+    if pymath.isinf(value):
+        sign = "-" if value < 0 else ""
+        return f"{sign}INFINITY" if isinstance(t, Float32Type) else f"{sign}(double)INFINITY"
+    if isinstance(t, Float32Type):
+        return f"{float(np.float32(value)).hex()}f"
+    return float(value).hex()
+
+
+def c_constant(value: float | int, t: Attribute) -> str:
+    if isinstance(t, Float16Type):
+        return f"(uint16_t){int(np.array(value, np.float16).view(np.uint16))}u"
+    if isinstance(t, BFloat16Type):
+        import ml_dtypes
+
+        return f"(uint16_t){int(np.array(value, ml_dtypes.bfloat16).view(np.uint16))}u"
+    if isinstance(t, (Float32Type, Float64Type)):
+        return c_float_literal(float(value), t)
+    if isinstance(t, IntegerType) and t.width.data == 64 and value == -(1 << 63):
+        return "INT64_MIN"
+    if isinstance(t, IntegerType) and t.width.data == 1:
+        return "1" if value else "0"
+    return f"(({c_type(t)}){int(value)}{'LL' if abs(int(value)) > 2**31 - 1 else ''})"
+
+
+def float_fn(name: str, t: Attribute) -> str:
+    """libm name for f32 (expf) or f64 (exp)."""
+    return f"{name}f" if isinstance(t, Float32Type) else name
+
+
+# ---------------------------------------------------------------------------
+# The expression table
+# ---------------------------------------------------------------------------
+
+
+def wrap_int(op: str):
+    return lambda e, o: f"({c_type(o.result.type)})(({c_unsigned_wide(o.result.type)}){e.name(o.lhs)} {op} ({c_unsigned_wide(o.result.type)}){e.name(o.rhs)})"
+
+
+def infix(op: str):
+    return lambda e, o: f"({e.name(o.lhs)} {op} {e.name(o.rhs)})"
+
+
+def libm(name: str, nargs: int = 1):
+    def render(e: CEmitter, o: Operation) -> str:
+        args = ", ".join(e.name(v) for v in o.operands[:nargs])
+        return f"{e.math_fn(name, o.results[0].type)}({args})"
+
+    return render
+
+
+def pick(cmp: str):
+    """NaN-propagating maximum/minimum: (a is NaN or a cmp b) ? a : b."""
+    return lambda e, o: f"(({e.name(o.lhs)} != {e.name(o.lhs)} || {e.name(o.lhs)} {cmp} {e.name(o.rhs)}) ? {e.name(o.lhs)} : {e.name(o.rhs)})"
+
+
+def int_pick(cmp: str):
+    return lambda e, o: f"(({e.name(o.lhs)} {cmp} {e.name(o.rhs)}) ? {e.name(o.lhs)} : {e.name(o.rhs)})"
+
+
+CMP_C = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=", "une": "!=",
+         "eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
+         "ult": "<", "ule": "<=", "ugt": ">", "uge": ">="}  # fmt: skip
+
+
+def compare(e: CEmitter, o: Operation) -> str:
+    pred_name = comparison_name(o, o.predicate.value.data)  # type: ignore[attr-defined]
+    return f"({e.name(o.lhs)} {CMP_C[pred_name]} {e.name(o.rhs)})"
+
+
+def comparison_name(o: Operation, pred: int) -> str:
+    cmpf = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une", "uno", "true"]
+    cmpi = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
+    name = (cmpf if isinstance(o, arith.CmpfOp) else cmpi)[pred]
+    if name not in CMP_C:
+        raise NotImplementedError(f"comparison predicate {name}")
+    return name
+
+
+def ext_f(e: CEmitter, o: Operation) -> str:
+    src, dst, a = o.input.type, o.result.type, e.name(o.input)  # type: ignore[attr-defined]
+    if isinstance(src, Float16Type):
+        a = f"opc_f16_to_f32({a})"
+    elif isinstance(src, BFloat16Type):
+        a = f"opc_bf16_to_f32({a})"
+    return f"(double){a}" if isinstance(dst, Float64Type) else a
+
+
+def trunc_f(e: CEmitter, o: Operation) -> str:
+    src, dst, a = o.input.type, o.result.type, e.name(o.input)  # type: ignore[attr-defined]
+    if isinstance(dst, Float32Type):
+        return f"(float){a}"
+    return f"opc_{dtype_suffix(src)}_to_{dtype_suffix(dst)}({a})"
+
+
+def to_int_saturating(e: CEmitter, o: Operation) -> str:
+    return f"{sat_helper(o.result.type)}((double){e.name(o.input)})"  # type: ignore[attr-defined]
+
+
+def c_cast(e: CEmitter, o: Operation) -> str:
+    return f"({c_type(o.results[0].type)}){e.name(o.operands[0])}"
+
+
+def abs_int(e: CEmitter, o: Operation) -> str:
+    t, a = o.result.type, e.name(o.operand)  # type: ignore[attr-defined]
+    u = c_unsigned_wide(t)
+    return f"({c_type(t)})(({a} < 0) ? ({u})0 - ({u}){a} : ({u}){a})"
+
+
+def rsqrt(e: CEmitter, o: Operation) -> str:
+    t = o.result.type  # type: ignore[attr-defined]
+    one = "1.0f" if isinstance(t, Float32Type) else "1.0"
+    return f"({one} / {e.math_fn('sqrt', t)}({e.name(o.operand)}))"  # type: ignore[attr-defined]
+
+
+EXPRESSIONS = {
+    arith.AddfOp: infix("+"), arith.SubfOp: infix("-"), arith.MulfOp: infix("*"), arith.DivfOp: infix("/"),
+    arith.NegfOp: lambda e, o: f"(-{e.name(o.operand)})",
+    arith.MaximumfOp: pick(">"), arith.MinimumfOp: pick("<"),
+    arith.AddiOp: wrap_int("+"), arith.SubiOp: wrap_int("-"), arith.MuliOp: wrap_int("*"),
+    arith.MaxSIOp: int_pick(">"), arith.MaxUIOp: int_pick(">"), arith.MinSIOp: int_pick("<"), arith.MinUIOp: int_pick("<"),
+    arith.CmpfOp: compare, arith.CmpiOp: compare,
+    arith.SelectOp: lambda e, o: f"({e.name(o.cond)} ? {e.name(o.lhs)} : {e.name(o.rhs)})",
+    arith.ExtFOp: ext_f, arith.TruncFOp: trunc_f,
+    arith.FPToSIOp: to_int_saturating, arith.FPToUIOp: to_int_saturating,
+    arith.SIToFPOp: c_cast, arith.UIToFPOp: c_cast,
+    arith.ExtSIOp: c_cast, arith.ExtUIOp: c_cast, arith.TruncIOp: c_cast, arith.BitcastOp: c_cast,
+    math.ExpOp: libm("exp"), math.LogOp: libm("log"), math.TanhOp: libm("tanh"), math.ErfOp: libm("erf"),
+    math.SqrtOp: libm("sqrt"), math.AbsFOp: libm("fabs"), math.PowFOp: libm("pow", 2),
+    math.RsqrtOp: rsqrt, math.AbsIOp: abs_int,
+}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------
+# Function emission
+# ---------------------------------------------------------------------------
+
+PARALLEL_MIN_WORK = 1 << 15  # below this many inner iterations threads cost more than they give
+
+
+@dataclass
+class FunctionSignature:
+    """What the Python side needs to call a compiled function."""
+
+    name: str
+    inputs: list[tuple[str, tuple[int, ...], str]]  # (arg name, shape, dtype name)
+    outputs: list[tuple[tuple[int, ...], str]]
+
+
+def dtype_name(t: Attribute) -> str:
+    if isinstance(t, IntegerType) and t.width.data == 1:
+        return "bool"
+    if isinstance(t, IntegerType):
+        return f"{'u' if t.signedness.data == Signedness.UNSIGNED else ''}int{t.width.data}"
+    return {Float16Type: "float16", BFloat16Type: "bfloat16", Float32Type: "float32", Float64Type: "float64"}[type(t)]
+
+
+@dataclass
+class CEmitter:
+    """Emits one C translation unit for a lowered module."""
+
+    lines: list[str] = field(default_factory=list)
+    names: dict[SSAValue, str] = field(default_factory=dict)
+    constants: dict[SSAValue, int] = field(default_factory=dict)  # known index constants
+    indent: int = 1
+    prefix: str = "opc_"
+    const_ptrs: set[SSAValue] = field(default_factory=set)
+    yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
+
+    header = '#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n'
+
+    # -- names ---------------------------------------------------------------
+
+    def name(self, v: SSAValue) -> str:
+        if v not in self.names:
+            hint = "".join(c if c.isalnum() else "_" for c in (v.name_hint or "v"))
+            self.names[v] = f"{hint}_{len(self.names)}"
+        return self.names[v]
+
+    def math_fn(self, name: str, t: Attribute) -> str:
+        return float_fn(name, t)
+
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    # -- module ----------------------------------------------------------------
+
+    def emit_module(self, module: ModuleOp) -> tuple[str, list[FunctionSignature]]:
+        sigs = []
+        body: list[str] = []
+        for fn in module.ops:
+            if isinstance(fn, func.FuncOp):
+                self.lines = []
+                sigs.append(self.emit_function(fn))
+                body.extend(self.lines)
+                body.append("")
+        return self.header + "\n" + "\n".join(body), sigs
+
+    def prototype(self, fn: func.FuncOp) -> str:
+        n_in = fn.attributes["opc.num_inputs"].value.data  # type: ignore[attr-defined]
+        params = []
+        for i, arg in enumerate(fn.args):
+            t = arg.type
+            assert isinstance(t, MemRefType)
+            const = "const " if i < n_in else ""
+            if i < n_in:
+                self.const_ptrs.add(arg)
+            params.append(f"{const}{c_type(t.element_type)} *restrict {self.name(arg)}")
+        return f"int {self.prefix}{fn.sym_name.data}({', '.join(params) or 'void'})"
+
+    def emit_function(self, fn: func.FuncOp) -> FunctionSignature:
+        self.names, self.constants, self.const_ptrs = {}, {}, set()
+        n_in = fn.attributes["opc.num_inputs"].value.data  # type: ignore[attr-defined]
+        for i, arg in enumerate(fn.args):
+            if not arg.name_hint:
+                arg.name_hint = f"in{i}" if i < n_in else f"out{i - n_in}"
+        self.indent = 0
+        self.line(self.prototype(fn) + " {")
+        self.indent = 1
+        allocs = [op for op in fn.walk() if isinstance(op, memref.AllocOp)]
+        self.line("int status = 0;")
+        for a in allocs:
+            self.line(f"{c_type(a.memref.type.element_type)} *{self.name(a.memref)} = NULL;")  # type: ignore[attr-defined]
+        self.emit_block(fn.body.block)
+        self.indent = 0
+        self.lines.append("cleanup:")
+        self.indent = 1
+        for a in allocs:
+            self.line(f"{self.free_fn}({self.name(a.memref)});")
+        self.line("return status;")
+        self.indent = 0
+        self.line("}")
+        return self.signature(fn, n_in)
+
+    free_fn = "free"
+
+    @staticmethod
+    def signature(fn: func.FuncOp, n_in: int) -> FunctionSignature:
+        def shape_dtype(a: SSAValue) -> tuple[tuple[int, ...], str]:
+            return tuple(a.type.get_shape()), dtype_name(a.type.element_type)  # type: ignore[attr-defined]
+
+        ins = [(a.name_hint or f"in{i}", *shape_dtype(a)) for i, a in enumerate(fn.args[:n_in])]
+        outs = [shape_dtype(a) for a in fn.args[n_in:]]
+        return FunctionSignature(fn.sym_name.data, ins, outs)  # type: ignore[arg-type]
+
+    def emit_block(self, block: Block) -> None:
+        for op in block.ops:
+            self.emit_op(op)
+
+    def emit_op(self, op: Operation) -> None:
+        kind = type(op)
+        if kind in EXPRESSIONS:
+            r = op.results[0]
+            self.line(f"const {c_type(r.type)} {self.name(r)} = {EXPRESSIONS[kind](self, op)};")
+            return
+        handler = getattr(self, f"emit_{kind.__name__}", None)
+        if handler is None:
+            raise NotImplementedError(f"C emitter: no rule for '{op.name}'")
+        handler(op)
+
+    # -- structure ---------------------------------------------------------------
+
+    def emit_ConstantOp(self, op: arith.ConstantOp) -> None:
+        attr, t = op.value, op.result.type
+        if isinstance(t, IndexType):
+            self.constants[op.result] = attr.value.data  # type: ignore[attr-defined]
+        value = attr.value.data if isinstance(attr, (IntegerAttr, FloatAttr)) else None  # type: ignore[union-attr]
+        if value is None:
+            raise NotImplementedError(f"C emitter: constant {attr}")
+        self.line(f"const {c_type(t)} {self.name(op.result)} = {c_constant(value, t)};")
+
+    def emit_ReturnOp(self, op: func.ReturnOp) -> None:
+        pass  # falls through to cleanup
+
+    def emit_ReduceOp(self, op: scf.ReduceOp) -> None:
+        pass  # scf.parallel's terminator; no reductions are emitted through it
+
+    def emit_YieldOp(self, op: scf.YieldOp) -> None:
+        for target, v in zip(self.yield_targets[-1], op.operands):
+            self.line(f"{target} = {self.name(v)};")
+
+    def const_index(self, v: SSAValue) -> int:
+        if v not in self.constants:
+            raise NotImplementedError("loop bounds must be constants")
+        return self.constants[v]
+
+    def parallel_work(self, op: scf.ParallelOp) -> int:
+        trips = pymath.prod(self.const_index(u) for u in op.upperBound)
+        inner = 1
+        for f in op.body.walk():
+            if isinstance(f, scf.ForOp) and f.ub in self.constants_in(op):
+                inner = max(inner, self.constants_in(op)[f.ub])
+        return trips * inner
+
+    @staticmethod
+    def constants_in(op: Operation) -> dict[SSAValue, int]:
+        return {c.result: c.value.value.data for c in op.walk()  # type: ignore[attr-defined]
+                if isinstance(c, arith.ConstantOp) and isinstance(c.result.type, IndexType)}
+
+    def emit_ParallelOp(self, op: scf.ParallelOp) -> None:
+        ivs = op.body.block.args
+        work = self.parallel_work(op)
+        if work >= PARALLEL_MIN_WORK:
+            collapse = f" collapse({len(ivs)})" if len(ivs) > 1 else ""
+            self.line(f"#pragma omp parallel for{collapse} schedule(static)")
+        self.open_loops(op, ivs)
+        self.emit_block(op.body.block)
+        self.close_loops(len(ivs))
+
+    def open_loops(self, op: scf.ParallelOp, ivs: Iterable[SSAValue]) -> None:
+        for iv, lb, ub, step in zip(ivs, op.lowerBound, op.upperBound, op.step):
+            i = self.name(iv)
+            self.line(f"for (int64_t {i} = {self.name(lb)}; {i} < {self.name(ub)}; {i} += {self.name(step)}) {{")
+            self.indent += 1
+
+    def close_loops(self, n: int) -> None:
+        for _ in range(n):
+            self.indent -= 1
+            self.line("}")
+
+    def emit_ForOp(self, op: scf.ForOp) -> None:
+        iv, *carried = op.body.block.args
+        targets = []
+        for arg, init, res in zip(carried, op.iter_args, op.results):
+            acc = self.name(res)
+            self.line(f"{c_type(res.type)} {acc} = {self.name(init)};")
+            self.names[arg] = acc
+            targets.append(acc)
+        i = self.name(iv)
+        self.line(f"for (int64_t {i} = {self.name(op.lb)}; {i} < {self.name(op.ub)}; {i} += {self.name(op.step)}) {{")
+        self.indent += 1
+        self.yield_targets.append(targets)
+        self.emit_block(op.body.block)
+        self.yield_targets.pop()
+        self.indent -= 1
+        self.line("}")
+
+    # -- memory ----------------------------------------------------------------------
+
+    def offset(self, ref: SSAValue, indices: Iterable[SSAValue]) -> str:
+        shape = ref.type.get_shape()  # type: ignore[attr-defined]
+        terms = []
+        for d, idx in enumerate(indices):
+            if self.constants.get(idx) == 0:
+                continue
+            stride = pymath.prod(shape[d + 1:])
+            terms.append(self.name(idx) if stride == 1 else f"{self.name(idx)} * {stride}")
+        return " + ".join(terms) or "0"
+
+    def emit_LoadOp(self, op: memref.LoadOp) -> None:
+        r = op.res
+        self.line(f"const {c_type(r.type)} {self.name(r)} = {self.name(op.memref)}[{self.offset(op.memref, op.indices)}];")
+
+    def emit_StoreOp(self, op: memref.StoreOp) -> None:
+        self.line(f"{self.name(op.memref)}[{self.offset(op.memref, op.indices)}] = {self.name(op.value)};")
+
+    def emit_AllocOp(self, op: memref.AllocOp) -> None:
+        t = op.memref.type
+        n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
+        ptr, ct = self.name(op.memref), c_type(t.element_type)  # type: ignore[attr-defined]
+        self.line(f"{ptr} = ({ct} *)malloc(sizeof({ct}) * {n});")
+        self.line(f"if (!{ptr}) {{ status = 1; goto cleanup; }}")
+
+    def emit_DeallocOp(self, op: memref.DeallocOp) -> None:
+        ptr = self.name(op.memref)
+        self.line(f"{self.free_fn}({ptr}); {ptr} = NULL;")
+
+    def emit_ReinterpretCastOp(self, op: memref.ReinterpretCastOp) -> None:
+        src = op.source
+        const = "const " if src in self.const_ptrs else ""
+        if const:
+            self.const_ptrs.add(op.result)
+        ct = c_type(op.result.type.element_type)  # type: ignore[attr-defined]
+        self.line(f"{const}{ct} *{self.name(op.result)} = {self.name(src)};")
+
+    # -- GEMM ---------------------------------------------------------------------------
+
+    def gemm_args(self, op: GemmOp) -> str:
+        def ptr(v: SSAValue | None) -> str:
+            return self.name(v) if v is not None else "NULL"
+
+        p = {k: op.properties[k].value.data for k in ("batch", "m", "n", "k", "a_batch_stride", "b_batch_stride")}  # type: ignore[attr-defined]
+        ta, tb = (int(op.properties[k].value.data != 0) for k in ("trans_a", "trans_b"))  # type: ignore[attr-defined]
+        act = GEMM_ACTIVATIONS.index(op.activation.data)
+        return (f"{p['batch']}, {p['m']}, {p['n']}, {p['k']}, {ptr(op.a)}, {p['a_batch_stride']}, {ta}, "
+                f"{ptr(op.b)}, {p['b_batch_stride']}, {tb}, {ptr(op.bias)}, {act}, {ptr(op.out)}, {ptr(op.reserve)}")
+
+    def emit_GemmOp(self, op: GemmOp) -> None:
+        suffix = dtype_suffix(op.out.type.element_type)  # type: ignore[attr-defined]
+        self.line(f"opc_rt_gemm_{suffix}({self.gemm_args(op)});")
+
+
+def emit_c(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:
+    """C source of a lowered module and the signatures of its functions."""
+    return CEmitter().emit_module(module)
+

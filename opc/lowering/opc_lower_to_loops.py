@@ -1,0 +1,658 @@
+"""opc-lower-to-loops: functions on tensors become functions on buffers whose
+bodies are loop nests of scalar arith/math ops (xDSL's memref/scf/arith/math)
+plus `opc_loops.gemm` for the GEMMs.
+
+Each function `@f(inputs) -> results` becomes `@f(inputs..., outputs...)` in
+destination-passing style: results are written into caller-owned buffers.
+
+Fusion: an op is *inlined* into its single consumer's loop nest instead of
+being materialized into a buffer when it is cheap to recompute there:
+elementwise ops, broadcast_to, transpose and full. Every other value (and
+every value used twice, or returned) gets a buffer. So a chain of
+elementwise ops becomes one `scf.parallel` nest reading the chain's inputs
+once and writing its output once, and reductions read their elementwise
+producers directly.
+
+Scalars travel in their storage type (f16/bf16 included) and ops compute in
+f32 for f16/bf16, rounding to nearest even on every op result, which keeps
+the numbers of fused and unfused code identical.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, math, memref, scf
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    Signedness,
+    TensorType,
+    f32,
+    f64,
+    i1,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from opc.dialects import opc
+from opc.dialects.opc_loops import GemmOp
+from opc.ir import OpcError
+
+# ---------------------------------------------------------------------------
+# Types
+# ---------------------------------------------------------------------------
+
+HALF_TYPES = (Float16Type, BFloat16Type)
+
+
+def is_half(t: Attribute) -> bool:
+    return isinstance(t, HALF_TYPES)
+
+
+def compute_type(t: Attribute) -> Attribute:
+    """f16/bf16 compute in f32 (SPEC.md: Types)."""
+    return f32 if is_half(t) else t
+
+
+def is_unsigned(t: Attribute) -> bool:
+    return isinstance(t, IntegerType) and (t.signedness.data == Signedness.UNSIGNED or t.width.data == 1)
+
+
+def shape_of(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
+
+
+def element_of(v: SSAValue) -> Attribute:
+    return v.type.element_type  # type: ignore[attr-defined]
+
+
+def memref_of(t: TensorType) -> MemRefType:
+    return MemRefType(t.element_type, list(t.get_shape()))
+
+
+def numel(shape: Sequence[int]) -> int:
+    return pymath.prod(shape)
+
+
+# Ops evaluated point-wise inside a consumer's loop nest.
+ELEMENTWISE = (
+    opc.BinaryElementwiseOp, opc.UnaryElementwiseOp, opc.SelectOp, opc.CastOp, opc.CastGradOp,
+    opc.ActivationGradOp,
+)  # fmt: skip
+INDEX_MAPS = (opc.BroadcastToOp, opc.TransposeOp)
+INLINABLE = (*ELEMENTWISE, *INDEX_MAPS, opc.FullOp)
+# Consumers that evaluate their operands point-wise (so a producer can be inlined).
+POINTWISE_CONSUMERS = (*ELEMENTWISE, *INDEX_MAPS, opc.ReduceOp)
+
+GELU_C = pymath.sqrt(2.0 / pymath.pi)
+GELU_K = 0.044715
+
+
+# ---------------------------------------------------------------------------
+# Emission context: an insertion block and per-block constant caches
+# ---------------------------------------------------------------------------
+
+
+class Emitter:
+    def __init__(self, block: Block):
+        self.block = block
+        self.consts: dict[tuple[int, object, Attribute], SSAValue] = {}
+
+    def emit(self, op: Operation) -> Operation:
+        self.block.add_op(op)
+        return op
+
+    def value(self, op: Operation) -> SSAValue:
+        return self.emit(op).results[0]
+
+    @contextmanager
+    def at(self, block: Block):
+        saved = self.block
+        self.block = block
+        try:
+            yield
+        finally:
+            self.block = saved
+
+    def const(self, value: float | int, t: Attribute) -> SSAValue:
+        key = (id(self.block), value if not (isinstance(value, float) and pymath.isnan(value)) else "nan", t)
+        if key not in self.consts:
+            if isinstance(t, IndexType):
+                op = arith.ConstantOp(IntegerAttr(int(value), t))
+            elif isinstance(t, IntegerType):
+                op = arith.ConstantOp(IntegerAttr(int(value), t, truncate_bits=True))
+            else:
+                op = arith.ConstantOp(FloatAttr(float(value), t))  # type: ignore[arg-type]
+            self.consts[key] = self.value(op)
+        return self.consts[key]
+
+    def index(self, value: int) -> SSAValue:
+        return self.const(value, IndexType())
+
+    # -- loops ---------------------------------------------------------------
+
+    def parallel(self, shape: Sequence[int], body: Callable[[list[SSAValue]], None]) -> None:
+        """An scf.parallel nest over `shape` (rank 0: the body alone)."""
+        if not shape:
+            body([])
+            return
+        lbs = [self.index(0)] * len(shape)
+        ubs = [self.index(d) for d in shape]
+        steps = [self.index(1)] * len(shape)
+        inner = Block(arg_types=[IndexType()] * len(shape))
+        with self.at(inner):
+            body(list(inner.args))
+            self.emit(scf.ReduceOp())
+        self.emit(scf.ParallelOp(lbs, ubs, steps, Region(inner)))
+
+    def for_loop(
+        self, extent: int, inits: Sequence[SSAValue], body: Callable[[SSAValue, list[SSAValue]], list[SSAValue]]
+    ) -> list[SSAValue]:
+        lb, ub, step = self.index(0), self.index(extent), self.index(1)
+        inner = Block(arg_types=[IndexType(), *(v.type for v in inits)])
+        with self.at(inner):
+            self.emit(scf.YieldOp(*body(inner.args[0], list(inner.args[1:]))))
+        return list(self.emit(scf.ForOp(lb, ub, step, inits, Region(inner))).results)
+
+    # -- scalar conversions ----------------------------------------------------
+
+    def to_compute(self, v: SSAValue) -> SSAValue:
+        return self.value(arith.ExtFOp(v, f32)) if is_half(v.type) else v
+
+    def to_storage(self, v: SSAValue, t: Attribute) -> SSAValue:
+        if v.type == t:
+            return v
+        if is_half(t):
+            return self.value(arith.TruncFOp(v, t))
+        raise AssertionError(f"no storage conversion {v.type} -> {t}")
+
+    def convert(self, v: SSAValue, dst: Attribute) -> SSAValue:
+        """Scalar cast with SPEC.md's semantics; `v` in storage type, result in storage type `dst`."""
+        src = v.type
+        if src == dst:
+            return v
+        sf, df = opc.is_float(src), opc.is_float(dst)
+        if sf and df:
+            if is_half(dst) and is_half(src):
+                return self.value(arith.TruncFOp(self.to_compute(v), dst))  # via exact f32
+            if isinstance(dst, Float64Type) or (isinstance(dst, Float32Type) and is_half(src)):
+                return self.value(arith.ExtFOp(v, dst))
+            return self.value(arith.TruncFOp(v, dst))  # one rounding, straight from the source
+        if sf:
+            x = self.to_compute(v)
+            if opc.is_bool(dst):
+                return self.value(arith.CmpfOp(x, self.const(0.0, x.type), "une"))  # NaN -> true, as NumPy
+            # The C emitter gives fptosi/fptoui saturating semantics (NaN -> 0).
+            return self.value((arith.FPToUIOp if is_unsigned(dst) else arith.FPToSIOp)(x, dst))
+        if df:
+            wide = f64 if is_half(dst) else dst  # int -> f64 -> half: one rounding for any |x| < 2^53
+            x = self.value((arith.UIToFPOp if is_unsigned(src) else arith.SIToFPOp)(v, wide))
+            return self.value(arith.TruncFOp(x, dst)) if is_half(dst) else x
+        # int -> int
+        if opc.is_bool(dst):
+            return self.value(arith.CmpiOp(v, self.const(0, src), "ne"))
+        sw, dw = src.width.data, dst.width.data  # type: ignore[attr-defined]
+        if sw < dw:
+            return self.value((arith.ExtUIOp if is_unsigned(src) else arith.ExtSIOp)(v, dst))
+        if sw > dw:
+            return self.value(arith.TruncIOp(v, dst))
+        return self.value(arith.BitcastOp(v, dst))  # i8 <-> ui8: wraps like NumPy astype
+
+
+# ---------------------------------------------------------------------------
+# Scalar rules: one per elementwise op, on storage-typed scalars
+# ---------------------------------------------------------------------------
+
+FLOAT_BINARY: dict[type, type] = {
+    opc.AddOp: arith.AddfOp, opc.SubOp: arith.SubfOp, opc.MulOp: arith.MulfOp, opc.DivOp: arith.DivfOp,
+    opc.MaximumOp: arith.MaximumfOp, opc.MinimumOp: arith.MinimumfOp, opc.PowOp: math.PowFOp,
+}  # fmt: skip
+INT_BINARY: dict[type, tuple[type, type]] = {  # (signed, unsigned)
+    opc.AddOp: (arith.AddiOp, arith.AddiOp), opc.SubOp: (arith.SubiOp, arith.SubiOp),
+    opc.MulOp: (arith.MuliOp, arith.MuliOp), opc.MaximumOp: (arith.MaxSIOp, arith.MaxUIOp),
+    opc.MinimumOp: (arith.MinSIOp, arith.MinUIOp),
+}  # fmt: skip
+COMPARE: dict[type, tuple[str, str, str]] = {  # (float, signed, unsigned) predicates
+    opc.GreaterThanOp: ("ogt", "sgt", "ugt"), opc.LessThanOp: ("olt", "slt", "ult"), opc.EqualOp: ("oeq", "eq", "eq"),
+}  # fmt: skip
+FLOAT_UNARY: dict[type, type] = {
+    opc.ExpOp: math.ExpOp, opc.LogOp: math.LogOp, opc.TanhOp: math.TanhOp, opc.ErfOp: math.ErfOp,
+    opc.SqrtOp: math.SqrtOp, opc.RsqrtOp: math.RsqrtOp, opc.AbsOp: math.AbsFOp, opc.NegOp: arith.NegfOp,
+}  # fmt: skip
+
+
+class Scalar:
+    """Arithmetic helpers on compute-typed scalars, for the activation formulas."""
+
+    def __init__(self, e: Emitter):
+        self.e = e
+
+    def c(self, v: float, like: SSAValue) -> SSAValue:
+        return self.e.const(v, like.type)
+
+    def add(self, a, b):
+        return self.e.value(arith.AddfOp(a, b))
+
+    def sub(self, a, b):
+        return self.e.value(arith.SubfOp(a, b))
+
+    def mul(self, a, b):
+        return self.e.value(arith.MulfOp(a, b))
+
+    def gelu_tanh_parts(self, x):
+        """(t, inner') with t = tanh(c*(x + k x^3)), inner' = c*(1 + 3k x^2)."""
+        x2 = self.mul(x, x)
+        inner = self.mul(self.c(GELU_C, x), self.add(x, self.mul(self.c(GELU_K, x), self.mul(x2, x))))
+        t = self.e.value(math.TanhOp(inner))
+        dinner = self.mul(self.c(GELU_C, x), self.add(self.c(1.0, x), self.mul(self.c(3 * GELU_K, x), x2)))
+        return t, dinner
+
+    def gelu(self, x, approximate: bool):
+        half_x = self.mul(self.c(0.5, x), x)
+        if approximate:
+            t, _ = self.gelu_tanh_parts(x)
+        else:
+            t = self.e.value(math.ErfOp(self.mul(x, self.c(pymath.sqrt(0.5), x))))
+        return self.mul(half_x, self.add(self.c(1.0, x), t))
+
+    def gelu_derivative(self, x, approximate: bool):
+        one, half = self.c(1.0, x), self.c(0.5, x)
+        if approximate:
+            t, dinner = self.gelu_tanh_parts(x)
+            left = self.mul(half, self.add(one, t))
+            right = self.mul(self.mul(half, x), self.mul(self.sub(one, self.mul(t, t)), dinner))
+            return self.add(left, right)
+        erf = self.e.value(math.ErfOp(self.mul(x, self.c(pymath.sqrt(0.5), x))))
+        pdf = self.e.value(math.ExpOp(self.mul(self.c(-0.5, x), self.mul(x, x))))
+        return self.add(self.mul(half, self.add(one, erf)), self.mul(x, self.mul(pdf, self.c(1 / pymath.sqrt(2 * pymath.pi), x))))
+
+
+def relu_grad_scalar(e: Emitter, x: SSAValue, dout: SSAValue) -> SSAValue:
+    positive = e.value(arith.CmpfOp(x, e.const(0.0, x.type), "ogt"))
+    return e.value(arith.SelectOp(positive, dout, e.const(0.0, x.type)))
+
+
+def gelu_grad_scalar(e: Emitter, x: SSAValue, dout: SSAValue, approximate: bool) -> SSAValue:
+    s = Scalar(e)
+    return s.mul(dout, s.gelu_derivative(x, approximate))
+
+
+def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
+    """The scalar value of elementwise `op` from its operands' scalars (storage types)."""
+    out_t = element_of(op.results[0])
+    if isinstance(op, opc.CastOp):
+        return e.convert(args[0], op.dtype)
+    if isinstance(op, opc.SelectOp):
+        return e.value(arith.SelectOp(args[0], args[1], args[2]))
+    xs = [e.to_compute(a) for a in args]
+    in_t = xs[0].type
+    s = Scalar(e)
+    kind = type(op)
+    if isinstance(op, opc.CompareOp):
+        fp, sp, up = COMPARE[kind]
+        if opc.is_float(in_t):
+            return e.value(arith.CmpfOp(xs[0], xs[1], fp))
+        return e.value(arith.CmpiOp(xs[0], xs[1], up if is_unsigned(in_t) else sp))
+    if opc.is_float(in_t):
+        if kind in FLOAT_BINARY:
+            r = e.value(FLOAT_BINARY[kind](xs[0], xs[1]))
+        elif kind in FLOAT_UNARY:
+            r = e.value(FLOAT_UNARY[kind](xs[0]))
+        elif kind is opc.ReluOp:
+            r = e.value(arith.MaximumfOp(xs[0], e.const(0.0, in_t)))  # NaN propagates, as np.maximum
+        elif kind is opc.GeluOp:
+            r = s.gelu(xs[0], opc.flag(op.approximate))
+        elif kind is opc.ReluGradOp:
+            r = relu_grad_scalar(e, xs[0], xs[1])
+        elif kind is opc.GeluGradOp:
+            r = gelu_grad_scalar(e, xs[0], xs[1], opc.flag(op.approximate))
+        else:
+            raise OpcError(f"error: no scalar lowering for {op.name} on {in_t}")
+        return e.to_storage(r, out_t)
+    unsigned = is_unsigned(in_t)
+    if kind in INT_BINARY:
+        return e.value(INT_BINARY[kind][unsigned](xs[0], xs[1]))
+    if kind is opc.NegOp:
+        return e.value(arith.SubiOp(e.const(0, in_t), xs[0]))
+    if kind is opc.AbsOp:
+        return xs[0] if unsigned else e.value(math.AbsIOp(xs[0]))
+    if kind is opc.ReluOp:
+        return xs[0] if unsigned else e.value(arith.MaxSIOp(xs[0], e.const(0, in_t)))
+    raise OpcError(f"error: no scalar lowering for {op.name} on {in_t}")
+
+
+def broadcast_index(e: Emitter, idx: Sequence[SSAValue], out_shape: Sequence[int], in_shape: Sequence[int]):
+    """Index into an operand of shape in_shape broadcast (NumPy rules) to out_shape."""
+    lead = len(out_shape) - len(in_shape)
+    return [e.index(0) if d == 1 else idx[lead + j] for j, d in enumerate(in_shape)]
+
+
+# ---------------------------------------------------------------------------
+# Function lowering
+# ---------------------------------------------------------------------------
+
+
+class FunctionLowering:
+    """Lowers one tensor function to a buffer function of loop nests."""
+
+    def __init__(self, fn: func.FuncOp):
+        self.fn = fn
+        self.returned = list(fn.body.block.last_op.operands)  # type: ignore[union-attr]
+        arg_types = [memref_of(a.type) for a in fn.args]
+        out_types = [memref_of(t) for t in fn.function_type.outputs.data]
+        self.entry = Block(arg_types=[*arg_types, *out_types])
+        self.e = Emitter(self.entry)
+        self.buffers: dict[SSAValue, SSAValue] = dict(zip(fn.args, self.entry.args))
+        for old, new in zip(fn.args, self.entry.args):
+            new.name_hint = old.name_hint
+        self.outputs = list(self.entry.args[len(fn.args):])
+        self.allocs: list[SSAValue] = []
+        self.inlined = self.plan_inlining()
+
+    # -- planning -------------------------------------------------------------
+
+    def plan_inlining(self) -> set[Operation]:
+        inlined: set[Operation] = set()
+        for op in self.fn.body.block.ops:
+            if not isinstance(op, INLINABLE) or len(op.results) != 1:
+                continue
+            v = op.results[0]
+            if v in self.returned:
+                continue
+            uses = [u.operation for u in v.uses]
+            if isinstance(op, opc.FullOp) and uses and all(isinstance(u, POINTWISE_CONSUMERS) for u in uses):
+                inlined.add(op)  # a constant: free to recompute anywhere
+            elif len(uses) == 1 and isinstance(uses[0], POINTWISE_CONSUMERS) and self.evaluated_once(v, uses[0]):
+                inlined.add(op)
+        return inlined
+
+    @staticmethod
+    def evaluated_once(v: SSAValue, user: Operation) -> bool:
+        """Inlining must not recompute a value once per broadcast copy."""
+        if isinstance(user, (opc.ReduceOp, opc.TransposeOp)):
+            return True
+        return numel(shape_of(v)) == numel(shape_of(user.results[0]))
+
+    # -- buffers ----------------------------------------------------------------
+
+    def buffer_for(self, v: SSAValue) -> SSAValue:
+        """The buffer a materialized value is written to: an output or a fresh alloc."""
+        if v in self.buffers:
+            return self.buffers[v]
+        if v in self.returned and self.returned.count(v) == 1:
+            buf = self.outputs[self.returned.index(v)]
+        else:
+            buf = self.e.value(memref.AllocOp([], [], memref_of(v.type)))  # type: ignore[arg-type]
+            buf.name_hint = v.name_hint
+            self.allocs.append(buf)
+        self.buffers[v] = buf
+        return buf
+
+    def operand_buffer(self, v: SSAValue) -> SSAValue:
+        if v not in self.buffers:
+            raise AssertionError(f"{v} used before it was materialized")
+        return self.buffers[v]
+
+    # -- scalar evaluation --------------------------------------------------------
+
+    def value_at(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue:
+        """Scalar of tensor value v at index idx (storage type)."""
+        e = self.e
+        if v in self.buffers:
+            return e.value(memref.LoadOp.get(self.buffers[v], idx))
+        op = v.owner
+        assert isinstance(op, Operation) and op in self.inlined, f"{v} is neither buffered nor inlined"
+        shape = shape_of(v)
+        if isinstance(op, opc.FullOp):
+            return e.const(op.value.value.data, element_of(v))
+        if isinstance(op, opc.BroadcastToOp):
+            return self.value_at(op.x, broadcast_index(e, idx, shape, shape_of(op.x)))
+        if isinstance(op, opc.TransposeOp):
+            src = [None] * len(idx)
+            for i, p in enumerate(op.perm_list()):
+                src[p] = idx[i]
+            return self.value_at(op.x, src)  # type: ignore[arg-type]
+        if isinstance(op, opc.CastGradOp):  # x lends only its dtype: never loaded
+            return e.convert(self.value_at(op.dout, idx), element_of(v))
+        args = [self.value_at(a, broadcast_index(e, idx, shape, shape_of(a))) for a in op.operands]
+        return scalar_op(e, op, args)
+
+    # -- materializing ops ----------------------------------------------------------
+
+    def lower_pointwise(self, v: SSAValue) -> None:
+        """One loop nest computing v (its inlined producers fused in) into its buffer."""
+        out = self.buffer_for(v)
+
+        def body(idx: list[SSAValue]) -> None:
+            self.e.emit(memref.StoreOp.get(self.value_at_root(v, idx), out, idx))
+
+        self.e.parallel(shape_of(v), body)
+
+    def value_at_root(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue:
+        """Like value_at, but evaluates v's own op even though v has a buffer."""
+        op = v.owner
+        saved = self.buffers.pop(v)
+        self.inlined.add(op)  # type: ignore[arg-type]
+        try:
+            return self.value_at(v, idx)
+        finally:
+            self.inlined.discard(op)  # type: ignore[arg-type]
+            self.buffers[v] = saved
+
+    def lower_reduce(self, op: opc.ReduceOp) -> None:
+        e, v = self.e, op.result
+        out = self.buffer_for(v)
+        in_shape, axes, keepdim = shape_of(op.x), op.axes_list(), opc.flag(op.keepdim)
+        elem = element_of(v)
+        acc_t = compute_type(elem)
+        is_sum = isinstance(op, opc.ReduceSumOp)
+
+        def combine(acc: SSAValue, x: SSAValue) -> SSAValue:
+            x = e.to_compute(x)
+            if opc.is_float(acc_t):
+                return e.value((arith.AddfOp if is_sum else arith.MaximumfOp)(acc, x))
+            if is_sum:
+                return e.value(arith.AddiOp(acc, x))
+            return e.value((arith.MaxUIOp if is_unsigned(acc_t) else arith.MaxSIOp)(acc, x))
+
+        def identity() -> SSAValue:
+            if is_sum:
+                return e.const(0.0 if opc.is_float(acc_t) else 0, acc_t)
+            if opc.is_float(acc_t):
+                return e.const(-pymath.inf, acc_t)
+            width = acc_t.width.data  # type: ignore[attr-defined]
+            return e.const(0 if is_unsigned(acc_t) else -(1 << (width - 1)), acc_t)
+
+        def body(out_idx: list[SSAValue]) -> None:
+            kept = iter(out_idx)
+            base: list[SSAValue | None] = []
+            for d in range(len(in_shape)):
+                if d in axes:
+                    base.append(None)
+                    if keepdim:
+                        next(kept)
+                else:
+                    base.append(next(kept))
+
+            def loops(remaining: list[int], idx: list, acc: SSAValue) -> SSAValue:
+                if not remaining:
+                    return combine(acc, self.value_at(op.x, idx))
+                axis, rest = remaining[0], remaining[1:]
+
+                def step(iv: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+                    sub = list(idx)
+                    sub[axis] = iv
+                    return [loops(rest, sub, accs[0])]
+
+                return e.for_loop(in_shape[axis], [acc], step)[0]
+
+            total = loops(list(axes), base, identity())
+            e.emit(memref.StoreOp.get(e.to_storage(total, elem), out, out_idx))
+
+        e.parallel(shape_of(v), body)
+
+    def gemm(self, a, b, bias, out, reserve, *, batch, m, n, k, trans_a, trans_b, act, a_stride=0, b_stride=0):
+        self.e.emit(GemmOp(
+            a, b, bias, out, reserve, batch=batch, m=m, n=n, k=k, a_batch_stride=a_stride,
+            b_batch_stride=b_stride, trans_a=trans_a, trans_b=trans_b, activation=act,
+        ))  # fmt: skip
+
+    def lower_matmul(self, op: opc.MatmulOp) -> None:
+        xs, ys = shape_of(op.x), shape_of(op.y)
+        tx, ty = opc.flag(op.trans_x), opc.flag(op.trans_y)
+        *batch, m, n = shape_of(op.result)
+        k = xs[-2] if tx else xs[-1]
+        nb = batch[0] if batch else 1
+        self.gemm(
+            self.operand_buffer(op.x), self.operand_buffer(op.y), None, self.buffer_for(op.result), None,
+            batch=nb, m=m, n=n, k=k, trans_a=tx, trans_b=ty, act="none",
+            a_stride=numel(xs[-2:]) if batch else 0, b_stride=numel(ys[-2:]) if batch else 0,
+        )  # fmt: skip
+
+    def lower_fused_gemm(self, op: opc.FusedGemmEpilogueOp) -> None:
+        m, n = shape_of(op.out)
+        tx = opc.flag(op.trans_x)
+        k = shape_of(op.x)[0 if tx else 1]
+        res = op.reserve_space
+        reserve = self.buffer_for(res) if res is not None and (res.uses or res in self.returned) else None
+        self.gemm(
+            self.operand_buffer(op.x), self.operand_buffer(op.y), self.operand_buffer(op.bias),
+            self.buffer_for(op.out), reserve, batch=1, m=m, n=n, k=k, trans_a=tx, trans_b=opc.flag(op.trans_y),
+            act=op.activation.data,
+        )  # fmt: skip
+
+    def lower_fused_gemm_grad(self, op: opc.FusedGemmEpilogueGradOp) -> None:
+        """The dedicated kernel: dZ in one pass, dbias from dZ, then two GEMMs."""
+        e = self.e
+        m, n = shape_of(op.dout)
+        tx, ty = opc.flag(op.trans_x), opc.flag(op.trans_y)
+        k = shape_of(op.x)[0 if tx else 1]
+        elem = element_of(op.dout)
+        act = op.activation_grad.data
+        dout = self.operand_buffer(op.dout)
+        if act == "none":
+            dz = dout
+        else:
+            dz = e.value(memref.AllocOp([], [], MemRefType(elem, [m, n])))
+            dz.name_hint = "dz"
+            self.allocs.append(dz)
+            z = self.operand_buffer(op.reserve_space)  # type: ignore[arg-type]
+            def dz_body(idx: list[SSAValue]) -> None:
+                zv = e.to_compute(e.value(memref.LoadOp.get(z, idx)))
+                gv = e.to_compute(e.value(memref.LoadOp.get(dout, idx)))
+                grad = relu_grad_scalar(e, zv, gv) if act == "relu_grad" else gelu_grad_scalar(e, zv, gv, True)
+                e.emit(memref.StoreOp.get(e.to_storage(grad, elem), dz, idx))
+
+            e.parallel((m, n), dz_body)
+        if op.dbias.uses or op.dbias in self.returned:
+            db = self.buffer_for(op.dbias)
+            acc_t = compute_type(elem)
+
+            def db_body(idx: list[SSAValue]) -> None:
+                def step(i: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+                    x = e.to_compute(e.value(memref.LoadOp.get(dz, [i, idx[0]])))
+                    return [e.value(arith.AddfOp(accs[0], x))]
+
+                total = e.for_loop(m, [e.const(0.0, acc_t)], step)[0]
+                e.emit(memref.StoreOp.get(e.to_storage(total, elem), db, idx))
+
+            e.parallel((n,), db_body)
+        x, y = self.operand_buffer(op.x), self.operand_buffer(op.y)
+        # SPEC.md's table, each product as one GEMM with transpose flags.
+        dx_plan = {(False, False): (dz, False, y, True), (True, False): (y, False, dz, True),
+                   (False, True): (dz, False, y, False), (True, True): (y, True, dz, True)}[(tx, ty)]
+        dy_plan = {(False, False): (x, True, dz, False), (True, False): (x, False, dz, False),
+                   (False, True): (dz, True, x, False), (True, True): (dz, True, x, True)}[(tx, ty)]  # fmt: skip
+        for result, (a, ta, b, tb) in ((op.dx, dx_plan), (op.dy, dy_plan)):
+            if not (result.uses or result in self.returned):
+                continue
+            rm, rn = shape_of(result)
+            ashape = a.type.get_shape()  # type: ignore[attr-defined]
+            contracted = ashape[0] if ta else ashape[1]  # op_a(a) is [rm, K]
+            self.gemm(a, b, None, self.buffer_for(result), None, batch=1, m=rm, n=rn, k=contracted,
+                      trans_a=ta, trans_b=tb, act="none")
+
+    def lower_reshape(self, op: opc.ReshapeOp) -> None:
+        """A reshape of a contiguous buffer is a view: no copy, no loop."""
+        src = self.operand_buffer(op.x)
+        shape = shape_of(op.result)
+        strides = [numel(shape[i + 1:]) for i in range(len(shape))]
+        view = self.e.value(memref.ReinterpretCastOp(src, [], [], [], [0], list(shape), strides, memref_of(op.result.type)))  # type: ignore[arg-type]
+        view.name_hint = op.result.name_hint
+        if op.result in self.returned:
+            self.buffers[op.result] = view
+            self.copy_into_output(op.result)
+        else:
+            self.buffers[op.result] = view
+
+    def copy_into_output(self, v: SSAValue) -> None:
+        src = self.buffers[v]
+        for i, r in enumerate(self.returned):
+            if r is v and self.outputs[i] is not src:
+                dst = self.outputs[i]
+                self.e.parallel(shape_of(v), lambda idx, dst=dst: self.e.emit(
+                    memref.StoreOp.get(self.e.value(memref.LoadOp.get(src, idx)), dst, idx)))
+
+    # -- driver ---------------------------------------------------------------------
+
+    def run(self) -> func.FuncOp:
+        for op in self.fn.body.block.ops:
+            if isinstance(op, func.ReturnOp):
+                break
+            if op in self.inlined:
+                continue
+            if isinstance(op, arith.ConstantOp):
+                raise OpcError(f"error: arith.constant tensors are not supported yet in @{self.fn.sym_name.data}")
+            self.lower_op(op)
+        # Results that are arguments or returned twice are copied into their outputs.
+        for v in dict.fromkeys(self.returned):
+            if self.returned.count(v) > 1 or v in self.fn.args:
+                self.copy_into_output(v)
+        for buf in self.allocs:
+            self.e.emit(memref.DeallocOp.get(buf))
+        self.e.emit(func.ReturnOp())
+        new = func.FuncOp(self.fn.sym_name.data, ([a.type for a in self.entry.args], []), Region(self.entry))
+        new.attributes["opc.num_inputs"] = IntegerAttr(len(self.fn.args), 64)
+        return new
+
+    def lower_op(self, op: Operation) -> None:
+        if isinstance(op, INLINABLE):
+            self.lower_pointwise(op.results[0])
+        elif isinstance(op, opc.ReduceOp):
+            self.lower_reduce(op)
+        elif isinstance(op, opc.MatmulOp):
+            self.lower_matmul(op)
+        elif isinstance(op, opc.FusedGemmEpilogueOp):
+            self.lower_fused_gemm(op)
+        elif isinstance(op, opc.FusedGemmEpilogueGradOp):
+            self.lower_fused_gemm_grad(op)
+        elif isinstance(op, opc.ReshapeOp):
+            self.lower_reshape(op)
+        else:
+            raise OpcError(f"error: no lowering to loops for '{op.name}'")
+
+
+class LowerToLoopsPass(ModulePass):
+    """Every tensor func.func becomes a buffer function of loop nests."""
+
+    name = "opc-lower-to-loops"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in list(op.ops):
+            if isinstance(fn, func.FuncOp) and not fn.is_declaration:
+                new = FunctionLowering(fn).run()
+                op.body.block.insert_op_before(new, fn)
+                fn.detach()
+                fn.erase(safe_erase=False)

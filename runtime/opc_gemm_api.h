@@ -1,0 +1,21 @@
+/* Prototypes of the GEMM entry points that generated modules call.
+ *
+ * The GEMM (opc_gemm.h) is compiled once into an object per toolchain and
+ * linked into every module (opc_gemm_lib.c): compiling it with each model
+ * would cost about a second of -O3 per build. Arguments: see opc_gemm.h. */
+#ifndef OPC_GEMM_API_H
+#define OPC_GEMM_API_H
+#include <stdint.h>
+
+#define OPC_GEMM_PROTO(SUFFIX, T)                                                        \
+    void opc_rt_gemm_##SUFFIX(int64_t batch, int64_t M, int64_t N, int64_t K,            \
+                              const T *A, int64_t a_batch_stride, int trans_a,           \
+                              const T *B, int64_t b_batch_stride, int trans_b,           \
+                              const T *bias, int act, T *out, T *reserve)
+
+OPC_GEMM_PROTO(f32, float);
+OPC_GEMM_PROTO(f64, double);
+OPC_GEMM_PROTO(f16, uint16_t);
+OPC_GEMM_PROTO(bf16, uint16_t);
+
+#endif
