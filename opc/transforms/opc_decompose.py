@@ -68,7 +68,7 @@ class RulePattern(RewritePattern):
         for old, new in zip(op.results, results):
             if old.name_hint and not new.name_hint and isinstance(new, SSAValue) and new.owner in e.ops:
                 new.name_hint = old.name_hint
-        rewriter.replace_op(op, e.ops, results)
+        rewriter.replace(op, e.ops, results)
 
 
 # ---------------------------------------------------------------------------
