@@ -201,7 +201,7 @@ def case_func(name: str, dt: str) -> str:
     body = body(dt) if callable(body) else body.format(**subs)
     names = ["%a", "%b"][: len(shapes)]
     args = ", ".join(f"{n}: {ttype(s, dt)}" for n, s in zip(names, shapes))
-    return f"func.func @{name}_{dt}({args}) -> {ttype(rshape, dt)} {{\n  {body}\n  func.return %r : {ttype(rshape, dt)}\n}}\n"
+    return f"func.func @op_{name}_{dt}({args}) -> {ttype(rshape, dt)} {{\n  {body}\n  func.return %r : {ttype(rshape, dt)}\n}}\n"
 
 
 @pytest.fixture(scope="module")
@@ -218,8 +218,8 @@ def sample(name: str, dt: str) -> tuple[list[np.ndarray], np.ndarray]:
 @pytest.mark.parametrize("name", list(CASES))
 def test_op_grad_finite_differences_f64(ops_module, name: str) -> None:
     args, dout = sample(name, "f64")
-    got = as_tuple(getattr(ops_module, f"{name}_f64_grad")(*args, dout))
-    want = finite_diff(getattr(ops_module, f"{name}_f64"), args, [dout], list(range(len(args))))
+    got = as_tuple(getattr(ops_module, f"op_{name}_f64_grad")(*args, dout))
+    want = finite_diff(getattr(ops_module, f"op_{name}_f64"), args, [dout], list(range(len(args))))
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         assert np.asarray(g).dtype == np.float64
@@ -230,7 +230,7 @@ def test_op_grad_finite_differences_f64(ops_module, name: str) -> None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_op_grad_closed_form(ops_module, name: str, dt: str) -> None:
     args, dout = sample(name, dt)
-    got = as_tuple(getattr(ops_module, f"{name}_{dt}_grad")(*args, dout))
+    got = as_tuple(getattr(ops_module, f"op_{name}_{dt}_grad")(*args, dout))
     want = CASES[name][4](*[a.astype(np.float64) for a in args], dout.astype(np.float64))
     for i, (g, w) in enumerate(zip(got, want)):
         assert np.asarray(g).dtype == DTYPES[dt]
