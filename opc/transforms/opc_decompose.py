@@ -22,6 +22,7 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
+from xdsl.rewriter import InsertPoint
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -65,10 +66,15 @@ class RulePattern(RewritePattern):
         source = self.origin.get(op, op.name)
         for new in e.ops:
             self.origin[new] = source
+        # Like rewriter.replace, but only the values that take over the op's
+        # results inherit its names: the intermediates stay numbered.
+        rewriter.insert(e.ops, InsertPoint.before(op))
+        rewriter.handle_operation_replacement(op, results)
         for old, new in zip(op.results, results):
-            if old.name_hint and not new.name_hint and isinstance(new, SSAValue) and new.owner in e.ops:
+            rewriter.replace_all_uses_with(old, new)
+            if old.name_hint and not new.name_hint:
                 new.name_hint = old.name_hint
-        rewriter.replace(op, e.ops, results)
+        rewriter.erase(op)
 
 
 # ---------------------------------------------------------------------------
