@@ -22,6 +22,10 @@
  * store routine which accumulates over K blocks and, after the last K block,
  * applies bias, reserve store, activation and the final rounding in the same
  * pass. The rows/columns beyond M/N are never read or written.
+ * Packing buffers are 64-byte aligned, cached per calling thread (grow only);
+ * if an allocation fails the call falls back to an unpacked reference loop.
+ * f16 packing/stores use F16C when compiled with it (results identical to the
+ * scalar opc_runtime.h conversions except for NaN payloads).
  *
  * C only (not for CUDA). Compiles with or without -march=native / -fopenmp.
  */
@@ -38,8 +42,10 @@
 #include <omp.h>
 #endif
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX__) || defined(__F16C__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
 #define OPC_GEMM_AVX2 1
 #endif
 
@@ -58,14 +64,26 @@ enum { OPC_DT_F32 = 0, OPC_DT_F16 = 1, OPC_DT_BF16 = 2, OPC_DT_F64 = 3 };
 /* Blocking. f32: 6x16 micro-tile (12 ymm accumulators), f64: 6x8. */
 #define OPC_S_MR 6
 #define OPC_S_NR 16
+#ifndef OPC_S_KC
 #define OPC_S_KC 256
+#endif
+#ifndef OPC_S_MC
 #define OPC_S_MC 144
+#endif
+#ifndef OPC_S_NC
 #define OPC_S_NC 3072
+#endif
 #define OPC_D_MR 6
 #define OPC_D_NR 8
+#ifndef OPC_D_KC
 #define OPC_D_KC 256
+#endif
+#ifndef OPC_D_MC
 #define OPC_D_MC 96
+#endif
+#ifndef OPC_D_NC
 #define OPC_D_NC 2048
+#endif
 
 /* Work (M*N*K) below which OpenMP is not worth starting. */
 #define OPC_GEMM_PAR_MIN (64.0 * 64.0 * 64.0)
@@ -87,6 +105,41 @@ static OPC_UNUSED void opc__afree(void *p) {
     if (!p) return;
     memcpy(&raw, (unsigned char *)p - sizeof(void *), sizeof(void *));
     free(raw);
+}
+
+/* Packing buffers are cached per thread (grow only, 64-byte aligned) so that
+   repeated calls do not pay for malloc/mmap and page faults every time. The
+   OpenMP worker threads persist, so each keeps its own A buffer. Without
+   thread-local storage the buffers are allocated per call. */
+#if defined(__GNUC__)
+#define OPC_GEMM_TLS __thread
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
+#define OPC_GEMM_TLS _Thread_local
+#endif
+enum { OPC__BUF_B = 0, OPC__BUF_A = 1, OPC__NBUF = 2 };
+#ifdef OPC_GEMM_TLS
+static OPC_GEMM_TLS void *opc__tls_buf[OPC__NBUF];
+static OPC_GEMM_TLS size_t opc__tls_size[OPC__NBUF];
+#endif
+static OPC_UNUSED void *opc__buf_get(int slot, size_t bytes) {
+#ifdef OPC_GEMM_TLS
+    if (opc__tls_buf[slot] && opc__tls_size[slot] >= bytes) return opc__tls_buf[slot];
+    opc__afree(opc__tls_buf[slot]);
+    opc__tls_size[slot] = 0;
+    opc__tls_buf[slot] = opc__amalloc(bytes);
+    if (opc__tls_buf[slot]) opc__tls_size[slot] = bytes;
+    return opc__tls_buf[slot];
+#else
+    (void)slot;
+    return opc__amalloc(bytes);
+#endif
+}
+static OPC_UNUSED void opc__buf_put(void *p) {
+#ifdef OPC_GEMM_TLS
+    (void)p;
+#else
+    opc__afree(p);
+#endif
 }
 
 static inline int64_t opc__min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -222,6 +275,19 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
 #endif
             } else { for (int j = 0; j < nr; j++) g[j] = opc_gelu_erf_f32(z[j]); }
             if (dt == OPC_DT_F16) {
+#if defined(__F16C__) && defined(__AVX__)
+                /* hardware RNE conversion: identical to opc_f32_to_f16 except
+                   for NaN payloads (quiet NaN here) */
+                if (nr == OPC_S_NR) {
+                    if (r) {
+                        _mm_storeu_si128((__m128i *)r, _mm256_cvtps_ph(_mm256_loadu_ps(z), 0));
+                        _mm_storeu_si128((__m128i *)(r + 8), _mm256_cvtps_ph(_mm256_loadu_ps(z + 8), 0));
+                    }
+                    _mm_storeu_si128((__m128i *)o, _mm256_cvtps_ph(_mm256_loadu_ps(g), 0));
+                    _mm_storeu_si128((__m128i *)(o + 8), _mm256_cvtps_ph(_mm256_loadu_ps(g + 8), 0));
+                    continue;
+                }
+#endif
                 if (r) for (int j = 0; j < nr; j++) r[j] = opc_f32_to_f16(z[j]);
                 for (int j = 0; j < nr; j++) o[j] = opc_f32_to_f16(g[j]);
             } else {
@@ -261,8 +327,18 @@ static OPC_UNUSED void opc__store_d(const double *OPC_RESTRICT ct, int mr, int n
 /* Micro-kernels: ct[MR][NR] = sum_k Ap[k][0..MR) (x) Bp[k][0..NR).          */
 /* ------------------------------------------------------------------------ */
 #ifdef OPC_GEMM_AVX2
-static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
-                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c) {
+/* noinline: a kernel of its own keeps all 16 ymm registers for the tile
+   (inlined into the driver, gcc spills accumulators and re-loads B). */
+__attribute__((noinline)) static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
+                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c,
+                       const char *pf, int64_t pfld, int pfrows) {
+    /* Prefetch the destination tile (rows of 64 bytes, maybe 2 lines each):
+       it is read/written right after the kernel, and is cold otherwise. */
+    for (int r = 0; r < pfrows; r++) {
+        uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
+        _mm_prefetch((const char *)row, _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 63u), _MM_HINT_T0);
+    }
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -271,6 +347,7 @@ static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
     __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
 #define OPC__SK(A, B) do { \
         __m256 b0 = _mm256_load_ps((B)), b1 = _mm256_load_ps((B) + 8), av; \
+        __asm__("" : "+x"(b0), "+x"(b1)); /* keep B in registers: no re-loads */ \
         av = _mm256_broadcast_ss((A) + 0); c00 = _mm256_fmadd_ps(av, b0, c00); c01 = _mm256_fmadd_ps(av, b1, c01); \
         av = _mm256_broadcast_ss((A) + 1); c10 = _mm256_fmadd_ps(av, b0, c10); c11 = _mm256_fmadd_ps(av, b1, c11); \
         av = _mm256_broadcast_ss((A) + 2); c20 = _mm256_fmadd_ps(av, b0, c20); c21 = _mm256_fmadd_ps(av, b1, c21); \
@@ -296,8 +373,14 @@ static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
     _mm256_store_ps(c + 80, c50); _mm256_store_ps(c + 88, c51);
 }
 
-static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
-                       const double *OPC_RESTRICT b, double *OPC_RESTRICT c) {
+__attribute__((noinline)) static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
+                       const double *OPC_RESTRICT b, double *OPC_RESTRICT c,
+                       const char *pf, int64_t pfld, int pfrows) {
+    for (int r = 0; r < pfrows; r++) {
+        uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
+        _mm_prefetch((const char *)row, _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 63u), _MM_HINT_T0);
+    }
     __m256d c00 = _mm256_setzero_pd(), c01 = _mm256_setzero_pd();
     __m256d c10 = _mm256_setzero_pd(), c11 = _mm256_setzero_pd();
     __m256d c20 = _mm256_setzero_pd(), c21 = _mm256_setzero_pd();
@@ -306,6 +389,7 @@ static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
     __m256d c50 = _mm256_setzero_pd(), c51 = _mm256_setzero_pd();
 #define OPC__DK(A, B) do { \
         __m256d b0 = _mm256_load_pd((B)), b1 = _mm256_load_pd((B) + 4), av; \
+        __asm__("" : "+x"(b0), "+x"(b1)); \
         av = _mm256_broadcast_sd((A) + 0); c00 = _mm256_fmadd_pd(av, b0, c00); c01 = _mm256_fmadd_pd(av, b1, c01); \
         av = _mm256_broadcast_sd((A) + 1); c10 = _mm256_fmadd_pd(av, b0, c10); c11 = _mm256_fmadd_pd(av, b1, c11); \
         av = _mm256_broadcast_sd((A) + 2); c20 = _mm256_fmadd_pd(av, b0, c20); c21 = _mm256_fmadd_pd(av, b1, c21); \
@@ -333,8 +417,10 @@ static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
 #else
 /* Portable micro-kernels: fixed-size loops the compiler can vectorise. */
 static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
-                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c) {
+                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c,
+                       const char *pf, int64_t pfld, int pfrows) {
     float acc[OPC_S_MR][OPC_S_NR];
+    (void)pf; (void)pfld; (void)pfrows;
     for (int i = 0; i < OPC_S_MR; i++) for (int j = 0; j < OPC_S_NR; j++) acc[i][j] = 0.0f;
     for (int64_t k = 0; k < kc; k++) {
         for (int i = 0; i < OPC_S_MR; i++) {
@@ -346,8 +432,10 @@ static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
     for (int i = 0; i < OPC_S_MR; i++) for (int j = 0; j < OPC_S_NR; j++) c[i * OPC_S_NR + j] = acc[i][j];
 }
 static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
-                       const double *OPC_RESTRICT b, double *OPC_RESTRICT c) {
+                       const double *OPC_RESTRICT b, double *OPC_RESTRICT c,
+                       const char *pf, int64_t pfld, int pfrows) {
     double acc[OPC_D_MR][OPC_D_NR];
+    (void)pf; (void)pfld; (void)pfrows;
     for (int i = 0; i < OPC_D_MR; i++) for (int j = 0; j < OPC_D_NR; j++) acc[i][j] = 0.0;
     for (int64_t k = 0; k < kc; k++) {
         for (int i = 0; i < OPC_D_MR; i++) {
@@ -367,36 +455,47 @@ static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
 /* B block: depth [p0, p0+kc), cols [j0, j0+nc) -> panels of NR columns,     */
 /*   each kc x NR, columns beyond nc zero-filled. Panels [pj0, pj1) only.    */
 /* ------------------------------------------------------------------------ */
+/* Contiguous row of n elements (storage dt) -> n floats. f16 uses F16C when
+   available (exact for all non-NaN values), bf16 is a shift. */
+OPC_ALWAYS_INLINE const float *opc__row_s(const void *src, int64_t off, int64_t n, int dt,
+                                          float *OPC_RESTRICT tmp) {
+    if (dt == OPC_DT_F32) return (const float *)src + off;
+    {
+        const uint16_t *s = (const uint16_t *)src + off;
+        int64_t k = 0;
+        if (dt == OPC_DT_F16) {
+#if defined(__F16C__) && defined(__AVX__)
+            for (; k + 8 <= n; k += 8)
+                _mm256_storeu_ps(tmp + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + k))));
+#endif
+            for (; k < n; k++) tmp[k] = opc_f16_to_f32(s[k]);
+        } else {
+            for (; k < n; k++) tmp[k] = opc_bf16_to_f32(s[k]);
+        }
+    }
+    return tmp;
+}
+
 static OPC_UNUSED void opc__packA_s(const void *A, int dt, int trans, int64_t M, int64_t K,
                          int64_t i0, int64_t mc, int64_t p0, int64_t kc, float *OPC_RESTRICT dst) {
     const int MR = OPC_S_MR;
+    float tmp[OPC_S_KC > OPC_S_MR ? OPC_S_KC : OPC_S_MR];
     for (int64_t ip = 0; ip < mc; ip += MR) {
         int64_t mr = opc__min64(MR, mc - ip);
         float *d = dst + ip * kc;
-        if (!trans) {              /* A(i,k) = A[i*K + k] */
-            if (dt == OPC_DT_F32 && mr == MR) {
-                const float *s0 = (const float *)A + (i0 + ip) * K + p0;
-                for (int64_t k = 0; k < kc; k++)
-                    for (int i = 0; i < MR; i++) d[k * MR + i] = s0[i * K + k];
-            } else {
-                for (int64_t i = 0; i < MR; i++) {
-                    if (i < mr) {
-                        int64_t base = (i0 + ip + i) * K + p0;
-                        for (int64_t k = 0; k < kc; k++) d[k * MR + i] = opc__ld_s(A, base + k, dt);
-                    } else {
-                        for (int64_t k = 0; k < kc; k++) d[k * MR + i] = 0.0f;
-                    }
+        if (!trans) {              /* A(i,k) = A[i*K + k]: rows along k */
+            for (int64_t i = 0; i < MR; i++) {
+                if (i < mr) {
+                    const float *s = opc__row_s(A, (i0 + ip + i) * K + p0, kc, dt, tmp);
+                    for (int64_t k = 0; k < kc; k++) d[k * MR + i] = s[k];
+                } else {
+                    for (int64_t k = 0; k < kc; k++) d[k * MR + i] = 0.0f;
                 }
             }
-        } else {                   /* A(i,k) = A[k*M + i] */
+        } else {                   /* A(i,k) = A[k*M + i]: rows along i */
             for (int64_t k = 0; k < kc; k++) {
-                int64_t base = (p0 + k) * M + i0 + ip;
-                if (dt == OPC_DT_F32) {
-                    const float *s = (const float *)A + base;
-                    for (int64_t i = 0; i < mr; i++) d[k * MR + i] = s[i];
-                } else {
-                    for (int64_t i = 0; i < mr; i++) d[k * MR + i] = opc__ld_s(A, base + i, dt);
-                }
+                const float *s = opc__row_s(A, (p0 + k) * M + i0 + ip, mr, dt, tmp);
+                for (int64_t i = 0; i < mr; i++) d[k * MR + i] = s[i];
                 for (int64_t i = mr; i < MR; i++) d[k * MR + i] = 0.0f;
             }
         }
@@ -407,31 +506,22 @@ static OPC_UNUSED void opc__packB_s(const void *B, int dt, int trans, int64_t N,
                          int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                          int64_t pj, float *OPC_RESTRICT dst) {
     const int NR = OPC_S_NR;
+    float tmp[OPC_S_KC > OPC_S_NR ? OPC_S_KC : OPC_S_NR];
     int64_t jp = pj * NR;
     int64_t nr = opc__min64(NR, nc - jp);
     float *d = dst + jp * kc;
-    if (!trans) {                  /* B(k,j) = B[k*N + j] */
+    if (!trans) {                  /* B(k,j) = B[k*N + j]: rows along j */
         for (int64_t k = 0; k < kc; k++) {
-            int64_t base = (p0 + k) * N + j0 + jp;
-            if (dt == OPC_DT_F32) {
-                const float *s = (const float *)B + base;
-                if (nr == NR) { for (int j = 0; j < NR; j++) d[k * NR + j] = s[j]; continue; }
-                for (int64_t j = 0; j < nr; j++) d[k * NR + j] = s[j];
-            } else {
-                for (int64_t j = 0; j < nr; j++) d[k * NR + j] = opc__ld_s(B, base + j, dt);
-            }
+            const float *s = opc__row_s(B, (p0 + k) * N + j0 + jp, nr, dt, tmp);
+            if (nr == NR) { for (int j = 0; j < NR; j++) d[k * NR + j] = s[j]; continue; }
+            for (int64_t j = 0; j < nr; j++) d[k * NR + j] = s[j];
             for (int64_t j = nr; j < NR; j++) d[k * NR + j] = 0.0f;
         }
-    } else {                       /* B(k,j) = B[j*K + k] */
+    } else {                       /* B(k,j) = B[j*K + k]: rows along k */
         for (int64_t j = 0; j < NR; j++) {
             if (j < nr) {
-                int64_t base = (j0 + jp + j) * K + p0;
-                if (dt == OPC_DT_F32) {
-                    const float *s = (const float *)B + base;
-                    for (int64_t k = 0; k < kc; k++) d[k * NR + j] = s[k];
-                } else {
-                    for (int64_t k = 0; k < kc; k++) d[k * NR + j] = opc__ld_s(B, base + k, dt);
-                }
+                const float *s = opc__row_s(B, (j0 + jp + j) * K + p0, kc, dt, tmp);
+                for (int64_t k = 0; k < kc; k++) d[k * NR + j] = s[k];
             } else {
                 for (int64_t k = 0; k < kc; k++) d[k * NR + j] = 0.0f;
             }
@@ -574,12 +664,13 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
     if (nt > 1 && nbm < nt) nbn = nt;
     const int need_acc = nkb > 1 && dt != OPC_DT_F32;
 
-    float *bp = (float *)opc__amalloc((size_t)kcb * (size_t)NC * sizeof(float));
-    float *ap = (float *)opc__amalloc((size_t)nt * (size_t)kcb * (size_t)mcb * sizeof(float));
+    const size_t aslice = ((size_t)kcb * (size_t)mcb + 15u) & ~(size_t)15u;
+    float *bp = (float *)opc__buf_get(OPC__BUF_B, (size_t)kcb * (size_t)NC * sizeof(float));
+    float *ap = (float *)opc__buf_get(OPC__BUF_A, (size_t)nt * aslice * sizeof(float));
     float *bf = bias ? (float *)opc__amalloc((size_t)N * sizeof(float)) : NULL;
     float *sc = need_acc ? (float *)opc__amalloc((size_t)M * (size_t)NC * sizeof(float)) : NULL;
     if (!bp || !ap || (bias && !bf) || (need_acc && !sc)) {
-        opc__afree(bp); opc__afree(ap); opc__afree(bf); opc__afree(sc);
+        opc__buf_put(bp); opc__buf_put(ap); opc__afree(bf); opc__afree(sc);
         opc__gemm_naive_s(dt, batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res);
         return;
     }
@@ -593,7 +684,7 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        float *apt = ap + (size_t)tid * (size_t)kcb * (size_t)mcb;
+        float *apt = ap + (size_t)tid * aslice;
         float ct[OPC_S_MR * OPC_S_NR] __attribute__((aligned(64)));
         for (int64_t b = 0; b < batch; b++) {
             const char *Ab = (const char *)A + (size_t)(b * sa) * es;
@@ -628,12 +719,17 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
                             for (int64_t ir = 0; ir < mc; ir += MR) {
                                 const int mr = (int)opc__min64(MR, mc - ir);
                                 const int64_t i = ic + ir;
-                                opc__ukr_s(kc, apt + ir * kc, bp + pj * NR * kc, ct);
                                 float *acc;
                                 int64_t ldacc;
                                 if (dt == OPC_DT_F32) { acc = (float *)Ob + i * N + j; ldacc = N; }
                                 else if (sc) { acc = sc + i * NC + (j - jc); ldacc = NC; }
                                 else { acc = NULL; ldacc = 0; }
+                                if (acc && !(last && first))
+                                    opc__ukr_s(kc, apt + ir * kc, bp + pj * NR * kc, ct,
+                                               (const char *)acc, ldacc * 4, mr);
+                                else
+                                    opc__ukr_s(kc, apt + ir * kc, bp + pj * NR * kc, ct,
+                                               Ob + (size_t)(i * N + j) * es, N * (int64_t)es, mr);
                                 opc__store_s(ct, mr, nr, acc, ldacc, first, last,
                                              bf ? bf + j : NULL, act, dt,
                                              Ob + (size_t)(i * N + j) * es,
@@ -646,7 +742,7 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
             }
         }
     }
-    opc__afree(bp); opc__afree(ap); opc__afree(bf); opc__afree(sc);
+    opc__buf_put(bp); opc__buf_put(ap); opc__afree(bf); opc__afree(sc);
 }
 
 static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t K,
@@ -673,10 +769,11 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
     int64_t nbn = 1;
     if (nt > 1 && nbm < nt) nbn = nt;
 
-    double *bp = (double *)opc__amalloc((size_t)kcb * (size_t)NC * sizeof(double));
-    double *ap = (double *)opc__amalloc((size_t)nt * (size_t)kcb * (size_t)mcb * sizeof(double));
+    const size_t aslice = ((size_t)kcb * (size_t)mcb + 7u) & ~(size_t)7u;
+    double *bp = (double *)opc__buf_get(OPC__BUF_B, (size_t)kcb * (size_t)NC * sizeof(double));
+    double *ap = (double *)opc__buf_get(OPC__BUF_A, (size_t)nt * aslice * sizeof(double));
     if (!bp || !ap) {
-        opc__afree(bp); opc__afree(ap);
+        opc__buf_put(bp); opc__buf_put(ap);
         opc__gemm_naive_d(batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res);
         return;
     }
@@ -688,7 +785,7 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        double *apt = ap + (size_t)tid * (size_t)kcb * (size_t)mcb;
+        double *apt = ap + (size_t)tid * aslice;
         double ct[OPC_D_MR * OPC_D_NR] __attribute__((aligned(64)));
         for (int64_t b = 0; b < batch; b++) {
             const double *Ab = A + b * sa, *Bb = B + b * sb;
@@ -720,7 +817,8 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
                             for (int64_t ir = 0; ir < mc; ir += MR) {
                                 const int mr = (int)opc__min64(MR, mc - ir);
                                 const int64_t i = ic + ir;
-                                opc__ukr_d(kc, apt + ir * kc, bp + pj * NR * kc, ct);
+                                opc__ukr_d(kc, apt + ir * kc, bp + pj * NR * kc, ct,
+                                           (const char *)(Ob + i * N + j), N * 8, mr);
                                 opc__store_d(ct, mr, nr, Ob + i * N + j, N, first, last,
                                              bias ? bias + j : NULL, act,
                                              Ob + i * N + j, Rb ? Rb + i * N + j : NULL, N);
@@ -731,7 +829,7 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
             }
         }
     }
-    opc__afree(bp); opc__afree(ap);
+    opc__buf_put(bp); opc__buf_put(ap);
 }
 
 /* ------------------------------------------------------------------------ */
