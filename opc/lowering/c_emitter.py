@@ -67,10 +67,9 @@ def dtype_suffix(t: Attribute) -> str:
     return {Float32Type: "f32", Float64Type: "f64", Float16Type: "f16", BFloat16Type: "bf16"}[type(t)]
 
 
-def sat_helper(t: Attribute) -> str:
+def unsigned_c_type(t: Attribute) -> str:
     assert isinstance(t, IntegerType)
-    unsigned = t.signedness.data == Signedness.UNSIGNED
-    return f"opc_sat_{'u' if unsigned else 'i'}{t.width.data}"
+    return "uint8_t" if t.width.data == 1 else f"uint{t.width.data}_t"
 
 
 def c_float_literal(value: float, t: Attribute) -> str:
@@ -131,8 +130,14 @@ def pick(cmp: str):
     return lambda e, o: f"(({e.name(o.lhs)} != {e.name(o.lhs)} || {e.name(o.lhs)} {cmp} {e.name(o.rhs)}) ? {e.name(o.lhs)} : {e.name(o.rhs)})"
 
 
-def int_pick(cmp: str):
-    return lambda e, o: f"(({e.name(o.lhs)} {cmp} {e.name(o.rhs)}) ? {e.name(o.lhs)} : {e.name(o.rhs)})"
+def int_pick(cmp: str, unsigned: bool = False):
+    """Integer max/min; the unsigned forms compare the signless bits as unsigned."""
+    def render(e: CEmitter, o: Operation) -> str:
+        a, b = e.name(o.lhs), e.name(o.rhs)
+        ua, ub = (f"({unsigned_c_type(o.lhs.type)}){a}", f"({unsigned_c_type(o.rhs.type)}){b}") if unsigned else (a, b)
+        return f"(({ua} {cmp} {ub}) ? {a} : {b})"
+
+    return render
 
 
 CMP_C = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=", "une": "!=",
@@ -142,7 +147,10 @@ CMP_C = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "
 
 def compare(e: CEmitter, o: Operation) -> str:
     pred_name = comparison_name(o, o.predicate.value.data)  # type: ignore[attr-defined]
-    return f"({e.name(o.lhs)} {CMP_C[pred_name]} {e.name(o.rhs)})"
+    a, b = e.name(o.lhs), e.name(o.rhs)
+    if pred_name[0] == "u" and isinstance(o, arith.CmpiOp):  # ult, ugt, ...: signless bits read unsigned
+        a, b = f"({unsigned_c_type(o.lhs.type)}){a}", f"({unsigned_c_type(o.rhs.type)}){b}"
+    return f"({a} {CMP_C[pred_name]} {b})"
 
 
 def comparison_name(o: Operation, pred: int) -> str:
@@ -171,11 +179,19 @@ def trunc_f(e: CEmitter, o: Operation) -> str:
 
 
 def to_int_saturating(e: CEmitter, o: Operation) -> str:
-    return f"{sat_helper(o.result.type)}((double){e.name(o.input)})"  # type: ignore[attr-defined]
+    t = o.result.type  # type: ignore[attr-defined]
+    kind = "u" if isinstance(o, arith.FPToUIOp) else "i"
+    return f"({c_type(t)})opc_sat_{kind}{t.width.data}((double){e.name(o.input)})"  # type: ignore[attr-defined]
 
 
 def c_cast(e: CEmitter, o: Operation) -> str:
     return f"({c_type(o.results[0].type)}){e.name(o.operands[0])}"
+
+
+def c_cast_unsigned(e: CEmitter, o: Operation) -> str:
+    """extui / uitofp: read the signless source bits as unsigned first."""
+    src = o.operands[0]
+    return f"({c_type(o.results[0].type)})({unsigned_c_type(src.type)}){e.name(src)}"
 
 
 def abs_int(e: CEmitter, o: Operation) -> str:
@@ -195,13 +211,14 @@ EXPRESSIONS = {
     arith.NegfOp: lambda e, o: f"(-{e.name(o.operand)})",
     arith.MaximumfOp: pick(">"), arith.MinimumfOp: pick("<"),
     arith.AddiOp: wrap_int("+"), arith.SubiOp: wrap_int("-"), arith.MuliOp: wrap_int("*"),
-    arith.MaxSIOp: int_pick(">"), arith.MaxUIOp: int_pick(">"), arith.MinSIOp: int_pick("<"), arith.MinUIOp: int_pick("<"),
+    arith.MaxSIOp: int_pick(">"), arith.MaxUIOp: int_pick(">", True),
+    arith.MinSIOp: int_pick("<"), arith.MinUIOp: int_pick("<", True),
     arith.CmpfOp: compare, arith.CmpiOp: compare,
     arith.SelectOp: lambda e, o: f"({e.name(o.cond)} ? {e.name(o.lhs)} : {e.name(o.rhs)})",
     arith.ExtFOp: ext_f, arith.TruncFOp: trunc_f,
     arith.FPToSIOp: to_int_saturating, arith.FPToUIOp: to_int_saturating,
-    arith.SIToFPOp: c_cast, arith.UIToFPOp: c_cast,
-    arith.ExtSIOp: c_cast, arith.ExtUIOp: c_cast, arith.TruncIOp: c_cast, arith.BitcastOp: c_cast,
+    arith.SIToFPOp: c_cast, arith.UIToFPOp: c_cast_unsigned,
+    arith.ExtSIOp: c_cast, arith.ExtUIOp: c_cast_unsigned, arith.TruncIOp: c_cast, arith.BitcastOp: c_cast,
     math.ExpOp: libm("exp"), math.LogOp: libm("log"), math.TanhOp: libm("tanh"), math.ErfOp: libm("erf"),
     math.SqrtOp: libm("sqrt"), math.AbsFOp: libm("fabs"), math.PowFOp: libm("pow", 2),
     math.RsqrtOp: rsqrt, math.AbsIOp: abs_int,

@@ -67,7 +67,15 @@ def compute_type(t: Attribute) -> Attribute:
 
 
 def is_unsigned(t: Attribute) -> bool:
+    """Of a tensor element type: ui8 and i1 (scalars are signless, as arith wants)."""
     return isinstance(t, IntegerType) and (t.signedness.data == Signedness.UNSIGNED or t.width.data == 1)
+
+
+def scalar_type(t: Attribute) -> Attribute:
+    """The signless type a tensor element type travels in as a scalar (ui8 -> i8)."""
+    if isinstance(t, IntegerType) and t.signedness.data != Signedness.SIGNLESS:
+        return IntegerType(t.width.data)
+    return t
 
 
 def shape_of(v: SSAValue) -> tuple[int, ...]:
@@ -127,6 +135,7 @@ class Emitter:
             self.block = saved
 
     def const(self, value: float | int, t: Attribute) -> SSAValue:
+        t = scalar_type(t)
         key = (id(self.block), value if not (isinstance(value, float) and pymath.isnan(value)) else "nan", t)
         if key not in self.consts:
             if isinstance(t, IndexType):
@@ -166,22 +175,35 @@ class Emitter:
             self.emit(scf.YieldOp(*body(inner.args[0], list(inner.args[1:]))))
         return list(self.emit(scf.ForOp(lb, ub, step, inits, Region(inner))).results)
 
+    # -- memory ------------------------------------------------------------------
+
+    def load(self, buf: SSAValue, idx: Sequence[SSAValue]) -> SSAValue:
+        v = self.value(memref.LoadOp.get(buf, idx))
+        return self.value(arith.BitcastOp(v, scalar_type(v.type))) if scalar_type(v.type) != v.type else v
+
+    def store(self, v: SSAValue, buf: SSAValue, idx: Sequence[SSAValue]) -> None:
+        elem = buf.type.element_type  # type: ignore[attr-defined]
+        if v.type != elem:
+            v = self.value(arith.BitcastOp(v, elem))
+        self.emit(memref.StoreOp.get(v, buf, idx))
+
     # -- scalar conversions ----------------------------------------------------
 
     def to_compute(self, v: SSAValue) -> SSAValue:
         return self.value(arith.ExtFOp(v, f32)) if is_half(v.type) else v
 
     def to_storage(self, v: SSAValue, t: Attribute) -> SSAValue:
+        t = scalar_type(t)
         if v.type == t:
             return v
         if is_half(t):
             return self.value(arith.TruncFOp(v, t))
         raise AssertionError(f"no storage conversion {v.type} -> {t}")
 
-    def convert(self, v: SSAValue, dst: Attribute) -> SSAValue:
-        """Scalar cast with SPEC.md's semantics; `v` in storage type, result in storage type `dst`."""
-        src = v.type
-        if src == dst:
+    def convert(self, v: SSAValue, src: Attribute, dst_elem: Attribute) -> SSAValue:
+        """Scalar cast with SPEC.md's semantics from element type src to dst_elem (scalars signless)."""
+        dst = scalar_type(dst_elem)
+        if src == dst_elem:
             return v
         sf, df = opc.is_float(src), opc.is_float(dst)
         if sf and df:
@@ -195,7 +217,7 @@ class Emitter:
             if opc.is_bool(dst):
                 return self.value(arith.CmpfOp(x, self.const(0.0, x.type), "une"))  # NaN -> true, as NumPy
             # The C emitter gives fptosi/fptoui saturating semantics (NaN -> 0).
-            return self.value((arith.FPToUIOp if is_unsigned(dst) else arith.FPToSIOp)(x, dst))
+            return self.value((arith.FPToUIOp if is_unsigned(dst_elem) else arith.FPToSIOp)(x, dst))
         if df:
             wide = f64 if is_half(dst) else dst  # int -> f64 -> half: one rounding for any |x| < 2^53
             x = self.value((arith.UIToFPOp if is_unsigned(src) else arith.SIToFPOp)(v, wide))
@@ -208,7 +230,7 @@ class Emitter:
             return self.value((arith.ExtUIOp if is_unsigned(src) else arith.ExtSIOp)(v, dst))
         if sw > dw:
             return self.value(arith.TruncIOp(v, dst))
-        return self.value(arith.BitcastOp(v, dst))  # i8 <-> ui8: wraps like NumPy astype
+        return v  # i8 <-> ui8: the same signless bits, as NumPy's astype
 
 
 # ---------------------------------------------------------------------------
@@ -293,7 +315,7 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
     """The scalar value of elementwise `op` from its operands' scalars (storage types)."""
     out_t = element_of(op.results[0])
     if isinstance(op, opc.CastOp):
-        return e.convert(args[0], op.dtype)
+        return e.convert(args[0], element_of(op.x), op.dtype)
     if isinstance(op, opc.SelectOp):
         return e.value(arith.SelectOp(args[0], args[1], args[2]))
     xs = [e.to_compute(a) for a in args]
@@ -304,7 +326,7 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
         fp, sp, up = COMPARE[kind]
         if opc.is_float(in_t):
             return e.value(arith.CmpfOp(xs[0], xs[1], fp))
-        return e.value(arith.CmpiOp(xs[0], xs[1], up if is_unsigned(in_t) else sp))
+        return e.value(arith.CmpiOp(xs[0], xs[1], up if is_unsigned(element_of(op.operands[0])) else sp))
     if opc.is_float(in_t):
         if kind in FLOAT_BINARY:
             r = e.value(FLOAT_BINARY[kind](xs[0], xs[1]))
@@ -321,7 +343,7 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
         else:
             raise OpcError(f"error: no scalar lowering for {op.name} on {in_t}")
         return e.to_storage(r, out_t)
-    unsigned = is_unsigned(in_t)
+    unsigned = is_unsigned(element_of(op.operands[0]))
     if kind in INT_BINARY:
         return e.value(INT_BINARY[kind][unsigned](xs[0], xs[1]))
     if kind is opc.NegOp:
@@ -331,6 +353,19 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
     if kind is opc.ReluOp:
         return xs[0] if unsigned else e.value(arith.MaxSIOp(xs[0], e.const(0, in_t)))
     raise OpcError(f"error: no scalar lowering for {op.name} on {in_t}")
+
+
+def full_value(value: float, t: Attribute) -> float | int:
+    """opc.full's f64 value in the result type, with cast's semantics (truncate, saturate, NaN -> 0)."""
+    if opc.is_float(t):
+        return value
+    if opc.is_bool(t):
+        return int(value != 0)
+    if pymath.isnan(value):
+        return 0
+    width = t.width.data  # type: ignore[attr-defined]
+    lo, hi = (0, (1 << width) - 1) if is_unsigned(t) else (-(1 << (width - 1)), (1 << (width - 1)) - 1)
+    return hi if value >= hi else lo if value <= lo else int(value)
 
 
 def broadcast_index(e: Emitter, idx: Sequence[SSAValue], out_shape: Sequence[int], in_shape: Sequence[int]):
@@ -411,12 +446,12 @@ class FunctionLowering:
         """Scalar of tensor value v at index idx (storage type)."""
         e = self.e
         if v in self.buffers:
-            return e.value(memref.LoadOp.get(self.buffers[v], idx))
+            return e.load(self.buffers[v], idx)
         op = v.owner
         assert isinstance(op, Operation) and op in self.inlined, f"{v} is neither buffered nor inlined"
         shape = shape_of(v)
         if isinstance(op, opc.FullOp):
-            return e.const(op.value.value.data, element_of(v))
+            return e.const(full_value(op.value.value.data, element_of(v)), element_of(v))
         if isinstance(op, opc.BroadcastToOp):
             return self.value_at(op.x, broadcast_index(e, idx, shape, shape_of(op.x)))
         if isinstance(op, opc.TransposeOp):
@@ -425,7 +460,7 @@ class FunctionLowering:
                 src[p] = idx[i]
             return self.value_at(op.x, src)  # type: ignore[arg-type]
         if isinstance(op, opc.CastGradOp):  # x lends only its dtype: never loaded
-            return e.convert(self.value_at(op.dout, idx), element_of(v))
+            return e.convert(self.value_at(op.dout, idx), element_of(op.dout), element_of(v))
         args = [self.value_at(a, broadcast_index(e, idx, shape, shape_of(a))) for a in op.operands]
         return scalar_op(e, op, args)
 
@@ -436,7 +471,7 @@ class FunctionLowering:
         out = self.buffer_for(v)
 
         def body(idx: list[SSAValue]) -> None:
-            self.e.emit(memref.StoreOp.get(self.value_at_root(v, idx), out, idx))
+            self.e.store(self.value_at_root(v, idx), out, idx)
 
         self.e.parallel(shape_of(v), body)
 
@@ -456,7 +491,7 @@ class FunctionLowering:
         out = self.buffer_for(v)
         in_shape, axes, keepdim = shape_of(op.x), op.axes_list(), opc.flag(op.keepdim)
         elem = element_of(v)
-        acc_t = compute_type(elem)
+        acc_t = compute_type(scalar_type(elem))
         is_sum = isinstance(op, opc.ReduceSumOp)
 
         def combine(acc: SSAValue, x: SSAValue) -> SSAValue:
@@ -465,7 +500,7 @@ class FunctionLowering:
                 return e.value((arith.AddfOp if is_sum else arith.MaximumfOp)(acc, x))
             if is_sum:
                 return e.value(arith.AddiOp(acc, x))
-            return e.value((arith.MaxUIOp if is_unsigned(acc_t) else arith.MaxSIOp)(acc, x))
+            return e.value((arith.MaxUIOp if is_unsigned(elem) else arith.MaxSIOp)(acc, x))
 
         def identity() -> SSAValue:
             if is_sum:
@@ -473,7 +508,7 @@ class FunctionLowering:
             if opc.is_float(acc_t):
                 return e.const(-pymath.inf, acc_t)
             width = acc_t.width.data  # type: ignore[attr-defined]
-            return e.const(0 if is_unsigned(acc_t) else -(1 << (width - 1)), acc_t)
+            return e.const(0 if is_unsigned(elem) else -(1 << (width - 1)), acc_t)
 
         def body(out_idx: list[SSAValue]) -> None:
             kept = iter(out_idx)
@@ -499,7 +534,7 @@ class FunctionLowering:
                 return e.for_loop(in_shape[axis], [acc], step)[0]
 
             total = loops(list(axes), base, identity())
-            e.emit(memref.StoreOp.get(e.to_storage(total, elem), out, out_idx))
+            e.store(e.to_storage(total, elem), out, out_idx)
 
         e.parallel(shape_of(v), body)
 
@@ -550,10 +585,9 @@ class FunctionLowering:
             self.allocs.append(dz)
             z = self.operand_buffer(op.reserve_space)  # type: ignore[arg-type]
             def dz_body(idx: list[SSAValue]) -> None:
-                zv = e.to_compute(e.value(memref.LoadOp.get(z, idx)))
-                gv = e.to_compute(e.value(memref.LoadOp.get(dout, idx)))
+                zv, gv = e.to_compute(e.load(z, idx)), e.to_compute(e.load(dout, idx))
                 grad = relu_grad_scalar(e, zv, gv) if act == "relu_grad" else gelu_grad_scalar(e, zv, gv, True)
-                e.emit(memref.StoreOp.get(e.to_storage(grad, elem), dz, idx))
+                e.store(e.to_storage(grad, elem), dz, idx)
 
             e.parallel((m, n), dz_body)
         if op.dbias.uses or op.dbias in self.returned:
@@ -562,11 +596,11 @@ class FunctionLowering:
 
             def db_body(idx: list[SSAValue]) -> None:
                 def step(i: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-                    x = e.to_compute(e.value(memref.LoadOp.get(dz, [i, idx[0]])))
+                    x = e.to_compute(e.load(dz, [i, idx[0]]))
                     return [e.value(arith.AddfOp(accs[0], x))]
 
                 total = e.for_loop(m, [e.const(0.0, acc_t)], step)[0]
-                e.emit(memref.StoreOp.get(e.to_storage(total, elem), db, idx))
+                e.store(e.to_storage(total, elem), db, idx)
 
             e.parallel((n,), db_body)
         x, y = self.operand_buffer(op.x), self.operand_buffer(op.y)
@@ -603,7 +637,7 @@ class FunctionLowering:
             if r is v and self.outputs[i] is not src:
                 dst = self.outputs[i]
                 self.e.parallel(shape_of(v), lambda idx, dst=dst: self.e.emit(
-                    memref.StoreOp.get(self.e.value(memref.LoadOp.get(src, idx)), dst, idx)))
+                    memref.StoreOp.get(self.e.value(memref.LoadOp.get(src, idx)), dst, idx)))  # same type: no bitcast
 
     # -- driver ---------------------------------------------------------------------
 

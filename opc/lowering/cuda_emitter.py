@@ -1,0 +1,459 @@
+"""CUDA emitter: loop-level IR to one CUDA C++ translation unit.
+
+It is the C emitter (c_emitter.py) with what differs on a GPU overridden; the
+scalar expression table, loads, stores, constants and scf.for are shared.
+
+- Each top-level `scf.parallel` nest becomes its own `__global__` kernel: its
+  parameters are the buffers it captures, its body a grid-stride loop over the
+  flattened iteration space, decomposed back into the induction variables.
+  Ops a rank-0 result leaves at the top level of a function run as a
+  one-thread kernel.
+- A nest whose body is one reduction (an `scf.for` with an accumulator whose
+  combine is associative and whose init is its identity: reduce_sum,
+  reduce_max, dbias) becomes a warp-per-output kernel: the lanes stride the
+  outermost reduction loop and the partial results meet by __shfl_down_sync.
+- `opc_loops.gemm` launches the shared-memory tiled GEMM of
+  runtime/opc_cuda_gemm.cuh with its epilogue (bias, activation, reserve).
+- memref.alloc / dealloc are cudaMalloc / cudaFree; every CUDA call is checked
+  with OPC_CHECK, which records the error and jumps to the cleanup label. All
+  host locals are declared before the first check, as C++ forbids a goto past
+  an initialisation.
+
+Entry points per function NAME (all extern "C"):
+  int opc_NAME(device pointers: inputs, then outputs)  -> 0 or a cudaError_t
+  int opc_NAME_host(host pointers: inputs, then outputs) copies in, calls
+      opc_NAME, copies out
+plus `const char *opc_cuda_error_string(int)` and `int opc_cuda_device_count(int *)`.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+import re
+from dataclasses import dataclass, field
+
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.builtin import (
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    Signedness,
+)
+from xdsl.ir import Operation, SSAValue
+
+from opc.dialects.opc_loops import GemmOp
+from opc.lowering.c_emitter import EXPRESSIONS, CEmitter, FunctionSignature, c_type, dtype_suffix
+
+BLOCK = 256  # threads per block of the generated kernels
+MAX_BLOCKS = 8192  # grid-stride loops cover the rest
+WARP = 32
+
+# Ops that stay on the host; any other top-level op runs in a device kernel.
+HOST_OPS = (memref.AllocOp, memref.DeallocOp, memref.ReinterpretCastOp, GemmOp, scf.ParallelOp, func.ReturnOp,
+            arith.ConstantOp)  # fmt: skip
+
+# Combines a warp reduction may reassociate, with a test for their identity.
+COMBINES = {
+    arith.AddfOp: lambda v: v == 0.0, arith.AddiOp: lambda v: v == 0,
+    arith.MulfOp: lambda v: v == 1.0, arith.MuliOp: lambda v: v == 1,
+    arith.MaximumfOp: lambda v: v == -pymath.inf, arith.MinimumfOp: lambda v: v == pymath.inf,
+}  # fmt: skip
+INT_EXTREMA = (arith.MaxSIOp, arith.MaxUIOp, arith.MinSIOp, arith.MinUIOp)
+
+CONST_DECL = re.compile(r"^\s*const [\w ]+?\**\s*(\w+) = .*;$")
+
+
+def shfl_type(t) -> str:
+    """The __shfl_down_sync overload that carries a value of type t exactly."""
+    if isinstance(t, IntegerType):
+        unsigned = t.signedness.data == Signedness.UNSIGNED or t.width.data == 1
+        if t.width.data == 64:
+            return "unsigned long long" if unsigned else "long long"
+        return "unsigned int" if unsigned else "int"
+    return c_type(t)
+
+
+def int_identity(op: Operation, t) -> int | None:
+    if not isinstance(t, IntegerType):
+        return None
+    w, unsigned = t.width.data, isinstance(op, (arith.MaxUIOp, arith.MinUIOp))
+    lo, hi = (0, (1 << w) - 1) if unsigned else (-(1 << (w - 1)), (1 << (w - 1)) - 1)
+    return lo if isinstance(op, (arith.MaxSIOp, arith.MaxUIOp)) else hi
+
+
+def prune_unused(lines: list[str]) -> list[str]:
+    """Drop `const T x = ...;` lines whose x is never read (nvcc warns #177 on them).
+
+    Every such line the emitter writes is a pure expression, so dropping it is safe."""
+    while True:
+        text = "\n".join(lines)
+        dead = set()
+        for i, ln in enumerate(lines):
+            m = CONST_DECL.match(ln)
+            if m and len(re.findall(rf"\b{m.group(1)}\b", text)) == 1:
+                dead.add(i)
+        if not dead:
+            return lines
+        lines = [ln for i, ln in enumerate(lines) if i not in dead]
+
+
+@dataclass
+class Reduction:
+    """A kernel body of the form  prefix; acc = scf.for(init) {...combine...}; suffix."""
+
+    loop: scf.ForOp
+    combine: Operation
+    prefix: list[Operation]
+    suffix: list[Operation]
+
+
+@dataclass
+class CudaEmitter(CEmitter):
+    """Emits one CUDA C++ translation unit for a lowered module."""
+
+    kernels: list[str] = field(default_factory=list)
+    kernel_count: int = 0
+    fn_name: str = ""
+    warp_loop: scf.ForOp | None = None
+    in_host: bool = True  # False while a kernel body is being written
+
+    header = (
+        "#include <stdint.h>\n#include <math.h>\n#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n"
+        '#include <cuda_bf16.h>\n#include "opc_runtime.h"\n#include "opc_cuda_gemm.cuh"\n\n'
+        "/* Records a failed CUDA call's error and leaves through the cleanup label. */\n"
+        "#define OPC_CHECK(call) do { cudaError_t opc_err_ = (call); "
+        "if (opc_err_ != cudaSuccess) { status = (int)opc_err_; goto cleanup; } } while (0)\n\n"
+        "static inline cudaError_t opc_cuda_free(void **p) { cudaError_t e = cudaFree(*p); *p = NULL; return e; }\n\n"
+        'extern "C" const char *opc_cuda_error_string(int code) { return cudaGetErrorString((cudaError_t)code); }\n'
+        'extern "C" int opc_cuda_device_count(int *count) { *count = 0; return (int)cudaGetDeviceCount(count); }\n'
+    )
+
+    # -- functions -------------------------------------------------------------
+
+    def params(self, fn: func.FuncOp, prefix: str = "") -> list[str]:
+        n_in = fn.attributes["opc.num_inputs"].value.data  # type: ignore[attr-defined]
+        out = []
+        for i, arg in enumerate(fn.args):
+            t = arg.type
+            assert isinstance(t, MemRefType)
+            if i < n_in:
+                self.const_ptrs.add(arg)
+            out.append(f"{'const ' if i < n_in else ''}{c_type(t.element_type)} *{prefix}{self.name(arg)}")
+        return out
+
+    def prototype(self, fn: func.FuncOp) -> str:
+        return f'extern "C" int {self.prefix}{fn.sym_name.data}({", ".join(self.params(fn)) or "void"})'
+
+    def emit_function(self, fn: func.FuncOp) -> FunctionSignature:
+        self.names, self.constants, self.const_ptrs, self.kernels = {}, {}, set(), []
+        self.fn_name, self.kernel_count = fn.sym_name.data, 0
+        n_in = fn.attributes["opc.num_inputs"].value.data  # type: ignore[attr-defined]
+        for i, arg in enumerate(fn.args):
+            if not arg.name_hint:
+                arg.name_hint = f"in{i}" if i < n_in else f"out{i - n_in}"
+        self.indent = 0
+        self.line(self.prototype(fn) + " {")
+        self.indent = 1
+        self.line("int status = 0;")
+        allocs = [op.memref for op in fn.walk() if isinstance(op, memref.AllocOp)]  # type: ignore[attr-defined]
+        views = [op for op in fn.walk() if isinstance(op, memref.ReinterpretCastOp)]
+        for a in allocs:
+            self.line(f"{c_type(a.type.element_type)} *{self.name(a)} = NULL;")  # type: ignore[attr-defined]
+        for v in views:
+            const = "const " if self.is_const_view(v) else ""
+            self.line(f"{const}{c_type(v.result.type.element_type)} *{self.name(v.result)} = NULL;")  # type: ignore[attr-defined]
+        self.emit_top_level(fn)
+        self.line("OPC_CHECK(cudaDeviceSynchronize());")  # surfaces errors of the kernels themselves
+        self.indent = 0
+        self.lines.append("cleanup:")
+        self.indent = 1
+        for a in allocs:
+            self.line(f"(void)cudaFree({self.name(a)});")
+        self.line("return status;")
+        self.indent = 0
+        self.line("}")
+        host = self.lines
+        self.lines = []
+        self.emit_host_wrapper(fn, n_in)
+        self.lines = [*self.kernels, *host, "", *self.lines]
+        return self.signature(fn, n_in)
+
+    def is_const_view(self, op: memref.ReinterpretCastOp) -> bool:
+        src = op.source
+        while isinstance(src.owner, memref.ReinterpretCastOp):
+            src = src.owner.source
+        return src in self.const_ptrs
+
+    def emit_top_level(self, fn: func.FuncOp) -> None:
+        """Host ops in order; runs of other ops (rank-0 results) become one-thread kernels."""
+        segment: list[Operation] = []
+        for op in fn.body.block.ops:
+            if isinstance(op, HOST_OPS):
+                if segment:
+                    self.emit_kernel([], segment)
+                    segment = []
+                self.emit_op(op)
+            else:
+                segment.append(op)
+        if segment:
+            self.emit_kernel([], segment)
+
+    def emit_host_wrapper(self, fn: func.FuncOp, n_in: int) -> None:
+        """opc_NAME_host: device buffers for every argument, copies in, the call, copies out."""
+        self.indent = 0
+        self.line(f'extern "C" int {self.prefix}{fn.sym_name.data}_host({", ".join(self.params(fn)) or "void"}) {{')
+        self.indent = 1
+        self.line("int status = 0;")
+        args = list(fn.args)
+        sizes = {}
+        for a in args:
+            t = a.type
+            ct = c_type(t.element_type)  # type: ignore[attr-defined]
+            sizes[a] = f"sizeof({ct}) * {max(1, pymath.prod(t.get_shape()))}"  # type: ignore[attr-defined]
+            self.line(f"{ct} *d_{self.name(a)} = NULL;")
+        for a in args:
+            self.line(f"OPC_CHECK(cudaMalloc((void **)&d_{self.name(a)}, {sizes[a]}));")
+        for a in args[:n_in]:
+            self.line(f"OPC_CHECK(cudaMemcpy(d_{self.name(a)}, {self.name(a)}, {sizes[a]}, cudaMemcpyHostToDevice));")
+        call_args = ", ".join(f"d_{self.name(a)}" for a in args)
+        self.line(f"status = {self.prefix}{fn.sym_name.data}({call_args});")
+        self.line("if (status != 0) goto cleanup;")
+        for a in args[n_in:]:
+            self.line(f"OPC_CHECK(cudaMemcpy({self.name(a)}, d_{self.name(a)}, {sizes[a]}, cudaMemcpyDeviceToHost));")
+        self.indent = 0
+        self.lines.append("cleanup:")
+        self.indent = 1
+        for a in args:
+            self.line(f"(void)cudaFree(d_{self.name(a)});")
+        self.line("return status;")
+        self.indent = 0
+        self.line("}")
+
+    # -- host ops ----------------------------------------------------------------
+
+    def emit_ConstantOp(self, op: arith.ConstantOp) -> None:
+        if self.in_host:
+            # top-level constants: bounds are read at emission time, kernels re-declare what they use
+            if isinstance(op.result.type, IndexType):
+                self.constants[op.result] = op.value.value.data  # type: ignore[attr-defined]
+            return
+        super().emit_ConstantOp(op)
+
+    def emit_AllocOp(self, op: memref.AllocOp) -> None:
+        t = op.memref.type
+        n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
+        ct = c_type(t.element_type)  # type: ignore[attr-defined]
+        self.line(f"OPC_CHECK(cudaMalloc((void **)&{self.name(op.memref)}, sizeof({ct}) * {n}));")
+
+    def emit_DeallocOp(self, op: memref.DeallocOp) -> None:
+        self.line(f"OPC_CHECK(opc_cuda_free((void **)&{self.name(op.memref)}));")
+
+    def emit_ReinterpretCastOp(self, op: memref.ReinterpretCastOp) -> None:
+        if self.is_const_view(op):
+            self.const_ptrs.add(op.result)
+        self.line(f"{self.name(op.result)} = {self.name(op.source)};")
+
+    def emit_GemmOp(self, op: GemmOp) -> None:
+        suffix = dtype_suffix(op.out.type.element_type)  # type: ignore[attr-defined]
+        self.line(f"OPC_CHECK(opc_cuda_gemm_{suffix}({self.gemm_args(op)}));")
+
+    def emit_ParallelOp(self, op: scf.ParallelOp) -> None:
+        if not self.in_host:
+            raise NotImplementedError("CUDA emitter: nested scf.parallel")
+        trips = []
+        for lb, ub, step in zip(op.lowerBound, op.upperBound, op.step):
+            lo, hi, st = self.const_index(lb), self.const_index(ub), self.const_index(step)
+            trips.append((lo, max(0, -(-(hi - lo) // st)), st))
+        self.emit_kernel(list(zip(op.body.block.args, trips)), list(op.body.block.ops))
+
+    # -- kernels -------------------------------------------------------------------
+
+    def captures(self, body: list[Operation]) -> list[SSAValue]:
+        inside: set[SSAValue] = set()
+        for top in body:
+            for op in top.walk():
+                inside.update(op.results)
+                for region in op.regions:
+                    for block in region.blocks:
+                        inside.update(block.args)
+        seen: dict[SSAValue, None] = {}
+        for top in body:
+            for op in top.walk():
+                for v in op.operands:
+                    if v not in inside:
+                        seen[v] = None
+        return list(seen)
+
+    def emit_kernel(self, ivs: list[tuple[SSAValue, tuple[int, int, int]]], body: list[Operation]) -> None:
+        total = pymath.prod(n for _, (_, n, _) in ivs)
+        if total == 0:
+            return
+        name = f"opc_k_{self.fn_name}_{self.kernel_count}"
+        self.kernel_count += 1
+        consts, params, args = [], [], []
+        for v in self.captures(body):
+            if isinstance(v.owner, arith.ConstantOp):
+                consts.append(v.owner)
+            elif isinstance(v.type, MemRefType):
+                const = "const " if v in self.const_ptrs else ""
+                params.append(f"{const}{c_type(v.type.element_type)} *{self.name(v)}")
+                args.append(self.name(v))
+            else:
+                raise NotImplementedError(f"CUDA emitter: a kernel captures a host scalar {v}")
+        reduction = self.match_reduction(body)
+        host_lines, host_indent = self.lines, self.indent
+        self.lines, self.indent, self.in_host = [], 0, False
+        try:
+            self.line(f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}({", ".join(params) or "void"}) {{')
+            self.indent = 1
+            for c in consts:
+                self.emit_op(c)
+            if reduction is None:
+                self.grid_stride(ivs, total, body)
+                threads = min(BLOCK, total)
+                blocks = min(MAX_BLOCKS, -(-total // BLOCK))
+            else:
+                self.warp_per_output(ivs, total, reduction)
+                threads = min(BLOCK, total * WARP)
+                blocks = min(MAX_BLOCKS, -(-total * WARP // BLOCK))
+            self.indent = 0
+            self.line("}")
+            self.kernels.extend([*prune_unused(self.lines), ""])
+        finally:
+            self.lines, self.indent, self.in_host = host_lines, host_indent, True
+        self.line(f"{name}<<<{blocks}, {threads}>>>({', '.join(args)});")
+        self.line("OPC_CHECK(cudaGetLastError());")
+
+    def decompose(self, ivs: list[tuple[SSAValue, tuple[int, int, int]]], flat: str) -> None:
+        """Induction variables from the flat index, the last one fastest (row-major)."""
+        inner = 1
+        for iv, (lo, n, st) in reversed(ivs):
+            q = flat if inner == 1 else f"({flat} / {inner})"
+            r = q if inner * n == pymath.prod(m for _, (_, m, _) in ivs) else f"{q} % {n}"
+            expr = r if (lo, st) == (0, 1) else f"{lo} + ({r}) * {st}"
+            self.line(f"const int64_t {self.name(iv)} = {expr};")
+            inner *= n
+
+    def grid_stride(self, ivs, total: int, body: list[Operation]) -> None:
+        if total == 1 and not ivs:
+            self.line("if (blockIdx.x != 0 || threadIdx.x != 0) return;")
+            self.emit_ops(body)
+            return
+        self.line(f"for (int64_t opc_i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; opc_i < {total}; "
+                  "opc_i += (int64_t)blockDim.x * gridDim.x) {")
+        self.indent += 1
+        self.decompose(ivs, "opc_i")
+        self.emit_ops(body)
+        self.indent -= 1
+        self.line("}")
+
+    def emit_ops(self, ops: list[Operation]) -> None:
+        for op in ops:
+            self.emit_op(op)
+
+    # -- warp reductions ---------------------------------------------------------------
+
+    def match_reduction(self, body: list[Operation]) -> Reduction | None:
+        ops = [op for op in body if not isinstance(op, scf.ReduceOp)]
+        loops = [i for i, op in enumerate(ops) if isinstance(op, scf.ForOp)]
+        if len(loops) != 1:
+            return None
+        loop = ops[loops[0]]
+        assert isinstance(loop, scf.ForOp)
+        if len(loop.iter_args) != 1 or not isinstance(loop.iter_args[0].owner, arith.ConstantOp):
+            return None
+        combine = self.find_combine(loop)
+        if combine is None:
+            return None
+        init = loop.iter_args[0].owner.value  # type: ignore[attr-defined]
+        if not isinstance(init, (IntegerAttr, FloatAttr)):
+            return None
+        value = init.value.data
+        kind = type(combine)
+        if kind in COMBINES:
+            ok = COMBINES[kind](value)
+        else:
+            ok = value == int_identity(combine, combine.results[0].type)
+        return Reduction(loop, combine, ops[: loops[0]], ops[loops[0] + 1:]) if ok else None
+
+    @staticmethod
+    def find_combine(loop: scf.ForOp) -> Operation | None:
+        """The op that folds each element into the accumulator, through nested loops."""
+        acc = loop.body.block.args[1]
+        yielded = loop.body.block.last_op.operands[0]  # type: ignore[union-attr]
+        op = yielded.owner
+        if isinstance(op, scf.ForOp):  # a multi-axis reduction: the inner loop carries the same accumulator
+            if len(op.iter_args) != 1 or op.iter_args[0] is not acc:
+                return None
+            return CudaEmitter.find_combine(op)
+        if not isinstance(op, (*COMBINES, *INT_EXTREMA)) or acc not in op.operands:
+            return None
+        return op
+
+    def warp_per_output(self, ivs, total: int, red: Reduction) -> None:
+        self.line(f"const int opc_lane = threadIdx.x % {WARP};")
+        self.line(f"for (int64_t opc_w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / {WARP}; opc_w < {total}; "
+                  f"opc_w += ((int64_t)blockDim.x * gridDim.x) / {WARP}) {{")
+        self.indent += 1
+        self.decompose(ivs, "opc_w")
+        self.emit_ops(red.prefix)
+        self.warp_loop = red.loop
+        self.emit_op(red.loop)
+        self.warp_loop = None
+        acc = self.name(red.loop.results[0])
+        t = red.loop.results[0].type
+        st = shfl_type(t)
+        self.line(f"for (int opc_off = {WARP // 2}; opc_off > 0; opc_off /= 2) {{")
+        self.indent += 1
+        self.line(f"const {c_type(t)} opc_other = ({c_type(t)})__shfl_down_sync(0xffffffffu, ({st}){acc}, opc_off);")
+        self.line(f"{acc} = {self.combine_expr(red.combine, acc, 'opc_other')};")
+        self.indent -= 1
+        self.line("}")
+        self.line("if (opc_lane == 0) {")
+        self.indent += 1
+        self.emit_ops(red.suffix)
+        self.indent -= 1
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
+
+    def combine_expr(self, op: Operation, a: str, b: str) -> str:
+        """The combine's own table entry, applied to two partial results."""
+        lhs, rhs = op.operands[0], op.operands[1]
+        saved = {v: self.names.get(v) for v in (lhs, rhs)}
+        self.names[lhs], self.names[rhs] = a, b
+        try:
+            return EXPRESSIONS[type(op)](self, op)
+        finally:
+            for v, old in saved.items():
+                if old is None:
+                    del self.names[v]
+                else:
+                    self.names[v] = old
+
+    def emit_ForOp(self, op: scf.ForOp) -> None:
+        if op is not self.warp_loop:
+            super().emit_ForOp(op)
+            return
+        # The lanes of a warp take every 32nd iteration of the reduction's outer loop.
+        iv, carried = op.body.block.args
+        res = op.results[0]
+        acc = self.name(res)
+        self.line(f"{c_type(res.type)} {acc} = {self.name(op.iter_args[0])};")
+        self.names[carried] = acc
+        i, lb, ub, st = self.name(iv), self.name(op.lb), self.name(op.ub), self.name(op.step)
+        self.line(f"for (int64_t {i} = {lb} + opc_lane * {st}; {i} < {ub}; {i} += {WARP} * {st}) {{")
+        self.indent += 1
+        self.yield_targets.append([acc])
+        self.emit_block(op.body.block)
+        self.yield_targets.pop()
+        self.indent -= 1
+        self.line("}")
+
+
+def emit_cuda(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:
+    """CUDA C++ source of a lowered module and the signatures of its functions."""
+    return CudaEmitter().emit_module(module)
