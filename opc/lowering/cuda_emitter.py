@@ -271,8 +271,10 @@ class CudaEmitter(CEmitter):
 
     # -- kernels -------------------------------------------------------------------
 
-    def captures(self, body: list[Operation]) -> list[SSAValue]:
-        inside: set[SSAValue] = set()
+    @staticmethod
+    def captures(body: list[Operation], ivs: list[SSAValue]) -> list[SSAValue]:
+        """Values the body reads but does not define, in order of first use."""
+        inside: set[SSAValue] = set(ivs)
         for top in body:
             for op in top.walk():
                 inside.update(op.results)
@@ -294,7 +296,7 @@ class CudaEmitter(CEmitter):
         name = f"opc_k_{self.fn_name}_{self.kernel_count}"
         self.kernel_count += 1
         consts, params, args = [], [], []
-        for v in self.captures(body):
+        for v in self.captures(body, [iv for iv, _ in ivs]):
             if isinstance(v.owner, arith.ConstantOp):
                 consts.append(v.owner)
             elif isinstance(v.type, MemRefType):
