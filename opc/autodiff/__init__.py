@@ -144,6 +144,8 @@ def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int]) -> f
             g = e.full(0.0, a)
             for op in e.ops:
                 block.add_op(op)
+        if g.name_hint is None and a.name_hint and not isinstance(g, BlockArgument):
+            g.name_hint = f"d{a.name_hint}"
         results.append(g)
     block.add_op(func.ReturnOp(*results))
     gf = func.FuncOp(name, (list(block.arg_types), [r.type for r in results]), Region(block))
