@@ -393,6 +393,8 @@ class FunctionLowering:
         for old, new in zip(fn.args, self.entry.args):
             new.name_hint = old.name_hint
         self.outputs = list(self.entry.args[len(fn.args):])
+        for i, out in enumerate(self.outputs):
+            out.name_hint = f"out{i}"
         self.allocs: list[SSAValue] = []
         self.inlined = self.plan_inlining()
 
