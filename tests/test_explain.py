@@ -1,0 +1,82 @@
+"""`opc explain`: one row per op, its path on the target and what it becomes."""
+
+from __future__ import annotations
+
+import pytest
+
+from opc.cli import main
+from opc.explain import ExplainError, explain
+from opc.ir import parse_text
+
+MLP = open("examples/mlp.mlir").read()
+DEVICE = "examples/device_no_fused.toml"
+
+RELU_GRAD = """
+func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x5xf32>, %z: tensor<4x5xf32>, %d: tensor<4x5xf32>) -> tensor<4x8xf32> {
+  %dx, %dw, %db = opc.fused_gemm_epilogue_grad %x, %w, %z, %d {activation_grad = "relu_grad"} : (tensor<4x8xf32>, tensor<8x5xf32>, tensor<4x5xf32>, tensor<4x5xf32>) -> (tensor<4x8xf32>, tensor<8x5xf32>, tensor<5xf32>)
+  func.return %dx : tensor<4x8xf32>
+}
+"""
+
+
+def rows(text: str) -> dict[str, list[str]]:
+    out = {}
+    for line in text.splitlines()[2:]:
+        name, count, path, *rest = line.split(None, 3)
+        out[name] = [count, path, rest[0] if rest else ""]
+    return out
+
+
+def test_explain_cpu_with_grad() -> None:
+    text = explain(parse_text(MLP).module, "cpu", grad=True)
+    assert text.splitlines()[0].startswith("target cpu (backend cpu), kernel list: built-in")
+    r = rows(text)
+    assert r["opc.cast_grad"] == ["2", "invoke", "-> opc.cast"]
+    assert r["opc.fused_gemm_epilogue"][1:] == ["kernel", ""]
+    assert r["opc.fused_gemm_epilogue_grad"][1:] == ["kernel", ""]
+
+
+def test_explain_without_grad_has_no_grad_ops() -> None:
+    r = rows(explain(parse_text(MLP).module, "cpu"))
+    assert set(r) == {"opc.fused_gemm_epilogue", "opc.cast", "opc.reduce_sum"}
+
+
+def test_explain_device_without_fused_kernels() -> None:
+    text = explain(parse_text(MLP).module, DEVICE, grad=True)
+    assert f"kernel list: {DEVICE}" in text.splitlines()[0]
+    r = rows(text)
+    assert r["opc.fused_gemm_epilogue"][1:] == ["composite", "-> opc.matmul, opc.add, opc.gelu"]
+    assert r["opc.fused_gemm_epilogue_grad"][1:] == ["composite", "-> opc.gelu_grad, opc.matmul, opc.reduce_sum"]
+    r = rows(explain(parse_text(RELU_GRAD).module, DEVICE))
+    assert r["opc.fused_gemm_epilogue_grad"] == ["1", "composite", "-> opc.relu_grad, opc.matmul, opc.reduce_sum"]
+
+
+def test_explain_names_what_cannot_run(tmp_path) -> None:
+    dev = tmp_path / "tiny.toml"
+    dev.write_text('name = "tiny"\nkernels = ["add", "mul", "matmul", "full", "cast", "reduce_sum"]\n')
+    with pytest.raises(ExplainError) as err:
+        explain(parse_text(MLP).module, str(dev))
+    first = str(err.value).splitlines()[0]
+    assert first.startswith("error: opc.fused_gemm_epilogue cannot run on target 'tiny'") and "opc.tanh" in first
+    r = rows(err.value.table)
+    assert r["opc.fused_gemm_epilogue"][1] == "composite" and "opc.tanh (CANNOT RUN)" in r["opc.fused_gemm_epilogue"][2]
+    with pytest.raises(ExplainError) as err:
+        explain(parse_text(MLP).module, str(dev), grad=True)  # reshape, broadcast_to: no kernel, no rule
+    assert str(err.value).startswith("error: opc.reshape cannot run on target 'tiny': no kernel")
+    assert rows(err.value.table)["opc.reshape"][1:] == ["CANNOT", "RUN"]
+
+
+def test_cli_explain(capsys) -> None:
+    assert main(["explain", "examples/mlp.mlir", "--target", DEVICE, "--grad"]) == 0
+    out = capsys.readouterr().out
+    assert "opc.cast_grad" in out and "invoke" in out and "-> opc.matmul, opc.add, opc.gelu" in out
+
+
+def test_cli_explain_errors(capsys, tmp_path) -> None:
+    dev = tmp_path / "tiny.toml"
+    dev.write_text('kernels = ["add"]\n')
+    assert main(["explain", "examples/mlp.mlir", "--target", str(dev)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: opc.") and "cannot run on target 'tiny'" in err and "Traceback" not in err
+    assert main(["explain", "examples/mlp.mlir", "--target", "tpu"]) == 1
+    assert "unknown target 'tpu'" in capsys.readouterr().err
