@@ -1,0 +1,235 @@
+"""Building emitted CUDA C with nvcc into a shared library, cached on disk by
+content hash, and binding its host entry points to NumPy.
+
+    compile_cuda(loops_module)            -> module of NumPy-callable functions
+    write_cuda_module(loops, dir, name)   -> DIR/NAME.cu (+ libNAME.so, NAME.py)
+
+The library is built for sm_90 with a compute_90 PTX fallback (nvcc -shared,
+static cudart) and loaded through CFFI's ABI mode. Each function NAME calls
+`opc_NAME_host`, which copies the arrays to the GPU, runs the kernels and
+copies the results back; a nonzero status is a cudaError_t and becomes a
+RuntimeError carrying CUDA's own message. `lib.opc_NAME` takes device pointers.
+
+Without a CUDA device, `compile_cuda` raises RuntimeError("no CUDA device
+found: ...") before building anything; the driver is asked through
+libcuda.so.1, and the built library's cudaGetDeviceCount confirms it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from xdsl.dialects.builtin import ModuleOp
+
+from opc.ir import OpcError
+from opc.lowering.build import CompiledFunction, CompiledModule, cache_dir, cdef_for, runtime_dir
+from opc.lowering.c_emitter import FunctionSignature
+from opc.lowering.cuda_emitter import emit_cuda
+
+NVCC_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
+              "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]  # fmt: skip
+RUNTIME_HEADERS = ("opc_runtime.h", "opc_cuda_gemm.cuh")
+
+
+def nvcc_path() -> str | None:
+    return os.environ.get("OPC_NVCC") or shutil.which("nvcc")
+
+
+@functools.cache
+def nvcc_version(nvcc: str) -> str:
+    try:
+        return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def cuda_key(source: str, cdef: str, nvcc: str) -> str:
+    import cffi
+
+    h = hashlib.sha256()
+    for part in (source, cdef, " ".join(NVCC_FLAGS), nvcc_version(nvcc), cffi.__version__):
+        h.update(part.encode())
+        h.update(b"\0")
+    for header in RUNTIME_HEADERS:
+        h.update((runtime_dir() / header).read_bytes())
+    return h.hexdigest()[:24]
+
+
+def library_cdef(signatures: list[FunctionSignature]) -> str:
+    """Device-pointer entry points, their _host wrappers, and the two CUDA helpers."""
+    host = [replace(s, name=f"{s.name}_host") for s in signatures]
+    return "\n".join([cdef_for(signatures), cdef_for(host), "const char *opc_cuda_error_string(int code);",
+                      "int opc_cuda_device_count(int *count);"])
+
+
+def build_cuda_library(source: str, signatures: list[FunctionSignature], cache: Path) -> Path:
+    """The path of the built shared library; nvcc runs only on a cache miss."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise OpcError("error: nvcc is not on PATH: cannot build CUDA code (--emit cuda still prints the source)")
+    target = cache / f"_opc_cuda_{cuda_key(source, library_cdef(signatures), nvcc)}.so"
+    if target.exists():
+        return target
+    tmp = tempfile.mkdtemp(prefix="opc-cuda-", dir=cache)
+    try:
+        cu, lib = os.path.join(tmp, "module.cu"), os.path.join(tmp, "module.so")
+        with open(cu, "w", encoding="utf-8") as f:
+            f.write(source)
+        proc = subprocess.run([nvcc, *NVCC_FLAGS, "-I", str(runtime_dir()), "-o", lib, cu],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
+            raise OpcError(f"error: nvcc failed on the generated CUDA code:\n{tail}")
+        os.replace(lib, target)  # atomic: a concurrent build of the same key just wins the race
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+# ---------------------------------------------------------------------------
+# Devices
+# ---------------------------------------------------------------------------
+
+
+def driver_device_count() -> tuple[int, str]:
+    """(number of CUDA devices, why none) as the driver (libcuda.so.1) reports it."""
+    try:
+        drv = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0, "the CUDA driver (libcuda.so.1) is not installed"
+
+    def why(rc: int, call: str) -> str:
+        msg = ctypes.c_char_p()
+        drv.cuGetErrorString(rc, ctypes.byref(msg))
+        return f"{call} failed: {msg.value.decode() if msg.value else 'error'} (CUresult {rc})"
+
+    rc = drv.cuInit(0)
+    if rc != 0:
+        return 0, why(rc, "cuInit")
+    count = ctypes.c_int(0)
+    rc = drv.cuDeviceGetCount(ctypes.byref(count))
+    if rc != 0:
+        return 0, why(rc, "cuDeviceGetCount")
+    return count.value, "" if count.value else "the CUDA driver reports no devices"
+
+
+def has_cuda_device() -> bool:
+    return driver_device_count()[0] > 0
+
+
+def require_cuda_device() -> None:
+    count, why = driver_device_count()
+    if count == 0:
+        raise RuntimeError(f"no CUDA device found: {why}; target 'cuda' needs an NVIDIA GPU "
+                           "(use target='cpu', or `opc compile --target cuda -o DIR` to only write and build the code)")
+
+
+def runtime_device_check(ffi, lib) -> None:
+    count = ffi.new("int *")
+    rc = lib.opc_cuda_device_count(count)
+    if rc != 0 or count[0] == 0:
+        msg = ffi.string(lib.opc_cuda_error_string(rc)).decode() if rc else "cudaGetDeviceCount reports 0 devices"
+        raise RuntimeError(f"no CUDA device found: {msg} (cudaError {rc})")
+
+
+# ---------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------
+
+
+def checked_host_call(ffi, lib, name: str):
+    """opc_NAME_host, with a nonzero status raised as RuntimeError with CUDA's message."""
+    cfunc = getattr(lib, f"opc_{name}_host")
+
+    def call(*ptrs) -> int:
+        status = cfunc(*ptrs)
+        if status != 0:
+            msg = ffi.string(lib.opc_cuda_error_string(status)).decode()
+            raise RuntimeError(f"{name}(): CUDA error {status}: {msg}")
+        return 0
+
+    return call
+
+
+class CudaModule(CompiledModule):
+    """Like CompiledModule; `lib` holds the device-pointer entry points opc_NAME."""
+
+    def __init__(self, functions: dict[str, CompiledFunction], source: str, path: Path, ffi, lib):
+        super().__init__(functions, source, path)
+        self.cuda_source, self.ffi, self.lib = source, ffi, lib
+
+
+def load_cuda_library(path: str | os.PathLike[str], signatures: list[FunctionSignature], source: str = "",
+                      require_device: bool = True) -> CudaModule:
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(library_cdef(signatures))
+    lib = ffi.dlopen(str(path))
+    if require_device:
+        runtime_device_check(ffi, lib)
+    functions = {s.name: CompiledFunction(ffi, checked_host_call(ffi, lib, s.name), s) for s in signatures}
+    return CudaModule(functions, source, Path(path), ffi, lib)
+
+
+def compile_cuda(loops: ModuleOp, cache: str | None = None, require_device: bool = True) -> CudaModule:
+    """`opc.compile(src, target="cuda")`: built (cached) and loaded; needs a CUDA device."""
+    if require_device:
+        require_cuda_device()
+    source, sigs = emit_cuda(loops)
+    path = build_cuda_library(source, sigs, cache_dir(cache))
+    return load_cuda_library(path, sigs, source, require_device)
+
+
+MODULE_TEMPLATE = '''"""{name}: compiled by opc for CUDA from {origin}. Import it on a machine with an
+NVIDIA GPU; call its functions with NumPy arrays (copied to and from the GPU)."""
+
+import os as _os
+
+from opc.lowering.c_emitter import FunctionSignature as _Sig
+from opc.lowering.cuda_build import load_cuda_library as _load
+
+_SIGNATURES = {signatures!r}
+_MODULE = _load(_os.path.join(_os.path.dirname(__file__), {lib_file!r}), [_Sig(*s) for s in _SIGNATURES])
+globals().update(_MODULE._functions)
+lib = _MODULE.lib  # opc_NAME(device pointers...)
+__all__ = {names!r}
+'''
+
+
+def write_cuda_module(loops: ModuleOp, out_dir: str, name: str, origin: str) -> list[str]:
+    """DIR/NAME.cu and the headers it includes; with nvcc, DIR/libNAME.so and an importable DIR/NAME.py.
+
+    The library is not called NAME.so: Python would try to import that as an extension module."""
+    source, sigs = emit_cuda(loops)
+    os.makedirs(out_dir, exist_ok=True)
+    cu_path = os.path.join(out_dir, f"{name}.cu")
+    with open(cu_path, "w", encoding="utf-8") as f:
+        f.write(source)
+    written = [cu_path]
+    for header in RUNTIME_HEADERS:  # so that `nvcc -c DIR/NAME.cu` works on its own
+        dst = os.path.join(out_dir, header)
+        shutil.copy2(runtime_dir() / header, dst)
+        written.append(dst)
+    if nvcc_path() is None:
+        print(f"note: nvcc is not on PATH: wrote the CUDA source only; build it with\n"
+              f"  nvcc {' '.join(NVCC_FLAGS)} -o {os.path.join(out_dir, f'lib{name}.so')} {cu_path}", file=sys.stderr)
+        return written
+    built = build_cuda_library(source, sigs, cache_dir(None))
+    lib_file = f"lib{name}.so"
+    shutil.copy2(built, os.path.join(out_dir, lib_file))
+    py_path = os.path.join(out_dir, f"{name}.py")
+    signatures = [(s.name, s.inputs, s.outputs) for s in sigs]
+    with open(py_path, "w", encoding="utf-8") as f:
+        f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
+                                       lib_file=lib_file, names=[s.name for s in sigs]))
+    return [*written, os.path.join(out_dir, lib_file), py_path]
