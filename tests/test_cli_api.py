@@ -80,7 +80,7 @@ def test_emit_mlir_shows_loops_and_gemm():
 def test_emit_c_is_the_source():
     proc = run_opc("compile", str(CAST), "--emit", "c")
     assert proc.returncode == 0, proc.stderr
-    assert "int opc_cast(const double *restrict x" in proc.stdout
+    assert "int opc_fn_cast(const double *restrict x" in proc.stdout
     assert "opc_sat_u8" in proc.stdout  # the float -> uint8 cast saturates
 
 
@@ -161,6 +161,12 @@ def test_outputs_are_fresh_arrays(mlp):
     first[:] = 0
     second = mlp.mlp(*args)
     assert second.any() and first is not second
+
+
+def test_function_named_like_a_runtime_helper():
+    m = opc.compile("func.func @gelu_tanh_f32(%a: tensor<3xf32>) -> tensor<3xf32> {\n"
+                    "  %r = opc.exp %a : (tensor<3xf32>) -> tensor<3xf32>\n  func.return %r : tensor<3xf32>\n}\n")
+    np.testing.assert_allclose(m.gelu_tanh_f32(np.zeros(3, np.float32)), np.ones(3))
 
 
 def test_second_compile_hits_the_cache(tmp_path):

@@ -27,7 +27,7 @@ from types import ModuleType
 import numpy as np
 
 from opc.ir import OpcError
-from opc.lowering.c_emitter import FunctionSignature
+from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature
 
 BASE_FLAGS = ["-O3", "-std=gnu11", "-fopenmp", "-fno-math-errno", "-Wno-unused-variable", "-Wno-unused-function", "-Wno-unused-label"]
 
@@ -102,7 +102,7 @@ def cdef_for(signatures: list[FunctionSignature]) -> str:
     for sig in signatures:
         params = [f"const {c_type_of(dt)} *" for _, _, dt in sig.inputs]
         params += [f"{c_type_of(dt)} *" for _, dt in sig.outputs]
-        lines.append(f"int opc_{sig.name}({', '.join(params) or 'void'});")
+        lines.append(f"int {ENTRY_PREFIX}{sig.name}({', '.join(params) or 'void'});")
     return "\n".join(lines)
 
 
@@ -253,5 +253,5 @@ class CompiledModule:
 
 
 def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, CompiledFunction]:
-    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"opc_{s.name}"), s) for s in signatures}
+    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{s.name}"), s) for s in signatures}
 

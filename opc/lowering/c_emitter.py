@@ -229,7 +229,10 @@ EXPRESSIONS = {
 # Function emission
 # ---------------------------------------------------------------------------
 
-PARALLEL_MIN_WORK = 1 << 15  # below this many inner iterations threads cost more than they give
+PARALLEL_MIN_WORK = 1 << 15
+# Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
+# own, so that no user function can collide with a runtime helper (opc_*).
+ENTRY_PREFIX = "opc_fn_"  # below this many inner iterations threads cost more than they give
 
 
 @dataclass
@@ -257,7 +260,7 @@ class CEmitter:
     names: dict[SSAValue, str] = field(default_factory=dict)
     constants: dict[SSAValue, int] = field(default_factory=dict)  # known index constants
     indent: int = 1
-    prefix: str = "opc_"
+    prefix: str = ENTRY_PREFIX
     const_ptrs: set[SSAValue] = field(default_factory=set)
     yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
 
