@@ -6,9 +6,9 @@ content hash, and binding its host entry points to NumPy.
 
 The library is built for sm_90 with a compute_90 PTX fallback (nvcc -shared,
 static cudart) and loaded through CFFI's ABI mode. Each function NAME calls
-`opc_NAME_host`, which copies the arrays to the GPU, runs the kernels and
+`opc_fn_NAME_host`, which copies the arrays to the GPU, runs the kernels and
 copies the results back; a nonzero status is a cudaError_t and becomes a
-RuntimeError carrying CUDA's own message. `lib.opc_NAME` takes device pointers.
+RuntimeError carrying CUDA's own message. `lib.opc_fn_NAME` takes device pointers.
 
 Without a CUDA device, `compile_cuda` raises RuntimeError("no CUDA device
 found: ...") before building anything; the driver is asked through
@@ -32,7 +32,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from opc.ir import OpcError
 from opc.lowering.build import CompiledFunction, CompiledModule, cache_dir, cdef_for, runtime_dir
-from opc.lowering.c_emitter import FunctionSignature
+from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature
 from opc.lowering.cuda_emitter import emit_cuda
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
@@ -147,8 +147,8 @@ def runtime_device_check(ffi, lib) -> None:
 
 
 def checked_host_call(ffi, lib, name: str):
-    """opc_NAME_host, with a nonzero status raised as RuntimeError with CUDA's message."""
-    cfunc = getattr(lib, f"opc_{name}_host")
+    """opc_fn_NAME_host, with a nonzero status raised as RuntimeError with CUDA's message."""
+    cfunc = getattr(lib, f"{ENTRY_PREFIX}{name}_host")
 
     def call(*ptrs) -> int:
         status = cfunc(*ptrs)
@@ -161,7 +161,7 @@ def checked_host_call(ffi, lib, name: str):
 
 
 class CudaModule(CompiledModule):
-    """Like CompiledModule; `lib` holds the device-pointer entry points opc_NAME."""
+    """Like CompiledModule; `lib` holds the device-pointer entry points opc_fn_NAME."""
 
     def __init__(self, functions: dict[str, CompiledFunction], source: str, path: Path, ffi, lib):
         super().__init__(functions, source, path)
@@ -201,7 +201,7 @@ from opc.lowering.cuda_build import load_cuda_library as _load
 _SIGNATURES = {signatures!r}
 _MODULE = _load(_os.path.join(_os.path.dirname(__file__), {lib_file!r}), [_Sig(*s) for s in _SIGNATURES])
 globals().update(_MODULE._functions)
-lib = _MODULE.lib  # opc_NAME(device pointers...)
+lib = _MODULE.lib  # opc_fn_NAME(device pointers...)
 __all__ = {names!r}
 '''
 

@@ -20,9 +20,9 @@ scalar expression table, loads, stores, constants and scf.for are shared.
   an initialisation.
 
 Entry points per function NAME (all extern "C"):
-  int opc_NAME(device pointers: inputs, then outputs)  -> 0 or a cudaError_t
-  int opc_NAME_host(host pointers: inputs, then outputs) copies in, calls
-      opc_NAME, copies out
+  int opc_fn_NAME(device pointers: inputs, then outputs)  -> 0 or a cudaError_t
+  int opc_fn_NAME_host(host pointers: inputs, then outputs) copies in, calls
+      opc_fn_NAME, copies out
 plus `const char *opc_cuda_error_string(int)` and `int opc_cuda_device_count(int *)`.
 """
 
@@ -202,7 +202,7 @@ class CudaEmitter(CEmitter):
             self.emit_kernel([], segment)
 
     def emit_host_wrapper(self, fn: func.FuncOp, n_in: int) -> None:
-        """opc_NAME_host: device buffers for every argument, copies in, the call, copies out."""
+        """opc_fn_NAME_host: device buffers for every argument, copies in, the call, copies out."""
         self.indent = 0
         self.line(f'extern "C" int {self.prefix}{fn.sym_name.data}_host({", ".join(self.params(fn)) or "void"}) {{')
         self.indent = 1

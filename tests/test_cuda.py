@@ -1,0 +1,334 @@
+"""CUDA target: the generated .cu of every op (one module holding a function
+per op and dtype) and of examples/mlp.mlir (forward and --grad) must compile
+with nvcc and print no warnings; these run wherever nvcc is (CI has nvcc and
+no GPU). Numeric checks against NumPy and the CPU target run on a GPU only.
+The nvcc runs happen in parallel, once per module (about 10 s of CPU for the
+ops module, most of it nvcc's host compile and ptxas)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import opc
+from opc.api import lower, prepare
+from opc.ir import load_module
+from opc.lowering.build import runtime_dir
+from opc.lowering.cuda_build import compile_cuda, has_cuda_device, nvcc_path
+from opc.lowering.cuda_emitter import emit_cuda
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MLP = os.path.join(ROOT, "examples", "mlp.mlir")
+MLIR = {"bool": "i1", "int8": "i8", "uint8": "ui8", "int16": "i16", "int32": "i32", "int64": "i64",
+        "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}  # fmt: skip
+FLOATS = ["float32", "float16", "bfloat16", "float64"]
+TOL = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 1e-5, "float64": 1e-12}
+
+needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
+needs_gpu = pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")
+
+
+def tt(shape, dt: str) -> str:
+    dims = "x".join(map(str, shape))
+    return f"tensor<{dims + 'x' if dims else ''}{MLIR[dt]}>"
+
+
+def fn(name: str, args, body: str, results, returns=("%r",)) -> str:
+    params = ", ".join(f"%a{i}: {tt(s, d)}" for i, (s, d) in enumerate(args))
+    outs = ", ".join(tt(s, d) for s, d in results)
+    return f"func.func @{name}({params}) -> ({outs}) {{\n  {body}\n  func.return {', '.join(returns)} : {outs}\n}}\n"
+
+
+def unary(name: str, op: str, dt: str, shape=(4, 3), attrs: str = "") -> str:
+    return fn(name, [(shape, dt)], f"%r = opc.{op} %a0{attrs} : ({tt(shape, dt)}) -> {tt(shape, dt)}", [(shape, dt)])
+
+
+def binary(name: str, op: str, dt: str, out: str | None = None) -> str:
+    a, b = (4, 3), (3,)
+    return fn(name, [(a, dt), (b, dt)], f"%r = opc.{op} %a0, %a1 : ({tt(a, dt)}, {tt(b, dt)}) -> {tt(a, out or dt)}",
+              [(a, out or dt)])
+
+
+def fused(name: str, act: str, dt: str, tx: bool, ty: bool, m=5, k=7, n=6) -> str:
+    xs, ys = ((k, m) if tx else (m, k)), ((n, k) if ty else (k, n))
+    outs = [((m, n), dt)] * (1 if act == "none" else 2)
+    res = ", ".join(tt(s, d) for s, d in outs)
+    names = "%r" if act == "none" else "%r, %z"
+    body = (f"{names} = opc.fused_gemm_epilogue %a0, %a1, %a2 {{activation = \"{act}\", trans_x = {str(tx).lower()}, "
+            f"trans_y = {str(ty).lower()}}} : ({tt(xs, dt)}, {tt(ys, dt)}, {tt((n,), dt)}) -> ({res})")
+    return fn(name, [(xs, dt), (ys, dt), ((n,), dt)], body, outs, names.split(", "))
+
+
+def fused_grad(name: str, act: str, dt: str, tx: bool, ty: bool, m=5, k=7, n=6) -> str:
+    xs, ys = ((k, m) if tx else (m, k)), ((n, k) if ty else (k, n))
+    args = [(xs, dt), (ys, dt)] + ([((m, n), dt)] if act != "none" else []) + [((m, n), dt)]
+    operands = ", ".join(f"%a{i}" for i in range(len(args)))
+    outs = [(xs, dt), (ys, dt), ((n,), dt)]
+    body = (f"%dx, %dy, %db = opc.fused_gemm_epilogue_grad {operands} {{activation_grad = \"{act}\", "
+            f"trans_x = {str(tx).lower()}, trans_y = {str(ty).lower()}}} : "
+            f"({', '.join(tt(s, d) for s, d in args)}) -> ({', '.join(tt(s, d) for s, d in outs)})")
+    return fn(name, args, body, outs, ("%dx", "%dy", "%db"))
+
+
+def ops_sources() -> list[str]:
+    """A function per op of SPEC.md, over the dtypes that exercise different code."""
+    out = []
+    for op in ("add", "sub", "mul", "maximum", "minimum"):
+        for dt in ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int32", "int64"):
+            out.append(binary(f"{op}_{dt}", op, dt))
+    for op in ("div", "pow"):
+        for dt in FLOATS:
+            out.append(binary(f"{op}_{dt}", op, dt))
+    for op in ("greater_than", "less_than", "equal"):
+        for dt in ("float32", "bfloat16", "int16", "uint8"):
+            out.append(binary(f"{op}_{dt}", op, dt, out="bool"))
+    for op in ("neg", "abs", "relu"):
+        for dt in ("float32", "float16", "int8", "int64"):
+            out.append(unary(f"{op}_{dt}", op, dt))
+    for op in ("exp", "log", "tanh", "erf", "sqrt", "rsqrt"):
+        for dt in FLOATS:
+            out.append(unary(f"{op}_{dt}", op, dt))
+    for dt in FLOATS:
+        out.append(unary(f"gelu_{dt}", "gelu", dt))
+        out.append(unary(f"gelu_erf_{dt}", "gelu", dt, attrs=" {approximate = false}"))
+    s = (4, 3)
+    for dt in ("float32", "float16", "int32", "bool"):
+        out.append(fn(f"select_{dt}", [(s, "bool"), (s, dt), ((3,), dt)],
+                      f"%r = opc.select %a0, %a1, %a2 : ({tt(s, 'bool')}, {tt(s, dt)}, {tt((3,), dt)}) -> {tt(s, dt)}",
+                      [(s, dt)]))
+    for src, dst in (("float32", "int8"), ("float64", "uint8"), ("float32", "float16"), ("float64", "bfloat16"),
+                     ("int64", "int8"), ("float16", "int32"), ("int32", "bool"), ("bfloat16", "float32")):
+        out.append(fn(f"cast_{src}_{dst}", [(s, src)],
+                      f"%r = opc.cast %a0 {{dtype = {MLIR[dst]}}} : ({tt(s, src)}) -> {tt(s, dst)}", [(s, dst)]))
+    out.append(fn("cast_grad_f16", [(s, "float16"), (s, "float32")],
+                  f"%r = opc.cast_grad %a0, %a1 : ({tt(s, 'float16')}, {tt(s, 'float32')}) -> {tt(s, 'float16')}",
+                  [(s, "float16")]))
+    out.append(fn("full_f32", [], f"%r = opc.full {{value = 2.5 : f64}} : () -> {tt(s, 'float32')}", [(s, "float32")]))
+    out.append(fn("full_bf16", [], f"%r = opc.full {{value = -1.0 : f64}} : () -> {tt(s, 'bfloat16')}",
+                  [(s, "bfloat16")]))
+    out.append(fn("broadcast_to_f32", [((3,), "float32")],
+                  f"%r = opc.broadcast_to %a0 : ({tt((3,), 'float32')}) -> {tt((2, 4, 3), 'float32')}",
+                  [((2, 4, 3), "float32")]))
+    out.append(fn("reshape_f32", [((4, 3), "float32")],
+                  f"%r = opc.reshape %a0 : ({tt((4, 3), 'float32')}) -> {tt((2, 6), 'float32')}", [((2, 6), "float32")]))
+    out.append(fn("reshape_exp_f32", [((4, 3), "float32")],
+                  f"%t = opc.reshape %a0 : ({tt((4, 3), 'float32')}) -> {tt((12,), 'float32')}\n"
+                  f"  %r = opc.exp %t : ({tt((12,), 'float32')}) -> {tt((12,), 'float32')}", [((12,), "float32")]))
+    out.append(fn("transpose_f16", [((2, 3, 4), "float16")],
+                  f"%r = opc.transpose %a0 {{perm = array<i64: 2, 0, 1>}} : ({tt((2, 3, 4), 'float16')}) -> "
+                  f"{tt((4, 2, 3), 'float16')}", [((4, 2, 3), "float16")]))
+    for op in ("reduce_sum", "reduce_max"):
+        for dt in ("float32", "float16", "int32", "uint8", "float64"):
+            x = (3, 70, 5)
+            out.append(fn(f"{op}_{dt}", [(x, dt)],
+                          f"%r = opc.{op} %a0 {{axes = array<i64: 1>, keepdim = false}} : ({tt(x, dt)}) -> "
+                          f"{tt((3, 5), dt)}", [((3, 5), dt)]))
+        out.append(fn(f"{op}_all_bf16", [((6, 50), "bfloat16")],
+                      f"%r = opc.{op} %a0 {{axes = array<i64: 0, 1>, keepdim = false}} : ({tt((6, 50), 'bfloat16')})"
+                      f" -> {tt((), 'bfloat16')}", [((), "bfloat16")]))
+        out.append(fn(f"{op}_keep_f32", [((6, 50), "float32")],
+                      f"%r = opc.{op} %a0 {{axes = array<i64: 0>, keepdim = true}} : ({tt((6, 50), 'float32')})"
+                      f" -> {tt((1, 50), 'float32')}", [((1, 50), "float32")]))
+    for dt in FLOATS:
+        for tx, ty in ((False, False), (True, False), (False, True), (True, True)):
+            xs, ys = ((7, 5) if tx else (5, 7)), ((6, 7) if ty else (7, 6))
+            out.append(fn(f"matmul_{dt}_{int(tx)}{int(ty)}", [(xs, dt), (ys, dt)],
+                          f"%r = opc.matmul %a0, %a1 {{trans_x = {str(tx).lower()}, trans_y = {str(ty).lower()}}} : "
+                          f"({tt(xs, dt)}, {tt(ys, dt)}) -> {tt((5, 6), dt)}", [((5, 6), dt)]))
+    out.append(fn("matmul_batch_f32", [((3, 70, 33), "float32"), ((3, 33, 65), "float32")],
+                  f"%r = opc.matmul %a0, %a1 : ({tt((3, 70, 33), 'float32')}, {tt((3, 33, 65), 'float32')}) -> "
+                  f"{tt((3, 70, 65), 'float32')}", [((3, 70, 65), "float32")]))
+    for dt in ("float32", "float16"):
+        out.append(fn(f"relu_grad_{dt}", [(s, dt), (s, dt)],
+                      f"%r = opc.relu_grad %a0, %a1 : ({tt(s, dt)}, {tt(s, dt)}) -> {tt(s, dt)}", [(s, dt)]))
+        out.append(fn(f"gelu_grad_{dt}", [(s, dt), (s, dt)],
+                      f"%r = opc.gelu_grad %a0, %a1 : ({tt(s, dt)}, {tt(s, dt)}) -> {tt(s, dt)}", [(s, dt)]))
+    for act in ("none", "relu", "gelu"):
+        for dt in FLOATS:
+            for tx, ty in ((False, False), (True, True)):
+                out.append(fused(f"fused_{act}_{dt}_{int(tx)}{int(ty)}", act, dt, tx, ty))
+        for tx, ty in ((False, False), (True, False), (False, True), (True, True)):
+            out.append(fused_grad(f"fused_grad_{act}_{int(tx)}{int(ty)}", f"{act}_grad" if act != "none" else "none",
+                                  "float32", tx, ty))
+    out.append(fused_grad("fused_grad_gelu_bf16", "gelu_grad", "bfloat16", False, False))
+    out.append(fused("fused_gelu_big_f32", "gelu", "float32", False, False, m=130, k=100, n=70))
+    return out
+
+
+OPS_TEXT = "\n".join(ops_sources())
+
+
+def loops_of(source, grad: bool = False, target: str = "cuda"):
+    return lower(prepare(load_module(source), target, grad))
+
+
+# ---------------------------------------------------------------------------
+# nvcc -c of the generated code: runs wherever nvcc is
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nvcc_results():
+    """{case: (returncode, output)}: every case's .cu compiled by nvcc -c, all at once."""
+    cases = {"ops": OPS_TEXT, "mlp_grad": MLP}  # mlp_grad holds the forward mlp too: see test_forward_in_grad
+    tmp = tempfile.mkdtemp(prefix="opc-nvcc-")
+    procs = {}
+    for name, src in cases.items():
+        cu = os.path.join(tmp, f"{name}.cu")
+        with open(cu, "w", encoding="utf-8") as f:
+            f.write(emit_cuda(loops_of(src, grad=name == "mlp_grad"))[0])
+        cmd = [nvcc_path(), "-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-I", str(runtime_dir()),
+               cu, "-o", os.path.join(tmp, f"{name}.o")]
+        procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    results = {name: (p.wait(), p.stdout.read()) for name, p in procs.items()}  # type: ignore[union-attr]
+    shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
+@needs_nvcc
+@pytest.mark.parametrize("case", ["ops", "mlp_grad"])
+def test_generated_cuda_compiles_without_warnings(nvcc_results, case):
+    rc, output = nvcc_results[case]
+    assert rc == 0, output
+    assert "warning" not in output.lower(), output
+
+
+def test_forward_in_grad():
+    """The forward module's code is part of the --grad module's, so compiling the latter covers both."""
+    forward = emit_cuda(loops_of(MLP))[0]
+    with_grad = emit_cuda(loops_of(MLP, grad=True))[0]
+    body = forward.split('extern "C" int opc_cuda_device_count', 1)[1]
+    assert body.strip() and body.strip() in with_grad
+
+
+def test_every_op_has_a_function():
+    from opc.registry import ALL_OPS
+
+    used = {line.split("= opc.")[1].split()[0] for line in OPS_TEXT.splitlines() if "= opc." in line}
+    assert {f"opc.{u}" for u in used} >= ALL_OPS
+
+
+def test_emitted_source_shape():
+    src, sigs = emit_cuda(loops_of(MLP, grad=True))
+    assert [s.name for s in sigs] == ["mlp", "mlp_grad"]
+    for needle in ('extern "C" int opc_fn_mlp_grad(', 'extern "C" int opc_fn_mlp_grad_host(', "__shfl_down_sync",
+                   "opc_cuda_gemm_f32(", "cudaMalloc", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>"):
+        assert needle in src
+    assert "restrict" not in src.replace("__restrict__", "")
+
+
+def test_cli_emit_and_compile_dir(tmp_path):
+    emitted = subprocess.run([sys.executable, "-m", "opc", "compile", MLP, "--target", "cuda", "--emit", "cuda"],
+                             capture_output=True, text=True, check=False, cwd=ROOT)
+    assert emitted.returncode == 0, emitted.stderr
+    assert "__global__" in emitted.stdout
+    out = tmp_path / "build"
+    done = subprocess.run([sys.executable, "-m", "opc", "compile", MLP, "--target", "cuda", "--grad", "-o", str(out)],
+                          capture_output=True, text=True, check=False, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert (out / "mlp.cu").is_file()
+    if nvcc_path() is not None:
+        assert (out / "libmlp.so").is_file() and (out / "mlp.py").is_file()
+
+
+# ---------------------------------------------------------------------------
+# No device: the errors a user sees
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(has_cuda_device(), reason="a CUDA device is present")
+def test_compile_without_device_says_so():
+    with pytest.raises(RuntimeError, match="no CUDA device found"):
+        opc.compile(MLP, target="cuda")
+
+
+@needs_nvcc
+@pytest.mark.skipif(has_cuda_device(), reason="a CUDA device is present")
+def test_call_without_device_raises_cuda_message():
+    """The built library's own path: the launch fails and CUDA's message reaches Python."""
+    m = compile_cuda(loops_of(MLP, grad=True), require_device=False)  # the library the CLI test built: cached
+    x, w, b = np.zeros((8, 16), np.float32), np.zeros((16, 32), np.float32), np.zeros(32, np.float32)
+    with pytest.raises(RuntimeError, match=r"mlp\(\): CUDA error \d+: \w+"):
+        m.mlp(x, w, b)
+    with pytest.raises(ValueError, match="argument 'x'"):
+        m.mlp(x[:, :3], w, b)
+
+
+# ---------------------------------------------------------------------------
+# Numbers: on a GPU only
+# ---------------------------------------------------------------------------
+
+
+def np_dtype(dt: str) -> np.dtype:
+    return np.dtype(ml_dtypes.bfloat16) if dt == "bfloat16" else np.dtype(dt)
+
+
+def sample(shape, dt: str, rng, positive: bool) -> np.ndarray:
+    if dt == "bool":
+        return rng.random(shape) < 0.5
+    if np.dtype(np_dtype(dt)).kind in "iu":
+        lo = 0 if dt == "uint8" or positive else -9
+        return rng.integers(lo, 10, size=shape).astype(np_dtype(dt))
+    x = rng.uniform(0.25, 3.0, size=shape) if positive else rng.uniform(-2.0, 2.0, size=shape)
+    return x.astype(np_dtype(dt))
+
+
+@pytest.fixture(scope="module")
+def gpu_and_cpu():
+    return opc.compile(OPS_TEXT, target="cuda"), opc.compile(OPS_TEXT, target="cpu")
+
+
+NAMES = [s.split("@")[1].split("(")[0] for s in ops_sources()]
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_op_on_gpu_matches_cpu(gpu_and_cpu, name):
+    gpu, cpu = gpu_and_cpu
+    sig = getattr(cpu, name).sig
+    rng = np.random.default_rng(7)
+    positive = any(k in name for k in ("log", "sqrt", "pow"))
+    args = [sample(shape, dt, rng, positive) for _, shape, dt in sig.inputs]
+    got, want = getattr(gpu, name)(*args), getattr(cpu, name)(*args)
+    got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+    for g, w, (_, dt) in zip(got, want, sig.outputs):
+        if dt in TOL:
+            k = max(1, sig.inputs[0][1][-1] if sig.inputs and sig.inputs[0][1] else 1) if "matmul" in name or "fused" in name else 1
+            tol = TOL[dt] * (4 if k > 1 or "reduce" in name or "erf" in name else 1)
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * 8, err_msg=name)
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+@needs_gpu
+def test_mlp_on_gpu_against_numpy():
+    rng = np.random.default_rng(3)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((8, 16), (16, 32), (32,)))
+    m = opc.compile(MLP, target="cuda", grad=True)
+    z = x.astype(np.float64) @ w + b
+    h = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
+    want = h.astype(np.float32).astype(np.float16).astype(np.float32).sum(axis=0)
+    np.testing.assert_allclose(m.mlp(x, w, b), want, rtol=2e-3, atol=2e-3)
+    dx, dw, db = m.mlp_grad(x, w, b, np.ones(32, np.float32))
+    assert dx.shape == (8, 16) and dw.shape == (16, 32) and db.shape == (32,)
+    cpu = opc.compile(MLP, target="cpu", grad=True)
+    for g, c in zip((dx, dw, db), cpu.mlp_grad(x, w, b, np.ones(32, np.float32))):
+        np.testing.assert_allclose(g, c, rtol=1e-4, atol=1e-4)
+
+
+@needs_gpu
+def test_large_gemm_against_numpy():
+    rng = np.random.default_rng(5)
+    a, b, bias = (rng.standard_normal(s).astype(np.float32) for s in ((300, 257), (257, 190), (190,)))
+    src = fused("g", "relu", "float32", False, False, m=300, k=257, n=190)
+    out, z = opc.compile(src, target="cuda").g(a, b, bias)
+    ref = a.astype(np.float64) @ b + bias
+    np.testing.assert_allclose(z, ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
