@@ -300,8 +300,8 @@ def test_op_on_gpu_matches_cpu(gpu_and_cpu, name):
     got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
     for g, w, (_, dt) in zip(got, want, sig.outputs):
         if dt in TOL:
-            k = max(1, sig.inputs[0][1][-1] if sig.inputs and sig.inputs[0][1] else 1) if "matmul" in name or "fused" in name else 1
-            tol = TOL[dt] * (4 if k > 1 or "reduce" in name or "erf" in name else 1)
+            # sums in another order (GEMM, reductions) and CUDA's libm differ from the CPU's by a few ulps
+            tol = TOL[dt] * (4 if any(k in name for k in ("matmul", "fused", "reduce", "erf", "gelu", "pow")) else 1)
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * 8, err_msg=name)
         else:
             np.testing.assert_array_equal(g, w, err_msg=name)

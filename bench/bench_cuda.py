@@ -1,0 +1,110 @@
+"""GEMM and fused GEMM epilogue on the GPU: opc's CUDA target against cuBLAS
+(through torch, where installed) or else against opc's CPU target.
+
+    python bench/bench_cuda.py [--sizes 512,1024,2048] [--dtype f32|f16|bf16] [--repeat 20]
+
+With torch, opc runs on device buffers (the opc_fn_NAME entry, which ends in a
+cudaDeviceSynchronize) and torch's times include a torch.cuda.synchronize().
+Without torch, opc's times go through the NumPy wrapper and so include the
+host<->device copies. Needs a CUDA device; without one it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import opc
+from opc.lowering.c_emitter import ENTRY_PREFIX
+from opc.lowering.cuda_build import driver_device_count
+
+MLIR_T = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
+
+
+def np_dtype(dt: str):
+    if dt == "bf16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype({"f32": np.float32, "f16": np.float16}[dt])
+
+
+def source(n: int, dt: str) -> str:
+    t2, t1 = f"tensor<{n}x{n}x{dt}>", f"tensor<{n}x{dt}>"
+    return (f"func.func @mm(%x: {t2}, %w: {t2}) -> {t2} {{\n"
+            f"  %r = opc.matmul %x, %w : ({t2}, {t2}) -> {t2}\n  func.return %r : {t2}\n}}\n"
+            f"func.func @fused(%x: {t2}, %w: {t2}, %b: {t1}) -> ({t2}, {t2}) {{\n"
+            f"  %h, %z = opc.fused_gemm_epilogue %x, %w, %b {{activation = \"gelu\"}} : ({t2}, {t2}, {t1}) -> ({t2}, {t2})\n"
+            f"  func.return %h, %z : {t2}, {t2}\n}}\n")
+
+
+def best(fn, repeat: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="512,1024,2048")
+    ap.add_argument("--dtype", default="f32", choices=sorted(MLIR_T))
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args()
+    count, why = driver_device_count()
+    if count == 0:
+        print(f"bench_cuda: no CUDA device ({why}); nothing to measure")
+        return 0
+    try:
+        import torch
+
+        have_torch = torch.cuda.is_available()
+    except ImportError:
+        have_torch = False
+    print(f"{'op':6} {'n':>5} {'opc cuda ms':>12} {'opc GFLOP/s':>12} {'ref ms':>10}  reference")
+    rng = np.random.default_rng(0)
+    for n in (int(s) for s in args.sizes.split(",")):
+        m = opc.compile(source(n, args.dtype), target="cuda")
+        dt = np_dtype(args.dtype)
+        x, w = (rng.standard_normal((n, n)).astype(np.float32).astype(dt) for _ in range(2))
+        b = rng.standard_normal(n).astype(np.float32).astype(dt)
+        flops = 2.0 * n**3
+        if have_torch:
+            tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+            tx, tw, tb = (torch.from_numpy(a.astype(np.float32)).to("cuda", tdt) for a in (x, w, b))
+            out, res = torch.empty_like(tx), torch.empty_like(tx)
+            ct = "float" if args.dtype == "f32" else "uint16_t"
+            p = [m.ffi.cast(f"{ct} *", t.data_ptr()) for t in (tx, tw, tb, out, res)]
+            mm_dev, fused_dev = getattr(m.lib, f"{ENTRY_PREFIX}mm"), getattr(m.lib, f"{ENTRY_PREFIX}fused")
+
+            def sync(f):
+                def run():
+                    f()
+                    torch.cuda.synchronize()
+                return run
+
+            cases = [
+                ("gemm", lambda: mm_dev(p[0], p[1], p[3]), sync(lambda: torch.matmul(tx, tw, out=out)), "cuBLAS"),
+                ("fused", lambda: fused_dev(p[0], p[1], p[2], p[3], p[4]),
+                 sync(lambda: torch.nn.functional.gelu(torch.addmm(tb, tx, tw), approximate="tanh")), "cuBLAS+gelu"),
+            ]
+        else:
+            cpu = opc.compile(source(n, args.dtype), target="cpu")
+            cases = [
+                ("gemm", lambda: m.mm(x, w), lambda: cpu.mm(x, w), "opc cpu"),
+                ("fused", lambda: m.fused(x, w, b), lambda: cpu.fused(x, w, b), "opc cpu"),
+            ]
+        for name, mine, ref, label in cases:
+            t_mine, t_ref = best(mine, args.repeat), best(ref, max(3, args.repeat // 4))
+            print(f"{name:6} {n:5d} {t_mine * 1e3:12.3f} {flops / t_mine / 1e9:12.1f} {t_ref * 1e3:10.3f}  {label}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
