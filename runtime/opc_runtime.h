@@ -312,4 +312,48 @@ OPC_FN double opc_relu_grad_f64(double x) { return x > 0.0 ? 1.0 : 0.0; }
 OPC_FN float opc_rsqrt_f32(float x) { return 1.0f / sqrtf(x); }
 OPC_FN double opc_rsqrt_f64(double x) { return 1.0 / sqrt(x); }
 
+/* ------------------------------------------------------------------------ */
+/* Branch-free f32 exp and tanh, so that loops over them vectorize (libm's   */
+/* expf/tanhf are calls that keep a fused elementwise loop scalar). Both are */
+/* within a few ulp of the correctly rounded result; NaN, +-inf and          */
+/* subnormal results are handled. Needs -fno-trapping-math to vectorize.     */
+/* ------------------------------------------------------------------------ */
+typedef union { float f; uint32_t u; } opc_f32_pun;
+
+OPC_FN float opc_expf(float x) {
+    const float log2e = 1.44269504088896341f, ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+    const float hi = 88.7228394f, lo = -103.972694f;
+    const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float xc = x < lo ? lo : (x > hi ? hi : x);
+    float n = (xc * log2e + shifter) - shifter;
+    float r = xc - n * ln2_hi - n * ln2_lo; /* Cody-Waite: r in [-ln2/2, ln2/2] */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    /* 2^n in two halves keeps subnormal results (n < -126) exact in scale */
+    int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+    opc_f32_pun s1, s2;
+    s1.u = (uint32_t)(n1 + 127) << 23;
+    s2.u = (uint32_t)(n2 + 127) << 23;
+    float y = p * s1.f * s2.f;
+    y = x > hi ? INFINITY : y;
+    y = x < lo ? 0.0f : y;
+    return x != x ? x : y;
+}
+
+OPC_FN float opc_tanhf(float x) {
+    float ax = x < 0.0f ? -x : x;
+    float x2 = x * x;
+    /* |x| < 0.25: Taylor to x^9 (error < 1e-8 relative); else 1 - 2/(e^2|x| + 1) */
+    float small = x * (1.0f + x2 * (-0.333333333333f + x2 * (0.133333333333f + x2 * (-0.0539682539683f + x2 * 0.0218694885362f)))); /* keeps -0 */
+    float e = opc_expf(2.0f * (ax > 9.0f ? 9.0f : ax));
+    float big = ax > 9.0f ? 1.0f : 1.0f - 2.0f / (e + 1.0f);
+    big = x < 0.0f ? -big : big;
+    return ax < 0.25f ? small : (x != x ? x : big);
+}
+
 #endif /* OPC_RUNTIME_H */

@@ -99,6 +99,10 @@ def c_constant(value: float | int, t: Attribute) -> str:
     return f"(({c_type(t)}){int(value)}{'LL' if abs(int(value)) > 2**31 - 1 else ''})"
 
 
+# f32 functions with branch-free versions in opc_runtime.h: loops over them vectorize.
+VECTOR_F32_MATH = {"exp": "opc_expf", "tanh": "opc_tanhf"}
+
+
 def float_fn(name: str, t: Attribute) -> str:
     """libm name for f32 (expf) or f64 (exp)."""
     return f"{name}f" if isinstance(t, Float32Type) else name
@@ -275,6 +279,8 @@ class CEmitter:
         return self.names[v]
 
     def math_fn(self, name: str, t: Attribute) -> str:
+        if isinstance(t, Float32Type) and name in VECTOR_F32_MATH:
+            return VECTOR_F32_MATH[name]
         return float_fn(name, t)
 
     def line(self, text: str) -> None:
