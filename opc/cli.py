@@ -75,10 +75,14 @@ def cmd_compile(args: argparse.Namespace) -> None:
 
 
 def cmd_explain(args: argparse.Namespace) -> None:
-    from opc.explain import explain
+    from opc.explain import ExplainError, explain
 
     source = read_source(args.file)
-    write_output(explain(source.module, args.target, grad=args.grad), None)
+    try:
+        write_output(explain(source.module, args.target, grad=args.grad), None)
+    except ExplainError as err:  # the table still helps: it shows which op cannot run
+        write_output(err.table, None)
+        raise OpcError(str(err).split("\n", 1)[0]) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

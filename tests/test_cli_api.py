@@ -189,3 +189,16 @@ def test_concurrent_compiles_share_one_cache_entry(tmp_path):
     assert all(o.strip() == "168.0" for o, _ in outs)
     assert len([p for p in tmp_path.iterdir() if p.suffix == ".so"]) == 1
     assert not [p for p in tmp_path.iterdir() if p.is_dir()]  # temp build dirs are cleaned up
+
+
+def test_compile_from_threads():
+    """CFFI's build changes the working directory; concurrent compiles must not trip over it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    srcs = [f"func.func @thread{i}(%a: tensor<3xf32>) -> tensor<3xf32> {{\n"
+            f"  %r = opc.add %a, %a : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>\n"
+            f"  func.return %r : tensor<3xf32>\n}}\n" for i in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        mods = list(pool.map(opc.compile, srcs))
+    for i, m in enumerate(mods):
+        np.testing.assert_array_equal(getattr(m, f"thread{i}")(np.arange(3, dtype=np.float32)), [0, 2, 4])

@@ -257,6 +257,16 @@ SHAPE_FUNCS = {
     "rank0": ([((), "float32"), ((3,), "float32")], "%r = opc.mul %a0, %a1 : (tensor<f32>, tensor<3xf32>) -> tensor<3xf32>",
               ((3,), "float32"), lambda a, b: a * b),
     "identity": ([((3,), "int64")], "", ((3,), "int64"), lambda a: a),
+    "dense_constants": ([((2, 3), "float32")],
+                        "%c = arith.constant dense<[[1.0, 2.0, 3.0], [4.0, 5.5, -6.0]]> : tensor<2x3xf32>\n"
+                        "  %h = arith.constant dense<0.5> : tensor<3xf32>\n"
+                        "  %t = opc.add %a0, %c : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>\n"
+                        "  %r = opc.mul %t, %h : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>",
+                        ((2, 3), "float32"), lambda a: (a + np.array([[1, 2, 3], [4, 5.5, -6]], np.float32)) * 0.5),
+    "returned_constant": ([((3,), "uint8")], "%r = arith.constant dense<[1, 200, 255]> : tensor<3xui8>",
+                          ((3,), "uint8"), lambda a: np.array([1, 200, 255], np.uint8)),
+    "returned_splat": ([((3,), "bfloat16")], "%r = arith.constant dense<-2.25> : tensor<3xbf16>",
+                       ((3,), "bfloat16"), lambda a: np.full(3, -2.25, np_dtype("bfloat16"))),
 }
 
 

@@ -159,6 +159,12 @@ def ops_sources() -> list[str]:
                                   "float32", tx, ty))
     out.append(fused_grad("fused_grad_gelu_bf16", "gelu_grad", "bfloat16", False, False))
     out.append(fused("fused_gelu_big_f32", "gelu", "float32", False, False, m=130, k=100, n=70))
+    out.append(fn("dense_constants", [(s, "float32")],
+                  f"%c = arith.constant dense<[[1.0, 2.0, 3.0], [4.0, 5.5, -6.0], [0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]> : "
+                  f"{tt(s, 'float32')}\n  %h = arith.constant dense<0.5> : {tt((3,), 'float32')}\n"
+                  f"  %t = opc.add %a0, %c : ({tt(s, 'float32')}, {tt(s, 'float32')}) -> {tt(s, 'float32')}\n"
+                  f"  %r = opc.mul %t, %h : ({tt(s, 'float32')}, {tt((3,), 'float32')}) -> {tt(s, 'float32')}",
+                  [(s, "float32")]))
     return out
 
 

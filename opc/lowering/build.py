@@ -21,6 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -127,6 +128,14 @@ def build_extension(source: str, signatures: list[FunctionSignature], cache: Pat
     """(module name, path of the built extension); built only on a cache miss."""
     import cffi
 
+    with BUILD_LOCK:  # CFFI's build changes the process's working directory
+        return _build_extension(cffi, source, signatures, cache)
+
+
+BUILD_LOCK = threading.Lock()
+
+
+def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cache: Path) -> tuple[str, Path]:
     cdef = cdef_for(signatures)
     name = f"_opc_{module_key(source, cdef)}"
     target = extension_path(cache, name)

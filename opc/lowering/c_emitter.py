@@ -290,7 +290,7 @@ class CEmitter:
 
     def emit_module(self, module: ModuleOp) -> tuple[str, list[FunctionSignature]]:
         sigs = []
-        body: list[str] = []
+        body: list[str] = [self.global_definition(g) for g in module.ops if isinstance(g, memref.GlobalOp)]
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
                 self.lines = []
@@ -298,6 +298,25 @@ class CEmitter:
                 body.extend(self.lines)
                 body.append("")
         return self.header + "\n" + "\n".join(body), sigs
+
+    @staticmethod
+    def global_symbol(name: str) -> str:
+        return f"opc_global_{name}"
+
+    def global_definition(self, op: memref.GlobalOp) -> str:
+        """A constant memref.global as a static array (dense constants of the input)."""
+        t = op.type
+        values = op.initial_value.get_values()  # type: ignore[union-attr]
+        n = pymath.prod(t.get_shape())
+        if len(values) == 1 and n != 1:
+            values = values * n
+        items = ", ".join(c_constant(v, t.element_type) for v in values)
+        return f"static const {c_type(t.element_type)} {self.global_symbol(op.sym_name.data)}[{max(n, 1)}] = {{{items}}};"
+
+    def emit_GetGlobalOp(self, op: memref.GetGlobalOp) -> None:
+        self.const_ptrs.add(op.memref)
+        ct = c_type(op.memref.type.element_type)  # type: ignore[attr-defined]
+        self.line(f"const {ct} *{self.name(op.memref)} = {self.global_symbol(op.name_.root_reference.data)};")
 
     def prototype(self, fn: func.FuncOp) -> str:
         n_in = fn.attributes["opc.num_inputs"].value.data  # type: ignore[attr-defined]

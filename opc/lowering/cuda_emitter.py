@@ -53,7 +53,7 @@ WARP = 32
 
 # Ops that stay on the host; any other top-level op runs in a device kernel.
 HOST_OPS = (memref.AllocOp, memref.DeallocOp, memref.ReinterpretCastOp, GemmOp, scf.ParallelOp, func.ReturnOp,
-            arith.ConstantOp)  # fmt: skip
+            arith.ConstantOp, memref.GetGlobalOp)  # fmt: skip
 
 # Combines a warp reduction may reassociate, with a test for their identity.
 COMBINES = {
@@ -126,7 +126,7 @@ class CudaEmitter(CEmitter):
         "/* Records a failed CUDA call's error and leaves through the cleanup label. */\n"
         "#define OPC_CHECK(call) do { cudaError_t opc_err_ = (call); "
         "if (opc_err_ != cudaSuccess) { status = (int)opc_err_; goto cleanup; } } while (0)\n\n"
-        "static inline cudaError_t opc_cuda_free(void **p) { cudaError_t e = cudaFree(*p); *p = NULL; return e; }\n\n"
+        "[[maybe_unused]] static inline cudaError_t opc_cuda_free(void **p) { cudaError_t e = cudaFree(*p); *p = NULL; return e; }\n\n"
         'extern "C" const char *opc_cuda_error_string(int code) { return cudaGetErrorString((cudaError_t)code); }\n'
         'extern "C" int opc_cuda_device_count(int *count) { *count = 0; return (int)cudaGetDeviceCount(count); }\n'
     )
@@ -158,7 +158,8 @@ class CudaEmitter(CEmitter):
         self.line(self.prototype(fn) + " {")
         self.indent = 1
         self.line("int status = 0;")
-        allocs = [op.memref for op in fn.walk() if isinstance(op, memref.AllocOp)]  # type: ignore[attr-defined]
+        # dense constants live in host arrays and are copied into device buffers of their own
+        allocs = [op.memref for op in fn.walk() if isinstance(op, (memref.AllocOp, memref.GetGlobalOp))]  # type: ignore[attr-defined]
         views = [op for op in fn.walk() if isinstance(op, memref.ReinterpretCastOp)]
         for a in allocs:
             self.line(f"{c_type(a.type.element_type)} *{self.name(a)} = NULL;")  # type: ignore[attr-defined]
@@ -247,6 +248,14 @@ class CudaEmitter(CEmitter):
         n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
         ct = c_type(t.element_type)  # type: ignore[attr-defined]
         self.line(f"OPC_CHECK(cudaMalloc((void **)&{self.name(op.memref)}, sizeof({ct}) * {n}));")
+
+    def emit_GetGlobalOp(self, op: memref.GetGlobalOp) -> None:
+        t = op.memref.type
+        size = f"sizeof({c_type(t.element_type)}) * {max(1, pymath.prod(t.get_shape()))}"  # type: ignore[attr-defined]
+        ptr, host = self.name(op.memref), self.global_symbol(op.name_.root_reference.data)
+        self.const_ptrs.add(op.memref)
+        self.line(f"OPC_CHECK(cudaMalloc((void **)&{ptr}, {size}));")
+        self.line(f"OPC_CHECK(cudaMemcpy({ptr}, {host}, {size}, cudaMemcpyHostToDevice));")
 
     def emit_DeallocOp(self, op: memref.DeallocOp) -> None:
         self.line(f"OPC_CHECK(opc_cuda_free((void **)&{self.name(op.memref)}));")

@@ -28,6 +28,7 @@ from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref, scf
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -38,7 +39,9 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
     Signedness,
+    StringAttr,
     TensorType,
+    UnitAttr,
     f32,
     f64,
     i1,
@@ -355,6 +358,10 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
     raise OpcError(f"error: no scalar lowering for {op.name} on {in_t}")
 
 
+def is_splat_constant(op: Operation) -> bool:
+    return isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr) and op.value.is_splat()
+
+
 def full_value(value: float, t: Attribute) -> float | int:
     """opc.full's f64 value in the result type, with cast's semantics (truncate, saturate, NaN -> 0)."""
     if opc.is_float(t):
@@ -382,8 +389,9 @@ def broadcast_index(e: Emitter, idx: Sequence[SSAValue], out_shape: Sequence[int
 class FunctionLowering:
     """Lowers one tensor function to a buffer function of loop nests."""
 
-    def __init__(self, fn: func.FuncOp):
+    def __init__(self, fn: func.FuncOp, globals_out: list[memref.GlobalOp] | None = None):
         self.fn = fn
+        self.globals = globals_out if globals_out is not None else []
         self.returned = list(fn.body.block.last_op.operands)  # type: ignore[union-attr]
         arg_types = [memref_of(a.type) for a in fn.args]
         out_types = [memref_of(t) for t in fn.function_type.outputs.data]
@@ -403,13 +411,14 @@ class FunctionLowering:
     def plan_inlining(self) -> set[Operation]:
         inlined: set[Operation] = set()
         for op in self.fn.body.block.ops:
-            if not isinstance(op, INLINABLE) or len(op.results) != 1:
+            if not (isinstance(op, INLINABLE) or is_splat_constant(op)) or len(op.results) != 1:
                 continue
             v = op.results[0]
             if v in self.returned:
                 continue
             uses = [u.operation for u in v.uses]
-            if isinstance(op, opc.FullOp) and uses and all(isinstance(u, POINTWISE_CONSUMERS) for u in uses):
+            constant = isinstance(op, opc.FullOp) or is_splat_constant(op)
+            if constant and uses and all(isinstance(u, POINTWISE_CONSUMERS) for u in uses):
                 inlined.add(op)  # a constant: free to recompute anywhere
             elif len(uses) == 1 and isinstance(uses[0], POINTWISE_CONSUMERS) and self.evaluated_once(v, uses[0]):
                 inlined.add(op)
@@ -454,6 +463,8 @@ class FunctionLowering:
         shape = shape_of(v)
         if isinstance(op, opc.FullOp):
             return e.const(full_value(op.value.value.data, element_of(v)), element_of(v))
+        if is_splat_constant(op):
+            return e.const(op.value.get_values()[0], element_of(v))  # type: ignore[attr-defined]
         if isinstance(op, opc.BroadcastToOp):
             return self.value_at(op.x, broadcast_index(e, idx, shape, shape_of(op.x)))
         if isinstance(op, opc.TransposeOp):
@@ -480,6 +491,8 @@ class FunctionLowering:
     def value_at_root(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue:
         """Like value_at, but evaluates v's own op even though v has a buffer."""
         op = v.owner
+        if is_splat_constant(op):  # type: ignore[arg-type]
+            return self.e.const(op.value.get_values()[0], element_of(v))  # type: ignore[union-attr]
         saved = self.buffers.pop(v)
         self.inlined.add(op)  # type: ignore[arg-type]
         try:
@@ -649,8 +662,6 @@ class FunctionLowering:
                 break
             if op in self.inlined:
                 continue
-            if isinstance(op, arith.ConstantOp):
-                raise OpcError(f"error: arith.constant tensors are not supported yet in @{self.fn.sym_name.data}")
             self.lower_op(op)
         # Results that are arguments or returned twice are copied into their outputs.
         for v in dict.fromkeys(self.returned):
@@ -663,8 +674,25 @@ class FunctionLowering:
         new.attributes["opc.num_inputs"] = IntegerAttr(len(self.fn.args), 64)
         return new
 
+    def lower_constant(self, op: arith.ConstantOp) -> None:
+        """A dense tensor constant becomes a constant memref.global read in place."""
+        v = op.result
+        name = f"{self.fn.sym_name.data}_const{len(self.globals)}"
+        t = memref_of(v.type)  # type: ignore[arg-type]
+        self.globals.append(memref.GlobalOp.get(StringAttr(name), t, op.value, constant=UnitAttr()))
+        buf = self.e.value(memref.GetGlobalOp(name, t))
+        buf.name_hint = v.name_hint
+        self.buffers[v] = buf
+        if v in self.returned:
+            self.copy_into_output(v)
+
     def lower_op(self, op: Operation) -> None:
-        if isinstance(op, INLINABLE):
+        if isinstance(op, arith.ConstantOp):
+            if is_splat_constant(op):  # every use inlined it; a returned splat fills its output
+                self.lower_pointwise(op.result)
+            else:
+                self.lower_constant(op)
+        elif isinstance(op, INLINABLE):
             self.lower_pointwise(op.results[0])
         elif isinstance(op, opc.ReduceOp):
             self.lower_reduce(op)
@@ -686,9 +714,12 @@ class LowerToLoopsPass(ModulePass):
     name = "opc-lower-to-loops"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        constants: list[memref.GlobalOp] = []
         for fn in list(op.ops):
             if isinstance(fn, func.FuncOp) and not fn.is_declaration:
-                new = FunctionLowering(fn).run()
+                new = FunctionLowering(fn, constants).run()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)
+        for g in constants:
+            op.body.block.insert_op_before(g, op.body.block.first_op)  # type: ignore[arg-type]
