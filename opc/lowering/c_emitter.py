@@ -331,7 +331,8 @@ class CEmitter:
         return f"int {self.prefix}{fn.sym_name.data}({', '.join(params) or 'void'})"
 
     def emit_function(self, fn: func.FuncOp) -> FunctionSignature:
-        self.names, self.constants, self.const_ptrs = {}, {}, set()
+        """Prototype, locals, body, then one cleanup path that frees what the function owns."""
+        self.start_function(fn)
         n_in = fn.attributes["opc.num_inputs"].value.data  # type: ignore[attr-defined]
         for i, arg in enumerate(fn.args):
             if not arg.name_hint:
@@ -339,22 +340,38 @@ class CEmitter:
         self.indent = 0
         self.line(self.prototype(fn) + " {")
         self.indent = 1
-        allocs = [op for op in fn.walk() if isinstance(op, memref.AllocOp)]
         self.line("int status = 0;")
-        for a in allocs:
-            self.line(f"{c_type(a.memref.type.element_type)} *{self.name(a.memref)} = NULL;")  # type: ignore[attr-defined]
-        self.emit_block(fn.body.block)
+        owned = self.owned_buffers(fn)
+        self.declare_locals(fn, owned)
+        self.emit_body(fn)
         self.indent = 0
         self.lines.append("cleanup:")
         self.indent = 1
-        for a in allocs:
-            self.line(f"{self.free_fn}({self.name(a.memref)});")
+        for buf in owned:
+            self.line(self.free_statement(buf))
         self.line("return status;")
         self.indent = 0
         self.line("}")
         return self.signature(fn, n_in)
 
-    free_fn = "free"
+    # Hooks of emit_function that the CUDA emitter overrides.
+
+    def start_function(self, fn: func.FuncOp) -> None:
+        self.names, self.constants, self.const_ptrs = {}, {}, set()
+
+    def owned_buffers(self, fn: func.FuncOp) -> list[SSAValue]:
+        return [op.memref for op in fn.walk() if isinstance(op, memref.AllocOp)]
+
+    def declare_locals(self, fn: func.FuncOp, owned: list[SSAValue]) -> None:
+        """Every owned pointer is declared NULL up front, so the cleanup path may free it."""
+        for buf in owned:
+            self.line(f"{c_type(buf.type.element_type)} *{self.name(buf)} = NULL;")  # type: ignore[attr-defined]
+
+    def emit_body(self, fn: func.FuncOp) -> None:
+        self.emit_block(fn.body.block)
+
+    def free_statement(self, buf: SSAValue) -> str:
+        return f"free({self.name(buf)});"
 
     @staticmethod
     def signature(fn: func.FuncOp, n_in: int) -> FunctionSignature:
@@ -485,7 +502,7 @@ class CEmitter:
 
     def emit_DeallocOp(self, op: memref.DeallocOp) -> None:
         ptr = self.name(op.memref)
-        self.line(f"{self.free_fn}({ptr}); {ptr} = NULL;")
+        self.line(f"free({ptr}); {ptr} = NULL;")
 
     def emit_ReinterpretCastOp(self, op: memref.ReinterpretCastOp) -> None:
         src = op.source

@@ -148,39 +148,35 @@ class CudaEmitter(CEmitter):
         return f'extern "C" int {self.prefix}{fn.sym_name.data}({", ".join(self.params(fn)) or "void"})'
 
     def emit_function(self, fn: func.FuncOp) -> FunctionSignature:
-        self.names, self.constants, self.const_ptrs, self.kernels = {}, {}, set(), []
-        self.fn_name, self.kernel_count = fn.sym_name.data, 0
-        n_in = fn.attributes["opc.num_inputs"].value.data  # type: ignore[attr-defined]
-        for i, arg in enumerate(fn.args):
-            if not arg.name_hint:
-                arg.name_hint = f"in{i}" if i < n_in else f"out{i - n_in}"
-        self.indent = 0
-        self.line(self.prototype(fn) + " {")
-        self.indent = 1
-        self.line("int status = 0;")
-        # dense constants live in host arrays and are copied into device buffers of their own
-        allocs = [op.memref for op in fn.walk() if isinstance(op, (memref.AllocOp, memref.GetGlobalOp))]  # type: ignore[attr-defined]
-        views = [op for op in fn.walk() if isinstance(op, memref.ReinterpretCastOp)]
-        for a in allocs:
-            self.line(f"{c_type(a.type.element_type)} *{self.name(a)} = NULL;")  # type: ignore[attr-defined]
-        for v in views:
-            const = "const " if self.is_const_view(v) else ""
-            self.line(f"{const}{c_type(v.result.type.element_type)} *{self.name(v.result)} = NULL;")  # type: ignore[attr-defined]
-        self.emit_top_level(fn)
-        self.line("OPC_CHECK(cudaDeviceSynchronize());")  # surfaces errors of the kernels themselves
-        self.indent = 0
-        self.lines.append("cleanup:")
-        self.indent = 1
-        for a in allocs:
-            self.line(f"(void)cudaFree({self.name(a)});")
-        self.line("return status;")
-        self.indent = 0
-        self.line("}")
+        """The C emitter's function (host side), with its kernels before it and the _host wrapper after."""
+        sig = super().emit_function(fn)
         host = self.lines
         self.lines = []
-        self.emit_host_wrapper(fn, n_in)
+        self.emit_host_wrapper(fn, fn.attributes["opc.num_inputs"].value.data)  # type: ignore[attr-defined]
         self.lines = [*self.kernels, *host, "", *self.lines]
-        return self.signature(fn, n_in)
+        return sig
+
+    def start_function(self, fn: func.FuncOp) -> None:
+        super().start_function(fn)
+        self.kernels, self.fn_name, self.kernel_count = [], fn.sym_name.data, 0
+
+    def owned_buffers(self, fn: func.FuncOp) -> list[SSAValue]:
+        # dense constants live in host arrays and are copied into device buffers of their own
+        return [op.memref for op in fn.walk() if isinstance(op, (memref.AllocOp, memref.GetGlobalOp))]  # type: ignore[attr-defined]
+
+    def declare_locals(self, fn: func.FuncOp, owned: list[SSAValue]) -> None:
+        """Views too: C++ forbids a goto past an initialised declaration."""
+        super().declare_locals(fn, owned)
+        for v in (op for op in fn.walk() if isinstance(op, memref.ReinterpretCastOp)):
+            const = "const " if self.is_const_view(v) else ""
+            self.line(f"{const}{c_type(v.result.type.element_type)} *{self.name(v.result)} = NULL;")  # type: ignore[attr-defined]
+
+    def emit_body(self, fn: func.FuncOp) -> None:
+        self.emit_top_level(fn)
+        self.line("OPC_CHECK(cudaDeviceSynchronize());")  # surfaces errors of the kernels themselves
+
+    def free_statement(self, buf: SSAValue) -> str:
+        return f"(void)cudaFree({self.name(buf)});"
 
     def is_const_view(self, op: memref.ReinterpretCastOp) -> bool:
         src = op.source
