@@ -404,6 +404,7 @@ class FunctionLowering:
         for i, out in enumerate(self.outputs):
             out.name_hint = f"out{i}"
         self.allocs: list[SSAValue] = []
+        self.flat = False  # True while a flat (1-D) nest is emitted
         self.inlined = self.plan_inlining()
 
     # -- planning -------------------------------------------------------------
@@ -466,7 +467,7 @@ class FunctionLowering:
         if is_splat_constant(op):
             return e.const(op.value.get_values()[0], element_of(v))  # type: ignore[attr-defined]
         if isinstance(op, opc.BroadcastToOp):
-            return self.value_at(op.x, broadcast_index(e, idx, shape, shape_of(op.x)))
+            return self.value_at(op.x, self.operand_index(idx, shape, shape_of(op.x)))
         if isinstance(op, opc.TransposeOp):
             src = [None] * len(idx)
             for i, p in enumerate(op.perm_list()):
@@ -474,7 +475,7 @@ class FunctionLowering:
             return self.value_at(op.x, src)  # type: ignore[arg-type]
         if isinstance(op, opc.CastGradOp):  # x lends only its dtype: never loaded
             return e.convert(self.value_at(op.dout, idx), element_of(op.dout), element_of(v))
-        args = [self.value_at(a, broadcast_index(e, idx, shape, shape_of(a))) for a in op.operands]
+        args = [self.value_at(a, self.operand_index(idx, shape, shape_of(a))) for a in op.operands]
         return scalar_op(e, op, args)
 
     # -- materializing ops ----------------------------------------------------------
@@ -482,11 +483,61 @@ class FunctionLowering:
     def lower_pointwise(self, v: SSAValue) -> None:
         """One loop nest computing v (its inlined producers fused in) into its buffer."""
         out = self.buffer_for(v)
+        leaves = self.flat_leaves(v) if len(shape_of(v)) > 1 else None
+        if leaves is not None:
+            self.lower_pointwise_flat(v, out, leaves)
+            return
 
         def body(idx: list[SSAValue]) -> None:
             self.e.store(self.value_at_root(v, idx), out, idx)
 
         self.e.parallel(shape_of(v), body)
+
+    def flat_leaves(self, v: SSAValue) -> list[SSAValue] | None:
+        """The buffers v's nest reads, if every value in it has v's element count and
+        none is transposed or broadcast: then one flat loop does (long, vectorizable)."""
+        n = numel(shape_of(v))
+        leaves: list[SSAValue] = []
+
+        def flat(u: SSAValue, root: bool) -> bool:
+            if numel(shape_of(u)) != n:
+                return False
+            if not root and u in self.buffers:
+                leaves.append(u)
+                return True
+            op = u.owner
+            if isinstance(op, opc.TransposeOp):
+                return False
+            if isinstance(op, opc.FullOp) or is_splat_constant(op):  # type: ignore[arg-type]
+                return True
+            operands = [op.dout] if isinstance(op, opc.CastGradOp) else op.operands  # type: ignore[union-attr]
+            return all(flat(o, False) for o in operands)
+
+        return list(dict.fromkeys(leaves)) if flat(v, True) else None
+
+    def flat_view(self, buf: SSAValue) -> SSAValue:
+        n = numel(buf.type.get_shape())  # type: ignore[attr-defined]
+        t = MemRefType(buf.type.element_type, [n])  # type: ignore[attr-defined]
+        view = self.e.value(memref.ReinterpretCastOp(buf, [], [], [], [0], [n], [1], t))
+        view.name_hint = f"{buf.name_hint or 'buf'}_flat"
+        return view
+
+    def lower_pointwise_flat(self, v: SSAValue, out: SSAValue, leaves: list[SSAValue]) -> None:
+        saved = {u: self.buffers[u] for u in leaves}
+        for u in leaves:
+            self.buffers[u] = self.flat_view(saved[u])
+        out_flat = self.flat_view(out)
+        self.flat = True
+        try:
+            self.e.parallel((numel(shape_of(v)),), lambda idx: self.e.store(self.value_at_root(v, idx), out_flat, idx))
+        finally:
+            self.flat = False
+            self.buffers.update(saved)
+
+    def operand_index(self, idx: list[SSAValue], shape: Sequence[int], operand_shape: Sequence[int]) -> list[SSAValue]:
+        if self.flat:  # one index serves every value of a flat nest
+            return idx
+        return broadcast_index(self.e, idx, shape, operand_shape)
 
     def value_at_root(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue:
         """Like value_at, but evaluates v's own op even though v has a buffer."""

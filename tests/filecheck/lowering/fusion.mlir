@@ -44,3 +44,18 @@ func.func @fused(%x: tensor<4x8xf32>, %w: tensor<8x5xf32>, %b: tensor<5xf32>) ->
   %o, %z = opc.fused_gemm_epilogue %x, %w, %b {activation = "gelu"} : (tensor<4x8xf32>, tensor<8x5xf32>, tensor<5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>)
   func.return %o, %z : tensor<4x5xf32>, tensor<4x5xf32>
 }
+
+// Without broadcasts or transposes a nest runs flat: one long loop over
+// 1-D views of the buffers, whatever the rank (here an inner extent of 3
+// would otherwise be the only vectorizable loop).
+// CHECK-LABEL: func.func @flat
+// CHECK:         %x_flat = memref.reinterpret_cast %x to offset: [0], sizes: [192], strides: [1]
+// CHECK:         %out0_flat = memref.reinterpret_cast %out0
+// CHECK:         "scf.parallel"(%{{.*}}, %{{.*}}, %{{.*}}) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}>
+// CHECK:         memref.load %x_flat
+// CHECK:         memref.store {{.*}}, %out0_flat
+func.func @flat(%x: tensor<64x3xf32>, %y: tensor<64x3xf32>) -> tensor<64x3xf32> {
+  %a = opc.mul %x, %y : (tensor<64x3xf32>, tensor<64x3xf32>) -> tensor<64x3xf32>
+  %b = opc.exp %a : (tensor<64x3xf32>) -> tensor<64x3xf32>
+  func.return %b : tensor<64x3xf32>
+}
