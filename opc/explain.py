@@ -100,7 +100,7 @@ def explain(module: ModuleOp, target_spec: str, grad: bool = False) -> str:
     if failing:
         direct = [n for n in failing if route(n, target.kernels) == "cannot run"]
         if direct:
-            why = f"no kernel for it there and no invoke or composite rule"
+            why = "no kernel for it there and no invoke or composite rule"
             first = direct[0]
         else:
             first = failing[0]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import opc
-from opc.ir import OpcError, parse_text
+from opc.ir import parse_text
 
 DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32, "f64": np.float64}
 # |got - want| <= TOL * max(1, max|want|), per dtype

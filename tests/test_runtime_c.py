@@ -6,7 +6,6 @@ built once per test session and checked against NumPy / ml_dtypes.
 import hashlib
 import importlib
 import math
-import os
 import sys
 from pathlib import Path
 

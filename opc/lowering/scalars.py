@@ -1,0 +1,366 @@
+"""Building blocks of the loop level: element types as scalars travel, an
+Emitter of loop nests and scalar arith/math ops, and one scalar rule per
+elementwise opc op (the table the loop lowering evaluates point-wise).
+
+Scalars travel in their storage type (f16/bf16 included; ui8 as signless
+i8, which arith requires) and ops compute in f32 for f16/bf16, rounding to
+nearest even on every op result.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+
+from xdsl.dialects import arith, math, memref, scf
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    Signedness,
+    TensorType,
+    f32,
+    f64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+from opc.dialects import opc
+from opc.ir import OpcError
+
+# ---------------------------------------------------------------------------
+# Types
+# ---------------------------------------------------------------------------
+
+HALF_TYPES = (Float16Type, BFloat16Type)
+
+
+def is_half(t: Attribute) -> bool:
+    return isinstance(t, HALF_TYPES)
+
+
+def compute_type(t: Attribute) -> Attribute:
+    """f16/bf16 compute in f32 (SPEC.md: Types)."""
+    return f32 if is_half(t) else t
+
+
+def is_unsigned(t: Attribute) -> bool:
+    """Of a tensor element type: ui8 and i1 (scalars are signless, as arith wants)."""
+    return isinstance(t, IntegerType) and (t.signedness.data == Signedness.UNSIGNED or t.width.data == 1)
+
+
+def scalar_type(t: Attribute) -> Attribute:
+    """The signless type a tensor element type travels in as a scalar (ui8 -> i8)."""
+    if isinstance(t, IntegerType) and t.signedness.data != Signedness.SIGNLESS:
+        return IntegerType(t.width.data)
+    return t
+
+
+def shape_of(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
+
+
+def element_of(v: SSAValue) -> Attribute:
+    return v.type.element_type  # type: ignore[attr-defined]
+
+
+def memref_of(t: TensorType) -> MemRefType:
+    return MemRefType(t.element_type, list(t.get_shape()))
+
+
+def numel(shape: Sequence[int]) -> int:
+    return pymath.prod(shape)
+
+
+# Ops evaluated point-wise inside a consumer's loop nest.
+ELEMENTWISE = (
+    opc.BinaryElementwiseOp, opc.UnaryElementwiseOp, opc.SelectOp, opc.CastOp, opc.CastGradOp,
+    opc.ActivationGradOp,
+)  # fmt: skip
+INDEX_MAPS = (opc.BroadcastToOp, opc.TransposeOp)
+INLINABLE = (*ELEMENTWISE, *INDEX_MAPS, opc.FullOp)
+# Consumers that evaluate their operands point-wise (so a producer can be inlined).
+POINTWISE_CONSUMERS = (*ELEMENTWISE, *INDEX_MAPS, opc.ReduceOp)
+
+GELU_C = pymath.sqrt(2.0 / pymath.pi)
+GELU_K = 0.044715
+
+
+# ---------------------------------------------------------------------------
+# Emission context: an insertion block and per-block constant caches
+# ---------------------------------------------------------------------------
+
+
+class Emitter:
+    def __init__(self, block: Block):
+        self.block = block
+        self.consts: dict[tuple[int, object, Attribute], SSAValue] = {}
+
+    def emit(self, op: Operation) -> Operation:
+        self.block.add_op(op)
+        return op
+
+    def value(self, op: Operation) -> SSAValue:
+        return self.emit(op).results[0]
+
+    @contextmanager
+    def at(self, block: Block):
+        saved = self.block
+        self.block = block
+        try:
+            yield
+        finally:
+            self.block = saved
+
+    def const(self, value: float | int, t: Attribute) -> SSAValue:
+        t = scalar_type(t)
+        key = (id(self.block), value if not (isinstance(value, float) and pymath.isnan(value)) else "nan", t)
+        if key not in self.consts:
+            if isinstance(t, IndexType):
+                op = arith.ConstantOp(IntegerAttr(int(value), t))
+            elif isinstance(t, IntegerType):
+                op = arith.ConstantOp(IntegerAttr(int(value), t, truncate_bits=True))
+            else:
+                op = arith.ConstantOp(FloatAttr(float(value), t))  # type: ignore[arg-type]
+            self.consts[key] = self.value(op)
+        return self.consts[key]
+
+    def index(self, value: int) -> SSAValue:
+        return self.const(value, IndexType())
+
+    # -- loops ---------------------------------------------------------------
+
+    def parallel(self, shape: Sequence[int], body: Callable[[list[SSAValue]], None]) -> None:
+        """An scf.parallel nest over `shape` (rank 0: the body alone)."""
+        if not shape:
+            body([])
+            return
+        lbs = [self.index(0)] * len(shape)
+        ubs = [self.index(d) for d in shape]
+        steps = [self.index(1)] * len(shape)
+        inner = Block(arg_types=[IndexType()] * len(shape))
+        with self.at(inner):
+            body(list(inner.args))
+            self.emit(scf.ReduceOp())
+        self.emit(scf.ParallelOp(lbs, ubs, steps, Region(inner)))
+
+    def for_loop(
+        self, extent: int, inits: Sequence[SSAValue], body: Callable[[SSAValue, list[SSAValue]], list[SSAValue]]
+    ) -> list[SSAValue]:
+        lb, ub, step = self.index(0), self.index(extent), self.index(1)
+        inner = Block(arg_types=[IndexType(), *(v.type for v in inits)])
+        with self.at(inner):
+            self.emit(scf.YieldOp(*body(inner.args[0], list(inner.args[1:]))))
+        return list(self.emit(scf.ForOp(lb, ub, step, inits, Region(inner))).results)
+
+    # -- memory ------------------------------------------------------------------
+
+    def load(self, buf: SSAValue, idx: Sequence[SSAValue]) -> SSAValue:
+        v = self.value(memref.LoadOp.get(buf, idx))
+        return self.value(arith.BitcastOp(v, scalar_type(v.type))) if scalar_type(v.type) != v.type else v
+
+    def store(self, v: SSAValue, buf: SSAValue, idx: Sequence[SSAValue]) -> None:
+        elem = buf.type.element_type  # type: ignore[attr-defined]
+        if v.type != elem:
+            v = self.value(arith.BitcastOp(v, elem))
+        self.emit(memref.StoreOp.get(v, buf, idx))
+
+    # -- scalar conversions ----------------------------------------------------
+
+    def to_compute(self, v: SSAValue) -> SSAValue:
+        return self.value(arith.ExtFOp(v, f32)) if is_half(v.type) else v
+
+    def to_storage(self, v: SSAValue, t: Attribute) -> SSAValue:
+        t = scalar_type(t)
+        if v.type == t:
+            return v
+        if is_half(t):
+            return self.value(arith.TruncFOp(v, t))
+        raise AssertionError(f"no storage conversion {v.type} -> {t}")
+
+    def convert(self, v: SSAValue, src: Attribute, dst_elem: Attribute) -> SSAValue:
+        """Scalar cast with SPEC.md's semantics from element type src to dst_elem (scalars signless)."""
+        dst = scalar_type(dst_elem)
+        if src == dst_elem:
+            return v
+        sf, df = opc.is_float(src), opc.is_float(dst)
+        if sf and df:
+            if is_half(dst) and is_half(src):
+                return self.value(arith.TruncFOp(self.to_compute(v), dst))  # via exact f32
+            if isinstance(dst, Float64Type) or (isinstance(dst, Float32Type) and is_half(src)):
+                return self.value(arith.ExtFOp(v, dst))
+            return self.value(arith.TruncFOp(v, dst))  # one rounding, straight from the source
+        if sf:
+            x = self.to_compute(v)
+            if opc.is_bool(dst):
+                return self.value(arith.CmpfOp(x, self.const(0.0, x.type), "une"))  # NaN -> true, as NumPy
+            # The C emitter gives fptosi/fptoui saturating semantics (NaN -> 0).
+            return self.value((arith.FPToUIOp if is_unsigned(dst_elem) else arith.FPToSIOp)(x, dst))
+        if df:
+            wide = f64 if is_half(dst) else dst  # int -> f64 -> half: one rounding for any |x| < 2^53
+            x = self.value((arith.UIToFPOp if is_unsigned(src) else arith.SIToFPOp)(v, wide))
+            return self.value(arith.TruncFOp(x, dst)) if is_half(dst) else x
+        # int -> int
+        if opc.is_bool(dst):
+            return self.value(arith.CmpiOp(v, self.const(0, src), "ne"))
+        sw, dw = src.width.data, dst.width.data  # type: ignore[attr-defined]
+        if sw < dw:
+            return self.value((arith.ExtUIOp if is_unsigned(src) else arith.ExtSIOp)(v, dst))
+        if sw > dw:
+            return self.value(arith.TruncIOp(v, dst))
+        return v  # i8 <-> ui8: the same signless bits, as NumPy's astype
+
+
+# ---------------------------------------------------------------------------
+# Scalar rules: one per elementwise op, on storage-typed scalars
+# ---------------------------------------------------------------------------
+
+FLOAT_BINARY: dict[type, type] = {
+    opc.AddOp: arith.AddfOp, opc.SubOp: arith.SubfOp, opc.MulOp: arith.MulfOp, opc.DivOp: arith.DivfOp,
+    opc.MaximumOp: arith.MaximumfOp, opc.MinimumOp: arith.MinimumfOp, opc.PowOp: math.PowFOp,
+}  # fmt: skip
+INT_BINARY: dict[type, tuple[type, type]] = {  # (signed, unsigned)
+    opc.AddOp: (arith.AddiOp, arith.AddiOp), opc.SubOp: (arith.SubiOp, arith.SubiOp),
+    opc.MulOp: (arith.MuliOp, arith.MuliOp), opc.MaximumOp: (arith.MaxSIOp, arith.MaxUIOp),
+    opc.MinimumOp: (arith.MinSIOp, arith.MinUIOp),
+}  # fmt: skip
+COMPARE: dict[type, tuple[str, str, str]] = {  # (float, signed, unsigned) predicates
+    opc.GreaterThanOp: ("ogt", "sgt", "ugt"), opc.LessThanOp: ("olt", "slt", "ult"), opc.EqualOp: ("oeq", "eq", "eq"),
+}  # fmt: skip
+FLOAT_UNARY: dict[type, type] = {
+    opc.ExpOp: math.ExpOp, opc.LogOp: math.LogOp, opc.TanhOp: math.TanhOp, opc.ErfOp: math.ErfOp,
+    opc.SqrtOp: math.SqrtOp, opc.RsqrtOp: math.RsqrtOp, opc.AbsOp: math.AbsFOp, opc.NegOp: arith.NegfOp,
+}  # fmt: skip
+
+
+class Scalar:
+    """Arithmetic helpers on compute-typed scalars, for the activation formulas."""
+
+    def __init__(self, e: Emitter):
+        self.e = e
+
+    def c(self, v: float, like: SSAValue) -> SSAValue:
+        return self.e.const(v, like.type)
+
+    def add(self, a, b):
+        return self.e.value(arith.AddfOp(a, b))
+
+    def sub(self, a, b):
+        return self.e.value(arith.SubfOp(a, b))
+
+    def mul(self, a, b):
+        return self.e.value(arith.MulfOp(a, b))
+
+    def gelu_tanh_parts(self, x):
+        """(t, inner') with t = tanh(c*(x + k x^3)), inner' = c*(1 + 3k x^2)."""
+        x2 = self.mul(x, x)
+        inner = self.mul(self.c(GELU_C, x), self.add(x, self.mul(self.c(GELU_K, x), self.mul(x2, x))))
+        t = self.e.value(math.TanhOp(inner))
+        dinner = self.mul(self.c(GELU_C, x), self.add(self.c(1.0, x), self.mul(self.c(3 * GELU_K, x), x2)))
+        return t, dinner
+
+    def gelu(self, x, approximate: bool):
+        half_x = self.mul(self.c(0.5, x), x)
+        if approximate:
+            t, _ = self.gelu_tanh_parts(x)
+        else:
+            t = self.e.value(math.ErfOp(self.mul(x, self.c(pymath.sqrt(0.5), x))))
+        return self.mul(half_x, self.add(self.c(1.0, x), t))
+
+    def gelu_derivative(self, x, approximate: bool):
+        one, half = self.c(1.0, x), self.c(0.5, x)
+        if approximate:
+            t, dinner = self.gelu_tanh_parts(x)
+            left = self.mul(half, self.add(one, t))
+            right = self.mul(self.mul(half, x), self.mul(self.sub(one, self.mul(t, t)), dinner))
+            return self.add(left, right)
+        erf = self.e.value(math.ErfOp(self.mul(x, self.c(pymath.sqrt(0.5), x))))
+        pdf = self.e.value(math.ExpOp(self.mul(self.c(-0.5, x), self.mul(x, x))))
+        return self.add(self.mul(half, self.add(one, erf)), self.mul(x, self.mul(pdf, self.c(1 / pymath.sqrt(2 * pymath.pi), x))))
+
+
+def relu_grad_scalar(e: Emitter, x: SSAValue, dout: SSAValue) -> SSAValue:
+    positive = e.value(arith.CmpfOp(x, e.const(0.0, x.type), "ogt"))
+    return e.value(arith.SelectOp(positive, dout, e.const(0.0, x.type)))
+
+
+def gelu_grad_scalar(e: Emitter, x: SSAValue, dout: SSAValue, approximate: bool) -> SSAValue:
+    s = Scalar(e)
+    return s.mul(dout, s.gelu_derivative(x, approximate))
+
+
+def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
+    """The scalar value of elementwise `op` from its operands' scalars (storage types)."""
+    out_t = element_of(op.results[0])
+    if isinstance(op, opc.CastOp):
+        return e.convert(args[0], element_of(op.x), op.dtype)
+    if isinstance(op, opc.SelectOp):
+        return e.value(arith.SelectOp(args[0], args[1], args[2]))
+    xs = [e.to_compute(a) for a in args]
+    in_t = xs[0].type
+    s = Scalar(e)
+    kind = type(op)
+    if isinstance(op, opc.CompareOp):
+        fp, sp, up = COMPARE[kind]
+        if opc.is_float(in_t):
+            return e.value(arith.CmpfOp(xs[0], xs[1], fp))
+        return e.value(arith.CmpiOp(xs[0], xs[1], up if is_unsigned(element_of(op.operands[0])) else sp))
+    if opc.is_float(in_t):
+        if kind in FLOAT_BINARY:
+            r = e.value(FLOAT_BINARY[kind](xs[0], xs[1]))
+        elif kind in FLOAT_UNARY:
+            r = e.value(FLOAT_UNARY[kind](xs[0]))
+        elif kind is opc.ReluOp:
+            r = e.value(arith.MaximumfOp(xs[0], e.const(0.0, in_t)))  # NaN propagates, as np.maximum
+        elif kind is opc.GeluOp:
+            r = s.gelu(xs[0], opc.flag(op.approximate))
+        elif kind is opc.ReluGradOp:
+            r = relu_grad_scalar(e, xs[0], xs[1])
+        elif kind is opc.GeluGradOp:
+            r = gelu_grad_scalar(e, xs[0], xs[1], opc.flag(op.approximate))
+        else:
+            raise OpcError(f"error: no scalar lowering for {op.name} on {in_t}")
+        return e.to_storage(r, out_t)
+    unsigned = is_unsigned(element_of(op.operands[0]))
+    if kind in INT_BINARY:
+        return e.value(INT_BINARY[kind][unsigned](xs[0], xs[1]))
+    if kind is opc.NegOp:
+        return e.value(arith.SubiOp(e.const(0, in_t), xs[0]))
+    if kind is opc.AbsOp:
+        return xs[0] if unsigned else e.value(math.AbsIOp(xs[0]))
+    if kind is opc.ReluOp:
+        return xs[0] if unsigned else e.value(arith.MaxSIOp(xs[0], e.const(0, in_t)))
+    raise OpcError(f"error: no scalar lowering for {op.name} on {in_t}")
+
+
+def is_splat_constant(op: Operation) -> bool:
+    return isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr) and op.value.is_splat()
+
+
+def full_value(value: float, t: Attribute) -> float | int:
+    """opc.full's f64 value in the result type, with cast's semantics (truncate, saturate, NaN -> 0)."""
+    if opc.is_float(t):
+        return value
+    if opc.is_bool(t):
+        return int(value != 0)
+    if pymath.isnan(value):
+        return 0
+    width = t.width.data  # type: ignore[attr-defined]
+    lo, hi = (0, (1 << width) - 1) if is_unsigned(t) else (-(1 << (width - 1)), (1 << (width - 1)) - 1)
+    return hi if value >= hi else lo if value <= lo else int(value)
+
+
+def broadcast_index(e: Emitter, idx: Sequence[SSAValue], out_shape: Sequence[int], in_shape: Sequence[int]):
+    """Index into an operand of shape in_shape broadcast (NumPy rules) to out_shape."""
+    lead = len(out_shape) - len(in_shape)
+    return [e.index(0) if d == 1 else idx[lead + j] for j, d in enumerate(in_shape)]
+
+
+# ---------------------------------------------------------------------------
