@@ -116,7 +116,7 @@ static OPC_UNUSED void opc__afree(void *p) {
 #elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
 #define OPC_GEMM_TLS _Thread_local
 #endif
-enum { OPC__BUF_B = 0, OPC__BUF_A = 1, OPC__NBUF = 2 };
+enum { OPC__BUF_B = 0, OPC__BUF_A = 1, OPC__BUF_C = 2, OPC__NBUF = 3 };
 #ifdef OPC_GEMM_TLS
 static OPC_GEMM_TLS void *opc__tls_buf[OPC__NBUF];
 static OPC_GEMM_TLS size_t opc__tls_size[OPC__NBUF];
@@ -225,6 +225,55 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
                          const float *bias, int act, int dt,
                          void *out, void *res, int64_t ldo) {
     float z[OPC_S_NR];
+#if defined(__AVX__)
+    /* Full-width f32 rows: the same arithmetic in 8-float registers. */
+    if (dt == OPC_DT_F32 && nr == OPC_S_NR && act <= 2) {
+        const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+        const __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+        for (int i = 0; i < mr; i++) {
+            __m256 z0 = _mm256_load_ps(ct + i * OPC_S_NR), z1 = _mm256_load_ps(ct + i * OPC_S_NR + 8);
+            if (!first) {
+                const float *ai = acc + i * ldacc;
+                z0 = _mm256_add_ps(_mm256_loadu_ps(ai), z0);
+                z1 = _mm256_add_ps(_mm256_loadu_ps(ai + 8), z1);
+            }
+            if (!last) {
+                float *ai = acc + i * ldacc;
+                _mm256_storeu_ps(ai, z0); _mm256_storeu_ps(ai + 8, z1);
+                continue;
+            }
+            if (bias) { z0 = _mm256_add_ps(z0, b0); z1 = _mm256_add_ps(z1, b1); }
+            if (res) {
+                float *r = (float *)res + i * ldo;
+                _mm256_storeu_ps(r, z0); _mm256_storeu_ps(r + 8, z1);
+            }
+            if (act == 1) {
+                /* z < 0 ? 0 : z (NaN kept, -0 kept), as the scalar path */
+                const __m256 zr = _mm256_setzero_ps();
+                z0 = _mm256_andnot_ps(_mm256_cmp_ps(z0, zr, _CMP_LT_OQ), z0);
+                z1 = _mm256_andnot_ps(_mm256_cmp_ps(z1, zr, _CMP_LT_OQ), z1);
+            }
+#ifdef OPC_GEMM_VEC
+            else if (act == 2) {
+                opc__v8f v0, v1;
+                memcpy(&v0, &z0, sizeof v0); memcpy(&v1, &z1, sizeof v1);
+                v0 = opc__v8_gelu_tanh(v0); v1 = opc__v8_gelu_tanh(v1);
+                memcpy(&z0, &v0, sizeof v0); memcpy(&z1, &v1, sizeof v1);
+            }
+#else
+            else if (act == 2) {
+                float g[OPC_S_NR];
+                _mm256_storeu_ps(g, z0); _mm256_storeu_ps(g + 8, z1);
+                for (int j = 0; j < OPC_S_NR; j++) g[j] = opc_gelu_tanh_f32(g[j]);
+                z0 = _mm256_loadu_ps(g); z1 = _mm256_loadu_ps(g + 8);
+            }
+#endif
+            float *o = (float *)out + i * ldo;
+            _mm256_storeu_ps(o, z0); _mm256_storeu_ps(o + 8, z1);
+        }
+        return;
+    }
+#endif
     for (int i = 0; i < mr; i++) {
         const float *ci = ct + i * OPC_S_NR;
         if (!last) {
@@ -476,25 +525,67 @@ OPC_ALWAYS_INLINE const float *opc__row_s(const void *src, int64_t off, int64_t 
     return tmp;
 }
 
+#if defined(__AVX__)
+/* 8x8 transpose of rows r[0..7] at column k: column t (r[0][k+t] .. r[7][k+t])
+   goes to d + t*ldd (8 floats). */
+OPC_ALWAYS_INLINE void opc__tr8(const float *const *r, int64_t k, float *d, int64_t ldd, int narrow_last) {
+    __m256 x0 = _mm256_loadu_ps(r[0] + k), x1 = _mm256_loadu_ps(r[1] + k);
+    __m256 x2 = _mm256_loadu_ps(r[2] + k), x3 = _mm256_loadu_ps(r[3] + k);
+    __m256 x4 = _mm256_loadu_ps(r[4] + k), x5 = _mm256_loadu_ps(r[5] + k);
+    __m256 x6 = _mm256_loadu_ps(r[6] + k), x7 = _mm256_loadu_ps(r[7] + k);
+    __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1);
+    __m256 t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3);
+    __m256 t4 = _mm256_unpacklo_ps(x4, x5), t5 = _mm256_unpackhi_ps(x4, x5);
+    __m256 t6 = _mm256_unpacklo_ps(x6, x7), t7 = _mm256_unpackhi_ps(x6, x7);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(d + 0 * ldd, _mm256_permute2f128_ps(s0, s4, 0x20));
+    _mm256_storeu_ps(d + 1 * ldd, _mm256_permute2f128_ps(s1, s5, 0x20));
+    _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(s2, s6, 0x20));
+    _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(s3, s7, 0x20));
+    _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(s0, s4, 0x31));
+    _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(s1, s5, 0x31));
+    _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(s2, s6, 0x31));
+    if (narrow_last) {  /* only 6 of the last 8 floats are ours (MR = 6 rows) */
+        __m256 c7 = _mm256_permute2f128_ps(s3, s7, 0x31);
+        _mm_storeu_ps(d + 7 * ldd, _mm256_castps256_ps128(c7));
+        _mm_storel_pi((__m64 *)(void *)(d + 7 * ldd + 4), _mm256_extractf128_ps(c7, 1));
+    } else {
+        _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(s3, s7, 0x31));
+    }
+}
+#endif
+
 static OPC_UNUSED void opc__packA_s(const void *A, int dt, int trans, int64_t M, int64_t K,
                          int64_t i0, int64_t mc, int64_t p0, int64_t kc, float *OPC_RESTRICT dst) {
     const int MR = OPC_S_MR;
-    float tmp[OPC_S_KC > OPC_S_MR ? OPC_S_KC : OPC_S_MR];
+    float tmp[OPC_S_MR][OPC_S_KC > OPC_S_MR ? OPC_S_KC : OPC_S_MR];
+    float zero[OPC_S_KC];
+    int have_zero = 0;
     for (int64_t ip = 0; ip < mc; ip += MR) {
         int64_t mr = opc__min64(MR, mc - ip);
         float *d = dst + ip * kc;
         if (!trans) {              /* A(i,k) = A[i*K + k]: rows along k */
+            const float *r[8];
             for (int64_t i = 0; i < MR; i++) {
-                if (i < mr) {
-                    const float *s = opc__row_s(A, (i0 + ip + i) * K + p0, kc, dt, tmp);
-                    for (int64_t k = 0; k < kc; k++) d[k * MR + i] = s[k];
-                } else {
-                    for (int64_t k = 0; k < kc; k++) d[k * MR + i] = 0.0f;
+                if (i < mr) r[i] = opc__row_s(A, (i0 + ip + i) * K + p0, kc, dt, tmp[i]);
+                else {
+                    if (!have_zero) { memset(zero, 0, sizeof zero); have_zero = 1; }
+                    r[i] = zero;
                 }
             }
+            int64_t k = 0;
+#if defined(__AVX__)
+            r[6] = r[7] = r[0];    /* lanes 6, 7 are dropped (overwritten / narrow) */
+            for (; k + 8 <= kc; k += 8) opc__tr8(r, k, d + k * MR, MR, 1);
+#endif
+            for (; k < kc; k++)
+                for (int i = 0; i < MR; i++) d[k * MR + i] = r[i][k];
         } else {                   /* A(i,k) = A[k*M + i]: rows along i */
             for (int64_t k = 0; k < kc; k++) {
-                const float *s = opc__row_s(A, (p0 + k) * M + i0 + ip, mr, dt, tmp);
+                const float *s = opc__row_s(A, (p0 + k) * M + i0 + ip, mr, dt, tmp[0]);
                 for (int64_t i = 0; i < mr; i++) d[k * MR + i] = s[i];
                 for (int64_t i = mr; i < MR; i++) d[k * MR + i] = 0.0f;
             }
@@ -506,11 +597,11 @@ static OPC_UNUSED void opc__packB_s(const void *B, int dt, int trans, int64_t N,
                          int64_t p0, int64_t kc, int64_t j0, int64_t nc,
                          int64_t pj, float *OPC_RESTRICT dst) {
     const int NR = OPC_S_NR;
-    float tmp[OPC_S_KC > OPC_S_NR ? OPC_S_KC : OPC_S_NR];
     int64_t jp = pj * NR;
     int64_t nr = opc__min64(NR, nc - jp);
     float *d = dst + jp * kc;
     if (!trans) {                  /* B(k,j) = B[k*N + j]: rows along j */
+        float tmp[OPC_S_NR];
         for (int64_t k = 0; k < kc; k++) {
             const float *s = opc__row_s(B, (p0 + k) * N + j0 + jp, nr, dt, tmp);
             if (nr == NR) { for (int j = 0; j < NR; j++) d[k * NR + j] = s[j]; continue; }
@@ -518,14 +609,21 @@ static OPC_UNUSED void opc__packB_s(const void *B, int dt, int trans, int64_t N,
             for (int64_t j = nr; j < NR; j++) d[k * NR + j] = 0.0f;
         }
     } else {                       /* B(k,j) = B[j*K + k]: rows along k */
-        for (int64_t j = 0; j < NR; j++) {
-            if (j < nr) {
-                const float *s = opc__row_s(B, (j0 + jp + j) * K + p0, kc, dt, tmp);
-                for (int64_t k = 0; k < kc; k++) d[k * NR + j] = s[k];
-            } else {
-                for (int64_t k = 0; k < kc; k++) d[k * NR + j] = 0.0f;
-            }
+        float tmp[OPC_S_NR][OPC_S_KC > OPC_S_NR ? OPC_S_KC : OPC_S_NR];
+        float zero[OPC_S_KC];
+        const float *r[OPC_S_NR];
+        if (nr < NR) memset(zero, 0, sizeof zero);
+        for (int64_t j = 0; j < NR; j++)
+            r[j] = j < nr ? opc__row_s(B, (j0 + jp + j) * K + p0, kc, dt, tmp[j]) : zero;
+        int64_t k = 0;
+#if defined(__AVX__)
+        for (; k + 8 <= kc; k += 8) {
+            opc__tr8(r, k, d + k * NR, NR, 0);
+            opc__tr8(r + 8, k, d + k * NR + 8, NR, 0);
         }
+#endif
+        for (; k < kc; k++)
+            for (int j = 0; j < NR; j++) d[k * NR + j] = r[j][k];
     }
 }
 
@@ -583,6 +681,32 @@ static OPC_UNUSED void opc__packB_d(const double *B, int trans, int64_t N, int64
 /* Reference path: no packing, no allocation. Used for K == 0 and when a     */
 /* buffer cannot be allocated.                                               */
 /* ------------------------------------------------------------------------ */
+static OPC_UNUSED void opc__gemm_naive_rng_s(int dt, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K,
+                              const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
+                              const float *bf, int act, void *out, void *res,
+                              int64_t ib0, int64_t ib1, int64_t jb0, int64_t jb1) {
+    for (int64_t b = b0; b < b1; b++)
+        for (int64_t i = ib0; i < ib1; i++)
+            for (int64_t j0 = jb0; j0 < jb1; j0 += OPC_S_NR) {
+                int nr = (int)opc__min64(OPC_S_NR, jb1 - j0);
+                float ct[OPC_S_NR] __attribute__((aligned(32))), bv[OPC_S_NR];
+                for (int j = 0; j < nr; j++) {
+                    float s = 0.0f;
+                    for (int64_t k = 0; k < K; k++) {
+                        float a = opc__ld_s(A, b * sa + (ta ? k * M + i : i * K + k), dt);
+                        float w = opc__ld_s(B, b * sb + (tb ? (j0 + j) * K + k : k * N + j0 + j), dt);
+                        s += a * w;
+                    }
+                    ct[j] = s;
+                    bv[j] = bf ? bf[j0 + j] : 0.0f;
+                }
+                for (int j = nr; j < OPC_S_NR; j++) { ct[j] = 0.0f; bv[j] = 0.0f; }
+                int64_t off = b * M * N + i * N + j0;
+                size_t es = dt == OPC_DT_F32 ? 4 : 2;
+                opc__store_s(ct, 1, nr, NULL, 0, 1, 1, bf ? bv : NULL, act, dt,
+                             (char *)out + off * es, res ? (char *)res + off * es : NULL, N);
+            }
+}
 static OPC_UNUSED void opc__gemm_naive_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
                               const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
                               const void *bias, int act, void *out, void *res) {
@@ -590,7 +714,7 @@ static OPC_UNUSED void opc__gemm_naive_s(int dt, int64_t batch, int64_t M, int64
         for (int64_t i = 0; i < M; i++)
             for (int64_t j0 = 0; j0 < N; j0 += OPC_S_NR) {
                 int nr = (int)opc__min64(OPC_S_NR, N - j0);
-                float ct[OPC_S_NR], bv[OPC_S_NR];
+                float ct[OPC_S_NR] __attribute__((aligned(32))), bv[OPC_S_NR];
                 for (int j = 0; j < nr; j++) {
                     float s = 0.0f;
                     for (int64_t k = 0; k < K; k++) {
@@ -601,7 +725,7 @@ static OPC_UNUSED void opc__gemm_naive_s(int dt, int64_t batch, int64_t M, int64
                     ct[j] = s;
                     bv[j] = bias ? opc__ld_s(bias, j0 + j, dt) : 0.0f;
                 }
-                for (int j = nr; j < OPC_S_NR; j++) ct[j] = 0.0f;
+                for (int j = nr; j < OPC_S_NR; j++) { ct[j] = 0.0f; bv[j] = 0.0f; }
                 int64_t off = b * M * N + i * N + j0;
                 size_t es = dt == OPC_DT_F32 ? 4 : 2;
                 opc__store_s(ct, 1, nr, NULL, 0, 1, 1, bias ? bv : NULL, act, dt,
@@ -632,117 +756,142 @@ static OPC_UNUSED void opc__gemm_naive_d(int64_t batch, int64_t M, int64_t N, in
 
 /* ------------------------------------------------------------------------ */
 /* Blocked drivers.                                                          */
-/* Work items per (jc, pc): nbm row blocks x nbn column groups; a thread     */
-/* packs the A block of its item into its own buffer and runs the tiles.     */
-/* Column groups (nbn > 1) are used only when M is too short to give every  */
-/* thread a row block.                                                       */
 /* ------------------------------------------------------------------------ */
+/* f32 compute: each thread computes its own part of the output -- a range   */
+/* of whole matrices when the batch is large enough, else a range of columns */
+/* (NR panels) or, when M > N, of rows (MR panels) -- with its own packing   */
+/* buffers, so the parallel region has no barrier inside: only the fork and  */
+/* the join. The price is that the operand not split is packed by every      */
+/* thread (the smaller one: A for a column split, B for a row split).       */
+/* ------------------------------------------------------------------------ */
+static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K,
+                        const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
+                        float *bf, int act, void *out, void *res,
+                        int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    /* bf: f32 copy of the bias, or NULL (not const: gcc's -Wmaybe-uninitialized
+       cannot see that the caller filled it) */
+    const int MR = OPC_S_MR, NR = OPC_S_NR;
+    const size_t es = dt == OPC_DT_F32 ? 4 : 2;
+    if (b0 >= b1 || i0 >= i1 || j0 >= j1) return;
+    const int64_t mrows = i1 - i0, ncols = j1 - j0;
+    const int64_t KC = opc__min64(OPC_S_KC, K);
+    const int64_t nkb = opc__cdiv(K, KC);
+    const int64_t kcb = opc__cdiv(K, nkb);              /* balanced depth blocks */
+    const int64_t NC = opc__min64(OPC_S_NC, opc__cdiv(ncols, NR) * NR);
+    const int64_t nbm = opc__cdiv(mrows, OPC_S_MC);     /* balanced row blocks, multiple of MR */
+    const int64_t mcb = opc__cdiv(opc__cdiv(mrows, nbm), MR) * MR;
+    const int need_acc = nkb > 1 && dt != OPC_DT_F32;
+    float *bp = (float *)opc__buf_get(OPC__BUF_B, (size_t)kcb * (size_t)NC * sizeof(float));
+    float *ap = (float *)opc__buf_get(OPC__BUF_A, (size_t)kcb * (size_t)mcb * sizeof(float));
+    float *sc = need_acc ? (float *)opc__buf_get(OPC__BUF_C, (size_t)mrows * (size_t)NC * sizeof(float)) : NULL;
+    if (!bp || !ap || (need_acc && !sc)) {
+        opc__buf_put(bp); opc__buf_put(ap); opc__buf_put(sc);
+        opc__gemm_naive_rng_s(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res, i0, i1, j0, j1);
+        return;
+    }
+    float ct[OPC_S_MR * OPC_S_NR] __attribute__((aligned(64)));
+    for (int64_t b = b0; b < b1; b++) {
+        const char *Ab = (const char *)A + (size_t)(b * sa) * es;
+        const char *Bb = (const char *)B + (size_t)(b * sb) * es;
+        char *Ob = (char *)out + (size_t)(b * M * N) * es;
+        char *Rb = res ? (char *)res + (size_t)(b * M * N) * es : NULL;
+        for (int64_t jc = j0; jc < j1; jc += NC) {
+            const int64_t nc = opc__min64(NC, j1 - jc);
+            const int64_t npan = opc__cdiv(nc, NR);
+            for (int64_t pc = 0; pc < K; pc += kcb) {
+                const int64_t kc = opc__min64(kcb, K - pc);
+                const int first = pc == 0, last = pc + kc >= K;
+                for (int64_t pj = 0; pj < npan; pj++)
+                    opc__packB_s(Bb, dt, tb, N, K, pc, kc, jc, nc, pj, bp);
+                for (int64_t ic = i0; ic < i1; ic += mcb) {
+                    const int64_t mc = opc__min64(mcb, i1 - ic);
+                    opc__packA_s(Ab, dt, ta, M, K, ic, mc, pc, kc, ap);
+                    for (int64_t pj = 0; pj < npan; pj++) {
+                        const int64_t j = jc + pj * NR;
+                        const int nr = (int)opc__min64(NR, j1 - j);
+                        for (int64_t ir = 0; ir < mc; ir += MR) {
+                            const int mr = (int)opc__min64(MR, mc - ir);
+                            const int64_t i = ic + ir;
+                            float *acc;
+                            int64_t ldacc;
+                            if (dt == OPC_DT_F32) { acc = (float *)Ob + i * N + j; ldacc = N; }
+                            else if (sc) { acc = sc + (i - i0) * NC + (j - jc); ldacc = NC; }
+                            else { acc = NULL; ldacc = 0; }
+                            if (acc && !(last && first))
+                                opc__ukr_s(kc, ap + ir * kc, bp + pj * NR * kc, ct,
+                                           (const char *)acc, ldacc * 4, mr);
+                            else
+                                opc__ukr_s(kc, ap + ir * kc, bp + pj * NR * kc, ct,
+                                           Ob + (size_t)(i * N + j) * es, N * (int64_t)es, mr);
+                            opc__store_s(ct, mr, nr, acc, ldacc, first, last,
+                                         bf ? bf + j : NULL, act, dt,
+                                         Ob + (size_t)(i * N + j) * es,
+                                         Rb ? Rb + (size_t)(i * N + j) * es : NULL, N);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    opc__buf_put(bp); opc__buf_put(ap); opc__buf_put(sc);
+}
+
 static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
                         const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
                         const void *bias, int act, void *out, void *res) {
     const int MR = OPC_S_MR, NR = OPC_S_NR;
     if (batch <= 0 || M <= 0 || N <= 0) return;
     if (K <= 0) { opc__gemm_naive_s(dt, batch, M, N, 0, A, sa, ta, B, sb, tb, bias, act, out, res); return; }
-    const size_t es = dt == OPC_DT_F32 ? 4 : 2;
-    const double work = (double)M * (double)N * (double)K;
+    const double work = (double)batch * (double)M * (double)N * (double)K;
     int nt = 1;
-    (void)work;
+    (void)work; (void)MR; (void)NR;
 #ifdef _OPENMP
     if (work > OPC_GEMM_PAR_MIN) nt = omp_get_max_threads();
     if (nt < 1) nt = 1;
 #endif
-    const int64_t KC = opc__min64(OPC_S_KC, K);
-    const int64_t nkb = opc__cdiv(K, KC);
-    const int64_t kcb = opc__cdiv(K, nkb);              /* balanced depth blocks */
-    const int64_t NC = opc__min64(OPC_S_NC, opc__cdiv(N, NR) * NR);
-    /* Row blocks: balanced, multiple of MR, count a multiple of nt if possible. */
-    int64_t nbm = opc__cdiv(M, OPC_S_MC);
-    if (nt > 1 && nbm % nt) nbm += nt - nbm % nt;
-    int64_t mcb = opc__cdiv(opc__cdiv(M, nbm), MR) * MR;
-    nbm = opc__cdiv(M, mcb);
-    int64_t nbn = 1;
-    if (nt > 1 && nbm < nt) nbn = nt;
-    const int need_acc = nkb > 1 && dt != OPC_DT_F32;
-
-    const size_t aslice = ((size_t)kcb * (size_t)mcb + 15u) & ~(size_t)15u;
-    float *bp = (float *)opc__buf_get(OPC__BUF_B, (size_t)kcb * (size_t)NC * sizeof(float));
-    float *ap = (float *)opc__buf_get(OPC__BUF_A, (size_t)nt * aslice * sizeof(float));
-    float *bf = bias ? (float *)opc__amalloc((size_t)N * sizeof(float)) : NULL;
-    float *sc = need_acc ? (float *)opc__amalloc((size_t)M * (size_t)NC * sizeof(float)) : NULL;
-    if (!bp || !ap || (bias && !bf) || (need_acc && !sc)) {
-        opc__buf_put(bp); opc__buf_put(ap); opc__afree(bf); opc__afree(sc);
-        opc__gemm_naive_s(dt, batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res);
-        return;
+    float *bf = NULL;
+    if (bias) {
+        bf = (float *)opc__amalloc((size_t)N * sizeof(float));
+        if (!bf) { opc__gemm_naive_s(dt, batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res); return; }
+        for (int64_t j = 0; j < N; j++) bf[j] = opc__ld_s(bias, j, dt);
     }
-    if (bias) for (int64_t j = 0; j < N; j++) bf[j] = opc__ld_s(bias, j, dt);
-
+    /* How the output is split between threads: whole matrices, NR-column
+       panels or MR-row panels, balanced; nt reduced when there is too little. */
+    const int64_t npm = opc__cdiv(M, MR), npn = opc__cdiv(N, NR);
+    int mode = 0;                  /* 0 batch, 1 columns, 2 rows */
+    if (nt > 1) {
+        if (batch >= 4 * (int64_t)nt || (batch >= nt && batch % nt == 0)) mode = 0;
+        else if (npn >= nt && (M <= N || npm < nt)) mode = 1;
+        else if (npm >= nt) mode = 2;
+        else if (npn >= nt) mode = 1;
+        else if (npm > 1 || npn > 1) { mode = npm >= npn ? 2 : 1; nt = (int)(npm >= npn ? npm : npn); }
+        else if (batch > 1) { mode = 0; if (batch < nt) nt = (int)batch; }
+        else nt = 1;
+        if (mode == 0 && batch < nt) nt = (int)batch;
+    }
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
     {
-        int tid = 0;
+        int tid = 0, nth = nt;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
+        nth = omp_get_num_threads();   /* may be fewer than asked for */
+        if (nth < 1) nth = 1;
 #endif
-        float *apt = ap + (size_t)tid * aslice;
-        float ct[OPC_S_MR * OPC_S_NR] __attribute__((aligned(64)));
-        for (int64_t b = 0; b < batch; b++) {
-            const char *Ab = (const char *)A + (size_t)(b * sa) * es;
-            const char *Bb = (const char *)B + (size_t)(b * sb) * es;
-            char *Ob = (char *)out + (size_t)(b * M * N) * es;
-            char *Rb = res ? (char *)res + (size_t)(b * M * N) * es : NULL;
-            for (int64_t jc = 0; jc < N; jc += NC) {
-                const int64_t nc = opc__min64(NC, N - jc);
-                const int64_t npan = opc__cdiv(nc, NR);
-                for (int64_t pc = 0; pc < K; pc += kcb) {
-                    const int64_t kc = opc__min64(kcb, K - pc);
-                    const int first = pc == 0, last = pc + kc >= K;
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-                    for (int64_t pj = 0; pj < npan; pj++)
-                        opc__packB_s(Bb, dt, tb, N, K, pc, kc, jc, nc, pj, bp);
-                    /* (implicit barrier: B block packed) */
-                    const int64_t pang = opc__cdiv(npan, nbn);
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-                    for (int64_t item = 0; item < nbm * nbn; item++) {
-                        const int64_t ib = item / nbn, jb = item % nbn;
-                        const int64_t ic = ib * mcb, mc = opc__min64(mcb, M - ic);
-                        const int64_t pj0 = jb * pang, pj1 = opc__min64(npan, pj0 + pang);
-                        if (pj0 >= pj1) continue;
-                        opc__packA_s(Ab, dt, ta, M, K, ic, mc, pc, kc, apt);
-                        for (int64_t pj = pj0; pj < pj1; pj++) {
-                            const int64_t j = jc + pj * NR;
-                            const int nr = (int)opc__min64(NR, N - j);
-                            for (int64_t ir = 0; ir < mc; ir += MR) {
-                                const int mr = (int)opc__min64(MR, mc - ir);
-                                const int64_t i = ic + ir;
-                                float *acc;
-                                int64_t ldacc;
-                                if (dt == OPC_DT_F32) { acc = (float *)Ob + i * N + j; ldacc = N; }
-                                else if (sc) { acc = sc + i * NC + (j - jc); ldacc = NC; }
-                                else { acc = NULL; ldacc = 0; }
-                                if (acc && !(last && first))
-                                    opc__ukr_s(kc, apt + ir * kc, bp + pj * NR * kc, ct,
-                                               (const char *)acc, ldacc * 4, mr);
-                                else
-                                    opc__ukr_s(kc, apt + ir * kc, bp + pj * NR * kc, ct,
-                                               Ob + (size_t)(i * N + j) * es, N * (int64_t)es, mr);
-                                opc__store_s(ct, mr, nr, acc, ldacc, first, last,
-                                             bf ? bf + j : NULL, act, dt,
-                                             Ob + (size_t)(i * N + j) * es,
-                                             Rb ? Rb + (size_t)(i * N + j) * es : NULL, N);
-                            }
-                        }
-                    }
-                    /* (implicit barrier before bp is repacked) */
-                }
+        int64_t b0 = 0, b1 = batch, i0 = 0, i1 = M, j0 = 0, j1 = N;
+        if (nth > 1) {
+            if (mode == 0) { b0 = batch * tid / nth; b1 = batch * (tid + 1) / nth; }
+            else if (mode == 1) {
+                j0 = opc__min64(N, npn * tid / nth * NR); j1 = opc__min64(N, npn * (tid + 1) / nth * NR);
+            } else {
+                i0 = opc__min64(M, npm * tid / nth * MR); i1 = opc__min64(M, npm * (tid + 1) / nth * MR);
             }
         }
+        opc__gemm_s_part(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res,
+                         i0, i1, j0, j1);
     }
-    opc__buf_put(bp); opc__buf_put(ap); opc__afree(bf); opc__afree(sc);
+    opc__afree(bf);
 }
 
 static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t K,
