@@ -121,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(err) if str(err).startswith(("error:", "<")) or ": error:" in str(err) else f"error: {err}",
               file=sys.stderr)
         return 1
+    except OSError as err:  # unwritable -o DIR, full disk, ...
+        where = f": {err.filename}" if err.filename else ""
+        print(f"error: {err.strerror or err}{where}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # noqa: BLE001 - the CLI promises no traceback

@@ -99,6 +99,14 @@ def test_cli_errors_are_one_line(args, message):
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_cli_unwritable_output_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = run_opc("compile", str(CAST), "-o", str(blocker / "sub"))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
 def test_cli_located_error_from_stdin():
     bad = "func.func @f(%a: tensor<4xf32>) {\n  %r = opc.exp %a : (tensor<4xf32>) -> tensor<5xf32>\n  func.return\n}\n"
     proc = run_opc("compile", "-", "--emit", "c", stdin=bad)
