@@ -73,6 +73,9 @@ enum { OPC_DT_F32 = 0, OPC_DT_F16 = 1, OPC_DT_BF16 = 2, OPC_DT_F64 = 3 };
 #ifndef OPC_S_NC
 #define OPC_S_NC 3072
 #endif
+#ifndef OPC_S_PACKB_GROUP
+#define OPC_S_PACKB_GROUP 4
+#endif
 #define OPC_D_MR 6
 #define OPC_D_NR 8
 #ifndef OPC_D_KC
@@ -627,6 +630,28 @@ static OPC_UNUSED void opc__packB_s(const void *B, int dt, int trans, int64_t N,
     }
 }
 
+/* Non-transposed B, panels [pj0, pj1) together: each source row is read as
+   one contiguous segment (fewer pages / streams than panel by panel). */
+static OPC_UNUSED void opc__packB_grp_s(const void *B, int dt, int64_t N,
+                         int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                         int64_t pj0, int64_t pj1, float *OPC_RESTRICT dst) {
+    const int NR = OPC_S_NR;
+    float tmp[OPC_S_NR * OPC_S_PACKB_GROUP];
+    const int64_t jb = pj0 * NR, je = opc__min64(nc, pj1 * NR);
+    if (pj1 - pj0 > OPC_S_PACKB_GROUP || je - jb < (pj1 - pj0) * NR) {   /* edge panel: one by one */
+        for (int64_t pj = pj0; pj < pj1; pj++) opc__packB_s(B, dt, 0, N, 0, p0, kc, j0, nc, pj, dst);
+        return;
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        const float *s = opc__row_s(B, (p0 + k) * N + j0 + jb, je - jb, dt, tmp);
+        for (int64_t pj = pj0; pj < pj1; pj++) {
+            float *d = dst + pj * NR * kc + k * NR;
+            const float *sp = s + (pj - pj0) * NR;
+            for (int j = 0; j < NR; j++) d[j] = sp[j];
+        }
+    }
+}
+
 static OPC_UNUSED void opc__packA_d(const double *A, int trans, int64_t M, int64_t K,
                          int64_t i0, int64_t mc, int64_t p0, int64_t kc, double *OPC_RESTRICT dst) {
     const int MR = OPC_D_MR;
@@ -801,8 +826,13 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
             for (int64_t pc = 0; pc < K; pc += kcb) {
                 const int64_t kc = opc__min64(kcb, K - pc);
                 const int first = pc == 0, last = pc + kc >= K;
-                for (int64_t pj = 0; pj < npan; pj++)
-                    opc__packB_s(Bb, dt, tb, N, K, pc, kc, jc, nc, pj, bp);
+                if (tb)
+                    for (int64_t pj = 0; pj < npan; pj++)
+                        opc__packB_s(Bb, dt, tb, N, K, pc, kc, jc, nc, pj, bp);
+                else
+                    for (int64_t pj = 0; pj < npan; pj += OPC_S_PACKB_GROUP)
+                        opc__packB_grp_s(Bb, dt, N, pc, kc, jc, nc, pj,
+                                         opc__min64(npan, pj + OPC_S_PACKB_GROUP), bp);
                 for (int64_t ic = i0; ic < i1; ic += mcb) {
                     const int64_t mc = opc__min64(mcb, i1 - ic);
                     opc__packA_s(Ab, dt, ta, M, K, ic, mc, pc, kc, ap);
