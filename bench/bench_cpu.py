@@ -119,6 +119,14 @@ def main() -> None:
     np.testing.assert_allclose(m.chain(cx, cy), numpy_chain(cx, cy), rtol=1e-5, atol=1e-6)
     row("elementwise chain 6 ops 4M", best(lambda: numpy_chain(cx, cy)), best(lambda: m.chain(cx, cy)))
 
+    t = "tensor<4096x1024xf32>"
+    m = opc.compile(f"func.func @colsum(%x: {t}) -> tensor<1024xf32> {{\n"
+                    f"  %r = opc.reduce_sum %x {{axes = array<i64: 0>}} : ({t}) -> tensor<1024xf32>\n"
+                    f"  func.return %r : tensor<1024xf32>\n}}\n")
+    rx = rng.standard_normal((4096, 1024), np.float32)
+    np.testing.assert_allclose(m.colsum(rx), rx.sum(0), rtol=1e-3, atol=1e-3)
+    row("reduce_sum axis 0 4096x1024", best(lambda: rx.sum(0)), best(lambda: m.colsum(rx)))
+
     mlp = ROOT / "examples" / "mlp.mlir"
     with tempfile.TemporaryDirectory() as fresh:
         cold = timed_subprocess_compile(mlp, fresh)  # includes the one-time GEMM runtime object

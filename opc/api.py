@@ -39,12 +39,12 @@ def prepare(source: Source, target: str = "cpu", grad: bool = False, decompose: 
     return source
 
 
-def lower(source: Source) -> ModuleOp:
-    """The loop-level module (the input is left untouched)."""
+def lower(source: Source, target: str = "cpu") -> ModuleOp:
+    """The loop-level module for the target's backend (the input is left untouched)."""
     from opc.lowering.opc_lower_to_loops import LowerToLoopsPass
 
     module = source.module.clone()
-    LowerToLoopsPass().apply(make_context(), module)
+    LowerToLoopsPass(target=target_backend(target)).apply(make_context(), module)
     verify(Source(module, source.name, {}), stage="opc-lower-to-loops")
     return module
 
@@ -58,7 +58,7 @@ def target_backend(target: str) -> str:
 def emit(source: Source, what: str, target: str = "cpu", grad: bool = False, decompose: str | None = None) -> str:
     """`--emit mlir|c|cuda`: the lowered IR or the generated source."""
     prepare(source, target, grad, decompose)
-    loops = lower(source)
+    loops = lower(source, "cuda" if what == "cuda" else target)
     if what == "mlir":
         return str(loops) + "\n"
     if what == "c":
@@ -72,7 +72,7 @@ def compile(source, target: str = "cpu", grad: bool = False, decompose: str | No
             cache_dir: str | None = None):
     """A path, MLIR text or ModuleOp -> a module of NumPy-callable functions."""
     src = prepare(load_module(source), target, grad, decompose)
-    loops = lower(src)
+    loops = lower(src, target)
     if target_backend(target) == "cuda":
         from opc.lowering.cuda_build import compile_cuda
 
@@ -112,7 +112,7 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
     os.makedirs(out_dir, exist_ok=True)
     origin = source.name
     prepare(source, target, grad, decompose)
-    loops = lower(source)
+    loops = lower(source, target)
     if target_backend(target) == "cuda":
         from opc.lowering.cuda_build import write_cuda_module
 

@@ -172,7 +172,7 @@ OPS_TEXT = "\n".join(ops_sources())
 
 
 def loops_of(source, grad: bool = False, target: str = "cuda"):
-    return lower(prepare(load_module(source), target, grad))
+    return lower(prepare(load_module(source), target, grad), target)
 
 
 # ---------------------------------------------------------------------------

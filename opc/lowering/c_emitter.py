@@ -233,7 +233,7 @@ EXPRESSIONS = {
 # Function emission
 # ---------------------------------------------------------------------------
 
-PARALLEL_MIN_WORK = 1 << 15
+PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
 # own, so that no user function can collide with a runtime helper (opc_*).
 ENTRY_PREFIX = "opc_fn_"  # below this many inner iterations threads cost more than they give
@@ -424,12 +424,14 @@ class CEmitter:
         return self.constants[v]
 
     def parallel_work(self, op: scf.ParallelOp) -> int:
-        trips = pymath.prod(self.const_index(u) for u in op.upperBound)
-        inner = 1
-        for f in op.body.walk():
-            if isinstance(f, scf.ForOp) and f.ub in self.constants_in(op):
-                inner = max(inner, self.constants_in(op)[f.ub])
-        return trips * inner
+        """Scalar steps of the whole nest: its trips times the trips of the loops inside."""
+        consts = self.constants_in(op)
+
+        def work(block: Block) -> int:
+            return sum(consts.get(o.ub, 1) * work(o.body.block) if isinstance(o, scf.ForOp) else 1
+                       for o in block.ops)
+
+        return pymath.prod(self.const_index(u) for u in op.upperBound) * work(op.body.block)
 
     @staticmethod
     def constants_in(op: Operation) -> dict[SSAValue, int]:

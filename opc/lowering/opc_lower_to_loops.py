@@ -21,7 +21,8 @@ the numbers of fused and unfused code identical (opc/lowering/scalars.py).
 from __future__ import annotations
 
 import math as pymath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref
@@ -31,8 +32,9 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     StringAttr,
     UnitAttr,
+    f32,
 )
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects import opc
@@ -47,6 +49,7 @@ from opc.lowering.scalars import (
     element_of,
     full_value,
     gelu_grad_scalar,
+    is_half,
     is_splat_constant,
     is_unsigned,
     memref_of,
@@ -64,8 +67,10 @@ from opc.lowering.scalars import (
 class FunctionLowering:
     """Lowers one tensor function to a buffer function of loop nests."""
 
-    def __init__(self, fn: func.FuncOp, globals_out: list[memref.GlobalOp] | None = None):
+    def __init__(self, fn: func.FuncOp, globals_out: list[memref.GlobalOp] | None = None,
+                 memory_order_reductions: bool = True):
         self.fn = fn
+        self.memory_order_reductions = memory_order_reductions
         self.globals = globals_out if globals_out is not None else []
         self.returned = list(fn.body.block.last_op.operands)  # type: ignore[union-attr]
         arg_types = [memref_of(a.type) for a in fn.args]
@@ -228,12 +233,20 @@ class FunctionLowering:
             self.buffers[v] = saved
 
     def lower_reduce(self, op: opc.ReduceOp) -> None:
-        e, v = self.e, op.result
-        out = self.buffer_for(v)
-        in_shape, axes, keepdim = shape_of(op.x), op.axes_list(), opc.flag(op.keepdim)
-        elem = element_of(v)
+        self.reduce_into(self.buffer_for(op.result), element_of(op.result), shape_of(op.x), op.axes_list(),
+                         opc.flag(op.keepdim), isinstance(op, opc.ReduceSumOp), lambda idx: self.value_at(op.x, idx))
+
+    def reduce_into(self, out: SSAValue, elem: Attribute, in_shape: Sequence[int], axes: Sequence[int],
+                    keepdim: bool, is_sum: bool, load: Callable[[list[SSAValue]], SSAValue]) -> None:
+        """out = sum or max of load(idx) over `axes`, accumulated in the compute type.
+
+        When the innermost input axis is kept (a column sum, say), the CPU walks
+        the input in memory order, accumulating into whole output rows, so the
+        inner loop is contiguous and vectorizes; otherwise, and on GPUs (one
+        warp per output), each output accumulates its own scalar.
+        """
+        e = self.e
         acc_t = compute_type(scalar_type(elem))
-        is_sum = isinstance(op, opc.ReduceSumOp)
 
         def combine(acc: SSAValue, x: SSAValue) -> SSAValue:
             x = e.to_compute(x)
@@ -251,6 +264,17 @@ class FunctionLowering:
             width = acc_t.width.data  # type: ignore[attr-defined]
             return e.const(0 if is_unsigned(elem) else -(1 << (width - 1)), acc_t)
 
+        def out_index(in_idx: Sequence[SSAValue]) -> list[SSAValue]:
+            if keepdim:
+                return [e.index(0) if d in axes else i for d, i in enumerate(in_idx)]
+            return [i for d, i in enumerate(in_idx) if d not in axes]
+
+        out_shape = [1 if d in axes else n for d, n in enumerate(in_shape)] if keepdim else \
+            [n for d, n in enumerate(in_shape) if d not in axes]
+        if self.memory_order_reductions and in_shape and len(in_shape) - 1 not in axes:
+            self.reduce_in_memory_order(out, elem, in_shape, axes, out_shape, out_index, identity, combine, load)
+            return
+
         def body(out_idx: list[SSAValue]) -> None:
             kept = iter(out_idx)
             base: list[SSAValue | None] = []
@@ -264,7 +288,7 @@ class FunctionLowering:
 
             def loops(remaining: list[int], idx: list, acc: SSAValue) -> SSAValue:
                 if not remaining:
-                    return combine(acc, self.value_at(op.x, idx))
+                    return combine(acc, load(idx))
                 axis, rest = remaining[0], remaining[1:]
 
                 def step(iv: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
@@ -274,10 +298,33 @@ class FunctionLowering:
 
                 return e.for_loop(in_shape[axis], [acc], step)[0]
 
-            total = loops(list(axes), base, identity())
-            e.store(e.to_storage(total, elem), out, out_idx)
+            e.store(e.to_storage(loops(list(axes), base, identity()), elem), out, out_idx)
 
-        e.parallel(shape_of(v), body)
+        e.parallel(out_shape, body)
+
+    def reduce_in_memory_order(self, out, elem, in_shape, axes, out_shape, out_index, identity, combine, load) -> None:
+        """acc = identity; for idx in input order: acc[out(idx)] = combine(...); out = round(acc).
+        The kept axes before the first reduced one run in parallel."""
+        e = self.e
+        if is_half(elem):  # accumulate in f32, round once at the end
+            acc = e.value(memref.AllocOp([], [], MemRefType(f32, list(out_shape))))
+            acc.name_hint = "acc"
+            self.allocs.append(acc)
+        else:
+            acc = out
+        e.parallel(out_shape, lambda idx: e.store(identity(), acc, idx))
+        first = min(axes)
+
+        def loops(d: int, idx: list[SSAValue]) -> None:
+            if d == len(in_shape):
+                o = out_index(idx)
+                e.store(combine(e.load(acc, o), load(idx)), acc, o)
+                return
+            e.for_loop(in_shape[d], [], lambda iv, _: (loops(d + 1, [*idx, iv]), [])[1])
+
+        e.parallel(in_shape[:first], lambda outer: loops(first, list(outer)))
+        if acc is not out:
+            e.parallel(out_shape, lambda idx: e.store(e.to_storage(e.load(acc, idx), elem), out, idx))
 
     def gemm(self, a, b, bias, out, reserve, *, batch, m, n, k, trans_a, trans_b, act, a_stride=0, b_stride=0):
         self.e.emit(GemmOp(
@@ -331,18 +378,7 @@ class FunctionLowering:
 
             e.parallel((m, n), dz_body)
         if op.dbias.uses or op.dbias in self.returned:
-            db = self.buffer_for(op.dbias)
-            acc_t = compute_type(elem)
-
-            def db_body(idx: list[SSAValue]) -> None:
-                def step(i: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-                    x = e.to_compute(e.load(dz, [i, idx[0]]))
-                    return [e.value(arith.AddfOp(accs[0], x))]
-
-                total = e.for_loop(m, [e.const(0.0, acc_t)], step)[0]
-                e.store(e.to_storage(total, elem), db, idx)
-
-            e.parallel((n,), db_body)
+            self.reduce_into(self.buffer_for(op.dbias), elem, (m, n), (0,), False, True, lambda idx: e.load(dz, idx))
         x, y = self.operand_buffer(op.x), self.operand_buffer(op.y)
         # SPEC.md's table, each product as one GEMM with transpose flags.
         dx_plan = {(False, False): (dz, False, y, True), (True, False): (y, False, dz, True),
@@ -433,16 +469,19 @@ class FunctionLowering:
             raise OpcError(f"error: no lowering to loops for '{op.name}'")
 
 
+@dataclass(frozen=True)
 class LowerToLoopsPass(ModulePass):
-    """Every tensor func.func becomes a buffer function of loop nests."""
+    """Every tensor func.func becomes a buffer function of loop nests.
+    `target=cuda` keeps one accumulator per output (a warp each on the GPU)."""
 
     name = "opc-lower-to-loops"
+    target: str = "cpu"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         constants: list[memref.GlobalOp] = []
         for fn in list(op.ops):
             if isinstance(fn, func.FuncOp) and not fn.is_declaration:
-                new = FunctionLowering(fn, constants).run()
+                new = FunctionLowering(fn, constants, memory_order_reductions=self.target != "cuda").run()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)

@@ -59,3 +59,18 @@ func.func @flat(%x: tensor<64x3xf32>, %y: tensor<64x3xf32>) -> tensor<64x3xf32> 
   %b = opc.exp %a : (tensor<64x3xf32>) -> tensor<64x3xf32>
   func.return %b : tensor<64x3xf32>
 }
+
+// A column sum walks its input in memory order, accumulating whole rows
+// (contiguous, vectorizable), instead of one strided scalar loop per output.
+// CHECK-LABEL: func.func @colsum
+// CHECK:         "scf.parallel"
+// CHECK:         memref.store %{{.*}}, %out0
+// CHECK:         scf.for
+// CHECK:           scf.for
+// CHECK:             %[[ACC:.*]] = memref.load %out0
+// CHECK:             %[[X:.*]] = memref.load %x
+// CHECK:             arith.addf %[[ACC]], %[[X]]
+func.func @colsum(%x: tensor<64x32xf32>) -> tensor<32xf32> {
+  %r = opc.reduce_sum %x {axes = array<i64: 0>} : (tensor<64x32xf32>) -> tensor<32xf32>
+  func.return %r : tensor<32xf32>
+}
