@@ -47,7 +47,8 @@ def gemm_mlir(n: int, act: str | None) -> str:
                 f"  func.return %r : {t}\n}}\n")
     res, lhs, ret = ((f"({t}, {t})", "%r, %z", f"%r, %z : {t}, {t}") if act != "none" else (t, "%r", f"%r : {t}"))
     return (f"func.func @f(%x: {t}, %y: {t}, %b: tensor<{n}xf32>) -> {res} {{\n"
-            f'  {lhs} = opc.fused_gemm_epilogue %x, %y, %b {{activation = "{act}"}} : ({t}, {t}, tensor<{n}xf32>) -> {res}\n'
+            f'  {lhs} = opc.fused_gemm_epilogue %x, %y, %b {{activation = "{act}"}} : '
+            f"({t}, {t}, tensor<{n}xf32>) -> {res}\n"
             f"  func.return {ret}\n}}\n")
 
 
@@ -93,7 +94,8 @@ def main() -> None:
     try:
         from threadpoolctl import threadpool_info
 
-        blas = [f"{i['internal_api']} {i.get('architecture', '')} threads={i['num_threads']}" for i in threadpool_info()]
+        blas = [f"{i['internal_api']} {i.get('architecture', '')} threads={i['num_threads']}"
+                for i in threadpool_info()]
     except ImportError:
         blas = ["(install threadpoolctl to see NumPy's BLAS)"]
     print(f"numpy {np.__version__}; BLAS: {'; '.join(blas)}; cores: {os.cpu_count()}")

@@ -37,7 +37,8 @@ def source(n: int, dt: str) -> str:
     return (f"func.func @mm(%x: {t2}, %w: {t2}) -> {t2} {{\n"
             f"  %r = opc.matmul %x, %w : ({t2}, {t2}) -> {t2}\n  func.return %r : {t2}\n}}\n"
             f"func.func @fused(%x: {t2}, %w: {t2}, %b: {t1}) -> ({t2}, {t2}) {{\n"
-            f"  %h, %z = opc.fused_gemm_epilogue %x, %w, %b {{activation = \"gelu\"}} : ({t2}, {t2}, {t1}) -> ({t2}, {t2})\n"
+            f"  %h, %z = opc.fused_gemm_epilogue %x, %w, %b {{activation = \"gelu\"}} : "
+            f"({t2}, {t2}, {t1}) -> ({t2}, {t2})\n"
             f"  func.return %h, %z : {t2}, {t2}\n}}\n")
 
 

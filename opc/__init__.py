@@ -11,7 +11,9 @@ from opc.ir import OpcError
 __all__ = ["OpcError", "compile"]
 
 
-def compile(source, target: str = "cpu", grad: bool = False, decompose: str | None = None, cache_dir: str | None = None):  # noqa: A001
+def compile(  # noqa: A001 - the name SPEC.md gives
+    source, target: str = "cpu", grad: bool = False, decompose: str | None = None, cache_dir: str | None = None
+):
     """Compile a path, MLIR text or ModuleOp into a module of callables."""
     from opc.api import compile as _compile
 

@@ -90,7 +90,8 @@ def explain(module: ModuleOp, target_spec: str, grad: bool = False) -> str:
         elif path == "kernel":
             into = ""
         else:
-            into = "-> " + (", ".join(f"{n} (CANNOT RUN)" if n in row["bad"] else n for n in row["into"]) or "(nothing)")
+            names = [f"{n} (CANNOT RUN)" if n in row["bad"] else n for n in row["into"]]
+            into = "-> " + (", ".join(names) or "(nothing)")
         if row["bad"]:
             failing.append(name)
         lines.append(f"{name:<{width}}{row['count']:>5}  {shown:<11} {into}".rstrip())

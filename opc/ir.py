@@ -101,7 +101,7 @@ def verify(source: Source, stage: str = "") -> None:
             raise OpcError(f"{source.where(op)}: error: '{op.name}' op {text}{after}") from None
 
 
-def load_module(src: "str | os.PathLike[str] | ModuleOp") -> Source:
+def load_module(src: str | os.PathLike[str] | ModuleOp) -> Source:
     """A path, MLIR text or ModuleOp, verified."""
     if isinstance(src, ModuleOp):
         source = Source(src, "<module>", {})

@@ -17,8 +17,9 @@ rule (opc/registry.py) until only kernel ops remain.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
+
+import tomllib
 
 from opc.ir import OpcError
 from opc.registry import ALL_OPS

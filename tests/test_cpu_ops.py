@@ -8,9 +8,18 @@ import math
 
 import numpy as np
 import pytest
-
 from oracle import (
-    ALL_DTYPES, FLOATS, INTS, NUMERIC, assert_close, compile_funcs, compute, func, np_dtype, random_array, ttype,
+    ALL_DTYPES,
+    FLOATS,
+    INTS,
+    NUMERIC,
+    assert_close,
+    compile_funcs,
+    compute,
+    func,
+    np_dtype,
+    random_array,
+    ttype,
 )  # fmt: skip
 
 RNG_SEED = 1234

@@ -45,15 +45,15 @@ from xdsl.irdl import (
     base,
     irdl_op_definition,
     operand_def,
-    var_operand_def,
     opt_result_def,
     prop_def,
     result_def,
     traits_def,
+    var_operand_def,
 )
-from xdsl.traits import Pure
 from xdsl.parser import Parser
 from xdsl.printer import Printer
+from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
 # ---------------------------------------------------------------------------

@@ -32,7 +32,8 @@ from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
 # or FP exception flags) but let loops with selects and sqrt vectorize.
-BASE_FLAGS = ["-O3", "-std=gnu11", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-Wno-unused-variable", "-Wno-unused-function", "-Wno-unused-label"]
+BASE_FLAGS = ["-O3", "-std=gnu11", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
+              "-Wno-unused-variable", "-Wno-unused-function", "-Wno-unused-label"]
 
 
 def runtime_dir() -> Path:
@@ -91,7 +92,8 @@ def runtime_object(cache: Path) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".o", dir=cache)
     os.close(fd)
     cc = os.environ.get("CC", "gcc")
-    cmd = [cc, *compile_flags(), "-fPIC", "-I", str(runtime_dir()), "-c", str(runtime_dir() / "opc_gemm_lib.c"), "-o", tmp]
+    cmd = [cc, *compile_flags(), "-fPIC", "-I", str(runtime_dir()), "-c", str(runtime_dir() / "opc_gemm_lib.c"),
+           "-o", tmp]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         os.unlink(tmp)
@@ -221,7 +223,8 @@ class CompiledFunction:
             try:
                 arr = np.asarray(value, dtype=want)
             except (TypeError, ValueError) as err:
-                raise ValueError(f"{self.sig.name}(): argument '{name}' cannot be read as a {want} array: {err}") from None
+                raise ValueError(
+                    f"{self.sig.name}(): argument '{name}' cannot be read as a {want} array: {err}") from None
         if arr.shape != tuple(shape):
             raise ValueError(
                 f"{self.sig.name}(): argument '{name}' must have shape {tuple(shape)}, got {arr.shape}")

@@ -114,7 +114,11 @@ def float_fn(name: str, t: Attribute) -> str:
 
 
 def wrap_int(op: str):
-    return lambda e, o: f"({c_type(o.result.type)})(({c_unsigned_wide(o.result.type)}){e.name(o.lhs)} {op} ({c_unsigned_wide(o.result.type)}){e.name(o.rhs)})"
+    def render(e: CEmitter, o: Operation) -> str:
+        t, u = o.result.type, c_unsigned_wide(o.result.type)  # type: ignore[attr-defined]
+        return f"({c_type(t)})(({u}){e.name(o.lhs)} {op} ({u}){e.name(o.rhs)})"  # type: ignore[attr-defined]
+
+    return render
 
 
 def infix(op: str):
@@ -131,7 +135,11 @@ def libm(name: str, nargs: int = 1):
 
 def pick(cmp: str):
     """NaN-propagating maximum/minimum: (a is NaN or a cmp b) ? a : b."""
-    return lambda e, o: f"(({e.name(o.lhs)} != {e.name(o.lhs)} || {e.name(o.lhs)} {cmp} {e.name(o.rhs)}) ? {e.name(o.lhs)} : {e.name(o.rhs)})"
+    def render(e: CEmitter, o: Operation) -> str:
+        a, b = e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+        return f"(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})"
+
+    return render
 
 
 def int_pick(cmp: str, unsigned: bool = False):
@@ -158,7 +166,8 @@ def compare(e: CEmitter, o: Operation) -> str:
 
 
 def comparison_name(o: Operation, pred: int) -> str:
-    cmpf = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une", "uno", "true"]
+    cmpf = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord",
+            "ueq", "ugt", "uge", "ult", "ule", "une", "uno", "true"]
     cmpi = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
     name = (cmpf if isinstance(o, arith.CmpfOp) else cmpi)[pred]
     if name not in CMP_C:
@@ -268,7 +277,8 @@ class CEmitter:
     const_ptrs: set[SSAValue] = field(default_factory=set)
     yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
 
-    header = '#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n'
+    header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
+              '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n')
 
     # -- names ---------------------------------------------------------------
 
@@ -311,7 +321,8 @@ class CEmitter:
         if len(values) == 1 and n != 1:
             values = values * n
         items = ", ".join(c_constant(v, t.element_type) for v in values)
-        return f"static const {c_type(t.element_type)} {self.global_symbol(op.sym_name.data)}[{max(n, 1)}] = {{{items}}};"
+        name = self.global_symbol(op.sym_name.data)
+        return f"static const {c_type(t.element_type)} {name}[{max(n, 1)}] = {{{items}}};"
 
     def emit_GetGlobalOp(self, op: memref.GetGlobalOp) -> None:
         self.const_ptrs.add(op.memref)
@@ -490,7 +501,8 @@ class CEmitter:
 
     def emit_LoadOp(self, op: memref.LoadOp) -> None:
         r = op.res
-        self.line(f"const {c_type(r.type)} {self.name(r)} = {self.name(op.memref)}[{self.offset(op.memref, op.indices)}];")
+        at = self.offset(op.memref, op.indices)
+        self.line(f"const {c_type(r.type)} {self.name(r)} = {self.name(op.memref)}[{at}];")
 
     def emit_StoreOp(self, op: memref.StoreOp) -> None:
         self.line(f"{self.name(op.memref)}[{self.offset(op.memref, op.indices)}] = {self.name(op.value)};")

@@ -126,7 +126,8 @@ class CudaEmitter(CEmitter):
         "/* Records a failed CUDA call's error and leaves through the cleanup label. */\n"
         "#define OPC_CHECK(call) do { cudaError_t opc_err_ = (call); "
         "if (opc_err_ != cudaSuccess) { status = (int)opc_err_; goto cleanup; } } while (0)\n\n"
-        "[[maybe_unused]] static inline cudaError_t opc_cuda_free(void **p) { cudaError_t e = cudaFree(*p); *p = NULL; return e; }\n\n"
+        "[[maybe_unused]] static inline cudaError_t opc_cuda_free(void **p) "
+        "{ cudaError_t e = cudaFree(*p); *p = NULL; return e; }\n\n"
         'extern "C" const char *opc_cuda_error_string(int code) { return cudaGetErrorString((cudaError_t)code); }\n'
         'extern "C" int opc_cuda_device_count(int *count) { *count = 0; return (int)cudaGetDeviceCount(count); }\n'
     )

@@ -399,7 +399,8 @@ class FunctionLowering:
         src = self.operand_buffer(op.x)
         shape = shape_of(op.result)
         strides = [numel(shape[i + 1:]) for i in range(len(shape))]
-        view = self.e.value(memref.ReinterpretCastOp(src, [], [], [], [0], list(shape), strides, memref_of(op.result.type)))  # type: ignore[arg-type]
+        cast = memref.ReinterpretCastOp(src, [], [], [], [0], list(shape), strides, memref_of(op.result.type))  # type: ignore[arg-type]
+        view = self.e.value(cast)
         view.name_hint = op.result.name_hint
         if op.result in self.returned:
             self.buffers[op.result] = view

@@ -283,7 +283,8 @@ class Scalar:
             return self.add(left, right)
         erf = self.e.value(math.ErfOp(self.mul(x, self.c(pymath.sqrt(0.5), x))))
         pdf = self.e.value(math.ExpOp(self.mul(self.c(-0.5, x), self.mul(x, x))))
-        return self.add(self.mul(half, self.add(one, erf)), self.mul(x, self.mul(pdf, self.c(1 / pymath.sqrt(2 * pymath.pi), x))))
+        density = self.mul(x, self.mul(pdf, self.c(1 / pymath.sqrt(2 * pymath.pi), x)))
+        return self.add(self.mul(half, self.add(one, erf)), density)
 
 
 def relu_grad_scalar(e: Emitter, x: SSAValue, dout: SSAValue) -> SSAValue:

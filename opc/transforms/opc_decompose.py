@@ -22,7 +22,6 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.rewriter import InsertPoint
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -30,6 +29,7 @@ from xdsl.pattern_rewriter import (
     PatternRewriteWalker,
     RewritePattern,
 )
+from xdsl.rewriter import InsertPoint
 from xdsl.transforms.dead_code_elimination import region_dce
 
 from opc.autodiff.rules import Emitter, matmul_grads, narrow, wide
@@ -235,7 +235,9 @@ def resolve_ops(ops: Sequence[str] | str | None) -> frozenset[str]:
     return frozenset(names)
 
 
-def apply_rules(module: ModuleOp, wanted: Callable[[Operation], bool], origin: dict[Operation, str] | None = None) -> None:
+def apply_rules(
+    module: ModuleOp, wanted: Callable[[Operation], bool], origin: dict[Operation, str] | None = None
+) -> None:
     """Rewrite every wanted op (and the wanted ops the rules produce) to a fixed point."""
     origin = origin if origin is not None else {}
     patterns = [cls(wanted, origin) for cls in PATTERNS.values()]
@@ -254,11 +256,16 @@ def enclosing_func(op: Operation) -> str:
     return f" (in @{p.sym_name.data})" if isinstance(p, func.FuncOp) else ""
 
 
-def legalize_ops(module: ModuleOp, target: Target, force: Sequence[str] | str | None = None) -> list[tuple[Operation, str]]:
+def legalize_ops(
+    module: ModuleOp, target: Target, force: Sequence[str] | str | None = None
+) -> list[tuple[Operation, str]]:
     """Rewrite until only kernel ops remain where possible; return (op, origin) of those that cannot run."""
     forced = resolve_ops(force)
     origin: dict[Operation, str] = {}
-    apply_rules(module, lambda op: route(op.name, target.kernels, force=op.name in forced) in ("invoke", "composite"), origin)
+    def rewritten(op: Operation) -> bool:
+        return route(op.name, target.kernels, force=op.name in forced) in ("invoke", "composite")
+
+    apply_rules(module, rewritten, origin)
     return [(op, origin.get(op, "")) for op in cannot_run(module, target)]
 
 
