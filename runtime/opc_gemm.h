@@ -706,9 +706,11 @@ static OPC_UNUSED void opc__packB_d(const double *B, int trans, int64_t N, int64
 /* Reference path: no packing, no allocation. Used for K == 0 and when a     */
 /* buffer cannot be allocated.                                               */
 /* ------------------------------------------------------------------------ */
+/* Ranges [b0,b1) x [ib0,ib1) x [jb0,jb1) of the output; `bias` is read as bias_dt
+   (a thread's f32 copy, or the caller's array in the GEMM's own dtype). */
 static OPC_UNUSED void opc__gemm_naive_rng_s(int dt, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K,
                               const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
-                              const float *bf, int act, void *out, void *res,
+                              const void *bias, int bias_dt, int act, void *out, void *res,
                               int64_t ib0, int64_t ib1, int64_t jb0, int64_t jb1) {
     for (int64_t b = b0; b < b1; b++)
         for (int64_t i = ib0; i < ib1; i++)
@@ -723,32 +725,7 @@ static OPC_UNUSED void opc__gemm_naive_rng_s(int dt, int64_t b0, int64_t b1, int
                         s += a * w;
                     }
                     ct[j] = s;
-                    bv[j] = bf ? bf[j0 + j] : 0.0f;
-                }
-                for (int j = nr; j < OPC_S_NR; j++) { ct[j] = 0.0f; bv[j] = 0.0f; }
-                int64_t off = b * M * N + i * N + j0;
-                size_t es = dt == OPC_DT_F32 ? 4 : 2;
-                opc__store_s(ct, 1, nr, NULL, 0, 1, 1, bf ? bv : NULL, act, dt,
-                             (char *)out + off * es, res ? (char *)res + off * es : NULL, N);
-            }
-}
-static OPC_UNUSED void opc__gemm_naive_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
-                              const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
-                              const void *bias, int act, void *out, void *res) {
-    for (int64_t b = 0; b < batch; b++)
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j0 = 0; j0 < N; j0 += OPC_S_NR) {
-                int nr = (int)opc__min64(OPC_S_NR, N - j0);
-                float ct[OPC_S_NR] __attribute__((aligned(32))), bv[OPC_S_NR];
-                for (int j = 0; j < nr; j++) {
-                    float s = 0.0f;
-                    for (int64_t k = 0; k < K; k++) {
-                        float a = opc__ld_s(A, b * sa + (ta ? k * M + i : i * K + k), dt);
-                        float w = opc__ld_s(B, b * sb + (tb ? (j0 + j) * K + k : k * N + j0 + j), dt);
-                        s += a * w;
-                    }
-                    ct[j] = s;
-                    bv[j] = bias ? opc__ld_s(bias, j0 + j, dt) : 0.0f;
+                    bv[j] = bias ? opc__ld_s(bias, j0 + j, bias_dt) : 0.0f;
                 }
                 for (int j = nr; j < OPC_S_NR; j++) { ct[j] = 0.0f; bv[j] = 0.0f; }
                 int64_t off = b * M * N + i * N + j0;
@@ -756,6 +733,11 @@ static OPC_UNUSED void opc__gemm_naive_s(int dt, int64_t batch, int64_t M, int64
                 opc__store_s(ct, 1, nr, NULL, 0, 1, 1, bias ? bv : NULL, act, dt,
                              (char *)out + off * es, res ? (char *)res + off * es : NULL, N);
             }
+}
+static OPC_UNUSED void opc__gemm_naive_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
+                              const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
+                              const void *bias, int act, void *out, void *res) {
+    opc__gemm_naive_rng_s(dt, 0, batch, M, N, K, A, sa, ta, B, sb, tb, bias, dt, act, out, res, 0, M, 0, N);
 }
 
 static OPC_UNUSED void opc__gemm_naive_d(int64_t batch, int64_t M, int64_t N, int64_t K,
@@ -811,7 +793,8 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
     float *sc = need_acc ? (float *)opc__buf_get(OPC__BUF_C, (size_t)mrows * (size_t)NC * sizeof(float)) : NULL;
     if (!bp || !ap || (need_acc && !sc)) {
         opc__buf_put(bp); opc__buf_put(ap); opc__buf_put(sc);
-        opc__gemm_naive_rng_s(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res, i0, i1, j0, j1);
+        opc__gemm_naive_rng_s(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, OPC_DT_F32, act, out, res,
+                              i0, i1, j0, j1);
         return;
     }
     float ct[OPC_S_MR * OPC_S_NR] __attribute__((aligned(64)));
