@@ -99,7 +99,6 @@ REGISTRY: dict[str, OpEntry] = {
 # fmt: on
 
 ALL_OPS: frozenset[str] = frozenset(REGISTRY)
-PRIMITIVES: frozenset[str] = frozenset(n for n, e in REGISTRY.items() if e.kind == "primitive")
 
 
 def entry(name: str) -> OpEntry | None:
@@ -117,7 +116,3 @@ def route(name: str, kernels: Collection[str], force: bool = False) -> str:
         return "kernel"
     return rewrite or "cannot run"
 
-
-def has_vjp(name: str) -> bool:
-    e = REGISTRY.get(name)
-    return e is not None and e.vjp is not None

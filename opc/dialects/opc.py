@@ -72,11 +72,6 @@ def is_bool(t: Attribute) -> bool:
     return isinstance(t, IntegerType) and t.width.data == 1
 
 
-def is_integer(t: Attribute) -> bool:
-    """An integer element type other than i1."""
-    return isinstance(t, IntegerType) and t.width.data != 1
-
-
 def is_admitted_element(t: Attribute) -> bool:
     """i1, i8, ui8, i16, i32, i64, f16, bf16, f32, f64 (SPEC.md: Types)."""
     if is_float(t):
