@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
@@ -82,12 +81,8 @@ def compile(source, target: str = "cpu", grad: bool = False, decompose: str | No
 
 
 def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = None) -> CompiledModule:
-    name, path = build_extension(c_source, sigs, _cache(cache))
+    name, path = build_extension(c_source, sigs, cache_dir(cache))
     return CompiledModule(bind(load_extension(name, path), sigs), c_source, path)
-
-
-def _cache(override: str | None) -> Path:
-    return cache_dir(override)
 
 
 MODULE_TEMPLATE = '''"""{name}: compiled by opc from {origin}. Import it; call its functions with NumPy arrays."""
@@ -118,7 +113,7 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
 
         return write_cuda_module(loops, out_dir, name, origin)
     c_source, sigs = emit_c(loops)
-    ext_name, built = build_extension(c_source, sigs, _cache(None))
+    ext_name, built = build_extension(c_source, sigs, cache_dir())
     ext_file = built.name
     shutil.copy2(built, os.path.join(out_dir, ext_file))
     c_path = os.path.join(out_dir, f"{name}.c")

@@ -72,6 +72,15 @@ def native_flags() -> tuple[str, ...]:
     return ("-march=native",) if probe.returncode == 0 else ()
 
 
+def content_key(*parts: str | bytes, length: int = 24) -> str:
+    """A cache key: the hash of every part, each ended by a NUL so parts cannot run together."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()[:length]
+
+
 def runtime_digest() -> str:
     h = hashlib.sha256()
     for path in sorted([*runtime_dir().glob("*.h"), *runtime_dir().glob("*.c")]):
@@ -85,7 +94,7 @@ def compile_flags() -> list[str]:
 
 def runtime_object(cache: Path) -> Path:
     """opc_gemm_lib.c compiled once per toolchain and flags, shared by every module."""
-    key = hashlib.sha256("\0".join([runtime_digest(), compiler_version(), *compile_flags()]).encode()).hexdigest()[:16]
+    key = content_key(runtime_digest(), compiler_version(), *compile_flags(), length=16)
     obj = cache / f"opc_gemm_lib-{key}.o"
     if obj.exists():
         return obj
@@ -114,12 +123,8 @@ def cdef_for(signatures: list[FunctionSignature]) -> str:
 def module_key(source: str, cdef: str) -> str:
     import cffi
 
-    h = hashlib.sha256()
-    for part in (source, cdef, " ".join(compile_flags()), compiler_version(),
-                 cffi.__version__, sys.version, runtime_digest()):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:24]
+    return content_key(source, cdef, " ".join(compile_flags()), compiler_version(), cffi.__version__, sys.version,
+                       runtime_digest())
 
 
 def extension_path(directory: Path, name: str) -> Path:

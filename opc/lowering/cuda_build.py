@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from opc.ir import OpcError
-from opc.lowering.build import CompiledFunction, CompiledModule, cache_dir, cdef_for, runtime_dir
+from opc.lowering.build import CompiledFunction, CompiledModule, cache_dir, cdef_for, content_key, runtime_dir
 from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature
 from opc.lowering.cuda_emitter import emit_cuda
 
@@ -55,13 +54,8 @@ def nvcc_version(nvcc: str) -> str:
 def cuda_key(source: str, cdef: str, nvcc: str) -> str:
     import cffi
 
-    h = hashlib.sha256()
-    for part in (source, cdef, " ".join(NVCC_FLAGS), nvcc_version(nvcc), cffi.__version__):
-        h.update(part.encode())
-        h.update(b"\0")
-    for header in RUNTIME_HEADERS:
-        h.update((runtime_dir() / header).read_bytes())
-    return h.hexdigest()[:24]
+    headers = [(runtime_dir() / header).read_bytes() for header in RUNTIME_HEADERS]
+    return content_key(source, cdef, " ".join(NVCC_FLAGS), nvcc_version(nvcc), cffi.__version__, *headers)
 
 
 def library_cdef(signatures: list[FunctionSignature]) -> str:
