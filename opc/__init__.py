@@ -8,7 +8,7 @@
 
 from opc.ir import OpcError
 
-__all__ = ["OpcError", "compile"]
+__all__ = ["OpcError", "compile", "import_onnx"]
 
 
 def compile(  # noqa: A001 - the name SPEC.md gives
@@ -18,3 +18,10 @@ def compile(  # noqa: A001 - the name SPEC.md gives
     from opc.api import compile as _compile
 
     return _compile(source, target=target, grad=grad, decompose=decompose, cache_dir=cache_dir)
+
+
+def import_onnx(model, shapes=None):
+    """An ONNX model (path or onnx.ModelProto) -> (ModuleOp, {argument name: weight}); see opc.onnx_import."""
+    from opc.onnx_import import import_onnx as _import_onnx
+
+    return _import_onnx(model, shapes)

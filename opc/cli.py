@@ -85,6 +85,13 @@ def cmd_explain(args: argparse.Namespace) -> None:
         raise OpcError(str(err).split("\n", 1)[0]) from None
 
 
+def cmd_import(args: argparse.Namespace) -> None:
+    from opc.onnx_import import parse_shapes, write_import
+
+    for path in write_import(args.file, args.output, parse_shapes(args.shape)):
+        print(f"wrote {path}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opc", description="op compiler for deep-learning ops and their gradients")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -110,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--target", default="cpu", help="cpu, cuda, or a device FILE.toml")
     exp.add_argument("--grad", action="store_true", help="explain the gradient functions too")
     exp.set_defaults(func=cmd_explain)
+
+    imp = sub.add_parser("import", help="import an ONNX model as MLIR (+ its weights as .npz)")
+    imp.add_argument("file", help="input .onnx file")
+    imp.add_argument("-o", "--output", help="output .mlir file (default stdout); weights go to its .npz twin")
+    imp.add_argument("--shape", action="append", default=[], metavar="NAME=D0xD1...",
+                     help="static sizes for a graph input with dynamic dims (repeatable)")
+    imp.set_defaults(func=cmd_import)
     return parser
 
 

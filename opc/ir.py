@@ -84,6 +84,10 @@ def read_source(path: str) -> Source:
         return parse_text(sys.stdin.read(), "<stdin>")
     if not os.path.isfile(path):
         raise OpcError(f"error: no such file: {path}")
+    if path.endswith(".onnx"):
+        from opc.onnx_import import import_onnx
+
+        return Source(import_onnx(path)[0], path, {})
     with open(path, encoding="utf-8") as f:
         return parse_text(f.read(), path)
 
@@ -108,6 +112,6 @@ def load_module(src: str | os.PathLike[str] | ModuleOp) -> Source:
         verify(source)
         return source
     text = os.fspath(src)
-    if "\n" not in text and (text.endswith(".mlir") or os.path.exists(text)):
+    if "\n" not in text and (text.endswith((".mlir", ".onnx")) or os.path.exists(text)):
         return read_source(text)
     return parse_text(text, "<string>")

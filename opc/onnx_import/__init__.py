@@ -1,0 +1,67 @@
+"""ONNX import (SPEC.md, ONNX import): an ONNX model -> one opc function + its weights.
+
+    module, params = opc.import_onnx("model.onnx")      # or an onnx.ModelProto
+    m = opc.compile(module, grad=True)
+    out = m.main_graph(x, *params.values())
+
+`opc import model.onnx -o model.mlir` writes the function as MLIR text and the
+weights as `model.npz` beside it. The graph is read by `graph.py` (loading,
+checks, shape inference, constant folding); each ONNX op is turned into opc
+ops by one small converter in `converters.py`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from opc.ir import OpcError
+
+if TYPE_CHECKING:
+    from xdsl.dialects.builtin import ModuleOp
+
+__all__ = ["import_onnx", "write_import"]
+
+
+def import_onnx(model: str | os.PathLike[str] | Any,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
+    """A path or onnx.ModelProto -> (ModuleOp with one func.func, {argument name: weight array}).
+
+    shapes: sizes for graph inputs whose dims are dynamic, by input name.
+    """
+    from opc.onnx_import.graph import import_model
+
+    return import_model(model, shapes)
+
+
+def write_import(path: str, output: str | None, shapes: Mapping[str, Sequence[int]] | None = None) -> list[str]:
+    """`opc import`: MLIR text to `output` (stdout when None or '-'), weights to its .npz twin."""
+    import sys
+
+    module, params = import_onnx(path, shapes)
+    text = str(module) + "\n"
+    if output in (None, "-"):
+        sys.stdout.write(text)
+        return []
+    npz = os.path.splitext(output)[0] + ".npz"
+    with open(output, "w", encoding="utf-8") as f:
+        f.write(text)
+    np.savez(npz, **params)
+    return [output, npz]
+
+
+def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """`--shape x=8x16` (repeatable) -> {'x': (8, 16)}; `x=` is a scalar."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, eq, dims = spec.partition("=")
+        try:
+            if not eq or not name:
+                raise ValueError
+            out[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
+        except ValueError:
+            raise OpcError(f"error: bad --shape '{spec}': expected NAME=D0xD1x... (e.g. x=8x16)") from None
+    return out

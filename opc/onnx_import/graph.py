@@ -1,0 +1,565 @@
+"""Reading an ONNX graph into one `func.func` of opc ops.
+
+    load + check (onnx.checker) -> opset 13..21 -> static input shapes
+    -> onnx shape inference -> nodes in order:
+         all inputs known at compile time?  evaluate (onnx.reference): a constant
+         otherwise                          the op's converter (converters.py)
+    -> func.func @graph_name(inputs..., float initializers...) -> (outputs...)
+
+Values are either SSA values of the function or NumPy arrays known at compile
+time (integer initializers, Constant nodes, shapes of static tensors and all
+that is computed from them). A constant becomes an `arith.constant` only when
+a runtime op uses it. Float initializers are function arguments, so that
+gradients w.r.t. the weights exist; one that an op needs at compile time (a
+shape, say) and nothing else uses is dropped from the arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntegerType,
+    ModuleOp,
+    Signedness,
+    TensorType,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.utils.exceptions import DiagnosticException, VerifyException
+
+from opc.autodiff.rules import Emitter
+from opc.dialects import opc as o
+from opc.ir import OpcError
+
+MIN_OPSET, MAX_OPSET = 13, 21
+INSTALL_HINT = 'pip install "opc[onnx]" (in a checkout of opc: pip install ".[onnx]")'
+
+# ONNX TensorProto element type numbers -> (name, opc element type, NumPy dtype)
+ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {
+    1: ("FLOAT", Float32Type(), np.dtype(np.float32)),
+    2: ("UINT8", IntegerType(8, Signedness.UNSIGNED), np.dtype(np.uint8)),
+    3: ("INT8", IntegerType(8), np.dtype(np.int8)),
+    5: ("INT16", IntegerType(16), np.dtype(np.int16)),
+    6: ("INT32", IntegerType(32), np.dtype(np.int32)),
+    7: ("INT64", IntegerType(64), np.dtype(np.int64)),
+    9: ("BOOL", IntegerType(1), np.dtype(np.bool_)),
+    10: ("FLOAT16", Float16Type(), np.dtype(np.float16)),
+    11: ("DOUBLE", Float64Type(), np.dtype(np.float64)),
+    16: ("BFLOAT16", BFloat16Type(), np.dtype(ml_dtypes.bfloat16)),
+}
+FLOAT_ELEMENT_TYPES = (1, 10, 11, 16)
+BY_NUMPY = {np_dtype: element for _, element, np_dtype in ELEMENT_TYPES.values()}
+# Never evaluated at compile time even when their inputs are known.
+NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
+                "If", "Loop", "Scan"}
+
+
+def onnx_module():
+    try:
+        import onnx
+    except ImportError:
+        raise OpcError(f"error: importing ONNX models needs the onnx package: {INSTALL_HINT}") from None
+    return onnx
+
+
+def dtype_name(elem_type: int) -> str:
+    try:
+        return onnx_module().TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        return str(elem_type)
+
+
+def supported_dtypes() -> str:
+    return ", ".join(name.lower() for name, _, _ in ELEMENT_TYPES.values())
+
+
+def element_of(array: np.ndarray, what: str) -> Attribute:
+    element = BY_NUMPY.get(array.dtype)
+    if element is None:
+        raise OpcError(f"error: {what} has dtype {array.dtype}, which opc does not support ({supported_dtypes()})")
+    return element
+
+
+def numpy_dtype_of(element: Attribute) -> np.dtype:
+    for _, e, np_dtype in ELEMENT_TYPES.values():
+        if e == element:
+            return np_dtype
+    raise OpcError(f"error: no NumPy dtype for {element}")
+
+
+# ---------------------------------------------------------------------------
+# Names
+# ---------------------------------------------------------------------------
+
+
+def identifier(name: str, taken: set[str], fallback: str = "v") -> str:
+    """A Python/MLIR identifier for an ONNX name, unique in `taken` (which it joins)."""
+    import keyword
+
+    base = re.sub(r"\W", "_", name, flags=re.ASCII).strip("_") or fallback
+    if base[0].isdigit():
+        base = f"{fallback}{base}"
+    if keyword.iskeyword(base):
+        base += "_"
+    out, n = base, 0
+    while out in taken:
+        n += 1
+        out = f"{base}_{n}"
+    taken.add(out)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Loading and checking
+# ---------------------------------------------------------------------------
+
+
+def first_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
+def load(model: Any, where: str):
+    """An onnx.ModelProto from a path or a ModelProto, checked by onnx.checker."""
+    onnx = onnx_module()
+    from google.protobuf.message import DecodeError
+
+    if not isinstance(model, onnx.ModelProto):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise OpcError(f"error: no such file: {path}")
+        try:
+            model = onnx.load(path)
+        except DecodeError as err:
+            raise OpcError(f"error: {where} is not an ONNX model (or is truncated): {first_line(err)}") from None
+        except (OSError, ValueError, RuntimeError) as err:  # external data missing, unreadable file
+            raise OpcError(f"error: cannot read {where}: {first_line(err)}") from None
+    if not model.HasField("graph") or model.ir_version == 0:
+        raise OpcError(f"error: {where} is not an ONNX model (no graph or IR version)")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:
+        raise OpcError(f"error: {where} is not a valid ONNX model: {first_line(err)}") from None
+    return model
+
+
+def default_opset(model, where: str) -> int:
+    versions = {op.domain or "ai.onnx": op.version for op in model.opset_import}
+    version = versions.get("ai.onnx")
+    if version is None:
+        raise OpcError(f"error: {where} imports no ai.onnx opset; opc imports opsets {MIN_OPSET} to {MAX_OPSET}")
+    if not MIN_OPSET <= version <= MAX_OPSET:
+        raise OpcError(f"error: {where} uses ai.onnx opset {version}; opc imports opsets {MIN_OPSET} to {MAX_OPSET} "
+                       f"(onnx.version_converter.convert_version(model, {min(max(version, MIN_OPSET), MAX_OPSET)}) "
+                       "can convert it)")
+    return version
+
+
+def dims_of(value_info) -> list[int | str | None]:
+    """Static dims as ints, dynamic ones as their name (dim_param) or None."""
+    t = value_info.type.tensor_type
+    if not t.HasField("shape"):
+        return [None]
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+
+
+def fix_input_shapes(model, shapes: Mapping[str, Sequence[int]], initializers: set[str]) -> None:
+    """Give graph inputs the sizes asked for (in place), before shape inference."""
+    inputs = {i.name: i for i in model.graph.input if i.name not in initializers}
+    for name, dims in shapes.items():
+        if name not in inputs:
+            raise OpcError(f"error: shapes: the graph has no input '{name}' (inputs: {', '.join(inputs) or 'none'})")
+        t = inputs[name].type.tensor_type
+        old = dims_of(inputs[name]) if t.HasField("shape") else None
+        if old is not None and len(old) != len(dims):
+            raise OpcError(f"error: shapes: input '{name}' has rank {len(old)}, got {len(dims)} sizes {list(dims)}")
+        if old is not None and any(isinstance(d, int) and d != want for d, want in zip(old, dims)):
+            raise OpcError(f"error: shapes: input '{name}' has shape {old}, which does not admit {list(dims)}")
+        t.ClearField("shape")
+        t.shape.SetInParent()
+        for d in dims:
+            t.shape.dim.add().dim_value = int(d)
+
+
+def input_type(value_info, where: str) -> TensorType:
+    name = value_info.name
+    if not value_info.type.HasField("tensor_type"):
+        raise OpcError(f"error: {where}: input '{name}' is not a tensor; opc imports tensor inputs only")
+    elem = value_info.type.tensor_type.elem_type
+    if elem not in ELEMENT_TYPES:
+        raise OpcError(f"error: {where}: input '{name}' has dtype {dtype_name(elem)}, which opc does not support "
+                       f"({supported_dtypes()})")
+    dims = dims_of(value_info)
+    if dims == [None] or any(not isinstance(d, int) or d <= 0 for d in dims):
+        shown = "unknown rank" if dims == [None] else "[" + ", ".join(str(d) if d else "?" for d in dims) + "]"
+        example = "x".join(str(d) if isinstance(d, int) and d > 0 else "1" for d in dims if dims != [None])
+        raise OpcError(f"error: {where}: input '{name}' has a dynamic shape ({shown}); opc needs static sizes: "
+                       f"fix them with `opc import --shape {name}={example or '...'}` or "
+                       f"opc.import_onnx(..., shapes={{'{name}': (...)}})")
+    return TensorType(ELEMENT_TYPES[elem][1], dims)
+
+
+def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None]]]:
+    """Every value's (element type, dims) as ONNX shape inference sees it."""
+    onnx = onnx_module()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except (onnx.shape_inference.InferenceError, RuntimeError) as err:
+        raise OpcError(f"error: {where}: ONNX shape inference failed: {first_line(err)}") from None
+    g = inferred.graph
+    out = {}
+    for vi in list(g.value_info) + list(g.output) + list(g.input):
+        if vi.type.HasField("tensor_type"):
+            out[vi.name] = (vi.type.tensor_type.elem_type, dims_of(vi))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Nodes and the emitter converters build with
+# ---------------------------------------------------------------------------
+
+
+class NodeEmitter(Emitter):
+    """Builds opc ops (Emitter's helpers) and verifies each at once, naming the node on failure."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.label = ""
+
+    def emit(self, op: Operation) -> Operation:
+        try:
+            op.verify(verify_nested_ops=False)
+        except (VerifyException, DiagnosticException) as err:
+            raise OpcError(f"error: {self.label}: cannot express it in opc: {op.name}: {first_line(err)}") from None
+        return super().emit(op)
+
+    def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        if tuple(x.type.get_shape()) == tuple(shape):  # type: ignore[attr-defined]
+            return x
+        return self.value(o.ReshapeOp(x, o.tensor(shape, x.type.element_type)))  # type: ignore[attr-defined]
+
+    def transpose(self, x: SSAValue, perm: Sequence[int]) -> SSAValue:
+        if list(perm) == list(range(len(perm))):
+            return x
+        return self.value(o.TransposeOp(x, perm))
+
+    def broadcast_to(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        if tuple(x.type.get_shape()) == tuple(shape):  # type: ignore[attr-defined]
+            return x
+        return self.value(o.BroadcastToOp(x, o.tensor(shape, x.type.element_type)))  # type: ignore[attr-defined]
+
+    def constant(self, array: np.ndarray) -> SSAValue:
+        array = np.asarray(array)
+        t = TensorType(element_of(array, "a constant"), array.shape)
+        if array.dtype.kind in "iub":
+            data = [int(v) for v in array.reshape(-1)]
+        else:
+            data = [float(v) for v in array.astype(np.float64).reshape(-1)]
+        return self.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(t, data)))
+
+
+@dataclass
+class Node:
+    """One ONNX node as converters see it: inputs, attributes, compile-time values, the emitter."""
+
+    proto: Any
+    opset: int
+    importer: GraphImporter
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from onnx import helper
+
+        for a in self.proto.attribute:
+            v = helper.get_attribute_value(a)
+            self.attrs[a.name] = v.decode() if isinstance(v, bytes) else v
+
+    @property
+    def op_type(self) -> str:
+        return self.proto.op_type
+
+    @property
+    def label(self) -> str:
+        name = self.proto.name or f"#{self.importer.node_index} -> {', '.join(self.proto.output)}"
+        return f"node '{name}' ({self.op_type})"
+
+    @property
+    def e(self) -> NodeEmitter:
+        return self.importer.emitter
+
+    def fail(self, message: str) -> OpcError:
+        return OpcError(f"error: {self.label}: {message}")
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.proto.input)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.proto.input) and self.proto.input[i] != ""
+
+    def input(self, i: int) -> SSAValue:
+        """Input i as an SSA value (a constant becomes an arith.constant)."""
+        if not self.has(i):
+            raise self.fail(f"input {i} is missing")
+        return self.importer.value(self.proto.input[i])
+
+    def inputs(self) -> list[SSAValue]:
+        return [self.input(i) for i in range(self.n_inputs) if self.has(i)]
+
+    def known(self, i: int) -> bool:
+        return self.has(i) and self.importer.compile_time(self.proto.input[i]) is not None
+
+    def const(self, i: int, what: str, default: np.ndarray | None = None) -> np.ndarray:
+        """Input i's value at compile time (shapes, axes, sizes): an error if it is only known at run time."""
+        if not self.has(i):
+            if default is None:
+                raise self.fail(f"input {i} ({what}) is missing")
+            return default
+        value = self.importer.compile_time(self.proto.input[i], needed=True)
+        if value is None:
+            raise self.fail(f"input {i} ('{self.proto.input[i]}', {what}) must be known at compile time; "
+                            "opc compiles static shapes only")
+        return value
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        return tuple(self.importer.type_of(self.proto.input[i]).get_shape())
+
+    def element(self, i: int) -> Attribute:
+        return self.importer.type_of(self.proto.input[i]).element_type
+
+    def axis(self, axis: int, rank: int) -> int:
+        if not -rank <= axis < max(rank, 1):
+            raise self.fail(f"axis {axis} is out of range for rank {rank}")
+        return axis % rank if rank else 0
+
+
+Converter = Callable[[Node], Sequence["SSAValue | np.ndarray"]]
+# op type -> {first opset of these semantics: converter}
+CONVERTERS: dict[str, dict[int, Converter]] = {}
+
+
+def converter(*op_types: str, since: int = MIN_OPSET) -> Callable[[Converter], Converter]:
+    """Register a converter for op types, valid from opset `since` until a later registration."""
+
+    def register(fn: Converter) -> Converter:
+        for t in op_types:
+            CONVERTERS.setdefault(t, {})[since] = fn
+        return fn
+
+    return register
+
+
+def find_converter(op_type: str, opset: int) -> Converter | None:
+    versions = CONVERTERS.get(op_type, {})
+    usable = [v for v in versions if v <= opset]
+    return versions[max(usable)] if usable else None
+
+
+# ---------------------------------------------------------------------------
+# The importer
+# ---------------------------------------------------------------------------
+
+
+class GraphImporter:
+    def __init__(self, model, where: str, shapes: Mapping[str, Sequence[int]] | None) -> None:
+        self.where = where
+        self.model = model
+        self.graph = model.graph
+        self.opset = default_opset(model, where)
+        init_names = {t.name for t in self.graph.initializer}
+        if shapes:
+            fix_input_shapes(model, shapes, init_names)
+        self.values: dict[str, SSAValue] = {}
+        self.constants: dict[str, np.ndarray] = {}
+        self.materialized: dict[str, SSAValue] = {}
+        self.param_values: dict[str, np.ndarray] = {}  # ONNX name -> weight, for compile-time use
+        self.needed_at_compile_time: set[str] = set()
+        self.emitter = NodeEmitter()
+        self.node_index = 0
+        self.inferred: dict[str, tuple[int, list[int | str | None]]] = {}
+
+    # -- values -------------------------------------------------------------
+    def compile_time(self, name: str, needed: bool = False) -> np.ndarray | None:
+        if name in self.constants:
+            return self.constants[name]
+        if name in self.param_values:
+            if needed:
+                self.needed_at_compile_time.add(name)
+            return self.param_values[name]
+        return None
+
+    def value(self, name: str) -> SSAValue:
+        if name in self.values:
+            return self.values[name]
+        if name not in self.materialized:
+            if name not in self.constants:
+                raise OpcError(f"error: {self.where}: value '{name}' is used before it is defined")
+            v = self.emitter.constant(self.constants[name])
+            v.name_hint = self.hint(name)
+            self.materialized[name] = v
+        return self.materialized[name]
+
+    def type_of(self, name: str) -> TensorType:
+        if name in self.values:
+            return self.values[name].type  # type: ignore[return-value]
+        array = self.constants[name]
+        return TensorType(element_of(array, f"value '{name}'"), array.shape)
+
+    @staticmethod
+    def hint(name: str) -> str | None:
+        h = re.sub(r"\W", "_", name, flags=re.ASCII).strip("_")
+        return h if h and not h[0].isdigit() else None
+
+    # -- the function ---------------------------------------------------------
+    def run(self) -> tuple[ModuleOp, dict[str, np.ndarray]]:
+        g = self.graph
+        initializers = list(g.initializer)
+        init_names = {t.name for t in initializers}
+        self.check_domains()
+        inputs = [vi for vi in g.input if vi.name not in init_names]
+        arg_types = [input_type(vi, self.where) for vi in inputs]
+        weights = self.read_initializers(initializers)
+        self.inferred = infer_types(self.model, self.where)
+
+        taken: set[str] = set()
+        names = [identifier(vi.name, taken, "x") for vi in inputs]
+        names += [identifier(n, taken, "w") for n in weights]
+        block = Block(arg_types=arg_types + [TensorType(element_of(a, f"initializer '{n}'"), a.shape)
+                                             for n, a in weights.items()])
+        onnx_names = [vi.name for vi in inputs] + list(weights)
+        for arg, name, onnx_name in zip(block.args, names, onnx_names):
+            arg.name_hint = name
+            self.values[onnx_name] = arg
+        self.param_values = dict(weights)
+
+        for i, node in enumerate(g.node):
+            self.node_index = i
+            self.convert(Node(node, self.opset, self))
+        results = [self.value(out.name) for out in g.output]
+        if not results:
+            raise OpcError(f"error: {self.where}: the graph has no outputs")
+        block.add_ops(self.emitter.ops)
+        block.add_op(func.ReturnOp(*results))
+
+        params: dict[str, np.ndarray] = {}
+        for arg, name, onnx_name in list(zip(block.args, names, onnx_names))[len(inputs):]:
+            if onnx_name in self.needed_at_compile_time and not arg.uses:
+                block.erase_arg(arg)
+            else:
+                params[name] = weights[onnx_name]
+        fname = identifier(g.name, set(), "main") if g.name else "main"
+        f = func.FuncOp(fname, (list(block.arg_types), [r.type for r in results]), Region(block))
+        return ModuleOp([f]), params
+
+    def check_domains(self) -> None:
+        for i, node in enumerate(self.graph.node):
+            if node.domain not in ("", "ai.onnx"):
+                self.node_index = i
+                label = Node(node, self.opset, self).label
+                raise OpcError(f"error: {label}: unsupported op {node.domain}.{node.op_type} "
+                               "(opc imports the ai.onnx domain only)")
+
+    def read_initializers(self, initializers) -> dict[str, np.ndarray]:
+        """Float initializers (weights: arguments) by name; the others become constants."""
+        from onnx import numpy_helper
+
+        weights = {}
+        for t in initializers:
+            if t.data_type not in ELEMENT_TYPES:
+                raise OpcError(f"error: {self.where}: initializer '{t.name}' has dtype {dtype_name(t.data_type)}, "
+                               f"which opc does not support ({supported_dtypes()})")
+            try:
+                array = numpy_helper.to_array(t, base_dir=self.base_dir())
+            except (OSError, ValueError) as err:
+                raise OpcError(f"error: {self.where}: cannot read initializer '{t.name}': {first_line(err)}") from None
+            if t.data_type in FLOAT_ELEMENT_TYPES:
+                weights[t.name] = array
+            else:
+                self.constants[t.name] = array
+        return weights
+
+    def base_dir(self) -> str:
+        return os.path.dirname(self.where) if os.path.isfile(self.where) else ""
+
+    # -- one node -------------------------------------------------------------
+    def convert(self, node: Node) -> None:
+        self.emitter.label = node.label
+        present = [n for n in node.proto.input if n]
+        if node.op_type not in NOT_FOLDABLE and all(n in self.constants for n in present):
+            outputs: Sequence[SSAValue | np.ndarray] = self.evaluate(node)
+        else:
+            convert = find_converter(node.op_type, node.opset)
+            if convert is None:
+                known = "" if node.op_type in CONVERTERS else " at all"
+                raise node.fail(f"unsupported op {node.op_type} (opset {node.opset}): opc does not import it{known}"
+                                + (" when its inputs are known only at run time" if not known else ""))
+            outputs = convert(node)
+        for name, out in zip(node.proto.output, outputs):
+            if not name:
+                continue
+            self.check_inferred(node, name, out)
+            if isinstance(out, SSAValue):
+                if out.name_hint is None:
+                    out.name_hint = self.hint(name)
+                self.values[name] = out
+            else:
+                self.constants[name] = np.asarray(out)
+        for name in node.proto.output[len(outputs):]:
+            if name and self.used(name):
+                raise node.fail(f"output '{name}' is not supported")
+
+    def used(self, name: str) -> bool:
+        return any(name in n.input for n in self.graph.node) or any(name == o.name for o in self.graph.output)
+
+    def evaluate(self, node: Node) -> list[np.ndarray]:
+        """A node whose inputs are all known, run by onnx's reference evaluator."""
+        from onnx.reference import ReferenceEvaluator
+
+        feeds = {n: self.constants[n] for n in node.proto.input if n}
+        try:
+            return list(ReferenceEvaluator(node.proto, opsets={"": node.opset}).run(None, feeds))
+        except Exception as err:  # noqa: BLE001 - the reference evaluator raises anything
+            raise node.fail(f"cannot evaluate it at compile time: {type(err).__name__}: {first_line(err)}") from None
+
+    def check_inferred(self, node: Node, name: str, out: SSAValue | np.ndarray) -> None:
+        """The converter's result must have the type ONNX shape inference gives (a bug otherwise)."""
+        if name not in self.inferred:
+            return
+        elem, dims = self.inferred[name]
+        if isinstance(out, SSAValue):
+            t = out.type
+            assert isinstance(t, TensorType)
+            ours_elem, ours_dims = t.element_type, list(t.get_shape())
+        else:
+            ours_elem, ours_dims = BY_NUMPY.get(np.asarray(out).dtype), list(np.shape(out))
+        if elem in ELEMENT_TYPES and ours_elem != ELEMENT_TYPES[elem][1]:
+            raise node.fail(f"output '{name}' has element type {ours_elem} in opc, {dtype_name(elem)} in ONNX")
+        if dims != [None] and all(isinstance(d, int) and d > 0 for d in dims) and dims != ours_dims:
+            raise node.fail(f"output '{name}' has shape {ours_dims} in opc, {dims} in ONNX")
+
+
+def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
+    onnx = onnx_module()
+    from opc.onnx_import import converters  # noqa: F401 - fills CONVERTERS
+
+    where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    proto = load(model, where)
+    if shapes and proto is model:
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)  # fix_input_shapes edits it: leave the caller's model alone
+    return GraphImporter(proto, where, shapes).run()
