@@ -351,7 +351,10 @@ def reshape(node: Node) -> Values:
 @converter("Flatten")
 def flatten(node: Node) -> Values:
     src = node.shape(0)
-    axis = node.axis(node.attr("axis", 1), len(src) + 1) if src else 0
+    axis = node.attr("axis", 1)
+    axis = axis + len(src) if axis < 0 else axis  # in [-rank, rank]
+    if not 0 <= axis <= len(src):
+        raise node.fail(f"axis {node.attr('axis')} is out of range for rank {len(src)}")
     return [node.e.reshape(node.input(0), (math.prod(src[:axis]), math.prod(src[axis:])))]
 
 

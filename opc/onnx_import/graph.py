@@ -500,15 +500,20 @@ class GraphImporter:
     def convert(self, node: Node) -> None:
         self.emitter.label = node.label
         present = [n for n in node.proto.input if n]
-        if node.op_type not in NOT_FOLDABLE and all(n in self.constants for n in present):
+        convert = find_converter(node.op_type, node.opset)
+        foldable = node.op_type not in NOT_FOLDABLE
+        if foldable and all(n in self.constants for n in present):
             outputs: Sequence[SSAValue | np.ndarray] = self.evaluate(node)
+        elif convert is None and foldable and all(self.compile_time(n) is not None for n in present):
+            # only computable at compile time, from weights: they are needed there, not as arguments
+            outputs = self.evaluate(node, {n: self.compile_time(n, needed=True) for n in present})
         else:
-            convert = find_converter(node.op_type, node.opset)
             if convert is None:
-                known = "" if node.op_type in CONVERTERS else " at all"
-                raise node.fail(f"unsupported op {node.op_type} (opset {node.opset}): opc does not import it{known}"
-                                + (" when its inputs are known only at run time" if not known else ""))
-            outputs = convert(node)
+                raise node.fail(f"unsupported op {node.op_type} (ai.onnx opset {node.opset})")
+            try:
+                outputs = convert(node)
+            except VerifyException as err:  # raised by an op's constructor (shapes it cannot take)
+                raise node.fail(f"cannot express it in opc: {first_line(err)}") from None
         for name, out in zip(node.proto.output, outputs):
             if not name:
                 continue
@@ -526,11 +531,12 @@ class GraphImporter:
     def used(self, name: str) -> bool:
         return any(name in n.input for n in self.graph.node) or any(name == o.name for o in self.graph.output)
 
-    def evaluate(self, node: Node) -> list[np.ndarray]:
+    def evaluate(self, node: Node, feeds: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """A node whose inputs are all known, run by onnx's reference evaluator."""
         from onnx.reference import ReferenceEvaluator
 
-        feeds = {n: self.constants[n] for n in node.proto.input if n}
+        if feeds is None:
+            feeds = {n: self.constants[n] for n in node.proto.input if n}
         try:
             return list(ReferenceEvaluator(node.proto, opsets={"": node.opset}).run(None, feeds))
         except Exception as err:  # noqa: BLE001 - the reference evaluator raises anything

@@ -1,0 +1,175 @@
+"""The ONNX converters, op by op, against onnxruntime: every case is a small
+ONNX graph; all are imported into one module, compiled once, and each
+function's outputs are compared with onnxruntime's on the same inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx_helpers import call, graph_model, helper, import_all, run_ort, single
+
+import opc
+
+RNG = np.random.default_rng(0)
+
+
+def f32(*shape, low=-2.0, high=2.0):
+    return RNG.uniform(low, high, shape).astype(np.float32)
+
+
+def positive(*shape):
+    return f32(*shape, low=0.1, high=3.0)
+
+
+def i64(*values):
+    return np.array(values, np.int64)
+
+
+def node(op, inputs, outputs, **attrs):
+    return helper.make_node(op, inputs, outputs, **attrs)
+
+
+def cases() -> dict[str, tuple]:
+    """case id -> (model, feeds)."""
+    c: dict[str, tuple] = {}
+
+    def add(case_id, model, feeds):
+        c[case_id] = (model, feeds)
+
+    a, row, col = f32(2, 3, 4), f32(4), f32(3, 1)
+    for op in ("Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
+        lhs = a.copy()
+        lhs[0, 0, :] = row  # some ties for the comparisons
+        add(f"{op}_broadcast_row", single(op, {"a": lhs, "b": row}), {"a": lhs, "b": row})
+        add(f"{op}_broadcast_col", single(op, {"a": a, "b": col}), {"a": a, "b": col})
+    ints = {"a": RNG.integers(-50, 50, (3, 4)).astype(np.int32), "b": RNG.integers(-50, 50, (4,)).astype(np.int32)}
+    for op in ("Add", "Sub", "Mul", "Max", "Min"):
+        add(f"{op}_int32", single(op, ints), ints)
+    p, q = RNG.integers(0, 2, (3, 4)).astype(bool), RNG.integers(0, 2, (4,)).astype(bool)
+    for op in ("And", "Or", "Xor"):
+        add(op, single(op, {"p": p, "q": q}), {"p": p, "q": q})
+    add("Not", single("Not", {"p": p}), {"p": p})
+    add("Where", single("Where", {"c": p, "x": f32(3, 4), "y": f32(4)}), {"c": p, "x": f32(3, 4), "y": f32(4)})
+    three = {"a": f32(2, 3), "b": f32(3), "c": f32(2, 1)}
+    for op in ("Max", "Min", "Sum", "Mean"):
+        add(f"{op}_variadic", single(op, three), three)
+    for op in ("Neg", "Abs", "Exp", "Tanh", "Erf", "Relu", "Identity", "Reciprocal"):
+        x = f32(3, 5)
+        add(op, single(op, {"x": x}), {"x": x})
+    for op in ("Log", "Sqrt"):
+        x = positive(3, 5)
+        add(op, single(op, {"x": x}), {"x": x})
+    add("LeakyRelu", single("LeakyRelu", {"x": f32(4, 5)}, alpha=0.2), {"x": f32(4, 5)})
+    for exponent in (2.0, 0.5, 1.0, 3.0):
+        x = positive(3, 4)
+        add(f"Pow_const_{exponent}", single("Pow", {"x": x}, initializers={"e": np.array(exponent, np.float32)}),
+            {"x": x})
+    x, e = positive(3, 4), f32(4)
+    add("Pow_dynamic", single("Pow", {"x": x, "e": e}), {"x": x, "e": e})
+    x = f32(3, 4)
+    add("Pow_int_exponent", single("Pow", {"x": x}, initializers={"e": np.array(2, np.int64)}), {"x": x})
+    x = f32(3, 6)
+    add("Clip_both", single("Clip", {"x": x}, initializers={"lo": np.float32(-0.5), "hi": np.float32(0.7)}),
+        {"x": x})
+    add("Clip_min_only", graph_model([node("Clip", ["x", "lo"], ["y"])], {"x": x}, ["y"],
+                                     {"lo": np.float32(0.1)}), {"x": x})
+    for approx in ("none", "tanh"):
+        x = f32(4, 6, low=-4, high=4)
+        add(f"Gelu_{approx}", single("Gelu", {"x": x}, opset=20, approximate=approx), {"x": x})
+    for to in (6, 11, 7, 2, 9, 10):  # int32, double, int64, uint8, bool, float16
+        x = f32(3, 4, low=0 if to == 2 else -300, high=255)  # in range: ONNX leaves overflow undefined
+        x[0, 0] = 0.0
+        add(f"Cast_to_{to}", single("Cast", {"x": x}, to=to), {"x": x})
+    n = RNG.integers(-5, 5, (3, 4)).astype(np.int64)
+    add("Cast_int64_to_float", single("Cast", {"n": n}, to=1), {"n": n})
+    add("CastLike", single("CastLike", {"n": n, "like": f32(1)}), {"n": n, "like": f32(1)})
+    x = f32(3, 4)
+    add("Dropout_inference", graph_model([node("Dropout", ["x"], ["y", "mask"])], {"x": x}, ["y", "mask"]),
+        {"x": x})
+
+    for xs, ys in (((4, 5), (5, 3)), ((5,), (5, 3)), ((4, 5), (5,)), ((2, 4, 5), (5, 3)), ((2, 4, 5), (2, 5, 3))):
+        x, y = f32(*xs), f32(*ys)
+        add(f"MatMul_{xs}_{ys}", single("MatMul", {"x": x, "y": y}), {"x": x, "y": y})
+    for ta, tb, alpha, beta, cshape in ((0, 1, 1.0, 1.0, (3,)), (1, 0, 0.5, 2.0, (4, 3)), (0, 0, 1.0, 1.0, (1, 3)),
+                                        (1, 1, 1.0, 0.5, ()), (0, 0, 2.0, 1.0, None)):
+        a_ = f32(5, 4) if ta else f32(4, 5)
+        b_ = f32(3, 5) if tb else f32(5, 3)
+        inits = {"w": b_} if cshape is None else {"w": b_, "bias": f32(*cshape)}
+        add(f"Gemm_{ta}{tb}_{alpha}_{beta}_{cshape}",
+            single("Gemm", {"a": a_}, initializers=inits, transA=ta, transB=tb, alpha=alpha, beta=beta), {"a": a_})
+
+    x = f32(2, 3, 4)
+    for axes, keep in (([1], 1), ([0, 2], 0), ([-1], 0), ([], 1)):
+        add(f"ReduceSum_{axes}_{keep}", single("ReduceSum", {"x": x}, initializers={"axes": i64(*axes)},
+                                               keepdims=keep), {"x": x})
+    add("ReduceSum_noop", graph_model([node("ReduceSum", ["x"], ["y"], noop_with_empty_axes=1)], {"x": x}, ["y"]),
+        {"x": x})
+    for op in ("ReduceMean", "ReduceMax", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp"):
+        for axes, keep in (([1], 1), ([0, 2], 0)):
+            add(f"{op}_attr_{axes}_{keep}", single(op, {"x": x}, opset=13, axes=axes, keepdims=keep), {"x": x})
+            add(f"{op}_input_{axes}_{keep}", single(op, {"x": x}, initializers={"axes": i64(*axes)}, opset=18,
+                                                    keepdims=keep), {"x": x})
+        add(f"{op}_all", single(op, {"x": x}, opset=13, keepdims=0), {"x": x})
+
+    x = f32(2, 3, 4)
+    for shape in ((4, 6), (0, -1), (-1,), (2, 3, 2, 2)):
+        add(f"Reshape_{shape}", single("Reshape", {"x": x}, initializers={"s": i64(*shape)}), {"x": x})
+    for axis in (0, 1, 2, -1):
+        add(f"Flatten_{axis}", single("Flatten", {"x": x}, axis=axis), {"x": x})
+    x1 = f32(1, 3, 1, 4)
+    add("Squeeze_axes", single("Squeeze", {"x": x1}, initializers={"axes": i64(0, -2)}), {"x": x1})
+    add("Squeeze_all", single("Squeeze", {"x": x1}), {"x": x1})
+    add("Unsqueeze", single("Unsqueeze", {"x": f32(3, 4)}, initializers={"axes": i64(0, -1)}), {"x": f32(3, 4)})
+    add("Transpose_default", single("Transpose", {"x": x}), {"x": x})
+    add("Transpose_perm", single("Transpose", {"x": x}, perm=[1, 0, 2]), {"x": x})
+    for shape in ((2, 3, 4), (3, 1), (2, 1, 1, 4)):
+        xe = f32(3, 4) if shape != (3, 1) else f32(1, 4)
+        add(f"Expand_{shape}", single("Expand", {"x": xe}, initializers={"s": i64(*shape)}), {"x": xe})
+    for upper, k in ((0, 0), (1, 1), (0, -1)):
+        xt = f32(2, 4, 5)
+        add(f"Trilu_{upper}_{k}", single("Trilu", {"x": xt}, initializers={"k": np.int64(k)}, upper=upper),
+            {"x": xt})
+
+    # Shape-driven patterns, folded at compile time.
+    x = f32(2, 3, 4)
+    nodes = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["b"], axis=0),
+             node("Unsqueeze", ["b", "ax"], ["b1"]), node("Concat", ["b1", "minus1"], ["target"], axis=0),
+             node("Reshape", ["x", "target"], ["y"]), node("Size", ["x"], ["n"]),
+             node("Cast", ["n"], ["nf"], to=1), node("Mul", ["y", "nf"], ["z"])]
+    add("Shape_Gather_Concat_Reshape", graph_model(nodes, {"x": x}, ["z"], {"zero": np.int64(0), "ax": i64(0),
+                                                                            "minus1": i64(-1)}), {"x": x})
+    nodes = [node("Shape", ["x"], ["s"], start=1), node("ConstantOfShape", ["s"], ["ones"],
+                                                          value=helper.make_tensor("v", 1, [1], [1.5])),
+             node("Range", ["r0", "r1", "r2"], ["r"]), node("Cast", ["r"], ["rf"], to=1),
+             node("Add", ["ones", "rf"], ["c"]), node("Add", ["x", "c"], ["y"])]
+    add("ConstantOfShape_Range", graph_model(nodes, {"x": x}, ["y"], {"r0": np.float32(0), "r1": np.float32(4),
+                                                                       "r2": np.float32(1)}), {"x": x})
+    nodes = [node("Constant", [], ["k"], value_floats=[1.0, 2.0, 3.0, 4.0]), node("Sqrt", ["k"], ["r"]),
+             node("Mul", ["x", "r"], ["y"]), node("Shape", ["y"], ["shape_out"])]
+    add("Constant_folded_and_shape_output", graph_model(nodes, {"x": x}, ["y", "shape_out"]), {"x": x})
+    return c
+
+
+CASES = cases()
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    module, params = import_all({k: m for k, (m, _) in CASES.items()})
+    return opc.compile(module), params
+
+
+@pytest.mark.parametrize("case_id", list(CASES))
+def test_converter_matches_onnxruntime(compiled, case_id):
+    module, params = compiled
+    model, feeds = CASES[case_id]
+    got = call(module, case_id, feeds, params[case_id])
+    want = run_ort(model, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        if w.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, w)
+        else:
+            tol = 1e-3 if w.dtype == np.float16 else 2e-6 if w.dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
