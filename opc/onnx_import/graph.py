@@ -113,12 +113,21 @@ def identifier(name: str, taken: set[str], fallback: str = "v") -> str:
         base = f"{fallback}{base}"
     if keyword.iskeyword(base):
         base += "_"
+    base = no_number_suffix(base)
     out, n = base, 0
     while out in taken:
         n += 1
-        out = f"{base}_{n}"
+        out = f"{base}{n}"
     taken.add(out)
     return out
+
+
+def no_number_suffix(name: str) -> str:
+    """xDSL reads a trailing `_<digits>` as a printer's disambiguation and drops it
+    (`input_1` would print as `%input`): join such digits to the name instead."""
+    while re.search(r"_\d+$", name):
+        name = re.sub(r"_(\d+)$", r"\1", name)
+    return name
 
 
 # ---------------------------------------------------------------------------
@@ -148,6 +157,8 @@ def load(model: Any, where: str):
             raise OpcError(f"error: cannot read {where}: {first_line(err)}") from None
     if not model.HasField("graph") or model.ir_version == 0:
         raise OpcError(f"error: {where} is not an ONNX model (no graph or IR version)")
+    if not model.graph.name:  # the checker wants a name; SPEC.md: an unnamed graph is `main`
+        model.graph.name = "main"
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as err:
@@ -187,6 +198,7 @@ def fix_input_shapes(model, shapes: Mapping[str, Sequence[int]], initializers: s
             raise OpcError(f"error: shapes: input '{name}' has rank {len(old)}, got {len(dims)} sizes {list(dims)}")
         if old is not None and any(isinstance(d, int) and d != want for d, want in zip(old, dims)):
             raise OpcError(f"error: shapes: input '{name}' has shape {old}, which does not admit {list(dims)}")
+        del model.graph.value_info[:]  # inferred for the old sizes: shape inference redoes it
         t.ClearField("shape")
         t.shape.SetInParent()
         for d in dims:
@@ -462,7 +474,7 @@ class GraphImporter:
                 block.erase_arg(arg)
             else:
                 params[name] = weights[onnx_name]
-        fname = identifier(g.name, set(), "main") if g.name else "main"
+        fname = identifier(g.name, set(), "main")
         f = func.FuncOp(fname, (list(block.arg_types), [r.type for r in results]), Region(block))
         return ModuleOp([f]), params
 
@@ -564,8 +576,8 @@ def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None) -> tupl
     from opc.onnx_import import converters  # noqa: F401 - fills CONVERTERS
 
     where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
-    proto = load(model, where)
-    if shapes and proto is model:
-        proto = onnx.ModelProto()
-        proto.CopyFrom(model)  # fix_input_shapes edits it: leave the caller's model alone
-    return GraphImporter(proto, where, shapes).run()
+    if isinstance(model, onnx.ModelProto) and (shapes or not model.graph.name):
+        own = onnx.ModelProto()
+        own.CopyFrom(model)  # named and given shapes here: leave the caller's model alone
+        model = own
+    return GraphImporter(load(model, where), where, shapes).run()
