@@ -4,6 +4,7 @@
     m = opc.compile("model.mlir", target="cpu", grad=True)
     out = m.mlp(x, w, b)
     dx, dw, db = m.mlp_grad(x, w, b, dout)
+    out, dx, dw, db = m.mlp_value_and_grad(x=x, w=w, b=b, ds=dout)
 """
 
 from opc.ir import OpcError
@@ -12,12 +13,17 @@ __all__ = ["OpcError", "compile", "import_onnx"]
 
 
 def compile(  # noqa: A001 - the name SPEC.md gives
-    source, target: str = "cpu", grad: bool = False, decompose: str | None = None, cache_dir: str | None = None
+    source, target: str = "cpu", grad: bool | int = False, decompose: str | None = None, cache_dir: str | None = None,
+    fuse: bool = True,
 ):
-    """Compile a path, MLIR text or ModuleOp into a module of callables."""
+    """Compile a path, MLIR text or ModuleOp into a module of callables.
+
+    grad=True (or 1) adds NAME_grad and NAME_value_and_grad, grad=2 also
+    NAME_grad_grad; fuse=False turns opc-fuse (matmul + bias + activation ->
+    fused_gemm_epilogue) off."""
     from opc.api import compile as _compile
 
-    return _compile(source, target=target, grad=grad, decompose=decompose, cache_dir=cache_dir)
+    return _compile(source, target=target, grad=grad, decompose=decompose, cache_dir=cache_dir, fuse=fuse)
 
 
 def import_onnx(model, shapes=None):

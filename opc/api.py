@@ -12,24 +12,49 @@ import shutil
 
 from xdsl.dialects.builtin import ModuleOp
 
+from opc.autodiff import no_grad_reasons
 from opc.ir import OpcError, Source, load_module, make_context, verify
 from opc.lowering.build import CompiledModule, bind, build_extension, cache_dir, load_extension
 from opc.lowering.c_emitter import FunctionSignature, emit_c
 
 
-def prepare(source: Source, target: str = "cpu", grad: bool = False, decompose: str | None = None) -> Source:
-    """Grad functions added, ops legalized for the target, cleaned up (in place)."""
+def grad_order(grad: object) -> int:
+    """grad=False / True / 0 / 1 / 2 -> the order of gradients to build; anything else is refused, naming it."""
+    from opc.autodiff import MAX_ORDER
+
+    if isinstance(grad, bool):
+        return int(grad)
+    if not isinstance(grad, int):
+        raise TypeError(f"grad must be True, False or an order 1 to {MAX_ORDER}, got {grad!r}")
+    if not 0 <= grad <= MAX_ORDER:
+        raise ValueError(f"grad={grad} is not supported: opc builds gradients up to order {MAX_ORDER} (grad=2 adds "
+                         f"NAME_grad_grad); for a higher order apply opc-grad{{func=NAME_grad_grad}} to the module")
+    return grad
+
+
+def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,
+            fuse: bool = True) -> Source:
+    """Fused (opc-fuse, where the target has the kernel), grad functions added,
+    ops legalized for the target, cleaned up (in place)."""
     from xdsl.transforms.canonicalize import CanonicalizePass
     from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
     from opc.targets import get_target
     from opc.transforms.opc_decompose import legalize
 
+    order = grad_order(grad)
+    if not isinstance(fuse, bool):
+        raise TypeError(f"fuse must be True or False, got {fuse!r}")
     ctx = make_context()
-    if grad:
+    if fuse:
+        from opc.transforms.opc_fuse import FusePass
+
+        FusePass(target).apply(ctx, source.module)
+        verify(source, stage="opc-fuse")
+    if order:
         from opc.autodiff import add_grad_functions
 
-        add_grad_functions(source.module)
+        add_grad_functions(source.module, order=order)
         verify(source, stage="opc-grad")
     legalize(source.module, get_target(target), decompose or None)
     verify(source, stage="opc-decompose")
@@ -54,9 +79,10 @@ def target_backend(target: str) -> str:
     return get_target(target).backend
 
 
-def emit(source: Source, what: str, target: str = "cpu", grad: bool = False, decompose: str | None = None) -> str:
+def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,
+         fuse: bool = True) -> str:
     """`--emit mlir|c|cuda`: the lowered IR or the generated source."""
-    prepare(source, target, grad, decompose)
+    prepare(source, target, grad, decompose, fuse)
     loops = lower(source, "cuda" if what == "cuda" else target)
     if what == "mlir":
         return str(loops) + "\n"
@@ -67,17 +93,20 @@ def emit(source: Source, what: str, target: str = "cpu", grad: bool = False, dec
     return emit_cuda(loops)[0]
 
 
-def compile(source, target: str = "cpu", grad: bool = False, decompose: str | None = None,  # noqa: A001
-            cache_dir: str | None = None):
+def compile(source, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,  # noqa: A001
+            cache_dir: str | None = None, fuse: bool = True):
     """A path, MLIR text or ModuleOp -> a module of NumPy-callable functions."""
-    src = prepare(load_module(source), target, grad, decompose)
+    src = prepare(load_module(source), target, grad, decompose, fuse)
     loops = lower(src, target)
     if target_backend(target) == "cuda":
         from opc.lowering.cuda_build import compile_cuda
 
-        return compile_cuda(loops, cache_dir)
-    c_source, sigs = emit_c(loops)
-    return load_c(c_source, sigs, cache_dir)
+        compiled = compile_cuda(loops, cache_dir)
+    else:
+        c_source, sigs = emit_c(loops)
+        compiled = load_c(c_source, sigs, cache_dir)
+    compiled.no_grad.update(no_grad_reasons(src.module))
+    return compiled
 
 
 def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = None) -> CompiledModule:
@@ -96,17 +125,24 @@ _SIGNATURES = {signatures!r}
 _EXT = _load({ext_name!r}, _os.path.join(_os.path.dirname(__file__), {ext_file!r}))
 globals().update(_bind(_EXT, [_Sig(*s) for s in _SIGNATURES]))
 __all__ = {names!r}
+_NO_GRAD = {no_grad!r}  # gradient functions opc did not build, and why
+
+
+def __getattr__(name):
+    if name in _NO_GRAD:
+        raise AttributeError(f"{{name}}: opc built no such function: {{_NO_GRAD[name]}}")
+    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
 '''
 
 
-def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu", grad: bool = False,
-                   decompose: str | None = None) -> list[str]:
+def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu", grad: bool | int = False,
+                   decompose: str | None = None, fuse: bool = True) -> list[str]:
     """`opc compile -o DIR`: an importable `name.py` plus its extension (and .cu for cuda)."""
     if not name.isidentifier():
         raise OpcError(f"error: '{name}' is not a valid Python module name; rename the input file")
     os.makedirs(out_dir, exist_ok=True)
     origin = source.name
-    prepare(source, target, grad, decompose)
+    prepare(source, target, grad, decompose, fuse)
     loops = lower(source, target)
     if target_backend(target) == "cuda":
         from opc.lowering.cuda_build import write_cuda_module
@@ -123,5 +159,6 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
     signatures = [(s.name, s.inputs, s.outputs) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
-                                       ext_name=ext_name, ext_file=ext_file, names=[s.name for s in sigs]))
+                                       ext_name=ext_name, ext_file=ext_file, names=[s.name for s in sigs],
+                                       no_grad=no_grad_reasons(source.module)))
     return [py_path, os.path.join(out_dir, ext_file), c_path]

@@ -65,11 +65,13 @@ def cmd_compile(args: argparse.Namespace) -> None:
 
     source = read_source(args.file)
     if args.emit:
-        write_output(emit(source, args.emit, target=args.target, grad=args.grad, decompose=args.decompose), None)
+        write_output(emit(source, args.emit, target=args.target, grad=args.grad, decompose=args.decompose,
+                          fuse=args.fuse), None)
         return
     out_dir = args.output or "."
     name = os.path.splitext(os.path.basename(args.file))[0] if args.file != "-" else "model"
-    written = compile_to_dir(source, out_dir, name, target=args.target, grad=args.grad, decompose=args.decompose)
+    written = compile_to_dir(source, out_dir, name, target=args.target, grad=args.grad, decompose=args.decompose,
+                             fuse=args.fuse)
     for path in written:
         print(f"wrote {path}")
 
@@ -79,7 +81,7 @@ def cmd_explain(args: argparse.Namespace) -> None:
 
     source = read_source(args.file)
     try:
-        write_output(explain(source.module, args.target, grad=args.grad), None)
+        write_output(explain(source.module, args.target, grad=args.grad, fuse=args.fuse), None)
     except ExplainError as err:  # the table still helps: it shows which op cannot run
         write_output(err.table, None)
         raise OpcError(str(err).split("\n", 1)[0]) from None
@@ -107,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("file")
     comp.add_argument("--target", default="cpu", help="cpu, cuda, or a device FILE.toml")
     comp.add_argument("-o", "--output", help="output directory (default .)")
-    comp.add_argument("--grad", action="store_true", help="also build NAME_grad for every function")
+    add_grad_options(comp, "also build NAME_grad and NAME_value_and_grad for every function; --grad 2: "
+                           "also NAME_grad_grad")
     comp.add_argument("--decompose", default="", help="ops to decompose (comma list, or all)")
     comp.add_argument("--emit", choices=["mlir", "c", "cuda"], help="print lowered IR or source instead")
     comp.set_defaults(func=cmd_compile)
@@ -115,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("explain", help="show how every op runs on a target")
     exp.add_argument("file")
     exp.add_argument("--target", default="cpu", help="cpu, cuda, or a device FILE.toml")
-    exp.add_argument("--grad", action="store_true", help="explain the gradient functions too")
+    add_grad_options(exp, "explain the gradient functions too (--grad 2: and the second-order ones)")
     exp.set_defaults(func=cmd_explain)
 
     imp = sub.add_parser("import", help="import an ONNX model as MLIR (+ its weights as .npz)")
@@ -127,8 +130,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_grad_options(parser: argparse.ArgumentParser, grad_help: str) -> None:
+    """`--grad` (order 1), `--grad 2` / `--grad=2`, and `--no-fuse`."""
+    parser.add_argument("--grad", type=int, choices=[1, 2], default=0, metavar="N", help=grad_help)
+    parser.add_argument("--no-fuse", dest="fuse", action="store_false",
+                        help="do not fuse matmul + bias + activation into fused_gemm_epilogue (opc-fuse)")
+
+
+def spell_grad_order(argv: Sequence[str]) -> list[str]:
+    """`--grad` alone means order 1 even before the input file (`--grad model.mlir`):
+    it becomes `--grad=1`; `--grad 2` becomes `--grad=2`."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if i and argv[i - 1] == "--grad" and arg.isdigit():
+            out[-1] = f"--grad={arg}"
+        elif arg == "--grad":
+            out.append("--grad=1")
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(spell_grad_order(sys.argv[1:] if argv is None else list(argv)))
     try:
         args.func(args)
     except (OpcError, ValueError) as err:

@@ -58,14 +58,23 @@ def runs_as(op: Operation, target: Target) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(names)), list(dict.fromkeys(o.name for o, _ in bad))
 
 
-def explain(module: ModuleOp, target_spec: str, grad: bool = False) -> str:
-    """The table for `module` on the target named by `target_spec` (cpu, cuda, FILE.toml)."""
+def explain(module: ModuleOp, target_spec: str, grad: bool | int = False, fuse: bool = True) -> str:
+    """The table for `module` on the target named by `target_spec` (cpu, cuda, FILE.toml),
+    after opc-fuse (unless fuse=False) and, with grad, the grad functions (grad=2: second order too)."""
+    from opc.api import grad_order
+
     target = get_target(target_spec)
-    if grad:
+    order = grad_order(grad)
+    module = module.clone()
+    if fuse:
+        from opc.ir import make_context
+        from opc.transforms.opc_fuse import FusePass
+
+        FusePass(target_spec).apply(make_context(), module)
+    if order:
         from opc.autodiff import add_grad_functions
 
-        module = module.clone()
-        add_grad_functions(module)
+        add_grad_functions(module, order=order)
 
     rows: dict[str, dict] = {}
     for op in module.walk():

@@ -5,8 +5,17 @@ Columns
   kind         primitive | fused | grad
   vjp          the rule in opc/autodiff/rules.py that builds its gradient, or
                None: not differentiable (compares, full: no gradient flows
-               through it). Grad ops have no vjp: differentiating one is an
-               error ("no gradient rule"), opc has no double backward.
+               through it). Grad ops are differentiable too (higher order):
+               by default through their invoke or composite rule
+               (R.vjp_through_rule: the rule of opc-decompose is expanded and
+               differentiated), so a grad op with a rule needs nothing more.
+               A kernel-only grad op (no rule) must give its own vjp
+               (`grad("kernel", vjp=R.vjp_x_grad)`); without one,
+               differentiating it is an error ("no gradient rule").
+  any_dtype    True if the vjp also carries cotangents of integer and i1
+               values (cast, whatever the dtypes, as Paddle's cast_grad;
+               pure data movement). Elsewhere no cotangent flows through an
+               integer result: compares and integer arithmetic stop it.
   composite    True if opc/transforms/opc_decompose.py has a decomposition of
                the op into other opc ops (which may decompose further).
   realised_by  grad ops only, with backward.yaml's meaning:
@@ -36,6 +45,7 @@ class OpEntry:
     composite: bool = False
     realised_by: str | None = None
     invoke: str | None = None
+    any_dtype: bool = False
 
     @property
     def rewrite(self) -> str | None:
@@ -45,12 +55,16 @@ class OpEntry:
         return "composite" if self.composite else None
 
 
-def prim(vjp: Callable | None, composite: bool = False) -> OpEntry:
-    return OpEntry("primitive", vjp, composite)
+def prim(vjp: Callable | None, composite: bool = False, any_dtype: bool = False) -> OpEntry:
+    return OpEntry("primitive", vjp, composite, any_dtype=any_dtype)
 
 
-def grad(realised_by: str, composite: bool = False, invoke: str | None = None) -> OpEntry:
-    return OpEntry("grad", None, composite, realised_by, invoke)
+def grad(realised_by: str, composite: bool = False, invoke: str | None = None,
+         vjp: Callable | None = None, any_dtype: bool = False) -> OpEntry:
+    """A grad op; its vjp defaults to differentiating its invoke / composite rule."""
+    if vjp is None and (realised_by == "invoke" or composite):
+        vjp = R.vjp_through_rule
+    return OpEntry("grad", vjp, composite, realised_by, invoke, any_dtype)
 
 
 # fmt: off
@@ -79,11 +93,11 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.gelu":             prim(R.vjp_gelu,             composite=True),   # tanh or erf form
     # cast passes gradients through every dtype, ints included, as Paddle does
     # (cast_grad = cast(dout, x.dtype)): f64 -> ui8 -> f64 has gradient 1.
-    "opc.cast":             prim(R.vjp_cast),
+    "opc.cast":             prim(R.vjp_cast,             any_dtype=True),
     "opc.full":             prim(None),
     "opc.broadcast_to":     prim(R.vjp_broadcast_to),
-    "opc.reshape":          prim(R.vjp_reshape),
-    "opc.transpose":        prim(R.vjp_transpose),
+    "opc.reshape":          prim(R.vjp_reshape,          any_dtype=True),
+    "opc.transpose":        prim(R.vjp_transpose,        any_dtype=True),
     "opc.reduce_sum":       prim(R.vjp_reduce_sum),
     "opc.reduce_max":       prim(R.vjp_reduce_max),
     "opc.matmul":           prim(R.vjp_matmul),
@@ -102,7 +116,7 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.layer_norm":       OpEntry("fused", R.vjp_layer_norm, composite=True),   # saves mean, rstd
     "opc.softmax_cross_entropy": OpEntry("fused", R.vjp_softmax_cross_entropy, composite=True),  # saves softmax
     # --- grad ops --------------------------------------- realised by ------------------------
-    "opc.cast_grad":        grad("invoke", invoke="cast(dout, x.dtype)"),
+    "opc.cast_grad":        grad("invoke", invoke="cast(dout, x.dtype)", any_dtype=True),
     "opc.fused_gemm_epilogue_grad": grad("kernel", composite=True),  # matmuls, act grad, reduce_sum
     "opc.relu_grad":        grad("kernel", composite=True),  # select(x > 0, dout, 0)
     "opc.gelu_grad":        grad("kernel", composite=True),  # closed form in mul/add/tanh/erf/exp
@@ -121,6 +135,20 @@ ALL_OPS: frozenset[str] = frozenset(REGISTRY)
 
 def entry(name: str) -> OpEntry | None:
     return REGISTRY.get(name)
+
+
+def vjp_of(name: str) -> tuple[Callable | None, bool]:
+    """(vjp rule or None if no gradient flows through the op, any_dtype), for autodiff.
+
+    An op unknown to the registry, or a grad op without a vjp, has no
+    gradient rule: an error, never a silent zero."""
+    from opc.ir import OpcError
+
+    e = REGISTRY.get(name)
+    if e is None or (e.kind == "grad" and e.vjp is None):
+        why = " (a kernel-only grad op needs a vjp of its own in opc/registry.py)" if e else ""
+        raise OpcError(f"error: no gradient rule for {name}{why}")
+    return e.vjp, e.any_dtype
 
 
 def route(name: str, kernels: Collection[str], force: bool = False) -> str:

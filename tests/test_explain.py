@@ -31,7 +31,7 @@ def test_explain_cpu_with_grad() -> None:
     text = explain(parse_text(MLP).module, "cpu", grad=True)
     assert text.splitlines()[0].startswith("target cpu (backend cpu), kernel list: built-in")
     r = rows(text)
-    assert r["opc.cast_grad"] == ["2", "invoke", "-> opc.cast"]
+    assert r["opc.cast_grad"] == ["4", "invoke", "-> opc.cast"]  # two in mlp_grad, two in mlp_value_and_grad
     assert r["opc.fused_gemm_epilogue"][1:] == ["kernel", ""]
     assert r["opc.fused_gemm_epilogue_grad"][1:] == ["kernel", ""]
 

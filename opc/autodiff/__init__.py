@@ -2,36 +2,53 @@
 append_backward, tinygrad's gradient.py).
 
 For `@f(args...) -> (results...)` it appends
-`@f_grad(args..., douts...) -> (grads of wrt...)`:
-  * douts: one per float result of f, in order (non-float results get none);
+  `@f_grad(args..., douts...) -> (grads of wrt...)` and
+  `@f_value_and_grad(args..., douts...) -> (results..., grads of wrt...)`,
+the second computing the forward once for both (a training step in one call):
+  * douts: one per result of f, in order, integer and i1 results included,
+    named `d` + the result's name (`%s` -> `%ds`);
   * the forward body is replayed, then the ops are visited in reverse order
     (a valid reverse topological order: a function body is one block in SSA
     order) and each op's vjp rule from the registry turns its results'
     cotangents into its operands' cotangents;
-  * a value used several times gets the sum of its cotangents;
+  * a cotangent of an integer or i1 value flows only through ops whose
+    registry row says `any_dtype` (cast, as Paddle's cast_grad = cast(dout,
+    x.dtype); reshape, transpose), never through compares or integer
+    arithmetic; a value used several times gets the sum of its cotangents
+    (i1: their logical or);
   * ops not on a path from a wrt arg to a result are pruned: no cotangent
     reaches them, or they depend on no wrt arg; forward ops that the
     backward does not need are removed by dce;
   * an op result without a cotangent (an unused output) counts as zero;
   * args not in wrt, or marked `{opc.stop_gradient}`, get no gradient;
   * a wrt arg that no path reaches gets zeros (opc.full 0);
+  * grad ops are differentiated like any op, through the vjp their registry
+    row gives (by default their invoke / composite rule): so `@f_grad`
+    itself can be differentiated (higher order, `@f_grad_grad`);
   * an op on the path with no rule raises OpcError "no gradient rule for X".
+A function without a float argument to differentiate gets no grad functions;
+`add_grad_functions` records why in the module attribute `opc.no_grad`
+(missing function name -> reason), which compiled modules turn into an
+AttributeError that says it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.transforms.dead_code_elimination import region_dce
 
 from opc.autodiff.rules import Emitter
-from opc.dialects.opc import is_float
+from opc.dialects.opc import is_bool, is_float
 from opc.ir import OpcError
 
 STOP_GRADIENT = "opc.stop_gradient"
+NO_GRAD = "opc.no_grad"
+MAX_ORDER = 2
+"""The highest `order` add_grad_functions builds (NAME_grad_grad)."""
 
 
 def is_float_value(v: SSAValue) -> bool:
@@ -78,21 +95,62 @@ def wrt_indices(f: func.FuncOp, names: Sequence[str]) -> list[int]:
     return out
 
 
-def add_grad_functions(module: ModuleOp, funcs: Sequence[str] | None = None) -> None:
-    """Append @NAME_grad for every func (or those named), wrt its default args.
+def no_wrt_reason(f: func.FuncOp) -> str:
+    """Why `f` has no argument to differentiate with respect to (default_wrt is empty)."""
+    name = f.sym_name.data
+    if any(is_float_value(a) for a in f.body.block.args):
+        return f"every float argument of @{name} is marked {{{STOP_GRADIENT}}}"
+    kinds = ", ".join(str(a.type) for a in f.body.block.args) or "none"
+    return f"@{name} has no float argument to differentiate with respect to (arguments: {kinds})"
 
-    A function without float results or without float wrt args is skipped.
+
+def add_grad_functions(module: ModuleOp, funcs: Sequence[str] | None = None, order: int = 1) -> dict[str, str]:
+    """Append @NAME_grad and @NAME_value_and_grad for every func (or those
+    named), wrt its default args; with order=2 also @NAME_grad_grad (the
+    grad of @NAME_grad wrt all its float args).
+
+    A function with nothing to differentiate gets none of them: the returned
+    dict (also merged into the module attribute `opc.no_grad`) maps each
+    function not built to the reason.
     """
+    if not 1 <= order <= MAX_ORDER:
+        raise OpcError(f"error: gradients of order {order} are not supported (1 to {MAX_ORDER})")
     targets = [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]
     if funcs is not None:
         missing = [n for n in funcs if find_func(module, n) is None]
         if missing:
             raise OpcError(f"error: no function @{missing[0]} in the module")
         targets = [f for f in targets if f.sym_name.data in funcs]
+    skipped: dict[str, str] = {}
     for f in targets:
+        name = f.sym_name.data
         wrt = default_wrt(f)
-        if wrt and any(is_float_value(v) for v in return_op(f).arguments):
-            add_grad_function(module, f, wrt)
+        if not wrt:
+            why = no_wrt_reason(f)
+            for suffix in ("_grad", "_value_and_grad", "_grad_grad")[: 2 + (order > 1)]:
+                skipped[name + suffix] = why
+            continue
+        g = add_grad_function(module, f, wrt)
+        add_grad_function(module, f, wrt, with_values=True)
+        if order > 1 and default_wrt(g):
+            add_grad_function(module, g, default_wrt(g))
+    record_no_grad(module, skipped)
+    return skipped
+
+
+def record_no_grad(module: ModuleOp, skipped: dict[str, str]) -> None:
+    if not skipped:
+        return
+    merged = {**no_grad_reasons(module), **skipped}
+    module.attributes[NO_GRAD] = DictionaryAttr({k: StringAttr(v) for k, v in merged.items()})
+
+
+def no_grad_reasons(module: ModuleOp) -> dict[str, str]:
+    """Function name -> why opc built no such gradient function (the `opc.no_grad` attribute)."""
+    attr = module.attributes.get(NO_GRAD)
+    if not isinstance(attr, DictionaryAttr):
+        return {}
+    return {k: v.data for k, v in attr.data.items() if isinstance(v, StringAttr)}
 
 
 def return_op(f: func.FuncOp) -> func.ReturnOp:
@@ -103,19 +161,35 @@ def return_op(f: func.FuncOp) -> func.ReturnOp:
     return last
 
 
-def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int]) -> func.FuncOp:
-    """Build and append @NAME_grad(args..., douts...) -> (grads of wrt...)."""
-    name = f"{f.sym_name.data}_grad"
+def fresh_names(wanted: Iterable[str], taken: set[str]) -> list[str]:
+    """`wanted`, each made unique against `taken` (and each other) by trailing underscores.
+
+    (Not `_1`: xDSL strips such suffixes from name hints.)"""
+    out = []
+    for name in wanted:
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int], with_values: bool = False) -> func.FuncOp:
+    """Build and append @NAME_grad(args..., douts...) -> (grads of wrt...), or
+    with_values: @NAME_value_and_grad(args..., douts...) -> (results..., grads of wrt...)."""
+    name = f"{f.sym_name.data}_{'value_and_grad' if with_values else 'grad'}"
     if find_func(module, name) is not None:
         raise OpcError(f"error: cannot add @{name}: the module already has a function of that name")
     ret = return_op(f)
     old_args = list(f.body.block.args)
-    outs = [v for v in ret.arguments if is_float_value(v)]
+    outs = list(ret.arguments)
     block = Block(arg_types=[a.type for a in old_args] + [v.type for v in outs])
     for new, old in zip(block.args, old_args):
         new.name_hint = old.name_hint
-    for i, (d, v) in enumerate(zip(block.args[len(old_args) :], outs)):
-        d.name_hint = f"d{v.name_hint}" if v.name_hint else f"dout{i}"
+    taken = {a.name_hint for a in old_args if a.name_hint}
+    wanted = [f"d{v.name_hint}" if v.name_hint else f"dout{i}" for i, v in enumerate(outs)]
+    for d, hint in zip(block.args[len(old_args) :], fresh_names(wanted, taken)):
+        d.name_hint = hint
 
     # Replay the forward body into the grad function.
     mapping: dict[SSAValue, SSAValue] = dict(zip(old_args, block.args))
@@ -136,7 +210,7 @@ def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int]) -> f
     seeds = [(mapping[v], d) for v, d in zip(outs, douts)]
     grads = backward(forward, wrt_args, seeds, block)
 
-    results = []
+    results = [mapping[v] for v in outs] if with_values else []
     for a in wrt_args:
         g = grads.get(a)
         if g is None:  # no path from this arg to a result
@@ -150,8 +224,6 @@ def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int]) -> f
     block.add_op(func.ReturnOp(*results))
     gf = func.FuncOp(name, (list(block.arg_types), [r.type for r in results]), Region(block))
     if f.arg_attrs is not None:  # keep {opc.stop_gradient} and friends on the inputs
-        from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr
-
         gf.arg_attrs = ArrayAttr(list(f.arg_attrs.data) + [DictionaryAttr({}) for _ in douts])
     module.body.block.add_op(gf)
     region_dce(gf.body)
@@ -165,23 +237,33 @@ def backward(
     block: Block,
 ) -> dict[SSAValue, SSAValue]:
     """Append the backward ops to `block`; return value -> summed cotangent."""
-    from opc.registry import entry
+    e = Emitter()
+    grads = sweep(e, forward, wrt, seeds)
+    for op in e.ops:
+        block.add_op(op)
+    return grads
 
-    # Values that depend on a wrt arg: only their cotangents matter.
-    live: set[SSAValue] = set(wrt)
+
+def sweep(
+    e: Emitter, forward: Sequence[Operation], sources: Iterable[SSAValue], seeds: Iterable[tuple[SSAValue, SSAValue]]
+) -> dict[SSAValue, SSAValue]:
+    """The reverse sweep over `forward` (ops in SSA order), emitting into `e`:
+    value -> summed cotangent, for the values that depend on `sources`."""
+    from opc.registry import vjp_of
+
+    live: set[SSAValue] = set(sources)
     for op in forward:
         if any(v in live for v in op.operands):
             live.update(op.results)
 
     grads: dict[SSAValue, SSAValue] = {}
-    e = Emitter()
 
     def accumulate(v: SSAValue, g: SSAValue) -> None:
         if v not in live:
             return
         if g.type != v.type:
             raise OpcError(f"internal error: gradient of type {g.type} for a value of type {v.type}")
-        grads[v] = e.add(grads[v], g) if v in grads else g
+        grads[v] = fan_in(e, grads[v], g) if v in grads else g
 
     for v, d in seeds:
         accumulate(v, d)
@@ -189,19 +271,23 @@ def backward(
         douts = [grads.get(r) for r in op.results]
         if all(d is None for d in douts) or not any(v in live for v in op.operands):
             continue  # off the path from wrt to the outputs: pruned
-        rule_entry = entry(op.name)
-        if rule_entry is None or rule_entry.kind == "grad":
-            raise OpcError(f"error: no gradient rule for {op.name}")
-        if rule_entry.vjp is None:
+        vjp, any_dtype = vjp_of(op.name)
+        if vjp is None:
             continue  # not differentiable: no gradient flows through
-        if len(op.results) == 1 or all(d is not None for d in douts) or op.name == "opc.fused_gemm_epilogue":
+        if not any_dtype and any(d is not None and not is_float_value(d) for d in douts):
+            continue  # integer arithmetic, compares: no cotangent flows through
+        if len(op.results) == 1 or all(d is not None for d in douts) or getattr(vjp, "takes_missing", False):
             filled = douts
         else:  # zero cotangents for the outputs nobody uses
             filled = [d if d is not None else e.full(0.0, r) for d, r in zip(douts, op.results)]
-        operand_grads = rule_entry.vjp(e, op, filled)
-        for v, g in zip(op.operands, operand_grads):
+        for v, g in zip(op.operands, vjp(e, op, filled)):
             if g is not None:
                 accumulate(v, g)
-    for op in e.ops:
-        block.add_op(op)
     return grads
+
+
+def fan_in(e: Emitter, a: SSAValue, b: SSAValue) -> SSAValue:
+    """The sum of two cotangents of one value; for i1, their logical or."""
+    if is_bool(a.type.element_type):  # type: ignore[attr-defined]
+        return e.select(a, a, b)
+    return e.add(a, b)

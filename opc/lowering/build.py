@@ -235,8 +235,10 @@ class CompiledFunction:
                 f"{self.sig.name}(): argument '{name}' must have shape {tuple(shape)}, got {arr.shape}")
         return np.ascontiguousarray(arr)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         sig = self.sig
+        if kwargs:
+            args = self.by_name(args, kwargs)
         if len(args) != len(sig.inputs):
             names = ", ".join(n for n, _, _ in sig.inputs)
             raise ValueError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
@@ -250,6 +252,24 @@ class CompiledFunction:
             raise MemoryError(f"{sig.name}(): out of memory for intermediate buffers")
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def by_name(self, args: tuple, kwargs: dict) -> tuple:
+        """Positional arguments, then keywords by their MLIR argument names (`%x` -> x=...)."""
+        names = [n for n, _, _ in self.sig.inputs]
+        bound: dict[int, object] = dict(enumerate(args[: len(names)]))
+        for key, value in kwargs.items():
+            if key not in names:
+                raise TypeError(f"{self.sig.name}() got an unexpected keyword argument '{key}' "
+                                f"(arguments: {', '.join(names)})")
+            i = names.index(key)
+            if i in bound:
+                raise TypeError(f"{self.sig.name}() got multiple values for argument '{key}'")
+            bound[i] = value
+        missing = [n for i, n in enumerate(names) if i not in bound]
+        if missing or len(args) > len(names):
+            what = f"missing argument(s) {', '.join(repr(n) for n in missing)}" if missing else "too many arguments"
+            raise ValueError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): {what}")
+        return tuple(bound[i] for i in range(len(names)))
+
     def __repr__(self) -> str:
         return f"<opc function {self.sig.name}>"
 
@@ -261,8 +281,17 @@ class CompiledModule:
         self._functions = functions
         self.c_source = source
         self.path = path
+        self.no_grad: dict[str, str] = {}
+        """Gradient functions opc did not build (no float argument...), and why."""
         for name, fn in functions.items():
             setattr(self, name, fn)
+
+    def __getattr__(self, name: str):
+        why = self.__dict__.get("no_grad", {}).get(name)
+        if why is not None:
+            raise AttributeError(f"{name}: opc built no such function: {why}")
+        raise AttributeError(f"opc module has no function {name!r} (functions: "
+                             f"{', '.join(self.__dict__.get('_functions', {}))})")
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._functions))

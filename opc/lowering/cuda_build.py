@@ -197,6 +197,13 @@ _MODULE = _load(_os.path.join(_os.path.dirname(__file__), {lib_file!r}), [_Sig(*
 globals().update(_MODULE._functions)
 lib = _MODULE.lib  # opc_fn_NAME(device pointers...)
 __all__ = {names!r}
+_NO_GRAD = {no_grad!r}  # gradient functions opc did not build, and why
+
+
+def __getattr__(name):
+    if name in _NO_GRAD:
+        raise AttributeError(f"{{name}}: opc built no such function: {{_NO_GRAD[name]}}")
+    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
 '''
 
 
@@ -204,6 +211,8 @@ def write_cuda_module(loops: ModuleOp, out_dir: str, name: str, origin: str) -> 
     """DIR/NAME.cu and the headers it includes; with nvcc, DIR/libNAME.so and an importable DIR/NAME.py.
 
     The library is not called NAME.so: Python would try to import that as an extension module."""
+    from opc.autodiff import no_grad_reasons
+
     source, sigs = emit_cuda(loops)
     os.makedirs(out_dir, exist_ok=True)
     cu_path = os.path.join(out_dir, f"{name}.cu")
@@ -225,5 +234,6 @@ def write_cuda_module(loops: ModuleOp, out_dir: str, name: str, origin: str) -> 
     signatures = [(s.name, s.inputs, s.outputs) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
-                                       lib_file=lib_file, names=[s.name for s in sigs]))
+                                       lib_file=lib_file, names=[s.name for s in sigs],
+                                       no_grad=no_grad_reasons(loops)))
     return [*written, os.path.join(out_dir, lib_file), py_path]

@@ -30,6 +30,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DecomposePass
 
+    def opc_fuse():
+        from opc.transforms.opc_fuse import FusePass
+
+        return FusePass
+
     def opc_grad():
         from opc.transforms.opc_grad import GradPass
 
@@ -45,6 +50,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "dce": dce,
         "cse": cse,
         "opc-decompose": opc_decompose,
+        "opc-fuse": opc_fuse,
         "opc-grad": opc_grad,
         "opc-lower-to-loops": opc_lower_to_loops,
     }

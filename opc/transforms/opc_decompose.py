@@ -368,6 +368,12 @@ PATTERNS: dict[str, type[RulePattern]] = {
 that the two agree)."""
 
 
+def expand(e: Emitter, op: Operation) -> Sequence[SSAValue]:
+    """The values that op's rule computes for its results, the rule's ops
+    emitted into `e` (op itself untouched); autodiff differentiates grad ops so."""
+    return PATTERNS[op.name](lambda _: True).build(e, op)
+
+
 # ---------------------------------------------------------------------------
 # Driving the rules
 # ---------------------------------------------------------------------------

@@ -1,8 +1,13 @@
-"""`opc-grad{func=NAME wrt=x,w}`: append @NAME_grad(inputs..., douts...) -> (grads of wrt...).
+"""`opc-grad{func=NAME wrt=x,w}`: append @NAME_grad(inputs..., douts...) ->
+(grads of wrt...) and @NAME_value_and_grad(inputs..., douts...) ->
+(results..., grads of wrt...).
 
-Without `func`, every function gets its _grad (as `opc.compile(src, grad=True)`
-does); without `wrt`, the grads are taken with respect to every float argument
-not marked `{opc.stop_gradient}`. Semantics: opc/autodiff/__init__.py.
+Without `func`, every function gets both (as `opc.compile(src, grad=True)`
+does), and those with nothing to differentiate are listed, with the reason,
+in the module attribute `opc.no_grad`; without `wrt`, the grads are taken
+with respect to every float argument not marked `{opc.stop_gradient}`. Any
+function can be named, a grad function included (`func=f_grad`: higher
+order). Semantics: opc/autodiff/__init__.py.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from opc.autodiff import add_grad_function, add_grad_functions, default_wrt, find_func, wrt_indices
+from opc.autodiff import add_grad_function, add_grad_functions, default_wrt, find_func, no_wrt_reason, wrt_indices
 from opc.ir import OpcError
 
 
@@ -35,5 +40,6 @@ class GradPass(ModulePass):
             raise OpcError(f"error: opc-grad: no function @{self.func} in the module")
         wrt = wrt_indices(f, self.wrt) if self.wrt else default_wrt(f)
         if not wrt:
-            raise OpcError(f"error: opc-grad: @{self.func} has no float argument to differentiate with respect to")
+            raise OpcError(f"error: opc-grad: {no_wrt_reason(f)}")
         add_grad_function(op, f, wrt)
+        add_grad_function(op, f, wrt, with_values=True)

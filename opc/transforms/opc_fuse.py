@@ -1,0 +1,126 @@
+"""`opc-fuse{target=...}`: Paddle's fuse_gemm_epilogue_pass on opc ops.
+
+    %mm = opc.matmul %x, %w              (rank 2; trans flags kept)
+    %z  = opc.add %mm, %bias             (bias [N]: broadcast along rows; either operand order)
+    %h  = opc.relu %z | opc.gelu %z {approximate = true}     (optional)
+  ->
+    %h, %z = opc.fused_gemm_epilogue %x, %w, %bias {activation = "relu" | "gelu"}
+
+with reserve_space (%z, the pre-activation) saved when an activation is
+fused, so the backward (fused_gemm_epilogue_grad) reads it instead of
+recomputing the GEMM. An `opc.transpose {perm = [1, 0]}` feeding the matmul
+is folded into its trans flag (the transpose stays only if something else
+uses it).
+
+Not fused, as in Paddle: a matmul whose result is used elsewhere too (it
+would have to be computed twice); a bias that is not [N] (broadcast along
+columns, a full [M, N] addend); a matmul that is not rank 2; an add whose
+result is used elsewhere keeps its activation apart (matmul + add still
+fuse, activation "none"); erf-form gelu (the fused op's gelu is the tanh
+form) likewise. Nothing is fused on a target without a
+fused_gemm_epilogue kernel.
+
+In the default pipeline of opc.compile / `opc compile` on targets with the
+kernel, before opc-grad (off with fuse=False / --no-fuse).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from opc.dialects import opc as o
+from opc.targets import get_target
+
+FUSED = "opc.fused_gemm_epilogue"
+
+
+def fold_transposes(v: SSAValue, trans: bool) -> tuple[SSAValue, bool]:
+    """v = transpose(u, [1, 0]) (repeatedly) -> u with the trans flag flipped."""
+    while isinstance(v.owner, o.TransposeOp) and v.owner.perm_list() == (1, 0):
+        v, trans = v.owner.x, not trans
+    return v, trans
+
+
+def gemm_and_bias(add: o.AddOp) -> tuple[o.MatmulOp, SSAValue] | None:
+    """The rank-2 matmul used only by `add` and the [N] bias added to it, if `add` is that."""
+    for mm_value, bias in ((add.lhs, add.rhs), (add.rhs, add.lhs)):
+        mm = mm_value.owner
+        if not isinstance(mm, o.MatmulOp) or not mm_value.has_one_use():
+            continue
+        out, b = mm.result.type, bias.type
+        assert isinstance(out, TensorType) and isinstance(b, TensorType)
+        if (len(out.get_shape()) == 2 and tuple(b.get_shape()) == (out.get_shape()[1],)
+                and b.element_type == out.element_type and add.result.type == out):
+            return mm, bias
+    return None
+
+
+def fused_activation(add: o.AddOp) -> tuple[Operation, str] | None:
+    """The relu / tanh-form gelu that is the only user of `add`, and its activation name."""
+    user = add.result.get_user_of_unique_use()
+    if isinstance(user, o.ReluOp):
+        return user, "relu"
+    if isinstance(user, o.GeluOp) and o.flag(user.approximate):
+        return user, "gelu"
+    return None
+
+
+class FuseGemmEpiloguePattern(RewritePattern):
+    """matmul + bias add [+ relu / tanh gelu] -> fused_gemm_epilogue."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, add: o.AddOp, rewriter: PatternRewriter) -> None:
+        found = gemm_and_bias(add)
+        if found is None:
+            return
+        mm, bias = found
+        x, trans_x = fold_transposes(mm.x, o.flag(mm.trans_x))
+        y, trans_y = fold_transposes(mm.y, o.flag(mm.trans_y))
+        act = fused_activation(add)
+        if act is None:
+            fused = o.FusedGemmEpilogueOp(x, y, bias, trans_x, trans_y, "none")
+            rewriter.replace(add, fused, [fused.out])
+        else:
+            act_op, activation = act
+            fused = o.FusedGemmEpilogueOp(x, y, bias, trans_x, trans_y, activation)
+            assert fused.reserve_space is not None
+            fused.reserve_space.name_hint = add.result.name_hint
+            rewriter.replace(act_op, fused, [fused.out])
+            rewriter.erase_op(add)
+        operands = list(mm.operands)
+        rewriter.erase_op(mm)
+        erase_dead_transposes(operands, rewriter)
+
+
+def erase_dead_transposes(values: list[SSAValue], rewriter: PatternRewriter) -> None:
+    """The transposes folded into trans flags, once nothing else reads them."""
+    erased: set[Operation] = set()
+    for v in values:
+        while isinstance(v.owner, o.TransposeOp) and v.owner not in erased and not v.uses:
+            t = v.owner
+            v = t.x
+            erased.add(t)
+            rewriter.erase_op(t)
+
+
+@dataclass(frozen=True)
+class FusePass(ModulePass):
+    name = "opc-fuse"
+
+    target: str = "cpu"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if FUSED not in get_target(self.target).kernels:
+            return
+        PatternRewriteWalker(FuseGemmEpiloguePattern(), apply_recursively=True).rewrite_module(op)
