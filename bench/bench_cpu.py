@@ -139,6 +139,10 @@ def main() -> None:
     print(f"examples/mlp.mlir compile: cold {cold:.2f} s (fresh cache, incl. the one-time GEMM runtime build), "
           f"cold model-only {model_only:.2f} s, warm (cached) load {warm * 1e3:.0f} ms")
 
+    import bench_transformer  # the zoo's transformer block vs onnxruntime / torch / JAX (bench/bench_transformer.py)
+
+    bench_transformer.run(timer=best)
+
 
 if __name__ == "__main__":
     main()

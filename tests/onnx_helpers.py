@@ -21,7 +21,8 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr  # noqa: E402
 import opc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))  # the zoo package
+EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(EXAMPLES))  # the zoo package, train_mlp.py
 
 
 def graph_model(nodes: Sequence, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],

@@ -147,6 +147,77 @@ def cases() -> dict[str, tuple]:
     nodes = [node("Constant", [], ["k"], value_floats=[1.0, 2.0, 3.0, 4.0]), node("Sqrt", ["k"], ["r"]),
              node("Mul", ["x", "r"], ["y"]), node("Shape", ["y"], ["shape_out"])]
     add("Constant_folded_and_shape_output", graph_model(nodes, {"x": x}, ["y", "shape_out"]), {"x": x})
+    c.update(new_op_cases())
+    return c
+
+
+def new_op_cases() -> dict[str, tuple]:
+    """Converters onto issue 11's ops: normalizations, losses, slicing, gathering, broadcast matmul."""
+    c: dict[str, tuple] = {}
+
+    def add(case_id, model, feeds):
+        c[case_id] = (model, feeds)
+
+    x = f32(2, 3, 5, low=-4, high=4)
+    for op in ("Softmax", "LogSoftmax"):
+        for axis in (-1, 1, 0):
+            add(f"{op}_{axis}", single(op, {"x": x}, axis=axis), {"x": x})
+    add("Sigmoid", single("Sigmoid", {"x": x}), {"x": x})
+    for axes, keep in (([1], 1), ([0, 2], 0)):
+        add(f"ReduceMin_attr_{axes}", single("ReduceMin", {"x": x}, opset=13, axes=axes, keepdims=keep), {"x": x})
+        add(f"ReduceMin_input_{axes}", single("ReduceMin", {"x": x}, initializers={"axes": i64(*axes)}, opset=18,
+                                              keepdims=keep), {"x": x})
+    for xs, ys in (((5,), (2, 5, 3)), ((2, 1, 4, 5), (3, 5, 2)), ((2, 3, 4, 5), (2, 3, 5, 4)), ((4, 5), (2, 5, 3))):
+        a, b = f32(*xs), f32(*ys)
+        add(f"MatMul_broadcast_{xs}_{ys}", single("MatMul", {"x": a, "y": b}), {"x": a, "y": b})
+
+    x = f32(2, 3, 8)
+    for axis, outs in ((-1, ["y", "mean", "rstd"]), (1, ["y", "mean", "rstd"]), (-1, ["y"])):
+        inits = {"scale": f32(*x.shape[axis:]), "bias": f32(*x.shape[axis:])}
+        model = graph_model([node("LayerNormalization", ["x", "scale", "bias"], outs, axis=axis, epsilon=1e-3)],
+                            {"x": x}, outs, inits)
+        add(f"LayerNormalization_{axis}_{len(outs)}", model, {"x": x})
+    model = graph_model([node("LayerNormalization", ["x", "scale"], ["y"])], {"x": x}, ["y"], {"scale": f32(8)})
+    add("LayerNormalization_no_bias", model, {"x": x})
+
+    scores, labels = f32(6, 5, low=-3, high=3), RNG.integers(0, 5, 6).astype(np.int64)
+    labels[2] = -100
+    feeds = {"scores": scores, "labels": labels}
+    for reduction in ("mean", "sum", "none"):
+        for extra, inits in ((dict(), {}), (dict(ignore_index=-100), {}),
+                             (dict(ignore_index=-100), {"w": positive(5)})):
+            if not extra and reduction:
+                feeds_ok = {"scores": scores, "labels": np.where(labels < 0, 1, labels)}
+            else:
+                feeds_ok = feeds
+            case = f"{reduction}_{'ignore' if extra else 'plain'}_{'weights' if inits else 'unweighted'}"
+            for op in ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"):
+                names = ["scores", "labels", *inits]
+                outs = ["loss", "log_prob"] if op == "SoftmaxCrossEntropyLoss" else ["loss"]
+                model = graph_model([node(op, names, outs, reduction=reduction, **extra)], feeds_ok, outs, inits)
+                add(f"{op}_{case}", model, feeds_ok)
+    s4, l3 = f32(2, 4, 3), RNG.integers(0, 4, (2, 3)).astype(np.int32)
+    add("SoftmaxCrossEntropyLoss_3d_int32", graph_model(
+        [node("SoftmaxCrossEntropyLoss", ["s", "l"], ["loss"])], {"s": s4, "l": l3}, ["loss"]), {"s": s4, "l": l3})
+
+    x = f32(4, 6, 5)
+    for starts, ends, axes, steps in (([1], [3], [0], [1]), ([0, 1], [-1, 100], [1, 2], [2, 1]),
+                                      ([-3], [10**18], [-1], [1]), ([0], [6], [1], [4])):
+        inits = {"starts": i64(*starts), "ends": i64(*ends), "axes": i64(*axes), "steps": i64(*steps)}
+        add(f"Slice_{starts}_{ends}_{axes}_{steps}", single("Slice", {"x": x}, initializers=inits), {"x": x})
+    add("Slice_no_axes", single("Slice", {"x": x}, initializers={"s": i64(1, 2), "e": i64(3, 5)}), {"x": x})
+    a, b = f32(2, 3), f32(2, 4)
+    add("Concat_1", single("Concat", {"a": a, "b": b, "c": f32(2, 1)}, axis=-1), {"a": a, "b": b, "c": f32(2, 1)})
+    add("Concat_0", single("Concat", {"a": f32(1, 3), "b": f32(2, 3)}, axis=0), {"a": f32(1, 3), "b": f32(2, 3)})
+    add("Split_sizes", single("Split", {"x": x}, n_outputs=2, initializers={"s": i64(2, 4)}, axis=1), {"x": x})
+    add("Split_equal_13", single("Split", {"x": x}, n_outputs=2, opset=13), {"x": x})
+    add("Split_num_outputs_18", single("Split", {"x": x}, n_outputs=3, opset=18, axis=1, num_outputs=3), {"x": x})
+    table = f32(10, 4)
+    for axis, idx in ((0, np.array([[1, 9, -1], [0, 0, 3]], np.int64)), (1, np.array([3, -4], np.int32)),
+                      (0, np.array(7, np.int64))):
+        add(f"Gather_{axis}_{idx.shape}", single("Gather", {"t": table, "i": idx}, axis=axis), {"t": table, "i": idx})
+    add("Gather_constant_indices", single("Gather", {"t": table}, initializers={"i": i64(2, 5)}, axis=0),
+        {"t": table})
     return c
 
 

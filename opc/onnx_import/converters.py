@@ -32,7 +32,7 @@ Values = list[SSAValue | np.ndarray]
 BINARY = {"Add": o.AddOp, "Sub": o.SubOp, "Mul": o.MulOp, "Div": o.DivOp,
           "Equal": o.EqualOp, "Less": o.LessThanOp, "Greater": o.GreaterThanOp}  # fmt: skip
 UNARY = {"Neg": o.NegOp, "Abs": o.AbsOp, "Exp": o.ExpOp, "Log": o.LogOp, "Tanh": o.TanhOp, "Erf": o.ErfOp,
-         "Sqrt": o.SqrtOp, "Relu": o.ReluOp}  # fmt: skip
+         "Sqrt": o.SqrtOp, "Relu": o.ReluOp, "Sigmoid": o.SigmoidOp}  # fmt: skip
 VARIADIC = {"Max": o.MaximumOp, "Min": o.MinimumOp, "Sum": o.AddOp}
 
 
@@ -274,18 +274,14 @@ def reduce(node: Node, from_input: bool) -> Values:
     kind = node.op_type
     if kind == "ReduceSum":
         return [e.reduce_sum(x, axes, keep)]
-    if kind == "ReduceMax":
-        return [e.value(o.ReduceMaxOp(x, axes, keep))]
+    if kind in SIMPLE_REDUCTIONS:
+        return [e.value(SIMPLE_REDUCTIONS[kind](x, axes, keep))]
     if kind == "ReduceSumSquare":
         return [e.reduce_sum(e.mul(x, x), axes, keep)]
     if kind == "ReduceL1":
         return [e.reduce_sum(e.value(o.AbsOp(x)), axes, keep)]
     if kind == "ReduceL2":
         return [e.value(o.SqrtOp(e.reduce_sum(e.mul(x, x), axes, keep)))]
-    if kind == "ReduceMean":
-        count = math.prod(node.shape(0)[a] for a in axes)
-        total = e.reduce_sum(x, axes, keep)
-        return [e.div(total, scalar(node, count, total))]
     if kind == "ReduceLogSumExp":  # m + log(sum(exp(x - m))), m the max: finite for any finite x
         m = e.value(o.ReduceMaxOp(x, axes, True))
         s = e.reduce_sum(e.value(o.ExpOp(e.sub(x, m))), axes, True)
@@ -294,7 +290,8 @@ def reduce(node: Node, from_input: bool) -> Values:
     raise node.fail("no reduction rule")  # pragma: no cover - the registrations below list the kinds
 
 
-REDUCTIONS = ("ReduceMean", "ReduceMax", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp")
+SIMPLE_REDUCTIONS = {"ReduceMean": o.ReduceMeanOp, "ReduceMax": o.ReduceMaxOp, "ReduceMin": o.ReduceMinOp}
+REDUCTIONS = (*SIMPLE_REDUCTIONS, "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp")
 
 
 @converter("ReduceSum")
@@ -409,3 +406,186 @@ def trilu(node: Node) -> Values:
     keep = np.triu(np.ones((rows, cols), bool), k) if node.attr("upper", 1) else np.tril(np.ones((rows, cols), bool), k)
     zero = node.e.constant(np.zeros((), node_numpy_dtype(node, 0)))
     return [node.e.select(node.e.constant(keep), x, zero)]
+
+
+@converter("Concat")
+def concat(node: Node) -> Values:
+    args = node.inputs()
+    rank = len(node.shape(0))
+    return [args[0] if len(args) == 1 else node.e.value(o.ConcatOp(args, node.axis(node.attr("axis"), rank)))]
+
+
+def slice_bounds(dim: int, start: int, end: int) -> tuple[int, int]:
+    """ONNX Slice's clamping of one axis, for a positive step."""
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    return min(max(start, 0), dim), min(max(end, 0), dim)
+
+
+@converter("Slice")
+def slice_(node: Node) -> Values:
+    src = node.shape(0)
+    rank = len(src)
+    starts = node.const(1, "starts").reshape(-1).tolist()
+    ends = node.const(2, "ends").reshape(-1).tolist()
+    axes = node.const(3, "axes", np.arange(len(starts))).reshape(-1).tolist()
+    steps = node.const(4, "steps", np.ones(len(starts), np.int64)).reshape(-1).tolist()
+    start, limit, strides = [0] * rank, list(src), [1] * rank
+    for a, b, e, st in zip(axes, starts, ends, steps):
+        a = node.axis(int(a), rank)
+        if st <= 0:
+            raise node.fail(f"step {st} on axis {a}: opc slices with positive steps only")
+        start[a], limit[a] = slice_bounds(src[a], int(b), int(e))
+        limit[a] = max(limit[a], start[a])
+        strides[a] = int(st)
+    if start == [0] * rank and limit == list(src) and strides == [1] * rank:
+        return [node.input(0)]
+    return [node.e.value(o.SliceOp(node.input(0), start, limit, strides))]
+
+
+def split_sizes(node: Node, dim: int) -> list[int]:
+    """The `split` input, else equal parts (num_outputs from opset 18: the last part may be smaller)."""
+    if node.has(1):
+        sizes = node.const(1, "split").reshape(-1).tolist()
+    else:
+        parts = node.attr("num_outputs", len(node.proto.output))
+        chunk = -(-dim // parts)
+        sizes = [min(chunk, dim - i * chunk) for i in range(parts)]
+    if sum(sizes) != dim or any(s < 0 for s in sizes):
+        raise node.fail(f"split sizes {sizes} do not add up to the axis size {dim}")
+    return [int(s) for s in sizes]
+
+
+@converter("Split")
+def split(node: Node) -> Values:
+    src = node.shape(0)
+    axis = node.axis(node.attr("axis", 0), len(src))
+    outs, offset = [], 0
+    for size in split_sizes(node, src[axis]):
+        start = [offset if i == axis else 0 for i in range(len(src))]
+        limit = [offset + size if i == axis else d for i, d in enumerate(src)]
+        outs.append(node.e.value(o.SliceOp(node.input(0), start, limit)))
+        offset += size
+    return outs
+
+
+@converter("Gather")
+def gather(node: Node) -> Values:
+    rank = len(node.shape(0))
+    return [node.e.value(o.GatherOp(node.input(0), node.input(1), node.axis(node.attr("axis", 0), rank)))]
+
+
+# ---------------------------------------------------------------------------
+# Normalizations and losses
+# ---------------------------------------------------------------------------
+
+
+@converter("Softmax")
+def softmax(node: Node) -> Values:
+    return [node.e.value(o.SoftmaxOp(node.input(0), node.axis(node.attr("axis", -1), len(node.shape(0)))))]
+
+
+@converter("LogSoftmax")
+def log_softmax(node: Node) -> Values:
+    return [node.e.value(o.LogSoftmaxOp(node.input(0), node.axis(node.attr("axis", -1), len(node.shape(0)))))]
+
+
+@converter("LayerNormalization", since=17)
+def layer_norm(node: Node) -> Values:
+    """Y, and Mean / InvStdDev reshaped to ONNX's keepdims shape ([d0, ..., 1, ..., 1])."""
+    e = node.e
+    x = node.input(0)
+    src = node.shape(0)
+    begin = node.axis(node.attr("axis", -1), len(src))
+    bias = node.input(2) if node.has(2) else e.full(0.0, node.input(1))
+    op = o.LayerNormOp(x, node.input(1), bias, begin, float(node.attr("epsilon", 1e-5)))
+    y, mean, rstd = e.emit(op).results
+    stats_shape = [*src[:begin], *[1] * (len(src) - begin)]
+    outs: Values = [y]
+    for i, v in ((1, mean), (2, rstd)):  # float32 in ONNX for half inputs (stash_type = 1), as in opc
+        if len(node.proto.output) > i and node.proto.output[i]:
+            outs.append(e.reshape(v, stats_shape))
+    return outs
+
+
+def label_loss(node: Node, logits: SSAValue, labels: SSAValue) -> SSAValue:
+    """-log_softmax(logits)[label] per sample, [N, d1...], through opc.softmax_cross_entropy (axis 1)."""
+    e = node.e
+    lab_shape = list(labels.type.get_shape())  # type: ignore[attr-defined]
+    lab = e.reshape(labels, [lab_shape[0], 1, *lab_shape[1:]])
+    loss, _ = e.emit(o.SoftmaxCrossEntropyOp(logits, lab, 1)).results
+    return e.reshape(loss, lab_shape)
+
+
+def nll_loss(node: Node, logp: SSAValue, labels: SSAValue) -> SSAValue:
+    """-logp[label] per sample: a one-hot select over the class axis (1) and a sum."""
+    e = node.e
+    shape = list(logp.type.get_shape())  # type: ignore[attr-defined]
+    classes = np.arange(shape[1], dtype=numpy_of(labels)).reshape([1, shape[1]] + [1] * (len(shape) - 2))
+    lab_shape = list(labels.type.get_shape())  # type: ignore[attr-defined]
+    hit = e.value(o.EqualOp(e.reshape(labels, [lab_shape[0], 1, *lab_shape[1:]]), e.constant(classes)))
+    picked = e.select(hit, logp, scalar(node, 0.0, logp))
+    return e.neg(e.reduce_sum(picked, [1]))
+
+
+def numpy_of(v: SSAValue) -> np.dtype:
+    from opc.onnx_import.graph import numpy_dtype_of
+
+    return numpy_dtype_of(v.type.element_type)  # type: ignore[attr-defined]
+
+
+def reduce_loss(node: Node, loss: SSAValue, labels: SSAValue) -> SSAValue:
+    """Class weights, ignore_index and the reduction (none | sum | mean, weighted mean as ONNX defines it)."""
+    e = node.e
+    weight = None
+    if node.has(2):
+        weight = e.value(o.GatherOp(node.input(2), safe_labels(node, labels), 0))
+    ignore = node.attr("ignore_index")
+    if ignore is not None:
+        ignored = e.value(o.EqualOp(labels, e.constant(np.array(ignore, numpy_of(labels)))))
+        kept = e.select(ignored, scalar(node, 0.0, loss), scalar(node, 1.0, loss))
+        weight = kept if weight is None else e.mul(weight, kept)
+    if weight is not None:
+        loss = e.mul(loss, weight)
+    reduction = node.attr("reduction", "mean")
+    if reduction == "none":
+        return loss
+    axes = list(range(len(loss.type.get_shape())))  # type: ignore[attr-defined]
+    total = e.reduce_sum(loss, axes)
+    if reduction == "sum":
+        return total
+    if reduction != "mean":
+        raise node.fail(f"reduction must be none, sum or mean, got '{reduction}'")
+    if weight is None:
+        return e.div(total, scalar(node, math.prod(loss.type.get_shape()), total))  # type: ignore[attr-defined]
+    return e.div(total, e.reduce_sum(weight, axes))
+
+
+def safe_labels(node: Node, labels: SSAValue) -> SSAValue:
+    """Labels with ignore_index replaced by 0, so that gathers and the loss op stay in range."""
+    ignore = node.attr("ignore_index")
+    if ignore is None:
+        return labels
+    e = node.e
+    ignored = e.value(o.EqualOp(labels, e.constant(np.array(ignore, numpy_of(labels)))))
+    return e.select(ignored, e.constant(np.zeros((), numpy_of(labels))), labels)
+
+
+@converter("SoftmaxCrossEntropyLoss")
+def softmax_cross_entropy_loss(node: Node) -> Values:
+    scores, labels = node.input(0), node.input(1)
+    if len(node.shape(0)) < 2:
+        raise node.fail("scores must have rank >= 2 ([N, C, ...])")
+    loss = label_loss(node, scores, safe_labels(node, labels))
+    outs: Values = [reduce_loss(node, loss, labels)]
+    if len(node.proto.output) > 1 and node.proto.output[1]:
+        outs.append(node.e.value(o.LogSoftmaxOp(scores, 1)))
+    return outs
+
+
+@converter("NegativeLogLikelihoodLoss")
+def negative_log_likelihood_loss(node: Node) -> Values:
+    logp, labels = node.input(0), node.input(1)
+    if len(node.shape(0)) < 2:
+        raise node.fail("input must have rank >= 2 ([N, C, ...])")
+    return [reduce_loss(node, nll_loss(node, logp, safe_labels(node, labels)), labels)]

@@ -1,0 +1,216 @@
+"""The zoo's transformer block at a realistic size, opc against the others, side by side in one run.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--small]
+
+Batch 8, sequence 128, width 256, 4 heads, MLP 1024, f32; the block from
+examples/zoo/transformer_block.py (layer norm, causal multi-head attention,
+residual, layer norm, GELU MLP, residual), imported from ONNX. Rows:
+  forward             opc vs onnxruntime (same ONNX file), torch eager, JAX (jit)
+  forward + backward  opc value_and_grad (output and the gradients w.r.t. x and
+                      every weight) vs torch eager autograd, JAX (jit of vjp)
+torch and JAX run only where installed, on the same weights; every contender's
+numbers are checked against opc's before it is timed. Each figure is the best
+of several rounds; ratio = their time / opc's time (> 1: opc is faster).
+bench/bench_cpu.py prints these rows too, through `run()`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+from zoo import common, transformer_block  # noqa: E402
+
+import opc  # noqa: E402
+
+SIZES = transformer_block.Sizes(batch=8, seq=128, width=256, heads=4, mlp=1024)
+SMALL = transformer_block.Sizes(batch=2, seq=16, width=32, heads=4, mlp=64)
+
+
+def best(fn, repeat: int = 5, min_time: float = 0.3) -> float:
+    """Best time of `repeat` rounds; each round runs fn enough times for min_time / repeat."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-6)
+    inner = max(1, int(min_time / once / repeat))
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - t0) / inner)
+    return min(times)
+
+
+# ---------------------------------------------------------------------------
+# The contenders: each returns (forward, forward_backward) callables or None
+# ---------------------------------------------------------------------------
+
+
+def onnxruntime_forward(model, x):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return lambda: session.run(None, {"x": x})[0]
+
+
+def unpack(weights: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The weights in the order transformer_block.reference unpacks them (file order)."""
+    return list(weights.values())
+
+
+def torch_contender(s: transformer_block.Sizes, x: np.ndarray, weights: dict[str, np.ndarray], dy: np.ndarray):
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    F = torch.nn.functional
+    w = [torch.tensor(a, requires_grad=True) for a in unpack(weights)]
+    xt = torch.tensor(x, requires_grad=True)
+    dyt = torch.tensor(dy)
+
+    def block():
+        ln1_w, ln1_b, bq, wq, bk, wk, bv, wv, bo, wo, ln2_w, ln2_b, b1, w1, b2, w2 = w
+
+        def heads(t):
+            return t.view(s.batch, s.seq, s.heads, s.head_dim).transpose(1, 2)
+
+        h = F.layer_norm(xt, (s.width,), ln1_w, ln1_b, 1e-5)
+        q, k, v = heads(h @ wq + bq), heads(h @ wk + bk), heads(h @ wv + bv)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x1 = xt + a.transpose(1, 2).reshape(xt.shape) @ wo + bo
+        return x1 + F.gelu(F.layer_norm(x1, (s.width,), ln2_w, ln2_b, 1e-5) @ w1 + b1) @ w2 + b2
+
+    def forward():
+        with torch.no_grad():
+            return block().numpy()
+
+    def forward_backward():
+        y = block()
+        return [y.detach().numpy()] + [g.numpy() for g in torch.autograd.grad(y, [xt, *w], dyt)]
+
+    return forward, forward_backward
+
+
+def jax_contender(s: transformer_block.Sizes, x: np.ndarray, weights: dict[str, np.ndarray], dy: np.ndarray):
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+
+    def layer_norm(t, g, b):
+        mean = t.mean(-1, keepdims=True)
+        var = ((t - mean) ** 2).mean(-1, keepdims=True)
+        return (t - mean) / jnp.sqrt(var + 1e-5) * g + b
+
+    def block(xx, *w):
+        ln1_w, ln1_b, bq, wq, bk, wk, bv, wv, bo, wo, ln2_w, ln2_b, b1, w1, b2, w2 = w
+
+        def heads(t):
+            return t.reshape(s.batch, s.seq, s.heads, s.head_dim).transpose(0, 2, 1, 3)
+
+        h = layer_norm(xx, ln1_w, ln1_b)
+        q, k, v = heads(h @ wq + bq), heads(h @ wk + bk), heads(h @ wv + bv)
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(s.head_dim)
+        scores = jnp.where(jnp.tril(jnp.ones((s.seq, s.seq), bool)), scores, -jnp.inf)
+        a = (jax.nn.softmax(scores, -1) @ v).transpose(0, 2, 1, 3).reshape(xx.shape)
+        x1 = xx + a @ wo + bo
+        return x1 + jax.nn.gelu(layer_norm(x1, ln2_w, ln2_b) @ w1 + b1, approximate=False) @ w2 + b2
+
+    args = [jnp.asarray(x)] + [jnp.asarray(a) for a in unpack(weights)]
+    fwd = jax.jit(block)
+
+    @jax.jit
+    def fwd_bwd(*a):
+        y, pullback = jax.vjp(block, *a)
+        return (y, *pullback(jnp.asarray(dy)))
+
+    def forward():
+        return np.asarray(fwd(*args).block_until_ready())
+
+    def forward_backward():
+        return [np.asarray(o) for o in jax.block_until_ready(fwd_bwd(*args))]
+
+    return forward, forward_backward
+
+
+# ---------------------------------------------------------------------------
+
+
+def row(label: str, theirs: float | None, ours: float) -> None:
+    if theirs is None:
+        print(f"{label:<44} {'-':>9} {ours * 1e3:9.2f} {'-':>7}")
+    else:
+        print(f"{label:<44} {theirs * 1e3:9.2f} {ours * 1e3:9.2f} {theirs / ours:7.2f}")
+
+
+def check(name: str, got, want, tol: float = 2e-3) -> None:
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        err = float(np.abs(np.asarray(g) - w).max() / max(1.0, float(np.abs(w).max())))
+        if err > tol:
+            raise SystemExit(f"{name} disagrees with opc (output {i}: scaled max error {err:.2e})")
+
+
+def run(sizes: transformer_block.Sizes = SIZES, timer=best) -> None:
+    """Build, import, compile, check and time; print one row per contender."""
+    s = sizes
+    model = transformer_block.build(s, np.float32, opset=17, seed=0)
+    t0 = time.perf_counter()
+    module, params = opc.import_onnx(model)
+    m = opc.compile(module, grad=True)
+    compile_s = time.perf_counter() - t0
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((s.batch, s.seq, s.width)).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    weights = common.weights(model)
+    w = list(params.values())
+
+    def opc_forward():
+        return m.main_graph(x, *w)
+
+    def opc_forward_backward():
+        return m.main_graph_value_and_grad(x, *w, dy)
+
+    y = opc_forward()
+    ref = transformer_block.reference({"x": x}, weights, s)
+    print(f"transformer block: batch {s.batch}, seq {s.seq}, width {s.width}, heads {s.heads}, mlp {s.mlp}, f32; "
+          f"cores {os.cpu_count()}; import + compile (grad) {compile_s:.1f} s; "
+          f"opc vs float64 NumPy: max error {float(np.abs(y - ref).max()):.1e}")
+    print(f"{'case':<44} {'them ms':>9} {'opc ms':>9} {'ratio':>7}")
+    t_fwd, t_fb = timer(opc_forward), timer(opc_forward_backward)
+    ours = opc_forward_backward()
+    ort_fwd = onnxruntime_forward(model, x)
+    if ort_fwd is not None:
+        check("onnxruntime", [ort_fwd()], [y])
+    row("forward  vs onnxruntime", timer(ort_fwd) if ort_fwd else None, t_fwd)
+    compared = False
+    for name, make in (("torch eager", torch_contender), ("JAX jit", jax_contender)):
+        contender = make(s, x, weights, dy)
+        if contender is None:
+            print(f"{'(' + name + ' not installed)':<44}")
+            continue
+        compared = True
+        forward, forward_backward = contender
+        check(name, [forward()], [y])
+        check(name, forward_backward(), list(ours))
+        row(f"forward  vs {name}", timer(forward), t_fwd)
+        row(f"forward + backward vs {name}", timer(forward_backward), t_fb)
+    if not compared:
+        row("forward + backward (no torch or JAX to compare)", None, t_fb)
+
+
+if __name__ == "__main__":
+    run(SMALL if "--small" in sys.argv else SIZES)
