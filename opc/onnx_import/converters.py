@@ -38,7 +38,28 @@ VARIADIC = {"Max": o.MaximumOp, "Min": o.MinimumOp, "Sum": o.AddOp}
 
 @converter(*BINARY)
 def binary(node: Node) -> Values:
-    return [node.e.value(BINARY[node.op_type](node.input(0), node.input(1)))]
+    a, b = node.input(0), node.input(1)
+    if node.op_type == "Add":
+        fused = bias_after_gemm(node, a, b) or bias_after_gemm(node, b, a)
+        if fused is not None:
+            return [fused]
+    return [node.e.value(BINARY[node.op_type](a, b))]
+
+
+def bias_after_gemm(node: Node, y: SSAValue, bias: SSAValue) -> SSAValue | None:
+    """Linear on [.., K] input: MatMul (a 2-D GEMM over the merged rows, reshaped back, see matmul)
+    + bias[N]. The bias is added to the 2-D GEMM before the reshape, so that opc-fuse sees
+    matmul + bias and makes one fused_gemm_epilogue of it."""
+    reshape = y.owner
+    if not isinstance(reshape, o.ReshapeOp) or not isinstance(reshape.x.owner, o.MatmulOp):
+        return None
+    gemm = reshape.x
+    rows, n = gemm.type.get_shape() if len(gemm.type.get_shape()) == 2 else (0, -1)  # type: ignore[attr-defined]
+    out, b = list(y.type.get_shape()), list(bias.type.get_shape())  # type: ignore[attr-defined]
+    if not b or b[-1] != n or math.prod(b) != n or len(b) > len(out) or out[-1] != n:
+        return None
+    e = node.e
+    return e.reshape(e.add(gemm, e.reshape(bias, [n])), out)
 
 
 @converter(*UNARY)

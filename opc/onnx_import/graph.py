@@ -37,6 +37,8 @@ from xdsl.dialects.builtin import (
     TensorType,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.transforms.common_subexpression_elimination import cse
+from xdsl.transforms.dead_code_elimination import region_dce
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from opc.autodiff.rules import Emitter
@@ -258,6 +260,8 @@ class NodeEmitter(Emitter):
         return super().emit(op)
 
     def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        if isinstance(x.owner, o.ReshapeOp):  # a reshape of a reshape: one reshape
+            x = x.owner.x
         if tuple(x.type.get_shape()) == tuple(shape):  # type: ignore[attr-defined]
             return x
         return self.value(o.ReshapeOp(x, o.tensor(shape, x.type.element_type)))  # type: ignore[attr-defined]
@@ -476,6 +480,8 @@ class GraphImporter:
                 params[name] = weights[onnx_name]
         fname = identifier(g.name, set(), "main")
         f = func.FuncOp(fname, (list(block.arg_types), [r.type for r in results]), Region(block))
+        cse(f)  # converters may repeat a reshape or a constant
+        region_dce(f.body)  # and leave a value behind (bias_after_gemm's reshape)
         return ModuleOp([f]), params
 
     def check_domains(self) -> None:
