@@ -5,7 +5,7 @@ is imported and compiled with grad=True; each SGD step is one call of
 `main_graph_value_and_grad`, which returns the loss, the logits and the
 gradients w.r.t. x and every weight in one pass:
 
-    python examples/train_mlp.py [--steps 300] [--lr 0.5]
+    python examples/train_mlp.py [--steps 300] [--lr 0.1]
 
 The data: four Gaussian blobs in 8 dimensions, mini-batches of 16 drawn in
 a fixed (seeded) order, so a run is reproducible step by step.
@@ -29,7 +29,7 @@ SIZES = mlp_classifier.Sizes(batch=16, features=8, hidden=32, classes=4)
 
 def make_data(n: int = 512, sizes: mlp_classifier.Sizes = SIZES, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    centers = rng.normal(0.0, 1.5, (sizes.classes, sizes.features))
+    centers = rng.normal(0.0, 1.0, (sizes.classes, sizes.features))
     labels = rng.integers(0, sizes.classes, n)
     x = centers[labels] + rng.normal(0.0, 1.0, (n, sizes.features))
     return x.astype(np.float32), labels.astype(np.int64)
@@ -46,7 +46,7 @@ def batches(n: int, batch: int, steps: int, seed: int = 1):
         del order[:batch]
 
 
-def train(steps: int = 300, lr: float = 0.5, log_every: int = 25, quiet: bool = False) -> tuple[list[float], dict]:
+def train(steps: int = 300, lr: float = 0.1, log_every: int = 25, quiet: bool = False) -> tuple[list[float], dict]:
     """SGD on the MLP; returns the loss of every step and the final weights."""
     module, params = opc.import_onnx(mlp_classifier.build(SIZES, np.float32, opset=17, seed=0))
     m = opc.compile(module, grad=True)
@@ -60,7 +60,8 @@ def train(steps: int = 300, lr: float = 0.5, log_every: int = 25, quiet: bool = 
             params[name] = w - np.float32(lr) * g
         losses.append(float(loss))
         if not quiet and (step % log_every == 0 or step == steps - 1):
-            print(f"step {step:4d}  loss {float(loss):.4f}")
+            recent = losses[-log_every:]
+            print(f"step {step:4d}  loss {float(loss):.4f}  (mean of the last {len(recent)} steps {np.mean(recent):.4f})")
     return losses, params
 
 
@@ -76,7 +77,7 @@ def accuracy(params: dict) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--lr", type=float, default=0.5)
+    parser.add_argument("--lr", type=float, default=0.1)
     args = parser.parse_args()
     losses, params = train(args.steps, args.lr)
     first, last = np.mean(losses[:10]), np.mean(losses[-10:])

@@ -43,9 +43,9 @@ def numpy_training(steps: int, lr: float) -> list[float]:
 
 
 def test_training_matches_numpy_and_the_loss_falls(capsys):
-    losses, _ = train_mlp.train(steps=STEPS, lr=0.5, log_every=20)
+    losses, _ = train_mlp.train(steps=STEPS, lr=0.1, log_every=20)
     printed = capsys.readouterr().out
     assert "step    0  loss" in printed and f"step {STEPS - 1:4d}  loss" in printed
-    want = numpy_training(STEPS, lr=0.5)
+    want = numpy_training(STEPS, lr=0.1)
     np.testing.assert_allclose(losses, want, rtol=2e-4, atol=2e-5)
-    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
+    assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:10])
