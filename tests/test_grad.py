@@ -29,6 +29,24 @@ def compile_grad(text: str, decompose: str | None = None):
     return opc.compile(text, target="cpu", grad=True, decompose=decompose)
 
 
+def compile_kept(text: str, keep: Callable[[str], bool], second_order: Callable[[str], bool] = lambda n: False):
+    """Grad functions added (and @NAME_grad_grad where second_order(NAME)), then
+    only the functions the tests call kept: less C to build than opc.compile(grad=...)."""
+    from opc.autodiff import add_grad_function, add_grad_functions, default_wrt, find_func
+
+    module = parse_text(text).module
+    forwards = [f.sym_name.data for f in module.ops]  # type: ignore[attr-defined]
+    add_grad_functions(module)
+    for name in filter(second_order, forwards):
+        g = find_func(module, f"{name}_grad")
+        add_grad_function(module, g, default_wrt(g))
+    for f in list(module.ops):
+        if not keep(f.sym_name.data):  # type: ignore[attr-defined]
+            f.detach()
+            f.erase()
+    return opc.compile(module, target="cpu")
+
+
 def as_tuple(x) -> tuple:
     return x if isinstance(x, tuple) else (x,)
 
@@ -206,7 +224,10 @@ def case_func(name: str, dt: str) -> str:
 
 @pytest.fixture(scope="module")
 def ops_module():
-    return compile_grad("".join(case_func(n, dt) for n in CASES for dt in ("f64", "f32")))
+    # f64: forward, grad and grad of grad (finite differences of each); f32: grad.
+    return compile_kept("".join(case_func(n, dt) for n in CASES for dt in ("f64", "f32")),
+                        keep=lambda n: n.endswith(("_f64", "_grad")) and not n.endswith("_value_and_grad"),
+                        second_order=lambda n: n.endswith("_f64"))
 
 
 def sample(name: str, dt: str) -> tuple[list[np.ndarray], np.ndarray]:
@@ -224,6 +245,26 @@ def test_op_grad_finite_differences_f64(ops_module, name: str) -> None:
     for i, (g, w) in enumerate(zip(got, want)):
         assert np.asarray(g).dtype == np.float64
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{name}: grad of operand {i}")
+
+
+def second_order_check(grad, grad_grad, args: list[np.ndarray], dout: np.ndarray, what: str) -> None:
+    """@f_grad_grad(args, dout, dds) against finite differences of <f_grad(args, dout), dds>,
+    with respect to every argument of f_grad, the dout included."""
+    dds = [RNG.uniform(-1, 1, np.shape(g)) for g in as_tuple(grad(*args, dout))]
+    got = as_tuple(grad_grad(*args, dout, *dds))
+    want = finite_diff(grad, [*args, dout], dds, list(range(len(args) + 1)))
+    assert len(got) == len(want), what
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert np.asarray(g).dtype == np.float64
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{what}: second-order grad of argument {i}")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_op_grad_of_grad_finite_differences_f64(ops_module, name: str) -> None:
+    """Higher order: @op_grad differentiated again (its grad ops through their rules)."""
+    args, dout = sample(name, "f64")
+    f = f"op_{name}_f64"
+    second_order_check(getattr(ops_module, f"{f}_grad"), getattr(ops_module, f"{f}_grad_grad"), args, dout, name)
 
 
 @pytest.mark.parametrize("dt", ["f64", "f32"])
@@ -270,17 +311,9 @@ FUSED_TEXT = "".join(fused_func(*v) for v in FUSED)
 @pytest.fixture(scope="module")
 def fused_module():
     # Only the f64 forwards are called (finite differences): drop the others
-    # before compiling, a third less C to build.
-    from opc.autodiff import add_grad_functions
-
-    module = parse_text(FUSED_TEXT).module
-    add_grad_functions(module)
-    for f in list(module.ops):
-        name = f.sym_name.data  # type: ignore[attr-defined]
-        if not name.endswith(("_grad", "_f64")):
-            f.detach()
-            f.erase()
-    return opc.compile(module, target="cpu")
+    # before compiling, a third less C to build. f64 also gets its grad of grad.
+    return compile_kept(FUSED_TEXT, keep=lambda n: n.endswith(("_grad", "_f64")) and not n.endswith("_value_and_grad"),
+                        second_order=lambda n: n.endswith("_f64"))
 
 
 def fused_inputs(tx: bool, ty: bool, dt: str):
@@ -312,6 +345,15 @@ def test_fused_gemm_epilogue_grad(fused_module, act: str, tx: bool, ty: bool, dt
         fd = finite_diff(getattr(fused_module, name), [x, y, b], [d], [0, 1, 2])
         for what, g, w in zip(("dx", "dy", "dbias"), got, fd):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{name}: {what} vs finite differences")
+
+
+@pytest.mark.parametrize("act,tx,ty", [v[:3] for v in FUSED if v[3] == "f64"],
+                         ids=[fused_name(*v) for v in FUSED if v[3] == "f64"])
+def test_fused_gemm_epilogue_grad_of_grad(fused_module, act: str, tx: bool, ty: bool) -> None:
+    """fused_gemm_epilogue_grad differentiated through its composite (matmuls, act grad, reduce_sum)."""
+    args, d = fused_inputs(tx, ty, "f64")
+    name = fused_name(act, tx, ty, "f64")
+    second_order_check(getattr(fused_module, f"{name}_grad"), getattr(fused_module, f"{name}_grad_grad"), args, d, name)
 
 
 def test_fused_reserve_space_used_downstream() -> None:
@@ -421,3 +463,256 @@ def test_two_results_each_with_dout(graphs) -> None:
     x, d1, d2 = uniform((3, 4)), uniform((3, 4)), uniform((4,))
     dx = graphs.two_grad(x, d1, d2)
     np.testing.assert_allclose(dx, d1 * np.exp(x) + d2[None, :], rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Grad ops as forward ops (first order through their rules), Paddle's cast
+# double and triple grad
+# ---------------------------------------------------------------------------
+
+T34 = "tensor<3x4xf64>"
+GRAD_OPS = f"""
+func.func @relu_grad(%x: {T34}, %d: {T34}) -> {T34} {{
+  %r = opc.relu_grad %x, %d : ({T34}, {T34}) -> {T34}
+  func.return %r : {T34}
+}}
+func.func @gelu_grad_tanh(%x: {T34}, %d: {T34}) -> {T34} {{
+  %r = opc.gelu_grad %x, %d {{approximate = true}} : ({T34}, {T34}) -> {T34}
+  func.return %r : {T34}
+}}
+func.func @gelu_grad_erf(%x: {T34}, %d: {T34}) -> {T34} {{
+  %r = opc.gelu_grad %x, %d {{approximate = false}} : ({T34}, {T34}) -> {T34}
+  func.return %r : {T34}
+}}
+func.func @cast_grad(%x: {T34}, %d: tensor<3x4xf32>) -> {T34} {{
+  %r = opc.cast_grad %x, %d : ({T34}, tensor<3x4xf32>) -> {T34}
+  %s = opc.mul %r, %x : ({T34}, {T34}) -> {T34}
+  func.return %s : {T34}
+}}
+""" + "".join(f"""
+func.func @fge_grad_{act}(%x: tensor<3x4xf64>, %y: tensor<5x4xf64>, %z: tensor<3x5xf64>, %d: tensor<3x5xf64>)
+    -> (tensor<3x4xf64>, tensor<5x4xf64>, tensor<5xf64>) {{
+  %dx, %dy, %db = opc.fused_gemm_epilogue_grad %x, %y, {"%z, " if act != "none" else ""}%d
+    {{activation_grad = "{act_grad}", trans_y = true}} : (tensor<3x4xf64>, tensor<5x4xf64>, {"tensor<3x5xf64>, " if act != "none" else ""}tensor<3x5xf64>)
+    -> (tensor<3x4xf64>, tensor<5x4xf64>, tensor<5xf64>)
+  func.return %dx, %dy, %db : tensor<3x4xf64>, tensor<5x4xf64>, tensor<5xf64>
+}}""" for act, act_grad in (("none", "none"), ("relu", "relu_grad"), ("gelu", "gelu_grad"))) + """
+// Paddle's TestCastDoubleGradCheck / TestCastTripleGradCheck: float32 [2, 3, 4] cast to float64.
+func.func @paddle_cast(%data: tensor<2x3x4xf32>) -> tensor<2x3x4xf64> {
+  %out = opc.cast %data {dtype = f64} : (tensor<2x3x4xf32>) -> tensor<2x3x4xf64>
+  func.return %out : tensor<2x3x4xf64>
+}
+"""
+GRAD_OP_CASES = {  # name: the samplers of its arguments (away from relu's kink)
+    "relu_grad": [signed, uniform], "gelu_grad_tanh": [uniform, uniform], "gelu_grad_erf": [uniform, uniform],
+    "cast_grad": [uniform, uniform], "fge_grad_none": [uniform, uniform, uniform, uniform],
+    "fge_grad_relu": [uniform, uniform, signed, uniform], "fge_grad_gelu": [uniform, uniform, uniform, uniform],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def grad_ops_module():
+    from opc.autodiff import add_grad_function, add_grad_functions, default_wrt, find_func
+
+    m = parse_text(GRAD_OPS).module
+    add_grad_functions(m)
+    g = find_func(m, "paddle_cast_grad")
+    gg = add_grad_function(m, g, default_wrt(g))  # double: w.r.t. data and dout
+    add_grad_function(m, gg, list(range(len(gg.args))))  # triple: w.r.t. data, dout and ddata
+    for f in list(m.ops):
+        if f.sym_name.data.endswith("_value_and_grad"):  # type: ignore[attr-defined]
+            f.detach()
+            f.erase()
+    return opc.compile(m)
+
+
+def grad_op_args(name: str) -> list[np.ndarray]:
+    samplers = GRAD_OP_CASES[name]
+    shapes = [(3, 4), (5, 4), (3, 5), (3, 5)] if name.startswith("fge") else [(3, 4), (3, 4)]
+    args = [s(shape) for s, shape in zip(samplers, shapes)]
+    if name == "cast_grad":
+        args[1] = args[1].astype(np.float32)
+    return args
+
+
+@pytest.mark.parametrize("name", list(GRAD_OP_CASES))
+def test_grad_op_first_order_finite_differences(grad_ops_module, name: str) -> None:
+    """A function made of a grad op is differentiated through the op's invoke / composite rule."""
+    args = grad_op_args(name)
+    f = getattr(grad_ops_module, name)
+    douts = [RNG.uniform(-1, 1, np.shape(o)) for o in as_tuple(f(*args))]
+    got = as_tuple(getattr(grad_ops_module, f"{name}_grad")(*args, *douts))
+    wrt = [i for i, a in enumerate(args) if a.dtype == np.float64]  # cast_grad's f32 dout: checked below
+    want = finite_diff(f, args, douts, wrt)
+    for i, w in zip(wrt, want):
+        np.testing.assert_allclose(got[i], w, rtol=1e-5, atol=1e-6, err_msg=f"{name}: grad of argument {i}")
+    if name == "cast_grad":  # d/dd of cast(d, f64) * x is x, rounded to the dout's f32
+        np.testing.assert_array_equal(got[1], (douts[0] * args[0]).astype(np.float32))
+
+
+def test_paddle_cast_double_grad(grad_ops_module) -> None:
+    """f32 -> f64: the grad of cast_grad is cast(ddx, f64) w.r.t. the dout, 0 w.r.t. the data."""
+    m = grad_ops_module
+    data = RNG.uniform(-1, 1, (2, 3, 4)).astype(np.float32)
+    dout, ddata = RNG.uniform(-1, 1, (2, 3, 4)), RNG.uniform(-1, 1, (2, 3, 4)).astype(np.float32)
+    g_data, g_dout = m.paddle_cast_grad_grad(data, dout, ddata)
+    assert g_data.dtype == np.float32 and g_dout.dtype == np.float64
+    np.testing.assert_array_equal(g_data, np.zeros((2, 3, 4), np.float32))
+    np.testing.assert_array_equal(g_dout, ddata.astype(np.float64))
+    # Paddle's gradient_checker: finite differences (eps 0.005) of <cast_grad(data, dout), ddata>
+    want = finite_diff(m.paddle_cast_grad, [data, dout], [ddata], [0, 1], eps=0.005)
+    np.testing.assert_allclose(g_data, want[0], atol=1e-6)
+    np.testing.assert_allclose(g_dout, want[1], rtol=1e-4, atol=1e-4)  # f32 rounding of the perturbed output
+
+
+def test_paddle_cast_triple_grad(grad_ops_module) -> None:
+    m = grad_ops_module
+    data = RNG.uniform(-1, 1, (2, 3, 4)).astype(np.float32)
+    dout, ddata = RNG.uniform(-1, 1, (2, 3, 4)), RNG.uniform(-1, 1, (2, 3, 4)).astype(np.float32)
+    d_gdata, d_gdout = RNG.uniform(-1, 1, (2, 3, 4)).astype(np.float32), RNG.uniform(-1, 1, (2, 3, 4))
+    got = m.paddle_cast_grad_grad_grad(data, dout, ddata, d_gdata, d_gdout)
+    assert [g.dtype for g in got] == [np.float32, np.float64, np.float32]
+    np.testing.assert_array_equal(got[0], np.zeros((2, 3, 4), np.float32))
+    np.testing.assert_array_equal(got[1], np.zeros((2, 3, 4)))
+    np.testing.assert_array_equal(got[2], d_gdout.astype(np.float32))
+    want = finite_diff(m.paddle_cast_grad_grad, [data, dout, ddata], [d_gdata, d_gdout], [0, 1, 2], eps=0.005)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------
+# Integer and i1 results: a dout each, cotangents through cast only
+# ---------------------------------------------------------------------------
+
+INTEGER = """
+// Paddle: x = to_tensor([2, 3, 4], 'float64'); y = cast(x, 'uint8'); y.backward() -> x.grad = [1, 1, 1]
+func.func @to_u8(%x: tensor<3xf64>) -> tensor<3xui8> {
+  %y = opc.cast %x {dtype = ui8} : (tensor<3xf64>) -> tensor<3xui8>
+  func.return %y : tensor<3xui8>
+}
+// An i1 value used twice: its two i1 cotangents meet in a logical or (issue 8: opc.add refused i1).
+func.func @bool_twice(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %c = opc.cast %x {dtype = i1} : (tensor<4xf32>) -> tensor<4xi1>
+  %a = opc.cast %c {dtype = f32} : (tensor<4xi1>) -> tensor<4xf32>
+  %b = opc.cast %c {dtype = f32} : (tensor<4xi1>) -> tensor<4xf32>
+  %s = opc.add %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  func.return %s : tensor<4xf32>
+}
+func.func @bool_returned_twice(%x: tensor<4xf32>) -> (tensor<4xi1>, tensor<4xi1>) {
+  %c = opc.cast %x {dtype = i1} : (tensor<4xf32>) -> tensor<4xi1>
+  func.return %c, %c : tensor<4xi1>, tensor<4xi1>
+}
+// An i8 value used twice: its cotangents add (wrapping, like int8 arithmetic); a reshape passes them on.
+func.func @i8_twice(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %c = opc.cast %x {dtype = i8} : (tensor<4xf32>) -> tensor<4xi8>
+  %r = opc.reshape %c : (tensor<4xi8>) -> tensor<2x2xi8>
+  %a = opc.cast %r {dtype = f32} : (tensor<2x2xi8>) -> tensor<2x2xf32>
+  %f = opc.reshape %a : (tensor<2x2xf32>) -> tensor<4xf32>
+  %b = opc.cast %c {dtype = f32} : (tensor<4xi8>) -> tensor<4xf32>
+  %s = opc.add %f, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  func.return %s : tensor<4xf32>
+}
+// Integer arithmetic and compares stop the cotangent: only the direct path counts.
+func.func @int_arith(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xi32>, tensor<4xi1>) {
+  %c = opc.cast %x {dtype = i32} : (tensor<4xf32>) -> tensor<4xi32>
+  %n = opc.neg %c : (tensor<4xi32>) -> tensor<4xi32>
+  %m = opc.cast %n {dtype = f32} : (tensor<4xi32>) -> tensor<4xf32>
+  %z = opc.full {value = 0.0 : f64} : () -> tensor<4xf32>
+  %g = opc.greater_than %x, %z : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xi1>
+  func.return %m, %c, %g : tensor<4xf32>, tensor<4xi32>, tensor<4xi1>
+}
+// No float argument: no grad function, and the module says why.
+func.func @count(%n: tensor<4xi32>) -> tensor<4xf32> {
+  %f = opc.cast %n {dtype = f32} : (tensor<4xi32>) -> tensor<4xf32>
+  func.return %f : tensor<4xf32>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def integer_module():
+    return compile_grad(INTEGER)
+
+
+def test_paddle_uint8_cast_gradient(integer_module) -> None:
+    dx = integer_module.to_u8_grad(np.array([2.0, 3.0, 4.0]), np.ones(3, np.uint8))
+    assert dx.dtype == np.float64
+    np.testing.assert_array_equal(dx, [1.0, 1.0, 1.0])
+    # the dout is cast to the input's dtype, whatever it holds
+    np.testing.assert_array_equal(integer_module.to_u8_grad(np.zeros(3), np.array([0, 7, 255], np.uint8)),
+                                  [0.0, 7.0, 255.0])
+
+
+def test_i1_fan_out_is_a_logical_or(integer_module) -> None:
+    x = np.array([0.0, 1.5, -2.0, 0.0], np.float32)
+    ds = np.array([0.0, 2.5, -1.0, 3.0], np.float32)
+    # each path: cast_grad(c, ds) = ds != 0 (i1); or'ed; cast back to f32
+    np.testing.assert_array_equal(integer_module.bool_twice_grad(x, ds), [0.0, 1.0, 1.0, 1.0])
+    dc1, dc2 = np.array([1, 0, 0, 1], bool), np.array([0, 0, 1, 1], bool)
+    np.testing.assert_array_equal(integer_module.bool_returned_twice_grad(x, dc1, dc2), [1.0, 0.0, 1.0, 1.0])
+
+
+def test_integer_fan_out_sums_with_wraparound(integer_module) -> None:
+    x = np.zeros(4, np.float32)
+    ds = np.array([1.7, -3.2, 100.0, 0.0], np.float32)
+    # two paths, each cast(ds, i8) = [1, -3, 100, 0]; summed in int8: 200 wraps to -56
+    np.testing.assert_array_equal(integer_module.i8_twice_grad(x, ds), [2.0, -6.0, -56.0, 0.0])
+
+
+def test_integer_arithmetic_and_compares_stop_cotangents(integer_module) -> None:
+    x = np.array([1.0, -2.0, 3.0, 0.5], np.float32)
+    dm, dc, dg = np.ones(4, np.float32), np.array([5, 6, 7, 8], np.int32), np.array([1, 1, 0, 1], bool)
+    # through %m only neg (integer arithmetic) leads back: nothing; %c's dout is cast back; %g's is stopped
+    np.testing.assert_array_equal(integer_module.int_arith_grad(x, dm, dc, dg), [5.0, 6.0, 7.0, 8.0])
+
+
+def test_function_without_float_argument_says_why(integer_module) -> None:
+    for name in ("count_grad", "count_value_and_grad"):
+        with pytest.raises(AttributeError, match="@count has no float argument"):
+            getattr(integer_module, name)
+    assert "count_grad" in integer_module.no_grad
+    with pytest.raises(AttributeError, match="has no function 'nothing'"):
+        integer_module.nothing  # noqa: B018
+
+
+# ---------------------------------------------------------------------------
+# opc-fuse: the fused model's gradients are the unfused one's
+# ---------------------------------------------------------------------------
+
+
+def two_layers(dt: str) -> str:
+    t = lambda *s: ttype(s, dt)  # noqa: E731
+    return f"""
+func.func @layers_{dt}(%x: {t(6, 5)}, %w1: {t(7, 5)}, %b1: {t(7)}, %w2: {t(7, 3)}, %b2: {t(3)}) -> {t(6, 3)} {{
+  %mm = opc.matmul %x, %w1 {{trans_y = true}} : ({t(6, 5)}, {t(7, 5)}) -> {t(6, 7)}
+  %z = opc.add %mm, %b1 : ({t(6, 7)}, {t(7)}) -> {t(6, 7)}
+  %h = opc.gelu %z {{approximate = true}} : ({t(6, 7)}) -> {t(6, 7)}
+  %mm2 = opc.matmul %h, %w2 : ({t(6, 7)}, {t(7, 3)}) -> {t(6, 3)}
+  %z2 = opc.add %b2, %mm2 : ({t(3)}, {t(6, 3)}) -> {t(6, 3)}
+  %y = opc.relu %z2 : ({t(6, 3)}) -> {t(6, 3)}
+  func.return %y : {t(6, 3)}
+}}
+"""
+
+
+@pytest.mark.parametrize("dt", ["f64", "f32"])
+def test_fused_model_gradients_equal_unfused(dt: str) -> None:
+    from opc.api import prepare
+    from opc.ir import load_module
+
+    text = two_layers(dt)
+    fused_ir = str(prepare(load_module(text), grad=True).module)
+    # both layers fused in the forward and in its replays in _grad and _value_and_grad
+    assert fused_ir.count("opc.fused_gemm_epilogue ") == 6 and "opc.matmul" not in fused_ir
+    fused, plain = opc.compile(text, grad=True), opc.compile(text, grad=True, fuse=False)
+    shapes = [(6, 5), (7, 5), (7,), (7, 3), (3,)]
+    args = [RNG.uniform(-1, 1, s).astype(DTYPES[dt]) for s in shapes]
+    d = RNG.uniform(-1, 1, (6, 3)).astype(DTYPES[dt])
+    f = getattr(fused, f"layers_{dt}")
+    close(f(*args), getattr(plain, f"layers_{dt}")(*args), dt, "forward")
+    got = getattr(fused, f"layers_{dt}_grad")(*args, d)
+    for g, w, what in zip(got, getattr(plain, f"layers_{dt}_grad")(*args, d), ("dx", "dw1", "db1", "dw2", "db2")):
+        close(g, w, dt, what)
+    if dt == "f64":
+        for g, w in zip(got, finite_diff(f, args, [d], list(range(5)))):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

@@ -277,7 +277,9 @@ class CompiledFunction:
     def by_name(self, args: tuple, kwargs: dict) -> tuple:
         """Positional arguments, then keywords by their MLIR argument names (`%x` -> x=...)."""
         names = [n for n, _, _ in self.sig.inputs]
-        bound: dict[int, object] = dict(enumerate(args[: len(names)]))
+        if len(args) > len(names):
+            return args  # too many: __call__ says so
+        bound: dict[int, object] = dict(enumerate(args))
         for key, value in kwargs.items():
             if key not in names:
                 raise TypeError(f"{self.sig.name}() got an unexpected keyword argument '{key}' "
@@ -286,10 +288,10 @@ class CompiledFunction:
             if i in bound:
                 raise TypeError(f"{self.sig.name}() got multiple values for argument '{key}'")
             bound[i] = value
-        missing = [n for i, n in enumerate(names) if i not in bound]
-        if missing or len(args) > len(names):
-            what = f"missing argument(s) {', '.join(repr(n) for n in missing)}" if missing else "too many arguments"
-            raise ValueError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): {what}")
+        missing = [repr(n) for i, n in enumerate(names) if i not in bound]
+        if missing:
+            raise ValueError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): "
+                             f"missing argument(s) {', '.join(missing)}")
         return tuple(bound[i] for i in range(len(names)))
 
     def __repr__(self) -> str:

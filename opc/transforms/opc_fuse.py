@@ -97,9 +97,9 @@ class FuseGemmEpiloguePattern(RewritePattern):
             assert fused.reserve_space is not None
             fused.reserve_space.name_hint = add.result.name_hint
             rewriter.replace(act_op, fused, [fused.out])
-            rewriter.erase_op(add)
+            rewriter.erase(add)
         operands = list(mm.operands)
-        rewriter.erase_op(mm)
+        rewriter.erase(mm)
         erase_dead_transposes(operands, rewriter)
 
 
@@ -111,7 +111,7 @@ def erase_dead_transposes(values: list[SSAValue], rewriter: PatternRewriter) -> 
             t = v.owner
             v = t.x
             erased.add(t)
-            rewriter.erase_op(t)
+            rewriter.erase(t)
 
 
 @dataclass(frozen=True)
