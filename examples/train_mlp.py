@@ -61,7 +61,8 @@ def train(steps: int = 300, lr: float = 0.1, log_every: int = 25, quiet: bool = 
         losses.append(float(loss))
         if not quiet and (step % log_every == 0 or step == steps - 1):
             recent = losses[-log_every:]
-            print(f"step {step:4d}  loss {float(loss):.4f}  (mean of the last {len(recent)} steps {np.mean(recent):.4f})")
+            print(f"step {step:4d}  loss {float(loss):.4f}  (mean of the last {len(recent)} steps "
+                  f"{np.mean(recent):.4f})")
     return losses, params
 
 

@@ -106,3 +106,13 @@ def test_f32_value_and_grad_agrees_with_f64(with_grads, name):
     for got, ref in zip(both, want):
         scale = max(1.0, float(np.abs(ref).max()))
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("name, arg", [("embedding_bag", "tokens"), ("mlp_classifier", "labels")])
+def test_index_out_of_range_is_an_index_error_naming_the_input(forward, name, arg):
+    compiled, _, params = forward
+    feeds = MODELS[name].inputs()
+    feeds[arg] = feeds[arg].copy()
+    feeds[arg].flat[1] = 1000
+    with pytest.raises(IndexError, match=f"'{arg}'"):
+        call(compiled, f"{name}_o17", feeds, params[f"{name}_o17"])
