@@ -27,28 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
+from bench_cpu import best  # noqa: E402 - one timer for every bench row
 from zoo import common, transformer_block  # noqa: E402
 
 import opc  # noqa: E402
 
 SIZES = transformer_block.Sizes(batch=8, seq=128, width=256, heads=4, mlp=1024)
 SMALL = transformer_block.Sizes(batch=2, seq=16, width=32, heads=4, mlp=64)
-
-
-def best(fn, repeat: int = 5, min_time: float = 0.3) -> float:
-    """Best time of `repeat` rounds; each round runs fn enough times for min_time / repeat."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t0, 1e-6)
-    inner = max(1, int(min_time / once / repeat))
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - t0) / inner)
-    return min(times)
 
 
 # ---------------------------------------------------------------------------

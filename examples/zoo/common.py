@@ -150,3 +150,15 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, epsilon: float = 1e-
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
     return (x - mean) / np.sqrt(var + epsilon) * w + b
+
+
+def save_from_command_line(build, doc: str) -> None:
+    """`python examples/zoo/NAME.py OUT.onnx [--opset N] [--dtype float64]`: save build(...)'s model."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("output")
+    p.add_argument("--opset", type=int, default=17)
+    p.add_argument("--dtype", default="float32")
+    a = p.parse_args()
+    onnx.save(build(dtype=np.dtype(a.dtype), opset=a.opset), a.output)

@@ -130,11 +130,4 @@ def reference(feeds: dict[str, np.ndarray], w: dict[str, np.ndarray], sizes: Siz
 
 
 if __name__ == "__main__":
-    import argparse
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("output")
-    p.add_argument("--opset", type=int, default=17)
-    p.add_argument("--dtype", default="float32")
-    a = p.parse_args()
-    onnx.save(build(dtype=np.dtype(a.dtype), opset=a.opset), a.output)
+    common.save_from_command_line(build, __doc__)
