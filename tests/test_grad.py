@@ -716,3 +716,31 @@ def test_fused_model_gradients_equal_unfused(dt: str) -> None:
     if dt == "f64":
         for g, w in zip(got, finite_diff(f, args, [d], list(range(5)))):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# The registry's vjp column for grad ops
+# ---------------------------------------------------------------------------
+
+
+def test_every_grad_op_is_differentiable() -> None:
+    """Through its rule by default (the same PATTERNS opc-decompose applies), or by a vjp of its own."""
+    from opc.autodiff import rules
+    from opc.registry import REGISTRY
+    from opc.transforms.opc_decompose import PATTERNS
+
+    for name, e in REGISTRY.items():
+        if e.kind == "grad":
+            assert e.vjp is not None, name
+            assert e.vjp is not rules.vjp_through_rule or name in PATTERNS, name
+
+
+def test_kernel_only_grad_op_without_vjp_is_an_error(monkeypatch) -> None:
+    """A grad op realised only by a kernel (slice_grad, gather_grad) needs a vjp row of its own."""
+    from opc import registry
+    from opc.ir import OpcError
+
+    monkeypatch.setitem(registry.REGISTRY, "opc.relu_grad", registry.grad("kernel"))
+    with pytest.raises(OpcError, match=r"no gradient rule for opc.relu_grad \(a kernel-only grad op needs a vjp"):
+        opc.compile(f"func.func @f(%x: {T34}, %d: {T34}) -> {T34} {{\n"
+                    f"  %r = opc.relu_grad %x, %d : ({T34}, {T34}) -> {T34}\n  func.return %r : {T34}\n}}\n", grad=True)
