@@ -101,14 +101,32 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.reduce_sum":       prim(R.vjp_reduce_sum),
     "opc.reduce_max":       prim(R.vjp_reduce_max),
     "opc.matmul":           prim(R.vjp_matmul),
+    "opc.reduce_min":       prim(R.vjp_reduce_min),
+    "opc.reduce_mean":      prim(R.vjp_reduce_mean),
+    "opc.sigmoid":          prim(R.vjp_sigmoid),
+    "opc.slice":            prim(R.vjp_slice),              # slice_grad
+    "opc.concat":           prim(R.vjp_concat),             # a slice of dout per operand
+    "opc.gather":           prim(R.vjp_gather),             # gather_grad
     # --- fused ------------------------------------------------------------------------------
     # vjp: fused_gemm_epilogue_grad fed by reserve_space; composite: matmul + add + activation
     "opc.fused_gemm_epilogue": OpEntry("fused", R.vjp_fused_gemm_epilogue, composite=True),
+    # vjp: the grad op fed by what the forward saved; composite: Paddle's prim rules (max-subtracted)
+    "opc.softmax":          OpEntry("fused", R.vjp_softmax, composite=True),
+    "opc.log_softmax":      OpEntry("fused", R.vjp_log_softmax, composite=True),
+    "opc.layer_norm":       OpEntry("fused", R.vjp_layer_norm, composite=True),   # saves mean, rstd
+    "opc.softmax_cross_entropy": OpEntry("fused", R.vjp_softmax_cross_entropy, composite=True),  # saves softmax
     # --- grad ops --------------------------------------- realised by ------------------------
     "opc.cast_grad":        grad("invoke", invoke="cast(dout, x.dtype)", any_dtype=True),
     "opc.fused_gemm_epilogue_grad": grad("kernel", composite=True),  # matmuls, act grad, reduce_sum
     "opc.relu_grad":        grad("kernel", composite=True),  # select(x > 0, dout, 0)
     "opc.gelu_grad":        grad("kernel", composite=True),  # closed form in mul/add/tanh/erf/exp
+    "opc.softmax_grad":     grad("kernel", composite=True),  # out * (dout - sum(dout * out))
+    "opc.log_softmax_grad": grad("kernel", composite=True),  # dout - exp(out) * sum(dout)
+    "opc.layer_norm_grad":  grad("kernel", composite=True),  # from mean, rstd: reduce_mean / reduce_sum
+    "opc.softmax_cross_entropy_grad": grad("kernel", composite=True),  # (softmax - onehot(label)) * dloss
+    # kernels only (as in Paddle); their own vjps for higher-order gradients: slice, gather of ddx
+    "opc.slice_grad":       OpEntry("grad", R.vjp_slice_grad, realised_by="kernel"),
+    "opc.gather_grad":      OpEntry("grad", R.vjp_gather_grad, realised_by="kernel"),
 }
 # fmt: on
 

@@ -97,7 +97,7 @@ BAD_OPS = [
     ("%r = opc.reduce_sum %a {axes = array<i64: 0, 0>} : (tensor<4x3xf32>) -> tensor<3xf32>", "repeat"),
     ("%r = opc.reduce_max %a {axes = array<i64: 0>, keepdim = true} : (tensor<4x3xf32>) -> tensor<3xf32>", "shape [1, 3]"),
     ("%r = opc.matmul %a, %a : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>", "inner dims differ"),
-    ("%r = opc.matmul %m, %a : (tensor<2x4x3xf32>, tensor<4x3xf32>) -> tensor<2x4x3xf32>", "must both be rank 2 or both rank 3"),
+    ("%r = opc.matmul %b, %b : (tensor<3xf32>, tensor<3xf32>) -> tensor<f32>", "must have rank 2 to 4"),
     ("%r = opc.matmul %i, %i : (tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>", "float element type"),
     ('%r, %z = opc.fused_gemm_epilogue %a, %w, %bias {activation = "none"} : '
      "(tensor<4x3xf32>, tensor<3x5xf32>, tensor<5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>)", "exactly one result"),

@@ -274,6 +274,23 @@ def vjp_reduce_max(e: Emitter, op: o.ReduceMaxOp, douts: Grads) -> Grads:
     return (e.mul(hit, share),)
 
 
+def vjp_reduce_min(e: Emitter, op: o.ReduceMinOp, douts: Grads) -> Grads:
+    # The gradient goes to the minima, split evenly between ties, as for reduce_max.
+    return vjp_reduce_max(e, op, douts)  # type: ignore[arg-type]
+
+
+def vjp_reduce_mean(e: Emitter, op: o.ReduceMeanOp, douts: Grads) -> Grads:
+    shape = op.x.type.get_shape()  # type: ignore[attr-defined]
+    count = math.prod(shape[a] for a in op.axes_list())
+    spread = e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type))  # type: ignore[arg-type]
+    return (e.scale(spread, 1.0 / count if count else 0.0),)
+
+
+def vjp_sigmoid(e: Emitter, op: o.SigmoidOp, douts: Grads) -> Grads:
+    s = _result(op)
+    return (e.mul(douts[0], e.mul(s, e.sub(e.full(1.0, s), s))),)
+
+
 def matmul_grads(
     e: Emitter, x: SSAValue, y: SSAValue, dz: SSAValue, trans_x: bool, trans_y: bool
 ) -> tuple[SSAValue, SSAValue]:
@@ -288,7 +305,21 @@ def matmul_grads(
 
 
 def vjp_matmul(e: Emitter, op: o.MatmulOp, douts: Grads) -> Grads:
-    return matmul_grads(e, op.x, op.y, douts[0], o.flag(op.trans_x), o.flag(op.trans_y))
+    """matmul_grads, each summed back over the batch dims its operand was broadcast along.
+
+    [B.., M, K] @ [K, N] (a Linear layer) folds the batch into the rows instead,
+    so that dY is one GEMM rather than a batch of them and a reduction."""
+    x, y, d = op.x, op.y, douts[0]
+    tx, ty = o.flag(op.trans_x), o.flag(op.trans_y)
+    xs, ys = x.type.get_shape(), y.type.get_shape()  # type: ignore[attr-defined]
+    if len(ys) == 2 and len(xs) > 2 and not tx:
+        rows = math.prod(xs[:-1])
+        x2 = e.value(o.ReshapeOp(x, o.tensor([rows, xs[-1]], x.type.element_type)))  # type: ignore[attr-defined]
+        d2 = e.value(o.ReshapeOp(d, o.tensor([rows, d.type.get_shape()[-1]], d.type.element_type)))  # type: ignore[attr-defined]
+        dx2, dy = matmul_grads(e, x2, y, d2, False, ty)
+        return e.value(o.ReshapeOp(dx2, x.type)), dy  # type: ignore[arg-type]
+    dx, dy = matmul_grads(e, x, y, d, tx, ty)
+    return e.unbroadcast(dx, x), e.unbroadcast(dy, y)
 
 
 def vjp_fused_gemm_epilogue(e: Emitter, op: o.FusedGemmEpilogueOp, douts: Grads) -> Grads:
@@ -346,3 +377,107 @@ def vjp_through_rule(e: Emitter, op: Operation, douts: Grads) -> Grads:
 
 
 vjp_through_rule.takes_missing = True  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------
+# Index maps
+# ---------------------------------------------------------------------------
+
+
+def vjp_slice(e: Emitter, op: o.SliceOp, douts: Grads) -> Grads:
+    return (e.value(o.SliceGradOp(op.x, douts[0], *op.slice_params())),)
+
+
+def vjp_concat(e: Emitter, op: o.ConcatOp, douts: Grads) -> Grads:
+    """Each operand's gradient is its slab of dout along the axis."""
+    (d,) = douts
+    axis = op.axis_index()
+    shape = list(d.type.get_shape())  # type: ignore[attr-defined]
+    grads, offset = [], 0
+    for v in op.inputs:
+        width = v.type.get_shape()[axis]  # type: ignore[attr-defined]
+        start = [offset if i == axis else 0 for i in range(len(shape))]
+        limit = [offset + width if i == axis else n for i, n in enumerate(shape)]
+        grads.append(e.value(o.SliceOp(d, start, limit)))
+        offset += width
+    return grads
+
+
+def vjp_gather(e: Emitter, op: o.GatherOp, douts: Grads) -> Grads:
+    return e.value(o.GatherGradOp(op.x, op.indices, douts[0], op.axis.value.data)), None
+
+
+def vjp_slice_grad(e: Emitter, op: o.SliceGradOp, douts: Grads) -> Grads:
+    """dx = dout placed into zeros: d(dout) = the slice of ddx; x lends only its shape."""
+    return None, e.value(o.SliceOp(douts[0], *op.slice_params()))
+
+
+def vjp_gather_grad(e: Emitter, op: o.GatherGradOp, douts: Grads) -> Grads:
+    """dx = scatter-add of dout: d(dout) = the gather of ddx at the same indices."""
+    return None, None, e.value(o.GatherOp(douts[0], op.indices, op.axis.value.data))
+
+
+# ---------------------------------------------------------------------------
+# Fused normalizations and losses: their grad ops, fed by what the forward saved
+# ---------------------------------------------------------------------------
+
+
+def is_zero(v: SSAValue | None) -> bool:
+    """No cotangent, or the zeros the backward fills in for an unused result."""
+    if v is None:
+        return True
+    owner = v.owner
+    return isinstance(owner, o.FullOp) and owner.value.value.data == 0.0
+
+
+def vjp_softmax(e: Emitter, op: o.SoftmaxOp, douts: Grads) -> Grads:
+    return (e.value(o.SoftmaxGradOp(_result(op), douts[0], op.axis.value.data)),)
+
+
+def vjp_log_softmax(e: Emitter, op: o.LogSoftmaxOp, douts: Grads) -> Grads:
+    return (e.value(o.LogSoftmaxGradOp(_result(op), douts[0], op.axis.value.data)),)
+
+
+def vjp_layer_norm(e: Emitter, op: o.LayerNormOp, douts: Grads) -> Grads:
+    """layer_norm_grad from the saved mean and rstd; where mean or rstd are used
+    downstream, their cotangents add d mean/dx = 1/N and d rstd/dx = -rstd^3 (x - mean) / N."""
+    dy, dmean, drstd = douts
+    begin = op.begin()
+    dy = dy if dy is not None else e.full(0.0, op.y)
+    grad = o.LayerNormGradOp(op.x, op.scale, op.mean, op.rstd, dy, op.begin_norm_axis.value.data)
+    e.emit(grad)
+    dx, dscale, dbias = grad.results
+    if is_zero(dmean) and is_zero(drstd):
+        return dx, dscale, dbias
+    x = op.x
+    shape = x.type.get_shape()  # type: ignore[attr-defined]
+    stats_t = op.mean.type.element_type  # type: ignore[attr-defined]
+    keep = o.tensor([*shape[:begin], *[1] * (len(shape) - begin)], stats_t)
+    count = math.prod(shape[begin:])
+    xw = x if x.type.element_type == stats_t else e.cast(x, stats_t)  # type: ignore[attr-defined]
+    extra = None
+    if not is_zero(dmean):
+        extra = e.scale(e.value(o.BroadcastToOp(e.value(o.ReshapeOp(dmean, keep)), xw.type)), 1.0 / count)  # type: ignore[arg-type]
+    if not is_zero(drstd):
+        r = e.value(o.ReshapeOp(op.rstd, keep))
+        centred = e.sub(xw, e.value(o.ReshapeOp(op.mean, keep)))
+        slope = e.scale(e.mul(e.mul(r, e.mul(r, r)), e.value(o.ReshapeOp(drstd, keep))), -1.0 / count)  # type: ignore[arg-type]
+        term = e.mul(centred, slope)
+        extra = term if extra is None else e.add(extra, term)
+    assert extra is not None
+    return e.add(dx, narrow(e, extra, x)), dscale, dbias
+
+
+def vjp_softmax_cross_entropy(e: Emitter, op: o.SoftmaxCrossEntropyOp, douts: Grads) -> Grads:
+    """dlogits = softmax_cross_entropy_grad(label, softmax, dloss), plus softmax_grad
+    where the saved softmax is used downstream; the integer label gets none."""
+    dloss, dsoftmax = douts
+    axis = op.axis.value.data
+    parts = []
+    if not is_zero(dloss):
+        parts.append(e.value(o.SoftmaxCrossEntropyGradOp(op.label, op.softmax, dloss, axis)))  # type: ignore[arg-type]
+    if not is_zero(dsoftmax):
+        parts.append(e.value(o.SoftmaxGradOp(op.softmax, dsoftmax, axis)))  # type: ignore[arg-type]
+    if not parts:
+        return e.full(0.0, op.logits), None
+    return (parts[0] if len(parts) == 1 else e.add(parts[0], parts[1])), None

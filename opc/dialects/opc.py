@@ -9,12 +9,20 @@ Primitives
   select:                      select %cond, %a, %b
   unary:                       neg exp log tanh erf sqrt rsqrt abs relu gelu
   cast {dtype = T}, full {value}, broadcast_to, reshape, transpose {perm},
-  reduce_sum / reduce_max {axes, keepdim}, matmul {trans_x, trans_y}
+  reduce_sum / reduce_max / reduce_min / reduce_mean {axes, keepdim},
+  matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
+  index maps: slice {start, limit, strides}, concat {axis}, gather {axis}
 Fused
   fused_gemm_epilogue {trans_x, trans_y, activation}  -> out[, reserve_space]
+  softmax {axis}, log_softmax {axis}
+  layer_norm {begin_norm_axis, epsilon}               -> y, mean, rstd
+  softmax_cross_entropy {axis}                        -> loss, softmax
 Grad ops
   cast_grad, fused_gemm_epilogue_grad {trans_x, trans_y, activation_grad},
-  relu_grad, gelu_grad {approximate}
+  relu_grad, gelu_grad {approximate},
+  softmax_grad, log_softmax_grad {axis}, layer_norm_grad {begin_norm_axis},
+  softmax_cross_entropy_grad {axis}, slice_grad {start, limit, strides},
+  gather_grad {axis}
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     FloatAttr,
+    IntegerAttr,
     IntegerType,
     Signedness,
     StringAttr,
@@ -136,12 +145,15 @@ def tensor(shape: Sequence[int], element: Attribute) -> TensorType:
 
 
 def matmul_shape(x: Sequence[int], y: Sequence[int], trans_x: bool, trans_y: bool) -> tuple[int, ...]:
-    """Shape of op_x(x) @ op_y(y) for rank 2, or rank 3 with one shared batch dim."""
-    if len(x) != len(y) or len(x) not in (2, 3):
-        raise VerifyException(f"matmul operands must both be rank 2 or both rank 3, got {list(x)} and {list(y)}")
-    batch = x[:-2]
-    if batch != y[:-2]:
-        raise VerifyException(f"matmul batch dims differ: {list(x)} and {list(y)}")
+    """Shape of op_x(x) @ op_y(y): ranks 2 to 4, the leading (batch) dims broadcast like NumPy's matmul."""
+    if not (2 <= len(x) <= MAX_RANK and 2 <= len(y) <= MAX_RANK):
+        raise VerifyException(f"matmul operands must have rank 2 to {MAX_RANK}, got {list(x)} and {list(y)}")
+    try:
+        batch = broadcast_shapes(x[:-2], y[:-2])
+    except VerifyException:
+        raise VerifyException(
+            f"matmul batch dims {list(x[:-2])} and {list(y[:-2])} do not broadcast (of {list(x)} and {list(y)})"
+        ) from None
     m, kx = (x[-1], x[-2]) if trans_x else (x[-2], x[-1])
     ky, n = (y[-1], y[-2]) if trans_y else (y[-2], y[-1])
     if kx != ky:
@@ -154,6 +166,57 @@ def matmul_shape(x: Sequence[int], y: Sequence[int], trans_x: bool, trans_y: boo
 
 def bool_prop(default: bool):
     return prop_def(BoolAttr, default_value=BoolAttr.from_bool(default))
+
+
+def int_prop(default: int):
+    return prop_def(IntegerAttr, default_value=IntegerAttr(default, 64))
+
+
+def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
+    """A NumPy-style axis (negative counts from the end) as 0..rank-1."""
+    if not -rank <= axis < rank:
+        raise VerifyException(f"{what} {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def stats_element(element: Attribute) -> Attribute:
+    """The element type of layer_norm's saved mean and rstd: the compute type
+    (f32 for f16/bf16/f32, as Paddle and ONNX keep them; f64 for f64)."""
+    return element if isinstance(element, Float64Type) else Float32Type()
+
+
+def check_index_element(t: TensorType, what: str) -> None:
+    el = t.element_type
+    if not isinstance(el, IntegerType) or is_bool(el):
+        raise VerifyException(f"{what} must have an integer element type (i8, ui8, i16, i32, i64), got {el}")
+
+
+def check_label_element(t: TensorType, what: str) -> None:
+    el = t.element_type
+    if not (isinstance(el, IntegerType) and el.width.data in (32, 64) and el.signedness.data == Signedness.SIGNLESS):
+        raise VerifyException(f"{what} must have element type i32 or i64, got {el}")
+
+
+def slice_shape(shape: Sequence[int], start: Sequence[int], limit: Sequence[int],
+                strides: Sequence[int]) -> tuple[int, ...]:
+    """StableHLO's slice: 0 <= start <= limit <= dim, strides >= 1; dim = ceil((limit - start) / stride)."""
+    rank = len(shape)
+    for what, v in (("start", start), ("limit", limit), ("strides", strides)):
+        if len(v) != rank:
+            raise VerifyException(f"slice {what} has {len(v)} entries, the operand has rank {rank}")
+    out = []
+    for d, (n, a, b, s) in enumerate(zip(shape, start, limit, strides)):
+        if s < 1:
+            raise VerifyException(f"slice strides must be >= 1, got {s} for dim {d}")
+        if not 0 <= a <= b <= n:
+            raise VerifyException(f"slice dim {d}: need 0 <= start <= limit <= {n}, got start {a}, limit {b}")
+        out.append(-(-(b - a) // s))
+    return tuple(out)
+
+
+def gather_shape(x: Sequence[int], indices: Sequence[int], axis: int) -> tuple[int, ...]:
+    """np.take(x, indices, axis).shape"""
+    return (*x[:axis], *indices, *x[axis + 1:])
 
 
 ACTIVATIONS = ("none", "relu", "gelu")
@@ -473,6 +536,13 @@ class GeluOp(UnaryElementwiseOp):
 
 
 @irdl_op_definition
+class SigmoidOp(UnaryElementwiseOp):
+    """`%r = opc.sigmoid %a : (tensor<4xf32>) -> tensor<4xf32>` (1 / (1 + exp(-x)))"""
+
+    name = "opc.sigmoid"
+
+
+@irdl_op_definition
 class CastOp(OpcOp):
     """`%c = opc.cast %x {dtype = ui8} : (tensor<3xf64>) -> tensor<3xui8>`"""
 
@@ -618,6 +688,24 @@ class ReduceMaxOp(ReduceOp):
 
 
 @irdl_op_definition
+class ReduceMinOp(ReduceOp):
+    """`%r = opc.reduce_min %a {axes = array<i64: 1>} : (tensor<4x3xi32>) -> tensor<4xi32>` (NaN propagates)"""
+
+    name = "opc.reduce_min"
+
+
+@irdl_op_definition
+class ReduceMeanOp(ReduceOp):
+    """`%r = opc.reduce_mean %a {axes = array<i64: 0, 1>} : (tensor<4x3xf32>) -> tensor<f32>` (floats only)"""
+
+    name = "opc.reduce_mean"
+
+    def verify_(self) -> None:
+        super().verify_()
+        check_float(self.x.type, "operand")  # type: ignore[arg-type]
+
+
+@irdl_op_definition
 class MatmulOp(OpcOp):
     """`%r = opc.matmul %x, %y {trans_x = false, trans_y = true} : (tensor<4x8xf32>, tensor<5x8xf32>) -> tensor<4x5xf32>`"""
 
@@ -650,6 +738,140 @@ class MatmulOp(OpcOp):
 def flag(attr: BoolAttr) -> bool:
     # `true` parses as i1 -1 and BoolAttr.from_bool(True) holds 1: test nonzero.
     return attr.value.data != 0
+
+
+# ---------------------------------------------------------------------------
+# Index maps: slice, concat, gather
+# ---------------------------------------------------------------------------
+
+
+def i64_array(values: Sequence[int]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+class SliceAttrs:
+    """start / limit / strides of slice and slice_grad, as tuples."""
+
+    def slice_params(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        return tuple(self.start.get_values()), tuple(self.limit.get_values()), tuple(self.strides.get_values())  # type: ignore[attr-defined]
+
+
+@irdl_op_definition
+class SliceOp(OpcOp, SliceAttrs):
+    """`%r = opc.slice %a {start = array<i64: 1, 0>, limit = array<i64: 4, 3>, strides = array<i64: 2, 1>} : (tensor<4x3xf32>) -> tensor<2x3xf32>`
+
+    StableHLO's slice: result[i] = x[start + i * strides], 0 <= start <= limit <= dim.
+    """
+
+    name = "opc.slice"
+    x = operand_def(TensorType)
+    result = result_def(TensorType)
+    start = prop_def(DenseArrayBase)
+    limit = prop_def(DenseArrayBase)
+    strides = prop_def(DenseArrayBase)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, start: Sequence[int], limit: Sequence[int],
+                 strides: Sequence[int] | None = None):
+        t = SSAValue.get(x).type
+        assert isinstance(t, TensorType)
+        strides = list(strides) if strides is not None else [1] * len(start)
+        shape = slice_shape(t.get_shape(), start, limit, strides)
+        super().__init__(
+            operands=[x],
+            result_types=[tensor(shape, t.element_type)],
+            properties={"start": i64_array(start), "limit": i64_array(limit), "strides": i64_array(strides)},
+        )
+
+    def verify_(self) -> None:
+        t, r = check_tensor(self.x, "operand"), check_tensor(self.result, "result")
+        check_same_element(t, r, "operand and result")
+        check_shape(r, slice_shape(t.get_shape(), *self.slice_params()), "result")
+
+
+@irdl_op_definition
+class ConcatOp(OpcOp):
+    """`%r = opc.concat %a, %b {axis = 1} : (tensor<4x3xf32>, tensor<4x2xf32>) -> tensor<4x5xf32>`"""
+
+    name = "opc.concat"
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = int_prop(0)
+    assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, inputs: Sequence[SSAValue | Operation], axis: int = 0):
+        types = [SSAValue.get(v).type for v in inputs]
+        first = types[0]
+        assert isinstance(first, TensorType)
+        shape = list(first.get_shape())
+        a = normalize_axis(axis, len(shape))
+        shape[a] = sum(t.get_shape()[a] for t in types)  # type: ignore[attr-defined]
+        super().__init__(operands=[list(inputs)], result_types=[tensor(shape, first.element_type)],
+                         properties={"axis": IntegerAttr(axis, 64)})
+
+    def axis_index(self) -> int:
+        return normalize_axis(self.axis.value.data, len(self.result.type.get_shape()))  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        if not self.inputs:
+            raise VerifyException("concat needs at least one operand")
+        r = check_tensor(self.result, "result")
+        first = check_tensor(self.inputs[0], "operand 0")
+        rank = len(first.get_shape())
+        if rank == 0:
+            raise VerifyException("concat operands must have rank >= 1")
+        axis = normalize_axis(self.axis.value.data, rank, "concat axis")
+        total = 0
+        for i, v in enumerate(self.inputs):
+            t = check_tensor(v, f"operand {i}")
+            check_same_element(first, t, f"operands 0 and {i}")
+            shape = t.get_shape()
+            if len(shape) != rank or any(a != b for d, (a, b) in enumerate(zip(shape, first.get_shape())) if d != axis):
+                raise VerifyException(
+                    f"concat operand {i} has shape {list(shape)}: all operands must match {list(first.get_shape())} "
+                    f"except along axis {axis}"
+                )
+            total += shape[axis]
+        check_same_element(first, r, "operands and result")
+        want = list(first.get_shape())
+        want[axis] = total
+        check_shape(r, want, "result")
+
+
+@irdl_op_definition
+class GatherOp(OpcOp):
+    """`%r = opc.gather %x, %idx {axis = 0} : (tensor<10x4xf32>, tensor<2x3xi64>) -> tensor<2x3x4xf32>`
+
+    np.take(x, idx, axis): negative indices count from the end; an index out of
+    range is a run-time IndexError naming the argument.
+    """
+
+    name = "opc.gather"
+    x = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = int_prop(0)
+    assembly_format = "$x `,` $indices attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, indices: SSAValue | Operation, axis: int = 0):
+        tx, ti = SSAValue.get(x).type, SSAValue.get(indices).type
+        assert isinstance(tx, TensorType) and isinstance(ti, TensorType)
+        a = normalize_axis(axis, len(tx.get_shape()))
+        shape = gather_shape(tx.get_shape(), ti.get_shape(), a)
+        super().__init__(operands=[x, indices], result_types=[tensor(shape, tx.element_type)],
+                         properties={"axis": IntegerAttr(axis, 64)})
+
+    def axis_index(self) -> int:
+        return normalize_axis(self.axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx, ti, r = check_tensor(self.x, "x"), check_tensor(self.indices, "indices"), check_tensor(self.result, "result")
+        check_index_element(ti, "indices")
+        if not tx.get_shape():
+            raise VerifyException("gather needs an operand of rank >= 1")
+        axis = normalize_axis(self.axis.value.data, len(tx.get_shape()), "gather axis")
+        check_same_element(tx, r, "x and result")
+        check_shape(r, gather_shape(tx.get_shape(), ti.get_shape(), axis), "result")
 
 
 # ---------------------------------------------------------------------------
@@ -724,6 +946,153 @@ class FusedGemmEpilogueOp(OpcOp):
             raise VerifyException("activation 'none' has exactly one result: no reserve_space")
         if act != "none" and self.reserve_space is None:
             raise VerifyException(f"activation '{act}' has two results: out and reserve_space")
+
+
+class AxisOp(OpcOp, abc.ABC):
+    """A float operand normalized along `axis`; the result has its type."""
+
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    x = operand_def(T)
+    result = result_def(T)
+    axis = int_prop(-1)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, axis: int = -1):
+        super().__init__(operands=[x], result_types=[SSAValue.get(x).type], properties={"axis": IntegerAttr(axis, 64)})
+
+    def axis_index(self) -> int:
+        return normalize_axis(self.axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        t = check_tensor(self.x, "operand")
+        check_float(t, "operand")
+        normalize_axis(self.axis.value.data, len(t.get_shape()), f"{self.name} axis")
+
+
+@irdl_op_definition
+class SoftmaxOp(AxisOp):
+    """`%r = opc.softmax %a {axis = -1} : (tensor<4x3xf32>) -> tensor<4x3xf32>` (max-subtracted)"""
+
+    name = "opc.softmax"
+
+
+@irdl_op_definition
+class LogSoftmaxOp(AxisOp):
+    """`%r = opc.log_softmax %a {axis = 1} : (tensor<4x3xf32>) -> tensor<4x3xf32>` (x - max - log(sum(exp(x - max))))"""
+
+    name = "opc.log_softmax"
+
+
+def check_norm_shapes(x: TensorType, begin: int, scale: SSAValue, what: str = "scale") -> tuple[int, ...]:
+    """The trailing (normalized) shape of x, which `scale` must have."""
+    trailing = tuple(x.get_shape()[begin:])
+    t = check_tensor(scale, what)
+    check_same_element(x, t, f"x and {what}")
+    check_shape(t, trailing, what)
+    return trailing
+
+
+def check_stats(x: TensorType, begin: int, values: Sequence[tuple[str, SSAValue]]) -> None:
+    """mean and rstd: x's leading shape, in the compute type."""
+    want = stats_element(x.element_type)
+    for what, v in values:
+        t = check_tensor(v, what)
+        if t.element_type != want:
+            raise VerifyException(f"{what} must have element type {want} (the compute type of {x.element_type}), "
+                                  f"got {t.element_type}")
+        check_shape(t, x.get_shape()[:begin], what)
+
+
+@irdl_op_definition
+class LayerNormOp(OpcOp):
+    """`%y, %mean, %rstd = opc.layer_norm %x, %scale, %bias {begin_norm_axis = 1, epsilon = 1.0e-05 : f64} : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4xf32>, tensor<4xf32>)`
+
+    Normalizes over the dims from begin_norm_axis on: y = (x - mean) * rstd *
+    scale + bias, rstd = 1 / sqrt(var + epsilon); mean and rstd (x's leading
+    shape, f32 for f16/bf16/f32 and f64 for f64) are saved for the backward.
+    """
+
+    name = "opc.layer_norm"
+    x = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    y = result_def(TensorType)
+    mean = result_def(TensorType)
+    rstd = result_def(TensorType)
+    begin_norm_axis = int_prop(-1)
+    epsilon = prop_def(FloatAttr, default_value=FloatAttr(1e-5, 64))
+    assembly_format = "$x `,` $scale `,` $bias attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, bias: SSAValue | Operation,
+                 begin_norm_axis: int = -1, epsilon: float = 1e-5):
+        t = SSAValue.get(x).type
+        assert isinstance(t, TensorType)
+        begin = normalize_axis(begin_norm_axis, len(t.get_shape()))
+        stats = tensor(t.get_shape()[:begin], stats_element(t.element_type))
+        super().__init__(operands=[x, scale, bias], result_types=[t, stats, stats],
+                         properties={"begin_norm_axis": IntegerAttr(begin_norm_axis, 64),
+                                     "epsilon": FloatAttr(epsilon, 64)})
+
+    def begin(self) -> int:
+        return normalize_axis(self.begin_norm_axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx = check_tensor(self.x, "x")
+        check_float(tx, "x")
+        begin = normalize_axis(self.begin_norm_axis.value.data, len(tx.get_shape()), "begin_norm_axis")
+        check_norm_shapes(tx, begin, self.scale, "scale")
+        check_norm_shapes(tx, begin, self.bias, "bias")
+        if self.y.type != tx:
+            raise VerifyException(f"y must have the type of x, {tx}")
+        check_stats(tx, begin, [("mean", self.mean), ("rstd", self.rstd)])
+        if not self.epsilon.value.data >= 0:
+            raise VerifyException(f"epsilon must be >= 0, got {self.epsilon.value.data}")
+
+
+def label_shape(logits: Sequence[int], axis: int) -> tuple[int, ...]:
+    return tuple(1 if d == axis else n for d, n in enumerate(logits))
+
+
+@irdl_op_definition
+class SoftmaxCrossEntropyOp(OpcOp):
+    """`%loss, %sm = opc.softmax_cross_entropy %logits, %label {axis = -1} : (tensor<4x10xf32>, tensor<4x1xi64>) -> (tensor<4x1xf32>, tensor<4x10xf32>)`
+
+    Paddle's softmax_with_cross_entropy with hard labels: label has the
+    logits' shape with the axis dim 1 and values in [0, C) (else a run-time
+    IndexError); loss = -log_softmax(logits)[label]; softmax is saved for the backward.
+    """
+
+    name = "opc.softmax_cross_entropy"
+    logits = operand_def(TensorType)
+    label = operand_def(TensorType)
+    loss = result_def(TensorType)
+    softmax = result_def(TensorType)
+    axis = int_prop(-1)
+    assembly_format = "$logits `,` $label attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, logits: SSAValue | Operation, label: SSAValue | Operation, axis: int = -1):
+        t = SSAValue.get(logits).type
+        assert isinstance(t, TensorType)
+        a = normalize_axis(axis, len(t.get_shape()))
+        loss = tensor(label_shape(t.get_shape(), a), t.element_type)
+        super().__init__(operands=[logits, label], result_types=[loss, t], properties={"axis": IntegerAttr(axis, 64)})
+
+    def axis_index(self) -> int:
+        return normalize_axis(self.axis.value.data, len(self.logits.type.get_shape()))  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tl = check_tensor(self.logits, "logits")
+        check_float(tl, "logits")
+        axis = normalize_axis(self.axis.value.data, len(tl.get_shape()), "softmax_cross_entropy axis")
+        want = label_shape(tl.get_shape(), axis)
+        lab = check_tensor(self.label, "label")
+        check_label_element(lab, "label")
+        check_shape(lab, want, "label")
+        loss = check_tensor(self.loss, "loss")
+        check_same_element(tl, loss, "logits and loss")
+        check_shape(loss, want, "loss")
+        if self.softmax.type != tl:
+            raise VerifyException(f"softmax must have the type of logits, {tl}")
 
 
 # ---------------------------------------------------------------------------
@@ -849,6 +1218,197 @@ class GeluGradOp(ActivationGradOp):
         super().__init__(x, dout, {"approximate": BoolAttr.from_bool(approximate)})
 
 
+class AxisGradOp(OpcOp, abc.ABC):
+    """dx from the forward's output and its cotangent, along `axis`; all three share one type."""
+
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    out = operand_def(T)
+    dout = operand_def(T)
+    result = result_def(T)
+    axis = int_prop(-1)
+    assembly_format = "$out `,` $dout attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, out: SSAValue | Operation, dout: SSAValue | Operation, axis: int = -1):
+        super().__init__(operands=[out, dout], result_types=[SSAValue.get(out).type],
+                         properties={"axis": IntegerAttr(axis, 64)})
+
+    def axis_index(self) -> int:
+        return normalize_axis(self.axis.value.data, len(self.out.type.get_shape()))  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        t = check_tensor(self.out, "out")
+        check_float(t, "out")
+        normalize_axis(self.axis.value.data, len(t.get_shape()), f"{self.name} axis")
+
+
+@irdl_op_definition
+class SoftmaxGradOp(AxisGradOp):
+    """`%dx = opc.softmax_grad %out, %dout {axis = -1} : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>`
+
+    dx = out * (dout - sum(dout * out, axis)).
+    """
+
+    name = "opc.softmax_grad"
+
+
+@irdl_op_definition
+class LogSoftmaxGradOp(AxisGradOp):
+    """`%dx = opc.log_softmax_grad %out, %dout {axis = -1} : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>`
+
+    dx = dout - exp(out) * sum(dout, axis).
+    """
+
+    name = "opc.log_softmax_grad"
+
+
+@irdl_op_definition
+class LayerNormGradOp(OpcOp):
+    """`%dx, %dscale, %dbias = opc.layer_norm_grad %x, %scale, %mean, %rstd, %dy {begin_norm_axis = 1} : (tensor<4x8xf32>, tensor<8xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)`
+
+    Fed by the mean and rstd layer_norm saved: xhat = (x - mean) * rstd, g = dy * scale,
+    dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) over the normalized dims,
+    dscale = sum of dy * xhat and dbias = sum of dy over the leading dims.
+    """
+
+    name = "opc.layer_norm_grad"
+    x = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    mean = operand_def(TensorType)
+    rstd = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dx = result_def(TensorType)
+    dscale = result_def(TensorType)
+    dbias = result_def(TensorType)
+    begin_norm_axis = int_prop(-1)
+    assembly_format = "$x `,` $scale `,` $mean `,` $rstd `,` $dy attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, mean: SSAValue | Operation,
+                 rstd: SSAValue | Operation, dy: SSAValue | Operation, begin_norm_axis: int = -1):
+        tx, ts = SSAValue.get(x).type, SSAValue.get(scale).type
+        super().__init__(operands=[x, scale, mean, rstd, dy], result_types=[tx, ts, ts],
+                         properties={"begin_norm_axis": IntegerAttr(begin_norm_axis, 64)})
+
+    def begin(self) -> int:
+        return normalize_axis(self.begin_norm_axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx = check_tensor(self.x, "x")
+        check_float(tx, "x")
+        begin = normalize_axis(self.begin_norm_axis.value.data, len(tx.get_shape()), "begin_norm_axis")
+        trailing = check_norm_shapes(tx, begin, self.scale, "scale")
+        check_stats(tx, begin, [("mean", self.mean), ("rstd", self.rstd)])
+        if self.dy.type != tx:
+            raise VerifyException(f"dy must have the type of x, {tx}")
+        if self.dx.type != tx:
+            raise VerifyException(f"dx must have the type of x, {tx}")
+        for what, v in (("dscale", self.dscale), ("dbias", self.dbias)):
+            t = check_tensor(v, what)
+            check_same_element(tx, t, f"x and {what}")
+            check_shape(t, trailing, what)
+
+
+@irdl_op_definition
+class SoftmaxCrossEntropyGradOp(OpcOp):
+    """`%dlogits = opc.softmax_cross_entropy_grad %label, %sm, %dloss {axis = -1} : (tensor<4x1xi64>, tensor<4x10xf32>, tensor<4x1xf32>) -> tensor<4x10xf32>`
+
+    Fed by the saved softmax: dlogits = (softmax - onehot(label)) * dloss.
+    """
+
+    name = "opc.softmax_cross_entropy_grad"
+    label = operand_def(TensorType)
+    softmax = operand_def(TensorType)
+    dloss = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = int_prop(-1)
+    assembly_format = "$label `,` $softmax `,` $dloss attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, label: SSAValue | Operation, softmax: SSAValue | Operation, dloss: SSAValue | Operation,
+                 axis: int = -1):
+        super().__init__(operands=[label, softmax, dloss], result_types=[SSAValue.get(softmax).type],
+                         properties={"axis": IntegerAttr(axis, 64)})
+
+    def axis_index(self) -> int:
+        return normalize_axis(self.axis.value.data, len(self.softmax.type.get_shape()))  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        ts = check_tensor(self.softmax, "softmax")
+        check_float(ts, "softmax")
+        axis = normalize_axis(self.axis.value.data, len(ts.get_shape()), "softmax_cross_entropy_grad axis")
+        want = label_shape(ts.get_shape(), axis)
+        lab = check_tensor(self.label, "label")
+        check_label_element(lab, "label")
+        check_shape(lab, want, "label")
+        d = check_tensor(self.dloss, "dloss")
+        check_same_element(ts, d, "softmax and dloss")
+        check_shape(d, want, "dloss")
+        if self.result.type != ts:
+            raise VerifyException(f"dlogits must have the type of softmax, {ts}")
+
+
+@irdl_op_definition
+class SliceGradOp(OpcOp, SliceAttrs):
+    """`%dx = opc.slice_grad %x, %dout {start = array<i64: 1>, limit = array<i64: 4>, strides = array<i64: 2>} : (tensor<5xf32>, tensor<2xf32>) -> tensor<5xf32>`
+
+    dout placed into zeros of x's shape; x lends only its type (never read).
+    """
+
+    name = "opc.slice_grad"
+    x = operand_def(TensorType)
+    dout = operand_def(TensorType)
+    result = result_def(TensorType)
+    start = prop_def(DenseArrayBase)
+    limit = prop_def(DenseArrayBase)
+    strides = prop_def(DenseArrayBase)
+    assembly_format = "$x `,` $dout attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, dout: SSAValue | Operation, start: Sequence[int],
+                 limit: Sequence[int], strides: Sequence[int]):
+        super().__init__(operands=[x, dout], result_types=[SSAValue.get(x).type],
+                         properties={"start": i64_array(start), "limit": i64_array(limit), "strides": i64_array(strides)})
+
+    def verify_(self) -> None:
+        tx, td = check_tensor(self.x, "x"), check_tensor(self.dout, "dout")
+        check_same_element(tx, td, "x and dout")
+        check_shape(td, slice_shape(tx.get_shape(), *self.slice_params()), "dout")
+        if self.result.type != tx:
+            raise VerifyException(f"result must have the type of x, {tx}")
+
+
+@irdl_op_definition
+class GatherGradOp(OpcOp):
+    """`%dx = opc.gather_grad %x, %idx, %dout {axis = 0} : (tensor<10x4xf32>, tensor<3xi64>, tensor<3x4xf32>) -> tensor<10x4xf32>`
+
+    dout scatter-added into zeros of x's shape (repeated indices summed); x lends only its type.
+    """
+
+    name = "opc.gather_grad"
+    x = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    dout = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = int_prop(0)
+    assembly_format = "$x `,` $indices `,` $dout attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, indices: SSAValue | Operation, dout: SSAValue | Operation,
+                 axis: int = 0):
+        super().__init__(operands=[x, indices, dout], result_types=[SSAValue.get(x).type],
+                         properties={"axis": IntegerAttr(axis, 64)})
+
+    def axis_index(self) -> int:
+        return normalize_axis(self.axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx, ti, td = check_tensor(self.x, "x"), check_tensor(self.indices, "indices"), check_tensor(self.dout, "dout")
+        check_index_element(ti, "indices")
+        if not tx.get_shape():
+            raise VerifyException("gather_grad needs an x of rank >= 1")
+        axis = normalize_axis(self.axis.value.data, len(tx.get_shape()), "gather_grad axis")
+        check_same_element(tx, td, "x and dout")
+        check_shape(td, gather_shape(tx.get_shape(), ti.get_shape(), axis), "dout")
+        if self.result.type != tx:
+            raise VerifyException(f"result must have the type of x, {tx}")
+
+
 Opc = Dialect(
     "opc",
     [
@@ -856,8 +1416,10 @@ Opc = Dialect(
         GreaterThanOp, LessThanOp, EqualOp, SelectOp,
         NegOp, ExpOp, LogOp, TanhOp, ErfOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp,
         CastOp, FullOp, BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp,
-        FusedGemmEpilogueOp,
+        ReduceMinOp, ReduceMeanOp, SigmoidOp, SliceOp, ConcatOp, GatherOp,
+        FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, SoftmaxCrossEntropyOp,
         CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
+        SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, SliceGradOp, GatherGradOp,
     ],  # fmt: skip
     [],
 )

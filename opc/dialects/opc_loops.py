@@ -2,6 +2,10 @@
 arith and math dialects do not already give the loop level of opc.
 
   opc_loops.gemm  out[b] = act(op_a(A[b]) @ op_b(B[b]) + bias), reserve = pre-act
+  opc_loops.call  a runtime kernel (runtime/opc_nn.h, opc_nn.cuh) on buffers
+  opc_loops.check_index   an index read from a tensor, checked against its axis
+  opc_loops.raise_status  return the status a failed check recorded
+                  (the run-time status protocol: runtime/opc_status.h)
 
 Everything else at the loop level is upstream: scf.parallel / scf.for loop
 nests, memref.load / memref.store / memref.alloc, arith and math scalars.
@@ -9,8 +13,21 @@ nests, memref.load / memref.store / memref.alloc, arith and math scalars.
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import BoolAttr, IntegerAttr, MemRefType, StringAttr, i64
-from xdsl.ir import Dialect, SSAValue
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    BoolAttr,
+    DenseArrayBase,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    StringAttr,
+    f64,
+    i64,
+)
+from xdsl.ir import Dialect, Operation, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -19,6 +36,8 @@ from xdsl.irdl import (
     operand_def,
     opt_operand_def,
     prop_def,
+    result_def,
+    var_operand_def,
 )
 from xdsl.utils.exceptions import VerifyException
 
@@ -94,4 +113,78 @@ class GemmOp(IRDLOperation):
             raise VerifyException("all operands must share one element type")
 
 
-OpcLoops = Dialect("opc_loops", [GemmOp], [])
+@irdl_op_definition
+class CallOp(IRDLOperation):
+    """`opc_loops.call %x, %y {callee = "softmax_f32", ints = array<i64: 4, 10, 1>, floats = array<f64>} : ...`
+
+    A kernel of the runtime, called with its buffers, then `ints`, then
+    `floats`: opc_nn_CALLEE (runtime/opc_nn.h) in C, opc_cuda_nn_CALLEE
+    (runtime/opc_nn.cuh, returning a cudaError_t) in CUDA.
+    """
+
+    name = "opc_loops.call"
+    args = var_operand_def(MemRefType)
+    callee = prop_def(StringAttr)
+    ints = prop_def(DenseArrayBase)
+    floats = prop_def(DenseArrayBase)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$args attr-dict `:` type($args)"
+
+    def __init__(self, callee: str, args: Sequence[SSAValue], ints: Sequence[int] = (), floats: Sequence[float] = ()):
+        super().__init__(operands=[list(args)], properties={
+            "callee": StringAttr(callee), "ints": DenseArrayBase.from_list(i64, list(ints)),
+            "floats": DenseArrayBase.from_list(f64, [float(v) for v in floats]),
+        })  # fmt: skip
+
+
+@irdl_op_definition
+class CheckIndexOp(IRDLOperation):
+    """`%k = opc_loops.check_index %raw, %status {size = 10, code = -1, wrap = true} : memref<2xi64>`
+
+    An index read from a tensor (i64), for an axis of `size`: negatives count
+    from the end when `wrap`; one outside [0, size) records `code` and the
+    raw value in the status record and reads as 0 (runtime/opc_status.h).
+    """
+
+    name = "opc_loops.check_index"
+    raw = operand_def(IntegerType(64))
+    status = operand_def(MemRefType)
+    result = result_def(IndexType())
+    size = prop_def(IntegerAttr)
+    code = prop_def(IntegerAttr)
+    wrap = prop_def(BoolAttr)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$raw `,` $status attr-dict `:` type($status)"
+
+    def __init__(self, raw: SSAValue, status: SSAValue, size: int, code: int, wrap: bool):
+        super().__init__(operands=[raw, status], result_types=[IndexType()], properties={
+            "size": IntegerAttr(size, i64), "code": IntegerAttr(code, i64), "wrap": BoolAttr.from_bool(wrap),
+        })  # fmt: skip
+
+
+@irdl_op_definition
+class RaiseStatusOp(IRDLOperation):
+    """`opc_loops.raise_status %status : memref<2xi64>`: when a check failed, the
+    function ends here and returns the recorded (negative) status."""
+
+    name = "opc_loops.raise_status"
+    status = operand_def(MemRefType)
+    assembly_format = "$status attr-dict `:` type($status)"
+
+    def __init__(self, status: SSAValue):
+        super().__init__(operands=[status])
+
+
+ERRORS_ATTR = "opc.errors"
+"""On a lowered func.func: its run-time check sites, [[exception name, message], ...] for status -1, -2, ..."""
+
+
+def function_errors(fn: Operation) -> list[tuple[str, str]]:
+    """The check sites of a lowered function (ERRORS_ATTR): (exception name, message with {value})."""
+    attr = fn.attributes.get(ERRORS_ATTR)
+    if not isinstance(attr, ArrayAttr):
+        return []
+    return [(site.data[0].data, site.data[1].data) for site in attr.data]  # type: ignore[attr-defined]
+
+
+OpcLoops = Dialect("opc_loops", [GemmOp, CallOp, CheckIndexOp, RaiseStatusOp], [])

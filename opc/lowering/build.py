@@ -120,6 +120,26 @@ def cdef_for(signatures: list[FunctionSignature]) -> str:
     return "\n".join(lines)
 
 
+def status_cdef(signatures: list[FunctionSignature]) -> str:
+    """The module's opc_error_value(), declared where a function has run-time checks (runtime/opc_status.h)."""
+    return "\nint64_t opc_error_value(void);" if any(s.errors for s in signatures) else ""
+
+
+RUNTIME_ERRORS: dict[str, type[Exception]] = {"IndexError": IndexError, "ValueError": ValueError}
+
+
+def status_error(sig: FunctionSignature, status: int, detail=None) -> Exception:  # noqa: ANN001
+    """The exception a nonzero status stands for (runtime/opc_status.h): < 0 a failed run-time
+    check, named by sig.errors and given the offending value by `detail()`; 1 out of memory."""
+    if status < 0 and -status <= len(sig.errors):
+        kind, message = sig.errors[-status - 1]
+        value = detail() if detail is not None else "?"
+        return RUNTIME_ERRORS.get(kind, RuntimeError)(f"{sig.name}(): {message.format(value=value)}")
+    if status < 0:
+        return RuntimeError(f"{sig.name}(): run-time check {-status} failed")
+    return MemoryError(f"{sig.name}(): out of memory for intermediate buffers")
+
+
 def module_key(source: str, cdef: str) -> str:
     import cffi
 
@@ -143,7 +163,7 @@ BUILD_LOCK = threading.Lock()
 
 
 def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cache: Path) -> tuple[str, Path]:
-    cdef = cdef_for(signatures)
+    cdef = cdef_for(signatures) + status_cdef(signatures)
     name = f"_opc_{module_key(source, cdef)}"
     target = extension_path(cache, name)
     if target.exists():
@@ -209,8 +229,9 @@ def storage_view(a: np.ndarray) -> np.ndarray:
 class CompiledFunction:
     """A compiled function: checks its arguments, allocates its results."""
 
-    def __init__(self, ffi, cfunc, sig: FunctionSignature):
+    def __init__(self, ffi, cfunc, sig: FunctionSignature, detail=None):  # noqa: ANN001
         self.ffi, self.cfunc, self.sig = ffi, cfunc, sig
+        self.detail = detail  # the module's opc_error_value, where it has run-time checks
         self.__name__ = sig.name
         self.in_dtypes = [numpy_dtype(dt) for _, _, dt in sig.inputs]
         self.out_dtypes = [numpy_dtype(dt) for _, dt in sig.outputs]
@@ -248,8 +269,9 @@ class CompiledFunction:
                 for a, (_, _, dt) in zip(ins, sig.inputs)]
         ptrs += [self.ffi.from_buffer(f"{c_type_of(dt)}[]", storage_view(a), require_writable=True)
                  for a, (_, dt) in zip(outs, sig.outputs)]
-        if self.cfunc(*ptrs) != 0:
-            raise MemoryError(f"{sig.name}(): out of memory for intermediate buffers")
+        status = self.cfunc(*ptrs)
+        if status != 0:
+            raise status_error(sig, status, self.detail)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def by_name(self, args: tuple, kwargs: dict) -> tuple:
@@ -303,5 +325,7 @@ class CompiledModule:
 
 
 def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, CompiledFunction]:
-    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{s.name}"), s) for s in signatures}
+    detail = getattr(ext.lib, "opc_error_value", None)
+    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{s.name}"), s, detail)
+            for s in signatures}
 

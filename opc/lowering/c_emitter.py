@@ -33,7 +33,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from opc.dialects.opc_loops import GEMM_ACTIVATIONS, GemmOp
+from opc.dialects.opc_loops import GEMM_ACTIVATIONS, CallOp, CheckIndexOp, GemmOp, RaiseStatusOp, function_errors
 
 # ---------------------------------------------------------------------------
 # Types
@@ -60,7 +60,8 @@ def c_type(t: Attribute) -> str:
 
 def c_unsigned_wide(t: Attribute) -> str:
     """The unsigned type that integer arithmetic of t wraps in (never promoted to int)."""
-    return "uint64_t" if isinstance(t, IntegerType) and t.width.data == 64 else "uint32_t"
+    wide = isinstance(t, IndexType) or isinstance(t, IntegerType) and t.width.data == 64
+    return "uint64_t" if wide else "uint32_t"
 
 
 def dtype_suffix(t: Attribute) -> str:
@@ -255,6 +256,8 @@ class FunctionSignature:
     name: str
     inputs: list[tuple[str, tuple[int, ...], str]]  # (arg name, shape, dtype name)
     outputs: list[tuple[tuple[int, ...], str]]
+    # run-time check sites: (exception name, message with {value}) for status -1, -2, ...
+    errors: list[tuple[str, str]] = field(default_factory=list)
 
 
 def dtype_name(t: Attribute) -> str:
@@ -278,7 +281,10 @@ class CEmitter:
     yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
-              '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n')
+              '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn.h"\n')
+    # where a function has run-time checks: the offending value of the calling thread's last failure
+    status_support = ("static _Thread_local int64_t opc_error_detail = 0;\n"
+                      "int64_t opc_error_value(void) { return opc_error_detail; }\n")
 
     # -- names ---------------------------------------------------------------
 
@@ -301,6 +307,8 @@ class CEmitter:
     def emit_module(self, module: ModuleOp) -> tuple[str, list[FunctionSignature]]:
         sigs = []
         body: list[str] = [self.global_definition(g) for g in module.ops if isinstance(g, memref.GlobalOp)]
+        if any(isinstance(f, func.FuncOp) and function_errors(f) for f in module.ops):
+            body.append(self.status_support)
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
                 self.lines = []
@@ -391,7 +399,7 @@ class CEmitter:
 
         ins = [(a.name_hint or f"in{i}", *shape_dtype(a)) for i, a in enumerate(fn.args[:n_in])]
         outs = [shape_dtype(a) for a in fn.args[n_in:]]
-        return FunctionSignature(fn.sym_name.data, ins, outs)  # type: ignore[arg-type]
+        return FunctionSignature(fn.sym_name.data, ins, outs, function_errors(fn))  # type: ignore[arg-type]
 
     def emit_block(self, block: Block) -> None:
         for op in block.ops:
@@ -541,6 +549,27 @@ class CEmitter:
     def emit_GemmOp(self, op: GemmOp) -> None:
         suffix = dtype_suffix(op.out.type.element_type)  # type: ignore[attr-defined]
         self.line(f"opc_rt_gemm_{suffix}({self.gemm_args(op)});")
+
+
+    # -- runtime kernels and run-time checks (runtime/opc_nn.h, opc_status.h) ---------
+
+    def call_args(self, op: CallOp) -> str:
+        ints = [str(v) for v in op.ints.get_values()]
+        floats = [c_float_literal(float(v), Float64Type()) for v in op.floats.get_values()]
+        return ", ".join([*(self.name(v) for v in op.args), *ints, *floats])
+
+    def emit_CallOp(self, op: CallOp) -> None:
+        self.line(f"opc_nn_{op.callee.data}({self.call_args(op)});")
+
+    def emit_CheckIndexOp(self, op: CheckIndexOp) -> None:
+        size, code = op.size.value.data, op.code.value.data
+        wrap = int(op.wrap.value.data != 0)
+        self.line(f"const int64_t {self.name(op.result)} = opc_check_index({self.name(op.raw)}, {size}, {wrap}, "
+                  f"{self.name(op.status)}, {code});")
+
+    def emit_RaiseStatusOp(self, op: RaiseStatusOp) -> None:
+        s = self.name(op.status)
+        self.line(f"if ({s}[0] != 0) {{ opc_error_detail = {s}[1]; status = (int){s}[0]; goto cleanup; }}")
 
 
 def emit_c(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:

@@ -30,13 +30,21 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from opc.ir import OpcError
-from opc.lowering.build import CompiledFunction, CompiledModule, cache_dir, cdef_for, content_key, runtime_dir
+from opc.lowering.build import (
+    CompiledFunction,
+    CompiledModule,
+    cache_dir,
+    cdef_for,
+    content_key,
+    runtime_dir,
+    status_cdef,
+)
 from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature
 from opc.lowering.cuda_emitter import emit_cuda
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
               "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]  # fmt: skip
-RUNTIME_HEADERS = ("opc_runtime.h", "opc_cuda_gemm.cuh")
+RUNTIME_HEADERS = ("opc_runtime.h", "opc_cuda_gemm.cuh", "opc_status.h", "opc_nn.cuh")
 
 
 def nvcc_path() -> str | None:
@@ -62,7 +70,7 @@ def library_cdef(signatures: list[FunctionSignature]) -> str:
     """Device-pointer entry points, their _host wrappers, and the two CUDA helpers."""
     host = [replace(s, name=f"{s.name}_host") for s in signatures]
     return "\n".join([cdef_for(signatures), cdef_for(host), "const char *opc_cuda_error_string(int code);",
-                      "int opc_cuda_device_count(int *count);"])
+                      "int opc_cuda_device_count(int *count);"]) + status_cdef(signatures)
 
 
 def build_cuda_library(source: str, signatures: list[FunctionSignature], cache: Path) -> Path:
@@ -141,15 +149,16 @@ def runtime_device_check(ffi, lib) -> None:
 
 
 def checked_host_call(ffi, lib, name: str):
-    """opc_fn_NAME_host, with a nonzero status raised as RuntimeError with CUDA's message."""
+    """opc_fn_NAME_host, with a CUDA error (status > 0) raised as RuntimeError with CUDA's message;
+    a failed run-time check (status < 0) is returned for CompiledFunction to raise."""
     cfunc = getattr(lib, f"{ENTRY_PREFIX}{name}_host")
 
     def call(*ptrs) -> int:
         status = cfunc(*ptrs)
-        if status != 0:
+        if status > 0:
             msg = ffi.string(lib.opc_cuda_error_string(status)).decode()
             raise RuntimeError(f"{name}(): CUDA error {status}: {msg}")
-        return 0
+        return status
 
     return call
 
@@ -171,7 +180,8 @@ def load_cuda_library(path: str | os.PathLike[str], signatures: list[FunctionSig
     lib = ffi.dlopen(str(path))
     if require_device:
         runtime_device_check(ffi, lib)
-    functions = {s.name: CompiledFunction(ffi, checked_host_call(ffi, lib, s.name), s) for s in signatures}
+    detail = lib.opc_error_value if any(s.errors for s in signatures) else None
+    functions = {s.name: CompiledFunction(ffi, checked_host_call(ffi, lib, s.name), s, detail) for s in signatures}
     return CudaModule(functions, source, Path(path), ffi, lib)
 
 
@@ -231,7 +241,7 @@ def write_cuda_module(loops: ModuleOp, out_dir: str, name: str, origin: str) -> 
     lib_file = f"lib{name}.so"
     shutil.copy2(built, os.path.join(out_dir, lib_file))
     py_path = os.path.join(out_dir, f"{name}.py")
-    signatures = [(s.name, s.inputs, s.outputs) for s in sigs]
+    signatures = [(s.name, s.inputs, s.outputs, s.errors) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
                                        lib_file=lib_file, names=[s.name for s in sigs],

@@ -44,7 +44,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Operation, SSAValue
 
-from opc.dialects.opc_loops import GemmOp
+from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
 from opc.lowering.c_emitter import EXPRESSIONS, CEmitter, FunctionSignature, c_type, dtype_suffix
 
 BLOCK = 256  # threads per block of the generated kernels
@@ -53,7 +53,7 @@ WARP = 32
 
 # Ops that stay on the host; any other top-level op runs in a device kernel.
 HOST_OPS = (memref.AllocOp, memref.DeallocOp, memref.ReinterpretCastOp, GemmOp, scf.ParallelOp, func.ReturnOp,
-            arith.ConstantOp, memref.GetGlobalOp)  # fmt: skip
+            arith.ConstantOp, memref.GetGlobalOp, CallOp, RaiseStatusOp)  # fmt: skip
 
 # Combines a warp reduction may reassociate, with a test for their identity.
 COMBINES = {
@@ -122,7 +122,8 @@ class CudaEmitter(CEmitter):
 
     header = (
         "#include <stdint.h>\n#include <math.h>\n#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n"
-        '#include <cuda_bf16.h>\n#include "opc_runtime.h"\n#include "opc_cuda_gemm.cuh"\n\n'
+        '#include <cuda_bf16.h>\n#include "opc_runtime.h"\n#include "opc_cuda_gemm.cuh"\n#include "opc_status.h"\n'
+        '#include "opc_nn.cuh"\n\n'
         "/* Records a failed CUDA call's error and leaves through the cleanup label. */\n"
         "#define OPC_CHECK(call) do { cudaError_t opc_err_ = (call); "
         "if (opc_err_ != cudaSuccess) { status = (int)opc_err_; goto cleanup; } } while (0)\n\n"
@@ -230,7 +231,22 @@ class CudaEmitter(CEmitter):
         self.indent = 0
         self.line("}")
 
+    status_support = ("static thread_local int64_t opc_error_detail = 0;\n"
+                      'extern "C" int64_t opc_error_value(void) { return opc_error_detail; }\n')
+
     # -- host ops ----------------------------------------------------------------
+
+    def emit_CallOp(self, op: CallOp) -> None:
+        self.line(f"OPC_CHECK(opc_cuda_nn_{op.callee.data}({self.call_args(op)}));")
+
+    def emit_RaiseStatusOp(self, op: RaiseStatusOp) -> None:
+        """The status record lives on the device: copy it back (this also waits for the kernels)."""
+        s = self.name(op.status)
+        self.line(f"{{ int64_t opc_status_host[2] = {{0, 0}}; OPC_CHECK(cudaMemcpy(opc_status_host, {s}, "
+                  "sizeof opc_status_host, cudaMemcpyDeviceToHost));")
+        self.line("  if (opc_status_host[0] != 0) { opc_error_detail = opc_status_host[1]; "
+                  "status = (int)opc_status_host[0]; goto cleanup; } }")
+
 
     def emit_ConstantOp(self, op: arith.ConstantOp) -> None:
         if self.in_host:
@@ -383,8 +399,9 @@ class CudaEmitter(CEmitter):
         kind = type(combine)
         if kind in COMBINES:
             ok = COMBINES[kind](value)
-        else:
-            ok = value == int_identity(combine, combine.results[0].type)
+        else:  # a signless constant: compare modulo 2^width (ui8's 255 is stored as -1)
+            ident, width = int_identity(combine, combine.results[0].type), combine.results[0].type.width.data  # type: ignore[attr-defined]
+            ok = ident is not None and (value - ident) % (1 << width) == 0
         return Reduction(loop, combine, ops[: loops[0]], ops[loops[0] + 1:]) if ok else None
 
     @staticmethod

@@ -40,6 +40,7 @@ from xdsl.passes import ModulePass
 from opc.dialects import opc
 from opc.dialects.opc_loops import GemmOp
 from opc.ir import OpcError
+from opc.lowering import nn_lowering as nn
 from opc.lowering.scalars import (
     INLINABLE,
     POINTWISE_CONSUMERS,
@@ -85,6 +86,7 @@ class FunctionLowering:
             out.name_hint = f"out{i}"
         self.allocs: list[SSAValue] = []
         self.flat = False  # True while a flat (1-D) nest is emitted
+        self.checks = nn.RuntimeChecks(self)
         self.inlined = self.plan_inlining()
 
     # -- planning -------------------------------------------------------------
@@ -110,6 +112,8 @@ class FunctionLowering:
         """Inlining must not recompute a value once per broadcast copy."""
         if isinstance(user, (opc.ReduceOp, opc.TransposeOp)):
             return True
+        if isinstance(user, (*nn.INDEX_MAPS, *nn.POINTWISE_CONSUMERS)):
+            return nn.reads_once(v, user)
         return numel(shape_of(v)) == numel(shape_of(user.results[0]))
 
     # -- buffers ----------------------------------------------------------------
@@ -155,6 +159,8 @@ class FunctionLowering:
             return self.value_at(op.x, src)  # type: ignore[arg-type]
         if isinstance(op, opc.CastGradOp):  # x lends only its dtype: never loaded
             return e.convert(self.value_at(op.dout, idx), element_of(op.dout), element_of(v))
+        if isinstance(op, nn.INDEX_MAPS):
+            return nn.index_map_value(self, op, idx)
         args = [self.value_at(a, self.operand_index(idx, shape, shape_of(a))) for a in op.operands]
         return scalar_op(e, op, args)
 
@@ -186,7 +192,7 @@ class FunctionLowering:
                 leaves.append(u)
                 return True
             op = u.owner
-            if isinstance(op, opc.TransposeOp):
+            if isinstance(op, (opc.TransposeOp, *nn.INDEX_MAPS)):
                 return False
             if isinstance(op, opc.FullOp) or is_splat_constant(op):  # type: ignore[arg-type]
                 return True
@@ -232,13 +238,15 @@ class FunctionLowering:
             self.inlined.discard(op)  # type: ignore[arg-type]
             self.buffers[v] = saved
 
+    REDUCE_KINDS = {opc.ReduceSumOp: "sum", opc.ReduceMaxOp: "max", opc.ReduceMinOp: "min", opc.ReduceMeanOp: "mean"}
+
     def lower_reduce(self, op: opc.ReduceOp) -> None:
         self.reduce_into(self.buffer_for(op.result), element_of(op.result), shape_of(op.x), op.axes_list(),
-                         opc.flag(op.keepdim), isinstance(op, opc.ReduceSumOp), lambda idx: self.value_at(op.x, idx))
+                         opc.flag(op.keepdim), self.REDUCE_KINDS[type(op)], lambda idx: self.value_at(op.x, idx))
 
     def reduce_into(self, out: SSAValue, elem: Attribute, in_shape: Sequence[int], axes: Sequence[int],
-                    keepdim: bool, is_sum: bool, load: Callable[[list[SSAValue]], SSAValue]) -> None:
-        """out = sum or max of load(idx) over `axes`, accumulated in the compute type.
+                    keepdim: bool, kind: str, load: Callable[[list[SSAValue]], SSAValue]) -> None:
+        """out = sum, max, min or mean of load(idx) over `axes`, accumulated in the compute type.
 
         When the innermost input axis is kept (a column sum, say), the CPU walks
         the input in memory order, accumulating into whole output rows, so the
@@ -248,21 +256,34 @@ class FunctionLowering:
         e = self.e
         acc_t = compute_type(scalar_type(elem))
 
+        is_sum = kind in ("sum", "mean")
+        count = numel([in_shape[a] for a in axes])
+
         def combine(acc: SSAValue, x: SSAValue) -> SSAValue:
             x = e.to_compute(x)
             if opc.is_float(acc_t):
-                return e.value((arith.AddfOp if is_sum else arith.MaximumfOp)(acc, x))
+                pick = arith.MaximumfOp if kind == "max" else arith.MinimumfOp
+                return e.value((arith.AddfOp if is_sum else pick)(acc, x))
             if is_sum:
                 return e.value(arith.AddiOp(acc, x))
-            return e.value((arith.MaxUIOp if is_unsigned(elem) else arith.MaxSIOp)(acc, x))
+            signed, unsigned = (arith.MaxSIOp, arith.MaxUIOp) if kind == "max" else (arith.MinSIOp, arith.MinUIOp)
+            return e.value((unsigned if is_unsigned(elem) else signed)(acc, x))
 
         def identity() -> SSAValue:
             if is_sum:
                 return e.const(0.0 if opc.is_float(acc_t) else 0, acc_t)
+            sign = -1 if kind == "max" else 1
             if opc.is_float(acc_t):
-                return e.const(-pymath.inf, acc_t)
+                return e.const(sign * pymath.inf, acc_t)
             width = acc_t.width.data  # type: ignore[attr-defined]
-            return e.const(0 if is_unsigned(elem) else -(1 << (width - 1)), acc_t)
+            if is_unsigned(elem):
+                return e.const(0 if kind == "max" else (1 << width) - 1, acc_t)
+            return e.const(-(1 << (width - 1)) if kind == "max" else (1 << (width - 1)) - 1, acc_t)
+
+        def finish(acc: SSAValue) -> SSAValue:  # mean: the sum times 1/count, in the compute type
+            if kind != "mean":
+                return acc
+            return e.value(arith.MulfOp(acc, e.const(1.0 / count if count else pymath.nan, acc_t)))
 
         def out_index(in_idx: Sequence[SSAValue]) -> list[SSAValue]:
             if keepdim:
@@ -271,8 +292,9 @@ class FunctionLowering:
 
         out_shape = [1 if d in axes else n for d, n in enumerate(in_shape)] if keepdim else \
             [n for d, n in enumerate(in_shape) if d not in axes]
-        if self.memory_order_reductions and in_shape and len(in_shape) - 1 not in axes:
-            self.reduce_in_memory_order(out, elem, in_shape, axes, out_shape, out_index, identity, combine, load)
+        if self.memory_order_reductions and axes and len(in_shape) - 1 not in axes:
+            self.reduce_in_memory_order(out, elem, in_shape, axes, out_shape, out_index, identity, combine, load,
+                                        finish if kind == "mean" else None)
             return
 
         def body(out_idx: list[SSAValue]) -> None:
@@ -298,11 +320,12 @@ class FunctionLowering:
 
                 return e.for_loop(in_shape[axis], [acc], step)[0]
 
-            e.store(e.to_storage(loops(list(axes), base, identity()), elem), out, out_idx)
+            e.store(e.to_storage(finish(loops(list(axes), base, identity())), elem), out, out_idx)
 
         e.parallel(out_shape, body)
 
-    def reduce_in_memory_order(self, out, elem, in_shape, axes, out_shape, out_index, identity, combine, load) -> None:
+    def reduce_in_memory_order(self, out, elem, in_shape, axes, out_shape, out_index, identity, combine, load,
+                               finish: Callable[[SSAValue], SSAValue] | None = None) -> None:
         """acc = identity; for idx in input order: acc[out(idx)] = combine(...); out = round(acc).
         The kept axes before the first reduced one run in parallel."""
         e = self.e
@@ -323,8 +346,9 @@ class FunctionLowering:
             e.for_loop(in_shape[d], [], lambda iv, _: (loops(d + 1, [*idx, iv]), [])[1])
 
         e.parallel(in_shape[:first], lambda outer: loops(first, list(outer)))
-        if acc is not out:
-            e.parallel(out_shape, lambda idx: e.store(e.to_storage(e.load(acc, idx), elem), out, idx))
+        if acc is not out or finish is not None:  # halves round once; a mean scales once
+            done = finish or (lambda v: v)
+            e.parallel(out_shape, lambda idx: e.store(e.to_storage(done(e.load(acc, idx)), elem), out, idx))
 
     def gemm(self, a, b, bias, out, reserve, *, batch, m, n, k, trans_a, trans_b, act, a_stride=0, b_stride=0):
         self.e.emit(GemmOp(
@@ -333,16 +357,18 @@ class FunctionLowering:
         ))  # fmt: skip
 
     def lower_matmul(self, op: opc.MatmulOp) -> None:
-        xs, ys = shape_of(op.x), shape_of(op.y)
+        """One batched GEMM over the broadcast batch dims (nn.batch_operand); [B.., M, K] @ [K, N]
+        is one GEMM of B*M rows."""
+        xs = shape_of(op.x)
         tx, ty = opc.flag(op.trans_x), opc.flag(op.trans_y)
         *batch, m, n = shape_of(op.result)
         k = xs[-2] if tx else xs[-1]
-        nb = batch[0] if batch else 1
-        self.gemm(
-            self.operand_buffer(op.x), self.operand_buffer(op.y), None, self.buffer_for(op.result), None,
-            batch=nb, m=m, n=n, k=k, trans_a=tx, trans_b=ty, act="none",
-            a_stride=numel(xs[-2:]) if batch else 0, b_stride=numel(ys[-2:]) if batch else 0,
-        )  # fmt: skip
+        (a, a_stride), (b, b_stride) = (nn.batch_operand(self, v, batch) for v in (op.x, op.y))
+        nb = numel(batch)
+        if nb > 1 and a_stride and not b_stride and not tx:
+            nb, m, a_stride = 1, nb * m, 0
+        self.gemm(a, b, None, self.buffer_for(op.result), None, batch=nb, m=m, n=n, k=k, trans_a=tx, trans_b=ty,
+                  act="none", a_stride=a_stride if nb > 1 else 0, b_stride=b_stride if nb > 1 else 0)
 
     def lower_fused_gemm(self, op: opc.FusedGemmEpilogueOp) -> None:
         m, n = shape_of(op.out)
@@ -378,7 +404,7 @@ class FunctionLowering:
 
             e.parallel((m, n), dz_body)
         if op.dbias.uses or op.dbias in self.returned:
-            self.reduce_into(self.buffer_for(op.dbias), elem, (m, n), (0,), False, True, lambda idx: e.load(dz, idx))
+            self.reduce_into(self.buffer_for(op.dbias), elem, (m, n), (0,), False, "sum", lambda idx: e.load(dz, idx))
         x, y = self.operand_buffer(op.x), self.operand_buffer(op.y)
         # SPEC.md's table, each product as one GEMM with transpose flags.
         dx_plan = {(False, False): (dz, False, y, True), (True, False): (y, False, dz, True),
@@ -429,11 +455,13 @@ class FunctionLowering:
         for v in dict.fromkeys(self.returned):
             if self.returned.count(v) > 1 or v in self.fn.args:
                 self.copy_into_output(v)
+        self.checks.finish()
         for buf in self.allocs:
             self.e.emit(memref.DeallocOp.get(buf))
         self.e.emit(func.ReturnOp())
         new = func.FuncOp(self.fn.sym_name.data, ([a.type for a in self.entry.args], []), Region(self.entry))
         new.attributes["opc.num_inputs"] = IntegerAttr(len(self.fn.args), 64)
+        self.checks.annotate(new)
         return new
 
     def lower_constant(self, op: arith.ConstantOp) -> None:
@@ -466,6 +494,8 @@ class FunctionLowering:
             self.lower_fused_gemm_grad(op)
         elif isinstance(op, opc.ReshapeOp):
             self.lower_reshape(op)
+        elif type(op) in nn.LOWERINGS:
+            nn.LOWERINGS[type(op)](self, op)
         else:
             raise OpcError(f"error: no lowering to loops for '{op.name}'")
 

@@ -84,10 +84,10 @@ ELEMENTWISE = (
     opc.BinaryElementwiseOp, opc.UnaryElementwiseOp, opc.SelectOp, opc.CastOp, opc.CastGradOp,
     opc.ActivationGradOp,
 )  # fmt: skip
-INDEX_MAPS = (opc.BroadcastToOp, opc.TransposeOp)
+INDEX_MAPS = (opc.BroadcastToOp, opc.TransposeOp, opc.SliceOp, opc.GatherOp)
 INLINABLE = (*ELEMENTWISE, *INDEX_MAPS, opc.FullOp)
 # Consumers that evaluate their operands point-wise (so a producer can be inlined).
-POINTWISE_CONSUMERS = (*ELEMENTWISE, *INDEX_MAPS, opc.ReduceOp)
+POINTWISE_CONSUMERS = (*ELEMENTWISE, *INDEX_MAPS, opc.ReduceOp, opc.ConcatOp, opc.SliceGradOp, opc.GatherGradOp)
 
 GELU_C = pymath.sqrt(2.0 / pymath.pi)
 GELU_K = 0.044715
@@ -274,6 +274,10 @@ class Scalar:
             t = self.e.value(math.ErfOp(self.mul(x, self.c(pymath.sqrt(0.5), x))))
         return self.mul(half_x, self.add(self.c(1.0, x), t))
 
+    def sigmoid(self, x):
+        one = self.c(1.0, x)
+        return self.e.value(arith.DivfOp(one, self.add(one, self.e.value(math.ExpOp(self.e.value(arith.NegfOp(x)))))))
+
     def gelu_derivative(self, x, approximate: bool):
         one, half = self.c(1.0, x), self.c(0.5, x)
         if approximate:
@@ -322,6 +326,8 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
             r = e.value(arith.MaximumfOp(xs[0], e.const(0.0, in_t)))  # NaN propagates, as np.maximum
         elif kind is opc.GeluOp:
             r = s.gelu(xs[0], opc.flag(op.approximate))
+        elif kind is opc.SigmoidOp:
+            r = s.sigmoid(xs[0])
         elif kind is opc.ReluGradOp:
             r = relu_grad_scalar(e, xs[0], xs[1])
         elif kind is opc.GeluGradOp:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -196,6 +196,157 @@ class GeluGradPattern(RulePattern):
         return [narrow(e, e.mul(dout, e.add(left, right)), op.x)]
 
 
+# ---------------------------------------------------------------------------
+# Normalizations and losses (Paddle's prim composites): in the compute type,
+# max-subtracted, rounded once at the end like the kernels
+# ---------------------------------------------------------------------------
+
+
+def shifted(e: Emitter, x: SSAValue, axis: int) -> SSAValue:
+    """x - max(x, axis): exp of it never overflows."""
+    return e.sub(x, e.value(o.ReduceMaxOp(x, [axis], keepdim=True)))
+
+
+def keep_shape(v: SSAValue, axes: Sequence[int], element=None) -> o.TensorType:  # noqa: ANN001
+    """v's shape with `axes` set to 1 (what reduce keepdim gives), in v's or the given element type."""
+    t = v.type
+    shape = [1 if i in axes else n for i, n in enumerate(t.get_shape())]  # type: ignore[attr-defined]
+    return o.tensor(shape, element or t.element_type)  # type: ignore[attr-defined]
+
+
+def label_onehot(e: Emitter, label: SSAValue, classes: int, axis: int) -> SSAValue:
+    """i1 tensor label == iota along `axis` (broadcast to the logits' shape).
+
+    A label outside [0, classes) is made an index that gather refuses, so the
+    composite raises the IndexError the kernel does (naming the label argument)."""
+    lt = label.type
+    el = lt.element_type  # type: ignore[attr-defined]
+    iota = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(o.tensor([classes], el), list(range(classes)))))
+    negative = e.value(o.LessThanOp(label, e.full(0.0, label)))
+    guarded = e.select(negative, e.full(float(classes), label), label)
+    checked = e.value(o.GatherOp(iota, guarded, 0))
+    rank = len(lt.get_shape())  # type: ignore[attr-defined]
+    along = e.value(o.ReshapeOp(iota, o.tensor([classes if i == axis else 1 for i in range(rank)], el)))
+    return e.value(o.EqualOp(checked, along))
+
+
+class SoftmaxPattern(RulePattern):
+    """e = exp(x - max(x)); softmax = e / sum(e)."""
+
+    OP = o.SoftmaxOp
+
+    def build(self, e: Emitter, op: o.SoftmaxOp) -> Sequence[SSAValue]:
+        axis = op.axis_index()
+        ex = e.value(o.ExpOp(shifted(e, wide(e, op.x), axis)))
+        return [narrow(e, e.div(ex, e.reduce_sum(ex, [axis], keepdim=True)), op.x)]
+
+
+class LogSoftmaxPattern(RulePattern):
+    """z = x - max(x); log_softmax = z - log(sum(exp(z)))."""
+
+    OP = o.LogSoftmaxOp
+
+    def build(self, e: Emitter, op: o.LogSoftmaxOp) -> Sequence[SSAValue]:
+        axis = op.axis_index()
+        z = shifted(e, wide(e, op.x), axis)
+        lse = e.value(o.LogOp(e.reduce_sum(e.value(o.ExpOp(z)), [axis], keepdim=True)))
+        return [narrow(e, e.sub(z, lse), op.x)]
+
+
+class LayerNormPattern(RulePattern):
+    """mean = E[x], var = E[(x - mean)^2], rstd = rsqrt(var + eps) over the trailing dims;
+    y = (x - mean) * rstd * scale + bias; mean and rstd reshaped to the leading shape."""
+
+    OP = o.LayerNormOp
+
+    def build(self, e: Emitter, op: o.LayerNormOp) -> Sequence[SSAValue]:
+        x = wide(e, op.x)
+        begin = op.begin()
+        axes = list(range(begin, len(x.type.get_shape())))  # type: ignore[attr-defined]
+        mean = e.value(o.ReduceMeanOp(x, axes, keepdim=True))
+        centred = e.sub(x, mean)
+        var = e.value(o.ReduceMeanOp(e.mul(centred, centred), axes, keepdim=True))
+        rstd = e.value(o.RsqrtOp(e.add(var, e.full(op.epsilon.value.data, var))))
+        y = e.add(e.mul(e.mul(centred, rstd), wide(e, op.scale)), wide(e, op.bias))
+        lead = op.mean.type
+        return [narrow(e, y, op.x), e.value(o.ReshapeOp(mean, lead)), e.value(o.ReshapeOp(rstd, lead))]  # type: ignore[arg-type]
+
+
+class SoftmaxCrossEntropyPattern(RulePattern):
+    """z = x - max(x), s = sum(exp(z)): softmax = exp(z) / s, loss = -(z - log s)[label]."""
+
+    OP = o.SoftmaxCrossEntropyOp
+
+    def build(self, e: Emitter, op: o.SoftmaxCrossEntropyOp) -> Sequence[SSAValue]:
+        axis = op.axis_index()
+        z = shifted(e, wide(e, op.logits), axis)
+        ez = e.value(o.ExpOp(z))
+        total = e.reduce_sum(ez, [axis], keepdim=True)
+        log_softmax = e.sub(z, e.value(o.LogOp(total)))
+        classes = z.type.get_shape()[axis]  # type: ignore[attr-defined]
+        onehot = label_onehot(e, op.label, classes, axis)
+        picked = e.reduce_sum(e.select(onehot, log_softmax, e.full(0.0, log_softmax)), [axis], keepdim=True)
+        return [narrow(e, e.neg(picked), op.loss), narrow(e, e.div(ez, total), op.softmax)]
+
+
+class SoftmaxGradPattern(RulePattern):
+    """dx = out * (dout - sum(dout * out))."""
+
+    OP = o.SoftmaxGradOp
+
+    def build(self, e: Emitter, op: o.SoftmaxGradOp) -> Sequence[SSAValue]:
+        out, dout = wide(e, op.out), wide(e, op.dout)
+        dot = e.reduce_sum(e.mul(dout, out), [op.axis_index()], keepdim=True)
+        return [narrow(e, e.mul(out, e.sub(dout, dot)), op.out)]
+
+
+class LogSoftmaxGradPattern(RulePattern):
+    """dx = dout - exp(out) * sum(dout)."""
+
+    OP = o.LogSoftmaxGradOp
+
+    def build(self, e: Emitter, op: o.LogSoftmaxGradOp) -> Sequence[SSAValue]:
+        out, dout = wide(e, op.out), wide(e, op.dout)
+        total = e.reduce_sum(dout, [op.axis_index()], keepdim=True)
+        return [narrow(e, e.sub(dout, e.mul(e.value(o.ExpOp(out)), total)), op.out)]
+
+
+class LayerNormGradPattern(RulePattern):
+    """xhat = (x - mean) * rstd, g = dy * scale: dx = rstd * (g - E[g] - xhat * E[g * xhat]),
+    dscale = sum(dy * xhat), dbias = sum(dy) over the leading dims."""
+
+    OP = o.LayerNormGradOp
+
+    def build(self, e: Emitter, op: o.LayerNormGradOp) -> Sequence[SSAValue]:
+        x, dy, scale = wide(e, op.x), wide(e, op.dy), wide(e, op.scale)
+        begin = op.begin()
+        rank = len(x.type.get_shape())  # type: ignore[attr-defined]
+        axes, lead = list(range(begin, rank)), list(range(begin))
+        keep = keep_shape(x, axes)
+        mean, rstd = e.value(o.ReshapeOp(op.mean, keep)), e.value(o.ReshapeOp(op.rstd, keep))
+        xhat = e.mul(e.sub(x, mean), rstd)
+        g = e.mul(dy, scale)
+        mean_g = e.value(o.ReduceMeanOp(g, axes, keepdim=True))
+        mean_gx = e.value(o.ReduceMeanOp(e.mul(g, xhat), axes, keepdim=True))
+        dx = e.mul(rstd, e.sub(e.sub(g, mean_g), e.mul(xhat, mean_gx)))
+        dscale = e.reduce_sum(e.mul(dy, xhat), lead)
+        dbias = e.reduce_sum(dy, lead)
+        return [narrow(e, dx, op.x), narrow(e, dscale, op.scale), narrow(e, dbias, op.scale)]
+
+
+class SoftmaxCrossEntropyGradPattern(RulePattern):
+    """dlogits = (softmax - onehot(label)) * dloss."""
+
+    OP = o.SoftmaxCrossEntropyGradOp
+
+    def build(self, e: Emitter, op: o.SoftmaxCrossEntropyGradOp) -> Sequence[SSAValue]:
+        axis = op.axis_index()
+        sm = wide(e, op.softmax)
+        classes = sm.type.get_shape()[axis]  # type: ignore[attr-defined]
+        onehot = e.cast(label_onehot(e, op.label, classes, axis), sm.type.element_type)  # type: ignore[attr-defined]
+        return [narrow(e, e.mul(e.sub(sm, onehot), wide(e, op.dloss)), op.softmax)]
+
+
 PATTERNS: dict[str, type[RulePattern]] = {
     "opc.cast_grad": CastGradInvokePattern,
     "opc.fused_gemm_epilogue_grad": FusedGemmEpilogueGradPattern,
@@ -204,6 +355,14 @@ PATTERNS: dict[str, type[RulePattern]] = {
     "opc.relu_grad": ReluGradPattern,
     "opc.gelu": GeluPattern,
     "opc.gelu_grad": GeluGradPattern,
+    "opc.softmax": SoftmaxPattern,
+    "opc.log_softmax": LogSoftmaxPattern,
+    "opc.layer_norm": LayerNormPattern,
+    "opc.softmax_cross_entropy": SoftmaxCrossEntropyPattern,
+    "opc.softmax_grad": SoftmaxGradPattern,
+    "opc.log_softmax_grad": LogSoftmaxGradPattern,
+    "opc.layer_norm_grad": LayerNormGradPattern,
+    "opc.softmax_cross_entropy_grad": SoftmaxCrossEntropyGradPattern,
 }
 """The rules, by op; the registry says which ops have one (and a test checks
 that the two agree)."""

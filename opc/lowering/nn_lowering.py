@@ -1,0 +1,379 @@
+"""The loop lowering of the ops real networks need (issue 11), as small
+functions over a `FunctionLowering` (opc_lower_to_loops.py), which calls them
+through a few hooks:
+
+- index maps evaluated point-wise, like transpose: `slice` (start + i *
+  stride) and `gather` (an index loaded from the indices tensor, checked
+  against the axis, then the load from x) -- `index_map_value`;
+- placements and scatters, materialized into their result: `concat` (one nest
+  per operand), `slice_grad` (zeros, then dout placed), `gather_grad` (zeros,
+  then dout scatter-added in index order, so repeated indices sum
+  deterministically) -- `LOWERINGS`;
+- the fused normalizations, losses and their grads: one `opc_loops.call` of a
+  runtime row kernel (runtime/opc_nn.h, opc_nn.cuh) with the [outer, n,
+  inner] extents of the normalized axis -- `LOWERINGS`;
+- matmul's broadcast batch dims -- `batch_operand`;
+- run-time checks (`RuntimeChecks`): an index or label out of range records a
+  negative status in the function's status record (runtime/opc_status.h),
+  and the function returns it at its end; the site's message, naming the
+  argument the index came from, travels in the lowered function's
+  `opc.errors` attribute to the Python binding, which raises it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from xdsl.dialects import arith, func, memref
+from xdsl.dialects.builtin import ArrayAttr, IndexType, IntegerAttr, IntegerType, MemRefType, StringAttr, f32, i64
+from xdsl.ir import Operation, SSAValue
+
+from opc.dialects import opc
+from opc.dialects.opc_loops import ERRORS_ATTR, CallOp, CheckIndexOp, RaiseStatusOp
+from opc.lowering.c_emitter import dtype_suffix
+from opc.lowering.scalars import (
+    Emitter,
+    broadcast_index,
+    compute_type,
+    element_of,
+    is_half,
+    numel,
+    scalar_type,
+    shape_of,
+)
+
+STATUS_LEN = 2  # runtime/opc_status.h: OPC_STATUS_LEN
+
+# Index maps evaluated point-wise in their consumer's nest (no flat nests: they re-index).
+INDEX_MAPS = (opc.SliceOp, opc.GatherOp)
+# Consumers that read their operands point-wise, so that a producer may be inlined into them.
+POINTWISE_CONSUMERS = (opc.ConcatOp, opc.SliceGradOp, opc.GatherGradOp)
+
+
+# ---------------------------------------------------------------------------
+# Run-time checks: the status record and the check sites of one function
+# ---------------------------------------------------------------------------
+
+
+class RuntimeChecks:
+    """The status record of one function (created at its entry on first use)
+    and its check sites: site k fails with status -(k + 1)."""
+
+    def __init__(self, fl) -> None:  # noqa: ANN001  (a FunctionLowering)
+        self.fl = fl
+        self.record: SSAValue | None = None
+        self.sites: list[tuple[str, str]] = []
+        self.codes: dict[tuple[Operation, str], int] = {}
+
+    def status(self) -> SSAValue:
+        """The memref<2xi64> status record, zeroed at the top of the function."""
+        if self.record is None:
+            alloc = memref.AllocOp([], [], MemRefType(i64, [STATUS_LEN]))
+            alloc.memref.name_hint = "status"
+            zero = arith.ConstantOp(IntegerAttr(0, i64))
+            slots = [arith.ConstantOp(IntegerAttr(i, IndexType())) for i in range(STATUS_LEN)]
+            stores = [memref.StoreOp.get(zero.result, alloc.memref, [s.result]) for s in slots]
+            entry = self.fl.entry
+            first = entry.first_op
+            for op in [alloc, zero, *slots, *stores]:
+                if first is None:
+                    entry.add_op(op)
+                else:
+                    entry.insert_op_before(op, first)
+            self.record = alloc.memref
+        return self.record
+
+    def code(self, op: Operation, kind: str, message: str) -> int:
+        """The status a failure of this check returns; `message` may hold {value}, the offending value."""
+        key = (op, message)
+        if key not in self.codes:
+            self.sites.append((kind, message))
+            self.codes[key] = -len(self.sites)
+        return self.codes[key]
+
+    def finish(self) -> None:
+        """At the end of the function body: return the recorded status, if a check failed."""
+        if self.record is not None:
+            self.fl.e.emit(RaiseStatusOp(self.record))
+
+    def annotate(self, fn: func.FuncOp) -> None:
+        if self.sites:
+            fn.attributes[ERRORS_ATTR] = ArrayAttr([ArrayAttr([StringAttr(k), StringAttr(m)]) for k, m in self.sites])
+
+
+def argument_source(fl, v: SSAValue) -> tuple[str | None, bool]:  # noqa: ANN001
+    """The function argument `v` is computed from (nearest first): its name, and whether v is that argument."""
+    args = list(fl.fn.args)
+    frontier, seen, direct = [v], set(), True
+    while frontier:
+        following = []
+        for u in frontier:
+            if u in args:
+                i = args.index(u)
+                return args[i].name_hint or f"in{i}", direct
+            owner = u.owner
+            if isinstance(owner, Operation) and owner not in seen:
+                seen.add(owner)
+                following.extend(owner.operands)
+        frontier, direct = following, False
+    return None, False
+
+
+def braces(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def index_message(fl, op: Operation, indices: SSAValue, axis: int, size: int) -> str:  # noqa: ANN001
+    name, direct = argument_source(fl, indices)
+    where = f"out of range for axis {axis} of size {size} ({op.name})"
+    if name is not None and direct:
+        return f"argument '{braces(name)}' holds index {{value}}, {where}"
+    source = f" computed from argument '{braces(name)}'" if name is not None else ""
+    return f"an index{source} is {where}; it is {{value}}"
+
+
+def checked_index(fl, op: Operation, indices: SSAValue, raw: SSAValue, axis: int, size: int) -> SSAValue:  # noqa: ANN001
+    """The checked index (index type) of a scalar read from `indices`: np.take's negatives wrap."""
+    e: Emitter = fl.e
+    wide = e.convert(raw, element_of(indices), IntegerType(64))
+    code = fl.checks.code(op, "IndexError", index_message(fl, op, indices, axis, size))
+    return e.value(CheckIndexOp(wide, fl.checks.status(), size, code, wrap=True))
+
+
+def label_code(fl, op: Operation, label: SSAValue, axis: int, classes: int) -> int:  # noqa: ANN001
+    name, direct = argument_source(fl, label)
+    holder = f"argument '{braces(name)}'" if name is not None and direct else (
+        f"a label computed from argument '{braces(name)}'" if name is not None else "a label")
+    message = f"{holder} holds label {{value}}, out of range [0, {classes}) for axis {axis} ({op.name})"
+    return fl.checks.code(op, "IndexError", message)
+
+
+# ---------------------------------------------------------------------------
+# Index arithmetic and point-wise index maps
+# ---------------------------------------------------------------------------
+
+
+def affine(e: Emitter, i: SSAValue, start: int, stride: int) -> SSAValue:
+    """start + i * stride on indices."""
+    v = i if stride == 1 else e.value(arith.MuliOp(i, e.index(stride)))
+    return v if start == 0 else e.value(arith.AddiOp(v, e.index(start)))
+
+
+def index_map_value(fl, op: Operation, idx: Sequence[SSAValue]) -> SSAValue:  # noqa: ANN001
+    """The scalar of slice / gather's result at idx, from its operands."""
+    if isinstance(op, opc.SliceOp):
+        start, _, strides = op.slice_params()
+        return fl.value_at(op.x, [affine(fl.e, i, a, s) for i, a, s in zip(idx, start, strides)])
+    assert isinstance(op, opc.GatherOp)
+    axis, rank = op.axis_index(), len(shape_of(op.indices))
+    raw = fl.value_at(op.indices, list(idx[axis:axis + rank]))
+    k = checked_index(fl, op, op.indices, raw, axis, shape_of(op.x)[axis])
+    return fl.value_at(op.x, [*idx[:axis], k, *idx[axis + rank:]])
+
+
+def reads_once(v: SSAValue, user: Operation) -> bool:
+    """Whether inlining v into `user` evaluates it no more often than materializing it would."""
+    if isinstance(user, (opc.SliceOp, opc.ConcatOp, opc.SliceGradOp)):
+        return True  # every element read at most once (slice_grad's x: never)
+    if isinstance(user, opc.GatherOp):  # x: only the gathered elements; indices: once per other position
+        others = numel(shape_of(user.x)) // max(1, shape_of(user.x)[user.axis_index()])
+        return v is not user.indices or others == 1
+    if isinstance(user, opc.GatherGradOp):
+        others = numel(shape_of(user.x)) // max(1, shape_of(user.x)[user.axis_index()])
+        return v is not user.indices or others == 1
+    return False
+
+
+# ---------------------------------------------------------------------------
+# Placements: concat, slice_grad, gather_grad
+# ---------------------------------------------------------------------------
+
+
+def zero_fill(e: Emitter, buf: SSAValue, shape: Sequence[int], elem) -> None:  # noqa: ANN001
+    e.parallel(shape, lambda idx: e.store(e.const(0, elem), buf, idx))
+
+
+def lower_concat(fl, op: opc.ConcatOp) -> None:  # noqa: ANN001
+    """One nest per operand, writing it at its offset along the axis."""
+    e, out, axis, offset = fl.e, fl.buffer_for(op.result), op.axis_index(), 0
+    for v in op.inputs:
+        def place(idx: list[SSAValue], v: SSAValue = v, offset: int = offset) -> None:
+            dst = list(idx)
+            dst[axis] = affine(e, idx[axis], offset, 1)
+            e.store(fl.value_at(v, idx), out, dst)
+
+        e.parallel(shape_of(v), place)
+        offset += shape_of(v)[axis]
+
+
+def lower_slice_grad(fl, op: opc.SliceGradOp) -> None:  # noqa: ANN001
+    """Zeros of x's shape, then dout placed at start + i * strides (x itself is never read)."""
+    e, out = fl.e, fl.buffer_for(op.result)
+    zero_fill(e, out, shape_of(op.result), element_of(op.result))
+    start, _, strides = op.slice_params()
+
+    def place(idx: list[SSAValue]) -> None:
+        e.store(fl.value_at(op.dout, idx), out, [affine(e, i, a, s) for i, a, s in zip(idx, start, strides)])
+
+    e.parallel(shape_of(op.dout), place)
+
+
+def lower_gather_grad(fl, op: opc.GatherGradOp) -> None:  # noqa: ANN001
+    """dx = zeros; dx[pre, idx[j], post] += dout[pre, j, post] for j in index order.
+
+    The CPU runs the leading dims in parallel and the trailing ones innermost
+    (contiguous); a GPU runs every (pre, post) position in parallel. Either
+    way one position sums its indices sequentially: no races, and the same
+    sum in the same order every run. f16/bf16 accumulate in f32."""
+    e = fl.e
+    out, elem = fl.buffer_for(op.result), element_of(op.result)
+    shape, axis = shape_of(op.x), op.axis_index()
+    pre, post, ishape = shape[:axis], shape[axis + 1:], shape_of(op.indices)
+    acc = out
+    if is_half(elem):
+        acc = e.value(memref.AllocOp([], [], MemRefType(f32, list(shape))))
+        acc.name_hint = "acc"
+        fl.allocs.append(acc)
+    acc_t = compute_type(scalar_type(elem))
+    zero_fill(e, acc, shape, acc_t)
+
+    def add(cur: SSAValue, x: SSAValue) -> SSAValue:
+        if opc.is_float(acc_t):
+            return e.value(arith.AddfOp(cur, x))
+        if opc.is_bool(elem):
+            return e.value(arith.MaxUIOp(cur, x))  # i1 cotangents meet by logical or
+        return e.value(arith.AddiOp(cur, x))
+
+    def nest(extents: Sequence[int], body: Callable[[list[SSAValue]], None], ivs: list[SSAValue] | None = None) -> None:
+        """Sequential loops over `extents`, the last innermost."""
+        ivs = ivs or []
+        if len(ivs) == len(extents):
+            body(ivs)
+            return
+        e.for_loop(extents[len(ivs)], [], lambda iv, _: (nest(extents, body, [*ivs, iv]), [])[1])
+
+    def accumulate(pi: list[SSAValue], j: list[SSAValue], k: SSAValue, qi: list[SSAValue]) -> None:
+        dst = [*pi, k, *qi]
+        e.store(add(e.load(acc, dst), e.to_compute(fl.value_at(op.dout, [*pi, *j, *qi]))), acc, dst)
+
+    def over_indices(pi: list[SSAValue], qi: list[SSAValue] | None) -> None:
+        """For each index position j in order: k = indices[j], then every trailing position (or just qi)."""
+        def at(j: list[SSAValue]) -> None:
+            k = checked_index(fl, op, op.indices, fl.value_at(op.indices, j), axis, shape[axis])
+            if qi is None:
+                nest(post, lambda q: accumulate(pi, j, k, q))
+            else:
+                accumulate(pi, j, k, qi)
+
+        nest(ishape, at)
+
+    if fl.memory_order_reductions:
+        e.parallel(pre, lambda pi: over_indices(list(pi), None))
+    else:
+        e.parallel([*pre, *post], lambda ix: over_indices(ix[:len(pre)], ix[len(pre):]))
+    if acc is not out:
+        e.parallel(shape, lambda idx: e.store(e.to_storage(e.load(acc, idx), elem), out, idx))
+
+
+# ---------------------------------------------------------------------------
+# Fused ops and their grads: one runtime row kernel each
+# ---------------------------------------------------------------------------
+
+
+def extents(shape: Sequence[int], axis: int) -> tuple[int, int, int]:
+    """(outer, n, inner) of the [outer, n, inner] view normalized along `axis`."""
+    return numel(shape[:axis]), shape[axis], numel(shape[axis + 1:])
+
+
+def call(fl, callee: str, args: Sequence[SSAValue], ints: Sequence[int] = (), floats: Sequence[float] = ()) -> None:  # noqa: ANN001
+    fl.e.emit(CallOp(callee, args, ints, floats))
+
+
+def label_suffix(label: SSAValue) -> str:
+    return f"i{element_of(label).width.data}"  # type: ignore[attr-defined]
+
+
+def lower_softmax(fl, op: opc.SoftmaxOp | opc.LogSoftmaxOp) -> None:  # noqa: ANN001
+    name = op.name.removeprefix("opc.")
+    call(fl, f"{name}_{dtype_suffix(element_of(op.x))}", [fl.operand_buffer(op.x), fl.buffer_for(op.result)],
+         extents(shape_of(op.x), op.axis_index()))
+
+
+def lower_softmax_grad(fl, op: opc.SoftmaxGradOp | opc.LogSoftmaxGradOp) -> None:  # noqa: ANN001
+    name = op.name.removeprefix("opc.")
+    args = [fl.operand_buffer(op.out), fl.operand_buffer(op.dout), fl.buffer_for(op.result)]
+    call(fl, f"{name}_{dtype_suffix(element_of(op.out))}", args, extents(shape_of(op.out), op.axis_index()))
+
+
+def lower_layer_norm(fl, op: opc.LayerNormOp) -> None:  # noqa: ANN001
+    shape, begin = shape_of(op.x), op.begin()
+    args = [fl.operand_buffer(v) for v in (op.x, op.scale, op.bias)] + [fl.buffer_for(r) for r in op.results]
+    call(fl, f"layer_norm_{dtype_suffix(element_of(op.x))}", args, [numel(shape[:begin]), numel(shape[begin:])],
+         [op.epsilon.value.data])
+
+
+def lower_layer_norm_grad(fl, op: opc.LayerNormGradOp) -> None:  # noqa: ANN001
+    shape, begin = shape_of(op.x), op.begin()
+    args = [fl.operand_buffer(v) for v in op.operands] + [fl.buffer_for(r) for r in op.results]
+    call(fl, f"layer_norm_grad_{dtype_suffix(element_of(op.x))}", args, [numel(shape[:begin]), numel(shape[begin:])])
+
+
+def lower_softmax_cross_entropy(fl, op: opc.SoftmaxCrossEntropyOp) -> None:  # noqa: ANN001
+    shape, axis = shape_of(op.logits), op.axis_index()
+    code = label_code(fl, op, op.label, axis, shape[axis])
+    args = [fl.operand_buffer(op.logits), fl.operand_buffer(op.label), fl.buffer_for(op.loss),
+            fl.buffer_for(op.softmax), fl.checks.status()]
+    callee = f"softmax_cross_entropy_{dtype_suffix(element_of(op.logits))}_{label_suffix(op.label)}"
+    call(fl, callee, args, [*extents(shape, axis), code])
+
+
+def lower_softmax_cross_entropy_grad(fl, op: opc.SoftmaxCrossEntropyGradOp) -> None:  # noqa: ANN001
+    shape, axis = shape_of(op.softmax), op.axis_index()
+    code = label_code(fl, op, op.label, axis, shape[axis])
+    args = [fl.operand_buffer(op.label), fl.operand_buffer(op.softmax), fl.operand_buffer(op.dloss),
+            fl.buffer_for(op.result), fl.checks.status()]
+    callee = f"softmax_cross_entropy_grad_{dtype_suffix(element_of(op.softmax))}_{label_suffix(op.label)}"
+    call(fl, callee, args, [*extents(shape, axis), code])
+
+
+LOWERINGS: dict[type[Operation], Callable] = {
+    opc.ConcatOp: lower_concat,
+    opc.SliceGradOp: lower_slice_grad,
+    opc.GatherGradOp: lower_gather_grad,
+    opc.SoftmaxOp: lower_softmax,
+    opc.LogSoftmaxOp: lower_softmax,
+    opc.SoftmaxGradOp: lower_softmax_grad,
+    opc.LogSoftmaxGradOp: lower_softmax_grad,
+    opc.LayerNormOp: lower_layer_norm,
+    opc.LayerNormGradOp: lower_layer_norm_grad,
+    opc.SoftmaxCrossEntropyOp: lower_softmax_cross_entropy,
+    opc.SoftmaxCrossEntropyGradOp: lower_softmax_cross_entropy_grad,
+}
+"""Ops materialized by a function of their own (buffers, nests or a runtime call)."""
+
+
+# ---------------------------------------------------------------------------
+# matmul: broadcast batch dims
+# ---------------------------------------------------------------------------
+
+
+def batch_operand(fl, v: SSAValue, batch: Sequence[int]) -> tuple[SSAValue, int]:  # noqa: ANN001
+    """A matmul operand as (buffer, batch stride) over the result's batch dims: stride 0 when it
+    has no batch (broadcast to all), its matrix size when its batch dims are the result's; any
+    other broadcast (some batch dims 1, others not) is materialized to the full batch first."""
+    shape = shape_of(v)
+    own = (1,) * (len(batch) - len(shape[:-2])) + tuple(shape[:-2])
+    buf = fl.operand_buffer(v)
+    matrix = numel(shape[-2:])
+    if numel(own) == 1:
+        return buf, 0
+    if own == tuple(batch):
+        return buf, matrix
+    full = [*batch, *shape[-2:]]
+    e = fl.e
+    copy = e.value(memref.AllocOp([], [], MemRefType(buf.type.element_type, full)))  # type: ignore[attr-defined]
+    copy.name_hint = f"{v.name_hint or 'operand'}_batch"
+    fl.allocs.append(copy)
+    e.parallel(full, lambda idx: e.store(e.load(buf, broadcast_index(e, idx, full, shape)), copy, idx))
+    return copy, matrix
+

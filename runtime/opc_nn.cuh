@@ -1,0 +1,450 @@
+/* opc_nn.cuh -- CUDA kernels of opc's fused normalizations, losses and their grads.
+ *
+ * The CUDA counterparts of opc_nn.h, with the same arguments (device
+ * pointers); generated code calls opc_cuda_nn_CALLEE(...) through
+ * opc_loops.call and checks the cudaError_t it returns. Semantics are those
+ * of the CPU kernels: f16/bf16/f32 compute in float and round once on store
+ * (opc_runtime.h's conversions, so both targets round alike), f64 in double;
+ * mean/rstd in the compute type; a label outside [0, n) fails the status
+ * record (opc_status.h) and reads nothing out of bounds.
+ *
+ * Design: a tensor is viewed as [outer, n, inner]. When inner == 1 one block
+ * of OPC_NN_THREADS threads owns a row (grid-stride over rows): the threads
+ * stride the row and meet in block-wide reductions (warp shuffles, then one
+ * value per warp in shared memory). When inner > 1 one thread owns a column
+ * (o, i) and walks it with stride inner, so a warp reads 32 consecutive
+ * elements at every step. layer_norm's dscale/dbias: one thread per column,
+ * summing over the rows in order.
+ *
+ * Every launcher is a template, instantiated only where a module calls it.
+ */
+#ifndef OPC_NN_CUH
+#define OPC_NN_CUH
+
+#include <stdint.h>
+#include <math.h>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include "opc_runtime.h"
+#include "opc_status.h"
+
+#define OPC_NN_THREADS 256
+#define OPC_NN_MAX_BLOCKS 65535
+
+struct opc_nn_f32 { typedef float T; typedef float A; };
+struct opc_nn_f64 { typedef double T; typedef double A; };
+struct opc_nn_f16 { typedef uint16_t T; typedef float A; };
+struct opc_nn_bf16 { typedef uint16_t T; typedef float A; };
+
+template <typename D> __device__ __forceinline__ typename D::A opc_nn_ld(typename D::T v);
+template <> __device__ __forceinline__ float opc_nn_ld<opc_nn_f32>(float v) { return v; }
+template <> __device__ __forceinline__ double opc_nn_ld<opc_nn_f64>(double v) { return v; }
+template <> __device__ __forceinline__ float opc_nn_ld<opc_nn_f16>(uint16_t v) { return __half2float(__ushort_as_half(v)); }
+template <> __device__ __forceinline__ float opc_nn_ld<opc_nn_bf16>(uint16_t v) {
+    return __bfloat162float(__ushort_as_bfloat16(v));
+}
+
+template <typename D> __device__ __forceinline__ typename D::T opc_nn_st(typename D::A v);
+template <> __device__ __forceinline__ float opc_nn_st<opc_nn_f32>(float v) { return v; }
+template <> __device__ __forceinline__ double opc_nn_st<opc_nn_f64>(double v) { return v; }
+template <> __device__ __forceinline__ uint16_t opc_nn_st<opc_nn_f16>(float v) { return opc_f32_to_f16(v); }
+template <> __device__ __forceinline__ uint16_t opc_nn_st<opc_nn_bf16>(float v) { return opc_f32_to_bf16(v); }
+
+__device__ __forceinline__ float opc_nn_exp(float v) { return expf(v); }
+__device__ __forceinline__ double opc_nn_exp(double v) { return exp(v); }
+__device__ __forceinline__ float opc_nn_log(float v) { return logf(v); }
+__device__ __forceinline__ double opc_nn_log(double v) { return log(v); }
+__device__ __forceinline__ float opc_nn_sqrt(float v) { return sqrtf(v); }
+__device__ __forceinline__ double opc_nn_sqrt(double v) { return sqrt(v); }
+
+/* NaN-propagating maximum, as reduce_max */
+template <typename A> __device__ __forceinline__ A opc_nn_max(A a, A b) { return (a != a || a > b) ? a : b; }
+
+template <typename A, bool MAX> __device__ __forceinline__ A opc_nn_combine(A a, A b) {
+    if constexpr (MAX) return opc_nn_max(a, b);
+    else return a + b;
+}
+
+/* The sum (or max) of v over the block, returned to every thread. Every thread of the block must call it. */
+template <typename A, bool MAX> __device__ A opc_nn_block_reduce(A v) {
+    __shared__ A part[OPC_NN_THREADS / 32];
+    for (int off = 16; off > 0; off /= 2) v = opc_nn_combine<A, MAX>(v, __shfl_xor_sync(0xffffffffu, v, off));
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    __syncthreads(); /* part may still be read by the previous reduction */
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    A r = part[0];
+    for (int w = 1; w < warps; w++) r = opc_nn_combine<A, MAX>(r, part[w]);
+    return r;
+}
+
+template <typename L> __device__ __forceinline__ int64_t opc_nn_label(const L *label, int64_t i) {
+    return (int64_t)label[i];
+}
+
+static inline unsigned opc_nn_blocks(int64_t work, int64_t per_block) {
+    const int64_t b = (work + per_block - 1) / per_block;
+    return (unsigned)(b < 1 ? 1 : (b > OPC_NN_MAX_BLOCKS ? OPC_NN_MAX_BLOCKS : b));
+}
+
+#define OPC_NN_GRID_STRIDE(c, total) \
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < (total); c += (int64_t)blockDim.x * gridDim.x)
+
+/* ---- softmax / log_softmax ------------------------------------------------ */
+
+template <typename D, bool LOG>
+__global__ void __launch_bounds__(OPC_NN_THREADS)
+opc_nn_softmax_rows(const typename D::T *x, typename D::T *y, int64_t rows, int64_t n) {
+    typedef typename D::A A;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const typename D::T *xr = x + r * n;
+        typename D::T *yr = y + r * n;
+        A m = (A)-INFINITY;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = opc_nn_max(m, opc_nn_ld<D>(xr[j]));
+        m = opc_nn_block_reduce<A, true>(m);
+        A s = 0;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += opc_nn_exp(opc_nn_ld<D>(xr[j]) - m);
+        s = opc_nn_block_reduce<A, false>(s);
+        if constexpr (LOG) {
+            const A ls = opc_nn_log(s);
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) yr[j] = opc_nn_st<D>((opc_nn_ld<D>(xr[j]) - m) - ls);
+        } else {
+            const A inv = (A)1 / s;
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+                yr[j] = opc_nn_st<D>(opc_nn_exp(opc_nn_ld<D>(xr[j]) - m) * inv);
+        }
+    }
+}
+
+template <typename D, bool LOG>
+__global__ void __launch_bounds__(OPC_NN_THREADS)
+opc_nn_softmax_cols(const typename D::T *x, typename D::T *y, int64_t outer, int64_t n, int64_t inner) {
+    typedef typename D::A A;
+    OPC_NN_GRID_STRIDE(c, outer * inner) {
+        const int64_t base = (c / inner) * n * inner + c % inner;
+        A m = (A)-INFINITY, s = 0;
+        for (int64_t j = 0; j < n; j++) m = opc_nn_max(m, opc_nn_ld<D>(x[base + j * inner]));
+        for (int64_t j = 0; j < n; j++) s += opc_nn_exp(opc_nn_ld<D>(x[base + j * inner]) - m);
+        const A ls = opc_nn_log(s), inv = (A)1 / s;
+        for (int64_t j = 0; j < n; j++) {
+            const A z = opc_nn_ld<D>(x[base + j * inner]) - m;
+            y[base + j * inner] = opc_nn_st<D>(LOG ? z - ls : opc_nn_exp(z) * inv);
+        }
+    }
+}
+
+template <typename D, bool LOG>
+static inline cudaError_t opc_cuda_nn_softmax_t(const typename D::T *x, typename D::T *y, int64_t outer, int64_t n,
+                                                int64_t inner) {
+    if (outer * n * inner == 0) return cudaSuccess;
+    if (inner == 1) opc_nn_softmax_rows<D, LOG><<<opc_nn_blocks(outer, 1), OPC_NN_THREADS>>>(x, y, outer, n);
+    else opc_nn_softmax_cols<D, LOG><<<opc_nn_blocks(outer * inner, OPC_NN_THREADS), OPC_NN_THREADS>>>(x, y, outer, n, inner);
+    return cudaGetLastError();
+}
+
+/* ---- softmax_grad / log_softmax_grad -------------------------------------- */
+
+template <typename D, bool LOG>
+__global__ void __launch_bounds__(OPC_NN_THREADS)
+opc_nn_softmax_grad_rows(const typename D::T *out, const typename D::T *dout, typename D::T *dx, int64_t rows,
+                         int64_t n) {
+    typedef typename D::A A;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t base = r * n;
+        A c = 0;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            c += LOG ? opc_nn_ld<D>(dout[base + j]) : opc_nn_ld<D>(dout[base + j]) * opc_nn_ld<D>(out[base + j]);
+        c = opc_nn_block_reduce<A, false>(c);
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+            const A y = opc_nn_ld<D>(out[base + j]), d = opc_nn_ld<D>(dout[base + j]);
+            dx[base + j] = opc_nn_st<D>(LOG ? d - opc_nn_exp(y) * c : y * (d - c));
+        }
+    }
+}
+
+template <typename D, bool LOG>
+__global__ void __launch_bounds__(OPC_NN_THREADS)
+opc_nn_softmax_grad_cols(const typename D::T *out, const typename D::T *dout, typename D::T *dx, int64_t outer,
+                         int64_t n, int64_t inner) {
+    typedef typename D::A A;
+    OPC_NN_GRID_STRIDE(col, outer * inner) {
+        const int64_t base = (col / inner) * n * inner + col % inner;
+        A c = 0;
+        for (int64_t j = 0; j < n; j++) {
+            const int64_t at = base + j * inner;
+            c += LOG ? opc_nn_ld<D>(dout[at]) : opc_nn_ld<D>(dout[at]) * opc_nn_ld<D>(out[at]);
+        }
+        for (int64_t j = 0; j < n; j++) {
+            const int64_t at = base + j * inner;
+            const A y = opc_nn_ld<D>(out[at]), d = opc_nn_ld<D>(dout[at]);
+            dx[at] = opc_nn_st<D>(LOG ? d - opc_nn_exp(y) * c : y * (d - c));
+        }
+    }
+}
+
+template <typename D, bool LOG>
+static inline cudaError_t opc_cuda_nn_softmax_grad_t(const typename D::T *out, const typename D::T *dout,
+                                                     typename D::T *dx, int64_t outer, int64_t n, int64_t inner) {
+    if (outer * n * inner == 0) return cudaSuccess;
+    if (inner == 1)
+        opc_nn_softmax_grad_rows<D, LOG><<<opc_nn_blocks(outer, 1), OPC_NN_THREADS>>>(out, dout, dx, outer, n);
+    else
+        opc_nn_softmax_grad_cols<D, LOG><<<opc_nn_blocks(outer * inner, OPC_NN_THREADS), OPC_NN_THREADS>>>(
+            out, dout, dx, outer, n, inner);
+    return cudaGetLastError();
+}
+
+/* ---- layer_norm and its grad ---------------------------------------------- */
+
+template <typename D>
+__global__ void __launch_bounds__(OPC_NN_THREADS)
+opc_nn_layer_norm_rows(const typename D::T *x, const typename D::T *scale, const typename D::T *bias,
+                       typename D::T *y, typename D::A *mean, typename D::A *rstd, int64_t rows, int64_t cols,
+                       double eps) {
+    typedef typename D::A A;
+    const A inv = (A)1 / (A)cols;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t base = r * cols;
+        A s = 0;
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += opc_nn_ld<D>(x[base + j]);
+        const A mu = opc_nn_block_reduce<A, false>(s) * inv;
+        A v = 0;
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+            const A c = opc_nn_ld<D>(x[base + j]) - mu;
+            v += c * c;
+        }
+        const A rs = (A)1 / opc_nn_sqrt(opc_nn_block_reduce<A, false>(v) * inv + (A)eps);
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+            y[base + j] = opc_nn_st<D>((opc_nn_ld<D>(x[base + j]) - mu) * rs * opc_nn_ld<D>(scale[j]) +
+                                       opc_nn_ld<D>(bias[j]));
+        if (threadIdx.x == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+    }
+}
+
+template <typename D>
+static inline cudaError_t opc_cuda_nn_layer_norm_t(const typename D::T *x, const typename D::T *scale,
+                                                   const typename D::T *bias, typename D::T *y, typename D::A *mean,
+                                                   typename D::A *rstd, int64_t rows, int64_t cols, double eps) {
+    if (rows * cols == 0) return cudaSuccess;
+    opc_nn_layer_norm_rows<D><<<opc_nn_blocks(rows, 1), OPC_NN_THREADS>>>(x, scale, bias, y, mean, rstd, rows, cols,
+                                                                         eps);
+    return cudaGetLastError();
+}
+
+template <typename D>
+__global__ void __launch_bounds__(OPC_NN_THREADS)
+opc_nn_layer_norm_grad_rows(const typename D::T *x, const typename D::T *scale, const typename D::A *mean,
+                            const typename D::A *rstd, const typename D::T *dy, typename D::T *dx, int64_t rows,
+                            int64_t cols) {
+    typedef typename D::A A;
+    const A inv = (A)1 / (A)cols;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t base = r * cols;
+        const A mu = mean[r], rs = rstd[r];
+        A a = 0, b = 0;
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+            const A g = opc_nn_ld<D>(dy[base + j]) * opc_nn_ld<D>(scale[j]);
+            a += g;
+            b += g * ((opc_nn_ld<D>(x[base + j]) - mu) * rs);
+        }
+        a = opc_nn_block_reduce<A, false>(a) * inv;
+        b = opc_nn_block_reduce<A, false>(b) * inv;
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+            const A g = opc_nn_ld<D>(dy[base + j]) * opc_nn_ld<D>(scale[j]);
+            const A xhat = (opc_nn_ld<D>(x[base + j]) - mu) * rs;
+            dx[base + j] = opc_nn_st<D>(rs * ((g - a) - xhat * b));
+        }
+    }
+}
+
+template <typename D>
+__global__ void __launch_bounds__(OPC_NN_THREADS)
+opc_nn_layer_norm_grad_cols(const typename D::T *x, const typename D::A *mean, const typename D::A *rstd,
+                            const typename D::T *dy, typename D::T *dscale, typename D::T *dbias, int64_t rows,
+                            int64_t cols) {
+    typedef typename D::A A;
+    OPC_NN_GRID_STRIDE(c, cols) {
+        A ds = 0, db = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const A d = opc_nn_ld<D>(dy[r * cols + c]);
+            ds += d * ((opc_nn_ld<D>(x[r * cols + c]) - mean[r]) * rstd[r]);
+            db += d;
+        }
+        dscale[c] = opc_nn_st<D>(ds);
+        dbias[c] = opc_nn_st<D>(db);
+    }
+}
+
+template <typename D>
+static inline cudaError_t opc_cuda_nn_layer_norm_grad_t(const typename D::T *x, const typename D::T *scale,
+                                                        const typename D::A *mean, const typename D::A *rstd,
+                                                        const typename D::T *dy, typename D::T *dx,
+                                                        typename D::T *dscale, typename D::T *dbias, int64_t rows,
+                                                        int64_t cols) {
+    if (cols == 0) return cudaSuccess;
+    if (rows > 0)
+        opc_nn_layer_norm_grad_rows<D><<<opc_nn_blocks(rows, 1), OPC_NN_THREADS>>>(x, scale, mean, rstd, dy, dx, rows,
+                                                                                  cols);
+    opc_nn_layer_norm_grad_cols<D><<<opc_nn_blocks(cols, OPC_NN_THREADS), OPC_NN_THREADS>>>(x, mean, rstd, dy, dscale,
+                                                                                           dbias, rows, cols);
+    return cudaGetLastError();
+}
+
+/* ---- softmax_cross_entropy and its grad ----------------------------------- */
+
+template <typename D, typename L>
+__global__ void __launch_bounds__(OPC_NN_THREADS)
+opc_nn_sce_rows(const typename D::T *logits, const L *label, typename D::T *loss, typename D::T *sm,
+                int64_t *record, int64_t rows, int64_t n, int64_t code) {
+    typedef typename D::A A;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t base = r * n;
+        A m = (A)-INFINITY;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = opc_nn_max(m, opc_nn_ld<D>(logits[base + j]));
+        m = opc_nn_block_reduce<A, true>(m);
+        A s = 0;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += opc_nn_exp(opc_nn_ld<D>(logits[base + j]) - m);
+        s = opc_nn_block_reduce<A, false>(s);
+        const A inv = (A)1 / s;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            sm[base + j] = opc_nn_st<D>(opc_nn_exp(opc_nn_ld<D>(logits[base + j]) - m) * inv);
+        if (threadIdx.x == 0) {
+            const int64_t l = opc_nn_label(label, r);
+            if (l < 0 || l >= n) {
+                opc_status_fail(record, code, l);
+                loss[r] = opc_nn_st<D>((A)NAN);
+            } else {
+                loss[r] = opc_nn_st<D>(-((opc_nn_ld<D>(logits[base + l]) - m) - opc_nn_log(s)));
+            }
+        }
+    }
+}
+
+template <typename D, typename L>
+__global__ void __launch_bounds__(OPC_NN_THREADS)
+opc_nn_sce_cols(const typename D::T *logits, const L *label, typename D::T *loss, typename D::T *sm,
+                int64_t *record, int64_t outer, int64_t n, int64_t inner, int64_t code) {
+    typedef typename D::A A;
+    OPC_NN_GRID_STRIDE(c, outer * inner) {
+        const int64_t base = (c / inner) * n * inner + c % inner;
+        A m = (A)-INFINITY, s = 0;
+        for (int64_t j = 0; j < n; j++) m = opc_nn_max(m, opc_nn_ld<D>(logits[base + j * inner]));
+        for (int64_t j = 0; j < n; j++) s += opc_nn_exp(opc_nn_ld<D>(logits[base + j * inner]) - m);
+        const A inv = (A)1 / s;
+        for (int64_t j = 0; j < n; j++)
+            sm[base + j * inner] = opc_nn_st<D>(opc_nn_exp(opc_nn_ld<D>(logits[base + j * inner]) - m) * inv);
+        const int64_t l = opc_nn_label(label, c);
+        if (l < 0 || l >= n) {
+            opc_status_fail(record, code, l);
+            loss[c] = opc_nn_st<D>((A)NAN);
+        } else {
+            loss[c] = opc_nn_st<D>(-((opc_nn_ld<D>(logits[base + l * inner]) - m) - opc_nn_log(s)));
+        }
+    }
+}
+
+template <typename D, typename L>
+static inline cudaError_t opc_cuda_nn_sce_t(const typename D::T *logits, const L *label, typename D::T *loss,
+                                            typename D::T *sm, int64_t *record, int64_t outer, int64_t n,
+                                            int64_t inner, int64_t code) {
+    if (outer * n * inner == 0) return cudaSuccess;
+    if (inner == 1)
+        opc_nn_sce_rows<D, L><<<opc_nn_blocks(outer, 1), OPC_NN_THREADS>>>(logits, label, loss, sm, record, outer, n,
+                                                                          code);
+    else
+        opc_nn_sce_cols<D, L><<<opc_nn_blocks(outer * inner, OPC_NN_THREADS), OPC_NN_THREADS>>>(
+            logits, label, loss, sm, record, outer, n, inner, code);
+    return cudaGetLastError();
+}
+
+template <typename D, typename L>
+__global__ void __launch_bounds__(OPC_NN_THREADS)
+opc_nn_sce_grad(const L *label, const typename D::T *sm, const typename D::T *dloss, typename D::T *dx,
+                int64_t *record, int64_t outer, int64_t n, int64_t inner, int64_t code) {
+    typedef typename D::A A;
+    OPC_NN_GRID_STRIDE(e, outer * n * inner) {
+        const int64_t o = e / (n * inner), j = (e / inner) % n, row = o * inner + e % inner;
+        const int64_t l = opc_nn_label(label, row);
+        if ((l < 0 || l >= n) && j == 0) opc_status_fail(record, code, l);
+        const A hit = l == j ? (A)1 : (A)0;
+        dx[e] = opc_nn_st<D>((opc_nn_ld<D>(sm[e]) - hit) * opc_nn_ld<D>(dloss[row]));
+    }
+}
+
+template <typename D, typename L>
+static inline cudaError_t opc_cuda_nn_sce_grad_t(const L *label, const typename D::T *sm, const typename D::T *dloss,
+                                                 typename D::T *dx, int64_t *record, int64_t outer, int64_t n,
+                                                 int64_t inner, int64_t code) {
+    if (outer * n * inner == 0) return cudaSuccess;
+    opc_nn_sce_grad<D, L><<<opc_nn_blocks(outer * n * inner, OPC_NN_THREADS), OPC_NN_THREADS>>>(
+        label, sm, dloss, dx, record, outer, n, inner, code);
+    return cudaGetLastError();
+}
+
+/* ---- entry points: opc_cuda_nn_CALLEE, as opc_nn.h names them ------------------ */
+
+#define OPC_CUDA_NN_SCE(SUF, D, LSUF, L)                                                                         \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_softmax_cross_entropy_##SUF##_##LSUF(                                  \
+        const D::T *logits, const L *label, D::T *loss, D::T *sm, int64_t *record, int64_t outer, int64_t n,      \
+        int64_t inner, int64_t code) {                                                                           \
+        return opc_cuda_nn_sce_t<D, L>(logits, label, loss, sm, record, outer, n, inner, code);                  \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_softmax_cross_entropy_grad_##SUF##_##LSUF(                             \
+        const L *label, const D::T *sm, const D::T *dloss, D::T *dx, int64_t *record, int64_t outer, int64_t n,   \
+        int64_t inner, int64_t code) {                                                                           \
+        return opc_cuda_nn_sce_grad_t<D, L>(label, sm, dloss, dx, record, outer, n, inner, code);                \
+    }
+
+#define OPC_CUDA_NN_ENTRIES(SUF, D)                                                                              \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_softmax_##SUF(const D::T *x, D::T *y, int64_t outer, int64_t n,         \
+                                                        int64_t inner) {                                         \
+        return opc_cuda_nn_softmax_t<D, false>(x, y, outer, n, inner);                                           \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_log_softmax_##SUF(const D::T *x, D::T *y, int64_t outer, int64_t n,     \
+                                                            int64_t inner) {                                     \
+        return opc_cuda_nn_softmax_t<D, true>(x, y, outer, n, inner);                                            \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_softmax_grad_##SUF(const D::T *out, const D::T *dout, D::T *dx,         \
+                                                             int64_t outer, int64_t n, int64_t inner) {          \
+        return opc_cuda_nn_softmax_grad_t<D, false>(out, dout, dx, outer, n, inner);                             \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_log_softmax_grad_##SUF(const D::T *out, const D::T *dout, D::T *dx,     \
+                                                                 int64_t outer, int64_t n, int64_t inner) {      \
+        return opc_cuda_nn_softmax_grad_t<D, true>(out, dout, dx, outer, n, inner);                              \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_layer_norm_##SUF(const D::T *x, const D::T *scale, const D::T *bias,    \
+                                                           D::T *y, D::A *mean, D::A *rstd, int64_t rows,        \
+                                                           int64_t cols, double eps) {                           \
+        return opc_cuda_nn_layer_norm_t<D>(x, scale, bias, y, mean, rstd, rows, cols, eps);                      \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_layer_norm_grad_##SUF(const D::T *x, const D::T *scale,                 \
+                                                                const D::A *mean, const D::A *rstd,              \
+                                                                const D::T *dy, D::T *dx, D::T *dscale,          \
+                                                                D::T *dbias, int64_t rows, int64_t cols) {       \
+        return opc_cuda_nn_layer_norm_grad_t<D>(x, scale, mean, rstd, dy, dx, dscale, dbias, rows, cols);        \
+    }                                                                                                            \
+    OPC_CUDA_NN_SCE(SUF, D, i32, int32_t)                                                                        \
+    OPC_CUDA_NN_SCE(SUF, D, i64, int64_t)
+
+OPC_CUDA_NN_ENTRIES(f32, opc_nn_f32)
+OPC_CUDA_NN_ENTRIES(f64, opc_nn_f64)
+OPC_CUDA_NN_ENTRIES(f16, opc_nn_f16)
+OPC_CUDA_NN_ENTRIES(bf16, opc_nn_bf16)
+
+#undef OPC_CUDA_NN_ENTRIES
+#undef OPC_CUDA_NN_SCE
+#undef OPC_NN_GRID_STRIDE
+
+#endif /* OPC_NN_CUH */

@@ -1,0 +1,147 @@
+/* opc_nn.h -- CPU kernels of opc's fused normalizations, losses and their grads.
+ *
+ * Generated code calls them through opc_loops.call as opc_nn_CALLEE, with the
+ * op's buffers, then its integer and float arguments:
+ *   opc_nn_softmax_T(x, y, outer, n, inner)            (log_softmax_T likewise)
+ *   opc_nn_softmax_grad_T(out, dout, dx, outer, n, inner) (log_softmax_grad_T likewise)
+ *   opc_nn_layer_norm_T(x, scale, bias, y, mean, rstd, rows, cols, eps)
+ *   opc_nn_layer_norm_grad_T(x, scale, mean, rstd, dy, dx, dscale, dbias, rows, cols)
+ *   opc_nn_softmax_cross_entropy_T_L(logits, label, loss, softmax, record, outer, n, inner, code)
+ *   opc_nn_softmax_cross_entropy_grad_T_L(label, softmax, dloss, dlogits, record, outer, n, inner, code)
+ * T is f32, f64, f16 or bf16 (halves as uint16_t bits), L the label type i32
+ * or i64. The normalized axis is n of the [outer, n, inner] view, so any axis
+ * works; layer_norm normalizes rows of `cols` contiguous elements. mean and
+ * rstd are float for f32/f16/bf16 and double for f64. `record` and `code`
+ * follow the status protocol of opc_status.h: a label outside [0, n) fails.
+ *
+ * f16/bf16/f32 compute in float and round once on store (nearest even), f64
+ * in double; the bodies are written once (opc_nn_rows.h) for both families.
+ * Header only; every function is static inline, so only what a module uses
+ * is compiled.
+ */
+#ifndef OPC_NN_H
+#define OPC_NN_H
+
+#include <stdint.h>
+#include <math.h>
+#include "opc_runtime.h"
+#include "opc_status.h"
+
+#define OPC_NN_F32 0
+#define OPC_NN_F16 1
+#define OPC_NN_BF16 2
+#define OPC_NN_F64 3
+#define OPC_NN_LANES 8          /* partial results per row reduction: one AVX register of floats */
+#define OPC_NN_TILE 64          /* inner positions processed together when the axis is not innermost */
+#define OPC_NN_PAR_MIN 32768    /* elements below which threads cost more than they give */
+
+/* dtypes whose intermediate values a buffer holds without rounding */
+#define OPC_NN_EXACT(dt) ((dt) == OPC_NN_F32 || (dt) == OPC_NN_F64)
+/* NaN-propagating maximum, as reduce_max */
+#define OPC_NN_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
+
+OPC_FN float opc_nn_ld_s(const void *p, int64_t i, int dt) {
+    if (dt == OPC_NN_F16) return opc_f16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == OPC_NN_BF16) return opc_bf16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+OPC_FN void opc_nn_st_s(void *p, int64_t i, int dt, float v) {
+    if (dt == OPC_NN_F16) ((uint16_t *)p)[i] = opc_f32_to_f16(v);
+    else if (dt == OPC_NN_BF16) ((uint16_t *)p)[i] = opc_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+OPC_FN double opc_nn_ld_d(const void *p, int64_t i, int dt) {
+    (void)dt;
+    return ((const double *)p)[i];
+}
+OPC_FN void opc_nn_st_d(void *p, int64_t i, int dt, double v) {
+    (void)dt;
+    ((double *)p)[i] = v;
+}
+OPC_FN int64_t opc_nn_label(const void *label, int64_t i, int label64) {
+    return label64 ? ((const int64_t *)label)[i] : (int64_t)((const int32_t *)label)[i];
+}
+
+/* f32, f16, bf16: computed in float */
+#define OPC_NN_ACC float
+#define OPC_NN_FN(name) opc_nn_##name##_s
+#define OPC_NN_LD opc_nn_ld_s
+#define OPC_NN_ST opc_nn_st_s
+#define OPC_NN_EXP opc_expf
+#define OPC_NN_LOG logf
+#define OPC_NN_SQRT sqrtf
+#include "opc_nn_rows.h"
+#undef OPC_NN_ACC
+#undef OPC_NN_FN
+#undef OPC_NN_LD
+#undef OPC_NN_ST
+#undef OPC_NN_EXP
+#undef OPC_NN_LOG
+#undef OPC_NN_SQRT
+
+/* f64: computed in double */
+#define OPC_NN_ACC double
+#define OPC_NN_FN(name) opc_nn_##name##_d
+#define OPC_NN_LD opc_nn_ld_d
+#define OPC_NN_ST opc_nn_st_d
+#define OPC_NN_EXP exp
+#define OPC_NN_LOG log
+#define OPC_NN_SQRT sqrt
+#include "opc_nn_rows.h"
+#undef OPC_NN_ACC
+#undef OPC_NN_FN
+#undef OPC_NN_LD
+#undef OPC_NN_ST
+#undef OPC_NN_EXP
+#undef OPC_NN_LOG
+#undef OPC_NN_SQRT
+
+/* Entry points by dtype: T the storage type, A the compute type, F the family, DT the dtype code. */
+#define OPC_NN_ENTRIES(SUF, T, A, F, DT)                                                                       \
+    OPC_FN void opc_nn_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {             \
+        opc_nn_softmax_##F(x, y, outer, n, inner, DT, 0);                                                      \
+    }                                                                                                          \
+    OPC_FN void opc_nn_log_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {         \
+        opc_nn_softmax_##F(x, y, outer, n, inner, DT, 1);                                                      \
+    }                                                                                                          \
+    OPC_FN void opc_nn_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n,       \
+                                          int64_t inner) {                                                     \
+        opc_nn_softmax_grad_##F(out, dout, dx, outer, n, inner, DT, 0);                                        \
+    }                                                                                                          \
+    OPC_FN void opc_nn_log_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n,   \
+                                              int64_t inner) {                                                 \
+        opc_nn_softmax_grad_##F(out, dout, dx, outer, n, inner, DT, 1);                                        \
+    }                                                                                                          \
+    OPC_FN void opc_nn_layer_norm_##SUF(const T *x, const T *scale, const T *bias, T *y, A *mean, A *rstd,    \
+                                        int64_t rows, int64_t cols, double eps) {                              \
+        opc_nn_layer_norm_##F(x, scale, bias, y, mean, rstd, rows, cols, eps, DT);                             \
+    }                                                                                                          \
+    OPC_FN void opc_nn_layer_norm_grad_##SUF(const T *x, const T *scale, const A *mean, const A *rstd,        \
+                                             const T *dy, T *dx, T *dscale, T *dbias, int64_t rows,            \
+                                             int64_t cols) {                                                   \
+        opc_nn_layer_norm_grad_##F(x, scale, mean, rstd, dy, dx, dscale, dbias, rows, cols, DT);               \
+    }                                                                                                          \
+    OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i32, int32_t, 0)                                                         \
+    OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i64, int64_t, 1)
+
+#define OPC_NN_SCE_ENTRIES(SUF, T, F, DT, LSUF, L, L64)                                                        \
+    OPC_FN void opc_nn_softmax_cross_entropy_##SUF##_##LSUF(const T *logits, const L *label, T *loss, T *sm,  \
+                                                            int64_t *record, int64_t outer, int64_t n,         \
+                                                            int64_t inner, int64_t code) {                     \
+        opc_nn_softmax_cross_entropy_##F(logits, label, L64, loss, sm, record, outer, n, inner, code, DT);     \
+    }                                                                                                          \
+    OPC_FN void opc_nn_softmax_cross_entropy_grad_##SUF##_##LSUF(const L *label, const T *sm, const T *dloss, \
+                                                                 T *dx, int64_t *record, int64_t outer,       \
+                                                                 int64_t n, int64_t inner, int64_t code) {    \
+        opc_nn_softmax_cross_entropy_grad_##F(label, L64, sm, dloss, dx, record, outer, n, inner, code, DT);   \
+    }
+
+OPC_NN_ENTRIES(f32, float, float, s, OPC_NN_F32)
+OPC_NN_ENTRIES(f16, uint16_t, float, s, OPC_NN_F16)
+OPC_NN_ENTRIES(bf16, uint16_t, float, s, OPC_NN_BF16)
+OPC_NN_ENTRIES(f64, double, double, d, OPC_NN_F64)
+
+#undef OPC_NN_ENTRIES
+#undef OPC_NN_SCE_ENTRIES
+
+#endif /* OPC_NN_H */
