@@ -12,24 +12,10 @@ import shutil
 
 from xdsl.dialects.builtin import ModuleOp
 
-from opc.autodiff import no_grad_reasons
+from opc.autodiff import grad_order, no_grad_reasons
 from opc.ir import OpcError, Source, load_module, make_context, verify
 from opc.lowering.build import CompiledModule, bind, build_extension, cache_dir, load_extension
 from opc.lowering.c_emitter import FunctionSignature, emit_c
-
-
-def grad_order(grad: object) -> int:
-    """grad=False / True / 0 / 1 / 2 -> the order of gradients to build; anything else is refused, naming it."""
-    from opc.autodiff import MAX_ORDER
-
-    if isinstance(grad, bool):
-        return int(grad)
-    if not isinstance(grad, int):
-        raise TypeError(f"grad must be True, False or an order 1 to {MAX_ORDER}, got {grad!r}")
-    if not 0 <= grad <= MAX_ORDER:
-        raise ValueError(f"grad={grad} is not supported: opc builds gradients up to order {MAX_ORDER} (grad=2 adds "
-                         f"NAME_grad_grad); for a higher order apply opc-grad{{func=NAME_grad_grad}} to the module")
-    return grad
 
 
 def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,

@@ -61,7 +61,7 @@ def runs_as(op: Operation, target: Target) -> tuple[list[str], list[str]]:
 def explain(module: ModuleOp, target_spec: str, grad: bool | int = False, fuse: bool = True) -> str:
     """The table for `module` on the target named by `target_spec` (cpu, cuda, FILE.toml),
     after opc-fuse (unless fuse=False) and, with grad, the grad functions (grad=2: second order too)."""
-    from opc.api import grad_order
+    from opc.autodiff import grad_order
 
     target = get_target(target_spec)
     order = grad_order(grad)

@@ -223,7 +223,7 @@ def test_every_op_has_a_function():
 
 def test_emitted_source_shape():
     src, sigs = emit_cuda(loops_of(MLP, grad=True))
-    assert [s.name for s in sigs] == ["mlp", "mlp_grad"]
+    assert [s.name for s in sigs] == ["mlp", "mlp_grad", "mlp_value_and_grad"]
     for needle in ('extern "C" int opc_fn_mlp_grad(', 'extern "C" int opc_fn_mlp_grad_host(', "__shfl_down_sync",
                    "opc_cuda_gemm_f32(", "cudaMalloc", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>"):
         assert needle in src

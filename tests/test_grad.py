@@ -716,3 +716,96 @@ def test_fused_model_gradients_equal_unfused(dt: str) -> None:
     if dt == "f64":
         for g, w in zip(got, finite_diff(f, args, [d], list(range(5)))):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# The registry's vjp column for grad ops
+# ---------------------------------------------------------------------------
+
+
+def test_every_grad_op_is_differentiable() -> None:
+    """Through its rule by default (the same PATTERNS opc-decompose applies), or by a vjp of its own."""
+    from opc.autodiff import rules
+    from opc.registry import REGISTRY
+    from opc.transforms.opc_decompose import PATTERNS
+
+    for name, e in REGISTRY.items():
+        if e.kind == "grad":
+            assert e.vjp is not None, name
+            assert e.vjp is not rules.vjp_through_rule or name in PATTERNS, name
+
+
+def test_kernel_only_grad_op_without_vjp_is_an_error(monkeypatch) -> None:
+    """A grad op realised only by a kernel (slice_grad, gather_grad) needs a vjp row of its own."""
+    from opc import registry
+    from opc.ir import OpcError
+
+    monkeypatch.setitem(registry.REGISTRY, "opc.relu_grad", registry.grad("kernel"))
+    with pytest.raises(OpcError, match=r"no gradient rule for opc.relu_grad \(a kernel-only grad op needs a vjp"):
+        opc.compile(f"func.func @f(%x: {T34}, %d: {T34}) -> {T34} {{\n"
+                    f"  %r = opc.relu_grad %x, %d : ({T34}, {T34}) -> {T34}\n  func.return %r : {T34}\n}}\n", grad=True)
+
+
+# ---------------------------------------------------------------------------
+# Ops added with issue 11 (fused normalizations, losses, index maps): first
+# and second order against finite differences, f64. Their grad ops
+# (softmax_grad, layer_norm_grad, ...) are differentiated through their
+# composite rules, slice_grad / gather_grad by their own vjps.
+# ---------------------------------------------------------------------------
+
+
+def nn_func(name: str, args: list[tuple[int, ...]], results: list[tuple[int, ...]], body: str) -> str:
+    params = ", ".join(f"%{'abc'[i]}: {ttype(s, 'f64')}" for i, s in enumerate(args))
+    outs = ", ".join(ttype(s, "f64") for s in results)
+    rets = ", ".join(f"%r{i}" for i in range(len(results)))
+    return f"func.func @nn_{name}({params}) -> ({outs}) {{\n  {body}\n  func.return {rets} : {outs}\n}}\n"
+
+
+F = "f64"
+NN_CASES: dict[str, tuple] = {  # name: arg shapes, result shapes, body (with {t(...)} types), samplers
+    "sigmoid": ([A], [A], "%r0 = opc.sigmoid %a : ({A}) -> {A}", [uniform]),
+    "reduce_min": ([A], [(3,)], "%r0 = opc.reduce_min %a {{axes = array<i64: 1>}} : ({A}) -> {S}", [uniform]),
+    "reduce_mean": ([A], [()], "%r0 = opc.reduce_mean %a {{axes = array<i64: 0, 1>}} : ({A}) -> {E}", [uniform]),
+    "matmul_bcast": ([(2, 3, 4), (4, 5)], [(2, 3, 5)],
+                     "%r0 = opc.matmul %a, %b : ({T}, {W}) -> {T5}", [uniform, uniform]),
+    "slice": ([A], [(2, 2)], "%r0 = opc.slice %a {{start = array<i64: 1, 0>, limit = array<i64: 3, 4>, "
+              "strides = array<i64: 1, 2>}} : ({A}) -> {P}", [uniform]),
+    "concat": ([A, (3, 2)], [(3, 6)], "%r0 = opc.concat %a, %b {{axis = 1}} : ({A}, {C2}) -> {C6}", [uniform, uniform]),
+    "gather": ([(5, 4)], [(2, 2, 4)],
+               "%i = arith.constant dense<[[0, 2], [4, 2]]> : tensor<2x2xi64>\n"
+               "  %r0 = opc.gather %a, %i {{axis = 0}} : ({G}, tensor<2x2xi64>) -> {GO}", [uniform]),
+    "softmax": ([A], [A], "%r0 = opc.softmax %a {{axis = -1}} : ({A}) -> {A}", [uniform]),
+    "log_softmax": ([A], [A], "%r0 = opc.log_softmax %a {{axis = 1}} : ({A}) -> {A}", [uniform]),
+    "layer_norm": ([A, (4,), (4,)], [A, (3,), (3,)],
+                   "%r0, %r1, %r2 = opc.layer_norm %a, %b, %c {{begin_norm_axis = 1}} : ({A}, {B}, {B}) -> "
+                   "({A}, {S}, {S})", [uniform, uniform, uniform]),
+    "softmax_cross_entropy": ([A], [(3, 1), A],
+                              "%l = arith.constant dense<[[3], [0], [2]]> : tensor<3x1xi64>\n"
+                              "  %r0, %r1 = opc.softmax_cross_entropy %a, %l {{axis = -1}} : ({A}, tensor<3x1xi64>) -> "
+                              "({L}, {A})", [uniform]),
+}
+NN_TYPES = {"A": ttype(A, F), "B": ttype(B, F), "S": ttype((3,), F), "E": ttype((), F), "T": ttype((2, 3, 4), F),
+            "W": ttype((4, 5), F), "T5": ttype((2, 3, 5), F), "P": ttype((2, 2), F), "C2": ttype((3, 2), F),
+            "C6": ttype((3, 6), F), "G": ttype((5, 4), F), "GO": ttype((2, 2, 4), F), "L": ttype((3, 1), F)}
+
+
+@pytest.fixture(scope="module")
+def nn_module():
+    text = "".join(nn_func(n, args, res, body.format(**NN_TYPES)) for n, (args, res, body, _) in NN_CASES.items())
+    return compile_kept(text, keep=lambda n: not n.endswith("_value_and_grad"), second_order=lambda n: True)
+
+
+@pytest.mark.parametrize("name", list(NN_CASES))
+def test_nn_op_first_and_second_order_finite_differences(nn_module, name: str) -> None:
+    shapes, results, _, samplers = NN_CASES[name]
+    args = [s(shape) for s, shape in zip(samplers, shapes)]
+    douts = [RNG.uniform(-1, 1, s) for s in results]
+    f, grad = getattr(nn_module, f"nn_{name}"), getattr(nn_module, f"nn_{name}_grad")
+    got = as_tuple(grad(*args, *douts))
+    for i, (g, w) in enumerate(zip(got, finite_diff(f, args, douts, list(range(len(args)))))):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{name}: grad of argument {i}")
+    dds = [RNG.uniform(-1, 1, np.shape(g)) for g in got]
+    got2 = as_tuple(getattr(nn_module, f"nn_{name}_grad_grad")(*args, *douts, *dds))
+    want2 = finite_diff(grad, [*args, *douts], dds, list(range(len(args) + len(douts))))
+    for i, (g, w) in enumerate(zip(got2, want2)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"{name}: second-order grad of argument {i}")

@@ -51,6 +51,19 @@ MAX_ORDER = 2
 """The highest `order` add_grad_functions builds (NAME_grad_grad)."""
 
 
+def grad_order(grad: object) -> int:
+    """`grad=` of opc.compile: False / True / 0 / 1 / 2 -> the order of gradients to build;
+    anything else is refused, naming it."""
+    if isinstance(grad, bool):
+        return int(grad)
+    if not isinstance(grad, int):
+        raise TypeError(f"grad must be True, False or an order 1 to {MAX_ORDER}, got {grad!r}")
+    if not 0 <= grad <= MAX_ORDER:
+        raise ValueError(f"grad={grad} is not supported: opc builds gradients up to order {MAX_ORDER} (grad=2 adds "
+                         f"NAME_grad_grad); for a higher order apply opc-grad{{func=NAME_grad_grad}} to the module")
+    return grad
+
+
 def is_float_value(v: SSAValue) -> bool:
     return isinstance(v.type, TensorType) and is_float(v.type.element_type)
 

@@ -349,6 +349,36 @@ def vjp_fused_gemm_epilogue(e: Emitter, op: o.FusedGemmEpilogueOp, douts: Grads)
     return tuple(grad.results)
 
 
+vjp_fused_gemm_epilogue.takes_missing = True  # type: ignore[attr-defined]  # None douts: see above
+
+
+# ---------------------------------------------------------------------------
+# Grad ops (higher order)
+# ---------------------------------------------------------------------------
+
+
+def vjp_through_rule(e: Emitter, op: Operation, douts: Grads) -> Grads:
+    """Any op with an invoke or composite rule (grad ops, by default): the
+    rule that opc-decompose uses is expanded, its ops recomputed here in the
+    backward, and differentiated (each by its own vjp, recursively).
+
+    So cast_grad is differentiated through cast(dout, x.dtype), relu_grad
+    through its select, fused_gemm_epilogue_grad through its matmuls and
+    activation grad; a grad op added with a rule needs no vjp of its own."""
+    from opc.autodiff import sweep
+    from opc.transforms.opc_decompose import expand
+
+    recompute = Emitter()
+    results = expand(recompute, op)
+    e.ops.extend(recompute.ops)
+    seeds = [(r, d) for r, d in zip(results, douts) if d is not None]
+    grads = sweep(e, recompute.ops, op.operands, seeds)
+    return tuple(grads.get(v) for v in op.operands)
+
+
+vjp_through_rule.takes_missing = True  # type: ignore[attr-defined]
+
+
 # ---------------------------------------------------------------------------
 # Index maps
 # ---------------------------------------------------------------------------
@@ -451,33 +481,3 @@ def vjp_softmax_cross_entropy(e: Emitter, op: o.SoftmaxCrossEntropyOp, douts: Gr
     if not parts:
         return e.full(0.0, op.logits), None
     return (parts[0] if len(parts) == 1 else e.add(parts[0], parts[1])), None
-
-
-vjp_fused_gemm_epilogue.takes_missing = True  # type: ignore[attr-defined]  # None douts: see above
-
-
-# ---------------------------------------------------------------------------
-# Grad ops (higher order)
-# ---------------------------------------------------------------------------
-
-
-def vjp_through_rule(e: Emitter, op: Operation, douts: Grads) -> Grads:
-    """Any op with an invoke or composite rule (grad ops, by default): the
-    rule that opc-decompose uses is expanded, its ops recomputed here in the
-    backward, and differentiated (each by its own vjp, recursively).
-
-    So cast_grad is differentiated through cast(dout, x.dtype), relu_grad
-    through its select, fused_gemm_epilogue_grad through its matmuls and
-    activation grad; a grad op added with a rule needs no vjp of its own."""
-    from opc.autodiff import sweep
-    from opc.transforms.opc_decompose import expand
-
-    recompute = Emitter()
-    results = expand(recompute, op)
-    e.ops.extend(recompute.ops)
-    seeds = [(r, d) for r, d in zip(results, douts) if d is not None]
-    grads = sweep(e, recompute.ops, op.operands, seeds)
-    return tuple(grads.get(v) for v in op.operands)
-
-
-vjp_through_rule.takes_missing = True  # type: ignore[attr-defined]
