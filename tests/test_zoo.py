@@ -13,6 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 from onnx_helpers import EXAMPLES, call, import_all, run_ort
+from oracle import np_dtype
 
 import opc
 
@@ -21,6 +22,7 @@ from zoo import MODELS, common  # noqa: E402
 
 OPSETS = [13, 17, 18, 21]
 FORWARD = {f"{name}_o{opset}": (name, opset) for name in MODELS for opset in OPSETS}
+HALVES = {f"{name}_{dt}": (name, dt) for name in MODELS for dt in ("float16", "bfloat16")}
 GRAD = {f"{name}_f64": (name, np.float64) for name in MODELS} | {f"{name}_f32": (name, np.float32) for name in MODELS}
 
 
@@ -31,6 +33,7 @@ def build(name: str, opset: int = 17, dtype=np.float32):
 @pytest.fixture(scope="module")
 def forward():
     models = {case: build(name, opset) for case, (name, opset) in FORWARD.items()}
+    models |= {case: build(name, 17, np_dtype(dt)) for case, (name, dt) in HALVES.items()}
     module, params = import_all(models)
     return opc.compile(module), models, params
 
@@ -58,6 +61,21 @@ def test_forward_matches_onnxruntime_and_numpy(forward, case):
         assert g.dtype == np.float32 and g.shape == w_ort.shape
         np.testing.assert_allclose(g, w_ort, rtol=2e-5, atol=2e-5)
         np.testing.assert_allclose(g, w_np, rtol=5e-5, atol=5e-5)
+
+
+@pytest.mark.parametrize("case", list(HALVES))
+def test_half_precision_forward_matches_numpy(forward, case):
+    """The same models in f16 and bf16 (computed in f32, rounded after every op), against f64 NumPy."""
+    compiled, models, params = forward
+    name, dt = HALVES[case]
+    feeds = MODELS[name].inputs(dtype=np_dtype(dt))
+    got = call(compiled, case, feeds, params[case])
+    wide = {k: v.astype(np.float64) if v.dtype == np_dtype(dt) else v for k, v in feeds.items()}
+    want = as_list(MODELS[name].reference(wide, {k: v.astype(np.float64) for k, v in common.weights(models[case]).items()}))
+    tol = {"float16": 5e-3, "bfloat16": 5e-2}[dt]
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == np_dtype(dt)
+        np.testing.assert_allclose(g.astype(np.float64), w, rtol=tol, atol=tol)
 
 
 def objective(fn, args: list[np.ndarray], douts: list[np.ndarray]) -> float:
