@@ -96,27 +96,34 @@ OPC_FN int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #undef OPC_NN_LOG
 #undef OPC_NN_SQRT
 
-/* Entry points by dtype: T the storage type, A the compute type, F the family, DT the dtype code. */
+/* Entry points by dtype: T the storage type, A the compute type, F the family, DT the dtype code.
+ * Each is one out-of-line function (the family's body inlined into it with its dtype constant), so a
+ * module that calls a kernel from many places compiles it once. */
+#if defined(__GNUC__)
+#define OPC_NN_ENTRY static __attribute__((noinline, unused))
+#else
+#define OPC_NN_ENTRY static
+#endif
 #define OPC_NN_ENTRIES(SUF, T, A, F, DT)                                                                       \
-    OPC_FN void opc_nn_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {             \
+    OPC_NN_ENTRY void opc_nn_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {             \
         opc_nn_softmax_##F(x, y, outer, n, inner, DT, 0);                                                      \
     }                                                                                                          \
-    OPC_FN void opc_nn_log_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {         \
+    OPC_NN_ENTRY void opc_nn_log_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {         \
         opc_nn_softmax_##F(x, y, outer, n, inner, DT, 1);                                                      \
     }                                                                                                          \
-    OPC_FN void opc_nn_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n,       \
+    OPC_NN_ENTRY void opc_nn_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n,       \
                                           int64_t inner) {                                                     \
         opc_nn_softmax_grad_##F(out, dout, dx, outer, n, inner, DT, 0);                                        \
     }                                                                                                          \
-    OPC_FN void opc_nn_log_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n,   \
+    OPC_NN_ENTRY void opc_nn_log_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n,   \
                                               int64_t inner) {                                                 \
         opc_nn_softmax_grad_##F(out, dout, dx, outer, n, inner, DT, 1);                                        \
     }                                                                                                          \
-    OPC_FN void opc_nn_layer_norm_##SUF(const T *x, const T *scale, const T *bias, T *y, A *mean, A *rstd,    \
+    OPC_NN_ENTRY void opc_nn_layer_norm_##SUF(const T *x, const T *scale, const T *bias, T *y, A *mean, A *rstd,    \
                                         int64_t rows, int64_t cols, double eps) {                              \
         opc_nn_layer_norm_##F(x, scale, bias, y, mean, rstd, rows, cols, eps, DT);                             \
     }                                                                                                          \
-    OPC_FN void opc_nn_layer_norm_grad_##SUF(const T *x, const T *scale, const A *mean, const A *rstd,        \
+    OPC_NN_ENTRY void opc_nn_layer_norm_grad_##SUF(const T *x, const T *scale, const A *mean, const A *rstd,        \
                                              const T *dy, T *dx, T *dscale, T *dbias, int64_t rows,            \
                                              int64_t cols) {                                                   \
         opc_nn_layer_norm_grad_##F(x, scale, mean, rstd, dy, dx, dscale, dbias, rows, cols, DT);               \
@@ -125,12 +132,12 @@ OPC_FN int64_t opc_nn_label(const void *label, int64_t i, int label64) {
     OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i64, int64_t, 1)
 
 #define OPC_NN_SCE_ENTRIES(SUF, T, F, DT, LSUF, L, L64)                                                        \
-    OPC_FN void opc_nn_softmax_cross_entropy_##SUF##_##LSUF(const T *logits, const L *label, T *loss, T *sm,  \
+    OPC_NN_ENTRY void opc_nn_softmax_cross_entropy_##SUF##_##LSUF(const T *logits, const L *label, T *loss, T *sm,  \
                                                             int64_t *record, int64_t outer, int64_t n,         \
                                                             int64_t inner, int64_t code) {                     \
         opc_nn_softmax_cross_entropy_##F(logits, label, L64, loss, sm, record, outer, n, inner, code, DT);     \
     }                                                                                                          \
-    OPC_FN void opc_nn_softmax_cross_entropy_grad_##SUF##_##LSUF(const L *label, const T *sm, const T *dloss, \
+    OPC_NN_ENTRY void opc_nn_softmax_cross_entropy_grad_##SUF##_##LSUF(const L *label, const T *sm, const T *dloss, \
                                                                  T *dx, int64_t *record, int64_t outer,       \
                                                                  int64_t n, int64_t inner, int64_t code) {    \
         opc_nn_softmax_cross_entropy_grad_##F(label, L64, sm, dloss, dx, record, outer, n, inner, code, DT);   \
@@ -142,6 +149,7 @@ OPC_NN_ENTRIES(bf16, uint16_t, float, s, OPC_NN_BF16)
 OPC_NN_ENTRIES(f64, double, double, d, OPC_NN_F64)
 
 #undef OPC_NN_ENTRIES
+#undef OPC_NN_ENTRY
 #undef OPC_NN_SCE_ENTRIES
 
 #endif /* OPC_NN_H */

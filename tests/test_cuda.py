@@ -165,6 +165,75 @@ def ops_sources() -> list[str]:
                   f"  %t = opc.add %a0, %c : ({tt(s, 'float32')}, {tt(s, 'float32')}) -> {tt(s, 'float32')}\n"
                   f"  %r = opc.mul %t, %h : ({tt(s, 'float32')}, {tt((3,), 'float32')}) -> {tt(s, 'float32')}",
                   [(s, "float32")]))
+    out += nn_sources()
+    return out
+
+
+def nn_sources() -> list[str]:
+    """The ops of issue 11: every op, the kernels in a half and a full type, both row layouts."""
+    out = []
+    s, x3 = (4, 3), (3, 10, 5)
+    for op, dt in (("reduce_min", "float32"), ("reduce_min", "uint8"), ("reduce_mean", "bfloat16")):
+        out.append(fn(f"{op}_{dt}", [(x3, dt)], f"%r = opc.{op} %a0 {{axes = array<i64: 1>}} : ({tt(x3, dt)}) -> "
+                      f"{tt((3, 5), dt)}", [((3, 5), dt)]))
+    for dt in ("float32", "float16"):
+        out.append(unary(f"sigmoid_{dt}", "sigmoid", dt))
+    for name, xs, ys, rs, dt in (("heads", (2, 3, 4, 5), (2, 1, 5, 6), (2, 3, 4, 6), "float32"),
+                                 ("linear", (2, 4, 5), (5, 6), (2, 4, 6), "float16"),
+                                 ("mixed", (2, 1, 4, 5), (1, 3, 5, 6), (2, 3, 4, 6), "float32")):
+        out.append(fn(f"matmul_{name}_{dt}", [(xs, dt), (ys, dt)],
+                      f"%r = opc.matmul %a0, %a1 : ({tt(xs, dt)}, {tt(ys, dt)}) -> {tt(rs, dt)}", [(rs, dt)]))
+    sl = "{start = array<i64: 1, 0>, limit = array<i64: 4, 3>, strides = array<i64: 2, 2>}"
+    for dt in ("float32", "int8"):
+        out.append(fn(f"slice_{dt}", [(s, dt)], f"%r = opc.slice %a0 {sl} : ({tt(s, dt)}) -> {tt((2, 2), dt)}",
+                      [((2, 2), dt)]))
+    out.append(fn("slice_grad_f32", [(s, "float32"), ((2, 2), "float32")],
+                  f"%r = opc.slice_grad %a0, %a1 {sl} : ({tt(s, 'float32')}, {tt((2, 2), 'float32')}) -> "
+                  f"{tt(s, 'float32')}", [(s, "float32")]))
+    for dt in ("float32", "bool"):
+        out.append(fn(f"concat_{dt}", [(s, dt), ((4, 2), dt)], f"%r = opc.concat %a0, %a1 {{axis = 1}} : "
+                      f"({tt(s, dt)}, {tt((4, 2), dt)}) -> {tt((4, 5), dt)}", [((4, 5), dt)]))
+    table = (10, 3)
+    for dt, it in (("float32", "int64"), ("bfloat16", "int32")):
+        out.append(fn(f"gather_{dt}", [(table, dt), ((2, 4), it)], f"%r = opc.gather %a0, %a1 : "
+                      f"({tt(table, dt)}, {tt((2, 4), it)}) -> {tt((2, 4, 3), dt)}", [((2, 4, 3), dt)]))
+    for dt in ("float32", "float16"):
+        out.append(fn(f"gather_grad_{dt}", [(table, dt), ((2, 4), "int64"), ((2, 4, 3), dt)],
+                      f"%r = opc.gather_grad %a0, %a1, %a2 : ({tt(table, dt)}, {tt((2, 4), 'int64')}, "
+                      f"{tt((2, 4, 3), dt)}) -> {tt(table, dt)}", [(table, dt)]))
+    out.append(fn("gather_bag_f32", [(table, "float32"), ((2, 4), "int32")],
+                  f"%g = opc.gather %a0, %a1 : ({tt(table, 'float32')}, {tt((2, 4), 'int32')}) -> "
+                  f"{tt((2, 4, 3), 'float32')}\n  %r = opc.reduce_mean %g {{axes = array<i64: 1>}} : "
+                  f"({tt((2, 4, 3), 'float32')}) -> {tt((2, 3), 'float32')}", [((2, 3), "float32")]))
+    for op, dt, axis in (("softmax", "float32", -1), ("softmax", "float16", 1), ("log_softmax", "float32", 0),
+                         ("log_softmax", "bfloat16", -1)):
+        out.append(fn(f"{op}_{dt}", [(x3, dt)], f"%r = opc.{op} %a0 {{axis = {axis}}} : ({tt(x3, dt)}) -> "
+                      f"{tt(x3, dt)}", [(x3, dt)]))
+    for op, dt, axis in (("softmax_grad", "float32", -1), ("softmax_grad", "float64", 1),
+                         ("log_softmax_grad", "float16", 1)):
+        out.append(fn(f"{op}_{dt}", [(x3, dt), (x3, dt)], f"%r = opc.{op} %a0, %a1 {{axis = {axis}}} : "
+                      f"({tt(x3, dt)}, {tt(x3, dt)}) -> {tt(x3, dt)}", [(x3, dt)]))
+    for dt, st in (("float32", "float32"), ("bfloat16", "float32"), ("float64", "float64")):
+        t, v, m = tt(x3, dt), tt((5,), dt), tt((3, 10), st)
+        out.append(fn(f"layer_norm_{dt}", [(x3, dt), ((5,), dt), ((5,), dt)],
+                      f"%r, %m, %s = opc.layer_norm %a0, %a1, %a2 : ({t}, {v}, {v}) -> ({t}, {m}, {m})",
+                      [(x3, dt), ((3, 10), st), ((3, 10), st)], ("%r", "%m", "%s")))
+    for dt, st in (("float32", "float32"), ("float16", "float32")):
+        t, v, m = tt(x3, dt), tt((10, 5), dt), tt((3,), st)
+        out.append(fn(f"layer_norm_grad_{dt}", [(x3, dt), ((10, 5), dt), ((3,), st), ((3,), st), (x3, dt)],
+                      f"%dx, %ds, %db = opc.layer_norm_grad %a0, %a1, %a2, %a3, %a4 {{begin_norm_axis = 1}} : "
+                      f"({t}, {v}, {m}, {m}, {t}) -> ({t}, {v}, {v})", [(x3, dt), ((10, 5), dt), ((10, 5), dt)],
+                      ("%dx", "%ds", "%db")))
+    # labels in [0, 10): the numeric test samples them non-negative ("label" in the name)
+    for dt, lt, axis, ls in (("float32", "int64", 1, (3, 1, 5)), ("float16", "int32", -1, (3, 10, 1))):
+        shape = (3, 10, 5) if axis == 1 else (3, 10, 10)
+        t, lab, loss = tt(shape, dt), tt(ls, lt), tt(ls, dt)
+        out.append(fn(f"sce_label_{dt}", [(shape, dt), (ls, lt)],
+                      f"%l, %s = opc.softmax_cross_entropy %a0, %a1 {{axis = {axis}}} : ({t}, {lab}) -> ({loss}, {t})",
+                      [(ls, dt), (shape, dt)], ("%l", "%s")))
+        out.append(fn(f"sce_grad_label_{dt}", [(ls, lt), (shape, dt), (ls, dt)],
+                      f"%r = opc.softmax_cross_entropy_grad %a0, %a1, %a2 {{axis = {axis}}} : ({lab}, {t}, {loss}) "
+                      f"-> {t}", [(shape, dt)]))
     return out
 
 
@@ -300,14 +369,15 @@ def test_op_on_gpu_matches_cpu(gpu_and_cpu, name):
     gpu, cpu = gpu_and_cpu
     sig = getattr(cpu, name).sig
     rng = np.random.default_rng(7)
-    positive = any(k in name for k in ("log", "sqrt", "pow"))
+    positive = any(k in name for k in ("log", "sqrt", "pow", "label"))
     args = [sample(shape, dt, rng, positive) for _, shape, dt in sig.inputs]
     got, want = getattr(gpu, name)(*args), getattr(cpu, name)(*args)
     got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
     for g, w, (_, dt) in zip(got, want, sig.outputs):
         if dt in TOL:
             # sums in another order (GEMM, reductions) and CUDA's libm differ from the CPU's by a few ulps
-            tol = TOL[dt] * (4 if any(k in name for k in ("matmul", "fused", "reduce", "erf", "gelu", "pow")) else 1)
+            tol = TOL[dt] * (4 if any(k in name for k in ("matmul", "fused", "reduce", "erf", "gelu", "pow", "softmax",
+                                                          "norm", "sce", "sigmoid", "bag")) else 1)
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * 8, err_msg=name)
         else:
             np.testing.assert_array_equal(g, w, err_msg=name)

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import Float32Type, TensorType, f32
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
 
@@ -384,8 +384,14 @@ vjp_through_rule.takes_missing = True  # type: ignore[attr-defined]
 # ---------------------------------------------------------------------------
 
 
+def type_carrier(e: Emitter, v: SSAValue) -> SSAValue:
+    """For a grad op operand needed only for its type: v itself if it is an argument, else zeros of its
+    type, so that the backward never has to compute the forward op that produced v."""
+    return v if isinstance(v, BlockArgument) else e.full(0.0, v)
+
+
 def vjp_slice(e: Emitter, op: o.SliceOp, douts: Grads) -> Grads:
-    return (e.value(o.SliceGradOp(op.x, douts[0], *op.slice_params())),)
+    return (e.value(o.SliceGradOp(type_carrier(e, op.x), douts[0], *op.slice_params())),)
 
 
 def vjp_concat(e: Emitter, op: o.ConcatOp, douts: Grads) -> Grads:
@@ -404,7 +410,7 @@ def vjp_concat(e: Emitter, op: o.ConcatOp, douts: Grads) -> Grads:
 
 
 def vjp_gather(e: Emitter, op: o.GatherOp, douts: Grads) -> Grads:
-    return e.value(o.GatherGradOp(op.x, op.indices, douts[0], op.axis.value.data)), None
+    return e.value(o.GatherGradOp(type_carrier(e, op.x), op.indices, douts[0], op.axis.value.data)), None
 
 
 def vjp_slice_grad(e: Emitter, op: o.SliceGradOp, douts: Grads) -> Grads:
