@@ -21,7 +21,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.onnx_import.graph import ELEMENT_TYPES, Node, converter, dtype_name
+from opc.onnx_import.graph import ELEMENT_TYPES, Node, converter, dtype_name, numpy_dtype_of
 
 Values = list[SSAValue | np.ndarray]
 
@@ -89,8 +89,6 @@ def mean(node: Node) -> Values:
 
 def scalar(node: Node, value: float, like: SSAValue) -> SSAValue:
     """A rank-0 constant of like's element type (broadcasts against anything)."""
-    from opc.onnx_import.graph import numpy_dtype_of
-
     return node.e.constant(np.array(value, numpy_dtype_of(like.type.element_type)))  # type: ignore[attr-defined]
 
 
@@ -128,8 +126,6 @@ def broadcasts_to(small: Sequence[int], shape: Sequence[int]) -> bool:
 
 
 def node_numpy_dtype(node: Node, i: int) -> np.dtype:
-    from opc.onnx_import.graph import numpy_dtype_of
-
     return numpy_dtype_of(node.element(i))
 
 
@@ -550,8 +546,6 @@ def nll_loss(node: Node, logp: SSAValue, labels: SSAValue) -> SSAValue:
 
 
 def numpy_of(v: SSAValue) -> np.dtype:
-    from opc.onnx_import.graph import numpy_dtype_of
-
     return numpy_dtype_of(v.type.element_type)  # type: ignore[attr-defined]
 
 
