@@ -16,6 +16,7 @@ import importlib.machinery
 import importlib.util
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,23 +93,37 @@ def compile_flags() -> list[str]:
     return BASE_FLAGS + list(native_flags())
 
 
-def runtime_object(cache: Path) -> Path:
-    """opc_gemm_lib.c compiled once per toolchain and flags, shared by every module."""
-    key = content_key(runtime_digest(), compiler_version(), *compile_flags(), length=16)
-    obj = cache / f"opc_gemm_lib-{key}.o"
+def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, ...] = ()) -> Path:
+    """runtime/LIB.c (with `defines`) compiled once per toolchain and flags, shared by every module."""
+    key = content_key(runtime_digest(), compiler_version(), *compile_flags(), *defines, length=16)
+    variant = "".join(f"-{d.split('=')[-1]}" for d in defines)
+    obj = cache / f"{lib}{variant}-{key}.o"
     if obj.exists():
         return obj
     fd, tmp = tempfile.mkstemp(suffix=".o", dir=cache)
     os.close(fd)
     cc = os.environ.get("CC", "gcc")
-    cmd = [cc, *compile_flags(), "-fPIC", "-I", str(runtime_dir()), "-c", str(runtime_dir() / "opc_gemm_lib.c"),
+    cmd = [cc, *compile_flags(), *defines, "-fPIC", "-I", str(runtime_dir()), "-c", str(runtime_dir() / f"{lib}.c"),
            "-o", tmp]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         os.unlink(tmp)
-        raise OpcError(f"error: building opc's GEMM runtime failed: {proc.stderr.strip().splitlines()[-1:]}")
+        raise OpcError(f"error: building opc's runtime {lib} failed: {proc.stderr.strip().splitlines()[-1:]}")
     os.replace(tmp, obj)
     return obj
+
+
+# The kernels of runtime/opc_nn.h: one object per dtype (opc_nn_lib.c, -DOPC_NN_ONLY=code).
+NN_DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3}
+
+
+def runtime_objects(source: str, cache: Path) -> list[str]:
+    """The runtime objects a module's C source calls into."""
+    objects = [runtime_object(cache)] if "opc_rt_gemm_" in source else []
+    for dt, code in NN_DTYPE_CODES.items():
+        if re.search(rf"\bopc_nn_\w+_{dt}(_i32|_i64)?\(", source):
+            objects.append(runtime_object(cache, "opc_nn_lib", (f"-DOPC_NN_ONLY={code}",)))
+    return [str(o) for o in objects]
 
 
 def cdef_for(signatures: list[FunctionSignature]) -> str:
@@ -170,7 +185,7 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
         return name, target
     ffi = cffi.FFI()
     ffi.cdef(cdef)
-    objects = [str(runtime_object(cache))] if "opc_rt_gemm_" in source else []
+    objects = runtime_objects(source, cache)
     ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
                    extra_compile_args=compile_flags(), extra_link_args=["-fopenmp"])
     tmp = tempfile.mkdtemp(prefix=f"{name}-", dir=cache)

@@ -281,7 +281,7 @@ class CEmitter:
     yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
-              '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn.h"\n')
+              '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn_api.h"\n')
     # where a function has run-time checks: the offending value of the calling thread's last failure
     status_support = ("static _Thread_local int64_t opc_error_detail = 0;\n"
                       "int64_t opc_error_value(void) { return opc_error_detail; }\n")
