@@ -1,7 +1,8 @@
 """The `opc_loops` dialect: the few buffer-level ops that xDSL's memref, scf,
 arith and math dialects do not already give the loop level of opc.
 
-  opc_loops.gemm  out[b] = act(op_a(A[b]) @ op_b(B[b]) + bias), reserve = pre-act
+  opc_loops.gemm           out[b] = act(op_a(A[b]) @ op_b(B[b]) + bias), reserve = pre-act
+  opc_loops.external_call  a device's own kernel for one op instance (runtime/opc_kernel.h)
 
 Everything else at the loop level is upstream: scf.parallel / scf.for loop
 nests, memref.load / memref.store / memref.alloc, arith and math scalars.
@@ -9,8 +10,8 @@ nests, memref.load / memref.store / memref.alloc, arith and math scalars.
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import BoolAttr, IntegerAttr, MemRefType, StringAttr, i64
-from xdsl.ir import Dialect, SSAValue
+from xdsl.dialects.builtin import BoolAttr, DictionaryAttr, IntegerAttr, MemRefType, StringAttr, i64
+from xdsl.ir import Attribute, Dialect, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -19,6 +20,7 @@ from xdsl.irdl import (
     operand_def,
     opt_operand_def,
     prop_def,
+    var_operand_def,
 )
 from xdsl.utils.exceptions import VerifyException
 
@@ -94,4 +96,31 @@ class GemmOp(IRDLOperation):
             raise VerifyException("all operands must share one element type")
 
 
-OpcLoops = Dialect("opc_loops", [GemmOp], [])
+@irdl_op_definition
+class ExternalCallOp(IRDLOperation):
+    """`opc_loops.external_call (%x, %y, %bias) -> (%out) {symbol = "npu_gemm", op = "opc.fused_gemm_epilogue",
+    kernel_attrs = {activation = "none", ...}} : (memref<...>, ...) -> (memref<...>)`
+
+    A device's own kernel, an opaque boundary: it reads the input buffers and
+    writes every element of the output buffers (the op's operands and results,
+    in order), given the op's attributes.
+    """
+
+    name = "opc_loops.external_call"
+    inputs = var_operand_def(MemRefType)
+    outputs = var_operand_def(MemRefType)
+    symbol = prop_def(StringAttr)
+    op = prop_def(StringAttr)
+    kernel_attrs = prop_def(DictionaryAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+    assembly_format = (
+        "`(` $inputs `)` `->` `(` $outputs `)` attr-dict `:` `(` type($inputs) `)` `->` `(` type($outputs) `)`"
+    )
+
+    def __init__(self, symbol: str, op: str, inputs: list[SSAValue], outputs: list[SSAValue],
+                 kernel_attrs: dict[str, Attribute]):
+        super().__init__(operands=[inputs, outputs], properties={
+            "symbol": StringAttr(symbol), "op": StringAttr(op), "kernel_attrs": DictionaryAttr(kernel_attrs)})
+
+
+OpcLoops = Dialect("opc_loops", [GemmOp, ExternalCallOp], [])
