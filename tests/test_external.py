@@ -5,8 +5,11 @@ routing per op instance, the kernels inside compiled models, `opc check`
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +118,21 @@ def test_check_plan_rows_without_running(tmp_path) -> None:
 # ---------------------------------------------------------------------------
 # The example device: a model runs through its kernels; `opc check` is green
 # ---------------------------------------------------------------------------
+
+
+def test_npu_mlp_compiled_to_a_directory_imports_in_a_fresh_process(tmp_path) -> None:
+    """`opc compile -o DIR` links the device's kernels into the extension it writes."""
+    assert main(["compile", str(ROOT / "examples" / "npu" / "mlp.mlir"), "--target", NPU, "-o", str(tmp_path)]) == 0
+    x, w1, b1, w2, b2 = (np.full(s, 0.25, np.float32) for s in [(8, 16), (16, 32), (32,), (32, 10), (10,)])
+    np.savez(tmp_path / "in.npz", x=x, w1=w1, b1=b1, w2=w2, b2=b2)
+    script = (f"import sys, numpy as np; sys.path.insert(0, {str(tmp_path)!r}); import mlp; "
+              f"d = np.load({str(tmp_path / 'in.npz')!r}); "
+              "print(float(mlp.mlp(d['x'], d['w1'], d['b1'], d['w2'], d['b2'])[0, 0]))")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr
+    z = 16 * 0.25 * 0.25 + 0.25
+    assert float(run.stdout) == pytest.approx(32 * gelu(z) * 0.25 + 0.25, rel=1e-3)
 
 
 def test_npu_mlp_runs_through_device_kernels() -> None:
@@ -234,11 +252,47 @@ int npu_relu(const opc_kernel_call *call) {
 """
 
 
+# Kernels that read int-list and float attributes: transpose by `perm` (any element size), full by `value`.
+TRANSPOSE_AND_FULL = r"""
+#include "opc_kernel.h"
+
+static size_t width(opc_dtype t) {
+    return t == OPC_DTYPE_I64 || t == OPC_DTYPE_F64 ? 8 : t == OPC_DTYPE_I32 || t == OPC_DTYPE_F32 ? 4
+         : t == OPC_DTYPE_I16 || t == OPC_DTYPE_F16 || t == OPC_DTYPE_BF16 ? 2 : 1;
+}
+
+int npu_transpose(const opc_kernel_call *call) {
+    const opc_tensor *x = &call->inputs[0], *out = &call->outputs[0];
+    int32_t rank;
+    const int64_t *perm = opc_attr_ints(call, "perm", &rank);
+    if (rank != x->rank) return opc_kernel_fail(call, "perm has %d entries for rank %d", rank, x->rank);
+    int64_t in_stride[4], idx[4] = {0, 0, 0, 0};
+    for (int d = rank - 1, s = 1; d >= 0; s *= (int)x->shape[d], d--) in_stride[d] = s;
+    const size_t w = width(x->dtype);
+    for (int64_t i = 0, n = opc_numel(out); i < n; i++) {  /* idx: out's index, last dim fastest */
+        int64_t src = 0;
+        for (int d = 0; d < rank; d++) src += idx[d] * in_stride[perm[d]];
+        memcpy((char *)out->data + i * w, (const char *)x->data + src * w, w);
+        for (int d = rank - 1; d >= 0 && ++idx[d] == out->shape[d]; d--) idx[d] = 0;
+    }
+    return 0;
+}
+
+int npu_full(const opc_kernel_call *call) {
+    const double value = opc_attr_float(call, "value", -1.0);
+    for (int64_t i = 0, n = opc_numel(&call->outputs[0]); i < n; i++) ((float *)call->outputs[0].data)[i] = (float)value;
+    return 0;
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def flaky(tmp_path_factory) -> str:
     d = tmp_path_factory.mktemp("flaky")
-    return device(d, '[external.relu]\nsource = "relu.c"\nsymbol = "npu_relu"\ndtypes = ["f32"]\n',
-                  {"relu.c": FLAKY_RELU}, name="flaky")
+    return device(d, '[external.relu]\nsource = "relu.c"\nsymbol = "npu_relu"\ndtypes = ["f32"]\n'
+                  '[external.transpose]\nsource = "more.c"\nsymbol = "npu_transpose"\ndtypes = ["f32", "i64", "bf16"]\n'
+                  '[external.full]\nsource = "more.c"\nsymbol = "npu_full"\ndtypes = ["f32"]\n',
+                  {"relu.c": FLAKY_RELU, "more.c": TRANSPOSE_AND_FULL}, name="flaky")
 
 
 def test_kernel_error_raises_runtime_error(flaky) -> None:
@@ -247,23 +301,32 @@ func.func @f(%x: tensor<3x5xf32>) -> tensor<3x5xf32> {
   %r = opc.relu %x : (tensor<3x5xf32>) -> tensor<3x5xf32>
   func.return %r : tensor<3x5xf32>
 }
-func.func @g(%x: tensor<2x2xf32>) -> tensor<2x2xf32> {
+func.func @g(%x: tensor<2x2xf32>) -> (tensor<2x2xf32>, tensor<2x3xf32>) {
   %r = opc.relu %x : (tensor<2x2xf32>) -> tensor<2x2xf32>
-  func.return %r : tensor<2x2xf32>
+  %c = opc.full {value = 2.5 : f64} : () -> tensor<2x3xf32>
+  func.return %r, %c : tensor<2x2xf32>, tensor<2x3xf32>
 }
 """
     m = opc.compile(src, target=flaky)
+    assert "npu_full(&opc_call)" in m.c_source and "OPC_ATTR_FLOAT" in m.c_source
     with pytest.raises(RuntimeError, match=r"^f\(\): npu_relu: queue full for 15 elements$"):
         m.f(np.ones((3, 5), np.float32))
-    np.testing.assert_array_equal(m.g(np.array([[-1, 2], [3, -4]], np.float32)), [[0, 2], [3, 0]])
+    r, c = m.g(np.array([[-1, 2], [3, -4]], np.float32))
+    np.testing.assert_array_equal(r, [[0, 2], [3, 0]])
+    np.testing.assert_array_equal(c, np.full((2, 3), 2.5, np.float32))
 
 
 def test_check_survives_a_crashing_kernel(flaky, capsys) -> None:
     assert main(["check", "--target", flaky]) == 1
     out = capsys.readouterr().out
-    result = {r[3]: r[6] for r in rows(out) if r[2] == "f32" and r[3] != "(any)"}
+    table = rows(out)
+    result = {r[3]: r[6] for r in table if r[0] == "relu" and r[2] == "f32" and r[3] != "(any)"}
     assert result == {"1": "pass", "7": "FAIL: crashed (SIGSEGV)",
                       "3x5": "FAIL: kernel error: npu_relu: queue full for 15 elements", "2x3x37": "pass"}
+    transposes = [r for r in table if r[0] == "transpose" and r[3] != "(any)"]
+    assert len(transposes) == 12 and all(r[6] == "pass" and r[5] == "exact" for r in transposes)
+    assert ["full", "-", "f32", "-", "-", "-", "n/a: opc check has no grid for opc.full yet (opc/check.py GRIDS)"] in table
+    assert out.splitlines()[-1] == "failing: relu - f32 7; relu - f32 3x5"
 
 
 # ---------------------------------------------------------------------------

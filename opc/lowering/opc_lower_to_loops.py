@@ -92,6 +92,7 @@ class FunctionLowering:
 
     def plan_inlining(self) -> set[Operation]:
         inlined: set[Operation] = set()
+
         def pointwise(user: Operation) -> bool:  # a device's kernel reads buffers
             return isinstance(user, POINTWISE_CONSUMERS) and external_symbol(user) is None
 
