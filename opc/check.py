@@ -32,7 +32,7 @@ import multiprocessing
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -207,7 +207,6 @@ class Case:
     tol: float = 0.0
     error: float | None = None
     result: str = ""
-    outputs: list[int] = field(default_factory=list)
 
     @property
     def op(self) -> str:
@@ -253,35 +252,42 @@ def plan(target: Target, kernels: Sequence[ExternalKernel]) -> tuple[list[Case],
     cases: list[Case] = []
     funcs: list[func.FuncOp] = []
     for kernel in kernels:
-        grid = grid_for(kernel.op)
-        if grid is None:
-            cases.append(Case(kernel, {}, ",".join(kernel.dtypes), "-", "n/a",
-                              f"opc check has no grid for {kernel.op} yet (opc/check.py GRIDS)"))
-            continue
-        seen: set[str] = set()
-        for attrs in combinations(kernel.op):
-            props = {a: to_attribute(kernel.op, a, v) for a, v in attrs.items()}
-            for dtype in DTYPES:
-                shapes = admitted(grid, kernel.op, props, dtype)
-                if shapes is None:
-                    continue
-                seen.add(dtype)
-                probe = build_op(shapes[0])[1]
-                why = kernel.mismatch(probe)
-                if why is not None:
-                    where = fallback_route(probe, target)
-                    cases.append(Case(kernel, attrs, dtype, "(any)", "fallback", f"{why} {where}"))
-                    continue
-                exact = kernel.op in EXACT_OPS or not dtype.startswith(("f", "bf"))
-                for shape in shapes:
-                    case = Case(kernel, attrs, dtype, shape.label, "run", args=shape.args, special=shape.special,
-                                scale=shape.scale, function=f"case{len(funcs)}", tol=0.0 if exact else TOLERANCE[dtype])
-                    funcs.append(case_function(case.function, shape))
-                    cases.append(case)
-        for dtype in kernel.dtypes:
-            if dtype not in seen:
-                cases.append(Case(kernel, {}, dtype, "-", "n/a", f"{kernel.op} does not admit dtype {dtype}"))
+        cases += plan_kernel(target, kernel, funcs)
     return cases, funcs
+
+
+def plan_kernel(target: Target, kernel: ExternalKernel, funcs: list[func.FuncOp]) -> list[Case]:
+    """One kernel's rows; the functions of the cases that run are appended to funcs."""
+    grid = grid_for(kernel.op)
+    if grid is None:
+        return [Case(kernel, {}, ",".join(kernel.dtypes), "-", "n/a",
+                     f"opc check has no grid for {kernel.op} yet (opc/check.py GRIDS)")]
+    cases: list[Case] = []
+    seen: set[str] = set()
+    for attrs in combinations(kernel.op):
+        props = {a: to_attribute(kernel.op, a, v) for a, v in attrs.items()}
+        for dtype in DTYPES:
+            shapes = admitted(grid, kernel.op, props, dtype)
+            if shapes is None:
+                continue
+            seen.add(dtype)
+            probe = build_op(shapes[0])[1]
+            why = kernel.mismatch(probe)
+            if why is not None:
+                cases.append(Case(kernel, attrs, dtype, "(any)", "fallback", f"{why} {fallback_route(probe, target)}"))
+                continue
+            exact = kernel.op in EXACT_OPS or not dtype.startswith(("f", "bf"))
+            for shape in shapes:
+                case = Case(kernel, attrs, dtype, shape.label, "run", args=shape.args, special=shape.special,
+                            scale=shape.scale, function=f"case{len(funcs)}", tol=0.0 if exact else TOLERANCE[dtype])
+                funcs.append(case_function(case.function, shape))
+                cases.append(case)
+    if not seen:
+        return [Case(kernel, {}, ",".join(kernel.dtypes), "-", "n/a",
+                     f"the grid of opc/check.py built no instance of {kernel.op} the verifier admits")]
+    cases += [Case(kernel, {}, d, "-", "n/a", f"{kernel.op} does not admit dtype {d}")
+              for d in kernel.dtypes if d not in seen]
+    return cases
 
 
 def fallback_route(op: Operation, target: Target) -> str:
