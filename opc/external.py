@@ -244,8 +244,10 @@ def parse_externals(path: str, table: Any, backend: str) -> tuple[ExternalKernel
         full = os.path.normpath(os.path.join(base, source))
         if not os.path.isfile(full):
             raise fail(f"{key}.source", f"no such file '{source}' (looked for {full})")
-        if not isinstance(symbol, str) or not symbol.isidentifier():
+        if not isinstance(symbol, str) or not (symbol.isidentifier() and symbol.isascii()):
             raise fail(f"{key}.symbol", f"must be a C function name, got {symbol!r}")
+        if symbol.startswith("opc_"):
+            raise fail(f"{key}.symbol", f"'{symbol}': names starting with opc_ are opc's own")
         if not isinstance(dtypes, list) or not dtypes or not all(isinstance(d, str) for d in dtypes):
             raise fail(f"{key}.dtypes", 'must be a non-empty list of dtype names, e.g. ["f32", "f16"]')
         for d in dtypes:

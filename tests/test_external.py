@@ -344,6 +344,7 @@ GOOD_KERNEL = '#include "opc_kernel.h"\nint k(const opc_kernel_call *call) { (vo
     ('[external.cast]\nsource = "k.c"\nsymbol = "k"\ndtypes = ["f32"]\ndtype = ["f128"]\n',
      "[external.cast].dtype: unknown value 'f128'"),
     ('[external.cast]\nsource = "k.c"\nsymbol = "k-1"\ndtypes = ["f32"]\n', "[external.cast].symbol: must be a C function name"),
+    ('[external.cast]\nsource = "k.c"\nsymbol = "opc_cast"\ndtypes = ["f32"]\n', "names starting with opc_ are opc's own"),
     ('[external.cast]\nsource = "k.c"\ndtypes = ["f32"]\n', "[external.cast]: missing key 'symbol'"),
     ('backend = "cuda"\n[external.cast]\nsource = "k.c"\nsymbol = "k"\ndtypes = ["f32"]\n',
      "[external.cast]: external C kernels run on the cpu backend; backend 'cuda' is not supported for them"),

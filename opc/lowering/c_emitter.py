@@ -1,7 +1,8 @@
 """C emitter: loop-level IR (memref/scf/arith/math + opc_loops) to C99.
 
 The scalar ops are a table from op class to a C expression template; loops,
-loads, stores, allocations and GEMM calls have small methods of their own,
+loads, stores, allocations, GEMM calls and calls of a device's own kernels
+(runtime/opc_kernel.h) have small methods of their own,
 which the CUDA emitter (cuda_emitter.py) overrides where a GPU differs. An
 op without an entry fails loudly, naming it.
 
