@@ -125,7 +125,6 @@ def route(name: str, kernels: Collection[str], force: bool = False) -> str:
     return rewrite or "cannot run"
 
 
-
 def route_op(op: Operation, target: Target, force: bool = False) -> str:
     """How this op instance runs on the target: "external" where the device's own
     kernel admits its dtype and attribute values, else `route` as if the device had
