@@ -92,6 +92,24 @@ OPC_NN_INLINE ACC OPC_NN_FN(row_dot)(const void *a, const void *b, int with_b, i
     const int64_t w = inner - opc_i0_ < OPC_NN_TILE ? inner - opc_i0_ : OPC_NN_TILE;              \
     const int64_t base = (u / opc_tiles_) * n * inner + opc_i0_
 
+/* Of a tile (w inner positions from base): m[k] = max and s[k] = sum of exp(x - m) along n; each
+ * term also stored to y when `store`. */
+OPC_NN_INLINE void OPC_NN_FN(tile_expsum)(const void *x, void *y, int store, int64_t base, int64_t n,
+                                          int64_t inner, int64_t w, ACC *m, ACC *s, int dt) {
+    for (int64_t k = 0; k < w; k++) { m[k] = (ACC)-INFINITY; s[k] = 0; }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t k = 0; k < w; k++) {
+            const ACC v = LD(x, base + j * inner + k, dt);
+            m[k] = OPC_NN_MAX(m[k], v);
+        }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t k = 0; k < w; k++) {
+            const ACC e = OPC_NN_EXP(LD(x, base + j * inner + k, dt) - m[k]);
+            if (store) ST(y, base + j * inner + k, dt, e);
+            s[k] += e;
+        }
+}
+
 /* ---- softmax / log_softmax ------------------------------------------------ */
 /* y = exp(x - m) / s, or (x - m) - log(s), with m = max and s = sum(exp(x - m)) along n. */
 OPC_NN_INLINE void OPC_NN_FN(softmax)(const void *x, void *y, int64_t u, int64_t n, int64_t inner, int dt,
@@ -115,18 +133,7 @@ OPC_NN_INLINE void OPC_NN_FN(softmax)(const void *x, void *y, int64_t u, int64_t
     }
     OPC_NN_TILE_OF(u, n, inner, base, w);
     ACC m[OPC_NN_TILE], s[OPC_NN_TILE];
-    for (int64_t k = 0; k < w; k++) { m[k] = (ACC)-INFINITY; s[k] = 0; }
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t k = 0; k < w; k++) {
-            const ACC v = LD(x, base + j * inner + k, dt);
-            m[k] = OPC_NN_MAX(m[k], v);
-        }
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t k = 0; k < w; k++) {
-            const ACC e = OPC_NN_EXP(LD(x, base + j * inner + k, dt) - m[k]);
-            if (keep) ST(y, base + j * inner + k, dt, e);
-            s[k] += e;
-        }
+    OPC_NN_FN(tile_expsum)(x, y, keep, base, n, inner, w, m, s, dt);
     for (int64_t k = 0; k < w; k++) s[k] = log_form ? OPC_NN_LOG(s[k]) : (ACC)1 / s[k];
     for (int64_t j = 0; j < n; j++)
         for (int64_t k = 0; k < w; k++) {
@@ -283,18 +290,7 @@ OPC_NN_INLINE void OPC_NN_FN(softmax_cross_entropy)(const void *logits, const vo
     OPC_NN_TILE_OF(u, n, inner, base, w);
     const int64_t row0 = (base / (n * inner)) * inner + (base % (n * inner));
     ACC m[OPC_NN_TILE], s[OPC_NN_TILE];
-    for (int64_t k = 0; k < w; k++) { m[k] = (ACC)-INFINITY; s[k] = 0; }
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t k = 0; k < w; k++) {
-            const ACC v = LD(logits, base + j * inner + k, dt);
-            m[k] = OPC_NN_MAX(m[k], v);
-        }
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t k = 0; k < w; k++) {
-            const ACC e = OPC_NN_EXP(LD(logits, base + j * inner + k, dt) - m[k]);
-            if (keep) ST(sm, base + j * inner + k, dt, e);
-            s[k] += e;
-        }
+    OPC_NN_FN(tile_expsum)(logits, sm, keep, base, n, inner, w, m, s, dt);
     for (int64_t k = 0; k < w; k++) {
         const int64_t l = opc_nn_label(label, row0 + k, label64);
         if (l < 0 || l >= n) {

@@ -23,13 +23,14 @@ import sys
 import sysconfig
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
 from opc.ir import OpcError
-from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature
+from opc.lowering.c_emitter import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
 # or FP exception flags) but let loops with selects and sqrt vectorize.
@@ -166,26 +167,32 @@ def extension_path(directory: Path, name: str) -> Path:
     return directory / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
 
 
-def build_extension(source: str, signatures: list[FunctionSignature], cache: Path) -> tuple[str, Path]:
-    """(module name, path of the built extension); built only on a cache miss."""
+def build_extension(source: str, signatures: list[FunctionSignature], cache: Path,
+                    objects: Sequence[Path] = ()) -> tuple[str, Path]:
+    """(module name, path of the built extension); built only on a cache miss.
+    objects: compiled device kernels to link in (their names carry their content's hash)."""
     import cffi
 
     with BUILD_LOCK:  # CFFI's build changes the process's working directory
-        return _build_extension(cffi, source, signatures, cache)
+        return _build_extension(cffi, source, signatures, cache, objects)
 
 
 BUILD_LOCK = threading.Lock()
 
 
-def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cache: Path) -> tuple[str, Path]:
+def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cache: Path,
+                     kernels: Sequence[Path] = ()) -> tuple[str, Path]:
     cdef = cdef_for(signatures) + status_cdef(signatures)
-    name = f"_opc_{module_key(source, cdef)}"
+    if f"{KERNEL_MESSAGE_FN}(void)" in source:
+        cdef += f"\nconst char *{KERNEL_MESSAGE_FN}(void);"
+    name = f"_opc_{module_key(source, cdef + ''.join(f' {k.name}' for k in kernels))}"
     target = extension_path(cache, name)
     if target.exists():
         return name, target
     ffi = cffi.FFI()
     ffi.cdef(cdef)
     objects = runtime_objects(source, cache)
+    objects += [str(k) for k in kernels]
     ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
                    extra_compile_args=compile_flags(), extra_link_args=["-fopenmp"])
     tmp = tempfile.mkdtemp(prefix=f"{name}-", dir=cache)
@@ -244,8 +251,9 @@ def storage_view(a: np.ndarray) -> np.ndarray:
 class CompiledFunction:
     """A compiled function: checks its arguments, allocates its results."""
 
-    def __init__(self, ffi, cfunc, sig: FunctionSignature, detail=None):  # noqa: ANN001
+    def __init__(self, ffi, cfunc, sig: FunctionSignature, kernel_message=None, detail=None):  # noqa: ANN001
         self.ffi, self.cfunc, self.sig = ffi, cfunc, sig
+        self.kernel_message = kernel_message  # the module's last device-kernel error, if it calls any
         self.detail = detail  # the module's opc_error_value, where it has run-time checks
         self.__name__ = sig.name
         self.in_dtypes = [numpy_dtype(dt) for _, _, dt in sig.inputs]
@@ -286,7 +294,7 @@ class CompiledFunction:
                  for a, (_, dt) in zip(outs, sig.outputs)]
         status = self.cfunc(*ptrs)
         if status != 0:
-            raise status_error(sig, status, self.detail)
+            raise self.error(status)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def by_name(self, args: tuple, kwargs: dict) -> tuple:
@@ -308,6 +316,13 @@ class CompiledFunction:
             raise ValueError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): "
                              f"missing argument(s) {', '.join(missing)}")
         return tuple(bound[i] for i in range(len(names)))
+
+    def error(self, status: int) -> Exception:
+        """The exception of a nonzero status: a device kernel's failure, or status_error's."""
+        if status == KERNEL_STATUS and self.kernel_message is not None:
+            message = self.ffi.string(self.kernel_message()).decode(errors="replace")
+            return RuntimeError(f"{self.sig.name}(): {message}")
+        return status_error(self.sig, status, self.detail)
 
     def __repr__(self) -> str:
         return f"<opc function {self.sig.name}>"
@@ -340,7 +355,8 @@ class CompiledModule:
 
 
 def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, CompiledFunction]:
+    message = getattr(ext.lib, KERNEL_MESSAGE_FN, None)
     detail = getattr(ext.lib, "opc_error_value", None)
-    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{s.name}"), s, detail)
+    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{s.name}"), s, message, detail)
             for s in signatures}
 
