@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import BoolAttr, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import BoolAttr, IntegerAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -168,15 +168,46 @@ def transpose_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
             for s, p in TRANSPOSE_CASES]
 
 
+AXIS_CASES = (((7,), -1), ((3, 5), -1), ((3, 5), 0), ((2, 3, 37), 1), ((4, 70), -1))  # shape, axis
+
+
+def axis_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
+    """softmax, log_softmax (one operand) and their grads (two): every axis layout, rows past a vector."""
+    arity = len(cls.get_irdl_definition().operands)
+    return [Shape(f"{label(s)} axis={a}", (tensor(s, dtype),) * arity,
+                  lambda v, a=a: cls.create(operands=list(v), result_types=[v[0].type],
+                                            properties={"axis": IntegerAttr(a, 64)}), scale=3.0)
+            for s, a in AXIS_CASES]
+
+
+LAYER_NORM_CASES = (((7,), 0), ((3, 5), 1), ((2, 3, 37), 1), ((4, 300), -1))  # shape, begin_norm_axis
+
+
+def layer_norm_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
+    """layer_norm (x, scale, bias) or layer_norm_grad (x, scale, mean, rstd, dy) over each begin_norm_axis."""
+    shapes = []
+    for s, b in LAYER_NORM_CASES:
+        lead, trail, stats = s[:b % len(s)], s[b % len(s):], o.stats_element(dtype)
+        if cls is o.LayerNormOp:
+            args = (tensor(s, dtype), tensor(trail, dtype), tensor(trail, dtype))
+            make = lambda v, b=b: o.LayerNormOp(*v, begin_norm_axis=b)  # noqa: E731
+        else:
+            args = (tensor(s, dtype), tensor(trail, dtype), tensor(lead, stats), tensor(lead, stats), tensor(s, dtype))
+            make = lambda v, b=b: o.LayerNormGradOp(*v, begin_norm_axis=b)  # noqa: E731
+        shapes.append(Shape(f"{label(s)} begin_norm_axis={b}", args, make))
+    return shapes
+
+
 GRIDS: dict[str, Grid] = {
     "opc.fused_gemm_epilogue": fused_gemm_grid, "opc.fused_gemm_epilogue_grad": fused_gemm_grad_grid,
     "opc.matmul": matmul_grid, "opc.cast": cast_grid, "opc.cast_grad": cast_grad_grid, "opc.select": select_grid,
-    "opc.transpose": transpose_grid,
+    "opc.transpose": transpose_grid, "opc.layer_norm": layer_norm_grid, "opc.layer_norm_grad": layer_norm_grid,
 }  # fmt: skip
 """Grids by op; families below serve the ops not named here."""
 FAMILY_GRIDS: tuple[tuple[type, Grid], ...] = (
     (o.UnaryElementwiseOp, unary_grid), (o.BinaryElementwiseOp, binary_grid),
     (o.ActivationGradOp, activation_grad_grid), (o.ReduceOp, reduce_grid),
+    (o.AxisOp, axis_grid), (o.AxisGradOp, axis_grid),
 )  # fmt: skip
 
 

@@ -157,7 +157,8 @@ def attribute_value(op: Operation, name: str) -> Any:
 def kernel_attributes(op: Operation) -> dict[str, Attribute]:
     """Every property of the op, defaults included: what its kernel receives."""
     props = type(op).get_irdl_definition().properties  # type: ignore[attr-defined]
-    out = {name: op.properties.get(name) or prop.default_value for name, prop in props.items()}
+    # not `get(name) or default`: an attribute may be falsy (IntegerAttr 0, an axis)
+    out = {name: op.properties[name] if name in op.properties else prop.default_value for name, prop in props.items()}
     return {name: attr for name, attr in out.items() if attr is not None}
 
 

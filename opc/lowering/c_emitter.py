@@ -591,6 +591,26 @@ class CEmitter:
         enum = KERNEL_DTYPES[dtype_name_mlir(t.element_type)]  # type: ignore[attr-defined]
         return f"{{(void *){self.name(v)}, {enum}, {t.get_num_dims()}, {{{', '.join(map(str, shape))}}}}}"  # type: ignore[attr-defined]
 
+    # -- runtime kernels and run-time checks (runtime/opc_nn.h, opc_status.h) ---------
+
+    def call_args(self, op: CallOp) -> str:
+        ints = [str(v) for v in op.ints.get_values()]
+        floats = [c_float_literal(float(v), Float64Type()) for v in op.floats.get_values()]
+        return ", ".join([*(self.name(v) for v in op.args), *ints, *floats])
+
+    def emit_CallOp(self, op: CallOp) -> None:
+        self.line(f"opc_nn_{op.callee.data}({self.call_args(op)});")
+
+    def emit_CheckIndexOp(self, op: CheckIndexOp) -> None:
+        size, code = op.size.value.data, op.code.value.data
+        wrap = int(op.wrap.value.data != 0)
+        self.line(f"const int64_t {self.name(op.result)} = opc_check_index({self.name(op.raw)}, {size}, {wrap}, "
+                  f"{self.name(op.status)}, {code});")
+
+    def emit_RaiseStatusOp(self, op: RaiseStatusOp) -> None:
+        s = self.name(op.status)
+        self.line(f"if ({s}[0] != 0) {{ opc_error_detail = {s}[1]; status = (int){s}[0]; goto cleanup; }}")
+
 
 # ---------------------------------------------------------------------------
 # A device's own kernels: the few module-level lines their calls need
@@ -652,27 +672,6 @@ def kernel_preamble(module: ModuleOp) -> str:
     if not symbols:
         return ""
     return KERNEL_HOST + "".join(f"int {s}(const opc_kernel_call *call);\n" for s in symbols)
-
-
-    # -- runtime kernels and run-time checks (runtime/opc_nn.h, opc_status.h) ---------
-
-    def call_args(self, op: CallOp) -> str:
-        ints = [str(v) for v in op.ints.get_values()]
-        floats = [c_float_literal(float(v), Float64Type()) for v in op.floats.get_values()]
-        return ", ".join([*(self.name(v) for v in op.args), *ints, *floats])
-
-    def emit_CallOp(self, op: CallOp) -> None:
-        self.line(f"opc_nn_{op.callee.data}({self.call_args(op)});")
-
-    def emit_CheckIndexOp(self, op: CheckIndexOp) -> None:
-        size, code = op.size.value.data, op.code.value.data
-        wrap = int(op.wrap.value.data != 0)
-        self.line(f"const int64_t {self.name(op.result)} = opc_check_index({self.name(op.raw)}, {size}, {wrap}, "
-                  f"{self.name(op.status)}, {code});")
-
-    def emit_RaiseStatusOp(self, op: RaiseStatusOp) -> None:
-        s = self.name(op.status)
-        self.line(f"if ({s}[0] != 0) {{ opc_error_detail = {s}[1]; status = (int){s}[0]; goto cleanup; }}")
 
 
 def emit_c(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:
