@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
+from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
@@ -68,6 +70,11 @@ def target_backend(target: str) -> str:
 def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,
          fuse: bool = True) -> str:
     """`--emit mlir|c|cuda`: the lowered IR or the generated source."""
+    from opc.targets import get_target
+
+    if what == "cuda" and get_target(target).externals:
+        raise OpcError(f"error: {target}: the device's own C kernels ([external.*]) run on the cpu backend only; "
+                       "--emit cuda is not supported for it")
     prepare(source, target, grad, decompose, fuse)
     loops = lower(source, "cuda" if what == "cuda" else target)
     if what == "mlir":
@@ -90,14 +97,25 @@ def compile(source, target: str = "cpu", grad: bool | int = False, decompose: st
         compiled = compile_cuda(loops, cache_dir)
     else:
         c_source, sigs = emit_c(loops)
-        compiled = load_c(c_source, sigs, cache_dir)
+        compiled = load_c(c_source, sigs, cache_dir, device_kernels(loops, target, cache_dir))
     compiled.no_grad.update(no_grad_reasons(src.module))
     return compiled
 
 
-def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = None) -> CompiledModule:
-    name, path = build_extension(c_source, sigs, cache_dir(cache))
+def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = None,
+           objects: Sequence[Path] = ()) -> CompiledModule:
+    name, path = build_extension(c_source, sigs, cache_dir(cache), objects)
     return CompiledModule(bind(load_extension(name, path), sigs), c_source, path)
+
+
+def device_kernels(loops: ModuleOp, target: str, cache: str | None = None) -> list[Path]:
+    """The compiled objects of the device kernels the lowered module calls (opc/external.py)."""
+    from opc.dialects.opc_loops import ExternalCallOp
+    from opc.external import kernel_objects
+    from opc.targets import get_target
+
+    symbols = {op.symbol.data for op in loops.walk() if isinstance(op, ExternalCallOp)}
+    return kernel_objects(get_target(target).externals, symbols, cache_dir(cache)) if symbols else []
 
 
 MODULE_TEMPLATE = '''"""{name}: compiled by opc from {origin}. Import it; call its functions with NumPy arrays."""
@@ -135,7 +153,7 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
 
         return write_cuda_module(loops, out_dir, name, origin)
     c_source, sigs = emit_c(loops)
-    ext_name, built = build_extension(c_source, sigs, cache_dir())
+    ext_name, built = build_extension(c_source, sigs, cache_dir(), device_kernels(loops, target))
     ext_file = built.name
     shutil.copy2(built, os.path.join(out_dir, ext_file))
     c_path = os.path.join(out_dir, f"{name}.c")

@@ -1,4 +1,4 @@
-"""`opc opt | compile | explain`: a thin layer over opc's Python API.
+"""`opc opt | compile | explain | check`: a thin layer over opc's Python API.
 
 Every error meant for the user is an OpcError (or ValueError) printed as one
 line, exit code 1; no traceback ever reaches the terminal.
@@ -77,8 +77,11 @@ def cmd_compile(args: argparse.Namespace) -> None:
 
 
 def cmd_explain(args: argparse.Namespace) -> None:
-    from opc.explain import ExplainError, explain
+    from opc.explain import ExplainError, explain, explain_target
 
+    if args.file is None:  # the device itself: every op's route, per attribute value
+        write_output(explain_target(args.target), None)
+        return
     source = read_source(args.file)
     try:
         write_output(explain(source.module, args.target, grad=args.grad, fuse=args.fuse), None)
@@ -116,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.set_defaults(func=cmd_compile)
 
     exp = sub.add_parser("explain", help="show how every op runs on a target")
-    exp.add_argument("file")
+    exp.add_argument("file", nargs="?", help="a model; without one, every op's route on the target")
     exp.add_argument("--target", default="cpu", help="cpu, cuda, or a device FILE.toml")
     add_grad_options(exp, "explain the gradient functions too (--grad 2: and the second-order ones)")
     exp.set_defaults(func=cmd_explain)
@@ -127,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--shape", action="append", default=[], metavar="NAME=D0xD1...",
                      help="static sizes for a graph input with dynamic dims (repeatable)")
     imp.set_defaults(func=cmd_import)
+
+    chk = sub.add_parser("check", help="test a device's own kernels against opc's reference over the full grid")
+    chk.add_argument("--target", required=True, help="the device FILE.toml")
+    chk.add_argument("--ops", default="", help="only these ops' kernels (comma list)")
+    chk.set_defaults(func=cmd_check)
     return parser
 
 
@@ -151,10 +159,23 @@ def spell_grad_order(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def cmd_check(args: argparse.Namespace) -> None:
+    from opc.check import check_device
+
+    if not check_device(args.target, args.ops or None):
+        raise CheckFailed()
+
+
+class CheckFailed(Exception):
+    """`opc check` found a failing case: the table said which; exit 1 without another line."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(spell_grad_order(sys.argv[1:] if argv is None else list(argv)))
     try:
         args.func(args)
+    except CheckFailed:
+        return 1
     except (OpcError, ValueError) as err:
         print(str(err) if str(err).startswith(("error:", "<")) or ": error:" in str(err) else f"error: {err}",
               file=sys.stderr)

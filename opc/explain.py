@@ -19,6 +19,15 @@ as `opc.tanh (CANNOT RUN)`), then raises `ExplainError`: an OpcError whose
 message is the error line naming the op, followed by the table, and whose
 `.table` holds the table alone. The CLI prints it and exits 1: a device that
 cannot run a model is an error for a script, and the table says why.
+
+A device with kernels of its own ([external.OP] in its .toml) routes each
+op instance by its dtype and attribute values: an op whose instances go
+different ways gets one row per path (`external` rows name the kernel), and
+a section after the table gives each device kernel's routes per attribute
+value. `explain_target` prints that for every op, without a model:
+
+    opc.fused_gemm_epilogue   external npu_fused_gemm_epilogue (activation = none; dtypes f32, f16, bf16);
+                              composite (activation = relu, gelu; other dtypes)
 """
 
 from __future__ import annotations
@@ -27,8 +36,9 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region
 
+from opc.external import external_symbol
 from opc.ir import OpcError
-from opc.registry import route
+from opc.registry import REGISTRY, route, route_op
 from opc.targets import Target, get_target
 
 
@@ -54,7 +64,8 @@ def runs_as(op: Operation, target: Target) -> tuple[list[str], list[str]]:
 
     module = isolate(op)
     bad = legalize_ops(module, target)
-    names = [o.name for o in module.walk() if o.name.startswith("opc.")]
+    names = [f"{o.name} (external {sym})" if (sym := external_symbol(o)) else o.name
+             for o in module.walk() if o.name.startswith("opc.")]
     return list(dict.fromkeys(names)), list(dict.fromkeys(o.name for o, _ in bad))
 
 
@@ -76,45 +87,74 @@ def explain(module: ModuleOp, target_spec: str, grad: bool | int = False, fuse: 
 
         add_grad_functions(module, order=order)
 
-    rows: dict[str, dict] = {}
+    rows: dict[tuple[str, str], dict] = {}
     for op in module.walk():
         if not op.name.startswith("opc."):
             continue
-        row = rows.setdefault(op.name, {"count": 0, "into": {}, "bad": {}})
+        path = route_op(op, target)
+        row = rows.setdefault((op.name, path), {"count": 0, "into": {}, "bad": {}})
         row["count"] += 1
+        if path == "external":
+            row["into"][target.external_for(op).symbol] = None  # type: ignore[union-attr]
+            continue
         into, bad = runs_as(op, target)
         row["into"].update(dict.fromkeys(into))
         row["bad"].update(dict.fromkeys(bad))
 
-    where = "built-in" if target.source == "built-in" else target.source
-    lines = [f"target {target.name} (backend {target.backend}), kernel list: {where} ({len(target.kernels)} ops)"]
-    width = max([len("op")] + [len(n) for n in rows]) + 2
+    lines = [heading(target)]
+    width = max([len("op")] + [len(n) for n, _ in rows]) + 2
     lines.append(f"{'op':<{width}}{'count':>5}  {'path':<11} into")
-    failing: list[str] = []
-    for name, row in rows.items():
-        path = route(name, target.kernels)
+    failing: list[tuple[str, str]] = []
+    for (name, path), row in rows.items():
         shown = "CANNOT RUN" if path == "cannot run" else path
-        if path == "cannot run":
+        if path in ("cannot run", "kernel"):
             into = ""
-        elif path == "kernel":
-            into = ""
+        elif path == "external":
+            into = "-> " + ", ".join(row["into"])
         else:
             names = [f"{n} (CANNOT RUN)" if n in row["bad"] else n for n in row["into"]]
             into = "-> " + (", ".join(names) or "(nothing)")
         if row["bad"]:
-            failing.append(name)
+            failing.append((name, path))
         lines.append(f"{name:<{width}}{row['count']:>5}  {shown:<11} {into}".rstrip())
     if not rows:
         lines.append("(no opc ops)")
+    if target.externals:
+        lines += ["", "device kernels:", *route_lines(target, [k.op for k in target.externals])]
     table = "\n".join(lines) + "\n"
     if failing:
-        direct = [n for n in failing if route(n, target.kernels) == "cannot run"]
+        direct = [n for n, path in failing if path == "cannot run"]
         if direct:
             why = "no kernel for it there and no invoke or composite rule"
             first = direct[0]
         else:
-            first = failing[0]
-            path = route(first, target.kernels)
-            why = f"its {path} rule needs {', '.join(rows[first]['bad'])}, which the target cannot run"
+            first, path = failing[0]
+            why = f"its {path} rule needs {', '.join(rows[failing[0]]['bad'])}, which the target cannot run"
         raise ExplainError(f"error: {first} cannot run on target '{target.name}': {why}", table)
     return table
+
+
+def heading(target: Target) -> str:
+    where = "built-in" if target.source == "built-in" else target.source
+    own = f", {len(target.externals)} device kernel(s)" if target.externals else ""
+    return f"target {target.name} (backend {target.backend}), kernel list: {where} ({len(target.kernels)} ops){own}"
+
+
+def route_lines(target: Target, names: list[str]) -> list[str]:
+    """One line per op: its route on the target, per attribute value where a device kernel takes part."""
+    width = max(len(n) for n in names) + 2
+    lines = []
+    for name in names:
+        path = route(name, target.kernels)
+        shown = "CANNOT RUN" if path == "cannot run" else path
+        kernel = target.external_of(name)
+        lines.append(f"{name:<{width}}{kernel.describe(shown) if kernel else shown}")
+    return lines
+
+
+def explain_target(target_spec: str) -> str:
+    """`opc explain --target DEVICE.toml` without a model: how every op runs on the target."""
+    target = get_target(target_spec)
+    names = list(REGISTRY)
+    width = max(len(n) for n in names) + 2
+    return "\n".join([heading(target), f"{'op':<{width}}route", *route_lines(target, names)]) + "\n"

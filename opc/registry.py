@@ -27,15 +27,23 @@ Columns
 
 Which way an op runs on a target comes from this table and the target's
 kernel list alone (see `route`): its kernel if the target has one, else its
-invoke, else its composite rule, else it cannot run there.
+invoke, else its composite rule, else it cannot run there. A device may also
+bring its own kernel for some instances of an op (`route_op`: external where
+that kernel admits the instance's dtype and attributes, `route` elsewhere).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from opc.autodiff import rules as R
+
+if TYPE_CHECKING:
+    from xdsl.ir import Operation
+
+    from opc.targets import Target
 
 
 @dataclass(frozen=True)
@@ -162,3 +170,12 @@ def route(name: str, kernels: Collection[str], force: bool = False) -> str:
         return "kernel"
     return rewrite or "cannot run"
 
+
+def route_op(op: Operation, target: Target, force: bool = False) -> str:
+    """How this op instance runs on the target: "external" where the device's own
+    kernel admits its dtype and attribute values, else `route` as if the device had
+    no kernel of its own. force: the invoke/composite path (when there is one) wins."""
+    e = REGISTRY.get(op.name)
+    if not (force and e is not None and e.rewrite) and target.external_for(op) is not None:
+        return "external"
+    return route(op.name, target.kernels, force)

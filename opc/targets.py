@@ -10,8 +10,15 @@ A device file says
     backend = "cpu"                      # optional, cpu (default) or cuda
     kernels = ["add", "opc.matmul", ...] # with or without the opc. prefix
 
+    [external.fused_gemm_epilogue]       # optional: the device's own C kernels
+    source = "npu_fused_gemm_epilogue.c" # (opc/external.py, runtime/opc_kernel.h)
+    symbol = "npu_fused_gemm_epilogue"
+    dtypes = ["f32", "f16"]
+    activation = ["none"]
+
 Ops a target has no kernel for are rewritten by their invoke or composite
-rule (opc/registry.py) until only kernel ops remain.
+rule (opc/registry.py) until only kernel ops remain; an instance an external
+kernel admits runs through it instead.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import os
 from dataclasses import dataclass, field
 
 import tomllib
+from xdsl.ir import Operation
 
+from opc.external import ExternalKernel, parse_externals
 from opc.ir import OpcError
 from opc.registry import ALL_OPS
 
@@ -34,6 +43,18 @@ class Target:
     kernels: frozenset[str]
     source: str = field(default="built-in", compare=False)
     """Where the kernel list came from: 'built-in' or the .toml path."""
+    externals: tuple[ExternalKernel, ...] = ()
+    """The device's own kernels ([external.OP] sections)."""
+
+    def external_for(self, op: Operation) -> ExternalKernel | None:
+        """The device kernel that admits this op instance (its dtype and attribute values), if any."""
+        for kernel in self.externals:
+            if kernel.op == op.name and kernel.mismatch(op) is None:
+                return kernel
+        return None
+
+    def external_of(self, name: str) -> ExternalKernel | None:
+        return next((k for k in self.externals if k.op == name), None)
 
 
 # Every op has a kernel on cpu and cuda except cast_grad, which is realised by
@@ -67,9 +88,9 @@ def load_toml(path: str) -> Target:
         raise fail("no such target file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as err:
         raise fail(f"malformed target file: {err}") from None
-    unknown_keys = sorted(set(data) - {"name", "backend", "kernels"})
+    unknown_keys = sorted(set(data) - {"name", "backend", "kernels", "external"})
     if unknown_keys:
-        raise fail(f"unknown key(s) {', '.join(unknown_keys)} (expected name, backend, kernels)")
+        raise fail(f"unknown key(s) {', '.join(unknown_keys)} (expected name, backend, kernels, external)")
     name = data.get("name", os.path.splitext(os.path.basename(path))[0])
     backend = data.get("backend", "cpu")
     kernels = data.get("kernels")
@@ -83,4 +104,5 @@ def load_toml(path: str) -> Target:
     unknown = [k for k, n in zip(kernels, names) if n not in ALL_OPS]
     if unknown:
         raise fail(f"unknown op(s) in kernels: {', '.join(unknown)}")
-    return Target(name, backend, frozenset(names), source=path)
+    externals = parse_externals(path, data.get("external", {}), backend)
+    return Target(name, backend, frozenset(names), source=path, externals=externals)

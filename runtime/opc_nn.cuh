@@ -91,6 +91,30 @@ static inline unsigned opc_nn_blocks(int64_t work, int64_t per_block) {
 #define OPC_NN_GRID_STRIDE(c, total) \
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < (total); c += (int64_t)blockDim.x * gridDim.x)
 
+/* A row's max m and sum s of exp(x - m), with the block's threads striding it (all must call). */
+template <typename D>
+__device__ __forceinline__ void opc_nn_row_expsum(const typename D::T *x, int64_t n, typename D::A &m,
+                                                  typename D::A &s) {
+    typedef typename D::A A;
+    m = (A)-INFINITY;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = opc_nn_max(m, opc_nn_ld<D>(x[j]));
+    m = opc_nn_block_reduce<A, true>(m);
+    s = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += opc_nn_exp(opc_nn_ld<D>(x[j]) - m);
+    s = opc_nn_block_reduce<A, false>(s);
+}
+
+/* A column's (stride inner) max m and sum s of exp(x - m), by one thread. */
+template <typename D>
+__device__ __forceinline__ void opc_nn_col_expsum(const typename D::T *x, int64_t n, int64_t inner,
+                                                  typename D::A &m, typename D::A &s) {
+    typedef typename D::A A;
+    m = (A)-INFINITY;
+    s = 0;
+    for (int64_t j = 0; j < n; j++) m = opc_nn_max(m, opc_nn_ld<D>(x[j * inner]));
+    for (int64_t j = 0; j < n; j++) s += opc_nn_exp(opc_nn_ld<D>(x[j * inner]) - m);
+}
+
 /* ---- softmax / log_softmax ------------------------------------------------ */
 
 template <typename D, bool LOG>
@@ -100,12 +124,8 @@ opc_nn_softmax_rows(const typename D::T *x, typename D::T *y, int64_t rows, int6
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const typename D::T *xr = x + r * n;
         typename D::T *yr = y + r * n;
-        A m = (A)-INFINITY;
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = opc_nn_max(m, opc_nn_ld<D>(xr[j]));
-        m = opc_nn_block_reduce<A, true>(m);
-        A s = 0;
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += opc_nn_exp(opc_nn_ld<D>(xr[j]) - m);
-        s = opc_nn_block_reduce<A, false>(s);
+        A m, s;
+        opc_nn_row_expsum<D>(xr, n, m, s);
         if constexpr (LOG) {
             const A ls = opc_nn_log(s);
             for (int64_t j = threadIdx.x; j < n; j += blockDim.x) yr[j] = opc_nn_st<D>((opc_nn_ld<D>(xr[j]) - m) - ls);
@@ -123,9 +143,8 @@ opc_nn_softmax_cols(const typename D::T *x, typename D::T *y, int64_t outer, int
     typedef typename D::A A;
     OPC_NN_GRID_STRIDE(c, outer * inner) {
         const int64_t base = (c / inner) * n * inner + c % inner;
-        A m = (A)-INFINITY, s = 0;
-        for (int64_t j = 0; j < n; j++) m = opc_nn_max(m, opc_nn_ld<D>(x[base + j * inner]));
-        for (int64_t j = 0; j < n; j++) s += opc_nn_exp(opc_nn_ld<D>(x[base + j * inner]) - m);
+        A m, s;
+        opc_nn_col_expsum<D>(x + base, n, inner, m, s);
         const A ls = opc_nn_log(s), inv = (A)1 / s;
         for (int64_t j = 0; j < n; j++) {
             const A z = opc_nn_ld<D>(x[base + j * inner]) - m;
@@ -303,12 +322,8 @@ opc_nn_sce_rows(const typename D::T *logits, const L *label, typename D::T *loss
     typedef typename D::A A;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t base = r * n;
-        A m = (A)-INFINITY;
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = opc_nn_max(m, opc_nn_ld<D>(logits[base + j]));
-        m = opc_nn_block_reduce<A, true>(m);
-        A s = 0;
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += opc_nn_exp(opc_nn_ld<D>(logits[base + j]) - m);
-        s = opc_nn_block_reduce<A, false>(s);
+        A m, s;
+        opc_nn_row_expsum<D>(logits + base, n, m, s);
         const A inv = (A)1 / s;
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
             sm[base + j] = opc_nn_st<D>(opc_nn_exp(opc_nn_ld<D>(logits[base + j]) - m) * inv);
@@ -331,9 +346,8 @@ opc_nn_sce_cols(const typename D::T *logits, const L *label, typename D::T *loss
     typedef typename D::A A;
     OPC_NN_GRID_STRIDE(c, outer * inner) {
         const int64_t base = (c / inner) * n * inner + c % inner;
-        A m = (A)-INFINITY, s = 0;
-        for (int64_t j = 0; j < n; j++) m = opc_nn_max(m, opc_nn_ld<D>(logits[base + j * inner]));
-        for (int64_t j = 0; j < n; j++) s += opc_nn_exp(opc_nn_ld<D>(logits[base + j * inner]) - m);
+        A m, s;
+        opc_nn_col_expsum<D>(logits + base, n, inner, m, s);
         const A inv = (A)1 / s;
         for (int64_t j = 0; j < n; j++)
             sm[base + j * inner] = opc_nn_st<D>(opc_nn_exp(opc_nn_ld<D>(logits[base + j * inner]) - m) * inv);

@@ -16,8 +16,11 @@
  *
  * f16/bf16/f32 compute in float and round once on store (nearest even), f64
  * in double; the bodies are written once (opc_nn_rows.h) for both families.
- * Header only; every function is static inline, so only what a module uses
- * is compiled.
+ *
+ * Like the GEMM, the kernels are compiled once per toolchain into objects that
+ * every module links (opc_nn_lib.c, one object per dtype: -DOPC_NN_ONLY=code);
+ * generated code includes only their prototypes, opc_nn_api.h. Included on
+ * its own, this header defines every entry point static.
  */
 #ifndef OPC_NN_H
 #define OPC_NN_H
@@ -35,30 +38,38 @@
 #define OPC_NN_TILE 64          /* inner positions processed together when the axis is not innermost */
 #define OPC_NN_PAR_MIN 32768    /* elements below which threads cost more than they give */
 
+/* The family bodies are inlined into each entry point, so that the dtype and the flags are
+ * constants there: loads and stores specialize and the loops vectorize. */
+#if defined(__GNUC__)
+#define OPC_NN_INLINE static inline __attribute__((always_inline, unused))
+#else
+#define OPC_NN_INLINE static inline
+#endif
+
 /* dtypes whose intermediate values a buffer holds without rounding */
 #define OPC_NN_EXACT(dt) ((dt) == OPC_NN_F32 || (dt) == OPC_NN_F64)
 /* NaN-propagating maximum, as reduce_max */
 #define OPC_NN_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
 
-OPC_FN float opc_nn_ld_s(const void *p, int64_t i, int dt) {
+OPC_NN_INLINE float opc_nn_ld_s(const void *p, int64_t i, int dt) {
     if (dt == OPC_NN_F16) return opc_f16_to_f32(((const uint16_t *)p)[i]);
     if (dt == OPC_NN_BF16) return opc_bf16_to_f32(((const uint16_t *)p)[i]);
     return ((const float *)p)[i];
 }
-OPC_FN void opc_nn_st_s(void *p, int64_t i, int dt, float v) {
+OPC_NN_INLINE void opc_nn_st_s(void *p, int64_t i, int dt, float v) {
     if (dt == OPC_NN_F16) ((uint16_t *)p)[i] = opc_f32_to_f16(v);
     else if (dt == OPC_NN_BF16) ((uint16_t *)p)[i] = opc_f32_to_bf16(v);
     else ((float *)p)[i] = v;
 }
-OPC_FN double opc_nn_ld_d(const void *p, int64_t i, int dt) {
+OPC_NN_INLINE double opc_nn_ld_d(const void *p, int64_t i, int dt) {
     (void)dt;
     return ((const double *)p)[i];
 }
-OPC_FN void opc_nn_st_d(void *p, int64_t i, int dt, double v) {
+OPC_NN_INLINE void opc_nn_st_d(void *p, int64_t i, int dt, double v) {
     (void)dt;
     ((double *)p)[i] = v;
 }
-OPC_FN int64_t opc_nn_label(const void *label, int64_t i, int label64) {
+OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
     return label64 ? ((const int64_t *)label)[i] : (int64_t)((const int32_t *)label)[i];
 }
 
@@ -96,60 +107,100 @@ OPC_FN int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #undef OPC_NN_LOG
 #undef OPC_NN_SQRT
 
+/* The units (rows or tiles, see opc_nn_rows.h) of an [outer, n, inner] tensor. */
+OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
+    return inner == 1 ? outer : outer * ((inner + OPC_NN_TILE - 1) / OPC_NN_TILE);
+}
+
+/* for u < units: CALL (which names opc_u), in parallel when `work` elements are worth threads */
+#define OPC_NN_FOR_UNITS(units, work, CALL)                                                          \
+    do {                                                                                             \
+        const int64_t opc_units = (units), opc_work = (work);                                        \
+        _Pragma("omp parallel for schedule(static) if (opc_work >= OPC_NN_PAR_MIN)")               \
+        for (int64_t opc_u = 0; opc_u < opc_units; opc_u++) CALL;                                    \
+    } while (0)
+
 /* Entry points by dtype: T the storage type, A the compute type, F the family, DT the dtype code.
- * Each is one out-of-line function (the family's body inlined into it with its dtype constant), so a
- * module that calls a kernel from many places compiles it once. */
+ * Each is one out-of-line function whose parallel loop calls the family's unit with its dtype as a
+ * literal. OPC_NN_ENTRY is their storage class (opc_nn_lib.c exports them). */
+#ifndef OPC_NN_ENTRY
 #if defined(__GNUC__)
 #define OPC_NN_ENTRY static __attribute__((noinline, unused))
 #else
 #define OPC_NN_ENTRY static
 #endif
+#endif
+
 #define OPC_NN_ENTRIES(SUF, T, A, F, DT)                                                                       \
-    OPC_NN_ENTRY void opc_nn_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {             \
-        opc_nn_softmax_##F(x, y, outer, n, inner, DT, 0);                                                      \
+    OPC_NN_ENTRY void opc_nn_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {       \
+        OPC_NN_FOR_UNITS(opc_nn_units(outer, inner), outer * n * inner,                                        \
+                         opc_nn_softmax_##F(x, y, opc_u, n, inner, DT, 0));                                    \
     }                                                                                                          \
-    OPC_NN_ENTRY void opc_nn_log_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {         \
-        opc_nn_softmax_##F(x, y, outer, n, inner, DT, 1);                                                      \
+    OPC_NN_ENTRY void opc_nn_log_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner) {   \
+        OPC_NN_FOR_UNITS(opc_nn_units(outer, inner), outer * n * inner,                                        \
+                         opc_nn_softmax_##F(x, y, opc_u, n, inner, DT, 1));                                    \
     }                                                                                                          \
-    OPC_NN_ENTRY void opc_nn_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n,       \
-                                          int64_t inner) {                                                     \
-        opc_nn_softmax_grad_##F(out, dout, dx, outer, n, inner, DT, 0);                                        \
+    OPC_NN_ENTRY void opc_nn_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n, \
+                                                int64_t inner) {                                               \
+        OPC_NN_FOR_UNITS(opc_nn_units(outer, inner), outer * n * inner,                                        \
+                         opc_nn_softmax_grad_##F(out, dout, dx, opc_u, n, inner, DT, 0));                      \
     }                                                                                                          \
-    OPC_NN_ENTRY void opc_nn_log_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n,   \
-                                              int64_t inner) {                                                 \
-        opc_nn_softmax_grad_##F(out, dout, dx, outer, n, inner, DT, 1);                                        \
+    OPC_NN_ENTRY void opc_nn_log_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer,        \
+                                                    int64_t n, int64_t inner) {                                \
+        OPC_NN_FOR_UNITS(opc_nn_units(outer, inner), outer * n * inner,                                        \
+                         opc_nn_softmax_grad_##F(out, dout, dx, opc_u, n, inner, DT, 1));                      \
     }                                                                                                          \
-    OPC_NN_ENTRY void opc_nn_layer_norm_##SUF(const T *x, const T *scale, const T *bias, T *y, A *mean, A *rstd,    \
-                                        int64_t rows, int64_t cols, double eps) {                              \
-        opc_nn_layer_norm_##F(x, scale, bias, y, mean, rstd, rows, cols, eps, DT);                             \
+    OPC_NN_ENTRY void opc_nn_layer_norm_##SUF(const T *x, const T *scale, const T *bias, T *y, A *mean,       \
+                                              A *rstd, int64_t rows, int64_t cols, double eps) {               \
+        OPC_NN_FOR_UNITS(rows, rows * cols,                                                                    \
+                         opc_nn_layer_norm_##F(x, scale, bias, y, mean, rstd, opc_u, cols, eps, DT));          \
     }                                                                                                          \
-    OPC_NN_ENTRY void opc_nn_layer_norm_grad_##SUF(const T *x, const T *scale, const A *mean, const A *rstd,        \
-                                             const T *dy, T *dx, T *dscale, T *dbias, int64_t rows,            \
-                                             int64_t cols) {                                                   \
-        opc_nn_layer_norm_grad_##F(x, scale, mean, rstd, dy, dx, dscale, dbias, rows, cols, DT);               \
+    OPC_NN_ENTRY void opc_nn_layer_norm_grad_##SUF(const T *x, const T *scale, const A *mean, const A *rstd,  \
+                                                   const T *dy, T *dx, T *dscale, T *dbias, int64_t rows,      \
+                                                   int64_t cols) {                                             \
+        OPC_NN_FOR_UNITS(rows, rows * cols,                                                                    \
+                         opc_nn_layer_norm_grad_dx_##F(x, scale, mean, rstd, dy, dx, opc_u, cols, DT));        \
+        OPC_NN_FOR_UNITS((cols + OPC_NN_TILE - 1) / OPC_NN_TILE, rows * cols,                                  \
+                         opc_nn_layer_norm_grad_params_##F(x, mean, rstd, dy, dscale, dbias, opc_u, rows,      \
+                                                           cols, DT));                                         \
     }                                                                                                          \
     OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i32, int32_t, 0)                                                         \
     OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i64, int64_t, 1)
 
 #define OPC_NN_SCE_ENTRIES(SUF, T, F, DT, LSUF, L, L64)                                                        \
-    OPC_NN_ENTRY void opc_nn_softmax_cross_entropy_##SUF##_##LSUF(const T *logits, const L *label, T *loss, T *sm,  \
-                                                            int64_t *record, int64_t outer, int64_t n,         \
-                                                            int64_t inner, int64_t code) {                     \
-        opc_nn_softmax_cross_entropy_##F(logits, label, L64, loss, sm, record, outer, n, inner, code, DT);     \
+    OPC_NN_ENTRY void opc_nn_softmax_cross_entropy_##SUF##_##LSUF(const T *logits, const L *label, T *loss,   \
+                                                                  T *sm, int64_t *record, int64_t outer,      \
+                                                                  int64_t n, int64_t inner, int64_t code) {   \
+        OPC_NN_FOR_UNITS(opc_nn_units(outer, inner), outer * n * inner,                                        \
+                         opc_nn_softmax_cross_entropy_##F(logits, label, L64, loss, sm, record, opc_u, n, inner, \
+                                                          code, DT));                                          \
     }                                                                                                          \
-    OPC_NN_ENTRY void opc_nn_softmax_cross_entropy_grad_##SUF##_##LSUF(const L *label, const T *sm, const T *dloss, \
-                                                                 T *dx, int64_t *record, int64_t outer,       \
-                                                                 int64_t n, int64_t inner, int64_t code) {    \
-        opc_nn_softmax_cross_entropy_grad_##F(label, L64, sm, dloss, dx, record, outer, n, inner, code, DT);   \
+    OPC_NN_ENTRY void opc_nn_softmax_cross_entropy_grad_##SUF##_##LSUF(const L *label, const T *sm,           \
+                                                                       const T *dloss, T *dx, int64_t *record, \
+                                                                       int64_t outer, int64_t n, int64_t inner,\
+                                                                       int64_t code) {                         \
+        OPC_NN_FOR_UNITS(outer, outer * n * inner,                                                             \
+                         opc_nn_softmax_cross_entropy_grad_##F(label, L64, sm, dloss, dx, record, opc_u, n,     \
+                                                               inner, code, DT));                              \
     }
 
+/* OPC_NN_ONLY: define the entry points of that dtype code only (one runtime object per dtype). */
+#if !defined(OPC_NN_ONLY) || OPC_NN_ONLY == OPC_NN_F32
 OPC_NN_ENTRIES(f32, float, float, s, OPC_NN_F32)
+#endif
+#if !defined(OPC_NN_ONLY) || OPC_NN_ONLY == OPC_NN_F16
 OPC_NN_ENTRIES(f16, uint16_t, float, s, OPC_NN_F16)
+#endif
+#if !defined(OPC_NN_ONLY) || OPC_NN_ONLY == OPC_NN_BF16
 OPC_NN_ENTRIES(bf16, uint16_t, float, s, OPC_NN_BF16)
+#endif
+#if !defined(OPC_NN_ONLY) || OPC_NN_ONLY == OPC_NN_F64
 OPC_NN_ENTRIES(f64, double, double, d, OPC_NN_F64)
+#endif
 
 #undef OPC_NN_ENTRIES
 #undef OPC_NN_ENTRY
 #undef OPC_NN_SCE_ENTRIES
+#undef OPC_NN_FOR_UNITS
 
 #endif /* OPC_NN_H */

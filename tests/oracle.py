@@ -82,3 +82,15 @@ def compute(x: np.ndarray) -> np.ndarray:
     if x.dtype in (np.float16, BF16):
         return x.astype(np.float32)
     return x
+
+
+def gelu_tanh(z):
+    """gelu's tanh form (SPEC.md), in float64."""
+    return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
+
+
+def gelu_tanh_grad(z):
+    """d gelu_tanh / dz."""
+    c = np.sqrt(2 / np.pi)
+    t = np.tanh(c * (z + 0.044715 * z**3))
+    return 0.5 * (1 + t) + 0.5 * z * (1 - t**2) * c * (1 + 3 * 0.044715 * z**2)

@@ -80,3 +80,28 @@ def test_cli_explain_errors(capsys, tmp_path) -> None:
     assert err.startswith("error: opc.") and "cannot run on target 'tiny'" in err and "Traceback" not in err
     assert main(["explain", "examples/mlp.mlir", "--target", "tpu"]) == 1
     assert "unknown target 'tpu'" in capsys.readouterr().err
+
+
+NN_BLOCK = """
+func.func @block(%x: tensor<4x8xf32>, %s: tensor<8xf32>, %b: tensor<8xf32>, %w: tensor<8x5xf32>, %label: tensor<4x1xi64>) -> tensor<4x1xf32> {
+  %y, %mean, %rstd = opc.layer_norm %x, %s, %b : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4xf32>, tensor<4xf32>)
+  %p = opc.softmax %y : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %lp = opc.log_softmax %p : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %z = opc.matmul %lp, %w : (tensor<4x8xf32>, tensor<8x5xf32>) -> tensor<4x5xf32>
+  %loss, %sm = opc.softmax_cross_entropy %z, %label : (tensor<4x5xf32>, tensor<4x1xi64>) -> (tensor<4x1xf32>, tensor<4x5xf32>)
+  func.return %loss : tensor<4x1xf32>
+}
+"""
+NN_FUSED = ("opc.layer_norm", "opc.softmax", "opc.log_softmax", "opc.softmax_cross_entropy", "opc.layer_norm_grad",
+            "opc.softmax_grad", "opc.log_softmax_grad", "opc.softmax_cross_entropy_grad")
+
+
+def test_explain_nn_ops_kernels_and_composites() -> None:
+    """The fused normalizations, losses and their grad ops: kernels on cpu, composites on a device without them."""
+    r = rows(explain(parse_text(NN_BLOCK).module, "cpu", grad=True))
+    assert all(r[name][1:] == ["kernel", ""] for name in NN_FUSED)
+    r = rows(explain(parse_text(NN_BLOCK).module, DEVICE, grad=True))
+    assert all(r[name][1] == "composite" for name in NN_FUSED)
+    assert r["opc.softmax"][2] == "-> opc.reduce_max, opc.sub, opc.exp, opc.reduce_sum, opc.div"
+    assert r["opc.layer_norm_grad"][2] == "-> opc.reshape, opc.sub, opc.mul, opc.reduce_mean, opc.reduce_sum"
+    assert "opc.gather" in r["opc.softmax_cross_entropy"][2] and "opc.equal" in r["opc.softmax_cross_entropy_grad"][2]

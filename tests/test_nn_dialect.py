@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from xdsl.dialects.builtin import BoolAttr
 from xdsl.printer import Printer
 
 from opc.ir import OpcError, parse_text
@@ -129,3 +130,25 @@ def test_verifier_rejects(body: str, message: str) -> None:
     msg = str(err.value)
     assert msg.startswith("bad.mlir:2:3: error: "), msg
     assert message in msg, msg
+
+
+@pytest.mark.parametrize("name", ["opc.softmax", "opc.log_softmax", "opc.softmax_grad", "opc.log_softmax_grad",
+                                  "opc.layer_norm", "opc.layer_norm_grad", "opc.sigmoid", "opc.reduce_mean"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "f64"])
+def test_opc_check_grids_build_ops_the_verifier_admits(name: str, dtype: str) -> None:
+    """`opc check` can test a device's own kernel of these ops: every size of its grid verifies."""
+    from opc.check import admitted, build_op, grid_for
+
+    props = {"keepdim": BoolAttr.from_bool(False)} if name.startswith("opc.reduce") else {}
+    shapes = admitted(grid_for(name), name, props, dtype)
+    assert shapes
+    for shape in shapes:
+        build_op(shape)[1].verify()
+
+
+def test_a_device_kernel_receives_a_zero_axis() -> None:
+    """IntegerAttr(0) is falsy: a device's kernel must still get axis = 0, not the default -1."""
+    from opc.external import kernel_attributes
+
+    op = next(o for o in parse_text(wrap(GOOD[13])).module.walk() if o.name == "opc.log_softmax")
+    assert kernel_attributes(op)["axis"].value.data == 0

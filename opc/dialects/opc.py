@@ -749,6 +749,34 @@ def i64_array(values: Sequence[int]) -> DenseArrayBase:
     return DenseArrayBase.from_list(i64, list(values))
 
 
+class AxisAttr:
+    """An op's `axis` attribute, normalized against the rank of its operand or result AXIS_OF."""
+
+    AXIS_OF: ClassVar[str] = "x"
+
+    def axis_index(self) -> int:
+        return normalize_axis(self.axis.value.data, len(getattr(self, self.AXIS_OF).type.get_shape()))  # type: ignore[attr-defined]
+
+    def check_float_along_axis(self, what: str) -> TensorType:
+        """AXIS_OF is a float tensor and `axis` is in range for it."""
+        t = check_tensor(getattr(self, self.AXIS_OF), what)
+        check_float(t, what)
+        normalize_axis(self.axis.value.data, len(t.get_shape()), f"{self.name} axis")  # type: ignore[attr-defined]
+        return t
+
+
+def check_gather(op: IRDLOperation, x: SSAValue, indices: SSAValue, gathered: SSAValue, what: str) -> TensorType:
+    """gather's result (gather_grad's dout) is np.take(x, indices, axis)'s shape, of x's element type."""
+    tx, ti, tg = check_tensor(x, "x"), check_tensor(indices, "indices"), check_tensor(gathered, what)
+    check_index_element(ti, "indices")
+    if not tx.get_shape():
+        raise VerifyException(f"{op.name} needs an x of rank >= 1")
+    axis = normalize_axis(op.axis.value.data, len(tx.get_shape()), f"{op.name.removeprefix('opc.')} axis")  # type: ignore[attr-defined]
+    check_same_element(tx, tg, f"x and {what}")
+    check_shape(tg, gather_shape(tx.get_shape(), ti.get_shape(), axis), what)
+    return tx
+
+
 class SliceAttrs:
     """start / limit / strides of slice and slice_grad, as tuples."""
 
@@ -790,10 +818,11 @@ class SliceOp(OpcOp, SliceAttrs):
 
 
 @irdl_op_definition
-class ConcatOp(OpcOp):
+class ConcatOp(OpcOp, AxisAttr):
     """`%r = opc.concat %a, %b {axis = 1} : (tensor<4x3xf32>, tensor<4x2xf32>) -> tensor<4x5xf32>`"""
 
     name = "opc.concat"
+    AXIS_OF: ClassVar[str] = "result"
     inputs = var_operand_def(TensorType)
     result = result_def(TensorType)
     axis = int_prop(0)
@@ -808,9 +837,6 @@ class ConcatOp(OpcOp):
         shape[a] = sum(t.get_shape()[a] for t in types)  # type: ignore[attr-defined]
         super().__init__(operands=[list(inputs)], result_types=[tensor(shape, first.element_type)],
                          properties={"axis": IntegerAttr(axis, 64)})
-
-    def axis_index(self) -> int:
-        return normalize_axis(self.axis.value.data, len(self.result.type.get_shape()))  # type: ignore[attr-defined]
 
     def verify_(self) -> None:
         if not self.inputs:
@@ -839,7 +865,7 @@ class ConcatOp(OpcOp):
 
 
 @irdl_op_definition
-class GatherOp(OpcOp):
+class GatherOp(OpcOp, AxisAttr):
     """`%r = opc.gather %x, %idx {axis = 0} : (tensor<10x4xf32>, tensor<2x3xi64>) -> tensor<2x3x4xf32>`
 
     np.take(x, idx, axis): negative indices count from the end; an index out of
@@ -861,17 +887,8 @@ class GatherOp(OpcOp):
         super().__init__(operands=[x, indices], result_types=[tensor(shape, tx.element_type)],
                          properties={"axis": IntegerAttr(axis, 64)})
 
-    def axis_index(self) -> int:
-        return normalize_axis(self.axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
-
     def verify_(self) -> None:
-        tx, ti, r = check_tensor(self.x, "x"), check_tensor(self.indices, "indices"), check_tensor(self.result, "result")
-        check_index_element(ti, "indices")
-        if not tx.get_shape():
-            raise VerifyException("gather needs an operand of rank >= 1")
-        axis = normalize_axis(self.axis.value.data, len(tx.get_shape()), "gather axis")
-        check_same_element(tx, r, "x and result")
-        check_shape(r, gather_shape(tx.get_shape(), ti.get_shape(), axis), "result")
+        check_gather(self, self.x, self.indices, self.result, "result")
 
 
 # ---------------------------------------------------------------------------
@@ -948,7 +965,7 @@ class FusedGemmEpilogueOp(OpcOp):
             raise VerifyException(f"activation '{act}' has two results: out and reserve_space")
 
 
-class AxisOp(OpcOp, abc.ABC):
+class AxisOp(OpcOp, AxisAttr, abc.ABC):
     """A float operand normalized along `axis`; the result has its type."""
 
     T: ClassVar = VarConstraint("T", base(TensorType))
@@ -960,13 +977,8 @@ class AxisOp(OpcOp, abc.ABC):
     def __init__(self, x: SSAValue | Operation, axis: int = -1):
         super().__init__(operands=[x], result_types=[SSAValue.get(x).type], properties={"axis": IntegerAttr(axis, 64)})
 
-    def axis_index(self) -> int:
-        return normalize_axis(self.axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
-
     def verify_(self) -> None:
-        t = check_tensor(self.x, "operand")
-        check_float(t, "operand")
-        normalize_axis(self.axis.value.data, len(t.get_shape()), f"{self.name} axis")
+        self.check_float_along_axis("operand")
 
 
 @irdl_op_definition
@@ -981,6 +993,13 @@ class LogSoftmaxOp(AxisOp):
     """`%r = opc.log_softmax %a {axis = 1} : (tensor<4x3xf32>) -> tensor<4x3xf32>` (x - max - log(sum(exp(x - max))))"""
 
     name = "opc.log_softmax"
+
+
+class BeginNormAxis:
+    """layer_norm's and layer_norm_grad's begin_norm_axis, normalized against x's rank."""
+
+    def begin(self) -> int:
+        return normalize_axis(self.begin_norm_axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
 
 
 def check_norm_shapes(x: TensorType, begin: int, scale: SSAValue, what: str = "scale") -> tuple[int, ...]:
@@ -1004,7 +1023,7 @@ def check_stats(x: TensorType, begin: int, values: Sequence[tuple[str, SSAValue]
 
 
 @irdl_op_definition
-class LayerNormOp(OpcOp):
+class LayerNormOp(OpcOp, BeginNormAxis):
     """`%y, %mean, %rstd = opc.layer_norm %x, %scale, %bias {begin_norm_axis = 1, epsilon = 1.0e-05 : f64} : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4xf32>, tensor<4xf32>)`
 
     Normalizes over the dims from begin_norm_axis on: y = (x - mean) * rstd *
@@ -1033,9 +1052,6 @@ class LayerNormOp(OpcOp):
                          properties={"begin_norm_axis": IntegerAttr(begin_norm_axis, 64),
                                      "epsilon": FloatAttr(epsilon, 64)})
 
-    def begin(self) -> int:
-        return normalize_axis(self.begin_norm_axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
-
     def verify_(self) -> None:
         tx = check_tensor(self.x, "x")
         check_float(tx, "x")
@@ -1053,8 +1069,25 @@ def label_shape(logits: Sequence[int], axis: int) -> tuple[int, ...]:
     return tuple(1 if d == axis else n for d, n in enumerate(logits))
 
 
+def check_per_label(op: IRDLOperation, probs: SSAValue, what: str, per_label: Sequence[tuple[str, SSAValue]]) -> TensorType:
+    """softmax_cross_entropy and its grad: `probs` (logits or softmax) is float, its axis in range;
+    the label (i32/i64) and each per-label tensor have its shape with the axis dim 1."""
+    t = check_tensor(probs, what)
+    check_float(t, what)
+    axis = normalize_axis(op.axis.value.data, len(t.get_shape()), f"{op.name.removeprefix('opc.')} axis")  # type: ignore[attr-defined]
+    want = label_shape(t.get_shape(), axis)
+    lab = check_tensor(op.label, "label")  # type: ignore[attr-defined]
+    check_label_element(lab, "label")
+    check_shape(lab, want, "label")
+    for name, v in per_label:
+        u = check_tensor(v, name)
+        check_same_element(t, u, f"{what} and {name}")
+        check_shape(u, want, name)
+    return t
+
+
 @irdl_op_definition
-class SoftmaxCrossEntropyOp(OpcOp):
+class SoftmaxCrossEntropyOp(OpcOp, AxisAttr):
     """`%loss, %sm = opc.softmax_cross_entropy %logits, %label {axis = -1} : (tensor<4x10xf32>, tensor<4x1xi64>) -> (tensor<4x1xf32>, tensor<4x10xf32>)`
 
     Paddle's softmax_with_cross_entropy with hard labels: label has the
@@ -1063,6 +1096,7 @@ class SoftmaxCrossEntropyOp(OpcOp):
     """
 
     name = "opc.softmax_cross_entropy"
+    AXIS_OF: ClassVar[str] = "logits"
     logits = operand_def(TensorType)
     label = operand_def(TensorType)
     loss = result_def(TensorType)
@@ -1077,20 +1111,8 @@ class SoftmaxCrossEntropyOp(OpcOp):
         loss = tensor(label_shape(t.get_shape(), a), t.element_type)
         super().__init__(operands=[logits, label], result_types=[loss, t], properties={"axis": IntegerAttr(axis, 64)})
 
-    def axis_index(self) -> int:
-        return normalize_axis(self.axis.value.data, len(self.logits.type.get_shape()))  # type: ignore[attr-defined]
-
     def verify_(self) -> None:
-        tl = check_tensor(self.logits, "logits")
-        check_float(tl, "logits")
-        axis = normalize_axis(self.axis.value.data, len(tl.get_shape()), "softmax_cross_entropy axis")
-        want = label_shape(tl.get_shape(), axis)
-        lab = check_tensor(self.label, "label")
-        check_label_element(lab, "label")
-        check_shape(lab, want, "label")
-        loss = check_tensor(self.loss, "loss")
-        check_same_element(tl, loss, "logits and loss")
-        check_shape(loss, want, "loss")
+        tl = check_per_label(self, self.logits, "logits", [("loss", self.loss)])
         if self.softmax.type != tl:
             raise VerifyException(f"softmax must have the type of logits, {tl}")
 
@@ -1218,8 +1240,10 @@ class GeluGradOp(ActivationGradOp):
         super().__init__(x, dout, {"approximate": BoolAttr.from_bool(approximate)})
 
 
-class AxisGradOp(OpcOp, abc.ABC):
+class AxisGradOp(OpcOp, AxisAttr, abc.ABC):
     """dx from the forward's output and its cotangent, along `axis`; all three share one type."""
+
+    AXIS_OF: ClassVar[str] = "out"
 
     T: ClassVar = VarConstraint("T", base(TensorType))
     out = operand_def(T)
@@ -1232,13 +1256,8 @@ class AxisGradOp(OpcOp, abc.ABC):
         super().__init__(operands=[out, dout], result_types=[SSAValue.get(out).type],
                          properties={"axis": IntegerAttr(axis, 64)})
 
-    def axis_index(self) -> int:
-        return normalize_axis(self.axis.value.data, len(self.out.type.get_shape()))  # type: ignore[attr-defined]
-
     def verify_(self) -> None:
-        t = check_tensor(self.out, "out")
-        check_float(t, "out")
-        normalize_axis(self.axis.value.data, len(t.get_shape()), f"{self.name} axis")
+        self.check_float_along_axis("out")
 
 
 @irdl_op_definition
@@ -1262,7 +1281,7 @@ class LogSoftmaxGradOp(AxisGradOp):
 
 
 @irdl_op_definition
-class LayerNormGradOp(OpcOp):
+class LayerNormGradOp(OpcOp, BeginNormAxis):
     """`%dx, %dscale, %dbias = opc.layer_norm_grad %x, %scale, %mean, %rstd, %dy {begin_norm_axis = 1} : (tensor<4x8xf32>, tensor<8xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)`
 
     Fed by the mean and rstd layer_norm saved: xhat = (x - mean) * rstd, g = dy * scale,
@@ -1288,9 +1307,6 @@ class LayerNormGradOp(OpcOp):
         super().__init__(operands=[x, scale, mean, rstd, dy], result_types=[tx, ts, ts],
                          properties={"begin_norm_axis": IntegerAttr(begin_norm_axis, 64)})
 
-    def begin(self) -> int:
-        return normalize_axis(self.begin_norm_axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
-
     def verify_(self) -> None:
         tx = check_tensor(self.x, "x")
         check_float(tx, "x")
@@ -1308,13 +1324,14 @@ class LayerNormGradOp(OpcOp):
 
 
 @irdl_op_definition
-class SoftmaxCrossEntropyGradOp(OpcOp):
+class SoftmaxCrossEntropyGradOp(OpcOp, AxisAttr):
     """`%dlogits = opc.softmax_cross_entropy_grad %label, %sm, %dloss {axis = -1} : (tensor<4x1xi64>, tensor<4x10xf32>, tensor<4x1xf32>) -> tensor<4x10xf32>`
 
     Fed by the saved softmax: dlogits = (softmax - onehot(label)) * dloss.
     """
 
     name = "opc.softmax_cross_entropy_grad"
+    AXIS_OF: ClassVar[str] = "softmax"
     label = operand_def(TensorType)
     softmax = operand_def(TensorType)
     dloss = operand_def(TensorType)
@@ -1327,20 +1344,8 @@ class SoftmaxCrossEntropyGradOp(OpcOp):
         super().__init__(operands=[label, softmax, dloss], result_types=[SSAValue.get(softmax).type],
                          properties={"axis": IntegerAttr(axis, 64)})
 
-    def axis_index(self) -> int:
-        return normalize_axis(self.axis.value.data, len(self.softmax.type.get_shape()))  # type: ignore[attr-defined]
-
     def verify_(self) -> None:
-        ts = check_tensor(self.softmax, "softmax")
-        check_float(ts, "softmax")
-        axis = normalize_axis(self.axis.value.data, len(ts.get_shape()), "softmax_cross_entropy_grad axis")
-        want = label_shape(ts.get_shape(), axis)
-        lab = check_tensor(self.label, "label")
-        check_label_element(lab, "label")
-        check_shape(lab, want, "label")
-        d = check_tensor(self.dloss, "dloss")
-        check_same_element(ts, d, "softmax and dloss")
-        check_shape(d, want, "dloss")
+        ts = check_per_label(self, self.softmax, "softmax", [("dloss", self.dloss)])
         if self.result.type != ts:
             raise VerifyException(f"dlogits must have the type of softmax, {ts}")
 
@@ -1375,7 +1380,7 @@ class SliceGradOp(OpcOp, SliceAttrs):
 
 
 @irdl_op_definition
-class GatherGradOp(OpcOp):
+class GatherGradOp(OpcOp, AxisAttr):
     """`%dx = opc.gather_grad %x, %idx, %dout {axis = 0} : (tensor<10x4xf32>, tensor<3xi64>, tensor<3x4xf32>) -> tensor<10x4xf32>`
 
     dout scatter-added into zeros of x's shape (repeated indices summed); x lends only its type.
@@ -1394,17 +1399,8 @@ class GatherGradOp(OpcOp):
         super().__init__(operands=[x, indices, dout], result_types=[SSAValue.get(x).type],
                          properties={"axis": IntegerAttr(axis, 64)})
 
-    def axis_index(self) -> int:
-        return normalize_axis(self.axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
-
     def verify_(self) -> None:
-        tx, ti, td = check_tensor(self.x, "x"), check_tensor(self.indices, "indices"), check_tensor(self.dout, "dout")
-        check_index_element(ti, "indices")
-        if not tx.get_shape():
-            raise VerifyException("gather_grad needs an x of rank >= 1")
-        axis = normalize_axis(self.axis.value.data, len(tx.get_shape()), "gather_grad axis")
-        check_same_element(tx, td, "x and dout")
-        check_shape(td, gather_shape(tx.get_shape(), ti.get_shape(), axis), "dout")
+        tx = check_gather(self, self.x, self.indices, self.dout, "dout")
         if self.result.type != tx:
             raise VerifyException(f"result must have the type of x, {tx}")
 

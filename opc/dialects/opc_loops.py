@@ -1,11 +1,12 @@
 """The `opc_loops` dialect: the few buffer-level ops that xDSL's memref, scf,
 arith and math dialects do not already give the loop level of opc.
 
-  opc_loops.gemm  out[b] = act(op_a(A[b]) @ op_b(B[b]) + bias), reserve = pre-act
-  opc_loops.call  a runtime kernel (runtime/opc_nn.h, opc_nn.cuh) on buffers
-  opc_loops.check_index   an index read from a tensor, checked against its axis
-  opc_loops.raise_status  return the status a failed check recorded
-                  (the run-time status protocol: runtime/opc_status.h)
+  opc_loops.gemm           out[b] = act(op_a(A[b]) @ op_b(B[b]) + bias), reserve = pre-act
+  opc_loops.external_call  a device's own kernel for one op instance (runtime/opc_kernel.h)
+  opc_loops.call           a runtime kernel (runtime/opc_nn.h, opc_nn.cuh) on buffers
+  opc_loops.check_index    an index read from a tensor, checked against its axis
+  opc_loops.raise_status   return the status a failed check recorded
+                           (the run-time status protocol: runtime/opc_status.h)
 
 Everything else at the loop level is upstream: scf.parallel / scf.for loop
 nests, memref.load / memref.store / memref.alloc, arith and math scalars.
@@ -19,6 +20,7 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     BoolAttr,
     DenseArrayBase,
+    DictionaryAttr,
     IndexType,
     IntegerAttr,
     IntegerType,
@@ -27,7 +29,7 @@ from xdsl.dialects.builtin import (
     f64,
     i64,
 )
-from xdsl.ir import Dialect, Operation, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -114,6 +116,33 @@ class GemmOp(IRDLOperation):
 
 
 @irdl_op_definition
+class ExternalCallOp(IRDLOperation):
+    """`opc_loops.external_call (%x, %y, %bias) -> (%out) {symbol = "npu_gemm", op = "opc.fused_gemm_epilogue",
+    kernel_attrs = {activation = "none", ...}} : (memref<...>, ...) -> (memref<...>)`
+
+    A device's own kernel, an opaque boundary: it reads the input buffers and
+    writes every element of the output buffers (the op's operands and results,
+    in order), given the op's attributes.
+    """
+
+    name = "opc_loops.external_call"
+    inputs = var_operand_def(MemRefType)
+    outputs = var_operand_def(MemRefType)
+    symbol = prop_def(StringAttr)
+    op = prop_def(StringAttr)
+    kernel_attrs = prop_def(DictionaryAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+    assembly_format = (
+        "`(` $inputs `)` `->` `(` $outputs `)` attr-dict `:` `(` type($inputs) `)` `->` `(` type($outputs) `)`"
+    )
+
+    def __init__(self, symbol: str, op: str, inputs: list[SSAValue], outputs: list[SSAValue],
+                 kernel_attrs: dict[str, Attribute]):
+        super().__init__(operands=[inputs, outputs], properties={
+            "symbol": StringAttr(symbol), "op": StringAttr(op), "kernel_attrs": DictionaryAttr(kernel_attrs)})
+
+
+@irdl_op_definition
 class CallOp(IRDLOperation):
     """`opc_loops.call %x, %y {callee = "softmax_f32", ints = array<i64: 4, 10, 1>, floats = array<f64>} : ...`
 
@@ -187,4 +216,4 @@ def function_errors(fn: Operation) -> list[tuple[str, str]]:
     return [(site.data[0].data, site.data[1].data) for site in attr.data]  # type: ignore[attr-defined]
 
 
-OpcLoops = Dialect("opc_loops", [GemmOp, CallOp, CheckIndexOp, RaiseStatusOp], [])
+OpcLoops = Dialect("opc_loops", [GemmOp, ExternalCallOp, CallOp, CheckIndexOp, RaiseStatusOp], [])

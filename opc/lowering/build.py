@@ -16,19 +16,21 @@ import importlib.machinery
 import importlib.util
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
 from opc.ir import OpcError
-from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature
+from opc.lowering.c_emitter import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
 # or FP exception flags) but let loops with selects and sqrt vectorize.
@@ -92,23 +94,37 @@ def compile_flags() -> list[str]:
     return BASE_FLAGS + list(native_flags())
 
 
-def runtime_object(cache: Path) -> Path:
-    """opc_gemm_lib.c compiled once per toolchain and flags, shared by every module."""
-    key = content_key(runtime_digest(), compiler_version(), *compile_flags(), length=16)
-    obj = cache / f"opc_gemm_lib-{key}.o"
+def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, ...] = ()) -> Path:
+    """runtime/LIB.c (with `defines`) compiled once per toolchain and flags, shared by every module."""
+    key = content_key(runtime_digest(), compiler_version(), *compile_flags(), *defines, length=16)
+    variant = "".join(f"-{d.split('=')[-1]}" for d in defines)
+    obj = cache / f"{lib}{variant}-{key}.o"
     if obj.exists():
         return obj
     fd, tmp = tempfile.mkstemp(suffix=".o", dir=cache)
     os.close(fd)
     cc = os.environ.get("CC", "gcc")
-    cmd = [cc, *compile_flags(), "-fPIC", "-I", str(runtime_dir()), "-c", str(runtime_dir() / "opc_gemm_lib.c"),
+    cmd = [cc, *compile_flags(), *defines, "-fPIC", "-I", str(runtime_dir()), "-c", str(runtime_dir() / f"{lib}.c"),
            "-o", tmp]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         os.unlink(tmp)
-        raise OpcError(f"error: building opc's GEMM runtime failed: {proc.stderr.strip().splitlines()[-1:]}")
+        raise OpcError(f"error: building opc's runtime {lib} failed: {proc.stderr.strip().splitlines()[-1:]}")
     os.replace(tmp, obj)
     return obj
+
+
+# The kernels of runtime/opc_nn.h: one object per dtype (opc_nn_lib.c, -DOPC_NN_ONLY=code).
+NN_DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3}
+
+
+def runtime_objects(source: str, cache: Path) -> list[str]:
+    """The runtime objects a module's C source calls into."""
+    objects = [runtime_object(cache)] if "opc_rt_gemm_" in source else []
+    for dt, code in NN_DTYPE_CODES.items():
+        if re.search(rf"\bopc_nn_\w+_{dt}(_i32|_i64)?\(", source):
+            objects.append(runtime_object(cache, "opc_nn_lib", (f"-DOPC_NN_ONLY={code}",)))
+    return [str(o) for o in objects]
 
 
 def cdef_for(signatures: list[FunctionSignature]) -> str:
@@ -151,26 +167,32 @@ def extension_path(directory: Path, name: str) -> Path:
     return directory / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
 
 
-def build_extension(source: str, signatures: list[FunctionSignature], cache: Path) -> tuple[str, Path]:
-    """(module name, path of the built extension); built only on a cache miss."""
+def build_extension(source: str, signatures: list[FunctionSignature], cache: Path,
+                    objects: Sequence[Path] = ()) -> tuple[str, Path]:
+    """(module name, path of the built extension); built only on a cache miss.
+    objects: compiled device kernels to link in (their names carry their content's hash)."""
     import cffi
 
     with BUILD_LOCK:  # CFFI's build changes the process's working directory
-        return _build_extension(cffi, source, signatures, cache)
+        return _build_extension(cffi, source, signatures, cache, objects)
 
 
 BUILD_LOCK = threading.Lock()
 
 
-def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cache: Path) -> tuple[str, Path]:
+def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cache: Path,
+                     kernels: Sequence[Path] = ()) -> tuple[str, Path]:
     cdef = cdef_for(signatures) + status_cdef(signatures)
-    name = f"_opc_{module_key(source, cdef)}"
+    if f"{KERNEL_MESSAGE_FN}(void)" in source:
+        cdef += f"\nconst char *{KERNEL_MESSAGE_FN}(void);"
+    name = f"_opc_{module_key(source, cdef + ''.join(f' {k.name}' for k in kernels))}"
     target = extension_path(cache, name)
     if target.exists():
         return name, target
     ffi = cffi.FFI()
     ffi.cdef(cdef)
-    objects = [str(runtime_object(cache))] if "opc_rt_gemm_" in source else []
+    objects = runtime_objects(source, cache)
+    objects += [str(k) for k in kernels]
     ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
                    extra_compile_args=compile_flags(), extra_link_args=["-fopenmp"])
     tmp = tempfile.mkdtemp(prefix=f"{name}-", dir=cache)
@@ -229,8 +251,9 @@ def storage_view(a: np.ndarray) -> np.ndarray:
 class CompiledFunction:
     """A compiled function: checks its arguments, allocates its results."""
 
-    def __init__(self, ffi, cfunc, sig: FunctionSignature, detail=None):  # noqa: ANN001
+    def __init__(self, ffi, cfunc, sig: FunctionSignature, kernel_message=None, detail=None):  # noqa: ANN001
         self.ffi, self.cfunc, self.sig = ffi, cfunc, sig
+        self.kernel_message = kernel_message  # the module's last device-kernel error, if it calls any
         self.detail = detail  # the module's opc_error_value, where it has run-time checks
         self.__name__ = sig.name
         self.in_dtypes = [numpy_dtype(dt) for _, _, dt in sig.inputs]
@@ -271,7 +294,7 @@ class CompiledFunction:
                  for a, (_, dt) in zip(outs, sig.outputs)]
         status = self.cfunc(*ptrs)
         if status != 0:
-            raise status_error(sig, status, self.detail)
+            raise self.error(status)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def by_name(self, args: tuple, kwargs: dict) -> tuple:
@@ -293,6 +316,13 @@ class CompiledFunction:
             raise ValueError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): "
                              f"missing argument(s) {', '.join(missing)}")
         return tuple(bound[i] for i in range(len(names)))
+
+    def error(self, status: int) -> Exception:
+        """The exception of a nonzero status: a device kernel's failure, or status_error's."""
+        if status == KERNEL_STATUS and self.kernel_message is not None:
+            message = self.ffi.string(self.kernel_message()).decode(errors="replace")
+            return RuntimeError(f"{self.sig.name}(): {message}")
+        return status_error(self.sig, status, self.detail)
 
     def __repr__(self) -> str:
         return f"<opc function {self.sig.name}>"
@@ -325,7 +355,8 @@ class CompiledModule:
 
 
 def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, CompiledFunction]:
+    message = getattr(ext.lib, KERNEL_MESSAGE_FN, None)
     detail = getattr(ext.lib, "opc_error_value", None)
-    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{s.name}"), s, detail)
+    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{s.name}"), s, message, detail)
             for s in signatures}
 

@@ -1,7 +1,8 @@
 """C emitter: loop-level IR (memref/scf/arith/math + opc_loops) to C99.
 
 The scalar ops are a table from op class to a C expression template; loops,
-loads, stores, allocations and GEMM calls have small methods of their own,
+loads, stores, allocations, GEMM calls and calls of a device's own kernels
+(runtime/opc_kernel.h) have small methods of their own,
 which the CUDA emitter (cuda_emitter.py) overrides where a GPU differs. An
 op without an entry fails loudly, naming it.
 
@@ -20,6 +21,7 @@ import numpy as np
 from xdsl.dialects import arith, func, math, memref, scf
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    DenseArrayBase,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -30,10 +32,19 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
     Signedness,
+    StringAttr,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from opc.dialects.opc_loops import GEMM_ACTIVATIONS, CallOp, CheckIndexOp, GemmOp, RaiseStatusOp, function_errors
+from opc.dialects.opc_loops import (
+    GEMM_ACTIVATIONS,
+    CallOp,
+    CheckIndexOp,
+    ExternalCallOp,
+    GemmOp,
+    RaiseStatusOp,
+    function_errors,
+)
 
 # ---------------------------------------------------------------------------
 # Types
@@ -281,7 +292,7 @@ class CEmitter:
     yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
-              '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn.h"\n')
+              '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn_api.h"\n')
     # where a function has run-time checks: the offending value of the calling thread's last failure
     status_support = ("static _Thread_local int64_t opc_error_detail = 0;\n"
                       "int64_t opc_error_value(void) { return opc_error_detail; }\n")
@@ -315,7 +326,7 @@ class CEmitter:
                 sigs.append(self.emit_function(fn))
                 body.extend(self.lines)
                 body.append("")
-        return self.header + "\n" + "\n".join(body), sigs
+        return self.header + kernel_preamble(module) + "\n" + "\n".join(body), sigs
 
     @staticmethod
     def global_symbol(name: str) -> str:
@@ -550,6 +561,35 @@ class CEmitter:
         suffix = dtype_suffix(op.out.type.element_type)  # type: ignore[attr-defined]
         self.line(f"opc_rt_gemm_{suffix}({self.gemm_args(op)});")
 
+    # -- a device's own kernel ----------------------------------------------------------
+
+    def emit_ExternalCallOp(self, op: ExternalCallOp) -> None:
+        """One opc_kernel_call on the stack (runtime/opc_kernel.h); a failure leaves by cleanup."""
+        symbol = op.symbol.data
+        attrs = [kernel_attr_initializer(name, a) for name, a in op.kernel_attrs.data.items()]
+        self.line("{")
+        self.indent += 1
+        for what, values in (("in", op.inputs), ("out", op.outputs)):
+            if values:
+                tensors = ", ".join(self.tensor_initializer(v) for v in values)
+                self.line(f"opc_tensor opc_{what}[{len(values)}] = {{{tensors}}};")
+        if attrs:
+            self.line(f"const opc_attr opc_attrs[{len(attrs)}] = {{{', '.join(attrs)}}};")
+        ins, outs = ("opc_in" if op.inputs else "NULL"), ("opc_out" if op.outputs else "NULL")
+        self.line(f"const opc_kernel_call opc_call = {{{c_string(op.op.data.removeprefix('opc.'))}, {len(op.inputs)}, "
+                  f"{len(op.outputs)}, {len(attrs)}, {ins}, {outs}, {'opc_attrs' if attrs else 'NULL'}, "
+                  "opc_kernel_message_buf};")
+        self.line("opc_kernel_message_buf[0] = '\\0';")
+        self.line(f"const int opc_rc = {symbol}(&opc_call);")
+        self.line(f"if (opc_rc != 0) {{ status = opc_kernel_failed({c_string(symbol)}, opc_rc); goto cleanup; }}")
+        self.indent -= 1
+        self.line("}")
+
+    def tensor_initializer(self, v: SSAValue) -> str:
+        t = v.type
+        shape = list(t.get_shape()) or [0]  # type: ignore[attr-defined]
+        enum = KERNEL_DTYPES[dtype_name_mlir(t.element_type)]  # type: ignore[attr-defined]
+        return f"{{(void *){self.name(v)}, {enum}, {t.get_num_dims()}, {{{', '.join(map(str, shape))}}}}}"  # type: ignore[attr-defined]
 
     # -- runtime kernels and run-time checks (runtime/opc_nn.h, opc_status.h) ---------
 
@@ -570,6 +610,68 @@ class CEmitter:
     def emit_RaiseStatusOp(self, op: RaiseStatusOp) -> None:
         s = self.name(op.status)
         self.line(f"if ({s}[0] != 0) {{ opc_error_detail = {s}[1]; status = (int){s}[0]; goto cleanup; }}")
+
+
+# ---------------------------------------------------------------------------
+# A device's own kernels: the few module-level lines their calls need
+# ---------------------------------------------------------------------------
+
+KERNEL_DTYPES = {"i1": "OPC_DTYPE_BOOL", "i8": "OPC_DTYPE_I8", "ui8": "OPC_DTYPE_U8", "i16": "OPC_DTYPE_I16",
+                 "i32": "OPC_DTYPE_I32", "i64": "OPC_DTYPE_I64", "f16": "OPC_DTYPE_F16", "bf16": "OPC_DTYPE_BF16",
+                 "f32": "OPC_DTYPE_F32", "f64": "OPC_DTYPE_F64"}  # fmt: skip
+KERNEL_STATUS = 2  # what an entry point returns when a device kernel failed (1: out of memory)
+KERNEL_MESSAGE_FN = "opc_kernel_message"
+
+KERNEL_HOST = f"""#include "opc_kernel.h"
+static _Thread_local char opc_kernel_message_buf[OPC_KERNEL_MESSAGE_SIZE];
+static _Thread_local char opc_kernel_error_buf[OPC_KERNEL_MESSAGE_SIZE + 128];
+const char *{KERNEL_MESSAGE_FN}(void) {{ return opc_kernel_error_buf; }}
+static int opc_kernel_failed(const char *symbol, int rc) {{
+  if (opc_kernel_message_buf[0])
+    snprintf(opc_kernel_error_buf, sizeof opc_kernel_error_buf, "%s: %s", symbol, opc_kernel_message_buf);
+  else
+    snprintf(opc_kernel_error_buf, sizeof opc_kernel_error_buf, "%s: failed with status %d", symbol, rc);
+  return {KERNEL_STATUS};
+}}
+"""
+
+
+def dtype_name_mlir(t: Attribute) -> str:
+    from opc.external import dtype_name
+
+    return dtype_name(t)
+
+
+def c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def kernel_attr_initializer(name: str, a: Attribute) -> str:
+    """An opc_attr initializer: {name, kind, i, f, s, ints, count}."""
+    def attr(kind: str, i: str = "0", f: str = "0.0", s: str = "NULL", ints: str = "NULL", count: int = 0) -> str:
+        return f"{{{c_string(name)}, OPC_ATTR_{kind}, {i}, {f}, {s}, {ints}, {count}}}"
+
+    if isinstance(a, IntegerAttr) and isinstance(a.type, IntegerType) and a.type.width.data == 1:
+        return attr("BOOL", i=str(int(a.value.data != 0)))
+    if isinstance(a, IntegerAttr):
+        return attr("INT", i=f"{a.value.data}LL")
+    if isinstance(a, FloatAttr):
+        return attr("FLOAT", f=c_float_literal(a.value.data, Float64Type()))
+    if isinstance(a, StringAttr):
+        return attr("STRING", s=c_string(a.data))
+    if isinstance(a, DenseArrayBase):
+        values = [int(v) for v in a.get_values()]
+        ints = f"(const int64_t[]){{{', '.join(f'{v}LL' for v in values) or '0'}}}"
+        return attr("INTS", ints=ints, count=len(values))
+    return attr("DTYPE", i=KERNEL_DTYPES[dtype_name_mlir(a)])
+
+
+def kernel_preamble(module: ModuleOp) -> str:
+    """The kernel header, the error buffers and one prototype per device kernel the module calls."""
+    symbols = sorted({op.symbol.data for op in module.walk() if isinstance(op, ExternalCallOp)})
+    if not symbols:
+        return ""
+    return KERNEL_HOST + "".join(f"int {s}(const opc_kernel_call *call);\n" for s in symbols)
 
 
 def emit_c(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:

@@ -181,7 +181,8 @@ def load_cuda_library(path: str | os.PathLike[str], signatures: list[FunctionSig
     if require_device:
         runtime_device_check(ffi, lib)
     detail = lib.opc_error_value if any(s.errors for s in signatures) else None
-    functions = {s.name: CompiledFunction(ffi, checked_host_call(ffi, lib, s.name), s, detail) for s in signatures}
+    functions = {s.name: CompiledFunction(ffi, checked_host_call(ffi, lib, s.name), s, detail=detail)
+                 for s in signatures}
     return CudaModule(functions, source, Path(path), ffi, lib)
 
 

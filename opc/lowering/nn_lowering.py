@@ -175,10 +175,8 @@ def reads_once(v: SSAValue, user: Operation) -> bool:
     """Whether inlining v into `user` evaluates it no more often than materializing it would."""
     if isinstance(user, (opc.SliceOp, opc.ConcatOp, opc.SliceGradOp)):
         return True  # every element read at most once (slice_grad's x: never)
-    if isinstance(user, opc.GatherOp):  # x: only the gathered elements; indices: once per other position
-        others = numel(shape_of(user.x)) // max(1, shape_of(user.x)[user.axis_index()])
-        return v is not user.indices or others == 1
-    if isinstance(user, opc.GatherGradOp):
+    if isinstance(user, (opc.GatherOp, opc.GatherGradOp)):
+        # x: only the gathered elements (gather_grad: never), dout: once; the indices once per other position
         others = numel(shape_of(user.x)) // max(1, shape_of(user.x)[user.axis_index()])
         return v is not user.indices or others == 1
     return False
@@ -293,47 +291,34 @@ def label_suffix(label: SSAValue) -> str:
     return f"i{element_of(label).width.data}"  # type: ignore[attr-defined]
 
 
-def lower_softmax(fl, op: opc.SoftmaxOp | opc.LogSoftmaxOp) -> None:  # noqa: ANN001
-    name = op.name.removeprefix("opc.")
-    call(fl, f"{name}_{dtype_suffix(element_of(op.x))}", [fl.operand_buffer(op.x), fl.buffer_for(op.result)],
-         extents(shape_of(op.x), op.axis_index()))
+def buffers(fl, op: Operation) -> list[SSAValue]:  # noqa: ANN001
+    """The op's operand buffers, then its result buffers: the argument order of the row kernels."""
+    return [fl.operand_buffer(v) for v in op.operands] + [fl.buffer_for(r) for r in op.results]
 
 
-def lower_softmax_grad(fl, op: opc.SoftmaxGradOp | opc.LogSoftmaxGradOp) -> None:  # noqa: ANN001
-    name = op.name.removeprefix("opc.")
-    args = [fl.operand_buffer(op.out), fl.operand_buffer(op.dout), fl.buffer_for(op.result)]
-    call(fl, f"{name}_{dtype_suffix(element_of(op.out))}", args, extents(shape_of(op.out), op.axis_index()))
+def lower_softmax(fl, op: opc.AxisOp | opc.AxisGradOp) -> None:  # noqa: ANN001
+    """softmax, log_softmax and their grads: (x, y) or (out, dout, dx), then the extents."""
+    shape = shape_of(op.results[0])
+    call(fl, f"{op.name.removeprefix('opc.')}_{dtype_suffix(element_of(op.results[0]))}", buffers(fl, op),
+         extents(shape, op.axis_index()))
 
 
-def lower_layer_norm(fl, op: opc.LayerNormOp) -> None:  # noqa: ANN001
+def lower_layer_norm(fl, op: opc.LayerNormOp | opc.LayerNormGradOp) -> None:  # noqa: ANN001
+    """layer_norm (x, scale, bias, y, mean, rstd; rows, cols, eps) and its grad (x, scale, mean, rstd, dy,
+    dx, dscale, dbias; rows, cols)."""
     shape, begin = shape_of(op.x), op.begin()
-    args = [fl.operand_buffer(v) for v in (op.x, op.scale, op.bias)] + [fl.buffer_for(r) for r in op.results]
-    call(fl, f"layer_norm_{dtype_suffix(element_of(op.x))}", args, [numel(shape[:begin]), numel(shape[begin:])],
-         [op.epsilon.value.data])
+    eps = [op.epsilon.value.data] if isinstance(op, opc.LayerNormOp) else []
+    call(fl, f"{op.name.removeprefix('opc.')}_{dtype_suffix(element_of(op.x))}", buffers(fl, op),
+         [numel(shape[:begin]), numel(shape[begin:])], eps)
 
 
-def lower_layer_norm_grad(fl, op: opc.LayerNormGradOp) -> None:  # noqa: ANN001
-    shape, begin = shape_of(op.x), op.begin()
-    args = [fl.operand_buffer(v) for v in op.operands] + [fl.buffer_for(r) for r in op.results]
-    call(fl, f"layer_norm_grad_{dtype_suffix(element_of(op.x))}", args, [numel(shape[:begin]), numel(shape[begin:])])
-
-
-def lower_softmax_cross_entropy(fl, op: opc.SoftmaxCrossEntropyOp) -> None:  # noqa: ANN001
-    shape, axis = shape_of(op.logits), op.axis_index()
-    code = label_code(fl, op, op.label, axis, shape[axis])
-    args = [fl.operand_buffer(op.logits), fl.operand_buffer(op.label), fl.buffer_for(op.loss),
-            fl.buffer_for(op.softmax), fl.checks.status()]
-    callee = f"softmax_cross_entropy_{dtype_suffix(element_of(op.logits))}_{label_suffix(op.label)}"
-    call(fl, callee, args, [*extents(shape, axis), code])
-
-
-def lower_softmax_cross_entropy_grad(fl, op: opc.SoftmaxCrossEntropyGradOp) -> None:  # noqa: ANN001
+def lower_softmax_cross_entropy(fl, op: opc.SoftmaxCrossEntropyOp | opc.SoftmaxCrossEntropyGradOp) -> None:  # noqa: ANN001
+    """softmax_cross_entropy (logits, label, loss, softmax) and its grad (label, softmax, dloss, dlogits),
+    then the status record, the extents and the label check's code."""
     shape, axis = shape_of(op.softmax), op.axis_index()
     code = label_code(fl, op, op.label, axis, shape[axis])
-    args = [fl.operand_buffer(op.label), fl.operand_buffer(op.softmax), fl.operand_buffer(op.dloss),
-            fl.buffer_for(op.result), fl.checks.status()]
-    callee = f"softmax_cross_entropy_grad_{dtype_suffix(element_of(op.softmax))}_{label_suffix(op.label)}"
-    call(fl, callee, args, [*extents(shape, axis), code])
+    callee = f"{op.name.removeprefix('opc.')}_{dtype_suffix(element_of(op.softmax))}_{label_suffix(op.label)}"
+    call(fl, callee, [*buffers(fl, op), fl.checks.status()], [*extents(shape, axis), code])
 
 
 LOWERINGS: dict[type[Operation], Callable] = {
@@ -342,12 +327,12 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.GatherGradOp: lower_gather_grad,
     opc.SoftmaxOp: lower_softmax,
     opc.LogSoftmaxOp: lower_softmax,
-    opc.SoftmaxGradOp: lower_softmax_grad,
-    opc.LogSoftmaxGradOp: lower_softmax_grad,
+    opc.SoftmaxGradOp: lower_softmax,
+    opc.LogSoftmaxGradOp: lower_softmax,
     opc.LayerNormOp: lower_layer_norm,
-    opc.LayerNormGradOp: lower_layer_norm_grad,
+    opc.LayerNormGradOp: lower_layer_norm,
     opc.SoftmaxCrossEntropyOp: lower_softmax_cross_entropy,
-    opc.SoftmaxCrossEntropyGradOp: lower_softmax_cross_entropy_grad,
+    opc.SoftmaxCrossEntropyGradOp: lower_softmax_cross_entropy,
 }
 """Ops materialized by a function of their own (buffers, nests or a runtime call)."""
 

@@ -38,7 +38,8 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects import opc
-from opc.dialects.opc_loops import GemmOp
+from opc.dialects.opc_loops import ExternalCallOp, GemmOp
+from opc.external import external_symbol, kernel_attributes
 from opc.ir import OpcError
 from opc.lowering import nn_lowering as nn
 from opc.lowering.scalars import (
@@ -93,17 +94,21 @@ class FunctionLowering:
 
     def plan_inlining(self) -> set[Operation]:
         inlined: set[Operation] = set()
+
+        def pointwise(user: Operation) -> bool:  # a device's kernel reads buffers
+            return isinstance(user, POINTWISE_CONSUMERS) and external_symbol(user) is None
+
         for op in self.fn.body.block.ops:
             if not (isinstance(op, INLINABLE) or is_splat_constant(op)) or len(op.results) != 1:
                 continue
             v = op.results[0]
-            if v in self.returned:
+            if v in self.returned or external_symbol(op) is not None:
                 continue
             uses = [u.operation for u in v.uses]
             constant = isinstance(op, opc.FullOp) or is_splat_constant(op)
-            if constant and uses and all(isinstance(u, POINTWISE_CONSUMERS) for u in uses):
+            if constant and uses and all(pointwise(u) for u in uses):
                 inlined.add(op)  # a constant: free to recompute anywhere
-            elif len(uses) == 1 and isinstance(uses[0], POINTWISE_CONSUMERS) and self.evaluated_once(v, uses[0]):
+            elif len(uses) == 1 and pointwise(uses[0]) and self.evaluated_once(v, uses[0]):
                 inlined.add(op)
         return inlined
 
@@ -476,8 +481,16 @@ class FunctionLowering:
         if v in self.returned:
             self.copy_into_output(v)
 
+    def lower_external(self, op: Operation, symbol: str) -> None:
+        """A device's own kernel: every operand in a buffer, every result into one (used or not)."""
+        inputs = [self.operand_buffer(v) for v in op.operands]
+        outputs = [self.buffer_for(r) for r in op.results]
+        self.e.emit(ExternalCallOp(symbol, op.name, inputs, outputs, kernel_attributes(op)))
+
     def lower_op(self, op: Operation) -> None:
-        if isinstance(op, arith.ConstantOp):
+        if (symbol := external_symbol(op)) is not None:
+            self.lower_external(op, symbol)
+        elif isinstance(op, arith.ConstantOp):
             if is_splat_constant(op):  # every use inlined it; a returned splat fills its output
                 self.lower_pointwise(op.result)
             else:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -34,8 +34,9 @@ from xdsl.transforms.dead_code_elimination import region_dce
 
 from opc.autodiff.rules import Emitter, matmul_grads, narrow, wide
 from opc.dialects import opc as o
+from opc.external import EXTERNAL_ATTR, external_symbol
 from opc.ir import OpcError
-from opc.registry import REGISTRY, route
+from opc.registry import REGISTRY, route_op
 from opc.targets import Target, get_target, op_name
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -410,8 +411,21 @@ def apply_rules(
 
 
 def cannot_run(module: ModuleOp, target: Target) -> list[Operation]:
-    """opc ops left without a kernel on the target."""
-    return [op for op in module.walk() if op.name.startswith("opc.") and op.name not in target.kernels]
+    """opc ops left without a kernel on the target (neither opc's nor the device's own)."""
+    return [op for op in module.walk()
+            if op.name.startswith("opc.") and op.name not in target.kernels and external_symbol(op) is None]
+
+
+def mark_externals(module: ModuleOp, target: Target, forced: frozenset[str] = frozenset()) -> None:
+    """Mark every op instance the device's own kernel takes with its symbol (and unmark the rest:
+    a module may have been legalized for another target before)."""
+    for op in module.walk():
+        if not op.name.startswith("opc."):
+            continue
+        if route_op(op, target, force=op.name in forced) == "external":
+            op.attributes[EXTERNAL_ATTR] = StringAttr(target.external_for(op).symbol)  # type: ignore[union-attr]
+        else:
+            op.attributes.pop(EXTERNAL_ATTR, None)
 
 
 def enclosing_func(op: Operation) -> str:
@@ -428,9 +442,10 @@ def legalize_ops(
     forced = resolve_ops(force)
     origin: dict[Operation, str] = {}
     def rewritten(op: Operation) -> bool:
-        return route(op.name, target.kernels, force=op.name in forced) in ("invoke", "composite")
+        return route_op(op, target, force=op.name in forced) in ("invoke", "composite")
 
     apply_rules(module, rewritten, origin)
+    mark_externals(module, target, forced)
     return [(op, origin.get(op, "")) for op in cannot_run(module, target)]
 
 
@@ -443,7 +458,8 @@ def cannot_run_message(op: Operation, origin: str, target: Target) -> str:
 
 
 def legalize(module: ModuleOp, target: Target, force: Sequence[str] | str | None = None) -> None:
-    """Leave only ops in target.kernels (plus func / arith): kernel where the
+    """Leave only ops in target.kernels (plus func / arith) and instances marked for the
+    device's own kernels: external where one admits the instance, else kernel where the
     target has one, else invoke, else composite; `force` ("all" or op names)
     decomposes those even where a kernel exists. Then dce."""
     bad = legalize_ops(module, target, force)

@@ -17,8 +17,10 @@ would have to be computed twice); a bias that is not [N] (broadcast along
 columns, a full [M, N] addend); a matmul that is not rank 2; an add whose
 result is used elsewhere keeps its activation apart (matmul + add still
 fuse, activation "none"); erf-form gelu (the fused op's gelu is the tanh
-form) likewise. Nothing is fused on a target without a
-fused_gemm_epilogue kernel.
+form) likewise. Nothing is fused where the target would not run the fused
+op by a kernel: a device without one, or whose own kernel
+([external.fused_gemm_epilogue]) does not admit the dtype or activation (the
+npu example: activation "none" only, so matmul + add fuse and the relu stays).
 
 In the default pipeline of opc.compile / `opc compile` on targets with the
 kernel, before opc-grad (off with fuse=False / --no-fuse).
@@ -40,7 +42,8 @@ from xdsl.pattern_rewriter import (
 )
 
 from opc.dialects import opc as o
-from opc.targets import get_target
+from opc.registry import route_op
+from opc.targets import Target, get_target
 
 FUSED = "opc.fused_gemm_epilogue"
 
@@ -77,7 +80,21 @@ def fused_activation(add: o.AddOp) -> tuple[Operation, str] | None:
 
 
 class FuseGemmEpiloguePattern(RewritePattern):
-    """matmul + bias add [+ relu / tanh gelu] -> fused_gemm_epilogue."""
+    """matmul + bias add [+ relu / tanh gelu] -> fused_gemm_epilogue, where the
+    target runs that fused op instance by a kernel (its own or a device's);
+    else, with the activation apart, the linear part alone where that runs so."""
+
+    def __init__(self, target: Target):
+        self.target = target
+
+    def fused(self, x: SSAValue, y: SSAValue, bias: SSAValue, trans_x: bool, trans_y: bool,
+              activations: list[str]) -> o.FusedGemmEpilogueOp | None:
+        for activation in activations:
+            op = o.FusedGemmEpilogueOp(x, y, bias, trans_x, trans_y, activation)
+            if route_op(op, self.target) in ("kernel", "external"):
+                return op
+            op.erase()
+        return None
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, add: o.AddOp, rewriter: PatternRewriter) -> None:
@@ -88,15 +105,15 @@ class FuseGemmEpiloguePattern(RewritePattern):
         x, trans_x = fold_transposes(mm.x, o.flag(mm.trans_x))
         y, trans_y = fold_transposes(mm.y, o.flag(mm.trans_y))
         act = fused_activation(add)
-        if act is None:
-            fused = o.FusedGemmEpilogueOp(x, y, bias, trans_x, trans_y, "none")
+        fused = self.fused(x, y, bias, trans_x, trans_y, [act[1], "none"] if act else ["none"])
+        if fused is None:
+            return
+        if fused.reserve_space is None:
             rewriter.replace(add, fused, [fused.out])
         else:
-            act_op, activation = act
-            fused = o.FusedGemmEpilogueOp(x, y, bias, trans_x, trans_y, activation)
-            assert fused.reserve_space is not None
+            assert act is not None
             fused.reserve_space.name_hint = add.result.name_hint
-            rewriter.replace(act_op, fused, [fused.out])
+            rewriter.replace(act[0], fused, [fused.out])
             rewriter.erase(add)
         operands = list(mm.operands)
         rewriter.erase(mm)
@@ -121,6 +138,7 @@ class FusePass(ModulePass):
     target: str = "cpu"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if FUSED not in get_target(self.target).kernels:
+        target = get_target(self.target)
+        if FUSED not in target.kernels and target.external_of(FUSED) is None:
             return
-        PatternRewriteWalker(FuseGemmEpiloguePattern(), apply_recursively=True).rewrite_module(op)
+        PatternRewriteWalker(FuseGemmEpiloguePattern(target), apply_recursively=True).rewrite_module(op)

@@ -1,0 +1,343 @@
+"""Devices that bring their own kernels: the `[external.OP]` sections of a
+device .toml, which op instances they take, and building their C sources.
+
+    [external.fused_gemm_epilogue]
+    source = "npu_fused_gemm_epilogue.c"   # relative to the .toml
+    symbol = "npu_fused_gemm_epilogue"     # int SYMBOL(const opc_kernel_call *call), runtime/opc_kernel.h
+    dtypes = ["f32", "f16", "bf16"]        # element type of the op's first operand (select: its values)
+    activation = ["none"]                  # any attribute of the op: the values the kernel supports
+
+An op instance runs through the kernel iff its dtype is listed and every
+constrained attribute has a listed value (`ExternalKernel.mismatch` is None);
+every other instance runs as if the device had no kernel of its own
+(`opc.registry.route_op`). Legalization marks each instance it sends to a
+kernel with EXTERNAL_ATTR = the symbol; the lowering turns a marked op into one
+`opc_loops.external_call`, and the build compiles the kernel's source once per
+content into an object linked into the module (`kernel_objects`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xdsl.dialects.builtin import (
+    BoolAttr,
+    DenseArrayBase,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    Signedness,
+    StringAttr,
+    bf16,
+    f16,
+    f32,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Operation
+from xdsl.irdl import VerificationContext
+from xdsl.utils.exceptions import VerifyException
+
+from opc.ir import OpcError
+
+EXTERNAL_ATTR = "opc.external"
+"""The discardable attribute legalization puts on an op instance that runs through a device kernel."""
+
+DTYPES: dict[str, Attribute] = {
+    "i1": IntegerType(1), "i8": IntegerType(8), "ui8": IntegerType(8, Signedness.UNSIGNED),
+    "i16": IntegerType(16), "i32": IntegerType(32), "i64": IntegerType(64),
+    "f16": f16, "bf16": bf16, "f32": f32, "f64": f64,
+}  # fmt: skip
+"""Element types by their MLIR names, in the order of opc_dtype (runtime/opc_kernel.h)."""
+
+
+def dtype_name(t: Attribute) -> str:
+    for name, attr in DTYPES.items():
+        if attr == t:
+            return name
+    raise ValueError(f"not an element type opc admits: {t}")
+
+
+def external_symbol(op: Operation) -> str | None:
+    """The kernel legalization chose for this op instance, if any."""
+    mark = op.attributes.get(EXTERNAL_ATTR)
+    return mark.data if isinstance(mark, StringAttr) else None
+
+
+DTYPE_OPERAND = {"opc.select": 1}
+"""Which operand's element type picks the kernel where it is not the first (select: its values, not the condition)."""
+
+
+def instance_dtype(op: Operation) -> str:
+    """The dtype a kernel is chosen by: the element type of the first operand (of the result, without one)."""
+    value = op.operands[DTYPE_OPERAND.get(op.name, 0)] if op.operands else op.results[0]
+    return dtype_name(value.type.element_type)  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------
+# Attributes: kinds (from the op's IRDL definition) and values
+# ---------------------------------------------------------------------------
+
+# Probes in this order: an i64 IntegerAttr fails a bool property, a bool fits an integer one.
+KIND_PROBES: tuple[tuple[str, Attribute], ...] = (
+    ("int", IntegerAttr(0, i64)), ("bool", BoolAttr.from_bool(True)), ("float", FloatAttr(0.0, 64)),
+    ("string", StringAttr("")), ("dtype", f32), ("ints", DenseArrayBase.from_list(i64, [0])),
+)  # fmt: skip
+
+
+def string_values() -> dict[str, tuple[str, ...]]:
+    """The string attributes whose values are an enumeration, by attribute name."""
+    from opc.dialects.opc import ACTIVATION_GRADS, ACTIVATIONS
+
+    return {"activation": ACTIVATIONS, "activation_grad": ACTIVATION_GRADS}
+
+
+@functools.cache
+def op_classes() -> dict[str, type[Operation]]:
+    from opc.dialects.opc import Opc
+
+    return {cls.name: cls for cls in Opc.operations}  # type: ignore[attr-defined]
+
+
+@functools.cache
+def attribute_kinds(op_name: str) -> dict[str, str]:
+    """The op's properties and their kinds: bool, int, float, string, dtype or ints."""
+    kinds = {}
+    for name, prop in op_classes()[op_name].get_irdl_definition().properties.items():  # type: ignore[attr-defined]
+        for kind, probe in KIND_PROBES:
+            try:
+                prop.constr.verify(probe, VerificationContext())
+            except VerifyException:
+                continue
+            kinds[name] = kind
+            break
+    return kinds
+
+
+def domain(op_name: str, attr: str) -> tuple | None:
+    """Every value an attribute can take, where that is a short list (bools, enumerations, dtypes)."""
+    kind = attribute_kinds(op_name).get(attr)
+    if kind == "bool":
+        return (False, True)
+    if kind == "dtype":
+        return tuple(DTYPES)
+    if kind == "string":
+        return string_values().get(attr)
+    return None
+
+
+def python_value(attr: Attribute, kind: str) -> Any:
+    if kind == "bool":
+        return attr.value.data != 0  # type: ignore[attr-defined]  # `true` parses as i1 -1
+    if kind in ("int", "float"):
+        return attr.value.data  # type: ignore[attr-defined]
+    if kind == "string":
+        return attr.data  # type: ignore[attr-defined]
+    if kind == "dtype":
+        return dtype_name(attr)
+    return tuple(attr.get_values())  # type: ignore[attr-defined]
+
+
+def attribute_value(op: Operation, name: str) -> Any:
+    """The instance's value of a property (its default when the op does not spell it)."""
+    kind = attribute_kinds(op.name)[name]
+    attr = op.properties.get(name)
+    if attr is None:
+        attr = type(op).get_irdl_definition().properties[name].default_value  # type: ignore[attr-defined]
+    return python_value(attr, kind)
+
+
+def kernel_attributes(op: Operation) -> dict[str, Attribute]:
+    """Every property of the op, defaults included: what its kernel receives."""
+    props = type(op).get_irdl_definition().properties  # type: ignore[attr-defined]
+    # not `get(name) or default`: an attribute may be falsy (IntegerAttr 0, an axis)
+    out = {name: op.properties[name] if name in op.properties else prop.default_value for name, prop in props.items()}
+    return {name: attr for name, attr in out.items() if attr is not None}
+
+
+def show(value: Any) -> str:
+    """A value as the .toml spells it: false, none, f32, [1, 0]."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+# ---------------------------------------------------------------------------
+# A device's kernel for one op
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExternalKernel:
+    op: str  # full op name, opc.X
+    source: str  # path of the C file
+    symbol: str
+    dtypes: tuple[str, ...]
+    constraints: tuple[tuple[str, tuple], ...]  # (attribute, the values the kernel supports)
+    toml: str  # the device file, for messages
+
+    @property
+    def where(self) -> str:
+        return f"{self.toml}: [external.{self.op.removeprefix('opc.')}]"
+
+    def mismatch(self, op: Operation) -> str | None:
+        """Why this instance does not run through the kernel (None: it does)."""
+        dtype = instance_dtype(op)
+        if dtype not in self.dtypes:
+            return f"dtype {dtype} not in [{', '.join(self.dtypes)}]"
+        for name, allowed in self.constraints:
+            value = attribute_value(op, name)
+            if value not in allowed:
+                return f"{name} = {show(value)} not in [{', '.join(show(v) for v in allowed)}]"
+        return None
+
+    def describe(self, otherwise: str) -> str:
+        """`external SYMBOL (activation = none; dtypes f32, f16); composite (activation = relu, gelu; other dtypes)`."""
+        taken, left = [], []
+        for name, allowed in self.constraints:
+            taken.append(f"{name} = {', '.join(show(v) for v in allowed)}")
+            values = domain(self.op, name)
+            rest = [v for v in values if v not in allowed] if values is not None else None
+            if rest is None:
+                left.append(f"other {name}")
+            elif rest:
+                left.append(f"{name} = {', '.join(show(v) for v in rest)}")
+        taken.append(f"dtypes {', '.join(self.dtypes)}")
+        left.append("other dtypes")
+        return f"external {self.symbol} ({'; '.join(taken)}); {otherwise} ({'; '.join(left)})"
+
+
+def parse_externals(path: str, table: Any, backend: str) -> tuple[ExternalKernel, ...]:
+    """The `[external.OP]` sections of a device file, checked; errors name the file and the key."""
+    from opc.registry import ALL_OPS
+
+    def fail(key: str, why: str) -> OpcError:
+        return OpcError(f"error: {path}: {key}: {why}")
+
+    if not isinstance(table, dict):
+        raise fail("external", "must be a table of [external.OP] sections")
+    base = os.path.dirname(os.path.abspath(path))
+    kernels = []
+    for raw, section in table.items():
+        op = raw if raw.startswith("opc.") else f"opc.{raw}"
+        key = f"[external.{raw}]"
+        if op not in ALL_OPS:
+            raise fail(key, f"unknown op '{raw}'")
+        if not isinstance(section, dict):
+            raise fail(key, "must be a table with source, symbol, dtypes")
+        if backend != "cpu":
+            raise fail(key, f"external C kernels run on the cpu backend; backend '{backend}' is not supported for them")
+        for required in ("source", "symbol", "dtypes"):
+            if required not in section:
+                raise fail(key, f"missing key '{required}'")
+        source, symbol, dtypes = section["source"], section["symbol"], section["dtypes"]
+        if not isinstance(source, str) or not source:
+            raise fail(f"{key}.source", "must be the path of a C file, relative to the .toml")
+        full = os.path.normpath(os.path.join(base, source))
+        if not os.path.isfile(full):
+            raise fail(f"{key}.source", f"no such file '{source}' (looked for {full})")
+        if not isinstance(symbol, str) or not (symbol.isidentifier() and symbol.isascii()):
+            raise fail(f"{key}.symbol", f"must be a C function name, got {symbol!r}")
+        if symbol.startswith("opc_"):
+            raise fail(f"{key}.symbol", f"'{symbol}': names starting with opc_ are opc's own")
+        if not isinstance(dtypes, list) or not dtypes or not all(isinstance(d, str) for d in dtypes):
+            raise fail(f"{key}.dtypes", 'must be a non-empty list of dtype names, e.g. ["f32", "f16"]')
+        for d in dtypes:
+            if d not in DTYPES:
+                raise fail(f"{key}.dtypes", f"unknown dtype '{d}' (expected {', '.join(DTYPES)})")
+        constraints = tuple(
+            (name, parse_constraint(op, name, values, lambda why, name=name: fail(f"{key}.{name}", why)))
+            for name, values in section.items() if name not in ("source", "symbol", "dtypes")
+        )  # fmt: skip
+        kernels.append(ExternalKernel(op, full, symbol, tuple(dict.fromkeys(dtypes)), constraints, path))
+    symbols = [k.symbol for k in kernels]
+    for k in kernels:
+        if symbols.count(k.symbol) > 1:
+            raise fail(f"[external.{k.op.removeprefix('opc.')}].symbol", f"'{k.symbol}' names two kernels")
+    return tuple(kernels)
+
+
+TOML_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "string": (str,), "dtype": (str,),
+              "ints": (list,)}  # fmt: skip
+
+
+def parse_constraint(op: str, name: str, values: Any, fail: Callable[[str], OpcError]) -> tuple:
+    kinds = attribute_kinds(op)
+    if name not in kinds:
+        known = ", ".join(sorted(kinds)) or "none"
+        raise fail(f"unknown attribute of {op} (its attributes: {known}; and source, symbol, dtypes)")
+    kind = kinds[name]
+    if not isinstance(values, list) or not values:
+        raise fail(f"must be a non-empty list of the values the kernel supports, e.g. {name} = [...]")
+    out = []
+    for v in values:
+        ok = isinstance(v, TOML_TYPES[kind]) and not (kind in ("int", "float") and isinstance(v, bool))
+        if kind == "ints":
+            ok = ok and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+        if not ok:
+            raise fail(f"{v!r} is not a {kind} value")
+        allowed = domain(op, name)
+        if kind == "dtype" and v not in DTYPES or kind == "string" and allowed is not None and v not in allowed:
+            raise fail(f"unknown value '{v}' (expected {', '.join(show(a) for a in allowed or DTYPES)})")
+        out.append(tuple(v) if kind == "ints" else float(v) if kind == "float" else v)
+    return tuple(dict.fromkeys(out))
+
+
+# ---------------------------------------------------------------------------
+# Building the kernels' C sources
+# ---------------------------------------------------------------------------
+
+
+def kernel_objects(kernels: tuple[ExternalKernel, ...], symbols: set[str], cache: Path) -> list[Path]:
+    """Objects of the kernels whose symbols a module calls, each built once per content."""
+    return [kernel_object(k, cache) for k in kernels if k.symbol in symbols]
+
+
+def kernel_object(kernel: ExternalKernel, cache: Path) -> Path:
+    """The kernel's source compiled with the ABI's prototype force-included first, so that a
+    definition with another signature is a compile error; then its symbol looked up."""
+    from opc.lowering.build import compile_flags, compiler_version, content_key, runtime_digest, runtime_dir
+
+    src = Path(kernel.source)
+    prototype = f'#include "opc_kernel.h"\nint {kernel.symbol}(const opc_kernel_call *call);\n'
+    headers = [p.read_bytes() for p in sorted(src.parent.glob("*.h"))]
+    key = content_key(prototype, src.read_bytes(), *headers, compiler_version(), *compile_flags(), runtime_digest(),
+                      length=20)
+    obj = cache / f"external-{kernel.symbol}-{key}.o"
+    if obj.exists():
+        return obj
+    with tempfile.TemporaryDirectory(prefix="opc-kernel-", dir=cache) as tmp:
+        proto = Path(tmp) / f"opc_prototype_{kernel.symbol}.h"
+        proto.write_text(prototype)
+        out = Path(tmp) / "kernel.o"
+        cc = os.environ.get("CC", "gcc")
+        cmd = [cc, *compile_flags(), "-fPIC", "-I", str(runtime_dir()), "-include", str(proto), "-c", str(src),
+               "-o", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "LC_ALL": "C"})
+        if proc.returncode != 0:
+            lines = [line for line in proc.stderr.splitlines() if line.strip()][:8]
+            raise OpcError(f"error: {kernel.where}.source: {src} does not compile:\n" +
+                           "\n".join("  " + line for line in lines))
+        if not defines(str(out), kernel.symbol):
+            raise OpcError(f"error: {kernel.where}.symbol: '{kernel.symbol}' is not defined in {src} "
+                           f"(expected int {kernel.symbol}(const opc_kernel_call *call))")
+        os.replace(out, obj)  # atomic: a concurrent build of the same key just wins the race
+    return obj
+
+
+def defines(obj: str, symbol: str) -> bool:
+    """Whether the object defines `symbol` as a global (nm; assumed so where nm is missing)."""
+    try:
+        proc = subprocess.run(["nm", "-g", "--defined-only", obj], capture_output=True, text=True, check=False)
+    except OSError:
+        return True
+    return any(line.split()[-1:] == [symbol] for line in proc.stdout.splitlines())

@@ -1,0 +1,38 @@
+/* Prototypes of the kernels of opc_nn.h that generated modules call (through
+ * opc_loops.call); they are compiled once per toolchain and dtype into the
+ * objects of opc_nn_lib.c that the module links. Arguments: see opc_nn.h. */
+#ifndef OPC_NN_API_H
+#define OPC_NN_API_H
+#include <stdint.h>
+
+#define OPC_NN_SCE_PROTO(SUF, T, LSUF, L)                                                                     \
+    void opc_nn_softmax_cross_entropy_##SUF##_##LSUF(const T *logits, const L *label, T *loss, T *sm,       \
+                                                     int64_t *record, int64_t outer, int64_t n, int64_t inner, \
+                                                     int64_t code);                                          \
+    void opc_nn_softmax_cross_entropy_grad_##SUF##_##LSUF(const L *label, const T *sm, const T *dloss, T *dx, \
+                                                          int64_t *record, int64_t outer, int64_t n,          \
+                                                          int64_t inner, int64_t code);
+
+#define OPC_NN_PROTO(SUF, T, A)                                                                               \
+    void opc_nn_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner);                    \
+    void opc_nn_log_softmax_##SUF(const T *x, T *y, int64_t outer, int64_t n, int64_t inner);                \
+    void opc_nn_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n,             \
+                                   int64_t inner);                                                           \
+    void opc_nn_log_softmax_grad_##SUF(const T *out, const T *dout, T *dx, int64_t outer, int64_t n,         \
+                                       int64_t inner);                                                       \
+    void opc_nn_layer_norm_##SUF(const T *x, const T *scale, const T *bias, T *y, A *mean, A *rstd,          \
+                                 int64_t rows, int64_t cols, double eps);                                    \
+    void opc_nn_layer_norm_grad_##SUF(const T *x, const T *scale, const A *mean, const A *rstd, const T *dy, \
+                                      T *dx, T *dscale, T *dbias, int64_t rows, int64_t cols);               \
+    OPC_NN_SCE_PROTO(SUF, T, i32, int32_t)                                                                    \
+    OPC_NN_SCE_PROTO(SUF, T, i64, int64_t)
+
+OPC_NN_PROTO(f32, float, float)
+OPC_NN_PROTO(f16, uint16_t, float)
+OPC_NN_PROTO(bf16, uint16_t, float)
+OPC_NN_PROTO(f64, double, double)
+
+#undef OPC_NN_PROTO
+#undef OPC_NN_SCE_PROTO
+
+#endif
