@@ -1,43 +1,359 @@
-"""opc vs NumPy on the CPU, measured side by side in one run.
+"""opc on the CPU against NumPy, torch (eager and torch.compile) and JAX (jit), side by side in one run.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_cpu.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_cpu.py [--threads N] [--only A,B] [--skip C]
+                                                                          [--repeat N] [--list]
 
-(Those two variables, set on some machines for old OpenBLAS builds, slow a
-current NumPy down; unset them for a fair comparison.) Each figure is the best
-of several repeats; ratio = NumPy time / opc time, so > 1 means opc is faster.
+(Those two variables, set on some machines for old OpenBLAS builds, slow a current
+NumPy down; unset them for a fair comparison.) torch and JAX are optional (`pip install
+-e .[bench]`); without them only NumPy is compared. Every case computes its numbers
+with NumPy first and checks every contender against them before timing anything; a
+contender that disagrees stops the run. Each figure is the best of --repeat rounds,
+the rounds interleaved over the contenders on the same arrays. The ratio columns are
+this row's time / that opc variant's time: > 1 means the opc variant is faster.
+
+The cases are a table (add_case below); a benchmark adds a row by writing a setup
+function that returns a Contest.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import benchlib  # noqa: E402
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=None, help="threads for opc, NumPy, torch and JAX (default: all cores)")
+    ap.add_argument("--only", default="", help="comma-separated case names (or name prefixes) to run")
+    ap.add_argument("--skip", default="", help="comma-separated case names (or name prefixes) to leave out")
+    ap.add_argument("--repeat", type=int, default=15, help="timed rounds per case; the best is kept (default 15)")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    return ap
+
+
+if __name__ == "__main__":
+    ARGS = parser().parse_args()
+    benchlib.apply_threads(ARGS.threads)  # before numpy, torch and JAX start their thread pools
+
+import numpy as np  # noqa: E402
 
 import opc  # noqa: E402
 
+# ---------------------------------------------------------------------------
+# The table of cases and its runner
+# ---------------------------------------------------------------------------
 
-def best(fn, repeat: int = 7, min_time: float = 0.2) -> float:
-    """Best time of `repeat` rounds; each round runs fn enough times for min_time."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t0, 1e-6)
-    inner = max(1, int(min_time / once / repeat))
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - t0) / inner)
-    return min(times)
+
+@dataclass
+class Contender:
+    """One way of computing a case. fn runs it once and returns its outputs (NumPy, torch or JAX arrays)."""
+
+    label: str
+    fn: Callable[[], object]
+    want: list | None = None  # its own expected outputs (default: the contest's)
+    work: float | None = None  # its own work (default: the contest's), for the rate column
+
+
+@dataclass
+class Contest:
+    """What a case's setup returns: NumPy's numbers, opc's variants and the others."""
+
+    want: list  # NumPy's outputs (float64 where it matters): every contender is checked against them
+    ours: list[Contender]  # opc's variants; each gets a ratio column
+    theirs: list[Contender]
+    tol: float = 2e-3  # on max |got - want| / max(1, max |want|)
+    rate: str = ""  # "GFLOP/s" or "GB/s": a rate column computed from work
+    work: float = 0.0  # flops or bytes per call
+    note: Callable[[dict[str, float]], str] | None = None  # one more line, from the times
+
+
+@dataclass
+class Context:
+    rng: np.random.Generator
+    torch: object | None
+    jax: object | None
+    repeat: int
+
+
+@dataclass
+class Case:
+    name: str  # for --only / --skip
+    title: str
+    setup: Callable[[Context], Contest] | None = None  # a side-by-side contest ...
+    run: Callable[[Context], None] | None = None  # ... or a case that prints its own rows
+    notes: list[str] = field(default_factory=list)
+
+
+CASES: list[Case] = []
+
+
+def add_case(name: str, title: str, setup: Callable[[Context], Contest] | None = None,
+             run: Callable[[Context], None] | None = None) -> None:
+    assert (setup is None) != (run is None), "a case has a setup or a run"
+    assert all(c.name != name for c in CASES), f"case {name} added twice"
+    CASES.append(Case(name, title, setup, run))
+
+
+def to_numpy(out) -> list[np.ndarray]:
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    return [np.asarray(o.detach().numpy() if hasattr(o, "detach") else o) for o in outs]
+
+
+def run_contest(case: Case, contest: Contest, repeat: int) -> None:
+    ours = {c.label for c in contest.ours}
+    alive: list[Contender] = []
+    for c in contest.ours + contest.theirs:
+        try:
+            got = c.fn()
+        except Exception as e:  # a peer that cannot run here is a note; opc failing is a failure
+            if c.label in ours:
+                raise
+            print(f"  ({c.label} did not run: {type(e).__name__}: {str(e).strip().splitlines()[0][:150]})")
+            continue
+        benchlib.check(f"{case.name}: {c.label}", to_numpy(got), c.want if c.want is not None else contest.want,
+                     contest.tol)
+        alive.append(c)
+    times = benchlib.best_of({c.label: c.fn for c in alive}, repeat)
+    width = max(20, *(len(c.label) for c in alive))
+    ratio_cols = [max(10, len(o.label) + 2) for o in contest.ours]
+    print(case.title)
+    print(f"  {'':<{width}} {'ms':>9}" + (f" {contest.rate:>9}" if contest.rate else "")
+          + "".join(f" {'/' + o.label:>{w}}" for o, w in zip(contest.ours, ratio_cols)))
+    for c in alive:
+        t = times[c.label]
+        line = f"  {c.label:<{width}} {t * 1e3:9.3f}"
+        if contest.rate:
+            work = c.work if c.work is not None else contest.work
+            line += f" {work / t / 1e9:9.1f}"
+        line += "".join(f" {t / times[o.label]:{w}.2f}" for o, w in zip(contest.ours, ratio_cols))
+        print(line)
+    if contest.note:
+        print("  " + contest.note(times))
+
+
+def run_cases(ctx: Context, only: list[str], skip: list[str]) -> None:
+    def chosen(name: str) -> bool:
+        return (not only or any(name.startswith(o) for o in only)) and not any(name.startswith(s) for s in skip)
+
+    for case in CASES:
+        if not chosen(case.name):
+            continue
+        print()
+        if case.run is not None:
+            case.run(ctx)
+        else:
+            run_contest(case, case.setup(ctx), ctx.repeat)
+        sys.stdout.flush()
+
+
+# ---------------------------------------------------------------------------
+# Peers: the same function in torch eager, torch.compile and JAX jit
+# ---------------------------------------------------------------------------
+
+
+def peers(ctx: Context, args: list[np.ndarray], torch_fn=None, jax_fn=None, compiled: bool = True) -> list[Contender]:
+    """torch eager (and torch.compile) and JAX jit of the same function, on the same arrays."""
+    out = []
+    if ctx.torch is not None and torch_fn is not None:
+        torch = ctx.torch
+        targs = [torch.from_numpy(a) for a in args]  # shares NumPy's memory
+        out.append(Contender("torch eager", lambda: torch_fn(*targs)))
+        if compiled:
+            tc = torch.compile(torch_fn)
+            out.append(Contender("torch.compile", lambda: tc(*targs)))
+    if ctx.jax is not None and jax_fn is not None:
+        jax = ctx.jax
+        jargs = [jax.numpy.asarray(a) for a in args]
+        jitted = jax.jit(jax_fn)
+        out.append(Contender("JAX jit", lambda: jax.block_until_ready(jitted(*jargs))))
+    return out
+
+
+def numpy_row(fn, args) -> Contender:
+    return Contender("NumPy", lambda: fn(*args))
+
+
+# ---------------------------------------------------------------------------
+# Softmax and layer norm over rows: composed from primitives, and the single op
+# ---------------------------------------------------------------------------
+
+ROWS, COLS = 2048, 1024
+T2 = f"tensor<{ROWS}x{COLS}xf32>"
+C1 = f"tensor<{ROWS}x1xf32>"
+V1 = f"tensor<{COLS}xf32>"
+
+
+def keep(op: str, x: str) -> str:
+    return f"opc.{op} {x} {{axes = array<i64: 1>, keepdim = true}} : ({T2}) -> {C1}"
+
+
+SOFTMAX = f"""func.func @composed(%x: {T2}) -> {T2} {{
+  %m = {keep("reduce_max", "%x")}
+  %s = opc.sub %x, %m : ({T2}, {C1}) -> {T2}
+  %e = opc.exp %s : ({T2}) -> {T2}
+  %z = {keep("reduce_sum", "%e")}
+  %r = opc.div %e, %z : ({T2}, {C1}) -> {T2}
+  func.return %r : {T2}
+}}
+func.func @single(%x: {T2}) -> {T2} {{
+  %r = opc.softmax %x {{axis = -1}} : ({T2}) -> {T2}
+  func.return %r : {T2}
+}}
+"""
+
+LAYER_NORM = f"""func.func @composed(%x: {T2}, %g: {V1}, %b: {V1}) -> {T2} {{
+  %mu = {keep("reduce_mean", "%x")}
+  %d = opc.sub %x, %mu : ({T2}, {C1}) -> {T2}
+  %sq = opc.mul %d, %d : ({T2}, {T2}) -> {T2}
+  %var = {keep("reduce_mean", "%sq")}
+  %eps = opc.full {{value = 1.0e-05 : f64}} : () -> tensor<1xf32>
+  %ve = opc.add %var, %eps : ({C1}, tensor<1xf32>) -> {C1}
+  %r = opc.rsqrt %ve : ({C1}) -> {C1}
+  %n = opc.mul %d, %r : ({T2}, {C1}) -> {T2}
+  %s = opc.mul %n, %g : ({T2}, {V1}) -> {T2}
+  %y = opc.add %s, %b : ({T2}, {V1}) -> {T2}
+  func.return %y : {T2}
+}}
+func.func @single(%x: {T2}, %g: {V1}, %b: {V1}) -> {T2} {{
+  %y, %mean, %rstd = opc.layer_norm %x, %g, %b {{begin_norm_axis = 1, epsilon = 1.0e-05 : f64}} : ({T2}, {V1}, {V1}) -> ({T2}, tensor<{ROWS}xf32>, tensor<{ROWS}xf32>)
+  func.return %y : {T2}
+}}
+"""
+
+
+def numpy_softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def numpy_layer_norm(x, g, b, eps=1e-5):
+    d = x - x.mean(axis=1, keepdims=True)
+    return d / np.sqrt((d * d).mean(axis=1, keepdims=True) + eps) * g + b
+
+
+def softmax_case(ctx: Context) -> Contest:
+    m = opc.compile(SOFTMAX)
+    x = ctx.rng.standard_normal((ROWS, COLS), np.float32) * np.float32(3)
+    torch_fn = (lambda t: ctx.torch.softmax(t, dim=1)) if ctx.torch else None
+    jax_fn = (lambda a: ctx.jax.nn.softmax(a, axis=1)) if ctx.jax else None
+    return Contest(want=[numpy_softmax(x.astype(np.float64))],
+                   ours=[Contender("opc composed", lambda: m.composed(x)),
+                         Contender("opc.softmax", lambda: m.single(x))],
+                   theirs=[numpy_row(numpy_softmax, [x]), *peers(ctx, [x], torch_fn, jax_fn)],
+                   tol=2e-5, rate="GB/s", work=2.0 * x.nbytes)
+
+
+def layer_norm_case(ctx: Context) -> Contest:
+    m = opc.compile(LAYER_NORM)
+    x = ctx.rng.standard_normal((ROWS, COLS), np.float32) * np.float32(2) + np.float32(0.5)
+    g, b = ctx.rng.standard_normal(COLS, np.float32), ctx.rng.standard_normal(COLS, np.float32)
+
+    def torch_fn(t, tg, tb):
+        return ctx.torch.nn.functional.layer_norm(t, (COLS,), tg, tb, 1e-5)
+
+    def jax_fn(a, ag, ab):
+        d = a - a.mean(axis=1, keepdims=True)
+        return d * ctx.jax.lax.rsqrt((d * d).mean(axis=1, keepdims=True) + 1e-5) * ag + ab
+
+    return Contest(want=[numpy_layer_norm(*(a.astype(np.float64) for a in (x, g, b)))],
+                   ours=[Contender("opc composed", lambda: m.composed(x, g, b)),
+                         Contender("opc.layer_norm", lambda: m.single(x, g, b))],
+                   theirs=[numpy_row(numpy_layer_norm, [x, g, b]),
+                           *peers(ctx, [x, g, b], torch_fn if ctx.torch else None, jax_fn if ctx.jax else None)],
+                   tol=2e-5, rate="GB/s", work=2.0 * x.nbytes)
+
+
+# ---------------------------------------------------------------------------
+# Row and column sums
+# ---------------------------------------------------------------------------
+
+
+def sum_case(axis: int) -> Callable[[Context], Contest]:
+    def setup(ctx: Context) -> Contest:
+        r, c = 4096, 1024
+        t, out = f"tensor<{r}x{c}xf32>", f"tensor<{(c, r)[axis]}xf32>"
+        m = opc.compile(f"func.func @s(%x: {t}) -> {out} {{\n"
+                        f"  %r = opc.reduce_sum %x {{axes = array<i64: {axis}>}} : ({t}) -> {out}\n"
+                        f"  func.return %r : {out}\n}}\n")
+        x = ctx.rng.standard_normal((r, c), np.float32)
+        torch_fn = (lambda a: a.sum(axis)) if ctx.torch else None
+        jax_fn = (lambda a: a.sum(axis)) if ctx.jax else None
+        return Contest(want=[x.astype(np.float64).sum(axis)], ours=[Contender("opc reduce_sum", lambda: m.s(x))],
+                       theirs=[numpy_row(lambda a: a.sum(axis), [x]), *peers(ctx, [x], torch_fn, jax_fn)],
+                       tol=2e-5, rate="GB/s", work=float(x.nbytes))
+
+    return setup
+
+
+# ---------------------------------------------------------------------------
+# The elementwise chain, and a plain copy of the same bytes as the bandwidth reference
+# ---------------------------------------------------------------------------
+
+CHAIN_N = 1 << 22
+V = f"tensor<{CHAIN_N}xf32>"
+CHAIN = f"""func.func @chain(%x: {V}, %y: {V}) -> {V} {{
+  %a = opc.mul %x, %y : ({V}, {V}) -> {V}
+  %b = opc.add %a, %x : ({V}, {V}) -> {V}
+  %c = opc.relu %b : ({V}) -> {V}
+  %d = opc.sub %c, %y : ({V}, {V}) -> {V}
+  %e = opc.mul %d, %d : ({V}, {V}) -> {V}
+  %f = opc.tanh %e : ({V}) -> {V}
+  func.return %f : {V}
+}}
+"""
+
+
+def numpy_chain(x, y):
+    return np.tanh(np.square(np.maximum(x * y + x, 0) - y))
+
+
+def chain_case(ctx: Context) -> Contest:
+    m = opc.compile(CHAIN)
+    x, y = ctx.rng.standard_normal(CHAIN_N, np.float32), ctx.rng.standard_normal(CHAIN_N, np.float32)
+    dst = np.empty_like(x)
+
+    def copy():
+        np.copyto(dst, x)
+        return dst
+
+    def torch_fn(a, b):
+        d = ctx.torch.relu(a * b + a) - b
+        return ctx.torch.tanh(d * d)
+
+    def jax_fn(a, b):
+        d = ctx.jax.nn.relu(a * b + a) - b
+        return ctx.jax.numpy.tanh(d * d)
+
+    def note(times: dict[str, float]) -> str:
+        copy_bw = 2 * x.nbytes / times["copy"]
+        parts = [f"{label} {3 * x.nbytes / t / copy_bw:.2f}" for label, t in times.items() if label != "copy"]
+        return "bandwidth as a fraction of copy's (bytes read + written per second): " + ", ".join(parts)
+
+    return Contest(want=[numpy_chain(x.astype(np.float64), y.astype(np.float64))],
+                   ours=[Contender("opc", lambda: m.chain(x, y))],
+                   theirs=[numpy_row(numpy_chain, [x, y]),
+                           *peers(ctx, [x, y], torch_fn if ctx.torch else None, jax_fn if ctx.jax else None),
+                           Contender("copy", copy, want=[x], work=2.0 * x.nbytes)],
+                   tol=2e-6, rate="GB/s", work=3.0 * x.nbytes, note=note)
+
+
+# ---------------------------------------------------------------------------
+# GEMMs: matmul, the fused epilogue, and forward + backward of the fused gelu layer
+# ---------------------------------------------------------------------------
 
 
 def gemm_mlir(n: int, act: str | None) -> str:
@@ -52,118 +368,242 @@ def gemm_mlir(n: int, act: str | None) -> str:
             f"  func.return {ret}\n}}\n")
 
 
+GELU_C = np.sqrt(2 / np.pi)
+
+
 def numpy_gelu(z):
-    return 0.5 * z * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (z + np.float32(0.044715) * z * z * z)))
+    c = z.dtype.type(GELU_C)
+    return 0.5 * z * (1 + np.tanh(c * (z + z.dtype.type(0.044715) * z * z * z)))
+
+
+def numpy_gelu_grad(z):
+    u = np.tanh(GELU_C * (z + 0.044715 * z**3))
+    return 0.5 * (1 + u) + 0.5 * z * (1 - u * u) * GELU_C * (1 + 3 * 0.044715 * z * z)
 
 
 NUMPY_EPILOGUE = {"none": lambda x, y, b: x @ y + b,
                   "relu": lambda x, y, b: np.maximum(x @ y + b, 0),
                   "gelu": lambda x, y, b: numpy_gelu(x @ y + b)}
 
-CHAIN_N = 1 << 22
-CHAIN = f"""func.func @chain(%x: tensor<{CHAIN_N}xf32>, %y: tensor<{CHAIN_N}xf32>) -> tensor<{CHAIN_N}xf32> {{
-  %a = opc.mul %x, %y : (tensor<{CHAIN_N}xf32>, tensor<{CHAIN_N}xf32>) -> tensor<{CHAIN_N}xf32>
-  %b = opc.add %a, %x : (tensor<{CHAIN_N}xf32>, tensor<{CHAIN_N}xf32>) -> tensor<{CHAIN_N}xf32>
-  %c = opc.relu %b : (tensor<{CHAIN_N}xf32>) -> tensor<{CHAIN_N}xf32>
-  %d = opc.sub %c, %y : (tensor<{CHAIN_N}xf32>, tensor<{CHAIN_N}xf32>) -> tensor<{CHAIN_N}xf32>
-  %e = opc.mul %d, %d : (tensor<{CHAIN_N}xf32>, tensor<{CHAIN_N}xf32>) -> tensor<{CHAIN_N}xf32>
-  %f = opc.tanh %e : (tensor<{CHAIN_N}xf32>) -> tensor<{CHAIN_N}xf32>
-  func.return %f : tensor<{CHAIN_N}xf32>
-}}
-"""
+
+def matmul_case(n: int) -> Callable[[Context], Contest]:
+    def setup(ctx: Context) -> Contest:
+        m = opc.compile(gemm_mlir(n, None))
+        x, y = ctx.rng.standard_normal((n, n), np.float32), ctx.rng.standard_normal((n, n), np.float32)
+        theirs = [numpy_row(np.matmul, [x, y])]
+        if n == 1024:
+            theirs += peers(ctx, [x, y], (lambda a, b: a @ b) if ctx.torch else None,
+                            (lambda a, b: a @ b) if ctx.jax else None, compiled=False)
+        return Contest(want=[x.astype(np.float64) @ y], ours=[Contender("opc", lambda: m.f(x, y))], theirs=theirs,
+                       tol=1e-4, rate="GFLOP/s", work=2.0 * n**3)
+
+    return setup
 
 
-def numpy_chain(x, y):
-    return np.tanh(np.square(np.maximum(x * y + x, 0) - y))
+def epilogue_case(act: str, n: int = 512) -> Callable[[Context], Contest]:
+    def setup(ctx: Context) -> Contest:
+        m = opc.compile(gemm_mlir(n, act))
+        x, y = ctx.rng.standard_normal((n, n), np.float32), ctx.rng.standard_normal((n, n), np.float32)
+        b = ctx.rng.standard_normal(n, np.float32)
+        ref = NUMPY_EPILOGUE[act]
+        torch_fn = None
+        if ctx.torch is not None:
+            F = ctx.torch.nn.functional
+            act_fn = {"none": lambda z: z, "relu": F.relu, "gelu": lambda z: F.gelu(z, approximate="tanh")}[act]
+
+            def torch_fn(a, w, c):
+                return act_fn(ctx.torch.addmm(c, a, w))
+
+        return Contest(want=[ref(*(a.astype(np.float64) for a in (x, y, b)))],
+                       ours=[Contender("opc", lambda: m.f(x, y, b) if act == "none" else m.f(x, y, b)[0])],
+                       theirs=[numpy_row(ref, [x, y, b]), *peers(ctx, [x, y, b], torch_fn, None, compiled=False)],
+                       tol=1e-4, rate="GFLOP/s", work=2.0 * n**3)
+
+    return setup
 
 
-def row(label: str, t_np: float, t_opc: float, flops: float | None = None) -> None:
-    gf = f"{flops / t_np / 1e9:8.1f} {flops / t_opc / 1e9:8.1f}" if flops else f"{'':8} {'':8}"
-    print(f"{label:<28} {t_np * 1e3:9.3f} {t_opc * 1e3:9.3f} {t_np / t_opc:7.2f}  {gf}")
+def gelu_layer_case(ctx: Context, n: int = 512) -> Contest:
+    """A training step of the fused gelu layer: h = gelu(x @ w + b) and the gradients w.r.t. x, w, b for dh.
+
+    opc: one f_value_and_grad call (forward once, reserve_space reused: 3 GEMMs) and f then
+    f_grad (the grad replays the forward: 4 GEMMs); torch eager autograd; JAX jit of vjp
+    (value_and_grad of a non-scalar function: the value and the pullback of dh)."""
+    t, bt = f"tensor<{n}x{n}xf32>", f"tensor<{n}xf32>"
+    m = opc.compile(f"func.func @f(%x: {t}, %w: {t}, %b: {bt}) -> {t} {{\n"
+                    f'  %h, %z = opc.fused_gemm_epilogue %x, %w, %b {{activation = "gelu"}} : '
+                    f"({t}, {t}, {bt}) -> ({t}, {t})\n  func.return %h : {t}\n}}\n", grad=True)
+    x, w, b, dh = (ctx.rng.standard_normal(s, np.float32) for s in ((n, n), (n, n), (n,), (n, n)))
+    x64, w64, b64, dh64 = (a.astype(np.float64) for a in (x, w, b, dh))
+    z = x64 @ w64 + b64
+    dz = dh64 * numpy_gelu_grad(z)
+    want = [numpy_gelu(z), dz @ w64.T, x64.T @ dz, dz.sum(0)]
+    theirs = []
+    if ctx.torch is not None:
+        torch = ctx.torch
+        tx, tw, tb = (torch.from_numpy(a).requires_grad_() for a in (x, w, b))
+        tdh = torch.from_numpy(dh)
+
+        def torch_step():
+            h = torch.nn.functional.gelu(torch.addmm(tb, tx, tw), approximate="tanh")
+            return (h, *torch.autograd.grad(h, (tx, tw, tb), tdh))
+
+        theirs.append(Contender("torch eager", torch_step))
+    if ctx.jax is not None:
+        jax = ctx.jax
+
+        def layer(a, ww, bb):
+            return jax.nn.gelu(a @ ww + bb, approximate=True)
+
+        @jax.jit
+        def step(a, ww, bb, d):
+            h, pullback = jax.vjp(layer, a, ww, bb)
+            return (h, *pullback(d))
+
+        jargs = [jax.numpy.asarray(a) for a in (x, w, b, dh)]
+        theirs.append(Contender("JAX jit(vjp)", lambda: jax.block_until_ready(step(*jargs))))
+    return Contest(want=want,
+                   ours=[Contender("opc f_value_and_grad", lambda: m.f_value_and_grad(x, w, b, dh)),
+                         Contender("opc f + f_grad", lambda: (m.f(x, w, b), *m.f_grad(x, w, b, dh)))],
+                   theirs=theirs, tol=1e-4, rate="GFLOP/s", work=6.0 * n**3)
 
 
-def timed_subprocess_compile(path: Path, cache: str) -> float:
+# ---------------------------------------------------------------------------
+# Compile time
+# ---------------------------------------------------------------------------
+
+COMPILE_LIMIT_S = 300
+
+
+def layered_model(n_ops: int, size: int = 16) -> str:
+    """An n_ops-op function: runs of 7 elementwise ops (some with fan-out), then a matmul or a
+    row reduction (whose result the next op broadcasts back), as models are built."""
+    t, r = f"tensor<{size}x{size}xf32>", f"tensor<{size}x1xf32>"
+    binary, unary = ("add", "mul", "sub", "maximum"), ("tanh", "relu", "neg")
+    lines, full, prev, reduced = [], "%x", "%w", None
+    for i in range(n_ops):
+        v = f"%v{i}"
+        if i % 8 == 7 and (i // 8) % 2 == 0:
+            lines.append(f"{v} = opc.matmul {full}, %w : ({t}, {t}) -> {t}")
+        elif i % 8 == 7:
+            lines.append(f"{v} = opc.reduce_max {full} {{axes = array<i64: 1>, keepdim = true}} : ({t}) -> {r}")
+            reduced = v
+            continue
+        elif reduced is not None:
+            lines.append(f"{v} = opc.sub {full}, {reduced} : ({t}, {r}) -> {t}")
+            reduced = None
+        elif i % 3 == 2:
+            lines.append(f"{v} = opc.{unary[(i // 3) % len(unary)]} {full} : ({t}) -> {t}")
+        else:
+            lines.append(f"{v} = opc.{binary[i % len(binary)]} {full}, {prev} : ({t}, {t}) -> {t}")
+        full, prev = v, full
+    ret, rt = (reduced, r) if reduced is not None else (full, t)
+    body = "\n".join("  " + line for line in lines)
+    return f"func.func @model(%x: {t}, %w: {t}) -> {rt} {{\n{body}\n  func.return {ret} : {rt}\n}}\n"
+
+
+def timed_compile(path: Path, cache: Path, timeout: float | None = None) -> float:
+    """Seconds opc.compile takes in a fresh process (Python start-up and imports not counted)."""
     code = ("import time, opc; t = time.perf_counter(); "
             f"opc.compile({str(path)!r}); print(time.perf_counter() - t)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "OPC_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=timeout,
+                         env={**os.environ, "OPC_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)})
+    if out.returncode != 0:
+        lines = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()
+        raise RuntimeError(lines[-1][:200])
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def value_and_grad_row(rng: np.random.Generator, n: int = 512) -> None:
-    """A training step of the fused gelu layer (fused_gemm_epilogue gelu, n^3, f32): f then f_grad (the grad
-    replays the forward: 4 GEMMs) against one f_value_and_grad (forward once, reserve_space reused: 3 GEMMs)."""
-    t, b = f"tensor<{n}x{n}xf32>", f"tensor<{n}xf32>"
-    m = opc.compile(f"func.func @f(%x: {t}, %w: {t}, %b: {b}) -> {t} {{\n"
-                    f'  %h, %z = opc.fused_gemm_epilogue %x, %w, %b {{activation = "gelu"}} : '
-                    f"({t}, {t}, {b}) -> ({t}, {t})\n  func.return %h : {t}\n}}\n", grad=True)
-    x, w, bias, dh = (rng.standard_normal(s, np.float32) for s in ((n, n), (n, n), (n,), (n, n)))
-    both = m.f_value_and_grad(x, w, bias, dh)
-    for got, want in zip(both, (m.f(x, w, bias), *m.f_grad(x, w, bias, dh))):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
-    # Rounds alternate between the two, so that a shared machine's load hits both alike.
-    rounds = [(best(lambda: (m.f(x, w, bias), m.f_grad(x, w, bias, dh)), repeat=3),
-               best(lambda: m.f_value_and_grad(x, w, bias, dh), repeat=3)) for _ in range(5)]
-    two_calls, one_call = min(r[0] for r in rounds), min(r[1] for r in rounds)
-    print(f"{'value_and_grad gelu ' + str(n):<28} {two_calls * 1e3:9.3f} {one_call * 1e3:9.3f} "
-          f"{two_calls / one_call:7.2f}  (ms: f + f_grad, f_value_and_grad; ratio > 1: one call is faster)")
+def compile_time_run(ctx: Context, sizes: tuple[int, ...] = (100, 1000, 5000)) -> None:
+    """Seconds per 1,000 ops, each model compiled into a fresh cache that holds only opc's runtime objects
+    (built once beforehand: they are a one-time cost per machine, not per model)."""
+    print(f"compile time (fresh cache per model, limit {COMPILE_LIMIT_S} s; "
+          "runs of 7 elementwise ops broken by a matmul or a reduction)")
+    with tempfile.TemporaryDirectory() as tmp:
+        seed = Path(tmp) / "seed"
+        seed_model = Path(tmp) / "seed.mlir"
+        seed_model.write_text(layered_model(16))
+        timed_compile(seed_model, seed)
+        runtime = [p for p in seed.rglob("*.o")]
+        for n in sizes:
+            cache, model = Path(tmp) / f"cache{n}", Path(tmp) / f"model{n}.mlir"
+            cache.mkdir()
+            for obj in runtime:
+                dst = cache / obj.relative_to(seed)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(obj, dst)
+            model.write_text(layered_model(n))
+            try:
+                s = timed_compile(model, cache, COMPILE_LIMIT_S)
+                print(f"  {n:5d} ops  {s:8.1f} s  {s / n * 1000:8.1f} s per 1,000 ops")
+            except subprocess.TimeoutExpired:
+                print(f"  {n:5d} ops  did not compile: took > {COMPILE_LIMIT_S} s")
+            except RuntimeError as e:
+                print(f"  {n:5d} ops  did not compile: {e}")
+            sys.stdout.flush()
 
 
-def main() -> None:
-    try:
-        from threadpoolctl import threadpool_info
-
-        blas = [f"{i['internal_api']} {i.get('architecture', '')} threads={i['num_threads']}"
-                for i in threadpool_info()]
-    except ImportError:
-        blas = ["(install threadpoolctl to see NumPy's BLAS)"]
-    print(f"numpy {np.__version__}; BLAS: {'; '.join(blas)}; cores: {os.cpu_count()}")
-    print(f"{'case':<28} {'numpy ms':>9} {'opc ms':>9} {'ratio':>7}  {'np GF/s':>8} {'opc GF/s':>8}")
-    rng = np.random.default_rng(0)
-    for n in (256, 512, 1024):
-        m = opc.compile(gemm_mlir(n, None))
-        x, y = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
-        np.testing.assert_allclose(m.f(x, y), x @ y, rtol=1e-3, atol=1e-2)
-        row(f"matmul f32 {n}", best(lambda: x @ y), best(lambda: m.f(x, y)), 2.0 * n**3)
-    n = 512
-    x, y, b = (rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32),
-               rng.standard_normal(n, np.float32))
-    for act in ("none", "relu", "gelu"):
-        m = opc.compile(gemm_mlir(n, act))
-        got = m.f(x, y, b)
-        np.testing.assert_allclose(got[0] if isinstance(got, tuple) else got, NUMPY_EPILOGUE[act](x, y, b),
-                                   rtol=1e-3, atol=1e-2)
-        ref = NUMPY_EPILOGUE[act]
-        row(f"fused_gemm_epilogue {act} {n}", best(lambda: ref(x, y, b)), best(lambda: m.f(x, y, b)), 2.0 * n**3)
-    m = opc.compile(CHAIN)
-    cx, cy = rng.standard_normal(CHAIN_N, np.float32), rng.standard_normal(CHAIN_N, np.float32)
-    np.testing.assert_allclose(m.chain(cx, cy), numpy_chain(cx, cy), rtol=1e-5, atol=1e-6)
-    row("elementwise chain 6 ops 4M", best(lambda: numpy_chain(cx, cy)), best(lambda: m.chain(cx, cy)))
-
-    t = "tensor<4096x1024xf32>"
-    m = opc.compile(f"func.func @colsum(%x: {t}) -> tensor<1024xf32> {{\n"
-                    f"  %r = opc.reduce_sum %x {{axes = array<i64: 0>}} : ({t}) -> tensor<1024xf32>\n"
-                    f"  func.return %r : tensor<1024xf32>\n}}\n")
-    rx = rng.standard_normal((4096, 1024), np.float32)
-    np.testing.assert_allclose(m.colsum(rx), rx.sum(0), rtol=1e-3, atol=1e-3)
-    row("reduce_sum axis 0 4096x1024", best(lambda: rx.sum(0)), best(lambda: m.colsum(rx)))
-
-    value_and_grad_row(rng)
-
+def mlp_compile_run(ctx: Context) -> None:
     mlp = ROOT / "examples" / "mlp.mlir"
     with tempfile.TemporaryDirectory() as fresh:
-        cold = timed_subprocess_compile(mlp, fresh)  # includes the one-time GEMM runtime object
-        warm = timed_subprocess_compile(mlp, fresh)
+        cold = timed_compile(mlp, Path(fresh))  # includes the one-time GEMM runtime object
+        warm = timed_compile(mlp, Path(fresh))
         edited = Path(fresh) / "mlp_edited.mlir"
         edited.write_text(mlp.read_text().replace("@mlp", "@mlp2"))
-        model_only = timed_subprocess_compile(edited, fresh)  # runtime object already cached
+        model_only = timed_compile(edited, Path(fresh))  # runtime object already cached
     print(f"examples/mlp.mlir compile: cold {cold:.2f} s (fresh cache, incl. the one-time GEMM runtime build), "
           f"cold model-only {model_only:.2f} s, warm (cached) load {warm * 1e3:.0f} ms")
 
-    import bench_transformer  # the zoo's transformer block vs onnxruntime / torch / JAX (bench/bench_transformer.py)
 
-    bench_transformer.run(timer=best)
+def transformer_run(ctx: Context) -> None:
+    import bench_transformer  # the zoo's transformer block vs onnxruntime / torch / JAX
+
+    bench_transformer.run(timer=lambda fn: benchlib.best(fn, repeat=min(ctx.repeat, 7)))
+
+
+# ---------------------------------------------------------------------------
+
+add_case("softmax", f"softmax over rows {ROWS}x{COLS} f32 (composed: reduce_max sub exp reduce_sum div)", softmax_case)
+add_case("layernorm", f"layer norm over rows {ROWS}x{COLS} f32 (composed: 10 primitives)", layer_norm_case)
+add_case("rowsum", "row sum 4096x1024 f32 (axis 1)", sum_case(1))
+add_case("colsum", "column sum 4096x1024 f32 (axis 0)", sum_case(0))
+add_case("chain", "6-op elementwise chain, 4M f32 (mul add relu sub mul tanh)", chain_case)
+add_case("gelu-fwd-bwd", "fused gelu layer 512, forward + backward f32", gelu_layer_case)
+for _n in (256, 512, 1024):
+    add_case(f"matmul-{_n}", f"matmul f32 {_n}", matmul_case(_n))
+for _act in ("none", "relu", "gelu"):
+    add_case(f"epilogue-{_act}", f"fused_gemm_epilogue {_act} 512 f32", epilogue_case(_act))
+add_case("compile", "compile time", run=compile_time_run)
+add_case("mlp-compile", "examples/mlp.mlir compile", run=mlp_compile_run)
+add_case("transformer", "transformer block", run=transformer_run)
+
+
+def main(args: argparse.Namespace) -> None:
+    if args.list:
+        for case in CASES:
+            print(f"{case.name:<16} {case.title}")
+        return
+    torch, jax = benchlib.import_torch(), benchlib.import_jax()
+    versions = [f"numpy {np.__version__}"]
+    versions += [f"torch {torch.__version__}"] if torch else []
+    versions += [f"jax {jax.__version__}"] if jax else []
+    print(f"{'; '.join(versions)}; threads {benchlib.threads()} of {os.cpu_count()} cores; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"BLAS: {benchlib.blas_info()}")
+    missing = [name for name, mod in (("torch", torch), ("JAX", jax)) if mod is None]
+    if missing:
+        print(f"({' and '.join(missing)} not installed: `pip install -e .[bench]` adds their columns)")
+    print(f"ms: best of {args.repeat} interleaved rounds; columns /X: this row's time / opc variant X's time "
+          "(> 1: X is faster)")
+    ctx = Context(np.random.default_rng(0), torch, jax, args.repeat)
+    split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+    unknown = [n for n in split(args.only) + split(args.skip) if not any(c.name.startswith(n) for c in CASES)]
+    if unknown:
+        raise SystemExit(f"error: no case named {', '.join(unknown)} (see --list)")
+    t0 = time.perf_counter()
+    run_cases(ctx, split(args.only), split(args.skip))
+    print(f"\n(total {time.perf_counter() - t0:.0f} s; load average now "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
+from pathlib import Path
 
 import numpy as np
 
 import opc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import best  # noqa: E402 - one timer for every bench
 from opc.lowering.c_emitter import ENTRY_PREFIX
 from opc.lowering.cuda_build import driver_device_count
 
@@ -40,16 +43,6 @@ def source(n: int, dt: str) -> str:
             f"  %h, %z = opc.fused_gemm_epilogue %x, %w, %b {{activation = \"gelu\"}} : "
             f"({t2}, {t2}, {t1}) -> ({t2}, {t2})\n"
             f"  func.return %h, %z : {t2}, {t2}\n}}\n")
-
-
-def best(fn, repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> int:
@@ -102,7 +95,7 @@ def main() -> int:
                 ("fused", lambda: m.fused(x, w, b), lambda: cpu.fused(x, w, b), "opc cpu"),
             ]
         for name, mine, ref, label in cases:
-            t_mine, t_ref = best(mine, args.repeat), best(ref, max(3, args.repeat // 4))
+            t_mine, t_ref = best(mine, args.repeat, min_time=0), best(ref, max(3, args.repeat // 4), min_time=0)
             print(f"{name:6} {n:5d} {t_mine * 1e3:12.3f} {flops / t_mine / 1e9:12.1f} {t_ref * 1e3:10.3f}  {label}")
     return 0
 

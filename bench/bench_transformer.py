@@ -26,9 +26,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_cpu import best  # noqa: E402 - one timer for every bench row
-from zoo import common, transformer_block  # noqa: E402
+from benchlib import best, check, import_torch  # noqa: E402 - one timer and one check for every bench row
+from zoo import common  # noqa: E402
+from zoo import transformer_block  # noqa: E402
 
 import opc  # noqa: E402
 
@@ -56,11 +58,9 @@ def unpack(weights: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 def torch_contender(s: transformer_block.Sizes, x: np.ndarray, weights: dict[str, np.ndarray], dy: np.ndarray):
-    try:
-        import torch
-    except ImportError:
+    torch = import_torch()
+    if torch is None:
         return None
-    torch.set_num_threads(os.cpu_count() or 1)
     F = torch.nn.functional
     w = [torch.tensor(a, requires_grad=True) for a in unpack(weights)]
     xt = torch.tensor(x, requires_grad=True)
@@ -142,13 +142,6 @@ def row(label: str, theirs: float | None, ours: float) -> None:
         print(f"{label:<44} {theirs * 1e3:9.2f} {ours * 1e3:9.2f} {theirs / ours:7.2f}")
 
 
-def check(name: str, got, want, tol: float = 2e-3) -> None:
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        err = float(np.abs(np.asarray(g) - w).max() / max(1.0, float(np.abs(w).max())))
-        if err > tol:
-            raise SystemExit(f"{name} disagrees with opc (output {i}: scaled max error {err:.2e})")
-
-
 def run(sizes: transformer_block.Sizes = SIZES, timer=best) -> None:
     """Build, import, compile, check and time; print one row per contender."""
     s = sizes
@@ -179,7 +172,7 @@ def run(sizes: transformer_block.Sizes = SIZES, timer=best) -> None:
     ours = opc_forward_backward()
     ort_fwd = onnxruntime_forward(model, x)
     if ort_fwd is not None:
-        check("onnxruntime", [ort_fwd()], [y])
+        check("onnxruntime", [ort_fwd()], [y], against="opc")
     row("forward  vs onnxruntime", timer(ort_fwd) if ort_fwd else None, t_fwd)
     compared = False
     for name, make in (("torch eager", torch_contender), ("JAX jit", jax_contender)):
@@ -189,8 +182,8 @@ def run(sizes: transformer_block.Sizes = SIZES, timer=best) -> None:
             continue
         compared = True
         forward, forward_backward = contender
-        check(name, [forward()], [y])
-        check(name, forward_backward(), list(ours))
+        check(name, [forward()], [y], against="opc")
+        check(name, forward_backward(), list(ours), against="opc")
         row(f"forward  vs {name}", timer(forward), t_fwd)
         row(f"forward + backward vs {name}", timer(forward_backward), t_fb)
     if not compared:
