@@ -400,6 +400,24 @@ def matmul_case(n: int) -> Callable[[Context], Contest]:
     return setup
 
 
+def batched_matmul_case(xs: tuple[int, ...], ys: tuple[int, ...]) -> Callable[[Context], Contest]:
+    """Attention's batched GEMMs ([B, H, S, D] @ [B, H, D, S] and back): one opc.matmul with batch dims."""
+
+    def setup(ctx: Context) -> Contest:
+        out = (*xs[:-1], ys[-1])
+        t = {s: "tensor<" + "x".join(map(str, s)) + "xf32>" for s in (xs, ys, out)}
+        m = opc.compile(f"func.func @f(%x: {t[xs]}, %y: {t[ys]}) -> {t[out]} {{\n"
+                        f"  %r = opc.matmul %x, %y : ({t[xs]}, {t[ys]}) -> {t[out]}\n  func.return %r : {t[out]}\n}}\n")
+        x, y = ctx.rng.standard_normal(xs, np.float32), ctx.rng.standard_normal(ys, np.float32)
+        mm = lambda a, b: a @ b  # noqa: E731
+        return Contest(want=[x.astype(np.float64) @ y], ours=[Contender("opc", lambda: m.f(x, y))],
+                       theirs=[numpy_row(np.matmul, [x, y]),
+                               *peers(ctx, [x, y], mm if ctx.torch else None, mm if ctx.jax else None, compiled=False)],
+                       tol=1e-4, rate="GFLOP/s", work=2.0 * np.prod(out) * xs[-1])
+
+    return setup
+
+
 def epilogue_case(act: str, n: int = 512) -> Callable[[Context], Contest]:
     def setup(ctx: Context) -> Contest:
         m = opc.compile(gemm_mlir(n, act))
@@ -570,6 +588,10 @@ add_case("chain", "6-op elementwise chain, 4M f32 (mul add relu sub mul tanh)", 
 add_case("gelu-fwd-bwd", "fused gelu layer 512, forward + backward f32", gelu_layer_case)
 for _n in (256, 512, 1024):
     add_case(f"matmul-{_n}", f"matmul f32 {_n}", matmul_case(_n))
+add_case("bmm-qk", "batched matmul [8,4,128,64] @ [8,4,64,128] f32 (attention scores)",
+         batched_matmul_case((8, 4, 128, 64), (8, 4, 64, 128)))
+add_case("bmm-pv", "batched matmul [8,4,128,128] @ [8,4,128,64] f32 (attention output)",
+         batched_matmul_case((8, 4, 128, 128), (8, 4, 128, 64)))
 for _act in ("none", "relu", "gelu"):
     add_case(f"epilogue-{_act}", f"fused_gemm_epilogue {_act} 512 f32", epilogue_case(_act))
 add_case("compile", "compile time", run=compile_time_run)
@@ -587,6 +609,7 @@ def main(args: argparse.Namespace) -> None:
     versions += [f"torch {torch.__version__}"] if torch else []
     versions += [f"jax {jax.__version__}"] if jax else []
     print(f"{'; '.join(versions)}; threads {benchlib.threads()} of {os.cpu_count()} cores; "
+          f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', '(default)')}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"BLAS: {benchlib.blas_info()}")
     missing = [name for name, mod in (("torch", torch), ("JAX", jax)) if mod is None]
