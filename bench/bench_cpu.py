@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -520,15 +521,24 @@ def layered_model(n_ops: int, size: int = 16) -> str:
 
 
 def timed_compile(path: Path, cache: Path, timeout: float | None = None) -> float:
-    """Seconds opc.compile takes in a fresh process (Python start-up and imports not counted)."""
+    """Seconds opc.compile takes in a fresh process (Python start-up and imports not counted).
+
+    The process runs in its own process group, so that a timeout ends the C compiler it started too."""
     code = ("import time, opc; t = time.perf_counter(); "
             f"opc.compile({str(path)!r}); print(time.perf_counter() - t)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=timeout,
-                         env={**os.environ, "OPC_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)})
-    if out.returncode != 0:
-        lines = (out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}").splitlines()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OPC_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)},
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        lines = (stderr.strip() or stdout.strip() or f"exit {proc.returncode}").splitlines()
         raise RuntimeError(lines[-1][:200])
-    return float(out.stdout.strip().splitlines()[-1])
+    return float(stdout.strip().splitlines()[-1])
 
 
 def compile_time_run(ctx: Context, sizes: tuple[int, ...] = (100, 1000, 5000)) -> None:
@@ -604,6 +614,10 @@ def main(args: argparse.Namespace) -> None:
         for case in CASES:
             print(f"{case.name:<16} {case.title}")
         return
+    split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+    unknown = [n for n in split(args.only) + split(args.skip) if not any(c.name.startswith(n) for c in CASES)]
+    if unknown:
+        raise SystemExit(f"error: no case named {', '.join(unknown)} (see --list)")
     torch, jax = benchlib.import_torch(), benchlib.import_jax()
     versions = [f"numpy {np.__version__}"]
     versions += [f"torch {torch.__version__}"] if torch else []
@@ -618,10 +632,6 @@ def main(args: argparse.Namespace) -> None:
     print(f"ms: best of {args.repeat} interleaved rounds; columns /X: this row's time / opc variant X's time "
           "(> 1: X is faster)")
     ctx = Context(np.random.default_rng(0), torch, jax, args.repeat)
-    split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
-    unknown = [n for n in split(args.only) + split(args.skip) if not any(c.name.startswith(n) for c in CASES)]
-    if unknown:
-        raise SystemExit(f"error: no case named {', '.join(unknown)} (see --list)")
     t0 = time.perf_counter()
     run_cases(ctx, split(args.only), split(args.skip))
     print(f"\n(total {time.perf_counter() - t0:.0f} s; load average now "
