@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,8 @@ import benchlib  # noqa: E402
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=None, help="threads for opc, NumPy, torch and JAX (default: all cores)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for opc, NumPy, torch and JAX (default: all cores)")
     ap.add_argument("--only", default="", help="comma-separated case names (or name prefixes) to run")
     ap.add_argument("--skip", default="", help="comma-separated case names (or name prefixes) to leave out")
     ap.add_argument("--repeat", type=int, default=15, help="timed rounds per case; the best is kept (default 15)")
@@ -96,7 +97,6 @@ class Case:
     title: str
     setup: Callable[[Context], Contest] | None = None  # a side-by-side contest ...
     run: Callable[[Context], None] | None = None  # ... or a case that prints its own rows
-    notes: list[str] = field(default_factory=list)
 
 
 CASES: list[Case] = []
@@ -230,7 +230,8 @@ LAYER_NORM = f"""func.func @composed(%x: {T2}, %g: {V1}, %b: {V1}) -> {T2} {{
   func.return %y : {T2}
 }}
 func.func @single(%x: {T2}, %g: {V1}, %b: {V1}) -> {T2} {{
-  %y, %mean, %rstd = opc.layer_norm %x, %g, %b {{begin_norm_axis = 1, epsilon = 1.0e-05 : f64}} : ({T2}, {V1}, {V1}) -> ({T2}, tensor<{ROWS}xf32>, tensor<{ROWS}xf32>)
+  %y, %mean, %rstd = opc.layer_norm %x, %g, %b {{begin_norm_axis = 1, epsilon = 1.0e-05 : f64}}
+      : ({T2}, {V1}, {V1}) -> ({T2}, tensor<{ROWS}xf32>, tensor<{ROWS}xf32>)
   func.return %y : {T2}
 }}
 """

@@ -87,7 +87,8 @@ def check(name: str, got, want, tol: float = 2e-3, against: str = "NumPy") -> No
     for i, (g, w) in enumerate(zip(got, want)):
         err = scaled_error(g, w)
         if not err <= tol:
-            raise SystemExit(f"bench: {name} disagrees with {against} (output {i}: scaled max error {err:.2e} > {tol:.0e})")
+            raise SystemExit(f"bench: {name} disagrees with {against} "
+                             f"(output {i}: scaled max error {err:.2e} > {tol:.0e})")
 
 
 def import_torch():
