@@ -290,6 +290,7 @@ class CEmitter:
     prefix: str = ENTRY_PREFIX
     const_ptrs: set[SSAValue] = field(default_factory=set)
     yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
+    kernels: list[str] = field(default_factory=list)  # the outlined kernels of the function being emitted
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
               '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn_api.h"\n')
@@ -322,8 +323,9 @@ class CEmitter:
             body.append(self.status_support)
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
-                self.lines = []
+                self.lines, self.kernels = [], []
                 sigs.append(self.emit_function(fn))
+                body.extend(self.kernels)
                 body.extend(self.lines)
                 body.append("")
         return self.header + kernel_preamble(module) + "\n" + "\n".join(body), sigs
@@ -398,7 +400,67 @@ class CEmitter:
             self.line(f"{c_type(buf.type.element_type)} *{self.name(buf)} = NULL;")  # type: ignore[attr-defined]
 
     def emit_body(self, fn: func.FuncOp) -> None:
-        self.emit_block(fn.body.block)
+        """Every top-level loop nest (a kernel) becomes a static function of its own,
+        called from here: gcc's time then grows with the number of kernels, not
+        with the square of one huge function."""
+        for op in fn.body.block.ops:
+            if isinstance(op, scf.ParallelOp) and self.outlinable(op):
+                self.emit_outlined(op, fn)
+            else:
+                self.emit_op(op)
+
+    @staticmethod
+    def outlinable(op: Operation) -> bool:
+        """A nest that cannot leave by `goto cleanup` (no allocation, status or device call inside)."""
+        return not any(isinstance(o, (memref.AllocOp, RaiseStatusOp, ExternalCallOp)) for o in op.walk())
+
+    def emit_outlined(self, op: Operation, fn: func.FuncOp) -> None:
+        """`static void opc_k_F_N(captured buffers and scalars) { nest }` plus its call.
+        Constants are re-emitted inside; views are rebuilt inside from their base
+        buffer, so the parameters never alias each other (they are restrict)."""
+        inside = {id(o) for o in op.walk()}
+        captured: list[SSAValue] = []
+        local_defs: list[Operation] = []
+        seen: set[SSAValue] = set()
+        todo = [v for o in op.walk() for v in o.operands]
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            owner = v.owner
+            if isinstance(owner, Operation) and id(owner) in inside:
+                continue
+            if isinstance(owner, Block):  # a block argument of an enclosing loop cannot occur at top level
+                if owner is not fn.body.block:
+                    continue
+                captured.append(v)
+            elif isinstance(owner, (arith.ConstantOp, memref.ReinterpretCastOp, memref.GetGlobalOp)):
+                local_defs.append(owner)
+                todo.extend(owner.operands)
+            else:
+                captured.append(v)
+        kernel = f"opc_k_{fn.sym_name.data}_{len(self.kernels)}"
+        saved_lines, saved_indent = self.lines, self.indent
+        self.lines, self.indent = [], 0
+        self.line(f"static __attribute__((noinline)) void {kernel}({', '.join(self.param(v) for v in captured) or 'void'}) {{")
+        self.indent = 1
+        block_order = {o: i for i, o in enumerate(fn.body.block.ops)}
+        for d in sorted(set(local_defs), key=lambda o: block_order.get(o, -1)):
+            self.emit_op(d)
+        self.emit_op(op)
+        self.indent = 0
+        self.line("}")
+        self.kernels.append("\n".join(self.lines))
+        self.lines, self.indent = saved_lines, saved_indent
+        self.line(f"{kernel}({', '.join(self.name(v) for v in captured)});")
+
+    def param(self, v: SSAValue) -> str:
+        t = v.type
+        if isinstance(t, MemRefType):
+            const = "const " if v in self.const_ptrs else ""
+            return f"{const}{c_type(t.element_type)} *restrict {self.name(v)}"
+        return f"const {c_type(t)} {self.name(v)}"
 
     def free_statement(self, buf: SSAValue) -> str:
         return f"free({self.name(buf)});"

@@ -43,6 +43,7 @@ from opc.external import external_symbol, kernel_attributes
 from opc.ir import OpcError
 from opc.lowering import nn_lowering as nn
 from opc.lowering.scalars import (
+    ELEMENTWISE,
     INLINABLE,
     POINTWISE_CONSUMERS,
     Emitter,
@@ -88,29 +89,63 @@ class FunctionLowering:
         self.allocs: list[SSAValue] = []
         self.flat = False  # True while a flat (1-D) nest is emitted
         self.checks = nn.RuntimeChecks(self)
+        self.memo: dict[tuple, SSAValue] = {}  # (value, index, block) -> scalar, within one op's nests
+        self.row_scalars: dict[SSAValue, SSAValue] = {}  # inside a row kernel: per-row reduction results
+        self.row_staged: dict[SSAValue, SSAValue] = {}  # inside a row kernel: values kept in a row buffer
+        self.row_rank = 0
         self.inlined = self.plan_inlining()
 
     # -- planning -------------------------------------------------------------
 
     def plan_inlining(self) -> set[Operation]:
+        """Which ops are computed inside their consumers' nests instead of into a buffer.
+
+        One backward sweep (consumers before producers, no recursion): every
+        materialized op roots a nest; an inlinable op joins its consumers' nest
+        when all of them are in the same one and each reads it once per element.
+        Several consumers in one nest (fan-out) are fine: value_at memoizes, so
+        the value is still computed once per element.
+        """
         inlined: set[Operation] = set()
+        root: dict[Operation, Operation] = {}
 
         def pointwise(user: Operation) -> bool:  # a device's kernel reads buffers
             return isinstance(user, POINTWISE_CONSUMERS) and external_symbol(user) is None
 
-        for op in self.fn.body.block.ops:
+        for op in reversed(list(self.fn.body.block.ops)):
+            root[op] = op
             if not (isinstance(op, INLINABLE) or is_splat_constant(op)) or len(op.results) != 1:
                 continue
             v = op.results[0]
             if v in self.returned or external_symbol(op) is not None:
                 continue
-            uses = [u.operation for u in v.uses]
+            users = list(dict.fromkeys(u.operation for u in v.uses))
             constant = isinstance(op, opc.FullOp) or is_splat_constant(op)
-            if constant and uses and all(pointwise(u) for u in uses):
+            if constant and users and all(pointwise(u) for u in users):
                 inlined.add(op)  # a constant: free to recompute anywhere
-            elif len(uses) == 1 and pointwise(uses[0]) and self.evaluated_once(v, uses[0]):
+            elif len(users) == 1 and pointwise(users[0]) and self.evaluated_once(v, users[0]):
                 inlined.add(op)
+                root[op] = root[users[0]]
+            elif len(users) > 1 and self.fans_out_in_one_nest(v, users, root):
+                inlined.add(op)
+                root[op] = root[users[0]]
         return inlined
+
+    @staticmethod
+    def fans_out_in_one_nest(v: SSAValue, users: list[Operation], root: dict[Operation, Operation]) -> bool:
+        """v's consumers all sit in one nest and read v at their own index (elementwise of
+        v's shape, or a reduction of v): one evaluation per element serves them all."""
+        nests = {root[u] for u in users}
+        if len(nests) != 1:
+            return False
+        for u in users:
+            if external_symbol(u) is not None:
+                return False
+            if isinstance(u, opc.ReduceOp):
+                continue
+            if not isinstance(u, ELEMENTWISE) or isinstance(u, opc.CastGradOp) or shape_of(u.results[0]) != shape_of(v):
+                return False
+        return True
 
     @staticmethod
     def evaluated_once(v: SSAValue, user: Operation) -> bool:
@@ -144,30 +179,76 @@ class FunctionLowering:
     # -- scalar evaluation --------------------------------------------------------
 
     def value_at(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue:
-        """Scalar of tensor value v at index idx (storage type)."""
+        """Scalar of tensor value v at index idx (storage type).
+
+        Iterative (an explicit stack, not recursion), so chains of any length
+        lower; memoized per (value, index, block), so a value that several ops
+        of one nest read (fan-out inside a kernel) is computed once per element.
+        """
+        memo = self.memo
+        block = id(self.e.block)
+        root_key = (v, tuple(idx), block)
+        stack: list[tuple[SSAValue, list[SSAValue], bool]] = [(v, idx, False)]
+        while stack:
+            u, uidx, expanded = stack.pop()
+            key = (u, tuple(uidx), block)
+            if key in memo:
+                continue
+            leaf = self.leaf_value(u, uidx)
+            if leaf is not None:
+                memo[key] = leaf
+                continue
+            children = self.operand_indices(u, uidx)
+            if not expanded:
+                stack.append((u, uidx, True))
+                stack.extend((c, cidx, False) for c, cidx in reversed(children)
+                             if (c, tuple(cidx), block) not in memo)
+                continue
+            args = [memo[(c, tuple(cidx), block)] for c, cidx in children]
+            memo[key] = self.combine_operands(u, args)
+        return memo[root_key]
+
+    def leaf_value(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue | None:
+        """A scalar needing no operand evaluated first: a load, a constant, an index map."""
         e = self.e
+        if v in self.row_scalars:  # a row reduction's result inside its row kernel
+            return self.row_scalars[v]
+        if v in self.row_staged:  # a row kernel's value kept in its row buffer
+            return e.load(self.row_staged[v], idx[-self.row_rank:])
         if v in self.buffers:
             return e.load(self.buffers[v], idx)
         op = v.owner
         assert isinstance(op, Operation) and op in self.inlined, f"{v} is neither buffered nor inlined"
-        shape = shape_of(v)
         if isinstance(op, opc.FullOp):
             return e.const(full_value(op.value.value.data, element_of(v)), element_of(v))
         if is_splat_constant(op):
             return e.const(op.value.get_values()[0], element_of(v))  # type: ignore[attr-defined]
-        if isinstance(op, opc.BroadcastToOp):
-            return self.value_at(op.x, self.operand_index(idx, shape, shape_of(op.x)))
-        if isinstance(op, opc.TransposeOp):
-            src = [None] * len(idx)
-            for i, p in enumerate(op.perm_list()):
-                src[p] = idx[i]
-            return self.value_at(op.x, src)  # type: ignore[arg-type]
-        if isinstance(op, opc.CastGradOp):  # x lends only its dtype: never loaded
-            return e.convert(self.value_at(op.dout, idx), element_of(op.dout), element_of(v))
         if isinstance(op, nn.INDEX_MAPS):
             return nn.index_map_value(self, op, idx)
-        args = [self.value_at(a, self.operand_index(idx, shape, shape_of(a))) for a in op.operands]
-        return scalar_op(e, op, args)
+        return None
+
+    def operand_indices(self, v: SSAValue, idx: list[SSAValue]) -> list[tuple[SSAValue, list[SSAValue]]]:
+        """The operands v's op reads at idx, each with its own index."""
+        op = v.owner
+        shape = shape_of(v)
+        if isinstance(op, opc.BroadcastToOp):
+            return [(op.x, self.operand_index(idx, shape, shape_of(op.x)))]
+        if isinstance(op, opc.TransposeOp):
+            src: list = [None] * len(idx)
+            for i, p in enumerate(op.perm_list()):
+                src[p] = idx[i]
+            return [(op.x, src)]
+        if isinstance(op, opc.CastGradOp):  # x lends only its dtype: never loaded
+            return [(op.dout, idx)]
+        return [(a, self.operand_index(idx, shape, shape_of(a))) for a in op.operands]  # type: ignore[union-attr]
+
+    def combine_operands(self, v: SSAValue, args: list[SSAValue]) -> SSAValue:
+        op = v.owner
+        if isinstance(op, (opc.BroadcastToOp, opc.TransposeOp)):
+            return args[0]
+        if isinstance(op, opc.CastGradOp):
+            return self.e.convert(args[0], element_of(op.dout), element_of(v))
+        return scalar_op(self.e, op, args)  # type: ignore[arg-type]
 
     # -- materializing ops ----------------------------------------------------------
 
@@ -189,22 +270,26 @@ class FunctionLowering:
         none is transposed or broadcast: then one flat loop does (long, vectorizable)."""
         n = numel(shape_of(v))
         leaves: list[SSAValue] = []
-
-        def flat(u: SSAValue, root: bool) -> bool:
+        seen: set[SSAValue] = set()
+        todo = [(v, True)]
+        while todo:  # iterative: chains may be thousands of ops long
+            u, root = todo.pop()
             if numel(shape_of(u)) != n:
-                return False
+                return None
             if not root and u in self.buffers:
                 leaves.append(u)
-                return True
+                continue
+            if u in seen:
+                continue
+            seen.add(u)
             op = u.owner
             if isinstance(op, (opc.TransposeOp, *nn.INDEX_MAPS)):
-                return False
+                return None
             if isinstance(op, opc.FullOp) or is_splat_constant(op):  # type: ignore[arg-type]
-                return True
+                continue
             operands = [op.dout] if isinstance(op, opc.CastGradOp) else op.operands  # type: ignore[union-attr]
-            return all(flat(o, False) for o in operands)
-
-        return list(dict.fromkeys(leaves)) if flat(v, True) else None
+            todo.extend((o, False) for o in operands)
+        return list(dict.fromkeys(leaves))
 
     def flat_view(self, buf: SSAValue) -> SSAValue:
         n = numel(buf.type.get_shape())  # type: ignore[attr-defined]
@@ -488,6 +573,7 @@ class FunctionLowering:
         self.e.emit(ExternalCallOp(symbol, op.name, inputs, outputs, kernel_attributes(op)))
 
     def lower_op(self, op: Operation) -> None:
+        self.memo = {}
         if (symbol := external_symbol(op)) is not None:
             self.lower_external(op, symbol)
         elif isinstance(op, arith.ConstantOp):
