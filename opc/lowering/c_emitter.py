@@ -235,6 +235,7 @@ EXPRESSIONS = {
     arith.AddfOp: infix("+"), arith.SubfOp: infix("-"), arith.MulfOp: infix("*"), arith.DivfOp: infix("/"),
     arith.NegfOp: lambda e, o: f"(-{e.name(o.operand)})",
     arith.MaximumfOp: pick(">"), arith.MinimumfOp: pick("<"),
+    arith.OrIOp: infix("|"), arith.AndIOp: infix("&"),
     arith.AddiOp: wrap_int("+"), arith.SubiOp: wrap_int("-"), arith.MuliOp: wrap_int("*"),
     arith.MaxSIOp: int_pick(">"), arith.MaxUIOp: int_pick(">", True),
     arith.MinSIOp: int_pick("<"), arith.MinUIOp: int_pick("<", True),
@@ -560,6 +561,10 @@ class CEmitter:
             self.names[arg] = acc
             targets.append(acc)
         i = self.name(iv)
+        simd = op.attributes.get("opc.simd_reduction")
+        if simd is not None:  # partial accumulators per lane: the sum reassociates, max/min do not change
+            clauses = " ".join(f"reduction({c.data}:{t})" for c, t in zip(simd.data, targets))  # type: ignore[attr-defined]
+            self.line(f"#pragma omp simd {clauses}")
         self.line(f"for (int64_t {i} = {self.name(op.lb)}; {i} < {self.name(op.ub)}; {i} += {self.name(op.step)}) {{")
         self.indent += 1
         self.yield_targets.append(targets)
@@ -594,6 +599,12 @@ class CEmitter:
         ptr, ct = self.name(op.memref), c_type(t.element_type)  # type: ignore[attr-defined]
         self.line(f"{ptr} = ({ct} *)malloc(sizeof({ct}) * {n});")
         self.line(f"if (!{ptr}) {{ status = 1; goto cleanup; }}")
+
+    def emit_AllocaOp(self, op: memref.AllocaOp) -> None:
+        """A row kernel's row buffer: on the thread's stack (bounded: ROW_BUFFER_BYTES)."""
+        t = op.memref.type
+        n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
+        self.line(f"{c_type(t.element_type)} {self.name(op.memref)}[{n}];")  # type: ignore[attr-defined]
 
     def emit_DeallocOp(self, op: memref.DeallocOp) -> None:
         ptr = self.name(op.memref)

@@ -27,12 +27,15 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     IntegerAttr,
+    IntegerType,
     MemRefType,
     ModuleOp,
     StringAttr,
     UnitAttr,
     f32,
+    f64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -42,6 +45,7 @@ from opc.dialects.opc_loops import ExternalCallOp, GemmOp
 from opc.external import external_symbol, kernel_attributes
 from opc.ir import OpcError
 from opc.lowering import nn_lowering as nn
+from opc.transforms.opc_schedule import RowKernel, plan, tensor_functions, unwrap_kernels
 from opc.lowering.scalars import (
     ELEMENTWISE,
     INLINABLE,
@@ -66,12 +70,32 @@ from opc.lowering.scalars import (
 # Function lowering
 # ---------------------------------------------------------------------------
 
+SIMD_ATTR = "opc.simd_reduction"
+"""On an scf.for: the `omp simd reduction` operator of each carried value (+, max, min, |)."""
+ROW_BUFFER_BYTES = 64 * 1024  # row buffers of one row kernel, on each thread's stack
+
+
+@dataclass
+class Accumulator:
+    """One reduction's running state in a loop: its carried values, how an element
+    folds in, their `omp simd reduction` operators (None: none), the result."""
+
+    inits: list[SSAValue]
+    clauses: list[str] | None
+    step: Callable[[list[SSAValue], SSAValue], list[SSAValue]]
+    result: Callable[[list[SSAValue]], SSAValue]
+
+
+def element_bytes(t: Attribute) -> int:
+    width = getattr(t, "width", None)
+    return max(1, width.data // 8) if width is not None else (8 if t == f64 else 4 if t == f32 else 2)
+
 
 class FunctionLowering:
     """Lowers one tensor function to a buffer function of loop nests."""
 
     def __init__(self, fn: func.FuncOp, globals_out: list[memref.GlobalOp] | None = None,
-                 memory_order_reductions: bool = True):
+                 memory_order_reductions: bool = True, row_kernels: bool = True):
         self.fn = fn
         self.memory_order_reductions = memory_order_reductions
         self.globals = globals_out if globals_out is not None else []
@@ -93,68 +117,11 @@ class FunctionLowering:
         self.row_scalars: dict[SSAValue, SSAValue] = {}  # inside a row kernel: per-row reduction results
         self.row_staged: dict[SSAValue, SSAValue] = {}  # inside a row kernel: values kept in a row buffer
         self.row_rank = 0
-        self.inlined = self.plan_inlining()
+        self.simd = memory_order_reductions  # the CPU: float reductions vectorize (omp simd)
+        self.schedule = plan(fn, row_kernels=row_kernels)
+        self.inlined = set(self.schedule.inlined)
 
     # -- planning -------------------------------------------------------------
-
-    def plan_inlining(self) -> set[Operation]:
-        """Which ops are computed inside their consumers' nests instead of into a buffer.
-
-        One backward sweep (consumers before producers, no recursion): every
-        materialized op roots a nest; an inlinable op joins its consumers' nest
-        when all of them are in the same one and each reads it once per element.
-        Several consumers in one nest (fan-out) are fine: value_at memoizes, so
-        the value is still computed once per element.
-        """
-        inlined: set[Operation] = set()
-        root: dict[Operation, Operation] = {}
-
-        def pointwise(user: Operation) -> bool:  # a device's kernel reads buffers
-            return isinstance(user, POINTWISE_CONSUMERS) and external_symbol(user) is None
-
-        for op in reversed(list(self.fn.body.block.ops)):
-            root[op] = op
-            if not (isinstance(op, INLINABLE) or is_splat_constant(op)) or len(op.results) != 1:
-                continue
-            v = op.results[0]
-            if v in self.returned or external_symbol(op) is not None:
-                continue
-            users = list(dict.fromkeys(u.operation for u in v.uses))
-            constant = isinstance(op, opc.FullOp) or is_splat_constant(op)
-            if constant and users and all(pointwise(u) for u in users):
-                inlined.add(op)  # a constant: free to recompute anywhere
-            elif len(users) == 1 and pointwise(users[0]) and self.evaluated_once(v, users[0]):
-                inlined.add(op)
-                root[op] = root[users[0]]
-            elif len(users) > 1 and self.fans_out_in_one_nest(v, users, root):
-                inlined.add(op)
-                root[op] = root[users[0]]
-        return inlined
-
-    @staticmethod
-    def fans_out_in_one_nest(v: SSAValue, users: list[Operation], root: dict[Operation, Operation]) -> bool:
-        """v's consumers all sit in one nest and read v at their own index (elementwise of
-        v's shape, or a reduction of v): one evaluation per element serves them all."""
-        nests = {root[u] for u in users}
-        if len(nests) != 1:
-            return False
-        for u in users:
-            if external_symbol(u) is not None:
-                return False
-            if isinstance(u, opc.ReduceOp):
-                continue
-            if not isinstance(u, ELEMENTWISE) or isinstance(u, opc.CastGradOp) or shape_of(u.results[0]) != shape_of(v):
-                return False
-        return True
-
-    @staticmethod
-    def evaluated_once(v: SSAValue, user: Operation) -> bool:
-        """Inlining must not recompute a value once per broadcast copy."""
-        if isinstance(user, (opc.ReduceOp, opc.TransposeOp)):
-            return True
-        if isinstance(user, (*nn.INDEX_MAPS, *nn.POINTWISE_CONSUMERS)):
-            return nn.reads_once(v, user)
-        return numel(shape_of(v)) == numel(shape_of(user.results[0]))
 
     # -- buffers ----------------------------------------------------------------
 
@@ -345,35 +312,12 @@ class FunctionLowering:
         """
         e = self.e
         acc_t = compute_type(scalar_type(elem))
-
-        is_sum = kind in ("sum", "mean")
         count = numel([in_shape[a] for a in axes])
-
-        def combine(acc: SSAValue, x: SSAValue) -> SSAValue:
-            x = e.to_compute(x)
-            if opc.is_float(acc_t):
-                pick = arith.MaximumfOp if kind == "max" else arith.MinimumfOp
-                return e.value((arith.AddfOp if is_sum else pick)(acc, x))
-            if is_sum:
-                return e.value(arith.AddiOp(acc, x))
-            signed, unsigned = (arith.MaxSIOp, arith.MaxUIOp) if kind == "max" else (arith.MinSIOp, arith.MinUIOp)
-            return e.value((unsigned if is_unsigned(elem) else signed)(acc, x))
-
-        def identity() -> SSAValue:
-            if is_sum:
-                return e.const(0.0 if opc.is_float(acc_t) else 0, acc_t)
-            sign = -1 if kind == "max" else 1
-            if opc.is_float(acc_t):
-                return e.const(sign * pymath.inf, acc_t)
-            width = acc_t.width.data  # type: ignore[attr-defined]
-            if is_unsigned(elem):
-                return e.const(0 if kind == "max" else (1 << width) - 1, acc_t)
-            return e.const(-(1 << (width - 1)) if kind == "max" else (1 << (width - 1)) - 1, acc_t)
+        combine = lambda acc, x: self.combine(kind, elem, acc, x)  # noqa: E731
+        identity = lambda: self.identity(kind, elem)  # noqa: E731
 
         def finish(acc: SSAValue) -> SSAValue:  # mean: the sum times 1/count, in the compute type
-            if kind != "mean":
-                return acc
-            return e.value(arith.MulfOp(acc, e.const(1.0 / count if count else pymath.nan, acc_t)))
+            return self.finish_mean(kind, acc, count)
 
         def out_index(in_idx: Sequence[SSAValue]) -> list[SSAValue]:
             if keepdim:
@@ -397,20 +341,20 @@ class FunctionLowering:
                         next(kept)
                 else:
                     base.append(next(kept))
+            state = self.accumulator(kind, elem)
 
-            def loops(remaining: list[int], idx: list, acc: SSAValue) -> SSAValue:
-                if not remaining:
-                    return combine(acc, load(idx))
+            def loops(remaining: list[int], idx: list, accs: list[SSAValue]) -> list[SSAValue]:
                 axis, rest = remaining[0], remaining[1:]
 
-                def step(iv: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+                def step(iv: SSAValue, inner: list[SSAValue]) -> list[SSAValue]:
                     sub = list(idx)
                     sub[axis] = iv
-                    return [loops(rest, sub, accs[0])]
+                    return loops(rest, sub, inner) if rest else state.step(inner, load(sub))
 
-                return e.for_loop(in_shape[axis], [acc], step)[0]
+                return self.reduction_loop(in_shape[axis], accs, step, state.clauses if not rest else None)
 
-            e.store(e.to_storage(finish(loops(list(axes), base, identity())), elem), out, out_idx)
+            result = state.result(loops(list(axes), base, state.inits))
+            e.store(e.to_storage(finish(result), elem), out, out_idx)
 
         e.parallel(out_shape, body)
 
@@ -439,6 +383,179 @@ class FunctionLowering:
         if acc is not out or finish is not None:  # halves round once; a mean scales once
             done = finish or (lambda v: v)
             e.parallel(out_shape, lambda idx: e.store(e.to_storage(done(e.load(acc, idx)), elem), out, idx))
+
+    # -- reductions: accumulators ---------------------------------------------------
+
+    def combine(self, kind: str, elem: Attribute, acc: SSAValue, x: SSAValue) -> SSAValue:
+        """acc (+|max|min) x in the compute type; float max/min propagate NaN."""
+        e = self.e
+        acc_t = compute_type(scalar_type(elem))
+        x = e.to_compute(x)
+        is_sum = kind in ("sum", "mean")
+        if opc.is_float(acc_t):
+            pick = arith.MaximumfOp if kind == "max" else arith.MinimumfOp
+            return e.value((arith.AddfOp if is_sum else pick)(acc, x))
+        if is_sum:
+            return e.value(arith.AddiOp(acc, x))
+        signed, unsigned = (arith.MaxSIOp, arith.MaxUIOp) if kind == "max" else (arith.MinSIOp, arith.MinUIOp)
+        return e.value((unsigned if is_unsigned(elem) else signed)(acc, x))
+
+    def identity(self, kind: str, elem: Attribute) -> SSAValue:
+        e = self.e
+        acc_t = compute_type(scalar_type(elem))
+        if kind in ("sum", "mean"):
+            return e.const(0.0 if opc.is_float(acc_t) else 0, acc_t)
+        sign = -1 if kind == "max" else 1
+        if opc.is_float(acc_t):
+            return e.const(sign * pymath.inf, acc_t)
+        width = acc_t.width.data  # type: ignore[attr-defined]
+        if is_unsigned(elem):
+            return e.const(0 if kind == "max" else (1 << width) - 1, acc_t)
+        return e.const(-(1 << (width - 1)) if kind == "max" else (1 << (width - 1)) - 1, acc_t)
+
+    def finish_mean(self, kind: str, acc: SSAValue, count: int) -> SSAValue:
+        if kind != "mean":
+            return acc
+        return self.e.value(arith.MulfOp(acc, self.e.const(1.0 / count if count else pymath.nan, acc.type)))
+
+    def accumulator(self, kind: str, elem: Attribute) -> Accumulator:
+        """How one reduction runs in a loop. On the CPU, float reductions vectorize
+        (`omp simd reduction`: partial accumulators, a reassociated sum); max/min
+        keep a NaN flag of their own, so the running max is a plain compare that
+        vectorizes and a NaN anywhere still makes the result NaN."""
+        e = self.e
+        acc_t = compute_type(scalar_type(elem))
+        if not (self.simd and opc.is_float(acc_t)):
+            return Accumulator([self.identity(kind, elem)], None,
+                               lambda accs, x: [self.combine(kind, elem, accs[0], x)], lambda accs: accs[0])
+        if kind in ("sum", "mean"):
+            return Accumulator([self.identity(kind, elem)], ["+"],
+                               lambda accs, x: [e.value(arith.AddfOp(accs[0], e.to_compute(x)))], lambda accs: accs[0])
+        flag_t = IntegerType(1)
+
+        def step(accs: list[SSAValue], x: SSAValue) -> list[SSAValue]:
+            x = e.to_compute(x)
+            better = e.value(arith.CmpfOp(x, accs[0], "ogt" if kind == "max" else "olt"))
+            is_nan = e.value(arith.CmpfOp(x, x, "une"))
+            return [e.value(arith.SelectOp(better, x, accs[0])), e.value(arith.OrIOp(accs[1], is_nan))]
+
+        def result(accs: list[SSAValue]) -> SSAValue:
+            return e.value(arith.SelectOp(accs[1], e.const(pymath.nan, acc_t), accs[0]))
+
+        return Accumulator([self.identity(kind, elem), e.const(0, flag_t)], [kind, "|"], step, result)
+
+    def reduction_loop(self, extent: int, inits: list[SSAValue],
+                       step: Callable[[SSAValue, list[SSAValue]], list[SSAValue]],
+                       clauses: list[str] | None) -> list[SSAValue]:
+        """scf.for carrying `inits`; with clauses, marked for the C emitter's `omp simd reduction`."""
+        results = self.e.for_loop(extent, inits, step)
+        if clauses and results:
+            results[0].owner.attributes[SIMD_ATTR] = ArrayAttr([StringAttr(c) for c in clauses])  # type: ignore[union-attr]
+        return results
+
+    # -- row kernels ------------------------------------------------------------------
+
+    def lower_row_kernel(self, rk: RowKernel) -> None:
+        """One parallel loop over the rows; per row, one pass per reduction level.
+
+        Pass L accumulates the reductions whose input is ready at level L (the
+        per-row results of passes < L) and stores the full-size values of level L
+        that leave the kernel or that a later pass reads (into a row buffer on the
+        stack while it fits ROW_BUFFER_BYTES, recomputed otherwise). Per-row values
+        (a reduction's result and the ops on it) are scalars of the row's body."""
+        e = self.e
+        members = set(rk.ops)
+        full = (*rk.outer, rk.length)
+        level: dict[Operation, int] = {}
+        for o in rk.ops:
+            level[o] = max([level[p] + isinstance(p, opc.ReduceOp) for a in o.operands
+                            if (p := a.owner) in members] or [0])  # type: ignore[operator]
+        outputs = {o.results[0] for o in rk.ops if any(u.operation not in members for u in o.results[0].uses)}
+        out_bufs = {v: self.buffer_for(v) for v in sorted(outputs, key=lambda v: rk.ops.index(v.owner))}  # type: ignore[arg-type]
+        for v in outputs:
+            del self.buffers[v]  # inside the kernel a member is computed, not loaded
+        staged: list[Operation] = []
+        budget = ROW_BUFFER_BYTES
+        for o in rk.ops:
+            if isinstance(o, opc.ReduceOp) or shape_of(o.results[0]) != full:
+                continue
+            later = any(level[u.operation] > level[o] for u in o.results[0].uses if u.operation in members)
+            size = rk.length * element_bytes(element_of(o.results[0]))
+            if later and size <= budget:
+                staged.append(o)
+                budget -= size
+        added = members - self.inlined
+        self.inlined |= {o for o in rk.ops if not isinstance(o, opc.ReduceOp)}
+        last_level = max(level.values()) + 1
+
+        def row_index(v: SSAValue, outer_idx: list[SSAValue]) -> list[SSAValue]:
+            return outer_idx if len(shape_of(v)) == len(rk.outer) else [*outer_idx, e.index(0)]
+
+        def body(outer_idx: list[SSAValue]) -> None:
+            row_bufs = {}
+            for o in staged:
+                t = MemRefType(element_of(o.results[0]), [rk.length])
+                row_bufs[o.results[0]] = e.value(memref.AllocaOp.get(t.element_type, shape=[rk.length]))
+            for lv in range(last_level + 1):
+                for o in rk.ops:  # per-row values ready at this level
+                    v = o.results[0]
+                    if not isinstance(o, opc.ReduceOp) and level[o] == lv and shape_of(v) != full:
+                        self.row_scalars[v] = self.value_at(v, row_index(v, outer_idx))
+                        if v in out_bufs:
+                            e.store(self.row_scalars[v], out_bufs[v], row_index(v, outer_idx))
+                reductions = [o for o in rk.ops if isinstance(o, opc.ReduceOp) and level[o] == lv]
+                stores = [o.results[0] for o in rk.ops if not isinstance(o, opc.ReduceOp) and level[o] == lv
+                          and shape_of(o.results[0]) == full and (o.results[0] in out_bufs or o in staged)]
+                if reductions or stores:
+                    self.row_pass(rk, outer_idx, reductions, stores, out_bufs, row_bufs)
+
+        self.row_rank = 1
+        try:
+            e.parallel(rk.outer, body)
+        finally:
+            self.row_scalars.clear()
+            self.row_staged.clear()
+            self.row_rank = 0
+            self.inlined -= added
+            self.buffers.update(out_bufs)
+
+    def row_pass(self, rk: RowKernel, outer_idx: list[SSAValue], reductions: list[opc.ReduceOp],
+                 stores: list[SSAValue], out_bufs: dict[SSAValue, SSAValue], row_bufs: dict[SSAValue, SSAValue]) -> None:
+        """One pass over a row: store `stores`, accumulate `reductions`."""
+        e = self.e
+        states = [self.accumulator(self.REDUCE_KINDS[type(r)], element_of(r.x)) for r in reductions]
+        inits = [v for s in states for v in s.inits]
+        clauses = [c for s in states for c in (s.clauses or [None])]
+
+        def step(j: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            idx = [*outer_idx, j]
+            for v in stores:
+                x = self.value_at(v, idx)
+                if v in row_bufs:
+                    e.store(x, row_bufs[v], [j])
+                if v in out_bufs:
+                    e.store(x, out_bufs[v], idx)
+            out, at = [], 0
+            for r, s in zip(reductions, states):
+                n = len(s.inits)
+                out += s.step(accs[at:at + n], self.value_at(r.x, idx))
+                at += n
+            return out
+
+        results = self.reduction_loop(rk.length, inits, step, None if None in clauses else clauses)  # type: ignore[arg-type]
+        at = 0
+        for r, s in zip(reductions, states):
+            n = len(s.inits)
+            value = self.finish_mean(self.REDUCE_KINDS[type(r)], s.result(results[at:at + n]), rk.length)
+            at += n
+            v = e.to_storage(value, element_of(r.result))
+            self.row_scalars[r.result] = v
+            if r.result in out_bufs:
+                idx = outer_idx if len(shape_of(r.result)) == len(rk.outer) else [*outer_idx, e.index(0)]
+                e.store(v, out_bufs[r.result], idx)
+        for v in stores:
+            if v in row_bufs:
+                self.row_staged[v] = row_bufs[v]
 
     def gemm(self, a, b, bias, out, reserve, *, batch, m, n, k, trans_a, trans_b, act, a_stride=0, b_stride=0):
         self.e.emit(GemmOp(
@@ -540,6 +657,12 @@ class FunctionLowering:
                 break
             if op in self.inlined:
                 continue
+            rk = self.schedule.row_of.get(op)
+            if rk is not None:
+                if op is rk.ops[-1]:  # every operand of the kernel is materialized by now
+                    self.memo = {}
+                    self.lower_row_kernel(rk)
+                continue
             self.lower_op(op)
         # Results that are arguments or returned twice are copied into their outputs.
         for v in dict.fromkeys(self.returned):
@@ -611,7 +734,9 @@ class LowerToLoopsPass(ModulePass):
         constants: list[memref.GlobalOp] = []
         for fn in list(op.ops):
             if isinstance(fn, func.FuncOp) and not fn.is_declaration:
-                new = FunctionLowering(fn, constants, memory_order_reductions=self.target != "cuda").run()
+                unwrap_kernels(fn)  # scheduled input (opc-schedule): the lowering re-plans the same kernels
+                cpu = self.target != "cuda"
+                new = FunctionLowering(fn, constants, memory_order_reductions=cpu, row_kernels=cpu).run()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)
