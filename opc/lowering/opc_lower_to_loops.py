@@ -344,6 +344,8 @@ class FunctionLowering:
             state = self.accumulator(kind, elem)
 
             def loops(remaining: list[int], idx: list, accs: list[SSAValue]) -> list[SSAValue]:
+                if not remaining:  # no axis reduced: the element itself
+                    return state.step(accs, load(idx))
                 axis, rest = remaining[0], remaining[1:]
 
                 def step(iv: SSAValue, inner: list[SSAValue]) -> list[SSAValue]:
