@@ -255,6 +255,15 @@ EXPRESSIONS = {
 # Function emission
 # ---------------------------------------------------------------------------
 
+ARENA_ALIGN = 64  # a cache line (and an AVX-512 vector) per buffer start
+
+
+def buffer_bytes(t: MemRefType) -> int:
+    n = max(1, pymath.prod(t.get_shape()))
+    return n * {"double": 8, "float": 4, "uint16_t": 2, "int64_t": 8, "uint64_t": 8, "int32_t": 4,
+                "uint32_t": 4, "int16_t": 2}.get(c_type(t.element_type), 1)
+
+
 PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
 # own, so that no user function can collide with a runtime helper (opc_*).
@@ -291,7 +300,9 @@ class CEmitter:
     prefix: str = ENTRY_PREFIX
     const_ptrs: set[SSAValue] = field(default_factory=set)
     yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
-    kernels: list[str] = field(default_factory=list)  # the outlined kernels of the function being emitted
+    outlined: list[str] = field(default_factory=list)  # the outlined kernels of the function being emitted
+    arena: dict[SSAValue, int] = field(default_factory=dict)  # intermediate buffer -> its offset in the arena
+    pack_buffers = True  # intermediates in one allocation (the CUDA emitter allocates each on the device)
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
               '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn_api.h"\n')
@@ -324,9 +335,9 @@ class CEmitter:
             body.append(self.status_support)
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
-                self.lines, self.kernels = [], []
+                self.lines, self.outlined = [], []
                 sigs.append(self.emit_function(fn))
-                body.extend(self.kernels)
+                body.extend(self.outlined)
                 body.extend(self.lines)
                 body.append("")
         return self.header + kernel_preamble(module) + "\n" + "\n".join(body), sigs
@@ -380,8 +391,11 @@ class CEmitter:
         self.indent = 0
         self.lines.append("cleanup:")
         self.indent = 1
+        if self.arena:
+            self.line("free(opc_arena);")
         for buf in owned:
-            self.line(self.free_statement(buf))
+            if buf not in self.arena:
+                self.line(self.free_statement(buf))
         self.line("return status;")
         self.indent = 0
         self.line("}")
@@ -396,9 +410,21 @@ class CEmitter:
         return [op.memref for op in fn.walk() if isinstance(op, memref.AllocOp)]
 
     def declare_locals(self, fn: func.FuncOp, owned: list[SSAValue]) -> None:
-        """Every owned pointer is declared NULL up front, so the cleanup path may free it."""
+        """Every owned pointer is declared NULL up front, so the cleanup path may free it;
+        the function's top-level intermediates share one allocation (the arena), so the
+        function stays small and linear however many buffers it has."""
+        self.arena = {}
+        top = [b for b in owned if b.owner.parent_block() is fn.body.block] if self.pack_buffers else []  # type: ignore[union-attr]
+        size = 0
+        for buf in top:
+            self.arena[buf] = size
+            size += -(-buffer_bytes(buf.type) // ARENA_ALIGN) * ARENA_ALIGN
         for buf in owned:
-            self.line(f"{c_type(buf.type.element_type)} *{self.name(buf)} = NULL;")  # type: ignore[attr-defined]
+            if buf not in self.arena:
+                self.line(f"{c_type(buf.type.element_type)} *{self.name(buf)} = NULL;")  # type: ignore[attr-defined]
+        if self.arena:
+            self.line(f"char *opc_arena = (char *)aligned_alloc({ARENA_ALIGN}, {size});")
+            self.line("if (!opc_arena) { status = 1; goto cleanup; }")
 
     def emit_body(self, fn: func.FuncOp) -> None:
         """Every top-level loop nest (a kernel) becomes a static function of its own,
@@ -441,7 +467,7 @@ class CEmitter:
                 todo.extend(owner.operands)
             else:
                 captured.append(v)
-        kernel = f"opc_k_{fn.sym_name.data}_{len(self.kernels)}"
+        kernel = f"opc_k_{fn.sym_name.data}_{len(self.outlined)}"
         saved_lines, saved_indent = self.lines, self.indent
         self.lines, self.indent = [], 0
         self.line(f"static __attribute__((noinline)) void {kernel}({', '.join(self.param(v) for v in captured) or 'void'}) {{")
@@ -452,7 +478,7 @@ class CEmitter:
         self.emit_op(op)
         self.indent = 0
         self.line("}")
-        self.kernels.append("\n".join(self.lines))
+        self.outlined.append("\n".join(self.lines))
         self.lines, self.indent = saved_lines, saved_indent
         self.line(f"{kernel}({', '.join(self.name(v) for v in captured)});")
 
@@ -595,6 +621,10 @@ class CEmitter:
 
     def emit_AllocOp(self, op: memref.AllocOp) -> None:
         t = op.memref.type
+        if op.memref in self.arena:
+            ct = c_type(t.element_type)  # type: ignore[attr-defined]
+            self.line(f"{ct} *restrict {self.name(op.memref)} = ({ct} *)(opc_arena + {self.arena[op.memref]});")
+            return
         n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
         ptr, ct = self.name(op.memref), c_type(t.element_type)  # type: ignore[attr-defined]
         self.line(f"{ptr} = ({ct} *)malloc(sizeof({ct}) * {n});")
@@ -607,6 +637,8 @@ class CEmitter:
         self.line(f"{c_type(t.element_type)} {self.name(op.memref)}[{n}];")  # type: ignore[attr-defined]
 
     def emit_DeallocOp(self, op: memref.DeallocOp) -> None:
+        if op.memref in self.arena:
+            return  # the arena goes at cleanup
         ptr = self.name(op.memref)
         self.line(f"free({ptr}); {ptr} = NULL;")
 
