@@ -366,9 +366,7 @@ def wrap_kernels(fn: func.FuncOp, sched: Schedule) -> None:
         body.add_op(YieldOp(outputs))
         for v, r in zip(outputs, kernel.res):
             r.name_hint = v.name_hint
-            for use in list(v.uses):
-                if use.operation.parent_op() is not kernel:
-                    use.operation.operands[use.index] = r
+            v.replace_uses_with_if(r, lambda use: use.operation.parent_op() is not kernel)
 
 
 def unwrap_kernels(fn: func.FuncOp) -> None:
@@ -379,7 +377,7 @@ def unwrap_kernels(fn: func.FuncOp) -> None:
         yield_op = body.last_op
         assert isinstance(yield_op, YieldOp)
         for r, v in zip(kernel.res, yield_op.values):
-            r.replace_by(v)
+            r.replace_all_uses_with(v)
         yield_op.detach()
         yield_op.erase()
         for o in list(body.ops):
