@@ -327,7 +327,10 @@ def boundary_reason(group: list[Operation], kind: str, returned: set[SSAValue]) 
             why.append(f"{name} is returned")
         consumers = [u.operation for u in v.uses if u.operation not in inside and not isinstance(u.operation, func.ReturnOp)]
         for u in dict.fromkeys(consumers):
-            why.append(f"{name} feeds {u.name}: {consumer_reason(v, u, len(set(consumers)))}")
+            if kind in ("elementwise", "row", "reduction"):
+                why.append(f"{name} feeds {u.name}: {consumer_reason(v, u, len(set(consumers)))}")
+            else:  # the kernel writes memory whatever reads it
+                why.append(f"{name} feeds {u.name}")
     return "; ".join(dict.fromkeys(why)) or "no consumers"
 
 
