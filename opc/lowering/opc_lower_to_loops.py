@@ -41,7 +41,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects import opc
-from opc.dialects.opc_loops import ExternalCallOp, GemmOp
+from opc.dialects.opc_loops import CheckIndexOp, ExternalCallOp, GemmOp
 from opc.external import external_symbol, kernel_attributes
 from opc.ir import OpcError
 from opc.lowering import nn_lowering as nn
@@ -452,7 +452,10 @@ class FunctionLowering:
         """scf.for carrying `inits`; with clauses, marked for the C emitter's `omp simd reduction`."""
         results = self.e.for_loop(extent, inits, step)
         if clauses and results:
-            results[0].owner.attributes[SIMD_ATTR] = ArrayAttr([StringAttr(c) for c in clauses])  # type: ignore[union-attr]
+            loop = results[0].owner
+            # a run-time check writes the status record from any iteration: no simd lanes then
+            if not any(isinstance(o, CheckIndexOp) for o in loop.walk()):  # type: ignore[union-attr]
+                loop.attributes[SIMD_ATTR] = ArrayAttr([StringAttr(c) for c in clauses])  # type: ignore[union-attr]
         return results
 
     # -- row kernels ------------------------------------------------------------------
