@@ -470,6 +470,9 @@ class CEmitter:
         kernel = f"opc_k_{fn.sym_name.data}_{len(self.outlined)}"
         saved_lines, saved_indent = self.lines, self.indent
         self.lines, self.indent = [], 0
+        label = op.attributes.get("opc.kernel")
+        if isinstance(label, StringAttr):
+            self.line(f"/* kernel {label.data.replace('*/', '')} */")
         self.line(f"static __attribute__((noinline)) void {kernel}({', '.join(self.param(v) for v in captured) or 'void'}) {{")
         self.indent = 1
         block_order = {o: i for i, o in enumerate(fn.body.block.ops)}

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, memref
+from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
     ArrayAttr,
     IntegerAttr,
@@ -45,7 +45,7 @@ from opc.dialects.opc_loops import CheckIndexOp, ExternalCallOp, GemmOp
 from opc.external import external_symbol, kernel_attributes
 from opc.ir import OpcError
 from opc.lowering import nn_lowering as nn
-from opc.transforms.opc_schedule import RowKernel, plan, tensor_functions, unwrap_kernels
+from opc.transforms.opc_schedule import Kernel, RowKernel, plan, tensor_functions, unwrap_kernels
 from opc.lowering.scalars import (
     ELEMENTWISE,
     INLINABLE,
@@ -70,6 +70,8 @@ from opc.lowering.scalars import (
 # Function lowering
 # ---------------------------------------------------------------------------
 
+KERNEL_ATTR = "opc.kernel"
+"""On a top-level scf.parallel: the kernel it runs (kind: ops), from opc-schedule."""
 SIMD_ATTR = "opc.simd_reduction"
 """On an scf.for: the `omp simd reduction` operator of each carried value (+, max, min, |)."""
 ROW_BUFFER_BYTES = 64 * 1024  # row buffers of one row kernel, on each thread's stack
@@ -657,18 +659,23 @@ class FunctionLowering:
     # -- driver ---------------------------------------------------------------------
 
     def run(self) -> func.FuncOp:
+        kernel_of = {o: k for k in self.schedule.kernels for o in k.ops}
         for op in self.fn.body.block.ops:
             if isinstance(op, func.ReturnOp):
                 break
             if op in self.inlined:
                 continue
+            before = self.entry.last_op
             rk = self.schedule.row_of.get(op)
             if rk is not None:
-                if op is rk.ops[-1]:  # every operand of the kernel is materialized by now
-                    self.memo = {}
-                    self.lower_row_kernel(rk)
-                continue
-            self.lower_op(op)
+                if op is not rk.ops[-1]:
+                    continue
+                self.memo = {}
+                self.lower_row_kernel(rk)  # at its last op: every operand is materialized by now
+            else:
+                self.lower_op(op)
+            if op in kernel_of:
+                self.label_nests(before, kernel_of[op])
         # Results that are arguments or returned twice are copied into their outputs.
         for v in dict.fromkeys(self.returned):
             if self.returned.count(v) > 1 or v in self.fn.args:
@@ -699,6 +706,16 @@ class FunctionLowering:
         inputs = [self.operand_buffer(v) for v in op.operands]
         outputs = [self.buffer_for(r) for r in op.results]
         self.e.emit(ExternalCallOp(symbol, op.name, inputs, outputs, kernel_attributes(op)))
+
+    def label_nests(self, before: Operation | None, kernel: Kernel) -> None:
+        """The nests just emitted carry their kernel (`opc.kernel`: kind and ops), for
+        `--emit mlir` and the C emitter's comment on each kernel function."""
+        label = StringAttr(f"{kernel.kind}: {', '.join(o.name.removeprefix('opc.') for o in kernel.ops)}")
+        op = before.next_op if before is not None else self.entry.first_op
+        while op is not None:
+            if isinstance(op, scf.ParallelOp):
+                op.attributes[KERNEL_ATTR] = label
+            op = op.next_op
 
     def lower_op(self, op: Operation) -> None:
         self.memo = {}
