@@ -507,7 +507,10 @@ class FunctionLowering:
                 for o in rk.ops:  # per-row values ready at this level
                     v = o.results[0]
                     if not isinstance(o, opc.ReduceOp) and level[o] == lv and shape_of(v) != full:
-                        self.row_scalars[v] = self.value_at(v, row_index(v, outer_idx))
+                        if isinstance(o, opc.ReshapeOp):  # [rows] <-> [rows, 1]: the same scalar
+                            self.row_scalars[v] = self.value_at(o.x, row_index(o.x, outer_idx))
+                        else:
+                            self.row_scalars[v] = self.value_at(v, row_index(v, outer_idx))
                         if v in out_bufs:
                             e.store(self.row_scalars[v], out_bufs[v], row_index(v, outer_idx))
                 reductions = [o for o in rk.ops if isinstance(o, opc.ReduceOp) and level[o] == lv]

@@ -59,7 +59,7 @@ from opc.lowering.scalars import (
     shape_of,
 )
 
-MAX_ROW_REDUCTIONS = 4  # passes over a row a row kernel may make before it is split
+MAX_ROW_REDUCTIONS = 8  # passes over a row a row kernel may make before it is split
 MAX_ROW_LENGTH = 1 << 16  # a row longer than this is reduced by the plain nests
 GEMMS = (opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp)
 
@@ -182,9 +182,11 @@ def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position
             return False
         if row_reduction(u) is not None:
             return shape_of(u.x) == full and reductions < MAX_ROW_REDUCTIONS
+        shape = shape_of(u.results[0])
+        if isinstance(u, opc.ReshapeOp):  # [rows] <-> [rows, 1]: the same per-row scalar
+            return shape in per_row and shape_of(u.x) in per_row
         if not isinstance(u, (*ELEMENTWISE, opc.BroadcastToOp)) or isinstance(u, opc.CastGradOp):
             return False
-        shape = shape_of(u.results[0])
         return shape == full or shape in per_row
 
     members: set[Operation] = {seed}
@@ -197,21 +199,26 @@ def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position
                 members.add(u)
                 reductions += isinstance(u, opc.ReduceOp)
                 todo.append(u)
-        for v in m.operands:  # backward: elementwise producers all of whose consumers joined
+        for v in m.operands:  # backward: producers over the same rows all of whose consumers joined
             p = v.owner
-            if (isinstance(p, Operation) and p in position and p not in members and p not in taken
-                    and isinstance(p, ELEMENTWISE) and not isinstance(p, opc.CastGradOp)
-                    and shape_of(p.results[0]) == full and p.results[0] not in returned
-                    and external_symbol(p) is None and all(u in members for u in users_of(p))):
+            if (isinstance(p, Operation) and not is_constant(p) and joins(p, members, reductions)
+                    and all(u in members for u in users_of(p))):
                 members.add(p)
+                reductions += isinstance(p, opc.ReduceOp)
                 todo.append(p)
     ops = sorted(members, key=position.__getitem__)
-    last = position[ops[-1]]
+    while True:  # the kernel runs where its last op is: nobody outside may read it earlier
+        last = position[ops[-1]]
+        early = [position[u] for o in ops for u in users_of(o)
+                 if u not in members and position.get(u, last + 1) < last]
+        if not early:
+            break
+        ops = [o for o in ops if position[o] < min(early)]  # the rest runs after that reader
+        members = set(ops)
+        if not ops:
+            return None
     if not any(isinstance(o, ELEMENTWISE) and reads_a_row_result(o, members) for o in ops):
         return None  # nothing to fuse: the plain reduction does
-    for o in ops:  # the kernel runs where its last op is: nobody outside may read it earlier
-        if any(u not in members and position.get(u, last + 1) < last for u in users_of(o)):
-            return None
     return RowKernel(ops, tuple(outer), length)
 
 
