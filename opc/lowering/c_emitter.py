@@ -473,7 +473,8 @@ class CEmitter:
         label = op.attributes.get("opc.kernel")
         if isinstance(label, StringAttr):
             self.line(f"/* kernel {label.data.replace('*/', '')} */")
-        self.line(f"static __attribute__((noinline)) void {kernel}({', '.join(self.param(v) for v in captured) or 'void'}) {{")
+        params = ", ".join(self.param(v) for v in captured) or "void"
+        self.line(f"static __attribute__((noinline)) void {kernel}({params}) {{")
         self.indent = 1
         block_order = {o: i for i, o in enumerate(fn.body.block.ops)}
         for d in sorted(set(local_defs), key=lambda o: block_order.get(o, -1)):

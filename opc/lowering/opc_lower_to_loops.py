@@ -530,7 +530,8 @@ class FunctionLowering:
             self.buffers.update(out_bufs)
 
     def row_pass(self, rk: RowKernel, outer_idx: list[SSAValue], reductions: list[opc.ReduceOp],
-                 stores: list[SSAValue], out_bufs: dict[SSAValue, SSAValue], row_bufs: dict[SSAValue, SSAValue]) -> None:
+                 stores: list[SSAValue], out_bufs: dict[SSAValue, SSAValue],
+                 row_bufs: dict[SSAValue, SSAValue]) -> None:
         """One pass over a row: store `stores`, accumulate `reductions`."""
         e = self.e
         states = [self.accumulator(self.REDUCE_KINDS[type(r)], element_of(r.x)) for r in reductions]

@@ -332,7 +332,8 @@ def boundary_reason(group: list[Operation], kind: str, returned: set[SSAValue]) 
         name = f"%{v.name_hint}" if v.name_hint else v.owner.name  # type: ignore[union-attr]
         if v in returned:
             why.append(f"{name} is returned")
-        consumers = [u.operation for u in v.uses if u.operation not in inside and not isinstance(u.operation, func.ReturnOp)]
+        consumers = [u.operation for u in v.uses
+                     if u.operation not in inside and not isinstance(u.operation, func.ReturnOp)]
         for u in dict.fromkeys(consumers):
             if kind in ("elementwise", "row", "reduction"):
                 why.append(f"{name} feeds {u.name}: {consumer_reason(v, u, len(set(consumers)))}")
