@@ -5,13 +5,17 @@ plus `opc_loops.gemm` for the GEMMs.
 Each function `@f(inputs) -> results` becomes `@f(inputs..., outputs...)` in
 destination-passing style: results are written into caller-owned buffers.
 
-Fusion: an op is *inlined* into its single consumer's loop nest instead of
-being materialized into a buffer when it is cheap to recompute there:
-elementwise ops, broadcast_to, transpose and full. Every other value (and
-every value used twice, or returned) gets a buffer. So a chain of
-elementwise ops becomes one `scf.parallel` nest reading the chain's inputs
-once and writing its output once, and reductions read their elementwise
-producers directly.
+Fusion follows the kernel schedule (opc/transforms/opc_schedule.py): an
+elementwise op, broadcast_to, transpose or full is *inlined* into its
+consumers' loop nest when they all sit in one nest (a value read twice in a
+nest is computed once per element: value_at memoizes); every other value
+gets a buffer. So a chain of elementwise ops becomes one `scf.parallel` nest
+reading the chain's inputs once and writing its output once, and reductions
+read their elementwise producers directly. A row kernel (softmax, layer norm
+composed from primitives) becomes one parallel loop over rows with one pass
+per reduction level over each row. Float reductions on the CPU carry
+`opc.simd_reduction`, which the C emitter turns into `omp simd reduction`.
+Evaluation is iterative (an explicit stack), so chains of any length lower.
 
 Scalars travel in their storage type (f16/bf16 included) and ops compute in
 f32 for f16/bf16, rounding to nearest even on every op result, which keeps
@@ -45,11 +49,9 @@ from opc.dialects.opc_loops import CheckIndexOp, ExternalCallOp, GemmOp
 from opc.external import external_symbol, kernel_attributes
 from opc.ir import OpcError
 from opc.lowering import nn_lowering as nn
-from opc.transforms.opc_schedule import Kernel, RowKernel, plan, tensor_functions, unwrap_kernels
+from opc.transforms.opc_schedule import Kernel, RowKernel, plan, unwrap_kernels
 from opc.lowering.scalars import (
-    ELEMENTWISE,
     INLINABLE,
-    POINTWISE_CONSUMERS,
     Emitter,
     broadcast_index,
     compute_type,
