@@ -302,6 +302,7 @@ class CEmitter:
     yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
     outlined: list[str] = field(default_factory=list)  # the outlined kernels of the function being emitted
     arena: dict[SSAValue, int] = field(default_factory=dict)  # intermediate buffer -> its offset in the arena
+    block_order: dict[Operation, int] = field(default_factory=dict)  # the entry block's ops, in order
     pack_buffers = True  # intermediates in one allocation (the CUDA emitter allocates each on the device)
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
@@ -430,6 +431,7 @@ class CEmitter:
         """Every top-level loop nest (a kernel) becomes a static function of its own,
         called from here: gcc's time then grows with the number of kernels, not
         with the square of one huge function."""
+        self.block_order = {o: i for i, o in enumerate(fn.body.block.ops)}  # where constants and views sit
         for op in fn.body.block.ops:
             if isinstance(op, scf.ParallelOp) and self.outlinable(op):
                 self.emit_outlined(op, fn)
@@ -476,8 +478,7 @@ class CEmitter:
         params = ", ".join(self.param(v) for v in captured) or "void"
         self.line(f"static __attribute__((noinline)) void {kernel}({params}) {{")
         self.indent = 1
-        block_order = {o: i for i, o in enumerate(fn.body.block.ops)}
-        for d in sorted(set(local_defs), key=lambda o: block_order.get(o, -1)):
+        for d in sorted(set(local_defs), key=lambda o: self.block_order.get(o, -1)):
             self.emit_op(d)
         self.emit_op(op)
         self.indent = 0
