@@ -83,6 +83,11 @@ def cmd_explain(args: argparse.Namespace) -> None:
         write_output(explain_target(args.target), None)
         return
     source = read_source(args.file)
+    if args.kernels:
+        from opc.explain import explain_kernels
+
+        write_output(explain_kernels(source.module, args.target, grad=args.grad, fuse=args.fuse), None)
+        return
     try:
         write_output(explain(source.module, args.target, grad=args.grad, fuse=args.fuse), None)
     except ExplainError as err:  # the table still helps: it shows which op cannot run
@@ -122,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("file", nargs="?", help="a model; without one, every op's route on the target")
     exp.add_argument("--target", default="cpu", help="cpu, cuda, or a device FILE.toml")
     add_grad_options(exp, "explain the gradient functions too (--grad 2: and the second-order ones)")
+    exp.add_argument("--kernels", action="store_true",
+                     help="list the kernels each function compiles to, their ops, and why each kernel ends")
     exp.set_defaults(func=cmd_explain)
 
     imp = sub.add_parser("import", help="import an ONNX model as MLIR (+ its weights as .npz)")

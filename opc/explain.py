@@ -158,3 +158,14 @@ def explain_target(target_spec: str) -> str:
     names = list(REGISTRY)
     width = max(len(n) for n in names) + 2
     return "\n".join([heading(target), f"{'op':<{width}}route", *route_lines(target, names)]) + "\n"
+
+
+def explain_kernels(module: ModuleOp, target_spec: str, grad: bool | int = False, fuse: bool = True) -> str:
+    """`opc explain --kernels`: the kernels each function compiles to on the target (after
+    the same preparation as `opc compile`), their ops, and why each kernel ends."""
+    from opc.api import prepare, target_backend
+    from opc.ir import Source
+    from opc.transforms.opc_schedule import describe
+
+    source = prepare(Source(module.clone(), "<explain>", {}), target_spec, grad, None, fuse)
+    return describe(source.module, row_kernels=target_backend(target_spec) != "cuda")

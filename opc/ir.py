@@ -17,6 +17,7 @@ from xdsl.utils.lexer import Span
 
 from opc.dialects.opc import Opc
 from opc.dialects.opc_loops import OpcLoops
+from opc.dialects.opc_sched import OpcSched
 
 
 class OpcError(Exception):
@@ -25,7 +26,7 @@ class OpcError(Exception):
 
 def make_context() -> Context:
     ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, Opc, OpcLoops):
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, Opc, OpcLoops, OpcSched):
         ctx.load_dialect(dialect)
     return ctx
 

@@ -235,6 +235,7 @@ EXPRESSIONS = {
     arith.AddfOp: infix("+"), arith.SubfOp: infix("-"), arith.MulfOp: infix("*"), arith.DivfOp: infix("/"),
     arith.NegfOp: lambda e, o: f"(-{e.name(o.operand)})",
     arith.MaximumfOp: pick(">"), arith.MinimumfOp: pick("<"),
+    arith.OrIOp: infix("|"), arith.AndIOp: infix("&"),
     arith.AddiOp: wrap_int("+"), arith.SubiOp: wrap_int("-"), arith.MuliOp: wrap_int("*"),
     arith.MaxSIOp: int_pick(">"), arith.MaxUIOp: int_pick(">", True),
     arith.MinSIOp: int_pick("<"), arith.MinUIOp: int_pick("<", True),
@@ -253,6 +254,15 @@ EXPRESSIONS = {
 # ---------------------------------------------------------------------------
 # Function emission
 # ---------------------------------------------------------------------------
+
+ARENA_ALIGN = 64  # a cache line (and an AVX-512 vector) per buffer start
+
+
+def buffer_bytes(t: MemRefType) -> int:
+    n = max(1, pymath.prod(t.get_shape()))
+    return n * {"double": 8, "float": 4, "uint16_t": 2, "int64_t": 8, "uint64_t": 8, "int32_t": 4,
+                "uint32_t": 4, "int16_t": 2}.get(c_type(t.element_type), 1)
+
 
 PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
@@ -290,6 +300,10 @@ class CEmitter:
     prefix: str = ENTRY_PREFIX
     const_ptrs: set[SSAValue] = field(default_factory=set)
     yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
+    outlined: list[str] = field(default_factory=list)  # the outlined kernels of the function being emitted
+    arena: dict[SSAValue, int] = field(default_factory=dict)  # intermediate buffer -> its offset in the arena
+    block_order: dict[Operation, int] = field(default_factory=dict)  # the entry block's ops, in order
+    pack_buffers = True  # intermediates in one allocation (the CUDA emitter allocates each on the device)
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
               '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn_api.h"\n')
@@ -322,8 +336,9 @@ class CEmitter:
             body.append(self.status_support)
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
-                self.lines = []
+                self.lines, self.outlined = [], []
                 sigs.append(self.emit_function(fn))
+                body.extend(self.outlined)
                 body.extend(self.lines)
                 body.append("")
         return self.header + kernel_preamble(module) + "\n" + "\n".join(body), sigs
@@ -377,8 +392,11 @@ class CEmitter:
         self.indent = 0
         self.lines.append("cleanup:")
         self.indent = 1
+        if self.arena:
+            self.line("free(opc_arena);")
         for buf in owned:
-            self.line(self.free_statement(buf))
+            if buf not in self.arena:
+                self.line(self.free_statement(buf))
         self.line("return status;")
         self.indent = 0
         self.line("}")
@@ -393,12 +411,88 @@ class CEmitter:
         return [op.memref for op in fn.walk() if isinstance(op, memref.AllocOp)]
 
     def declare_locals(self, fn: func.FuncOp, owned: list[SSAValue]) -> None:
-        """Every owned pointer is declared NULL up front, so the cleanup path may free it."""
+        """Every owned pointer is declared NULL up front, so the cleanup path may free it;
+        the function's top-level intermediates share one allocation (the arena), so the
+        function stays small and linear however many buffers it has."""
+        self.arena = {}
+        top = [b for b in owned if b.owner.parent_block() is fn.body.block] if self.pack_buffers else []  # type: ignore[union-attr]
+        size = 0
+        for buf in top:
+            self.arena[buf] = size
+            size += -(-buffer_bytes(buf.type) // ARENA_ALIGN) * ARENA_ALIGN
         for buf in owned:
-            self.line(f"{c_type(buf.type.element_type)} *{self.name(buf)} = NULL;")  # type: ignore[attr-defined]
+            if buf not in self.arena:
+                self.line(f"{c_type(buf.type.element_type)} *{self.name(buf)} = NULL;")  # type: ignore[attr-defined]
+        if self.arena:
+            self.line(f"char *opc_arena = (char *)aligned_alloc({ARENA_ALIGN}, {size});")
+            self.line("if (!opc_arena) { status = 1; goto cleanup; }")
 
     def emit_body(self, fn: func.FuncOp) -> None:
-        self.emit_block(fn.body.block)
+        """Every top-level loop nest (a kernel) becomes a static function of its own,
+        called from here: gcc's time then grows with the number of kernels, not
+        with the square of one huge function."""
+        self.block_order = {o: i for i, o in enumerate(fn.body.block.ops)}  # where constants and views sit
+        for op in fn.body.block.ops:
+            if isinstance(op, scf.ParallelOp) and self.outlinable(op):
+                self.emit_outlined(op, fn)
+            else:
+                self.emit_op(op)
+
+    @staticmethod
+    def outlinable(op: Operation) -> bool:
+        """A nest that cannot leave by `goto cleanup` (no allocation, status or device call inside)."""
+        return not any(isinstance(o, (memref.AllocOp, RaiseStatusOp, ExternalCallOp)) for o in op.walk())
+
+    def emit_outlined(self, op: Operation, fn: func.FuncOp) -> None:
+        """`static void opc_k_F_N(captured buffers and scalars) { nest }` plus its call.
+        Constants are re-emitted inside; views are rebuilt inside from their base
+        buffer, so the parameters never alias each other (they are restrict)."""
+        inside = {id(o) for o in op.walk()}
+        captured: list[SSAValue] = []
+        local_defs: list[Operation] = []
+        seen: set[SSAValue] = set()
+        todo = [v for o in op.walk() for v in o.operands]
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            owner = v.owner
+            if isinstance(owner, Operation) and id(owner) in inside:
+                continue
+            if isinstance(owner, Block):  # a block argument of an enclosing loop cannot occur at top level
+                if owner is not fn.body.block:
+                    continue
+                captured.append(v)
+            elif isinstance(owner, (arith.ConstantOp, memref.ReinterpretCastOp, memref.GetGlobalOp)):
+                local_defs.append(owner)
+                todo.extend(owner.operands)
+            else:
+                captured.append(v)
+        kernel = f"opc_k_{fn.sym_name.data}_{len(self.outlined)}"
+        saved_lines, saved_indent = self.lines, self.indent
+        self.lines, self.indent = [], 0
+        label = op.attributes.get("opc.kernel")
+        if isinstance(label, StringAttr):
+            self.line(f"/* kernel {label.data.replace('*/', '')} */")
+        params = ", ".join(self.param(v) for v in captured) or "void"
+        self.line(f"static __attribute__((noinline)) void {kernel}({params}) {{")
+        self.indent = 1
+        for d in sorted(set(local_defs), key=lambda o: self.block_order.get(o, -1)):
+            self.emit_op(d)
+        self.emit_op(op)
+        self.indent = 0
+        self.line("}")
+        self.outlined.append("\n".join(self.lines))
+        self.lines, self.indent = saved_lines, saved_indent
+        self.line(f"{kernel}({', '.join(self.name(v) for v in captured)});")
+
+    def param(self, v: SSAValue) -> str:
+        t = v.type
+        if isinstance(t, MemRefType):
+            const = "const " if v in self.const_ptrs else ""
+            return f"{const}{c_type(t.element_type)} *restrict {self.name(v)}"
+        return f"const {c_type(t)} {self.name(v)}"
 
     def free_statement(self, buf: SSAValue) -> str:
         return f"free({self.name(buf)});"
@@ -498,6 +592,10 @@ class CEmitter:
             self.names[arg] = acc
             targets.append(acc)
         i = self.name(iv)
+        simd = op.attributes.get("opc.simd_reduction")
+        if simd is not None:  # partial accumulators per lane: the sum reassociates, max/min do not change
+            clauses = " ".join(f"reduction({c.data}:{t})" for c, t in zip(simd.data, targets))  # type: ignore[attr-defined]
+            self.line(f"#pragma omp simd {clauses}")
         self.line(f"for (int64_t {i} = {self.name(op.lb)}; {i} < {self.name(op.ub)}; {i} += {self.name(op.step)}) {{")
         self.indent += 1
         self.yield_targets.append(targets)
@@ -528,12 +626,24 @@ class CEmitter:
 
     def emit_AllocOp(self, op: memref.AllocOp) -> None:
         t = op.memref.type
+        if op.memref in self.arena:
+            ct = c_type(t.element_type)  # type: ignore[attr-defined]
+            self.line(f"{ct} *restrict {self.name(op.memref)} = ({ct} *)(opc_arena + {self.arena[op.memref]});")
+            return
         n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
         ptr, ct = self.name(op.memref), c_type(t.element_type)  # type: ignore[attr-defined]
         self.line(f"{ptr} = ({ct} *)malloc(sizeof({ct}) * {n});")
         self.line(f"if (!{ptr}) {{ status = 1; goto cleanup; }}")
 
+    def emit_AllocaOp(self, op: memref.AllocaOp) -> None:
+        """A row kernel's row buffer: on the thread's stack (bounded: ROW_BUFFER_BYTES)."""
+        t = op.memref.type
+        n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
+        self.line(f"{c_type(t.element_type)} {self.name(op.memref)}[{n}];")  # type: ignore[attr-defined]
+
     def emit_DeallocOp(self, op: memref.DeallocOp) -> None:
+        if op.memref in self.arena:
+            return  # the arena goes at cleanup
         ptr = self.name(op.memref)
         self.line(f"free({ptr}); {ptr} = NULL;")
 

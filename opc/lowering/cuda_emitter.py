@@ -149,6 +149,8 @@ class CudaEmitter(CEmitter):
     def prototype(self, fn: func.FuncOp) -> str:
         return f'extern "C" int {self.prefix}{fn.sym_name.data}({", ".join(self.params(fn)) or "void"})'
 
+    pack_buffers = False  # each intermediate a cudaMalloc of its own
+
     def emit_function(self, fn: func.FuncOp) -> FunctionSignature:
         """The C emitter's function (host side), with its kernels before it and the _host wrapper after."""
         sig = super().emit_function(fn)

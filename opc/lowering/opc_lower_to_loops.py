@@ -5,13 +5,17 @@ plus `opc_loops.gemm` for the GEMMs.
 Each function `@f(inputs) -> results` becomes `@f(inputs..., outputs...)` in
 destination-passing style: results are written into caller-owned buffers.
 
-Fusion: an op is *inlined* into its single consumer's loop nest instead of
-being materialized into a buffer when it is cheap to recompute there:
-elementwise ops, broadcast_to, transpose and full. Every other value (and
-every value used twice, or returned) gets a buffer. So a chain of
-elementwise ops becomes one `scf.parallel` nest reading the chain's inputs
-once and writing its output once, and reductions read their elementwise
-producers directly.
+Fusion follows the kernel schedule (opc/transforms/opc_schedule.py): an
+elementwise op, broadcast_to, transpose or full is *inlined* into its
+consumers' loop nest when they all sit in one nest (a value read twice in a
+nest is computed once per element: value_at memoizes); every other value
+gets a buffer. So a chain of elementwise ops becomes one `scf.parallel` nest
+reading the chain's inputs once and writing its output once, and reductions
+read their elementwise producers directly. A row kernel (softmax, layer norm
+composed from primitives) becomes one parallel loop over rows with one pass
+per reduction level over each row. Float reductions on the CPU carry
+`opc.simd_reduction`, which the C emitter turns into `omp simd reduction`.
+Evaluation is iterative (an explicit stack), so chains of any length lower.
 
 Scalars travel in their storage type (f16/bf16 included) and ops compute in
 f32 for f16/bf16, rounding to nearest even on every op result, which keeps
@@ -25,26 +29,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, memref
+from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     IntegerAttr,
+    IntegerType,
     MemRefType,
     ModuleOp,
     StringAttr,
     UnitAttr,
     f32,
+    f64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects import opc
-from opc.dialects.opc_loops import ExternalCallOp, GemmOp
+from opc.dialects.opc_loops import CheckIndexOp, ExternalCallOp, GemmOp
 from opc.external import external_symbol, kernel_attributes
 from opc.ir import OpcError
 from opc.lowering import nn_lowering as nn
+from opc.transforms.opc_schedule import Kernel, RowKernel, plan, unwrap_kernels
 from opc.lowering.scalars import (
     INLINABLE,
-    POINTWISE_CONSUMERS,
     Emitter,
     broadcast_index,
     compute_type,
@@ -65,12 +72,34 @@ from opc.lowering.scalars import (
 # Function lowering
 # ---------------------------------------------------------------------------
 
+KERNEL_ATTR = "opc.kernel"
+"""On a top-level scf.parallel: the kernel it runs (kind: ops), from opc-schedule."""
+SIMD_ATTR = "opc.simd_reduction"
+"""On an scf.for: the `omp simd reduction` operator of each carried value (+, max, min, |)."""
+ROW_BUFFER_BYTES = 64 * 1024  # row buffers of one row kernel, on each thread's stack
+
+
+@dataclass
+class Accumulator:
+    """One reduction's running state in a loop: its carried values, how an element
+    folds in, their `omp simd reduction` operators (None: none), the result."""
+
+    inits: list[SSAValue]
+    clauses: list[str] | None
+    step: Callable[[list[SSAValue], SSAValue], list[SSAValue]]
+    result: Callable[[list[SSAValue]], SSAValue]
+
+
+def element_bytes(t: Attribute) -> int:
+    width = getattr(t, "width", None)
+    return max(1, width.data // 8) if width is not None else (8 if t == f64 else 4 if t == f32 else 2)
+
 
 class FunctionLowering:
     """Lowers one tensor function to a buffer function of loop nests."""
 
     def __init__(self, fn: func.FuncOp, globals_out: list[memref.GlobalOp] | None = None,
-                 memory_order_reductions: bool = True):
+                 memory_order_reductions: bool = True, row_kernels: bool = True):
         self.fn = fn
         self.memory_order_reductions = memory_order_reductions
         self.globals = globals_out if globals_out is not None else []
@@ -88,38 +117,15 @@ class FunctionLowering:
         self.allocs: list[SSAValue] = []
         self.flat = False  # True while a flat (1-D) nest is emitted
         self.checks = nn.RuntimeChecks(self)
-        self.inlined = self.plan_inlining()
+        self.memo: dict[tuple, SSAValue] = {}  # (value, index, block) -> scalar, within one op's nests
+        self.row_scalars: dict[SSAValue, SSAValue] = {}  # inside a row kernel: per-row reduction results
+        self.row_staged: dict[SSAValue, SSAValue] = {}  # inside a row kernel: values kept in a row buffer
+        self.row_rank = 0
+        self.simd = memory_order_reductions  # the CPU: float reductions vectorize (omp simd)
+        self.schedule = plan(fn, row_kernels=row_kernels)
+        self.inlined = set(self.schedule.inlined)
 
     # -- planning -------------------------------------------------------------
-
-    def plan_inlining(self) -> set[Operation]:
-        inlined: set[Operation] = set()
-
-        def pointwise(user: Operation) -> bool:  # a device's kernel reads buffers
-            return isinstance(user, POINTWISE_CONSUMERS) and external_symbol(user) is None
-
-        for op in self.fn.body.block.ops:
-            if not (isinstance(op, INLINABLE) or is_splat_constant(op)) or len(op.results) != 1:
-                continue
-            v = op.results[0]
-            if v in self.returned or external_symbol(op) is not None:
-                continue
-            uses = [u.operation for u in v.uses]
-            constant = isinstance(op, opc.FullOp) or is_splat_constant(op)
-            if constant and uses and all(pointwise(u) for u in uses):
-                inlined.add(op)  # a constant: free to recompute anywhere
-            elif len(uses) == 1 and pointwise(uses[0]) and self.evaluated_once(v, uses[0]):
-                inlined.add(op)
-        return inlined
-
-    @staticmethod
-    def evaluated_once(v: SSAValue, user: Operation) -> bool:
-        """Inlining must not recompute a value once per broadcast copy."""
-        if isinstance(user, (opc.ReduceOp, opc.TransposeOp)):
-            return True
-        if isinstance(user, (*nn.INDEX_MAPS, *nn.POINTWISE_CONSUMERS)):
-            return nn.reads_once(v, user)
-        return numel(shape_of(v)) == numel(shape_of(user.results[0]))
 
     # -- buffers ----------------------------------------------------------------
 
@@ -144,30 +150,76 @@ class FunctionLowering:
     # -- scalar evaluation --------------------------------------------------------
 
     def value_at(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue:
-        """Scalar of tensor value v at index idx (storage type)."""
+        """Scalar of tensor value v at index idx (storage type).
+
+        Iterative (an explicit stack, not recursion), so chains of any length
+        lower; memoized per (value, index, block), so a value that several ops
+        of one nest read (fan-out inside a kernel) is computed once per element.
+        """
+        memo = self.memo
+        block = id(self.e.block)
+        root_key = (v, tuple(idx), block)
+        stack: list[tuple[SSAValue, list[SSAValue], bool]] = [(v, idx, False)]
+        while stack:
+            u, uidx, expanded = stack.pop()
+            key = (u, tuple(uidx), block)
+            if key in memo:
+                continue
+            leaf = self.leaf_value(u, uidx)
+            if leaf is not None:
+                memo[key] = leaf
+                continue
+            children = self.operand_indices(u, uidx)
+            if not expanded:
+                stack.append((u, uidx, True))
+                stack.extend((c, cidx, False) for c, cidx in reversed(children)
+                             if (c, tuple(cidx), block) not in memo)
+                continue
+            args = [memo[(c, tuple(cidx), block)] for c, cidx in children]
+            memo[key] = self.combine_operands(u, args)
+        return memo[root_key]
+
+    def leaf_value(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue | None:
+        """A scalar needing no operand evaluated first: a load, a constant, an index map."""
         e = self.e
+        if v in self.row_scalars:  # a row reduction's result inside its row kernel
+            return self.row_scalars[v]
+        if v in self.row_staged:  # a row kernel's value kept in its row buffer
+            return e.load(self.row_staged[v], idx[-self.row_rank:])
         if v in self.buffers:
             return e.load(self.buffers[v], idx)
         op = v.owner
         assert isinstance(op, Operation) and op in self.inlined, f"{v} is neither buffered nor inlined"
-        shape = shape_of(v)
         if isinstance(op, opc.FullOp):
             return e.const(full_value(op.value.value.data, element_of(v)), element_of(v))
         if is_splat_constant(op):
             return e.const(op.value.get_values()[0], element_of(v))  # type: ignore[attr-defined]
-        if isinstance(op, opc.BroadcastToOp):
-            return self.value_at(op.x, self.operand_index(idx, shape, shape_of(op.x)))
-        if isinstance(op, opc.TransposeOp):
-            src = [None] * len(idx)
-            for i, p in enumerate(op.perm_list()):
-                src[p] = idx[i]
-            return self.value_at(op.x, src)  # type: ignore[arg-type]
-        if isinstance(op, opc.CastGradOp):  # x lends only its dtype: never loaded
-            return e.convert(self.value_at(op.dout, idx), element_of(op.dout), element_of(v))
         if isinstance(op, nn.INDEX_MAPS):
             return nn.index_map_value(self, op, idx)
-        args = [self.value_at(a, self.operand_index(idx, shape, shape_of(a))) for a in op.operands]
-        return scalar_op(e, op, args)
+        return None
+
+    def operand_indices(self, v: SSAValue, idx: list[SSAValue]) -> list[tuple[SSAValue, list[SSAValue]]]:
+        """The operands v's op reads at idx, each with its own index."""
+        op = v.owner
+        shape = shape_of(v)
+        if isinstance(op, opc.BroadcastToOp):
+            return [(op.x, self.operand_index(idx, shape, shape_of(op.x)))]
+        if isinstance(op, opc.TransposeOp):
+            src: list = [None] * len(idx)
+            for i, p in enumerate(op.perm_list()):
+                src[p] = idx[i]
+            return [(op.x, src)]
+        if isinstance(op, opc.CastGradOp):  # x lends only its dtype: never loaded
+            return [(op.dout, idx)]
+        return [(a, self.operand_index(idx, shape, shape_of(a))) for a in op.operands]  # type: ignore[union-attr]
+
+    def combine_operands(self, v: SSAValue, args: list[SSAValue]) -> SSAValue:
+        op = v.owner
+        if isinstance(op, (opc.BroadcastToOp, opc.TransposeOp)):
+            return args[0]
+        if isinstance(op, opc.CastGradOp):
+            return self.e.convert(args[0], element_of(op.dout), element_of(v))
+        return scalar_op(self.e, op, args)  # type: ignore[arg-type]
 
     # -- materializing ops ----------------------------------------------------------
 
@@ -189,22 +241,26 @@ class FunctionLowering:
         none is transposed or broadcast: then one flat loop does (long, vectorizable)."""
         n = numel(shape_of(v))
         leaves: list[SSAValue] = []
-
-        def flat(u: SSAValue, root: bool) -> bool:
+        seen: set[SSAValue] = set()
+        todo = [(v, True)]
+        while todo:  # iterative: chains may be thousands of ops long
+            u, root = todo.pop()
             if numel(shape_of(u)) != n:
-                return False
+                return None
             if not root and u in self.buffers:
                 leaves.append(u)
-                return True
+                continue
+            if u in seen:
+                continue
+            seen.add(u)
             op = u.owner
             if isinstance(op, (opc.TransposeOp, *nn.INDEX_MAPS)):
-                return False
+                return None
             if isinstance(op, opc.FullOp) or is_splat_constant(op):  # type: ignore[arg-type]
-                return True
+                continue
             operands = [op.dout] if isinstance(op, opc.CastGradOp) else op.operands  # type: ignore[union-attr]
-            return all(flat(o, False) for o in operands)
-
-        return list(dict.fromkeys(leaves)) if flat(v, True) else None
+            todo.extend((o, False) for o in operands)
+        return list(dict.fromkeys(leaves))
 
     def flat_view(self, buf: SSAValue) -> SSAValue:
         n = numel(buf.type.get_shape())  # type: ignore[attr-defined]
@@ -260,35 +316,12 @@ class FunctionLowering:
         """
         e = self.e
         acc_t = compute_type(scalar_type(elem))
-
-        is_sum = kind in ("sum", "mean")
         count = numel([in_shape[a] for a in axes])
-
-        def combine(acc: SSAValue, x: SSAValue) -> SSAValue:
-            x = e.to_compute(x)
-            if opc.is_float(acc_t):
-                pick = arith.MaximumfOp if kind == "max" else arith.MinimumfOp
-                return e.value((arith.AddfOp if is_sum else pick)(acc, x))
-            if is_sum:
-                return e.value(arith.AddiOp(acc, x))
-            signed, unsigned = (arith.MaxSIOp, arith.MaxUIOp) if kind == "max" else (arith.MinSIOp, arith.MinUIOp)
-            return e.value((unsigned if is_unsigned(elem) else signed)(acc, x))
-
-        def identity() -> SSAValue:
-            if is_sum:
-                return e.const(0.0 if opc.is_float(acc_t) else 0, acc_t)
-            sign = -1 if kind == "max" else 1
-            if opc.is_float(acc_t):
-                return e.const(sign * pymath.inf, acc_t)
-            width = acc_t.width.data  # type: ignore[attr-defined]
-            if is_unsigned(elem):
-                return e.const(0 if kind == "max" else (1 << width) - 1, acc_t)
-            return e.const(-(1 << (width - 1)) if kind == "max" else (1 << (width - 1)) - 1, acc_t)
+        combine = lambda acc, x: self.combine(kind, elem, acc, x)  # noqa: E731
+        identity = lambda: self.identity(kind, elem)  # noqa: E731
 
         def finish(acc: SSAValue) -> SSAValue:  # mean: the sum times 1/count, in the compute type
-            if kind != "mean":
-                return acc
-            return e.value(arith.MulfOp(acc, e.const(1.0 / count if count else pymath.nan, acc_t)))
+            return self.finish_mean(kind, acc, count)
 
         def out_index(in_idx: Sequence[SSAValue]) -> list[SSAValue]:
             if keepdim:
@@ -312,20 +345,22 @@ class FunctionLowering:
                         next(kept)
                 else:
                     base.append(next(kept))
+            state = self.accumulator(kind, elem)
 
-            def loops(remaining: list[int], idx: list, acc: SSAValue) -> SSAValue:
-                if not remaining:
-                    return combine(acc, load(idx))
+            def loops(remaining: list[int], idx: list, accs: list[SSAValue]) -> list[SSAValue]:
+                if not remaining:  # no axis reduced: the element itself
+                    return state.step(accs, load(idx))
                 axis, rest = remaining[0], remaining[1:]
 
-                def step(iv: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+                def step(iv: SSAValue, inner: list[SSAValue]) -> list[SSAValue]:
                     sub = list(idx)
                     sub[axis] = iv
-                    return [loops(rest, sub, accs[0])]
+                    return loops(rest, sub, inner) if rest else state.step(inner, load(sub))
 
-                return e.for_loop(in_shape[axis], [acc], step)[0]
+                return self.reduction_loop(in_shape[axis], accs, step, state.clauses if not rest else None)
 
-            e.store(e.to_storage(finish(loops(list(axes), base, identity())), elem), out, out_idx)
+            result = state.result(loops(list(axes), base, state.inits))
+            e.store(e.to_storage(finish(result), elem), out, out_idx)
 
         e.parallel(out_shape, body)
 
@@ -354,6 +389,186 @@ class FunctionLowering:
         if acc is not out or finish is not None:  # halves round once; a mean scales once
             done = finish or (lambda v: v)
             e.parallel(out_shape, lambda idx: e.store(e.to_storage(done(e.load(acc, idx)), elem), out, idx))
+
+    # -- reductions: accumulators ---------------------------------------------------
+
+    def combine(self, kind: str, elem: Attribute, acc: SSAValue, x: SSAValue) -> SSAValue:
+        """acc (+|max|min) x in the compute type; float max/min propagate NaN."""
+        e = self.e
+        acc_t = compute_type(scalar_type(elem))
+        x = e.to_compute(x)
+        is_sum = kind in ("sum", "mean")
+        if opc.is_float(acc_t):
+            pick = arith.MaximumfOp if kind == "max" else arith.MinimumfOp
+            return e.value((arith.AddfOp if is_sum else pick)(acc, x))
+        if is_sum:
+            return e.value(arith.AddiOp(acc, x))
+        signed, unsigned = (arith.MaxSIOp, arith.MaxUIOp) if kind == "max" else (arith.MinSIOp, arith.MinUIOp)
+        return e.value((unsigned if is_unsigned(elem) else signed)(acc, x))
+
+    def identity(self, kind: str, elem: Attribute) -> SSAValue:
+        e = self.e
+        acc_t = compute_type(scalar_type(elem))
+        if kind in ("sum", "mean"):
+            return e.const(0.0 if opc.is_float(acc_t) else 0, acc_t)
+        sign = -1 if kind == "max" else 1
+        if opc.is_float(acc_t):
+            return e.const(sign * pymath.inf, acc_t)
+        width = acc_t.width.data  # type: ignore[attr-defined]
+        if is_unsigned(elem):
+            return e.const(0 if kind == "max" else (1 << width) - 1, acc_t)
+        return e.const(-(1 << (width - 1)) if kind == "max" else (1 << (width - 1)) - 1, acc_t)
+
+    def finish_mean(self, kind: str, acc: SSAValue, count: int) -> SSAValue:
+        if kind != "mean":
+            return acc
+        return self.e.value(arith.MulfOp(acc, self.e.const(1.0 / count if count else pymath.nan, acc.type)))
+
+    def accumulator(self, kind: str, elem: Attribute) -> Accumulator:
+        """How one reduction runs in a loop. On the CPU, float reductions vectorize
+        (`omp simd reduction`: partial accumulators, a reassociated sum); max/min
+        keep a NaN flag of their own, so the running max is a plain compare that
+        vectorizes and a NaN anywhere still makes the result NaN."""
+        e = self.e
+        acc_t = compute_type(scalar_type(elem))
+        if not (self.simd and opc.is_float(acc_t)):
+            return Accumulator([self.identity(kind, elem)], None,
+                               lambda accs, x: [self.combine(kind, elem, accs[0], x)], lambda accs: accs[0])
+        if kind in ("sum", "mean"):
+            return Accumulator([self.identity(kind, elem)], ["+"],
+                               lambda accs, x: [e.value(arith.AddfOp(accs[0], e.to_compute(x)))], lambda accs: accs[0])
+        flag_t = IntegerType(1)
+
+        def step(accs: list[SSAValue], x: SSAValue) -> list[SSAValue]:
+            x = e.to_compute(x)
+            better = e.value(arith.CmpfOp(x, accs[0], "ogt" if kind == "max" else "olt"))
+            is_nan = e.value(arith.CmpfOp(x, x, "une"))
+            return [e.value(arith.SelectOp(better, x, accs[0])), e.value(arith.OrIOp(accs[1], is_nan))]
+
+        def result(accs: list[SSAValue]) -> SSAValue:
+            return e.value(arith.SelectOp(accs[1], e.const(pymath.nan, acc_t), accs[0]))
+
+        return Accumulator([self.identity(kind, elem), e.const(0, flag_t)], [kind, "|"], step, result)
+
+    def reduction_loop(self, extent: int, inits: list[SSAValue],
+                       step: Callable[[SSAValue, list[SSAValue]], list[SSAValue]],
+                       clauses: list[str] | None) -> list[SSAValue]:
+        """scf.for carrying `inits`; with clauses, marked for the C emitter's `omp simd reduction`."""
+        results = self.e.for_loop(extent, inits, step)
+        if clauses and results:
+            loop = results[0].owner
+            # a run-time check writes the status record from any iteration: no simd lanes then
+            if not any(isinstance(o, CheckIndexOp) for o in loop.walk()):  # type: ignore[union-attr]
+                loop.attributes[SIMD_ATTR] = ArrayAttr([StringAttr(c) for c in clauses])  # type: ignore[union-attr]
+        return results
+
+    # -- row kernels ------------------------------------------------------------------
+
+    def lower_row_kernel(self, rk: RowKernel) -> None:
+        """One parallel loop over the rows; per row, one pass per reduction level.
+
+        Pass L accumulates the reductions whose input is ready at level L (the
+        per-row results of passes < L) and stores the full-size values of level L
+        that leave the kernel or that a later pass reads (into a row buffer on the
+        stack while it fits ROW_BUFFER_BYTES, recomputed otherwise). Per-row values
+        (a reduction's result and the ops on it) are scalars of the row's body."""
+        e = self.e
+        members = set(rk.ops)
+        full = (*rk.outer, rk.length)
+        level: dict[Operation, int] = {}
+        for o in rk.ops:
+            level[o] = max([level[p] + isinstance(p, opc.ReduceOp) for a in o.operands
+                            if (p := a.owner) in members] or [0])  # type: ignore[operator]
+        outputs = {o.results[0] for o in rk.ops if any(u.operation not in members for u in o.results[0].uses)}
+        out_bufs = {v: self.buffer_for(v) for v in sorted(outputs, key=lambda v: rk.ops.index(v.owner))}  # type: ignore[arg-type]
+        for v in outputs:
+            del self.buffers[v]  # inside the kernel a member is computed, not loaded
+        staged: list[Operation] = []
+        budget = ROW_BUFFER_BYTES
+        for o in rk.ops:
+            if isinstance(o, opc.ReduceOp) or shape_of(o.results[0]) != full:
+                continue
+            later = any(level[u.operation] > level[o] for u in o.results[0].uses if u.operation in members)
+            size = rk.length * element_bytes(element_of(o.results[0]))
+            if later and size <= budget:
+                staged.append(o)
+                budget -= size
+        added = members - self.inlined
+        self.inlined |= {o for o in rk.ops if not isinstance(o, opc.ReduceOp)}
+        last_level = max(level.values()) + 1
+
+        def row_index(v: SSAValue, outer_idx: list[SSAValue]) -> list[SSAValue]:
+            return outer_idx if len(shape_of(v)) == len(rk.outer) else [*outer_idx, e.index(0)]
+
+        def body(outer_idx: list[SSAValue]) -> None:
+            row_bufs = {}
+            for o in staged:
+                t = MemRefType(element_of(o.results[0]), [rk.length])
+                row_bufs[o.results[0]] = e.value(memref.AllocaOp.get(t.element_type, shape=[rk.length]))
+            for lv in range(last_level + 1):
+                for o in rk.ops:  # per-row values ready at this level
+                    v = o.results[0]
+                    if not isinstance(o, opc.ReduceOp) and level[o] == lv and shape_of(v) != full:
+                        if isinstance(o, opc.ReshapeOp):  # [rows] <-> [rows, 1]: the same scalar
+                            self.row_scalars[v] = self.value_at(o.x, row_index(o.x, outer_idx))
+                        else:
+                            self.row_scalars[v] = self.value_at(v, row_index(v, outer_idx))
+                        if v in out_bufs:
+                            e.store(self.row_scalars[v], out_bufs[v], row_index(v, outer_idx))
+                reductions = [o for o in rk.ops if isinstance(o, opc.ReduceOp) and level[o] == lv]
+                stores = [o.results[0] for o in rk.ops if not isinstance(o, opc.ReduceOp) and level[o] == lv
+                          and shape_of(o.results[0]) == full and (o.results[0] in out_bufs or o in staged)]
+                if reductions or stores:
+                    self.row_pass(rk, outer_idx, reductions, stores, out_bufs, row_bufs)
+
+        self.row_rank = 1
+        try:
+            e.parallel(rk.outer, body)
+        finally:
+            self.row_scalars.clear()
+            self.row_staged.clear()
+            self.row_rank = 0
+            self.inlined -= added
+            self.buffers.update(out_bufs)
+
+    def row_pass(self, rk: RowKernel, outer_idx: list[SSAValue], reductions: list[opc.ReduceOp],
+                 stores: list[SSAValue], out_bufs: dict[SSAValue, SSAValue],
+                 row_bufs: dict[SSAValue, SSAValue]) -> None:
+        """One pass over a row: store `stores`, accumulate `reductions`."""
+        e = self.e
+        states = [self.accumulator(self.REDUCE_KINDS[type(r)], element_of(r.x)) for r in reductions]
+        inits = [v for s in states for v in s.inits]
+        clauses = [c for s in states for c in (s.clauses or [None])]
+
+        def step(j: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            idx = [*outer_idx, j]
+            for v in stores:
+                x = self.value_at(v, idx)
+                if v in row_bufs:
+                    e.store(x, row_bufs[v], [j])
+                if v in out_bufs:
+                    e.store(x, out_bufs[v], idx)
+            out, at = [], 0
+            for r, s in zip(reductions, states):
+                n = len(s.inits)
+                out += s.step(accs[at:at + n], self.value_at(r.x, idx))
+                at += n
+            return out
+
+        results = self.reduction_loop(rk.length, inits, step, None if None in clauses else clauses)  # type: ignore[arg-type]
+        at = 0
+        for r, s in zip(reductions, states):
+            n = len(s.inits)
+            value = self.finish_mean(self.REDUCE_KINDS[type(r)], s.result(results[at:at + n]), rk.length)
+            at += n
+            v = e.to_storage(value, element_of(r.result))
+            self.row_scalars[r.result] = v
+            if r.result in out_bufs:
+                idx = outer_idx if len(shape_of(r.result)) == len(rk.outer) else [*outer_idx, e.index(0)]
+                e.store(v, out_bufs[r.result], idx)
+        for v in stores:
+            if v in row_bufs:
+                self.row_staged[v] = row_bufs[v]
 
     def gemm(self, a, b, bias, out, reserve, *, batch, m, n, k, trans_a, trans_b, act, a_stride=0, b_stride=0):
         self.e.emit(GemmOp(
@@ -450,12 +665,23 @@ class FunctionLowering:
     # -- driver ---------------------------------------------------------------------
 
     def run(self) -> func.FuncOp:
+        kernel_of = {o: k for k in self.schedule.kernels for o in k.ops}
         for op in self.fn.body.block.ops:
             if isinstance(op, func.ReturnOp):
                 break
             if op in self.inlined:
                 continue
-            self.lower_op(op)
+            before = self.entry.last_op
+            rk = self.schedule.row_of.get(op)
+            if rk is not None:
+                if op is not rk.ops[-1]:
+                    continue
+                self.memo = {}
+                self.lower_row_kernel(rk)  # at its last op: every operand is materialized by now
+            else:
+                self.lower_op(op)
+            if op in kernel_of:
+                self.label_nests(before, kernel_of[op])
         # Results that are arguments or returned twice are copied into their outputs.
         for v in dict.fromkeys(self.returned):
             if self.returned.count(v) > 1 or v in self.fn.args:
@@ -487,7 +713,18 @@ class FunctionLowering:
         outputs = [self.buffer_for(r) for r in op.results]
         self.e.emit(ExternalCallOp(symbol, op.name, inputs, outputs, kernel_attributes(op)))
 
+    def label_nests(self, before: Operation | None, kernel: Kernel) -> None:
+        """The nests just emitted carry their kernel (`opc.kernel`: kind and ops), for
+        `--emit mlir` and the C emitter's comment on each kernel function."""
+        label = StringAttr(f"{kernel.kind}: {', '.join(o.name.removeprefix('opc.') for o in kernel.ops)}")
+        op = before.next_op if before is not None else self.entry.first_op
+        while op is not None:
+            if isinstance(op, scf.ParallelOp):
+                op.attributes[KERNEL_ATTR] = label
+            op = op.next_op
+
     def lower_op(self, op: Operation) -> None:
+        self.memo = {}
         if (symbol := external_symbol(op)) is not None:
             self.lower_external(op, symbol)
         elif isinstance(op, arith.ConstantOp):
@@ -525,7 +762,9 @@ class LowerToLoopsPass(ModulePass):
         constants: list[memref.GlobalOp] = []
         for fn in list(op.ops):
             if isinstance(fn, func.FuncOp) and not fn.is_declaration:
-                new = FunctionLowering(fn, constants, memory_order_reductions=self.target != "cuda").run()
+                unwrap_kernels(fn)  # scheduled input (opc-schedule): the lowering re-plans the same kernels
+                cpu = self.target != "cuda"
+                new = FunctionLowering(fn, constants, memory_order_reductions=cpu, row_kernels=cpu).run()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)

@@ -40,6 +40,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return GradPass
 
+    def opc_schedule():
+        from opc.transforms.opc_schedule import SchedulePass
+
+        return SchedulePass
+
     def opc_lower_to_loops():
         from opc.lowering.opc_lower_to_loops import LowerToLoopsPass
 
@@ -52,5 +57,6 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "opc-decompose": opc_decompose,
         "opc-fuse": opc_fuse,
         "opc-grad": opc_grad,
+        "opc-schedule": opc_schedule,
         "opc-lower-to-loops": opc_lower_to_loops,
     }

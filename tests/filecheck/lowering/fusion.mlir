@@ -25,11 +25,16 @@ func.func @chain(%x: tensor<64x32xf32>, %y: tensor<32xf32>) -> tensor<64x32xf32>
   func.return %f : tensor<64x32xf32>
 }
 
-// A value used twice is materialized once; its consumers fuse around it.
+// A value its consumer reads twice (fan-out inside one nest) is computed
+// once per element: one nest, no buffer, one exp.
 // CHECK-LABEL: func.func @shared
-// CHECK:         %t = memref.alloc() : memref<8xf32>
-// CHECK-COUNT-2: "scf.parallel"
-// CHECK:         memref.dealloc %t
+// CHECK-NOT:     memref.alloc
+// CHECK:         "scf.parallel"
+// CHECK:         math.exp
+// CHECK-NOT:     math.exp
+// CHECK:         arith.addf
+// CHECK-NOT:     "scf.parallel"
+// CHECK:         func.return
 func.func @shared(%x: tensor<8xf32>) -> tensor<8xf32> {
   %t = opc.exp %x : (tensor<8xf32>) -> tensor<8xf32>
   %s = opc.add %t, %t : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>

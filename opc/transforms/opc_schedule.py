@@ -1,0 +1,429 @@
+"""opc-schedule: group the tensor ops of each function into kernels.
+
+A kernel is what runs as one pass over memory: one loop nest (the C emitter
+makes each its own function), one row kernel, or one library call. The
+planner works in two sweeps over the block, both iterative (worklists, no
+recursion, so models of any length plan):
+
+1. Nests (backward sweep, consumers first). Every op that must write memory
+   (a reduction, a GEMM, a runtime kernel, a returned value, ...) roots a
+   nest; an elementwise op or index map joins its consumers' nest when all of
+   them are in one nest and each reads it once per element. Fan-out inside a
+   nest is fine: the lowering evaluates a value once per element however many
+   ops of the nest read it.
+
+2. Row kernels (forward, from each reduction over the last axis; CPU only).
+   The reduction is joined by the elementwise ops that read its result over
+   the same rows (through the broadcast of its keepdim result), by further
+   last-axis reductions of those (up to MAX_ROW_REDUCTIONS), by the row-wise
+   ops on the per-row results, and by the elementwise producers whose every
+   consumer joined. The lowering runs such a kernel as one parallel loop over
+   rows, each row making one pass per reduction plus one while it is in
+   cache; a full-size value that a later pass needs is kept in a row buffer
+   (or recomputed) instead of a full-size temporary. Softmax, layer norm and
+   log_softmax composed from primitives, and the normalizations of their
+   backward, are row kernels.
+
+What stays its own kernel: GEMMs (with their fused epilogue), reshapes
+(views), dense constants, runtime and device kernels, and reductions whose
+consumers read them over another iteration space (a column sum walks its
+input in memory order: whole rows accumulate at once).
+
+Each kernel records `kind` and `reason`: why it ends where it does.
+`opc opt -p opc-schedule` shows the schedule as `opc_sched.kernel` regions;
+`opc explain --kernels` lists it; opc-lower-to-loops plans the same way
+(and unwraps scheduled input first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from opc.dialects import opc
+from opc.dialects.opc_sched import KernelOp, YieldOp
+from opc.external import external_symbol
+from opc.lowering import nn_lowering as nn
+from opc.lowering.scalars import (
+    ELEMENTWISE,
+    INLINABLE,
+    POINTWISE_CONSUMERS,
+    element_of,
+    is_splat_constant,
+    numel,
+    shape_of,
+)
+
+MAX_ROW_REDUCTIONS = 8  # passes over a row a row kernel may make before it is split
+MAX_ROW_LENGTH = 1 << 16  # a row longer than this is reduced by the plain nests
+GEMMS = (opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp)
+
+
+@dataclass(eq=False)
+class RowKernel:
+    """Ops run as one row kernel over `outer` rows of `length` elements."""
+
+    ops: list[Operation]  # block order
+    outer: tuple[int, ...]
+    length: int
+
+
+@dataclass(eq=False)
+class Kernel:
+    kind: str
+    ops: list[Operation]  # block order
+    reason: str
+
+
+@dataclass
+class Schedule:
+    inlined: set[Operation] = field(default_factory=set)
+    rows: list[RowKernel] = field(default_factory=list)
+    row_of: dict[Operation, RowKernel] = field(default_factory=dict)
+    kernels: list[Kernel] = field(default_factory=list)
+
+
+def is_constant(op: Operation) -> bool:
+    return isinstance(op, opc.FullOp) or is_splat_constant(op)
+
+
+def pointwise(user: Operation) -> bool:
+    """A consumer that evaluates its operands point-wise (a device's kernel reads buffers)."""
+    return isinstance(user, POINTWISE_CONSUMERS) and external_symbol(user) is None
+
+
+def evaluated_once(v: SSAValue, user: Operation) -> bool:
+    """Inlining must not recompute a value once per broadcast copy."""
+    if isinstance(user, (opc.ReduceOp, opc.TransposeOp)):
+        return True
+    if isinstance(user, (*nn.INDEX_MAPS, *nn.POINTWISE_CONSUMERS)):
+        return nn.reads_once(v, user)
+    return numel(shape_of(v)) == numel(shape_of(user.results[0]))
+
+
+def users_of(op: Operation) -> list[Operation]:
+    return list(dict.fromkeys(u.operation for r in op.results for u in r.uses))
+
+
+# ---------------------------------------------------------------------------
+# Sweep 1: nests
+# ---------------------------------------------------------------------------
+
+
+def plan_nests(ops: list[Operation], returned: set[SSAValue]) -> tuple[set[Operation], dict[Operation, Operation]]:
+    """(ops inlined into a consumer's nest, the nest root of every op)."""
+    inlined: set[Operation] = set()
+    root: dict[Operation, Operation] = {}
+    for op in reversed(ops):
+        root[op] = op
+        if not (isinstance(op, INLINABLE) or is_splat_constant(op)) or len(op.results) != 1:
+            continue
+        v = op.results[0]
+        if v in returned or external_symbol(op) is not None:
+            continue
+        users = users_of(op)
+        if is_constant(op):
+            if users and all(pointwise(u) for u in users):
+                inlined.add(op)  # free to recompute anywhere
+        elif len(users) == 1 and pointwise(users[0]) and evaluated_once(v, users[0]):
+            inlined.add(op)
+            root[op] = root[users[0]]
+        elif len(users) > 1 and fans_out_in_one_nest(v, users, root):
+            inlined.add(op)
+            root[op] = root[users[0]]
+    return inlined, root
+
+
+def fans_out_in_one_nest(v: SSAValue, users: list[Operation], root: dict[Operation, Operation]) -> bool:
+    """v's consumers all sit in one nest and read v at their own index (elementwise of
+    v's shape, or a reduction of v): one evaluation per element serves them all."""
+    if len({root[u] for u in users}) != 1:
+        return False
+    for u in users:
+        if external_symbol(u) is not None:
+            return False
+        if isinstance(u, opc.ReduceOp):
+            continue
+        if not isinstance(u, ELEMENTWISE) or isinstance(u, opc.CastGradOp) or shape_of(u.results[0]) != shape_of(v):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------
+# Sweep 2: row kernels
+# ---------------------------------------------------------------------------
+
+
+def row_reduction(op: Operation) -> tuple[tuple[int, ...], int] | None:
+    """(outer shape, row length) of a float reduction over the last axis of a rank >= 2 input."""
+    if not isinstance(op, opc.ReduceOp) or external_symbol(op) is not None:
+        return None
+    shape = shape_of(op.x)
+    if len(shape) < 2 or op.axes_list() != (len(shape) - 1,) or not opc.is_float(element_of(op.x)):
+        return None
+    if not 2 <= shape[-1] <= MAX_ROW_LENGTH:
+        return None
+    return shape[:-1], shape[-1]
+
+
+def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position: dict[Operation, int],
+                    returned: set[SSAValue]) -> RowKernel | None:
+    outer, length = row_reduction(seed)  # type: ignore[misc]
+    full = (*outer, length)
+    per_row = {(*outer, 1), tuple(outer)}
+
+    def joins(u: Operation, members: set[Operation], reductions: int) -> bool:
+        if u in taken or u in members or u not in position or external_symbol(u) is not None or len(u.results) != 1:
+            return False
+        if row_reduction(u) is not None:
+            return shape_of(u.x) == full and reductions < MAX_ROW_REDUCTIONS
+        shape = shape_of(u.results[0])
+        if isinstance(u, opc.ReshapeOp):  # [rows] <-> [rows, 1]: the same per-row scalar
+            return shape in per_row and shape_of(u.x) in per_row
+        if not isinstance(u, (*ELEMENTWISE, opc.BroadcastToOp)) or isinstance(u, opc.CastGradOp):
+            return False
+        return shape == full or shape in per_row
+
+    members: set[Operation] = {seed}
+    reductions = 1
+    todo = [seed]
+    while todo:
+        m = todo.pop()
+        for u in users_of(m):  # forward: consumers over the same rows
+            if joins(u, members, reductions):
+                members.add(u)
+                reductions += isinstance(u, opc.ReduceOp)
+                todo.append(u)
+        for v in m.operands:  # backward: producers over the same rows all of whose consumers joined
+            p = v.owner
+            if (isinstance(p, Operation) and not is_constant(p) and joins(p, members, reductions)
+                    and all(u in members for u in users_of(p))):
+                members.add(p)
+                reductions += isinstance(p, opc.ReduceOp)
+                todo.append(p)
+    ops = sorted(members, key=position.__getitem__)
+    while True:  # the kernel runs where its last op is: nobody outside may read it earlier
+        last = position[ops[-1]]
+        early = [position[u] for o in ops for u in users_of(o)
+                 if u not in members and position.get(u, last + 1) < last]
+        if not early:
+            break
+        ops = [o for o in ops if position[o] < min(early)]  # the rest runs after that reader
+        members = set(ops)
+        if not ops:
+            return None
+    if not any(isinstance(o, ELEMENTWISE) and reads_a_row_result(o, members) for o in ops):
+        return None  # nothing to fuse: the plain reduction does
+    return RowKernel(ops, tuple(outer), length)
+
+
+def reads_a_row_result(op: Operation, members: set[Operation]) -> bool:
+    """Whether op consumes, directly or through a member, a reduction of the kernel."""
+    todo, seen = [op], set()
+    while todo:
+        o = todo.pop()
+        for v in o.operands:
+            p = v.owner
+            if isinstance(p, Operation) and p in members and p not in seen:
+                if isinstance(p, opc.ReduceOp):
+                    return True
+                seen.add(p)
+                todo.append(p)
+    return False
+
+
+# ---------------------------------------------------------------------------
+# The schedule
+# ---------------------------------------------------------------------------
+
+
+def plan(fn: func.FuncOp, row_kernels: bool = True) -> Schedule:
+    """The kernels of one (unscheduled) tensor function. row_kernels=False: no row
+    kernels (the CUDA backend maps reductions to warps its own way)."""
+    ops = [o for o in fn.body.block.ops if not isinstance(o, func.ReturnOp)]
+    returned = set(fn.body.block.last_op.operands)  # type: ignore[union-attr]
+    position = {o: i for i, o in enumerate(ops)}
+    inlined, root = plan_nests(ops, returned)
+    sched = Schedule(inlined)
+    if row_kernels:
+        for op in ops:
+            if op not in sched.row_of and row_reduction(op) is not None:
+                rk = grow_row_kernel(op, sched.row_of, position, returned)
+                if rk is not None:
+                    sched.rows.append(rk)
+                    sched.row_of.update((o, rk) for o in rk.ops)
+    # Members run in their row kernel; an op outside that reads one reads its buffer.
+    for o in list(sched.inlined):
+        if o in sched.row_of or any(isinstance(v.owner, Operation) and v.owner in sched.row_of for v in o.operands):
+            sched.inlined.discard(o)
+    if sched.rows:
+        root = resolve_roots(ops, sched.inlined)
+    sched.kernels = group_kernels(ops, sched, root, returned)
+    return sched
+
+
+def resolve_roots(ops: list[Operation], inlined: set[Operation]) -> dict[Operation, Operation]:
+    """The nest root of every op (after the row kernels took some ops out of nests)."""
+    root: dict[Operation, Operation] = {}
+    for op in reversed(ops):
+        users = users_of(op)
+        root[op] = root[users[0]] if op in inlined and users and not is_constant(op) else op
+    return root
+
+
+def group_kernels(ops: list[Operation], sched: Schedule, root: dict[Operation, Operation],
+                  returned: set[SSAValue]) -> list[Kernel]:
+    """The kernels in the order they run (a kernel runs where its last op is)."""
+    members: dict[object, list[Operation]] = {}
+    for op in ops:
+        if is_constant(op) and op in sched.inlined:
+            continue  # recomputed in every kernel that reads it
+        r = root.get(op, op)
+        key = sched.row_of.get(r, r)
+        members.setdefault(key, []).append(op)
+    kernels = []
+    for key, group in members.items():
+        kind = "row" if isinstance(key, RowKernel) else kind_of(key)  # type: ignore[arg-type]
+        kernels.append(Kernel(kind, group, boundary_reason(group, kind, returned)))
+    position = {o: i for i, o in enumerate(ops)}
+    kernels.sort(key=lambda k: position[k.ops[-1]])
+    return kernels
+
+
+def kind_of(op: Operation) -> str:
+    if external_symbol(op) is not None:
+        return "external"
+    if isinstance(op, opc.ReduceOp):
+        return "reduction"
+    if isinstance(op, INLINABLE) or is_splat_constant(op):
+        return "elementwise"
+    if isinstance(op, GEMMS):
+        return "gemm"
+    if isinstance(op, opc.ReshapeOp):
+        return "view"
+    if isinstance(op, arith.ConstantOp):
+        return "constant"
+    return "library"
+
+
+def boundary_reason(group: list[Operation], kind: str, returned: set[SSAValue]) -> str:
+    """Why the kernel's results go to memory instead of into their consumers."""
+    inside = set(group)
+    why: list[str] = []
+    if kind == "gemm":
+        why.append("a GEMM runs as the library's blocked kernel (its epilogue fused)")
+    elif kind == "library":
+        why.append(f"{group[-1].name} runs as a runtime kernel")
+    elif kind == "external":
+        why.append("the device's own kernel")
+    elif kind == "view":
+        why.append("a reshape is a view (no loop)")
+    elif kind == "reduction" and isinstance(group[-1], opc.ReduceOp):
+        r = group[-1]
+        if len(shape_of(r.x)) - 1 not in r.axes_list():
+            why.append("a reduction over outer axes walks its input in memory order")
+    outputs = [r for o in group for r in o.results if r in returned or any(u.operation not in inside for u in r.uses)]
+    for v in outputs:
+        name = f"%{v.name_hint}" if v.name_hint else v.owner.name  # type: ignore[union-attr]
+        if v in returned:
+            why.append(f"{name} is returned")
+        consumers = [u.operation for u in v.uses
+                     if u.operation not in inside and not isinstance(u.operation, func.ReturnOp)]
+        for u in dict.fromkeys(consumers):
+            if kind in ("elementwise", "row", "reduction"):
+                why.append(f"{name} feeds {u.name}: {consumer_reason(v, u, len(set(consumers)))}")
+            else:  # the kernel writes memory whatever reads it
+                why.append(f"{name} feeds {u.name}")
+    return "; ".join(dict.fromkeys(why)) or "no consumers"
+
+
+def consumer_reason(v: SSAValue, user: Operation, n_consumers: int) -> str:
+    if external_symbol(user) is not None:
+        return "a device kernel reads buffers"
+    if isinstance(user, GEMMS):
+        return "a GEMM reads its operands from memory"
+    if not pointwise(user):
+        return "it reads its operands from memory"
+    if not evaluated_once(v, user):
+        return "it reads each element several times (broadcast)"
+    if n_consumers > 1:
+        return f"{n_consumers} consumers in different kernels"
+    return "another iteration space"
+
+
+# ---------------------------------------------------------------------------
+# The pass: kernels as opc_sched.kernel regions
+# ---------------------------------------------------------------------------
+
+
+def wrap_kernels(fn: func.FuncOp, sched: Schedule) -> None:
+    """Each kernel's ops move into an opc_sched.kernel placed where its last op was."""
+    block = fn.body.block
+    for k in sched.kernels:
+        inside = set(k.ops)
+        outputs = [r for o in k.ops for r in o.results if any(u.operation not in inside for u in r.uses)]
+        last = k.ops[-1]
+        body = Block()
+        kernel = KernelOp(k.kind, k.reason, [v.type for v in outputs], Region(body))
+        block.insert_op_after(kernel, last)
+        for o in k.ops:
+            o.detach()
+            body.add_op(o)
+        body.add_op(YieldOp(outputs))
+        for v, r in zip(outputs, kernel.res):
+            r.name_hint = v.name_hint
+            v.replace_uses_with_if(r, lambda use: use.operation.parent_op() is not kernel)
+
+
+def unwrap_kernels(fn: func.FuncOp) -> None:
+    """Undo wrap_kernels (the lowering re-plans the same schedule from the flat ops)."""
+    block = fn.body.block
+    for kernel in [o for o in block.ops if isinstance(o, KernelOp)]:
+        body = kernel.body.block
+        yield_op = body.last_op
+        assert isinstance(yield_op, YieldOp)
+        for r, v in zip(kernel.res, yield_op.values):
+            r.replace_all_uses_with(v)
+        yield_op.detach()
+        yield_op.erase()
+        for o in list(body.ops):
+            o.detach()
+            block.insert_op_before(o, kernel)
+        kernel.detach()
+        kernel.erase()
+
+
+def tensor_functions(module: ModuleOp) -> list[func.FuncOp]:
+    return [f for f in module.ops if isinstance(f, func.FuncOp) and not f.is_declaration]
+
+
+@dataclass(frozen=True)
+class SchedulePass(ModulePass):
+    """Wrap each kernel of every function in an `opc_sched.kernel` (target=cuda: no row kernels)."""
+
+    name = "opc-schedule"
+    target: str = "cpu"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in tensor_functions(op):
+            if any(isinstance(o, KernelOp) for o in fn.body.block.ops):
+                continue  # already scheduled
+            wrap_kernels(fn, plan(fn, row_kernels=self.target != "cuda"))
+
+
+def describe(module: ModuleOp, row_kernels: bool = True) -> str:
+    """`opc explain --kernels`: every function's kernels, their ops and why each ends."""
+    lines = []
+    for fn in tensor_functions(module):
+        sched = plan(fn, row_kernels)
+        lines.append(f"@{fn.sym_name.data}: {len(sched.kernels)} kernels")
+        for i, k in enumerate(sched.kernels):
+            names = ", ".join(o.name.removeprefix("opc.") for o in k.ops)
+            lines.append(f"  kernel {i} ({k.kind}): {names}")
+            lines.append(f"    boundary: {k.reason}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,260 @@
+"""The kernel schedule (opc/transforms/opc_schedule.py): which ops group into
+one kernel and why a kernel ends; the numbers of fused row kernels and
+vectorized reductions against NumPy over a grid of shapes (odd sizes, NaN and
+-inf rows for max/min); a 5,000-op chain lowers and compiles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import opc
+from opc.ir import load_module
+from opc.transforms.opc_schedule import SchedulePass, describe, plan
+
+# -- grouping decisions ----------------------------------------------------------------
+
+
+def row_src(shape: tuple[int, ...], dt: str = "f32") -> str:
+    """Softmax, layer norm, log_softmax and softmax's backward composed from primitives
+    over the last axis, plus plain row reductions."""
+    full = f"tensor<{'x'.join(map(str, shape))}x{dt}>"
+    row = f"tensor<{'x'.join(map(str, shape[:-1]))}x1x{dt}>"
+    vec = f"tensor<{shape[-1]}x{dt}>"
+    flat = f"tensor<{'x'.join(map(str, shape[:-1]))}x{dt}>"
+    ax = len(shape) - 1
+    red = f"{{axes = array<i64: {ax}>, keepdim = true}}"
+
+    def reduce(kind: str, x: str, out: str, attrs: str = red, to: str = row) -> str:
+        return f"  {out} = opc.reduce_{kind} {x} {attrs} : ({full}) -> {to}\n"
+
+    return (
+        f"func.func @softmax(%x: {full}) -> {full} {{\n"
+        + reduce("max", "%x", "%m")
+        + f"  %s = opc.sub %x, %m : ({full}, {row}) -> {full}\n"
+        f"  %e = opc.exp %s : ({full}) -> {full}\n"
+        + reduce("sum", "%e", "%z")
+        + f"  %y = opc.div %e, %z : ({full}, {row}) -> {full}\n"
+        f"  func.return %y : {full}\n}}\n"
+        f"func.func @log_softmax(%x: {full}) -> {full} {{\n"
+        + reduce("max", "%x", "%m")
+        + f"  %s = opc.sub %x, %m : ({full}, {row}) -> {full}\n"
+        f"  %e = opc.exp %s : ({full}) -> {full}\n"
+        + reduce("sum", "%e", "%z")
+        + f"  %l = opc.log %z : ({row}) -> {row}\n"
+        f"  %y = opc.sub %s, %l : ({full}, {row}) -> {full}\n"
+        f"  func.return %y : {full}\n}}\n"
+        f"func.func @layer_norm(%x: {full}, %g: {vec}, %b: {vec}) -> ({full}, {row}, {row}) {{\n"
+        + reduce("mean", "%x", "%mu")
+        + f"  %d = opc.sub %x, %mu : ({full}, {row}) -> {full}\n"
+        f"  %sq = opc.mul %d, %d : ({full}, {full}) -> {full}\n"
+        + reduce("mean", "%sq", "%var")
+        + f"  %eps = opc.full {{value = 1.0e-5 : f64}} : () -> {row}\n"
+        f"  %ve = opc.add %var, %eps : ({row}, {row}) -> {row}\n"
+        f"  %r = opc.rsqrt %ve : ({row}) -> {row}\n"
+        f"  %n = opc.mul %d, %r : ({full}, {row}) -> {full}\n"
+        f"  %ng = opc.mul %n, %g : ({full}, {vec}) -> {full}\n"
+        f"  %y = opc.add %ng, %b : ({full}, {vec}) -> {full}\n"
+        f"  func.return %y, %mu, %r : {full}, {row}, {row}\n}}\n"
+        f"func.func @softmax_grad(%y: {full}, %dy: {full}) -> {full} {{\n"
+        f"  %p = opc.mul %dy, %y : ({full}, {full}) -> {full}\n"
+        + reduce("sum", "%p", "%s")
+        + f"  %c = opc.sub %dy, %s : ({full}, {row}) -> {full}\n"
+        f"  %dx = opc.mul %y, %c : ({full}, {full}) -> {full}\n"
+        f"  func.return %dx : {full}\n}}\n"
+        f"func.func @rows(%x: {full}) -> ({flat}, {flat}, {flat}) {{\n"
+        + reduce("sum", "%x", "%s", f"{{axes = array<i64: {ax}>}}", flat)
+        + reduce("max", "%x", "%hi", f"{{axes = array<i64: {ax}>}}", flat)
+        + reduce("min", "%x", "%lo", f"{{axes = array<i64: {ax}>}}", flat)
+        + f"  func.return %s, %hi, %lo : {flat}, {flat}, {flat}\n}}\n"
+    )
+
+
+def kernels_of(src: str, name: str) -> list:
+    module = load_module(src).module
+    fn = next(f for f in module.ops if getattr(f, "sym_name", None) and f.sym_name.data == name)
+    return plan(fn).kernels
+
+
+def op_names(kernel) -> list[str]:  # noqa: ANN001
+    return [o.name.removeprefix("opc.") for o in kernel.ops]
+
+
+def test_softmax_is_one_row_kernel() -> None:
+    (k,) = kernels_of(row_src((8, 16)), "softmax")
+    assert k.kind == "row" and op_names(k) == ["reduce_max", "sub", "exp", "reduce_sum", "div"]
+    assert "%y is returned" in k.reason
+
+
+@pytest.mark.parametrize("name", ["log_softmax", "layer_norm", "softmax_grad"])
+def test_normalizations_are_one_row_kernel(name: str) -> None:
+    kernels = kernels_of(row_src((8, 16)), name)
+    assert [k.kind for k in kernels] == ["row"], [(k.kind, op_names(k)) for k in kernels]
+
+
+def grad_src(shape: tuple[int, ...]) -> str:
+    return row_src(shape, "f64").replace("@softmax_grad(", "@softmax_bwd(")
+
+
+@pytest.mark.parametrize("name", ["softmax_grad", "log_softmax_grad"])
+def test_autodiff_normalization_grads_are_one_row_kernel(name: str) -> None:
+    from opc.autodiff import add_grad_functions
+
+    module = load_module(grad_src((8, 16))).module
+    add_grad_functions(module)
+    fn = next(f for f in module.ops if getattr(f, "sym_name", None) and f.sym_name.data == name)
+    assert [k.kind for k in plan(fn).kernels] == ["row"]
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (2, 3, 40)])
+def test_autodiff_grads_through_row_kernels_match_numpy(shape: tuple[int, ...]) -> None:
+    """The backward of softmax and log_softmax composed from primitives (one row kernel
+    each, reshapes of per-row results included) against their closed forms."""
+    m = opc.compile(grad_src(shape), grad=True)
+    rng = np.random.default_rng(3)
+    x, dy = rng.standard_normal(shape), rng.standard_normal(shape)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    y = e / e.sum(-1, keepdims=True)
+    tol = tolerance(np.float64, shape[-1], 10)
+    np.testing.assert_allclose(m.softmax_grad(x, dy), y * (dy - (dy * y).sum(-1, keepdims=True)), rtol=tol, atol=tol)
+    np.testing.assert_allclose(m.log_softmax_grad(x, dy), dy - y * dy.sum(-1, keepdims=True), rtol=tol, atol=tol)
+
+
+def test_fan_out_chain_is_one_kernel() -> None:
+    t = "tensor<64xf32>"
+    src = (f"func.func @f(%x: {t}, %y: {t}) -> {t} {{\n"
+           f"  %a = opc.mul %x, %y : ({t}, {t}) -> {t}\n  %b = opc.add %a, %x : ({t}, {t}) -> {t}\n"
+           f"  %c = opc.relu %b : ({t}) -> {t}\n  %d = opc.sub %c, %y : ({t}, {t}) -> {t}\n"
+           f"  %e = opc.mul %d, %d : ({t}, {t}) -> {t}\n  %g = opc.add %e, %d : ({t}, {t}) -> {t}\n"
+           f"  %h = opc.tanh %g : ({t}) -> {t}\n  func.return %h : {t}\n}}\n")
+    (k,) = kernels_of(src, "f")
+    assert k.kind == "elementwise" and len(k.ops) == 7
+
+
+def test_column_reduction_and_gemm_boundaries() -> None:
+    src = ("func.func @f(%x: tensor<64x32xf32>, %w: tensor<32x8xf32>) -> (tensor<32xf32>, tensor<64x8xf32>) {\n"
+           "  %e = opc.exp %x : (tensor<64x32xf32>) -> tensor<64x32xf32>\n"
+           "  %c = opc.reduce_sum %e {axes = array<i64: 0>} : (tensor<64x32xf32>) -> tensor<32xf32>\n"
+           "  %t = opc.tanh %x : (tensor<64x32xf32>) -> tensor<64x32xf32>\n"
+           "  %m = opc.matmul %t, %w : (tensor<64x32xf32>, tensor<32x8xf32>) -> tensor<64x8xf32>\n"
+           "  func.return %c, %m : tensor<32xf32>, tensor<64x8xf32>\n}\n")
+    kernels = kernels_of(src, "f")
+    assert [(k.kind, op_names(k)) for k in kernels] == [
+        ("reduction", ["exp", "reduce_sum"]), ("elementwise", ["tanh"]), ("gemm", ["matmul"])]
+    assert "memory order" in kernels[0].reason
+    assert "%t feeds opc.matmul: a GEMM reads its operands from memory" in kernels[1].reason
+
+
+def test_explain_kernels_lists_every_kernel() -> None:
+    text = describe(load_module(row_src((4, 8))).module)
+    assert "@softmax: 1 kernels" in text
+    assert "kernel 0 (row): reduce_max, sub, exp, reduce_sum, div" in text
+    assert "@rows: 3 kernels" in text  # reductions with nothing to fuse stay plain (vectorized) loops
+
+
+def test_cuda_schedule_has_no_row_kernels() -> None:
+    fn = next(iter(load_module(row_src((4, 8))).module.ops))
+    assert all(k.kind != "row" for k in plan(fn, row_kernels=False).kernels)
+
+
+# -- numerics of the fused kernels ----------------------------------------------------
+
+SHAPES = [(1, 2), (3, 5), (7, 33), (16, 257), (2, 3, 1000)]
+
+
+@pytest.fixture(scope="module", params=[(s, dt) for s in SHAPES for dt in ("f32", "f64")],
+                ids=lambda p: f"{'x'.join(map(str, p[0]))}-{p[1]}")
+def rows_module(request):  # noqa: ANN001, ANN201
+    shape, dt = request.param
+    return shape, np.float32 if dt == "f32" else np.float64, opc.compile(row_src(shape, dt))
+
+
+def tolerance(dtype, n: int, scale: float = 1.0) -> float:  # noqa: ANN001
+    """A sum of n terms reassociated (vector lanes) differs from the exact one by ~ n eps max|term|."""
+    return 4 * n * np.finfo(dtype).eps * scale + 10 * np.finfo(dtype).eps
+
+
+def test_row_kernels_match_numpy(rows_module) -> None:  # noqa: ANN001
+    shape, dtype, m = rows_module
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    g, b = rng.standard_normal(shape[-1]).astype(dtype), rng.standard_normal(shape[-1]).astype(dtype)
+    n = shape[-1]
+    xd = x.astype(np.float64)
+    e = np.exp(xd - xd.max(-1, keepdims=True))
+    sm = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(m.softmax(x), sm, rtol=tolerance(dtype, n), atol=tolerance(dtype, n))
+    lsm = xd - xd.max(-1, keepdims=True) - np.log(e.sum(-1, keepdims=True))
+    np.testing.assert_allclose(m.log_softmax(x), lsm, rtol=tolerance(dtype, n), atol=tolerance(dtype, n, 10))
+    mu = xd.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(((xd - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    y, got_mu, got_r = m.layer_norm(x, g, b)
+    tol = tolerance(dtype, n, 10)
+    np.testing.assert_allclose(got_mu, mu, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got_r, rstd, rtol=tol, atol=tol)
+    np.testing.assert_allclose(y, (xd - mu) * rstd * g + b, rtol=tol, atol=tol * 10)
+    dy = rng.standard_normal(shape).astype(dtype)
+    smx = sm.astype(dtype)
+    ref = sm * (dy - (dy * smx.astype(np.float64)).sum(-1, keepdims=True))
+    np.testing.assert_allclose(m.softmax_grad(smx, dy), ref, rtol=tol, atol=tol * 10)
+
+
+def test_row_reductions_with_nan_and_inf(rows_module) -> None:  # noqa: ANN001
+    shape, dtype, m = rows_module
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1, shape[-1])
+    flat[::3, rng.integers(shape[-1])] = np.nan  # some rows hold a NaN, anywhere in the row
+    if flat.shape[0] > 1:
+        flat[1, :] = -np.inf  # a row of -inf: max is -inf (not the lanes' starting value)
+    if flat.shape[0] > 2:
+        flat[2, :] = np.inf
+    s, hi, lo = m.rows(x)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(hi, x.max(-1))  # NaN where the row has one (max propagates NaN)
+        np.testing.assert_array_equal(lo, x.min(-1))
+        ref = x.astype(np.float64).sum(-1)
+    finite = np.isfinite(ref)
+    np.testing.assert_array_equal(np.isnan(s), np.isnan(ref))
+    scale = np.abs(x[..., :]).max(initial=0, where=np.isfinite(x))
+    np.testing.assert_allclose(s[finite], ref[finite], rtol=0, atol=tolerance(dtype, shape[-1], scale))
+
+
+def test_generated_c_has_row_kernels_and_simd_reductions(rows_module) -> None:  # noqa: ANN001
+    _, _, m = rows_module
+    c = m.c_source
+    assert "#pragma omp simd reduction(max:" in c and "reduction(|:" in c and "reduction(+:" in c
+    assert "void opc_k_softmax_0(" in c and "void opc_k_softmax_1(" not in c  # the whole softmax: one kernel
+
+
+def test_scheduled_ir_lowers_to_the_same_numbers() -> None:
+    from opc.ir import make_context
+
+    src = row_src((5, 9))
+    scheduled = load_module(src)
+    SchedulePass().apply(make_context(), scheduled.module)
+    assert "opc_sched.kernel" in str(scheduled.module)
+    x = np.random.default_rng(1).standard_normal((5, 9)).astype(np.float32)
+    np.testing.assert_array_equal(opc.compile(scheduled.module).softmax(x), opc.compile(src).softmax(x))
+
+
+# -- long models ------------------------------------------------------------------------
+
+
+def test_5000_op_chain_compiles() -> None:
+    """5,000 elementwise ops (value_at and the planner are iterative; a chain used
+    twice per step would otherwise be 2^5000 evaluations)."""
+    t = "tensor<8xf32>"
+    lines = [f"func.func @chain(%x: {t}) -> {t} {{", f"  %v0 = opc.tanh %x : ({t}) -> {t}"]
+    for i in range(1, 5000):
+        if i % 2:
+            lines.append(f"  %v{i} = opc.mul %v{i - 1}, %v{i - 1} : ({t}, {t}) -> {t}")
+        else:
+            lines.append(f"  %v{i} = opc.tanh %v{i - 1} : ({t}) -> {t}")
+    lines.append(f"  func.return %v4999 : {t}\n}}")
+    m = opc.compile("\n".join(lines))
+    x = np.linspace(-2, 2, 8, dtype=np.float32)
+    ref = np.tanh(x)
+    for i in range(1, 5000):
+        ref = ref * ref if i % 2 else np.tanh(ref)
+    np.testing.assert_allclose(m.chain(x), ref, rtol=1e-5, atol=1e-6)
