@@ -28,19 +28,18 @@ def row_src(shape: tuple[int, ...], dt: str = "f32") -> str:
     def reduce(kind: str, x: str, out: str, attrs: str = red, to: str = row) -> str:
         return f"  {out} = opc.reduce_{kind} {x} {attrs} : ({full}) -> {to}\n"
 
+    # softmax and log_softmax share their max-shifted exp and its row sum (%s, %e, %z)
+    shifted_exp_sum = (reduce("max", "%x", "%m")
+                       + f"  %s = opc.sub %x, %m : ({full}, {row}) -> {full}\n"
+                       f"  %e = opc.exp %s : ({full}) -> {full}\n"
+                       + reduce("sum", "%e", "%z"))
     return (
         f"func.func @softmax(%x: {full}) -> {full} {{\n"
-        + reduce("max", "%x", "%m")
-        + f"  %s = opc.sub %x, %m : ({full}, {row}) -> {full}\n"
-        f"  %e = opc.exp %s : ({full}) -> {full}\n"
-        + reduce("sum", "%e", "%z")
+        + shifted_exp_sum
         + f"  %y = opc.div %e, %z : ({full}, {row}) -> {full}\n"
         f"  func.return %y : {full}\n}}\n"
         f"func.func @log_softmax(%x: {full}) -> {full} {{\n"
-        + reduce("max", "%x", "%m")
-        + f"  %s = opc.sub %x, %m : ({full}, {row}) -> {full}\n"
-        f"  %e = opc.exp %s : ({full}) -> {full}\n"
-        + reduce("sum", "%e", "%z")
+        + shifted_exp_sum
         + f"  %l = opc.log %z : ({row}) -> {row}\n"
         f"  %y = opc.sub %s, %l : ({full}, {row}) -> {full}\n"
         f"  func.return %y : {full}\n}}\n"
