@@ -15,7 +15,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from opc.autodiff import grad_order, no_grad_reasons
-from opc.ir import OpcError, Source, load_module, make_context, verify
+from opc.ir import OpcError, Source, is_lowered, load_module, make_context, verify
 from opc.lowering.build import CompiledModule, bind, build_extension, cache_dir, load_extension
 from opc.lowering.c_emitter import FunctionSignature, emit_c
 
@@ -33,6 +33,12 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
     order = grad_order(grad)
     if not isinstance(fuse, bool):
         raise TypeError(f"fuse must be True or False, got {fuse!r}")
+    check_target(target)
+    if decompose is not None and not isinstance(decompose, str):
+        raise TypeError(f"decompose must be a comma-separated string of op names (or 'all'), got {decompose!r}")
+    if is_lowered(source.module):
+        raise OpcError(f"error: {source.name}: the module is already lowered (opc-lower-to-loops ran); "
+                       "opc compiles opc-level IR")
     ctx = make_context()
     if fuse:
         from opc.transforms.opc_fuse import FusePass
@@ -59,6 +65,11 @@ def lower(source: Source, target: str = "cpu") -> ModuleOp:
     LowerToLoopsPass(target=target_backend(target)).apply(make_context(), module)
     verify(Source(module, source.name, {}), stage="opc-lower-to-loops")
     return module
+
+
+def check_target(target: object) -> None:
+    if not isinstance(target, (str, os.PathLike)):
+        raise TypeError(f"target must be 'cpu', 'cuda' or the path of a device .toml file, got {target!r}")
 
 
 def target_backend(target: str) -> str:
@@ -88,7 +99,11 @@ def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = Fals
 
 def compile(source, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,  # noqa: A001
             cache_dir: str | None = None, fuse: bool = True):
-    """A path, MLIR text or ModuleOp -> a module of NumPy-callable functions."""
+    """A path, MLIR text (str or UTF-8 bytes) or ModuleOp -> a module of NumPy-callable functions."""
+    check_target(target)
+    target = os.fspath(target)
+    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(f"cache_dir must be a directory path, got {cache_dir!r}")
     src = prepare(load_module(source), target, grad, decompose, fuse)
     loops = lower(src, target)
     if target_backend(target) == "cuda":

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from opc.ir import OpcError, Source, read_source, verify
+from opc.ir import OpcError, Source, is_lowered, read_source, verify
 
 
 def run_pipeline(source: Source, spec: str) -> None:
@@ -32,6 +32,8 @@ def run_pipeline(source: Source, spec: str) -> None:
         raise OpcError(f"error: bad pass pipeline '{spec}': {first[-1] if first else err}") from None
     ctx = make_context()
     for p in pipeline.passes:
+        if p.name.startswith("opc-") and is_lowered(source.module):  # opc's passes read opc-level IR
+            raise OpcError(f"error: {p.name}: the module is already lowered (opc-lower-to-loops ran)")
         p.apply(ctx, source.module)
         verify(source, stage=p.name)
 
@@ -83,6 +85,9 @@ def cmd_explain(args: argparse.Namespace) -> None:
         write_output(explain_target(args.target), None)
         return
     source = read_source(args.file)
+    if is_lowered(source.module):
+        raise OpcError(f"error: {args.file}: the module is already lowered (opc-lower-to-loops ran); "
+                       "explain takes opc-level IR")
     try:
         write_output(explain(source.module, args.target, grad=args.grad, fuse=args.fuse), None)
     except ExplainError as err:  # the table still helps: it shows which op cannot run

@@ -48,8 +48,15 @@ def runtime_dir() -> Path:
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """The compile cache: `override` (cache_dir=), else $OPC_CACHE_DIR, else ~/.cache/opc."""
+    what = "cache_dir" if override else "OPC_CACHE_DIR" if os.environ.get("OPC_CACHE_DIR") else "the cache"
     path = Path(override or os.environ.get("OPC_CACHE_DIR") or Path.home() / ".cache" / "opc")
-    path.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} '{path}' is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file on the way to it
+        raise ValueError(f"{what} '{path}' cannot be created: a part of its path is a file") from None
     return path
 
 
