@@ -154,6 +154,12 @@ def __getattr__(name):
 '''
 
 
+def python_names(sigs: list[FunctionSignature]) -> list[str]:
+    """__all__ of a written module: the functions whose MLIR names are Python identifiers
+    (getattr(module, "a.b") reaches the others)."""
+    return [s.name for s in sigs if s.name.isidentifier()]
+
+
 def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu", grad: bool | int = False,
                    decompose: str | None = None, fuse: bool = True) -> list[str]:
     """`opc compile -o DIR`: an importable `name.py` plus its extension (and .cu for cuda)."""
@@ -178,6 +184,6 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
     signatures = [(s.name, s.inputs, s.outputs, s.errors) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
-                                       ext_name=ext_name, ext_file=ext_file, names=[s.name for s in sigs],
+                                       ext_name=ext_name, ext_file=ext_file, names=python_names(sigs),
                                        no_grad=no_grad_reasons(source.module)))
     return [py_path, os.path.join(out_dir, ext_file), c_path]

@@ -30,7 +30,7 @@ from types import ModuleType
 import numpy as np
 
 from opc.ir import OpcError
-from opc.lowering.c_emitter import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature
+from opc.lowering.c_emitter import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature, c_symbol
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
 # or FP exception flags) but let loops with selects and sqrt vectorize.
@@ -134,12 +134,13 @@ def runtime_objects(source: str, cache: Path) -> list[str]:
     return [str(o) for o in objects]
 
 
-def cdef_for(signatures: list[FunctionSignature]) -> str:
+def cdef_for(signatures: list[FunctionSignature], suffix: str = "") -> str:
+    """The entry points' declarations (opc_fn_NAME, or opc_fn_NAME_host with suffix="_host")."""
     lines = []
     for sig in signatures:
         params = [f"const {c_type_of(dt)} *" for _, _, dt in sig.inputs]
         params += [f"{c_type_of(dt)} *" for _, dt in sig.outputs]
-        lines.append(f"int {ENTRY_PREFIX}{sig.name}({', '.join(params) or 'void'});")
+        lines.append(f"int {ENTRY_PREFIX}{c_symbol(sig.name)}{suffix}({', '.join(params) or 'void'});")
     return "\n".join(lines)
 
 
@@ -354,6 +355,13 @@ class CompiledModule:
         raise AttributeError(f"opc module has no function {name!r} (functions: "
                              f"{', '.join(self.__dict__.get('_functions', {}))})")
 
+    def __getitem__(self, name: str) -> CompiledFunction:
+        """m["a.b"]: a function by its MLIR name, also where that is no Python identifier."""
+        try:
+            return self._functions[name]
+        except KeyError:
+            raise KeyError(f"opc module has no function {name!r} (functions: {', '.join(self._functions)})") from None
+
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._functions))
 
@@ -364,6 +372,6 @@ class CompiledModule:
 def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, CompiledFunction]:
     message = getattr(ext.lib, KERNEL_MESSAGE_FN, None)
     detail = getattr(ext.lib, "opc_error_value", None)
-    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{s.name}"), s, message, detail)
+    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message, detail)
             for s in signatures}
 

@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
@@ -39,7 +38,7 @@ from opc.lowering.build import (
     runtime_dir,
     status_cdef,
 )
-from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature
+from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature, c_symbol
 from opc.lowering.cuda_emitter import emit_cuda
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
@@ -68,8 +67,7 @@ def cuda_key(source: str, cdef: str, nvcc: str) -> str:
 
 def library_cdef(signatures: list[FunctionSignature]) -> str:
     """Device-pointer entry points, their _host wrappers, and the two CUDA helpers."""
-    host = [replace(s, name=f"{s.name}_host") for s in signatures]
-    return "\n".join([cdef_for(signatures), cdef_for(host), "const char *opc_cuda_error_string(int code);",
+    return "\n".join([cdef_for(signatures), cdef_for(signatures, "_host"), "const char *opc_cuda_error_string(int code);",
                       "int opc_cuda_device_count(int *count);"]) + status_cdef(signatures)
 
 
@@ -151,7 +149,7 @@ def runtime_device_check(ffi, lib) -> None:
 def checked_host_call(ffi, lib, name: str):
     """opc_fn_NAME_host, with a CUDA error (status > 0) raised as RuntimeError with CUDA's message;
     a failed run-time check (status < 0) is returned for CompiledFunction to raise."""
-    cfunc = getattr(lib, f"{ENTRY_PREFIX}{name}_host")
+    cfunc = getattr(lib, f"{ENTRY_PREFIX}{c_symbol(name)}_host")
 
     def call(*ptrs) -> int:
         status = cfunc(*ptrs)
@@ -245,6 +243,6 @@ def write_cuda_module(loops: ModuleOp, out_dir: str, name: str, origin: str) -> 
     signatures = [(s.name, s.inputs, s.outputs, s.errors) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
-                                       lib_file=lib_file, names=[s.name for s in sigs],
+                                       lib_file=lib_file, names=[s.name for s in sigs if s.name.isidentifier()],
                                        no_grad=no_grad_reasons(loops)))
     return [*written, os.path.join(out_dir, lib_file), py_path]
