@@ -16,7 +16,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from opc.autodiff import grad_order, no_grad_reasons
 from opc.ir import OpcError, Source, is_lowered, load_module, make_context, verify
-from opc.lowering.build import CompiledModule, bind, build_extension, cache_dir, load_extension
+from opc.lowering.build import CompiledModule, bind, build_extension, cache_dir, load_extension, self_contained
 from opc.lowering.c_emitter import FunctionSignature, emit_c
 
 
@@ -90,11 +90,11 @@ def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = Fals
     loops = lower(source, "cuda" if what == "cuda" else target)
     if what == "mlir":
         return str(loops) + "\n"
-    if what == "c":
-        return emit_c(loops)[0]
+    if what == "c":  # the runtime headers inlined: a bare `gcc -c` compiles it
+        return self_contained(emit_c(loops)[0])
     from opc.lowering.cuda_emitter import emit_cuda
 
-    return emit_cuda(loops)[0]
+    return self_contained(emit_cuda(loops)[0])
 
 
 def compile(source, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,  # noqa: A001

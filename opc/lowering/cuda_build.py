@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
@@ -32,10 +31,15 @@ from opc.ir import OpcError
 from opc.lowering.build import (
     CompiledFunction,
     CompiledModule,
+    build_dir,
+    build_failure,
+    build_lock,
     cache_dir,
     cdef_for,
     content_key,
+    keep_failed,
     runtime_dir,
+    self_contained,
     status_cdef,
 )
 from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature, c_symbol
@@ -79,19 +83,18 @@ def build_cuda_library(source: str, signatures: list[FunctionSignature], cache: 
     target = cache / f"_opc_cuda_{cuda_key(source, library_cdef(signatures), nvcc)}.so"
     if target.exists():
         return target
-    tmp = tempfile.mkdtemp(prefix="opc-cuda-", dir=cache)
-    try:
-        cu, lib = os.path.join(tmp, "module.cu"), os.path.join(tmp, "module.so")
-        with open(cu, "w", encoding="utf-8") as f:
-            f.write(source)
-        proc = subprocess.run([nvcc, *NVCC_FLAGS, "-I", str(runtime_dir()), "-o", lib, cu],
+    with build_lock(cache, target.name), build_dir(cache, "opc-cuda") as tmp:
+        if target.exists():  # built by the process we waited for
+            return target
+        cu, lib = tmp / "module.cu", tmp / "module.so"
+        cu.write_text(source, encoding="utf-8")
+        proc = subprocess.run([nvcc, *NVCC_FLAGS, "-I", str(runtime_dir()), "-o", str(lib), str(cu)],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
-            raise OpcError(f"error: nvcc failed on the generated CUDA code:\n{tail}")
-        os.replace(lib, target)  # atomic: a concurrent build of the same key just wins the race
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            log = f"{proc.stdout}{proc.stderr}"
+            kept = keep_failed(cache, target.stem, {"module.cu": self_contained(source), "build.log": log})
+            raise build_failure("nvcc", log, kept)
+        os.replace(lib, target)  # atomic: a reader never sees a half-written library
     return target
 
 
