@@ -16,7 +16,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, BlockArgument, Operation
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
-from xdsl.utils.lexer import Span
+from xdsl.utils.lexer import Location, Span
 
 from opc.dialects.opc import Opc, check_tensor
 from opc.dialects.opc_loops import OpcLoops
@@ -84,22 +84,33 @@ class LocatingParser(Parser):
             self.raise_error("dense array elements must be at least 1 bit wide", start, self.pos)
 
 
-# What the nesting scan looks at: strings and // comments (skipped whole), `->`, brackets.
-NESTING_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|//[^\n]*|->|[(\[{<]|[)\]}>]')
+# What the pre-scan looks at: string literals (exactly the strings xDSL's lexer takes), a `"`
+# that starts none, // comments, `->`, and brackets.
+PRESCAN_TOKENS = re.compile(r'(?P<string>"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*")|(?P<bad>")'
+                            r'|//[^\n]*|->|(?P<open>[(\[{<])|(?P<close>[)\]}>])')
 
 
-def too_deep(text: str) -> int | None:
-    """The offset of the first bracket nested deeper than MAX_NESTING, if any."""
+def prescan(text: str) -> tuple[int, str] | None:
+    """(offset, why) of what xDSL's parser must not see: nesting deeper than MAX_NESTING (it
+    recurses per level) and a malformed string literal (its lexer's regex backtracks
+    exponentially on one)."""
     depth = 0
-    for m in NESTING_TOKENS.finditer(text):
-        c = m.group()
-        if c in "([{<":
+    for m in PRESCAN_TOKENS.finditer(text):
+        if m.lastgroup == "open":
             depth += 1
             if depth > MAX_NESTING:
-                return m.start()
-        elif c in ")]}>":
+                return m.start(), f"nested deeper than {MAX_NESTING} levels"
+        elif m.lastgroup == "close":
             depth = max(depth - 1, 0)
+        elif m.lastgroup == "bad":
+            return m.start(), ("string literal not closed on its line, or with an escape other than "
+                               "\\n \\t \\\\ \\\" \\XX")
     return None
+
+
+def first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
 def location(text: str, name: str, offset: int) -> str:
@@ -124,21 +135,23 @@ class Source:
 def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> Source:
     """Parse and verify; raise OpcError with a located message on bad input."""
     text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark, as editors on Windows write it
-    deep = too_deep(text)
-    if deep is not None:
-        raise OpcError(f"{location(text, name, deep)}: error: nested deeper than {MAX_NESTING} levels")
+    refused = prescan(text)
+    if refused is not None:
+        raise OpcError(f"{location(text, name, refused[0])}: error: {refused[1]}")
     # xDSL recurses a few frames per level of nesting; MAX_NESTING levels fit in this
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 8000))
-    parser = LocatingParser(ctx or make_context(), text, name)
+    parser = None
     try:
+        parser = LocatingParser(ctx or make_context(), text, name)  # lexes the first token
         module = parser.parse_module()
     except ParseError as err:
         loc = err.span.get_location()
         raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {err.msg}") from None
     except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError,
             AttributeError, TypeError, AssertionError) as err:  # xDSL gave up inside an attribute or type
-        loc = parser._current_token.span.get_location()
-        why = "nested too deeply" if isinstance(err, RecursionError) else f"{err}".strip().splitlines()[0] if str(err) else type(err).__name__
+        where = parser._current_token.span.get_location() if parser is not None else None
+        loc = where or Location(name, 1, 1)
+        why = "nested too deeply" if isinstance(err, RecursionError) else first_line(err)
         raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: malformed input here: {why}") from None
     source = Source(module, name, parser.spans)
     verify(source)
