@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from opc.ir import OpcError, Source, is_lowered, read_source, verify
 
@@ -102,8 +103,15 @@ def cmd_import(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """A bad command line is bad input too: one `error:` line and exit code 1 (argparse: usage and 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opc", description="op compiler for deep-learning ops and their gradients")
+    parser = ArgumentParser(prog="opc", description="op compiler for deep-learning ops and their gradients")
     sub = parser.add_subparsers(dest="command", required=True)
 
     opt = sub.add_parser("opt", help="apply passes and print the IR (like xdsl-opt)")

@@ -130,6 +130,18 @@ def test_device_toml_nested_deeply(tmp_path, capsys):
     assert rc == 1 and err == f"error: {path}: malformed target file: arrays or tables nested too deeply\n"
 
 
+@pytest.mark.parametrize("args,message", [
+    (["compile", str(MLP), "--grad", "3"], "error: argument --grad: invalid choice: 3 (choose from 1, 2)"),
+    (["frobnicate"], "error: argument command: invalid choice: 'frobnicate'"),
+    ([], "error: the following arguments are required: command"),
+])  # fmt: skip
+def test_bad_command_line_is_one_error_line(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and err.startswith(message) and len(err.splitlines()) == 1, err
+
+
 # ---------------------------------------------------------------------------
 # What used to fail on valid input: zero-size constants, names that are not C identifiers
 # ---------------------------------------------------------------------------
