@@ -168,6 +168,10 @@ func.func @a_b(%a: tensor<0xf32>) -> tensor<0xf32> {
 """
 
 
+MODULE_ATTRIBUTES = ["no_grad", "_functions", "path", "__getitem__"]
+NAMES += "".join(NAMES.split("func.func @a$b")[0].replace("@a.b", f"@{name}") for name in MODULE_ATTRIBUTES)
+
+
 @pytest.fixture(scope="module")
 def names():
     return opc.compile(NAMES, grad=True)
@@ -182,6 +186,14 @@ def test_function_names_that_are_not_c_identifiers(names):
     np.testing.assert_allclose(names["a.b_grad"](x, np.ones(3, np.float32)), np.exp(x), rtol=1e-6)
     with pytest.raises(KeyError, match="no function 'a.c'"):
         names["a.c"]
+
+
+@pytest.mark.parametrize("name", MODULE_ATTRIBUTES)
+def test_function_named_like_a_module_attribute(names, name):
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    np.testing.assert_allclose(names[name](x), np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(names[f"{name}_grad"](x, np.ones(3, np.float32)), np.exp(x), rtol=1e-6)
+    assert names.no_grad == {} and "a.b" in names._functions  # the module's own attributes still work
 
 
 def test_mangled_c_symbols_are_identifiers_and_distinct():

@@ -485,7 +485,9 @@ class CompiledFunction:
 
 
 class CompiledModule:
-    """Attributes are the compiled functions, named after the func.funcs."""
+    """Attributes are the compiled functions, named after the func.funcs (m["a.b"] reaches every one)."""
+
+    OWN_ATTRIBUTES = frozenset({"_functions", "c_source", "path", "no_grad", "cuda_source", "ffi", "lib"})
 
     def __init__(self, functions: dict[str, CompiledFunction], source: str, path: Path | None = None):
         self._functions = functions
@@ -494,7 +496,8 @@ class CompiledModule:
         self.no_grad: dict[str, str] = {}
         """Gradient functions opc did not build (no float argument...), and why."""
         for name, fn in functions.items():
-            setattr(self, name, fn)
+            if name not in self.OWN_ATTRIBUTES and not hasattr(type(self), name):  # else only m[name]
+                setattr(self, name, fn)
 
     def __getattr__(self, name: str):
         why = self.__dict__.get("no_grad", {}).get(name)
