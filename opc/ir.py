@@ -18,7 +18,7 @@ from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Location, Span
 
-from opc.dialects.opc import Opc, check_tensor
+from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 
 
@@ -199,7 +199,7 @@ def is_lowered(module: ModuleOp) -> bool:
 
 def check_values(op: Operation) -> None:
     """opc-level IR: functions with bodies over tensors, and every tensor one opc can hold
-    (an admitted element type, rank <= 4, static, at most 2^47 bytes)."""
+    (static, an admitted element type, at most 2^47 bytes; each op checks the ranks it takes)."""
     if isinstance(op, func.FuncOp):
         name = op.sym_name.data
         if not op.body.blocks:
@@ -212,19 +212,19 @@ def check_values(op: Operation) -> None:
             check_signature_type(t, f"result #{i} of @{name}")
     for i, r in enumerate(op.results):
         if isinstance(r.type, TensorType):
-            check_tensor(r.type, f"result #{i}")
+            check_storable(r.type, f"result #{i}")
     for region in op.regions:
         for block in region.blocks:
             for arg in block.args:
                 if isinstance(arg.type, TensorType):
-                    check_tensor(arg.type, f"block argument %{arg.name_hint or arg.index}")
+                    check_storable(arg.type, f"block argument %{arg.name_hint or arg.index}")
 
 
 def check_signature_type(t: Attribute, what: str) -> None:
     if not isinstance(t, TensorType):
         raise VerifyException(f"{what} has type {t}: opc functions take and return tensors "
                               "(a scalar is a rank-0 tensor, e.g. tensor<f32>)")
-    check_tensor(t, what)
+    check_storable(t, what)
 
 
 class BlockOrder:

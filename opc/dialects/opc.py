@@ -101,9 +101,14 @@ def check_tensor(value: SSAValue | Attribute, what: str) -> TensorType:
     t = value.type if isinstance(value, SSAValue) else value
     if not isinstance(t, TensorType):
         raise VerifyException(f"{what} must be a tensor, got {t}")
+    if len(t.get_shape()) > MAX_RANK:
+        raise VerifyException(f"{what} has rank {len(t.get_shape())}, at most {MAX_RANK} is supported")
+    return check_storable(t, what)
+
+
+def check_storable(t: TensorType, what: str) -> TensorType:
+    """A tensor opc can hold in memory: static, of an admitted element type, at most 2^47 bytes."""
     shape = t.get_shape()
-    if len(shape) > MAX_RANK:
-        raise VerifyException(f"{what} has rank {len(shape)}, at most {MAX_RANK} is supported")
     if any(d < 0 for d in shape):
         raise VerifyException(f"{what} must have a static shape, got {t}")
     if not is_admitted_element(t.element_type):
