@@ -259,7 +259,7 @@ EXPRESSIONS = {
 PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
 # own, so that no user function can collide with a runtime helper (opc_*).
-ENTRY_PREFIX = "opc_fn_"
+ENTRY_PREFIX = "opc_fn_"  # below this many inner iterations threads cost more than they give
 
 
 def c_symbol(name: str) -> str:
