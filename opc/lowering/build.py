@@ -252,6 +252,12 @@ def build_failure(compiler: str, log: str, kept: Path) -> OpcError:
 INCLUDE_LINE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.MULTILINE)
 
 
+# In its own file nvcc warns of a header's helpers that this module does not call (#177,
+# "declared but never referenced"); inlined, the header says so itself.
+CUDA_QUIET_BEGIN = "#ifdef __CUDACC__\n#pragma nv_diag_suppress 177\n#endif\n"
+CUDA_QUIET_END = "\n#ifdef __CUDACC__\n#pragma nv_diag_default 177\n#endif\n"
+
+
 def self_contained(source: str, stack: tuple[str, ...] = ()) -> str:
     """The source with every `#include "opc_*.h"` of opc's runtime replaced by the header's text
     (recursively; the headers' include guards keep repeats harmless), so that a bare
@@ -262,6 +268,8 @@ def self_contained(source: str, stack: tuple[str, ...] = ()) -> str:
         if m.group(1) in stack or not header.is_file():
             return m.group(0)
         text = self_contained(header.read_text(encoding="utf-8"), (*stack, m.group(1)))
+        if not stack:  # the outermost header: quiet for all it includes
+            text = f"{CUDA_QUIET_BEGIN}{text.rstrip()}{CUDA_QUIET_END}"
         return f"/* ---- {m.group(1)} (opc runtime) ---- */\n{text.rstrip()}\n/* ---- end of {m.group(1)} ---- */"
 
     return INCLUDE_LINE.sub(inline, source)
