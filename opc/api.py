@@ -15,8 +15,8 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from opc.autodiff import grad_order, no_grad_reasons
-from opc.ir import OpcError, Source, load_module, make_context, verify
-from opc.lowering.build import CompiledModule, bind, build_extension, cache_dir, load_extension
+from opc.ir import OpcError, Source, is_lowered, load_module, make_context, verify
+from opc.lowering.build import CompiledModule, bind, build_extension, cache_dir, load_extension, self_contained
 from opc.lowering.c_emitter import FunctionSignature, emit_c
 
 
@@ -33,6 +33,12 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
     order = grad_order(grad)
     if not isinstance(fuse, bool):
         raise TypeError(f"fuse must be True or False, got {fuse!r}")
+    check_target(target)
+    if decompose is not None and not isinstance(decompose, str):
+        raise TypeError(f"decompose must be a comma-separated string of op names (or 'all'), got {decompose!r}")
+    if is_lowered(source.module):
+        raise OpcError(f"error: {source.name}: the module is already lowered (opc-lower-to-loops ran); "
+                       "opc compiles opc-level IR")
     ctx = make_context()
     if fuse:
         from opc.transforms.opc_fuse import FusePass
@@ -61,6 +67,11 @@ def lower(source: Source, target: str = "cpu") -> ModuleOp:
     return module
 
 
+def check_target(target: object) -> None:
+    if not isinstance(target, (str, os.PathLike)):
+        raise TypeError(f"target must be 'cpu', 'cuda' or the path of a device .toml file, got {target!r}")
+
+
 def target_backend(target: str) -> str:
     from opc.targets import get_target
 
@@ -79,16 +90,20 @@ def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = Fals
     loops = lower(source, "cuda" if what == "cuda" else target)
     if what == "mlir":
         return str(loops) + "\n"
-    if what == "c":
-        return emit_c(loops)[0]
+    if what == "c":  # the runtime headers inlined: a bare `gcc -c` compiles it
+        return self_contained(emit_c(loops)[0])
     from opc.lowering.cuda_emitter import emit_cuda
 
-    return emit_cuda(loops)[0]
+    return self_contained(emit_cuda(loops)[0])
 
 
 def compile(source, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,  # noqa: A001
             cache_dir: str | None = None, fuse: bool = True):
-    """A path, MLIR text or ModuleOp -> a module of NumPy-callable functions."""
+    """A path, MLIR text (str or UTF-8 bytes) or ModuleOp -> a module of NumPy-callable functions."""
+    check_target(target)
+    target = os.fspath(target)
+    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(f"cache_dir must be a directory path, got {cache_dir!r}")
     src = prepare(load_module(source), target, grad, decompose, fuse)
     loops = lower(src, target)
     if target_backend(target) == "cuda":
@@ -139,6 +154,12 @@ def __getattr__(name):
 '''
 
 
+def python_names(sigs: list[FunctionSignature]) -> list[str]:
+    """__all__ of a written module: the functions whose MLIR names are Python identifiers
+    (getattr(module, "a.b") reaches the others)."""
+    return [s.name for s in sigs if s.name.isidentifier()]
+
+
 def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu", grad: bool | int = False,
                    decompose: str | None = None, fuse: bool = True) -> list[str]:
     """`opc compile -o DIR`: an importable `name.py` plus its extension (and .cu for cuda)."""
@@ -163,6 +184,6 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
     signatures = [(s.name, s.inputs, s.outputs, s.errors) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
-                                       ext_name=ext_name, ext_file=ext_file, names=[s.name for s in sigs],
+                                       ext_name=ext_name, ext_file=ext_file, names=python_names(sigs),
                                        no_grad=no_grad_reasons(source.module)))
     return [py_path, os.path.join(out_dir, ext_file), c_path]

@@ -10,8 +10,9 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-from opc.ir import OpcError, Source, read_source, verify
+from opc.ir import OpcError, Source, is_lowered, read_source, verify
 
 
 def run_pipeline(source: Source, spec: str) -> None:
@@ -32,6 +33,8 @@ def run_pipeline(source: Source, spec: str) -> None:
         raise OpcError(f"error: bad pass pipeline '{spec}': {first[-1] if first else err}") from None
     ctx = make_context()
     for p in pipeline.passes:
+        if p.name.startswith("opc-") and is_lowered(source.module):  # opc's passes read opc-level IR
+            raise OpcError(f"error: {p.name}: the module is already lowered (opc-lower-to-loops ran)")
         p.apply(ctx, source.module)
         verify(source, stage=p.name)
 
@@ -83,6 +86,9 @@ def cmd_explain(args: argparse.Namespace) -> None:
         write_output(explain_target(args.target), None)
         return
     source = read_source(args.file)
+    if is_lowered(source.module):
+        raise OpcError(f"error: {args.file}: the module is already lowered (opc-lower-to-loops ran); "
+                       "explain takes opc-level IR")
     if args.kernels:
         from opc.explain import explain_kernels
 
@@ -102,8 +108,15 @@ def cmd_import(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """A bad command line is bad input too: one `error:` line and exit code 1 (argparse: usage and 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opc", description="op compiler for deep-learning ops and their gradients")
+    parser = ArgumentParser(prog="opc", description="op compiler for deep-learning ops and their gradients")
     sub = parser.add_subparsers(dest="command", required=True)
 
     opt = sub.add_parser("opt", help="apply passes and print the IR (like xdsl-opt)")

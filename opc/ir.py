@@ -4,18 +4,21 @@ that remembers where each op was written, and verification that reports
 
 from __future__ import annotations
 
+import math as pymath
 import os
+import re
+import sys
 from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, math, memref, scf
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Attribute, Block, BlockArgument, Operation
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
-from xdsl.utils.lexer import Span
+from xdsl.utils.lexer import Location, Span
 
-from opc.dialects.opc import Opc
+from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 from opc.dialects.opc_sched import OpcSched
 
@@ -29,6 +32,13 @@ def make_context() -> Context:
     for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, Opc, OpcLoops, OpcSched):
         ctx.load_dialect(dialect)
     return ctx
+
+
+# Deeper nesting than this of (), [], {} or <> is refused before parsing: xDSL's
+# parser and printer recurse once per level (opc's own IR nests a few levels).
+MAX_NESTING = 64
+# A dense literal is expanded element by element (a splat too): past this it is refused.
+MAX_DENSE_ELEMENTS = 1 << 22
 
 
 class LocatingParser(Parser):
@@ -50,6 +60,64 @@ class LocatingParser(Parser):
         self.ops.append(op)  # keeps ids unique while the spans are in use
         return op
 
+    def _parse_dense_literal_type(self):  # noqa: ANN202 - xDSL's signature
+        """The type of a dense literal, refused before its elements are expanded when too big."""
+        start = self.pos
+        t = super()._parse_dense_literal_type()
+        count = pymath.prod(t.get_shape())
+        if count > MAX_DENSE_ELEMENTS:
+            self.raise_error(f"dense literal of {count} elements: opc takes at most {MAX_DENSE_ELEMENTS} (2^22) "
+                             "elements in a constant", start, self.pos)
+        return t
+
+    def parse_dense_int_or_fp_elements_attr(self, type):  # noqa: ANN001, ANN201 - xDSL's signature
+        start = self.pos
+        try:
+            return super().parse_dense_int_or_fp_elements_attr(type)
+        except OverflowError:  # struct.pack of a value its element type cannot hold (70000.0 in f16)
+            self.raise_error("a value of this dense literal is out of range of its element type", start, self.pos)
+
+    def _parse_builtin_densearray_attr(self):  # noqa: ANN202 - xDSL's signature
+        start = self.pos
+        try:
+            return super()._parse_builtin_densearray_attr()
+        except ZeroDivisionError:  # array<i0: ...>: elements of no bits
+            self.raise_error("dense array elements must be at least 1 bit wide", start, self.pos)
+
+
+# What the pre-scan looks at: string literals (exactly the strings xDSL's lexer takes), a `"`
+# that starts none, // comments, `->`, and brackets.
+PRESCAN_TOKENS = re.compile(r'(?P<string>"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*")|(?P<bad>")'
+                            r'|//[^\n]*|->|(?P<open>[(\[{<])|(?P<close>[)\]}>])')
+
+
+def prescan(text: str) -> tuple[int, str] | None:
+    """(offset, why) of what xDSL's parser must not see: nesting deeper than MAX_NESTING (it
+    recurses per level) and a malformed string literal (its lexer's regex backtracks
+    exponentially on one)."""
+    depth = 0
+    for m in PRESCAN_TOKENS.finditer(text):
+        if m.lastgroup == "open":
+            depth += 1
+            if depth > MAX_NESTING:
+                return m.start(), f"nested deeper than {MAX_NESTING} levels"
+        elif m.lastgroup == "close":
+            depth = max(depth - 1, 0)
+        elif m.lastgroup == "bad":
+            return m.start(), ("string literal not closed on its line, or with an escape other than "
+                               "\\n \\t \\\\ \\\" \\XX")
+    return None
+
+
+def first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def location(text: str, name: str, offset: int) -> str:
+    line_start = text.rfind("\n", 0, offset) + 1
+    return f"{name}:{text.count(chr(10), 0, offset) + 1}:{offset - line_start + 1}"
+
 
 @dataclass
 class Source:
@@ -67,12 +135,25 @@ class Source:
 
 def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> Source:
     """Parse and verify; raise OpcError with a located message on bad input."""
-    parser = LocatingParser(ctx or make_context(), text, name)
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark, as editors on Windows write it
+    refused = prescan(text)
+    if refused is not None:
+        raise OpcError(f"{location(text, name, refused[0])}: error: {refused[1]}")
+    # xDSL recurses a few frames per level of nesting; MAX_NESTING levels fit in this
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 8000))
+    parser = None
     try:
+        parser = LocatingParser(ctx or make_context(), text, name)  # lexes the first token
         module = parser.parse_module()
     except ParseError as err:
         loc = err.span.get_location()
         raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {err.msg}") from None
+    except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError,
+            AttributeError, TypeError, AssertionError) as err:  # xDSL gave up inside an attribute or type
+        where = parser._current_token.span.get_location() if parser is not None else None
+        loc = where or Location(name, 1, 1)
+        why = "nested too deeply" if isinstance(err, RecursionError) else first_line(err)
+        raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: malformed input here: {why}") from None
     source = Source(module, name, parser.spans)
     verify(source)
     return source
@@ -94,24 +175,106 @@ def read_source(path: str) -> Source:
 
 
 def verify(source: Source, stage: str = "") -> None:
-    """Verify op by op, innermost first, so the message points at the culprit."""
+    """Verify op by op, outermost first, so the message points at the culprit: opc's rules
+    for values and functions (opc-level IR), xDSL's verifiers, then dominance."""
+    after = f" (after {stage})" if stage else ""
+    lowered = is_lowered(source.module)
+    order = BlockOrder()
     for op in source.module.walk(reverse=False):
         try:
+            if not lowered:
+                check_values(op)
             op.verify(verify_nested_ops=False)
+            check_dominance(op, order)
         except (VerifyException, DiagnosticException) as err:
             msg = str(err).strip().splitlines()
             text = next((line for line in msg if "Operation does not verify" in line), msg[-1] if msg else "")
             text = text.replace("Operation does not verify: ", "")
-            after = f" (after {stage})" if stage else ""
             raise OpcError(f"{source.where(op)}: error: '{op.name}' op {text}{after}") from None
 
 
-def load_module(src: str | os.PathLike[str] | ModuleOp) -> Source:
-    """A path, MLIR text or ModuleOp, verified."""
+def is_lowered(module: ModuleOp) -> bool:
+    """opc-lower-to-loops ran on this module (its functions take memrefs and say how many are inputs)."""
+    return any(isinstance(op, func.FuncOp) and "opc.num_inputs" in op.attributes for op in module.ops)
+
+
+def check_values(op: Operation) -> None:
+    """opc-level IR: functions with bodies over tensors, and every tensor one opc can hold
+    (static, an admitted element type, at most 2^47 bytes; each op checks the ranks it takes)."""
+    if isinstance(op, func.FuncOp):
+        name = op.sym_name.data
+        if not op.body.blocks:
+            raise VerifyException(f"@{name} is a declaration without a body: opc compiles only functions it can see")
+        args = op.body.blocks[0].args
+        for i, t in enumerate(op.function_type.inputs.data):
+            arg = f"%{args[i].name_hint}" if i < len(args) and args[i].name_hint else f"#{i}"
+            check_signature_type(t, f"argument {arg} of @{name}")
+        for i, t in enumerate(op.function_type.outputs.data):
+            check_signature_type(t, f"result #{i} of @{name}")
+    for i, r in enumerate(op.results):
+        if isinstance(r.type, TensorType):
+            check_storable(r.type, f"result #{i}")
+    for region in op.regions:
+        for block in region.blocks:
+            for arg in block.args:
+                if isinstance(arg.type, TensorType):
+                    check_storable(arg.type, f"block argument %{arg.name_hint or arg.index}")
+
+
+def check_signature_type(t: Attribute, what: str) -> None:
+    if not isinstance(t, TensorType):
+        raise VerifyException(f"{what} has type {t}: opc functions take and return tensors "
+                              "(a scalar is a rank-0 tensor, e.g. tensor<f32>)")
+    check_storable(t, what)
+
+
+class BlockOrder:
+    """Each op's position in its block, computed once per block."""
+
+    def __init__(self) -> None:
+        self.index: dict[int, dict[int, int]] = {}
+
+    def __call__(self, op: Operation) -> int:
+        block = op.parent_block()
+        assert block is not None
+        if id(block) not in self.index:
+            self.index[id(block)] = {id(o): i for i, o in enumerate(block.ops)}
+        return self.index[id(block)][id(op)]
+
+
+def check_dominance(op: Operation, order: BlockOrder) -> None:
+    """Every operand is defined before its use, in the use's block or one around it."""
+    for operand in op.operands:
+        block = operand.block if isinstance(operand, BlockArgument) else operand.owner.parent_block()
+        user = ancestor_in(op, block)
+        defined = user is not None and (isinstance(operand, BlockArgument)
+                                        or order(operand.owner) < order(user))  # type: ignore[arg-type]
+        if not defined:
+            name = f"%{operand.name_hint}" if operand.name_hint else "an operand"
+            where = "before its definition" if user is not None else "outside the region that defines it"
+            raise VerifyException(f"uses {name} {where}")
+
+
+def ancestor_in(op: Operation, block: Block | None) -> Operation | None:
+    """op or the op around it that sits in `block`."""
+    while op is not None and op.parent_block() is not block:
+        op = op.parent_op()  # type: ignore[assignment]
+    return op
+
+
+def load_module(src: str | bytes | os.PathLike[str] | ModuleOp) -> Source:
+    """A path, MLIR text (str, or bytes in UTF-8) or ModuleOp, verified."""
     if isinstance(src, ModuleOp):
         source = Source(src, "<module>", {})
         verify(source)
         return source
+    if isinstance(src, (bytes, bytearray)):
+        try:
+            return parse_text(bytes(src).decode("utf-8"), "<bytes>")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"source: MLIR given as bytes must be UTF-8 ({err})") from None
+    if not isinstance(src, (str, os.PathLike)):
+        raise TypeError(f"source must be a path, MLIR text or a ModuleOp, got {type(src).__name__}")
     text = os.fspath(src)
     if "\n" not in text and (text.endswith((".mlir", ".onnx")) or os.path.exists(text)):
         return read_source(text)

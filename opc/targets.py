@@ -88,6 +88,8 @@ def load_toml(path: str) -> Target:
         raise fail("no such target file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as err:
         raise fail(f"malformed target file: {err}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays or inline tables
+        raise fail("malformed target file: arrays or tables nested too deeply") from None
     unknown_keys = sorted(set(data) - {"name", "backend", "kernels", "external"})
     if unknown_keys:
         raise fail(f"unknown key(s) {', '.join(unknown_keys)} (expected name, backend, kernels, external)")

@@ -28,6 +28,7 @@ Grad ops
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -71,6 +72,9 @@ from xdsl.utils.exceptions import VerifyException
 
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
 MAX_RANK = 4
+# A tensor's bytes, bounded so that every index and byte offset fits an int64_t with room
+# to spare (2^47 bytes = 128 TiB, beyond any memory).
+MAX_TENSOR_BYTES = 1 << 47
 
 
 def is_float(t: Attribute) -> bool:
@@ -97,13 +101,22 @@ def check_tensor(value: SSAValue | Attribute, what: str) -> TensorType:
     t = value.type if isinstance(value, SSAValue) else value
     if not isinstance(t, TensorType):
         raise VerifyException(f"{what} must be a tensor, got {t}")
+    if len(t.get_shape()) > MAX_RANK:
+        raise VerifyException(f"{what} has rank {len(t.get_shape())}, at most {MAX_RANK} is supported")
+    return check_storable(t, what)
+
+
+def check_storable(t: TensorType, what: str) -> TensorType:
+    """A tensor opc can hold in memory: static, of an admitted element type, at most 2^47 bytes."""
     shape = t.get_shape()
-    if len(shape) > MAX_RANK:
-        raise VerifyException(f"{what} has rank {len(shape)}, at most {MAX_RANK} is supported")
     if any(d < 0 for d in shape):
         raise VerifyException(f"{what} must have a static shape, got {t}")
     if not is_admitted_element(t.element_type):
         raise VerifyException(f"{what} has unsupported element type {t.element_type}")
+    size = math.prod(shape) * max(t.element_type.bitwidth // 8, 1)  # type: ignore[attr-defined]
+    if size > MAX_TENSOR_BYTES:
+        raise VerifyException(f"{what} ({t}) has {math.prod(shape)} elements, {size} bytes: opc bounds a tensor "
+                              "at 2^47 bytes")
     return t
 
 

@@ -4,12 +4,16 @@ on disk by content hash, and binding their functions to NumPy.
 The cache key covers the C source, the runtime headers, the flags, and the
 versions of gcc, CFFI and Python, so a changed toolchain never loads a stale
 module. Builds happen in a private temp dir and land with an atomic rename,
-so concurrent compiles of one model cannot corrupt the cache.
+so concurrent compiles of one model cannot corrupt the cache; a cross-process
+lock per cache key makes concurrent compiles of one thing build it once. The
+compiler's output is captured (shown only when a build fails, whose source
+is then kept under CACHE/failed/).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import importlib.machinery
@@ -23,14 +27,16 @@ import sys
 import sysconfig
 import tempfile
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
 from opc.ir import OpcError
-from opc.lowering.c_emitter import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature
+from opc.lowering.c_emitter import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature, c_symbol
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
 # or FP exception flags) but let loops with selects and sqrt vectorize.
@@ -48,8 +54,15 @@ def runtime_dir() -> Path:
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """The compile cache: `override` (cache_dir=), else $OPC_CACHE_DIR, else ~/.cache/opc."""
+    what = "cache_dir" if override else "OPC_CACHE_DIR" if os.environ.get("OPC_CACHE_DIR") else "the cache"
     path = Path(override or os.environ.get("OPC_CACHE_DIR") or Path.home() / ".cache" / "opc")
-    path.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{what} '{path}' is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file on the way to it
+        raise ValueError(f"{what} '{path}' cannot be created: a part of its path is a file") from None
     return path
 
 
@@ -95,23 +108,171 @@ def compile_flags() -> list[str]:
 
 
 def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, ...] = ()) -> Path:
-    """runtime/LIB.c (with `defines`) compiled once per toolchain and flags, shared by every module."""
+    """runtime/LIB.c (with `defines`) compiled once per toolchain and flags, shared by every module;
+    concurrent processes wait for the one that builds it."""
     key = content_key(runtime_digest(), compiler_version(), *compile_flags(), *defines, length=16)
     variant = "".join(f"-{d.split('=')[-1]}" for d in defines)
     obj = cache / f"{lib}{variant}-{key}.o"
     if obj.exists():
         return obj
-    fd, tmp = tempfile.mkstemp(suffix=".o", dir=cache)
-    os.close(fd)
-    cc = os.environ.get("CC", "gcc")
-    cmd = [cc, *compile_flags(), *defines, "-fPIC", "-I", str(runtime_dir()), "-c", str(runtime_dir() / f"{lib}.c"),
-           "-o", tmp]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        os.unlink(tmp)
-        raise OpcError(f"error: building opc's runtime {lib} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    os.replace(tmp, obj)
+    with build_lock(cache, obj.name):
+        if obj.exists():  # built by the process we waited for
+            return obj
+        with build_dir(cache, lib) as tmp:
+            cc = os.environ.get("CC", "gcc")
+            out = tmp / obj.name
+            cmd = [cc, *compile_flags(), *defines, "-fPIC", "-I", str(runtime_dir()), "-c",
+                   str(runtime_dir() / f"{lib}.c"), "-o", str(out)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise OpcError(f"error: building opc's runtime {lib} failed:\n{first_lines(proc.stderr)}")
+            os.replace(out, obj)
     return obj
+
+
+# ---------------------------------------------------------------------------
+# Building safely: cross-process locks, private temp dirs, captured output
+# ---------------------------------------------------------------------------
+
+# A build dir whose lock is free and which is older than this was left by a killed build.
+STALE_BUILD_S = 10
+# Lines of the compiler's output a failed build shows.
+FAILED_LINES = 20
+
+
+@contextlib.contextmanager
+def build_lock(cache: Path, name: str) -> Iterator[None]:
+    """Held while one thing (named by its content key) is built: another process building the
+    same thing waits, then finds it built. The kernel drops the lock of a killed process."""
+    locks = cache / "locks"
+    locks.mkdir(exist_ok=True)
+    fd = os.open(locks / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def build_dir(cache: Path, prefix: str) -> Iterator[Path]:
+    """A private dir under CACHE/tmp for one build, removed after it. Its `.lock` stays locked
+    while the build runs, so that a later build can tell a dir left by a killed one and remove it."""
+    root = cache / "tmp"
+    root.mkdir(exist_ok=True)
+    sweep_dead_builds(root)
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=root))
+    fd = os.open(path / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def sweep_dead_builds(root: Path) -> None:
+    """Remove the build dirs whose builder is gone: lock free and older than STALE_BUILD_S
+    (a younger dir may belong to a build that has not locked it yet)."""
+    now = time.time()
+    for d in root.iterdir():
+        try:
+            if now - d.stat().st_mtime < STALE_BUILD_S:
+                continue
+            fd = os.open(d / ".lock", os.O_RDWR)
+        except FileNotFoundError:  # killed between mkdtemp and the lock, or already swept
+            shutil.rmtree(d, ignore_errors=True)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # its build is running
+            os.close(fd)
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        os.close(fd)
+
+
+@dataclass
+class CapturedOutput:
+    text: str = ""
+
+
+@contextlib.contextmanager
+def captured_output(out: CapturedOutput) -> Iterator[None]:
+    """This process's stdout and stderr at the file-descriptor level, so that what the compilers it
+    runs print (gcc's warnings) lands in out.text instead of the user's terminal."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as log:
+        try:
+            saved = [os.dup(1), os.dup(2)]
+        except OSError:  # no stdout/stderr to capture
+            yield
+            return
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            log.seek(0)
+            out.text = log.read().decode(errors="replace")
+
+
+def first_lines(text: str, n: int = FAILED_LINES) -> str:
+    lines = text.strip().splitlines()
+    more = f"\n  ... ({len(lines) - n} more lines)" if len(lines) > n else ""
+    return "\n".join(f"  {line}" for line in lines[:n]) + more
+
+
+def keep_failed(cache: Path, name: str, files: dict[str, str]) -> Path:
+    """Keep a failed build's generated source (and the compiler's output) for a bug report."""
+    kept = cache / "failed" / name
+    kept.mkdir(parents=True, exist_ok=True)
+    for file, text in files.items():
+        (kept / file).write_text(text, encoding="utf-8")
+    return kept
+
+
+def build_failure(compiler: str, log: str, kept: Path) -> OpcError:
+    return OpcError(f"error: {compiler} failed on the generated code; this is a bug in opc: please report it with "
+                    f"the source kept in {kept}\n{first_lines(log)}")
+
+
+# ---------------------------------------------------------------------------
+# Self-contained sources (--emit c / cuda)
+# ---------------------------------------------------------------------------
+
+INCLUDE_LINE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.MULTILINE)
+
+
+# In its own file nvcc warns of a header's helpers that this module does not call (#177,
+# "declared but never referenced"); inlined, the header says so itself.
+CUDA_QUIET_BEGIN = "#ifdef __CUDACC__\n#pragma nv_diag_suppress 177\n#endif\n"
+CUDA_QUIET_END = "\n#ifdef __CUDACC__\n#pragma nv_diag_default 177\n#endif\n"
+
+
+def self_contained(source: str, stack: tuple[str, ...] = ()) -> str:
+    """The source with every `#include "opc_*.h"` of opc's runtime replaced by the header's text
+    (recursively; the headers' include guards keep repeats harmless), so that a bare
+    `gcc -c` or `nvcc -c` compiles it."""
+
+    def inline(m: re.Match[str]) -> str:
+        header = runtime_dir() / m.group(1)
+        if m.group(1) in stack or not header.is_file():
+            return m.group(0)
+        text = self_contained(header.read_text(encoding="utf-8"), (*stack, m.group(1)))
+        if not stack:  # the outermost header: quiet for all it includes
+            text = f"{CUDA_QUIET_BEGIN}{text.rstrip()}{CUDA_QUIET_END}"
+        return f"/* ---- {m.group(1)} (opc runtime) ---- */\n{text.rstrip()}\n/* ---- end of {m.group(1)} ---- */"
+
+    return INCLUDE_LINE.sub(inline, source)
 
 
 # The kernels of runtime/opc_nn.h: one object per dtype (opc_nn_lib.c, -DOPC_NN_ONLY=code).
@@ -127,12 +288,13 @@ def runtime_objects(source: str, cache: Path) -> list[str]:
     return [str(o) for o in objects]
 
 
-def cdef_for(signatures: list[FunctionSignature]) -> str:
+def cdef_for(signatures: list[FunctionSignature], suffix: str = "") -> str:
+    """The entry points' declarations (opc_fn_NAME, or opc_fn_NAME_host with suffix="_host")."""
     lines = []
     for sig in signatures:
         params = [f"const {c_type_of(dt)} *" for _, _, dt in sig.inputs]
         params += [f"{c_type_of(dt)} *" for _, dt in sig.outputs]
-        lines.append(f"int {ENTRY_PREFIX}{sig.name}({', '.join(params) or 'void'});")
+        lines.append(f"int {ENTRY_PREFIX}{c_symbol(sig.name)}{suffix}({', '.join(params) or 'void'});")
     return "\n".join(lines)
 
 
@@ -195,17 +357,19 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     objects += [str(k) for k in kernels]
     ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
                    extra_compile_args=compile_flags(), extra_link_args=["-fopenmp"])
-    tmp = tempfile.mkdtemp(prefix=f"{name}-", dir=cache)
-    try:
-        log = io.StringIO()
-        try:
-            with contextlib.redirect_stdout(log):
-                built = ffi.compile(tmpdir=tmp, verbose=False)
-        except Exception as err:  # CompileError, LinkError, VerificationError
-            raise OpcError(f"error: the C compiler failed on the generated code: {err}") from None
-        os.replace(built, target)  # atomic: a concurrent build of the same key just wins the race
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with build_lock(cache, name):
+        if target.exists():  # built by the process we waited for
+            return name, target
+        with build_dir(cache, name) as tmp:
+            log = CapturedOutput()
+            try:
+                with captured_output(log):
+                    built = ffi.compile(tmpdir=str(tmp), verbose=False)
+            except Exception as err:  # CompileError, LinkError, VerificationError
+                kept = keep_failed(cache, name, {"module.c": self_contained(source), "module.cdef": cdef,
+                                                 "build.log": f"{log.text}\n{err}\n"})
+                raise build_failure("the C compiler", log.text or str(err), kept) from None
+            os.replace(built, target)  # atomic: a reader never sees a half-written module
     return name, target
 
 
@@ -329,7 +493,9 @@ class CompiledFunction:
 
 
 class CompiledModule:
-    """Attributes are the compiled functions, named after the func.funcs."""
+    """Attributes are the compiled functions, named after the func.funcs (m["a.b"] reaches every one)."""
+
+    OWN_ATTRIBUTES = frozenset({"_functions", "c_source", "path", "no_grad", "cuda_source", "ffi", "lib"})
 
     def __init__(self, functions: dict[str, CompiledFunction], source: str, path: Path | None = None):
         self._functions = functions
@@ -338,7 +504,8 @@ class CompiledModule:
         self.no_grad: dict[str, str] = {}
         """Gradient functions opc did not build (no float argument...), and why."""
         for name, fn in functions.items():
-            setattr(self, name, fn)
+            if name not in self.OWN_ATTRIBUTES and not hasattr(type(self), name):  # else only m[name]
+                setattr(self, name, fn)
 
     def __getattr__(self, name: str):
         why = self.__dict__.get("no_grad", {}).get(name)
@@ -346,6 +513,13 @@ class CompiledModule:
             raise AttributeError(f"{name}: opc built no such function: {why}")
         raise AttributeError(f"opc module has no function {name!r} (functions: "
                              f"{', '.join(self.__dict__.get('_functions', {}))})")
+
+    def __getitem__(self, name: str) -> CompiledFunction:
+        """m["a.b"]: a function by its MLIR name, also where that is no Python identifier."""
+        try:
+            return self._functions[name]
+        except KeyError:
+            raise KeyError(f"opc module has no function {name!r} (functions: {', '.join(self._functions)})") from None
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._functions))
@@ -357,6 +531,6 @@ class CompiledModule:
 def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, CompiledFunction]:
     message = getattr(ext.lib, KERNEL_MESSAGE_FN, None)
     detail = getattr(ext.lib, "opc_error_value", None)
-    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{s.name}"), s, message, detail)
+    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message, detail)
             for s in signatures}
 

@@ -13,7 +13,9 @@ NaN -> 0 (runtime/opc_runtime.h), maximumf/minimumf propagate NaN.
 
 from __future__ import annotations
 
+import hashlib
 import math as pymath
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -270,6 +272,15 @@ PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads co
 ENTRY_PREFIX = "opc_fn_"  # below this many inner iterations threads cost more than they give
 
 
+def c_symbol(name: str) -> str:
+    """A function's name as C spells it: itself where it is a C identifier; otherwise (`@a.b`,
+    `@"héllo"`) every other character becomes `_` and a hash of the name is appended, so that
+    two names never meet. The C and CUDA emitters and the CFFI declarations all use it."""
+    if re.fullmatch(r"[A-Za-z0-9_]+", name):  # after ENTRY_PREFIX, a leading digit is fine
+        return name
+    return f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
 @dataclass
 class FunctionSignature:
     """What the Python side needs to call a compiled function."""
@@ -345,7 +356,7 @@ class CEmitter:
 
     @staticmethod
     def global_symbol(name: str) -> str:
-        return f"opc_global_{name}"
+        return f"opc_global_{c_symbol(name)}"
 
     def global_definition(self, op: memref.GlobalOp) -> str:
         """A constant memref.global as a static array (dense constants of the input)."""
@@ -373,7 +384,7 @@ class CEmitter:
             if i < n_in:
                 self.const_ptrs.add(arg)
             params.append(f"{const}{c_type(t.element_type)} *restrict {self.name(arg)}")
-        return f"int {self.prefix}{fn.sym_name.data}({', '.join(params) or 'void'})"
+        return f"int {self.prefix}{c_symbol(fn.sym_name.data)}({', '.join(params) or 'void'})"
 
     def emit_function(self, fn: func.FuncOp) -> FunctionSignature:
         """Prototype, locals, body, then one cleanup path that frees what the function owns."""

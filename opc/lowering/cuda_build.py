@@ -23,8 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
@@ -33,13 +31,18 @@ from opc.ir import OpcError
 from opc.lowering.build import (
     CompiledFunction,
     CompiledModule,
+    build_dir,
+    build_failure,
+    build_lock,
     cache_dir,
     cdef_for,
     content_key,
+    keep_failed,
     runtime_dir,
+    self_contained,
     status_cdef,
 )
-from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature
+from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature, c_symbol
 from opc.lowering.cuda_emitter import emit_cuda
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
@@ -68,8 +71,7 @@ def cuda_key(source: str, cdef: str, nvcc: str) -> str:
 
 def library_cdef(signatures: list[FunctionSignature]) -> str:
     """Device-pointer entry points, their _host wrappers, and the two CUDA helpers."""
-    host = [replace(s, name=f"{s.name}_host") for s in signatures]
-    return "\n".join([cdef_for(signatures), cdef_for(host), "const char *opc_cuda_error_string(int code);",
+    return "\n".join([cdef_for(signatures), cdef_for(signatures, "_host"), "const char *opc_cuda_error_string(int code);",
                       "int opc_cuda_device_count(int *count);"]) + status_cdef(signatures)
 
 
@@ -81,19 +83,18 @@ def build_cuda_library(source: str, signatures: list[FunctionSignature], cache: 
     target = cache / f"_opc_cuda_{cuda_key(source, library_cdef(signatures), nvcc)}.so"
     if target.exists():
         return target
-    tmp = tempfile.mkdtemp(prefix="opc-cuda-", dir=cache)
-    try:
-        cu, lib = os.path.join(tmp, "module.cu"), os.path.join(tmp, "module.so")
-        with open(cu, "w", encoding="utf-8") as f:
-            f.write(source)
-        proc = subprocess.run([nvcc, *NVCC_FLAGS, "-I", str(runtime_dir()), "-o", lib, cu],
+    with build_lock(cache, target.name), build_dir(cache, "opc-cuda") as tmp:
+        if target.exists():  # built by the process we waited for
+            return target
+        cu, lib = tmp / "module.cu", tmp / "module.so"
+        cu.write_text(source, encoding="utf-8")
+        proc = subprocess.run([nvcc, *NVCC_FLAGS, "-I", str(runtime_dir()), "-o", str(lib), str(cu)],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
-            raise OpcError(f"error: nvcc failed on the generated CUDA code:\n{tail}")
-        os.replace(lib, target)  # atomic: a concurrent build of the same key just wins the race
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            log = f"{proc.stdout}{proc.stderr}"
+            kept = keep_failed(cache, target.stem, {"module.cu": self_contained(source), "build.log": log})
+            raise build_failure("nvcc", log, kept)
+        os.replace(lib, target)  # atomic: a reader never sees a half-written library
     return target
 
 
@@ -151,7 +152,7 @@ def runtime_device_check(ffi, lib) -> None:
 def checked_host_call(ffi, lib, name: str):
     """opc_fn_NAME_host, with a CUDA error (status > 0) raised as RuntimeError with CUDA's message;
     a failed run-time check (status < 0) is returned for CompiledFunction to raise."""
-    cfunc = getattr(lib, f"{ENTRY_PREFIX}{name}_host")
+    cfunc = getattr(lib, f"{ENTRY_PREFIX}{c_symbol(name)}_host")
 
     def call(*ptrs) -> int:
         status = cfunc(*ptrs)
@@ -245,6 +246,6 @@ def write_cuda_module(loops: ModuleOp, out_dir: str, name: str, origin: str) -> 
     signatures = [(s.name, s.inputs, s.outputs, s.errors) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
-                                       lib_file=lib_file, names=[s.name for s in sigs],
+                                       lib_file=lib_file, names=[s.name for s in sigs if s.name.isidentifier()],
                                        no_grad=no_grad_reasons(loops)))
     return [*written, os.path.join(out_dir, lib_file), py_path]

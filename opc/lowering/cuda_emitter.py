@@ -45,7 +45,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
-from opc.lowering.c_emitter import EXPRESSIONS, CEmitter, FunctionSignature, c_type, dtype_suffix
+from opc.lowering.c_emitter import EXPRESSIONS, CEmitter, FunctionSignature, c_symbol, c_type, dtype_suffix
 
 BLOCK = 256  # threads per block of the generated kernels
 MAX_BLOCKS = 8192  # grid-stride loops cover the rest
@@ -147,7 +147,7 @@ class CudaEmitter(CEmitter):
         return out
 
     def prototype(self, fn: func.FuncOp) -> str:
-        return f'extern "C" int {self.prefix}{fn.sym_name.data}({", ".join(self.params(fn)) or "void"})'
+        return f'extern "C" int {self.prefix}{c_symbol(fn.sym_name.data)}({", ".join(self.params(fn)) or "void"})'
 
     pack_buffers = False  # each intermediate a cudaMalloc of its own
 
@@ -162,7 +162,7 @@ class CudaEmitter(CEmitter):
 
     def start_function(self, fn: func.FuncOp) -> None:
         super().start_function(fn)
-        self.kernels, self.fn_name, self.kernel_count = [], fn.sym_name.data, 0
+        self.kernels, self.fn_name, self.kernel_count = [], c_symbol(fn.sym_name.data), 0
 
     def owned_buffers(self, fn: func.FuncOp) -> list[SSAValue]:
         # dense constants live in host arrays and are copied into device buffers of their own
@@ -205,7 +205,7 @@ class CudaEmitter(CEmitter):
     def emit_host_wrapper(self, fn: func.FuncOp, n_in: int) -> None:
         """opc_fn_NAME_host: device buffers for every argument, copies in, the call, copies out."""
         self.indent = 0
-        self.line(f'extern "C" int {self.prefix}{fn.sym_name.data}_host({", ".join(self.params(fn)) or "void"}) {{')
+        self.line(f'extern "C" int {self.prefix}{c_symbol(fn.sym_name.data)}_host({", ".join(self.params(fn)) or "void"}) {{')
         self.indent = 1
         self.line("int status = 0;")
         args = list(fn.args)
@@ -220,7 +220,7 @@ class CudaEmitter(CEmitter):
         for a in args[:n_in]:
             self.line(f"OPC_CHECK(cudaMemcpy(d_{self.name(a)}, {self.name(a)}, {sizes[a]}, cudaMemcpyHostToDevice));")
         call_args = ", ".join(f"d_{self.name(a)}" for a in args)
-        self.line(f"status = {self.prefix}{fn.sym_name.data}({call_args});")
+        self.line(f"status = {self.prefix}{c_symbol(fn.sym_name.data)}({call_args});")
         self.line("if (status != 0) goto cleanup;")
         for a in args[n_in:]:
             self.line(f"OPC_CHECK(cudaMemcpy({self.name(a)}, d_{self.name(a)}, {sizes[a]}, cudaMemcpyDeviceToHost));")

@@ -348,7 +348,8 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
 
 
 def is_splat_constant(op: Operation) -> bool:
-    return isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr) and op.value.is_splat()
+    return (isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr)
+            and len(op.value) > 0 and op.value.is_splat())  # no elements: no splat value to inline
 
 
 def full_value(value: float, t: Attribute) -> float | int:

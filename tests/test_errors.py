@@ -1,0 +1,245 @@
+"""Malformed input as a user meets it: each case gets `file:line:col: error:` at the
+offending spot (or one `error:` line for non-IR input) and exit code 1, never a
+traceback or "internal compiler error". The CLI runs in-process (its main()), so
+the whole table costs no compiles; the few cases that need gcc share one module."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opc
+from opc.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+MLP = ROOT / "examples" / "mlp.mlir"
+CAST = ROOT / "examples" / "cast.mlir"
+
+EXP = "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %r = opc.exp %a : (tensor<4xf32>) -> tensor<4xf32>\n" \
+      "  func.return %r : tensor<4xf32>\n}\n"
+
+
+def identity(t: str) -> str:
+    """A function returning its argument of type t."""
+    return f"func.func @f(%a: {t}) -> {t} {{\n  func.return %a : {t}\n}}\n"
+
+
+def constant(literal: str, t: str) -> str:
+    return f"func.func @f() -> {t} {{\n  %c = arith.constant {literal} : {t}\n  func.return %c : {t}\n}}\n"
+
+
+def deep(opening: str, inner: str, closing: str, n: int = 500) -> str:
+    return opening * n + inner + closing * n
+
+
+# (id, input text, line:col of the error, a fragment of the message)
+MALFORMED = [
+    ("stray-first-char", "x" + EXP, "1:", "Operation xfunc.func is not registered"),
+    ("stray-brace", "}" + EXP, "1:1", "error:"),
+    ("parens-500-deep", "func.func @f() -> " + deep("(", "f32", ")") + " {\n}\n", "1:83", "nested deeper than 64"),
+    ("attr-dict-500-deep", identity("tensor<4xf32>").replace(" {\n", " attributes {x = " + deep("{a = ", "1", "}")
+                                                              + "} {\n", 1), "1:", "nested deeper than 64"),
+    ("tensor-of-tensor-500-deep", identity(deep("tensor<", "f32", ">")), "1:", "nested deeper than 64"),
+    ("splat-2^31-elements", constant("dense<1.5>", "tensor<2147483648xf32>"), "2:36",
+     "dense literal of 2147483648 elements: opc takes at most 4194304"),
+    ("splat-2^63-elements", constant("dense<1.5>", "tensor<9223372036854775808xf32>"), "2:36",
+     "dense literal of 9223372036854775808 elements"),
+    ("shape-2^63", identity("tensor<9223372036854775808xf32>"), "1:1",
+     "argument %a of @f (tensor<9223372036854775808xf32>) has 9223372036854775808 elements"),
+    ("shape-2^62", identity("tensor<4611686018427387904xf32>"), "1:1", "bytes: opc bounds a tensor at 2^47 bytes"),
+    ("shape-2^64", identity("tensor<18446744073709551616xi8>"), "1:1", "opc bounds a tensor at 2^47 bytes"),
+    ("value-2^48-bytes", "func.func @f(%a: tensor<4xf32>) -> tensor<f32> {\n"
+                         "  %b = opc.broadcast_to %a : (tensor<4xf32>) -> tensor<65536x1073741824x4xf32>\n"
+                         "  %r = opc.reduce_sum %b {axes = array<i64: 0, 1, 2>} : (tensor<65536x1073741824x4xf32>) "
+                         "-> tensor<f32>\n  func.return %r : tensor<f32>\n}\n",
+     "2:3", "result #0 (tensor<65536x1073741824x4xf32>) has 281474976710656 elements"),
+    ("f16-literal-overflow", constant("dense<70000.0>", "tensor<2xf16>"), "2:28",
+     "out of range of its element type"),
+    ("array-i0", EXP.replace("%r = opc.exp %a : (tensor<4xf32>) -> tensor<4xf32>",
+                             "%r = opc.reduce_sum %a {axes = array<i0: 0>} : (tensor<4xf32>) -> tensor<f32>"),
+     "2:39", "dense array elements must be at least 1 bit wide"),
+    ("use-before-definition", "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                              "  %r = opc.exp %s : (tensor<4xf32>) -> tensor<4xf32>\n"
+                              "  %s = opc.exp %a : (tensor<4xf32>) -> tensor<4xf32>\n"
+                              "  func.return %r : tensor<4xf32>\n}\n", "2:3", "'opc.exp' op uses %s before its definition"),
+    ("scalar-argument", EXP.replace("(%a: tensor<4xf32>)", "(%s: f32, %a: tensor<4xf32>)"), "1:1",
+     "argument %s of @f has type f32: opc functions take and return tensors"),
+    ("private-declaration", "func.func private @g(tensor<4xf32>) -> tensor<4xf32>\n" + EXP, "1:1",
+     "@g is a declaration without a body"),
+    ("tensor-of-tensor", identity("tensor<3xtensor<2xf32>>"), "1:1",
+     "argument %a of @f has unsupported element type tensor<2xf32>"),
+    ("bare-non-ascii-name", EXP.replace("@f", "@héllo"), "1:13", "'(' expected"),
+]  # fmt: skip
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str]:
+    rc = main(list(args))
+    return rc, capsys.readouterr().err
+
+
+def assert_one_located_error(err: str, path: Path, where: str, fragment: str) -> None:
+    assert "internal compiler error" not in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"{path}:{where}"), err
+    assert re.match(rf"{re.escape(str(path))}:\d+:\d+: error: ", err), err
+    assert fragment in err, err
+
+
+@pytest.mark.parametrize("text,where,fragment", [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])
+def test_malformed_input_gets_a_located_error(tmp_path, capsys, text, where, fragment):
+    path = tmp_path / "bad.mlir"
+    path.write_text(text, encoding="utf-8")
+    for command in (["opt"], ["compile", "--emit", "c"]):
+        rc, err = run_cli(capsys, command[0], str(path), *command[1:])
+        assert rc == 1
+        assert_one_located_error(err, path, where, fragment)
+
+
+def test_byte_order_mark_is_accepted(tmp_path, capsys):
+    path = tmp_path / "bom.mlir"
+    path.write_text("\ufeff" + EXP, encoding="utf-8")
+    rc, err = run_cli(capsys, "opt", str(path))
+    assert rc == 0 and err == ""
+
+
+def test_nesting_within_the_bound_is_fine(tmp_path, capsys):
+    path = tmp_path / "nested.mlir"
+    path.write_text(EXP.replace(" {\n", " attributes {x = " + deep("[", "1", "]", 60) + "} {\n", 1))
+    assert main(["opt", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "x = " + "[" * 60 + "1" in out
+
+
+def test_lowering_twice_says_the_module_is_lowered(tmp_path, capsys):
+    rc, err = run_cli(capsys, "opt", str(MLP), "-p", "opc-lower-to-loops,opc-lower-to-loops")
+    assert rc == 1 and err == "error: opc-lower-to-loops: the module is already lowered (opc-lower-to-loops ran)\n"
+    lowered = tmp_path / "lowered.mlir"
+    assert main(["opt", str(MLP), "-p", "opc-lower-to-loops", "-o", str(lowered)]) == 0
+    for command in ("compile", "explain"):
+        rc, err = run_cli(capsys, command, str(lowered))
+        assert rc == 1 and "the module is already lowered" in err and len(err.splitlines()) == 1, err
+
+
+def test_device_toml_nested_deeply(tmp_path, capsys):
+    path = tmp_path / "deep.toml"
+    path.write_text('name = "deep"\nkernels = ["add"]\nx = ' + deep("[", "1", "]", 100_000) + "\n")
+    rc, err = run_cli(capsys, "explain", str(MLP), "--target", str(path))
+    assert rc == 1 and err == f"error: {path}: malformed target file: arrays or tables nested too deeply\n"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["compile", str(MLP), "--grad", "3"], "error: argument --grad: invalid choice: 3 (choose from 1, 2)"),
+    (["frobnicate"], "error: argument command: invalid choice: 'frobnicate'"),
+    ([], "error: the following arguments are required: command"),
+])  # fmt: skip
+def test_bad_command_line_is_one_error_line(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and err.startswith(message) and len(err.splitlines()) == 1, err
+
+
+# ---------------------------------------------------------------------------
+# What used to fail on valid input: zero-size constants, names that are not C identifiers
+# ---------------------------------------------------------------------------
+
+NAMES = """
+func.func @a.b(%a: tensor<3xf32>) -> tensor<3xf32> {
+  %r = opc.exp %a : (tensor<3xf32>) -> tensor<3xf32>
+  func.return %r : tensor<3xf32>
+}
+func.func @a$b(%a: tensor<3xf32>) -> tensor<3xf32> {
+  %r = opc.neg %a : (tensor<3xf32>) -> tensor<3xf32>
+  func.return %r : tensor<3xf32>
+}
+func.func @"héllo"(%a: tensor<3xf32>) -> tensor<3xf32> {
+  %c = arith.constant dense<[1.0, 2.0, 3.0]> : tensor<3xf32>
+  %r = opc.mul %a, %c : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  func.return %r : tensor<3xf32>
+}
+func.func @a_b(%a: tensor<0xf32>) -> tensor<0xf32> {
+  %c = arith.constant dense<> : tensor<0xf32>
+  %r = opc.add %a, %c : (tensor<0xf32>, tensor<0xf32>) -> tensor<0xf32>
+  func.return %r : tensor<0xf32>
+}
+"""
+
+
+MODULE_ATTRIBUTES = ["no_grad", "_functions", "path", "__getitem__"]
+NAMES += "".join(NAMES.split("func.func @a$b")[0].replace("@a.b", f"@{name}") for name in MODULE_ATTRIBUTES)
+
+
+@pytest.fixture(scope="module")
+def names():
+    return opc.compile(NAMES, grad=True)
+
+
+def test_function_names_that_are_not_c_identifiers(names):
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    np.testing.assert_allclose(names["a.b"](x), np.exp(x), rtol=1e-6)
+    np.testing.assert_array_equal(names["a$b"](x), -x)
+    np.testing.assert_array_equal(names["héllo"](x), x * [1, 2, 3])
+    assert names.héllo is names["héllo"]  # a Python identifier: an attribute too
+    np.testing.assert_allclose(names["a.b_grad"](x, np.ones(3, np.float32)), np.exp(x), rtol=1e-6)
+    with pytest.raises(KeyError, match="no function 'a.c'"):
+        names["a.c"]
+
+
+@pytest.mark.parametrize("name", MODULE_ATTRIBUTES)
+def test_function_named_like_a_module_attribute(names, name):
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    np.testing.assert_allclose(names[name](x), np.exp(x), rtol=1e-6)
+    np.testing.assert_allclose(names[f"{name}_grad"](x, np.ones(3, np.float32)), np.exp(x), rtol=1e-6)
+    assert names.no_grad == {} and "a.b" in names._functions  # the module's own attributes still work
+
+
+def test_mangled_c_symbols_are_identifiers_and_distinct():
+    from opc.lowering.c_emitter import c_symbol
+
+    mangled = {c_symbol(n) for n in ["a.b", "a$b", "a_b", "héllo", "a b", "1x"]}
+    assert len(mangled) == 6 and all(re.fullmatch(r"[A-Za-z0-9_]+", s) for s in mangled)
+    assert c_symbol("a_b") == "a_b"  # identifiers are kept
+
+
+def test_zero_size_dense_constant(names):
+    assert names.a_b(np.zeros(0, np.float32)).shape == (0,)
+
+
+# ---------------------------------------------------------------------------
+# The Python API's arguments
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(target=None), TypeError, "target must be 'cpu', 'cuda' or the path of a device .toml file, got None"),
+    (dict(target=3), TypeError, "target must be 'cpu', 'cuda' or the path of a device .toml file, got 3"),
+    (dict(cache_dir=3), TypeError, "cache_dir must be a directory path, got 3"),
+    (dict(decompose=["exp"]), TypeError, "decompose must be a comma-separated string"),
+])  # fmt: skip
+def test_api_argument_errors(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        opc.compile(str(CAST), **kwargs)
+
+
+def test_api_cache_dir_that_is_a_file(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=re.escape(f"cache_dir '{blocker}' is a file, not a directory")):
+        opc.compile(str(CAST), cache_dir=str(blocker))
+    with pytest.raises(ValueError, match="a part of its path is a file"):
+        opc.compile(str(CAST), cache_dir=str(blocker / "sub"))
+
+
+def test_api_source_types():
+    with pytest.raises(TypeError, match="source must be a path, MLIR text or a ModuleOp, got int"):
+        opc.compile(3)
+    with pytest.raises(ValueError, match="MLIR given as bytes must be UTF-8"):
+        opc.compile(b"\xff\xfe")
+    with pytest.raises(opc.OpcError, match=r"^<bytes>:1:1: error: "):
+        opc.compile(b"}")
+    m = opc.compile(CAST.read_bytes())  # UTF-8 bytes are MLIR text
+    x = np.linspace(-5, 300, 24).reshape(2, 3, 4)
+    np.testing.assert_array_equal(m.cast(x), np.clip(np.trunc(x), 0, 255))
