@@ -6,3 +6,11 @@ sys.path.insert(0, os.path.dirname(__file__))  # tests/oracle.py
 
 # A private compile cache per test session unless the caller chose one.
 os.environ.setdefault("OPC_CACHE_DIR", tempfile.mkdtemp(prefix="opc-test-cache-"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full-cast-grid", action="store_true",
+                     help="test_results: every cast pair at every trip count 1..17 (CI: a reduced set)")
+    parser.addoption("--fuzz-count", type=int, default=None,
+                     help="fuzz tests: how many random programs (default: each test's CI size)")
+    parser.addoption("--fuzz-seed", type=int, default=0, help="fuzz tests: the first seed")
