@@ -173,7 +173,7 @@ def test_i1_cast_used_twice(i1_fanout):
 # the rest cross every saturation bound and half's range.
 ROUNDTRIP_VALUES = [1 / 3, 1e300, 0.1, np.nan, -np.inf, np.inf, -1e30, 70000.0, -129.7, -0.5, -0.0, 2.5, 255.7,
                     3e9, 1e19, 6e-8, 1e-40, -2.718281828459045, 65504.0, 1.00048828125, 127.5, 40000.7]
-TRIP_COUNTS_CI = [1, 2, 3, 6, 7, 17]
+TRIP_COUNTS_CI = [2, 3, 7, 17]  # where gcc 12.2 failed, and a loop with a tail
 CAST_PAIRS = [(s, d) for s in ALL_DTYPES for d in ALL_DTYPES if s != d]
 
 
