@@ -99,9 +99,10 @@ MODULE_FLAGS = ["-fno-tree-slp-vectorize"]
 
 # OPC_SANITIZE=1 (see opc/sanitize.py): every module, runtime object and device kernel is
 # built with ASan and UBSan, float-cast-overflow included (not part of -fsanitize=undefined
-# on gcc), and any report aborts the process, so a test run cannot pass over one.
+# on gcc), and any report aborts the process, so a test run cannot pass over one. -O1 (after
+# -O3) is ASan's advice and builds several times faster than -O3 with the instrumentation.
 SANITIZE_FLAGS = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all",
-                  "-fno-omit-frame-pointer", "-g"]
+                  "-fno-omit-frame-pointer", "-g", "-O1"]
 
 
 def sanitizing() -> bool:
