@@ -417,12 +417,81 @@ class Generator:
         loss = -np.take_along_axis(logp, label.arr.astype(np.int64), ax)
         self.emit("softmax_cross_entropy", [a, label], f"axis = {axis}", [(loss, a.dtype), (np.exp(logp), a.dtype)])
 
+    # -- grad ops, called directly (in --grad programs they come from opc-grad) --
+    def activation_grad(self) -> None:
+        op = str(self.rng.choice(["relu_grad", "gelu_tanh", "gelu_erf"]))
+        x = self.pick_float(lambda v: v.exact) if op == "relu_grad" else self.pick_float()
+        if not x.exact and op == "relu_grad":
+            raise Reject  # its step at 0 must not see a rounding difference
+        d = self.pick(lambda v: v.type == x.type and v is not x, lambda: self.arg(x.shape, x.dtype))
+        z, g = wide(x.arr, x.dtype).astype(np.float64), wide(d.arr, d.dtype)
+        if op == "relu_grad":
+            r, name, attrs = np.where(z > 0, g, 0), op, ""
+        elif op == "gelu_tanh":
+            c = np.sqrt(2 / np.pi)
+            t = np.tanh(c * (z + 0.044715 * z**3))
+            r, name, attrs = g * (0.5 * (1 + t) + 0.5 * z * (1 - t**2) * c * (1 + 3 * 0.044715 * z**2)), "gelu_grad", \
+                "approximate = true"
+        else:
+            r, name, attrs = g * (0.5 * (1 + _erf(z / np.sqrt(2))) + z * np.exp(-z * z / 2) / np.sqrt(2 * np.pi)), \
+                "gelu_grad", "approximate = false"
+        self.emit(name, [x, d], attrs, [(r, x.dtype)])
+
+    def cast_grad(self) -> None:
+        x = self.pick_float()
+        d = self.pick(lambda v: v.shape == x.shape and v is not x, lambda: self.arg(x.shape, self.any_dtype()))
+        if d.dtype in FLOATS and x.dtype not in FLOATS and not d.exact:
+            raise Reject
+        self.emit("cast_grad", [x, d], "", [(spec_cast(d.arr, x.dtype), x.dtype)], exact=d.exact)
+
+    def softmax_grad(self) -> None:
+        op = str(self.rng.choice(["softmax_grad", "log_softmax_grad"]))
+        out = self.pick_float(min_rank=1)
+        axis = int(self.rng.integers(-out.arr.ndim, out.arr.ndim))
+        d = self.pick(lambda v: v.type == out.type and v is not out, lambda: self.arg(out.shape, out.dtype))
+        y, g = wide(out.arr, out.dtype), wide(d.arr, d.dtype)
+        if op == "softmax_grad":
+            r = y * (g - (g * y).sum(axis=axis, keepdims=True))
+        else:
+            r = g - np.exp(y) * g.sum(axis=axis, keepdims=True)
+        self.emit(op, [out, d], f"axis = {axis}", [(r, out.dtype)])
+
+    def slice_grad(self) -> None:
+        x = self.pick_float(min_rank=1)
+        start, limit, strides = [], [], []
+        for n in x.shape:
+            a = int(self.rng.integers(0, n))
+            start.append(a), limit.append(int(self.rng.integers(a + 1, n + 1))), strides.append(int(self.rng.integers(1, 3)))
+        window = tuple(slice(a, b, st) for a, b, st in zip(start, limit, strides))
+        d = self.arg(np.zeros(x.shape)[window].shape, x.dtype)
+        r = np.zeros(x.shape, ctype(x.dtype))
+        r[window] = d.arr
+        attrs = ", ".join(f"{k} = array<i64: {', '.join(map(str, v))}>"
+                          for k, v in (("start", start), ("limit", limit), ("strides", strides)))
+        self.emit("slice_grad", [x, d], attrs, [(r, x.dtype)], exact=True)
+
+    def gather_grad(self) -> None:
+        x = self.pick_float(min_rank=1)
+        axis = int(self.rng.integers(0, x.arr.ndim))
+        n = x.shape[axis]
+        ishape = self.shape(int(self.rng.integers(0, 5 - x.arr.ndim)))
+        idx_dt = str(self.rng.choice(["int32", "int64"]))
+        idx = Value(f"a{len(self.p.args)}", self.rng.integers(-n, n, size=ishape).astype(np_dtype(idx_dt)), idx_dt, True)
+        self.p.args.append(idx)
+        d = self.arg(x.shape[:axis] + ishape + x.shape[axis + 1:], x.dtype)
+        r = np.zeros(x.shape, np.float64)
+        moved = np.moveaxis(r, axis, 0)  # a view: scatter-add along axis 0 of it
+        np.add.at(moved, idx.arr.astype(np.int64).reshape(-1) % n,
+                  np.moveaxis(d.arr.astype(np.float64).reshape(x.shape[:axis] + (-1,) + x.shape[axis + 1:]), axis, 0))
+        self.emit("gather_grad", [x, idx, d], f"axis = {axis}", [(r, x.dtype)])
+
     OPS = {"binary": 6, "compare": 2, "select": 2, "unary": 6, "cast": 3, "full": 1, "broadcast_to": 1,
            "reshape": 1, "transpose": 1, "reduce": 3, "matmul": 2, "slice": 1, "concat": 1, "gather": 1,
-           "fused_gemm_epilogue": 1, "softmax": 1, "layer_norm": 1, "softmax_cross_entropy": 1}
+           "fused_gemm_epilogue": 1, "softmax": 1, "layer_norm": 1, "softmax_cross_entropy": 1,
+           "activation_grad": 1, "cast_grad": 1, "softmax_grad": 1, "slice_grad": 1, "gather_grad": 1}
 
     def generate(self) -> Program:
-        names = list(self.OPS)
+        names = list(self.OPS)  # grad ops too: in --grad programs their own vjps (higher order) are checked
         weights = np.array([self.OPS[n] for n in names], float)
         self.arg(self.shape(), self.float_dtype() if self.grad else self.any_dtype())
         target = int(self.rng.integers(1, 7))
