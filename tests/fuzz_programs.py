@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # oracle.py
-from oracle import ALL_DTYPES, BF16, FLOATS, INTS, MLIR_TYPES, np_dtype, random_array, spec_cast, ttype  # noqa: E402
+from oracle import ALL_DTYPES, FLOATS, INTS, MLIR_TYPES, np_dtype, random_array, spec_cast, ttype  # noqa: E402
 
 HALVES = ("float16", "bfloat16")
 # |got - want| <= TOL * max(1, max |want|) per result (a few ulps through a few ops)
