@@ -324,7 +324,9 @@ OPC_FN float opc_expf(float x) {
     const float log2e = 1.44269504088896341f, ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
     const float hi = 88.7228394f, lo = -103.972694f;
     const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float xc = x < lo ? lo : (x > hi ? hi : x);
+    /* NaN clamps to lo (every compare with it is false), so n is always a small integer:   */
+    /* converting a NaN or out-of-range float to int32 would be undefined behaviour.         */
+    float xc = x > lo ? (x < hi ? x : hi) : lo;
     float n = (xc * log2e + shifter) - shifter;
     float r = xc - n * ln2_hi - n * ln2_lo; /* Cody-Waite: r in [-ln2/2, ln2/2] */
     float p = 1.9875691500e-4f;

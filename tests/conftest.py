@@ -10,6 +10,9 @@ os.environ.setdefault("OPC_CACHE_DIR", tempfile.mkdtemp(prefix="opc-test-cache-"
 
 def pytest_addoption(parser):
     group = parser.getgroup("opc fuzzing")
-    group.addoption("--fuzz-count", type=int, default=300,
-                    help="mutants of tests/test_fuzz_cli.py (default 300; thousands for a long run)")
-    group.addoption("--fuzz-seed", type=int, default=0, help="seed of the CLI mutation fuzzer (default 0)")
+    group.addoption("--full-cast-grid", action="store_true",
+                    help="test_results: every cast pair at every trip count 1..17 (CI: a reduced set)")
+    group.addoption("--fuzz-count", type=int, default=None,
+                    help="fuzz tests: mutants of test_fuzz_cli (default 300) and random programs of "
+                         "test_fuzz_programs (default: each test's CI size); thousands for a long run")
+    group.addoption("--fuzz-seed", type=int, default=0, help="fuzz tests: the first seed (default 0)")

@@ -94,3 +94,25 @@ def gelu_tanh_grad(z):
     c = np.sqrt(2 / np.pi)
     t = np.tanh(c * (z + 0.044715 * z**3))
     return 0.5 * (1 + t) + 0.5 * z * (1 - t**2) * c * (1 + 3 * 0.044715 * z**2)
+
+
+def spec_cast(x: np.ndarray, dst: str) -> np.ndarray:
+    """SPEC.md's cast in NumPy: float->int truncates, saturates, NaN -> 0; to bool: nonzero;
+    int->int wraps (astype); float->float rounds to nearest even (astype)."""
+    d = np_dtype(dst)
+    src_float = x.dtype.kind == "f" or x.dtype == BF16
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dst == "bool":
+            return x.astype(np.float64) != 0 if src_float else x != 0
+        if src_float and dst in INTS:
+            t = np.trunc(x.astype(np.float64))
+            info = np.iinfo(d)
+            out = np.zeros(x.shape, d)
+            ok = ~np.isnan(t) & (t > float(info.min) - 1) & (t < float(info.max) + 1)
+            out[ok] = t[ok].astype(np.int64).astype(d)
+            out[~np.isnan(t) & (t >= float(info.max) + 1)] = info.max
+            out[~np.isnan(t) & (t <= float(info.min) - 1)] = info.min
+            return out
+        if not src_float and dst in FLOATS:
+            return x.astype(np.float64).astype(d)
+        return x.astype(d)

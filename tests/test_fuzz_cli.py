@@ -134,7 +134,7 @@ def check_outcome(rc: int, err: str, path: Path, command: list[str]) -> None:
 
 def pytest_generate_tests(metafunc):  # noqa: ANN001, ANN201
     if "mutant_index" in metafunc.fixturenames:
-        metafunc.parametrize("mutant_index", range(metafunc.config.getoption("fuzz_count")))
+        metafunc.parametrize("mutant_index", range(metafunc.config.getoption("fuzz_count") or 300))
 
 
 def test_cli_mutant(tmp_path, request, mutant_index):

@@ -152,12 +152,19 @@ def vjp_minimum(e: Emitter, op: o.MinimumOp, douts: Grads) -> Grads:
 
 
 def vjp_pow(e: Emitter, op: o.PowOp, douts: Grads) -> Grads:
-    # out = a ** b: da = d * b * a ** (b - 1), db = d * out * log(a)
+    # out = a ** b: da = d * b * a ** (b - 1), db = d * out * log(a). At a base of 0 these
+    # are 0 * inf or log(0) = -inf; PyTorch masks exactly those cases (da = 0 where b == 0,
+    # db = 0 where a == 0 and b >= 0), so a NaN never enters and spreads upstream.
     (d,) = douts
     a, b = op.lhs, op.rhs
+    zero, b_zero = e.full(0.0, d), e.full(0.0, b)
     bm1 = e.sub(b, e.full(1.0, b))
     da = e.mul(d, e.mul(b, e.value(o.PowOp(a, bm1))))
+    da = e.select(e.value(o.EqualOp(b, b_zero)), zero, da)
     db = e.mul(d, e.mul(_result(op), e.value(o.LogOp(a))))
+    at_b_nonneg = e.select(e.value(o.GreaterThanOp(b, b_zero)), zero,
+                           e.select(e.value(o.EqualOp(b, b_zero)), zero, db))  # b NaN: not masked
+    db = e.select(e.value(o.EqualOp(a, e.full(0.0, a))), at_b_nonneg, db)
     return e.unbroadcast(da, a), e.unbroadcast(db, b)
 
 

@@ -103,8 +103,37 @@ def runtime_digest() -> str:
     return h.hexdigest()
 
 
+# gcc 12.2 at -O3 miscompiles a float narrowing followed by a widening, `(double)(float)x`,
+# when it SLP-vectorizes straight-line code (short loops it unrolls, loop tails): it folds
+# vec_unpack(vec_pack_trunc(v)) back to v, so the rounding is lost ([1/3, 1e300] came back
+# unrounded). Loop vectorization is not affected, and a generated module is loops, so
+# basic-block SLP is switched off for modules only (the runtime's GEMM keeps it).
+MODULE_FLAGS = ["-fno-tree-slp-vectorize"]
+
+# OPC_SANITIZE=1 (see opc/sanitize.py): every module, runtime object and device kernel is
+# built with ASan and UBSan, float-cast-overflow included (not part of -fsanitize=undefined
+# on gcc), and any report aborts the process, so a test run cannot pass over one. -O1 (after
+# -O3) is ASan's advice and builds several times faster than -O3 with the instrumentation.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all",
+                  "-fno-omit-frame-pointer", "-g", "-O1"]
+
+
+def sanitizing() -> bool:
+    return os.environ.get("OPC_SANITIZE", "") not in ("", "0")
+
+
 def compile_flags() -> list[str]:
-    return BASE_FLAGS + list(native_flags())
+    """Flags of every C object opc builds: runtime objects, device kernels and modules."""
+    return BASE_FLAGS + list(native_flags()) + (SANITIZE_FLAGS if sanitizing() else [])
+
+
+def module_flags() -> list[str]:
+    """Flags of a generated module's C source: compile_flags() and MODULE_FLAGS."""
+    return compile_flags() + MODULE_FLAGS
+
+
+def link_flags() -> list[str]:
+    return ["-fopenmp"] + (SANITIZE_FLAGS[:1] if sanitizing() else [])
 
 
 def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, ...] = ()) -> Path:
@@ -321,8 +350,8 @@ def status_error(sig: FunctionSignature, status: int, detail=None) -> Exception:
 def module_key(source: str, cdef: str) -> str:
     import cffi
 
-    return content_key(source, cdef, " ".join(compile_flags()), compiler_version(), cffi.__version__, sys.version,
-                       runtime_digest())
+    return content_key(source, cdef, " ".join(module_flags() + link_flags()), compiler_version(), cffi.__version__,
+                       sys.version, runtime_digest())
 
 
 def extension_path(directory: Path, name: str) -> Path:
@@ -356,7 +385,7 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     objects = runtime_objects(source, cache)
     objects += [str(k) for k in kernels]
     ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
-                   extra_compile_args=compile_flags(), extra_link_args=["-fopenmp"])
+                   extra_compile_args=module_flags(), extra_link_args=link_flags())
     with build_lock(cache, name):
         if target.exists():  # built by the process we waited for
             return name, target

@@ -1,0 +1,694 @@
+"""Differential fuzzing: random well-typed opc programs against a NumPy oracle written from SPEC.md.
+
+A seeded generator builds each program op by op, evaluating the oracle as it goes, so every
+value has its NumPy twin and every type in the MLIR text is the oracle's. Programs cover every
+primitive, shape, reduction, matmul and nn op, every dtype, ranks 0 to 4. Many programs are
+compiled into ONE module (one C build per batch), by default and with decompose="all".
+
+Forward: each result against the oracle within a per-dtype tolerance (halves computed in f32
+and rounded after each op, as SPEC.md says). Values are kept tame so the oracle is stable:
+domain-limited ops (log, sqrt, rsqrt, pow, div) only see operands bounded away from 0, a result
+that overflows or grows past LIMIT is not emitted, and discontinuous ops (compares, float-to-int
+casts) only see values computed exactly on both sides (arguments, sign and shape ops), so a
+rounding difference can never flip a branch.
+
+Gradients (--grad, f64 programs): the directional derivative <grad, v> of L = sum <dout, f(x)>
+against central finite differences at two step sizes (a point where they disagree is not smooth
+there and is skipped, counted), and value_and_grad against f and f_grad.
+
+    python tests/fuzz_programs.py --count 2000 [--seed 0] [--grad]    # a long run
+    python tests/fuzz_programs.py --seed 0 --index 17 --show          # one program and its check
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # oracle.py
+from oracle import ALL_DTYPES, FLOATS, INTS, MLIR_TYPES, np_dtype, random_array, spec_cast, ttype  # noqa: E402
+
+HALVES = ("float16", "bfloat16")
+# |got - want| <= TOL * max(1, max |want|) per result (a few ulps through a few ops)
+TOL = {"float16": 2e-2, "bfloat16": 8e-2, "float32": 2e-4, "float64": 1e-9}
+LIMIT = {"float16": 300.0, "bfloat16": 300.0, "float32": 1e4, "float64": 1e4}
+BATCH = 40  # programs per compiled module
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def ctype(dtype: str) -> np.dtype:
+    """The NumPy type an op computes in (SPEC.md: halves in f32)."""
+    return np.dtype(np.float32) if dtype in HALVES else np_dtype(dtype)
+
+
+def broadcasts_to(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        return None
+
+
+def wide(x: np.ndarray, dtype: str) -> np.ndarray:
+    return x.astype(ctype(dtype))
+
+
+@dataclass
+class Value:
+    name: str
+    arr: np.ndarray
+    dtype: str
+    exact: bool  # computed bit-exactly by both sides (so compares and int casts are safe on it)
+    tol: float = 0.0  # the relative error it may carry: that of the coarsest float type it came through
+
+    @property
+    def type(self) -> str:
+        return ttype(self.arr.shape, self.dtype)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.arr.shape)
+
+
+@dataclass
+class Program:
+    name: str
+    args: list[Value] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    results: list[Value] = field(default_factory=list)
+    ops: set[str] = field(default_factory=set)
+
+    def text(self) -> str:
+        params = ", ".join(f"%{a.name}: {a.type}" for a in self.args)
+        outs = ", ".join(r.type for r in self.results)
+        ret = f"  func.return {', '.join('%' + r.name for r in self.results)} : {outs}"
+        return "\n".join([f"func.func @{self.name}({params}) -> ({outs}) {{", *self.lines, ret, "}"]) + "\n"
+
+
+class Reject(Exception):
+    """This op does not fit here (its result overflows, an operand is out of domain): try another."""
+
+
+class Generator:
+    def __init__(self, seed: int, index: int, grad: bool):
+        self.rng = np.random.default_rng([seed, index, int(grad)])
+        self.grad = grad
+        self.p = Program(f"p{index}")
+        self.values: list[Value] = []
+        self.counter = 0
+        self.used: set[str] = set()
+        self.cast_from: dict[str, str] = {}  # a cast's result -> its operand's dtype
+
+    # -- values ---------------------------------------------------------------
+    def float_dtype(self) -> str:
+        return "float64" if self.grad else str(self.rng.choice(FLOATS))
+
+    def any_dtype(self) -> str:
+        if self.rng.random() < (0.8 if self.grad else 0.6):
+            return self.float_dtype()
+        return str(self.rng.choice(["bool", *INTS] if self.grad else ALL_DTYPES))  # --grad: f64 the only float
+
+    def numeric_dtype(self) -> str:
+        return self.float_dtype() if self.rng.random() < (0.8 if self.grad else 0.6) else str(self.rng.choice(INTS))
+
+    def shape(self, rank: int | None = None) -> tuple[int, ...]:
+        rank = int(self.rng.integers(0, 5)) if rank is None else rank
+        return tuple(int(d) for d in self.rng.integers(1, 6 if rank < 3 else 4, size=rank))
+
+    def arg(self, shape, dtype: str, low: float = -2.0, high: float = 2.0) -> Value:
+        arr = random_array(shape, dtype, self.rng, low, high)
+        if dtype in INTS and self.rng.random() < 0.3:  # the whole range, for wrapping
+            info = np.iinfo(np_dtype(dtype))
+            arr = self.rng.integers(info.min, info.max, size=shape, endpoint=True).astype(np_dtype(dtype))
+        v = Value(f"a{len(self.p.args)}", np.asarray(arr), dtype, True)
+        self.p.args.append(v)
+        self.values.append(v)
+        return v
+
+    def pick(self, want=lambda v: True, fresh=None) -> Value:
+        """An existing value that fits, most likely a recent one, else a fresh argument."""
+        fits = [v for v in self.values if want(v)]
+        if fits and self.rng.random() < 0.8:
+            weights = np.arange(1, len(fits) + 1, dtype=float)
+            return fits[int(self.rng.choice(len(fits), p=weights / weights.sum()))]
+        if fresh is None:
+            raise Reject
+        return fresh()
+
+    def pick_float(self, want=lambda v: True, min_rank: int = 0, low: float = -2.0) -> Value:
+        """A float value that fits, else a fresh argument of rank >= min_rank with values >= low."""
+        return self.pick(lambda v: v.dtype in FLOATS and v.arr.ndim >= min_rank and want(v),
+                         lambda: self.arg(self.shape(int(self.rng.integers(min_rank, 5))), self.float_dtype(), low,
+                                          max(2.0, low + 2)))
+
+    def emit(self, op: str, operands: list[Value], attrs: str, results: list[tuple[np.ndarray, str]],
+             exact: bool = False) -> list[Value]:
+        for arr, dt in results:
+            if dt in FLOATS:
+                a = arr.astype(np.float64)
+                if not np.isfinite(a).all() or (a.size and np.abs(a).max() > LIMIT[dt]):
+                    raise Reject
+        outs = []
+        carried = max([v.tol for v in operands], default=0.0)
+        for arr, dt in results:
+            self.counter += 1
+            tol = 0.0 if exact else max(carried, TOL.get(dt, 0.0))  # exact: compared bit for bit
+            outs.append(Value(f"v{self.counter}", np.asarray(arr).astype(np_dtype(dt)), dt, exact, tol))
+        names = ", ".join("%" + o.name for o in outs)
+        ins = ", ".join("%" + v.name for v in operands)
+        in_types = ", ".join(v.type for v in operands)
+        out_types = ", ".join(o.type for o in outs)
+        if len(outs) > 1:
+            out_types = f"({out_types})"
+        attr = f" {{{attrs}}}" if attrs else ""
+        self.p.lines.append(f"  {names} = opc.{op} {ins}{attr} : ({in_types}) -> {out_types}")
+        self.p.ops.add(op)
+        self.used.update(v.name for v in operands)
+        self.values.extend(outs)
+        return outs
+
+    # -- ops ------------------------------------------------------------------
+    def broadcast_partner(self, v: Value, dtype: str) -> Value:
+        """A second operand of dtype whose shape broadcasts with v's."""
+        shape = list(v.shape)
+        if shape and self.rng.random() < 0.5:
+            shape = shape[int(self.rng.integers(0, len(shape) + 1)):]  # a suffix
+        shape = [1 if self.rng.random() < 0.25 else d for d in shape]
+        return self.pick(lambda w: w.dtype == dtype and w is not v and broadcasts_to(w.shape, v.shape) == v.shape,
+                         lambda: self.arg(tuple(shape), dtype))
+
+    def binary(self) -> None:
+        op = str(self.rng.choice(["add", "sub", "mul", "div", "maximum", "minimum", "pow"]))
+        if op in ("div", "pow"):
+            a = self.pick_float()
+            if op == "pow":
+                a = self.pick_float(lambda v: v.exact and v.arr.astype(float).min() >= 0.1, low=0.1)
+            b = self.broadcast_partner(a, a.dtype)
+            if op == "div" and (not b.exact or np.abs(b.arr.astype(float)).min() < 0.1):
+                raise Reject
+            if op == "pow" and np.abs(b.arr.astype(float)).max() > 3:
+                raise Reject
+        else:
+            a = self.pick(lambda v: v.dtype != "bool", lambda: self.arg(self.shape(), self.numeric_dtype()))
+            b = self.broadcast_partner(a, a.dtype)
+        if self.rng.random() < 0.5:
+            a, b = b, a
+        x, y = wide(a.arr, a.dtype), wide(b.arr, b.dtype)
+        with np.errstate(all="ignore"):
+            r = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
+                 "minimum": np.minimum, "pow": np.power}[op](x, y)
+        ints = a.dtype not in FLOATS
+        self.emit(op, [a, b], "", [(r, a.dtype)], exact=(ints or op in ("maximum", "minimum")) and a.exact and b.exact)
+
+    def compare(self) -> None:
+        op = str(self.rng.choice(["greater_than", "less_than", "equal"]))
+        a = self.pick(lambda v: v.dtype != "bool" and v.exact, lambda: self.arg(self.shape(), self.numeric_dtype()))
+        b = self.broadcast_partner(a, a.dtype)
+        if not b.exact:
+            raise Reject
+        if op == "equal" and self.rng.random() < 0.5:
+            b = a  # equal is true somewhere
+        f = {"greater_than": np.greater, "less_than": np.less, "equal": np.equal}[op]
+        self.emit(op, [a, b], "", [(f(a.arr.astype(np.float64), b.arr.astype(np.float64)), "bool")], exact=True)
+
+    def select(self) -> None:
+        c = self.pick(lambda v: v.dtype == "bool", lambda: self.arg(self.shape(), "bool"))
+        a = self.pick(lambda v: broadcasts_to(v.shape, c.shape) in (v.shape, c.shape))
+        b = self.broadcast_partner(a, a.dtype) if self.rng.random() < 0.7 else self.arg(a.shape, a.dtype)
+        if broadcasts_to(c.shape, a.shape) is None or broadcasts_to(broadcasts_to(c.shape, a.shape), b.shape) is None:
+            raise Reject
+        self.emit("select", [c, a, b], "", [(np.where(c.arr, a.arr, b.arr), a.dtype)], exact=a.exact and b.exact)
+
+    def unary(self) -> None:
+        op = str(self.rng.choice(["neg", "abs", "relu", "exp", "log", "tanh", "erf", "sqrt", "rsqrt", "sigmoid",
+                                  "gelu_tanh", "gelu_erf"]))
+        if op in ("neg", "abs", "relu"):
+            a = self.pick(lambda v: v.dtype != "bool", lambda: self.arg(self.shape(), self.numeric_dtype()))
+        elif op in ("log", "sqrt", "rsqrt"):
+            a = self.pick_float(lambda v: v.arr.astype(float).min() >= 0.1, low=0.1)
+            if a.arr.astype(float).min() < 0.1:
+                raise Reject
+        else:
+            a = self.pick_float()
+        x = wide(a.arr, a.dtype)
+        with np.errstate(all="ignore"):
+            r = {"neg": lambda: -x, "abs": lambda: np.abs(x), "relu": lambda: np.maximum(x, x.dtype.type(0)),
+                 "exp": lambda: np.exp(x), "log": lambda: np.log(x), "tanh": lambda: np.tanh(x),
+                 "erf": lambda: _erf(x), "sqrt": lambda: np.sqrt(x), "rsqrt": lambda: 1 / np.sqrt(x),
+                 "sigmoid": lambda: 1 / (1 + np.exp(-x.astype(np.float64))),
+                 "gelu_tanh": lambda: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x.astype(float)**3))),
+                 "gelu_erf": lambda: 0.5 * x * (1 + _erf(x / np.sqrt(2)))}[op]()
+        name, attrs = ("gelu", f"approximate = {str(op == 'gelu_tanh').lower()}") if op.startswith("gelu") else (op, "")
+        self.emit(name, [a], attrs, [(r, a.dtype)], exact=op in ("neg", "abs", "relu") and a.exact)
+
+    def cast(self) -> None:
+        a = self.pick(lambda v: True, lambda: self.arg(self.shape(), self.any_dtype()))
+        choices = [d for d in ALL_DTYPES if d != a.dtype]
+        if self.grad:  # from f64 Paddle's cast passes cotangents, not derivatives: only casts from integers
+            choices = [] if a.dtype in FLOATS else [d for d in choices if d not in FLOATS or d == "float64"]
+        if a.dtype in FLOATS and not a.exact:
+            choices = [d for d in choices if d in FLOATS]  # a rounding difference must not move an integer
+        if not choices:
+            raise Reject
+        dst = str(self.rng.choice(choices))
+        back = self.cast_from.get(a.name)
+        if back in choices and self.rng.random() < 0.5:
+            dst = back  # there and back: gcc 12.2 once dropped the rounding of (double)(float)x
+        (out,) = self.emit("cast", [a], f"dtype = {MLIR_TYPES[dst]}", [(spec_cast(a.arr, dst), dst)],
+                           exact=a.exact)  # one IEEE rounding or SPEC's int rule: the same bits on both sides
+        self.cast_from[out.name] = a.dtype
+
+    def full(self) -> None:
+        dt = self.any_dtype()
+        value = float(self.rng.choice([0.0, 1.0, -1.5, 2.25, 3.0, -7.0]))
+        shape = self.shape()
+        self.counter += 1
+        v = Value(f"v{self.counter}", spec_cast(np.full(shape, value), dt), dt, True, TOL.get(dt, 0.0))
+        self.p.lines.append(f"  %{v.name} = opc.full {{value = {value!r} : f64}} : () -> {v.type}")
+        self.p.ops.add("full")
+        self.values.append(v)
+
+    def broadcast_to(self) -> None:
+        a = self.pick(lambda v: v.arr.ndim < 4)
+        lead = self.shape(int(self.rng.integers(0, 5 - a.arr.ndim)))
+        shape = tuple(lead) + tuple(int(self.rng.integers(2, 4)) if d == 1 and self.rng.random() < 0.5 else d
+                                    for d in a.shape)
+        self.emit("broadcast_to", [a], "", [(np.broadcast_to(a.arr, shape), a.dtype)], exact=a.exact)
+
+    def reshape(self) -> None:
+        a = self.pick()
+        dims = [d for d in a.shape if d > 1]
+        self.rng.shuffle(dims)
+        dims = dims[:4]
+        if int(np.prod(dims)) != a.arr.size:
+            dims = [a.arr.size] if a.arr.size > 1 else []
+        while len(dims) < 4 and self.rng.random() < 0.3:
+            dims.insert(int(self.rng.integers(0, len(dims) + 1)), 1)
+        self.emit("reshape", [a], "", [(a.arr.reshape(dims), a.dtype)], exact=a.exact)
+
+    def transpose(self) -> None:
+        a = self.pick(lambda v: v.arr.ndim >= 2)
+        perm = [int(p) for p in self.rng.permutation(a.arr.ndim)]
+        self.emit("transpose", [a], f"perm = array<i64: {', '.join(map(str, perm))}>",
+                  [(np.transpose(a.arr, perm), a.dtype)], exact=a.exact)
+
+    def reduce(self) -> None:
+        op = str(self.rng.choice(["reduce_sum", "reduce_max", "reduce_min", "reduce_mean"]))
+        a = (self.pick_float() if op == "reduce_mean"
+             else self.pick(lambda v: v.dtype != "bool", lambda: self.arg(self.shape(), self.numeric_dtype())))
+        rank = a.arr.ndim
+        k = int(self.rng.integers(0, rank + 1))
+        axes = sorted(int(i) for i in self.rng.choice(rank, size=k, replace=False)) if rank else []
+        spelled = [ax - rank if self.rng.random() < 0.3 else ax for ax in axes]
+        keepdim = bool(self.rng.random() < 0.4)
+        x, ax = wide(a.arr, a.dtype), tuple(axes)
+        with np.errstate(all="ignore"):
+            if op == "reduce_sum":
+                r = x.sum(axis=ax, keepdims=keepdim, dtype=x.dtype)
+            elif op == "reduce_mean":
+                r = x.mean(axis=ax, keepdims=keepdim)
+            else:
+                r = getattr(np, op[7:])(x, axis=ax, keepdims=keepdim)
+        attrs = f"axes = array<i64{': ' if spelled else ''}{', '.join(map(str, spelled))}>, keepdim = {str(keepdim).lower()}"
+        self.emit(op, [a], attrs, [(np.asarray(r), a.dtype)],
+                  exact=a.exact and (op in ("reduce_max", "reduce_min") or a.dtype not in FLOATS or not axes))
+
+    def matmul(self) -> None:
+        dt = self.float_dtype()
+        rank = int(self.rng.integers(2, 5))
+        batch = self.shape(rank - 2)
+        m, k, n = (int(d) for d in self.rng.integers(1, 7, size=3))
+        tx, ty = bool(self.rng.random() < 0.5), bool(self.rng.random() < 0.5)
+        ybatch = batch[int(self.rng.integers(0, len(batch) + 1)):] if self.rng.random() < 0.3 else batch
+        x = self.arg((*batch, *((k, m) if tx else (m, k))), dt)
+        y = self.arg((*ybatch, *((n, k) if ty else (k, n))), dt)
+        xs = np.swapaxes(wide(x.arr, dt), -1, -2) if tx else wide(x.arr, dt)
+        ys = np.swapaxes(wide(y.arr, dt), -1, -2) if ty else wide(y.arr, dt)
+        self.emit("matmul", [x, y], f"trans_x = {str(tx).lower()}, trans_y = {str(ty).lower()}", [(xs @ ys, dt)])
+
+    def slice(self) -> None:
+        a = self.pick(lambda v: v.arr.ndim >= 1)
+        start, limit, strides = [], [], []
+        for d in a.shape:
+            s = int(self.rng.integers(0, d))
+            e = int(self.rng.integers(s + 1, d + 1))
+            start.append(s), limit.append(e), strides.append(int(self.rng.integers(1, 3)))
+        r = a.arr[tuple(slice(s, e, st) for s, e, st in zip(start, limit, strides))]
+        attrs = ", ".join(f"{k} = array<i64: {', '.join(map(str, v))}>"
+                          for k, v in (("start", start), ("limit", limit), ("strides", strides)))
+        self.emit("slice", [a], attrs, [(r, a.dtype)], exact=a.exact)
+
+    def concat(self) -> None:
+        a = self.pick(lambda v: v.arr.ndim >= 1)
+        axis = int(self.rng.integers(0, a.arr.ndim))
+        parts = [a]
+        for _ in range(int(self.rng.integers(1, 3))):
+            shape = list(a.shape)
+            shape[axis] = int(self.rng.integers(1, 4))
+            parts.append(self.pick(lambda v: v.dtype == a.dtype and v.arr.ndim == a.arr.ndim and all(
+                v.shape[i] == a.shape[i] for i in range(a.arr.ndim) if i != axis), lambda: self.arg(tuple(shape), a.dtype)))
+        spelled = axis - a.arr.ndim if self.rng.random() < 0.3 else axis
+        self.emit("concat", parts, f"axis = {spelled}", [(np.concatenate([p.arr for p in parts], axis), a.dtype)],
+                  exact=all(p.exact for p in parts))
+
+    def gather(self) -> None:
+        a = self.pick_float(min_rank=1)
+        axis = int(self.rng.integers(0, a.arr.ndim))
+        n = a.shape[axis]
+        ishape = self.shape(int(self.rng.integers(0, 5 - a.arr.ndim)))
+        idx_dt = str(self.rng.choice(["int32", "int64"]))
+        idx = Value(f"a{len(self.p.args)}", self.rng.integers(-n, n, size=ishape).astype(np_dtype(idx_dt)), idx_dt, True)
+        self.p.args.append(idx)
+        self.emit("gather", [a, idx], f"axis = {axis}", [(np.take(a.arr, idx.arr.astype(np.int64), axis), a.dtype)],
+                  exact=a.exact)
+
+    def fused_gemm_epilogue(self) -> None:
+        dt = self.float_dtype()
+        m, k, n = (int(d) for d in self.rng.integers(1, 7, size=3))
+        tx, ty = bool(self.rng.random() < 0.5), bool(self.rng.random() < 0.5)
+        act = str(self.rng.choice(["none", "relu", "gelu"]))
+        x, y, b = self.arg((k, m) if tx else (m, k), dt), self.arg((n, k) if ty else (k, n), dt), self.arg((n,), dt)
+        xs, ys = wide(x.arr, dt), wide(y.arr, dt)
+        z = (xs.T if tx else xs) @ (ys.T if ty else ys) + wide(b.arr, dt)
+        zr = z.astype(np_dtype(dt)).astype(ctype(dt))  # the activation reads the stored Z
+        out = {"none": z, "relu": np.maximum(zr, 0),
+               "gelu": 0.5 * zr * (1 + np.tanh(np.sqrt(2 / np.pi) * (zr + 0.044715 * zr.astype(float)**3)))}[act]
+        results = [(out, dt)] + ([(z, dt)] if act != "none" else [])
+        attrs = f"activation = \"{act}\", trans_x = {str(tx).lower()}, trans_y = {str(ty).lower()}"
+        self.emit("fused_gemm_epilogue", [x, y, b], attrs, results)
+
+    def softmax(self) -> None:
+        op = str(self.rng.choice(["softmax", "log_softmax"]))
+        a = self.pick_float(min_rank=1)
+        axis = int(self.rng.integers(-a.arr.ndim, a.arr.ndim))
+        x = wide(a.arr, a.dtype)
+        s = x - x.max(axis=axis, keepdims=True)
+        lse = np.log(np.exp(s).sum(axis=axis, keepdims=True))
+        r = np.exp(s - lse) if op == "softmax" else s - lse
+        self.emit(op, [a], f"axis = {axis}", [(r, a.dtype)])
+
+    def layer_norm(self) -> None:
+        a = self.pick_float(min_rank=1)
+        begin = int(self.rng.integers(0, a.arr.ndim)) if self.rng.random() < 0.7 else -1
+        b = begin % a.arr.ndim
+        trailing = a.shape[b:]
+        scale, bias = self.arg(trailing, a.dtype), self.arg(trailing, a.dtype)
+        x = wide(a.arr, a.dtype)
+        axes = tuple(range(b, a.arr.ndim))
+        mean = x.mean(axis=axes, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+        rstd = 1 / np.sqrt(var + 1e-5)
+        y = (x - mean) * rstd * wide(scale.arr, a.dtype) + wide(bias.arr, a.dtype)
+        stats = "float32" if a.dtype in HALVES else a.dtype
+        lead = a.shape[:b]
+        self.emit("layer_norm", [a, scale, bias], f"begin_norm_axis = {begin}, epsilon = 1.0e-05 : f64",
+                  [(y, a.dtype), (mean.reshape(lead), stats), (rstd.reshape(lead), stats)])
+
+    def softmax_cross_entropy(self) -> None:
+        a = self.pick_float(min_rank=1)
+        axis = int(self.rng.integers(-a.arr.ndim, a.arr.ndim))
+        ax = axis % a.arr.ndim
+        lshape = tuple(1 if i == ax else d for i, d in enumerate(a.shape))
+        ldt = str(self.rng.choice(["int32", "int64"]))
+        label = Value(f"a{len(self.p.args)}", self.rng.integers(0, a.shape[ax], size=lshape).astype(np_dtype(ldt)),
+                      ldt, True)
+        self.p.args.append(label)
+        x = wide(a.arr, a.dtype)
+        s = x - x.max(axis=ax, keepdims=True)
+        logp = s - np.log(np.exp(s).sum(axis=ax, keepdims=True))
+        loss = -np.take_along_axis(logp, label.arr.astype(np.int64), ax)
+        self.emit("softmax_cross_entropy", [a, label], f"axis = {axis}", [(loss, a.dtype), (np.exp(logp), a.dtype)])
+
+    # -- grad ops, called directly (in --grad programs they come from opc-grad) --
+    def activation_grad(self) -> None:
+        op = str(self.rng.choice(["relu_grad", "gelu_tanh", "gelu_erf"]))
+        x = self.pick_float(lambda v: v.exact) if op == "relu_grad" else self.pick_float()
+        if not x.exact and op == "relu_grad":
+            raise Reject  # its step at 0 must not see a rounding difference
+        d = self.pick(lambda v: v.type == x.type and v is not x, lambda: self.arg(x.shape, x.dtype))
+        z, g = wide(x.arr, x.dtype).astype(np.float64), wide(d.arr, d.dtype)
+        if op == "relu_grad":
+            r, name, attrs = np.where(z > 0, g, 0), op, ""
+        elif op == "gelu_tanh":
+            c = np.sqrt(2 / np.pi)
+            t = np.tanh(c * (z + 0.044715 * z**3))
+            r, name, attrs = g * (0.5 * (1 + t) + 0.5 * z * (1 - t**2) * c * (1 + 3 * 0.044715 * z**2)), "gelu_grad", \
+                "approximate = true"
+        else:
+            r, name, attrs = g * (0.5 * (1 + _erf(z / np.sqrt(2))) + z * np.exp(-z * z / 2) / np.sqrt(2 * np.pi)), \
+                "gelu_grad", "approximate = false"
+        self.emit(name, [x, d], attrs, [(r, x.dtype)])
+
+    def cast_grad(self) -> None:
+        x = self.pick_float()
+        d = self.pick(lambda v: v.shape == x.shape and v is not x, lambda: self.arg(x.shape, self.any_dtype()))
+        if d.dtype in FLOATS and x.dtype not in FLOATS and not d.exact:
+            raise Reject
+        self.emit("cast_grad", [x, d], "", [(spec_cast(d.arr, x.dtype), x.dtype)], exact=d.exact)
+
+    def softmax_grad(self) -> None:
+        op = str(self.rng.choice(["softmax_grad", "log_softmax_grad"]))
+        out = self.pick_float(min_rank=1)
+        axis = int(self.rng.integers(-out.arr.ndim, out.arr.ndim))
+        d = self.pick(lambda v: v.type == out.type and v is not out, lambda: self.arg(out.shape, out.dtype))
+        y, g = wide(out.arr, out.dtype), wide(d.arr, d.dtype)
+        if op == "softmax_grad":
+            r = y * (g - (g * y).sum(axis=axis, keepdims=True))
+        else:
+            r = g - np.exp(y) * g.sum(axis=axis, keepdims=True)
+        self.emit(op, [out, d], f"axis = {axis}", [(r, out.dtype)])
+
+    def slice_grad(self) -> None:
+        x = self.pick_float(min_rank=1)
+        start, limit, strides = [], [], []
+        for n in x.shape:
+            a = int(self.rng.integers(0, n))
+            start.append(a), limit.append(int(self.rng.integers(a + 1, n + 1))), strides.append(int(self.rng.integers(1, 3)))
+        window = tuple(slice(a, b, st) for a, b, st in zip(start, limit, strides))
+        d = self.arg(np.zeros(x.shape)[window].shape, x.dtype)
+        r = np.zeros(x.shape, ctype(x.dtype))
+        r[window] = d.arr
+        attrs = ", ".join(f"{k} = array<i64: {', '.join(map(str, v))}>"
+                          for k, v in (("start", start), ("limit", limit), ("strides", strides)))
+        self.emit("slice_grad", [x, d], attrs, [(r, x.dtype)], exact=True)
+
+    def gather_grad(self) -> None:
+        x = self.pick_float(min_rank=1)
+        axis = int(self.rng.integers(0, x.arr.ndim))
+        n = x.shape[axis]
+        ishape = self.shape(int(self.rng.integers(0, 5 - x.arr.ndim)))
+        idx_dt = str(self.rng.choice(["int32", "int64"]))
+        idx = Value(f"a{len(self.p.args)}", self.rng.integers(-n, n, size=ishape).astype(np_dtype(idx_dt)), idx_dt, True)
+        self.p.args.append(idx)
+        d = self.arg(x.shape[:axis] + ishape + x.shape[axis + 1:], x.dtype)
+        r = np.zeros(x.shape, np.float64)
+        moved = np.moveaxis(r, axis, 0)  # a view: scatter-add along axis 0 of it
+        np.add.at(moved, idx.arr.astype(np.int64).reshape(-1) % n,
+                  np.moveaxis(d.arr.astype(np.float64).reshape(x.shape[:axis] + (-1,) + x.shape[axis + 1:]), axis, 0))
+        self.emit("gather_grad", [x, idx, d], f"axis = {axis}", [(r, x.dtype)])
+
+    OPS = {"binary": 6, "compare": 2, "select": 2, "unary": 6, "cast": 3, "full": 1, "broadcast_to": 1,
+           "reshape": 1, "transpose": 1, "reduce": 3, "matmul": 2, "slice": 1, "concat": 1, "gather": 1,
+           "fused_gemm_epilogue": 1, "softmax": 1, "layer_norm": 1, "softmax_cross_entropy": 1,
+           "activation_grad": 1, "cast_grad": 1, "softmax_grad": 1, "slice_grad": 1, "gather_grad": 1}
+
+    def generate(self) -> Program:
+        names = list(self.OPS)  # grad ops too: in --grad programs their own vjps (higher order) are checked
+        weights = np.array([self.OPS[n] for n in names], float)
+        self.arg(self.shape(), self.float_dtype() if self.grad else self.any_dtype())
+        target = int(self.rng.integers(1, 7))
+        made, tries = 0, 0
+        while made < target and tries < 60:
+            tries += 1
+            before = (len(self.p.lines), len(self.p.args), len(self.values), self.counter)
+            try:
+                getattr(self, str(self.rng.choice(names, p=weights / weights.sum())))()
+                made += 1
+            except Reject:  # undo what the failed attempt added
+                del self.p.lines[before[0]:], self.p.args[before[1]:], self.values[before[2]:]
+                self.counter = before[3]
+                self.used &= {v.name for v in self.values}
+        computed = [v for v in self.values if v.name.startswith("v")]
+        if not computed:
+            a = self.p.args[0]
+            self.emit("neg", [a], "", [(-wide(a.arr, a.dtype), a.dtype)])
+            computed = [self.values[-1]]
+        results = [computed[-1]]  # and most values nothing reads, so little is dead code
+        for v in computed[:-1]:
+            if self.rng.random() < (0.7 if v.name not in self.used else 0.1):
+                results.append(v)
+        self.p.results = results
+        return self.p
+
+
+def generate(seed: int, index: int, grad: bool = False) -> Program:
+    return Generator(seed, index, grad).generate()
+
+
+# ---------------------------------------------------------------------------
+# Checking
+# ---------------------------------------------------------------------------
+
+
+def compare(got: np.ndarray, want: Value, what: str) -> str | None:
+    if got.dtype != np_dtype(want.dtype) or got.shape != want.shape:
+        return f"{what}: got {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}"
+    if want.dtype not in FLOATS:
+        if not np.array_equal(got, want.arr):
+            bad = np.argwhere(got != want.arr)[:3].tolist()
+            return f"{what}: differs at {bad}: got {got[tuple(np.array(bad).T)]}, expected {want.arr[tuple(np.array(bad).T)]}"
+        return None
+    g, w = np.atleast_1d(got.astype(np.float64)), np.atleast_1d(want.arr.astype(np.float64))
+    tol = want.tol * max(1.0, float(np.abs(w).max()) if w.size else 1.0)
+    err = np.abs(g - w)
+    err[np.isnan(g) & np.isnan(w)] = 0
+    if w.size and not (err <= tol).all():
+        i = np.unravel_index(int(np.nanargmax(np.where(np.isnan(err), np.inf, err))), w.shape)
+        return f"{what}: max error {float(err[i]):.3g} > {tol:.3g} at {list(i)}: got {g[i]!r}, expected {w[i]!r}"
+    return None
+
+
+def check_forward(module, prog: Program) -> list[str]:
+    try:
+        got = getattr(module, prog.name)(*[a.arr for a in prog.args])
+    except Exception as err:  # noqa: BLE001 - any failure of a valid program is a defect to report
+        return [f"{prog.name}: raised {type(err).__name__}: {err}"]
+    got = got if isinstance(got, tuple) else (got,)
+    return [m for i, (g, r) in enumerate(zip(got, prog.results)) if (m := compare(g, r, f"{prog.name} result {i}"))]
+
+
+def float_args(prog: Program) -> list[int]:
+    return [i for i, a in enumerate(prog.args) if a.dtype in FLOATS]
+
+
+def check_grad(module, prog: Program, seed: int) -> tuple[list[str], bool]:
+    """(defects, smooth): <grad, v> against central differences of L(x) = sum <dout, f(x)>."""
+    rng = np.random.default_rng([seed, 7])
+    f = getattr(module, prog.name)
+    args = [a.arr for a in prog.args]
+    douts = [rng.normal(size=r.shape) if r.dtype in FLOATS else np.zeros(r.shape, np_dtype(r.dtype))
+             for r in prog.results]
+    wrt = float_args(prog)
+    try:
+        grads = getattr(module, f"{prog.name}_grad")(*args, *douts)
+        both = getattr(module, f"{prog.name}_value_and_grad")(*args, *douts)
+    except Exception as err:  # noqa: BLE001
+        return [f"{prog.name}_grad: raised {type(err).__name__}: {err}"], True
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    defects = []
+    values = f(*args)
+    values = values if isinstance(values, tuple) else (values,)
+    for i, (v, w) in enumerate(zip(both, [*values, *grads])):
+        scale = max(1.0, float(np.abs(w).max()) if w.size else 1.0)
+        if not np.allclose(v, w, rtol=1e-12, atol=1e-12 * scale, equal_nan=True):  # FMA contraction may differ
+            defects.append(f"{prog.name}_value_and_grad: output {i} differs from {prog.name} / {prog.name}_grad")
+    direction = [rng.normal(size=prog.args[i].shape) for i in wrt]
+
+    def loss(t: float) -> float:
+        moved = list(args)
+        for i, d in zip(wrt, direction):
+            moved[i] = args[i] + t * d
+        out = f(*moved)
+        out = out if isinstance(out, tuple) else (out,)
+        return sum(float(np.sum(o * d)) for o, d, r in zip(out, douts, prog.results) if r.dtype in FLOATS)
+
+    analytic = sum(float(np.sum(g * d)) for g, d in zip(grads, direction))
+    fd = [(loss(h) - loss(-h)) / (2 * h) for h in (1e-5, 1e-6)]
+    scale = 1.0 + abs(analytic) + sum(float(np.sum(np.abs(g * d))) for g, d in zip(grads, direction))
+    if abs(fd[0] - fd[1]) > 1e-5 * scale:
+        return defects, False  # not smooth at this point (a compare flipped, a kink of relu/abs/max)
+    if not abs(analytic - fd[1]) <= 1e-5 * scale:
+        defects.append(f"{prog.name}_grad: <grad, v> = {analytic!r}, finite differences {fd[1]!r}")
+    return defects, True
+
+
+@dataclass
+class Report:
+    programs: int = 0
+    defects: list[str] = field(default_factory=list)
+    not_smooth: int = 0
+    ops: set[str] = field(default_factory=set)
+    dtypes: set[str] = field(default_factory=set)
+    ranks: set[int] = field(default_factory=set)
+
+
+def compile_batch(progs: list[Program], grad: bool, decompose: str | None):
+    import opc
+
+    return opc.compile("".join(p.text() for p in progs), grad=grad, decompose=decompose)
+
+
+def run_batch(progs: list[Program], grad: bool, decompose: str | None, seed: int, report: Report) -> None:
+    from opc.ir import OpcError
+
+    try:
+        module = compile_batch(progs, grad, decompose)
+    except OpcError:  # find the program(s) the compiler rejects, report them, check the others
+        good = []
+        for p in progs:
+            try:
+                compile_batch([p], grad, decompose)
+                good.append(p)
+            except OpcError as one:
+                report.defects.append(f"{p.name}: does not compile: {one}")
+        if len(good) == len(progs):
+            raise
+        progs = good
+        module = compile_batch(progs, grad, decompose) if progs else None
+    for p in progs:
+        report.programs += 1
+        report.ops |= p.ops
+        for v in [*p.args, *p.results]:
+            report.dtypes.add(v.dtype)
+            report.ranks.add(v.arr.ndim)
+        report.defects += [f"{d} (decompose={decompose})" for d in check_forward(module, p)]
+        if grad:
+            defects, smooth = check_grad(module, p, seed)
+            report.not_smooth += not smooth
+            report.defects += [f"{d} (decompose={decompose})" for d in defects]
+
+
+def run(seed: int, start: int, count: int, grad: bool, decompose: str | None, report: Report | None = None,
+        batch: int = BATCH) -> Report:
+    report = report or Report()
+    progs = [generate(seed, i, grad) for i in range(start, start + count)]
+    for b in range(0, len(progs), batch):
+        run_batch(progs[b:b + batch], grad, decompose, seed, report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--index", type=int, default=0, help="the first program (with --show: the one shown)")
+    ap.add_argument("--count", type=int, default=200)
+    ap.add_argument("--grad", action="store_true", help="f64 programs, gradients checked too")
+    ap.add_argument("--show", action="store_true", help="print program INDEX, its inputs and its check")
+    ap.add_argument("--batch", type=int, default=BATCH)
+    ns = ap.parse_args(argv)
+    if ns.show:
+        p = generate(ns.seed, ns.index, ns.grad)
+        print(p.text())
+        for a in p.args:
+            print(f"// %{a.name} = {a.arr.tolist()!r}")
+        for r in p.results:
+            print(f"// expected %{r.name} = {r.arr.tolist()!r}")
+        ns.count, ns.batch = 1, 1
+    total = Report()
+    for decompose in (None, "all"):
+        run(ns.seed, ns.index, ns.count, ns.grad, decompose, total, ns.batch)
+    print(f"{total.programs // 2} programs x 2 paths (default, decompose=all), {len(total.defects)} defects, "
+          f"{total.not_smooth} gradient points not smooth; ops {len(total.ops)}, dtypes {sorted(total.dtypes)}, "
+          f"ranks {sorted(total.ranks)}")
+    for d in total.defects:
+        print("DEFECT", d)
+    return 1 if total.defects else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
