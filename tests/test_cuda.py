@@ -498,3 +498,82 @@ def test_large_gemm_against_numpy():
     ref = a.astype(np.float64) @ b + bias
     np.testing.assert_allclose(z, ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
+# -- row kernels' numbers against NumPy: on a GPU, and the same checks on the CPU target --------
+
+
+ROW_TOL = {"f32": 1e-5, "f64": 1e-12, "f16": 8e-3, "bf16": 6e-2}  # halves: every op result rounds
+
+
+def row_tolerance(dt: str, n: int) -> float:
+    """A sum of n terms in another order differs by ~ n eps; halves round every op result."""
+    eps = np.finfo(np.float32 if dt in ("f16", "bf16") else ROW_NP[dt]).eps
+    return ROW_TOL[dt] + 2 * n * eps
+
+
+def check_row_functions(m, shape, dt: str) -> None:
+    """Softmax, log_softmax, layer norm (with mean and rstd), softmax's backward, row
+    sum/max/min (NaN and -inf rows) and the autodiff grads against NumPy in f64."""
+    tag, n, npt = row_tag(shape, dt), shape[-1], ROW_NP[dt]
+    rng = np.random.default_rng(n + len(shape))
+    x = (rng.standard_normal(shape) * 3).astype(npt)
+    g, b = rng.standard_normal(n).astype(npt), rng.standard_normal(n).astype(npt)
+    dy = rng.standard_normal(shape).astype(npt)
+    xd, dyd, gd = (a.astype(np.float64) for a in (x, dy, g))
+    tol = row_tolerance(dt, n)
+
+    def close(got, want, scale=1.0):
+        np.testing.assert_allclose(np.asarray(got).astype(np.float64), want, rtol=tol, atol=tol * scale,
+                                   err_msg=f"{tag}")
+
+    e = np.exp(xd - xd.max(-1, keepdims=True))
+    sm = e / e.sum(-1, keepdims=True)
+    close(getattr(m, f"softmax_{tag}")(x), sm)
+    close(getattr(m, f"log_softmax_{tag}")(x), np.log(sm), 10)
+    mu = xd.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(((xd - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    xhat = (xd - mu) * rstd
+    y, got_mu, got_r = getattr(m, f"layer_norm_{tag}")(x, g, b)
+    close(got_mu, mu, 10)
+    close(got_r, rstd, 10)
+    close(y, xhat * gd + b.astype(np.float64), 10)
+    smx = sm.astype(npt).astype(np.float64)
+    close(getattr(m, f"softmax_bwd_{tag}")(smx.astype(npt), dy), smx * (dyd - (dyd * smx).sum(-1, keepdims=True)), 10)
+    nan_x = x.copy()
+    flat = nan_x.reshape(-1, n)
+    flat[::2, rng.integers(n)] = np.nan  # a NaN anywhere in every other row
+    if flat.shape[0] > 1:
+        flat[1, :] = -np.inf  # a row of -inf: max is -inf, not the team's starting value
+    s, hi, lo = getattr(m, f"rows_{tag}")(nan_x)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(hi.astype(np.float64), nan_x.astype(np.float64).max(-1))
+        np.testing.assert_array_equal(lo.astype(np.float64), nan_x.astype(np.float64).min(-1))
+        ref = nan_x.astype(np.float64).sum(-1)
+    np.testing.assert_array_equal(np.isnan(s.astype(np.float64)), np.isnan(ref))
+    finite = np.isfinite(ref)
+    close(s.astype(np.float64)[finite], ref[finite], 10 * n)
+    if not hasattr(m, f"softmax_{tag}_grad"):
+        return
+    close(getattr(m, f"softmax_{tag}_grad")(x, dy), sm * (dyd - (dyd * sm).sum(-1, keepdims=True)), 10)
+    close(getattr(m, f"log_softmax_{tag}_grad")(x, dy), dyd - sm * dyd.sum(-1, keepdims=True), 10)
+    zero = np.zeros(shape[:-1] + (1,), npt)
+    dx, dg, db = getattr(m, f"layer_norm_{tag}_grad")(x, g, b, dy, zero, zero)
+    dxhat = dyd * gd
+    close(dx, rstd * (dxhat - dxhat.mean(-1, keepdims=True) - xhat * (dxhat * xhat).mean(-1, keepdims=True)), 10)
+    rows = int(np.prod(shape[:-1]))
+    close(dg, (dyd * xhat).reshape(rows, n).sum(0), 10 * rows)
+    close(db, dyd.reshape(rows, n).sum(0), 10 * rows)
+
+
+@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=needs_gpu)])
+def row_modules(request):
+    """The row test modules built for the target: the CPU run checks the oracle and
+    tolerances that the GPU run (which needs a device) relies on."""
+    return {case: opc.compile(src, target=request.param, grad=grad)
+            for case, (src, grad) in NVCC_CASES.items() if case.startswith("row")}
+
+
+@pytest.mark.parametrize("shape,dt,case", ROW_CASES, ids=[f"{c}-{row_tag(s, d)}" for s, d, c in ROW_CASES])
+def test_row_kernels_match_numpy(row_modules, shape, dt, case):
+    check_row_functions(row_modules[case], shape, dt)
