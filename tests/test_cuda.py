@@ -577,3 +577,41 @@ def row_modules(request):
 @pytest.mark.parametrize("shape,dt,case", ROW_CASES, ids=[f"{c}-{row_tag(s, d)}" for s, d, c in ROW_CASES])
 def test_row_kernels_match_numpy(row_modules, shape, dt, case):
     check_row_functions(row_modules[case], shape, dt)
+
+
+# -- the generated CUDA run on the CPU (tests/cuda_sim.h): a check of the kernels' logic without a GPU --
+
+SIM_DROPS = ("#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+             '#include "opc_cuda_gemm.cuh"', '#include "opc_nn.cuh"')
+
+
+def simulated(cu: str, sigs, tmp: str, name: str):
+    """The emitted .cu built with g++ against cuda_sim.h: every launch runs its blocks on
+    std::threads, with real barriers for __syncthreads and the shuffles."""
+    from opc.lowering.cuda_build import load_cuda_library
+
+    text = "\n".join(['#include "cuda_sim.h"', *(ln for ln in cu.splitlines() if ln.strip() not in SIM_DROPS)])
+    text = re.sub(r"(\w+)<<<(\d+), (\d+)>>>\(([^;]*)\);", r"opc_sim_launch(\2, \3, [&] { \1(\4); });", text)
+    src, lib = os.path.join(tmp, f"{name}.cpp"), os.path.join(tmp, f"lib{name}.so")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write(text)
+    cmd = [shutil.which("g++") or "g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+           "-I", str(runtime_dir()), "-I", os.path.dirname(os.path.abspath(__file__)), "-o", lib, src]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return load_cuda_library(lib, sigs, cu, require_device=False)
+
+
+@pytest.fixture(scope="module")
+def simulated_rows(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("cuda-sim"))
+    return {case: simulated(*emit_cuda(loops_of(src, grad=grad)), tmp, case)
+            for case, (src, grad) in NVCC_CASES.items() if case.startswith("row")}
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH (it builds the CUDA simulation)")
+@pytest.mark.parametrize("shape,dt,case", ROW_CASES, ids=[f"{c}-{row_tag(s, d)}" for s, d, c in ROW_CASES])
+def test_row_kernels_match_numpy_on_the_cuda_simulator(simulated_rows, shape, dt, case):
+    """The CUDA row kernels' indexing, strides, team reductions and barriers, run as
+    threads on the CPU: the same NumPy checks as on a GPU."""
+    check_row_functions(simulated_rows[case], shape, dt)
