@@ -1,7 +1,9 @@
 """CUDA target: the generated .cu of every op (one module holding a function
 per op and dtype) and of examples/mlp.mlir (forward and --grad) must compile
 with nvcc and print no warnings; these run wherever nvcc is (CI has nvcc and
-no GPU). Numeric checks against NumPy and the CPU target run on a GPU only.
+no GPU). Numeric checks against NumPy and the CPU target run on a GPU only;
+the row kernels' checks also run on the CPU target and on tests/cuda_sim.h,
+which runs the emitted CUDA with g++ and threads.
 The nvcc runs happen in parallel, once per module (about 10 s of CPU for the
 ops module, most of it nvcc's host compile and ptxas)."""
 
