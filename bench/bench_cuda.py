@@ -60,7 +60,8 @@ def rows_source(r: int, n: int, dt: str) -> str:
             f"  %var = opc.reduce_mean %sq {red} : ({full}) -> {row}\n"
             f"  %eps = opc.full {{value = 1.0e-5 : f64}} : () -> {row}\n"
             f"  %ve = opc.add %var, %eps : ({row}, {row}) -> {row}\n  %rs = opc.rsqrt %ve : ({row}) -> {row}\n"
-            f"  %nr = opc.mul %d, %rs : ({full}, {row}) -> {full}\n  %ng = opc.mul %nr, %g : ({full}, {vec}) -> {full}\n"
+            f"  %nr = opc.mul %d, %rs : ({full}, {row}) -> {full}\n"
+            f"  %ng = opc.mul %nr, %g : ({full}, {vec}) -> {full}\n"
             f"  %y = opc.add %ng, %b : ({full}, {vec}) -> {full}\n  func.return %y : {full}\n}}\n")
 
 
