@@ -1,7 +1,10 @@
 """GEMM and fused GEMM epilogue on the GPU: opc's CUDA target against cuBLAS
-(through torch, where installed) or else against opc's CPU target.
+(through torch, where installed) or else against opc's CPU target; then softmax
+and layer norm composed from primitives (one row kernel each) against torch's
+softmax / layer_norm, their bandwidth counting one read and one write of the rows.
 
-    python bench/bench_cuda.py [--sizes 512,1024,2048] [--dtype f32|f16|bf16] [--repeat 20]
+    python bench/bench_cuda.py [--sizes 512,1024,2048] [--rows 2048x1024,8192x4096]
+                               [--dtype f32|f16|bf16] [--repeat 20]
 
 With torch, opc runs on device buffers (the opc_fn_NAME entry, which ends in a
 cudaDeviceSynchronize) and torch's times include a torch.cuda.synchronize().
@@ -45,9 +48,68 @@ def source(n: int, dt: str) -> str:
             f"  func.return %h, %z : {t2}, {t2}\n}}\n")
 
 
+def rows_source(r: int, n: int, dt: str) -> str:
+    """Softmax and layer norm over the last axis, composed as a user writes them."""
+    full, row, vec = f"tensor<{r}x{n}x{dt}>", f"tensor<{r}x1x{dt}>", f"tensor<{n}x{dt}>"
+    red = "{axes = array<i64: 1>, keepdim = true}"
+    return (f"func.func @softmax(%x: {full}) -> {full} {{\n"
+            f"  %m = opc.reduce_max %x {red} : ({full}) -> {row}\n"
+            f"  %s = opc.sub %x, %m : ({full}, {row}) -> {full}\n  %e = opc.exp %s : ({full}) -> {full}\n"
+            f"  %z = opc.reduce_sum %e {red} : ({full}) -> {row}\n"
+            f"  %y = opc.div %e, %z : ({full}, {row}) -> {full}\n  func.return %y : {full}\n}}\n"
+            f"func.func @layer_norm(%x: {full}, %g: {vec}, %b: {vec}) -> {full} {{\n"
+            f"  %mu = opc.reduce_mean %x {red} : ({full}) -> {row}\n"
+            f"  %d = opc.sub %x, %mu : ({full}, {row}) -> {full}\n  %sq = opc.mul %d, %d : ({full}, {full}) -> {full}\n"
+            f"  %var = opc.reduce_mean %sq {red} : ({full}) -> {row}\n"
+            f"  %eps = opc.full {{value = 1.0e-5 : f64}} : () -> {row}\n"
+            f"  %ve = opc.add %var, %eps : ({row}, {row}) -> {row}\n  %rs = opc.rsqrt %ve : ({row}) -> {row}\n"
+            f"  %nr = opc.mul %d, %rs : ({full}, {row}) -> {full}\n"
+            f"  %ng = opc.mul %nr, %g : ({full}, {vec}) -> {full}\n"
+            f"  %y = opc.add %ng, %b : ({full}, {vec}) -> {full}\n  func.return %y : {full}\n}}\n")
+
+
+def bench_rows(shapes: list[tuple[int, int]], dt: str, repeat: int, have_torch: bool) -> None:
+    print(f"\n{'op':10} {'rows x n':>11} {'opc cuda ms':>12} {'opc GB/s':>9} {'ref ms':>10}  reference")
+    rng = np.random.default_rng(1)
+    ndt = np_dtype(dt)
+    for r, n in shapes:
+        m = opc.compile(rows_source(r, n, dt), target="cuda")
+        x = (rng.standard_normal((r, n)) * 3).astype(np.float32).astype(ndt)
+        g, b = (rng.standard_normal(n).astype(np.float32).astype(ndt) for _ in range(2))
+        if have_torch:
+            import torch
+
+            tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
+            tx, tg, tb = (torch.from_numpy(a.astype(np.float32)).to("cuda", tdt) for a in (x, g, b))
+            out = torch.empty_like(tx)
+            ct = "float" if dt == "f32" else "uint16_t"
+            px, pg, pb, po = (m.ffi.cast(f"{ct} *", t.data_ptr()) for t in (tx, tg, tb, out))
+            sm_dev, ln_dev = getattr(m.lib, f"{ENTRY_PREFIX}softmax"), getattr(m.lib, f"{ENTRY_PREFIX}layer_norm")
+
+            def synced(f):
+                def run():
+                    f()
+                    torch.cuda.synchronize()
+                return run
+
+            cases = [("softmax", lambda: sm_dev(px, po), synced(lambda: torch.softmax(tx, -1)), "torch"),
+                     ("layer_norm", lambda: ln_dev(px, pg, pb, po),
+                      synced(lambda: torch.nn.functional.layer_norm(tx, (n,), tg, tb, 1e-5)), "torch")]
+        else:
+            cpu = opc.compile(rows_source(r, n, dt), target="cpu")
+            cases = [("softmax", lambda: m.softmax(x), lambda: cpu.softmax(x), "opc cpu"),
+                     ("layer_norm", lambda: m.layer_norm(x, g, b), lambda: cpu.layer_norm(x, g, b), "opc cpu")]
+        moved = 2.0 * r * n * ndt.itemsize
+        for name, mine, ref, label in cases:
+            t_mine, t_ref = best(mine, repeat, min_time=0), best(ref, max(3, repeat // 4), min_time=0)
+            print(f"{name:10} {f'{r}x{n}':>11} {t_mine * 1e3:12.3f} {moved / t_mine / 1e9:9.1f} {t_ref * 1e3:10.3f}"
+                  f"  {label}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="512,1024,2048")
+    ap.add_argument("--rows", default="2048x1024,8192x4096", help="softmax / layer norm shapes, ROWSxN,...")
     ap.add_argument("--dtype", default="f32", choices=sorted(MLIR_T))
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
@@ -97,6 +159,8 @@ def main() -> int:
         for name, mine, ref, label in cases:
             t_mine, t_ref = best(mine, args.repeat, min_time=0), best(ref, max(3, args.repeat // 4), min_time=0)
             print(f"{name:6} {n:5d} {t_mine * 1e3:12.3f} {flops / t_mine / 1e9:12.1f} {t_ref * 1e3:10.3f}  {label}")
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.rows.split(",") if s]
+    bench_rows(shapes, args.dtype, args.repeat, have_torch)  # type: ignore[arg-type]
     return 0
 
 

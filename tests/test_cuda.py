@@ -1,7 +1,9 @@
 """CUDA target: the generated .cu of every op (one module holding a function
 per op and dtype) and of examples/mlp.mlir (forward and --grad) must compile
 with nvcc and print no warnings; these run wherever nvcc is (CI has nvcc and
-no GPU). Numeric checks against NumPy and the CPU target run on a GPU only.
+no GPU). Numeric checks against NumPy and the CPU target run on a GPU only;
+the row kernels' checks also run on the CPU target and on tests/cuda_sim.h,
+which runs the emitted CUDA with g++ and threads.
 The nvcc runs happen in parallel, once per module (about 10 s of CPU for the
 ops module, most of it nvcc's host compile and ptxas)."""
 
@@ -13,9 +15,12 @@ import subprocess
 import sys
 import tempfile
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
+from test_schedule import row_src
 
 import opc
 from opc.api import lower, prepare
@@ -249,16 +254,47 @@ def loops_of(source, grad: bool = False, target: str = "cuda"):
 # ---------------------------------------------------------------------------
 
 
+# Row kernels (softmax, log_softmax, layer norm, softmax's backward composed from
+# primitives, plain row reductions) in every float type, with their autodiff grads:
+# rows for a warp (37: not a multiple of 32) and for a block (1100: not a multiple
+# of 256); in f32 also rows shorter than a warp, rank 3, and exact multiples.
+ROW_DTYPES = ["f32", "f64", "f16", "bf16"]
+ROW_SHAPES = [(5, 37), (3, 1100)]
+ROW_EDGE_SHAPES = [(7, 5), (2, 3, 64), (9, 2048), (1, 2)]
+ROW_NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+def row_tag(shape, dt: str) -> str:
+    return f"{dt}_{'x'.join(map(str, shape))}"
+
+
+def tagged_rows(shape, dt: str) -> str:
+    """row_src's functions renamed NAME_TAG (softmax_grad: softmax_bwd, autodiff takes the _grad names)."""
+    src = row_src(shape, dt).replace("@softmax_grad(", "@softmax_bwd(")
+    return re.sub(r"func\.func @(\w+)\(", lambda m: f"func.func @{m.group(1)}_{row_tag(shape, dt)}(", src)
+
+
+ROWS_TEXT = "\n".join(tagged_rows(s, dt) for dt in ROW_DTYPES for s in ROW_SHAPES)
+ROW_EDGES_TEXT = "\n".join(tagged_rows(s, "f32") for s in ROW_EDGE_SHAPES)
+NVCC_CASES = {"ops": (OPS_TEXT, False), "mlp_grad": (MLP, True),  # mlp_grad holds the forward mlp too
+              "rows_grad": (ROWS_TEXT, True), "row_edges": (ROW_EDGES_TEXT, False)}
+
+
 @pytest.fixture(scope="module")
-def nvcc_results():
+def emitted():
+    """{case: the generated .cu}."""
+    return {name: emit_cuda(loops_of(src, grad=grad))[0] for name, (src, grad) in NVCC_CASES.items()}
+
+
+@pytest.fixture(scope="module")
+def nvcc_results(emitted):
     """{case: (returncode, output)}: every case's .cu compiled by nvcc -c, all at once."""
-    cases = {"ops": OPS_TEXT, "mlp_grad": MLP}  # mlp_grad holds the forward mlp too: see test_forward_in_grad
     tmp = tempfile.mkdtemp(prefix="opc-nvcc-")
     procs = {}
-    for name, src in cases.items():
+    for name in NVCC_CASES:
         cu = os.path.join(tmp, f"{name}.cu")
         with open(cu, "w", encoding="utf-8") as f:
-            f.write(emit_cuda(loops_of(src, grad=name == "mlp_grad"))[0])
+            f.write(emitted[name])
         cmd = [nvcc_path(), "-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-I", str(runtime_dir()),
                cu, "-o", os.path.join(tmp, f"{name}.o")]
         procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -268,7 +304,7 @@ def nvcc_results():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("case", ["ops", "mlp_grad"])
+@pytest.mark.parametrize("case", list(NVCC_CASES))
 def test_generated_cuda_compiles_without_warnings(nvcc_results, case):
     rc, output = nvcc_results[case]
     assert rc == 0, output
@@ -297,6 +333,62 @@ def test_emitted_source_shape():
                    "opc_cuda_gemm_f32(", "cudaMalloc", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>"):
         assert needle in src
     assert "restrict" not in src.replace("__restrict__", "")
+
+
+# -- the shape of the emitted row kernels (no nvcc needed) ----------------------------
+
+
+def launches(cu: str, fn_name: str) -> list[tuple[str, int, int, str]]:
+    """(kernel, blocks, threads, kernel source) of each launch in opc_fn_FN, in order."""
+    host = cu.split(f'extern "C" int opc_fn_{fn_name}(', 1)[1].split("\ncleanup:", 1)[0]
+    out = []
+    for k, blocks, threads in re.findall(r"(opc_k_\w+)<<<(\d+), (\d+)>>>", host):
+        body = cu.split(f"void __launch_bounds__(256) {k}(", 1)[1].split("\n}\n", 1)[0]
+        out.append((k, int(blocks), int(threads), body))
+    return out
+
+
+ONE_KERNEL = ["softmax", "log_softmax", "layer_norm", "softmax_bwd", "softmax_grad", "log_softmax_grad"]
+ROW_CASES = [(s, dt, "rows_grad") for dt in ROW_DTYPES for s in ROW_SHAPES] + [
+    (s, "f32", "row_edges") for s in ROW_EDGE_SHAPES]
+
+
+@pytest.mark.parametrize("shape,dt,case", ROW_CASES, ids=[f"{c}-{row_tag(s, d)}" for s, d, c in ROW_CASES])
+def test_row_kernels_are_one_cuda_kernel_each(emitted, shape, dt, case):
+    """Each normalization is one __global__ with a team per row: a warp up to
+    WARP_ROW_MAX, else a block whose passes meet through __shared__ slots, with
+    every __syncthreads at the top of the (block-uniform) row loop, never inside a
+    branch or the strided pass; per-row outputs are written by one thread."""
+    cu, tag, rows, length = emitted[case], row_tag(shape, dt), int(np.prod(shape[:-1])), shape[-1]
+    names = [n for n in ONE_KERNEL if case == "rows_grad" or not n.endswith("_grad")]
+    for name in names:
+        base, grad = (name[: -len("_grad")], "_grad") if name.endswith("_grad") else (name, "")
+        ks = launches(cu, f"{base}_{tag}{grad}")
+        assert len(ks) == 1, (name, [k for k, *_ in ks])
+        _, blocks, threads, body = ks[0]
+        passes = body.count("for (int opc_off = 16;")
+        assert passes >= 1 and body.count(f"< {rows}; opc_row +=") == 1
+        assert f"((int64_t){length})" in body  # the strided passes run to the row's end
+        if length <= 1024:  # a warp per row: shuffles only
+            assert "threadIdx.x % 32;" in body and "__syncthreads" not in body and "__shared__" not in body
+            assert body.count("+= 32 * ") >= passes and "__shfl_sync(0xffffffffu" in body
+            assert (blocks, threads) == (-(-rows * 32 // 256), min(256, rows * 32))
+        else:  # a block per row
+            assert "threadIdx.x % 256;" in body and body.count("+= 256 * ") >= passes
+            assert (blocks, threads) == (min(rows, 8192), 256)
+            sync_lines = [ln for ln in body.splitlines() if "__syncthreads" in ln]
+            assert len(sync_lines) == 2 * passes  # slots written, then read before the next row writes them
+            assert all(re.match(r"^ {4}__syncthreads\(\);", ln) for ln in sync_lines), sync_lines
+            assert re.search(r"^ {2}for \(int64_t opc_row = blockIdx\.x; ", body, re.M)
+            assert re.search(r"^ {2}__shared__ (float|double) opc_red0_0\[8\];", body, re.M)
+        if name == "layer_norm":  # the mean and rstd it returns: one store per row
+            assert body.count("if (opc_t == 0) out1_") == 1 and body.count("if (opc_t == 0) out2_") == 1
+
+
+def test_row_max_propagates_nan_across_the_team(emitted):
+    """The partial maxima of a softmax meet through the NaN-propagating maximum."""
+    _, _, _, body = launches(emitted["rows_grad"], "softmax_f32_3x1100")[0]
+    assert re.search(r"v_\d+ = \(\(v_\d+ != v_\d+ \|\| v_\d+ > opc_o0\) \? v_\d+ : opc_o0\);", body)
 
 
 def test_cli_emit_and_compile_dir(tmp_path):
@@ -408,3 +500,120 @@ def test_large_gemm_against_numpy():
     ref = a.astype(np.float64) @ b + bias
     np.testing.assert_allclose(z, ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
+# -- row kernels' numbers against NumPy: on a GPU, and the same checks on the CPU target --------
+
+
+ROW_TOL = {"f32": 1e-5, "f64": 1e-12, "f16": 8e-3, "bf16": 6e-2}  # halves: every op result rounds
+
+
+def row_tolerance(dt: str, n: int) -> float:
+    """A sum of n terms in another order differs by ~ n eps; halves round every op result."""
+    eps = np.finfo(np.float32 if dt in ("f16", "bf16") else ROW_NP[dt]).eps
+    return ROW_TOL[dt] + 2 * n * eps
+
+
+def check_row_functions(m, shape, dt: str) -> None:
+    """Softmax, log_softmax, layer norm (with mean and rstd), softmax's backward, row
+    sum/max/min (NaN and -inf rows) and the autodiff grads against NumPy in f64."""
+    tag, n, npt = row_tag(shape, dt), shape[-1], ROW_NP[dt]
+    rng = np.random.default_rng(n + len(shape))
+    x = (rng.standard_normal(shape) * 3).astype(npt)
+    g, b = rng.standard_normal(n).astype(npt), rng.standard_normal(n).astype(npt)
+    dy = rng.standard_normal(shape).astype(npt)
+    xd, dyd, gd = (a.astype(np.float64) for a in (x, dy, g))
+    tol = row_tolerance(dt, n)
+
+    def close(got, want, scale=1.0):
+        np.testing.assert_allclose(np.asarray(got).astype(np.float64), want, rtol=tol, atol=tol * scale,
+                                   err_msg=f"{tag}")
+
+    e = np.exp(xd - xd.max(-1, keepdims=True))
+    sm = e / e.sum(-1, keepdims=True)
+    close(getattr(m, f"softmax_{tag}")(x), sm)
+    close(getattr(m, f"log_softmax_{tag}")(x), np.log(sm), 10)
+    mu = xd.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(((xd - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    xhat = (xd - mu) * rstd
+    y, got_mu, got_r = getattr(m, f"layer_norm_{tag}")(x, g, b)
+    close(got_mu, mu, 10)
+    close(got_r, rstd, 10)
+    close(y, xhat * gd + b.astype(np.float64), 10)
+    smx = sm.astype(npt).astype(np.float64)
+    close(getattr(m, f"softmax_bwd_{tag}")(smx.astype(npt), dy), smx * (dyd - (dyd * smx).sum(-1, keepdims=True)), 10)
+    nan_x = x.copy()
+    flat = nan_x.reshape(-1, n)
+    flat[::2, rng.integers(n)] = np.nan  # a NaN anywhere in every other row
+    if flat.shape[0] > 1:
+        flat[1, :] = -np.inf  # a row of -inf: max is -inf, not the team's starting value
+    s, hi, lo = getattr(m, f"rows_{tag}")(nan_x)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(hi.astype(np.float64), nan_x.astype(np.float64).max(-1))
+        np.testing.assert_array_equal(lo.astype(np.float64), nan_x.astype(np.float64).min(-1))
+        ref = nan_x.astype(np.float64).sum(-1)
+    np.testing.assert_array_equal(np.isnan(s.astype(np.float64)), np.isnan(ref))
+    finite = np.isfinite(ref)
+    close(s.astype(np.float64)[finite], ref[finite], 10 * n)
+    if not hasattr(m, f"softmax_{tag}_grad"):
+        return
+    close(getattr(m, f"softmax_{tag}_grad")(x, dy), sm * (dyd - (dyd * sm).sum(-1, keepdims=True)), 10)
+    close(getattr(m, f"log_softmax_{tag}_grad")(x, dy), dyd - sm * dyd.sum(-1, keepdims=True), 10)
+    zero = np.zeros(shape[:-1] + (1,), npt)
+    dx, dg, db = getattr(m, f"layer_norm_{tag}_grad")(x, g, b, dy, zero, zero)
+    dxhat = dyd * gd
+    close(dx, rstd * (dxhat - dxhat.mean(-1, keepdims=True) - xhat * (dxhat * xhat).mean(-1, keepdims=True)), 10)
+    rows = int(np.prod(shape[:-1]))
+    close(dg, (dyd * xhat).reshape(rows, n).sum(0), 10 * rows)
+    close(db, dyd.reshape(rows, n).sum(0), 10 * rows)
+
+
+@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=needs_gpu)])
+def row_modules(request):
+    """The row test modules built for the target: the CPU run checks the oracle and
+    tolerances that the GPU run (which needs a device) relies on."""
+    return {case: opc.compile(src, target=request.param, grad=grad)
+            for case, (src, grad) in NVCC_CASES.items() if case.startswith("row")}
+
+
+@pytest.mark.parametrize("shape,dt,case", ROW_CASES, ids=[f"{c}-{row_tag(s, d)}" for s, d, c in ROW_CASES])
+def test_row_kernels_match_numpy(row_modules, shape, dt, case):
+    check_row_functions(row_modules[case], shape, dt)
+
+
+# -- the generated CUDA run on the CPU (tests/cuda_sim.h): a check of the kernels' logic without a GPU --
+
+SIM_DROPS = ("#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+             '#include "opc_cuda_gemm.cuh"', '#include "opc_nn.cuh"')
+
+
+def simulated(cu: str, sigs, tmp: str, name: str):
+    """The emitted .cu built with g++ against cuda_sim.h: every launch runs its blocks on
+    std::threads, with real barriers for __syncthreads and the shuffles."""
+    from opc.lowering.cuda_build import load_cuda_library
+
+    text = "\n".join(['#include "cuda_sim.h"', *(ln for ln in cu.splitlines() if ln.strip() not in SIM_DROPS)])
+    text = re.sub(r"(\w+)<<<(\d+), (\d+)>>>\(([^;]*)\);", r"opc_sim_launch(\2, \3, [&] { \1(\4); });", text)
+    src, lib = os.path.join(tmp, f"{name}.cpp"), os.path.join(tmp, f"lib{name}.so")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write(text)
+    cmd = [shutil.which("g++") or "g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+           "-I", str(runtime_dir()), "-I", os.path.dirname(os.path.abspath(__file__)), "-o", lib, src]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return load_cuda_library(lib, sigs, cu, require_device=False)
+
+
+@pytest.fixture(scope="module")
+def simulated_rows(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("cuda-sim"))
+    return {case: simulated(*emit_cuda(loops_of(src, grad=grad)), tmp, case)
+            for case, (src, grad) in NVCC_CASES.items() if case.startswith("row")}
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH (it builds the CUDA simulation)")
+@pytest.mark.parametrize("shape,dt,case", ROW_CASES, ids=[f"{c}-{row_tag(s, d)}" for s, d, c in ROW_CASES])
+def test_row_kernels_match_numpy_on_the_cuda_simulator(simulated_rows, shape, dt, case):
+    """The CUDA row kernels' indexing, strides, team reductions and barriers, run as
+    threads on the CPU: the same NumPy checks as on a GPU."""
+    check_row_functions(simulated_rows[case], shape, dt)

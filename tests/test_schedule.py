@@ -151,9 +151,15 @@ def test_explain_kernels_lists_every_kernel() -> None:
     assert "@rows: 3 kernels" in text  # reductions with nothing to fuse stay plain (vectorized) loops
 
 
-def test_cuda_schedule_has_no_row_kernels() -> None:
-    fn = next(iter(load_module(row_src((4, 8))).module.ops))
-    assert all(k.kind != "row" for k in plan(fn, row_kernels=False).kernels)
+def test_cuda_plans_the_same_row_kernels() -> None:
+    """The CUDA emitter runs row kernels too (a warp or block per row): one plan for both targets."""
+    from opc.explain import explain_kernels
+
+    module = load_module(row_src((4, 8))).module
+    assert explain_kernels(module, "cuda") == explain_kernels(module, "cpu")
+    assert "kernel 0 (row): reduce_max, sub, exp, reduce_sum, div" in explain_kernels(module, "cuda")
+    fn = next(iter(module.ops))
+    assert all(k.kind != "row" for k in plan(fn, row_kernels=False).kernels)  # the switch still exists
 
 
 # -- numerics of the fused kernels ----------------------------------------------------

@@ -12,6 +12,14 @@ scalar expression table, loads, stores, constants and scf.for are shared.
   combine is associative and whose init is its identity: reduce_sum,
   reduce_max, dbias) becomes a warp-per-output kernel: the lanes stride the
   outermost reduction loop and the partial results meet by __shfl_down_sync.
+- A row kernel of the schedule (the nest carries `opc.row_length`: softmax,
+  layer norm, log_softmax and their backward composed from primitives) becomes
+  one kernel with a team of threads per row: a warp for rows of up to
+  WARP_ROW_MAX elements, a block of BLOCK threads otherwise, grid-stride over
+  the rows. Each pass over the row (a top-level scf.for of the nest) is strided
+  over the team; its accumulators meet by warp shuffles and, in a block, through
+  one __shared__ slot per warp, so that every thread of the team holds the same
+  per-row results and applies the elementwise consumers to its own elements.
 - `opc_loops.gemm` launches the shared-memory tiled GEMM of
   runtime/opc_cuda_gemm.cuh with its epilogue (bias, activation, reserve).
 - memref.alloc / dealloc are cudaMalloc / cudaFree; every CUDA call is checked
@@ -46,10 +54,12 @@ from xdsl.ir import Operation, SSAValue
 
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
 from opc.lowering.c_emitter import EXPRESSIONS, CEmitter, FunctionSignature, c_symbol, c_type, dtype_suffix
+from opc.lowering.opc_lower_to_loops import ROW_KERNEL_ATTR
 
 BLOCK = 256  # threads per block of the generated kernels
 MAX_BLOCKS = 8192  # grid-stride loops cover the rest
 WARP = 32
+WARP_ROW_MAX = 1024  # a row kernel's rows up to this length get a warp each, longer ones a block
 
 # Ops that stay on the host; any other top-level op runs in a device kernel.
 HOST_OPS = (memref.AllocOp, memref.DeallocOp, memref.ReinterpretCastOp, GemmOp, scf.ParallelOp, func.ReturnOp,
@@ -82,6 +92,23 @@ def int_identity(op: Operation, t) -> int | None:
     w, unsigned = t.width.data, isinstance(op, (arith.MaxUIOp, arith.MinUIOp))
     lo, hi = (0, (1 << w) - 1) if unsigned else (-(1 << (w - 1)), (1 << (w - 1)) - 1)
     return lo if isinstance(op, (arith.MaxSIOp, arith.MaxUIOp)) else hi
+
+
+def is_identity(combine: Operation, init: SSAValue) -> bool:
+    """Whether the accumulator's init is a constant identity of its combine, so a
+    thread that folds no element contributes nothing when the partials meet."""
+    if not isinstance(init.owner, arith.ConstantOp):
+        return False
+    attr = init.owner.value
+    if not isinstance(attr, (IntegerAttr, FloatAttr)):
+        return False
+    value = attr.value.data
+    kind = type(combine)
+    if kind in COMBINES:
+        return COMBINES[kind](value)
+    # a signless constant: compare modulo 2^width (ui8's 255 is stored as -1)
+    ident, width = int_identity(combine, combine.results[0].type), combine.results[0].type.width.data  # type: ignore[attr-defined]
+    return ident is not None and (value - ident) % (1 << width) == 0
 
 
 def prune_unused(lines: list[str]) -> list[str]:
@@ -119,6 +146,10 @@ class CudaEmitter(CEmitter):
     fn_name: str = ""
     warp_loop: scf.ForOp | None = None
     in_host: bool = True  # False while a kernel body is being written
+    row_team: int = 0  # inside a row kernel: threads per row (WARP or BLOCK); 0 elsewhere
+    row_body: object = None  # inside a row kernel: the nest's body block, whose scf.for are row passes
+    row_passes: int = 0  # row passes emitted so far in the current kernel (names its __shared__ slots)
+    shared_at: int = 0  # where the current row kernel's __shared__ declarations go in self.lines
 
     header = (
         "#include <stdint.h>\n#include <math.h>\n#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n"
@@ -291,7 +322,9 @@ class CudaEmitter(CEmitter):
         for lb, ub, step in zip(op.lowerBound, op.upperBound, op.step):
             lo, hi, st = self.const_index(lb), self.const_index(ub), self.const_index(step)
             trips.append((lo, max(0, -(-(hi - lo) // st)), st))
-        self.emit_kernel(list(zip(op.body.block.args, trips)), list(op.body.block.ops))
+        length = op.attributes.get(ROW_KERNEL_ATTR)
+        row_length = length.value.data if isinstance(length, IntegerAttr) else None
+        self.emit_kernel(list(zip(op.body.block.args, trips)), list(op.body.block.ops), row_length)
 
     # -- kernels -------------------------------------------------------------------
 
@@ -313,7 +346,8 @@ class CudaEmitter(CEmitter):
                         seen[v] = None
         return list(seen)
 
-    def emit_kernel(self, ivs: list[tuple[SSAValue, tuple[int, int, int]]], body: list[Operation]) -> None:
+    def emit_kernel(self, ivs: list[tuple[SSAValue, tuple[int, int, int]]], body: list[Operation],
+                    row_length: int | None = None) -> None:
         total = pymath.prod(n for _, (_, n, _) in ivs)
         if total == 0:
             return
@@ -329,7 +363,7 @@ class CudaEmitter(CEmitter):
                 args.append(self.name(v))
             else:
                 raise NotImplementedError(f"CUDA emitter: a kernel captures a host scalar {v}")
-        reduction = self.match_reduction(body)
+        reduction = self.match_reduction(body) if row_length is None else None
         host_lines, host_indent = self.lines, self.indent
         self.lines, self.indent, self.in_host = [], 0, False
         try:
@@ -337,7 +371,9 @@ class CudaEmitter(CEmitter):
             self.indent = 1
             for c in consts:
                 self.emit_op(c)
-            if reduction is None:
+            if row_length is not None:
+                threads, blocks = self.row_kernel(ivs, total, body, row_length)
+            elif reduction is None:
                 self.grid_stride(ivs, total, body)
                 threads = min(BLOCK, total)
                 blocks = min(MAX_BLOCKS, -(-total // BLOCK))
@@ -394,23 +430,15 @@ class CudaEmitter(CEmitter):
         combine = self.find_combine(loop)
         if combine is None:
             return None
-        init = loop.iter_args[0].owner.value  # type: ignore[attr-defined]
-        if not isinstance(init, (IntegerAttr, FloatAttr)):
+        if not is_identity(combine, loop.iter_args[0]):
             return None
-        value = init.value.data
-        kind = type(combine)
-        if kind in COMBINES:
-            ok = COMBINES[kind](value)
-        else:  # a signless constant: compare modulo 2^width (ui8's 255 is stored as -1)
-            ident, width = int_identity(combine, combine.results[0].type), combine.results[0].type.width.data  # type: ignore[attr-defined]
-            ok = ident is not None and (value - ident) % (1 << width) == 0
-        return Reduction(loop, combine, ops[: loops[0]], ops[loops[0] + 1:]) if ok else None
+        return Reduction(loop, combine, ops[: loops[0]], ops[loops[0] + 1:])
 
     @staticmethod
-    def find_combine(loop: scf.ForOp) -> Operation | None:
-        """The op that folds each element into the accumulator, through nested loops."""
-        acc = loop.body.block.args[1]
-        yielded = loop.body.block.last_op.operands[0]  # type: ignore[union-attr]
+    def find_combine(loop: scf.ForOp, k: int = 0) -> Operation | None:
+        """The op that folds each element into carried value k, through nested loops."""
+        acc = loop.body.block.args[1 + k]
+        yielded = loop.body.block.last_op.operands[k]  # type: ignore[union-attr]
         op = yielded.owner
         if isinstance(op, scf.ForOp):  # a multi-axis reduction: the inner loop carries the same accumulator
             if len(op.iter_args) != 1 or op.iter_args[0] is not acc:
@@ -462,6 +490,9 @@ class CudaEmitter(CEmitter):
                     self.names[v] = old
 
     def emit_ForOp(self, op: scf.ForOp) -> None:
+        if self.row_team and op.parent_block() is self.row_body:
+            self.row_pass(op)
+            return
         if op is not self.warp_loop:
             super().emit_ForOp(op)
             return
@@ -479,6 +510,109 @@ class CudaEmitter(CEmitter):
         self.yield_targets.pop()
         self.indent -= 1
         self.line("}")
+
+
+    # -- row kernels ---------------------------------------------------------------------
+
+    def row_kernel(self, ivs, total: int, body: list[Operation], length: int) -> tuple[int, int]:
+        """A team of threads per row, grid-stride over the rows; (threads, blocks) of the launch.
+
+        The row loop's condition is uniform over a team (a warp, or the whole block),
+        so the shuffles and __syncthreads of the passes are reached by all its threads."""
+        team = WARP if length <= WARP_ROW_MAX else BLOCK
+        self.line(f"const int opc_t = threadIdx.x % {team};  /* this thread's place in its row's team */")
+        if team == WARP:
+            self.line(f"for (int64_t opc_row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / {WARP}; "
+                      f"opc_row < {total}; opc_row += ((int64_t)blockDim.x * gridDim.x) / {WARP}) {{")
+            threads, blocks = min(BLOCK, total * WARP), min(MAX_BLOCKS, -(-total * WARP // BLOCK))
+        else:
+            self.line(f"for (int64_t opc_row = blockIdx.x; opc_row < {total}; opc_row += gridDim.x) {{")
+            threads, blocks = BLOCK, min(MAX_BLOCKS, total)
+        self.shared_at = len(self.lines) - 1  # the __shared__ slots are declared before the row loop
+        self.row_team, self.row_body, self.row_passes = team, body[0].parent_block(), 0
+        try:
+            self.indent += 1
+            self.decompose(ivs, "opc_row")
+            self.emit_ops(body)
+            self.indent -= 1
+            self.line("}")
+        finally:
+            self.row_team, self.row_body = 0, None
+        return threads, blocks
+
+    def row_pass(self, op: scf.ForOp) -> None:
+        """One pass over the row: each thread takes every team-th element, then the
+        partial accumulators meet so that every thread of the team holds the totals."""
+        team, p = self.row_team, self.row_passes
+        self.row_passes += 1
+        combines = [self.find_combine(op, k) for k in range(len(op.results))]
+        for c, init in zip(combines, op.iter_args):
+            if c is None or not is_identity(c, init):
+                raise NotImplementedError("CUDA emitter: a row pass whose accumulator is not a plain reduction")
+        iv, *carried = op.body.block.args
+        accs = []
+        for arg, init, res in zip(carried, op.iter_args, op.results):
+            acc = self.name(res)
+            self.line(f"{c_type(res.type)} {acc} = {self.name(init)};")
+            self.names[arg] = acc
+            accs.append(acc)
+        i, lb, ub, st = self.name(iv), self.name(op.lb), self.name(op.ub), self.name(op.step)
+        self.line(f"for (int64_t {i} = {lb} + opc_t * {st}; {i} < {ub}; {i} += {team} * {st}) {{")
+        self.indent += 1
+        self.yield_targets.append(accs)
+        self.emit_block(op.body.block)
+        self.yield_targets.pop()
+        self.indent -= 1
+        self.line("}")
+        if not accs:
+            return  # a pass that only stores: each thread wrote its own elements
+        types = [(c_type(r.type), shfl_type(r.type)) for r in op.results]
+        # within each warp: lane 0 ends with the warp's total
+        self.line(f"for (int opc_off = {WARP // 2}; opc_off > 0; opc_off /= 2) {{")
+        self.indent += 1
+        for k, (acc, c, (ct, st_)) in enumerate(zip(accs, combines, types)):
+            self.line(f"const {ct} opc_o{k} = ({ct})__shfl_down_sync(0xffffffffu, ({st_}){acc}, opc_off);")
+            self.line(f"{acc} = {self.combine_expr(c, acc, f'opc_o{k}')};")  # type: ignore[arg-type]
+        self.indent -= 1
+        self.line("}")
+        if team == WARP:  # every lane takes lane 0's total (not its own partial order's)
+            for acc, (ct, st_) in zip(accs, types):
+                self.line(f"{acc} = ({ct})__shfl_sync(0xffffffffu, ({st_}){acc}, 0);")
+            return
+        # across the warps of the block: one __shared__ slot per warp, read by all in one order
+        warps = team // WARP
+        slots = [f"opc_red{p}_{k}" for k in range(len(accs))]
+        decls = [f"  __shared__ {ct} {s}[{warps}];" for s, (ct, _) in zip(slots, types)]
+        self.lines[self.shared_at:self.shared_at] = decls
+        self.shared_at += len(decls)
+        self.line(f"if (opc_t % {WARP} == 0) {{")
+        self.indent += 1
+        for s, acc in zip(slots, accs):
+            self.line(f"{s}[opc_t / {WARP}] = {acc};")
+        self.indent -= 1
+        self.line("}")
+        self.line("__syncthreads();")
+        for s, acc in zip(slots, accs):
+            self.line(f"{acc} = {s}[0];")
+        self.line(f"for (int opc_w = 1; opc_w < {warps}; ++opc_w) {{")
+        self.indent += 1
+        for k, (s, acc, c, (ct, _)) in enumerate(zip(slots, accs, combines, types)):
+            self.line(f"const {ct} opc_o{k} = {s}[opc_w];")
+            self.line(f"{acc} = {self.combine_expr(c, acc, f'opc_o{k}')};")  # type: ignore[arg-type]
+        self.indent -= 1
+        self.line("}")
+        self.line("__syncthreads();  /* every thread has read the slots before the next row writes them */")
+
+    def emit_StoreOp(self, op: memref.StoreOp) -> None:
+        """A per-row result stored between the passes: one thread of the team writes it."""
+        if self.row_team and op.parent_block() is self.row_body:
+            self.line(f"if (opc_t == 0) {self.name(op.memref)}[{self.offset(op.memref, op.indices)}] = "
+                      f"{self.name(op.value)};")
+            return
+        super().emit_StoreOp(op)
+
+    def emit_AllocaOp(self, op: memref.AllocaOp) -> None:
+        raise NotImplementedError("CUDA emitter: row buffers (the CUDA lowering recomputes instead)")
 
 
 def emit_cuda(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:

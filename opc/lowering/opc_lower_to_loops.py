@@ -77,6 +77,9 @@ KERNEL_ATTR = "opc.kernel"
 SIMD_ATTR = "opc.simd_reduction"
 """On an scf.for: the `omp simd reduction` operator of each carried value (+, max, min, |)."""
 ROW_BUFFER_BYTES = 64 * 1024  # row buffers of one row kernel, on each thread's stack
+ROW_KERNEL_ATTR = "opc.row_length"
+"""On a row kernel's scf.parallel over the rows: the row length. Every scf.for at the
+top of its body is one pass over the row (the CUDA emitter spreads it over a block)."""
 
 
 @dataclass
@@ -99,8 +102,10 @@ class FunctionLowering:
     """Lowers one tensor function to a buffer function of loop nests."""
 
     def __init__(self, fn: func.FuncOp, globals_out: list[memref.GlobalOp] | None = None,
-                 memory_order_reductions: bool = True, row_kernels: bool = True):
+                 memory_order_reductions: bool = True, row_kernels: bool = True,
+                 row_buffer_bytes: int = ROW_BUFFER_BYTES):
         self.fn = fn
+        self.row_buffer_bytes = row_buffer_bytes
         self.memory_order_reductions = memory_order_reductions
         self.globals = globals_out if globals_out is not None else []
         self.returned = list(fn.body.block.last_op.operands)  # type: ignore[union-attr]
@@ -484,7 +489,7 @@ class FunctionLowering:
         for v in outputs:
             del self.buffers[v]  # inside the kernel a member is computed, not loaded
         staged: list[Operation] = []
-        budget = ROW_BUFFER_BYTES
+        budget = self.row_buffer_bytes
         for o in rk.ops:
             if isinstance(o, opc.ReduceOp) or shape_of(o.results[0]) != full:
                 continue
@@ -524,6 +529,9 @@ class FunctionLowering:
         self.row_rank = 1
         try:
             e.parallel(rk.outer, body)
+            nest = self.entry.last_op
+            assert isinstance(nest, scf.ParallelOp)  # rk.outer is never empty: rows of a rank >= 2 input
+            nest.attributes[ROW_KERNEL_ATTR] = IntegerAttr(rk.length, 64)
         finally:
             self.row_scalars.clear()
             self.row_staged.clear()
@@ -753,7 +761,8 @@ class FunctionLowering:
 @dataclass(frozen=True)
 class LowerToLoopsPass(ModulePass):
     """Every tensor func.func becomes a buffer function of loop nests.
-    `target=cuda` keeps one accumulator per output (a warp each on the GPU)."""
+    `target=cuda` keeps one accumulator per output (a warp each on the GPU) and
+    recomputes instead of keeping row buffers (the threads of a block share a row)."""
 
     name = "opc-lower-to-loops"
     target: str = "cpu"
@@ -764,7 +773,8 @@ class LowerToLoopsPass(ModulePass):
             if isinstance(fn, func.FuncOp) and not fn.is_declaration:
                 unwrap_kernels(fn)  # scheduled input (opc-schedule): the lowering re-plans the same kernels
                 cpu = self.target != "cuda"
-                new = FunctionLowering(fn, constants, memory_order_reductions=cpu, row_kernels=cpu).run()
+                new = FunctionLowering(fn, constants, memory_order_reductions=cpu,
+                                       row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0).run()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)

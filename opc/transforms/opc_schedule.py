@@ -244,7 +244,7 @@ def reads_a_row_result(op: Operation, members: set[Operation]) -> bool:
 
 def plan(fn: func.FuncOp, row_kernels: bool = True) -> Schedule:
     """The kernels of one (unscheduled) tensor function. row_kernels=False: no row
-    kernels (the CUDA backend maps reductions to warps its own way)."""
+    kernels (every reduction its own nest); both backends plan with them."""
     ops = [o for o in fn.body.block.ops if not isinstance(o, func.ReturnOp)]
     returned = set(fn.body.block.last_op.operands)  # type: ignore[union-attr]
     position = {o: i for i, o in enumerate(ops)}
@@ -404,7 +404,7 @@ def tensor_functions(module: ModuleOp) -> list[func.FuncOp]:
 
 @dataclass(frozen=True)
 class SchedulePass(ModulePass):
-    """Wrap each kernel of every function in an `opc_sched.kernel` (target=cuda: no row kernels)."""
+    """Wrap each kernel of every function in an `opc_sched.kernel` (the same plan for every target)."""
 
     name = "opc-schedule"
     target: str = "cpu"
@@ -413,7 +413,7 @@ class SchedulePass(ModulePass):
         for fn in tensor_functions(op):
             if any(isinstance(o, KernelOp) for o in fn.body.block.ops):
                 continue  # already scheduled
-            wrap_kernels(fn, plan(fn, row_kernels=self.target != "cuda"))
+            wrap_kernels(fn, plan(fn))
 
 
 def describe(module: ModuleOp, row_kernels: bool = True) -> str:
