@@ -480,7 +480,7 @@ class CEmitter:
                 todo.extend(owner.operands)
             else:
                 captured.append(v)
-        kernel = f"opc_k_{fn.sym_name.data}_{len(self.outlined)}"
+        kernel = f"opc_k_{c_symbol(fn.sym_name.data)}_{len(self.outlined)}"
         saved_lines, saved_indent = self.lines, self.indent
         self.lines, self.indent = [], 0
         label = op.attributes.get("opc.kernel")
