@@ -26,6 +26,7 @@ that crashes or hangs is one FAIL row and the run goes on.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import math
 import multiprocessing
@@ -398,10 +399,21 @@ def run_one(device, reference, case: Case, seed: int) -> tuple[float | None, str
     return case_error([got] if one else got, [want] if one else want), ""
 
 
+def openmp_single_thread() -> None:
+    """In a forked child: run OpenMP regions on this thread alone. libgomp is not fork-safe: the
+    child inherits the parent's thread pool but not its threads, so the first parallel region
+    (a GEMM of the reference, with OMP_NUM_THREADS > 1) waits forever for workers that do not exist."""
+    try:
+        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(1)
+    except OSError:  # not gcc's OpenMP runtime: nothing of it is loaded
+        pass
+
+
 def child(conn, device, reference, cases: list[Case], start: int) -> None:  # noqa: ANN001
     import faulthandler
 
     faulthandler.disable()  # a crash is reported as a row, not as a Python stack dump
+    openmp_single_thread()
     for i in range(start, len(cases)):
         conn.send(("start", i))
         try:

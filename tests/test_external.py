@@ -165,6 +165,23 @@ def test_opc_check_example_device_is_green(capsys) -> None:
             "fallback: dtype = i8 not in [f32, f16, bf16] -> opc's own kernel"] in table
 
 
+def test_opc_check_after_openmp_ran_in_the_parent(tmp_path) -> None:
+    """`opc check` forks its cases' child; libgomp is not fork-safe, so a parent that has run a
+    parallel region (a GEMM at OMP_NUM_THREADS=2) once left the child waiting forever in the
+    reference GEMM. The child now runs OpenMP on one thread."""
+    script = ("import sys, numpy as np, opc; from opc.cli import main\n"
+              "t = 'tensor<256x256xf32>'\n"
+              "m = opc.compile(f'func.func @mm(%a: {t}, %b: {t}) -> {t} {{\\n'\n"
+              "                f'  %c = opc.matmul %a, %b : ({t}, {t}) -> {t}\\n  func.return %c : {t}\\n}}')\n"
+              "a = np.ones((256, 256), np.float32)\n"
+              "assert m.mm(a, a)[0, 0] == 256\n"
+              f"sys.exit(main(['check', '--target', {NPU!r}]))\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2"})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.splitlines()[-1] == "summary: 96 cases run: 96 pass, 0 FAIL; 167 fallback; 0 n/a"
+
+
 # ---------------------------------------------------------------------------
 # Planted bugs are caught and named
 # ---------------------------------------------------------------------------
