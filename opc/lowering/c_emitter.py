@@ -269,6 +269,7 @@ def buffer_bytes(t: MemRefType) -> int:
 
 
 SUM_BLOCK_BYTES = 256  # partial sums of one blocked float sum: four AVX-512 (eight AVX2) registers
+SUM_FOLD_BYTES = 64  # the partials are halved down to this, then summed across lanes
 PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
 # own, so that no user function can collide with a runtime helper (opc_*).
@@ -670,11 +671,17 @@ class CEmitter:
         if main < n:  # the tail: at most block - 1 elements, into partials 0, 1, ...
             self.blocked_body(op, targets, parts, ct, f"for (int64_t {i}_k = 0; {i}_k < {n - main}; {i}_k++)",
                               f"{main} + {i}_k", f"{i}_k")
-        self.line(f"for (int64_t {i}_w = {block // 2}; {i}_w > 0; {i}_w /= 2)")
-        self.line(f"  for (int64_t {i}_k = 0; {i}_k < {i}_w; {i}_k++) {{ " +
-                  " ".join(f"{p}[{i}_k] = {p}[{i}_k] + {p}[{i}_k + {i}_w];" for p in parts) + " }")
-        for t, p in zip(targets, parts):
-            self.line(f"{t} = {t} + {p}[0];")
+        lanes = block * SUM_FOLD_BYTES // SUM_BLOCK_BYTES
+        w = block // 2
+        while w >= lanes:  # halvings down to one vector of partials, each a vector add
+            self.line(f"for (int64_t {i}_k = 0; {i}_k < {w}; {i}_k++) {{ " +
+                      " ".join(f"{p}[{i}_k] = {p}[{i}_k] + {p}[{i}_k + {w}];" for p in parts) + " }")
+            w //= 2
+        # the last vector across its lanes: gcc's own horizontal sum (without SLP, which
+        # modules are built without, small unrolled halvings become scalar code, measured slower)
+        self.line("#pragma omp simd " + " ".join(f"reduction(+:{t})" for t in targets))
+        self.line(f"for (int64_t {i}_k = 0; {i}_k < {lanes}; {i}_k++) {{ " +
+                  " ".join(f"{t} = {t} + {p}[{i}_k];" for t, p in zip(targets, parts)) + " }")
         self.indent -= 1
         self.line("}")
 
