@@ -22,18 +22,27 @@
 #define LD OPC_NN_LD
 #define ST OPC_NN_ST
 
+/* The sum of a row's OPC_NN_LANES partials, pairwise (they are independent add chains: one
+ * chain per vector lane would wait on the add latency). */
+OPC_NN_INLINE ACC OPC_NN_FN(fold)(ACC *lane) {
+    for (int w = OPC_NN_LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) lane[k] += lane[k + w];
+    return lane[0];
+}
+
 /* max over x[base + j], j < n (NaN propagates, as reduce_max) */
 OPC_NN_INLINE ACC OPC_NN_FN(row_max)(const void *x, int64_t base, int64_t n, int dt) {
     ACC lane[OPC_NN_LANES];
     for (int k = 0; k < OPC_NN_LANES; k++) lane[k] = (ACC)-INFINITY;
     int64_t j = 0;
     for (; j + OPC_NN_LANES <= n; j += OPC_NN_LANES)
-        for (int k = 0; k < OPC_NN_LANES; k++) {
+        OPC_NN_SIMD_LANES {
             const ACC v = LD(x, base + j + k, dt);
             lane[k] = OPC_NN_MAX(lane[k], v);
         }
-    ACC m = (ACC)-INFINITY;
-    for (int k = 0; k < OPC_NN_LANES; k++) m = OPC_NN_MAX(m, lane[k]);
+    for (int w = OPC_NN_LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) lane[k] = OPC_NN_MAX(lane[k], lane[k + w]);
+    ACC m = lane[0];
     for (; j < n; j++) {
         const ACC v = LD(x, base + j, dt);
         m = OPC_NN_MAX(m, v);
@@ -48,17 +57,16 @@ OPC_NN_INLINE ACC OPC_NN_FN(row_expsum)(const void *x, void *y, int store, int64
     int64_t j = 0;
     if (store) {
         for (; j + OPC_NN_LANES <= n; j += OPC_NN_LANES)
-            for (int k = 0; k < OPC_NN_LANES; k++) {
+            OPC_NN_SIMD_LANES {
                 const ACC e = OPC_NN_EXP(LD(x, base + j + k, dt) - m);
                 ST(y, base + j + k, dt, e);
                 lane[k] += e;
             }
     } else {
         for (; j + OPC_NN_LANES <= n; j += OPC_NN_LANES)
-            for (int k = 0; k < OPC_NN_LANES; k++) lane[k] += OPC_NN_EXP(LD(x, base + j + k, dt) - m);
+            OPC_NN_SIMD_LANES lane[k] += OPC_NN_EXP(LD(x, base + j + k, dt) - m);
     }
-    ACC s = 0;
-    for (int k = 0; k < OPC_NN_LANES; k++) s += lane[k];
+    ACC s = OPC_NN_FN(fold)(lane);
     for (; j < n; j++) {
         const ACC e = OPC_NN_EXP(LD(x, base + j, dt) - m);
         if (store) ST(y, base + j, dt, e);
@@ -74,13 +82,12 @@ OPC_NN_INLINE ACC OPC_NN_FN(row_dot)(const void *a, const void *b, int with_b, i
     int64_t j = 0;
     if (with_b) {
         for (; j + OPC_NN_LANES <= n; j += OPC_NN_LANES)
-            for (int k = 0; k < OPC_NN_LANES; k++) lane[k] += LD(a, base + j + k, dt) * LD(b, base + j + k, dt);
+            OPC_NN_SIMD_LANES lane[k] += LD(a, base + j + k, dt) * LD(b, base + j + k, dt);
     } else {
         for (; j + OPC_NN_LANES <= n; j += OPC_NN_LANES)
-            for (int k = 0; k < OPC_NN_LANES; k++) lane[k] += LD(a, base + j + k, dt);
+            OPC_NN_SIMD_LANES lane[k] += LD(a, base + j + k, dt);
     }
-    ACC s = 0;
-    for (int k = 0; k < OPC_NN_LANES; k++) s += lane[k];
+    ACC s = OPC_NN_FN(fold)(lane);
     for (; j < n; j++) s += with_b ? LD(a, base + j, dt) * LD(b, base + j, dt) : LD(a, base + j, dt);
     return s;
 }
@@ -189,12 +196,11 @@ OPC_NN_INLINE void OPC_NN_FN(layer_norm)(const void *x, const void *scale, const
     for (int k = 0; k < OPC_NN_LANES; k++) lane[k] = 0;
     int64_t j = 0;
     for (; j + OPC_NN_LANES <= cols; j += OPC_NN_LANES)
-        for (int k = 0; k < OPC_NN_LANES; k++) {
+        OPC_NN_SIMD_LANES {
             const ACC c = LD(x, base + j + k, dt) - mu;
             lane[k] += c * c;
         }
-    ACC var = 0;
-    for (int k = 0; k < OPC_NN_LANES; k++) var += lane[k];
+    ACC var = OPC_NN_FN(fold)(lane);
     for (; j < cols; j++) {
         const ACC c = LD(x, base + j, dt) - mu;
         var += c * c;
@@ -218,13 +224,14 @@ OPC_NN_INLINE void OPC_NN_FN(layer_norm_grad_dx)(const void *x, const void *scal
     for (int k = 0; k < OPC_NN_LANES; k++) { sg[k] = 0; sgx[k] = 0; }
     int64_t j = 0;
     for (; j + OPC_NN_LANES <= cols; j += OPC_NN_LANES)
-        for (int k = 0; k < OPC_NN_LANES; k++) {
+        OPC_NN_SIMD_LANES {
             const ACC g = LD(dy, base + j + k, dt) * LD(scale, j + k, dt);
             sg[k] += g;
             sgx[k] += g * ((LD(x, base + j + k, dt) - mu) * rs);
         }
     ACC a = 0, b = 0;
-    for (int k = 0; k < OPC_NN_LANES; k++) { a += sg[k]; b += sgx[k]; }
+    a += OPC_NN_FN(fold)(sg);
+    b += OPC_NN_FN(fold)(sgx);
     for (; j < cols; j++) {
         const ACC g = LD(dy, base + j, dt) * LD(scale, j, dt);
         a += g;

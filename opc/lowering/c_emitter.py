@@ -35,6 +35,8 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     Signedness,
     StringAttr,
+    f32,
+    f64,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
@@ -266,6 +268,8 @@ def buffer_bytes(t: MemRefType) -> int:
                 "uint32_t": 4, "int16_t": 2}.get(c_type(t.element_type), 1)
 
 
+SUM_BLOCK_BYTES = 256  # partial sums of one blocked float sum: four AVX-512 (eight AVX2) registers
+SUM_FOLD_BYTES = 64  # the partials are halved down to this, then summed across lanes
 PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
 # own, so that no user function can collide with a runtime helper (opc_*).
@@ -604,14 +608,96 @@ class CEmitter:
             targets.append(acc)
         i = self.name(iv)
         simd = op.attributes.get("opc.simd_reduction")
+        clauses = [c.data for c in simd.data] if simd is not None else []  # type: ignore[attr-defined]
+        block = self.sum_block(op, clauses)
+        if block:
+            self.emit_blocked_sums(op, targets, block)
+            return
         if simd is not None:  # partial accumulators per lane: the sum reassociates, max/min do not change
-            clauses = " ".join(f"reduction({c.data}:{t})" for c, t in zip(simd.data, targets))  # type: ignore[attr-defined]
-            self.line(f"#pragma omp simd {clauses}")
+            self.line("#pragma omp simd " + " ".join(f"reduction({c}:{t})" for c, t in zip(clauses, targets)))
         self.line(f"for (int64_t {i} = {self.name(op.lb)}; {i} < {self.name(op.ub)}; {i} += {self.name(op.step)}) {{")
         self.indent += 1
         self.yield_targets.append(targets)
         self.emit_block(op.body.block)
         self.yield_targets.pop()
+        self.indent -= 1
+        self.line("}")
+
+    # -- sums with several accumulators ----------------------------------------------
+
+    def sum_block(self, op: scf.ForOp, clauses: list[str]) -> int:
+        """Partial sums per carried value for a loop of float sums (0: none).
+
+        `omp simd reduction(+)` keeps one vector of partial sums, so a row's adds
+        form one chain bound by the add latency; SUM_BLOCK_BYTES of partials (four
+        AVX-512 vectors) are independent chains. Max/min keep `omp simd`: their
+        NaN flag is narrower than the value, and partials of mixed widths measured
+        slower than the one vector. Short loops (under two blocks) keep it too."""
+        if not clauses or any(c != "+" for c in clauses) or op.results[0].type not in (f32, f64):
+            return 0
+        if any(r.type != op.results[0].type for r in op.results):
+            return 0
+        if any(o.regions for o in op.body.block.ops):
+            return 0
+        bounds = [self.constants.get(v) for v in (op.lb, op.ub, op.step)]
+        if None in bounds or bounds[0] != 0 or bounds[2] != 1:
+            return 0
+        block = SUM_BLOCK_BYTES // (4 if op.results[0].type == f32 else 8)
+        return block if bounds[1] >= 2 * block else 0
+
+    def emit_blocked_sums(self, op: scf.ForOp, targets: list[str], block: int) -> None:
+        """The loop as blocks of `block` iterations, iteration k of a block adding into
+        partial k of each sum (a vector loop without a reduction, its partials kept in
+        registers), then the tail into the first partials, then a pairwise fold of
+        the partials added to the initial value: the sum reassociates, nothing else."""
+        iv = op.body.block.args[0]
+        i, n = self.name(iv), self.constants[op.ub]
+        ct = c_type(op.results[0].type)
+        parts = [f"{t}_p" for t in targets]
+        main = n - n % block
+        self.line("{")
+        self.indent += 1
+        for p in parts:
+            self.line(f"{ct} {p}[{block}];")
+        self.line(f"for (int64_t {i}_k = 0; {i}_k < {block}; {i}_k++) {{ " +
+                  " ".join(f"{p}[{i}_k] = 0;" for p in parts) + " }")
+        self.line(f"for (int64_t {i}_b = 0; {i}_b < {main}; {i}_b += {block}) {{")
+        self.indent += 1
+        self.line("#pragma omp simd")
+        self.blocked_body(op, targets, parts, ct, f"for (int64_t {i}_k = 0; {i}_k < {block}; {i}_k++)",
+                          f"{i}_b + {i}_k", f"{i}_k")
+        self.indent -= 1
+        self.line("}")
+        if main < n:  # the tail: at most block - 1 elements, into partials 0, 1, ...
+            self.blocked_body(op, targets, parts, ct, f"for (int64_t {i}_k = 0; {i}_k < {n - main}; {i}_k++)",
+                              f"{main} + {i}_k", f"{i}_k")
+        lanes = block * SUM_FOLD_BYTES // SUM_BLOCK_BYTES
+        w = block // 2
+        while w >= lanes:  # halvings down to one vector of partials, each a vector add
+            self.line(f"for (int64_t {i}_k = 0; {i}_k < {w}; {i}_k++) {{ " +
+                      " ".join(f"{p}[{i}_k] = {p}[{i}_k] + {p}[{i}_k + {w}];" for p in parts) + " }")
+            w //= 2
+        # the last vector across its lanes: gcc's own horizontal sum (without SLP, which
+        # modules are built without, small unrolled halvings become scalar code, measured slower)
+        self.line("#pragma omp simd " + " ".join(f"reduction(+:{t})" for t in targets))
+        self.line(f"for (int64_t {i}_k = 0; {i}_k < {lanes}; {i}_k++) {{ " +
+                  " ".join(f"{t} = {t} + {p}[{i}_k];" for t, p in zip(targets, parts)) + " }")
+        self.indent -= 1
+        self.line("}")
+
+    def blocked_body(self, op: scf.ForOp, targets: list[str], parts: list[str], ct: str, header: str,
+                     index: str, part: str) -> None:
+        """`header { iv = index; each sum reads its partial, runs the body, writes it back }`."""
+        self.line(header + " {")
+        self.indent += 1
+        self.line(f"const int64_t {self.name(op.body.block.args[0])} = {index};")
+        for t, p in zip(targets, parts):
+            self.line(f"{ct} {t} = {p}[{part}];")
+        self.yield_targets.append(targets)
+        self.emit_block(op.body.block)
+        self.yield_targets.pop()
+        for t, p in zip(targets, parts):
+            self.line(f"{p}[{part}] = {t};")
         self.indent -= 1
         self.line("}")
 
