@@ -68,6 +68,28 @@ def rows_source(r: int, n: int, dt: str) -> str:
             f"  %y = opc.add %ng, %b : ({full}, {vec}) -> {full}\n  func.return %y : {full}\n}}\n")
 
 
+def on_device(m, dt: str, arrays, outputs: int):  # noqa: ANN001, ANN201
+    """The arrays as torch tensors on the GPU, then `outputs` empty ones shaped like the first,
+    and a pointer to each that the module's device entry points take."""
+    import torch
+
+    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
+    tensors = [torch.from_numpy(a.astype(np.float32)).to("cuda", tdt) for a in arrays]
+    tensors += [torch.empty_like(tensors[0]) for _ in range(outputs)]
+    ct = "float" if dt == "f32" else "uint16_t"
+    return tensors, [m.ffi.cast(f"{ct} *", t.data_ptr()) for t in tensors]
+
+
+def synced(fn):  # noqa: ANN001, ANN201
+    """fn, then wait for the GPU: torch launches asynchronously, opc's entry points return when done."""
+    import torch
+
+    def run() -> None:
+        fn()
+        torch.cuda.synchronize()
+    return run
+
+
 def bench_rows(shapes: list[tuple[int, int]], dt: str, repeat: int, have_torch: bool) -> None:
     print(f"\n{'op':10} {'rows x n':>11} {'opc cuda ms':>12} {'opc GB/s':>9} {'ref ms':>10}  reference")
     rng = np.random.default_rng(1)
@@ -79,19 +101,8 @@ def bench_rows(shapes: list[tuple[int, int]], dt: str, repeat: int, have_torch: 
         if have_torch:
             import torch
 
-            tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
-            tx, tg, tb = (torch.from_numpy(a.astype(np.float32)).to("cuda", tdt) for a in (x, g, b))
-            out = torch.empty_like(tx)
-            ct = "float" if dt == "f32" else "uint16_t"
-            px, pg, pb, po = (m.ffi.cast(f"{ct} *", t.data_ptr()) for t in (tx, tg, tb, out))
+            (tx, tg, tb, out), (px, pg, pb, po) = on_device(m, dt, (x, g, b), outputs=1)
             sm_dev, ln_dev = getattr(m.lib, f"{ENTRY_PREFIX}softmax"), getattr(m.lib, f"{ENTRY_PREFIX}layer_norm")
-
-            def synced(f):
-                def run():
-                    f()
-                    torch.cuda.synchronize()
-                return run
-
             cases = [("softmax", lambda: sm_dev(px, po), synced(lambda: torch.softmax(tx, -1)), "torch"),
                      ("layer_norm", lambda: ln_dev(px, pg, pb, po),
                       synced(lambda: torch.nn.functional.layer_norm(tx, (n,), tg, tb, 1e-5)), "torch")]
@@ -132,23 +143,12 @@ def main() -> int:
         b = rng.standard_normal(n).astype(np.float32).astype(dt)
         flops = 2.0 * n**3
         if have_torch:
-            tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
-            tx, tw, tb = (torch.from_numpy(a.astype(np.float32)).to("cuda", tdt) for a in (x, w, b))
-            out, res = torch.empty_like(tx), torch.empty_like(tx)
-            ct = "float" if args.dtype == "f32" else "uint16_t"
-            p = [m.ffi.cast(f"{ct} *", t.data_ptr()) for t in (tx, tw, tb, out, res)]
+            (tx, tw, tb, out, res), p = on_device(m, args.dtype, (x, w, b), outputs=2)
             mm_dev, fused_dev = getattr(m.lib, f"{ENTRY_PREFIX}mm"), getattr(m.lib, f"{ENTRY_PREFIX}fused")
-
-            def sync(f):
-                def run():
-                    f()
-                    torch.cuda.synchronize()
-                return run
-
             cases = [
-                ("gemm", lambda: mm_dev(p[0], p[1], p[3]), sync(lambda: torch.matmul(tx, tw, out=out)), "cuBLAS"),
+                ("gemm", lambda: mm_dev(p[0], p[1], p[3]), synced(lambda: torch.matmul(tx, tw, out=out)), "cuBLAS"),
                 ("fused", lambda: fused_dev(p[0], p[1], p[2], p[3], p[4]),
-                 sync(lambda: torch.nn.functional.gelu(torch.addmm(tb, tx, tw), approximate="tanh")), "cuBLAS+gelu"),
+                 synced(lambda: torch.nn.functional.gelu(torch.addmm(tb, tx, tw), approximate="tanh")), "cuBLAS+gelu"),
             ]
         else:
             cpu = opc.compile(source(n, args.dtype), target="cpu")

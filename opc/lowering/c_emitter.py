@@ -598,15 +598,19 @@ class CEmitter:
             self.indent -= 1
             self.line("}")
 
-    def emit_ForOp(self, op: scf.ForOp) -> None:
-        iv, *carried = op.body.block.args
-        targets = []
-        for arg, init, res in zip(carried, op.iter_args, op.results):
+    def declare_accumulators(self, op: scf.ForOp) -> list[str]:
+        """The loop's carried values as C locals holding their initial values; its block reads them."""
+        accs = []
+        for arg, init, res in zip(op.body.block.args[1:], op.iter_args, op.results):
             acc = self.name(res)
             self.line(f"{c_type(res.type)} {acc} = {self.name(init)};")
             self.names[arg] = acc
-            targets.append(acc)
-        i = self.name(iv)
+            accs.append(acc)
+        return accs
+
+    def emit_ForOp(self, op: scf.ForOp) -> None:
+        targets = self.declare_accumulators(op)
+        i = self.name(op.body.block.args[0])
         simd = op.attributes.get("opc.simd_reduction")
         clauses = [c.data for c in simd.data] if simd is not None else []  # type: ignore[attr-defined]
         block = self.sum_block(op, clauses)

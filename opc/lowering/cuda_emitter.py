@@ -549,13 +549,8 @@ class CudaEmitter(CEmitter):
         for c, init in zip(combines, op.iter_args):
             if c is None or not is_identity(c, init):
                 raise NotImplementedError("CUDA emitter: a row pass whose accumulator is not a plain reduction")
-        iv, *carried = op.body.block.args
-        accs = []
-        for arg, init, res in zip(carried, op.iter_args, op.results):
-            acc = self.name(res)
-            self.line(f"{c_type(res.type)} {acc} = {self.name(init)};")
-            self.names[arg] = acc
-            accs.append(acc)
+        iv = op.body.block.args[0]
+        accs = self.declare_accumulators(op)
         i, lb, ub, st = self.name(iv), self.name(op.lb), self.name(op.ub), self.name(op.step)
         self.line(f"for (int64_t {i} = {lb} + opc_t * {st}; {i} < {ub}; {i} += {team} * {st}) {{")
         self.indent += 1
