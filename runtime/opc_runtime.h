@@ -357,6 +357,9 @@ OPC_FN float opc_expf(float x) {
 /* and no exp: about 4x cheaper than 1 - 2/(e^2x + 1). Max error over every f32 input,    */
 /* against tanh in double rounded to float: 6 ulp with and without FMA contraction (the    */
 /* exp form it replaces: 5 ulp); tests/tanh_ulp.c is the check.                            */
+/* The fit: least squares of (P - fQ) / (f Q_prev), f = tanh(x)/x, in t = x^2/9.1^2 on      */
+/* 12000 points, each weight multiplied by its error every round (Lawson's iteration,     */
+/* 60 rounds, towards the minimax), coefficients then rounded to float.                  */
 OPC_FN float opc_tanhf(float x) {
     const float clamp = 9.1f;
     float xc = x > clamp ? clamp : (x < -clamp ? -clamp : x);
