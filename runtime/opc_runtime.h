@@ -350,15 +350,31 @@ OPC_FN float opc_expf(float x) {
     return x != x ? x : y;
 }
 
+/* tanh(x) = x P(x^2) / Q(x^2), P and Q of degree 4 with P(0) = Q(0) = 1 (so tiny x and -0  */
+/* come back unchanged), fitted to tanh's relative error on [0, 9.1] (max 2.4e-8 in exact   */
+/* arithmetic; the rest is float rounding). Past 9.1 tanh rounds to +-1, and the clamped  */
+/* input gives exactly +-1; NaN passes through the clamp and the arithmetic. One division  */
+/* and no exp: about 4x cheaper than 1 - 2/(e^2x + 1). Max error over every f32 input,    */
+/* against tanh in double rounded to float: 6 ulp with and without FMA contraction (the    */
+/* exp form it replaces: 5 ulp); tests/tanh_ulp.c is the check.                            */
+/* The fit: least squares of (P - fQ) / (f Q_prev), f = tanh(x)/x, in t = x^2/9.1^2 on      */
+/* 12000 points, each weight multiplied by its error every round (Lawson's iteration,     */
+/* 60 rounds, towards the minimax), coefficients then rounded to float.                  */
 OPC_FN float opc_tanhf(float x) {
-    float ax = x < 0.0f ? -x : x;
-    float x2 = x * x;
-    /* |x| < 0.25: Taylor to x^9 (error < 1e-8 relative); else 1 - 2/(e^2|x| + 1) */
-    float small = x * (1.0f + x2 * (-0.333333333333f + x2 * (0.133333333333f + x2 * (-0.0539682539683f + x2 * 0.0218694885362f)))); /* keeps -0 */
-    float e = opc_expf(2.0f * (ax > 9.0f ? 9.0f : ax));
-    float big = ax > 9.0f ? 1.0f : 1.0f - 2.0f / (e + 1.0f);
-    big = x < 0.0f ? -big : big;
-    return ax < 0.25f ? small : (x != x ? x : big);
+    const float clamp = 9.1f;
+    float xc = x > clamp ? clamp : (x < -clamp ? -clamp : x);
+    float s = xc * xc;
+    float p = 1.32426594e-08f;
+    p = p * s + 2.05340402e-05f;
+    p = p * s + 3.49129178e-03f;
+    p = p * s + 1.33775026e-01f;
+    p = p * s + 1.0f;
+    float q = 7.73240856e-07f;
+    q = q * s + 3.27841990e-04f;
+    q = q * s + 2.58609243e-02f;
+    q = q * s + 4.67108220e-01f;
+    q = q * s + 1.0f;
+    return xc * p / q;
 }
 
 #endif /* OPC_RUNTIME_H */
