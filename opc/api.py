@@ -16,7 +16,8 @@ from xdsl.dialects.builtin import ModuleOp
 
 from opc.autodiff import grad_order, no_grad_reasons
 from opc.ir import OpcError, Source, is_lowered, load_module, make_context, verify
-from opc.lowering.build import CompiledModule, bind, build_extension, cache_dir, load_extension, self_contained
+from opc.lowering.build import (MODULE_TEMPLATE_TAIL, CompiledModule, bind, build_extension, cache_dir, load_extension,
+                                self_contained)
 from opc.lowering.c_emitter import FunctionSignature, emit_c
 
 
@@ -143,15 +144,7 @@ from opc.lowering.c_emitter import FunctionSignature as _Sig
 _SIGNATURES = {signatures!r}
 _EXT = _load({ext_name!r}, _os.path.join(_os.path.dirname(__file__), {ext_file!r}))
 globals().update(_bind(_EXT, [_Sig(*s) for s in _SIGNATURES]))
-__all__ = {names!r}
-_NO_GRAD = {no_grad!r}  # gradient functions opc did not build, and why
-
-
-def __getattr__(name):
-    if name in _NO_GRAD:
-        raise AttributeError(f"{{name}}: opc built no such function: {{_NO_GRAD[name]}}")
-    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
-'''
+''' + MODULE_TEMPLATE_TAIL
 
 
 def python_names(sigs: list[FunctionSignature]) -> list[str]:

@@ -103,6 +103,19 @@ def runtime_digest() -> str:
     return h.hexdigest()
 
 
+# The end of every module file `opc compile -o` writes (CPU and CUDA): its names, and an
+# AttributeError that says why a gradient function was not built. Filled by str.format.
+MODULE_TEMPLATE_TAIL = '''__all__ = {names!r}
+_NO_GRAD = {no_grad!r}  # gradient functions opc did not build, and why
+
+
+def __getattr__(name):
+    if name in _NO_GRAD:
+        raise AttributeError(f"{{name}}: opc built no such function: {{_NO_GRAD[name]}}")
+    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
+'''
+
+
 # gcc 12.2 at -O3 miscompiles a float narrowing followed by a widening, `(double)(float)x`,
 # when it SLP-vectorizes straight-line code (short loops it unrolls, loop tails): it folds
 # vec_unpack(vec_pack_trunc(v)) back to v, so the rounding is lost ([1/3, 1e300] came back

@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from opc.ir import OpcError
 from opc.lowering.build import (
+    MODULE_TEMPLATE_TAIL,
     CompiledFunction,
     CompiledModule,
     build_dir,
@@ -208,15 +209,7 @@ _SIGNATURES = {signatures!r}
 _MODULE = _load(_os.path.join(_os.path.dirname(__file__), {lib_file!r}), [_Sig(*s) for s in _SIGNATURES])
 globals().update(_MODULE._functions)
 lib = _MODULE.lib  # opc_fn_NAME(device pointers...)
-__all__ = {names!r}
-_NO_GRAD = {no_grad!r}  # gradient functions opc did not build, and why
-
-
-def __getattr__(name):
-    if name in _NO_GRAD:
-        raise AttributeError(f"{{name}}: opc built no such function: {{_NO_GRAD[name]}}")
-    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
-'''
+''' + MODULE_TEMPLATE_TAIL
 
 
 def write_cuda_module(loops: ModuleOp, out_dir: str, name: str, origin: str) -> list[str]:
