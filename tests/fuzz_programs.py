@@ -356,7 +356,9 @@ class Generator:
         self.emit("concat", parts, f"axis = {spelled}", [(np.concatenate([p.arr for p in parts], axis), a.dtype)],
                   exact=all(p.exact for p in parts))
 
-    def gather(self) -> None:
+    def gather_operands(self) -> tuple[Value, int, tuple[int, ...], Value]:
+        """A float tensor, an axis of it, and an index argument (i32 or i64, negative indices too)
+        whose shape keeps the result within rank 4: the operands of gather and gather_grad."""
         a = self.pick_float(min_rank=1)
         axis = int(self.rng.integers(0, a.arr.ndim))
         n = a.shape[axis]
@@ -364,6 +366,10 @@ class Generator:
         idx_dt = str(self.rng.choice(["int32", "int64"]))
         idx = Value(f"a{len(self.p.args)}", self.rng.integers(-n, n, size=ishape).astype(np_dtype(idx_dt)), idx_dt, True)
         self.p.args.append(idx)
+        return a, axis, ishape, idx
+
+    def gather(self) -> None:
+        a, axis, _, idx = self.gather_operands()
         self.emit("gather", [a, idx], f"axis = {axis}", [(np.take(a.arr, idx.arr.astype(np.int64), axis), a.dtype)],
                   exact=a.exact)
 
@@ -478,13 +484,8 @@ class Generator:
         self.emit("slice_grad", [x, d], attrs, [(r, x.dtype)], exact=True)
 
     def gather_grad(self) -> None:
-        x = self.pick_float(min_rank=1)
-        axis = int(self.rng.integers(0, x.arr.ndim))
+        x, axis, ishape, idx = self.gather_operands()
         n = x.shape[axis]
-        ishape = self.shape(int(self.rng.integers(0, 5 - x.arr.ndim)))
-        idx_dt = str(self.rng.choice(["int32", "int64"]))
-        idx = Value(f"a{len(self.p.args)}", self.rng.integers(-n, n, size=ishape).astype(np_dtype(idx_dt)), idx_dt, True)
-        self.p.args.append(idx)
         d = self.arg(x.shape[:axis] + ishape + x.shape[axis + 1:], x.dtype)
         r = np.zeros(x.shape, np.float64)
         moved = np.moveaxis(r, axis, 0)  # a view: scatter-add along axis 0 of it

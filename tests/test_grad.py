@@ -598,6 +598,12 @@ func.func @bool_twice(%x: tensor<4xf32>) -> tensor<4xf32> {
   %s = opc.add %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   func.return %s : tensor<4xf32>
 }
+// An i1 value returned and used by a select: its dout cast back, plus select's gradient.
+func.func @bool_and_select(%x: tensor<3xf64>) -> (tensor<3xi1>, tensor<3xf64>) {
+  %c = opc.cast %x {dtype = i1} : (tensor<3xf64>) -> tensor<3xi1>
+  %e = opc.select %c, %x, %x : (tensor<3xi1>, tensor<3xf64>, tensor<3xf64>) -> tensor<3xf64>
+  func.return %c, %e : tensor<3xi1>, tensor<3xf64>
+}
 func.func @bool_returned_twice(%x: tensor<4xf32>) -> (tensor<4xi1>, tensor<4xi1>) {
   %c = opc.cast %x {dtype = i1} : (tensor<4xf32>) -> tensor<4xi1>
   func.return %c, %c : tensor<4xi1>, tensor<4xi1>
@@ -650,6 +656,9 @@ def test_i1_fan_out_is_a_logical_or(integer_module) -> None:
     np.testing.assert_array_equal(integer_module.bool_twice_grad(x, ds), [0.0, 1.0, 1.0, 1.0])
     dc1, dc2 = np.array([1, 0, 0, 1], bool), np.array([0, 0, 1, 1], bool)
     np.testing.assert_array_equal(integer_module.bool_returned_twice_grad(x, dc1, dc2), [1.0, 0.0, 1.0, 1.0])
+    # the i1 dout cast back to f64, plus select's gradient (dout into one branch or the other)
+    x3, t = np.array([0.0, 1.0, 2.0]), np.array([True, False, True])
+    np.testing.assert_array_equal(integer_module.bool_and_select_grad(x3, t, np.full(3, 0.5)), [1.5, 0.5, 1.5])
 
 
 def test_integer_fan_out_sums_with_wraparound(integer_module) -> None:

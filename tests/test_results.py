@@ -3,7 +3,7 @@
 - reductions with an empty `axes` are the identity (SPEC.md), forward and gradient, on
   every path (default, decompose="all");
 - pow's gradient at a base of 0 is masked as PyTorch masks it, so no NaN appears;
-- an i1 cast used twice gets its cotangents or-ed, not added;
+- (an i1 cast used twice gets its cotangents or-ed, not added: tests/test_grad.py, the integer module);
 - every cast pair, chained there and back, at every short trip count: gcc 12.2 at -O3
   dropped the `(double)(float)x` rounding when it SLP-vectorized loops of 2, 3, 6, 7
   elements and loop tails (opc/lowering/build.py MODULE_FLAGS).
@@ -122,47 +122,6 @@ def test_pow_grad_broadcast_zero_base(pow_module):
     want_da, want_db = pow_grad_reference(np.broadcast_to(a, (3, 4)), np.broadcast_to(b, (3, 4)), d)
     np.testing.assert_allclose(da, want_da.sum(axis=1, keepdims=True), rtol=1e-14)
     np.testing.assert_allclose(db, want_db.sum(axis=0), rtol=1e-14)
-
-
-# ---------------------------------------------------------------------------
-# An i1 value used twice: cotangents or-ed
-# ---------------------------------------------------------------------------
-
-I1_FANOUT = """
-func.func @sel(%x: tensor<3xf64>) -> (tensor<3xi1>, tensor<3xf64>) {
-  %c = opc.cast %x {dtype = i1} : (tensor<3xf64>) -> tensor<3xi1>
-  %e = opc.select %c, %x, %x : (tensor<3xi1>, tensor<3xf64>, tensor<3xf64>) -> tensor<3xf64>
-  func.return %c, %e : tensor<3xi1>, tensor<3xf64>
-}
-func.func @twice(%x: tensor<3xf64>) -> (tensor<3xi1>, tensor<3xi1>) {
-  %c = opc.cast %x {dtype = i1} : (tensor<3xf64>) -> tensor<3xi1>
-  func.return %c, %c : tensor<3xi1>, tensor<3xi1>
-}
-func.func @two_casts(%x: tensor<3xf64>) -> tensor<3xf32> {
-  %c = opc.cast %x {dtype = i1} : (tensor<3xf64>) -> tensor<3xi1>
-  %a = opc.cast %c {dtype = f32} : (tensor<3xi1>) -> tensor<3xf32>
-  %b = opc.cast %c {dtype = f32} : (tensor<3xi1>) -> tensor<3xf32>
-  %s = opc.add %a, %b : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
-  func.return %s : tensor<3xf32>
-}
-"""
-
-
-@pytest.fixture(scope="module")
-def i1_fanout():
-    return opc.compile(I1_FANOUT, grad=True)
-
-
-def test_i1_cast_used_twice(i1_fanout):
-    x = np.array([0.0, 1.0, 2.0])
-    t1, t2 = np.array([True, False, True]), np.array([False, False, True])
-    # the i1 dout cast back to f64, plus select's gradient (dout into one branch or the other)
-    np.testing.assert_array_equal(i1_fanout.sel_grad(x, t1, np.full(3, 0.5)), [1.5, 0.5, 1.5])
-    # or, not sum: the last element is 1 (True | True), not 2
-    np.testing.assert_array_equal(i1_fanout.twice_grad(x, t1, t2), [1.0, 0.0, 1.0])
-    # each f32 cotangent casts to i1 (nonzero -> 1), or-ed, cast back to f64
-    d = np.array([0.0, 3.0, -2.0], np.float32)
-    np.testing.assert_array_equal(i1_fanout.two_casts_grad(x, d), [0.0, 1.0, 1.0])
 
 
 # ---------------------------------------------------------------------------
