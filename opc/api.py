@@ -17,7 +17,7 @@ from xdsl.dialects.builtin import ModuleOp
 from opc.autodiff import grad_order, no_grad_reasons
 from opc.ir import OpcError, Source, is_lowered, load_module, make_context, verify
 from opc.lowering.build import (MODULE_TEMPLATE_TAIL, CompiledModule, bind, build_extension, cache_dir, load_extension,
-                                self_contained)
+                                python_names, self_contained)
 from opc.lowering.c_emitter import FunctionSignature, emit_c
 
 
@@ -145,12 +145,6 @@ _SIGNATURES = {signatures!r}
 _EXT = _load({ext_name!r}, _os.path.join(_os.path.dirname(__file__), {ext_file!r}))
 globals().update(_bind(_EXT, [_Sig(*s) for s in _SIGNATURES]))
 ''' + MODULE_TEMPLATE_TAIL
-
-
-def python_names(sigs: list[FunctionSignature]) -> list[str]:
-    """__all__ of a written module: the functions whose MLIR names are Python identifiers
-    (getattr(module, "a.b") reaches the others)."""
-    return [s.name for s in sigs if s.name.isidentifier()]
 
 
 def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu", grad: bool | int = False,

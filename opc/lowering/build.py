@@ -116,6 +116,12 @@ def __getattr__(name):
 '''
 
 
+def python_names(sigs: list[FunctionSignature]) -> list[str]:
+    """__all__ of a written module: the functions whose MLIR names are Python identifiers
+    (getattr(module, "a.b") reaches the others)."""
+    return [s.name for s in sigs if s.name.isidentifier()]
+
+
 # gcc 12.2 at -O3 miscompiles a float narrowing followed by a widening, `(double)(float)x`,
 # when it SLP-vectorizes straight-line code (short loops it unrolls, loop tails): it folds
 # vec_unpack(vec_pack_trunc(v)) back to v, so the rounding is lost ([1/3, 1e300] came back

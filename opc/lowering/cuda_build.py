@@ -39,6 +39,7 @@ from opc.lowering.build import (
     cdef_for,
     content_key,
     keep_failed,
+    python_names,
     runtime_dir,
     self_contained,
     status_cdef,
@@ -239,6 +240,6 @@ def write_cuda_module(loops: ModuleOp, out_dir: str, name: str, origin: str) -> 
     signatures = [(s.name, s.inputs, s.outputs, s.errors) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
-                                       lib_file=lib_file, names=[s.name for s in sigs if s.name.isidentifier()],
+                                       lib_file=lib_file, names=python_names(sigs),
                                        no_grad=no_grad_reasons(loops)))
     return [*written, os.path.join(out_dir, lib_file), py_path]

@@ -236,7 +236,8 @@ class CudaEmitter(CEmitter):
     def emit_host_wrapper(self, fn: func.FuncOp, n_in: int) -> None:
         """opc_fn_NAME_host: device buffers for every argument, copies in, the call, copies out."""
         self.indent = 0
-        self.line(f'extern "C" int {self.prefix}{c_symbol(fn.sym_name.data)}_host({", ".join(self.params(fn)) or "void"}) {{')
+        entry = f"{self.prefix}{c_symbol(fn.sym_name.data)}"
+        self.line(f'extern "C" int {entry}_host({", ".join(self.params(fn)) or "void"}) {{')
         self.indent = 1
         self.line("int status = 0;")
         args = list(fn.args)
@@ -251,7 +252,7 @@ class CudaEmitter(CEmitter):
         for a in args[:n_in]:
             self.line(f"OPC_CHECK(cudaMemcpy(d_{self.name(a)}, {self.name(a)}, {sizes[a]}, cudaMemcpyHostToDevice));")
         call_args = ", ".join(f"d_{self.name(a)}" for a in args)
-        self.line(f"status = {self.prefix}{c_symbol(fn.sym_name.data)}({call_args});")
+        self.line(f"status = {entry}({call_args});")
         self.line("if (status != 0) goto cleanup;")
         for a in args[n_in:]:
             self.line(f"OPC_CHECK(cudaMemcpy({self.name(a)}, d_{self.name(a)}, {sizes[a]}, cudaMemcpyDeviceToHost));")
