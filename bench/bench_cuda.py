@@ -24,7 +24,7 @@ import opc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import best  # noqa: E402 - one timer for every bench
-from opc.lowering.c_emitter import ENTRY_PREFIX
+from opc.lowering.abi import ENTRY_PREFIX
 from opc.lowering.cuda_build import driver_device_count
 
 MLIR_T = {"f32": "f32", "f16": "f16", "bf16": "bf16"}

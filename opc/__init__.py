@@ -7,7 +7,7 @@
     out, dx, dw, db = m.mlp_value_and_grad(x=x, w=w, b=b, ds=dout)
 """
 
-from opc.ir import OpcError
+from opc.errors import OpcError
 
 __all__ = ["OpcError", "compile", "import_onnx"]
 

@@ -15,10 +15,21 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from opc.autodiff import grad_order, no_grad_reasons
-from opc.ir import OpcError, Source, is_lowered, load_module, make_context, verify
-from opc.lowering.build import (MODULE_TEMPLATE_TAIL, CompiledModule, bind, build_extension, cache_dir, load_extension,
-                                python_names, self_contained)
-from opc.lowering.c_emitter import FunctionSignature, emit_c
+from opc.errors import OpcError
+from opc.frontend import load_module
+from opc.ir import Source, is_lowered, make_context, verify
+from opc.lowering.abi import FunctionSignature
+from opc.lowering.build import (
+    MODULE_TEMPLATE_TAIL,
+    CompiledModule,
+    bind,
+    build_extension,
+    cache_dir,
+    load_extension,
+    python_names,
+    self_contained,
+)
+from opc.lowering.c_emitter import emit_c
 
 
 def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,
@@ -28,7 +39,7 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
     from xdsl.transforms.canonicalize import CanonicalizePass
     from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
-    from opc.targets import get_target
+    from opc.targets.target import get_target
     from opc.transforms.opc_decompose import legalize
 
     order = grad_order(grad)
@@ -74,7 +85,7 @@ def check_target(target: object) -> None:
 
 
 def target_backend(target: str) -> str:
-    from opc.targets import get_target
+    from opc.targets.target import get_target
 
     return get_target(target).backend
 
@@ -82,7 +93,7 @@ def target_backend(target: str) -> str:
 def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,
          fuse: bool = True) -> str:
     """`--emit mlir|c|cuda`: the lowered IR or the generated source."""
-    from opc.targets import get_target
+    from opc.targets.target import get_target
 
     if what == "cuda" and get_target(target).externals:
         raise OpcError(f"error: {target}: the device's own C kernels ([external.*]) run on the cpu backend only; "
@@ -125,10 +136,10 @@ def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = Non
 
 
 def device_kernels(loops: ModuleOp, target: str, cache: str | None = None) -> list[Path]:
-    """The compiled objects of the device kernels the lowered module calls (opc/external.py)."""
+    """The compiled objects of the device kernels the lowered module calls (opc/targets/device_kernels.py)."""
     from opc.dialects.opc_loops import ExternalCallOp
-    from opc.external import kernel_objects
-    from opc.targets import get_target
+    from opc.lowering.device_build import kernel_objects
+    from opc.targets.target import get_target
 
     symbols = {op.symbol.data for op in loops.walk() if isinstance(op, ExternalCallOp)}
     return kernel_objects(get_target(target).externals, symbols, cache_dir(cache)) if symbols else []
@@ -139,7 +150,7 @@ MODULE_TEMPLATE = '''"""{name}: compiled by opc from {origin}. Import it; call i
 import os as _os
 
 from opc.lowering.build import bind as _bind, load_extension as _load
-from opc.lowering.c_emitter import FunctionSignature as _Sig
+from opc.lowering.abi import FunctionSignature as _Sig
 
 _SIGNATURES = {signatures!r}
 _EXT = _load({ext_name!r}, _os.path.join(_os.path.dirname(__file__), {ext_file!r}))

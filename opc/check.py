@@ -42,11 +42,14 @@ from xdsl.dialects.builtin import BoolAttr, IntegerAttr, ModuleOp, StringAttr, T
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
+from opc.api import compile
 from opc.dialects import opc as o
-from opc.external import DTYPES, ExternalKernel, attribute_kinds, domain, op_classes, show
-from opc.ir import OpcError
-from opc.registry import REGISTRY, route_op
-from opc.targets import Target, get_target
+from opc.dtypes import MLIR_DTYPES, numpy_dtype, numpy_name
+from opc.errors import OpcError
+from opc.ops.registry import REGISTRY
+from opc.targets.device_kernels import ExternalKernel, attribute_kinds, domain, op_classes, show
+from opc.targets.routing import route_op
+from opc.targets.target import Target, get_target
 
 # ---------------------------------------------------------------------------
 # The grid: sizes per op family
@@ -144,7 +147,7 @@ def binary_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
 
 
 def select_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
-    return [Shape(label(s), (tensor(s, DTYPES["i1"]), tensor(s, dtype), tensor(s, dtype)),
+    return [Shape(label(s), (tensor(s, MLIR_DTYPES["i1"]), tensor(s, dtype), tensor(s, dtype)),
                   lambda a: o.SelectOp(*a), special=True) for s in ELEMENTWISE_SHAPES]
 
 
@@ -154,7 +157,7 @@ def cast_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
 
 
 def cast_grad_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
-    return [Shape(f"{label(s)} dout {d}", (tensor(s, dtype), tensor(s, DTYPES[d])), lambda a: o.CastGradOp(*a),
+    return [Shape(f"{label(s)} dout {d}", (tensor(s, dtype), tensor(s, MLIR_DTYPES[d])), lambda a: o.CastGradOp(*a),
                   special=True) for s in ELEMENTWISE_SHAPES[1:3] for d in ("f16", "bf16", "f32", "f64")]
 
 
@@ -260,7 +263,7 @@ def to_attribute(name: str, attr: str, value: Any) -> Attribute:
     if kind == "bool":
         return BoolAttr.from_bool(value)
     if kind == "dtype":
-        return DTYPES[value]
+        return MLIR_DTYPES[value]
     return StringAttr(value)
 
 
@@ -272,7 +275,7 @@ def build_op(shape: Shape) -> tuple[Block, Operation]:
 def admitted(grid: Grid, name: str, props: dict[str, Attribute], dtype: str) -> list[Shape] | None:
     """The grid's shapes, if the op's verifier admits this attribute combination and dtype."""
     try:
-        shapes = grid(op_classes()[name], props, DTYPES[dtype])
+        shapes = grid(op_classes()[name], props, MLIR_DTYPES[dtype])
         build_op(shapes[0])[1].verify()  # the sizes of a grid do not change what the verifier admits
     except (VerifyException, AssertionError, IndexError, ValueError):
         return None
@@ -298,7 +301,7 @@ def plan_kernel(target: Target, kernel: ExternalKernel, funcs: list[func.FuncOp]
     seen: set[str] = set()
     for attrs in combinations(kernel.op):
         props = {a: to_attribute(kernel.op, a, v) for a, v in attrs.items()}
-        for dtype in DTYPES:
+        for dtype in MLIR_DTYPES:
             shapes = admitted(grid, kernel.op, props, dtype)
             if shapes is None:
                 continue
@@ -349,13 +352,11 @@ def case_function(name: str, shape: Shape) -> func.FuncOp:
 
 
 def inputs(case: Case, seed: int) -> list[np.ndarray]:
-    from opc.lowering.build import numpy_dtype
-    from opc.lowering.c_emitter import dtype_name
 
     rng = np.random.default_rng(seed)
     arrays = []
     for t in case.args:
-        dt, shape = numpy_dtype(dtype_name(t.element_type)), tuple(t.get_shape())
+        dt, shape = numpy_dtype(numpy_name(t.element_type)), tuple(t.get_shape())
         if dt == np.bool_:
             arrays.append(rng.integers(0, 2, size=shape).astype(bool))
         elif dt.kind in "iu":
@@ -521,8 +522,6 @@ class Progress:
 
 def check(target_spec: str, ops: str | Sequence[str] | None = None, cache_dir: str | None = None) -> list[Case]:
     """Build and run the grid of every chosen device kernel; the rows, in order."""
-    import opc
-
     target = get_target(target_spec)
     kernels = select_kernels(target, ops)
     cases, funcs = plan(target, kernels)
@@ -530,8 +529,8 @@ def check(target_spec: str, ops: str | Sequence[str] | None = None, cache_dir: s
     progress = Progress(len(runs))
     if runs:
         progress.note(f"opc check: building {len(funcs)} cases for the device and the reference...")
-        device = opc.compile(ModuleOp([f.clone() for f in funcs]), target=target_spec, cache_dir=cache_dir)
-        reference = opc.compile(ModuleOp(funcs), target="cpu", decompose=reference_decompose(kernels) or None,
+        device = compile(ModuleOp([f.clone() for f in funcs]), target=target_spec, cache_dir=cache_dir)
+        reference = compile(ModuleOp(funcs), target="cpu", decompose=reference_decompose(kernels) or None,
                                 cache_dir=cache_dir)
         try:
             run_cases(device, reference, runs, progress)

@@ -12,7 +12,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from opc.ir import OpcError, Source, is_lowered, read_source, verify
+from opc.errors import OpcError
+from opc.frontend import read_source
+from opc.ir import Source, is_lowered, verify
 
 
 def run_pipeline(source: Source, spec: str) -> None:

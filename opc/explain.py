@@ -36,10 +36,11 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region
 
-from opc.external import external_symbol
-from opc.ir import OpcError
-from opc.registry import REGISTRY, route, route_op
-from opc.targets import Target, get_target
+from opc.errors import OpcError
+from opc.ops.registry import REGISTRY
+from opc.targets.device_kernels import external_symbol
+from opc.targets.routing import route, route_op
+from opc.targets.target import Target, get_target
 
 
 class ExplainError(OpcError):

@@ -1,11 +1,11 @@
-"""Reading and checking IR: a context with every dialect opc uses, a parser
+"""Parsing and checking IR: a context with every dialect opc uses, a parser
 that remembers where each op was written, and verification that reports
-`file:line:col: error: ...` at the offending op."""
+`file:line:col: error: ...` at the offending op. Reading files (and ONNX models)
+is `opc/frontend.py`'s."""
 
 from __future__ import annotations
 
 import math as pymath
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -21,10 +21,7 @@ from xdsl.utils.lexer import Location, Span
 from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 from opc.dialects.opc_sched import OpcSched
-
-
-class OpcError(Exception):
-    """An error meant for the user: printed as one line, no traceback."""
+from opc.errors import OpcError, first_line
 
 
 def make_context() -> Context:
@@ -109,11 +106,6 @@ def prescan(text: str) -> tuple[int, str] | None:
     return None
 
 
-def first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
-
-
 def location(text: str, name: str, offset: int) -> str:
     line_start = text.rfind("\n", 0, offset) + 1
     return f"{name}:{text.count(chr(10), 0, offset) + 1}:{offset - line_start + 1}"
@@ -157,21 +149,6 @@ def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> 
     source = Source(module, name, parser.spans)
     verify(source)
     return source
-
-
-def read_source(path: str) -> Source:
-    if path == "-":
-        import sys
-
-        return parse_text(sys.stdin.read(), "<stdin>")
-    if not os.path.isfile(path):
-        raise OpcError(f"error: no such file: {path}")
-    if path.endswith(".onnx"):
-        from opc.onnx_import import import_onnx
-
-        return Source(import_onnx(path)[0], path, {})
-    with open(path, encoding="utf-8") as f:
-        return parse_text(f.read(), path)
 
 
 def verify(source: Source, stage: str = "") -> None:
@@ -260,22 +237,3 @@ def ancestor_in(op: Operation, block: Block | None) -> Operation | None:
     while op is not None and op.parent_block() is not block:
         op = op.parent_op()  # type: ignore[assignment]
     return op
-
-
-def load_module(src: str | bytes | os.PathLike[str] | ModuleOp) -> Source:
-    """A path, MLIR text (str, or bytes in UTF-8) or ModuleOp, verified."""
-    if isinstance(src, ModuleOp):
-        source = Source(src, "<module>", {})
-        verify(source)
-        return source
-    if isinstance(src, (bytes, bytearray)):
-        try:
-            return parse_text(bytes(src).decode("utf-8"), "<bytes>")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"source: MLIR given as bytes must be UTF-8 ({err})") from None
-    if not isinstance(src, (str, os.PathLike)):
-        raise TypeError(f"source must be a path, MLIR text or a ModuleOp, got {type(src).__name__}")
-    text = os.fspath(src)
-    if "\n" not in text and (text.endswith((".mlir", ".onnx")) or os.path.exists(text)):
-        return read_source(text)
-    return parse_text(text, "<string>")

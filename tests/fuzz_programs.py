@@ -625,7 +625,7 @@ def compile_batch(progs: list[Program], grad: bool, decompose: str | None):
 
 
 def run_batch(progs: list[Program], grad: bool, decompose: str | None, seed: int, report: Report) -> None:
-    from opc.ir import OpcError
+    from opc.errors import OpcError
 
     try:
         module = compile_batch(progs, grad, decompose)

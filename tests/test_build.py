@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from opc.cli import main
-from opc.ir import OpcError
+from opc.errors import OpcError
 from opc.lowering import build
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,7 +24,7 @@ from test_schedule import row_src
 
 import opc
 from opc.api import lower, prepare
-from opc.ir import load_module
+from opc.frontend import load_module
 from opc.lowering.build import runtime_dir
 from opc.lowering.cuda_build import compile_cuda, has_cuda_device, nvcc_path
 from opc.lowering.cuda_emitter import emit_cuda
@@ -320,7 +320,7 @@ def test_forward_in_grad():
 
 
 def test_every_op_has_a_function():
-    from opc.registry import ALL_OPS
+    from opc.ops.registry import ALL_OPS
 
     used = {line.split("= opc.")[1].split()[0] for line in OPS_TEXT.splitlines() if "= opc." in line}
     assert {f"opc.{u}" for u in used} >= ALL_OPS

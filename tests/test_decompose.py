@@ -11,12 +11,15 @@ import pytest
 from xdsl.dialects.builtin import ModuleOp
 
 import opc
-from opc.autodiff import rules
+from opc.ops import vjp_rules as rules
 from opc.dialects.opc import Opc
-from opc.ir import OpcError, parse_text
-from opc.registry import REGISTRY, route
-from opc.targets import BUILTIN_KERNELS, get_target
-from opc.transforms.opc_decompose import PATTERNS, legalize, resolve_ops
+from opc.errors import OpcError
+from opc.ir import parse_text
+from opc.ops.registry import REGISTRY
+from opc.targets.routing import route
+from opc.targets.target import BUILTIN_KERNELS, get_target
+from opc.ops.decompositions import PATTERNS
+from opc.transforms.opc_decompose import legalize, resolve_ops
 
 DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32, "f64": np.float64}
 TOL = {"f64": 1e-12, "f32": 1e-5, "f16": 4e-3, "bf16": 2e-2}

@@ -7,7 +7,8 @@ import io
 import pytest
 from xdsl.printer import Printer
 
-from opc.ir import OpcError, parse_text
+from opc.errors import OpcError
+from opc.ir import parse_text
 
 T43 = "tensor<4x3xf32>"
 

@@ -197,7 +197,7 @@ def test_function_named_like_a_module_attribute(names, name):
 
 
 def test_mangled_c_symbols_are_identifiers_and_distinct():
-    from opc.lowering.c_emitter import c_symbol
+    from opc.lowering.abi import c_symbol
 
     mangled = {c_symbol(n) for n in ["a.b", "a$b", "a_b", "héllo", "a b", "1x"]}
     assert len(mangled) == 6 and all(re.fullmatch(r"[A-Za-z0-9_]+", s) for s in mangled)

@@ -21,10 +21,11 @@ import opc
 from opc.check import plan
 from opc.cli import main
 from opc.explain import explain, explain_target
-from opc.external import external_symbol
-from opc.ir import OpcError, parse_text
-from opc.registry import route_op
-from opc.targets import get_target
+from opc.targets.device_kernels import external_symbol
+from opc.errors import OpcError
+from opc.ir import parse_text
+from opc.targets.routing import route_op
+from opc.targets.target import get_target
 from opc.transforms.opc_decompose import legalize
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -712,7 +712,7 @@ def fused_and_plain():
 
 def test_fuse_fuses_both_layers() -> None:
     from opc.api import prepare
-    from opc.ir import load_module
+    from opc.frontend import load_module
 
     fused_ir = str(prepare(load_module(two_layers("f32")), grad=True).module)
     # both layers fused in the forward and in its replays in _grad and _value_and_grad
@@ -744,20 +744,21 @@ def test_fused_model_gradients_equal_unfused(fused_and_plain, dt: str) -> None:
 
 def test_every_grad_op_is_differentiable() -> None:
     """Through its rule by default (the same PATTERNS opc-decompose applies), or by a vjp of its own."""
-    from opc.autodiff import rules
-    from opc.registry import REGISTRY
-    from opc.transforms.opc_decompose import PATTERNS
+    from opc.autodiff import vjp_of, vjp_through_rule
+    from opc.ops.decompositions import PATTERNS
+    from opc.ops.registry import REGISTRY
 
     for name, e in REGISTRY.items():
         if e.kind == "grad":
-            assert e.vjp is not None, name
-            assert e.vjp is not rules.vjp_through_rule or name in PATTERNS, name
+            vjp, _ = vjp_of(name)
+            assert vjp is not None, name
+            assert vjp is not vjp_through_rule or name in PATTERNS, name
 
 
 def test_kernel_only_grad_op_without_vjp_is_an_error(monkeypatch) -> None:
     """A grad op realised only by a kernel (slice_grad, gather_grad) needs a vjp row of its own."""
-    from opc import registry
-    from opc.ir import OpcError
+    from opc.errors import OpcError
+    from opc.ops import registry
 
     monkeypatch.setitem(registry.REGISTRY, "opc.relu_grad", registry.grad("kernel"))
     with pytest.raises(OpcError, match=r"no gradient rule for opc.relu_grad \(a kernel-only grad op needs a vjp"):

@@ -8,7 +8,8 @@ import pytest
 from xdsl.dialects.builtin import BoolAttr
 from xdsl.printer import Printer
 
-from opc.ir import OpcError, parse_text
+from opc.errors import OpcError
+from opc.ir import parse_text
 
 ARGS = ("%x: tensor<4x8xf32>, %h: tensor<4x8xf16>, %d: tensor<4x8xf64>, %s: tensor<8xf32>, %b: tensor<8xf32>, "
         "%m: tensor<4xf32>, %l: tensor<4x1xi64>, %l32: tensor<4x1xi32>, %i: tensor<2x3xi32>, %u: tensor<3xui8>, "
@@ -148,7 +149,7 @@ def test_opc_check_grids_build_ops_the_verifier_admits(name: str, dtype: str) ->
 
 def test_a_device_kernel_receives_a_zero_axis() -> None:
     """IntegerAttr(0) is falsy: a device's kernel must still get axis = 0, not the default -1."""
-    from opc.external import kernel_attributes
+    from opc.targets.device_kernels import kernel_attributes
 
     op = next(o for o in parse_text(wrap(GOOD[13])).module.walk() if o.name == "opc.log_softmax")
     assert kernel_attributes(op)["axis"].value.data == 0

@@ -15,7 +15,7 @@ from onnx_helpers import ROOT, graph_model, helper, numpy_helper, onnx, run_ort,
 
 import opc
 from opc.cli import main
-from opc.ir import OpcError
+from opc.errors import OpcError
 
 
 def run_cli(*args: str, code: str | None = None, fresh: bool = False) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import opc
-from opc.ir import load_module
+from opc.frontend import load_module
 from opc.transforms.opc_schedule import SchedulePass, describe, plan
 
 # -- grouping decisions ----------------------------------------------------------------

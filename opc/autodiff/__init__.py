@@ -34,16 +34,18 @@ AttributeError that says it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.transforms.dead_code_elimination import region_dce
 
-from opc.autodiff.rules import Emitter
+from opc.dialects.builder import OpBuilder
 from opc.dialects.opc import is_bool, is_float
-from opc.ir import OpcError
+from opc.errors import OpcError
+from opc.ops.decompositions import expand
+from opc.ops.registry import REGISTRY
 
 STOP_GRADIENT = "opc.stop_gradient"
 NO_GRAD = "opc.no_grad"
@@ -227,7 +229,7 @@ def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int], with
     for a in wrt_args:
         g = grads.get(a)
         if g is None:  # no path from this arg to a result
-            e = Emitter()
+            e = OpBuilder()
             g = e.full(0.0, a)
             for op in e.ops:
                 block.add_op(op)
@@ -250,7 +252,7 @@ def backward(
     block: Block,
 ) -> dict[SSAValue, SSAValue]:
     """Append the backward ops to `block`; return value -> summed cotangent."""
-    e = Emitter()
+    e = OpBuilder()
     grads = sweep(e, forward, wrt, seeds)
     for op in e.ops:
         block.add_op(op)
@@ -258,12 +260,10 @@ def backward(
 
 
 def sweep(
-    e: Emitter, forward: Sequence[Operation], sources: Iterable[SSAValue], seeds: Iterable[tuple[SSAValue, SSAValue]]
+    e: OpBuilder, forward: Sequence[Operation], sources: Iterable[SSAValue], seeds: Iterable[tuple[SSAValue, SSAValue]]
 ) -> dict[SSAValue, SSAValue]:
     """The reverse sweep over `forward` (ops in SSA order), emitting into `e`:
     value -> summed cotangent, for the values that depend on `sources`."""
-    from opc.registry import vjp_of
-
     live: set[SSAValue] = set(sources)
     for op in forward:
         if any(v in live for v in op.operands):
@@ -299,8 +299,42 @@ def sweep(
     return grads
 
 
-def fan_in(e: Emitter, a: SSAValue, b: SSAValue) -> SSAValue:
+def fan_in(e: OpBuilder, a: SSAValue, b: SSAValue) -> SSAValue:
     """The sum of two cotangents of one value; for i1, their logical or."""
     if is_bool(a.type.element_type):  # type: ignore[attr-defined]
         return e.select(a, a, b)
     return e.add(a, b)
+
+
+def vjp_of(name: str) -> tuple[Callable | None, bool]:
+    """(vjp rule or None if no gradient flows through the op, any_dtype), from the registry.
+
+    A grad op without a vjp of its own is differentiated through its invoke or
+    composite rule; an op unknown to the registry, or a kernel-only grad op
+    without a vjp, has no gradient rule: an error, never a silent zero."""
+    e = REGISTRY.get(name)
+    if e is not None and e.kind == "grad" and e.vjp is None and e.rewrite:
+        return vjp_through_rule, e.any_dtype
+    if e is None or (e.kind == "grad" and e.vjp is None):
+        why = " (a kernel-only grad op needs a vjp of its own in opc/ops/registry.py)" if e else ""
+        raise OpcError(f"error: no gradient rule for {name}{why}")
+    return e.vjp, e.any_dtype
+
+
+def vjp_through_rule(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | None]) -> list[SSAValue | None]:
+    """Any op with an invoke or composite rule (grad ops, by default): the
+    rule that opc-decompose uses is expanded, its ops recomputed here in the
+    backward, and differentiated (each by its own vjp, recursively).
+
+    So cast_grad is differentiated through cast(dout, x.dtype), relu_grad
+    through its select, fused_gemm_epilogue_grad through its matmuls and
+    activation grad; a grad op added with a rule needs no vjp of its own."""
+    recompute = OpBuilder()
+    results = expand(recompute, op)
+    e.ops.extend(recompute.ops)
+    seeds = [(r, d) for r, d in zip(results, douts) if d is not None]
+    grads = sweep(e, recompute.ops, op.operands, seeds)
+    return [grads.get(v) for v in op.operands]
+
+
+vjp_through_rule.takes_missing = True  # type: ignore[attr-defined]

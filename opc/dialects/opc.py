@@ -537,6 +537,11 @@ class ReluOp(UnaryElementwiseOp):
     FLOATS_ONLY: ClassVar[bool] = False
 
 
+GELU_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+GELU_K = 0.044715
+"""The tanh form: 0.5 x (1 + tanh(GELU_SQRT_2_OVER_PI (x + GELU_K x^3)))."""
+
+
 @irdl_op_definition
 class GeluOp(UnaryElementwiseOp):
     """`%r = opc.gelu %a {approximate = true} : (tensor<4xf32>) -> tensor<4xf32>`"""

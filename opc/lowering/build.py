@@ -35,8 +35,9 @@ from types import ModuleType
 
 import numpy as np
 
-from opc.ir import OpcError
-from opc.lowering.c_emitter import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature, c_symbol
+from opc.dtypes import numpy_dtype
+from opc.errors import OpcError
+from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature, c_symbol
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
 # or FP exception flags) but let loops with selects and sqrt vectorize.
@@ -436,14 +437,6 @@ def load_extension(name: str, path: Path) -> ModuleType:
 # ---------------------------------------------------------------------------
 # NumPy binding
 # ---------------------------------------------------------------------------
-
-
-def numpy_dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 
 
 def c_type_of(dtype: str) -> str:

@@ -13,9 +13,7 @@ NaN -> 0 (runtime/opc_runtime.h), maximumf/minimumf propagate NaN.
 
 from __future__ import annotations
 
-import hashlib
 import math as pymath
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -49,6 +47,8 @@ from opc.dialects.opc_loops import (
     RaiseStatusOp,
     function_errors,
 )
+from opc.dtypes import mlir_name, numpy_name
+from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature, c_symbol
 
 # ---------------------------------------------------------------------------
 # Types
@@ -271,39 +271,6 @@ def buffer_bytes(t: MemRefType) -> int:
 SUM_BLOCK_BYTES = 256  # partial sums of one blocked float sum: four AVX-512 (eight AVX2) registers
 SUM_FOLD_BYTES = 64  # the partials are halved down to this, then summed across lanes
 PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
-# Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
-# own, so that no user function can collide with a runtime helper (opc_*).
-ENTRY_PREFIX = "opc_fn_"  # below this many inner iterations threads cost more than they give
-
-
-def c_symbol(name: str) -> str:
-    """A function's name as C spells it: itself where it is a C identifier; otherwise (`@a.b`,
-    `@"héllo"`) every other character becomes `_` and a hash of the name is appended, so that
-    two names never meet. The C and CUDA emitters and the CFFI declarations all use it."""
-    if re.fullmatch(r"[A-Za-z0-9_]+", name):  # after ENTRY_PREFIX, a leading digit is fine
-        return name
-    return f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-
-
-@dataclass
-class FunctionSignature:
-    """What the Python side needs to call a compiled function."""
-
-    name: str
-    inputs: list[tuple[str, tuple[int, ...], str]]  # (arg name, shape, dtype name)
-    outputs: list[tuple[tuple[int, ...], str]]
-    # run-time check sites: (exception name, message with {value}) for status -1, -2, ...
-    errors: list[tuple[str, str]] = field(default_factory=list)
-
-
-def dtype_name(t: Attribute) -> str:
-    if isinstance(t, IntegerType) and t.width.data == 1:
-        return "bool"
-    if isinstance(t, IntegerType):
-        return f"{'u' if t.signedness.data == Signedness.UNSIGNED else ''}int{t.width.data}"
-    return {Float16Type: "float16", BFloat16Type: "bfloat16", Float32Type: "float32", Float64Type: "float64"}[type(t)]
-
-
 @dataclass
 class CEmitter:
     """Emits one C translation unit for a lowered module."""
@@ -515,7 +482,7 @@ class CEmitter:
     @staticmethod
     def signature(fn: func.FuncOp, n_in: int) -> FunctionSignature:
         def shape_dtype(a: SSAValue) -> tuple[tuple[int, ...], str]:
-            return tuple(a.type.get_shape()), dtype_name(a.type.element_type)  # type: ignore[attr-defined]
+            return tuple(a.type.get_shape()), numpy_name(a.type.element_type)  # type: ignore[attr-defined]
 
         ins = [(a.name_hint or f"in{i}", *shape_dtype(a)) for i, a in enumerate(fn.args[:n_in])]
         outs = [shape_dtype(a) for a in fn.args[n_in:]]
@@ -799,7 +766,7 @@ class CEmitter:
     def tensor_initializer(self, v: SSAValue) -> str:
         t = v.type
         shape = list(t.get_shape()) or [0]  # type: ignore[attr-defined]
-        enum = KERNEL_DTYPES[dtype_name_mlir(t.element_type)]  # type: ignore[attr-defined]
+        enum = KERNEL_DTYPES[mlir_name(t.element_type)]  # type: ignore[attr-defined]
         return f"{{(void *){self.name(v)}, {enum}, {t.get_num_dims()}, {{{', '.join(map(str, shape))}}}}}"  # type: ignore[attr-defined]
 
     # -- runtime kernels and run-time checks (runtime/opc_nn.h, opc_status.h) ---------
@@ -830,8 +797,6 @@ class CEmitter:
 KERNEL_DTYPES = {"i1": "OPC_DTYPE_BOOL", "i8": "OPC_DTYPE_I8", "ui8": "OPC_DTYPE_U8", "i16": "OPC_DTYPE_I16",
                  "i32": "OPC_DTYPE_I32", "i64": "OPC_DTYPE_I64", "f16": "OPC_DTYPE_F16", "bf16": "OPC_DTYPE_BF16",
                  "f32": "OPC_DTYPE_F32", "f64": "OPC_DTYPE_F64"}  # fmt: skip
-KERNEL_STATUS = 2  # what an entry point returns when a device kernel failed (1: out of memory)
-KERNEL_MESSAGE_FN = "opc_kernel_message"
 
 KERNEL_HOST = f"""#include "opc_kernel.h"
 static _Thread_local char opc_kernel_message_buf[OPC_KERNEL_MESSAGE_SIZE];
@@ -845,12 +810,6 @@ static int opc_kernel_failed(const char *symbol, int rc) {{
   return {KERNEL_STATUS};
 }}
 """
-
-
-def dtype_name_mlir(t: Attribute) -> str:
-    from opc.external import dtype_name
-
-    return dtype_name(t)
 
 
 def c_string(text: str) -> str:
@@ -874,7 +833,7 @@ def kernel_attr_initializer(name: str, a: Attribute) -> str:
         values = [int(v) for v in a.get_values()]
         ints = f"(const int64_t[]){{{', '.join(f'{v}LL' for v in values) or '0'}}}"
         return attr("INTS", ints=ints, count=len(values))
-    return attr("DTYPE", i=KERNEL_DTYPES[dtype_name_mlir(a)])
+    return attr("DTYPE", i=KERNEL_DTYPES[mlir_name(a)])
 
 
 def kernel_preamble(module: ModuleOp) -> str:

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
-from opc.ir import OpcError
+from opc.errors import OpcError
+from opc.lowering.abi import ENTRY_PREFIX, FunctionSignature, c_symbol
 from opc.lowering.build import (
     MODULE_TEMPLATE_TAIL,
     CompiledFunction,
@@ -44,7 +45,6 @@ from opc.lowering.build import (
     self_contained,
     status_cdef,
 )
-from opc.lowering.c_emitter import ENTRY_PREFIX, FunctionSignature, c_symbol
 from opc.lowering.cuda_emitter import emit_cuda
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
@@ -203,7 +203,7 @@ NVIDIA GPU; call its functions with NumPy arrays (copied to and from the GPU).""
 
 import os as _os
 
-from opc.lowering.c_emitter import FunctionSignature as _Sig
+from opc.lowering.abi import FunctionSignature as _Sig
 from opc.lowering.cuda_build import load_cuda_library as _load
 
 _SIGNATURES = {signatures!r}

@@ -53,7 +53,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
-from opc.lowering.c_emitter import EXPRESSIONS, CEmitter, FunctionSignature, c_symbol, c_type, dtype_suffix
+from opc.lowering.abi import FunctionSignature, c_symbol
+from opc.lowering.c_emitter import EXPRESSIONS, CEmitter, c_type, dtype_suffix
 from opc.lowering.opc_lower_to_loops import ROW_KERNEL_ATTR
 
 BLOCK = 256  # threads per block of the generated kernels

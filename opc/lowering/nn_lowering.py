@@ -29,25 +29,19 @@ from xdsl.dialects.builtin import ArrayAttr, IndexType, IntegerAttr, IntegerType
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc
+from opc.dialects.kinds import element_of, numel, shape_of
 from opc.dialects.opc_loops import ERRORS_ATTR, CallOp, CheckIndexOp, RaiseStatusOp
 from opc.lowering.c_emitter import dtype_suffix
 from opc.lowering.scalars import (
     Emitter,
     broadcast_index,
     compute_type,
-    element_of,
     is_half,
-    numel,
     scalar_type,
-    shape_of,
 )
 
 STATUS_LEN = 2  # runtime/opc_status.h: OPC_STATUS_LEN
 
-# Index maps evaluated point-wise in their consumer's nest (no flat nests: they re-index).
-INDEX_MAPS = (opc.SliceOp, opc.GatherOp)
-# Consumers that read their operands point-wise, so that a producer may be inlined into them.
-POINTWISE_CONSUMERS = (opc.ConcatOp, opc.SliceGradOp, opc.GatherGradOp)
 
 
 # ---------------------------------------------------------------------------
@@ -169,17 +163,6 @@ def index_map_value(fl, op: Operation, idx: Sequence[SSAValue]) -> SSAValue:  # 
     raw = fl.value_at(op.indices, list(idx[axis:axis + rank]))
     k = checked_index(fl, op, op.indices, raw, axis, shape_of(op.x)[axis])
     return fl.value_at(op.x, [*idx[:axis], k, *idx[axis + rank:]])
-
-
-def reads_once(v: SSAValue, user: Operation) -> bool:
-    """Whether inlining v into `user` evaluates it no more often than materializing it would."""
-    if isinstance(user, (opc.SliceOp, opc.ConcatOp, opc.SliceGradOp)):
-        return True  # every element read at most once (slice_grad's x: never)
-    if isinstance(user, (opc.GatherOp, opc.GatherGradOp)):
-        # x: only the gathered elements (gather_grad: never), dout: once; the indices once per other position
-        others = numel(shape_of(user.x)) // max(1, shape_of(user.x)[user.axis_index()])
-        return v is not user.indices or others == 1
-    return False
 
 
 # ---------------------------------------------------------------------------

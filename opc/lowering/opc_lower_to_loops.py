@@ -45,29 +45,25 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects import opc
+from opc.dialects.kinds import INLINABLE, REINDEXING_MAPS, element_of, is_splat_constant, numel, shape_of
 from opc.dialects.opc_loops import CheckIndexOp, ExternalCallOp, GemmOp
-from opc.external import external_symbol, kernel_attributes
-from opc.ir import OpcError
+from opc.errors import OpcError
 from opc.lowering import nn_lowering as nn
-from opc.transforms.opc_schedule import Kernel, RowKernel, plan, unwrap_kernels
 from opc.lowering.scalars import (
-    INLINABLE,
     Emitter,
     broadcast_index,
     compute_type,
-    element_of,
     full_value,
     gelu_grad_scalar,
     is_half,
-    is_splat_constant,
     is_unsigned,
     memref_of,
-    numel,
     relu_grad_scalar,
     scalar_op,
     scalar_type,
-    shape_of,
 )
+from opc.targets.device_kernels import external_symbol, kernel_attributes
+from opc.transforms.opc_schedule import Kernel, RowKernel, plan, unwrap_kernels
 
 # Function lowering
 # ---------------------------------------------------------------------------
@@ -199,7 +195,7 @@ class FunctionLowering:
             return e.const(full_value(op.value.value.data, element_of(v)), element_of(v))
         if is_splat_constant(op):
             return e.const(op.value.get_values()[0], element_of(v))  # type: ignore[attr-defined]
-        if isinstance(op, nn.INDEX_MAPS):
+        if isinstance(op, REINDEXING_MAPS):
             return nn.index_map_value(self, op, idx)
         return None
 
@@ -259,7 +255,7 @@ class FunctionLowering:
                 continue
             seen.add(u)
             op = u.owner
-            if isinstance(op, (opc.TransposeOp, *nn.INDEX_MAPS)):
+            if isinstance(op, (opc.TransposeOp, *REINDEXING_MAPS)):
                 return None
             if isinstance(op, opc.FullOp) or is_splat_constant(op):  # type: ignore[arg-type]
                 continue

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from xdsl.dialects import arith, math, memref, scf
 from xdsl.dialects.builtin import (
     BFloat16Type,
-    DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -33,7 +32,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from opc.dialects import opc
-from opc.ir import OpcError
+from opc.dialects.kinds import element_of
+from opc.errors import OpcError
 
 # ---------------------------------------------------------------------------
 # Types
@@ -63,34 +63,10 @@ def scalar_type(t: Attribute) -> Attribute:
     return t
 
 
-def shape_of(v: SSAValue) -> tuple[int, ...]:
-    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
-
-
-def element_of(v: SSAValue) -> Attribute:
-    return v.type.element_type  # type: ignore[attr-defined]
-
-
 def memref_of(t: TensorType) -> MemRefType:
     return MemRefType(t.element_type, list(t.get_shape()))
 
 
-def numel(shape: Sequence[int]) -> int:
-    return pymath.prod(shape)
-
-
-# Ops evaluated point-wise inside a consumer's loop nest.
-ELEMENTWISE = (
-    opc.BinaryElementwiseOp, opc.UnaryElementwiseOp, opc.SelectOp, opc.CastOp, opc.CastGradOp,
-    opc.ActivationGradOp,
-)  # fmt: skip
-INDEX_MAPS = (opc.BroadcastToOp, opc.TransposeOp, opc.SliceOp, opc.GatherOp)
-INLINABLE = (*ELEMENTWISE, *INDEX_MAPS, opc.FullOp)
-# Consumers that evaluate their operands point-wise (so a producer can be inlined).
-POINTWISE_CONSUMERS = (*ELEMENTWISE, *INDEX_MAPS, opc.ReduceOp, opc.ConcatOp, opc.SliceGradOp, opc.GatherGradOp)
-
-GELU_C = pymath.sqrt(2.0 / pymath.pi)
-GELU_K = 0.044715
 
 
 # ---------------------------------------------------------------------------
@@ -261,9 +237,10 @@ class Scalar:
     def gelu_tanh_parts(self, x):
         """(t, inner') with t = tanh(c*(x + k x^3)), inner' = c*(1 + 3k x^2)."""
         x2 = self.mul(x, x)
-        inner = self.mul(self.c(GELU_C, x), self.add(x, self.mul(self.c(GELU_K, x), self.mul(x2, x))))
+        c, k = self.c(opc.GELU_SQRT_2_OVER_PI, x), opc.GELU_K
+        inner = self.mul(c, self.add(x, self.mul(self.c(k, x), self.mul(x2, x))))
         t = self.e.value(math.TanhOp(inner))
-        dinner = self.mul(self.c(GELU_C, x), self.add(self.c(1.0, x), self.mul(self.c(3 * GELU_K, x), x2)))
+        dinner = self.mul(c, self.add(self.c(1.0, x), self.mul(self.c(3 * k, x), x2)))
         return t, dinner
 
     def gelu(self, x, approximate: bool):
@@ -345,11 +322,6 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
     if kind is opc.ReluOp:
         return xs[0] if unsigned else e.value(arith.MaxSIOp(xs[0], e.const(0, in_t)))
     raise OpcError(f"error: no scalar lowering for {op.name} on {in_t}")
-
-
-def is_splat_constant(op: Operation) -> bool:
-    return (isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr)
-            and len(op.value) > 0 and op.value.is_splat())  # no elements: no splat value to inline
 
 
 def full_value(value: float, t: Attribute) -> float | int:

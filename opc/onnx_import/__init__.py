@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from opc.ir import OpcError
+from opc.errors import OpcError
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
@@ -32,6 +32,7 @@ def import_onnx(model: str | os.PathLike[str] | Any,
 
     shapes: sizes for graph inputs whose dims are dynamic, by input name.
     """
+    from opc.onnx_import import converters  # noqa: F401 - registers the converters in graph.CONVERTERS
     from opc.onnx_import.graph import import_model
 
     return import_model(model, shapes)

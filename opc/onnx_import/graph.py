@@ -41,9 +41,9 @@ from xdsl.transforms.common_subexpression_elimination import cse
 from xdsl.transforms.dead_code_elimination import region_dce
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
-from opc.autodiff.rules import Emitter
 from opc.dialects import opc as o
-from opc.ir import OpcError
+from opc.dialects.builder import OpBuilder
+from opc.errors import OpcError, first_line
 
 MIN_OPSET, MAX_OPSET = 13, 21
 INSTALL_HINT = 'pip install "opc[onnx]" (in a checkout of opc: pip install ".[onnx]")'
@@ -135,11 +135,6 @@ def no_number_suffix(name: str) -> str:
 # ---------------------------------------------------------------------------
 # Loading and checking
 # ---------------------------------------------------------------------------
-
-
-def first_line(err: BaseException) -> str:
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(err).__name__
 
 
 def load(model: Any, where: str):
@@ -245,8 +240,8 @@ def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None
 # ---------------------------------------------------------------------------
 
 
-class NodeEmitter(Emitter):
-    """Builds opc ops (Emitter's helpers) and verifies each at once, naming the node on failure."""
+class NodeEmitter(OpBuilder):
+    """Builds opc ops (OpBuilder's helpers) and verifies each at once, naming the node on failure."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -579,8 +574,6 @@ class GraphImporter:
 
 def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
     onnx = onnx_module()
-    from opc.onnx_import import converters  # noqa: F401 - fills CONVERTERS
-
     where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
     if isinstance(model, onnx.ModelProto) and (shapes or not model.graph.name):
         own = onnx.ModelProto()

@@ -42,8 +42,8 @@ from xdsl.pattern_rewriter import (
 )
 
 from opc.dialects import opc as o
-from opc.registry import route_op
-from opc.targets import Target, get_target
+from opc.targets.routing import route_op
+from opc.targets.target import Target, get_target
 
 FUSED = "opc.fused_gemm_epilogue"
 

@@ -19,7 +19,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from opc.autodiff import add_grad_function, add_grad_functions, default_wrt, find_func, no_wrt_reason, wrt_indices
-from opc.ir import OpcError
+from opc.errors import OpcError
 
 
 @dataclass(frozen=True)

@@ -46,18 +46,20 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects import opc
-from opc.dialects.opc_sched import KernelOp, YieldOp
-from opc.external import external_symbol
-from opc.lowering import nn_lowering as nn
-from opc.lowering.scalars import (
+from opc.dialects.kinds import (
     ELEMENTWISE,
     INLINABLE,
+    PLACEMENTS,
     POINTWISE_CONSUMERS,
+    REINDEXING_MAPS,
     element_of,
     is_splat_constant,
     numel,
+    reads_once,
     shape_of,
 )
+from opc.dialects.opc_sched import KernelOp, YieldOp
+from opc.targets.device_kernels import external_symbol
 
 MAX_ROW_REDUCTIONS = 8  # passes over a row a row kernel may make before it is split
 MAX_ROW_LENGTH = 1 << 16  # a row longer than this is reduced by the plain nests
@@ -101,8 +103,8 @@ def evaluated_once(v: SSAValue, user: Operation) -> bool:
     """Inlining must not recompute a value once per broadcast copy."""
     if isinstance(user, (opc.ReduceOp, opc.TransposeOp)):
         return True
-    if isinstance(user, (*nn.INDEX_MAPS, *nn.POINTWISE_CONSUMERS)):
-        return nn.reads_once(v, user)
+    if isinstance(user, (*REINDEXING_MAPS, *PLACEMENTS)):
+        return reads_once(v, user)
     return numel(shape_of(v)) == numel(shape_of(user.results[0]))
 
 

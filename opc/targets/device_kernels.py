@@ -10,21 +10,18 @@ device .toml, which op instances they take, and building their C sources.
 An op instance runs through the kernel iff its dtype is listed and every
 constrained attribute has a listed value (`ExternalKernel.mismatch` is None);
 every other instance runs as if the device had no kernel of its own
-(`opc.registry.route_op`). Legalization marks each instance it sends to a
+(`opc.targets.routing.route_op`). Legalization marks each instance it sends to a
 kernel with EXTERNAL_ATTR = the symbol; the lowering turns a marked op into one
 `opc_loops.external_call`, and the build compiles the kernel's source once per
-content into an object linked into the module (`kernel_objects`).
+content into an object linked into the module (opc/lowering/device_build.py).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from xdsl.dialects.builtin import (
@@ -32,38 +29,20 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     FloatAttr,
     IntegerAttr,
-    IntegerType,
-    Signedness,
     StringAttr,
-    bf16,
-    f16,
     f32,
-    f64,
     i64,
 )
 from xdsl.ir import Attribute, Operation
 from xdsl.irdl import VerificationContext
 from xdsl.utils.exceptions import VerifyException
 
-from opc.ir import OpcError
+from opc.dtypes import MLIR_DTYPES, mlir_name
+from opc.errors import OpcError
+from opc.ops.registry import ALL_OPS
 
 EXTERNAL_ATTR = "opc.external"
 """The discardable attribute legalization puts on an op instance that runs through a device kernel."""
-
-DTYPES: dict[str, Attribute] = {
-    "i1": IntegerType(1), "i8": IntegerType(8), "ui8": IntegerType(8, Signedness.UNSIGNED),
-    "i16": IntegerType(16), "i32": IntegerType(32), "i64": IntegerType(64),
-    "f16": f16, "bf16": bf16, "f32": f32, "f64": f64,
-}  # fmt: skip
-"""Element types by their MLIR names, in the order of opc_dtype (runtime/opc_kernel.h)."""
-
-
-def dtype_name(t: Attribute) -> str:
-    for name, attr in DTYPES.items():
-        if attr == t:
-            return name
-    raise ValueError(f"not an element type opc admits: {t}")
-
 
 def external_symbol(op: Operation) -> str | None:
     """The kernel legalization chose for this op instance, if any."""
@@ -78,7 +57,7 @@ DTYPE_OPERAND = {"opc.select": 1}
 def instance_dtype(op: Operation) -> str:
     """The dtype a kernel is chosen by: the element type of the first operand (of the result, without one)."""
     value = op.operands[DTYPE_OPERAND.get(op.name, 0)] if op.operands else op.results[0]
-    return dtype_name(value.type.element_type)  # type: ignore[attr-defined]
+    return mlir_name(value.type.element_type)  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------
@@ -127,7 +106,7 @@ def domain(op_name: str, attr: str) -> tuple | None:
     if kind == "bool":
         return (False, True)
     if kind == "dtype":
-        return tuple(DTYPES)
+        return tuple(MLIR_DTYPES)
     if kind == "string":
         return string_values().get(attr)
     return None
@@ -141,7 +120,7 @@ def python_value(attr: Attribute, kind: str) -> Any:
     if kind == "string":
         return attr.data  # type: ignore[attr-defined]
     if kind == "dtype":
-        return dtype_name(attr)
+        return mlir_name(attr)
     return tuple(attr.get_values())  # type: ignore[attr-defined]
 
 
@@ -218,8 +197,6 @@ class ExternalKernel:
 
 def parse_externals(path: str, table: Any, backend: str) -> tuple[ExternalKernel, ...]:
     """The `[external.OP]` sections of a device file, checked; errors name the file and the key."""
-    from opc.registry import ALL_OPS
-
     def fail(key: str, why: str) -> OpcError:
         return OpcError(f"error: {path}: {key}: {why}")
 
@@ -252,8 +229,8 @@ def parse_externals(path: str, table: Any, backend: str) -> tuple[ExternalKernel
         if not isinstance(dtypes, list) or not dtypes or not all(isinstance(d, str) for d in dtypes):
             raise fail(f"{key}.dtypes", 'must be a non-empty list of dtype names, e.g. ["f32", "f16"]')
         for d in dtypes:
-            if d not in DTYPES:
-                raise fail(f"{key}.dtypes", f"unknown dtype '{d}' (expected {', '.join(DTYPES)})")
+            if d not in MLIR_DTYPES:
+                raise fail(f"{key}.dtypes", f"unknown dtype '{d}' (expected {', '.join(MLIR_DTYPES)})")
         constraints = tuple(
             (name, parse_constraint(op, name, values, lambda why, name=name: fail(f"{key}.{name}", why)))
             for name, values in section.items() if name not in ("source", "symbol", "dtypes")
@@ -286,58 +263,7 @@ def parse_constraint(op: str, name: str, values: Any, fail: Callable[[str], OpcE
         if not ok:
             raise fail(f"{v!r} is not a {kind} value")
         allowed = domain(op, name)
-        if kind == "dtype" and v not in DTYPES or kind == "string" and allowed is not None and v not in allowed:
-            raise fail(f"unknown value '{v}' (expected {', '.join(show(a) for a in allowed or DTYPES)})")
+        if kind == "dtype" and v not in MLIR_DTYPES or kind == "string" and allowed is not None and v not in allowed:
+            raise fail(f"unknown value '{v}' (expected {', '.join(show(a) for a in allowed or MLIR_DTYPES)})")
         out.append(tuple(v) if kind == "ints" else float(v) if kind == "float" else v)
     return tuple(dict.fromkeys(out))
-
-
-# ---------------------------------------------------------------------------
-# Building the kernels' C sources
-# ---------------------------------------------------------------------------
-
-
-def kernel_objects(kernels: tuple[ExternalKernel, ...], symbols: set[str], cache: Path) -> list[Path]:
-    """Objects of the kernels whose symbols a module calls, each built once per content."""
-    return [kernel_object(k, cache) for k in kernels if k.symbol in symbols]
-
-
-def kernel_object(kernel: ExternalKernel, cache: Path) -> Path:
-    """The kernel's source compiled with the ABI's prototype force-included first, so that a
-    definition with another signature is a compile error; then its symbol looked up."""
-    from opc.lowering.build import compile_flags, compiler_version, content_key, runtime_digest, runtime_dir
-
-    src = Path(kernel.source)
-    prototype = f'#include "opc_kernel.h"\nint {kernel.symbol}(const opc_kernel_call *call);\n'
-    headers = [p.read_bytes() for p in sorted(src.parent.glob("*.h"))]
-    key = content_key(prototype, src.read_bytes(), *headers, compiler_version(), *compile_flags(), runtime_digest(),
-                      length=20)
-    obj = cache / f"external-{kernel.symbol}-{key}.o"
-    if obj.exists():
-        return obj
-    with tempfile.TemporaryDirectory(prefix="opc-kernel-", dir=cache) as tmp:
-        proto = Path(tmp) / f"opc_prototype_{kernel.symbol}.h"
-        proto.write_text(prototype)
-        out = Path(tmp) / "kernel.o"
-        cc = os.environ.get("CC", "gcc")
-        cmd = [cc, *compile_flags(), "-fPIC", "-I", str(runtime_dir()), "-include", str(proto), "-c", str(src),
-               "-o", str(out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "LC_ALL": "C"})
-        if proc.returncode != 0:
-            lines = [line for line in proc.stderr.splitlines() if line.strip()][:8]
-            raise OpcError(f"error: {kernel.where}.source: {src} does not compile:\n" +
-                           "\n".join("  " + line for line in lines))
-        if not defines(str(out), kernel.symbol):
-            raise OpcError(f"error: {kernel.where}.symbol: '{kernel.symbol}' is not defined in {src} "
-                           f"(expected int {kernel.symbol}(const opc_kernel_call *call))")
-        os.replace(out, obj)  # atomic: a concurrent build of the same key just wins the race
-    return obj
-
-
-def defines(obj: str, symbol: str) -> bool:
-    """Whether the object defines `symbol` as a global (nm; assumed so where nm is missing)."""
-    try:
-        proc = subprocess.run(["nm", "-g", "--defined-only", obj], capture_output=True, text=True, check=False)
-    except OSError:
-        return True
-    return any(line.split()[-1:] == [symbol] for line in proc.stdout.splitlines())

@@ -1,14 +1,15 @@
 """Vector-Jacobian product rules: one small function per differentiable op.
 
-A rule gets an `Emitter` (which builds opc ops with their Python
+A rule gets an `OpBuilder` (which builds opc ops with their Python
 constructors), the forward op, and one cotangent per result of the op
 (`None` where a result has none: a zero cotangent). It returns one gradient
 per operand, or `None` for an operand that gets no gradient (the condition of
 a select, say). Broadcasting operands get their gradient summed back to their
-own shape by `Emitter.unbroadcast`.
+own shape by `OpBuilder.unbroadcast`.
 
-Which op uses which rule is written in the registry (opc/registry.py), not
-here: this file only says how.
+Which op uses which rule is written in the registry (opc/ops/registry.py), not
+here: this file only says how. A grad op with an invoke or composite rule needs
+no rule here: the autodiff differentiates it through that rule.
 """
 
 from __future__ import annotations
@@ -16,89 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import Float32Type, TensorType, f32
-from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.builder import OpBuilder, narrow
 
 Grads = Sequence[SSAValue | None]
-
-
-class Emitter:
-    """Builds opc ops into a list, in order; each helper returns the result value."""
-
-    def __init__(self) -> None:
-        self.ops: list[Operation] = []
-
-    def emit(self, op: Operation) -> Operation:
-        self.ops.append(op)
-        return op
-
-    def value(self, op: Operation) -> SSAValue:
-        return self.emit(op).results[0]
-
-    # -- constructors -------------------------------------------------------
-    def full(self, value: float, like: SSAValue | TensorType) -> SSAValue:
-        t = like if isinstance(like, TensorType) else like.type
-        assert isinstance(t, TensorType)
-        return self.value(o.FullOp(value, t))
-
-    def add(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.value(o.AddOp(a, b))
-
-    def sub(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.value(o.SubOp(a, b))
-
-    def mul(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.value(o.MulOp(a, b))
-
-    def div(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.value(o.DivOp(a, b))
-
-    def scale(self, a: SSAValue, c: float) -> SSAValue:
-        """a * c, the constant as a full tensor of a's type."""
-        return self.mul(a, self.full(c, a))
-
-    def neg(self, a: SSAValue) -> SSAValue:
-        return self.value(o.NegOp(a))
-
-    def select(self, c: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.value(o.SelectOp(c, a, b))
-
-    def cast(self, a: SSAValue, element: Attribute) -> SSAValue:
-        return self.value(o.CastOp(a, element))
-
-    def matmul(self, x: SSAValue, y: SSAValue, trans_x: bool = False, trans_y: bool = False) -> SSAValue:
-        return self.value(o.MatmulOp(x, y, trans_x, trans_y))
-
-    def reduce_sum(self, x: SSAValue, axes: Sequence[int], keepdim: bool = False) -> SSAValue:
-        return self.value(o.ReduceSumOp(x, axes, keepdim))
-
-    def unbroadcast(self, g: SSAValue, to: SSAValue | TensorType) -> SSAValue:
-        """Sum g (of a broadcast result's shape) back to the shape of `to`."""
-        target = to if isinstance(to, TensorType) else to.type
-        assert isinstance(target, TensorType) and isinstance(g.type, TensorType)
-        src, dst = tuple(g.type.get_shape()), tuple(target.get_shape())
-        if src == dst:
-            return g
-        lead = len(src) - len(dst)
-        axes = list(range(lead)) + [lead + i for i, d in enumerate(dst) if d == 1 and src[lead + i] != 1]
-        if axes:
-            g = self.reduce_sum(g, axes, keepdim=False)
-        if tuple(g.type.get_shape()) != dst:  # type: ignore[attr-defined]
-            g = self.value(o.ReshapeOp(g, o.tensor(dst, target.element_type)))
-        return g
-
-
-def wide(e: Emitter, x: SSAValue) -> SSAValue:
-    """x in the type elementwise math is done in: f16/bf16 go up to f32."""
-    el = x.type.element_type  # type: ignore[attr-defined]
-    return x if isinstance(el, (o.Float64Type, Float32Type)) else e.cast(x, f32)
-
-
-def narrow(e: Emitter, x: SSAValue, like: SSAValue) -> SSAValue:
-    el = like.type.element_type  # type: ignore[attr-defined]
-    return x if x.type == like.type else e.cast(x, el)
 
 
 def _result(op: Operation) -> SSAValue:
@@ -110,22 +34,22 @@ def _result(op: Operation) -> SSAValue:
 # ---------------------------------------------------------------------------
 
 
-def vjp_add(e: Emitter, op: o.AddOp, douts: Grads) -> Grads:
+def vjp_add(e: OpBuilder, op: o.AddOp, douts: Grads) -> Grads:
     (d,) = douts
     return e.unbroadcast(d, op.lhs), e.unbroadcast(d, op.rhs)
 
 
-def vjp_sub(e: Emitter, op: o.SubOp, douts: Grads) -> Grads:
+def vjp_sub(e: OpBuilder, op: o.SubOp, douts: Grads) -> Grads:
     (d,) = douts
     return e.unbroadcast(d, op.lhs), e.unbroadcast(e.neg(d), op.rhs)
 
 
-def vjp_mul(e: Emitter, op: o.MulOp, douts: Grads) -> Grads:
+def vjp_mul(e: OpBuilder, op: o.MulOp, douts: Grads) -> Grads:
     (d,) = douts
     return e.unbroadcast(e.mul(d, op.rhs), op.lhs), e.unbroadcast(e.mul(d, op.lhs), op.rhs)
 
 
-def vjp_div(e: Emitter, op: o.DivOp, douts: Grads) -> Grads:
+def vjp_div(e: OpBuilder, op: o.DivOp, douts: Grads) -> Grads:
     # out = a / b: da = d / b, db = -d * out / b
     (d,) = douts
     da = e.div(d, op.rhs)
@@ -133,7 +57,7 @@ def vjp_div(e: Emitter, op: o.DivOp, douts: Grads) -> Grads:
     return e.unbroadcast(da, op.lhs), e.unbroadcast(db, op.rhs)
 
 
-def _extremum(e: Emitter, op: o.MaximumOp | o.MinimumOp, d: SSAValue, wins: type[Operation]) -> Grads:
+def _extremum(e: OpBuilder, op: o.MaximumOp | o.MinimumOp, d: SSAValue, wins: type[Operation]) -> Grads:
     # Ties split the gradient evenly between the operands, as PyTorch does.
     a, b = op.lhs, op.rhs
     zero, half = e.full(0.0, d), e.scale(d, 0.5)
@@ -143,15 +67,15 @@ def _extremum(e: Emitter, op: o.MaximumOp | o.MinimumOp, d: SSAValue, wins: type
     return e.unbroadcast(da, a), e.unbroadcast(db, b)
 
 
-def vjp_maximum(e: Emitter, op: o.MaximumOp, douts: Grads) -> Grads:
+def vjp_maximum(e: OpBuilder, op: o.MaximumOp, douts: Grads) -> Grads:
     return _extremum(e, op, douts[0], o.GreaterThanOp)  # type: ignore[arg-type]
 
 
-def vjp_minimum(e: Emitter, op: o.MinimumOp, douts: Grads) -> Grads:
+def vjp_minimum(e: OpBuilder, op: o.MinimumOp, douts: Grads) -> Grads:
     return _extremum(e, op, douts[0], o.LessThanOp)  # type: ignore[arg-type]
 
 
-def vjp_pow(e: Emitter, op: o.PowOp, douts: Grads) -> Grads:
+def vjp_pow(e: OpBuilder, op: o.PowOp, douts: Grads) -> Grads:
     # out = a ** b: da = d * b * a ** (b - 1), db = d * out * log(a). At a base of 0 these
     # are 0 * inf or log(0) = -inf; PyTorch masks exactly those cases (da = 0 where b == 0,
     # db = 0 where a == 0 and b >= 0), so a NaN never enters and spreads upstream.
@@ -173,42 +97,42 @@ def vjp_pow(e: Emitter, op: o.PowOp, douts: Grads) -> Grads:
 # ---------------------------------------------------------------------------
 
 
-def vjp_neg(e: Emitter, op: o.NegOp, douts: Grads) -> Grads:
+def vjp_neg(e: OpBuilder, op: o.NegOp, douts: Grads) -> Grads:
     return (e.neg(douts[0]),)
 
 
-def vjp_exp(e: Emitter, op: o.ExpOp, douts: Grads) -> Grads:
+def vjp_exp(e: OpBuilder, op: o.ExpOp, douts: Grads) -> Grads:
     return (e.mul(douts[0], _result(op)),)
 
 
-def vjp_log(e: Emitter, op: o.LogOp, douts: Grads) -> Grads:
+def vjp_log(e: OpBuilder, op: o.LogOp, douts: Grads) -> Grads:
     return (e.div(douts[0], op.x),)
 
 
-def vjp_tanh(e: Emitter, op: o.TanhOp, douts: Grads) -> Grads:
+def vjp_tanh(e: OpBuilder, op: o.TanhOp, douts: Grads) -> Grads:
     t = _result(op)
     return (e.mul(douts[0], e.sub(e.full(1.0, t), e.mul(t, t))),)
 
 
-def vjp_erf(e: Emitter, op: o.ErfOp, douts: Grads) -> Grads:
+def vjp_erf(e: OpBuilder, op: o.ErfOp, douts: Grads) -> Grads:
     # d erf(x) = 2 / sqrt(pi) * exp(-x^2)
     x = op.x
     g = e.scale(e.value(o.ExpOp(e.neg(e.mul(x, x)))), 2.0 / math.sqrt(math.pi))
     return (e.mul(douts[0], g),)
 
 
-def vjp_sqrt(e: Emitter, op: o.SqrtOp, douts: Grads) -> Grads:
+def vjp_sqrt(e: OpBuilder, op: o.SqrtOp, douts: Grads) -> Grads:
     # d sqrt(x) = 0.5 / sqrt(x)
     return (e.div(e.scale(douts[0], 0.5), _result(op)),)
 
 
-def vjp_rsqrt(e: Emitter, op: o.RsqrtOp, douts: Grads) -> Grads:
+def vjp_rsqrt(e: OpBuilder, op: o.RsqrtOp, douts: Grads) -> Grads:
     # d x^(-1/2) = -0.5 * x^(-3/2) = -0.5 * out^3
     r = _result(op)
     return (e.mul(e.scale(douts[0], -0.5), e.mul(r, e.mul(r, r))),)
 
 
-def vjp_abs(e: Emitter, op: o.AbsOp, douts: Grads) -> Grads:
+def vjp_abs(e: OpBuilder, op: o.AbsOp, douts: Grads) -> Grads:
     # sign(x) * d, and 0 at x == 0 (PyTorch's choice)
     (d,) = douts
     x = op.x
@@ -217,7 +141,7 @@ def vjp_abs(e: Emitter, op: o.AbsOp, douts: Grads) -> Grads:
     return (e.select(pos, d, e.select(negative, e.neg(d), e.full(0.0, d))),)
 
 
-def vjp_relu(e: Emitter, op: o.ReluOp, douts: Grads) -> Grads:
+def vjp_relu(e: OpBuilder, op: o.ReluOp, douts: Grads) -> Grads:
     (d,) = douts
     if o.is_float(op.x.type.element_type):  # type: ignore[attr-defined]
         return (e.value(o.ReluGradOp(op.x, d)),)
@@ -225,7 +149,7 @@ def vjp_relu(e: Emitter, op: o.ReluOp, douts: Grads) -> Grads:
     return (e.select(positive, d, e.full(0.0, d)),)
 
 
-def vjp_gelu(e: Emitter, op: o.GeluOp, douts: Grads) -> Grads:
+def vjp_gelu(e: OpBuilder, op: o.GeluOp, douts: Grads) -> Grads:
     return (e.value(o.GeluGradOp(op.x, douts[0], approximate=o.flag(op.approximate))),)
 
 
@@ -234,32 +158,32 @@ def vjp_gelu(e: Emitter, op: o.GeluOp, douts: Grads) -> Grads:
 # ---------------------------------------------------------------------------
 
 
-def vjp_cast(e: Emitter, op: o.CastOp, douts: Grads) -> Grads:
+def vjp_cast(e: OpBuilder, op: o.CastOp, douts: Grads) -> Grads:
     # Paddle's backward.yaml: cast_grad, realised by invoking cast(dout, x.dtype).
     return (e.value(o.CastGradOp(op.x, douts[0])),)
 
 
-def vjp_select(e: Emitter, op: o.SelectOp, douts: Grads) -> Grads:
+def vjp_select(e: OpBuilder, op: o.SelectOp, douts: Grads) -> Grads:
     (d,) = douts
     zero = e.full(0.0, d)
     return None, e.unbroadcast(e.select(op.cond, d, zero), op.lhs), e.unbroadcast(e.select(op.cond, zero, d), op.rhs)
 
 
-def vjp_broadcast_to(e: Emitter, op: o.BroadcastToOp, douts: Grads) -> Grads:
+def vjp_broadcast_to(e: OpBuilder, op: o.BroadcastToOp, douts: Grads) -> Grads:
     return (e.unbroadcast(douts[0], op.x),)
 
 
-def vjp_reshape(e: Emitter, op: o.ReshapeOp, douts: Grads) -> Grads:
+def vjp_reshape(e: OpBuilder, op: o.ReshapeOp, douts: Grads) -> Grads:
     return (e.value(o.ReshapeOp(douts[0], op.x.type)),)  # type: ignore[arg-type]
 
 
-def vjp_transpose(e: Emitter, op: o.TransposeOp, douts: Grads) -> Grads:
+def vjp_transpose(e: OpBuilder, op: o.TransposeOp, douts: Grads) -> Grads:
     perm = op.perm_list()
     inverse = [perm.index(i) for i in range(len(perm))]
     return (e.value(o.TransposeOp(douts[0], inverse)),)
 
 
-def _keepdim(e: Emitter, op: o.ReduceOp, v: SSAValue) -> SSAValue:
+def _keepdim(e: OpBuilder, op: o.ReduceOp, v: SSAValue) -> SSAValue:
     """A reduced value reshaped to the keepdim shape, so that it broadcasts against x."""
     if o.flag(op.keepdim):
         return v
@@ -268,11 +192,11 @@ def _keepdim(e: Emitter, op: o.ReduceOp, v: SSAValue) -> SSAValue:
     return e.value(o.ReshapeOp(v, o.tensor(shape, v.type.element_type)))  # type: ignore[attr-defined]
 
 
-def vjp_reduce_sum(e: Emitter, op: o.ReduceSumOp, douts: Grads) -> Grads:
+def vjp_reduce_sum(e: OpBuilder, op: o.ReduceSumOp, douts: Grads) -> Grads:
     return (e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type)),)  # type: ignore[arg-type]
 
 
-def vjp_reduce_max(e: Emitter, op: o.ReduceMaxOp, douts: Grads) -> Grads:
+def vjp_reduce_max(e: OpBuilder, op: o.ReduceMaxOp, douts: Grads) -> Grads:
     # The gradient goes to the maxima, split evenly between ties (like torch.amax).
     x = op.x
     hit = e.cast(e.value(o.EqualOp(x, _keepdim(e, op, _result(op)))), x.type.element_type)  # type: ignore[attr-defined]
@@ -281,25 +205,25 @@ def vjp_reduce_max(e: Emitter, op: o.ReduceMaxOp, douts: Grads) -> Grads:
     return (e.mul(hit, share),)
 
 
-def vjp_reduce_min(e: Emitter, op: o.ReduceMinOp, douts: Grads) -> Grads:
+def vjp_reduce_min(e: OpBuilder, op: o.ReduceMinOp, douts: Grads) -> Grads:
     # The gradient goes to the minima, split evenly between ties, as for reduce_max.
     return vjp_reduce_max(e, op, douts)  # type: ignore[arg-type]
 
 
-def vjp_reduce_mean(e: Emitter, op: o.ReduceMeanOp, douts: Grads) -> Grads:
+def vjp_reduce_mean(e: OpBuilder, op: o.ReduceMeanOp, douts: Grads) -> Grads:
     shape = op.x.type.get_shape()  # type: ignore[attr-defined]
     count = math.prod(shape[a] for a in op.axes_list())
     spread = e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type))  # type: ignore[arg-type]
     return (e.scale(spread, 1.0 / count if count else 0.0),)
 
 
-def vjp_sigmoid(e: Emitter, op: o.SigmoidOp, douts: Grads) -> Grads:
+def vjp_sigmoid(e: OpBuilder, op: o.SigmoidOp, douts: Grads) -> Grads:
     s = _result(op)
     return (e.mul(douts[0], e.mul(s, e.sub(e.full(1.0, s), s))),)
 
 
 def matmul_grads(
-    e: Emitter, x: SSAValue, y: SSAValue, dz: SSAValue, trans_x: bool, trans_y: bool
+    e: OpBuilder, x: SSAValue, y: SSAValue, dz: SSAValue, trans_x: bool, trans_y: bool
 ) -> tuple[SSAValue, SSAValue]:
     """dX, dY of Z = op_x(X) @ op_y(Y), through matmul's trans flags only (SPEC.md table)."""
     if not trans_x and not trans_y:
@@ -311,7 +235,7 @@ def matmul_grads(
     return e.matmul(y, dz, True, True), e.matmul(dz, x, True, True)
 
 
-def vjp_matmul(e: Emitter, op: o.MatmulOp, douts: Grads) -> Grads:
+def vjp_matmul(e: OpBuilder, op: o.MatmulOp, douts: Grads) -> Grads:
     """matmul_grads, each summed back over the batch dims its operand was broadcast along.
 
     [B.., M, K] @ [K, N] (a Linear layer) folds the batch into the rows instead,
@@ -329,7 +253,7 @@ def vjp_matmul(e: Emitter, op: o.MatmulOp, douts: Grads) -> Grads:
     return e.unbroadcast(dx, x), e.unbroadcast(dy, y)
 
 
-def vjp_fused_gemm_epilogue(e: Emitter, op: o.FusedGemmEpilogueOp, douts: Grads) -> Grads:
+def vjp_fused_gemm_epilogue(e: OpBuilder, op: o.FusedGemmEpilogueOp, douts: Grads) -> Grads:
     """Emits fused_gemm_epilogue_grad fed by reserve_space (the pre-activation Z).
 
     When reserve_space itself has a cotangent (Z is used downstream), dZ is
@@ -360,48 +284,21 @@ vjp_fused_gemm_epilogue.takes_missing = True  # type: ignore[attr-defined]  # No
 
 
 # ---------------------------------------------------------------------------
-# Grad ops (higher order)
-# ---------------------------------------------------------------------------
-
-
-def vjp_through_rule(e: Emitter, op: Operation, douts: Grads) -> Grads:
-    """Any op with an invoke or composite rule (grad ops, by default): the
-    rule that opc-decompose uses is expanded, its ops recomputed here in the
-    backward, and differentiated (each by its own vjp, recursively).
-
-    So cast_grad is differentiated through cast(dout, x.dtype), relu_grad
-    through its select, fused_gemm_epilogue_grad through its matmuls and
-    activation grad; a grad op added with a rule needs no vjp of its own."""
-    from opc.autodiff import sweep
-    from opc.transforms.opc_decompose import expand
-
-    recompute = Emitter()
-    results = expand(recompute, op)
-    e.ops.extend(recompute.ops)
-    seeds = [(r, d) for r, d in zip(results, douts) if d is not None]
-    grads = sweep(e, recompute.ops, op.operands, seeds)
-    return tuple(grads.get(v) for v in op.operands)
-
-
-vjp_through_rule.takes_missing = True  # type: ignore[attr-defined]
-
-
-# ---------------------------------------------------------------------------
 # Index maps
 # ---------------------------------------------------------------------------
 
 
-def type_carrier(e: Emitter, v: SSAValue) -> SSAValue:
+def type_carrier(e: OpBuilder, v: SSAValue) -> SSAValue:
     """For a grad op operand needed only for its type: v itself if it is an argument, else zeros of its
     type, so that the backward never has to compute the forward op that produced v."""
     return v if isinstance(v, BlockArgument) else e.full(0.0, v)
 
 
-def vjp_slice(e: Emitter, op: o.SliceOp, douts: Grads) -> Grads:
+def vjp_slice(e: OpBuilder, op: o.SliceOp, douts: Grads) -> Grads:
     return (e.value(o.SliceGradOp(type_carrier(e, op.x), douts[0], *op.slice_params())),)
 
 
-def vjp_concat(e: Emitter, op: o.ConcatOp, douts: Grads) -> Grads:
+def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Grads) -> Grads:
     """Each operand's gradient is its slab of dout along the axis."""
     (d,) = douts
     axis = op.axis_index()
@@ -416,16 +313,16 @@ def vjp_concat(e: Emitter, op: o.ConcatOp, douts: Grads) -> Grads:
     return grads
 
 
-def vjp_gather(e: Emitter, op: o.GatherOp, douts: Grads) -> Grads:
+def vjp_gather(e: OpBuilder, op: o.GatherOp, douts: Grads) -> Grads:
     return e.value(o.GatherGradOp(type_carrier(e, op.x), op.indices, douts[0], op.axis.value.data)), None
 
 
-def vjp_slice_grad(e: Emitter, op: o.SliceGradOp, douts: Grads) -> Grads:
+def vjp_slice_grad(e: OpBuilder, op: o.SliceGradOp, douts: Grads) -> Grads:
     """dx = dout placed into zeros: d(dout) = the slice of ddx; x lends only its shape."""
     return None, e.value(o.SliceOp(douts[0], *op.slice_params()))
 
 
-def vjp_gather_grad(e: Emitter, op: o.GatherGradOp, douts: Grads) -> Grads:
+def vjp_gather_grad(e: OpBuilder, op: o.GatherGradOp, douts: Grads) -> Grads:
     """dx = scatter-add of dout: d(dout) = the gather of ddx at the same indices."""
     return None, None, e.value(o.GatherOp(douts[0], op.indices, op.axis.value.data))
 
@@ -443,15 +340,15 @@ def is_zero(v: SSAValue | None) -> bool:
     return isinstance(owner, o.FullOp) and owner.value.value.data == 0.0
 
 
-def vjp_softmax(e: Emitter, op: o.SoftmaxOp, douts: Grads) -> Grads:
+def vjp_softmax(e: OpBuilder, op: o.SoftmaxOp, douts: Grads) -> Grads:
     return (e.value(o.SoftmaxGradOp(_result(op), douts[0], op.axis.value.data)),)
 
 
-def vjp_log_softmax(e: Emitter, op: o.LogSoftmaxOp, douts: Grads) -> Grads:
+def vjp_log_softmax(e: OpBuilder, op: o.LogSoftmaxOp, douts: Grads) -> Grads:
     return (e.value(o.LogSoftmaxGradOp(_result(op), douts[0], op.axis.value.data)),)
 
 
-def vjp_layer_norm(e: Emitter, op: o.LayerNormOp, douts: Grads) -> Grads:
+def vjp_layer_norm(e: OpBuilder, op: o.LayerNormOp, douts: Grads) -> Grads:
     """layer_norm_grad from the saved mean and rstd; where mean or rstd are used
     downstream, their cotangents add d mean/dx = 1/N and d rstd/dx = -rstd^3 (x - mean) / N."""
     dy, dmean, drstd = douts
@@ -481,7 +378,7 @@ def vjp_layer_norm(e: Emitter, op: o.LayerNormOp, douts: Grads) -> Grads:
     return e.add(dx, narrow(e, extra, x)), dscale, dbias
 
 
-def vjp_softmax_cross_entropy(e: Emitter, op: o.SoftmaxCrossEntropyOp, douts: Grads) -> Grads:
+def vjp_softmax_cross_entropy(e: OpBuilder, op: o.SoftmaxCrossEntropyOp, douts: Grads) -> Grads:
     """dlogits = softmax_cross_entropy_grad(label, softmax, dloss), plus softmax_grad
     where the saved softmax is used downstream; the integer label gets none."""
     dloss, dsoftmax = douts

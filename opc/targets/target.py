@@ -11,13 +11,13 @@ A device file says
     kernels = ["add", "opc.matmul", ...] # with or without the opc. prefix
 
     [external.fused_gemm_epilogue]       # optional: the device's own C kernels
-    source = "npu_fused_gemm_epilogue.c" # (opc/external.py, runtime/opc_kernel.h)
+    source = "npu_fused_gemm_epilogue.c" # (opc/targets/device_kernels.py, runtime/opc_kernel.h)
     symbol = "npu_fused_gemm_epilogue"
     dtypes = ["f32", "f16"]
     activation = ["none"]
 
 Ops a target has no kernel for are rewritten by their invoke or composite
-rule (opc/registry.py) until only kernel ops remain; an instance an external
+rule (opc/ops/registry.py) until only kernel ops remain; an instance an external
 kernel admits runs through it instead.
 """
 
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 import tomllib
 from xdsl.ir import Operation
 
-from opc.external import ExternalKernel, parse_externals
-from opc.ir import OpcError
-from opc.registry import ALL_OPS
+from opc.errors import OpcError
+from opc.ops.registry import ALL_OPS
+from opc.targets.device_kernels import ExternalKernel, parse_externals
 
 BACKENDS = ("cpu", "cuda")
 

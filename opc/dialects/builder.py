@@ -1,0 +1,90 @@
+"""The op builder: builds opc ops with their Python constructors into a list, in order,
+each helper returning the result value. Used by the vjp rules, the composite rules, the
+autodiff and the ONNX importer alike, so it sits beside the dialect (as xDSL's own
+`xdsl/builder.py` sits beside `ir`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import Float32Type, TensorType, f32
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from opc.dialects import opc as o
+
+
+class OpBuilder:
+    """Builds opc ops into a list, in order; each helper returns the result value."""
+
+    def __init__(self) -> None:
+        self.ops: list[Operation] = []
+
+    def emit(self, op: Operation) -> Operation:
+        self.ops.append(op)
+        return op
+
+    def value(self, op: Operation) -> SSAValue:
+        return self.emit(op).results[0]
+
+    # -- constructors -------------------------------------------------------
+    def full(self, value: float, like: SSAValue | TensorType) -> SSAValue:
+        t = like if isinstance(like, TensorType) else like.type
+        assert isinstance(t, TensorType)
+        return self.value(o.FullOp(value, t))
+
+    def add(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.value(o.AddOp(a, b))
+
+    def sub(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.value(o.SubOp(a, b))
+
+    def mul(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.value(o.MulOp(a, b))
+
+    def div(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.value(o.DivOp(a, b))
+
+    def scale(self, a: SSAValue, c: float) -> SSAValue:
+        """a * c, the constant as a full tensor of a's type."""
+        return self.mul(a, self.full(c, a))
+
+    def neg(self, a: SSAValue) -> SSAValue:
+        return self.value(o.NegOp(a))
+
+    def select(self, c: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.value(o.SelectOp(c, a, b))
+
+    def cast(self, a: SSAValue, element: Attribute) -> SSAValue:
+        return self.value(o.CastOp(a, element))
+
+    def matmul(self, x: SSAValue, y: SSAValue, trans_x: bool = False, trans_y: bool = False) -> SSAValue:
+        return self.value(o.MatmulOp(x, y, trans_x, trans_y))
+
+    def reduce_sum(self, x: SSAValue, axes: Sequence[int], keepdim: bool = False) -> SSAValue:
+        return self.value(o.ReduceSumOp(x, axes, keepdim))
+
+    def unbroadcast(self, g: SSAValue, to: SSAValue | TensorType) -> SSAValue:
+        """Sum g (of a broadcast result's shape) back to the shape of `to`."""
+        target = to if isinstance(to, TensorType) else to.type
+        assert isinstance(target, TensorType) and isinstance(g.type, TensorType)
+        src, dst = tuple(g.type.get_shape()), tuple(target.get_shape())
+        if src == dst:
+            return g
+        lead = len(src) - len(dst)
+        axes = list(range(lead)) + [lead + i for i, d in enumerate(dst) if d == 1 and src[lead + i] != 1]
+        if axes:
+            g = self.reduce_sum(g, axes, keepdim=False)
+        if tuple(g.type.get_shape()) != dst:  # type: ignore[attr-defined]
+            g = self.value(o.ReshapeOp(g, o.tensor(dst, target.element_type)))
+        return g
+
+
+def wide(e: OpBuilder, x: SSAValue) -> SSAValue:
+    """x in the type elementwise math is done in: f16/bf16 go up to f32."""
+    el = x.type.element_type  # type: ignore[attr-defined]
+    return x if isinstance(el, (o.Float64Type, Float32Type)) else e.cast(x, f32)
+
+
+def narrow(e: OpBuilder, x: SSAValue, like: SSAValue) -> SSAValue:
+    el = like.type.element_type  # type: ignore[attr-defined]
+    return x if x.type == like.type else e.cast(x, el)

@@ -1,0 +1,59 @@
+"""Op families: which opc ops are evaluated point-wise, which re-index their input, which
+read their operands point-wise; and the small value helpers they are stated with. The
+scheduler (opc-schedule) and the lowering both decide by these tables, so they live here,
+below both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from opc.dialects import opc
+
+# Ops evaluated point-wise inside a consumer's loop nest.
+ELEMENTWISE = (
+    opc.BinaryElementwiseOp, opc.UnaryElementwiseOp, opc.SelectOp, opc.CastOp, opc.CastGradOp,
+    opc.ActivationGradOp,
+)  # fmt: skip
+# Index maps that re-index their input (no flat nests), evaluated point-wise in their consumer's nest.
+REINDEXING_MAPS = (opc.SliceOp, opc.GatherOp)
+INDEX_MAPS = (opc.BroadcastToOp, opc.TransposeOp, *REINDEXING_MAPS)
+INLINABLE = (*ELEMENTWISE, *INDEX_MAPS, opc.FullOp)
+# Ops that write their result by placing or scattering operands read point-wise.
+PLACEMENTS = (opc.ConcatOp, opc.SliceGradOp, opc.GatherGradOp)
+# Consumers that evaluate their operands point-wise (so a producer can be inlined).
+POINTWISE_CONSUMERS = (*ELEMENTWISE, *INDEX_MAPS, opc.ReduceOp, *PLACEMENTS)
+
+
+def shape_of(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
+
+
+def element_of(v: SSAValue) -> Attribute:
+    return v.type.element_type  # type: ignore[attr-defined]
+
+
+def numel(shape: Sequence[int]) -> int:
+    return math.prod(shape)
+
+
+def is_splat_constant(op: Operation) -> bool:
+    return (isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr)
+            and len(op.value) > 0 and op.value.is_splat())  # no elements: no splat value to inline
+
+
+def reads_once(v: SSAValue, user: Operation) -> bool:
+    """Whether inlining v into a re-indexing map or placement `user` evaluates it no more often
+    than materializing it would."""
+    if isinstance(user, (opc.SliceOp, opc.ConcatOp, opc.SliceGradOp)):
+        return True  # every element read at most once (slice_grad's x: never)
+    if isinstance(user, (opc.GatherOp, opc.GatherGradOp)):
+        # x: only the gathered elements (gather_grad: never), dout: once; the indices once per other position
+        others = numel(shape_of(user.x)) // max(1, shape_of(user.x)[user.axis_index()])
+        return v is not user.indices or others == 1
+    return False

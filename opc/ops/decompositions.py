@@ -1,0 +1,353 @@
+"""The invoke and composite rules: one pattern per op, rewriting it into other opc
+ops (which may be rewritten further). `PATTERNS` is the one list of which ops have a
+rule; the registry derives its `composite` column from it, opc-decompose drives the
+patterns, and autodiff differentiates a grad op through its rule (`expand`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+from xdsl.ir import Operation, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
+from xdsl.rewriter import InsertPoint
+
+from opc.dialects import opc as o
+from opc.dialects.builder import OpBuilder, narrow, wide
+from opc.ops.vjp_rules import matmul_grads
+
+SQRT_2_OVER_PI, GELU_K = o.GELU_SQRT_2_OVER_PI, o.GELU_K
+
+
+class RulePattern(RewritePattern):
+    """Rewrites one op kind, when `wanted(op)` says so, into what `build` emits.
+
+    `origin` remembers, for every op a rule creates, which op it came from, so
+    that an op that cannot run can be traced back to what produced it.
+    """
+
+    OP: type[Operation]
+
+    def __init__(self, wanted: Callable[[Operation], bool], origin: dict[Operation, str] | None = None):
+        self.wanted = wanted
+        self.origin = origin if origin is not None else {}
+
+    def build(self, e: OpBuilder, op) -> Sequence[SSAValue]:  # noqa: ANN001
+        raise NotImplementedError
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, self.OP) or not self.wanted(op):
+            return
+        e = OpBuilder()
+        results = list(self.build(e, op))
+        source = self.origin.get(op, op.name)
+        for new in e.ops:
+            self.origin[new] = source
+        # Like rewriter.replace, but only the values that take over the op's
+        # results inherit its names: the intermediates stay numbered.
+        rewriter.insert(e.ops, InsertPoint.before(op))
+        rewriter.handle_operation_replacement(op, results)
+        for old, new in zip(op.results, results):
+            rewriter.replace_all_uses_with(old, new)
+            if old.name_hint and not new.name_hint:
+                new.name_hint = old.name_hint
+        rewriter.erase(op)
+
+
+# ---------------------------------------------------------------------------
+# invoke
+# ---------------------------------------------------------------------------
+
+
+class CastGradInvokePattern(RulePattern):
+    """cast_grad(x, dout) -> cast(dout, x.dtype) (backward.yaml: invoke)."""
+
+    OP = o.CastGradOp
+
+    def build(self, e: OpBuilder, op: o.CastGradOp) -> Sequence[SSAValue]:
+        return [e.cast(op.dout, op.x.type.element_type)]  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------
+# composites
+# ---------------------------------------------------------------------------
+
+
+class FusedGemmEpilogueGradPattern(RulePattern):
+    """dZ = dout | relu_grad(Z, dout) | gelu_grad(Z, dout); dX, dY by matmul trans
+    flags (SPEC.md table, no explicit transposes); dbias = reduce_sum(dZ, [0])."""
+
+    OP = o.FusedGemmEpilogueGradOp
+
+    def build(self, e: OpBuilder, op: o.FusedGemmEpilogueGradOp) -> Sequence[SSAValue]:
+        act, z = op.activation_grad.data, op.reserve_space
+        if act == "relu_grad":
+            dz = e.value(o.ReluGradOp(z, op.dout))  # type: ignore[arg-type]
+        elif act == "gelu_grad":
+            dz = e.value(o.GeluGradOp(z, op.dout, approximate=True))  # type: ignore[arg-type]
+        else:
+            dz = op.dout
+        if dz is not op.dout:
+            dz.name_hint = "dz"
+        dx, dy = matmul_grads(e, op.x, op.y, dz, o.flag(op.trans_x), o.flag(op.trans_y))
+        return [dx, dy, e.reduce_sum(dz, [0])]
+
+
+class FusedGemmEpilogueForwardPattern(RulePattern):
+    """out = act(matmul(x, y) + bias); reserve_space = the pre-activation."""
+
+    OP = o.FusedGemmEpilogueOp
+
+    def build(self, e: OpBuilder, op: o.FusedGemmEpilogueOp) -> Sequence[SSAValue]:
+        z = e.add(e.matmul(op.x, op.y, o.flag(op.trans_x), o.flag(op.trans_y)), op.bias)
+        act = op.activation.data
+        if act == "none":
+            return [z]
+        out = e.value(o.ReluOp(z) if act == "relu" else o.GeluOp(z, approximate=True))
+        return [out, z]
+
+
+class ReluPattern(RulePattern):
+    """relu(x) -> maximum(x, 0)."""
+
+    OP = o.ReluOp
+
+    def build(self, e: OpBuilder, op: o.ReluOp) -> Sequence[SSAValue]:
+        return [e.value(o.MaximumOp(op.x, e.full(0.0, op.x)))]
+
+
+class ReluGradPattern(RulePattern):
+    """relu_grad(x, dout) -> select(x > 0, dout, 0)."""
+
+    OP = o.ReluGradOp
+
+    def build(self, e: OpBuilder, op: o.ReluGradOp) -> Sequence[SSAValue]:
+        positive = e.value(o.GreaterThanOp(op.x, e.full(0.0, op.x)))
+        return [e.select(positive, op.dout, e.full(0.0, op.dout))]
+
+
+def gelu_tanh_inner(e: OpBuilder, x: SSAValue, x2: SSAValue | None = None) -> SSAValue:
+    """tanh(sqrt(2/pi) * (x + 0.044715 x^3))."""
+    x3 = e.mul(x2 if x2 is not None else e.mul(x, x), x)
+    return e.value(o.TanhOp(e.scale(e.add(x, e.scale(x3, GELU_K)), SQRT_2_OVER_PI)))
+
+
+def gelu_erf_inner(e: OpBuilder, x: SSAValue) -> SSAValue:
+    """erf(x / sqrt(2))."""
+    return e.value(o.ErfOp(e.scale(x, 1.0 / math.sqrt(2.0))))
+
+
+class GeluPattern(RulePattern):
+    """tanh form 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))), erf form
+    0.5 x (1 + erf(x / sqrt 2)); f16/bf16 computed in f32, like the kernel."""
+
+    OP = o.GeluOp
+
+    def build(self, e: OpBuilder, op: o.GeluOp) -> Sequence[SSAValue]:
+        x = wide(e, op.x)
+        inner = gelu_tanh_inner(e, x) if o.flag(op.approximate) else gelu_erf_inner(e, x)
+        out = e.mul(e.scale(x, 0.5), e.add(e.full(1.0, x), inner))
+        return [narrow(e, out, op.x)]
+
+
+class GeluGradPattern(RulePattern):
+    """dx = dout * gelu'(x):
+    tanh form 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),
+    erf form  0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)."""
+
+    OP = o.GeluGradOp
+
+    def build(self, e: OpBuilder, op: o.GeluGradOp) -> Sequence[SSAValue]:
+        x, dout = wide(e, op.x), wide(e, op.dout)
+        one = e.full(1.0, x)
+        x2 = e.mul(x, x)
+        if o.flag(op.approximate):
+            t = gelu_tanh_inner(e, x, x2)
+            left = e.scale(e.add(one, t), 0.5)
+            slope = e.scale(e.add(one, e.scale(x2, 3.0 * GELU_K)), SQRT_2_OVER_PI)
+            right = e.mul(e.mul(e.scale(x, 0.5), e.sub(one, e.mul(t, t))), slope)
+        else:
+            left = e.scale(e.add(one, gelu_erf_inner(e, x)), 0.5)
+            density = e.scale(e.value(o.ExpOp(e.scale(x2, -0.5))), 1.0 / math.sqrt(2.0 * math.pi))
+            right = e.mul(x, density)
+        return [narrow(e, e.mul(dout, e.add(left, right)), op.x)]
+
+
+# ---------------------------------------------------------------------------
+# Normalizations and losses (Paddle's prim composites): in the compute type,
+# max-subtracted, rounded once at the end like the kernels
+# ---------------------------------------------------------------------------
+
+
+def shifted(e: OpBuilder, x: SSAValue, axis: int) -> SSAValue:
+    """x - max(x, axis): exp of it never overflows."""
+    return e.sub(x, e.value(o.ReduceMaxOp(x, [axis], keepdim=True)))
+
+
+def keep_shape(v: SSAValue, axes: Sequence[int], element=None) -> o.TensorType:  # noqa: ANN001
+    """v's shape with `axes` set to 1 (what reduce keepdim gives), in v's or the given element type."""
+    t = v.type
+    shape = [1 if i in axes else n for i, n in enumerate(t.get_shape())]  # type: ignore[attr-defined]
+    return o.tensor(shape, element or t.element_type)  # type: ignore[attr-defined]
+
+
+def label_onehot(e: OpBuilder, label: SSAValue, classes: int, axis: int) -> SSAValue:
+    """i1 tensor label == iota along `axis` (broadcast to the logits' shape).
+
+    A label outside [0, classes) is made an index that gather refuses, so the
+    composite raises the IndexError the kernel does (naming the label argument)."""
+    lt = label.type
+    el = lt.element_type  # type: ignore[attr-defined]
+    iota = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(o.tensor([classes], el), list(range(classes)))))
+    negative = e.value(o.LessThanOp(label, e.full(0.0, label)))
+    guarded = e.select(negative, e.full(float(classes), label), label)
+    checked = e.value(o.GatherOp(iota, guarded, 0))
+    rank = len(lt.get_shape())  # type: ignore[attr-defined]
+    along = e.value(o.ReshapeOp(iota, o.tensor([classes if i == axis else 1 for i in range(rank)], el)))
+    return e.value(o.EqualOp(checked, along))
+
+
+class SoftmaxPattern(RulePattern):
+    """e = exp(x - max(x)); softmax = e / sum(e)."""
+
+    OP = o.SoftmaxOp
+
+    def build(self, e: OpBuilder, op: o.SoftmaxOp) -> Sequence[SSAValue]:
+        axis = op.axis_index()
+        ex = e.value(o.ExpOp(shifted(e, wide(e, op.x), axis)))
+        return [narrow(e, e.div(ex, e.reduce_sum(ex, [axis], keepdim=True)), op.x)]
+
+
+class LogSoftmaxPattern(RulePattern):
+    """z = x - max(x); log_softmax = z - log(sum(exp(z)))."""
+
+    OP = o.LogSoftmaxOp
+
+    def build(self, e: OpBuilder, op: o.LogSoftmaxOp) -> Sequence[SSAValue]:
+        axis = op.axis_index()
+        z = shifted(e, wide(e, op.x), axis)
+        lse = e.value(o.LogOp(e.reduce_sum(e.value(o.ExpOp(z)), [axis], keepdim=True)))
+        return [narrow(e, e.sub(z, lse), op.x)]
+
+
+class LayerNormPattern(RulePattern):
+    """mean = E[x], var = E[(x - mean)^2], rstd = rsqrt(var + eps) over the trailing dims;
+    y = (x - mean) * rstd * scale + bias; mean and rstd reshaped to the leading shape."""
+
+    OP = o.LayerNormOp
+
+    def build(self, e: OpBuilder, op: o.LayerNormOp) -> Sequence[SSAValue]:
+        x = wide(e, op.x)
+        begin = op.begin()
+        axes = list(range(begin, len(x.type.get_shape())))  # type: ignore[attr-defined]
+        mean = e.value(o.ReduceMeanOp(x, axes, keepdim=True))
+        centred = e.sub(x, mean)
+        var = e.value(o.ReduceMeanOp(e.mul(centred, centred), axes, keepdim=True))
+        rstd = e.value(o.RsqrtOp(e.add(var, e.full(op.epsilon.value.data, var))))
+        y = e.add(e.mul(e.mul(centred, rstd), wide(e, op.scale)), wide(e, op.bias))
+        lead = op.mean.type
+        return [narrow(e, y, op.x), e.value(o.ReshapeOp(mean, lead)), e.value(o.ReshapeOp(rstd, lead))]  # type: ignore[arg-type]
+
+
+class SoftmaxCrossEntropyPattern(RulePattern):
+    """z = x - max(x), s = sum(exp(z)): softmax = exp(z) / s, loss = -(z - log s)[label]."""
+
+    OP = o.SoftmaxCrossEntropyOp
+
+    def build(self, e: OpBuilder, op: o.SoftmaxCrossEntropyOp) -> Sequence[SSAValue]:
+        axis = op.axis_index()
+        z = shifted(e, wide(e, op.logits), axis)
+        ez = e.value(o.ExpOp(z))
+        total = e.reduce_sum(ez, [axis], keepdim=True)
+        log_softmax = e.sub(z, e.value(o.LogOp(total)))
+        classes = z.type.get_shape()[axis]  # type: ignore[attr-defined]
+        onehot = label_onehot(e, op.label, classes, axis)
+        picked = e.reduce_sum(e.select(onehot, log_softmax, e.full(0.0, log_softmax)), [axis], keepdim=True)
+        return [narrow(e, e.neg(picked), op.loss), narrow(e, e.div(ez, total), op.softmax)]
+
+
+class SoftmaxGradPattern(RulePattern):
+    """dx = out * (dout - sum(dout * out))."""
+
+    OP = o.SoftmaxGradOp
+
+    def build(self, e: OpBuilder, op: o.SoftmaxGradOp) -> Sequence[SSAValue]:
+        out, dout = wide(e, op.out), wide(e, op.dout)
+        dot = e.reduce_sum(e.mul(dout, out), [op.axis_index()], keepdim=True)
+        return [narrow(e, e.mul(out, e.sub(dout, dot)), op.out)]
+
+
+class LogSoftmaxGradPattern(RulePattern):
+    """dx = dout - exp(out) * sum(dout)."""
+
+    OP = o.LogSoftmaxGradOp
+
+    def build(self, e: OpBuilder, op: o.LogSoftmaxGradOp) -> Sequence[SSAValue]:
+        out, dout = wide(e, op.out), wide(e, op.dout)
+        total = e.reduce_sum(dout, [op.axis_index()], keepdim=True)
+        return [narrow(e, e.sub(dout, e.mul(e.value(o.ExpOp(out)), total)), op.out)]
+
+
+class LayerNormGradPattern(RulePattern):
+    """xhat = (x - mean) * rstd, g = dy * scale: dx = rstd * (g - E[g] - xhat * E[g * xhat]),
+    dscale = sum(dy * xhat), dbias = sum(dy) over the leading dims."""
+
+    OP = o.LayerNormGradOp
+
+    def build(self, e: OpBuilder, op: o.LayerNormGradOp) -> Sequence[SSAValue]:
+        x, dy, scale = wide(e, op.x), wide(e, op.dy), wide(e, op.scale)
+        begin = op.begin()
+        rank = len(x.type.get_shape())  # type: ignore[attr-defined]
+        axes, lead = list(range(begin, rank)), list(range(begin))
+        keep = keep_shape(x, axes)
+        mean, rstd = e.value(o.ReshapeOp(op.mean, keep)), e.value(o.ReshapeOp(op.rstd, keep))
+        xhat = e.mul(e.sub(x, mean), rstd)
+        g = e.mul(dy, scale)
+        mean_g = e.value(o.ReduceMeanOp(g, axes, keepdim=True))
+        mean_gx = e.value(o.ReduceMeanOp(e.mul(g, xhat), axes, keepdim=True))
+        dx = e.mul(rstd, e.sub(e.sub(g, mean_g), e.mul(xhat, mean_gx)))
+        dscale = e.reduce_sum(e.mul(dy, xhat), lead)
+        dbias = e.reduce_sum(dy, lead)
+        return [narrow(e, dx, op.x), narrow(e, dscale, op.scale), narrow(e, dbias, op.scale)]
+
+
+class SoftmaxCrossEntropyGradPattern(RulePattern):
+    """dlogits = (softmax - onehot(label)) * dloss."""
+
+    OP = o.SoftmaxCrossEntropyGradOp
+
+    def build(self, e: OpBuilder, op: o.SoftmaxCrossEntropyGradOp) -> Sequence[SSAValue]:
+        axis = op.axis_index()
+        sm = wide(e, op.softmax)
+        classes = sm.type.get_shape()[axis]  # type: ignore[attr-defined]
+        onehot = e.cast(label_onehot(e, op.label, classes, axis), sm.type.element_type)  # type: ignore[attr-defined]
+        return [narrow(e, e.mul(e.sub(sm, onehot), wide(e, op.dloss)), op.softmax)]
+
+
+PATTERNS: dict[str, type[RulePattern]] = {
+    "opc.cast_grad": CastGradInvokePattern,
+    "opc.fused_gemm_epilogue_grad": FusedGemmEpilogueGradPattern,
+    "opc.fused_gemm_epilogue": FusedGemmEpilogueForwardPattern,
+    "opc.relu": ReluPattern,
+    "opc.relu_grad": ReluGradPattern,
+    "opc.gelu": GeluPattern,
+    "opc.gelu_grad": GeluGradPattern,
+    "opc.softmax": SoftmaxPattern,
+    "opc.log_softmax": LogSoftmaxPattern,
+    "opc.layer_norm": LayerNormPattern,
+    "opc.softmax_cross_entropy": SoftmaxCrossEntropyPattern,
+    "opc.softmax_grad": SoftmaxGradPattern,
+    "opc.log_softmax_grad": LogSoftmaxGradPattern,
+    "opc.layer_norm_grad": LayerNormGradPattern,
+    "opc.softmax_cross_entropy_grad": SoftmaxCrossEntropyGradPattern,
+}
+"""The rules, by op: the one source of which ops have an invoke or composite rule."""
+
+
+def expand(e: OpBuilder, op: Operation) -> Sequence[SSAValue]:
+    """The values that op's rule computes for its results, the rule's ops
+    emitted into `e` (op itself untouched); autodiff differentiates grad ops so."""
+    return PATTERNS[op.name](lambda _: True).build(e, op)

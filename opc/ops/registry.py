@@ -1,0 +1,139 @@
+"""The op registry: one table saying, per opc op, how it is differentiated and
+how it can run. The analogue of Paddle's ops.yaml + backward.yaml.
+
+Columns
+  kind         primitive | fused | grad
+  vjp          the rule in opc/ops/vjp_rules.py that builds its gradient, or
+               None: not differentiable (compares, full: no gradient flows
+               through it). Grad ops are differentiable too (higher order):
+               a grad op without a vjp of its own is differentiated through
+               its invoke or composite rule (the autodiff expands the rule
+               and differentiates that), so a grad op with a rule needs
+               nothing more. A kernel-only grad op (no rule) must give its
+               own vjp (`OpEntry("grad", R.vjp_x_grad, ...)`); without one,
+               differentiating it is an error ("no gradient rule").
+  any_dtype    True if the vjp also carries cotangents of integer and i1
+               values (cast, whatever the dtypes, as Paddle's cast_grad;
+               pure data movement). Elsewhere no cotangent flows through an
+               integer result: compares and integer arithmetic stop it.
+  composite    True if opc/ops/decompositions.py has a decomposition of the
+               op into other opc ops (which may decompose further): derived
+               from its PATTERNS, never written here.
+  realised_by  grad ops only, with backward.yaml's meaning:
+                 invoke     reuse a forward op (`invoke` says which)
+                 composite  a decomposition into primitives
+                 kernel     a dedicated kernel; `composite` says whether a
+                            fallback exists for targets without the kernel
+  invoke       for realised_by == "invoke": the forward call it stands for.
+
+Which way an op runs on a target comes from this table and the target's
+kernel list alone (opc/targets/routing.py): its kernel if the target has one,
+else its invoke, else its composite rule, else it cannot run there. A device
+may also bring its own kernel for some instances of an op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from opc.ops import vjp_rules as R
+from opc.ops.decompositions import PATTERNS
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    kind: str
+    vjp: Callable | None = None
+    composite: bool = False
+    realised_by: str | None = None
+    invoke: str | None = None
+    any_dtype: bool = False
+
+    @property
+    def rewrite(self) -> str | None:
+        """'invoke' or 'composite' when the op can be rewritten into other ops."""
+        if self.realised_by == "invoke":
+            return "invoke"
+        return "composite" if self.composite else None
+
+
+def prim(vjp: Callable | None, any_dtype: bool = False) -> OpEntry:
+    return OpEntry("primitive", vjp, any_dtype=any_dtype)
+
+
+def grad(realised_by: str, invoke: str | None = None, vjp: Callable | None = None, any_dtype: bool = False) -> OpEntry:
+    """A grad op; without a vjp of its own it is differentiated through its invoke / composite rule."""
+    return OpEntry("grad", vjp, realised_by=realised_by, invoke=invoke, any_dtype=any_dtype)
+
+
+# fmt: off
+REGISTRY: dict[str, OpEntry] = {
+    # --- primitives ------------------------------------- vjp rule ---------------------------
+    "opc.add":              prim(R.vjp_add),
+    "opc.sub":              prim(R.vjp_sub),
+    "opc.mul":              prim(R.vjp_mul),
+    "opc.div":              prim(R.vjp_div),
+    "opc.maximum":          prim(R.vjp_maximum),
+    "opc.minimum":          prim(R.vjp_minimum),
+    "opc.pow":              prim(R.vjp_pow),
+    "opc.greater_than":     prim(None),
+    "opc.less_than":        prim(None),
+    "opc.equal":            prim(None),
+    "opc.select":           prim(R.vjp_select),
+    "opc.neg":              prim(R.vjp_neg),
+    "opc.exp":              prim(R.vjp_exp),
+    "opc.log":              prim(R.vjp_log),
+    "opc.tanh":             prim(R.vjp_tanh),
+    "opc.erf":              prim(R.vjp_erf),
+    "opc.sqrt":             prim(R.vjp_sqrt),
+    "opc.rsqrt":            prim(R.vjp_rsqrt),
+    "opc.abs":              prim(R.vjp_abs),
+    "opc.relu":             prim(R.vjp_relu),             # composite: maximum(x, 0)
+    "opc.gelu":             prim(R.vjp_gelu),             # composite: tanh or erf form
+    # cast passes gradients through every dtype, ints included, as Paddle does
+    # (cast_grad = cast(dout, x.dtype)): f64 -> ui8 -> f64 has gradient 1.
+    "opc.cast":             prim(R.vjp_cast,             any_dtype=True),
+    "opc.full":             prim(None),
+    "opc.broadcast_to":     prim(R.vjp_broadcast_to),
+    "opc.reshape":          prim(R.vjp_reshape,          any_dtype=True),
+    "opc.transpose":        prim(R.vjp_transpose,        any_dtype=True),
+    "opc.reduce_sum":       prim(R.vjp_reduce_sum),
+    "opc.reduce_max":       prim(R.vjp_reduce_max),
+    "opc.matmul":           prim(R.vjp_matmul),
+    "opc.reduce_min":       prim(R.vjp_reduce_min),
+    "opc.reduce_mean":      prim(R.vjp_reduce_mean),
+    "opc.sigmoid":          prim(R.vjp_sigmoid),
+    "opc.slice":            prim(R.vjp_slice),              # slice_grad
+    "opc.concat":           prim(R.vjp_concat),             # a slice of dout per operand
+    "opc.gather":           prim(R.vjp_gather),             # gather_grad
+    # --- fused ------------------------------------------------------------------------------
+    # vjp: fused_gemm_epilogue_grad fed by reserve_space; composite: matmul + add + activation
+    "opc.fused_gemm_epilogue": OpEntry("fused", R.vjp_fused_gemm_epilogue),
+    # vjp: the grad op fed by what the forward saved; composite: Paddle's prim rules (max-subtracted)
+    "opc.softmax":          OpEntry("fused", R.vjp_softmax),
+    "opc.log_softmax":      OpEntry("fused", R.vjp_log_softmax),
+    "opc.layer_norm":       OpEntry("fused", R.vjp_layer_norm),   # saves mean, rstd
+    "opc.softmax_cross_entropy": OpEntry("fused", R.vjp_softmax_cross_entropy),  # saves softmax
+    # --- grad ops --------------------------------------- realised by ------------------------
+    "opc.cast_grad":        grad("invoke", invoke="cast(dout, x.dtype)", any_dtype=True),
+    "opc.fused_gemm_epilogue_grad": grad("kernel"),  # composite: matmuls, act grad, reduce_sum
+    "opc.relu_grad":        grad("kernel"),  # composite: select(x > 0, dout, 0)
+    "opc.gelu_grad":        grad("kernel"),  # composite: closed form in mul/add/tanh/erf/exp
+    "opc.softmax_grad":     grad("kernel"),  # composite: out * (dout - sum(dout * out))
+    "opc.log_softmax_grad": grad("kernel"),  # composite: dout - exp(out) * sum(dout)
+    "opc.layer_norm_grad":  grad("kernel"),  # composite: from mean, rstd: reduce_mean / reduce_sum
+    "opc.softmax_cross_entropy_grad": grad("kernel"),  # composite: (softmax - onehot(label)) * dloss
+    # kernels only (as in Paddle); their own vjps for higher-order gradients: slice, gather of ddx
+    "opc.slice_grad":       OpEntry("grad", R.vjp_slice_grad, realised_by="kernel"),
+    "opc.gather_grad":      OpEntry("grad", R.vjp_gather_grad, realised_by="kernel"),
+}
+# fmt: on
+# The composite column, from the one list of rules (a grad op realised by invoke has its rule there too).
+REGISTRY = {name: replace(e, composite=name in PATTERNS and e.realised_by != "invoke") for name, e in REGISTRY.items()}
+
+ALL_OPS: frozenset[str] = frozenset(REGISTRY)
+
+
+def entry(name: str) -> OpEntry | None:
+    return REGISTRY.get(name)
