@@ -31,8 +31,8 @@ from xdsl.transforms.dead_code_elimination import region_dce
 from opc.errors import OpcError
 from opc.ops.decompositions import PATTERNS
 from opc.ops.registry import REGISTRY
-from opc.targets.routing import route_op
 from opc.targets.device_kernels import EXTERNAL_ATTR, external_symbol
+from opc.targets.routing import route_op
 from opc.targets.target import Target, get_target, op_name
 
 # ---------------------------------------------------------------------------
