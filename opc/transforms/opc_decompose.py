@@ -31,7 +31,7 @@ from xdsl.transforms.dead_code_elimination import region_dce
 from opc.errors import OpcError
 from opc.ops.decompositions import PATTERNS
 from opc.ops.registry import REGISTRY
-from opc.targets.device_kernels import EXTERNAL_ATTR, external_symbol
+from opc.targets.device_kernels import EXTERNAL_ATTR
 from opc.targets.routing import route_op
 from opc.targets.target import Target, get_target, op_name
 
@@ -72,8 +72,7 @@ def apply_rules(
 
 def cannot_run(module: ModuleOp, target: Target) -> list[Operation]:
     """opc ops left without a kernel on the target (neither opc's nor the device's own)."""
-    return [op for op in module.walk()
-            if op.name.startswith("opc.") and op.name not in target.kernels and external_symbol(op) is None]
+    return [op for op in module.walk() if op.name.startswith("opc.") and route_op(op, target) == "cannot run"]
 
 
 def mark_externals(module: ModuleOp, target: Target, forced: frozenset[str] = frozenset()) -> None:
