@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import pytest
+from requires import import_or_skip
 
-onnx = pytest.importorskip("onnx", reason="the ONNX importer needs the onnx package (pip install '.[onnx]')")
-ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of the ONNX tests (pip install '.[test]')")
+onnx = import_or_skip("onnx", "the ONNX importer needs the onnx package (pip install '.[onnx]')")
+ort = import_or_skip("onnxruntime", "onnxruntime is the oracle of the ONNX tests (pip install '.[test]')")
 from onnx import helper, numpy_helper  # noqa: E402
 from xdsl.dialects import func  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp, StringAttr  # noqa: E402

@@ -9,6 +9,7 @@ ops module, most of it nvcc's host compile and ptxas)."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -26,7 +27,7 @@ import opc
 from opc.api import lower, prepare
 from opc.frontend import load_module
 from opc.lowering.build import runtime_dir
-from opc.lowering.cuda_build import compile_cuda, has_cuda_device, nvcc_path
+from opc.lowering.cuda_build import compile_cuda, driver_device_count, has_cuda_device, nvcc_path
 from opc.lowering.cuda_emitter import emit_cuda
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,7 +38,25 @@ FLOATS = ["float32", "float16", "bfloat16", "float64"]
 TOL = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 1e-5, "float64": 1e-12}
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
-needs_gpu = pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")
+# The GPU tests skip for "no CUDA device" only where the machine has none (no device node of the
+# NVIDIA kernel driver); on a machine with a GPU whose CUDA driver does not load they fail, saying why.
+GPU_NODES = sorted(glob.glob("/dev/nvidia[0-9]*"))
+needs_gpu_node = pytest.mark.skipif(not GPU_NODES, reason="no CUDA device (no /dev/nvidia[0-9]* device node)")
+
+
+def require_working_driver() -> None:
+    count, why = driver_device_count()
+    if count == 0:
+        pytest.fail(f"{', '.join(GPU_NODES)} exist(s) but the CUDA driver finds no device: {why}", pytrace=False)
+
+
+@pytest.fixture
+def cuda_driver() -> None:
+    require_working_driver()
+
+
+def needs_gpu(test):
+    return needs_gpu_node(pytest.mark.usefixtures("cuda_driver")(test))
 
 
 def tt(shape, dt: str) -> str:
@@ -410,6 +429,21 @@ def test_cli_emit_and_compile_dir(tmp_path):
 # ---------------------------------------------------------------------------
 
 
+@needs_gpu
+def test_a_gpu_node_means_a_working_driver():
+    """Where /dev/nvidia0 exists the CUDA driver must find the device (the cuda_driver fixture
+    fails this test, and every GPU test, with the driver's own message otherwise)."""
+    assert has_cuda_device()
+
+
+def test_broken_driver_fails_instead_of_skipping(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "GPU_NODES", ["/dev/nvidia0"])
+    monkeypatch.setattr(sys.modules[__name__], "driver_device_count",
+                        lambda: (0, "cuInit failed: CUDA_ERROR_NO_DEVICE (CUresult 100)"))
+    with pytest.raises(pytest.fail.Exception, match=r"/dev/nvidia0 exist\(s\) but .*cuInit failed"):
+        require_working_driver()
+
+
 @pytest.mark.skipif(has_cuda_device(), reason="a CUDA device is present")
 def test_compile_without_device_says_so():
     with pytest.raises(RuntimeError, match="no CUDA device found"):
@@ -568,10 +602,12 @@ def check_row_functions(m, shape, dt: str) -> None:
     close(db, dyd.reshape(rows, n).sum(0), 10 * rows)
 
 
-@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=needs_gpu)])
+@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=needs_gpu_node)])
 def row_modules(request):
     """The row test modules built for the target: the CPU run checks the oracle and
     tolerances that the GPU run (which needs a device) relies on."""
+    if request.param == "cuda":
+        require_working_driver()
     return {case: opc.compile(src, target=request.param, grad=grad)
             for case, (src, grad) in NVCC_CASES.items() if case.startswith("row")}
 

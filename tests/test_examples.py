@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from oracle import gelu_tanh as gelu
 from oracle import gelu_tanh_grad as gelu_grad
+from requires import import_or_skip
 
 import opc
 
@@ -30,7 +31,7 @@ def inputs(dtype):
 @pytest.fixture(scope="module", params=["kernels", "decompose=all"])
 def models(request):
     decompose = "all" if request.param == "decompose=all" else None
-    return opc.compile(MLP_TEXT + MLP_F64, grad=True, decompose=decompose)
+    return opc.compile(MLP_TEXT + MLP_F64, grad=2, decompose=decompose)
 
 
 def test_mlp_grad_matches_finite_differences(models):
@@ -46,6 +47,51 @@ def test_mlp_grad_matches_finite_differences(models):
             minus[i][idx] -= eps
             fd[idx] = (models.mlp64(*plus) @ ds - models.mlp64(*minus) @ ds) / (2 * eps)
         np.testing.assert_allclose(g, fd, rtol=1e-4, atol=1e-5, err_msg=f"gradient of argument {i}")
+
+
+def central_differences(f, args: list[np.ndarray], dds: list[np.ndarray], eps: float = 1e-6) -> list[np.ndarray]:
+    """d/d(args) of <f(*args), dds> (f returns a tuple), each element by central differences."""
+    def inner(a):
+        return sum(float(np.sum(o * d)) for o, d in zip(f(*a), dds))
+
+    out = []
+    for i, arg in enumerate(args):
+        g = np.zeros_like(arg)
+        for idx in np.ndindex(arg.shape):
+            plus, minus = [a.copy() for a in args], [a.copy() for a in args]
+            plus[i][idx] += eps
+            minus[i][idx] -= eps
+            g[idx] = (inner(plus) - inner(minus)) / (2 * eps)
+        out.append(g)
+    return out
+
+
+def torch_grad_grad(args: list[np.ndarray], ds: np.ndarray, dds: list[np.ndarray]) -> list[np.ndarray]:
+    """torch's double backward of the f64 model: d/d(x, w, b, ds) of <d/d(x, w, b) <mlp(x, w, b), ds>, dds>."""
+    torch = import_or_skip("torch", "torch's double backward is the second oracle of mlp_grad_grad "
+                                    "(pip install '.[bench]')")
+    x, w, b, d = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (*args, ds))
+    s = torch.nn.functional.gelu(x @ w + b, approximate="tanh").sum(0)
+    grads = torch.autograd.grad(s, (x, w, b), d, create_graph=True)
+    inner = sum((g * torch.tensor(dd)).sum() for g, dd in zip(grads, dds))
+    return [g.detach().numpy() for g in torch.autograd.grad(inner, (x, w, b, d))]
+
+
+def test_mlp_grad_grad_matches_finite_differences_and_torch(models):
+    """grad=2's mlp64_grad_grad(x, w, b, ds, ddx, ddw, ddb) = d/d(x, w, b, ds) of
+    <mlp64_grad(x, w, b, ds), dd>: against central differences of mlp64_grad (f64) and
+    against torch's double backward, not only against itself."""
+    args = inputs(np.float64)
+    rng = np.random.default_rng(6)
+    ds = rng.standard_normal(32)
+    dds = [rng.standard_normal(a.shape) for a in args]
+    got = models.mlp64_grad_grad(*args, ds, *dds)
+    assert len(got) == 4
+    fd = central_differences(models.mlp64_grad, [*args, ds], dds)
+    for i, (g, w) in enumerate(zip(got, fd)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"second-order grad of argument {i}")
+    for i, (g, w) in enumerate(zip(got, torch_grad_grad(args, ds, dds))):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10, err_msg=f"torch: second-order grad of argument {i}")
 
 
 def test_mlp_grad_matches_closed_form(models):

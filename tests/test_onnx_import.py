@@ -148,6 +148,7 @@ def cases() -> dict[str, tuple]:
              node("Mul", ["x", "r"], ["y"]), node("Shape", ["y"], ["shape_out"])]
     add("Constant_folded_and_shape_output", graph_model(nodes, {"x": x}, ["y", "shape_out"]), {"x": x})
     c.update(new_op_cases())
+    c.update(default_attribute_cases())
     return c
 
 
@@ -218,6 +219,49 @@ def new_op_cases() -> dict[str, tuple]:
         add(f"Gather_{axis}_{idx.shape}", single("Gather", {"t": table, "i": idx}, axis=axis), {"t": table, "i": idx})
     add("Gather_constant_indices", single("Gather", {"t": table}, initializers={"i": i64(2, 5)}, axis=0),
         {"t": table})
+    return c
+
+
+def default_attribute_cases() -> dict[str, tuple]:
+    """Every converter's optional attributes left out, at the first opset opc imports and at the
+    opsets where their spelling changed: the converter's defaults against onnxruntime's."""
+    c: dict[str, tuple] = {}
+
+    def add(case_id, model, feeds):
+        c[f"default_{case_id}"] = (model, feeds)
+
+    x = f32(2, 3, 5, low=-4, high=4)
+    for opset in (13, 21):
+        add(f"LeakyRelu_{opset}", single("LeakyRelu", {"x": x}, opset=opset), {"x": x})  # alpha 0.01
+        for op in ("Softmax", "LogSoftmax"):  # axis -1 from opset 13
+            add(f"{op}_{opset}", single(op, {"x": x}, opset=opset), {"x": x})
+        add(f"Flatten_{opset}", single("Flatten", {"x": x}, opset=opset), {"x": x})  # axis 1
+        add(f"Transpose_{opset}", single("Transpose", {"x": x}, opset=opset), {"x": x})  # perm reversed
+        add(f"Gather_{opset}", single("Gather", {"t": x, "i": np.array([1, -1, 0], np.int64)}, opset=opset),
+            {"t": x, "i": np.array([1, -1, 0], np.int64)})  # axis 0
+        add(f"Clip_{opset}", single("Clip", {"x": x}, opset=opset), {"x": x})  # no bounds
+        add(f"ReduceSum_{opset}", single("ReduceSum", {"x": x}, opset=opset), {"x": x})  # all axes, keepdims 1
+        add(f"Split_{opset}", single("Split", {"x": f32(4, 3)}, n_outputs=2, opset=opset,
+                                     **({"num_outputs": 2} if opset >= 18 else {})), {"x": f32(4, 3)})  # axis 0
+        add(f"Trilu_{opset}", single("Trilu", {"x": f32(2, 4, 5)}, opset=max(opset, 14)), {"x": f32(2, 4, 5)})  # upper, k 0
+        a_, w_, b_ = f32(4, 5), f32(5, 3), f32(3)
+        add(f"Gemm_{opset}", single("Gemm", {"a": a_}, initializers={"w": w_, "bias": b_}, opset=opset), {"a": a_})
+        xs = f32(2, 3, 8)
+        add(f"LayerNormalization_{opset}", graph_model(  # axis -1, epsilon 1e-5
+            [node("LayerNormalization", ["x", "scale", "bias"], ["y"])], {"x": xs}, ["y"],
+            {"scale": f32(8), "bias": f32(8)}, opset=max(opset, 17)), {"x": xs})
+        scores, labels = f32(6, 5, low=-3, high=3), RNG.integers(0, 5, 6).astype(np.int64)
+        for op in ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"):  # reduction "mean"
+            add(f"{op}_{opset}", graph_model([node(op, ["scores", "labels"], ["loss"])],
+                                             {"scores": scores, "labels": labels}, ["loss"], opset=opset),
+                {"scores": scores, "labels": labels})
+        for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1", "ReduceL2",
+                   "ReduceLogSumExp"):  # every axis, keepdims 1 (attribute axes to 17, input from 18)
+            add(f"{op}_{opset}", single(op, {"x": x}, opset=opset), {"x": x})
+    add("Gelu_20", single("Gelu", {"x": x}, opset=20), {"x": x})  # approximate "none"
+    add("Shape_15", graph_model([node("Shape", ["x"], ["s"]), node("Cast", ["s"], ["sf"], to=1),
+                                 node("ReduceSum", ["sf"], ["n"]), node("Mul", ["x", "n"], ["y"])],
+                                {"x": x}, ["y"], opset=15), {"x": x})  # start 0, end rank
     return c
 
 

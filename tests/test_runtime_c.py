@@ -9,11 +9,11 @@ import math
 import sys
 from pathlib import Path
 
+import cffi  # opc's own dependencies: a missing one is a broken install, not a reason to skip
+import ml_dtypes
 import numpy as np
 import pytest
 
-cffi = pytest.importorskip("cffi")
-ml_dtypes = pytest.importorskip("ml_dtypes")
 bf16 = ml_dtypes.bfloat16
 
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"

@@ -268,3 +268,53 @@ def test_5000_op_chain_compiles() -> None:
     for i in range(1, 5000):
         ref = ref * ref if i % 2 else np.tanh(ref)
     np.testing.assert_allclose(m.chain(x), ref, rtol=1e-5, atol=1e-6)
+
+
+# -- values read by several nests, broadcast values (issue 25: the planner inlining either
+#    gives the same numbers only by recomputing, so the plan itself is checked too) ------------
+
+X, ROW, COL = "tensor<8x16xf32>", "tensor<8x1xf32>", "tensor<16xf32>"
+SHARED_SRC = (
+    f"func.func @two_nests(%x: {X}) -> ({COL}, {X}) {{\n"
+    f"  %a = opc.exp %x : ({X}) -> {X}\n"
+    f"  %c = opc.reduce_sum %a {{axes = array<i64: 0>}} : ({X}) -> {COL}\n"
+    f"  %b = opc.tanh %a : ({X}) -> {X}\n"
+    f"  func.return %c, %b : {COL}, {X}\n}}\n"
+    f"func.func @broadcast_twice(%x: {X}, %v: {ROW}) -> {X} {{\n"
+    f"  %t = opc.tanh %v : ({ROW}) -> {ROW}\n"
+    f"  %s = opc.exp %t : ({ROW}) -> {ROW}\n"
+    f"  %y = opc.add %x, %s : ({X}, {ROW}) -> {X}\n"
+    f"  %z = opc.mul %y, %s : ({X}, {ROW}) -> {X}\n"
+    f"  func.return %z : {X}\n}}\n"
+)
+
+
+def test_a_value_read_by_two_nests_is_stored_once() -> None:
+    """%a feeds a column reduction and an elementwise nest: computed by its own kernel, stored,
+    and read by both (inlining it would evaluate exp in each nest)."""
+    kernels = kernels_of(SHARED_SRC, "two_nests")
+    assert [(k.kind, op_names(k)) for k in kernels] == [
+        ("elementwise", ["exp"]), ("reduction", ["reduce_sum"]), ("elementwise", ["tanh"])]
+    assert "2 consumers in different kernels" in kernels[0].reason
+
+
+def test_a_broadcast_value_is_computed_once_per_row() -> None:
+    """%s is read 16 times per row by two broadcasting consumers: its chain (tanh, exp) runs
+    over the 8 rows in a kernel of its own, not once per element of the 8x16 nest."""
+    kernels = kernels_of(SHARED_SRC, "broadcast_twice")
+    assert [(k.kind, op_names(k)) for k in kernels] == [
+        ("elementwise", ["tanh", "exp"]), ("elementwise", ["add", "mul"])]
+    assert "it reads each element several times (broadcast)" in kernels[0].reason
+
+
+def test_shared_and_broadcast_values_match_numpy() -> None:
+    m = opc.compile(SHARED_SRC)
+    rng = np.random.default_rng(25)
+    x, v = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal((8, 1)).astype(np.float32)
+    a = np.exp(x.astype(np.float64))
+    c, b = m.two_nests(x)
+    tol = tolerance(np.float32, 8, 4)
+    np.testing.assert_allclose(c, a.sum(0), rtol=tol, atol=tol)
+    np.testing.assert_allclose(b, np.tanh(a), rtol=tol, atol=tol)
+    s = np.exp(np.tanh(v.astype(np.float64)))
+    np.testing.assert_allclose(m.broadcast_twice(x, v), (x + s) * s, rtol=tol, atol=tol)

@@ -168,9 +168,12 @@ def int_pick(cmp: str, unsigned: bool = False):
     return render
 
 
-CMP_C = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=", "une": "!=",
+# C's infix operator per predicate; "one" (ordered not-equal) has none: compare() writes it as (a < b || a > b)
+CMP_C = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "<>", "une": "!=",
          "eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
          "ult": "<", "ule": "<=", "ugt": ">", "uge": ">="}  # fmt: skip
+# The float unordered predicates (NaN -> true) as the negation of C's (ordered) complement; une is C's !=.
+CMPF_UNORDERED = {"ult": ">=", "ule": ">", "ugt": "<=", "uge": "<"}
 
 
 def compare(e: CEmitter, o: Operation) -> str:
@@ -178,6 +181,11 @@ def compare(e: CEmitter, o: Operation) -> str:
     a, b = e.name(o.lhs), e.name(o.rhs)
     if pred_name[0] == "u" and isinstance(o, arith.CmpiOp):  # ult, ugt, ...: signless bits read unsigned
         a, b = f"({unsigned_c_type(o.lhs.type)}){a}", f"({unsigned_c_type(o.rhs.type)}){b}"
+    if isinstance(o, arith.CmpfOp):
+        if pred_name == "one":  # ordered not-equal is false when either side is NaN; C's != is true then
+            return f"(({a} < {b}) || ({a} > {b}))"
+        if pred_name in CMPF_UNORDERED:  # true when either side is NaN: the negated ordered complement
+            return f"(!({a} {CMPF_UNORDERED[pred_name]} {b}))"
     return f"({a} {CMP_C[pred_name]} {b})"
 
 
