@@ -12,7 +12,7 @@ from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import StringAttr
 
 from opc.api import load_c, lower, prepare
-from opc.ir import load_module
+from opc.frontend import load_module
 from opc.lowering.c_emitter import CMP_C, emit_c
 
 CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une", "uno",
