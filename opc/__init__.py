@@ -9,21 +9,34 @@
 
 from opc.errors import OpcError
 
-__all__ = ["OpcError", "compile", "import_onnx"]
+__all__ = ["OpcError", "compile", "import_onnx", "jax", "torch"]
+
+
+def __getattr__(name: str):
+    """opc.torch and opc.jax, imported on first use (they import torch / JAX)."""
+    if name in ("torch", "jax"):
+        import importlib
+
+        module = importlib.import_module(f"opc.interop.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'opc' has no attribute {name!r}")
 
 
 def compile(  # noqa: A001 - the name SPEC.md gives
     source, target: str = "cpu", grad: bool | int = False, decompose: str | None = None, cache_dir: str | None = None,
-    fuse: bool = True,
+    fuse: bool = True, arrays: str = "numpy",
 ):
     """Compile a path, MLIR text or ModuleOp into a module of callables.
 
     grad=True (or 1) adds NAME_grad and NAME_value_and_grad, grad=2 also
     NAME_grad_grad; fuse=False turns opc-fuse (matmul + bias + activation ->
-    fused_gemm_epilogue) off."""
+    fused_gemm_epilogue) off. The functions read NumPy arrays and any CPU array with
+    __dlpack__ (torch, JAX) in place; they return `arrays`: "numpy", "torch" or "jax" (no copy)."""
     from opc.api import compile as _compile
 
-    return _compile(source, target=target, grad=grad, decompose=decompose, cache_dir=cache_dir, fuse=fuse)
+    return _compile(source, target=target, grad=grad, decompose=decompose, cache_dir=cache_dir, fuse=fuse,
+                    arrays=arrays)
 
 
 def import_onnx(model, shapes=None):

@@ -110,9 +110,13 @@ def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = Fals
 
 
 def compile(source, target: str = "cpu", grad: bool | int = False, decompose: str | None = None,  # noqa: A001
-            cache_dir: str | None = None, fuse: bool = True):
-    """A path, MLIR text (str or UTF-8 bytes) or ModuleOp -> a module of NumPy-callable functions."""
+            cache_dir: str | None = None, fuse: bool = True, arrays: str = "numpy"):
+    """A path, MLIR text (str or UTF-8 bytes) or ModuleOp -> a module of NumPy-callable functions
+    (which also read any CPU array with __dlpack__ in place, and return `arrays`: "numpy", "torch", "jax")."""
+    from opc.interop.arrays import result_converter
+
     check_target(target)
+    result_converter(arrays)  # a wrong kind, or torch/JAX not installed, fails before the build
     target = os.fspath(target)
     if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
         raise TypeError(f"cache_dir must be a directory path, got {cache_dir!r}")
@@ -126,7 +130,19 @@ def compile(source, target: str = "cpu", grad: bool | int = False, decompose: st
         c_source, sigs = emit_c(loops)
         compiled = load_c(c_source, sigs, cache_dir, device_kernels(loops, target, cache_dir))
     compiled.no_grad.update(no_grad_reasons(src.module))
+    compiled.wrt.update(grad_arguments(src.module))
+    compiled.set_arrays(arrays)
     return compiled
+
+
+def grad_arguments(module: ModuleOp) -> dict[str, list[int]]:
+    """Per function that has a NAME_grad: the arguments it differentiates (default_wrt), in its order."""
+    from xdsl.dialects import func
+
+    from opc.autodiff import default_wrt
+
+    funcs = {f.sym_name.data: f for f in module.ops if isinstance(f, func.FuncOp)}
+    return {name: default_wrt(f) for name, f in funcs.items() if f"{name}_grad" in funcs}
 
 
 def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = None,

@@ -444,6 +444,37 @@ def c_type_of(dtype: str) -> str:
             "float64": "double"}.get(dtype, f"{dtype}_t")
 
 
+# DLPack device types (dlpack.h DLDeviceType) whose memory the host reads: kDLCPU, kDLCUDAHost
+# (pinned), kDLROCMHost, kDLCUDAManaged.
+HOST_DLPACK_DEVICES = frozenset({1, 3, 11, 13})
+DLPACK_DEVICE_NAMES = {2: "CUDA device", 4: "OpenCL device", 7: "Vulkan device", 8: "Metal device",
+                       9: "VPI device", 10: "ROCm device", 12: "extension device", 14: "oneAPI device",
+                       15: "WebGPU device", 16: "Hexagon device", 17: "MAIA device"}
+
+
+def bfloat16_view(value) -> np.ndarray | None:  # noqa: ANN001
+    """A torch or JAX bfloat16 array as an ml_dtypes.bfloat16 view, or None (NumPy's DLPack has no
+    bfloat16): torch's through its int16 view, JAX's through its buffer (np.asarray, checked in place)."""
+    package = type(value).__module__.split(".")[0]
+    if package == "torch" and str(value.dtype) == "torch.bfloat16":
+        import torch
+
+        return np.from_dlpack(value.view(torch.int16)).view(numpy_dtype("bfloat16"))
+    if package in ("jax", "jaxlib") and hasattr(value, "unsafe_buffer_pointer"):
+        arr = np.asarray(value)
+        return arr if arr.size == 0 or arr.ctypes.data == value.unsafe_buffer_pointer() else None
+    return None
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, alignment: int = 64) -> np.ndarray:
+    """np.empty whose data starts on an `alignment`-byte boundary (JAX takes a DLPack buffer
+    without copying only when it is 64-byte aligned)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 def storage_view(a: np.ndarray) -> np.ndarray:
     """The array as the C side sees it: halves as their bits, bool as bytes."""
     if a.dtype.itemsize == 2 and a.dtype.kind in "fV":
@@ -461,6 +492,9 @@ class CompiledFunction:
         self.kernel_message = kernel_message  # the module's last device-kernel error, if it calls any
         self.detail = detail  # the module's opc_error_value, where it has run-time checks
         self.__name__ = sig.name
+        self.module: CompiledModule | None = None  # set by the module that holds it
+        self.wrap = None  # the results' conversion when the caller asked for torch or JAX arrays (arrays=)
+        self.empty = np.empty  # allocates the results (aligned_empty where the conversion needs it)
         self.in_dtypes = [numpy_dtype(dt) for _, _, dt in sig.inputs]
         self.out_dtypes = [numpy_dtype(dt) for _, dt in sig.outputs]
         names = ", ".join(n for n, _, _ in sig.inputs)
@@ -473,6 +507,8 @@ class CompiledFunction:
             arr = np.asarray(value)
             if arr.dtype != want:
                 raise ValueError(f"{self.sig.name}(): argument '{name}' must have dtype {want}, got {arr.dtype}")
+        elif hasattr(value, "__dlpack__"):
+            arr = self.dlpack_view(name, value, want)
         else:
             try:
                 arr = np.asarray(value, dtype=want)
@@ -484,6 +520,41 @@ class CompiledFunction:
                 f"{self.sig.name}(): argument '{name}' must have shape {tuple(shape)}, got {arr.shape}")
         return np.ascontiguousarray(arr)
 
+    def dlpack_view(self, name: str, value, want: np.dtype) -> np.ndarray:  # noqa: ANN001
+        """A torch / JAX / CuPy / ... array read in place through DLPack (np.from_dlpack: a view, no copy).
+        Nothing is converted: a copy the caller did not ask for would be silent, so a wrong dtype, a
+        non-contiguous layout, device memory or a tensor that records autograd is a ValueError."""
+        where = f"{self.sig.name}(): argument '{name}'"
+        if getattr(value, "requires_grad", False):
+            raise ValueError(f"{where} requires grad, and a plain opc function records no autograd: "
+                             f"{self.autograd_advice(name)}")
+        device, index = value.__dlpack_device__()
+        if device not in HOST_DLPACK_DEVICES:
+            kind = DLPACK_DEVICE_NAMES.get(int(device), f"DLPack device type {int(device)}")
+            raise ValueError(f"{where} lives in {kind} memory (device {index}), which this function cannot read: "
+                             "it runs on the host; copy the array to the CPU first (torch: x.cpu())")
+        try:
+            arr = np.from_dlpack(value)
+        except (BufferError, TypeError, ValueError, RuntimeError) as err:
+            arr = bfloat16_view(value) if want == numpy_dtype("bfloat16") else None
+            if arr is None:
+                raise ValueError(f"{where} cannot be read through DLPack: {err}") from None
+        if arr.dtype != want:
+            raise ValueError(f"{where} must have dtype {want}, got {arr.dtype}; opc reads DLPack arrays in place "
+                             f"and does not convert them (that would copy): convert it first (torch: x.to(...))")
+        if not arr.flags.c_contiguous:
+            raise ValueError(f"{where} is not contiguous (strides {arr.strides} for shape {arr.shape}); opc reads "
+                             "DLPack arrays in place and does not copy them: pass a contiguous one "
+                             "(torch: x.contiguous())")
+        return arr
+
+    def autograd_advice(self, name: str) -> str:
+        if self.module is not None and f"{self.sig.name}_grad" in self.module._functions:
+            return (f"call opc.torch.op(m.{self.sig.name}) for a differentiable torch op, "
+                    f"or pass {name}.detach() to drop the gradient")
+        return (f"compile with grad=True and call opc.torch.op(m.{self.sig.name}) for a differentiable torch op, "
+                f"or pass {name}.detach() to drop the gradient")
+
     def __call__(self, *args, **kwargs):
         sig = self.sig
         if kwargs:
@@ -492,7 +563,7 @@ class CompiledFunction:
             names = ", ".join(n for n, _, _ in sig.inputs)
             raise ValueError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
         ins = [self.check(i, a) for i, a in enumerate(args)]
-        outs = [np.empty(shape, dt) for (shape, _), dt in zip(sig.outputs, self.out_dtypes)]
+        outs = [self.empty(shape, dt) for (shape, _), dt in zip(sig.outputs, self.out_dtypes)]
         ptrs = [self.ffi.from_buffer(f"{c_type_of(dt)}[]", storage_view(a))
                 for a, (_, _, dt) in zip(ins, sig.inputs)]
         ptrs += [self.ffi.from_buffer(f"{c_type_of(dt)}[]", storage_view(a), require_writable=True)
@@ -500,6 +571,8 @@ class CompiledFunction:
         status = self.cfunc(*ptrs)
         if status != 0:
             raise self.error(status)
+        if self.wrap is not None:
+            outs = [self.wrap(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def by_name(self, args: tuple, kwargs: dict) -> tuple:
@@ -536,7 +609,8 @@ class CompiledFunction:
 class CompiledModule:
     """Attributes are the compiled functions, named after the func.funcs (m["a.b"] reaches every one)."""
 
-    OWN_ATTRIBUTES = frozenset({"_functions", "c_source", "path", "no_grad", "cuda_source", "ffi", "lib"})
+    OWN_ATTRIBUTES = frozenset({"_functions", "c_source", "path", "no_grad", "wrt", "arrays", "cuda_source", "ffi",
+                                "lib"})
 
     def __init__(self, functions: dict[str, CompiledFunction], source: str, path: Path | None = None):
         self._functions = functions
@@ -544,9 +618,23 @@ class CompiledModule:
         self.path = path
         self.no_grad: dict[str, str] = {}
         """Gradient functions opc did not build (no float argument...), and why."""
+        self.wrt: dict[str, list[int]] = {}
+        """Per function with a NAME_grad: the arguments (indices) it gives gradients for, in order."""
+        self.arrays = "numpy"
         for name, fn in functions.items():
+            fn.module = self
             if name not in self.OWN_ATTRIBUTES and not hasattr(type(self), name):  # else only m[name]
                 setattr(self, name, fn)
+
+    def set_arrays(self, kind: str) -> None:
+        """The kind of array every function returns: "numpy", "torch" or "jax" (a view, no copy)."""
+        from opc.interop.arrays import result_converter
+
+        wrap = result_converter(kind)
+        for fn in self._functions.values():
+            fn.wrap = wrap
+            fn.empty = aligned_empty if kind == "jax" else np.empty
+        self.arrays = kind
 
     def __getattr__(self, name: str):
         why = self.__dict__.get("no_grad", {}).get(name)

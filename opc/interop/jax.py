@@ -1,0 +1,105 @@
+"""opc functions as JAX callables (`opc.jax`).
+
+    m = opc.compile(src, grad=True)
+    mlp = opc.jax.op(m.mlp)
+    y = jax.jit(mlp)(x, w, b)
+    dw = jax.grad(lambda w: mlp(x, w, b).sum())(w)
+
+The call is a `jax.pure_callback`: XLA calls back into Python on the host, which runs the compiled
+C function on the arrays XLA hands it (NumPy views of XLA's buffers, read in place). jax.ffi (an XLA
+custom call into a C symbol, no Python on the way) would be cheaper per call, but it needs a C++
+handler built against XLA's FFI headers for each function (XLA_FFI_DEFINE_HANDLER); opc builds plain
+C through CFFI, so the callback is what fits today. JAX does not differentiate foreign calls:
+`jax.custom_vjp` gives the backward from opc's own NAME_grad, itself an op() (so it is jit-able, and
+differentiable again where grad=2 built NAME_grad_grad). Under jax.vmap the callback runs once per
+batch element (vmap_method="sequential").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from opc.lowering.build import CompiledFunction
+
+_OPS: dict[tuple[int, str], Callable] = {}
+
+__all__ = ["op"]
+
+
+def op(fn: CompiledFunction) -> Callable:
+    """The compiled function `fn` (an attribute of a module from opc.compile) as a JAX function,
+    usable under jax.jit, jax.grad (with a NAME_grad), jax.vmap."""
+    if not isinstance(fn, CompiledFunction):
+        raise TypeError(f"opc.jax.op takes a function of a compiled opc module (m.f), got {type(fn).__name__}")
+    key = (id(fn.module), fn.sig.name)
+    if key not in _OPS:
+        _OPS[key] = make_op(fn)
+    return _OPS[key]
+
+
+def make_op(fn: CompiledFunction) -> Callable:
+    sig = fn.sig
+    single = len(sig.outputs) == 1
+    results = [jax.ShapeDtypeStruct(shape, jnp.dtype(dt)) for shape, dt in sig.outputs]
+
+    def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        outs = fn(*arrays)
+        return tuple(np.asarray(o) for o in (outs if isinstance(outs, tuple) else (outs,)))
+
+    def call(*args):  # noqa: ANN202
+        check_x64(fn)
+        outs = jax.pure_callback(host, results, *args, vmap_method="sequential")
+        return outs[0] if single else tuple(outs)
+
+    call.__name__ = call.__qualname__ = sig.name
+    differentiable = jax.custom_vjp(call)
+    grad_fn = fn.module._functions.get(f"{sig.name}_grad") if fn.module is not None else None
+    if grad_fn is None:  # JAX's own message would be "pure callbacks do not support JVP"
+        why = fn.module.no_grad.get(f"{sig.name}_grad") if fn.module is not None else None
+
+        def no_backward(args, douts):  # noqa: ANN001, ANN202
+            raise ValueError(f"{sig.name}() has no gradient: " + (f"opc built no {sig.name}_grad: {why}" if why else
+                             f"compile the module with grad=True (opc.compile(src, grad=True)) for {sig.name}_grad"))
+
+        differentiable.defvjp(lambda *args: (call(*args), None), no_backward)
+        return differentiable
+    grad_op = op(grad_fn)
+    wrt = fn.module.wrt.get(sig.name) or [i for i, (_, _, dt) in enumerate(sig.inputs)
+                                          if dt.startswith(("float", "bfloat"))]
+
+    def forward(*args):  # noqa: ANN202
+        # differentiable, not call: under an outer jax.grad (grad of grad) this forward is itself
+        # differentiated, and must reach the custom_vjp again rather than the bare callback.
+        return differentiable(*args), args
+
+    def backward(args, douts):  # noqa: ANN001, ANN202
+        douts = douts if isinstance(douts, tuple) else (douts,)
+        # Integer results come back with float0 cotangents: opc takes zeros of their dtype.
+        douts = [jnp.zeros(r.shape, r.dtype) if d.dtype == jax.dtypes.float0 else d for d, r in zip(douts, results)]
+        grads = grad_op(*args, *douts)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        out = [zero_cotangent(a) for a in args]
+        for i, g in zip(wrt, grads):
+            out[i] = g
+        return tuple(out)
+
+    differentiable.defvjp(forward, backward)
+    return differentiable
+
+
+def zero_cotangent(a):  # noqa: ANN001, ANN201
+    """The cotangent of an argument opc gives no gradient for: float0 for integers, as JAX wants."""
+    if jnp.issubdtype(a.dtype, jnp.inexact):
+        return jnp.zeros(a.shape, a.dtype)
+    return np.zeros(a.shape, jax.dtypes.float0)
+
+
+def check_x64(fn: CompiledFunction) -> None:
+    """JAX makes 64-bit arrays 32-bit unless jax_enable_x64 is on; say so rather than fail in the callback."""
+    if not jax.config.jax_enable_x64 and any(dt.endswith("64") for _, _, dt in fn.sig.inputs):
+        raise ValueError(f"{fn.sig.name}(): its arguments include 64-bit arrays, which JAX turns into 32-bit "
+                         "ones unless jax.config.update('jax_enable_x64', True) is set")
