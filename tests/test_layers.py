@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "opc"
 
 # Lowest first. A module belongs to the first layer one of whose prefixes it matches.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundations", ("opc.errors", "opc.dtypes")),
+    ("foundations", ("opc.errors", "opc.dtypes", "opc.interop.arrays")),
     ("dialects", ("opc.dialects",)),
     ("ir", ("opc.ir",)),
     ("ops", ("opc.ops",)),
@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("lowering", ("opc.lowering",)),
     ("reading", ("opc.frontend",)),
     ("api", ("opc.api", "opc.sanitize", "opc.universe")),
-    ("tools", ("opc.explain", "opc.check")),
+    ("tools", ("opc.explain", "opc.check", "opc.interop")),
     ("cli", ("opc.cli", "opc.__main__", "opc")),
 ]
 

@@ -26,7 +26,7 @@ import torch
 
 from opc.interop.arrays import result_converter
 from opc.lowering.build import CompiledFunction, CompiledModule
-from opc.lowering.c_emitter import c_symbol
+from opc.lowering.abi import c_symbol
 
 NAMESPACE = "opc"
 TORCH_DTYPES = {"bool": torch.bool, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
@@ -243,8 +243,8 @@ def compiled_function(source, function: str | None, options: dict) -> CompiledFu
     from xdsl.dialects import func
     from xdsl.dialects.builtin import ModuleOp
 
-    import opc
-    from opc.ir import load_module
+    from opc.api import compile
+    from opc.frontend import load_module
 
     module = source if isinstance(source, ModuleOp) else load_module(source).module
     funcs = [f.sym_name.data for f in module.ops if isinstance(f, func.FuncOp)]
@@ -254,5 +254,5 @@ def compiled_function(source, function: str | None, options: dict) -> CompiledFu
         function = funcs[0]
     elif function not in funcs:
         raise ValueError(f"function: the source has no function {function!r} (functions: {', '.join(funcs)})")
-    compiled = opc.compile(module, **{"grad": True, **options})
+    compiled = compile(module, **{"grad": True, **options})
     return compiled[function]
