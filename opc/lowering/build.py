@@ -28,7 +28,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -161,22 +161,17 @@ def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, .
     concurrent processes wait for the one that builds it."""
     key = content_key(runtime_digest(), compiler_version(), *compile_flags(), *defines, length=16)
     variant = "".join(f"-{d.split('=')[-1]}" for d in defines)
-    obj = cache / f"{lib}{variant}-{key}.o"
-    if obj.exists():
-        return obj
-    with build_lock(cache, obj.name):
-        if obj.exists():  # built by the process we waited for
-            return obj
-        with build_dir(cache, lib) as tmp:
-            cc = os.environ.get("CC", "gcc")
-            out = tmp / obj.name
-            cmd = [cc, *compile_flags(), *defines, "-fPIC", "-I", str(runtime_dir()), "-c",
-                   str(runtime_dir() / f"{lib}.c"), "-o", str(out)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                raise OpcError(f"error: building opc's runtime {lib} failed:\n{first_lines(proc.stderr)}")
-            os.replace(out, obj)
-    return obj
+
+    def build(tmp: Path) -> Path:
+        out = tmp / f"{lib}.o"
+        cmd = [os.environ.get("CC", "gcc"), *compile_flags(), *defines, "-fPIC", "-I", str(runtime_dir()), "-c",
+               str(runtime_dir() / f"{lib}.c"), "-o", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise OpcError(f"error: building opc's runtime {lib} failed:\n{first_lines(proc.stderr)}")
+        return out
+
+    return built_once(cache / f"{lib}{variant}-{key}.o", lib, build)
 
 
 # ---------------------------------------------------------------------------
@@ -187,6 +182,20 @@ def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, .
 STALE_BUILD_S = 10
 # Lines of the compiler's output a failed build shows.
 FAILED_LINES = 20
+
+
+def built_once(target: Path, prefix: str, build: Callable[[Path], Path]) -> Path:
+    """`target` (in the cache dir), built by `build(private_dir) -> file` on a miss. Concurrent
+    processes wait for the one that builds it and then find it built; the file lands by atomic
+    rename, so a reader never sees half of it."""
+    if target.exists():
+        return target
+    with build_lock(target.parent, target.name):
+        if target.exists():  # built by the process we waited for
+            return target
+        with build_dir(target.parent, prefix) as tmp:
+            os.replace(build(tmp), target)
+    return target
 
 
 @contextlib.contextmanager
@@ -406,20 +415,18 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     objects += [str(k) for k in kernels]
     ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
                    extra_compile_args=module_flags(), extra_link_args=link_flags())
-    with build_lock(cache, name):
-        if target.exists():  # built by the process we waited for
-            return name, target
-        with build_dir(cache, name) as tmp:
-            log = CapturedOutput()
-            try:
-                with captured_output(log):
-                    built = ffi.compile(tmpdir=str(tmp), verbose=False)
-            except Exception as err:  # CompileError, LinkError, VerificationError
-                kept = keep_failed(cache, name, {"module.c": self_contained(source), "module.cdef": cdef,
-                                                 "build.log": f"{log.text}\n{err}\n"})
-                raise build_failure("the C compiler", log.text or str(err), kept) from None
-            os.replace(built, target)  # atomic: a reader never sees a half-written module
-    return name, target
+
+    def build(tmp: Path) -> Path:
+        log = CapturedOutput()
+        try:
+            with captured_output(log):
+                return Path(ffi.compile(tmpdir=str(tmp), verbose=False))
+        except Exception as err:  # CompileError, LinkError, VerificationError
+            kept = keep_failed(cache, name, {"module.c": self_contained(source), "module.cdef": cdef,
+                                             "build.log": f"{log.text}\n{err}\n"})
+            raise build_failure("the C compiler", log.text or str(err), kept) from None
+
+    return name, built_once(target, name, build)
 
 
 def load_extension(name: str, path: Path) -> ModuleType:

@@ -33,9 +33,8 @@ from opc.lowering.build import (
     MODULE_TEMPLATE_TAIL,
     CompiledFunction,
     CompiledModule,
-    build_dir,
     build_failure,
-    build_lock,
+    built_once,
     cache_dir,
     cdef_for,
     content_key,
@@ -83,11 +82,8 @@ def build_cuda_library(source: str, signatures: list[FunctionSignature], cache: 
     if nvcc is None:
         raise OpcError("error: nvcc is not on PATH: cannot build CUDA code (--emit cuda still prints the source)")
     target = cache / f"_opc_cuda_{cuda_key(source, library_cdef(signatures), nvcc)}.so"
-    if target.exists():
-        return target
-    with build_lock(cache, target.name), build_dir(cache, "opc-cuda") as tmp:
-        if target.exists():  # built by the process we waited for
-            return target
+
+    def build(tmp: Path) -> Path:
         cu, lib = tmp / "module.cu", tmp / "module.so"
         cu.write_text(source, encoding="utf-8")
         proc = subprocess.run([nvcc, *NVCC_FLAGS, "-I", str(runtime_dir()), "-o", str(lib), str(cu)],
@@ -96,8 +92,9 @@ def build_cuda_library(source: str, signatures: list[FunctionSignature], cache: 
             log = f"{proc.stdout}{proc.stderr}"
             kept = keep_failed(cache, target.stem, {"module.cu": self_contained(source), "build.log": log})
             raise build_failure("nvcc", log, kept)
-        os.replace(lib, target)  # atomic: a reader never sees a half-written library
-    return target
+        return lib
+
+    return built_once(target, "opc-cuda", build)
 
 
 # ---------------------------------------------------------------------------

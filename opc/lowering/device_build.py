@@ -10,8 +10,7 @@ from pathlib import Path
 
 from opc.errors import OpcError
 from opc.lowering.build import (
-    build_dir,
-    build_lock,
+    built_once,
     compile_flags,
     compiler_version,
     content_key,
@@ -34,18 +33,13 @@ def kernel_object(kernel: ExternalKernel, cache: Path) -> Path:
     headers = [p.read_bytes() for p in sorted(src.parent.glob("*.h"))]
     key = content_key(prototype, src.read_bytes(), *headers, compiler_version(), *compile_flags(), runtime_digest(),
                       length=20)
-    obj = cache / f"external-{kernel.symbol}-{key}.o"
-    if obj.exists():
-        return obj
-    with build_lock(cache, obj.name), build_dir(cache, "opc-kernel") as tmp:
-        if obj.exists():  # built by the process we waited for
-            return obj
+
+    def build(tmp: Path) -> Path:
         proto = tmp / f"opc_prototype_{kernel.symbol}.h"
         proto.write_text(prototype)
         out = tmp / "kernel.o"
-        cc = os.environ.get("CC", "gcc")
-        cmd = [cc, *compile_flags(), "-fPIC", "-I", str(runtime_dir()), "-include", str(proto), "-c", str(src),
-               "-o", str(out)]
+        cmd = [os.environ.get("CC", "gcc"), *compile_flags(), "-fPIC", "-I", str(runtime_dir()), "-include",
+               str(proto), "-c", str(src), "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "LC_ALL": "C"})
         if proc.returncode != 0:
             lines = [line for line in proc.stderr.splitlines() if line.strip()][:8]
@@ -54,8 +48,9 @@ def kernel_object(kernel: ExternalKernel, cache: Path) -> Path:
         if not defines(str(out), kernel.symbol):
             raise OpcError(f"error: {kernel.where}.symbol: '{kernel.symbol}' is not defined in {src} "
                            f"(expected int {kernel.symbol}(const opc_kernel_call *call))")
-        os.replace(out, obj)  # atomic: a reader never sees half an object
-    return obj
+        return out
+
+    return built_once(cache / f"external-{kernel.symbol}-{key}.o", "opc-kernel", build)
 
 
 def defines(obj: str, symbol: str) -> bool:
