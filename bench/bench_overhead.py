@@ -22,7 +22,7 @@ SOURCE = """func.func @add(%a: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<16x
 }"""
 
 
-def contenders() -> dict[str, object]:
+def contenders(frameworks: set[str]) -> dict[str, object]:
     import numpy as np
 
     import opc
@@ -30,7 +30,7 @@ def contenders() -> dict[str, object]:
     a, b = np.arange(16, dtype=np.float32), np.full(16, 0.5, np.float32)
     m = opc.compile(SOURCE, grad=True)
     rows: dict[str, object] = {"NumPy a + b": lambda: a + b, "opc, NumPy arrays": lambda: m.add(a, b)}
-    torch = benchlib.import_torch()
+    torch = benchlib.import_torch() if "torch" in frameworks else None
     if torch is not None:
         mt = opc.compile(SOURCE, grad=True, arrays="torch")
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
@@ -49,7 +49,7 @@ def contenders() -> dict[str, object]:
             "opc.torch.op, inputs requiring grad": lambda: op(ga, gb),
             "opc.torch.function, inputs requiring grad": lambda: fn(ga, gb),
         })
-    jax = benchlib.import_jax()
+    jax = benchlib.import_jax() if "jax" in frameworks else None
     if jax is not None:
         ja, jb = jax.numpy.asarray(a), jax.numpy.asarray(b)
         jop = opc.jax.op(m.add)
@@ -69,9 +69,11 @@ def contenders() -> dict[str, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--with", dest="frameworks", default="torch,jax",
+                    help="the frameworks' rows, comma-separated (JAX's threads share the one core with the rest)")
     args = ap.parse_args()
     benchlib.apply_threads(1)
-    rows = contenders()
+    rows = contenders(set(args.frameworks.split(",")))
     times = benchlib.best_of(rows, repeat=args.repeat, min_time=0.05)
     base = times.get("torch eager a + b")
     print(f"{'call (16 x f32 add, 1 thread)':44s} {'us/call':>8s} {'x torch eager':>14s}")
