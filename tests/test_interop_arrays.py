@@ -6,6 +6,7 @@ naming the argument, never a silent copy. Oracle: NumPy's sum of the same values
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 
@@ -58,6 +59,18 @@ def framework_array(kind: str, a: np.ndarray):
     return jax.numpy.asarray(a)
 
 
+@contextlib.contextmanager
+def c_pointers(fn):
+    """The addresses fn's C entry point receives, in order."""
+    seen: list[int] = []
+    cfunc = fn.cfunc
+    fn.cfunc = lambda *ptrs: seen.extend(int(fn.ffi.cast("intptr_t", p)) for p in ptrs) or cfunc(*ptrs)
+    try:
+        yield seen
+    finally:
+        fn.cfunc = cfunc
+
+
 def data_pointer(x) -> int:
     return x.data_ptr() if hasattr(x, "data_ptr") else x.unsafe_buffer_pointer()
 
@@ -74,8 +87,10 @@ def test_dlpack_inputs_are_read_in_place(modules, kind, t):
     a, b = operands(t)
     x, y = framework_array(kind, a), framework_array(kind, b)
     fn = modules["numpy"][f"add_{t}"]
-    assert fn.check(0, x).ctypes.data == data_pointer(x)  # a view of the tensor's memory: no copy
-    out = fn(x, y)
+    assert fn.check(0, x).ctypes.data == data_pointer(x)  # check(): a view of the tensor's memory
+    with c_pointers(fn) as seen:
+        out = fn(x, y)
+    assert seen[:2] == [data_pointer(x), data_pointer(y)]  # what the C function reads: no copy
     assert isinstance(out, np.ndarray) and out.dtype == DTYPES[t]
     np.testing.assert_allclose(out.astype(np.float64), oracle(a, b), rtol=1e-2 if t in ("f16", "bf16") else 0)
 
@@ -132,6 +147,13 @@ def test_device_memory_is_refused_before_it_is_touched(modules):
     with pytest.raises(ValueError, match=r"add_f32\(\): argument 'b' lives in CUDA device memory \(device 0\), "
                                          r"which this function cannot read: .*copy the array to the CPU first"):
         modules["numpy"].add_f32(np.ones(SHAPE, np.float32), CudaArray())
+
+
+def test_a_torch_tensor_off_the_cpu_is_refused(modules):
+    torch = need("torch")
+    with pytest.raises(ValueError, match=r"add_f32\(\): argument 'a' lives in meta memory, which this function "
+                                         r"cannot read: .*x\.cpu\(\)"):
+        modules["numpy"].add_f32(torch.ones(SHAPE, device="meta"), np.ones(SHAPE, np.float32))
 
 
 def test_a_jax_array_of_the_wrong_dtype_is_refused(modules):

@@ -81,18 +81,20 @@ def test_values_and_gradients_match_torch(m, name, wrapper):
             torch.testing.assert_close(a.grad, r.grad, **tol, atol=1e-12)
 
 
-def test_results_are_opc_buffers_and_inputs_are_read_in_place(m):
-    """A contiguous CPU tensor crosses by DLPack: the op's impl gets a view, nothing is copied."""
-    seen = []
+def test_inputs_are_read_in_place_and_results_are_opc_buffers(m):
+    """A contiguous CPU tensor crosses as its own data pointer; the results are opc's buffers."""
+    seen, outs = [], []
     fn = m.f
-    check = fn.check
-    fn.check = lambda i, v: seen.append((check(i, v), v)) or seen[-1][0]
+    cfunc, empty = fn.cfunc, fn.empty
+    fn.cfunc = lambda *ptrs: seen.extend(int(fn.ffi.cast("intptr_t", p)) for p in ptrs) or cfunc(*ptrs)
+    fn.empty = lambda shape, dtype: outs.append(empty(shape, dtype)) or outs[-1]
     try:
         x, w = (a.detach() for a in inputs("f"))
-        opc.torch.op(m.f)(x, w)
+        t, s = opc.torch.op(m.f)(x, w)
     finally:
-        del fn.check
-    assert [arr.ctypes.data for arr, _ in seen] == [x.data_ptr(), w.data_ptr()]
+        fn.cfunc, fn.empty = cfunc, empty
+    assert seen == [x.data_ptr(), w.data_ptr(), t.data_ptr(), s.data_ptr()]
+    assert [o.ctypes.data for o in outs] == [t.data_ptr(), s.data_ptr()]
 
 
 def test_gradcheck_and_gradgradcheck_float64(m):

@@ -37,7 +37,9 @@ def op(fn: CompiledFunction) -> Callable:
         raise TypeError(f"opc.jax.op takes a function of a compiled opc module (m.f), got {type(fn).__name__}")
     key = (id(fn.module), fn.sig.name)
     if key not in _OPS:
-        _OPS[key] = make_op(fn)
+        # jit: called eagerly, a custom_vjp over a callback is traced anew on every call (about 3x
+        # the cost of the jitted call); under an outer jit or grad this inner jit is inlined.
+        _OPS[key] = jax.jit(make_op(fn))
     return _OPS[key]
 
 

@@ -75,10 +75,10 @@ def schema(fn: CompiledFunction) -> str:
 
 def as_tensor(value) -> torch.Tensor:  # noqa: ANN001
     """A result as a tensor over the same memory (the module may return NumPy, torch or JAX arrays)."""
+    if type(value) is np.ndarray:
+        return _TO_TORCH(value)
     if isinstance(value, torch.Tensor):
         return value
-    if isinstance(value, np.ndarray):
-        return _TO_TORCH(value)
     return torch.from_dlpack(value)
 
 

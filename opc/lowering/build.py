@@ -482,6 +482,31 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype, alignment: int = 64) 
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
+def torch_view(t, where: str) -> np.ndarray:  # noqa: ANN001
+    """A CPU torch tensor as the NumPy array over its memory (Tensor.numpy() shares it; bfloat16
+    through its int16 view); device memory and conjugate/negative views refused."""
+    import torch
+
+    if t.device.type != "cpu":
+        raise ValueError(f"{where} lives in {t.device} memory, which this function cannot read: it runs on the "
+                         "host; copy the tensor to the CPU first (x.cpu())")
+    try:
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
+        return t.numpy()
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"{where} cannot be read in place: {err}") from None
+
+
+def storage_dtype(dtype: np.dtype) -> np.dtype | None:
+    """How the C side sees an array of `dtype` (halves as their bits, bool as bytes), or None: as it is."""
+    if dtype.itemsize == 2 and dtype.kind in "fV":
+        return np.dtype(np.uint16)
+    if dtype == np.bool_:
+        return np.dtype(np.uint8)
+    return None
+
+
 def storage_view(a: np.ndarray) -> np.ndarray:
     """The array as the C side sees it: halves as their bits, bool as bytes."""
     if a.dtype.itemsize == 2 and a.dtype.kind in "fV":
@@ -504,13 +529,24 @@ class CompiledFunction:
         self.empty = np.empty  # allocates the results (aligned_empty where the conversion needs it)
         self.in_dtypes = [numpy_dtype(dt) for _, _, dt in sig.inputs]
         self.out_dtypes = [numpy_dtype(dt) for _, dt in sig.outputs]
+        # Worked out once, not per call: each argument's shape, C array type and storage dtype.
+        self.in_shapes = [tuple(shape) for _, shape, _ in sig.inputs]
+        self.in_spec = [(ffi.typeof(f"{c_type_of(dt)}[]"), d, tuple(shape), storage_dtype(d))
+                        for (_, shape, dt), d in zip(sig.inputs, self.in_dtypes)]
+        self.in_range = range(len(sig.inputs))
+        self.in_pointers = [ffi.typeof(f"{c_type_of(dt)} *") for _, _, dt in sig.inputs]
+        self.out_c = [(tuple(shape), d, ffi.typeof(f"{c_type_of(dt)}[]"), storage_dtype(d)) for (shape, dt), d in
+                      zip(sig.outputs, self.out_dtypes)]
         names = ", ".join(n for n, _, _ in sig.inputs)
         self.__doc__ = f"{sig.name}({names}) -> {len(sig.outputs)} array(s), compiled by opc"
 
     def check(self, i: int, value) -> np.ndarray:
         name, shape, _ = self.sig.inputs[i]
         want = self.in_dtypes[i]
-        if isinstance(value, np.ndarray) or np.isscalar(value) and isinstance(value, np.generic):
+        if type(value) is np.ndarray and value.dtype == want and value.shape == self.in_shapes[i] \
+                and value.flags.c_contiguous:
+            return value  # the common case, first: nothing to check further, nothing to convert
+        if isinstance(value, (np.ndarray, np.generic)):
             arr = np.asarray(value)
             if arr.dtype != want:
                 raise ValueError(f"{self.sig.name}(): argument '{name}' must have dtype {want}, got {arr.dtype}")
@@ -527,6 +563,38 @@ class CompiledFunction:
                 f"{self.sig.name}(): argument '{name}' must have shape {tuple(shape)}, got {arr.shape}")
         return np.ascontiguousarray(arr)
 
+    def pointer(self, i: int, value):  # noqa: ANN001, ANN201
+        """What the C function gets for argument i: a torch tensor's own data pointer (checked like
+        any DLPack array, without the cost of a NumPy view), else the buffer of check()'s array."""
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, torch.Tensor):
+            return self.torch_pointer(i, value, torch)
+        ctype, _, _, storage = self.in_spec[i]
+        arr = self.check(i, value)
+        return self.ffi.from_buffer(ctype, arr if storage is None else arr.view(storage))
+
+    def torch_pointer(self, i: int, t, torch):  # noqa: ANN001, ANN201
+        name, shape, dt = self.sig.inputs[i]
+        where = f"{self.sig.name}(): argument '{name}'"
+        if t.requires_grad:
+            raise ValueError(f"{where} requires grad, and a plain opc function records no autograd: "
+                             f"{self.autograd_advice(name)}")
+        if not t.is_cpu:
+            raise ValueError(f"{where} lives in {t.device} memory, which this function cannot read: it runs on the "
+                             "host; copy the tensor to the CPU first (x.cpu())")
+        if t.dtype != getattr(torch, dt):
+            raise ValueError(f"{where} must have dtype {self.in_dtypes[i]}, got {str(t.dtype).removeprefix('torch.')}; "
+                             "opc reads DLPack arrays in place and does not convert them (that would copy): convert "
+                             "it first (torch: x.to(...))")
+        if t.shape != tuple(shape):
+            raise ValueError(f"{where} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+        if not t.is_contiguous():
+            strides = tuple(s * t.element_size() for s in t.stride())
+            raise ValueError(f"{where} is not contiguous (strides {strides} for shape {tuple(t.shape)}); opc reads "
+                             "DLPack arrays in place and does not copy them: pass a contiguous one "
+                             "(torch: x.contiguous())")
+        return self.ffi.cast(self.in_pointers[i], t.data_ptr())
+
     def dlpack_view(self, name: str, value, want: np.dtype) -> np.ndarray:  # noqa: ANN001
         """A torch / JAX / CuPy / ... array read in place through DLPack (np.from_dlpack: a view, no copy).
         Nothing is converted: a copy the caller did not ask for would be silent, so a wrong dtype, a
@@ -535,17 +603,21 @@ class CompiledFunction:
         if getattr(value, "requires_grad", False):
             raise ValueError(f"{where} requires grad, and a plain opc function records no autograd: "
                              f"{self.autograd_advice(name)}")
-        device, index = value.__dlpack_device__()
-        if device not in HOST_DLPACK_DEVICES:
-            kind = DLPACK_DEVICE_NAMES.get(int(device), f"DLPack device type {int(device)}")
-            raise ValueError(f"{where} lives in {kind} memory (device {index}), which this function cannot read: "
-                             "it runs on the host; copy the array to the CPU first (torch: x.cpu())")
-        try:
-            arr = np.from_dlpack(value)
-        except (BufferError, TypeError, ValueError, RuntimeError) as err:
-            arr = bfloat16_view(value) if want == numpy_dtype("bfloat16") else None
-            if arr is None:
-                raise ValueError(f"{where} cannot be read through DLPack: {err}") from None
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, torch.Tensor):
+            arr = torch_view(value, where)  # the same view by torch's own (faster) route
+        else:
+            device, index = value.__dlpack_device__()
+            if device not in HOST_DLPACK_DEVICES:
+                kind = DLPACK_DEVICE_NAMES.get(int(device), f"DLPack device type {int(device)}")
+                raise ValueError(f"{where} lives in {kind} memory (device {index}), which this function cannot "
+                                 "read: it runs on the host; copy the array to the CPU first (torch: x.cpu())")
+            try:
+                arr = np.from_dlpack(value)
+            except (BufferError, TypeError, ValueError, RuntimeError) as err:
+                arr = bfloat16_view(value) if want == numpy_dtype("bfloat16") else None
+                if arr is None:
+                    raise ValueError(f"{where} cannot be read through DLPack: {err}") from None
         if arr.dtype != want:
             raise ValueError(f"{where} must have dtype {want}, got {arr.dtype}; opc reads DLPack arrays in place "
                              f"and does not convert them (that would copy): convert it first (torch: x.to(...))")
@@ -563,18 +635,26 @@ class CompiledFunction:
                 f"or pass {name}.detach() to drop the gradient")
 
     def __call__(self, *args, **kwargs):
-        sig = self.sig
         if kwargs:
             args = self.by_name(args, kwargs)
-        if len(args) != len(sig.inputs):
+        if len(args) != len(self.in_spec):
+            sig = self.sig
             names = ", ".join(n for n, _, _ in sig.inputs)
             raise ValueError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
-        ins = [self.check(i, a) for i, a in enumerate(args)]
-        outs = [self.empty(shape, dt) for (shape, _), dt in zip(sig.outputs, self.out_dtypes)]
-        ptrs = [self.ffi.from_buffer(f"{c_type_of(dt)}[]", storage_view(a))
-                for a, (_, _, dt) in zip(ins, sig.inputs)]
-        ptrs += [self.ffi.from_buffer(f"{c_type_of(dt)}[]", storage_view(a), require_writable=True)
-                 for a, (_, dt) in zip(outs, sig.outputs)]
+        from_buffer = self.ffi.from_buffer
+        ptrs = []
+        for i, a, (ctype, want, shape, storage) in zip(self.in_range, args, self.in_spec):
+            if type(a) is np.ndarray and a.dtype == want and a.shape == shape and storage is None \
+                    and a.flags.c_contiguous:
+                ptrs.append(from_buffer(ctype, a))  # the common case inline: a call costs a few us in all
+            else:
+                ptrs.append(self.pointer(i, a))
+        outs = []
+        empty = self.empty
+        for shape, dtype, ctype, storage in self.out_c:
+            out = empty(shape, dtype)
+            outs.append(out)
+            ptrs.append(from_buffer(ctype, out if storage is None else out.view(storage), require_writable=True))
         status = self.cfunc(*ptrs)
         if status != 0:
             raise self.error(status)
