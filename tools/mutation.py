@@ -56,13 +56,25 @@ MODULES = {
 EXCLUDED_OPERATORS = ("BitAnd", "BitOr", "BitXor", "LShift", "RShift", "Mod", "FloorDiv", "Pow", "VariableInserter",
                       "VariableReplacer", "ExceptionReplacer", "ReplaceUnaryOperator_Delete", "_Invert", "_UAdd")
 
-# Known equivalent mutants, (module, operator, source line text): why no test can kill them.
-EQUIVALENT: dict[tuple[str, str, str], str] = {
-    ("opc/lowering/c_emitter.py", "core/AddNot", 'one = "1.0f" if isinstance(t, Float32Type) else "1.0"'):
+# Known equivalent mutants, (module, the mutated line as cosmic-ray writes it): why no test can kill them.
+EQUIVALENT: dict[tuple[str, str], str] = {
+    ("opc/lowering/c_emitter.py", 'one = "1.0f" if not isinstance(t, Float32Type) else "1.0"'):
         "rsqrt's 1 as a double for f32 (or a float for f64): 1/sqrtf(x) divided in double and rounded to "
         "float is the correctly rounded float quotient (double rounding is innocuous for division), and 1.0f "
         "promotes exactly to double",
+    ("opc/autodiff/rules.py", "return _extremum(e, op, douts[ -1], o.GreaterThanOp)  # type: ignore[arg-type]"):
+        "maximum has one result: douts[-1] is douts[0]",
+    ("opc/autodiff/rules.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
+        "minimum has one result: douts[-1] is douts[0]",
 }
+
+
+def mutated_line(diff: str | None) -> str:
+    """The line a mutant wrote, from cosmic-ray's unified diff."""
+    for line in (diff or "").splitlines():
+        if line.startswith("+") and not line.startswith("+++"):
+            return line[1:].strip()
+    return ""
 
 
 @dataclass(frozen=True)
@@ -161,7 +173,7 @@ def score_session(db_path: Path, module: Module) -> dict[str, object]:
                 continue
             (m,) = item.mutations
             text = source[m.start_pos[0] - 1].strip()
-            if (module.path, m.operator_name, text) in EQUIVALENT:
+            if (module.path, mutated_line(result.diff)) in EQUIVALENT:
                 counts["equivalent"] += 1
             elif result.test_outcome == TestOutcome.INCOMPETENT or result.worker_outcome != WorkerOutcome.NORMAL:
                 counts["incompetent"] += 1
