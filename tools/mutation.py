@@ -66,6 +66,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "maximum has one result: douts[-1] is douts[0]",
     ("opc/autodiff/rules.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
         "minimum has one result: douts[-1] is douts[0]",
+    ("opc/onnx_import/converters.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
+                                      'node.axis(node.attr("axis"), rank)))]'):
+        "Concat of one input: args[-1] is args[0]",
 }
 
 
