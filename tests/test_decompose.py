@@ -160,6 +160,20 @@ def test_legalize_names_the_op_that_cannot_run(tmp_path) -> None:
     assert "opc.fused_gemm_epilogue" in msg and "@mlp" in msg
 
 
+def test_legalize_names_the_function_of_a_nested_op(tmp_path) -> None:
+    """An op inside a region (here a scheduled kernel) is named with its function too."""
+    from opc.ir import make_context
+    from opc.transforms.opc_schedule import SchedulePass
+
+    p = tmp_path / "tiny.toml"
+    p.write_text('name = "tiny"\nkernels = ["add", "mul", "matmul", "full", "cast", "reduce_sum"]\n')
+    m = parse_text(MLP).module
+    SchedulePass().apply(make_context(), m)
+    with pytest.raises(OpcError) as err:
+        legalize(m, get_target(str(p)))
+    assert str(err.value).endswith("(in @mlp)"), str(err.value)
+
+
 def test_resolve_ops() -> None:
     assert resolve_ops("cast_grad,opc.fused_gemm_epilogue_grad") == {"opc.cast_grad", "opc.fused_gemm_epilogue_grad"}
     assert resolve_ops("all") == set(PATTERNS)
