@@ -4,10 +4,12 @@ numerically for every op with a rule."""
 from __future__ import annotations
 
 import inspect
+import math
 
 import ml_dtypes
 import numpy as np
 import pytest
+from oracle import gelu_tanh, gelu_tanh_grad
 from xdsl.dialects.builtin import ModuleOp
 
 import opc
@@ -161,6 +163,20 @@ def test_legalize_names_the_op_that_cannot_run(tmp_path) -> None:
     assert "opc.fused_gemm_epilogue" in msg and "@mlp" in msg
 
 
+def test_legalize_names_the_function_of_a_nested_op(tmp_path) -> None:
+    """An op inside a region (here a scheduled kernel) is named with its function too."""
+    from opc.ir import make_context
+    from opc.transforms.opc_schedule import SchedulePass
+
+    p = tmp_path / "tiny.toml"
+    p.write_text('name = "tiny"\nkernels = ["add", "mul", "matmul", "full", "cast", "reduce_sum"]\n')
+    m = parse_text(MLP).module
+    SchedulePass().apply(make_context(), m)
+    with pytest.raises(OpcError) as err:
+        legalize(m, get_target(str(p)))
+    assert str(err.value).endswith("(in @mlp)"), str(err.value)
+
+
 def test_resolve_ops() -> None:
     assert resolve_ops("cast_grad,opc.fused_gemm_epilogue_grad") == {"opc.cast_grad", "opc.fused_gemm_epilogue_grad"}
     assert resolve_ops("all") == set(PATTERNS)
@@ -249,6 +265,34 @@ def close(a, b, dt: str, what: str) -> None:
     assert err <= TOL[dt] * scale, f"{what}: kernel and composite differ by {err:.3g}\n{a}\n{b}"
 
 
+def near_numpy(got, want, dt: str, what: str, scale: float = 1.0) -> None:
+    """Each route against NumPy in f64 (agreeing with each other is not enough: both could be wrong)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    err = float(np.max(np.abs(got - want)))
+    assert err <= TOL[dt] * scale * max(1.0, float(np.max(np.abs(want)))), f"{what}: off NumPy by {err:.3g}"
+
+
+ERF = np.vectorize(math.erf)
+
+
+def gelu_erf(z):
+    return 0.5 * z * (1 + ERF(z / math.sqrt(2)))
+
+
+def gelu_erf_grad(z):
+    return 0.5 * (1 + ERF(z / math.sqrt(2))) + z * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+# NumPy's value of each UNARY function of (x, d), in f64
+UNARY_REF = {
+    "relu": lambda x, d: np.maximum(x, 0), "gelu_tanh": lambda x, d: gelu_tanh(x), "gelu_erf": lambda x, d: gelu_erf(x),
+    "relu_grad": lambda x, d: d * (x > 0), "gelu_grad_tanh": lambda x, d: d * gelu_tanh_grad(x),
+    "gelu_grad_erf": lambda x, d: d * gelu_erf_grad(x), "cast_grad": lambda x, d: d,
+}  # fmt: skip
+ACT = {"none": (lambda z: z, lambda z: np.ones_like(z)), "relu": (lambda z: np.maximum(z, 0), lambda z: 1.0 * (z > 0)),
+       "gelu": (gelu_tanh, gelu_tanh_grad)}  # fmt: skip
+
+
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("name", list(UNARY))
 def test_kernel_and_composite_agree_elementwise(paths, name: str, dt: str) -> None:
@@ -258,6 +302,9 @@ def test_kernel_and_composite_agree_elementwise(paths, name: str, dt: str) -> No
     a, b = getattr(kernel, f"k_{name}_{dt}")(x, d), getattr(composite, f"k_{name}_{dt}")(x, d)
     assert a.dtype == b.dtype == DTYPES[dt]
     close(a, b, dt, f"{name}_{dt}")
+    want = UNARY_REF[name](x.astype(np.float64), d.astype(np.float64))
+    for route, got in (("kernel", a), ("composite", b)):
+        near_numpy(got, want, dt, f"{name}_{dt} ({route})", scale=2)
 
 
 def test_cast_grad_invoke_mixed_dtypes(paths) -> None:
@@ -282,3 +329,17 @@ def test_kernel_and_composite_agree_fused(paths, act: str, tx: bool, ty: bool, d
     for what, a, c in zip(("dx", "dy", "dbias"), getattr(kernel, bwd)(*args), getattr(composite, bwd)(*args)):
         assert a.dtype == c.dtype == DTYPES[dt]
         close(a, c, dt, f"{bwd}: {what}")
+    # both routes against NumPy: out = act(op(x) @ op(y) + bias); dz = d * act'(z) (rounded to dt,
+    # as both routes store it), dx, dy through the transposes, dbias = the column sums of dz
+    X, Y, B = (v.astype(np.float64) for v in (x, y, b))
+    opx, opy = (X.T if tx else X), (Y.T if ty else Y)
+    act_f, act_g = ACT[act]
+    z = args[2].astype(np.float64) if act != "none" else None
+    dz = d.astype(np.float64) * (act_g(z) if z is not None else 1.0)
+    dz = dz.astype(DTYPES[dt]).astype(np.float64)
+    dopx, dopy = dz @ opy.T, opx.T @ dz
+    want = {"out": act_f(opx @ opy + B), "dx": dopx.T if tx else dopx, "dy": dopy.T if ty else dopy, "dbias": dz.sum(0)}
+    for route, m in (("kernel", kernel), ("composite", composite)):
+        near_numpy(getattr(m, fwd)(x, y, b), want["out"], dt, f"{fwd} ({route})", scale=4)
+        for what, g in zip(("dx", "dy", "dbias"), getattr(m, bwd)(*args)):
+            near_numpy(g, want[what], dt, f"{bwd}: {what} ({route})", scale=4)

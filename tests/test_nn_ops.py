@@ -517,6 +517,7 @@ def test_fused_composite_route_agrees(fused, name: str) -> None:
     c = FUSED_BY_NAME[name]
     inputs = c.inputs(np.random.default_rng(SEED))
     kernel, composite = (getattr(m, name)(*inputs) for m in fused)
+    check(c, composite, inputs)  # the composite route against NumPy too, not only against the kernel
     kernel, composite = (v if isinstance(v, tuple) else (v,) for v in (kernel, composite))
     for k, g, (_, dt) in zip(kernel, composite, c.results):
         assert k.dtype == g.dtype == np_dtype(dt)

@@ -288,3 +288,21 @@ def test_converter_matches_onnxruntime(compiled, case_id):
         else:
             tol = 1e-3 if w.dtype == np.float16 else 2e-6 if w.dtype == np.float32 else 1e-12
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+def test_linear_bias_on_3d_input_fuses_into_one_gemm():
+    """MatMul of a [B, S, K] input by [K, N] plus a bias[N] (a Linear layer): the bias is added
+    to the 2-D GEMM before the reshape back, so that opc-fuse makes one fused_gemm_epilogue of
+    it (bias_after_gemm); the numbers against onnxruntime."""
+    from opc.api import prepare
+
+    x, w, bias = f32(2, 4, 5), f32(5, 3), f32(3)
+    model = graph_model([node("MatMul", ["x", "w"], ["mm"]), node("Add", ["mm", "bias"], ["y"])], {"x": x}, ["y"],
+                        {"w": w, "bias": bias})
+    module, weights = opc.import_onnx(model)
+    text = str(module)
+    assert "opc.add" in text and "tensor<8x3xf32>" in text.split("opc.add")[1].split("\n")[0], text
+    prepared = str(prepare(opc.ir.load_module(text)).module)
+    assert prepared.count("opc.fused_gemm_epilogue") == 1 and "opc.matmul" not in prepared, prepared
+    out = opc.compile(text).main_graph(x, *weights.values())
+    np.testing.assert_allclose(out, run_ort(model, {"x": x})[0], rtol=2e-6, atol=2e-6)

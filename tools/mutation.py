@@ -1,0 +1,264 @@
+"""Mutation testing of opc's core modules (issue 25), with cosmic-ray for the Python
+modules and a short list of hand-written mutants for what cosmic-ray cannot mutate
+(the C runtime's casts and row reductions; the C expression tables, which are strings).
+
+    pip install '.[mutation]'
+    python3 tools/mutation.py                       # every module, 30 sampled mutants each
+    python3 tools/mutation.py --sample 0            # every mutant (hours on two cores)
+    python3 tools/mutation.py --module rules --sample 10 --seed 3
+    python3 tools/mutation.py --module c-runtime    # the hand-written mutants only
+
+Each Python module is mutated in place by cosmic-ray (run it in a clean checkout and
+do not edit while it runs; cosmic-ray restores the file after each mutant) and the
+tests written for that module run against each mutant (`pytest -x`: the first
+failure kills it). A mutant is killed when the tests fail or time out, survives
+when they pass; "incompetent" ones (the module no longer imports) and the known
+equivalent mutants in EQUIVALENT are left out of the score. Prints one table row
+per module, the README's table. Sessions go to --out (default mutation-out/), where
+`cr-report --show-output mutation-out/rules.sqlite` lists every mutant and its diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTEST = "python3 -m pytest -x -q -p no:cacheprovider"
+
+
+@dataclass(frozen=True)
+class Module:
+    path: str
+    tests: str  # the tests written for this module (no fuzz or FileCheck suites: their kills count apart)
+    lines: tuple[int, int] | None = None  # mutate only these lines (1-based, inclusive)
+
+
+MODULES = {
+    "rules": Module("opc/autodiff/rules.py", "tests/test_grad.py tests/test_nn_grad.py tests/test_edge_values.py"),
+    "decompose": Module("opc/transforms/opc_decompose.py", "tests/test_decompose.py tests/test_nn_ops.py"),
+    "scalars": Module("opc/lowering/scalars.py", "tests/test_cpu_ops.py tests/test_edge_values.py"),
+    "c-tables": Module("opc/lowering/c_emitter.py", "tests/test_cpu_ops.py tests/test_compare_nan.py "
+                       "tests/test_edge_values.py", lines=(1, 300)),  # the expression tables and their renderers
+    "converters": Module("opc/onnx_import/converters.py", "tests/test_onnx_import.py"),
+}
+
+# cosmic-ray operators left out: bit operations, shifts, modulo, floor division and power
+# (opc's Python code has almost none of them, so they yield mostly incompetent mutants), and
+# the variable/exception/delete/invert operators, whose mutants are mostly not slips a developer makes.
+EXCLUDED_OPERATORS = ("BitAnd", "BitOr", "BitXor", "LShift", "RShift", "Mod", "FloorDiv", "Pow", "VariableInserter",
+                      "VariableReplacer", "ExceptionReplacer", "ReplaceUnaryOperator_Delete", "_Invert", "_UAdd")
+
+# Known equivalent mutants, (module, the mutated line as cosmic-ray writes it): why no test can kill them.
+EQUIVALENT: dict[tuple[str, str], str] = {
+    ("opc/lowering/c_emitter.py", 'one = "1.0f" if not isinstance(t, Float32Type) else "1.0"'):
+        "rsqrt's 1 as a double for f32 (or a float for f64): 1/sqrtf(x) divided in double and rounded to "
+        "float is the correctly rounded float quotient (double rounding is innocuous for division), and 1.0f "
+        "promotes exactly to double",
+    ("opc/autodiff/rules.py", "return _extremum(e, op, douts[ -1], o.GreaterThanOp)  # type: ignore[arg-type]"):
+        "maximum has one result: douts[-1] is douts[0]",
+    ("opc/autodiff/rules.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
+        "minimum has one result: douts[-1] is douts[0]",
+    ("opc/onnx_import/converters.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
+                                      'node.axis(node.attr("axis"), rank)))]'):
+        "Concat of one input: args[-1] is args[0]",
+}
+
+
+def mutated_line(diff: str | None) -> str:
+    """The line a mutant wrote, from cosmic-ray's unified diff."""
+    for line in (diff or "").splitlines():
+        if line.startswith("+") and not line.startswith("+++"):
+            return line[1:].strip()
+    return ""
+
+
+@dataclass(frozen=True)
+class HandMutant:
+    path: str
+    old: str
+    new: str
+    tests: str
+    what: str
+
+
+HAND_MUTANTS = [
+    # the cast runtime (runtime/opc_runtime.h)
+    HandMutant("runtime/opc_runtime.h", "x += 0x7fffu + ((x >> 16) & 1u);", "x += 0x7fffu;",
+               "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast", "f32->bf16 rounds ties up, not to even"),
+    HandMutant("runtime/opc_runtime.h", "if ((x & 0x7fffffffu) > 0x7f800000u)", "if ((x & 0x7fffffffu) >= 0x7f800000u)",
+               "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast", "f32->bf16 turns inf into NaN"),
+    HandMutant("runtime/opc_runtime.h", "float v = (float)man * 5.9604644775390625e-08f;",
+               "float v = (float)man * 1.1920928955078125e-07f;",
+               "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast", "f16 subnormals read at twice their value"),
+    HandMutant("runtime/opc_runtime.h", "    if (x >= 255.0) return UINT8_MAX;\n    return (uint8_t)x;",
+               "    if (x >= 255.0) return UINT8_MAX;\n    return (uint8_t)(x + 0.5);",
+               "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast", "float->ui8 rounds instead of truncating"),
+    HandMutant("runtime/opc_runtime.h", "OPC_FN int32_t opc_sat_i32(double x) {\n    if (x != x) return 0;",
+               "OPC_FN int32_t opc_sat_i32(double x) {", "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast",
+               "float->i32: NaN not mapped to 0"),
+    HandMutant("runtime/opc_runtime.h", "if (x >= 9223372036854775808.0) return INT64_MAX;",
+               "if (x > 9223372036854775808.0) return INT64_MAX;",
+               "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast", "float->i64: 2^63 converted (undefined)"),
+    # the row reductions (runtime/opc_nn_rows.h)
+    HandMutant("runtime/opc_nn_rows.h", "    for (; j < n; j++) {\n        const ACC v = LD(x, base + j, dt);",
+               "    for (; j + 1 < n; j++) {\n        const ACC v = LD(x, base + j, dt);",
+               "tests/test_edge_values.py -k softmax", "row max skips the last element (the audit's survivor)"),
+    HandMutant("runtime/opc_nn_rows.h", "    for (; j < n; j++) {\n        const ACC e = OPC_NN_EXP(",
+               "    for (; j + 1 < n; j++) {\n        const ACC e = OPC_NN_EXP(",
+               "tests/test_edge_values.py tests/test_nn_ops.py -k softmax", "row exp-sum skips the last element"),
+    HandMutant("runtime/opc_nn_rows.h", "    for (int w = OPC_NN_LANES / 2; w > 0; w /= 2)\n        for (int k = 0; k < w; k++) lane[k] += lane[k + w];",
+               "    for (int w = OPC_NN_LANES / 2; w > 1; w /= 2)\n        for (int k = 0; k < w; k++) lane[k] += lane[k + w];",
+               "tests/test_edge_values.py tests/test_nn_ops.py", "the lane fold drops the last partial sum"),
+    HandMutant("runtime/opc_nn_rows.h", "for (int64_t k = 0; k < w; k++) { m[k] = (ACC)-INFINITY; s[k] = 0; }",
+               "for (int64_t k = 0; k < w; k++) { m[k] = 0; s[k] = 0; }",
+               "tests/test_edge_values.py -k softmax", "the tiled max starts at 0, not -inf"),
+    # the C expression tables (strings: cosmic-ray does not mutate them)
+    HandMutant("opc/lowering/c_emitter.py", '"slt": "<", "sle": "<="', '"slt": "<=", "sle": "<="',
+               "tests/test_cpu_ops.py -k compare", "signed less-than rendered as <="),
+    HandMutant("opc/lowering/c_emitter.py", 'arith.MaxUIOp: int_pick(">", True)', 'arith.MaxUIOp: int_pick(">")',
+               "tests/test_edge_values.py -k ui8", "unsigned max as a signed compare (the audit's survivor)"),
+    HandMutant("opc/lowering/c_emitter.py", 'return f"(({a} < {b}) || ({a} > {b}))"', 'return f"({a} != {b})"',
+               "tests/test_compare_nan.py", "ordered not-equal true for NaN (the audit's find)"),
+    HandMutant("opc/lowering/c_emitter.py", 'CMPF_UNORDERED = {"ult": ">=", "ule": ">", "ugt": "<=", "uge": "<"}',
+               'CMPF_UNORDERED = {"ult": ">", "ule": ">", "ugt": "<=", "uge": "<"}',
+               "tests/test_compare_nan.py", "unordered less-than negates the wrong complement"),
+]
+
+
+def env_for(cache: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OPC_CACHE_DIR": cache, "OMP_NUM_THREADS": "1"}
+
+
+def cosmic_ray(*args: str, env: dict[str, str]) -> None:
+    exe = shutil.which("cosmic-ray") or sys.exit("error: cosmic-ray is not installed (pip install '.[mutation]')")
+    subprocess.run([exe, *args], cwd=ROOT, env=env, check=True)
+
+
+def sample_session(db_path: Path, module: Module, k: int, seed: int) -> None:
+    """Leave k of the session's mutants pending (the seeded sample); the others, and those on
+    excluded operators or outside the module's lines, are marked skipped, as cosmic-ray's filters do."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        keep = []
+        for item in db.work_items:
+            (m,) = item.mutations
+            line = m.start_pos[0]
+            if any(x in m.operator_name for x in EXCLUDED_OPERATORS):
+                continue
+            if module.lines is not None and not module.lines[0] <= line <= module.lines[1]:
+                continue
+            keep.append(item.job_id)
+        chosen = set(random.Random(seed).sample(keep, k)) if 0 < k < len(keep) else set(keep)
+        skipped = [item.job_id for item in db.work_items if item.job_id not in chosen]
+        db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+
+
+def score_session(db_path: Path, module: Module) -> dict[str, object]:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+
+    source = (ROOT / module.path).read_text().splitlines()
+    counts = {"killed": 0, "survived": 0, "incompetent": 0, "equivalent": 0}
+    survivors = []
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        for item, result in db.completed_work_items:
+            if result.worker_outcome == WorkerOutcome.SKIPPED:
+                continue
+            (m,) = item.mutations
+            text = source[m.start_pos[0] - 1].strip()
+            if (module.path, mutated_line(result.diff)) in EQUIVALENT:
+                counts["equivalent"] += 1
+            elif result.test_outcome == TestOutcome.INCOMPETENT or result.worker_outcome != WorkerOutcome.NORMAL:
+                counts["incompetent"] += 1
+            elif result.test_outcome == TestOutcome.SURVIVED:
+                counts["survived"] += 1
+                survivors.append(f"{module.path}:{m.start_pos[0]}: {m.operator_name}: {text}")
+            else:
+                counts["killed"] += 1
+    return {**counts, "survivors": survivors}
+
+
+def run_module(name: str, module: Module, k: int, seed: int, out: Path, timeout: float) -> dict[str, object]:
+    out.mkdir(parents=True, exist_ok=True)
+    config, db = out / f"{name}.toml", out / f"{name}.sqlite"
+    config.write_text(
+        "[cosmic-ray]\n"
+        f'module-path = "{module.path}"\n'
+        f"timeout = {timeout}\n"
+        "excluded-modules = []\n"
+        f'test-command = "{PYTEST} {module.tests}"\n\n'
+        '[cosmic-ray.distributor]\nname = "local"\n')
+    if db.exists():
+        db.unlink()
+    env = env_for(tempfile.mkdtemp(prefix=f"opc-mutation-{name}-"))  # one compile cache for the module's run
+    cosmic_ray("init", str(config), str(db), env=env)
+    sample_session(db, module, k, seed)
+    cosmic_ray("exec", str(config), str(db), env=env)
+    return score_session(db, module)
+
+
+def run_hand_mutant(m: HandMutant, timeout: float) -> bool:
+    """True when the tests kill the mutant. The file is restored whatever happens."""
+    path = ROOT / m.path
+    original = path.read_text()
+    if original.count(m.old) != 1:
+        raise SystemExit(f"error: {m.path}: the text of mutant '{m.what}' is not found once (update HAND_MUTANTS)")
+    try:
+        path.write_text(original.replace(m.old, m.new))
+        cache = tempfile.mkdtemp(prefix="opc-mutation-c-")  # runtime headers are not in the cache key's source
+        try:
+            done = subprocess.run(f"{PYTEST} {m.tests}".split(), cwd=ROOT, env=env_for(cache), timeout=timeout,
+                                  capture_output=True, text=True, check=False)
+            killed = done.returncode != 0
+        except subprocess.TimeoutExpired:
+            killed = True
+        shutil.rmtree(cache, ignore_errors=True)
+    finally:
+        path.write_text(original)
+    return killed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--module", action="append", choices=[*MODULES, "c-runtime"],
+                        help="a module to mutate (repeatable; default: all, and the hand-written mutants)")
+    parser.add_argument("--sample", type=int, default=30, help="mutants per module, drawn with --seed (0: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant's tests (then: killed)")
+    parser.add_argument("--out", type=Path, default=ROOT / "mutation-out")
+    args = parser.parse_args(argv)
+    names = args.module or [*MODULES, "c-runtime"]
+    rows = []
+    for name in names:
+        if name == "c-runtime":
+            survived = [m for m in HAND_MUTANTS if not run_hand_mutant(m, args.timeout)]
+            killed = len(HAND_MUTANTS) - len(survived)
+            rows.append(("hand-written (C runtime, C tables)", killed, len(survived), 0, 0,
+                         [f"{m.path}: {m.what}" for m in survived]))
+            continue
+        r = run_module(name, MODULES[name], args.sample, args.seed, args.out, args.timeout)
+        rows.append((MODULES[name].path, r["killed"], r["survived"], r["incompetent"], r["equivalent"],
+                     r["survivors"]))
+    print("\n| module | killed | survived | incompetent | equivalent | score |\n|---|---|---|---|---|---|")
+    for path, killed, survived, incompetent, equivalent, _ in rows:
+        total = killed + survived
+        score = f"{100 * killed / total:.0f}%" if total else "-"
+        print(f"| {path} | {killed} | {survived} | {incompetent} | {equivalent} | {score} |")
+    for *_, survivors in rows:
+        for s in survivors:
+            print(f"survived: {s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
