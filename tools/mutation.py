@@ -42,8 +42,8 @@ class Module:
 
 
 MODULES = {
-    "rules": Module("opc/autodiff/rules.py", "tests/test_grad.py tests/test_nn_grad.py tests/test_edge_values.py"),
-    "decompose": Module("opc/transforms/opc_decompose.py", "tests/test_decompose.py tests/test_nn_ops.py"),
+    "rules": Module("opc/ops/vjp_rules.py", "tests/test_grad.py tests/test_nn_grad.py tests/test_edge_values.py"),
+    "decompose": Module("opc/ops/decompositions.py", "tests/test_decompose.py tests/test_nn_ops.py"),
     "scalars": Module("opc/lowering/scalars.py", "tests/test_cpu_ops.py tests/test_edge_values.py"),
     "c-tables": Module("opc/lowering/c_emitter.py", "tests/test_cpu_ops.py tests/test_compare_nan.py "
                        "tests/test_edge_values.py", lines=(1, 300)),  # the expression tables and their renderers
@@ -62,9 +62,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "rsqrt's 1 as a double for f32 (or a float for f64): 1/sqrtf(x) divided in double and rounded to "
         "float is the correctly rounded float quotient (double rounding is innocuous for division), and 1.0f "
         "promotes exactly to double",
-    ("opc/autodiff/rules.py", "return _extremum(e, op, douts[ -1], o.GreaterThanOp)  # type: ignore[arg-type]"):
+    ("opc/ops/vjp_rules.py", "return _extremum(e, op, douts[ -1], o.GreaterThanOp)  # type: ignore[arg-type]"):
         "maximum has one result: douts[-1] is douts[0]",
-    ("opc/autodiff/rules.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
+    ("opc/ops/vjp_rules.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
         "minimum has one result: douts[-1] is douts[0]",
     ("opc/onnx_import/converters.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
                                       'node.axis(node.attr("axis"), rank)))]'):
