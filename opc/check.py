@@ -699,14 +699,24 @@ def check(target_spec: str, ops: str | Sequence[str] | None = None, cache_dir: s
     if case is not None and not cases:
         raise OpcError(f"error: --case: no case {case} among the chosen kernels' cases (the FAIL rows name them)")
     runs = [c for c in cases if c.status == "run"]
-    progress = Progress(len(runs))
     if runs:
+        progress = Progress(len(runs))
         progress.note(f"opc check: building {len(funcs)} cases for the device and the reference...")
         device, reference = build(target_spec, kernels, funcs, refs, cache_dir)
-        try:
-            run_cases(device, reference, runs, progress)
-        finally:
-            progress.close()
+        run_and_judge(device, reference, runs, target_spec, progress)
+    return cases
+
+
+def run_and_judge(device, reference, runs: list[Case], target_spec: str,  # noqa: ANN001
+                  progress: Progress | None = None) -> None:
+    """Run the cases on the built modules and set each one's verdict (again, if it ran before)."""
+    for c in runs:
+        c.error, c.result, c.repro = None, "", ""
+    progress = progress or Progress(0)
+    try:
+        run_cases(device, reference, runs, progress)
+    finally:
+        progress.close()
     for c in runs:
         if not c.result:
             c.result = "pass" if c.error is not None and c.error <= c.tol else "FAIL"
@@ -715,7 +725,6 @@ def check(target_spec: str, ops: str | Sequence[str] | None = None, cache_dir: s
         if c.result != "pass":
             c.repro = f"opc check --target {target_spec} --ops {c.op} --case {c.id} --show"
             c.result += f"; rerun: {c.repro}"
-    return cases
 
 
 def build(target_spec: str, kernels: Sequence[ExternalKernel], funcs: list[func.FuncOp], refs: list[func.FuncOp],

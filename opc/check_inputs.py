@@ -16,8 +16,9 @@ with eps the spacing at 1 (2^-10 for f16, 2^-7 bf16, 2^-23 f32, 2^-52 f64), the
 compute type f32 for f16/bf16/f32 (a kernel accumulates in f32 at least) and
 f64 for f64, and `cond` > 1 only where a recipe makes the inputs ill-
 conditioned on purpose (near-constant rows). The floor is 1 for elementwise
-ops (relative above 1, absolute below, so the cancellation of gelu at -5 is
-no false alarm) and max(1, rms of the output) for ops that reduce. A kernel
+ops in f32 and f64 (relative above 1, absolute below, so the cancellation of
+gelu at -5 is no false alarm), 2^-7 in f16 and bf16, and max(1, rms of the
+output) for ops that reduce. A kernel
 that drops layer_norm's epsilon or softmax's max subtraction is off by orders
 of magnitude (or by NaN), not by a hair; a float16 store that truncates
 instead of rounding to nearest is off by up to one ulp where 0.5 is allowed.
@@ -197,6 +198,12 @@ def compare_exact(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Wors
     return None
 
 
+ELEMENTWISE_FLOOR = {"float16": 2.0**-7, "bfloat16": 2.0**-7}
+"""Below 1, an f32 or f64 result of an elementwise op is compared absolutely (a correct gelu(-5) cancels
+in f32); f16 and bf16 results are relative down to 2^-7, where their half-ulp rounding still dwarfs f32's
+error, so that a store that truncates instead of rounding shows on most elements."""
+
+
 def compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray], reduces: bool) -> Worst | None:
     """The worst element by |got - want| / max(|want|, floor) against an f64 reference (None: all equal).
     NaN must match NaN, and an infinity (of the reference rounded to the device's dtype) match exactly."""
@@ -206,7 +213,7 @@ def compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray], reduces: bool
         with np.errstate(over="ignore"):
             w_rounded = as_f64(np.asarray(w).astype(np.asarray(g).dtype)) if np.asarray(g).dtype.kind == "f" else w64
         finite = np.isfinite(w64)
-        floor = 1.0
+        floor = ELEMENTWISE_FLOOR.get(np.asarray(g).dtype.name, 1.0)
         if reduces and finite.any():
             floor = max(1.0, float(np.sqrt(np.mean(np.square(w64[finite])))))
         with np.errstate(invalid="ignore", over="ignore"):

@@ -1,0 +1,141 @@
+"""The planted-bug catalogue (tests/planted/): `opc check` fails each bug a porting engineer
+writes on exactly the cases it affects, and passes every correct twin (0 false alarms).
+
+Each kernel file holds a correct kernel and its bugs, one `if (planted("NAME"))` each, chosen at
+run time by OPC_PLANTED: the device and reference modules of the whole catalogue are built once,
+and each bug reruns only its op's cases. A bug's row below says which cases it must fail (`must`)
+and which it may fail besides (`may`, a superset: a case outside it that fails is a false alarm,
+e.g. an epsilon dropped shows on short rows at the default 1e-5 but not on rows of 300)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from opc.check import Case, build, plan, run_and_judge
+from opc.check_inputs import CAST_VALUES, SPECIALS
+from opc.targets import get_target
+
+ROOT = Path(__file__).resolve().parent.parent
+TOML = str(ROOT / "tests" / "planted" / "planted.toml")
+
+Pick = Callable[[Case], bool]
+
+
+def fill(*names: str) -> Pick:
+    return lambda c: c.spec is not None and c.spec.fill in names
+
+
+def label(pattern: str) -> Pick:
+    return lambda c: re.search(pattern, f"{c.attr_text} {c.dtype} {c.shape}") is not None
+
+
+def both(*picks: Pick) -> Pick:
+    return lambda c: all(p(c) for p in picks)
+
+
+def gemm_k(c: Case) -> int:
+    return int(re.search(r"K=(\d+)", c.shape).group(1))  # type: ignore[union-attr]
+
+
+def last_axis(c: Case) -> bool:
+    """softmax's axis is the last dim (a row in memory)."""
+    dims, axis = c.shape.split()[0].split("x"), int(re.search(r"axis=(-?\d+)", c.shape).group(1))  # type: ignore[union-attr]
+    return axis % len(dims) == len(dims) - 1
+
+
+def size(at_least: int) -> Pick:
+    """Cases whose first operand has this many elements (a truncation shows on a few in three)."""
+    return lambda c: c.spec is not None and c.spec.args[0].element_count() >= at_least
+
+
+EVERY_CAST_VALUE = len(CAST_VALUES + SPECIALS)
+"""From this size on, a cast-range input holds every value of the recipe (f16's inf among them)."""
+ANY: Pick = lambda c: True  # noqa: E731
+UNIFORM = fill("uniform")
+LARGE = fill("large", "large-negative", "wide")
+TO_INT = label(r"dtype=i(8|32) ")
+
+# bug: (op, must fail, may fail): `must` is what the bug breaks by construction; `may` adds the
+# cases where it shows or not depending on the drawn values or the budget.
+BUGS: dict[str, tuple[str, Pick, Pick]] = {
+    "softmax-no-max": ("softmax", LARGE, fill("large", "large-negative", "wide", "specials")),
+    "softmax-last-axis": ("softmax", both(UNIFORM, lambda c: not last_axis(c)), lambda c: not last_axis(c)),
+    "softmax-tail": ("softmax", both(UNIFORM, label(" f32 "), lambda c: c.spec.n % 8 != 0), lambda c: c.spec.n % 8 != 0),
+    "log-softmax-naive": ("log_softmax", fill("wide"), fill("wide", "large", "large-negative", "specials")),
+    "ln-no-epsilon": ("layer_norm", lambda c: fill("constant")(c) or "epsilon=0.1" in c.shape, ANY),
+    "ln-unbiased": ("layer_norm", UNIFORM, ANY),
+    "ln-epsilon-outside": ("layer_norm", lambda c: fill("constant")(c) or "epsilon=0.1" in c.shape, ANY),
+    "ln-one-pass": ("layer_norm", both(fill("near-constant"), label(" f32 ")), ANY),
+    "ln-saves-var": ("layer_norm", UNIFORM, ANY),
+    "sum-f16-accumulator": ("reduce_sum", both(label(" f16 "), fill("wide")), label(" f16 ")),
+    "sum-first-axis-only": ("reduce_sum", label(r"axes=\[0, 2\]"), label(r"axes=\[0, 2\]")),
+    "max-drops-nan": ("reduce_max", fill("specials"), fill("specials")),
+    "max-starts-at-zero": ("reduce_max", fill("large-negative"), ANY),
+    "maximum-fmaxf": ("maximum", fill("specials"), fill("specials")),
+    "gelu-erf": ("gelu", both(label("approximate=true f32"), UNIFORM, size(3)),
+                 label("approximate=true")),
+    "gelu-f16-truncate": ("gelu", both(label(" f16 "), UNIFORM, size(15)),
+                          label(" f16 ")),
+    "cast-no-saturation": ("cast", both(TO_INT, fill("cast-range"), size(EVERY_CAST_VALUE)),
+                           both(TO_INT, fill("cast-range"))),
+    "cast-nan-not-zero": ("cast", both(label("dtype=i32 "), fill("cast-range"), size(EVERY_CAST_VALUE)),
+                          both(TO_INT, fill("cast-range"))),
+    "cast-f16-truncate": ("cast", both(label("dtype=f16 f32 "), UNIFORM, size(3)),
+                          label("dtype=f16 f32 ")),
+    "gemm-trans-y-ignored": ("fused_gemm_epilogue", both(label("trans_y=true"), lambda c: c.shape != "M=1 K=1 N=1"),
+                             both(label("trans_y=true"), lambda c: c.shape != "M=1 K=1 N=1")),
+    "gemm-bias-dropped": ("fused_gemm_epilogue", ANY, ANY),
+    "gemm-k-tail": ("fused_gemm_epilogue", lambda c: gemm_k(c) % 4 != 0, lambda c: gemm_k(c) % 4 != 0),
+    "gemm-reserve-not-written": ("fused_gemm_epilogue", label("activation=relu"), label("activation=relu")),
+    "gemm-reserve-activated": ("fused_gemm_epilogue", both(label("activation=relu"), lambda c: c.shape != "M=1 K=1 N=1"),
+                               label("activation=relu")),
+    "gemm-relu-drops-nan": ("fused_gemm_epilogue", both(label("activation=relu"), fill("specials-in-x")),
+                            both(label("activation=relu"), fill("specials-in-x"))),
+    "xent-log-of-softmax": ("softmax_cross_entropy", fill("wide"), fill("wide", "large", "large-negative", "specials")),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def built() -> tuple[list[Case], object, object]:
+    """The catalogue's cases, its device module and its reference: built once for every bug."""
+    target = get_target(TOML)
+    cases, funcs, refs = plan(target, target.externals)
+    device, reference = build(TOML, target.externals, funcs, refs, None)
+    return [c for c in cases if c.status == "run"], device, reference
+
+
+def test_catalogue_covers_twenty_bugs_of_ten_ops() -> None:
+    assert len(BUGS) >= 20 and len({op for op, _, _ in BUGS.values()}) >= 10
+    sources = "".join(p.read_text() for p in (ROOT / "tests" / "planted").glob("*.[ch]"))
+    assert set(re.findall(r'planted\("([a-z0-9-]+)"\)', sources)) == set(BUGS)  # every bug in C has its row here
+
+
+def test_correct_twins_pass(built, monkeypatch) -> None:
+    """No OPC_PLANTED: every kernel is correct, and every case passes (no false alarm)."""
+    monkeypatch.delenv("OPC_PLANTED", raising=False)
+    runs, device, reference = built
+    run_and_judge(device, reference, runs, TOML)
+    assert {c.op for c in runs} == {op for op, _, _ in BUGS.values()}
+    assert [f"{c.op} {c.attr_text} {c.dtype} {c.shape}: {c.result}" for c in runs if c.result != "pass"] == []
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_planted_bug_fails_exactly_the_affected_cases(bug, built, monkeypatch) -> None:
+    op, must, may = BUGS[bug]
+    monkeypatch.setenv("OPC_PLANTED", bug)
+    runs, device, reference = built
+    mine = [c for c in runs if c.op == op]
+    run_and_judge(device, reference, mine, TOML)
+    failing = [c for c in mine if c.result != "pass"]
+    name = lambda c: f"{c.attr_text} {c.dtype} {c.shape}"  # noqa: E731
+    assert [name(c) for c in mine if must(c) and c.result == "pass"] == [], "cases the bug breaks that passed"
+    assert [name(c) for c in failing if not may(c)] == [], "false alarms"
+    assert any(must(c) for c in mine)
+    # every FAIL row says where and what: an element, the device's and the reference's values, a rerun
+    for c in failing:
+        assert re.search(r"(device .+, reference .+|kernel error|crashed); rerun: opc check --target .+ --ops "
+                         rf"{op} --case [0-9a-f]{{8}} --show$", c.result), c.result
