@@ -338,7 +338,10 @@ def grid_for(name: str) -> Grid | None:
         grid, extra = found
 
     def shapes(cls: type[Operation], props: dict[str, Attribute], dtype: Attribute) -> list[Shape]:
-        base = grid(cls, props, dtype)
+        unique: dict[str, Shape] = {}
+        for s in grid(cls, props, dtype):  # a width the grid already has is one case, not two
+            unique.setdefault(s.label, s)
+        base = list(unique.values())
         return base + extra(base)
 
     return shapes

@@ -13,10 +13,12 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from opc.check import Case, build, plan, run_and_judge
-from opc.check_inputs import CAST_VALUES, SPECIALS
+from opc.check import Case, build, inputs, plan, run_and_judge
+from opc.check_inputs import CAST_VALUES, SPECIALS, case_seed
+from opc.cli import main
 from opc.targets import get_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,3 +141,49 @@ def test_planted_bug_fails_exactly_the_affected_cases(bug, built, monkeypatch) -
     for c in failing:
         assert re.search(r"(device .+, reference .+|kernel error|crashed); rerun: opc check --target .+ --ops "
                          rf"{op} --case [0-9a-f]{{8}} --show$", c.result), c.result
+
+
+@pytest.mark.parametrize("bug", ["softmax-no-max", "ln-no-epsilon", "ln-epsilon-outside", "log-softmax-naive"])
+def test_budget_misses_are_orders_of_magnitude(bug, built, monkeypatch) -> None:
+    """Against an f64 reference with the op's own budget, a dropped epsilon or max subtraction is
+    not a near miss: its worst case is off by 1000 budgets or more (NaN and inf count as inf)."""
+    op, must, _ = BUGS[bug]
+    monkeypatch.setenv("OPC_PLANTED", bug)
+    runs, device, reference = built
+    mine = [c for c in runs if c.op == op and must(c)]
+    run_and_judge(device, reference, mine, TOML)
+    assert max(c.error / c.tol for c in mine if c.error is not None) >= 1000
+
+
+def test_inputs_depend_on_the_case_alone() -> None:
+    """A case draws the same inputs (and keeps its id) whatever else the run selects."""
+    target = get_target(TOML)
+    everything = {c.id: c for c in plan(target, target.externals)[0] if c.status == "run"}
+    alone = [c for c in plan(target, [target.external_of("opc.layer_norm")])[0] if c.status == "run"]
+    assert len(everything) == sum(c.status == "run" for c in plan(target, target.externals)[0])  # ids are unique
+    for c in alone[::7]:
+        for a, b in zip(inputs(c), inputs(everything[c.id])):
+            np.testing.assert_array_equal(a, b)
+    assert case_seed("opc.softmax", "axis", "f32", "3x5") == 16631047577072157750  # sha256: no per-process salt
+
+
+def test_show_reruns_one_case_and_writes_its_inputs(tmp_path, monkeypatch, capsys) -> None:
+    """A FAIL row's rerun command prints the case and writes its inputs and both outputs to .npz."""
+    monkeypatch.setenv("OPC_PLANTED", "softmax-no-max")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--target", TOML, "--ops", "softmax"]) == 1
+    row = next(line for line in capsys.readouterr().out.splitlines() if " large " in f"{line} " and "FAIL" in line)
+    rerun = row.split("; rerun: ")[1].split()
+    case = rerun[rerun.index("--case") + 1]
+    assert main(rerun[1:]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"case {case}: softmax ") and "opc.softmax" in out and "reference: opc's cpu target in f64" in out
+    assert re.search(r"^result: FAIL: error inf \(tol .+\) at result\[\d+(, \d+)*\]: device nan, reference ", out, re.M)
+    saved = np.load(tmp_path / f"opc-check-{case}.npz")
+    assert np.all(np.abs(saved["a0"].astype(np.float64) - 800) <= 3.5)  # the large recipe: 800 +- 3
+    assert np.isnan(saved["device0"]).any() and not np.isnan(saved["reference0"]).any()
+    assert main(["check", "--target", TOML, "--ops", "softmax", "--case", case]) == 1  # the case alone, as a row
+    assert capsys.readouterr().out.splitlines()[-2].startswith("summary: 1 cases run: 0 pass, 1 FAIL")
+    assert main(["check", "--target", TOML, "--case", "00000000"]) == 1
+    assert capsys.readouterr().err.strip() == "error: --case: no case 00000000 among the chosen kernels' cases " \
+                                               "(the FAIL rows name them)"
