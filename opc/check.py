@@ -1,23 +1,25 @@
-"""`opc check --target DEVICE.toml [--ops ...]`: every kernel a device brings
-([external.OP] in its .toml) against opc's own reference, over the full grid.
+"""`opc check --target DEVICE.toml [--ops ...] [--case ID [--show]]`: every kernel
+a device brings ([external.OP] in its .toml) against opc's own reference, over
+the full grid and the op's reference inputs.
 
 For each kernel, the grid is every combination of the op's enumerable
 attributes (bools, enumerations, cast's dtype) times every dtype, as far as
 the op's verifier admits them:
   - a combination the kernel admits runs at every size of the op's grid
-    (size 1, odd sizes, sizes past a GEMM tile; every trans flag is an
-    attribute), one row per size: error vs tolerance, pass or FAIL;
+    (size 1, odd sizes, sizes past a GEMM tile, rows around vector widths;
+    every trans flag is an attribute) and on the op's reference inputs (a
+    table beside each grid: IEEE specials, large magnitudes, constant rows,
+    every epsilon, cast ranges), one row per case: error vs budget, pass or
+    FAIL (naming the worst element and a `--case ID --show` rerun);
   - any other combination is one `fallback` row saying why (which value the
     kernel does not take) and which route it takes on the device instead;
   - a declared dtype the op does not admit, or an op without a grid here,
     is one `n/a` row saying so. Nothing is left out silently.
 
 The reference is the op compiled for opc's built-in cpu target: its own
-kernel for a forward op, the composite (or invoke) rule for a grad op. The
-error of a case is the largest |device - reference| over its outputs,
-relative to max(1, the largest |reference|); NaN must match NaN. Ops that
-only move or round values (cast, relu, select, ...) and integer results must
-match exactly; the rest within a per-dtype tolerance.
+kernel for a forward op, the composite (or invoke) rule for a grad op; in f64
+for float cases (same inputs, widened), in the case's dtype for ops that must
+match bit for bit. Inputs, seeds and budgets: opc/check_inputs.py.
 
 All cases of a run are built into two modules (device and reference: a C
 build costs about half a second); they run in a child process, so a kernel
@@ -43,8 +45,8 @@ from xdsl.dialects.builtin import BoolAttr, IntegerAttr, ModuleOp, StringAttr, T
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
-from opc.dialects import opc as o
 from opc.check_inputs import Operand, Worst, case_id, case_seed, compare, compare_exact, draw, tolerance
+from opc.dialects import opc as o
 from opc.external import DTYPES, ExternalKernel, attribute_kinds, domain, op_classes, show
 from opc.ir import OpcError
 from opc.registry import REGISTRY, route_op
@@ -781,7 +783,7 @@ def report(target: Target, cases: Sequence[Case]) -> str:
     for c in cases:
         if c.status == "run":
             err = "-" if c.error is None else "inf" if math.isinf(c.error) else f"{c.error:.1e}" if c.error else "0"
-            rows.append([c.op, c.attr_text, c.dtype, c.shape, err, f"{c.tol:.0e}" if c.tol else "exact", c.result])
+            rows.append([c.op, c.attr_text, c.dtype, c.shape, err, f"{c.tol:.1e}" if c.tol else "exact", c.result])
         else:
             rows.append([c.op, c.attr_text, c.dtype, c.shape, "-", "-", f"{c.status}: {c.why}"])
     widths = [max(len(r[i]) for r in [cols, *rows]) for i in range(len(cols) - 1)]

@@ -68,7 +68,7 @@ NO_OVERFLOW_SPECIALS = tuple(v for v in SPECIALS if not (math.isfinite(v) and ab
 """For ops whose correct f32 kernels overflow in an intermediate where the f64 reference does not
 (squares of layer_norm, products of a GEMM): only values whose square stays finite."""
 CAST_VALUES = (127.5, 128.0, -128.5, -129.0, 255.5, 256.0, -1.0, -0.5, 0.5, 32767.5, 32768.0, -32769.0, 65535.5,
-               65536.0, 2147483520.0, 2147483648.0, -2147483904.0, 4294967296.0, 9.3e18, -9.3e18, 1.0e30, -1.0e30)  # fmt: skip
+               65536.0, 2147483520.0, 2147483648.0, -2147483904.0, 4294967296.0, 9.3e18, -9.3e18, 1e30, -1e30)
 """Float values around the range of each integer type (casts saturate there)."""
 
 
@@ -99,7 +99,10 @@ def uniform(rng: np.random.Generator, op: Operand) -> np.ndarray:
     return rng.uniform(-op.scale, op.scale, size=op.shape)
 
 
-def with_values(values: Sequence[float], first_only: bool = False) -> Callable[[np.random.Generator, Operand], np.ndarray]:
+Fill = Callable[[np.random.Generator, Operand], np.ndarray]
+
+
+def with_values(values: Sequence[float], first_only: bool = False) -> Fill:
     """Uniform inputs with the values scattered into every operand (`first_only`: into the first)."""
     return lambda rng, op: uniform(rng, op) if first_only and op.index else scatter(uniform(rng, op), values, op.index)
 
