@@ -47,6 +47,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from opc.check_inputs import Operand, Worst, case_id, case_seed, compare, compare_exact, draw, tolerance
 from opc.dialects import opc as o
+from opc.dialects.opc import is_float
 from opc.external import DTYPES, ExternalKernel, attribute_kinds, domain, op_classes, show
 from opc.ir import OpcError
 from opc.registry import REGISTRY, route_op
@@ -363,6 +364,7 @@ class Case:
     status: str  # run | fallback | n/a
     why: str = ""
     spec: Shape | None = None  # what runs: the op on its arguments, and its inputs
+    grad: bool = False  # the gradient of the function through the op (opc's vjp over the device's forward)
     reference64: bool = False  # the reference is the op in f64, on the same inputs
     reduces: bool = False
     function: str = ""  # the case's function in the device's module
@@ -419,7 +421,7 @@ def admitted(grid: Grid, name: str, props: dict[str, Attribute], dtype: str) -> 
     return shapes
 
 
-def plan(target: Target, kernels: Sequence[ExternalKernel], only: str | None = None
+def plan(target: Target, kernels: Sequence[ExternalKernel], only: str | None = None, grad: bool = False
          ) -> tuple[list[Case], list[func.FuncOp], list[func.FuncOp]]:
     """The rows of the run, in order, and per case that runs one device function and one reference
     function (`only`: the case of that id alone)."""
@@ -427,12 +429,12 @@ def plan(target: Target, kernels: Sequence[ExternalKernel], only: str | None = N
     funcs: list[func.FuncOp] = []
     refs: dict[tuple[str, ...], func.FuncOp] = {}
     for kernel in kernels:
-        cases += plan_kernel(target, kernel, funcs, refs, only)
+        cases += plan_kernel(target, kernel, funcs, refs, only, grad)
     return cases, funcs, list(refs.values())
 
 
 def plan_kernel(target: Target, kernel: ExternalKernel, funcs: list[func.FuncOp],
-                refs: dict[tuple[str, ...], func.FuncOp], only: str | None = None) -> list[Case]:
+                refs: dict[tuple[str, ...], func.FuncOp], only: str | None = None, grad: bool = False) -> list[Case]:
     """One kernel's rows; the functions of the cases that run are added to funcs and refs (where the
     f16, bf16 and f32 cases of a shape share one f64 reference: half of a run's build)."""
     grid = grid_for(kernel.op)
@@ -457,21 +459,30 @@ def plan_kernel(target: Target, kernel: ExternalKernel, funcs: list[func.FuncOp]
                 cases.append(Case(kernel, attrs, dtype, "(any)", "fallback", f"{why} {fallback_route(probe, target)}"))
                 continue
             exact = kernel.op in EXACT_OPS or not dtype.startswith(("f", "bf"))
+            grad_labels = {s.label for s in shapes[:GRAD_SHAPES] if s.fill == "uniform" and differentiable(kernel)}
             wide = dtype != "f64" and not exact
             shapes64 = grid(cls, props, DTYPES["f64"]) if wide else shapes
             for shape, shape64 in zip(shapes, shapes64, strict=True):
                 assert shape.label == shape64.label, (shape.label, shape64.label)
                 case = Case(kernel, attrs, dtype, shape.label, "run", spec=shape, reference64=wide,
                             reduces=shape.n > 0, tol=0.0 if exact else tolerance(kernel.op, dtype, shape.n, shape.cond))
-                if only is not None and case.id != only:
+                tried = [case]
+                if grad and shape.label in grad_labels:
+                    n = max([shape.n, *(d for t in shape.args for d in t.get_shape())])
+                    tried.append(replace(case, shape=f"{shape.label} grad", grad=True, reduces=True,
+                                         tol=case.tol and GRAD_ROUNDINGS * tolerance(kernel.op, dtype, n, shape.cond)))
+                chosen = [c for c in tried if only is None or c.id == only]
+                if not chosen:
                     continue
-                case.function = f"case{len(funcs)}"
-                funcs.append(case_function(case.function, shape))
-                key = (kernel.op, case.attr_text, "f64", shape.label) if wide else (case.function,)
+                function = f"case{len(funcs)}"  # the forward; a grad case calls its gradient
+                funcs.append(case_function(function, shape))
+                key = (kernel.op, case.attr_text, "f64", shape.label) if wide else (function,)
                 if key not in refs:
                     refs[key] = case_function(f"ref{len(refs)}", shape64)
-                case.ref_function = refs[key].sym_name.data
-                cases.append(case)
+                suffix = lambda c: "_grad" if c.grad else ""  # noqa: E731
+                for c in chosen:
+                    c.function, c.ref_function = function + suffix(c), refs[key].sym_name.data + suffix(c)
+                cases += chosen
     if only is not None:
         return cases
     if not seen:
@@ -480,6 +491,18 @@ def plan_kernel(target: Target, kernel: ExternalKernel, funcs: list[func.FuncOp]
     cases += [Case(kernel, {}, d, "-", "n/a", f"{kernel.op} does not admit dtype {d}")
               for d in kernel.dtypes if d not in seen]
     return cases
+
+
+GRAD_SHAPES = 3
+"""`--grad`: the gradient through a forward kernel at the first sizes of its grid (uniform inputs)."""
+GRAD_ROUNDINGS = 4
+"""A gradient's budget is the forward's four times over: its vjp rounds a few intermediates to the dtype."""
+
+
+def differentiable(kernel: ExternalKernel) -> bool:
+    """A forward op: its gradient runs opc's vjp over the device's forward (and the device's grad kernel
+    where it brings one)."""
+    return REGISTRY[kernel.op].kind != "grad"
 
 
 def fallback_route(op: Operation, target: Target) -> str:
@@ -517,7 +540,13 @@ def inputs(case: Case) -> list[np.ndarray]:
     assert spec is not None
     operands = [Operand(np.dtype(numpy_dtype(dtype_name(t.element_type))), tuple(t.get_shape()), i, spec.scale,
                         spec.labels) for i, t in enumerate(spec.args)]
-    return draw(spec.fill, operands, case_seed(*case.identity))
+    args = draw(spec.fill, operands, case_seed(*case.identity))
+    if not case.grad:
+        return args
+    results = [r.type for r in build_op(spec)[1].results]
+    douts = [Operand(np.dtype(numpy_dtype(dtype_name(t.element_type))), tuple(t.get_shape()), i, 1.0, 0)
+             for i, t in enumerate(results)]  # type: ignore[attr-defined]
+    return args + draw("uniform", douts, case_seed(*case.identity, "dout"))
 
 
 def widened(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -548,6 +577,9 @@ def describe_worst(case: Case, worst: Worst, args: Sequence[np.ndarray], got: Se
     block, op = build_op(spec)
     names = [name for name, _ in type(op).get_irdl_definition().operands]
     results = [name for name, _ in type(op).get_irdl_definition().results]
+    if case.grad:  # the gradient function: (operands, d-results) -> d-operands of the float operands
+        names, results = names + [f"d{r}" for r in results], [f"d{n}" for n, t in zip(names, spec.args)
+                                                               if is_float(t.element_type)]
     at = []
     shape = np.asarray(got[worst.output]).shape
     for name, a in zip(names, args):
@@ -696,18 +728,19 @@ class Progress:
 
 
 def check(target_spec: str, ops: str | Sequence[str] | None = None, cache_dir: str | None = None,
-          case: str | None = None) -> list[Case]:
-    """Build and run the grid of every chosen device kernel (`case`: the case of that id alone); the rows, in order."""
+          case: str | None = None, grad: bool = False) -> list[Case]:
+    """Build and run the grid of every chosen device kernel (`case`: the case of that id alone; `grad`:
+    and the gradients through its forward kernels); the rows, in order."""
     target = get_target(target_spec)
     kernels = select_kernels(target, ops)
-    cases, funcs, refs = plan(target, kernels, only=case)
+    cases, funcs, refs = plan(target, kernels, only=case, grad=grad or case is not None)
     if case is not None and not cases:
         raise OpcError(f"error: --case: no case {case} among the chosen kernels' cases (the FAIL rows name them)")
     runs = [c for c in cases if c.status == "run"]
     if runs:
         progress = Progress(len(runs))
         progress.note(f"opc check: building {len(funcs)} cases for the device and the reference...")
-        device, reference = build(target_spec, kernels, funcs, refs, cache_dir)
+        device, reference = build(target_spec, kernels, funcs, refs, cache_dir, runs)
         run_and_judge(device, reference, runs, target_spec, progress)
     return cases
 
@@ -733,13 +766,25 @@ def run_and_judge(device, reference, runs: list[Case], target_spec: str,  # noqa
 
 
 def build(target_spec: str, kernels: Sequence[ExternalKernel], funcs: list[func.FuncOp], refs: list[func.FuncOp],
-          cache_dir: str | None) -> tuple[Any, Any]:
-    """The two modules: the cases on the device, and their references on opc's cpu target."""
+          cache_dir: str | None, runs: Sequence[Case] = ()) -> tuple[Any, Any]:
+    """The two modules: the cases on the device, and their references on opc's cpu target (with the
+    gradient functions the grad cases among `runs` call)."""
     import opc
+    from opc.autodiff import add_grad_functions
 
-    device = opc.compile(ModuleOp(funcs), target=target_spec, cache_dir=cache_dir)
-    reference = opc.compile(ModuleOp(refs), target="cpu", decompose=reference_decompose(kernels) or None,
-                            cache_dir=cache_dir)
+    def module(fs: list[func.FuncOp], grads: set[str]) -> ModuleOp:
+        m = ModuleOp(fs)
+        if grads:
+            add_grad_functions(m, sorted(grads))
+            for f in [f for f in m.ops if isinstance(f, func.FuncOp) and f.sym_name.data.endswith("_value_and_grad")]:
+                m.body.block.erase_op(f)
+        return m
+
+    grads = [c for c in runs if c.grad]
+    device = opc.compile(module(funcs, {c.function.removesuffix("_grad") for c in grads}), target=target_spec,
+                         cache_dir=cache_dir)
+    reference = opc.compile(module(refs, {c.ref_function.removesuffix("_grad") for c in grads}), target="cpu",
+                            decompose=reference_decompose(kernels) or None, cache_dir=cache_dir)
     return device, reference
 
 
@@ -750,13 +795,13 @@ def show_case(target_spec: str, ops: str | Sequence[str] | None, case: str, npz:
 
     target = get_target(target_spec)
     kernels = select_kernels(target, ops)
-    cases, funcs, refs = plan(target, kernels, only=case)
+    cases, funcs, refs = plan(target, kernels, only=case, grad=True)
     if not cases:
         raise OpcError(f"error: --case: no case {case} among the chosen kernels' cases (the FAIL rows name them)")
     (c,) = cases
     buffer = io.StringIO()
     Printer(stream=buffer).print_op(funcs[0].clone())
-    device, reference = build(target_spec, kernels, funcs, refs, None)
+    device, reference = build(target_spec, kernels, funcs, refs, None, cases)
     args, got, want = run_pair(device, reference, c)
     worst = verdict(c, got, want)
     ok = worst is None or worst.error <= c.tol
@@ -805,9 +850,10 @@ def report(target: Target, cases: Sequence[Case]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_device(target_spec: str, ops: str | Sequence[str] | None = None, case: str | None = None) -> bool:
+def check_device(target_spec: str, ops: str | Sequence[str] | None = None, case: str | None = None,
+                 grad: bool = False) -> bool:
     """`opc check`: print the rows and the summary; True when nothing failed."""
-    cases = check(target_spec, ops, case=case)
+    cases = check(target_spec, ops, case=case, grad=grad)
     sys.stdout.write(report(get_target(target_spec), cases))
     sys.stdout.flush()
     return all(c.result == "pass" for c in cases if c.status == "run")

@@ -155,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--target", required=True, help="the device FILE.toml")
     chk.add_argument("--ops", default="", help="only these ops' kernels (comma list)")
     chk.add_argument("--case", default=None, metavar="ID", help="only the case of this id (a FAIL row names it)")
+    chk.add_argument("--grad", type=int, choices=[1], default=0, metavar="",
+                     help="also check the gradient through each forward kernel (opc's vjp over the device's forward)")
     chk.add_argument("--show", action="store_true",
                      help="with --case: print the case (function, inputs, outputs) and write them to opc-check-ID.npz")
     chk.set_defaults(func=cmd_check)
@@ -188,7 +190,7 @@ def cmd_check(args: argparse.Namespace) -> None:
     if args.show and not args.case:
         raise OpcError("error: --show needs --case ID (a FAIL row names the case)")
     ok = show_case(args.target, args.ops or None, args.case) if args.show else \
-        check_device(args.target, args.ops or None, args.case)
+        check_device(args.target, args.ops or None, args.case, bool(args.grad))
     if not ok:
         raise CheckFailed()
 

@@ -105,9 +105,10 @@ BUGS: dict[str, tuple[str, Pick, Pick]] = {
 def built() -> tuple[list[Case], object, object]:
     """The catalogue's cases, its device module and its reference: built once for every bug."""
     target = get_target(TOML)
-    cases, funcs, refs = plan(target, target.externals)
-    device, reference = build(TOML, target.externals, funcs, refs, None)
-    return [c for c in cases if c.status == "run"], device, reference
+    cases, funcs, refs = plan(target, target.externals, grad=True)
+    runs = [c for c in cases if c.status == "run"]
+    device, reference = build(TOML, target.externals, funcs, refs, None, runs)
+    return runs, device, reference
 
 
 def test_catalogue_covers_twenty_bugs_of_ten_ops() -> None:
@@ -117,11 +118,12 @@ def test_catalogue_covers_twenty_bugs_of_ten_ops() -> None:
 
 
 def test_correct_twins_pass(built, monkeypatch) -> None:
-    """No OPC_PLANTED: every kernel is correct, and every case passes (no false alarm)."""
+    """No OPC_PLANTED: every kernel is correct, and every case passes, gradients included (no false alarm)."""
     monkeypatch.delenv("OPC_PLANTED", raising=False)
     runs, device, reference = built
     run_and_judge(device, reference, runs, TOML)
     assert {c.op for c in runs} == {op for op, _, _ in BUGS.values()}
+    assert {c.op for c in runs if c.grad} == {c.op for c in runs}  # every forward kernel's gradient ran
     assert [f"{c.op} {c.attr_text} {c.dtype} {c.shape}: {c.result}" for c in runs if c.result != "pass"] == []
 
 
@@ -130,7 +132,7 @@ def test_planted_bug_fails_exactly_the_affected_cases(bug, built, monkeypatch) -
     op, must, may = BUGS[bug]
     monkeypatch.setenv("OPC_PLANTED", bug)
     runs, device, reference = built
-    mine = [c for c in runs if c.op == op]
+    mine = [c for c in runs if c.op == op and not c.grad]
     run_and_judge(device, reference, mine, TOML)
     failing = [c for c in mine if c.result != "pass"]
     name = lambda c: f"{c.attr_text} {c.dtype} {c.shape}"  # noqa: E731
@@ -187,3 +189,21 @@ def test_show_reruns_one_case_and_writes_its_inputs(tmp_path, monkeypatch, capsy
     assert main(["check", "--target", TOML, "--case", "00000000"]) == 1
     assert capsys.readouterr().err.strip() == "error: --case: no case 00000000 among the chosen kernels' cases " \
                                                "(the FAIL rows name them)"
+
+
+@pytest.mark.parametrize(("bug", "op", "must", "may"), [
+    ("ln-saves-var", "layer_norm", ANY, ANY),
+    # garbage in reserve_space: only its sign reaches relu's gradient, which a 1x1 case may get right
+    ("gemm-reserve-not-written", "fused_gemm_epilogue", both(label("activation=relu"), lambda c: "M=1 " not in c.shape),
+     label("activation=relu")),
+])  # fmt: skip
+def test_gradients_through_a_forward_kernel(bug, op, must, may, built, monkeypatch) -> None:
+    """`--grad`: opc's vjp runs over the device's forward, so a forward that saves the wrong statistics
+    (rstd) or leaves reserve_space unwritten gives wrong gradients, even where its own output is right."""
+    monkeypatch.setenv("OPC_PLANTED", bug)
+    runs, device, reference = built
+    grads = [c for c in runs if c.op == op and c.grad]
+    run_and_judge(device, reference, grads, TOML)
+    failing = [c for c in grads if c.result != "pass"]
+    assert grads and all(c in failing for c in grads if must(c)) and all(may(c) for c in failing)
+    assert all(re.search(r"^FAIL: d(x|y|bias|scale)\[", c.result) for c in grads if c.result != "pass")
