@@ -207,3 +207,17 @@ def test_gradients_through_a_forward_kernel(bug, op, must, may, built, monkeypat
     failing = [c for c in grads if c.result != "pass"]
     assert grads and all(c in failing for c in grads if must(c)) and all(may(c) for c in failing)
     assert all(re.search(r"^FAIL: d(x|y|bias|scale)\[", c.result) for c in grads if c.result != "pass")
+
+
+def test_a_gradient_the_device_cannot_run_is_a_row(tmp_path, capsys) -> None:
+    """--grad on a device whose kernel list lacks what layer_norm's gradient needs: n/a rows, the forward runs."""
+    toml = tmp_path / "small.toml"
+    toml.write_text(f'name = "small"\nkernels = ["add", "mul", "sub"]\n[external.layer_norm]\n'
+                    f'source = "{ROOT / "tests" / "planted" / "layer_norm.c"}"\nsymbol = "planted_layer_norm"\n'
+                    'dtypes = ["f32"]\n')
+    assert main(["check", "--target", str(toml), "--grad"]) == 0
+    out = capsys.readouterr().out
+    grads = [line for line in out.splitlines() if " grad " in line]
+    assert len(grads) == 3 and all("n/a: the gradient does not build for the device: opc." in g and
+                                   "cannot run on target 'small'" in g for g in grads)
+    assert re.search(r"^summary: \d+ cases run: \d+ pass, 0 FAIL; \d+ fallback; 3 n/a$", out.splitlines()[-1])
