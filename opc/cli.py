@@ -156,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     chk = sub.add_parser("check", help="test a device's own kernels against opc's reference over the full grid")
     chk.add_argument("--target", required=True, help="the device FILE.toml")
     chk.add_argument("--ops", default="", help="only these ops' kernels (comma list)")
+    chk.add_argument("--case", default=None, metavar="ID", help="only the case of this id (a FAIL row names it)")
+    chk.add_argument("--grad", type=int, choices=[1], default=0, metavar="",
+                     help="also check the gradient through each forward kernel (opc's vjp over the device's forward)")
+    chk.add_argument("--show", action="store_true",
+                     help="with --case: print the case (function, inputs, outputs) and write them to opc-check-ID.npz")
     chk.set_defaults(func=cmd_check)
     return parser
 
@@ -182,9 +187,13 @@ def spell_grad_order(argv: Sequence[str]) -> list[str]:
 
 
 def cmd_check(args: argparse.Namespace) -> None:
-    from opc.check import check_device
+    from opc.check import check_device, show_case
 
-    if not check_device(args.target, args.ops or None):
+    if args.show and not args.case:
+        raise OpcError("error: --show needs --case ID (a FAIL row names the case)")
+    ok = show_case(args.target, args.ops or None, args.case) if args.show else \
+        check_device(args.target, args.ops or None, args.case, bool(args.grad))
+    if not ok:
         raise CheckFailed()
 
 

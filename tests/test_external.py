@@ -5,6 +5,7 @@ routing per op instance, the kernels inside compiled models, `opc check`
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -97,12 +98,13 @@ def test_explain_routes_per_attribute_value() -> None:
 def test_check_plan_rows_without_running(tmp_path) -> None:
     toml = device(tmp_path, '[external.fused_gemm_epilogue]\nsource = "k.c"\nsymbol = "k"\ndtypes = ["f32", "i32"]\n'
                   '[external.full]\nsource = "k.c"\nsymbol = "k2"\ndtypes = ["f32"]\n', {"k.c": "int x;\n"})
-    cases, funcs = plan(get_target(toml), get_target(toml).externals)
+    cases, funcs, refs = plan(get_target(toml), get_target(toml).externals)
     na = [(c.op, c.dtype, c.why) for c in cases if c.status == "n/a"]
     assert ("fused_gemm_epilogue", "i32", "opc.fused_gemm_epilogue does not admit dtype i32") in na
     assert ("full", "f32", "opc check has no grid for opc.full yet (opc/check.py GRIDS)") in na
     run = [c for c in cases if c.status == "run"]
-    assert len(run) == len(funcs) == 4 * 3 * 3  # trans flags x sizes x activations, f32 only
+    # trans flags x activations x (sizes, tails, specials), f32 only; each against its own f64 reference
+    assert len(run) == len(funcs) == len(refs) == 4 * 3 * (3 + 5 + 1)
     fallback = {c.why for c in cases if c.status == "fallback"}
     assert fallback == {"dtype f16 not in [f32, i32] -> composite rule", "dtype bf16 not in [f32, i32] -> composite rule",
                         "dtype f64 not in [f32, i32] -> composite rule"}
@@ -153,11 +155,12 @@ def test_opc_check_example_device_is_green(capsys) -> None:
     assert main(["check", "--target", NPU]) == 0
     out = capsys.readouterr().out
     table = rows(out)
-    assert out.splitlines()[-1] == "summary: 96 cases run: 96 pass, 0 FAIL; 167 fallback; 0 n/a"
+    assert out.splitlines()[-1] == "summary: 333 cases run: 333 pass, 0 FAIL; 167 fallback; 0 n/a"
     ran = [r for r in table if r[6] == "pass"]
     assert {r[0] for r in ran} == {"fused_gemm_epilogue", "fused_gemm_epilogue_grad", "cast"}
     shapes = {r[3] for r in ran if r[0] == "fused_gemm_epilogue"}
-    assert shapes == {"M=1 K=1 N=1", "M=7 K=5 N=3", "M=150 K=260 N=21"}
+    assert shapes == {"M=1 K=1 N=1", "M=7 K=5 N=3", "M=150 K=260 N=21", "M=2 K=3 N=9", "M=2 K=3 N=17",
+                      "M=2 K=3 N=33", "M=2 K=3 N=65", "M=3 K=17 N=4", "M=150 K=260 N=21 specials-in-x"}
     attrs = {r[1] for r in ran if r[0] == "fused_gemm_epilogue"}
     assert attrs == {f"trans_x={a} trans_y={b} activation=none" for a in ("false", "true") for b in ("false", "true")}
     assert ["fused_gemm_epilogue", "trans_x=true trans_y=false activation=gelu", "f32", "(any)", "-", "-",
@@ -180,7 +183,7 @@ def test_opc_check_after_openmp_ran_in_the_parent(tmp_path) -> None:
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2"})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert run.stdout.splitlines()[-1] == "summary: 96 cases run: 96 pass, 0 FAIL; 167 fallback; 0 n/a"
+    assert run.stdout.splitlines()[-1] == "summary: 333 cases run: 333 pass, 0 FAIL; 167 fallback; 0 n/a"
 
 
 # ---------------------------------------------------------------------------
@@ -224,13 +227,13 @@ def test_opc_check_catches_planted_bugs(bug, tmp_path, capsys) -> None:
                   f'dtypes = ["f32"]\nactivation = {activations}\n', {"bug.c": source})
     assert main(["check", "--target", toml, "--ops", "fused_gemm_epilogue"]) == 1
     out = capsys.readouterr().out
-    ran = [r for r in rows(out) if r[6] in ("pass", "FAIL")]
-    failing = {(r[1], r[3]) for r in ran if r[6] == "FAIL"}
+    ran = [r for r in rows(out) if r[6] == "pass" or r[6].startswith("FAIL")]
+    failing = {(r[1], r[3]) for r in ran if r[6] != "pass"}
     if bug == "wrong-transpose":  # every trans_y case but the 1x1 one, and nothing else
         want = {(r[1], r[3]) for r in ran if "trans_y=true" in r[1] and r[3] != "M=1 K=1 N=1"}
-        assert failing == want and len(want) == 4
+        assert failing == want and len(want) == 2 * 8
     elif bug == "dropped-bias":
-        assert failing == {(r[1], r[3]) for r in ran} and len(failing) == 12
+        assert failing == {(r[1], r[3]) for r in ran} and len(failing) == 4 * 9
     else:  # the erf form differs from the tanh form by up to ~5e-4: every gelu case past 1x1
         assert all("activation=gelu" in a for a, _ in failing)
         assert {(a, s) for a, s in failing if s != "M=1 K=1 N=1"} == \
@@ -330,13 +333,19 @@ def test_check_survives_a_crashing_kernel(flaky, capsys) -> None:
     assert main(["check", "--target", flaky]) == 1
     out = capsys.readouterr().out
     table = rows(out)
-    result = {r[3]: r[6] for r in table if r[0] == "relu" and r[2] == "f32" and r[3] != "(any)"}
-    assert result == {"1": "pass", "7": "FAIL: crashed (SIGSEGV)",
-                      "3x5": "FAIL: kernel error: npu_relu: queue full for 15 elements", "2x3x37": "pass"}
+    result = {r[3]: r[6].split("; rerun: ")[0] for r in table if r[0] == "relu" and r[2] == "f32" and r[3] != "(any)"}
+    crash, error = "FAIL: crashed (SIGSEGV)", "FAIL: kernel error: npu_relu: queue full for 15 elements"
+    count = {shape: math.prod(int(d) for d in shape.split()[0].split("x")) for shape in result}
+    assert result == {s: crash if count[s] == 7 else error if count[s] == 15 else "pass" for s in result}
+    assert {s for s in result if result[s] != "pass"} == {"7", "7 specials", "3x5", "3x5 specials", "15", "3x5 large",
+                                                          "3x5 large-negative"}
+    rerun = next(r[6] for r in table if r[0] == "relu" and r[3] == "7").split("; rerun: ")[1]
+    assert re.fullmatch(rf"opc check --target {re.escape(flaky)} --ops relu --case [0-9a-f]{{8}} --show", rerun)
     transposes = [r for r in table if r[0] == "transpose" and r[3] != "(any)"]
     assert len(transposes) == 12 and all(r[6] == "pass" and r[5] == "exact" for r in transposes)
     assert ["full", "-", "f32", "-", "-", "-", "n/a: opc check has no grid for opc.full yet (opc/check.py GRIDS)"] in table
-    assert out.splitlines()[-1] == "failing: relu - f32 7; relu - f32 3x5"
+    assert out.splitlines()[-1] == "failing: relu - f32 7; relu - f32 3x5; relu - f32 15; relu - f32 7 specials; " \
+        "relu - f32 3x5 specials; relu - f32 3x5 large; relu - f32 3x5 large-negative"
 
 
 # ---------------------------------------------------------------------------
