@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, math, memref, scf
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import Attribute, Block, BlockArgument, Operation
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Location, Span
@@ -147,7 +147,9 @@ def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> 
         module = parser.parse_module()
     except ParseError as err:
         loc = err.span.get_location()
-        raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {err.msg}") from None
+        # xDSL's lexer leaves this field unfilled ("after {first_char}"): the % # ! or ^ before a bad name
+        msg = err.msg.replace("{first_char}", f"'{err.span.text[:1]}'")
+        raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {msg}") from None
     except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError,
             AttributeError, TypeError, AssertionError) as err:  # xDSL gave up inside an attribute or type
         where = parser._current_token.span.get_location() if parser is not None else None
@@ -155,8 +157,34 @@ def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> 
         why = "nested too deeply" if isinstance(err, RecursionError) else first_line(err)
         raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: malformed input here: {why}") from None
     source = Source(module, name, parser.spans)
+    settle_names(module)
     verify(source)
     return source
+
+
+def settled_name(hint: str | None) -> str | None:
+    """`hint` in a form that xDSL's name_hint setter keeps as it is, or None when nothing is left.
+
+    The setter drops a trailing `_<digits>` and refuses the empty string, so a hint it stored
+    (`%_0` -> '', `%x_1_2` -> 'x_1') can fail or shrink when a pass copies it onto a new value
+    (`new.name_hint = old.name_hint`, as xDSL's rewriter and opc's lowering do). Names are
+    only hints: strip until nothing changes (and drop one the setter would refuse)."""
+    if not SSAValue.is_valid_name(hint):
+        return None
+    while hint and SSAValue.extract_valid_name(hint) != hint:
+        hint = SSAValue.extract_valid_name(hint)
+    return hint or None
+
+
+def settle_names(module: Operation) -> None:
+    """Every value's name hint settled (see settled_name): any pass can copy it unchanged."""
+    for op in module.walk():
+        for v in op.results:
+            v.name_hint = settled_name(v.name_hint)
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.args:
+                    arg.name_hint = settled_name(arg.name_hint)
 
 
 def read_source(path: str) -> Source:
@@ -266,6 +294,7 @@ def load_module(src: str | bytes | os.PathLike[str] | ModuleOp) -> Source:
     """A path, MLIR text (str, or bytes in UTF-8) or ModuleOp, verified."""
     if isinstance(src, ModuleOp):
         source = Source(src, "<module>", {})
+        settle_names(src)
         verify(source)
         return source
     if isinstance(src, (bytes, bytearray)):
