@@ -190,6 +190,12 @@ class CheckFailed(Exception):
     """`opc check` found a failing case: the table said which; exit 1 without another line."""
 
 
+def message(err: BaseException) -> str:
+    """An exception's text; one raised with several arguments (as xDSL does) reads as one sentence,
+    not as the tuple str() makes of them."""
+    return " ".join(str(a) for a in err.args) if len(err.args) > 1 else str(err)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(spell_grad_order(sys.argv[1:] if argv is None else list(argv)))
     try:
@@ -197,8 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckFailed:
         return 1
     except (OpcError, ValueError) as err:
-        print(str(err) if str(err).startswith(("error:", "<")) or ": error:" in str(err) else f"error: {err}",
-              file=sys.stderr)
+        text = message(err)
+        print(text if text.startswith(("error:", "<")) or ": error:" in text else f"error: {text}", file=sys.stderr)
         return 1
     except OSError as err:  # unwritable -o DIR, full disk, ...
         where = f": {err.filename}" if err.filename else ""

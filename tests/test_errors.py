@@ -142,6 +142,18 @@ def test_bad_command_line_is_one_error_line(capsys, args, message):
     assert exit_.value.code == 1 and err.startswith(message) and len(err.splitlines()) == 1, err
 
 
+def test_an_error_of_several_arguments_reads_as_one_sentence(monkeypatch, capsys):
+    """xDSL raises ValueError(what, hint): the line shows both, not the tuple str() makes of them."""
+    import opc.cli
+
+    def fail(args):  # noqa: ANN001, ANN202
+        raise ValueError("Invalid name `x`.", "Use letters.")
+
+    monkeypatch.setattr(opc.cli, "cmd_opt", fail)
+    assert main(["opt", str(CAST)]) == 1
+    assert capsys.readouterr().err == "error: Invalid name `x`. Use letters.\n"
+
+
 # ---------------------------------------------------------------------------
 # What used to fail on valid input: zero-size constants, names that are not C identifiers
 # ---------------------------------------------------------------------------
