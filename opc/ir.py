@@ -76,6 +76,8 @@ class LocatingParser(Parser):
             return super().parse_dense_int_or_fp_elements_attr(type)
         except OverflowError:  # struct.pack of a value its element type cannot hold (70000.0 in f16)
             self.raise_error("a value of this dense literal is out of range of its element type", start, self.pos)
+        except NotImplementedError:  # dense<1> : tensor<2xi128>: xDSL packs at most 64 bits per element
+            self.raise_error("dense literal elements must be at most 64 bits wide", start, self.pos)
 
     def _parse_builtin_densearray_attr(self):  # noqa: ANN202 - xDSL's signature
         start = self.pos
@@ -83,6 +85,8 @@ class LocatingParser(Parser):
             return super()._parse_builtin_densearray_attr()
         except ZeroDivisionError:  # array<i0: ...>: elements of no bits
             self.raise_error("dense array elements must be at least 1 bit wide", start, self.pos)
+        except NotImplementedError:  # array<i128: ...>: xDSL packs at most 64 bits per element
+            self.raise_error("dense array elements must be at most 64 bits wide", start, self.pos)
 
 
 # What the pre-scan looks at: string literals (exactly the strings xDSL's lexer takes), a `"`
@@ -151,7 +155,7 @@ def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> 
         msg = err.msg.replace("{first_char}", f"'{err.span.text[:1]}'")
         raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {msg}") from None
     except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError,
-            AttributeError, TypeError, AssertionError) as err:  # xDSL gave up inside an attribute or type
+            AttributeError, TypeError, AssertionError, NotImplementedError) as err:  # xDSL gave up inside an attribute or type
         where = parser._current_token.span.get_location() if parser is not None else None
         loc = where or Location(name, 1, 1)
         why = "nested too deeply" if isinstance(err, RecursionError) else first_line(err)

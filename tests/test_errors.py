@@ -61,6 +61,14 @@ MALFORMED = [
     ("array-i0", EXP.replace("%r = opc.exp %a : (tensor<4xf32>) -> tensor<4xf32>",
                              "%r = opc.reduce_sum %a {axes = array<i0: 0>} : (tensor<4xf32>) -> tensor<f32>"),
      "2:39", "dense array elements must be at least 1 bit wide"),
+    ("array-i128", EXP.replace("%r = opc.exp %a : (tensor<4xf32>) -> tensor<4xf32>",
+                               "%r = opc.reduce_sum %a {axes = array<i128: 0>} : (tensor<4xf32>) -> tensor<f32>"),
+     "2:39", "dense array elements must be at most 64 bits wide"),
+    ("array-i128-on-a-function", EXP.replace(" {\n", " attributes {a = array<i128: 1>} {\n", 1), "1:71",
+     "dense array elements must be at most 64 bits wide"),
+    ("empty-array-ui72", EXP.replace(" {\n", " attributes {a = array<ui72>} {\n", 1), "1:71",
+     "dense array elements must be at most 64 bits wide"),
+    ("literal-i128", constant("dense<1>", "tensor<2xi128>"), "2:28", "dense literal elements must be at most 64 bits"),
     ("use-before-definition", "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
                               "  %r = opc.exp %s : (tensor<4xf32>) -> tensor<4xf32>\n"
                               "  %s = opc.exp %a : (tensor<4xf32>) -> tensor<4xf32>\n"
