@@ -118,6 +118,23 @@ def first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
+def printable(text: str) -> str:
+    """`text` with every character that does not print as itself (NUL, ESC, a lone surrogate
+    from undecodable input) written as its Python escape, as in '\\x00'; line breaks stay
+    (a compiler's output quoted under a message)."""
+    return "".join(c if c.isprintable() or c == "\n" else repr(c)[1:-1] for c in text)
+
+
+def decode(data: bytes, name: str) -> str:
+    """UTF-8 text, or a located error at the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        before = data[:err.start].decode("utf-8")
+        raise OpcError(f"{location(before, name, len(before))}: error: not UTF-8 text: byte "
+                       f"0x{data[err.start]:02x} ({err.reason})") from None
+
+
 def location(text: str, name: str, offset: int) -> str:
     line_start = text.rfind("\n", 0, offset) + 1
     return f"{name}:{text.count(chr(10), 0, offset) + 1}:{offset - line_start + 1}"
@@ -153,6 +170,9 @@ def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> 
         loc = err.span.get_location()
         # xDSL's lexer leaves this field unfilled ("after {first_char}"): the % # ! or ^ before a bad name
         msg = err.msg.replace("{first_char}", f"'{err.span.text[:1]}'")
+        if msg.startswith("Unexpected character: "):  # the character quoted, a NUL or ESC as its escape
+            msg = f"Unexpected character: {printable(repr(msg.removeprefix('Unexpected character: ')))}"
+        msg = printable(msg)
         raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {msg}") from None
     except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError,
             AttributeError, TypeError, AssertionError, NotImplementedError) as err:  # xDSL gave up inside an attribute or type
@@ -195,15 +215,16 @@ def read_source(path: str) -> Source:
     if path == "-":
         import sys
 
-        return parse_text(sys.stdin.read(), "<stdin>")
+        stdin = getattr(sys.stdin, "buffer", None)  # bytes, so that non-UTF-8 input is located like a file's
+        return parse_text(decode(stdin.read(), "<stdin>") if stdin else sys.stdin.read(), "<stdin>")
     if not os.path.isfile(path):
         raise OpcError(f"error: no such file: {path}")
     if path.endswith(".onnx"):
         from opc.onnx_import import import_onnx
 
         return Source(import_onnx(path)[0], path, {})
-    with open(path, encoding="utf-8") as f:
-        return parse_text(f.read(), path)
+    with open(path, "rb") as f:
+        return parse_text(decode(f.read(), path), path)
 
 
 def verify(source: Source, stage: str = "") -> None:

@@ -43,9 +43,9 @@ DTYPES = ["i1", "i8", "ui8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64", "
 DTYPE = r"\b(?:u?i\d+|bf16|f16|f32|f64)\b"
 # A located error, or one line for input that is not IR; what the message says is free.
 ONE_ERROR = re.compile(r"^(\S[^\n]*:\d+:\d+: error: [^\n]+|error: [^\n]+)\n$")
-# ... in plain text: not a Python tuple or list of strings (an exception's args printed whole), not
+# ... in plain text: not a Python tuple or list of strings (an exception's args printed whole, a list), not
 # an unfilled f-string field, no raw control character (a NUL is written '\x00')
-NOT_PLAIN = re.compile(r"error: [(\[]['\"]|\{[a-z_]+\}|[\x00-\x08\x0b-\x1f\x7f]")
+NOT_PLAIN = re.compile(r"error: [(\[]['\"]|\['|\{[a-z_]+\}|[\x00-\x08\x0b-\x1f\x7f]")
 MUTANT_TIMEOUT_S = 30
 
 
