@@ -4,6 +4,7 @@ The convention (README, "Outputs shown in this README"): an indented line `$ COM
 from the repository root (`opc ...` as `python -m opc ...`, `python ...` with this Python); the
 indented lines after it, up to the next `$` line or the end of the indented block, are its
 stdout. A line `...` stands for any number of lines. Indented commands without `$` are not run.
+The `$` commands of one block run in order, in one test.
 """
 
 from __future__ import annotations
@@ -21,16 +22,21 @@ README = ROOT / "README.md"
 PROMPT = "    $ "
 
 
-def shown_commands(text: str) -> list[tuple[int, str, list[str]]]:
-    """(line number, command, expected stdout lines) of every `$` line in the README's indented blocks."""
+def shown_commands(text: str) -> list[tuple[int, list[tuple[str, list[str]]]]]:
+    """(line number, [(command, expected stdout lines), ...]) of each indented block with `$` lines:
+    the commands of one block run in order (a later one may read what an earlier one wrote)."""
     lines = text.splitlines()
-    out = []
-    i = 0
+    blocks: list[tuple[int, list[tuple[str, list[str]]]]] = []
+    i, in_block = 0, False
     while i < len(lines):
         if not lines[i].startswith(PROMPT):
+            in_block = in_block and (lines[i].startswith("    ") or not lines[i].strip())
             i += 1
             continue
-        start, command = i + 1, lines[i][len(PROMPT):]
+        if not in_block:
+            blocks.append((i + 1, []))
+            in_block = True
+        command = lines[i][len(PROMPT):]
         i += 1
         expected: list[str] = []
         while i < len(lines) and not lines[i].startswith(PROMPT) and (lines[i].startswith("    ")
@@ -39,8 +45,9 @@ def shown_commands(text: str) -> list[tuple[int, str, list[str]]]:
             i += 1
         while expected and not expected[-1]:
             expected.pop()
-        out.append((start, command, expected))
-    return out
+        blocks[-1][1].append((command, expected))
+        in_block = i < len(lines) and lines[i].startswith(PROMPT)
+    return blocks
 
 
 def matches(expected: list[str], got: list[str]) -> bool:
@@ -61,11 +68,11 @@ def argv(command: str) -> list[str]:
     pytest.fail(f"README: `$ {command}`: only opc and python commands are run")
 
 
-COMMANDS = shown_commands(README.read_text(encoding="utf-8"))
+BLOCKS = shown_commands(README.read_text(encoding="utf-8"))
 
 
 def test_the_readme_shows_commands():
-    assert len(COMMANDS) >= 4, "the README lost its `$` examples (or the convention changed)"
+    assert sum(len(b) for _, b in BLOCKS) >= 6, "the README lost its `$` examples (or the convention changed)"
 
 
 def test_matches():
@@ -73,11 +80,17 @@ def test_matches():
     assert not matches(["a", "b"], ["a", "b", "c"]) and not matches(["a", "...", "d"], ["a", "b"])
 
 
-@pytest.mark.parametrize("line,command,expected", COMMANDS, ids=[f"README:{n}" for n, _, _ in COMMANDS])
-def test_readme_output(line, command, expected, tmp_path):
-    proc = subprocess.run(argv(command), cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 0, f"README:{line}: `{command}` failed:\n{proc.stderr}"
-    got = [ln.rstrip() for ln in proc.stdout.rstrip("\n").splitlines()]
-    assert matches(expected, got), (f"README:{line}: `{command}` prints (paste over the README's lines):\n"
-                                    + "\n".join("    " + ln if ln else "" for ln in got))
+def test_blocks():
+    text = "x\n\n    $ a\n    1\n\n    2\n    $ b\n\ny\n    $ c\n    3\n"
+    assert shown_commands(text) == [(3, [("a", ["1", "", "2"]), ("b", [])]), (10, [("c", ["3"])])]
+
+
+@pytest.mark.parametrize("line,commands", BLOCKS, ids=[f"README:{n}" for n, _ in BLOCKS])
+def test_readme_output(line, commands):
+    for command, expected in commands:
+        proc = subprocess.run(argv(command), cwd=ROOT, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.returncode == 0, f"README:{line}: `{command}` failed:\n{proc.stderr}"
+        got = [ln.rstrip() for ln in proc.stdout.rstrip("\n").splitlines()]
+        assert matches(expected, got), (f"README:{line}: `{command}` prints (paste over the README's lines):\n"
+                                        + "\n".join("    " + ln if ln else "" for ln in got))
