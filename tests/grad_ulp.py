@@ -7,7 +7,7 @@ log_softmax run on rows [x, 0], so that one f32 x sweeps them too: softmax([x, 0
 sigmoid(x), and the gradient of its first output by x is sigmoid'(x); log_softmax's by x with
 dout = [1, 0] is 1 - sigmoid(x) = sigmoid(-x).
 
-    python tests/grad_ulp.py [STRIDE [OP...]]   # the table (README); stride 1: the full sweep
+    python tests/grad_ulp.py [STRIDE [OP...]] [--range LO HI]   # the table (README); stride 1: every f32
 
 tests/test_grad_ulp.py runs it on a sample and checks the bounds.
 """
@@ -102,11 +102,12 @@ def patterns(stride: int):
         yield np.pad(x, (0, CHUNK - len(x)))
 
 
-def measure(stride: int, module=None, names=tuple(REFERENCE)):
-    """name -> (forward max ulp, its x, gradient max ulp, its x)."""
+def measure(stride: int, module=None, names=tuple(REFERENCE), lo: float = -np.inf, hi: float = np.inf):
+    """name -> (forward max ulp, its x, gradient max ulp, its x), over the x in [lo, hi]."""
     module = module or opc.compile(PROGRAM, grad=True)
     worst = {name: [0, 0.0, 0, 0.0] for name in names}
     for x in patterns(stride):
+        x[(x < lo) | (x > hi)] = 0
         x64 = x.astype(np.float64)
         with np.errstate(all="ignore"):
             for name in names:
@@ -136,4 +137,10 @@ def table(worst) -> str:
 
 
 if __name__ == "__main__":
-    print(table(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 4099, names=tuple(sys.argv[2:]) or tuple(REFERENCE))))
+    args = sys.argv[1:]
+    lo, hi = -np.inf, np.inf
+    if "--range" in args:  # --range LO HI: only the x in [LO, HI]
+        k = args.index("--range")
+        lo, hi = float(args[k + 1]), float(args[k + 2])
+        del args[k:k + 3]
+    print(table(measure(int(args[0]) if args else 4099, names=tuple(args[1:]) or tuple(REFERENCE), lo=lo, hi=hi)))
