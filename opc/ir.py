@@ -174,8 +174,8 @@ def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> 
             msg = f"Unexpected character: {printable(repr(msg.removeprefix('Unexpected character: ')))}"
         msg = printable(msg)
         raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {msg}") from None
-    except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError,
-            AttributeError, TypeError, AssertionError, NotImplementedError) as err:  # xDSL gave up inside an attribute or type
+    except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError, AttributeError,
+            TypeError, AssertionError, NotImplementedError) as err:  # xDSL gave up inside an attribute or type
         where = parser._current_token.span.get_location() if parser is not None else None
         loc = where or Location(name, 1, 1)
         why = "nested too deeply" if isinstance(err, RecursionError) else first_line(err)

@@ -9,8 +9,9 @@ the output t, 1 - t*t was 1.7e9 ulp off (0 for ~1e-7 past |x| = 8.3, where t rou
 from __future__ import annotations
 
 import pytest
+from grad_ulp import PROGRAM, measure
 
-from grad_ulp import measure
+import opc
 
 STRIDE = 4099  # prime: the sample walks through every exponent and mantissa pattern
 # op -> (forward, gradient) max ulp allowed; exp's gradient is its output
@@ -27,9 +28,6 @@ def test_tanh_gelu_gradient_for_positive_x(decompose):
     """tanh-GELU's gradient, 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3k x^2), with 1 - t^2 from tanh's
     argument: as accurate as the forward where the forward is (x >= 0; below, 1 + t cancels in
     both); 1 - t*t made it 43 ulp (x = 5.12). Its lowered kernel and its composite rule alike."""
-    import opc
-    from grad_ulp import PROGRAM
-
     module = opc.compile(PROGRAM, grad=True, decompose=decompose)
     fy, _, fg, xg = measure(STRIDE, module, names=("gelu_tanh",), lo=0.0, hi=1e4)["gelu_tanh"]
     assert fy <= 2 and fg <= 3, f"gradient: {fg} ulp at x = {xg!r}"
