@@ -222,7 +222,9 @@ def read_source(path: str) -> Source:
     if path.endswith(".onnx"):
         from opc.onnx_import import import_onnx
 
-        return Source(import_onnx(path)[0], path, {})
+        module = import_onnx(path)[0]
+        settle_names(module)
+        return Source(module, path, {})
     with open(path, "rb") as f:
         return parse_text(decode(f.read(), path), path)
 
