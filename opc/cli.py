@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from opc.errors import OpcError
+from opc.errors import OpcError, printable
 from opc.frontend import read_source
 from opc.ir import Source, is_lowered, verify
 
@@ -27,18 +28,46 @@ def run_pipeline(source: Source, spec: str) -> None:
 
     available = get_all_passes()
     try:
-        pipeline = PassPipeline.parse_spec(available, spec)
+        pipeline = PassPipeline.parse_spec(available, quote_bare_values(spec))
     except ValueError as err:
-        raise OpcError(f"error: {err} (available: {', '.join(sorted(available))})") from None
+        text = str(err)
+        if m := re.fullmatch(r"Unrecognized passes: \[(.*)\]", text):  # xDSL shows a Python list of them
+            text = f"unknown pass {m[1].replace(chr(39), '')}"
+        raise OpcError(f"error: {text} (available: {', '.join(sorted(available))})") from None
     except (ArgSpecParseError, Exception) as err:  # malformed options of a known pass
-        first = str(err).strip().splitlines()
-        raise OpcError(f"error: bad pass pipeline '{spec}': {first[-1] if first else err}") from None
+        raise OpcError(f"error: bad pass pipeline '{spec}'{pipeline_error(str(err))}") from None
     ctx = make_context()
     for p in pipeline.passes:
         if p.name.startswith("opc-") and is_lowered(source.module):  # opc's passes read opc-level IR
             raise OpcError(f"error: {p.name}: the module is already lowered (opc-lower-to-loops ran)")
         p.apply(ctx, source.module)
         verify(source, stage=p.name)
+
+
+# A pass option's value that xDSL's pipeline lexer takes bare: a number, or a word of [A-Za-z0-9_-]
+BARE_WORD = re.compile(r"[-+]?[0-9]+(\.[0-9]*([eE][-+]?[0-9]+)?)?|[A-Za-z0-9_-]+")
+OPTION_VALUE = re.compile(r'"(?:[^"\\]|\\.)*"|(?<=[=,])[^\s"{}=,\[\]]+')  # a quoted string is left alone
+
+
+def quote_bare_values(spec: str) -> str:
+    """`opc-decompose{target=dev.toml}` as `opc-decompose{target="dev.toml"}`: xDSL's lexer stops
+    at the `.` or `/` of an unquoted path; a value of other words or numbers stays as written."""
+
+    def options(m: re.Match[str]) -> str:
+        return OPTION_VALUE.sub(lambda v: v[0] if v[0][0] == '"' or BARE_WORD.fullmatch(v[0]) else f'"{v[0]}"', m[0])
+
+    return re.sub(r'\{(?:[^{}\[\]"]|"(?:[^"\\]|\\.)*")*\}', options, spec)
+
+
+def pipeline_error(text: str) -> str:
+    """': at column N: what' from xDSL's multi-line message (location, the spec, a caret, the
+    reason), with a hint where a value needed quotes."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    where = next((m for ln in lines if (m := re.fullmatch(r"pass-pipeline:\d+:(\d+)", ln))), None)
+    why = lines[-1] if lines else text
+    if why == "Unknown token":
+        why += ' (an option value other than a word or number goes in quotes: target="dev.toml")'
+    return f" at column {where[1]}: {why}" if where else f": {why}"
 
 
 def cmd_opt(args: argparse.Namespace) -> None:
@@ -201,6 +230,13 @@ class CheckFailed(Exception):
     """`opc check` found a failing case: the table said which; exit 1 without another line."""
 
 
+def message(err: BaseException) -> str:
+    """An exception's text; one raised with several arguments (as xDSL does) reads as one sentence,
+    not as the tuple str() makes of them."""
+    several = len(err.args) > 1 and all(isinstance(a, str) for a in err.args)
+    return printable(" ".join(err.args) if several else str(err))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(spell_grad_order(sys.argv[1:] if argv is None else list(argv)))
     try:
@@ -208,8 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckFailed:
         return 1
     except (OpcError, ValueError) as err:
-        print(str(err) if str(err).startswith(("error:", "<")) or ": error:" in str(err) else f"error: {err}",
-              file=sys.stderr)
+        text = message(err)
+        print(text if text.startswith(("error:", "<")) or ": error:" in text else f"error: {text}", file=sys.stderr)
         return 1
     except OSError as err:  # unwritable -o DIR, full disk, ...
         where = f": {err.filename}" if err.filename else ""

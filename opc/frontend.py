@@ -9,25 +9,29 @@ import sys
 from xdsl.dialects.builtin import ModuleOp
 
 from opc.errors import OpcError
-from opc.ir import Source, parse_text, verify
+from opc.ir import Source, decode, parse_text, settle_names, verify
 from opc.onnx_import import import_onnx
 
 
 def read_source(path: str) -> Source:
     if path == "-":
-        return parse_text(sys.stdin.read(), "<stdin>")
+        stdin = getattr(sys.stdin, "buffer", None)  # bytes, so that non-UTF-8 input is located like a file's
+        return parse_text(decode(stdin.read(), "<stdin>") if stdin else sys.stdin.read(), "<stdin>")
     if not os.path.isfile(path):
         raise OpcError(f"error: no such file: {path}")
     if path.endswith(".onnx"):
-        return Source(import_onnx(path)[0], path, {})
-    with open(path, encoding="utf-8") as f:
-        return parse_text(f.read(), path)
+        module = import_onnx(path)[0]
+        settle_names(module)
+        return Source(module, path, {})
+    with open(path, "rb") as f:
+        return parse_text(decode(f.read(), path), path)
 
 
 def load_module(src: str | bytes | os.PathLike[str] | ModuleOp) -> Source:
     """A path, MLIR text (str, or bytes in UTF-8) or ModuleOp, verified."""
     if isinstance(src, ModuleOp):
         source = Source(src, "<module>", {})
+        settle_names(src)
         verify(source)
         return source
     if isinstance(src, (bytes, bytearray)):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, math, memref, scf
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import Attribute, Block, BlockArgument, Operation
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Location, Span
@@ -21,7 +21,7 @@ from xdsl.utils.lexer import Location, Span
 from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 from opc.dialects.opc_sched import OpcSched
-from opc.errors import OpcError, first_line
+from opc.errors import OpcError, first_line, printable
 
 
 def make_context() -> Context:
@@ -73,6 +73,8 @@ class LocatingParser(Parser):
             return super().parse_dense_int_or_fp_elements_attr(type)
         except OverflowError:  # struct.pack of a value its element type cannot hold (70000.0 in f16)
             self.raise_error("a value of this dense literal is out of range of its element type", start, self.pos)
+        except NotImplementedError:  # dense<1> : tensor<2xi128>: xDSL packs at most 64 bits per element
+            self.raise_error("dense literal elements must be at most 64 bits wide", start, self.pos)
 
     def _parse_builtin_densearray_attr(self):  # noqa: ANN202 - xDSL's signature
         start = self.pos
@@ -80,6 +82,8 @@ class LocatingParser(Parser):
             return super()._parse_builtin_densearray_attr()
         except ZeroDivisionError:  # array<i0: ...>: elements of no bits
             self.raise_error("dense array elements must be at least 1 bit wide", start, self.pos)
+        except NotImplementedError:  # array<i128: ...>: xDSL packs at most 64 bits per element
+            self.raise_error("dense array elements must be at most 64 bits wide", start, self.pos)
 
 
 # What the pre-scan looks at: string literals (exactly the strings xDSL's lexer takes), a `"`
@@ -104,6 +108,16 @@ def prescan(text: str) -> tuple[int, str] | None:
             return m.start(), ("string literal not closed on its line, or with an escape other than "
                                "\\n \\t \\\\ \\\" \\XX")
     return None
+
+
+def decode(data: bytes, name: str) -> str:
+    """UTF-8 text, or a located error at the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        before = data[:err.start].decode("utf-8")
+        raise OpcError(f"{location(before, name, len(before))}: error: not UTF-8 text: byte "
+                       f"0x{data[err.start]:02x} ({err.reason})") from None
 
 
 def location(text: str, name: str, offset: int) -> str:
@@ -139,16 +153,47 @@ def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> 
         module = parser.parse_module()
     except ParseError as err:
         loc = err.span.get_location()
-        raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {err.msg}") from None
-    except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError,
-            AttributeError, TypeError, AssertionError) as err:  # xDSL gave up inside an attribute or type
+        # xDSL's lexer leaves this field unfilled ("after {first_char}"): the % # ! or ^ before a bad name
+        msg = err.msg.replace("{first_char}", f"'{err.span.text[:1]}'")
+        if msg.startswith("Unexpected character: "):  # the character quoted, a NUL or ESC as its escape
+            msg = f"Unexpected character: {printable(repr(msg.removeprefix('Unexpected character: ')))}"
+        msg = printable(msg)
+        raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {msg}") from None
+    except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError, AttributeError,
+            TypeError, AssertionError, NotImplementedError) as err:  # xDSL gave up inside an attribute or type
         where = parser._current_token.span.get_location() if parser is not None else None
         loc = where or Location(name, 1, 1)
         why = "nested too deeply" if isinstance(err, RecursionError) else first_line(err)
         raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: malformed input here: {why}") from None
     source = Source(module, name, parser.spans)
+    settle_names(module)
     verify(source)
     return source
+
+
+def settled_name(hint: str | None) -> str | None:
+    """`hint` in a form that xDSL's name_hint setter keeps as it is, or None when nothing is left.
+
+    The setter drops a trailing `_<digits>` and refuses the empty string, so a hint it stored
+    (`%_0` -> '', `%x_1_2` -> 'x_1') can fail or shrink when a pass copies it onto a new value
+    (`new.name_hint = old.name_hint`, as xDSL's rewriter and opc's lowering do). Names are
+    only hints: strip until nothing changes (and drop one the setter would refuse)."""
+    if not SSAValue.is_valid_name(hint):
+        return None
+    while hint and SSAValue.extract_valid_name(hint) != hint:
+        hint = SSAValue.extract_valid_name(hint)
+    return hint or None
+
+
+def settle_names(module: Operation) -> None:
+    """Every value's name hint settled (see settled_name): any pass can copy it unchanged."""
+    for op in module.walk():
+        for v in op.results:
+            v.name_hint = settled_name(v.name_hint)
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.args:
+                    arg.name_hint = settled_name(arg.name_hint)
 
 
 def verify(source: Source, stage: str = "") -> None:

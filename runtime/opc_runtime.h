@@ -257,6 +257,8 @@ OPC_FN uint64_t opc_sat_u64(double x) {
 /*   erf form:  g(x) = 0.5 x (1 + erf(x / sqrt 2))                            */
 /* Derivatives are the analytic ones:                                         */
 /*   tanh: 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3*0.044715 x^2)               */
+/*         with 1 - t^2 = sech^2 u = 4 w / (1 + w)^2, w = e^-2|u|: from u, as    */
+/*         accurate as exp (1 - t*t cancels to 0 where t rounds to +-1)         */
 /*   erf:  0.5 (1 + erf(x/sqrt2)) + x exp(-x^2/2) / sqrt(2 pi)                */
 /* ------------------------------------------------------------------------ */
 #define OPC_SQRT_2_OVER_PI 0.79788456080286535587989211986876
@@ -281,16 +283,16 @@ OPC_FN double opc_gelu_erf_f64(double x) {
 OPC_FN float opc_gelu_tanh_grad_f32(float x) {
     float x2 = x * x;
     float u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x2 * x);
-    float t = tanhf(u);
+    float t = tanhf(u), w = expf(-2.0f * fabsf(u));
     float du = (float)OPC_SQRT_2_OVER_PI * (1.0f + 3.0f * (float)OPC_GELU_A * x2);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    return 0.5f * (1.0f + t) + 0.5f * x * (4.0f * w / ((1.0f + w) * (1.0f + w))) * du;
 }
 OPC_FN double opc_gelu_tanh_grad_f64(double x) {
     double x2 = x * x;
     double u = OPC_SQRT_2_OVER_PI * (x + OPC_GELU_A * x2 * x);
-    double t = tanh(u);
+    double t = tanh(u), w = exp(-2.0 * fabs(u));
     double du = OPC_SQRT_2_OVER_PI * (1.0 + 3.0 * OPC_GELU_A * x2);
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+    return 0.5 * (1.0 + t) + 0.5 * x * (4.0 * w / ((1.0 + w) * (1.0 + w))) * du;
 }
 OPC_FN float opc_gelu_erf_grad_f32(float x) {
     return 0.5f * (1.0f + erff(x * (float)OPC_INV_SQRT2))

@@ -93,18 +93,20 @@ def backdate(path: Path) -> None:
 def test_sweep_removes_only_dead_builds(tmp_path):
     root = tmp_path / "tmp"
     root.mkdir()
-    dead, running, young, unlocked = (root / n for n in ("dead", "running", "young", "unlocked"))
+    names = ("dead", "running", "dead-young", "unlocked", ".being-made", ".killed-while-made")
+    dead, running, young, unlocked, being_made, killed_while_made = (root / n for n in names)
     for d in (dead, running, young):
         d.mkdir()
         (d / ".lock").touch()
-    unlocked.mkdir()  # killed before it took its lock
+    for d in (unlocked, being_made, killed_while_made):
+        d.mkdir()  # no lock yet
     held = os.open(running / ".lock", os.O_RDWR)
     fcntl.flock(held, fcntl.LOCK_EX)
     try:
-        for d in (dead, running, unlocked):
+        for d in (dead, running, unlocked, killed_while_made):
             backdate(d)
         build.sweep_dead_builds(root)
-        assert sorted(p.name for p in root.iterdir()) == ["running", "young"]
+        assert sorted(p.name for p in root.iterdir()) == [".being-made", "running"]
     finally:
         os.close(held)
 
@@ -118,9 +120,8 @@ def test_build_killed_with_sigkill_is_cleaned_up(tmp_path):
     left = Path(child.stdout.readline().strip())
     child.send_signal(signal.SIGKILL)
     child.wait()
-    assert (left / "half-written.o").is_file()
-    backdate(left)
-    with build.build_dir(tmp_path, "next"):  # the next build sweeps
+    assert (left / "half-written.o").is_file() and not left.name.startswith(".")
+    with build.build_dir(tmp_path, "next"):  # the next build sweeps, right after the kill
         assert not left.exists()
 
 

@@ -87,7 +87,7 @@ def test_emit_c_is_the_source():
 @pytest.mark.parametrize("args,message", [
     (["opt", "missing.mlir"], "error: no such file: missing.mlir"),
     (["compile", "missing.mlir"], "error: no such file: missing.mlir"),
-    (["opt", str(MLP), "-p", "no-such-pass"], "error: Unrecognized passes: ['no-such-pass']"),
+    (["opt", str(MLP), "-p", "no-such-pass"], "error: unknown pass no-such-pass (available: canonicalize, cse"),
     (["compile", str(MLP), "--target", "tpu"], "error: unknown target 'tpu'"),
     (["compile", str(MLP), "--decompose", "frobnicate"], "unknown op 'frobnicate'"),
     (["explain", str(MLP), "--target", "missing.toml"], "missing.toml"),

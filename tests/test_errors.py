@@ -61,6 +61,14 @@ MALFORMED = [
     ("array-i0", EXP.replace("%r = opc.exp %a : (tensor<4xf32>) -> tensor<4xf32>",
                              "%r = opc.reduce_sum %a {axes = array<i0: 0>} : (tensor<4xf32>) -> tensor<f32>"),
      "2:39", "dense array elements must be at least 1 bit wide"),
+    ("array-i128", EXP.replace("%r = opc.exp %a : (tensor<4xf32>) -> tensor<4xf32>",
+                               "%r = opc.reduce_sum %a {axes = array<i128: 0>} : (tensor<4xf32>) -> tensor<f32>"),
+     "2:39", "dense array elements must be at most 64 bits wide"),
+    ("array-i128-on-a-function", EXP.replace(" {\n", " attributes {a = array<i128: 1>} {\n", 1), "1:71",
+     "dense array elements must be at most 64 bits wide"),
+    ("empty-array-ui72", EXP.replace(" {\n", " attributes {a = array<ui72>} {\n", 1), "1:71",
+     "dense array elements must be at most 64 bits wide"),
+    ("literal-i128", constant("dense<1>", "tensor<2xi128>"), "2:28", "dense literal elements must be at most 64 bits"),
     ("use-before-definition", "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
                               "  %r = opc.exp %s : (tensor<4xf32>) -> tensor<4xf32>\n"
                               "  %s = opc.exp %a : (tensor<4xf32>) -> tensor<4xf32>\n"
@@ -72,6 +80,9 @@ MALFORMED = [
     ("tensor-of-tensor", identity("tensor<3xtensor<2xf32>>"), "1:1",
      "argument %a of @f has unsupported element type tensor<2xf32>"),
     ("bare-non-ascii-name", EXP.replace("@f", "@héllo"), "1:13", "'(' expected"),
+    ("nul-in-an-op-name", EXP.replace("opc.exp", "opc.e\x00xp"), "2:13", "Unexpected character: '\\x00'"),
+    ("escape-character", EXP.replace("opc.exp", "opc.\x1bexp"), "2:12", "Unexpected character: '\\x1b'"),
+    ("unfilled-field-in-xdsl-message", EXP.replace("%a", "%é"), "1:14", "Expected suffix identifier after '%'"),
 ]  # fmt: skip
 
 
@@ -140,6 +151,51 @@ def test_bad_command_line_is_one_error_line(capsys, args, message):
         main(args)
     err = capsys.readouterr().err
     assert exit_.value.code == 1 and err.startswith(message) and len(err.splitlines()) == 1, err
+
+
+def test_a_file_that_is_not_utf8_is_located(tmp_path, capsys, monkeypatch):
+    """The file, line and column of the first byte that is not UTF-8, from a file and from stdin."""
+    import io
+    import sys
+
+    data = EXP.encode().replace(b"opc.exp", b"opc.\xffexp")
+    path = tmp_path / "latin.mlir"
+    path.write_bytes(data)
+    for command in (["opt"], ["compile", "--emit", "c"], ["explain"]):
+        rc, err = run_cli(capsys, command[0], str(path), *command[1:])
+        assert rc == 1 and err == f"{path}:2:12: error: not UTF-8 text: byte 0xff (invalid start byte)\n", err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    rc, err = run_cli(capsys, "opt", "-")
+    assert rc == 1 and err == "<stdin>:2:12: error: not UTF-8 text: byte 0xff (invalid start byte)\n", err
+
+
+def test_a_path_in_a_pass_option_needs_no_quotes(tmp_path, capsys):
+    """`opc-decompose{target=dev.toml}` reads as `target="dev.toml"` (xDSL's lexer stops at the dot)."""
+    toml = ROOT / "examples" / "device_no_fused.toml"
+    outs = []
+    for spec in (f'opc-decompose{{target="{toml}"}}', f"opc-decompose{{target={toml}}}",
+                 f"opc-decompose{{ops=fused_gemm_epilogue target={toml}}},cse"):
+        rc, err = run_cli(capsys, "opt", str(MLP), "-p", spec, "-o", str(tmp_path / "out.mlir"))
+        assert rc == 0, err
+        outs.append((tmp_path / "out.mlir").read_text())
+    assert outs[0] == outs[1] and "opc.fused_gemm_epilogue" not in outs[0]  # the target has no fused kernel
+    assert "opc.fused_gemm_epilogue" not in outs[2] and "opc.cast" in outs[2]  # a list of ops, then the path
+    rc, err = run_cli(capsys, "opt", str(MLP), "-p", "opc-decompose{target=dev.toml")  # no closing brace
+    assert rc == 1 and err.startswith("error: bad pass pipeline 'opc-decompose{target=dev.toml' at column 25: "
+                                      "Unknown token (an option value other than a word or number goes in quotes: "
+                                      'target="dev.toml")'), err
+
+
+def test_an_error_of_several_arguments_reads_as_one_sentence(monkeypatch, capsys):
+    """xDSL raises ValueError(what, hint): the line shows both, not the tuple str() makes of them."""
+    import opc.cli
+
+    def fail(args):  # noqa: ANN001, ANN202
+        raise ValueError("Invalid name `x`.", "Use letters.")
+
+    monkeypatch.setattr(opc.cli, "cmd_opt", fail)
+    assert main(["opt", str(CAST)]) == 1
+    assert capsys.readouterr().err == "error: Invalid name `x`. Use letters.\n"
 
 
 # ---------------------------------------------------------------------------

@@ -27,7 +27,9 @@ import pytest
 from opc.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = sorted([*ROOT.glob("examples/**/*.mlir"), *ROOT.glob("tests/filecheck/**/*.mlir")])
+# tests/fuzz_corpus: inputs that once broke the CLI (test_names.py writes its name grid there)
+CORPUS = sorted([*ROOT.glob("examples/**/*.mlir"), *ROOT.glob("tests/filecheck/**/*.mlir"),
+                 *ROOT.glob("tests/fuzz_corpus/**/*.mlir")])
 TEXTS = [p.read_text(encoding="utf-8") for p in CORPUS]
 
 TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|[%@^#!]?[\w.$-]+|->|\s+|.', re.DOTALL)
@@ -41,6 +43,9 @@ DTYPES = ["i1", "i8", "ui8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64", "
 DTYPE = r"\b(?:u?i\d+|bf16|f16|f32|f64)\b"
 # A located error, or one line for input that is not IR; what the message says is free.
 ONE_ERROR = re.compile(r"^(\S[^\n]*:\d+:\d+: error: [^\n]+|error: [^\n]+)\n$")
+# ... in plain text: not a Python tuple or list of strings (an exception's args printed whole, a list), not
+# an unfilled f-string field, no raw control character (a NUL is written '\x00')
+NOT_PLAIN = re.compile(r"error: [(\[]['\"]|\['|\{[a-z_]+\}|[\x00-\x08\x0b-\x1f\x7f]")
 MUTANT_TIMEOUT_S = 30
 
 
@@ -130,6 +135,7 @@ def check_outcome(rc: int, err: str, path: Path, command: list[str]) -> None:
     assert rc in (0, 1), f"{command} on {path}: exit {rc}\n{err}"
     if rc == 1:
         assert ONE_ERROR.match(err), f"{command} on {path}: not one error line:\n{err!r}"
+        assert not NOT_PLAIN.search(err), f"{command} on {path}: not plain text:\n{err!r}"
 
 
 def pytest_generate_tests(metafunc):  # noqa: ANN001, ANN201
@@ -144,6 +150,14 @@ def test_cli_mutant(tmp_path, request, mutant_index):
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     rc, err = run_in_process(path, command)
     check_outcome(rc, err, path, command)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_corpus_file(path):
+    """Each corpus file as it is, through every command: exit 0, or one plain located error line."""
+    for command in COMMANDS:
+        rc, err = run_in_process(path, command)
+        check_outcome(rc, err, path, command)
 
 
 SUBPROCESS_MUTANTS = 4

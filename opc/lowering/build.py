@@ -178,7 +178,8 @@ def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, .
 # Building safely: cross-process locks, private temp dirs, captured output
 # ---------------------------------------------------------------------------
 
-# A build dir whose lock is free and which is older than this was left by a killed build.
+# A build dir still being set up (its hidden name, before it is locked) that is older than
+# this was left by a build killed in those few instructions.
 STALE_BUILD_S = 10
 # Lines of the compiler's output a failed build shows.
 FAILED_LINES = 20
@@ -215,14 +216,18 @@ def build_lock(cache: Path, name: str) -> Iterator[None]:
 @contextlib.contextmanager
 def build_dir(cache: Path, prefix: str) -> Iterator[Path]:
     """A private dir under CACHE/tmp for one build, removed after it. Its `.lock` stays locked
-    while the build runs, so that a later build can tell a dir left by a killed one and remove it."""
+    while the build runs, so that a later build can tell a dir left by a killed one and remove it.
+    The dir is made under a hidden name and takes its visible one only once locked: a visible
+    dir with a free lock has no owner, whatever its age."""
     root = cache / "tmp"
     root.mkdir(exist_ok=True)
     sweep_dead_builds(root)
-    path = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=root))
+    path = Path(tempfile.mkdtemp(prefix=f".{prefix}-", dir=root))
     fd = os.open(path / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):  # (a name taken since: the dir keeps its hidden one)
+            path = path.rename(path.with_name(path.name[1:]))
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
@@ -230,12 +235,13 @@ def build_dir(cache: Path, prefix: str) -> Iterator[Path]:
 
 
 def sweep_dead_builds(root: Path) -> None:
-    """Remove the build dirs whose builder is gone: lock free and older than STALE_BUILD_S
-    (a younger dir may belong to a build that has not locked it yet)."""
+    """Remove the build dirs whose builder is gone: the lock of a visible dir is free (the kernel
+    drops a killed process's lock), a hidden one is also older than STALE_BUILD_S (a younger one
+    may belong to a build that has not locked it yet)."""
     now = time.time()
     for d in root.iterdir():
         try:
-            if now - d.stat().st_mtime < STALE_BUILD_S:
+            if d.name.startswith(".") and now - d.stat().st_mtime < STALE_BUILD_S:
                 continue
             fd = os.open(d / ".lock", os.O_RDWR)
         except FileNotFoundError:  # killed between mkdtemp and the lock, or already swept

@@ -235,18 +235,25 @@ class Scalar:
         return self.e.value(arith.MulfOp(a, b))
 
     def gelu_tanh_parts(self, x):
-        """(t, inner') with t = tanh(c*(x + k x^3)), inner' = c*(1 + 3k x^2)."""
+        """(t, inner', inner) with t = tanh(inner), inner = c*(x + k x^3), inner' = c*(1 + 3k x^2)."""
         x2 = self.mul(x, x)
         c, k = self.c(opc.GELU_SQRT_2_OVER_PI, x), opc.GELU_K
         inner = self.mul(c, self.add(x, self.mul(self.c(k, x), self.mul(x2, x))))
         t = self.e.value(math.TanhOp(inner))
         dinner = self.mul(c, self.add(self.c(1.0, x), self.mul(self.c(3 * k, x), x2)))
-        return t, dinner
+        return t, dinner, inner
+
+    def sech2(self, u):
+        """1 - tanh(u)^2 as 4 w / (1 + w)^2, w = e^-2|u|: as accurate as exp, where 1 - t*t
+        cancels to 0 once t rounds to +-1."""
+        w = self.e.value(math.ExpOp(self.mul(self.c(-2.0, u), self.e.value(math.AbsFOp(u)))))
+        one_plus_w = self.add(self.c(1.0, u), w)
+        return self.mul(self.c(4.0, u), self.e.value(arith.DivfOp(w, self.mul(one_plus_w, one_plus_w))))
 
     def gelu(self, x, approximate: bool):
         half_x = self.mul(self.c(0.5, x), x)
         if approximate:
-            t, _ = self.gelu_tanh_parts(x)
+            t, _, _ = self.gelu_tanh_parts(x)
         else:
             t = self.e.value(math.ErfOp(self.mul(x, self.c(pymath.sqrt(0.5), x))))
         return self.mul(half_x, self.add(self.c(1.0, x), t))
@@ -258,9 +265,9 @@ class Scalar:
     def gelu_derivative(self, x, approximate: bool):
         one, half = self.c(1.0, x), self.c(0.5, x)
         if approximate:
-            t, dinner = self.gelu_tanh_parts(x)
+            t, dinner, inner = self.gelu_tanh_parts(x)
             left = self.mul(half, self.add(one, t))
-            right = self.mul(self.mul(half, x), self.mul(self.sub(one, self.mul(t, t)), dinner))
+            right = self.mul(self.mul(half, x), self.mul(self.sech2(inner), dinner))
             return self.add(left, right)
         erf = self.e.value(math.ErfOp(self.mul(x, self.c(pymath.sqrt(0.5), x))))
         pdf = self.e.value(math.ExpOp(self.mul(self.c(-0.5, x), self.mul(x, x))))

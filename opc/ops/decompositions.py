@@ -129,10 +129,22 @@ class ReluGradPattern(RulePattern):
         return [e.select(positive, op.dout, e.full(0.0, op.dout))]
 
 
+def gelu_tanh_arg(e: OpBuilder, x: SSAValue, x2: SSAValue | None = None) -> SSAValue:
+    """sqrt(2/pi) * (x + 0.044715 x^3)."""
+    x3 = e.mul(x2 if x2 is not None else e.mul(x, x), x)
+    return e.scale(e.add(x, e.scale(x3, GELU_K)), SQRT_2_OVER_PI)
+
+
 def gelu_tanh_inner(e: OpBuilder, x: SSAValue, x2: SSAValue | None = None) -> SSAValue:
     """tanh(sqrt(2/pi) * (x + 0.044715 x^3))."""
-    x3 = e.mul(x2 if x2 is not None else e.mul(x, x), x)
-    return e.value(o.TanhOp(e.scale(e.add(x, e.scale(x3, GELU_K)), SQRT_2_OVER_PI)))
+    return e.value(o.TanhOp(gelu_tanh_arg(e, x, x2)))
+
+
+def sech2(e: OpBuilder, u: SSAValue) -> SSAValue:
+    """1 - tanh(u)^2 as 4 w / (1 + w)^2, w = e^-2|u|: as accurate as exp, where 1 - t*t cancels."""
+    w = e.value(o.ExpOp(e.scale(e.value(o.AbsOp(u)), -2.0)))
+    one_plus_w = e.add(e.full(1.0, w), w)
+    return e.scale(e.div(w, e.mul(one_plus_w, one_plus_w)), 4.0)
 
 
 def gelu_erf_inner(e: OpBuilder, x: SSAValue) -> SSAValue:
@@ -155,7 +167,8 @@ class GeluPattern(RulePattern):
 
 class GeluGradPattern(RulePattern):
     """dx = dout * gelu'(x):
-    tanh form 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),
+    tanh form 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), 1 - t^2 from
+    tanh's argument (sech2),
     erf form  0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)."""
 
     OP = o.GeluGradOp
@@ -165,10 +178,10 @@ class GeluGradPattern(RulePattern):
         one = e.full(1.0, x)
         x2 = e.mul(x, x)
         if o.flag(op.approximate):
-            t = gelu_tanh_inner(e, x, x2)
-            left = e.scale(e.add(one, t), 0.5)
+            u = gelu_tanh_arg(e, x, x2)
+            left = e.scale(e.add(one, e.value(o.TanhOp(u))), 0.5)
             slope = e.scale(e.add(one, e.scale(x2, 3.0 * GELU_K)), SQRT_2_OVER_PI)
-            right = e.mul(e.mul(e.scale(x, 0.5), e.sub(one, e.mul(t, t))), slope)
+            right = e.mul(e.mul(e.scale(x, 0.5), sech2(e, u)), slope)
         else:
             left = e.scale(e.add(one, gelu_erf_inner(e, x)), 0.5)
             density = e.scale(e.value(o.ExpOp(e.scale(x2, -0.5))), 1.0 / math.sqrt(2.0 * math.pi))

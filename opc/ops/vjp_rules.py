@@ -109,9 +109,18 @@ def vjp_log(e: OpBuilder, op: o.LogOp, douts: Grads) -> Grads:
     return (e.div(douts[0], op.x),)
 
 
+def logistic_slope(e: OpBuilder, v: SSAValue) -> SSAValue:
+    """sigmoid'(v) = u / (1 + u)^2, u = e^-|v|, from v: as accurate as exp, where s (1 - s) from
+    the output s loses every digit that 1 - s cancels (s near 1: sigmoid(17) rounds to 1)."""
+    u = e.value(o.ExpOp(e.neg(e.value(o.AbsOp(v)))))
+    one_plus_u = e.add(e.full(1.0, u), u)
+    return e.div(u, e.mul(one_plus_u, one_plus_u))
+
+
 def vjp_tanh(e: OpBuilder, op: o.TanhOp, douts: Grads) -> Grads:
-    t = _result(op)
-    return (e.mul(douts[0], e.sub(e.full(1.0, t), e.mul(t, t))),)
+    # 1 - tanh(x)^2 = 4 sigmoid'(2x), from x: 1 - t*t from the output t turns t's last-ulp
+    # rounding near +-1 into a large relative error (x = 5: 1e-3; past 9, 0 for ~1e-8)
+    return (e.mul(douts[0], e.scale(logistic_slope(e, e.scale(op.x, 2.0)), 4.0)),)
 
 
 def vjp_erf(e: OpBuilder, op: o.ErfOp, douts: Grads) -> Grads:
@@ -218,8 +227,7 @@ def vjp_reduce_mean(e: OpBuilder, op: o.ReduceMeanOp, douts: Grads) -> Grads:
 
 
 def vjp_sigmoid(e: OpBuilder, op: o.SigmoidOp, douts: Grads) -> Grads:
-    s = _result(op)
-    return (e.mul(douts[0], e.mul(s, e.sub(e.full(1.0, s), s))),)
+    return (e.mul(douts[0], logistic_slope(e, op.x)),)
 
 
 def matmul_grads(

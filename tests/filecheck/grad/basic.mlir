@@ -16,10 +16,19 @@
 // CHECK-NEXT:    %2 = opc.add %0, %1
 // CHECK-NEXT:    %3 = opc.mul %do, %p
 // CHECK-NEXT:    %4 = opc.add %2, %3
-// CHECK-NEXT:    %5 = opc.full {value = 1.000000e+00 : f64}
-// CHECK-NEXT:    %6 = opc.mul %t, %t
-// CHECK-NEXT:    %7 = opc.sub %5, %6
-// CHECK-NEXT:    %dx = opc.mul %4, %7
+// tanh' = 4 u / (1 + u)^2, u = e^-|2x|: from x, not 1 - t*t (which cancels near |t| = 1)
+// CHECK-NEXT:    %5 = opc.full {value = 2.000000e+00 : f64}
+// CHECK-NEXT:    %6 = opc.mul %x, %5
+// CHECK-NEXT:    %7 = opc.abs %6
+// CHECK-NEXT:    %8 = opc.neg %7
+// CHECK-NEXT:    %9 = opc.exp %8
+// CHECK-NEXT:    %10 = opc.full {value = 1.000000e+00 : f64}
+// CHECK-NEXT:    %11 = opc.add %10, %9
+// CHECK-NEXT:    %12 = opc.mul %11, %11
+// CHECK-NEXT:    %13 = opc.div %9, %12
+// CHECK-NEXT:    %14 = opc.full {value = 4.000000e+00 : f64}
+// CHECK-NEXT:    %15 = opc.mul %13, %14
+// CHECK-NEXT:    %dx = opc.mul %4, %15
 // CHECK-NEXT:    func.return %dx : tensor<4xf32>
 func.func @f(%x: tensor<4xf32>, %w: tensor<4xf32>) -> tensor<4xf32> {
   %t = opc.tanh %x : (tensor<4xf32>) -> tensor<4xf32>
