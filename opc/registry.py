@@ -23,7 +23,9 @@ Columns
                  composite  a decomposition into primitives
                  kernel     a dedicated kernel; `composite` says whether a
                             fallback exists for targets without the kernel
-  invoke       for realised_by == "invoke": the forward call it stands for.
+  invoke       for realised_by == "invoke": the forward call it stands for; a
+               kernel grad op with an invoke falls back to that call where
+               the target has no kernel (conv_grad_input -> conv_transpose).
 
 Which way an op runs on a target comes from this table and the target's
 kernel list alone (see `route`): its kernel if the target has one, else its
@@ -58,7 +60,7 @@ class OpEntry:
     @property
     def rewrite(self) -> str | None:
         """'invoke' or 'composite' when the op can be rewritten into other ops."""
-        if self.realised_by == "invoke":
+        if self.realised_by == "invoke" or self.invoke:
             return "invoke"
         return "composite" if self.composite else None
 
@@ -70,7 +72,7 @@ def prim(vjp: Callable | None, composite: bool = False, any_dtype: bool = False)
 def grad(realised_by: str, composite: bool = False, invoke: str | None = None,
          vjp: Callable | None = None, any_dtype: bool = False) -> OpEntry:
     """A grad op; its vjp defaults to differentiating its invoke / composite rule."""
-    if vjp is None and (realised_by == "invoke" or composite):
+    if vjp is None and (realised_by == "invoke" or invoke or composite):
         vjp = R.vjp_through_rule
     return OpEntry("grad", vjp, composite, realised_by, invoke, any_dtype)
 
@@ -123,6 +125,10 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.log_softmax":      OpEntry("fused", R.vjp_log_softmax, composite=True),
     "opc.layer_norm":       OpEntry("fused", R.vjp_layer_norm, composite=True),   # saves mean, rstd
     "opc.softmax_cross_entropy": OpEntry("fused", R.vjp_softmax_cross_entropy, composite=True),  # saves softmax
+    # vjp: conv_grad_input + conv_grad_filter; composite: im2col by slices, a batched matmul
+    "opc.conv":             OpEntry("fused", R.vjp_conv, composite=True),
+    # vjp: conv (its input gradient) + conv_grad_filter with dout and x swapped; a kernel only
+    "opc.conv_transpose":   OpEntry("fused", R.vjp_conv_transpose),
     # --- grad ops --------------------------------------- realised by ------------------------
     "opc.cast_grad":        grad("invoke", invoke="cast(dout, x.dtype)", any_dtype=True),
     "opc.fused_gemm_epilogue_grad": grad("kernel", composite=True),  # matmuls, act grad, reduce_sum
@@ -132,6 +138,8 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.log_softmax_grad": grad("kernel", composite=True),  # dout - exp(out) * sum(dout)
     "opc.layer_norm_grad":  grad("kernel", composite=True),  # from mean, rstd: reduce_mean / reduce_sum
     "opc.softmax_cross_entropy_grad": grad("kernel", composite=True),  # (softmax - onehot(label)) * dloss
+    "opc.conv_grad_input":  grad("kernel", invoke="conv_transpose(dout, w)"),
+    "opc.conv_grad_filter": grad("kernel", composite=True),  # im2col by slices, a batched matmul with dout
     # kernels only (as in Paddle); their own vjps for higher-order gradients: slice, gather of ddx
     "opc.slice_grad":       OpEntry("grad", R.vjp_slice_grad, realised_by="kernel"),
     "opc.gather_grad":      OpEntry("grad", R.vjp_gather_grad, realised_by="kernel"),

@@ -239,6 +239,19 @@ def nn_sources() -> list[str]:
         out.append(fn(f"sce_grad_label_{dt}", [(ls, lt), (shape, dt), (ls, dt)],
                       f"%r = opc.softmax_cross_entropy_grad %a0, %a1, %a2 {{axis = {axis}}} : ({lab}, {t}, {loss}) "
                       f"-> {t}", [(shape, dt)]))
+    # convolutions: 2-D grouped with stride, pads and dilation, 1-D depthwise; conv_transpose with output_padding
+    attrs2 = "{strides = array<i64: 2, 1>, dilations = array<i64: 1, 2>, pads = array<i64: 1, 0, 1, 2>, group = 2}"
+    x2, w2, y2 = (2, 4, 7, 6), (6, 2, 3, 2), (2, 6, 4, 6)
+    attrs1 = "{strides = array<i64: 2>, pads = array<i64: 1, 1>, group = 3}"
+    x1, w1, y1 = (1, 3, 9), (3, 1, 3), (1, 3, 5)
+    for dt, (x, w, y, at) in zip(FLOATS, [(x2, w2, y2, attrs2), (x1, w1, y1, attrs1)] * 2):
+        for op, a, b, r in (("conv", x, w, y), ("conv_grad_input", y, w, x), ("conv_grad_filter", x, y, w)):
+            out.append(fn(f"{op}_{dt}", [(a, dt), (b, dt)], f"%r = opc.{op} %a0, %a1 {at} : ({tt(a, dt)}, "
+                          f"{tt(b, dt)}) -> {tt(r, dt)}", [(r, dt)]))
+    at = "{strides = array<i64: 2>, pads = array<i64: 1, 0>, output_padding = array<i64: 1>}"
+    out.append(fn("conv_transpose_float32", [((1, 4, 5), "float32"), ((4, 2, 3), "float32")],
+                  f"%r = opc.conv_transpose %a0, %a1 {at} : ({tt((1, 4, 5), 'float32')}, {tt((4, 2, 3), 'float32')}) "
+                  f"-> {tt((1, 2, 11), 'float32')}", [((1, 2, 11), "float32")]))
     return out
 
 

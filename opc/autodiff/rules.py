@@ -494,3 +494,25 @@ def vjp_softmax_cross_entropy(e: Emitter, op: o.SoftmaxCrossEntropyOp, douts: Gr
     if not parts:
         return e.full(0.0, op.logits), None
     return (parts[0] if len(parts) == 1 else e.add(parts[0], parts[1])), None
+
+
+# ---------------------------------------------------------------------------
+# Convolutions
+# ---------------------------------------------------------------------------
+
+
+def vjp_conv(e: Emitter, op: o.ConvOp, douts: Grads) -> Grads:
+    """dx = conv_grad_input(dout, w), dw = conv_grad_filter(x, dout), with the conv's attributes."""
+    (d,) = douts
+    props = o.conv_grad_ops(op)
+    return (e.value(o.ConvGradInputOp(d, op.rhs, op.lhs.type, props)),
+            e.value(o.ConvGradFilterOp(op.lhs, d, op.rhs.type, props)))
+
+
+def vjp_conv_transpose(e: Emitter, op: o.ConvTransposeOp, douts: Grads) -> Grads:
+    """conv_transpose is the input gradient of the conv from y to x: dx = conv(dout, w), and
+    dw = conv_grad_filter of that conv, with dout as its input and x as its output gradient."""
+    (d,) = douts
+    props = o.conv_grad_ops(op)
+    return (e.value(o.ConvOp(d, op.rhs, op.lhs.type, props)),
+            e.value(o.ConvGradFilterOp(d, op.lhs, op.rhs.type, props)))

@@ -23,6 +23,9 @@ Grad ops
   softmax_grad, log_softmax_grad {axis}, layer_norm_grad {begin_norm_axis},
   softmax_cross_entropy_grad {axis}, slice_grad {start, limit, strides},
   gather_grad {axis}
+Convolutions (layout NC + spatial, 1 or 2 spatial dims while MAX_RANK is 4)
+  conv {strides, dilations, pads, group}, conv_transpose {..., output_padding},
+  conv_grad_input {...} (-> dx), conv_grad_filter {...} (-> dw)
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -55,6 +59,7 @@ from xdsl.irdl import (
     base,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     opt_result_def,
     prop_def,
     result_def,
@@ -1418,6 +1423,296 @@ class GatherGradOp(OpcOp, AxisAttr):
             raise VerifyException(f"result must have the type of x, {tx}")
 
 
+
+# ---------------------------------------------------------------------------
+# Convolutions
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """One convolution: x [n, c, *inp] * w [o, c / group, *kernel] -> y [n, o, *out].
+
+    conv_grad_input, conv_grad_filter and conv_transpose are described by the
+    geometry of the forward conv they belong to (conv_transpose's y plays the
+    conv's x, its x the conv's y), so one description serves all four ops."""
+
+    n: int
+    c: int
+    o: int
+    group: int
+    inp: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]  # begins, then ends
+
+    @property
+    def spatial(self) -> int:
+        return len(self.inp)
+
+    @property
+    def out(self) -> tuple[int, ...]:
+        r = self.spatial
+        return tuple((i + self.pads[d] + self.pads[r + d] - self.dilations[d] * (k - 1) - 1) // self.strides[d] + 1
+                     for d, (i, k) in enumerate(zip(self.inp, self.kernel)))
+
+    @property
+    def x_shape(self) -> tuple[int, ...]:
+        return (self.n, self.c, *self.inp)
+
+    @property
+    def w_shape(self) -> tuple[int, ...]:
+        return (self.o, self.c // self.group, *self.kernel)
+
+    @property
+    def y_shape(self) -> tuple[int, ...]:
+        return (self.n, self.o, *self.out)
+
+
+def conv_spatial(what: str, shape: Sequence[int]) -> int:
+    """The number of spatial dims of an NC+spatial tensor (1 to MAX_RANK - 2)."""
+    if not 3 <= len(shape) <= MAX_RANK:
+        raise VerifyException(f"{what} must have rank 3 to {MAX_RANK} (N, C and 1 to {MAX_RANK - 2} spatial dims), "
+                              f"got shape {list(shape)}")
+    return len(shape) - 2
+
+
+def conv_attr(values: Sequence[int] | None, count: int, default: int, name: str, least: int) -> tuple[int, ...]:
+    """strides / dilations / pads / output_padding: `count` entries (default when absent), each >= least."""
+    if values is None:
+        return (default,) * count
+    if len(values) != count:
+        raise VerifyException(f"{name} has {len(values)} entries, expected {count}"
+                              f"{' (begins, then ends)' if name == 'pads' else ''} for {count // (2 if name == 'pads' else 1)} spatial dims")
+    for i, v in enumerate(values):
+        if v < least:
+            raise VerifyException(f"{name} must be >= {least}, got {v} at index {i}")
+    return tuple(values)
+
+
+def conv_geometry(x: Sequence[int], kernel: Sequence[int], o: int, group: int, strides: Sequence[int] | None,
+                  dilations: Sequence[int] | None, pads: Sequence[int] | None, x_name: str = "x") -> ConvGeometry:
+    """The checked geometry of a conv of input shape x with `o` output channels and `kernel`."""
+    r = conv_spatial(x_name, x)
+    if group < 1:
+        raise VerifyException(f"group must be >= 1, got {group}")
+    if x[1] % group:
+        raise VerifyException(f"group {group} does not divide the {x[1]} channels of {x_name}")
+    if o % group:
+        raise VerifyException(f"group {group} does not divide the {o} output channels")
+    g = ConvGeometry(x[0], x[1], o, group, tuple(x[2:]), tuple(kernel), conv_attr(strides, r, 1, "strides", 1),
+                     conv_attr(dilations, r, 1, "dilations", 1), conv_attr(pads, 2 * r, 0, "pads", 0))
+    for d in range(r):
+        extent = g.dilations[d] * (g.kernel[d] - 1) + 1
+        padded = g.inp[d] + g.pads[d] + g.pads[r + d]
+        if g.kernel[d] < 1 or extent > padded:
+            raise VerifyException(
+                f"kernel of extent {extent} (size {g.kernel[d]}, dilations {g.dilations[d]}) is larger than the "
+                f"padded input {padded} (size {g.inp[d]}, pads {g.pads[d]} + {g.pads[r + d]}) in spatial dim {d}")
+    return g
+
+
+def conv_transpose_out(x: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+                       pads: Sequence[int], output_padding: Sequence[int]) -> tuple[int, ...]:
+    """conv_transpose's spatial output: (i - 1) * s - pads + d * (k - 1) + output_padding + 1."""
+    r = len(x)
+    return tuple((i - 1) * strides[d] - pads[d] - pads[r + d] + dilations[d] * (kernel[d] - 1) + output_padding[d] + 1
+                 for d, i in enumerate(x))
+
+
+class ConvAttrs:
+    """strides, dilations, pads (begins, then ends) and group of the conv ops, defaults filled in."""
+
+    def conv_params(self, spatial: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None,
+                                                   tuple[int, ...] | None, int]:
+        def values(attr: DenseArrayBase | None) -> tuple[int, ...] | None:
+            return None if attr is None else tuple(attr.get_values())  # type: ignore[arg-type]
+
+        return (values(self.strides), values(self.dilations), values(self.pads),  # type: ignore[attr-defined]
+                self.group.value.data)  # type: ignore[attr-defined]
+
+    def geometry_for(self, x: Sequence[int], w: Sequence[int], x_name: str = "x") -> ConvGeometry:
+        """The geometry of a conv of input shape x and filter shape w under this op's attributes."""
+        strides, dilations, pads, group = self.conv_params(len(x) - 2)
+        conv_spatial(x_name, x)
+        conv_spatial("w", w)
+        if len(w) != len(x):
+            raise VerifyException(f"w has rank {len(w)}, {x_name} rank {len(x)}: they must agree")
+        g = conv_geometry(x, w[2:], w[0], group, strides, dilations, pads, x_name)
+        if w[1] != g.c // group:
+            raise VerifyException(f"w dim 1 must be the channels of {x_name} / group = {g.c} / {group} = "
+                                  f"{g.c // group}, got {w[1]}")
+        return g
+
+
+def conv_properties(strides: Sequence[int] | None, dilations: Sequence[int] | None, pads: Sequence[int] | None,
+                    group: int, **extra: Sequence[int] | None) -> dict[str, Attribute]:
+    props: dict[str, Attribute] = {"group": IntegerAttr(group, 64)}
+    for k, v in (("strides", strides), ("dilations", dilations), ("pads", pads), *extra.items()):
+        if v is not None:
+            props[k] = i64_array(v)
+    return props
+
+
+def check_conv_types(tx: TensorType, tw: TensorType, result: SSAValue, want: Sequence[int], what: str,
+                     names: tuple[str, str] = ("x", "w")) -> None:
+    check_float(tx, names[0])
+    check_same_element(tx, tw, f"{names[0]} and {names[1]}")
+    r = check_tensor(result, what)
+    check_same_element(tx, r, f"{names[0]} and {what}")
+    check_shape(r, want, what)
+
+
+class ConvBase(OpcOp, ConvAttrs, abc.ABC):
+    """Two operands, one result, the conv attributes."""
+
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    strides = opt_prop_def(DenseArrayBase)
+    dilations = opt_prop_def(DenseArrayBase)
+    pads = opt_prop_def(DenseArrayBase)
+    group = int_prop(1)
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation, result_type: Attribute,
+                 properties: dict[str, Attribute]):
+        super().__init__(operands=[lhs, rhs], result_types=[result_type], properties=properties)
+
+    def geometry(self) -> ConvGeometry:
+        """The geometry of the forward conv this op computes or belongs to."""
+        raise NotImplementedError
+
+
+@irdl_op_definition
+class ConvOp(ConvBase):
+    """`%y = opc.conv %x, %w {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x4x4xf32>`
+
+    y[n, o, p] = sum over c in o's group and k of x_pad[n, c, p * strides + k * dilations] * w[o, c, k]
+    (a cross-correlation, as ONNX and PyTorch); no bias operand (a bias is a broadcast add).
+    """
+
+    name = "opc.conv"
+
+    @staticmethod
+    def of(x: SSAValue | Operation, w: SSAValue | Operation, strides: Sequence[int] | None = None,
+              dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None, group: int = 1) -> ConvOp:
+        tx, tw = SSAValue.get(x).type, SSAValue.get(w).type
+        g = conv_geometry(tx.get_shape(), tw.get_shape()[2:], tw.get_shape()[0], group, strides, dilations, pads)  # type: ignore[attr-defined]
+        return ConvOp(x, w, tensor(g.y_shape, tx.element_type), conv_properties(strides, dilations, pads, group))  # type: ignore[attr-defined]
+
+    def geometry(self) -> ConvGeometry:
+        return self.geometry_for(self.lhs.type.get_shape(), self.rhs.type.get_shape())  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx, tw = check_tensor(self.lhs, "x"), check_tensor(self.rhs, "w")
+        check_conv_types(tx, tw, self.result, self.geometry().y_shape, "y")
+
+
+@irdl_op_definition
+class ConvTransposeOp(ConvBase):
+    """`%y = opc.conv_transpose %x, %w {strides = array<i64: 2>, output_padding = array<i64: 1>} : (tensor<1x4x5xf32>, tensor<4x2x3xf32>) -> tensor<1x2x12xf32>`
+
+    The adjoint of conv w.r.t. its input (PyTorch's ConvTranspose): w [C, O / group, *K];
+    y's spatial dims are (i - 1) * strides - pads + dilations * (k - 1) + output_padding + 1.
+    """
+
+    name = "opc.conv_transpose"
+    output_padding = opt_prop_def(DenseArrayBase)
+
+    @staticmethod
+    def of(x: SSAValue | Operation, w: SSAValue | Operation, strides: Sequence[int] | None = None,
+              dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None, group: int = 1,
+              output_padding: Sequence[int] | None = None) -> ConvTransposeOp:
+        tx, tw = SSAValue.get(x).type, SSAValue.get(w).type
+        shape = transpose_shape(tx.get_shape(), tw.get_shape(), strides, dilations, pads, group, output_padding)  # type: ignore[attr-defined]
+        props = conv_properties(strides, dilations, pads, group, output_padding=output_padding)
+        return ConvTransposeOp(x, w, tensor(shape, tx.element_type), props)  # type: ignore[attr-defined]
+
+    def geometry(self) -> ConvGeometry:
+        """The conv whose input gradient this is: input y, filter w, output x."""
+        x, w = self.lhs.type.get_shape(), self.rhs.type.get_shape()  # type: ignore[attr-defined]
+        strides, dilations, pads, group = self.conv_params(len(x) - 2)
+        op = None if self.output_padding is None else tuple(self.output_padding.get_values())
+        y = transpose_shape(x, w, strides, dilations, pads, group, op)  # type: ignore[arg-type]
+        g = self.geometry_for(y, w, "y")
+        if g.out != tuple(x[2:]):  # output_padding >= strides would make y too long for x
+            raise VerifyException(f"output_padding {list(op or ())} must be < strides {list(g.strides)}")
+        return g
+
+    def verify_(self) -> None:
+        tx, tw = check_tensor(self.lhs, "x"), check_tensor(self.rhs, "w")
+        check_conv_types(tx, tw, self.result, self.geometry().x_shape, "y")
+
+
+def transpose_shape(x: Sequence[int], w: Sequence[int], strides: Sequence[int] | None,
+                    dilations: Sequence[int] | None, pads: Sequence[int] | None, group: int,
+                    output_padding: Sequence[int] | None) -> tuple[int, ...]:
+    """conv_transpose's result shape [N, w[1] * group, *out], its attributes checked."""
+    r = conv_spatial("x", x)
+    conv_spatial("w", w)
+    if len(w) != len(x):
+        raise VerifyException(f"w has rank {len(w)}, x rank {len(x)}: they must agree")
+    if group < 1:
+        raise VerifyException(f"group must be >= 1, got {group}")
+    if x[1] % group:
+        raise VerifyException(f"group {group} does not divide the {x[1]} channels of x")
+    if w[0] != x[1]:
+        raise VerifyException(f"w dim 0 must be the {x[1]} channels of x, got {w[0]}")
+    s, d = conv_attr(strides, r, 1, "strides", 1), conv_attr(dilations, r, 1, "dilations", 1)
+    p, op = conv_attr(pads, 2 * r, 0, "pads", 0), conv_attr(output_padding, r, 0, "output_padding", 0)
+    out = conv_transpose_out(x[2:], w[2:], s, d, p, op)
+    for i, v in enumerate(out):
+        if v < 1:
+            raise VerifyException(f"pads {list(p)} leave conv_transpose an empty output in spatial dim {i}")
+    return (x[0], w[1] * group, *out)
+
+
+@irdl_op_definition
+class ConvGradInputOp(ConvBase):
+    """`%dx = opc.conv_grad_input %dout, %w {pads = array<i64: 1, 1>} : (tensor<2x4x7xf32>, tensor<4x3x3xf32>) -> tensor<2x3x7xf32>`
+
+    The gradient of conv w.r.t. x (x's shape from the result type): a conv_transpose of dout by w.
+    """
+
+    name = "opc.conv_grad_input"
+
+    def geometry(self) -> ConvGeometry:
+        return self.geometry_for(self.result.type.get_shape(), self.rhs.type.get_shape(), "dx")  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        td, tw = check_tensor(self.lhs, "dout"), check_tensor(self.rhs, "w")
+        check_tensor(self.result, "dx")
+        check_conv_types(td, tw, self.result, self.result.type.get_shape(), "dx", ("dout", "w"))  # type: ignore[attr-defined]
+        check_shape(td, self.geometry().y_shape, "dout")
+
+
+@irdl_op_definition
+class ConvGradFilterOp(ConvBase):
+    """`%dw = opc.conv_grad_filter %x, %dout {pads = array<i64: 1, 1>} : (tensor<2x3x7xf32>, tensor<2x4x7xf32>) -> tensor<4x3x3xf32>`
+
+    The gradient of conv w.r.t. w (w's shape from the result type): dw[o, c, k] = sum over n and p
+    of dout[n, o, p] * x_pad[n, c, p * strides + k * dilations].
+    """
+
+    name = "opc.conv_grad_filter"
+
+    def geometry(self) -> ConvGeometry:
+        return self.geometry_for(self.lhs.type.get_shape(), self.result.type.get_shape())  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx, td = check_tensor(self.lhs, "x"), check_tensor(self.rhs, "dout")
+        check_tensor(self.result, "dw")
+        check_conv_types(tx, td, self.result, self.result.type.get_shape(), "dw", ("x", "dout"))  # type: ignore[attr-defined]
+        check_shape(td, self.geometry().y_shape, "dout")
+
+
+def conv_grad_ops(op: ConvBase) -> dict[str, Attribute]:
+    """The attributes a conv op hands to the grad ops of its geometry (output_padding stays behind)."""
+    return {k: v for k, v in op.properties.items() if k != "output_padding"}
+
+
 Opc = Dialect(
     "opc",
     [
@@ -1429,6 +1724,7 @@ Opc = Dialect(
         FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, SoftmaxCrossEntropyOp,
         CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
         SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, SliceGradOp, GatherGradOp,
+        ConvOp, ConvTransposeOp, ConvGradInputOp, ConvGradFilterOp,
     ],  # fmt: skip
     [],
 )

@@ -321,6 +321,25 @@ def lower_softmax_cross_entropy(fl, op: opc.SoftmaxCrossEntropyOp | opc.SoftmaxC
     call(fl, callee, [*buffers(fl, op), fl.checks.status()], [*extents(shape, axis), code])
 
 
+def conv_ints(g: opc.ConvGeometry) -> list[int]:
+    """The 22 integers of runtime/opc_nn_conv.h's geometry; 1-D and 2-D convs lead with unit dims."""
+    lead = 3 - g.spatial
+
+    def three(v: Sequence[int], fill: int) -> list[int]:
+        return [fill] * lead + list(v)
+
+    return [g.n, g.c, g.o, g.group, *three(g.inp, 1), *three(g.out, 1), *three(g.kernel, 1),
+            *three(g.strides, 1), *three(g.dilations, 1), *three(g.pads[:g.spatial], 0)]
+
+
+def lower_conv(fl, op: opc.ConvBase) -> None:  # noqa: ANN001
+    """conv (x, w, y), conv_grad_input (dy, w, dx), conv_grad_filter (x, dy, dw): one runtime call
+    with the forward conv's geometry. conv_transpose (x, w, y) is the input gradient of the conv
+    from y to x, so it calls conv_grad_input with x as dy."""
+    kernel = "conv_grad_input" if isinstance(op, opc.ConvTransposeOp) else op.name.removeprefix("opc.")
+    call(fl, f"{kernel}_{dtype_suffix(element_of(op.result))}", buffers(fl, op), conv_ints(op.geometry()))
+
+
 LOWERINGS: dict[type[Operation], Callable] = {
     opc.ConcatOp: lower_concat,
     opc.SliceGradOp: lower_slice_grad,
@@ -333,6 +352,10 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.LayerNormGradOp: lower_layer_norm,
     opc.SoftmaxCrossEntropyOp: lower_softmax_cross_entropy,
     opc.SoftmaxCrossEntropyGradOp: lower_softmax_cross_entropy,
+    opc.ConvOp: lower_conv,
+    opc.ConvTransposeOp: lower_conv,
+    opc.ConvGradInputOp: lower_conv,
+    opc.ConvGradFilterOp: lower_conv,
 }
 """Ops materialized by a function of their own (buffers, nests or a runtime call)."""
 

@@ -14,6 +14,7 @@ API calls.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -348,6 +349,89 @@ class SoftmaxCrossEntropyGradPattern(RulePattern):
         return [narrow(e, e.mul(e.sub(sm, onehot), wide(e, op.dloss)), op.softmax)]
 
 
+# ---------------------------------------------------------------------------
+# convolutions
+# ---------------------------------------------------------------------------
+
+
+class ConvGradInputInvokePattern(RulePattern):
+    """conv_grad_input(dout, w) -> conv_transpose(dout, w) (backward.yaml: invoke), its
+    output_padding the rows of dx that the strided conv never read (x's shape restored)."""
+
+    OP = o.ConvGradInputOp
+
+    def build(self, e: Emitter, op: o.ConvGradInputOp) -> Sequence[SSAValue]:
+        g = op.geometry()
+        full = [(y - 1) * s - g.pads[d] - g.pads[g.spatial + d] + dil * (k - 1) + 1
+                for d, (y, s, dil, k) in enumerate(zip(g.out, g.strides, g.dilations, g.kernel))]
+        extra = [i - f for i, f in zip(g.inp, full)]
+        props = dict(op.properties)
+        if any(extra):
+            props["output_padding"] = o.i64_array(extra)
+        return [e.value(o.ConvTransposeOp(op.lhs, op.rhs, op.result.type, props))]
+
+
+def conv_patches(e: Emitter, x: SSAValue, g: o.ConvGeometry) -> SSAValue:
+    """im2col in primitives: x zero-padded (concat with full), then one strided slice per kernel
+    offset, stacked to [N, C, kvol, P] (P the output positions)."""
+    r, element = g.spatial, x.type.element_type  # type: ignore[attr-defined]
+    for d in range(r):
+        before, after = g.pads[d], g.pads[r + d]
+        if before or after:
+            shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+            parts = [x]
+            if before:
+                parts.insert(0, e.value(o.FullOp(0.0, o.tensor([*shape[:2 + d], before, *shape[3 + d:]], element))))
+            if after:
+                parts.append(e.value(o.FullOp(0.0, o.tensor([*shape[:2 + d], after, *shape[3 + d:]], element))))
+            x = e.value(o.ConcatOp(parts, axis=2 + d))
+    positions = math.prod(g.out)
+    stacked = []
+    for offsets in itertools.product(*(range(k) for k in g.kernel)):
+        start = [0, 0, *(k * dil for k, dil in zip(offsets, g.dilations))]
+        limit = [g.n, g.c, *(a + (n - 1) * s + 1 for a, n, s in zip(start[2:], g.out, g.strides))]
+        piece = e.value(o.SliceOp(x, start, limit, [1, 1, *g.strides]))
+        stacked.append(e.value(o.ReshapeOp(piece, o.tensor([g.n, g.c, 1, positions], element))))
+    return stacked[0] if len(stacked) == 1 else e.value(o.ConcatOp(stacked, axis=2))
+
+
+class ConvPattern(RulePattern):
+    """y = w [G, Og, Cg * kvol] @ patches [N, G, Cg * kvol, P] (a batched matmul), reshaped."""
+
+    OP = o.ConvOp
+
+    def build(self, e: Emitter, op: o.ConvOp) -> Sequence[SSAValue]:
+        g = op.geometry()
+        x, w = wide(e, op.lhs), wide(e, op.rhs)
+        el, ck = x.type.element_type, g.c // g.group * math.prod(g.kernel)  # type: ignore[attr-defined]
+        cols = e.value(o.ReshapeOp(conv_patches(e, x, g), o.tensor([g.n, g.group, ck, math.prod(g.out)], el)))
+        wg = e.value(o.ReshapeOp(w, o.tensor([g.group, g.o // g.group, ck], el)))
+        y = e.value(o.ReshapeOp(e.matmul(wg, cols), o.tensor(g.y_shape, el)))
+        return [narrow(e, y, op.result)]
+
+
+class ConvGradFilterPattern(RulePattern):
+    """dw = dout [G, Og, N * P] @ patches [G, Cg * kvol, N * P]^T per group (transposes bring
+    each group's images together), reshaped to w's shape."""
+
+    OP = o.ConvGradFilterOp
+
+    def build(self, e: Emitter, op: o.ConvGradFilterOp) -> Sequence[SSAValue]:
+        g = op.geometry()
+        x, dout = wide(e, op.lhs), wide(e, op.rhs)
+        el, ck, p = x.type.element_type, g.c // g.group * math.prod(g.kernel), math.prod(g.out)  # type: ignore[attr-defined]
+
+        def by_group(v: SSAValue, rows: int) -> SSAValue:
+            """[N, G * rows, ...] -> [G, rows, N * P]"""
+            v = e.value(o.ReshapeOp(v, o.tensor([g.n, g.group, rows, p], el)))
+            v = e.value(o.TransposeOp(v, [1, 2, 0, 3]))
+            return e.value(o.ReshapeOp(v, o.tensor([g.group, rows, g.n * p], el)))
+
+        cols = by_group(conv_patches(e, x, g), ck)
+        dw = e.matmul(by_group(dout, g.o // g.group), cols, trans_y=True)
+        return [narrow(e, e.value(o.ReshapeOp(dw, o.tensor(g.w_shape, el))), op.result)]
+
+
 PATTERNS: dict[str, type[RulePattern]] = {
     "opc.cast_grad": CastGradInvokePattern,
     "opc.fused_gemm_epilogue_grad": FusedGemmEpilogueGradPattern,
@@ -364,6 +448,9 @@ PATTERNS: dict[str, type[RulePattern]] = {
     "opc.log_softmax_grad": LogSoftmaxGradPattern,
     "opc.layer_norm_grad": LayerNormGradPattern,
     "opc.softmax_cross_entropy_grad": SoftmaxCrossEntropyGradPattern,
+    "opc.conv": ConvPattern,
+    "opc.conv_grad_input": ConvGradInputInvokePattern,
+    "opc.conv_grad_filter": ConvGradFilterPattern,
 }
 """The rules, by op; the registry says which ops have one (and a test checks
 that the two agree)."""
