@@ -129,6 +129,10 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.conv":             OpEntry("fused", R.vjp_conv, composite=True),
     # vjp: conv (its input gradient) + conv_grad_filter with dout and x swapped; a kernel only
     "opc.conv_transpose":   OpEntry("fused", R.vjp_conv_transpose),
+    # saves indices for max_pool_grad; any_dtype: a cotangent of the i64 indices (a returned result
+    # gets one) must not stop y's from flowing; the rule ignores it
+    "opc.max_pool":         OpEntry("fused", R.vjp_max_pool, any_dtype=True),
+    "opc.avg_pool":         OpEntry("fused", R.vjp_avg_pool),       # avg_pool_grad
     # --- grad ops --------------------------------------- realised by ------------------------
     "opc.cast_grad":        grad("invoke", invoke="cast(dout, x.dtype)", any_dtype=True),
     "opc.fused_gemm_epilogue_grad": grad("kernel", composite=True),  # matmuls, act grad, reduce_sum
@@ -140,9 +144,12 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.softmax_cross_entropy_grad": grad("kernel", composite=True),  # (softmax - onehot(label)) * dloss
     "opc.conv_grad_input":  grad("kernel", invoke="conv_transpose(dout, w)"),
     "opc.conv_grad_filter": grad("kernel", composite=True),  # im2col by slices, a batched matmul with dout
-    # kernels only (as in Paddle); their own vjps for higher-order gradients: slice, gather of ddx
+    # kernels only (as in Paddle); their own vjps for higher-order gradients: slice, gather of ddx,
+    # avg_pool of ddx
     "opc.slice_grad":       OpEntry("grad", R.vjp_slice_grad, realised_by="kernel"),
     "opc.gather_grad":      OpEntry("grad", R.vjp_gather_grad, realised_by="kernel"),
+    "opc.max_pool_grad":    OpEntry("grad", R.vjp_max_pool_grad, realised_by="kernel"),
+    "opc.avg_pool_grad":    OpEntry("grad", R.vjp_avg_pool_grad, realised_by="kernel"),
 }
 # fmt: on
 

@@ -539,6 +539,123 @@ static inline cudaError_t opc_cuda_nn_conv_t(int which, const typename D::T *a, 
     return cudaGetLastError();
 }
 
+/* ---- pooling: opc_nn_conv.h's 23-integer geometry. max/avg pool and avg_pool_grad: one thread per
+ * result element; max_pool_grad: one thread per plane, which scatters its outputs in order in tiles
+ * (as the CPU kernel does: the same sums), checking each index against its plane. */
+
+struct opc_nn_pool_geom {
+    int64_t planes, in[3], out[3], k[3], s[3], d[3], pb[3], pe[3], include_pad;
+};
+
+#define OPC_NN_POOL_PARAMS                                                                                       \
+    int64_t planes, int64_t i0, int64_t i1, int64_t i2, int64_t o0, int64_t o1, int64_t o2, int64_t k0,         \
+        int64_t k1, int64_t k2, int64_t s0, int64_t s1, int64_t s2, int64_t d0, int64_t d1, int64_t d2,         \
+        int64_t b0, int64_t b1, int64_t b2, int64_t e0, int64_t e1, int64_t e2, int64_t include_pad
+#define OPC_NN_POOL_MAKE                                                                                         \
+    opc_nn_pool_geom q = {planes, {i0, i1, i2}, {o0, o1, o2}, {k0, k1, k2}, {s0, s1, s2}, {d0, d1, d2},      \
+                          {b0, b1, b2}, {e0, e1, e2}, include_pad}
+
+__device__ __forceinline__ int64_t opc_nn_pool_count(const opc_nn_pool_geom &q, const int64_t *o) {
+    int64_t count = 1;
+    for (int d = 0; d < 3; d++) {
+        const int64_t start = o[d] * q.s[d] - q.pb[d];
+        const int64_t lo = q.include_pad ? -q.pb[d] : 0, hi = q.include_pad ? q.in[d] + q.pe[d] : q.in[d];
+        int64_t taps = 0;
+        for (int64_t t = 0; t < q.k[d]; t++) taps += (start + t * q.d[d] >= lo && start + t * q.d[d] < hi);
+        count *= taps;
+    }
+    return count;
+}
+
+template <typename D>
+__global__ void opc_nn_pool_fwd(const typename D::T *x, typename D::T *y, int64_t *idx, opc_nn_pool_geom q) {
+    typedef typename D::A A;
+    const int64_t ovol = q.out[0] * q.out[1] * q.out[2], ivol = q.in[0] * q.in[1] * q.in[2];
+    OPC_NN_GRID_STRIDE(e, q.planes * ovol) {
+        const int64_t p = e / ovol, j = e % ovol;
+        const int64_t o[3] = {j / (q.out[1] * q.out[2]), (j / q.out[2]) % q.out[1], j % q.out[2]};
+        A acc = idx ? (A)-INFINITY : (A)0;
+        int64_t best = -1;
+        for (int64_t t0 = 0; t0 < q.k[0]; t0++) {
+            const int64_t a0 = o[0] * q.s[0] - q.pb[0] + t0 * q.d[0];
+            if (a0 < 0 || a0 >= q.in[0]) continue;
+            for (int64_t t1 = 0; t1 < q.k[1]; t1++) {
+                const int64_t a1 = o[1] * q.s[1] - q.pb[1] + t1 * q.d[1];
+                if (a1 < 0 || a1 >= q.in[1]) continue;
+                for (int64_t t2 = 0; t2 < q.k[2]; t2++) {
+                    const int64_t a2 = o[2] * q.s[2] - q.pb[2] + t2 * q.d[2];
+                    if (a2 < 0 || a2 >= q.in[2]) continue;
+                    const int64_t at = (a0 * q.in[1] + a1) * q.in[2] + a2;
+                    const A v = opc_nn_ld<D>(x[p * ivol + at]);
+                    if (!idx) acc += v;
+                    else if (best < 0 || (acc == acc && (v > acc || v != v))) {
+                        acc = v;
+                        best = at;
+                    }
+                }
+            }
+        }
+        if (idx) {
+            idx[e] = p * ivol + best;
+            y[e] = opc_nn_st<D>(acc);
+        } else {
+            y[e] = opc_nn_st<D>(acc / (A)opc_nn_pool_count(q, o));
+        }
+    }
+}
+
+template <typename D>
+__global__ void opc_nn_avg_pool_back(const typename D::T *dout, typename D::T *dx, opc_nn_pool_geom q) {
+    typedef typename D::A A;
+    const int64_t ovol = q.out[0] * q.out[1] * q.out[2], ivol = q.in[0] * q.in[1] * q.in[2];
+    OPC_NN_GRID_STRIDE(e, q.planes * ivol) {
+        const int64_t p = e / ivol, r = e % ivol;
+        const int64_t i[3] = {r / (q.in[1] * q.in[2]), (r / q.in[2]) % q.in[1], r % q.in[2]};
+        A acc = 0;
+        for (int64_t t0 = 0; t0 < q.k[0]; t0++) {
+            const int64_t n0 = i[0] + q.pb[0] - t0 * q.d[0];
+            if (n0 < 0 || n0 % q.s[0] || n0 / q.s[0] >= q.out[0]) continue;
+            for (int64_t t1 = 0; t1 < q.k[1]; t1++) {
+                const int64_t n1 = i[1] + q.pb[1] - t1 * q.d[1];
+                if (n1 < 0 || n1 % q.s[1] || n1 / q.s[1] >= q.out[1]) continue;
+                for (int64_t t2 = 0; t2 < q.k[2]; t2++) {
+                    const int64_t n2 = i[2] + q.pb[2] - t2 * q.d[2];
+                    if (n2 < 0 || n2 % q.s[2] || n2 / q.s[2] >= q.out[2]) continue;
+                    const int64_t o[3] = {n0 / q.s[0], n1 / q.s[1], n2 / q.s[2]};
+                    acc += opc_nn_ld<D>(dout[p * ovol + (o[0] * q.out[1] + o[1]) * q.out[2] + o[2]]) /
+                           (A)opc_nn_pool_count(q, o);
+                }
+            }
+        }
+        dx[e] = opc_nn_st<D>(acc);
+    }
+}
+
+#define OPC_NN_POOL_TILE 256
+
+template <typename D>
+__global__ void opc_nn_max_pool_back(const int64_t *idx, const typename D::T *dout, typename D::T *dx,
+                                     int64_t *record, int64_t code, opc_nn_pool_geom q) {
+    typedef typename D::A A;
+    const int64_t ovol = q.out[0] * q.out[1] * q.out[2], ivol = q.in[0] * q.in[1] * q.in[2];
+    OPC_NN_GRID_STRIDE(p, q.planes) {
+        A acc[OPC_NN_POOL_TILE];
+        for (int64_t t0 = 0; t0 < ivol; t0 += OPC_NN_POOL_TILE) {
+            const int64_t tn = ivol - t0 < OPC_NN_POOL_TILE ? ivol - t0 : OPC_NN_POOL_TILE;
+            for (int64_t j = 0; j < tn; j++) acc[j] = 0;
+            for (int64_t j = 0; j < ovol; j++) {
+                const int64_t e = p * ovol + j, at = idx[e] - p * ivol;
+                if (at < 0 || at >= ivol) {
+                    if (t0 == 0) opc_status_fail(record, code, idx[e]);
+                    continue;
+                }
+                if (at >= t0 && at < t0 + tn) acc[at - t0] += opc_nn_ld<D>(dout[e]);
+            }
+            for (int64_t j = 0; j < tn; j++) dx[p * ivol + t0 + j] = opc_nn_st<D>(acc[j]);
+        }
+    }
+}
+
 /* ---- entry points: opc_cuda_nn_CALLEE, as opc_nn.h names them ------------------ */
 
 #define OPC_CUDA_NN_SCE(SUF, D, LSUF, L)                                                                         \
@@ -607,6 +724,35 @@ static inline cudaError_t opc_cuda_nn_conv_t(int which, const typename D::T *a, 
                                                                  OPC_NN_CONV_PARAMS) {                           \
         return opc_cuda_nn_conv_t<D>(2, x, dy, dw, opc_nn_conv_make(n, c, o, g, i0, i1, i2, o0, o1, o2, k0, k1,   \
                                                                      k2, s0, s1, s2, d0, d1, d2, p0, p1, p2));    \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_max_pool_##SUF(const D::T *x, D::T *y, int64_t *idx,                   \
+                                                         OPC_NN_POOL_PARAMS) {                                   \
+        OPC_NN_POOL_MAKE;                                                                                        \
+        opc_nn_pool_fwd<D><<<opc_nn_blocks(planes * o0 * o1 * o2, OPC_NN_THREADS), OPC_NN_THREADS>>>(x, y, idx, q); \
+        return cudaGetLastError();                                                                               \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_avg_pool_##SUF(const D::T *x, D::T *y, OPC_NN_POOL_PARAMS) {           \
+        OPC_NN_POOL_MAKE;                                                                                        \
+        opc_nn_pool_fwd<D><<<opc_nn_blocks(planes * o0 * o1 * o2, OPC_NN_THREADS), OPC_NN_THREADS>>>(x, y,      \
+                                                                                                      nullptr, q); \
+        return cudaGetLastError();                                                                               \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_avg_pool_grad_##SUF(const D::T *dout, D::T *dx, OPC_NN_POOL_PARAMS) {  \
+        OPC_NN_POOL_MAKE;                                                                                        \
+        opc_nn_avg_pool_back<D><<<opc_nn_blocks(planes * i0 * i1 * i2, OPC_NN_THREADS), OPC_NN_THREADS>>>(dout,  \
+                                                                                                      dx, q);    \
+        return cudaGetLastError();                                                                               \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_max_pool_grad_##SUF(const int64_t *idx, const D::T *dout, D::T *dx,   \
+                                                              int64_t *record, OPC_NN_POOL_PARAMS,               \
+                                                              int64_t code) {                                    \
+        OPC_NN_POOL_MAKE;                                                                                        \
+        opc_nn_max_pool_back<D><<<opc_nn_blocks(planes, 64), 64>>>(idx, dout, dx, record, code, q);              \
+        return cudaGetLastError();                                                                               \
     }
 
 OPC_CUDA_NN_ENTRIES(f32, opc_nn_f32)
@@ -618,5 +764,7 @@ OPC_CUDA_NN_ENTRIES(bf16, opc_nn_bf16)
 #undef OPC_CUDA_NN_SCE
 #undef OPC_NN_GRID_STRIDE
 #undef OPC_NN_CONV_PARAMS
+#undef OPC_NN_POOL_PARAMS
+#undef OPC_NN_POOL_MAKE
 
 #endif /* OPC_NN_CUH */

@@ -91,6 +91,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #define OPC_NN_GEMM opc_rt_gemm_f32
 #include "opc_nn_rows.h"
 #include "opc_nn_conv_body.h"
+#include "opc_nn_pool_body.h"
 #undef OPC_NN_ACC
 #undef OPC_NN_FN
 #undef OPC_NN_LD
@@ -111,6 +112,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #define OPC_NN_GEMM opc_rt_gemm_f64
 #include "opc_nn_rows.h"
 #include "opc_nn_conv_body.h"
+#include "opc_nn_pool_body.h"
 #undef OPC_NN_ACC
 #undef OPC_NN_FN
 #undef OPC_NN_LD
@@ -193,6 +195,23 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
     OPC_NN_ENTRY void opc_nn_conv_grad_filter_##SUF(const T *x, const T *dy, T *dw, OPC_CV_GEOM_PARAMS) {      \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
         opc_nn_conv_grad_filter_##F(x, dy, dw, DT, &q);                                                        \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_max_pool_##SUF(const T *x, T *y, int64_t *idx, OPC_PL_GEOM_PARAMS) {              \
+        const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
+        opc_nn_max_pool_##F(x, y, idx, DT, &q);                                                                \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_max_pool_grad_##SUF(const int64_t *idx, const T *dout, T *dx, int64_t *record,    \
+                                                 OPC_PL_GEOM_PARAMS, int64_t code) {                           \
+        const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
+        opc_nn_max_pool_grad_##F(idx, dout, dx, record, code, DT, &q);                                         \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_avg_pool_##SUF(const T *x, T *y, OPC_PL_GEOM_PARAMS) {                            \
+        const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
+        opc_nn_avg_pool_##F(x, y, DT, &q);                                                                     \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_avg_pool_grad_##SUF(const T *dout, T *dx, OPC_PL_GEOM_PARAMS) {                   \
+        const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
+        opc_nn_avg_pool_grad_##F(dout, dx, DT, &q);                                                            \
     }
 
 #define OPC_NN_SCE_ENTRIES(SUF, T, F, DT, LSUF, L, L64)                                                        \

@@ -61,4 +61,44 @@ static inline int opc_cv_pointwise(const opc_cv_geom *q) {
     return 1;
 }
 
+/* Pooling (opc_nn_pool_body.h): POOL is 23 integers: planes (n * c), in[3], out[3], kernel[3],
+ * strides[3], dilations[3], pads begin[3], pads end[3], count_include_pad:
+ *   opc_nn_max_pool_T(x, y, indices, POOL)          indices flattened into x (int64)
+ *   opc_nn_max_pool_grad_T(indices, dout, dx, record, POOL, code)   an index outside its own
+ *                                   plane fails the status record with `code` and is skipped
+ *   opc_nn_avg_pool_T(x, y, POOL), opc_nn_avg_pool_grad_T(dout, dx, POOL) */
+typedef struct {
+    int64_t planes, in[3], out[3], k[3], s[3], d[3], pb[3], pe[3], include_pad;
+    int64_t ivol, ovol;
+} opc_pl_geom;
+
+#define OPC_PL_GEOM_PARAMS                                                                                       \
+    int64_t planes, int64_t i0, int64_t i1, int64_t i2, int64_t o0, int64_t o1, int64_t o2, int64_t k0,         \
+        int64_t k1, int64_t k2, int64_t s0, int64_t s1, int64_t s2, int64_t d0, int64_t d1, int64_t d2,         \
+        int64_t b0, int64_t b1, int64_t b2, int64_t e0, int64_t e1, int64_t e2, int64_t include_pad
+#define OPC_PL_GEOM_ARGS planes, i0, i1, i2, o0, o1, o2, k0, k1, k2, s0, s1, s2, d0, d1, d2, b0, b1, b2, e0, e1, e2, \
+    include_pad
+
+static inline opc_pl_geom opc_pl_make(OPC_PL_GEOM_PARAMS) {
+    opc_pl_geom q = {planes, {i0, i1, i2}, {o0, o1, o2}, {k0, k1, k2}, {s0, s1, s2}, {d0, d1, d2},
+                     {b0, b1, b2}, {e0, e1, e2}, include_pad, i0 * i1 * i2, o0 * o1 * o2};
+    return q;
+}
+
+/* The divisor of avg_pool's window at output position o (3 dims): its taps inside x, or with
+ * include_pad its extent clipped to the padded input [-pb, in + pe). */
+static inline int64_t opc_pl_count(const opc_pl_geom *q, const int64_t *o) {
+    int64_t count = 1;
+    for (int d = 0; d < 3; d++) {
+        const int64_t start = o[d] * q->s[d] - q->pb[d];
+        int64_t lo = q->include_pad ? -q->pb[d] : 0, hi = q->include_pad ? q->in[d] + q->pe[d] : q->in[d], taps = 0;
+        for (int64_t t = 0; t < q->k[d]; t++) {
+            const int64_t i = start + t * q->d[d];
+            taps += i >= lo && i < hi;
+        }
+        count *= taps;
+    }
+    return count;
+}
+
 #endif /* OPC_NN_CONV_H */

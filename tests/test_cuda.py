@@ -252,6 +252,21 @@ def nn_sources() -> list[str]:
     out.append(fn("conv_transpose_float32", [((1, 4, 5), "float32"), ((4, 2, 3), "float32")],
                   f"%r = opc.conv_transpose %a0, %a1 {at} : ({tt((1, 4, 5), 'float32')}, {tt((4, 2, 3), 'float32')}) "
                   f"-> {tt((1, 2, 11), 'float32')}", [((1, 2, 11), "float32")]))
+    # pooling: 2-D max with dilation and ceil_mode, 1-D avg counting pads
+    pa2 = "{kernel = array<i64: 3, 2>, strides = array<i64: 2, 2>, dilations = array<i64: 1, 2>, pads = array<i64: 1, 0, 1, 1>, ceil_mode = true}"
+    px2, py2 = (2, 3, 7, 8), (2, 3, 4, 4)
+    pa1 = "{kernel = array<i64: 3>, strides = array<i64: 2>, pads = array<i64: 1, 1>, count_include_pad = true}"
+    px1, py1 = (1, 4, 9), (1, 4, 5)
+    for dt in FLOATS:
+        t2, y2, i2, t1, y1 = tt(px2, dt), tt(py2, dt), tt(py2, "int64"), tt(px1, dt), tt(py1, dt)
+        out.append(fn(f"max_pool_{dt}", [(px2, dt)], f"%y, %i = opc.max_pool %a0 {pa2} : ({t2}) -> ({y2}, {i2})",
+                      [(py2, dt), (py2, "int64")], ("%y", "%i")))
+        out.append(fn(f"max_pool_grad_{dt}", [(px2, dt), (py2, dt)],  # its indices from max_pool: in range
+                      f"%y, %i = opc.max_pool %a0 {pa2} : ({t2}) -> ({y2}, {i2})\n"
+                      f"  %r = opc.max_pool_grad %a0, %i, %a1 {pa2} : ({t2}, {i2}, {y2}) -> {t2}", [(px2, dt)]))
+        out.append(fn(f"avg_pool_{dt}", [(px1, dt)], f"%r = opc.avg_pool %a0 {pa1} : ({t1}) -> {y1}", [(py1, dt)]))
+        out.append(fn(f"avg_pool_grad_{dt}", [(px1, dt), (py1, dt)],
+                      f"%r = opc.avg_pool_grad %a0, %a1 {pa1} : ({t1}, {y1}) -> {t1}", [(px1, dt)]))
     return out
 
 

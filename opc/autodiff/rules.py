@@ -516,3 +516,27 @@ def vjp_conv_transpose(e: Emitter, op: o.ConvTransposeOp, douts: Grads) -> Grads
     props = o.conv_grad_ops(op)
     return (e.value(o.ConvOp(d, op.rhs, op.lhs.type, props)),
             e.value(o.ConvGradFilterOp(d, op.lhs, op.rhs.type, props)))
+
+
+def vjp_max_pool(e: Emitter, op: o.MaxPoolOp, douts: Grads) -> Grads:
+    """dx = max_pool_grad(x, indices, dy); the indices carry no cotangent."""
+    dy = douts[0] if douts[0] is not None else e.full(0.0, op.y)
+    return (e.value(o.MaxPoolGradOp(op.x, op.indices, dy, dict(op.properties))),)
+
+
+def vjp_avg_pool(e: Emitter, op: o.AvgPoolOp, douts: Grads) -> Grads:
+    return (e.value(o.AvgPoolGradOp(op.x, douts[0], dict(op.properties))),)
+
+
+def vjp_max_pool_grad(e: Emitter, op: o.MaxPoolGradOp, douts: Grads) -> Grads:
+    """max_pool_grad is linear in dout: its adjoint gathers ddx at the indices."""
+    (d,) = douts
+    t = d.type
+    flat = e.value(o.ReshapeOp(d, o.tensor([math.prod(t.get_shape())], t.element_type)))  # type: ignore[attr-defined]
+    return None, None, e.value(o.GatherOp(flat, op.indices, 0))
+
+
+def vjp_avg_pool_grad(e: Emitter, op: o.AvgPoolGradOp, douts: Grads) -> Grads:
+    """avg_pool_grad is avg_pool's adjoint: its own adjoint is avg_pool."""
+    (d,) = douts
+    return None, e.value(o.AvgPoolOp(d, dict(op.properties)))

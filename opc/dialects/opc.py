@@ -26,6 +26,9 @@ Grad ops
 Convolutions (layout NC + spatial, 1 or 2 spatial dims while MAX_RANK is 4)
   conv {strides, dilations, pads, group}, conv_transpose {..., output_padding},
   conv_grad_input {...} (-> dx), conv_grad_filter {...} (-> dw)
+Pooling
+  max_pool {kernel, strides, dilations, pads, ceil_mode} -> y, indices;
+  avg_pool {kernel, strides, dilations, pads, ceil_mode, count_include_pad}; max_pool_grad, avg_pool_grad
 """
 
 from __future__ import annotations
@@ -1713,6 +1716,209 @@ def conv_grad_ops(op: ConvBase) -> dict[str, Attribute]:
     return {k: v for k, v in op.properties.items() if k != "output_padding"}
 
 
+
+# ---------------------------------------------------------------------------
+# Pooling
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolGeometry:
+    """A pooling window sliding over x [n, c, *inp]: kernel, strides, dilations, pads (begins, then
+    ends); out by floor, or by ceil (ceil_mode) dropping a last window that would start in the end pad."""
+
+    n: int
+    c: int
+    inp: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]
+    ceil_mode: bool
+
+    @property
+    def spatial(self) -> int:
+        return len(self.inp)
+
+    @property
+    def out(self) -> tuple[int, ...]:
+        r, out = self.spatial, []
+        for d, (i, k) in enumerate(zip(self.inp, self.kernel)):
+            span = i + self.pads[d] + self.pads[r + d] - self.dilations[d] * (k - 1) - 1
+            o = (-(-span // self.strides[d]) if self.ceil_mode else span // self.strides[d]) + 1
+            if self.ceil_mode and (o - 1) * self.strides[d] >= i + self.pads[d]:
+                o -= 1  # PyTorch's and ONNX's rule: every window starts inside the input or the begin pad
+            out.append(o)
+        return tuple(out)
+
+    @property
+    def y_shape(self) -> tuple[int, ...]:
+        return (self.n, self.c, *self.out)
+
+
+def pool_geometry(x: Sequence[int], kernel: Sequence[int], strides: Sequence[int] | None,
+                  dilations: Sequence[int] | None, pads: Sequence[int] | None, ceil_mode: bool) -> PoolGeometry:
+    r = conv_spatial("x", x)
+    kernel = conv_attr(kernel, r, 1, "kernel", 1)
+    g = PoolGeometry(x[0], x[1], tuple(x[2:]), kernel, conv_attr(strides, r, 1, "strides", 1),
+                     conv_attr(dilations, r, 1, "dilations", 1), conv_attr(pads, 2 * r, 0, "pads", 0), ceil_mode)
+    for d in range(r):
+        extent = g.dilations[d] * (g.kernel[d] - 1) + 1
+        padded = g.inp[d] + g.pads[d] + g.pads[r + d]
+        if extent > padded:
+            raise VerifyException(f"kernel of extent {extent} (size {g.kernel[d]}, dilations {g.dilations[d]}) is "
+                                  f"larger than the padded input {padded} in spatial dim {d}")
+        for o in range(g.out[d]):  # a window of padding only has no maximum and no average
+            start = o * g.strides[d] - g.pads[d]
+            if not any(0 <= start + t * g.dilations[d] < g.inp[d] for t in range(g.kernel[d])):
+                raise VerifyException(f"pads {list(g.pads)}: the pooling window {o} of spatial dim {d} covers only "
+                                      "padding")
+    return g
+
+
+class PoolAttrs:
+    """kernel, strides, dilations, pads, ceil_mode of the pooling ops."""
+
+    def pool_geometry(self) -> PoolGeometry:
+        def values(attr: DenseArrayBase | None) -> tuple[int, ...] | None:
+            return None if attr is None else tuple(attr.get_values())  # type: ignore[arg-type]
+
+        return pool_geometry(self.x.type.get_shape(), values(self.kernel),  # type: ignore[attr-defined]
+                             values(self.strides), values(self.dilations), values(self.pads),  # type: ignore[attr-defined]
+                             flag(self.ceil_mode))  # type: ignore[attr-defined]
+
+
+class PoolOp(OpcOp, PoolAttrs, abc.ABC):
+    """The pooling attributes; each op defines its operands itself, x first (IRDL orders a base
+    class's operands after the subclass's)."""
+
+    kernel = prop_def(DenseArrayBase)
+    strides = opt_prop_def(DenseArrayBase)
+    dilations = opt_prop_def(DenseArrayBase)
+    pads = opt_prop_def(DenseArrayBase)
+    ceil_mode = bool_prop(False)
+
+    def check_x(self) -> tuple[TensorType, PoolGeometry]:
+        tx = check_tensor(self.x, "x")
+        check_float(tx, "x")
+        return tx, self.pool_geometry()
+
+
+@irdl_op_definition
+class MaxPoolOp(PoolOp):
+    """`%y, %idx = opc.max_pool %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>} : (tensor<1x3x8x8xf32>) -> (tensor<1x3x4x4xf32>, tensor<1x3x4x4xi64>)`
+
+    The maximum of each window (NaN propagates) and, as ONNX's Indices, its flattened index into x
+    (the first maximum in window order).
+    """
+
+    name = "opc.max_pool"
+    x = operand_def(TensorType)
+    y = result_def(TensorType)
+    indices = result_def(TensorType)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, props: dict[str, Attribute]):
+        t = SSAValue.get(x).type
+        g = pool_geometry(t.get_shape(), *pool_values(props))  # type: ignore[attr-defined]
+        super().__init__(operands=[x], result_types=[tensor(g.y_shape, t.element_type), tensor(g.y_shape, i64)],  # type: ignore[attr-defined]
+                         properties=props)
+
+    def verify_(self) -> None:
+        tx, g = self.check_x()
+        check_conv_types(tx, tx, self.y, g.y_shape, "y")
+        ti = check_tensor(self.indices, "indices")
+        if ti.element_type != i64:
+            raise VerifyException(f"indices must have element type i64, got {ti.element_type}")
+        check_shape(ti, g.y_shape, "indices")
+
+
+@irdl_op_definition
+class AvgPoolOp(PoolOp):
+    """`%y = opc.avg_pool %x {kernel = array<i64: 3>, pads = array<i64: 1, 1>, count_include_pad = true} : (tensor<1x3x8xf32>) -> tensor<1x3x8xf32>`
+
+    The mean of each window: over its elements inside x, or (count_include_pad) over its extent
+    clipped to the padded input.
+    """
+
+    name = "opc.avg_pool"
+    x = operand_def(TensorType)
+    y = result_def(TensorType)
+    count_include_pad = bool_prop(False)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, props: dict[str, Attribute]):
+        t = SSAValue.get(x).type
+        g = pool_geometry(t.get_shape(), *pool_values(props))  # type: ignore[attr-defined]
+        super().__init__(operands=[x], result_types=[tensor(g.y_shape, t.element_type)], properties=props)  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx, g = self.check_x()
+        check_conv_types(tx, tx, self.y, g.y_shape, "y")
+
+
+def pool_values(props: dict[str, Attribute]) -> tuple:
+    def values(k: str) -> tuple[int, ...] | None:
+        a = props.get(k)
+        return None if a is None else tuple(a.get_values())  # type: ignore[attr-defined]
+
+    ceil = props.get("ceil_mode")
+    return (values("kernel"), values("strides"), values("dilations"), values("pads"),
+            bool(ceil is not None and flag(ceil)))  # type: ignore[arg-type]
+
+
+@irdl_op_definition
+class MaxPoolGradOp(PoolOp):
+    """`%dx = opc.max_pool_grad %x, %idx, %dout {kernel = array<i64: 2, 2>} : (tensor<1x3x8x8xf32>, tensor<1x3x7x7xi64>, tensor<1x3x7x7xf32>) -> tensor<1x3x8x8xf32>`
+
+    dout scatter-added into zeros of x's shape at the indices max_pool saved (x lends its type);
+    an index outside its own image and channel is a run-time IndexError.
+    """
+
+    name = "opc.max_pool_grad"
+    x = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    dout = operand_def(TensorType)
+    dx = result_def(TensorType)
+    assembly_format = "$x `,` $indices `,` $dout attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, indices: SSAValue | Operation, dout: SSAValue | Operation,
+                 props: dict[str, Attribute]):
+        super().__init__(operands=[x, indices, dout], result_types=[SSAValue.get(x).type], properties=props)
+
+    def verify_(self) -> None:
+        tx, g = self.check_x()
+        check_conv_types(tx, check_tensor(self.dout, "dout"), self.dx, tx.get_shape(), "dx", ("x", "dout"))
+        check_shape(check_tensor(self.dout, "dout"), g.y_shape, "dout")
+        ti = check_tensor(self.indices, "indices")
+        if ti.element_type != i64:
+            raise VerifyException(f"indices must have element type i64, got {ti.element_type}")
+        check_shape(ti, g.y_shape, "indices")
+
+
+@irdl_op_definition
+class AvgPoolGradOp(PoolOp):
+    """`%dx = opc.avg_pool_grad %x, %dout {kernel = array<i64: 3>} : (tensor<1x3x8xf32>, tensor<1x3x6xf32>) -> tensor<1x3x8xf32>`
+
+    Each dout spread evenly over its window's counted elements (x lends its type).
+    """
+
+    name = "opc.avg_pool_grad"
+    x = operand_def(TensorType)
+    dout = operand_def(TensorType)
+    dx = result_def(TensorType)
+    count_include_pad = bool_prop(False)
+    assembly_format = "$x `,` $dout attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, dout: SSAValue | Operation, props: dict[str, Attribute]):
+        super().__init__(operands=[x, dout], result_types=[SSAValue.get(x).type], properties=props)
+
+    def verify_(self) -> None:
+        tx, g = self.check_x()
+        check_conv_types(tx, check_tensor(self.dout, "dout"), self.dx, tx.get_shape(), "dx", ("x", "dout"))
+        check_shape(check_tensor(self.dout, "dout"), g.y_shape, "dout")
+
+
 Opc = Dialect(
     "opc",
     [
@@ -1725,6 +1931,7 @@ Opc = Dialect(
         CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
         SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, SliceGradOp, GatherGradOp,
         ConvOp, ConvTransposeOp, ConvGradInputOp, ConvGradFilterOp,
+        MaxPoolOp, AvgPoolOp, MaxPoolGradOp, AvgPoolGradOp,
     ],  # fmt: skip
     [],
 )

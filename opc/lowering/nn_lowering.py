@@ -340,6 +340,41 @@ def lower_conv(fl, op: opc.ConvBase) -> None:  # noqa: ANN001
     call(fl, f"{kernel}_{dtype_suffix(element_of(op.result))}", buffers(fl, op), conv_ints(op.geometry()))
 
 
+def pool_ints(op: opc.PoolOp) -> list[int]:
+    """The 23 integers of runtime/opc_nn_conv.h's pooling geometry."""
+    g = op.pool_geometry()
+    lead = 3 - g.spatial
+
+    def three(v: Sequence[int], fill: int) -> list[int]:
+        return [fill] * lead + list(v)
+
+    include = getattr(op, "count_include_pad", None)
+    return [g.n * g.c, *three(g.inp, 1), *three(g.out, 1), *three(g.kernel, 1), *three(g.strides, 1),
+            *three(g.dilations, 1), *three(g.pads[:g.spatial], 0), *three(g.pads[g.spatial:], 0),
+            int(include is not None and opc.flag(include))]
+
+
+def lower_pool(fl, op: opc.PoolOp) -> None:  # noqa: ANN001
+    """max_pool (x, y, indices), avg_pool (x, y), avg_pool_grad (dout, dx), max_pool_grad (indices, dout,
+    dx, status; its indices checked against their plane): one runtime call each. x of the grads lends
+    only its type."""
+    suffix = dtype_suffix(element_of(op.x))
+    callee = f"{op.name.removeprefix('opc.')}_{suffix}"
+    if isinstance(op, opc.MaxPoolGradOp):
+        name, direct = argument_source(fl, op.indices)
+        holder = f"argument '{braces(name)}' holds" if name is not None and direct else (
+            f"an index computed from argument '{braces(name)}' is" if name is not None else "an index is")
+        code = fl.checks.code(op, "IndexError", f"{holder} index {{value}}, outside its image and channel of x "
+                                                f"({op.name})")
+        args = [fl.operand_buffer(op.indices), fl.operand_buffer(op.dout), fl.buffer_for(op.dx), fl.checks.status()]
+        call(fl, callee, args, [*pool_ints(op), code])
+        return
+    if isinstance(op, opc.AvgPoolGradOp):
+        call(fl, callee, [fl.operand_buffer(op.dout), fl.buffer_for(op.dx)], pool_ints(op))
+        return
+    call(fl, callee, buffers(fl, op), pool_ints(op))
+
+
 LOWERINGS: dict[type[Operation], Callable] = {
     opc.ConcatOp: lower_concat,
     opc.SliceGradOp: lower_slice_grad,
@@ -356,6 +391,10 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.ConvTransposeOp: lower_conv,
     opc.ConvGradInputOp: lower_conv,
     opc.ConvGradFilterOp: lower_conv,
+    opc.MaxPoolOp: lower_pool,
+    opc.AvgPoolOp: lower_pool,
+    opc.MaxPoolGradOp: lower_pool,
+    opc.AvgPoolGradOp: lower_pool,
 }
 """Ops materialized by a function of their own (buffers, nests or a runtime call)."""
 
