@@ -133,6 +133,11 @@ REGISTRY: dict[str, OpEntry] = {
     # gets one) must not stop y's from flowing; the rule ignores it
     "opc.max_pool":         OpEntry("fused", R.vjp_max_pool, any_dtype=True),
     "opc.avg_pool":         OpEntry("fused", R.vjp_avg_pool),       # avg_pool_grad
+    # no kernels yet (NO_KERNEL below): their composites; batch_norm's vjp is batch_norm_grad in
+    # training, instance_norm / group_norm run as layer_norm over [N * groups, rest] (its kernel)
+    "opc.batch_norm":       OpEntry("fused", R.vjp_batch_norm, composite=True),
+    "opc.instance_norm":    OpEntry("fused", R.vjp_through_rule, composite=True),
+    "opc.group_norm":       OpEntry("fused", R.vjp_through_rule, composite=True),
     # --- grad ops --------------------------------------- realised by ------------------------
     "opc.cast_grad":        grad("invoke", invoke="cast(dout, x.dtype)", any_dtype=True),
     "opc.fused_gemm_epilogue_grad": grad("kernel", composite=True),  # matmuls, act grad, reduce_sum
@@ -144,6 +149,7 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.softmax_cross_entropy_grad": grad("kernel", composite=True),  # (softmax - onehot(label)) * dloss
     "opc.conv_grad_input":  grad("kernel", invoke="conv_transpose(dout, w)"),
     "opc.conv_grad_filter": grad("kernel", composite=True),  # im2col by slices, a batched matmul with dout
+    "opc.batch_norm_grad":  grad("composite", composite=True),  # reduce_mean / reduce_sum over N, spatial
     # kernels only (as in Paddle); their own vjps for higher-order gradients: slice, gather of ddx,
     # avg_pool of ddx
     "opc.slice_grad":       OpEntry("grad", R.vjp_slice_grad, realised_by="kernel"),
@@ -154,6 +160,9 @@ REGISTRY: dict[str, OpEntry] = {
 # fmt: on
 
 ALL_OPS: frozenset[str] = frozenset(REGISTRY)
+NO_KERNEL: frozenset[str] = frozenset({"opc.batch_norm", "opc.batch_norm_grad", "opc.instance_norm",
+                                       "opc.group_norm"})
+"""Ops without a dedicated CPU / CUDA lowering: the built-in targets run them by their rules."""
 
 
 def entry(name: str) -> OpEntry | None:

@@ -31,7 +31,7 @@ from xdsl.ir import Operation
 
 from opc.external import ExternalKernel, parse_externals
 from opc.ir import OpcError
-from opc.registry import ALL_OPS
+from opc.registry import ALL_OPS, NO_KERNEL
 
 BACKENDS = ("cpu", "cuda")
 
@@ -58,8 +58,9 @@ class Target:
 
 
 # Every op has a kernel on cpu and cuda except cast_grad, which is realised by
-# invoking cast: Paddle's cast_grad kernels were registered but never ran.
-BUILTIN_KERNELS: frozenset[str] = ALL_OPS - {"opc.cast_grad"}
+# invoking cast: Paddle's cast_grad kernels were registered but never ran, and the
+# normalizations of NO_KERNEL, which run by their composite rules.
+BUILTIN_KERNELS: frozenset[str] = ALL_OPS - {"opc.cast_grad"} - NO_KERNEL
 
 BUILTIN_TARGETS = {name: Target(name, name, BUILTIN_KERNELS) for name in BACKENDS}
 

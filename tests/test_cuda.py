@@ -267,6 +267,22 @@ def nn_sources() -> list[str]:
         out.append(fn(f"avg_pool_{dt}", [(px1, dt)], f"%r = opc.avg_pool %a0 {pa1} : ({t1}) -> {y1}", [(py1, dt)]))
         out.append(fn(f"avg_pool_grad_{dt}", [(px1, dt), (py1, dt)],
                       f"%r = opc.avg_pool_grad %a0, %a1 {pa1} : ({t1}, {y1}) -> {t1}", [(px1, dt)]))
+    # batch / instance / group norm and batch_norm_grad: composites on cuda too
+    nx, nc = (2, 4, 3, 5), (4,)
+    for dt, st in (("float32", "float32"), ("float16", "float32")):
+        t, c, sc = tt(nx, dt), tt(nc, dt), tt(nc, st)
+        out.append(fn(f"batch_norm_norm_{dt}", [(nx, dt)] + [(nc, dt)] * 4,
+                      f"%y, %rm, %rv, %sm, %sr = opc.batch_norm %a0, %a1, %a2, %a3, %a4 {{training = true}} : "
+                      f"({t}, {c}, {c}, {c}, {c}) -> ({t}, {c}, {c}, {sc}, {sc})", [(nx, dt), (nc, dt), (nc, dt),
+                      (nc, st), (nc, st)], ("%y", "%rm", "%rv", "%sm", "%sr")))
+        out.append(fn(f"batch_norm_grad_norm_{dt}", [(nx, dt), (nc, dt), (nc, st), (nc, st), (nx, dt)],
+                      f"%dx, %ds, %db = opc.batch_norm_grad %a0, %a1, %a2, %a3, %a4 : ({t}, {c}, {sc}, {sc}, {t}) -> "
+                      f"({t}, {c}, {c})", [(nx, dt), (nc, dt), (nc, dt)], ("%dx", "%ds", "%db")))
+        for op, g, extra in (("instance_norm", 4, ""), ("group_norm", 2, " {num_groups = 2}")):
+            m = tt((2, g), st)
+            out.append(fn(f"{op}_norm_{dt}", [(nx, dt), (nc, dt), (nc, dt)],
+                          f"%y, %m, %r = opc.{op} %a0, %a1, %a2{extra} : ({t}, {c}, {c}) -> ({t}, {m}, {m})",
+                          [(nx, dt), ((2, g), st), ((2, g), st)], ("%y", "%m", "%r")))
     return out
 
 

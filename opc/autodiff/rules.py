@@ -540,3 +540,16 @@ def vjp_avg_pool_grad(e: Emitter, op: o.AvgPoolGradOp, douts: Grads) -> Grads:
     """avg_pool_grad is avg_pool's adjoint: its own adjoint is avg_pool."""
     (d,) = douts
     return None, e.value(o.AvgPoolOp(d, dict(op.properties)))
+
+
+def vjp_batch_norm(e: Emitter, op: o.BatchNormOp, douts: Grads) -> Grads:
+    """Training, with a cotangent for y only: batch_norm_grad from the saved mean and rstd. Otherwise
+    (inference, or the statistics used downstream) through the composite rule."""
+    if o.flag(op.training) and all(is_zero(d) for d in douts[1:]) and douts[0] is not None:
+        grad = o.BatchNormGradOp(op.x, op.scale, op.stats[2], op.stats[3], douts[0])
+        e.emit(grad)
+        return grad.dx, grad.dscale, grad.dbias, None, None
+    return vjp_through_rule(e, op, douts)
+
+
+vjp_batch_norm.takes_missing = True  # type: ignore[attr-defined]

@@ -29,6 +29,9 @@ Convolutions (layout NC + spatial, 1 or 2 spatial dims while MAX_RANK is 4)
 Pooling
   max_pool {kernel, strides, dilations, pads, ceil_mode} -> y, indices;
   avg_pool {kernel, strides, dilations, pads, ceil_mode, count_include_pad}; max_pool_grad, avg_pool_grad
+Normalization over channels
+  batch_norm {epsilon, momentum, training} -> y[, running_mean, running_var, saved_mean, saved_rstd],
+  batch_norm_grad, instance_norm {epsilon}, group_norm {num_groups, epsilon} -> y, mean, rstd
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
     var_operand_def,
+    var_result_def,
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
@@ -1919,6 +1923,194 @@ class AvgPoolGradOp(PoolOp):
         check_shape(check_tensor(self.dout, "dout"), g.y_shape, "dout")
 
 
+
+# ---------------------------------------------------------------------------
+# Batch, instance and group normalization
+# ---------------------------------------------------------------------------
+
+
+def check_channels(tx: TensorType, what: str, values: Sequence[tuple[str, SSAValue]], element: Attribute | None = None,
+                   count: int | None = None) -> int:
+    """x is [N, C, *spatial] (rank 2 to MAX_RANK, float); each value is [count or C] of x's element type
+    (or `element`)."""
+    check_float(tx, "x")
+    shape = tx.get_shape()
+    if not 2 <= len(shape) <= MAX_RANK:
+        raise VerifyException(f"{what} needs x of rank 2 to {MAX_RANK} ([N, C, *spatial]), got {list(shape)}")
+    n = shape[1] if count is None else count
+    for name, v in values:
+        t = check_tensor(v, name)
+        if t.element_type != (element or tx.element_type):
+            raise VerifyException(f"{name} must have element type {element or tx.element_type}, got {t.element_type}")
+        check_shape(t, [n], name)
+    return shape[1]
+
+
+def f64_prop(default: float):
+    return prop_def(FloatAttr, default_value=FloatAttr(default, 64))
+
+
+@irdl_op_definition
+class BatchNormOp(OpcOp):
+    """`%y, %rm, %rv, %sm, %sr = opc.batch_norm %x, %scale, %bias, %mean, %var {training = true} : (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)`
+
+    Per channel C of x [N, C, *spatial]: inference normalizes by the given mean and var (one result);
+    training by the batch statistics over N and the spatial dims, and also returns running_mean /
+    running_var = momentum * given + (1 - momentum) * batch (ONNX's convention, biased var) and the
+    saved mean and rstd = 1 / sqrt(var + epsilon) for the backward (f32 for halves).
+    """
+
+    name = "opc.batch_norm"
+    x = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    mean = operand_def(TensorType)
+    var = operand_def(TensorType)
+    y = result_def(TensorType)
+    stats = var_result_def(TensorType)
+    epsilon = f64_prop(1e-5)
+    momentum = f64_prop(0.9)
+    training = bool_prop(False)
+    assembly_format = "$x `,` $scale `,` $bias `,` $mean `,` $var attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, bias: SSAValue | Operation,
+                 mean: SSAValue | Operation, var: SSAValue | Operation, epsilon: float = 1e-5,
+                 momentum: float = 0.9, training: bool = False):
+        t = SSAValue.get(x).type
+        c = [t.get_shape()[1]]  # type: ignore[attr-defined]
+        stats = [tensor(c, t.element_type)] * 2 + [tensor(c, stats_element(t.element_type))] * 2  # type: ignore[attr-defined]
+        super().__init__(operands=[x, scale, bias, mean, var], result_types=[t, stats if training else []],
+                         properties={"epsilon": FloatAttr(epsilon, 64), "momentum": FloatAttr(momentum, 64),
+                                     "training": BoolAttr.from_bool(training)})
+
+    def verify_(self) -> None:
+        tx = check_tensor(self.x, "x")
+        check_channels(tx, "batch_norm", [("scale", self.scale), ("bias", self.bias), ("mean", self.mean),
+                                          ("var", self.var)])
+        if self.y.type != tx:
+            raise VerifyException(f"y must have the type of x, {tx}")
+        if flag(self.training):
+            if len(self.stats) != 4:
+                raise VerifyException("training batch_norm has 5 results: y, running_mean, running_var, saved_mean, "
+                                      f"saved_rstd; got {1 + len(self.stats)}")
+            check_channels(tx, "batch_norm", [("running_mean", self.stats[0]), ("running_var", self.stats[1])])
+            check_channels(tx, "batch_norm", [("saved_mean", self.stats[2]), ("saved_rstd", self.stats[3])],
+                           stats_element(tx.element_type))
+        elif self.stats:
+            raise VerifyException(f"inference batch_norm (training = false) has one result, got {1 + len(self.stats)}")
+        if not self.epsilon.value.data >= 0:
+            raise VerifyException(f"epsilon must be >= 0, got {self.epsilon.value.data}")
+
+
+@irdl_op_definition
+class BatchNormGradOp(OpcOp):
+    """`%dx, %ds, %db = opc.batch_norm_grad %x, %scale, %sm, %sr, %dy : (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>)`
+
+    Training batch_norm's backward from its saved mean and rstd: xhat = (x - mean) * rstd,
+    g = dy * scale, dx = rstd * (g - E[g] - xhat * E[g * xhat]) over N and the spatial dims,
+    dscale = sum of dy * xhat, dbias = sum of dy.
+    """
+
+    name = "opc.batch_norm_grad"
+    x = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    saved_mean = operand_def(TensorType)
+    saved_rstd = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dx = result_def(TensorType)
+    dscale = result_def(TensorType)
+    dbias = result_def(TensorType)
+    assembly_format = ("$x `,` $scale `,` $saved_mean `,` $saved_rstd `,` $dy attr-dict `:` "
+                       "functional-type(operands, results)")
+
+    def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, saved_mean: SSAValue | Operation,
+                 saved_rstd: SSAValue | Operation, dy: SSAValue | Operation):
+        tx, ts = SSAValue.get(x).type, SSAValue.get(scale).type
+        super().__init__(operands=[x, scale, saved_mean, saved_rstd, dy], result_types=[tx, ts, ts])
+
+    def verify_(self) -> None:
+        tx = check_tensor(self.x, "x")
+        check_channels(tx, "batch_norm_grad", [("scale", self.scale), ("dscale", self.dscale),
+                                               ("dbias", self.dbias)])
+        check_channels(tx, "batch_norm_grad", [("saved_mean", self.saved_mean), ("saved_rstd", self.saved_rstd)],
+                       stats_element(tx.element_type))
+        for what, v in (("dy", self.dy), ("dx", self.dx)):
+            if v.type != tx:
+                raise VerifyException(f"{what} must have the type of x, {tx}")
+
+
+class GroupedNormOp(OpcOp, abc.ABC):
+    """instance_norm / group_norm: normalize x [N, C, *spatial] over each group of channels and the
+    spatial dims, then scale and shift per channel; mean and rstd [N, groups] are saved."""
+
+    x = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    y = result_def(TensorType)
+    mean = result_def(TensorType)
+    rstd = result_def(TensorType)
+    epsilon = f64_prop(1e-5)
+    assembly_format = "$x `,` $scale `,` $bias attr-dict `:` functional-type(operands, results)"
+
+    def groups(self) -> int:
+        raise NotImplementedError
+
+    def verify_(self) -> None:
+        tx = check_tensor(self.x, "x")
+        c = check_channels(tx, self.name.removeprefix("opc."), [("scale", self.scale), ("bias", self.bias)])
+        g = self.groups()
+        if g < 1 or c % g:
+            raise VerifyException(f"num_groups {g} does not divide the {c} channels of x")
+        if self.y.type != tx:
+            raise VerifyException(f"y must have the type of x, {tx}")
+        want = stats_element(tx.element_type)
+        for what, v in (("mean", self.mean), ("rstd", self.rstd)):
+            t = check_tensor(v, what)
+            if t.element_type != want:
+                raise VerifyException(f"{what} must have element type {want}, got {t.element_type}")
+            check_shape(t, [tx.get_shape()[0], g], what)
+        if not self.epsilon.value.data >= 0:
+            raise VerifyException(f"epsilon must be >= 0, got {self.epsilon.value.data}")
+
+
+def grouped_types(x: SSAValue | Operation, groups: int) -> list[Attribute]:
+    t = SSAValue.get(x).type
+    stats = tensor([t.get_shape()[0], groups], stats_element(t.element_type))  # type: ignore[attr-defined]
+    return [t, stats, stats]
+
+
+@irdl_op_definition
+class InstanceNormOp(GroupedNormOp):
+    """`%y, %m, %r = opc.instance_norm %x, %scale, %bias {epsilon = 1.0e-05 : f64} : (tensor<2x3x5xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x5xf32>, tensor<2x3xf32>, tensor<2x3xf32>)`"""
+
+    name = "opc.instance_norm"
+
+    def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, bias: SSAValue | Operation,
+                 epsilon: float = 1e-5):
+        c = SSAValue.get(x).type.get_shape()[1]  # type: ignore[attr-defined]
+        super().__init__(operands=[x, scale, bias], result_types=grouped_types(x, c),
+                         properties={"epsilon": FloatAttr(epsilon, 64)})
+
+    def groups(self) -> int:
+        return self.x.type.get_shape()[1]  # type: ignore[attr-defined]
+
+
+@irdl_op_definition
+class GroupNormOp(GroupedNormOp):
+    """`%y, %m, %r = opc.group_norm %x, %scale, %bias {num_groups = 2} : (tensor<2x4x5xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x5xf32>, tensor<2x2xf32>, tensor<2x2xf32>)`"""
+
+    name = "opc.group_norm"
+    num_groups = int_prop(1)
+
+    def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, bias: SSAValue | Operation,
+                 num_groups: int, epsilon: float = 1e-5):
+        super().__init__(operands=[x, scale, bias], result_types=grouped_types(x, num_groups),
+                         properties={"num_groups": IntegerAttr(num_groups, 64), "epsilon": FloatAttr(epsilon, 64)})
+
+    def groups(self) -> int:
+        return self.num_groups.value.data
+
+
 Opc = Dialect(
     "opc",
     [
@@ -1932,6 +2124,7 @@ Opc = Dialect(
         SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, SliceGradOp, GatherGradOp,
         ConvOp, ConvTransposeOp, ConvGradInputOp, ConvGradFilterOp,
         MaxPoolOp, AvgPoolOp, MaxPoolGradOp, AvgPoolGradOp,
+        BatchNormOp, BatchNormGradOp, InstanceNormOp, GroupNormOp,
     ],  # fmt: skip
     [],
 )

@@ -432,6 +432,93 @@ class ConvGradFilterPattern(RulePattern):
         return [narrow(e, e.value(o.ReshapeOp(dw, o.tensor(g.w_shape, el))), op.result)]
 
 
+# ---------------------------------------------------------------------------
+# batch, instance and group normalization
+# ---------------------------------------------------------------------------
+
+
+def per_channel(e: Emitter, v: SSAValue, rank: int) -> SSAValue:
+    """[C] -> [C, 1, ...] so that it broadcasts along x [N, C, *spatial]."""
+    t = v.type
+    return e.value(o.ReshapeOp(v, o.tensor([t.get_shape()[0], *[1] * (rank - 2)], t.element_type)))  # type: ignore[attr-defined]
+
+
+def channel_axes(x: SSAValue) -> list[int]:
+    """N and the spatial dims: every axis of x but the channels."""
+    return [0, *range(2, len(x.type.get_shape()))]  # type: ignore[attr-defined]
+
+
+class BatchNormPattern(RulePattern):
+    """inference: (x - mean) * rsqrt(var + eps) * scale + bias; training: the batch's mean and
+    (biased) variance by reduce_mean, the running statistics blended by momentum."""
+
+    OP = o.BatchNormOp
+
+    def build(self, e: Emitter, op: o.BatchNormOp) -> Sequence[SSAValue]:
+        x = wide(e, op.x)
+        rank, axes = len(x.type.get_shape()), channel_axes(x)  # type: ignore[attr-defined]
+        scale, bias = (per_channel(e, wide(e, v), rank) for v in (op.scale, op.bias))
+        eps = op.epsilon.value.data
+        if not o.flag(op.training):
+            mean, var = (per_channel(e, wide(e, v), rank) for v in (op.mean, op.var))
+            rstd = e.value(o.RsqrtOp(e.add(var, e.full(eps, var))))
+            return [narrow(e, e.add(e.mul(e.mul(e.sub(x, mean), rstd), scale), bias), op.x)]
+        bmean = e.value(o.ReduceMeanOp(x, axes, keepdim=True))
+        centred = e.sub(x, bmean)
+        bvar = e.value(o.ReduceMeanOp(e.mul(centred, centred), axes, keepdim=True))
+        rstd = e.value(o.RsqrtOp(e.add(bvar, e.full(eps, bvar))))
+        y = e.add(e.mul(e.mul(centred, rstd), scale), bias)
+        c = o.tensor([x.type.get_shape()[1]], x.type.element_type)  # type: ignore[attr-defined]
+        flat = [e.value(o.ReshapeOp(v, c)) for v in (bmean, bvar, rstd)]
+        m = op.momentum.value.data
+
+        def blend(given: SSAValue, batch: SSAValue) -> SSAValue:
+            return e.add(e.scale(wide(e, given), m), e.scale(batch, 1.0 - m))
+
+        running = [narrow(e, blend(op.mean, flat[0]), op.mean), narrow(e, blend(op.var, flat[1]), op.var)]
+        saved = [narrow(e, flat[0], op.stats[2]), narrow(e, flat[2], op.stats[3])]
+        return [narrow(e, y, op.x), *running, *saved]
+
+
+class BatchNormGradPattern(RulePattern):
+    """xhat = (x - mean) * rstd, g = dy * scale: dx = rstd * (g - E[g] - xhat * E[g * xhat]),
+    dscale = sum(dy * xhat), dbias = sum(dy), over N and the spatial dims."""
+
+    OP = o.BatchNormGradOp
+
+    def build(self, e: Emitter, op: o.BatchNormGradOp) -> Sequence[SSAValue]:
+        x, dy = wide(e, op.x), wide(e, op.dy)
+        rank, axes = len(x.type.get_shape()), channel_axes(x)  # type: ignore[attr-defined]
+        scale, mean, rstd = (per_channel(e, wide(e, v), rank) for v in (op.scale, op.saved_mean, op.saved_rstd))
+        xhat = e.mul(e.sub(x, mean), rstd)
+        g = e.mul(dy, scale)
+        mean_g = e.value(o.ReduceMeanOp(g, axes, keepdim=True))
+        mean_gx = e.value(o.ReduceMeanOp(e.mul(g, xhat), axes, keepdim=True))
+        dx = e.mul(rstd, e.sub(e.sub(g, mean_g), e.mul(xhat, mean_gx)))
+        return [narrow(e, dx, op.x), narrow(e, e.reduce_sum(e.mul(dy, xhat), axes), op.scale),
+                narrow(e, e.reduce_sum(dy, axes), op.scale)]
+
+
+class GroupedNormPattern(RulePattern):
+    """instance_norm / group_norm: x as [N * groups, rest] normalized by layer_norm (unit scale,
+    zero bias), back to x's shape, then scale and bias per channel; mean and rstd as [N, groups]."""
+
+    OP = o.GroupedNormOp
+
+    def build(self, e: Emitter, op: o.GroupedNormOp) -> Sequence[SSAValue]:
+        x = op.x
+        shape, el, g = x.type.get_shape(), x.type.element_type, op.groups()  # type: ignore[attr-defined]
+        rows = e.value(o.ReshapeOp(x, o.tensor([shape[0] * g, math.prod(shape) // (shape[0] * g)], el)))
+        rest = o.tensor([rows.type.get_shape()[1]], el)  # type: ignore[attr-defined]
+        ln = o.LayerNormOp(rows, e.full(1.0, rest), e.full(0.0, rest), 1, op.epsilon.value.data)
+        e.emit(ln)
+        y = wide(e, e.value(o.ReshapeOp(ln.y, x.type)))
+        scale, bias = (per_channel(e, wide(e, v), len(shape)) for v in (op.scale, op.bias))
+        stats = op.mean.type
+        return [narrow(e, e.add(e.mul(y, scale), bias), x), e.value(o.ReshapeOp(ln.mean, stats)),
+                e.value(o.ReshapeOp(ln.rstd, stats))]
+
+
 PATTERNS: dict[str, type[RulePattern]] = {
     "opc.cast_grad": CastGradInvokePattern,
     "opc.fused_gemm_epilogue_grad": FusedGemmEpilogueGradPattern,
@@ -451,6 +538,10 @@ PATTERNS: dict[str, type[RulePattern]] = {
     "opc.conv": ConvPattern,
     "opc.conv_grad_input": ConvGradInputInvokePattern,
     "opc.conv_grad_filter": ConvGradFilterPattern,
+    "opc.batch_norm": BatchNormPattern,
+    "opc.batch_norm_grad": BatchNormGradPattern,
+    "opc.instance_norm": GroupedNormPattern,
+    "opc.group_norm": GroupedNormPattern,
 }
 """The rules, by op; the registry says which ops have one (and a test checks
 that the two agree)."""
