@@ -186,32 +186,42 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
 #define OPC_NN_CONV_ENTRIES(SUF, T, F, DT)                                                                     \
     OPC_NN_ENTRY void opc_nn_conv_##SUF(const T *x, const T *w, T *y, OPC_CV_GEOM_PARAMS) {                    \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
-        opc_nn_conv_##F(x, w, y, DT, &q);                                                                      \
+        if (opc_nn_conv_gemm_##F(0, x, w, y, DT, &q)) return;                                                  \
+        OPC_NN_FOR_UNITS(q.n * q.o * q.out[0] * q.out[1], q.n * q.o * q.ovol * q.cg * q.kvol,                  \
+                         opc_nn_cv_fwd_unit_##F(x, w, y, DT, &q, opc_u));                                      \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_conv_grad_input_##SUF(const T *dy, const T *w, T *dx, OPC_CV_GEOM_PARAMS) {       \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
-        opc_nn_conv_grad_input_##F(dy, w, dx, DT, &q);                                                         \
+        if (opc_nn_conv_gemm_##F(1, dy, w, dx, DT, &q)) return;                                                \
+        OPC_NN_FOR_UNITS(q.n * q.c * q.in[0] * q.in[1], q.n * q.c * q.ivol * q.og * q.kvol,                    \
+                         opc_nn_cv_data_unit_##F(dy, w, dx, DT, &q, opc_u));                                   \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_conv_grad_filter_##SUF(const T *x, const T *dy, T *dw, OPC_CV_GEOM_PARAMS) {      \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
-        opc_nn_conv_grad_filter_##F(x, dy, dw, DT, &q);                                                        \
+        if (opc_nn_conv_gemm_##F(2, x, dy, dw, DT, &q)) return;                                                \
+        OPC_NN_FOR_UNITS(q.o * q.cg * q.kvol, q.n * q.o * q.ovol * q.cg * q.kvol,                              \
+                         opc_nn_cv_filter_unit_##F(x, dy, dw, DT, &q, opc_u));                                 \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_max_pool_##SUF(const T *x, T *y, int64_t *idx, OPC_PL_GEOM_PARAMS) {              \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
-        opc_nn_max_pool_##F(x, y, idx, DT, &q);                                                                \
+        OPC_NN_FOR_UNITS(q.planes * q.ovol, q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],                      \
+                         opc_nn_max_pool_##F(x, y, idx, DT, &q, opc_u));                                       \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_max_pool_grad_##SUF(const int64_t *idx, const T *dout, T *dx, int64_t *record,    \
                                                  OPC_PL_GEOM_PARAMS, int64_t code) {                           \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
-        opc_nn_max_pool_grad_##F(idx, dout, dx, record, code, DT, &q);                                         \
+        OPC_NN_FOR_UNITS(q.planes, q.planes * q.ivol,                                                          \
+                         opc_nn_max_pool_grad_##F(idx, dout, dx, record, code, DT, &q, opc_u));                \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_avg_pool_##SUF(const T *x, T *y, OPC_PL_GEOM_PARAMS) {                            \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
-        opc_nn_avg_pool_##F(x, y, DT, &q);                                                                     \
+        OPC_NN_FOR_UNITS(q.planes * q.ovol, q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],                      \
+                         opc_nn_avg_pool_##F(x, y, DT, &q, opc_u));                                            \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_avg_pool_grad_##SUF(const T *dout, T *dx, OPC_PL_GEOM_PARAMS) {                   \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
-        opc_nn_avg_pool_grad_##F(dout, dx, DT, &q);                                                            \
+        OPC_NN_FOR_UNITS(q.planes * q.ivol, q.planes * q.ivol * q.k[0] * q.k[1] * q.k[2],                      \
+                         opc_nn_avg_pool_grad_##F(dout, dx, DT, &q, opc_u));                                   \
     }
 
 #define OPC_NN_SCE_ENTRIES(SUF, T, F, DT, LSUF, L, L64)                                                        \

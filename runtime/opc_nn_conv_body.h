@@ -112,7 +112,9 @@ OPC_NN_INLINE void OPC_NN_FN(cv_filter_unit)(const void *x, const void *dy, void
         off[d] = k[d] * q->d[d] - q->p[d];
         opc_cv_range(q->in[d], q->out[d], q->s[d], off[d], &lo[d], &hi[d]);
     }
-    ACC part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    ACC lane[OPC_NN_LANES];
+    for (int k = 0; k < OPC_NN_LANES; k++) lane[k] = 0;
+    const int64_t s2 = q->s[2];
     for (int64_t n = 0; n < q->n; n++)
         for (int64_t o0 = lo[0]; o0 < hi[0]; o0++)
             for (int64_t o1 = lo[1]; o1 < hi[1]; o1++) {
@@ -120,12 +122,11 @@ OPC_NN_INLINE void OPC_NN_FN(cv_filter_unit)(const void *x, const void *dy, void
                                      (o1 * q->s[1] + off[1]) * q->in[2] + off[2];
                 const int64_t dyrow = (((n * q->o + oc) * q->out[0] + o0) * q->out[1] + o1) * q->out[2];
                 int64_t o2 = lo[2];
-                for (; o2 + 8 <= hi[2]; o2 += 8)
-                    for (int j = 0; j < 8; j++)
-                        part[j] += LD(dy, dyrow + o2 + j, dt) * LD(x, xrow + (o2 + j) * q->s[2], dt);
-                for (; o2 < hi[2]; o2++) part[0] += LD(dy, dyrow + o2, dt) * LD(x, xrow + o2 * q->s[2], dt);
+                for (; o2 + OPC_NN_LANES <= hi[2]; o2 += OPC_NN_LANES)
+                    OPC_NN_SIMD_LANES { lane[k] += LD(dy, dyrow + o2 + k, dt) * LD(x, xrow + (o2 + k) * s2, dt); }
+                for (int k = 0; o2 < hi[2]; o2++, k++) lane[k] += LD(dy, dyrow + o2, dt) * LD(x, xrow + o2 * s2, dt);
             }
-    ST(dw, u, dt, ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7])));
+    ST(dw, u, dt, OPC_NN_FN(fold)(lane));
 }
 
 /* ---- im2col + GEMM ------------------------------------------------------------------------ */
@@ -278,31 +279,14 @@ OPC_NN_INLINE int OPC_NN_FN(cv_gemm_route)(int op, const void *a, int64_t na, co
     return rc;
 }
 
-OPC_NN_INLINE void OPC_NN_FN(conv)(const void *x, const void *w, void *y, int dt, const opc_cv_geom *q) {
-    if (q->cg > 1 && OPC_NN_FN(cv_gemm_route)(0, x, q->n * q->c * q->ivol, w, q->o * q->cg * q->kvol, y,
-                                              q->n * q->o * q->ovol, dt, q) == 0)
-        return;
-    const int64_t units = q->n * q->o * q->out[0] * q->out[1];
-    _Pragma("omp parallel for schedule(static) if (units * q->out[2] * q->cg * q->kvol >= OPC_NN_PAR_MIN)")
-    for (int64_t u = 0; u < units; u++) OPC_NN_FN(cv_fwd_unit)(x, w, y, dt, q, u);
-}
-
-OPC_NN_INLINE void OPC_NN_FN(conv_grad_input)(const void *dy, const void *w, void *dx, int dt, const opc_cv_geom *q) {
-    if (q->cg > 1 && OPC_NN_FN(cv_gemm_route)(1, dy, q->n * q->o * q->ovol, w, q->o * q->cg * q->kvol, dx,
-                                              q->n * q->c * q->ivol, dt, q) == 0)
-        return;
-    const int64_t units = q->n * q->c * q->in[0] * q->in[1];
-    _Pragma("omp parallel for schedule(static) if (units * q->in[2] * q->og * q->kvol >= OPC_NN_PAR_MIN)")
-    for (int64_t u = 0; u < units; u++) OPC_NN_FN(cv_data_unit)(dy, w, dx, dt, q, u);
-}
-
-OPC_NN_INLINE void OPC_NN_FN(conv_grad_filter)(const void *x, const void *dy, void *dw, int dt, const opc_cv_geom *q) {
-    if (q->cg > 1 && OPC_NN_FN(cv_gemm_route)(2, x, q->n * q->c * q->ivol, dy, q->n * q->o * q->ovol, dw,
-                                              q->o * q->cg * q->kvol, dt, q) == 0)
-        return;
-    const int64_t units = q->o * q->cg * q->kvol;
-    _Pragma("omp parallel for schedule(static) if (units * q->n * q->ovol >= OPC_NN_PAR_MIN)")
-    for (int64_t u = 0; u < units; u++) OPC_NN_FN(cv_filter_unit)(x, dy, dw, dt, q, u);
+/* The GEMM route of `op` (0: conv, 1: input grad, 2: filter grad) where it applies (groups of more
+ * than one input channel) and its scratch could be allocated: 1 when it ran. Otherwise the entry
+ * points (opc_nn.h) run the direct units in parallel, where the dtype is a literal. */
+OPC_NN_INLINE int OPC_NN_FN(conv_gemm)(int op, const void *a, const void *b, void *r, int dt, const opc_cv_geom *q) {
+    if (q->cg == 1) return 0;
+    const int64_t x = q->n * q->c * q->ivol, w = q->o * q->cg * q->kvol, y = q->n * q->o * q->ovol;
+    const int64_t na = op == 1 ? y : x, nb = op == 0 ? w : op == 1 ? w : y, nr = op == 0 ? y : op == 1 ? x : w;
+    return OPC_NN_FN(cv_gemm_route)(op, a, na, b, nb, r, nr, dt, q) == 0;
 }
 
 #undef ACC

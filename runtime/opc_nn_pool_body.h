@@ -46,33 +46,27 @@ OPC_NN_INLINE ACC OPC_NN_FN(pl_window)(const void *x, int dt, const opc_pl_geom 
     return acc;
 }
 
-OPC_NN_INLINE void OPC_NN_FN(max_pool)(const void *x, void *y, int64_t *idx, int dt, const opc_pl_geom *q) {
-    const int64_t total = q->planes * q->ovol;
-    _Pragma("omp parallel for schedule(static) if (total * q->k[0] * q->k[1] * q->k[2] >= OPC_NN_PAR_MIN)")
-    for (int64_t e = 0; e < total; e++) {
-        int64_t arg;
-        const int64_t p = e / q->ovol;
-        ST(y, e, dt, OPC_NN_FN(pl_window)(x, dt, q, p, e % q->ovol, 1, &arg));
-        idx[e] = p * q->ivol + arg;
-    }
+/* Each kernel is a function of one unit of work (an output, a plane, a dx element); opc_nn.h's
+ * entry points run the units in parallel, where the dtype is a literal. */
+OPC_NN_INLINE void OPC_NN_FN(max_pool)(const void *x, void *y, int64_t *idx, int dt, const opc_pl_geom *q,
+                                       int64_t e) {
+    int64_t arg;
+    const int64_t p = e / q->ovol;
+    ST(y, e, dt, OPC_NN_FN(pl_window)(x, dt, q, p, e % q->ovol, 1, &arg));
+    idx[e] = p * q->ivol + arg;
 }
 
-OPC_NN_INLINE void OPC_NN_FN(avg_pool)(const void *x, void *y, int dt, const opc_pl_geom *q) {
-    const int64_t total = q->planes * q->ovol;
-    _Pragma("omp parallel for schedule(static) if (total * q->k[0] * q->k[1] * q->k[2] >= OPC_NN_PAR_MIN)")
-    for (int64_t e = 0; e < total; e++) {
-        int64_t arg, o[3];
-        OPC_NN_FN(pl_pos)(q, e % q->ovol, o);
-        const ACC sum = OPC_NN_FN(pl_window)(x, dt, q, e / q->ovol, e % q->ovol, 0, &arg);
-        ST(y, e, dt, sum / (ACC)opc_pl_count(q, o));
-    }
+OPC_NN_INLINE void OPC_NN_FN(avg_pool)(const void *x, void *y, int dt, const opc_pl_geom *q, int64_t e) {
+    int64_t arg, o[3];
+    OPC_NN_FN(pl_pos)(q, e % q->ovol, o);
+    const ACC sum = OPC_NN_FN(pl_window)(x, dt, q, e / q->ovol, e % q->ovol, 0, &arg);
+    ST(y, e, dt, sum / (ACC)opc_pl_count(q, o));
 }
 
 /* dx = 0, then dx[indices] += dout plane by plane (accumulated in ACC, stored once). */
 OPC_NN_INLINE void OPC_NN_FN(max_pool_grad)(const int64_t *idx, const void *dout, void *dx, int64_t *record,
-                                            int64_t code, int dt, const opc_pl_geom *q) {
-    _Pragma("omp parallel for schedule(static) if (q->planes * q->ivol >= OPC_NN_PAR_MIN)")
-    for (int64_t p = 0; p < q->planes; p++) {
+                                            int64_t code, int dt, const opc_pl_geom *q, int64_t p) {
+    {
         ACC acc[OPC_CV_TILE];
         /* tiles of the plane: each tile scans the plane's outputs for the indices it holds */
         for (int64_t t0 = 0; t0 < q->ivol; t0 += OPC_CV_TILE) {
@@ -92,10 +86,8 @@ OPC_NN_INLINE void OPC_NN_FN(max_pool_grad)(const int64_t *idx, const void *dout
 }
 
 /* dx[i] = sum over the windows holding i of dout / their divisor (a gather: no scratch). */
-OPC_NN_INLINE void OPC_NN_FN(avg_pool_grad)(const void *dout, void *dx, int dt, const opc_pl_geom *q) {
-    const int64_t total = q->planes * q->ivol;
-    _Pragma("omp parallel for schedule(static) if (total * q->k[0] * q->k[1] * q->k[2] >= OPC_NN_PAR_MIN)")
-    for (int64_t e = 0; e < total; e++) {
+OPC_NN_INLINE void OPC_NN_FN(avg_pool_grad)(const void *dout, void *dx, int dt, const opc_pl_geom *q, int64_t e) {
+    {
         const int64_t p = e / q->ivol, r = e % q->ivol;
         const int64_t i[3] = {r / (q->in[1] * q->in[2]), (r / q->in[2]) % q->in[1], r % q->in[2]};
         ACC acc = 0;
