@@ -488,6 +488,61 @@ def gelu_layer_case(ctx: Context, n: int = 512) -> Contest:
 
 
 # ---------------------------------------------------------------------------
+# Convolutions (issue 19): a 3x3 conv layer and a depthwise one, 64 channels at 56x56
+# ---------------------------------------------------------------------------
+
+
+def numpy_conv3x3(x, w, group):
+    """f64 conv, pads 1, stride 1: windows of the padded input contracted with w (per group)."""
+    win = np.lib.stride_tricks.sliding_window_view(np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)]), (3, 3), axis=(2, 3))
+    if group == 1:
+        return np.einsum("nchwkl,ockl->nohw", win, w, optimize=True)
+    return np.einsum("nchwkl,ckl->nchw", win, w[:, 0], optimize=True)  # depthwise
+
+
+def numpy_conv3x3_grads(x, w, dy, group):
+    """dx: the conv of dy with w flipped (channels swapped); dw: dy against the input windows."""
+    win = np.lib.stride_tricks.sliding_window_view(np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)]), (3, 3), axis=(2, 3))
+    if group == 1:
+        dx = numpy_conv3x3(dy, w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1], 1)
+        return dx, np.einsum("nohw,nchwkl->ockl", dy, win, optimize=True)
+    dx = numpy_conv3x3(dy, w[:, :, ::-1, ::-1], group)
+    return dx, np.einsum("nchw,nchwkl->ckl", dy, win, optimize=True)[:, None]
+
+
+def conv_case(group: int, backward: bool, c: int = 64, hw: int = 56) -> Callable[[Context], Contest]:
+    def setup(ctx: Context) -> Contest:
+        xs, ws = (1, c, hw, hw), (c, c // group, 3, 3)
+        tx, tw = (f"tensor<{'x'.join(map(str, s))}xf32>" for s in (xs, ws))
+        m = opc.compile(f"func.func @f(%x: {tx}, %w: {tw}) -> {tx} {{\n  %y = opc.conv %x, %w {{pads = array<i64: "
+                        f"1, 1, 1, 1>, group = {group}}} : ({tx}, {tw}) -> {tx}\n  func.return %y : {tx}\n}}\n",
+                        grad=backward)
+        x, w, dy = (ctx.rng.standard_normal(s, np.float32) for s in (xs, ws, xs))
+        x64, w64, dy64 = (a.astype(np.float64) for a in (x, w, dy))
+        want = [numpy_conv3x3(x64, w64, group)]
+        if backward:
+            want += list(numpy_conv3x3_grads(x64, w64, dy64, group))
+        theirs = []
+        if ctx.torch is not None:
+            torch = ctx.torch
+            F = torch.nn.functional
+            tx_, tw_ = (torch.from_numpy(a).requires_grad_(backward) for a in (x, w))
+            tdy = torch.from_numpy(dy)
+
+            def torch_step():
+                y = F.conv2d(tx_, tw_, padding=1, groups=group)
+                return (y, *torch.autograd.grad(y, (tx_, tw_), tdy)) if backward else y.detach()
+
+            theirs.append(Contender("torch eager", torch_step))
+        ours = (Contender("opc f_value_and_grad", lambda: m.f_value_and_grad(x, w, dy)) if backward
+                else Contender("opc", lambda: m.f(x, w)))
+        flops = 2.0 * c * (c // group) * 9 * hw * hw * (3 if backward else 1)
+        return Contest(want=want, ours=[ours], theirs=theirs, tol=1e-4, rate="GFLOP/s", work=flops)
+
+    return setup
+
+
+# ---------------------------------------------------------------------------
 # Compile time
 # ---------------------------------------------------------------------------
 
@@ -605,6 +660,10 @@ add_case("bmm-pv", "batched matmul [8,4,128,128] @ [8,4,128,64] f32 (attention o
          batched_matmul_case((8, 4, 128, 128), (8, 4, 128, 64)))
 for _act in ("none", "relu", "gelu"):
     add_case(f"epilogue-{_act}", f"fused_gemm_epilogue {_act} 512 f32", epilogue_case(_act))
+add_case("conv3x3", "conv 3x3 64->64 ch 56x56 f32, pads 1 (im2col + GEMM)", conv_case(1, False))
+add_case("conv3x3-fwd-bwd", "conv 3x3 64->64 ch 56x56 f32, forward + backward", conv_case(1, True))
+add_case("conv-dw", "depthwise conv 3x3 64 ch 56x56 f32 (direct loops)", conv_case(64, False))
+add_case("conv-dw-fwd-bwd", "depthwise conv 3x3 64 ch 56x56 f32, forward + backward", conv_case(64, True))
 add_case("compile", "compile time", run=compile_time_run)
 add_case("mlp-compile", "examples/mlp.mlir compile", run=mlp_compile_run)
 add_case("transformer", "transformer block", run=transformer_run)

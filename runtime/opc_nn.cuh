@@ -399,6 +399,263 @@ static inline cudaError_t opc_cuda_nn_sce_grad_t(const L *label, const typename 
     return cudaGetLastError();
 }
 
+/* ---- convolutions ---------------------------------------------------------------
+ * The geometry of opc_nn_conv.h (22 integers, 3 spatial dims). One thread per result
+ * element, each summing its own terms in a fixed order (no atomics: deterministic):
+ * conv per y element; the input gradient per dx element, over the outputs o with
+ * o * s + k * d - p = i; the filter gradient per dw element, over images and outputs.
+ * conv_transpose is the input gradient with x as dy. Reads stay inside the tensors:
+ * padding is index ranges, never a load. */
+
+struct opc_nn_conv_geom {
+    int64_t n, c, o, g, cg, og, in[3], out[3], k[3], s[3], d[3], p[3];
+};
+
+#define OPC_NN_CONV_PARAMS                                                                                   \
+    int64_t n, int64_t c, int64_t o, int64_t g, int64_t i0, int64_t i1, int64_t i2, int64_t o0, int64_t o1, \
+        int64_t o2, int64_t k0, int64_t k1, int64_t k2, int64_t s0, int64_t s1, int64_t s2, int64_t d0,     \
+        int64_t d1, int64_t d2, int64_t p0, int64_t p1, int64_t p2
+
+static inline opc_nn_conv_geom opc_nn_conv_make(OPC_NN_CONV_PARAMS) {
+    opc_nn_conv_geom q = {n, c, o, g, c / g, o / g, {i0, i1, i2}, {o0, o1, o2}, {k0, k1, k2},
+                          {s0, s1, s2}, {d0, d1, d2}, {p0, p1, p2}};
+    return q;
+}
+
+template <typename D>
+__global__ void opc_nn_conv_fwd(const typename D::T *x, const typename D::T *w, typename D::T *y,
+                                opc_nn_conv_geom q) {
+    typedef typename D::A A;
+    const int64_t total = q.n * q.o * q.out[0] * q.out[1] * q.out[2];
+    OPC_NN_GRID_STRIDE(e, total) {
+        int64_t r = e;
+        const int64_t o2 = r % q.out[2]; r /= q.out[2];
+        const int64_t o1 = r % q.out[1]; r /= q.out[1];
+        const int64_t o0 = r % q.out[0]; r /= q.out[0];
+        const int64_t oc = r % q.o, b = r / q.o, grp = oc / q.og;
+        A acc = 0;
+        for (int64_t cc = 0; cc < q.cg; cc++)
+            for (int64_t k0 = 0; k0 < q.k[0]; k0++) {
+                const int64_t i0 = o0 * q.s[0] + k0 * q.d[0] - q.p[0];
+                if (i0 < 0 || i0 >= q.in[0]) continue;
+                for (int64_t k1 = 0; k1 < q.k[1]; k1++) {
+                    const int64_t i1 = o1 * q.s[1] + k1 * q.d[1] - q.p[1];
+                    if (i1 < 0 || i1 >= q.in[1]) continue;
+                    for (int64_t k2 = 0; k2 < q.k[2]; k2++) {
+                        const int64_t i2 = o2 * q.s[2] + k2 * q.d[2] - q.p[2];
+                        if (i2 < 0 || i2 >= q.in[2]) continue;
+                        const int64_t xi = (((b * q.c + grp * q.cg + cc) * q.in[0] + i0) * q.in[1] + i1) * q.in[2] + i2;
+                        const int64_t wi = (((oc * q.cg + cc) * q.k[0] + k0) * q.k[1] + k1) * q.k[2] + k2;
+                        acc += opc_nn_ld<D>(x[xi]) * opc_nn_ld<D>(w[wi]);
+                    }
+                }
+            }
+        y[e] = opc_nn_st<D>(acc);
+    }
+}
+
+/* the output index along one dim that input i meets at kernel offset k, or -1 */
+__device__ __forceinline__ int64_t opc_nn_conv_hit(int64_t i, int64_t k, const opc_nn_conv_geom &q, int dim) {
+    const int64_t num = i + q.p[dim] - k * q.d[dim];
+    if (num < 0 || num % q.s[dim]) return -1;
+    const int64_t o = num / q.s[dim];
+    return o < q.out[dim] ? o : -1;
+}
+
+template <typename D>
+__global__ void opc_nn_conv_data(const typename D::T *dy, const typename D::T *w, typename D::T *dx,
+                                 opc_nn_conv_geom q) {
+    typedef typename D::A A;
+    const int64_t total = q.n * q.c * q.in[0] * q.in[1] * q.in[2];
+    OPC_NN_GRID_STRIDE(e, total) {
+        int64_t r = e;
+        const int64_t i2 = r % q.in[2]; r /= q.in[2];
+        const int64_t i1 = r % q.in[1]; r /= q.in[1];
+        const int64_t i0 = r % q.in[0]; r /= q.in[0];
+        const int64_t ch = r % q.c, b = r / q.c, grp = ch / q.cg, cc = ch % q.cg;
+        A acc = 0;
+        for (int64_t ol = 0; ol < q.og; ol++) {
+            const int64_t oc = grp * q.og + ol;
+            for (int64_t k0 = 0; k0 < q.k[0]; k0++) {
+                const int64_t o0 = opc_nn_conv_hit(i0, k0, q, 0);
+                if (o0 < 0) continue;
+                for (int64_t k1 = 0; k1 < q.k[1]; k1++) {
+                    const int64_t o1 = opc_nn_conv_hit(i1, k1, q, 1);
+                    if (o1 < 0) continue;
+                    for (int64_t k2 = 0; k2 < q.k[2]; k2++) {
+                        const int64_t o2 = opc_nn_conv_hit(i2, k2, q, 2);
+                        if (o2 < 0) continue;
+                        const int64_t yi = (((b * q.o + oc) * q.out[0] + o0) * q.out[1] + o1) * q.out[2] + o2;
+                        const int64_t wi = (((oc * q.cg + cc) * q.k[0] + k0) * q.k[1] + k1) * q.k[2] + k2;
+                        acc += opc_nn_ld<D>(dy[yi]) * opc_nn_ld<D>(w[wi]);
+                    }
+                }
+            }
+        }
+        dx[e] = opc_nn_st<D>(acc);
+    }
+}
+
+template <typename D>
+__global__ void opc_nn_conv_filter(const typename D::T *x, const typename D::T *dy, typename D::T *dw,
+                                   opc_nn_conv_geom q) {
+    typedef typename D::A A;
+    const int64_t kvol = q.k[0] * q.k[1] * q.k[2], total = q.o * q.cg * kvol;
+    OPC_NN_GRID_STRIDE(e, total) {
+        const int64_t kk = e % kvol, cc = (e / kvol) % q.cg, oc = e / (kvol * q.cg);
+        const int64_t ch = (oc / q.og) * q.cg + cc;
+        const int64_t k2 = kk % q.k[2], k1 = (kk / q.k[2]) % q.k[1], k0 = kk / (q.k[2] * q.k[1]);
+        A acc = 0;
+        for (int64_t b = 0; b < q.n; b++)
+            for (int64_t o0 = 0; o0 < q.out[0]; o0++) {
+                const int64_t i0 = o0 * q.s[0] + k0 * q.d[0] - q.p[0];
+                if (i0 < 0 || i0 >= q.in[0]) continue;
+                for (int64_t o1 = 0; o1 < q.out[1]; o1++) {
+                    const int64_t i1 = o1 * q.s[1] + k1 * q.d[1] - q.p[1];
+                    if (i1 < 0 || i1 >= q.in[1]) continue;
+                    for (int64_t o2 = 0; o2 < q.out[2]; o2++) {
+                        const int64_t i2 = o2 * q.s[2] + k2 * q.d[2] - q.p[2];
+                        if (i2 < 0 || i2 >= q.in[2]) continue;
+                        const int64_t xi = (((b * q.c + ch) * q.in[0] + i0) * q.in[1] + i1) * q.in[2] + i2;
+                        const int64_t yi = (((b * q.o + oc) * q.out[0] + o0) * q.out[1] + o1) * q.out[2] + o2;
+                        acc += opc_nn_ld<D>(x[xi]) * opc_nn_ld<D>(dy[yi]);
+                    }
+                }
+            }
+        dw[e] = opc_nn_st<D>(acc);
+    }
+}
+
+template <typename D>
+static inline cudaError_t opc_cuda_nn_conv_t(int which, const typename D::T *a, const typename D::T *b,
+                                             typename D::T *r, const opc_nn_conv_geom &q) {
+    const int64_t kvol = q.k[0] * q.k[1] * q.k[2];
+    const int64_t total = which == 0 ? q.n * q.o * q.out[0] * q.out[1] * q.out[2]
+                          : which == 1 ? q.n * q.c * q.in[0] * q.in[1] * q.in[2] : q.o * q.cg * kvol;
+    const unsigned blocks = opc_nn_blocks(total, OPC_NN_THREADS);
+    if (which == 0) opc_nn_conv_fwd<D><<<blocks, OPC_NN_THREADS>>>(a, b, r, q);
+    else if (which == 1) opc_nn_conv_data<D><<<blocks, OPC_NN_THREADS>>>(a, b, r, q);
+    else opc_nn_conv_filter<D><<<blocks, OPC_NN_THREADS>>>(a, b, r, q);
+    return cudaGetLastError();
+}
+
+/* ---- pooling: opc_nn_conv.h's 23-integer geometry. max/avg pool and avg_pool_grad: one thread per
+ * result element; max_pool_grad: one thread per plane, which scatters its outputs in order in tiles
+ * (as the CPU kernel does: the same sums), checking each index against its plane. */
+
+struct opc_nn_pool_geom {
+    int64_t planes, in[3], out[3], k[3], s[3], d[3], pb[3], pe[3], include_pad;
+};
+
+#define OPC_NN_POOL_PARAMS                                                                                       \
+    int64_t planes, int64_t i0, int64_t i1, int64_t i2, int64_t o0, int64_t o1, int64_t o2, int64_t k0,         \
+        int64_t k1, int64_t k2, int64_t s0, int64_t s1, int64_t s2, int64_t d0, int64_t d1, int64_t d2,         \
+        int64_t b0, int64_t b1, int64_t b2, int64_t e0, int64_t e1, int64_t e2, int64_t include_pad
+#define OPC_NN_POOL_MAKE                                                                                         \
+    opc_nn_pool_geom q = {planes, {i0, i1, i2}, {o0, o1, o2}, {k0, k1, k2}, {s0, s1, s2}, {d0, d1, d2},      \
+                          {b0, b1, b2}, {e0, e1, e2}, include_pad}
+
+__device__ __forceinline__ int64_t opc_nn_pool_count(const opc_nn_pool_geom &q, const int64_t *o) {
+    int64_t count = 1;
+    for (int d = 0; d < 3; d++) {
+        const int64_t start = o[d] * q.s[d] - q.pb[d];
+        const int64_t lo = q.include_pad ? -q.pb[d] : 0, hi = q.include_pad ? q.in[d] + q.pe[d] : q.in[d];
+        int64_t taps = 0;
+        for (int64_t t = 0; t < q.k[d]; t++) taps += (start + t * q.d[d] >= lo && start + t * q.d[d] < hi);
+        count *= taps;
+    }
+    return count;
+}
+
+template <typename D>
+__global__ void opc_nn_pool_fwd(const typename D::T *x, typename D::T *y, int64_t *idx, opc_nn_pool_geom q) {
+    typedef typename D::A A;
+    const int64_t ovol = q.out[0] * q.out[1] * q.out[2], ivol = q.in[0] * q.in[1] * q.in[2];
+    OPC_NN_GRID_STRIDE(e, q.planes * ovol) {
+        const int64_t p = e / ovol, j = e % ovol;
+        const int64_t o[3] = {j / (q.out[1] * q.out[2]), (j / q.out[2]) % q.out[1], j % q.out[2]};
+        A acc = idx ? (A)-INFINITY : (A)0;
+        int64_t best = -1;
+        for (int64_t t0 = 0; t0 < q.k[0]; t0++) {
+            const int64_t a0 = o[0] * q.s[0] - q.pb[0] + t0 * q.d[0];
+            if (a0 < 0 || a0 >= q.in[0]) continue;
+            for (int64_t t1 = 0; t1 < q.k[1]; t1++) {
+                const int64_t a1 = o[1] * q.s[1] - q.pb[1] + t1 * q.d[1];
+                if (a1 < 0 || a1 >= q.in[1]) continue;
+                for (int64_t t2 = 0; t2 < q.k[2]; t2++) {
+                    const int64_t a2 = o[2] * q.s[2] - q.pb[2] + t2 * q.d[2];
+                    if (a2 < 0 || a2 >= q.in[2]) continue;
+                    const int64_t at = (a0 * q.in[1] + a1) * q.in[2] + a2;
+                    const A v = opc_nn_ld<D>(x[p * ivol + at]);
+                    if (!idx) acc += v;
+                    else if (best < 0 || (acc == acc && (v > acc || v != v))) {
+                        acc = v;
+                        best = at;
+                    }
+                }
+            }
+        }
+        if (idx) {
+            idx[e] = p * ivol + best;
+            y[e] = opc_nn_st<D>(acc);
+        } else {
+            y[e] = opc_nn_st<D>(acc / (A)opc_nn_pool_count(q, o));
+        }
+    }
+}
+
+template <typename D>
+__global__ void opc_nn_avg_pool_back(const typename D::T *dout, typename D::T *dx, opc_nn_pool_geom q) {
+    typedef typename D::A A;
+    const int64_t ovol = q.out[0] * q.out[1] * q.out[2], ivol = q.in[0] * q.in[1] * q.in[2];
+    OPC_NN_GRID_STRIDE(e, q.planes * ivol) {
+        const int64_t p = e / ivol, r = e % ivol;
+        const int64_t i[3] = {r / (q.in[1] * q.in[2]), (r / q.in[2]) % q.in[1], r % q.in[2]};
+        A acc = 0;
+        for (int64_t t0 = 0; t0 < q.k[0]; t0++) {
+            const int64_t n0 = i[0] + q.pb[0] - t0 * q.d[0];
+            if (n0 < 0 || n0 % q.s[0] || n0 / q.s[0] >= q.out[0]) continue;
+            for (int64_t t1 = 0; t1 < q.k[1]; t1++) {
+                const int64_t n1 = i[1] + q.pb[1] - t1 * q.d[1];
+                if (n1 < 0 || n1 % q.s[1] || n1 / q.s[1] >= q.out[1]) continue;
+                for (int64_t t2 = 0; t2 < q.k[2]; t2++) {
+                    const int64_t n2 = i[2] + q.pb[2] - t2 * q.d[2];
+                    if (n2 < 0 || n2 % q.s[2] || n2 / q.s[2] >= q.out[2]) continue;
+                    const int64_t o[3] = {n0 / q.s[0], n1 / q.s[1], n2 / q.s[2]};
+                    acc += opc_nn_ld<D>(dout[p * ovol + (o[0] * q.out[1] + o[1]) * q.out[2] + o[2]]) /
+                           (A)opc_nn_pool_count(q, o);
+                }
+            }
+        }
+        dx[e] = opc_nn_st<D>(acc);
+    }
+}
+
+#define OPC_NN_POOL_TILE 256
+
+template <typename D>
+__global__ void opc_nn_max_pool_back(const int64_t *idx, const typename D::T *dout, typename D::T *dx,
+                                     int64_t *record, int64_t code, opc_nn_pool_geom q) {
+    typedef typename D::A A;
+    const int64_t ovol = q.out[0] * q.out[1] * q.out[2], ivol = q.in[0] * q.in[1] * q.in[2];
+    OPC_NN_GRID_STRIDE(p, q.planes) {
+        A acc[OPC_NN_POOL_TILE];
+        for (int64_t t0 = 0; t0 < ivol; t0 += OPC_NN_POOL_TILE) {
+            const int64_t tn = ivol - t0 < OPC_NN_POOL_TILE ? ivol - t0 : OPC_NN_POOL_TILE;
+            for (int64_t j = 0; j < tn; j++) acc[j] = 0;
+            for (int64_t j = 0; j < ovol; j++) {
+                const int64_t e = p * ovol + j, at = idx[e] - p * ivol;
+                if (at < 0 || at >= ivol) {
+                    if (t0 == 0) opc_status_fail(record, code, idx[e]);
+                    continue;
+                }
+                if (at >= t0 && at < t0 + tn) acc[at - t0] += opc_nn_ld<D>(dout[e]);
+            }
+            for (int64_t j = 0; j < tn; j++) dx[p * ivol + t0 + j] = opc_nn_st<D>(acc[j]);
+        }
+    }
+}
+
 /* ---- entry points: opc_cuda_nn_CALLEE, as opc_nn.h names them ------------------ */
 
 #define OPC_CUDA_NN_SCE(SUF, D, LSUF, L)                                                                         \
@@ -450,7 +707,53 @@ static inline cudaError_t opc_cuda_nn_sce_grad_t(const L *label, const typename 
         return opc_cuda_nn_layer_norm_grad_t<D>(x, scale, mean, rstd, dy, dx, dscale, dbias, rows, cols);        \
     }                                                                                                            \
     OPC_CUDA_NN_SCE(SUF, D, i32, int32_t)                                                                        \
-    OPC_CUDA_NN_SCE(SUF, D, i64, int64_t)
+    OPC_CUDA_NN_SCE(SUF, D, i64, int64_t)                                                                        \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_conv_##SUF(const D::T *x, const D::T *w, D::T *y, OPC_NN_CONV_PARAMS) { \
+        return opc_cuda_nn_conv_t<D>(0, x, w, y, opc_nn_conv_make(n, c, o, g, i0, i1, i2, o0, o1, o2, k0, k1, k2,   \
+                                                                   s0, s1, s2, d0, d1, d2, p0, p1, p2));          \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_conv_grad_input_##SUF(const D::T *dy, const D::T *w, D::T *dx,          \
+                                                                OPC_NN_CONV_PARAMS) {                            \
+        return opc_cuda_nn_conv_t<D>(1, dy, w, dx, opc_nn_conv_make(n, c, o, g, i0, i1, i2, o0, o1, o2, k0, k1,   \
+                                                                     k2, s0, s1, s2, d0, d1, d2, p0, p1, p2));    \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_conv_grad_filter_##SUF(const D::T *x, const D::T *dy, D::T *dw,         \
+                                                                 OPC_NN_CONV_PARAMS) {                           \
+        return opc_cuda_nn_conv_t<D>(2, x, dy, dw, opc_nn_conv_make(n, c, o, g, i0, i1, i2, o0, o1, o2, k0, k1,   \
+                                                                     k2, s0, s1, s2, d0, d1, d2, p0, p1, p2));    \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_max_pool_##SUF(const D::T *x, D::T *y, int64_t *idx,                   \
+                                                         OPC_NN_POOL_PARAMS) {                                   \
+        OPC_NN_POOL_MAKE;                                                                                        \
+        opc_nn_pool_fwd<D><<<opc_nn_blocks(planes * o0 * o1 * o2, OPC_NN_THREADS), OPC_NN_THREADS>>>(x, y, idx, q); \
+        return cudaGetLastError();                                                                               \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_avg_pool_##SUF(const D::T *x, D::T *y, OPC_NN_POOL_PARAMS) {           \
+        OPC_NN_POOL_MAKE;                                                                                        \
+        opc_nn_pool_fwd<D><<<opc_nn_blocks(planes * o0 * o1 * o2, OPC_NN_THREADS), OPC_NN_THREADS>>>(x, y,      \
+                                                                                                      nullptr, q); \
+        return cudaGetLastError();                                                                               \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_avg_pool_grad_##SUF(const D::T *dout, D::T *dx, OPC_NN_POOL_PARAMS) {  \
+        OPC_NN_POOL_MAKE;                                                                                        \
+        opc_nn_avg_pool_back<D><<<opc_nn_blocks(planes * i0 * i1 * i2, OPC_NN_THREADS), OPC_NN_THREADS>>>(dout,  \
+                                                                                                      dx, q);    \
+        return cudaGetLastError();                                                                               \
+    }                                                                                                            \
+    template <int = 0>                                                                                           \
+    static inline cudaError_t opc_cuda_nn_max_pool_grad_##SUF(const int64_t *idx, const D::T *dout, D::T *dx,   \
+                                                              int64_t *record, OPC_NN_POOL_PARAMS,               \
+                                                              int64_t code) {                                    \
+        OPC_NN_POOL_MAKE;                                                                                        \
+        opc_nn_max_pool_back<D><<<opc_nn_blocks(planes, 64), 64>>>(idx, dout, dx, record, code, q);              \
+        return cudaGetLastError();                                                                               \
+    }
 
 OPC_CUDA_NN_ENTRIES(f32, opc_nn_f32)
 OPC_CUDA_NN_ENTRIES(f64, opc_nn_f64)
@@ -460,5 +763,8 @@ OPC_CUDA_NN_ENTRIES(bf16, opc_nn_bf16)
 #undef OPC_CUDA_NN_ENTRIES
 #undef OPC_CUDA_NN_SCE
 #undef OPC_NN_GRID_STRIDE
+#undef OPC_NN_CONV_PARAMS
+#undef OPC_NN_POOL_PARAMS
+#undef OPC_NN_POOL_MAKE
 
 #endif /* OPC_NN_CUH */

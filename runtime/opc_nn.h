@@ -8,6 +8,8 @@
  *   opc_nn_layer_norm_grad_T(x, scale, mean, rstd, dy, dx, dscale, dbias, rows, cols)
  *   opc_nn_softmax_cross_entropy_T_L(logits, label, loss, softmax, record, outer, n, inner, code)
  *   opc_nn_softmax_cross_entropy_grad_T_L(label, softmax, dloss, dlogits, record, outer, n, inner, code)
+ *   opc_nn_conv_T(x, w, y, GEOM), opc_nn_conv_grad_input_T(dy, w, dx, GEOM),
+ *   opc_nn_conv_grad_filter_T(x, dy, dw, GEOM)    (opc_nn_conv.h; they call the GEMM of opc_gemm_api.h)
  * T is f32, f64, f16 or bf16 (halves as uint16_t bits), L the label type i32
  * or i64. The normalized axis is n of the [outer, n, inner] view, so any axis
  * works; layer_norm normalizes rows of `cols` contiguous elements. mean and
@@ -29,6 +31,8 @@
 #include <math.h>
 #include "opc_runtime.h"
 #include "opc_status.h"
+#include "opc_gemm_api.h"
+#include "opc_nn_conv.h"
 
 #define OPC_NN_F32 0
 #define OPC_NN_F16 1
@@ -84,7 +88,10 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #define OPC_NN_EXP opc_expf
 #define OPC_NN_LOG logf
 #define OPC_NN_SQRT sqrtf
+#define OPC_NN_GEMM opc_rt_gemm_f32
 #include "opc_nn_rows.h"
+#include "opc_nn_conv_body.h"
+#include "opc_nn_pool_body.h"
 #undef OPC_NN_ACC
 #undef OPC_NN_FN
 #undef OPC_NN_LD
@@ -92,6 +99,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #undef OPC_NN_EXP
 #undef OPC_NN_LOG
 #undef OPC_NN_SQRT
+#undef OPC_NN_GEMM
 
 /* f64: computed in double */
 #define OPC_NN_ACC double
@@ -101,7 +109,10 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #define OPC_NN_EXP exp
 #define OPC_NN_LOG log
 #define OPC_NN_SQRT sqrt
+#define OPC_NN_GEMM opc_rt_gemm_f64
 #include "opc_nn_rows.h"
+#include "opc_nn_conv_body.h"
+#include "opc_nn_pool_body.h"
 #undef OPC_NN_ACC
 #undef OPC_NN_FN
 #undef OPC_NN_LD
@@ -109,6 +120,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #undef OPC_NN_EXP
 #undef OPC_NN_LOG
 #undef OPC_NN_SQRT
+#undef OPC_NN_GEMM
 
 /* The units (rows or tiles, see opc_nn_rows.h) of an [outer, n, inner] tensor. */
 OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
@@ -168,7 +180,49 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
                                                            cols, DT));                                         \
     }                                                                                                          \
     OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i32, int32_t, 0)                                                         \
-    OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i64, int64_t, 1)
+    OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i64, int64_t, 1)                                                         \
+    OPC_NN_CONV_ENTRIES(SUF, T, F, DT)
+
+#define OPC_NN_CONV_ENTRIES(SUF, T, F, DT)                                                                     \
+    OPC_NN_ENTRY void opc_nn_conv_##SUF(const T *x, const T *w, T *y, OPC_CV_GEOM_PARAMS) {                    \
+        const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
+        if (opc_nn_conv_gemm_##F(0, x, w, y, DT, &q)) return;                                                  \
+        OPC_NN_FOR_UNITS(q.n * q.o * q.out[0] * q.out[1], q.n * q.o * q.ovol * q.cg * q.kvol,                  \
+                         opc_nn_cv_fwd_unit_##F(x, w, y, DT, &q, opc_u));                                      \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_conv_grad_input_##SUF(const T *dy, const T *w, T *dx, OPC_CV_GEOM_PARAMS) {       \
+        const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
+        if (opc_nn_conv_gemm_##F(1, dy, w, dx, DT, &q)) return;                                                \
+        OPC_NN_FOR_UNITS(q.n * q.c * q.in[0] * q.in[1], q.n * q.c * q.ivol * q.og * q.kvol,                    \
+                         opc_nn_cv_data_unit_##F(dy, w, dx, DT, &q, opc_u));                                   \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_conv_grad_filter_##SUF(const T *x, const T *dy, T *dw, OPC_CV_GEOM_PARAMS) {      \
+        const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
+        if (opc_nn_conv_gemm_##F(2, x, dy, dw, DT, &q)) return;                                                \
+        OPC_NN_FOR_UNITS(q.o * q.cg * q.kvol, q.n * q.o * q.ovol * q.cg * q.kvol,                              \
+                         opc_nn_cv_filter_unit_##F(x, dy, dw, DT, &q, opc_u));                                 \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_max_pool_##SUF(const T *x, T *y, int64_t *idx, OPC_PL_GEOM_PARAMS) {              \
+        const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
+        OPC_NN_FOR_UNITS(q.planes * q.ovol, q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],                      \
+                         opc_nn_max_pool_##F(x, y, idx, DT, &q, opc_u));                                       \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_max_pool_grad_##SUF(const int64_t *idx, const T *dout, T *dx, int64_t *record,    \
+                                                 OPC_PL_GEOM_PARAMS, int64_t code) {                           \
+        const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
+        OPC_NN_FOR_UNITS(q.planes, q.planes * q.ivol,                                                          \
+                         opc_nn_max_pool_grad_##F(idx, dout, dx, record, code, DT, &q, opc_u));                \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_avg_pool_##SUF(const T *x, T *y, OPC_PL_GEOM_PARAMS) {                            \
+        const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
+        OPC_NN_FOR_UNITS(q.planes * q.ovol, q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],                      \
+                         opc_nn_avg_pool_##F(x, y, DT, &q, opc_u));                                            \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_avg_pool_grad_##SUF(const T *dout, T *dx, OPC_PL_GEOM_PARAMS) {                   \
+        const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
+        OPC_NN_FOR_UNITS(q.planes * q.ivol, q.planes * q.ivol * q.k[0] * q.k[1] * q.k[2],                      \
+                         opc_nn_avg_pool_grad_##F(dout, dx, DT, &q, opc_u));                                   \
+    }
 
 #define OPC_NN_SCE_ENTRIES(SUF, T, F, DT, LSUF, L, L64)                                                        \
     OPC_NN_ENTRY void opc_nn_softmax_cross_entropy_##SUF##_##LSUF(const T *logits, const L *label, T *loss,   \
@@ -204,6 +258,7 @@ OPC_NN_ENTRIES(f64, double, double, d, OPC_NN_F64)
 #undef OPC_NN_ENTRIES
 #undef OPC_NN_ENTRY
 #undef OPC_NN_SCE_ENTRIES
+#undef OPC_NN_CONV_ENTRIES
 #undef OPC_NN_FOR_UNITS
 
 #endif /* OPC_NN_H */

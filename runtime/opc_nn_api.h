@@ -5,6 +5,14 @@
 #define OPC_NN_API_H
 #include <stdint.h>
 
+/* a conv's geometry (opc_nn_conv.h): n, c, o, group, in[3], out[3], k[3], strides[3], dilations[3], pads[3] */
+#define OPC_NN_GEOM                                                                                           \
+    int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, \
+        int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t
+
+/* a pooling geometry (opc_nn_conv.h): 23 integers */
+#define OPC_NN_POOL OPC_NN_GEOM, int64_t
+
 #define OPC_NN_SCE_PROTO(SUF, T, LSUF, L)                                                                     \
     void opc_nn_softmax_cross_entropy_##SUF##_##LSUF(const T *logits, const L *label, T *loss, T *sm,       \
                                                      int64_t *record, int64_t outer, int64_t n, int64_t inner, \
@@ -25,7 +33,15 @@
     void opc_nn_layer_norm_grad_##SUF(const T *x, const T *scale, const A *mean, const A *rstd, const T *dy, \
                                       T *dx, T *dscale, T *dbias, int64_t rows, int64_t cols);               \
     OPC_NN_SCE_PROTO(SUF, T, i32, int32_t)                                                                    \
-    OPC_NN_SCE_PROTO(SUF, T, i64, int64_t)
+    OPC_NN_SCE_PROTO(SUF, T, i64, int64_t)                                                                    \
+    void opc_nn_conv_##SUF(const T *x, const T *w, T *y, OPC_NN_GEOM);                                        \
+    void opc_nn_conv_grad_input_##SUF(const T *dy, const T *w, T *dx, OPC_NN_GEOM);                           \
+    void opc_nn_conv_grad_filter_##SUF(const T *x, const T *dy, T *dw, OPC_NN_GEOM);                          \
+    void opc_nn_max_pool_##SUF(const T *x, T *y, int64_t *idx, OPC_NN_POOL);                                  \
+    void opc_nn_max_pool_grad_##SUF(const int64_t *idx, const T *dout, T *dx, int64_t *record, OPC_NN_POOL,   \
+                                    int64_t code);                                                            \
+    void opc_nn_avg_pool_##SUF(const T *x, T *y, OPC_NN_POOL);                                                \
+    void opc_nn_avg_pool_grad_##SUF(const T *dout, T *dx, OPC_NN_POOL);
 
 OPC_NN_PROTO(f32, float, float)
 OPC_NN_PROTO(f16, uint16_t, float)
@@ -34,5 +50,7 @@ OPC_NN_PROTO(f64, double, double)
 
 #undef OPC_NN_PROTO
 #undef OPC_NN_SCE_PROTO
+#undef OPC_NN_GEOM
+#undef OPC_NN_POOL
 
 #endif

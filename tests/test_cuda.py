@@ -258,6 +258,50 @@ def nn_sources() -> list[str]:
         out.append(fn(f"sce_grad_label_{dt}", [(ls, lt), (shape, dt), (ls, dt)],
                       f"%r = opc.softmax_cross_entropy_grad %a0, %a1, %a2 {{axis = {axis}}} : ({lab}, {t}, {loss}) "
                       f"-> {t}", [(shape, dt)]))
+    # convolutions: 2-D grouped with stride, pads and dilation, 1-D depthwise; conv_transpose with output_padding
+    attrs2 = "{strides = array<i64: 2, 1>, dilations = array<i64: 1, 2>, pads = array<i64: 1, 0, 1, 2>, group = 2}"
+    x2, w2, y2 = (2, 4, 7, 6), (6, 2, 3, 2), (2, 6, 4, 6)
+    attrs1 = "{strides = array<i64: 2>, pads = array<i64: 1, 1>, group = 3}"
+    x1, w1, y1 = (1, 3, 9), (3, 1, 3), (1, 3, 5)
+    for dt, (x, w, y, at) in zip(FLOATS, [(x2, w2, y2, attrs2), (x1, w1, y1, attrs1)] * 2):
+        for op, a, b, r in (("conv", x, w, y), ("conv_grad_input", y, w, x), ("conv_grad_filter", x, y, w)):
+            out.append(fn(f"{op}_{dt}", [(a, dt), (b, dt)], f"%r = opc.{op} %a0, %a1 {at} : ({tt(a, dt)}, "
+                          f"{tt(b, dt)}) -> {tt(r, dt)}", [(r, dt)]))
+    at = "{strides = array<i64: 2>, pads = array<i64: 1, 0>, output_padding = array<i64: 1>}"
+    out.append(fn("conv_transpose_float32", [((1, 4, 5), "float32"), ((4, 2, 3), "float32")],
+                  f"%r = opc.conv_transpose %a0, %a1 {at} : ({tt((1, 4, 5), 'float32')}, {tt((4, 2, 3), 'float32')}) "
+                  f"-> {tt((1, 2, 11), 'float32')}", [((1, 2, 11), "float32")]))
+    # pooling: 2-D max with dilation and ceil_mode, 1-D avg counting pads
+    pa2 = "{kernel = array<i64: 3, 2>, strides = array<i64: 2, 2>, dilations = array<i64: 1, 2>, pads = array<i64: 1, 0, 1, 1>, ceil_mode = true}"
+    px2, py2 = (2, 3, 7, 8), (2, 3, 4, 4)
+    pa1 = "{kernel = array<i64: 3>, strides = array<i64: 2>, pads = array<i64: 1, 1>, count_include_pad = true}"
+    px1, py1 = (1, 4, 9), (1, 4, 5)
+    for dt in FLOATS:
+        t2, y2, i2, t1, y1 = tt(px2, dt), tt(py2, dt), tt(py2, "int64"), tt(px1, dt), tt(py1, dt)
+        out.append(fn(f"max_pool_{dt}", [(px2, dt)], f"%y, %i = opc.max_pool %a0 {pa2} : ({t2}) -> ({y2}, {i2})",
+                      [(py2, dt), (py2, "int64")], ("%y", "%i")))
+        out.append(fn(f"max_pool_grad_{dt}", [(px2, dt), (py2, dt)],  # its indices from max_pool: in range
+                      f"%y, %i = opc.max_pool %a0 {pa2} : ({t2}) -> ({y2}, {i2})\n"
+                      f"  %r = opc.max_pool_grad %a0, %i, %a1 {pa2} : ({t2}, {i2}, {y2}) -> {t2}", [(px2, dt)]))
+        out.append(fn(f"avg_pool_{dt}", [(px1, dt)], f"%r = opc.avg_pool %a0 {pa1} : ({t1}) -> {y1}", [(py1, dt)]))
+        out.append(fn(f"avg_pool_grad_{dt}", [(px1, dt), (py1, dt)],
+                      f"%r = opc.avg_pool_grad %a0, %a1 {pa1} : ({t1}, {y1}) -> {t1}", [(px1, dt)]))
+    # batch / instance / group norm and batch_norm_grad: composites on cuda too
+    nx, nc = (2, 4, 3, 5), (4,)
+    for dt, st in (("float32", "float32"), ("float16", "float32")):
+        t, c, sc = tt(nx, dt), tt(nc, dt), tt(nc, st)
+        out.append(fn(f"batch_norm_norm_{dt}", [(nx, dt)] + [(nc, dt)] * 4,
+                      f"%y, %rm, %rv, %sm, %sr = opc.batch_norm %a0, %a1, %a2, %a3, %a4 {{training = true}} : "
+                      f"({t}, {c}, {c}, {c}, {c}) -> ({t}, {c}, {c}, {sc}, {sc})", [(nx, dt), (nc, dt), (nc, dt),
+                      (nc, st), (nc, st)], ("%y", "%rm", "%rv", "%sm", "%sr")))
+        out.append(fn(f"batch_norm_grad_norm_{dt}", [(nx, dt), (nc, dt), (nc, st), (nc, st), (nx, dt)],
+                      f"%dx, %ds, %db = opc.batch_norm_grad %a0, %a1, %a2, %a3, %a4 : ({t}, {c}, {sc}, {sc}, {t}) -> "
+                      f"({t}, {c}, {c})", [(nx, dt), (nc, dt), (nc, dt)], ("%dx", "%ds", "%db")))
+        for op, g, extra in (("instance_norm", 4, ""), ("group_norm", 2, " {num_groups = 2}")):
+            m = tt((2, g), st)
+            out.append(fn(f"{op}_norm_{dt}", [(nx, dt), (nc, dt), (nc, dt)],
+                          f"%y, %m, %r = opc.{op} %a0, %a1, %a2{extra} : ({t}, {c}, {c}) -> ({t}, {m}, {m})",
+                          [(nx, dt), ((2, g), st), ((2, g), st)], ("%y", "%m", "%r")))
     return out
 
 

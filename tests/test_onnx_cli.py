@@ -166,10 +166,10 @@ def test_missing_file(tmp_path):
 
 def test_unsupported_op_names_op_and_node(tmp_path):
     x = np.zeros((1, 1, 5, 5), np.float32)
-    model = single("Conv", {"x": x}, initializers={"w": np.zeros((2, 1, 3, 3), np.float32)})
-    model.graph.node[0].name = "/conv1/Conv"
-    assert_one_line_error(run_cli("import", save(model, tmp_path / "conv.onnx")), "Conv", "/conv1/Conv")
-    assert_one_line_error(run_cli("compile", str(tmp_path / "conv.onnx")), "Conv", "/conv1/Conv")
+    model = single("LRN", {"x": x}, size=3)  # (Conv, the example before, is imported since issue 19)
+    model.graph.node[0].name = "/norm1/LRN"
+    assert_one_line_error(run_cli("import", save(model, tmp_path / "lrn.onnx")), "LRN", "/norm1/LRN")
+    assert_one_line_error(run_cli("compile", str(tmp_path / "lrn.onnx")), "LRN", "/norm1/LRN")
 
 
 def test_custom_domain_op(tmp_path):

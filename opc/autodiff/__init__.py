@@ -46,6 +46,7 @@ from opc.dialects.opc import is_bool, is_float
 from opc.errors import OpcError
 from opc.ops.decompositions import expand
 from opc.ops.registry import REGISTRY
+from opc.ops.vjp_rules import THROUGH_RULE
 
 STOP_GRADIENT = "opc.stop_gradient"
 NO_GRAD = "opc.no_grad"
@@ -293,7 +294,10 @@ def sweep(
             filled = douts
         else:  # zero cotangents for the outputs nobody uses
             filled = [d if d is not None else e.full(0.0, r) for d, r in zip(douts, op.results)]
-        for v, g in zip(op.operands, vjp(e, op, filled)):
+        grads_of_operands = vjp(e, op, filled)
+        if grads_of_operands == THROUGH_RULE:  # the rule decided for this instance: through its rule
+            grads_of_operands = vjp_through_rule(e, op, filled)
+        for v, g in zip(op.operands, grads_of_operands):
             if g is not None:
                 accumulate(v, g)
     return grads
@@ -313,7 +317,7 @@ def vjp_of(name: str) -> tuple[Callable | None, bool]:
     composite rule; an op unknown to the registry, or a kernel-only grad op
     without a vjp, has no gradient rule: an error, never a silent zero."""
     e = REGISTRY.get(name)
-    if e is not None and e.kind == "grad" and e.vjp is None and e.rewrite:
+    if e is not None and e.rewrite and (e.vjp == THROUGH_RULE or e.kind == "grad" and e.vjp is None):
         return vjp_through_rule, e.any_dtype
     if e is None or (e.kind == "grad" and e.vjp is None):
         why = " (a kernel-only grad op needs a vjp of its own in opc/ops/registry.py)" if e else ""

@@ -23,6 +23,15 @@ Grad ops
   softmax_grad, log_softmax_grad {axis}, layer_norm_grad {begin_norm_axis},
   softmax_cross_entropy_grad {axis}, slice_grad {start, limit, strides},
   gather_grad {axis}
+Convolutions (layout NC + spatial, 1 or 2 spatial dims while MAX_RANK is 4)
+  conv {strides, dilations, pads, group}, conv_transpose {..., output_padding},
+  conv_grad_input {...} (-> dx), conv_grad_filter {...} (-> dw)
+Pooling
+  max_pool {kernel, strides, dilations, pads, ceil_mode} -> y, indices;
+  avg_pool {kernel, strides, dilations, pads, ceil_mode, count_include_pad}; max_pool_grad, avg_pool_grad
+Normalization over channels
+  batch_norm {epsilon, momentum, training} -> y[, running_mean, running_var, saved_mean, saved_rstd],
+  batch_norm_grad, instance_norm {epsilon}, group_norm {num_groups, epsilon} -> y, mean, rstd
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -55,11 +65,13 @@ from xdsl.irdl import (
     base,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     opt_result_def,
     prop_def,
     result_def,
     traits_def,
     var_operand_def,
+    var_result_def,
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
@@ -1423,6 +1435,687 @@ class GatherGradOp(OpcOp, AxisAttr):
             raise VerifyException(f"result must have the type of x, {tx}")
 
 
+
+# ---------------------------------------------------------------------------
+# Convolutions
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """One convolution: x [n, c, *inp] * w [o, c / group, *kernel] -> y [n, o, *out].
+
+    conv_grad_input, conv_grad_filter and conv_transpose are described by the
+    geometry of the forward conv they belong to (conv_transpose's y plays the
+    conv's x, its x the conv's y), so one description serves all four ops."""
+
+    n: int
+    c: int
+    o: int
+    group: int
+    inp: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]  # begins, then ends
+
+    @property
+    def spatial(self) -> int:
+        return len(self.inp)
+
+    @property
+    def out(self) -> tuple[int, ...]:
+        r = self.spatial
+        return tuple((i + self.pads[d] + self.pads[r + d] - self.dilations[d] * (k - 1) - 1) // self.strides[d] + 1
+                     for d, (i, k) in enumerate(zip(self.inp, self.kernel)))
+
+    @property
+    def x_shape(self) -> tuple[int, ...]:
+        return (self.n, self.c, *self.inp)
+
+    @property
+    def w_shape(self) -> tuple[int, ...]:
+        return (self.o, self.c // self.group, *self.kernel)
+
+    @property
+    def y_shape(self) -> tuple[int, ...]:
+        return (self.n, self.o, *self.out)
+
+
+def conv_spatial(what: str, shape: Sequence[int]) -> int:
+    """The number of spatial dims of an NC+spatial tensor (1 to MAX_RANK - 2)."""
+    if not 3 <= len(shape) <= MAX_RANK:
+        raise VerifyException(f"{what} must have rank 3 to {MAX_RANK} (N, C and 1 to {MAX_RANK - 2} spatial dims), "
+                              f"got shape {list(shape)}")
+    return len(shape) - 2
+
+
+def conv_attr(values: Sequence[int] | None, count: int, default: int, name: str, least: int) -> tuple[int, ...]:
+    """strides / dilations / pads / output_padding: `count` entries (default when absent), each >= least."""
+    if values is None:
+        return (default,) * count
+    if len(values) != count:
+        raise VerifyException(f"{name} has {len(values)} entries, expected {count}"
+                              f"{' (begins, then ends)' if name == 'pads' else ''} for {count // (2 if name == 'pads' else 1)} spatial dims")
+    for i, v in enumerate(values):
+        if v < least:
+            raise VerifyException(f"{name} must be >= {least}, got {v} at index {i}")
+    return tuple(values)
+
+
+def conv_geometry(x: Sequence[int], kernel: Sequence[int], o: int, group: int, strides: Sequence[int] | None,
+                  dilations: Sequence[int] | None, pads: Sequence[int] | None, x_name: str = "x") -> ConvGeometry:
+    """The checked geometry of a conv of input shape x with `o` output channels and `kernel`."""
+    r = conv_spatial(x_name, x)
+    if group < 1:
+        raise VerifyException(f"group must be >= 1, got {group}")
+    if x[1] % group:
+        raise VerifyException(f"group {group} does not divide the {x[1]} channels of {x_name}")
+    if o % group:
+        raise VerifyException(f"group {group} does not divide the {o} output channels")
+    g = ConvGeometry(x[0], x[1], o, group, tuple(x[2:]), tuple(kernel), conv_attr(strides, r, 1, "strides", 1),
+                     conv_attr(dilations, r, 1, "dilations", 1), conv_attr(pads, 2 * r, 0, "pads", 0))
+    for d in range(r):
+        extent = g.dilations[d] * (g.kernel[d] - 1) + 1
+        padded = g.inp[d] + g.pads[d] + g.pads[r + d]
+        if g.kernel[d] < 1 or extent > padded:
+            raise VerifyException(
+                f"kernel of extent {extent} (size {g.kernel[d]}, dilations {g.dilations[d]}) is larger than the "
+                f"padded input {padded} (size {g.inp[d]}, pads {g.pads[d]} + {g.pads[r + d]}) in spatial dim {d}")
+    return g
+
+
+def conv_transpose_out(x: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+                       pads: Sequence[int], output_padding: Sequence[int]) -> tuple[int, ...]:
+    """conv_transpose's spatial output: (i - 1) * s - pads + d * (k - 1) + output_padding + 1."""
+    r = len(x)
+    return tuple((i - 1) * strides[d] - pads[d] - pads[r + d] + dilations[d] * (kernel[d] - 1) + output_padding[d] + 1
+                 for d, i in enumerate(x))
+
+
+class ConvAttrs:
+    """strides, dilations, pads (begins, then ends) and group of the conv ops, defaults filled in."""
+
+    def conv_params(self, spatial: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None,
+                                                   tuple[int, ...] | None, int]:
+        def values(attr: DenseArrayBase | None) -> tuple[int, ...] | None:
+            return None if attr is None else tuple(attr.get_values())  # type: ignore[arg-type]
+
+        return (values(self.strides), values(self.dilations), values(self.pads),  # type: ignore[attr-defined]
+                self.group.value.data)  # type: ignore[attr-defined]
+
+    def geometry_for(self, x: Sequence[int], w: Sequence[int], x_name: str = "x") -> ConvGeometry:
+        """The geometry of a conv of input shape x and filter shape w under this op's attributes."""
+        strides, dilations, pads, group = self.conv_params(len(x) - 2)
+        conv_spatial(x_name, x)
+        conv_spatial("w", w)
+        if len(w) != len(x):
+            raise VerifyException(f"w has rank {len(w)}, {x_name} rank {len(x)}: they must agree")
+        g = conv_geometry(x, w[2:], w[0], group, strides, dilations, pads, x_name)
+        if w[1] != g.c // group:
+            raise VerifyException(f"w dim 1 must be the channels of {x_name} / group = {g.c} / {group} = "
+                                  f"{g.c // group}, got {w[1]}")
+        return g
+
+
+def conv_properties(strides: Sequence[int] | None, dilations: Sequence[int] | None, pads: Sequence[int] | None,
+                    group: int, **extra: Sequence[int] | None) -> dict[str, Attribute]:
+    props: dict[str, Attribute] = {"group": IntegerAttr(group, 64)}
+    for k, v in (("strides", strides), ("dilations", dilations), ("pads", pads), *extra.items()):
+        if v is not None:
+            props[k] = i64_array(v)
+    return props
+
+
+def check_conv_types(tx: TensorType, tw: TensorType, result: SSAValue, want: Sequence[int], what: str,
+                     names: tuple[str, str] = ("x", "w")) -> None:
+    check_float(tx, names[0])
+    check_same_element(tx, tw, f"{names[0]} and {names[1]}")
+    r = check_tensor(result, what)
+    check_same_element(tx, r, f"{names[0]} and {what}")
+    check_shape(r, want, what)
+
+
+class ConvBase(OpcOp, ConvAttrs, abc.ABC):
+    """Two operands, one result, the conv attributes."""
+
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    strides = opt_prop_def(DenseArrayBase)
+    dilations = opt_prop_def(DenseArrayBase)
+    pads = opt_prop_def(DenseArrayBase)
+    group = int_prop(1)
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation, result_type: Attribute,
+                 properties: dict[str, Attribute]):
+        super().__init__(operands=[lhs, rhs], result_types=[result_type], properties=properties)
+
+    def geometry(self) -> ConvGeometry:
+        """The geometry of the forward conv this op computes or belongs to."""
+        raise NotImplementedError
+
+
+@irdl_op_definition
+class ConvOp(ConvBase):
+    """`%y = opc.conv %x, %w {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x4x4xf32>`
+
+    y[n, o, p] = sum over c in o's group and k of x_pad[n, c, p * strides + k * dilations] * w[o, c, k]
+    (a cross-correlation, as ONNX and PyTorch); no bias operand (a bias is a broadcast add).
+    """
+
+    name = "opc.conv"
+
+    @staticmethod
+    def of(x: SSAValue | Operation, w: SSAValue | Operation, strides: Sequence[int] | None = None,
+              dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None, group: int = 1) -> ConvOp:
+        tx, tw = SSAValue.get(x).type, SSAValue.get(w).type
+        g = conv_geometry(tx.get_shape(), tw.get_shape()[2:], tw.get_shape()[0], group, strides, dilations, pads)  # type: ignore[attr-defined]
+        return ConvOp(x, w, tensor(g.y_shape, tx.element_type), conv_properties(strides, dilations, pads, group))  # type: ignore[attr-defined]
+
+    def geometry(self) -> ConvGeometry:
+        return self.geometry_for(self.lhs.type.get_shape(), self.rhs.type.get_shape())  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx, tw = check_tensor(self.lhs, "x"), check_tensor(self.rhs, "w")
+        check_conv_types(tx, tw, self.result, self.geometry().y_shape, "y")
+
+
+@irdl_op_definition
+class ConvTransposeOp(ConvBase):
+    """`%y = opc.conv_transpose %x, %w {strides = array<i64: 2>, output_padding = array<i64: 1>} : (tensor<1x4x5xf32>, tensor<4x2x3xf32>) -> tensor<1x2x12xf32>`
+
+    The adjoint of conv w.r.t. its input (PyTorch's ConvTranspose): w [C, O / group, *K];
+    y's spatial dims are (i - 1) * strides - pads + dilations * (k - 1) + output_padding + 1.
+    """
+
+    name = "opc.conv_transpose"
+    output_padding = opt_prop_def(DenseArrayBase)
+
+    @staticmethod
+    def of(x: SSAValue | Operation, w: SSAValue | Operation, strides: Sequence[int] | None = None,
+              dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None, group: int = 1,
+              output_padding: Sequence[int] | None = None) -> ConvTransposeOp:
+        tx, tw = SSAValue.get(x).type, SSAValue.get(w).type
+        shape = transpose_shape(tx.get_shape(), tw.get_shape(), strides, dilations, pads, group, output_padding)  # type: ignore[attr-defined]
+        props = conv_properties(strides, dilations, pads, group, output_padding=output_padding)
+        return ConvTransposeOp(x, w, tensor(shape, tx.element_type), props)  # type: ignore[attr-defined]
+
+    def geometry(self) -> ConvGeometry:
+        """The conv whose input gradient this is: input y, filter w, output x."""
+        x, w = self.lhs.type.get_shape(), self.rhs.type.get_shape()  # type: ignore[attr-defined]
+        strides, dilations, pads, group = self.conv_params(len(x) - 2)
+        op = None if self.output_padding is None else tuple(self.output_padding.get_values())
+        y = transpose_shape(x, w, strides, dilations, pads, group, op)  # type: ignore[arg-type]
+        g = self.geometry_for(y, w, "y")
+        if g.out != tuple(x[2:]):  # output_padding >= strides would make y too long for x
+            raise VerifyException(f"output_padding {list(op or ())} must be < strides {list(g.strides)}")
+        return g
+
+    def verify_(self) -> None:
+        tx, tw = check_tensor(self.lhs, "x"), check_tensor(self.rhs, "w")
+        check_conv_types(tx, tw, self.result, self.geometry().x_shape, "y")
+
+
+def transpose_shape(x: Sequence[int], w: Sequence[int], strides: Sequence[int] | None,
+                    dilations: Sequence[int] | None, pads: Sequence[int] | None, group: int,
+                    output_padding: Sequence[int] | None) -> tuple[int, ...]:
+    """conv_transpose's result shape [N, w[1] * group, *out], its attributes checked."""
+    r = conv_spatial("x", x)
+    conv_spatial("w", w)
+    if len(w) != len(x):
+        raise VerifyException(f"w has rank {len(w)}, x rank {len(x)}: they must agree")
+    if group < 1:
+        raise VerifyException(f"group must be >= 1, got {group}")
+    if x[1] % group:
+        raise VerifyException(f"group {group} does not divide the {x[1]} channels of x")
+    if w[0] != x[1]:
+        raise VerifyException(f"w dim 0 must be the {x[1]} channels of x, got {w[0]}")
+    s, d = conv_attr(strides, r, 1, "strides", 1), conv_attr(dilations, r, 1, "dilations", 1)
+    p, op = conv_attr(pads, 2 * r, 0, "pads", 0), conv_attr(output_padding, r, 0, "output_padding", 0)
+    out = conv_transpose_out(x[2:], w[2:], s, d, p, op)
+    for i, v in enumerate(out):
+        if v < 1:
+            raise VerifyException(f"pads {list(p)} leave conv_transpose an empty output in spatial dim {i}")
+    return (x[0], w[1] * group, *out)
+
+
+@irdl_op_definition
+class ConvGradInputOp(ConvBase):
+    """`%dx = opc.conv_grad_input %dout, %w {pads = array<i64: 1, 1>} : (tensor<2x4x7xf32>, tensor<4x3x3xf32>) -> tensor<2x3x7xf32>`
+
+    The gradient of conv w.r.t. x (x's shape from the result type): a conv_transpose of dout by w.
+    """
+
+    name = "opc.conv_grad_input"
+
+    def geometry(self) -> ConvGeometry:
+        return self.geometry_for(self.result.type.get_shape(), self.rhs.type.get_shape(), "dx")  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        td, tw = check_tensor(self.lhs, "dout"), check_tensor(self.rhs, "w")
+        check_tensor(self.result, "dx")
+        check_conv_types(td, tw, self.result, self.result.type.get_shape(), "dx", ("dout", "w"))  # type: ignore[attr-defined]
+        check_shape(td, self.geometry().y_shape, "dout")
+
+
+@irdl_op_definition
+class ConvGradFilterOp(ConvBase):
+    """`%dw = opc.conv_grad_filter %x, %dout {pads = array<i64: 1, 1>} : (tensor<2x3x7xf32>, tensor<2x4x7xf32>) -> tensor<4x3x3xf32>`
+
+    The gradient of conv w.r.t. w (w's shape from the result type): dw[o, c, k] = sum over n and p
+    of dout[n, o, p] * x_pad[n, c, p * strides + k * dilations].
+    """
+
+    name = "opc.conv_grad_filter"
+
+    def geometry(self) -> ConvGeometry:
+        return self.geometry_for(self.lhs.type.get_shape(), self.result.type.get_shape())  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx, td = check_tensor(self.lhs, "x"), check_tensor(self.rhs, "dout")
+        check_tensor(self.result, "dw")
+        check_conv_types(tx, td, self.result, self.result.type.get_shape(), "dw", ("x", "dout"))  # type: ignore[attr-defined]
+        check_shape(td, self.geometry().y_shape, "dout")
+
+
+def conv_grad_ops(op: ConvBase) -> dict[str, Attribute]:
+    """The attributes a conv op hands to the grad ops of its geometry (output_padding stays behind)."""
+    return {k: v for k, v in op.properties.items() if k != "output_padding"}
+
+
+
+# ---------------------------------------------------------------------------
+# Pooling
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolGeometry:
+    """A pooling window sliding over x [n, c, *inp]: kernel, strides, dilations, pads (begins, then
+    ends); out by floor, or by ceil (ceil_mode) dropping a last window that would start in the end pad."""
+
+    n: int
+    c: int
+    inp: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]
+    ceil_mode: bool
+
+    @property
+    def spatial(self) -> int:
+        return len(self.inp)
+
+    @property
+    def out(self) -> tuple[int, ...]:
+        r, out = self.spatial, []
+        for d, (i, k) in enumerate(zip(self.inp, self.kernel)):
+            span = i + self.pads[d] + self.pads[r + d] - self.dilations[d] * (k - 1) - 1
+            o = (-(-span // self.strides[d]) if self.ceil_mode else span // self.strides[d]) + 1
+            if self.ceil_mode and (o - 1) * self.strides[d] >= i + self.pads[d]:
+                o -= 1  # PyTorch's and ONNX's rule: every window starts inside the input or the begin pad
+            out.append(o)
+        return tuple(out)
+
+    @property
+    def y_shape(self) -> tuple[int, ...]:
+        return (self.n, self.c, *self.out)
+
+
+def pool_geometry(x: Sequence[int], kernel: Sequence[int], strides: Sequence[int] | None,
+                  dilations: Sequence[int] | None, pads: Sequence[int] | None, ceil_mode: bool) -> PoolGeometry:
+    r = conv_spatial("x", x)
+    kernel = conv_attr(kernel, r, 1, "kernel", 1)
+    g = PoolGeometry(x[0], x[1], tuple(x[2:]), kernel, conv_attr(strides, r, 1, "strides", 1),
+                     conv_attr(dilations, r, 1, "dilations", 1), conv_attr(pads, 2 * r, 0, "pads", 0), ceil_mode)
+    for d in range(r):
+        extent = g.dilations[d] * (g.kernel[d] - 1) + 1
+        padded = g.inp[d] + g.pads[d] + g.pads[r + d]
+        if extent > padded:
+            raise VerifyException(f"kernel of extent {extent} (size {g.kernel[d]}, dilations {g.dilations[d]}) is "
+                                  f"larger than the padded input {padded} in spatial dim {d}")
+        for o in range(g.out[d]):  # a window of padding only has no maximum and no average
+            start = o * g.strides[d] - g.pads[d]
+            if not any(0 <= start + t * g.dilations[d] < g.inp[d] for t in range(g.kernel[d])):
+                raise VerifyException(f"pads {list(g.pads)}: the pooling window {o} of spatial dim {d} covers only "
+                                      "padding")
+    return g
+
+
+class PoolAttrs:
+    """kernel, strides, dilations, pads, ceil_mode of the pooling ops."""
+
+    def pool_geometry(self) -> PoolGeometry:
+        def values(attr: DenseArrayBase | None) -> tuple[int, ...] | None:
+            return None if attr is None else tuple(attr.get_values())  # type: ignore[arg-type]
+
+        return pool_geometry(self.x.type.get_shape(), values(self.kernel),  # type: ignore[attr-defined]
+                             values(self.strides), values(self.dilations), values(self.pads),  # type: ignore[attr-defined]
+                             flag(self.ceil_mode))  # type: ignore[attr-defined]
+
+
+class PoolOp(OpcOp, PoolAttrs, abc.ABC):
+    """The pooling attributes; each op defines its operands itself, x first (IRDL orders a base
+    class's operands after the subclass's)."""
+
+    kernel = prop_def(DenseArrayBase)
+    strides = opt_prop_def(DenseArrayBase)
+    dilations = opt_prop_def(DenseArrayBase)
+    pads = opt_prop_def(DenseArrayBase)
+    ceil_mode = bool_prop(False)
+
+    def check_x(self) -> tuple[TensorType, PoolGeometry]:
+        tx = check_tensor(self.x, "x")
+        check_float(tx, "x")
+        return tx, self.pool_geometry()
+
+
+@irdl_op_definition
+class MaxPoolOp(PoolOp):
+    """`%y, %idx = opc.max_pool %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>} : (tensor<1x3x8x8xf32>) -> (tensor<1x3x4x4xf32>, tensor<1x3x4x4xi64>)`
+
+    The maximum of each window (NaN propagates) and, as ONNX's Indices, its flattened index into x
+    (the first maximum in window order).
+    """
+
+    name = "opc.max_pool"
+    x = operand_def(TensorType)
+    y = result_def(TensorType)
+    indices = result_def(TensorType)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, props: dict[str, Attribute]):
+        t = SSAValue.get(x).type
+        g = pool_geometry(t.get_shape(), *pool_values(props))  # type: ignore[attr-defined]
+        super().__init__(operands=[x], result_types=[tensor(g.y_shape, t.element_type), tensor(g.y_shape, i64)],  # type: ignore[attr-defined]
+                         properties=props)
+
+    def verify_(self) -> None:
+        tx, g = self.check_x()
+        check_conv_types(tx, tx, self.y, g.y_shape, "y")
+        ti = check_tensor(self.indices, "indices")
+        if ti.element_type != i64:
+            raise VerifyException(f"indices must have element type i64, got {ti.element_type}")
+        check_shape(ti, g.y_shape, "indices")
+
+
+@irdl_op_definition
+class AvgPoolOp(PoolOp):
+    """`%y = opc.avg_pool %x {kernel = array<i64: 3>, pads = array<i64: 1, 1>, count_include_pad = true} : (tensor<1x3x8xf32>) -> tensor<1x3x8xf32>`
+
+    The mean of each window: over its elements inside x, or (count_include_pad) over its extent
+    clipped to the padded input.
+    """
+
+    name = "opc.avg_pool"
+    x = operand_def(TensorType)
+    y = result_def(TensorType)
+    count_include_pad = bool_prop(False)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, props: dict[str, Attribute]):
+        t = SSAValue.get(x).type
+        g = pool_geometry(t.get_shape(), *pool_values(props))  # type: ignore[attr-defined]
+        super().__init__(operands=[x], result_types=[tensor(g.y_shape, t.element_type)], properties=props)  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx, g = self.check_x()
+        check_conv_types(tx, tx, self.y, g.y_shape, "y")
+
+
+def pool_values(props: dict[str, Attribute]) -> tuple:
+    def values(k: str) -> tuple[int, ...] | None:
+        a = props.get(k)
+        return None if a is None else tuple(a.get_values())  # type: ignore[attr-defined]
+
+    ceil = props.get("ceil_mode")
+    return (values("kernel"), values("strides"), values("dilations"), values("pads"),
+            bool(ceil is not None and flag(ceil)))  # type: ignore[arg-type]
+
+
+@irdl_op_definition
+class MaxPoolGradOp(PoolOp):
+    """`%dx = opc.max_pool_grad %x, %idx, %dout {kernel = array<i64: 2, 2>} : (tensor<1x3x8x8xf32>, tensor<1x3x7x7xi64>, tensor<1x3x7x7xf32>) -> tensor<1x3x8x8xf32>`
+
+    dout scatter-added into zeros of x's shape at the indices max_pool saved (x lends its type);
+    an index outside its own image and channel is a run-time IndexError.
+    """
+
+    name = "opc.max_pool_grad"
+    x = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    dout = operand_def(TensorType)
+    dx = result_def(TensorType)
+    assembly_format = "$x `,` $indices `,` $dout attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, indices: SSAValue | Operation, dout: SSAValue | Operation,
+                 props: dict[str, Attribute]):
+        super().__init__(operands=[x, indices, dout], result_types=[SSAValue.get(x).type], properties=props)
+
+    def verify_(self) -> None:
+        tx, g = self.check_x()
+        check_conv_types(tx, check_tensor(self.dout, "dout"), self.dx, tx.get_shape(), "dx", ("x", "dout"))
+        check_shape(check_tensor(self.dout, "dout"), g.y_shape, "dout")
+        ti = check_tensor(self.indices, "indices")
+        if ti.element_type != i64:
+            raise VerifyException(f"indices must have element type i64, got {ti.element_type}")
+        check_shape(ti, g.y_shape, "indices")
+
+
+@irdl_op_definition
+class AvgPoolGradOp(PoolOp):
+    """`%dx = opc.avg_pool_grad %x, %dout {kernel = array<i64: 3>} : (tensor<1x3x8xf32>, tensor<1x3x6xf32>) -> tensor<1x3x8xf32>`
+
+    Each dout spread evenly over its window's counted elements (x lends its type).
+    """
+
+    name = "opc.avg_pool_grad"
+    x = operand_def(TensorType)
+    dout = operand_def(TensorType)
+    dx = result_def(TensorType)
+    count_include_pad = bool_prop(False)
+    assembly_format = "$x `,` $dout attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, dout: SSAValue | Operation, props: dict[str, Attribute]):
+        super().__init__(operands=[x, dout], result_types=[SSAValue.get(x).type], properties=props)
+
+    def verify_(self) -> None:
+        tx, g = self.check_x()
+        check_conv_types(tx, check_tensor(self.dout, "dout"), self.dx, tx.get_shape(), "dx", ("x", "dout"))
+        check_shape(check_tensor(self.dout, "dout"), g.y_shape, "dout")
+
+
+
+# ---------------------------------------------------------------------------
+# Batch, instance and group normalization
+# ---------------------------------------------------------------------------
+
+
+def check_channels(tx: TensorType, what: str, values: Sequence[tuple[str, SSAValue]], element: Attribute | None = None,
+                   count: int | None = None) -> int:
+    """x is [N, C, *spatial] (rank 2 to MAX_RANK, float); each value is [count or C] of x's element type
+    (or `element`)."""
+    check_float(tx, "x")
+    shape = tx.get_shape()
+    if not 2 <= len(shape) <= MAX_RANK:
+        raise VerifyException(f"{what} needs x of rank 2 to {MAX_RANK} ([N, C, *spatial]), got {list(shape)}")
+    n = shape[1] if count is None else count
+    for name, v in values:
+        t = check_tensor(v, name)
+        if t.element_type != (element or tx.element_type):
+            raise VerifyException(f"{name} must have element type {element or tx.element_type}, got {t.element_type}")
+        check_shape(t, [n], name)
+    return shape[1]
+
+
+def f64_prop(default: float):
+    return prop_def(FloatAttr, default_value=FloatAttr(default, 64))
+
+
+@irdl_op_definition
+class BatchNormOp(OpcOp):
+    """`%y, %rm, %rv, %sm, %sr = opc.batch_norm %x, %scale, %bias, %mean, %var {training = true} : (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)`
+
+    Per channel C of x [N, C, *spatial]: inference normalizes by the given mean and var (one result);
+    training by the batch statistics over N and the spatial dims, and also returns running_mean /
+    running_var = momentum * given + (1 - momentum) * batch (ONNX's convention, biased var) and the
+    saved mean and rstd = 1 / sqrt(var + epsilon) for the backward (f32 for halves).
+    """
+
+    name = "opc.batch_norm"
+    x = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    mean = operand_def(TensorType)
+    var = operand_def(TensorType)
+    y = result_def(TensorType)
+    stats = var_result_def(TensorType)
+    epsilon = f64_prop(1e-5)
+    momentum = f64_prop(0.9)
+    training = bool_prop(False)
+    assembly_format = "$x `,` $scale `,` $bias `,` $mean `,` $var attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, bias: SSAValue | Operation,
+                 mean: SSAValue | Operation, var: SSAValue | Operation, epsilon: float = 1e-5,
+                 momentum: float = 0.9, training: bool = False):
+        t = SSAValue.get(x).type
+        c = [t.get_shape()[1]]  # type: ignore[attr-defined]
+        stats = [tensor(c, t.element_type)] * 2 + [tensor(c, stats_element(t.element_type))] * 2  # type: ignore[attr-defined]
+        super().__init__(operands=[x, scale, bias, mean, var], result_types=[t, stats if training else []],
+                         properties={"epsilon": FloatAttr(epsilon, 64), "momentum": FloatAttr(momentum, 64),
+                                     "training": BoolAttr.from_bool(training)})
+
+    def verify_(self) -> None:
+        tx = check_tensor(self.x, "x")
+        check_channels(tx, "batch_norm", [("scale", self.scale), ("bias", self.bias), ("mean", self.mean),
+                                          ("var", self.var)])
+        if self.y.type != tx:
+            raise VerifyException(f"y must have the type of x, {tx}")
+        if flag(self.training):
+            if len(self.stats) != 4:
+                raise VerifyException("training batch_norm has 5 results: y, running_mean, running_var, saved_mean, "
+                                      f"saved_rstd; got {1 + len(self.stats)}")
+            check_channels(tx, "batch_norm", [("running_mean", self.stats[0]), ("running_var", self.stats[1])])
+            check_channels(tx, "batch_norm", [("saved_mean", self.stats[2]), ("saved_rstd", self.stats[3])],
+                           stats_element(tx.element_type))
+        elif self.stats:
+            raise VerifyException(f"inference batch_norm (training = false) has one result, got {1 + len(self.stats)}")
+        if not self.epsilon.value.data >= 0:
+            raise VerifyException(f"epsilon must be >= 0, got {self.epsilon.value.data}")
+
+
+@irdl_op_definition
+class BatchNormGradOp(OpcOp):
+    """`%dx, %ds, %db = opc.batch_norm_grad %x, %scale, %sm, %sr, %dy : (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>)`
+
+    Training batch_norm's backward from its saved mean and rstd: xhat = (x - mean) * rstd,
+    g = dy * scale, dx = rstd * (g - E[g] - xhat * E[g * xhat]) over N and the spatial dims,
+    dscale = sum of dy * xhat, dbias = sum of dy.
+    """
+
+    name = "opc.batch_norm_grad"
+    x = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    saved_mean = operand_def(TensorType)
+    saved_rstd = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dx = result_def(TensorType)
+    dscale = result_def(TensorType)
+    dbias = result_def(TensorType)
+    assembly_format = ("$x `,` $scale `,` $saved_mean `,` $saved_rstd `,` $dy attr-dict `:` "
+                       "functional-type(operands, results)")
+
+    def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, saved_mean: SSAValue | Operation,
+                 saved_rstd: SSAValue | Operation, dy: SSAValue | Operation):
+        tx, ts = SSAValue.get(x).type, SSAValue.get(scale).type
+        super().__init__(operands=[x, scale, saved_mean, saved_rstd, dy], result_types=[tx, ts, ts])
+
+    def verify_(self) -> None:
+        tx = check_tensor(self.x, "x")
+        check_channels(tx, "batch_norm_grad", [("scale", self.scale), ("dscale", self.dscale),
+                                               ("dbias", self.dbias)])
+        check_channels(tx, "batch_norm_grad", [("saved_mean", self.saved_mean), ("saved_rstd", self.saved_rstd)],
+                       stats_element(tx.element_type))
+        for what, v in (("dy", self.dy), ("dx", self.dx)):
+            if v.type != tx:
+                raise VerifyException(f"{what} must have the type of x, {tx}")
+
+
+class GroupedNormOp(OpcOp, abc.ABC):
+    """instance_norm / group_norm: normalize x [N, C, *spatial] over each group of channels and the
+    spatial dims, then scale and shift per channel; mean and rstd [N, groups] are saved."""
+
+    x = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    y = result_def(TensorType)
+    mean = result_def(TensorType)
+    rstd = result_def(TensorType)
+    epsilon = f64_prop(1e-5)
+    assembly_format = "$x `,` $scale `,` $bias attr-dict `:` functional-type(operands, results)"
+
+    def groups(self) -> int:
+        raise NotImplementedError
+
+    def verify_(self) -> None:
+        tx = check_tensor(self.x, "x")
+        c = check_channels(tx, self.name.removeprefix("opc."), [("scale", self.scale), ("bias", self.bias)])
+        g = self.groups()
+        if g < 1 or c % g:
+            raise VerifyException(f"num_groups {g} does not divide the {c} channels of x")
+        if self.y.type != tx:
+            raise VerifyException(f"y must have the type of x, {tx}")
+        want = stats_element(tx.element_type)
+        for what, v in (("mean", self.mean), ("rstd", self.rstd)):
+            t = check_tensor(v, what)
+            if t.element_type != want:
+                raise VerifyException(f"{what} must have element type {want}, got {t.element_type}")
+            check_shape(t, [tx.get_shape()[0], g], what)
+        if not self.epsilon.value.data >= 0:
+            raise VerifyException(f"epsilon must be >= 0, got {self.epsilon.value.data}")
+
+
+def grouped_types(x: SSAValue | Operation, groups: int) -> list[Attribute]:
+    t = SSAValue.get(x).type
+    stats = tensor([t.get_shape()[0], groups], stats_element(t.element_type))  # type: ignore[attr-defined]
+    return [t, stats, stats]
+
+
+@irdl_op_definition
+class InstanceNormOp(GroupedNormOp):
+    """`%y, %m, %r = opc.instance_norm %x, %scale, %bias {epsilon = 1.0e-05 : f64} : (tensor<2x3x5xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x5xf32>, tensor<2x3xf32>, tensor<2x3xf32>)`"""
+
+    name = "opc.instance_norm"
+
+    def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, bias: SSAValue | Operation,
+                 epsilon: float = 1e-5):
+        c = SSAValue.get(x).type.get_shape()[1]  # type: ignore[attr-defined]
+        super().__init__(operands=[x, scale, bias], result_types=grouped_types(x, c),
+                         properties={"epsilon": FloatAttr(epsilon, 64)})
+
+    def groups(self) -> int:
+        return self.x.type.get_shape()[1]  # type: ignore[attr-defined]
+
+
+@irdl_op_definition
+class GroupNormOp(GroupedNormOp):
+    """`%y, %m, %r = opc.group_norm %x, %scale, %bias {num_groups = 2} : (tensor<2x4x5xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x5xf32>, tensor<2x2xf32>, tensor<2x2xf32>)`"""
+
+    name = "opc.group_norm"
+    num_groups = int_prop(1)
+
+    def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, bias: SSAValue | Operation,
+                 num_groups: int, epsilon: float = 1e-5):
+        super().__init__(operands=[x, scale, bias], result_types=grouped_types(x, num_groups),
+                         properties={"num_groups": IntegerAttr(num_groups, 64), "epsilon": FloatAttr(epsilon, 64)})
+
+    def groups(self) -> int:
+        return self.num_groups.value.data
+
+
 Opc = Dialect(
     "opc",
     [
@@ -1434,6 +2127,9 @@ Opc = Dialect(
         FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, SoftmaxCrossEntropyOp,
         CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
         SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, SliceGradOp, GatherGradOp,
+        ConvOp, ConvTransposeOp, ConvGradInputOp, ConvGradFilterOp,
+        MaxPoolOp, AvgPoolOp, MaxPoolGradOp, AvgPoolGradOp,
+        BatchNormOp, BatchNormGradOp, InstanceNormOp, GroupNormOp,
     ],  # fmt: skip
     [],
 )

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from opc.interop.arrays import result_converter
-from opc.lowering.build import CompiledFunction, CompiledModule
 from opc.lowering.abi import c_symbol
+from opc.lowering.build import CompiledFunction, CompiledModule
 
 NAMESPACE = "opc"
 TORCH_DTYPES = {"bool": torch.bool, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,

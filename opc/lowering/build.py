@@ -345,10 +345,10 @@ NN_DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3}
 
 def runtime_objects(source: str, cache: Path) -> list[str]:
     """The runtime objects a module's C source calls into."""
-    objects = [runtime_object(cache)] if "opc_rt_gemm_" in source else []
-    for dt, code in NN_DTYPE_CODES.items():
-        if re.search(rf"\bopc_nn_\w+_{dt}(_i32|_i64)?\(", source):
-            objects.append(runtime_object(cache, "opc_nn_lib", (f"-DOPC_NN_ONLY={code}",)))
+    objects = [runtime_object(cache, "opc_nn_lib", (f"-DOPC_NN_ONLY={code}",))
+               for dt, code in NN_DTYPE_CODES.items() if re.search(rf"\bopc_nn_\w+_{dt}(_i32|_i64)?\(", source)]
+    if "opc_rt_gemm_" in source or objects:  # opc_nn_lib's convolutions call the GEMM
+        objects.insert(0, runtime_object(cache))
     return [str(o) for o in objects]
 
 

@@ -304,6 +304,60 @@ def lower_softmax_cross_entropy(fl, op: opc.SoftmaxCrossEntropyOp | opc.SoftmaxC
     call(fl, callee, [*buffers(fl, op), fl.checks.status()], [*extents(shape, axis), code])
 
 
+def conv_ints(g: opc.ConvGeometry) -> list[int]:
+    """The 22 integers of runtime/opc_nn_conv.h's geometry; 1-D and 2-D convs lead with unit dims."""
+    lead = 3 - g.spatial
+
+    def three(v: Sequence[int], fill: int) -> list[int]:
+        return [fill] * lead + list(v)
+
+    return [g.n, g.c, g.o, g.group, *three(g.inp, 1), *three(g.out, 1), *three(g.kernel, 1),
+            *three(g.strides, 1), *three(g.dilations, 1), *three(g.pads[:g.spatial], 0)]
+
+
+def lower_conv(fl, op: opc.ConvBase) -> None:  # noqa: ANN001
+    """conv (x, w, y), conv_grad_input (dy, w, dx), conv_grad_filter (x, dy, dw): one runtime call
+    with the forward conv's geometry. conv_transpose (x, w, y) is the input gradient of the conv
+    from y to x, so it calls conv_grad_input with x as dy."""
+    kernel = "conv_grad_input" if isinstance(op, opc.ConvTransposeOp) else op.name.removeprefix("opc.")
+    call(fl, f"{kernel}_{dtype_suffix(element_of(op.result))}", buffers(fl, op), conv_ints(op.geometry()))
+
+
+def pool_ints(op: opc.PoolOp) -> list[int]:
+    """The 23 integers of runtime/opc_nn_conv.h's pooling geometry."""
+    g = op.pool_geometry()
+    lead = 3 - g.spatial
+
+    def three(v: Sequence[int], fill: int) -> list[int]:
+        return [fill] * lead + list(v)
+
+    include = getattr(op, "count_include_pad", None)
+    return [g.n * g.c, *three(g.inp, 1), *three(g.out, 1), *three(g.kernel, 1), *three(g.strides, 1),
+            *three(g.dilations, 1), *three(g.pads[:g.spatial], 0), *three(g.pads[g.spatial:], 0),
+            int(include is not None and opc.flag(include))]
+
+
+def lower_pool(fl, op: opc.PoolOp) -> None:  # noqa: ANN001
+    """max_pool (x, y, indices), avg_pool (x, y), avg_pool_grad (dout, dx), max_pool_grad (indices, dout,
+    dx, status; its indices checked against their plane): one runtime call each. x of the grads lends
+    only its type."""
+    suffix = dtype_suffix(element_of(op.x))
+    callee = f"{op.name.removeprefix('opc.')}_{suffix}"
+    if isinstance(op, opc.MaxPoolGradOp):
+        name, direct = argument_source(fl, op.indices)
+        holder = f"argument '{braces(name)}' holds" if name is not None and direct else (
+            f"an index computed from argument '{braces(name)}' is" if name is not None else "an index is")
+        code = fl.checks.code(op, "IndexError", f"{holder} index {{value}}, outside its image and channel of x "
+                                                f"({op.name})")
+        args = [fl.operand_buffer(op.indices), fl.operand_buffer(op.dout), fl.buffer_for(op.dx), fl.checks.status()]
+        call(fl, callee, args, [*pool_ints(op), code])
+        return
+    if isinstance(op, opc.AvgPoolGradOp):
+        call(fl, callee, [fl.operand_buffer(op.dout), fl.buffer_for(op.dx)], pool_ints(op))
+        return
+    call(fl, callee, buffers(fl, op), pool_ints(op))
+
+
 LOWERINGS: dict[type[Operation], Callable] = {
     opc.ConcatOp: lower_concat,
     opc.SliceGradOp: lower_slice_grad,
@@ -316,6 +370,14 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.LayerNormGradOp: lower_layer_norm,
     opc.SoftmaxCrossEntropyOp: lower_softmax_cross_entropy,
     opc.SoftmaxCrossEntropyGradOp: lower_softmax_cross_entropy,
+    opc.ConvOp: lower_conv,
+    opc.ConvTransposeOp: lower_conv,
+    opc.ConvGradInputOp: lower_conv,
+    opc.ConvGradFilterOp: lower_conv,
+    opc.MaxPoolOp: lower_pool,
+    opc.AvgPoolOp: lower_pool,
+    opc.MaxPoolGradOp: lower_pool,
+    opc.AvgPoolGradOp: lower_pool,
 }
 """Ops materialized by a function of their own (buffers, nests or a runtime call)."""
 

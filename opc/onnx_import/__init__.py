@@ -32,7 +32,7 @@ def import_onnx(model: str | os.PathLike[str] | Any,
 
     shapes: sizes for graph inputs whose dims are dynamic, by input name.
     """
-    from opc.onnx_import import converters, rnn_converters  # noqa: F401 - register the converters in graph.CONVERTERS
+    from opc.onnx_import import converters, nn_converters, rnn_converters  # noqa: F401 - register the converters
     from opc.onnx_import.graph import import_model
 
     return import_model(model, shapes)

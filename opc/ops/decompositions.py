@@ -6,6 +6,7 @@ patterns, and autodiff differentiates a grad op through its rule (`expand`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 
@@ -340,6 +341,176 @@ class SoftmaxCrossEntropyGradPattern(RulePattern):
         return [narrow(e, e.mul(e.sub(sm, onehot), wide(e, op.dloss)), op.softmax)]
 
 
+# ---------------------------------------------------------------------------
+# convolutions
+# ---------------------------------------------------------------------------
+
+
+class ConvGradInputInvokePattern(RulePattern):
+    """conv_grad_input(dout, w) -> conv_transpose(dout, w) (backward.yaml: invoke), its
+    output_padding the rows of dx that the strided conv never read (x's shape restored)."""
+
+    OP = o.ConvGradInputOp
+
+    def build(self, e: OpBuilder, op: o.ConvGradInputOp) -> Sequence[SSAValue]:
+        g = op.geometry()
+        full = [(y - 1) * s - g.pads[d] - g.pads[g.spatial + d] + dil * (k - 1) + 1
+                for d, (y, s, dil, k) in enumerate(zip(g.out, g.strides, g.dilations, g.kernel))]
+        extra = [i - f for i, f in zip(g.inp, full)]
+        props = dict(op.properties)
+        if any(extra):
+            props["output_padding"] = o.i64_array(extra)
+        return [e.value(o.ConvTransposeOp(op.lhs, op.rhs, op.result.type, props))]
+
+
+def conv_patches(e: OpBuilder, x: SSAValue, g: o.ConvGeometry) -> SSAValue:
+    """im2col in primitives: x zero-padded (concat with full), then one strided slice per kernel
+    offset, stacked to [N, C, kvol, P] (P the output positions)."""
+    r, element = g.spatial, x.type.element_type  # type: ignore[attr-defined]
+    for d in range(r):
+        before, after = g.pads[d], g.pads[r + d]
+        if before or after:
+            shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+            parts = [x]
+            if before:
+                parts.insert(0, e.value(o.FullOp(0.0, o.tensor([*shape[:2 + d], before, *shape[3 + d:]], element))))
+            if after:
+                parts.append(e.value(o.FullOp(0.0, o.tensor([*shape[:2 + d], after, *shape[3 + d:]], element))))
+            x = e.value(o.ConcatOp(parts, axis=2 + d))
+    positions = math.prod(g.out)
+    stacked = []
+    for offsets in itertools.product(*(range(k) for k in g.kernel)):
+        start = [0, 0, *(k * dil for k, dil in zip(offsets, g.dilations))]
+        limit = [g.n, g.c, *(a + (n - 1) * s + 1 for a, n, s in zip(start[2:], g.out, g.strides))]
+        piece = e.value(o.SliceOp(x, start, limit, [1, 1, *g.strides]))
+        stacked.append(e.value(o.ReshapeOp(piece, o.tensor([g.n, g.c, 1, positions], element))))
+    return stacked[0] if len(stacked) == 1 else e.value(o.ConcatOp(stacked, axis=2))
+
+
+class ConvPattern(RulePattern):
+    """y = w [G, Og, Cg * kvol] @ patches [N, G, Cg * kvol, P] (a batched matmul), reshaped."""
+
+    OP = o.ConvOp
+
+    def build(self, e: OpBuilder, op: o.ConvOp) -> Sequence[SSAValue]:
+        g = op.geometry()
+        x, w = wide(e, op.lhs), wide(e, op.rhs)
+        el, ck = x.type.element_type, g.c // g.group * math.prod(g.kernel)  # type: ignore[attr-defined]
+        cols = e.value(o.ReshapeOp(conv_patches(e, x, g), o.tensor([g.n, g.group, ck, math.prod(g.out)], el)))
+        wg = e.value(o.ReshapeOp(w, o.tensor([g.group, g.o // g.group, ck], el)))
+        y = e.value(o.ReshapeOp(e.matmul(wg, cols), o.tensor(g.y_shape, el)))
+        return [narrow(e, y, op.result)]
+
+
+class ConvGradFilterPattern(RulePattern):
+    """dw = dout [G, Og, N * P] @ patches [G, Cg * kvol, N * P]^T per group (transposes bring
+    each group's images together), reshaped to w's shape."""
+
+    OP = o.ConvGradFilterOp
+
+    def build(self, e: OpBuilder, op: o.ConvGradFilterOp) -> Sequence[SSAValue]:
+        g = op.geometry()
+        x, dout = wide(e, op.lhs), wide(e, op.rhs)
+        el, ck, p = x.type.element_type, g.c // g.group * math.prod(g.kernel), math.prod(g.out)  # type: ignore[attr-defined]
+
+        def by_group(v: SSAValue, rows: int) -> SSAValue:
+            """[N, G * rows, ...] -> [G, rows, N * P]"""
+            v = e.value(o.ReshapeOp(v, o.tensor([g.n, g.group, rows, p], el)))
+            v = e.value(o.TransposeOp(v, [1, 2, 0, 3]))
+            return e.value(o.ReshapeOp(v, o.tensor([g.group, rows, g.n * p], el)))
+
+        cols = by_group(conv_patches(e, x, g), ck)
+        dw = e.matmul(by_group(dout, g.o // g.group), cols, trans_y=True)
+        return [narrow(e, e.value(o.ReshapeOp(dw, o.tensor(g.w_shape, el))), op.result)]
+
+
+# ---------------------------------------------------------------------------
+# batch, instance and group normalization
+# ---------------------------------------------------------------------------
+
+
+def per_channel(e: OpBuilder, v: SSAValue, rank: int) -> SSAValue:
+    """[C] -> [C, 1, ...] so that it broadcasts along x [N, C, *spatial]."""
+    t = v.type
+    return e.value(o.ReshapeOp(v, o.tensor([t.get_shape()[0], *[1] * (rank - 2)], t.element_type)))  # type: ignore[attr-defined]
+
+
+def channel_axes(x: SSAValue) -> list[int]:
+    """N and the spatial dims: every axis of x but the channels."""
+    return [0, *range(2, len(x.type.get_shape()))]  # type: ignore[attr-defined]
+
+
+class BatchNormPattern(RulePattern):
+    """inference: (x - mean) * rsqrt(var + eps) * scale + bias; training: the batch's mean and
+    (biased) variance by reduce_mean, the running statistics blended by momentum."""
+
+    OP = o.BatchNormOp
+
+    def build(self, e: OpBuilder, op: o.BatchNormOp) -> Sequence[SSAValue]:
+        x = wide(e, op.x)
+        rank, axes = len(x.type.get_shape()), channel_axes(x)  # type: ignore[attr-defined]
+        scale, bias = (per_channel(e, wide(e, v), rank) for v in (op.scale, op.bias))
+        eps = op.epsilon.value.data
+        if not o.flag(op.training):
+            mean, var = (per_channel(e, wide(e, v), rank) for v in (op.mean, op.var))
+            rstd = e.value(o.RsqrtOp(e.add(var, e.full(eps, var))))
+            return [narrow(e, e.add(e.mul(e.mul(e.sub(x, mean), rstd), scale), bias), op.x)]
+        bmean = e.value(o.ReduceMeanOp(x, axes, keepdim=True))
+        centred = e.sub(x, bmean)
+        bvar = e.value(o.ReduceMeanOp(e.mul(centred, centred), axes, keepdim=True))
+        rstd = e.value(o.RsqrtOp(e.add(bvar, e.full(eps, bvar))))
+        y = e.add(e.mul(e.mul(centred, rstd), scale), bias)
+        c = o.tensor([x.type.get_shape()[1]], x.type.element_type)  # type: ignore[attr-defined]
+        flat = [e.value(o.ReshapeOp(v, c)) for v in (bmean, bvar, rstd)]
+        m = op.momentum.value.data
+
+        def blend(given: SSAValue, batch: SSAValue) -> SSAValue:
+            return e.add(e.scale(wide(e, given), m), e.scale(batch, 1.0 - m))
+
+        running = [narrow(e, blend(op.mean, flat[0]), op.mean), narrow(e, blend(op.var, flat[1]), op.var)]
+        saved = [narrow(e, flat[0], op.stats[2]), narrow(e, flat[2], op.stats[3])]
+        return [narrow(e, y, op.x), *running, *saved]
+
+
+class BatchNormGradPattern(RulePattern):
+    """xhat = (x - mean) * rstd, g = dy * scale: dx = rstd * (g - E[g] - xhat * E[g * xhat]),
+    dscale = sum(dy * xhat), dbias = sum(dy), over N and the spatial dims."""
+
+    OP = o.BatchNormGradOp
+
+    def build(self, e: OpBuilder, op: o.BatchNormGradOp) -> Sequence[SSAValue]:
+        x, dy = wide(e, op.x), wide(e, op.dy)
+        rank, axes = len(x.type.get_shape()), channel_axes(x)  # type: ignore[attr-defined]
+        scale, mean, rstd = (per_channel(e, wide(e, v), rank) for v in (op.scale, op.saved_mean, op.saved_rstd))
+        xhat = e.mul(e.sub(x, mean), rstd)
+        g = e.mul(dy, scale)
+        mean_g = e.value(o.ReduceMeanOp(g, axes, keepdim=True))
+        mean_gx = e.value(o.ReduceMeanOp(e.mul(g, xhat), axes, keepdim=True))
+        dx = e.mul(rstd, e.sub(e.sub(g, mean_g), e.mul(xhat, mean_gx)))
+        return [narrow(e, dx, op.x), narrow(e, e.reduce_sum(e.mul(dy, xhat), axes), op.scale),
+                narrow(e, e.reduce_sum(dy, axes), op.scale)]
+
+
+class GroupedNormPattern(RulePattern):
+    """instance_norm / group_norm: x as [N * groups, rest] normalized by layer_norm (unit scale,
+    zero bias), back to x's shape, then scale and bias per channel; mean and rstd as [N, groups]."""
+
+    OP = o.GroupedNormOp
+
+    def build(self, e: OpBuilder, op: o.GroupedNormOp) -> Sequence[SSAValue]:
+        x = op.x
+        shape, el, g = x.type.get_shape(), x.type.element_type, op.groups()  # type: ignore[attr-defined]
+        rows = e.value(o.ReshapeOp(x, o.tensor([shape[0] * g, math.prod(shape) // (shape[0] * g)], el)))
+        rest = o.tensor([rows.type.get_shape()[1]], el)  # type: ignore[attr-defined]
+        ln = o.LayerNormOp(rows, e.full(1.0, rest), e.full(0.0, rest), 1, op.epsilon.value.data)
+        e.emit(ln)
+        y = wide(e, e.value(o.ReshapeOp(ln.y, x.type)))
+        scale, bias = (per_channel(e, wide(e, v), len(shape)) for v in (op.scale, op.bias))
+        stats = op.mean.type
+        return [narrow(e, e.add(e.mul(y, scale), bias), x), e.value(o.ReshapeOp(ln.mean, stats)),
+                e.value(o.ReshapeOp(ln.rstd, stats))]
+
+
 PATTERNS: dict[str, type[RulePattern]] = {
     "opc.cast_grad": CastGradInvokePattern,
     "opc.fused_gemm_epilogue_grad": FusedGemmEpilogueGradPattern,
@@ -356,6 +527,13 @@ PATTERNS: dict[str, type[RulePattern]] = {
     "opc.log_softmax_grad": LogSoftmaxGradPattern,
     "opc.layer_norm_grad": LayerNormGradPattern,
     "opc.softmax_cross_entropy_grad": SoftmaxCrossEntropyGradPattern,
+    "opc.conv": ConvPattern,
+    "opc.conv_grad_input": ConvGradInputInvokePattern,
+    "opc.conv_grad_filter": ConvGradFilterPattern,
+    "opc.batch_norm": BatchNormPattern,
+    "opc.batch_norm_grad": BatchNormGradPattern,
+    "opc.instance_norm": GroupedNormPattern,
+    "opc.group_norm": GroupedNormPattern,
 }
 """The rules, by op: the one source of which ops have an invoke or composite rule."""
 

@@ -44,7 +44,7 @@ from opc.ops.decompositions import PATTERNS
 @dataclass(frozen=True)
 class OpEntry:
     kind: str
-    vjp: Callable | None = None
+    vjp: Callable | str | None = None  # a rule, THROUGH_RULE, or None: no gradient flows through
     composite: bool = False
     realised_by: str | None = None
     invoke: str | None = None
@@ -53,7 +53,7 @@ class OpEntry:
     @property
     def rewrite(self) -> str | None:
         """'invoke' or 'composite' when the op can be rewritten into other ops."""
-        if self.realised_by == "invoke":
+        if self.realised_by == "invoke" or self.invoke:
             return "invoke"
         return "composite" if self.composite else None
 
@@ -115,6 +115,19 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.log_softmax":      OpEntry("fused", R.vjp_log_softmax),
     "opc.layer_norm":       OpEntry("fused", R.vjp_layer_norm),   # saves mean, rstd
     "opc.softmax_cross_entropy": OpEntry("fused", R.vjp_softmax_cross_entropy),  # saves softmax
+    # vjp: conv_grad_input + conv_grad_filter; composite: im2col by slices, a batched matmul
+    "opc.conv":             OpEntry("fused", R.vjp_conv),
+    # vjp: conv (its input gradient) + conv_grad_filter with dout and x swapped; a kernel only
+    "opc.conv_transpose":   OpEntry("fused", R.vjp_conv_transpose),
+    # saves indices for max_pool_grad; any_dtype: a cotangent of the i64 indices (a returned result
+    # gets one) must not stop y's from flowing; the rule ignores it
+    "opc.max_pool":         OpEntry("fused", R.vjp_max_pool, any_dtype=True),
+    "opc.avg_pool":         OpEntry("fused", R.vjp_avg_pool),       # avg_pool_grad
+    # no kernels yet (NO_KERNEL below): their composites; batch_norm's vjp is batch_norm_grad in
+    # training, instance_norm / group_norm run as layer_norm over [N * groups, rest] (its kernel)
+    "opc.batch_norm":       OpEntry("fused", R.vjp_batch_norm),
+    "opc.instance_norm":    OpEntry("fused", R.THROUGH_RULE),
+    "opc.group_norm":       OpEntry("fused", R.THROUGH_RULE),
     # --- grad ops --------------------------------------- realised by ------------------------
     "opc.cast_grad":        grad("invoke", invoke="cast(dout, x.dtype)", any_dtype=True),
     "opc.fused_gemm_epilogue_grad": grad("kernel"),  # composite: matmuls, act grad, reduce_sum
@@ -124,15 +137,24 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.log_softmax_grad": grad("kernel"),  # composite: dout - exp(out) * sum(dout)
     "opc.layer_norm_grad":  grad("kernel"),  # composite: from mean, rstd: reduce_mean / reduce_sum
     "opc.softmax_cross_entropy_grad": grad("kernel"),  # composite: (softmax - onehot(label)) * dloss
-    # kernels only (as in Paddle); their own vjps for higher-order gradients: slice, gather of ddx
+    "opc.conv_grad_input":  grad("kernel", invoke="conv_transpose(dout, w)"),
+    "opc.conv_grad_filter": grad("kernel"),  # composite: im2col by slices, a batched matmul with dout
+    "opc.batch_norm_grad":  grad("composite"),  # composite: reduce_mean / reduce_sum over N, spatial
+    # kernels only (as in Paddle); their own vjps for higher-order gradients: slice, gather of ddx,
+    # avg_pool of ddx
     "opc.slice_grad":       OpEntry("grad", R.vjp_slice_grad, realised_by="kernel"),
     "opc.gather_grad":      OpEntry("grad", R.vjp_gather_grad, realised_by="kernel"),
+    "opc.max_pool_grad":    OpEntry("grad", R.vjp_max_pool_grad, realised_by="kernel"),
+    "opc.avg_pool_grad":    OpEntry("grad", R.vjp_avg_pool_grad, realised_by="kernel"),
 }
 # fmt: on
 # The composite column, from the one list of rules (a grad op realised by invoke has its rule there too).
-REGISTRY = {name: replace(e, composite=name in PATTERNS and e.realised_by != "invoke") for name, e in REGISTRY.items()}
+REGISTRY = {name: replace(e, composite=name in PATTERNS and e.rewrite != "invoke") for name, e in REGISTRY.items()}
 
 ALL_OPS: frozenset[str] = frozenset(REGISTRY)
+NO_KERNEL: frozenset[str] = frozenset({"opc.batch_norm", "opc.batch_norm_grad", "opc.instance_norm",
+                                       "opc.group_norm"})
+"""Ops without a dedicated CPU / CUDA lowering: the built-in targets run them by their rules."""
 
 
 def entry(name: str) -> OpEntry | None:

@@ -24,6 +24,11 @@ from opc.dialects.builder import OpBuilder, narrow
 
 Grads = Sequence[SSAValue | None]
 
+THROUGH_RULE = "through its rule"
+"""In the registry's vjp column, and as a rule's answer for one instance: differentiate the op
+through its invoke or composite rule (the autodiff expands the rule and differentiates that).
+A grad op without a vjp of its own means the same."""
+
 
 def _result(op: Operation) -> SSAValue:
     return op.results[0]
@@ -399,3 +404,63 @@ def vjp_softmax_cross_entropy(e: OpBuilder, op: o.SoftmaxCrossEntropyOp, douts: 
     if not parts:
         return e.full(0.0, op.logits), None
     return (parts[0] if len(parts) == 1 else e.add(parts[0], parts[1])), None
+
+
+# ---------------------------------------------------------------------------
+# Convolutions
+# ---------------------------------------------------------------------------
+
+
+def vjp_conv(e: OpBuilder, op: o.ConvOp, douts: Grads) -> Grads:
+    """dx = conv_grad_input(dout, w), dw = conv_grad_filter(x, dout), with the conv's attributes."""
+    (d,) = douts
+    props = o.conv_grad_ops(op)
+    return (e.value(o.ConvGradInputOp(d, op.rhs, op.lhs.type, props)),
+            e.value(o.ConvGradFilterOp(op.lhs, d, op.rhs.type, props)))
+
+
+def vjp_conv_transpose(e: OpBuilder, op: o.ConvTransposeOp, douts: Grads) -> Grads:
+    """conv_transpose is the input gradient of the conv from y to x: dx = conv(dout, w), and
+    dw = conv_grad_filter of that conv, with dout as its input and x as its output gradient."""
+    (d,) = douts
+    props = o.conv_grad_ops(op)
+    return (e.value(o.ConvOp(d, op.rhs, op.lhs.type, props)),
+            e.value(o.ConvGradFilterOp(d, op.lhs, op.rhs.type, props)))
+
+
+def vjp_max_pool(e: OpBuilder, op: o.MaxPoolOp, douts: Grads) -> Grads:
+    """dx = max_pool_grad(x, indices, dy); the indices carry no cotangent."""
+    dy = douts[0] if douts[0] is not None else e.full(0.0, op.y)
+    return (e.value(o.MaxPoolGradOp(op.x, op.indices, dy, dict(op.properties))),)
+
+
+def vjp_avg_pool(e: OpBuilder, op: o.AvgPoolOp, douts: Grads) -> Grads:
+    return (e.value(o.AvgPoolGradOp(op.x, douts[0], dict(op.properties))),)
+
+
+def vjp_max_pool_grad(e: OpBuilder, op: o.MaxPoolGradOp, douts: Grads) -> Grads:
+    """max_pool_grad is linear in dout: its adjoint gathers ddx at the indices."""
+    (d,) = douts
+    t = d.type
+    flat = e.value(o.ReshapeOp(d, o.tensor([math.prod(t.get_shape())], t.element_type)))  # type: ignore[attr-defined]
+    return None, None, e.value(o.GatherOp(flat, op.indices, 0))
+
+
+def vjp_avg_pool_grad(e: OpBuilder, op: o.AvgPoolGradOp, douts: Grads) -> Grads:
+    """avg_pool_grad is avg_pool's adjoint: its own adjoint is avg_pool."""
+    (d,) = douts
+    return None, e.value(o.AvgPoolOp(d, dict(op.properties)))
+
+
+def vjp_batch_norm(e: OpBuilder, op: o.BatchNormOp, douts: Grads) -> Grads:
+    """Training, with a cotangent for y only: batch_norm_grad from the saved mean and rstd. Otherwise
+    (inference, or the statistics used downstream) through the composite rule (THROUGH_RULE asks
+    the autodiff to differentiate that instead)."""
+    if o.flag(op.training) and all(is_zero(d) for d in douts[1:]) and douts[0] is not None:
+        grad = o.BatchNormGradOp(op.x, op.scale, op.stats[2], op.stats[3], douts[0])
+        e.emit(grad)
+        return grad.dx, grad.dscale, grad.dbias, None, None
+    return THROUGH_RULE
+
+
+vjp_batch_norm.takes_missing = True  # type: ignore[attr-defined]

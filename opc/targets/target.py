@@ -30,7 +30,7 @@ import tomllib
 from xdsl.ir import Operation
 
 from opc.errors import OpcError
-from opc.ops.registry import ALL_OPS
+from opc.ops.registry import ALL_OPS, NO_KERNEL
 from opc.targets.device_kernels import ExternalKernel, parse_externals
 
 BACKENDS = ("cpu", "cuda")
@@ -58,8 +58,9 @@ class Target:
 
 
 # Every op has a kernel on cpu and cuda except cast_grad, which is realised by
-# invoking cast: Paddle's cast_grad kernels were registered but never ran.
-BUILTIN_KERNELS: frozenset[str] = ALL_OPS - {"opc.cast_grad"}
+# invoking cast: Paddle's cast_grad kernels were registered but never ran, and the
+# normalizations of NO_KERNEL, which run by their composite rules.
+BUILTIN_KERNELS: frozenset[str] = ALL_OPS - {"opc.cast_grad"} - NO_KERNEL
 
 BUILTIN_TARGETS = {name: Target(name, name, BUILTIN_KERNELS) for name in BACKENDS}
 

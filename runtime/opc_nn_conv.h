@@ -1,0 +1,104 @@
+/* opc_nn_conv.h -- the geometry of opc's CPU convolutions (opc_nn_conv_body.h holds the kernels).
+ *
+ * Entry points (opc_nn.h; T = f32, f64, f16, bf16):
+ *   opc_nn_conv_T(x, w, y, GEOM)               y  = conv(x, w)
+ *   opc_nn_conv_grad_input_T(dy, w, dx, GEOM)  dx = the input gradient (= conv_transpose(dy, w))
+ *   opc_nn_conv_grad_filter_T(x, dy, dw, GEOM) dw = the filter gradient
+ * GEOM is 22 integers describing the forward conv x [n, c, *in] * w [o, c / group, *k]
+ * -> y [n, o, *out]: n, c, o, group, in[3], out[3], k[3], strides[3], dilations[3],
+ * the begin pads[3] (the end pads follow from out). Convs of 1 or 2 spatial dims
+ * pass 1 (pads 0) for the leading ones. conv_transpose(x, w) is conv_grad_input
+ * with x as dy: one kernel serves both.
+ */
+#ifndef OPC_NN_CONV_H
+#define OPC_NN_CONV_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OPC_CV_TILE 256 /* outputs along the innermost dim accumulated together by the direct loops */
+
+typedef struct {
+    int64_t n, c, o, g, cg, og;
+    int64_t in[3], out[3], k[3], s[3], d[3], p[3];
+    int64_t ivol, ovol, kvol;
+} opc_cv_geom;
+
+#define OPC_CV_GEOM_PARAMS                                                                                  \
+    int64_t n, int64_t c, int64_t o, int64_t g, int64_t i0, int64_t i1, int64_t i2, int64_t o0, int64_t o1, \
+        int64_t o2, int64_t k0, int64_t k1, int64_t k2, int64_t s0, int64_t s1, int64_t s2, int64_t d0,     \
+        int64_t d1, int64_t d2, int64_t p0, int64_t p1, int64_t p2
+#define OPC_CV_GEOM_ARGS n, c, o, g, i0, i1, i2, o0, o1, o2, k0, k1, k2, s0, s1, s2, d0, d1, d2, p0, p1, p2
+
+static inline opc_cv_geom opc_cv_make(OPC_CV_GEOM_PARAMS) {
+    opc_cv_geom q = {n, c, o, g, c / g, o / g, {i0, i1, i2}, {o0, o1, o2}, {k0, k1, k2},
+                     {s0, s1, s2}, {d0, d1, d2}, {p0, p1, p2}, i0 * i1 * i2, o0 * o1 * o2, k0 * k1 * k2};
+    return q;
+}
+
+/* The outputs [*lo, *hi) of a dim whose input index o * s + off lies in [0, in). */
+static inline void opc_cv_range(int64_t in, int64_t out, int64_t s, int64_t off, int64_t *lo, int64_t *hi) {
+    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t b = off > in - 1 ? 0 : (in - 1 - off) / s + 1;
+    if (b > out) b = out;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* The kernel offsets (k0, k1, k2) of the flat kernel index kk. */
+static inline void opc_cv_split(const opc_cv_geom *q, int64_t kk, int64_t *k) {
+    k[2] = kk % q->k[2];
+    k[1] = (kk / q->k[2]) % q->k[1];
+    k[0] = kk / (q->k[2] * q->k[1]);
+}
+
+/* The 1x1, stride 1, unpadded conv: its im2col matrix is x itself. */
+static inline int opc_cv_pointwise(const opc_cv_geom *q) {
+    for (int d = 0; d < 3; d++)
+        if (q->k[d] != 1 || q->s[d] != 1 || q->p[d] != 0 || q->in[d] != q->out[d]) return 0;
+    return 1;
+}
+
+/* Pooling (opc_nn_pool_body.h): POOL is 23 integers: planes (n * c), in[3], out[3], kernel[3],
+ * strides[3], dilations[3], pads begin[3], pads end[3], count_include_pad:
+ *   opc_nn_max_pool_T(x, y, indices, POOL)          indices flattened into x (int64)
+ *   opc_nn_max_pool_grad_T(indices, dout, dx, record, POOL, code)   an index outside its own
+ *                                   plane fails the status record with `code` and is skipped
+ *   opc_nn_avg_pool_T(x, y, POOL), opc_nn_avg_pool_grad_T(dout, dx, POOL) */
+typedef struct {
+    int64_t planes, in[3], out[3], k[3], s[3], d[3], pb[3], pe[3], include_pad;
+    int64_t ivol, ovol;
+} opc_pl_geom;
+
+#define OPC_PL_GEOM_PARAMS                                                                                       \
+    int64_t planes, int64_t i0, int64_t i1, int64_t i2, int64_t o0, int64_t o1, int64_t o2, int64_t k0,         \
+        int64_t k1, int64_t k2, int64_t s0, int64_t s1, int64_t s2, int64_t d0, int64_t d1, int64_t d2,         \
+        int64_t b0, int64_t b1, int64_t b2, int64_t e0, int64_t e1, int64_t e2, int64_t include_pad
+#define OPC_PL_GEOM_ARGS planes, i0, i1, i2, o0, o1, o2, k0, k1, k2, s0, s1, s2, d0, d1, d2, b0, b1, b2, e0, e1, e2, \
+    include_pad
+
+static inline opc_pl_geom opc_pl_make(OPC_PL_GEOM_PARAMS) {
+    opc_pl_geom q = {planes, {i0, i1, i2}, {o0, o1, o2}, {k0, k1, k2}, {s0, s1, s2}, {d0, d1, d2},
+                     {b0, b1, b2}, {e0, e1, e2}, include_pad, i0 * i1 * i2, o0 * o1 * o2};
+    return q;
+}
+
+/* The divisor of avg_pool's window at output position o (3 dims): its taps inside x, or with
+ * include_pad its extent clipped to the padded input [-pb, in + pe). */
+static inline int64_t opc_pl_count(const opc_pl_geom *q, const int64_t *o) {
+    int64_t count = 1;
+    for (int d = 0; d < 3; d++) {
+        const int64_t start = o[d] * q->s[d] - q->pb[d];
+        int64_t lo = q->include_pad ? -q->pb[d] : 0, hi = q->include_pad ? q->in[d] + q->pe[d] : q->in[d], taps = 0;
+        for (int64_t t = 0; t < q->k[d]; t++) {
+            const int64_t i = start + t * q->d[d];
+            taps += i >= lo && i < hi;
+        }
+        count *= taps;
+    }
+    return count;
+}
+
+#endif /* OPC_NN_CONV_H */

@@ -1,0 +1,238 @@
+"""Pooling (issue 19) on the CPU: max_pool (values and ONNX's flattened indices),
+avg_pool (count_include_pad, ceil_mode), max_pool_grad and avg_pool_grad, for
+f16, bf16, f32 and f64, over 1-D and 2-D windows with strides, dilations and
+asymmetric pads, against a NumPy loop over the windows; the gradients of a
+pooling layer against finite differences (first and second order); an index
+outside its plane raising IndexError; the verifier's messages. One module."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from oracle import FLOATS, func, np_dtype, random_array, ttype
+
+import opc
+from opc.errors import OpcError
+from opc.ir import parse_text
+
+SEED = 23
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    x: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    dilations: tuple[int, ...] = ()
+    ceil: bool = False
+    include_pad: bool = False
+
+    @property
+    def r(self) -> int:
+        return len(self.x) - 2
+
+    @property
+    def dil(self) -> tuple[int, ...]:
+        return self.dilations or (1,) * self.r
+
+    @property
+    def out(self) -> tuple[int, ...]:
+        out = []
+        for d, (i, k) in enumerate(zip(self.x[2:], self.kernel)):
+            span = i + self.pads[d] + self.pads[self.r + d] - self.dil[d] * (k - 1) - 1
+            o = (-(-span // self.strides[d]) if self.ceil else span // self.strides[d]) + 1
+            if self.ceil and (o - 1) * self.strides[d] >= i + self.pads[d]:
+                o -= 1
+            out.append(o)
+        return tuple(out)
+
+    @property
+    def y(self) -> tuple[int, ...]:
+        return (*self.x[:2], *self.out)
+
+    def attrs(self, op: str) -> str:
+        def arr(v) -> str:
+            return f"array<i64: {', '.join(map(str, v))}>"
+
+        parts = [f"kernel = {arr(self.kernel)}", f"strides = {arr(self.strides)}", f"pads = {arr(self.pads)}",
+                 f"ceil_mode = {'true' if self.ceil else 'false'}"]
+        if self.dilations:
+            parts.append(f"dilations = {arr(self.dilations)}")
+        if op.startswith("avg"):
+            parts.append(f"count_include_pad = {'true' if self.include_pad else 'false'}")
+        return "{" + ", ".join(parts) + "}"
+
+    def windows(self):
+        """(output position, [(flat index within the plane, ...)], divisor) for every output."""
+        for o in itertools.product(*(range(n) for n in self.out)):
+            taps, extent = [], 1
+            per_dim = []
+            for d in range(self.r):
+                start = o[d] * self.strides[d] - self.pads[d]
+                pos = [start + t * self.dil[d] for t in range(self.kernel[d])]
+                lo, hi = (-self.pads[d], self.x[2 + d] + self.pads[self.r + d]) if self.include_pad else (0, self.x[2 + d])
+                extent *= sum(lo <= p < hi for p in pos)
+                per_dim.append([p for p in pos if 0 <= p < self.x[2 + d]])
+            for i in itertools.product(*per_dim):
+                taps.append(int(np.ravel_multi_index(i, self.x[2:])))
+            yield o, taps, extent
+
+
+POOLS = [
+    Pool("p1d", (2, 3, 9), (3,), (2,), (1, 1)),
+    Pool("p1d_ceil_dil", (1, 2, 10), (2,), (3,), (0, 1), (2,), ceil=True),
+    Pool("p2d", (2, 3, 8, 7), (2, 2), (2, 2), (0, 0, 0, 0)),
+    Pool("p2d_overlap", (1, 2, 7, 9), (3, 3), (1, 2), (1, 0, 1, 2)),
+    Pool("p2d_ceil_pad", (1, 3, 7, 7), (3, 2), (2, 2), (1, 1, 1, 0), ceil=True, include_pad=True),
+    Pool("p2d_incl", (2, 2, 6, 5), (3, 3), (2, 1), (1, 1, 1, 1), include_pad=True),
+    Pool("p2d_long", (1, 1, 2, 300), (1, 3), (1, 1), (0, 1, 0, 1)),
+]
+HALF = ("p1d", "p2d_overlap", "p2d_ceil_pad")
+
+
+def max_ref(p: Pool, x):
+    x64 = np.asarray(x, np.float64).reshape(p.x[0] * p.x[1], -1)
+    y = np.zeros((x64.shape[0], int(np.prod(p.out))))
+    idx = np.zeros(y.shape, np.int64)
+    for j, (_, taps, _) in enumerate(p.windows()):
+        vals = x64[:, taps]
+        arg = np.argmax(vals, axis=1)  # the first maximum in window order
+        y[:, j] = vals[np.arange(len(vals)), arg]
+        idx[:, j] = np.asarray(taps)[arg] + np.arange(len(vals)) * x64.shape[1]
+    return y.reshape(p.y), idx.reshape(p.y)
+
+
+def avg_ref(p: Pool, x):
+    x64 = np.asarray(x, np.float64).reshape(p.x[0] * p.x[1], -1)
+    y = np.stack([x64[:, taps].sum(1) / div for _, taps, div in p.windows()], axis=1)
+    return y.reshape(p.y)
+
+
+def max_grad_ref(p: Pool, idx, dout):
+    dx = np.zeros(int(np.prod(p.x)))
+    np.add.at(dx, np.asarray(idx).ravel(), np.asarray(dout, np.float64).ravel())
+    return dx.reshape(p.x)
+
+
+def avg_grad_ref(p: Pool, dout):
+    d = np.asarray(dout, np.float64).reshape(p.x[0] * p.x[1], -1)
+    dx = np.zeros((d.shape[0], int(np.prod(p.x[2:]))))
+    for j, (_, taps, div) in enumerate(p.windows()):
+        for t in taps:
+            dx[:, t] += d[:, j] / div
+    return dx.reshape(p.x)
+
+
+def sources(p: Pool, dt: str) -> list[str]:
+    tx, ty, ti = ttype(p.x, dt), ttype(p.y, dt), ttype(p.y, "int64")
+    n = f"{p.name}_{dt}"
+    return [
+        func(f"max_{n}", [(p.x, dt)], f"%y, %i = opc.max_pool %a0 {p.attrs('max')} : ({tx}) -> ({ty}, {ti})",
+             [(p.y, dt), (p.y, "int64")], ("%y", "%i")),
+        func(f"avg_{n}", [(p.x, dt)], f"%r = opc.avg_pool %a0 {p.attrs('avg')} : ({tx}) -> {ty}", [(p.y, dt)]),
+        func(f"max_grad_{n}", [(p.x, dt), (p.y, "int64"), (p.y, dt)],
+             f"%r = opc.max_pool_grad %a0, %a1, %a2 {p.attrs('max')} : ({tx}, {ti}, {ty}) -> {tx}", [(p.x, dt)]),
+        func(f"avg_grad_{n}", [(p.x, dt), (p.y, dt)],
+             f"%r = opc.avg_pool_grad %a0, %a1 {p.attrs('avg')} : ({tx}, {ty}) -> {tx}", [(p.x, dt)]),
+    ]
+
+
+CASES = [(p, dt) for p in POOLS for dt in (FLOATS if p.name in HALF else ["float32", "float64"])]
+TOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-13}
+
+
+def layer(p: Pool) -> str:
+    """sum of a max pool and an avg pool of tanh(x), in f64."""
+    t = "float64"
+    tx, ty, ti = ttype(p.x, t), ttype(p.y, t), ttype(p.y, "int64")
+    body = (f"%t = opc.tanh %a0 : ({tx}) -> {tx}\n"
+            f"  %m, %i = opc.max_pool %t {p.attrs('max')} : ({tx}) -> ({ty}, {ti})\n"
+            f"  %a = opc.avg_pool %t {p.attrs('avg')} : ({tx}) -> {ty}\n"
+            f"  %r = opc.add %m, %a : ({ty}, {ty}) -> {ty}")
+    return func(f"layer_{p.name}", [(p.x, t)], body, [(p.y, t)])
+
+
+@pytest.fixture(scope="module")
+def module():
+    text = "\n".join([s for p, dt in CASES for s in sources(p, dt)] + [layer(p) for p in POOLS])
+    return opc.compile(text, target="cpu", grad=2)
+
+
+def near(got, want, dt: str, what: str) -> None:
+    assert got.dtype == np_dtype(dt) and got.shape == want.shape, what
+    err = float(np.max(np.abs(got.astype(np.float64) - want), initial=0.0))
+    assert err <= TOL[dt] * (float(np.max(np.abs(want), initial=0.0)) + 1), (what, err)
+
+
+@pytest.mark.parametrize("p,dt", CASES, ids=[f"{p.name}_{dt}" for p, dt in CASES])
+def test_pools_and_grads(module, p: Pool, dt: str) -> None:
+    rng = np.random.default_rng(SEED)
+    x = random_array(p.x, dt, rng, -2, 2)
+    n = f"{p.name}_{dt}"
+    y, idx = getattr(module, f"max_{n}")(x)
+    want_y, want_idx = max_ref(p, x)
+    near(y, want_y, dt, "max_pool")
+    # ties (rounded halves) may pick another maximum: the value at the index must be the maximum
+    assert idx.dtype == np.int64 and np.array_equal(x.ravel()[idx].astype(np.float64), want_y)
+    if dt in ("float32", "float64"):
+        np.testing.assert_array_equal(idx, want_idx)
+    near(getattr(module, f"avg_{n}")(x), avg_ref(p, x), dt, "avg_pool")
+    dout = random_array(p.y, dt, rng, -1, 1)
+    near(getattr(module, f"max_grad_{n}")(x, idx, dout), max_grad_ref(p, idx, dout), dt, "max_pool_grad")
+    near(getattr(module, f"avg_grad_{n}")(x, dout), avg_grad_ref(p, dout), dt, "avg_pool_grad")
+
+
+def test_max_pool_grad_index_outside_its_plane(module) -> None:
+    p = POOLS[0]
+    x = np.zeros(p.x, np.float32)
+    idx = np.zeros(p.y, np.int64)  # plane 0's first element: fine for plane 0 only
+    with pytest.raises(IndexError, match=r"argument 'a1' holds index 0, outside its image and channel of x"):
+        module.max_grad_p1d_float32(x, idx, np.ones(p.y, np.float32))
+
+
+@pytest.mark.parametrize("p", POOLS, ids=[p.name for p in POOLS])
+def test_layer_grads_finite_differences(module, p: Pool) -> None:
+    """First order through max_pool_grad / avg_pool_grad, second order through their own vjps."""
+    rng = np.random.default_rng(SEED)
+    x, dout, probe = (rng.uniform(-1, 1, s) for s in (p.x, p.y, p.x))
+    f, g = getattr(module, f"layer_{p.name}"), getattr(module, f"layer_{p.name}_grad")
+    eps = 1e-6
+    fd = float(np.sum(dout * (f(x + eps * probe) - f(x - eps * probe)))) / (2 * eps)
+    gx = g(x, dout)
+    assert abs(fd - float(np.sum(gx * probe))) <= 1e-6 * (1 + abs(fd))
+    # second order: d/dx <g(x, dout), v> in direction probe, against differences of g
+    gg = getattr(module, f"layer_{p.name}_grad_grad")
+    v = rng.uniform(-1, 1, p.x)
+    ggx = gg(x, dout, v)[0]
+    fd2 = float(np.sum(v * (g(x + eps * probe, dout) - g(x - eps * probe, dout)))) / (2 * eps)
+    assert abs(fd2 - float(np.sum(ggx * probe))) <= 1e-5 * (1 + abs(fd2))
+
+
+BAD = [
+    ("opc.max_pool %x {kernel = array<i64: 2, 2>, strides = array<i64: 0, 1>}", "tensor<1x2x6x6xf32>",
+     "(tensor<1x2x6x6xf32>, tensor<1x2x6x6xi64>)", "strides must be >= 1, got 0 at index 0"),
+    ("opc.max_pool %x {kernel = array<i64: 2, 2>, pads = array<i64: 0, 0, -1, 0>}", "tensor<1x2x6x6xf32>",
+     "(tensor<1x2x5x5xf32>, tensor<1x2x5x5xi64>)", "pads must be >= 0, got -1 at index 2"),
+    ("opc.avg_pool %x {kernel = array<i64: 7>}", "tensor<1x2x6xf32>", "tensor<1x2x1xf32>",
+     "kernel of extent 7 (size 7, dilations 1) is larger than the padded input 6"),
+    ("opc.avg_pool %x {kernel = array<i64: 2>, pads = array<i64: 2, 0>}", "tensor<1x2x6xf32>", "tensor<1x2x7xf32>",
+     "the pooling window 0 of spatial dim 0 covers only padding"),
+    ("opc.max_pool %x {kernel = array<i64: 2, 2>}", "tensor<1x2x6x6xf32>", "(tensor<1x2x5x5xf32>, tensor<1x2x5x5xi32>)",
+     "indices must have element type i64"),
+]
+
+
+@pytest.mark.parametrize("op,tx,result,message", BAD)
+def test_verifier_names_the_attribute(op: str, tx: str, result: str, message: str) -> None:
+    outs = result.strip("()").split(", ")
+    names = ", ".join(f"%r{i}" for i in range(len(outs)))
+    text = (f"func.func @f(%x: {tx}) {{\n  {names} = {op} : ({tx}) -> {result}\n  func.return\n}}\n")
+    with pytest.raises(OpcError) as err:
+        parse_text(text, "bad.mlir")
+    msg = str(err.value)
+    assert msg.startswith("bad.mlir:2:3: error: ") and message in msg, msg
