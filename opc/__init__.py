@@ -9,7 +9,7 @@
 
 from opc.ir import OpcError
 
-__all__ = ["OpcError", "compile", "import_onnx"]
+__all__ = ["OpcError", "compile", "import_onnx", "load_onnx"]
 
 
 def compile(  # noqa: A001 - the name SPEC.md gives
@@ -31,3 +31,11 @@ def import_onnx(model, shapes=None):
     from opc.onnx_import import import_onnx as _import_onnx
 
     return _import_onnx(model, shapes)
+
+
+def load_onnx(model, target: str = "cpu", cache_dir: str | None = None):
+    """An ONNX model (path or onnx.ModelProto) as a callable, f(*inputs) -> [outputs], compiled for the
+    concrete input shapes (and shape-like input values) on first call and reused after; see opc.onnx_import."""
+    from opc.onnx_import.runtime import load_onnx as _load_onnx
+
+    return _load_onnx(model, target, cache_dir)

@@ -181,11 +181,14 @@ def test_custom_domain_op(tmp_path):
                           "/act/Relu")
 
 
-@pytest.mark.parametrize("opset", [12, 22])
-def test_unsupported_opset(tmp_path, opset):
+NEWEST = onnx.defs.onnx_opset_version()
+
+
+@pytest.mark.parametrize(("opset", "says"), [(6, f"7 to {NEWEST}"), (NEWEST + 1, "newer than the installed onnx")])
+def test_unsupported_opset(tmp_path, opset, says):
     model = linear_model()
     model.opset_import[0].version = opset
-    assert_one_line_error(run_cli("import", save(model, tmp_path / "old.onnx")), f"opset {opset}", "13 to 21")
+    assert_one_line_error(run_cli("import", save(model, tmp_path / "old.onnx")), f"opset {opset}", says)
 
 
 def test_dynamic_dims_say_which_input_and_how_to_fix(tmp_path):
@@ -229,7 +232,7 @@ def test_without_the_onnx_package_says_how_to_install(tmp_path):
 
 
 def test_api_raises_opc_error():
-    with pytest.raises(OpcError, match="opset 12"):
+    with pytest.raises(OpcError, match="opset 6"):
         model = linear_model()
-        model.opset_import[0].version = 12
+        model.opset_import[0].version = 6
         opc.import_onnx(model)
