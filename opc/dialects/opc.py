@@ -71,7 +71,7 @@ from xdsl.utils.exceptions import VerifyException
 # ---------------------------------------------------------------------------
 
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
-MAX_RANK = 4
+MAX_RANK = 8
 # A tensor's bytes, bounded so that every index and byte offset fits an int64_t with room
 # to spare (2^47 bytes = 128 TiB, beyond any memory).
 MAX_TENSOR_BYTES = 1 << 47
