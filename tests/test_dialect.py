@@ -88,7 +88,7 @@ BAD_OPS = [
     ("%r = opc.exp %i : (tensor<2xi32>) -> tensor<2xi32>", "float element type"),
     ("%r = opc.exp %a : (tensor<4x3xf32>) -> tensor<4x3xf64>", "expected from variable 'T'"),
     ("%r = opc.cast %d {dtype = ui8} : (tensor<2x3x4xf64>) -> tensor<2x3x4xi8>", "must equal dtype"),
-    ("%r = opc.cast %d {dtype = ui16} : (tensor<2x3x4xf64>) -> tensor<2x3x4xui16>", "unsupported element type ui16"),
+    ("%r = opc.cast %d {dtype = i4} : (tensor<2x3x4xf64>) -> tensor<2x3x4xi4>", "unsupported element type i4"),
     ("%r = opc.broadcast_to %a : (tensor<4x3xf32>) -> tensor<4x5xf32>", "cannot broadcast"),
     ("%r = opc.reshape %a : (tensor<4x3xf32>) -> tensor<5xf32>", "element count"),
     ("%r = opc.transpose %a {perm = array<i64: 0, 0>} : (tensor<4x3xf32>) -> tensor<4x4xf32>", "not a permutation"),
