@@ -1119,3 +1119,101 @@ def log_sum(node: Node, from_input: bool) -> Values:
 
 
 converter("ReduceLogSum", since=7)(reduce_log_sum_attribute)
+
+
+# ---------------------------------------------------------------------------
+# Pad, Swish, DepthToSpace / SpaceToDepth
+# ---------------------------------------------------------------------------
+
+PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def pad_value(node: Node, x: SSAValue, given: SSAValue | float | None) -> SSAValue:
+    if isinstance(given, SSAValue):
+        return node.e.reshape(given, [])
+    return scalar(node, 0.0 if given is None else given, x)
+
+
+def pad(node: Node, pads: Sequence[int], mode: str, value: SSAValue | float | None,
+        axes: Sequence[int] | None = None) -> SSAValue:
+    """Axis by axis: a negative pad slices; constant concatenates blocks of the value; reflect, edge
+    and wrap gather along the axis at positions NumPy's pad computes at compile time."""
+    if mode not in PAD_MODES:
+        raise node.fail(f"mode '{mode}' is not supported (constant, reflect, edge, wrap)")
+    e, x = node.e, node.input(0)
+    shape = list(node.shape(0))
+    rank = len(shape)
+    axes = list(range(rank)) if axes is None else [node.axis(int(a), rank) for a in axes]
+    if len(pads) != 2 * len(axes):
+        raise node.fail(f"pads {list(pads)} must hold two counts per axis ({len(axes)} axes)")
+    for k, axis in enumerate(axes):
+        before, after = int(pads[k]), int(pads[k + len(axes)])
+        if before < 0 or after < 0:  # crop first
+            start = [max(-before, 0) if i == axis else 0 for i in range(rank)]
+            limit = [shape[i] - max(-after, 0) if i == axis else shape[i] for i in range(rank)]
+            x = e.value(o.SliceOp(x, start, limit))
+            shape[axis] = limit[axis] - start[axis]
+            before, after = max(before, 0), max(after, 0)
+        if not before and not after:
+            continue
+        if mode == "constant":
+            fill = pad_value(node, x, value)
+            parts = [e.broadcast_to(fill, [before if i == axis else d for i, d in enumerate(shape)])] if before else []
+            parts.append(x)
+            if after:
+                parts.append(e.broadcast_to(fill, [after if i == axis else d for i, d in enumerate(shape)]))
+            x = e.value(o.ConcatOp(parts, axis))
+        else:
+            if mode == "reflect" and shape[axis] < 2:
+                raise node.fail("reflect padding needs at least two elements along a padded axis")
+            positions = np.pad(np.arange(shape[axis], dtype=np.int64), (before, after), mode=PAD_MODES[mode])
+            x = e.value(o.GatherOp(x, e.constant(positions), axis))
+        shape[axis] += before + after
+    return x
+
+
+@converter("Pad", since=2)
+def pad_attributes(node: Node) -> Values:
+    return [pad(node, list(node.attr("pads", node.attr("paddings", []))), node.attr("mode", "constant"),
+                float(node.attr("value", 0.0)))]
+
+
+@converter("Pad", since=11)
+def pad_inputs(node: Node) -> Values:
+    pads = node.const(1, "pads").reshape(-1).tolist()
+    value = None
+    if node.has(2):
+        value = float(node.const(2, "constant_value").reshape(-1)[0]) if node.known(2) else node.input(2)
+    axes = node.const(3, "axes").reshape(-1).tolist() if node.has(3) else None
+    return [pad(node, pads, node.attr("mode", "constant"), value, axes)]
+
+
+@converter("Swish", since=24)
+def swish(node: Node) -> Values:
+    x = node.input(0)
+    return [node.e.mul(x, node.e.value(o.SigmoidOp(node.e.mul(x, scalar(node, node.attr("alpha", 1.0), x)))))]
+
+
+@converter("DepthToSpace", since=11)
+def depth_to_space(node: Node) -> Values:
+    n, c, h, w = node.shape(0)
+    b = int(node.attr("blocksize"))
+    e = node.e
+    if node.attr("mode", "DCR") == "DCR":
+        x = e.reshape(node.input(0), [n, b, b, c // (b * b), h, w])
+        x = e.transpose(x, [0, 3, 4, 1, 5, 2])
+    else:
+        x = e.reshape(node.input(0), [n, c // (b * b), b, b, h, w])
+        x = e.transpose(x, [0, 1, 4, 2, 5, 3])
+    return [e.reshape(x, [n, c // (b * b), h * b, w * b])]
+
+
+@converter("SpaceToDepth", since=1)
+def space_to_depth(node: Node) -> Values:
+    n, c, h, w = node.shape(0)
+    b = int(node.attr("blocksize"))
+    e = node.e
+    x = e.reshape(node.input(0), [n, c, h // b, b, w // b, b])
+    crd = node.attr("mode", "DCR") == "CRD"  # channel-major blocks (opset 25's mode)
+    x = e.transpose(x, [0, 1, 3, 5, 2, 4] if crd else [0, 3, 5, 1, 2, 4])
+    return [e.reshape(x, [n, c * b * b, h // b, w // b])]
