@@ -1217,3 +1217,81 @@ def space_to_depth(node: Node) -> Values:
     crd = node.attr("mode", "DCR") == "CRD"  # channel-major blocks (opset 25's mode)
     x = e.transpose(x, [0, 1, 3, 5, 2, 4] if crd else [0, 3, 5, 1, 2, 4])
     return [e.reshape(x, [n, c * b * b, h // b, w // b])]
+
+
+# ---------------------------------------------------------------------------
+# Resize: separable, each axis an affine map y = x @ W + b along it. W and b come from
+# onnx's reference Resize itself, run at compile time on the unit vectors of the axis
+# (and on zeros, for b: tf_crop_and_resize's extrapolation value), so every mode,
+# coordinate transformation, cubic coefficient and antialias filter means what ONNX says.
+# Axes are applied innermost first, as the reference's recursion does.
+# ---------------------------------------------------------------------------
+
+
+def resize_axis_map(node: Node, n: int, scale: float, roi: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray]:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    attrs = {k: v for k, v in node.attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
+    probe = np.concatenate([np.eye(n), np.zeros((1, n))]).astype(np.float64)
+    inputs = {"x": probe, "scales": np.array([1.0, scale], np.float32)}
+    names = ["x", "", "scales"]
+    if roi is not None:
+        inputs["roi"] = np.array([0.0, roi[0], 1.0, roi[1]], np.float32)
+        names[1] = "roi"
+    one = helper.make_node("Resize", names, ["y"], **attrs)
+    try:
+        (out,) = ReferenceEvaluator(one, opsets={"": node.opset}).run(None, inputs)
+    except Exception as err:  # noqa: BLE001 - the reference raises anything for attributes it refuses
+        raise node.fail(f"cannot build the resize tables: {type(err).__name__}: {str(err).splitlines()[0]}") from None
+    b = out[n]
+    return out[:n] - b, b
+
+
+@converter("Resize", since=11)
+def resize(node: Node) -> Values:
+    e, x = node.e, node.input(0)
+    shape = list(node.shape(0))
+    rank = len(shape)
+    axes = [node.axis(int(a), rank) for a in node.attr("axes", list(range(rank)))]
+    crop = node.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+    roi = node.const(1, "roi").reshape(-1).astype(np.float64) if crop and node.has(1) else None  # used by crop only
+    if node.has(3):
+        sizes = [int(s) for s in node.const(3, "sizes").reshape(-1)]
+        ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            r = min(ratios) if policy == "not_larger" else max(ratios)
+            ratios = [r] * len(axes)
+        scales = ratios
+    else:
+        scales = [float(s) for s in node.const(2, "scales").reshape(-1)]
+    if len(scales) != len(axes):
+        raise node.fail(f"{len(scales)} scales or sizes for {len(axes)} axes")
+    dtype = numpy_of(x)
+    work = np.dtype(np.float32) if dtype.kind != "f" or dtype.itemsize < 4 else dtype
+    if dtype.kind != "f" and node.attr("mode", "nearest") != "nearest":
+        raise node.fail("linear and cubic resize of integer data is not supported")
+    y = x if dtype == work else e.cast(x, BY_NUMPY[work])
+    current = list(shape)
+    for k in sorted(range(len(axes)), key=lambda k: -axes[k]):
+        a, s = axes[k], scales[k]
+        if s == 1.0 and node.attr("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize":
+            continue
+        axis_roi = (float(roi[k]), float(roi[k + len(axes)])) if roi is not None and len(roi) == 2 * len(axes) \
+            else (float(roi[a]), float(roi[a + rank])) if roi is not None else None
+        w, b = resize_axis_map(node, current[a], s, axis_roi)
+        m = w.shape[1]
+        perm = [d for d in range(rank) if d != a] + [a]
+        moved = e.transpose(y, perm)
+        moved_shape = [current[d] for d in perm]
+        rows = e.reshape(moved, [max(math.prod(moved_shape[:-1]), 1), current[a]])
+        out = e.matmul(rows, e.constant(w.astype(work)))
+        if np.any(b):
+            out = e.add(out, e.constant(b.astype(work)))
+        out = e.reshape(out, [*moved_shape[:-1], m])
+        y = e.transpose(out, list(np.argsort(perm)))
+        current[a] = m
+    if dtype != work:  # nearest on integers: the 0/1 weights pick exact values
+        y = e.cast(y, x.type.element_type)  # type: ignore[attr-defined]
+    return [y]
