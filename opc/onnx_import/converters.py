@@ -1295,3 +1295,35 @@ def resize(node: Node) -> Values:
     if dtype != work:  # nearest on integers: the 0/1 weights pick exact values
         y = e.cast(y, x.type.element_type)  # type: ignore[attr-defined]
     return [y]
+
+
+@converter("Einsum", since=12)
+def einsum(node: Node) -> Values:
+    """Operands laid out over all the equation's letters (transpose + size-1 axes), multiplied (broadcast),
+    summed over the letters the output lacks, transposed to the output's order. A two-operand contraction
+    that opc-fuse or the scheduler could run as a GEMM is not yet one; ellipses and repeated letters
+    within an operand (diagonals) are refused."""
+    e = node.e
+    equation = node.attr("equation").replace(" ", "")
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    if "." in equation or len(terms) != len(node.inputs()):
+        raise node.fail(f"equation '{equation}': ellipses are not supported")
+    if any(len(set(t)) != len(t) for t in terms):
+        raise node.fail(f"equation '{equation}': a letter repeated within an operand (a diagonal) is not supported")
+    letters = sorted(set("".join(terms)), key="".join(terms).index)
+    if not arrow:
+        out = "".join(sorted(c for c in letters if "".join(terms).count(c) == 1))
+    product = None
+    for i, term in enumerate(terms):
+        shape = node.shape(i)
+        order = sorted(range(len(term)), key=lambda k: letters.index(term[k]))
+        x = e.transpose(node.input(i), order)
+        spread = [shape[term.index(c)] if c in term else 1 for c in letters]
+        x = e.reshape(x, spread)
+        product = x if product is None else e.mul(product, x)
+    summed = [k for k, c in enumerate(letters) if c not in out]
+    kept = [c for c in letters if c in out]
+    if summed:
+        product = e.reduce_sum(product, summed)
+    return [e.transpose(product, [kept.index(c) for c in out])]

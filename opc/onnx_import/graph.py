@@ -255,6 +255,30 @@ def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None
     return out
 
 
+def tied_weights(weights: Mapping[str, np.ndarray]) -> dict[str, tuple[str, str]]:
+    """Weights that are an exact transpose (2-D) or reshape of an earlier one, as exporters write tied
+    embeddings (GPT-2's lm_head = wte.T): name -> (original, 'transpose' | 'reshape'). Arrays whose
+    elements are all equal (zeros, ones) are never tied: they match each other by accident."""
+    seen: dict[tuple, str] = {}  # (dtype, bytes hash) -> the first weight with those row-major bytes
+    tied: dict[str, tuple[str, str]] = {}
+    for name, a in weights.items():
+        flat = a.reshape(-1)
+        if flat.size < 2 or bool(np.all(flat == flat[0])):
+            continue
+        key = (a.dtype.str, hash(np.ascontiguousarray(a).tobytes()))
+        first = seen.get(key)
+        if first is not None and weights[first].shape != a.shape and np.array_equal(weights[first].reshape(-1), flat):
+            tied[name] = (first, "reshape")
+            continue
+        if a.ndim == 2:
+            first = seen.get((a.dtype.str, hash(np.ascontiguousarray(a.T).tobytes())))
+            if first is not None and weights[first].shape == a.T.shape and np.array_equal(weights[first], a.T):
+                tied[name] = (first, "transpose")
+                continue
+        seen.setdefault(key, name)
+    return tied
+
+
 # ---------------------------------------------------------------------------
 # Nodes and the emitter converters build with
 # ---------------------------------------------------------------------------
@@ -473,6 +497,9 @@ class GraphImporter:
         inputs = [vi for vi in g.input if vi.name not in init_names]
         arg_types = [input_type(vi, self.where, vi.name in self.input_values) for vi in inputs]
         weights = self.read_initializers(initializers)
+        tied = tied_weights(weights)
+        all_weights = dict(weights)
+        weights = {n: a for n, a in weights.items() if n not in tied}
         self.inferred = infer_types(self.model, self.where)
 
         taken: set[str] = set()
@@ -484,7 +511,11 @@ class GraphImporter:
         for arg, name, onnx_name in zip(block.args, names, onnx_names):
             arg.name_hint = name
             self.values[onnx_name] = arg
-        self.param_values = dict(weights)
+        self.param_values = dict(all_weights)
+        for name, (original, how) in tied.items():  # one argument (and one gradient) for tied weights
+            src = self.values[original]
+            self.values[name] = (self.emitter.transpose(src, [1, 0]) if how == "transpose"
+                                 else self.emitter.reshape(src, all_weights[name].shape))
 
         for i, node in enumerate(g.node):
             self.node_index = i
@@ -536,8 +567,9 @@ class GraphImporter:
                 array = numpy_helper.to_array(t, base_dir=self.base_dir())
             except (OSError, ValueError) as err:
                 raise OpcError(f"error: {self.where}: cannot read initializer '{t.name}': {first_line(err)}") from None
-            if t.data_type in FLOAT_ELEMENT_TYPES:
+            if t.data_type in FLOAT_ELEMENT_TYPES and array.size > 1:
                 weights[t.name] = array
+            # a single float (an exporter's 0.5, 1/sqrt(d)) is a constant, not a weight
             else:
                 self.constants[t.name] = array
         return weights
