@@ -9,15 +9,15 @@
 
 from opc.errors import OpcError
 
-__all__ = ["OpcError", "compile", "import_onnx", "jax", "torch"]
+__all__ = ["OpcError", "compile", "import_onnx", "jax", "load_onnx", "onnx_backend", "torch"]
 
 
 def __getattr__(name: str):
-    """opc.torch and opc.jax, imported on first use (they import torch / JAX)."""
-    if name in ("torch", "jax"):
+    """opc.torch, opc.jax and opc.onnx_backend, imported on first use (they import torch, JAX, onnx)."""
+    if name in ("torch", "jax", "onnx_backend"):
         import importlib
 
-        module = importlib.import_module(f"opc.interop.{name}")
+        module = importlib.import_module(f"opc.interop.{name}" if name != "onnx_backend" else "opc.onnx_backend")
         globals()[name] = module
         return module
     raise AttributeError(f"module 'opc' has no attribute {name!r}")
@@ -44,3 +44,11 @@ def import_onnx(model, shapes=None):
     from opc.onnx_import import import_onnx as _import_onnx
 
     return _import_onnx(model, shapes)
+
+
+def load_onnx(model, target: str = "cpu", cache_dir: str | None = None):
+    """An ONNX model (path or onnx.ModelProto) as a callable, f(*inputs) -> [outputs], compiled for the
+    concrete input shapes (and shape-like input values) on first call and reused after; see opc.onnx_import."""
+    from opc.onnx_load import load_onnx as _load_onnx
+
+    return _load_onnx(model, target, cache_dir)

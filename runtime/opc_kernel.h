@@ -50,7 +50,7 @@
 
 #include "opc_runtime.h"
 
-#define OPC_KERNEL_MAX_RANK 4
+#define OPC_KERNEL_MAX_RANK 8
 #define OPC_KERNEL_MESSAGE_SIZE 512
 
 /* Element types, in the order of SPEC.md's type list. */

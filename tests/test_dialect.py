@@ -89,7 +89,7 @@ BAD_OPS = [
     ("%r = opc.exp %i : (tensor<2xi32>) -> tensor<2xi32>", "float element type"),
     ("%r = opc.exp %a : (tensor<4x3xf32>) -> tensor<4x3xf64>", "expected from variable 'T'"),
     ("%r = opc.cast %d {dtype = ui8} : (tensor<2x3x4xf64>) -> tensor<2x3x4xi8>", "must equal dtype"),
-    ("%r = opc.cast %d {dtype = ui16} : (tensor<2x3x4xf64>) -> tensor<2x3x4xui16>", "unsupported element type ui16"),
+    ("%r = opc.cast %d {dtype = i4} : (tensor<2x3x4xf64>) -> tensor<2x3x4xi4>", "unsupported element type i4"),
     ("%r = opc.broadcast_to %a : (tensor<4x3xf32>) -> tensor<4x5xf32>", "cannot broadcast"),
     ("%r = opc.reshape %a : (tensor<4x3xf32>) -> tensor<5xf32>", "element count"),
     ("%r = opc.transpose %a {perm = array<i64: 0, 0>} : (tensor<4x3xf32>) -> tensor<4x4xf32>", "not a permutation"),
@@ -98,7 +98,7 @@ BAD_OPS = [
     ("%r = opc.reduce_sum %a {axes = array<i64: 0, 0>} : (tensor<4x3xf32>) -> tensor<3xf32>", "repeat"),
     ("%r = opc.reduce_max %a {axes = array<i64: 0>, keepdim = true} : (tensor<4x3xf32>) -> tensor<3xf32>", "shape [1, 3]"),
     ("%r = opc.matmul %a, %a : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>", "inner dims differ"),
-    ("%r = opc.matmul %b, %b : (tensor<3xf32>, tensor<3xf32>) -> tensor<f32>", "must have rank 2 to 4"),
+    ("%r = opc.matmul %b, %b : (tensor<3xf32>, tensor<3xf32>) -> tensor<f32>", "must have rank 2 to 8"),
     ("%r = opc.matmul %i, %i : (tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>", "float element type"),
     ('%r, %z = opc.fused_gemm_epilogue %a, %w, %bias {activation = "none"} : '
      "(tensor<4x3xf32>, tensor<3x5xf32>, tensor<5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>)", "exactly one result"),
@@ -126,13 +126,14 @@ BAD_OPS = [
     ("%r = opc.cast_grad %d, %a2 : (tensor<2x3x4xf64>, tensor<2x3x4xf32>) -> tensor<2x3x4xf32>", "type of x"),
     ("%r = opc.relu_grad %i, %i : (tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>", "float element type"),
     ("%r = opc.add %a, %a : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<?x3xf32>", "static shape"),
-    ("%r = opc.add %x5, %x5 : (tensor<1x1x1x1x1xf32>, tensor<1x1x1x1x1xf32>) -> tensor<1x1x1x1x1xf32>", "rank 5"),
+    ("%r = opc.add %x9, %x9 : (tensor<1x1x1x1x1x1x1x1x1xf32>, tensor<1x1x1x1x1x1x1x1x1xf32>) -> "
+     "tensor<1x1x1x1x1x1x1x1x1xf32>", "rank 9"),
 ]
 
 
 @pytest.mark.parametrize("body,message", BAD_OPS)
 def test_verifier_rejects(body: str, message: str) -> None:
-    text = wrap(body).replace("%g: tensor<4x5xf32>)", "%g: tensor<4x5xf32>, %x5: tensor<1x1x1x1x1xf32>)")
+    text = wrap(body).replace("%g: tensor<4x5xf32>)", "%g: tensor<4x5xf32>, %x9: tensor<1x1x1x1x1x1x1x1x1xf32>)")
     with pytest.raises(OpcError) as err:
         parse_text(text, "bad.mlir")
     msg = str(err.value)

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("lowering", ("opc.lowering",)),
     ("reading", ("opc.frontend",)),
     ("api", ("opc.api", "opc.sanitize", "opc.universe")),
-    ("tools", ("opc.explain", "opc.check", "opc.check_inputs", "opc.interop")),
+    ("tools", ("opc.explain", "opc.check", "opc.check_inputs", "opc.interop", "opc.onnx_load", "opc.onnx_backend")),
     ("cli", ("opc.cli", "opc.__main__", "opc")),
 ]
 

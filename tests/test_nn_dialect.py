@@ -14,7 +14,7 @@ from opc.ir import parse_text
 ARGS = ("%x: tensor<4x8xf32>, %h: tensor<4x8xf16>, %d: tensor<4x8xf64>, %s: tensor<8xf32>, %b: tensor<8xf32>, "
         "%m: tensor<4xf32>, %l: tensor<4x1xi64>, %l32: tensor<4x1xi32>, %i: tensor<2x3xi32>, %u: tensor<3xui8>, "
         "%q: tensor<2x3x4x5xf32>, %k: tensor<2x1x5x6xf32>, %w: tensor<5x6xf32>, %y: tensor<4x2xf32>, "
-        "%n: tensor<4x8xi32>, %f: tensor<2x3xf32>")
+        "%n: tensor<4x8xi32>, %f: tensor<2x3xf32>, %i6: tensor<1x1x1x1x2x3xi32>")
 
 GOOD = [
     "%r = opc.reduce_min %n {axes = array<i64: 1>} : (tensor<4x8xi32>) -> tensor<4xi32>",
@@ -92,7 +92,8 @@ BAD = [
      "gather axis -3 is out of range"),
     ("%r = opc.gather %x, %i {axis = 1} : (tensor<4x8xf32>, tensor<2x3xi32>) -> tensor<2x3x8xf32>",
      "result must have shape [4, 2, 3]"),
-    ("%r = opc.gather %q, %i : (tensor<2x3x4x5xf32>, tensor<2x3xi32>) -> tensor<2x3x3x4x5xf32>", "rank 5"),
+    ("%r = opc.gather %q, %i6 : (tensor<2x3x4x5xf32>, tensor<1x1x1x1x2x3xi32>) -> tensor<1x1x1x1x2x3x3x4x5xf32>",
+     "rank 9"),
     ("%r = opc.softmax %n : (tensor<4x8xi32>) -> tensor<4x8xi32>", "float element type"),
     ("%r = opc.softmax %x {axis = 2} : (tensor<4x8xf32>) -> tensor<4x8xf32>", "opc.softmax axis 2 is out of range"),
     ("%r, %mean, %rstd = opc.layer_norm %h, %s, %b : (tensor<4x8xf16>, tensor<8xf32>, tensor<8xf32>) -> "

@@ -60,11 +60,12 @@ def save(model: onnx.ModelProto, path) -> str:
 
 
 def test_arguments_are_inputs_then_float_initializers_in_file_order():
+    """...except single-element ones (`two`, a scalar): constants, as exporters' 0.5 and 1/sqrt(d)."""
     module, params = opc.import_onnx(linear_model())
     (f,) = module.ops
     assert f.sym_name.data == "main_graph"
-    assert [a.name_hint for a in f.body.block.args] == ["x", "fc1_weight", "fc1_bias", "two"]
-    assert list(params) == ["fc1_weight", "fc1_bias", "two"]
+    assert [a.name_hint for a in f.body.block.args] == ["x", "fc1_weight", "fc1_bias"]
+    assert list(params) == ["fc1_weight", "fc1_bias"]
     np.testing.assert_array_equal(params["fc1_weight"], numpy_helper.to_array(linear_model().graph.initializer[0]))
 
 
@@ -102,12 +103,11 @@ def test_compile_takes_an_onnx_path_and_grads_exist_for_weights(tmp_path):
     x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
     y = m.main_graph(x, *params.values())
     np.testing.assert_allclose(y, run_ort(model, {"x": x})[0], rtol=1e-6, atol=1e-6)
-    dx, dw, db, dtwo = m.main_graph_grad(x, *params.values(), np.ones_like(y))
+    dx, dw, db = m.main_graph_grad(x, *params.values(), np.ones_like(y))
     h = x @ params["fc1_weight"].T + params["fc1_bias"]
     dh = 2.0 * (h > 0)
     np.testing.assert_allclose(dw, dh.T @ x, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(db, dh.sum(0), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(dtwo, np.maximum(h, 0).sum(), rtol=1e-5)
 
 
 def test_cli_import_writes_mlir_and_npz_that_compile(tmp_path):
@@ -116,7 +116,7 @@ def test_cli_import_writes_mlir_and_npz_that_compile(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "lin.mlir").exists() and (tmp_path / "lin.npz").exists()
     weights = np.load(tmp_path / "lin.npz")
-    assert list(weights) == ["fc1_weight", "fc1_bias", "two"]
+    assert list(weights) == ["fc1_weight", "fc1_bias"]
     text = (tmp_path / "lin.mlir").read_text()
     assert "func.func @main_graph(%x: tensor<3x4xf32>, %fc1_weight: tensor<5x4xf32>" in text
     m = opc.compile(str(tmp_path / "lin.mlir"))  # the text parses back and compiles
@@ -181,11 +181,14 @@ def test_custom_domain_op(tmp_path):
                           "/act/Relu")
 
 
-@pytest.mark.parametrize("opset", [12, 22])
-def test_unsupported_opset(tmp_path, opset):
+NEWEST = onnx.defs.onnx_opset_version()
+
+
+@pytest.mark.parametrize(("opset", "says"), [(6, f"7 to {NEWEST}"), (NEWEST + 1, "newer than the installed onnx")])
+def test_unsupported_opset(tmp_path, opset, says):
     model = linear_model()
     model.opset_import[0].version = opset
-    assert_one_line_error(run_cli("import", save(model, tmp_path / "old.onnx")), f"opset {opset}", "13 to 21")
+    assert_one_line_error(run_cli("import", save(model, tmp_path / "old.onnx")), f"opset {opset}", says)
 
 
 def test_dynamic_dims_say_which_input_and_how_to_fix(tmp_path):
@@ -197,8 +200,8 @@ def test_dynamic_dims_say_which_input_and_how_to_fix(tmp_path):
 
 def test_unsupported_initializer_dtype(tmp_path):
     model = linear_model()
-    model.graph.initializer.append(numpy_helper.from_array(np.zeros(3, np.uint32), "counts"))
-    assert_one_line_error(run_cli("import", save(model, tmp_path / "u32.onnx")), "initializer 'counts'", "UINT32")
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros(3, np.complex64), "counts"))
+    assert_one_line_error(run_cli("import", save(model, tmp_path / "c64.onnx")), "initializer 'counts'", "COMPLEX64")
 
 
 def test_shape_needed_at_compile_time(tmp_path):
@@ -208,10 +211,10 @@ def test_shape_needed_at_compile_time(tmp_path):
                           "must be known at compile time")
 
 
-def test_rank_above_four_is_refused_naming_the_node(tmp_path):
+def test_rank_above_eight_is_refused_naming_the_node(tmp_path):
     x = np.zeros((2, 3, 4), np.float32)
-    model = single("Reshape", {"x": x}, initializers={"s": np.array([1, 2, 1, 3, 4], np.int64)})
-    assert_one_line_error(run_cli("import", save(model, tmp_path / "rank5.onnx")), "the_Reshape", "rank 5")
+    model = single("Reshape", {"x": x}, initializers={"s": np.array([1, 2, 1, 3, 1, 1, 1, 1, 4], np.int64)})
+    assert_one_line_error(run_cli("import", save(model, tmp_path / "rank9.onnx")), "the_Reshape", "rank 9")
 
 
 def test_bad_shape_option(tmp_path):
@@ -229,7 +232,7 @@ def test_without_the_onnx_package_says_how_to_install(tmp_path):
 
 
 def test_api_raises_opc_error():
-    with pytest.raises(OpcError, match="opset 12"):
+    with pytest.raises(OpcError, match="opset 6"):
         model = linear_model()
-        model.opset_import[0].version = 12
+        model.opset_import[0].version = 6
         opc.import_onnx(model)

@@ -83,7 +83,7 @@ from xdsl.utils.exceptions import VerifyException
 # ---------------------------------------------------------------------------
 
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
-MAX_RANK = 4
+MAX_RANK = 8
 # A tensor's bytes, bounded so that every index and byte offset fits an int64_t with room
 # to spare (2^47 bytes = 128 TiB, beyond any memory).
 MAX_TENSOR_BYTES = 1 << 47
@@ -98,15 +98,15 @@ def is_bool(t: Attribute) -> bool:
 
 
 def is_admitted_element(t: Attribute) -> bool:
-    """i1, i8, ui8, i16, i32, i64, f16, bf16, f32, f64 (SPEC.md: Types)."""
+    """i1, i8, ui8, i16, ui16, i32, ui32, i64, ui64, f16, bf16, f32, f64 (SPEC.md: Types)."""
     if is_float(t):
         return True
     if not isinstance(t, IntegerType):
         return False
     width, sign = t.width.data, t.signedness.data
-    if width == 8:
+    if width in (8, 16, 32, 64):
         return sign in (Signedness.SIGNLESS, Signedness.UNSIGNED)
-    return width in (1, 16, 32, 64) and sign == Signedness.SIGNLESS
+    return width == 1 and sign == Signedness.SIGNLESS
 
 
 def check_tensor(value: SSAValue | Attribute, what: str) -> TensorType:

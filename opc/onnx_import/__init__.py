@@ -32,8 +32,9 @@ def import_onnx(model: str | os.PathLike[str] | Any,
 
     shapes: sizes for graph inputs whose dims are dynamic, by input name.
     """
-    from opc.onnx_import import converters, nn_converters, rnn_converters  # noqa: F401 - register the converters
     from opc.onnx_import.graph import import_model
+
+    register_converters()
 
     return import_model(model, shapes)
 
@@ -66,3 +67,9 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
         except ValueError:
             raise OpcError(f"error: bad --shape '{spec}': expected NAME=D0xD1x... (e.g. x=8x16)") from None
     return out
+
+
+def register_converters() -> None:
+    """Fill graph.CONVERTERS: each converter module registers its converters when imported (graph.py,
+    which they import, does not import them back)."""
+    from opc.onnx_import import converters, nn_converters, rnn_converters  # noqa: F401

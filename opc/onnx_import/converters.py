@@ -17,11 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import ml_dtypes
 import numpy as np
+from xdsl.dialects.builtin import Float32Type
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.onnx_import.graph import ELEMENT_TYPES, Node, converter, dtype_name, numpy_dtype_of
+from opc.onnx_import.graph import BY_NUMPY, ELEMENT_TYPES, Node, converter, dtype_name, find_converter, numpy_dtype_of
 
 Values = list[SSAValue | np.ndarray]
 
@@ -604,3 +606,724 @@ def negative_log_likelihood_loss(node: Node) -> Values:
     if len(node.shape(0)) < 2:
         raise node.fail("input must have rank >= 2 ([N, C, ...])")
     return [reduce_loss(node, nll_loss(node, logp, safe_labels(node, labels)), labels)]
+
+
+# ---------------------------------------------------------------------------
+# Activations and elementwise ops built from opc ops (no new op at run time)
+# ---------------------------------------------------------------------------
+
+
+def gt(node: Node, a: SSAValue, b: SSAValue) -> SSAValue:
+    return node.e.value(o.GreaterThanOp(a, b))
+
+
+def lt(node: Node, a: SSAValue, b: SSAValue) -> SSAValue:
+    return node.e.value(o.LessThanOp(a, b))
+
+
+def expm1_scaled(node: Node, x: SSAValue, alpha: float) -> SSAValue:
+    """alpha * (exp(x) - 1)"""
+    e = node.e
+    return e.mul(e.sub(e.value(o.ExpOp(x)), scalar(node, 1.0, x)), scalar(node, alpha, x))
+
+
+@converter("Elu", since=6)
+def elu(node: Node) -> Values:
+    x = node.input(0)
+    return [node.e.select(gt(node, x, scalar(node, 0.0, x)), x, expm1_scaled(node, x, node.attr("alpha", 1.0)))]
+
+
+@converter("Selu", since=6)
+def selu(node: Node) -> Values:
+    x = node.input(0)
+    alpha, gamma = node.attr("alpha", 1.67326319217681884765625), node.attr("gamma", 1.05070102214813232421875)
+    y = node.e.select(gt(node, x, scalar(node, 0.0, x)), x, expm1_scaled(node, x, alpha))
+    return [node.e.mul(y, scalar(node, gamma, x))]
+
+
+@converter("Celu", since=12)
+def celu(node: Node) -> Values:
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))"""
+    e, x = node.e, node.input(0)
+    alpha = node.attr("alpha", 1.0)
+    zero = scalar(node, 0.0, x)
+    neg = expm1_scaled(node, e.div(x, scalar(node, alpha, x)), alpha)
+    return [e.add(e.value(o.MaximumOp(x, zero)), e.value(o.MinimumOp(neg, zero)))]
+
+
+def softplus_of(node: Node, x: SSAValue) -> SSAValue:
+    """log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): no overflow for large x."""
+    e = node.e
+    tail = e.value(o.LogOp(e.add(scalar(node, 1.0, x), e.value(o.ExpOp(e.neg(e.value(o.AbsOp(x))))))))
+    return e.add(e.value(o.MaximumOp(x, scalar(node, 0.0, x))), tail)
+
+
+@converter("Softplus", since=1)
+def softplus(node: Node) -> Values:
+    return [softplus_of(node, node.input(0))]
+
+
+@converter("Softsign", since=1)
+def softsign(node: Node) -> Values:
+    e, x = node.e, node.input(0)
+    return [e.div(x, e.add(scalar(node, 1.0, x), e.value(o.AbsOp(x))))]
+
+
+def hard_sigmoid_of(node: Node, x: SSAValue, alpha: float, beta: float) -> SSAValue:
+    e = node.e
+    y = e.add(e.mul(x, scalar(node, alpha, x)), scalar(node, beta, x))
+    return e.value(o.MinimumOp(e.value(o.MaximumOp(y, scalar(node, 0.0, x))), scalar(node, 1.0, x)))
+
+
+@converter("HardSigmoid", since=6)
+def hard_sigmoid(node: Node) -> Values:
+    return [hard_sigmoid_of(node, node.input(0), node.attr("alpha", 0.2), node.attr("beta", 0.5))]
+
+
+@converter("HardSwish", since=14)
+def hard_swish(node: Node) -> Values:
+    x = node.input(0)
+    return [node.e.mul(x, hard_sigmoid_of(node, x, 1.0 / 6.0, 0.5))]
+
+
+@converter("Mish", since=18)
+def mish(node: Node) -> Values:
+    x = node.input(0)
+    return [node.e.mul(x, node.e.value(o.TanhOp(softplus_of(node, x))))]
+
+
+@converter("ThresholdedRelu", since=10)
+def thresholded_relu(node: Node) -> Values:
+    x = node.input(0)
+    alpha = node.attr("alpha", 1.0)
+    return [node.e.select(gt(node, x, scalar(node, alpha, x)), x, scalar(node, 0.0, x))]
+
+
+@converter("PRelu", since=9)
+def prelu(node: Node) -> Values:
+    """x for x > 0, slope * x otherwise; slope broadcasts to x (unidirectionally)."""
+    e, x, slope = node.e, node.input(0), node.input(1)
+    y = e.select(gt(node, x, scalar(node, 0.0, x)), x, e.mul(x, slope))
+    return [e.broadcast_to(y, node.shape(0))]
+
+
+@converter("Sign", since=9)
+def sign(node: Node) -> Values:
+    e, x = node.e, node.input(0)
+    zero, one, minus = scalar(node, 0, x), scalar(node, 1, x), scalar(node, -1, x) if is_signed(x) else None
+    below = e.select(lt(node, x, zero), minus, zero) if minus is not None else zero
+    return [e.broadcast_to(e.select(gt(node, x, zero), one, below), node.shape(0))]
+
+
+def is_signed(v: SSAValue) -> bool:
+    return numpy_of(v).kind in "fi"
+
+
+@converter("IsNaN", since=9)
+def is_nan(node: Node) -> Values:
+    x = node.input(0)
+    return [node.e.select(node.e.value(o.EqualOp(x, x)), bool_constant(node, False), bool_constant(node, True))]
+
+
+@converter("IsInf", since=10)
+def is_inf(node: Node) -> Values:
+    """x - x is NaN exactly for inf and NaN; x itself is NaN only for NaN."""
+    e, x = node.e, node.input(0)
+    diff = e.sub(x, x)
+    not_finite = e.select(e.value(o.EqualOp(diff, diff)), bool_constant(node, False), bool_constant(node, True))
+    is_num = e.value(o.EqualOp(x, x))
+    inf = e.select(is_num, not_finite, bool_constant(node, False))
+    pos, neg = node.attr("detect_positive", 1), node.attr("detect_negative", 1)
+    zero = scalar(node, 0.0, x)
+    if pos and neg:
+        return [inf]
+    if not pos and not neg:
+        return [e.broadcast_to(bool_constant(node, False), node.shape(0))]
+    side = gt(node, x, zero) if pos else lt(node, x, zero)
+    return [e.select(inf, side, bool_constant(node, False))]
+
+
+@converter("LpNormalization", since=1)
+def lp_normalization(node: Node) -> Values:
+    e, x = node.e, node.input(0)
+    axis = node.axis(node.attr("axis", -1), len(node.shape(0)))
+    p = node.attr("p", 2)
+    if p == 1:
+        norm = e.reduce_sum(e.value(o.AbsOp(x)), [axis], True)
+    elif p == 2:
+        norm = e.value(o.SqrtOp(e.reduce_sum(e.mul(x, x), [axis], True)))
+    else:
+        raise node.fail(f"p must be 1 or 2, got {p}")
+    zero = scalar(node, 0.0, norm)  # a zero vector stays zero (ONNX's reference), not 0/0
+    return [e.div(x, e.select(e.value(o.EqualOp(norm, zero)), scalar(node, 1.0, norm), norm))]
+
+
+@converter("RMSNormalization", since=23)
+def rms_normalization(node: Node) -> Values:
+    """x / sqrt(mean(x^2 over axis..) + epsilon) * scale, computed in float32 (stash_type 1) for half inputs."""
+    e, x = node.e, node.input(0)
+    shape = node.shape(0)
+    axis = node.axis(node.attr("axis", -1), len(shape))
+    if node.attr("stash_type", 1) != 1:
+        raise node.fail(f"stash_type {node.attr('stash_type')} is not supported (only 1, float32)")
+    element = x.type.element_type  # type: ignore[attr-defined]
+    wide = numpy_of(x) in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+    xs = e.cast(x, Float32Type()) if wide else x
+    axes = list(range(axis, len(shape)))
+    ms = e.value(o.ReduceMeanOp(e.mul(xs, xs), axes, True))
+    y = e.div(xs, e.value(o.SqrtOp(e.add(ms, scalar(node, node.attr("epsilon", 1e-5), ms)))))
+    if wide:
+        y = e.cast(y, element)
+    return [e.mul(y, node.input(1))]
+
+
+# ---------------------------------------------------------------------------
+# Older opsets: where an op's meaning is the same as from 13, the converter above
+# serves from the opset where that meaning began; where it differs (axes, split
+# and Clip's bounds as attributes), a converter of its own.
+# ---------------------------------------------------------------------------
+
+SAME_SINCE = {
+    7: (*BINARY, "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Relu", "Sigmoid", "Identity", "Reciprocal", "Pow",
+        "Not", "And", "Or", "Xor", "LeakyRelu", "Cast", "MatMul", "Gemm", "Shape", "Size", "Reshape", "Flatten",
+        "Transpose", "Concat", "Gather", "Dropout"),
+    8: ("Max", "Min", "Sum", "Mean", "Expand"),
+    9: ("Erf", "Where"),
+    10: ("Slice",),
+    11: ("Clip",),
+    12: ("LessOrEqual", "GreaterOrEqual"),
+}
+for first, ops in SAME_SINCE.items():
+    for op_type in ops:
+        converter(op_type, since=first)(find_converter(op_type, 13))
+
+
+@converter("Clip", since=7)
+def clip_attributes(node: Node) -> Values:
+    x = node.input(0)
+    lo, hi = node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
+    x = node.e.value(o.MaximumOp(x, scalar(node, lo, x)))
+    return [node.e.value(o.MinimumOp(x, scalar(node, hi, x)))]
+
+
+@converter("Squeeze", since=7)
+def squeeze_attribute(node: Node) -> Values:
+    src = node.shape(0)
+    if "axes" in node.attrs:
+        axes = {node.axis(int(a), len(src)) for a in node.attr("axes")}
+    else:
+        axes = {i for i, d in enumerate(src) if d == 1}
+    if any(src[a] != 1 for a in axes):
+        raise node.fail(f"cannot squeeze axes {sorted(axes)} of shape {list(src)}: a size is not 1")
+    return [node.e.reshape(node.input(0), [d for i, d in enumerate(src) if i not in axes])]
+
+
+@converter("Unsqueeze", since=7)
+def unsqueeze_attribute(node: Node) -> Values:
+    src = list(node.shape(0))
+    given = list(node.attr("axes", []))
+    rank = len(src) + len(given)
+    for a in sorted(node.axis(int(a), rank) for a in given):
+        src.insert(a, 1)
+    return [node.e.reshape(node.input(0), src)]
+
+
+@converter("Split", since=7)
+def split_attribute(node: Node) -> Values:
+    src = node.shape(0)
+    axis = node.axis(node.attr("axis", 0), len(src))
+    if "split" in node.attrs:
+        sizes = [int(s) for s in node.attr("split")]
+    elif node.has(1):  # opset 2..10 also took split as an optional input
+        sizes = [int(s) for s in node.const(1, "split").reshape(-1)]
+    else:
+        parts = len(node.proto.output)
+        sizes = [src[axis] // parts] * parts
+    if sum(sizes) != src[axis]:
+        raise node.fail(f"split sizes {sizes} do not add up to the axis size {src[axis]}")
+    outs, offset = [], 0
+    for size in sizes:
+        start = [offset if i == axis else 0 for i in range(len(src))]
+        limit = [offset + size if i == axis else d for i, d in enumerate(src)]
+        outs.append(node.e.value(o.SliceOp(node.input(0), start, limit)))
+        offset += size
+    return outs
+
+
+@converter("ReduceSum", since=7)
+def reduce_sum_attribute(node: Node) -> Values:
+    return reduce(node, from_input=False)
+
+
+converter(*REDUCTIONS, since=7)(reduce_axes_attribute)
+
+
+# ---------------------------------------------------------------------------
+# Index ops built from opc ops: compile-time index arithmetic (NumPy) + gather,
+# compares and selects at run time
+# ---------------------------------------------------------------------------
+
+
+def iota(shape: Sequence[int], axis: int, dtype=np.int64) -> np.ndarray:
+    """Each element's coordinate along axis, broadcastable against shape."""
+    view = [1] * len(shape)
+    view[axis] = shape[axis]
+    return np.arange(shape[axis], dtype=dtype).reshape(view)
+
+
+@converter("ArgMax", "ArgMin", since=7)
+def arg_max_min(node: Node) -> Values:
+    """The first (or last, select_last_index) position of the max/min along axis:
+    positions where x equals its extreme, the smallest (largest) of them."""
+    e, x = node.e, node.input(0)
+    shape = node.shape(0)
+    axis = node.axis(node.attr("axis", 0), len(shape))
+    keep = bool(node.attr("keepdims", 1))
+    extreme = (o.ReduceMaxOp if node.op_type == "ArgMax" else o.ReduceMinOp)(x, [axis], True)
+    hit = e.value(o.EqualOp(x, e.value(extreme)))
+    last = bool(node.attr("select_last_index", 0))
+    where = e.constant(iota(shape, axis))
+    miss = e.constant(np.array(-1 if last else shape[axis], np.int64))
+    picked = e.select(hit, where, miss)
+    r = e.value((o.ReduceMaxOp if last else o.ReduceMinOp)(picked, [axis], keep))
+    return [r]
+
+
+@converter("Hardmax", since=13)
+def hardmax(node: Node) -> Values:
+    """1 at the first max along axis, 0 elsewhere."""
+    e, x = node.e, node.input(0)
+    shape = node.shape(0)
+    axis = node.axis(node.attr("axis", -1), len(shape))
+    hit = e.value(o.EqualOp(x, e.value(o.ReduceMaxOp(x, [axis], True))))
+    where = e.constant(iota(shape, axis))
+    first = e.value(o.ReduceMinOp(e.select(hit, where, e.constant(np.array(shape[axis], np.int64))), [axis], True))
+    one = e.value(o.EqualOp(where, first))
+    return [e.broadcast_to(e.select(one, scalar(node, 1.0, x), scalar(node, 0.0, x)), shape)]
+
+
+@converter("CumSum", since=11)
+def cumsum(node: Node) -> Values:
+    """A matmul with a 0/1 triangle along the axis (moved last): exclusive and reverse pick the triangle;
+    integers are summed in float64 (exact below 2^53) and cast back."""
+    e, x = node.e, node.input(0)
+    shape = list(node.shape(0))
+    rank = len(shape)
+    axis = node.axis(int(node.const(1, "axis").reshape(-1)[0]), rank)
+    n = shape[axis]
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]  # out[j] = sum_i x[i] * tri[i, j]
+    exclusive, reverse = node.attr("exclusive", 0), node.attr("reverse", 0)
+    tri = (i > j if exclusive else i >= j) if reverse else (i < j if exclusive else i <= j)
+    dtype = numpy_of(x)
+    work = dtype if dtype.kind == "f" else np.dtype(np.float64)
+    xs = x if dtype == work else e.cast(x, BY_NUMPY[work])
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    moved = e.transpose(xs, perm)
+    moved_shape = [shape[d] for d in perm]
+    rows = e.reshape(moved, [max(math.prod(moved_shape[:-1]), 1), n])
+    summed = e.reshape(e.matmul(rows, e.constant(tri.astype(work))), moved_shape)
+    back = e.transpose(summed, list(np.argsort(perm)))
+    return [back if dtype == work else e.cast(back, x.type.element_type)]  # type: ignore[attr-defined]
+
+
+@converter("Tile", since=7)
+def tile(node: Node) -> Values:
+    """[d0, d1] tiled [r0, r1]: reshape to [1, d0, 1, d1], broadcast to [r0, d0, r1, d1], reshape."""
+    e = node.e
+    shape = node.shape(0)
+    repeats = [int(r) for r in node.const(1, "repeats").reshape(-1)]
+    if len(repeats) != len(shape) or any(r < 1 for r in repeats):
+        raise node.fail(f"repeats {repeats} must be one positive count per axis of {list(shape)}")
+    kept = [(r, d) for r, d in zip(repeats, shape) if r != 1]
+    if not kept:
+        return [node.input(0)]
+    spread = [v for r, d in zip(repeats, shape) for v in ((1, d) if r != 1 else (d,))]
+    full = [v for r, d in zip(repeats, shape) for v in ((r, d) if r != 1 else (d,))]
+    x = e.broadcast_to(e.reshape(node.input(0), spread), full)
+    return [e.reshape(x, [r * d for r, d in zip(repeats, shape)])]
+
+
+def flat_positions(shape: Sequence[int]) -> list[np.ndarray]:
+    """Per axis, the coordinate of every element of `shape` times that axis's row-major stride."""
+    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    return [iota(shape, a) * strides[a] for a in range(len(shape))]
+
+
+def wrap_negative(node: Node, idx: SSAValue, size: int | SSAValue) -> SSAValue:
+    """idx + size where idx < 0 (ONNX's negative indices), in idx's dtype."""
+    e = node.e
+    dtype = numpy_of(idx)
+    zero = e.constant(np.array(0, dtype))
+    size_v = e.constant(np.array(size, dtype)) if isinstance(size, int) else size
+    return e.select(lt(node, idx, zero), e.add(idx, size_v), idx)
+
+
+def as_i64(node: Node, v: SSAValue) -> SSAValue:
+    return v if numpy_of(v) == np.dtype(np.int64) else node.e.cast(v, BY_NUMPY[np.dtype(np.int64)])
+
+
+@converter("GatherElements", since=11)
+def gather_elements(node: Node) -> Values:
+    """out[i, j, k] = x[i, idx[i, j, k], k] (axis 1): one gather from the flattened x at
+    idx * stride(axis) + the other coordinates' offsets (known at compile time)."""
+    e = node.e
+    shape, ishape = node.shape(0), node.shape(1)
+    rank = len(shape)
+    axis = node.axis(node.attr("axis", 0), rank)
+    idx = wrap_negative(node, as_i64(node, node.input(1)), shape[axis])
+    strides = [math.prod(shape[i + 1:]) for i in range(rank)]
+    base = sum(iota(ishape, a) * strides[a] for a in range(rank) if a != axis) + np.zeros(ishape, np.int64)
+    flat = e.add(e.mul(idx, e.constant(np.array(strides[axis], np.int64))), e.constant(base.astype(np.int64)))
+    return [e.value(o.GatherOp(e.reshape(node.input(0), [math.prod(shape)]), flat, 0))]
+
+
+@converter("GatherND", since=12)
+def gather_nd(node: Node) -> Values:
+    """x[batch..., idx[..., 0], ..., idx[..., m-1], rest...]: the first m axes (after the batch ones)
+    merged into one, indexed by sum(idx[..., k] * stride_k) (+ the batch offset), gathered on it."""
+    e = node.e
+    shape, ishape = node.shape(0), node.shape(1)
+    b = node.attr("batch_dims", 0)
+    m = ishape[-1]
+    if m > len(shape) - b:
+        raise node.fail(f"indices' last dim {m} exceeds the rank of the data after batch_dims")
+    idx = as_i64(node, node.input(1))
+    inner = shape[b:b + m]
+    strides = np.array([math.prod(inner[k + 1:]) for k in range(m)], np.int64)
+    coords = [e.value(o.SliceOp(idx, [0] * (len(ishape) - 1) + [k], [*ishape[:-1], k + 1]))
+              for k in range(m)]
+    flat = None
+    for k, c in enumerate(coords):
+        term = e.mul(wrap_negative(node, c, inner[k]), e.constant(np.array(strides[k], np.int64)))
+        flat = term if flat is None else e.add(flat, term)
+    flat = e.reshape(flat, ishape[:-1])  # type: ignore[arg-type]
+    batch = math.prod(shape[:b])
+    rest = list(shape[b + m:])
+    x = e.reshape(node.input(0), [batch * math.prod(inner), *rest])
+    if b:  # batch element n's rows start at n * prod(inner)
+        offset = (np.arange(batch, dtype=np.int64) * math.prod(inner)).reshape(
+            [*shape[:b], *[1] * (len(ishape) - 1 - b)])
+        flat = e.add(flat, e.constant(offset))
+    out = e.value(o.GatherOp(x, flat, 0))
+    return [e.reshape(out, [*ishape[:-1], *rest])]
+
+
+def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, rows: list[int]) -> SSAValue:
+    """data (reshaped to rows) with updates scattered at the flat row indices: by the reduction attribute,
+    replaced (none), added (add), through opc.gather_grad (scatter-add) and a mask of hit rows."""
+    e = node.e
+    reduction = node.attr("reduction", "none")
+    if reduction not in ("none", "add"):
+        raise node.fail(f"reduction '{reduction}' is not supported (none, add)")
+    if numpy_of(data).kind != "f":
+        raise node.fail("opc scatters float data only")
+    shape = list(data.type.get_shape())  # type: ignore[attr-defined]
+    d = e.reshape(data, rows)
+    added = e.value(o.GatherGradOp(d, flat, updates, 0))
+    if reduction == "add":
+        return e.reshape(e.add(d, added), shape)
+    ones = e.full(1.0, updates)
+    hits = e.value(o.GatherGradOp(d, flat, ones, 0))
+    hit = gt(node, hits, scalar(node, 0.0, hits))
+    return e.reshape(e.select(hit, added, d), shape)
+
+
+@converter("ScatterElements", since=11)
+def scatter_elements(node: Node) -> Values:
+    e = node.e
+    shape, ishape = node.shape(0), node.shape(1)
+    rank = len(shape)
+    axis = node.axis(node.attr("axis", 0), rank)
+    idx = wrap_negative(node, as_i64(node, node.input(1)), shape[axis])
+    strides = [math.prod(shape[i + 1:]) for i in range(rank)]
+    base = sum(iota(ishape, a) * strides[a] for a in range(rank) if a != axis) + np.zeros(ishape, np.int64)
+    flat = e.add(e.mul(idx, e.constant(np.array(strides[axis], np.int64))), e.constant(base.astype(np.int64)))
+    return [scatter_into(node, node.input(0), flat, node.input(2), [math.prod(shape)])]
+
+
+@converter("ScatterND", since=11)
+def scatter_nd(node: Node) -> Values:
+    e = node.e
+    shape, ishape = node.shape(0), node.shape(1)
+    m = ishape[-1]
+    idx = as_i64(node, node.input(1))
+    inner = shape[:m]
+    strides = [math.prod(inner[k + 1:]) for k in range(m)]
+    flat = None
+    for k in range(m):
+        c = e.value(o.SliceOp(idx, [0] * (len(ishape) - 1) + [k], [*ishape[:-1], k + 1]))
+        term = e.mul(wrap_negative(node, c, inner[k]), e.constant(np.array(strides[k], np.int64)))
+        flat = term if flat is None else e.add(flat, term)
+    flat = e.reshape(flat, ishape[:-1])  # type: ignore[arg-type]
+    return [scatter_into(node, node.input(0), flat, node.input(2), [math.prod(inner), *shape[m:]])]
+
+
+@converter("OneHot", since=9)
+def one_hot(node: Node) -> Values:
+    """values[1] where indices (wrapped) equal the position along the new axis, values[0] elsewhere."""
+    e = node.e
+    ishape = list(node.shape(0))
+    depth = int(np.asarray(node.const(1, "depth")).reshape(-1)[0])
+    rank = len(ishape) + 1
+    axis = node.axis(node.attr("axis", -1), rank)
+    out_shape = ishape[:axis] + [depth] + ishape[axis:]
+    idx = node.input(0)
+    work = numpy_of(idx) if numpy_of(idx).kind in "iu" else np.dtype(np.int64)
+    if numpy_of(idx).kind not in "iu":
+        idx = e.cast(idx, BY_NUMPY[work])
+    idx = wrap_negative(node, idx, depth) if work.kind == "i" else idx
+    idx = e.reshape(idx, ishape[:axis] + [1] + ishape[axis:])
+    hit = e.value(o.EqualOp(idx, e.constant(iota(out_shape, axis, work))))
+    values = node.input(2)
+    vshape = node.shape(2)
+    off = e.reshape(e.value(o.SliceOp(values, [0], [1])), [])
+    on = e.reshape(e.value(o.SliceOp(values, [1], [2])), [])
+    del vshape
+    return [e.broadcast_to(e.select(hit, on, off), out_shape)]
+
+
+@converter("Range", since=11)
+def range_(node: Node) -> Values:
+    """Known at compile time (start, limit and delta must be)."""
+    start, limit, delta = (node.const(i, what) for i, what in enumerate(("start", "limit", "delta")))
+    if delta == 0:
+        raise node.fail("delta must not be 0")
+    n = max(int(np.ceil((limit - start) / delta)), 0)
+    return [(start + np.arange(n) * delta).astype(start.dtype)]
+
+
+@converter("ConstantOfShape", since=9)
+def constant_of_shape(node: Node) -> Values:
+    shape = [int(d) for d in node.const(0, "shape").reshape(-1)]
+    value = node.attr("value")
+    fill = np.zeros(1, np.float32) if value is None else __import__("onnx").numpy_helper.to_array(value)
+    return [np.full(shape, fill.reshape(-1)[0], fill.dtype)]
+
+
+@converter("ReduceLogSum")
+def reduce_log_sum_attribute(node: Node) -> Values:
+    return log_sum(node, False)
+
+
+@converter("ReduceLogSum", since=18)
+def reduce_log_sum_input(node: Node) -> Values:
+    return log_sum(node, True)
+
+
+def log_sum(node: Node, from_input: bool) -> Values:
+    axes = reduce_axes(node, from_input)
+    x = node.input(0)
+    if axes is None:
+        return [node.e.value(o.LogOp(x))]
+    return [node.e.value(o.LogOp(node.e.reduce_sum(x, axes, bool(node.attr("keepdims", 1)))))]
+
+
+converter("ReduceLogSum", since=7)(reduce_log_sum_attribute)
+
+
+# ---------------------------------------------------------------------------
+# Pad, Swish, DepthToSpace / SpaceToDepth
+# ---------------------------------------------------------------------------
+
+PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def pad_value(node: Node, x: SSAValue, given: SSAValue | float | None) -> SSAValue:
+    if isinstance(given, SSAValue):
+        return node.e.reshape(given, [])
+    return scalar(node, 0.0 if given is None else given, x)
+
+
+def pad(node: Node, pads: Sequence[int], mode: str, value: SSAValue | float | None,
+        axes: Sequence[int] | None = None) -> SSAValue:
+    """Axis by axis: a negative pad slices; constant concatenates blocks of the value; reflect, edge
+    and wrap gather along the axis at positions NumPy's pad computes at compile time."""
+    if mode not in PAD_MODES:
+        raise node.fail(f"mode '{mode}' is not supported (constant, reflect, edge, wrap)")
+    e, x = node.e, node.input(0)
+    shape = list(node.shape(0))
+    rank = len(shape)
+    axes = list(range(rank)) if axes is None else [node.axis(int(a), rank) for a in axes]
+    if len(pads) != 2 * len(axes):
+        raise node.fail(f"pads {list(pads)} must hold two counts per axis ({len(axes)} axes)")
+    for k, axis in enumerate(axes):
+        before, after = int(pads[k]), int(pads[k + len(axes)])
+        if before < 0 or after < 0:  # crop first
+            start = [max(-before, 0) if i == axis else 0 for i in range(rank)]
+            limit = [shape[i] - max(-after, 0) if i == axis else shape[i] for i in range(rank)]
+            x = e.value(o.SliceOp(x, start, limit))
+            shape[axis] = limit[axis] - start[axis]
+            before, after = max(before, 0), max(after, 0)
+        if not before and not after:
+            continue
+        if mode == "constant":
+            fill = pad_value(node, x, value)
+            parts = [e.broadcast_to(fill, [before if i == axis else d for i, d in enumerate(shape)])] if before else []
+            parts.append(x)
+            if after:
+                parts.append(e.broadcast_to(fill, [after if i == axis else d for i, d in enumerate(shape)]))
+            x = e.value(o.ConcatOp(parts, axis))
+        else:
+            if mode == "reflect" and shape[axis] < 2:
+                raise node.fail("reflect padding needs at least two elements along a padded axis")
+            positions = np.pad(np.arange(shape[axis], dtype=np.int64), (before, after), mode=PAD_MODES[mode])
+            x = e.value(o.GatherOp(x, e.constant(positions), axis))
+        shape[axis] += before + after
+    return x
+
+
+@converter("Pad", since=2)
+def pad_attributes(node: Node) -> Values:
+    return [pad(node, list(node.attr("pads", node.attr("paddings", []))), node.attr("mode", "constant"),
+                float(node.attr("value", 0.0)))]
+
+
+@converter("Pad", since=11)
+def pad_inputs(node: Node) -> Values:
+    pads = node.const(1, "pads").reshape(-1).tolist()
+    value = None
+    if node.has(2):
+        value = float(node.const(2, "constant_value").reshape(-1)[0]) if node.known(2) else node.input(2)
+    axes = node.const(3, "axes").reshape(-1).tolist() if node.has(3) else None
+    return [pad(node, pads, node.attr("mode", "constant"), value, axes)]
+
+
+@converter("Swish", since=24)
+def swish(node: Node) -> Values:
+    x = node.input(0)
+    return [node.e.mul(x, node.e.value(o.SigmoidOp(node.e.mul(x, scalar(node, node.attr("alpha", 1.0), x)))))]
+
+
+@converter("DepthToSpace", since=11)
+def depth_to_space(node: Node) -> Values:
+    n, c, h, w = node.shape(0)
+    b = int(node.attr("blocksize"))
+    e = node.e
+    if node.attr("mode", "DCR") == "DCR":
+        x = e.reshape(node.input(0), [n, b, b, c // (b * b), h, w])
+        x = e.transpose(x, [0, 3, 4, 1, 5, 2])
+    else:
+        x = e.reshape(node.input(0), [n, c // (b * b), b, b, h, w])
+        x = e.transpose(x, [0, 1, 4, 2, 5, 3])
+    return [e.reshape(x, [n, c // (b * b), h * b, w * b])]
+
+
+@converter("SpaceToDepth", since=1)
+def space_to_depth(node: Node) -> Values:
+    n, c, h, w = node.shape(0)
+    b = int(node.attr("blocksize"))
+    e = node.e
+    x = e.reshape(node.input(0), [n, c, h // b, b, w // b, b])
+    crd = node.attr("mode", "DCR") == "CRD"  # channel-major blocks (opset 25's mode)
+    x = e.transpose(x, [0, 1, 3, 5, 2, 4] if crd else [0, 3, 5, 1, 2, 4])
+    return [e.reshape(x, [n, c * b * b, h // b, w // b])]
+
+
+# ---------------------------------------------------------------------------
+# Resize: separable, each axis an affine map y = x @ W + b along it. W and b come from
+# onnx's reference Resize itself, run at compile time on the unit vectors of the axis
+# (and on zeros, for b: tf_crop_and_resize's extrapolation value), so every mode,
+# coordinate transformation, cubic coefficient and antialias filter means what ONNX says.
+# Axes are applied innermost first, as the reference's recursion does.
+# ---------------------------------------------------------------------------
+
+
+def resize_axis_map(node: Node, n: int, scale: float, roi: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray]:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    attrs = {k: v for k, v in node.attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
+    probe = np.concatenate([np.eye(n), np.zeros((1, n))]).astype(np.float64)
+    inputs = {"x": probe, "scales": np.array([1.0, scale], np.float32)}
+    names = ["x", "", "scales"]
+    if roi is not None:
+        inputs["roi"] = np.array([0.0, roi[0], 1.0, roi[1]], np.float32)
+        names[1] = "roi"
+    one = helper.make_node("Resize", names, ["y"], **attrs)
+    try:
+        (out,) = ReferenceEvaluator(one, opsets={"": node.opset}).run(None, inputs)
+    except Exception as err:  # noqa: BLE001 - the reference raises anything for attributes it refuses
+        raise node.fail(f"cannot build the resize tables: {type(err).__name__}: {str(err).splitlines()[0]}") from None
+    b = out[n]
+    return out[:n] - b, b
+
+
+@converter("Resize", since=11)
+def resize(node: Node) -> Values:
+    e, x = node.e, node.input(0)
+    shape = list(node.shape(0))
+    rank = len(shape)
+    axes = [node.axis(int(a), rank) for a in node.attr("axes", list(range(rank)))]
+    crop = node.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+    roi = node.const(1, "roi").reshape(-1).astype(np.float64) if crop and node.has(1) else None  # used by crop only
+    if node.has(3):
+        sizes = [int(s) for s in node.const(3, "sizes").reshape(-1)]
+        ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            r = min(ratios) if policy == "not_larger" else max(ratios)
+            ratios = [r] * len(axes)
+        scales = ratios
+    else:
+        scales = [float(s) for s in node.const(2, "scales").reshape(-1)]
+    if len(scales) != len(axes):
+        raise node.fail(f"{len(scales)} scales or sizes for {len(axes)} axes")
+    dtype = numpy_of(x)
+    work = np.dtype(np.float32) if dtype.kind != "f" or dtype.itemsize < 4 else dtype
+    if dtype.kind != "f" and node.attr("mode", "nearest") != "nearest":
+        raise node.fail("linear and cubic resize of integer data is not supported")
+    y = x if dtype == work else e.cast(x, BY_NUMPY[work])
+    current = list(shape)
+    for k in sorted(range(len(axes)), key=lambda k: -axes[k]):
+        a, s = axes[k], scales[k]
+        if s == 1.0 and node.attr("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize":
+            continue
+        axis_roi = (float(roi[k]), float(roi[k + len(axes)])) if roi is not None and len(roi) == 2 * len(axes) \
+            else (float(roi[a]), float(roi[a + rank])) if roi is not None else None
+        w, b = resize_axis_map(node, current[a], s, axis_roi)
+        m = w.shape[1]
+        perm = [d for d in range(rank) if d != a] + [a]
+        moved = e.transpose(y, perm)
+        moved_shape = [current[d] for d in perm]
+        rows = e.reshape(moved, [max(math.prod(moved_shape[:-1]), 1), current[a]])
+        out = e.matmul(rows, e.constant(w.astype(work)))
+        if np.any(b):
+            out = e.add(out, e.constant(b.astype(work)))
+        out = e.reshape(out, [*moved_shape[:-1], m])
+        y = e.transpose(out, list(np.argsort(perm)))
+        current[a] = m
+    if dtype != work:  # nearest on integers: the 0/1 weights pick exact values
+        y = e.cast(y, x.type.element_type)  # type: ignore[attr-defined]
+    return [y]
+
+
+@converter("Einsum", since=12)
+def einsum(node: Node) -> Values:
+    """Operands laid out over all the equation's letters (transpose + size-1 axes), multiplied (broadcast),
+    summed over the letters the output lacks, transposed to the output's order. A two-operand contraction
+    that opc-fuse or the scheduler could run as a GEMM is not yet one; ellipses and repeated letters
+    within an operand (diagonals) are refused."""
+    e = node.e
+    equation = node.attr("equation").replace(" ", "")
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    if "." in equation or len(terms) != len(node.inputs()):
+        raise node.fail(f"equation '{equation}': ellipses are not supported")
+    if any(len(set(t)) != len(t) for t in terms):
+        raise node.fail(f"equation '{equation}': a letter repeated within an operand (a diagonal) is not supported")
+    letters = sorted(set("".join(terms)), key="".join(terms).index)
+    if not arrow:
+        out = "".join(sorted(c for c in letters if "".join(terms).count(c) == 1))
+    product = None
+    for i, term in enumerate(terms):
+        shape = node.shape(i)
+        order = sorted(range(len(term)), key=lambda k: letters.index(term[k]))
+        x = e.transpose(node.input(i), order)
+        spread = [shape[term.index(c)] if c in term else 1 for c in letters]
+        x = e.reshape(x, spread)
+        product = x if product is None else e.mul(product, x)
+    summed = [k for k, c in enumerate(letters) if c not in out]
+    kept = [c for c in letters if c in out]
+    if summed:
+        product = e.reduce_sum(product, summed)
+    return [e.transpose(product, [kept.index(c) for c in out])]

@@ -45,7 +45,15 @@ from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder
 from opc.errors import OpcError, first_line
 
-MIN_OPSET, MAX_OPSET = 13, 21
+MIN_OPSET = 7  # the oldest ai.onnx opset imported (older graphs: onnx.version_converter)
+BASE_OPSET = 13  # a converter registered without since= serves this opset and later ones
+
+
+def max_opset() -> int:
+    """The newest ai.onnx opset the installed onnx knows (28 for onnx 1.23)."""
+    return int(onnx_module().defs.onnx_opset_version())
+
+
 INSTALL_HINT = 'pip install "opc[onnx]" (in a checkout of opc: pip install ".[onnx]")'
 
 # ONNX TensorProto element type numbers -> (name, opc element type, NumPy dtype)
@@ -53,7 +61,10 @@ ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {
     1: ("FLOAT", Float32Type(), np.dtype(np.float32)),
     2: ("UINT8", IntegerType(8, Signedness.UNSIGNED), np.dtype(np.uint8)),
     3: ("INT8", IntegerType(8), np.dtype(np.int8)),
+    4: ("UINT16", IntegerType(16, Signedness.UNSIGNED), np.dtype(np.uint16)),
     5: ("INT16", IntegerType(16), np.dtype(np.int16)),
+    12: ("UINT32", IntegerType(32, Signedness.UNSIGNED), np.dtype(np.uint32)),
+    13: ("UINT64", IntegerType(64, Signedness.UNSIGNED), np.dtype(np.uint64)),
     6: ("INT32", IntegerType(32), np.dtype(np.int32)),
     7: ("INT64", IntegerType(64), np.dtype(np.int64)),
     9: ("BOOL", IntegerType(1), np.dtype(np.bool_)),
@@ -154,6 +165,7 @@ def load(model: Any, where: str):
             raise OpcError(f"error: cannot read {where}: {first_line(err)}") from None
     if not model.HasField("graph") or model.ir_version == 0:
         raise OpcError(f"error: {where} is not an ONNX model (no graph or IR version)")
+    default_opset(model, where)  # an opset opc cannot read: say so before the checker does
     if not model.graph.name:  # the checker wants a name; SPEC.md: an unnamed graph is `main`
         model.graph.name = "main"
     try:
@@ -167,11 +179,14 @@ def default_opset(model, where: str) -> int:
     versions = {op.domain or "ai.onnx": op.version for op in model.opset_import}
     version = versions.get("ai.onnx")
     if version is None:
-        raise OpcError(f"error: {where} imports no ai.onnx opset; opc imports opsets {MIN_OPSET} to {MAX_OPSET}")
-    if not MIN_OPSET <= version <= MAX_OPSET:
-        raise OpcError(f"error: {where} uses ai.onnx opset {version}; opc imports opsets {MIN_OPSET} to {MAX_OPSET} "
-                       f"(onnx.version_converter.convert_version(model, {min(max(version, MIN_OPSET), MAX_OPSET)}) "
-                       "can convert it)")
+        raise OpcError(f"error: {where} imports no ai.onnx opset; opc imports opsets {MIN_OPSET} to {max_opset()}")
+    newest = max_opset()
+    if version > newest:
+        raise OpcError(f"error: {where} uses ai.onnx opset {version}, newer than the installed onnx "
+                       f"{onnx_module().__version__} knows ({newest}): upgrade onnx")
+    if version < MIN_OPSET:
+        raise OpcError(f"error: {where} uses ai.onnx opset {version}; opc imports opsets {MIN_OPSET} to {newest} "
+                       f"(onnx.version_converter.convert_version(model, {MIN_OPSET}) can convert it)")
     return version
 
 
@@ -202,7 +217,7 @@ def fix_input_shapes(model, shapes: Mapping[str, Sequence[int]], initializers: s
             t.shape.dim.add().dim_value = int(d)
 
 
-def input_type(value_info, where: str) -> TensorType:
+def input_type(value_info, where: str, given: bool = False) -> TensorType:
     name = value_info.name
     if not value_info.type.HasField("tensor_type"):
         raise OpcError(f"error: {where}: input '{name}' is not a tensor; opc imports tensor inputs only")
@@ -211,7 +226,7 @@ def input_type(value_info, where: str) -> TensorType:
         raise OpcError(f"error: {where}: input '{name}' has dtype {dtype_name(elem)}, which opc does not support "
                        f"({supported_dtypes()})")
     dims = dims_of(value_info)
-    if dims == [None] or any(not isinstance(d, int) or d <= 0 for d in dims):
+    if dims == [None] or any(not isinstance(d, int) or d < (0 if given else 1) for d in dims):
         shown = "unknown rank" if dims == [None] else "[" + ", ".join(str(d) if d else "?" for d in dims) + "]"
         example = "x".join(str(d) if isinstance(d, int) and d > 0 else "1" for d in dims if dims != [None])
         raise OpcError(f"error: {where}: input '{name}' has a dynamic shape ({shown}); opc needs static sizes: "
@@ -233,6 +248,30 @@ def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None
         if vi.type.HasField("tensor_type"):
             out[vi.name] = (vi.type.tensor_type.elem_type, dims_of(vi))
     return out
+
+
+def tied_weights(weights: Mapping[str, np.ndarray]) -> dict[str, tuple[str, str]]:
+    """Weights that are an exact transpose (2-D) or reshape of an earlier one, as exporters write tied
+    embeddings (GPT-2's lm_head = wte.T): name -> (original, 'transpose' | 'reshape'). Arrays whose
+    elements are all equal (zeros, ones) are never tied: they match each other by accident."""
+    seen: dict[tuple, str] = {}  # (dtype, bytes hash) -> the first weight with those row-major bytes
+    tied: dict[str, tuple[str, str]] = {}
+    for name, a in weights.items():
+        flat = a.reshape(-1)
+        if flat.size < 2 or bool(np.all(flat == flat[0])):
+            continue
+        key = (a.dtype.str, hash(np.ascontiguousarray(a).tobytes()))
+        first = seen.get(key)
+        if first is not None and weights[first].shape != a.shape and np.array_equal(weights[first].reshape(-1), flat):
+            tied[name] = (first, "reshape")
+            continue
+        if a.ndim == 2:
+            first = seen.get((a.dtype.str, hash(np.ascontiguousarray(a.T).tobytes())))
+            if first is not None and weights[first].shape == a.T.shape and np.array_equal(weights[first], a.T):
+                tied[name] = (first, "transpose")
+                continue
+        seen.setdefault(key, name)
+    return tied
 
 
 # ---------------------------------------------------------------------------
@@ -364,7 +403,7 @@ Converter = Callable[[Node], Sequence["SSAValue | np.ndarray"]]
 CONVERTERS: dict[str, dict[int, Converter]] = {}
 
 
-def converter(*op_types: str, since: int = MIN_OPSET) -> Callable[[Converter], Converter]:
+def converter(*op_types: str, since: int = BASE_OPSET) -> Callable[[Converter], Converter]:
     """Register a converter for op types, valid from opset `since` until a later registration."""
 
     def register(fn: Converter) -> Converter:
@@ -387,7 +426,8 @@ def find_converter(op_type: str, opset: int) -> Converter | None:
 
 
 class GraphImporter:
-    def __init__(self, model, where: str, shapes: Mapping[str, Sequence[int]] | None) -> None:
+    def __init__(self, model, where: str, shapes: Mapping[str, Sequence[int]] | None,
+                 input_values: Mapping[str, np.ndarray] | None = None) -> None:
         self.where = where
         self.model = model
         self.graph = model.graph
@@ -399,6 +439,10 @@ class GraphImporter:
         self.constants: dict[str, np.ndarray] = {}
         self.materialized: dict[str, SSAValue] = {}
         self.param_values: dict[str, np.ndarray] = {}  # ONNX name -> weight, for compile-time use
+        # graph inputs whose values are given (a call's arguments): a converter that needs one at compile
+        # time (a shape, axes, a size) gets it, and the input is bound: no argument, its value part of the key
+        self.input_values: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in (input_values or {}).items()}
+        self.bound_inputs: list[str] = []
         self.needed_at_compile_time: set[str] = set()
         self.emitter = NodeEmitter()
         self.node_index = 0
@@ -412,6 +456,9 @@ class GraphImporter:
             if needed:
                 self.needed_at_compile_time.add(name)
             return self.param_values[name]
+        if needed and name in self.input_values:  # only what a converter asks for: never folded by itself
+            self.needed_at_compile_time.add(name)
+            return self.input_values[name]
         return None
 
     def value(self, name: str) -> SSAValue:
@@ -443,8 +490,11 @@ class GraphImporter:
         init_names = {t.name for t in initializers}
         self.check_domains()
         inputs = [vi for vi in g.input if vi.name not in init_names]
-        arg_types = [input_type(vi, self.where) for vi in inputs]
+        arg_types = [input_type(vi, self.where, vi.name in self.input_values) for vi in inputs]
         weights = self.read_initializers(initializers)
+        tied = tied_weights(weights)
+        all_weights = dict(weights)
+        weights = {n: a for n, a in weights.items() if n not in tied}
         self.inferred = infer_types(self.model, self.where)
 
         taken: set[str] = set()
@@ -456,7 +506,11 @@ class GraphImporter:
         for arg, name, onnx_name in zip(block.args, names, onnx_names):
             arg.name_hint = name
             self.values[onnx_name] = arg
-        self.param_values = dict(weights)
+        self.param_values = dict(all_weights)
+        for name, (original, how) in tied.items():  # one argument (and one gradient) for tied weights
+            src = self.values[original]
+            self.values[name] = (self.emitter.transpose(src, [1, 0]) if how == "transpose"
+                                 else self.emitter.reshape(src, all_weights[name].shape))
 
         for i, node in enumerate(g.node):
             self.node_index = i
@@ -467,8 +521,16 @@ class GraphImporter:
         block.add_ops(self.emitter.ops)
         block.add_op(func.ReturnOp(*results))
 
+        for arg, onnx_name in list(zip(block.args, onnx_names))[:len(inputs)]:
+            if onnx_name in self.needed_at_compile_time and not arg.uses:
+                block.erase_arg(arg)
+                self.bound_inputs.append(onnx_name)
+            elif 0 in arg.type.get_shape():  # type: ignore[attr-defined]
+                raise OpcError(f"error: {self.where}: input '{onnx_name}' has no elements "
+                               f"(shape {list(arg.type.get_shape())}): opc compiles tensors of size >= 1")  # type: ignore[attr-defined]
         params: dict[str, np.ndarray] = {}
-        for arg, name, onnx_name in list(zip(block.args, names, onnx_names))[len(inputs):]:
+        for arg, name, onnx_name in list(zip(block.args[len(inputs) - len(self.bound_inputs):],
+                                              names[len(inputs):], onnx_names[len(inputs):])):
             if onnx_name in self.needed_at_compile_time and not arg.uses:
                 block.erase_arg(arg)
             else:
@@ -500,8 +562,9 @@ class GraphImporter:
                 array = numpy_helper.to_array(t, base_dir=self.base_dir())
             except (OSError, ValueError) as err:
                 raise OpcError(f"error: {self.where}: cannot read initializer '{t.name}': {first_line(err)}") from None
-            if t.data_type in FLOAT_ELEMENT_TYPES:
+            if t.data_type in FLOAT_ELEMENT_TYPES and array.size > 1:
                 weights[t.name] = array
+            # a single float (an exporter's 0.5, 1/sqrt(d)) is a constant, not a weight
             else:
                 self.constants[t.name] = array
         return weights
@@ -573,10 +636,22 @@ class GraphImporter:
 
 
 def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
+    module, params, _ = import_graph(model, shapes)
+    return module, params
+
+
+def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
+                 input_values: Mapping[str, np.ndarray] | None = None,
+                 where: str | None = None) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
+    """import_model, where converters may read the given graph inputs' values (shapes, axes) at compile
+    time; the third result names the inputs so bound (no longer arguments)."""
     onnx = onnx_module()
-    where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    if where is None:
+        where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
     if isinstance(model, onnx.ModelProto) and (shapes or not model.graph.name):
         own = onnx.ModelProto()
         own.CopyFrom(model)  # named and given shapes here: leave the caller's model alone
         model = own
-    return GraphImporter(load(model, where), where, shapes).run()
+    importer = GraphImporter(load(model, where), where, shapes, input_values)
+    module, params = importer.run()
+    return module, params, importer.bound_inputs

@@ -1,0 +1,115 @@
+"""ONNX models run as they come: shapes (and shape-like input values) known at the call.
+
+    f = opc.load_onnx("model.onnx")        # nothing is compiled yet
+    y = f(x)                               # imports + compiles for x's shape, then runs
+    y = f(x2)                              # same shapes: the compiled module is reused
+
+Each call's input shapes and dtypes pick a compiled variant (kept in memory; the
+C build itself is cached on disk by opc.compile). An input that a converter needs
+at compile time (Reshape's shape, an axes or a size given as a graph input) is
+bound: its value joins the variant's key and it is no argument of the function.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Variant:
+    function: Any  # the compiled function
+    bound: dict[str, np.ndarray]  # inputs whose values were compiled in
+    params: list[np.ndarray]  # the weights, in argument order
+
+
+class OnnxModel:
+    """A callable ONNX model: f(*inputs) or f(**inputs) -> list of outputs (NumPy arrays)."""
+
+    def __init__(self, model: Any, target: str = "cpu", cache_dir: str | None = None) -> None:
+        from opc.onnx_import.graph import load, onnx_module
+
+        onnx = onnx_module()
+        self.where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
+        if isinstance(model, onnx.ModelProto):
+            own = onnx.ModelProto()
+            own.CopyFrom(model)
+            model = own
+        self.model = load(model, self.where)
+        self.target = target
+        self.cache_dir = cache_dir
+        init_names = {t.name for t in self.model.graph.initializer}
+        self.input_names = [vi.name for vi in self.model.graph.input if vi.name not in init_names]
+        self.variants: dict[tuple, list[Variant]] = {}
+
+    def feeds(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if len(args) > len(self.input_names):
+            raise ValueError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
+                             f"got {len(args)}")
+        feeds = dict(zip(self.input_names, args))
+        for name, value in kwargs.items():
+            if name not in self.input_names:
+                raise ValueError(f"the model has no input '{name}' (inputs: {', '.join(self.input_names)})")
+            if name in feeds:
+                raise ValueError(f"input '{name}' is given twice")
+            feeds[name] = value
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise ValueError(f"input '{missing[0]}' is missing")
+        return {n: np.asarray(feeds[n]) for n in self.input_names}
+
+    def check(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """A call's inputs against the graph's declared dtypes, ranks and static dims."""
+        from opc.onnx_import.graph import ELEMENT_TYPES, dims_of, dtype_name
+
+        declared = {vi.name: vi for vi in self.model.graph.input}
+        for name, value in feeds.items():
+            vi = declared[name]
+            elem = vi.type.tensor_type.elem_type
+            if elem in ELEMENT_TYPES and value.dtype != ELEMENT_TYPES[elem][2]:
+                raise ValueError(f"input '{name}' has dtype {value.dtype}, the model wants {dtype_name(elem).lower()}")
+            dims = dims_of(vi)
+            if dims == [None]:
+                continue
+            if len(dims) != value.ndim:
+                raise ValueError(f"input '{name}' has rank {value.ndim}, the model wants rank {len(dims)} {dims}")
+            for i, (d, got) in enumerate(zip(dims, value.shape)):
+                if isinstance(d, int) and d > 0 and d != got:
+                    raise ValueError(f"input '{name}' has shape {list(value.shape)}: dim {i} must be {d}")
+
+    def variant(self, feeds: Mapping[str, np.ndarray]) -> Variant:
+        key = tuple((n, v.dtype.str, v.shape) for n, v in feeds.items())
+        for v in self.variants.get(key, []):
+            if all(np.array_equal(feeds[n], value) for n, value in v.bound.items()):
+                return v
+        v = self.build(feeds)
+        self.variants.setdefault(key, []).append(v)
+        return v
+
+    def build(self, feeds: Mapping[str, np.ndarray]) -> Variant:
+        from opc.api import compile
+        from opc.onnx_import import register_converters
+        from opc.onnx_import.graph import import_graph
+
+        register_converters()
+
+        module, params, bound = import_graph(self.model, {n: v.shape for n, v in feeds.items()}, feeds, self.where)
+        (f,) = list(module.ops)
+        compiled = compile(module, target=self.target, cache_dir=self.cache_dir)
+        return Variant(compiled[f.sym_name.data], {n: feeds[n].copy() for n in bound}, list(params.values()))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[np.ndarray]:
+        feeds = self.feeds(args, kwargs)
+        self.check(feeds)
+        v = self.variant(feeds)
+        out = v.function(*[a for n, a in feeds.items() if n not in v.bound], *v.params)
+        return list(out) if isinstance(out, tuple) else [out]
+
+
+def load_onnx(model: Any, target: str = "cpu", cache_dir: str | None = None) -> OnnxModel:
+    """An ONNX model (path or onnx.ModelProto) as a callable compiled per concrete input shapes on first call."""
+    return OnnxModel(model, target, cache_dir)

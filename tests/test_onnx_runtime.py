@@ -1,0 +1,102 @@
+"""opc.load_onnx (compiled per concrete input shapes on first call, reused after), opc.onnx_backend,
+and which initializers become arguments (tied weights, single-element constants); onnxruntime and
+NumPy formulas are the oracles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx_helpers import graph_model, helper, onnx, run_ort
+
+import opc
+import opc.onnx_backend
+
+RNG = np.random.default_rng(3)
+
+
+def dynamic_batch(model, name: str = "x"):
+    (vi,) = [i for i in model.graph.input if i.name == name]
+    vi.type.tensor_type.shape.dim[0].dim_param = "batch"
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        out.type.tensor_type.shape.dim[0].dim_param = "batch"
+    return model
+
+
+def mlp():
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    w = RNG.standard_normal((4, 3)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])]
+    return dynamic_batch(graph_model(nodes, {"x": x}, ["y"], {"w": w}))
+
+
+def test_load_onnx_runs_a_dynamic_batch_at_any_size():
+    model = mlp()
+    f = opc.load_onnx(model)
+    for batch in (1, 7, 64):
+        x = RNG.standard_normal((batch, 4)).astype(np.float32)
+        (got,) = f(x)
+        (want,) = run_ort(model, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    f(x=RNG.standard_normal((7, 4)).astype(np.float32))
+    assert len(f.variants) == 3  # batch 7 again: the module built for it
+
+
+def test_load_onnx_binds_shape_inputs_by_value():
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    model = graph_model([helper.make_node("Reshape", ["x", "s"], ["y"])], {"x": x, "s": np.array([6, 4], np.int64)},
+                        ["y"])
+    f = opc.load_onnx(model)
+    for s in ([6, 4], [-1, 2], [4, 6]):
+        (got,) = f(x, np.array(s, np.int64))
+        np.testing.assert_array_equal(got, x.reshape(s))
+    assert len(next(iter(f.variants.values()))) == 3  # one shape key, three bound values
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    (np.zeros((4,), np.float32), "input 'x' has rank 1"),
+    (np.zeros((2, 5), np.float32), "dim 1 must be 4"),
+    (np.zeros((2, 4), np.float64), "input 'x' has dtype float64"),
+])
+def test_load_onnx_names_the_input_that_does_not_fit(bad, message):
+    with pytest.raises(ValueError, match=message):
+        opc.load_onnx(mlp())(bad)
+
+
+def test_backend_prepare_and_run():
+    model = mlp()
+    assert opc.onnx_backend.supports_device("CPU")
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    (got,) = opc.onnx_backend.prepare(model).run([x])
+    np.testing.assert_allclose(got, run_ort(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    (got,) = opc.onnx_backend.run_model(model, {"x": x})
+    np.testing.assert_allclose(got, run_ort(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_newer_opset_than_onnx_knows_is_one_line():
+    model = mlp()
+    model.opset_import[0].version = onnx.defs.onnx_opset_version() + 1
+    with pytest.raises(opc.OpcError, match="newer than the installed onnx"):
+        opc.import_onnx(model)
+
+
+def test_tied_weight_is_one_argument_with_one_gradient_and_scalars_are_constants():
+    """lm = wte.T (an exporter's tied lm_head) and a 0.5 initializer: one argument wte, its gradient
+    the sum of both uses (NumPy formula)."""
+    wte = RNG.standard_normal((5, 3)).astype(np.float32)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    idx = np.array([1, 4, 1], np.int64)
+    nodes = [helper.make_node("Gather", ["wte", "i"], ["z"]), helper.make_node("MatMul", ["x", "lm"], ["h"]),
+             helper.make_node("Mul", ["h", "half"], ["y"])]
+    model = graph_model(nodes, {"x": x}, ["y", "z"],
+                        {"wte": wte, "lm": np.ascontiguousarray(wte.T), "half": np.float32(0.5), "i": idx})
+    module, params = opc.import_onnx(model)
+    assert list(params) == ["wte"]
+    m = opc.compile(module, grad=True)
+    for got, want in zip(m.main_graph(x, wte), run_ort(model, {"x": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    dy, dz = RNG.standard_normal((2, 5)).astype(np.float32), RNG.standard_normal((3, 3)).astype(np.float32)
+    _, dwte = m.main_graph_grad(x, wte, dy, dz)
+    want = 0.5 * (x.T @ dy).T
+    np.add.at(want, idx, dz)
+    np.testing.assert_allclose(dwte, want, rtol=1e-5, atol=1e-6)
