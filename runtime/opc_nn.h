@@ -82,7 +82,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #define OPC_NN_LD opc_nn_ld_s
 #define OPC_NN_ST opc_nn_st_s
 #define OPC_NN_EXP opc_expf
-#define OPC_NN_LOG logf
+#define OPC_NN_LOG opc_logf
 #define OPC_NN_SQRT sqrtf
 #include "opc_nn_rows.h"
 #undef OPC_NN_ACC

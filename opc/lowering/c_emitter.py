@@ -116,7 +116,7 @@ def c_constant(value: float | int, t: Attribute) -> str:
 
 
 # f32 functions with branch-free versions in opc_runtime.h: loops over them vectorize.
-VECTOR_F32_MATH = {"exp": "opc_expf", "tanh": "opc_tanhf"}
+VECTOR_F32_MATH = {"exp": "opc_expf", "tanh": "opc_tanhf", "erf": "opc_erff", "log": "opc_logf"}
 
 
 def float_fn(name: str, t: Attribute) -> str:
