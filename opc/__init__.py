@@ -7,9 +7,12 @@
     out, dx, dw, db = m.mlp_value_and_grad(x=x, w=w, b=b, ds=dout)
 """
 
-from opc.ir import OpcError
+from opc.opc_error import OpcError
+from opc.threads import apply_wait_policy, get_num_threads, set_num_threads
 
-__all__ = ["OpcError", "compile", "import_onnx"]
+__all__ = ["OpcError", "compile", "get_num_threads", "import_onnx", "profile", "set_num_threads"]
+
+apply_wait_policy()  # before any module loads libgomp (opc/threads.py)
 
 
 def compile(  # noqa: A001 - the name SPEC.md gives
@@ -21,6 +24,11 @@ def compile(  # noqa: A001 - the name SPEC.md gives
     grad=True (or 1) adds NAME_grad and NAME_value_and_grad, grad=2 also
     NAME_grad_grad; fuse=False turns opc-fuse (matmul + bias + activation ->
     fused_gemm_epilogue) off."""
+    from opc import compile_cache
+
+    _, hit = compile_cache.find(source, target, grad, decompose, fuse, cache_dir)  # compiled before: no xDSL
+    if hit is not None:
+        return hit
     from opc.api import compile as _compile
 
     return _compile(source, target=target, grad=grad, decompose=decompose, cache_dir=cache_dir, fuse=fuse)
@@ -31,3 +39,11 @@ def import_onnx(model, shapes=None):
     from opc.onnx_import import import_onnx as _import_onnx
 
     return _import_onnx(model, shapes)
+
+
+def profile(module):
+    """Time every kernel of a compiled CPU module from now on: `with opc.profile(m) as p: ...`,
+    then p.table() and p.chrome_trace(path); see opc/profiler.py."""
+    from opc.profiler import profile as _profile
+
+    return _profile(module)

@@ -16,8 +16,16 @@ from xdsl.dialects.builtin import ModuleOp
 
 from opc.autodiff import grad_order, no_grad_reasons
 from opc.ir import OpcError, Source, is_lowered, load_module, make_context, verify
-from opc.lowering.build import (MODULE_TEMPLATE_TAIL, CompiledModule, bind, build_extension, cache_dir, load_extension,
-                                python_names, self_contained)
+from opc.lowering.build import (
+    MODULE_TEMPLATE_TAIL,
+    CompiledModule,
+    bind,
+    build_extension,
+    cache_dir,
+    load_extension,
+    python_names,
+    self_contained,
+)
 from opc.lowering.c_emitter import FunctionSignature, emit_c
 
 
@@ -105,6 +113,11 @@ def compile(source, target: str = "cpu", grad: bool | int = False, decompose: st
     target = os.fspath(target)
     if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
         raise TypeError(f"cache_dir must be a directory path, got {cache_dir!r}")
+    from opc import compile_cache
+
+    key, hit = compile_cache.find(source, target, grad, decompose, fuse, cache_dir)
+    if hit is not None:
+        return hit
     src = prepare(load_module(source), target, grad, decompose, fuse)
     loops = lower(src, target)
     if target_backend(target) == "cuda":
@@ -115,7 +128,14 @@ def compile(source, target: str = "cpu", grad: bool | int = False, decompose: st
         c_source, sigs = emit_c(loops)
         compiled = load_c(c_source, sigs, cache_dir, device_kernels(loops, target, cache_dir))
     compiled.no_grad.update(no_grad_reasons(src.module))
+    if key is not None and target_backend(target) != "cuda":
+        compile_cache.store(key, compiled, sigs, load_extension_name(compiled), cache_dir)
     return compiled
+
+
+def load_extension_name(module: CompiledModule) -> str:
+    """The extension module's name: its file name up to the first dot (_opc_KEY)."""
+    return Path(module.path).name.split(".")[0]  # type: ignore[arg-type]
 
 
 def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = None,

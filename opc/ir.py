@@ -21,10 +21,7 @@ from xdsl.utils.lexer import Location, Span
 from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 from opc.dialects.opc_sched import OpcSched
-
-
-class OpcError(Exception):
-    """An error meant for the user: printed as one line, no traceback."""
+from opc.opc_error import OpcError  # noqa: F401 - apart, so that cached loads skip xDSL
 
 
 def make_context() -> Context:

@@ -1,0 +1,36 @@
+"""What the Python side of a compiled module needs to know of its C, without xDSL: the entry
+points' names and signatures. Kept apart from c_emitter.py so that loading a module already
+compiled (opc/compile_cache.py) imports no compiler."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+# Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
+# own, so that no user function can collide with a runtime helper (opc_*).
+ENTRY_PREFIX = "opc_fn_"
+SET_THREADS_FN = "opc_set_num_threads"  # every CPU module's setter of its thread count (opc/threads.py)
+KERNEL_STATUS = 2  # what an entry point returns when a device kernel failed (1: out of memory)
+KERNEL_MESSAGE_FN = "opc_kernel_message"
+
+
+def c_symbol(name: str) -> str:
+    """A function's name as C spells it: itself where it is a C identifier; otherwise (`@a.b`,
+    `@"héllo"`) every other character becomes `_` and a hash of the name is appended, so that
+    two names never meet. The C and CUDA emitters and the CFFI declarations all use it."""
+    if re.fullmatch(r"[A-Za-z0-9_]+", name):  # after ENTRY_PREFIX, a leading digit is fine
+        return name
+    return f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+@dataclass
+class FunctionSignature:
+    """What the Python side needs to call a compiled function."""
+
+    name: str
+    inputs: list[tuple[str, tuple[int, ...], str]]  # (arg name, shape, dtype name)
+    outputs: list[tuple[tuple[int, ...], str]]
+    # run-time check sites: (exception name, message with {value}) for status -1, -2, ...
+    errors: list[tuple[str, str]] = field(default_factory=list)
