@@ -1,6 +1,6 @@
 """The zoo's transformer block at a realistic size, opc against the others, side by side in one run.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--small]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--small] [--threads N] [--busy]
 
 Batch 8, sequence 128, width 256, 4 heads, MLP 1024, f32; the block from
 examples/zoo/transformer_block.py (layer norm, causal multi-head attention,
@@ -12,6 +12,13 @@ torch and JAX run only where installed, on the same weights; every contender's
 numbers are checked against opc's before it is timed. Each figure is the best
 of several rounds; ratio = their time / opc's time (> 1: opc is faster).
 bench/bench_cpu.py prints these rows too, through `run()`.
+
+--threads N gives every contender N threads (opc.set_num_threads, onnxruntime's intra-op
+pool, torch, and the process pinned to N cores for JAX); --busy starts one CPU-bound process
+per core for the timed part and reports each contender's median call instead of its best
+(what a job sharing the machine sees). The last rows: opc's compile (import + compile with
+gradients, in this process) and the load of the same model already compiled, in a fresh
+process (`opc.compile("block.onnx", grad=True)` found in the cache before parsing).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import best, check, import_torch  # noqa: E402 - one timer and one check for every bench row
+from benchlib import apply_threads, best, check, import_torch, threads  # noqa: E402 - one timer, one check
 from zoo import common  # noqa: E402
 from zoo import transformer_block  # noqa: E402
 
@@ -48,7 +55,10 @@ def onnxruntime_forward(model, x):
         import onnxruntime as ort
     except ImportError:
         return None
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads()
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return lambda: session.run(None, {"x": x})[0]
 
 
@@ -190,5 +200,65 @@ def run(sizes: transformer_block.Sizes = SIZES, timer=best) -> None:
         row("forward + backward (no torch or JAX to compare)", None, t_fb)
 
 
+def median(fn, calls: int = 30) -> float:
+    """Median seconds per call (the busy machine's figure: the best call says little there)."""
+    fn()
+    ts = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2]
+
+
+def cached_load_seconds(model, tmp: Path) -> tuple[float, float]:
+    """A fresh process loading the block compiled before: compile once, then time the second."""
+    import subprocess
+
+    import onnx
+
+    path = tmp / "block.onnx"
+    onnx.save(model, str(path))
+    code = ("import time, sys\nimport numpy\nt0, c0 = time.perf_counter(), time.process_time()\nimport opc\n"
+            "opc.compile(sys.argv[1], grad=True)\nprint(time.perf_counter() - t0, time.process_time() - c0)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env,
+                             check=True)
+    wall, cpu = out.stdout.split()
+    return float(wall), float(cpu)
+
+
+def main() -> None:
+    import argparse
+    import subprocess
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--busy", action="store_true")
+    args = ap.parse_args()
+    n = apply_threads(args.threads)
+    opc.set_num_threads(n)
+    mode = "busy: one CPU-bound process per core; medians" if args.busy else "best of rounds"
+    mode = "busy: one CPU-bound process per core; medians" if args.busy else "best of rounds"
+    print(f"threads {n}; load average {os.getloadavg()[0]:.1f}; {mode}")
+    busy = []
+    if args.busy:
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        run(SMALL if args.small else SIZES, timer=median if args.busy else best)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = transformer_block.build(SMALL if args.small else SIZES, np.float32, opset=17, seed=0)
+        wall, cpu = cached_load_seconds(model, Path(tmp))
+        print(f"{'cached load, fresh process: import opc + compile':<44} {'':>9} {wall * 1e3:9.1f} ms "
+              f"(CPU {cpu * 1e3:.1f} ms)")
+
+
 if __name__ == "__main__":
-    run(SMALL if "--small" in sys.argv else SIZES)
+    main()

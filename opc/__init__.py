@@ -8,8 +8,12 @@
 """
 
 from opc.errors import OpcError
+from opc.threads import apply_wait_policy, get_num_threads, set_num_threads
 
-__all__ = ["OpcError", "compile", "import_onnx", "jax", "load_onnx", "onnx_backend", "torch"]
+__all__ = ["OpcError", "compile", "get_num_threads", "import_onnx", "jax", "load_onnx", "onnx_backend", "profile",
+           "set_num_threads", "torch"]
+
+apply_wait_policy()  # before any module loads libgomp (opc/threads.py)
 
 
 def __getattr__(name: str):
@@ -33,6 +37,11 @@ def compile(  # noqa: A001 - the name SPEC.md gives
     NAME_grad_grad; fuse=False turns opc-fuse (matmul + bias + activation ->
     fused_gemm_epilogue) off. The functions read NumPy arrays and any CPU array with
     __dlpack__ (torch, JAX) in place; they return `arrays`: "numpy", "torch" or "jax" (no copy)."""
+    from opc import compile_cache
+
+    _, hit = compile_cache.find(source, target, grad, decompose, fuse, cache_dir, arrays)  # compiled before: no xDSL
+    if hit is not None:
+        return hit
     from opc.api import compile as _compile
 
     return _compile(source, target=target, grad=grad, decompose=decompose, cache_dir=cache_dir, fuse=fuse,
@@ -52,3 +61,11 @@ def load_onnx(model, target: str = "cpu", cache_dir: str | None = None):
     from opc.onnx_load import load_onnx as _load_onnx
 
     return _load_onnx(model, target, cache_dir)
+
+
+def profile(module):
+    """Time every kernel of a compiled CPU module from now on: `with opc.profile(m) as p: ...`,
+    then p.table() and p.chrome_trace(path); see opc/profiler.py."""
+    from opc.profiler import profile as _profile
+
+    return _profile(module)

@@ -120,6 +120,11 @@ def compile(source, target: str = "cpu", grad: bool | int = False, decompose: st
     target = os.fspath(target)
     if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
         raise TypeError(f"cache_dir must be a directory path, got {cache_dir!r}")
+    from opc import compile_cache
+
+    key, hit = compile_cache.find(source, target, grad, decompose, fuse, cache_dir, arrays)
+    if hit is not None:
+        return hit
     src = prepare(load_module(source), target, grad, decompose, fuse)
     loops = lower(src, target)
     if target_backend(target) == "cuda":
@@ -132,6 +137,8 @@ def compile(source, target: str = "cpu", grad: bool | int = False, decompose: st
     compiled.no_grad.update(no_grad_reasons(src.module))
     compiled.wrt.update(grad_arguments(src.module))
     compiled.set_arrays(arrays)
+    if key is not None and target_backend(target) != "cuda":
+        compile_cache.store(key, compiled, sigs, load_extension_name(compiled), cache_dir)
     return compiled
 
 
@@ -143,6 +150,11 @@ def grad_arguments(module: ModuleOp) -> dict[str, list[int]]:
 
     funcs = {f.sym_name.data: f for f in module.ops if isinstance(f, func.FuncOp)}
     return {name: default_wrt(f) for name, f in funcs.items() if f"{name}_grad" in funcs}
+
+
+def load_extension_name(module: CompiledModule) -> str:
+    """The extension module's name: its file name up to the first dot (_opc_KEY)."""
+    return Path(module.path).name.split(".")[0]  # type: ignore[arg-type]
 
 
 def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = None,

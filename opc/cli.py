@@ -1,4 +1,4 @@
-"""`opc opt | compile | explain | check`: a thin layer over opc's Python API.
+"""`opc opt | compile | explain | check | profile`: a thin layer over opc's Python API.
 
 Every error meant for the user is an OpcError (or ValueError) printed as one
 line, exit code 1; no traceback ever reaches the terminal.
@@ -139,6 +139,41 @@ def cmd_import(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def cmd_profile(args: argparse.Namespace) -> None:
+    """Compile (or load from the cache), run every function on random inputs, print the kernel table."""
+    import numpy as np
+
+    from opc.api import compile as compile_module
+    from opc.lowering.build import numpy_dtype
+    from opc.profiler import Profile, extension_of
+
+    if args.repeat < 1:
+        raise OpcError(f"error: --repeat must be at least 1, got {args.repeat}")
+    module = compile_module(args.file, grad=args.grad, fuse=args.fuse)
+    rng = np.random.default_rng(0)
+
+    def random_input(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        if dtype in ("float16", "bfloat16", "float32", "float64"):  # integers: 0, a valid index everywhere
+            return rng.standard_normal(shape).astype(numpy_dtype(dtype))
+        return np.zeros(shape, numpy_dtype(dtype))
+
+    calls = []
+    for fn in module._functions.values():
+        inputs = [random_input(shape, dtype) for _, shape, dtype in fn.sig.inputs]
+        fn(*inputs)  # warm-up: page faults, OpenMP's threads
+        calls.append((fn, inputs))
+    prof = Profile(extension_of(module))
+    with prof:
+        for _ in range(args.repeat):
+            for fn, inputs in calls:
+                fn(*inputs)
+    print(f"{args.file}: {len(calls)} functions x {args.repeat} calls, {len(prof.rows())} kernels")
+    print(prof.table())
+    if args.trace:
+        prof.chrome_trace(args.trace)
+        print(f"wrote {args.trace}")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """A bad command line is bad input too: one `error:` line and exit code 1 (argparse: usage and 2)."""
 
@@ -181,6 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--shape", action="append", default=[], metavar="NAME=D0xD1...",
                      help="static sizes for a graph input with dynamic dims (repeatable)")
     imp.set_defaults(func=cmd_import)
+
+    prof = sub.add_parser("profile", help="time every kernel of a model on random inputs (a table, a Chrome trace)")
+    prof.add_argument("file", help="input .mlir or .onnx file")
+    add_grad_options(prof, "also profile NAME_grad and NAME_value_and_grad; --grad 2: also NAME_grad_grad")
+    prof.add_argument("--repeat", type=int, default=10, help="calls of each function (default 10)")
+    prof.add_argument("--trace", help="also write the calls as a Chrome trace JSON (chrome://tracing, Perfetto)")
+    prof.set_defaults(func=cmd_profile)
 
     chk = sub.add_parser("check", help="test a device's own kernels against opc's reference over the full grid")
     chk.add_argument("--target", required=True, help="the device FILE.toml")

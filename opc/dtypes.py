@@ -2,38 +2,48 @@
 device .toml's and the kernel ABI's), NumPy (`float32`, `uint8`, `bool`) and the dtype object.
 
     mlir_name(f32) == "f32"      numpy_name(f32) == "float32"      numpy_dtype("bfloat16")
+
+xDSL is imported on first use of an xDSL spelling, not with this module: the binding of a
+compiled module needs only `numpy_dtype`, and loading one from the cache must not pay for
+importing the compiler (opc/compile_cache.py).
 """
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
-    Float64Type,
-    IntegerType,
-    Signedness,
-    bf16,
-    f16,
-    f32,
-    f64,
-)
-from xdsl.ir import Attribute
 
-MLIR_DTYPES: dict[str, Attribute] = {
-    "i1": IntegerType(1), "i8": IntegerType(8), "ui8": IntegerType(8, Signedness.UNSIGNED),
-    "i16": IntegerType(16), "i32": IntegerType(32), "i64": IntegerType(64),
-    "f16": f16, "bf16": bf16, "f32": f32, "f64": f64,
-}  # fmt: skip
-"""Element types a device kernel takes, by their MLIR names, in the order of opc_dtype (runtime/opc_kernel.h)."""
+if TYPE_CHECKING:
+    from xdsl.ir import Attribute
 
-FLOAT_NAMES = {Float16Type: "float16", BFloat16Type: "bfloat16", Float32Type: "float32", Float64Type: "float64"}
+FLOAT_NAMES = {"Float16Type": "float16", "BFloat16Type": "bfloat16", "Float32Type": "float32",
+               "Float64Type": "float64"}
+
+
+@functools.cache
+def mlir_dtypes() -> dict[str, Attribute]:
+    """Element types a device kernel takes, by their MLIR names, in the order of opc_dtype
+    (runtime/opc_kernel.h)."""
+    from xdsl.dialects.builtin import IntegerType, Signedness, bf16, f16, f32, f64
+
+    return {
+        "i1": IntegerType(1), "i8": IntegerType(8), "ui8": IntegerType(8, Signedness.UNSIGNED),
+        "i16": IntegerType(16), "i32": IntegerType(32), "i64": IntegerType(64),
+        "f16": f16, "bf16": bf16, "f32": f32, "f64": f64,
+    }  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MLIR_DTYPES":  # the table, built on first use (it needs xDSL)
+        return mlir_dtypes()
+    raise AttributeError(f"module 'opc.dtypes' has no attribute {name!r}")
 
 
 def mlir_name(t: Attribute) -> str:
     """`f32`, `ui8`, `i1`: the name SPEC, device files and the kernel ABI use."""
-    for name, attr in MLIR_DTYPES.items():
+    for name, attr in mlir_dtypes().items():
         if attr == t:
             return name
     raise ValueError(f"not an element type opc admits: {t}")
@@ -41,11 +51,13 @@ def mlir_name(t: Attribute) -> str:
 
 def numpy_name(t: Attribute) -> str:
     """`float32`, `uint8`, `bool`, `bfloat16`: the NumPy (and ml_dtypes) name of an element type."""
+    from xdsl.dialects.builtin import IntegerType, Signedness
+
     if isinstance(t, IntegerType) and t.width.data == 1:
         return "bool"
     if isinstance(t, IntegerType):
         return f"{'u' if t.signedness.data == Signedness.UNSIGNED else ''}int{t.width.data}"
-    return FLOAT_NAMES[type(t)]
+    return FLOAT_NAMES[type(t).__name__]
 
 
 def numpy_dtype(name: str) -> np.dtype:

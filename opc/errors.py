@@ -1,4 +1,5 @@
-"""Errors meant for the user: the bottom layer, imported by every other."""
+"""Errors meant for the user: the bottom layer, imported by every other. It imports nothing,
+so that loading a compiled module from the cache (opc/compile_cache.py) does not import xDSL."""
 
 from __future__ import annotations
 

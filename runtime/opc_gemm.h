@@ -37,6 +37,7 @@
 #include <string.h>
 #include <math.h>
 #include "opc_runtime.h"
+#include "opc_threads.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -859,7 +860,7 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
     int nt = 1;
     (void)work; (void)MR; (void)NR;
 #ifdef _OPENMP
-    if (work > OPC_GEMM_PAR_MIN) nt = omp_get_max_threads();
+    if (work > OPC_GEMM_PAR_MIN) nt = opc_num_threads();
     if (nt < 1) nt = 1;
 #endif
     float *bf = NULL;
@@ -917,7 +918,7 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
     int nt = 1;
     (void)work;
 #ifdef _OPENMP
-    if (work > OPC_GEMM_PAR_MIN) nt = omp_get_max_threads();
+    if (work > OPC_GEMM_PAR_MIN) nt = opc_num_threads();
     if (nt < 1) nt = 1;
 #endif
     const int64_t KC = opc__min64(OPC_D_KC, K);

@@ -29,6 +29,7 @@
 
 #include <stdint.h>
 #include <math.h>
+#include "opc_threads.h"
 #include "opc_runtime.h"
 #include "opc_status.h"
 #include "opc_gemm_api.h"
@@ -86,7 +87,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #define OPC_NN_LD opc_nn_ld_s
 #define OPC_NN_ST opc_nn_st_s
 #define OPC_NN_EXP opc_expf
-#define OPC_NN_LOG logf
+#define OPC_NN_LOG opc_logf
 #define OPC_NN_SQRT sqrtf
 #define OPC_NN_GEMM opc_rt_gemm_f32
 #include "opc_nn_rows.h"
@@ -131,7 +132,7 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
 #define OPC_NN_FOR_UNITS(units, work, CALL)                                                          \
     do {                                                                                             \
         const int64_t opc_units = (units), opc_work = (work);                                        \
-        _Pragma("omp parallel for schedule(static) if (opc_work >= OPC_NN_PAR_MIN)")               \
+        _Pragma("omp parallel for schedule(static) if (opc_work >= OPC_NN_PAR_MIN) num_threads(opc_num_threads())") \
         for (int64_t opc_u = 0; opc_u < opc_units; opc_u++) CALL;                                    \
     } while (0)
 

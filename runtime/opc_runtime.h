@@ -251,72 +251,8 @@ OPC_FN uint64_t opc_sat_u64(double x) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Activations and their derivatives (used by gelu / gelu_grad and by the    */
-/* fused GEMM epilogue and its grad). Formulas are exactly those of SPEC:     */
-/*   tanh form: g(x) = 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi) */
-/*   erf form:  g(x) = 0.5 x (1 + erf(x / sqrt 2))                            */
-/* Derivatives are the analytic ones:                                         */
-/*   tanh: 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3*0.044715 x^2)               */
-/*         with 1 - t^2 = sech^2 u = 4 w / (1 + w)^2, w = e^-2|u|: from u, as    */
-/*         accurate as exp (1 - t*t cancels to 0 where t rounds to +-1)         */
-/*   erf:  0.5 (1 + erf(x/sqrt2)) + x exp(-x^2/2) / sqrt(2 pi)                */
-/* ------------------------------------------------------------------------ */
-#define OPC_SQRT_2_OVER_PI 0.79788456080286535587989211986876
-#define OPC_INV_SQRT2      0.70710678118654752440084436210485
-#define OPC_INV_SQRT_2PI   0.39894228040143267793994605993438
-#define OPC_GELU_A         0.044715
-
-OPC_FN float opc_gelu_tanh_f32(float x) {
-    float u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(u));
-}
-OPC_FN double opc_gelu_tanh_f64(double x) {
-    double u = OPC_SQRT_2_OVER_PI * (x + OPC_GELU_A * x * x * x);
-    return 0.5 * x * (1.0 + tanh(u));
-}
-OPC_FN float opc_gelu_erf_f32(float x) {
-    return 0.5f * x * (1.0f + erff(x * (float)OPC_INV_SQRT2));
-}
-OPC_FN double opc_gelu_erf_f64(double x) {
-    return 0.5 * x * (1.0 + erf(x * OPC_INV_SQRT2));
-}
-OPC_FN float opc_gelu_tanh_grad_f32(float x) {
-    float x2 = x * x;
-    float u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x2 * x);
-    float t = tanhf(u), w = expf(-2.0f * fabsf(u));
-    float du = (float)OPC_SQRT_2_OVER_PI * (1.0f + 3.0f * (float)OPC_GELU_A * x2);
-    return 0.5f * (1.0f + t) + 0.5f * x * (4.0f * w / ((1.0f + w) * (1.0f + w))) * du;
-}
-OPC_FN double opc_gelu_tanh_grad_f64(double x) {
-    double x2 = x * x;
-    double u = OPC_SQRT_2_OVER_PI * (x + OPC_GELU_A * x2 * x);
-    double t = tanh(u), w = exp(-2.0 * fabs(u));
-    double du = OPC_SQRT_2_OVER_PI * (1.0 + 3.0 * OPC_GELU_A * x2);
-    return 0.5 * (1.0 + t) + 0.5 * x * (4.0 * w / ((1.0 + w) * (1.0 + w))) * du;
-}
-OPC_FN float opc_gelu_erf_grad_f32(float x) {
-    return 0.5f * (1.0f + erff(x * (float)OPC_INV_SQRT2))
-         + x * (float)OPC_INV_SQRT_2PI * expf(-0.5f * x * x);
-}
-OPC_FN double opc_gelu_erf_grad_f64(double x) {
-    return 0.5 * (1.0 + erf(x * OPC_INV_SQRT2))
-         + x * OPC_INV_SQRT_2PI * exp(-0.5 * x * x);
-}
-
-/* relu and its grad (grad at 0 is 0, like Paddle/PyTorch); NaN propagates. */
-OPC_FN float opc_relu_f32(float x) { return x < 0.0f ? 0.0f : x; }
-OPC_FN double opc_relu_f64(double x) { return x < 0.0 ? 0.0 : x; }
-OPC_FN float opc_relu_grad_f32(float x) { return x > 0.0f ? 1.0f : 0.0f; }
-OPC_FN double opc_relu_grad_f64(double x) { return x > 0.0 ? 1.0 : 0.0; }
-
-/* Reciprocal square root: plain 1/sqrt (correctly rounded sqrt, one        */
-/* division) so CPU and GPU agree to an ulp; no approximate instructions.   */
-OPC_FN float opc_rsqrt_f32(float x) { return 1.0f / sqrtf(x); }
-OPC_FN double opc_rsqrt_f64(double x) { return 1.0 / sqrt(x); }
-
-/* ------------------------------------------------------------------------ */
-/* Branch-free f32 exp and tanh, so that loops over them vectorize (libm's   */
-/* expf/tanhf are calls that keep a fused elementwise loop scalar). Both are */
+/* Branch-free f32 exp, tanh, erf and log, so that loops over them vectorize */
+/* (libm's expf/tanhf/erff/logf are calls that keep a loop scalar). All are */
 /* within a few ulp of the correctly rounded result; NaN, +-inf and          */
 /* subnormal results are handled. Needs -fno-trapping-math to vectorize.     */
 /* ------------------------------------------------------------------------ */
@@ -378,5 +314,132 @@ OPC_FN float opc_tanhf(float x) {
     q = q * s + 1.0f;
     return xc * p / q;
 }
+
+/* erf(x): odd, so |x| = t and the sign is copied back at the end (-0 stays -0, NaN     */
+/* stays NaN). Both halves are computed and one is selected, so a loop vectorizes:        */
+/*   t < 1:      x P(x^2), P of degree 6 fitted to erf(x)/x (relative error 1.2e-9)       */
+/*   1 <= t:     1 - e^Q(t), Q of degree 8 fitted to log(erfc(t)) on [1, 4] (absolute     */
+/*               error 1.2e-8), t clamped to 4, where erf rounds to 1 (erfc(4) = 1.5e-8); */
+/*               +-inf clamp too and give +-1.                                            */
+/* Fits: Lawson's iteration on 20000 points, as for tanh, coefficients rounded to float. */
+/* Max error over every f32 input: tests/math_ulp.c, stated in the README (Speed).       */
+OPC_FN float opc_erff(float x) {
+    float t = fabsf(x), s = x * x;
+    float p = 7.853988791e-05f;
+    p = p * s - 8.010230376e-04f;
+    p = p * s + 5.188331474e-03f;
+    p = p * s - 2.685381472e-02f;
+    p = p * s + 1.128358543e-01f;
+    p = p * s - 3.761262596e-01f;
+    p = p * s + 1.128379107e+00f;
+    float small = x * p;
+    float tc = t > 4.0f ? 4.0f : t;  /* NaN passes (the compare is false) */
+    float q = 1.599832444e-06f;
+    q = q * tc - 4.529832222e-05f;
+    q = q * tc + 5.902048433e-04f;
+    q = q * tc - 4.727694206e-03f;
+    q = q * tc + 2.632753551e-02f;
+    q = q * tc - 1.099097431e-01f;
+    q = q * tc - 6.320134401e-01f;
+    q = q * tc - 1.130119681e+00f;
+    q = q * tc + 2.910216863e-04f;
+    float large = copysignf(1.0f - opc_expf(q), x);
+    return t < 1.0f ? small : large;
+}
+
+/* log(x) = e ln2 + log(m), x = m 2^e with m in [sqrt(1/2), sqrt(2)); log(1 + f), f = m - 1, */
+/* is f - f^2/2 + f^3 R(f), R of degree 8 (Cephes' logf), e ln2 in two parts (Cody-Waite). */
+/* Subnormals are scaled by 2^23 first. Selects at the end: x < 0 and NaN give NaN, +-0     */
+/* gives -inf, +inf gives +inf. Integer work on the bits only (no float->int of a NaN).   */
+OPC_FN float opc_logf(float x) {
+    int sub = x < 1.17549435e-38f;  /* subnormal, zero or negative: scaled (harmless for the last two) */
+    float xs = sub ? x * 8388608.0f : x;
+    opc_f32_pun v;
+    v.f = xs;
+    int32_t e = (int32_t)((v.u >> 23) & 0xffu) - 127 - (sub ? 23 : 0);
+    v.u = (v.u & 0x007fffffu) | 0x3f800000u;  /* m in [1, 2) */
+    int big = v.f > 1.41421356f;
+    float m = big ? v.f * 0.5f : v.f;
+    float ef = (float)(e + (big ? 1 : 0));
+    float f = m - 1.0f, z = f * f;
+    float r = 7.0376836292e-2f;
+    r = r * f - 1.1514610310e-1f;
+    r = r * f + 1.1676998740e-1f;
+    r = r * f - 1.2420140846e-1f;
+    r = r * f + 1.4249322787e-1f;
+    r = r * f - 1.6668057665e-1f;
+    r = r * f + 2.0000714765e-1f;
+    r = r * f - 2.4999993993e-1f;
+    r = r * f + 3.3333331174e-1f;
+    float y = r * f * z + ef * -2.12194440e-4f - 0.5f * z;
+    y = f + y + ef * 0.693359375f;
+    y = x == INFINITY ? x : y;
+    y = x == 0.0f ? -INFINITY : y;
+    return x < 0.0f || x != x ? NAN : y;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Activations and their derivatives (used by gelu / gelu_grad and by the    */
+/* fused GEMM epilogue and its grad). Formulas are exactly those of SPEC:     */
+/*   tanh form: g(x) = 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi) */
+/*   erf form:  g(x) = 0.5 x (1 + erf(x / sqrt 2))                            */
+/* Derivatives are the analytic ones:                                         */
+/*   tanh: 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3*0.044715 x^2)               */
+/*         with 1 - t^2 = sech^2 u = 4 w / (1 + w)^2, w = e^-2|u|: from u, as    */
+/*         accurate as exp (1 - t*t cancels to 0 where t rounds to +-1)         */
+/*   erf:  0.5 (1 + erf(x/sqrt2)) + x exp(-x^2/2) / sqrt(2 pi)                */
+/* ------------------------------------------------------------------------ */
+#define OPC_SQRT_2_OVER_PI 0.79788456080286535587989211986876
+#define OPC_INV_SQRT2      0.70710678118654752440084436210485
+#define OPC_INV_SQRT_2PI   0.39894228040143267793994605993438
+#define OPC_GELU_A         0.044715
+
+OPC_FN float opc_gelu_tanh_f32(float x) {
+    float u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x * x * x);
+    return 0.5f * x * (1.0f + opc_tanhf(u));
+}
+OPC_FN double opc_gelu_tanh_f64(double x) {
+    double u = OPC_SQRT_2_OVER_PI * (x + OPC_GELU_A * x * x * x);
+    return 0.5 * x * (1.0 + tanh(u));
+}
+OPC_FN float opc_gelu_erf_f32(float x) {
+    return 0.5f * x * (1.0f + opc_erff(x * (float)OPC_INV_SQRT2));
+}
+OPC_FN double opc_gelu_erf_f64(double x) {
+    return 0.5 * x * (1.0 + erf(x * OPC_INV_SQRT2));
+}
+OPC_FN float opc_gelu_tanh_grad_f32(float x) {
+    float x2 = x * x;
+    float u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x2 * x);
+    float t = opc_tanhf(u), w = opc_expf(-2.0f * fabsf(u));
+    float du = (float)OPC_SQRT_2_OVER_PI * (1.0f + 3.0f * (float)OPC_GELU_A * x2);
+    return 0.5f * (1.0f + t) + 0.5f * x * (4.0f * w / ((1.0f + w) * (1.0f + w))) * du;
+}
+OPC_FN double opc_gelu_tanh_grad_f64(double x) {
+    double x2 = x * x;
+    double u = OPC_SQRT_2_OVER_PI * (x + OPC_GELU_A * x2 * x);
+    double t = tanh(u), w = exp(-2.0 * fabs(u));
+    double du = OPC_SQRT_2_OVER_PI * (1.0 + 3.0 * OPC_GELU_A * x2);
+    return 0.5 * (1.0 + t) + 0.5 * x * (4.0 * w / ((1.0 + w) * (1.0 + w))) * du;
+}
+OPC_FN float opc_gelu_erf_grad_f32(float x) {
+    return 0.5f * (1.0f + opc_erff(x * (float)OPC_INV_SQRT2))
+         + x * (float)OPC_INV_SQRT_2PI * opc_expf(-0.5f * x * x);
+}
+OPC_FN double opc_gelu_erf_grad_f64(double x) {
+    return 0.5 * (1.0 + erf(x * OPC_INV_SQRT2))
+         + x * OPC_INV_SQRT_2PI * exp(-0.5 * x * x);
+}
+
+/* relu and its grad (grad at 0 is 0, like Paddle/PyTorch); NaN propagates. */
+OPC_FN float opc_relu_f32(float x) { return x < 0.0f ? 0.0f : x; }
+OPC_FN double opc_relu_f64(double x) { return x < 0.0 ? 0.0 : x; }
+OPC_FN float opc_relu_grad_f32(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+OPC_FN double opc_relu_grad_f64(double x) { return x > 0.0 ? 1.0 : 0.0; }
+
+/* Reciprocal square root: plain 1/sqrt (correctly rounded sqrt, one        */
+/* division) so CPU and GPU agree to an ulp; no approximate instructions.   */
+OPC_FN float opc_rsqrt_f32(float x) { return 1.0f / sqrtf(x); }
+OPC_FN double opc_rsqrt_f64(double x) { return 1.0 / sqrt(x); }
 
 #endif /* OPC_RUNTIME_H */

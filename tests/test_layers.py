@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "opc"
 
 # Lowest first. A module belongs to the first layer one of whose prefixes it matches.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundations", ("opc.errors", "opc.dtypes", "opc.interop.arrays")),
+    ("foundations", ("opc.errors", "opc.dtypes", "opc.interop.arrays", "opc.threads", "opc.profiler")),
     ("dialects", ("opc.dialects",)),
     ("ir", ("opc.ir",)),
     ("ops", ("opc.ops",)),
@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("frontends", ("opc.onnx_import",)),
     ("transforms", ("opc.transforms",)),
     ("lowering", ("opc.lowering",)),
-    ("reading", ("opc.frontend",)),
+    ("reading", ("opc.frontend", "opc.compile_cache")),
     ("api", ("opc.api", "opc.sanitize", "opc.universe")),
     ("tools", ("opc.explain", "opc.check", "opc.check_inputs", "opc.interop", "opc.onnx_load", "opc.onnx_backend")),
     ("cli", ("opc.cli", "opc.__main__", "opc")),

@@ -1,5 +1,7 @@
 """The contract between a compiled module's C code and its Python side: entry-point names,
-the signature record the binding is built from, and the status codes of device kernels."""
+the signature record the binding is built from, and the status codes of device kernels.
+It imports no compiler (no xDSL), so that loading a module already compiled
+(opc/compile_cache.py) stays fast."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import dataclass, field
 
 KERNEL_STATUS = 2  # what an entry point returns when a device kernel failed (1: out of memory)
 KERNEL_MESSAGE_FN = "opc_kernel_message"
+SET_THREADS_FN = "opc_set_num_threads"  # every CPU module's setter of its thread count (opc/threads.py)
 
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
 # own, so that no user function can collide with a runtime helper (opc_*).

@@ -37,7 +37,7 @@ import numpy as np
 
 from opc.dtypes import numpy_dtype
 from opc.errors import OpcError
-from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature, c_symbol
+from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, SET_THREADS_FN, FunctionSignature, c_symbol
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
 # or FP exception flags) but let loops with selects and sqrt vectorize.
@@ -411,6 +411,12 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     cdef = cdef_for(signatures) + status_cdef(signatures)
     if f"{KERNEL_MESSAGE_FN}(void)" in source:
         cdef += f"\nconst char *{KERNEL_MESSAGE_FN}(void);"
+    if f"{SET_THREADS_FN}(int n)" in source:
+        cdef += f"\nvoid {SET_THREADS_FN}(int);"
+    if "int opc_profile(int on)" in source:
+        from opc.lowering.c_emitter import PROFILE_CDEF
+
+        cdef += "\n" + PROFILE_CDEF
     name = f"_opc_{module_key(source, cdef + ''.join(f' {k.name}' for k in kernels))}"
     target = extension_path(cache, name)
     if target.exists():
@@ -751,6 +757,15 @@ class CompiledModule:
 
 
 def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, CompiledFunction]:
+    setter = getattr(ext.lib, SET_THREADS_FN, None)
+    if setter is not None:
+        from opc.threads import register
+
+        register(ext.__name__, setter)
+    if os.environ.get("OPC_PROFILE", "") not in ("", "0") and hasattr(ext.lib, "opc_profile"):
+        from opc.profiler import profile_at_exit
+
+        profile_at_exit(ext)
     message = getattr(ext.lib, KERNEL_MESSAGE_FN, None)
     detail = getattr(ext.lib, "opc_error_value", None)
     return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message, detail)

@@ -48,7 +48,7 @@ from opc.dialects.opc_loops import (
     function_errors,
 )
 from opc.dtypes import mlir_name, numpy_name
-from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, FunctionSignature, c_symbol
+from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, SET_THREADS_FN, FunctionSignature, c_symbol
 
 # ---------------------------------------------------------------------------
 # Types
@@ -116,7 +116,7 @@ def c_constant(value: float | int, t: Attribute) -> str:
 
 
 # f32 functions with branch-free versions in opc_runtime.h: loops over them vectorize.
-VECTOR_F32_MATH = {"exp": "opc_expf", "tanh": "opc_tanhf"}
+VECTOR_F32_MATH = {"exp": "opc_expf", "tanh": "opc_tanhf", "erf": "opc_erff", "log": "opc_logf"}
 
 
 def float_fn(name: str, t: Attribute) -> str:
@@ -279,6 +279,11 @@ def buffer_bytes(t: MemRefType) -> int:
 SUM_BLOCK_BYTES = 256  # partial sums of one blocked float sum: four AVX-512 (eight AVX2) registers
 SUM_FOLD_BYTES = 64  # the partials are halved down to this, then summed across lanes
 PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
+SIMD_MIN_TRIPS = 8  # an innermost loop shorter than this stays in the collapse (its own loop would not pay)
+OUTER_MIN_TRIPS = 16  # fewer outer iterations than this: too few to share among threads, collapse all
+TRANSPOSE_TILE = 16  # a transpose's squares: 16 floats are a cache line
+
+
 @dataclass
 class CEmitter:
     """Emits one C translation unit for a lowered module."""
@@ -294,9 +299,14 @@ class CEmitter:
     arena: dict[SSAValue, int] = field(default_factory=dict)  # intermediate buffer -> its offset in the arena
     block_order: dict[Operation, int] = field(default_factory=dict)  # the entry block's ops, in order
     pack_buffers = True  # intermediates in one allocation (the CUDA emitter allocates each on the device)
+    profiled = True  # every kernel call timed while profiling is on (opc/profiler.py); not in CUDA modules
+    profile_labels: list[str] = field(default_factory=list)  # "function\tkind: ops" of each timed kernel
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
-              '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn_api.h"\n')
+              '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn_api.h"\n'
+              '#include "opc_threads.h"\n')
+    # opc's thread count for this module's parallel regions and its runtime objects (opc/threads.py)
+    threads_support = f"void {SET_THREADS_FN}(int n) {{ opc_rt_threads = n; }}\n"
     # where a function has run-time checks: the offending value of the calling thread's last failure
     status_support = ("static _Thread_local int64_t opc_error_detail = 0;\n"
                       "int64_t opc_error_value(void) { return opc_error_detail; }\n")
@@ -324,6 +334,8 @@ class CEmitter:
         body: list[str] = [self.global_definition(g) for g in module.ops if isinstance(g, memref.GlobalOp)]
         if any(isinstance(f, func.FuncOp) and function_errors(f) for f in module.ops):
             body.append(self.status_support)
+        if self.threads_support:
+            body.append(self.threads_support)
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
                 self.lines, self.outlined = [], []
@@ -331,6 +343,8 @@ class CEmitter:
                 body.extend(self.outlined)
                 body.extend(self.lines)
                 body.append("")
+        if self.profiled:
+            body.insert(0, profile_support(self.profile_labels))
         return self.header + kernel_preamble(module) + "\n" + "\n".join(body), sigs
 
     @staticmethod
@@ -423,10 +437,17 @@ class CEmitter:
         with the square of one huge function."""
         self.block_order = {o: i for i, o in enumerate(fn.body.block.ops)}  # where constants and views sit
         for op in fn.body.block.ops:
+            timed = self.profiled and isinstance(op, (scf.ParallelOp, GemmOp, CallOp, ExternalCallOp))
+            if timed:
+                k = len(self.profile_labels)
+                self.profile_labels.append(f"{fn.sym_name.data}\t{kernel_label(op)}")
+                self.line(f"const int64_t opc_t{k} = opc_prof_on ? opc_prof_now() : 0;")
             if isinstance(op, scf.ParallelOp) and self.outlinable(op):
                 self.emit_outlined(op, fn)
             else:
                 self.emit_op(op)
+            if timed:
+                self.line(f"if (opc_prof_on) opc_prof_add({k}, opc_t{k});")
 
     @staticmethod
     def outlinable(op: Operation) -> bool:
@@ -553,17 +574,74 @@ class CEmitter:
                 if isinstance(c, arith.ConstantOp) and isinstance(c.result.type, IndexType)}
 
     def emit_ParallelOp(self, op: scf.ParallelOp) -> None:
-        ivs = op.body.block.args
-        work = self.parallel_work(op)
-        if work >= PARALLEL_MIN_WORK:
-            collapse = f" collapse({len(ivs)})" if len(ivs) > 1 else ""
-            self.line(f"#pragma omp parallel for{collapse} schedule(static)")
-        self.open_loops(op, ivs)
-        self.emit_block(op.body.block)
-        self.close_loops(len(ivs))
+        """A nest of plain loops; the innermost stays a unit-stride loop of its own.
 
-    def open_loops(self, op: scf.ParallelOp, ivs: Iterable[SSAValue]) -> None:
-        for iv, lb, ub, step in zip(ivs, op.lowerBound, op.upperBound, op.step):
+        `collapse` over every loop makes each iteration recover its indices by
+        division and modulo, which keeps the nest scalar; so only the outer loops
+        collapse into the threads' iterations and the innermost is an `omp simd`
+        loop (its iterations are independent: the nest is an scf.parallel). A
+        transpose (a load whose fastest index is the second-innermost loop) walks
+        the two inner loops in TRANSPOSE_TILE squares, so reads and writes both
+        stay in cache."""
+        ivs = list(op.body.block.args)
+        work = self.parallel_work(op)
+        extents = [self.const_index(u) for u in op.upperBound]
+        unit = all(self.constants.get(v) == 0 for v in op.lowerBound) and all(
+            self.constants.get(v) == 1 for v in op.step)
+        flat = unit and not any(o.regions for o in op.body.block.ops)  # no inner loops: a vector body
+        tiled = flat and len(ivs) >= 2 and self.transposed_load(op) and min(extents[-2:]) > TRANSPOSE_TILE
+        simd = flat and extents[-1] >= SIMD_MIN_TRIPS and (len(ivs) == 1 or tiled or
+                                                           pymath.prod(extents[:-1]) >= OUTER_MIN_TRIPS)
+        n = len(ivs)
+        if work >= PARALLEL_MIN_WORK:
+            # tiled: the outer loops and the two tile loops; simd: all but the innermost
+            parallel = n if tiled else n - 1 if simd and n > 1 else n
+            collapse = f" collapse({parallel})" if parallel > 1 else ""
+            self.line(f"#pragma omp parallel for{' simd' if simd and n == 1 else ''}{collapse} schedule(static) "
+                      "num_threads(opc_num_threads())")
+        if tiled:
+            self.open_tiled_loops(op, ivs, extents)
+        else:
+            self.open_loops(op, ivs[:-1])
+            if simd and not (n == 1 and work >= PARALLEL_MIN_WORK):
+                self.line("#pragma omp simd")
+            self.open_loops(op, ivs[-1:], len(ivs) - 1)
+        self.emit_block(op.body.block)
+        self.close_loops(len(ivs) + (2 if tiled else 0))
+
+    def transposed_load(self, op: scf.ParallelOp) -> bool:
+        """A load in the nest whose innermost loop index strides and whose last index is the
+        second-innermost loop (a transpose of the two inner axes)."""
+        ivs = op.body.block.args
+        for o in op.body.block.ops:
+            if isinstance(o, memref.LoadOp) and o.indices:
+                idx = list(o.indices)
+                if ivs[-1] in idx and idx[-1] is ivs[-2]:
+                    return True
+        return False
+
+    def open_tiled_loops(self, op: scf.ParallelOp, ivs: list[SSAValue], extents: list[int]) -> None:
+        """The outer loops, then the two inner ones as TRANSPOSE_TILE squares (the tile loops
+        first, so they collapse with the outer ones)."""
+        self.open_loops(op, ivs[:-2])
+        a, b = self.name(ivs[-2]), self.name(ivs[-1])
+        na, nb, t = extents[-2], extents[-1], TRANSPOSE_TILE
+        self.line(f"for (int64_t {a}_t = 0; {a}_t < {na}; {a}_t += {t}) {{")
+        self.indent += 1
+        self.line(f"for (int64_t {b}_t = 0; {b}_t < {nb}; {b}_t += {t}) {{")
+        self.indent += 1
+        end_a = f"{a}_t + {t}" if na % t == 0 else f"({a}_t + {t} < {na} ? {a}_t + {t} : {na})"
+        end_b = f"{b}_t + {t}" if nb % t == 0 else f"({b}_t + {t} < {nb} ? {b}_t + {t} : {nb})"
+        self.line(f"for (int64_t {a} = {a}_t; {a} < {end_a}; {a}++) {{")
+        self.indent += 1
+        self.line("#pragma omp simd")
+        self.line(f"for (int64_t {b} = {b}_t; {b} < {end_b}; {b}++) {{")
+        self.indent += 1
+
+    def open_loops(self, op: scf.ParallelOp, ivs: Iterable[SSAValue], first: int = 0) -> None:
+        """`for` headers of ivs, the loops of op from its loop number `first` on."""
+        bounds = list(zip(op.lowerBound, op.upperBound, op.step))[first:]
+        for iv, (lb, ub, step) in zip(ivs, bounds):
             i = self.name(iv)
             self.line(f"for (int64_t {i} = {self.name(lb)}; {i} < {self.name(ub)}; {i} += {self.name(step)}) {{")
             self.indent += 1
@@ -850,6 +928,65 @@ def kernel_preamble(module: ModuleOp) -> str:
     if not symbols:
         return ""
     return KERNEL_HOST + "".join(f"int {s}(const opc_kernel_call *call);\n" for s in symbols)
+
+
+def kernel_label(op: Operation) -> str:
+    """`kind: ops` of a top-level kernel: the schedule's label on a loop nest (opc.kernel), else
+    what the call is (a GEMM with its epilogue, a runtime row kernel, a device's kernel)."""
+    label = op.attributes.get("opc.kernel")
+    if isinstance(label, StringAttr):
+        return label.data
+    if isinstance(op, GemmOp):
+        parts = ["bias"] * (op.bias is not None) + [op.activation.data] * (op.activation.data != "none")
+        return "gemm: " + " + ".join(["matmul", *parts])
+    if isinstance(op, CallOp):
+        return f"library: {op.callee.data}"
+    if isinstance(op, ExternalCallOp):
+        return f"device: {op.op.data.removeprefix('opc.')}"
+    return f"other: {op.name}"
+
+
+PROFILE_EVENTS = 1 << 16  # kernel calls a profile keeps one by one (the Chrome trace); totals count all
+PROFILE_FN = "opc_profile"  # a CPU module's profiling switch; opc/profile.py reads the rest
+PROFILE_CDEF = ("int opc_profile(int on);\nconst char *opc_profile_label(int k);\nint64_t opc_profile_ns(int k);\n"
+                "int64_t opc_profile_calls(int k);\nint64_t opc_profile_events(int64_t *out, int64_t cap);\n"
+                "void opc_profile_reset(void);")
+
+
+def profile_support(labels: list[str]) -> str:
+    """Per-kernel time and call counters and an event buffer, off until opc_profile(1): then each
+    kernel call of the entry points reads the monotonic clock twice (atomics: callers may be
+    threads). Off, a call costs one load and a branch."""
+    n = max(1, len(labels))
+    names = ", ".join(c_string(label) for label in labels) or '""'
+    return f"""#include <time.h>
+static const char *const opc_prof_labels[{n}] = {{{names}}};
+static int64_t opc_prof_ns[{n}], opc_prof_calls[{n}], opc_prof_ev[{PROFILE_EVENTS}][3], opc_prof_nev = 0;
+static int opc_prof_on = 0;
+static inline int64_t opc_prof_now(void) {{
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}}
+static void opc_prof_add(int k, int64_t t0) {{
+  const int64_t t1 = opc_prof_now();
+  __atomic_fetch_add(&opc_prof_ns[k], t1 - t0, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&opc_prof_calls[k], 1, __ATOMIC_RELAXED);
+  const int64_t e = __atomic_fetch_add(&opc_prof_nev, 1, __ATOMIC_RELAXED);
+  if (e < {PROFILE_EVENTS}) {{ opc_prof_ev[e][0] = k; opc_prof_ev[e][1] = t0; opc_prof_ev[e][2] = t1; }}
+}}
+int {PROFILE_FN}(int on) {{ opc_prof_on = on; return {len(labels)}; }}
+const char *opc_profile_label(int k) {{ return opc_prof_labels[k]; }}
+int64_t opc_profile_ns(int k) {{ return opc_prof_ns[k]; }}
+int64_t opc_profile_calls(int k) {{ return opc_prof_calls[k]; }}
+int64_t opc_profile_events(int64_t *out, int64_t cap) {{
+  int64_t n = opc_prof_nev < {PROFILE_EVENTS} ? opc_prof_nev : {PROFILE_EVENTS};
+  n = n < cap ? n : cap;
+  memcpy(out, opc_prof_ev, (size_t)n * sizeof opc_prof_ev[0]);
+  return n;
+}}
+void opc_profile_reset(void) {{
+  memset(opc_prof_ns, 0, sizeof opc_prof_ns); memset(opc_prof_calls, 0, sizeof opc_prof_calls); opc_prof_nev = 0;
+}}
+"""
 
 
 def emit_c(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:

@@ -266,6 +266,8 @@ class CudaEmitter(CEmitter):
         self.indent = 0
         self.line("}")
 
+    threads_support = ""  # the host side has no OpenMP regions
+    profiled = False
     status_support = ("static thread_local int64_t opc_error_detail = 0;\n"
                       'extern "C" int64_t opc_error_value(void) { return opc_error_detail; }\n')
 

@@ -1,0 +1,139 @@
+"""Compiles that don't make users wait: a module compiled before is found by its source text,
+the options and opc's own code, before anything is parsed.
+
+`opc.compile` asks `lookup` first: a hit loads the built extension and binds its functions
+without importing xDSL or running a pass (parse, passes, lowering and C emission take
+0.3-1.2 s for a model; a hit takes a few ms after NumPy's import). The key:
+
+- the source: MLIR text or UTF-8 bytes as given; a path: its name and its bytes (.mlir or .onnx);
+  a ModuleOp is not cached here (its text would cost what the pipeline costs);
+- target "cpu" only (a device file's kernels and CUDA builds take the full path), grad,
+  decompose, fuse;
+- opc's code: the path, size and modification time of every file of the package and of its
+  runtime headers (an edited checkout is a new key; reading them is stat calls only), Python's
+  version, the C compiler ($CC) by path and modification time, and OPC_SANITIZE / OPC_PROFILE.
+
+The record (CACHE/loaded/KEY.json: the extension's name and file, the signatures, why a
+gradient was not built; KEY.c: the C source) is written after a full compile, by atomic
+rename. A record whose extension is gone is a miss. In a process, hits are kept in memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from opc.interop.arrays import ARRAY_KINDS
+from opc.lowering.abi import FunctionSignature
+from opc.lowering.build import CompiledModule, bind, cache_dir, content_key, load_extension, runtime_dir
+
+RECORD_FORMAT = 2
+FLAVOR_ENV = ("OPC_SANITIZE", "OPC_PROFILE", "CC")  # environment that changes what a compile builds
+_memory: dict[str, CompiledModule] = {}
+
+
+@functools.cache
+def code_digest() -> str:
+    """opc's package files, its runtime headers, Python and the C compiler, by stat (no reading)."""
+    h = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    for root in (package, runtime_dir()):
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".h", ".c", ".cuh", ".toml") and "__pycache__" not in path.parts:
+                st = path.stat()
+                h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    cc = shutil.which(os.environ.get("CC", "gcc")) or "none"
+    cc_stat = os.stat(cc) if cc != "none" else None
+    h.update(f"{sys.version}\0{cc}\0{cc_stat.st_mtime_ns if cc_stat else 0}\0{RECORD_FORMAT}".encode())
+    return h.hexdigest()
+
+
+def source_bytes(source: object) -> bytes | None:
+    """What identifies the source, or None where it is not cached here (a ModuleOp, a bad path)."""
+    if isinstance(source, (bytes, bytearray)):
+        return b"bytes\0" + bytes(source)
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and (
+            source.endswith((".mlir", ".onnx")) or os.path.exists(source))):
+        path = os.fspath(source)  # type: ignore[arg-type]
+        try:
+            with open(path, "rb") as f:
+                return f"path\0{os.path.abspath(path)}\0".encode() + f.read()
+        except OSError:
+            return None  # the full path reports it
+    if isinstance(source, str):
+        return b"text\0" + source.encode("utf-8", "surrogatepass")
+    return None
+
+
+def key_for(source: object, target: object, grad: object, decompose: object, fuse: object) -> str | None:
+    if not isinstance(target, str) or target != "cpu":
+        return None
+    text = source_bytes(source)
+    if text is None:
+        return None
+    flavor = "\0".join(os.environ.get(v, "") for v in FLAVOR_ENV)
+    return content_key(text, repr((grad, decompose, fuse)), flavor, code_digest(), length=32)
+
+
+def find(source: object, target: object, grad: object, decompose: object, fuse: object,
+         cache_override: object, arrays: object = "numpy") -> tuple[str | None, CompiledModule | None]:
+    """(the key, or None where not cached here; the module compiled for it before, returning
+    `arrays`, or None)."""
+    if cache_override is not None and not isinstance(cache_override, (str, os.PathLike)):
+        return None, None  # the full path reports it
+    if arrays not in ARRAY_KINDS:
+        return None, None  # the full path reports it
+    key = key_for(source, target, grad, decompose, fuse)
+    return key, (lookup(key, cache_override, arrays) if key is not None else None)  # type: ignore[arg-type]
+
+
+def record_paths(cache: Path, key: str) -> tuple[Path, Path]:
+    d = cache / "loaded"
+    return d / f"{key}.json", d / f"{key}.c"
+
+
+def lookup(key: str, cache_override: str | None = None, arrays: str = "numpy") -> CompiledModule | None:
+    """The module compiled for `key`, returning `arrays` (one module object per kind: the kind is
+    its state), or None."""
+    cache = cache_dir(cache_override)
+    memo = f"{cache}\0{key}\0{arrays}"
+    if memo in _memory:
+        return _memory[memo]
+    record, c_path = record_paths(cache, key)
+    try:
+        rec = json.loads(record.read_text(encoding="utf-8"))
+        c_source = c_path.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+    ext_path = cache / rec["ext_file"]
+    if rec.get("format") != RECORD_FORMAT or not ext_path.is_file():
+        return None
+    sigs = [FunctionSignature(n, [(a, tuple(s), d) for a, s, d in ins], [(tuple(s), d) for s, d in outs],
+                              [tuple(e) for e in errs]) for n, ins, outs, errs in rec["signatures"]]
+    module = CompiledModule(bind(load_extension(rec["ext_name"], ext_path), sigs), c_source, ext_path)
+    module.no_grad.update(rec["no_grad"])
+    module.wrt.update(rec["wrt"])
+    module.set_arrays(arrays)
+    _memory[memo] = module
+    return module
+
+
+def store(key: str, module: CompiledModule, sigs: list[FunctionSignature], ext_name: str,
+          cache_override: str | None = None) -> None:
+    """The record of a module just compiled (atomic: a reader sees all of it or none)."""
+    cache = cache_dir(cache_override)
+    record, c_path = record_paths(cache, key)
+    record.parent.mkdir(exist_ok=True)
+    rec = {"format": RECORD_FORMAT, "ext_name": ext_name, "ext_file": Path(module.path).name,  # type: ignore[arg-type]
+           "signatures": [[s.name, s.inputs, s.outputs, s.errors] for s in sigs], "no_grad": module.no_grad,
+           "wrt": module.wrt}
+    for path, text in ((c_path, module.c_source), (record, json.dumps(rec))):
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)  # the .c first: a record is only ever seen with its source
+    _memory[f"{cache}\0{key}\0{module.arrays}"] = module

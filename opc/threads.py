@@ -1,0 +1,84 @@
+"""opc's thread count, its own setting, and the wait policy of OpenMP's threads.
+
+The count: `opc.set_num_threads(n)`, else $OPC_NUM_THREADS, else $OMP_NUM_THREADS (its first
+number), else the cores this process may run on. Every CPU module registers its
+`opc_set_num_threads` when it is bound (runtime/opc_threads.h), and its parallel regions ask
+for that many threads with `num_threads(...)`: `torch.set_num_threads` or any other
+`omp_set_num_threads` in the process (one libgomp serves torch and opc) leaves opc's count alone.
+
+The wait policy: libgomp's threads spin for a while (GOMP_SPINCOUNT, 300,000 rounds by default)
+before they sleep, waiting for the next parallel region. On a machine whose cores are all busy
+a spinning thread takes the core from the one that has work, and each region then waits for a
+descheduled thread (a 256 matmul at 2 threads: best 0.19 ms, median 33-70 ms). libgomp reads
+the policy once, when it loads, so opc sets it on import, before any module is loaded:
+WAIT_POLICY below, unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, or OPC_WAIT_POLICY=libgomp
+(keep libgomp's default), or libgomp is already loaded (torch imported first: then torch's
+choice stands). bench/bench_threads.py measures the policies; README, Speed, has the figures.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+from opc.errors import OpcError
+
+# the environment opc gives libgomp when the user chose nothing (measured: bench/bench_threads.py)
+WAIT_POLICY = {"OMP_WAIT_POLICY": "passive"}
+
+_setters: dict[str, Callable[[int], None]] = {}  # each bound module's opc_set_num_threads, by its name
+_count: int | None = None  # set_num_threads's value; None: the environment's
+_lock = threading.Lock()
+
+
+def default_num_threads() -> int:
+    for var in ("OPC_NUM_THREADS", "OMP_NUM_THREADS"):
+        text = os.environ.get(var, "").split(",")[0].strip()
+        if not text:
+            continue
+        if not text.isdigit() or int(text) < 1:
+            raise OpcError(f"error: {var} must be a positive integer, got {os.environ[var]!r}")
+        return int(text)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def get_num_threads() -> int:
+    """The threads opc's parallel regions use."""
+    return _count if _count is not None else default_num_threads()
+
+
+def set_num_threads(n: int) -> None:
+    """opc's thread count for every module, loaded or to come (not torch's, not OpenMP's global)."""
+    global _count
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_num_threads: n must be a positive int, got {n!r}")
+    with _lock:
+        _count = n
+        for setter in _setters.values():
+            setter(n)
+
+
+def register(name: str, setter: Callable[[int], None]) -> None:
+    """Module `name`'s opc_set_num_threads: given the current count now and every later one."""
+    n = get_num_threads()
+    with _lock:
+        _setters[name] = setter
+        setter(n)
+
+
+def libgomp_loaded() -> bool:
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            return "libgomp" in f.read()
+    except OSError:
+        return False
+
+
+def apply_wait_policy() -> None:
+    """WAIT_POLICY into the environment, where the user chose no policy and libgomp is not yet loaded."""
+    if os.environ.get("OPC_WAIT_POLICY", "") == "libgomp":
+        return
+    if any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")) or libgomp_loaded():
+        return
+    os.environ.update(WAIT_POLICY)

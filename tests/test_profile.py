@@ -1,0 +1,96 @@
+"""The profiler (opc/profiler.py, the C emitter's kernel timers): every kernel call counted and
+timed, the totals within the wall time of the calls, the Chrome trace's events adding up to the
+table, the same numbers with the timers on and off, `OPC_PROFILE=1` and `opc profile`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import opc
+from opc.cli import main
+
+SRC = """func.func @layer(%x: tensor<64x96xf32>, %w: tensor<96x128xf32>, %m: tensor<128xf32>) -> tensor<64x128xf32> {
+  %h = opc.matmul %x, %w : (tensor<64x96xf32>, tensor<96x128xf32>) -> tensor<64x128xf32>
+  %a = opc.add %h, %m : (tensor<64x128xf32>, tensor<128xf32>) -> tensor<64x128xf32>
+  %t = opc.tanh %a : (tensor<64x128xf32>) -> tensor<64x128xf32>
+  %s = opc.reduce_max %t {axes = array<i64: 1>, keepdim = true} : (tensor<64x128xf32>) -> tensor<64x1xf32>
+  %y = opc.sub %t, %s : (tensor<64x128xf32>, tensor<64x1xf32>) -> tensor<64x128xf32>
+  func.return %y : tensor<64x128xf32>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def layer():
+    m = opc.compile(SRC)
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((64, 96), np.float32), rng.standard_normal((96, 128), np.float32),
+            rng.standard_normal(128, np.float32))
+    x, w, b = (a.astype(np.float64) for a in args)
+    t = np.tanh(x @ w + b)
+    return m, args, t - t.max(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("calls", [1, 7])
+def test_table_counts_every_call_within_wall_time(layer, calls, tmp_path):
+    m, args, want = layer
+    m.layer(*args)
+    p = opc.profile(m)
+    p.reset()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        np.testing.assert_allclose(m.layer(*args), want, rtol=1e-4, atol=1e-4)  # timers on: same numbers
+    wall = (time.perf_counter() - t0) * 1e3
+    p.stop()
+    m.layer(*args)  # off: not counted
+    rows = p.rows()
+    assert {r["kind"] for r in rows} >= {"gemm", "row"} and len(rows) >= 2
+    assert all(r["calls"] == calls for r in rows)
+    assert 0 < sum(r["total_ms"] for r in rows) <= wall
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    assert "| total |" in p.table()
+    trace = tmp_path / "trace.json"
+    p.chrome_trace(trace)
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert len(events) == calls * len(rows) and {e["ph"] for e in events} == {"X"}
+    by_kernel = {r["kernel"]: r["total_ms"] for r in rows}
+    for name, total in by_kernel.items():
+        assert sum(e["dur"] for e in events if e["name"] == name) / 1e3 == pytest.approx(total, rel=1e-6, abs=1e-6)
+
+
+def test_not_an_opc_module():
+    class Fake:
+        path = "/nonexistent/_opc_nothing.so"
+
+    with pytest.raises(ValueError, match="profile: module must be a CPU module compiled by opc"):
+        opc.profile(Fake())
+
+
+def test_environment_variable_prints_at_exit(tmp_path):
+    path = tmp_path / "layer.mlir"
+    path.write_text(SRC)
+    code = ("import numpy as np, opc, sys\nm = opc.compile(sys.argv[1])\n"
+            "m.layer(np.ones((64, 96), np.float32), np.ones((96, 128), np.float32), np.ones(128, np.float32))\n")
+    trace = tmp_path / "t.json"
+    run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OPC_PROFILE": str(trace), "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert "opc profile" in run.stderr and "| layer#0 | gemm |" in run.stderr
+    assert len(json.loads(trace.read_text())["traceEvents"]) >= 2
+
+
+def test_cli(tmp_path, capsys):
+    path = tmp_path / "layer.mlir"
+    path.write_text(SRC)
+    assert main(["profile", str(path), "--grad", "--repeat", "3", "--trace", str(tmp_path / "t.json")]) == 0
+    out = capsys.readouterr().out
+    assert "3 functions x 3 calls" in out and "| layer_grad#" in out and "| layer#0 | gemm |" in out
+    assert (tmp_path / "t.json").is_file()
+    assert main(["profile", str(path), "--repeat", "0"]) == 1
+    assert capsys.readouterr().err == "error: --repeat must be at least 1, got 0\n"
