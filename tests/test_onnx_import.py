@@ -302,7 +302,7 @@ def test_linear_bias_on_3d_input_fuses_into_one_gemm():
     module, weights = opc.import_onnx(model)
     text = str(module)
     assert "opc.add" in text and "tensor<8x3xf32>" in text.split("opc.add")[1].split("\n")[0], text
-    prepared = str(prepare(opc.ir.load_module(text)).module)
+    prepared = str(prepare(opc.frontend.load_module(text)).module)
     assert prepared.count("opc.fused_gemm_epilogue") == 1 and "opc.matmul" not in prepared, prepared
     out = opc.compile(text).main_graph(x, *weights.values())
     np.testing.assert_allclose(out, run_ort(model, {"x": x})[0], rtol=2e-6, atol=2e-6)

@@ -17,7 +17,7 @@ from scipy.special import erf
 
 import opc
 from opc.api import emit
-from opc.ir import load_module
+from opc.frontend import load_module
 from opc.lowering.build import module_flags
 
 KERNELS = """
