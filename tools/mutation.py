@@ -42,8 +42,8 @@ class Module:
 
 
 MODULES = {
-    "rules": Module("opc/ops/vjp_rules.py", "tests/test_grad_primitives.py tests/test_grad_semantics.py tests/test_grad_higher_order.py "
-                    "tests/test_nn_grad.py tests/test_edge_values.py"),
+    "rules": Module("opc/ops/vjp_rules.py", "tests/test_grad_primitives.py tests/test_grad_semantics.py "
+                    "tests/test_grad_higher_order.py tests/test_nn_grad.py tests/test_edge_values.py"),
     "decompose": Module("opc/ops/decompositions.py", "tests/test_decompose.py tests/test_nn_ops.py"),
     "scalars": Module("opc/lowering/scalars.py", "tests/test_cpu_ops.py tests/test_edge_values.py"),
     "c-tables": Module("opc/lowering/c_emitter.py", "tests/test_cpu_ops.py tests/test_compare_nan.py "
