@@ -55,7 +55,7 @@ from xdsl.ir import Operation, SSAValue
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
 from opc.lowering.abi import FunctionSignature, c_symbol
 from opc.lowering.c_emitter import EXPRESSIONS, CEmitter, c_type, dtype_suffix
-from opc.lowering.opc_lower_to_loops import ROW_KERNEL_ATTR
+from opc.lowering.row_kernel_lowering import ROW_KERNEL_ATTR
 
 BLOCK = 256  # threads per block of the generated kernels
 MAX_BLOCKS = 8192  # grid-stride loops cover the rest
