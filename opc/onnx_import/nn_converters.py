@@ -205,3 +205,124 @@ def group_norm(node: Node) -> Values:
                        float(node.attr("epsilon", 1e-5)))
     e.emit(op)
     return [op.y]
+
+
+# ---------------------------------------------------------------------------
+# Recurrent networks: unrolled over the static sequence length
+# ---------------------------------------------------------------------------
+# opc shapes are static, so the time loop is unrolled into opc ops: the scheduler and the
+# GEMM see plain matmuls, and gradients through time come from the ordinary vjps (no loop
+# op to differentiate). Cost: the IR grows linearly with the sequence length.
+
+ACTIVATIONS = {"Sigmoid": o.SigmoidOp, "Tanh": o.TanhOp, "Relu": o.ReluOp}
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+DEFAULT_ACTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+
+
+def rnn_checks(node: Node, seq: int, batch: int) -> None:
+    if int(node.attr("layout", 0)) != 0:
+        raise node.fail("layout 1 (batch first) is not supported")
+    if node.attr("clip") is not None:
+        raise node.fail("clip is not supported")
+    if int(node.attr("input_forget", 0)) != 0:
+        raise node.fail("input_forget is not supported")
+    if node.has(4):
+        lens = node.const(4, "sequence_lens")
+        if lens.shape != (batch,) or not np.all(lens == seq):
+            raise node.fail(f"sequence_lens must be absent or all {seq} (full sequences); got {lens.tolist()}")
+    if node.op_type == "LSTM" and node.has(7):
+        raise node.fail("peephole weights (input P) are not supported")
+
+
+def rnn_activations(node: Node, dirs: int) -> list[list[type]]:
+    names = node.attr("activations") or DEFAULT_ACTS[node.op_type] * dirs
+    per = len(DEFAULT_ACTS[node.op_type])
+    if len(names) != per * dirs:
+        raise node.fail(f"activations has {len(names)} entries, expected {per * dirs}")
+    if node.attr("activation_alpha") is not None or node.attr("activation_beta") is not None:
+        raise node.fail("activation_alpha / activation_beta are not supported")
+    unknown = [n for n in names if n not in ACTIVATIONS]
+    if unknown:
+        raise node.fail(f"activation {unknown[0]} is not supported (Sigmoid, Tanh, Relu)")
+    return [[ACTIVATIONS[n] for n in names[d * per:(d + 1) * per]] for d in range(dirs)]
+
+
+@converter("RNN", "GRU", "LSTM")
+def recurrent(node: Node) -> Values:
+    """Y [seq, dirs, batch, hidden], Y_h [dirs, batch, hidden] (and LSTM's Y_c), ONNX's gate order
+    (GRU z r h, LSTM i o f c), forward / reverse / bidirectional, GRU's linear_before_reset."""
+    e, kind = node.e, node.op_type
+    seq, batch, _ = node.shape(0)
+    dirs, rows, _ = node.shape(1)
+    hidden = rows // GATES[kind]
+    rnn_checks(node, seq, batch)
+    direction = node.attr("direction", "forward")
+    if direction not in ("forward", "reverse", "bidirectional") or (dirs == 2) != (direction == "bidirectional"):
+        raise node.fail(f"direction '{direction}' does not fit W's {dirs} direction(s)")
+    acts = rnn_activations(node, dirs)
+    x, w, r = node.input(0), node.input(1), node.input(2)
+    el = x.type.element_type  # type: ignore[attr-defined]
+
+    def part(v: SSAValue, start: Sequence[int], limit: Sequence[int]) -> SSAValue:
+        return e.value(o.SliceOp(v, start, limit, [1] * len(start)))
+
+    def gate(v: SSAValue, k: int) -> SSAValue:
+        """gate k of a [batch, gates * hidden] value"""
+        return part(v, [0, k * hidden], [batch, (k + 1) * hidden])
+
+    steps = [e.reshape(part(x, [t, 0, 0], [t + 1, batch, node.shape(0)[2]]), [batch, node.shape(0)[2]])
+             for t in range(seq)]
+    ys, finals, cells = [], [], []
+    for d in range(dirs):
+        wd = e.reshape(part(w, [d, 0, 0], [d + 1, rows, node.shape(1)[2]]), [rows, node.shape(1)[2]])
+        rd = e.reshape(part(r, [d, 0, 0], [d + 1, rows, hidden]), [rows, hidden])
+        if node.has(3):
+            bias = e.reshape(part(node.input(3), [d, 0], [d + 1, 2 * rows]), [2 * rows])
+            wb, rb = part(bias, [0], [rows]), part(bias, [rows], [2 * rows])
+        else:
+            wb = rb = e.full(0.0, o.tensor([rows], el))
+
+        def initial(i: int) -> SSAValue:
+            if node.has(i):
+                return e.reshape(part(node.input(i), [d, 0, 0], [d + 1, batch, hidden]), [batch, hidden])
+            return e.full(0.0, o.tensor([batch, hidden], el))
+
+        h, c = initial(5), initial(6) if kind == "LSTM" else None
+        f, g, act_h = acts[d][0], acts[d][1] if kind != "RNN" else acts[d][0], acts[d][-1]
+        outs: list[SSAValue] = []
+        order = range(seq) if direction == "forward" or (direction == "bidirectional" and d == 0) else range(seq - 1, -1, -1)
+        for t in order:
+            xw = e.add(e.matmul(steps[t], wd, trans_y=True), wb)
+            hr = e.add(e.matmul(h, rd, trans_y=True), rb)
+            if kind == "RNN":
+                h = e.value(f(e.add(xw, hr)))
+            elif kind == "LSTM":
+                i_, o_, f_, c_ = (e.value((f if k < 3 else g)(e.add(gate(xw, k), gate(hr, k)))) for k in range(4))
+                c = e.add(e.mul(f_, c), e.mul(i_, c_))
+                h = e.mul(o_, e.value(act_h(c)))
+            else:
+                z = e.value(f(e.add(gate(xw, 0), gate(hr, 0))))
+                rr = e.value(f(e.add(gate(xw, 1), gate(hr, 1))))
+                if int(node.attr("linear_before_reset", 0)):
+                    cand = e.add(gate(xw, 2), e.mul(rr, gate(hr, 2)))
+                else:
+                    rh = e.matmul(e.mul(rr, h), part(rd, [2 * hidden, 0], [3 * hidden, hidden]), trans_y=True)
+                    cand = e.add(e.add(gate(xw, 2), rh), part(rb, [2 * hidden], [3 * hidden]))
+                hc = e.value(g(cand))
+                h = e.add(e.mul(e.sub(e.full(1.0, z), z), hc), e.mul(z, h))
+            outs.append(h)
+        if order[0] != 0:
+            outs.reverse()  # Y is in time order whichever way the direction ran
+        ys.append(e.value(o.ConcatOp([e.reshape(v, [1, 1, batch, hidden]) for v in outs], 0)) if seq > 1
+                  else e.reshape(outs[0], [1, 1, batch, hidden]))
+        finals.append(e.reshape(h, [1, batch, hidden]))
+        if c is not None:
+            cells.append(e.reshape(c, [1, batch, hidden]))
+
+    def stack(vs: list[SSAValue], axis: int) -> SSAValue:
+        return vs[0] if len(vs) == 1 else e.value(o.ConcatOp(vs, axis))
+
+    out = [stack(ys, 1), stack(finals, 0)]
+    if kind == "LSTM":
+        out.append(stack(cells, 0))
+    return out
