@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx_helpers import call, import_all, run_ort, single
-
 from onnx import TensorProto, helper, numpy_helper
+from onnx_helpers import call, import_all, run_ort, single
 
 import opc
 from opc.ir import OpcError

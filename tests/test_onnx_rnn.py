@@ -13,7 +13,7 @@ from onnx_helpers import call, graph_model, import_all, run_ort
 import opc
 
 RNG = np.random.default_rng(5)
-S, B, I, H = 4, 2, 3, 5
+S, B, IN, H = 4, 2, 3, 5
 
 
 def arr(*shape) -> np.ndarray:
@@ -22,11 +22,11 @@ def arr(*shape) -> np.ndarray:
 
 def model(op: str, dirs: int, bias: bool = True, init: bool = False, **attrs):
     g = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
-    inits = {"w": arr(dirs, g * H, I), "r": arr(dirs, g * H, H)}
+    inits = {"w": arr(dirs, g * H, IN), "r": arr(dirs, g * H, H)}
     names = ["x", "w", "r", "b" if bias else ""]
     if bias:
         inits["b"] = arr(dirs, 2 * g * H)
-    feeds = {"x": arr(S, B, I)}
+    feeds = {"x": arr(S, B, IN)}
     if init:
         names += ["", "h0"] + (["c0"] if op == "LSTM" else [])
         feeds["h0"] = arr(dirs, B, H)

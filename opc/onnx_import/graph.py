@@ -579,8 +579,7 @@ class GraphImporter:
 
 def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
     onnx = onnx_module()
-    from opc.onnx_import import converters  # noqa: F401 - fills CONVERTERS
-    from opc.onnx_import import nn_converters  # noqa: F401 - conv, pools, norms
+    from opc.onnx_import import converters, nn_converters  # noqa: F401 - fill CONVERTERS
 
     where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
     if isinstance(model, onnx.ModelProto) and (shapes or not model.graph.name):

@@ -290,7 +290,8 @@ def recurrent(node: Node) -> Values:
         h, c = initial(5), initial(6) if kind == "LSTM" else None
         f, g, act_h = acts[d][0], acts[d][1] if kind != "RNN" else acts[d][0], acts[d][-1]
         outs: list[SSAValue] = []
-        order = range(seq) if direction == "forward" or (direction == "bidirectional" and d == 0) else range(seq - 1, -1, -1)
+        forward = direction == "forward" or (direction == "bidirectional" and d == 0)
+        order = range(seq) if forward else range(seq - 1, -1, -1)
         for t in order:
             xw = e.add(e.matmul(steps[t], wd, trans_y=True), wb)
             hr = e.add(e.matmul(h, rd, trans_y=True), rb)
