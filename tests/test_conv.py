@@ -20,6 +20,7 @@ import pytest
 from oracle import FLOATS, func, np_dtype, random_array, ttype
 
 import opc
+from opc.dialects import opc as o
 from opc.errors import OpcError
 from opc.explain import explain
 from opc.ir import parse_text
@@ -319,3 +320,74 @@ def test_explain_shows_both_routes(tmp_path) -> None:
     assert "invoke" in r["opc.conv_grad_input"] and "-> opc.conv_transpose" in r["opc.conv_grad_input"]
     assert "composite" in r["opc.conv_grad_filter"] and "opc.slice" in r["opc.conv_grad_filter"]
     assert "opc.matmul" in r["opc.conv_grad_filter"]
+
+
+# ---------------------------------------------------------------------------
+# The CUDA conv kernels (runtime/opc_nn.cuh) on tests/cuda_sim.h: no GPU here
+# ---------------------------------------------------------------------------
+
+SIM_STUBS = """#include "cuda_sim.h"
+#define __device__
+#define __forceinline__ inline
+#include <stdint.h>
+#include "opc_runtime.h"
+struct __half { uint16_t x; };
+struct __nv_bfloat16 { uint16_t x; };
+static inline __half __ushort_as_half(uint16_t v) { return __half{v}; }
+static inline float __half2float(__half h) { return opc_f16_to_f32(h.x); }
+static inline __nv_bfloat16 __ushort_as_bfloat16(uint16_t v) { return __nv_bfloat16{v}; }
+static inline float __bfloat162float(__nv_bfloat16 h) { return opc_bf16_to_f32(h.x); }
+"""
+SIM_ENTRY = """
+extern "C" int conv_f32(int which, const float *a, const float *b, float *r, const int64_t *g) {
+    return opc_cuda_nn_conv_t<opc_nn_f32>(which, a, b, r, opc_nn_conv_make(g[0], g[1], g[2], g[3], g[4], g[5], g[6],
+        g[7], g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15], g[16], g[17], g[18], g[19], g[20], g[21]));
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def simulated_conv(tmp_path_factory):
+    """opc_nn.cuh's preamble and conv section built with g++ against cuda_sim.h (blocks run as threads)."""
+    import ctypes
+    import re
+    import shutil
+    import subprocess
+
+    from opc.lowering.build import runtime_dir
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH (it builds the CUDA simulation)")
+    full = (runtime_dir() / "opc_nn.cuh").read_text()
+    text = full[:full.index("/* A row's max m")] + full[full.index("/* ---- convolutions"):full.index("/* ---- pooling")]
+    for inc in ("#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+                '#include "opc_runtime.h"'):
+        text = text.replace(inc, "")
+    text = re.sub(r"([\w:]+<\w+>)<<<([^;]*?), ([^;]*?)>>>\(([^;]*)\);", r"opc_sim_launch(\2, \3, [&] { \1(\4); });",
+                  text)
+    tmp = tmp_path_factory.mktemp("conv-sim")
+    (tmp / "conv_sim.cpp").write_text(SIM_STUBS + text + "\n#endif\n" + SIM_ENTRY)
+    tests = str(runtime_dir().parent / "tests")
+    done = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-I", str(runtime_dir()),
+                           "-I", tests, "-o", str(tmp / "libconv.so"), str(tmp / "conv_sim.cpp")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return ctypes.CDLL(str(tmp / "libconv.so"))
+
+
+@pytest.mark.parametrize("g", GEOS, ids=[g.name for g in GEOS])
+def test_cuda_conv_kernels_on_the_simulator(simulated_conv, g: Geo) -> None:
+    import ctypes
+
+    from opc.lowering.nn_lowering import conv_ints
+
+    geo = o.conv_geometry(g.x, g.w[2:], g.w[0], g.group, g.strides, g.dilations, g.pads)
+    ints = np.array(conv_ints(geo), np.int64)
+    ptr = ctypes.POINTER(ctypes.c_float)
+    for which, op in enumerate(OPS[:3]):
+        a, b = (np.ascontiguousarray(v) for v in inputs(g, op, "float32"))
+        out = np.full(shapes(g, op)[1], np.nan, np.float32)
+        rc = simulated_conv.conv_f32(which, a.ctypes.data_as(ptr), b.ctypes.data_as(ptr), out.ctypes.data_as(ptr),
+                                     ints.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)))
+        assert rc == 0
+        assert_near(out, reference(g, op, a, b), "float32", f"cuda {op} {g.name}")
