@@ -612,6 +612,9 @@ def openmp_single_thread() -> None:
     """In a forked child: run OpenMP regions on this thread alone. libgomp is not fork-safe: the
     child inherits the parent's thread pool but not its threads, so the first parallel region
     (a GEMM of the reference, with OMP_NUM_THREADS > 1) waits forever for workers that do not exist."""
+    from opc.threads import set_num_threads
+
+    set_num_threads(1)  # opc's own count: its regions ask for num_threads(...) of it (opc/threads.py)
     try:
         ctypes.CDLL("libgomp.so.1").omp_set_num_threads(1)
     except OSError:  # not gcc's OpenMP runtime: nothing of it is loaded
