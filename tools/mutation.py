@@ -69,6 +69,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("opc/onnx_import/converters.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
                                       'node.axis(node.attr("axis"), rank)))]'):
         "Concat of one input: args[-1] is args[0]",
+    ("opc/transforms/opc_decompose.py", "if not dz is not op.dout:"):
+        "only the SSA name hint of dout (printed IR shows %dz for it): the ops and numbers are the same",
 }
 
 
