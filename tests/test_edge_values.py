@@ -250,3 +250,28 @@ def test_layer_norm_grad_with_stats_cotangents(layer_norms, dt: str) -> None:
     assert_close(dx, want.astype(np_dtype(dt)), dt, scale=8)
     assert_close(ds, (DY * xhat).sum(0).astype(np_dtype(dt)), dt, scale=8)
     assert_close(db, DY.sum(0).astype(np_dtype(dt)), dt, scale=8)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sigmoid over its whole range: exp(-x) overflows for large negative x, underflows for large positive
+# ---------------------------------------------------------------------------------------------------------
+
+SIG_DTYPES = ["float16", "bfloat16", "float32", "float64"]
+
+
+@pytest.fixture(scope="module")
+def sigmoids():
+    t = {dt: ttype((11,), dt) for dt in SIG_DTYPES}
+    return opc.compile("".join(f"func.func @sigmoid_{dt}(%x: {t[dt]}) -> {t[dt]} {{\n"
+                               f"  %r = opc.sigmoid %x : ({t[dt]}) -> {t[dt]}\n  func.return %r : {t[dt]}\n}}\n"
+                               for dt in SIG_DTYPES))
+
+
+@pytest.mark.parametrize("dt", SIG_DTYPES)
+def test_sigmoid_saturates_without_nan(sigmoids, dt: str) -> None:
+    x = np.array([-1000.0, -100.0, -30.0, -5.0, -0.5, 0.0, 0.5, 5.0, 30.0, 100.0, 1000.0]).astype(np_dtype(dt))
+    if dt == "float16":
+        x = np.clip(x.astype(np.float64), -60000, 60000).astype(np.float16)
+    xs = x.astype(np.float64)
+    want = np.where(xs >= 0, 1 / (1 + np.exp(-np.abs(xs))), np.exp(-np.abs(xs)) / (1 + np.exp(-np.abs(xs))))
+    assert_close(getattr(sigmoids, f"sigmoid_{dt}")(x), want.astype(np_dtype(dt)), dt, scale=2)
