@@ -212,3 +212,66 @@ def test_ui8_casts_above_half_range(u8, dst: str) -> None:
     np.testing.assert_array_equal(getattr(u8, f"to_{dst}")(U8), U8.astype(dst))
     back = U8.astype(dst)  # in range both ways: exact
     np.testing.assert_array_equal(getattr(u8, f"from_{dst}")(back), U8)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# layer_norm's gradient when mean and rstd are used downstream, in the narrow float types
+# (their statistics are f32: the rule widens x before it meets them)
+# ---------------------------------------------------------------------------------------------------------
+
+LN_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
+
+def ln_src(dt: str) -> str:
+    x, v, st = ttype((3, 8), dt), ttype((8,), dt), ttype((3,), "float32")
+    return (f"func.func @ln_{dt}(%x: {x}, %s: {v}, %b: {v}) -> ({x}, {st}, {st}) {{\n"
+            f"  %y, %m, %r = opc.layer_norm %x, %s, %b : ({x}, {v}, {v}) -> ({x}, {st}, {st})\n"
+            f"  func.return %y, %m, %r : {x}, {st}, {st}\n}}\n")
+
+
+@pytest.fixture(scope="module")
+def layer_norms():
+    return opc.compile("".join(ln_src(dt) for dt in LN_DTYPES), grad=True)
+
+
+@pytest.mark.parametrize("dt", list(LN_DTYPES))
+def test_layer_norm_grad_with_stats_cotangents(layer_norms, dt: str) -> None:
+    """dx = rstd (g - mean(g) - xhat mean(g xhat)) + dmean / N - drstd rstd^3 (x - mean) / N,
+    g = dy * scale; dscale = sum(dy xhat), dbias = sum(dy), in f64 from the rounded inputs."""
+    x, s, b, dy = (RNG.uniform(-2, 2, shape).astype(np_dtype(dt)) for shape in ((3, 8), (8,), (8,), (3, 8)))
+    dm, dr = RNG.uniform(-1, 1, 3).astype(np.float32), RNG.uniform(-1, 1, 3).astype(np.float32)
+    dx, ds, db = getattr(layer_norms, f"ln_{dt}_grad")(x, s, b, dy, dm, dr)
+    X, S, DY, DM, DR = (a.astype(np.float64) for a in (x, s, dy, dm, dr))
+    mu = X.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(((X - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    xhat, g = (X - mu) * rstd, DY * S
+    want = rstd * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    want += DM[:, None] / 8 - DR[:, None] * rstd**3 * (X - mu) / 8
+    assert_close(dx, want.astype(np_dtype(dt)), dt, scale=8)
+    assert_close(ds, (DY * xhat).sum(0).astype(np_dtype(dt)), dt, scale=8)
+    assert_close(db, DY.sum(0).astype(np_dtype(dt)), dt, scale=8)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# sigmoid over its whole range: exp(-x) overflows for large negative x, underflows for large positive
+# ---------------------------------------------------------------------------------------------------------
+
+SIG_DTYPES = ["float16", "bfloat16", "float32", "float64"]
+
+
+@pytest.fixture(scope="module")
+def sigmoids():
+    t = {dt: ttype((11,), dt) for dt in SIG_DTYPES}
+    return opc.compile("".join(f"func.func @sigmoid_{dt}(%x: {t[dt]}) -> {t[dt]} {{\n"
+                               f"  %r = opc.sigmoid %x : ({t[dt]}) -> {t[dt]}\n  func.return %r : {t[dt]}\n}}\n"
+                               for dt in SIG_DTYPES))
+
+
+@pytest.mark.parametrize("dt", SIG_DTYPES)
+def test_sigmoid_saturates_without_nan(sigmoids, dt: str) -> None:
+    x = np.array([-1000.0, -100.0, -30.0, -5.0, -0.5, 0.0, 0.5, 5.0, 30.0, 100.0, 1000.0]).astype(np_dtype(dt))
+    if dt == "float16":
+        x = np.clip(x.astype(np.float64), -60000, 60000).astype(np.float16)
+    xs = x.astype(np.float64)
+    want = np.where(xs >= 0, 1 / (1 + np.exp(-np.abs(xs))), np.exp(-np.abs(xs)) / (1 + np.exp(-np.abs(xs))))
+    assert_close(getattr(sigmoids, f"sigmoid_{dt}")(x), want.astype(np_dtype(dt)), dt, scale=2)

@@ -26,7 +26,7 @@ def test_hand_mutant_applies_once(m) -> None:
 
 
 def named_test_files(command: str) -> list[str]:
-    return [w for w in shlex.split(command) if w.startswith("tests/")]
+    return [w.partition("::")[0] for w in shlex.split(command) if w.startswith("tests/")]
 
 
 @pytest.mark.parametrize("name", list(mutation.MODULES))

@@ -259,6 +259,11 @@ def default_attribute_cases() -> dict[str, tuple]:
                    "ReduceLogSumExp"):  # every axis, keepdims 1 (attribute axes to 17, input from 18)
             add(f"{op}_{opset}", single(op, {"x": x}, opset=opset), {"x": x})
     add("Gelu_20", single("Gelu", {"x": x}, opset=20), {"x": x})  # approximate "none"
+    xd = f32(3, 4)
+    add("Dropout_ratio_only", graph_model([node("Dropout", ["x", "ratio"], ["y"])], {"x": xd}, ["y"],
+                                          {"ratio": np.float32(0.3)}), {"x": xd})  # training_mode false
+    xr = f32(4, 8, 10)  # more elements than CPython's cached small ints: sizes compared by value
+    add("Reshape_320", single("Reshape", {"x": xr}, initializers={"s": i64(32, -1)}), {"x": xr})
     add("Shape_15", graph_model([node("Shape", ["x"], ["s"]), node("Cast", ["s"], ["sf"], to=1),
                                  node("ReduceSum", ["sf"], ["n"]), node("Mul", ["x", "n"], ["y"])],
                                 {"x": x}, ["y"], opset=15), {"x": x})  # start 0, end rank
