@@ -34,7 +34,10 @@ Values = list[SSAValue | np.ndarray]
 BINARY = {"Add": o.AddOp, "Sub": o.SubOp, "Mul": o.MulOp, "Div": o.DivOp,
           "Equal": o.EqualOp, "Less": o.LessThanOp, "Greater": o.GreaterThanOp}  # fmt: skip
 UNARY = {"Neg": o.NegOp, "Abs": o.AbsOp, "Exp": o.ExpOp, "Log": o.LogOp, "Tanh": o.TanhOp, "Erf": o.ErfOp,
-         "Sqrt": o.SqrtOp, "Relu": o.ReluOp, "Sigmoid": o.SigmoidOp}  # fmt: skip
+         "Sqrt": o.SqrtOp, "Relu": o.ReluOp, "Sigmoid": o.SigmoidOp,
+         "Floor": o.FloorOp, "Ceil": o.CeilOp, "Round": o.RoundOp, "Sin": o.SinOp, "Cos": o.CosOp, "Tan": o.TanOp,
+         "Asin": o.AsinOp, "Acos": o.AcosOp, "Atan": o.AtanOp, "Sinh": o.SinhOp, "Cosh": o.CoshOp,
+         "Asinh": o.AsinhOp, "Acosh": o.AcoshOp, "Atanh": o.AtanhOp}  # fmt: skip
 VARIADIC = {"Max": o.MaximumOp, "Min": o.MinimumOp, "Sum": o.AddOp}
 
 
@@ -784,13 +787,14 @@ def rms_normalization(node: Node) -> Values:
 # ---------------------------------------------------------------------------
 
 SAME_SINCE = {
-    7: (*BINARY, "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Relu", "Sigmoid", "Identity", "Reciprocal", "Pow",
+    7: (*BINARY, "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Relu", "Sigmoid", "Identity", "Reciprocal", "Pow",
         "Not", "And", "Or", "Xor", "LeakyRelu", "Cast", "MatMul", "Gemm", "Shape", "Size", "Reshape", "Flatten",
         "Transpose", "Concat", "Gather", "Dropout"),
     8: ("Max", "Min", "Sum", "Mean", "Expand"),
-    9: ("Erf", "Where"),
+    6: ("Floor", "Ceil"),
+    9: ("Erf", "Where", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"),
     10: ("Slice",),
-    11: ("Clip",),
+    11: ("Clip", "Round"),
     12: ("LessOrEqual", "GreaterOrEqual"),
 }
 for first, ops in SAME_SINCE.items():
