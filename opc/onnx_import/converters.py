@@ -1331,3 +1331,35 @@ def einsum(node: Node) -> Values:
     if summed:
         product = e.reduce_sum(product, summed)
     return [e.transpose(product, [kept.index(c) for c in out])]
+
+
+@converter("Mod", since=10)
+def mod(node: Node) -> Values:
+    """C's fmod (fmod=1: the sign of x) or Python's % (fmod=0: the sign of y) from floor:
+    t = |x| - floor(|x| / |y|) * |y|, corrected once into [0, |y|), signed. Integers of up to 32 bits
+    go through float64, where t is exact after the correction; 64-bit integers are refused."""
+    e = node.e
+    x, y = node.input(0), node.input(1)
+    dtype = numpy_of(x)
+    if dtype.kind in "iu" and dtype.itemsize > 4:
+        raise node.fail(f"Mod of {dtype} is not supported (integers of up to 32 bits)")
+    fmod = node.attr("fmod", 0)
+    if dtype.kind == "f" and not fmod and node.opset < 28:
+        raise node.fail(f"fmod must be 1 for floats before opset 28 (opset {node.opset})")
+    work = np.dtype(np.float64) if dtype.kind in "iu" else np.dtype(np.float32) if dtype.itemsize < 4 else dtype
+    xs = x if dtype == work else e.cast(x, BY_NUMPY[work])
+    ys = y if dtype == work else e.cast(y, BY_NUMPY[work])
+    zero = e.constant(np.array(0, work))
+    ax, ay = e.value(o.AbsOp(xs)), e.value(o.AbsOp(ys))
+    t = e.sub(ax, e.mul(e.value(o.FloorOp(e.div(ax, ay))), ay))
+    if dtype.kind == "f":  # x mod inf is x (the formula would give inf - inf)
+        t = e.select(e.value(o.EqualOp(ay, e.constant(np.array(np.inf, work)))), ax, t)
+    t = e.select(lt(node, t, zero), e.add(t, ay), t)
+    t = e.select(e.value(o.LessThanOp(t, ay)), t, e.sub(t, ay))
+    r = e.select(lt(node, xs, zero), e.neg(t), t)  # fmod: the sign of x
+    if not fmod:  # the sign of y: a nonzero remainder of the other sign moves by y
+        other = e.select(lt(node, r, zero), gt(node, ys, zero),
+                         e.select(gt(node, r, zero), lt(node, ys, zero), bool_constant(node, False)))
+        r = e.select(other, e.add(r, ys), r)
+    r = e.broadcast_to(r, np.broadcast_shapes(node.shape(0), node.shape(1)))
+    return [r if dtype == work else e.cast(r, x.type.element_type)]  # type: ignore[attr-defined]
