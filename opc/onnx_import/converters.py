@@ -787,11 +787,12 @@ def rms_normalization(node: Node) -> Values:
 # ---------------------------------------------------------------------------
 
 SAME_SINCE = {
-    7: (*BINARY, "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Relu", "Sigmoid", "Identity", "Reciprocal", "Pow",
+    6: ("Floor", "Ceil"),
+    7: (*BINARY, "Sin", "Cos", "Tan", "Asin", "Acos", "Atan",
+        "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Relu", "Sigmoid", "Identity", "Reciprocal", "Pow",
         "Not", "And", "Or", "Xor", "LeakyRelu", "Cast", "MatMul", "Gemm", "Shape", "Size", "Reshape", "Flatten",
         "Transpose", "Concat", "Gather", "Dropout"),
     8: ("Max", "Min", "Sum", "Mean", "Expand"),
-    6: ("Floor", "Ceil"),
     9: ("Erf", "Where", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"),
     10: ("Slice",),
     11: ("Clip", "Round"),
@@ -1363,3 +1364,30 @@ def mod(node: Node) -> Values:
         r = e.select(other, e.add(r, ys), r)
     r = e.broadcast_to(r, np.broadcast_shapes(node.shape(0), node.shape(1)))
     return [r if dtype == work else e.cast(r, x.type.element_type)]  # type: ignore[attr-defined]
+
+
+def reduce_prod(node: Node, from_input: bool) -> Values:
+    """exp(sum(log|x|)), negated where the count of negative factors is odd (floats; a zero factor gives
+    exp(-inf) = 0). Within a few ulps times log|x| of the product, not exact: integers are refused."""
+    e, x = node.e, node.input(0)
+    if numpy_of(x).kind != "f":
+        raise node.fail("ReduceProd of integers is not supported (floats only)")
+    axes = reduce_axes(node, from_input)
+    if axes is None:
+        return [x]
+    keep = bool(node.attr("keepdims", 1))
+    zero, one = scalar(node, 0.0, x), scalar(node, 1.0, x)
+    magnitude = e.value(o.ExpOp(e.reduce_sum(e.value(o.LogOp(e.value(o.AbsOp(x)))), axes, keep)))
+    negatives = e.reduce_sum(e.select(lt(node, x, zero), one, zero), axes, keep)
+    odd = e.sub(negatives, e.mul(e.value(o.FloorOp(e.mul(negatives, scalar(node, 0.5, x)))), scalar(node, 2.0, x)))
+    return [e.mul(magnitude, e.sub(one, e.mul(odd, scalar(node, 2.0, x))))]
+
+
+@converter("ReduceProd", since=7)
+def reduce_prod_attribute(node: Node) -> Values:
+    return reduce_prod(node, False)
+
+
+@converter("ReduceProd", since=18)
+def reduce_prod_input(node: Node) -> Values:
+    return reduce_prod(node, True)
