@@ -1391,3 +1391,27 @@ def reduce_prod_attribute(node: Node) -> Values:
 @converter("ReduceProd", since=18)
 def reduce_prod_input(node: Node) -> Values:
     return reduce_prod(node, True)
+
+
+converter("Scatter", since=9)(scatter_elements)  # ScatterElements' older name (opset 9, 10)
+
+
+@converter("EyeLike", since=9)
+def eye_like(node: Node) -> Values:
+    """Ones on the k-th diagonal, of the input's shape: known at import time."""
+    rows, cols = node.shape(0)
+    to = node.attr("dtype")
+    dtype = ELEMENT_TYPES[to][2] if to in ELEMENT_TYPES else node_numpy_dtype(node, 0)
+    if to is not None and to not in ELEMENT_TYPES:
+        raise node.fail(f"dtype {dtype_name(to)} is not supported")
+    return [np.eye(rows, cols, int(node.attr("k", 0)), dtype=dtype)]
+
+
+@converter("Shrink", since=9)
+def shrink(node: Node) -> Values:
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    e, x = node.e, node.input(0)
+    lambd, bias = node.attr("lambd", 0.5), node.attr("bias", 0.0)
+    zero = scalar(node, 0, x)
+    low = e.select(lt(node, x, scalar(node, -lambd, x)), e.add(x, scalar(node, bias, x)), zero)
+    return [e.select(gt(node, x, scalar(node, lambd, x)), e.sub(x, scalar(node, bias, x)), low)]
