@@ -14,6 +14,7 @@ outputs at the case's rtol/atol. Every case ends as one line:
     python3 tests/onnx_node_suite.py            # run, print the counts and every wrong/crash case
     python3 tests/onnx_node_suite.py --write    # ... and rewrite tests/onnx_node_expectations.txt
     python3 tests/onnx_node_suite.py -k relu    # only cases whose name contains 'relu'
+                                                # (with --write: only their lines are rewritten)
 
 tests/test_onnx_node_suite.py runs it in CI against the expectations file.
 """
@@ -139,8 +140,9 @@ def prepare_case(case) -> list[Prepared] | str:
 
 def compile_chunk(functions: list, outcome: Outcome, owner: dict[str, str]) -> dict[str, object]:
     """fname -> compiled function; a chunk that fails to build is split until the culprit is found."""
-    import opc
     from xdsl.dialects.builtin import ModuleOp
+
+    import opc
 
     if not functions:
         return {}
@@ -252,8 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{n} {s}")
     passed = sum(s == "pass" for s in status.values())
     print(f"{passed} of {len(status)} pass, {len(bad)} wrong or crashed")
-    if args.write:
-        write_expectations(status)
+    if args.write:  # with -k: those cases' lines replaced, the others kept
+        write_expectations({**(read_expectations() if args.pattern else {}), **status})
     return 1 if bad else 0
 
 

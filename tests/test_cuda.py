@@ -116,7 +116,8 @@ def ops_sources() -> list[str]:
     for op in ("neg", "abs", "relu"):
         for dt in ("float32", "float16", "int8", "int64"):
             out.append(unary(f"{op}_{dt}", op, dt))
-    for op in ("exp", "log", "tanh", "erf", "sqrt", "rsqrt"):
+    for op in ("exp", "log", "tanh", "erf", "sqrt", "rsqrt", "floor", "ceil", "round", "sin", "cos", "tan", "asin",
+               "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
         for dt in FLOATS:
             out.append(unary(f"{op}_{dt}", op, dt))
     for dt in FLOATS:

@@ -49,6 +49,12 @@ def cases() -> dict[str, tuple]:
     for op in ("And", "Or", "Xor"):
         add(op, single(op, {"p": p, "q": q}), {"p": p, "q": q})
     add("Not", single("Not", {"p": p}), {"p": p})
+    big = {"a": np.array([2**31 - 1, -2**31, -2**31 + 1, 7, -7, 2**30 + 3, 0, -5], np.int32),
+           "b": np.array([-3, 2**31 - 1, -2, -2**31, 3, -(2**29) - 1, 5, -5], np.int32)}
+    add("Mod_int32_extremes", single("Mod", big), big)  # float64 floor needs the one-step correction here
+    fm = {"a": f32(4, 6, low=-9, high=9), "b": f32(6, low=0.5, high=3) * np.sign(f32(6))}
+    for fmod in (0, 1):
+        add(f"Mod_float_fmod{fmod}", single("Mod", fm, fmod=fmod, opset=28 if fmod == 0 else 17), fm)
     add("Where", single("Where", {"c": p, "x": f32(3, 4), "y": f32(4)}), {"c": p, "x": f32(3, 4), "y": f32(4)})
     three = {"a": f32(2, 3), "b": f32(3), "c": f32(2, 1)}
     for op in ("Max", "Min", "Sum", "Mean"):

@@ -8,6 +8,7 @@ Primitives
   compare (-> i1):             greater_than less_than equal
   select:                      select %cond, %a, %b
   unary:                       neg exp log tanh erf sqrt rsqrt abs relu gelu
+                               floor ceil round sin cos tan asin acos atan sinh cosh asinh acosh atanh
   cast {dtype = T}, full {value}, broadcast_to, reshape, transpose {perm},
   reduce_sum / reduce_max / reduce_min / reduce_mean {axes, keepdim},
   matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
@@ -525,6 +526,104 @@ class ErfOp(UnaryElementwiseOp):
     """`%r = opc.erf %a : (tensor<4xf32>) -> tensor<4xf32>`"""
 
     name = "opc.erf"
+
+
+@irdl_op_definition
+class FloorOp(UnaryElementwiseOp):
+    """`%r = opc.floor %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.floor"
+
+
+@irdl_op_definition
+class CeilOp(UnaryElementwiseOp):
+    """`%r = opc.ceil %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.ceil"
+
+
+@irdl_op_definition
+class RoundOp(UnaryElementwiseOp):
+    """`%r = opc.round %a : (tensor<4xf32>) -> tensor<4xf32>` (round half to even (ONNX Round, C's rint))"""
+
+    name = "opc.round"
+
+
+@irdl_op_definition
+class SinOp(UnaryElementwiseOp):
+    """`%r = opc.sin %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.sin"
+
+
+@irdl_op_definition
+class CosOp(UnaryElementwiseOp):
+    """`%r = opc.cos %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.cos"
+
+
+@irdl_op_definition
+class TanOp(UnaryElementwiseOp):
+    """`%r = opc.tan %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.tan"
+
+
+@irdl_op_definition
+class AsinOp(UnaryElementwiseOp):
+    """`%r = opc.asin %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.asin"
+
+
+@irdl_op_definition
+class AcosOp(UnaryElementwiseOp):
+    """`%r = opc.acos %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.acos"
+
+
+@irdl_op_definition
+class AtanOp(UnaryElementwiseOp):
+    """`%r = opc.atan %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.atan"
+
+
+@irdl_op_definition
+class SinhOp(UnaryElementwiseOp):
+    """`%r = opc.sinh %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.sinh"
+
+
+@irdl_op_definition
+class CoshOp(UnaryElementwiseOp):
+    """`%r = opc.cosh %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.cosh"
+
+
+@irdl_op_definition
+class AsinhOp(UnaryElementwiseOp):
+    """`%r = opc.asinh %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.asinh"
+
+
+@irdl_op_definition
+class AcoshOp(UnaryElementwiseOp):
+    """`%r = opc.acosh %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.acosh"
+
+
+@irdl_op_definition
+class AtanhOp(UnaryElementwiseOp):
+    """`%r = opc.atanh %a : (tensor<4xf32>) -> tensor<4xf32>`"""
+
+    name = "opc.atanh"
 
 
 @irdl_op_definition
@@ -2122,6 +2221,7 @@ Opc = Dialect(
         AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp,
         GreaterThanOp, LessThanOp, EqualOp, SelectOp,
         NegOp, ExpOp, LogOp, TanhOp, ErfOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp,
+        FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp, CoshOp, AsinhOp, AcoshOp, AtanhOp,
         CastOp, FullOp, BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp,
         ReduceMinOp, ReduceMeanOp, SigmoidOp, SliceOp, ConcatOp, GatherOp,
         FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, SoftmaxCrossEntropyOp,

@@ -260,6 +260,11 @@ EXPRESSIONS = {
     math.ExpOp: libm("exp"), math.LogOp: libm("log"), math.TanhOp: libm("tanh"), math.ErfOp: libm("erf"),
     math.SqrtOp: libm("sqrt"), math.AbsFOp: libm("fabs"), math.PowFOp: libm("pow", 2),
     math.RsqrtOp: rsqrt, math.AbsIOp: abs_int,
+    math.FloorOp: libm("floor"), math.CeilOp: libm("ceil"), math.RoundEvenOp: libm("rint"),  # rint: half to even
+    math.SinOp: libm("sin"), math.CosOp: libm("cos"), math.TanOp: libm("tan"),
+    math.AsinOp: libm("asin"), math.AcosOp: libm("acos"), math.AtanOp: libm("atan"),
+    math.SinhOp: libm("sinh"), math.CoshOp: libm("cosh"),
+    math.AsinhOp: libm("asinh"), math.AcoshOp: libm("acosh"), math.AtanhOp: libm("atanh"),
 }  # fmt: skip
 
 

@@ -213,6 +213,11 @@ COMPARE: dict[type, tuple[str, str, str]] = {  # (float, signed, unsigned) predi
 FLOAT_UNARY: dict[type, type] = {
     opc.ExpOp: math.ExpOp, opc.LogOp: math.LogOp, opc.TanhOp: math.TanhOp, opc.ErfOp: math.ErfOp,
     opc.SqrtOp: math.SqrtOp, opc.RsqrtOp: math.RsqrtOp, opc.AbsOp: math.AbsFOp, opc.NegOp: arith.NegfOp,
+    opc.FloorOp: math.FloorOp, opc.CeilOp: math.CeilOp, opc.RoundOp: math.RoundEvenOp,
+    opc.SinOp: math.SinOp, opc.CosOp: math.CosOp, opc.TanOp: math.TanOp,
+    opc.AsinOp: math.AsinOp, opc.AcosOp: math.AcosOp, opc.AtanOp: math.AtanOp,
+    opc.SinhOp: math.SinhOp, opc.CoshOp: math.CoshOp,
+    opc.AsinhOp: math.AsinhOp, opc.AcoshOp: math.AcoshOp, opc.AtanhOp: math.AtanhOp,
 }  # fmt: skip
 
 

@@ -34,7 +34,10 @@ Values = list[SSAValue | np.ndarray]
 BINARY = {"Add": o.AddOp, "Sub": o.SubOp, "Mul": o.MulOp, "Div": o.DivOp,
           "Equal": o.EqualOp, "Less": o.LessThanOp, "Greater": o.GreaterThanOp}  # fmt: skip
 UNARY = {"Neg": o.NegOp, "Abs": o.AbsOp, "Exp": o.ExpOp, "Log": o.LogOp, "Tanh": o.TanhOp, "Erf": o.ErfOp,
-         "Sqrt": o.SqrtOp, "Relu": o.ReluOp, "Sigmoid": o.SigmoidOp}  # fmt: skip
+         "Sqrt": o.SqrtOp, "Relu": o.ReluOp, "Sigmoid": o.SigmoidOp,
+         "Floor": o.FloorOp, "Ceil": o.CeilOp, "Round": o.RoundOp, "Sin": o.SinOp, "Cos": o.CosOp, "Tan": o.TanOp,
+         "Asin": o.AsinOp, "Acos": o.AcosOp, "Atan": o.AtanOp, "Sinh": o.SinhOp, "Cosh": o.CoshOp,
+         "Asinh": o.AsinhOp, "Acosh": o.AcoshOp, "Atanh": o.AtanhOp}  # fmt: skip
 VARIADIC = {"Max": o.MaximumOp, "Min": o.MinimumOp, "Sum": o.AddOp}
 
 
@@ -784,13 +787,15 @@ def rms_normalization(node: Node) -> Values:
 # ---------------------------------------------------------------------------
 
 SAME_SINCE = {
-    7: (*BINARY, "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Relu", "Sigmoid", "Identity", "Reciprocal", "Pow",
+    6: ("Floor", "Ceil"),
+    7: (*BINARY, "Sin", "Cos", "Tan", "Asin", "Acos", "Atan",
+        "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Relu", "Sigmoid", "Identity", "Reciprocal", "Pow",
         "Not", "And", "Or", "Xor", "LeakyRelu", "Cast", "MatMul", "Gemm", "Shape", "Size", "Reshape", "Flatten",
         "Transpose", "Concat", "Gather", "Dropout"),
     8: ("Max", "Min", "Sum", "Mean", "Expand"),
-    9: ("Erf", "Where"),
+    9: ("Erf", "Where", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"),
     10: ("Slice",),
-    11: ("Clip",),
+    11: ("Clip", "Round"),
     12: ("LessOrEqual", "GreaterOrEqual"),
 }
 for first, ops in SAME_SINCE.items():
@@ -1327,3 +1332,86 @@ def einsum(node: Node) -> Values:
     if summed:
         product = e.reduce_sum(product, summed)
     return [e.transpose(product, [kept.index(c) for c in out])]
+
+
+@converter("Mod", since=10)
+def mod(node: Node) -> Values:
+    """C's fmod (fmod=1: the sign of x) or Python's % (fmod=0: the sign of y) from floor:
+    t = |x| - floor(|x| / |y|) * |y|, corrected once into [0, |y|), signed. Integers of up to 32 bits
+    go through float64, where t is exact after the correction; 64-bit integers are refused."""
+    e = node.e
+    x, y = node.input(0), node.input(1)
+    dtype = numpy_of(x)
+    if dtype.kind in "iu" and dtype.itemsize > 4:
+        raise node.fail(f"Mod of {dtype} is not supported (integers of up to 32 bits)")
+    fmod = node.attr("fmod", 0)
+    if dtype.kind == "f" and not fmod and node.opset < 28:
+        raise node.fail(f"fmod must be 1 for floats before opset 28 (opset {node.opset})")
+    work = np.dtype(np.float64) if dtype.kind in "iu" else np.dtype(np.float32) if dtype.itemsize < 4 else dtype
+    xs = x if dtype == work else e.cast(x, BY_NUMPY[work])
+    ys = y if dtype == work else e.cast(y, BY_NUMPY[work])
+    zero = e.constant(np.array(0, work))
+    ax, ay = e.value(o.AbsOp(xs)), e.value(o.AbsOp(ys))
+    t = e.sub(ax, e.mul(e.value(o.FloorOp(e.div(ax, ay))), ay))
+    if dtype.kind == "f":  # x mod inf is x (the formula would give inf - inf)
+        t = e.select(e.value(o.EqualOp(ay, e.constant(np.array(np.inf, work)))), ax, t)
+    t = e.select(lt(node, t, zero), e.add(t, ay), t)
+    t = e.select(e.value(o.LessThanOp(t, ay)), t, e.sub(t, ay))
+    r = e.select(lt(node, xs, zero), e.neg(t), t)  # fmod: the sign of x
+    if not fmod:  # the sign of y: a nonzero remainder of the other sign moves by y
+        other = e.select(lt(node, r, zero), gt(node, ys, zero),
+                         e.select(gt(node, r, zero), lt(node, ys, zero), bool_constant(node, False)))
+        r = e.select(other, e.add(r, ys), r)
+    r = e.broadcast_to(r, np.broadcast_shapes(node.shape(0), node.shape(1)))
+    return [r if dtype == work else e.cast(r, x.type.element_type)]  # type: ignore[attr-defined]
+
+
+def reduce_prod(node: Node, from_input: bool) -> Values:
+    """exp(sum(log|x|)), negated where the count of negative factors is odd (floats; a zero factor gives
+    exp(-inf) = 0). Within a few ulps times log|x| of the product, not exact: integers are refused."""
+    e, x = node.e, node.input(0)
+    if numpy_of(x).kind != "f":
+        raise node.fail("ReduceProd of integers is not supported (floats only)")
+    axes = reduce_axes(node, from_input)
+    if axes is None:
+        return [x]
+    keep = bool(node.attr("keepdims", 1))
+    zero, one = scalar(node, 0.0, x), scalar(node, 1.0, x)
+    magnitude = e.value(o.ExpOp(e.reduce_sum(e.value(o.LogOp(e.value(o.AbsOp(x)))), axes, keep)))
+    negatives = e.reduce_sum(e.select(lt(node, x, zero), one, zero), axes, keep)
+    odd = e.sub(negatives, e.mul(e.value(o.FloorOp(e.mul(negatives, scalar(node, 0.5, x)))), scalar(node, 2.0, x)))
+    return [e.mul(magnitude, e.sub(one, e.mul(odd, scalar(node, 2.0, x))))]
+
+
+@converter("ReduceProd", since=7)
+def reduce_prod_attribute(node: Node) -> Values:
+    return reduce_prod(node, False)
+
+
+@converter("ReduceProd", since=18)
+def reduce_prod_input(node: Node) -> Values:
+    return reduce_prod(node, True)
+
+
+converter("Scatter", since=9)(scatter_elements)  # ScatterElements' older name (opset 9, 10)
+
+
+@converter("EyeLike", since=9)
+def eye_like(node: Node) -> Values:
+    """Ones on the k-th diagonal, of the input's shape: known at import time."""
+    rows, cols = node.shape(0)
+    to = node.attr("dtype")
+    dtype = ELEMENT_TYPES[to][2] if to in ELEMENT_TYPES else node_numpy_dtype(node, 0)
+    if to is not None and to not in ELEMENT_TYPES:
+        raise node.fail(f"dtype {dtype_name(to)} is not supported")
+    return [np.eye(rows, cols, int(node.attr("k", 0)), dtype=dtype)]
+
+
+@converter("Shrink", since=9)
+def shrink(node: Node) -> Values:
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    e, x = node.e, node.input(0)
+    lambd, bias = node.attr("lambd", 0.5), node.attr("bias", 0.0)
+    zero = scalar(node, 0, x)
+    low = e.select(lt(node, x, scalar(node, -lambd, x)), e.add(x, scalar(node, bias, x)), zero)
+    return [e.select(gt(node, x, scalar(node, lambd, x)), e.sub(x, scalar(node, bias, x)), low)]

@@ -135,6 +135,71 @@ def vjp_erf(e: OpBuilder, op: o.ErfOp, douts: Grads) -> Grads:
     return (e.mul(douts[0], g),)
 
 
+def vjp_step(e: OpBuilder, op: o.FloorOp | o.CeilOp | o.RoundOp, douts: Grads) -> Grads:
+    # piecewise constant: zero almost everywhere (as torch and JAX define it)
+    return (e.full(0.0, op.x),)
+
+
+def _times(e: OpBuilder, douts: Grads, g: SSAValue) -> Grads:
+    return (e.mul(douts[0], g),)
+
+
+def _rsqrt_of(e: OpBuilder, v: SSAValue) -> SSAValue:
+    return e.value(o.RsqrtOp(v))
+
+
+def vjp_sin(e: OpBuilder, op: o.SinOp, douts: Grads) -> Grads:
+    return _times(e, douts, e.value(o.CosOp(op.x)))
+
+
+def vjp_cos(e: OpBuilder, op: o.CosOp, douts: Grads) -> Grads:
+    return _times(e, douts, e.neg(e.value(o.SinOp(op.x))))
+
+
+def vjp_tan(e: OpBuilder, op: o.TanOp, douts: Grads) -> Grads:  # 1 + tan^2
+    t = _result(op)
+    return _times(e, douts, e.add(e.full(1.0, t), e.mul(t, t)))
+
+
+def vjp_asin(e: OpBuilder, op: o.AsinOp, douts: Grads) -> Grads:  # 1 / sqrt(1 - x^2)
+    x = op.x
+    return _times(e, douts, _rsqrt_of(e, e.sub(e.full(1.0, x), e.mul(x, x))))
+
+
+def vjp_acos(e: OpBuilder, op: o.AcosOp, douts: Grads) -> Grads:  # -1 / sqrt(1 - x^2)
+    x = op.x
+    return _times(e, douts, e.neg(_rsqrt_of(e, e.sub(e.full(1.0, x), e.mul(x, x)))))
+
+
+def vjp_atan(e: OpBuilder, op: o.AtanOp, douts: Grads) -> Grads:  # 1 / (1 + x^2)
+    x = op.x
+    return (e.div(douts[0], e.add(e.full(1.0, x), e.mul(x, x))),)
+
+
+def vjp_sinh(e: OpBuilder, op: o.SinhOp, douts: Grads) -> Grads:
+    return _times(e, douts, e.value(o.CoshOp(op.x)))
+
+
+def vjp_cosh(e: OpBuilder, op: o.CoshOp, douts: Grads) -> Grads:
+    return _times(e, douts, e.value(o.SinhOp(op.x)))
+
+
+def vjp_asinh(e: OpBuilder, op: o.AsinhOp, douts: Grads) -> Grads:  # 1 / sqrt(x^2 + 1)
+    x = op.x
+    return _times(e, douts, _rsqrt_of(e, e.add(e.mul(x, x), e.full(1.0, x))))
+
+
+def vjp_acosh(e: OpBuilder, op: o.AcoshOp, douts: Grads) -> Grads:  # 1 / sqrt(x^2 - 1)
+    x = op.x
+    return _times(e, douts, _rsqrt_of(e, e.sub(e.mul(x, x), e.full(1.0, x))))
+
+
+def vjp_atanh(e: OpBuilder, op: o.AtanhOp, douts: Grads) -> Grads:  # 1 / (1 - x^2)
+    x = op.x
+    return (e.div(douts[0], e.sub(e.full(1.0, x), e.mul(x, x))),)
+
+
+def vjp_sqrt(e: OpBuilder, op: o.SqrtOp, douts: Grads) -> Grads:
 def vjp_sqrt(e: OpBuilder, op: o.SqrtOp, douts: Grads) -> Grads:
     # d sqrt(x) = 0.5 / sqrt(x)
     return (e.div(e.scale(douts[0], 0.5), _result(op)),)
