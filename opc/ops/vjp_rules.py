@@ -200,7 +200,6 @@ def vjp_atanh(e: OpBuilder, op: o.AtanhOp, douts: Grads) -> Grads:  # 1 / (1 - x
 
 
 def vjp_sqrt(e: OpBuilder, op: o.SqrtOp, douts: Grads) -> Grads:
-def vjp_sqrt(e: OpBuilder, op: o.SqrtOp, douts: Grads) -> Grads:
     # d sqrt(x) = 0.5 / sqrt(x)
     return (e.div(e.scale(douts[0], 0.5), _result(op)),)
 
