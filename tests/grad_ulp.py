@@ -9,7 +9,7 @@ dout = [1, 0] is 1 - sigmoid(x) = sigmoid(-x).
 
     python tests/grad_ulp.py [STRIDE [OP...]] [--range LO HI]   # the table (README); stride 1: every f32
 
-tests/test_grad_ulp.py runs it on a sample and checks the bounds.
+tests/autodiff/test_grad_ulp.py runs it on a sample and checks the bounds.
 """
 
 from __future__ import annotations

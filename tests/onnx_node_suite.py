@@ -16,7 +16,7 @@ outputs at the case's rtol/atol. Every case ends as one line:
     python3 tests/onnx_node_suite.py -k relu    # only cases whose name contains 'relu'
                                                 # (with --write: only their lines are rewritten)
 
-tests/test_onnx_node_suite.py runs it in CI against the expectations file.
+tests/frontend/test_onnx_node_suite.py runs it in CI against the expectations file.
 """
 
 from __future__ import annotations

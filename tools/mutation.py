@@ -42,13 +42,13 @@ class Module:
 
 
 MODULES = {
-    "rules": Module("opc/ops/vjp_rules.py", "tests/test_grad_primitives.py tests/test_grad_semantics.py "
-                    "tests/test_grad_higher_order.py tests/test_nn_grad.py tests/test_edge_values.py"),
-    "decompose": Module("opc/ops/decompositions.py", "tests/test_decompose.py tests/test_nn_ops.py"),
-    "scalars": Module("opc/lowering/scalars.py", "tests/test_cpu_ops.py tests/test_edge_values.py"),
-    "c-tables": Module("opc/lowering/c_emitter.py", "tests/test_cpu_ops.py tests/test_compare_nan.py "
-                       "tests/test_edge_values.py", lines=(1, 300)),  # the expression tables and their renderers
-    "converters": Module("opc/onnx_import/converters.py", "tests/test_onnx_import.py"),
+    "rules": Module("opc/ops/vjp_rules.py", "tests/autodiff/test_grad_primitives.py tests/autodiff/test_grad_semantics.py "
+                    "tests/autodiff/test_grad_higher_order.py tests/autodiff/test_nn_grad.py tests/lowering/test_edge_values.py"),
+    "decompose": Module("opc/ops/decompositions.py", "tests/ops/test_decompose.py tests/lowering/test_nn_ops.py"),
+    "scalars": Module("opc/lowering/scalars.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_edge_values.py"),
+    "c-tables": Module("opc/lowering/c_emitter.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_compare_nan.py "
+                       "tests/lowering/test_edge_values.py", lines=(1, 300)),  # the expression tables and their renderers
+    "converters": Module("opc/onnx_import/converters.py", "tests/frontend/test_onnx_import.py"),
 }
 
 # cosmic-ray operators left out: bit operations, shifts, modulo, floor division and power
@@ -99,44 +99,44 @@ class HandMutant:
 HAND_MUTANTS = [
     # the cast runtime (runtime/opc_runtime.h)
     HandMutant("runtime/opc_runtime.h", "x += 0x7fffu + ((x >> 16) & 1u);", "x += 0x7fffu;",
-               "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast", "f32->bf16 rounds ties up, not to even"),
+               "tests/runtime/test_runtime_c.py tests/lowering/test_cpu_ops.py::test_cast", "f32->bf16 rounds ties up, not to even"),
     HandMutant("runtime/opc_runtime.h", "if ((x & 0x7fffffffu) > 0x7f800000u)", "if ((x & 0x7fffffffu) >= 0x7f800000u)",
-               "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast", "f32->bf16 turns inf into NaN"),
+               "tests/runtime/test_runtime_c.py tests/lowering/test_cpu_ops.py::test_cast", "f32->bf16 turns inf into NaN"),
     HandMutant("runtime/opc_runtime.h", "float v = (float)man * 5.9604644775390625e-08f;",
                "float v = (float)man * 1.1920928955078125e-07f;",
-               "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast", "f16 subnormals read at twice their value"),
+               "tests/runtime/test_runtime_c.py tests/lowering/test_cpu_ops.py::test_cast", "f16 subnormals read at twice their value"),
     HandMutant("runtime/opc_runtime.h", "    if (x >= 255.0) return UINT8_MAX;\n    return (uint8_t)x;",
                "    if (x >= 255.0) return UINT8_MAX;\n    return (uint8_t)(x + 0.5);",
-               "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast", "float->ui8 rounds instead of truncating"),
+               "tests/runtime/test_runtime_c.py tests/lowering/test_cpu_ops.py::test_cast", "float->ui8 rounds instead of truncating"),
     HandMutant("runtime/opc_runtime.h", "OPC_FN int32_t opc_sat_i32(double x) {\n    if (x != x) return 0;",
-               "OPC_FN int32_t opc_sat_i32(double x) {", "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast",
+               "OPC_FN int32_t opc_sat_i32(double x) {", "tests/runtime/test_runtime_c.py tests/lowering/test_cpu_ops.py::test_cast",
                "float->i32: NaN not mapped to 0"),
     HandMutant("runtime/opc_runtime.h", "if (x >= 9223372036854775808.0) return INT64_MAX;",
                "if (x > 9223372036854775808.0) return INT64_MAX;",
-               "tests/test_runtime_c.py tests/test_cpu_ops.py::test_cast", "float->i64: 2^63 converted (undefined)"),
+               "tests/runtime/test_runtime_c.py tests/lowering/test_cpu_ops.py::test_cast", "float->i64: 2^63 converted (undefined)"),
     # the row reductions (runtime/opc_nn_rows.h)
     HandMutant("runtime/opc_nn_rows.h", "    for (; j < n; j++) {\n        const ACC v = LD(x, base + j, dt);",
                "    for (; j + 1 < n; j++) {\n        const ACC v = LD(x, base + j, dt);",
-               "tests/test_edge_values.py -k softmax", "row max skips the last element (the audit's survivor)"),
+               "tests/lowering/test_edge_values.py -k softmax", "row max skips the last element (the audit's survivor)"),
     HandMutant("runtime/opc_nn_rows.h", "    for (; j < n; j++) {\n        const ACC e = OPC_NN_EXP(",
                "    for (; j + 1 < n; j++) {\n        const ACC e = OPC_NN_EXP(",
-               "tests/test_edge_values.py tests/test_nn_ops.py -k softmax", "row exp-sum skips the last element"),
+               "tests/lowering/test_edge_values.py tests/lowering/test_nn_ops.py -k softmax", "row exp-sum skips the last element"),
     HandMutant("runtime/opc_nn_rows.h", "    for (int w = OPC_NN_LANES / 2; w > 0; w /= 2)\n        for (int k = 0; k < w; k++) lane[k] += lane[k + w];",
                "    for (int w = OPC_NN_LANES / 2; w > 1; w /= 2)\n        for (int k = 0; k < w; k++) lane[k] += lane[k + w];",
-               "tests/test_edge_values.py tests/test_nn_ops.py", "the lane fold drops the last partial sum"),
+               "tests/lowering/test_edge_values.py tests/lowering/test_nn_ops.py", "the lane fold drops the last partial sum"),
     HandMutant("runtime/opc_nn_rows.h", "for (int64_t k = 0; k < w; k++) { m[k] = (ACC)-INFINITY; s[k] = 0; }",
                "for (int64_t k = 0; k < w; k++) { m[k] = 0; s[k] = 0; }",
-               "tests/test_edge_values.py -k softmax", "the tiled max starts at 0, not -inf"),
+               "tests/lowering/test_edge_values.py -k softmax", "the tiled max starts at 0, not -inf"),
     # the C expression tables (strings: cosmic-ray does not mutate them)
     HandMutant("opc/lowering/c_emitter.py", '"slt": "<", "sle": "<="', '"slt": "<=", "sle": "<="',
-               "tests/test_cpu_ops.py -k compare", "signed less-than rendered as <="),
+               "tests/lowering/test_cpu_ops.py -k compare", "signed less-than rendered as <="),
     HandMutant("opc/lowering/c_emitter.py", 'arith.MaxUIOp: int_pick(">", True)', 'arith.MaxUIOp: int_pick(">")',
-               "tests/test_edge_values.py -k ui8", "unsigned max as a signed compare (the audit's survivor)"),
+               "tests/lowering/test_edge_values.py -k ui8", "unsigned max as a signed compare (the audit's survivor)"),
     HandMutant("opc/lowering/c_emitter.py", 'return f"(({a} < {b}) || ({a} > {b}))"', 'return f"({a} != {b})"',
-               "tests/test_compare_nan.py", "ordered not-equal true for NaN (the audit's find)"),
+               "tests/lowering/test_compare_nan.py", "ordered not-equal true for NaN (the audit's find)"),
     HandMutant("opc/lowering/c_emitter.py", 'CMPF_UNORDERED = {"ult": ">=", "ule": ">", "ugt": "<=", "uge": "<"}',
                'CMPF_UNORDERED = {"ult": ">", "ule": ">", "ugt": "<=", "uge": "<"}',
-               "tests/test_compare_nan.py", "unordered less-than negates the wrong complement"),
+               "tests/lowering/test_compare_nan.py", "unordered less-than negates the wrong complement"),
 ]
 
 

@@ -1,5 +1,5 @@
 """Export a small CNN with PyTorch's (TorchScript) ONNX exporter, batch norm in training
-mode, and record torch's forward and gradients as the test data of tests/test_cnn_model.py:
+mode, and record torch's forward and gradients as the test data of tests/frontend/test_cnn_model.py:
 
     python examples/cnn/export_small_cnn.py     # writes small_cnn.onnx and small_cnn_ref.npz here
 

@@ -5,17 +5,15 @@ xDSL's name_hint setter drops a trailing `_<digits>` and refuses the empty strin
 name like `%_0` (stored as '') once failed the first pass that copied it onto a new value.
 The grid puts each name in an argument, a result and the first of two results; its
 programs are kept in tests/fuzz_corpus/names/ so the CLI fuzzer mutates them too
-(regenerate them with `python tests/test_names.py`).
+(regenerate them with `python tests/transforms/test_names.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +24,7 @@ from opc.cli import main
 from opc.ir import parse_text, settled_name
 from opc.transforms import get_all_passes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GRID_DIR = ROOT / "tests" / "fuzz_corpus" / "names"
 
 # Legal MLIR value names: xDSL reduces some to nothing (`_0`, `_0_0` after a copy) and
@@ -34,7 +32,7 @@ GRID_DIR = ROOT / "tests" / "fuzz_corpus" / "names"
 NAMES = ["_0", "_", "0", "a_1", "$x", "x.y", "-", "_0_0", "a_1_2", "$", ".", "a-1", "__0", "x" * 300]
 
 TEMPLATE = """\
-// name grid of tests/test_names.py: %{name} as an argument, a result and the first of two results
+// name grid of tests/transforms/test_names.py: %{name} as an argument, a result and the first of two results
 func.func @arg(%N: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
   %t = opc.tanh %N : (tensor<4x8xf32>) -> tensor<4x8xf32>
   %m = opc.matmul %t, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
@@ -102,7 +100,7 @@ def test_name_survives_every_pass(i):
     exit 0; the printed IR parses again and shows the name where one is left."""
     name = NAMES[i]
     path = grid_path(i)
-    assert path.read_text(encoding="utf-8") == grid_program(name), "stale grid: run `python tests/test_names.py`"
+    assert path.read_text(encoding="utf-8") == grid_program(name), "stale grid: run `python tests/transforms/test_names.py`"
     for command in COMMANDS:
         rc, out, err = run_cli([command[0], str(path), *command[1:]])
         assert rc == 0, f"opc {' '.join(command)} with %{name[:20]}: {err}"
@@ -159,12 +157,11 @@ def test_all_names_cpu_build(tmp_path):
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH (it builds the CUDA simulation)")
 def test_all_names_cuda_on_the_simulator(tmp_path):
+    from cuda_simulator import simulated
+
     from opc.api import lower, prepare
     from opc.frontend import load_module
     from opc.lowering.cuda_emitter import emit_cuda
-
-    sys.path.insert(0, os.path.dirname(__file__))
-    from test_cuda import simulated
 
     cu, sigs = emit_cuda(lower(prepare(load_module(all_names_program()), "cuda", True), "cuda"))
     check_all_names(simulated(cu, sigs, str(tmp_path), "names"))

@@ -15,7 +15,7 @@ import pytest
 
 import opc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "mlp.mlir"
 RNG = np.random.default_rng(3)
 

@@ -171,7 +171,7 @@ def test_trace_time_shape_error_names_the_argument(m):
 # opc.torch.Module: an imported ONNX model trained with a torch optimizer
 # ---------------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def torch_mlp(x, labels, w):

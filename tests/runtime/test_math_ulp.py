@@ -14,7 +14,7 @@ import pytest
 
 from opc.lowering.build import BASE_FLAGS, native_flags, runtime_dir
 
-SOURCE = os.path.join(os.path.dirname(__file__), "math_ulp.c")
+SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "math_ulp.c")
 MAX_ULP = {"exp": 1, "erf": 3, "log": 1, "sigmoid": 3}  # full sweep, both contraction modes
 STRIDE = 4099  # prime, so the sample walks through every exponent and mantissa pattern
 

@@ -3,7 +3,7 @@
 - reductions with an empty `axes` are the identity (SPEC.md), forward and gradient, on
   every path (default, decompose="all");
 - pow's gradient at a base of 0 is masked as PyTorch masks it, so no NaN appears;
-- (an i1 cast used twice gets its cotangents or-ed, not added: tests/test_grad_semantics.py, the integer module);
+- (an i1 cast used twice gets its cotangents or-ed, not added: tests/autodiff/test_grad_semantics.py, the integer module);
 - every cast pair, chained there and back, at every short trip count: gcc 12.2 at -O3
   dropped the `(double)(float)x` rounding when it SLP-vectorized loops of 2, 3, 6, 7
   elements and loop tails (opc/lowering/build.py MODULE_FLAGS).

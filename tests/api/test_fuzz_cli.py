@@ -7,7 +7,7 @@ never "internal compiler error", a traceback, another exit code or a hang.
 Mutants run in-process through the CLI's main() (no compiler: --emit stops before gcc);
 a few run as real subprocesses that build with gcc. A long run:
 
-    python -m pytest -q tests/test_fuzz_cli.py --fuzz-count 5000 --fuzz-seed 1
+    python -m pytest -q tests/api/test_fuzz_cli.py --fuzz-count 5000 --fuzz-seed 1
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 
 from opc.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # tests/fuzz_corpus: inputs that once broke the CLI (test_names.py writes its name grid there)
 CORPUS = sorted([*ROOT.glob("examples/**/*.mlir"), *ROOT.glob("tests/filecheck/**/*.mlir"),
                  *ROOT.glob("tests/fuzz_corpus/**/*.mlir")])

@@ -16,7 +16,7 @@ import pytest
 
 bf16 = ml_dtypes.bfloat16
 
-RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
+RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
 
 CDEF = """
 void t_f16_to_f32(const uint16_t *x, float *y, int64_t n);

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 
-import re
-
 import ml_dtypes
 import numpy as np
 import pytest
-from test_schedule import row_src
+from cuda_simulator import simulated
+from programs import row_src
 
 import opc
 from opc.api import lower, prepare
@@ -30,7 +30,7 @@ from opc.lowering.build import runtime_dir
 from opc.lowering.cuda_build import compile_cuda, driver_device_count, has_cuda_device, nvcc_path
 from opc.lowering.cuda_emitter import emit_cuda
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MLP = os.path.join(ROOT, "examples", "mlp.mlir")
 MLIR = {"bool": "i1", "int8": "i8", "uint8": "ui8", "int16": "i16", "int32": "i32", "int64": "i64",
         "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}  # fmt: skip
@@ -663,27 +663,6 @@ def test_row_kernels_match_numpy(row_modules, shape, dt, case):
 
 
 # -- the generated CUDA run on the CPU (tests/cuda_sim.h): a check of the kernels' logic without a GPU --
-
-SIM_DROPS = ("#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
-             '#include "opc_cuda_gemm.cuh"', '#include "opc_nn.cuh"')
-
-
-def simulated(cu: str, sigs, tmp: str, name: str):
-    """The emitted .cu built with g++ against cuda_sim.h: every launch runs its blocks on
-    std::threads, with real barriers for __syncthreads and the shuffles."""
-    from opc.lowering.cuda_build import load_cuda_library
-
-    text = "\n".join(['#include "cuda_sim.h"', *(ln for ln in cu.splitlines() if ln.strip() not in SIM_DROPS)])
-    text = re.sub(r"(\w+)<<<(\d+), (\d+)>>>\(([^;]*)\);", r"opc_sim_launch(\2, \3, [&] { \1(\4); });", text)
-    src, lib = os.path.join(tmp, f"{name}.cpp"), os.path.join(tmp, f"lib{name}.so")
-    with open(src, "w", encoding="utf-8") as f:
-        f.write(text)
-    cmd = [shutil.which("g++") or "g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-           "-I", str(runtime_dir()), "-I", os.path.dirname(os.path.abspath(__file__)), "-o", lib, src]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return load_cuda_library(lib, sigs, cu, require_device=False)
-
 
 @pytest.fixture(scope="module")
 def simulated_rows(tmp_path_factory):

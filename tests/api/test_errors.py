@@ -14,7 +14,7 @@ import pytest
 import opc
 from opc.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "mlp.mlir"
 CAST = ROOT / "examples" / "cast.mlir"
 

@@ -12,7 +12,7 @@ import pytest
 
 from opc.lowering.build import BASE_FLAGS, native_flags, runtime_dir
 
-SOURCE = os.path.join(os.path.dirname(__file__), "tanh_ulp.c")
+SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tanh_ulp.c")
 MAX_ULP = 6  # full sweep, both contraction modes
 STRIDE = 4099  # prime, so the sample walks through every exponent and mantissa pattern
 

@@ -20,7 +20,7 @@ from opc.cli import main
 from opc.errors import OpcError
 from opc.lowering import build
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "mlp.mlir"
 # every runtime header: the GEMM, the nn kernels (softmax, layer_norm), run-time checks (gather)
 ALL_HEADERS = """

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent / "filecheck"
+HERE = Path(__file__).resolve().parents[1] / "filecheck"
 
 
 def test_lit_filecheck_suite() -> None:

@@ -21,7 +21,7 @@ from opc.check_inputs import CAST_VALUES, SPECIALS, case_seed
 from opc.cli import main
 from opc.targets.target import get_target
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOML = str(ROOT / "tests" / "planted" / "planted.toml")
 
 Pick = Callable[[Case], bool]

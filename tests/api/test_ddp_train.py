@@ -18,7 +18,7 @@ for package in ("torch", "onnx"):
     if importlib.util.find_spec(package) is None:
         pytest.skip(f"{package} not installed", allow_module_level=True)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 import ddp_train  # noqa: E402
 

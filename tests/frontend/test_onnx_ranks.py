@@ -1,6 +1,6 @@
 """Ranks 5 to 8 (opc's MAX_RANK) through the ONNX importer, op kind by op kind, against
 onnxruntime: one module for all cases, compiled with grad=True (the gradient functions of
-every op must build at rank 8 too); a rank-9 result is refused (tests/test_onnx_cli.py)."""
+every op must build at rank 8 too); a rank-9 result is refused (tests/frontend/test_onnx_cli.py)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("opc_mutation_tool", ROOT / "tools" / "mutation.py")
 mutation = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = mutation  # dataclasses look their module up

@@ -29,7 +29,7 @@ from opc.targets.routing import route_op
 from opc.targets.target import get_target
 from opc.transforms.opc_decompose import legalize
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NPU = str(ROOT / "examples" / "npu" / "npu.toml")
 NPU_MLP = (ROOT / "examples" / "npu" / "mlp.mlir").read_text()
 

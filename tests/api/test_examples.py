@@ -17,7 +17,7 @@ from requires import import_or_skip
 
 import opc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MLP_TEXT = (ROOT / "examples" / "mlp.mlir").read_text()
 # The same model in f64 with the rounding cast made an identity: smooth, for finite differences.
 MLP_F64 = MLP_TEXT.replace("f32", "f64").replace("f16", "f64").replace("@mlp", "@mlp64")
