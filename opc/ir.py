@@ -26,7 +26,8 @@ from opc.errors import OpcError, first_line, printable
 
 def make_context() -> Context:
     ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, Opc, OpcLoops, OpcSched):
+    dialects = (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, Opc, OpcLoops, OpcSched)
+    for dialect in dialects:
         ctx.load_dialect(dialect)
     return ctx
 

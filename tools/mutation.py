@@ -46,8 +46,8 @@ MODULES = {
                     "tests/autodiff/test_grad_higher_order.py tests/autodiff/test_nn_grad.py tests/lowering/test_edge_values.py"),
     "decompose": Module("opc/ops/decompositions.py", "tests/ops/test_decompose.py tests/lowering/test_nn_ops.py"),
     "scalars": Module("opc/lowering/scalars.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_edge_values.py"),
-    "c-tables": Module("opc/lowering/c_emitter.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_compare_nan.py "
-                       "tests/lowering/test_edge_values.py", lines=(1, 300)),  # the expression tables and their renderers
+    "c-tables": Module("opc/lowering/c_expressions.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_compare_nan.py "
+                       "tests/lowering/test_edge_values.py", ),  # the expression tables and their renderers
     "converters": Module("opc/onnx_import/converters.py", "tests/frontend/test_onnx_import.py"),
 }
 
@@ -59,7 +59,7 @@ EXCLUDED_OPERATORS = ("BitAnd", "BitOr", "BitXor", "LShift", "RShift", "Mod", "F
 
 # Known equivalent mutants, (module, the mutated line as cosmic-ray writes it): why no test can kill them.
 EQUIVALENT: dict[tuple[str, str], str] = {
-    ("opc/lowering/c_emitter.py", 'one = "1.0f" if not isinstance(t, Float32Type) else "1.0"'):
+    ("opc/lowering/c_expressions.py", 'one = "1.0f" if not isinstance(t, Float32Type) else "1.0"'):
         "rsqrt's 1 as a double for f32 (or a float for f64): 1/sqrtf(x) divided in double and rounded to "
         "float is the correctly rounded float quotient (double rounding is innocuous for division), and 1.0f "
         "promotes exactly to double",
@@ -70,7 +70,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("opc/onnx_import/converters.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
                                       'node.axis(node.attr("axis"), rank)))]'):
         "Concat of one input: args[-1] is args[0]",
-    ("opc/lowering/c_emitter.py", 'return n * {"double": 8, "float": 4, "uint16_t": 2, "int64_t": 9, "uint64_t": 8, '
+    ("opc/lowering/c_expressions.py", 'return n * {"double": 8, "float": 4, "uint16_t": 2, "int64_t": 9, "uint64_t": 8, '
                                   '"int32_t": 4,'):
         "an int64 buffer over-allocated by 1/8 in the arena: each slot starts 64-byte aligned, so only memory is "
         "wasted (the opposite slip, 7, is an overflow that test_sanitize's ASan run reports)",
@@ -128,13 +128,13 @@ HAND_MUTANTS = [
                "for (int64_t k = 0; k < w; k++) { m[k] = 0; s[k] = 0; }",
                "tests/lowering/test_edge_values.py -k softmax", "the tiled max starts at 0, not -inf"),
     # the C expression tables (strings: cosmic-ray does not mutate them)
-    HandMutant("opc/lowering/c_emitter.py", '"slt": "<", "sle": "<="', '"slt": "<=", "sle": "<="',
+    HandMutant("opc/lowering/c_expressions.py", '"slt": "<", "sle": "<="', '"slt": "<=", "sle": "<="',
                "tests/lowering/test_cpu_ops.py -k compare", "signed less-than rendered as <="),
-    HandMutant("opc/lowering/c_emitter.py", 'arith.MaxUIOp: int_pick(">", True)', 'arith.MaxUIOp: int_pick(">")',
+    HandMutant("opc/lowering/c_expressions.py", 'arith.MaxUIOp: int_pick(">", True)', 'arith.MaxUIOp: int_pick(">")',
                "tests/lowering/test_edge_values.py -k ui8", "unsigned max as a signed compare (the audit's survivor)"),
-    HandMutant("opc/lowering/c_emitter.py", 'return f"(({a} < {b}) || ({a} > {b}))"', 'return f"({a} != {b})"',
+    HandMutant("opc/lowering/c_expressions.py", 'return f"(({a} < {b}) || ({a} > {b}))"', 'return f"({a} != {b})"',
                "tests/lowering/test_compare_nan.py", "ordered not-equal true for NaN (the audit's find)"),
-    HandMutant("opc/lowering/c_emitter.py", 'CMPF_UNORDERED = {"ult": ">=", "ule": ">", "ugt": "<=", "uge": "<"}',
+    HandMutant("opc/lowering/c_expressions.py", 'CMPF_UNORDERED = {"ult": ">=", "ule": ">", "ugt": "<=", "uge": "<"}',
                'CMPF_UNORDERED = {"ult": ">", "ule": ">", "ugt": "<=", "uge": "<"}',
                "tests/lowering/test_compare_nan.py", "unordered less-than negates the wrong complement"),
 ]

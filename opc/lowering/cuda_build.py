@@ -72,7 +72,8 @@ def cuda_key(source: str, cdef: str, nvcc: str) -> str:
 
 def library_cdef(signatures: list[FunctionSignature]) -> str:
     """Device-pointer entry points, their _host wrappers, and the two CUDA helpers."""
-    return "\n".join([cdef_for(signatures), cdef_for(signatures, "_host"), "const char *opc_cuda_error_string(int code);",
+    return "\n".join([cdef_for(signatures), cdef_for(signatures, "_host"),
+                      "const char *opc_cuda_error_string(int code);",
                       "int opc_cuda_device_count(int *count);"]) + status_cdef(signatures)
 
 

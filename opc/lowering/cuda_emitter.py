@@ -49,7 +49,8 @@ from xdsl.ir import Operation, SSAValue
 
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
 from opc.lowering.abi import FunctionSignature, c_symbol
-from opc.lowering.c_emitter import CEmitter, c_type, dtype_suffix
+from opc.lowering.c_emitter import CEmitter
+from opc.lowering.c_expressions import c_type, dtype_suffix
 from opc.lowering.cuda_kernel_emission import (
     HOST_OPS,
     KernelEmission,

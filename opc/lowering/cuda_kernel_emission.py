@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
-from opc.lowering.c_emitter import EXPRESSIONS, c_type
+from opc.lowering.c_expressions import EXPRESSIONS, c_type
 from opc.lowering.row_kernel_lowering import ROW_KERNEL_ATTR
 
 BLOCK = 256  # threads per block of the generated kernels

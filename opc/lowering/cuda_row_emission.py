@@ -8,7 +8,7 @@ from __future__ import annotations
 from xdsl.dialects import scf
 from xdsl.ir import Operation
 
-from opc.lowering.c_emitter import c_type
+from opc.lowering.c_expressions import c_type
 from opc.lowering.cuda_kernel_emission import (  # noqa: E501
     BLOCK,
     MAX_BLOCKS,

@@ -31,7 +31,7 @@ from xdsl.ir import Operation, SSAValue
 from opc.dialects import opc
 from opc.dialects.kinds import element_of, numel, shape_of
 from opc.dialects.opc_loops import ERRORS_ATTR, CallOp, CheckIndexOp, RaiseStatusOp
-from opc.lowering.c_emitter import dtype_suffix
+from opc.lowering.c_expressions import dtype_suffix
 from opc.lowering.scalars import (
     Emitter,
     broadcast_index,

@@ -13,7 +13,8 @@ from xdsl.dialects.builtin import StringAttr
 
 from opc.api import load_c, lower, prepare
 from opc.frontend import load_module
-from opc.lowering.c_emitter import CMP_C, emit_c
+from opc.lowering.c_emitter import emit_c
+from opc.lowering.c_expressions import CMP_C
 
 CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une", "uno",
         "true"]  # arith.cmpf's predicate numbering

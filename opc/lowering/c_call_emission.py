@@ -1,0 +1,130 @@
+"""Calls: the GEMM runtime, a device's own kernels (through opc_kernel.h), the nn runtime row kernels, run-time checks.
+
+A part of CEmitter (c_emitter.py), which mixes it in."""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    Float64Type,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+)
+from xdsl.ir import Attribute, SSAValue
+
+from opc.dialects.opc_loops import (
+    GEMM_ACTIVATIONS,
+    CallOp,
+    CheckIndexOp,
+    ExternalCallOp,
+    GemmOp,
+    RaiseStatusOp,
+)
+from opc.dtypes import mlir_name
+from opc.lowering.abi import KERNEL_MESSAGE_FN, KERNEL_STATUS
+from opc.lowering.c_expressions import c_float_literal, dtype_suffix
+
+KERNEL_DTYPES = {"i1": "OPC_DTYPE_BOOL", "i8": "OPC_DTYPE_I8", "ui8": "OPC_DTYPE_U8", "i16": "OPC_DTYPE_I16",
+                 "i32": "OPC_DTYPE_I32", "i64": "OPC_DTYPE_I64", "f16": "OPC_DTYPE_F16", "bf16": "OPC_DTYPE_BF16",
+                 "f32": "OPC_DTYPE_F32", "f64": "OPC_DTYPE_F64"}  # fmt: skip
+
+KERNEL_HOST = f"""#include "opc_kernel.h"
+static _Thread_local char opc_kernel_message_buf[OPC_KERNEL_MESSAGE_SIZE];
+static _Thread_local char opc_kernel_error_buf[OPC_KERNEL_MESSAGE_SIZE + 128];
+const char *{KERNEL_MESSAGE_FN}(void) {{ return opc_kernel_error_buf; }}
+static int opc_kernel_failed(const char *symbol, int rc) {{
+  if (opc_kernel_message_buf[0])
+    snprintf(opc_kernel_error_buf, sizeof opc_kernel_error_buf, "%s: %s", symbol, opc_kernel_message_buf);
+  else
+    snprintf(opc_kernel_error_buf, sizeof opc_kernel_error_buf, "%s: failed with status %d", symbol, rc);
+  return {KERNEL_STATUS};
+}}
+"""
+
+
+def c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def kernel_attr_initializer(name: str, a: Attribute) -> str:
+    """An opc_attr initializer: {name, kind, i, f, s, ints, count}."""
+    def attr(kind: str, i: str = "0", f: str = "0.0", s: str = "NULL", ints: str = "NULL", count: int = 0) -> str:
+        return f"{{{c_string(name)}, OPC_ATTR_{kind}, {i}, {f}, {s}, {ints}, {count}}}"
+
+    if isinstance(a, IntegerAttr) and isinstance(a.type, IntegerType) and a.type.width.data == 1:
+        return attr("BOOL", i=str(int(a.value.data != 0)))
+    if isinstance(a, IntegerAttr):
+        return attr("INT", i=f"{a.value.data}LL")
+    if isinstance(a, FloatAttr):
+        return attr("FLOAT", f=c_float_literal(a.value.data, Float64Type()))
+    if isinstance(a, StringAttr):
+        return attr("STRING", s=c_string(a.data))
+    if isinstance(a, DenseArrayBase):
+        values = [int(v) for v in a.get_values()]
+        ints = f"(const int64_t[]){{{', '.join(f'{v}LL' for v in values) or '0'}}}"
+        return attr("INTS", ints=ints, count=len(values))
+    return attr("DTYPE", i=KERNEL_DTYPES[mlir_name(a)])
+
+
+class CallEmission:
+    def gemm_args(self, op: GemmOp) -> str:
+        def ptr(v: SSAValue | None) -> str:
+            return self.name(v) if v is not None else "NULL"
+
+        p = {k: op.properties[k].value.data for k in ("batch", "m", "n", "k", "a_batch_stride", "b_batch_stride")}  # type: ignore[attr-defined]
+        ta, tb = (int(op.properties[k].value.data != 0) for k in ("trans_a", "trans_b"))  # type: ignore[attr-defined]
+        act = GEMM_ACTIVATIONS.index(op.activation.data)
+        return (f"{p['batch']}, {p['m']}, {p['n']}, {p['k']}, {ptr(op.a)}, {p['a_batch_stride']}, {ta}, "
+                f"{ptr(op.b)}, {p['b_batch_stride']}, {tb}, {ptr(op.bias)}, {act}, {ptr(op.out)}, {ptr(op.reserve)}")
+
+    def emit_GemmOp(self, op: GemmOp) -> None:
+        suffix = dtype_suffix(op.out.type.element_type)  # type: ignore[attr-defined]
+        self.line(f"opc_rt_gemm_{suffix}({self.gemm_args(op)});")
+
+    def emit_ExternalCallOp(self, op: ExternalCallOp) -> None:
+        """One opc_kernel_call on the stack (runtime/opc_kernel.h); a failure leaves by cleanup."""
+        symbol = op.symbol.data
+        attrs = [kernel_attr_initializer(name, a) for name, a in op.kernel_attrs.data.items()]
+        self.line("{")
+        self.indent += 1
+        for what, values in (("in", op.inputs), ("out", op.outputs)):
+            if values:
+                tensors = ", ".join(self.tensor_initializer(v) for v in values)
+                self.line(f"opc_tensor opc_{what}[{len(values)}] = {{{tensors}}};")
+        if attrs:
+            self.line(f"const opc_attr opc_attrs[{len(attrs)}] = {{{', '.join(attrs)}}};")
+        ins, outs = ("opc_in" if op.inputs else "NULL"), ("opc_out" if op.outputs else "NULL")
+        self.line(f"const opc_kernel_call opc_call = {{{c_string(op.op.data.removeprefix('opc.'))}, {len(op.inputs)}, "
+                  f"{len(op.outputs)}, {len(attrs)}, {ins}, {outs}, {'opc_attrs' if attrs else 'NULL'}, "
+                  "opc_kernel_message_buf};")
+        self.line("opc_kernel_message_buf[0] = '\\0';")
+        self.line(f"const int opc_rc = {symbol}(&opc_call);")
+        self.line(f"if (opc_rc != 0) {{ status = opc_kernel_failed({c_string(symbol)}, opc_rc); goto cleanup; }}")
+        self.indent -= 1
+        self.line("}")
+
+    def tensor_initializer(self, v: SSAValue) -> str:
+        t = v.type
+        shape = list(t.get_shape()) or [0]  # type: ignore[attr-defined]
+        enum = KERNEL_DTYPES[mlir_name(t.element_type)]  # type: ignore[attr-defined]
+        return f"{{(void *){self.name(v)}, {enum}, {t.get_num_dims()}, {{{', '.join(map(str, shape))}}}}}"  # type: ignore[attr-defined]
+
+    def call_args(self, op: CallOp) -> str:
+        ints = [str(v) for v in op.ints.get_values()]
+        floats = [c_float_literal(float(v), Float64Type()) for v in op.floats.get_values()]
+        return ", ".join([*(self.name(v) for v in op.args), *ints, *floats])
+
+    def emit_CallOp(self, op: CallOp) -> None:
+        self.line(f"opc_nn_{op.callee.data}({self.call_args(op)});")
+
+    def emit_CheckIndexOp(self, op: CheckIndexOp) -> None:
+        size, code = op.size.value.data, op.code.value.data
+        wrap = int(op.wrap.value.data != 0)
+        self.line(f"const int64_t {self.name(op.result)} = opc_check_index({self.name(op.raw)}, {size}, {wrap}, "
+                  f"{self.name(op.status)}, {code});")
+
+    def emit_RaiseStatusOp(self, op: RaiseStatusOp) -> None:
+        s = self.name(op.status)
+        self.line(f"if ({s}[0] != 0) {{ opc_error_detail = {s}[1]; status = (int){s}[0]; goto cleanup; }}")

@@ -1,0 +1,264 @@
+"""The C text of scalar ops: C spellings of opc's element types and constants, and the table from
+scalar op class to its C expression (EXPRESSIONS), which the C and CUDA emitters share.
+
+Semantics that C would leave undefined are pinned down here: integer arithmetic wraps
+(computed in unsigned), float -> int casts saturate with NaN -> 0 (runtime/opc_runtime.h),
+maximumf/minimumf propagate NaN.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+
+# ---------------------------------------------------------------------------
+# Types
+# ---------------------------------------------------------------------------
+from typing import Protocol
+
+import numpy as np
+from xdsl.dialects import arith, math
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IndexType,
+    IntegerType,
+    MemRefType,
+    Signedness,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+
+
+class Renderer(Protocol):
+    """What an expression's renderer asks of the emitter: a value's C name, a math function's."""
+
+    def name(self, v: SSAValue) -> str: ...
+
+    def math_fn(self, name: str, t: Attribute) -> str: ...
+
+
+def c_type(t: Attribute) -> str:
+    if isinstance(t, Float32Type):
+        return "float"
+    if isinstance(t, Float64Type):
+        return "double"
+    if isinstance(t, (Float16Type, BFloat16Type)):
+        return "uint16_t"  # storage bits; arithmetic happens in float
+    if isinstance(t, IndexType):
+        return "int64_t"
+    if isinstance(t, IntegerType):
+        width = t.width.data
+        if width == 1:
+            return "uint8_t"  # NumPy bool: one byte holding 0 or 1
+        unsigned = t.signedness.data == Signedness.UNSIGNED
+        return f"{'u' if unsigned else ''}int{width}_t"
+    raise NotImplementedError(f"no C type for {t}")
+
+
+def c_unsigned_wide(t: Attribute) -> str:
+    """The unsigned type that integer arithmetic of t wraps in (never promoted to int)."""
+    wide = isinstance(t, IndexType) or isinstance(t, IntegerType) and t.width.data == 64
+    return "uint64_t" if wide else "uint32_t"
+
+
+def dtype_suffix(t: Attribute) -> str:
+    return {Float32Type: "f32", Float64Type: "f64", Float16Type: "f16", BFloat16Type: "bf16"}[type(t)]
+
+
+def unsigned_c_type(t: Attribute) -> str:
+    assert isinstance(t, IntegerType)
+    return "uint8_t" if t.width.data == 1 else f"uint{t.width.data}_t"
+
+
+def c_float_literal(value: float, t: Attribute) -> str:
+    if pymath.isnan(value):
+        return "NAN" if isinstance(t, Float32Type) else "(double)NAN"
+    if pymath.isinf(value):
+        sign = "-" if value < 0 else ""
+        return f"{sign}INFINITY" if isinstance(t, Float32Type) else f"{sign}(double)INFINITY"
+    if isinstance(t, Float32Type):
+        return f"{float(np.float32(value)).hex()}f"
+    return float(value).hex()
+
+
+def c_constant(value: float | int, t: Attribute) -> str:
+    if isinstance(t, Float16Type):
+        return f"(uint16_t){int(np.array(value, np.float16).view(np.uint16))}u"
+    if isinstance(t, BFloat16Type):
+        import ml_dtypes
+
+        return f"(uint16_t){int(np.array(value, ml_dtypes.bfloat16).view(np.uint16))}u"
+    if isinstance(t, (Float32Type, Float64Type)):
+        return c_float_literal(float(value), t)
+    if isinstance(t, IntegerType) and t.width.data == 64 and value == -(1 << 63):
+        return "INT64_MIN"
+    if isinstance(t, IntegerType) and t.width.data == 1:
+        return "1" if value else "0"
+    return f"(({c_type(t)}){int(value)}{'LL' if abs(int(value)) > 2**31 - 1 else ''})"
+
+
+# f32 functions with branch-free versions in opc_runtime.h: loops over them vectorize.
+VECTOR_F32_MATH = {"exp": "opc_expf", "tanh": "opc_tanhf", "erf": "opc_erff", "log": "opc_logf"}
+
+
+def float_fn(name: str, t: Attribute) -> str:
+    """libm name for f32 (expf) or f64 (exp)."""
+    return f"{name}f" if isinstance(t, Float32Type) else name
+
+
+# ---------------------------------------------------------------------------
+# The expression table
+# ---------------------------------------------------------------------------
+
+
+def wrap_int(op: str):
+    def render(e: Renderer, o: Operation) -> str:
+        t, u = o.result.type, c_unsigned_wide(o.result.type)  # type: ignore[attr-defined]
+        return f"({c_type(t)})(({u}){e.name(o.lhs)} {op} ({u}){e.name(o.rhs)})"  # type: ignore[attr-defined]
+
+    return render
+
+
+def infix(op: str):
+    return lambda e, o: f"({e.name(o.lhs)} {op} {e.name(o.rhs)})"
+
+
+def libm(name: str, nargs: int = 1):
+    def render(e: Renderer, o: Operation) -> str:
+        args = ", ".join(e.name(v) for v in o.operands[:nargs])
+        return f"{e.math_fn(name, o.results[0].type)}({args})"
+
+    return render
+
+
+def pick(cmp: str):
+    """NaN-propagating maximum/minimum: (a is NaN or a cmp b) ? a : b."""
+    def render(e: Renderer, o: Operation) -> str:
+        a, b = e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+        return f"(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})"
+
+    return render
+
+
+def int_pick(cmp: str, unsigned: bool = False):
+    """Integer max/min; the unsigned forms compare the signless bits as unsigned."""
+    def render(e: Renderer, o: Operation) -> str:
+        a, b = e.name(o.lhs), e.name(o.rhs)
+        ua, ub = (f"({unsigned_c_type(o.lhs.type)}){a}", f"({unsigned_c_type(o.rhs.type)}){b}") if unsigned else (a, b)
+        return f"(({ua} {cmp} {ub}) ? {a} : {b})"
+
+    return render
+
+
+# C's infix operator per predicate; "one" (ordered not-equal) has none: compare() writes it as (a < b || a > b)
+CMP_C = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "<>", "une": "!=",
+         "eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
+         "ult": "<", "ule": "<=", "ugt": ">", "uge": ">="}  # fmt: skip
+# The float unordered predicates (NaN -> true) as the negation of C's (ordered) complement; une is C's !=.
+CMPF_UNORDERED = {"ult": ">=", "ule": ">", "ugt": "<=", "uge": "<"}
+
+
+def compare(e: Renderer, o: Operation) -> str:
+    pred_name = comparison_name(o, o.predicate.value.data)  # type: ignore[attr-defined]
+    a, b = e.name(o.lhs), e.name(o.rhs)
+    if pred_name[0] == "u" and isinstance(o, arith.CmpiOp):  # ult, ugt, ...: signless bits read unsigned
+        a, b = f"({unsigned_c_type(o.lhs.type)}){a}", f"({unsigned_c_type(o.rhs.type)}){b}"
+    if isinstance(o, arith.CmpfOp):
+        if pred_name == "one":  # ordered not-equal is false when either side is NaN; C's != is true then
+            return f"(({a} < {b}) || ({a} > {b}))"
+        if pred_name in CMPF_UNORDERED:  # true when either side is NaN: the negated ordered complement
+            return f"(!({a} {CMPF_UNORDERED[pred_name]} {b}))"
+    return f"({a} {CMP_C[pred_name]} {b})"
+
+
+def comparison_name(o: Operation, pred: int) -> str:
+    cmpf = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord",
+            "ueq", "ugt", "uge", "ult", "ule", "une", "uno", "true"]
+    cmpi = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
+    name = (cmpf if isinstance(o, arith.CmpfOp) else cmpi)[pred]
+    if name not in CMP_C:
+        raise NotImplementedError(f"comparison predicate {name}")
+    return name
+
+
+def ext_f(e: Renderer, o: Operation) -> str:
+    src, dst, a = o.input.type, o.result.type, e.name(o.input)  # type: ignore[attr-defined]
+    if isinstance(src, Float16Type):
+        a = f"opc_f16_to_f32({a})"
+    elif isinstance(src, BFloat16Type):
+        a = f"opc_bf16_to_f32({a})"
+    return f"(double){a}" if isinstance(dst, Float64Type) else a
+
+
+def trunc_f(e: Renderer, o: Operation) -> str:
+    src, dst, a = o.input.type, o.result.type, e.name(o.input)  # type: ignore[attr-defined]
+    if isinstance(dst, Float32Type):
+        return f"(float){a}"
+    return f"opc_{dtype_suffix(src)}_to_{dtype_suffix(dst)}({a})"
+
+
+def to_int_saturating(e: Renderer, o: Operation) -> str:
+    t = o.result.type  # type: ignore[attr-defined]
+    kind = "u" if isinstance(o, arith.FPToUIOp) else "i"
+    return f"({c_type(t)})opc_sat_{kind}{t.width.data}((double){e.name(o.input)})"  # type: ignore[attr-defined]
+
+
+def c_cast(e: Renderer, o: Operation) -> str:
+    return f"({c_type(o.results[0].type)}){e.name(o.operands[0])}"
+
+
+def c_cast_unsigned(e: Renderer, o: Operation) -> str:
+    """extui / uitofp: read the signless source bits as unsigned first."""
+    src = o.operands[0]
+    return f"({c_type(o.results[0].type)})({unsigned_c_type(src.type)}){e.name(src)}"
+
+
+def abs_int(e: Renderer, o: Operation) -> str:
+    t, a = o.result.type, e.name(o.operand)  # type: ignore[attr-defined]
+    u = c_unsigned_wide(t)
+    return f"({c_type(t)})(({a} < 0) ? ({u})0 - ({u}){a} : ({u}){a})"
+
+
+def rsqrt(e: Renderer, o: Operation) -> str:
+    t = o.result.type  # type: ignore[attr-defined]
+    one = "1.0f" if isinstance(t, Float32Type) else "1.0"
+    return f"({one} / {e.math_fn('sqrt', t)}({e.name(o.operand)}))"  # type: ignore[attr-defined]
+
+
+EXPRESSIONS = {
+    arith.AddfOp: infix("+"), arith.SubfOp: infix("-"), arith.MulfOp: infix("*"), arith.DivfOp: infix("/"),
+    arith.NegfOp: lambda e, o: f"(-{e.name(o.operand)})",
+    arith.MaximumfOp: pick(">"), arith.MinimumfOp: pick("<"),
+    arith.OrIOp: infix("|"), arith.AndIOp: infix("&"),
+    arith.AddiOp: wrap_int("+"), arith.SubiOp: wrap_int("-"), arith.MuliOp: wrap_int("*"),
+    arith.MaxSIOp: int_pick(">"), arith.MaxUIOp: int_pick(">", True),
+    arith.MinSIOp: int_pick("<"), arith.MinUIOp: int_pick("<", True),
+    arith.CmpfOp: compare, arith.CmpiOp: compare,
+    arith.SelectOp: lambda e, o: f"({e.name(o.cond)} ? {e.name(o.lhs)} : {e.name(o.rhs)})",
+    arith.ExtFOp: ext_f, arith.TruncFOp: trunc_f,
+    arith.FPToSIOp: to_int_saturating, arith.FPToUIOp: to_int_saturating,
+    arith.SIToFPOp: c_cast, arith.UIToFPOp: c_cast_unsigned,
+    arith.ExtSIOp: c_cast, arith.ExtUIOp: c_cast_unsigned, arith.TruncIOp: c_cast, arith.BitcastOp: c_cast,
+    math.ExpOp: libm("exp"), math.LogOp: libm("log"), math.TanhOp: libm("tanh"), math.ErfOp: libm("erf"),
+    math.SqrtOp: libm("sqrt"), math.AbsFOp: libm("fabs"), math.PowFOp: libm("pow", 2),
+    math.RsqrtOp: rsqrt, math.AbsIOp: abs_int,
+    math.FloorOp: libm("floor"), math.CeilOp: libm("ceil"), math.RoundEvenOp: libm("rint"),  # rint: half to even
+    math.SinOp: libm("sin"), math.CosOp: libm("cos"), math.TanOp: libm("tan"),
+    math.AsinOp: libm("asin"), math.AcosOp: libm("acos"), math.AtanOp: libm("atan"),
+    math.SinhOp: libm("sinh"), math.CoshOp: libm("cosh"),
+    math.AsinhOp: libm("asinh"), math.AcoshOp: libm("acosh"), math.AtanhOp: libm("atanh"),
+}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------
+# Function emission
+# ---------------------------------------------------------------------------
+
+ARENA_ALIGN = 64  # a cache line (and an AVX-512 vector) per buffer start
+
+
+def buffer_bytes(t: MemRefType) -> int:
+    n = max(1, pymath.prod(t.get_shape()))
+    return n * {"double": 8, "float": 4, "uint16_t": 2, "int64_t": 8, "uint64_t": 8, "int32_t": 4,
+                "uint32_t": 4, "int16_t": 2}.get(c_type(t.element_type), 1)

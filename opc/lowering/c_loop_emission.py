@@ -1,0 +1,231 @@
+"""Loops: parallel nests (OpenMP, collapsed outer loops and an omp simd innermost loop, tiled
+transposes), serial loops, reductions with blocked partial sums.
+
+A part of CEmitter (c_emitter.py), which mixes it in."""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Iterable
+
+from xdsl.dialects import arith, memref, scf
+from xdsl.dialects.builtin import (
+    IndexType,
+    f32,
+    f64,
+)
+from xdsl.ir import Block, Operation, SSAValue
+
+from opc.lowering.c_expressions import c_type
+
+SUM_BLOCK_BYTES = 256  # partial sums of one blocked float sum: four AVX-512 (eight AVX2) registers
+SUM_FOLD_BYTES = 64  # the partials are halved down to this, then summed across lanes
+PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
+SIMD_MIN_TRIPS = 8  # an innermost loop shorter than this stays in the collapse (its own loop would not pay)
+OUTER_MIN_TRIPS = 16  # fewer outer iterations than this: too few to share among threads, collapse all
+TRANSPOSE_TILE = 16  # a transpose's squares: 16 floats are a cache line
+
+
+class LoopEmission:
+    def const_index(self, v: SSAValue) -> int:
+        if v not in self.constants:
+            raise NotImplementedError("loop bounds must be constants")
+        return self.constants[v]
+
+    def parallel_work(self, op: scf.ParallelOp) -> int:
+        """Scalar steps of the whole nest: its trips times the trips of the loops inside."""
+        consts = self.constants_in(op)
+
+        def work(block: Block) -> int:
+            return sum(consts.get(o.ub, 1) * work(o.body.block) if isinstance(o, scf.ForOp) else 1
+                       for o in block.ops)
+
+        return pymath.prod(self.const_index(u) for u in op.upperBound) * work(op.body.block)
+
+    @staticmethod
+    def constants_in(op: Operation) -> dict[SSAValue, int]:
+        return {c.result: c.value.value.data for c in op.walk()  # type: ignore[attr-defined]
+                if isinstance(c, arith.ConstantOp) and isinstance(c.result.type, IndexType)}
+
+    def emit_ParallelOp(self, op: scf.ParallelOp) -> None:
+        """A nest of plain loops; the innermost stays a unit-stride loop of its own.
+
+        `collapse` over every loop makes each iteration recover its indices by
+        division and modulo, which keeps the nest scalar; so only the outer loops
+        collapse into the threads' iterations and the innermost is an `omp simd`
+        loop (its iterations are independent: the nest is an scf.parallel). A
+        transpose (a load whose fastest index is the second-innermost loop) walks
+        the two inner loops in TRANSPOSE_TILE squares, so reads and writes both
+        stay in cache."""
+        ivs = list(op.body.block.args)
+        work = self.parallel_work(op)
+        extents = [self.const_index(u) for u in op.upperBound]
+        unit = all(self.constants.get(v) == 0 for v in op.lowerBound) and all(
+            self.constants.get(v) == 1 for v in op.step)
+        flat = unit and not any(o.regions for o in op.body.block.ops)  # no inner loops: a vector body
+        tiled = flat and len(ivs) >= 2 and self.transposed_load(op) and min(extents[-2:]) > TRANSPOSE_TILE
+        simd = flat and extents[-1] >= SIMD_MIN_TRIPS and (len(ivs) == 1 or tiled or
+                                                           pymath.prod(extents[:-1]) >= OUTER_MIN_TRIPS)
+        n = len(ivs)
+        if work >= PARALLEL_MIN_WORK:
+            # tiled: the outer loops and the two tile loops; simd: all but the innermost
+            parallel = n if tiled else n - 1 if simd and n > 1 else n
+            collapse = f" collapse({parallel})" if parallel > 1 else ""
+            self.line(f"#pragma omp parallel for{' simd' if simd and n == 1 else ''}{collapse} schedule(static) "
+                      "num_threads(opc_num_threads())")
+        if tiled:
+            self.open_tiled_loops(op, ivs, extents)
+        else:
+            self.open_loops(op, ivs[:-1])
+            if simd and not (n == 1 and work >= PARALLEL_MIN_WORK):
+                self.line("#pragma omp simd")
+            self.open_loops(op, ivs[-1:], len(ivs) - 1)
+        self.emit_block(op.body.block)
+        self.close_loops(len(ivs) + (2 if tiled else 0))
+
+    def transposed_load(self, op: scf.ParallelOp) -> bool:
+        """A load in the nest whose innermost loop index strides and whose last index is the
+        second-innermost loop (a transpose of the two inner axes)."""
+        ivs = op.body.block.args
+        for o in op.body.block.ops:
+            if isinstance(o, memref.LoadOp) and o.indices:
+                idx = list(o.indices)
+                if ivs[-1] in idx and idx[-1] is ivs[-2]:
+                    return True
+        return False
+
+    def open_tiled_loops(self, op: scf.ParallelOp, ivs: list[SSAValue], extents: list[int]) -> None:
+        """The outer loops, then the two inner ones as TRANSPOSE_TILE squares (the tile loops
+        first, so they collapse with the outer ones)."""
+        self.open_loops(op, ivs[:-2])
+        a, b = self.name(ivs[-2]), self.name(ivs[-1])
+        na, nb, t = extents[-2], extents[-1], TRANSPOSE_TILE
+        self.line(f"for (int64_t {a}_t = 0; {a}_t < {na}; {a}_t += {t}) {{")
+        self.indent += 1
+        self.line(f"for (int64_t {b}_t = 0; {b}_t < {nb}; {b}_t += {t}) {{")
+        self.indent += 1
+        end_a = f"{a}_t + {t}" if na % t == 0 else f"({a}_t + {t} < {na} ? {a}_t + {t} : {na})"
+        end_b = f"{b}_t + {t}" if nb % t == 0 else f"({b}_t + {t} < {nb} ? {b}_t + {t} : {nb})"
+        self.line(f"for (int64_t {a} = {a}_t; {a} < {end_a}; {a}++) {{")
+        self.indent += 1
+        self.line("#pragma omp simd")
+        self.line(f"for (int64_t {b} = {b}_t; {b} < {end_b}; {b}++) {{")
+        self.indent += 1
+
+    def open_loops(self, op: scf.ParallelOp, ivs: Iterable[SSAValue], first: int = 0) -> None:
+        """`for` headers of ivs, the loops of op from its loop number `first` on."""
+        bounds = list(zip(op.lowerBound, op.upperBound, op.step))[first:]
+        for iv, (lb, ub, step) in zip(ivs, bounds):
+            i = self.name(iv)
+            self.line(f"for (int64_t {i} = {self.name(lb)}; {i} < {self.name(ub)}; {i} += {self.name(step)}) {{")
+            self.indent += 1
+
+    def close_loops(self, n: int) -> None:
+        for _ in range(n):
+            self.indent -= 1
+            self.line("}")
+
+    def declare_accumulators(self, op: scf.ForOp) -> list[str]:
+        """The loop's carried values as C locals holding their initial values; its block reads them."""
+        accs = []
+        for arg, init, res in zip(op.body.block.args[1:], op.iter_args, op.results):
+            acc = self.name(res)
+            self.line(f"{c_type(res.type)} {acc} = {self.name(init)};")
+            self.names[arg] = acc
+            accs.append(acc)
+        return accs
+
+    def emit_ForOp(self, op: scf.ForOp) -> None:
+        targets = self.declare_accumulators(op)
+        i = self.name(op.body.block.args[0])
+        simd = op.attributes.get("opc.simd_reduction")
+        clauses = [c.data for c in simd.data] if simd is not None else []  # type: ignore[attr-defined]
+        block = self.sum_block(op, clauses)
+        if block:
+            self.emit_blocked_sums(op, targets, block)
+            return
+        if simd is not None:  # partial accumulators per lane: the sum reassociates, max/min do not change
+            self.line("#pragma omp simd " + " ".join(f"reduction({c}:{t})" for c, t in zip(clauses, targets)))
+        self.line(f"for (int64_t {i} = {self.name(op.lb)}; {i} < {self.name(op.ub)}; {i} += {self.name(op.step)}) {{")
+        self.indent += 1
+        self.yield_targets.append(targets)
+        self.emit_block(op.body.block)
+        self.yield_targets.pop()
+        self.indent -= 1
+        self.line("}")
+
+    def sum_block(self, op: scf.ForOp, clauses: list[str]) -> int:
+        """Partial sums per carried value for a loop of float sums (0: none).
+
+        `omp simd reduction(+)` keeps one vector of partial sums, so a row's adds
+        form one chain bound by the add latency; SUM_BLOCK_BYTES of partials (four
+        AVX-512 vectors) are independent chains. Max/min keep `omp simd`: their
+        NaN flag is narrower than the value, and partials of mixed widths measured
+        slower than the one vector. Short loops (under two blocks) keep it too."""
+        if not clauses or any(c != "+" for c in clauses) or op.results[0].type not in (f32, f64):
+            return 0
+        if any(r.type != op.results[0].type for r in op.results):
+            return 0
+        if any(o.regions for o in op.body.block.ops):
+            return 0
+        bounds = [self.constants.get(v) for v in (op.lb, op.ub, op.step)]
+        if None in bounds or bounds[0] != 0 or bounds[2] != 1:
+            return 0
+        block = SUM_BLOCK_BYTES // (4 if op.results[0].type == f32 else 8)
+        return block if bounds[1] >= 2 * block else 0
+
+    def emit_blocked_sums(self, op: scf.ForOp, targets: list[str], block: int) -> None:
+        """The loop as blocks of `block` iterations, iteration k of a block adding into
+        partial k of each sum (a vector loop without a reduction, its partials kept in
+        registers), then the tail into the first partials, then a pairwise fold of
+        the partials added to the initial value: the sum reassociates, nothing else."""
+        iv = op.body.block.args[0]
+        i, n = self.name(iv), self.constants[op.ub]
+        ct = c_type(op.results[0].type)
+        parts = [f"{t}_p" for t in targets]
+        main = n - n % block
+        self.line("{")
+        self.indent += 1
+        for p in parts:
+            self.line(f"{ct} {p}[{block}];")
+        self.line(f"for (int64_t {i}_k = 0; {i}_k < {block}; {i}_k++) {{ " +
+                  " ".join(f"{p}[{i}_k] = 0;" for p in parts) + " }")
+        self.line(f"for (int64_t {i}_b = 0; {i}_b < {main}; {i}_b += {block}) {{")
+        self.indent += 1
+        self.line("#pragma omp simd")
+        self.blocked_body(op, targets, parts, ct, f"for (int64_t {i}_k = 0; {i}_k < {block}; {i}_k++)",
+                          f"{i}_b + {i}_k", f"{i}_k")
+        self.indent -= 1
+        self.line("}")
+        if main < n:  # the tail: at most block - 1 elements, into partials 0, 1, ...
+            self.blocked_body(op, targets, parts, ct, f"for (int64_t {i}_k = 0; {i}_k < {n - main}; {i}_k++)",
+                              f"{main} + {i}_k", f"{i}_k")
+        lanes = block * SUM_FOLD_BYTES // SUM_BLOCK_BYTES
+        w = block // 2
+        while w >= lanes:  # halvings down to one vector of partials, each a vector add
+            self.line(f"for (int64_t {i}_k = 0; {i}_k < {w}; {i}_k++) {{ " +
+                      " ".join(f"{p}[{i}_k] = {p}[{i}_k] + {p}[{i}_k + {w}];" for p in parts) + " }")
+            w //= 2
+        # the last vector across its lanes: gcc's own horizontal sum (without SLP, which
+        # modules are built without, small unrolled halvings become scalar code, measured slower)
+        self.line("#pragma omp simd " + " ".join(f"reduction(+:{t})" for t in targets))
+        self.line(f"for (int64_t {i}_k = 0; {i}_k < {lanes}; {i}_k++) {{ " +
+                  " ".join(f"{t} = {t} + {p}[{i}_k];" for t, p in zip(targets, parts)) + " }")
+        self.indent -= 1
+        self.line("}")
+
+    def blocked_body(self, op: scf.ForOp, targets: list[str], parts: list[str], ct: str, header: str,
+                     index: str, part: str) -> None:
+        """`header { iv = index; each sum reads its partial, runs the body, writes it back }`."""
+        self.line(header + " {")
+        self.indent += 1
+        self.line(f"const int64_t {self.name(op.body.block.args[0])} = {index};")
+        for t, p in zip(targets, parts):
+            self.line(f"{ct} {t} = {p}[{part}];")
+        self.yield_targets.append(targets)
+        self.emit_block(op.body.block)
+        self.yield_targets.pop()
+        for t, p in zip(targets, parts):
+            self.line(f"{p}[{part}] = {t};")
+        self.indent -= 1
+        self.line("}")

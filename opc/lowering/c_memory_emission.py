@@ -1,0 +1,64 @@
+"""Memory: loads and stores by offset, buffers from the arena or the stack, views.
+
+A part of CEmitter (c_emitter.py), which mixes it in."""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Iterable
+
+from xdsl.dialects import memref
+from xdsl.ir import SSAValue
+
+from opc.lowering.c_expressions import c_type
+
+
+class MemoryEmission:
+    def offset(self, ref: SSAValue, indices: Iterable[SSAValue]) -> str:
+        shape = ref.type.get_shape()  # type: ignore[attr-defined]
+        terms = []
+        for d, idx in enumerate(indices):
+            if self.constants.get(idx) == 0:
+                continue
+            stride = pymath.prod(shape[d + 1:])
+            terms.append(self.name(idx) if stride == 1 else f"{self.name(idx)} * {stride}")
+        return " + ".join(terms) or "0"
+
+    def emit_LoadOp(self, op: memref.LoadOp) -> None:
+        r = op.res
+        at = self.offset(op.memref, op.indices)
+        self.line(f"const {c_type(r.type)} {self.name(r)} = {self.name(op.memref)}[{at}];")
+
+    def emit_StoreOp(self, op: memref.StoreOp) -> None:
+        self.line(f"{self.name(op.memref)}[{self.offset(op.memref, op.indices)}] = {self.name(op.value)};")
+
+    def emit_AllocOp(self, op: memref.AllocOp) -> None:
+        t = op.memref.type
+        if op.memref in self.arena:
+            ct = c_type(t.element_type)  # type: ignore[attr-defined]
+            self.line(f"{ct} *restrict {self.name(op.memref)} = ({ct} *)(opc_arena + {self.arena[op.memref]});")
+            return
+        n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
+        ptr, ct = self.name(op.memref), c_type(t.element_type)  # type: ignore[attr-defined]
+        self.line(f"{ptr} = ({ct} *)malloc(sizeof({ct}) * {n});")
+        self.line(f"if (!{ptr}) {{ status = 1; goto cleanup; }}")
+
+    def emit_AllocaOp(self, op: memref.AllocaOp) -> None:
+        """A row kernel's row buffer: on the thread's stack (bounded: ROW_BUFFER_BYTES)."""
+        t = op.memref.type
+        n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
+        self.line(f"{c_type(t.element_type)} {self.name(op.memref)}[{n}];")  # type: ignore[attr-defined]
+
+    def emit_DeallocOp(self, op: memref.DeallocOp) -> None:
+        if op.memref in self.arena:
+            return  # the arena goes at cleanup
+        ptr = self.name(op.memref)
+        self.line(f"free({ptr}); {ptr} = NULL;")
+
+    def emit_ReinterpretCastOp(self, op: memref.ReinterpretCastOp) -> None:
+        src = op.source
+        const = "const " if src in self.const_ptrs else ""
+        if const:
+            self.const_ptrs.add(op.result)
+        ct = c_type(op.result.type.element_type)  # type: ignore[attr-defined]
+        self.line(f"{const}{ct} *{self.name(op.result)} = {self.name(src)};")
