@@ -1581,11 +1581,14 @@ class ConvGeometry:
         return (self.n, self.o, *self.out)
 
 
+CONV_MAX_RANK = 5  # N, C and 1 to 3 spatial dims (SPEC; the runtime's conv and pool loops take 3)
+
+
 def conv_spatial(what: str, shape: Sequence[int]) -> int:
-    """The number of spatial dims of an NC+spatial tensor (1 to MAX_RANK - 2)."""
-    if not 3 <= len(shape) <= MAX_RANK:
-        raise VerifyException(f"{what} must have rank 3 to {MAX_RANK} (N, C and 1 to {MAX_RANK - 2} spatial dims), "
-                              f"got shape {list(shape)}")
+    """The number of spatial dims of an NC+spatial tensor (1 to 3)."""
+    if not 3 <= len(shape) <= CONV_MAX_RANK:
+        raise VerifyException(f"{what} must have rank 3 to {CONV_MAX_RANK} (N, C and 1 to {CONV_MAX_RANK - 2} "
+                              f"spatial dims), got shape {list(shape)}")
     return len(shape) - 2
 
 

@@ -79,6 +79,8 @@ GEOS = [
     Geo("pointwise", (2, 8, 5, 6), (4, 8, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
     Geo("long_rows", (1, 2, 3, 300), (2, 1, 1, 5), (1, 1), (1, 1), (0, 2, 0, 2), 2),
     Geo("long_rows_gemm", (1, 2, 2, 270), (3, 2, 2, 3), (1, 2), (1, 1), (1, 1, 0, 0)),
+    Geo("c3d", (2, 3, 5, 4, 6), (4, 3, 3, 2, 3), (1, 1, 1), (1, 1, 1), (1, 0, 1, 1, 1, 1)),
+    Geo("c3d_s2_dil_g2", (1, 4, 7, 6, 5), (4, 2, 2, 3, 2), (2, 1, 2), (1, 2, 1), (0, 1, 1, 1, 0, 1), 2),
 ]
 BY_NAME = {g.name: g for g in GEOS}
 HALF_GEOS = ("c1d_s2_d2_g2", "c2d", "c2d_s23_asym", "depthwise")
@@ -286,7 +288,7 @@ BAD = [
     ("opc.conv %x, %w", "tensor<1x4x6x6xf32>, tensor<4x4x3x3xf32>", "tensor<1x4x4x5xf32>",
      "y must have shape [1, 4, 4, 4]"),
     ("opc.conv %x, %w", "tensor<1x4x6x6xi32>, tensor<4x4x3x3xi32>", "tensor<1x4x4x4xi32>", "float element type"),
-    ("opc.conv %x, %w", "tensor<4x6xf32>, tensor<4x6xf32>", "tensor<4x6xf32>", "x must have rank 3 to 4"),
+    ("opc.conv %x, %w", "tensor<4x6xf32>, tensor<4x6xf32>", "tensor<4x6xf32>", "x must have rank 3 to 5"),
     ("opc.conv_transpose %x, %w {strides = array<i64: 2>, output_padding = array<i64: 2>}",
      "tensor<1x4x5xf32>, tensor<4x2x3xf32>", "tensor<1x2x13xf32>", "output_padding [2] must be < strides [2]"),
     ("opc.conv_grad_input %x, %w", "tensor<1x4x4xf32>, tensor<4x3x3xf32>", "tensor<1x3x7xf32>",
