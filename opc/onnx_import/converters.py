@@ -967,10 +967,9 @@ def as_i64(node: Node, v: SSAValue) -> SSAValue:
     return v if numpy_of(v) == np.dtype(np.int64) else node.e.cast(v, BY_NUMPY[np.dtype(np.int64)])
 
 
-@converter("GatherElements", since=11)
-def gather_elements(node: Node) -> Values:
-    """out[i, j, k] = x[i, idx[i, j, k], k] (axis 1): one gather from the flattened x at
-    idx * stride(axis) + the other coordinates' offsets (known at compile time)."""
+def flat_element_index(node: Node) -> SSAValue:
+    """GatherElements / ScatterElements: the index input (along `axis`) as indices into the flattened
+    data, idx * stride(axis) + the other coordinates' offsets (known at compile time)."""
     e = node.e
     shape, ishape = node.shape(0), node.shape(1)
     rank = len(shape)
@@ -978,8 +977,15 @@ def gather_elements(node: Node) -> Values:
     idx = wrap_negative(node, as_i64(node, node.input(1)), shape[axis])
     strides = [math.prod(shape[i + 1:]) for i in range(rank)]
     base = sum(iota(ishape, a) * strides[a] for a in range(rank) if a != axis) + np.zeros(ishape, np.int64)
-    flat = e.add(e.mul(idx, e.constant(np.array(strides[axis], np.int64))), e.constant(base.astype(np.int64)))
-    return [e.value(o.GatherOp(e.reshape(node.input(0), [math.prod(shape)]), flat, 0))]
+    return e.add(e.mul(idx, e.constant(np.array(strides[axis], np.int64))), e.constant(base.astype(np.int64)))
+
+
+@converter("GatherElements", since=11)
+def gather_elements(node: Node) -> Values:
+    """out[i, j, k] = x[i, idx[i, j, k], k] (axis 1): one gather from the flattened x at
+    idx * stride(axis) + the other coordinates' offsets (known at compile time)."""
+    e, shape = node.e, node.shape(0)
+    return [e.value(o.GatherOp(e.reshape(node.input(0), [math.prod(shape)]), flat_element_index(node), 0))]
 
 
 @converter("GatherND", since=12)
@@ -1035,15 +1041,7 @@ def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, 
 
 @converter("ScatterElements", since=11)
 def scatter_elements(node: Node) -> Values:
-    e = node.e
-    shape, ishape = node.shape(0), node.shape(1)
-    rank = len(shape)
-    axis = node.axis(node.attr("axis", 0), rank)
-    idx = wrap_negative(node, as_i64(node, node.input(1)), shape[axis])
-    strides = [math.prod(shape[i + 1:]) for i in range(rank)]
-    base = sum(iota(ishape, a) * strides[a] for a in range(rank) if a != axis) + np.zeros(ishape, np.int64)
-    flat = e.add(e.mul(idx, e.constant(np.array(strides[axis], np.int64))), e.constant(base.astype(np.int64)))
-    return [scatter_into(node, node.input(0), flat, node.input(2), [math.prod(shape)])]
+    return [scatter_into(node, node.input(0), flat_element_index(node), node.input(2), [math.prod(node.shape(0))])]
 
 
 @converter("ScatterND", since=11)
