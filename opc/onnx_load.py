@@ -92,10 +92,7 @@ class OnnxModel:
 
     def build(self, feeds: Mapping[str, np.ndarray]) -> Variant:
         from opc.api import compile
-        from opc.onnx_import import register_converters
-        from opc.onnx_import.graph import import_graph
-
-        register_converters()
+        from opc.onnx_import import import_graph
 
         module, params, bound = import_graph(self.model, {n: v.shape for n, v in feeds.items()}, feeds, self.where)
         (f,) = list(module.ops)

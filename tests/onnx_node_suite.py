@@ -99,7 +99,7 @@ def prepare_case(case) -> list[Prepared] | str:
     """The case's data sets imported (one function each where their shapes or bound values differ), or why not."""
     from xdsl.dialects.builtin import StringAttr
 
-    from opc.onnx_import.graph import import_graph
+    from opc.onnx_import import import_graph
 
     graph = case.model.graph
     init_names = {t.name for t in graph.initializer}

@@ -69,6 +69,15 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
+                 input_values: Mapping[str, np.ndarray] | None = None, where: str | None = None):  # noqa: ANN201
+    """graph.import_graph with the converters registered: (ModuleOp, params, the inputs bound by value)."""
+    from opc.onnx_import.graph import import_graph as import_with_converters
+
+    register_converters()
+    return import_with_converters(model, shapes, input_values, where)
+
+
 def register_converters() -> None:
     """Fill graph.CONVERTERS: each converter module registers its converters when imported (graph.py,
     which they import, does not import them back)."""
