@@ -1,4 +1,4 @@
-// name grid of tests/test_names.py: %0 as an argument, a result and the first of two results
+// name grid of tests/transforms/test_names.py: %0 as an argument, a result and the first of two results
 func.func @arg(%0: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
   %t = opc.tanh %0 : (tensor<4x8xf32>) -> tensor<4x8xf32>
   %m = opc.matmul %t, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
