@@ -199,14 +199,12 @@ def lstm(node: Node) -> Values:
     for d in range(len(lay.directions)):
         proj = lay.input_projection(x, d)
         r = lay.weight(2, d)
-        peep = lay.weight(7, d) if node.has(7) else None  # [3 * hidden]: i, o, f
+        # peepholes i, o, f ([3 * hidden]), sliced once per direction, not once per step
+        peeps = ([e.value(o.SliceOp(lay.weight(7, d), [k * h], [(k + 1) * h])) for k in range(3)]
+                 if node.has(7) else None)
 
-        def peephole(k: int, c: SSAValue, peep: SSAValue | None = peep) -> SSAValue | None:
-            return None if peep is None else e.mul(e.value(o.SliceOp(peep, [k * h], [(k + 1) * h])), c)
-
-        def with_peephole(v: SSAValue, k: int, c: SSAValue) -> SSAValue:
-            p = peephole(k, c)
-            return v if p is None else e.add(v, p)
+        def with_peephole(v: SSAValue, k: int, c: SSAValue, peeps: list[SSAValue] | None = peeps) -> SSAValue:
+            return v if peeps is None else e.add(v, e.mul(peeps[k], c))
 
         def step(h_prev: SSAValue, t: int, states: list[SSAValue], d: int = d, proj: SSAValue = proj,
                  r: SSAValue = r) -> list[SSAValue]:
@@ -232,29 +230,30 @@ def gru(node: Node) -> Values:
     results = []
     for d in range(len(lay.directions)):
         proj = lay.input_projection(x, d, with_recurrent_bias=False)  # X W^T + Wb, gates z, r, h
+        # per direction, not per step: R's z/r rows and h rows, and Rb's matching parts
         r_w = lay.weight(2, d)
+        r_zr, r_h = lay.rows(r_w, 0, 2 * h), lay.rows(r_w, 2 * h, h)
         rb = lay.recurrent_bias(d)
+        rb_zr, rb_h = (None, None) if rb is None else (e.value(o.SliceOp(rb, [0], [2 * h])),
+                                                       e.value(o.SliceOp(rb, [2 * h], [3 * h])))
 
         def step(h_prev: SSAValue, t: int, states: list[SSAValue], d: int = d, proj: SSAValue = proj,
-                 r_w: SSAValue = r_w, rb: SSAValue | None = rb) -> list[SSAValue]:
+                 r_zr: SSAValue = r_zr, r_h: SSAValue = r_h, rb_zr: SSAValue | None = rb_zr,
+                 rb_h: SSAValue | None = rb_h) -> list[SSAValue]:
             xw = lay.step_input(proj, t)
-            rec = e.matmul(h_prev, lay.rows(r_w, 0, 2 * h), trans_y=True)  # H R_zr^T
-            if rb is not None:
-                rec = e.add(rec, e.value(o.SliceOp(rb, [0], [2 * h])))
+            rec = e.matmul(h_prev, r_zr, trans_y=True)  # H R_zr^T
+            if rb_zr is not None:
+                rec = e.add(rec, rb_zr)
             z = lay.activate(d, 0, e.add(lay.gate(xw, 0), lay.gate(rec, 0)))
             r = lay.activate(d, 0, e.add(lay.gate(xw, 1), lay.gate(rec, 1)))
-            r_h = lay.rows(r_w, 2 * h, h)
-            rbh = None if rb is None else e.value(o.SliceOp(rb, [2 * h], [3 * h]))
             if before_reset:
                 lin = e.matmul(h_prev, r_h, trans_y=True)
-                lin = lin if rbh is None else e.add(lin, rbh)
-                cand = e.mul(r, lin)
+                cand = e.mul(r, lin if rb_h is None else e.add(lin, rb_h))
             else:
                 cand = e.matmul(e.mul(r, h_prev), r_h, trans_y=True)
-                cand = cand if rbh is None else e.add(cand, rbh)
+                cand = cand if rb_h is None else e.add(cand, rb_h)
             hh = lay.activate(d, 1, e.add(lay.gate(xw, 2), cand))
-            one = e.full(1.0, z)
-            return [e.add(e.mul(e.sub(one, z), hh), e.mul(z, h_prev))]
+            return [e.add(e.mul(e.sub(e.full(1.0, z), z), hh), e.mul(z, h_prev))]
 
         results.append(run_direction(lay, d, step, [lay.initial(5, d)]))
     return outputs(lay, results)
