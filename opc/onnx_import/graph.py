@@ -613,8 +613,8 @@ class GraphImporter:
 
         if feeds is None:
             feeds = {n: self.constants[n] for n in node.proto.input if n}
-        try:
-            return list(ReferenceEvaluator(node.proto, opsets={"": node.opset}).run(None, feeds))
+        try:  # as a model: given a bare node, the evaluator ignores `opsets` and runs the newest version
+            return list(ReferenceEvaluator(one_node_model(node.proto, feeds, node.opset)).run(None, feeds))
         except Exception as err:  # noqa: BLE001 - the reference evaluator raises anything
             raise node.fail(f"cannot evaluate it at compile time: {type(err).__name__}: {first_line(err)}") from None
 
@@ -633,6 +633,17 @@ class GraphImporter:
             raise node.fail(f"output '{name}' has element type {ours_elem} in opc, {dtype_name(elem)} in ONNX")
         if dims != [None] and all(isinstance(d, int) and d > 0 for d in dims) and dims != ours_dims:
             raise node.fail(f"output '{name}' has shape {ours_dims} in opc, {dims} in ONNX")
+
+
+def one_node_model(proto, feeds: Mapping[str, np.ndarray], opset: int):
+    """A model of one node at the given opset, its inputs typed by the arrays fed to them."""
+    from onnx import helper
+
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a))
+              for n, a in feeds.items()]
+    outputs = [helper.make_empty_tensor_value_info(n) for n in proto.output if n]
+    graph = helper.make_graph([proto], "fold", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
