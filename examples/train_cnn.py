@@ -12,7 +12,7 @@ w.r.t. x and every weight in one pass. The running statistics follow ONNX's conv
 
     python examples/train_cnn.py [--steps 300] [--lr 0.05]
 
-The data: synthetic 3x16x16 images of CLASSES classes, each a fixed random pattern plus noise,
+The data: synthetic 3x16x16 images of CLASSES classes, each a fixed random colour and texture plus noise,
 mini-batches drawn in a fixed (seeded) order, so a run is reproducible step by step.
 """
 
@@ -62,7 +62,8 @@ def running_stats() -> list[str]:
 
 def make_data(n: int = 512, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    patterns = rng.normal(0.0, 1.0, (CLASSES, *IMAGE))
+    # a colour (one value per channel) and a texture per class: the colour survives the global pool
+    patterns = rng.normal(0.0, 1.0, (CLASSES, IMAGE[0], 1, 1)) + rng.normal(0.0, 1.0, (CLASSES, *IMAGE))
     labels = rng.integers(0, CLASSES, n)
     x = patterns[labels] + rng.normal(0.0, 1.0, (n, *IMAGE))
     return x.astype(np.float32), labels.astype(np.int64)
