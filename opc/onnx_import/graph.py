@@ -383,8 +383,8 @@ class Node:
             return default
         value = self.importer.compile_time(self.proto.input[i], needed=True)
         if value is None:
-            raise NeededAtCompileTime(f"error: {self.label}: input {i} ('{self.proto.input[i]}', {what}) must be known at compile time; "
-                            "opc compiles static shapes only")
+            raise NeededAtCompileTime(f"error: {self.label}: input {i} ('{self.proto.input[i]}', {what}) "
+                                      "must be known at compile time; opc compiles static shapes only")
         return value
 
     def shape(self, i: int) -> tuple[int, ...]:
@@ -450,7 +450,8 @@ class GraphImporter:
         self.bound_inputs: list[str] = []
         # fold_given: the given values of small inputs are constants from the start, so that what is
         # computed from them (a Range bound from a window length, a shape from sizes) is known too
-        self.folded_inputs = [n for n, v in self.input_values.items() if v.size <= MAX_FOLDED_INPUT] if fold_given else []
+        small = [n for n, v in self.input_values.items() if v.size <= MAX_FOLDED_INPUT]
+        self.folded_inputs = small if fold_given else []
         self.needed_at_compile_time: set[str] = set()
         self.emitter = NodeEmitter()
         self.node_index = 0
