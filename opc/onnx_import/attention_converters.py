@@ -1,0 +1,225 @@
+"""Converters of the ONNX attention family: Attention (opsets 23 to 25),
+RotaryEmbedding, SwiGLU, TensorScatter.
+
+Attention becomes opc primitives in the standard shape
+
+    p = softmax(matmul(q, k, trans_y) * scale + bias);   y = matmul(p, v)
+
+so that a fusion pass can recognise it: the scale is a multiply of the scores,
+every mask (a bool attn_mask, is_causal, the sliding window, nonpad_kv_seqlen)
+one additive float `bias` of 0 and -inf (a float attn_mask is added as it is),
+the causal and window parts a compile-time constant. GQA repeats each K/V head
+(broadcast_to + reshape, the reference's interleaved repeat). Where the spec
+needs it, a softmax row whose bias is all -inf is set to 0 (opc's softmax gives
+NaN there): by a constant select when the bias is known, else by
+select(reduce_max(bias) == -inf, 0, p). The semantics follow onnx's reference
+implementation (onnx/reference/ops/op_attention.py), which the node tests were
+made with."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from xdsl.ir import SSAValue
+
+from opc.dialects import opc as o
+from opc.onnx_import.converters import scalar
+from opc.onnx_import.graph import ELEMENT_TYPES, Node, converter, numpy_dtype_of
+
+Values = list[SSAValue | np.ndarray]
+
+
+def shape_of(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
+
+
+def element_of(v: SSAValue):  # noqa: ANN201
+    return v.type.element_type  # type: ignore[attr-defined]
+
+
+def split_heads(node: Node, x: SSAValue, heads: int, what: str) -> SSAValue:
+    """[B, S, H * D] -> [B, H, S, D]."""
+    b, s, hidden = shape_of(x)
+    if heads <= 0 or hidden % heads:
+        raise node.fail(f"{what} hidden size {hidden} is not a multiple of its number of heads {heads}")
+    return node.e.transpose(node.e.reshape(x, [b, s, heads, hidden // heads]), [0, 2, 1, 3])
+
+
+def repeat_heads(node: Node, x: SSAValue, reps: int) -> SSAValue:
+    """[B, H, T, D] -> [B, H * reps, T, D], each head repeated reps times in a row (h0, h0, h1, h1, ...)."""
+    if reps == 1:
+        return x
+    b, h, t, d = shape_of(x)
+    e = node.e
+    wide = e.broadcast_to(e.reshape(x, [b, h, 1, t, d]), [b, h, reps, t, d])
+    return e.reshape(wide, [b, h * reps, t, d])
+
+
+def bool_and(node: Node, a: SSAValue | None, b: SSAValue) -> SSAValue:
+    return b if a is None else node.e.select(a, b, node.e.constant(np.array(False)))
+
+
+def additive(node: Node, allowed: SSAValue, like: SSAValue) -> SSAValue:
+    """0 where allowed, -inf elsewhere, of like's element type."""
+    return node.e.select(allowed, scalar(node, 0.0, like), scalar(node, -np.inf, like))
+
+
+def static_allowed(causal: bool, left: int, right: int, offset: int, s: int, t: int) -> np.ndarray | None:
+    """The reference's causal and sliding-window rules for a scalar offset (the past length): key j is
+    allowed to query i iff j <= i + offset (causal) and -right <= i + offset - j <= left (window, -1:
+    unbounded); None when every key is allowed."""
+    diff = np.arange(s)[:, None] + offset - np.arange(t)[None, :]
+    allowed = np.ones((s, t), bool)
+    if causal:
+        allowed &= diff >= 0
+    if left >= 0:
+        allowed &= diff <= left
+    if right >= 0:
+        allowed &= -diff <= right
+    return None if allowed.all() else allowed
+
+
+def per_batch_allowed(node: Node, nonpad: SSAValue, causal: bool, left: int, right: int, s: int,
+                      t: int) -> SSAValue:
+    """The rules of static_allowed with a per-batch offset nonpad[b] - s (an external cache) and the
+    padding rule j < nonpad[b], as compares of nonpad against constants: [B, 1, S, T] (or [B, 1, 1, T])."""
+    e = node.e
+    b = shape_of(nonpad)[0]
+    n = e.reshape(nonpad, [b, 1, 1, 1])
+    n_type = numpy_dtype_of(element_of(nonpad))
+    j = np.arange(t)[None, :]
+    i = np.arange(s)[:, None]
+
+    def less(lhs: np.ndarray | SSAValue, rhs: np.ndarray | SSAValue) -> SSAValue:
+        as_value = [e.constant(v.astype(n_type)[None, None]) if isinstance(v, np.ndarray) else v for v in (lhs, rhs)]
+        return e.value(o.LessThanOp(*as_value))
+
+    allowed = less(j + np.zeros((1, 1), int), n)  # padding: j < nonpad
+    if causal:  # j <= i + nonpad - s  <=>  j - i + s - 1 < nonpad
+        allowed = bool_and(node, allowed, less(j - i + s - 1, n))
+    if left >= 0:  # i + nonpad - s - j <= left  <=>  nonpad < left + j - i + s + 1
+        allowed = bool_and(node, allowed, less(n, left + j - i + s + 1))
+    if right >= 0:  # j - i - nonpad + s <= right  <=>  j - i + s - right - 1 < nonpad
+        allowed = bool_and(node, allowed, less(j - i + s - right - 1, n))
+    return allowed
+
+
+def attention_mask(node: Node, t: int, like: SSAValue) -> tuple[SSAValue | None, SSAValue | None]:
+    """attn_mask padded to t keys (False / -inf): (bool mask, float mask), one of them or neither."""
+    if not node.has(3):
+        return None, None
+    e = node.e
+    m = node.input(3)
+    shape = shape_of(m)
+    if not shape or shape[-1] > t:
+        raise node.fail(f"attn_mask of shape {list(shape)} must have rank >= 1 and at most {t} keys")
+    boolean = node.element(3) == ELEMENT_TYPES[9][1]
+    if not boolean and element_of(m) != element_of(like):
+        m = e.cast(m, element_of(like))
+    if shape[-1] < t:
+        pad = np.full((*shape[:-1], t - shape[-1]), False if boolean else -np.inf,
+                      bool if boolean else numpy_dtype_of(element_of(m)))
+        m = e.value(o.ConcatOp([m, e.constant(pad)], len(shape) - 1))
+    return (m, None) if boolean else (None, m)
+
+
+@converter("Attention", since=23)
+def attention(node: Node) -> Values:
+    e = node.e
+    q, k, v = node.input(0), node.input(1), node.input(2)
+    rank = len(node.shape(0))
+    if rank == 3:
+        qh, kvh = node.attr("q_num_heads"), node.attr("kv_num_heads")
+        if qh is None or kvh is None:
+            raise node.fail("3-D Q, K, V need the q_num_heads and kv_num_heads attributes")
+        q, k, v = split_heads(node, q, qh, "Q"), split_heads(node, k, kvh, "K"), split_heads(node, v, kvh, "V")
+    elif rank != 4:
+        raise node.fail(f"Q must have rank 3 or 4, got shape {list(node.shape(0))}")
+    past = 0
+    if node.has(4) != node.has(5):
+        raise node.fail("past_key and past_value must be given together")
+    if node.has(4):
+        past = node.shape(4)[2]
+        k = e.value(o.ConcatOp([node.input(4), k], 2))
+        v = e.value(o.ConcatOp([node.input(5), v], 2))
+    present_k, present_v = k, v
+    batch, hq, s, d = shape_of(q)
+    hkv, t = shape_of(k)[1], shape_of(k)[2]
+    if hq % hkv or shape_of(v)[1] != hkv:
+        raise node.fail(f"{hq} query heads cannot share {hkv} key / {shape_of(v)[1]} value heads")
+    k, v = repeat_heads(node, k, hq // hkv), repeat_heads(node, v, hq // hkv)
+
+    scale = node.attr("scale")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scores = e.mul(e.matmul(q, k, trans_y=True), scalar(node, scale, q))
+    softcap = float(node.attr("softcap", 0.0))
+    if softcap > 0:
+        scores = e.mul(e.value(o.TanhOp(e.div(scores, scalar(node, softcap, q)))), scalar(node, softcap, q))
+
+    bias, known = attention_bias(node, batch, s, t, past, q)
+    with_bias = scores if bias is None else e.add(scores, bias)
+    p = softmax(node, with_bias, q)
+    # a row with no allowed key: 0, not softmax's NaN (decided on the bias, as the reference does)
+    if known is not None and (~known).any():
+        p = e.select(e.constant(~known), scalar(node, 0.0, p), p)
+    elif known is None and bias is not None:
+        row_max = e.value(o.ReduceMaxOp(bias, [-1], True))
+        p = e.select(e.value(o.EqualOp(row_max, scalar(node, -np.inf, bias))), scalar(node, 0.0, p), p)
+    y = e.matmul(p, v)
+    if rank == 3:
+        y = e.reshape(e.transpose(y, [0, 2, 1, 3]), [batch, s, hq * shape_of(v)[3]])
+
+    mode = int(node.attr("qk_matmul_output_mode", 0))
+    # the reference's modes (its test data follow them): 0 and 1 the scores after softcap,
+    # 2 with the mask added, 3 the softmax
+    if mode not in (0, 1, 2, 3):
+        raise node.fail(f"qk_matmul_output_mode must be 0 to 3, got {mode}")
+    qk = {0: scores, 1: scores, 2: with_bias, 3: p}[mode]
+    return [y, present_k, present_v, qk]
+
+
+def attention_bias(node: Node, batch: int, s: int, t: int, past: int,
+                   like: SSAValue) -> tuple[SSAValue | None, np.ndarray | None]:
+    """(the additive bias or None, the allowed [S, T] keys when the bias is known at compile time)."""
+    e = node.e
+    causal = bool(node.attr("is_causal", 0))
+    left, right = int(node.attr("left_window_size", -1)), int(node.attr("right_window_size", -1))
+    if left < -1 or right < -1:
+        raise node.fail(f"left_window_size and right_window_size must be -1 or >= 0, got {left} and {right}")
+    mask, float_mask = attention_mask(node, t, like)
+    nonpad = node.input(6) if node.has(6) else None
+    if nonpad is not None and past:
+        raise node.fail("nonpad_kv_seqlen cannot be combined with past_key / past_value")
+    if nonpad is not None:
+        if shape_of(nonpad) != (batch,):
+            raise node.fail(f"nonpad_kv_seqlen must have shape [{batch}], got {list(shape_of(nonpad))}")
+        mask = bool_and(node, mask, per_batch_allowed(node, nonpad, causal, left, right, s, t))
+        fixed = None
+    else:
+        fixed = static_allowed(causal, left, right, past, s, t)
+        if mask is not None and fixed is not None:
+            mask = bool_and(node, mask, e.constant(fixed))
+    if mask is None and float_mask is None:
+        if fixed is None:
+            return None, np.ones((s, 1), bool)
+        return e.constant(np.where(fixed, 0.0, -np.inf).astype(numpy_dtype_of(element_of(like)))), \
+            fixed.any(-1, keepdims=True)
+    bias = None if mask is None else additive(node, mask, like)
+    if float_mask is not None:
+        if fixed is not None and bias is None:
+            bias = e.constant(np.where(fixed, 0.0, -np.inf).astype(numpy_dtype_of(element_of(like))))
+        bias = float_mask if bias is None else e.add(float_mask, bias)
+    return bias, None
+
+
+def softmax(node: Node, x: SSAValue, like: SSAValue) -> SSAValue:
+    """softmax over the keys, in softmax_precision's type when given (then back to like's)."""
+    e = node.e
+    precision = node.attr("softmax_precision")
+    if precision is None or ELEMENT_TYPES.get(int(precision), (None, element_of(x)))[1] == element_of(x):
+        return e.value(o.SoftmaxOp(x, len(shape_of(x)) - 1))
+    if int(precision) not in ELEMENT_TYPES:
+        raise node.fail(f"softmax_precision {precision} is not a type opc has")
+    wide = e.cast(x, ELEMENT_TYPES[int(precision)][1])
+    return e.cast(e.value(o.SoftmaxOp(wide, len(shape_of(x)) - 1)), element_of(like))
