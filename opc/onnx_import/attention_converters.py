@@ -223,3 +223,119 @@ def softmax(node: Node, x: SSAValue, like: SSAValue) -> SSAValue:
         raise node.fail(f"softmax_precision {precision} is not a type opc has")
     wide = e.cast(x, ELEMENT_TYPES[int(precision)][1])
     return e.cast(e.value(o.SoftmaxOp(wide, len(shape_of(x)) - 1)), element_of(like))
+
+
+# ---------------------------------------------------------------------------
+# RotaryEmbedding, SwiGLU, TensorScatter
+# ---------------------------------------------------------------------------
+
+
+def slice_last(node: Node, x: SSAValue, start: int, limit: int, stride: int = 1) -> SSAValue:
+    shape = shape_of(x)
+    r = len(shape)
+    return node.e.value(o.SliceOp(x, [0] * (r - 1) + [start], [*shape[:-1], limit], [1] * (r - 1) + [stride]))
+
+
+@converter("RotaryEmbedding", since=23)
+def rotary_embedding(node: Node) -> Values:
+    """The reference's rotation of the first rotary_embedding_dim features of each head, in the input's own
+    layout: [B, H, S, D] (4-D) or [B, S, H * D] (3-D, num_heads given) seen as [B, S, H, D]."""
+    e = node.e
+    x = node.input(0)
+    shape = node.shape(0)
+    if len(shape) == 4:
+        b, _, s, d = shape
+        seq_axis = 2
+    elif len(shape) == 3:
+        heads = int(node.attr("num_heads", 0))
+        if heads <= 0 or shape[2] % heads:
+            raise node.fail(f"3-D input needs num_heads dividing its hidden size {shape[2]}, got {heads}")
+        b, s, d = shape[0], shape[1], shape[2] // heads
+        x = e.reshape(x, [b, s, heads, d])
+        seq_axis = 1
+    else:
+        raise node.fail(f"input must have rank 3 or 4, got shape {list(shape)}")
+    rot = int(node.attr("rotary_embedding_dim", 0)) or d
+    if rot > d or rot % 2:
+        raise node.fail(f"rotary_embedding_dim {rot} must be even and at most the head size {d}")
+    cos, sin = node.input(1), node.input(2)
+    if node.has(3):
+        ids = node.input(3)
+        cos, sin = e.value(o.GatherOp(cos, ids, 0)), e.value(o.GatherOp(sin, ids, 0))
+    for c in (cos, sin):
+        if shape_of(c) != (b, s, rot // 2):
+            raise node.fail(f"cos/sin caches (after position_ids) must be [{b}, {s}, {rot // 2}], "
+                            f"got {list(shape_of(c))}")
+    # [B, S, rot/2] -> broadcast over the heads: [B, 1, S, rot/2] (4-D) or [B, S, 1, rot/2] (3-D)
+    cos = e.reshape(cos, [b, 1, s, rot // 2] if seq_axis == 2 else [b, s, 1, rot // 2])
+    sin = e.reshape(sin, shape_of(cos))
+    rotated = slice_last(node, x, 0, rot)
+    interleaved = bool(node.attr("interleaved", 0))
+    if interleaved:
+        x1, x2 = slice_last(node, rotated, 0, rot, 2), slice_last(node, rotated, 1, rot, 2)
+    else:
+        x1, x2 = slice_last(node, rotated, 0, rot // 2), slice_last(node, rotated, rot // 2, rot)
+    real = e.sub(e.mul(cos, x1), e.mul(sin, x2))
+    imag = e.add(e.mul(sin, x1), e.mul(cos, x2))
+    if interleaved:
+        pair = [*shape_of(real), 1]
+        out = e.reshape(e.value(o.ConcatOp([e.reshape(real, pair), e.reshape(imag, pair)], 4)), shape_of(rotated))
+    else:
+        out = e.value(o.ConcatOp([real, imag], 3))
+    if rot < d:
+        out = e.value(o.ConcatOp([out, slice_last(node, x, rot, d)], 3))
+    return [e.reshape(out, shape)]
+
+
+@converter("SwiGLU", since=28)
+def swiglu(node: Node) -> Values:
+    """a * sigmoid(alpha * a) * b (A and B of one shape)."""
+    e = node.e
+    a, b = node.input(0), node.input(1)
+    if node.shape(0) != node.shape(1):
+        raise node.fail(f"A and B must have one shape, got {list(node.shape(0))} and {list(node.shape(1))}")
+    alpha = float(node.attr("alpha", 1.0))
+    gate_in = a if alpha == 1.0 else e.mul(a, scalar(node, alpha, a))
+    return [e.mul(e.mul(a, e.value(o.SigmoidOp(gate_in))), b)]
+
+
+@converter("TensorScatter", since=24)
+def tensor_scatter(node: Node) -> Values:
+    """present[b, ..., c, ...] = update[b, ..., c - w[b], ...] where 0 <= c - w[b] < S (taken mod the cache
+    length in circular mode), past_cache elsewhere: one gather of update's rows by an index computed from
+    write_indices at run time, then a select."""
+    e = node.e
+    past, update = node.input(0), node.input(1)
+    shape, ushape = node.shape(0), node.shape(1)
+    rank = len(shape)
+    axis = node.axis(int(node.attr("axis", -2)), rank)
+    mode = node.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise node.fail(f"mode must be 'linear' or 'circular', got '{mode}'")
+    if axis == 0 or len(ushape) != rank or any(u != p for i, (u, p) in enumerate(zip(ushape, shape)) if i != axis) \
+            or ushape[axis] > shape[axis]:
+        raise node.fail(f"update {list(ushape)} does not fit past_cache {list(shape)} along axis {axis} (not 0)")
+    b, length, n = shape[0], shape[axis], ushape[axis]
+    mid, rest = math.prod(shape[1:axis]), math.prod(shape[axis + 1:])
+    # c - w[b], [B, L] (int64)
+    c = e.constant(np.arange(length, dtype=np.int64)[None, :])
+    if node.has(2):
+        w = node.input(2)
+        if element_of(w) != ELEMENT_TYPES[7][1]:
+            w = e.cast(w, ELEMENT_TYPES[7][1])
+        rel = e.sub(c, e.reshape(w, [b, 1]))
+    else:
+        rel = e.broadcast_to(c, [b, length])
+    zero = e.constant(np.array(0, np.int64))
+    if mode == "circular":  # w in [0, L): c - w in (-L, L)
+        negative = e.value(o.LessThanOp(rel, zero))
+        rel = e.select(negative, e.add(rel, e.constant(np.array(length, np.int64))), rel)
+    written = e.select(e.value(o.LessThanOp(rel, zero)), e.constant(np.array(False)),
+                       e.value(o.LessThanOp(rel, e.constant(np.array(n, np.int64)))))
+    safe = e.select(written, rel, zero)
+    # row (b * mid + m) * n + safe[b, c] of update seen as [B * mid * n, rest]
+    base = (np.arange(b)[:, None, None] * mid + np.arange(mid)[None, :, None]) * n
+    rows = e.add(e.reshape(safe, [b, 1, length]), e.constant(base.astype(np.int64)))
+    taken = e.value(o.GatherOp(e.reshape(update, [b * mid * n, rest]), rows, 0))
+    present = e.select(e.reshape(written, [b, 1, length, 1]), taken, e.reshape(past, [b, mid, length, rest]))
+    return [e.reshape(present, shape)]
