@@ -339,3 +339,118 @@ def tensor_scatter(node: Node) -> Values:
     taken = e.value(o.GatherOp(e.reshape(update, [b * mid * n, rest]), rows, 0))
     present = e.select(e.reshape(written, [b, 1, length, 1]), taken, e.reshape(past, [b, mid, length, rest]))
     return [e.reshape(present, shape)]
+
+
+# ---------------------------------------------------------------------------
+# LinearAttention, CausalConvWithState (opset 27)
+# ---------------------------------------------------------------------------
+
+LINEAR_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+def along_time(node: Node, x: SSAValue, i: int) -> SSAValue:
+    """x[:, :, i:i+1, :] of a [B, H, T, D] value."""
+    b, h, _, d = shape_of(x)
+    return node.e.value(o.SliceOp(x, [0, 0, i, 0], [b, h, i + 1, d]))
+
+
+@converter("LinearAttention", since=27)
+def linear_attention(node: Node) -> Values:
+    """The reference's recurrence, unrolled over the T steps (T is static), in float32 as the reference
+    computes it: state = state * exp(decay_t) (gated); v_t = beta_t * (v_t - k_t @ state) (delta);
+    state += k_t^T v_t; out_t = scale * q_t @ state (the q heads of a group read their kv head's state)."""
+    e = node.e
+    rule = node.attr("update_rule", "gated_delta")
+    if rule not in LINEAR_RULES:
+        raise node.fail(f"update_rule must be one of {', '.join(LINEAR_RULES)}, got '{rule}'")
+    qh, kvh = node.attr("q_num_heads"), node.attr("kv_num_heads")
+    if qh is None or kvh is None or qh <= 0 or kvh <= 0 or qh % kvh:
+        raise node.fail(f"q_num_heads ({qh}) must be a positive multiple of kv_num_heads ({kvh})")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    for i, name, needed in ((4, "decay", gating), (5, "beta", delta)):
+        if node.has(i) != needed:
+            raise node.fail(f"update_rule '{rule}' {'needs' if needed else 'takes no'} input {name}")
+    if any(len(node.shape(i)) != 3 for i in range(3)):
+        raise node.fail("query, key and value must have rank 3 (B, T, H * D)")
+    f32 = ELEMENT_TYPES[1][1]
+
+    def wide(i: int) -> SSAValue:
+        x = node.input(i)
+        return x if element_of(x) == f32 else e.cast(x, f32)
+
+    q, k, v = (split_heads(node, wide(i), h, what) for i, h, what in ((0, qh, "query"), (1, kvh, "key"),
+                                                                      (2, kvh, "value")))
+    b, _, t, dk = shape_of(q)
+    dv = shape_of(v)[3]
+    group = qh // kvh
+    if shape_of(k)[3] != dk:
+        raise node.fail(f"key head size {shape_of(k)[3]} differs from the query's {dk}")
+    decay = beta = None
+    if gating:
+        last = node.shape(4)[-1]
+        if node.shape(4) != (b, t, last) or last not in (kvh, kvh * dk):
+            raise node.fail(f"decay must be [{b}, {t}, {kvh}] or [{b}, {t}, {kvh * dk}], got {list(node.shape(4))}")
+        decay = e.value(o.ExpOp(split_heads(node, wide(4), kvh, "decay")))  # [B, Hkv, T, 1 or dk]
+    if delta:
+        last = node.shape(5)[-1]
+        if node.shape(5) != (b, t, last) or last not in (kvh, 1):
+            raise node.fail(f"beta must be [{b}, {t}, {kvh}] or [{b}, {t}, 1], got {list(node.shape(5))}")
+        beta = split_heads(node, wide(5), last, "beta")  # [B, Hkv or 1, T, 1]
+    state_shape = [b, kvh, dk, dv]
+    if node.has(3):
+        if node.shape(3) != tuple(state_shape):
+            raise node.fail(f"past_state must be {state_shape}, got {list(node.shape(3))}")
+        state = wide(3)
+    else:
+        state = e.constant(np.zeros(state_shape, np.float32))
+    scale = float(node.attr("scale", 0.0)) or 1.0 / math.sqrt(dk)
+    outs = []
+    for i in range(t):
+        k_t, v_t = along_time(node, k, i), along_time(node, v, i)  # [B, Hkv, 1, dk / dv]
+        if decay is not None:  # [B, Hkv, 1, 1 or dk] -> [B, Hkv, 1 or dk, 1]: over d_v
+            g = along_time(node, decay, i)
+            state = e.mul(state, e.reshape(g, [b, kvh, shape_of(g)[3], 1]))
+        if beta is not None:
+            v_t = e.mul(along_time(node, beta, i), e.sub(v_t, e.matmul(k_t, state)))
+        state = e.add(state, e.matmul(k_t, v_t, trans_x=True))
+        q_t = e.reshape(along_time(node, q, i), [b, kvh, group, dk])
+        outs.append(e.reshape(e.matmul(q_t, state), [b, qh, 1, dv]))
+    out = outs[0] if t == 1 else e.value(o.ConcatOp(outs, 2))
+    out = e.mul(out, scalar(node, scale, out))
+    out = e.reshape(e.transpose(out, [0, 2, 1, 3]), [b, t, qh * dv])
+    out_type = node.element(0)
+    state_type = node.element(3) if node.has(3) else out_type
+    return [out if out_type == f32 else e.cast(out, out_type), state if state_type == f32 else e.cast(state, state_type)]
+
+
+@converter("CausalConvWithState", since=27)
+def causal_conv_with_state(node: Node) -> Values:
+    """A depthwise 1-D conv over [past_state (zeros when absent), input], + bias, then SiLU if asked;
+    the present state is the last k - 1 steps of that concatenation."""
+    e = node.e
+    x, w = node.input(0), node.input(1)
+    activation = node.attr("activation", "none")
+    if activation not in ("none", "silu", "swish"):
+        raise node.fail(f"activation must be 'none', 'silu' or 'swish', got '{activation}'")
+    if len(node.shape(0)) != 3 or len(node.shape(1)) != 3:
+        raise node.fail("input must be [B, C, L] and weight [C, 1, k]")
+    b, c, length = node.shape(0)
+    k = node.shape(1)[2]
+    if node.shape(1) != (c, 1, k):
+        raise node.fail(f"weight must be [{c}, 1, k], got {list(node.shape(1))}")
+    if k < 2:  # the state would be [B, C, 0]: opc has no empty tensors
+        if node.has(3) or any(name and node.importer.used(name) for name in node.proto.output[1:]):
+            raise node.fail("a kernel of size 1 has an empty state (k - 1 = 0 steps); opc has no empty tensors")
+        padded = x
+    else:
+        past = node.input(3) if node.has(3) else e.constant(np.zeros((b, c, k - 1), numpy_dtype_of(element_of(x))))
+        padded = e.value(o.ConcatOp([past, x], 2))
+    y = e.emit(o.ConvOp.of(padded, w, [1], [1], [0, 0], c)).results[0]
+    if node.has(2):
+        y = e.add(y, e.reshape(node.input(2), [c, 1]))
+    if activation != "none":
+        y = e.mul(y, e.value(o.SigmoidOp(y)))
+    if k < 2:
+        return [y]
+    total = length + k - 1
+    return [y, e.value(o.SliceOp(padded, [0, 0, total - (k - 1)], [b, c, total]))]
