@@ -152,36 +152,46 @@ def attention(node: Node) -> Values:
 
     scale = node.attr("scale")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    scores = e.mul(e.matmul(q, k, trans_y=True), scalar(node, scale, q))
+    raw = scores = e.mul(e.matmul(q, k, trans_y=True), scalar(node, scale, q))
     softcap = float(node.attr("softcap", 0.0))
     if softcap > 0:
         scores = e.mul(e.value(o.TanhOp(e.div(scores, scalar(node, softcap, q)))), scalar(node, softcap, q))
 
     bias, known = attention_bias(node, batch, s, t, past, q)
-    with_bias = scores if bias is None else e.add(scores, bias)
-    p = softmax(node, with_bias, q)
-    # a row with no allowed key: 0, not softmax's NaN (decided on the bias, as the reference does)
-    if known is not None and (~known).any():
-        p = e.select(e.constant(~known), scalar(node, 0.0, p), p)
+    # a row with no allowed key (decided on the bias, as the reference does) softmaxes to 0, not to
+    # softmax's NaN: its bias is made 0 (no NaN in the forward nor the gradient), its probabilities 0
+    masked_rows = None
+    softmax_bias = bias
+    if known is not None and not known.any(-1).all():
+        rows = ~known.any(-1, keepdims=True)
+        masked_rows = e.constant(rows)
+        softmax_bias = e.constant(np.where(known | rows, 0.0, -np.inf).astype(numpy_dtype_of(element_of(q))))
     elif known is None and bias is not None:
         row_max = e.value(o.ReduceMaxOp(bias, [-1], True))
-        p = e.select(e.value(o.EqualOp(row_max, scalar(node, -np.inf, bias))), scalar(node, 0.0, p), p)
+        masked_rows = e.value(o.EqualOp(row_max, scalar(node, -np.inf, bias)))
+        softmax_bias = e.select(masked_rows, scalar(node, 0.0, bias), bias)
+    with_bias = scores if bias is None else e.add(scores, softmax_bias)
+    p = softmax(node, with_bias, q)
+    if masked_rows is not None:
+        p = e.select(masked_rows, scalar(node, 0.0, p), p)
+        if int(node.attr("qk_matmul_output_mode", 0)) == 2:
+            with_bias = e.add(scores, bias)
     y = e.matmul(p, v)
     if rank == 3:
         y = e.reshape(e.transpose(y, [0, 2, 1, 3]), [batch, s, hq * shape_of(v)[3]])
 
     mode = int(node.attr("qk_matmul_output_mode", 0))
-    # the reference's modes (its test data follow them): 0 and 1 the scores after softcap,
-    # 2 with the mask added, 3 the softmax
+    # the spec's (and onnxruntime's) modes: 0 the scaled scores, 1 after softcap, 2 with the bias added,
+    # 3 the softmax (onnx's reference gives mode 0 after softcap too; no node test has both)
     if mode not in (0, 1, 2, 3):
         raise node.fail(f"qk_matmul_output_mode must be 0 to 3, got {mode}")
-    qk = {0: scores, 1: scores, 2: with_bias, 3: p}[mode]
+    qk = {0: raw, 1: scores, 2: with_bias, 3: p}[mode]
     return [y, present_k, present_v, qk]
 
 
 def attention_bias(node: Node, batch: int, s: int, t: int, past: int,
                    like: SSAValue) -> tuple[SSAValue | None, np.ndarray | None]:
-    """(the additive bias or None, the allowed [S, T] keys when the bias is known at compile time)."""
+    """(the additive bias or None, the allowed [S, T] keys when the bias is known at compile time, else None)."""
     e = node.e
     causal = bool(node.attr("is_causal", 0))
     left, right = int(node.attr("left_window_size", -1)), int(node.attr("right_window_size", -1))
@@ -202,9 +212,9 @@ def attention_bias(node: Node, batch: int, s: int, t: int, past: int,
             mask = bool_and(node, mask, e.constant(fixed))
     if mask is None and float_mask is None:
         if fixed is None:
-            return None, np.ones((s, 1), bool)
+            return None, np.ones((s, t), bool)
         return e.constant(np.where(fixed, 0.0, -np.inf).astype(numpy_dtype_of(element_of(like)))), \
-            fixed.any(-1, keepdims=True)
+            fixed
     bias = None if mask is None else additive(node, mask, like)
     if float_mask is not None:
         if fixed is not None and bias is None:
