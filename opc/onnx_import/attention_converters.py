@@ -464,3 +464,49 @@ def causal_conv_with_state(node: Node) -> Values:
         return [y]
     total = length + k - 1
     return [y, e.value(o.SliceOp(padded, [0, 0, total - (k - 1)], [b, c, total]))]
+
+
+# ---------------------------------------------------------------------------
+# FlexAttention (ai.onnx.preview)
+# ---------------------------------------------------------------------------
+
+
+@converter("ai.onnx.preview.FlexAttention", since=1)
+def flex_attention(node: Node) -> Values:
+    """softmax(score_mod(matmul(q, k^T) * scale)) -> prob_mod -> @ v, the softmax (and the mods) in
+    softmax_precision (float32 for f16/bf16 inputs by default); score_mod and prob_mod, graphs of one
+    input and one output, are converted in place (graph.py's GraphImporter.inline)."""
+    e = node.e
+    q, k, v = node.input(0), node.input(1), node.input(2)
+    if any(len(node.shape(i)) != 4 for i in range(3)):
+        raise node.fail("Q, K and V must have rank 4")
+    hq, hkv, d = node.shape(0)[1], node.shape(1)[1], node.shape(0)[3]
+    if hkv <= 0 or hq % hkv or node.shape(2)[1] != hkv:
+        raise node.fail(f"{hq} query heads cannot share {hkv} key / {node.shape(2)[1]} value heads")
+    k, v = repeat_heads(node, k, hq // hkv), repeat_heads(node, v, hq // hkv)
+    scale = node.attr("scale")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scores = e.mul(e.matmul(q, k, trans_y=True), scalar(node, scale, q))
+    precision = node.attr("softmax_precision")
+    if precision is not None:
+        if int(precision) not in (1, 10, 11, 16):
+            raise node.fail(f"softmax_precision {precision} is not a float type opc has")
+        compute = ELEMENT_TYPES[int(precision)][1]
+    else:
+        f32, f64 = ELEMENT_TYPES[1][1], ELEMENT_TYPES[11][1]
+        compute = element_of(q) if element_of(q) in (f32, f64) else f32
+    if element_of(scores) != compute:
+        scores = e.cast(scores, compute)
+    for name in ("score_mod", "prob_mod"):
+        graph = node.attr(name)
+        if name == "prob_mod":
+            scores = e.value(o.SoftmaxOp(scores, 3))
+        if graph is not None:
+            (out,) = node.importer.inline(graph, [scores], node.opset, node.label)
+            if shape_of(out) != shape_of(scores) or element_of(out) != compute:
+                raise node.fail(f"{name} must keep its input's type {scores.type}, gives {out.type}")
+            scores = out
+    if element_of(v) != compute:
+        v = e.cast(v, compute)
+    y = e.matmul(scores, v)
+    return [y if element_of(y) == node.element(2) else e.cast(y, node.element(2))]

@@ -310,3 +310,65 @@ def test_bad_attention_is_one_line_error(spec: dict, message: str) -> None:
         opc.import_onnx(model)
     assert str(err.value).startswith("error: node 'the_Attention' (Attention): ")
     assert "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------------------
+# FlexAttention (ai.onnx.preview): score_mod / prob_mod graphs converted in place
+# ---------------------------------------------------------------------------
+
+
+def flex_model(dtype, hq: int = 4, hkv: int = 2):  # noqa: ANN001, ANN201
+    """score_mod: scores + rel (rel an input of the outer graph, read from inside) then causal by Where;
+    prob_mod: probs * Q, a subgraph initializer named like the outer graph's input Q (its own scope)."""
+    from onnx import TensorProto
+
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    dims = ["B", "H", "L", "S"]
+    causal = np.tril(np.ones((S, T), bool), 1)
+    score_mod = helper.make_graph(
+        [helper.make_node("Add", ["scores", "rel"], ["biased"]),
+         helper.make_node("Where", ["keep", "biased", "neg_inf"], ["scores_out"])],
+        "score_mod", [helper.make_tensor_value_info("scores", elem, dims)],
+        [helper.make_tensor_value_info("scores_out", elem, dims)],
+        [helper.make_tensor("keep", TensorProto.BOOL, causal.shape, causal.reshape(-1).tolist()),
+         helper.make_tensor("neg_inf", elem, [], [float("-inf")])])
+    prob_mod = helper.make_graph(
+        [helper.make_node("Mul", ["probs", "Q"], ["probs_out"])], "prob_mod",
+        [helper.make_tensor_value_info("probs", elem, dims)], [helper.make_tensor_value_info("probs_out", elem, dims)],
+        [helper.make_tensor("Q", elem, [], [2.0])])
+    feeds = {"Q": rand("fq", (B, hq, S, D), dtype), "K": rand("fk", (B, hkv, T, D), dtype),
+             "V": rand("fv", (B, hkv, T, D), dtype), "rel": rand("fr", (S, T), dtype)}
+    node = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], name="the_FlexAttention",
+                            domain="ai.onnx.preview", score_mod=score_mod, prob_mod=prob_mod, scale=0.25)
+    ins = [helper.make_tensor_value_info(n, elem, a.shape) for n, a in feeds.items()]
+    opsets = [helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)]
+    graph = helper.make_graph([node], "main_graph", ins, [helper.make_tensor_value_info("Y", elem, [B, hq, S, D])])
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+    return model, feeds
+
+
+def flex_numpy(q, k, v, rel):  # noqa: ANN001, ANN201
+    rep = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = q @ k.swapaxes(-1, -2) * 0.25 + rel
+    s = np.where(np.tril(np.ones((S, T), bool), 1), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return 2.0 * p / p.sum(-1, keepdims=True) @ v
+
+
+def test_flex_attention_matches_numpy_and_gradient_central_differences() -> None:
+    model, feeds = flex_model(np.float64)
+    module, _ = opc.import_onnx(model)
+    m = opc.compile(module, grad=True)
+    args = list(feeds.values())
+    y = m.main_graph(*args)
+    np.testing.assert_allclose(y, flex_numpy(*args), rtol=1e-12, atol=1e-13)
+    rng = np.random.default_rng(5)
+    dy = rng.uniform(-1, 1, y.shape)
+    grads = m.main_graph_grad(*args, dy)
+    direction = [rng.uniform(-1, 1, a.shape) for a in args]
+    h = 1e-6
+    fd = (np.sum(m.main_graph(*[a + h * d for a, d in zip(args, direction)]) * dy)
+          - np.sum(m.main_graph(*[a - h * d for a, d in zip(args, direction)]) * dy)) / (2 * h)
+    analytic = sum(np.sum(g * d) for g, d in zip(grads, direction))
+    assert abs(fd - analytic) <= 1e-6 * max(1.0, abs(fd))
