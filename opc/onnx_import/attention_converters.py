@@ -1,5 +1,6 @@
 """Converters of the ONNX attention family: Attention (opsets 23 to 25),
-RotaryEmbedding, SwiGLU, TensorScatter.
+RotaryEmbedding, SwiGLU, TensorScatter, LinearAttention, CausalConvWithState and
+ai.onnx.preview's FlexAttention.
 
 Attention becomes opc primitives in the standard shape
 
@@ -10,11 +11,13 @@ every mask (a bool attn_mask, is_causal, the sliding window, nonpad_kv_seqlen)
 one additive float `bias` of 0 and -inf (a float attn_mask is added as it is),
 the causal and window parts a compile-time constant. GQA repeats each K/V head
 (broadcast_to + reshape, the reference's interleaved repeat). Where the spec
-needs it, a softmax row whose bias is all -inf is set to 0 (opc's softmax gives
-NaN there): by a constant select when the bias is known, else by
-select(reduce_max(bias) == -inf, 0, p). The semantics follow onnx's reference
+needs it, a query row whose bias is all -inf gives 0, not softmax's NaN: that
+row's bias is made 0 and its output row set to 0 after the second matmul (the
+gradient stays finite), by constant selects when the bias is known, else by
+select(reduce_max(bias) == -inf, 0, .). The semantics follow onnx's reference
 implementation (onnx/reference/ops/op_attention.py), which the node tests were
-made with."""
+made with, and the spec where the two differ (qk_matmul_output_mode 0).
+"""
 
 from __future__ import annotations
 
@@ -172,11 +175,11 @@ def attention(node: Node) -> Values:
         softmax_bias = e.select(masked_rows, scalar(node, 0.0, bias), bias)
     with_bias = scores if bias is None else e.add(scores, softmax_bias)
     p = softmax(node, with_bias, q)
-    if masked_rows is not None:
-        p = e.select(masked_rows, scalar(node, 0.0, p), p)
-        if int(node.attr("qk_matmul_output_mode", 0)) == 2:
-            with_bias = e.add(scores, bias)
     y = e.matmul(p, v)
+    if masked_rows is not None:  # after the matmul, so that matmul(softmax(..), v) stays one pattern
+        y = e.select(masked_rows, scalar(node, 0.0, y), y)
+        p = e.select(masked_rows, scalar(node, 0.0, p), p)  # for qk_matmul_output_mode 3
+        with_bias = e.add(scores, bias)  # for mode 2
     if rank == 3:
         y = e.reshape(e.transpose(y, [0, 2, 1, 3]), [batch, s, hq * shape_of(v)[3]])
 
