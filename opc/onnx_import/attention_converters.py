@@ -369,9 +369,10 @@ def along_time(node: Node, x: SSAValue, i: int) -> SSAValue:
 
 @converter("LinearAttention", since=27)
 def linear_attention(node: Node) -> Values:
-    """The reference's recurrence, unrolled over the T steps (T is static), in float32 as the reference
-    computes it: state = state * exp(decay_t) (gated); v_t = beta_t * (v_t - k_t @ state) (delta);
-    state += k_t^T v_t; out_t = scale * q_t @ state (the q heads of a group read their kv head's state)."""
+    """The reference's recurrence, in float32 as the reference computes it: state = state * exp(decay_t)
+    (gated); v_t = beta_t * (v_t - k_t @ state) (delta); state += k_t^T v_t; out_t = scale * q_t @ state
+    (the q heads of a group read their kv head's state). The linear rule and the gated one with a decay
+    per head in closed form (linear_at_once), the others unrolled over the T steps (T is static)."""
     e = node.e
     rule = node.attr("update_rule", "gated_delta")
     if rule not in LINEAR_RULES:
@@ -403,7 +404,7 @@ def linear_attention(node: Node) -> Values:
         last = node.shape(4)[-1]
         if node.shape(4) != (b, t, last) or last not in (kvh, kvh * dk):
             raise node.fail(f"decay must be [{b}, {t}, {kvh}] or [{b}, {t}, {kvh * dk}], got {list(node.shape(4))}")
-        decay = e.value(o.ExpOp(split_heads(node, wide(4), kvh, "decay")))  # [B, Hkv, T, 1 or dk]
+        decay = split_heads(node, wide(4), kvh, "decay")  # [B, Hkv, T, 1 or dk], log-space
     if delta:
         last = node.shape(5)[-1]
         if node.shape(5) != (b, t, last) or last not in (kvh, 1):
@@ -417,6 +418,25 @@ def linear_attention(node: Node) -> Values:
     else:
         state = e.constant(np.zeros(state_shape, np.float32))
     scale = float(node.attr("scale", 0.0)) or 1.0 / math.sqrt(dk)
+    if beta is None and (decay is None or shape_of(decay)[3] == 1):
+        out, state = linear_at_once(node, q, k, v, state, decay, group)
+    else:
+        out, state = linear_unrolled(node, q, k, v, state, decay, beta, group)
+    out = e.mul(out, scalar(node, scale, out))
+    out = e.reshape(e.transpose(out, [0, 2, 1, 3]), [b, t, qh * dv])
+    out_type = node.element(0)
+    state_type = node.element(3) if node.has(3) else out_type
+    return [out if out_type == f32 else e.cast(out, out_type), state if state_type == f32 else e.cast(state, state_type)]
+
+
+def linear_unrolled(node: Node, q: SSAValue, k: SSAValue, v: SSAValue, state: SSAValue, decay: SSAValue | None,
+                    beta: SSAValue | None, group: int) -> tuple[SSAValue, SSAValue]:
+    """The delta rules and the per-key decay: one step after the other, (out [B, Hq, T, dv], state)."""
+    e = node.e
+    b, kvh, t, dk = shape_of(k)
+    dv = shape_of(v)[3]
+    if decay is not None:
+        decay = e.value(o.ExpOp(decay))
     outs = []
     for i in range(t):
         k_t, v_t = along_time(node, k, i), along_time(node, v, i)  # [B, Hkv, 1, dk / dv]
@@ -427,13 +447,37 @@ def linear_attention(node: Node) -> Values:
             v_t = e.mul(along_time(node, beta, i), e.sub(v_t, e.matmul(k_t, state)))
         state = e.add(state, e.matmul(k_t, v_t, trans_x=True))
         q_t = e.reshape(along_time(node, q, i), [b, kvh, group, dk])
-        outs.append(e.reshape(e.matmul(q_t, state), [b, qh, 1, dv]))
-    out = outs[0] if t == 1 else e.value(o.ConcatOp(outs, 2))
-    out = e.mul(out, scalar(node, scale, out))
-    out = e.reshape(e.transpose(out, [0, 2, 1, 3]), [b, t, qh * dv])
-    out_type = node.element(0)
-    state_type = node.element(3) if node.has(3) else out_type
-    return [out if out_type == f32 else e.cast(out, out_type), state if state_type == f32 else e.cast(state, state_type)]
+        outs.append(e.reshape(e.matmul(q_t, state), [b, kvh * group, 1, dv]))
+    return (outs[0] if t == 1 else e.value(o.ConcatOp(outs, 2))), state
+
+
+def linear_at_once(node: Node, q: SSAValue, k: SSAValue, v: SSAValue, state: SSAValue, decay: SSAValue | None,
+                   group: int) -> tuple[SSAValue, SSAValue]:
+    """The linear rule and the gated one with a decay per head, every step at once (a few matmuls, not T
+    steps): with G_t = g_1 + ... + g_t (0 without decay), S_t = exp(G_t) S_0 + sum_{u <= t} exp(G_t - G_u)
+    k_u^T v_u, so out = (q k^T * W) v + exp(G) * (q S_0), W[t, u] = exp(min(G_t - G_u, 0)) for u <= t,
+    else 0 (the min keeps exp finite where the select drops it, in the gradient too)."""
+    e = node.e
+    b, kvh, t, dk = shape_of(k)
+    dv = shape_of(v)[3]
+    q5 = e.reshape(q, [b, kvh, group, t, dk])  # query head h * group + g reads kv head h
+    k5, v5 = e.reshape(k, [b, kvh, 1, t, dk]), e.reshape(v, [b, kvh, 1, t, dv])
+    carried = e.matmul(q5, e.reshape(state, [b, kvh, 1, dk, dv]))
+    tril = np.tril(np.ones((t, t), np.float32))
+    if decay is None:
+        weights = e.constant(tril)
+        final = e.add(state, e.matmul(k, v, trans_x=True))
+    else:
+        zero = scalar(node, 0.0, decay)
+        cum = e.matmul(e.constant(tril), decay)  # [B, Hkv, T, 1]: G
+        below = e.value(o.MinimumOp(e.sub(cum, e.transpose(cum, [0, 1, 3, 2])), zero))  # min(G_t - G_u, 0)
+        weights = e.reshape(e.select(e.constant(tril.astype(bool)), e.value(o.ExpOp(below)), zero), [b, kvh, 1, t, t])
+        carried = e.mul(carried, e.reshape(e.value(o.ExpOp(cum)), [b, kvh, 1, t, 1]))
+        last = e.value(o.SliceOp(cum, [0, 0, t - 1, 0], [b, kvh, t, 1]))  # G_T
+        to_end = e.value(o.ExpOp(e.value(o.MinimumOp(e.sub(last, cum), zero))))  # exp(G_T - G_u)
+        final = e.add(e.mul(state, e.value(o.ExpOp(last))), e.matmul(e.mul(k, to_end), v, trans_x=True))
+    out = e.add(e.matmul(e.mul(e.matmul(q5, k5, trans_y=True), weights), v5), carried)
+    return e.reshape(out, [b, kvh * group, t, dv]), final
 
 
 @converter("CausalConvWithState", since=27)

@@ -372,3 +372,61 @@ def test_flex_attention_matches_numpy_and_gradient_central_differences() -> None
           - np.sum(m.main_graph(*[a - h * d for a, d in zip(args, direction)]) * dy)) / (2 * h)
     analytic = sum(np.sum(g * d) for g, d in zip(grads, direction))
     assert abs(fd - analytic) <= 1e-6 * max(1.0, abs(fd))
+
+
+# ---------------------------------------------------------------------------
+# LinearAttention's gradient (f32 only, so against torch autograd of the recurrence in f64)
+# ---------------------------------------------------------------------------
+
+LINEAR_GRAD = {"linear": dict(rule="linear"), "gated-gqa": dict(rule="gated", hq=4, hkv=2),
+               "gated-per-key": dict(rule="gated", per_head=False), "gated_delta": dict(rule="gated_delta")}
+
+
+def torch_linear_attention(torch, feeds: dict, rule: str, hq: int, hkv: int):  # noqa: ANN001, ANN201
+    """onnx's reference recurrence (op_linear_attention.py) in torch."""
+    def heads(x, h):  # noqa: ANN001, ANN202
+        b, t, hd = x.shape
+        return x.reshape(b, t, h, hd // h).permute(0, 2, 1, 3)
+
+    q, k, v = heads(feeds["query"], hq), heads(feeds["key"], hkv), heads(feeds["value"], hkv)
+    state = feeds["past_state"]
+    decay = heads(feeds["decay"], hkv) if "decay" in feeds else None  # [B, H, T, 1 or dk]
+    beta = heads(feeds["beta"], feeds["beta"].shape[-1]) if "beta" in feeds else None  # [B, H or 1, T, 1]
+    outs = []
+    for i in range(q.shape[2]):
+        k_t, v_t = k[:, :, i], v[:, :, i]
+        if decay is not None:
+            state = state * torch.exp(decay[:, :, i])[..., None]
+        if beta is not None:
+            v_t = beta[:, :, i] * (v_t - torch.einsum("bhdm,bhd->bhm", state, k_t))
+        state = state + k_t[..., :, None] * v_t[..., None, :]
+        outs.append(torch.einsum("bhd,bhdm->bhm", q[:, :, i], state.repeat_interleave(hq // hkv, 1)))
+    out = torch.stack(outs, 2) / np.sqrt(q.shape[-1])
+    return out.permute(0, 2, 1, 3).reshape(q.shape[0], q.shape[2], -1), state
+
+
+@pytest.fixture(scope="module")
+def compiled_linear_grad():
+    built = {f"lgrad-{cid}": linear_case(**spec) for cid, spec in LINEAR_GRAD.items()}
+    module, params = import_all({cid: m for cid, (m, _) in built.items()})
+    return opc.compile(module, grad=True), built
+
+
+@pytest.mark.parametrize("cid", list(LINEAR_GRAD))
+def test_linear_attention_gradient_matches_torch(compiled_linear_grad, cid: str) -> None:
+    torch = pytest.importorskip("torch", reason="torch autograd is this test's oracle")
+    m, built = compiled_linear_grad
+    _, feeds = built[f"lgrad-{cid}"]
+    spec = LINEAR_GRAD[cid]
+    outs = call(m, f"lgrad-{cid}", feeds, {})
+    rng = np.random.default_rng(13)
+    douts = [rng.uniform(-1, 1, o.shape).astype(np.float32) for o in outs]
+    grads = getattr(m, function_name(f"lgrad-{cid}") + "_grad")(*feeds.values(), *douts)
+    ts = {n: torch.tensor(a.astype(np.float64), requires_grad=True) for n, a in feeds.items()}
+    want = torch_linear_attention(torch, ts, spec["rule"], spec.get("hq", 2), spec.get("hkv", 2))
+    for got, w in zip(outs, want):
+        np.testing.assert_allclose(got, w.detach().numpy(), rtol=1e-4, atol=1e-5)
+    sum((w * torch.tensor(d, dtype=torch.float64)).sum() for w, d in zip(want, douts)).backward()
+    assert len(grads) == len(ts)
+    for g, t in zip(grads, ts.values()):
+        np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-4, atol=1e-5)
