@@ -98,7 +98,7 @@ def per_batch_allowed(node: Node, nonpad: SSAValue, causal: bool, left: int, rig
         as_value = [e.constant(v.astype(n_type)[None, None]) if isinstance(v, np.ndarray) else v for v in (lhs, rhs)]
         return e.value(o.LessThanOp(*as_value))
 
-    allowed = less(j + np.zeros((1, 1), int), n)  # padding: j < nonpad
+    allowed = less(j, n)  # padding: j < nonpad
     if causal:  # j <= i + nonpad - s  <=>  j - i + s - 1 < nonpad
         allowed = bool_and(node, allowed, less(j - i + s - 1, n))
     if left >= 0:  # i + nonpad - s - j <= left  <=>  nonpad < left + j - i + s + 1
@@ -129,6 +129,7 @@ def attention_mask(node: Node, t: int, like: SSAValue) -> tuple[SSAValue | None,
 
 @converter("Attention", since=23)
 def attention(node: Node) -> Values:
+    """Y, present_key, present_value, qk_matmul_output (see the module's docstring)."""
     e = node.e
     q, k, v = node.input(0), node.input(1), node.input(2)
     rank = len(node.shape(0))
@@ -426,7 +427,8 @@ def linear_attention(node: Node) -> Values:
     out = e.reshape(e.transpose(out, [0, 2, 1, 3]), [b, t, qh * dv])
     out_type = node.element(0)
     state_type = node.element(3) if node.has(3) else out_type
-    return [out if out_type == f32 else e.cast(out, out_type), state if state_type == f32 else e.cast(state, state_type)]
+    return [out if out_type == f32 else e.cast(out, out_type),
+            state if state_type == f32 else e.cast(state, state_type)]
 
 
 def linear_unrolled(node: Node, q: SSAValue, k: SSAValue, v: SSAValue, state: SSAValue, decay: SSAValue | None,
