@@ -82,6 +82,7 @@ def register_converters() -> None:
     """Fill graph.CONVERTERS: each converter module registers its converters when imported (graph.py,
     which they import, does not import them back)."""
     from opc.onnx_import import (  # noqa: F401
+        attention_converters,
         control_flow,
         converters,
         nn_converters,
