@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from train_mlp import batches  # the same seeded mini-batches (examples/ is on sys.path when run)
 
 import opc
 
@@ -67,17 +68,6 @@ def make_data(n: int = 512, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     labels = rng.integers(0, CLASSES, n)
     x = patterns[labels] + rng.normal(0.0, 1.0, (n, *IMAGE))
     return x.astype(np.float32), labels.astype(np.int64)
-
-
-def batches(n: int, batch: int, steps: int, seed: int = 1):
-    """Indices of each step's mini-batch: epochs of seeded permutations."""
-    rng = np.random.default_rng(seed)
-    order: list[int] = []
-    for _ in range(steps):
-        if len(order) < batch:
-            order += rng.permutation(n).tolist()
-        yield np.array(order[:batch])
-        del order[:batch]
 
 
 def train(steps: int = 300, lr: float = 0.05, log_every: int = 25,
