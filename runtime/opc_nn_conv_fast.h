@@ -53,7 +53,7 @@
 #endif
 #define OPC_CF_NR (OPC_CF_V * OPC_CF_NV)
 
-enum { OPC_CF_ACT_NONE = 0, OPC_CF_ACT_RELU = 1, OPC_CF_ACT_RELU6 = 2, OPC_CF_ACT_GELU = 3 };
+enum { OPC_CF_ACT_NONE = 0, OPC_CF_ACT_RELU = 1, OPC_CF_ACT_GELU = 2 }; /* opc_gemm.h's codes (gelu: tanh form) */
 
 typedef float opc_cf_vec __attribute__((vector_size(OPC_CF_V * 4)));
 typedef float opc_cf_uvec __attribute__((vector_size(OPC_CF_V * 4), aligned(4), may_alias));
@@ -124,7 +124,6 @@ static void opc_cf_offsets(int64_t *off, const opc_cf_plan *p) {
 static inline float opc_cf_act(float v, int act) {
     switch (act) {
     case OPC_CF_ACT_RELU: return v > 0.0f ? v : 0.0f;
-    case OPC_CF_ACT_RELU6: return v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f;
     case OPC_CF_ACT_GELU: { /* tanh form, as opc_gemm.h's epilogue */
         const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
         return 0.5f * v * (1.0f + tanhf(u));
@@ -227,11 +226,12 @@ static float *opc_cf_pack_fwd(const float *w, const opc_cv_geom *q) {
     if (!a) return NULL;
     for (int64_t g = 0; g < q->g; g++)
         for (int64_t t = 0; t < mt; t++)
-            for (int64_t k = 0; k < K; k++)
-                for (int m = 0; m < OPC_CF_MR; m++) {
-                    const int64_t oc = t * OPC_CF_MR + m;
-                    a[((g * mt + t) * K + k) * OPC_CF_MR + m] = oc < q->og ? w[(g * q->og + oc) * K + k] : 0.0f;
-                }
+            for (int m = 0; m < OPC_CF_MR; m++) { /* w's rows read in order */
+                const int64_t oc = t * OPC_CF_MR + m;
+                float *dst = a + (g * mt + t) * K * OPC_CF_MR + m;
+                const float *src = w + (g * q->og + oc) * K;
+                for (int64_t k = 0; k < K; k++) dst[k * OPC_CF_MR] = oc < q->og ? src[k] : 0.0f;
+            }
     return a;
 }
 
@@ -244,12 +244,13 @@ static float *opc_cf_pack_data(const float *w, const opc_cv_geom *q) {
     for (int64_t g = 0; g < q->g; g++)
         for (int64_t t = 0; t < mt; t++)
             for (int64_t ol = 0; ol < q->og; ol++)
-                for (int64_t kk = 0; kk < q->kvol; kk++)
-                    for (int m = 0; m < OPC_CF_MR; m++) {
-                        const int64_t cc = t * OPC_CF_MR + m;
-                        a[((g * mt + t) * K + ol * q->kvol + kk) * OPC_CF_MR + m] =
-                            cc < q->cg ? w[((g * q->og + ol) * q->cg + cc) * q->kvol + q->kvol - 1 - kk] : 0.0f;
-                    }
+                for (int m = 0; m < OPC_CF_MR; m++) { /* each (ol, cc) kernel read in order */
+                    const int64_t cc = t * OPC_CF_MR + m;
+                    float *dst = a + ((g * mt + t) * K + ol * q->kvol) * OPC_CF_MR + m;
+                    const float *src = w + ((g * q->og + ol) * q->cg + cc) * q->kvol;
+                    for (int64_t kk = 0; kk < q->kvol; kk++)
+                        dst[kk * OPC_CF_MR] = cc < q->cg ? src[q->kvol - 1 - kk] : 0.0f;
+                }
     return a;
 }
 
