@@ -132,19 +132,20 @@ OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r
     const float *fa = (const float *)a, *fb = (const float *)b;
     float *fr = (float *)r;
     if (opc_cf_dw_applies(q))
-        return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, q)
+        return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
                         : op == 1 ? opc_cf_dw_data(fa, fb, fr, q) : opc_cf_dw_filter(fa, fb, fr, q)) == 0;
     if (!opc_cf_applies(q)) return 0;
-    return (op == 0 ? opc_cf_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, q)
+    return (op == 0 ? opc_cf_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
                     : op == 1 ? opc_cf_conv_data(fa, fb, fr, q) : opc_cf_conv_filter(fa, fb, fr, q)) == 0;
 }
 
-/* fused_conv_epilogue's fast f32 route (bias and act in the kernel's store): 1 when it ran. */
+/* fused_conv_epilogue's fast f32 route (bias, act and the reserve z in the kernel's store): 1 when it ran. */
 OPC_NN_INLINE int opc_nn_conv_fast_epilogue(const void *x, const void *w, const void *b, int64_t act, void *y,
-                                            const opc_cv_geom *q) {
+                                            void *z, const opc_cv_geom *q) {
     const float *fx = (const float *)x, *fw = (const float *)w, *fb = (const float *)b;
-    if (opc_cf_dw_applies(q)) return opc_cf_dw_conv(fx, fw, fb, (int)act, (float *)y, q) == 0;
-    return opc_cf_applies(q) && opc_cf_conv(fx, fw, fb, (int)act, (float *)y, q) == 0;
+    float *fy = (float *)y, *fz = (float *)z;
+    if (opc_cf_dw_applies(q)) return opc_cf_dw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
+    return opc_cf_applies(q) && opc_cf_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
 }
 
 /* The units (rows or tiles, see opc_nn_rows.h) of an [outer, n, inner] tensor. */
@@ -233,7 +234,7 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
     OPC_NN_ENTRY void opc_nn_fused_conv_epilogue_reserve_##SUF(const T *x, const T *w, const T *b, T *y, T *z,  \
                                                                OPC_CV_GEOM_PARAMS, int64_t act) {              \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
-        if (DT == OPC_NN_F32 && !z && opc_nn_conv_fast_epilogue(x, w, b, act, y, &q)) return;                   \
+        if (DT == OPC_NN_F32 && opc_nn_conv_fast_epilogue(x, w, b, act, y, z, &q)) return;                       \
         opc_nn_conv_##SUF(x, w, z ? z : y, OPC_CV_GEOM_ARGS);                                                  \
         OPC_NN_FOR_UNITS(q.n * q.o, q.n * q.o * q.ovol,                                                        \
                          opc_nn_cv_epilogue_unit_##F(z ? (void *)z : (void *)y, b, y, z != NULL, act, DT, &q,  \
@@ -245,8 +246,8 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_max_pool_##SUF(const T *x, T *y, int64_t *idx, OPC_PL_GEOM_PARAMS) {              \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
-        OPC_NN_FOR_UNITS(q.planes * q.ovol, q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],                      \
-                         opc_nn_max_pool_##F(x, y, idx, DT, &q, opc_u));                                       \
+        OPC_NN_FOR_UNITS(q.planes * q.out[0] * q.out[1], q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],        \
+                         opc_nn_max_pool_row_##F(x, y, idx, DT, &q, opc_u));                                   \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_max_pool_grad_##SUF(const int64_t *idx, const T *dout, T *dx, int64_t *record,    \
                                                  OPC_PL_GEOM_PARAMS, int64_t code) {                           \

@@ -23,7 +23,10 @@
  * Vectors are GCC vector extensions, 16 floats where the compiler targets AVX-512 and 8
  * otherwise (AVX2, or plain SSE as pairs), so one source serves every x86 and other targets.
  * Every read is inside xp (it has NR floats of zeros after its last channel) or the packed
- * panels; every write inside y / dx / dw. Scratch is malloc'd per call; -1 when it cannot be.
+ * panels; every write inside y / dx / dw. The large scratch buffers (packed panels, padded input,
+ * padded dy) are kept per thread and grow only (opc_cf_scratch), as opc_gemm.h's packing buffers:
+ * a network's layers reuse them instead of paying page faults on each call; -1 when one cannot be
+ * allocated.
  * Each output is one sum in a fixed order: results do not depend on the thread count.
  */
 #ifndef OPC_NN_CONV_FAST_H
@@ -52,11 +55,27 @@
 #define OPC_CF_NK 5
 #endif
 #define OPC_CF_NR (OPC_CF_V * OPC_CF_NV)
+#ifndef OPC_CF_KC
+#define OPC_CF_KC 288 /* taps per chunk of the forward's K loop (rounded down to whole channels) */
+#endif
 
 enum { OPC_CF_ACT_NONE = 0, OPC_CF_ACT_RELU = 1, OPC_CF_ACT_GELU = 2 }; /* opc_gemm.h's codes (gelu: tanh form) */
 
 typedef float opc_cf_vec __attribute__((vector_size(OPC_CF_V * 4)));
 typedef float opc_cf_uvec __attribute__((vector_size(OPC_CF_V * 4), aligned(4), may_alias));
+
+enum { OPC_CF_BUF_PANELS = 0, OPC_CF_BUF_XP = 1, OPC_CF_BUF_DY = 2, OPC_CF_NBUF = 3 };
+static __thread void *opc_cf_buf[OPC_CF_NBUF];
+static __thread size_t opc_cf_cap[OPC_CF_NBUF];
+
+/* The calling thread's scratch buffer `slot` of at least `bytes` (grow only; never freed), or NULL. */
+static void *opc_cf_scratch(int slot, size_t bytes) {
+    if (opc_cf_cap[slot] >= bytes) return opc_cf_buf[slot];
+    free(opc_cf_buf[slot]);
+    opc_cf_buf[slot] = malloc(bytes);
+    opc_cf_cap[slot] = opc_cf_buf[slot] ? bytes : 0;
+    return opc_cf_buf[slot];
+}
 
 /* The stride-1 conv the kernels run: src [groups * cin, in] -> dst [groups * cout, out] per image. */
 typedef struct {
@@ -132,12 +151,15 @@ static inline float opc_cf_act(float v, int act) {
     }
 }
 
-/* acc[MR][NR] = A panel [K][MR] times xp at p0 + off[k] (NR positions). */
+/* out[MR][NR] (+)= A panel [K][MR] times xp at p0 + off[k] (NR positions); acc: add to out. */
 __attribute__((noinline)) static void opc_cf_micro(int64_t K, const float *a, const float *xp, const int64_t *off,
-                                                   float *out) {
+                                                   float *out, int acc) {
     opc_cf_vec c[OPC_CF_MR][OPC_CF_NV];
     for (int m = 0; m < OPC_CF_MR; m++)
-        for (int j = 0; j < OPC_CF_NV; j++) c[m][j] = (opc_cf_vec){0};
+        for (int j = 0; j < OPC_CF_NV; j++) {
+            c[m][j] = (opc_cf_vec){0};
+            if (acc) c[m][j] = *(const opc_cf_uvec *)(out + m * OPC_CF_NR + j * OPC_CF_V);
+        }
     for (int64_t k = 0; k < K; k++) {
         const float *s = xp + off[k];
         opc_cf_vec b[OPC_CF_NV];
@@ -154,9 +176,10 @@ __attribute__((noinline)) static void opc_cf_micro(int64_t K, const float *a, co
         for (int j = 0; j < OPC_CF_NV; j++) *(opc_cf_uvec *)(out + m * OPC_CF_NR + j * OPC_CF_V) = c[m][j];
 }
 
-/* Store the valid positions of tile [p0, p0 + NR) of rows m < mr to dst (rows of ovol), bias and act applied. */
-static void opc_cf_store(const float *acc, int mr, int64_t p0, float *dst, int64_t ovol, const float *bias,
-                         int act, const opc_cf_plan *p) {
+/* Store the valid positions of tile [p0, p0 + NR) of rows m < mr to dst (rows of ovol), bias and act
+ * applied; pre (or NULL): the same rows before the activation (fused_conv_epilogue's reserve_space). */
+static void opc_cf_store(const float *acc, int mr, int64_t p0, float *dst, float *pre, int64_t ovol,
+                         const float *bias, int act, const opc_cf_plan *p) {
     const int64_t end = p0 + OPC_CF_NR < p->L ? p0 + OPC_CF_NR : p->L;
     for (int64_t q = p0; q < end;) {
         const int64_t o2 = q % p->P[2], r = q / p->P[2], o1 = r % p->P[1], o0 = r / p->P[1];
@@ -171,6 +194,8 @@ static void opc_cf_store(const float *acc, int mr, int64_t p0, float *dst, int64
             const float *s = acc + m * OPC_CF_NR + (q - p0);
             float *y = dst + m * ovol + yo;
             const float b = bias ? bias[m] : 0.0f;
+            if (pre)
+                for (int64_t j = 0; j < run; j++) pre[m * ovol + yo + j] = s[j] + b;
             if (act == OPC_CF_ACT_NONE)
                 for (int64_t j = 0; j < run; j++) y[j] = s[j] + b;
             else if (act == OPC_CF_ACT_RELU)
@@ -183,55 +208,91 @@ static void opc_cf_store(const float *acc, int mr, int64_t p0, float *dst, int64
 }
 
 /* dst [n, groups * cout, out] = the plan's conv of src [n, groups * cin, in] with the panels
- * a [groups][ceil(cout / MR)][K][MR], + bias [groups * cout] (or NULL), act. -1: out of memory. */
-static int opc_cf_run(const float *src, const float *a, float *dst, int64_t n, const float *bias, int act,
+ * a [groups][ceil(cout / MR)][K][MR], + bias [groups * cout] (or NULL), act; pre (or NULL) the same
+ * before act. -1: out of memory. */
+static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, int64_t n, const float *bias, int act,
                       const opc_cf_plan *p) {
     const int64_t ivol = p->in[0] * p->in[1] * p->in[2], ovol = p->out[0] * p->out[1] * p->out[2];
     const int64_t mt = (p->cout + OPC_CF_MR - 1) / OPC_CF_MR, tiles = (p->L + OPC_CF_NR - 1) / OPC_CF_NR;
-    float *xp = (float *)malloc(sizeof(float) * (p->cin * p->PV + OPC_CF_NR));
+    float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p->cin * p->PV + OPC_CF_NR));
     int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (p->K > 0 ? p->K : 1));
     if (!xp || !off) {
-        free(xp);
         free(off);
         return -1;
     }
     opc_cf_offsets(off, p);
     const int64_t cin_all = p->groups * p->cin, cout_all = p->groups * p->cout;
+    const int64_t kc = p->kvol * (OPC_CF_KC / p->kvol > 0 ? OPC_CF_KC / p->kvol : 1); /* whole channels */
+    int failed = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t g = 0; g < p->groups; g++) {
             opc_cf_pad(src + (i * cin_all + g * p->cin) * ivol, xp, p);
             const float *ag = a + g * mt * p->K * OPC_CF_MR;
-            float *yg = dst + (i * cout_all + g * p->cout) * ovol;
+            float *yg = dst + (i * cout_all + g * p->cout) * ovol, *zg = pre ? pre + (yg - dst) : NULL;
             const float *bg = bias ? bias + g * p->cout : NULL;
-            _Pragma("omp parallel for schedule(static) if (tiles * p->cout * p->K >= 32768) num_threads(opc_num_threads())")
-            for (int64_t t = 0; t < tiles; t++) {
-                float acc[OPC_CF_MR * OPC_CF_NR] __attribute__((aligned(64)));
-                for (int64_t m = 0; m < mt; m++) {
-                    opc_cf_micro(p->K, ag + m * p->K * OPC_CF_MR, xp + t * OPC_CF_NR, off, acc);
-                    const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
-                    opc_cf_store(acc, mr, t * OPC_CF_NR, yg + m * OPC_CF_MR * ovol, ovol,
-                                 bg ? bg + m * OPC_CF_MR : NULL, act, p);
+            _Pragma("omp parallel if (tiles * p->cout * p->K >= 32768) num_threads(opc_num_threads())")
+            {
+                /* a tile's sums for every output channel (tiles outer, below: over chunks of KC
+                 * taps, each chunk's slice of xp staying in L1 while all the panels pass over it) */
+                float *acc = (float *)malloc(sizeof(float) * mt * OPC_CF_MR * OPC_CF_NR);
+                if (!acc) {
+                    _Pragma("omp atomic write")
+                    failed = 1;
                 }
+                if (mt * p->K * OPC_CF_MR > p->cin * p->PV) {
+                    /* the panels outweigh the padded input (deep layers on small images): each
+                     * thread keeps one output channel tile's panel in cache over all the tiles */
+                    _Pragma("omp for schedule(static)")
+                    for (int64_t m = 0; m < mt; m++) {
+                        if (!acc) continue;
+                        const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
+                        for (int64_t t = 0; t < tiles; t++) {
+                            opc_cf_micro(p->K, ag + m * p->K * OPC_CF_MR, xp + t * OPC_CF_NR, off, acc, 0);
+                            opc_cf_store(acc, mr, t * OPC_CF_NR, yg + m * OPC_CF_MR * ovol,
+                                         zg ? zg + m * OPC_CF_MR * ovol : NULL, ovol, bg ? bg + m * OPC_CF_MR : NULL,
+                                         act, p);
+                        }
+                    }
+                } else { /* tiles outer: a tile's rows of xp stay in cache over all the panels */
+                    _Pragma("omp for schedule(static)")
+                    for (int64_t t = 0; t < tiles; t++) {
+                        if (!acc) continue;
+                        for (int64_t k0 = 0; k0 < p->K; k0 += kc) {
+                            const int64_t kn = p->K - k0 < kc ? p->K - k0 : kc;
+                            for (int64_t m = 0; m < mt; m++)
+                                opc_cf_micro(kn, ag + (m * p->K + k0) * OPC_CF_MR, xp + t * OPC_CF_NR, off + k0,
+                                             acc + m * OPC_CF_MR * OPC_CF_NR, k0 > 0);
+                        }
+                        for (int64_t m = 0; m < mt; m++) {
+                            const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
+                            opc_cf_store(acc + m * OPC_CF_MR * OPC_CF_NR, mr, t * OPC_CF_NR, yg + m * OPC_CF_MR * ovol,
+                                         zg ? zg + m * OPC_CF_MR * ovol : NULL, ovol, bg ? bg + m * OPC_CF_MR : NULL, act, p);
+                        }
+                    }
+                }
+                free(acc);
             }
         }
-    free(xp);
     free(off);
-    return 0;
+    return failed ? -1 : 0;
 }
 
 /* The panels of the forward conv: a[g][mt][cc * kvol + kk][m] = w[g * og + mt * MR + m, cc, kk] (0 past og). */
 static float *opc_cf_pack_fwd(const float *w, const opc_cv_geom *q) {
     const int64_t mt = (q->og + OPC_CF_MR - 1) / OPC_CF_MR, K = q->cg * q->kvol;
-    float *a = (float *)malloc(sizeof(float) * q->g * mt * K * OPC_CF_MR);
+    float *a = (float *)opc_cf_scratch(OPC_CF_BUF_PANELS, sizeof(float) * q->g * mt * K * OPC_CF_MR);
     if (!a) return NULL;
     for (int64_t g = 0; g < q->g; g++)
-        for (int64_t t = 0; t < mt; t++)
-            for (int m = 0; m < OPC_CF_MR; m++) { /* w's rows read in order */
-                const int64_t oc = t * OPC_CF_MR + m;
-                float *dst = a + (g * mt + t) * K * OPC_CF_MR + m;
-                const float *src = w + (g * q->og + oc) * K;
-                for (int64_t k = 0; k < K; k++) dst[k * OPC_CF_MR] = oc < q->og ? src[k] : 0.0f;
-            }
+        for (int64_t t = 0; t < mt; t++) {
+            /* MR rows of w read side by side, the panel written in order (4x faster than row by row
+             * for a 512x4608 filter) */
+            const float *rows[OPC_CF_MR];
+            for (int m = 0; m < OPC_CF_MR; m++)
+                rows[m] = t * OPC_CF_MR + m < q->og ? w + (g * q->og + t * OPC_CF_MR + m) * K : NULL;
+            float *dst = a + (g * mt + t) * K * OPC_CF_MR;
+            for (int64_t k = 0; k < K; k++)
+                for (int m = 0; m < OPC_CF_MR; m++) dst[k * OPC_CF_MR + m] = rows[m] ? rows[m][k] : 0.0f;
+        }
     return a;
 }
 
@@ -239,7 +300,7 @@ static float *opc_cf_pack_fwd(const float *w, const opc_cv_geom *q) {
  * flipped): a[g][mt][ol * kvol + kk][m] = w[g * og + ol, mt * MR + m, kvol - 1 - kk]. */
 static float *opc_cf_pack_data(const float *w, const opc_cv_geom *q) {
     const int64_t mt = (q->cg + OPC_CF_MR - 1) / OPC_CF_MR, K = q->og * q->kvol;
-    float *a = (float *)malloc(sizeof(float) * q->g * mt * K * OPC_CF_MR);
+    float *a = (float *)opc_cf_scratch(OPC_CF_BUF_PANELS, sizeof(float) * q->g * mt * K * OPC_CF_MR);
     if (!a) return NULL;
     for (int64_t g = 0; g < q->g; g++)
         for (int64_t t = 0; t < mt; t++)
@@ -255,18 +316,23 @@ static float *opc_cf_pack_data(const float *w, const opc_cv_geom *q) {
 }
 
 /* Whether the fast kernels take conv q (f32 callers): every stride 1, more than one tap, groups of more
- * than one channel each way (1x1 convs are a plain GEMM already; depthwise ones use opc_cf_dw). */
+ * than one channel each way (1x1 convs are a plain GEMM already; depthwise ones use opc_cf_dw), at
+ * most 1.5 positions computed per output. */
 static inline int opc_cf_applies(const opc_cv_geom *q) {
-    return q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1 && q->kvol > 1 && q->cg > 1 && q->og > 1;
+    if (!(q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1 && q->kvol > 1 && q->cg > 1 && q->og > 1)) return 0;
+    /* the tiles must not be mostly padding columns (a 7x7 image: 96 positions computed for 49);
+     * those convs are small GEMMs, which the im2col route does better */
+    const int64_t P1 = q->out[1] + q->d[1] * (q->k[1] - 1), P2 = q->out[2] + q->d[2] * (q->k[2] - 1);
+    const int64_t L = ((q->out[0] - 1) * P1 + q->out[1] - 1) * P2 + q->out[2];
+    return 2 * ((L + OPC_CF_NR - 1) / OPC_CF_NR) * OPC_CF_NR <= 3 * q->ovol;
 }
 
-/* y = act(conv(x, w) + bias); -1 when out of memory. */
-static int opc_cf_conv(const float *x, const float *w, const float *bias, int act, float *y, const opc_cv_geom *q) {
+/* y = act(conv(x, w) + bias), z (or NULL) = conv(x, w) + bias; -1 when out of memory. */
+static int opc_cf_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
+                       const opc_cv_geom *q) {
     const opc_cf_plan p = opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p);
     float *a = opc_cf_pack_fwd(w, q);
-    const int rc = a ? opc_cf_run(x, a, y, q->n, bias, act, &p) : -1;
-    free(a);
-    return rc;
+    return a ? opc_cf_run(x, a, y, z, q->n, bias, act, &p) : -1;
 }
 
 /* dx = the input gradient of dy; -1 when out of memory. */
@@ -275,9 +341,7 @@ static int opc_cf_conv_data(const float *dy, const float *w, float *dx, const op
     for (int i = 0; i < 3; i++) pb[i] = q->d[i] * (q->k[i] - 1) - q->p[i];
     const opc_cf_plan p = opc_cf_plan_make(q->g, q->og, q->cg, q->out, q->in, q->k, q->d, pb);
     float *a = opc_cf_pack_data(w, q);
-    const int rc = a ? opc_cf_run(dy, a, dx, q->n, NULL, OPC_CF_ACT_NONE, &p) : -1;
-    free(a);
-    return rc;
+    return a ? opc_cf_run(dy, a, dx, NULL, q->n, NULL, OPC_CF_ACT_NONE, &p) : -1;
 }
 
 /* acc[m][kt] += sum over cnt positions (a multiple of V) of dyp rows m times xp at off[kt]. One pass over
@@ -311,12 +375,10 @@ static int opc_cf_conv_filter(const float *x, const float *dy, float *dw, const 
     const opc_cf_plan p = opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p);
     const int64_t Lr = (p.L + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V; /* dyp's row length */
     const int64_t mrows = (q->og + OPC_CF_MR2 - 1) / OPC_CF_MR2 * OPC_CF_MR2, kt = (p.K + OPC_CF_NK - 1) / OPC_CF_NK;
-    float *xp = (float *)malloc(sizeof(float) * (p.cin * p.PV + OPC_CF_NR + Lr));
-    float *dyp = (float *)malloc(sizeof(float) * mrows * Lr);
+    float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p.cin * p.PV + OPC_CF_NR + Lr));
+    float *dyp = (float *)opc_cf_scratch(OPC_CF_BUF_DY, sizeof(float) * mrows * Lr);
     int64_t *off = (int64_t *)malloc(sizeof(int64_t) * kt * OPC_CF_NK);
     if (!xp || !dyp || !off) {
-        free(xp);
-        free(dyp);
         free(off);
         return -1;
     }
@@ -348,8 +410,6 @@ static int opc_cf_conv_filter(const float *x, const float *dy, float *dw, const 
                 }
             }
         }
-    free(xp);
-    free(dyp);
     free(off);
     return 0;
 }
@@ -359,8 +419,8 @@ static int opc_cf_conv_filter(const float *x, const float *dy, float *dw, const 
 /* dst planes = the plan's depthwise conv of src planes (n * groups of them) with taps wk [groups, kvol]
  * (+ bias [groups], act): per plane, the padded copy in a per-thread buffer, then NR positions at a
  * time, each tap one vector FMA per NV vectors. -1: out of memory. */
-static int opc_cf_dw_run(const float *src, const float *wk, float *dst, int64_t n, const float *bias, int act,
-                         const opc_cf_plan *p) {
+static int opc_cf_dw_run(const float *src, const float *wk, float *dst, float *pre, int64_t n, const float *bias,
+                         int act, const opc_cf_plan *p) {
     const int64_t ivol = p->in[0] * p->in[1] * p->in[2], ovol = p->out[0] * p->out[1] * p->out[2];
     const int64_t tiles = (p->L + OPC_CF_NR - 1) / OPC_CF_NR, planes = n * p->groups;
     int64_t *off = (int64_t *)malloc(sizeof(int64_t) * p->kvol);
@@ -369,7 +429,7 @@ static int opc_cf_dw_run(const float *src, const float *wk, float *dst, int64_t 
     int failed = 0;
     _Pragma("omp parallel if (planes * ovol * p->kvol >= 32768) num_threads(opc_num_threads())")
     {
-        float *xp = (float *)malloc(sizeof(float) * (p->PV + OPC_CF_NR));
+        float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p->PV + OPC_CF_NR));
         if (!xp) {
             _Pragma("omp atomic write")
             failed = 1;
@@ -391,10 +451,10 @@ static int opc_cf_dw_run(const float *src, const float *wk, float *dst, int64_t 
                     for (int j = 0; j < OPC_CF_NV; j++) c[j] += wv * *(const opc_cf_uvec *)(s + off[k] + j * OPC_CF_V);
                 }
                 for (int j = 0; j < OPC_CF_NV; j++) *(opc_cf_uvec *)(acc + j * OPC_CF_V) = c[j];
-                opc_cf_store(acc, 1, t * OPC_CF_NR, dst + pl * ovol, ovol, bias ? bias + ch : NULL, act, p);
+                opc_cf_store(acc, 1, t * OPC_CF_NR, dst + pl * ovol, pre ? pre + pl * ovol : NULL, ovol,
+                             bias ? bias + ch : NULL, act, p);
             }
         }
-        free(xp);
     }
     free(off);
     return failed ? -1 : 0;
@@ -405,9 +465,10 @@ static inline int opc_cf_dw_applies(const opc_cv_geom *q) {
     return q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1 && q->cg == 1 && q->og == 1;
 }
 
-static int opc_cf_dw_conv(const float *x, const float *w, const float *bias, int act, float *y, const opc_cv_geom *q) {
+static int opc_cf_dw_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
+                          const opc_cv_geom *q) {
     const opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
-    return opc_cf_dw_run(x, w, y, q->n, bias, act, &p);
+    return opc_cf_dw_run(x, w, y, z, q->n, bias, act, &p);
 }
 
 /* dx: the depthwise conv of dy with the taps flipped (pads d (k - 1) - pb). */
@@ -419,7 +480,7 @@ static int opc_cf_dw_data(const float *dy, const float *w, float *dx, const opc_
     if (!wf) return -1;
     for (int64_t c = 0; c < q->g; c++)
         for (int64_t k = 0; k < q->kvol; k++) wf[c * q->kvol + k] = w[c * q->kvol + q->kvol - 1 - k];
-    const int rc = opc_cf_dw_run(dy, wf, dx, q->n, NULL, OPC_CF_ACT_NONE, &p);
+    const int rc = opc_cf_dw_run(dy, wf, dx, NULL, q->n, NULL, OPC_CF_ACT_NONE, &p);
     free(wf);
     return rc;
 }
@@ -435,8 +496,8 @@ static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const op
     int failed = 0;
     _Pragma("omp parallel if (q->n * q->g * q->ovol * kvol >= 32768) num_threads(opc_num_threads())")
     {
-        float *xp = (float *)malloc(sizeof(float) * (p.PV + OPC_CF_NR + Lr));
-        float *dyp = (float *)malloc(sizeof(float) * Lr);
+        float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p.PV + OPC_CF_NR + Lr));
+        float *dyp = (float *)opc_cf_scratch(OPC_CF_BUF_DY, sizeof(float) * Lr);
         opc_cf_uvec *c = (opc_cf_uvec *)malloc(sizeof(opc_cf_vec) * kvol); /* malloc aligns to 16 bytes only */
         if (!xp || !dyp || !c) {
             _Pragma("omp atomic write")
@@ -469,8 +530,6 @@ static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const op
                 dw[ch * kvol + k] = sum;
             }
         }
-        free(xp);
-        free(dyp);
         free(c);
     }
     free(off);
