@@ -43,6 +43,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--only", default="", help="comma-separated case names (or name prefixes) to run")
     ap.add_argument("--skip", default="", help="comma-separated case names (or name prefixes) to leave out")
     ap.add_argument("--repeat", type=int, default=15, help="timed rounds per case; the best is kept (default 15)")
+    ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                    help="wall time, or the calling thread's CPU time (with --threads 1 only: what a machine "
+                         "shared with other jobs does not inflate; JAX, which computes in threads of its own, "
+                         "is left out)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     return ap
 
@@ -921,7 +925,11 @@ def main(args: argparse.Namespace) -> None:
     unknown = [n for n in split(args.only) + split(args.skip) if not any(c.name.startswith(n) for c in CASES)]
     if unknown:
         raise SystemExit(f"error: no case named {', '.join(unknown)} (see --list)")
-    torch, jax = benchlib.import_torch(), benchlib.import_jax()
+    if args.clock == "thread":
+        if benchlib.threads() != 1:
+            raise SystemExit("error: --clock thread needs --threads 1 (other threads' work would go uncounted)")
+        benchlib.CLOCK = time.thread_time
+    torch, jax = benchlib.import_torch(), (benchlib.import_jax() if args.clock == "wall" else None)
     versions = [f"numpy {np.__version__}"]
     versions += [f"torch {torch.__version__}"] if torch else []
     versions += [f"jax {jax.__version__}"] if jax else []
@@ -929,11 +937,13 @@ def main(args: argparse.Namespace) -> None:
           f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', '(default)')}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"BLAS: {benchlib.blas_info()}")
-    missing = [name for name, mod in (("torch", torch), ("JAX", jax)) if mod is None]
+    missing = [name for name, mod in (("torch", torch), ("JAX", jax)) if mod is None and
+               (name != "JAX" or args.clock == "wall")]
     if missing:
         print(f"({' and '.join(missing)} not installed: `pip install -e .[bench]` adds their columns)")
-    print(f"ms: best of {args.repeat} interleaved rounds; columns /X: this row's time / opc variant X's time "
-          "(> 1: X is faster)")
+    clock = "wall" if args.clock == "wall" else "CPU time of the calling thread (no JAX column)"
+    print(f"ms ({clock}): best of {args.repeat} interleaved rounds; columns /X: this row's time / opc variant X's "
+          "time (> 1: X is faster)")
     ctx = Context(np.random.default_rng(0), torch, jax, args.repeat)
     t0 = time.perf_counter()
     run_cases(ctx, split(args.only), split(args.skip))
