@@ -43,6 +43,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--only", default="", help="comma-separated case names (or name prefixes) to run")
     ap.add_argument("--skip", default="", help="comma-separated case names (or name prefixes) to leave out")
     ap.add_argument("--repeat", type=int, default=15, help="timed rounds per case; the best is kept (default 15)")
+    ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                    help="wall time, or the calling thread's CPU time (with --threads 1 only: what a machine "
+                         "shared with other jobs does not inflate; JAX, which computes in threads of its own, "
+                         "is left out)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     return ap
 
@@ -102,6 +106,10 @@ class Case:
 CASES: list[Case] = []
 
 
+class Skip(Exception):
+    """A case's setup cannot run here; the message says why (printed in its place)."""
+
+
 def add_case(name: str, title: str, setup: Callable[[Context], Contest] | None = None,
              run: Callable[[Context], None] | None = None) -> None:
     assert (setup is None) != (run is None), "a case has a setup or a run"
@@ -156,8 +164,13 @@ def run_cases(ctx: Context, only: list[str], skip: list[str]) -> None:
         print()
         if case.run is not None:
             case.run(ctx)
-        else:
-            run_contest(case, case.setup(ctx), ctx.repeat)
+            continue
+        try:
+            contest = case.setup(ctx)
+        except Skip as why:
+            print(f"{case.title}\n  (skipped: {why})")
+            continue
+        run_contest(case, contest, ctx.repeat)
         sys.stdout.flush()
 
 
@@ -510,6 +523,36 @@ def numpy_conv3x3_grads(x, w, dy, group):
     return dx, np.einsum("nchw,nchwkl->ckl", dy, win, optimize=True)[:, None]
 
 
+def ort_session(model):
+    """An onnxruntime CPU session on the bench's thread count (None without onnxruntime)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = benchlib.threads()
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def conv_onnx(xs, ws, group: int):
+    """A one-node ONNX Conv (pads 1) of x [xs] with the filter as a graph input."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=group)
+    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs),
+                                               helper.make_tensor_value_info("w", TensorProto.FLOAT, ws)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, xs)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def jax_conv(jax, group: int):
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), [(1, 1), (1, 1)], feature_group_count=group,
+                                            dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return conv
+
+
 def conv_case(group: int, backward: bool, c: int = 64, hw: int = 56) -> Callable[[Context], Contest]:
     def setup(ctx: Context) -> Contest:
         xs, ws = (1, c, hw, hw), (c, c // group, 3, 3)
@@ -523,6 +566,10 @@ def conv_case(group: int, backward: bool, c: int = 64, hw: int = 56) -> Callable
         if backward:
             want += list(numpy_conv3x3_grads(x64, w64, dy64, group))
         theirs = []
+        if not backward:
+            session = ort_session(conv_onnx(xs, ws, group))
+            if session is not None:
+                theirs.append(Contender("onnxruntime", lambda: session.run(None, {"x": x, "w": w})[0]))
         if ctx.torch is not None:
             torch = ctx.torch
             F = torch.nn.functional
@@ -534,12 +581,208 @@ def conv_case(group: int, backward: bool, c: int = 64, hw: int = 56) -> Callable
                 return (y, *torch.autograd.grad(y, (tx_, tw_), tdy)) if backward else y.detach()
 
             theirs.append(Contender("torch eager", torch_step))
+        if ctx.jax is not None:
+            jax = ctx.jax
+            conv = jax_conv(jax, group)
+            jx, jw, jdy = (jax.numpy.asarray(a) for a in (x, w, dy))
+            if backward:
+                @jax.jit
+                def step(x, w, dy):
+                    y, pullback = jax.vjp(conv, x, w)
+                    return (y, *pullback(dy))
+
+                theirs.append(Contender("JAX jit(vjp)", lambda: jax.block_until_ready(step(jx, jw, jdy))))
+            else:
+                jitted = jax.jit(conv)
+                theirs.append(Contender("JAX jit", lambda: jax.block_until_ready(jitted(jx, jw))))
         ours = (Contender("opc f_value_and_grad", lambda: m.f_value_and_grad(x, w, dy)) if backward
                 else Contender("opc", lambda: m.f(x, w)))
         flops = 2.0 * c * (c // group) * 9 * hw * hw * (3 if backward else 1)
         return Contest(want=want, ours=[ours], theirs=theirs, tol=1e-4, rate="GFLOP/s", work=flops)
 
     return setup
+
+
+# An LSTM layer (issue 19): ONNX LSTM imported by opc, against onnxruntime on the same file and
+# torch's nn.LSTM with the same weights. Sequence 32, batch 4, input 128, hidden 256.
+LSTM_T, LSTM_B, LSTM_I, LSTM_H = 32, 4, 128, 256
+TORCH_GATES = [0, 2, 3, 1]  # ONNX's gate blocks i, o, f, c in torch's order i, f, g (= c), o
+
+
+def lstm_onnx(W, R, B):
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "h", "c"], hidden_size=LSTM_H)
+    graph = helper.make_graph(
+        [node], "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (LSTM_T, LSTM_B, LSTM_I))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (LSTM_T, 1, LSTM_B, LSTM_H)),
+         helper.make_tensor_value_info("h", TensorProto.FLOAT, (1, LSTM_B, LSTM_H)),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, (1, LSTM_B, LSTM_H))],
+        [numpy_helper.from_array(a, n) for a, n in ((W, "W"), (R, "R"), (B, "B"))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def numpy_lstm(x, W, R, B):
+    """ONNX LSTM (gates i, o, f, c; sigmoid, tanh, tanh), f64: the outputs y, last h, last c."""
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    W, R, B = W[0], R[0], B[0]
+    h = c = np.zeros((x.shape[1], LSTM_H))
+    ys = []
+    for t in range(x.shape[0]):
+        g = x[t] @ W.T + h @ R.T + B[:4 * LSTM_H] + B[4 * LSTM_H:]
+        i, o, f, cc = (g[:, k * LSTM_H:(k + 1) * LSTM_H] for k in range(4))
+        c = sig(f) * c + sig(i) * np.tanh(cc)
+        h = sig(o) * np.tanh(c)
+        ys.append(h)
+    return [np.stack(ys)[:, None], h[None], c[None]]
+
+
+def lstm_case(ctx: Context) -> Contest:
+    scale = 1 / np.sqrt(LSTM_H)
+    W = (ctx.rng.uniform(-scale, scale, (1, 4 * LSTM_H, LSTM_I))).astype(np.float32)
+    R = (ctx.rng.uniform(-scale, scale, (1, 4 * LSTM_H, LSTM_H))).astype(np.float32)
+    B = (ctx.rng.uniform(-scale, scale, (1, 8 * LSTM_H))).astype(np.float32)
+    x = ctx.rng.standard_normal((LSTM_T, LSTM_B, LSTM_I), np.float32)
+    model = lstm_onnx(W, R, B)
+    m = opc.load_onnx(model)
+    theirs = []
+    session = ort_session(model)
+    if session is not None:
+        theirs.append(Contender("onnxruntime", lambda: session.run(None, {"x": x})))
+    if ctx.torch is not None:
+        torch = ctx.torch
+        lstm = torch.nn.LSTM(LSTM_I, LSTM_H)
+
+        def gates(a):
+            return np.concatenate([a[k * LSTM_H:(k + 1) * LSTM_H] for k in TORCH_GATES])
+
+        with torch.no_grad():
+            for name, a in (("weight_ih_l0", W[0]), ("weight_hh_l0", R[0]), ("bias_ih_l0", B[0, :4 * LSTM_H]),
+                            ("bias_hh_l0", B[0, 4 * LSTM_H:])):
+                getattr(lstm, name).copy_(torch.from_numpy(gates(a)))
+        tx = torch.from_numpy(x)
+
+        def torch_lstm():
+            with torch.no_grad():
+                y, (h, c) = lstm(tx)
+            return [y[:, None], h, c]
+
+        theirs.append(Contender("torch eager", torch_lstm))
+    want = numpy_lstm(x.astype(np.float64), *(a.astype(np.float64) for a in (W, R, B)))
+    flops = 2.0 * LSTM_T * LSTM_B * 4 * LSTM_H * (LSTM_I + LSTM_H)
+    return Contest(want=want, ours=[Contender("opc", lambda: m(x))], theirs=theirs, tol=1e-4, rate="GFLOP/s",
+                   work=flops)
+
+
+# ResNet-18 forward at 1x3x224x224 (torchvision's, exported by tests/models' script without its
+# weights; seeded_weights.fill_initializers gives them). onnxruntime on the same file is the
+# reference; torch eager and JAX run the same graph node by node (ONNX_TORCH / onnx_jax below).
+RESNET = ROOT / "tests" / "models" / "resnet18.onnx"
+
+
+def onnx_torch(torch, model):
+    """A torch eager function running the ONNX graph's nodes (ResNet's op set) one by one."""
+    from onnx import numpy_helper
+
+    F = torch.nn.functional
+    init = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in model.graph.initializer}
+
+    def attrs(node):
+        from onnx import helper
+        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    def conv(a, x, w, b=None):
+        p = a.get("pads", [0, 0, 0, 0])
+        if p[:2] != p[2:]:
+            raise ValueError("asymmetric pads")
+        return F.conv2d(x, w, b, a.get("strides", [1, 1]), p[:2], a.get("dilations", [1, 1]), a.get("group", 1))
+
+    def max_pool(a, x):
+        p = a.get("pads", [0, 0, 0, 0])
+        return F.max_pool2d(x, a["kernel_shape"], a.get("strides", [1, 1]), p[:2], ceil_mode=bool(a.get("ceil_mode", 0)))
+
+    def gemm(a, x, w, b):
+        return a.get("alpha", 1.0) * (x @ (w.T if a.get("transB", 0) else w)) + a.get("beta", 1.0) * b
+
+    ops = {"Conv": conv, "Relu": lambda a, x: F.relu(x), "Add": lambda a, x, y: x + y, "MaxPool": max_pool,
+           "GlobalAveragePool": lambda a, x: x.mean(dim=(2, 3), keepdim=True),
+           "Flatten": lambda a, x: torch.flatten(x, a.get("axis", 1)), "Gemm": gemm, "Identity": lambda a, x: x}
+
+    def run(x):
+        env = dict(init, **{model.graph.input[0].name: x})
+        with torch.no_grad():
+            for node in model.graph.node:
+                env[node.output[0]] = ops[node.op_type](attrs(node), *(env[i] for i in node.input if i))
+        return env[model.graph.output[0].name]
+
+    return run
+
+
+def onnx_jax(jax, model):
+    """The same for JAX (jitted as one function)."""
+    from onnx import helper, numpy_helper
+
+    lax, jnp = jax.lax, jax.numpy
+    init = {t.name: jnp.asarray(numpy_helper.to_array(t)) for t in model.graph.initializer}
+
+    def conv(a, x, w, b=None):
+        p = a.get("pads", [0, 0, 0, 0])
+        y = lax.conv_general_dilated(x, w, a.get("strides", [1, 1]), [(p[0], p[2]), (p[1], p[3])],
+                                     rhs_dilation=a.get("dilations", [1, 1]), feature_group_count=a.get("group", 1),
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return y if b is None else y + b[None, :, None, None]
+
+    def max_pool(a, x):
+        p, k, s = a.get("pads", [0, 0, 0, 0]), a["kernel_shape"], a.get("strides", [1, 1])
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, *k), (1, 1, *s),
+                                 [(0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])])
+
+    def gemm(a, x, w, b):
+        return a.get("alpha", 1.0) * (x @ (w.T if a.get("transB", 0) else w)) + a.get("beta", 1.0) * b
+
+    ops = {"Conv": conv, "Relu": lambda a, x: jnp.maximum(x, 0), "Add": lambda a, x, y: x + y, "MaxPool": max_pool,
+           "GlobalAveragePool": lambda a, x: x.mean(axis=(2, 3), keepdims=True),
+           "Flatten": lambda a, x: x.reshape(x.shape[0], -1), "Gemm": gemm, "Identity": lambda a, x: x}
+    nodes = [(n.op_type, {a.name: helper.get_attribute_value(a) for a in n.attribute}, list(n.input), n.output[0])
+             for n in model.graph.node]
+
+    @jax.jit
+    def run(x):
+        env = dict(init, **{model.graph.input[0].name: x})
+        for op, a, ins, out in nodes:
+            env[out] = ops[op](a, *(env[i] for i in ins if i))
+        return env[model.graph.output[0].name]
+
+    return run
+
+
+def resnet18_case(ctx: Context) -> Contest:
+    if not RESNET.is_file():
+        raise Skip(f"{RESNET.relative_to(ROOT)} is absent (tests/models' export script commits it)")
+    import onnx
+
+    sys.path.insert(0, str(RESNET.parent))
+    from seeded_weights import fill_initializers
+
+    model = onnx.load(str(RESNET))
+    fill_initializers(model)
+    session = ort_session(model)
+    if session is None:
+        raise Skip("onnxruntime is not installed: it is this row's reference")
+    x = ctx.rng.standard_normal((1, 3, 224, 224), np.float32)
+    name = model.graph.input[0].name
+    want = session.run(None, {name: x})
+    m = opc.load_onnx(model)
+    theirs = [Contender("onnxruntime", lambda: session.run(None, {name: x}))]
+    if ctx.torch is not None:
+        run = onnx_torch(ctx.torch, model)
+        tx = ctx.torch.from_numpy(x)
+        theirs.append(Contender("torch eager", lambda: run(tx)))
+    if ctx.jax is not None:
+        run_jax, jx = onnx_jax(ctx.jax, model), ctx.jax.numpy.asarray(x)
+        theirs.append(Contender("JAX jit", lambda: ctx.jax.block_until_ready(run_jax(jx))))
+    return Contest(want=want, ours=[Contender("opc", lambda: m(x))], theirs=theirs, tol=1e-3, rate="GFLOP/s",
+                   work=2 * 1.814e9)
 
 
 # ---------------------------------------------------------------------------
@@ -660,10 +903,14 @@ add_case("bmm-pv", "batched matmul [8,4,128,128] @ [8,4,128,64] f32 (attention o
          batched_matmul_case((8, 4, 128, 128), (8, 4, 128, 64)))
 for _act in ("none", "relu", "gelu"):
     add_case(f"epilogue-{_act}", f"fused_gemm_epilogue {_act} 512 f32", epilogue_case(_act))
-add_case("conv3x3", "conv 3x3 64->64 ch 56x56 f32, pads 1 (im2col + GEMM)", conv_case(1, False))
+add_case("conv3x3", "conv 3x3 64->64 ch 56x56 f32, pads 1 (implicit GEMM)", conv_case(1, False))
 add_case("conv3x3-fwd-bwd", "conv 3x3 64->64 ch 56x56 f32, forward + backward", conv_case(1, True))
-add_case("conv-dw", "depthwise conv 3x3 64 ch 56x56 f32 (direct loops)", conv_case(64, False))
+add_case("conv-dw", "depthwise conv 3x3 64 ch 56x56 f32 (depthwise loop nest)", conv_case(64, False))
 add_case("conv-dw-fwd-bwd", "depthwise conv 3x3 64 ch 56x56 f32, forward + backward", conv_case(64, True))
+add_case("lstm", f"LSTM layer (ONNX LSTM imported): seq {LSTM_T}, batch {LSTM_B}, input {LSTM_I}, hidden {LSTM_H} "
+         "f32, forward", lstm_case)
+add_case("resnet18", "ResNet-18 forward 1x3x224x224 f32 (tests/models/resnet18.onnx, seeded weights; "
+         "onnxruntime is the reference)", resnet18_case)
 add_case("compile", "compile time", run=compile_time_run)
 add_case("mlp-compile", "examples/mlp.mlir compile", run=mlp_compile_run)
 add_case("transformer", "transformer block", run=transformer_run)
@@ -678,7 +925,11 @@ def main(args: argparse.Namespace) -> None:
     unknown = [n for n in split(args.only) + split(args.skip) if not any(c.name.startswith(n) for c in CASES)]
     if unknown:
         raise SystemExit(f"error: no case named {', '.join(unknown)} (see --list)")
-    torch, jax = benchlib.import_torch(), benchlib.import_jax()
+    if args.clock == "thread":
+        if benchlib.threads() != 1:
+            raise SystemExit("error: --clock thread needs --threads 1 (other threads' work would go uncounted)")
+        benchlib.CLOCK = time.thread_time
+    torch, jax = benchlib.import_torch(), (benchlib.import_jax() if args.clock == "wall" else None)
     versions = [f"numpy {np.__version__}"]
     versions += [f"torch {torch.__version__}"] if torch else []
     versions += [f"jax {jax.__version__}"] if jax else []
@@ -686,11 +937,13 @@ def main(args: argparse.Namespace) -> None:
           f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', '(default)')}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"BLAS: {benchlib.blas_info()}")
-    missing = [name for name, mod in (("torch", torch), ("JAX", jax)) if mod is None]
+    missing = [name for name, mod in (("torch", torch), ("JAX", jax)) if mod is None and
+               (name != "JAX" or args.clock == "wall")]
     if missing:
         print(f"({' and '.join(missing)} not installed: `pip install -e .[bench]` adds their columns)")
-    print(f"ms: best of {args.repeat} interleaved rounds; columns /X: this row's time / opc variant X's time "
-          "(> 1: X is faster)")
+    clock = "wall" if args.clock == "wall" else "CPU time of the calling thread (no JAX column)"
+    print(f"ms ({clock}): best of {args.repeat} interleaved rounds; columns /X: this row's time / opc variant X's "
+          "time (> 1: X is faster)")
     ctx = Context(np.random.default_rng(0), torch, jax, args.repeat)
     t0 = time.perf_counter()
     run_cases(ctx, split(args.only), split(args.skip))

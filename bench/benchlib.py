@@ -37,6 +37,12 @@ def threads() -> int:
     return int(os.environ.get("OMP_NUM_THREADS", 0)) or len(os.sched_getaffinity(0))
 
 
+CLOCK: Callable[[], float] = time.perf_counter
+"""The rounds' clock: wall time, or time.thread_time (bench_cpu.py --clock thread: the calling thread's
+CPU time, which other jobs on a shared machine do not inflate; only for contenders computing in the
+calling thread, i.e. one thread)."""
+
+
 def best_of(fns: dict[str, Callable[[], object]], repeat: int = 7, min_time: float = 0.05) -> dict[str, float]:
     """Best seconds per call of each function, the rounds interleaved.
 
@@ -53,10 +59,10 @@ def best_of(fns: dict[str, Callable[[], object]], repeat: int = 7, min_time: flo
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             for _ in range(inner[name]):
                 fn()
-            times[name].append((time.perf_counter() - t0) / inner[name])
+            times[name].append((CLOCK() - t0) / inner[name])
     return {name: min(t) for name, t in times.items()}
 
 

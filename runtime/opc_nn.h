@@ -10,6 +10,8 @@
  *   opc_nn_softmax_cross_entropy_grad_T_L(label, softmax, dloss, dlogits, record, outer, n, inner, code)
  *   opc_nn_conv_T(x, w, y, GEOM), opc_nn_conv_grad_input_T(dy, w, dx, GEOM),
  *   opc_nn_conv_grad_filter_T(x, dy, dw, GEOM)    (opc_nn_conv.h; they call the GEMM of opc_gemm_api.h)
+ *   opc_nn_fused_conv_epilogue_T(x, w, bias, y, GEOM, act), ..._reserve_T(x, w, bias, y, z, GEOM, act):
+ *     y = act(conv(x, w) + bias[o]), z the pre-activation; act 0 none, 1 relu, 2 gelu (tanh form)
  * T is f32, f64, f16 or bf16 (halves as uint16_t bits), L the label type i32
  * or i64. The normalized axis is n of the [outer, n, inner] view, so any axis
  * works; layer_norm normalizes rows of `cols` contiguous elements. mean and
@@ -34,6 +36,7 @@
 #include "opc_status.h"
 #include "opc_gemm_api.h"
 #include "opc_nn_conv.h"
+#include "opc_nn_conv_fast.h"
 
 #define OPC_NN_F32 0
 #define OPC_NN_F16 1
@@ -123,6 +126,28 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #undef OPC_NN_SQRT
 #undef OPC_NN_GEMM
 
+/* The fast f32 route of conv `op` (0: conv, 1: input grad, 2: filter grad; opc_nn_conv_fast.h) where it
+ * applies and its scratch could be allocated: 1 when it ran. a, b, r are f32 whenever it is called. */
+OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r, const opc_cv_geom *q) {
+    const float *fa = (const float *)a, *fb = (const float *)b;
+    float *fr = (float *)r;
+    if (opc_cf_dw_applies(q))
+        return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
+                        : op == 1 ? opc_cf_dw_data(fa, fb, fr, q) : opc_cf_dw_filter(fa, fb, fr, q)) == 0;
+    if (!opc_cf_applies(q)) return 0;
+    return (op == 0 ? opc_cf_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
+                    : op == 1 ? opc_cf_conv_data(fa, fb, fr, q) : opc_cf_conv_filter(fa, fb, fr, q)) == 0;
+}
+
+/* fused_conv_epilogue's fast f32 route (bias, act and the reserve z in the kernel's store): 1 when it ran. */
+OPC_NN_INLINE int opc_nn_conv_fast_epilogue(const void *x, const void *w, const void *b, int64_t act, void *y,
+                                            void *z, const opc_cv_geom *q) {
+    const float *fx = (const float *)x, *fw = (const float *)w, *fb = (const float *)b;
+    float *fy = (float *)y, *fz = (float *)z;
+    if (opc_cf_dw_applies(q)) return opc_cf_dw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
+    return opc_cf_applies(q) && opc_cf_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
+}
+
 /* The units (rows or tiles, see opc_nn_rows.h) of an [outer, n, inner] tensor. */
 OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
     return inner == 1 ? outer : outer * ((inner + OPC_NN_TILE - 1) / OPC_NN_TILE);
@@ -187,26 +212,42 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
 #define OPC_NN_CONV_ENTRIES(SUF, T, F, DT)                                                                     \
     OPC_NN_ENTRY void opc_nn_conv_##SUF(const T *x, const T *w, T *y, OPC_CV_GEOM_PARAMS) {                    \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
+        if (DT == OPC_NN_F32 && opc_nn_conv_fast(0, x, w, y, &q)) return;                                       \
         if (opc_nn_conv_gemm_##F(0, x, w, y, DT, &q)) return;                                                  \
         OPC_NN_FOR_UNITS(q.n * q.o * q.out[0] * q.out[1], q.n * q.o * q.ovol * q.cg * q.kvol,                  \
                          opc_nn_cv_fwd_unit_##F(x, w, y, DT, &q, opc_u));                                      \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_conv_grad_input_##SUF(const T *dy, const T *w, T *dx, OPC_CV_GEOM_PARAMS) {       \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
+        if (DT == OPC_NN_F32 && opc_nn_conv_fast(1, dy, w, dx, &q)) return;                                     \
         if (opc_nn_conv_gemm_##F(1, dy, w, dx, DT, &q)) return;                                                \
         OPC_NN_FOR_UNITS(q.n * q.c * q.in[0] * q.in[1], q.n * q.c * q.ivol * q.og * q.kvol,                    \
                          opc_nn_cv_data_unit_##F(dy, w, dx, DT, &q, opc_u));                                   \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_conv_grad_filter_##SUF(const T *x, const T *dy, T *dw, OPC_CV_GEOM_PARAMS) {      \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
+        if (DT == OPC_NN_F32 && opc_nn_conv_fast(2, x, dy, dw, &q)) return;                                     \
         if (opc_nn_conv_gemm_##F(2, x, dy, dw, DT, &q)) return;                                                \
         OPC_NN_FOR_UNITS(q.o * q.cg * q.kvol, q.n * q.o * q.ovol * q.cg * q.kvol,                              \
                          opc_nn_cv_filter_unit_##F(x, dy, dw, DT, &q, opc_u));                                 \
     }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_fused_conv_epilogue_reserve_##SUF(const T *x, const T *w, const T *b, T *y, T *z,  \
+                                                               OPC_CV_GEOM_PARAMS, int64_t act) {              \
+        const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
+        if (DT == OPC_NN_F32 && opc_nn_conv_fast_epilogue(x, w, b, act, y, z, &q)) return;                       \
+        opc_nn_conv_##SUF(x, w, z ? z : y, OPC_CV_GEOM_ARGS);                                                  \
+        OPC_NN_FOR_UNITS(q.n * q.o, q.n * q.o * q.ovol,                                                        \
+                         opc_nn_cv_epilogue_unit_##F(z ? (void *)z : (void *)y, b, y, z != NULL, act, DT, &q,  \
+                                                     opc_u));                                                  \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_fused_conv_epilogue_##SUF(const T *x, const T *w, const T *b, T *y,               \
+                                                       OPC_CV_GEOM_PARAMS, int64_t act) {                      \
+        opc_nn_fused_conv_epilogue_reserve_##SUF(x, w, b, y, NULL, OPC_CV_GEOM_ARGS, act);                      \
+    }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_max_pool_##SUF(const T *x, T *y, int64_t *idx, OPC_PL_GEOM_PARAMS) {              \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
-        OPC_NN_FOR_UNITS(q.planes * q.ovol, q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],                      \
-                         opc_nn_max_pool_##F(x, y, idx, DT, &q, opc_u));                                       \
+        OPC_NN_FOR_UNITS(q.planes * q.out[0] * q.out[1], q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],        \
+                         opc_nn_max_pool_row_##F(x, y, idx, DT, &q, opc_u));                                   \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_max_pool_grad_##SUF(const int64_t *idx, const T *dout, T *dx, int64_t *record,    \
                                                  OPC_PL_GEOM_PARAMS, int64_t code) {                           \

@@ -26,7 +26,8 @@ Grad ops
   gather_grad {axis}
 Convolutions (layout NC + spatial, 1 or 2 spatial dims while MAX_RANK is 4)
   conv {strides, dilations, pads, group}, conv_transpose {..., output_padding},
-  conv_grad_input {...} (-> dx), conv_grad_filter {...} (-> dw)
+  conv_grad_input {...} (-> dx), conv_grad_filter {...} (-> dw),
+  fused_conv_epilogue {..., activation} -> out[, reserve_space]   (conv + bias + act, CPU kernel)
 Pooling
   max_pool {kernel, strides, dilations, pads, ceil_mode} -> y, indices;
   avg_pool {kernel, strides, dilations, pads, ceil_mode, count_include_pad}; max_pool_grad, avg_pool_grad
@@ -1822,6 +1823,72 @@ class ConvGradFilterOp(ConvBase):
         check_shape(td, self.geometry().y_shape, "dout")
 
 
+@irdl_op_definition
+class FusedConvEpilogueOp(OpcOp, ConvAttrs):
+    """`%out, %reserve = opc.fused_conv_epilogue %x, %w, %bias {pads = array<i64: 1, 1, 1, 1>, activation = "relu"} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>) -> (tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>)`
+
+    out = act(conv(x, w) + bias), bias [O] broadcast over the batch and spatial dims (the conv
+    analogue of fused_gemm_epilogue, made by opc-fuse); reserve_space (present iff activation is
+    relu or gelu, the tanh form) is the pre-activation, saved for the backward.
+    """
+
+    name = "opc.fused_conv_epilogue"
+    x = operand_def(TensorType)
+    w = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    out = result_def(TensorType)
+    reserve_space = opt_result_def(TensorType)
+    strides = opt_prop_def(DenseArrayBase)
+    dilations = opt_prop_def(DenseArrayBase)
+    pads = opt_prop_def(DenseArrayBase)
+    group = int_prop(1)
+    activation = prop_def(StringAttr, default_value=StringAttr("none"))
+    assembly_format = "$x `,` $w `,` $bias attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, w: SSAValue | Operation, bias: SSAValue | Operation,
+                 conv_props: dict[str, Attribute], activation: str = "none"):
+        tx, tw = SSAValue.get(x).type, SSAValue.get(w).type
+        shape = self.geometry_of(tx.get_shape(), tw.get_shape(), conv_props).y_shape  # type: ignore[attr-defined]
+        out = tensor(shape, tx.element_type)  # type: ignore[attr-defined]
+        super().__init__(operands=[x, w, bias], result_types=[out, [out] if activation != "none" else []],
+                         properties={**conv_props, "activation": StringAttr(activation)})
+
+    @staticmethod
+    def geometry_of(x: Sequence[int], w: Sequence[int], props: dict[str, Attribute]) -> ConvGeometry:
+        def values(name: str) -> tuple[int, ...] | None:
+            a = props.get(name)
+            return None if a is None else tuple(a.get_values())  # type: ignore[attr-defined]
+
+        group = props["group"].value.data if "group" in props else 1  # type: ignore[attr-defined]
+        return conv_geometry(x, w[2:], w[0], group, values("strides"), values("dilations"), values("pads"))
+
+    def conv_props(self) -> dict[str, Attribute]:
+        """The attributes of the conv this op fuses (activation stays behind)."""
+        return {k: v for k, v in self.properties.items() if k != "activation"}
+
+    def geometry(self) -> ConvGeometry:
+        return self.geometry_for(self.x.type.get_shape(), self.w.type.get_shape())  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        tx, tw = check_tensor(self.x, "x"), check_tensor(self.w, "w")
+        g = self.geometry()
+        check_conv_types(tx, tw, self.out, g.y_shape, "out")
+        tb = check_tensor(self.bias, "bias")
+        check_same_element(tx, tb, "x and bias")
+        check_shape(tb, [g.o], "bias")
+        act = self.activation.data
+        if act not in ACTIVATIONS:
+            raise VerifyException(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{act}'")
+        if self.reserve_space is not None:
+            tr = check_tensor(self.reserve_space, "reserve_space")
+            check_shape(tr, g.y_shape, "reserve_space")
+            check_same_element(tx, tr, "x and reserve_space")
+        if act == "none" and self.reserve_space is not None:
+            raise VerifyException("activation 'none' has exactly one result: no reserve_space")
+        if act != "none" and self.reserve_space is None:
+            raise VerifyException(f"activation '{act}' has two results: out and reserve_space")
+
+
 def conv_grad_ops(op: ConvBase) -> dict[str, Attribute]:
     """The attributes a conv op hands to the grad ops of its geometry (output_padding stays behind)."""
     return {k: v for k, v in op.properties.items() if k != "output_padding"}
@@ -2230,7 +2297,7 @@ Opc = Dialect(
         FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, SoftmaxCrossEntropyOp,
         CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
         SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, SliceGradOp, GatherGradOp,
-        ConvOp, ConvTransposeOp, ConvGradInputOp, ConvGradFilterOp,
+        ConvOp, ConvTransposeOp, ConvGradInputOp, ConvGradFilterOp, FusedConvEpilogueOp,
         MaxPoolOp, AvgPoolOp, MaxPoolGradOp, AvgPoolGradOp,
         BatchNormOp, BatchNormGradOp, InstanceNormOp, GroupNormOp,
     ],  # fmt: skip

@@ -323,6 +323,17 @@ def lower_conv(fl, op: opc.ConvBase) -> None:  # noqa: ANN001
     call(fl, f"{kernel}_{dtype_suffix(element_of(op.result))}", buffers(fl, op), conv_ints(op.geometry()))
 
 
+ACT_CODES = {"none": 0, "relu": 1, "gelu": 2}  # runtime/opc_nn.h's fused_conv_epilogue (opc_gemm.h's codes)
+
+
+def lower_fused_conv_epilogue(fl, op: opc.FusedConvEpilogueOp) -> None:  # noqa: ANN001
+    """fused_conv_epilogue (x, w, bias, out[, reserve]): one runtime call with the conv's geometry and
+    the activation's code; f32 stride-1 convs apply bias and activation in the kernel's store."""
+    kernel = "fused_conv_epilogue" + ("_reserve" if op.reserve_space is not None else "")
+    call(fl, f"{kernel}_{dtype_suffix(element_of(op.out))}", buffers(fl, op),
+         [*conv_ints(op.geometry()), ACT_CODES[op.activation.data]])
+
+
 def pool_ints(op: opc.PoolOp) -> list[int]:
     """The 23 integers of runtime/opc_nn_conv.h's pooling geometry."""
     g = op.pool_geometry()
@@ -374,6 +385,7 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.ConvTransposeOp: lower_conv,
     opc.ConvGradInputOp: lower_conv,
     opc.ConvGradFilterOp: lower_conv,
+    opc.FusedConvEpilogueOp: lower_fused_conv_epilogue,
     opc.MaxPoolOp: lower_pool,
     opc.AvgPoolOp: lower_pool,
     opc.MaxPoolGradOp: lower_pool,

@@ -402,6 +402,23 @@ class ConvPattern(RulePattern):
         return [narrow(e, y, op.result)]
 
 
+class FusedConvEpiloguePattern(RulePattern):
+    """out = act(conv(x, w) + bias reshaped to [O, 1, ...]); reserve_space = the pre-activation."""
+
+    OP = o.FusedConvEpilogueOp
+
+    def build(self, e: OpBuilder, op: o.FusedConvEpilogueOp) -> Sequence[SSAValue]:
+        y = e.value(o.ConvOp(op.x, op.w, op.out.type, op.conv_props()))
+        shape = op.out.type.get_shape()  # type: ignore[attr-defined]
+        bias = e.value(o.ReshapeOp(op.bias, o.tensor([shape[1]] + [1] * (len(shape) - 2),
+                                                     op.bias.type.element_type)))  # type: ignore[attr-defined]
+        z = e.add(y, bias)
+        act = op.activation.data
+        if act == "none":
+            return [z]
+        return [e.value(o.ReluOp(z) if act == "relu" else o.GeluOp(z, approximate=True)), z]
+
+
 class ConvGradFilterPattern(RulePattern):
     """dw = dout [G, Og, N * P] @ patches [G, Cg * kvol, N * P]^T per group (transposes bring
     each group's images together), reshaped to w's shape."""
@@ -528,6 +545,7 @@ PATTERNS: dict[str, type[RulePattern]] = {
     "opc.layer_norm_grad": LayerNormGradPattern,
     "opc.softmax_cross_entropy_grad": SoftmaxCrossEntropyGradPattern,
     "opc.conv": ConvPattern,
+    "opc.fused_conv_epilogue": FusedConvEpiloguePattern,
     "opc.conv_grad_input": ConvGradInputInvokePattern,
     "opc.conv_grad_filter": ConvGradFilterPattern,
     "opc.batch_norm": BatchNormPattern,

@@ -131,6 +131,9 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.softmax_cross_entropy": OpEntry("fused", R.vjp_softmax_cross_entropy),  # saves softmax
     # vjp: conv_grad_input + conv_grad_filter; composite: im2col by slices, a batched matmul
     "opc.conv":             OpEntry("fused", R.vjp_conv),
+    # conv + bias + activation (opc-fuse), a CPU kernel; vjp: act grad from reserve_space, the conv's
+    # grad ops, reduce_sum for the bias; composite: conv + add + activation
+    "opc.fused_conv_epilogue": OpEntry("fused", R.vjp_fused_conv_epilogue),
     # vjp: conv (its input gradient) + conv_grad_filter with dout and x swapped; a kernel only
     "opc.conv_transpose":   OpEntry("fused", R.vjp_conv_transpose),
     # saves indices for max_pool_grad; any_dtype: a cotangent of the i64 indices (a returned result
@@ -169,6 +172,8 @@ ALL_OPS: frozenset[str] = frozenset(REGISTRY)
 NO_KERNEL: frozenset[str] = frozenset({"opc.batch_norm", "opc.batch_norm_grad", "opc.instance_norm",
                                        "opc.group_norm"})
 """Ops without a dedicated CPU / CUDA lowering: the built-in targets run them by their rules."""
+CPU_ONLY: frozenset[str] = frozenset({"opc.fused_conv_epilogue"})
+"""Ops with a CPU kernel but no CUDA one: the cuda target runs them by their rules."""
 
 
 def entry(name: str) -> OpEntry | None:

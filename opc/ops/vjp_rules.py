@@ -492,6 +492,30 @@ def vjp_conv_transpose(e: OpBuilder, op: o.ConvTransposeOp, douts: Grads) -> Gra
             e.value(o.ConvGradFilterOp(d, op.lhs, op.rhs.type, props)))
 
 
+def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: Grads) -> Grads:
+    """dz = act_grad(reserve_space, dout) (+ reserve_space's own cotangent), then the conv's grads
+    of dz and dbias = dz summed over the batch and spatial dims."""
+    act = op.activation.data
+    dz = douts[0]
+    if dz is not None and act != "none":
+        reserve = op.reserve_space
+        assert reserve is not None
+        dz = e.value(o.ReluGradOp(reserve, dz) if act == "relu" else o.GeluGradOp(reserve, dz, approximate=True))
+    dreserve = douts[1] if len(douts) > 1 else None
+    if dreserve is not None:
+        dz = dreserve if dz is None else e.add(dz, dreserve)
+    if dz is None:
+        dz = e.full(0.0, op.out)
+    props = op.conv_props()
+    rank = len(op.out.type.get_shape())  # type: ignore[attr-defined]
+    return (e.value(o.ConvGradInputOp(dz, op.w, op.x.type, props)),
+            e.value(o.ConvGradFilterOp(op.x, dz, op.w.type, props)),
+            e.reduce_sum(dz, [0, *range(2, rank)]))
+
+
+vjp_fused_conv_epilogue.takes_missing = True  # type: ignore[attr-defined]  # None douts: see above
+
+
 def vjp_max_pool(e: OpBuilder, op: o.MaxPoolOp, douts: Grads) -> Grads:
     """dx = max_pool_grad(x, indices, dy); the indices carry no cotangent."""
     dy = douts[0] if douts[0] is not None else e.full(0.0, op.y)

@@ -30,7 +30,7 @@ import tomllib
 from xdsl.ir import Operation
 
 from opc.errors import OpcError
-from opc.ops.registry import ALL_OPS, NO_KERNEL
+from opc.ops.registry import ALL_OPS, CPU_ONLY, NO_KERNEL
 from opc.targets.device_kernels import ExternalKernel, parse_externals
 
 BACKENDS = ("cpu", "cuda")
@@ -59,10 +59,11 @@ class Target:
 
 # Every op has a kernel on cpu and cuda except cast_grad, which is realised by
 # invoking cast: Paddle's cast_grad kernels were registered but never ran, and the
-# normalizations of NO_KERNEL, which run by their composite rules.
+# normalizations of NO_KERNEL, which run by their composite rules; cuda lacks the CPU_ONLY ones.
 BUILTIN_KERNELS: frozenset[str] = ALL_OPS - {"opc.cast_grad"} - NO_KERNEL
 
-BUILTIN_TARGETS = {name: Target(name, name, BUILTIN_KERNELS) for name in BACKENDS}
+BUILTIN_TARGETS = {name: Target(name, name, BUILTIN_KERNELS - (CPU_ONLY if name != "cpu" else frozenset()))
+                   for name in BACKENDS}
 
 
 def op_name(name: str) -> str:

@@ -22,6 +22,18 @@ op by a kernel: a device without one, or whose own kernel
 ([external.fused_gemm_epilogue]) does not admit the dtype or activation (the
 npu example: activation "none" only, so matmul + add fuse and the relu stays).
 
+The same for convolutions (issue 19), on the CPU only:
+
+    %y = opc.conv %x, %w {...}
+    %z = opc.add %y, %b            (b [O, 1, ...] or [1, O, 1, ...]: per channel, as the ONNX
+                                    importer reshapes a Conv's B)
+    %h = opc.relu %z | opc.gelu %z {approximate = true}     (optional)
+  ->
+    %h, %z = opc.fused_conv_epilogue %x, %w, %b' {..., activation = "relu" | "gelu"}
+
+whose f32 stride-1 kernel (runtime/opc_nn_conv_fast.h) adds the bias and applies the
+activation as it stores each output tile; other convs run the conv, then one pass.
+
 In the default pipeline of opc.compile / `opc compile` on targets with the
 kernel, before opc-grad (off with fuse=False / --no-fuse).
 """
@@ -34,6 +46,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint
 from xdsl.pattern_rewriter import (
     PatternRewriter,
     PatternRewriteWalker,
@@ -120,6 +133,67 @@ class FuseGemmEpiloguePattern(RewritePattern):
         erase_dead_transposes(operands, rewriter)
 
 
+CONV_FUSED = "opc.fused_conv_epilogue"
+
+
+def conv_and_bias(add: o.AddOp) -> tuple[o.ConvOp, SSAValue] | None:
+    """The conv used only by `add` and the per-channel bias added to it ([O, 1, ...] or [1, O, 1, ...],
+    as the ONNX importer reshapes a Conv's B), if `add` is that."""
+    for conv_value, bias in ((add.lhs, add.rhs), (add.rhs, add.lhs)):
+        conv = conv_value.owner
+        if not isinstance(conv, o.ConvOp) or not conv_value.has_one_use():
+            continue
+        out, b = conv.result.type, bias.type
+        assert isinstance(out, TensorType) and isinstance(b, TensorType)
+        shape, channels = tuple(b.get_shape()), out.get_shape()[1]
+        spatial = (1,) * (len(out.get_shape()) - 2)
+        if (shape in ((channels, *spatial), (1, channels, *spatial)) and b.element_type == out.element_type
+                and add.result.type == out):
+            return conv, bias
+    return None
+
+
+class FuseConvEpiloguePattern(RewritePattern):
+    """conv + per-channel bias add [+ relu / tanh gelu] -> fused_conv_epilogue, where the target runs
+    it by a kernel (the CPU); else, with the activation apart, conv + bias alone where that runs so."""
+
+    def __init__(self, target: Target):
+        self.target = target
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, add: o.AddOp, rewriter: PatternRewriter) -> None:
+        found = conv_and_bias(add)
+        if found is None:
+            return
+        conv, bias = found
+        reshaped = bias.owner if isinstance(bias.owner, o.ReshapeOp) else None
+        if reshaped is not None and len(reshaped.x.type.get_shape()) == 1:  # type: ignore[attr-defined]
+            bias = reshaped.x  # the importer's reshape of B, erased below once nothing reads it
+        else:
+            reshaped = None
+            flat = o.ReshapeOp(bias, o.tensor([conv.result.type.get_shape()[1]], bias.type.element_type))  # type: ignore[attr-defined]
+            rewriter.insert_op(flat, InsertPoint.before(add))
+            bias = flat.result
+        act = fused_activation(add)
+        for activation in [act[1], "none"] if act else ["none"]:
+            fused = o.FusedConvEpilogueOp(conv.lhs, conv.rhs, bias, dict(conv.properties), activation)
+            if route_op(fused, self.target) == "kernel":
+                break
+            fused.erase()
+        else:
+            return
+        if fused.reserve_space is None:
+            rewriter.replace(add, fused, [fused.out])
+        else:
+            assert act is not None
+            fused.reserve_space.name_hint = add.result.name_hint
+            rewriter.replace(act[0], fused, [fused.out])
+            rewriter.erase(add)
+        rewriter.erase(conv)
+        if reshaped is not None and not reshaped.result.uses:
+            rewriter.erase(reshaped)
+
+
 def erase_dead_transposes(values: list[SSAValue], rewriter: PatternRewriter) -> None:
     """The transposes folded into trans flags, once nothing else reads them."""
     erased: set[Operation] = set()
@@ -139,6 +213,8 @@ class FusePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = get_target(self.target)
+        if CONV_FUSED in target.kernels:
+            PatternRewriteWalker(FuseConvEpiloguePattern(target), apply_recursively=True).rewrite_module(op)
         if FUSED not in target.kernels and target.external_of(FUSED) is None:
             return
         PatternRewriteWalker(FuseGemmEpiloguePattern(target), apply_recursively=True).rewrite_module(op)

@@ -65,3 +65,45 @@ def test_cases_listed_and_unknown_names_rejected():
     bad = subprocess.run([sys.executable, str(BENCH / "bench_cpu.py"), "--only", "nosuch"], capture_output=True,
                          text=True, check=False)
     assert bad.returncode == 1 and bad.stderr.strip() == "error: no case named nosuch (see --list)"
+
+
+def small_cnn():
+    """A ResNet-like ONNX graph of every op the ResNet-18 row's torch / JAX runners know."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = {"w1": (4, 3, 3, 3), "b1": (4,), "w2": (6, 4, 3, 3), "w3": (6, 4, 1, 1), "b3": (6,), "fw": (5, 6),
+             "fb": (5,)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "w3", "b3"], ["c3"], strides=[2, 2]),
+             helper.make_node("Add", ["c2", "c3"], ["a"]),
+             helper.make_node("Identity", ["a"], ["i"]),
+             helper.make_node("GlobalAveragePool", ["i"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"], axis=1),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 9, 9))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 5))],
+                              [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+                               for n, s in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("runner", ["torch", "jax"])
+def test_resnet_rows_graph_runners_match_onnxruntime(runner):
+    """The ResNet-18 row times torch and JAX on the ONNX graph run node by node: their numbers
+    must be onnxruntime's (the bench checks them too, but a wrong runner should fail here first)."""
+    ort = pytest.importorskip("onnxruntime")
+    lib = benchlib.import_torch() if runner == "torch" else benchlib.import_jax()
+    if lib is None:
+        pytest.skip(f"{runner} is not installed")
+    model = small_cnn()
+    x = np.random.default_rng(1).standard_normal((1, 3, 9, 9), np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    if runner == "torch":
+        got = bench_cpu.onnx_torch(lib, model)(lib.from_numpy(x)).numpy()
+    else:
+        got = np.asarray(bench_cpu.onnx_jax(lib, model)(lib.numpy.asarray(x)))
+    assert got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-4), np.abs(got - want).max()

@@ -384,10 +384,10 @@ def test_forward_in_grad():
 
 
 def test_every_op_has_a_function():
-    from opc.ops.registry import ALL_OPS
+    from opc.ops.registry import ALL_OPS, CPU_ONLY
 
     used = {line.split("= opc.")[1].split()[0] for line in OPS_TEXT.splitlines() if "= opc." in line}
-    assert {f"opc.{u}" for u in used} >= ALL_OPS
+    assert {f"opc.{u}" for u in used} >= ALL_OPS - CPU_ONLY  # cuda runs those by their rules
 
 
 def test_emitted_source_shape():

@@ -1,0 +1,539 @@
+/* opc_nn_conv_fast.h -- opc's fast f32 convolutions on the CPU: implicit GEMM over a padded copy
+ * of the input, for convs whose strides are all 1 (the 3x3 layers of most CNNs). Included by
+ * opc_nn.h after opc_nn_conv.h; the other convs (strided, f64, f16/bf16) take the im2col + GEMM
+ * or direct routes of opc_nn_conv_body.h.
+ *
+ * The trick (as in Caffe's "implicit GEMM" and oneDNN's direct convs): with stride 1, copy one
+ * image's group into xp [cg, P0, P1, P2], the input with its padding made of zeros (P = in + pads).
+ * An output position o maps to the flat padded position p = (o0 * P1 + o1) * P2 + o2, and tap
+ * (cc, k) reads xp at p + off[cc, k], off = cc * PV + (k0 d0 P1 + k1 d1) P2 + k2 d2. So
+ *     y[oc, p] = sum over (cc, k) of w[oc, cc, k] * xp[p + off[cc, k]]
+ * is a GEMM whose B matrix is never built: the micro-kernel loads NV vectors of xp at
+ * p + off[k] (unaligned) for each k and broadcasts MR weights (packed once into [K][MR] panels).
+ * The flat positions whose o1 >= out1 or o2 >= out2 (the right and bottom padding columns, a few
+ * percent) are computed and dropped by the epilogue, which stores the valid ones with the bias
+ * and activation applied (act: OPC_CF_ACT_*).
+ *
+ * - input gradient: the stride-1 conv of dy (pads d (k - 1) - pb, negative ones crop) with the
+ *   filter flipped and its channel dims swapped -- the same kernel, another packing of w;
+ * - filter gradient: dw[oc, k] = sum_p dyp[oc, p] * xp[p + off[k]] with dyp dy laid out on
+ *   the padded pitch (zeros on the dropped positions): a GEMM reducing along contiguous p,
+ *   MR2 x NK vector accumulators summed across lanes at the end of each chunk of positions.
+ *
+ * Vectors are GCC vector extensions, 16 floats where the compiler targets AVX-512 and 8
+ * otherwise (AVX2, or plain SSE as pairs), so one source serves every x86 and other targets.
+ * Every read is inside xp (it has NR floats of zeros after its last channel) or the packed
+ * panels; every write inside y / dx / dw. The large scratch buffers (packed panels, padded input,
+ * padded dy) are kept per thread and grow only (opc_cf_scratch), as opc_gemm.h's packing buffers:
+ * a network's layers reuse them instead of paying page faults on each call; -1 when one cannot be
+ * allocated.
+ * Each output is one sum in a fixed order: results do not depend on the thread count.
+ */
+#ifndef OPC_NN_CONV_FAST_H
+#define OPC_NN_CONV_FAST_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#if defined(__AVX512F__) && !defined(OPC_CF_V)
+#define OPC_CF_V 16 /* floats per vector */
+#ifndef OPC_CF_MR
+#define OPC_CF_MR 8 /* output channels per micro-tile (forward / input gradient) */
+#define OPC_CF_NV 3 /* vectors of positions per micro-tile */
+#endif
+#ifndef OPC_CF_MR2
+#define OPC_CF_MR2 4 /* filter gradient: output channels x taps per micro-tile */
+#define OPC_CF_NK 6
+#endif
+#elif !defined(OPC_CF_V)
+#define OPC_CF_V 8
+#define OPC_CF_MR 4
+#define OPC_CF_NV 3
+#define OPC_CF_MR2 2
+#define OPC_CF_NK 5
+#endif
+#define OPC_CF_NR (OPC_CF_V * OPC_CF_NV)
+#ifndef OPC_CF_KC
+#define OPC_CF_KC 288 /* taps per chunk of the forward's K loop (rounded down to whole channels) */
+#endif
+
+enum { OPC_CF_ACT_NONE = 0, OPC_CF_ACT_RELU = 1, OPC_CF_ACT_GELU = 2 }; /* opc_gemm.h's codes (gelu: tanh form) */
+
+typedef float opc_cf_vec __attribute__((vector_size(OPC_CF_V * 4)));
+typedef float opc_cf_uvec __attribute__((vector_size(OPC_CF_V * 4), aligned(4), may_alias));
+
+enum { OPC_CF_BUF_PANELS = 0, OPC_CF_BUF_XP = 1, OPC_CF_BUF_DY = 2, OPC_CF_NBUF = 3 };
+static __thread void *opc_cf_buf[OPC_CF_NBUF];
+static __thread size_t opc_cf_cap[OPC_CF_NBUF];
+
+/* The calling thread's scratch buffer `slot` of at least `bytes` (grow only; never freed), or NULL. */
+static void *opc_cf_scratch(int slot, size_t bytes) {
+    if (opc_cf_cap[slot] >= bytes) return opc_cf_buf[slot];
+    free(opc_cf_buf[slot]);
+    opc_cf_buf[slot] = malloc(bytes);
+    opc_cf_cap[slot] = opc_cf_buf[slot] ? bytes : 0;
+    return opc_cf_buf[slot];
+}
+
+/* The stride-1 conv the kernels run: src [groups * cin, in] -> dst [groups * cout, out] per image. */
+typedef struct {
+    int64_t groups, cin, cout; /* channels per group */
+    int64_t in[3], out[3], k[3], d[3], pb[3];
+    int64_t P[3], PV;  /* padded input dims and volume */
+    int64_t L;         /* flat padded positions up to the last valid output, plus one */
+    int64_t kvol, K;   /* taps per channel; cin * kvol */
+} opc_cf_plan;
+
+static inline opc_cf_plan opc_cf_plan_make(int64_t groups, int64_t cin, int64_t cout, const int64_t *in,
+                                           const int64_t *out, const int64_t *k, const int64_t *d,
+                                           const int64_t *pb) {
+    opc_cf_plan p;
+    p.groups = groups, p.cin = cin, p.cout = cout, p.PV = 1, p.kvol = 1;
+    for (int i = 0; i < 3; i++) {
+        p.in[i] = in[i], p.out[i] = out[i], p.k[i] = k[i], p.d[i] = d[i], p.pb[i] = pb[i];
+        p.P[i] = out[i] + d[i] * (k[i] - 1);
+        p.PV *= p.P[i];
+        p.kvol *= k[i];
+    }
+    p.L = ((out[0] - 1) * p.P[1] + out[1] - 1) * p.P[2] + out[2];
+    p.K = cin * p.kvol;
+    return p;
+}
+
+/* xp [cin, PV] (+ NR zeros) of one group's channels src [cin, in]: xp[i] = src[i - pb] inside src, else 0. */
+static void opc_cf_pad(const float *src, float *xp, const opc_cf_plan *p) {
+    const int64_t ivol = p->in[0] * p->in[1] * p->in[2];
+    _Pragma("omp parallel for schedule(static) if (p->cin * p->PV >= 65536) num_threads(opc_num_threads())")
+    for (int64_t c = 0; c < p->cin; c++) {
+        float *dst = xp + c * p->PV;
+        const float *s = src + c * ivol;
+        /* the columns of P2 that come from src: a = first, b = end */
+        int64_t a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2];
+        if (b > p->P[2]) b = p->P[2];
+        if (b < a) b = a;
+        for (int64_t i0 = 0; i0 < p->P[0]; i0++) {
+            const int64_t s0 = i0 - p->pb[0];
+            for (int64_t i1 = 0; i1 < p->P[1]; i1++) {
+                const int64_t s1 = i1 - p->pb[1];
+                float *row = dst + (i0 * p->P[1] + i1) * p->P[2];
+                if (s0 < 0 || s0 >= p->in[0] || s1 < 0 || s1 >= p->in[1]) {
+                    memset(row, 0, sizeof(float) * p->P[2]);
+                    continue;
+                }
+                memset(row, 0, sizeof(float) * a);
+                memcpy(row + a, s + (s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2], sizeof(float) * (b - a));
+                memset(row + b, 0, sizeof(float) * (p->P[2] - b));
+            }
+        }
+    }
+    memset(xp + p->cin * p->PV, 0, sizeof(float) * OPC_CF_NR);
+}
+
+/* off[cc * kvol + kk]: where tap (cc, kk) reads xp, relative to the output's flat position. */
+static void opc_cf_offsets(int64_t *off, const opc_cf_plan *p) {
+    for (int64_t cc = 0; cc < p->cin; cc++)
+        for (int64_t k0 = 0; k0 < p->k[0]; k0++)
+            for (int64_t k1 = 0; k1 < p->k[1]; k1++)
+                for (int64_t k2 = 0; k2 < p->k[2]; k2++)
+                    *off++ = cc * p->PV + (k0 * p->d[0] * p->P[1] + k1 * p->d[1]) * p->P[2] + k2 * p->d[2];
+}
+
+static inline float opc_cf_act(float v, int act) {
+    switch (act) {
+    case OPC_CF_ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case OPC_CF_ACT_GELU: { /* tanh form, as opc_gemm.h's epilogue */
+        const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+        return 0.5f * v * (1.0f + tanhf(u));
+    }
+    default: return v;
+    }
+}
+
+/* out[MR][NR] (+)= A panel [K][MR] times xp at p0 + off[k] (NR positions); acc: add to out. */
+__attribute__((noinline)) static void opc_cf_micro(int64_t K, const float *a, const float *xp, const int64_t *off,
+                                                   float *out, int acc) {
+    opc_cf_vec c[OPC_CF_MR][OPC_CF_NV];
+    for (int m = 0; m < OPC_CF_MR; m++)
+        for (int j = 0; j < OPC_CF_NV; j++) {
+            c[m][j] = (opc_cf_vec){0};
+            if (acc) c[m][j] = *(const opc_cf_uvec *)(out + m * OPC_CF_NR + j * OPC_CF_V);
+        }
+    for (int64_t k = 0; k < K; k++) {
+        const float *s = xp + off[k];
+        opc_cf_vec b[OPC_CF_NV];
+#pragma GCC unroll 8
+        for (int j = 0; j < OPC_CF_NV; j++) b[j] = *(const opc_cf_uvec *)(s + j * OPC_CF_V);
+#pragma GCC unroll 16
+        for (int m = 0; m < OPC_CF_MR; m++) {
+            const opc_cf_vec am = a[k * OPC_CF_MR + m] - (opc_cf_vec){0}; /* a splat (x - 0 is exact) */
+#pragma GCC unroll 8
+            for (int j = 0; j < OPC_CF_NV; j++) c[m][j] += am * b[j];
+        }
+    }
+    for (int m = 0; m < OPC_CF_MR; m++)
+        for (int j = 0; j < OPC_CF_NV; j++) *(opc_cf_uvec *)(out + m * OPC_CF_NR + j * OPC_CF_V) = c[m][j];
+}
+
+/* Store the valid positions of tile [p0, p0 + NR) of rows m < mr to dst (rows of ovol), bias and act
+ * applied; pre (or NULL): the same rows before the activation (fused_conv_epilogue's reserve_space). */
+static void opc_cf_store(const float *acc, int mr, int64_t p0, float *dst, float *pre, int64_t ovol,
+                         const float *bias, int act, const opc_cf_plan *p) {
+    const int64_t end = p0 + OPC_CF_NR < p->L ? p0 + OPC_CF_NR : p->L;
+    for (int64_t q = p0; q < end;) {
+        const int64_t o2 = q % p->P[2], r = q / p->P[2], o1 = r % p->P[1], o0 = r / p->P[1];
+        if (o2 >= p->out[2] || o1 >= p->out[1]) { /* a padding column: skip to the next row */
+            q += p->P[2] - o2;
+            continue;
+        }
+        int64_t run = p->out[2] - o2;
+        if (run > end - q) run = end - q;
+        const int64_t yo = (o0 * p->out[1] + o1) * p->out[2] + o2;
+        for (int m = 0; m < mr; m++) {
+            const float *s = acc + m * OPC_CF_NR + (q - p0);
+            float *y = dst + m * ovol + yo;
+            const float b = bias ? bias[m] : 0.0f;
+            if (pre)
+                for (int64_t j = 0; j < run; j++) pre[m * ovol + yo + j] = s[j] + b;
+            if (act == OPC_CF_ACT_NONE)
+                for (int64_t j = 0; j < run; j++) y[j] = s[j] + b;
+            else if (act == OPC_CF_ACT_RELU)
+                for (int64_t j = 0; j < run; j++) y[j] = s[j] + b > 0.0f ? s[j] + b : 0.0f;
+            else
+                for (int64_t j = 0; j < run; j++) y[j] = opc_cf_act(s[j] + b, act);
+        }
+        q += run;
+    }
+}
+
+/* dst [n, groups * cout, out] = the plan's conv of src [n, groups * cin, in] with the panels
+ * a [groups][ceil(cout / MR)][K][MR], + bias [groups * cout] (or NULL), act; pre (or NULL) the same
+ * before act. -1: out of memory. */
+static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, int64_t n, const float *bias, int act,
+                      const opc_cf_plan *p) {
+    const int64_t ivol = p->in[0] * p->in[1] * p->in[2], ovol = p->out[0] * p->out[1] * p->out[2];
+    const int64_t mt = (p->cout + OPC_CF_MR - 1) / OPC_CF_MR, tiles = (p->L + OPC_CF_NR - 1) / OPC_CF_NR;
+    float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p->cin * p->PV + OPC_CF_NR));
+    int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (p->K > 0 ? p->K : 1));
+    if (!xp || !off) {
+        free(off);
+        return -1;
+    }
+    opc_cf_offsets(off, p);
+    const int64_t cin_all = p->groups * p->cin, cout_all = p->groups * p->cout;
+    const int64_t kc = p->kvol * (OPC_CF_KC / p->kvol > 0 ? OPC_CF_KC / p->kvol : 1); /* whole channels */
+    int failed = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t g = 0; g < p->groups; g++) {
+            opc_cf_pad(src + (i * cin_all + g * p->cin) * ivol, xp, p);
+            const float *ag = a + g * mt * p->K * OPC_CF_MR;
+            float *yg = dst + (i * cout_all + g * p->cout) * ovol, *zg = pre ? pre + (yg - dst) : NULL;
+            const float *bg = bias ? bias + g * p->cout : NULL;
+            _Pragma("omp parallel if (tiles * p->cout * p->K >= 32768) num_threads(opc_num_threads())")
+            {
+                /* a tile's sums for every output channel (tiles outer, below: over chunks of KC
+                 * taps, each chunk's slice of xp staying in L1 while all the panels pass over it) */
+                float *acc = (float *)malloc(sizeof(float) * mt * OPC_CF_MR * OPC_CF_NR);
+                if (!acc) {
+                    _Pragma("omp atomic write")
+                    failed = 1;
+                }
+                if (mt * p->K * OPC_CF_MR > p->cin * p->PV) {
+                    /* the panels outweigh the padded input (deep layers on small images): each
+                     * thread keeps one output channel tile's panel in cache over all the tiles */
+                    _Pragma("omp for schedule(static)")
+                    for (int64_t m = 0; m < mt; m++) {
+                        if (!acc) continue;
+                        const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
+                        for (int64_t t = 0; t < tiles; t++) {
+                            opc_cf_micro(p->K, ag + m * p->K * OPC_CF_MR, xp + t * OPC_CF_NR, off, acc, 0);
+                            opc_cf_store(acc, mr, t * OPC_CF_NR, yg + m * OPC_CF_MR * ovol,
+                                         zg ? zg + m * OPC_CF_MR * ovol : NULL, ovol, bg ? bg + m * OPC_CF_MR : NULL,
+                                         act, p);
+                        }
+                    }
+                } else { /* tiles outer: a tile's rows of xp stay in cache over all the panels */
+                    _Pragma("omp for schedule(static)")
+                    for (int64_t t = 0; t < tiles; t++) {
+                        if (!acc) continue;
+                        for (int64_t k0 = 0; k0 < p->K; k0 += kc) {
+                            const int64_t kn = p->K - k0 < kc ? p->K - k0 : kc;
+                            for (int64_t m = 0; m < mt; m++)
+                                opc_cf_micro(kn, ag + (m * p->K + k0) * OPC_CF_MR, xp + t * OPC_CF_NR, off + k0,
+                                             acc + m * OPC_CF_MR * OPC_CF_NR, k0 > 0);
+                        }
+                        for (int64_t m = 0; m < mt; m++) {
+                            const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
+                            opc_cf_store(acc + m * OPC_CF_MR * OPC_CF_NR, mr, t * OPC_CF_NR, yg + m * OPC_CF_MR * ovol,
+                                         zg ? zg + m * OPC_CF_MR * ovol : NULL, ovol, bg ? bg + m * OPC_CF_MR : NULL, act, p);
+                        }
+                    }
+                }
+                free(acc);
+            }
+        }
+    free(off);
+    return failed ? -1 : 0;
+}
+
+/* The panels of the forward conv: a[g][mt][cc * kvol + kk][m] = w[g * og + mt * MR + m, cc, kk] (0 past og). */
+static float *opc_cf_pack_fwd(const float *w, const opc_cv_geom *q) {
+    const int64_t mt = (q->og + OPC_CF_MR - 1) / OPC_CF_MR, K = q->cg * q->kvol;
+    float *a = (float *)opc_cf_scratch(OPC_CF_BUF_PANELS, sizeof(float) * q->g * mt * K * OPC_CF_MR);
+    if (!a) return NULL;
+    for (int64_t g = 0; g < q->g; g++)
+        for (int64_t t = 0; t < mt; t++) {
+            /* MR rows of w read side by side, the panel written in order (4x faster than row by row
+             * for a 512x4608 filter) */
+            const float *rows[OPC_CF_MR];
+            for (int m = 0; m < OPC_CF_MR; m++)
+                rows[m] = t * OPC_CF_MR + m < q->og ? w + (g * q->og + t * OPC_CF_MR + m) * K : NULL;
+            float *dst = a + (g * mt + t) * K * OPC_CF_MR;
+            for (int64_t k = 0; k < K; k++)
+                for (int m = 0; m < OPC_CF_MR; m++) dst[k * OPC_CF_MR + m] = rows[m] ? rows[m][k] : 0.0f;
+        }
+    return a;
+}
+
+/* The panels of the input gradient's conv (dy's og channels in, the cg channels of x out, taps
+ * flipped): a[g][mt][ol * kvol + kk][m] = w[g * og + ol, mt * MR + m, kvol - 1 - kk]. */
+static float *opc_cf_pack_data(const float *w, const opc_cv_geom *q) {
+    const int64_t mt = (q->cg + OPC_CF_MR - 1) / OPC_CF_MR, K = q->og * q->kvol;
+    float *a = (float *)opc_cf_scratch(OPC_CF_BUF_PANELS, sizeof(float) * q->g * mt * K * OPC_CF_MR);
+    if (!a) return NULL;
+    for (int64_t g = 0; g < q->g; g++)
+        for (int64_t t = 0; t < mt; t++)
+            for (int64_t ol = 0; ol < q->og; ol++)
+                for (int m = 0; m < OPC_CF_MR; m++) { /* each (ol, cc) kernel read in order */
+                    const int64_t cc = t * OPC_CF_MR + m;
+                    float *dst = a + ((g * mt + t) * K + ol * q->kvol) * OPC_CF_MR + m;
+                    const float *src = w + ((g * q->og + ol) * q->cg + cc) * q->kvol;
+                    for (int64_t kk = 0; kk < q->kvol; kk++)
+                        dst[kk * OPC_CF_MR] = cc < q->cg ? src[q->kvol - 1 - kk] : 0.0f;
+                }
+    return a;
+}
+
+/* Whether the fast kernels take conv q (f32 callers): every stride 1, more than one tap, groups of more
+ * than one channel each way (1x1 convs are a plain GEMM already; depthwise ones use opc_cf_dw), at
+ * most 1.5 positions computed per output. */
+static inline int opc_cf_applies(const opc_cv_geom *q) {
+    if (!(q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1 && q->kvol > 1 && q->cg > 1 && q->og > 1)) return 0;
+    /* the tiles must not be mostly padding columns (a 7x7 image: 96 positions computed for 49);
+     * those convs are small GEMMs, which the im2col route does better */
+    const int64_t P1 = q->out[1] + q->d[1] * (q->k[1] - 1), P2 = q->out[2] + q->d[2] * (q->k[2] - 1);
+    const int64_t L = ((q->out[0] - 1) * P1 + q->out[1] - 1) * P2 + q->out[2];
+    return 2 * ((L + OPC_CF_NR - 1) / OPC_CF_NR) * OPC_CF_NR <= 3 * q->ovol;
+}
+
+/* y = act(conv(x, w) + bias), z (or NULL) = conv(x, w) + bias; -1 when out of memory. */
+static int opc_cf_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
+                       const opc_cv_geom *q) {
+    const opc_cf_plan p = opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p);
+    float *a = opc_cf_pack_fwd(w, q);
+    return a ? opc_cf_run(x, a, y, z, q->n, bias, act, &p) : -1;
+}
+
+/* dx = the input gradient of dy; -1 when out of memory. */
+static int opc_cf_conv_data(const float *dy, const float *w, float *dx, const opc_cv_geom *q) {
+    int64_t pb[3];
+    for (int i = 0; i < 3; i++) pb[i] = q->d[i] * (q->k[i] - 1) - q->p[i];
+    const opc_cf_plan p = opc_cf_plan_make(q->g, q->og, q->cg, q->out, q->in, q->k, q->d, pb);
+    float *a = opc_cf_pack_data(w, q);
+    return a ? opc_cf_run(dy, a, dx, NULL, q->n, NULL, OPC_CF_ACT_NONE, &p) : -1;
+}
+
+/* acc[m][kt] += sum over cnt positions (a multiple of V) of dyp rows m times xp at off[kt]. One pass over
+ * all positions: the lanes are summed once per micro-tile (chunking the positions measured slower). */
+__attribute__((noinline)) static void opc_cf_micro_filter(int64_t cnt, const float *dyp, int64_t ld, const float *xp,
+                                                          const int64_t *off, float *acc) {
+    opc_cf_vec c[OPC_CF_MR2][OPC_CF_NK];
+    for (int m = 0; m < OPC_CF_MR2; m++)
+        for (int j = 0; j < OPC_CF_NK; j++) c[m][j] = (opc_cf_vec){0};
+    for (int64_t i = 0; i < cnt; i += OPC_CF_V) {
+        opc_cf_vec d[OPC_CF_MR2];
+#pragma GCC unroll 8
+        for (int m = 0; m < OPC_CF_MR2; m++) d[m] = *(const opc_cf_uvec *)(dyp + m * ld + i);
+#pragma GCC unroll 8
+        for (int j = 0; j < OPC_CF_NK; j++) {
+            const opc_cf_vec b = *(const opc_cf_uvec *)(xp + off[j] + i);
+#pragma GCC unroll 8
+            for (int m = 0; m < OPC_CF_MR2; m++) c[m][j] += d[m] * b;
+        }
+    }
+    for (int m = 0; m < OPC_CF_MR2; m++)
+        for (int j = 0; j < OPC_CF_NK; j++) {
+            float s = 0.0f;
+            for (int l = 0; l < OPC_CF_V; l++) s += c[m][j][l];
+            acc[m * OPC_CF_NK + j] += s;
+        }
+}
+
+/* dw = the filter gradient of x and dy; -1 when out of memory. */
+static int opc_cf_conv_filter(const float *x, const float *dy, float *dw, const opc_cv_geom *q) {
+    const opc_cf_plan p = opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p);
+    const int64_t Lr = (p.L + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V; /* dyp's row length */
+    const int64_t mrows = (q->og + OPC_CF_MR2 - 1) / OPC_CF_MR2 * OPC_CF_MR2, kt = (p.K + OPC_CF_NK - 1) / OPC_CF_NK;
+    float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p.cin * p.PV + OPC_CF_NR + Lr));
+    float *dyp = (float *)opc_cf_scratch(OPC_CF_BUF_DY, sizeof(float) * mrows * Lr);
+    int64_t *off = (int64_t *)malloc(sizeof(int64_t) * kt * OPC_CF_NK);
+    if (!xp || !dyp || !off) {
+        free(off);
+        return -1;
+    }
+    opc_cf_offsets(off, &p);
+    for (int64_t k = p.K; k < kt * OPC_CF_NK; k++) off[k] = 0; /* the last tile's missing taps read xp[0..]: dropped */
+    memset(dw, 0, sizeof(float) * q->o * p.K);
+    memset(dyp, 0, sizeof(float) * mrows * Lr);
+    const int64_t ovol = q->ovol;
+    for (int64_t n = 0; n < q->n; n++)
+        for (int64_t g = 0; g < q->g; g++) {
+            opc_cf_pad(x + (n * q->c + g * q->cg) * q->ivol, xp, &p);
+            memset(xp + p.cin * p.PV + OPC_CF_NR, 0, sizeof(float) * Lr); /* reads run up to Lr past an offset */
+            const float *dyg = dy + (n * q->o + g * q->og) * ovol;
+            for (int64_t oc = 0; oc < q->og; oc++) /* dy on the padded pitch; the padding columns stay 0 */
+                for (int64_t o0 = 0; o0 < q->out[0]; o0++)
+                    for (int64_t o1 = 0; o1 < q->out[1]; o1++)
+                        memcpy(dyp + oc * Lr + (o0 * p.P[1] + o1) * p.P[2],
+                               dyg + oc * ovol + (o0 * q->out[1] + o1) * q->out[2], sizeof(float) * q->out[2]);
+            float *dwg = dw + g * q->og * p.K;
+            _Pragma("omp parallel for schedule(static) if (q->og * p.K * p.L >= 32768) num_threads(opc_num_threads())")
+            for (int64_t t = 0; t < kt; t++) {
+                const int64_t *ot = off + t * OPC_CF_NK;
+                for (int64_t m = 0; m < mrows; m += OPC_CF_MR2) {
+                    float acc[OPC_CF_MR2 * OPC_CF_NK] = {0};
+                    opc_cf_micro_filter(Lr, dyp + m * Lr, Lr, xp, ot, acc);
+                    for (int mm = 0; mm < OPC_CF_MR2 && m + mm < q->og; mm++)
+                        for (int j = 0; j < OPC_CF_NK && t * OPC_CF_NK + j < p.K; j++)
+                            dwg[(m + mm) * p.K + t * OPC_CF_NK + j] += acc[mm * OPC_CF_NK + j];
+                }
+            }
+        }
+    free(off);
+    return 0;
+}
+
+/* ---- depthwise convs (one input and one output channel per group) ----------------------------- */
+
+/* dst planes = the plan's depthwise conv of src planes (n * groups of them) with taps wk [groups, kvol]
+ * (+ bias [groups], act): per plane, the padded copy in a per-thread buffer, then NR positions at a
+ * time, each tap one vector FMA per NV vectors. -1: out of memory. */
+static int opc_cf_dw_run(const float *src, const float *wk, float *dst, float *pre, int64_t n, const float *bias,
+                         int act, const opc_cf_plan *p) {
+    const int64_t ivol = p->in[0] * p->in[1] * p->in[2], ovol = p->out[0] * p->out[1] * p->out[2];
+    const int64_t tiles = (p->L + OPC_CF_NR - 1) / OPC_CF_NR, planes = n * p->groups;
+    int64_t *off = (int64_t *)malloc(sizeof(int64_t) * p->kvol);
+    if (!off) return -1;
+    opc_cf_offsets(off, p);
+    int failed = 0;
+    _Pragma("omp parallel if (planes * ovol * p->kvol >= 32768) num_threads(opc_num_threads())")
+    {
+        float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p->PV + OPC_CF_NR));
+        if (!xp) {
+            _Pragma("omp atomic write")
+            failed = 1;
+        }
+        _Pragma("omp for schedule(static)")
+        for (int64_t pl = 0; pl < planes; pl++) {
+            if (!xp) continue;
+            const int64_t ch = pl % p->groups;
+            const float *w = wk + ch * p->kvol;
+            opc_cf_pad(src + pl * ivol, xp, p);
+            for (int64_t t = 0; t < tiles; t++) {
+                float acc[OPC_CF_NR] __attribute__((aligned(64)));
+                opc_cf_vec c[OPC_CF_NV];
+                for (int j = 0; j < OPC_CF_NV; j++) c[j] = (opc_cf_vec){0};
+                const float *s = xp + t * OPC_CF_NR;
+                for (int64_t k = 0; k < p->kvol; k++) {
+                    const opc_cf_vec wv = w[k] - (opc_cf_vec){0};
+#pragma GCC unroll 8
+                    for (int j = 0; j < OPC_CF_NV; j++) c[j] += wv * *(const opc_cf_uvec *)(s + off[k] + j * OPC_CF_V);
+                }
+                for (int j = 0; j < OPC_CF_NV; j++) *(opc_cf_uvec *)(acc + j * OPC_CF_V) = c[j];
+                opc_cf_store(acc, 1, t * OPC_CF_NR, dst + pl * ovol, pre ? pre + pl * ovol : NULL, ovol,
+                             bias ? bias + ch : NULL, act, p);
+            }
+        }
+    }
+    free(off);
+    return failed ? -1 : 0;
+}
+
+/* Whether conv q is depthwise with every stride 1 (the depthwise kernels' case). */
+static inline int opc_cf_dw_applies(const opc_cv_geom *q) {
+    return q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1 && q->cg == 1 && q->og == 1;
+}
+
+static int opc_cf_dw_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
+                          const opc_cv_geom *q) {
+    const opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
+    return opc_cf_dw_run(x, w, y, z, q->n, bias, act, &p);
+}
+
+/* dx: the depthwise conv of dy with the taps flipped (pads d (k - 1) - pb). */
+static int opc_cf_dw_data(const float *dy, const float *w, float *dx, const opc_cv_geom *q) {
+    int64_t pb[3];
+    for (int i = 0; i < 3; i++) pb[i] = q->d[i] * (q->k[i] - 1) - q->p[i];
+    const opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->out, q->in, q->k, q->d, pb);
+    float *wf = (float *)malloc(sizeof(float) * q->g * q->kvol);
+    if (!wf) return -1;
+    for (int64_t c = 0; c < q->g; c++)
+        for (int64_t k = 0; k < q->kvol; k++) wf[c * q->kvol + k] = w[c * q->kvol + q->kvol - 1 - k];
+    const int rc = opc_cf_dw_run(dy, wf, dx, NULL, q->n, NULL, OPC_CF_ACT_NONE, &p);
+    free(wf);
+    return rc;
+}
+
+/* dw[c, k] = sum over images and positions of dyp[p] * xp[p + off[k]], per channel in its own thread
+ * (images in order, each tap's lanes summed once at the end). */
+static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const opc_cv_geom *q) {
+    const opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
+    const int64_t Lr = (p.L + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V, kvol = q->kvol;
+    int64_t *off = (int64_t *)malloc(sizeof(int64_t) * kvol);
+    if (!off) return -1;
+    opc_cf_offsets(off, &p);
+    int failed = 0;
+    _Pragma("omp parallel if (q->n * q->g * q->ovol * kvol >= 32768) num_threads(opc_num_threads())")
+    {
+        float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p.PV + OPC_CF_NR + Lr));
+        float *dyp = (float *)opc_cf_scratch(OPC_CF_BUF_DY, sizeof(float) * Lr);
+        opc_cf_uvec *c = (opc_cf_uvec *)malloc(sizeof(opc_cf_vec) * kvol); /* malloc aligns to 16 bytes only */
+        if (!xp || !dyp || !c) {
+            _Pragma("omp atomic write")
+            failed = 1;
+        }
+        _Pragma("omp for schedule(static)")
+        for (int64_t ch = 0; ch < q->g; ch++) {
+            if (!xp || !dyp || !c) continue;
+            for (int64_t k = 0; k < kvol; k++) c[k] = (opc_cf_vec){0};
+            memset(dyp, 0, sizeof(float) * Lr);
+            for (int64_t n = 0; n < q->n; n++) {
+                opc_cf_pad(x + (n * q->c + ch) * q->ivol, xp, &p);
+                memset(xp + p.PV + OPC_CF_NR, 0, sizeof(float) * Lr);
+                const float *d = dy + (n * q->o + ch) * q->ovol;
+                for (int64_t o0 = 0; o0 < q->out[0]; o0++)
+                    for (int64_t o1 = 0; o1 < q->out[1]; o1++)
+                        memcpy(dyp + (o0 * p.P[1] + o1) * p.P[2], d + (o0 * q->out[1] + o1) * q->out[2],
+                               sizeof(float) * q->out[2]);
+                for (int64_t k = 0; k < kvol; k++) {
+                    opc_cf_vec a = c[k];
+                    const float *s = xp + off[k];
+                    for (int64_t i = 0; i < Lr; i += OPC_CF_V)
+                        a += *(const opc_cf_uvec *)(dyp + i) * *(const opc_cf_uvec *)(s + i);
+                    c[k] = a;
+                }
+            }
+            for (int64_t k = 0; k < kvol; k++) {
+                float sum = 0.0f;
+                for (int l = 0; l < OPC_CF_V; l++) sum += c[k][l];
+                dw[ch * kvol + k] = sum;
+            }
+        }
+        free(c);
+    }
+    free(off);
+    return failed ? -1 : 0;
+}
+
+#endif /* OPC_NN_CONV_FAST_H */

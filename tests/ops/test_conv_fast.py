@@ -1,0 +1,163 @@
+"""The fast CPU convolutions (issue 19, runtime/opc_nn_conv_fast.h) and fused_conv_epilogue.
+
+The implicit-GEMM kernels take f32 convs whose strides are all 1 (forward, input gradient,
+filter gradient, conv_transpose), the depthwise loop nest the stride-1 depthwise ones: a grid
+of geometries aimed at their edges -- channel counts that are not a multiple of the micro-tile,
+rows shorter and longer than a tile, pads wider than the kernel (the input gradient's pads
+d (k - 1) - p go negative and crop), dilations, groups, 1-D and 3-D, several images -- against
+the NumPy references of test_conv.py, in f32 (the fast route) and f64 (the im2col route) from
+one module. Then conv + bias + activation fused by opc-fuse: the same numbers as the unfused
+ops (fuse=False) and NumPy, forward and gradients, f32 and f64, stride 1 (the kernel's store)
+and strided (conv, then one pass); `opc explain` shows the fused op on the CPU and not on cuda."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from oracle import func, random_array, ttype
+from test_conv import Geo, assert_near, conv_ref, grad_filter_ref, grad_input_ref
+
+import opc
+from opc.explain import explain
+from opc.ir import parse_text
+
+SEED = 23
+
+# Every non-depthwise geometry here computes at most 1.5 positions per output with AVX-512's
+# 48-position tiles (opc_cf_applies), so the fast kernels take them; test_conv.py's smaller
+# ones exercise the im2col route.
+FAST = [
+    Geo("k3_c5_o7", (1, 5, 9, 11), (7, 5, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("k3_c17_o13_n2", (2, 17, 12, 10), (13, 17, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("wide_rows", (1, 3, 4, 70), (9, 3, 3, 3), (1, 1), (1, 1), (0, 2, 1, 0)),
+    Geo("pads_past_kernel", (1, 4, 5, 6), (6, 4, 2, 3), (1, 1), (1, 1), (3, 4, 2, 3)),
+    Geo("dilated_asym", (2, 6, 14, 15), (5, 6, 3, 2), (1, 1), (2, 3), (2, 0, 1, 3)),
+    Geo("groups3", (1, 9, 14, 15), (6, 3, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 3),
+    Geo("k5_valid", (1, 8, 12, 12), (16, 8, 5, 5), (1, 1), (1, 1), (0, 0, 0, 0)),
+    Geo("c1d_k7", (3, 4, 70), (10, 4, 7), (1,), (1,), (3, 3)),
+    Geo("c3d", (1, 3, 4, 9, 11), (4, 3, 3, 2, 3), (1, 1, 1), (1, 2, 1), (1, 0, 1, 1, 1, 1)),
+    Geo("dw_k3_n2", (2, 10, 13, 9), (10, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 10),
+    Geo("dw_k5_dil", (1, 7, 11, 12), (7, 1, 5, 3), (1, 1), (2, 1), (4, 2, 0, 1), 7),
+    Geo("dw_1d_long", (2, 3, 100), (3, 1, 4), (1,), (1,), (0, 3), 3),
+    Geo("dw_3d", (1, 4, 4, 5, 6), (4, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 1, 1, 1), 4),
+]
+OPS = {"conv": lambda g, a, b: conv_ref(g, a, b), "conv_grad_input": lambda g, a, b: grad_input_ref(g, a, b),
+       "conv_grad_filter": lambda g, a, b: grad_filter_ref(g, a, b),
+       "conv_transpose": lambda g, a, b: grad_input_ref(g, a, b)}
+DTYPES = ("float32", "float64")
+TOL = {"float32": 2e-6, "float64": 1e-13}
+
+
+def shapes(g: Geo, op: str) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+    return {"conv": ([g.x, g.w], g.y), "conv_grad_input": ([g.y, g.w], g.x),
+            "conv_grad_filter": ([g.x, g.y], g.w), "conv_transpose": ([g.y, g.w], g.x)}[op]
+
+
+def name(g: Geo, op: str, dt: str) -> str:
+    return f"{op}_{g.name}_{dt}"
+
+
+def source(g: Geo, op: str, dt: str) -> str:
+    (sa, sb), sr = shapes(g, op)
+    line = (f"%r = opc.{op} %a0, %a1 {g.attrs(op == 'conv_transpose')} : ({ttype(sa, dt)}, {ttype(sb, dt)}) -> "
+            f"{ttype(sr, dt)}")
+    return func(name(g, op, dt), [(sa, dt), (sb, dt)], line, [(sr, dt)])
+
+
+CASES = [(g, op, dt) for g in FAST for op in OPS for dt in DTYPES]
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return opc.compile("\n".join(source(*c) for c in CASES), target="cpu")
+
+
+@pytest.mark.parametrize("g,op,dt", CASES, ids=[name(*c) for c in CASES])
+def test_fast_kernels_match_numpy(kernels, g: Geo, op: str, dt: str) -> None:
+    rng = np.random.default_rng(SEED)
+    a, b = (random_array(s, dt, rng, -1, 1) for s in shapes(g, op)[0])
+    got = getattr(kernels, name(g, op, dt))(a, b)
+    want = OPS[op](g, a, b)
+    err = float(np.max(np.abs(got.astype(np.float64) - want)))
+    assert got.shape == want.shape and err <= TOL[dt] * (float(np.max(np.abs(want))) + 1), (err, dt)
+
+
+# ---------------------------------------------------------------------------
+# conv + bias + activation
+# ---------------------------------------------------------------------------
+
+FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
+             Geo("strided", (2, 4, 9, 8), (6, 4, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+             Geo("c1d_groups", (2, 6, 17), (4, 3, 3), (1,), (1,), (1, 1), 2)]
+ACTS = ("none", "relu", "gelu")
+
+
+def layer(g: Geo, act: str, dt: str) -> str:
+    """conv, + bias reshaped [O, 1, ...] (as the ONNX importer writes it), then the activation."""
+    tx, tw, ty = ttype(g.x, dt), ttype(g.w, dt), ttype(g.y, dt)
+    o, rank = g.w[0], len(g.x) - 2
+    tb, tr = ttype((o,), dt), ttype((o, *[1] * rank), dt)
+    lines = [f"%y = opc.conv %x, %w {g.attrs()} : ({tx}, {tw}) -> {ty}",
+             f"%br = opc.reshape %b : ({tb}) -> {tr}",
+             f"%z = opc.add %y, %br : ({ty}, {tr}) -> {ty}"]
+    out = "%z"
+    if act != "none":
+        attrs = " {approximate = true}" if act == "gelu" else ""
+        lines.append(f"%h = opc.{act} %z{attrs} : ({ty}) -> {ty}")
+        out = "%h"
+    body = "\n  ".join(lines)
+    return (f"func.func @{g.name}_{act}_{dt}(%x: {tx}, %w: {tw}, %b: {tb}) -> {ty} {{\n  {body}\n"
+            f"  func.return {out} : {ty}\n}}\n")
+
+
+def numpy_act(z: np.ndarray, act: str) -> np.ndarray:
+    if act == "relu":
+        return np.maximum(z, 0)
+    if act == "gelu":
+        return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
+    return z
+
+
+def numpy_act_grad(z: np.ndarray, act: str) -> np.ndarray:
+    if act == "relu":
+        return (z > 0).astype(np.float64)
+    if act == "gelu":
+        u = np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)
+        t = np.tanh(u)
+        return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * np.sqrt(2 / np.pi) * (1 + 3 * 0.044715 * z * z)
+    return np.ones_like(z)
+
+
+FUSE_CASES = [(g, act, dt) for g in FUSE_GEOS for act in ACTS for dt in DTYPES]
+
+
+@pytest.fixture(scope="module")
+def layers():
+    text = "\n".join(layer(*c) for c in FUSE_CASES)
+    return opc.compile(text, grad=True), opc.compile(text, grad=True, fuse=False)
+
+
+@pytest.mark.parametrize("g,act,dt", FUSE_CASES, ids=[f"{g.name}_{a}_{d}" for g, a, d in FUSE_CASES])
+def test_fused_matches_unfused_and_numpy(layers, g: Geo, act: str, dt: str) -> None:
+    fused, plain = layers
+    rng = np.random.default_rng(SEED)
+    x, w, b, dy = (random_array(s, dt, rng, -1, 1) for s in (g.x, g.w, (g.w[0],), g.y))
+    fn = f"{g.name}_{act}_{dt}"
+    z = conv_ref(g, x, w) + b.astype(np.float64).reshape(-1, *[1] * (len(g.x) - 2))
+    dz = dy * numpy_act_grad(z, act)
+    want = [numpy_act(z, act), grad_input_ref(g, dz, w), grad_filter_ref(g, x, dz),
+            dz.sum(axis=(0, *range(2, len(g.x))))]
+    got_f = [getattr(fused, fn)(x, w, b), *getattr(fused, f"{fn}_grad")(x, w, b, dy)]
+    got_p = [getattr(plain, fn)(x, w, b), *getattr(plain, f"{fn}_grad")(x, w, b, dy)]
+    for what, f, p, ref in zip(("out", "dx", "dw", "dbias"), got_f, got_p, want):
+        assert_near(f, ref, dt, f"fused {what}", scale=4.0)
+        assert_near(f, p.astype(np.float64), dt, f"fused vs unfused {what}", scale=2.0)
+
+
+def test_explain_shows_the_fusion_on_cpu_only() -> None:
+    g = FAST[1]
+    text = layer(g, "relu", "float32")
+    cpu = explain(parse_text(text).module, "cpu", grad=True)
+    assert "opc.fused_conv_epilogue" in cpu and "opc.relu_grad" in cpu and "opc.add " not in cpu
+    cuda = explain(parse_text(text).module, "cuda")
+    assert "opc.fused_conv_epilogue" not in cuda and "opc.conv " in cuda and "opc.relu" in cuda
