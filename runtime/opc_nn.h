@@ -10,6 +10,8 @@
  *   opc_nn_softmax_cross_entropy_grad_T_L(label, softmax, dloss, dlogits, record, outer, n, inner, code)
  *   opc_nn_conv_T(x, w, y, GEOM), opc_nn_conv_grad_input_T(dy, w, dx, GEOM),
  *   opc_nn_conv_grad_filter_T(x, dy, dw, GEOM)    (opc_nn_conv.h; they call the GEMM of opc_gemm_api.h)
+ *   opc_nn_attention_T(q, k, v, mask, out, lse, AT_GEOM), opc_nn_attention_grad_T(q, k, v, out, lse, dout,
+ *   mask, dq, dk, dv, AT_GEOM)                        (opc_nn_attention.h: flash attention's tiled scheme)
  * T is f32, f64, f16 or bf16 (halves as uint16_t bits), L the label type i32
  * or i64. The normalized axis is n of the [outer, n, inner] view, so any axis
  * works; layer_norm normalizes rows of `cols` contiguous elements. mean and
@@ -93,6 +95,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #include "opc_nn_rows.h"
 #include "opc_nn_conv_body.h"
 #include "opc_nn_pool_body.h"
+#include "opc_nn_attention.h"
 #undef OPC_NN_ACC
 #undef OPC_NN_FN
 #undef OPC_NN_LD
@@ -114,6 +117,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #include "opc_nn_rows.h"
 #include "opc_nn_conv_body.h"
 #include "opc_nn_pool_body.h"
+#include "opc_nn_attention.h"
 #undef OPC_NN_ACC
 #undef OPC_NN_FN
 #undef OPC_NN_LD
@@ -182,7 +186,8 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
     }                                                                                                          \
     OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i32, int32_t, 0)                                                         \
     OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i64, int64_t, 1)                                                         \
-    OPC_NN_CONV_ENTRIES(SUF, T, F, DT)
+    OPC_NN_CONV_ENTRIES(SUF, T, F, DT)                                                                         \
+    OPC_NN_ATTENTION_ENTRIES(SUF, T, A, F, DT)
 
 #define OPC_NN_CONV_ENTRIES(SUF, T, F, DT)                                                                     \
     OPC_NN_ENTRY void opc_nn_conv_##SUF(const T *x, const T *w, T *y, OPC_CV_GEOM_PARAMS) {                    \
