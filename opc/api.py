@@ -53,8 +53,10 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
                        "opc compiles opc-level IR")
     ctx = make_context()
     if fuse:
+        from opc.transforms.opc_attention import AttentionPass
         from opc.transforms.opc_fuse import FusePass
 
+        AttentionPass(target).apply(ctx, source.module)  # before opc-fuse: a rank-2 score GEMM is its prey too
         FusePass(target).apply(ctx, source.module)
         verify(source, stage="opc-fuse")
     if order:
