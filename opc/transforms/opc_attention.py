@@ -66,14 +66,14 @@ def constant_values(v: SSAValue) -> np.ndarray | None:
 
 
 def scalar_constant(v: SSAValue) -> float | None:
-    """The value of a one-element float constant."""
+    """The value of a float constant whose elements are all one finite value."""
     if not (isinstance(v.type, TensorType) and o.is_float(v.type.element_type)):
         return None
     values = constant_values(v)
-    if values is None or values.size != 1:
+    if values is None or values.size == 0:
         return None
     c = float(values.reshape(-1)[0])
-    return c if np.isfinite(c) else None
+    return c if np.isfinite(c) and bool(np.all(values == c)) else None
 
 
 def peel_factors(v: SSAValue, ops: list[Operation]) -> tuple[SSAValue, float]:
@@ -235,10 +235,10 @@ class AttentionPattern(RewritePattern):
             lse = e.value(o.ReshapeOp(op.lse, o.tensor([*op.lse.type.get_shape(), 1], op.lse.type.element_type)))  # type: ignore[attr-defined]
             seen = e.value(o.GreaterThanOp(lse, e.full(-np.inf, lse)))
             out = e.select(seen, out, e.full(0.0, out))
-        rewriter.replace_op(pv, e.ops, [out])
+        rewriter.replace(pv, e.ops, [out])
         for dead in m.ops:  # the written-out chain, last first, where nothing else reads it
             if dead.parent is not None and all(not r.uses for r in dead.results):
-                rewriter.erase_op(dead)
+                rewriter.erase(dead)
 
 
 @dataclass(frozen=True)
