@@ -358,3 +358,93 @@ def test_grad_op_checks_out_and_lse() -> None:
             "tensor<7x3xf32>)\n  func.return\n}\n")
     with pytest.raises(OpcError, match=r"bad\.mlir:2:\d+: error: .*lse must have element type f32"):
         parse_text(text, "bad.mlir")
+
+
+# ---------------------------------------------------------------------------
+# The CUDA kernels (runtime/opc_nn_attention.cuh) on tests/cuda_sim.h: no GPU here
+# ---------------------------------------------------------------------------
+
+SIM_STUBS = """#include "cuda_sim.h"
+#define __device__
+#define __forceinline__ inline
+#include <stdint.h>
+#include "opc_runtime.h"
+struct __half { uint16_t x; };
+struct __nv_bfloat16 { uint16_t x; };
+static inline __half __ushort_as_half(uint16_t v) { return __half{v}; }
+static inline float __half2float(__half h) { return opc_f16_to_f32(h.x); }
+static inline __nv_bfloat16 __ushort_as_bfloat16(uint16_t v) { return __nv_bfloat16{v}; }
+static inline float __bfloat162float(__nv_bfloat16 h) { return opc_bf16_to_f32(h.x); }
+"""
+G = ", ".join(f"g[{i}]" for i in range(22))
+SIM_ENTRY = f"""
+extern "C" int at_f64(const double *q, const double *k, const double *v, const double *mask, double *out,
+                      double *lse, const int64_t *g, double scale) {{
+    return opc_cuda_nn_attention_f64(q, k, v, mask, out, lse, {G}, scale);
+}}
+extern "C" int at_grad_f64(const double *q, const double *k, const double *v, const double *out, const double *lse,
+                           const double *dout, const double *mask, double *dq, double *dk, double *dv,
+                           const int64_t *g, double scale) {{
+    return opc_cuda_nn_attention_grad_f64(q, k, v, out, lse, dout, mask, dq, dk, dv, {G}, scale);
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def simulated_attention(tmp_path_factory):
+    """opc_nn.cuh's preamble and opc_nn_attention.cuh built with g++ against cuda_sim.h (blocks run as threads)."""
+    import ctypes
+    import re
+    import shutil
+    import subprocess
+
+    from opc.lowering.build import runtime_dir
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH (it builds the CUDA simulation)")
+    full = (runtime_dir() / "opc_nn.cuh").read_text()
+    text = full[:full.index("/* A row's max m")] + (runtime_dir() / "opc_nn_attention.cuh").read_text()
+    for inc in ("#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+                '#include "opc_runtime.h"'):
+        text = text.replace(inc, "")
+    text = re.sub(r"([\w:]+<\w+>)<<<([^;]*?), ([^;]*?)>>>\(([^;]*)\);", r"opc_sim_launch(\2, \3, [&] { \1(\4); });",
+                  text)
+    tmp = tmp_path_factory.mktemp("attention-sim")
+    (tmp / "at_sim.cpp").write_text(SIM_STUBS + text + "\n#endif\n" + SIM_ENTRY)
+    tests = str(runtime_dir().parent / "tests")
+    done = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-I", str(runtime_dir()),
+                           "-I", tests, "-o", str(tmp / "libat.so"), str(tmp / "at_sim.cpp")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return ctypes.CDLL(str(tmp / "libat.so"))
+
+
+SIM_CASES = [Case("sim_mask", (2, 2), 3, 9, 3, 2, (2, 1, 3, 9), False, "float64"),
+             Case("sim_causal", (1,), 5, 4, 2, 3, None, True, "float64")]
+
+
+@pytest.mark.parametrize("c", SIM_CASES, ids=[c.name for c in SIM_CASES])
+def test_cuda_kernels_on_the_simulator(simulated_attention, c: Case) -> None:
+    import ctypes
+
+    from opc.lowering.nn_lowering import attention_ints
+
+    arrays = [np.ascontiguousarray(a) for a in inputs(c)]
+    mask = arrays[3] if c.mask else arrays[0]
+    op = parse_text(source(c)).module.ops.first.body.block.first_op  # type: ignore[union-attr]
+    ints = np.array(attention_ints(op), np.int64)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    out = np.full((*c.batch, c.lq, c.dv), np.nan)
+    lse = np.full((*c.batch, c.lq), np.nan)
+    lib = simulated_attention
+    lib.at_f64.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_double]
+    lib.at_grad_f64.argtypes = [ctypes.c_void_p] * 11 + [ctypes.c_double]
+    assert lib.at_f64(*map(ptr, (*arrays[:3], mask, out, lse, ints)), c.scale) == 0
+    dout = np.random.default_rng(SEED).standard_normal(out.shape)
+    want_out, want_lse, want = reference(c, arrays, dout)
+    close(out, want_out, c.dt, "cuda out")
+    close(lse, want_lse, c.dt, "cuda lse")
+    grads = [np.full(a.shape, np.nan) for a in arrays[:3]]
+    assert lib.at_grad_f64(*map(ptr, (*arrays[:3], out, lse, dout, mask, *grads, ints)), c.scale) == 0
+    for name, g, w in zip(["dq", "dk", "dv"], grads, want):
+        close(g, w, c.dt, f"cuda {name}")
