@@ -40,7 +40,7 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
     from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
     from opc.targets.target import get_target
-    from opc.transforms.opc_decompose import legalize
+    from opc.transforms.opc_decompose import legalize, resolve_ops
 
     order = grad_order(grad)
     if not isinstance(fuse, bool):
@@ -56,7 +56,8 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
         from opc.transforms.opc_attention import AttentionPass
         from opc.transforms.opc_fuse import FusePass
 
-        AttentionPass(target).apply(ctx, source.module)  # before opc-fuse: a rank-2 score GEMM is its prey too
+        if "opc.attention" not in resolve_ops(decompose or None):  # asked to decompose it: nothing to fuse
+            AttentionPass(target).apply(ctx, source.module)  # before opc-fuse: a rank-2 score GEMM is its prey too
         FusePass(target).apply(ctx, source.module)
         verify(source, stage="opc-fuse")
     if order:

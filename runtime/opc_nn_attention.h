@@ -19,6 +19,7 @@
 #ifndef OPC_NN_ATTENTION_SHARED
 #define OPC_NN_ATTENTION_SHARED
 #include <stdlib.h>
+#include <string.h>
 
 #define OPC_AT_BQ 32 /* query rows per unit */
 #define OPC_AT_BK 64 /* keys per block: a score row of a block is 64 lanes */
@@ -74,45 +75,81 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
 #define ACC OPC_NN_ACC
 #define LD OPC_NN_LD
 #define ST OPC_NN_ST
+#define VEC OPC_NN_FN(at_vec)
+#define VL ((int64_t)(32 / sizeof(ACC)))  /* lanes of a 32-byte vector */
+#define TW (2 * VL)                         /* a tile's width: two vectors */
 
-/* Unit u's scratch: (rows x d) queries, kt (d x BK), kb (BK x d), vt (dv x BK), vb (BK x dv),
- * s (rows x BK), acc (rows x max(d, dv)) -- one allocation. NULL if malloc fails. */
-OPC_NN_INLINE ACC *OPC_NN_FN(at_scratch)(const opc_at_geom *g) {
-    const int64_t w = g->d > g->dv ? g->d : g->dv;
-    return (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * g->d + 2 * OPC_AT_BK * g->d + 2 * OPC_AT_BK * g->dv
-                                                + OPC_AT_BQ * OPC_AT_BK + OPC_AT_BQ * w + 2 * OPC_AT_BQ));
+typedef ACC VEC __attribute__((vector_size(32), aligned(sizeof(ACC))));
+
+/* The register tile: C[4][TW] (+)= sum over k < K of A(i, k) * B[k][0..TW), A(i, k) = A[i * ars + k * aks].
+ * Eight vector accumulators, two vector loads and four broadcasts per k: the multiply-adds never
+ * wait on memory (a one-row axpy form loads and stores its accumulator at every step). */
+OPC_NN_INLINE void OPC_NN_FN(at_tile)(const ACC *A, int64_t ars, int64_t aks, const ACC *B, int64_t ldb, int64_t K,
+                                      ACC *C, int64_t ldc, int accumulate) {
+    VEC c[4][2];
+    for (int i = 0; i < 4; i++)
+        for (int h = 0; h < 2; h++) {
+            if (accumulate) memcpy(&c[i][h], C + i * ldc + h * VL, sizeof(VEC));
+            else c[i][h] = (VEC){0};
+        }
+    for (int64_t k = 0; k < K; k++) {
+        VEC b0, b1;
+        memcpy(&b0, B + k * ldb, sizeof b0);
+        memcpy(&b1, B + k * ldb + VL, sizeof b1);
+        for (int i = 0; i < 4; i++) {
+            const ACC a = A[i * ars + k * aks];
+            c[i][0] += a * b0;
+            c[i][1] += a * b1;
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        for (int h = 0; h < 2; h++) memcpy(C + i * ldc + h * VL, &c[i][h], sizeof(VEC));
 }
 
-/* The key block j0 (cols keys, zero-padded to BK) of batch entry b: kt[dd][jj], kb[jj][dd], and
- * v likewise (vt, vb), in the compute type. */
+/* C[rows4][width] (+)= A B, rows4 a multiple of 4 and width of TW (the operands are zero-padded). */
+OPC_NN_INLINE void OPC_NN_FN(at_gemm)(const ACC *A, int64_t ars, int64_t aks, const ACC *B, int64_t ldb, int64_t K,
+                                      ACC *C, int64_t ldc, int64_t rows4, int64_t width, int accumulate) {
+    for (int64_t r = 0; r < rows4; r += 4)
+        for (int64_t w = 0; w < width; w += TW)
+            OPC_NN_FN(at_tile)(A + r * ars, ars, aks, B + w, ldb, K, C + r * ldc + w, ldc, accumulate);
+}
+
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad)(int64_t n) { return (n + TW - 1) / TW * TW; }
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad4)(int64_t n) { return (n + 3) / 4 * 4; }
+
+/* rows x n of a row-major buffer (row stride `ld` of the source) into dst[OPC_AT_BQ][ldp] in the
+ * compute type, zero past n and past the rows. */
+OPC_NN_INLINE void OPC_NN_FN(at_load_rows)(const void *src, int64_t first, int64_t rows, int64_t n, ACC *dst,
+                                           int64_t ldp, int64_t count, int dt) {
+    for (int64_t r = 0; r < count; r++)
+        for (int64_t c = 0; c < ldp; c++) dst[r * ldp + c] = r < rows && c < n ? LD(src, (first + r) * n + c, dt) : (ACC)0;
+}
+
+/* The key block j0 (cols keys) of batch entry b, each layout asked for (NULL: not wanted), zero
+ * past the block: kt[dd][BK], kb[BK][dp], vt[c][BK], vb[BK][dvp]. */
 OPC_NN_INLINE void OPC_NN_FN(at_load_keys)(const void *k, const void *v, const opc_at_geom *g, int64_t b,
                                            int64_t j0, int64_t cols, ACC *kt, ACC *kb, ACC *vt, ACC *vb, int dt) {
-    const int64_t d = g->d, dv = g->dv;
+    const int64_t d = g->d, dv = g->dv, dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
     for (int64_t jj = 0; jj < OPC_AT_BK; jj++) {
         const int64_t kr = (b * g->lk + j0 + jj) * d, vr = (b * g->lk + j0 + jj) * dv;
-        for (int64_t dd = 0; dd < d; dd++) {
-            const ACC x = jj < cols ? LD(k, kr + dd, dt) : (ACC)0;
-            kt[dd * OPC_AT_BK + jj] = x;
-            if (kb) kb[jj * d + dd] = x;
+        for (int64_t dd = 0; dd < dp; dd++) {
+            const ACC x = jj < cols && dd < d ? LD(k, kr + dd, dt) : (ACC)0;
+            if (kt && dd < d) kt[dd * OPC_AT_BK + jj] = x;
+            if (kb) kb[jj * dp + dd] = x;
         }
-        for (int64_t c = 0; c < dv; c++) {
-            const ACC x = jj < cols ? LD(v, vr + c, dt) : (ACC)0;
-            if (vt) vt[c * OPC_AT_BK + jj] = x;
-            if (vb) vb[jj * dv + c] = x;
+        for (int64_t c = 0; c < dvp; c++) {
+            const ACC x = jj < cols && c < dv ? LD(v, vr + c, dt) : (ACC)0;
+            if (vt && c < dv) vt[c * OPC_AT_BK + jj] = x;
+            if (vb) vb[jj * dvp + c] = x;
         }
     }
 }
 
-/* s[jj] = (q_row . k_{j0+jj}) * scale + mask, -inf for keys past the block or hidden by is_causal. */
-OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qrow, const ACC *kt, const void *mask, const opc_at_geom *g,
-                                        int64_t b, int64_t i, int64_t j0, int64_t cols, ACC *s, int dt) {
+/* A row of raw dot products q . k of the key block into scores: * scale + mask, -inf for keys
+ * past the block or hidden by is_causal. */
+OPC_NN_INLINE void OPC_NN_FN(at_finish)(ACC *s, const void *mask, const opc_at_geom *g, int64_t b, int64_t i,
+                                        int64_t j0, int64_t cols, int dt) {
     const ACC scale = (ACC)g->scale;
-    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] = 0;
-    for (int64_t dd = 0; dd < g->d; dd++) {
-        const ACC a = qrow[dd];
-        const ACC *kr = kt + dd * OPC_AT_BK;
-        _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] += a * kr[jj];
-    }
     _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] *= scale;
     if (g->has_mask) {
         const int64_t at = opc_at_mask_offset(g, b) + i * g->mrow + j0 * g->mcol;
@@ -127,18 +164,40 @@ OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qrow, const ACC *kt, const vo
     for (int64_t jj = visible < 0 ? 0 : visible; jj < OPC_AT_BK; jj++) s[jj] = (ACC)-INFINITY;
 }
 
-/* The keys a query block [i0, i0 + rows) sees at all: all, or with is_causal up to its last row. */
+/* The scores of `rows` query rows (qs: [rows4][dp]) against a key block: s[rows4][BK]. */
+OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qs, const ACC *kt, const void *mask, const opc_at_geom *g,
+                                        int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, ACC *s,
+                                        int dt) {
+    const int64_t dp = OPC_NN_FN(at_pad)(g->d);
+    OPC_NN_FN(at_gemm)(qs, dp, 1, kt, OPC_AT_BK, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad4)(rows), OPC_AT_BK, 0);
+    for (int64_t r = 0; r < rows; r++) OPC_NN_FN(at_finish)(s + r * OPC_AT_BK, mask, g, b, i0 + r, j0, cols, dt);
+}
+
+/* The keys a query block sees at all: all, or with is_causal up to its last row. */
 OPC_NN_INLINE int64_t OPC_NN_FN(at_key_end)(const opc_at_geom *g, int64_t last_row) {
     return g->causal && last_row + 1 < g->lk ? last_row + 1 : g->lk;
+}
+
+/* The max of a block's scores, NaN if any is NaN (as reduce_max), in vector form. */
+OPC_NN_INLINE ACC OPC_NN_FN(at_row_max)(const ACC *s) {
+    ACC m = (ACC)-INFINITY;
+    int nan = 0;
+    _Pragma("omp simd reduction(max : m) reduction(| : nan)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
+        m = s[jj] > m ? s[jj] : m;
+        nan |= s[jj] != s[jj];
+    }
+    return nan ? (ACC)NAN : m;
 }
 
 /* ---- forward: unit u = (batch entry, query block) -------------------------------------------- */
 OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void *v, const void *mask, void *out,
                                         ACC *lse, const opc_at_geom *g, int64_t u, int dt) {
     const int64_t qblocks = (g->lq + OPC_AT_BQ - 1) / OPC_AT_BQ, d = g->d, dv = g->dv;
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
     const int64_t b = u / qblocks, i0 = (u % qblocks) * OPC_AT_BQ;
     const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ;
-    ACC *buf = OPC_NN_FN(at_scratch)(g);
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + d * OPC_AT_BK + OPC_AT_BK * dvp +
+                                                    OPC_AT_BQ * OPC_AT_BK + OPC_AT_BQ * dvp + 2 * OPC_AT_BQ));
     if (!buf) { /* no memory for the scratch: NaN, never a silent wrong number */
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t c = 0; c < dv; c++) ST(out, (b * g->lq + i0 + r) * dv + c, dt, (ACC)NAN);
@@ -146,11 +205,11 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void
         }
         return;
     }
-    ACC *qs = buf, *kt = qs + OPC_AT_BQ * d, *vb = kt + 2 * OPC_AT_BK * d, *s = vb + 2 * OPC_AT_BK * dv;
-    ACC *acc = s + OPC_AT_BQ * OPC_AT_BK, *m = acc + OPC_AT_BQ * (d > dv ? d : dv), *l = m + OPC_AT_BQ;
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t dd = 0; dd < d; dd++) qs[r * d + dd] = LD(q, (b * g->lq + i0 + r) * d + dd, dt);
-        for (int64_t c = 0; c < dv; c++) acc[r * dv + c] = 0;
+    ACC *qs = buf, *kt = qs + OPC_AT_BQ * dp, *vb = kt + d * OPC_AT_BK, *s = vb + OPC_AT_BK * dvp;
+    ACC *acc = s + OPC_AT_BQ * OPC_AT_BK, *m = acc + OPC_AT_BQ * dvp, *l = m + OPC_AT_BQ;
+    OPC_NN_FN(at_load_rows)(q, b * g->lq + i0, rows, d, qs, dp, OPC_AT_BQ, dt);
+    for (int64_t x = 0; x < OPC_AT_BQ * dvp; x++) acc[x] = 0;
+    for (int64_t r = 0; r < OPC_AT_BQ; r++) {
         m[r] = (ACC)-INFINITY;
         l[r] = 0;
     }
@@ -158,13 +217,14 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
         OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, NULL, NULL, vb, dt);
-        for (int64_t r = 0; r < rows; r++) {
-            ACC *sr = s + r * OPC_AT_BK, *ar = acc + r * dv;
-            OPC_NN_FN(at_scores)(qs + r * d, kt, mask, g, b, i0 + r, j0, cols, sr, dt);
-            ACC mb = (ACC)-INFINITY;
-            for (int jj = 0; jj < OPC_AT_BK; jj++) mb = OPC_NN_MAX(mb, sr[jj]);
-            const ACC mnew = OPC_NN_MAX(m[r], mb);
-            if (mnew == (ACC)-INFINITY) continue; /* every key so far hidden: nothing to add yet */
+        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
+        for (int64_t r = 0; r < OPC_NN_FN(at_pad4)(rows); r++) {
+            ACC *sr = s + r * OPC_AT_BK, *ar = acc + r * dvp;
+            const ACC mnew = r < rows ? OPC_NN_MAX(m[r], OPC_NN_FN(at_row_max)(sr)) : (ACC)-INFINITY;
+            if (mnew == (ACC)-INFINITY) { /* every key so far hidden (or a padding row): adds nothing */
+                _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) sr[jj] = 0;
+                continue;
+            }
             const ACC alpha = OPC_NN_EXP(m[r] - mnew);
             ACC sum = 0;
             _Pragma("omp simd reduction(+ : sum)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
@@ -173,40 +233,47 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void
             }
             l[r] = l[r] * alpha + sum;
             m[r] = mnew;
-            _Pragma("omp simd") for (int64_t c = 0; c < dv; c++) ar[c] *= alpha;
-            for (int64_t jj = 0; jj < cols; jj++) {
-                const ACC p = sr[jj];
-                const ACC *vr = vb + jj * dv;
-                _Pragma("omp simd") for (int64_t c = 0; c < dv; c++) ar[c] += p * vr[c];
-            }
+            _Pragma("omp simd") for (int64_t c = 0; c < dvp; c++) ar[c] *= alpha;
         }
+        /* acc += p v: the probabilities of the block's rows times its values */
+        OPC_NN_FN(at_gemm)(s, OPC_AT_BK, 1, vb, dvp, cols, acc, dvp, OPC_NN_FN(at_pad4)(rows), dvp, 1);
     }
     for (int64_t r = 0; r < rows; r++) {
         const int64_t row = b * g->lq + i0 + r;
         const int hidden = m[r] == (ACC)-INFINITY; /* all scores -inf: softmax's 0 / 0 */
         const ACC inv = hidden ? (ACC)NAN : (ACC)1 / l[r];
-        for (int64_t c = 0; c < dv; c++) ST(out, row * dv + c, dt, acc[r * dv + c] * inv);
+        for (int64_t c = 0; c < dv; c++) ST(out, row * dv + c, dt, acc[r * dvp + c] * inv);
         lse[row] = hidden ? (ACC)NAN : m[r] + OPC_NN_LOG(l[r]);
     }
     free(buf);
 }
 
 /* ---- backward ----------------------------------------------------------------------------------- */
-/* p and ds of one query row against a key block: p = exp(s - lse), ds = p * (dout . v - delta) */
-OPC_NN_INLINE void OPC_NN_FN(at_row_grad)(const ACC *qrow, const ACC *dorow, const ACC *kt, const ACC *vt,
-                                          const void *mask, const opc_at_geom *g, int64_t b, int64_t i, int64_t j0,
-                                          int64_t cols, ACC lse_i, ACC delta_i, ACC *p, ACC *ds, int dt) {
-    OPC_NN_FN(at_scores)(qrow, kt, mask, g, b, i, j0, cols, p, dt);
-    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) {
-        p[jj] = OPC_NN_EXP(p[jj] - lse_i);
-        ds[jj] = 0;
+/* p = exp(s - lse) and ds = p * (dp - delta) for `rows` query rows of a block whose scores s and
+ * dout v^T products dp are computed; padding rows get 0. */
+OPC_NN_INLINE void OPC_NN_FN(at_probs)(ACC *s, ACC *dp, const ACC *lse, const ACC *delta, int64_t rows) {
+    for (int64_t r = 0; r < OPC_NN_FN(at_pad4)(rows); r++) {
+        ACC *sr = s + r * OPC_AT_BK, *dr = dp + r * OPC_AT_BK;
+        if (r >= rows) {
+            _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) sr[jj] = dr[jj] = 0;
+            continue;
+        }
+        const ACC ls = lse[r], de = delta[r];
+        _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) {
+            sr[jj] = OPC_NN_EXP(sr[jj] - ls);
+            dr[jj] = sr[jj] * (dr[jj] - de);
+        }
     }
-    for (int64_t c = 0; c < g->dv; c++) {
-        const ACC a = dorow[c];
-        const ACC *vr = vt + c * OPC_AT_BK;
-        _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) ds[jj] += a * vr[jj];
+}
+
+/* rowsum(dout * out) of rows [first, first + rows): delta[r] */
+OPC_NN_INLINE void OPC_NN_FN(at_delta)(const void *out, const void *dout, int64_t first, int64_t rows, int64_t dv,
+                                       ACC *delta, int dt) {
+    for (int64_t r = 0; r < rows; r++) {
+        ACC sum = 0;
+        for (int64_t c = 0; c < dv; c++) sum += LD(dout, (first + r) * dv + c, dt) * LD(out, (first + r) * dv + c, dt);
+        delta[r] = sum;
     }
-    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) ds[jj] = p[jj] * (ds[jj] - delta_i);
 }
 
 /* pass 1, unit u = (batch entry, query block): dq = sum over key blocks of ds k, times scale */
@@ -214,99 +281,87 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *k, con
                                                const void *out, const ACC *lse, const void *dout, void *dq,
                                                const opc_at_geom *g, int64_t u, int dt) {
     const int64_t qblocks = (g->lq + OPC_AT_BQ - 1) / OPC_AT_BQ, d = g->d, dv = g->dv;
-    const int64_t b = u / qblocks, i0 = (u % qblocks) * OPC_AT_BQ;
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
+    const int64_t b = u / qblocks, i0 = (u % qblocks) * OPC_AT_BQ, first = b * g->lq + i0;
     const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ;
-    ACC *buf = OPC_NN_FN(at_scratch)(g);
-    ACC *dor = buf ? (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dv)) : NULL;
-    if (!dor) {
-        for (int64_t x = 0; x < rows * d; x++) ST(dq, (b * g->lq + i0) * d + x, dt, (ACC)NAN);
-        free(buf);
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(2 * OPC_AT_BQ * dp + OPC_AT_BQ * dvp + d * OPC_AT_BK +
+                                                    OPC_AT_BK * dp + dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK +
+                                                    2 * OPC_AT_BQ));
+    if (!buf) {
+        for (int64_t x = 0; x < rows * d; x++) ST(dq, first * d + x, dt, (ACC)NAN);
         return;
     }
-    ACC *qs = buf, *kt = qs + OPC_AT_BQ * d, *kb = kt + OPC_AT_BK * d, *vt = kb + OPC_AT_BK * d;
-    ACC *s = vt + 2 * OPC_AT_BK * dv, *ds = s + OPC_AT_BK, *acc = s + OPC_AT_BQ * OPC_AT_BK;
-    ACC *delta = acc + OPC_AT_BQ * (d > dv ? d : dv);
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t row = b * g->lq + i0 + r;
-        for (int64_t dd = 0; dd < d; dd++) {
-            qs[r * d + dd] = LD(q, row * d + dd, dt);
-            acc[r * d + dd] = 0;
-        }
-        delta[r] = 0;
-        for (int64_t c = 0; c < dv; c++) {
-            dor[r * dv + c] = LD(dout, row * dv + c, dt);
-            delta[r] += dor[r * dv + c] * LD(out, row * dv + c, dt);
-        }
-    }
+    ACC *qs = buf, *dor = qs + OPC_AT_BQ * dp, *kt = dor + OPC_AT_BQ * dvp, *kb = kt + d * OPC_AT_BK;
+    ACC *vt = kb + OPC_AT_BK * dp, *s = vt + dv * OPC_AT_BK, *ds = s + OPC_AT_BQ * OPC_AT_BK;
+    ACC *acc = ds + OPC_AT_BQ * OPC_AT_BK, *delta = acc + OPC_AT_BQ * dp, *ls = delta + OPC_AT_BQ;
+    OPC_NN_FN(at_load_rows)(q, first, rows, d, qs, dp, OPC_AT_BQ, dt);
+    OPC_NN_FN(at_load_rows)(dout, first, rows, dv, dor, dvp, OPC_AT_BQ, dt);
+    OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
+    for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
+    for (int64_t x = 0; x < OPC_AT_BQ * dp; x++) acc[x] = 0;
+    const int64_t rows4 = OPC_NN_FN(at_pad4)(rows);
     const int64_t kend = OPC_NN_FN(at_key_end)(g, i0 + rows - 1);
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
         OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, kb, vt, NULL, dt);
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t row = b * g->lq + i0 + r;
-            OPC_NN_FN(at_row_grad)(qs + r * d, dor + r * dv, kt, vt, mask, g, b, i0 + r, j0, cols, lse[row],
-                                   delta[r], s, ds, dt);
-            ACC *ar = acc + r * d;
-            for (int64_t jj = 0; jj < cols; jj++) {
-                const ACC c = ds[jj];
-                const ACC *kr = kb + jj * d;
-                _Pragma("omp simd") for (int64_t dd = 0; dd < d; dd++) ar[dd] += c * kr[dd];
-            }
-        }
+        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
+        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows4, OPC_AT_BK, 0); /* dout v^T */
+        OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
+        OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, acc, dp, rows4, dp, 1); /* dq += ds k */
     }
     const ACC scale = (ACC)g->scale;
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t dd = 0; dd < d; dd++) ST(dq, (b * g->lq + i0 + r) * d + dd, dt, acc[r * d + dd] * scale);
-    free(dor);
+        for (int64_t dd = 0; dd < d; dd++) ST(dq, (first + r) * d + dd, dt, acc[r * dp + dd] * scale);
     free(buf);
 }
 
-/* pass 2, unit u = (batch entry, key block): dv = sum over query rows of p^T dout, dk = ds^T q * scale */
+/* pass 2, unit u = (batch entry, key block): dv = sum over query blocks of p^T dout, dk = ds^T q * scale */
 OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, const void *v, const void *mask,
                                                 const void *out, const ACC *lse, const void *dout, void *dk,
                                                 void *dvo, const opc_at_geom *g, int64_t u, int dt) {
     const int64_t kblocks = (g->lk + OPC_AT_BK - 1) / OPC_AT_BK, d = g->d, dv = g->dv;
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
     const int64_t b = u / kblocks, j0 = (u % kblocks) * OPC_AT_BK;
     const int64_t cols = g->lk - j0 < OPC_AT_BK ? g->lk - j0 : OPC_AT_BK;
-    ACC *buf = OPC_NN_FN(at_scratch)(g);
-    ACC *acc = buf ? (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BK * (d + dv))) : NULL;
-    if (!acc) {
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + OPC_AT_BQ * dvp + d * OPC_AT_BK +
+                                                    dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK + OPC_AT_BK * dp +
+                                                    OPC_AT_BK * dvp + 2 * OPC_AT_BQ));
+    if (!buf) {
         for (int64_t x = 0; x < cols * d; x++) ST(dk, (b * g->lk + j0) * d + x, dt, (ACC)NAN);
         for (int64_t x = 0; x < cols * dv; x++) ST(dvo, (b * g->lk + j0) * dv + x, dt, (ACC)NAN);
-        free(buf);
         return;
     }
-    ACC *qi = buf, *kt = qi + OPC_AT_BQ * d, *vt = kt + 2 * OPC_AT_BK * d, *p = vt + 2 * OPC_AT_BK * dv;
-    ACC *ds = p + OPC_AT_BK, *doi = p + OPC_AT_BQ * OPC_AT_BK;
-    ACC *dka = acc, *dva = acc + OPC_AT_BK * d;
-    for (int64_t x = 0; x < OPC_AT_BK * (d + dv); x++) acc[x] = 0;
+    ACC *qs = buf, *dor = qs + OPC_AT_BQ * dp, *kt = dor + OPC_AT_BQ * dvp, *vt = kt + d * OPC_AT_BK;
+    ACC *s = vt + dv * OPC_AT_BK, *ds = s + OPC_AT_BQ * OPC_AT_BK, *dka = ds + OPC_AT_BQ * OPC_AT_BK;
+    ACC *dva = dka + OPC_AT_BK * dp, *delta = dva + OPC_AT_BK * dvp, *ls = delta + OPC_AT_BQ;
+    for (int64_t x = 0; x < OPC_AT_BK * dp; x++) dka[x] = 0;
+    for (int64_t x = 0; x < OPC_AT_BK * dvp; x++) dva[x] = 0;
     OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, NULL, vt, NULL, dt);
-    /* with is_causal, query i sees key j only if j <= i: the block's keys are unseen above row j0 */
-    for (int64_t i = g->causal ? j0 : 0; i < g->lq; i++) {
-        const int64_t row = b * g->lq + i;
-        for (int64_t dd = 0; dd < d; dd++) qi[dd] = LD(q, row * d + dd, dt);
-        ACC delta = 0; /* rowsum(dout * out), recomputed: dv multiply-adds against the row's 2 BK (d + dv) */
-        for (int64_t c = 0; c < dv; c++) {
-            doi[c] = LD(dout, row * dv + c, dt);
-            delta += doi[c] * LD(out, row * dv + c, dt);
-        }
-        OPC_NN_FN(at_row_grad)(qi, doi, kt, vt, mask, g, b, i, j0, cols, lse[row], delta, p, ds, dt);
-        for (int64_t jj = 0; jj < cols; jj++) {
-            const ACC pj = p[jj], sj = ds[jj];
-            ACC *va = dva + jj * dv, *ka = dka + jj * d;
-            _Pragma("omp simd") for (int64_t c = 0; c < dv; c++) va[c] += pj * doi[c];
-            _Pragma("omp simd") for (int64_t dd = 0; dd < d; dd++) ka[dd] += sj * qi[dd];
-        }
+    /* with is_causal, query i sees key j only if j <= i: no query block above row j0 sees the block */
+    for (int64_t i0 = g->causal ? j0 / OPC_AT_BQ * OPC_AT_BQ : 0; i0 < g->lq; i0 += OPC_AT_BQ) {
+        const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, first = b * g->lq + i0;
+        OPC_NN_FN(at_load_rows)(q, first, rows, d, qs, dp, OPC_AT_BQ, dt);
+        OPC_NN_FN(at_load_rows)(dout, first, rows, dv, dor, dvp, OPC_AT_BQ, dt);
+        OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
+        for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
+        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
+        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, OPC_NN_FN(at_pad4)(rows), OPC_AT_BK, 0);
+        OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
+        /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
+        OPC_NN_FN(at_gemm)(s, 1, OPC_AT_BK, dor, dvp, rows, dva, dvp, OPC_AT_BK, dvp, 1);
+        OPC_NN_FN(at_gemm)(ds, 1, OPC_AT_BK, qs, dp, rows, dka, dp, OPC_AT_BK, dp, 1);
     }
     const ACC scale = (ACC)g->scale;
     for (int64_t jj = 0; jj < cols; jj++) {
-        for (int64_t dd = 0; dd < d; dd++) ST(dk, (b * g->lk + j0 + jj) * d + dd, dt, dka[jj * d + dd] * scale);
-        for (int64_t c = 0; c < dv; c++) ST(dvo, (b * g->lk + j0 + jj) * dv + c, dt, dva[jj * dv + c]);
+        for (int64_t dd = 0; dd < d; dd++) ST(dk, (b * g->lk + j0 + jj) * d + dd, dt, dka[jj * dp + dd] * scale);
+        for (int64_t c = 0; c < dv; c++) ST(dvo, (b * g->lk + j0 + jj) * dv + c, dt, dva[jj * dvp + c]);
     }
-    free(acc);
     free(buf);
 }
 
 #undef ACC
 #undef LD
 #undef ST
+#undef VEC
+#undef VL
+#undef TW

@@ -24,7 +24,8 @@ whose every key is hidden give 0, not NaN):
 
 Exact up to rounding: the kernel scales q . k once by the product of the factors where the
 written form rounds q * c1 and k^T * c2 first, and sums in another order. So the pass is in the
-default pipeline of opc.compile / `opc compile` (with opc-fuse, off with fuse=False / --no-fuse),
+default pipeline of opc.compile / `opc compile` (with opc-fuse, off with fuse=False / --no-fuse,
+and off where decompose names opc.attention or is "all": the written-out ops then stay as they are),
 before opc-fuse (a rank-2 score GEMM plus an [Lk] mask would otherwise become a GEMM epilogue),
 and only where the target runs opc.attention by a kernel. Not rewritten: a softmax whose result is
 used elsewhere too (it would be computed twice), a softmax along another axis, q, k and v whose
