@@ -78,16 +78,17 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
 #define VEC OPC_NN_FN(at_vec)
 #define VL ((int64_t)(32 / sizeof(ACC)))  /* lanes of a 32-byte vector */
 #define TW (2 * VL)                         /* a tile's width: two vectors */
+#define RT 8                                /* a tile's rows (16 accumulators: AVX-512VL has 32 ymm) */
 
 typedef ACC VEC __attribute__((vector_size(32), aligned(sizeof(ACC))));
 
-/* The register tile: C[4][TW] (+)= sum over k < K of A(i, k) * B[k][0..TW), A(i, k) = A[i * ars + k * aks].
- * Eight vector accumulators, two vector loads and four broadcasts per k: the multiply-adds never
+/* The register tile: C[RT][TW] (+)= sum over k < K of A(i, k) * B[k][0..TW), A(i, k) = A[i * ars + k * aks].
+ * 2 RT vector accumulators, two vector loads and RT broadcasts per k: the multiply-adds never
  * wait on memory (a one-row axpy form loads and stores its accumulator at every step). */
 OPC_NN_INLINE void OPC_NN_FN(at_tile)(const ACC *A, int64_t ars, int64_t aks, const ACC *B, int64_t ldb, int64_t K,
                                       ACC *C, int64_t ldc, int accumulate) {
-    VEC c[4][2];
-    for (int i = 0; i < 4; i++)
+    VEC c[RT][2];
+    for (int i = 0; i < RT; i++)
         for (int h = 0; h < 2; h++) {
             if (accumulate) memcpy(&c[i][h], C + i * ldc + h * VL, sizeof(VEC));
             else c[i][h] = (VEC){0};
@@ -96,26 +97,26 @@ OPC_NN_INLINE void OPC_NN_FN(at_tile)(const ACC *A, int64_t ars, int64_t aks, co
         VEC b0, b1;
         memcpy(&b0, B + k * ldb, sizeof b0);
         memcpy(&b1, B + k * ldb + VL, sizeof b1);
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < RT; i++) {
             const ACC a = A[i * ars + k * aks];
             c[i][0] += a * b0;
             c[i][1] += a * b1;
         }
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < RT; i++)
         for (int h = 0; h < 2; h++) memcpy(C + i * ldc + h * VL, &c[i][h], sizeof(VEC));
 }
 
-/* C[rows4][width] (+)= A B, rows4 a multiple of 4 and width of TW (the operands are zero-padded). */
+/* C[rows_p][width] (+)= A B, rows_p a multiple of RT and width of TW (the operands are zero-padded). */
 OPC_NN_INLINE void OPC_NN_FN(at_gemm)(const ACC *A, int64_t ars, int64_t aks, const ACC *B, int64_t ldb, int64_t K,
-                                      ACC *C, int64_t ldc, int64_t rows4, int64_t width, int accumulate) {
-    for (int64_t r = 0; r < rows4; r += 4)
+                                      ACC *C, int64_t ldc, int64_t rows_p, int64_t width, int accumulate) {
+    for (int64_t r = 0; r < rows_p; r += RT)
         for (int64_t w = 0; w < width; w += TW)
             OPC_NN_FN(at_tile)(A + r * ars, ars, aks, B + w, ldb, K, C + r * ldc + w, ldc, accumulate);
 }
 
 static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad)(int64_t n) { return (n + TW - 1) / TW * TW; }
-static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad4)(int64_t n) { return (n + 3) / 4 * 4; }
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad_rows)(int64_t n) { return (n + RT - 1) / RT * RT; }
 
 /* rows x n of a row-major buffer (row stride `ld` of the source) into dst[OPC_AT_BQ][ldp] in the
  * compute type, zero past n and past the rows. */
@@ -164,12 +165,12 @@ OPC_NN_INLINE void OPC_NN_FN(at_finish)(ACC *s, const void *mask, const opc_at_g
     for (int64_t jj = visible < 0 ? 0 : visible; jj < OPC_AT_BK; jj++) s[jj] = (ACC)-INFINITY;
 }
 
-/* The scores of `rows` query rows (qs: [rows4][dp]) against a key block: s[rows4][BK]. */
+/* The scores of `rows` query rows (qs: [rows_p][dp]) against a key block: s[rows_p][BK]. */
 OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qs, const ACC *kt, const void *mask, const opc_at_geom *g,
                                         int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, ACC *s,
                                         int dt) {
     const int64_t dp = OPC_NN_FN(at_pad)(g->d);
-    OPC_NN_FN(at_gemm)(qs, dp, 1, kt, OPC_AT_BK, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad4)(rows), OPC_AT_BK, 0);
+    OPC_NN_FN(at_gemm)(qs, dp, 1, kt, OPC_AT_BK, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
     for (int64_t r = 0; r < rows; r++) OPC_NN_FN(at_finish)(s + r * OPC_AT_BK, mask, g, b, i0 + r, j0, cols, dt);
 }
 
@@ -218,7 +219,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
         OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, NULL, NULL, vb, dt);
         OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
-        for (int64_t r = 0; r < OPC_NN_FN(at_pad4)(rows); r++) {
+        for (int64_t r = 0; r < OPC_NN_FN(at_pad_rows)(rows); r++) {
             ACC *sr = s + r * OPC_AT_BK, *ar = acc + r * dvp;
             const ACC mnew = r < rows ? OPC_NN_MAX(m[r], OPC_NN_FN(at_row_max)(sr)) : (ACC)-INFINITY;
             if (mnew == (ACC)-INFINITY) { /* every key so far hidden (or a padding row): adds nothing */
@@ -236,7 +237,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void
             _Pragma("omp simd") for (int64_t c = 0; c < dvp; c++) ar[c] *= alpha;
         }
         /* acc += p v: the probabilities of the block's rows times its values */
-        OPC_NN_FN(at_gemm)(s, OPC_AT_BK, 1, vb, dvp, cols, acc, dvp, OPC_NN_FN(at_pad4)(rows), dvp, 1);
+        OPC_NN_FN(at_gemm)(s, OPC_AT_BK, 1, vb, dvp, cols, acc, dvp, OPC_NN_FN(at_pad_rows)(rows), dvp, 1);
     }
     for (int64_t r = 0; r < rows; r++) {
         const int64_t row = b * g->lq + i0 + r;
@@ -252,7 +253,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void
 /* p = exp(s - lse) and ds = p * (dp - delta) for `rows` query rows of a block whose scores s and
  * dout v^T products dp are computed; padding rows get 0. */
 OPC_NN_INLINE void OPC_NN_FN(at_probs)(ACC *s, ACC *dp, const ACC *lse, const ACC *delta, int64_t rows) {
-    for (int64_t r = 0; r < OPC_NN_FN(at_pad4)(rows); r++) {
+    for (int64_t r = 0; r < OPC_NN_FN(at_pad_rows)(rows); r++) {
         ACC *sr = s + r * OPC_AT_BK, *dr = dp + r * OPC_AT_BK;
         if (r >= rows) {
             _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) sr[jj] = dr[jj] = 0;
@@ -299,15 +300,15 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *k, con
     OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
     for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
     for (int64_t x = 0; x < OPC_AT_BQ * dp; x++) acc[x] = 0;
-    const int64_t rows4 = OPC_NN_FN(at_pad4)(rows);
+    const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
     const int64_t kend = OPC_NN_FN(at_key_end)(g, i0 + rows - 1);
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
         OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, kb, vt, NULL, dt);
         OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
-        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows4, OPC_AT_BK, 0); /* dout v^T */
+        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0); /* dout v^T */
         OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
-        OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, acc, dp, rows4, dp, 1); /* dq += ds k */
+        OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, acc, dp, rows_p, dp, 1); /* dq += ds k */
     }
     const ACC scale = (ACC)g->scale;
     for (int64_t r = 0; r < rows; r++)
@@ -345,7 +346,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, co
         OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
         for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
         OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
-        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, OPC_NN_FN(at_pad4)(rows), OPC_AT_BK, 0);
+        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
         OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
         /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
         OPC_NN_FN(at_gemm)(s, 1, OPC_AT_BK, dor, dvp, rows, dva, dvp, OPC_AT_BK, dvp, 1);
@@ -365,3 +366,4 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, co
 #undef VEC
 #undef VL
 #undef TW
+#undef RT

@@ -269,7 +269,6 @@ def test_transformer_block_fused_equals_unfused() -> None:
 def exported_sdpa_graph(lq: int, lk: int):
     """The graph torch 2.14's exporter writes for scaled_dot_product_attention(q, k, v, attn_mask=bool)
     (torch.onnx.export(..., dynamo=True), nodes as it names them), built here without torch."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     b, h, d, dv = 2, 3, 8, 4
