@@ -24,6 +24,11 @@
 #define OPC_AT_BQ 32 /* query rows per unit */
 #define OPC_AT_BK 64 /* keys per block: a score row of a block is 64 lanes */
 #define OPC_AT_MAX_BATCH 6
+/* The backward's dq partials, one [Lq, D] per key block, up to this many bytes: with them the
+ * key-block pass gives dq too (p and ds computed once); beyond, a pass by query blocks of its own. */
+#ifndef OPC_AT_PART_MAX /* (tests set it to 0 to run the other way) */
+#define OPC_AT_PART_MAX ((size_t)64 << 20)
+#endif
 
 /* The geometry: bh batch entries (the product of the batch dims), lengths, feature dims, flags,
  * and the additive mask's layout: its offset for a batch entry is sum of (index along batch dim
@@ -51,9 +56,10 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
     return at;
 }
 
-/* Entry points: forward units (batch entry, query block); the grad's pass 1 over the same units
- * (dq), then pass 2 over (batch entry, key block) units (dk, dv). No mask: `mask` is any pointer,
- * never read. */
+/* Entry points: forward units (batch entry, query block); the grad's units (batch entry, key block)
+ * give dk, dv and each key block's part of dq, summed afterwards per query row (or, where the
+ * parts would take over OPC_AT_PART_MAX, dq by a pass over query blocks first). No mask: `mask`
+ * is any pointer, never read. */
 #define OPC_NN_ATTENTION_ENTRIES(SUF, T, A, F, DT)                                                            \
     OPC_NN_ENTRY void opc_nn_attention_##SUF(const T *q, const T *k, const T *v, const T *mask, T *out, A *lse, \
                                              OPC_AT_GEOM_PARAMS) {                                             \
@@ -65,10 +71,20 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
                                                   const T *dout, const T *mask, T *dq, T *dk, T *dv_,          \
                                                   OPC_AT_GEOM_PARAMS) {                                        \
         const opc_at_geom g = OPC_AT_GEOM_INIT;                                                                \
-        OPC_NN_FOR_UNITS(bh * ((lq + OPC_AT_BQ - 1) / OPC_AT_BQ), bh * lq * lk * (d + dv),                     \
-                         opc_nn_attention_grad_q_##F(q, k, v, mask, out, lse, dout, dq, &g, opc_u, DT));       \
-        OPC_NN_FOR_UNITS(bh * ((lk + OPC_AT_BK - 1) / OPC_AT_BK), bh * lq * lk * (d + dv),                     \
-                         opc_nn_attention_grad_kv_##F(q, k, v, mask, out, lse, dout, dk, dv_, &g, opc_u, DT)); \
+        const int64_t kblocks = (lk + OPC_AT_BK - 1) / OPC_AT_BK;                                               \
+        const size_t part = (size_t)(bh * kblocks * lq * d);                                                   \
+        A *dqp = part * sizeof(A) <= OPC_AT_PART_MAX ? (A *)calloc(part ? part : 1, sizeof(A)) : NULL;         \
+        if (!dqp) /* pass 1 (dq by query blocks), recomputing p and ds */                                      \
+            OPC_NN_FOR_UNITS(bh * ((lq + OPC_AT_BQ - 1) / OPC_AT_BQ), bh * lq * lk * (d + dv),                 \
+                             opc_nn_attention_grad_q_##F(q, k, v, mask, out, lse, dout, dq, &g, opc_u, DT));   \
+        OPC_NN_FOR_UNITS(bh * kblocks, bh * lq * lk * (d + dv),                                                \
+                         opc_nn_attention_grad_kv_##F(q, k, v, mask, out, lse, dout, dk, dv_, dqp, &g, opc_u,  \
+                                                      DT));                                                    \
+        if (dqp) {                                                                                             \
+            OPC_NN_FOR_UNITS(bh * lq, bh * lq * d * kblocks,                                                   \
+                             opc_nn_attention_dq_sum_##F(dqp, dq, &g, opc_u, DT));                             \
+            free(dqp);                                                                                         \
+        }                                                                                                      \
     }
 #endif
 
@@ -319,14 +335,15 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *k, con
 /* pass 2, unit u = (batch entry, key block): dv = sum over query blocks of p^T dout, dk = ds^T q * scale */
 OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, const void *v, const void *mask,
                                                 const void *out, const ACC *lse, const void *dout, void *dk,
-                                                void *dvo, const opc_at_geom *g, int64_t u, int dt) {
+                                                void *dvo, ACC *dqp, const opc_at_geom *g, int64_t u, int dt) {
     const int64_t kblocks = (g->lk + OPC_AT_BK - 1) / OPC_AT_BK, d = g->d, dv = g->dv;
     const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
     const int64_t b = u / kblocks, j0 = (u % kblocks) * OPC_AT_BK;
     const int64_t cols = g->lk - j0 < OPC_AT_BK ? g->lk - j0 : OPC_AT_BK;
     ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + OPC_AT_BQ * dvp + d * OPC_AT_BK +
                                                     dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK + OPC_AT_BK * dp +
-                                                    OPC_AT_BK * dvp + 2 * OPC_AT_BQ));
+                                                    OPC_AT_BK * dvp + 2 * OPC_AT_BQ + OPC_AT_BK * dp +
+                                                    OPC_AT_BQ * dp));
     if (!buf) {
         for (int64_t x = 0; x < cols * d; x++) ST(dk, (b * g->lk + j0) * d + x, dt, (ACC)NAN);
         for (int64_t x = 0; x < cols * dv; x++) ST(dvo, (b * g->lk + j0) * dv + x, dt, (ACC)NAN);
@@ -335,9 +352,11 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, co
     ACC *qs = buf, *dor = qs + OPC_AT_BQ * dp, *kt = dor + OPC_AT_BQ * dvp, *vt = kt + d * OPC_AT_BK;
     ACC *s = vt + dv * OPC_AT_BK, *ds = s + OPC_AT_BQ * OPC_AT_BK, *dka = ds + OPC_AT_BQ * OPC_AT_BK;
     ACC *dva = dka + OPC_AT_BK * dp, *delta = dva + OPC_AT_BK * dvp, *ls = delta + OPC_AT_BQ;
+    ACC *kb = ls + OPC_AT_BQ, *dqt = kb + OPC_AT_BK * dp;
+    ACC *part = dqp ? dqp + (b * kblocks + u % kblocks) * g->lq * d : NULL; /* this key block's part of dq */
     for (int64_t x = 0; x < OPC_AT_BK * dp; x++) dka[x] = 0;
     for (int64_t x = 0; x < OPC_AT_BK * dvp; x++) dva[x] = 0;
-    OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, NULL, vt, NULL, dt);
+    OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, part ? kb : NULL, vt, NULL, dt);
     /* with is_causal, query i sees key j only if j <= i: no query block above row j0 sees the block */
     for (int64_t i0 = g->causal ? j0 / OPC_AT_BQ * OPC_AT_BQ : 0; i0 < g->lq; i0 += OPC_AT_BQ) {
         const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, first = b * g->lq + i0;
@@ -351,6 +370,11 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, co
         /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
         OPC_NN_FN(at_gemm)(s, 1, OPC_AT_BK, dor, dvp, rows, dva, dvp, OPC_AT_BK, dvp, 1);
         OPC_NN_FN(at_gemm)(ds, 1, OPC_AT_BK, qs, dp, rows, dka, dp, OPC_AT_BK, dp, 1);
+        if (part) { /* dq's part: ds k over the block's keys */
+            OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, dqt, dp, OPC_NN_FN(at_pad_rows)(rows), dp, 0);
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t dd = 0; dd < d; dd++) part[(i0 + r) * d + dd] = dqt[r * dp + dd];
+        }
     }
     const ACC scale = (ACC)g->scale;
     for (int64_t jj = 0; jj < cols; jj++) {
@@ -358,6 +382,17 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, co
         for (int64_t c = 0; c < dv; c++) ST(dvo, (b * g->lk + j0 + jj) * dv + c, dt, dva[jj * dvp + c]);
     }
     free(buf);
+}
+
+/* dq of query row u (over all batch entries): the sum of its key blocks' parts, times scale */
+OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, const opc_at_geom *g, int64_t u, int dt) {
+    const int64_t kblocks = (g->lk + OPC_AT_BK - 1) / OPC_AT_BK, d = g->d, b = u / g->lq, i = u % g->lq;
+    const ACC scale = (ACC)g->scale;
+    for (int64_t dd = 0; dd < d; dd++) {
+        ACC sum = 0;
+        for (int64_t kb = 0; kb < kblocks; kb++) sum += dqp[((b * kblocks + kb) * g->lq + i) * d + dd];
+        ST(dq, u * d + dd, dt, sum * scale);
+    }
 }
 
 #undef ACC

@@ -447,3 +447,42 @@ def test_cuda_kernels_on_the_simulator(simulated_attention, c: Case) -> None:
     assert lib.at_grad_f64(*map(ptr, (*arrays[:3], out, lse, dout, mask, *grads, ints)), c.scale) == 0
     for name, g, w in zip(["dq", "dk", "dv"], grads, want):
         close(g, w, c.dt, f"cuda {name}")
+
+
+def test_grad_without_the_dq_parts(tmp_path) -> None:
+    """The backward's other way (dq by a pass over query blocks, taken where the per-key-block parts of dq
+    would exceed OPC_AT_PART_MAX): opc_nn.h built with the limit at 0, against the formula."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    from opc.lowering.build import runtime_dir
+    from opc.lowering.nn_lowering import attention_ints
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not on PATH")
+    (tmp_path / "two_pass.c").write_text(
+        '#include "opc_nn.h"\n'
+        "int at_grad_f64(const double *q, const double *k, const double *v, const double *out, const double *lse,\n"
+        "                const double *dout, const double *mask, double *dq, double *dk, double *dv, const int64_t *g,\n"
+        "                double scale) {\n"
+        f"    opc_nn_attention_grad_f64(q, k, v, out, lse, dout, mask, dq, dk, dv, {G}, scale);\n"
+        "    return 0;\n}\n")
+    done = subprocess.run(["gcc", "-O1", "-fopenmp", "-shared", "-fPIC", "-DOPC_AT_PART_MAX=0", "-I", str(runtime_dir()),
+                           "-o", str(tmp_path / "libtwo.so"), str(tmp_path / "two_pass.c"), "-lm"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lib = ctypes.CDLL(str(tmp_path / "libtwo.so"))
+    lib.at_grad_f64.argtypes = [ctypes.c_void_p] * 11 + [ctypes.c_double]
+    for c in (CASES[3], CASES[4]):  # causal with a padding mask, Lq > Lk; a per-head mask over 2 key blocks
+        arrays = [np.ascontiguousarray(a) for a in inputs(c)]
+        dout = np.random.default_rng(SEED).standard_normal((*c.batch, c.lq, c.dv))
+        want_out, want_lse, want = reference(c, arrays, dout)
+        op = parse_text(source(c)).module.ops.first.body.block.first_op  # type: ignore[union-attr]
+        ints = np.array(attention_ints(op), np.int64)
+        grads = [np.full(a.shape, np.nan) for a in arrays[:3]]
+        mask = arrays[3] if c.mask else arrays[0]
+        ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+        lib.at_grad_f64(*map(ptr, (*arrays[:3], want_out, want_lse, dout, mask, *grads, ints)), c.scale)
+        for name, g, w in zip(["dq", "dk", "dv"], grads, want):
+            close(g, w, c.dt, f"two passes {c.name} {name}")
