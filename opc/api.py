@@ -40,7 +40,7 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
     from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
     from opc.targets.target import get_target
-    from opc.transforms.opc_decompose import legalize
+    from opc.transforms.opc_decompose import legalize, resolve_ops
 
     order = grad_order(grad)
     if not isinstance(fuse, bool):
@@ -53,8 +53,11 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
                        "opc compiles opc-level IR")
     ctx = make_context()
     if fuse:
+        from opc.transforms.opc_attention import AttentionPass
         from opc.transforms.opc_fuse import FusePass
 
+        if "opc.attention" not in resolve_ops(decompose or None):  # asked to decompose it: nothing to fuse
+            AttentionPass(target).apply(ctx, source.module)  # before opc-fuse: a rank-2 score GEMM is its prey too
         FusePass(target).apply(ctx, source.module)
         verify(source, stage="opc-fuse")
     if order:

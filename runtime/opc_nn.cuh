@@ -767,4 +767,6 @@ OPC_CUDA_NN_ENTRIES(bf16, opc_nn_bf16)
 #undef OPC_NN_POOL_PARAMS
 #undef OPC_NN_POOL_MAKE
 
+#include "opc_nn_attention.cuh"
+
 #endif /* OPC_NN_CUH */

@@ -12,6 +12,8 @@
  *   opc_nn_conv_grad_filter_T(x, dy, dw, GEOM)    (opc_nn_conv.h; they call the GEMM of opc_gemm_api.h)
  *   opc_nn_fused_conv_epilogue_T(x, w, bias, y, GEOM, act), ..._reserve_T(x, w, bias, y, z, GEOM, act):
  *     y = act(conv(x, w) + bias[o]), z the pre-activation; act 0 none, 1 relu, 2 gelu (tanh form)
+ *   opc_nn_attention_T(q, k, v, mask, out, lse, AT_GEOM), opc_nn_attention_grad_T(q, k, v, out, lse, dout,
+ *   mask, dq, dk, dv, AT_GEOM)                        (opc_nn_attention.h: flash attention's tiled scheme)
  * T is f32, f64, f16 or bf16 (halves as uint16_t bits), L the label type i32
  * or i64. The normalized axis is n of the [outer, n, inner] view, so any axis
  * works; layer_norm normalizes rows of `cols` contiguous elements. mean and
@@ -96,6 +98,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #include "opc_nn_rows.h"
 #include "opc_nn_conv_body.h"
 #include "opc_nn_pool_body.h"
+#include "opc_nn_attention.h"
 #undef OPC_NN_ACC
 #undef OPC_NN_FN
 #undef OPC_NN_LD
@@ -117,6 +120,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
 #include "opc_nn_rows.h"
 #include "opc_nn_conv_body.h"
 #include "opc_nn_pool_body.h"
+#include "opc_nn_attention.h"
 #undef OPC_NN_ACC
 #undef OPC_NN_FN
 #undef OPC_NN_LD
@@ -207,7 +211,8 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
     }                                                                                                          \
     OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i32, int32_t, 0)                                                         \
     OPC_NN_SCE_ENTRIES(SUF, T, F, DT, i64, int64_t, 1)                                                         \
-    OPC_NN_CONV_ENTRIES(SUF, T, F, DT)
+    OPC_NN_CONV_ENTRIES(SUF, T, F, DT)                                                                         \
+    OPC_NN_ATTENTION_ENTRIES(SUF, T, A, F, DT)
 
 #define OPC_NN_CONV_ENTRIES(SUF, T, F, DT)                                                                     \
     OPC_NN_ENTRY void opc_nn_conv_##SUF(const T *x, const T *w, T *y, OPC_CV_GEOM_PARAMS) {                    \

@@ -13,6 +13,9 @@
 /* a pooling geometry (opc_nn_conv.h): 23 integers */
 #define OPC_NN_POOL OPC_NN_GEOM, int64_t
 
+/* an attention's geometry (opc_nn_attention.h): 22 integers, then the scale */
+#define OPC_NN_AT OPC_NN_GEOM, double
+
 #define OPC_NN_SCE_PROTO(SUF, T, LSUF, L)                                                                     \
     void opc_nn_softmax_cross_entropy_##SUF##_##LSUF(const T *logits, const L *label, T *loss, T *sm,       \
                                                      int64_t *record, int64_t outer, int64_t n, int64_t inner, \
@@ -44,7 +47,10 @@
     void opc_nn_max_pool_grad_##SUF(const int64_t *idx, const T *dout, T *dx, int64_t *record, OPC_NN_POOL,   \
                                     int64_t code);                                                            \
     void opc_nn_avg_pool_##SUF(const T *x, T *y, OPC_NN_POOL);                                                \
-    void opc_nn_avg_pool_grad_##SUF(const T *dout, T *dx, OPC_NN_POOL);
+    void opc_nn_avg_pool_grad_##SUF(const T *dout, T *dx, OPC_NN_POOL);                                       \
+    void opc_nn_attention_##SUF(const T *q, const T *k, const T *v, const T *mask, T *out, A *lse, OPC_NN_AT); \
+    void opc_nn_attention_grad_##SUF(const T *q, const T *k, const T *v, const T *out, const A *lse,          \
+                                     const T *dout, const T *mask, T *dq, T *dk, T *dv, OPC_NN_AT);
 
 OPC_NN_PROTO(f32, float, float)
 OPC_NN_PROTO(f16, uint16_t, float)
@@ -55,5 +61,6 @@ OPC_NN_PROTO(f64, double, double)
 #undef OPC_NN_SCE_PROTO
 #undef OPC_NN_GEOM
 #undef OPC_NN_POOL
+#undef OPC_NN_AT
 
 #endif

@@ -83,6 +83,9 @@ template <class T> static T __shfl_down_sync(unsigned mask, T v, int off) {
     return opc_sim_shuffle(mask, v, lane + off < 32 ? lane + off : lane);  /* past the warp: its own value */
 }
 template <class T> static T __shfl_sync(unsigned mask, T v, int lane) { return opc_sim_shuffle(mask, v, lane); }
+template <class T> static T __shfl_xor_sync(unsigned mask, T v, int off) {
+    return opc_sim_shuffle(mask, v, (threadIdx.x % 32) ^ (unsigned)off);
+}
 
 /* kernel<<<blocks, threads>>>(args): one std::thread per thread of a block, which
  * runs the blocks one after another (a barrier between blocks: the static __shared__

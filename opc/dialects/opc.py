@@ -34,6 +34,9 @@ Pooling
 Normalization over channels
   batch_norm {epsilon, momentum, training} -> y[, running_mean, running_var, saved_mean, saved_rstd],
   batch_norm_grad, instance_norm {epsilon}, group_norm {num_groups, epsilon} -> y, mean, rstd
+Attention
+  attention %q, %k, %v[, %mask] {scale, is_causal} -> out, lse;
+  attention_grad %q, %k, %v, %out, %lse, %dout[, %mask] {scale, is_causal} -> dq, dk, dv
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from xdsl.irdl import (
     base,
     irdl_op_definition,
     operand_def,
+    opt_operand_def,
     opt_prop_def,
     opt_result_def,
     prop_def,
@@ -2285,6 +2289,147 @@ class GroupNormOp(GroupedNormOp):
         return self.num_groups.value.data
 
 
+# ---------------------------------------------------------------------------
+# Attention: softmax(q k^T * scale + mask) v as one op
+# ---------------------------------------------------------------------------
+
+
+def causal_allowed(i: int, j: int) -> bool:
+    """is_causal's mask, aligned at the top left as PyTorch's: query i sees keys j <= i."""
+    return j <= i
+
+
+def check_attention(op: IRDLOperation) -> tuple[TensorType, tuple[int, ...], int, int, int]:
+    """q [B..., Lq, D], k [B..., Lk, D], v [B..., Lk, Dv] of one float type and the same batch dims;
+    the mask (if any) of that type, broadcastable to [B..., Lq, Lk]; scale finite.
+    Returns (q's type, B..., Lq, Lk, Dv)."""
+    tq, tk, tv = check_tensor(op.q, "q"), check_tensor(op.k, "k"), check_tensor(op.v, "v")  # type: ignore[attr-defined]
+    check_float(tq, "q")
+    check_same_element(tq, tk, "q and k")
+    check_same_element(tq, tv, "q and v")
+    qs, ks, vs = tq.get_shape(), tk.get_shape(), tv.get_shape()
+    for what, s in (("q", qs), ("k", ks), ("v", vs)):
+        if len(s) < 2:
+            raise VerifyException(f"{op.name} {what} must have rank >= 2 ([batch..., length, features]), got {list(s)}")
+    if not len(qs) == len(ks) == len(vs) or not tuple(qs[:-2]) == tuple(ks[:-2]) == tuple(vs[:-2]):
+        raise VerifyException(f"{op.name} q, k and v must have the same batch dims, got {list(qs)}, {list(ks)} "
+                              f"and {list(vs)}")
+    if ks[-1] != qs[-1]:
+        raise VerifyException(f"{op.name} k must have q's feature dim {qs[-1]} as its last dim, got {list(ks)}")
+    if vs[-2] != ks[-2]:
+        raise VerifyException(f"{op.name} v must have k's length {ks[-2]} as its dim -2, got {list(vs)}")
+    batch, lq, lk = tuple(qs[:-2]), qs[-2], ks[-2]
+    if op.mask is not None:  # type: ignore[attr-defined]
+        tm = check_tensor(op.mask, "mask")  # type: ignore[attr-defined]
+        check_same_element(tq, tm, "q and mask")
+        want = (*batch, lq, lk)
+        ms = tuple(tm.get_shape())
+        if len(ms) > len(want) or any(m not in (1, w) for m, w in zip(ms[::-1], want[::-1])):
+            raise VerifyException(f"{op.name} mask of shape {list(ms)} does not broadcast to the scores' shape "
+                                  f"{list(want)}")
+    scale = op.scale.value.data  # type: ignore[attr-defined]
+    if not math.isfinite(scale):
+        raise VerifyException(f"{op.name} scale must be finite, got {scale}")
+    return tq, batch, lq, lk, vs[-1]
+
+
+def check_lse(tq: TensorType, batch: Sequence[int], lq: int, v: SSAValue) -> None:
+    """The saved logsumexp: [B..., Lq] in the compute type."""
+    want = stats_element(tq.element_type)
+    t = check_tensor(v, "lse")
+    if t.element_type != want:
+        raise VerifyException(f"lse must have element type {want} (the compute type of {tq.element_type}), "
+                              f"got {t.element_type}")
+    check_shape(t, (*batch, lq), "lse")
+
+
+def scale_prop():
+    return prop_def(FloatAttr, default_value=FloatAttr(1.0, 64))
+
+
+@irdl_op_definition
+class AttentionOp(OpcOp):
+    """`%out, %lse = opc.attention %q, %k, %v, %mask {scale = 0.125 : f64, is_causal = false} : (tensor<2x8x16xf32>, tensor<2x6x16xf32>, tensor<2x6x4xf32>, tensor<8x6xf32>) -> (tensor<2x8x4xf32>, tensor<2x8xf32>)`
+
+    Scaled dot-product attention: s = q k^T * scale + mask (broadcast to [B..., Lq, Lk]; optional),
+    with -inf where is_causal hides key j > query i; out = softmax(s, -1) v; lse = log(sum(exp(s)))
+    per query row ([B..., Lq], f32 for f16/bf16/f32, f64 for f64), saved for the backward. A row
+    whose scores are all -inf gives NaN, as softmax does.
+    """
+
+    name = "opc.attention"
+    q = operand_def(TensorType)
+    k = operand_def(TensorType)
+    v = operand_def(TensorType)
+    mask = opt_operand_def(TensorType)
+    out = result_def(TensorType)
+    lse = result_def(TensorType)
+    scale = scale_prop()
+    is_causal = bool_prop(False)
+    assembly_format = "$q `,` $k `,` $v (`,` $mask^)? attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, q: SSAValue | Operation, k: SSAValue | Operation, v: SSAValue | Operation,
+                 mask: SSAValue | Operation | None = None, scale: float = 1.0, is_causal: bool = False):
+        tq, tv = SSAValue.get(q).type, SSAValue.get(v).type
+        assert isinstance(tq, TensorType) and isinstance(tv, TensorType)
+        qs = tq.get_shape()
+        out = tensor((*qs[:-1], tv.get_shape()[-1]), tq.element_type)
+        lse = tensor(qs[:-1], stats_element(tq.element_type))
+        super().__init__(operands=[q, k, v, [mask] if mask is not None else []], result_types=[out, lse],
+                         properties={"scale": FloatAttr(scale, 64), "is_causal": BoolAttr.from_bool(is_causal)})
+
+    def verify_(self) -> None:
+        tq, batch, lq, _, dv = check_attention(self)
+        t = check_tensor(self.out, "out")
+        check_same_element(tq, t, "q and out")
+        check_shape(t, (*batch, lq, dv), "out")
+        check_lse(tq, batch, lq, self.lse)
+
+
+@irdl_op_definition
+class AttentionGradOp(OpcOp):
+    """`%dq, %dk, %dv = opc.attention_grad %q, %k, %v, %out, %lse, %dout, %mask {scale = 0.125 : f64} : (...) -> (...)`
+
+    Fed by attention's out and lse: p = exp(s - lse), dv = p^T dout, dp = dout v^T,
+    ds = p * (dp - rowsum(dout * out)), dq = ds k * scale, dk = ds^T q * scale.
+    """
+
+    name = "opc.attention_grad"
+    q = operand_def(TensorType)
+    k = operand_def(TensorType)
+    v = operand_def(TensorType)
+    out = operand_def(TensorType)
+    lse = operand_def(TensorType)
+    dout = operand_def(TensorType)
+    mask = opt_operand_def(TensorType)
+    dq = result_def(TensorType)
+    dk = result_def(TensorType)
+    dv = result_def(TensorType)
+    scale = scale_prop()
+    is_causal = bool_prop(False)
+    assembly_format = ("$q `,` $k `,` $v `,` $out `,` $lse `,` $dout (`,` $mask^)? attr-dict `:` "
+                       "functional-type(operands, results)")
+
+    def __init__(self, q: SSAValue | Operation, k: SSAValue | Operation, v: SSAValue | Operation,
+                 out: SSAValue | Operation, lse: SSAValue | Operation, dout: SSAValue | Operation,
+                 mask: SSAValue | Operation | None = None, scale: float = 1.0, is_causal: bool = False):
+        types = [SSAValue.get(x).type for x in (q, k, v)]
+        super().__init__(operands=[q, k, v, out, lse, dout, [mask] if mask is not None else []],
+                         result_types=types,
+                         properties={"scale": FloatAttr(scale, 64), "is_causal": BoolAttr.from_bool(is_causal)})
+
+    def verify_(self) -> None:
+        tq, batch, lq, _, dv = check_attention(self)
+        for what, v in (("out", self.out), ("dout", self.dout)):
+            t = check_tensor(v, what)
+            check_same_element(tq, t, f"q and {what}")
+            check_shape(t, (*batch, lq, dv), what)
+        check_lse(tq, batch, lq, self.lse)
+        for what, r, x in (("dq", self.dq, self.q), ("dk", self.dk, self.k), ("dv", self.dv, self.v)):
+            if r.type != x.type:
+                raise VerifyException(f"{what} must have the type of {what[1:]}, {x.type}")
+
+
 Opc = Dialect(
     "opc",
     [
@@ -2300,6 +2445,7 @@ Opc = Dialect(
         ConvOp, ConvTransposeOp, ConvGradInputOp, ConvGradFilterOp, FusedConvEpilogueOp,
         MaxPoolOp, AvgPoolOp, MaxPoolGradOp, AvgPoolGradOp,
         BatchNormOp, BatchNormGradOp, InstanceNormOp, GroupNormOp,
+        AttentionOp, AttentionGradOp,
     ],  # fmt: skip
     [],
 )

@@ -369,6 +369,37 @@ def lower_pool(fl, op: opc.PoolOp) -> None:  # noqa: ANN001
     call(fl, callee, buffers(fl, op), pool_ints(op))
 
 
+AT_MAX_BATCH = 6  # runtime/opc_nn_attention.h: OPC_AT_MAX_BATCH (MAX_RANK - 2)
+
+
+def attention_ints(op: opc.AttentionOp | opc.AttentionGradOp) -> list[int]:
+    """The 22 integers of runtime/opc_nn_attention.h's geometry: bh, lq, lk, d, dv, causal, has_mask,
+    the mask's row and column strides, the batch rank, the batch dims and the mask's strides along them
+    (0 where it broadcasts)."""
+    qs, vs = shape_of(op.q), shape_of(op.v)
+    batch, lq, d = list(qs[:-2]), qs[-2], qs[-1]
+    lk, dv = vs[-2], vs[-1]
+    full = [*batch, lq, lk]
+    ms = [1] * len(full)
+    if op.mask is not None:
+        own = list(shape_of(op.mask))
+        ms = [1] * (len(full) - len(own)) + own
+    strides = [numel(ms[t + 1:]) if ms[t] != 1 else 0 for t in range(len(ms))]
+    pad = AT_MAX_BATCH - len(batch)
+    return [numel(batch), lq, lk, d, dv, int(opc.flag(op.is_causal)), int(op.mask is not None), strides[-2],
+            strides[-1], len(batch), *batch, *[1] * pad, *strides[:-2], *[0] * pad]
+
+
+def lower_attention(fl, op: opc.AttentionOp | opc.AttentionGradOp) -> None:  # noqa: ANN001
+    """attention (q, k, v, mask, out, lse) and its grad (q, k, v, out, lse, dout, mask, dq, dk, dv), then
+    the geometry and the scale; without a mask, q stands in its place (never read)."""
+    ins = [fl.operand_buffer(v) for v in op.operands]
+    mask = ins.pop() if op.mask is not None else ins[0]
+    args = [*ins, mask, *(fl.buffer_for(r) for r in op.results)]
+    call(fl, f"{op.name.removeprefix('opc.')}_{dtype_suffix(element_of(op.q))}", args, attention_ints(op),
+         [op.scale.value.data])
+
+
 LOWERINGS: dict[type[Operation], Callable] = {
     opc.ConcatOp: lower_concat,
     opc.SliceGradOp: lower_slice_grad,
@@ -390,6 +421,8 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.AvgPoolOp: lower_pool,
     opc.MaxPoolGradOp: lower_pool,
     opc.AvgPoolGradOp: lower_pool,
+    opc.AttentionOp: lower_attention,
+    opc.AttentionGradOp: lower_attention,
 }
 """Ops materialized by a function of their own (buffers, nests or a runtime call)."""
 

@@ -18,7 +18,7 @@ from xdsl.rewriter import InsertPoint
 
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder, narrow, wide
-from opc.ops.vjp_rules import matmul_grads
+from opc.ops.vjp_rules import attention_probs, attention_score_grad, attention_scores, matmul_grads
 
 SQRT_2_OVER_PI, GELU_K = o.GELU_SQRT_2_OVER_PI, o.GELU_K
 
@@ -528,6 +528,39 @@ class GroupedNormPattern(RulePattern):
                 e.value(o.ReshapeOp(ln.rstd, stats))]
 
 
+class AttentionPattern(RulePattern):
+    """s = q k^T * scale + mask (causal: -inf above the diagonal); m = max(s), l = sum(exp(s - m));
+    out = (exp(s - m) / l) v, lse = m + log(l): the primitives of the written-out attention."""
+
+    OP = o.AttentionOp
+
+    def build(self, e: OpBuilder, op: o.AttentionOp) -> Sequence[SSAValue]:
+        s = attention_scores(e, op)
+        last = len(s.type.get_shape()) - 1  # type: ignore[attr-defined]
+        m = e.value(o.ReduceMaxOp(s, [last], keepdim=True))
+        ex = e.value(o.ExpOp(e.sub(s, m)))
+        total = e.reduce_sum(ex, [last], keepdim=True)
+        out = e.matmul(e.div(ex, total), wide(e, op.v))
+        lse = e.value(o.ReshapeOp(e.add(m, e.value(o.LogOp(total))), op.lse.type))  # type: ignore[arg-type]
+        return [narrow(e, out, op.out), lse]
+
+
+class AttentionGradPattern(RulePattern):
+    """p = exp(s - lse); dv = p^T dout, ds = p * (dout v^T - rowsum(dout * out)),
+    dq = ds k * scale, dk = ds^T q * scale."""
+
+    OP = o.AttentionGradOp
+
+    def build(self, e: OpBuilder, op: o.AttentionGradOp) -> Sequence[SSAValue]:
+        p = attention_probs(e, op, op.lse)
+        ds = attention_score_grad(e, op, p, op.dout)
+        c = op.scale.value.data
+        dv = e.matmul(p, wide(e, op.dout), trans_x=True)
+        dq = e.scale(e.matmul(ds, wide(e, op.k)), c)
+        dk = e.scale(e.matmul(ds, wide(e, op.q), trans_x=True), c)
+        return [narrow(e, dq, op.q), narrow(e, dk, op.k), narrow(e, dv, op.v)]
+
+
 PATTERNS: dict[str, type[RulePattern]] = {
     "opc.cast_grad": CastGradInvokePattern,
     "opc.fused_gemm_epilogue_grad": FusedGemmEpilogueGradPattern,
@@ -543,6 +576,8 @@ PATTERNS: dict[str, type[RulePattern]] = {
     "opc.softmax_grad": SoftmaxGradPattern,
     "opc.log_softmax_grad": LogSoftmaxGradPattern,
     "opc.layer_norm_grad": LayerNormGradPattern,
+    "opc.attention": AttentionPattern,
+    "opc.attention_grad": AttentionGradPattern,
     "opc.softmax_cross_entropy_grad": SoftmaxCrossEntropyGradPattern,
     "opc.conv": ConvPattern,
     "opc.fused_conv_epilogue": FusedConvEpiloguePattern,

@@ -145,6 +145,9 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.batch_norm":       OpEntry("fused", R.vjp_batch_norm),
     "opc.instance_norm":    OpEntry("fused", R.THROUGH_RULE),
     "opc.group_norm":       OpEntry("fused", R.THROUGH_RULE),
+    # vjp: attention_grad fed by out and lse (a mask's gradient from the primitives); composite:
+    # matmul, max-subtracted exp, reduce_sum, matmul
+    "opc.attention":        OpEntry("fused", R.vjp_attention),
     # --- grad ops --------------------------------------- realised by ------------------------
     "opc.cast_grad":        grad("invoke", invoke="cast(dout, x.dtype)", any_dtype=True),
     "opc.fused_gemm_epilogue_grad": grad("kernel"),  # composite: matmuls, act grad, reduce_sum
@@ -156,6 +159,7 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.softmax_cross_entropy_grad": grad("kernel"),  # composite: (softmax - onehot(label)) * dloss
     "opc.conv_grad_input":  grad("kernel", invoke="conv_transpose(dout, w)"),
     "opc.conv_grad_filter": grad("kernel"),  # composite: im2col by slices, a batched matmul with dout
+    "opc.attention_grad":   grad("kernel"),  # composite: p from lse, the matmuls of the backward
     "opc.batch_norm_grad":  grad("composite"),  # composite: reduce_mean / reduce_sum over N, spatial
     # kernels only (as in Paddle); their own vjps for higher-order gradients: slice, gather of ddx,
     # avg_pool of ddx

@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
-from opc.dialects.builder import OpBuilder, narrow
+from opc.dialects.builder import OpBuilder, narrow, wide
 
 Grads = Sequence[SSAValue | None]
 
@@ -552,3 +554,70 @@ def vjp_batch_norm(e: OpBuilder, op: o.BatchNormOp, douts: Grads) -> Grads:
 
 
 vjp_batch_norm.takes_missing = True  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------
+# Attention (the primitives here are shared with its composite rules)
+# ---------------------------------------------------------------------------
+
+
+def causal_addend(e: OpBuilder, s: SSAValue) -> SSAValue:
+    """is_causal as an additive [Lq, Lk] constant: 0 where query i sees key j, -inf elsewhere."""
+    t = s.type
+    lq, lk = t.get_shape()[-2:]  # type: ignore[attr-defined]
+    values = [0.0 if o.causal_allowed(i, j) else -math.inf for i in range(lq) for j in range(lk)]
+    attr = DenseIntOrFPElementsAttr.from_list(o.tensor([lq, lk], t.element_type), values)  # type: ignore[attr-defined]
+    return e.value(arith.ConstantOp(attr))
+
+
+def attention_scores(e: OpBuilder, op: o.AttentionOp | o.AttentionGradOp) -> SSAValue:
+    """s = q k^T * scale + mask, -inf where is_causal hides a key: [B..., Lq, Lk] in the compute type."""
+    s = e.scale(e.matmul(wide(e, op.q), wide(e, op.k), trans_y=True), op.scale.value.data)
+    if op.mask is not None:
+        s = e.add(s, wide(e, op.mask))
+    if o.flag(op.is_causal):
+        s = e.add(s, causal_addend(e, s))
+    return s
+
+
+def row_keep(v: SSAValue) -> o.TensorType:
+    """[B..., Lq] as [B..., Lq, 1], to broadcast along the keys."""
+    t = v.type
+    return o.tensor([*t.get_shape(), 1], t.element_type)  # type: ignore[attr-defined]
+
+
+def attention_probs(e: OpBuilder, op: o.AttentionOp | o.AttentionGradOp, lse: SSAValue) -> SSAValue:
+    """p = exp(s - lse): the softmax recomputed from the saved logsumexp."""
+    return e.value(o.ExpOp(e.sub(attention_scores(e, op), e.value(o.ReshapeOp(lse, row_keep(lse))))))
+
+
+def attention_score_grad(e: OpBuilder, op: o.AttentionOp, p: SSAValue, dout: SSAValue) -> SSAValue:
+    """ds = p * (dout v^T - rowsum(dout * out)): the gradient of the scores (and of an additive mask)."""
+    dout_w = wide(e, dout)
+    dp = e.matmul(dout_w, wide(e, op.v), trans_y=True)
+    rank = len(dout_w.type.get_shape())  # type: ignore[attr-defined]
+    delta = e.reduce_sum(e.mul(dout_w, wide(e, op.out)), [rank - 1], keepdim=True)
+    return e.mul(p, e.sub(dp, delta))
+
+
+def vjp_attention(e: OpBuilder, op: o.AttentionOp, douts: Grads) -> Grads:
+    """attention_grad fed by out and lse; an additive mask's gradient is ds summed back to its shape
+    (built from the primitives, and dropped by dce where nothing needs it). Where lse is used
+    downstream: through the composite rule."""
+    dout, dlse = douts
+    if not is_zero(dlse):
+        return THROUGH_RULE
+    dout = dout if dout is not None else e.full(0.0, op.out)
+    grad = o.AttentionGradOp(op.q, op.k, op.v, op.out, op.lse, dout, op.mask, op.scale.value.data,
+                             o.flag(op.is_causal))
+    e.emit(grad)
+    dmask = None
+    if op.mask is not None:
+        ds = attention_score_grad(e, op, attention_probs(e, op, op.lse), dout)
+        el = op.mask.type.element_type  # type: ignore[attr-defined]
+        ds = ds if ds.type.element_type == el else e.cast(ds, el)  # type: ignore[attr-defined]
+        dmask = e.unbroadcast(ds, op.mask)
+    return grad.dq, grad.dk, grad.dv, dmask
+
+
+vjp_attention.takes_missing = True  # type: ignore[attr-defined]

@@ -30,6 +30,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DecomposePass
 
+    def opc_attention():
+        from opc.transforms.opc_attention import AttentionPass
+
+        return AttentionPass
+
     def opc_fuse():
         from opc.transforms.opc_fuse import FusePass
 
@@ -54,6 +59,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "canonicalize": canonicalize,
         "dce": dce,
         "cse": cse,
+        "opc-attention": opc_attention,
         "opc-decompose": opc_decompose,
         "opc-fuse": opc_fuse,
         "opc-grad": opc_grad,

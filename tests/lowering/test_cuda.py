@@ -287,6 +287,18 @@ def nn_sources() -> list[str]:
         out.append(fn(f"avg_pool_{dt}", [(px1, dt)], f"%r = opc.avg_pool %a0 {pa1} : ({t1}) -> {y1}", [(py1, dt)]))
         out.append(fn(f"avg_pool_grad_{dt}", [(px1, dt), (py1, dt)],
                       f"%r = opc.avg_pool_grad %a0, %a1 {pa1} : ({t1}, {y1}) -> {t1}", [(px1, dt)]))
+    # attention (a mask broadcast over the batch) and its grad (is_causal): runtime/opc_nn_attention.cuh
+    aq, ak, av, am, ao, al = (2, 5, 8), (2, 7, 8), (2, 7, 3), (5, 7), (2, 5, 3), (2, 5)
+    ta = [tt(s_, "float32") for s_ in (aq, ak, av, am, ao)] + [tt(al, "float32")]
+    out.append(fn("attention_float32", [(aq, "float32"), (ak, "float32"), (av, "float32"), (am, "float32")],
+                  f"%o, %l = opc.attention %a0, %a1, %a2, %a3 {{scale = 0.25 : f64}} : ({ta[0]}, {ta[1]}, {ta[2]}, "
+                  f"{ta[3]}) -> ({ta[4]}, {ta[5]})", [(ao, "float32"), (al, "float32")], ("%o", "%l")))
+    th = [tt(s_, "float16") for s_ in (aq, ak, av, ao)]
+    out.append(fn("attention_grad_float16", [(aq, "float16"), (ak, "float16"), (av, "float16"), (ao, "float16"),
+                                             (al, "float32"), (ao, "float16")],
+                  f"%dq, %dk, %dv = opc.attention_grad %a0, %a1, %a2, %a3, %a4, %a5 {{is_causal = true}} : ({th[0]}, "
+                  f"{th[1]}, {th[2]}, {th[3]}, {ta[5]}, {th[3]}) -> ({th[0]}, {th[1]}, {th[2]})",
+                  [(aq, "float16"), (ak, "float16"), (av, "float16")], ("%dq", "%dk", "%dv")))
     # batch / instance / group norm and batch_norm_grad: composites on cuda too
     nx, nc = (2, 4, 3, 5), (4,)
     for dt, st in (("float32", "float32"), ("float16", "float32")):
@@ -548,7 +560,7 @@ def test_op_on_gpu_matches_cpu(gpu_and_cpu, name):
         if dt in TOL:
             # sums in another order (GEMM, reductions) and CUDA's libm differ from the CPU's by a few ulps
             tol = TOL[dt] * (4 if any(k in name for k in ("matmul", "fused", "reduce", "erf", "gelu", "pow", "softmax",
-                                                          "norm", "sce", "sigmoid", "bag")) else 1)
+                                                          "norm", "sce", "sigmoid", "bag", "attention")) else 1)
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol * 8, err_msg=name)
         else:
             np.testing.assert_array_equal(g, w, err_msg=name)

@@ -1,0 +1,404 @@
+/* opc_nn_attention.h -- the body of opc.attention and opc.attention_grad on the CPU, written
+ * once for an accumulator type. NOT a normal header: opc_nn.h includes it once per precision
+ * family, like opc_nn_rows.h (OPC_NN_ACC, OPC_NN_FN, OPC_NN_LD, OPC_NN_ST, OPC_NN_EXP, OPC_NN_LOG).
+ *
+ * Flash-attention's scheme: the [Lq, Lk] score matrix is never stored. The forward's unit is
+ * one block of OPC_AT_BQ query rows of one batch entry; it walks the keys in blocks of
+ * OPC_AT_BK with an online softmax (running max m, running sum l, the output accumulator
+ * rescaled by exp(m_old - m_new) when the max grows) and saves lse = m + log(l) per row.
+ * The backward recomputes p = exp(s - lse) block by block: pass 1, per query block, gives dq;
+ * pass 2, per key block, gives dk and dv (each output written by one unit: no atomics).
+ *
+ * Every inner loop runs along a unit-stride scratch row (keys of a block, or features) under
+ * `omp simd`: the key block is transposed into kt[d][BK] so that a query row's scores are
+ * BK-wide multiply-adds, and p v / ds k are rows of v / k scaled and added. Scores are
+ * (q . k) * scale + mask, in the order of the composite rule; a row whose scores are all -inf
+ * gives NaN (out and lse), as softmax does.
+ */
+
+#ifndef OPC_NN_ATTENTION_SHARED
+#define OPC_NN_ATTENTION_SHARED
+#include <stdlib.h>
+#include <string.h>
+
+#define OPC_AT_BQ 32 /* query rows per unit */
+#define OPC_AT_BK 64 /* keys per block: a score row of a block is 64 lanes */
+#define OPC_AT_MAX_BATCH 6
+/* The backward's dq partials, one [Lq, D] per key block, up to this many bytes: with them the
+ * key-block pass gives dq too (p and ds computed once); beyond, a pass by query blocks of its own. */
+#ifndef OPC_AT_PART_MAX /* (tests set it to 0 to run the other way) */
+#define OPC_AT_PART_MAX ((size_t)64 << 20)
+#endif
+
+/* The geometry: bh batch entries (the product of the batch dims), lengths, feature dims, flags,
+ * and the additive mask's layout: its offset for a batch entry is sum of (index along batch dim
+ * t) * mstr[t] over the nb batch dims of size dims[t] (mstr 0 where the mask broadcasts), then
+ * i * mrow + j * mcol (0 where it broadcasts along queries or keys). */
+typedef struct {
+    int64_t bh, lq, lk, d, dv, causal, has_mask, mrow, mcol, nb;
+    int64_t dims[OPC_AT_MAX_BATCH], mstr[OPC_AT_MAX_BATCH];
+    double scale;
+} opc_at_geom;
+
+#define OPC_AT_GEOM_PARAMS                                                                                   \
+    int64_t bh, int64_t lq, int64_t lk, int64_t d, int64_t dv, int64_t causal, int64_t has_mask, int64_t mrow, \
+        int64_t mcol, int64_t nb, int64_t n0, int64_t n1, int64_t n2, int64_t n3, int64_t n4, int64_t n5,       \
+        int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4, int64_t s5, double scale
+#define OPC_AT_GEOM_INIT                                                                                     \
+    {bh, lq, lk, d, dv, causal, has_mask, mrow, mcol, nb, {n0, n1, n2, n3, n4, n5}, {s0, s1, s2, s3, s4, s5}, scale}
+
+static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_geom *g, int64_t b) {
+    int64_t at = 0;
+    for (int64_t t = g->nb - 1; t >= 0; t--) {
+        at += (b % g->dims[t]) * g->mstr[t];
+        b /= g->dims[t];
+    }
+    return at;
+}
+
+/* Entry points: forward units (batch entry, query block); the grad's units (batch entry, key block)
+ * give dk, dv and each key block's part of dq, summed afterwards per query row (or, where the
+ * parts would take over OPC_AT_PART_MAX, dq by a pass over query blocks first). No mask: `mask`
+ * is any pointer, never read. */
+#define OPC_NN_ATTENTION_ENTRIES(SUF, T, A, F, DT)                                                            \
+    OPC_NN_ENTRY void opc_nn_attention_##SUF(const T *q, const T *k, const T *v, const T *mask, T *out, A *lse, \
+                                             OPC_AT_GEOM_PARAMS) {                                             \
+        const opc_at_geom g = OPC_AT_GEOM_INIT;                                                                \
+        OPC_NN_FOR_UNITS(bh * ((lq + OPC_AT_BQ - 1) / OPC_AT_BQ), bh * lq * lk * (d + dv),                     \
+                         opc_nn_attention_##F(q, k, v, mask, out, lse, &g, opc_u, DT));                        \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_attention_grad_##SUF(const T *q, const T *k, const T *v, const T *out, const A *lse, \
+                                                  const T *dout, const T *mask, T *dq, T *dk, T *dv_,          \
+                                                  OPC_AT_GEOM_PARAMS) {                                        \
+        const opc_at_geom g = OPC_AT_GEOM_INIT;                                                                \
+        const int64_t kblocks = (lk + OPC_AT_BK - 1) / OPC_AT_BK;                                               \
+        const size_t part = (size_t)(bh * kblocks * lq * d);                                                   \
+        A *dqp = part * sizeof(A) <= OPC_AT_PART_MAX ? (A *)calloc(part ? part : 1, sizeof(A)) : NULL;         \
+        if (!dqp) /* pass 1 (dq by query blocks), recomputing p and ds */                                      \
+            OPC_NN_FOR_UNITS(bh * ((lq + OPC_AT_BQ - 1) / OPC_AT_BQ), bh * lq * lk * (d + dv),                 \
+                             opc_nn_attention_grad_q_##F(q, k, v, mask, out, lse, dout, dq, &g, opc_u, DT));   \
+        OPC_NN_FOR_UNITS(bh * kblocks, bh * lq * lk * (d + dv),                                                \
+                         opc_nn_attention_grad_kv_##F(q, k, v, mask, out, lse, dout, dk, dv_, dqp, &g, opc_u,  \
+                                                      DT));                                                    \
+        if (dqp) {                                                                                             \
+            OPC_NN_FOR_UNITS(bh * lq, bh * lq * d * kblocks,                                                   \
+                             opc_nn_attention_dq_sum_##F(dqp, dq, &g, opc_u, DT));                             \
+            free(dqp);                                                                                         \
+        }                                                                                                      \
+    }
+#endif
+
+#define ACC OPC_NN_ACC
+#define LD OPC_NN_LD
+#define ST OPC_NN_ST
+#define VEC OPC_NN_FN(at_vec)
+#define VL ((int64_t)(32 / sizeof(ACC)))  /* lanes of a 32-byte vector */
+#define TW (2 * VL)                         /* a tile's width: two vectors */
+#define RT 8                                /* a tile's rows (16 accumulators: AVX-512VL has 32 ymm) */
+
+typedef ACC VEC __attribute__((vector_size(32), aligned(sizeof(ACC))));
+
+/* The register tile: C[RT][TW] (+)= sum over k < K of A(i, k) * B[k][0..TW), A(i, k) = A[i * ars + k * aks].
+ * 2 RT vector accumulators, two vector loads and RT broadcasts per k: the multiply-adds never
+ * wait on memory (a one-row axpy form loads and stores its accumulator at every step). */
+OPC_NN_INLINE void OPC_NN_FN(at_tile)(const ACC *A, int64_t ars, int64_t aks, const ACC *B, int64_t ldb, int64_t K,
+                                      ACC *C, int64_t ldc, int accumulate) {
+    VEC c[RT][2];
+    for (int i = 0; i < RT; i++)
+        for (int h = 0; h < 2; h++) {
+            if (accumulate) memcpy(&c[i][h], C + i * ldc + h * VL, sizeof(VEC));
+            else c[i][h] = (VEC){0};
+        }
+    for (int64_t k = 0; k < K; k++) {
+        VEC b0, b1;
+        memcpy(&b0, B + k * ldb, sizeof b0);
+        memcpy(&b1, B + k * ldb + VL, sizeof b1);
+        for (int i = 0; i < RT; i++) {
+            const ACC a = A[i * ars + k * aks];
+            c[i][0] += a * b0;
+            c[i][1] += a * b1;
+        }
+    }
+    for (int i = 0; i < RT; i++)
+        for (int h = 0; h < 2; h++) memcpy(C + i * ldc + h * VL, &c[i][h], sizeof(VEC));
+}
+
+/* C[rows_p][width] (+)= A B, rows_p a multiple of RT and width of TW (the operands are zero-padded). */
+OPC_NN_INLINE void OPC_NN_FN(at_gemm)(const ACC *A, int64_t ars, int64_t aks, const ACC *B, int64_t ldb, int64_t K,
+                                      ACC *C, int64_t ldc, int64_t rows_p, int64_t width, int accumulate) {
+    for (int64_t r = 0; r < rows_p; r += RT)
+        for (int64_t w = 0; w < width; w += TW)
+            OPC_NN_FN(at_tile)(A + r * ars, ars, aks, B + w, ldb, K, C + r * ldc + w, ldc, accumulate);
+}
+
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad)(int64_t n) { return (n + TW - 1) / TW * TW; }
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad_rows)(int64_t n) { return (n + RT - 1) / RT * RT; }
+
+/* rows x n of a row-major buffer (row stride `ld` of the source) into dst[OPC_AT_BQ][ldp] in the
+ * compute type, zero past n and past the rows. */
+OPC_NN_INLINE void OPC_NN_FN(at_load_rows)(const void *src, int64_t first, int64_t rows, int64_t n, ACC *dst,
+                                           int64_t ldp, int64_t count, int dt) {
+    for (int64_t r = 0; r < count; r++)
+        for (int64_t c = 0; c < ldp; c++) dst[r * ldp + c] = r < rows && c < n ? LD(src, (first + r) * n + c, dt) : (ACC)0;
+}
+
+/* The key block j0 (cols keys) of batch entry b, each layout asked for (NULL: not wanted), zero
+ * past the block: kt[dd][BK], kb[BK][dp], vt[c][BK], vb[BK][dvp]. */
+OPC_NN_INLINE void OPC_NN_FN(at_load_keys)(const void *k, const void *v, const opc_at_geom *g, int64_t b,
+                                           int64_t j0, int64_t cols, ACC *kt, ACC *kb, ACC *vt, ACC *vb, int dt) {
+    const int64_t d = g->d, dv = g->dv, dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
+    for (int64_t jj = 0; jj < OPC_AT_BK; jj++) {
+        const int64_t kr = (b * g->lk + j0 + jj) * d, vr = (b * g->lk + j0 + jj) * dv;
+        for (int64_t dd = 0; dd < dp; dd++) {
+            const ACC x = jj < cols && dd < d ? LD(k, kr + dd, dt) : (ACC)0;
+            if (kt && dd < d) kt[dd * OPC_AT_BK + jj] = x;
+            if (kb) kb[jj * dp + dd] = x;
+        }
+        for (int64_t c = 0; c < dvp; c++) {
+            const ACC x = jj < cols && c < dv ? LD(v, vr + c, dt) : (ACC)0;
+            if (vt && c < dv) vt[c * OPC_AT_BK + jj] = x;
+            if (vb) vb[jj * dvp + c] = x;
+        }
+    }
+}
+
+/* A row of raw dot products q . k of the key block into scores: * scale + mask, -inf for keys
+ * past the block or hidden by is_causal. */
+OPC_NN_INLINE void OPC_NN_FN(at_finish)(ACC *s, const void *mask, const opc_at_geom *g, int64_t b, int64_t i,
+                                        int64_t j0, int64_t cols, int dt) {
+    const ACC scale = (ACC)g->scale;
+    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] *= scale;
+    if (g->has_mask) {
+        const int64_t at = opc_at_mask_offset(g, b) + i * g->mrow + j0 * g->mcol;
+        if (g->mcol)
+            _Pragma("omp simd") for (int jj = 0; jj < cols; jj++) s[jj] += LD(mask, at + jj, dt);
+        else {
+            const ACC m = LD(mask, at, dt);
+            _Pragma("omp simd") for (int jj = 0; jj < cols; jj++) s[jj] += m;
+        }
+    }
+    const int64_t visible = g->causal ? (i - j0 + 1 < cols ? i - j0 + 1 : cols) : cols;
+    for (int64_t jj = visible < 0 ? 0 : visible; jj < OPC_AT_BK; jj++) s[jj] = (ACC)-INFINITY;
+}
+
+/* The scores of `rows` query rows (qs: [rows_p][dp]) against a key block: s[rows_p][BK]. */
+OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qs, const ACC *kt, const void *mask, const opc_at_geom *g,
+                                        int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, ACC *s,
+                                        int dt) {
+    const int64_t dp = OPC_NN_FN(at_pad)(g->d);
+    OPC_NN_FN(at_gemm)(qs, dp, 1, kt, OPC_AT_BK, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
+    for (int64_t r = 0; r < rows; r++) OPC_NN_FN(at_finish)(s + r * OPC_AT_BK, mask, g, b, i0 + r, j0, cols, dt);
+}
+
+/* The keys a query block sees at all: all, or with is_causal up to its last row. */
+OPC_NN_INLINE int64_t OPC_NN_FN(at_key_end)(const opc_at_geom *g, int64_t last_row) {
+    return g->causal && last_row + 1 < g->lk ? last_row + 1 : g->lk;
+}
+
+/* The max of a block's scores, NaN if any is NaN (as reduce_max), in vector form. */
+OPC_NN_INLINE ACC OPC_NN_FN(at_row_max)(const ACC *s) {
+    ACC m = (ACC)-INFINITY;
+    int nan = 0;
+    _Pragma("omp simd reduction(max : m) reduction(| : nan)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
+        m = s[jj] > m ? s[jj] : m;
+        nan |= s[jj] != s[jj];
+    }
+    return nan ? (ACC)NAN : m;
+}
+
+/* ---- forward: unit u = (batch entry, query block) -------------------------------------------- */
+OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void *v, const void *mask, void *out,
+                                        ACC *lse, const opc_at_geom *g, int64_t u, int dt) {
+    const int64_t qblocks = (g->lq + OPC_AT_BQ - 1) / OPC_AT_BQ, d = g->d, dv = g->dv;
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
+    const int64_t b = u / qblocks, i0 = (u % qblocks) * OPC_AT_BQ;
+    const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ;
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + d * OPC_AT_BK + OPC_AT_BK * dvp +
+                                                    OPC_AT_BQ * OPC_AT_BK + OPC_AT_BQ * dvp + 2 * OPC_AT_BQ));
+    if (!buf) { /* no memory for the scratch: NaN, never a silent wrong number */
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t c = 0; c < dv; c++) ST(out, (b * g->lq + i0 + r) * dv + c, dt, (ACC)NAN);
+            lse[b * g->lq + i0 + r] = (ACC)NAN;
+        }
+        return;
+    }
+    ACC *qs = buf, *kt = qs + OPC_AT_BQ * dp, *vb = kt + d * OPC_AT_BK, *s = vb + OPC_AT_BK * dvp;
+    ACC *acc = s + OPC_AT_BQ * OPC_AT_BK, *m = acc + OPC_AT_BQ * dvp, *l = m + OPC_AT_BQ;
+    OPC_NN_FN(at_load_rows)(q, b * g->lq + i0, rows, d, qs, dp, OPC_AT_BQ, dt);
+    for (int64_t x = 0; x < OPC_AT_BQ * dvp; x++) acc[x] = 0;
+    for (int64_t r = 0; r < OPC_AT_BQ; r++) {
+        m[r] = (ACC)-INFINITY;
+        l[r] = 0;
+    }
+    const int64_t kend = OPC_NN_FN(at_key_end)(g, i0 + rows - 1);
+    for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
+        const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
+        OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, NULL, NULL, vb, dt);
+        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
+        for (int64_t r = 0; r < OPC_NN_FN(at_pad_rows)(rows); r++) {
+            ACC *sr = s + r * OPC_AT_BK, *ar = acc + r * dvp;
+            const ACC mnew = r < rows ? OPC_NN_MAX(m[r], OPC_NN_FN(at_row_max)(sr)) : (ACC)-INFINITY;
+            if (mnew == (ACC)-INFINITY) { /* every key so far hidden (or a padding row): adds nothing */
+                _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) sr[jj] = 0;
+                continue;
+            }
+            const ACC alpha = OPC_NN_EXP(m[r] - mnew);
+            ACC sum = 0;
+            _Pragma("omp simd reduction(+ : sum)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
+                sr[jj] = OPC_NN_EXP(sr[jj] - mnew);
+                sum += sr[jj];
+            }
+            l[r] = l[r] * alpha + sum;
+            m[r] = mnew;
+            _Pragma("omp simd") for (int64_t c = 0; c < dvp; c++) ar[c] *= alpha;
+        }
+        /* acc += p v: the probabilities of the block's rows times its values */
+        OPC_NN_FN(at_gemm)(s, OPC_AT_BK, 1, vb, dvp, cols, acc, dvp, OPC_NN_FN(at_pad_rows)(rows), dvp, 1);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t row = b * g->lq + i0 + r;
+        const int hidden = m[r] == (ACC)-INFINITY; /* all scores -inf: softmax's 0 / 0 */
+        const ACC inv = hidden ? (ACC)NAN : (ACC)1 / l[r];
+        for (int64_t c = 0; c < dv; c++) ST(out, row * dv + c, dt, acc[r * dvp + c] * inv);
+        lse[row] = hidden ? (ACC)NAN : m[r] + OPC_NN_LOG(l[r]);
+    }
+    free(buf);
+}
+
+/* ---- backward ----------------------------------------------------------------------------------- */
+/* p = exp(s - lse) and ds = p * (dp - delta) for `rows` query rows of a block whose scores s and
+ * dout v^T products dp are computed; padding rows get 0. */
+OPC_NN_INLINE void OPC_NN_FN(at_probs)(ACC *s, ACC *dp, const ACC *lse, const ACC *delta, int64_t rows) {
+    for (int64_t r = 0; r < OPC_NN_FN(at_pad_rows)(rows); r++) {
+        ACC *sr = s + r * OPC_AT_BK, *dr = dp + r * OPC_AT_BK;
+        if (r >= rows) {
+            _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) sr[jj] = dr[jj] = 0;
+            continue;
+        }
+        const ACC ls = lse[r], de = delta[r];
+        _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) {
+            sr[jj] = OPC_NN_EXP(sr[jj] - ls);
+            dr[jj] = sr[jj] * (dr[jj] - de);
+        }
+    }
+}
+
+/* rowsum(dout * out) of rows [first, first + rows): delta[r] */
+OPC_NN_INLINE void OPC_NN_FN(at_delta)(const void *out, const void *dout, int64_t first, int64_t rows, int64_t dv,
+                                       ACC *delta, int dt) {
+    for (int64_t r = 0; r < rows; r++) {
+        ACC sum = 0;
+        for (int64_t c = 0; c < dv; c++) sum += LD(dout, (first + r) * dv + c, dt) * LD(out, (first + r) * dv + c, dt);
+        delta[r] = sum;
+    }
+}
+
+/* pass 1, unit u = (batch entry, query block): dq = sum over key blocks of ds k, times scale */
+OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *k, const void *v, const void *mask,
+                                               const void *out, const ACC *lse, const void *dout, void *dq,
+                                               const opc_at_geom *g, int64_t u, int dt) {
+    const int64_t qblocks = (g->lq + OPC_AT_BQ - 1) / OPC_AT_BQ, d = g->d, dv = g->dv;
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
+    const int64_t b = u / qblocks, i0 = (u % qblocks) * OPC_AT_BQ, first = b * g->lq + i0;
+    const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ;
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(2 * OPC_AT_BQ * dp + OPC_AT_BQ * dvp + d * OPC_AT_BK +
+                                                    OPC_AT_BK * dp + dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK +
+                                                    2 * OPC_AT_BQ));
+    if (!buf) {
+        for (int64_t x = 0; x < rows * d; x++) ST(dq, first * d + x, dt, (ACC)NAN);
+        return;
+    }
+    ACC *qs = buf, *dor = qs + OPC_AT_BQ * dp, *kt = dor + OPC_AT_BQ * dvp, *kb = kt + d * OPC_AT_BK;
+    ACC *vt = kb + OPC_AT_BK * dp, *s = vt + dv * OPC_AT_BK, *ds = s + OPC_AT_BQ * OPC_AT_BK;
+    ACC *acc = ds + OPC_AT_BQ * OPC_AT_BK, *delta = acc + OPC_AT_BQ * dp, *ls = delta + OPC_AT_BQ;
+    OPC_NN_FN(at_load_rows)(q, first, rows, d, qs, dp, OPC_AT_BQ, dt);
+    OPC_NN_FN(at_load_rows)(dout, first, rows, dv, dor, dvp, OPC_AT_BQ, dt);
+    OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
+    for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
+    for (int64_t x = 0; x < OPC_AT_BQ * dp; x++) acc[x] = 0;
+    const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
+    const int64_t kend = OPC_NN_FN(at_key_end)(g, i0 + rows - 1);
+    for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
+        const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
+        OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, kb, vt, NULL, dt);
+        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
+        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0); /* dout v^T */
+        OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
+        OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, acc, dp, rows_p, dp, 1); /* dq += ds k */
+    }
+    const ACC scale = (ACC)g->scale;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t dd = 0; dd < d; dd++) ST(dq, (first + r) * d + dd, dt, acc[r * dp + dd] * scale);
+    free(buf);
+}
+
+/* pass 2, unit u = (batch entry, key block): dv = sum over query blocks of p^T dout, dk = ds^T q * scale */
+OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, const void *v, const void *mask,
+                                                const void *out, const ACC *lse, const void *dout, void *dk,
+                                                void *dvo, ACC *dqp, const opc_at_geom *g, int64_t u, int dt) {
+    const int64_t kblocks = (g->lk + OPC_AT_BK - 1) / OPC_AT_BK, d = g->d, dv = g->dv;
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
+    const int64_t b = u / kblocks, j0 = (u % kblocks) * OPC_AT_BK;
+    const int64_t cols = g->lk - j0 < OPC_AT_BK ? g->lk - j0 : OPC_AT_BK;
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + OPC_AT_BQ * dvp + d * OPC_AT_BK +
+                                                    dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK + OPC_AT_BK * dp +
+                                                    OPC_AT_BK * dvp + 2 * OPC_AT_BQ + OPC_AT_BK * dp +
+                                                    OPC_AT_BQ * dp));
+    if (!buf) {
+        for (int64_t x = 0; x < cols * d; x++) ST(dk, (b * g->lk + j0) * d + x, dt, (ACC)NAN);
+        for (int64_t x = 0; x < cols * dv; x++) ST(dvo, (b * g->lk + j0) * dv + x, dt, (ACC)NAN);
+        return;
+    }
+    ACC *qs = buf, *dor = qs + OPC_AT_BQ * dp, *kt = dor + OPC_AT_BQ * dvp, *vt = kt + d * OPC_AT_BK;
+    ACC *s = vt + dv * OPC_AT_BK, *ds = s + OPC_AT_BQ * OPC_AT_BK, *dka = ds + OPC_AT_BQ * OPC_AT_BK;
+    ACC *dva = dka + OPC_AT_BK * dp, *delta = dva + OPC_AT_BK * dvp, *ls = delta + OPC_AT_BQ;
+    ACC *kb = ls + OPC_AT_BQ, *dqt = kb + OPC_AT_BK * dp;
+    ACC *part = dqp ? dqp + (b * kblocks + u % kblocks) * g->lq * d : NULL; /* this key block's part of dq */
+    for (int64_t x = 0; x < OPC_AT_BK * dp; x++) dka[x] = 0;
+    for (int64_t x = 0; x < OPC_AT_BK * dvp; x++) dva[x] = 0;
+    OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, part ? kb : NULL, vt, NULL, dt);
+    /* with is_causal, query i sees key j only if j <= i: no query block above row j0 sees the block */
+    for (int64_t i0 = g->causal ? j0 / OPC_AT_BQ * OPC_AT_BQ : 0; i0 < g->lq; i0 += OPC_AT_BQ) {
+        const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, first = b * g->lq + i0;
+        OPC_NN_FN(at_load_rows)(q, first, rows, d, qs, dp, OPC_AT_BQ, dt);
+        OPC_NN_FN(at_load_rows)(dout, first, rows, dv, dor, dvp, OPC_AT_BQ, dt);
+        OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
+        for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
+        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
+        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
+        OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
+        /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
+        OPC_NN_FN(at_gemm)(s, 1, OPC_AT_BK, dor, dvp, rows, dva, dvp, OPC_AT_BK, dvp, 1);
+        OPC_NN_FN(at_gemm)(ds, 1, OPC_AT_BK, qs, dp, rows, dka, dp, OPC_AT_BK, dp, 1);
+        if (part) { /* dq's part: ds k over the block's keys */
+            OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, dqt, dp, OPC_NN_FN(at_pad_rows)(rows), dp, 0);
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t dd = 0; dd < d; dd++) part[(i0 + r) * d + dd] = dqt[r * dp + dd];
+        }
+    }
+    const ACC scale = (ACC)g->scale;
+    for (int64_t jj = 0; jj < cols; jj++) {
+        for (int64_t dd = 0; dd < d; dd++) ST(dk, (b * g->lk + j0 + jj) * d + dd, dt, dka[jj * dp + dd] * scale);
+        for (int64_t c = 0; c < dv; c++) ST(dvo, (b * g->lk + j0 + jj) * dv + c, dt, dva[jj * dvp + c]);
+    }
+    free(buf);
+}
+
+/* dq of query row u (over all batch entries): the sum of its key blocks' parts, times scale */
+OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, const opc_at_geom *g, int64_t u, int dt) {
+    const int64_t kblocks = (g->lk + OPC_AT_BK - 1) / OPC_AT_BK, d = g->d, b = u / g->lq, i = u % g->lq;
+    const ACC scale = (ACC)g->scale;
+    for (int64_t dd = 0; dd < d; dd++) {
+        ACC sum = 0;
+        for (int64_t kb = 0; kb < kblocks; kb++) sum += dqp[((b * kblocks + kb) * g->lq + i) * d + dd];
+        ST(dq, u * d + dd, dt, sum * scale);
+    }
+}
+
+#undef ACC
+#undef LD
+#undef ST
+#undef VEC
+#undef VL
+#undef TW
+#undef RT

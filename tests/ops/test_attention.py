@@ -1,0 +1,488 @@
+"""opc.attention and opc.attention_grad (issue 20) on the CPU: the tiled kernel (runtime/opc_nn_attention.h)
+and the composite rule against a NumPy formula in f64 over a grid (ranks 2 to 4, Lq != Lk across the
+kernel's 32-query and 64-key blocks, masks broadcast every way, is_causal, f16 / bf16 / f32 / f64),
+the gradient against the formula and finite differences, kernel route against composite route, the
+opc-attention pass end to end (our importer's transformer block, PyTorch's exporter's graph against
+onnxruntime) and the verifier's errors. Two modules: the kernel's and the composite's."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from oracle import np_dtype, random_array, ttype
+
+import opc
+from opc.errors import OpcError
+from opc.ir import parse_text
+
+STATS = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64"}
+# |got - want| <= TOL * max(1, max |want|): one rounding of the result plus sums in another order
+TOL = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 2e-5, "float64": 1e-12}
+SEED = 20
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    batch: tuple[int, ...]
+    lq: int
+    lk: int
+    d: int
+    dv: int
+    mask: tuple[int, ...] | None  # the mask's own shape, broadcast to [batch..., lq, lk]
+    causal: bool
+    dt: str
+
+    @property
+    def scale(self) -> float:
+        return 1 / math.sqrt(self.d)
+
+
+CASES = [
+    Case("r3_plain_f32", (2,), 5, 7, 8, 3, None, False, "float32"),
+    Case("r4_mask_blocks_f32", (2, 3), 70, 33, 5, 6, (70, 33), False, "float32"),  # 3 query blocks
+    Case("r4_causal_keys_f32", (1, 2), 40, 70, 4, 4, None, True, "float32"),  # 2 key blocks, Lq < Lk
+    Case("r4_causal_mask_f64", (2, 2), 66, 9, 3, 5, (2, 1, 1, 9), True, "float64"),  # Lq > Lk, padding mask
+    Case("r4_heads_mask_f64", (2, 3), 6, 65, 7, 2, (3, 6, 65), False, "float64"),  # per-head mask
+    Case("r3_column_mask_f16", (3,), 9, 6, 8, 4, (9, 1), True, "float16"),  # mask broadcast along keys
+    Case("r3_bf16", (2,), 6, 10, 16, 8, (1, 10), False, "bfloat16"),
+    Case("r2_causal_f64", (), 12, 5, 6, 3, None, True, "float64"),  # no batch dims
+]
+LSE_CASES = [CASES[7], Case("r3_small_mask_f64", (2,), 4, 3, 2, 2, (4, 3), False, "float64")]
+
+
+def shapes(c: Case) -> list[tuple[int, ...]]:
+    return [(*c.batch, c.lq, c.d), (*c.batch, c.lk, c.d), (*c.batch, c.lk, c.dv)] + ([c.mask] if c.mask else [])
+
+
+def source(c: Case) -> str:
+    """@NAME returns out (its grad: attention_grad), @NAME_lse returns out and lse (its grad takes
+    lse's cotangent too: through the composite rule)."""
+    args = shapes(c)
+    types = [ttype(s, c.dt) for s in args]
+    out, lse = ttype((*c.batch, c.lq, c.dv), c.dt), ttype((*c.batch, c.lq), STATS[c.dt])
+    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
+    operands = ", ".join(f"%a{i}" for i in range(len(args)))
+    attrs = f"scale = {c.scale:.17e} : f64" + (", is_causal = true" if c.causal else "")
+    op = f"  %o, %l = opc.attention {operands} {{{attrs}}} : ({', '.join(types)}) -> ({out}, {lse})\n"
+    return (f"func.func @{c.name}({params}) -> {out} {{\n{op}  func.return %o : {out}\n}}\n"
+            f"func.func @{c.name}_lse({params}) -> ({out}, {lse}) {{\n{op}  func.return %o, %l : {out}, {lse}\n}}\n")
+
+
+# the composite route (a module of primitives, several times the kernel's C) on a part of the grid
+COMPOSITE_CASES = [CASES[i] for i in (1, 3, 5, 7)] + LSE_CASES[1:]
+
+
+def inputs(c: Case) -> list[np.ndarray]:
+    rng = np.random.default_rng(SEED + len(c.name))
+    arrays = [random_array(s, c.dt, rng, -2.0, 2.0) for s in shapes(c)]
+    if c.mask:  # an additive mask with hidden keys (-inf), never a whole row
+        m = arrays[3].astype(np.float64)
+        m[rng.random(c.mask) < 0.3] = -np.inf
+        m[..., 0] = 0.0
+        arrays[3] = m.astype(np_dtype(c.dt))
+    return arrays
+
+
+def causal_addend(c: Case) -> np.ndarray:
+    return np.where(np.tril(np.ones((c.lq, c.lk), bool)), 0.0, -np.inf)
+
+
+def reference(c: Case, arrays: list[np.ndarray], dout: np.ndarray | None = None):
+    """out, lse (and dq, dk, dv, dmask given dout) in f64 from the formula."""
+    q, k, v = (a.astype(np.float64) for a in arrays[:3])
+    s = q @ np.swapaxes(k, -1, -2) * c.scale
+    if c.mask:
+        s = s + arrays[3].astype(np.float64)
+    if c.causal:
+        s = s + causal_addend(c)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - m)
+    p = e / e.sum(-1, keepdims=True)
+    out, lse = p @ v, (m + np.log(e.sum(-1, keepdims=True)))[..., 0]
+    if dout is None:
+        return out, lse
+    do = dout.astype(np.float64)
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    dq, dk = ds @ k * c.scale, np.swapaxes(ds, -1, -2) @ q * c.scale
+    dv = np.swapaxes(p, -1, -2) @ do
+    grads = [dq, dk, dv]
+    if c.mask:
+        lead = ds.ndim - len(c.mask)
+        g = ds.sum(tuple(range(lead)))
+        grads.append(g.sum(tuple(i for i, n in enumerate(c.mask) if n == 1), keepdims=True))
+    return out, lse, grads
+
+
+def close(got, want, dt: str, what: str) -> None:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    scale = max(1.0, float(np.abs(want).max()))
+    err = float(np.abs(got - want).max())
+    assert err <= TOL[dt] * scale, f"{what}: max error {err:.3g} > {TOL[dt] * scale:.3g}"
+
+
+def compile_module(cases: list[Case], decompose: str | None = None):
+    """The cases' functions and their grads, less the grads of @NAME_lse beyond LSE_CASES (through
+    the composite rule, they cost C for nothing): less to build."""
+    from opc.autodiff import add_grad_functions
+
+    module = parse_text("\n".join(source(c) for c in cases)).module
+    add_grad_functions(module)
+    keep = {f"{c.name}_lse_{tail}" for c in LSE_CASES for tail in ("grad", "value_and_grad")}
+    for f in list(module.ops):
+        name = f.sym_name.data  # type: ignore[attr-defined]
+        if "_lse_" in name and name not in keep:
+            f.detach()
+            f.erase()
+    return opc.compile(module, decompose=decompose)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    return compile_module(CASES + LSE_CASES[1:])
+
+
+@pytest.fixture(scope="module")
+def composite():
+    return compile_module(COMPOSITE_CASES, "opc.attention,opc.attention_grad")
+
+
+def test_routes_are_the_kernel_and_the_composite(kernel, composite) -> None:
+    assert "opc_nn_attention_f32(" in kernel.c_source and "opc_nn_attention_grad_f64(" in kernel.c_source
+    assert "opc_nn_attention" not in composite.c_source
+
+
+ROUTES = [("kernel", c) for c in CASES + LSE_CASES[1:]] + [("composite", c) for c in COMPOSITE_CASES]
+
+
+@pytest.mark.parametrize("route,c", ROUTES, ids=[f"{r}-{c.name}" for r, c in ROUTES])
+def test_forward_against_numpy(kernel, composite, route: str, c: Case) -> None:
+    m = kernel if route == "kernel" else composite
+    arrays = inputs(c)
+    out, lse = getattr(m, f"{c.name}_lse")(*arrays)
+    assert out.dtype == np_dtype(c.dt) and lse.dtype == np.dtype(STATS[c.dt])
+    want_out, want_lse = reference(c, arrays)
+    close(out, want_out, c.dt, f"{route} out")
+    close(lse, want_lse, c.dt, f"{route} lse")
+
+
+@pytest.mark.parametrize("route,c", ROUTES, ids=[f"{r}-{c.name}" for r, c in ROUTES])
+def test_grad_against_numpy(kernel, composite, route: str, c: Case) -> None:
+    """dq, dk, dv (and an additive mask's gradient) for a cotangent of out (lse not returned)."""
+    m = kernel if route == "kernel" else composite
+    arrays = inputs(c)
+    rng = np.random.default_rng(SEED)
+    dout = random_array((*c.batch, c.lq, c.dv), c.dt, rng, -1.0, 1.0)
+    got = getattr(m, f"{c.name}_grad")(*arrays, dout)
+    _, _, want = reference(c, arrays, dout)
+    for name, g, w in zip(["dq", "dk", "dv", "dmask"], got, want):
+        close(g, w, c.dt, f"{route} {name}")
+
+
+@pytest.mark.parametrize("c", COMPOSITE_CASES, ids=[c.name for c in COMPOSITE_CASES])
+def test_kernel_route_equals_composite_route(kernel, composite, c: Case) -> None:
+    arrays = inputs(c)
+    dout = random_array((*c.batch, c.lq, c.dv), c.dt, np.random.default_rng(SEED), -1.0, 1.0)
+    for what, a, b in (("forward", getattr(kernel, f"{c.name}_lse")(*arrays), getattr(composite, f"{c.name}_lse")(*arrays)),
+                       ("grad", getattr(kernel, f"{c.name}_grad")(*arrays, dout),
+                        getattr(composite, f"{c.name}_grad")(*arrays, dout))):
+        for x, y in zip(a, b):
+            close(x, y, c.dt, f"{c.name} {what}: kernel vs composite")
+
+
+FD_CASES = LSE_CASES
+
+
+@pytest.mark.parametrize("c", FD_CASES, ids=[c.name for c in FD_CASES])
+def test_grad_against_finite_differences(kernel, c: Case) -> None:
+    """The loss <out, dout> + <lse, dlse> (lse's cotangent too: through the composite rule)."""
+    arrays = inputs(c)
+    rng = np.random.default_rng(SEED + 1)
+    f = getattr(kernel, f"{c.name}_lse")
+    out, lse = f(*arrays)
+    dout, dlse = rng.standard_normal(out.shape), rng.standard_normal(lse.shape)
+    got = getattr(kernel, f"{c.name}_lse_grad")(*arrays, dout, dlse)
+    eps = 1e-6
+    for i, g in enumerate(got):
+        flat = np.flatnonzero(np.isfinite(arrays[i]))
+        for idx in rng.choice(flat, size=min(12, flat.size), replace=False):  # 12 entries of each input
+            plus, minus = [a.copy() for a in arrays], [a.copy() for a in arrays]
+            plus[i].flat[idx] += eps
+            minus[i].flat[idx] -= eps
+            num = sum(float(np.sum(a * b)) for a, b in zip(f(*plus), (dout, dlse)))
+            num -= sum(float(np.sum(a * b)) for a, b in zip(f(*minus), (dout, dlse)))
+            assert abs(g.flat[idx] - num / (2 * eps)) <= 1e-6 * max(1.0, abs(num / (2 * eps))), (i, idx)
+
+
+def test_a_row_of_hidden_keys_is_nan_in_both_routes(kernel, composite) -> None:
+    """Every key -inf: softmax's 0 / 0, in the kernel as in the primitives."""
+    c = CASES[1]
+    arrays = inputs(c)
+    arrays[3] = arrays[3].copy()
+    arrays[3][4, :] = -np.inf
+    for m in (kernel, composite):
+        out, lse = getattr(m, f"{c.name}_lse")(*arrays)
+        assert np.isnan(out[:, :, 4]).all() and np.isnan(lse[:, :, 4]).all()
+        with np.errstate(invalid="ignore"):
+            want_out, _ = reference(c, arrays)
+        rows = np.arange(c.lq) != 4
+        close(out[:, :, rows], want_out[:, :, rows], c.dt, "other rows")
+
+
+# ---------------------------------------------------------------------------
+# opc-attention end to end
+# ---------------------------------------------------------------------------
+
+
+def test_transformer_block_fused_equals_unfused() -> None:
+    """The zoo's block (our importer: the causal mask a folded constant, so is_causal), with the pass
+    (opc.compile's default) and without (fuse=False), forward and backward."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "zoo"))
+    import transformer_block as tb
+
+    s = tb.Sizes(batch=2, seq=40, width=32, heads=2, mlp=64)
+    model = tb.build(s, np.float32, opset=17, seed=0)
+    module, params = opc.import_onnx(model)
+    fused = opc.compile(module, grad=True)
+    assert "opc_nn_attention_f32(" in fused.c_source and "opc_nn_attention_grad_f32(" in fused.c_source
+    module, _ = opc.import_onnx(model)
+    plain = opc.compile(module, grad=True, fuse=False)
+    assert "opc_nn_attention" not in plain.c_source
+    x = np.random.default_rng(1).standard_normal((s.batch, s.seq, s.width)).astype(np.float32)
+    w = list(params.values())
+    y = fused.main_graph(x, *w)
+    close(y, tb.reference({"x": x}, tb.common.weights(model), s), "float32", "fused block vs NumPy")
+    close(y, plain.main_graph(x, *w), "float32", "fused vs unfused")
+    dy = np.random.default_rng(2).standard_normal(y.shape).astype(np.float32)
+    for a, b in zip(fused.main_graph_value_and_grad(x, *w, dy), plain.main_graph_value_and_grad(x, *w, dy)):
+        close(a, b, "float32", "value and grad: fused vs unfused")
+
+
+def exported_sdpa_graph(lq: int, lk: int):
+    """The graph torch 2.14's exporter writes for scaled_dot_product_attention(q, k, v, attn_mask=bool)
+    (torch.onnx.export(..., dynamo=True), nodes as it names them), built here without torch."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    b, h, d, dv = 2, 3, 8, 4
+    consts = {"val_18": np.array([b * h, lk, d], np.int64), "val_21": np.array([b, h, d, lk], np.int64),
+              "val_23": np.array([1 / math.sqrt(math.sqrt(d))], np.float32), "val_27": np.array(0.0, np.float32),
+              "val_28": np.array(np.finfo(np.float32).min, np.float32)}
+    nodes = [helper.make_node("Reshape", ["k", "val_18"], ["val_19"]),
+             helper.make_node("Transpose", ["val_19"], ["val_20"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["val_20", "val_21"], ["val_22"]),
+             helper.make_node("Mul", ["q", "val_23"], ["val_24"]),
+             helper.make_node("Mul", ["val_22", "val_23"], ["val_26"]),
+             helper.make_node("Where", ["m", "val_27", "val_28"], ["val_29"]),
+             helper.make_node("MatMul", ["val_24", "val_26"], ["val_30"]),
+             helper.make_node("Add", ["val_30", "val_29"], ["val_31"]),
+             helper.make_node("Softmax", ["val_31"], ["val_32"], axis=-1),
+             helper.make_node("IsNaN", ["val_32"], ["val_33"]),
+             helper.make_node("Where", ["val_33", "val_27", "val_32"], ["val_34"]),
+             helper.make_node("MatMul", ["val_34", "v"], ["out"])]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes, "sdpa", [helper.make_tensor_value_info("q", f, [b, h, lq, d]),
+                        helper.make_tensor_value_info("k", f, [b, h, lk, d]),
+                        helper.make_tensor_value_info("v", f, [b, h, lk, dv]),
+                        helper.make_tensor_value_info("m", TensorProto.BOOL, [lq, lk])],
+        [helper.make_tensor_value_info("out", f, [b, h, lq, dv])],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), (b, h, d, dv)
+
+
+def test_pytorch_exported_sdpa_against_onnxruntime() -> None:
+    """The exporter's form (sqrt(scale) on q and k^T, a boolean mask, the IsNaN/Where guard) fused,
+    with a fully masked row (min-float scores: uniform weights, as onnxruntime gives)."""
+    ort = pytest.importorskip("onnxruntime")
+    lq, lk = 5, 70
+    model, (b, h, d, dv) = exported_sdpa_graph(lq, lk)
+    rng = np.random.default_rng(3)
+    feeds = {"q": rng.standard_normal((b, h, lq, d), np.float32), "k": rng.standard_normal((b, h, lk, d), np.float32),
+             "v": rng.standard_normal((b, h, lk, dv), np.float32), "m": rng.random((lq, lk)) > 0.4}
+    feeds["m"][2, :] = False
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    module, _ = opc.import_onnx(model)
+    m = opc.compile(module)
+    assert "opc_nn_attention_f32(" in m.c_source
+    close(m.sdpa(*feeds.values()), want, "float32", "opc vs onnxruntime")
+
+
+# ---------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------
+
+Q, K, V = "tensor<2x5x8xf32>", "tensor<2x7x8xf32>", "tensor<2x7x3xf32>"
+OUT, LSE = "tensor<2x5x3xf32>", "tensor<2x5xf32>"
+BAD = [  # operand types, result types, attributes, the message
+    ([Q, K, V], [OUT, "tensor<2x5xf16>"], "", "lse must have element type f32"),
+    ([Q, K, V], ["tensor<2x5x4xf32>", LSE], "", "out must have shape [2, 5, 3]"),
+    ([Q, "tensor<3x7x8xf32>", V], [OUT, LSE], "", "q, k and v must have the same batch dims"),
+    ([Q, "tensor<2x7x4xf32>", V], [OUT, LSE], "", "k must have q's feature dim 8"),
+    ([Q, K, "tensor<2x6x3xf32>"], [OUT, LSE], "", "v must have k's length 7"),
+    ([Q, K, V, "tensor<5x6xf32>"], [OUT, LSE], "", "mask of shape [5, 6] does not broadcast to the scores' shape"),
+    ([Q, K, V, "tensor<5x7xf64>"], [OUT, LSE], "", "q and mask: element types differ"),
+    (["tensor<5x7xf64>"] * 3, ["tensor<5x7xf64>", "tensor<5xf64>"], " {scale = 0x7FF0000000000000 : f64}",
+     "scale must be finite"),
+    (["tensor<4x2xi32>"] * 3, ["tensor<4x2xi32>", "tensor<4xf32>"], "", "q must have a float element type"),
+    (["tensor<8xf32>"] * 3, ["tensor<8xf32>", "tensor<f32>"], "", "q must have rank >= 2"),
+]
+
+
+@pytest.mark.parametrize("operands,results,attrs,message", BAD, ids=[b[3].split(" ")[0] + str(i) for i, b in enumerate(BAD)])
+def test_verifier_names_the_operand(operands, results, attrs, message) -> None:
+    params = ", ".join(f"%x{i}: {t}" for i, t in enumerate(operands))
+    names = ", ".join(f"%x{i}" for i in range(len(operands)))
+    text = (f"func.func @f({params}) {{\n"
+            f"  %o, %l = opc.attention {names}{attrs} : ({', '.join(operands)}) -> ({', '.join(results)})\n"
+            "  func.return\n}\n")
+    with pytest.raises(OpcError) as err:
+        parse_text(text, "bad.mlir")
+    first = str(err.value).splitlines()[0]
+    assert first.startswith("bad.mlir:2:") and ": error:" in first and message in first, first
+
+
+def test_grad_op_checks_out_and_lse() -> None:
+    text = ("func.func @f(%q: tensor<5x8xf32>, %k: tensor<7x8xf32>, %v: tensor<7x3xf32>, %o: tensor<5x3xf32>, "
+            "%l: tensor<5xf64>, %d: tensor<5x3xf32>) {\n"
+            "  %a, %b, %c = opc.attention_grad %q, %k, %v, %o, %l, %d : (tensor<5x8xf32>, tensor<7x8xf32>, "
+            "tensor<7x3xf32>, tensor<5x3xf32>, tensor<5xf64>, tensor<5x3xf32>) -> (tensor<5x8xf32>, tensor<7x8xf32>, "
+            "tensor<7x3xf32>)\n  func.return\n}\n")
+    with pytest.raises(OpcError, match=r"bad\.mlir:2:\d+: error: .*lse must have element type f32"):
+        parse_text(text, "bad.mlir")
+
+
+# ---------------------------------------------------------------------------
+# The CUDA kernels (runtime/opc_nn_attention.cuh) on tests/cuda_sim.h: no GPU here
+# ---------------------------------------------------------------------------
+
+SIM_STUBS = """#include "cuda_sim.h"
+#define __device__
+#define __forceinline__ inline
+#include <stdint.h>
+#include "opc_runtime.h"
+struct __half { uint16_t x; };
+struct __nv_bfloat16 { uint16_t x; };
+static inline __half __ushort_as_half(uint16_t v) { return __half{v}; }
+static inline float __half2float(__half h) { return opc_f16_to_f32(h.x); }
+static inline __nv_bfloat16 __ushort_as_bfloat16(uint16_t v) { return __nv_bfloat16{v}; }
+static inline float __bfloat162float(__nv_bfloat16 h) { return opc_bf16_to_f32(h.x); }
+"""
+G = ", ".join(f"g[{i}]" for i in range(22))
+SIM_ENTRY = f"""
+extern "C" int at_f64(const double *q, const double *k, const double *v, const double *mask, double *out,
+                      double *lse, const int64_t *g, double scale) {{
+    return opc_cuda_nn_attention_f64(q, k, v, mask, out, lse, {G}, scale);
+}}
+extern "C" int at_grad_f64(const double *q, const double *k, const double *v, const double *out, const double *lse,
+                           const double *dout, const double *mask, double *dq, double *dk, double *dv,
+                           const int64_t *g, double scale) {{
+    return opc_cuda_nn_attention_grad_f64(q, k, v, out, lse, dout, mask, dq, dk, dv, {G}, scale);
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def simulated_attention(tmp_path_factory):
+    """opc_nn.cuh's preamble and opc_nn_attention.cuh built with g++ against cuda_sim.h (blocks run as threads)."""
+    import ctypes
+    import re
+    import shutil
+    import subprocess
+
+    from opc.lowering.build import runtime_dir
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH (it builds the CUDA simulation)")
+    full = (runtime_dir() / "opc_nn.cuh").read_text()
+    text = full[:full.index("/* A row's max m")] + (runtime_dir() / "opc_nn_attention.cuh").read_text()
+    for inc in ("#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+                '#include "opc_runtime.h"'):
+        text = text.replace(inc, "")
+    text = re.sub(r"([\w:]+<\w+>)<<<([^;]*?), ([^;]*?)>>>\(([^;]*)\);", r"opc_sim_launch(\2, \3, [&] { \1(\4); });",
+                  text)
+    tmp = tmp_path_factory.mktemp("attention-sim")
+    (tmp / "at_sim.cpp").write_text(SIM_STUBS + text + "\n#endif\n" + SIM_ENTRY)
+    tests = str(runtime_dir().parent / "tests")
+    done = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-I", str(runtime_dir()),
+                           "-I", tests, "-o", str(tmp / "libat.so"), str(tmp / "at_sim.cpp")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return ctypes.CDLL(str(tmp / "libat.so"))
+
+
+SIM_CASES = [Case("sim_mask", (2, 2), 3, 9, 3, 2, (2, 1, 3, 9), False, "float64"),
+             Case("sim_causal", (1,), 5, 4, 2, 3, None, True, "float64")]
+
+
+@pytest.mark.parametrize("c", SIM_CASES, ids=[c.name for c in SIM_CASES])
+def test_cuda_kernels_on_the_simulator(simulated_attention, c: Case) -> None:
+    import ctypes
+
+    from opc.lowering.nn_lowering import attention_ints
+
+    arrays = [np.ascontiguousarray(a) for a in inputs(c)]
+    mask = arrays[3] if c.mask else arrays[0]
+    op = parse_text(source(c)).module.ops.first.body.block.first_op  # type: ignore[union-attr]
+    ints = np.array(attention_ints(op), np.int64)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    out = np.full((*c.batch, c.lq, c.dv), np.nan)
+    lse = np.full((*c.batch, c.lq), np.nan)
+    lib = simulated_attention
+    lib.at_f64.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_double]
+    lib.at_grad_f64.argtypes = [ctypes.c_void_p] * 11 + [ctypes.c_double]
+    assert lib.at_f64(*map(ptr, (*arrays[:3], mask, out, lse, ints)), c.scale) == 0
+    dout = np.random.default_rng(SEED).standard_normal(out.shape)
+    want_out, want_lse, want = reference(c, arrays, dout)
+    close(out, want_out, c.dt, "cuda out")
+    close(lse, want_lse, c.dt, "cuda lse")
+    grads = [np.full(a.shape, np.nan) for a in arrays[:3]]
+    assert lib.at_grad_f64(*map(ptr, (*arrays[:3], out, lse, dout, mask, *grads, ints)), c.scale) == 0
+    for name, g, w in zip(["dq", "dk", "dv"], grads, want):
+        close(g, w, c.dt, f"cuda {name}")
+
+
+def test_grad_without_the_dq_parts(tmp_path) -> None:
+    """The backward's other way (dq by a pass over query blocks, taken where the per-key-block parts of dq
+    would exceed OPC_AT_PART_MAX): opc_nn.h built with the limit at 0, against the formula."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    from opc.lowering.build import runtime_dir
+    from opc.lowering.nn_lowering import attention_ints
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not on PATH")
+    (tmp_path / "two_pass.c").write_text(
+        '#include "opc_nn.h"\n'
+        "int at_grad_f64(const double *q, const double *k, const double *v, const double *out, const double *lse,\n"
+        "                const double *dout, const double *mask, double *dq, double *dk, double *dv, const int64_t *g,\n"
+        "                double scale) {\n"
+        f"    opc_nn_attention_grad_f64(q, k, v, out, lse, dout, mask, dq, dk, dv, {G}, scale);\n"
+        "    return 0;\n}\n")
+    done = subprocess.run(["gcc", "-O1", "-fopenmp", "-shared", "-fPIC", "-DOPC_AT_PART_MAX=0", "-I", str(runtime_dir()),
+                           "-o", str(tmp_path / "libtwo.so"), str(tmp_path / "two_pass.c"), "-lm"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lib = ctypes.CDLL(str(tmp_path / "libtwo.so"))
+    lib.at_grad_f64.argtypes = [ctypes.c_void_p] * 11 + [ctypes.c_double]
+    for c in (CASES[3], CASES[4]):  # causal with a padding mask, Lq > Lk; a per-head mask over 2 key blocks
+        arrays = [np.ascontiguousarray(a) for a in inputs(c)]
+        dout = np.random.default_rng(SEED).standard_normal((*c.batch, c.lq, c.dv))
+        want_out, want_lse, want = reference(c, arrays, dout)
+        op = parse_text(source(c)).module.ops.first.body.block.first_op  # type: ignore[union-attr]
+        ints = np.array(attention_ints(op), np.int64)
+        grads = [np.full(a.shape, np.nan) for a in arrays[:3]]
+        mask = arrays[3] if c.mask else arrays[0]
+        ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+        lib.at_grad_f64(*map(ptr, (*arrays[:3], want_out, want_lse, dout, mask, *grads, ints)), c.scale)
+        for name, g, w in zip(["dq", "dk", "dv"], grads, want):
+            close(g, w, c.dt, f"two passes {c.name} {name}")
