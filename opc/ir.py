@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math as pymath
 import re
+import struct
 import sys
 from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, math, memref, scf
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import AnyFloat, BFloat16Type, ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
@@ -37,6 +38,22 @@ def make_context() -> Context:
 MAX_NESTING = 64
 # A dense literal is expanded element by element (a splat too): past this it is refused.
 MAX_DENSE_ELEMENTS = 1 << 22
+
+
+class HexElement(Parser._TensorLiteralElement):
+    """A hexadecimal dense-literal element: for a float type, the bits of the value (MLIR's meaning)."""
+
+    def to_type(self, parser, type):  # noqa: ANN001, ANN201 - xDSL's signature
+        if not isinstance(type, AnyFloat):
+            return super().to_type(parser, type)
+        width = type.bitwidth
+        if self.value >= 1 << width:
+            parser.raise_error(f"hexadecimal float literal {self.span.text} has more than {width} bits",
+                               at_position=self.span)
+        if isinstance(type, BFloat16Type):  # bfloat16: the top half of a float32
+            return struct.unpack("<f", struct.pack("<I", self.value << 16))[0]
+        code = {16: ("<e", "<H"), 32: ("<f", "<I"), 64: ("<d", "<Q")}[width]
+        return struct.unpack(code[0], struct.pack(code[1], self.value))[0]
 
 
 class LocatingParser(Parser):
@@ -67,6 +84,15 @@ class LocatingParser(Parser):
             self.raise_error(f"dense literal of {count} elements: opc takes at most {MAX_DENSE_ELEMENTS} (2^22) "
                              "elements in a constant", start, self.pos)
         return t
+
+    def _parse_tensor_literal_element(self):  # noqa: ANN202 - xDSL's signature
+        """An element of a dense literal; a hexadecimal one is kept as its bits (HexElement), since xDSL
+        0.75 turns `0xFF800000` in a float literal into 4.29e9 instead of -inf (MLIR prints inf and NaN
+        so: `dense<[0.0, 0xFF800000]> : tensor<2xf32>`)."""
+        element = super()._parse_tensor_literal_element()
+        if element.span.text[:2] in ("0x", "0X") and isinstance(element.value, int):
+            return HexElement(element.is_negative, element.value, element.span)
+        return element
 
     def parse_dense_int_or_fp_elements_attr(self, type):  # noqa: ANN001, ANN201 - xDSL's signature
         start = self.pos
