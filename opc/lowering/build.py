@@ -37,6 +37,7 @@ import numpy as np
 
 from opc.dtypes import numpy_dtype
 from opc.errors import OpcError
+from opc.lowering import parallel_build
 from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, SET_THREADS_FN, FunctionSignature, c_symbol
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
@@ -382,11 +383,16 @@ def status_error(sig: FunctionSignature, status: int, detail=None) -> Exception:
     return MemoryError(f"{sig.name}(): out of memory for intermediate buffers")
 
 
+# How a module's units are made and compiled (opc/lowering/parallel_build.py): a change to it
+# is a new key, so an extension built the old way is never taken for one built the new way.
+BUILD_SCHEME = "units-1"
+
+
 def module_key(source: str, cdef: str) -> str:
     import cffi
 
     return content_key(source, cdef, " ".join(module_flags() + link_flags()), compiler_version(), cffi.__version__,
-                       sys.version, runtime_digest())
+                       sys.version, runtime_digest(), BUILD_SCHEME)
 
 
 def extension_path(directory: Path, name: str) -> Path:
@@ -428,7 +434,17 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
                    extra_compile_args=module_flags(), extra_link_args=link_flags())
 
+    units = parallel_build.split_source(source, parallel_build.build_jobs()) if parallel_build.supported() else None
+
     def build(tmp: Path) -> Path:
+        if units is not None:  # the kernels in several translation units, compiled at once
+            built, text = parallel_build.compile_units(cffi, name, units, cdef, tmp, module_flags(), str(runtime_dir()),
+                                                       objects, link_flags())
+            if built is not None:
+                return built
+            kept = keep_failed(cache, name, {"module.c": self_contained(source), "module.cdef": cdef,
+                                             "build.log": text})
+            raise build_failure("the C compiler", text, kept)
         log = CapturedOutput()
         try:
             with captured_output(log):
