@@ -4,6 +4,8 @@ separate what builds differently."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -121,3 +123,53 @@ def test_build_key_separates_what_builds_differently(change, monkeypatch):
     else:
         cdef += "\nint f(void);"
     assert build.module_key(source, cdef) != base
+
+
+CALL = re.compile(r"^\s+(opc_k_\w+)\(", re.MULTILINE)
+
+
+def test_repeated_layers_share_one_kernel(tmp_path):
+    """Kernels that differ only by their locals' names are emitted once and called from every layer."""
+    layer = ("  %m{k} = opc.matmul %h{k}, %w : ({T}, {T}) -> {T}\n"
+             "  %s{k} = opc.add %m{k}, %x : ({T}, {T}) -> {T}\n"
+             "  %t{k} = opc.tanh %s{k} : ({T}) -> {T}\n"
+             "  %h{n} = opc.mul %t{k}, %m{k} : ({T}, {T}) -> {T}\n")
+    body = "".join(layer.format(k=k, n=k + 1, T=T) for k in range(3))
+    text = f"func.func @model(%h0: {T}, %w: {T}, %x: {T}) -> {T} {{\n{body}  func.return %h3 : {T}\n}}\n"
+
+    def oracle(h, w, x):  # noqa: ANN001, ANN202
+        h = h.astype(np.float64)
+        for _ in range(3):
+            m = h @ w
+            h = np.tanh(m + x) * m
+        return h
+
+    source, sigs = emitted(text)
+    defined = [name for name, _ in parallel_build.KERNEL_DEF.findall(source)]
+    called = CALL.findall(source)
+    assert len(set(defined)) == len(defined) and set(called) == set(defined)
+    assert len(defined) == 1 and len(called) == 3
+    h = np.linspace(-1, 1, N * N, dtype=np.float32).reshape(N, N)
+    w = np.cos(np.arange(N * N, dtype=np.float32)).reshape(N, N) / 2
+    x = np.sin(np.arange(N * N, dtype=np.float32)).reshape(N, N)
+    got = load_c(source, sigs, str(tmp_path)).model(h, w, x)
+    np.testing.assert_allclose(got, oracle(h, w, x), rtol=1e-4, atol=1e-5)
+
+
+def test_kernels_reading_different_constants_stay_apart(tmp_path):
+    """Same code but another global constant: not one kernel (opc_* names are not renamed)."""
+    c1, c2 = np.round(np.arange(N * N).reshape(N, N) / 7, 6), np.round(np.arange(N * N).reshape(N, N)[::-1] / 5, 6)
+    dense = [", ".join(", ".join(f"{v:.6f}" for v in row) for row in c) for c in (c1, c2)]
+    text = (f"func.func @f(%x: {T}) -> ({T}, {T}) {{\n"
+            f"  %c1 = arith.constant dense<[{dense[0]}]> : tensor<{N * N}xf32>\n"
+            f"  %c2 = arith.constant dense<[{dense[1]}]> : tensor<{N * N}xf32>\n"
+            f"  %r1 = opc.reshape %c1 : (tensor<{N * N}xf32>) -> {T}\n"
+            f"  %r2 = opc.reshape %c2 : (tensor<{N * N}xf32>) -> {T}\n"
+            f"  %a = opc.mul %x, %r1 : ({T}, {T}) -> {T}\n"
+            f"  %b = opc.mul %x, %r2 : ({T}, {T}) -> {T}\n"
+            f"  func.return %a, %b : {T}, {T}\n}}\n")
+    x = np.linspace(-2, 2, N * N, dtype=np.float32).reshape(N, N)
+    source, sigs = emitted(text)
+    a, b = load_c(source, sigs, str(tmp_path)).f(x)
+    np.testing.assert_allclose(a, x * c1, rtol=1e-6)
+    np.testing.assert_allclose(b, x * c2, rtol=1e-6)
