@@ -22,9 +22,7 @@ import io
 import os
 import re
 import shutil
-import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -37,7 +35,6 @@ import numpy as np
 
 from opc.dtypes import numpy_dtype
 from opc.errors import OpcError
-from opc.lowering import parallel_build
 from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, SET_THREADS_FN, FunctionSignature, c_symbol
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
@@ -70,6 +67,8 @@ def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
 
 @functools.cache
 def compiler_version() -> str:
+    import subprocess  # (here, not above: loading a cached module starts no compiler)
+
     cc = os.environ.get("CC", "gcc")
     try:
         return subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[0]
@@ -80,6 +79,8 @@ def compiler_version() -> str:
 @functools.cache
 def native_flags() -> tuple[str, ...]:
     """-march=native where the compiler takes it (it is the point of a local build)."""
+    import subprocess
+
     cc = os.environ.get("CC", "gcc")
     try:
         probe = subprocess.run([cc, "-march=native", "-x", "c", "-c", "-o", os.devnull, "-"],
@@ -164,6 +165,8 @@ def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, .
     variant = "".join(f"-{d.split('=')[-1]}" for d in defines)
 
     def build(tmp: Path) -> Path:
+        import subprocess
+
         out = tmp / f"{lib}.o"
         cmd = [os.environ.get("CC", "gcc"), *compile_flags(), *defines, "-fPIC", "-I", str(runtime_dir()), "-c",
                str(runtime_dir() / f"{lib}.c"), "-o", str(out)]
@@ -396,6 +399,8 @@ def module_key(source: str, cdef: str) -> str:
 
 
 def extension_path(directory: Path, name: str) -> Path:
+    import sysconfig
+
     return directory / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
 
 
@@ -433,6 +438,8 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     objects += [str(k) for k in kernels]
     ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
                    extra_compile_args=module_flags(), extra_link_args=link_flags())
+
+    from opc.lowering import parallel_build
 
     units = parallel_build.split_source(source, parallel_build.build_jobs()) if parallel_build.supported() else None
 

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,6 +119,8 @@ def compile_units(cffi, name: str, units: Units, cdef: str, tmp: Path, flags: li
         path = tmp / f"{name}_k{i}.c"
         path.write_text(text, encoding="utf-8")
         jobs.append((path, flags, []))
+
+    from concurrent.futures import ThreadPoolExecutor  # (here: a module loaded from the cache builds nothing)
 
     def run(job: tuple[Path, list[str], list[str]]) -> subprocess.CompletedProcess[str]:
         src, unit_flags, extra = job
