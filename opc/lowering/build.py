@@ -388,7 +388,7 @@ def status_error(sig: FunctionSignature, status: int, detail=None) -> Exception:
 
 # How a module's units are made and compiled (opc/lowering/parallel_build.py): a change to it
 # is a new key, so an extension built the old way is never taken for one built the new way.
-BUILD_SCHEME = "units-1"
+BUILD_SCHEME = "units-2"
 
 
 def module_key(source: str, cdef: str) -> str:

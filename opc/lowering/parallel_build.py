@@ -100,6 +100,15 @@ def split_source(source: str, jobs: int) -> Units | None:
     return Units(main, kernels, bool(LOOP.search(main)))
 
 
+def python_code_flags() -> list[str]:
+    """The flags of Python's CFLAGS that change code (-fwrapv, -DNDEBUG, ...): CFFI's own build
+    passes all of CFLAGS before opc's flags, so a split module means the same C as a one-unit one
+    (-g and the warnings, which change no code, are left out: -g costs gcc time)."""
+    import shlex
+
+    return [f for f in shlex.split(sysconfig.get_config_var("CFLAGS") or "") if f.startswith(("-f", "-D", "-U"))]
+
+
 def python_includes() -> list[str]:
     paths = sysconfig.get_paths()
     return [p for p in dict.fromkeys((paths.get("include"), paths.get("platinclude"))) if p]
@@ -115,6 +124,7 @@ def compile_units(cffi, name: str, units: Units, cdef: str, tmp: Path, flags: li
     with contextlib.redirect_stdout(io.StringIO()):  # CFFI says "generating ..."
         ffi.emit_c_code(str(wrapper))
     cc = os.environ.get("CC", "gcc")
+    flags = [*python_code_flags(), *flags]
     main_flags = flags if units.main_has_loops else [*flags, "-O1"]
     jobs = [(wrapper, main_flags, [f"-I{p}" for p in python_includes()])]
     for i, text in enumerate(units.kernels):
