@@ -22,9 +22,7 @@ import io
 import os
 import re
 import shutil
-import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -69,6 +67,8 @@ def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
 
 @functools.cache
 def compiler_version() -> str:
+    import subprocess  # (here, not above: loading a cached module starts no compiler)
+
     cc = os.environ.get("CC", "gcc")
     try:
         return subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[0]
@@ -79,6 +79,8 @@ def compiler_version() -> str:
 @functools.cache
 def native_flags() -> tuple[str, ...]:
     """-march=native where the compiler takes it (it is the point of a local build)."""
+    import subprocess
+
     cc = os.environ.get("CC", "gcc")
     try:
         probe = subprocess.run([cc, "-march=native", "-x", "c", "-c", "-o", os.devnull, "-"],
@@ -163,6 +165,8 @@ def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, .
     variant = "".join(f"-{d.split('=')[-1]}" for d in defines)
 
     def build(tmp: Path) -> Path:
+        import subprocess
+
         out = tmp / f"{lib}.o"
         cmd = [os.environ.get("CC", "gcc"), *compile_flags(), *defines, "-fPIC", "-I", str(runtime_dir()), "-c",
                str(runtime_dir() / f"{lib}.c"), "-o", str(out)]
@@ -382,14 +386,21 @@ def status_error(sig: FunctionSignature, status: int, detail=None) -> Exception:
     return MemoryError(f"{sig.name}(): out of memory for intermediate buffers")
 
 
+# How a module's units are made and compiled (opc/lowering/parallel_build.py): a change to it
+# is a new key, so an extension built the old way is never taken for one built the new way.
+BUILD_SCHEME = "units-2"
+
+
 def module_key(source: str, cdef: str) -> str:
     import cffi
 
     return content_key(source, cdef, " ".join(module_flags() + link_flags()), compiler_version(), cffi.__version__,
-                       sys.version, runtime_digest())
+                       sys.version, runtime_digest(), BUILD_SCHEME)
 
 
 def extension_path(directory: Path, name: str) -> Path:
+    import sysconfig
+
     return directory / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
 
 
@@ -428,7 +439,19 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
                    extra_compile_args=module_flags(), extra_link_args=link_flags())
 
+    from opc.lowering import parallel_build
+
+    units = parallel_build.split_source(source, parallel_build.build_jobs()) if parallel_build.supported() else None
+
     def build(tmp: Path) -> Path:
+        if units is not None:  # the kernels in several translation units, compiled at once
+            built, text = parallel_build.compile_units(cffi, name, units, cdef, tmp, module_flags(), str(runtime_dir()),
+                                                       objects, link_flags())
+            if built is not None:
+                return built
+            kept = keep_failed(cache, name, {"module.c": self_contained(source), "module.cdef": cdef,
+                                             "build.log": text})
+            raise build_failure("the C compiler", text, kept)
         log = CapturedOutput()
         try:
             with captured_output(log):

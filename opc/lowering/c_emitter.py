@@ -12,6 +12,7 @@ fails loudly, naming it.
 from __future__ import annotations
 
 import math as pymath
+import re
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, memref, scf
@@ -70,6 +71,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
     pack_buffers = True  # intermediates in one allocation (the CUDA emitter allocates each on the device)
     profiled = True  # every kernel call timed while profiling is on (opc/profiler.py); not in CUDA modules
     profile_labels: list[str] = field(default_factory=list)  # "function\tkind: ops" of each timed kernel
+    kernel_shapes: dict[str, str] = field(default_factory=dict)  # a kernel's text up to local names -> its name
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
               '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn_api.h"\n'
@@ -258,13 +260,22 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
         params = ", ".join(self.param(v) for v in captured) or "void"
         self.line(f"static __attribute__((noinline)) void {kernel}({params}) {{")
         self.indent = 1
-        for d in sorted(set(local_defs), key=lambda o: self.block_order.get(o, -1)):
+        # Constants first, then views (which may read them): the same order in every layer
+        # however the function's CSE interleaved them, so repeated kernels read alike.
+        for d in sorted(set(local_defs), key=lambda o: (isinstance(o, memref.ReinterpretCastOp),
+                                                        self.block_order.get(o, -1))):
             self.emit_op(d)
         self.emit_op(op)
         self.indent = 0
         self.line("}")
-        self.outlined.append("\n".join(self.lines))
+        text = "\n".join(self.lines)
         self.lines, self.indent = saved_lines, saved_indent
+        shape = kernel_shape(text.replace(kernel, "opc_k_"))
+        if shape in self.kernel_shapes:  # the same code as a kernel emitted before (a model's repeated layers)
+            kernel = self.kernel_shapes[shape]
+        else:
+            self.kernel_shapes[shape] = kernel
+            self.outlined.append(text)
         self.line(f"{kernel}({', '.join(self.name(v) for v in captured)});")
 
     def param(self, v: SSAValue) -> str:
@@ -371,6 +382,19 @@ def kernel_preamble(module: ModuleOp) -> str:
     if not symbols:
         return ""
     return KERNEL_HOST + "".join(f"int {s}(const opc_kernel_call *call);\n" for s in symbols)
+
+
+# The names CEmitter.name gives values (`hint_N`); opc_* names (globals, runtime functions) are
+# not local and keep theirs.
+LOCAL_NAME = re.compile(r"\b(?!opc_)[A-Za-z_]\w*?_\d+(?=\b|_t\b)")  # (NAME_t: a tile loop's counter)
+
+
+def kernel_shape(text: str) -> str:
+    """A kernel's text with its local names (parameters and variables) numbered by first use:
+    two kernels of one shape differ only by a renaming of locals, so one of them serves both
+    (gcc then compiles a model's repeated layers once; the time grows with distinct kernels)."""
+    seen: dict[str, str] = {}
+    return LOCAL_NAME.sub(lambda m: seen.setdefault(m.group(0), f"l{len(seen)}"), text)
 
 
 def kernel_label(op: Operation) -> str:

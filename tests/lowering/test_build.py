@@ -60,14 +60,15 @@ def test_failed_build_shows_the_compiler_and_keeps_the_source(tmp_path):
 CHILD = """
 import sys
 from pathlib import Path
+import subprocess
 from opc.lowering import build
-real_run = build.subprocess.run
+real_run = subprocess.run
 def counting_run(cmd, *args, **kwargs):
     if any("opc_nn_lib.c" in str(c) for c in cmd):
         with open(sys.argv[2], "a") as log:
             log.write("built\\n")
     return real_run(cmd, *args, **kwargs)
-build.subprocess.run = counting_run
+subprocess.run = counting_run
 print(build.runtime_object(Path(sys.argv[1]), "opc_nn_lib", ("-DOPC_NN_ONLY=3",)))  # the f64 nn kernels
 """
 

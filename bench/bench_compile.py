@@ -1,0 +1,137 @@
+"""opc's compile time: fresh compiles of 100 to 5,000-op models, a tiny BERT, and a cached load.
+
+Every figure is one fresh Python process (as a user's script), timed from after `import opc`:
+wall seconds and CPU seconds (the process's and its compilers'; on a shared machine the CPU
+figure is the one other sessions' load does not inflate much). Each compile gets a fresh
+cache that already holds opc's runtime objects (built once per machine, not per model).
+
+    python bench/bench_compile.py [--sizes 100,1000,5000] [--bert tiny_bert.onnx] [--repeat 3]
+    PYTHON_WITH_TRANSFORMERS bench/bench_compile.py --export-bert tiny_bert.onnx
+
+The tiny BERT is transformers' BertModel with 2 layers, width 64, 2 heads, MLP 256, vocab
+1000, batch 1 x 32 tokens, exported by torch.onnx.export(dynamo=True) (--export-bert does it,
+in an interpreter that has torch and transformers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+# A child: opc.compile(path) in a fresh process; prints JSON {wall, cpu, numpy_wall} (seconds).
+CHILD = """
+import json, resource, sys, time
+def cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+t = time.perf_counter()
+if sys.argv[2] == "numpy-first":
+    import numpy
+numpy_wall = time.perf_counter() - t
+import opc
+t, c = time.perf_counter(), cpu()
+opc.compile(sys.argv[1])
+print(json.dumps({"wall": time.perf_counter() - t, "cpu": cpu() - c, "numpy_wall": numpy_wall}))
+"""
+
+
+def child_env(cache: Path) -> dict[str, str]:
+    env = {**os.environ, "OPC_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: opc's modules load from their .pyc
+    return env
+
+
+def timed(path: Path, cache: Path, numpy_first: bool = False, timeout: float = 600) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path), "numpy-first" if numpy_first else "-"],
+                         capture_output=True, text=True, env=child_env(cache), timeout=timeout, check=False)
+    if out.returncode != 0:
+        raise RuntimeError((out.stderr.strip() or out.stdout.strip()).splitlines()[-1][:200])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def fresh_cache(tmp: Path, seed: Path, name: str) -> Path:
+    """A cache dir holding only the runtime objects the seed cache built."""
+    cache = tmp / name
+    cache.mkdir()
+    for obj in seed.glob("*.o"):
+        shutil.copy2(obj, cache / obj.name)
+    return cache
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def export_bert(path: str) -> None:
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=256, max_position_embeddings=128)
+    model = BertModel(cfg).eval()
+    ids = torch.randint(0, 1000, (1, 32))
+    mask, types = torch.ones(1, 32, dtype=torch.int64), torch.zeros(1, 32, dtype=torch.int64)
+    torch.onnx.export(model, (ids, mask, types), path, dynamo=True, external_data=False,
+                      input_names=["input_ids", "attention_mask", "token_type_ids"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100,1000,5000", help="op counts of the layered models")
+    ap.add_argument("--bert", help="the tiny BERT as .onnx (see --export-bert)")
+    ap.add_argument("--export-bert", metavar="PATH", help="export the tiny BERT to PATH and exit")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per figure (the best is shown)")
+    args = ap.parse_args()
+    if args.export_bert:
+        export_bert(args.export_bert)
+        return
+    from bench_cpu import layered_model
+
+    print(f"# python {' '.join(sys.argv)}")
+    print(f"load average before: {load()}; {os.cpu_count()} cores; build jobs: all cores")
+    print("seconds from after `import opc` to a bound module, fresh process each; best of "
+          f"{args.repeat}; cpu = the process's and its compilers' CPU time")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        seed_model = tmp / "seed.mlir"
+        seed_model.write_text(layered_model(16))
+        timed(seed_model, tmp / "seed")  # the runtime objects, and every .pyc written
+        if args.bert:
+            timed(Path(args.bert), tmp / "seed")  # (the BERT's runtime objects: the nn kernels too)
+        print("\nfresh compile of layered models (runs of 7 elementwise ops broken by a matmul or a row max)")
+        print(f"  {'ops':>5}  {'wall s':>7}  {'cpu s':>7}  {'wall s/1k ops':>13}  {'cpu s/1k ops':>12}")
+        for n in (int(s) for s in args.sizes.split(",")):
+            model = tmp / f"model{n}.mlir"
+            model.write_text(layered_model(n))
+            runs = [timed(model, fresh_cache(tmp, tmp / "seed", f"c{n}-{r}")) for r in range(args.repeat)]
+            wall, cpu = min(r["wall"] for r in runs), min(r["cpu"] for r in runs)
+            print(f"  {n:5d}  {wall:7.2f}  {cpu:7.2f}  {wall / n * 1e3:13.2f}  {cpu / n * 1e3:12.2f}", flush=True)
+        if not args.bert:
+            print("\ntiny BERT: skipped (no --bert given; export one with --export-bert)")
+        else:
+            bert = Path(args.bert)
+            runs = [timed(bert, fresh_cache(tmp, tmp / "seed", f"bert-{r}")) for r in range(args.repeat)]
+            print(f"\ntiny BERT ({bert.name}, {bert.stat().st_size / 1e3:.0f} kB) fresh compile: "
+                  f"wall {min(r['wall'] for r in runs):.2f} s, cpu {min(r['cpu'] for r in runs):.2f} s")
+            cache = tmp / "bert-0"
+            hits = [timed(bert, cache, numpy_first=True) for _ in range(max(5, args.repeat))]
+            cold = [timed(bert, cache) for _ in range(max(5, args.repeat))]
+            print(f"tiny BERT cached load, fresh process: {min(h['wall'] for h in hits) * 1e3:.1f} ms wall "
+                  f"({min(h['cpu'] for h in hits) * 1e3:.1f} ms cpu) after `import numpy` "
+                  f"(which took {min(h['numpy_wall'] for h in hits) * 1e3:.1f} ms); "
+                  f"{min(c['wall'] for c in cold) * 1e3:.1f} ms with NumPy's import inside")
+    print(f"\nload average after: {load()}")
+
+
+if __name__ == "__main__":
+    main()
