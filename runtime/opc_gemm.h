@@ -175,61 +175,17 @@ OPC_ALWAYS_INLINE float opc__ld_s(const void *p, int64_t i, int dt) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Vectorised exp / gelu-tanh for the f32 epilogue (GCC vector extensions,   */
-/* 8 floats, only when AVX is on; scalar libm otherwise).                    */
-/* gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)): same function,   */
-/* no cancellation for negative x. exp: Cody-Waite reduction + degree-6      */
-/* polynomial, ~1-2 ulp, argument clamped to [-87, 88].                      */
+/* gelu (tanh form) in the f32 epilogue: 0.5 x (1 + tanh(u)) = x / (1 + e^-2u), */
+/* the same function without cancellation for negative x, on opc_runtime.h's */
+/* branch-free opc_expf (the one exp polynomial of the runtime), so the loop */
+/* over a tile row vectorizes.                                              */
 /* ------------------------------------------------------------------------ */
-#if defined(__GNUC__) && defined(__AVX__)
-#define OPC_GEMM_VEC 1
-typedef float opc__v8f __attribute__((vector_size(32)));
-typedef int32_t opc__v8i __attribute__((vector_size(32)));
-
-OPC_ALWAYS_INLINE opc__v8f opc__v8_ld(const float *p) {
-    opc__v8f v; memcpy(&v, p, sizeof v); return v;
-}
-OPC_ALWAYS_INLINE void opc__v8_st(float *p, opc__v8f v) { memcpy(p, &v, sizeof v); }
-
-OPC_ALWAYS_INLINE opc__v8f opc__v8_exp(opc__v8f x) {
-    const opc__v8f hi = (opc__v8f){0} + 88.0f, lo = (opc__v8f){0} - 87.0f;
-    opc__v8i mhi = x > hi, mlo = x < lo;
-    opc__v8i xi = (opc__v8i)x;
-    xi = (xi & ~mhi) | ((opc__v8i)hi & mhi);
-    xi = (xi & ~mlo) | ((opc__v8i)lo & mlo);
-    x = (opc__v8f)xi;
-    const float magic = 12582912.0f; /* 1.5 * 2^23: round to nearest int */
-    opc__v8f t = x * 1.44269504088896341f + magic;
-    opc__v8i n = (opc__v8i)t - (opc__v8i)((opc__v8f){0} + magic);
-    opc__v8f nf = t - magic;
-    opc__v8f r = x - nf * 0.693359375f;
-    r = r - nf * (-2.12194440e-4f);
-    opc__v8f p = (opc__v8f){0} + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    opc__v8i scale = (n + 127) << 23;
-    return p * (opc__v8f)scale;
-}
-
-OPC_ALWAYS_INLINE opc__v8f opc__v8_gelu_tanh(opc__v8f x) {
-    opc__v8f u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x * x * x);
-    opc__v8f e = opc__v8_exp(-2.0f * u);
-    return x / (1.0f + e);
-}
-#endif
-
 OPC_ALWAYS_INLINE float opc__gelu_tanh_fast_f32(float x) {
-#ifdef OPC_GEMM_VEC
-    opc__v8f v = (opc__v8f){0} + x;
-    v = opc__v8_gelu_tanh(v);
-    return v[0];
-#else
-    return opc_gelu_tanh_f32(x);
-#endif
+    float u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x * x * x);
+    return x / (1.0f + opc_expf(-2.0f * u));
+}
+OPC_ALWAYS_INLINE void opc__gelu_tanh_row(const float *z, float *o, int n) {
+    for (int j = 0; j < n; j++) o[j] = opc__gelu_tanh_fast_f32(z[j]);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -247,7 +203,7 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
     float z[OPC_S_NR];
 #if defined(__AVX__)
     /* Full-width f32 rows: the same arithmetic in 8-float registers. */
-    if (dt == OPC_DT_F32 && nr == OPC_S_NR && act <= 2) {
+    if (dt == OPC_DT_F32 && nr == OPC_S_NR) {
         for (int i = 0; i < mr; i++) {
             float *o = (float *)out + i * ldo, *r = res ? (float *)res + i * ldo : NULL;
             float *ai = acc ? acc + i * ldacc : NULL;
@@ -261,21 +217,13 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
                     /* z < 0 ? 0 : z (NaN kept, -0 kept), as the scalar path */
                     z0 = _mm256_andnot_ps(_mm256_cmp_ps(z0, _mm256_setzero_ps(), _CMP_LT_OQ), z0);
                 }
-#ifdef OPC_GEMM_VEC
-                else if (act == 2) {
-                    opc__v8f v0;
-                    memcpy(&v0, &z0, sizeof v0);
-                    v0 = opc__v8_gelu_tanh(v0);
-                    memcpy(&z0, &v0, sizeof v0);
-                }
-#else
-                else if (act == 2) {
+                else if (act >= 2) {  /* gelu: opc_runtime.h's branch-free math, vectorized by gcc */
                     float g[8];
                     _mm256_storeu_ps(g, z0);
-                    for (int j = 0; j < 8; j++) g[j] = opc_gelu_tanh_f32(g[j]);
+                    if (act == 2) opc__gelu_tanh_row(g, g, 8);
+                    else for (int j = 0; j < 8; j++) g[j] = opc_gelu_erf_f32(g[j]);
                     z0 = _mm256_loadu_ps(g);
                 }
-#endif
                 _mm256_storeu_ps(o + c, z0);
             }
         }
@@ -302,32 +250,16 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
             if (res) { float *r = (float *)res + i * ldo; for (int j = 0; j < nr; j++) r[j] = z[j]; }
             if (act == 0) { for (int j = 0; j < nr; j++) o[j] = z[j]; }
             else if (act == 1) { for (int j = 0; j < nr; j++) o[j] = z[j] < 0.0f ? 0.0f : z[j]; }
-            else if (act == 2) {
-#ifdef OPC_GEMM_VEC
-                if (nr == OPC_S_NR) {
-                    for (int c = 0; c < OPC_S_NR; c += 8) opc__v8_st(o + c, opc__v8_gelu_tanh(opc__v8_ld(z + c)));
-                } else {
-                    float g[OPC_S_NR];
-                    for (int c = 0; c < OPC_S_NR; c += 8) opc__v8_st(g + c, opc__v8_gelu_tanh(opc__v8_ld(z + c)));
-                    for (int j = 0; j < nr; j++) o[j] = g[j];
-                }
-#else
-                for (int j = 0; j < nr; j++) o[j] = opc_gelu_tanh_f32(z[j]);
-#endif
-            } else { for (int j = 0; j < nr; j++) o[j] = opc_gelu_erf_f32(z[j]); }
+            else if (act == 2) opc__gelu_tanh_row(z, o, nr);
+            else { for (int j = 0; j < nr; j++) o[j] = opc_gelu_erf_f32(z[j]); }
         } else {
             float g[OPC_S_NR];
             uint16_t *o = (uint16_t *)out + i * ldo;
             uint16_t *r = res ? (uint16_t *)res + i * ldo : NULL;
             if (act == 0) { for (int j = 0; j < nr; j++) g[j] = z[j]; }
             else if (act == 1) { for (int j = 0; j < nr; j++) g[j] = z[j] < 0.0f ? 0.0f : z[j]; }
-            else if (act == 2) {
-#ifdef OPC_GEMM_VEC
-                for (int c = 0; c < OPC_S_NR; c += 8) opc__v8_st(g + c, opc__v8_gelu_tanh(opc__v8_ld(z + c)));
-#else
-                for (int j = 0; j < nr; j++) g[j] = opc_gelu_tanh_f32(z[j]);
-#endif
-            } else { for (int j = 0; j < nr; j++) g[j] = opc_gelu_erf_f32(z[j]); }
+            else if (act == 2) opc__gelu_tanh_row(z, g, nr);
+            else { for (int j = 0; j < nr; j++) g[j] = opc_gelu_erf_f32(z[j]); }
             if (dt == OPC_DT_F16) {
 #if defined(__F16C__) && defined(__AVX__)
                 /* hardware RNE conversion: identical to opc_f32_to_f16 except

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
     Float32Type,
+    Float64Type,
     FloatAttr,
     IndexType,
     IntegerAttr,
@@ -40,6 +41,7 @@ from opc.lowering.c_expressions import (
     ARENA_ALIGN,
     EXPRESSIONS,
     VECTOR_F32_MATH,
+    VECTOR_F64_MATH,
     buffer_bytes,
     c_constant,
     c_type,
@@ -91,6 +93,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
     def math_fn(self, name: str, t: Attribute) -> str:
         if isinstance(t, Float32Type) and name in VECTOR_F32_MATH:
             return VECTOR_F32_MATH[name]
+        if isinstance(t, Float64Type) and name in VECTOR_F64_MATH:
+            return VECTOR_F64_MATH[name]
         return float_fn(name, t)
 
     def line(self, text: str) -> None:
