@@ -1,6 +1,6 @@
 """The zoo's transformer block at a realistic size, opc against the others, side by side in one run.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--small] [--threads N] [--busy]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--small] [--threads N] [--busy] [--cpu-time]
 
 Batch 8, sequence 128, width 256, 4 heads, MLP 1024, f32; the block from
 examples/zoo/transformer_block.py (layer norm, causal multi-head attention,
@@ -17,7 +17,9 @@ bench/bench_cpu.py prints these rows too, through `run()`.
 --threads N gives every contender N threads (opc.set_num_threads, onnxruntime's intra-op
 pool, torch, and the process pinned to N cores for JAX); --busy starts one CPU-bound process
 per core for the timed part and reports each contender's median call instead of its best
-(what a job sharing the machine sees; 30 calls each, interleaved). The last rows: opc's compile (import + compile with
+(what a job sharing the machine sees; 30 calls each, interleaved); --cpu-time times the
+process's CPU seconds per call instead (at one thread: a call's time on a core of its own,
+which a loaded machine's waits do not inflate). The last rows: opc's compile (import + compile with
 gradients, in this process) and the load of the same model already compiled, in a fresh
 process (`opc.compile("block.onnx", grad=True)` found in the cache before parsing).
 """
@@ -216,6 +218,22 @@ def interleaved_best(fns: dict, repeat: int = 9) -> dict[str, float]:
     return best_of(fns, repeat=repeat, min_time=0.05)
 
 
+def cpu_best(fns: dict, repeat: int = 9, calls: int = 3) -> dict[str, float]:
+    """Best CPU seconds of the process per call, the rounds interleaved (--cpu-time): at one
+    thread, the time a call takes when it has the core, whatever the machine's load (the
+    time waiting for the core is not counted; a busy neighbour's cache traffic still is)."""
+    for fn in fns.values():
+        fn()
+    ts: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.process_time()
+            for _ in range(calls):
+                fn()
+            ts[name].append((time.process_time() - t0) / calls)
+    return {name: min(v) for name, v in ts.items()}
+
+
 def median(fns: dict, calls: int = 30) -> dict[str, float]:
     """Median seconds per call of each contender, the calls interleaved (the busy machine's
     figure: the best call says little there)."""
@@ -257,17 +275,19 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--busy", action="store_true")
+    ap.add_argument("--cpu-time", action="store_true", help="time CPU seconds (meaningful at --threads 1)")
     args = ap.parse_args()
     n = apply_threads(args.threads)
     opc.set_num_threads(n)
     mode = "busy: one CPU-bound process per core; medians" if args.busy else "best of rounds"
-    mode = "busy: one CPU-bound process per core; medians" if args.busy else "best of rounds"
+    if args.cpu_time:
+        mode = "CPU time of the process per call, best of rounds"
     print(f"threads {n}; load average {os.getloadavg()[0]:.1f}; {mode}")
     busy = []
     if args.busy:
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
-        run(SMALL if args.small else SIZES, timer=median if args.busy else None)
+        run(SMALL if args.small else SIZES, timer=median if args.busy else cpu_best if args.cpu_time else None)
     finally:
         for p in busy:
             p.kill()
