@@ -894,7 +894,7 @@ def mlp_compile_run(ctx: Context) -> None:
 def transformer_run(ctx: Context) -> None:
     import bench_transformer  # the zoo's transformer block vs onnxruntime / torch / JAX
 
-    bench_transformer.run(timer=lambda fn: benchlib.best(fn, repeat=min(ctx.repeat, 7)))
+    bench_transformer.run(timer=lambda fns: benchlib.best_of(fns, repeat=min(ctx.repeat, 7)))
 
 
 # ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The zoo's transformer block at a realistic size, opc against the others, side by side in one run.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--small] [--threads N] [--busy]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--small] [--threads N] [--busy] [--cpu-time]
 
 Batch 8, sequence 128, width 256, 4 heads, MLP 1024, f32; the block from
 examples/zoo/transformer_block.py (layer norm, causal multi-head attention,
@@ -10,13 +10,16 @@ residual, layer norm, GELU MLP, residual), imported from ONNX. Rows:
                       every weight) vs torch eager autograd, JAX (jit of vjp)
 torch and JAX run only where installed, on the same weights; every contender's
 numbers are checked against opc's before it is timed. Each figure is the best
-of several rounds; ratio = their time / opc's time (> 1: opc is faster).
+of 9 rounds, every round running every contender in turn (so a shared machine's
+load hits all alike); ratio = their time / opc's time (> 1: opc is faster).
 bench/bench_cpu.py prints these rows too, through `run()`.
 
 --threads N gives every contender N threads (opc.set_num_threads, onnxruntime's intra-op
 pool, torch, and the process pinned to N cores for JAX); --busy starts one CPU-bound process
 per core for the timed part and reports each contender's median call instead of its best
-(what a job sharing the machine sees). The last rows: opc's compile (import + compile with
+(what a job sharing the machine sees; 30 calls each, interleaved); --cpu-time times the
+process's CPU seconds per call instead (at one thread: a call's time on a core of its own,
+which a loaded machine's waits do not inflate). The last rows: opc's compile (import + compile with
 gradients, in this process) and the load of the same model already compiled, in a fresh
 process (`opc.compile("block.onnx", grad=True)` found in the cache before parsing).
 """
@@ -35,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import apply_threads, best, check, import_torch, threads  # noqa: E402 - one timer, one check
+from benchlib import apply_threads, best_of, check, import_torch, threads  # noqa: E402 - one timer, one check
 from zoo import common  # noqa: E402
 from zoo import transformer_block  # noqa: E402
 
@@ -152,8 +155,10 @@ def row(label: str, theirs: float | None, ours: float) -> None:
         print(f"{label:<44} {theirs * 1e3:9.2f} {ours * 1e3:9.2f} {theirs / ours:7.2f}")
 
 
-def run(sizes: transformer_block.Sizes = SIZES, timer=best) -> None:
-    """Build, import, compile, check and time; print one row per contender."""
+def run(sizes: transformer_block.Sizes = SIZES, timer=None) -> None:
+    """Build, import, compile, check and time; print one row per contender. timer: contenders
+    (name -> callable) -> seconds per call each; the interleaved best of rounds by default."""
+    timer = timer or interleaved_best
     s = sizes
     model = transformer_block.build(s, np.float32, opset=17, seed=0)
     t0 = time.perf_counter()
@@ -178,37 +183,69 @@ def run(sizes: transformer_block.Sizes = SIZES, timer=best) -> None:
           f"cores {os.cpu_count()}; import + compile (grad) {compile_s:.1f} s; "
           f"opc vs float64 NumPy: max error {float(np.abs(y - ref).max()):.1e}")
     print(f"{'case':<44} {'them ms':>9} {'opc ms':>9} {'ratio':>7}")
-    t_fwd, t_fb = timer(opc_forward), timer(opc_forward_backward)
     ours = opc_forward_backward()
+    # every contender checked first, then all timed together, the rounds interleaved
+    fns = {"opc fwd": opc_forward, "opc fwd+bwd": opc_forward_backward}
     ort_fwd = onnxruntime_forward(model, x)
     if ort_fwd is not None:
         check("onnxruntime", [ort_fwd()], [y], against="opc")
-    row("forward  vs onnxruntime", timer(ort_fwd) if ort_fwd else None, t_fwd)
-    compared = False
+        fns["onnxruntime fwd"] = ort_fwd
+    missing = []
     for name, make in (("torch eager", torch_contender), ("JAX jit", jax_contender)):
         contender = make(s, x, weights, dy)
         if contender is None:
-            print(f"{'(' + name + ' not installed)':<44}")
+            missing.append(name)
             continue
-        compared = True
         forward, forward_backward = contender
         check(name, [forward()], [y], against="opc")
         check(name, forward_backward(), list(ours), against="opc")
-        row(f"forward  vs {name}", timer(forward), t_fwd)
-        row(f"forward + backward vs {name}", timer(forward_backward), t_fb)
-    if not compared:
+        fns[f"{name} fwd"], fns[f"{name} fwd+bwd"] = forward, forward_backward
+    t = timer(fns)
+    t_fwd, t_fb = t["opc fwd"], t["opc fwd+bwd"]
+    row("forward  vs onnxruntime", t.get("onnxruntime fwd"), t_fwd)
+    for name in ("torch eager", "JAX jit"):
+        if name in missing:
+            print(f"{'(' + name + ' not installed)':<44}")
+            continue
+        row(f"forward  vs {name}", t[f"{name} fwd"], t_fwd)
+        row(f"forward + backward vs {name}", t[f"{name} fwd+bwd"], t_fb)
+    if len(missing) == 2:
         row("forward + backward (no torch or JAX to compare)", None, t_fb)
 
 
-def median(fn, calls: int = 30) -> float:
-    """Median seconds per call (the busy machine's figure: the best call says little there)."""
-    fn()
-    ts = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
+def interleaved_best(fns: dict, repeat: int = 9) -> dict[str, float]:
+    """Best seconds per call of each contender, the rounds interleaved (benchlib.best_of)."""
+    return best_of(fns, repeat=repeat, min_time=0.05)
+
+
+def cpu_best(fns: dict, repeat: int = 9, calls: int = 3) -> dict[str, float]:
+    """Best CPU seconds of the process per call, the rounds interleaved (--cpu-time): at one
+    thread, the time a call takes when it has the core, whatever the machine's load (the
+    time waiting for the core is not counted; a busy neighbour's cache traffic still is)."""
+    for fn in fns.values():
         fn()
-        ts.append(time.perf_counter() - t0)
-    return sorted(ts)[len(ts) // 2]
+    ts: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.process_time()
+            for _ in range(calls):
+                fn()
+            ts[name].append((time.process_time() - t0) / calls)
+    return {name: min(v) for name, v in ts.items()}
+
+
+def median(fns: dict, calls: int = 30) -> dict[str, float]:
+    """Median seconds per call of each contender, the calls interleaved (the busy machine's
+    figure: the best call says little there)."""
+    for fn in fns.values():
+        fn()
+    ts: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(calls):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            ts[name].append(time.perf_counter() - t0)
+    return {name: sorted(v)[len(v) // 2] for name, v in ts.items()}
 
 
 def cached_load_seconds(model, tmp: Path) -> tuple[float, float]:
@@ -238,17 +275,19 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--busy", action="store_true")
+    ap.add_argument("--cpu-time", action="store_true", help="time CPU seconds (meaningful at --threads 1)")
     args = ap.parse_args()
     n = apply_threads(args.threads)
     opc.set_num_threads(n)
     mode = "busy: one CPU-bound process per core; medians" if args.busy else "best of rounds"
-    mode = "busy: one CPU-bound process per core; medians" if args.busy else "best of rounds"
+    if args.cpu_time:
+        mode = "CPU time of the process per call, best of rounds"
     print(f"threads {n}; load average {os.getloadavg()[0]:.1f}; {mode}")
     busy = []
     if args.busy:
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
-        run(SMALL if args.small else SIZES, timer=median if args.busy else best)
+        run(SMALL if args.small else SIZES, timer=median if args.busy else cpu_best if args.cpu_time else None)
     finally:
         for p in busy:
             p.kill()

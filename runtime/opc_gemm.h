@@ -17,7 +17,7 @@
  * into KCxNR panels (shared by threads), then the threads take MCxKC blocks of
  * A (or, for short M, column ranges), pack them into MRxKC panels (packing
  * does the transpose and the f16/bf16 -> f32 conversion, and zero-pads edge
- * panels) and run an MRxNR register-blocked micro-kernel (AVX2+FMA intrinsics
+ * panels) and run an MRxNR register-blocked micro-kernel (AVX-512 or AVX2+FMA intrinsics,
  * when available, portable C otherwise). Each micro-tile goes through one
  * store routine which accumulates over K blocks and, after the last K block,
  * applies bias, reserve store, activation and the final rounding in the same
@@ -49,6 +49,11 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #define OPC_GEMM_AVX2 1
 #endif
+/* AVX-512 (chosen when the build's -march has it, as AVX2 is): the same
+   micro-tile rows with 16-float registers, twice the columns per FMA. */
+#if defined(OPC_GEMM_AVX2) && defined(__AVX512F__)
+#define OPC_GEMM_AVX512 1
+#endif
 
 #if defined(__GNUC__)
 #define OPC_RESTRICT __restrict__
@@ -62,9 +67,16 @@
 
 enum { OPC_DT_F32 = 0, OPC_DT_F16 = 1, OPC_DT_BF16 = 2, OPC_DT_F64 = 3 };
 
-/* Blocking. f32: 6x16 micro-tile (12 ymm accumulators), f64: 6x8. */
+/* Blocking. f32: 6x16 micro-tile (12 ymm accumulators), f64: 6x8; with
+   AVX-512 6x32 and 6x16 (12 zmm accumulators: 2 FMA ports x 4 cycles of
+   latency need 8 in flight; the B micro-panel, kc x NR, 32 KiB at kc = 256,
+   stays in a 48 KiB L1 while the A panels stream from L2). */
 #define OPC_S_MR 6
+#ifdef OPC_GEMM_AVX512
+#define OPC_S_NR 32
+#else
 #define OPC_S_NR 16
+#endif
 #ifndef OPC_S_KC
 #define OPC_S_KC 256
 #endif
@@ -78,7 +90,11 @@ enum { OPC_DT_F32 = 0, OPC_DT_F16 = 1, OPC_DT_BF16 = 2, OPC_DT_F64 = 3 };
 #define OPC_S_PACKB_GROUP 4
 #endif
 #define OPC_D_MR 6
+#ifdef OPC_GEMM_AVX512
+#define OPC_D_NR 16
+#else
 #define OPC_D_NR 8
+#endif
 #ifndef OPC_D_KC
 #define OPC_D_KC 256
 #endif
@@ -159,61 +175,17 @@ OPC_ALWAYS_INLINE float opc__ld_s(const void *p, int64_t i, int dt) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Vectorised exp / gelu-tanh for the f32 epilogue (GCC vector extensions,   */
-/* 8 floats, only when AVX is on; scalar libm otherwise).                    */
-/* gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)): same function,   */
-/* no cancellation for negative x. exp: Cody-Waite reduction + degree-6      */
-/* polynomial, ~1-2 ulp, argument clamped to [-87, 88].                      */
+/* gelu (tanh form) in the f32 epilogue: 0.5 x (1 + tanh(u)) = x / (1 + e^-2u), */
+/* the same function without cancellation for negative x, on opc_runtime.h's */
+/* branch-free opc_expf (the one exp polynomial of the runtime), so the loop */
+/* over a tile row vectorizes.                                              */
 /* ------------------------------------------------------------------------ */
-#if defined(__GNUC__) && defined(__AVX__)
-#define OPC_GEMM_VEC 1
-typedef float opc__v8f __attribute__((vector_size(32)));
-typedef int32_t opc__v8i __attribute__((vector_size(32)));
-
-OPC_ALWAYS_INLINE opc__v8f opc__v8_ld(const float *p) {
-    opc__v8f v; memcpy(&v, p, sizeof v); return v;
-}
-OPC_ALWAYS_INLINE void opc__v8_st(float *p, opc__v8f v) { memcpy(p, &v, sizeof v); }
-
-OPC_ALWAYS_INLINE opc__v8f opc__v8_exp(opc__v8f x) {
-    const opc__v8f hi = (opc__v8f){0} + 88.0f, lo = (opc__v8f){0} - 87.0f;
-    opc__v8i mhi = x > hi, mlo = x < lo;
-    opc__v8i xi = (opc__v8i)x;
-    xi = (xi & ~mhi) | ((opc__v8i)hi & mhi);
-    xi = (xi & ~mlo) | ((opc__v8i)lo & mlo);
-    x = (opc__v8f)xi;
-    const float magic = 12582912.0f; /* 1.5 * 2^23: round to nearest int */
-    opc__v8f t = x * 1.44269504088896341f + magic;
-    opc__v8i n = (opc__v8i)t - (opc__v8i)((opc__v8f){0} + magic);
-    opc__v8f nf = t - magic;
-    opc__v8f r = x - nf * 0.693359375f;
-    r = r - nf * (-2.12194440e-4f);
-    opc__v8f p = (opc__v8f){0} + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    opc__v8i scale = (n + 127) << 23;
-    return p * (opc__v8f)scale;
-}
-
-OPC_ALWAYS_INLINE opc__v8f opc__v8_gelu_tanh(opc__v8f x) {
-    opc__v8f u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x * x * x);
-    opc__v8f e = opc__v8_exp(-2.0f * u);
-    return x / (1.0f + e);
-}
-#endif
-
 OPC_ALWAYS_INLINE float opc__gelu_tanh_fast_f32(float x) {
-#ifdef OPC_GEMM_VEC
-    opc__v8f v = (opc__v8f){0} + x;
-    v = opc__v8_gelu_tanh(v);
-    return v[0];
-#else
-    return opc_gelu_tanh_f32(x);
-#endif
+    float u = (float)OPC_SQRT_2_OVER_PI * (x + (float)OPC_GELU_A * x * x * x);
+    return x / (1.0f + opc_expf(-2.0f * u));
+}
+OPC_ALWAYS_INLINE void opc__gelu_tanh_row(const float *z, float *o, int n) {
+    for (int j = 0; j < n; j++) o[j] = opc__gelu_tanh_fast_f32(z[j]);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -231,49 +203,29 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
     float z[OPC_S_NR];
 #if defined(__AVX__)
     /* Full-width f32 rows: the same arithmetic in 8-float registers. */
-    if (dt == OPC_DT_F32 && nr == OPC_S_NR && act <= 2) {
-        const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
-        const __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+    if (dt == OPC_DT_F32 && nr == OPC_S_NR) {
         for (int i = 0; i < mr; i++) {
-            __m256 z0 = _mm256_load_ps(ct + i * OPC_S_NR), z1 = _mm256_load_ps(ct + i * OPC_S_NR + 8);
-            if (!first) {
-                const float *ai = acc + i * ldacc;
-                z0 = _mm256_add_ps(_mm256_loadu_ps(ai), z0);
-                z1 = _mm256_add_ps(_mm256_loadu_ps(ai + 8), z1);
+            float *o = (float *)out + i * ldo, *r = res ? (float *)res + i * ldo : NULL;
+            float *ai = acc ? acc + i * ldacc : NULL;
+            for (int c = 0; c < OPC_S_NR; c += 8) {
+                __m256 z0 = _mm256_load_ps(ct + i * OPC_S_NR + c);
+                if (!first) z0 = _mm256_add_ps(_mm256_loadu_ps(ai + c), z0);
+                if (!last) { _mm256_storeu_ps(ai + c, z0); continue; }
+                if (bias) z0 = _mm256_add_ps(z0, _mm256_loadu_ps(bias + c));
+                if (r) _mm256_storeu_ps(r + c, z0);
+                if (act == 1) {
+                    /* z < 0 ? 0 : z (NaN kept, -0 kept), as the scalar path */
+                    z0 = _mm256_andnot_ps(_mm256_cmp_ps(z0, _mm256_setzero_ps(), _CMP_LT_OQ), z0);
+                }
+                else if (act >= 2) {  /* gelu: opc_runtime.h's branch-free math, vectorized by gcc */
+                    float g[8];
+                    _mm256_storeu_ps(g, z0);
+                    if (act == 2) opc__gelu_tanh_row(g, g, 8);
+                    else for (int j = 0; j < 8; j++) g[j] = opc_gelu_erf_f32(g[j]);
+                    z0 = _mm256_loadu_ps(g);
+                }
+                _mm256_storeu_ps(o + c, z0);
             }
-            if (!last) {
-                float *ai = acc + i * ldacc;
-                _mm256_storeu_ps(ai, z0); _mm256_storeu_ps(ai + 8, z1);
-                continue;
-            }
-            if (bias) { z0 = _mm256_add_ps(z0, b0); z1 = _mm256_add_ps(z1, b1); }
-            if (res) {
-                float *r = (float *)res + i * ldo;
-                _mm256_storeu_ps(r, z0); _mm256_storeu_ps(r + 8, z1);
-            }
-            if (act == 1) {
-                /* z < 0 ? 0 : z (NaN kept, -0 kept), as the scalar path */
-                const __m256 zr = _mm256_setzero_ps();
-                z0 = _mm256_andnot_ps(_mm256_cmp_ps(z0, zr, _CMP_LT_OQ), z0);
-                z1 = _mm256_andnot_ps(_mm256_cmp_ps(z1, zr, _CMP_LT_OQ), z1);
-            }
-#ifdef OPC_GEMM_VEC
-            else if (act == 2) {
-                opc__v8f v0, v1;
-                memcpy(&v0, &z0, sizeof v0); memcpy(&v1, &z1, sizeof v1);
-                v0 = opc__v8_gelu_tanh(v0); v1 = opc__v8_gelu_tanh(v1);
-                memcpy(&z0, &v0, sizeof v0); memcpy(&z1, &v1, sizeof v1);
-            }
-#else
-            else if (act == 2) {
-                float g[OPC_S_NR];
-                _mm256_storeu_ps(g, z0); _mm256_storeu_ps(g + 8, z1);
-                for (int j = 0; j < OPC_S_NR; j++) g[j] = opc_gelu_tanh_f32(g[j]);
-                z0 = _mm256_loadu_ps(g); z1 = _mm256_loadu_ps(g + 8);
-            }
-#endif
-            float *o = (float *)out + i * ldo;
-            _mm256_storeu_ps(o, z0); _mm256_storeu_ps(o + 8, z1);
         }
         return;
     }
@@ -298,46 +250,25 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
             if (res) { float *r = (float *)res + i * ldo; for (int j = 0; j < nr; j++) r[j] = z[j]; }
             if (act == 0) { for (int j = 0; j < nr; j++) o[j] = z[j]; }
             else if (act == 1) { for (int j = 0; j < nr; j++) o[j] = z[j] < 0.0f ? 0.0f : z[j]; }
-            else if (act == 2) {
-#ifdef OPC_GEMM_VEC
-                if (nr == OPC_S_NR) {
-                    opc__v8_st(o, opc__v8_gelu_tanh(opc__v8_ld(z)));
-                    opc__v8_st(o + 8, opc__v8_gelu_tanh(opc__v8_ld(z + 8)));
-                } else {
-                    float g[OPC_S_NR];
-                    opc__v8_st(g, opc__v8_gelu_tanh(opc__v8_ld(z)));
-                    opc__v8_st(g + 8, opc__v8_gelu_tanh(opc__v8_ld(z + 8)));
-                    for (int j = 0; j < nr; j++) o[j] = g[j];
-                }
-#else
-                for (int j = 0; j < nr; j++) o[j] = opc_gelu_tanh_f32(z[j]);
-#endif
-            } else { for (int j = 0; j < nr; j++) o[j] = opc_gelu_erf_f32(z[j]); }
+            else if (act == 2) opc__gelu_tanh_row(z, o, nr);
+            else { for (int j = 0; j < nr; j++) o[j] = opc_gelu_erf_f32(z[j]); }
         } else {
             float g[OPC_S_NR];
             uint16_t *o = (uint16_t *)out + i * ldo;
             uint16_t *r = res ? (uint16_t *)res + i * ldo : NULL;
             if (act == 0) { for (int j = 0; j < nr; j++) g[j] = z[j]; }
             else if (act == 1) { for (int j = 0; j < nr; j++) g[j] = z[j] < 0.0f ? 0.0f : z[j]; }
-            else if (act == 2) {
-#ifdef OPC_GEMM_VEC
-                opc__v8_st(g, opc__v8_gelu_tanh(opc__v8_ld(z)));
-                opc__v8_st(g + 8, opc__v8_gelu_tanh(opc__v8_ld(z + 8)));
-#else
-                for (int j = 0; j < nr; j++) g[j] = opc_gelu_tanh_f32(z[j]);
-#endif
-            } else { for (int j = 0; j < nr; j++) g[j] = opc_gelu_erf_f32(z[j]); }
+            else if (act == 2) opc__gelu_tanh_row(z, g, nr);
+            else { for (int j = 0; j < nr; j++) g[j] = opc_gelu_erf_f32(z[j]); }
             if (dt == OPC_DT_F16) {
 #if defined(__F16C__) && defined(__AVX__)
                 /* hardware RNE conversion: identical to opc_f32_to_f16 except
                    for NaN payloads (quiet NaN here) */
                 if (nr == OPC_S_NR) {
-                    if (r) {
-                        _mm_storeu_si128((__m128i *)r, _mm256_cvtps_ph(_mm256_loadu_ps(z), 0));
-                        _mm_storeu_si128((__m128i *)(r + 8), _mm256_cvtps_ph(_mm256_loadu_ps(z + 8), 0));
+                    for (int c = 0; c < OPC_S_NR; c += 8) {
+                        if (r) _mm_storeu_si128((__m128i *)(r + c), _mm256_cvtps_ph(_mm256_loadu_ps(z + c), 0));
+                        _mm_storeu_si128((__m128i *)(o + c), _mm256_cvtps_ph(_mm256_loadu_ps(g + c), 0));
                     }
-                    _mm_storeu_si128((__m128i *)o, _mm256_cvtps_ph(_mm256_loadu_ps(g), 0));
-                    _mm_storeu_si128((__m128i *)(o + 8), _mm256_cvtps_ph(_mm256_loadu_ps(g + 8), 0));
                     continue;
                 }
 #endif
@@ -379,7 +310,98 @@ static OPC_UNUSED void opc__store_d(const double *OPC_RESTRICT ct, int mr, int n
 /* ------------------------------------------------------------------------ */
 /* Micro-kernels: ct[MR][NR] = sum_k Ap[k][0..MR) (x) Bp[k][0..NR).          */
 /* ------------------------------------------------------------------------ */
-#ifdef OPC_GEMM_AVX2
+#if defined(OPC_GEMM_AVX512)
+/* AVX-512: 6 rows x 2 zmm of B per k step, 12 zmm accumulators. */
+__attribute__((noinline)) static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
+                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c,
+                       const char *pf, int64_t pfld, int pfrows) {
+    for (int r = 0; r < pfrows; r++) {   /* destination rows: 128 bytes, 2-3 lines each */
+        uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
+        _mm_prefetch((const char *)row, _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 64u), _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 127u), _MM_HINT_T0);
+    }
+    __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
+    __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
+    __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
+    __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
+    __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
+    __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
+#define OPC__SK(A, B) do { \
+        __m512 b0 = _mm512_load_ps((B)), b1 = _mm512_load_ps((B) + 16), av; \
+        __asm__("" : "+v"(b0), "+v"(b1)); /* keep B in registers: no re-loads */ \
+        av = _mm512_set1_ps((A)[0]); c00 = _mm512_fmadd_ps(av, b0, c00); c01 = _mm512_fmadd_ps(av, b1, c01); \
+        av = _mm512_set1_ps((A)[1]); c10 = _mm512_fmadd_ps(av, b0, c10); c11 = _mm512_fmadd_ps(av, b1, c11); \
+        av = _mm512_set1_ps((A)[2]); c20 = _mm512_fmadd_ps(av, b0, c20); c21 = _mm512_fmadd_ps(av, b1, c21); \
+        av = _mm512_set1_ps((A)[3]); c30 = _mm512_fmadd_ps(av, b0, c30); c31 = _mm512_fmadd_ps(av, b1, c31); \
+        av = _mm512_set1_ps((A)[4]); c40 = _mm512_fmadd_ps(av, b0, c40); c41 = _mm512_fmadd_ps(av, b1, c41); \
+        av = _mm512_set1_ps((A)[5]); c50 = _mm512_fmadd_ps(av, b0, c50); c51 = _mm512_fmadd_ps(av, b1, c51); \
+    } while (0)
+    int64_t k = 0;
+    for (; k + 4 <= kc; k += 4) {
+        _mm_prefetch((const char *)(b + 32 * 8), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + 32 * 8 + 16), _MM_HINT_T0);
+        OPC__SK(a, b); OPC__SK(a + 6, b + 32);
+        _mm_prefetch((const char *)(b + 32 * 10), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + 32 * 10 + 16), _MM_HINT_T0);
+        OPC__SK(a + 12, b + 64); OPC__SK(a + 18, b + 96);
+        a += 24; b += 128;
+    }
+    for (; k < kc; k++) { OPC__SK(a, b); a += 6; b += 32; }
+#undef OPC__SK
+    _mm512_store_ps(c + 0, c00);   _mm512_store_ps(c + 16, c01);
+    _mm512_store_ps(c + 32, c10);  _mm512_store_ps(c + 48, c11);
+    _mm512_store_ps(c + 64, c20);  _mm512_store_ps(c + 80, c21);
+    _mm512_store_ps(c + 96, c30);  _mm512_store_ps(c + 112, c31);
+    _mm512_store_ps(c + 128, c40); _mm512_store_ps(c + 144, c41);
+    _mm512_store_ps(c + 160, c50); _mm512_store_ps(c + 176, c51);
+}
+
+__attribute__((noinline)) static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
+                       const double *OPC_RESTRICT b, double *OPC_RESTRICT c,
+                       const char *pf, int64_t pfld, int pfrows) {
+    for (int r = 0; r < pfrows; r++) {
+        uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
+        _mm_prefetch((const char *)row, _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 64u), _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 127u), _MM_HINT_T0);
+    }
+    __m512d c00 = _mm512_setzero_pd(), c01 = _mm512_setzero_pd();
+    __m512d c10 = _mm512_setzero_pd(), c11 = _mm512_setzero_pd();
+    __m512d c20 = _mm512_setzero_pd(), c21 = _mm512_setzero_pd();
+    __m512d c30 = _mm512_setzero_pd(), c31 = _mm512_setzero_pd();
+    __m512d c40 = _mm512_setzero_pd(), c41 = _mm512_setzero_pd();
+    __m512d c50 = _mm512_setzero_pd(), c51 = _mm512_setzero_pd();
+#define OPC__DK(A, B) do { \
+        __m512d b0 = _mm512_load_pd((B)), b1 = _mm512_load_pd((B) + 8), av; \
+        __asm__("" : "+v"(b0), "+v"(b1)); \
+        av = _mm512_set1_pd((A)[0]); c00 = _mm512_fmadd_pd(av, b0, c00); c01 = _mm512_fmadd_pd(av, b1, c01); \
+        av = _mm512_set1_pd((A)[1]); c10 = _mm512_fmadd_pd(av, b0, c10); c11 = _mm512_fmadd_pd(av, b1, c11); \
+        av = _mm512_set1_pd((A)[2]); c20 = _mm512_fmadd_pd(av, b0, c20); c21 = _mm512_fmadd_pd(av, b1, c21); \
+        av = _mm512_set1_pd((A)[3]); c30 = _mm512_fmadd_pd(av, b0, c30); c31 = _mm512_fmadd_pd(av, b1, c31); \
+        av = _mm512_set1_pd((A)[4]); c40 = _mm512_fmadd_pd(av, b0, c40); c41 = _mm512_fmadd_pd(av, b1, c41); \
+        av = _mm512_set1_pd((A)[5]); c50 = _mm512_fmadd_pd(av, b0, c50); c51 = _mm512_fmadd_pd(av, b1, c51); \
+    } while (0)
+    int64_t k = 0;
+    for (; k + 4 <= kc; k += 4) {
+        _mm_prefetch((const char *)(b + 16 * 8), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + 16 * 8 + 8), _MM_HINT_T0);
+        OPC__DK(a, b); OPC__DK(a + 6, b + 16);
+        _mm_prefetch((const char *)(b + 16 * 10), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + 16 * 10 + 8), _MM_HINT_T0);
+        OPC__DK(a + 12, b + 32); OPC__DK(a + 18, b + 48);
+        a += 24; b += 64;
+    }
+    for (; k < kc; k++) { OPC__DK(a, b); a += 6; b += 16; }
+#undef OPC__DK
+    _mm512_store_pd(c + 0, c00);  _mm512_store_pd(c + 8, c01);
+    _mm512_store_pd(c + 16, c10); _mm512_store_pd(c + 24, c11);
+    _mm512_store_pd(c + 32, c20); _mm512_store_pd(c + 40, c21);
+    _mm512_store_pd(c + 48, c30); _mm512_store_pd(c + 56, c31);
+    _mm512_store_pd(c + 64, c40); _mm512_store_pd(c + 72, c41);
+    _mm512_store_pd(c + 80, c50); _mm512_store_pd(c + 88, c51);
+}
+#elif defined(OPC_GEMM_AVX2)
 /* noinline: a kernel of its own keeps all 16 ymm registers for the tile
    (inlined into the driver, gcc spills accumulators and re-loads B). */
 __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
@@ -621,10 +643,8 @@ static OPC_UNUSED void opc__packB_s(const void *B, int dt, int trans, int64_t N,
             r[j] = j < nr ? opc__row_s(B, (j0 + jp + j) * K + p0, kc, dt, tmp[j]) : zero;
         int64_t k = 0;
 #if defined(__AVX__)
-        for (; k + 8 <= kc; k += 8) {
-            opc__tr8(r, k, d + k * NR, NR, 0);
-            opc__tr8(r + 8, k, d + k * NR + 8, NR, 0);
-        }
+        for (; k + 8 <= kc; k += 8)
+            for (int jj = 0; jj < NR; jj += 8) opc__tr8(r + jj, k, d + k * NR + jj, NR, 0);
 #endif
         for (; k < kc; k++)
             for (int j = 0; j < NR; j++) d[k * NR + j] = r[j][k];

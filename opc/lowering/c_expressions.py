@@ -98,8 +98,9 @@ def c_constant(value: float | int, t: Attribute) -> str:
     return f"(({c_type(t)}){int(value)}{'LL' if abs(int(value)) > 2**31 - 1 else ''})"
 
 
-# f32 functions with branch-free versions in opc_runtime.h: loops over them vectorize.
+# f32 / f64 functions with branch-free versions in opc_runtime.h: loops over them vectorize.
 VECTOR_F32_MATH = {"exp": "opc_expf", "tanh": "opc_tanhf", "erf": "opc_erff", "log": "opc_logf"}
+VECTOR_F64_MATH = {"exp": "opc_exp", "tanh": "opc_tanh", "erf": "opc_erf", "log": "opc_log"}  # and for f64
 
 
 def float_fn(name: str, t: Attribute) -> str:

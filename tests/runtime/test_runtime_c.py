@@ -413,6 +413,54 @@ def test_gemm_portable_build(rt_portable, dname):
     same_bits16(cmap(rt_portable, "t_f32_to_f16", x, np.uint16), x.astype(np.float16))
 
 
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+
+
+# The micro-kernel is chosen by the build's ISA: -march=native picks AVX-512 where the CPU has it,
+# so the AVX2 kernel (6x16 tiles, what an AVX2-only machine runs) is built here on purpose too.
+AVX2_FLAGS = (["-O3", "-march=native", "-mno-avx512f", "-fopenmp"], ["-fopenmp"])
+
+
+@pytest.fixture(scope="module")
+def rt_avx2(tmp_path_factory):
+    if not {"avx2", "fma"} <= cpu_flags():
+        pytest.skip("the CPU has no AVX2+FMA to run the AVX2 micro-kernel")
+    return build_module(tmp_path_factory.mktemp("opc_rt_avx2"), AVX2_FLAGS)
+
+
+@pytest.mark.parametrize("dname", list(GEMM_DT))
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_gemm_avx2_build(rt_avx2, dname, ta, tb):
+    """The AVX2 kernels (also on an AVX-512 machine): ragged edges, several K and row blocks."""
+    for i, (M, N, K) in enumerate(SIZES + [(70, 40, 300), (300, 200, 600), (13, 47, 257)]):
+        run_gemm(rt_avx2, dname, 2 if i % 2 else 1, M, N, K, ta, tb, i % 4, bias=i % 3 != 1, bcast="b", seed=i)
+
+
+@pytest.mark.parametrize("isa, flags, want, unwanted", [
+    ("avx512f", ["-march=native"], r"vfmadd\w+ps\s.*%zmm", None),
+    ("avx2", ["-march=native", "-mno-avx512f"], r"vfmadd\w+ps\s.*%ymm", r"%zmm"),
+])
+def test_gemm_kernel_isa(tmp_path, isa, flags, want, unwanted):
+    """The build's ISA picks the micro-kernel: zmm FMAs with AVX-512, ymm (and no zmm) with AVX2 only."""
+    import re
+    import subprocess
+
+    if isa not in cpu_flags():
+        pytest.skip(f"the CPU has no {isa}: -march=native would not select that kernel")
+    asm = tmp_path / "gemm.s"
+    subprocess.run(["cc", "-O3", "-fopenmp", *flags, "-S", "-I", str(RUNTIME), "-o", str(asm),
+                    str(RUNTIME / "opc_gemm_lib.c")], check=True)
+    text = asm.read_text()
+    assert re.search(want, text)
+    assert unwanted is None or not re.search(unwanted, text)
+
+
 def test_gemm_f16_rounding_is_rne(rt):
     """The f16 store is the RNE rounding of the f32 accumulation."""
     ffi, lib = rt
