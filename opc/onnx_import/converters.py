@@ -114,15 +114,21 @@ def power(node: Node) -> Values:
     x = node.input(0)
     if node.known(1):
         y = node.const(1, "exponent")
-        if y.size == 1 and y.reshape(-1)[0] in (1.0, 2.0, 0.5) and broadcasts_to(y.shape, node.shape(0)):
+        shortcuts = (1.0, 2.0, 0.5) if numpy_of(x).kind == "f" else (1.0, 2.0)
+        if y.size == 1 and y.reshape(-1)[0] in shortcuts and broadcasts_to(y.shape, node.shape(0)):
             p = float(y.reshape(-1)[0])
             out = x if p == 1.0 else node.e.mul(x, x) if p == 2.0 else node.e.value(o.SqrtOp(x))
             return [node.e.reshape(out, np.broadcast_shapes(y.shape, node.shape(0)))]
-        exponent = node.e.constant(y.astype(node_numpy_dtype(node, 0)))
+        float_of_int = numpy_of(x).kind == "i" and y.dtype.kind == "f"
+        exponent = node.e.constant(y.astype(np.float64 if float_of_int else node_numpy_dtype(node, 0)))
     else:
         exponent = node.input(1)
-        if exponent.type.element_type != x.type.element_type:  # type: ignore[attr-defined]
-            exponent = node.e.cast(exponent, x.type.element_type)  # type: ignore[attr-defined]
+    if numpy_of(x).kind == "i" and numpy_of(exponent).kind == "f":  # in double, truncated back (as NumPy's astype)
+        f64 = BY_NUMPY[np.dtype(np.float64)]
+        wide = node.e.value(o.PowOp(node.e.cast(x, f64), node.e.cast(exponent, f64)))
+        return [node.e.cast(wide, x.type.element_type)]  # type: ignore[attr-defined]
+    if exponent.type.element_type != x.type.element_type:  # type: ignore[attr-defined]
+        exponent = node.e.cast(exponent, x.type.element_type)  # type: ignore[attr-defined]
     return [node.e.value(o.PowOp(x, exponent))]
 
 
@@ -1335,14 +1341,20 @@ def einsum(node: Node) -> Values:
 @converter("Mod", since=10)
 def mod(node: Node) -> Values:
     """C's fmod (fmod=1: the sign of x) or Python's % (fmod=0: the sign of y) from floor:
-    t = |x| - floor(|x| / |y|) * |y|, corrected once into [0, |y|), signed. Integers of up to 32 bits
-    go through float64, where t is exact after the correction; 64-bit integers are refused."""
+    t = |x| - floor(|x| / |y|) * |y|, corrected once into [0, |y|), signed. Integers: x - (x / y) * y
+    with opc's truncating integer division (exact in every width; x mod 0 is x)."""
     e = node.e
     x, y = node.input(0), node.input(1)
     dtype = numpy_of(x)
-    if dtype.kind in "iu" and dtype.itemsize > 4:
-        raise node.fail(f"Mod of {dtype} is not supported (integers of up to 32 bits)")
     fmod = node.attr("fmod", 0)
+    if dtype.kind in "iu":
+        r = e.sub(x, e.mul(e.div(x, y), y))
+        if not fmod and dtype.kind == "i":  # the sign of y: a nonzero remainder of the other sign moves by y
+            zero = e.constant(np.array(0, dtype))
+            other = e.select(lt(node, r, zero), gt(node, y, zero),
+                             e.select(gt(node, r, zero), lt(node, y, zero), bool_constant(node, False)))
+            r = e.select(other, e.add(r, y), r)
+        return [e.broadcast_to(r, np.broadcast_shapes(node.shape(0), node.shape(1)))]
     if dtype.kind == "f" and not fmod and node.opset < 28:
         raise node.fail(f"fmod must be 1 for floats before opset 28 (opset {node.opset})")
     work = np.dtype(np.float64) if dtype.kind in "iu" else np.dtype(np.float32) if dtype.itemsize < 4 else dtype
