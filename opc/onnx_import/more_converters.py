@@ -13,7 +13,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.converters import iota, scalar
-from opc.onnx_import.graph import Node, converter, numpy_dtype_of
+from opc.onnx_import.graph import BY_NUMPY, Node, converter, numpy_dtype_of
 
 Values = list[SSAValue | np.ndarray]
 
@@ -226,3 +226,121 @@ def lp_pool(node: Node) -> Values:
     avg = built(node, "avg_pool", lambda: o.AvgPoolOp(powered, props)).results[0]
     total = e.mul(avg, scalar(node, float(math.prod(int(k) for k in node.attr("kernel_shape"))), x))
     return [e.value(o.SqrtOp(total)) if p == 2 else e.value(o.PowOp(total, scalar(node, 1 / p, x)))]
+
+
+# ---------------------------------------------------------------------------
+# Linear maps known at compile time: one matmul with a constant matrix
+# ---------------------------------------------------------------------------
+
+
+def rows_times(node: Node, x: SSAValue, axis: int, matrix: np.ndarray) -> SSAValue:
+    """x with its `axis` (moved last, flattened with the others into rows) multiplied by matrix,
+    the new axis put back in place."""
+    e = node.e
+    shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+    perm = [d for d in range(len(shape)) if d != axis] + [axis]
+    moved = e.transpose(x, perm)
+    lead = [shape[d] for d in perm[:-1]]
+    dtype = numpy_dtype_of(x.type.element_type)  # type: ignore[attr-defined]
+    out = e.matmul(e.reshape(moved, [max(math.prod(lead), 1), shape[axis]]), e.constant(matrix.astype(dtype)))
+    out = e.reshape(out, [*lead, matrix.shape[1]])
+    return e.transpose(out, list(np.argsort(perm)))
+
+
+def dft_matrices(n_in: int, length: int, inverse: bool, onesided: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(C, S): the output's real part is re @ C - im @ S, its imaginary part re @ S + im @ C, where the
+    input has n_in points (zero-padded or cut to `length`, as numpy.fft's n=)."""
+    j = np.arange(n_in)[:, None]
+    if inverse and onesided:  # irfft: the Hermitian half, each inner frequency counted twice, real out
+        k, t = np.arange(n_in)[:, None], np.arange(length)[None, :]
+        weight = np.where((k == 0) | (2 * k == length), 1.0, 2.0) * (k <= length // 2)
+        angle = 2 * np.pi * k * t / length
+        return weight * np.cos(angle) / length, weight * np.sin(angle) / length
+    k = np.arange(length // 2 + 1 if onesided else length)[None, :]
+    angle = 2 * np.pi * j * k / length
+    used = j < length
+    sign, scale = (1.0, 1.0 / length) if inverse else (-1.0, 1.0)
+    return used * np.cos(angle) * scale, used * sign * np.sin(angle) * scale
+
+
+def dft(node: Node, axis: int, length_input: int | None) -> Values:
+    """DFT as two matmuls with cos / sin matrices along the axis (known at compile time: O(n^2) work,
+    exact to rounding); the last dim holds (real) or (real, imaginary)."""
+    e, x = node.e, node.input(0)
+    shape = node.shape(0)
+    rank = len(shape)
+    if rank < 2 or shape[-1] not in (1, 2):
+        raise node.fail(f"the last dim must be 1 (real) or 2 (complex), got shape {list(shape)}")
+    axis = node.axis(axis, rank)
+    if axis == rank - 1:
+        raise node.fail("axis must not be the last (the real/imaginary) dim")
+    inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
+    n_in = shape[axis]
+    if length_input is not None and node.has(length_input):
+        length = int(node.const(length_input, "dft_length").reshape(-1)[0])
+    else:
+        length = 2 * (n_in - 1) if inverse and onesided else n_in
+    if length < 1:
+        raise node.fail(f"dft_length must be positive, got {length}")
+    cos, sin = dft_matrices(n_in, length, inverse, onesided)
+    dtype = numpy_dtype_of(x.type.element_type)  # type: ignore[attr-defined]
+    if dtype != np.float64:  # sums of n terms in float64, rounded once (as numpy.fft's result, cast)
+        x = e.cast(x, BY_NUMPY[np.dtype(np.float64)])
+    squeeze = [*shape[:-1]]
+    re = e.reshape(along(node, x, rank - 1, 0, 1), squeeze)
+    im = e.reshape(along(node, x, rank - 1, 1, 2), squeeze) if shape[-1] == 2 else None
+    out_re = rows_times(node, re, axis, cos)
+    if im is not None:
+        out_re = e.sub(out_re, rows_times(node, im, axis, sin))
+    out_shape = list(out_re.type.get_shape())  # type: ignore[attr-defined]
+    parts = [out_re]
+    if not (inverse and onesided):
+        out_im = rows_times(node, re, axis, sin)
+        if im is not None:
+            out_im = e.add(out_im, rows_times(node, im, axis, cos))
+        parts.append(out_im)
+    parts = [e.reshape(p, [*out_shape, 1]) for p in parts]
+    out = parts[0] if len(parts) == 1 else e.value(o.ConcatOp(parts, rank - 1))
+    return [out if dtype == np.float64 else e.cast(out, BY_NUMPY[dtype])]
+
+
+@converter("DFT", since=17)
+def dft_axis_attribute(node: Node) -> Values:
+    return dft(node, int(node.attr("axis", 1)), 1)
+
+
+@converter("DFT", since=20)
+def dft_axis_input(node: Node) -> Values:
+    axis = int(node.const(2, "axis").reshape(-1)[0]) if node.has(2) else -2
+    return dft(node, axis, 1)
+
+
+@converter("Col2Im", since=18)
+def col2im(node: Node) -> Values:
+    """The sum of the columns' blocks into the image: [N, C * K, L] times a 0/1 matrix [K * L, H * W]
+    (each block element's pixel, from strides, pads and dilations), known at compile time."""
+    e = node.e
+    n, ckk, blocks = node.shape(0)
+    image = [int(v) for v in node.const(1, "image_shape").reshape(-1)]
+    block = [int(v) for v in node.const(2, "block_shape").reshape(-1)]
+    r = len(image)
+    if len(block) != r:
+        raise node.fail(f"image_shape {image} and block_shape {block} differ in rank")
+    strides = [int(v) for v in node.attr("strides", [1] * r)]
+    dilations = [int(v) for v in node.attr("dilations", [1] * r)]
+    pads = [int(v) for v in node.attr("pads", [0] * 2 * r)]
+    counts = [(image[d] + pads[d] + pads[r + d] - dilations[d] * (block[d] - 1) - 1) // strides[d] + 1
+              for d in range(r)]
+    k = math.prod(block)
+    if ckk % k or blocks != math.prod(counts) or min(counts) < 1:
+        raise node.fail(f"input shape {list(node.shape(0))} does not fit image {image}, block {block}: "
+                        f"expected [N, C * {k}, {math.prod(counts)}]")
+    matrix = np.zeros((k * blocks, math.prod(image)))
+    for ki, offset in enumerate(np.ndindex(*block)):
+        for li, at in enumerate(np.ndindex(*counts)):
+            pixel = [at[d] * strides[d] - pads[d] + offset[d] * dilations[d] for d in range(r)]
+            if all(0 <= pixel[d] < image[d] for d in range(r)):
+                matrix[ki * blocks + li, np.ravel_multi_index(pixel, image)] += 1
+    rows = e.reshape(node.input(0), [n * (ckk // k), k * blocks])
+    dtype = numpy_dtype_of(rows.type.element_type)  # type: ignore[attr-defined]
+    return [e.reshape(e.matmul(rows, e.constant(matrix.astype(dtype))), [n, ckk // k, *image])]
