@@ -1027,15 +1027,18 @@ def gather_nd(node: Node) -> Values:
 
 def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, rows: list[int]) -> SSAValue:
     """data (reshaped to rows) with updates scattered at the flat row indices: by the reduction attribute,
-    replaced (none), added (add), through opc.gather_grad (scatter-add) and a mask of hit rows."""
+    replaced (none), added (add), through opc.gather_grad (scatter-add) and a mask of hit rows; mul, min
+    and max one update row after the other (in order, so repeated indices combine), at most 256 of them."""
     e = node.e
     reduction = node.attr("reduction", "none")
-    if reduction not in ("none", "add"):
-        raise node.fail(f"reduction '{reduction}' is not supported (none, add)")
+    if reduction not in ("none", "add", "mul", "min", "max"):
+        raise node.fail(f"reduction '{reduction}' is not supported (none, add, mul, min, max)")
     if numpy_of(data).kind != "f":
         raise node.fail("opc scatters float data only")
     shape = list(data.type.get_shape())  # type: ignore[attr-defined]
     d = e.reshape(data, rows)
+    if reduction in ("mul", "min", "max"):
+        return e.reshape(scatter_one_by_one(node, d, flat, updates, reduction), shape)
     added = e.value(o.GatherGradOp(d, flat, updates, 0))
     if reduction == "add":
         return e.reshape(e.add(d, added), shape)
@@ -1043,6 +1046,24 @@ def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, 
     hits = e.value(o.GatherGradOp(d, flat, ones, 0))
     hit = gt(node, hits, scalar(node, 0.0, hits))
     return e.reshape(e.select(hit, added, d), shape)
+
+
+def scatter_one_by_one(node: Node, d: SSAValue, flat: SSAValue, updates: SSAValue, reduction: str) -> SSAValue:
+    e = node.e
+    rows = list(d.type.get_shape())  # type: ignore[attr-defined]
+    count = math.prod(flat.type.get_shape())  # type: ignore[attr-defined]
+    if count > 256:
+        raise node.fail(f"reduction '{reduction}' of {count} updates is not supported (at most 256)")
+    flat = e.reshape(flat, [count])
+    ups = e.reshape(updates, [count, *rows[1:]])
+    where = e.constant(np.arange(rows[0], dtype=np.int64).reshape([rows[0]] + [1] * (len(rows) - 1)))
+    combine = {"mul": e.mul, "min": lambda a, b: e.value(o.MinimumOp(a, b)),
+               "max": lambda a, b: e.value(o.MaximumOp(a, b))}[reduction]
+    for u in range(count):
+        at = e.reshape(e.value(o.SliceOp(flat, [u], [u + 1])), [1] * len(rows))
+        up = e.value(o.SliceOp(ups, [u] + [0] * (len(rows) - 1), [u + 1, *rows[1:]]))
+        d = e.select(e.value(o.EqualOp(where, at)), combine(d, up), d)
+    return d
 
 
 @converter("ScatterElements", since=11)

@@ -152,6 +152,19 @@ def selection_cases() -> dict[str, tuple]:
         feeds = {"x": x, "image": np.array(image, np.int64), "block": np.array(block, np.int64)}
         c[f"Col2Im_{'x'.join(map(str, image))}_{'_'.join(attrs)}"] = (single("Col2Im", feeds, opset=18, **attrs),
                                                                        feeds)
+    for reduction in ("mul", "min", "max"):
+        data = f32(4, 5)
+        idx = np.array([[1, -1, 0], [3, 3, 2]], np.int64)  # a repeated and a negative index
+        feeds = {"data": data, "idx": idx, "upd": f32(2, 3)}
+        for axis in (0, 1):
+            c[f"ScatterElements_{reduction}_{axis}"] = (
+                single("ScatterElements", feeds, opset=18, axis=axis, reduction=reduction), feeds)
+        nd = np.array([[[1], [3]], [[1], [-4]]], np.int64)  # rows 1 (twice), 3 and 0
+        feeds = {"data": f32(4, 3, 2), "idx": nd, "upd": f32(2, 2, 3, 2)}
+        c[f"ScatterND_{reduction}_rows"] = (single("ScatterND", feeds, opset=18, reduction=reduction), feeds)
+        nd2 = np.array([[0, 1], [2, 2], [0, 1]], np.int64)
+        feeds = {"data": f32(4, 3, 2), "idx": nd2, "upd": f32(3, 2)}
+        c[f"ScatterND_{reduction}_elements"] = (single("ScatterND", feeds, opset=18, reduction=reduction), feeds)
     return c
 
 
