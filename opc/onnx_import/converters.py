@@ -302,6 +302,10 @@ def reduce(node: Node, from_input: bool) -> Values:
     kind = node.op_type
     if kind == "ReduceSum":
         return [e.reduce_sum(x, axes, keep)]
+    if kind in ("ReduceMax", "ReduceMin") and numpy_of(x).kind == "b":  # any / all: over 0/1 bytes
+        u8 = BY_NUMPY[np.dtype(np.uint8)]
+        r = e.value(SIMPLE_REDUCTIONS[kind](e.cast(x, u8), axes, keep))  # of nothing: 0 (any), 255 (all)
+        return [e.cast(r, x.type.element_type)]  # type: ignore[attr-defined]
     if kind in SIMPLE_REDUCTIONS:
         return [e.value(SIMPLE_REDUCTIONS[kind](x, axes, keep))]
     if kind == "ReduceSumSquare":

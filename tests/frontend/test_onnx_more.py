@@ -165,11 +165,22 @@ def selection_cases() -> dict[str, tuple]:
         nd2 = np.array([[0, 1], [2, 2], [0, 1]], np.int64)
         feeds = {"data": f32(4, 3, 2), "idx": nd2, "upd": f32(3, 2)}
         c[f"ScatterND_{reduction}_elements"] = (single("ScatterND", feeds, opset=18, reduction=reduction), feeds)
+    for op in ("ReduceMax", "ReduceMin"):
+        for shape, axes in (((3, 4), [1]), ((3, 4), [0, 1]), ((2, 0, 3), [1])):
+            b = RNG.integers(0, 2, size=shape).astype(bool)
+            b[0] = True  # a row of all true
+            feeds = {"b": b, "axes": np.array(axes, np.int64)}
+            c[f"{op}_bool_{'x'.join(map(str, shape))}_{axes}"] = (single(op, feeds, opset=20, keepdims=0), feeds)
+    for dt in ("uint8", "int8"):  # ONNX's MaxPool takes no wider integers
+        x = ints(dt, (1, 2, 5, 6), -128, 255)
+        feeds = {"x": x}
+        c[f"MaxPool_{dt}"] = (single("MaxPool", feeds, kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 1]),
+                              feeds)
     return c
 
 
 CASES = cases()
-COMPILE_TIME = {"n", "k", "lens", "shape", "axis", "len", "image", "block"}  # inputs given by value: bound when a converter needs them
+COMPILE_TIME = {"n", "k", "lens", "shape", "axis", "len", "image", "block", "axes"}  # inputs given by value: bound when a converter needs them
 
 
 @pytest.fixture(scope="module")
