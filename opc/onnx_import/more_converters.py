@@ -1,7 +1,7 @@
 """More ONNX converters (issue 18, item 3): BitShift and BitwiseAnd / Or / Xor / Not onto opc's
 bitwise ops (which give ONNX's values where C leaves a shift undefined: a count below 0 or of the
 width or more gives 0 to the left, the sign fill to the right); the window functions (constants);
-CumProd, TopK, ReverseSequence, CenterCropPad and LpPool composed of slices, gathers, reductions,
+CumProd, TopK, ReverseSequence, CenterCropPad, LpPool, DFT, STFT and Col2Im composed of slices, gathers, reductions,
 avg_pool. Sizes, K and sequence lengths must be known at compile time."""
 
 from __future__ import annotations
@@ -266,23 +266,29 @@ def dft_matrices(n_in: int, length: int, inverse: bool, onesided: bool) -> tuple
 def dft(node: Node, axis: int, length_input: int | None) -> Values:
     """DFT as two matmuls with cos / sin matrices along the axis (known at compile time: O(n^2) work,
     exact to rounding); the last dim holds (real) or (real, imaginary)."""
-    e, x = node.e, node.input(0)
     shape = node.shape(0)
     rank = len(shape)
-    if rank < 2 or shape[-1] not in (1, 2):
-        raise node.fail(f"the last dim must be 1 (real) or 2 (complex), got shape {list(shape)}")
     axis = node.axis(axis, rank)
-    if axis == rank - 1:
-        raise node.fail("axis must not be the last (the real/imaginary) dim")
     inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
     n_in = shape[axis]
     if length_input is not None and node.has(length_input):
         length = int(node.const(length_input, "dft_length").reshape(-1)[0])
     else:
         length = 2 * (n_in - 1) if inverse and onesided else n_in
+    return [transform(node, node.input(0), axis, length, inverse, onesided)]
+
+
+def transform(node: Node, x: SSAValue, axis: int, length: int, inverse: bool, onesided: bool) -> SSAValue:
+    e = node.e
+    shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+    rank = len(shape)
+    if rank < 2 or shape[-1] not in (1, 2):
+        raise node.fail(f"the last dim must be 1 (real) or 2 (complex), got shape {list(shape)}")
+    if axis == rank - 1:
+        raise node.fail("axis must not be the last (the real/imaginary) dim")
     if length < 1:
         raise node.fail(f"dft_length must be positive, got {length}")
-    cos, sin = dft_matrices(n_in, length, inverse, onesided)
+    cos, sin = dft_matrices(shape[axis], length, inverse, onesided)
     dtype = numpy_dtype_of(x.type.element_type)  # type: ignore[attr-defined]
     if dtype != np.float64:  # sums of n terms in float64, rounded once (as numpy.fft's result, cast)
         x = e.cast(x, BY_NUMPY[np.dtype(np.float64)])
@@ -301,7 +307,35 @@ def dft(node: Node, axis: int, length_input: int | None) -> Values:
         parts.append(out_im)
     parts = [e.reshape(p, [*out_shape, 1]) for p in parts]
     out = parts[0] if len(parts) == 1 else e.value(o.ConcatOp(parts, rank - 1))
-    return [out if dtype == np.float64 else e.cast(out, BY_NUMPY[dtype])]
+    return out if dtype == np.float64 else e.cast(out, BY_NUMPY[dtype])
+
+
+@converter("STFT", since=17)
+def stft(node: Node) -> Values:
+    """Frames (one gather at compile-time positions: frame_step and the frame length must be known),
+    times the window, then the DFT of each frame (one-sided by default)."""
+    e, signal = node.e, node.input(0)
+    batch, n, last = node.shape(0)
+    step = int(node.const(1, "frame_step").reshape(-1)[0])
+    if node.has(3):
+        length = int(node.const(3, "frame_length").reshape(-1)[0])
+    elif node.has(2):
+        length = node.shape(2)[0]
+    else:
+        raise node.fail("the window or frame_length must be given")
+    if step < 1 or not 1 <= length <= n:
+        raise node.fail(f"frame_step {step} and frame_length {length} do not fit a signal of {n}")
+    frames = (n - length) // step + 1
+    at = (np.arange(frames)[:, None] * step + np.arange(length)[None, :]).astype(np.int64)
+    x = e.value(o.GatherOp(signal, e.constant(at), 1))  # [batch, frames, length, last]
+    if node.has(2):
+        if node.shape(2) != (length,):
+            raise node.fail(f"the window has shape {list(node.shape(2))}, expected [{length}]")
+        x = e.mul(x, e.reshape(node.input(2), [1, 1, length, 1]))
+    onesided = bool(node.attr("onesided", 1))
+    if onesided and last == 2:
+        raise node.fail("a one-sided STFT of a complex signal is not defined")
+    return [transform(node, x, 2, length, False, onesided)]
 
 
 @converter("DFT", since=17)

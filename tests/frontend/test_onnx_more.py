@@ -176,11 +176,25 @@ def selection_cases() -> dict[str, tuple]:
         feeds = {"x": x}
         c[f"MaxPool_{dt}"] = (single("MaxPool", feeds, kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 1]),
                               feeds)
+    for last, onesided in ((1, 1), (1, 0), (2, 0)):
+        for with_window in (True, False):
+            x = f32(2, 40, last)
+            feeds = {"x": x, "step": np.array(6, np.int64)}
+            names = ["x", "step"]
+            if with_window:
+                feeds["win"] = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(10) / 10)).astype(np.float32)
+                names.append("win")
+            else:
+                feeds["flen"] = np.array(9, np.int64)
+                names += ["", "flen"]
+            model = graph_model([helper.make_node("STFT", names, ["y0"], onesided=onesided)], feeds, ["y0"],
+                                opset=17)
+            c[f"STFT_{last}_{onesided}_{with_window}"] = (model, feeds)
     return c
 
 
 CASES = cases()
-COMPILE_TIME = {"n", "k", "lens", "shape", "axis", "len", "image", "block", "axes"}  # inputs given by value: bound when a converter needs them
+COMPILE_TIME = {"n", "k", "lens", "shape", "axis", "len", "image", "block", "axes", "step", "flen"}  # inputs given by value: bound when a converter needs them
 
 
 @pytest.fixture(scope="module")
