@@ -463,16 +463,25 @@ def slice_(node: Node) -> Values:
     axes = node.const(3, "axes", np.arange(len(starts))).reshape(-1).tolist()
     steps = node.const(4, "steps", np.ones(len(starts), np.int64)).reshape(-1).tolist()
     start, limit, strides = [0] * rank, list(src), [1] * rank
+    backwards: dict[int, list[int]] = {}  # axis -> the positions a negative step picks (a gather)
     for a, b, e, st in zip(axes, starts, ends, steps):
         a = node.axis(int(a), rank)
-        if st <= 0:
-            raise node.fail(f"step {st} on axis {a}: opc slices with positive steps only")
+        if st == 0:
+            raise node.fail(f"step 0 on axis {a}")
+        if st < 0:  # ONNX's clamping for negative steps: start into [0, dim - 1], end into [-1, dim - 1]
+            dim = src[a]
+            b, e = int(b) + dim if b < 0 else int(b), int(e) + dim if e < 0 else int(e)
+            backwards[a] = list(range(min(max(b, 0), dim - 1), min(max(e, -1), dim - 1), int(st)))
+            continue
         start[a], limit[a] = slice_bounds(src[a], int(b), int(e))
         limit[a] = max(limit[a], start[a])
         strides[a] = int(st)
-    if start == [0] * rank and limit == list(src) and strides == [1] * rank:
-        return [node.input(0)]
-    return [node.e.value(o.SliceOp(node.input(0), start, limit, strides))]
+    x = node.input(0)
+    if not (start == [0] * rank and limit == list(src) and strides == [1] * rank):
+        x = node.e.value(o.SliceOp(x, start, limit, strides))
+    for a, picked in backwards.items():
+        x = node.e.value(o.GatherOp(x, node.e.constant(np.array(picked, np.int64)), a))
+    return [x]
 
 
 def split_sizes(node: Node, dim: int) -> list[int]:

@@ -190,6 +190,14 @@ def selection_cases() -> dict[str, tuple]:
             model = graph_model([helper.make_node("STFT", names, ["y0"], onesided=onesided)], feeds, ["y0"],
                                 opset=17)
             c[f"STFT_{last}_{onesided}_{with_window}"] = (model, feeds)
+    x = f32(6, 5, 4)
+    for starts, ends, axes, steps in (([-1], [-100], [0], [-1]), ([4, 0], [0, 5], [1, 2], [-2, 2]),
+                                      ([100, 2], [-100, -1], [0, 2], [-3, -1]), ([-2], [-200], [1], [-1]),
+                                      ([3, 1, 4], [-7, 5, 1], [2, 0, 1], [-1, 1, -1])):
+        inits = {"s": np.array(starts, np.int64), "e": np.array(ends, np.int64), "a": np.array(axes, np.int64),
+                 "t": np.array(steps, np.int64)}
+        c[f"Slice_negative_{starts}_{ends}_{axes}_{steps}"] = (single("Slice", {"x": x}, initializers=inits),
+                                                              {"x": x})
     return c
 
 
