@@ -250,6 +250,20 @@ OPC_FN uint64_t opc_sat_u64(double x) {
     return (uint64_t)x;
 }
 
+/* Integer a^b (opc.pow of integers): repeated squaring in uint64_t, so it   */
+/* wraps like NumPy's integer power; the caller truncates to its width. A    */
+/* negative b gives 1 / a^-b truncated: 0 unless a is 1 or -1.               */
+OPC_FN int64_t opc_ipow(int64_t a, int64_t b) {
+    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, x = (uint64_t)a, e = (uint64_t)b;
+    while (e) {
+        if (e & 1u) r *= x;
+        x *= x;
+        e >>= 1;
+    }
+    return (int64_t)r;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Branch-free f32 exp, tanh, erf and log, so that loops over them vectorize */
 /* (libm's expf/tanhf/erff/logf are calls that keep a loop scalar). All are */

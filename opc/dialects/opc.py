@@ -317,6 +317,19 @@ class BinaryElementwiseOp(OpcOp, abc.ABC):
             raise VerifyException(f"result element type must be {self.result_element(a.element_type)}")
 
 
+class IntegerBinaryOp(BinaryElementwiseOp, abc.ABC):
+    """Bitwise ops: integer operands (not i1) of one element type, broadcast like NumPy."""
+
+    def verify_(self) -> None:
+        super().verify_()
+        check_integer(check_tensor(self.lhs, "lhs"), "operands")
+
+
+def check_integer(t: TensorType, what: str) -> None:
+    if is_float(t.element_type) or is_bool(t.element_type):
+        raise VerifyException(f"{what} must have an integer element type (not i1), got {t.element_type}")
+
+
 class CompareOp(BinaryElementwiseOp, abc.ABC):
     @classmethod
     def result_element(cls, operand_element: Attribute) -> Attribute:
@@ -413,10 +426,10 @@ class MulOp(BinaryElementwiseOp):
 
 @irdl_op_definition
 class DivOp(BinaryElementwiseOp):
-    """`%r = opc.div %a, %b : (tensor<4xf32>, tensor<1xf32>) -> tensor<4xf32>` (floats only)"""
+    """`%r = opc.div %a, %b : (tensor<4xf32>, tensor<1xf32>) -> tensor<4xf32>`; integers divide as C does
+    (truncating toward zero), and x / 0 is 0 there (NumPy's value, where C leaves it undefined)."""
 
     name = "opc.div"
-    FLOATS_ONLY: ClassVar[bool] = True
 
 
 @irdl_op_definition
@@ -435,10 +448,53 @@ class MinimumOp(BinaryElementwiseOp):
 
 @irdl_op_definition
 class PowOp(BinaryElementwiseOp):
-    """`%r = opc.pow %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>` (floats only)"""
+    """`%r = opc.pow %a, %b : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>`; integers by repeated
+    squaring, wrapping; a negative exponent gives the truncated 1 / a^-b (0 unless a is 1 or -1)."""
 
     name = "opc.pow"
-    FLOATS_ONLY: ClassVar[bool] = True
+
+    def verify_(self) -> None:
+        super().verify_()
+        t = check_tensor(self.lhs, "lhs").element_type
+        if isinstance(t, IntegerType) and t.signedness.data == Signedness.UNSIGNED:
+            raise VerifyException(f"operands must be floats or signed integers, got {t}")
+
+
+@irdl_op_definition
+class BitwiseAndOp(IntegerBinaryOp):
+    """`%r = opc.bitwise_and %a, %b : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>`"""
+
+    name = "opc.bitwise_and"
+
+
+@irdl_op_definition
+class BitwiseOrOp(IntegerBinaryOp):
+    """`%r = opc.bitwise_or %a, %b : (tensor<4xui8>, tensor<1xui8>) -> tensor<4xui8>`"""
+
+    name = "opc.bitwise_or"
+
+
+@irdl_op_definition
+class BitwiseXorOp(IntegerBinaryOp):
+    """`%r = opc.bitwise_xor %a, %b : (tensor<4xi16>, tensor<4xi16>) -> tensor<4xi16>`"""
+
+    name = "opc.bitwise_xor"
+
+
+@irdl_op_definition
+class ShiftLeftOp(IntegerBinaryOp):
+    """`%r = opc.shift_left %a, %b : (tensor<4xui32>, tensor<4xui32>) -> tensor<4xui32>`: a << b, wrapping in
+    a's width; a shift below 0 or of the width or more gives 0 (ONNX BitShift)."""
+
+    name = "opc.shift_left"
+
+
+@irdl_op_definition
+class ShiftRightOp(IntegerBinaryOp):
+    """`%r = opc.shift_right %a, %b : (tensor<4xi8>, tensor<4xi8>) -> tensor<4xi8>`: a >> b, arithmetic for
+    signed a; a shift below 0 or of the width or more gives the sign fill (-1 or 0; ONNX BitShift)."""
+
+    name = "opc.shift_right"
 
 
 @irdl_op_definition
@@ -503,6 +559,16 @@ class AbsOp(UnaryElementwiseOp):
 
     name = "opc.abs"
     FLOATS_ONLY: ClassVar[bool] = False
+
+
+@irdl_op_definition
+class BitwiseNotOp(UnaryElementwiseOp):
+    """`%r = opc.bitwise_not %a : (tensor<4xui16>) -> tensor<4xui16>` (integers, not i1)"""
+
+    name = "opc.bitwise_not"
+
+    def verify_(self) -> None:
+        check_integer(check_tensor(self.x, "operand"), "operand")
 
 
 @irdl_op_definition
@@ -2434,6 +2500,7 @@ Opc = Dialect(
     "opc",
     [
         AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp,
+        BitwiseAndOp, BitwiseOrOp, BitwiseXorOp, ShiftLeftOp, ShiftRightOp, BitwiseNotOp,
         GreaterThanOp, LessThanOp, EqualOp, SelectOp,
         NegOp, ExpOp, LogOp, TanhOp, ErfOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp,
         FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp, CoshOp, AsinhOp, AcoshOp, AtanhOp,

@@ -221,6 +221,56 @@ def abs_int(e: Renderer, o: Operation) -> str:
     return f"({c_type(t)})(({a} < 0) ? ({u})0 - ({u}){a} : ({u}){a})"
 
 
+def width_of(t: Attribute) -> int:
+    return 64 if isinstance(t, IndexType) else t.width.data  # type: ignore[attr-defined]
+
+
+def out_of_range_shift(e: Renderer, o: Operation) -> str:
+    """b < 0 or b >= the width (one unsigned compare): where C's shifts are undefined."""
+    return f"(({unsigned_c_type(o.rhs.type)}){e.name(o.rhs)} >= {width_of(o.rhs.type)}u)"  # type: ignore[attr-defined]
+
+
+def shift_left(e: Renderer, o: Operation) -> str:
+    """In the wide unsigned type (no signed overflow), truncated back; 0 out of range."""
+    t, a, b = o.result.type, e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+    u = c_unsigned_wide(t)
+    return f"({out_of_range_shift(e, o)} ? ({c_type(t)})0 : ({c_type(t)})(({u}){a} << ({u}){b}))"
+
+
+def shift_right_signed(e: Renderer, o: Operation) -> str:
+    """Arithmetic, spelled with ~ for negative a (C leaves >> of a negative value to the compiler);
+    the sign fill out of range."""
+    t, a, b = o.result.type, e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+    ct = c_type(t)
+    return (f"({out_of_range_shift(e, o)} ? ({ct})({a} < 0 ? -1 : 0) : "
+            f"{a} < 0 ? ({ct})~(~{a} >> {b}) : ({ct})({a} >> {b}))")
+
+
+def shift_right_unsigned(e: Renderer, o: Operation) -> str:
+    t, a, b = o.result.type, e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+    return (f"({out_of_range_shift(e, o)} ? ({c_type(t)})0 : "
+            f"({c_type(t)})(({unsigned_c_type(t)}){a} >> ({unsigned_c_type(t)}){b}))")
+
+
+def div_signed(e: Renderer, o: Operation) -> str:
+    """Truncating; x / 0 is 0 (NumPy's value) and MIN / -1 wraps to MIN, where C is undefined."""
+    t, a, b = o.result.type, e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+    ct, u = c_type(t), c_unsigned_wide(t)
+    return f"({b} == 0 ? ({ct})0 : {b} == -1 ? ({ct})(({u})0 - ({u}){a}) : ({ct})({a} / {b}))"
+
+
+def div_unsigned(e: Renderer, o: Operation) -> str:
+    t, a, b = o.result.type, e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+    ut = unsigned_c_type(t)
+    return f"({b} == 0 ? ({c_type(t)})0 : ({c_type(t)})(({ut}){a} / ({ut}){b}))"
+
+
+def ipow(e: Renderer, o: Operation) -> str:
+    """opc_ipow (runtime/opc_runtime.h): repeated squaring in uint64_t, truncated to the type."""
+    t = o.result.type  # type: ignore[attr-defined]
+    return f"({c_type(t)})opc_ipow((int64_t){e.name(o.lhs)}, (int64_t){e.name(o.rhs)})"  # type: ignore[attr-defined]
+
+
 def rsqrt(e: Renderer, o: Operation) -> str:
     t = o.result.type  # type: ignore[attr-defined]
     one = "1.0f" if isinstance(t, Float32Type) else "1.0"
@@ -231,7 +281,9 @@ EXPRESSIONS = {
     arith.AddfOp: infix("+"), arith.SubfOp: infix("-"), arith.MulfOp: infix("*"), arith.DivfOp: infix("/"),
     arith.NegfOp: lambda e, o: f"(-{e.name(o.operand)})",
     arith.MaximumfOp: pick(">"), arith.MinimumfOp: pick("<"),
-    arith.OrIOp: infix("|"), arith.AndIOp: infix("&"),
+    arith.OrIOp: infix("|"), arith.AndIOp: infix("&"), arith.XOrIOp: infix("^"),
+    arith.ShLIOp: shift_left, arith.ShRSIOp: shift_right_signed, arith.ShRUIOp: shift_right_unsigned,
+    arith.DivSIOp: div_signed, arith.DivUIOp: div_unsigned, math.IPowIOp: ipow,
     arith.AddiOp: wrap_int("+"), arith.SubiOp: wrap_int("-"), arith.MuliOp: wrap_int("*"),
     arith.MaxSIOp: int_pick(">"), arith.MaxUIOp: int_pick(">", True),
     arith.MinSIOp: int_pick("<"), arith.MinUIOp: int_pick("<", True),

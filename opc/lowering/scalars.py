@@ -206,6 +206,12 @@ INT_BINARY: dict[type, tuple[type, type]] = {  # (signed, unsigned)
     opc.AddOp: (arith.AddiOp, arith.AddiOp), opc.SubOp: (arith.SubiOp, arith.SubiOp),
     opc.MulOp: (arith.MuliOp, arith.MuliOp), opc.MaximumOp: (arith.MaxSIOp, arith.MaxUIOp),
     opc.MinimumOp: (arith.MinSIOp, arith.MinUIOp),
+    # C's semantics where C is undefined, from the C expressions (c_expressions.py): x / 0 is 0, shifts
+    # out of [0, width) give 0 (left) or the sign fill (right), pow wraps
+    opc.DivOp: (arith.DivSIOp, arith.DivUIOp), opc.PowOp: (math.IPowIOp, math.IPowIOp),
+    opc.BitwiseAndOp: (arith.AndIOp, arith.AndIOp), opc.BitwiseOrOp: (arith.OrIOp, arith.OrIOp),
+    opc.BitwiseXorOp: (arith.XOrIOp, arith.XOrIOp),
+    opc.ShiftLeftOp: (arith.ShLIOp, arith.ShLIOp), opc.ShiftRightOp: (arith.ShRSIOp, arith.ShRUIOp),
 }  # fmt: skip
 COMPARE: dict[type, tuple[str, str, str]] = {  # (float, signed, unsigned) predicates
     opc.GreaterThanOp: ("ogt", "sgt", "ugt"), opc.LessThanOp: ("olt", "slt", "ult"), opc.EqualOp: ("oeq", "eq", "eq"),
@@ -333,6 +339,8 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
     unsigned = is_unsigned(element_of(op.operands[0]))
     if kind in INT_BINARY:
         return e.value(INT_BINARY[kind][unsigned](xs[0], xs[1]))
+    if kind is opc.BitwiseNotOp:
+        return e.value(arith.XOrIOp(xs[0], e.const(-1, in_t)))
     if kind is opc.NegOp:
         return e.value(arith.SubiOp(e.const(0, in_t), xs[0]))
     if kind is opc.AbsOp:

@@ -85,6 +85,7 @@ def register_converters() -> None:
         attention_converters,
         control_flow,
         converters,
+        more_converters,
         nn_converters,
         quant_converters,
         rnn_converters,

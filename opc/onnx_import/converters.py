@@ -114,15 +114,21 @@ def power(node: Node) -> Values:
     x = node.input(0)
     if node.known(1):
         y = node.const(1, "exponent")
-        if y.size == 1 and y.reshape(-1)[0] in (1.0, 2.0, 0.5) and broadcasts_to(y.shape, node.shape(0)):
+        shortcuts = (1.0, 2.0, 0.5) if numpy_of(x).kind == "f" else (1.0, 2.0)
+        if y.size == 1 and y.reshape(-1)[0] in shortcuts and broadcasts_to(y.shape, node.shape(0)):
             p = float(y.reshape(-1)[0])
             out = x if p == 1.0 else node.e.mul(x, x) if p == 2.0 else node.e.value(o.SqrtOp(x))
             return [node.e.reshape(out, np.broadcast_shapes(y.shape, node.shape(0)))]
-        exponent = node.e.constant(y.astype(node_numpy_dtype(node, 0)))
+        float_of_int = numpy_of(x).kind == "i" and y.dtype.kind == "f"
+        exponent = node.e.constant(y.astype(np.float64 if float_of_int else node_numpy_dtype(node, 0)))
     else:
         exponent = node.input(1)
-        if exponent.type.element_type != x.type.element_type:  # type: ignore[attr-defined]
-            exponent = node.e.cast(exponent, x.type.element_type)  # type: ignore[attr-defined]
+    if numpy_of(x).kind == "i" and numpy_of(exponent).kind == "f":  # in double, truncated back (as NumPy's astype)
+        f64 = BY_NUMPY[np.dtype(np.float64)]
+        wide = node.e.value(o.PowOp(node.e.cast(x, f64), node.e.cast(exponent, f64)))
+        return [node.e.cast(wide, x.type.element_type)]  # type: ignore[attr-defined]
+    if exponent.type.element_type != x.type.element_type:  # type: ignore[attr-defined]
+        exponent = node.e.cast(exponent, x.type.element_type)  # type: ignore[attr-defined]
     return [node.e.value(o.PowOp(x, exponent))]
 
 
@@ -296,6 +302,10 @@ def reduce(node: Node, from_input: bool) -> Values:
     kind = node.op_type
     if kind == "ReduceSum":
         return [e.reduce_sum(x, axes, keep)]
+    if kind in ("ReduceMax", "ReduceMin") and numpy_of(x).kind == "b":  # any / all: over 0/1 bytes
+        u8 = BY_NUMPY[np.dtype(np.uint8)]
+        r = e.value(SIMPLE_REDUCTIONS[kind](e.cast(x, u8), axes, keep))  # of nothing: 0 (any), 255 (all)
+        return [e.cast(r, x.type.element_type)]  # type: ignore[attr-defined]
     if kind in SIMPLE_REDUCTIONS:
         return [e.value(SIMPLE_REDUCTIONS[kind](x, axes, keep))]
     if kind == "ReduceSumSquare":
@@ -453,16 +463,25 @@ def slice_(node: Node) -> Values:
     axes = node.const(3, "axes", np.arange(len(starts))).reshape(-1).tolist()
     steps = node.const(4, "steps", np.ones(len(starts), np.int64)).reshape(-1).tolist()
     start, limit, strides = [0] * rank, list(src), [1] * rank
+    backwards: dict[int, list[int]] = {}  # axis -> the positions a negative step picks (a gather)
     for a, b, e, st in zip(axes, starts, ends, steps):
         a = node.axis(int(a), rank)
-        if st <= 0:
-            raise node.fail(f"step {st} on axis {a}: opc slices with positive steps only")
+        if st == 0:
+            raise node.fail(f"step 0 on axis {a}")
+        if st < 0:  # ONNX's clamping for negative steps: start into [0, dim - 1], end into [-1, dim - 1]
+            dim = src[a]
+            b, e = int(b) + dim if b < 0 else int(b), int(e) + dim if e < 0 else int(e)
+            backwards[a] = list(range(min(max(b, 0), dim - 1), min(max(e, -1), dim - 1), int(st)))
+            continue
         start[a], limit[a] = slice_bounds(src[a], int(b), int(e))
         limit[a] = max(limit[a], start[a])
         strides[a] = int(st)
-    if start == [0] * rank and limit == list(src) and strides == [1] * rank:
-        return [node.input(0)]
-    return [node.e.value(o.SliceOp(node.input(0), start, limit, strides))]
+    x = node.input(0)
+    if not (start == [0] * rank and limit == list(src) and strides == [1] * rank):
+        x = node.e.value(o.SliceOp(x, start, limit, strides))
+    for a, picked in backwards.items():
+        x = node.e.value(o.GatherOp(x, node.e.constant(np.array(picked, np.int64)), a))
+    return [x]
 
 
 def split_sizes(node: Node, dim: int) -> list[int]:
@@ -1021,15 +1040,18 @@ def gather_nd(node: Node) -> Values:
 
 def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, rows: list[int]) -> SSAValue:
     """data (reshaped to rows) with updates scattered at the flat row indices: by the reduction attribute,
-    replaced (none), added (add), through opc.gather_grad (scatter-add) and a mask of hit rows."""
+    replaced (none), added (add), through opc.gather_grad (scatter-add) and a mask of hit rows; mul, min
+    and max one update row after the other (in order, so repeated indices combine), at most 256 of them."""
     e = node.e
     reduction = node.attr("reduction", "none")
-    if reduction not in ("none", "add"):
-        raise node.fail(f"reduction '{reduction}' is not supported (none, add)")
+    if reduction not in ("none", "add", "mul", "min", "max"):
+        raise node.fail(f"reduction '{reduction}' is not supported (none, add, mul, min, max)")
     if numpy_of(data).kind != "f":
         raise node.fail("opc scatters float data only")
     shape = list(data.type.get_shape())  # type: ignore[attr-defined]
     d = e.reshape(data, rows)
+    if reduction in ("mul", "min", "max"):
+        return e.reshape(scatter_one_by_one(node, d, flat, updates, reduction), shape)
     added = e.value(o.GatherGradOp(d, flat, updates, 0))
     if reduction == "add":
         return e.reshape(e.add(d, added), shape)
@@ -1037,6 +1059,24 @@ def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, 
     hits = e.value(o.GatherGradOp(d, flat, ones, 0))
     hit = gt(node, hits, scalar(node, 0.0, hits))
     return e.reshape(e.select(hit, added, d), shape)
+
+
+def scatter_one_by_one(node: Node, d: SSAValue, flat: SSAValue, updates: SSAValue, reduction: str) -> SSAValue:
+    e = node.e
+    rows = list(d.type.get_shape())  # type: ignore[attr-defined]
+    count = math.prod(flat.type.get_shape())  # type: ignore[attr-defined]
+    if count > 256:
+        raise node.fail(f"reduction '{reduction}' of {count} updates is not supported (at most 256)")
+    flat = e.reshape(flat, [count])
+    ups = e.reshape(updates, [count, *rows[1:]])
+    where = e.constant(np.arange(rows[0], dtype=np.int64).reshape([rows[0]] + [1] * (len(rows) - 1)))
+    combine = {"mul": e.mul, "min": lambda a, b: e.value(o.MinimumOp(a, b)),
+               "max": lambda a, b: e.value(o.MaximumOp(a, b))}[reduction]
+    for u in range(count):
+        at = e.reshape(e.value(o.SliceOp(flat, [u], [u + 1])), [1] * len(rows))
+        up = e.value(o.SliceOp(ups, [u] + [0] * (len(rows) - 1), [u + 1, *rows[1:]]))
+        d = e.select(e.value(o.EqualOp(where, at)), combine(d, up), d)
+    return d
 
 
 @converter("ScatterElements", since=11)
@@ -1335,14 +1375,20 @@ def einsum(node: Node) -> Values:
 @converter("Mod", since=10)
 def mod(node: Node) -> Values:
     """C's fmod (fmod=1: the sign of x) or Python's % (fmod=0: the sign of y) from floor:
-    t = |x| - floor(|x| / |y|) * |y|, corrected once into [0, |y|), signed. Integers of up to 32 bits
-    go through float64, where t is exact after the correction; 64-bit integers are refused."""
+    t = |x| - floor(|x| / |y|) * |y|, corrected once into [0, |y|), signed. Integers: x - (x / y) * y
+    with opc's truncating integer division (exact in every width; x mod 0 is x)."""
     e = node.e
     x, y = node.input(0), node.input(1)
     dtype = numpy_of(x)
-    if dtype.kind in "iu" and dtype.itemsize > 4:
-        raise node.fail(f"Mod of {dtype} is not supported (integers of up to 32 bits)")
     fmod = node.attr("fmod", 0)
+    if dtype.kind in "iu":
+        r = e.sub(x, e.mul(e.div(x, y), y))
+        if not fmod and dtype.kind == "i":  # the sign of y: a nonzero remainder of the other sign moves by y
+            zero = e.constant(np.array(0, dtype))
+            other = e.select(lt(node, r, zero), gt(node, y, zero),
+                             e.select(gt(node, r, zero), lt(node, y, zero), bool_constant(node, False)))
+            r = e.select(other, e.add(r, y), r)
+        return [e.broadcast_to(r, np.broadcast_shapes(node.shape(0), node.shape(1)))]
     if dtype.kind == "f" and not fmod and node.opset < 28:
         raise node.fail(f"fmod must be 1 for floats before opset 28 (opset {node.opset})")
     work = np.dtype(np.float64) if dtype.kind in "iu" else np.dtype(np.float32) if dtype.itemsize < 4 else dtype

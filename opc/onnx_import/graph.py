@@ -446,6 +446,7 @@ class GraphImporter:
         init_names = {t.name for t in self.graph.initializer}
         if shapes:
             fix_input_shapes(model, shapes, init_names)
+        self.sized = set(shapes or ())  # inputs whose sizes the caller gave: a 0 there is a real 0
         self.values: dict[str, SSAValue] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.materialized: dict[str, SSAValue] = {}
@@ -507,7 +508,8 @@ class GraphImporter:
         for name in self.folded_inputs:
             self.constants[name] = self.input_values[name]
         inputs = [vi for vi in g.input if vi.name not in init_names and vi.name not in self.folded_inputs]
-        arg_types = [input_type(vi, self.where, vi.name in self.input_values) for vi in inputs]
+        arg_types = [input_type(vi, self.where, vi.name in self.input_values or vi.name in self.sized)
+                     for vi in inputs]
         weights = self.read_initializers(initializers)
         tied = tied_weights(weights)
         all_weights = dict(weights)
@@ -542,9 +544,6 @@ class GraphImporter:
             if onnx_name in self.needed_at_compile_time and not arg.uses:
                 block.erase_arg(arg)
                 self.bound_inputs.append(onnx_name)
-            elif 0 in arg.type.get_shape():  # type: ignore[attr-defined]
-                raise OpcError(f"error: {self.where}: input '{onnx_name}' has no elements "
-                               f"(shape {list(arg.type.get_shape())}): opc compiles tensors of size >= 1")  # type: ignore[attr-defined]
         params: dict[str, np.ndarray] = {}
         for arg, name, onnx_name in list(zip(block.args[len(inputs) - len(self.bound_inputs):],
                                               names[len(inputs):], onnx_names[len(inputs):])):

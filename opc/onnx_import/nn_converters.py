@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from xdsl.dialects.builtin import IntegerType, f32
 from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -140,8 +141,13 @@ def pool_props(node: Node, average: bool) -> dict:
 @converter("MaxPool")
 def max_pool(node: Node) -> Values:
     x, props = node.input(0), pool_props(node, False)
+    elem = x.type.element_type  # type: ignore[attr-defined]
+    small_int = isinstance(elem, IntegerType) and 1 < elem.width.data <= 16
+    if small_int:  # 8- and 16-bit integers pool in float32, where they are exact
+        x = node.e.cast(x, f32)
     op = built(node, "max_pool", lambda: o.MaxPoolOp(x, props))
-    return list(op.results)
+    values, *rest = op.results
+    return [node.e.cast(values, elem) if small_int else values, *rest]
 
 
 @converter("AveragePool")

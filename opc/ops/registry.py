@@ -77,6 +77,12 @@ REGISTRY: dict[str, OpEntry] = {
     "opc.maximum":          prim(R.vjp_maximum),
     "opc.minimum":          prim(R.vjp_minimum),
     "opc.pow":              prim(R.vjp_pow),
+    "opc.bitwise_and":      prim(None),                   # integers only: no gradient flows
+    "opc.bitwise_or":       prim(None),
+    "opc.bitwise_xor":      prim(None),
+    "opc.bitwise_not":      prim(None),
+    "opc.shift_left":       prim(None),
+    "opc.shift_right":      prim(None),
     "opc.greater_than":     prim(None),
     "opc.less_than":        prim(None),
     "opc.equal":            prim(None),

@@ -110,6 +110,11 @@ def ops_sources() -> list[str]:
     for op in ("div", "pow"):
         for dt in FLOATS:
             out.append(binary(f"{op}_{dt}", op, dt))
+    for op in ("div", "pow", "bitwise_and", "bitwise_or", "bitwise_xor", "shift_left", "shift_right"):
+        for dt in ("int8", "int64") + (() if op == "pow" else ("uint8",)):
+            out.append(binary(f"{op}_{dt}", op, dt))
+    for dt in ("int16", "uint8"):
+        out.append(unary(f"bitwise_not_{dt}", "bitwise_not", dt))
     for op in ("greater_than", "less_than", "equal"):
         for dt in ("float32", "bfloat16", "int16", "uint8"):
             out.append(binary(f"{op}_{dt}", op, dt, out="bool"))
