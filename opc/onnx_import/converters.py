@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import ml_dtypes
 import numpy as np
-from xdsl.dialects.builtin import Float32Type
+from xdsl.dialects.builtin import Float32Type, Float64Type
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
@@ -1027,7 +1027,9 @@ def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, 
     if reduction not in ("none", "add"):
         raise node.fail(f"reduction '{reduction}' is not supported (none, add)")
     if numpy_of(data).kind != "f":
-        raise node.fail("opc scatters float data only")
+        if reduction != "none":
+            raise node.fail(f"opc scatters with reduction '{reduction}' float data only")
+        return scatter_by_position(node, data, flat, updates, rows)
     shape = list(data.type.get_shape())  # type: ignore[attr-defined]
     d = e.reshape(data, rows)
     added = e.value(o.GatherGradOp(d, flat, updates, 0))
@@ -1037,6 +1039,23 @@ def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, 
     hits = e.value(o.GatherGradOp(d, flat, ones, 0))
     hit = gt(node, hits, scalar(node, 0.0, hits))
     return e.reshape(e.select(hit, added, d), shape)
+
+
+def scatter_by_position(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, rows: list[int]) -> SSAValue:
+    """Integer data (BART's shift of the token ids), exactly: each row learns which update hits it (its
+    position + 1 scatter-added in f64, exact below 2**53 updates; 0: none), then gathers that update."""
+    e = node.e
+    shape = list(data.type.get_shape())  # type: ignore[attr-defined]
+    fshape = list(flat.type.get_shape())  # type: ignore[attr-defined]
+    n = math.prod(fshape)
+    positions = e.constant(np.arange(1, n + 1, dtype=np.float64).reshape(fshape))
+    pos = e.value(o.GatherGradOp(e.full(0.0, o.tensor([rows[0]], Float64Type())), flat, positions, 0))
+    hit = gt(node, pos, scalar(node, 0.0, pos))
+    which = e.select(hit, e.sub(pos, scalar(node, 1.0, pos)), scalar(node, 0.0, pos))
+    which = e.cast(which, BY_NUMPY[np.dtype(np.int64)])
+    picked = e.value(o.GatherOp(e.reshape(updates, [n, *rows[1:]]), which, 0))
+    hit = e.broadcast_to(e.reshape(hit, [rows[0]] + [1] * (len(rows) - 1)), rows)
+    return e.reshape(e.select(hit, picked, e.reshape(data, rows)), shape)
 
 
 @converter("ScatterElements", since=11)

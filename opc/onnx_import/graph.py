@@ -427,7 +427,7 @@ def find_converter(op_type: str, opset: int) -> Converter | None:
 
 class GraphImporter:
     def __init__(self, model, where: str, shapes: Mapping[str, Sequence[int]] | None,
-                 input_values: Mapping[str, np.ndarray] | None = None) -> None:
+                 input_values: Mapping[str, np.ndarray] | None = None, constants: Any = None) -> None:
         self.where = where
         self.model = model
         self.graph = model.graph
@@ -447,6 +447,7 @@ class GraphImporter:
         self.emitter = NodeEmitter()
         self.node_index = 0
         self.inferred: dict[str, tuple[int, list[int | str | None]]] = {}
+        self.as_constant = constant_selector(constants, init_names, where)
 
     # -- values -------------------------------------------------------------
     def compile_time(self, name: str, needed: bool = False) -> np.ndarray | None:
@@ -562,9 +563,9 @@ class GraphImporter:
                 array = numpy_helper.to_array(t, base_dir=self.base_dir())
             except (OSError, ValueError) as err:
                 raise OpcError(f"error: {self.where}: cannot read initializer '{t.name}': {first_line(err)}") from None
-            if t.data_type in FLOAT_ELEMENT_TYPES and array.size > 1:
+            if t.data_type in FLOAT_ELEMENT_TYPES and array.size > 1 and not self.as_constant(t.name, array):
                 weights[t.name] = array
-            # a single float (an exporter's 0.5, 1/sqrt(d)) is a constant, not a weight
+            # a single float (an exporter's 0.5, 1/sqrt(d)), or one the caller named, is a constant, not a weight
             else:
                 self.constants[t.name] = array
         return weights
@@ -635,14 +636,29 @@ class GraphImporter:
             raise node.fail(f"output '{name}' has shape {ours_dims} in opc, {dims} in ONNX")
 
 
-def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
-    module, params, _ = import_graph(model, shapes)
+def constant_selector(constants: Any, initializers: set[str], where: str) -> Callable[[str, np.ndarray], bool]:
+    """import_onnx's constants= (None, initializer names, or a predicate of (name, array)) as a predicate."""
+    if constants is None:
+        return lambda name, array: False
+    if callable(constants):
+        return lambda name, array: bool(constants(name, array))
+    if isinstance(constants, (str, bytes)) or not all(isinstance(n, str) for n in constants):
+        raise OpcError(f"error: constants: expected initializer names or a predicate, got {constants!r}")
+    names = set(constants)
+    for name in sorted(names - initializers):
+        raise OpcError(f"error: {where}: constants: the graph has no initializer '{name}'")
+    return lambda name, array: name in names
+
+
+def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None,
+                 constants: Any = None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
+    module, params, _ = import_graph(model, shapes, constants=constants)
     return module, params
 
 
 def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
                  input_values: Mapping[str, np.ndarray] | None = None,
-                 where: str | None = None) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
+                 where: str | None = None, constants: Any = None) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
     """import_model, where converters may read the given graph inputs' values (shapes, axes) at compile
     time; the third result names the inputs so bound (no longer arguments)."""
     onnx = onnx_module()
@@ -652,6 +668,6 @@ def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
         own = onnx.ModelProto()
         own.CopyFrom(model)  # named and given shapes here: leave the caller's model alone
         model = own
-    importer = GraphImporter(load(model, where), where, shapes, input_values)
+    importer = GraphImporter(load(model, where), where, shapes, input_values, constants)
     module, params = importer.run()
     return module, params, importer.bound_inputs
