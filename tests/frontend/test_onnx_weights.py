@@ -1,6 +1,7 @@
 """Which initializers are arguments: `opc.import_onnx(..., constants=names or a predicate)` compiles
 further float initializers in as constants (and `opc import --constant NAME`); and the integer
-scatters of exported models (BART shifts its token ids with ScatterND/ScatterElements). Oracles:
+scatters of exported models (BART shifts its token ids with ScatterND/ScatterElements), and the
+GatherElements that BERT leaves over constants, folded in NumPy. Oracles:
 onnxruntime for the forward, NumPy formulas for the gradients. One compiled module for all."""
 
 from __future__ import annotations
@@ -58,11 +59,25 @@ def scatter_cases() -> dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
     }
 
 
+def gather_elements(n: int) -> tuple:
+    """y = x + GatherElements(table, idx): both known at import (BERT's token_type_ids buffer, 512 long),
+    folded by opc's NumPy folder; onnx's reference evaluator fails from 64 elements on."""
+    table = np.arange(3 * n, dtype=np.int64).reshape(3, n) * 7 % 11
+    idx = np.array([[0, 5, -1, 2], [n - 1, 1, 1, -n]], np.int64)
+    x = np.random.default_rng(n).integers(0, 9, (2, 4)).astype(np.int64)
+    nodes = [helper.make_node("GatherElements", ["table", "idx"], ["g"], axis=1), helper.make_node("Add", ["x", "g"], ["y"])]
+    return graph_model(nodes, {"x": x}, ["y"], {"table": table, "idx": idx}), {"x": x}
+
+
+FOLDED = {f"gather_elements_{n}": gather_elements(n) for n in (8, 64, 512)}
+
+
 @pytest.fixture(scope="module")
 def compiled():
     functions, params = [], {}
     models = {f"const_{k}": (linear(), c) for k, (c, _) in CONSTANTS.items()}
     models |= {f"scatter_{k}": (m, None) for k, (m, _) in scatter_cases().items()}
+    models |= {case: (m, None) for case, (m, _) in FOLDED.items()}
     for case, (model, constants) in models.items():
         module, weights = opc.import_onnx(model, constants=constants)
         (f,) = list(module.ops)
@@ -97,6 +112,14 @@ def test_integer_scatter_matches_onnxruntime(compiled, case):
     (want,) = run_ort(model, feeds)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", list(FOLDED))
+def test_folded_gather_elements_matches_onnxruntime(compiled, case):
+    m, params = compiled
+    model, feeds = FOLDED[case]
+    (got,) = call(m, case, feeds, params[case])
+    np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
 
 
 @pytest.mark.parametrize(("constants", "message"), [

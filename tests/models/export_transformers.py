@@ -64,7 +64,8 @@ def bert(rng):
     from transformers import BertConfig, BertModel
 
     cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=128, max_position_embeddings=32, type_vocab_size=2)
+                     intermediate_size=128, max_position_embeddings=128, type_vocab_size=2)
+    # (128 positions: the exporter leaves the GatherElements of the token_type_ids buffer, as at 512)
     net = Outputs(BertModel(cfg), ("last_hidden_state", "pooler_output"))
     return net, {"input_ids": tokens(rng, 1000), "attention_mask": padding_mask()}
 
