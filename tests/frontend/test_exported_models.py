@@ -1,6 +1,7 @@
 """Transformer models as PyTorch's exporter writes them (tests/models/export_transformers.py:
-tiny BERT, GPT-2, BART from transformers configs, nn.TransformerEncoderLayer, a timm ViT; random
-weights, default attention, torch.onnx.export(dynamo=True, opset_version=18)). No torch here: the
+tiny BERT, GPT-2 (also with a dynamic batch and length), BART from transformers configs,
+nn.TransformerEncoderLayer, a timm ViT; random weights, default attention,
+torch.onnx.export(dynamo=True, opset_version=18)). No torch here: the
 .npz beside each model holds the inputs, torch's outputs and torch's gradients. Each model is
 imported as it is, compiled once with grad=True, and checked
   * forward against onnxruntime and torch;
@@ -22,7 +23,7 @@ import opc
 from opc.onnx_import.graph import identifier
 
 MODELS_DIR = ROOT / "tests" / "models"
-MODELS = ["encoder_layer", "bert", "gpt2", "bart", "vit"]
+MODELS = ["encoder_layer", "bert", "gpt2", "gpt2_dynamic", "bart", "vit"]
 
 
 def path(name: str) -> Path:
@@ -32,7 +33,8 @@ def path(name: str) -> Path:
 @functools.cache
 def compiled(name: str):
     """(compiled module with gradients, {argument name: weight}, {argument name: ONNX initializer})."""
-    module, params = opc.import_onnx(str(path(name)))
+    sizes = {k: v.shape for k, v in inputs(reference(name)).items()}  # gpt2_dynamic's: its batch and length
+    module, params = opc.import_onnx(str(path(name)), shapes=sizes)
     inits = [t.name for t in onnx.load(str(path(name))).graph.initializer]
     onnx_name = {identifier(n, set(), "w"): n for n in inits}
     assert len(onnx_name) == len(inits)  # argument names are the initializers' own, one to one
@@ -114,3 +116,18 @@ def test_gpt2_tied_embedding_is_one_argument_with_one_gradient() -> None:
     tables = [k for k, v in params.items() if v.shape == (1000, 64)]
     assert len(tables) == 1, tables
     assert f"grad_{onnx_names[tables[0]]}" in reference("gpt2")
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 16)])
+def test_dynamic_gpt2_runs_at_other_sizes_through_load_onnx(batch, seq) -> None:
+    """Exported with a dynamic batch and length: opc.load_onnx compiles it for each call's sizes (the
+    position ids, causal mask and reshapes the graph computes from Shape/Gather/Concat/Range)."""
+    rng = np.random.default_rng(batch * 100 + seq)
+    ids = rng.integers(0, 256, (batch, seq)).astype(np.int64)
+    mask = (rng.uniform(size=(batch, seq)) < 0.8).astype(np.int64)
+    mask[:, 0] = 1
+    model = opc.load_onnx(str(path("gpt2_dynamic")))
+    (got,) = model(ids, mask)
+    (want,) = run_ort(onnx.load(str(path("gpt2_dynamic"))), {"input_ids": ids, "attention_mask": mask})
+    assert got.shape == (batch, seq, 256)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -73,10 +73,24 @@ def bert(rng):
 def gpt2(rng):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=2, n_positions=32, use_cache=False)
+    cfg = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=2, n_positions=32, use_cache=False,
+                     bos_token_id=0, eos_token_id=0)
     net = Outputs(GPT2LMHeadModel(cfg), ("logits",), ("input_ids", "attention_mask"))
     assert net.net.lm_head.weight is net.net.transformer.wte.weight  # tied
     return net, {"input_ids": tokens(rng, 1000), "attention_mask": padding_mask()}
+
+
+def gpt2_dynamic(rng):
+    """GPT-2 (1 layer, 256 tokens) exported with a dynamic batch and sequence length: the graph computes
+    its position ids, causal mask and reshapes from Shape/Gather/Concat/Range of the input's sizes."""
+    from torch.export import Dim
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=256, n_embd=64, n_layer=1, n_head=2, n_positions=32, use_cache=False,
+                     bos_token_id=0, eos_token_id=0)
+    net = Outputs(GPT2LMHeadModel(cfg), ("logits",), ("input_ids", "attention_mask"))
+    batch, seq = Dim("batch", max=64), Dim("seq", max=32)
+    return net, {"input_ids": tokens(rng, 256), "attention_mask": padding_mask()}, (({0: batch, 1: seq},) * 2,)
 
 
 def bart(rng):
@@ -103,14 +117,14 @@ def vit(rng):
     return Outputs(net), {"pixels": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}
 
 
-MODELS: dict[str, Callable] = {"bert": bert, "gpt2": gpt2, "bart": bart, "encoder_layer": encoder_layer,
-                               "vit": vit}
+MODELS: dict[str, Callable] = {"bert": bert, "gpt2": gpt2, "gpt2_dynamic": gpt2_dynamic, "bart": bart,
+                               "encoder_layer": encoder_layer, "vit": vit}
 
 
 def export(name: str) -> None:
     torch.manual_seed(SEED)
     rng = np.random.default_rng(SEED)
-    net, inputs = MODELS[name](rng)
+    net, inputs, *dynamic = MODELS[name](rng)  # (a model with dynamic sizes: its torch.export dynamic_shapes)
     net.eval()
     with torch.no_grad():  # no two parameters alike (LayerNorm's ones, zero biases), or the exporter merges them
         for p in net.parameters():
@@ -119,7 +133,7 @@ def export(name: str) -> None:
     path = HERE / f"{name}.onnx"
     with torch.no_grad():
         program = torch.onnx.export(net, args, dynamo=True, opset_version=OPSET, input_names=list(inputs),
-                                    external_data=False)
+                                    external_data=False, dynamic_shapes=dynamic[0] if dynamic else None)
     program.save(str(path), external_data=False)
     model = onnx.load(str(path))
 
