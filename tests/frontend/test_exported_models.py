@@ -1,7 +1,7 @@
 """Transformer models as PyTorch's exporter writes them (tests/models/export_transformers.py:
-tiny BERT, GPT-2 (also with a dynamic batch and length), BART from transformers configs,
-nn.TransformerEncoderLayer, a timm ViT; random weights, default attention,
-torch.onnx.export(dynamo=True, opset_version=18)). No torch here: the
+tiny BERT, GPT-2 (also with a dynamic batch and length, and through the TorchScript exporter),
+BART from transformers configs, nn.TransformerEncoderLayer, a timm ViT; random weights, default
+attention, torch.onnx.export(dynamo=True, opset_version=18)). No torch here: the
 .npz beside each model holds the inputs, torch's outputs and torch's gradients. Each model is
 imported as it is, compiled once with grad=True, and checked
   * forward against onnxruntime and torch;
@@ -23,7 +23,7 @@ import opc
 from opc.onnx_import.graph import identifier
 
 MODELS_DIR = ROOT / "tests" / "models"
-MODELS = ["encoder_layer", "bert", "gpt2", "gpt2_dynamic", "bart", "vit"]
+MODELS = ["encoder_layer", "bert", "gpt2", "gpt2_dynamic", "gpt2_torchscript", "bart", "vit"]
 
 
 def path(name: str) -> Path:
@@ -109,13 +109,20 @@ def test_gradients_match_torch_autograd(name: str) -> None:
     assert recorded <= checked, sorted(recorded - checked)  # every parameter torch differentiates
 
 
-def test_gpt2_tied_embedding_is_one_argument_with_one_gradient() -> None:
-    """GPT-2's lm_head is wte: one [vocab, width] argument, whose gradient (checked above against
-    torch's, which sums both uses) covers the token lookup and the logits."""
-    _, params, onnx_names = compiled("gpt2")
-    tables = [k for k, v in params.items() if v.shape == (1000, 64)]
+@pytest.mark.parametrize(("name", "vocab"), [("gpt2", 1000), ("gpt2_torchscript", 256)])
+def test_gpt2_tied_embedding_is_one_argument_with_one_gradient(name: str, vocab: int) -> None:
+    """GPT-2's lm_head is wte: one [vocab, width] argument, whose gradient (checked above against torch's,
+    which sums both uses) covers the token lookup and the logits. PyTorch's exporter writes it once; the
+    TorchScript exporter also writes wte^T (`onnx::MatMul_NNN`), which opc rebinds to transpose(wte)."""
+    _, params, onnx_names = compiled(name)
+    tables = [k for k, v in params.items() if ("wte" in k or "lm_head" in k) and v.shape == (vocab, 64)]
     assert len(tables) == 1, tables
-    assert f"grad_{onnx_names[tables[0]]}" in reference("gpt2")
+    ref = reference(name)
+    assert f"grad_{onnx_names[tables[0]]}" in ref
+    tied = {k.removeprefix("tied_"): str(v) for k, v in ref.items() if k.startswith("tied_")}
+    assert len(tied) == (name == "gpt2_torchscript")
+    for copy, original in tied.items():
+        assert copy not in onnx_names.values() and original == onnx_names[tables[0]]
 
 
 @pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 16)])

@@ -90,7 +90,15 @@ def gpt2_dynamic(rng):
                      bos_token_id=0, eos_token_id=0)
     net = Outputs(GPT2LMHeadModel(cfg), ("logits",), ("input_ids", "attention_mask"))
     batch, seq = Dim("batch", max=64), Dim("seq", max=32)
-    return net, {"input_ids": tokens(rng, 256), "attention_mask": padding_mask()}, (({0: batch, 1: seq},) * 2,)
+    return net, {"input_ids": tokens(rng, 256), "attention_mask": padding_mask()}, \
+        {"dynamic_shapes": (({0: batch, 1: seq},) * 2,)}
+
+
+def gpt2_torchscript(rng):
+    """The same small GPT-2 through the older TorchScript exporter (dynamo=False, opset 17), which folds
+    lm_head = wte^T into an initializer of its own (`onnx::MatMul_NNN`): a tied weight as files carry it."""
+    net, inputs, _ = gpt2_dynamic(rng)
+    return net, inputs, {"dynamo": False, "opset_version": 17}
 
 
 def bart(rng):
@@ -117,24 +125,27 @@ def vit(rng):
     return Outputs(net), {"pixels": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}
 
 
-MODELS: dict[str, Callable] = {"bert": bert, "gpt2": gpt2, "gpt2_dynamic": gpt2_dynamic, "bart": bart,
-                               "encoder_layer": encoder_layer, "vit": vit}
+MODELS: dict[str, Callable] = {"bert": bert, "gpt2": gpt2, "gpt2_dynamic": gpt2_dynamic,
+                               "gpt2_torchscript": gpt2_torchscript, "bart": bart, "encoder_layer": encoder_layer,
+                               "vit": vit}
 
 
 def export(name: str) -> None:
     torch.manual_seed(SEED)
     rng = np.random.default_rng(SEED)
-    net, inputs, *dynamic = MODELS[name](rng)  # (a model with dynamic sizes: its torch.export dynamic_shapes)
+    net, inputs, *options = MODELS[name](rng)  # options: torch.onnx.export's, where they differ
     net.eval()
     with torch.no_grad():  # no two parameters alike (LayerNorm's ones, zero biases), or the exporter merges them
         for p in net.parameters():
             p.add_(0.05 * torch.randn_like(p))
     args = tuple(torch.from_numpy(v) for v in inputs.values())
     path = HERE / f"{name}.onnx"
+    kwargs = {"dynamo": True, "opset_version": OPSET, "input_names": list(inputs)} | (options[0] if options else {})
     with torch.no_grad():
-        program = torch.onnx.export(net, args, dynamo=True, opset_version=OPSET, input_names=list(inputs),
-                                    external_data=False, dynamic_shapes=dynamic[0] if dynamic else None)
-    program.save(str(path), external_data=False)
+        if kwargs["dynamo"]:
+            torch.onnx.export(net, args, **kwargs).save(str(path), external_data=False)
+        else:
+            torch.onnx.export(net, args, str(path), **kwargs)
     model = onnx.load(str(path))
 
     # torch's forward and gradients of sum(out * dy) w.r.t. every parameter and float input
@@ -163,13 +174,19 @@ def grad_of_initializers(name: str, model, params: dict, ref: dict) -> None:
     were made distinct)."""
     from onnx import numpy_helper
 
-    used = set()
+    used: set[str] = set()
+    first_holder: dict[str, str] = {}  # parameter -> the initializer that holds it
     for t in model.graph.initializer:
         a = numpy_helper.to_array(t)
         if a.dtype.kind != "f" or a.size < 2:
             continue
         for pname, (p, g) in params.items():
             g = np.zeros_like(p) if g is None else g.numpy()
+            if pname in used and (np.array_equal(p, a) or (p.ndim == 2 and np.array_equal(p.T, a))):
+                # a tied weight written twice (lm_head = wte^T): one argument in opc, whose gradient
+                # is the parameter's (both uses); the copy is no argument
+                ref[f"tied_{t.name}"] = np.array(first_holder[pname])
+                break
             if p.shape == a.shape and np.array_equal(p, a):
                 ref[f"grad_{t.name}"] = g
             elif p.ndim == 2 and p.T.shape == a.shape and np.array_equal(p.T, a):
@@ -179,6 +196,7 @@ def grad_of_initializers(name: str, model, params: dict, ref: dict) -> None:
             else:
                 continue
             used.add(pname)
+            first_holder[pname] = t.name
             break
         else:
             if not rows_of_parameter(t.name, a, params, ref, used):
