@@ -141,3 +141,11 @@ def test_cli_constant_leaves_the_initializer_out_of_the_weights(tmp_path):
     assert sorted(np.load(tmp_path / "linear.npz")) == ["fc_bias"]
     text = (tmp_path / "linear.mlir").read_text()
     assert "%fc_weight = arith.constant" in text and "%fc_weight: tensor" not in text  # compiled in, no argument
+
+
+def test_integer_scatter_with_reduction_is_a_one_line_refusal():
+    ids = np.arange(16, dtype=np.int64).reshape(2, 8)
+    model, _ = scatter("ScatterElements", ids, np.array([[1, 2]] * 2, np.int64), ids[:, :2], axis=1,
+                       reduction="add")
+    with pytest.raises(opc.OpcError, match=r"\(ScatterElements\): opc scatters with reduction 'add' float data only"):
+        opc.import_onnx(model)
