@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     opt = sub.add_parser("opt", help="apply passes and print the IR (like xdsl-opt)")
-    opt.add_argument("file", help="input .mlir file, or - for stdin")
+    opt.add_argument("file", nargs="?", default="-", help="input .mlir file, or - (the default) for stdin, as mlir-opt reads it")
     opt.add_argument("-p", "--passes", default="", help="comma-separated pass pipeline")
     opt.add_argument("-o", "--output", help="output file (default stdout)")
     opt.add_argument("--generic", action="store_true", help="print the generic MLIR form")

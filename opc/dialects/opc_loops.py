@@ -72,7 +72,7 @@ class GemmOp(IRDLOperation):
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
     assembly_format = (
         "$a `,` $b (`bias` $bias^)? `,` $out (`reserve` $reserve^)? attr-dict `:` type($a) `,` type($b)"
-        " (`,` type($bias)^)? `,` type($out) (`,` type($reserve)^)?"
+        " (`bias` type($bias)^)? `,` type($out) (`reserve` type($reserve)^)?"
     )
 
     def __init__(

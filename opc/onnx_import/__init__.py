@@ -86,4 +86,11 @@ def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
 def register_converters() -> None:
     """Fill graph.CONVERTERS: each converter module registers its converters when imported (graph.py,
     which they import, does not import them back)."""
-    from opc.onnx_import import converters, model_converters, nn_converters, rnn_converters  # noqa: F401
+    from opc.onnx_import import (  # noqa: F401
+        control_flow,
+        converters,
+        model_converters,
+        nn_converters,
+        quant_converters,
+        rnn_converters,
+    )

@@ -45,6 +45,7 @@ from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder
 from opc.errors import OpcError, first_line
 
+MAX_FOLDED_INPUT = 64  # elements of a given input that import may compile in as a constant
 MIN_OPSET = 7  # the oldest ai.onnx opset imported (older graphs: onnx.version_converter)
 BASE_OPSET = 13  # a converter registered without since= serves this opset and later ones
 
@@ -382,7 +383,7 @@ class Node:
             return default
         value = self.importer.compile_time(self.proto.input[i], needed=True)
         if value is None:
-            raise self.fail(f"input {i} ('{self.proto.input[i]}', {what}) must be known at compile time; "
+            raise NeededAtCompileTime(f"error: {self.label}: input {i} ('{self.proto.input[i]}', {what}) must be known at compile time; "
                             "opc compiles static shapes only")
         return value
 
@@ -396,6 +397,10 @@ class Node:
         if not -rank <= axis < max(rank, 1):
             raise self.fail(f"axis {axis} is out of range for rank {rank}")
         return axis % rank if rank else 0
+
+
+class NeededAtCompileTime(OpcError):
+    """A value that must be known at compile time (a shape, axes, a trip count) is known at run time only."""
 
 
 Converter = Callable[[Node], Sequence["SSAValue | np.ndarray"]]
@@ -442,7 +447,8 @@ def find_converter(op_type: str, opset: int) -> Converter | None:
 
 class GraphImporter:
     def __init__(self, model, where: str, shapes: Mapping[str, Sequence[int]] | None,
-                 input_values: Mapping[str, np.ndarray] | None = None, constants: Any = None) -> None:
+                 input_values: Mapping[str, np.ndarray] | None = None, fold_given: bool = False,
+                 constants: Any = None) -> None:
         self.where = where
         self.model = model
         self.graph = model.graph
@@ -458,6 +464,9 @@ class GraphImporter:
         # time (a shape, axes, a size) gets it, and the input is bound: no argument, its value part of the key
         self.input_values: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in (input_values or {}).items()}
         self.bound_inputs: list[str] = []
+        # fold_given: the given values of small inputs are constants from the start, so that what is
+        # computed from them (a Range bound from a window length, a shape from sizes) is known too
+        self.folded_inputs = [n for n, v in self.input_values.items() if v.size <= MAX_FOLDED_INPUT] if fold_given else []
         self.needed_at_compile_time: set[str] = set()
         self.emitter = NodeEmitter()
         self.node_index = 0
@@ -505,7 +514,9 @@ class GraphImporter:
         initializers = list(g.initializer)
         init_names = {t.name for t in initializers}
         self.check_domains()
-        inputs = [vi for vi in g.input if vi.name not in init_names]
+        for name in self.folded_inputs:
+            self.constants[name] = self.input_values[name]
+        inputs = [vi for vi in g.input if vi.name not in init_names and vi.name not in self.folded_inputs]
         arg_types = [input_type(vi, self.where, vi.name in self.input_values) for vi in inputs]
         weights = self.read_initializers(initializers)
         tied = tied_weights(weights)
@@ -553,6 +564,7 @@ class GraphImporter:
                 params[name] = weights[onnx_name]
         fname = identifier(g.name, set(), "main")
         f = func.FuncOp(fname, (list(block.arg_types), [r.type for r in results]), Region(block))
+        self.bound_inputs = self.folded_inputs + self.bound_inputs
         cse(f)  # converters may repeat a reshape or a constant
         region_dce(f.body)  # and leave a value behind (bias_after_gemm's reshape)
         return ModuleOp([f]), params
@@ -631,8 +643,8 @@ class GraphImporter:
             feeds = {n: self.constants[n] for n in node.proto.input if n}
         if node.op_type in FOLDERS:
             return FOLDERS[node.op_type](node, [feeds[n] if n else None for n in node.proto.input])
-        try:
-            return list(ReferenceEvaluator(node.proto, opsets={"": node.opset}).run(None, feeds))
+        try:  # as a model: given a bare node, the evaluator ignores `opsets` and runs the newest version
+            return list(ReferenceEvaluator(one_node_model(node.proto, feeds, node.opset)).run(None, feeds))
         except Exception as err:  # noqa: BLE001 - the reference evaluator raises anything
             raise node.fail(f"cannot evaluate it at compile time: {type(err).__name__}: {first_line(err)}") from None
 
@@ -667,6 +679,17 @@ def constant_selector(constants: Any, initializers: set[str], where: str) -> Cal
     return lambda name, array: name in names
 
 
+def one_node_model(proto, feeds: Mapping[str, np.ndarray], opset: int):
+    """A model of one node at the given opset, its inputs typed by the arrays fed to them."""
+    from onnx import helper
+
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a))
+              for n, a in feeds.items()]
+    outputs = [helper.make_empty_tensor_value_info(n) for n in proto.output if n]
+    graph = helper.make_graph([proto], "fold", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
 def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None,
                  constants: Any = None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
     module, params, _ = import_graph(model, shapes, constants=constants)
@@ -685,6 +708,15 @@ def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
         own = onnx.ModelProto()
         own.CopyFrom(model)  # named and given shapes here: leave the caller's model alone
         model = own
-    importer = GraphImporter(load(model, where), where, shapes, input_values, constants)
-    module, params = importer.run()
+    model = load(model, where)
+    try:
+        importer = GraphImporter(model, where, shapes, input_values, constants=constants)
+        module, params = importer.run()
+    except NeededAtCompileTime:
+        if not input_values:
+            raise
+        # a value computed from inputs is needed at compile time: those inputs' values are compiled in
+        importer = GraphImporter(model, where, shapes, input_values, fold_given=True,
+                                 constants=constants)
+        module, params = importer.run()
     return module, params, importer.bound_inputs

@@ -75,13 +75,18 @@ def spatial(node: Node, i: int = 0) -> tuple[int, ...]:
 
 @converter("Conv")
 def conv(node: Node) -> Values:
-    inp, kernel = spatial(node), node.shape(1)[2:]
+    spatial(node)
+    return [with_bias(node, convolution(node, node.input(0), node.input(1)), 2)]
+
+
+def convolution(node: Node, x: SSAValue, w: SSAValue) -> SSAValue:
+    """x conv w with the node's strides, dilations, pads (or auto_pad) and group (Conv and its integer kin)."""
+    inp, kernel = x.type.get_shape()[2:], w.type.get_shape()[2:]  # type: ignore[attr-defined]
     r = len(inp)
     strides, dilations = ints(node, "strides", r, 1), ints(node, "dilations", r, 1)
     pads = same_pads(node, inp, kernel, strides, dilations)
-    x, w, group = node.input(0), node.input(1), int(node.attr("group", 1))
-    y = built(node, "conv", lambda: o.ConvOp.of(x, w, strides, dilations, pads, group)).results[0]
-    return [with_bias(node, y, 2)]
+    group = int(node.attr("group", 1))
+    return built(node, "conv", lambda: o.ConvOp.of(x, w, strides, dilations, pads, group)).results[0]
 
 
 @converter("ConvTranspose")

@@ -53,6 +53,25 @@ def test_load_onnx_binds_shape_inputs_by_value():
     assert len(next(iter(f.variants.values()))) == 3  # one shape key, three bound values
 
 
+def test_load_onnx_binds_inputs_a_shape_is_computed_from():
+    """n - 1 is a Range bound, computed from input n: n's value is compiled in (a variant per value);
+    without values, importing it is the one-line error naming the value needed."""
+    nodes = [helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", onnx.TensorProto.INT64, [], [1])),
+             helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", onnx.TensorProto.INT64, [], [0])),
+             helper.make_node("Sub", ["n", "one"], ["last"]),
+             helper.make_node("Range", ["zero", "last", "one"], ["r"]),
+             helper.make_node("Cast", ["r"], ["rf"], to=onnx.TensorProto.FLOAT),
+             helper.make_node("Mul", ["rf", "x"], ["y"])]
+    x = np.float32(1.5) * np.ones((), np.float32)
+    model = graph_model(nodes, {"n": np.array(5, np.int64), "x": x}, ["y"])
+    f = opc.load_onnx(model)
+    for n in (5, 9):
+        (got,) = f(np.array(n, np.int64), x)
+        np.testing.assert_allclose(got, np.arange(n - 1, dtype=np.float32) * x)
+    with pytest.raises(opc.OpcError, match=r"input 1 \('last', limit\) must be known at compile time"):
+        opc.import_onnx(model)
+
+
 @pytest.mark.parametrize(("bad", "message"), [
     (np.zeros((4,), np.float32), "input 'x' has rank 1"),
     (np.zeros((2, 5), np.float32), "dim 1 must be 4"),

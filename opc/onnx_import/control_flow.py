@@ -1,0 +1,254 @@
+"""If, Loop and Scan: their bodies imported inline, unrolled over counts known at compile time.
+
+opc functions have no control flow of their own, and shapes are static, so a
+subgraph is imported in place, once per iteration, with its inputs bound to
+the values of that iteration:
+
+    If    condition known at compile time: the taken branch only;
+          known at run time: both branches, each output a `select` of the two
+          (both branches must give outputs of one type);
+    Loop  trip count and condition known at compile time (a graph input that
+          sets them is bound by its value, as for a shape); the iteration
+          number is a constant in the body, so slices by it fold; the loop
+          stops where the body's condition, evaluated at compile time, is false;
+    Scan  the sequence length is a static dimension; each step slices the
+          scan inputs, and the scan outputs are stacked at the end.
+
+Unrolling keeps gradients through every step (the autodiff sees plain ops) at
+the cost of code size linear in the trip count, so the trip count is capped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.ir import SSAValue
+
+from opc.dialects import opc as o
+from opc.onnx_import.graph import Node, converter
+
+Value = SSAValue | np.ndarray
+Values = list[Value]
+
+MAX_UNROLL = 4096  # body copies one node may unroll into
+
+
+def import_body(node: Node, attr: str, bindings: Sequence[Value]) -> Values:
+    """The subgraph `attr` of node imported inline with its inputs bound; its outputs.
+
+    Names the body defines are forgotten afterwards, so the next iteration (or
+    the other branch) defines them anew; names of the enclosing graphs stay visible.
+    """
+    graph = node.attr(attr)
+    importer = node.importer
+    if len(bindings) != len(graph.input):
+        raise node.fail(f"its {attr} takes {len(graph.input)} inputs, {len(bindings)} are given")
+    before_values, before_constants = dict(importer.values), dict(importer.constants)
+    before_materialized = dict(importer.materialized)
+    for vi, value in zip(graph.input, bindings):
+        bind(importer, vi.name, value)
+    for t in graph.initializer:
+        from onnx import numpy_helper
+
+        importer.constants[t.name] = numpy_helper.to_array(t)
+    index = importer.node_index
+    for inner in graph.node:
+        importer.convert(Node(inner, node.opset, importer))
+    importer.node_index = index
+    outputs = [lookup(importer, out.name) for out in graph.output]
+    importer.values, importer.constants = before_values, before_constants
+    importer.materialized = before_materialized
+    importer.emitter.label = node.label
+    return outputs
+
+
+def bind(importer, name: str, value: Value) -> None:
+    importer.values.pop(name, None)
+    importer.constants.pop(name, None)
+    importer.materialized.pop(name, None)
+    if isinstance(value, SSAValue):
+        importer.values[name] = value
+    else:
+        importer.constants[name] = np.asarray(value)
+
+
+def lookup(importer, name: str) -> Value:
+    if name in importer.values:
+        return importer.values[name]
+    if name in importer.constants:
+        return importer.constants[name]
+    return importer.value(name)  # raises "used before it is defined"
+
+
+def as_value(node: Node, v: Value) -> SSAValue:
+    return v if isinstance(v, SSAValue) else node.e.constant(np.asarray(v))
+
+
+def type_of(v: Value) -> tuple:
+    if isinstance(v, SSAValue):
+        return (str(v.type.element_type), tuple(v.type.get_shape()))  # type: ignore[attr-defined]
+    return (str(np.asarray(v).dtype), np.shape(v))
+
+
+def stack(node: Node, parts: Sequence[Value], axis: int) -> Value:
+    """np.stack for values that may be known at run time only."""
+    if all(not isinstance(p, SSAValue) for p in parts):
+        return np.stack([np.asarray(p) for p in parts], axis=axis)
+    pieces = []
+    for p in parts:
+        v = as_value(node, p)
+        shape = list(v.type.get_shape())  # type: ignore[attr-defined]
+        pieces.append(node.e.reshape(v, shape[:axis] + [1] + shape[axis:]))
+    return pieces[0] if len(pieces) == 1 else node.e.value(o.ConcatOp(pieces, axis))
+
+
+def take(node: Node, x: Value, axis: int, i: int) -> Value:
+    """x[..., i, ...] along axis, the axis dropped."""
+    if not isinstance(x, SSAValue):
+        return np.take(np.asarray(x), i, axis=axis)
+    shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+    start, limit = [0] * len(shape), list(shape)
+    start[axis], limit[axis] = i, i + 1
+    piece = node.e.value(o.SliceOp(x, start, limit, [1] * len(shape)))
+    return node.e.reshape(piece, shape[:axis] + shape[axis + 1:])
+
+
+def compile_time_bool(node: Node, v: Value, what: str) -> bool:
+    if isinstance(v, SSAValue):
+        raise node.fail(f"{what} is known only at run time: opc unrolls loops whose "
+                        "trip count and condition are known at compile time")
+    return bool(np.asarray(v).reshape(-1)[0])
+
+
+def check_trips(node: Node, trips: int) -> None:
+    if trips > MAX_UNROLL:
+        raise node.fail(f"{trips} iterations: opc unrolls loops of at most {MAX_UNROLL}")
+
+
+# ---------------------------------------------------------------------------
+# If
+# ---------------------------------------------------------------------------
+
+
+@converter("If", since=1)
+def if_(node: Node) -> Values:
+    if node.known(0):
+        taken = "then_branch" if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else "else_branch"
+        return import_body(node, taken, [])
+    then_out = import_body(node, "then_branch", [])
+    else_out = import_body(node, "else_branch", [])
+    cond = node.input(0)
+    if list(cond.type.get_shape()) != [] and cond.type.get_shape() != (1,):  # type: ignore[attr-defined]
+        raise node.fail("the condition must hold one element")
+    out = []
+    for i, (a, b) in enumerate(zip(then_out, else_out)):
+        if type_of(a) != type_of(b):
+            raise node.fail(f"output {i} is {type_of(a)} in then_branch and {type_of(b)} in else_branch: "
+                            "with a condition known only at run time, opc needs both of one type")
+        c = node.e.reshape(cond, [])
+        out.append(node.e.select(c, as_value(node, a), as_value(node, b)))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Loop
+# ---------------------------------------------------------------------------
+
+
+@converter("Loop", since=1)
+def loop(node: Node) -> Values:
+    trips = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0]) if node.has(0) else None
+    cond: Value = node.const(1, "condition") if node.has(1) else np.array(True)
+    if trips is None:
+        trips = MAX_UNROLL + 1  # bounded by the condition alone: it must turn false in time
+    state: Values = [node.importer.compile_time(n) if node.known(k + 2) else node.input(k + 2)
+                     for k, n in enumerate(node.proto.input[2:])]
+    n_state = len(state)
+    scans: list[Values] = []
+    i = 0
+    while i < trips and compile_time_bool(node, cond, "the loop condition"):
+        if i >= MAX_UNROLL:
+            check_trips(node, i + 1)
+        out = import_body(node, "body", [np.array(i, np.int64), np.asarray(cond, np.bool_), *state])
+        cond, state, scan = out[0], list(out[1:1 + n_state]), out[1 + n_state:]
+        scans.append(scan)
+        i += 1
+    if not scans and len(node.attr("body").output) > 1 + n_state:
+        raise node.fail("the loop runs no iteration: its scan outputs would have no elements")
+    outputs = list(state)
+    for k in range(len(node.attr("body").output) - 1 - n_state):
+        outputs.append(stack(node, [s[k] for s in scans], 0))
+    return outputs
+
+
+# ---------------------------------------------------------------------------
+# Scan
+# ---------------------------------------------------------------------------
+
+
+@converter("Scan", since=9)
+def scan(node: Node) -> Values:
+    n_scan = int(node.attr("num_scan_inputs"))
+    inputs: Values = [node.importer.compile_time(n) if node.known(k) else node.input(k)
+                      for k, n in enumerate(node.proto.input)]
+    n_state = len(inputs) - n_scan
+    body = node.attr("body")
+    n_scan_out = len(body.output) - n_state
+    in_axes = [int(a) for a in node.attr("scan_input_axes", [0] * n_scan)]
+    in_dirs = [int(d) for d in node.attr("scan_input_directions", [0] * n_scan)]
+    out_axes = [int(a) for a in node.attr("scan_output_axes", [0] * n_scan_out)]
+    out_dirs = [int(d) for d in node.attr("scan_output_directions", [0] * n_scan_out)]
+    scanned = inputs[n_state:]
+    ranks = [len(node.shape(n_state + k)) for k in range(n_scan)]
+    in_axes = [node.axis(a, r) for a, r in zip(in_axes, ranks)]
+    lengths = {node.shape(n_state + k)[a] for k, a in enumerate(in_axes)}
+    if len(lengths) != 1:
+        raise node.fail(f"its scan inputs have different sequence lengths {sorted(lengths)}")
+    (length,) = lengths
+    check_trips(node, length)
+    state, outs = unroll_scan(node, inputs[:n_state], scanned, in_axes, in_dirs, length)
+    results = list(state)
+    for k in range(n_scan_out):
+        steps = [o_[k] for o_ in outs][::-1 if out_dirs[k] else 1]
+        rank = len(type_of(steps[0])[1]) + 1
+        results.append(stack(node, steps, node.axis(out_axes[k], rank)))
+    return results
+
+
+def unroll_scan(node: Node, state: Values, scanned: Values, axes: Sequence[int], directions: Sequence[int],
+                length: int) -> tuple[Values, list[Values]]:
+    outs = []
+    for t in range(length):
+        slices = [take(node, x, a, length - 1 - t if d else t) for x, a, d in zip(scanned, axes, directions)]
+        out = import_body(node, "body", [*state, *slices])
+        state, step = list(out[:len(state)]), out[len(state):]
+        outs.append(step)
+    return state, outs
+
+
+@converter("Scan", since=8)
+def scan_batched(node: Node) -> Values:
+    """Opset 8's Scan: axis 0 of every input is a batch, axis 1 the sequence; sequence_lens absent or full."""
+    n_scan = int(node.attr("num_scan_inputs"))
+    inputs: Values = [node.importer.compile_time(n) if node.known(k) else node.input(k)
+                      for k, n in enumerate(node.proto.input) if k > 0]
+    n_state = len(inputs) - n_scan
+    directions = [int(d) for d in node.attr("directions", [0] * n_scan)]
+    batch, length = node.shape(1 + n_state)[:2]
+    if node.has(0):
+        lens = np.asarray(node.const(0, "sequence_lens")).reshape(-1)
+        if not np.all(lens == length):
+            raise node.fail("sequence_lens shorter than the sequence: opc scans full sequences only")
+    check_trips(node, batch * length)
+    finals: list[Values] = []
+    stacked: list[Values] = []
+    for b in range(batch):
+        state = [take(node, s, 0, b) for s in inputs[:n_state]]
+        scanned = [take(node, x, 0, b) for x in inputs[n_state:]]
+        state, outs = unroll_scan(node, state, scanned, [0] * n_scan, directions, length)
+        finals.append(state)
+        stacked.append([stack(node, [o_[k] for o_ in outs], 0) for k in range(len(outs[0]))])
+    results = [stack(node, [f[k] for f in finals], 0) for k in range(n_state)]
+    results += [stack(node, [s[k] for s in stacked], 0) for k in range(len(stacked[0]))]
+    return results

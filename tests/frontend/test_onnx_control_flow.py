@@ -1,0 +1,210 @@
+"""ONNX If, Loop and Scan (opc/onnx_import/control_flow.py), unrolled at import: every case imported
+into one module; the forward against onnxruntime, the gradient through the unrolled steps against
+central differences of opc's own forward (f64), and the refusals as one-line errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx_helpers import call, function_name, helper, import_all, numpy_helper, onnx, run_ort
+
+import opc
+from opc.errors import OpcError
+
+F = onnx.TensorProto.FLOAT
+D = onnx.TensorProto.DOUBLE
+
+
+def body(name: str, nodes, inputs, outputs) -> onnx.GraphProto:
+    """A subgraph; inputs and outputs as (name, elem type, shape) triples."""
+    vi = helper.make_tensor_value_info
+    return helper.make_graph(nodes, name, [vi(*i) for i in inputs], [vi(*o) for o in outputs])
+
+
+def graph_model(nodes, feeds, outputs, inits=None, opset: int = 13) -> onnx.ModelProto:
+    """A model whose outputs are typed (name, elem type, shape): shape inference leaves a control-flow
+    node's outputs untyped, which the checker refuses."""
+    vi = helper.make_tensor_value_info
+    ins = [vi(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in feeds.items()]
+    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
+    opsets = [helper.make_opsetid("", opset)]
+    graph = helper.make_graph(nodes, "main_graph", ins, [vi(*o) for o in outputs], inits)
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+
+
+def if_model(elem=F, cond_known: bool = False):
+    """y = cond ? x * w : x + w, with w an initializer (a gradient flows into both branches' values)."""
+    then_ = body("then", [helper.make_node("Mul", ["x", "w"], ["t"])], [], [("t", elem, [2, 3])])
+    else_ = body("else", [helper.make_node("Add", ["x", "w"], ["e"])], [], [("e", elem, [2, 3])])
+    dt = helper.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.uniform(-1, 1, (2, 3)).astype(dt)}
+    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=then_, else_branch=else_)]
+    inits = {"w": rng.uniform(-1, 1, (2, 3)).astype(dt)}
+    if cond_known:
+        inits["cond"] = np.array(False)
+        return graph_model(nodes, feeds, [("y", elem, [2, 3])], inits), feeds
+    feeds["cond"] = np.array(True)
+    return graph_model(nodes, feeds, [("y", elem, [2, 3])], inits), feeds
+
+
+def loop_model(elem=F, trips: int = 4, stop_after: int | None = None):
+    """A running sum over rows x[i] (sliced by the iteration number) with a scan output of every partial
+    sum; with stop_after, the body's condition turns false after that many iterations."""
+    dt = helper.tensor_dtype_to_np_dtype(elem)
+    nodes = [
+        helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", onnx.TensorProto.INT64, [1], [1])),
+        helper.make_node("Unsqueeze", ["i", "zero_axis"], ["start"]),
+        helper.make_node("Add", ["start", "one"], ["end"]),
+        helper.make_node("Slice", ["x", "start", "end"], ["row2"]),
+        helper.make_node("Squeeze", ["row2", "zero_axis"], ["row"]),
+        helper.make_node("Mul", ["row", "s_in"], ["prod"]),
+        helper.make_node("Add", ["s_in", "prod"], ["s_out"]),
+        helper.make_node("Tanh", ["s_out"], ["scan_out"]),
+        helper.make_node("Constant", [], ["zero_axis"], value=helper.make_tensor("za", onnx.TensorProto.INT64, [1], [0])),
+    ]
+    nodes.insert(0, nodes.pop())  # zero_axis first
+    if stop_after is None:
+        nodes.append(helper.make_node("Identity", ["c_in"], ["c_out"]))
+    else:
+        nodes.append(helper.make_node("Constant", [], ["limit"],
+                                      value=helper.make_tensor("l", onnx.TensorProto.INT64, [], [stop_after - 1])))
+        nodes.append(helper.make_node("Less", ["i", "limit"], ["c_out"]))
+    g = body("loop_body", nodes, [("i", onnx.TensorProto.INT64, []), ("c_in", onnx.TensorProto.BOOL, []),
+                                  ("s_in", elem, [3])],
+             [("c_out", onnx.TensorProto.BOOL, []), ("s_out", elem, [3]), ("scan_out", elem, [3])])
+    rng = np.random.default_rng(2)
+    feeds = {"s0": rng.uniform(-1, 1, 3).astype(dt)}
+    inits = {"x": rng.uniform(-1, 1, (trips, 3)).astype(dt), "M": np.array(trips, np.int64), "c": np.array(True)}
+    node = helper.make_node("Loop", ["M", "c", "s0"], ["s", "scans"], body=g)
+    n = min(trips, stop_after or trips)
+    return graph_model([node], feeds, [("s", elem, [3]), ("scans", elem, [n, 3])], inits), feeds
+
+
+def scan_model(elem=F, directions=(0, 1), in_axes=(0, 1), out_axes=(0, 1), out_directions=(0, 1)):
+    """An RNN-like scan: state h, two scanned inputs (one reversed, one scanned along axis 1), two scan outputs."""
+    dt = helper.tensor_dtype_to_np_dtype(elem)
+    nodes = [helper.make_node("MatMul", ["h_in", "w"], ["hw"]),
+             helper.make_node("Add", ["hw", "a"], ["s1"]),
+             helper.make_node("Mul", ["s1", "b"], ["s2"]),
+             helper.make_node("Tanh", ["s2"], ["h_out"]),
+             helper.make_node("Sigmoid", ["s1"], ["y1"]),
+             helper.make_node("Identity", ["h_out"], ["y2"])]
+    g = body("scan_body", nodes, [("h_in", elem, [2, 3]), ("a", elem, [2, 3]), ("b", elem, [2, 3])],
+             [("h_out", elem, [2, 3]), ("y1", elem, [2, 3]), ("y2", elem, [2, 3])])
+    rng = np.random.default_rng(3)
+    seq = 5
+    shape_a = [seq, 2, 3] if in_axes[0] == 0 else [2, seq, 3]
+    shape_b = [seq, 2, 3] if in_axes[1] == 0 else [2, seq, 3]
+    feeds = {"h0": rng.uniform(-1, 1, (2, 3)).astype(dt), "xa": rng.uniform(-1, 1, shape_a).astype(dt),
+             "xb": rng.uniform(-1, 1, shape_b).astype(dt)}
+    inits = {"w": rng.uniform(-1, 1, (3, 3)).astype(dt)}
+    node = helper.make_node("Scan", ["h0", "xa", "xb"], ["h", "y1s", "y2s"], body=g, num_scan_inputs=2,
+                            scan_input_directions=list(directions), scan_input_axes=list(in_axes),
+                            scan_output_axes=list(out_axes), scan_output_directions=list(out_directions))
+    stacked = [[5, 2, 3], [2, 5, 3], [2, 3, 5]]
+    shapes = [stacked[a if a >= 0 else 2] for a in out_axes]
+    return graph_model([node], feeds, [("h", elem, [2, 3]), ("y1s", elem, shapes[0]), ("y2s", elem, shapes[1])],
+                       inits, opset=16), feeds
+
+
+def scan8_model(elem=F):
+    """Opset 8's Scan: axis 0 a batch, axis 1 the sequence; a running sum."""
+    dt = helper.tensor_dtype_to_np_dtype(elem)
+    g = body("scan_body", [helper.make_node("Add", ["s_in", "x"], ["s_out"]),
+                           helper.make_node("Sin", ["s_out"], ["y"])],
+             [("s_in", elem, [2]), ("x", elem, [2])], [("s_out", elem, [2]), ("y", elem, [2])])
+    rng = np.random.default_rng(4)
+    feeds = {"s0": rng.uniform(-1, 1, (3, 2)).astype(dt), "xs": rng.uniform(-1, 1, (3, 4, 2)).astype(dt)}
+    node = helper.make_node("Scan", ["", "s0", "xs"], ["s", "ys"], body=g, num_scan_inputs=1)
+    return graph_model([node], feeds, [("s", elem, [3, 2]), ("ys", elem, [3, 4, 2])], opset=8), feeds
+
+
+CASES = {
+    "if-runtime": lambda dt: if_model(dt),
+    "if-known": lambda dt: if_model(dt, cond_known=True),
+    "loop": lambda dt: loop_model(dt),
+    "loop-stops": lambda dt: loop_model(dt, trips=6, stop_after=3),
+    "scan": lambda dt: scan_model(dt),
+    "scan-forward": lambda dt: scan_model(dt, directions=(0, 0), in_axes=(0, 0), out_axes=(0, 0), out_directions=(0, 0)),
+    "scan-axes": lambda dt: scan_model(dt, directions=(1, 0), in_axes=(1, 0), out_axes=(2, -1), out_directions=(1, 0)),
+    "scan8": lambda dt: scan8_model(dt),
+}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    built = {cid: make(F) for cid, make in CASES.items()}
+    module, params = import_all({cid: m for cid, (m, _) in built.items()})
+    built64 = {cid: make(D) for cid, make in CASES.items()}
+    module64, params64 = import_all({cid + "-f64": m for cid, (m, _) in built64.items()})
+    for f in list(module64.ops):
+        f.detach()
+        module.body.block.add_op(f)
+    return opc.compile(module, grad=True), {**params, **params64}, built, built64
+
+
+@pytest.mark.parametrize("cid", list(CASES))
+def test_forward_matches_onnxruntime(compiled, cid: str) -> None:
+    m, params, built, _ = compiled
+    model, feeds = built[cid]
+    want = run_ort(model, feeds)
+    got = call(m, cid, feeds, params[cid])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("cid", [c for c in CASES if c != "if-known"])
+def test_gradient_through_the_unrolled_steps(compiled, cid: str) -> None:
+    """<grad, v> == (L(a + h v) - L(a - h v)) / 2h, L = outputs times a fixed random cotangent."""
+    m, params, _, built64 = compiled
+    _, feeds = built64[cid]
+    name = function_name(cid + "-f64")
+    float_feeds = {k: v for k, v in feeds.items() if v.dtype.kind == "f"}
+    args = [*feeds.values(), *params[cid + "-f64"].values()]
+    floats = [i for i, a in enumerate(args) if a.dtype.kind == "f"]
+    outs = call(m, cid + "-f64", feeds, params[cid + "-f64"])
+    rng = np.random.default_rng(7)
+    douts = [rng.uniform(-1, 1, o.shape) for o in outs]
+    grads = getattr(m, name + "_grad")(*args, *douts)
+    grads = list(grads) if isinstance(grads, tuple) else [grads]
+    assert len(grads) == len(floats), (len(grads), len(float_feeds))
+
+    def loss(values: list[np.ndarray]) -> float:
+        ys = getattr(m, name)(*values)
+        ys = list(ys) if isinstance(ys, tuple) else [ys]
+        return float(sum(np.sum(y * d) for y, d in zip(ys, douts)))
+
+    v = {i: rng.uniform(-1, 1, args[i].shape) for i in floats}
+    h = 1e-6
+    moved = [[a + s * h * v[i] if i in v else a for i, a in enumerate(args)] for s in (1, -1)]
+    fd = (loss(moved[0]) - loss(moved[1])) / (2 * h)
+    analytic = float(sum(np.sum(g * v[i]) for g, i in zip(grads, floats)))
+    assert abs(fd - analytic) <= 1e-6 * max(1.0, abs(fd)), (fd, analytic)
+
+
+def test_branches_of_different_types_are_one_line_error() -> None:
+    then_ = body("then", [helper.make_node("Identity", ["x"], ["t"])], [], [("t", F, [2, 3])])
+    else_ = body("else", [helper.make_node("ReduceMax", ["x"], ["e"], axes=[1])], [], [("e", F, [2, 1])])
+    feeds = {"x": np.ones((2, 3), np.float32), "cond": np.array(True)}
+    model = onnx.helper.make_model(
+        helper.make_graph([helper.make_node("If", ["cond"], ["y"], then_branch=then_, else_branch=else_)], "g",
+                          [helper.make_tensor_value_info("x", F, [2, 3]),
+                           helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", F, [2, "n"])]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(OpcError) as err:
+        opc.import_onnx(model)
+    assert "with a condition known only at run time, opc needs both of one type" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_loop_with_a_trip_count_known_at_run_time_only_is_one_line_error() -> None:
+    model, feeds = loop_model()
+    model.graph.initializer.pop(1)  # M becomes a graph input
+    model.graph.input.append(helper.make_tensor_value_info("M", onnx.TensorProto.INT64, []))
+    with pytest.raises(OpcError) as err:
+        opc.import_onnx(model)
+    assert "input 0 ('M', trip count) must be known at compile time" in str(err.value)

@@ -1,0 +1,68 @@
+"""The models of tests/models/export_vision_rnn.py (torchvision's ResNet-18 and MobileNetV2, a
+small CNN with training-mode batch norm, LSTM and GRU classifiers, all exported by PyTorch):
+each is refilled with its seeded weights, imported, compiled with grad=True (one module per model,
+compiled once), its forward checked against onnxruntime on the same refilled model and against
+torch's recorded output, and its gradients of sum(y * dy) w.r.t. the input and the recorded
+weights against torch's autograd. Neither torch nor the network is needed."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx_helpers import onnx, run_ort
+
+import opc
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from seeded_weights import fill_initializers  # noqa: E402
+
+# model -> the opc ops its import must contain, the forward's and the gradients' tolerances (float32
+# through up to 20 layers; torch and opc sum in different orders)
+MODELS = {
+    "resnet18": ({"opc.conv", "opc.batch_norm", "opc.max_pool"}, 1e-4, 1e-3),
+    "mobilenet_v2": ({"opc.conv", "opc.batch_norm"}, 1e-4, 1e-3),
+    "small_cnn": ({"opc.conv", "opc.batch_norm", "opc.max_pool", "opc.avg_pool"}, 1e-5, 1e-4),
+    "lstm": ({"opc.matmul", "opc.sigmoid", "opc.tanh"}, 1e-5, 1e-4),
+    "gru": ({"opc.matmul", "opc.sigmoid", "opc.tanh"}, 1e-5, 1e-4),
+}
+
+
+@functools.cache
+def compiled(name: str):
+    """(the refilled ModelProto, the compiled module, its weights by argument name, the torch record)."""
+    model = fill_initializers(onnx.load(str(HERE / f"{name}.onnx")))
+    module, params = opc.import_onnx(model)
+    ops = {op.name for op in module.walk()}
+    assert MODELS[name][0] <= ops, sorted(ops)
+    return model, opc.compile(module, grad=True), params, dict(np.load(HERE / f"{name}_ref.npz"))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_forward(name: str) -> None:
+    model, m, params, ref = compiled(name)
+    y = m.main_graph(ref["in_x"], *params.values())  # one output: the array itself
+    (want,) = run_ort(model, {"x": ref["in_x"]})
+    tol = MODELS[name][1] * max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(y, want, rtol=MODELS[name][1], atol=tol)
+    np.testing.assert_allclose(y, ref["y"], rtol=MODELS[name][1], atol=tol)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_gradients(name: str) -> None:
+    _, m, params, ref = compiled(name)
+    grads = dict(zip(["x", *params], m.main_graph_grad(ref["in_x"], *params.values(), ref["dy"])))
+    recorded = [k.removeprefix("grad_") for k in ref if k.startswith("grad_")]
+    assert len(recorded) >= 4 and set(recorded) <= set(grads), (sorted(recorded), sorted(grads))
+    # the absolute tolerance scales with the largest recorded gradient: one that is zero in exact
+    # arithmetic (a conv bias before training-mode batch norm) is rounding noise in both
+    scale = max(float(np.abs(ref[f"grad_{arg}"]).max()) for arg in recorded)
+    for arg in recorded:
+        want = ref[f"grad_{arg}"]
+        got = grads[arg][: want.shape[0]]  # a big gradient was recorded by its first rows
+        tol = MODELS[name][2] * scale
+        np.testing.assert_allclose(got, want, rtol=MODELS[name][2], atol=tol, err_msg=arg)
