@@ -87,10 +87,12 @@ def register_converters() -> None:
     """Fill graph.CONVERTERS: each converter module registers its converters when imported (graph.py,
     which they import, does not import them back)."""
     from opc.onnx_import import (  # noqa: F401
+        attention_converters,
         control_flow,
         converters,
         model_converters,
         nn_converters,
         quant_converters,
         rnn_converters,
+        sampling_converters,
     )

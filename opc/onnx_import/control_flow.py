@@ -35,50 +35,10 @@ MAX_UNROLL = 4096  # body copies one node may unroll into
 
 
 def import_body(node: Node, attr: str, bindings: Sequence[Value]) -> Values:
-    """The subgraph `attr` of node imported inline with its inputs bound; its outputs.
-
-    Names the body defines are forgotten afterwards, so the next iteration (or
-    the other branch) defines them anew; names of the enclosing graphs stay visible.
-    """
-    graph = node.attr(attr)
-    importer = node.importer
-    if len(bindings) != len(graph.input):
-        raise node.fail(f"its {attr} takes {len(graph.input)} inputs, {len(bindings)} are given")
-    before_values, before_constants = dict(importer.values), dict(importer.constants)
-    before_materialized = dict(importer.materialized)
-    for vi, value in zip(graph.input, bindings):
-        bind(importer, vi.name, value)
-    for t in graph.initializer:
-        from onnx import numpy_helper
-
-        importer.constants[t.name] = numpy_helper.to_array(t)
-    index = importer.node_index
-    for inner in graph.node:
-        importer.convert(Node(inner, node.opset, importer))
-    importer.node_index = index
-    outputs = [lookup(importer, out.name) for out in graph.output]
-    importer.values, importer.constants = before_values, before_constants
-    importer.materialized = before_materialized
-    importer.emitter.label = node.label
-    return outputs
-
-
-def bind(importer, name: str, value: Value) -> None:
-    importer.values.pop(name, None)
-    importer.constants.pop(name, None)
-    importer.materialized.pop(name, None)
-    if isinstance(value, SSAValue):
-        importer.values[name] = value
-    else:
-        importer.constants[name] = np.asarray(value)
-
-
-def lookup(importer, name: str) -> Value:
-    if name in importer.values:
-        return importer.values[name]
-    if name in importer.constants:
-        return importer.constants[name]
-    return importer.value(name)  # raises "used before it is defined"
+    """The subgraph `attr` of node imported inline with its inputs bound; its outputs (arrays where
+    known at compile time). Names the body defines are forgotten afterwards, so the next iteration
+    (or the other branch) defines them anew; names of the enclosing graphs stay visible."""
+    return node.importer.inline(node.attr(attr), bindings, node.opset, node.label, keep_constants=True)
 
 
 def as_value(node: Node, v: Value) -> SSAValue:

@@ -383,8 +383,8 @@ class Node:
             return default
         value = self.importer.compile_time(self.proto.input[i], needed=True)
         if value is None:
-            raise NeededAtCompileTime(f"error: {self.label}: input {i} ('{self.proto.input[i]}', {what}) must be known at compile time; "
-                            "opc compiles static shapes only")
+            raise NeededAtCompileTime(f"error: {self.label}: input {i} ('{self.proto.input[i]}', {what}) "
+                                      "must be known at compile time; opc compiles static shapes only")
         return value
 
     def shape(self, i: int) -> tuple[int, ...]:
@@ -434,6 +434,12 @@ def folder(*op_types: str) -> Callable[[Folder], Folder]:
     return register
 
 
+def qualified_type(proto: Any) -> str:
+    """A node's op type as converters are registered: 'Relu' for ai.onnx, 'ai.onnx.preview.FlexAttention'
+    for another domain."""
+    return proto.op_type if proto.domain in ("", "ai.onnx") else f"{proto.domain}.{proto.op_type}"
+
+
 def find_converter(op_type: str, opset: int) -> Converter | None:
     versions = CONVERTERS.get(op_type, {})
     usable = [v for v in versions if v <= opset]
@@ -466,7 +472,8 @@ class GraphImporter:
         self.bound_inputs: list[str] = []
         # fold_given: the given values of small inputs are constants from the start, so that what is
         # computed from them (a Range bound from a window length, a shape from sizes) is known too
-        self.folded_inputs = [n for n, v in self.input_values.items() if v.size <= MAX_FOLDED_INPUT] if fold_given else []
+        small = [n for n, v in self.input_values.items() if v.size <= MAX_FOLDED_INPUT]
+        self.folded_inputs = small if fold_given else []
         self.needed_at_compile_time: set[str] = set()
         self.emitter = NodeEmitter()
         self.node_index = 0
@@ -571,7 +578,7 @@ class GraphImporter:
 
     def check_domains(self) -> None:
         for i, node in enumerate(self.graph.node):
-            if node.domain not in ("", "ai.onnx"):
+            if node.domain not in ("", "ai.onnx") and qualified_type(node) not in CONVERTERS:
                 self.node_index = i
                 label = Node(node, self.opset, self).label
                 raise OpcError(f"error: {label}: unsupported op {node.domain}.{node.op_type} "
@@ -604,7 +611,7 @@ class GraphImporter:
     def convert(self, node: Node) -> None:
         self.emitter.label = node.label
         present = [n for n in node.proto.input if n]
-        convert = find_converter(node.op_type, node.opset)
+        convert = find_converter(qualified_type(node.proto), node.opset)
         foldable = node.op_type not in NOT_FOLDABLE
         if foldable and all(n in self.constants for n in present):
             outputs: Sequence[SSAValue | np.ndarray] = self.evaluate(node)
@@ -632,6 +639,40 @@ class GraphImporter:
             if name and self.used(name):
                 raise node.fail(f"output '{name}' is not supported")
 
+    def inline(self, graph: Any, args: Sequence[SSAValue | np.ndarray], opset: int, where: str,
+               keep_constants: bool = False) -> list[SSAValue | np.ndarray]:
+        """A graph attribute (FlexAttention's score_mod, a Loop's body) converted in place, its inputs bound
+        to args (values, or arrays known at compile time): its own scope (its names shadow the outer graph's,
+        which it may read), its initializers constants. Outputs known at compile time stay arrays with
+        keep_constants (a Loop's condition), else become values."""
+        from onnx import numpy_helper
+
+        if len(graph.input) != len(args):
+            raise OpcError(f"error: {where}: graph '{graph.name}' takes {len(graph.input)} inputs, "
+                           f"given {len(args)}")
+        saved = (dict(self.values), dict(self.constants), self.materialized, self.inferred, self.node_index,
+                 self.emitter.label)
+        self.materialized, self.inferred = {}, {}
+        try:
+            for t in graph.initializer:
+                self.values.pop(t.name, None)
+                self.constants[t.name] = numpy_helper.to_array(t)
+            for vi, arg in zip(graph.input, args):
+                self.constants.pop(vi.name, None)
+                self.values.pop(vi.name, None)
+                if isinstance(arg, SSAValue):
+                    self.values[vi.name] = arg
+                else:
+                    self.constants[vi.name] = np.asarray(arg)
+            for i, n in enumerate(graph.node):
+                self.node_index = i
+                self.convert(Node(n, opset, self))
+            return [self.constants[out.name] if keep_constants and out.name in self.constants
+                    else self.value(out.name) for out in graph.output]
+        finally:
+            (self.values, self.constants, self.materialized, self.inferred, self.node_index,
+             self.emitter.label) = saved
+
     def used(self, name: str) -> bool:
         return any(name in n.input for n in self.graph.node) or any(name == o.name for o in self.graph.output)
 
@@ -641,8 +682,9 @@ class GraphImporter:
 
         if feeds is None:
             feeds = {n: self.constants[n] for n in node.proto.input if n}
-        if node.op_type in FOLDERS:
-            return FOLDERS[node.op_type](node, [feeds[n] if n else None for n in node.proto.input])
+        fold = FOLDERS.get(qualified_type(node.proto))
+        if fold is not None:
+            return fold(node, [feeds[n] if n else None for n in node.proto.input])
         try:  # as a model: given a bare node, the evaluator ignores `opsets` and runs the newest version
             return list(ReferenceEvaluator(one_node_model(node.proto, feeds, node.opset)).run(None, feeds))
         except Exception as err:  # noqa: BLE001 - the reference evaluator raises anything

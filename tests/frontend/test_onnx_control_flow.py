@@ -188,7 +188,6 @@ def test_gradient_through_the_unrolled_steps(compiled, cid: str) -> None:
 def test_branches_of_different_types_are_one_line_error() -> None:
     then_ = body("then", [helper.make_node("Identity", ["x"], ["t"])], [], [("t", F, [2, 3])])
     else_ = body("else", [helper.make_node("ReduceMax", ["x"], ["e"], axes=[1])], [], [("e", F, [2, 1])])
-    feeds = {"x": np.ones((2, 3), np.float32), "cond": np.array(True)}
     model = onnx.helper.make_model(
         helper.make_graph([helper.make_node("If", ["cond"], ["y"], then_branch=then_, else_branch=else_)], "g",
                           [helper.make_tensor_value_info("x", F, [2, 3]),
