@@ -48,11 +48,12 @@ def compile(  # noqa: A001 - the name SPEC.md gives
                     arrays=arrays)
 
 
-def import_onnx(model, shapes=None):
-    """An ONNX model (path or onnx.ModelProto) -> (ModuleOp, {argument name: weight}); see opc.onnx_import."""
+def import_onnx(model, shapes=None, constants=None):
+    """An ONNX model (path or onnx.ModelProto) -> (ModuleOp, {argument name: weight}); see opc.onnx_import.
+    constants: initializers compiled in as constants (names, or a predicate of (name, array))."""
     from opc.onnx_import import import_onnx as _import_onnx
 
-    return _import_onnx(model, shapes)
+    return _import_onnx(model, shapes, constants)
 
 
 def load_onnx(model, target: str = "cpu", cache_dir: str | None = None):

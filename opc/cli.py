@@ -135,7 +135,7 @@ def cmd_explain(args: argparse.Namespace) -> None:
 def cmd_import(args: argparse.Namespace) -> None:
     from opc.onnx_import import parse_shapes, write_import
 
-    for path in write_import(args.file, args.output, parse_shapes(args.shape)):
+    for path in write_import(args.file, args.output, parse_shapes(args.shape), args.constant):
         print(f"wrote {path}")
 
 
@@ -215,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("-o", "--output", help="output .mlir file (default stdout); weights go to its .npz twin")
     imp.add_argument("--shape", action="append", default=[], metavar="NAME=D0xD1...",
                      help="static sizes for a graph input with dynamic dims (repeatable)")
+    imp.add_argument("--constant", action="append", default=[], metavar="NAME",
+                     help="compile this float initializer in as a constant, not an argument (repeatable)")
     imp.set_defaults(func=cmd_import)
 
     prof = sub.add_parser("profile", help="time every kernel of a model on random inputs (a table, a Chrome trace)")

@@ -13,7 +13,7 @@ ops by one small converter in `converters.py`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,23 +27,28 @@ __all__ = ["import_onnx", "write_import"]
 
 
 def import_onnx(model: str | os.PathLike[str] | Any,
-                shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
+                shapes: Mapping[str, Sequence[int]] | None = None,
+                constants: Collection[str] | Callable[[str, np.ndarray], bool] | None = None,
+                ) -> tuple[ModuleOp, dict[str, np.ndarray]]:
     """A path or onnx.ModelProto -> (ModuleOp with one func.func, {argument name: weight array}).
 
     shapes: sizes for graph inputs whose dims are dynamic, by input name.
+    constants: float initializers to compile in as constants instead of taking them as arguments:
+    their names, or a predicate `f(name, array) -> bool` (a frozen embedding, a mask an exporter wrote).
     """
     from opc.onnx_import.graph import import_model
 
     register_converters()
 
-    return import_model(model, shapes)
+    return import_model(model, shapes, constants)
 
 
-def write_import(path: str, output: str | None, shapes: Mapping[str, Sequence[int]] | None = None) -> list[str]:
+def write_import(path: str, output: str | None, shapes: Mapping[str, Sequence[int]] | None = None,
+                 constants: Sequence[str] | None = None) -> list[str]:
     """`opc import`: MLIR text to `output` (stdout when None or '-'), weights to its .npz twin."""
     import sys
 
-    module, params = import_onnx(path, shapes)
+    module, params = import_onnx(path, shapes, constants or None)
     text = str(module) + "\n"
     if output in (None, "-"):
         sys.stdout.write(text)
@@ -85,6 +90,7 @@ def register_converters() -> None:
         attention_converters,
         control_flow,
         converters,
+        model_converters,
         more_converters,
         nn_converters,
         quant_converters,

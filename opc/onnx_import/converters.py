@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import ml_dtypes
 import numpy as np
-from xdsl.dialects.builtin import Float32Type
+from xdsl.dialects.builtin import Float32Type, Float64Type
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
@@ -1046,12 +1046,14 @@ def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, 
     reduction = node.attr("reduction", "none")
     if reduction not in ("none", "add", "mul", "min", "max"):
         raise node.fail(f"reduction '{reduction}' is not supported (none, add, mul, min, max)")
-    if numpy_of(data).kind != "f":
-        raise node.fail("opc scatters float data only")
     shape = list(data.type.get_shape())  # type: ignore[attr-defined]
     d = e.reshape(data, rows)
-    if reduction in ("mul", "min", "max"):
+    if reduction in ("mul", "min", "max"):  # any dtype: select, mul, minimum, maximum
         return e.reshape(scatter_one_by_one(node, d, flat, updates, reduction), shape)
+    if numpy_of(data).kind != "f":
+        if reduction != "none":
+            raise node.fail(f"opc scatters with reduction '{reduction}' float data only")
+        return scatter_by_position(node, data, flat, updates, rows)
     added = e.value(o.GatherGradOp(d, flat, updates, 0))
     if reduction == "add":
         return e.reshape(e.add(d, added), shape)
@@ -1077,6 +1079,23 @@ def scatter_one_by_one(node: Node, d: SSAValue, flat: SSAValue, updates: SSAValu
         up = e.value(o.SliceOp(ups, [u] + [0] * (len(rows) - 1), [u + 1, *rows[1:]]))
         d = e.select(e.value(o.EqualOp(where, at)), combine(d, up), d)
     return d
+
+
+def scatter_by_position(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, rows: list[int]) -> SSAValue:
+    """Integer data (BART's shift of the token ids), exactly: each row learns which update hits it (its
+    position + 1 scatter-added in f64, exact below 2**53 updates; 0: none), then gathers that update."""
+    e = node.e
+    shape = list(data.type.get_shape())  # type: ignore[attr-defined]
+    fshape = list(flat.type.get_shape())  # type: ignore[attr-defined]
+    n = math.prod(fshape)
+    positions = e.constant(np.arange(1, n + 1, dtype=np.float64).reshape(fshape))
+    pos = e.value(o.GatherGradOp(e.full(0.0, o.tensor([rows[0]], Float64Type())), flat, positions, 0))
+    hit = gt(node, pos, scalar(node, 0.0, pos))
+    which = e.select(hit, e.sub(pos, scalar(node, 1.0, pos)), scalar(node, 0.0, pos))
+    which = e.cast(which, BY_NUMPY[np.dtype(np.int64)])
+    picked = e.value(o.GatherOp(e.reshape(updates, [n, *rows[1:]]), which, 0))
+    hit = e.broadcast_to(e.reshape(hit, [rows[0]] + [1] * (len(rows) - 1)), rows)
+    return e.reshape(e.select(hit, picked, e.reshape(data, rows)), shape)
 
 
 @converter("ScatterElements", since=11)

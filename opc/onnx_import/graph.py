@@ -419,6 +419,21 @@ def converter(*op_types: str, since: int = BASE_OPSET) -> Callable[[Converter], 
     return register
 
 
+# op type -> NumPy evaluation of a node whose inputs are all known (used instead of onnx's reference
+# evaluator where that one is wrong or slow): (node, [input arrays]) -> [output arrays]
+Folder = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
+FOLDERS: dict[str, Folder] = {}
+
+
+def folder(*op_types: str) -> Callable[[Folder], Folder]:
+    def register(fn: Folder) -> Folder:
+        for t in op_types:
+            FOLDERS[t] = fn
+        return fn
+
+    return register
+
+
 def qualified_type(proto: Any) -> str:
     """A node's op type as converters are registered: 'Relu' for ai.onnx, 'ai.onnx.preview.FlexAttention'
     for another domain."""
@@ -438,7 +453,8 @@ def find_converter(op_type: str, opset: int) -> Converter | None:
 
 class GraphImporter:
     def __init__(self, model, where: str, shapes: Mapping[str, Sequence[int]] | None,
-                 input_values: Mapping[str, np.ndarray] | None = None, fold_given: bool = False) -> None:
+                 input_values: Mapping[str, np.ndarray] | None = None, fold_given: bool = False,
+                 constants: Any = None) -> None:
         self.where = where
         self.model = model
         self.graph = model.graph
@@ -463,6 +479,7 @@ class GraphImporter:
         self.emitter = NodeEmitter()
         self.node_index = 0
         self.inferred: dict[str, tuple[int, list[int | str | None]]] = {}
+        self.as_constant = constant_selector(constants, init_names, where)
 
     # -- values -------------------------------------------------------------
     def compile_time(self, name: str, needed: bool = False) -> np.ndarray | None:
@@ -579,9 +596,9 @@ class GraphImporter:
                 array = numpy_helper.to_array(t, base_dir=self.base_dir())
             except (OSError, ValueError) as err:
                 raise OpcError(f"error: {self.where}: cannot read initializer '{t.name}': {first_line(err)}") from None
-            if t.data_type in FLOAT_ELEMENT_TYPES and array.size > 1:
+            if t.data_type in FLOAT_ELEMENT_TYPES and array.size > 1 and not self.as_constant(t.name, array):
                 weights[t.name] = array
-            # a single float (an exporter's 0.5, 1/sqrt(d)) is a constant, not a weight
+            # a single float (an exporter's 0.5, 1/sqrt(d)), or one the caller named, is a constant, not a weight
             else:
                 self.constants[t.name] = array
         return weights
@@ -659,11 +676,14 @@ class GraphImporter:
         return any(name in n.input for n in self.graph.node) or any(name == o.name for o in self.graph.output)
 
     def evaluate(self, node: Node, feeds: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
-        """A node whose inputs are all known, run by onnx's reference evaluator."""
+        """A node whose inputs are all known, run by our NumPy folder or onnx's reference evaluator."""
         from onnx.reference import ReferenceEvaluator
 
         if feeds is None:
             feeds = {n: self.constants[n] for n in node.proto.input if n}
+        fold = FOLDERS.get(qualified_type(node.proto))
+        if fold is not None:
+            return fold(node, [feeds[n] if n else None for n in node.proto.input])
         try:  # as a model: given a bare node, the evaluator ignores `opsets` and runs the newest version
             return list(ReferenceEvaluator(one_node_model(node.proto, feeds, node.opset)).run(None, feeds))
         except Exception as err:  # noqa: BLE001 - the reference evaluator raises anything
@@ -686,6 +706,20 @@ class GraphImporter:
             raise node.fail(f"output '{name}' has shape {ours_dims} in opc, {dims} in ONNX")
 
 
+def constant_selector(constants: Any, initializers: set[str], where: str) -> Callable[[str, np.ndarray], bool]:
+    """import_onnx's constants= (None, initializer names, or a predicate of (name, array)) as a predicate."""
+    if constants is None:
+        return lambda name, array: False
+    if callable(constants):
+        return lambda name, array: bool(constants(name, array))
+    if isinstance(constants, (str, bytes)) or not all(isinstance(n, str) for n in constants):
+        raise OpcError(f"error: constants: expected initializer names or a predicate, got {constants!r}")
+    names = set(constants)
+    for name in sorted(names - initializers):
+        raise OpcError(f"error: {where}: constants: the graph has no initializer '{name}'")
+    return lambda name, array: name in names
+
+
 def one_node_model(proto, feeds: Mapping[str, np.ndarray], opset: int):
     """A model of one node at the given opset, its inputs typed by the arrays fed to them."""
     from onnx import helper
@@ -697,14 +731,15 @@ def one_node_model(proto, feeds: Mapping[str, np.ndarray], opset: int):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
-    module, params, _ = import_graph(model, shapes)
+def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None,
+                 constants: Any = None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
+    module, params, _ = import_graph(model, shapes, constants=constants)
     return module, params
 
 
 def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
                  input_values: Mapping[str, np.ndarray] | None = None,
-                 where: str | None = None) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
+                 where: str | None = None, constants: Any = None) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
     """import_model, where converters may read the given graph inputs' values (shapes, axes) at compile
     time; the third result names the inputs so bound (no longer arguments)."""
     onnx = onnx_module()
@@ -716,12 +751,13 @@ def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
         model = own
     model = load(model, where)
     try:
-        importer = GraphImporter(model, where, shapes, input_values)
+        importer = GraphImporter(model, where, shapes, input_values, constants=constants)
         module, params = importer.run()
     except NeededAtCompileTime:
         if not input_values:
             raise
         # a value computed from inputs is needed at compile time: those inputs' values are compiled in
-        importer = GraphImporter(model, where, shapes, input_values, fold_given=True)
+        importer = GraphImporter(model, where, shapes, input_values, fold_given=True,
+                                 constants=constants)
         module, params = importer.run()
     return module, params, importer.bound_inputs
