@@ -316,14 +316,17 @@ def sum_cotangents(e: OpBuilder, gs: Sequence[SSAValue]) -> SSAValue:
     if len(slabs) > 1:
         axis = slabs[0][0]
         shape, el = list(gs[0].type.get_shape()), gs[0].type.element_type  # type: ignore[attr-defined]
+        def zeros(width: int) -> SSAValue:
+            return e.full(0.0, TensorType(el, [width if k == axis else n for k, n in enumerate(shape)]))
+
         pieces, at = [], 0
         for _, start, limit, i in slabs:
             if start > at:
-                pieces.append(e.full(0.0, TensorType(el, [start - at if k == axis else n for k, n in enumerate(shape)])))
+                pieces.append(zeros(start - at))
             pieces.append(gs[i].owner.dout)  # type: ignore[union-attr]
             at = limit
         if at < shape[axis]:
-            pieces.append(e.full(0.0, TensorType(el, [shape[axis] - at if k == axis else n for k, n in enumerate(shape)])))
+            pieces.append(zeros(shape[axis] - at))
         joined = e.value(ConcatOp(pieces, axis))
         first, merged = min(i for *_, i in slabs), {i for *_, i in slabs}
         gs = [joined if i == first else g for i, g in enumerate(gs) if i == first or i not in merged]
