@@ -37,6 +37,7 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
     """Fused (opc-fuse, where the target has the kernel), grad functions added,
     ops legalized for the target, cleaned up (in place)."""
     from xdsl.transforms.canonicalize import CanonicalizePass
+    from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
     from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
     from opc.targets.target import get_target
@@ -68,6 +69,9 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
     legalize(source.module, get_target(target), decompose or None)
     verify(source, stage="opc-decompose")
     CanonicalizePass().apply(ctx, source.module)
+    # the rules and the vjps rebuild what the forward already has (x - mean, rsqrt(var + eps), the
+    # same reshape and constant many times): one copy of each pure op feeds them all
+    CommonSubexpressionElimination().apply(ctx, source.module)
     DeadCodeElimination().apply(ctx, source.module)
     return source
 

@@ -42,7 +42,7 @@ from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.transforms.dead_code_elimination import region_dce
 
 from opc.dialects.builder import OpBuilder
-from opc.dialects.opc import is_bool, is_float
+from opc.dialects.opc import ConcatOp, SliceGradOp, is_bool, is_float
 from opc.errors import OpcError
 from opc.ops.decompositions import expand
 from opc.ops.registry import REGISTRY
@@ -270,19 +270,24 @@ def sweep(
         if any(v in live for v in op.operands):
             live.update(op.results)
 
-    grads: dict[SSAValue, SSAValue] = {}
+    parts: dict[SSAValue, list[SSAValue]] = {}  # a value's cotangents, summed when its producer is reached
 
     def accumulate(v: SSAValue, g: SSAValue) -> None:
         if v not in live:
             return
         if g.type != v.type:
             raise OpcError(f"internal error: gradient of type {g.type} for a value of type {v.type}")
-        grads[v] = fan_in(e, grads[v], g) if v in grads else g
+        parts.setdefault(v, []).append(g)
+
+    def total(v: SSAValue) -> SSAValue | None:
+        if v in parts and len(parts[v]) > 1:
+            parts[v] = [sum_cotangents(e, parts[v])]
+        return parts[v][0] if v in parts else None
 
     for v, d in seeds:
         accumulate(v, d)
     for op in reversed(forward):
-        douts = [grads.get(r) for r in op.results]
+        douts = [total(r) for r in op.results]
         if all(d is None for d in douts) or not any(v in live for v in op.operands):
             continue  # off the path from wrt to the outputs: pruned
         vjp, any_dtype = vjp_of(op.name)
@@ -300,7 +305,58 @@ def sweep(
         for v, g in zip(op.operands, grads_of_operands):
             if g is not None:
                 accumulate(v, g)
-    return grads
+    return {v: g for v in parts if (g := total(v)) is not None}
+
+
+def sum_cotangents(e: OpBuilder, gs: Sequence[SSAValue]) -> SSAValue:
+    """The sum of one value's cotangents, in order. Those that are slice_grads of disjoint slabs
+    along one axis (the gates cut from one projection, the time steps cut from a sequence) are
+    one concat of their douts (zeros in the gaps) instead of zero-filled tensors added up."""
+    slabs = disjoint_slabs(gs)
+    if len(slabs) > 1:
+        axis = slabs[0][0]
+        shape, el = list(gs[0].type.get_shape()), gs[0].type.element_type  # type: ignore[attr-defined]
+        def zeros(width: int) -> SSAValue:
+            return e.full(0.0, TensorType(el, [width if k == axis else n for k, n in enumerate(shape)]))
+
+        pieces, at = [], 0
+        for _, start, limit, i in slabs:
+            if start > at:
+                pieces.append(zeros(start - at))
+            pieces.append(gs[i].owner.dout)  # type: ignore[union-attr]
+            at = limit
+        if at < shape[axis]:
+            pieces.append(zeros(shape[axis] - at))
+        joined = e.value(ConcatOp(pieces, axis))
+        first, merged = min(i for *_, i in slabs), {i for *_, i in slabs}
+        gs = [joined if i == first else g for i, g in enumerate(gs) if i == first or i not in merged]
+    out = gs[0]
+    for g in gs[1:]:
+        out = fan_in(e, out, g)
+    return out
+
+
+def disjoint_slabs(gs: Sequence[SSAValue]) -> list[tuple[int, int, int, int]]:
+    """(axis, start, limit, index in gs), by start, of the float slice_grads among gs with unit strides that cut
+    along one axis only (the most common one), disjoint; fewer than two: nothing to merge."""
+    found: list[tuple[int, int, int, int]] = []
+    for i, g in enumerate(gs):
+        op = g.owner
+        if not isinstance(op, SliceGradOp) or not is_float(g.type.element_type):  # type: ignore[attr-defined]
+            continue
+        start, limit, strides = op.slice_params()
+        shape = g.type.get_shape()  # type: ignore[attr-defined]
+        cut = [k for k, n in enumerate(shape) if (start[k], limit[k]) != (0, n)]
+        if len(cut) == 1 and all(s == 1 for s in strides):
+            found.append((cut[0], start[cut[0]], limit[cut[0]], i))
+    if not found:
+        return []
+    axis = max({a for a, *_ in found}, key=lambda a: sum(f[0] == a for f in found))
+    chosen: list[tuple[int, int, int, int]] = []
+    for slab in sorted((f for f in found if f[0] == axis), key=lambda f: f[1]):
+        if not chosen or slab[1] >= chosen[-1][2]:
+            chosen.append(slab)
+    return chosen
 
 
 def fan_in(e: OpBuilder, a: SSAValue, b: SSAValue) -> SSAValue:

@@ -18,7 +18,14 @@ from xdsl.rewriter import InsertPoint
 
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder, narrow, wide
-from opc.ops.vjp_rules import attention_probs, attention_score_grad, attention_scores, matmul_grads
+from opc.ops.vjp_rules import (
+    attention_probs,
+    attention_score_grad,
+    attention_scores,
+    channel_axes,
+    matmul_grads,
+    per_channel,
+)
 
 SQRT_2_OVER_PI, GELU_K = o.GELU_SQRT_2_OVER_PI, o.GELU_K
 
@@ -444,17 +451,6 @@ class ConvGradFilterPattern(RulePattern):
 # ---------------------------------------------------------------------------
 # batch, instance and group normalization
 # ---------------------------------------------------------------------------
-
-
-def per_channel(e: OpBuilder, v: SSAValue, rank: int) -> SSAValue:
-    """[C] -> [C, 1, ...] so that it broadcasts along x [N, C, *spatial]."""
-    t = v.type
-    return e.value(o.ReshapeOp(v, o.tensor([t.get_shape()[0], *[1] * (rank - 2)], t.element_type)))  # type: ignore[attr-defined]
-
-
-def channel_axes(x: SSAValue) -> list[int]:
-    """N and the spatial dims: every axis of x but the channels."""
-    return [0, *range(2, len(x.type.get_shape()))]  # type: ignore[attr-defined]
 
 
 class BatchNormPattern(RulePattern):

@@ -67,11 +67,43 @@ def vjp_div(e: OpBuilder, op: o.DivOp, douts: Grads) -> Grads:
 def _extremum(e: OpBuilder, op: o.MaximumOp | o.MinimumOp, d: SSAValue, wins: type[Operation]) -> Grads:
     # Ties split the gradient evenly between the operands, as PyTorch does.
     a, b = op.lhs, op.rhs
+    ta, tb = clip_input(op, a, b), clip_input(op, b, a)  # what the tests may read instead
     zero, half = e.full(0.0, d), e.scale(d, 0.5)
-    tie = e.value(o.EqualOp(a, b))
-    da = e.select(e.value(wins(a, b)), d, e.select(tie, half, zero))
-    db = e.select(e.value(wins(b, a)), d, e.select(tie, half, zero))
+    tie = e.value(o.EqualOp(ta, tb))
+    da = e.select(e.value(wins(ta, tb)), d, e.select(tie, half, zero))
+    db = e.select(e.value(wins(tb, ta)), d, e.select(tie, half, zero))
     return e.unbroadcast(da, a), e.unbroadcast(db, b)
+
+
+def splat_value(v: SSAValue) -> float | None:
+    """The value of a constant whose elements are all one float (opc.full, a splat arith.constant)."""
+    owner = v.owner
+    if isinstance(owner, o.FullOp):
+        return owner.value.value.data
+    if (isinstance(owner, arith.ConstantOp) and isinstance(owner.value, DenseIntOrFPElementsAttr)
+            and len(owner.value) > 0 and owner.value.is_splat()):
+        value = owner.value.get_values()[0]
+        return float(value) if isinstance(value, float) else None
+    return None
+
+
+def clip_input(op: o.MaximumOp | o.MinimumOp, v: SSAValue, bound: SSAValue) -> SSAValue:
+    """A clip, min(max(x, lo), hi) with constants lo < hi (or max(min(x, hi), lo)): the outer op's
+    comparisons of max(x, lo) with hi give the same answers read on x (NaN included), so its vjp
+    reads x and the inner op's result, no longer needed by the backward, fuses with the outer op
+    instead of being stored. Otherwise v itself."""
+    inner = v.owner
+    outer_bound = splat_value(bound)
+    if outer_bound is None or type(inner) not in (o.MaximumOp, o.MinimumOp) or type(inner) is type(op):
+        return v
+    assert isinstance(inner, (o.MaximumOp, o.MinimumOp))
+    for x, c in ((inner.lhs, inner.rhs), (inner.rhs, inner.lhs)):
+        inner_bound = splat_value(c)
+        if x.type != v.type or inner_bound is None:
+            continue
+        if (inner_bound < outer_bound) if isinstance(op, o.MinimumOp) else (inner_bound > outer_bound):
+            return x
+    return v
 
 
 def vjp_maximum(e: OpBuilder, op: o.MaximumOp, douts: Grads) -> Grads:
@@ -542,15 +574,51 @@ def vjp_avg_pool_grad(e: OpBuilder, op: o.AvgPoolGradOp, douts: Grads) -> Grads:
     return None, e.value(o.AvgPoolOp(d, dict(op.properties)))
 
 
+def per_channel(e: OpBuilder, v: SSAValue, rank: int) -> SSAValue:
+    """[C] -> [C, 1, ...] so that it broadcasts along x [N, C, *spatial]."""
+    t = v.type
+    return e.value(o.ReshapeOp(v, o.tensor([t.get_shape()[0], *[1] * (rank - 2)], t.element_type)))  # type: ignore[attr-defined]
+
+
+def channel_axes(x: SSAValue) -> list[int]:
+    """N and the spatial dims: every axis of x but the channels."""
+    return [0, *range(2, len(x.type.get_shape()))]  # type: ignore[attr-defined]
+
+
 def vjp_batch_norm(e: OpBuilder, op: o.BatchNormOp, douts: Grads) -> Grads:
-    """Training, with a cotangent for y only: batch_norm_grad from the saved mean and rstd. Otherwise
-    (inference, or the statistics used downstream) through the composite rule (THROUGH_RULE asks
-    the autodiff to differentiate that instead)."""
+    """Training, with a cotangent for y only: batch_norm_grad from the saved mean and rstd.
+    Inference: y = (x - mean) * rstd * scale + bias with rstd = (var + eps)^-1/2 is affine in x per
+    channel, so its vjp is two reductions over N and the spatial dims and [C]-sized arithmetic
+    (differentiating the composite rule instead gives four reductions and a dozen broadcasts).
+    Otherwise (the statistics used downstream) through the composite rule (THROUGH_RULE asks the
+    autodiff to differentiate that instead)."""
     if o.flag(op.training) and all(is_zero(d) for d in douts[1:]) and douts[0] is not None:
         grad = o.BatchNormGradOp(op.x, op.scale, op.stats[2], op.stats[3], douts[0])
         e.emit(grad)
         return grad.dx, grad.dscale, grad.dbias, None, None
+    if not o.flag(op.training):
+        return batch_norm_inference_grads(e, op, douts[0])
     return THROUGH_RULE
+
+
+def batch_norm_inference_grads(e: OpBuilder, op: o.BatchNormOp, dout: SSAValue) -> Grads:
+    """dx = dy * scale * rstd; dbias = sum(dy); dscale = sum(dy * (x - mean)) * rstd;
+    dmean = -dbias * scale * rstd; dvar = -1/2 * sum(dy * (x - mean)) * scale * rstd^3."""
+    x, dy = wide(e, op.x), wide(e, dout)
+    rank, axes = len(x.type.get_shape()), channel_axes(x)  # type: ignore[attr-defined]
+    scale, mean, var = (wide(e, v) for v in (op.scale, op.mean, op.var))
+    # rstd as the forward rule computes it ([C, 1, ...]): CSE then keeps one copy
+    var_b = per_channel(e, var, rank)
+    rstd_b = e.value(o.RsqrtOp(e.add(var_b, e.full(op.epsilon.value.data, var_b))))
+    rstd = e.value(o.ReshapeOp(rstd_b, var.type))
+    k = e.mul(scale, rstd)
+    dx = e.mul(dy, per_channel(e, k, rank))
+    dbias = e.reduce_sum(dy, axes)
+    s = e.reduce_sum(e.mul(dy, e.sub(x, per_channel(e, mean, rank))), axes)
+    dmean = e.neg(e.mul(dbias, k))
+    dvar = e.mul(e.mul(s, k), e.mul(rstd, e.scale(rstd, -0.5)))
+    return (narrow(e, dx, op.x), narrow(e, e.mul(s, rstd), op.scale), narrow(e, dbias, op.bias),
+            narrow(e, dmean, op.mean), narrow(e, dvar, op.var))
 
 
 vjp_batch_norm.takes_missing = True  # type: ignore[attr-defined]

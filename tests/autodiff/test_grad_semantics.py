@@ -14,6 +14,8 @@ from gradcheck import (
 )
 
 import opc
+from opc.autodiff import add_grad_functions
+from opc.ir import parse_text
 
 # ---------------------------------------------------------------------------
 # Paddle's cast report, graphs
@@ -57,6 +59,44 @@ func.func @two(%x: tensor<3x4xf64>) -> (tensor<3x4xf64>, tensor<4xf64>) {
   %e = opc.exp %x : (tensor<3x4xf64>) -> tensor<3x4xf64>
   %s = opc.reduce_sum %x {axes = array<i64: 0>} : (tensor<3x4xf64>) -> tensor<4xf64>
   func.return %e, %s : tensor<3x4xf64>, tensor<4xf64>
+}
+// x cut into slabs along axis 1: [0, 2), [2, 4), [5, 7) disjoint (gaps at 4 and 7), [1, 3) overlapping them,
+// and x used whole: the slabs' cotangents are one concat, the others added.
+func.func @slabs(%x: tensor<3x8xf64>) -> (tensor<3x2xf64>, tensor<3x8xf64>) {
+  %a = opc.slice %x {start = array<i64: 0, 0>, limit = array<i64: 3, 2>, strides = array<i64: 1, 1>} : (tensor<3x8xf64>) -> tensor<3x2xf64>
+  %b = opc.slice %x {start = array<i64: 0, 2>, limit = array<i64: 3, 4>, strides = array<i64: 1, 1>} : (tensor<3x8xf64>) -> tensor<3x2xf64>
+  %c = opc.slice %x {start = array<i64: 0, 5>, limit = array<i64: 3, 7>, strides = array<i64: 1, 1>} : (tensor<3x8xf64>) -> tensor<3x2xf64>
+  %d = opc.slice %x {start = array<i64: 0, 1>, limit = array<i64: 3, 3>, strides = array<i64: 1, 1>} : (tensor<3x8xf64>) -> tensor<3x2xf64>
+  %ab = opc.mul %a, %b : (tensor<3x2xf64>, tensor<3x2xf64>) -> tensor<3x2xf64>
+  %tc = opc.tanh %c : (tensor<3x2xf64>) -> tensor<3x2xf64>
+  %dd = opc.mul %d, %d : (tensor<3x2xf64>, tensor<3x2xf64>) -> tensor<3x2xf64>
+  %s = opc.add %ab, %tc : (tensor<3x2xf64>, tensor<3x2xf64>) -> tensor<3x2xf64>
+  %r = opc.add %s, %dd : (tensor<3x2xf64>, tensor<3x2xf64>) -> tensor<3x2xf64>
+  %e = opc.exp %x : (tensor<3x8xf64>) -> tensor<3x8xf64>
+  func.return %r, %e : tensor<3x2xf64>, tensor<3x8xf64>
+}
+// Clips (ONNX Clip, ReLU6): their vjps test x itself against the bounds (same answers, ties included).
+func.func @clip(%x: tensor<3x4xf64>) -> tensor<3x4xf64> {
+  %lo = arith.constant dense<0.0> : tensor<f64>
+  %hi = arith.constant dense<6.0> : tensor<f64>
+  %m = opc.maximum %x, %lo : (tensor<3x4xf64>, tensor<f64>) -> tensor<3x4xf64>
+  %y = opc.minimum %m, %hi : (tensor<3x4xf64>, tensor<f64>) -> tensor<3x4xf64>
+  func.return %y : tensor<3x4xf64>
+}
+func.func @clip_reversed(%x: tensor<3x4xf64>) -> tensor<3x4xf64> {
+  %lo = opc.full {value = 0.0 : f64} : () -> tensor<3x4xf64>
+  %hi = opc.full {value = 6.0 : f64} : () -> tensor<3x4xf64>
+  %m = opc.minimum %hi, %x : (tensor<3x4xf64>, tensor<3x4xf64>) -> tensor<3x4xf64>
+  %y = opc.maximum %m, %lo : (tensor<3x4xf64>, tensor<3x4xf64>) -> tensor<3x4xf64>
+  func.return %y : tensor<3x4xf64>
+}
+// Bounds the wrong way round (lo > hi): the outer op's tests must read the inner result.
+func.func @clip_crossed(%x: tensor<3x4xf64>) -> tensor<3x4xf64> {
+  %lo = arith.constant dense<6.0> : tensor<f64>
+  %hi = arith.constant dense<1.0> : tensor<f64>
+  %m = opc.maximum %x, %lo : (tensor<3x4xf64>, tensor<f64>) -> tensor<3x4xf64>
+  %y = opc.minimum %m, %hi : (tensor<3x4xf64>, tensor<f64>) -> tensor<3x4xf64>
+  func.return %y : tensor<3x4xf64>
 }
 """
 
@@ -106,6 +146,45 @@ def test_two_results_each_with_dout(graphs) -> None:
     x, d1, d2 = uniform((3, 4)), uniform((3, 4)), uniform((4,))
     dx = graphs.two_grad(x, d1, d2)
     np.testing.assert_allclose(dx, d1 * np.exp(x) + d2[None, :], rtol=1e-12)
+
+
+def test_disjoint_slab_cotangents_are_one_concat(graphs) -> None:
+    x, d1, d2 = uniform((3, 8)), uniform((3, 2)), uniform((3, 8))
+    want = d2 * np.exp(x)
+    want[:, 0:2] += d1 * x[:, 2:4]
+    want[:, 2:4] += d1 * x[:, 0:2]
+    want[:, 5:7] += d1 * (1 - np.tanh(x[:, 5:7]) ** 2)
+    want[:, 1:3] += 2 * d1 * x[:, 1:3]
+    np.testing.assert_allclose(graphs.slabs_grad(x, d1, d2), want, rtol=1e-12, atol=1e-15)
+    module = parse_text(GRAPHS, "graphs.mlir").module
+    add_grad_functions(module, ["slabs"])
+    grad_ops = [op.name for f in module.ops if getattr(f, "sym_name", None) and f.sym_name.data == "slabs_grad"
+                for op in f.walk()]
+    assert grad_ops.count("opc.slice_grad") == 1 and grad_ops.count("opc.concat") == 1, grad_ops  # [1, 3) overlaps
+
+
+CLIP_X = np.array([[-1.0, 0.0, 0.5, 3.0], [6.0, 7.0, -0.0, 5.999], [np.nan, 1e-300, 6.0, -2.0]])
+
+
+def clip_grad_ref(x, d, lo, hi):
+    """PyTorch's rule through min(max(x, lo), hi): a tie splits the gradient evenly (half at a bound)."""
+    m = np.maximum(x, lo)
+    dm = d * np.where(m < hi, 1.0, np.where(m == hi, 0.5, 0.0))
+    return dm * np.where(x > lo, 1.0, np.where(x == lo, 0.5, 0.0))
+
+
+@pytest.mark.parametrize("name,lo,hi", [("clip", 0.0, 6.0), ("clip_reversed", 0.0, 6.0), ("clip_crossed", 6.0, 1.0)])
+def test_clip_gradient_ties_and_nan(graphs, name: str, lo: float, hi: float) -> None:
+    d = uniform((3, 4))
+    with np.errstate(invalid="ignore"):
+        want = clip_grad_ref(CLIP_X, d, lo, hi)
+    np.testing.assert_array_equal(getattr(graphs, f"{name}_grad")(CLIP_X, d), want)
+
+
+def test_clip_forward_is_one_kernel_next_to_its_backward(graphs) -> None:
+    """The backward reads x, not max(x, lo): value_and_grad stores no max(x, lo) of its own."""
+    labels = [line for line in graphs.c_source.split('"') if line.startswith("clip_value_and_grad\t")]
+    assert labels and not any(label.endswith(": maximum") for label in labels), labels
 
 
 # ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // RUN: opc opt %s -p 'opc-grad{func=f wrt=x}' | filecheck %s
 // Reverse mode over one block: %t feeds three ops (exp, mul, neg) and its
-// three cotangents are summed; %dead never reaches the result, so it is pruned;
+// three cotangents are summed (in the order they came, once %t is reached); %dead never reaches the result, so it is pruned;
 // %k depends on no wrt arg, so it gets no backward (it stays as a forward value
 // the backward of %q needs). @f itself is untouched.
 
@@ -13,9 +13,9 @@
 // CHECK-NEXT:    %p = opc.exp %t
 // CHECK-NEXT:    %0 = opc.neg %do
 // CHECK-NEXT:    %1 = opc.mul %do, %k
-// CHECK-NEXT:    %2 = opc.add %0, %1
-// CHECK-NEXT:    %3 = opc.mul %do, %p
-// CHECK-NEXT:    %4 = opc.add %2, %3
+// CHECK-NEXT:    %2 = opc.mul %do, %p
+// CHECK-NEXT:    %3 = opc.add %0, %1
+// CHECK-NEXT:    %4 = opc.add %3, %2
 // tanh' = 4 u / (1 + u)^2, u = e^-|2x|: from x, not 1 - t*t (which cancels near |t| = 1)
 // CHECK-NEXT:    %5 = opc.full {value = 2.000000e+00 : f64}
 // CHECK-NEXT:    %6 = opc.mul %x, %5
