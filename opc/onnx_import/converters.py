@@ -224,9 +224,13 @@ def cast_like(node: Node) -> Values:
 
 @converter("Dropout")
 def dropout(node: Node) -> Values:
-    """Inference: the identity (a training-mode Dropout is refused); the mask is all true."""
+    """Inference (or training with ratio 0): the identity; the mask is all true. Training with a ratio
+    above 0 draws random numbers, which opc does not: refused."""
     if node.has(2) and (not node.known(2) or bool(node.const(2, "training_mode"))):
-        raise node.fail("training_mode must be false: opc imports inference graphs")
+        ratio = node.const(1, "ratio") if node.has(1) else np.array(0.5)
+        if float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
+            raise node.fail("training_mode with a ratio above 0 draws random numbers: opc imports inference "
+                            "graphs (training_mode false, or ratio 0)")
     return [node.input(0), np.ones(node.shape(0), bool)]
 
 

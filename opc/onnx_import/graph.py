@@ -166,6 +166,7 @@ def load(model: Any, where: str):
             raise OpcError(f"error: cannot read {where}: {first_line(err)}") from None
     if not model.HasField("graph") or model.ir_version == 0:
         raise OpcError(f"error: {where} is not an ONNX model (no graph or IR version)")
+    model = older_opset_converted(model)
     default_opset(model, where)  # an opset opc cannot read: say so before the checker does
     if not model.graph.name:  # the checker wants a name; SPEC.md: an unnamed graph is `main`
         model.graph.name = "main"
@@ -174,6 +175,18 @@ def load(model: Any, where: str):
     except onnx.checker.ValidationError as err:
         raise OpcError(f"error: {where} is not a valid ONNX model: {first_line(err)}") from None
     return model
+
+
+def older_opset_converted(model):
+    """A model of ai.onnx opset 1 to 6 converted to opset MIN_OPSET by onnx's version converter (which
+    refuses what it cannot convert exactly: then default_opset's error says so); others as they are."""
+    version = {op.domain or "ai.onnx": op.version for op in model.opset_import}.get("ai.onnx")
+    if version is None or version >= MIN_OPSET:
+        return model
+    try:
+        return onnx_module().version_converter.convert_version(model, MIN_OPSET)
+    except Exception:  # noqa: BLE001 - the converter raises RuntimeError and friends: keep the opset's error
+        return model
 
 
 def default_opset(model, where: str) -> int:

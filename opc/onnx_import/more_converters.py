@@ -378,3 +378,23 @@ def col2im(node: Node) -> Values:
     rows = e.reshape(node.input(0), [n * (ckk // k), k * blocks])
     dtype = numpy_dtype_of(rows.type.element_type)  # type: ignore[attr-defined]
     return [e.reshape(e.matmul(rows, e.constant(matrix.astype(dtype))), [n, ckk // k, *image])]
+
+
+@converter("LRN", since=7)
+def lrn(node: Node) -> Values:
+    """x / (bias + alpha / size * window sum of x^2 over channels)^beta: the window sum one matmul of the
+    channel axis by a 0/1 band matrix (channel c sums c - floor((size-1)/2) .. c + ceil((size-1)/2))."""
+    e, x = node.e, node.input(0)
+    shape = node.shape(0)
+    if len(shape) < 3:
+        raise node.fail(f"input must be [N, C, *spatial], got shape {list(shape)}")
+    size = int(node.attr("size", 0))
+    if size < 1:
+        raise node.fail(f"size must be at least 1, got {size}")
+    alpha, beta, bias = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75)), float(node.attr("bias", 1.0))
+    channels = shape[1]
+    c = np.arange(channels)
+    band = ((c[:, None] >= c[None, :] - (size - 1) // 2) & (c[:, None] <= c[None, :] + size // 2)).astype(np.float64)
+    window = rows_times(node, e.mul(x, x), 1, band)
+    base = e.add(scalar(node, bias, x), e.scale(window, alpha / size))
+    return [e.div(x, e.value(o.PowOp(base, scalar(node, beta, x))))]
