@@ -46,13 +46,13 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.rewriter import InsertPoint
 from xdsl.pattern_rewriter import (
     PatternRewriter,
     PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
+from xdsl.rewriter import InsertPoint
 
 from opc.dialects import opc as o
 from opc.targets.routing import route_op
@@ -121,13 +121,7 @@ class FuseGemmEpiloguePattern(RewritePattern):
         fused = self.fused(x, y, bias, trans_x, trans_y, [act[1], "none"] if act else ["none"])
         if fused is None:
             return
-        if fused.reserve_space is None:
-            rewriter.replace(add, fused, [fused.out])
-        else:
-            assert act is not None
-            fused.reserve_space.name_hint = add.result.name_hint
-            rewriter.replace(act[0], fused, [fused.out])
-            rewriter.erase(add)
+        replace_epilogue(rewriter, add, act, fused)
         operands = list(mm.operands)
         rewriter.erase(mm)
         erase_dead_transposes(operands, rewriter)
@@ -182,16 +176,23 @@ class FuseConvEpiloguePattern(RewritePattern):
             fused.erase()
         else:
             return
-        if fused.reserve_space is None:
-            rewriter.replace(add, fused, [fused.out])
-        else:
-            assert act is not None
-            fused.reserve_space.name_hint = add.result.name_hint
-            rewriter.replace(act[0], fused, [fused.out])
-            rewriter.erase(add)
+        replace_epilogue(rewriter, add, act, fused)
         rewriter.erase(conv)
         if reshaped is not None and not reshaped.result.uses:
             rewriter.erase(reshaped)
+
+
+def replace_epilogue(rewriter: PatternRewriter, add: Operation, act: tuple[Operation, str] | None,
+                     fused: Operation) -> None:
+    """The bias add (or, with an activation, the activation) replaced by the fused op, whose reserve
+    (the pre-activation) takes the add's name; the add goes with it."""
+    if fused.reserve_space is None:  # type: ignore[attr-defined]
+        rewriter.replace(add, fused, [fused.out])  # type: ignore[attr-defined]
+        return
+    assert act is not None
+    fused.reserve_space.name_hint = add.result.name_hint  # type: ignore[attr-defined]
+    rewriter.replace(act[0], fused, [fused.out])  # type: ignore[attr-defined]
+    rewriter.erase(add)
 
 
 def erase_dead_transposes(values: list[SSAValue], rewriter: PatternRewriter) -> None:
