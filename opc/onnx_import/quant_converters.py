@@ -118,8 +118,9 @@ def dynamic_quantize_linear(node: Node) -> Values:
     """uint8 with the scale and zero point of x's range widened to hold 0 (onnx's formulas, in float32)."""
     x = node.input(0)
     axes = list(range(len(node.shape(0))))
-    zero = node.e.full(0.0, node.e.reshape(node.e.value(o.ReduceMaxOp(x, axes)), []))
-    hi = node.e.value(o.MaximumOp(node.e.value(o.ReduceMaxOp(x, axes)), zero))
+    top = node.e.value(o.ReduceMaxOp(x, axes))  # rank 0
+    zero = node.e.full(0.0, top)
+    hi = node.e.value(o.MaximumOp(top, zero))
     lo = node.e.value(o.MinimumOp(node.e.value(o.ReduceMinOp(x, axes)), zero))
     spread = node.e.sub(hi, lo)
     spread = node.e.select(node.e.value(o.EqualOp(spread, zero)), node.e.full(1.0, zero), spread)

@@ -1,0 +1,17 @@
+set -x
+cd /work/main
+export OPC_CACHE_DIR=/tmp/opc-cache-bench
+unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+uptime
+timeout 400 python3 bench/bench_transformer.py --threads 1
+uptime
+timeout 400 python3 bench/bench_transformer.py --threads 2
+uptime
+timeout 400 python3 bench/bench_transformer.py --threads 2 --busy
+uptime
+timeout 500 python3 bench/bench_cpu.py --threads 1 --only conv,lstm,resnet18 --repeat 7
+uptime
+timeout 500 python3 bench/bench_cpu.py --threads 2 --only conv,lstm,resnet18 --repeat 7
+uptime
+timeout 300 python3 bench/bench_compile.py --sizes 100,1000,5000 --bert tests/models/bert.onnx --repeat 1
+uptime
