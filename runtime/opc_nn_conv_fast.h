@@ -536,4 +536,70 @@ static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const op
     return failed ? -1 : 0;
 }
 
+/* ---- max_pool (f32): OPC_CF_V outputs of a row at a time -------------------------------------- */
+
+typedef int32_t opc_cf_ivec __attribute__((vector_size(OPC_CF_V * 4)));
+#if OPC_CF_V == 16
+#define OPC_CF_IOTA {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+#define OPC_CF_EVEN {0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31}
+#else
+#define OPC_CF_IOTA {0, 1, 2, 3, 4, 5, 6, 7}
+#define OPC_CF_EVEN {0, 2, 4, 6, 9, 11, 13, 15}
+#endif
+
+/* The V floats src[j * s], j < V; reads src[0 .. (V - 1) s] only (stride 2: two loads, the second
+ * ending on the last element, and a shuffle of their even positions). */
+static inline opc_cf_vec opc_cf_strided(const float *src, int64_t s) {
+    if (s == 1) return *(const opc_cf_uvec *)src;
+#if defined(__GNUC__) && !defined(__clang__)
+    if (s == 2) {
+        const opc_cf_vec lo = *(const opc_cf_uvec *)src, hi = *(const opc_cf_uvec *)(src + OPC_CF_V - 1);
+        return __builtin_shuffle(lo, hi, (opc_cf_ivec)OPC_CF_EVEN);
+    }
+#endif
+    opc_cf_vec v;
+    for (int j = 0; j < OPC_CF_V; j++) v[j] = src[j * s];
+    return v;
+}
+
+/* max_pool's outputs [a, b) of row (o0, o1) of plane x (b - a >= V; every tap along the row inside
+ * the plane, so no index is checked along it): y[o2], idx[o2] = ibase + the maximum's index in the
+ * plane, V outputs per vector, the last vector shifted back to end at b (its overlap recomputed,
+ * to the same values). Taps in max_pool_one's order with its rules: the first tap's value, then
+ * a tap replaces a non-NaN maximum when greater or NaN. The plane has fewer than 2^31 elements. */
+static void opc_cf_max_pool_span(const float *x, float *y, int64_t *idx, int64_t ibase, const opc_pl_geom *q,
+                                 int64_t o0, int64_t o1, int64_t a, int64_t b) {
+    const int64_t s2 = q->s[2], d2 = q->d[2];
+    const opc_cf_ivec iota = OPC_CF_IOTA;
+    for (int64_t c = a; c < b; c += OPC_CF_V) {
+        const int64_t c0 = c + OPC_CF_V <= b ? c : b - OPC_CF_V;
+        opc_cf_vec acc = (opc_cf_vec){0};
+        opc_cf_ivec best = (opc_cf_ivec){0};
+        int first = 1;
+        for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
+            const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
+            if (i0 < 0 || i0 >= q->in[0]) continue;
+            for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
+                const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
+                if (i1 < 0 || i1 >= q->in[1]) continue;
+                const int64_t row = (i0 * q->in[1] + i1) * q->in[2] + c0 * s2 - q->pb[2];
+                for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
+                    const int64_t at = row + t2 * d2;
+                    const opc_cf_vec v = opc_cf_strided(x + at, s2);
+                    const opc_cf_ivec pos = iota * (int32_t)s2 + (int32_t)at;
+                    if (first) {
+                        acc = v, best = pos, first = 0;
+                        continue;
+                    }
+                    const opc_cf_ivec take = (acc == acc) & ((v > acc) | (v != v));
+                    acc = (opc_cf_vec)(((opc_cf_ivec)v & take) | ((opc_cf_ivec)acc & ~take));
+                    best = (pos & take) | (best & ~take);
+                }
+            }
+        }
+        *(opc_cf_uvec *)(y + c0) = acc;
+        for (int j = 0; j < OPC_CF_V; j++) idx[c0 + j] = ibase + best[j];
+    }
+}
+
 #endif /* OPC_NN_CONV_FAST_H */

@@ -48,38 +48,62 @@ OPC_NN_INLINE ACC OPC_NN_FN(pl_window)(const void *x, int dt, const opc_pl_geom 
 
 /* Each kernel is a function of one unit of work (an output, a plane, a dx element); opc_nn.h's
  * entry points run the units in parallel, where the dtype is a literal. */
-/* max_pool of one output row, unit u = (p * out0 + o0) * out1 + o1: pl_window's taps, order and
- * NaN / first-maximum rules with the taps' ranges along the row computed once per output and
- * no index arithmetic per output (ResNet's 3x3 stride-2 pool: 11 ms -> 7 ms at 1 thread). */
+/* max_pool's output (o0, o1, o2) of plane p: pl_window's taps, order and NaN / first-maximum
+ * rules, the taps' range along the row computed once (the row's edge outputs). */
+OPC_NN_INLINE void OPC_NN_FN(max_pool_one)(const void *x, void *y, int64_t *idx, int dt, const opc_pl_geom *q,
+                                           int64_t p, int64_t o0, int64_t o1, int64_t o2, int64_t e) {
+    const int64_t base = p * q->ivol, s2 = q->s[2], d2 = q->d[2];
+    ACC acc = (ACC)-INFINITY;
+    int64_t best = -1;
+    const int64_t start2 = o2 * s2 - q->pb[2];
+    int64_t lo2 = start2 >= 0 ? 0 : (-start2 + d2 - 1) / d2, hi2 = (q->in[2] - start2 + d2 - 1) / d2;
+    if (hi2 > q->k[2]) hi2 = q->k[2];
+    for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
+        const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
+        if (i0 < 0 || i0 >= q->in[0]) continue;
+        for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
+            const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
+            if (i1 < 0 || i1 >= q->in[1]) continue;
+            const int64_t row = (i0 * q->in[1] + i1) * q->in[2] + start2;
+            for (int64_t t2 = lo2; t2 < hi2; t2++) {
+                const int64_t at = row + t2 * d2;
+                const ACC v = LD(x, base + at, dt);
+                const int take = best < 0 || (acc == acc && (v > acc || v != v));
+                acc = take ? v : acc;
+                best = take ? at : best;
+            }
+        }
+    }
+    ST(y, e, dt, acc);
+    idx[e] = base + best;
+}
+
+/* max_pool of one output row, unit u = (p * out0 + o0) * out1 + o1. For f32 the outputs whose taps
+ * along the row all lie inside x (all but a few at the edges) go a vector at a time
+ * (opc_cf_max_pool_span: each tap one vector load and compare-selects, same order and rules). */
 OPC_NN_INLINE void OPC_NN_FN(max_pool_row)(const void *x, void *y, int64_t *idx, int dt, const opc_pl_geom *q,
                                            int64_t u) {
     const int64_t o1 = u % q->out[1], o0 = (u / q->out[1]) % q->out[0], p = u / (q->out[1] * q->out[0]);
-    const int64_t base = p * q->ivol, e0 = u * q->out[2], s2 = q->s[2], d2 = q->d[2];
-    for (int64_t o2 = 0; o2 < q->out[2]; o2++) {
-        ACC acc = (ACC)-INFINITY;
-        int64_t best = -1;
-        const int64_t start2 = o2 * s2 - q->pb[2];
-        int64_t lo2 = start2 >= 0 ? 0 : (-start2 + d2 - 1) / d2, hi2 = (q->in[2] - start2 + d2 - 1) / d2;
-        if (hi2 > q->k[2]) hi2 = q->k[2];
-        for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
-            const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
-            if (i0 < 0 || i0 >= q->in[0]) continue;
-            for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
-                const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
-                if (i1 < 0 || i1 >= q->in[1]) continue;
-                const int64_t row = (i0 * q->in[1] + i1) * q->in[2] + start2;
-                for (int64_t t2 = lo2; t2 < hi2; t2++) {
-                    const int64_t at = row + t2 * d2;
-                    const ACC v = LD(x, base + at, dt);
-                    const int take = best < 0 || (acc == acc && (v > acc || v != v));
-                    acc = take ? v : acc;
-                    best = take ? at : best;
-                }
-            }
+    const int64_t base = p * q->ivol, e0 = u * q->out[2], s2 = q->s[2], d2 = q->d[2], pb2 = q->pb[2];
+    const int64_t last = q->in[2] - 1 - (q->k[2] - 1) * d2 + pb2; /* o2 * s2 <= last: the window's end inside */
+    int64_t a = (pb2 + s2 - 1) / s2, b = last < 0 ? 0 : last / s2 + 1;
+    if (b > q->out[2]) b = q->out[2];
+    if (a > b) a = b;
+    int rows = 0; /* whether some (t0, t1) row of the windows lies inside x */
+    for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
+        const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
+        for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
+            const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
+            rows |= i0 >= 0 && i0 < q->in[0] && i1 >= 0 && i1 < q->in[1];
         }
-        ST(y, e0 + o2, dt, acc);
-        idx[e0 + o2] = base + best;
     }
+    if (!rows) a = b = q->out[2];
+    for (int64_t o2 = 0; o2 < a; o2++) OPC_NN_FN(max_pool_one)(x, y, idx, dt, q, p, o0, o1, o2, e0 + o2);
+    if (dt == OPC_NN_F32 && b - a >= OPC_CF_V && q->ivol < ((int64_t)1 << 31)) /* dt: a literal here */
+        opc_cf_max_pool_span((const float *)x + base, (float *)y + e0, idx + e0, base, q, o0, o1, a, b);
+    else
+        for (int64_t o2 = a; o2 < b; o2++) OPC_NN_FN(max_pool_one)(x, y, idx, dt, q, p, o0, o1, o2, e0 + o2);
+    for (int64_t o2 = b; o2 < q->out[2]; o2++) OPC_NN_FN(max_pool_one)(x, y, idx, dt, q, p, o0, o1, o2, e0 + o2);
 }
 
 OPC_NN_INLINE void OPC_NN_FN(avg_pool)(const void *x, void *y, int dt, const opc_pl_geom *q, int64_t e) {

@@ -93,6 +93,16 @@ POOLS = [
     Pool("p2d_long", (1, 1, 2, 300), (1, 3), (1, 1), (0, 1, 0, 1)),
 ]
 HALF = ("p1d", "p2d_overlap", "p2d_ceil_pad")
+# rows wide enough for f32 max_pool's vector route (OPC_CF_V outputs at a time, the last vector
+# shifted back; strides 1 and 2 as vector loads, others element by element), with the edges
+# outside it: values with ties and NaNs (the first maximum or NaN in window order wins)
+WIDE = [
+    Pool("w_s1", (1, 2, 4, 41), (2, 3), (1, 1), (0, 1, 1, 1)),
+    Pool("w_s2", (1, 2, 7, 75), (3, 3), (2, 2), (1, 1, 1, 1)),  # ResNet's 3x3 stride-2 pool
+    Pool("w_s3_dil", (1, 1, 3, 90), (1, 3), (1, 3), (0, 2, 0, 1), (1, 2)),
+    Pool("w_1d_s2", (2, 1, 70), (4,), (2,), (1, 2)),
+    Pool("w_just16", (1, 1, 1, 18), (1, 3), (1, 1), (0, 0, 0, 0)),
+]
 
 
 def max_ref(p: Pool, x):
@@ -159,7 +169,8 @@ def layer(p: Pool) -> str:
 
 @pytest.fixture(scope="module")
 def module():
-    text = "\n".join([s for p, dt in CASES for s in sources(p, dt)] + [layer(p) for p in POOLS])
+    wide = [sources(p, dt)[0] for p in WIDE for dt in ("float32", "float64")]
+    text = "\n".join([s for p, dt in CASES for s in sources(p, dt)] + [layer(p) for p in POOLS] + wide)
     return opc.compile(text, target="cpu", grad=2)
 
 
@@ -185,6 +196,18 @@ def test_pools_and_grads(module, p: Pool, dt: str) -> None:
     dout = random_array(p.y, dt, rng, -1, 1)
     near(getattr(module, f"max_grad_{n}")(x, idx, dout), max_grad_ref(p, idx, dout), dt, "max_pool_grad")
     near(getattr(module, f"avg_grad_{n}")(x, dout), avg_grad_ref(p, dout), dt, "avg_pool_grad")
+
+
+@pytest.mark.parametrize("p,dt", [(p, dt) for p in WIDE for dt in ("float32", "float64")],
+                         ids=[f"{p.name}_{dt}" for p in WIDE for dt in ("float32", "float64")])
+def test_max_pool_wide_rows_ties_and_nans(module, p: Pool, dt: str) -> None:
+    rng = np.random.default_rng(SEED)
+    x = rng.integers(-3, 4, p.x).astype(np_dtype(dt))  # many ties
+    x.ravel()[rng.choice(x.size, x.size // 25, replace=False)] = np.nan
+    y, idx = getattr(module, f"max_{p.name}_{dt}")(x)
+    want_y, want_idx = max_ref(p, x)  # np.argmax: the first NaN, else the first maximum
+    np.testing.assert_array_equal(y.astype(np.float64), want_y)  # NaNs in the same places
+    np.testing.assert_array_equal(idx, want_idx)
 
 
 def test_max_pool_grad_index_outside_its_plane(module) -> None:
