@@ -39,6 +39,7 @@
 #include "opc_gemm_api.h"
 #include "opc_nn_conv.h"
 #include "opc_nn_conv_fast.h"
+#include "opc_nn_conv_cw.h"
 
 #define OPC_NN_F32 0
 #define OPC_NN_F16 1
@@ -138,7 +139,7 @@ OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r
     if (opc_cf_dw_applies(q))
         return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
                         : op == 1 ? opc_cf_dw_data(fa, fb, fr, q) : opc_cf_dw_filter(fa, fb, fr, q)) == 0;
-    if (!opc_cf_applies(q)) return 0;
+    if (!opc_cf_applies(q)) return op == 0 && opc_cw_applies(q) && opc_cw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q) == 0;
     return (op == 0 ? opc_cf_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
                     : op == 1 ? opc_cf_conv_data(fa, fb, fr, q) : opc_cf_conv_filter(fa, fb, fr, q)) == 0;
 }
@@ -149,7 +150,8 @@ OPC_NN_INLINE int opc_nn_conv_fast_epilogue(const void *x, const void *w, const 
     const float *fx = (const float *)x, *fw = (const float *)w, *fb = (const float *)b;
     float *fy = (float *)y, *fz = (float *)z;
     if (opc_cf_dw_applies(q)) return opc_cf_dw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
-    return opc_cf_applies(q) && opc_cf_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
+    if (opc_cf_applies(q)) return opc_cf_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
+    return opc_cw_applies(q) && opc_cw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
 }
 
 /* The units (rows or tiles, see opc_nn_rows.h) of an [outer, n, inner] tensor. */

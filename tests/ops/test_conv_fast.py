@@ -41,6 +41,20 @@ FAST = [
     Geo("dw_1d_long", (2, 3, 100), (3, 1, 4), (1,), (1,), (0, 3), 3),
     Geo("dw_3d", (1, 4, 4, 5, 6), (4, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 1, 1, 1), 4),
 ]
+# The channel-vector kernel (runtime/opc_nn_conv_cw.h) takes the f32 forward convs that the one
+# above does not: row stride 1 or 2, tiles of 14 or 7 outputs of a row (the last one partial),
+# 32 output channels per tile (counts that are not a multiple: a partial tile), K in chunks of
+# 256 taps; strided rows and columns, dilations, groups, 1-D and 3-D, several images.
+CW = [
+    Geo("cw_stem_k7_s2", (1, 3, 20, 56), (40, 3, 7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),
+    Geo("cw_k3_s2", (2, 8, 15, 27), (20, 8, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_small_img", (2, 20, 7, 7), (33, 20, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_deep_chunks", (1, 64, 7, 7), (32, 64, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_dil_s12", (1, 16, 9, 28), (17, 16, 2, 3), (1, 2), (2, 1), (0, 1, 2, 0)),
+    Geo("cw_groups2_s2", (1, 32, 9, 27), (36, 16, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 2),
+    Geo("cw_1d_s2", (2, 6, 60), (16, 6, 5), (2,), (1,), (2, 2)),
+    Geo("cw_3d_s2", (1, 4, 5, 6, 27), (16, 4, 3, 2, 3), (2, 1, 2), (1, 1, 1), (1, 0, 1, 1, 1, 1)),
+]
 OPS = {"conv": lambda g, a, b: conv_ref(g, a, b), "conv_grad_input": lambda g, a, b: grad_input_ref(g, a, b),
        "conv_grad_filter": lambda g, a, b: grad_filter_ref(g, a, b),
        "conv_transpose": lambda g, a, b: grad_input_ref(g, a, b)}
@@ -64,7 +78,7 @@ def source(g: Geo, op: str, dt: str) -> str:
     return func(name(g, op, dt), [(sa, dt), (sb, dt)], line, [(sr, dt)])
 
 
-CASES = [(g, op, dt) for g in FAST for op in OPS for dt in DTYPES]
+CASES = [(g, op, dt) for g in FAST for op in OPS for dt in DTYPES] + [(g, "conv", dt) for g in CW for dt in DTYPES]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +102,7 @@ def test_fast_kernels_match_numpy(kernels, g: Geo, op: str, dt: str) -> None:
 
 FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              Geo("strided", (2, 4, 9, 8), (6, 4, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
-             Geo("c1d_groups", (2, 6, 17), (4, 3, 3), (1,), (1,), (1, 1), 2)]
+             Geo("c1d_groups", (2, 6, 17), (4, 3, 3), (1,), (1,), (1, 1), 2), CW[0], CW[2]]
 ACTS = ("none", "relu", "gelu")
 
 

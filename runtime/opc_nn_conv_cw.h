@@ -1,0 +1,201 @@
+/* opc_nn_conv_cw.h -- opc's fast f32 forward convolution for the convs opc_nn_conv_fast.h's
+ * stride-1 kernel does not take well: strided ones (ResNet's 7x7 stride-2 stem, its 3x3 stride-2
+ * convs) and those on small images (7x7, 14x14 with hundreds of channels), whose positions are
+ * too few for tiles of NR positions. Included by opc_nn.h after opc_nn_conv_fast.h (its vectors,
+ * scratch buffers, plan, packing and stores are shared).
+ *
+ * Implicit GEMM the other way round ("channel vectors", as NHWC direct convolutions):
+ *     y[oc, o] = sum over (cc, k) of w[oc, cc, k] * xp[base(o) + off[cc, k]]
+ * with xp the padded copy of the input and off as in opc_nn_conv_fast.h; the micro-kernel
+ * holds MR consecutive outputs of one output row (MR = CW_MRA or CW_MRB, whichever wastes
+ * less of the row) times NW = CW_NV vectors of output channels, and per tap broadcasts MR
+ * input values -- xp[base + m * s2 + off[k]], the row's stride s2 (1 or 2) a constant of the
+ * kernel -- against NV vectors of packed weights (panels [K][NW]). No position is wasted on
+ * padding columns and strided convs need no gather: each broadcast reads its own element.
+ * The row's last tile may run past the row's end: xp's rows are long enough (P2 covers every
+ * tile), those outputs are dropped by the store. K is split in chunks of CW_KC taps, a chunk's
+ * panel staying in L1 while a group of CW_TG tiles passes over it.
+ * Every read is inside xp or the panels, every write inside y; -1 when scratch cannot be had.
+ * Each output is one sum in a fixed order: results do not depend on the thread count.
+ */
+#ifndef OPC_NN_CONV_CW_H
+#define OPC_NN_CONV_CW_H
+
+#if OPC_CF_V == 16
+#define OPC_CW_NV 2   /* vectors of output channels per micro-tile: 32 channels */
+#define OPC_CW_MRA 14 /* outputs per micro-tile: 14 x 2 accumulators (+ 2 weights + 1 broadcast of 32 zmm) */
+#define OPC_CW_MRB 7
+#else
+#define OPC_CW_NV 1 /* 8 channels: 14 + 1 + 1 of 16 ymm */
+#define OPC_CW_MRA 14
+#define OPC_CW_MRB 7
+#endif
+#define OPC_CW_NW (OPC_CW_NV * OPC_CF_V)
+#ifndef OPC_CW_KC
+#define OPC_CW_KC 128 /* taps per chunk: a chunk's panel is KC * NW floats (16 KiB with AVX-512) */
+#endif
+#ifndef OPC_CW_TG
+#define OPC_CW_TG 8 /* tiles per group sharing a chunk's panel */
+#endif
+
+/* out[MR][NW] (+)= sum over k < K of xs[m * S + off[k]] times the panel row a[k][NW]. */
+#define OPC_CW_MICRO(MR, S)                                                                                   \
+    __attribute__((noinline)) static void opc_cw_micro_##MR##_##S(int64_t K, const float *a, const float *xs, \
+                                                                  const int64_t *off, float *out, int acc) {  \
+        opc_cf_vec c[MR][OPC_CW_NV];                                                                          \
+        for (int m = 0; m < MR; m++)                                                                          \
+            for (int j = 0; j < OPC_CW_NV; j++)                                                               \
+                c[m][j] = acc ? (opc_cf_vec) * (const opc_cf_uvec *)(out + m * OPC_CW_NW + j * OPC_CF_V)            \
+                              : (opc_cf_vec){0};                                                      \
+        for (int64_t k = 0; k < K; k++) {                                                                     \
+            const float *s = xs + off[k];                                                                     \
+            opc_cf_vec b[OPC_CW_NV];                                                                          \
+            _Pragma("GCC unroll 4") for (int j = 0; j < OPC_CW_NV; j++) b[j] =                                \
+                *(const opc_cf_uvec *)(a + k * OPC_CW_NW + j * OPC_CF_V);                                     \
+            _Pragma("GCC unroll 16") for (int m = 0; m < MR; m++) {                                           \
+                const opc_cf_vec xm = s[m * S] - (opc_cf_vec){0}; /* a splat (x - 0 is exact) */              \
+                _Pragma("GCC unroll 4") for (int j = 0; j < OPC_CW_NV; j++) c[m][j] += xm * b[j];             \
+            }                                                                                                 \
+        }                                                                                                     \
+        for (int m = 0; m < MR; m++)                                                                          \
+            for (int j = 0; j < OPC_CW_NV; j++) *(opc_cf_uvec *)(out + m * OPC_CW_NW + j * OPC_CF_V) = c[m][j]; \
+    }
+OPC_CW_MICRO(14, 1)
+OPC_CW_MICRO(14, 2)
+OPC_CW_MICRO(7, 1)
+OPC_CW_MICRO(7, 2)
+
+typedef void (*opc_cw_micro_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
+
+/* The conv as the kernels see it. */
+typedef struct {
+    opc_cf_plan p;        /* P (padded dims), PV, kvol, K, groups, cin, cout, in, out, pb, k, d */
+    int64_t s[3];         /* strides */
+    int64_t mr, nt2;      /* outputs per tile, tiles per row */
+    int64_t rows, tiles;  /* output rows (out0 * out1), rows * nt2 */
+    opc_cw_micro_fn micro;
+} opc_cw_plan;
+
+/* Tiles of mr outputs per row of n: the outputs computed. */
+static inline int64_t opc_cw_cover(int64_t n, int64_t mr) { return (n + mr - 1) / mr * mr; }
+
+static inline opc_cw_plan opc_cw_plan_make(const opc_cv_geom *q) {
+    opc_cw_plan c;
+    c.p = opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p);
+    const int64_t out2 = q->out[2];
+    c.mr = opc_cw_cover(out2, OPC_CW_MRA) <= opc_cw_cover(out2, OPC_CW_MRB) ? OPC_CW_MRA : OPC_CW_MRB;
+    c.nt2 = (out2 + c.mr - 1) / c.mr;
+    c.p.PV = 1;
+    for (int i = 0; i < 3; i++) {
+        c.s[i] = q->s[i];
+        /* the padded extent the outputs read: (out - 1) s + d (k - 1) + 1, along the rows the
+         * last tile's dropped outputs included */
+        const int64_t outs = i == 2 ? c.nt2 * c.mr : q->out[i];
+        c.p.P[i] = (outs - 1) * q->s[i] + q->d[i] * (q->k[i] - 1) + 1;
+        c.p.PV *= c.p.P[i];
+    }
+    c.rows = q->out[0] * q->out[1];
+    c.tiles = c.rows * c.nt2;
+    c.micro = c.mr == OPC_CW_MRA ? (q->s[2] == 1 ? opc_cw_micro_14_1 : opc_cw_micro_14_2)
+                                 : (q->s[2] == 1 ? opc_cw_micro_7_1 : opc_cw_micro_7_2);
+    return c;
+}
+
+/* Whether the channel-vector kernel takes conv q (f32 callers; after opc_cf_applies said no):
+ * the row stride 1 or 2, a real GEMM (several taps, groups of at least 16 output channels, K of at
+ * least 16), and tiles covering the rows without much waste. */
+static inline int opc_cw_applies(const opc_cv_geom *q) {
+    if (!(q->s[2] == 1 || q->s[2] == 2) || q->kvol < 2 || q->og < 16 || q->cg * q->kvol < 16) return 0;
+    const int64_t out2 = q->out[2], a = opc_cw_cover(out2, OPC_CW_MRA), b = opc_cw_cover(out2, OPC_CW_MRB);
+    return 4 * out2 >= 3 * (a < b ? a : b);
+}
+
+/* The panel of taps [k0, k0 + kn) of output channels [oc0, oc0 + NW) of wg (the group's og rows of K):
+ * a[k][j] = wg[oc0 + j, k0 + k] (0 past og), the NW rows read side by side and the panel written in
+ * order. Packed where it is used (per chunk, into a per-thread buffer): a whole network layer's
+ * panels written and read back would cost two more passes over its weights through memory. */
+static void opc_cw_pack(const float *wg, int64_t og, int64_t K, int64_t oc0, int64_t k0, int64_t kn, float *a) {
+    const float *rows[OPC_CW_NW];
+    for (int j = 0; j < OPC_CW_NW; j++) rows[j] = oc0 + j < og ? wg + (oc0 + j) * K + k0 : NULL;
+    for (int64_t k = 0; k < kn; k++)
+        for (int j = 0; j < OPC_CW_NW; j++) a[k * OPC_CW_NW + j] = rows[j] ? rows[j][k] : 0.0f;
+}
+
+/* Store tile acc [MR][NW] (its first mv outputs, its first nc channels) at output row offset yo of
+ * y (channels of ovol) with bias and act; pre (or NULL) the same before act. */
+static void opc_cw_store(const float *acc, int64_t mv, int64_t nc, float *y, float *pre, int64_t yo, int64_t ovol,
+                         const float *bias, int act) {
+    for (int64_t j = 0; j < nc; j++) {
+        const float b = bias ? bias[j] : 0.0f;
+        float *d = y + j * ovol + yo;
+        for (int64_t m = 0; m < mv; m++) {
+            const float v = acc[m * OPC_CW_NW + j] + b;
+            if (pre) pre[j * ovol + yo + m] = v;
+            d[m] = act == OPC_CF_ACT_NONE ? v : act == OPC_CF_ACT_RELU ? (v > 0.0f ? v : 0.0f) : opc_cf_act(v, act);
+        }
+    }
+}
+
+/* y = act(conv(x, w) + bias), z (or NULL) = conv(x, w) + bias; -1 when out of memory. */
+static int opc_cw_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
+                       const opc_cv_geom *q) {
+    const opc_cw_plan c = opc_cw_plan_make(q);
+    const opc_cf_plan *p = &c.p;
+    const int64_t mt = (q->og + OPC_CW_NW - 1) / OPC_CW_NW, K = p->K, ovol = q->ovol;
+    const int64_t groups = (c.tiles + OPC_CW_TG - 1) / OPC_CW_TG;
+    const int64_t kc = p->kvol * (OPC_CW_KC / p->kvol > 0 ? OPC_CW_KC / p->kvol : 1); /* whole channels */
+    float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p->cin * p->PV + OPC_CF_NR));
+    int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (K > 0 ? K : 1));
+    if (!xp || !off) {
+        free(off);
+        return -1;
+    }
+    opc_cf_offsets(off, p);
+    int failed = 0;
+    for (int64_t i = 0; i < q->n; i++)
+        for (int64_t g = 0; g < q->g; g++) {
+            opc_cf_pad(x + (i * q->c + g * q->cg) * q->ivol, xp, p);
+            const float *wg = w + g * q->og * K;
+            float *yg = y + (i * q->o + g * q->og) * ovol, *zg = z ? z + (yg - y) : NULL;
+            const float *bg = bias ? bias + g * q->og : NULL;
+            _Pragma("omp parallel if (mt * c.tiles * c.mr * K >= 32768) num_threads(opc_num_threads())")
+            {
+                float *acc = (float *)malloc(sizeof(float) * OPC_CW_TG * OPC_CW_MRA * OPC_CW_NW);
+                float *a = (float *)malloc(sizeof(float) * kc * OPC_CW_NW);
+                if (!acc || !a) {
+                    _Pragma("omp atomic write")
+                    failed = 1;
+                }
+                _Pragma("omp for schedule(static) collapse(2)")
+                for (int64_t m = 0; m < mt; m++)
+                    for (int64_t tg = 0; tg < groups; tg++) {
+                        if (!acc || !a) continue;
+                        const int64_t t0 = tg * OPC_CW_TG, tn = c.tiles - t0 < OPC_CW_TG ? c.tiles - t0 : OPC_CW_TG;
+                        for (int64_t k0 = 0; k0 < K; k0 += kc) {
+                            const int64_t kn = K - k0 < kc ? K - k0 : kc;
+                            opc_cw_pack(wg, q->og, K, m * OPC_CW_NW, k0, kn, a);
+                            for (int64_t t = 0; t < tn; t++) {
+                                const int64_t r = (t0 + t) / c.nt2, o2 = (t0 + t) % c.nt2 * c.mr;
+                                const int64_t o1 = r % q->out[1], o0 = r / q->out[1];
+                                const int64_t base = (o0 * c.s[0] * p->P[1] + o1 * c.s[1]) * p->P[2] + o2 * c.s[2];
+                                c.micro(kn, a, xp + base, off + k0, acc + t * OPC_CW_MRA * OPC_CW_NW, k0 > 0);
+                            }
+                        }
+                        const int64_t nc = q->og - m * OPC_CW_NW < OPC_CW_NW ? q->og - m * OPC_CW_NW : OPC_CW_NW;
+                        for (int64_t t = 0; t < tn; t++) {
+                            const int64_t r = (t0 + t) / c.nt2, o2 = (t0 + t) % c.nt2 * c.mr;
+                            const int64_t mv = q->out[2] - o2 < c.mr ? q->out[2] - o2 : c.mr;
+                            opc_cw_store(acc + t * OPC_CW_MRA * OPC_CW_NW, mv, nc, yg + m * OPC_CW_NW * ovol,
+                                         zg ? zg + m * OPC_CW_NW * ovol : NULL, r * q->out[2] + o2, ovol,
+                                         bg ? bg + m * OPC_CW_NW : NULL, act);
+                        }
+                    }
+                free(acc);
+                free(a);
+            }
+        }
+    free(off);
+    return failed ? -1 : 0;
+}
+
+#endif /* OPC_NN_CONV_CW_H */
