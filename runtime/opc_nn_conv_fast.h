@@ -315,16 +315,22 @@ static float *opc_cf_pack_data(const float *w, const opc_cv_geom *q) {
     return a;
 }
 
+/* The positions the stride-1 kernel computes for conv q's ovol outputs: whole tiles of NR over the
+ * padded pitch (the padding columns computed and dropped). */
+static inline int64_t opc_cf_computed(const opc_cv_geom *q) {
+    const int64_t P1 = q->out[1] + q->d[1] * (q->k[1] - 1), P2 = q->out[2] + q->d[2] * (q->k[2] - 1);
+    const int64_t L = ((q->out[0] - 1) * P1 + q->out[1] - 1) * P2 + q->out[2];
+    return (L + OPC_CF_NR - 1) / OPC_CF_NR * OPC_CF_NR;
+}
+
 /* Whether the fast kernels take conv q (f32 callers): every stride 1, more than one tap, groups of more
  * than one channel each way (1x1 convs are a plain GEMM already; depthwise ones use opc_cf_dw), at
  * most 1.5 positions computed per output. */
 static inline int opc_cf_applies(const opc_cv_geom *q) {
     if (!(q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1 && q->kvol > 1 && q->cg > 1 && q->og > 1)) return 0;
     /* the tiles must not be mostly padding columns (a 7x7 image: 96 positions computed for 49);
-     * those convs are small GEMMs, which the im2col route does better */
-    const int64_t P1 = q->out[1] + q->d[1] * (q->k[1] - 1), P2 = q->out[2] + q->d[2] * (q->k[2] - 1);
-    const int64_t L = ((q->out[0] - 1) * P1 + q->out[1] - 1) * P2 + q->out[2];
-    return 2 * ((L + OPC_CF_NR - 1) / OPC_CF_NR) * OPC_CF_NR <= 3 * q->ovol;
+     * those convs are small GEMMs, which other routes do better */
+    return 2 * opc_cf_computed(q) <= 3 * q->ovol;
 }
 
 /* y = act(conv(x, w) + bias), z (or NULL) = conv(x, w) + bias; -1 when out of memory. */

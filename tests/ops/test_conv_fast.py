@@ -42,13 +42,14 @@ FAST = [
     Geo("dw_3d", (1, 4, 4, 5, 6), (4, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 1, 1, 1), 4),
 ]
 # The channel-vector kernel (runtime/opc_nn_conv_cw.h) takes the f32 forward convs that the one
-# above does not: row stride 1 or 2, tiles of 14 or 7 outputs of a row (the last one partial),
+# above does not take or takes with tiles under 90% outputs: row stride 1 or 2, tiles of 14 or 7 outputs of a row (the last one partial),
 # 32 output channels per tile (counts that are not a multiple: a partial tile), K in chunks of
 # 256 taps; strided rows and columns, dilations, groups, 1-D and 3-D, several images.
 CW = [
     Geo("cw_stem_k7_s2", (1, 3, 20, 56), (40, 3, 7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),
     Geo("cw_k3_s2", (2, 8, 15, 27), (20, 8, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
     Geo("cw_small_img", (2, 20, 7, 7), (33, 20, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_over_cf_14", (1, 20, 14, 14), (24, 20, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),  # cf's tiles 82% outputs
     Geo("cw_deep_chunks", (1, 64, 7, 7), (32, 64, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
     Geo("cw_dil_s12", (1, 16, 9, 28), (17, 16, 2, 3), (1, 2), (2, 1), (0, 1, 2, 0)),
     Geo("cw_groups2_s2", (1, 32, 9, 27), (36, 16, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 2),
