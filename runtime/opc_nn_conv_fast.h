@@ -63,6 +63,7 @@ enum { OPC_CF_ACT_NONE = 0, OPC_CF_ACT_RELU = 1, OPC_CF_ACT_GELU = 2 }; /* opc_g
 
 typedef float opc_cf_vec __attribute__((vector_size(OPC_CF_V * 4)));
 typedef float opc_cf_uvec __attribute__((vector_size(OPC_CF_V * 4), aligned(4), may_alias));
+typedef int32_t opc_cf_ivec __attribute__((vector_size(OPC_CF_V * 4)));
 
 enum { OPC_CF_BUF_PANELS = 0, OPC_CF_BUF_XP = 1, OPC_CF_BUF_DY = 2, OPC_CF_NBUF = 3 };
 static __thread void *opc_cf_buf[OPC_CF_NBUF];
@@ -350,6 +351,28 @@ static int opc_cf_conv_data(const float *dy, const float *w, float *dx, const op
     return a ? opc_cf_run(dy, a, dx, NULL, q->n, NULL, OPC_CF_ACT_NONE, &p) : -1;
 }
 
+/* The sum of v's lanes, as a tree: lane l plus lane l ^ h for h = V / 2 .. 1 (a fixed order; the lane-by-
+ * lane loop is a chain of V dependent adds, which gcc may not reassociate: a tenth of the filter
+ * gradient's time, 24 of them per micro-tile). */
+static inline float opc_cf_hsum(const opc_cf_vec *p) { /* by pointer: no vector-ABI note without AVX */
+    opc_cf_vec v = *p;
+#if defined(__GNUC__) && !defined(__clang__)
+#if OPC_CF_V == 16
+    v += __builtin_shuffle(v, (opc_cf_ivec){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    v += __builtin_shuffle(v, (opc_cf_ivec){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    v += __builtin_shuffle(v, (opc_cf_ivec){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+#else
+    v += __builtin_shuffle(v, (opc_cf_ivec){4, 5, 6, 7, 0, 1, 2, 3});
+    v += __builtin_shuffle(v, (opc_cf_ivec){2, 3, 0, 1, 6, 7, 4, 5});
+#endif
+    return v[0] + v[1]; /* the even lanes' sum and the odd lanes' */
+#else
+    float s = 0.0f;
+    for (int l = 0; l < OPC_CF_V; l++) s += v[l];
+    return s;
+#endif
+}
+
 /* acc[m][kt] += sum over cnt positions (a multiple of V) of dyp rows m times xp at off[kt]. One pass over
  * all positions: the lanes are summed once per micro-tile (chunking the positions measured slower). */
 __attribute__((noinline)) static void opc_cf_micro_filter(int64_t cnt, const float *dyp, int64_t ld, const float *xp,
@@ -369,11 +392,7 @@ __attribute__((noinline)) static void opc_cf_micro_filter(int64_t cnt, const flo
         }
     }
     for (int m = 0; m < OPC_CF_MR2; m++)
-        for (int j = 0; j < OPC_CF_NK; j++) {
-            float s = 0.0f;
-            for (int l = 0; l < OPC_CF_V; l++) s += c[m][j][l];
-            acc[m * OPC_CF_NK + j] += s;
-        }
+        for (int j = 0; j < OPC_CF_NK; j++) acc[m * OPC_CF_NK + j] += opc_cf_hsum(&c[m][j]);
 }
 
 /* dw = the filter gradient of x and dy; -1 when out of memory. */
@@ -544,7 +563,6 @@ static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const op
 
 /* ---- max_pool (f32): OPC_CF_V outputs of a row at a time -------------------------------------- */
 
-typedef int32_t opc_cf_ivec __attribute__((vector_size(OPC_CF_V * 4)));
 #if OPC_CF_V == 16
 #define OPC_CF_IOTA {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 #define OPC_CF_EVEN {0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31}
@@ -555,17 +573,19 @@ typedef int32_t opc_cf_ivec __attribute__((vector_size(OPC_CF_V * 4)));
 
 /* The V floats src[j * s], j < V; reads src[0 .. (V - 1) s] only (stride 2: two loads, the second
  * ending on the last element, and a shuffle of their even positions). */
-static inline opc_cf_vec opc_cf_strided(const float *src, int64_t s) {
-    if (s == 1) return *(const opc_cf_uvec *)src;
+static inline void opc_cf_strided(const float *src, int64_t s, opc_cf_vec *v) {
+    if (s == 1) {
+        *v = *(const opc_cf_uvec *)src;
+        return;
+    }
 #if defined(__GNUC__) && !defined(__clang__)
     if (s == 2) {
         const opc_cf_vec lo = *(const opc_cf_uvec *)src, hi = *(const opc_cf_uvec *)(src + OPC_CF_V - 1);
-        return __builtin_shuffle(lo, hi, (opc_cf_ivec)OPC_CF_EVEN);
+        *v = __builtin_shuffle(lo, hi, (opc_cf_ivec)OPC_CF_EVEN);
+        return;
     }
 #endif
-    opc_cf_vec v;
-    for (int j = 0; j < OPC_CF_V; j++) v[j] = src[j * s];
-    return v;
+    for (int j = 0; j < OPC_CF_V; j++) (*v)[j] = src[j * s];
 }
 
 /* max_pool's outputs [a, b) of row (o0, o1) of plane x (b - a >= V; every tap along the row inside
@@ -591,7 +611,8 @@ static void opc_cf_max_pool_span(const float *x, float *y, int64_t *idx, int64_t
                 const int64_t row = (i0 * q->in[1] + i1) * q->in[2] + c0 * s2 - q->pb[2];
                 for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
                     const int64_t at = row + t2 * d2;
-                    const opc_cf_vec v = opc_cf_strided(x + at, s2);
+                    opc_cf_vec v;
+                    opc_cf_strided(x + at, s2, &v);
                     const opc_cf_ivec pos = iota * (int32_t)s2 + (int32_t)at;
                     if (first) {
                         acc = v, best = pos, first = 0;
