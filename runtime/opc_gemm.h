@@ -870,6 +870,8 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
     opc__buf_put(bp); opc__buf_put(ap); opc__buf_put(sc);
 }
 
+#include "opc_gemm_fewrows.h"
+
 static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
                         const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
                         const void *bias, int act, void *out, void *res) {
@@ -888,6 +890,12 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
         bf = (float *)opc__amalloc((size_t)N * sizeof(float));
         if (!bf) { opc__gemm_naive_s(dt, batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res); return; }
         for (int64_t j = 0; j < N; j++) bf[j] = opc__ld_s(bias, j, dt);
+    }
+    if (dt == OPC_DT_F32 && !ta && M <= OPC_FR_MAX_M) {   /* few rows: B in place, unpacked */
+        opc__gemm_fewrows_s(batch, M, N, K, (const float *)A, sa, (const float *)B, sb, tb, bf, act,
+                            (float *)out, (float *)res, nt);
+        opc__afree(bf);
+        return;
     }
     /* How the output is split between threads: whole matrices, NR-column
        panels or MR-row panels, balanced; nt reduced when there is too little. */
