@@ -6,6 +6,7 @@ as one-line errors naming the node."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -401,3 +402,36 @@ def test_split_given_at_run_time_is_checked_at_compile_time(split: np.ndarray, m
         opc.load_onnx(model)(np.zeros(2, np.float32), split)
     assert f"error: node 'the_op' (SplitToSequence): {message}" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+SIMPLE = Path(onnx.__file__).parent / "backend" / "test" / "data" / "simple"
+
+
+def read_pb(path: Path, type_proto: onnx.TypeProto):
+    """A test data file of onnx's backend suite, read as the value's type says (as onnx's runner does)."""
+    kind = type_proto.WhichOneof("value")
+    proto = {"sequence_type": onnx.SequenceProto, "optional_type": onnx.OptionalProto}.get(kind, onnx.TensorProto)()
+    proto.ParseFromString(path.read_bytes())
+    if kind == "sequence_type":
+        return numpy_helper.to_list(proto)
+    return numpy_helper.to_optional(proto) if kind == "optional_type" else numpy_helper.to_array(proto)
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_onnx_sequence_models_through_the_backend(n: int) -> None:
+    """onnx's test_sequence_model1..8 (Sequence{Empty,Construct,Insert,Erase,At,Length}, ConcatFromSequence,
+    SplitToSequence; positions known at compile time) through opc.onnx_backend, against the
+    outputs onnx records for them."""
+    import opc.onnx_backend
+
+    case = SIMPLE / f"test_sequence_model{n}"
+    model = onnx.load(str(case / "model.onnx"))
+    data = case / "test_data_set_0"
+    init = {t.name for t in model.graph.initializer}  # positions: initializers listed as inputs (IR 3)
+    fed = [vi for vi in model.graph.input if vi.name not in init]
+    inputs = [read_pb(data / f"input_{k}.pb", vi.type) for k, vi in enumerate(fed)]
+    want = [read_pb(data / f"output_{k}.pb", vi.type) for k, vi in enumerate(model.graph.output)]
+    got = opc.onnx_backend.prepare(model).run(inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert_same(g, w, rtol=1e-6, atol=1e-7)
