@@ -435,3 +435,16 @@ def test_onnx_sequence_models_through_the_backend(n: int) -> None:
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert_same(g, w, rtol=1e-6, atol=1e-7)
+
+
+def test_import_onnx_takes_a_sequence_length_and_shapes_in_shapes() -> None:
+    """Ahead of time: a sequence input of k tensors is k arguments named xs_at0.., an empty optional none."""
+    model, _ = sequence_inputs(F)
+    module, _ = opc.import_onnx(model, shapes={"xs": [(4,), (2,)], "ys": [(4,), (2,)]})
+    (f,) = list(module.ops)
+    assert [a.name_hint for a in f.body.block.args] == ["xs_at0", "xs_at1", "ys_at0", "ys_at1"]
+    assert [list(a.type.get_shape()) for a in f.body.block.args] == [[4], [2], [4], [2]]
+    assert [list(t.get_shape()) for t in f.function_type.outputs] == [[4], [2], [2]]
+    with pytest.raises(OpcError) as err:
+        opc.import_onnx(model, shapes={"xs": (4,), "ys": [(4,)]})
+    assert str(err.value) == "error: shapes: input 'xs' is a sequence: give a list of its tensors' shapes, got (4,)"
