@@ -250,7 +250,7 @@ def fix_list_shapes(type_proto, spec: Any, what: str) -> None:
             fix_list_shapes(type_proto.optional_type.elem_type, spec, what)
         return
     if kind == "sequence_type":
-        if not isinstance(spec, (list, tuple)) or any(isinstance(d, (int, np.integer)) for d in spec):
+        if not isinstance(spec, list) or any(isinstance(d, (int, np.integer)) for d in spec):
             raise OpcError(f"error: shapes: {what} is a sequence: give a list of its tensors' shapes, got {spec!r}")
         elem = type_proto.sequence_type.elem_type
         if spec and elem.HasField("tensor_type"):
