@@ -99,7 +99,7 @@ def scalar(node: Node, value: float, like: SSAValue) -> SSAValue:
 
 @converter("Identity")
 def identity(node: Node) -> Values:
-    return [node.input(0)]
+    return [node.item(0)]  # type: ignore[list-item]  # a sequence or optional passes as it is
 
 
 @converter("Reciprocal")
