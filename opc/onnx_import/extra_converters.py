@@ -16,7 +16,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.converters import as_i64, numpy_of, resize_scaled
-from opc.onnx_import.graph import BY_NUMPY, Node, converter
+from opc.onnx_import.graph import BY_NUMPY, Node, converter, folder
 
 Values = list[SSAValue | np.ndarray]
 I64 = BY_NUMPY[np.dtype(np.int64)]
@@ -108,3 +108,40 @@ def upsample(node: Node) -> Values:
         raise node.fail(f"{len(scales)} scales for rank {rank}")
     attrs = {"mode": mode, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
     return [resize_scaled(node, attrs, list(range(rank)), scales, None)]
+
+
+# ---------------------------------------------------------------------------
+# Ops whose output shapes depend on their input values: compiled for those values
+# ---------------------------------------------------------------------------
+
+
+@converter("Unique", since=11)
+def unique(node: Node) -> Values:
+    """Y, indices, inverse_indices, counts of the bound input, computed at compile time."""
+    return nonempty(node, evaluated(node, "Unique's output shape depends on it"))
+
+
+@folder("Unique")
+def fold_unique(node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """np.unique, in the order of first occurrence for sorted=0 (onnx's reference takes the unsorted
+    Y along axis 0 of the unflattened input, which is wrong without axis or for another axis)."""
+    x, axis = inputs[0], node.attr("axis")
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    axis = node.axis(int(axis), x.ndim)
+    y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True,
+                                          axis=axis)
+    inverse = inverse.reshape(-1)
+    if not int(node.attr("sorted", 1)):
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+        y = np.take(x, first, axis=axis)
+    return [y, *(a.astype(np.int64) for a in (first, inverse, counts))]
+
+
+@converter("NonMaxSuppression", since=10)
+def non_max_suppression(node: Node) -> Values:
+    """selected_indices of the bound boxes and scores, computed at compile time."""
+    return nonempty(node, evaluated(node, "NonMaxSuppression's output shape depends on it"))

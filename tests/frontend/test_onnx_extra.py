@@ -100,6 +100,22 @@ def upsample(mode, scales, opset, dt=F32):
     return one("Upsample", {"x": x}, opset=opset, mode=mode, scales=scales)
 
 
+def unique(shape, axis, is_sorted, dt=F32):
+    x = rng_for("unique", shape, axis).integers(0, 4, shape).astype(dt)  # repeats, also of rows
+    attrs = {"sorted": is_sorted} if axis is None else {"sorted": is_sorted, "axis": axis}
+    return one("Unique", {"x": x}, n_out=4, **attrs)
+
+
+def nms(batches, classes, center, max_out, iou, score, dt=F32):
+    r = rng_for("nms", batches, classes, center)
+    corner = r.uniform(0, 10, (batches, 8, 2))
+    size = r.uniform(1, 5, (batches, 8, 2))
+    boxes = np.concatenate([corner + size / 2, size] if center else [corner, corner + size], axis=-1)
+    feeds = {"boxes": boxes.astype(dt), "scores": r.uniform(0, 1, (batches, classes, 8)).astype(dt),
+             "max_out": np.array([max_out], np.int64), "iou": np.array([iou], dt), "score": np.array([score], dt)}
+    return one("NonMaxSuppression", feeds, opset=11, center_point_box=center)
+
+
 CASES = {
     "compress-axis0": lambda dt=F32: compress(0, [1, 0, 1], dt),
     "compress-axis1-short": lambda dt=F32: compress(1, [0, 1, 1], dt),
@@ -126,6 +142,12 @@ CASES = {
     "upsample-9-nearest": lambda dt=F32: upsample("nearest", [1.0, 1.0, 2.0, 3.0], 9, dt),
     "upsample-9-linear": lambda dt=F32: upsample("linear", [1.0, 1.0, 2.0, 1.5], 9, dt),
     "upsample-7-nearest": lambda dt=F32: upsample("nearest", [1.0, 1.0, 3.0, 2.0], 7, dt),
+    "unique-flat-sorted": lambda dt=F32: unique((3, 5), None, 1, dt),
+    "unique-flat-unsorted": lambda dt=F32: unique((4, 5), None, 0, dt),
+    "unique-rows": lambda dt=F32: unique((6, 2), 0, 1, dt),
+    "unique-columns-negative": lambda dt=F32: unique((2, 7), -1, 1, dt),
+    "nms-corners": lambda dt=F32: nms(1, 1, 0, 3, 0.3, 0.0, dt),
+    "nms-centers-classes": lambda dt=F32: nms(2, 2, 1, 4, 0.2, 0.25, dt),
 }
 GRAD_CASES = ["compress-axis1-short", "compress-flat", "unpool-2-2", "unpool-3-2-overlap", "unpool-2-2-shape",
               "einsum-batch-diag", "einsum-ellipsis-matmul"]
@@ -204,6 +226,8 @@ def test_gradients_match_central_differences(compiled, cid: str) -> None:
 REFUSALS = {  # case -> (make, import with the input values?, message)
     "compress-nothing": (lambda: compress(0, [0, 0, 0]), True, "the condition selects nothing"),
     "nonzero-no-value": (nonzero, False, r"input 0 \('x', NonZero's output shape depends on it\) must be known"),
+    "nms-no-box": (lambda: nms(1, 1, 0, 3, 0.5, 2.0), True, "output 'y0' is empty for these input values"),
+    "unique-no-value": (lambda: unique((3, 5), None, 1), False, "input 0 .* must be known at compile time"),
     "unpool-other-shape": (lambda: max_unpool([2, 2], [2, 2], [0, 0, 0, 0], [2, 3, 7, 7]), True,
                            r"output_shape \[2, 3, 7, 7\] differs from the unpooled shape \[2, 3, 6, 6\]"),
 }
