@@ -116,6 +116,16 @@ def nms(batches, classes, center, max_out, iou, score, dt=F32):
     return one("NonMaxSuppression", feeds, opset=11, center_point_box=center)
 
 
+def roi_align(mode, transform, ratio, dt=F32):
+    r = rng_for("roi", mode, transform, ratio)
+    x = r.standard_normal((2, 3, 7, 8)).astype(dt)
+    corner = r.uniform(-1.5, 6, (5, 2))  # some rois reach past the image: samples there read 0
+    rois = np.concatenate([corner, corner + r.uniform(0.5, 5, (5, 2))], axis=1).astype(dt)
+    feeds = {"x": x, "rois": rois, "batch": np.array([0, 1, 1, 0, 1], np.int64)}
+    return one("RoiAlign", feeds, opset=16, mode=mode, coordinate_transformation_mode=transform,
+               output_height=3, output_width=2, sampling_ratio=ratio, spatial_scale=0.9)
+
+
 CASES = {
     "compress-axis0": lambda dt=F32: compress(0, [1, 0, 1], dt),
     "compress-axis1-short": lambda dt=F32: compress(1, [0, 1, 1], dt),
@@ -148,9 +158,15 @@ CASES = {
     "unique-columns-negative": lambda dt=F32: unique((2, 7), -1, 1, dt),
     "nms-corners": lambda dt=F32: nms(1, 1, 0, 3, 0.3, 0.0, dt),
     "nms-centers-classes": lambda dt=F32: nms(2, 2, 1, 4, 0.2, 0.25, dt),
+    "roi-avg-half-2": lambda dt=F32: roi_align("avg", "half_pixel", 2, dt),
+    "roi-avg-output-1": lambda dt=F32: roi_align("avg", "output_half_pixel", 1, dt),
+    "roi-max-half-2": lambda dt=F32: roi_align("max", "half_pixel", 2, dt),
+    "roi-avg-half-adaptive": lambda dt=F32: roi_align("avg", "half_pixel", 0, dt),
+    "roi-max-output-adaptive": lambda dt=F32: roi_align("max", "output_half_pixel", 0, dt),
 }
 GRAD_CASES = ["compress-axis1-short", "compress-flat", "unpool-2-2", "unpool-3-2-overlap", "unpool-2-2-shape",
-              "einsum-batch-diag", "einsum-ellipsis-matmul"]
+              "einsum-batch-diag", "einsum-ellipsis-matmul", "roi-avg-half-2", "roi-max-half-2",
+              "roi-avg-half-adaptive"]
 
 
 def function_name(cid: str) -> str:
