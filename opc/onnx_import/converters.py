@@ -1329,6 +1329,11 @@ def resize(node: Node) -> Values:
         if policy != "stretch":
             r = min(ratios) if policy == "not_larger" else max(ratios)
             ratios = [r] * len(axes)
+            for a in axes:  # ONNX rounds the size (half up); the tables give int(scale * n)
+                want, got = int(r * shape[a] + 0.5), int(float(np.float32(r)) * shape[a])
+                if want != got:
+                    raise node.fail(f"keep_aspect_ratio_policy '{policy}': axis {a} of size {shape[a]} resizes to "
+                                    f"{want} (rounded), {got} at scale {r:g}; opc's tables follow the scale")
         scales = ratios
     else:
         scales = [float(s) for s in node.const(2, "scales").reshape(-1)]
