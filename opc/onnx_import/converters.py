@@ -1294,8 +1294,13 @@ def space_to_depth(node: Node) -> Values:
 # ---------------------------------------------------------------------------
 
 
-def resize_axis_map(node: Node, attrs: dict, n: int, scale: float,
-                    roi: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray]:
+def resize_axis_map(node: Node, attrs: dict, n: int, scale: float, roi: tuple[float, float] | None,
+                    aspect: tuple[int, int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The axis' table W and offset b (y = x @ W + b) from onnx's reference Resize on the unit vectors.
+    aspect = (m_out, m_in, size): keep_aspect_ratio_policy's shared scale m_out / m_in with the axis'
+    requested size, whose rounded output the scale alone would not give: the probe gets a second axis of
+    m_in elements (each the same) resized to m_out, so that the reference picks that scale, and the
+    output along the axis is round(scale * n)."""
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
@@ -1306,11 +1311,19 @@ def resize_axis_map(node: Node, attrs: dict, n: int, scale: float,
     if roi is not None:
         inputs["roi"] = np.array([0.0, roi[0], 1.0, roi[1]], np.float32)
         names[1] = "roi"
+    if aspect is not None:
+        m_out, m_in, size = aspect
+        inputs = {"x": np.ascontiguousarray(np.broadcast_to(probe[:, None, :], (n + 1, m_in, n))),
+                  "sizes": np.array([m_out, size], np.int64)}
+        names = ["x", "", "", "sizes"]
+        attrs.update(axes=[1, 2], keep_aspect_ratio_policy=node.attr("keep_aspect_ratio_policy"))
     one = helper.make_node("Resize", names, ["y"], **attrs)
     try:
         (out,) = ReferenceEvaluator(one, opsets={"": max(node.opset, 11)}).run(None, inputs)  # Upsample: 7, 9
     except Exception as err:  # noqa: BLE001 - the reference raises anything for attributes it refuses
         raise node.fail(f"cannot build the resize tables: {type(err).__name__}: {str(err).splitlines()[0]}") from None
+    if aspect is not None:
+        out = out[:, 0, :]
     b = out[n]
     return out[:n] - b, b
 
@@ -1322,28 +1335,36 @@ def resize(node: Node) -> Values:
     axes = [node.axis(int(a), rank) for a in node.attr("axes", list(range(rank)))]
     crop = node.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
     roi = node.const(1, "roi").reshape(-1).astype(np.float64) if crop and node.has(1) else None  # used by crop only
+    aspects: dict[int, tuple[int, int, int]] = {}  # axis -> resize_axis_map's aspect
     if node.has(3):
         sizes = [int(s) for s in node.const(3, "sizes").reshape(-1)]
         ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
         policy = node.attr("keep_aspect_ratio_policy", "stretch")
         if policy != "stretch":
-            r = min(ratios) if policy == "not_larger" else max(ratios)
+            k = ratios.index(min(ratios) if policy == "not_larger" else max(ratios))
+            r = ratios[k]
             ratios = [r] * len(axes)
-            for a in axes:  # ONNX rounds the size (half up); the tables give int(scale * n)
-                want, got = int(r * shape[a] + 0.5), int(float(np.float32(r)) * shape[a])
-                if want != got:
-                    raise node.fail(f"keep_aspect_ratio_policy '{policy}': axis {a} of size {shape[a]} resizes to "
-                                    f"{want} (rounded), {got} at scale {r:g}; opc's tables follow the scale")
+            # ONNX rounds the size (half up), a scale gives int(scale * n): where they differ, the tables
+            # come from the reference given the sizes, the shared ratio as a fraction in lowest terms
+            g = math.gcd(sizes[k], shape[axes[k]])
+            m_out, m_in = sizes[k] // g, shape[axes[k]] // g
+            for j, a in enumerate(axes):
+                if int(r * shape[a] + 0.5) == int(float(np.float32(r)) * shape[a]):
+                    continue
+                if (shape[a] + 1) * shape[a] * m_in > 1 << 24:
+                    raise node.fail(f"keep_aspect_ratio_policy '{policy}': the tables of axis {a} (size {shape[a]}, "
+                                    f"scale {sizes[k]}/{shape[axes[k]]}) are too large to build")
+                aspects[a] = (m_out, m_in, sizes[j])
         scales = ratios
     else:
         scales = [float(s) for s in node.const(2, "scales").reshape(-1)]
     if len(scales) != len(axes):
         raise node.fail(f"{len(scales)} scales or sizes for {len(axes)} axes")
-    return [resize_scaled(node, node.attrs, axes, scales, roi)]
+    return [resize_scaled(node, node.attrs, axes, scales, roi, aspects)]
 
 
 def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
-                  roi: np.ndarray | None) -> SSAValue:
+                  roi: np.ndarray | None, aspects: dict[int, tuple[int, int, int]] | None = None) -> SSAValue:
     """Input 0 resized along axes by scales, with Resize's attributes attrs (Resize, Upsample)."""
     e, x = node.e, node.input(0)
     shape = list(node.shape(0))
@@ -1361,7 +1382,7 @@ def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
             continue
         axis_roi = (float(roi[k]), float(roi[k + len(axes)])) if roi is not None and len(roi) == 2 * len(axes) \
             else (float(roi[a]), float(roi[a + rank])) if roi is not None else None
-        w, b = resize_axis_map(node, attrs, current[a], s, axis_roi)
+        w, b = resize_axis_map(node, attrs, current[a], s, axis_roi, (aspects or {}).get(a))
         m = w.shape[1]
         perm = [d for d in range(rank) if d != a] + [a]
         moved = e.transpose(y, perm)

@@ -126,6 +126,15 @@ def roi_align(mode, transform, ratio, dt=F32):
                output_height=3, output_width=2, sampling_ratio=ratio, spatial_scale=0.9)
 
 
+def resize_aspect(shape, sizes, policy, mode, dt=F32):
+    """keep_aspect_ratio_policy where the rounded size exceeds int(scale * n) along an axis."""
+    x = rng_for("resize", shape, policy, mode).standard_normal(shape).astype(dt)
+    feeds = {"x": x, "sizes": np.array(sizes, np.int64)}
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y0"], axes=[2, 3], keep_aspect_ratio_policy=policy,
+                            mode=mode)
+    return graph_model([node], feeds, ["y0"], opset=18), feeds
+
+
 CASES = {
     "compress-axis0": lambda dt=F32: compress(0, [1, 0, 1], dt),
     "compress-axis1-short": lambda dt=F32: compress(1, [0, 1, 1], dt),
@@ -163,6 +172,9 @@ CASES = {
     "roi-max-half-2": lambda dt=F32: roi_align("max", "half_pixel", 2, dt),
     "roi-avg-half-adaptive": lambda dt=F32: roi_align("avg", "half_pixel", 0, dt),
     "roi-max-output-adaptive": lambda dt=F32: roi_align("max", "output_half_pixel", 0, dt),
+    "resize-not-larger-linear": lambda dt=F32: resize_aspect((1, 2, 3, 8), [2, 5], "not_larger", "linear", dt),
+    "resize-not-smaller-nearest": lambda dt=F32: resize_aspect((1, 2, 4, 6), [3, 3], "not_smaller", "nearest", dt),
+    "resize-not-smaller-cubic": lambda dt=F32: resize_aspect((1, 2, 4, 6), [3, 3], "not_smaller", "cubic", dt),
 }
 GRAD_CASES = ["compress-axis1-short", "compress-flat", "unpool-2-2", "unpool-3-2-overlap", "unpool-2-2-shape",
               "einsum-batch-diag", "einsum-ellipsis-matmul", "roi-avg-half-2", "roi-max-half-2",
