@@ -135,6 +135,17 @@ def resize_aspect(shape, sizes, policy, mode, dt=F32):
     return graph_model([node], feeds, ["y0"], opset=18), feeds
 
 
+def tfidf(shape, lo, hi, skips, mode, weighted, dt=F32):
+    """Pool: unigrams 2, 3, 5; bigrams (2, 3), (3, 3), (5, 2); trigram (2, 3, 5); outputs permuted."""
+    x = rng_for("tfidf", shape, skips).integers(1, 7, shape).astype(np.int32)
+    attrs = {"pool_int64s": [2, 3, 5, 2, 3, 3, 3, 5, 2, 2, 3, 5], "ngram_counts": [0, 3, 9],
+             "ngram_indexes": [6, 0, 2, 1, 3, 5, 4], "min_gram_length": lo, "max_gram_length": hi,
+             "max_skip_count": skips, "mode": mode}
+    if weighted:
+        attrs["weights"] = [0.5, 1.5, 2.0, 1.0, 3.0, 0.25, 4.0]
+    return one("TfIdfVectorizer", {"x": x}, opset=9, **attrs)
+
+
 CASES = {
     "compress-axis0": lambda dt=F32: compress(0, [1, 0, 1], dt),
     "compress-axis1-short": lambda dt=F32: compress(1, [0, 1, 1], dt),
@@ -175,6 +186,11 @@ CASES = {
     "resize-not-larger-linear": lambda dt=F32: resize_aspect((1, 2, 3, 8), [2, 5], "not_larger", "linear", dt),
     "resize-not-smaller-nearest": lambda dt=F32: resize_aspect((1, 2, 4, 6), [3, 3], "not_smaller", "nearest", dt),
     "resize-not-smaller-cubic": lambda dt=F32: resize_aspect((1, 2, 4, 6), [3, 3], "not_smaller", "cubic", dt),
+    "tfidf-tf-1d-uni-bi-tri": lambda dt=F32: tfidf((12,), 1, 3, 2, "TF", False),
+    "tfidf-tf-batch-bigrams": lambda dt=F32: tfidf((3, 9), 2, 2, 0, "TF", False),
+    "tfidf-idf-weights": lambda dt=F32: tfidf((2, 10), 1, 2, 1, "IDF", True),
+    "tfidf-tfidf-weights": lambda dt=F32: tfidf((2, 10), 1, 3, 3, "TFIDF", True),
+    "tfidf-idf-plain": lambda dt=F32: tfidf((10,), 2, 3, 1, "IDF", False),
 }
 GRAD_CASES = ["compress-axis1-short", "compress-flat", "unpool-2-2", "unpool-3-2-overlap", "unpool-2-2-shape",
               "einsum-batch-diag", "einsum-ellipsis-matmul", "roi-avg-half-2", "roi-max-half-2",
