@@ -287,3 +287,16 @@ def test_refusals_are_one_line(cid: str) -> None:
         else:
             opc.import_onnx(model)
     assert "\n" not in str(err.value)
+
+
+def test_load_onnx_compiles_a_variant_per_bound_value() -> None:
+    """opc.load_onnx binds Compress's condition by value: each condition its own variant, the data an
+    argument; the results are np.compress's."""
+    model, feeds = compress(1, [1, 0, 1, 1])
+    f = opc.load_onnx(model)
+    x = feeds["x"]
+    for cond in ([1, 0, 1, 1], [0, 1, 0, 0], [1, 0, 1, 1]):
+        c = np.array(cond, bool)
+        (y,) = f(x, c)
+        np.testing.assert_array_equal(y, np.compress(c, x, axis=1))
+    assert sum(len(v) for v in f.variants.values()) == 2  # two distinct conditions
