@@ -92,6 +92,7 @@ def register_converters() -> None:
         attention_converters,
         control_flow,
         converters,
+        extra_converters,
         model_converters,
         more_converters,
         nn_converters,
