@@ -1,0 +1,172 @@
+"""opc.bitcast (the bits of each element read as another type of one width, NumPy's `x.view(dtype)`)
+and ONNX BitCast onto it; ONNX Det (a batched determinant, composed at import) against
+numpy.linalg.det and its gradient against finite differences. One compiled module per family."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from requires import import_or_skip
+
+import opc
+from opc.errors import OpcError
+from opc.ir import parse_text
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+MLIR = {"bool": "i1", "int8": "i8", "uint8": "ui8", "int16": "i16", "uint16": "ui16", "int32": "i32", "uint32": "ui32",
+        "int64": "i64", "uint64": "ui64", "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+SHAPE = (3, 5)
+# (source, target): every width, both directions, signed / unsigned / float
+PAIRS = [("float32", "int32"), ("int32", "float32"), ("float32", "uint32"), ("uint32", "float32"),
+         ("uint32", "int32"), ("float64", "int64"), ("int64", "float64"), ("uint64", "float64"), ("float64", "uint64"),
+         ("float16", "int16"), ("int16", "float16"), ("bfloat16", "uint16"), ("uint16", "bfloat16"),
+         ("float16", "bfloat16"), ("uint16", "int16"), ("int8", "uint8"), ("uint8", "int8"), ("bool", "uint8"),
+         ("bool", "int8"), ("int32", "int32")]
+
+
+def np_dtype(name: str) -> np.dtype:
+    return BF16 if name == "bfloat16" else np.dtype(name)
+
+
+def tt(shape, dt: str) -> str:
+    return f"tensor<{''.join(f'{d}x' for d in shape)}{MLIR[dt]}>"
+
+
+def bitcast_source() -> str:
+    out = []
+    for src, dst in PAIRS:
+        out.append(f"func.func @bitcast_{src}_{dst}(%x: {tt(SHAPE, src)}) -> {tt(SHAPE, dst)} {{\n"
+                   f"  %r = opc.bitcast %x {{dtype = {MLIR[dst]}}} : ({tt(SHAPE, src)}) -> {tt(SHAPE, dst)}\n"
+                   f"  func.return %r : {tt(SHAPE, dst)}\n}}\n")
+    # bitcast inside a fused nest: the bits of 2x (an add before, an add of integers after)
+    out.append(f"func.func @fused(%x: {tt(SHAPE, 'float32')}, %k: {tt(SHAPE, 'int32')}) -> {tt(SHAPE, 'int32')} {{\n"
+               f"  %d = opc.add %x, %x : ({tt(SHAPE, 'float32')}, {tt(SHAPE, 'float32')}) -> {tt(SHAPE, 'float32')}\n"
+               f"  %b = opc.bitcast %d {{dtype = i32}} : ({tt(SHAPE, 'float32')}) -> {tt(SHAPE, 'int32')}\n"
+               f"  %r = opc.add %b, %k : ({tt(SHAPE, 'int32')}, {tt(SHAPE, 'int32')}) -> {tt(SHAPE, 'int32')}\n"
+               f"  func.return %r : {tt(SHAPE, 'int32')}\n}}\n")
+    # no gradient flows through a bitcast: d/dx of x + view(view(x, i32), f32) is 1
+    out.append(f"func.func @through(%x: {tt(SHAPE, 'float32')}) -> {tt(SHAPE, 'float32')} {{\n"
+               f"  %b = opc.bitcast %x {{dtype = i32}} : ({tt(SHAPE, 'float32')}) -> {tt(SHAPE, 'int32')}\n"
+               f"  %f = opc.bitcast %b {{dtype = f32}} : ({tt(SHAPE, 'int32')}) -> {tt(SHAPE, 'float32')}\n"
+               f"  %r = opc.add %x, %f : ({tt(SHAPE, 'float32')}, {tt(SHAPE, 'float32')}) -> {tt(SHAPE, 'float32')}\n"
+               f"  func.return %r : {tt(SHAPE, 'float32')}\n}}\n")
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def bitcast_module():
+    return opc.compile(bitcast_source(), grad=True)
+
+
+def random_bits(dt: str, rng: np.random.Generator) -> np.ndarray:
+    """Any bit pattern of the width (NaN payloads, infinities, subnormals, negative zero among them)."""
+    if dt == "bool":
+        return rng.integers(0, 2, size=SHAPE).astype(bool)
+    width = np_dtype(dt).itemsize
+    bits = rng.integers(0, 256, size=(*SHAPE, width), dtype=np.uint8).view(f"u{width}").reshape(SHAPE)
+    special = {"float32": [0x7FC00001, 0xFF800000, 0x00000001, 0x80000000],
+               "float64": [0x7FF0000000000001, 0x7FF0000000000000, 0x8000000000000000, 1],
+               "float16": [0x7C01, 0xFC00, 0x0001, 0x8000], "bfloat16": [0x7F81, 0xFF80, 0x0001, 0x8000]}
+    for i, v in enumerate(special.get(dt, [])):
+        bits.flat[i] = v
+    return bits.view(np_dtype(dt))
+
+
+@pytest.mark.parametrize("src,dst", PAIRS)
+def test_bitcast_is_numpy_view(bitcast_module, src, dst):
+    x = random_bits(src, np.random.default_rng(len(src) * 7 + len(dst)))
+    got = getattr(bitcast_module, f"bitcast_{src}_{dst}")(x)
+    want = x.view(np.uint8) if src == "bool" else x.view(np_dtype(dst))
+    assert got.dtype == np_dtype(dst)
+    # compare the bits: NaN payloads must come through unchanged
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def test_bitcast_in_a_fused_nest(bitcast_module):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(SHAPE).astype(np.float32)
+    k = rng.integers(-1000, 1000, size=SHAPE).astype(np.int32)
+    np.testing.assert_array_equal(bitcast_module.fused(x, k), (x + x).view(np.int32) + k)
+
+
+def test_no_gradient_flows_through_bitcast(bitcast_module):
+    x = np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
+    dout = np.random.default_rng(3).standard_normal(SHAPE).astype(np.float32)
+    np.testing.assert_array_equal(bitcast_module.through(x), x + x)
+    np.testing.assert_array_equal(bitcast_module.through_grad(x, dout), dout)  # the direct path only
+
+
+@pytest.mark.parametrize("src,dst,message", [
+    ("f64", "i32", "f64 has 64 bits, i32 has 32"), ("ui8", "i1", "to i1 only from i1"), ("f16", "f32", "16 bits")])
+def test_bitcast_verifier(src, dst, message):
+    text = (f"func.func @f(%x: tensor<4x{src}>) -> tensor<4x{dst}> {{\n"
+            f"  %r = opc.bitcast %x {{dtype = {dst}}} : (tensor<4x{src}>) -> tensor<4x{dst}>\n"
+            f"  func.return %r : tensor<4x{dst}>\n}}\n")
+    with pytest.raises(OpcError, match=rf"^bad\.mlir:2:3: error: .*{message}"):
+        parse_text(text, "bad.mlir")
+
+
+# ---------------------------------------------------------------------------
+# ONNX BitCast
+# ---------------------------------------------------------------------------
+
+ONNX_PAIRS = [("float32", "int32"), ("int64", "float64"), ("uint16", "int16"), ("float16", "uint16"),
+              ("bool", "uint8"), ("uint64", "int64"), ("bfloat16", "int16")]
+
+
+def bitcast_model(src: str, dst: str, shape=(2, 3)):
+    onnx = import_or_skip("onnx", "the ONNX importer needs the onnx package")
+    from onnx import helper
+
+    x_t = helper.np_dtype_to_tensor_dtype(np_dtype(src))
+    y_t = helper.np_dtype_to_tensor_dtype(np_dtype(dst))
+    node = helper.make_node("BitCast", ["x"], ["y"], to=y_t)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", x_t, shape)],
+                              [helper.make_tensor_value_info("y", y_t, shape)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)]), onnx
+
+
+@pytest.fixture(scope="module")
+def onnx_bitcasts():
+    from xdsl.dialects.builtin import ModuleOp, StringAttr
+
+    functions = []
+    for src, dst in ONNX_PAIRS:
+        module, _ = opc.import_onnx(bitcast_model(src, dst)[0])
+        (f,) = list(module.ops)
+        f.detach()
+        f.sym_name = StringAttr(f"bc_{src}_{dst}")
+        functions.append(f)
+    return opc.compile(ModuleOp(functions))
+
+
+@pytest.mark.parametrize("src,dst", ONNX_PAIRS)
+def test_onnx_bitcast_matches_the_reference(onnx_bitcasts, src, dst):
+    from onnx.reference import ReferenceEvaluator
+
+    model, _ = bitcast_model(src, dst)
+    x = random_bits(src, np.random.default_rng(5))[:2, :3]
+    got = getattr(onnx_bitcasts, f"bc_{src}_{dst}")(x)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), np.asarray(want).view(f"u{got.itemsize}"))
+
+
+@pytest.mark.parametrize("src,dst,message", [("float32", "int64", "same bit-width"),
+                                             ("uint8", "bool", "to bool only from bool")])
+def test_onnx_bitcast_refuses(src, dst, message):
+    with pytest.raises(OpcError, match=rf"^error: .*BitCast.*{message}"):
+        opc.import_onnx(bitcast_model(src, dst)[0])
+
+
+def test_onnx_bitcast_to_float8_is_refused():
+    onnx = import_or_skip("onnx", "the ONNX importer needs the onnx package")
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.FLOAT8E4M3FN)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
+    assert onnx is not None
+    with pytest.raises(OpcError, match=r"^error: .*FLOAT8E4M3FN"):
+        opc.import_onnx(model)
