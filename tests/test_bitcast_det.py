@@ -170,3 +170,104 @@ def test_onnx_bitcast_to_float8_is_refused():
     assert onnx is not None
     with pytest.raises(OpcError, match=r"^error: .*FLOAT8E4M3FN"):
         opc.import_onnx(model)
+
+
+# ---------------------------------------------------------------------------
+# ONNX Det: Gaussian elimination with partial pivoting unrolled at import
+# ---------------------------------------------------------------------------
+
+DET_CASES = [((), 1, "float64"), ((), 2, "float32"), ((4,), 3, "float64"), ((2, 3), 4, "float32"),
+             ((3,), 5, "float64"), ((2,), 8, "float64"), ((5,), 3, "float16"), ((2,), 4, "bfloat16"),
+             ((2,), 16, "float64")]
+DET_TOL = {"float64": 1e-10, "float32": 2e-5, "float16": 5e-3, "bfloat16": 3e-2}
+
+
+def det_id(batch, n, dt) -> str:
+    return f"det_{'x'.join(map(str, batch)) or 's'}_{n}_{dt}"
+
+
+def det_model(batch, n, dt):
+    import_or_skip("onnx", "the ONNX importer needs the onnx package")
+    from onnx import helper
+
+    t = helper.np_dtype_to_tensor_dtype(np_dtype(dt))
+    graph = helper.make_graph([helper.make_node("Det", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", t, [*batch, n, n])],
+                              [helper.make_tensor_value_info("y", t, list(batch))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+
+
+@pytest.fixture(scope="module")
+def det_module():
+    from xdsl.dialects.builtin import ModuleOp, StringAttr
+
+    functions = []
+    for case in DET_CASES:
+        module, _ = opc.import_onnx(det_model(*case))
+        (f,) = list(module.ops)
+        f.detach()
+        f.sym_name = StringAttr(det_id(*case))
+        functions.append(f)
+    return opc.compile(ModuleOp(functions), grad=True)
+
+
+def det_inputs(batch, n, dt, rng) -> np.ndarray:
+    """Random matrices, one needing a row swap at every step (a permutation with noise), one singular."""
+    a = rng.uniform(-1.0, 1.0, size=(*batch, n, n))
+    flat = a.reshape(-1, n, n)
+    flat[0] = np.eye(n)[::-1] + 0.01 * flat[0]  # zeros (nearly) on the diagonal: pivoting matters
+    if len(flat) > 1 and n > 1:
+        flat[-1, 1] = flat[-1, 0] * 2.0  # a row twice another: det 0
+    return a.astype(np_dtype(dt))
+
+
+@pytest.mark.parametrize("case", DET_CASES, ids=[det_id(*c) for c in DET_CASES])
+def test_det_matches_numpy(det_module, case):
+    batch, n, dt = case
+    x = det_inputs(batch, n, dt, np.random.default_rng(n))
+    got = getattr(det_module, det_id(*case))(x)
+    want = np.linalg.det(x.astype(np.float64))
+    assert got.dtype == np_dtype(dt) and got.shape == tuple(batch)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=DET_TOL[dt], atol=DET_TOL[dt])
+
+
+@pytest.mark.parametrize("case", [c for c in DET_CASES if c[2] in ("float64", "float32")],
+                         ids=[det_id(*c) for c in DET_CASES if c[2] in ("float64", "float32")])
+def test_det_gradient(det_module, case):
+    """g * det(A) * inv(A)^T (Jacobi's formula) and central differences in float64."""
+    batch, n, dt = case
+    rng = np.random.default_rng(10 + n)
+    x = rng.uniform(-1.0, 1.0, size=(*batch, n, n))
+    x.reshape(-1, n, n)[0] = np.eye(n)[::-1] + 0.01 * x.reshape(-1, n, n)[0]
+    x = x.astype(np_dtype(dt))
+    g = rng.uniform(-1.0, 1.0, size=batch).astype(np_dtype(dt))
+    got = getattr(det_module, det_id(*case) + "_grad")(x, g).astype(np.float64)
+    x64 = x.astype(np.float64)
+    jacobi = (np.asarray(g, np.float64) * np.linalg.det(x64))[..., None, None] * np.swapaxes(np.linalg.inv(x64), -1, -2)
+    tol = DET_TOL[dt] * 10
+    np.testing.assert_allclose(got, jacobi, rtol=tol, atol=tol)
+    if dt == "float64" and n <= 5:
+        eps, fd = 1e-6, np.zeros_like(x64)
+        for idx in np.ndindex(x64.shape):
+            plus, minus = x64.copy(), x64.copy()
+            plus[idx] += eps
+            minus[idx] -= eps
+            fd[idx] = np.sum(g * (np.linalg.det(plus) - np.linalg.det(minus))) / (2 * eps)
+        np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-7)
+
+
+def test_det_refuses_a_non_square_input():
+    import_or_skip("onnx", "the ONNX importer needs the onnx package")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Det", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    with pytest.raises(OpcError, match=r"^error: .*Det"):
+        opc.import_onnx(model)
+
+
+def test_det_refuses_n_above_the_unroll_bound():
+    with pytest.raises(OpcError, match=r"^error: .*\(Det\): n = 17: opc unrolls Det at import for n up to 16"):
+        opc.import_onnx(det_model((), 17, "float32"))

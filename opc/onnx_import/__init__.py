@@ -90,6 +90,7 @@ def register_converters() -> None:
         attention_converters,
         control_flow,
         converters,
+        linalg_converters,
         model_converters,
         more_converters,
         nn_converters,
