@@ -90,6 +90,7 @@ def register_converters() -> None:
         attention_converters,
         control_flow,
         converters,
+        deform_conv_converters,
         linalg_converters,
         model_converters,
         more_converters,
