@@ -4,6 +4,8 @@ numpy.linalg.det and its gradient against finite differences. One compiled modul
 
 from __future__ import annotations
 
+import shutil
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -271,3 +273,40 @@ def test_det_refuses_a_non_square_input():
 def test_det_refuses_n_above_the_unroll_bound():
     with pytest.raises(OpcError, match=r"^error: .*\(Det\): n = 17: opc unrolls Det at import for n up to 16"):
         opc.import_onnx(det_model((), 17, "float32"))
+
+
+# ---------------------------------------------------------------------------
+# The emitted CUDA, run on the CPU (tests/cuda_sim.h): bitcast's device bit helpers and Det's
+# elimination with its gradient, against the CPU module
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH (it builds the CUDA simulation)")
+def test_bitcast_and_det_on_the_cuda_simulator(tmp_path):
+    from cuda_simulator import simulated
+    from xdsl.dialects.builtin import StringAttr
+
+    from opc.api import lower, prepare
+    from opc.frontend import load_module
+    from opc.lowering.cuda_emitter import emit_cuda
+
+    case = ((4,), 3, "float32")
+    module, _ = opc.import_onnx(det_model(*case))
+    (f,) = list(module.ops)
+    f.detach()
+    f.sym_name = StringAttr("det3")
+    src = bitcast_source() + str(f)
+    sim = simulated(*emit_cuda(lower(prepare(load_module(src), "cuda", True), "cuda")), str(tmp_path), "bitcast_det")
+    for src_dt, dst_dt in PAIRS:
+        x = random_bits(src_dt, np.random.default_rng(9))
+        got = getattr(sim, f"bitcast_{src_dt}_{dst_dt}")(x)
+        want = x.view(np.uint8) if src_dt == "bool" else x.view(np_dtype(dst_dt))
+        np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+    x = det_inputs(*case, np.random.default_rng(3))
+    np.testing.assert_allclose(sim.det3(x), np.linalg.det(x.astype(np.float64)), rtol=2e-5, atol=2e-5)
+    g = np.random.default_rng(4).uniform(-1, 1, 4).astype(np.float32)
+    x64 = x.astype(np.float64)
+    ok = np.abs(np.linalg.det(x64)) > 1e-3  # Jacobi's formula where A is invertible
+    jacobi = (g * np.linalg.det(x64))[..., None, None] * np.swapaxes(np.linalg.inv(np.where(ok[:, None, None], x64,
+                                                                                             np.eye(3))), -1, -2)
+    np.testing.assert_allclose(sim.det3_grad(x, g)[ok], jacobi[ok], rtol=1e-4, atol=1e-4)
