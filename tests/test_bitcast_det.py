@@ -258,6 +258,14 @@ def test_det_gradient(det_module, case):
         np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("shape", [(3, 0, 0), (0, 2, 2)])
+def test_det_of_empty_matrices_and_batches(shape):
+    """det of a 0x0 matrix is 1 (numpy.linalg.det's value); an empty batch gives an empty result."""
+    module, _ = opc.import_onnx(det_model(shape[:-2], shape[-1], "float32"), shapes={"x": shape})
+    x = np.zeros(shape, np.float32)
+    np.testing.assert_array_equal(opc.compile(module).g(x), np.linalg.det(x))
+
+
 def test_det_refuses_a_non_square_input():
     import_or_skip("onnx", "the ONNX importer needs the onnx package")
     from onnx import TensorProto, helper
