@@ -20,6 +20,9 @@
 #define OPC_NN_ATTENTION_SHARED
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #define OPC_AT_BQ 32 /* query rows per unit */
 #define OPC_AT_BK 64 /* keys per block: a score row of a block is 64 lanes */
@@ -64,8 +67,18 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
     OPC_NN_ENTRY void opc_nn_attention_##SUF(const T *q, const T *k, const T *v, const T *mask, T *out, A *lse, \
                                              OPC_AT_GEOM_PARAMS) {                                             \
         const opc_at_geom g = OPC_AT_GEOM_INIT;                                                                \
+        A *kt = NULL, *vb = NULL;                                                                              \
+        if (!opc_nn_at_keys_alloc_##F(&g, &kt, &vb, DT)) { /* no memory: NaN, never a silent wrong number */ \
+            for (int64_t x = 0; x < bh * lq; x++) lse[x] = (A)NAN;                                             \
+            OPC_NN_FOR_UNITS(bh * lq, bh * lq * dv, opc_nn_at_nan_row_##F(out, dv, opc_u, DT));                \
+            return;                                                                                            \
+        }                                                                                                      \
+        OPC_NN_FOR_UNITS(bh, bh * lk * (d + dv), opc_nn_at_keys_unit_##F(k, v, &g, kt, vb, opc_u, DT));         \
         OPC_NN_FOR_UNITS(bh * ((lq + OPC_AT_BQ - 1) / OPC_AT_BQ), bh * lq * lk * (d + dv),                     \
-                         opc_nn_attention_##F(q, k, v, mask, out, lse, &g, opc_u, DT));                        \
+                         opc_nn_attention_##F(q, kt, vb ? vb : (const A *)(const void *)v, mask, out, lse, &g,  \
+                                              opc_u, DT));                                                     \
+        free(kt);                                                                                              \
+        free(vb);                                                                                              \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_attention_grad_##SUF(const T *q, const T *k, const T *v, const T *out, const A *lse, \
                                                   const T *dout, const T *mask, T *dq, T *dk, T *dv_,          \
@@ -92,27 +105,34 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
 #define LD OPC_NN_LD
 #define ST OPC_NN_ST
 #define VEC OPC_NN_FN(at_vec)
-#define VL ((int64_t)(32 / sizeof(ACC)))  /* lanes of a 32-byte vector */
+/* The tile's vectors: the build's widest registers, a zmm with AVX-512 (twice the multiply-adds
+ * per instruction of a ymm), a ymm with AVX, else an xmm (a wider vector_size than the target's
+ * registers is lowered piece by piece through memory: 100x slower). */
+#if defined(__AVX512F__)
+#define VB 64
+#elif defined(__AVX__)
+#define VB 32
+#else
+#define VB 16
+#endif
+#define VL ((int64_t)(VB / sizeof(ACC)))  /* lanes of a vector */
 #define TW (2 * VL)                         /* a tile's width: two vectors */
-#define RT 8                                /* a tile's rows (16 accumulators: AVX-512VL has 32 ymm) */
+#define RT 8                                /* a tile's rows (16 accumulators of 32 registers) */
 
-typedef ACC VEC __attribute__((vector_size(32), aligned(sizeof(ACC))));
+typedef ACC VEC __attribute__((vector_size(VB), aligned(sizeof(ACC)), may_alias));
 
 /* The register tile: C[RT][TW] (+)= sum over k < K of A(i, k) * B[k][0..TW), A(i, k) = A[i * ars + k * aks].
  * 2 RT vector accumulators, two vector loads and RT broadcasts per k: the multiply-adds never
- * wait on memory (a one-row axpy form loads and stores its accumulator at every step). */
+ * wait on memory (a one-row axpy form loads and stores its accumulator at every step). The
+ * loads and stores go through VEC's own pointers (VEC is unaligned and may alias): with memcpy,
+ * gcc kept the 64-byte accumulators on the stack and stored them back at every k. */
 OPC_NN_INLINE void OPC_NN_FN(at_tile)(const ACC *A, int64_t ars, int64_t aks, const ACC *B, int64_t ldb, int64_t K,
                                       ACC *C, int64_t ldc, int accumulate) {
     VEC c[RT][2];
     for (int i = 0; i < RT; i++)
-        for (int h = 0; h < 2; h++) {
-            if (accumulate) memcpy(&c[i][h], C + i * ldc + h * VL, sizeof(VEC));
-            else c[i][h] = (VEC){0};
-        }
+        for (int h = 0; h < 2; h++) c[i][h] = accumulate ? *(const VEC *)(C + i * ldc + h * VL) : (VEC){0};
     for (int64_t k = 0; k < K; k++) {
-        VEC b0, b1;
-        memcpy(&b0, B + k * ldb, sizeof b0);
-        memcpy(&b1, B + k * ldb + VL, sizeof b1);
+        const VEC b0 = *(const VEC *)(B + k * ldb), b1 = *(const VEC *)(B + k * ldb + VL);
         for (int i = 0; i < RT; i++) {
             const ACC a = A[i * ars + k * aks];
             c[i][0] += a * b0;
@@ -120,7 +140,7 @@ OPC_NN_INLINE void OPC_NN_FN(at_tile)(const ACC *A, int64_t ars, int64_t aks, co
         }
     }
     for (int i = 0; i < RT; i++)
-        for (int h = 0; h < 2; h++) memcpy(C + i * ldc + h * VL, &c[i][h], sizeof(VEC));
+        for (int h = 0; h < 2; h++) *(VEC *)(C + i * ldc + h * VL) = c[i][h];
 }
 
 /* C[rows_p][width] (+)= A B, rows_p a multiple of RT and width of TW (the operands are zero-padded). */
@@ -134,12 +154,57 @@ OPC_NN_INLINE void OPC_NN_FN(at_gemm)(const ACC *A, int64_t ars, int64_t aks, co
 static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad)(int64_t n) { return (n + TW - 1) / TW * TW; }
 static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad_rows)(int64_t n) { return (n + RT - 1) / RT * RT; }
 
-/* rows x n of a row-major buffer (row stride `ld` of the source) into dst[OPC_AT_BQ][ldp] in the
+/* rows x n of a row-major buffer (row stride `n` of the source) into dst[count][ldp] in the
  * compute type, zero past n and past the rows. */
 OPC_NN_INLINE void OPC_NN_FN(at_load_rows)(const void *src, int64_t first, int64_t rows, int64_t n, ACC *dst,
                                            int64_t ldp, int64_t count, int dt) {
-    for (int64_t r = 0; r < count; r++)
-        for (int64_t c = 0; c < ldp; c++) dst[r * ldp + c] = r < rows && c < n ? LD(src, (first + r) * n + c, dt) : (ACC)0;
+    for (int64_t r = 0; r < count; r++) {
+        ACC *dr = dst + r * ldp;
+        const int64_t have = r < rows ? n : 0;
+        for (int64_t c = 0; c < have; c++) dr[c] = LD(src, (first + r) * n + c, dt);
+        for (int64_t c = have; c < ldp; c++) dr[c] = 0;
+    }
+}
+
+/* The forward's keys, laid out once per call (not once per query block): kt[bh][d][lkp] (k^T, keys
+ * padded with zeros to whole blocks, so a score tile reads a full block) and, unless v can be read
+ * in place (f32/f64 rows of whole tiles), vb[bh][lk][dvp]: at_keys_alloc (0 when the scratch could
+ * not be had), then at_keys_unit for each batch entry. */
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_lkp)(const opc_at_geom *g) {
+    return (g->lk + OPC_AT_BK - 1) / OPC_AT_BK * OPC_AT_BK;
+}
+OPC_NN_INLINE void OPC_NN_FN(at_keys_unit)(const void *k, const void *v, const opc_at_geom *g, ACC *kt, ACC *vb,
+                                           int64_t b, int dt) {
+    const int64_t d = g->d, dv = g->dv, lk = g->lk, lkp = OPC_NN_FN(at_lkp)(g);
+    const int64_t dvp = (dv + TW - 1) / TW * TW;
+    ACC *kb = kt + b * d * lkp;
+    /* k^T by 8-key strips: the reads of a strip are 8 rows, the writes 8-wide runs */
+    for (int64_t j0 = 0; j0 < lkp; j0 += 8) {
+        const int64_t n = lk - j0 < 8 ? (lk - j0 > 0 ? lk - j0 : 0) : 8;
+        for (int64_t dd = 0; dd < d; dd++) {
+            ACC *o = kb + dd * lkp + j0;
+            for (int64_t jj = 0; jj < n; jj++) o[jj] = LD(k, (b * lk + j0 + jj) * d + dd, dt);
+            for (int64_t jj = n; jj < 8; jj++) o[jj] = 0;
+        }
+    }
+    if (vb) OPC_NN_FN(at_load_rows)(v, b * lk, lk, dv, vb + b * lk * dvp, dvp, lk, dt);
+}
+static inline __attribute__((unused)) int OPC_NN_FN(at_keys_alloc)(const opc_at_geom *g, ACC **kt, ACC **vb,
+                                                                   int dt) {
+    const int64_t dvp = (g->dv + TW - 1) / TW * TW;
+    const size_t nk = (size_t)(g->bh * g->d * OPC_NN_FN(at_lkp)(g)), nv = (size_t)(g->bh * g->lk * dvp);
+    const int in_place = OPC_NN_EXACT(dt) && g->dv % TW == 0;
+    *kt = (ACC *)malloc(sizeof(ACC) * (nk ? nk : 1));
+    *vb = in_place ? NULL : (ACC *)malloc(sizeof(ACC) * (nv ? nv : 1));
+    if (!*kt || (!in_place && !*vb)) {
+        free(*kt);
+        free(*vb);
+        return 0;
+    }
+    return 1;
+}
+OPC_NN_INLINE void OPC_NN_FN(at_nan_row)(void *out, int64_t n, int64_t row, int dt) {
+    for (int64_t c = 0; c < n; c++) ST(out, row * n + c, dt, (ACC)NAN);
 }
 
 /* The key block j0 (cols keys) of batch entry b, each layout asked for (NULL: not wanted), zero
@@ -163,31 +228,30 @@ OPC_NN_INLINE void OPC_NN_FN(at_load_keys)(const void *k, const void *v, const o
 }
 
 /* A row of raw dot products q . k of the key block into scores: * scale + mask, -inf for keys
- * past the block or hidden by is_causal. */
-OPC_NN_INLINE void OPC_NN_FN(at_finish)(ACC *s, const void *mask, const opc_at_geom *g, int64_t b, int64_t i,
+ * past the block or hidden by is_causal. moff: the mask's offset for the batch entry. */
+OPC_NN_INLINE void OPC_NN_FN(at_finish)(ACC *s, const void *mask, const opc_at_geom *g, int64_t moff, int64_t i,
                                         int64_t j0, int64_t cols, int dt) {
     const ACC scale = (ACC)g->scale;
-    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] *= scale;
-    if (g->has_mask) {
-        const int64_t at = opc_at_mask_offset(g, b) + i * g->mrow + j0 * g->mcol;
-        if (g->mcol)
-            _Pragma("omp simd") for (int jj = 0; jj < cols; jj++) s[jj] += LD(mask, at + jj, dt);
-        else {
-            const ACC m = LD(mask, at, dt);
-            _Pragma("omp simd") for (int jj = 0; jj < cols; jj++) s[jj] += m;
-        }
+    int64_t visible = g->causal ? (i - j0 + 1 < cols ? i - j0 + 1 : cols) : cols;
+    visible = visible < 0 ? 0 : visible;
+    const int64_t at = moff + i * g->mrow + j0 * g->mcol;
+    if (g->has_mask && g->mcol) {
+        _Pragma("omp simd") for (int64_t jj = 0; jj < visible; jj++) s[jj] = s[jj] * scale + LD(mask, at + jj, dt);
+    } else {
+        const ACC m = g->has_mask ? LD(mask, at, dt) : (ACC)0;
+        _Pragma("omp simd") for (int64_t jj = 0; jj < visible; jj++) s[jj] = s[jj] * scale + m;
     }
-    const int64_t visible = g->causal ? (i - j0 + 1 < cols ? i - j0 + 1 : cols) : cols;
-    for (int64_t jj = visible < 0 ? 0 : visible; jj < OPC_AT_BK; jj++) s[jj] = (ACC)-INFINITY;
+    for (int64_t jj = visible; jj < OPC_AT_BK; jj++) s[jj] = (ACC)-INFINITY;
 }
 
-/* The scores of `rows` query rows (qs: [rows_p][dp]) against a key block: s[rows_p][BK]. */
-OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qs, const ACC *kt, const void *mask, const opc_at_geom *g,
-                                        int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, ACC *s,
-                                        int dt) {
-    const int64_t dp = OPC_NN_FN(at_pad)(g->d);
-    OPC_NN_FN(at_gemm)(qs, dp, 1, kt, OPC_AT_BK, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
-    for (int64_t r = 0; r < rows; r++) OPC_NN_FN(at_finish)(s + r * OPC_AT_BK, mask, g, b, i0 + r, j0, cols, dt);
+/* The scores of `rows` query rows (qs: [rows_p][dp]) against a key block (kt: k^T, rows ldk long):
+ * s[rows_p][BK]. */
+OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qs, const ACC *kt, int64_t ldk, const void *mask,
+                                        const opc_at_geom *g, int64_t b, int64_t i0, int64_t rows, int64_t j0,
+                                        int64_t cols, ACC *s, int dt) {
+    const int64_t dp = OPC_NN_FN(at_pad)(g->d), moff = g->has_mask ? opc_at_mask_offset(g, b) : 0;
+    OPC_NN_FN(at_gemm)(qs, dp, 1, kt, ldk, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
+    for (int64_t r = 0; r < rows; r++) OPC_NN_FN(at_finish)(s + r * OPC_AT_BK, mask, g, moff, i0 + r, j0, cols, dt);
 }
 
 /* The keys a query block sees at all: all, or with is_causal up to its last row. */
@@ -195,37 +259,75 @@ OPC_NN_INLINE int64_t OPC_NN_FN(at_key_end)(const opc_at_geom *g, int64_t last_r
     return g->causal && last_row + 1 < g->lk ? last_row + 1 : g->lk;
 }
 
-/* The max of a block's scores, NaN if any is NaN (as reduce_max), in vector form. */
+/* The max and the sum of a block's row. gcc reduces an `omp simd reduction` over a vector's lanes
+ * by a serial chain, which cost as much as the scores: with AVX-512 a tree of vector operations
+ * (the sequences of _mm512_reduce_*), else the portable loops. A NaN score need not reach the
+ * max: its exp is NaN, and so are the row's sum, output and lse. */
 OPC_NN_INLINE ACC OPC_NN_FN(at_row_max)(const ACC *s) {
-    ACC m = (ACC)-INFINITY;
-    int nan = 0;
-    _Pragma("omp simd reduction(max : m) reduction(| : nan)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
-        m = s[jj] > m ? s[jj] : m;
-        nan |= s[jj] != s[jj];
+#ifdef __AVX512F__
+    if (sizeof(ACC) == 4) {
+        const float *f = (const float *)s;
+        const __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)),
+                                       _mm512_max_ps(_mm512_loadu_ps(f + 32), _mm512_loadu_ps(f + 48)));
+        return (ACC)_mm512_reduce_max_ps(m);
+    } else {
+        const double *f = (const double *)s;
+        __m512d m = _mm512_loadu_pd(f);
+        for (int c = 8; c < OPC_AT_BK; c += 8) m = _mm512_max_pd(m, _mm512_loadu_pd(f + c));
+        return (ACC)_mm512_reduce_max_pd(m);
     }
-    return nan ? (ACC)NAN : m;
+#else
+    ACC m = (ACC)-INFINITY;
+    _Pragma("omp simd reduction(max : m)") for (int jj = 0; jj < OPC_AT_BK; jj++) m = s[jj] > m ? s[jj] : m;
+    return m;
+#endif
+}
+/* s = exp(s - mx) over the row, and its sum */
+OPC_NN_INLINE ACC OPC_NN_FN(at_row_exp)(ACC *s, ACC mx) {
+#ifdef __AVX512F__
+    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] = OPC_NN_EXP(s[jj] - mx);
+    if (sizeof(ACC) == 4) {
+        const float *f = (const float *)s;
+        const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)),
+                                       _mm512_add_ps(_mm512_loadu_ps(f + 32), _mm512_loadu_ps(f + 48)));
+        return (ACC)_mm512_reduce_add_ps(t);
+    } else {
+        const double *f = (const double *)s;
+        __m512d t = _mm512_loadu_pd(f);
+        for (int c = 8; c < OPC_AT_BK; c += 8) t = _mm512_add_pd(t, _mm512_loadu_pd(f + c));
+        return (ACC)_mm512_reduce_add_pd(t);
+    }
+#else
+    ACC sum = 0;
+    _Pragma("omp simd reduction(+ : sum)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
+        s[jj] = OPC_NN_EXP(s[jj] - mx);
+        sum += s[jj];
+    }
+    return sum;
+#endif
 }
 
-/* ---- forward: unit u = (batch entry, query block) -------------------------------------------- */
-OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void *v, const void *mask, void *out,
+/* ---- forward: unit u = (batch entry, query block); kt and vb from at_keys ------------------------ */
+OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const ACC *kt, const ACC *vb, const void *mask, void *out,
                                         ACC *lse, const opc_at_geom *g, int64_t u, int dt) {
     const int64_t qblocks = (g->lq + OPC_AT_BQ - 1) / OPC_AT_BQ, d = g->d, dv = g->dv;
-    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv), lkp = OPC_NN_FN(at_lkp)(g);
+    const int64_t ldv = OPC_NN_EXACT(dt) && dv % TW == 0 ? dv : dvp; /* vb is v itself, or its padded copy */
     const int64_t b = u / qblocks, i0 = (u % qblocks) * OPC_AT_BQ;
-    const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ;
-    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + d * OPC_AT_BK + OPC_AT_BK * dvp +
-                                                    OPC_AT_BQ * OPC_AT_BK + OPC_AT_BQ * dvp + 2 * OPC_AT_BQ));
+    const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, rows_p = OPC_NN_FN(at_pad_rows)(rows);
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + OPC_AT_BQ * OPC_AT_BK + OPC_AT_BQ * dvp +
+                                                    2 * OPC_AT_BQ));
     if (!buf) { /* no memory for the scratch: NaN, never a silent wrong number */
         for (int64_t r = 0; r < rows; r++) {
-            for (int64_t c = 0; c < dv; c++) ST(out, (b * g->lq + i0 + r) * dv + c, dt, (ACC)NAN);
+            OPC_NN_FN(at_nan_row)(out, dv, b * g->lq + i0 + r, dt);
             lse[b * g->lq + i0 + r] = (ACC)NAN;
         }
         return;
     }
-    ACC *qs = buf, *kt = qs + OPC_AT_BQ * dp, *vb = kt + d * OPC_AT_BK, *s = vb + OPC_AT_BK * dvp;
+    ACC *qs = buf, *s = qs + OPC_AT_BQ * dp;
     ACC *acc = s + OPC_AT_BQ * OPC_AT_BK, *m = acc + OPC_AT_BQ * dvp, *l = m + OPC_AT_BQ;
-    OPC_NN_FN(at_load_rows)(q, b * g->lq + i0, rows, d, qs, dp, OPC_AT_BQ, dt);
-    for (int64_t x = 0; x < OPC_AT_BQ * dvp; x++) acc[x] = 0;
+    OPC_NN_FN(at_load_rows)(q, b * g->lq + i0, rows, d, qs, dp, rows_p, dt);
+    for (int64_t x = 0; x < rows_p * dvp; x++) acc[x] = 0;
     for (int64_t r = 0; r < OPC_AT_BQ; r++) {
         m[r] = (ACC)-INFINITY;
         l[r] = 0;
@@ -233,9 +335,8 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void
     const int64_t kend = OPC_NN_FN(at_key_end)(g, i0 + rows - 1);
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
-        OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, NULL, NULL, vb, dt);
-        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
-        for (int64_t r = 0; r < OPC_NN_FN(at_pad_rows)(rows); r++) {
+        OPC_NN_FN(at_scores)(qs, kt + b * d * lkp + j0, lkp, mask, g, b, i0, rows, j0, cols, s, dt);
+        for (int64_t r = 0; r < rows_p; r++) {
             ACC *sr = s + r * OPC_AT_BK, *ar = acc + r * dvp;
             const ACC mnew = r < rows ? OPC_NN_MAX(m[r], OPC_NN_FN(at_row_max)(sr)) : (ACC)-INFINITY;
             if (mnew == (ACC)-INFINITY) { /* every key so far hidden (or a padding row): adds nothing */
@@ -243,17 +344,15 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void
                 continue;
             }
             const ACC alpha = OPC_NN_EXP(m[r] - mnew);
-            ACC sum = 0;
-            _Pragma("omp simd reduction(+ : sum)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
-                sr[jj] = OPC_NN_EXP(sr[jj] - mnew);
-                sum += sr[jj];
-            }
+            const ACC sum = OPC_NN_FN(at_row_exp)(sr, mnew);
             l[r] = l[r] * alpha + sum;
             m[r] = mnew;
-            _Pragma("omp simd") for (int64_t c = 0; c < dvp; c++) ar[c] *= alpha;
+            if (alpha != (ACC)1) {
+                _Pragma("omp simd") for (int64_t c = 0; c < dvp; c++) ar[c] *= alpha;
+            }
         }
-        /* acc += p v: the probabilities of the block's rows times its values */
-        OPC_NN_FN(at_gemm)(s, OPC_AT_BK, 1, vb, dvp, cols, acc, dvp, OPC_NN_FN(at_pad_rows)(rows), dvp, 1);
+        /* acc += p v: the probabilities of the block's rows times its values (cols rows of v) */
+        OPC_NN_FN(at_gemm)(s, OPC_AT_BK, 1, vb + (b * g->lk + j0) * ldv, ldv, cols, acc, dvp, rows_p, dvp, 1);
     }
     for (int64_t r = 0; r < rows; r++) {
         const int64_t row = b * g->lq + i0 + r;
@@ -321,7 +420,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *k, con
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
         OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, kb, vt, NULL, dt);
-        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
+        OPC_NN_FN(at_scores)(qs, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
         OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0); /* dout v^T */
         OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
         OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, acc, dp, rows_p, dp, 1); /* dq += ds k */
@@ -364,7 +463,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, co
         OPC_NN_FN(at_load_rows)(dout, first, rows, dv, dor, dvp, OPC_AT_BQ, dt);
         OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
         for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
-        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
+        OPC_NN_FN(at_scores)(qs, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
         OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
         OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
         /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
@@ -399,6 +498,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, const o
 #undef LD
 #undef ST
 #undef VEC
+#undef VB
 #undef VL
 #undef TW
 #undef RT
