@@ -85,19 +85,27 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
                                                   OPC_AT_GEOM_PARAMS) {                                        \
         const opc_at_geom g = OPC_AT_GEOM_INIT;                                                                \
         const int64_t kblocks = (lk + OPC_AT_BK - 1) / OPC_AT_BK;                                               \
+        A *qp = opc_nn_at_rows_alloc_##F(&g);                                                                  \
+        if (!qp) { /* no memory: NaN, never a silent wrong number */                                          \
+            OPC_NN_FOR_UNITS(bh * lq, bh * lq * d, opc_nn_at_nan_row_##F(dq, d, opc_u, DT));                   \
+            OPC_NN_FOR_UNITS(bh * lk, bh * lk * d, opc_nn_at_nan_row_##F(dk, d, opc_u, DT));                   \
+            OPC_NN_FOR_UNITS(bh * lk, bh * lk * dv, opc_nn_at_nan_row_##F(dv_, dv, opc_u, DT));                \
+            return;                                                                                            \
+        }                                                                                                      \
+        OPC_NN_FOR_UNITS(bh * lq, bh * lq * (d + 2 * dv), opc_nn_at_rows_unit_##F(q, out, dout, &g, qp, opc_u, DT)); \
         const size_t part = (size_t)(bh * kblocks * lq * d);                                                   \
         A *dqp = part * sizeof(A) <= OPC_AT_PART_MAX ? (A *)calloc(part ? part : 1, sizeof(A)) : NULL;         \
         if (!dqp) /* pass 1 (dq by query blocks), recomputing p and ds */                                      \
             OPC_NN_FOR_UNITS(bh * ((lq + OPC_AT_BQ - 1) / OPC_AT_BQ), bh * lq * lk * (d + dv),                 \
-                             opc_nn_attention_grad_q_##F(q, k, v, mask, out, lse, dout, dq, &g, opc_u, DT));   \
+                             opc_nn_attention_grad_q_##F(k, v, mask, lse, qp, dq, &g, opc_u, DT));             \
         OPC_NN_FOR_UNITS(bh * kblocks, bh * lq * lk * (d + dv),                                                \
-                         opc_nn_attention_grad_kv_##F(q, k, v, mask, out, lse, dout, dk, dv_, dqp, &g, opc_u,  \
-                                                      DT));                                                    \
+                         opc_nn_attention_grad_kv_##F(k, v, mask, lse, qp, dk, dv_, dqp, &g, opc_u, DT));      \
         if (dqp) {                                                                                             \
             OPC_NN_FOR_UNITS(bh * lq, bh * lq * d * kblocks,                                                   \
                              opc_nn_attention_dq_sum_##F(dqp, dq, &g, opc_u, DT));                             \
             free(dqp);                                                                                         \
         }                                                                                                      \
+        free(qp);                                                                                              \
     }
 #endif
 
@@ -382,38 +390,63 @@ OPC_NN_INLINE void OPC_NN_FN(at_probs)(ACC *s, ACC *dp, const ACC *lse, const AC
     }
 }
 
-/* rowsum(dout * out) of rows [first, first + rows): delta[r] */
-OPC_NN_INLINE void OPC_NN_FN(at_delta)(const void *out, const void *dout, int64_t first, int64_t rows, int64_t dv,
-                                       ACC *delta, int dt) {
-    for (int64_t r = 0; r < rows; r++) {
-        ACC sum = 0;
-        for (int64_t c = 0; c < dv; c++) sum += LD(dout, (first + r) * dv + c, dt) * LD(out, (first + r) * dv + c, dt);
-        delta[r] = sum;
+/* The backward's query rows, laid out once per call (not once per key block): q and dout in the
+ * compute type, rows padded with zeros to dp / dvp, and delta = rowsum(dout * out), one buffer:
+ * qp[rows][dp], then dop[rows][dvp], then delta[bh lq], rows = bh lq + OPC_AT_BQ (a block's tiles
+ * read whole 8-row tiles: past the last row they read zeros, never past the buffer). */
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_rows_n)(const opc_at_geom *g) {
+    return g->bh * g->lq + OPC_AT_BQ;
+}
+static inline __attribute__((unused)) ACC *OPC_NN_FN(at_rows_alloc)(const opc_at_geom *g) {
+    const int64_t n = OPC_NN_FN(at_rows_n)(g), dp = OPC_NN_FN(at_pad)(g->d), dvp = OPC_NN_FN(at_pad)(g->dv);
+    ACC *qp = (ACC *)malloc(sizeof(ACC) * (size_t)(n * (dp + dvp) + g->bh * g->lq));
+    if (qp) { /* the padding rows */
+        memset(qp + (n - OPC_AT_BQ) * dp, 0, sizeof(ACC) * (size_t)(OPC_AT_BQ * dp));
+        memset(qp + n * dp + (n - OPC_AT_BQ) * dvp, 0, sizeof(ACC) * (size_t)(OPC_AT_BQ * dvp));
     }
+    return qp;
+}
+OPC_NN_INLINE void OPC_NN_FN(at_rows_unit)(const void *q, const void *out, const void *dout, const opc_at_geom *g,
+                                           ACC *qp, int64_t u, int dt) {
+    const int64_t n = OPC_NN_FN(at_rows_n)(g), dp = OPC_NN_FN(at_pad)(g->d), dvp = OPC_NN_FN(at_pad)(g->dv);
+    const int64_t d = g->d, dv = g->dv;
+    ACC *qr = qp + u * dp, *dr = qp + n * dp + u * dvp, *delta = qp + n * (dp + dvp);
+    for (int64_t c = 0; c < d; c++) qr[c] = LD(q, u * d + c, dt);
+    for (int64_t c = d; c < dp; c++) qr[c] = 0;
+    ACC t[VL];
+    for (int i = 0; i < VL; i++) t[i] = 0;
+    int64_t c = 0;
+    for (; c + VL <= dv; c += VL)
+        _Pragma("omp simd") for (int i = 0; i < VL; i++) {
+            dr[c + i] = LD(dout, u * dv + c + i, dt);
+            t[i] += dr[c + i] * LD(out, u * dv + c + i, dt);
+        }
+    for (int i = 0; c + i < dv; i++) {
+        dr[c + i] = LD(dout, u * dv + c + i, dt);
+        t[i] += dr[c + i] * LD(out, u * dv + c + i, dt);
+    }
+    for (int64_t x = dv; x < dvp; x++) dr[x] = 0;
+    for (int w = VL / 2; w > 0; w /= 2)
+        for (int i = 0; i < w; i++) t[i] += t[i + w];
+    delta[u] = t[0];
 }
 
 /* pass 1, unit u = (batch entry, query block): dq = sum over key blocks of ds k, times scale */
-OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *k, const void *v, const void *mask,
-                                               const void *out, const ACC *lse, const void *dout, void *dq,
-                                               const opc_at_geom *g, int64_t u, int dt) {
+OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *k, const void *v, const void *mask, const ACC *lse,
+                                               const ACC *qp, void *dq, const opc_at_geom *g, int64_t u, int dt) {
     const int64_t qblocks = (g->lq + OPC_AT_BQ - 1) / OPC_AT_BQ, d = g->d, dv = g->dv;
-    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv), n = OPC_NN_FN(at_rows_n)(g);
     const int64_t b = u / qblocks, i0 = (u % qblocks) * OPC_AT_BQ, first = b * g->lq + i0;
     const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ;
-    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(2 * OPC_AT_BQ * dp + OPC_AT_BQ * dvp + d * OPC_AT_BK +
-                                                    OPC_AT_BK * dp + dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK +
-                                                    2 * OPC_AT_BQ));
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(d * OPC_AT_BK + OPC_AT_BK * dp + dv * OPC_AT_BK +
+                                                    2 * OPC_AT_BQ * OPC_AT_BK + OPC_AT_BQ * dp));
     if (!buf) {
         for (int64_t x = 0; x < rows * d; x++) ST(dq, first * d + x, dt, (ACC)NAN);
         return;
     }
-    ACC *qs = buf, *dor = qs + OPC_AT_BQ * dp, *kt = dor + OPC_AT_BQ * dvp, *kb = kt + d * OPC_AT_BK;
-    ACC *vt = kb + OPC_AT_BK * dp, *s = vt + dv * OPC_AT_BK, *ds = s + OPC_AT_BQ * OPC_AT_BK;
-    ACC *acc = ds + OPC_AT_BQ * OPC_AT_BK, *delta = acc + OPC_AT_BQ * dp, *ls = delta + OPC_AT_BQ;
-    OPC_NN_FN(at_load_rows)(q, first, rows, d, qs, dp, OPC_AT_BQ, dt);
-    OPC_NN_FN(at_load_rows)(dout, first, rows, dv, dor, dvp, OPC_AT_BQ, dt);
-    OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
-    for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
+    const ACC *qs = qp + first * dp, *dor = qp + n * dp + first * dvp, *delta = qp + n * (dp + dvp) + first;
+    ACC *kt = buf, *kb = kt + d * OPC_AT_BK, *vt = kb + OPC_AT_BK * dp, *s = vt + dv * OPC_AT_BK;
+    ACC *ds = s + OPC_AT_BQ * OPC_AT_BK, *acc = ds + OPC_AT_BQ * OPC_AT_BK;
     for (int64_t x = 0; x < OPC_AT_BQ * dp; x++) acc[x] = 0;
     const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
     const int64_t kend = OPC_NN_FN(at_key_end)(g, i0 + rows - 1);
@@ -422,7 +455,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *k, con
         OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, kb, vt, NULL, dt);
         OPC_NN_FN(at_scores)(qs, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
         OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0); /* dout v^T */
-        OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
+        OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows);
         OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, acc, dp, rows_p, dp, 1); /* dq += ds k */
     }
     const ACC scale = (ACC)g->scale;
@@ -432,26 +465,24 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *k, con
 }
 
 /* pass 2, unit u = (batch entry, key block): dv = sum over query blocks of p^T dout, dk = ds^T q * scale */
-OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, const void *v, const void *mask,
-                                                const void *out, const ACC *lse, const void *dout, void *dk,
-                                                void *dvo, ACC *dqp, const opc_at_geom *g, int64_t u, int dt) {
+OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *k, const void *v, const void *mask, const ACC *lse,
+                                                const ACC *qp, void *dk, void *dvo, ACC *dqp, const opc_at_geom *g,
+                                                int64_t u, int dt) {
     const int64_t kblocks = (g->lk + OPC_AT_BK - 1) / OPC_AT_BK, d = g->d, dv = g->dv;
-    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv), n = OPC_NN_FN(at_rows_n)(g);
     const int64_t b = u / kblocks, j0 = (u % kblocks) * OPC_AT_BK;
     const int64_t cols = g->lk - j0 < OPC_AT_BK ? g->lk - j0 : OPC_AT_BK;
-    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + OPC_AT_BQ * dvp + d * OPC_AT_BK +
-                                                    dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK + OPC_AT_BK * dp +
-                                                    OPC_AT_BK * dvp + 2 * OPC_AT_BQ + OPC_AT_BK * dp +
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(d * OPC_AT_BK + dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK +
+                                                    OPC_AT_BK * dp + OPC_AT_BK * dvp + OPC_AT_BK * dp +
                                                     OPC_AT_BQ * dp));
     if (!buf) {
         for (int64_t x = 0; x < cols * d; x++) ST(dk, (b * g->lk + j0) * d + x, dt, (ACC)NAN);
         for (int64_t x = 0; x < cols * dv; x++) ST(dvo, (b * g->lk + j0) * dv + x, dt, (ACC)NAN);
         return;
     }
-    ACC *qs = buf, *dor = qs + OPC_AT_BQ * dp, *kt = dor + OPC_AT_BQ * dvp, *vt = kt + d * OPC_AT_BK;
+    ACC *kt = buf, *vt = kt + d * OPC_AT_BK;
     ACC *s = vt + dv * OPC_AT_BK, *ds = s + OPC_AT_BQ * OPC_AT_BK, *dka = ds + OPC_AT_BQ * OPC_AT_BK;
-    ACC *dva = dka + OPC_AT_BK * dp, *delta = dva + OPC_AT_BK * dvp, *ls = delta + OPC_AT_BQ;
-    ACC *kb = ls + OPC_AT_BQ, *dqt = kb + OPC_AT_BK * dp;
+    ACC *dva = dka + OPC_AT_BK * dp, *kb = dva + OPC_AT_BK * dvp, *dqt = kb + OPC_AT_BK * dp;
     ACC *part = dqp ? dqp + (b * kblocks + u % kblocks) * g->lq * d : NULL; /* this key block's part of dq */
     for (int64_t x = 0; x < OPC_AT_BK * dp; x++) dka[x] = 0;
     for (int64_t x = 0; x < OPC_AT_BK * dvp; x++) dva[x] = 0;
@@ -459,18 +490,16 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, co
     /* with is_causal, query i sees key j only if j <= i: no query block above row j0 sees the block */
     for (int64_t i0 = g->causal ? j0 / OPC_AT_BQ * OPC_AT_BQ : 0; i0 < g->lq; i0 += OPC_AT_BQ) {
         const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, first = b * g->lq + i0;
-        OPC_NN_FN(at_load_rows)(q, first, rows, d, qs, dp, OPC_AT_BQ, dt);
-        OPC_NN_FN(at_load_rows)(dout, first, rows, dv, dor, dvp, OPC_AT_BQ, dt);
-        OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
-        for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
+        const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
+        const ACC *qs = qp + first * dp, *dor = qp + n * dp + first * dvp, *delta = qp + n * (dp + dvp) + first;
         OPC_NN_FN(at_scores)(qs, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
-        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
-        OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
+        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0);
+        OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows);
         /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
         OPC_NN_FN(at_gemm)(s, 1, OPC_AT_BK, dor, dvp, rows, dva, dvp, OPC_AT_BK, dvp, 1);
         OPC_NN_FN(at_gemm)(ds, 1, OPC_AT_BK, qs, dp, rows, dka, dp, OPC_AT_BK, dp, 1);
         if (part) { /* dq's part: ds k over the block's keys */
-            OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, dqt, dp, OPC_NN_FN(at_pad_rows)(rows), dp, 0);
+            OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, dqt, dp, rows_p, dp, 0);
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t dd = 0; dd < d; dd++) part[(i0 + r) * d + dd] = dqt[r * dp + dd];
         }
