@@ -93,16 +93,21 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
             return;                                                                                            \
         }                                                                                                      \
         OPC_NN_FOR_UNITS(bh * lq, bh * lq * (d + 2 * dv), opc_nn_at_rows_unit_##F(q, out, dout, &g, qp, opc_u, DT)); \
-        const size_t part = (size_t)(bh * kblocks * lq * d);                                                   \
+        /* key blocks per unit: all of a batch entry's where the entries keep the threads busy (dq's  \
+         * parts are then one per entry, and their sum a copy), fewer where there are few entries */     \
+        const int64_t want = 4 * (int64_t)opc_num_threads(), per = bh >= want ? 1 : (want + bh - 1) / bh;   \
+        const int64_t groups = per < kblocks ? per : kblocks, span = (kblocks + groups - 1) / groups;       \
+        const size_t part = (size_t)(bh * groups * opc_nn_at_part_rows_##F(&g) * opc_nn_at_pad_##F(d));        \
         A *dqp = part * sizeof(A) <= OPC_AT_PART_MAX ? (A *)calloc(part ? part : 1, sizeof(A)) : NULL;         \
         if (!dqp) /* pass 1 (dq by query blocks), recomputing p and ds */                                      \
             OPC_NN_FOR_UNITS(bh * ((lq + OPC_AT_BQ - 1) / OPC_AT_BQ), bh * lq * lk * (d + dv),                 \
                              opc_nn_attention_grad_q_##F(k, v, mask, lse, qp, dq, &g, opc_u, DT));             \
-        OPC_NN_FOR_UNITS(bh * kblocks, bh * lq * lk * (d + dv),                                                \
-                         opc_nn_attention_grad_kv_##F(k, v, mask, lse, qp, dk, dv_, dqp, &g, opc_u, DT));      \
+        OPC_NN_FOR_UNITS(bh * groups, bh * lq * lk * (d + dv),                                                 \
+                         opc_nn_attention_grad_kv_##F(k, v, mask, lse, qp, dk, dv_, dqp, groups, span, &g,     \
+                                                      opc_u, DT));                                             \
         if (dqp) {                                                                                             \
-            OPC_NN_FOR_UNITS(bh * lq, bh * lq * d * kblocks,                                                   \
-                             opc_nn_attention_dq_sum_##F(dqp, dq, &g, opc_u, DT));                             \
+            OPC_NN_FOR_UNITS(bh * lq, bh * lq * d * groups,                                                    \
+                             opc_nn_attention_dq_sum_##F(dqp, dq, groups, &g, opc_u, DT));                     \
             free(dqp);                                                                                         \
         }                                                                                                      \
         free(qp);                                                                                              \
@@ -464,62 +469,76 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *k, const void *v, con
     free(buf);
 }
 
-/* pass 2, unit u = (batch entry, key block): dv = sum over query blocks of p^T dout, dk = ds^T q * scale */
+/* dq's parts: per batch entry and group of key blocks, lq rows (plus a block's padding) of dp */
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_part_rows)(const opc_at_geom *g) {
+    return g->lq + OPC_AT_BQ;
+}
+
+/* pass 2, unit u = (batch entry, group of `span` key blocks): per key block, dv = sum over query
+ * blocks of p^T dout, dk = ds^T q * scale, and ds k added to the group's part of dq */
 OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *k, const void *v, const void *mask, const ACC *lse,
-                                                const ACC *qp, void *dk, void *dvo, ACC *dqp, const opc_at_geom *g,
-                                                int64_t u, int dt) {
-    const int64_t kblocks = (g->lk + OPC_AT_BK - 1) / OPC_AT_BK, d = g->d, dv = g->dv;
+                                                const ACC *qp, void *dk, void *dvo, ACC *dqp, int64_t groups,
+                                                int64_t span, const opc_at_geom *g, int64_t u, int dt) {
+    const int64_t d = g->d, dv = g->dv;
     const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv), n = OPC_NN_FN(at_rows_n)(g);
-    const int64_t b = u / kblocks, j0 = (u % kblocks) * OPC_AT_BK;
-    const int64_t cols = g->lk - j0 < OPC_AT_BK ? g->lk - j0 : OPC_AT_BK;
+    const int64_t b = u / groups, jfirst = (u % groups) * span * OPC_AT_BK;
+    const int64_t jend = jfirst + span * OPC_AT_BK < g->lk ? jfirst + span * OPC_AT_BK : g->lk;
     ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(d * OPC_AT_BK + dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK +
-                                                    OPC_AT_BK * dp + OPC_AT_BK * dvp + OPC_AT_BK * dp +
-                                                    OPC_AT_BQ * dp));
+                                                    OPC_AT_BK * dp + OPC_AT_BK * dvp + OPC_AT_BK * dp));
     if (!buf) {
-        for (int64_t x = 0; x < cols * d; x++) ST(dk, (b * g->lk + j0) * d + x, dt, (ACC)NAN);
-        for (int64_t x = 0; x < cols * dv; x++) ST(dvo, (b * g->lk + j0) * dv + x, dt, (ACC)NAN);
+        for (int64_t x = jfirst * d; x < jend * d; x++) ST(dk, b * g->lk * d + x, dt, (ACC)NAN);
+        for (int64_t x = jfirst * dv; x < jend * dv; x++) ST(dvo, b * g->lk * dv + x, dt, (ACC)NAN);
+        if (dqp) /* NaN reaches dq through the sum of the parts */
+            for (int64_t x = 0; x < OPC_NN_FN(at_part_rows)(g) * dp; x++) dqp[u * OPC_NN_FN(at_part_rows)(g) * dp + x] = (ACC)NAN;
         return;
     }
     ACC *kt = buf, *vt = kt + d * OPC_AT_BK;
     ACC *s = vt + dv * OPC_AT_BK, *ds = s + OPC_AT_BQ * OPC_AT_BK, *dka = ds + OPC_AT_BQ * OPC_AT_BK;
-    ACC *dva = dka + OPC_AT_BK * dp, *kb = dva + OPC_AT_BK * dvp, *dqt = kb + OPC_AT_BK * dp;
-    ACC *part = dqp ? dqp + (b * kblocks + u % kblocks) * g->lq * d : NULL; /* this key block's part of dq */
-    for (int64_t x = 0; x < OPC_AT_BK * dp; x++) dka[x] = 0;
-    for (int64_t x = 0; x < OPC_AT_BK * dvp; x++) dva[x] = 0;
-    OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, part ? kb : NULL, vt, NULL, dt);
-    /* with is_causal, query i sees key j only if j <= i: no query block above row j0 sees the block */
-    for (int64_t i0 = g->causal ? j0 / OPC_AT_BQ * OPC_AT_BQ : 0; i0 < g->lq; i0 += OPC_AT_BQ) {
-        const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, first = b * g->lq + i0;
-        const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
-        const ACC *qs = qp + first * dp, *dor = qp + n * dp + first * dvp, *delta = qp + n * (dp + dvp) + first;
-        OPC_NN_FN(at_scores)(qs, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
-        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0);
-        OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows);
-        /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
-        OPC_NN_FN(at_gemm)(s, 1, OPC_AT_BK, dor, dvp, rows, dva, dvp, OPC_AT_BK, dvp, 1);
-        OPC_NN_FN(at_gemm)(ds, 1, OPC_AT_BK, qs, dp, rows, dka, dp, OPC_AT_BK, dp, 1);
-        if (part) { /* dq's part: ds k over the block's keys */
-            OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, dqt, dp, rows_p, dp, 0);
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t dd = 0; dd < d; dd++) part[(i0 + r) * d + dd] = dqt[r * dp + dd];
+    ACC *dva = dka + OPC_AT_BK * dp, *kb = dva + OPC_AT_BK * dvp;
+    ACC *part = dqp ? dqp + u * OPC_NN_FN(at_part_rows)(g) * dp : NULL; /* this group's part of dq */
+    for (int64_t j0 = jfirst; j0 < jend; j0 += OPC_AT_BK) {
+        const int64_t cols = jend - j0 < OPC_AT_BK ? jend - j0 : OPC_AT_BK;
+        for (int64_t x = 0; x < OPC_AT_BK * dp; x++) dka[x] = 0;
+        for (int64_t x = 0; x < OPC_AT_BK * dvp; x++) dva[x] = 0;
+        OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, part ? kb : NULL, vt, NULL, dt);
+        /* with is_causal, query i sees key j only if j <= i: no query block above row j0 sees the block */
+        for (int64_t i0 = g->causal ? j0 / OPC_AT_BQ * OPC_AT_BQ : 0; i0 < g->lq; i0 += OPC_AT_BQ) {
+            const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, first = b * g->lq + i0;
+            const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
+            const ACC *qs = qp + first * dp, *dor = qp + n * dp + first * dvp, *delta = qp + n * (dp + dvp) + first;
+            OPC_NN_FN(at_scores)(qs, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
+            OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0);
+            OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows);
+            /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
+            OPC_NN_FN(at_gemm)(s, 1, OPC_AT_BK, dor, dvp, rows, dva, dvp, OPC_AT_BK, dvp, 1);
+            OPC_NN_FN(at_gemm)(ds, 1, OPC_AT_BK, qs, dp, rows, dka, dp, OPC_AT_BK, dp, 1);
+            /* dq's part += ds k over the block's keys (the padding rows of ds are 0) */
+            if (part) OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, part + i0 * dp, dp, rows_p, dp, 1);
         }
-    }
-    const ACC scale = (ACC)g->scale;
-    for (int64_t jj = 0; jj < cols; jj++) {
-        for (int64_t dd = 0; dd < d; dd++) ST(dk, (b * g->lk + j0 + jj) * d + dd, dt, dka[jj * dp + dd] * scale);
-        for (int64_t c = 0; c < dv; c++) ST(dvo, (b * g->lk + j0 + jj) * dv + c, dt, dva[jj * dvp + c]);
+        const ACC scale = (ACC)g->scale;
+        for (int64_t jj = 0; jj < cols; jj++) {
+            for (int64_t dd = 0; dd < d; dd++) ST(dk, (b * g->lk + j0 + jj) * d + dd, dt, dka[jj * dp + dd] * scale);
+            for (int64_t c = 0; c < dv; c++) ST(dvo, (b * g->lk + j0 + jj) * dv + c, dt, dva[jj * dvp + c]);
+        }
     }
     free(buf);
 }
 
-/* dq of query row u (over all batch entries): the sum of its key blocks' parts, times scale */
-OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, const opc_at_geom *g, int64_t u, int dt) {
-    const int64_t kblocks = (g->lk + OPC_AT_BK - 1) / OPC_AT_BK, d = g->d, b = u / g->lq, i = u % g->lq;
+/* dq of query row u (over all batch entries): the sum of its groups' parts, times scale */
+OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, int64_t groups, const opc_at_geom *g,
+                                               int64_t u, int dt) {
+    const int64_t d = g->d, dp = OPC_NN_FN(at_pad)(d), pr = OPC_NN_FN(at_part_rows)(g), b = u / g->lq, i = u % g->lq;
     const ACC scale = (ACC)g->scale;
-    for (int64_t dd = 0; dd < d; dd++) {
-        ACC sum = 0;
-        for (int64_t kb = 0; kb < kblocks; kb++) sum += dqp[((b * kblocks + kb) * g->lq + i) * d + dd];
-        ST(dq, u * d + dd, dt, sum * scale);
+    const ACC *p0 = dqp + (b * groups * pr + i) * dp;
+    ACC t[OPC_AT_BK]; /* dp <= d padded: summed by chunks of BK features */
+    for (int64_t c0 = 0; c0 < d; c0 += OPC_AT_BK) {
+        const int64_t w = d - c0 < OPC_AT_BK ? d - c0 : OPC_AT_BK;
+        for (int64_t c = 0; c < w; c++) t[c] = p0[c0 + c];
+        for (int64_t gi = 1; gi < groups; gi++) {
+            const ACC *pg = p0 + gi * pr * dp + c0;
+            _Pragma("omp simd") for (int64_t c = 0; c < w; c++) t[c] += pg[c];
+        }
+        for (int64_t c = 0; c < w; c++) ST(dq, u * d + c0 + c, dt, t[c] * scale);
     }
 }
 
