@@ -129,31 +129,38 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
 #define VB 16
 #endif
 #define VL ((int64_t)(VB / sizeof(ACC)))  /* lanes of a vector */
-#define TW (2 * VL)                         /* a tile's width: two vectors */
-#define RT 8                                /* a tile's rows (16 accumulators of 32 registers) */
+#ifndef OPC_AT_NV
+#define OPC_AT_NV 2 /* vectors per tile row */
+#endif
+#ifndef OPC_AT_RT
+#define OPC_AT_RT 8 /* a tile's rows (16 accumulators of 32 registers) */
+#endif
+#define NV OPC_AT_NV
+#define TW (NV * VL) /* a tile's width */
+#define RT OPC_AT_RT
 
 typedef ACC VEC __attribute__((vector_size(VB), aligned(sizeof(ACC)), may_alias));
 
 /* The register tile: C[RT][TW] (+)= sum over k < K of A(i, k) * B[k][0..TW), A(i, k) = A[i * ars + k * aks].
- * 2 RT vector accumulators, two vector loads and RT broadcasts per k: the multiply-adds never
+ * NV RT vector accumulators, NV vector loads and RT broadcasts per k: the multiply-adds never
  * wait on memory (a one-row axpy form loads and stores its accumulator at every step). The
  * loads and stores go through VEC's own pointers (VEC is unaligned and may alias): with memcpy,
  * gcc kept the 64-byte accumulators on the stack and stored them back at every k. */
 OPC_NN_INLINE void OPC_NN_FN(at_tile)(const ACC *A, int64_t ars, int64_t aks, const ACC *B, int64_t ldb, int64_t K,
                                       ACC *C, int64_t ldc, int accumulate) {
-    VEC c[RT][2];
+    VEC c[RT][NV];
     for (int i = 0; i < RT; i++)
-        for (int h = 0; h < 2; h++) c[i][h] = accumulate ? *(const VEC *)(C + i * ldc + h * VL) : (VEC){0};
+        for (int h = 0; h < NV; h++) c[i][h] = accumulate ? *(const VEC *)(C + i * ldc + h * VL) : (VEC){0};
     for (int64_t k = 0; k < K; k++) {
-        const VEC b0 = *(const VEC *)(B + k * ldb), b1 = *(const VEC *)(B + k * ldb + VL);
+        VEC bk[NV];
+        for (int h = 0; h < NV; h++) bk[h] = *(const VEC *)(B + k * ldb + h * VL);
         for (int i = 0; i < RT; i++) {
             const ACC a = A[i * ars + k * aks];
-            c[i][0] += a * b0;
-            c[i][1] += a * b1;
+            for (int h = 0; h < NV; h++) c[i][h] += a * bk[h];
         }
     }
     for (int i = 0; i < RT; i++)
-        for (int h = 0; h < 2; h++) *(VEC *)(C + i * ldc + h * VL) = c[i][h];
+        for (int h = 0; h < NV; h++) *(VEC *)(C + i * ldc + h * VL) = c[i][h];
 }
 
 /* C[rows_p][width] (+)= A B, rows_p a multiple of RT and width of TW (the operands are zero-padded). */
@@ -548,5 +555,6 @@ OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, int64_t
 #undef VEC
 #undef VB
 #undef VL
+#undef NV
 #undef TW
 #undef RT
