@@ -141,6 +141,10 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
 
 typedef ACC VEC __attribute__((vector_size(VB), aligned(sizeof(ACC)), may_alias));
 
+/* exp in the vector loops: the runtime's branch-free one in both families (the f64 family's
+ * OPC_NN_EXP is libm's exp, a call per element that keeps the loop scalar) */
+#define EXPV(x) (sizeof(ACC) == 4 ? (ACC)opc_expf((float)(x)) : (ACC)opc_exp((double)(x)))
+
 /* The register tile: C[RT][TW] (+)= sum over k < K of A(i, k) * B[k][0..TW), A(i, k) = A[i * ars + k * aks].
  * NV RT vector accumulators, NV vector loads and RT broadcasts per k: the multiply-adds never
  * wait on memory (a one-row axpy form loads and stores its accumulator at every step). The
@@ -305,7 +309,7 @@ OPC_NN_INLINE ACC OPC_NN_FN(at_row_max)(const ACC *s) {
 /* s = exp(s - mx) over the row, and its sum */
 OPC_NN_INLINE ACC OPC_NN_FN(at_row_exp)(ACC *s, ACC mx) {
 #ifdef __AVX512F__
-    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] = OPC_NN_EXP(s[jj] - mx);
+    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] = EXPV(s[jj] - mx);
     if (sizeof(ACC) == 4) {
         const float *f = (const float *)s;
         const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)),
@@ -320,7 +324,7 @@ OPC_NN_INLINE ACC OPC_NN_FN(at_row_exp)(ACC *s, ACC mx) {
 #else
     ACC sum = 0;
     _Pragma("omp simd reduction(+ : sum)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
-        s[jj] = OPC_NN_EXP(s[jj] - mx);
+        s[jj] = EXPV(s[jj] - mx);
         sum += s[jj];
     }
     return sum;
@@ -396,7 +400,7 @@ OPC_NN_INLINE void OPC_NN_FN(at_probs)(ACC *s, ACC *dp, const ACC *lse, const AC
         }
         const ACC ls = lse[r], de = delta[r];
         _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) {
-            sr[jj] = OPC_NN_EXP(sr[jj] - ls);
+            sr[jj] = EXPV(sr[jj] - ls);
             dr[jj] = sr[jj] * (dr[jj] - de);
         }
     }
@@ -553,6 +557,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, int64_t
 #undef LD
 #undef ST
 #undef VEC
+#undef EXPV
 #undef VB
 #undef VL
 #undef NV
