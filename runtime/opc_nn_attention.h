@@ -6,14 +6,19 @@
  * one block of OPC_AT_BQ query rows of one batch entry; it walks the keys in blocks of
  * OPC_AT_BK with an online softmax (running max m, running sum l, the output accumulator
  * rescaled by exp(m_old - m_new) when the max grows) and saves lse = m + log(l) per row.
- * The backward recomputes p = exp(s - lse) block by block: pass 1, per query block, gives dq;
- * pass 2, per key block, gives dk and dv (each output written by one unit: no atomics).
+ * The backward recomputes p = exp(s - lse) block by block; its unit is a batch entry's key
+ * blocks (or some of them where there are few entries): dk and dv per key block, and the
+ * unit's part of dq, the parts summed per row afterwards (each output written by one unit: no
+ * atomics); where the parts would take over OPC_AT_PART_MAX, dq by a pass over query blocks.
  *
- * Every inner loop runs along a unit-stride scratch row (keys of a block, or features) under
- * `omp simd`: the key block is transposed into kt[d][BK] so that a query row's scores are
- * BK-wide multiply-adds, and p v / ds k are rows of v / k scaled and added. Scores are
- * (q . k) * scale + mask, in the order of the composite rule; a row whose scores are all -inf
- * gives NaN (out and lse), as softmax does.
+ * The operands are laid out once per call, not once per block pair (a transposition per
+ * 32 x 64 block pair cost as much as its products): the forward's k^T per batch entry in
+ * blocks padded to OPC_AT_BK keys (and v padded to whole tiles unless read in place), the
+ * backward's q and dout padded rows in the compute type with delta = rowsum(dout * out). All
+ * products run through one register tile (RT rows x NV vectors of the build's widest
+ * registers, the operands zero-padded to it); the row max and sum are vector trees. Scores
+ * are (q . k) * scale + mask, in the order of the composite rule; a row whose scores are all
+ * -inf gives NaN (out and lse), as softmax does.
  */
 
 #ifndef OPC_NN_ATTENTION_SHARED
@@ -59,10 +64,11 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
     return at;
 }
 
-/* Entry points: forward units (batch entry, query block); the grad's units (batch entry, key block)
- * give dk, dv and each key block's part of dq, summed afterwards per query row (or, where the
- * parts would take over OPC_AT_PART_MAX, dq by a pass over query blocks first). No mask: `mask`
- * is any pointer, never read. */
+/* Entry points: the operands' layouts (one pass, in parallel over rows or batch entries), then
+ * forward units (batch entry, query block); the grad's units (batch entry, group of key blocks)
+ * give dk, dv and each group's part of dq, summed afterwards per query row (or, where the parts
+ * would take over OPC_AT_PART_MAX, dq by a pass over query blocks first). No mask: `mask` is
+ * any pointer, never read. */
 #define OPC_NN_ATTENTION_ENTRIES(SUF, T, A, F, DT)                                                            \
     OPC_NN_ENTRY void opc_nn_attention_##SUF(const T *q, const T *k, const T *v, const T *mask, T *out, A *lse, \
                                              OPC_AT_GEOM_PARAMS) {                                             \
