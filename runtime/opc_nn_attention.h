@@ -29,8 +29,12 @@
 #include <immintrin.h>
 #endif
 
+#ifndef OPC_AT_BQ /* (a multiple of the tile's rows) */
 #define OPC_AT_BQ 32 /* query rows per unit */
+#endif
+#ifndef OPC_AT_BK /* (a multiple of 16 and of the tile's width) */
 #define OPC_AT_BK 64 /* keys per block: a score row of a block is 64 lanes */
+#endif
 #define OPC_AT_MAX_BATCH 6
 /* The backward's dq partials, one [Lq, D] per key block, up to this many bytes: with them the
  * key-block pass gives dq too (p and ds computed once); beyond, a pass by query blocks of its own. */
@@ -297,8 +301,8 @@ OPC_NN_INLINE ACC OPC_NN_FN(at_row_max)(const ACC *s) {
 #ifdef __AVX512F__
     if (sizeof(ACC) == 4) {
         const float *f = (const float *)s;
-        const __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)),
-                                       _mm512_max_ps(_mm512_loadu_ps(f + 32), _mm512_loadu_ps(f + 48)));
+        __m512 m = _mm512_loadu_ps(f);
+        for (int c = 16; c < OPC_AT_BK; c += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(f + c));
         return (ACC)_mm512_reduce_max_ps(m);
     } else {
         const double *f = (const double *)s;
@@ -318,8 +322,8 @@ OPC_NN_INLINE ACC OPC_NN_FN(at_row_exp)(ACC *s, ACC mx) {
     _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] = EXPV(s[jj] - mx);
     if (sizeof(ACC) == 4) {
         const float *f = (const float *)s;
-        const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)),
-                                       _mm512_add_ps(_mm512_loadu_ps(f + 32), _mm512_loadu_ps(f + 48)));
+        __m512 t = _mm512_loadu_ps(f);
+        for (int c = 16; c < OPC_AT_BK; c += 16) t = _mm512_add_ps(t, _mm512_loadu_ps(f + c));
         return (ACC)_mm512_reduce_add_ps(t);
     } else {
         const double *f = (const double *)s;
