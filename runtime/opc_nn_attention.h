@@ -59,6 +59,37 @@ typedef struct {
 #define OPC_AT_GEOM_INIT                                                                                     \
     {bh, lq, lk, d, dv, causal, has_mask, mrow, mcol, nb, {n0, n1, n2, n3, n4, n5}, {s0, s1, s2, s3, s4, s5}, scale}
 
+#ifdef __AVX512F__
+/* dst[c * ds + r] = src[r * ss + c] for a 16 x 16 block of floats: 32-bit, 64-bit and two 128-bit
+ * lane interleaves (64 shuffles for 256 elements; the scalar strips cost about one cycle each,
+ * a tenth of the forward) */
+static inline __attribute__((unused)) void opc_at_t16(const float *src, int64_t ss, float *dst, int64_t ds) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * ss);
+    for (int i = 0; i < 8; i++) { /* lane L: rows 2i, 2i+1 of columns 4L, 4L+1 (lo) or 4L+2, 4L+3 (hi) */
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) { /* r[4g + c], lane L: rows 4g..4g+3 of column 4L + c */
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 2]), e = _mm512_castps_pd(t[4 * g + 3]);
+        r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+    }
+    for (int c = 0; c < 4; c++) { /* a 4 x 4 transpose of 128-bit lanes: column 4L + c from r[c + 4g].L */
+        const __m512 s0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), s1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+        const __m512 s2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+        const __m512 s3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+        _mm512_storeu_ps(dst + (0 + c) * ds, _mm512_shuffle_f32x4(s0, s2, 0x88));
+        _mm512_storeu_ps(dst + (4 + c) * ds, _mm512_shuffle_f32x4(s0, s2, 0xDD));
+        _mm512_storeu_ps(dst + (8 + c) * ds, _mm512_shuffle_f32x4(s1, s3, 0x88));
+        _mm512_storeu_ps(dst + (12 + c) * ds, _mm512_shuffle_f32x4(s1, s3, 0xDD));
+    }
+}
+#endif
+
 static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_geom *g, int64_t b) {
     int64_t at = 0;
     for (int64_t t = g->nb - 1; t >= 0; t--) {
@@ -212,10 +243,19 @@ OPC_NN_INLINE void OPC_NN_FN(at_keys_unit)(const void *k, const void *v, const o
     const int64_t d = g->d, dv = g->dv, lk = g->lk, lkp = OPC_NN_FN(at_lkp)(g);
     const int64_t dvp = (dv + TW - 1) / TW * TW;
     ACC *kb = kt + b * d * lkp;
-    /* k^T by 8-key strips: the reads of a strip are 8 rows, the writes 8-wide runs */
+    int64_t dfast = 0; /* features [0, dfast) of keys [0, lk / 16 * 16) done by 16 x 16 blocks */
+#ifdef __AVX512F__
+    if (sizeof(ACC) == 4 && dt == OPC_NN_F32) {
+        dfast = d / 16 * 16;
+        const float *kf = (const float *)k + b * lk * d;
+        for (int64_t j0 = 0; j0 + 16 <= lk; j0 += 16)
+            for (int64_t d0 = 0; d0 < dfast; d0 += 16) opc_at_t16(kf + j0 * d + d0, d, (float *)kb + d0 * lkp + j0, lkp);
+    }
+#endif
+    /* the rest by 8-key strips: the reads of a strip are 8 rows, the writes 8-wide runs */
     for (int64_t j0 = 0; j0 < lkp; j0 += 8) {
         const int64_t n = lk - j0 < 8 ? (lk - j0 > 0 ? lk - j0 : 0) : 8;
-        for (int64_t dd = 0; dd < d; dd++) {
+        for (int64_t dd = j0 + 8 <= lk / 16 * 16 ? dfast : 0; dd < d; dd++) {
             ACC *o = kb + dd * lkp + j0;
             for (int64_t jj = 0; jj < n; jj++) o[jj] = LD(k, (b * lk + j0 + jj) * d + dd, dt);
             for (int64_t jj = n; jj < 8; jj++) o[jj] = 0;
@@ -278,13 +318,13 @@ OPC_NN_INLINE void OPC_NN_FN(at_finish)(ACC *s, const void *mask, const opc_at_g
     for (int64_t jj = visible; jj < OPC_AT_BK; jj++) s[jj] = (ACC)-INFINITY;
 }
 
-/* The scores of `rows` query rows (qs: [rows_p][dp]) against a key block (kt: k^T, rows ldk long):
+/* The scores of `rows` query rows (qs: rows_p rows, ldq apart) against a key block (kt: k^T, rows ldk long):
  * s[rows_p][BK]. */
-OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qs, const ACC *kt, int64_t ldk, const void *mask,
+OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qs, int64_t ldq, const ACC *kt, int64_t ldk, const void *mask,
                                         const opc_at_geom *g, int64_t b, int64_t i0, int64_t rows, int64_t j0,
                                         int64_t cols, ACC *s, int dt) {
-    const int64_t dp = OPC_NN_FN(at_pad)(g->d), moff = g->has_mask ? opc_at_mask_offset(g, b) : 0;
-    OPC_NN_FN(at_gemm)(qs, dp, 1, kt, ldk, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
+    const int64_t moff = g->has_mask ? opc_at_mask_offset(g, b) : 0;
+    OPC_NN_FN(at_gemm)(qs, ldq, 1, kt, ldk, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
     for (int64_t r = 0; r < rows; r++) OPC_NN_FN(at_finish)(s + r * OPC_AT_BK, mask, g, moff, i0 + r, j0, cols, dt);
 }
 
@@ -358,9 +398,14 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const ACC *kt, const ACC 
         }
         return;
     }
-    ACC *qs = buf, *s = qs + OPC_AT_BQ * dp;
+    ACC *qb = buf, *s = qb + OPC_AT_BQ * dp;
     ACC *acc = s + OPC_AT_BQ * OPC_AT_BK, *m = acc + OPC_AT_BQ * dvp, *l = m + OPC_AT_BQ;
-    OPC_NN_FN(at_load_rows)(q, b * g->lq + i0, rows, d, qs, dp, rows_p, dt);
+    /* q in place where its tiles' rows stay in the buffer (rows past the block are the next batch
+     * entry's, their scores never read), else a padded copy */
+    const int q_in_place = OPC_NN_EXACT(dt) && b * g->lq + i0 + rows_p <= g->bh * g->lq;
+    const ACC *qs = q_in_place ? (const ACC *)q + (b * g->lq + i0) * d : qb;
+    const int64_t ldq = q_in_place ? d : dp;
+    if (!q_in_place) OPC_NN_FN(at_load_rows)(q, b * g->lq + i0, rows, d, qb, dp, rows_p, dt);
     for (int64_t x = 0; x < rows_p * dvp; x++) acc[x] = 0;
     for (int64_t r = 0; r < OPC_AT_BQ; r++) {
         m[r] = (ACC)-INFINITY;
@@ -369,7 +414,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const ACC *kt, const ACC 
     const int64_t kend = OPC_NN_FN(at_key_end)(g, i0 + rows - 1);
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
-        OPC_NN_FN(at_scores)(qs, kt + b * d * lkp + j0, lkp, mask, g, b, i0, rows, j0, cols, s, dt);
+        OPC_NN_FN(at_scores)(qs, ldq, kt + b * d * lkp + j0, lkp, mask, g, b, i0, rows, j0, cols, s, dt);
         for (int64_t r = 0; r < rows_p; r++) {
             ACC *sr = s + r * OPC_AT_BK, *ar = acc + r * dvp;
             const ACC mnew = r < rows ? OPC_NN_MAX(m[r], OPC_NN_FN(at_row_max)(sr)) : (ACC)-INFINITY;
@@ -479,7 +524,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *k, const void *v, con
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
         OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, kb, vt, NULL, dt);
-        OPC_NN_FN(at_scores)(qs, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
+        OPC_NN_FN(at_scores)(qs, dp, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
         OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0); /* dout v^T */
         OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows);
         OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, acc, dp, rows_p, dp, 1); /* dq += ds k */
@@ -527,7 +572,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *k, const void *v, co
             const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, first = b * g->lq + i0;
             const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
             const ACC *qs = qp + first * dp, *dor = qp + n * dp + first * dvp, *delta = qp + n * (dp + dvp) + first;
-            OPC_NN_FN(at_scores)(qs, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
+            OPC_NN_FN(at_scores)(qs, dp, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
             OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0);
             OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows);
             /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
