@@ -282,21 +282,42 @@ OPC_NN_INLINE void OPC_NN_FN(at_nan_row)(void *out, int64_t n, int64_t row, int 
 }
 
 /* The key block j0 (cols keys) of batch entry b, each layout asked for (NULL: not wanted), zero
- * past the block: kt[dd][BK], kb[BK][dp], vt[c][BK], vb[BK][dvp]. */
+ * past the block: kt[dd][BK], kb[BK][dp], vt[c][BK], vb[BK][dvp]. The transposes by 16 x 16
+ * blocks where f32 with AVX-512, the rest (and the row layouts) by scalar loops. */
 OPC_NN_INLINE void OPC_NN_FN(at_load_keys)(const void *k, const void *v, const opc_at_geom *g, int64_t b,
                                            int64_t j0, int64_t cols, ACC *kt, ACC *kb, ACC *vt, ACC *vb, int dt) {
     const int64_t d = g->d, dv = g->dv, dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
-    for (int64_t jj = 0; jj < OPC_AT_BK; jj++) {
-        const int64_t kr = (b * g->lk + j0 + jj) * d, vr = (b * g->lk + j0 + jj) * dv;
-        for (int64_t dd = 0; dd < dp; dd++) {
-            const ACC x = jj < cols && dd < d ? LD(k, kr + dd, dt) : (ACC)0;
-            if (kt && dd < d) kt[dd * OPC_AT_BK + jj] = x;
-            if (kb) kb[jj * dp + dd] = x;
+    int64_t jfast = 0, dfast = 0, cfast = 0; /* keys [0, jfast) x features [0, dfast) / [0, cfast) */
+#ifdef __AVX512F__
+    if (sizeof(ACC) == 4 && dt == OPC_NN_F32) {
+        jfast = cols / 16 * 16, dfast = d / 16 * 16, cfast = dv / 16 * 16;
+        const float *kf = (const float *)k + (b * g->lk + j0) * d, *vf = (const float *)v + (b * g->lk + j0) * dv;
+        for (int64_t jj = 0; jj < jfast; jj += 16) {
+            if (kt)
+                for (int64_t d0 = 0; d0 < dfast; d0 += 16)
+                    opc_at_t16(kf + jj * d + d0, d, (float *)kt + d0 * OPC_AT_BK + jj, OPC_AT_BK);
+            if (vt)
+                for (int64_t c0 = 0; c0 < cfast; c0 += 16)
+                    opc_at_t16(vf + jj * dv + c0, dv, (float *)vt + c0 * OPC_AT_BK + jj, OPC_AT_BK);
         }
-        for (int64_t c = 0; c < dvp; c++) {
-            const ACC x = jj < cols && c < dv ? LD(v, vr + c, dt) : (ACC)0;
-            if (vt && c < dv) vt[c * OPC_AT_BK + jj] = x;
-            if (vb) vb[jj * dvp + c] = x;
+    }
+#endif
+    for (int64_t jj = 0; jj < OPC_AT_BK; jj++) {
+        const int in = jj < cols, fast = jj < jfast;
+        const int64_t kr = (b * g->lk + j0 + jj) * d, vr = (b * g->lk + j0 + jj) * dv;
+        if (kt)
+            for (int64_t dd = fast ? dfast : 0; dd < d; dd++) kt[dd * OPC_AT_BK + jj] = in ? LD(k, kr + dd, dt) : (ACC)0;
+        if (vt)
+            for (int64_t c = fast ? cfast : 0; c < dv; c++) vt[c * OPC_AT_BK + jj] = in ? LD(v, vr + c, dt) : (ACC)0;
+        if (kb) {
+            const int64_t n = in ? d : 0;
+            for (int64_t dd = 0; dd < n; dd++) kb[jj * dp + dd] = LD(k, kr + dd, dt);
+            for (int64_t dd = n; dd < dp; dd++) kb[jj * dp + dd] = 0;
+        }
+        if (vb) {
+            const int64_t n = in ? dv : 0;
+            for (int64_t c = 0; c < n; c++) vb[jj * dvp + c] = LD(v, vr + c, dt);
+            for (int64_t c = n; c < dvp; c++) vb[jj * dvp + c] = 0;
         }
     }
 }
