@@ -24,6 +24,16 @@ recursion, so models of any length plan):
    log_softmax composed from primitives, and the normalizations of their
    backward, are row kernels.
 
+3. GEMM epilogues (CPU only). A GEMM whose result (through reshape views)
+   feeds an elementwise nest that is flat -- every value and operand has the
+   GEMM's element count, or is a splat constant or a [n] vector read along the
+   rows (a bias): no other broadcast, no transpose --
+   takes that nest in as its epilogue: the erf GELU after fc1's matmul + bias,
+   a residual add after fc2. The GEMM runtime runs it on each finished block of
+   the output while the block is in cache (runtime/opc_gemm.h), instead of a
+   pass of its own over memory. The kernel runs where the nest's root is, so
+   whatever else reads the GEMM's result must come after that.
+
 What stays its own kernel: GEMMs (with their fused epilogue), reshapes
 (views), dense constants, runtime and device kernels, and reductions whose
 consumers read them over another iteration space (a column sum walks its
@@ -82,12 +92,23 @@ class Kernel:
     reason: str
 
 
+@dataclass(eq=False)
+class GemmEpilogue:
+    """A GEMM that runs the flat elementwise nest rooted at `root` on its output blocks."""
+
+    gemm: Operation
+    views: list[Operation]  # the reshapes from the GEMM's result to what the nest reads, in order
+    root: Operation  # the nest's root (its other ops are inlined into it)
+    in_place: bool  # nothing else reads the GEMM's result: it is written into the root's buffer
+
+
 @dataclass
 class Schedule:
     inlined: set[Operation] = field(default_factory=set)
     rows: list[RowKernel] = field(default_factory=list)
     row_of: dict[Operation, RowKernel] = field(default_factory=dict)
     kernels: list[Kernel] = field(default_factory=list)
+    epilogue_of: dict[Operation, GemmEpilogue] = field(default_factory=dict)  # the GEMM, views and root
 
 
 def is_constant(op: Operation) -> bool:
@@ -110,6 +131,10 @@ def evaluated_once(v: SSAValue, user: Operation) -> bool:
 
 def users_of(op: Operation) -> list[Operation]:
     return list(dict.fromkeys(u.operation for r in op.results for u in r.uses))
+
+
+def value_users(v: SSAValue) -> list[Operation]:
+    return list(dict.fromkeys(u.operation for u in v.uses))
 
 
 # ---------------------------------------------------------------------------
@@ -244,9 +269,10 @@ def reads_a_row_result(op: Operation, members: set[Operation]) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def plan(fn: func.FuncOp, row_kernels: bool = True) -> Schedule:
+def plan(fn: func.FuncOp, row_kernels: bool = True, epilogues: bool = True) -> Schedule:
     """The kernels of one (unscheduled) tensor function. row_kernels=False: no row
-    kernels (every reduction its own nest); both backends plan with them."""
+    kernels (every reduction its own nest); both backends plan with them.
+    epilogues=False: no GEMM epilogues (the CUDA backend's GEMMs take none)."""
     ops = [o for o in fn.body.block.ops if not isinstance(o, func.ReturnOp)]
     returned = set(fn.body.block.last_op.operands)  # type: ignore[union-attr]
     position = {o: i for i, o in enumerate(ops)}
@@ -265,8 +291,83 @@ def plan(fn: func.FuncOp, row_kernels: bool = True) -> Schedule:
             sched.inlined.discard(o)
     if sched.rows:
         root = resolve_roots(ops, sched.inlined)
+    if epilogues:
+        plan_epilogues(ops, sched, root, position)
     sched.kernels = group_kernels(ops, sched, root, returned)
     return sched
+
+
+# ---------------------------------------------------------------------------
+# Sweep 3: GEMM epilogues
+# ---------------------------------------------------------------------------
+
+EPILOGUE_GEMMS = (opc.MatmulOp, opc.FusedGemmEpilogueOp)
+
+
+def plan_epilogues(ops: list[Operation], sched: Schedule, root: dict[Operation, Operation],
+                   position: dict[Operation, int]) -> None:
+    """Each GEMM whose result feeds a flat elementwise nest takes it in (root updated: the GEMM
+    and its views join the nest's kernel)."""
+    members: dict[Operation, list[Operation]] = {}
+    for op in ops:
+        if not (is_constant(op) and op in sched.inlined):
+            members.setdefault(root[op], []).append(op)
+    for g in ops:
+        if not isinstance(g, EPILOGUE_GEMMS) or external_symbol(g) is not None:
+            continue
+        if not opc.is_float(element_of(g.results[0])):
+            continue
+        views, v = [], g.results[0]
+        while len(readers := value_users(v)) == 1 and isinstance(readers[0], opc.ReshapeOp):
+            views.append(readers[0])
+            v = readers[0].result
+        ep = epilogue_nest(g, views, v, sched, root, members, position)
+        if ep is not None:
+            for o in (g, *views, ep.root):
+                sched.epilogue_of[o] = ep
+                root[o] = ep.root
+
+
+def column_vector(v: SSAValue, n: int) -> bool:
+    """v is [.., 1, n]: one value per column of the GEMM's output (a bias), read along its rows."""
+    shape = shape_of(v)
+    return len(shape) >= 1 and shape[-1] == n and numel(shape) == n
+
+
+def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Schedule,
+                  root: dict[Operation, Operation], members: dict[Operation, list[Operation]],
+                  position: dict[Operation, int]) -> GemmEpilogue | None:
+    """The epilogue of GEMM g whose result, through `views`, is v: the elementwise nest that reads
+    v, if it is flat and whatever else reads g's result or its views runs after it."""
+    n = numel(shape_of(g.results[0]))
+    roots = {root[u] for u in value_users(v) if u in root and (u in sched.inlined or root[u] is u)}
+    nests = [r for r in roots if r not in sched.row_of and r not in sched.epilogue_of
+             and isinstance(r, ELEMENTWISE) and not isinstance(r, opc.CastGradOp) and len(r.results) == 1
+             and external_symbol(r) is None]
+    if len(nests) != 1:
+        return None
+    r = nests[0]
+    nest = members[r]
+    if not any(v in o.operands for o in nest):
+        return None
+    cols = shape_of(g.results[0])[-1]
+    for o in nest:
+        if not isinstance(o, ELEMENTWISE) or external_symbol(o) is not None or numel(shape_of(o.results[0])) != n:
+            return None
+        for a in o.operands:
+            p = a.owner
+            if isinstance(p, Operation) and is_constant(p) and p in sched.inlined:
+                continue  # a splat: the same everywhere
+            if numel(shape_of(a)) != n and not (shape_of(r.results[0])[-1] == cols and column_vector(a, cols)):
+                return None
+    if any(isinstance(u, func.ReturnOp) for w in views for u in value_users(w.results[0])):
+        return None  # a returned view is copied into its output where it is lowered: before the GEMM
+    inside = set(nest)
+    outside = [u for o in (g, *views) for u in value_users(o.results[0]) if u not in inside and u not in views]
+    if any(position.get(u, len(position)) <= position[r] for o in (g, *views) for u in users_of(o)
+           if u not in inside and u not in views):
+        return None  # read before the nest runs: the GEMM must run earlier
+    return GemmEpilogue(g, views, r, in_place=not outside and element_of(g.results[0]) == element_of(r.results[0]))
 
 
 def resolve_roots(ops: list[Operation], inlined: set[Operation]) -> dict[Operation, Operation]:
@@ -290,7 +391,8 @@ def group_kernels(ops: list[Operation], sched: Schedule, root: dict[Operation, O
         members.setdefault(key, []).append(op)
     kernels = []
     for key, group in members.items():
-        kind = "row" if isinstance(key, RowKernel) else kind_of(key)  # type: ignore[arg-type]
+        kind = ("row" if isinstance(key, RowKernel) else "gemm" if key in sched.epilogue_of
+                else kind_of(key))  # type: ignore[arg-type]
         kernels.append(Kernel(kind, group, boundary_reason(group, kind, returned)))
     position = {o: i for i, o in enumerate(ops)}
     kernels.sort(key=lambda k: position[k.ops[-1]])
