@@ -880,9 +880,11 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
                                          Ob + (size_t)(i * N + j) * es,
                                          Rb ? Rb + (size_t)(i * N + j) * es : NULL, N);
                         }
-                        /* the mc x nr panel is final and in L1: its epilogue now */
-                        if (ep && last) ep(ep_ctx, b * M + ic, b * M + ic + mc, j, j + nr);
                     }
+                    /* the mc x nc block is final and in L2: its epilogue now, along whole rows
+                       (the other buffers it reads stream row by row; a block of NR columns would
+                       start a new page every row) */
+                    if (ep && last) ep(ep_ctx, b * M + ic, b * M + ic + mc, jc, jc + nc);
                 }
             }
         }
@@ -1034,8 +1036,9 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
                                              bias ? bias + j : NULL, act,
                                              Ob + i * N + j, Rb ? Rb + i * N + j : NULL, N);
                             }
-                            if (ep && last) ep(ep_ctx, b * M + ic, b * M + ic + mc, j, j + nr);
                         }
+                        if (ep && last)
+                            ep(ep_ctx, b * M + ic, b * M + ic + mc, jc + pj0 * NR, opc__min64(jc + nc, jc + pj1 * NR));
                     }
                 }
             }

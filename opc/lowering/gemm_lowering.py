@@ -32,14 +32,21 @@ EPILOGUE_ATTR = "opc.epilogue"
 
 
 class GemmLowering:
-    epilogue_body: Callable[[], Region] | None = None  # set while a GEMM with an epilogue is lowered
+    # while a GEMM with an epilogue is lowered: the epilogue's builder (taken by the op's first
+    # GEMM, the one computing its results[0]), then that GEMM
+    epilogue_body: Callable[[], Region] | None = None
+    epilogue_gemm: GemmOp | None = None
 
     def gemm(self, a, b, bias, out, reserve, *, batch, m, n, k, trans_a, trans_b, act, a_stride=0, b_stride=0):
         epilogue = self.epilogue_body() if self.epilogue_body is not None else None
-        self.e.emit(GemmOp(
+        self.epilogue_body = None
+        op = GemmOp(
             a, b, bias, out, reserve, batch=batch, m=m, n=n, k=k, a_batch_stride=a_stride,
             b_batch_stride=b_stride, trans_a=trans_a, trans_b=trans_b, activation=act, epilogue=epilogue,
-        ))  # fmt: skip
+        )  # fmt: skip
+        self.e.emit(op)
+        if epilogue is not None:
+            self.epilogue_gemm = op
 
     def lower_gemm_epilogue(self, ep: GemmEpilogue) -> None:
         """The GEMM, its views, and the flat nest rooted at ep.root as the GEMM's epilogue region.
@@ -48,7 +55,7 @@ class GemmLowering:
         root = ep.root.results[0]
         out = self.buffer_for(root)
         if ep.in_place:
-            g = ep.gemm.results[0]
+            g = ep.gemm.results[0]  # the GEMM's output (fused_gemm_epilogue_grad's dx)
             shape = shape_of(g)
             strides = [numel(shape[i + 1:]) for i in range(len(shape))]
             view = self.e.value(memref.ReinterpretCastOp(out, [], [], [], [0], list(shape), strides,
@@ -81,13 +88,13 @@ class GemmLowering:
                 self.buffers.update(saved)
             return Region(block)
 
-        self.epilogue_body = body
+        self.epilogue_body, self.epilogue_gemm = body, None
         try:
             self.lower_op(ep.gemm)
         finally:
             self.epilogue_body = None
-        gemm = self.e.block.last_op
-        assert isinstance(gemm, GemmOp) and gemm.epilogue is not None
+        gemm = self.epilogue_gemm
+        assert gemm is not None and gemm.epilogue is not None
         names = [o.name.removeprefix("opc.") for o in self.epilogue_ops(root)]
         gemm.attributes[EPILOGUE_ATTR] = StringAttr(", ".join(names))
 

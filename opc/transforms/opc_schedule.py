@@ -29,7 +29,7 @@ recursion, so models of any length plan):
    GEMM's element count, or is a splat constant or a [n] vector read along the
    rows (a bias): no other broadcast, no transpose --
    takes that nest in as its epilogue: the erf GELU after fc1's matmul + bias,
-   a residual add after fc2. The GEMM runtime runs it on each finished block of
+   a residual add after fc2, the GELU grad chain on fc2's dx in the backward. The GEMM runtime runs it on each finished block of
    the output while the block is in cache (runtime/opc_gemm.h), instead of a
    pass of its own over memory. The kernel runs where the nest's root is, so
    whatever else reads the GEMM's result must come after that.
@@ -301,7 +301,8 @@ def plan(fn: func.FuncOp, row_kernels: bool = True, epilogues: bool = True) -> S
 # Sweep 3: GEMM epilogues
 # ---------------------------------------------------------------------------
 
-EPILOGUE_GEMMS = (opc.MatmulOp, opc.FusedGemmEpilogueOp)
+EPILOGUE_GEMMS = (opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp)  # results[0]: the
+# GEMM's output (fused_gemm_epilogue_grad's dx: its first GEMM, whose epilogue a GELU grad chain can be)
 
 
 def plan_epilogues(ops: list[Operation], sched: Schedule, root: dict[Operation, Operation],

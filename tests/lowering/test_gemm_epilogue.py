@@ -195,6 +195,53 @@ def test_what_does_not_match_stays_apart_and_right(name: str) -> None:
         np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5)
 
 
+def test_value_and_grad_of_a_two_layer_mlp() -> None:
+    """Training: the forward's GELU values are saved for the backward (not in place: the GEMM keeps
+    its buffer, the chain writes its own), and the backward's GELU grad chain on fc2's dx runs as
+    the epilogue of fused_gemm_epilogue_grad's dx GEMM. Value and every gradient against NumPy."""
+    xs, h, n = (5, 6), 9, 7
+    f64 = "f64"
+    ops, g = chain("gelu_erf", "%z", (5, h), f64)
+    body = "\n  ".join([f"%mm = opc.matmul %x, %w1 : ({t(xs, f64)}, {t((6, h), f64)}) -> {t((5, h), f64)}",
+                        f"%z = opc.add %mm, %b1 : ({t((5, h), f64)}, {t((h,), f64)}) -> {t((5, h), f64)}", *ops,
+                        f"%m2 = opc.matmul {g}, %w2 : ({t((5, h), f64)}, {t((h, n), f64)}) -> {t((5, n), f64)}",
+                        f"%o = opc.add %m2, %b2 : ({t((5, n), f64)}, {t((n,), f64)}) -> {t((5, n), f64)}"])
+    src = (f"func.func @mlp(%x: {t(xs, f64)}, %w1: {t((6, h), f64)}, %b1: {t((h,), f64)}, %w2: {t((h, n), f64)}, "
+           f"%b2: {t((n,), f64)}) -> {t((5, n), f64)} {{\n  {body}\n  func.return %o : {t((5, n), f64)}\n}}\n")
+    m = opc.compile(src, grad=True)
+    assert "opc_rt_gemm_ep_f64(" in m.c_source.split("opc_fn_mlp_value_and_grad(")[1]  # an epilogue there
+    rng = np.random.default_rng(2)
+    x, w1, b1, w2, b2 = (rng.standard_normal(s) for s in (xs, (6, h), (h,), (h, n), (n,)))
+    erf = np.vectorize(math.erf)
+    z = x @ w1 + b1
+    a = z * 0.5 * (1 + erf(z / math.sqrt(2)))
+    dy = rng.standard_normal((5, n))
+    dz = (dy @ w2.T) * (0.5 * (1 + erf(z / math.sqrt(2))) + z * np.exp(-z * z / 2) / math.sqrt(2 * math.pi))
+    want = [a @ w2 + b2, dz @ w1.T, x.T @ dz, dz.sum(0), a.T @ dy, dy.sum(0)]
+    for got, ref in zip(m.mlp_value_and_grad(x, w1, b1, w2, b2, dy), want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_backward_gelu_grad_chain_is_the_dx_gemm_epilogue() -> None:
+    from opc.autodiff import add_grad_functions
+    from opc.transforms.opc_fuse import FusePass
+    from opc.ir import make_context
+
+    xs, h = (8, 16), 32
+    ops, g = chain("gelu_erf", "%z", (8, h), "f32")
+    body = "\n  ".join([f"%mm = opc.matmul %x, %w1 : ({t(xs, 'f32')}, {t((16, h), 'f32')}) -> {t((8, h), 'f32')}",
+                        f"%z = opc.add %mm, %b1 : ({t((8, h), 'f32')}, {t((h,), 'f32')}) -> {t((8, h), 'f32')}", *ops,
+                        f"%o = opc.matmul {g}, %w2 : ({t((8, h), 'f32')}, {t((h, 4), 'f32')}) -> {t((8, 4), 'f32')}"])
+    src = (f"func.func @mlp(%x: {t(xs, 'f32')}, %w1: {t((16, h), 'f32')}, %b1: {t((h,), 'f32')}, "
+           f"%w2: {t((h, 4), 'f32')}) -> {t((8, 4), 'f32')} {{\n  {body}\n  func.return %o : {t((8, 4), 'f32')}\n}}\n")
+    module = load_module(src).module
+    FusePass().apply(make_context(), module)
+    add_grad_functions(module)
+    fn = next(f for f in module.ops if f.sym_name.data == "mlp_grad")
+    gemms = [[o.name.removeprefix("opc.") for o in k.ops] for k in plan(fn).kernels if k.kind == "gemm"]
+    assert any(ops[0] == "matmul" and "exp" in ops for ops in gemms), gemms  # dx = dy @ w2^T, then the chain
+
+
 def test_value_and_grad_of_an_mlp_keeps_the_pre_activation() -> None:
     """With the backward reading the GEMM's result too, the epilogue is not in place: the GEMM keeps
     its buffer (read by the gradient) and the chain writes its own; the numbers are NumPy's."""
