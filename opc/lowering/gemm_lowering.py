@@ -49,16 +49,17 @@ class GemmLowering:
             self.epilogue_gemm = op
 
     def lower_gemm_epilogue(self, ep: GemmEpilogue) -> None:
-        """The GEMM, its views, and the flat nest rooted at ep.root as the GEMM's epilogue region.
+        """The GEMM, its views, and the flat nests rooted at ep.roots as the GEMM's epilogue region,
+        which stores each root's value (a later nest reads an earlier root's value as computed).
         In place (ep.in_place): the GEMM writes into the nest's buffer, which the body then reads
         and overwrites element by element; else the GEMM's result keeps a buffer of its own."""
-        root = ep.root.results[0]
-        out = self.buffer_for(root)
+        roots = [r.results[0] for r in ep.roots]
+        outs = [self.buffer_for(r) for r in roots]
         if ep.in_place:
             g = ep.gemm.results[0]  # the GEMM's output (fused_gemm_epilogue_grad's dx)
             shape = shape_of(g)
             strides = [numel(shape[i + 1:]) for i in range(len(shape))]
-            view = self.e.value(memref.ReinterpretCastOp(out, [], [], [], [0], list(shape), strides,
+            view = self.e.value(memref.ReinterpretCastOp(outs[0], [], [], [], [0], list(shape), strides,
                                                          MemRefType(element_of(g), shape)))
             view.name_hint = g.name_hint
             self.buffers[g] = view
@@ -66,8 +67,8 @@ class GemmLowering:
         def body() -> Region:
             for v in ep.views:
                 self.lower_reshape(v)
-            n = numel(shape_of(root))
-            leaves = self.epilogue_leaves(root)
+            n = numel(shape_of(roots[0]))
+            leaves = list(dict.fromkeys(u for r in roots for u in self.epilogue_leaves(r) if u not in roots))
             saved = {u: self.buffers[u] for u in leaves}
             block = Block(arg_types=[IndexType(), IndexType()])
             row, column = block.args
@@ -75,13 +76,14 @@ class GemmLowering:
                 self.buffers[u] = self.flat_view(saved[u])
                 if numel(shape_of(u)) != n:  # [.., 1, n] read along the rows (opc-schedule's epilogue_nest)
                     self.columns[u] = (self.buffers[u], column)
-            out_flat = self.flat_view(out)
+            outs_flat = [self.flat_view(o) for o in outs]
             self.flat = True
             try:
                 with self.e.at(block):
                     cols = shape_of(ep.gemm.results[0])[-1]  # the GEMM's n
                     i = self.e.value(arith.AddiOp(self.e.value(arith.MuliOp(row, self.e.index(cols))), column))
-                    self.e.store(self.value_at_root(root, [i]), out_flat, [i])
+                    for r, out_flat in zip(roots, outs_flat):  # value_at's memo: a later root reuses an earlier
+                        self.e.store(self.value_at_root(r, [i]), out_flat, [i])
             finally:
                 self.flat = False
                 self.columns = {}
@@ -95,7 +97,8 @@ class GemmLowering:
             self.epilogue_body = None
         gemm = self.epilogue_gemm
         assert gemm is not None and gemm.epilogue is not None
-        names = [o.name.removeprefix("opc.") for o in self.epilogue_ops(root)]
+        ops = {o for r in roots for o in self.epilogue_ops(r)}
+        names = [o.name.removeprefix("opc.") for o in self.fn.body.block.ops if o in ops]
         gemm.attributes[EPILOGUE_ATTR] = StringAttr(", ".join(names))
 
     def epilogue_ops(self, v: SSAValue) -> list:

@@ -94,12 +94,17 @@ class Kernel:
 
 @dataclass(eq=False)
 class GemmEpilogue:
-    """A GEMM that runs the flat elementwise nest rooted at `root` on its output blocks."""
+    """A GEMM that runs flat elementwise nests (rooted at `roots`) on its output blocks."""
 
     gemm: Operation
     views: list[Operation]  # the reshapes from the GEMM's result to what the nest reads, in order
-    root: Operation  # the nest's root (its other ops are inlined into it)
-    in_place: bool  # nothing else reads the GEMM's result: it is written into the root's buffer
+    roots: list[Operation]  # the nests' roots, in block order (their other ops are inlined into them)
+    in_place: bool  # one nest and nothing else reads the GEMM's result: it is written into the root's buffer
+
+    @property
+    def root(self) -> Operation:
+        """Where the kernel runs: the last nest's root."""
+        return self.roots[-1]
 
 
 @dataclass
@@ -324,8 +329,9 @@ def plan_epilogues(ops: list[Operation], sched: Schedule, root: dict[Operation, 
             v = readers[0].result
         ep = epilogue_nest(g, views, v, sched, root, members, position)
         if ep is not None:
-            for o in (g, *views, ep.root):
-                sched.epilogue_of[o] = ep
+            for o in (g, *views, *ep.roots, *(m for r in ep.roots for m in members[r])):
+                if o in ep.roots or o is g or o in views:
+                    sched.epilogue_of[o] = ep
                 root[o] = ep.root
 
 
@@ -338,37 +344,73 @@ def column_vector(v: SSAValue, n: int) -> bool:
 def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Schedule,
                   root: dict[Operation, Operation], members: dict[Operation, list[Operation]],
                   position: dict[Operation, int]) -> GemmEpilogue | None:
-    """The epilogue of GEMM g whose result, through `views`, is v: the elementwise nest that reads
-    v, if it is flat and whatever else reads g's result or its views runs after it."""
-    n = numel(shape_of(g.results[0]))
-    roots = {root[u] for u in value_users(v) if u in root and (u in sched.inlined or root[u] is u)}
-    nests = [r for r in roots if r not in sched.row_of and r not in sched.epilogue_of
-             and isinstance(r, ELEMENTWISE) and not isinstance(r, opc.CastGradOp) and len(r.results) == 1
-             and external_symbol(r) is None]
-    if len(nests) != 1:
-        return None
-    r = nests[0]
-    nest = members[r]
-    if not any(v in o.operands for o in nest):
-        return None
-    cols = shape_of(g.results[0])[-1]
-    for o in nest:
-        if not isinstance(o, ELEMENTWISE) or external_symbol(o) is not None or numel(shape_of(o.results[0])) != n:
-            return None
-        for a in o.operands:
-            p = a.owner
-            if isinstance(p, Operation) and is_constant(p) and p in sched.inlined:
-                continue  # a splat: the same everywhere
-            if numel(shape_of(a)) != n and not (shape_of(r.results[0])[-1] == cols and column_vector(a, cols)):
-                return None
+    """The epilogue of GEMM g whose result, through `views`, is v: the flat elementwise nests that
+    read v, and those that read their roots in turn (training keeps a GELU's intermediate values
+    for the backward: three nests), if whatever else reads g's result, its views or the nests'
+    roots runs after the last of them."""
+    n, cols = numel(shape_of(g.results[0])), shape_of(g.results[0])[-1]
+
+    def nests_reading(w: SSAValue) -> set[Operation]:
+        return {root[u] for u in value_users(w) if u in root and (u in sched.inlined or root[u] is u)}
+
+    def flat(r: Operation) -> bool:
+        if (r in sched.row_of or r in sched.epilogue_of or not isinstance(r, ELEMENTWISE) or len(r.results) != 1
+                or isinstance(r, opc.CastGradOp) or external_symbol(r) is not None):
+            return False
+        for o in members[r]:
+            if not isinstance(o, ELEMENTWISE) or external_symbol(o) is not None or numel(shape_of(o.results[0])) != n:
+                return False
+            for a in o.operands:
+                p = a.owner
+                if isinstance(p, Operation) and is_constant(p) and p in sched.inlined:
+                    continue  # a splat: the same everywhere
+                if numel(shape_of(a)) != n and not (shape_of(r.results[0])[-1] == cols and column_vector(a, cols)):
+                    return False
+        return True
+
+    def reads_only(r: Operation, roots: set[Operation]) -> bool:
+        """r's nest reads v, the roots, constants, and values from before the GEMM only."""
+        nest = set(members[r])
+        for o in nest:
+            for a in o.operands:
+                p = a.owner
+                if a is v or p in roots or p in nest or (isinstance(p, Operation) and is_constant(p)):
+                    continue
+                if not isinstance(p, Operation) or p not in position or position[p] < position[g]:
+                    continue  # an argument, or computed before the GEMM
+                return False
+        return True
+
+    def valid(roots: set[Operation]) -> GemmEpilogue | None:
+        last = max(position[r] for r in roots)
+        inside = {o for r in roots for o in members[r]} | set(views)
+        outside = [u for o in (g, *views, *roots) for u in users_of(o) if u not in inside]
+        if any(position.get(u, len(position)) <= last for u in outside):
+            return None  # read before the nests run: the GEMM must run earlier
+        ordered = sorted(roots, key=position.__getitem__)
+        reads_g = [u for o in (g, *views) for u in value_users(o.results[0]) if u not in inside]
+        in_place = len(ordered) == 1 and not reads_g and element_of(g.results[0]) == element_of(ordered[0].results[0])
+        return GemmEpilogue(g, views, ordered, in_place)
+
     if any(isinstance(u, func.ReturnOp) for w in views for u in value_users(w.results[0])):
         return None  # a returned view is copied into its output where it is lowered: before the GEMM
-    inside = set(nest)
-    outside = [u for o in (g, *views) for u in value_users(o.results[0]) if u not in inside and u not in views]
-    if any(position.get(u, len(position)) <= position[r] for o in (g, *views) for u in users_of(o)
-           if u not in inside and u not in views):
-        return None  # read before the nest runs: the GEMM must run earlier
-    return GemmEpilogue(g, views, r, in_place=not outside and element_of(g.results[0]) == element_of(r.results[0]))
+    def closure(first: set[Operation]) -> set[Operation]:
+        roots, todo = set(first), list(first)
+        while todo:  # the flat nests reading a root taken in, and nothing computed since the GEMM
+            for r in nests_reading(todo.pop().results[0]):
+                if r not in roots and flat(r) and reads_only(r, roots):
+                    roots.add(r)
+                    todo.append(r)
+        return roots
+
+    readers = {r for r in nests_reading(v) if flat(r)}
+    # Tried in turn: every flat nest reading v, then those reading nothing computed since the GEMM
+    # (a backward nest that reads v late stays outside); each with the nests reading their roots.
+    for first in (readers, {r for r in readers if reads_only(r, set())}):
+        for roots in (closure(first), first) if first else ():
+            if (ep := valid(roots)) is not None:
+                return ep
+    return None
 
 
 def resolve_roots(ops: list[Operation], inlined: set[Operation]) -> dict[Operation, Operation]:

@@ -237,9 +237,13 @@ def test_backward_gelu_grad_chain_is_the_dx_gemm_epilogue() -> None:
     module = load_module(src).module
     FusePass().apply(make_context(), module)
     add_grad_functions(module)
-    fn = next(f for f in module.ops if f.sym_name.data == "mlp_grad")
-    gemms = [[o.name.removeprefix("opc.") for o in k.ops] for k in plan(fn).kernels if k.kind == "gemm"]
-    assert any(ops[0] == "matmul" and "exp" in ops for ops in gemms), gemms  # dx = dy @ w2^T, then the chain
+    for name in ("mlp_grad", "mlp_value_and_grad"):
+        fn = next(f for f in module.ops if f.sym_name.data == name)
+        gemms = [[o.name.removeprefix("opc.") for o in k.ops] for k in plan(fn).kernels if k.kind == "gemm"]
+        assert any(ops[0] == "matmul" and "exp" in ops for ops in gemms), gemms  # dx = dy @ w2^T, then the chain
+    # value_and_grad keeps the GELU's intermediate values for the backward: three nests (div; erf, add;
+    # mul, mul), all three the fc1 GEMM's epilogue
+    assert ["fused_gemm_epilogue", "div", "erf", "add", "mul", "mul"] in gemms, gemms
 
 
 def test_value_and_grad_of_an_mlp_keeps_the_pre_activation() -> None:
