@@ -551,7 +551,8 @@ def tensor_functions(module: ModuleOp) -> list[func.FuncOp]:
 
 @dataclass(frozen=True)
 class SchedulePass(ModulePass):
-    """Wrap each kernel of every function in an `opc_sched.kernel` (the same plan for every target)."""
+    """Wrap each kernel of every function in an `opc_sched.kernel` (the same plan for every target,
+    but for GEMM epilogues: CUDA's GEMMs take none)."""
 
     name = "opc-schedule"
     target: str = "cpu"
@@ -560,14 +561,15 @@ class SchedulePass(ModulePass):
         for fn in tensor_functions(op):
             if any(isinstance(o, KernelOp) for o in fn.body.block.ops):
                 continue  # already scheduled
-            wrap_kernels(fn, plan(fn))
+            wrap_kernels(fn, plan(fn, epilogues=self.target != "cuda"))  # CUDA's GEMMs take no epilogue
 
 
-def describe(module: ModuleOp, row_kernels: bool = True) -> str:
-    """`opc explain --kernels`: every function's kernels, their ops and why each ends."""
+def describe(module: ModuleOp, row_kernels: bool = True, epilogues: bool = True) -> str:
+    """`opc explain --kernels`: every function's kernels, their ops and why each ends
+    (epilogues=False: the CUDA backend's, whose GEMMs take no epilogue)."""
     lines = []
     for fn in tensor_functions(module):
-        sched = plan(fn, row_kernels)
+        sched = plan(fn, row_kernels, epilogues)
         lines.append(f"@{fn.sym_name.data}: {len(sched.kernels)} kernels")
         for i, k in enumerate(sched.kernels):
             names = ", ".join(o.name.removeprefix("opc.") for o in k.ops)

@@ -2,12 +2,13 @@
 opc_gemm_ep_*): a flat pointwise chain on a GEMM's result -- the exporter's erf GELU, a residual
 add, longer chains -- runs on each finished block of the GEMM's output. Against NumPy over a grid
 of shapes (odd sizes, 2-D and 3-D, batched, transposed, several K and row blocks), with and without
-bias, in f32, f64 and f16, at 1 and 2 threads; what must stay unfused stays so and is right too."""
+bias, in f32, f64, f16 and bf16, at 1 and 2 threads; what must stay unfused stays so and is right too."""
 
 from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -15,8 +16,8 @@ import opc
 from opc.frontend import load_module
 from opc.transforms.opc_schedule import plan
 
-DT = {"f32": np.float32, "f64": np.float64, "f16": np.float16}
-TOL = {"f32": 2e-5, "f64": 1e-12, "f16": 2e-2}  # the GEMM's sums (inputs scaled to O(1) results)
+DT = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.dtype(ml_dtypes.bfloat16)}
+TOL = {"f32": 2e-5, "f64": 1e-12, "f16": 2e-2, "bf16": 4e-2}  # the GEMM's sums (inputs scaled to O(1) results)
 
 
 def t(shape: tuple[int, ...], dt: str) -> str:
@@ -136,7 +137,18 @@ def test_every_case_is_fused(module) -> None:  # noqa: ANN001
         fn = case_name(name, kind, dt, bias)
         assert f"opc_k_{fn}_" not in c, fn  # no outlined loop nest: nothing runs apart from the GEMM
     assert c.count("opc_rt_gemm_ep_f32(") >= len([c_ for c_ in CASES if c_[2] == "f32"])
-    assert "opc_rt_gemm_ep_f64(" in c and "opc_rt_gemm_ep_f16(" in c
+    assert "opc_rt_gemm_ep_f64(" in c and "opc_rt_gemm_ep_f16(" in c and "opc_rt_gemm_ep_bf16(" in c
+
+
+def test_cuda_plans_no_epilogue() -> None:
+    """The CUDA backend's GEMMs take no epilogue: its plan keeps the chain a kernel of its own."""
+    from opc.explain import explain_kernels
+
+    name = case_name("13x37x19", "residual", "f32", False)
+    module = load_module(function("13x37x19", (13, 37), (37, 19), False, "residual", "f32", False)).module
+    assert "kernel 0 (gemm): matmul, add" in explain_kernels(module, "cpu")
+    cuda = explain_kernels(module, "cuda")
+    assert "kernel 0 (gemm): matmul\n" in cuda and "kernel 1 (elementwise): add" in cuda, (name, cuda)
 
 
 def kernels(src: str, name: str) -> list[tuple[str, list[str]]]:
