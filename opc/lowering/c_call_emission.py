@@ -92,20 +92,22 @@ class CallEmission:
         self.line("}")
 
     def emit_epilogue(self, op: GemmOp) -> tuple[str, list[SSAValue]]:
-        """The GEMM's epilogue region as `static void opc_e_F_N(ctx, r0, r1, c0, c1)`: its body in a
-        loop over rows [r0, r1) and an `omp simd` loop over columns [c0, c1) of the [batch * m, n]
-        output, reading its buffers from ctx (the call passes them in that order)."""
+        """The GEMM's epilogue region as an outlined kernel `opc_k_F_N(ctx, r0, r1, c0, c1)` (so a
+        split build compiles it in a kernel unit, parallel_build.py): its body in a loop over rows
+        [r0, r1) and an `omp simd` loop over columns [c0, c1) of the [batch * m, n] output, reading
+        its buffers from ctx (the call passes them in that order)."""
         block = op.epilogue.block  # type: ignore[union-attr]
         captured, local_defs = self.captured_values(list(block.walk()), self.function)
         assert all(isinstance(v.type, MemRefType) for v in captured), "an epilogue reads buffers only"
         fn = self.function.sym_name.data
-        name = f"opc_e_{c_symbol(fn)}_{len(self.outlined)}"
+        name = f"opc_k_{c_symbol(fn)}_{len(self.outlined)}"
         saved_lines, saved_indent = self.lines, self.indent
         self.lines, self.indent = [], 0
         label = op.attributes.get("opc.epilogue")
         if isinstance(label, StringAttr):
-            self.line(f"/* epilogue {label.data.replace('*/', '')} */")
-        self.line(f"static void {name}(void *opc_ctx, int64_t opc_r0, int64_t opc_r1, int64_t opc_c0, int64_t opc_c1) {{")
+            self.line(f"/* kernel epilogue: {label.data.replace('*/', '')} */")
+        self.line(f"static __attribute__((noinline)) void {name}(void *opc_ctx, int64_t opc_r0, int64_t opc_r1, "
+                  "int64_t opc_c0, int64_t opc_c1) {")
         self.indent = 1
         for k, v in enumerate(captured):
             const = "const " if v in self.const_ptrs else ""
