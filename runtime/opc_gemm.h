@@ -922,7 +922,7 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
     }
     if (dt == OPC_DT_F32 && !ta && M <= OPC_FR_MAX_M) {   /* few rows: B in place, unpacked */
         opc__gemm_fewrows_s(batch, M, N, K, (const float *)A, sa, (const float *)B, sb, tb, bf, act,
-                            (float *)out, (float *)res, nt);
+                            (float *)out, (float *)res, nt, ep, ep_ctx);
         opc__afree(bf);
         return;
     }

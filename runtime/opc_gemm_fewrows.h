@@ -119,10 +119,11 @@ static OPC_UNUSED void opc__fr_tile(const float *A, const float *B, int tb, int6
 }
 
 /* out[b] = act(A[b] @ op(B[b]) + bias) for f32, trans_a = 0, M <= OPC_FR_MAX_M; nt threads share
-   the column tiles. bf: the bias or NULL. */
+   the column tiles. bf: the bias or NULL; ep: the block epilogue (opc_gemm.h) or NULL. */
 static OPC_UNUSED void opc__gemm_fewrows_s(int64_t batch, int64_t M, int64_t N, int64_t K,
                                            const float *A, int64_t sa, const float *B, int64_t sb, int tb,
-                                           const float *bf, int act, float *out, float *res, int nt) {
+                                           const float *bf, int act, float *out, float *res, int nt,
+                                           opc_gemm_epilogue ep, void *ep_ctx) {
     const int64_t ntile = opc__cdiv(N, OPC_S_NR), items = batch * ntile;
     (void)nt;
 #ifdef _OPENMP
@@ -133,6 +134,7 @@ static OPC_UNUSED void opc__gemm_fewrows_s(int64_t batch, int64_t M, int64_t N, 
         const int nr = (int)opc__min64(OPC_S_NR, N - j);
         opc__fr_tile(A + b * sa, B + b * sb, tb, M, N, K, j, nr, bf, act,
                      out + b * M * N, res ? res + b * M * N : NULL);
+        if (ep) ep(ep_ctx, b * M, (b + 1) * M, j, j + nr);   /* the tile is final: its epilogue */
     }
 }
 

@@ -61,6 +61,8 @@ SHAPES = [
     ("1x1x1", (1, 1), (1, 1), False),
     ("5x3x7", (5, 3), (3, 7), False),
     ("13x37x19", (13, 37), (37, 19), False),
+    ("4x40x70", (4, 40), (40, 70), False),  # few rows: B read in place, an epilogue per column tile
+    ("3x50x70t", (3, 50), (70, 50), True),  # the same with B transposed
     ("150x300x40", (150, 300), (300, 40), False),  # several K blocks and row blocks
     ("2x9x33x17", (2, 9, 33), (33, 17), False),  # 3-D x, 2-D w: one GEMM of 18 rows
     ("3x4x6x5t", (3, 4, 6), (5, 6), True),  # transposed w
