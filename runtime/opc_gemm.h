@@ -107,9 +107,14 @@ enum { OPC_DT_F32 = 0, OPC_DT_F16 = 1, OPC_DT_BF16 = 2, OPC_DT_F64 = 3 };
 
 /* Work (M*N*K) below which OpenMP is not worth starting. */
 #define OPC_GEMM_PAR_MIN (64.0 * 64.0 * 64.0)
-/* Panels (MR rows or NR columns) a piece of a split has at least. */
-#ifndef OPC_GEMM_PART_MIN
-#define OPC_GEMM_PART_MIN 2
+/* Panels a piece of a split has at least: MR-row panels (a piece of a row split packs all of
+   B again: 32 panels, 192 rows, keep that below a few percent) and NR-column panels (a piece of
+   a column split packs its rows of A: cheaper). Measured: bench/results/2026-12-03-busy.txt. */
+#ifndef OPC_GEMM_PART_MIN_ROWS
+#define OPC_GEMM_PART_MIN_ROWS 32
+#endif
+#ifndef OPC_GEMM_PART_MIN_COLS
+#define OPC_GEMM_PART_MIN_COLS 2
 #endif
 
 /* 64-byte aligned allocation on plain malloc (C99: no aligned_alloc). The
@@ -908,12 +913,12 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
         if (mode == 0 && batch < nt) nt = (int)batch;
     }
     /* parts: the split's units cut into OPC_PAR_CHUNKS pieces per thread, each at least
-       OPC_GEMM_PART_MIN panels (every piece packs the operand not split again), claimed
+       OPC_GEMM_PART_MIN_* panels (every piece packs the operand not split again), claimed
        one by one, so on a busy machine a descheduled thread's pieces go to the others. */
     const int64_t units = mode == 0 ? batch : mode == 1 ? npn : npm;
     int64_t parts = 1;
     if (nt > 1) {
-        const int64_t most = mode == 0 ? units : units / OPC_GEMM_PART_MIN;
+        const int64_t most = mode == 0 ? units : units / (mode == 1 ? OPC_GEMM_PART_MIN_COLS : OPC_GEMM_PART_MIN_ROWS);
         parts = opc__min64(units, (int64_t)nt * OPC_PAR_CHUNKS);
         if (parts > most) parts = most;
         if (parts < nt) parts = opc__min64(units, nt);
