@@ -91,6 +91,21 @@ def test_wait_policy_only_where_unset(env, want):
     assert out.stdout.split() == want.split()
 
 
+TORCH_FIRST = "import torch, opc"
+
+
+@pytest.mark.parametrize("env,warns", [({}, True), ({"OMP_WAIT_POLICY": "passive"}, False),
+                                       ({"OPC_WAIT_POLICY": "libgomp"}, False), ({"OPC_NUM_THREADS": "1"}, False)])
+def test_warns_when_torch_loaded_libgomp_first(env, warns):
+    """torch's libgomp, loaded before opc chose a policy, spins: opc says so once where it runs threads."""
+    pytest.importorskip("torch", reason="the case needs torch's libgomp loaded before opc")
+    drop = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPC_WAIT_POLICY", "OPC_NUM_THREADS", "OMP_NUM_THREADS")
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    out = subprocess.run([sys.executable, "-c", TORCH_FIRST], env={**base, "OPC_NUM_THREADS": "2", **env},
+                         capture_output=True, text=True, check=True)
+    assert ("RuntimeWarning: opc: libgomp was loaded before opc" in out.stderr) == warns, out.stderr
+
+
 def at_counts(fn, counts=(1, 2, 3)):
     """fn's outputs at each of opc's thread counts, twice each (the pieces of a parallel loop go to
     whichever thread claims them first, so two calls at one count split the work differently)."""
