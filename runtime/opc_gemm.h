@@ -116,6 +116,15 @@ typedef void (*opc_gemm_epilogue)(void *ctx, int64_t r0, int64_t r1, int64_t c0,
 
 /* Work (M*N*K) below which OpenMP is not worth starting. */
 #define OPC_GEMM_PAR_MIN (64.0 * 64.0 * 64.0)
+/* Panels a piece of a split has at least: MR-row panels (a piece of a row split packs all of
+   B again: 32 panels, 192 rows, keep that below a few percent) and NR-column panels (a piece of
+   a column split packs its rows of A: cheaper). Measured: bench/results/2026-12-03-busy.txt. */
+#ifndef OPC_GEMM_PART_MIN_ROWS
+#define OPC_GEMM_PART_MIN_ROWS 32
+#endif
+#ifndef OPC_GEMM_PART_MIN_COLS
+#define OPC_GEMM_PART_MIN_COLS 2
+#endif
 
 /* 64-byte aligned allocation on plain malloc (C99: no aligned_alloc). The
    original pointer is kept just below the aligned block. */
@@ -940,23 +949,28 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
         else nt = 1;
         if (mode == 0 && batch < nt) nt = (int)batch;
     }
+    /* parts: the split's units cut into OPC_PAR_CHUNKS pieces per thread, each at least
+       OPC_GEMM_PART_MIN_* panels (every piece packs the operand not split again), claimed
+       one by one, so on a busy machine a descheduled thread's pieces go to the others. */
+    const int64_t units = mode == 0 ? batch : mode == 1 ? npn : npm;
+    int64_t parts = 1;
+    if (nt > 1) {
+        const int64_t most = mode == 0 ? units : units / (mode == 1 ? OPC_GEMM_PART_MIN_COLS : OPC_GEMM_PART_MIN_ROWS);
+        parts = opc__min64(units, (int64_t)nt * OPC_PAR_CHUNKS);
+        if (parts > most) parts = most;
+        if (parts < nt) parts = opc__min64(units, nt);
+    }
 #ifdef _OPENMP
-#pragma omp parallel num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
 #endif
-    {
-        int tid = 0, nth = nt;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();   /* may be fewer than asked for */
-        if (nth < 1) nth = 1;
-#endif
+    for (int64_t part = 0; part < parts; part++) {
         int64_t b0 = 0, b1 = batch, i0 = 0, i1 = M, j0 = 0, j1 = N;
-        if (nth > 1) {
-            if (mode == 0) { b0 = batch * tid / nth; b1 = batch * (tid + 1) / nth; }
+        if (parts > 1) {
+            if (mode == 0) { b0 = batch * part / parts; b1 = batch * (part + 1) / parts; }
             else if (mode == 1) {
-                j0 = opc__min64(N, npn * tid / nth * NR); j1 = opc__min64(N, npn * (tid + 1) / nth * NR);
+                j0 = opc__min64(N, npn * part / parts * NR); j1 = opc__min64(N, npn * (part + 1) / parts * NR);
             } else {
-                i0 = opc__min64(M, npm * tid / nth * MR); i1 = opc__min64(M, npm * (tid + 1) / nth * MR);
+                i0 = opc__min64(M, npm * part / parts * MR); i1 = opc__min64(M, npm * (part + 1) / parts * MR);
             }
         }
         opc__gemm_s_part(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res,
@@ -1018,13 +1032,13 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
                     const int64_t kc = opc__min64(kcb, K - pc);
                     const int first = pc == 0, last = pc + kc >= K;
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
 #endif
                     for (int64_t pj = 0; pj < npan; pj++)
                         opc__packB_d(Bb, tb, N, K, pc, kc, jc, nc, pj, bp);
                     const int64_t pang = opc__cdiv(npan, nbn);
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
 #endif
                     for (int64_t item = 0; item < nbm * nbn; item++) {
                         const int64_t ib = item / nbn, jb = item % nbn;
