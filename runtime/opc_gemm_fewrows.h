@@ -127,7 +127,7 @@ static OPC_UNUSED void opc__gemm_fewrows_s(int64_t batch, int64_t M, int64_t N, 
     const int64_t ntile = opc__cdiv(N, OPC_S_NR), items = batch * ntile;
     (void)nt;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)  /* tiles claimed one by one: see opc__gemm_s */
 #endif
     for (int64_t item = 0; item < items; item++) {
         const int64_t b = item / ntile, j = item % ntile * OPC_S_NR;
