@@ -2,12 +2,14 @@
 without (the written-out matmul, mask add, softmax, matmul), and the attention alone, rounds interleaved.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_attention.py [--threads N] [--small]
+        [--clock thread]
 
 Both builds come from one imported model: "fused" is opc.compile's default, "written out" is
 decompose="opc.attention" (the pass is skipped where opc.attention is to be decomposed). Their
 numbers are checked against each other first. Each round times every case of a row in turn
 (benchlib.best_of), so a shared machine's load hits both alike; ratio = written out / fused
-(> 1: the kernel is faster).
+(> 1: the kernel is faster). --clock thread times the calling thread's CPU time (at --threads 1 only),
+which the other jobs of a shared machine do not inflate.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_transformer import SIZES, SMALL  # noqa: E402
+import benchlib  # noqa: E402
 from benchlib import apply_threads, best_of, check  # noqa: E402
 from zoo import transformer_block  # noqa: E402
 
@@ -61,8 +64,13 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--clock", choices=["wall", "thread"], default="wall")
     args = ap.parse_args()
     n = apply_threads(args.threads)
+    if args.clock == "thread":
+        if n != 1:
+            raise SystemExit("error: --clock thread needs --threads 1 (other threads' work would go uncounted)")
+        benchlib.CLOCK = time.thread_time
     opc.set_num_threads(n)
     s = SMALL if args.small else SIZES
     model = transformer_block.build(s, np.float32, opset=17, seed=0)
@@ -90,7 +98,7 @@ def main() -> None:
           against="written out")
     print(f"load average {os.getloadavg()[0]:.1f}; threads {n}; batch {s.batch}, seq {s.seq}, width {s.width}, "
           f"heads {s.heads}, mlp {s.mlp}, f32; "
-          f"best of {args.rounds} interleaved rounds")
+          f"best of {args.rounds} interleaved rounds, {'CPU time of the calling thread' if args.clock == 'thread' else 'wall'}")
     print(f"{'case':<40} {'written ms':>10} {'fused ms':>9} {'ratio':>7}")
     ratio_row("block forward", lambda: f.main_graph(x, *w), lambda: u.main_graph(x, *w), args.rounds)
     ratio_row("block forward + backward", lambda: f.main_graph_value_and_grad(x, *w, dy),

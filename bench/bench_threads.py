@@ -3,7 +3,8 @@
     python bench/bench_threads.py [--calls 300] [--rounds 3] [--size 256]
 
 Each policy runs in a process of its own (libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT
-once, when it loads), the policies interleaved round by round; "busy" starts one CPU-bound
+once, when it loads), the policies interleaved round by round (the last row imports torch
+first, so torch's libgomp starts before opc could choose its policy); "busy" starts one CPU-bound
 process per core next to it (what another job on the machine does). Each process prints the
 best and the median time of `--calls` calls; the table shows the median over rounds of
 both. opc's own default (opc/threads.py) is the `opc default` row.
@@ -24,6 +25,8 @@ ROOT = os.path.dirname(HERE)
 CHILD = r"""
 import json, sys, time
 import numpy as np
+if sys.argv[3] == "torch-first":
+    import torch  # loads its libgomp.so.1 before opc could set the wait policy
 import opc
 n, calls = int(sys.argv[1]), int(sys.argv[2])
 t = f"tensor<{n}x{n}xf32>"
@@ -47,6 +50,8 @@ POLICIES = {
     "spin 1k then sleep": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "1000", "OPC_WAIT_POLICY": "libgomp"},
     "spin 10k then sleep": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "10000", "OPC_WAIT_POLICY": "libgomp"},
     "opc default": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OPC_WAIT_POLICY": None},
+    "opc default, torch imported first": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OPC_WAIT_POLICY": None,
+                                          "torch-first": None},
 }
 
 BUSY = "while True: pass"
@@ -60,7 +65,8 @@ def run_child(env_changes: dict[str, str | None], size: int, calls: int) -> dict
         else:
             env[k] = v
     env.update(OPC_NUM_THREADS="2", OMP_NUM_THREADS="2", PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", CHILD, str(size), str(calls)], env=env, capture_output=True,
+    first = "torch-first" if "torch-first" in env_changes else "opc-first"
+    out = subprocess.run([sys.executable, "-c", CHILD, str(size), str(calls), first], env=env, capture_output=True,
                          text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

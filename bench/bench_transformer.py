@@ -1,6 +1,6 @@
 """The zoo's transformer block at a realistic size, opc against the others, side by side in one run.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--small] [--threads N] [--busy] [--cpu-time]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--small] [--threads N] [--busy] [--median] [--cpu-time]
 
 Batch 8, sequence 128, width 256, 4 heads, MLP 1024, f32; the block from
 examples/zoo/transformer_block.py (layer norm, causal multi-head attention,
@@ -17,7 +17,8 @@ bench/bench_cpu.py prints these rows too, through `run()`.
 --threads N gives every contender N threads (opc.set_num_threads, onnxruntime's intra-op
 pool, torch, and the process pinned to N cores for JAX); --busy starts one CPU-bound process
 per core for the timed part and reports each contender's median call instead of its best
-(what a job sharing the machine sees; 30 calls each, interleaved); --cpu-time times the
+(what a job sharing the machine sees; 30 calls each, interleaved); --median reports the same
+medians without the busy processes (the quiet figure the busy one is compared with); --cpu-time times the
 process's CPU seconds per call instead (at one thread: a call's time on a core of its own,
 which a loaded machine's waits do not inflate). The last rows: opc's compile (import + compile with
 gradients, in this process) and the load of the same model already compiled, in a fresh
@@ -275,11 +276,13 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--busy", action="store_true")
+    ap.add_argument("--median", action="store_true", help="medians of 30 interleaved calls (what --busy reports)")
     ap.add_argument("--cpu-time", action="store_true", help="time CPU seconds (meaningful at --threads 1)")
     args = ap.parse_args()
     n = apply_threads(args.threads)
     opc.set_num_threads(n)
-    mode = "busy: one CPU-bound process per core; medians" if args.busy else "best of rounds"
+    mode = ("busy: one CPU-bound process per core; medians" if args.busy
+            else "medians" if args.median else "best of rounds")
     if args.cpu_time:
         mode = "CPU time of the process per call, best of rounds"
     print(f"threads {n}; load average {os.getloadavg()[0]:.1f}; {mode}")
@@ -287,11 +290,12 @@ def main() -> None:
     if args.busy:
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
-        run(SMALL if args.small else SIZES, timer=median if args.busy else cpu_best if args.cpu_time else None)
+        run(SMALL if args.small else SIZES, timer=median if args.busy or args.median else cpu_best if args.cpu_time else None)
     finally:
         for p in busy:
             p.kill()
             p.wait()
+    print(f"load average after the timed part: {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         model = transformer_block.build(SMALL if args.small else SIZES, np.float32, opset=17, seed=0)
         wall, cpu = cached_load_seconds(model, Path(tmp))

@@ -157,9 +157,18 @@ def cmd_profile(args: argparse.Namespace) -> None:
             return rng.standard_normal(shape).astype(numpy_dtype(dtype))
         return np.zeros(shape, numpy_dtype(dtype))
 
+    given = load_profile_inputs(args.inputs)
+
+    def argument(function: str, name: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        if given is None:
+            return random_input(shape, dtype)
+        if name not in given:
+            raise OpcError(f"error: --inputs {args.inputs} has no array '{name}' for {function}()")
+        return given[name]
+
     calls = []
-    for fn in module._functions.values():
-        inputs = [random_input(shape, dtype) for _, shape, dtype in fn.sig.inputs]
+    for function, fn in module._functions.items():
+        inputs = [argument(function, name, shape, dtype) for name, shape, dtype in fn.sig.inputs]
         fn(*inputs)  # warm-up: page faults, OpenMP's threads
         calls.append((fn, inputs))
     prof = Profile(extension_of(module))
@@ -172,6 +181,19 @@ def cmd_profile(args: argparse.Namespace) -> None:
     if args.trace:
         prof.chrome_trace(args.trace)
         print(f"wrote {args.trace}")
+
+
+def load_profile_inputs(source: str) -> dict | None:
+    """`--inputs random` (None: every function gets seeded random arrays) or an .npz of arrays by argument name."""
+    import numpy as np
+
+    if source == "random":
+        return None
+    try:
+        with np.load(source) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (OSError, ValueError) as e:
+        raise OpcError(f"error: --inputs {source}: not 'random' nor a readable .npz ({e})") from None
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -222,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     prof = sub.add_parser("profile", help="time every kernel of a model on random inputs (a table, a Chrome trace)")
     prof.add_argument("file", help="input .mlir or .onnx file")
     add_grad_options(prof, "also profile NAME_grad and NAME_value_and_grad; --grad 2: also NAME_grad_grad")
+    prof.add_argument("--inputs", default="random", metavar="random|FILE.npz",
+                      help="the arguments: seeded random floats and zero integers (the default), or an .npz "
+                           "holding an array per argument name")
     prof.add_argument("--repeat", type=int, default=10, help="calls of each function (default 10)")
     prof.add_argument("--trace", help="also write the calls as a Chrome trace JSON (chrome://tracing, Perfetto)")
     prof.set_defaults(func=cmd_profile)

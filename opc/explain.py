@@ -164,9 +164,9 @@ def explain_target(target_spec: str) -> str:
 def explain_kernels(module: ModuleOp, target_spec: str, grad: bool | int = False, fuse: bool = True) -> str:
     """`opc explain --kernels`: the kernels each function compiles to on the target (after
     the same preparation as `opc compile`), their ops, and why each kernel ends."""
-    from opc.api import prepare
+    from opc.api import prepare, target_backend
     from opc.ir import Source
     from opc.transforms.opc_schedule import describe
 
     source = prepare(Source(module.clone(), "<explain>", {}), target_spec, grad, None, fuse)
-    return describe(source.module)
+    return describe(source.module, epilogues=target_backend(target_spec) != "cuda")

@@ -8,6 +8,9 @@ Each call's input shapes and dtypes pick a compiled variant (kept in memory; the
 C build itself is cached on disk by opc.compile). An input that a converter needs
 at compile time (Reshape's shape, an axes or a size given as a graph input) is
 bound: its value joins the variant's key and it is no argument of the function.
+A sequence input is a list of arrays (its length and their shapes join the key;
+each array is an argument), an optional one an array, a list or None (empty);
+sequence outputs come back as lists, an empty optional as None.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ class Variant:
     function: Any  # the compiled function
     bound: dict[str, np.ndarray]  # inputs whose values were compiled in
     params: list[np.ndarray]  # the weights, in argument order
+    layouts: list[Any]  # each output's layout: how to regroup the results into sequences (lists.regroup)
 
 
 class OnnxModel:
@@ -44,9 +48,12 @@ class OnnxModel:
         self.cache_dir = cache_dir
         init_names = {t.name for t in self.model.graph.initializer}
         self.input_names = [vi.name for vi in self.model.graph.input if vi.name not in init_names]
+        # sequence and optional inputs: kept as lists (or None), each array an argument
+        self.list_inputs = {vi.name for vi in self.model.graph.input if vi.name in self.input_names
+                            and vi.type.WhichOneof("value") in ("sequence_type", "optional_type")}
         self.variants: dict[tuple, list[Variant]] = {}
 
-    def feeds(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def feeds(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         if len(args) > len(self.input_names):
             raise ValueError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
                              f"got {len(args)}")
@@ -60,14 +67,31 @@ class OnnxModel:
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise ValueError(f"input '{missing[0]}' is missing")
-        return {n: np.asarray(feeds[n]) for n in self.input_names}
+        return {n: self.list_input(n, feeds[n]) if n in self.list_inputs else np.asarray(feeds[n])
+                for n in self.input_names}
 
-    def check(self, feeds: Mapping[str, np.ndarray]) -> None:
+    def list_input(self, name: str, value: Any) -> Any:
+        """A sequence input as a list of arrays; an optional one as None, a list or an array."""
+        kind = {vi.name: vi for vi in self.model.graph.input}[name].type.WhichOneof("value")
+        if value is None:
+            if kind == "sequence_type":
+                raise ValueError(f"input '{name}' is a sequence: give a list of arrays, not None")
+            return None
+        if isinstance(value, (list, tuple)):
+            return [np.asarray(v) for v in value]
+        if kind == "sequence_type":
+            raise ValueError(f"input '{name}' is a sequence: give a list of arrays, got {type(value).__name__}")
+        return np.asarray(value)
+
+    def check(self, feeds: Mapping[str, Any]) -> None:
         """A call's inputs against the graph's declared dtypes, ranks and static dims."""
         from opc.onnx_import.graph import ELEMENT_TYPES, dims_of, dtype_name
 
         declared = {vi.name: vi for vi in self.model.graph.input}
         for name, value in feeds.items():
+            if name in self.list_inputs:
+                self.check_list(f"input '{name}'", declared[name].type, value)
+                continue
             vi = declared[name]
             elem = vi.type.tensor_type.elem_type
             if elem in ELEMENT_TYPES and value.dtype != ELEMENT_TYPES[elem][2]:
@@ -81,8 +105,36 @@ class OnnxModel:
                 if isinstance(d, int) and d > 0 and d != got:
                     raise ValueError(f"input '{name}' has shape {list(value.shape)}: dim {i} must be {d}")
 
-    def variant(self, feeds: Mapping[str, np.ndarray]) -> Variant:
-        key = tuple((n, v.dtype.str, v.shape) for n, v in feeds.items())
+    def check_list(self, what: str, type_proto: Any, value: Any) -> None:
+        """A sequence or optional input's arrays against the declared element dtype, rank and static dims."""
+        from opc.onnx_import.graph import ELEMENT_TYPES, dtype_name
+
+        kind = type_proto.WhichOneof("value")
+        if kind == "optional_type":
+            if value is not None:
+                self.check_list(what, type_proto.optional_type.elem_type, value)
+            return
+        if kind == "sequence_type":
+            if not isinstance(value, list):
+                raise ValueError(f"{what} is a sequence: give a list of arrays")
+            for k, v in enumerate(value):
+                self.check_list(f"{what} item {k}", type_proto.sequence_type.elem_type, v)
+            return
+        if kind != "tensor_type" or not isinstance(value, np.ndarray):
+            raise ValueError(f"{what} must be an array, got {type(value).__name__}")
+        t = type_proto.tensor_type
+        if t.elem_type in ELEMENT_TYPES and value.dtype != ELEMENT_TYPES[t.elem_type][2]:
+            raise ValueError(f"{what} has dtype {value.dtype}, the model wants {dtype_name(t.elem_type).lower()}")
+        if t.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+            if len(dims) != value.ndim or any(d is not None and d != got for d, got in zip(dims, value.shape)):
+                raise ValueError(f"{what} has shape {list(value.shape)}, the model wants "
+                                 f"{[d if d is not None else '?' for d in dims]}")
+
+    def variant(self, feeds: Mapping[str, Any]) -> Variant:
+        from opc.onnx_import.lists import key_of
+
+        key = tuple((n, key_of(v)) for n, v in feeds.items())
         for v in self.variants.get(key, []):
             if all(np.array_equal(feeds[n], value) for n, value in v.bound.items()):
                 return v
@@ -90,21 +142,28 @@ class OnnxModel:
         self.variants.setdefault(key, []).append(v)
         return v
 
-    def build(self, feeds: Mapping[str, np.ndarray]) -> Variant:
+    def build(self, feeds: Mapping[str, Any]) -> Variant:
         from opc.api import compile
         from opc.onnx_import import import_graph
+        from opc.onnx_import.lists import shapes_of
 
-        module, params, bound = import_graph(self.model, {n: v.shape for n, v in feeds.items()}, feeds, self.where)
+        layouts: list[Any] = []
+        module, params, bound = import_graph(self.model, {n: shapes_of(v) for n, v in feeds.items()}, feeds,
+                                             self.where, layouts=layouts)
         (f,) = list(module.ops)
         compiled = compile(module, target=self.target, cache_dir=self.cache_dir)
-        return Variant(compiled[f.sym_name.data], {n: feeds[n].copy() for n in bound}, list(params.values()))
+        return Variant(compiled[f.sym_name.data], {n: feeds[n].copy() for n in bound}, list(params.values()),
+                       layouts)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> list[np.ndarray]:
+    def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """The outputs: arrays; lists of arrays for sequences, None for an empty optional."""
+        from opc.onnx_import.lists import flatten, regroup
+
         feeds = self.feeds(args, kwargs)
         self.check(feeds)
         v = self.variant(feeds)
-        out = v.function(*[a for n, a in feeds.items() if n not in v.bound], *v.params)
-        return list(out) if isinstance(out, tuple) else [out]
+        out = v.function(*[a for n, x in feeds.items() if n not in v.bound for a in flatten(x)], *v.params)
+        return regroup(v.layouts, list(out) if isinstance(out, tuple) else [out])
 
 
 def load_onnx(model: Any, target: str = "cpu", cache_dir: str | None = None) -> OnnxModel:

@@ -13,13 +13,16 @@ descheduled thread (a 256 matmul at 2 threads: best 0.19 ms, median 33-70 ms). l
 the policy once, when it loads, so opc sets it on import, before any module is loaded:
 WAIT_POLICY below, unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, or OPC_WAIT_POLICY=libgomp
 (keep libgomp's default), or libgomp is already loaded (torch imported first: then torch's
-choice stands). bench/bench_threads.py measures the policies; README, Speed, has the figures.
+choice stands, libgomp's default spin, and opc warns once where it will run more than one thread:
+on a busy machine that made a 256 matmul's median 65-100x slower, bench/results/2026-12-03-busy.txt).
+bench/bench_threads.py measures the policies; README, Speed, has the figures.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Callable
 
 from opc.errors import OpcError
@@ -79,6 +82,17 @@ def apply_wait_policy() -> None:
     """WAIT_POLICY into the environment, where the user chose no policy and libgomp is not yet loaded."""
     if os.environ.get("OPC_WAIT_POLICY", "") == "libgomp":
         return
-    if any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")) or libgomp_loaded():
+    if any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")):
+        return
+    if libgomp_loaded():
+        try:
+            many = default_num_threads() > 1
+        except OpcError:
+            many = False  # a bad OPC_NUM_THREADS is reported where the count is used
+        if many:
+            warnings.warn("opc: libgomp was loaded before opc (torch imported first?) with its default spinning "
+                          "wait, which makes opc's parallel regions far slower on a busy machine; set "
+                          "OMP_WAIT_POLICY=passive before that import, or OPC_WAIT_POLICY=libgomp to keep it quietly",
+                          RuntimeWarning, stacklevel=3)
         return
     os.environ.update(WAIT_POLICY)

@@ -12,6 +12,12 @@
  * trans_b), *_batch_stride in elements (0 = broadcast), bias NULL or [N],
  * act: 0 none, 1 relu, 2 gelu (tanh form), 3 gelu (erf form).
  * out / reserve: [batch,M,N] contiguous, reserve may be NULL, no aliasing.
+ * opc_gemm_ep_*: the same plus an epilogue `ep(ep_ctx, r0, r1, c0, c1)`, called once
+ * on every finished block of out -- rows [r0, r1) of the [batch*M, N] output
+ * (row b*M + i), columns [c0, c1) -- after its last K block, by the thread that
+ * computed it (inside the parallel region), while the block is in cache: the
+ * generated module's pointwise chain on the GEMM's result (an erf GELU, a
+ * residual add) runs there instead of in a pass of its own over memory.
  *
  * Design (BLIS): loop jc over NC columns, pc over KC depth, pack B[pc,jc]
  * into KCxNR panels (shared by threads), then the threads take MCxKC blocks of
@@ -67,6 +73,9 @@
 
 enum { OPC_DT_F32 = 0, OPC_DT_F16 = 1, OPC_DT_BF16 = 2, OPC_DT_F64 = 3 };
 
+/* A block's epilogue (see above); NULL for none. */
+typedef void (*opc_gemm_epilogue)(void *ctx, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+
 /* Blocking. f32: 6x16 micro-tile (12 ymm accumulators), f64: 6x8; with
    AVX-512 6x32 and 6x16 (12 zmm accumulators: 2 FMA ports x 4 cycles of
    latency need 8 in flight; the B micro-panel, kc x NR, 32 KiB at kc = 256,
@@ -107,6 +116,15 @@ enum { OPC_DT_F32 = 0, OPC_DT_F16 = 1, OPC_DT_BF16 = 2, OPC_DT_F64 = 3 };
 
 /* Work (M*N*K) below which OpenMP is not worth starting. */
 #define OPC_GEMM_PAR_MIN (64.0 * 64.0 * 64.0)
+/* Panels a piece of a split has at least: MR-row panels (a piece of a row split packs all of
+   B again: 32 panels, 192 rows, keep that below a few percent) and NR-column panels (a piece of
+   a column split packs its rows of A: cheaper). Measured: bench/results/2026-12-03-busy.txt. */
+#ifndef OPC_GEMM_PART_MIN_ROWS
+#define OPC_GEMM_PART_MIN_ROWS 32
+#endif
+#ifndef OPC_GEMM_PART_MIN_COLS
+#define OPC_GEMM_PART_MIN_COLS 2
+#endif
 
 /* 64-byte aligned allocation on plain malloc (C99: no aligned_alloc). The
    original pointer is kept just below the aligned block. */
@@ -732,8 +750,9 @@ static OPC_UNUSED void opc__packB_d(const double *B, int trans, int64_t N, int64
 static OPC_UNUSED void opc__gemm_naive_rng_s(int dt, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K,
                               const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
                               const void *bias, int bias_dt, int act, void *out, void *res,
-                              int64_t ib0, int64_t ib1, int64_t jb0, int64_t jb1) {
-    for (int64_t b = b0; b < b1; b++)
+                              int64_t ib0, int64_t ib1, int64_t jb0, int64_t jb1,
+                              opc_gemm_epilogue ep, void *ep_ctx) {
+    for (int64_t b = b0; b < b1; b++) {
         for (int64_t i = ib0; i < ib1; i++)
             for (int64_t j0 = jb0; j0 < jb1; j0 += OPC_S_NR) {
                 int nr = (int)opc__min64(OPC_S_NR, jb1 - j0);
@@ -754,17 +773,22 @@ static OPC_UNUSED void opc__gemm_naive_rng_s(int dt, int64_t b0, int64_t b1, int
                 opc__store_s(ct, 1, nr, NULL, 0, 1, 1, bias ? bv : NULL, act, dt,
                              (char *)out + off * es, res ? (char *)res + off * es : NULL, N);
             }
+        if (ep && ib0 < ib1 && jb0 < jb1) ep(ep_ctx, b * M + ib0, b * M + ib1, jb0, jb1);
+    }
 }
 static OPC_UNUSED void opc__gemm_naive_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
                               const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
-                              const void *bias, int act, void *out, void *res) {
-    opc__gemm_naive_rng_s(dt, 0, batch, M, N, K, A, sa, ta, B, sb, tb, bias, dt, act, out, res, 0, M, 0, N);
+                              const void *bias, int act, void *out, void *res,
+                              opc_gemm_epilogue ep, void *ep_ctx) {
+    opc__gemm_naive_rng_s(dt, 0, batch, M, N, K, A, sa, ta, B, sb, tb, bias, dt, act, out, res, 0, M, 0, N,
+                          ep, ep_ctx);
 }
 
 static OPC_UNUSED void opc__gemm_naive_d(int64_t batch, int64_t M, int64_t N, int64_t K,
                               const double *A, int64_t sa, int ta, const double *B, int64_t sb, int tb,
-                              const double *bias, int act, double *out, double *res) {
-    for (int64_t b = 0; b < batch; b++)
+                              const double *bias, int act, double *out, double *res,
+                              opc_gemm_epilogue ep, void *ep_ctx) {
+    for (int64_t b = 0; b < batch; b++) {
         for (int64_t i = 0; i < M; i++)
             for (int64_t j0 = 0; j0 < N; j0 += OPC_D_NR) {
                 int nr = (int)opc__min64(OPC_D_NR, N - j0);
@@ -780,6 +804,8 @@ static OPC_UNUSED void opc__gemm_naive_d(int64_t batch, int64_t M, int64_t N, in
                 opc__store_d(ct, 1, nr, NULL, 0, 1, 1, bias ? bias + j0 : NULL, act,
                              out + off, res ? res + off : NULL, N);
             }
+        if (ep) ep(ep_ctx, b * M, (b + 1) * M, 0, N);
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -795,7 +821,8 @@ static OPC_UNUSED void opc__gemm_naive_d(int64_t batch, int64_t M, int64_t N, in
 static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K,
                         const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
                         float *bf, int act, void *out, void *res,
-                        int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+                        int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                        opc_gemm_epilogue ep, void *ep_ctx) {
     /* bf: f32 copy of the bias, or NULL (not const: gcc's -Wmaybe-uninitialized
        cannot see that the caller filled it) */
     const int MR = OPC_S_MR, NR = OPC_S_NR;
@@ -815,7 +842,7 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
     if (!bp || !ap || (need_acc && !sc)) {
         opc__buf_put(bp); opc__buf_put(ap); opc__buf_put(sc);
         opc__gemm_naive_rng_s(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, OPC_DT_F32, act, out, res,
-                              i0, i1, j0, j1);
+                              i0, i1, j0, j1, ep, ep_ctx);
         return;
     }
     float ct[OPC_S_MR * OPC_S_NR] __attribute__((aligned(64)));
@@ -863,6 +890,10 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
                                          Rb ? Rb + (size_t)(i * N + j) * es : NULL, N);
                         }
                     }
+                    /* the mc x nc block is final and in L2: its epilogue now, along whole rows
+                       (the other buffers it reads stream row by row; a block of NR columns would
+                       start a new page every row) */
+                    if (ep && last) ep(ep_ctx, b * M + ic, b * M + ic + mc, jc, jc + nc);
                 }
             }
         }
@@ -870,12 +901,18 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
     opc__buf_put(bp); opc__buf_put(ap); opc__buf_put(sc);
 }
 
+#include "opc_gemm_fewrows.h"
+
 static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
                         const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
-                        const void *bias, int act, void *out, void *res) {
+                        const void *bias, int act, void *out, void *res,
+                        opc_gemm_epilogue ep, void *ep_ctx) {
     const int MR = OPC_S_MR, NR = OPC_S_NR;
     if (batch <= 0 || M <= 0 || N <= 0) return;
-    if (K <= 0) { opc__gemm_naive_s(dt, batch, M, N, 0, A, sa, ta, B, sb, tb, bias, act, out, res); return; }
+    if (K <= 0) {
+        opc__gemm_naive_s(dt, batch, M, N, 0, A, sa, ta, B, sb, tb, bias, act, out, res, ep, ep_ctx);
+        return;
+    }
     const double work = (double)batch * (double)M * (double)N * (double)K;
     int nt = 1;
     (void)work; (void)MR; (void)NR;
@@ -886,8 +923,17 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
     float *bf = NULL;
     if (bias) {
         bf = (float *)opc__amalloc((size_t)N * sizeof(float));
-        if (!bf) { opc__gemm_naive_s(dt, batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res); return; }
+        if (!bf) {
+            opc__gemm_naive_s(dt, batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res, ep, ep_ctx);
+            return;
+        }
         for (int64_t j = 0; j < N; j++) bf[j] = opc__ld_s(bias, j, dt);
+    }
+    if (dt == OPC_DT_F32 && !ta && M <= OPC_FR_MAX_M) {   /* few rows: B in place, unpacked */
+        opc__gemm_fewrows_s(batch, M, N, K, (const float *)A, sa, (const float *)B, sb, tb, bf, act,
+                            (float *)out, (float *)res, nt, ep, ep_ctx);
+        opc__afree(bf);
+        return;
     }
     /* How the output is split between threads: whole matrices, NR-column
        panels or MR-row panels, balanced; nt reduced when there is too little. */
@@ -903,37 +949,43 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
         else nt = 1;
         if (mode == 0 && batch < nt) nt = (int)batch;
     }
+    /* parts: the split's units cut into OPC_PAR_CHUNKS pieces per thread, each at least
+       OPC_GEMM_PART_MIN_* panels (every piece packs the operand not split again), claimed
+       one by one, so on a busy machine a descheduled thread's pieces go to the others. */
+    const int64_t units = mode == 0 ? batch : mode == 1 ? npn : npm;
+    int64_t parts = 1;
+    if (nt > 1) {
+        const int64_t most = mode == 0 ? units : units / (mode == 1 ? OPC_GEMM_PART_MIN_COLS : OPC_GEMM_PART_MIN_ROWS);
+        parts = opc__min64(units, (int64_t)nt * OPC_PAR_CHUNKS);
+        if (parts > most) parts = most;
+        if (parts < nt) parts = opc__min64(units, nt);
+    }
 #ifdef _OPENMP
-#pragma omp parallel num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
 #endif
-    {
-        int tid = 0, nth = nt;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();   /* may be fewer than asked for */
-        if (nth < 1) nth = 1;
-#endif
+    for (int64_t part = 0; part < parts; part++) {
         int64_t b0 = 0, b1 = batch, i0 = 0, i1 = M, j0 = 0, j1 = N;
-        if (nth > 1) {
-            if (mode == 0) { b0 = batch * tid / nth; b1 = batch * (tid + 1) / nth; }
+        if (parts > 1) {
+            if (mode == 0) { b0 = batch * part / parts; b1 = batch * (part + 1) / parts; }
             else if (mode == 1) {
-                j0 = opc__min64(N, npn * tid / nth * NR); j1 = opc__min64(N, npn * (tid + 1) / nth * NR);
+                j0 = opc__min64(N, npn * part / parts * NR); j1 = opc__min64(N, npn * (part + 1) / parts * NR);
             } else {
-                i0 = opc__min64(M, npm * tid / nth * MR); i1 = opc__min64(M, npm * (tid + 1) / nth * MR);
+                i0 = opc__min64(M, npm * part / parts * MR); i1 = opc__min64(M, npm * (part + 1) / parts * MR);
             }
         }
         opc__gemm_s_part(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res,
-                         i0, i1, j0, j1);
+                         i0, i1, j0, j1, ep, ep_ctx);
     }
     opc__afree(bf);
 }
 
 static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t K,
                         const double *A, int64_t sa, int ta, const double *B, int64_t sb, int tb,
-                        const double *bias, int act, double *out, double *res) {
+                        const double *bias, int act, double *out, double *res,
+                        opc_gemm_epilogue ep, void *ep_ctx) {
     const int MR = OPC_D_MR, NR = OPC_D_NR;
     if (batch <= 0 || M <= 0 || N <= 0) return;
-    if (K <= 0) { opc__gemm_naive_d(batch, M, N, 0, A, sa, ta, B, sb, tb, bias, act, out, res); return; }
+    if (K <= 0) { opc__gemm_naive_d(batch, M, N, 0, A, sa, ta, B, sb, tb, bias, act, out, res, ep, ep_ctx); return; }
     const double work = (double)M * (double)N * (double)K;
     int nt = 1;
     (void)work;
@@ -957,7 +1009,7 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
     double *ap = (double *)opc__buf_get(OPC__BUF_A, (size_t)nt * aslice * sizeof(double));
     if (!bp || !ap) {
         opc__buf_put(bp); opc__buf_put(ap);
-        opc__gemm_naive_d(batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res);
+        opc__gemm_naive_d(batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res, ep, ep_ctx);
         return;
     }
 #ifdef _OPENMP
@@ -980,13 +1032,13 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
                     const int64_t kc = opc__min64(kcb, K - pc);
                     const int first = pc == 0, last = pc + kc >= K;
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
 #endif
                     for (int64_t pj = 0; pj < npan; pj++)
                         opc__packB_d(Bb, tb, N, K, pc, kc, jc, nc, pj, bp);
                     const int64_t pang = opc__cdiv(npan, nbn);
 #ifdef _OPENMP
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
 #endif
                     for (int64_t item = 0; item < nbm * nbn; item++) {
                         const int64_t ib = item / nbn, jb = item % nbn;
@@ -1007,6 +1059,8 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
                                              Ob + i * N + j, Rb ? Rb + i * N + j : NULL, N);
                             }
                         }
+                        if (ep && last)
+                            ep(ep_ctx, b * M + ic, b * M + ic + mc, jc + pj0 * NR, opc__min64(jc + nc, jc + pj1 * NR));
                     }
                 }
             }
@@ -1018,33 +1072,27 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
 /* ------------------------------------------------------------------------ */
 /* Public API.                                                               */
 /* ------------------------------------------------------------------------ */
-static OPC_UNUSED void opc_gemm_f32(int64_t batch, int64_t M, int64_t N, int64_t K,
-                         const float *A, int64_t a_batch_stride, int trans_a,
-                         const float *B, int64_t b_batch_stride, int trans_b,
-                         const float *bias, int act, float *out, float *reserve) {
-    opc__gemm_s(OPC_DT_F32, batch, M, N, K, A, a_batch_stride, trans_a, B, b_batch_stride,
-                trans_b, bias, act, out, reserve);
-}
-static OPC_UNUSED void opc_gemm_f16(int64_t batch, int64_t M, int64_t N, int64_t K,
-                         const uint16_t *A, int64_t a_batch_stride, int trans_a,
-                         const uint16_t *B, int64_t b_batch_stride, int trans_b,
-                         const uint16_t *bias, int act, uint16_t *out, uint16_t *reserve) {
-    opc__gemm_s(OPC_DT_F16, batch, M, N, K, A, a_batch_stride, trans_a, B, b_batch_stride,
-                trans_b, bias, act, out, reserve);
-}
-static OPC_UNUSED void opc_gemm_bf16(int64_t batch, int64_t M, int64_t N, int64_t K,
-                          const uint16_t *A, int64_t a_batch_stride, int trans_a,
-                          const uint16_t *B, int64_t b_batch_stride, int trans_b,
-                          const uint16_t *bias, int act, uint16_t *out, uint16_t *reserve) {
-    opc__gemm_s(OPC_DT_BF16, batch, M, N, K, A, a_batch_stride, trans_a, B, b_batch_stride,
-                trans_b, bias, act, out, reserve);
-}
-static OPC_UNUSED void opc_gemm_f64(int64_t batch, int64_t M, int64_t N, int64_t K,
-                         const double *A, int64_t a_batch_stride, int trans_a,
-                         const double *B, int64_t b_batch_stride, int trans_b,
-                         const double *bias, int act, double *out, double *reserve) {
-    opc__gemm_d(batch, M, N, K, A, a_batch_stride, trans_a, B, b_batch_stride,
-                trans_b, bias, act, out, reserve);
-}
+/* opc_gemm_SUFFIX without an epilogue, opc_gemm_ep_SUFFIX with one. */
+#define OPC__GEMM_PUBLIC(NAME, T, CALL, EP)                                                    \
+    static OPC_UNUSED void NAME(int64_t batch, int64_t M, int64_t N, int64_t K,               \
+                                const T *A, int64_t a_batch_stride, int trans_a,              \
+                                const T *B, int64_t b_batch_stride, int trans_b,              \
+                                const T *bias, int act, T *out, T *reserve EP) {              \
+        CALL;                                                                                 \
+    }
+#define OPC__GEMM_EP_PARAMS , opc_gemm_epilogue ep, void *ep_ctx
+#define OPC__GEMM_ARGS A, a_batch_stride, trans_a, B, b_batch_stride, trans_b, bias, act, out, reserve
+OPC__GEMM_PUBLIC(opc_gemm_f32, float, opc__gemm_s(OPC_DT_F32, batch, M, N, K, OPC__GEMM_ARGS, NULL, NULL), )
+OPC__GEMM_PUBLIC(opc_gemm_f16, uint16_t, opc__gemm_s(OPC_DT_F16, batch, M, N, K, OPC__GEMM_ARGS, NULL, NULL), )
+OPC__GEMM_PUBLIC(opc_gemm_bf16, uint16_t, opc__gemm_s(OPC_DT_BF16, batch, M, N, K, OPC__GEMM_ARGS, NULL, NULL), )
+OPC__GEMM_PUBLIC(opc_gemm_f64, double, opc__gemm_d(batch, M, N, K, OPC__GEMM_ARGS, NULL, NULL), )
+OPC__GEMM_PUBLIC(opc_gemm_ep_f32, float, opc__gemm_s(OPC_DT_F32, batch, M, N, K, OPC__GEMM_ARGS, ep, ep_ctx),
+                 OPC__GEMM_EP_PARAMS)
+OPC__GEMM_PUBLIC(opc_gemm_ep_f16, uint16_t, opc__gemm_s(OPC_DT_F16, batch, M, N, K, OPC__GEMM_ARGS, ep, ep_ctx),
+                 OPC__GEMM_EP_PARAMS)
+OPC__GEMM_PUBLIC(opc_gemm_ep_bf16, uint16_t, opc__gemm_s(OPC_DT_BF16, batch, M, N, K, OPC__GEMM_ARGS, ep, ep_ctx),
+                 OPC__GEMM_EP_PARAMS)
+OPC__GEMM_PUBLIC(opc_gemm_ep_f64, double, opc__gemm_d(batch, M, N, K, OPC__GEMM_ARGS, ep, ep_ctx),
+                 OPC__GEMM_EP_PARAMS)
 
 #endif /* OPC_GEMM_H */

@@ -14,3 +14,14 @@ OPC_GEMM_DEFINE(f32, float)
 OPC_GEMM_DEFINE(f64, double)
 OPC_GEMM_DEFINE(f16, uint16_t)
 OPC_GEMM_DEFINE(bf16, uint16_t)
+
+#define OPC_GEMM_EP_DEFINE(SUFFIX, T)                                                        \
+    __attribute__((visibility("hidden"))) OPC_GEMM_EP_PROTO(SUFFIX, T) {                     \
+        opc_gemm_ep_##SUFFIX(batch, M, N, K, A, a_batch_stride, trans_a, B, b_batch_stride,  \
+                             trans_b, bias, act, out, reserve, ep, ep_ctx);                  \
+    }
+
+OPC_GEMM_EP_DEFINE(f32, float)
+OPC_GEMM_EP_DEFINE(f64, double)
+OPC_GEMM_EP_DEFINE(f16, uint16_t)
+OPC_GEMM_EP_DEFINE(bf16, uint16_t)

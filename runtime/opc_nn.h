@@ -176,7 +176,7 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
 #define OPC_NN_FOR_UNITS(units, work, CALL)                                                          \
     do {                                                                                             \
         const int64_t opc_units = (units), opc_work = (work);                                        \
-        _Pragma("omp parallel for schedule(static) if (opc_work >= OPC_NN_PAR_MIN) num_threads(opc_num_threads())") \
+        _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(opc_units, opc_work, OPC_NN_PAR_MIN / 8)) if (opc_work >= OPC_NN_PAR_MIN) num_threads(opc_num_threads())") \
         for (int64_t opc_u = 0; opc_u < opc_units; opc_u++) CALL;                                    \
     } while (0)
 

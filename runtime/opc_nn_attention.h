@@ -6,23 +6,35 @@
  * one block of OPC_AT_BQ query rows of one batch entry; it walks the keys in blocks of
  * OPC_AT_BK with an online softmax (running max m, running sum l, the output accumulator
  * rescaled by exp(m_old - m_new) when the max grows) and saves lse = m + log(l) per row.
- * The backward recomputes p = exp(s - lse) block by block: pass 1, per query block, gives dq;
- * pass 2, per key block, gives dk and dv (each output written by one unit: no atomics).
+ * The backward recomputes p = exp(s - lse) block by block; its unit is a batch entry's key
+ * blocks (or some of them where there are few entries): dk and dv per key block, and the
+ * unit's part of dq, the parts summed per row afterwards (each output written by one unit: no
+ * atomics); where the parts would take over OPC_AT_PART_MAX, dq by a pass over query blocks.
  *
- * Every inner loop runs along a unit-stride scratch row (keys of a block, or features) under
- * `omp simd`: the key block is transposed into kt[d][BK] so that a query row's scores are
- * BK-wide multiply-adds, and p v / ds k are rows of v / k scaled and added. Scores are
- * (q . k) * scale + mask, in the order of the composite rule; a row whose scores are all -inf
- * gives NaN (out and lse), as softmax does.
+ * The operands are laid out once per call, not once per block pair (a transposition per
+ * 32 x 64 block pair cost as much as its products): the forward's k^T per batch entry in
+ * blocks padded to OPC_AT_BK keys (and v padded to whole tiles unless read in place), the
+ * backward's q and dout padded rows in the compute type with delta = rowsum(dout * out). All
+ * products run through one register tile (RT rows x NV vectors of the build's widest
+ * registers, the operands zero-padded to it); the row max and sum are vector trees. Scores
+ * are (q . k) * scale + mask, in the order of the composite rule; a row whose scores are all
+ * -inf gives NaN (out and lse), as softmax does.
  */
 
 #ifndef OPC_NN_ATTENTION_SHARED
 #define OPC_NN_ATTENTION_SHARED
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
+#ifndef OPC_AT_BQ /* (a multiple of the tile's rows) */
 #define OPC_AT_BQ 32 /* query rows per unit */
+#endif
+#ifndef OPC_AT_BK /* (a multiple of 16 and of the tile's width) */
 #define OPC_AT_BK 64 /* keys per block: a score row of a block is 64 lanes */
+#endif
 #define OPC_AT_MAX_BATCH 6
 /* The backward's dq partials, one [Lq, D] per key block, up to this many bytes: with them the
  * key-block pass gives dq too (p and ds computed once); beyond, a pass by query blocks of its own. */
@@ -47,6 +59,37 @@ typedef struct {
 #define OPC_AT_GEOM_INIT                                                                                     \
     {bh, lq, lk, d, dv, causal, has_mask, mrow, mcol, nb, {n0, n1, n2, n3, n4, n5}, {s0, s1, s2, s3, s4, s5}, scale}
 
+#ifdef __AVX512F__
+/* dst[c * ds + r] = src[r * ss + c] for a 16 x 16 block of floats: 32-bit, 64-bit and two 128-bit
+ * lane interleaves (64 shuffles for 256 elements; the scalar strips cost about one cycle each,
+ * a tenth of the forward) */
+static inline __attribute__((unused)) void opc_at_t16(const float *src, int64_t ss, float *dst, int64_t ds) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * ss);
+    for (int i = 0; i < 8; i++) { /* lane L: rows 2i, 2i+1 of columns 4L, 4L+1 (lo) or 4L+2, 4L+3 (hi) */
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) { /* r[4g + c], lane L: rows 4g..4g+3 of column 4L + c */
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 2]), e = _mm512_castps_pd(t[4 * g + 3]);
+        r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+    }
+    for (int c = 0; c < 4; c++) { /* a 4 x 4 transpose of 128-bit lanes: column 4L + c from r[c + 4g].L */
+        const __m512 s0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), s1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+        const __m512 s2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+        const __m512 s3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+        _mm512_storeu_ps(dst + (0 + c) * ds, _mm512_shuffle_f32x4(s0, s2, 0x88));
+        _mm512_storeu_ps(dst + (4 + c) * ds, _mm512_shuffle_f32x4(s0, s2, 0xDD));
+        _mm512_storeu_ps(dst + (8 + c) * ds, _mm512_shuffle_f32x4(s1, s3, 0x88));
+        _mm512_storeu_ps(dst + (12 + c) * ds, _mm512_shuffle_f32x4(s1, s3, 0xDD));
+    }
+}
+#endif
+
 static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_geom *g, int64_t b) {
     int64_t at = 0;
     for (int64_t t = g->nb - 1; t >= 0; t--) {
@@ -56,35 +99,59 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
     return at;
 }
 
-/* Entry points: forward units (batch entry, query block); the grad's units (batch entry, key block)
- * give dk, dv and each key block's part of dq, summed afterwards per query row (or, where the
- * parts would take over OPC_AT_PART_MAX, dq by a pass over query blocks first). No mask: `mask`
- * is any pointer, never read. */
+/* Entry points: the operands' layouts (one pass, in parallel over rows or batch entries), then
+ * forward units (batch entry, query block); the grad's units (batch entry, group of key blocks)
+ * give dk, dv and each group's part of dq, summed afterwards per query row (or, where the parts
+ * would take over OPC_AT_PART_MAX, dq by a pass over query blocks first). No mask: `mask` is
+ * any pointer, never read. */
 #define OPC_NN_ATTENTION_ENTRIES(SUF, T, A, F, DT)                                                            \
     OPC_NN_ENTRY void opc_nn_attention_##SUF(const T *q, const T *k, const T *v, const T *mask, T *out, A *lse, \
                                              OPC_AT_GEOM_PARAMS) {                                             \
         const opc_at_geom g = OPC_AT_GEOM_INIT;                                                                \
+        A *kt = NULL, *vb = NULL;                                                                              \
+        if (!opc_nn_at_keys_alloc_##F(&g, &kt, &vb, DT)) { /* no memory: NaN, never a silent wrong number */ \
+            for (int64_t x = 0; x < bh * lq; x++) lse[x] = (A)NAN;                                             \
+            OPC_NN_FOR_UNITS(bh * lq, bh * lq * dv, opc_nn_at_nan_row_##F(out, dv, opc_u, DT));                \
+            return;                                                                                            \
+        }                                                                                                      \
+        OPC_NN_FOR_UNITS(bh, bh * lk * (d + dv), opc_nn_at_keys_unit_##F(k, v, &g, kt, vb, opc_u, DT));         \
         OPC_NN_FOR_UNITS(bh * ((lq + OPC_AT_BQ - 1) / OPC_AT_BQ), bh * lq * lk * (d + dv),                     \
-                         opc_nn_attention_##F(q, k, v, mask, out, lse, &g, opc_u, DT));                        \
+                         opc_nn_attention_##F(q, kt, vb ? vb : (const A *)(const void *)v, mask, out, lse, &g,  \
+                                              opc_u, DT));                                                     \
+        free(kt);                                                                                              \
+        free(vb);                                                                                              \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_attention_grad_##SUF(const T *q, const T *k, const T *v, const T *out, const A *lse, \
                                                   const T *dout, const T *mask, T *dq, T *dk, T *dv_,          \
                                                   OPC_AT_GEOM_PARAMS) {                                        \
         const opc_at_geom g = OPC_AT_GEOM_INIT;                                                                \
         const int64_t kblocks = (lk + OPC_AT_BK - 1) / OPC_AT_BK;                                               \
-        const size_t part = (size_t)(bh * kblocks * lq * d);                                                   \
+        A *qp = opc_nn_at_rows_alloc_##F(&g);                                                                  \
+        if (!qp) { /* no memory: NaN, never a silent wrong number */                                          \
+            OPC_NN_FOR_UNITS(bh * lq, bh * lq * d, opc_nn_at_nan_row_##F(dq, d, opc_u, DT));                   \
+            OPC_NN_FOR_UNITS(bh * lk, bh * lk * d, opc_nn_at_nan_row_##F(dk, d, opc_u, DT));                   \
+            OPC_NN_FOR_UNITS(bh * lk, bh * lk * dv, opc_nn_at_nan_row_##F(dv_, dv, opc_u, DT));                \
+            return;                                                                                            \
+        }                                                                                                      \
+        OPC_NN_FOR_UNITS(bh * lq, bh * lq * (d + 2 * dv), opc_nn_at_rows_unit_##F(q, out, dout, &g, qp, opc_u, DT)); \
+        /* key blocks per unit: all of a batch entry's where the entries keep the threads busy (dq's  \
+         * parts are then one per entry, and their sum a copy), fewer where there are few entries */     \
+        const int64_t want = 4 * (int64_t)opc_num_threads(), per = bh >= want ? 1 : (want + bh - 1) / bh;   \
+        const int64_t groups = per < kblocks ? per : kblocks, span = (kblocks + groups - 1) / groups;       \
+        const size_t part = (size_t)(bh * groups * opc_nn_at_part_rows_##F(&g) * opc_nn_at_pad_##F(d));        \
         A *dqp = part * sizeof(A) <= OPC_AT_PART_MAX ? (A *)calloc(part ? part : 1, sizeof(A)) : NULL;         \
         if (!dqp) /* pass 1 (dq by query blocks), recomputing p and ds */                                      \
             OPC_NN_FOR_UNITS(bh * ((lq + OPC_AT_BQ - 1) / OPC_AT_BQ), bh * lq * lk * (d + dv),                 \
-                             opc_nn_attention_grad_q_##F(q, k, v, mask, out, lse, dout, dq, &g, opc_u, DT));   \
-        OPC_NN_FOR_UNITS(bh * kblocks, bh * lq * lk * (d + dv),                                                \
-                         opc_nn_attention_grad_kv_##F(q, k, v, mask, out, lse, dout, dk, dv_, dqp, &g, opc_u,  \
-                                                      DT));                                                    \
+                             opc_nn_attention_grad_q_##F(k, v, mask, lse, qp, dq, &g, opc_u, DT));             \
+        OPC_NN_FOR_UNITS(bh * groups, bh * lq * lk * (d + dv),                                                 \
+                         opc_nn_attention_grad_kv_##F(k, v, mask, lse, qp, dk, dv_, dqp, groups, span, &g,     \
+                                                      opc_u, DT));                                             \
         if (dqp) {                                                                                             \
-            OPC_NN_FOR_UNITS(bh * lq, bh * lq * d * kblocks,                                                   \
-                             opc_nn_attention_dq_sum_##F(dqp, dq, &g, opc_u, DT));                             \
+            OPC_NN_FOR_UNITS(bh * lq, bh * lq * d * groups,                                                    \
+                             opc_nn_attention_dq_sum_##F(dqp, dq, groups, &g, opc_u, DT));                     \
             free(dqp);                                                                                         \
         }                                                                                                      \
+        free(qp);                                                                                              \
     }
 #endif
 
@@ -92,35 +159,53 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
 #define LD OPC_NN_LD
 #define ST OPC_NN_ST
 #define VEC OPC_NN_FN(at_vec)
-#define VL ((int64_t)(32 / sizeof(ACC)))  /* lanes of a 32-byte vector */
-#define TW (2 * VL)                         /* a tile's width: two vectors */
-#define RT 8                                /* a tile's rows (16 accumulators: AVX-512VL has 32 ymm) */
+/* The tile's vectors: the build's widest registers, a zmm with AVX-512 (twice the multiply-adds
+ * per instruction of a ymm), a ymm with AVX, else an xmm (a wider vector_size than the target's
+ * registers is lowered piece by piece through memory: 100x slower). */
+#if defined(__AVX512F__)
+#define VB 64
+#elif defined(__AVX__)
+#define VB 32
+#else
+#define VB 16
+#endif
+#define VL ((int64_t)(VB / sizeof(ACC)))  /* lanes of a vector */
+#ifndef OPC_AT_NV
+#define OPC_AT_NV 2 /* vectors per tile row */
+#endif
+#ifndef OPC_AT_RT
+#define OPC_AT_RT 8 /* a tile's rows (16 accumulators of 32 registers) */
+#endif
+#define NV OPC_AT_NV
+#define TW (NV * VL) /* a tile's width */
+#define RT OPC_AT_RT
 
-typedef ACC VEC __attribute__((vector_size(32), aligned(sizeof(ACC))));
+typedef ACC VEC __attribute__((vector_size(VB), aligned(sizeof(ACC)), may_alias));
+
+/* exp in the vector loops: the runtime's branch-free one in both families (the f64 family's
+ * OPC_NN_EXP is libm's exp, a call per element that keeps the loop scalar) */
+#define EXPV(x) (sizeof(ACC) == 4 ? (ACC)opc_expf((float)(x)) : (ACC)opc_exp((double)(x)))
 
 /* The register tile: C[RT][TW] (+)= sum over k < K of A(i, k) * B[k][0..TW), A(i, k) = A[i * ars + k * aks].
- * 2 RT vector accumulators, two vector loads and RT broadcasts per k: the multiply-adds never
- * wait on memory (a one-row axpy form loads and stores its accumulator at every step). */
+ * NV RT vector accumulators, NV vector loads and RT broadcasts per k: the multiply-adds never
+ * wait on memory (a one-row axpy form loads and stores its accumulator at every step). The
+ * loads and stores go through VEC's own pointers (VEC is unaligned and may alias): with memcpy,
+ * gcc kept the 64-byte accumulators on the stack and stored them back at every k. */
 OPC_NN_INLINE void OPC_NN_FN(at_tile)(const ACC *A, int64_t ars, int64_t aks, const ACC *B, int64_t ldb, int64_t K,
                                       ACC *C, int64_t ldc, int accumulate) {
-    VEC c[RT][2];
+    VEC c[RT][NV];
     for (int i = 0; i < RT; i++)
-        for (int h = 0; h < 2; h++) {
-            if (accumulate) memcpy(&c[i][h], C + i * ldc + h * VL, sizeof(VEC));
-            else c[i][h] = (VEC){0};
-        }
+        for (int h = 0; h < NV; h++) c[i][h] = accumulate ? *(const VEC *)(C + i * ldc + h * VL) : (VEC){0};
     for (int64_t k = 0; k < K; k++) {
-        VEC b0, b1;
-        memcpy(&b0, B + k * ldb, sizeof b0);
-        memcpy(&b1, B + k * ldb + VL, sizeof b1);
+        VEC bk[NV];
+        for (int h = 0; h < NV; h++) bk[h] = *(const VEC *)(B + k * ldb + h * VL);
         for (int i = 0; i < RT; i++) {
             const ACC a = A[i * ars + k * aks];
-            c[i][0] += a * b0;
-            c[i][1] += a * b1;
+            for (int h = 0; h < NV; h++) c[i][h] += a * bk[h];
         }
     }
     for (int i = 0; i < RT; i++)
-        for (int h = 0; h < 2; h++) memcpy(C + i * ldc + h * VL, &c[i][h], sizeof(VEC));
+        for (int h = 0; h < NV; h++) *(VEC *)(C + i * ldc + h * VL) = c[i][h];
 }
 
 /* C[rows_p][width] (+)= A B, rows_p a multiple of RT and width of TW (the operands are zero-padded). */
@@ -134,60 +219,134 @@ OPC_NN_INLINE void OPC_NN_FN(at_gemm)(const ACC *A, int64_t ars, int64_t aks, co
 static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad)(int64_t n) { return (n + TW - 1) / TW * TW; }
 static inline __attribute__((unused)) int64_t OPC_NN_FN(at_pad_rows)(int64_t n) { return (n + RT - 1) / RT * RT; }
 
-/* rows x n of a row-major buffer (row stride `ld` of the source) into dst[OPC_AT_BQ][ldp] in the
+/* rows x n of a row-major buffer (row stride `n` of the source) into dst[count][ldp] in the
  * compute type, zero past n and past the rows. */
 OPC_NN_INLINE void OPC_NN_FN(at_load_rows)(const void *src, int64_t first, int64_t rows, int64_t n, ACC *dst,
                                            int64_t ldp, int64_t count, int dt) {
-    for (int64_t r = 0; r < count; r++)
-        for (int64_t c = 0; c < ldp; c++) dst[r * ldp + c] = r < rows && c < n ? LD(src, (first + r) * n + c, dt) : (ACC)0;
+    for (int64_t r = 0; r < count; r++) {
+        ACC *dr = dst + r * ldp;
+        const int64_t have = r < rows ? n : 0;
+        for (int64_t c = 0; c < have; c++) dr[c] = LD(src, (first + r) * n + c, dt);
+        for (int64_t c = have; c < ldp; c++) dr[c] = 0;
+    }
+}
+
+/* The forward's keys, laid out once per call (not once per query block): kt[bh][d][lkp] (k^T, keys
+ * padded with zeros to whole blocks, so a score tile reads a full block) and, unless v can be read
+ * in place (f32/f64 rows of whole tiles), vb[bh][lk][dvp]: at_keys_alloc (0 when the scratch could
+ * not be had), then at_keys_unit for each batch entry. */
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_lkp)(const opc_at_geom *g) {
+    return (g->lk + OPC_AT_BK - 1) / OPC_AT_BK * OPC_AT_BK;
+}
+OPC_NN_INLINE void OPC_NN_FN(at_keys_unit)(const void *k, const void *v, const opc_at_geom *g, ACC *kt, ACC *vb,
+                                           int64_t b, int dt) {
+    const int64_t d = g->d, dv = g->dv, lk = g->lk, lkp = OPC_NN_FN(at_lkp)(g);
+    const int64_t dvp = (dv + TW - 1) / TW * TW;
+    ACC *kb = kt + b * d * lkp;
+    int64_t dfast = 0; /* features [0, dfast) of keys [0, lk / 16 * 16) done by 16 x 16 blocks */
+#ifdef __AVX512F__
+    if (sizeof(ACC) == 4 && dt == OPC_NN_F32) {
+        dfast = d / 16 * 16;
+        const float *kf = (const float *)k + b * lk * d;
+        for (int64_t j0 = 0; j0 + 16 <= lk; j0 += 16)
+            for (int64_t d0 = 0; d0 < dfast; d0 += 16) opc_at_t16(kf + j0 * d + d0, d, (float *)kb + d0 * lkp + j0, lkp);
+    }
+#endif
+    /* the rest by 8-key strips: the reads of a strip are 8 rows, the writes 8-wide runs */
+    for (int64_t j0 = 0; j0 < lkp; j0 += 8) {
+        const int64_t n = lk - j0 < 8 ? (lk - j0 > 0 ? lk - j0 : 0) : 8;
+        for (int64_t dd = j0 + 8 <= lk / 16 * 16 ? dfast : 0; dd < d; dd++) {
+            ACC *o = kb + dd * lkp + j0;
+            for (int64_t jj = 0; jj < n; jj++) o[jj] = LD(k, (b * lk + j0 + jj) * d + dd, dt);
+            for (int64_t jj = n; jj < 8; jj++) o[jj] = 0;
+        }
+    }
+    if (vb) OPC_NN_FN(at_load_rows)(v, b * lk, lk, dv, vb + b * lk * dvp, dvp, lk, dt);
+}
+static inline __attribute__((unused)) int OPC_NN_FN(at_keys_alloc)(const opc_at_geom *g, ACC **kt, ACC **vb,
+                                                                   int dt) {
+    const int64_t dvp = (g->dv + TW - 1) / TW * TW;
+    const size_t nk = (size_t)(g->bh * g->d * OPC_NN_FN(at_lkp)(g)), nv = (size_t)(g->bh * g->lk * dvp);
+    const int in_place = OPC_NN_EXACT(dt) && g->dv % TW == 0;
+    *kt = (ACC *)malloc(sizeof(ACC) * (nk ? nk : 1));
+    *vb = in_place ? NULL : (ACC *)malloc(sizeof(ACC) * (nv ? nv : 1));
+    if (!*kt || (!in_place && !*vb)) {
+        free(*kt);
+        free(*vb);
+        return 0;
+    }
+    return 1;
+}
+OPC_NN_INLINE void OPC_NN_FN(at_nan_row)(void *out, int64_t n, int64_t row, int dt) {
+    for (int64_t c = 0; c < n; c++) ST(out, row * n + c, dt, (ACC)NAN);
 }
 
 /* The key block j0 (cols keys) of batch entry b, each layout asked for (NULL: not wanted), zero
- * past the block: kt[dd][BK], kb[BK][dp], vt[c][BK], vb[BK][dvp]. */
+ * past the block: kt[dd][BK], kb[BK][dp], vt[c][BK], vb[BK][dvp]. The transposes by 16 x 16
+ * blocks where f32 with AVX-512, the rest (and the row layouts) by scalar loops. */
 OPC_NN_INLINE void OPC_NN_FN(at_load_keys)(const void *k, const void *v, const opc_at_geom *g, int64_t b,
                                            int64_t j0, int64_t cols, ACC *kt, ACC *kb, ACC *vt, ACC *vb, int dt) {
     const int64_t d = g->d, dv = g->dv, dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
-    for (int64_t jj = 0; jj < OPC_AT_BK; jj++) {
-        const int64_t kr = (b * g->lk + j0 + jj) * d, vr = (b * g->lk + j0 + jj) * dv;
-        for (int64_t dd = 0; dd < dp; dd++) {
-            const ACC x = jj < cols && dd < d ? LD(k, kr + dd, dt) : (ACC)0;
-            if (kt && dd < d) kt[dd * OPC_AT_BK + jj] = x;
-            if (kb) kb[jj * dp + dd] = x;
+    int64_t jfast = 0, dfast = 0, cfast = 0; /* keys [0, jfast) x features [0, dfast) / [0, cfast) */
+#ifdef __AVX512F__
+    if (sizeof(ACC) == 4 && dt == OPC_NN_F32) {
+        jfast = cols / 16 * 16, dfast = d / 16 * 16, cfast = dv / 16 * 16;
+        const float *kf = (const float *)k + (b * g->lk + j0) * d, *vf = (const float *)v + (b * g->lk + j0) * dv;
+        for (int64_t jj = 0; jj < jfast; jj += 16) {
+            if (kt)
+                for (int64_t d0 = 0; d0 < dfast; d0 += 16)
+                    opc_at_t16(kf + jj * d + d0, d, (float *)kt + d0 * OPC_AT_BK + jj, OPC_AT_BK);
+            if (vt)
+                for (int64_t c0 = 0; c0 < cfast; c0 += 16)
+                    opc_at_t16(vf + jj * dv + c0, dv, (float *)vt + c0 * OPC_AT_BK + jj, OPC_AT_BK);
         }
-        for (int64_t c = 0; c < dvp; c++) {
-            const ACC x = jj < cols && c < dv ? LD(v, vr + c, dt) : (ACC)0;
-            if (vt && c < dv) vt[c * OPC_AT_BK + jj] = x;
-            if (vb) vb[jj * dvp + c] = x;
+    }
+#endif
+    for (int64_t jj = 0; jj < OPC_AT_BK; jj++) {
+        const int in = jj < cols, fast = jj < jfast;
+        const int64_t kr = (b * g->lk + j0 + jj) * d, vr = (b * g->lk + j0 + jj) * dv;
+        if (kt)
+            for (int64_t dd = fast ? dfast : 0; dd < d; dd++) kt[dd * OPC_AT_BK + jj] = in ? LD(k, kr + dd, dt) : (ACC)0;
+        if (vt)
+            for (int64_t c = fast ? cfast : 0; c < dv; c++) vt[c * OPC_AT_BK + jj] = in ? LD(v, vr + c, dt) : (ACC)0;
+        if (kb) {
+            const int64_t n = in ? d : 0;
+            for (int64_t dd = 0; dd < n; dd++) kb[jj * dp + dd] = LD(k, kr + dd, dt);
+            for (int64_t dd = n; dd < dp; dd++) kb[jj * dp + dd] = 0;
+        }
+        if (vb) {
+            const int64_t n = in ? dv : 0;
+            for (int64_t c = 0; c < n; c++) vb[jj * dvp + c] = LD(v, vr + c, dt);
+            for (int64_t c = n; c < dvp; c++) vb[jj * dvp + c] = 0;
         }
     }
 }
 
 /* A row of raw dot products q . k of the key block into scores: * scale + mask, -inf for keys
- * past the block or hidden by is_causal. */
-OPC_NN_INLINE void OPC_NN_FN(at_finish)(ACC *s, const void *mask, const opc_at_geom *g, int64_t b, int64_t i,
+ * past the block or hidden by is_causal. moff: the mask's offset for the batch entry. */
+OPC_NN_INLINE void OPC_NN_FN(at_finish)(ACC *s, const void *mask, const opc_at_geom *g, int64_t moff, int64_t i,
                                         int64_t j0, int64_t cols, int dt) {
     const ACC scale = (ACC)g->scale;
-    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] *= scale;
-    if (g->has_mask) {
-        const int64_t at = opc_at_mask_offset(g, b) + i * g->mrow + j0 * g->mcol;
-        if (g->mcol)
-            _Pragma("omp simd") for (int jj = 0; jj < cols; jj++) s[jj] += LD(mask, at + jj, dt);
-        else {
-            const ACC m = LD(mask, at, dt);
-            _Pragma("omp simd") for (int jj = 0; jj < cols; jj++) s[jj] += m;
-        }
+    int64_t visible = g->causal ? (i - j0 + 1 < cols ? i - j0 + 1 : cols) : cols;
+    visible = visible < 0 ? 0 : visible;
+    const int64_t at = moff + i * g->mrow + j0 * g->mcol;
+    if (g->has_mask && g->mcol) {
+        _Pragma("omp simd") for (int64_t jj = 0; jj < visible; jj++) s[jj] = s[jj] * scale + LD(mask, at + jj, dt);
+    } else {
+        const ACC m = g->has_mask ? LD(mask, at, dt) : (ACC)0;
+        _Pragma("omp simd") for (int64_t jj = 0; jj < visible; jj++) s[jj] = s[jj] * scale + m;
     }
-    const int64_t visible = g->causal ? (i - j0 + 1 < cols ? i - j0 + 1 : cols) : cols;
-    for (int64_t jj = visible < 0 ? 0 : visible; jj < OPC_AT_BK; jj++) s[jj] = (ACC)-INFINITY;
+    for (int64_t jj = visible; jj < OPC_AT_BK; jj++) s[jj] = (ACC)-INFINITY;
 }
 
-/* The scores of `rows` query rows (qs: [rows_p][dp]) against a key block: s[rows_p][BK]. */
-OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qs, const ACC *kt, const void *mask, const opc_at_geom *g,
-                                        int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, ACC *s,
-                                        int dt) {
-    const int64_t dp = OPC_NN_FN(at_pad)(g->d);
-    OPC_NN_FN(at_gemm)(qs, dp, 1, kt, OPC_AT_BK, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
-    for (int64_t r = 0; r < rows; r++) OPC_NN_FN(at_finish)(s + r * OPC_AT_BK, mask, g, b, i0 + r, j0, cols, dt);
+/* The scores of `rows` query rows (qs: rows_p rows, ldq apart) against a key block (kt: k^T, rows ldk long):
+ * s[rows_p][BK]. */
+OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qs, int64_t ldq, const ACC *kt, int64_t ldk, const void *mask,
+                                        const opc_at_geom *g, int64_t b, int64_t i0, int64_t rows, int64_t j0,
+                                        int64_t cols, ACC *s, int dt) {
+    const int64_t moff = g->has_mask ? opc_at_mask_offset(g, b) : 0;
+    OPC_NN_FN(at_gemm)(qs, ldq, 1, kt, ldk, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
+    for (int64_t r = 0; r < rows; r++) OPC_NN_FN(at_finish)(s + r * OPC_AT_BK, mask, g, moff, i0 + r, j0, cols, dt);
 }
 
 /* The keys a query block sees at all: all, or with is_causal up to its last row. */
@@ -195,37 +354,80 @@ OPC_NN_INLINE int64_t OPC_NN_FN(at_key_end)(const opc_at_geom *g, int64_t last_r
     return g->causal && last_row + 1 < g->lk ? last_row + 1 : g->lk;
 }
 
-/* The max of a block's scores, NaN if any is NaN (as reduce_max), in vector form. */
+/* The max and the sum of a block's row. gcc reduces an `omp simd reduction` over a vector's lanes
+ * by a serial chain, which cost as much as the scores: with AVX-512 a tree of vector operations
+ * (the sequences of _mm512_reduce_*), else the portable loops. A NaN score need not reach the
+ * max: its exp is NaN, and so are the row's sum, output and lse. */
 OPC_NN_INLINE ACC OPC_NN_FN(at_row_max)(const ACC *s) {
-    ACC m = (ACC)-INFINITY;
-    int nan = 0;
-    _Pragma("omp simd reduction(max : m) reduction(| : nan)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
-        m = s[jj] > m ? s[jj] : m;
-        nan |= s[jj] != s[jj];
+#ifdef __AVX512F__
+    if (sizeof(ACC) == 4) {
+        const float *f = (const float *)s;
+        __m512 m = _mm512_loadu_ps(f);
+        for (int c = 16; c < OPC_AT_BK; c += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(f + c));
+        return (ACC)_mm512_reduce_max_ps(m);
+    } else {
+        const double *f = (const double *)s;
+        __m512d m = _mm512_loadu_pd(f);
+        for (int c = 8; c < OPC_AT_BK; c += 8) m = _mm512_max_pd(m, _mm512_loadu_pd(f + c));
+        return (ACC)_mm512_reduce_max_pd(m);
     }
-    return nan ? (ACC)NAN : m;
+#else
+    ACC m = (ACC)-INFINITY;
+    _Pragma("omp simd reduction(max : m)") for (int jj = 0; jj < OPC_AT_BK; jj++) m = s[jj] > m ? s[jj] : m;
+    return m;
+#endif
+}
+/* s = exp(s - mx) over the row, and its sum */
+OPC_NN_INLINE ACC OPC_NN_FN(at_row_exp)(ACC *s, ACC mx) {
+#ifdef __AVX512F__
+    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] = EXPV(s[jj] - mx);
+    if (sizeof(ACC) == 4) {
+        const float *f = (const float *)s;
+        __m512 t = _mm512_loadu_ps(f);
+        for (int c = 16; c < OPC_AT_BK; c += 16) t = _mm512_add_ps(t, _mm512_loadu_ps(f + c));
+        return (ACC)_mm512_reduce_add_ps(t);
+    } else {
+        const double *f = (const double *)s;
+        __m512d t = _mm512_loadu_pd(f);
+        for (int c = 8; c < OPC_AT_BK; c += 8) t = _mm512_add_pd(t, _mm512_loadu_pd(f + c));
+        return (ACC)_mm512_reduce_add_pd(t);
+    }
+#else
+    ACC sum = 0;
+    _Pragma("omp simd reduction(+ : sum)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
+        s[jj] = EXPV(s[jj] - mx);
+        sum += s[jj];
+    }
+    return sum;
+#endif
 }
 
-/* ---- forward: unit u = (batch entry, query block) -------------------------------------------- */
-OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void *v, const void *mask, void *out,
+/* ---- forward: unit u = (batch entry, query block); kt and vb from at_keys ------------------------ */
+OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const ACC *kt, const ACC *vb, const void *mask, void *out,
                                         ACC *lse, const opc_at_geom *g, int64_t u, int dt) {
     const int64_t qblocks = (g->lq + OPC_AT_BQ - 1) / OPC_AT_BQ, d = g->d, dv = g->dv;
-    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv), lkp = OPC_NN_FN(at_lkp)(g);
+    const int64_t ldv = OPC_NN_EXACT(dt) && dv % TW == 0 ? dv : dvp; /* vb is v itself, or its padded copy */
     const int64_t b = u / qblocks, i0 = (u % qblocks) * OPC_AT_BQ;
-    const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ;
-    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + d * OPC_AT_BK + OPC_AT_BK * dvp +
-                                                    OPC_AT_BQ * OPC_AT_BK + OPC_AT_BQ * dvp + 2 * OPC_AT_BQ));
+    const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, rows_p = OPC_NN_FN(at_pad_rows)(rows);
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + OPC_AT_BQ * OPC_AT_BK + OPC_AT_BQ * dvp +
+                                                    2 * OPC_AT_BQ));
     if (!buf) { /* no memory for the scratch: NaN, never a silent wrong number */
         for (int64_t r = 0; r < rows; r++) {
-            for (int64_t c = 0; c < dv; c++) ST(out, (b * g->lq + i0 + r) * dv + c, dt, (ACC)NAN);
+            OPC_NN_FN(at_nan_row)(out, dv, b * g->lq + i0 + r, dt);
             lse[b * g->lq + i0 + r] = (ACC)NAN;
         }
         return;
     }
-    ACC *qs = buf, *kt = qs + OPC_AT_BQ * dp, *vb = kt + d * OPC_AT_BK, *s = vb + OPC_AT_BK * dvp;
+    ACC *qb = buf, *s = qb + OPC_AT_BQ * dp;
     ACC *acc = s + OPC_AT_BQ * OPC_AT_BK, *m = acc + OPC_AT_BQ * dvp, *l = m + OPC_AT_BQ;
-    OPC_NN_FN(at_load_rows)(q, b * g->lq + i0, rows, d, qs, dp, OPC_AT_BQ, dt);
-    for (int64_t x = 0; x < OPC_AT_BQ * dvp; x++) acc[x] = 0;
+    /* q in place where its tiles' rows stay in the buffer (rows past the block are the next batch
+     * entry's, their scores never read), else a padded copy */
+    const int q_in_place = OPC_NN_EXACT(dt) && b * g->lq + i0 + rows_p <= g->bh * g->lq;
+    const ACC *qs = q_in_place ? (const ACC *)q + (b * g->lq + i0) * d : qb;
+    const int64_t ldq = q_in_place ? d : dp;
+    if (!q_in_place) OPC_NN_FN(at_load_rows)(q, b * g->lq + i0, rows, d, qb, dp, rows_p, dt);
+    for (int64_t x = 0; x < rows_p * dvp; x++) acc[x] = 0;
     for (int64_t r = 0; r < OPC_AT_BQ; r++) {
         m[r] = (ACC)-INFINITY;
         l[r] = 0;
@@ -233,9 +435,8 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void
     const int64_t kend = OPC_NN_FN(at_key_end)(g, i0 + rows - 1);
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
-        OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, NULL, NULL, vb, dt);
-        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
-        for (int64_t r = 0; r < OPC_NN_FN(at_pad_rows)(rows); r++) {
+        OPC_NN_FN(at_scores)(qs, ldq, kt + b * d * lkp + j0, lkp, mask, g, b, i0, rows, j0, cols, s, dt);
+        for (int64_t r = 0; r < rows_p; r++) {
             ACC *sr = s + r * OPC_AT_BK, *ar = acc + r * dvp;
             const ACC mnew = r < rows ? OPC_NN_MAX(m[r], OPC_NN_FN(at_row_max)(sr)) : (ACC)-INFINITY;
             if (mnew == (ACC)-INFINITY) { /* every key so far hidden (or a padding row): adds nothing */
@@ -243,17 +444,15 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const void *k, const void
                 continue;
             }
             const ACC alpha = OPC_NN_EXP(m[r] - mnew);
-            ACC sum = 0;
-            _Pragma("omp simd reduction(+ : sum)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
-                sr[jj] = OPC_NN_EXP(sr[jj] - mnew);
-                sum += sr[jj];
-            }
+            const ACC sum = OPC_NN_FN(at_row_exp)(sr, mnew);
             l[r] = l[r] * alpha + sum;
             m[r] = mnew;
-            _Pragma("omp simd") for (int64_t c = 0; c < dvp; c++) ar[c] *= alpha;
+            if (alpha != (ACC)1) {
+                _Pragma("omp simd") for (int64_t c = 0; c < dvp; c++) ar[c] *= alpha;
+            }
         }
-        /* acc += p v: the probabilities of the block's rows times its values */
-        OPC_NN_FN(at_gemm)(s, OPC_AT_BK, 1, vb, dvp, cols, acc, dvp, OPC_NN_FN(at_pad_rows)(rows), dvp, 1);
+        /* acc += p v: the probabilities of the block's rows times its values (cols rows of v) */
+        OPC_NN_FN(at_gemm)(s, OPC_AT_BK, 1, vb + (b * g->lk + j0) * ldv, ldv, cols, acc, dvp, rows_p, dvp, 1);
     }
     for (int64_t r = 0; r < rows; r++) {
         const int64_t row = b * g->lq + i0 + r;
@@ -277,53 +476,78 @@ OPC_NN_INLINE void OPC_NN_FN(at_probs)(ACC *s, ACC *dp, const ACC *lse, const AC
         }
         const ACC ls = lse[r], de = delta[r];
         _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) {
-            sr[jj] = OPC_NN_EXP(sr[jj] - ls);
+            sr[jj] = EXPV(sr[jj] - ls);
             dr[jj] = sr[jj] * (dr[jj] - de);
         }
     }
 }
 
-/* rowsum(dout * out) of rows [first, first + rows): delta[r] */
-OPC_NN_INLINE void OPC_NN_FN(at_delta)(const void *out, const void *dout, int64_t first, int64_t rows, int64_t dv,
-                                       ACC *delta, int dt) {
-    for (int64_t r = 0; r < rows; r++) {
-        ACC sum = 0;
-        for (int64_t c = 0; c < dv; c++) sum += LD(dout, (first + r) * dv + c, dt) * LD(out, (first + r) * dv + c, dt);
-        delta[r] = sum;
+/* The backward's query rows, laid out once per call (not once per key block): q and dout in the
+ * compute type, rows padded with zeros to dp / dvp, and delta = rowsum(dout * out), one buffer:
+ * qp[rows][dp], then dop[rows][dvp], then delta[bh lq], rows = bh lq + OPC_AT_BQ (a block's tiles
+ * read whole 8-row tiles: past the last row they read zeros, never past the buffer). */
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_rows_n)(const opc_at_geom *g) {
+    return g->bh * g->lq + OPC_AT_BQ;
+}
+static inline __attribute__((unused)) ACC *OPC_NN_FN(at_rows_alloc)(const opc_at_geom *g) {
+    const int64_t n = OPC_NN_FN(at_rows_n)(g), dp = OPC_NN_FN(at_pad)(g->d), dvp = OPC_NN_FN(at_pad)(g->dv);
+    ACC *qp = (ACC *)malloc(sizeof(ACC) * (size_t)(n * (dp + dvp) + g->bh * g->lq));
+    if (qp) { /* the padding rows */
+        memset(qp + (n - OPC_AT_BQ) * dp, 0, sizeof(ACC) * (size_t)(OPC_AT_BQ * dp));
+        memset(qp + n * dp + (n - OPC_AT_BQ) * dvp, 0, sizeof(ACC) * (size_t)(OPC_AT_BQ * dvp));
     }
+    return qp;
+}
+OPC_NN_INLINE void OPC_NN_FN(at_rows_unit)(const void *q, const void *out, const void *dout, const opc_at_geom *g,
+                                           ACC *qp, int64_t u, int dt) {
+    const int64_t n = OPC_NN_FN(at_rows_n)(g), dp = OPC_NN_FN(at_pad)(g->d), dvp = OPC_NN_FN(at_pad)(g->dv);
+    const int64_t d = g->d, dv = g->dv;
+    ACC *qr = qp + u * dp, *dr = qp + n * dp + u * dvp, *delta = qp + n * (dp + dvp);
+    for (int64_t c = 0; c < d; c++) qr[c] = LD(q, u * d + c, dt);
+    for (int64_t c = d; c < dp; c++) qr[c] = 0;
+    ACC t[VL];
+    for (int i = 0; i < VL; i++) t[i] = 0;
+    int64_t c = 0;
+    for (; c + VL <= dv; c += VL)
+        _Pragma("omp simd") for (int i = 0; i < VL; i++) {
+            dr[c + i] = LD(dout, u * dv + c + i, dt);
+            t[i] += dr[c + i] * LD(out, u * dv + c + i, dt);
+        }
+    for (int i = 0; c + i < dv; i++) {
+        dr[c + i] = LD(dout, u * dv + c + i, dt);
+        t[i] += dr[c + i] * LD(out, u * dv + c + i, dt);
+    }
+    for (int64_t x = dv; x < dvp; x++) dr[x] = 0;
+    for (int w = VL / 2; w > 0; w /= 2)
+        for (int i = 0; i < w; i++) t[i] += t[i + w];
+    delta[u] = t[0];
 }
 
 /* pass 1, unit u = (batch entry, query block): dq = sum over key blocks of ds k, times scale */
-OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *k, const void *v, const void *mask,
-                                               const void *out, const ACC *lse, const void *dout, void *dq,
-                                               const opc_at_geom *g, int64_t u, int dt) {
+OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *k, const void *v, const void *mask, const ACC *lse,
+                                               const ACC *qp, void *dq, const opc_at_geom *g, int64_t u, int dt) {
     const int64_t qblocks = (g->lq + OPC_AT_BQ - 1) / OPC_AT_BQ, d = g->d, dv = g->dv;
-    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv), n = OPC_NN_FN(at_rows_n)(g);
     const int64_t b = u / qblocks, i0 = (u % qblocks) * OPC_AT_BQ, first = b * g->lq + i0;
     const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ;
-    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(2 * OPC_AT_BQ * dp + OPC_AT_BQ * dvp + d * OPC_AT_BK +
-                                                    OPC_AT_BK * dp + dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK +
-                                                    2 * OPC_AT_BQ));
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(d * OPC_AT_BK + OPC_AT_BK * dp + dv * OPC_AT_BK +
+                                                    2 * OPC_AT_BQ * OPC_AT_BK + OPC_AT_BQ * dp));
     if (!buf) {
         for (int64_t x = 0; x < rows * d; x++) ST(dq, first * d + x, dt, (ACC)NAN);
         return;
     }
-    ACC *qs = buf, *dor = qs + OPC_AT_BQ * dp, *kt = dor + OPC_AT_BQ * dvp, *kb = kt + d * OPC_AT_BK;
-    ACC *vt = kb + OPC_AT_BK * dp, *s = vt + dv * OPC_AT_BK, *ds = s + OPC_AT_BQ * OPC_AT_BK;
-    ACC *acc = ds + OPC_AT_BQ * OPC_AT_BK, *delta = acc + OPC_AT_BQ * dp, *ls = delta + OPC_AT_BQ;
-    OPC_NN_FN(at_load_rows)(q, first, rows, d, qs, dp, OPC_AT_BQ, dt);
-    OPC_NN_FN(at_load_rows)(dout, first, rows, dv, dor, dvp, OPC_AT_BQ, dt);
-    OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
-    for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
+    const ACC *qs = qp + first * dp, *dor = qp + n * dp + first * dvp, *delta = qp + n * (dp + dvp) + first;
+    ACC *kt = buf, *kb = kt + d * OPC_AT_BK, *vt = kb + OPC_AT_BK * dp, *s = vt + dv * OPC_AT_BK;
+    ACC *ds = s + OPC_AT_BQ * OPC_AT_BK, *acc = ds + OPC_AT_BQ * OPC_AT_BK;
     for (int64_t x = 0; x < OPC_AT_BQ * dp; x++) acc[x] = 0;
     const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
     const int64_t kend = OPC_NN_FN(at_key_end)(g, i0 + rows - 1);
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
         OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, kb, vt, NULL, dt);
-        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
+        OPC_NN_FN(at_scores)(qs, dp, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
         OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0); /* dout v^T */
-        OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
+        OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows);
         OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, acc, dp, rows_p, dp, 1); /* dq += ds k */
     }
     const ACC scale = (ACC)g->scale;
@@ -332,66 +556,76 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *k, con
     free(buf);
 }
 
-/* pass 2, unit u = (batch entry, key block): dv = sum over query blocks of p^T dout, dk = ds^T q * scale */
-OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *k, const void *v, const void *mask,
-                                                const void *out, const ACC *lse, const void *dout, void *dk,
-                                                void *dvo, ACC *dqp, const opc_at_geom *g, int64_t u, int dt) {
-    const int64_t kblocks = (g->lk + OPC_AT_BK - 1) / OPC_AT_BK, d = g->d, dv = g->dv;
-    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv);
-    const int64_t b = u / kblocks, j0 = (u % kblocks) * OPC_AT_BK;
-    const int64_t cols = g->lk - j0 < OPC_AT_BK ? g->lk - j0 : OPC_AT_BK;
-    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + OPC_AT_BQ * dvp + d * OPC_AT_BK +
-                                                    dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK + OPC_AT_BK * dp +
-                                                    OPC_AT_BK * dvp + 2 * OPC_AT_BQ + OPC_AT_BK * dp +
-                                                    OPC_AT_BQ * dp));
+/* dq's parts: per batch entry and group of key blocks, lq rows (plus a block's padding) of dp */
+static inline __attribute__((unused)) int64_t OPC_NN_FN(at_part_rows)(const opc_at_geom *g) {
+    return g->lq + OPC_AT_BQ;
+}
+
+/* pass 2, unit u = (batch entry, group of `span` key blocks): per key block, dv = sum over query
+ * blocks of p^T dout, dk = ds^T q * scale, and ds k added to the group's part of dq */
+OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *k, const void *v, const void *mask, const ACC *lse,
+                                                const ACC *qp, void *dk, void *dvo, ACC *dqp, int64_t groups,
+                                                int64_t span, const opc_at_geom *g, int64_t u, int dt) {
+    const int64_t d = g->d, dv = g->dv;
+    const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv), n = OPC_NN_FN(at_rows_n)(g);
+    const int64_t b = u / groups, jfirst = (u % groups) * span * OPC_AT_BK;
+    const int64_t jend = jfirst + span * OPC_AT_BK < g->lk ? jfirst + span * OPC_AT_BK : g->lk;
+    ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(d * OPC_AT_BK + dv * OPC_AT_BK + 2 * OPC_AT_BQ * OPC_AT_BK +
+                                                    OPC_AT_BK * dp + OPC_AT_BK * dvp + OPC_AT_BK * dp));
     if (!buf) {
-        for (int64_t x = 0; x < cols * d; x++) ST(dk, (b * g->lk + j0) * d + x, dt, (ACC)NAN);
-        for (int64_t x = 0; x < cols * dv; x++) ST(dvo, (b * g->lk + j0) * dv + x, dt, (ACC)NAN);
+        for (int64_t x = jfirst * d; x < jend * d; x++) ST(dk, b * g->lk * d + x, dt, (ACC)NAN);
+        for (int64_t x = jfirst * dv; x < jend * dv; x++) ST(dvo, b * g->lk * dv + x, dt, (ACC)NAN);
+        if (dqp) /* NaN reaches dq through the sum of the parts */
+            for (int64_t x = 0; x < OPC_NN_FN(at_part_rows)(g) * dp; x++) dqp[u * OPC_NN_FN(at_part_rows)(g) * dp + x] = (ACC)NAN;
         return;
     }
-    ACC *qs = buf, *dor = qs + OPC_AT_BQ * dp, *kt = dor + OPC_AT_BQ * dvp, *vt = kt + d * OPC_AT_BK;
+    ACC *kt = buf, *vt = kt + d * OPC_AT_BK;
     ACC *s = vt + dv * OPC_AT_BK, *ds = s + OPC_AT_BQ * OPC_AT_BK, *dka = ds + OPC_AT_BQ * OPC_AT_BK;
-    ACC *dva = dka + OPC_AT_BK * dp, *delta = dva + OPC_AT_BK * dvp, *ls = delta + OPC_AT_BQ;
-    ACC *kb = ls + OPC_AT_BQ, *dqt = kb + OPC_AT_BK * dp;
-    ACC *part = dqp ? dqp + (b * kblocks + u % kblocks) * g->lq * d : NULL; /* this key block's part of dq */
-    for (int64_t x = 0; x < OPC_AT_BK * dp; x++) dka[x] = 0;
-    for (int64_t x = 0; x < OPC_AT_BK * dvp; x++) dva[x] = 0;
-    OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, part ? kb : NULL, vt, NULL, dt);
-    /* with is_causal, query i sees key j only if j <= i: no query block above row j0 sees the block */
-    for (int64_t i0 = g->causal ? j0 / OPC_AT_BQ * OPC_AT_BQ : 0; i0 < g->lq; i0 += OPC_AT_BQ) {
-        const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, first = b * g->lq + i0;
-        OPC_NN_FN(at_load_rows)(q, first, rows, d, qs, dp, OPC_AT_BQ, dt);
-        OPC_NN_FN(at_load_rows)(dout, first, rows, dv, dor, dvp, OPC_AT_BQ, dt);
-        OPC_NN_FN(at_delta)(out, dout, first, rows, dv, delta, dt);
-        for (int64_t r = 0; r < rows; r++) ls[r] = lse[first + r];
-        OPC_NN_FN(at_scores)(qs, kt, mask, g, b, i0, rows, j0, cols, s, dt);
-        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
-        OPC_NN_FN(at_probs)(s, ds, ls, delta, rows);
-        /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
-        OPC_NN_FN(at_gemm)(s, 1, OPC_AT_BK, dor, dvp, rows, dva, dvp, OPC_AT_BK, dvp, 1);
-        OPC_NN_FN(at_gemm)(ds, 1, OPC_AT_BK, qs, dp, rows, dka, dp, OPC_AT_BK, dp, 1);
-        if (part) { /* dq's part: ds k over the block's keys */
-            OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, dqt, dp, OPC_NN_FN(at_pad_rows)(rows), dp, 0);
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t dd = 0; dd < d; dd++) part[(i0 + r) * d + dd] = dqt[r * dp + dd];
+    ACC *dva = dka + OPC_AT_BK * dp, *kb = dva + OPC_AT_BK * dvp;
+    ACC *part = dqp ? dqp + u * OPC_NN_FN(at_part_rows)(g) * dp : NULL; /* this group's part of dq */
+    for (int64_t j0 = jfirst; j0 < jend; j0 += OPC_AT_BK) {
+        const int64_t cols = jend - j0 < OPC_AT_BK ? jend - j0 : OPC_AT_BK;
+        for (int64_t x = 0; x < OPC_AT_BK * dp; x++) dka[x] = 0;
+        for (int64_t x = 0; x < OPC_AT_BK * dvp; x++) dva[x] = 0;
+        OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, part ? kb : NULL, vt, NULL, dt);
+        /* with is_causal, query i sees key j only if j <= i: no query block above row j0 sees the block */
+        for (int64_t i0 = g->causal ? j0 / OPC_AT_BQ * OPC_AT_BQ : 0; i0 < g->lq; i0 += OPC_AT_BQ) {
+            const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, first = b * g->lq + i0;
+            const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
+            const ACC *qs = qp + first * dp, *dor = qp + n * dp + first * dvp, *delta = qp + n * (dp + dvp) + first;
+            OPC_NN_FN(at_scores)(qs, dp, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
+            OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0);
+            OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows);
+            /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
+            OPC_NN_FN(at_gemm)(s, 1, OPC_AT_BK, dor, dvp, rows, dva, dvp, OPC_AT_BK, dvp, 1);
+            OPC_NN_FN(at_gemm)(ds, 1, OPC_AT_BK, qs, dp, rows, dka, dp, OPC_AT_BK, dp, 1);
+            /* dq's part += ds k over the block's keys (the padding rows of ds are 0) */
+            if (part) OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, part + i0 * dp, dp, rows_p, dp, 1);
         }
-    }
-    const ACC scale = (ACC)g->scale;
-    for (int64_t jj = 0; jj < cols; jj++) {
-        for (int64_t dd = 0; dd < d; dd++) ST(dk, (b * g->lk + j0 + jj) * d + dd, dt, dka[jj * dp + dd] * scale);
-        for (int64_t c = 0; c < dv; c++) ST(dvo, (b * g->lk + j0 + jj) * dv + c, dt, dva[jj * dvp + c]);
+        const ACC scale = (ACC)g->scale;
+        for (int64_t jj = 0; jj < cols; jj++) {
+            for (int64_t dd = 0; dd < d; dd++) ST(dk, (b * g->lk + j0 + jj) * d + dd, dt, dka[jj * dp + dd] * scale);
+            for (int64_t c = 0; c < dv; c++) ST(dvo, (b * g->lk + j0 + jj) * dv + c, dt, dva[jj * dvp + c]);
+        }
     }
     free(buf);
 }
 
-/* dq of query row u (over all batch entries): the sum of its key blocks' parts, times scale */
-OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, const opc_at_geom *g, int64_t u, int dt) {
-    const int64_t kblocks = (g->lk + OPC_AT_BK - 1) / OPC_AT_BK, d = g->d, b = u / g->lq, i = u % g->lq;
+/* dq of query row u (over all batch entries): the sum of its groups' parts, times scale */
+OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, int64_t groups, const opc_at_geom *g,
+                                               int64_t u, int dt) {
+    const int64_t d = g->d, dp = OPC_NN_FN(at_pad)(d), pr = OPC_NN_FN(at_part_rows)(g), b = u / g->lq, i = u % g->lq;
     const ACC scale = (ACC)g->scale;
-    for (int64_t dd = 0; dd < d; dd++) {
-        ACC sum = 0;
-        for (int64_t kb = 0; kb < kblocks; kb++) sum += dqp[((b * kblocks + kb) * g->lq + i) * d + dd];
-        ST(dq, u * d + dd, dt, sum * scale);
+    const ACC *p0 = dqp + (b * groups * pr + i) * dp;
+    ACC t[OPC_AT_BK]; /* dp <= d padded: summed by chunks of BK features */
+    for (int64_t c0 = 0; c0 < d; c0 += OPC_AT_BK) {
+        const int64_t w = d - c0 < OPC_AT_BK ? d - c0 : OPC_AT_BK;
+        for (int64_t c = 0; c < w; c++) t[c] = p0[c0 + c];
+        for (int64_t gi = 1; gi < groups; gi++) {
+            const ACC *pg = p0 + gi * pr * dp + c0;
+            _Pragma("omp simd") for (int64_t c = 0; c < w; c++) t[c] += pg[c];
+        }
+        for (int64_t c = 0; c < w; c++) ST(dq, u * d + c0 + c, dt, t[c] * scale);
     }
 }
 
@@ -399,6 +633,9 @@ OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, const o
 #undef LD
 #undef ST
 #undef VEC
+#undef EXPV
+#undef VB
 #undef VL
+#undef NV
 #undef TW
 #undef RT

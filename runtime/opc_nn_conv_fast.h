@@ -106,7 +106,7 @@ static inline opc_cf_plan opc_cf_plan_make(int64_t groups, int64_t cin, int64_t 
 /* xp [cin, PV] (+ NR zeros) of one group's channels src [cin, in]: xp[i] = src[i - pb] inside src, else 0. */
 static void opc_cf_pad(const float *src, float *xp, const opc_cf_plan *p) {
     const int64_t ivol = p->in[0] * p->in[1] * p->in[2];
-    _Pragma("omp parallel for schedule(static) if (p->cin * p->PV >= 65536) num_threads(opc_num_threads())")
+    _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(p->cin, p->cin * p->PV, 8192)) if (p->cin * p->PV >= 65536) num_threads(opc_num_threads())")
     for (int64_t c = 0; c < p->cin; c++) {
         float *dst = xp + c * p->PV;
         const float *s = src + c * ivol;
@@ -243,7 +243,7 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                 if (mt * p->K * OPC_CF_MR > p->cin * p->PV) {
                     /* the panels outweigh the padded input (deep layers on small images): each
                      * thread keeps one output channel tile's panel in cache over all the tiles */
-                    _Pragma("omp for schedule(static)")
+                    _Pragma("omp for schedule(dynamic, opc_par_chunk(mt, mt, 1))")
                     for (int64_t m = 0; m < mt; m++) {
                         if (!acc) continue;
                         const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
@@ -255,7 +255,7 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                         }
                     }
                 } else { /* tiles outer: a tile's rows of xp stay in cache over all the panels */
-                    _Pragma("omp for schedule(static)")
+                    _Pragma("omp for schedule(dynamic, opc_par_chunk(tiles, tiles, 1))")
                     for (int64_t t = 0; t < tiles; t++) {
                         if (!acc) continue;
                         for (int64_t k0 = 0; k0 < p->K; k0 += kc) {
@@ -423,7 +423,7 @@ static int opc_cf_conv_filter(const float *x, const float *dy, float *dw, const 
                         memcpy(dyp + oc * Lr + (o0 * p.P[1] + o1) * p.P[2],
                                dyg + oc * ovol + (o0 * q->out[1] + o1) * q->out[2], sizeof(float) * q->out[2]);
             float *dwg = dw + g * q->og * p.K;
-            _Pragma("omp parallel for schedule(static) if (q->og * p.K * p.L >= 32768) num_threads(opc_num_threads())")
+            _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(kt, kt, 1)) if (q->og * p.K * p.L >= 32768) num_threads(opc_num_threads())")
             for (int64_t t = 0; t < kt; t++) {
                 const int64_t *ot = off + t * OPC_CF_NK;
                 for (int64_t m = 0; m < mrows; m += OPC_CF_MR2) {
@@ -459,7 +459,7 @@ static int opc_cf_dw_run(const float *src, const float *wk, float *dst, float *p
             _Pragma("omp atomic write")
             failed = 1;
         }
-        _Pragma("omp for schedule(static)")
+        _Pragma("omp for schedule(dynamic, opc_par_chunk(planes, planes, 1))")
         for (int64_t pl = 0; pl < planes; pl++) {
             if (!xp) continue;
             const int64_t ch = pl % p->groups;
@@ -528,7 +528,7 @@ static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const op
             _Pragma("omp atomic write")
             failed = 1;
         }
-        _Pragma("omp for schedule(static)")
+        _Pragma("omp for schedule(dynamic, opc_par_chunk(q->g, q->g, 1))")
         for (int64_t ch = 0; ch < q->g; ch++) {
             if (!xp || !dyp || !c) continue;
             for (int64_t k = 0; k < kvol; k++) c[k] = (opc_cf_vec){0};

@@ -13,6 +13,15 @@
 #include <omp.h>
 #endif
 
+/* Pieces per thread that a parallel loop's work is cut into, claimed one at a time
+ * (schedule(dynamic)): on a busy machine the OS deschedules one of the team's threads for
+ * milliseconds, and with one static share per thread the others then wait for it at the
+ * region's end; with several pieces each, the running threads take the waiting thread's
+ * pieces (as the pools of Eigen and onnxruntime do). bench/results/2026-12-03-busy.txt. */
+#ifndef OPC_PAR_CHUNKS
+#define OPC_PAR_CHUNKS 4
+#endif
+
 __attribute__((weak, visibility("hidden"))) int opc_rt_threads = 0;
 
 static inline int opc_num_threads(void) {
@@ -21,6 +30,16 @@ static inline int opc_num_threads(void) {
 #else
     return 1;
 #endif
+}
+
+/* The chunk of schedule(dynamic, chunk) for `iters` iterations costing `work` in all: about
+ * OPC_PAR_CHUNKS pieces per thread, none below `min_work` (where claiming a piece would cost
+ * more than it could save). */
+static inline long long opc_par_chunk(long long iters, long long work, long long min_work) {
+    long long pieces = (long long)opc_num_threads() * OPC_PAR_CHUNKS;
+    if (work > 0 && work / min_work < pieces) pieces = work / min_work;
+    if (pieces < 1) pieces = 1;
+    return iters > pieces ? (iters + pieces - 1) / pieces : 1;
 }
 
 #endif /* OPC_THREADS_H */

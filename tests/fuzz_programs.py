@@ -263,6 +263,19 @@ class Generator:
                            exact=a.exact)  # one IEEE rounding or SPEC's int rule: the same bits on both sides
         self.cast_from[out.name] = a.dtype
 
+    def bitcast(self) -> None:
+        """The bits of an exactly known value as another type of its width (NumPy's view); forward
+        only: a bit pattern has no derivative that finite differences could check."""
+        if self.grad:
+            raise Reject
+        a = self.pick(lambda v: v.exact and v.dtype != "bool", lambda: self.arg(self.shape(), self.any_dtype()))
+        width = np_dtype(a.dtype).itemsize
+        choices = [d for d in ALL_DTYPES if d not in ("bool", a.dtype) and np_dtype(d).itemsize == width]
+        if a.dtype == "bool" or not choices:
+            raise Reject
+        dst = str(self.rng.choice(choices))
+        self.emit("bitcast", [a], f"dtype = {MLIR_TYPES[dst]}", [(a.arr.view(np_dtype(dst)), dst)], exact=True)
+
     def full(self) -> None:
         dt = self.any_dtype()
         value = float(self.rng.choice([0.0, 1.0, -1.5, 2.25, 3.0, -7.0]))
@@ -493,7 +506,7 @@ class Generator:
                   np.moveaxis(d.arr.astype(np.float64).reshape(x.shape[:axis] + (-1,) + x.shape[axis + 1:]), axis, 0))
         self.emit("gather_grad", [x, idx, d], f"axis = {axis}", [(r, x.dtype)])
 
-    OPS = {"binary": 6, "compare": 2, "select": 2, "unary": 6, "cast": 3, "full": 1, "broadcast_to": 1,
+    OPS = {"binary": 6, "compare": 2, "select": 2, "unary": 6, "cast": 3, "bitcast": 1, "full": 1, "broadcast_to": 1,
            "reshape": 1, "transpose": 1, "reduce": 3, "matmul": 2, "slice": 1, "concat": 1, "gather": 1,
            "fused_gemm_epilogue": 1, "softmax": 1, "layer_norm": 1, "softmax_cross_entropy": 1,
            "activation_grad": 1, "cast_grad": 1, "softmax_grad": 1, "slice_grad": 1, "gather_grad": 1}

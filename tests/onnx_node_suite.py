@@ -52,9 +52,10 @@ class Prepared:
     fname: str
     function: object  # func.FuncOp
     args: list[np.ndarray]
-    expected: list[np.ndarray]
+    expected: list  # arrays; lists for sequences, None for empty optionals
     rtol: float
     atol: float
+    layouts: list = field(default_factory=list)  # the outputs' layouts (opc.onnx_import.lists.regroup)
 
 
 @dataclass
@@ -82,9 +83,11 @@ def one_line(text: str, case: str) -> str:
 
 
 def as_array(value):
-    """Test data as NumPy: a TensorProto read, a NumPy scalar made rank 0; sequences etc. stay as they are."""
+    """Test data as NumPy: a TensorProto read, a NumPy scalar made rank 0; in sequences too; maps etc. stay."""
     from onnx import TensorProto, numpy_helper
 
+    if isinstance(value, list):
+        return [as_array(v) for v in value]
     if isinstance(value, TensorProto):
         try:
             return numpy_helper.to_array(value)
@@ -100,29 +103,34 @@ def prepare_case(case) -> list[Prepared] | str:
     from xdsl.dialects.builtin import StringAttr
 
     from opc.onnx_import import import_graph
+    from opc.onnx_import.lists import flatten, shapes_of
 
     graph = case.model.graph
     init_names = {t.name for t in graph.initializer}
     inputs = [vi for vi in graph.input if vi.name not in init_names]
     out: list[Prepared] = []
-    built: list[tuple[dict, dict, Prepared]] = []
+    built: list[tuple[dict, dict, Prepared, int]] = []
     for k, (feeds, expected) in enumerate(case.data_sets):
         feeds, expected = [as_array(v) for v in feeds], [as_array(v) for v in expected]
         for vi, value in zip(inputs, feeds):
-            if not isinstance(value, np.ndarray):
-                return f"refused: input '{vi.name}' is a {type(value).__name__}, not a tensor: opc imports tensors only"
-        if any(not isinstance(v, np.ndarray) for v in expected):
-            return "refused: an output is not a tensor: opc imports tensors only"
+            if not tensors_in(value):
+                return (f"refused: input '{vi.name}' is a {type(value).__name__}: "
+                        "opc imports tensors, sequences and optionals")
+        if not all(tensors_in(v) for v in expected):
+            return "refused: an output is not a tensor, sequence or optional: opc imports those only"
         values = {vi.name: v for vi, v in zip(inputs, feeds)}
-        shapes = {n: v.shape for n, v in values.items()}
-        for prev_shapes, prev_bound, prev in built:  # a data set the last import also fits
+        shapes = {n: shapes_of(v) for n, v in values.items()}
+        for prev_shapes, prev_bound, prev, n_params in built:  # a data set the last import also fits
             if prev_shapes == shapes and all(np.array_equal(values[n], v) for n, v in prev_bound.items()):
-                out.append(Prepared(case.name, prev.fname, None, [values[n] for n in values if n not in prev_bound]
-                                    + prev.args[len(values) - len(prev_bound):], list(expected), case.rtol, case.atol))
+                out.append(Prepared(case.name, prev.fname, None,
+                                    [a for n, v in values.items() if n not in prev_bound for a in flatten(v)]
+                                    + prev.args[len(prev.args) - n_params:], list(expected), case.rtol, case.atol,
+                                    prev.layouts))
                 break
         else:
+            layouts: list = []
             try:
-                module, params, bound = import_graph(case.model, shapes, values, where=case.name)
+                module, params, bound = import_graph(case.model, shapes, values, where=case.name, layouts=layouts)
             except OpcError as err:
                 return "refused: " + one_line(err, case.name)
             except Exception as err:  # noqa: BLE001 - a bug in the importer: recorded as a crash
@@ -131,11 +139,26 @@ def prepare_case(case) -> list[Prepared] | str:
             f.detach()
             fname = re.sub(r"\W", "_", f"{case.name}_{k}")
             f.sym_name = StringAttr(fname)
-            p = Prepared(case.name, fname, f, [v for n, v in values.items() if n not in bound] + list(params.values()),
-                         list(expected), case.rtol, case.atol)
-            built.append((shapes, {n: values[n] for n in bound}, p))
+            p = Prepared(case.name, fname, f,
+                         [a for n, v in values.items() if n not in bound for a in flatten(v)] + list(params.values()),
+                         list(expected), case.rtol, case.atol, layouts)
+            built.append((shapes, {n: values[n] for n in bound}, p, len(params)))
             out.append(p)
     return out
+
+
+def tensors_in(value) -> bool:
+    """An array, a sequence of them (a list), or None (an empty optional)."""
+    if isinstance(value, list):
+        return all(tensors_in(v) for v in value)
+    return value is None or isinstance(value, np.ndarray)
+
+
+def structure(value):
+    """The shape of nested data without the arrays: lists stay lists, arrays 'tensor', None None."""
+    if isinstance(value, list):
+        return [structure(v) for v in value]
+    return None if value is None else "tensor"
 
 
 def compile_chunk(functions: list, outcome: Outcome, owner: dict[str, str]) -> dict[str, object]:
@@ -159,10 +182,16 @@ def compile_chunk(functions: list, outcome: Outcome, owner: dict[str, str]) -> d
         return {**compile_chunk(functions[:half], outcome, owner), **compile_chunk(functions[half:], outcome, owner)}
 
 
-def compare(p: Prepared, got: Sequence[np.ndarray]) -> str | None:
+def compare(p: Prepared, results: Sequence[np.ndarray]) -> str | None:
+    from opc.onnx_import.lists import flatten, regroup
+
+    got = regroup(p.layouts, results) if p.layouts else list(results)
     if len(got) != len(p.expected):
         return f"{len(got)} outputs, expected {len(p.expected)}"
     for i, (g, e) in enumerate(zip(got, p.expected)):
+        if structure(g) != structure(e):
+            return f"output {i} is {structure(g)}, expected {structure(e)}"
+    for i, (g, e) in enumerate(zip(flatten(got), flatten(p.expected))):
         g, e = np.asarray(g), np.asarray(e)
         if g.dtype != e.dtype:
             return f"output {i} has dtype {g.dtype}, expected {e.dtype}"

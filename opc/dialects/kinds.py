@@ -17,7 +17,7 @@ from opc.dialects import opc
 
 # Ops evaluated point-wise inside a consumer's loop nest.
 ELEMENTWISE = (
-    opc.BinaryElementwiseOp, opc.UnaryElementwiseOp, opc.SelectOp, opc.CastOp, opc.CastGradOp,
+    opc.BinaryElementwiseOp, opc.UnaryElementwiseOp, opc.SelectOp, opc.CastOp, opc.BitcastOp, opc.CastGradOp,
     opc.ActivationGradOp,
 )  # fmt: skip
 # Index maps that re-index their input (no flat nests), evaluated point-wise in their consumer's nest.

@@ -9,7 +9,7 @@ Primitives
   select:                      select %cond, %a, %b
   unary:                       neg exp log tanh erf sqrt rsqrt abs relu gelu
                                floor ceil round sin cos tan asin acos atan sinh cosh asinh acosh atanh
-  cast {dtype = T}, full {value}, broadcast_to, reshape, transpose {perm},
+  cast {dtype = T}, bitcast {dtype = T} (same width), full {value}, broadcast_to, reshape, transpose {perm},
   reduce_sum / reduce_max / reduce_min / reduce_mean {axes, keepdim},
   matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
   index maps: slice {start, limit, strides}, concat {axis}, gather {axis}
@@ -764,6 +764,42 @@ class CastOp(OpcOp):
         if r.element_type != self.dtype:
             raise VerifyException(f"result element type {r.element_type} must equal dtype {self.dtype}")
         check_shape(r, t.get_shape(), "result")
+
+
+def storage_bits(element: Attribute) -> int:
+    """Bits an element occupies in memory: i1 is a byte holding 0 or 1, as NumPy's bool."""
+    return 8 if is_bool(element) else element.bitwidth  # type: ignore[attr-defined]
+
+
+@irdl_op_definition
+class BitcastOp(OpcOp):
+    """`%r = opc.bitcast %x {dtype = i32} : (tensor<3xf32>) -> tensor<3xi32>` (the same bits read as
+    another element type of the same width, as NumPy's `x.view(dtype)`; to i1 only from i1)"""
+
+    name = "opc.bitcast"
+    x = operand_def(TensorType)
+    result = result_def(TensorType)
+    dtype = prop_def(TypeAttribute)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, dtype: Attribute):
+        t = SSAValue.get(x).type
+        assert isinstance(t, TensorType)
+        super().__init__(operands=[x], result_types=[tensor(t.get_shape(), dtype)], properties={"dtype": dtype})
+
+    def verify_(self) -> None:
+        t, r = check_tensor(self.x, "operand"), check_tensor(self.result, "result")
+        if not is_admitted_element(self.dtype):
+            raise VerifyException(f"dtype {self.dtype} is not a supported element type")
+        if r.element_type != self.dtype:
+            raise VerifyException(f"result element type {r.element_type} must equal dtype {self.dtype}")
+        check_shape(r, t.get_shape(), "result")
+        src, dst = t.element_type, self.dtype
+        if storage_bits(src) != storage_bits(dst):
+            raise VerifyException(f"bitcast needs element types of one width: {src} has {storage_bits(src)} bits, "
+                                  f"{dst} has {storage_bits(dst)}")
+        if is_bool(dst) and not is_bool(src):  # an i1 byte holds 0 or 1; other bytes would break that
+            raise VerifyException(f"bitcast to i1 only from i1, got {src}")
 
 
 @irdl_op_definition
@@ -2504,7 +2540,7 @@ Opc = Dialect(
         GreaterThanOp, LessThanOp, EqualOp, SelectOp,
         NegOp, ExpOp, LogOp, TanhOp, ErfOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp,
         FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp, CoshOp, AsinhOp, AcoshOp, AtanhOp,
-        CastOp, FullOp, BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp,
+        CastOp, BitcastOp, FullOp, BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp,
         ReduceMinOp, ReduceMeanOp, SigmoidOp, SliceOp, ConcatOp, GatherOp,
         FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, SoftmaxCrossEntropyOp,
         CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,

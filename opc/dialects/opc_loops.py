@@ -1,7 +1,8 @@
 """The `opc_loops` dialect: the few buffer-level ops that xDSL's memref, scf,
 arith and math dialects do not already give the loop level of opc.
 
-  opc_loops.gemm           out[b] = act(op_a(A[b]) @ op_b(B[b]) + bias), reserve = pre-act
+  opc_loops.gemm           out[b] = act(op_a(A[b]) @ op_b(B[b]) + bias), reserve = pre-act,
+                           then its epilogue region on each finished block of out
   opc_loops.external_call  a device's own kernel for one op instance (runtime/opc_kernel.h)
   opc_loops.call           a runtime kernel (runtime/opc_nn.h, opc_nn.cuh) on buffers
   opc_loops.check_index    an index read from a tensor, checked against its axis
@@ -29,7 +30,7 @@ from xdsl.dialects.builtin import (
     f64,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -37,10 +38,13 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_operand_def,
+    opt_region_def,
     prop_def,
     result_def,
+    traits_def,
     var_operand_def,
 )
+from xdsl.traits import NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
 GEMM_ACTIVATIONS = ("none", "relu", "gelu", "gelu_erf")
@@ -52,6 +56,15 @@ class GemmOp(IRDLOperation):
 
     A batched GEMM with its epilogue (bias, activation, reserve store) applied
     to each output tile in the same pass; bias and reserve are optional.
+
+    The optional `epilogue` region (`... epilogue { ^bb0(%r: index, %c: index): ... }`) is the
+    body of a loop over out's elements as a [batch * m, n] matrix (row %r = b * m + i, column
+    %c): loads, scalar ops and stores of any buffers defined before the GEMM, out among
+    them. It runs for every
+    element once out's value there is final, block by block while the block is in cache
+    (opc_rt_gemm_ep_*: runtime/opc_gemm.h), so the pointwise chain on a GEMM's result
+    costs no pass over memory of its own. Blocks run in any order, on any thread: an
+    element's body reads out only at its own element.
     """
 
     name = "opc_loops.gemm"
@@ -69,10 +82,12 @@ class GemmOp(IRDLOperation):
     trans_a = prop_def(BoolAttr)
     trans_b = prop_def(BoolAttr)
     activation = prop_def(StringAttr)
+    epilogue = opt_region_def("single_block")
+    traits = traits_def(NoTerminator())
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
     assembly_format = (
-        "$a `,` $b (`bias` $bias^)? `,` $out (`reserve` $reserve^)? attr-dict `:` type($a) `,` type($b)"
-        " (`bias` type($bias)^)? `,` type($out) (`reserve` type($reserve)^)?"
+        "$a `,` $b (`bias` $bias^)? `,` $out (`reserve` $reserve^)? (`epilogue` $epilogue^)? attr-dict `:` "
+        "type($a) `,` type($b) (`bias` type($bias)^)? `,` type($out) (`reserve` type($reserve)^)?"
     )
 
     def __init__(
@@ -92,6 +107,7 @@ class GemmOp(IRDLOperation):
         trans_a: bool,
         trans_b: bool,
         activation: str = "none",
+        epilogue: Region | None = None,
     ):
         props = {name: IntegerAttr(v, i64) for name, v in (
             ("batch", batch), ("m", m), ("n", n), ("k", k),
@@ -105,6 +121,7 @@ class GemmOp(IRDLOperation):
         super().__init__(
             operands=[a, b, [bias] if bias else [], out, [reserve] if reserve else []],
             properties=props,
+            regions=[[epilogue] if epilogue is not None else []],
         )
 
     def verify_(self) -> None:
@@ -113,6 +130,10 @@ class GemmOp(IRDLOperation):
         elements = {v.type.element_type for v in self.operands}  # type: ignore[attr-defined]
         if len(elements) != 1:
             raise VerifyException("all operands must share one element type")
+        if self.epilogue is not None:
+            args = self.epilogue.block.args
+            if len(args) != 2 or not all(isinstance(a.type, IndexType) for a in args):
+                raise VerifyException("the epilogue's block takes two indices (row and column of out)")
 
 
 @irdl_op_definition

@@ -95,7 +95,40 @@ def native_flags() -> tuple[str, ...]:
     # choose their width themselves (opc_gemm.h).
     macros = subprocess.run([cc, "-march=native", "-dM", "-E", "-x", "c", os.devnull],
                             capture_output=True, text=True, check=False).stdout
-    return ("-march=native", "-mprefer-vector-width=512") if "__AVX512F__" in macros else ("-march=native",)
+    flags = ("-march=native", "-mprefer-vector-width=512") if "__AVX512F__" in macros else ("-march=native",)
+    return flags if copies_constants_right(cc, flags) else (*flags, "-mtune=generic")
+
+
+# gcc 12.2 tuned for skylake-avx512, icelake or rocketlake (what -march=native says on a Sapphire
+# Rapids it does not know) expands a copy of a constant array (a memcpy, or a loop it turns into
+# one: a generated module's constant tensor) into vector stores and takes [3, 3, 0, 0] for a
+# broadcast of 3: silently wrong numbers. -mtune=generic (or sapphirerapids) stores it right.
+CONSTANT_COPY_PROBE = r"""
+#include <stdio.h>
+#include <string.h>
+static const long long g[15] = {0, 0, 1, 2, 2, 1, 3, 0, 3, 3, 0, 0, 1, 2, 1};
+__attribute__((noinline)) void copy(long long *out) { memcpy(out, g, sizeof g); }
+int main(void) { long long out[15]; copy(out); for (int i = 0; i < 15; i++) printf("%lld ", out[i]); return 0; }
+"""
+
+
+def copies_constants_right(cc: str, flags: tuple[str, ...]) -> bool:
+    """Whether `cc -O3 flags` copies a constant array right (see CONSTANT_COPY_PROBE); True where
+    the probe cannot run at all (then the build itself says what is wrong)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "probe"
+        built = subprocess.run([cc, "-O3", *flags, "-x", "c", "-o", str(exe), "-"], input=CONSTANT_COPY_PROBE,
+                               capture_output=True, text=True, check=False)
+        if built.returncode != 0:
+            return True
+        try:
+            ran = subprocess.run([str(exe)], capture_output=True, text=True, check=False, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return True
+        return ran.stdout.split() == "0 0 1 2 2 1 3 0 3 3 0 0 1 2 1".split()
 
 
 def content_key(*parts: str | bytes, length: int = 24) -> str:

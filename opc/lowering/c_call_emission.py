@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import (
     DenseArrayBase,
+    MemRefType,
     Float64Type,
     FloatAttr,
     IntegerAttr,
@@ -23,8 +24,8 @@ from opc.dialects.opc_loops import (
     RaiseStatusOp,
 )
 from opc.dtypes import mlir_name
-from opc.lowering.abi import KERNEL_MESSAGE_FN, KERNEL_STATUS
-from opc.lowering.c_expressions import c_float_literal, dtype_suffix
+from opc.lowering.abi import KERNEL_MESSAGE_FN, KERNEL_STATUS, c_symbol
+from opc.lowering.c_expressions import c_float_literal, c_type, dtype_suffix
 
 KERNEL_DTYPES = {"i1": "OPC_DTYPE_BOOL", "i8": "OPC_DTYPE_I8", "ui8": "OPC_DTYPE_U8", "i16": "OPC_DTYPE_I16",
                  "i32": "OPC_DTYPE_I32", "i64": "OPC_DTYPE_I64", "f16": "OPC_DTYPE_F16", "bf16": "OPC_DTYPE_BF16",
@@ -81,7 +82,50 @@ class CallEmission:
 
     def emit_GemmOp(self, op: GemmOp) -> None:
         suffix = dtype_suffix(op.out.type.element_type)  # type: ignore[attr-defined]
-        self.line(f"opc_rt_gemm_{suffix}({self.gemm_args(op)});")
+        if op.epilogue is None:
+            self.line(f"opc_rt_gemm_{suffix}({self.gemm_args(op)});")
+            return
+        epilogue, captured = self.emit_epilogue(op)
+        self.line("{")
+        self.line(f"  void *opc_ep_ctx[{len(captured)}] = {{{', '.join(f'(void *){self.name(v)}' for v in captured)}}};")
+        self.line(f"  opc_rt_gemm_ep_{suffix}({self.gemm_args(op)}, {epilogue}, opc_ep_ctx);")
+        self.line("}")
+
+    def emit_epilogue(self, op: GemmOp) -> tuple[str, list[SSAValue]]:
+        """The GEMM's epilogue region as an outlined kernel `opc_k_F_N(ctx, r0, r1, c0, c1)` (so a
+        split build compiles it in a kernel unit, parallel_build.py): its body in a loop over rows
+        [r0, r1) and an `omp simd` loop over columns [c0, c1) of the [batch * m, n] output, reading
+        its buffers from ctx (the call passes them in that order)."""
+        block = op.epilogue.block  # type: ignore[union-attr]
+        captured, local_defs = self.captured_values(list(block.walk()), self.function)
+        assert all(isinstance(v.type, MemRefType) for v in captured), "an epilogue reads buffers only"
+        fn = self.function.sym_name.data
+        name = f"opc_k_{c_symbol(fn)}_{len(self.outlined)}"
+        saved_lines, saved_indent = self.lines, self.indent
+        self.lines, self.indent = [], 0
+        label = op.attributes.get("opc.epilogue")
+        if isinstance(label, StringAttr):
+            self.line(f"/* kernel epilogue: {label.data.replace('*/', '')} */")
+        self.line(f"static __attribute__((noinline)) void {name}(void *opc_ctx, int64_t opc_r0, int64_t opc_r1, "
+                  "int64_t opc_c0, int64_t opc_c1) {")
+        self.indent = 1
+        for k, v in enumerate(captured):
+            const = "const " if v in self.const_ptrs else ""
+            ct = c_type(v.type.element_type)  # type: ignore[attr-defined]
+            self.line(f"{self.param(v)} = ({const}{ct} *)((void **)opc_ctx)[{k}];")
+        self.emit_local_defs(local_defs)
+        r, c = (self.name(a) for a in block.args)
+        self.line(f"for (int64_t {r} = opc_r0; {r} < opc_r1; {r}++) {{")
+        self.line("  #pragma omp simd")
+        self.line(f"  for (int64_t {c} = opc_c0; {c} < opc_c1; {c}++) {{")
+        self.indent += 2
+        self.emit_block(block)
+        self.indent -= 2
+        self.line("  }")
+        self.line("}")
+        self.indent = 0
+        self.line("}")
+        return self.outline(name, saved_lines, saved_indent), captured
 
     def emit_ExternalCallOp(self, op: ExternalCallOp) -> None:
         """One opc_kernel_call on the stack (runtime/opc_kernel.h); a failure leaves by cleanup."""

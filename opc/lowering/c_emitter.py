@@ -185,6 +185,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
         self.line(self.prototype(fn) + " {")
         self.indent = 1
         self.line("int status = 0;")
+        self.function = fn
         owned = self.owned_buffers(fn)
         self.declare_locals(fn, owned)
         self.emit_body(fn)
@@ -252,11 +253,50 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
         """`static void opc_k_F_N(captured buffers and scalars) { nest }` plus its call.
         Constants are re-emitted inside; views are rebuilt inside from their base
         buffer, so the parameters never alias each other (they are restrict)."""
-        inside = {id(o) for o in op.walk()}
+        captured, local_defs = self.captured_values(list(op.walk()), fn)
+        kernel = f"opc_k_{c_symbol(fn.sym_name.data)}_{len(self.outlined)}"
+        saved_lines, saved_indent = self.lines, self.indent
+        self.lines, self.indent = [], 0
+        label = op.attributes.get("opc.kernel")
+        if isinstance(label, StringAttr):
+            self.line(f"/* kernel {label.data.replace('*/', '')} */")
+        params = ", ".join(self.param(v) for v in captured) or "void"
+        self.line(f"static __attribute__((noinline)) void {kernel}({params}) {{")
+        self.indent = 1
+        self.emit_local_defs(local_defs)
+        self.emit_op(op)
+        self.indent = 0
+        self.line("}")
+        kernel = self.outline(kernel, saved_lines, saved_indent)
+        self.line(f"{kernel}({', '.join(self.name(v) for v in captured)});")
+
+    def outline(self, kernel: str, saved_lines: list[str], saved_indent: int) -> str:
+        """The function just emitted into self.lines, kept as an outlined one unless a function of
+        the same code was (then that one's name); the lines and indent restored."""
+        text = "\n".join(self.lines)
+        self.lines, self.indent = saved_lines, saved_indent
+        shape = kernel_shape(text.replace(kernel, "opc_k_"))
+        if shape in self.kernel_shapes:  # the same code as a kernel emitted before (a model's repeated layers)
+            return self.kernel_shapes[shape]
+        self.kernel_shapes[shape] = kernel
+        self.outlined.append(text)
+        return kernel
+
+    def emit_local_defs(self, local_defs: list[Operation]) -> None:
+        # Constants first, then views (which may read them): the same order in every layer
+        # however the function's CSE interleaved them, so repeated kernels read alike.
+        for d in sorted(set(local_defs), key=lambda o: (isinstance(o, memref.ReinterpretCastOp),
+                                                        self.block_order.get(o, -1))):
+            self.emit_op(d)
+
+    def captured_values(self, ops: list[Operation], fn: func.FuncOp) -> tuple[list[SSAValue], list[Operation]]:
+        """What code made of `ops` reads from outside them: (buffers and scalars passed in, the
+        constants and views re-emitted inside)."""
+        inside = {id(o) for o in ops}
         captured: list[SSAValue] = []
         local_defs: list[Operation] = []
         seen: set[SSAValue] = set()
-        todo = [v for o in op.walk() for v in o.operands]
+        todo = [v for o in ops for v in o.operands]
         while todo:
             v = todo.pop()
             if v in seen:
@@ -274,32 +314,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
                 todo.extend(owner.operands)
             else:
                 captured.append(v)
-        kernel = f"opc_k_{c_symbol(fn.sym_name.data)}_{len(self.outlined)}"
-        saved_lines, saved_indent = self.lines, self.indent
-        self.lines, self.indent = [], 0
-        label = op.attributes.get("opc.kernel")
-        if isinstance(label, StringAttr):
-            self.line(f"/* kernel {label.data.replace('*/', '')} */")
-        params = ", ".join(self.param(v) for v in captured) or "void"
-        self.line(f"static __attribute__((noinline)) void {kernel}({params}) {{")
-        self.indent = 1
-        # Constants first, then views (which may read them): the same order in every layer
-        # however the function's CSE interleaved them, so repeated kernels read alike.
-        for d in sorted(set(local_defs), key=lambda o: (isinstance(o, memref.ReinterpretCastOp),
-                                                        self.block_order.get(o, -1))):
-            self.emit_op(d)
-        self.emit_op(op)
-        self.indent = 0
-        self.line("}")
-        text = "\n".join(self.lines)
-        self.lines, self.indent = saved_lines, saved_indent
-        shape = kernel_shape(text.replace(kernel, "opc_k_"))
-        if shape in self.kernel_shapes:  # the same code as a kernel emitted before (a model's repeated layers)
-            kernel = self.kernel_shapes[shape]
-        else:
-            self.kernel_shapes[shape] = kernel
-            self.outlined.append(text)
-        self.line(f"{kernel}({', '.join(self.name(v) for v in captured)});")
+        return captured, local_defs
 
     def param(self, v: SSAValue) -> str:
         t = v.type
@@ -428,6 +443,8 @@ def kernel_label(op: Operation) -> str:
         return label.data
     if isinstance(op, GemmOp):
         parts = ["bias"] * (op.bias is not None) + [op.activation.data] * (op.activation.data != "none")
+        epilogue = op.attributes.get("opc.epilogue")  # the nest the GEMM runs on its blocks
+        parts += [epilogue.data] if isinstance(epilogue, StringAttr) else []
         return "gemm: " + " + ".join(["matmul", *parts])
     if isinstance(op, CallOp):
         return f"library: {op.callee.data}"

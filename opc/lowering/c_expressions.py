@@ -215,6 +215,17 @@ def c_cast_unsigned(e: Renderer, o: Operation) -> str:
     return f"({c_type(o.results[0].type)})({unsigned_c_type(src.type)}){e.name(src)}"
 
 
+def bit_cast(e: Renderer, o: Operation) -> str:
+    """The same bits as another type of one width: f32/f64 through opc_runtime.h's memcpy (or CUDA
+    intrinsic) helpers, integers and f16/bf16 (uint16_t storage) by a C conversion of one width."""
+    src, dst, a = o.input.type, o.result.type, e.name(o.input)  # type: ignore[attr-defined]
+    if isinstance(src, (Float32Type, Float64Type)):
+        a = f"opc_{dtype_suffix(src)}_bits({a})"
+    if isinstance(dst, (Float32Type, Float64Type)):
+        return f"opc_bits_{dtype_suffix(dst)}(({'uint32_t' if isinstance(dst, Float32Type) else 'uint64_t'}){a})"
+    return f"({c_type(dst)}){a}"
+
+
 def abs_int(e: Renderer, o: Operation) -> str:
     t, a = o.result.type, e.name(o.operand)  # type: ignore[attr-defined]
     u = c_unsigned_wide(t)
@@ -292,7 +303,7 @@ EXPRESSIONS = {
     arith.ExtFOp: ext_f, arith.TruncFOp: trunc_f,
     arith.FPToSIOp: to_int_saturating, arith.FPToUIOp: to_int_saturating,
     arith.SIToFPOp: c_cast, arith.UIToFPOp: c_cast_unsigned,
-    arith.ExtSIOp: c_cast, arith.ExtUIOp: c_cast_unsigned, arith.TruncIOp: c_cast, arith.BitcastOp: c_cast,
+    arith.ExtSIOp: c_cast, arith.ExtUIOp: c_cast_unsigned, arith.TruncIOp: c_cast, arith.BitcastOp: bit_cast,
     math.ExpOp: libm("exp"), math.LogOp: libm("log"), math.TanhOp: libm("tanh"), math.ErfOp: libm("erf"),
     math.SqrtOp: libm("sqrt"), math.AbsFOp: libm("fabs"), math.PowFOp: libm("pow", 2),
     math.RsqrtOp: rsqrt, math.AbsIOp: abs_int,

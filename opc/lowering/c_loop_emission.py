@@ -23,6 +23,7 @@ SUM_FOLD_BYTES = 64  # the partials are halved down to this, then summed across 
 PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
 SIMD_MIN_TRIPS = 8  # an innermost loop shorter than this stays in the collapse (its own loop would not pay)
 OUTER_MIN_TRIPS = 16  # fewer outer iterations than this: too few to share among threads, collapse all
+CHUNK_MIN_WORK = 1 << 14  # scalar steps of the smallest piece a parallel nest is cut into (opc_par_chunk)
 TRANSPOSE_TILE = 16  # a transpose's squares: 16 floats are a cache line
 
 
@@ -71,7 +72,13 @@ class LoopEmission:
             # tiled: the outer loops and the two tile loops; simd: all but the innermost
             parallel = n if tiled else n - 1 if simd and n > 1 else n
             collapse = f" collapse({parallel})" if parallel > 1 else ""
-            self.line(f"#pragma omp parallel for{' simd' if simd and n == 1 else ''}{collapse} schedule(static) "
+            # pieces claimed one at a time, several per thread (runtime/opc_threads.h): on a busy
+            # machine the threads that run take a descheduled thread's pieces
+            trips = (pymath.prod(extents[:-2]) * -(-extents[-2] // TRANSPOSE_TILE) * -(-extents[-1] // TRANSPOSE_TILE)
+                     if tiled else pymath.prod(extents[:parallel]))
+            chunk = f"opc_par_chunk({trips}, {work}, {CHUNK_MIN_WORK})"
+            kind = "simd: dynamic" if simd and n == 1 else "dynamic"
+            self.line(f"#pragma omp parallel for{' simd' if simd and n == 1 else ''}{collapse} schedule({kind}, {chunk}) "
                       "num_threads(opc_num_threads())")
         if tiled:
             self.open_tiled_loops(op, ivs, extents)

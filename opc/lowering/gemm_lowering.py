@@ -1,33 +1,138 @@
 """GEMMs: matmul, fused_gemm_epilogue and its grad become `opc_loops.gemm` calls (batched,
-transposed, with the bias / activation epilogue).
+transposed, with the bias / activation epilogue), a GEMM with an epilogue nest (opc-schedule's
+GemmEpilogue) one whose epilogue region is that nest's flat body.
 
 A part of FunctionLowering (opc_lower_to_loops.py), which mixes it in: `self` is the
 function being lowered (its emitter `self.e`, buffers, the kernel plan)."""
 
 from __future__ import annotations
 
-from xdsl.dialects import memref
+from collections.abc import Callable
+
+from xdsl.dialects import arith, memref
 from xdsl.dialects.builtin import (
+    IndexType,
     MemRefType,
+    StringAttr,
 )
-from xdsl.ir import SSAValue
+from xdsl.ir import Block, Region, SSAValue
 
 from opc.dialects import opc
-from opc.dialects.kinds import element_of, numel, shape_of
+from opc.dialects.kinds import element_of, is_splat_constant, numel, shape_of
 from opc.dialects.opc_loops import GemmOp
 from opc.lowering import nn_lowering as nn
 from opc.lowering.scalars import (
     gelu_grad_scalar,
     relu_grad_scalar,
 )
+from opc.transforms.opc_schedule import GemmEpilogue
+
+EPILOGUE_ATTR = "opc.epilogue"
+"""On an opc_loops.gemm with an epilogue: the ops of the nest it runs (for the profiler's label)."""
 
 
 class GemmLowering:
+    # while a GEMM with an epilogue is lowered: the epilogue's builder (taken by the op's first
+    # GEMM, the one computing its results[0]), then that GEMM
+    epilogue_body: Callable[[], Region] | None = None
+    epilogue_gemm: GemmOp | None = None
+
     def gemm(self, a, b, bias, out, reserve, *, batch, m, n, k, trans_a, trans_b, act, a_stride=0, b_stride=0):
-        self.e.emit(GemmOp(
+        epilogue = self.epilogue_body() if self.epilogue_body is not None else None
+        self.epilogue_body = None
+        op = GemmOp(
             a, b, bias, out, reserve, batch=batch, m=m, n=n, k=k, a_batch_stride=a_stride,
-            b_batch_stride=b_stride, trans_a=trans_a, trans_b=trans_b, activation=act,
-        ))  # fmt: skip
+            b_batch_stride=b_stride, trans_a=trans_a, trans_b=trans_b, activation=act, epilogue=epilogue,
+        )  # fmt: skip
+        self.e.emit(op)
+        if epilogue is not None:
+            self.epilogue_gemm = op
+
+    def lower_gemm_epilogue(self, ep: GemmEpilogue) -> None:
+        """The GEMM, its views, and the flat nests rooted at ep.roots as the GEMM's epilogue region,
+        which stores each root's value (a later nest reads an earlier root's value as computed).
+        In place (ep.in_place): the GEMM writes into the nest's buffer, which the body then reads
+        and overwrites element by element; else the GEMM's result keeps a buffer of its own."""
+        roots = [r.results[0] for r in ep.roots]
+        outs = [self.buffer_for(r) for r in roots]
+        if ep.in_place:
+            g = ep.gemm.results[0]  # the GEMM's output (fused_gemm_epilogue_grad's dx)
+            shape = shape_of(g)
+            strides = [numel(shape[i + 1:]) for i in range(len(shape))]
+            view = self.e.value(memref.ReinterpretCastOp(outs[0], [], [], [], [0], list(shape), strides,
+                                                         MemRefType(element_of(g), shape)))
+            view.name_hint = g.name_hint
+            self.buffers[g] = view
+
+        def body() -> Region:
+            for v in ep.views:
+                self.lower_reshape(v)
+            n = numel(shape_of(roots[0]))
+            leaves = list(dict.fromkeys(u for r in roots for u in self.epilogue_leaves(r) if u not in roots))
+            saved = {u: self.buffers[u] for u in leaves}
+            block = Block(arg_types=[IndexType(), IndexType()])
+            row, column = block.args
+            for u in leaves:
+                self.buffers[u] = self.flat_view(saved[u])
+                if numel(shape_of(u)) != n:  # [.., 1, n] read along the rows (opc-schedule's epilogue_nest)
+                    self.columns[u] = (self.buffers[u], column)
+            outs_flat = [self.flat_view(o) for o in outs]
+            self.flat = True
+            try:
+                with self.e.at(block):
+                    cols = shape_of(ep.gemm.results[0])[-1]  # the GEMM's n
+                    i = self.e.value(arith.AddiOp(self.e.value(arith.MuliOp(row, self.e.index(cols))), column))
+                    for r, out_flat in zip(roots, outs_flat):  # value_at's memo: a later root reuses an earlier
+                        self.e.store(self.value_at_root(r, [i]), out_flat, [i])
+            finally:
+                self.flat = False
+                self.columns = {}
+                self.buffers.update(saved)
+            return Region(block)
+
+        self.epilogue_body, self.epilogue_gemm = body, None
+        try:
+            self.lower_op(ep.gemm)
+        finally:
+            self.epilogue_body = None
+        gemm = self.epilogue_gemm
+        assert gemm is not None and gemm.epilogue is not None
+        ops = {o for r in roots for o in self.epilogue_ops(r)}
+        names = [o.name.removeprefix("opc.") for o in self.fn.body.block.ops if o in ops]
+        gemm.attributes[EPILOGUE_ATTR] = StringAttr(", ".join(names))
+
+    def epilogue_ops(self, v: SSAValue) -> list:
+        """The ops of the nest computing v, in block order."""
+        ops, todo = set(), [v]
+        while todo:
+            u = todo.pop()
+            op = u.owner
+            if op in ops or (u is not v and (u in self.buffers or op not in self.inlined)):
+                continue
+            if isinstance(op, opc.FullOp) or is_splat_constant(op):  # type: ignore[arg-type]
+                continue
+            ops.add(op)
+            todo.extend(op.operands)  # type: ignore[union-attr]
+        return [o for o in self.fn.body.block.ops if o in ops]
+
+    def epilogue_leaves(self, v: SSAValue) -> list[SSAValue]:
+        """The buffers the flat nest computing v reads (splat constants are inlined)."""
+        leaves: list[SSAValue] = []
+        seen: set[SSAValue] = set()
+        todo = [v]
+        while todo:
+            u = todo.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            if u is not v and u in self.buffers:
+                leaves.append(u)
+                continue
+            op = u.owner
+            if isinstance(op, opc.FullOp) or is_splat_constant(op):  # type: ignore[arg-type]
+                continue
+            todo.extend([op.dout] if isinstance(op, opc.CastGradOp) else op.operands)  # type: ignore[union-attr]
+        return leaves
 
     def lower_matmul(self, op: opc.MatmulOp) -> None:
         """One batched GEMM over the broadcast batch dims (nn.batch_operand); [B.., M, K] @ [K, N]

@@ -65,7 +65,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
 
     def __init__(self, fn: func.FuncOp, globals_out: list[memref.GlobalOp] | None = None,
                  memory_order_reductions: bool = True, row_kernels: bool = True,
-                 row_buffer_bytes: int = ROW_BUFFER_BYTES):
+                 row_buffer_bytes: int = ROW_BUFFER_BYTES, gemm_epilogues: bool = True):
         self.fn = fn
         self.row_buffer_bytes = row_buffer_bytes
         self.memory_order_reductions = memory_order_reductions
@@ -87,9 +87,10 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.memo: dict[tuple, SSAValue] = {}  # (value, index, block) -> scalar, within one op's nests
         self.row_scalars: dict[SSAValue, SSAValue] = {}  # inside a row kernel: per-row reduction results
         self.row_staged: dict[SSAValue, SSAValue] = {}  # inside a row kernel: values kept in a row buffer
+        self.columns: dict[SSAValue, tuple[SSAValue, SSAValue]] = {}  # in a GEMM epilogue: [n] value -> (buffer, column)
         self.row_rank = 0
         self.simd = memory_order_reductions  # the CPU: float reductions vectorize (omp simd)
-        self.schedule = plan(fn, row_kernels=row_kernels)
+        self.schedule = plan(fn, row_kernels=row_kernels, epilogues=gemm_epilogues)
         self.inlined = set(self.schedule.inlined)
 
     # -- planning -------------------------------------------------------------
@@ -161,11 +162,17 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
                 continue
             before = self.entry.last_op
             rk = self.schedule.row_of.get(op)
+            ep = self.schedule.epilogue_of.get(op)
             if rk is not None:
                 if op is not rk.ops[-1]:
                     continue
                 self.memo = {}
                 self.lower_row_kernel(rk)  # at its last op: every operand is materialized by now
+            elif ep is not None:
+                if op is not ep.root:
+                    continue
+                self.memo = {}
+                self.lower_gemm_epilogue(ep)  # at the nest's root, as a row kernel at its last op
             else:
                 self.lower_op(op)
             if op in kernel_of:
@@ -254,7 +261,7 @@ class LowerToLoopsPass(ModulePass):
                 unwrap_kernels(fn)  # scheduled input (opc-schedule): the lowering re-plans the same kernels
                 cpu = self.target != "cuda"
                 new = FunctionLowering(fn, constants, memory_order_reductions=cpu,
-                                       row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0).run()
+                                       row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0, gemm_epilogues=cpu).run()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)

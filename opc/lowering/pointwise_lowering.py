@@ -59,6 +59,9 @@ class PointwiseLowering:
     def leaf_value(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue | None:
         """A scalar needing no operand evaluated first: a load, a constant, an index map."""
         e = self.e
+        if v in self.columns:  # a GEMM epilogue's [n] operand (a bias): read at the column
+            buf, column = self.columns[v]
+            return e.load(buf, [column])
         if v in self.row_scalars:  # a row reduction's result inside its row kernel
             return self.row_scalars[v]
         if v in self.row_staged:  # a row kernel's value kept in its row buffer

@@ -307,6 +307,10 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
     out_t = element_of(op.results[0])
     if isinstance(op, opc.CastOp):
         return e.convert(args[0], element_of(op.x), op.dtype)
+    if isinstance(op, opc.BitcastOp):
+        if opc.is_bool(element_of(op.x)):  # an i1 byte holds 0 or 1: as i8/ui8 the same 0 or 1
+            return e.value(arith.ExtUIOp(args[0], scalar_type(op.dtype)))
+        return e.value(arith.BitcastOp(args[0], scalar_type(op.dtype)))
     if isinstance(op, opc.SelectOp):
         return e.value(arith.SelectOp(args[0], args[1], args[2]))
     xs = [e.to_compute(a) for a in args]

@@ -74,13 +74,15 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
-                 input_values: Mapping[str, np.ndarray] | None = None, where: str | None = None):  # noqa: ANN201
-    """graph.import_graph with the converters registered: (ModuleOp, params, the inputs bound by value)."""
+def import_graph(model: Any, shapes: Mapping[str, Any] | None,
+                 input_values: Mapping[str, Any] | None = None, where: str | None = None,
+                 layouts: list[Any] | None = None):  # noqa: ANN201
+    """graph.import_graph with the converters registered: (ModuleOp, params, the inputs bound by value);
+    `layouts` receives the outputs' layouts (sequences and optionals: lists.regroup)."""
     from opc.onnx_import.graph import import_graph as import_with_converters
 
     register_converters()
-    return import_with_converters(model, shapes, input_values, where)
+    return import_with_converters(model, shapes, input_values, where, layouts=layouts)
 
 
 def register_converters() -> None:
@@ -90,10 +92,14 @@ def register_converters() -> None:
         attention_converters,
         control_flow,
         converters,
+        deform_conv_converters,
+        extra_converters,
+        linalg_converters,
         model_converters,
         more_converters,
         nn_converters,
         quant_converters,
         rnn_converters,
         sampling_converters,
+        sequence_converters,
     )

@@ -6,7 +6,8 @@ the values of that iteration:
 
     If    condition known at compile time: the taken branch only;
           known at run time: both branches, each output a `select` of the two
-          (both branches must give outputs of one type);
+          (both branches must give outputs of one type; where sequences or
+          optionals differ, the condition is needed at compile time);
     Loop  trip count and condition known at compile time (a graph input that
           sets them is bound by its value, as for a shape); the iteration
           number is a constant in the body, so slices by it fold; the loop
@@ -16,6 +17,8 @@ the values of that iteration:
 
 Unrolling keeps gradients through every step (the autodiff sees plain ops) at
 the cost of code size linear in the trip count, so the trip count is capped.
+Sequences and optionals (lists.py) pass through branches and loop state as
+they are: a sequence carried by a Loop may grow by one tensor per step.
 """
 
 from __future__ import annotations
@@ -27,14 +30,16 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.graph import Node, converter
+from opc.onnx_import.lists import Item, Opt, Seq, is_list
 
 Value = SSAValue | np.ndarray
 Values = list[Value]
+Items = list[Item]
 
 MAX_UNROLL = 4096  # body copies one node may unroll into
 
 
-def import_body(node: Node, attr: str, bindings: Sequence[Value]) -> Values:
+def import_body(node: Node, attr: str, bindings: Sequence[Item]) -> Items:
     """The subgraph `attr` of node imported inline with its inputs bound; its outputs (arrays where
     known at compile time). Names the body defines are forgotten afterwards, so the next iteration
     (or the other branch) defines them anew; names of the enclosing graphs stay visible."""
@@ -45,7 +50,18 @@ def as_value(node: Node, v: Value) -> SSAValue:
     return v if isinstance(v, SSAValue) else node.e.constant(np.asarray(v))
 
 
-def type_of(v: Value) -> tuple:
+def operand(node: Node, k: int) -> Item:
+    """Input k: a sequence or optional, its value where known at compile time, else its SSA value."""
+    if node.proto.input[k] in node.importer.lists:
+        return node.item(k)
+    return node.importer.compile_time(node.proto.input[k]) if node.known(k) else node.input(k)
+
+
+def type_of(v: Item) -> tuple:
+    if isinstance(v, Seq):
+        return ("sequence", tuple(type_of(x) for x in v.items))
+    if isinstance(v, Opt):
+        return ("optional", None if v.item is None else type_of(v.item))
     if isinstance(v, SSAValue):
         return (str(v.type.element_type), tuple(v.type.get_shape()))  # type: ignore[attr-defined]
     return (str(np.asarray(v).dtype), np.shape(v))
@@ -92,7 +108,7 @@ def check_trips(node: Node, trips: int) -> None:
 
 
 @converter("If", since=1)
-def if_(node: Node) -> Values:
+def if_(node: Node) -> Items:
     if node.known(0):
         taken = "then_branch" if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else "else_branch"
         return import_body(node, taken, [])
@@ -101,14 +117,27 @@ def if_(node: Node) -> Values:
     cond = node.input(0)
     if list(cond.type.get_shape()) != [] and cond.type.get_shape() != (1,):  # type: ignore[attr-defined]
         raise node.fail("the condition must hold one element")
+    if any(type_of(a) != type_of(b) and (is_list(a) or is_list(b)) for a, b in zip(then_out, else_out)):
+        # sequences of two lengths, an optional empty in one branch only: the outputs' layout depends on the
+        # condition, so it is needed at compile time (bound by value where it is a graph input, as a shape is)
+        return then_out if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else else_out
     out = []
     for i, (a, b) in enumerate(zip(then_out, else_out)):
         if type_of(a) != type_of(b):
             raise node.fail(f"output {i} is {type_of(a)} in then_branch and {type_of(b)} in else_branch: "
-                            "with a condition known only at run time, opc needs both of one type")
-        c = node.e.reshape(cond, [])
-        out.append(node.e.select(c, as_value(node, a), as_value(node, b)))
+                            "with a condition known only at run time, opc needs both of one type "
+                            "(sequences of one length, optionals both empty or both full)")
+        out.append(select(node, node.e.reshape(cond, []), a, b))
     return out
+
+
+def select(node: Node, c: SSAValue, a: Item, b: Item) -> Item:
+    """a where c else b, tensor by tensor through sequences and optionals of one type."""
+    if isinstance(a, Seq) and isinstance(b, Seq):
+        return Seq(tuple(select(node, c, x, y) for x, y in zip(a.items, b.items)))
+    if isinstance(a, Opt) and isinstance(b, Opt):
+        return Opt(None if a.item is None or b.item is None else select(node, c, a.item, b.item))
+    return node.e.select(c, as_value(node, a), as_value(node, b))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------
@@ -117,15 +146,14 @@ def if_(node: Node) -> Values:
 
 
 @converter("Loop", since=1)
-def loop(node: Node) -> Values:
+def loop(node: Node) -> Items:
     trips = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0]) if node.has(0) else None
     cond: Value = node.const(1, "condition") if node.has(1) else np.array(True)
     if trips is None:
         trips = MAX_UNROLL + 1  # bounded by the condition alone: it must turn false in time
-    state: Values = [node.importer.compile_time(n) if node.known(k + 2) else node.input(k + 2)
-                     for k, n in enumerate(node.proto.input[2:])]
+    state: Items = [operand(node, k + 2) for k in range(len(node.proto.input) - 2)]
     n_state = len(state)
-    scans: list[Values] = []
+    scans: list[Items] = []
     i = 0
     while i < trips and compile_time_bool(node, cond, "the loop condition"):
         if i >= MAX_UNROLL:
@@ -138,6 +166,8 @@ def loop(node: Node) -> Values:
         raise node.fail("the loop runs no iteration: its scan outputs would have no elements")
     outputs = list(state)
     for k in range(len(node.attr("body").output) - 1 - n_state):
+        if any(is_list(s[k]) for s in scans):
+            raise node.fail(f"scan output {k} is a sequence or optional: ONNX stacks tensors only")
         outputs.append(stack(node, [s[k] for s in scans], 0))
     return outputs
 

@@ -99,7 +99,7 @@ def scalar(node: Node, value: float, like: SSAValue) -> SSAValue:
 
 @converter("Identity")
 def identity(node: Node) -> Values:
-    return [node.input(0)]
+    return [node.item(0)]  # type: ignore[list-item]  # a sequence or optional passes as it is
 
 
 @converter("Reciprocal")
@@ -1294,59 +1294,95 @@ def space_to_depth(node: Node) -> Values:
 # ---------------------------------------------------------------------------
 
 
-def resize_axis_map(node: Node, n: int, scale: float, roi: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray]:
+def resize_axis_map(node: Node, attrs: dict, n: int, scale: float, roi: tuple[float, float] | None,
+                    aspect: tuple[int, int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The axis' table W and offset b (y = x @ W + b) from onnx's reference Resize on the unit vectors.
+    aspect = (m_out, m_in, size): keep_aspect_ratio_policy's shared scale m_out / m_in with the axis'
+    requested size, whose rounded output the scale alone would not give: the probe gets a second axis of
+    m_in elements (each the same) resized to m_out, so that the reference picks that scale, and the
+    output along the axis is round(scale * n)."""
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
-    attrs = {k: v for k, v in node.attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
+    attrs = {k: v for k, v in attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
     probe = np.concatenate([np.eye(n), np.zeros((1, n))]).astype(np.float64)
     inputs = {"x": probe, "scales": np.array([1.0, scale], np.float32)}
     names = ["x", "", "scales"]
     if roi is not None:
         inputs["roi"] = np.array([0.0, roi[0], 1.0, roi[1]], np.float32)
         names[1] = "roi"
+    if aspect is not None:
+        m_out, m_in, size = aspect
+        inputs = {"x": np.ascontiguousarray(np.broadcast_to(probe[:, None, :], (n + 1, m_in, n))),
+                  "sizes": np.array([m_out, size], np.int64)}
+        names = ["x", "", "", "sizes"]
+        attrs.update(axes=[1, 2], keep_aspect_ratio_policy=node.attr("keep_aspect_ratio_policy"))
     one = helper.make_node("Resize", names, ["y"], **attrs)
     try:
-        (out,) = ReferenceEvaluator(one, opsets={"": node.opset}).run(None, inputs)
+        (out,) = ReferenceEvaluator(one, opsets={"": max(node.opset, 11)}).run(None, inputs)  # Upsample: 7, 9
     except Exception as err:  # noqa: BLE001 - the reference raises anything for attributes it refuses
         raise node.fail(f"cannot build the resize tables: {type(err).__name__}: {str(err).splitlines()[0]}") from None
+    if aspect is not None:
+        out = out[:, 0, :]
     b = out[n]
     return out[:n] - b, b
 
 
 @converter("Resize", since=11)
 def resize(node: Node) -> Values:
-    e, x = node.e, node.input(0)
     shape = list(node.shape(0))
     rank = len(shape)
     axes = [node.axis(int(a), rank) for a in node.attr("axes", list(range(rank)))]
     crop = node.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
     roi = node.const(1, "roi").reshape(-1).astype(np.float64) if crop and node.has(1) else None  # used by crop only
+    aspects: dict[int, tuple[int, int, int]] = {}  # axis -> resize_axis_map's aspect
     if node.has(3):
         sizes = [int(s) for s in node.const(3, "sizes").reshape(-1)]
         ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
         policy = node.attr("keep_aspect_ratio_policy", "stretch")
         if policy != "stretch":
-            r = min(ratios) if policy == "not_larger" else max(ratios)
+            k = ratios.index(min(ratios) if policy == "not_larger" else max(ratios))
+            r = ratios[k]
             ratios = [r] * len(axes)
+            # ONNX rounds the size (half up), a scale gives int(scale * n): where they differ, the tables
+            # come from the reference given the sizes, the shared ratio as a fraction in lowest terms
+            g = math.gcd(sizes[k], shape[axes[k]])
+            m_out, m_in = sizes[k] // g, shape[axes[k]] // g
+            for j, a in enumerate(axes):
+                if int(r * shape[a] + 0.5) == int(float(np.float32(r)) * shape[a]):
+                    continue
+                if (shape[a] + 1) * shape[a] * m_in > 1 << 24:
+                    raise node.fail(f"keep_aspect_ratio_policy '{policy}': the tables of axis {a} (size {shape[a]}, "
+                                    f"scale {sizes[k]}/{shape[axes[k]]}) are too large to build")
+                aspects[a] = (m_out, m_in, sizes[j])
         scales = ratios
     else:
         scales = [float(s) for s in node.const(2, "scales").reshape(-1)]
     if len(scales) != len(axes):
         raise node.fail(f"{len(scales)} scales or sizes for {len(axes)} axes")
+    return [resize_scaled(node, node.attrs, axes, scales, roi, aspects)]
+
+
+def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
+                  roi: np.ndarray | None, aspects: dict[int, tuple[int, int, int]] | None = None) -> SSAValue:
+    """Input 0 resized along axes by scales, with Resize's attributes attrs (Resize, Upsample)."""
+    e, x = node.e, node.input(0)
+    shape = list(node.shape(0))
+    rank = len(shape)
+    crop = attrs.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
     dtype = numpy_of(x)
     work = np.dtype(np.float32) if dtype.kind != "f" or dtype.itemsize < 4 else dtype
-    if dtype.kind != "f" and node.attr("mode", "nearest") != "nearest":
+    if dtype.kind != "f" and attrs.get("mode", "nearest") != "nearest":
         raise node.fail("linear and cubic resize of integer data is not supported")
     y = x if dtype == work else e.cast(x, BY_NUMPY[work])
     current = list(shape)
     for k in sorted(range(len(axes)), key=lambda k: -axes[k]):
         a, s = axes[k], scales[k]
-        if s == 1.0 and node.attr("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize":
+        if s == 1.0 and not crop:
             continue
         axis_roi = (float(roi[k]), float(roi[k + len(axes)])) if roi is not None and len(roi) == 2 * len(axes) \
             else (float(roi[a]), float(roi[a + rank])) if roi is not None else None
-        w, b = resize_axis_map(node, current[a], s, axis_roi)
+        w, b = resize_axis_map(node, attrs, current[a], s, axis_roi, (aspects or {}).get(a))
         m = w.shape[1]
         perm = [d for d in range(rank) if d != a] + [a]
         moved = e.transpose(y, perm)
@@ -1360,31 +1396,70 @@ def resize(node: Node) -> Values:
         current[a] = m
     if dtype != work:  # nearest on integers: the 0/1 weights pick exact values
         y = e.cast(y, x.type.element_type)  # type: ignore[attr-defined]
-    return [y]
+    return y
+
+
+def einsum_explicit(node: Node, equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
+    """The equation's terms and output with '...' spelled out as letters the equation does not use (the
+    ellipsis axes aligned from the right, as they broadcast) and the implicit output made explicit."""
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise node.fail(f"equation '{equation}' has {len(terms)} operands, the node {len(ranks)}")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in equation]
+    widths = []
+    for t, r in zip(terms, ranks):
+        named = len(t.replace("...", ""))
+        widths.append(r - named if "..." in t else 0)
+        if widths[-1] < 0 or ("..." not in t and named != r) or t.count("...") > 1:
+            raise node.fail(f"equation '{equation}': term '{t}' does not fit an operand of rank {r}")
+    dots = "".join(free[:max(widths, default=0)])
+    terms = [t.replace("...", dots[len(dots) - w:]) for t, w in zip(terms, widths)]
+    if not arrow:
+        joined = "".join(terms)
+        out = dots + "".join(sorted(c for c in set(joined) - set(dots) if joined.count(c) == 1))
+    return terms, out.replace("...", dots)
+
+
+def diagonal(node: Node, x: SSAValue, term: str) -> tuple[SSAValue, str]:
+    """x with each letter repeated in its term reduced to one axis, the diagonal: the two axes moved last,
+    merged, and gathered at 0, n + 1, 2 (n + 1), ..."""
+    e = node.e
+    while len(set(term)) != len(term):
+        c = next(c for c in term if term.count(c) > 1)
+        p = term.index(c)
+        q = term.index(c, p + 1)
+        shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+        rest = [k for k in range(len(term)) if k not in (p, q)]
+        n = shape[p]
+        x = e.reshape(e.transpose(x, rest + [p, q]), [shape[k] for k in rest] + [n * n])
+        x = e.value(o.GatherOp(x, e.constant(np.arange(n, dtype=np.int64) * (n + 1)), len(rest)))
+        term = "".join(term[k] for k in rest) + c
+    return x, term
 
 
 @converter("Einsum", since=12)
 def einsum(node: Node) -> Values:
     """Operands laid out over all the equation's letters (transpose + size-1 axes), multiplied (broadcast),
-    summed over the letters the output lacks, transposed to the output's order. A two-operand contraction
-    that opc-fuse or the scheduler could run as a GEMM is not yet one; ellipses and repeated letters
-    within an operand (diagonals) are refused."""
+    summed over the letters the output lacks, transposed to the output's order. '...' becomes letters of
+    its own; a letter repeated within an operand takes its diagonal first. A two-operand contraction
+    that opc-fuse or the scheduler could run as a GEMM is not yet one."""
     e = node.e
     equation = node.attr("equation").replace(" ", "")
-    lhs, arrow, out = equation.partition("->")
-    terms = lhs.split(",")
-    if "." in equation or len(terms) != len(node.inputs()):
-        raise node.fail(f"equation '{equation}': ellipses are not supported")
-    if any(len(set(t)) != len(t) for t in terms):
-        raise node.fail(f"equation '{equation}': a letter repeated within an operand (a diagonal) is not supported")
-    letters = sorted(set("".join(terms)), key="".join(terms).index)
-    if not arrow:
-        out = "".join(sorted(c for c in letters if "".join(terms).count(c) == 1))
-    product = None
+    terms, out = einsum_explicit(node, equation, [len(node.shape(i)) for i in range(len(node.inputs()))])
+    operands = []
     for i, term in enumerate(terms):
-        shape = node.shape(i)
+        x, term = diagonal(node, node.input(i), term)
+        operands.append((x, term))
+    terms = [t for _, t in operands]
+    letters = sorted(set("".join(terms)), key="".join(terms).index)
+    if len(set(out)) != len(out) or any(c not in letters for c in out):
+        raise node.fail(f"equation '{equation}': output '{out}' repeats a letter or names one no operand has")
+    product = None
+    for x, term in operands:
+        shape = list(x.type.get_shape())  # type: ignore[attr-defined]
         order = sorted(range(len(term)), key=lambda k: letters.index(term[k]))
-        x = e.transpose(node.input(i), order)
+        x = e.transpose(x, order)
         spread = [shape[term.index(c)] if c in term else 1 for c in letters]
         x = e.reshape(x, spread)
         product = x if product is None else e.mul(product, x)

@@ -44,6 +44,7 @@ from xdsl.utils.exceptions import DiagnosticException, VerifyException
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder
 from opc.errors import OpcError, first_line
+from opc.onnx_import.lists import Item, Opt, Seq, is_list, layout_of, leaves
 
 MAX_FOLDED_INPUT = 64  # elements of a given input that import may compile in as a constant
 MIN_OPSET = 7  # the oldest ai.onnx opset imported (older graphs: onnx.version_converter)
@@ -78,6 +79,10 @@ BY_NUMPY = {np_dtype: element for _, element, np_dtype in ELEMENT_TYPES.values()
 # Never evaluated at compile time even when their inputs are known.
 NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
                 "If", "Loop", "Scan"}
+# Sequence and optional ops: their converters (sequence_converters.py) handle values known at compile time.
+LIST_OPS = {"SequenceConstruct", "SequenceEmpty", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength",
+            "ConcatFromSequence", "SplitToSequence", "SequenceMap", "Optional", "OptionalHasElement",
+            "OptionalGetElement"}
 
 
 def onnx_module():
@@ -218,6 +223,10 @@ def fix_input_shapes(model, shapes: Mapping[str, Sequence[int]], initializers: s
     for name, dims in shapes.items():
         if name not in inputs:
             raise OpcError(f"error: shapes: the graph has no input '{name}' (inputs: {', '.join(inputs) or 'none'})")
+        if not inputs[name].type.HasField("tensor_type"):
+            del model.graph.value_info[:]
+            fix_list_shapes(inputs[name].type, dims, f"input '{name}'")
+            continue
         t = inputs[name].type.tensor_type
         old = dims_of(inputs[name]) if t.HasField("shape") else None
         if old is not None and len(old) != len(dims):
@@ -229,6 +238,94 @@ def fix_input_shapes(model, shapes: Mapping[str, Sequence[int]], initializers: s
         t.shape.SetInParent()
         for d in dims:
             t.shape.dim.add().dim_value = int(d)
+
+
+def fix_list_shapes(type_proto, spec: Any, what: str) -> None:
+    """A sequence or optional input's declared element shapes made those given (in place), before shape
+    inference: a tensor's spec is its shape, a sequence's a list of them (its element type then has the
+    dims all share), an empty optional's None."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "optional_type":
+        if spec is not None:
+            fix_list_shapes(type_proto.optional_type.elem_type, spec, what)
+        return
+    if kind == "sequence_type":
+        if not isinstance(spec, list) or any(isinstance(d, (int, np.integer)) for d in spec):
+            raise OpcError(f"error: shapes: {what} is a sequence: give a list of its tensors' shapes, got {spec!r}")
+        elem = type_proto.sequence_type.elem_type
+        if spec and elem.HasField("tensor_type"):
+            for k, item in enumerate(spec):
+                check_tensor_spec(elem.tensor_type, item, f"{what} item {k}")
+            ranks = {len(item) for item in spec}
+            elem.tensor_type.ClearField("shape")
+            if len(ranks) == 1:  # one rank: the dims all items share are static, the others unknown
+                elem.tensor_type.shape.SetInParent()
+                for dims in zip(*spec):
+                    d = elem.tensor_type.shape.dim.add()
+                    if len(set(dims)) == 1:
+                        d.dim_value = int(dims[0])
+        return
+    if kind == "tensor_type":
+        check_tensor_spec(type_proto.tensor_type, spec, what)
+        type_proto.tensor_type.ClearField("shape")
+        type_proto.tensor_type.shape.SetInParent()
+        for d in spec:
+            type_proto.tensor_type.shape.dim.add().dim_value = int(d)
+        return
+    raise OpcError(f"error: shapes: {what} is a {kind}: opc imports tensors, sequences and optionals")
+
+
+def check_tensor_spec(tensor_type, spec: Any, what: str) -> None:
+    if not isinstance(spec, (list, tuple)) or not all(isinstance(d, (int, np.integer)) for d in spec):
+        raise OpcError(f"error: shapes: {what} is a tensor: give its shape, got {spec!r}")
+    if not tensor_type.HasField("shape"):
+        return
+    old = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+    if len(old) != len(spec) or any(d is not None and d != want for d, want in zip(old, spec)):
+        raise OpcError(f"error: shapes: {what} has shape {[d if d is not None else '?' for d in old]}, "
+                       f"which does not admit {list(spec)}")
+
+
+def list_arg_types(type_proto, spec: Any, what: str, where: str) -> tuple[Any, list[TensorType]]:
+    """A sequence or optional input of the given shapes (fix_list_shapes' spec) as function arguments:
+    a template (Seq/Opt with argument numbers as leaves) and the arguments' types."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type":
+        elem = type_proto.tensor_type.elem_type
+        if elem not in ELEMENT_TYPES:
+            raise OpcError(f"error: {where}: {what} has dtype {dtype_name(elem)}, which opc does not support "
+                           f"({supported_dtypes()})")
+        return 0, [TensorType(ELEMENT_TYPES[elem][1], [int(d) for d in spec])]
+    if kind == "optional_type":
+        if spec is None:
+            return Opt(None), []
+        inner, types = list_arg_types(type_proto.optional_type.elem_type, spec, what, where)
+        return Opt(inner), types
+    if kind == "sequence_type":
+        items, types = [], []
+        for k, item_spec in enumerate(spec):
+            inner, more = list_arg_types(type_proto.sequence_type.elem_type, item_spec, f"{what} item {k}", where)
+            items.append(numbered(inner, len(types)))
+            types += more
+        return Seq(tuple(items)), types
+    raise OpcError(f"error: {where}: {what} is a {kind}: opc imports tensors, sequences and optionals")
+
+
+def numbered(template: Any, offset: int) -> Any:
+    """A template's argument numbers moved by offset."""
+    if isinstance(template, Seq):
+        return Seq(tuple(numbered(x, offset) for x in template.items))
+    if isinstance(template, Opt):
+        return Opt(None if template.item is None else numbered(template.item, offset))
+    return template + offset
+
+
+def filled(template: Any, args: Sequence[SSAValue]) -> Item:
+    if isinstance(template, Seq):
+        return Seq(tuple(filled(x, args) for x in template.items))
+    if isinstance(template, Opt):
+        return Opt(None if template.item is None else filled(template.item, args))
+    return args[template]
 
 
 def input_type(value_info, where: str, given: bool = False) -> TensorType:
@@ -376,6 +473,12 @@ class Node:
     def has(self, i: int) -> bool:
         return i < len(self.proto.input) and self.proto.input[i] != ""
 
+    def item(self, i: int) -> Item:
+        """Input i as it is: a sequence or optional (lists.py), an array known at compile time, an SSA value."""
+        if not self.has(i):
+            raise self.fail(f"input {i} is missing")
+        return self.importer.item(self.proto.input[i])
+
     def input(self, i: int) -> SSAValue:
         """Input i as an SSA value (a constant becomes an arith.constant)."""
         if not self.has(i):
@@ -476,13 +579,16 @@ class GraphImporter:
         if shapes:
             fix_input_shapes(model, shapes, init_names)
         self.sized = set(shapes or ())  # inputs whose sizes the caller gave: a 0 there is a real 0
+        self.shapes = dict(shapes or {})
         self.values: dict[str, SSAValue] = {}
+        self.lists: dict[str, Seq | Opt] = {}  # sequences and optionals (lists.py), by name
         self.constants: dict[str, np.ndarray] = {}
         self.materialized: dict[str, SSAValue] = {}
         self.param_values: dict[str, np.ndarray] = {}  # ONNX name -> weight, for compile-time use
         # graph inputs whose values are given (a call's arguments): a converter that needs one at compile
         # time (a shape, axes, a size) gets it, and the input is bound: no argument, its value part of the key
-        self.input_values: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in (input_values or {}).items()}
+        self.input_values: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in (input_values or {}).items()
+                                                    if isinstance(v, np.ndarray)}  # a sequence's: never bound
         self.bound_inputs: list[str] = []
         # fold_given: the given values of small inputs are constants from the start, so that what is
         # computed from them (a Range bound from a window length, a shape from sizes) is known too
@@ -493,6 +599,7 @@ class GraphImporter:
         self.node_index = 0
         self.inferred: dict[str, tuple[int, list[int | str | None]]] = {}
         self.as_constant = constant_selector(constants, init_names, where)
+        self.output_layouts: list[Any] = []  # each graph output's layout (lists.py): how to regroup the results
 
     # -- values -------------------------------------------------------------
     def compile_time(self, name: str, needed: bool = False) -> np.ndarray | None:
@@ -507,9 +614,21 @@ class GraphImporter:
             return self.input_values[name]
         return None
 
+    def item(self, name: str) -> Item:
+        """A value of any kind: a sequence or optional, an array known at compile time, or an SSA value."""
+        if name in self.lists:
+            return self.lists[name]
+        if name in self.constants:
+            return self.constants[name]
+        return self.value(name)
+
     def value(self, name: str) -> SSAValue:
         if name in self.values:
             return self.values[name]
+        if name in self.lists:
+            kind = "a sequence" if isinstance(self.lists[name], Seq) else "an optional"
+            raise OpcError(f"error: {self.emitter.label or self.where}: '{name}' is {kind}, where a tensor is "
+                           "needed (OptionalGetElement, SequenceAt or ConcatFromSequence give one)")
         if name not in self.materialized:
             if name not in self.constants:
                 raise OpcError(f"error: {self.where}: value '{name}' is used before it is defined")
@@ -538,8 +657,18 @@ class GraphImporter:
         for name in self.folded_inputs:
             self.constants[name] = self.input_values[name]
         inputs = [vi for vi in g.input if vi.name not in init_names and vi.name not in self.folded_inputs]
-        arg_types = [input_type(vi, self.where, vi.name in self.input_values or vi.name in self.sized)
-                     for vi in inputs]
+        arg_types: list[TensorType] = []
+        templates: dict[str, Any] = {}  # sequence and optional inputs: several arguments each (or none)
+        input_names: list[str | None] = []  # each argument's ONNX input (None: an element of a list)
+        for vi in inputs:
+            if vi.type.HasField("tensor_type"):
+                arg_types.append(input_type(vi, self.where, vi.name in self.input_values or vi.name in self.sized))
+                input_names.append(vi.name)
+                continue
+            template, types = self.list_input(vi)
+            templates[vi.name] = numbered(template, len(arg_types))
+            arg_types += types
+            input_names += [None] * len(types)
         weights = self.read_initializers(initializers)
         tied = tied_weights(weights)
         all_weights = dict(weights)
@@ -547,14 +676,17 @@ class GraphImporter:
         self.inferred = infer_types(self.model, self.where)
 
         taken: set[str] = set()
-        names = [identifier(vi.name, taken, "x") for vi in inputs]
+        names = [identifier(n, taken, "x") for n in self.argument_names(inputs, templates)]
         names += [identifier(n, taken, "w") for n in weights]
         block = Block(arg_types=arg_types + [TensorType(element_of(a, f"initializer '{n}'"), a.shape)
                                              for n, a in weights.items()])
-        onnx_names = [vi.name for vi in inputs] + list(weights)
+        onnx_names = input_names + list(weights)
         for arg, name, onnx_name in zip(block.args, names, onnx_names):
             arg.name_hint = name
-            self.values[onnx_name] = arg
+            if onnx_name is not None:
+                self.values[onnx_name] = arg
+        for name, template in templates.items():
+            self.lists[name] = filled(template, block.args)
         self.param_values = dict(all_weights)
         for name, (original, how) in tied.items():  # one argument (and one gradient) for tied weights
             src = self.values[original]
@@ -564,22 +696,17 @@ class GraphImporter:
         for i, node in enumerate(g.node):
             self.node_index = i
             self.convert(Node(node, self.opset, self))
-        results = [self.value(out.name) for out in g.output]
-        if not results:
-            raise OpcError(f"error: {self.where}: the graph has no outputs")
+        results = self.results()
         block.add_ops(self.emitter.ops)
         block.add_op(func.ReturnOp(*results))
 
-        for arg, onnx_name in list(zip(block.args, onnx_names))[:len(inputs)]:
-            if onnx_name in self.needed_at_compile_time and not arg.uses:
-                block.erase_arg(arg)
-                self.bound_inputs.append(onnx_name)
         params: dict[str, np.ndarray] = {}
-        for arg, name, onnx_name in list(zip(block.args[len(inputs) - len(self.bound_inputs):],
-                                              names[len(inputs):], onnx_names[len(inputs):])):
-            if onnx_name in self.needed_at_compile_time and not arg.uses:
-                block.erase_arg(arg)
-            else:
+        for k, (arg, name, onnx_name) in enumerate(list(zip(block.args, names, onnx_names))):
+            if onnx_name is not None and onnx_name in self.needed_at_compile_time and not arg.uses:
+                block.erase_arg(arg)  # known at compile time and used only there: no argument
+                if k < len(input_names):
+                    self.bound_inputs.append(onnx_name)
+            elif k >= len(input_names):
                 params[name] = weights[onnx_name]
         fname = identifier(g.name, set(), "main")
         f = func.FuncOp(fname, (list(block.arg_types), [r.type for r in results]), Region(block))
@@ -587,6 +714,51 @@ class GraphImporter:
         cse(f)  # converters may repeat a reshape or a constant
         region_dce(f.body)  # and leave a value behind (bias_after_gemm's reshape)
         return ModuleOp([f]), params
+
+    def list_input(self, vi) -> tuple[Any, list[TensorType]]:
+        """A sequence or optional graph input: its template and argument types, for the shapes given."""
+        kind = vi.type.WhichOneof("value")
+        if kind not in ("sequence_type", "optional_type"):
+            raise OpcError(f"error: {self.where}: input '{vi.name}' is a {kind or 'value of no type'}: "
+                           "opc imports tensors, sequences and optionals")
+        if vi.name not in self.shapes:
+            what = "sequence" if kind == "sequence_type" else "optional"
+            raise OpcError(f"error: {self.where}: input '{vi.name}' is a {what}: opc needs its length and shapes at "
+                           f"import: opc.load_onnx takes them from the call, opc.import_onnx from shapes= (a list of "
+                           "shapes for a sequence, None for an empty optional)")
+        return list_arg_types(vi.type, self.shapes[vi.name], f"input '{vi.name}'", self.where)
+
+    @staticmethod
+    def argument_names(inputs: Sequence[Any], templates: Mapping[str, Any]) -> list[str]:
+        """Argument names: an input's, or for the tensors of a sequence input x, x_at0, x_at1, ..."""
+        names: list[str] = []
+        for vi in inputs:
+            if vi.name not in templates:
+                names.append(vi.name)
+                continue
+            template = templates[vi.name]
+            n = len(leaves(template))
+            if isinstance(template, Opt) and not isinstance(template.item, Seq):  # 0 or 1 tensor
+                names += [vi.name] * n
+            else:
+                names += [f"{vi.name}_at{j}" for j in range(n)]
+        return names
+
+    def results(self) -> list[SSAValue]:
+        """The graph's outputs as the function's results (a sequence's tensors in order), their layouts noted."""
+        results: list[SSAValue] = []
+        self.output_layouts = []
+        for out in self.graph.output:
+            item = self.item(out.name)
+            self.output_layouts.append(layout_of(item))
+            for v in leaves(item):
+                results.append(v if isinstance(v, SSAValue) else self.emitter.constant(v))
+        if not self.graph.output:
+            raise OpcError(f"error: {self.where}: the graph has no outputs")
+        if not results:
+            raise OpcError(f"error: {self.where}: the graph's outputs hold no tensor (empty sequences or optionals): "
+                           "nothing to compute")
+        return results
 
     def check_domains(self) -> None:
         for i, node in enumerate(self.graph.node):
@@ -624,7 +796,7 @@ class GraphImporter:
         self.emitter.label = node.label
         present = [n for n in node.proto.input if n]
         convert = find_converter(qualified_type(node.proto), node.opset)
-        foldable = node.op_type not in NOT_FOLDABLE
+        foldable = node.op_type not in NOT_FOLDABLE and node.op_type not in LIST_OPS
         if foldable and all(n in self.constants for n in present):
             outputs: Sequence[SSAValue | np.ndarray] = self.evaluate(node)
         elif convert is None and foldable and all(self.compile_time(n) is not None for n in present):
@@ -637,10 +809,18 @@ class GraphImporter:
                 outputs = convert(node)
             except VerifyException as err:  # raised by an op's constructor (shapes it cannot take)
                 raise node.fail(f"cannot express it in opc: {first_line(err)}") from None
+        from_lists = any(n in self.lists for n in present)
         for name, out in zip(node.proto.output, outputs):
             if not name:
                 continue
-            self.check_inferred(node, name, out)
+            if is_list(out):
+                self.values.pop(name, None)
+                self.constants.pop(name, None)
+                self.lists[name] = out  # type: ignore[assignment]
+                continue
+            self.lists.pop(name, None)
+            if not from_lists:  # a sequence's declared element type may be looser than its tensors
+                self.check_inferred(node, name, out)
             if isinstance(out, SSAValue):
                 if out.name_hint is None:
                     out.name_hint = self.hint(name)
@@ -651,8 +831,8 @@ class GraphImporter:
             if name and self.used(name):
                 raise node.fail(f"output '{name}' is not supported")
 
-    def inline(self, graph: Any, args: Sequence[SSAValue | np.ndarray], opset: int, where: str,
-               keep_constants: bool = False) -> list[SSAValue | np.ndarray]:
+    def inline(self, graph: Any, args: Sequence[Item], opset: int, where: str,
+               keep_constants: bool = False) -> list[Item]:
         """A graph attribute (FlexAttention's score_mod, a Loop's body) converted in place, its inputs bound
         to args (values, or arrays known at compile time): its own scope (its names shadow the outer graph's,
         which it may read), its initializers constants. Outputs known at compile time stay arrays with
@@ -662,27 +842,32 @@ class GraphImporter:
         if len(graph.input) != len(args):
             raise OpcError(f"error: {where}: graph '{graph.name}' takes {len(graph.input)} inputs, "
                            f"given {len(args)}")
-        saved = (dict(self.values), dict(self.constants), self.materialized, self.inferred, self.node_index,
-                 self.emitter.label)
+        saved = (dict(self.values), dict(self.constants), dict(self.lists), self.materialized, self.inferred,
+                 self.node_index, self.emitter.label)
         self.materialized, self.inferred = {}, {}
         try:
             for t in graph.initializer:
                 self.values.pop(t.name, None)
+                self.lists.pop(t.name, None)
                 self.constants[t.name] = numpy_helper.to_array(t)
             for vi, arg in zip(graph.input, args):
                 self.constants.pop(vi.name, None)
                 self.values.pop(vi.name, None)
-                if isinstance(arg, SSAValue):
+                self.lists.pop(vi.name, None)
+                if is_list(arg):
+                    self.lists[vi.name] = arg  # type: ignore[assignment]
+                elif isinstance(arg, SSAValue):
                     self.values[vi.name] = arg
                 else:
                     self.constants[vi.name] = np.asarray(arg)
             for i, n in enumerate(graph.node):
                 self.node_index = i
                 self.convert(Node(n, opset, self))
-            return [self.constants[out.name] if keep_constants and out.name in self.constants
+            return [self.lists[out.name] if out.name in self.lists
+                    else self.constants[out.name] if keep_constants and out.name in self.constants
                     else self.value(out.name) for out in graph.output]
         finally:
-            (self.values, self.constants, self.materialized, self.inferred, self.node_index,
+            (self.values, self.constants, self.lists, self.materialized, self.inferred, self.node_index,
              self.emitter.label) = saved
 
     def used(self, name: str) -> bool:
@@ -750,11 +935,14 @@ def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None,
     return module, params
 
 
-def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
-                 input_values: Mapping[str, np.ndarray] | None = None,
-                 where: str | None = None, constants: Any = None) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
+def import_graph(model: Any, shapes: Mapping[str, Any] | None,
+                 input_values: Mapping[str, Any] | None = None,
+                 where: str | None = None, constants: Any = None,
+                 layouts: list[Any] | None = None) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
     """import_model, where converters may read the given graph inputs' values (shapes, axes) at compile
-    time; the third result names the inputs so bound (no longer arguments)."""
+    time; the third result names the inputs so bound (no longer arguments). A sequence input's shape is a
+    list of its tensors' shapes, an empty optional's None (lists.shapes_of); `layouts`, when given, receives
+    each graph output's layout, to regroup the function's results into sequences (lists.regroup)."""
     onnx = onnx_module()
     if where is None:
         where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
@@ -773,4 +961,6 @@ def import_graph(model: Any, shapes: Mapping[str, Sequence[int]] | None,
         importer = GraphImporter(model, where, shapes, input_values, fold_given=True,
                                  constants=constants)
         module, params = importer.run()
+    if layouts is not None:
+        layouts[:] = importer.output_layouts
     return module, params, importer.bound_inputs

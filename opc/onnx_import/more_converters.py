@@ -1,6 +1,7 @@
 """More ONNX converters (issue 18, item 3): BitShift and BitwiseAnd / Or / Xor / Not onto opc's
 bitwise ops (which give ONNX's values where C leaves a shift undefined: a count below 0 or of the
-width or more gives 0 to the left, the sign fill to the right); the window functions (constants);
+width or more gives 0 to the left, the sign fill to the right); BitCast onto opc.bitcast; the window
+functions (constants);
 CumProd, TopK, ReverseSequence, CenterCropPad, LpPool, DFT, STFT and Col2Im composed of slices, gathers, reductions,
 avg_pool. Sizes, K and sequence lengths must be known at compile time."""
 
@@ -13,7 +14,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.converters import iota, scalar
-from opc.onnx_import.graph import BY_NUMPY, Node, converter, numpy_dtype_of
+from opc.onnx_import.graph import BY_NUMPY, ELEMENT_TYPES, Node, converter, dtype_name, numpy_dtype_of
 
 Values = list[SSAValue | np.ndarray]
 
@@ -28,6 +29,21 @@ def bitwise(node: Node) -> Values:
 @converter("BitwiseNot", since=18)
 def bitwise_not(node: Node) -> Values:
     return [node.e.value(o.BitwiseNotOp(node.input(0)))]
+
+
+@converter("BitCast", since=26)
+def bit_cast(node: Node) -> Values:
+    """The bits of each element read as `to`, of the same width (float8 / int4 types are refused: opc
+    has no such element type)."""
+    to = node.attr("to")
+    if to not in ELEMENT_TYPES:
+        raise node.fail(f"bitcast to {dtype_name(to)} is not supported")
+    x, element = node.input(0), ELEMENT_TYPES[to][1]
+    src = x.type.element_type  # type: ignore[attr-defined]
+    if o.storage_bits(src) != o.storage_bits(element) or (o.is_bool(element) and not o.is_bool(src)):
+        raise node.fail(f"bitcast from {src} to {element}: the element types must have one width "
+                        "(and to bool only from bool)")
+    return [x if src == element else node.e.value(o.BitcastOp(x, element))]
 
 
 @converter("BitShift", since=11)

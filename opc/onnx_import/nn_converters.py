@@ -106,18 +106,28 @@ def conv_transpose(node: Node) -> Values:
         begins, ends = [], []
         for i, k, s, d, p, want in zip(inp, kernel, strides, dilations, extra, shape):
             total = s * (i - 1) + p + (k - 1) * d + 1 - want
-            if total < 0:
-                raise node.fail(f"output_shape {list(shape)} is larger than the input gives; opc cannot pad it")
             upper = mode == "SAME_UPPER"  # ONNX: the larger half begins, except for SAME_UPPER
-            begins.append(total // 2 if upper else total - total // 2)
-            ends.append(total - begins[-1])
+            begins.append(max(total // 2 if upper else total - total // 2, 0))
+            ends.append(total - begins[-1])  # a larger output grows at the end, as onnxruntime's does
         pads = begins + ends
     else:
         pads = [0] * (2 * r) if mode == "VALID" else ints(node, "pads", 2 * r, 0)
+    grow = [max(-p, 0) for p in pads[r:]]  # an output_shape larger than the input gives: zeros after it
+    pads = [max(p, 0) for p in pads]
     x, w, group = node.input(0), node.input(1), int(node.attr("group", 1))
     y = built(node, "conv_transpose", lambda: o.ConvTransposeOp.of(x, w, strides, dilations, pads, group,
                                                                    extra if any(extra) else None)).results[0]
-    return [with_bias(node, y, 2)]
+    return [with_bias(node, zeros_after(node, y, grow), 2)]
+
+
+def zeros_after(node: Node, y: SSAValue, counts: Sequence[int]) -> SSAValue:
+    """y with counts[d] zeros after spatial dim d."""
+    for d, count in enumerate(counts):
+        if count:
+            shape = list(y.type.get_shape())  # type: ignore[attr-defined]
+            shape[d + 2] = count
+            y = node.e.value(o.ConcatOp([y, node.e.full(0.0, o.tensor(shape, y.type.element_type))], d + 2))  # type: ignore[attr-defined]
+    return y
 
 
 def pool_props(node: Node, average: bool) -> dict:
@@ -128,8 +138,6 @@ def pool_props(node: Node, average: bool) -> dict:
         raise node.fail("kernel_shape is required")
     kernel = [int(k) for k in kernel]
     strides, dilations = ints(node, "strides", r, 1), ints(node, "dilations", r, 1)
-    if int(node.attr("storage_order", 0)) != 0:
-        raise node.fail("storage_order 1 (column-major indices) is not supported")
     props = {"kernel": o.i64_array(kernel), "strides": o.i64_array(strides), "dilations": o.i64_array(dilations),
              "pads": o.i64_array(same_pads(node, inp, kernel, strides, dilations)),
              "ceil_mode": o.BoolAttr.from_bool(bool(node.attr("ceil_mode", 0)))}
@@ -146,8 +154,29 @@ def max_pool(node: Node) -> Values:
     if small_int:  # 8- and 16-bit integers pool in float32, where they are exact
         x = node.e.cast(x, f32)
     op = built(node, "max_pool", lambda: o.MaxPoolOp(x, props))
-    values, *rest = op.results
-    return [node.e.cast(values, elem) if small_int else values, *rest]
+    values, indices = op.results
+    if int(node.attr("storage_order", 0)):
+        indices = column_major(node, indices, spatial(node))
+    return [node.e.cast(values, elem) if small_int else values, indices]
+
+
+def column_major(node: Node, indices: SSAValue, inp: Sequence[int]) -> SSAValue:
+    """storage_order 1: each row-major flat index (n, c, *spatial) re-flattened with the spatial axes in
+    column-major order (the first varies fastest), as ONNX's reference computes it."""
+    e = node.e
+
+    def const(v: int) -> SSAValue:
+        return e.constant(np.array(v, np.int64))
+
+    step = int(np.prod(inp))
+    out = e.mul(e.div(indices, const(step)), const(step))
+    rest = e.sub(indices, out)  # the spatial offset, peeled axis by axis from the last
+    for k in reversed(range(len(inp))):
+        quotient = e.div(rest, const(inp[k]))
+        coord = e.sub(rest, e.mul(quotient, const(inp[k])))
+        out = e.add(out, e.mul(coord, const(int(np.prod(inp[:k])))))
+        rest = quotient
+    return out
 
 
 @converter("AveragePool")

@@ -52,7 +52,9 @@ class Layer:
     def weight(self, i: int, d: int) -> SSAValue:
         """W, R or B of direction d: [rows, cols] (B: [rows])."""
         shape = self.node.shape(i)
-        x = self.e.value(o.SliceOp(self.node.input(i), [d] + [0] * (len(shape) - 1), [d + 1, *shape[1:]]))
+        x = self.node.input(i)
+        if shape[0] != 1:  # one direction of two; of one, the reshape alone (a view: no copy of the weight)
+            x = self.e.value(o.SliceOp(x, [d] + [0] * (len(shape) - 1), [d + 1, *shape[1:]]))
         return self.e.reshape(x, shape[1:])
 
     def columns(self, v: SSAValue, start: int, size: int) -> SSAValue:

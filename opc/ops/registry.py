@@ -114,6 +114,8 @@ REGISTRY: dict[str, OpEntry] = {
     # cast passes gradients through every dtype, ints included, as Paddle does
     # (cast_grad = cast(dout, x.dtype)): f64 -> ui8 -> f64 has gradient 1.
     "opc.cast":             prim(R.vjp_cast,             any_dtype=True),
+    # bitcast reinterprets bits: no gradient flows (a small change of x is no small change of its bits)
+    "opc.bitcast":          prim(None),
     "opc.full":             prim(None),
     "opc.broadcast_to":     prim(R.vjp_broadcast_to),
     "opc.reshape":          prim(R.vjp_reshape,          any_dtype=True),

@@ -24,6 +24,16 @@ recursion, so models of any length plan):
    log_softmax composed from primitives, and the normalizations of their
    backward, are row kernels.
 
+3. GEMM epilogues (CPU only). A GEMM whose result (through reshape views)
+   feeds an elementwise nest that is flat -- every value and operand has the
+   GEMM's element count, or is a splat constant or a [n] vector read along the
+   rows (a bias): no other broadcast, no transpose --
+   takes that nest in as its epilogue: the erf GELU after fc1's matmul + bias,
+   a residual add after fc2, the GELU grad chain on fc2's dx in the backward. The GEMM runtime runs it on each finished block of
+   the output while the block is in cache (runtime/opc_gemm.h), instead of a
+   pass of its own over memory. The kernel runs where the nest's root is, so
+   whatever else reads the GEMM's result must come after that.
+
 What stays its own kernel: GEMMs (with their fused epilogue), reshapes
 (views), dense constants, runtime and device kernels, and reductions whose
 consumers read them over another iteration space (a column sum walks its
@@ -82,12 +92,28 @@ class Kernel:
     reason: str
 
 
+@dataclass(eq=False)
+class GemmEpilogue:
+    """A GEMM that runs flat elementwise nests (rooted at `roots`) on its output blocks."""
+
+    gemm: Operation
+    views: list[Operation]  # the reshapes from the GEMM's result to what the nest reads, in order
+    roots: list[Operation]  # the nests' roots, in block order (their other ops are inlined into them)
+    in_place: bool  # one nest and nothing else reads the GEMM's result: it is written into the root's buffer
+
+    @property
+    def root(self) -> Operation:
+        """Where the kernel runs: the last nest's root."""
+        return self.roots[-1]
+
+
 @dataclass
 class Schedule:
     inlined: set[Operation] = field(default_factory=set)
     rows: list[RowKernel] = field(default_factory=list)
     row_of: dict[Operation, RowKernel] = field(default_factory=dict)
     kernels: list[Kernel] = field(default_factory=list)
+    epilogue_of: dict[Operation, GemmEpilogue] = field(default_factory=dict)  # the GEMM, views and root
 
 
 def is_constant(op: Operation) -> bool:
@@ -110,6 +136,10 @@ def evaluated_once(v: SSAValue, user: Operation) -> bool:
 
 def users_of(op: Operation) -> list[Operation]:
     return list(dict.fromkeys(u.operation for r in op.results for u in r.uses))
+
+
+def value_users(v: SSAValue) -> list[Operation]:
+    return list(dict.fromkeys(u.operation for u in v.uses))
 
 
 # ---------------------------------------------------------------------------
@@ -244,9 +274,10 @@ def reads_a_row_result(op: Operation, members: set[Operation]) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def plan(fn: func.FuncOp, row_kernels: bool = True) -> Schedule:
+def plan(fn: func.FuncOp, row_kernels: bool = True, epilogues: bool = True) -> Schedule:
     """The kernels of one (unscheduled) tensor function. row_kernels=False: no row
-    kernels (every reduction its own nest); both backends plan with them."""
+    kernels (every reduction its own nest); both backends plan with them.
+    epilogues=False: no GEMM epilogues (the CUDA backend's GEMMs take none)."""
     ops = [o for o in fn.body.block.ops if not isinstance(o, func.ReturnOp)]
     returned = set(fn.body.block.last_op.operands)  # type: ignore[union-attr]
     position = {o: i for i, o in enumerate(ops)}
@@ -265,8 +296,121 @@ def plan(fn: func.FuncOp, row_kernels: bool = True) -> Schedule:
             sched.inlined.discard(o)
     if sched.rows:
         root = resolve_roots(ops, sched.inlined)
+    if epilogues:
+        plan_epilogues(ops, sched, root, position)
     sched.kernels = group_kernels(ops, sched, root, returned)
     return sched
+
+
+# ---------------------------------------------------------------------------
+# Sweep 3: GEMM epilogues
+# ---------------------------------------------------------------------------
+
+EPILOGUE_GEMMS = (opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp)  # results[0]: the
+# GEMM's output (fused_gemm_epilogue_grad's dx: its first GEMM, whose epilogue a GELU grad chain can be)
+
+
+def plan_epilogues(ops: list[Operation], sched: Schedule, root: dict[Operation, Operation],
+                   position: dict[Operation, int]) -> None:
+    """Each GEMM whose result feeds a flat elementwise nest takes it in (root updated: the GEMM
+    and its views join the nest's kernel)."""
+    members: dict[Operation, list[Operation]] = {}
+    for op in ops:
+        if not (is_constant(op) and op in sched.inlined):
+            members.setdefault(root[op], []).append(op)
+    for g in ops:
+        if not isinstance(g, EPILOGUE_GEMMS) or external_symbol(g) is not None:
+            continue
+        if not opc.is_float(element_of(g.results[0])):
+            continue
+        views, v = [], g.results[0]
+        while len(readers := value_users(v)) == 1 and isinstance(readers[0], opc.ReshapeOp):
+            views.append(readers[0])
+            v = readers[0].result
+        ep = epilogue_nest(g, views, v, sched, root, members, position)
+        if ep is not None:
+            for o in (g, *views, *ep.roots, *(m for r in ep.roots for m in members[r])):
+                if o in ep.roots or o is g or o in views:
+                    sched.epilogue_of[o] = ep
+                root[o] = ep.root
+
+
+def column_vector(v: SSAValue, n: int) -> bool:
+    """v is [.., 1, n]: one value per column of the GEMM's output (a bias), read along its rows."""
+    shape = shape_of(v)
+    return len(shape) >= 1 and shape[-1] == n and numel(shape) == n
+
+
+def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Schedule,
+                  root: dict[Operation, Operation], members: dict[Operation, list[Operation]],
+                  position: dict[Operation, int]) -> GemmEpilogue | None:
+    """The epilogue of GEMM g whose result, through `views`, is v: the flat elementwise nests that
+    read v, and those that read their roots in turn (training keeps a GELU's intermediate values
+    for the backward: three nests), if whatever else reads g's result, its views or the nests'
+    roots runs after the last of them."""
+    n, cols = numel(shape_of(g.results[0])), shape_of(g.results[0])[-1]
+
+    def nests_reading(w: SSAValue) -> set[Operation]:
+        return {root[u] for u in value_users(w) if u in root and (u in sched.inlined or root[u] is u)}
+
+    def flat(r: Operation) -> bool:
+        if (r in sched.row_of or r in sched.epilogue_of or not isinstance(r, ELEMENTWISE) or len(r.results) != 1
+                or isinstance(r, opc.CastGradOp) or external_symbol(r) is not None):
+            return False
+        for o in members[r]:
+            if not isinstance(o, ELEMENTWISE) or external_symbol(o) is not None or numel(shape_of(o.results[0])) != n:
+                return False
+            for a in o.operands:
+                p = a.owner
+                if isinstance(p, Operation) and is_constant(p) and p in sched.inlined:
+                    continue  # a splat: the same everywhere
+                if numel(shape_of(a)) != n and not (shape_of(r.results[0])[-1] == cols and column_vector(a, cols)):
+                    return False
+        return True
+
+    def reads_only(r: Operation, roots: set[Operation]) -> bool:
+        """r's nest reads v, the roots, constants, and values from before the GEMM only."""
+        nest = set(members[r])
+        for o in nest:
+            for a in o.operands:
+                p = a.owner
+                if a is v or p in roots or p in nest or (isinstance(p, Operation) and is_constant(p)):
+                    continue
+                if not isinstance(p, Operation) or p not in position or position[p] < position[g]:
+                    continue  # an argument, or computed before the GEMM
+                return False
+        return True
+
+    def valid(roots: set[Operation]) -> GemmEpilogue | None:
+        last = max(position[r] for r in roots)
+        inside = {o for r in roots for o in members[r]} | set(views)
+        outside = [u for o in (g, *views, *roots) for u in users_of(o) if u not in inside]
+        if any(position.get(u, len(position)) <= last for u in outside):
+            return None  # read before the nests run: the GEMM must run earlier
+        ordered = sorted(roots, key=position.__getitem__)
+        reads_g = [u for o in (g, *views) for u in value_users(o.results[0]) if u not in inside]
+        in_place = len(ordered) == 1 and not reads_g and element_of(g.results[0]) == element_of(ordered[0].results[0])
+        return GemmEpilogue(g, views, ordered, in_place)
+
+    if any(isinstance(u, func.ReturnOp) for w in views for u in value_users(w.results[0])):
+        return None  # a returned view is copied into its output where it is lowered: before the GEMM
+    def closure(first: set[Operation]) -> set[Operation]:
+        roots, todo = set(first), list(first)
+        while todo:  # the flat nests reading a root taken in, and nothing computed since the GEMM
+            for r in nests_reading(todo.pop().results[0]):
+                if r not in roots and flat(r) and reads_only(r, roots):
+                    roots.add(r)
+                    todo.append(r)
+        return roots
+
+    readers = {r for r in nests_reading(v) if flat(r)}
+    # Tried in turn: every flat nest reading v, then those reading nothing computed since the GEMM
+    # (a backward nest that reads v late stays outside); each with the nests reading their roots.
+    for first in (readers, {r for r in readers if reads_only(r, set())}):
+        for roots in (closure(first), first) if first else ():
+            if (ep := valid(roots)) is not None:
+                return ep
+    return None
 
 
 def resolve_roots(ops: list[Operation], inlined: set[Operation]) -> dict[Operation, Operation]:
@@ -290,7 +434,8 @@ def group_kernels(ops: list[Operation], sched: Schedule, root: dict[Operation, O
         members.setdefault(key, []).append(op)
     kernels = []
     for key, group in members.items():
-        kind = "row" if isinstance(key, RowKernel) else kind_of(key)  # type: ignore[arg-type]
+        kind = ("row" if isinstance(key, RowKernel) else "gemm" if key in sched.epilogue_of
+                else kind_of(key))  # type: ignore[arg-type]
         kernels.append(Kernel(kind, group, boundary_reason(group, kind, returned)))
     position = {o: i for i, o in enumerate(ops)}
     kernels.sort(key=lambda k: position[k.ops[-1]])
@@ -406,7 +551,8 @@ def tensor_functions(module: ModuleOp) -> list[func.FuncOp]:
 
 @dataclass(frozen=True)
 class SchedulePass(ModulePass):
-    """Wrap each kernel of every function in an `opc_sched.kernel` (the same plan for every target)."""
+    """Wrap each kernel of every function in an `opc_sched.kernel` (the same plan for every target,
+    but for GEMM epilogues: CUDA's GEMMs take none)."""
 
     name = "opc-schedule"
     target: str = "cpu"
@@ -415,14 +561,15 @@ class SchedulePass(ModulePass):
         for fn in tensor_functions(op):
             if any(isinstance(o, KernelOp) for o in fn.body.block.ops):
                 continue  # already scheduled
-            wrap_kernels(fn, plan(fn))
+            wrap_kernels(fn, plan(fn, epilogues=self.target != "cuda"))  # CUDA's GEMMs take no epilogue
 
 
-def describe(module: ModuleOp, row_kernels: bool = True) -> str:
-    """`opc explain --kernels`: every function's kernels, their ops and why each ends."""
+def describe(module: ModuleOp, row_kernels: bool = True, epilogues: bool = True) -> str:
+    """`opc explain --kernels`: every function's kernels, their ops and why each ends
+    (epilogues=False: the CUDA backend's, whose GEMMs take no epilogue)."""
     lines = []
     for fn in tensor_functions(module):
-        sched = plan(fn, row_kernels)
+        sched = plan(fn, row_kernels, epilogues)
         lines.append(f"@{fn.sym_name.data}: {len(sched.kernels)} kernels")
         for i, k in enumerate(sched.kernels):
             names = ", ".join(o.name.removeprefix("opc.") for o in k.ops)

@@ -154,3 +154,30 @@ def test_emitted_source_compiles_alone(model, tmp_path, capsys, emit, compiler, 
     proc = subprocess.run([compiler, "-c", *strict, str(src), "-o", str(tmp_path / "model.o")], cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dtype", ["i64", "i32", "f64", "f32"])
+def test_constant_tensors_copy_right(dtype):
+    """gcc 12.2 tuned for Skylake-AVX512 / Ice Lake / Rocket Lake (-march=native on a Sapphire Rapids)
+    stored [3, 3, 0, 0] of this constant as a broadcast of 3 (build.CONSTANT_COPY_PROBE): the build
+    probes for it and tunes generically where it happens."""
+    import numpy as np
+
+    import opc
+
+    values = [0, 0, 1, 2, 2, 1, 3, 0, 3, 3, 0, 0, 1, 2, 1]
+    lit = ", ".join(str(v) if dtype[0] == "i" else f"{v}.0" for v in values)
+    m = opc.compile(f"""func.func @g() -> tensor<15x{dtype}> {{
+  %c = arith.constant dense<[{lit}]> : tensor<15x{dtype}>
+  func.return %c : tensor<15x{dtype}>
+}}""")
+    assert m.g().tolist() == values
+
+
+def test_probe_tells_a_wrong_copy():
+    """The probe itself: right for plain -O3, and it runs (a probe that cannot fail would hide the bug)."""
+    cc = os.environ.get("CC", "gcc")
+    assert build.copies_constants_right(cc, ())
+    flags = build.native_flags()
+    if "-mtune=generic" in flags:  # this machine's gcc has the bug: the probe saw it
+        assert not build.copies_constants_right(cc, tuple(f for f in flags if f != "-mtune=generic"))

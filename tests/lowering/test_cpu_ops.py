@@ -230,6 +230,30 @@ def test_cast(casts, src, dst):
                                   want.astype(np.float64) if dst in FLOATS else want)
 
 
+# bitcast: every pair of one width (bool to the 8-bit integers), on cast's range-edge inputs
+BITCAST_PAIRS = [(s, d) for s in ALL_DTYPES for d in ALL_DTYPES
+                 if s != d and d != "bool" and np_dtype(s).itemsize == np_dtype(d).itemsize]
+
+
+@pytest.fixture(scope="module")
+def bitcasts():
+    shape = (CAST_N,)
+    return compile_funcs([
+        func(f"bitcast_{s}_{d}", [(shape, s)],
+             f"%r = opc.bitcast %a0 {{dtype = {ttype(shape, d).split('x')[-1][:-1]}}} : ({ttype(shape, s)}) -> "
+             f"{ttype(shape, d)}", [(shape, d)])
+        for s, d in BITCAST_PAIRS
+    ])
+
+
+@pytest.mark.parametrize("src,dst", BITCAST_PAIRS)
+def test_bitcast(bitcasts, src, dst):
+    x = cast_input(src)
+    got = getattr(bitcasts, f"bitcast_{src}_{dst}")(x)
+    assert got.dtype == np_dtype(dst)
+    np.testing.assert_array_equal(got.view(np.uint8), x.view(np.uint8))  # the same bytes, NaN payloads too
+
+
 # ---------------------------------------------------------------------------
 # Shape ops, full, reductions
 # ---------------------------------------------------------------------------

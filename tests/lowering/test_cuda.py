@@ -137,6 +137,10 @@ def ops_sources() -> list[str]:
                      ("int64", "int8"), ("float16", "int32"), ("int32", "bool"), ("bfloat16", "float32")):
         out.append(fn(f"cast_{src}_{dst}", [(s, src)],
                       f"%r = opc.cast %a0 {{dtype = {MLIR[dst]}}} : ({tt(s, src)}) -> {tt(s, dst)}", [(s, dst)]))
+    for src, dst in (("float32", "int32"), ("int64", "float64"), ("float16", "int16"), ("bfloat16", "float16"),
+                     ("uint8", "int8"), ("bool", "uint8")):
+        out.append(fn(f"bitcast_{src}_{dst}", [(s, src)],
+                      f"%r = opc.bitcast %a0 {{dtype = {MLIR[dst]}}} : ({tt(s, src)}) -> {tt(s, dst)}", [(s, dst)]))
     out.append(fn("cast_grad_f16", [(s, "float16"), (s, "float32")],
                   f"%r = opc.cast_grad %a0, %a1 : ({tt(s, 'float16')}, {tt(s, 'float32')}) -> {tt(s, 'float16')}",
                   [(s, "float16")]))

@@ -50,6 +50,12 @@ CASES = [
     Case("r3_column_mask_f16", (3,), 9, 6, 8, 4, (9, 1), True, "float16"),  # mask broadcast along keys
     Case("r3_bf16", (2,), 6, 10, 16, 8, (1, 10), False, "bfloat16"),
     Case("r2_causal_f64", (), 12, 5, 6, 3, None, True, "float64"),  # no batch dims
+    # the tiles' edges (8 rows by 2 vectors: 32 f32 / 16 f64 lanes with AVX-512, 16 / 8 with AVX; keys padded
+    # to 64-key blocks; v read in place when its rows are whole tiles, else copied and padded)
+    Case("r4_v_in_place_f32", (2, 2), 33, 129, 64, 32, (1, 1, 33, 129), False, "float32"),  # one key past 2 blocks
+    Case("r3_one_key_f32", (3,), 1, 1, 40, 64, None, True, "float32"),
+    Case("r3_v_in_place_f64", (2,), 17, 64, 9, 16, (2, 17, 1), False, "float64"),
+    Case("r4_wide_f16", (1, 2), 9, 65, 33, 32, (2, 1, 65), True, "float16"),
 ]
 LSE_CASES = [CASES[7], Case("r3_small_mask_f64", (2,), 4, 3, 2, 2, (4, 3), False, "float64")]
 

@@ -94,3 +94,21 @@ def test_cli(tmp_path, capsys):
     assert (tmp_path / "t.json").is_file()
     assert main(["profile", str(path), "--repeat", "0"]) == 1
     assert capsys.readouterr().err == "error: --repeat must be at least 1, got 0\n"
+
+
+def test_cli_inputs(layer, tmp_path, capsys):
+    """--inputs random is the default; --inputs FILE.npz calls with the named arrays (a wrong array is the
+    binding's ValueError, a missing one an error line)."""
+    path = tmp_path / "layer.mlir"
+    path.write_text(SRC)
+    _, args, _ = layer
+    np.savez(tmp_path / "in.npz", x=args[0], w=args[1], m=args[2])
+    assert main(["profile", str(path), "--inputs", "random", "--repeat", "2"]) == 0
+    assert main(["profile", str(path), "--inputs", str(tmp_path / "in.npz"), "--repeat", "2"]) == 0
+    assert "1 functions x 2 calls" in capsys.readouterr().out
+    np.savez(tmp_path / "part.npz", x=args[0], w=args[1])
+    assert main(["profile", str(path), "--inputs", str(tmp_path / "part.npz")]) == 1
+    assert capsys.readouterr().err == f"error: --inputs {tmp_path / 'part.npz'} has no array 'm' for layer()\n"
+    assert main(["profile", str(path), "--inputs", str(tmp_path / "none.npz")]) == 1
+    assert capsys.readouterr().err.startswith(f"error: --inputs {tmp_path / 'none.npz'}: not 'random' nor a readable")
+

@@ -376,6 +376,17 @@ def test_gemm_large_blocks(rt, dname, shape):
     run_gemm(rt, dname, 1, M, N, K, True, True, 0, bias=False, reserve=False)
 
 
+@pytest.mark.parametrize("M", [1, 2, 3, 4, 5, 8, 9])
+@pytest.mark.parametrize("tb", [False, True])
+def test_gemm_few_rows(rt, M, tb):
+    """f32 with M <= 8 reads B in place (runtime/opc_gemm_fewrows.h; 9 takes the packed path): full
+    and edge column tiles (70 = 2 x 32 + 6), a K that no vector width divides, batches with B shared
+    or not, every epilogue; and the other dtypes at the same sizes for comparison."""
+    for i, (N, K) in enumerate([(70, 37), (1024, 256), (3, 1), (33, 300)]):
+        run_gemm(rt, "f32", 2, M, N, K, False, tb, i % 4, bias=i % 2 == 0, bcast="b" if i % 2 else None, seed=i)
+    run_gemm(rt, "f64", 1, M, 70, 37, False, tb, 1)
+
+
 def test_gemm_k0_no_bias(rt):
     out, _ = run_gemm(rt, "f32", 2, 4, 5, 0, False, False, 2, bias=False)
     assert np.all(out == 0)
@@ -384,7 +395,7 @@ def test_gemm_k0_no_bias(rt):
 def test_gemm_bounds(rt):
     """Output buffer with guard cells: nothing written outside [M,N]."""
     ffi, lib = rt
-    for M, N, K in [(7, 33, 129), (13, 17, 300), (1, 1, 1), (300, 5, 520)]:
+    for M, N, K in [(7, 33, 129), (13, 17, 300), (1, 1, 1), (300, 5, 520), (4, 70, 37), (3, 1024, 17)]:
         a = np.random.default_rng(3).standard_normal((M, K)).astype(np.float32)
         b = np.random.default_rng(4).standard_normal((K, N)).astype(np.float32)
         buf = np.full(M * N + 64, 7.0, np.float32)

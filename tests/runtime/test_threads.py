@@ -91,22 +91,81 @@ def test_wait_policy_only_where_unset(env, want):
     assert out.stdout.split() == want.split()
 
 
-def test_numbers_at_each_count():
-    """A parallel kernel and a GEMM give NumPy's numbers at 1 and 2 threads."""
-    t = "tensor<300x500xf32>"
-    m = opc.compile(f"func.func @f(%a: {t}, %b: tensor<500x300xf32>) -> tensor<300x300xf32> {{\n"
-                    f"  %e = opc.erf %a : ({t}) -> {t}\n"
-                    f"  %c = opc.matmul %e, %b : ({t}, tensor<500x300xf32>) -> tensor<300x300xf32>\n"
-                    f"  func.return %c : tensor<300x300xf32>\n}}\n")
+TORCH_FIRST = "import torch, opc"
+
+
+@pytest.mark.parametrize("env,warns", [({}, True), ({"OMP_WAIT_POLICY": "passive"}, False),
+                                       ({"OPC_WAIT_POLICY": "libgomp"}, False), ({"OPC_NUM_THREADS": "1"}, False)])
+def test_warns_when_torch_loaded_libgomp_first(env, warns):
+    """torch's libgomp, loaded before opc chose a policy, spins: opc says so once where it runs threads."""
+    pytest.importorskip("torch", reason="the case needs torch's libgomp loaded before opc")
+    drop = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPC_WAIT_POLICY", "OPC_NUM_THREADS", "OMP_NUM_THREADS")
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    out = subprocess.run([sys.executable, "-c", TORCH_FIRST], env={**base, "OPC_NUM_THREADS": "2", **env},
+                         capture_output=True, text=True, check=True)
+    assert ("RuntimeWarning: opc: libgomp was loaded before opc" in out.stderr) == warns, out.stderr
+
+
+def at_counts(fn, counts=(1, 2, 3)):
+    """fn's outputs at each of opc's thread counts, twice each (the pieces of a parallel loop go to
+    whichever thread claims them first, so two calls at one count split the work differently)."""
+    before = opc.get_num_threads()
+    try:
+        out = []
+        for n in counts:
+            opc.set_num_threads(n)
+            out += [fn(), fn()]
+        return out
+    finally:
+        opc.set_num_threads(before)
+
+
+def assert_bitwise_same(outs):
+    for got in outs[1:]:
+        for g, w in zip(got, outs[0]):
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("m,k,n", [(300, 500, 300), (37, 64, 700), (900, 96, 40)])
+def test_numbers_at_each_count(m, k, n):
+    """A flat parallel loop (1-D erf, a remainder past the vector width), a parallel loop nest and
+    a GEMM split by rows or columns give NumPy's numbers, and the same bits at 1, 2 and 3 threads."""
+    length = m * k
+    a_t, b_t = f"tensor<{m}x{k}xf32>", f"tensor<{k}x{n}xf32>"
+    m_ = opc.compile(f"func.func @f(%flat: tensor<{length}xf32>, %a: {a_t}, %b: {b_t}) -> "
+                     f"(tensor<{length}xf32>, tensor<{m}x{n}xf32>) {{\n"
+                     f"  %ef = opc.erf %flat : (tensor<{length}xf32>) -> tensor<{length}xf32>\n"
+                     f"  %e = opc.erf %a : ({a_t}) -> {a_t}\n"
+                     f"  %c = opc.matmul %e, %b : ({a_t}, {b_t}) -> tensor<{m}x{n}xf32>\n"
+                     f"  func.return %ef, %c : tensor<{length}xf32>, tensor<{m}x{n}xf32>\n}}\n")
     from scipy.special import erf
 
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((300, 500), np.float32), rng.standard_normal((500, 300), np.float32)
-    want = erf(a.astype(np.float64)) @ b
-    before = opc.get_num_threads()
-    try:
-        for n in (1, 2):
-            opc.set_num_threads(n)
-            np.testing.assert_allclose(m.f(a, b), want, rtol=1e-4, atol=1e-4)
-    finally:
-        opc.set_num_threads(before)
+    a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    outs = at_counts(lambda: m_.f(a.reshape(-1), a, b))
+    np.testing.assert_allclose(outs[0][0], erf(a.reshape(-1).astype(np.float64)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outs[0][1], erf(a.astype(np.float64)) @ b, rtol=1e-4, atol=1e-4)
+    assert_bitwise_same(outs)
+
+
+def test_transformer_block_bits_at_each_count():
+    """Every kind of parallel region of a model (GEMMs with bias, the attention kernel, layer
+    norms, the GELU loop, transposes, their gradients) gives the same bits at 1, 2 and 3 threads;
+    the forward agrees with the float64 NumPy block."""
+    from onnx_helpers import EXAMPLES
+
+    assert EXAMPLES.is_dir()
+    from zoo import common, transformer_block
+
+    s = transformer_block.Sizes(batch=2, seq=64, width=64, heads=2, mlp=256)
+    model = transformer_block.build(s, np.float32, opset=17, seed=0)
+    module, params = opc.import_onnx(model)
+    m = opc.compile(module, grad=True)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((s.batch, s.seq, s.width)).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    w = list(params.values())
+    outs = at_counts(lambda: [m.main_graph(x, *w), *m.main_graph_value_and_grad(x, *w, dy)])
+    want = transformer_block.reference({"x": x}, common.weights(model), s)
+    np.testing.assert_allclose(outs[0][0], want, rtol=1e-4, atol=1e-4)
+    assert_bitwise_same(outs)

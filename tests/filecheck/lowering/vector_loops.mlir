@@ -6,7 +6,7 @@
 
 // The erf GELU as the ONNX exporter writes it (div, erf, add, mul, mul).
 // CHECK-LABEL: void opc_k_gelu_0(
-// CHECK:         #pragma omp parallel for collapse(2) schedule(static) num_threads(opc_num_threads())
+// CHECK:         #pragma omp parallel for collapse(2) schedule(dynamic, opc_par_chunk({{.*}})) num_threads(opc_num_threads())
 // CHECK-NEXT:    for (int64_t [[B:v_[0-9]+]] =
 // CHECK-NEXT:      for (int64_t [[S:v_[0-9]+]] =
 // CHECK-NEXT:        #pragma omp simd
@@ -29,7 +29,7 @@ func.func @gelu(%x: tensor<8x128x1024xf32>) -> tensor<8x128x1024xf32> {
 
 // Heads out of the sequence axis: the innermost axis stays innermost on both sides.
 // CHECK-LABEL: void opc_k_heads_0(
-// CHECK:         #pragma omp parallel for collapse(3) schedule(static)
+// CHECK:         #pragma omp parallel for collapse(3) schedule(dynamic, opc_par_chunk({{.*}}))
 // CHECK:         #pragma omp simd
 // CHECK-NEXT:    for (int64_t
 func.func @heads(%x: tensor<8x128x4x64xf32>) -> tensor<8x4x128x64xf32> {
@@ -39,7 +39,7 @@ func.func @heads(%x: tensor<8x128x4x64xf32>) -> tensor<8x4x128x64xf32> {
 
 // K^T: the two inner axes swap, so they are walked in 16x16 tiles.
 // CHECK-LABEL: void opc_k_keys_t_0(
-// CHECK:         #pragma omp parallel for collapse(4) schedule(static)
+// CHECK:         #pragma omp parallel for collapse(4) schedule(dynamic, opc_par_chunk({{.*}}))
 // CHECK:         for (int64_t [[I:v_[0-9]+]]_t = 0; [[I]]_t < 64; [[I]]_t += 16) {
 // CHECK-NEXT:      for (int64_t [[J:v_[0-9]+]]_t = 0; [[J]]_t < 128; [[J]]_t += 16) {
 // CHECK-NEXT:        for (int64_t [[I]] = [[I]]_t; [[I]] < [[I]]_t + 16; [[I]]++) {
@@ -52,7 +52,7 @@ func.func @keys_t(%x: tensor<8x4x128x64xf32>) -> tensor<8x4x64x128xf32> {
 
 // The attention mask added over heads and query rows.
 // CHECK-LABEL: void opc_k_mask_0(
-// CHECK:         #pragma omp parallel for collapse(3) schedule(static)
+// CHECK:         #pragma omp parallel for collapse(3) schedule(dynamic, opc_par_chunk({{.*}}))
 // CHECK:         #pragma omp simd
 // CHECK-NEXT:    for (int64_t [[K:v_[0-9]+]] =
 // CHECK:           m_1[{{v_[0-9]+}} * 128 + [[K]]]

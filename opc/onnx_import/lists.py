@@ -1,0 +1,112 @@
+"""ONNX sequences and optionals as opc imports them: lists fixed at compile time.
+
+opc functions take and return tensors only, so at import a sequence is a Python
+list of tensors (SSA values, or arrays known at compile time) whose length is
+known at compile time, and an optional holds 0 or 1 of them (a tensor or a
+sequence). A sequence graph input of k tensors is k function arguments, a
+sequence output k results: callers flatten their list inputs into arguments
+(`flatten`) and regroup the results (`regroup`) by the layout the import
+reports; the lengths join the compile key as shapes do (`shapes_of`).
+
+In a call, as onnx's test data and onnxruntime have them: a sequence is a list
+of arrays, an empty optional None, an optional with a value that value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xdsl.ir import SSAValue
+
+Value = SSAValue | np.ndarray
+
+
+@dataclass(frozen=True)
+class Seq:
+    """A sequence value at import: its tensors in order."""
+
+    items: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True)
+class Opt:
+    """An optional value at import: None (empty), a tensor or a Seq."""
+
+    item: Value | Seq | None = None
+
+
+Item = Value | Seq | Opt
+
+# A graph output's layout, to regroup the flat results: TENSOR (one result), ("sequence", [layouts]),
+# ("optional", layout or None when empty).
+TENSOR = "tensor"
+
+
+def is_list(v: Any) -> bool:
+    return isinstance(v, (Seq, Opt))
+
+
+def layout_of(v: Item) -> Any:
+    if isinstance(v, Seq):
+        return ("sequence", [layout_of(x) for x in v.items])
+    if isinstance(v, Opt):
+        return ("optional", None if v.item is None else layout_of(v.item))
+    return TENSOR
+
+
+def leaves(v: Item) -> list[Value]:
+    """The tensors of a value, in argument (and result) order."""
+    if isinstance(v, Seq):
+        return [x for item in v.items for x in leaves(item)]
+    if isinstance(v, Opt):
+        return [] if v.item is None else leaves(v.item)
+    return [v]
+
+
+def regroup(layouts: Sequence[Any], results: Sequence[Any]) -> list[Any]:
+    """A function's flat results as the graph's outputs: lists for sequences, None for empty optionals."""
+    it = iter(results)
+    out = [take(layout, it) for layout in layouts]
+    if next(it, None) is not None:
+        raise ValueError(f"{len(results)} results do not fit the layout {layouts}")
+    return out
+
+
+def take(layout: Any, it: Iterator[Any]) -> Any:
+    if layout == TENSOR:
+        return next(it)
+    kind, inner = layout
+    if kind == "sequence":
+        return [take(x, it) for x in inner]
+    return None if inner is None else take(inner, it)
+
+
+def flatten(value: Any) -> list[np.ndarray]:
+    """A call's input as function arguments: a list's arrays in order, nothing for None."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [a for v in value for a in flatten(v)]
+    return [np.asarray(value)]
+
+
+def shapes_of(value: Any) -> Any:
+    """An input's shape for import: a tuple for an array, a list of shapes for a sequence, None when empty."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [shapes_of(v) for v in value]
+    return tuple(np.shape(value))
+
+
+def key_of(value: Any) -> Any:
+    """An input's part of a compile key: dtypes and shapes, the structure of lists."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return tuple(key_of(v) for v in value)
+    a = np.asarray(value)
+    return (a.dtype.str, a.shape)

@@ -1,0 +1,141 @@
+/* opc_gemm_fewrows.h -- f32 GEMM for a few rows (M <= OPC_FR_MAX_M): B read in place.
+ *
+ * With few rows (a recurrent step's batch, one token of a decoder, a batch-1 linear
+ * layer) each element of B is used only M times, so packing B -- a full pass that
+ * reads and writes all of it, and a transpose when trans_b -- costs more than the
+ * product itself: a 4x256 @ (1024x256)^T step of an LSTM spent 3/4 of its time
+ * packing. Here B is streamed once per group of up to 4 rows, straight from the
+ * caller's layout, in tiles of NR columns that the threads share:
+ *   trans_b = 0 (B is KxN): two vectors of a row of B loaded per k and multiplied by
+ *     each row's broadcast A[i][k];
+ *   trans_b = 1 (B is NxK): dot products along K, two columns of B at a time against
+ *     each row of A, reduced across lanes at the end.
+ * M = 4, N = 1024, K = 256 at 1 thread (AVX-512): 27-30 us, against 66-69 us packing B.
+ * Only the columns [0, N) and rows [0, M) are read or written; edge tiles take the
+ * same code with their true sizes. Results go through opc__store_s (bias, reserve,
+ * activation), as the packed path's tiles do. GCC vector extensions: the same source
+ * is AVX-512, AVX2 or SSE code, whatever the build's -march gives. C only, included by
+ * opc_gemm.h after its store routine. */
+#ifndef OPC_GEMM_FEWROWS_H
+#define OPC_GEMM_FEWROWS_H
+
+#define OPC_FR_MAX_M 8               /* above (12 measured even): packing B pays for itself */
+#if defined(__AVX__)
+#define OPC_FR_VL (OPC_S_NR / 2)     /* floats per vector: 16 with AVX-512, 8 with AVX */
+#else
+#define OPC_FR_VL 4                  /* SSE's 16 bytes: wider vectors would change the ABI */
+#endif
+typedef float opc_fr_v __attribute__((vector_size(OPC_FR_VL * 4)));  /* loads: memcpy, any alignment */
+
+OPC_ALWAYS_INLINE opc_fr_v opc__fr_load(const float *p) { opc_fr_v v; __builtin_memcpy(&v, p, sizeof v); return v; }
+OPC_ALWAYS_INLINE opc_fr_v opc__fr_splat(float x) { opc_fr_v v = {0}; return v + x; }
+OPC_ALWAYS_INLINE float opc__fr_sum(opc_fr_v v) {
+    float s = 0.0f;
+    for (int l = 0; l < OPC_FR_VL; l++) s += v[l];
+    return s;
+}
+
+/* Rows are taken R <= 4 at a time (R a constant after inlining: the unused accumulators vanish),
+   so that each element of B loaded serves R rows. */
+#define OPC__FR_ROWS(X) X(0) X(1) X(2) X(3)
+
+/* ct[r][0..nr) = a[r][0..K) @ B[0..K)[j..j+nr), r < R; a[r] = A + r * K. */
+OPC_ALWAYS_INLINE void opc__fr_rows_nn(const float *OPC_RESTRICT A, int64_t K, const float *B, int64_t N,
+                                       int64_t j, int nr, const int R, float *OPC_RESTRICT ct) {
+    const opc_fr_v z = opc__fr_splat(0.0f);
+    int c0 = 0;
+    for (; c0 + 2 * OPC_FR_VL <= nr; c0 += 2 * OPC_FR_VL) {   /* two vectors of columns */
+#define OPC__FR_ACC(r) opc_fr_v c##r##0 = z, c##r##1 = z;
+        OPC__FR_ROWS(OPC__FR_ACC)
+#undef OPC__FR_ACC
+        for (int64_t k = 0; k < K; k++) {
+            const float *bk = B + k * N + j + c0;
+            const opc_fr_v b0 = opc__fr_load(bk), b1 = opc__fr_load(bk + OPC_FR_VL);
+#define OPC__FR_FMA(r) if (R > r) { const float x = A[r * K + k]; c##r##0 += x * b0; c##r##1 += x * b1; }
+            OPC__FR_ROWS(OPC__FR_FMA)
+#undef OPC__FR_FMA
+        }
+#define OPC__FR_PUT(r) if (R > r) { __builtin_memcpy(ct + r * OPC_S_NR + c0, &c##r##0, sizeof z); \
+                                    __builtin_memcpy(ct + r * OPC_S_NR + c0 + OPC_FR_VL, &c##r##1, sizeof z); }
+        OPC__FR_ROWS(OPC__FR_PUT)
+#undef OPC__FR_PUT
+    }
+    if (c0 == nr) return;
+    for (int r = 0; r < R; r++) for (int c = c0; c < nr; c++) ct[r * OPC_S_NR + c] = 0.0f;
+    for (int64_t k = 0; k < K; k++) {       /* the edge columns, scalar: never past N */
+        const float *bk = B + k * N + j;
+        for (int r = 0; r < R; r++) for (int c = c0; c < nr; c++) ct[r * OPC_S_NR + c] += A[r * K + k] * bk[c];
+    }
+}
+
+/* ct[r][c] = dot(a[r][0..K), B[j+c][0..K)), c < nr, r < R: two columns of B at a time. */
+OPC_ALWAYS_INLINE void opc__fr_rows_nt(const float *OPC_RESTRICT A, int64_t K, const float *B, int64_t j,
+                                       int nr, const int R, float *OPC_RESTRICT ct) {
+    const int64_t kv = K / OPC_FR_VL * OPC_FR_VL;
+    const opc_fr_v z = opc__fr_splat(0.0f);
+    int c = 0;
+    for (; c + 2 <= nr; c += 2) {
+        const float *b0 = B + (j + c) * K, *b1 = b0 + K;
+#define OPC__FR_ACC(r) opc_fr_v s##r##0 = z, s##r##1 = z;
+        OPC__FR_ROWS(OPC__FR_ACC)
+#undef OPC__FR_ACC
+        for (int64_t k = 0; k < kv; k += OPC_FR_VL) {
+            const opc_fr_v y0 = opc__fr_load(b0 + k), y1 = opc__fr_load(b1 + k);
+#define OPC__FR_FMA(r) if (R > r) { const opc_fr_v x = opc__fr_load(A + r * K + k); s##r##0 += x * y0; s##r##1 += x * y1; }
+            OPC__FR_ROWS(OPC__FR_FMA)
+#undef OPC__FR_FMA
+        }
+#define OPC__FR_PUT(r) if (R > r) { \
+            float t0 = opc__fr_sum(s##r##0), t1 = opc__fr_sum(s##r##1); \
+            for (int64_t k = kv; k < K; k++) { t0 += A[r * K + k] * b0[k]; t1 += A[r * K + k] * b1[k]; } \
+            ct[r * OPC_S_NR + c] = t0; ct[r * OPC_S_NR + c + 1] = t1; }
+        OPC__FR_ROWS(OPC__FR_PUT)
+#undef OPC__FR_PUT
+    }
+    for (; c < nr; c++) {
+        const float *bc = B + (j + c) * K;
+        for (int r = 0; r < R; r++) {
+            float t = 0.0f;
+            for (int64_t k = 0; k < K; k++) t += A[r * K + k] * bc[k];
+            ct[r * OPC_S_NR + c] = t;
+        }
+    }
+}
+
+/* The tile of rows [0, M) and columns [j, j+nr) of one matrix, stored with the epilogue. */
+static OPC_UNUSED void opc__fr_tile(const float *A, const float *B, int tb, int64_t M, int64_t N, int64_t K,
+                                    int64_t j, int nr, const float *bf, int act, float *out, float *res) {
+    float ct[4 * OPC_S_NR] __attribute__((aligned(64)));
+    for (int64_t i0 = 0; i0 < M; i0 += 4) {
+        const int mr = (int)opc__min64(4, M - i0);
+        const float *Ai = A + i0 * K;
+#define OPC__FR_CASE(R) case R: \
+        if (tb) opc__fr_rows_nt(Ai, K, B, j, nr, R, ct); else opc__fr_rows_nn(Ai, K, B, N, j, nr, R, ct); break;
+        switch (mr) { OPC__FR_CASE(1) OPC__FR_CASE(2) OPC__FR_CASE(3) default: OPC__FR_CASE(4) }
+#undef OPC__FR_CASE
+        opc__store_s(ct, mr, nr, NULL, 0, 1, 1, bf ? bf + j : NULL, act, OPC_DT_F32,
+                     out + i0 * N + j, res ? res + i0 * N + j : NULL, N);
+    }
+}
+
+/* out[b] = act(A[b] @ op(B[b]) + bias) for f32, trans_a = 0, M <= OPC_FR_MAX_M; nt threads share
+   the column tiles. bf: the bias or NULL; ep: the block epilogue (opc_gemm.h) or NULL. */
+static OPC_UNUSED void opc__gemm_fewrows_s(int64_t batch, int64_t M, int64_t N, int64_t K,
+                                           const float *A, int64_t sa, const float *B, int64_t sb, int tb,
+                                           const float *bf, int act, float *out, float *res, int nt,
+                                           opc_gemm_epilogue ep, void *ep_ctx) {
+    const int64_t ntile = opc__cdiv(N, OPC_S_NR), items = batch * ntile;
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)  /* tiles claimed one by one: see opc__gemm_s */
+#endif
+    for (int64_t item = 0; item < items; item++) {
+        const int64_t b = item / ntile, j = item % ntile * OPC_S_NR;
+        const int nr = (int)opc__min64(OPC_S_NR, N - j);
+        opc__fr_tile(A + b * sa, B + b * sb, tb, M, N, K, j, nr, bf, act,
+                     out + b * M * N, res ? res + b * M * N : NULL);
+        if (ep) ep(ep_ctx, b * M, (b + 1) * M, j, j + nr);   /* the tile is final: its epilogue */
+    }
+}
+
+#endif /* OPC_GEMM_FEWROWS_H */
