@@ -166,7 +166,7 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
                     _Pragma("omp atomic write")
                     failed = 1;
                 }
-                _Pragma("omp for schedule(static) collapse(2)")
+                _Pragma("omp for schedule(dynamic, opc_par_chunk(mt * groups, mt * groups, 1)) collapse(2)")
                 for (int64_t m = 0; m < mt; m++)
                     for (int64_t tg = 0; tg < groups; tg++) {
                         if (!acc || !a) continue;
