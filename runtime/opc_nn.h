@@ -150,9 +150,9 @@ OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r
     if (opc_cf_dw_applies(q))
         return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
                         : op == 1 ? opc_cf_dw_data(fa, fb, fr, q) : opc_cf_dw_filter(fa, fb, fr, q)) == 0;
-    if (op == 0 && opc_nn_conv_fwd_kernel(q) == 2) return opc_cw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q) == 0;
+    if (op == 0 && opc_nn_conv_fwd_kernel(q) == 2) return opc_cw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q, NULL, NULL) == 0;
     if (!opc_cf_applies(q)) return 0;
-    return (op == 0 ? opc_cf_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
+    return (op == 0 ? opc_cf_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q, NULL, NULL)
                     : op == 1 ? opc_cf_conv_data(fa, fb, fr, q) : opc_cf_conv_filter(fa, fb, fr, q)) == 0;
 }
 
@@ -163,8 +163,20 @@ OPC_NN_INLINE int opc_nn_conv_fast_epilogue(const void *x, const void *w, const 
     float *fy = (float *)y, *fz = (float *)z;
     if (opc_cf_dw_applies(q)) return opc_cf_dw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
     const int kernel = opc_nn_conv_fwd_kernel(q);
-    return kernel == 1 ? opc_cf_conv(fx, fw, fb, (int)act, fy, fz, q) == 0
-                       : kernel == 2 && opc_cw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
+    return kernel == 1 ? opc_cf_conv(fx, fw, fb, (int)act, fy, fz, q, NULL, NULL) == 0
+                       : kernel == 2 && opc_cw_conv(fx, fw, fb, (int)act, fy, fz, q, NULL, NULL) == 0;
+}
+
+/* conv with an epilogue's fast f32 route (ep on each finished tile, opc_nn_conv.h): 1 when it ran.
+ * Depthwise and im2col convs have no such route (their caller runs ep after the conv). */
+OPC_NN_INLINE int opc_nn_conv_fast_ep(const void *x, const void *w, void *y, const opc_cv_geom *q, opc_cv_epilogue ep,
+                                      void *ep_ctx) {
+    const float *fx = (const float *)x, *fw = (const float *)w;
+    float *fy = (float *)y;
+    if (opc_cf_dw_applies(q)) return 0;
+    const int kernel = opc_nn_conv_fwd_kernel(q);
+    return kernel == 1 ? opc_cf_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0
+                       : kernel == 2 && opc_cw_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0;
 }
 
 /* The units (rows or tiles, see opc_nn_rows.h) of an [outer, n, inner] tensor. */
@@ -236,6 +248,17 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
         if (opc_nn_conv_gemm_##F(0, x, w, y, DT, &q)) return;                                                  \
         OPC_NN_FOR_UNITS(q.n * q.o * q.out[0] * q.out[1], q.n * q.o * q.ovol * q.cg * q.kvol,                  \
                          opc_nn_cv_fwd_unit_##F(x, w, y, DT, &q, opc_u));                                      \
+    }                                                                                                          \
+    /* y = conv(x, w), then ep on every output: in the fast kernels on each finished tile, else per row of \
+     * [n * o, ovol] after the conv (the same values either way: ep reads y as stored) */                     \
+    OPC_NN_ENTRY void opc_nn_conv_ep_##SUF(const T *x, const T *w, T *y, OPC_CV_GEOM_PARAMS, opc_cv_epilogue ep, \
+                                           void *ep_ctx) {                                                     \
+        const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
+        if (DT == OPC_NN_F32 && opc_nn_conv_fast_ep(x, w, y, &q, ep, ep_ctx)) return;                          \
+        opc_nn_conv_##SUF(x, w, y, OPC_CV_GEOM_ARGS);                                                          \
+        const int64_t rows = q.n * q.o;                                                                        \
+        _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(rows, rows * q.ovol, OPC_NN_PAR_MIN / 8)) if (rows * q.ovol >= OPC_NN_PAR_MIN) num_threads(opc_num_threads())") \
+        for (int64_t r = 0; r < rows; r++) ep(ep_ctx, r, r + 1, 0, q.ovol);                                   \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_conv_grad_input_##SUF(const T *dy, const T *w, T *dx, OPC_CV_GEOM_PARAMS) {       \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \

@@ -38,6 +38,8 @@
     OPC_NN_SCE_PROTO(SUF, T, i32, int32_t)                                                                    \
     OPC_NN_SCE_PROTO(SUF, T, i64, int64_t)                                                                    \
     void opc_nn_conv_##SUF(const T *x, const T *w, T *y, OPC_NN_GEOM);                                        \
+    void opc_nn_conv_ep_##SUF(const T *x, const T *w, T *y, OPC_NN_GEOM,                                     \
+                              void (*ep)(void *, int64_t, int64_t, int64_t, int64_t), void *ep_ctx);          \
     void opc_nn_conv_grad_input_##SUF(const T *dy, const T *w, T *dx, OPC_NN_GEOM);                           \
     void opc_nn_conv_grad_filter_##SUF(const T *x, const T *dy, T *dw, OPC_NN_GEOM);                          \
     void opc_nn_fused_conv_epilogue_##SUF(const T *x, const T *w, const T *b, T *y, OPC_NN_GEOM, int64_t act);  \

@@ -31,6 +31,12 @@ typedef struct {
         int64_t d1, int64_t d2, int64_t p0, int64_t p1, int64_t p2
 #define OPC_CV_GEOM_ARGS n, c, o, g, i0, i1, i2, o0, o1, o2, k0, k1, k2, s0, s1, s2, d0, d1, d2, p0, p1, p2
 
+/* A conv's epilogue (opc_loops.call's epilogue region, outlined by the C emitter): run on outputs
+ * [r0, r1) x [c0, c1) of y seen as [n * o, ovol] (row n * o + channel, column the spatial offset),
+ * each once, after the conv stored them; the kernels call it on each finished block while it is in
+ * cache, the others once per row after the conv. Same signature as opc_gemm_api.h's GEMM epilogue. */
+typedef void (*opc_cv_epilogue)(void *ctx, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+
 static inline opc_cv_geom opc_cv_make(OPC_CV_GEOM_PARAMS) {
     opc_cv_geom q = {n, c, o, g, c / g, o / g, {i0, i1, i2}, {o0, o1, o2}, {k0, k1, k2},
                      {s0, s1, s2}, {d0, d1, d2}, {p0, p1, p2}, i0 * i1 * i2, o0 * o1 * o2, k0 * k1 * k2};

@@ -136,9 +136,10 @@ static void opc_cw_store(const float *acc, int64_t mv, int64_t nc, float *y, flo
     }
 }
 
-/* y = act(conv(x, w) + bias), z (or NULL) = conv(x, w) + bias; -1 when out of memory. */
+/* y = act(conv(x, w) + bias), z (or NULL) = conv(x, w) + bias, ep (or NULL) on each finished group
+ * of tiles (its channels, its run of outputs); -1 when out of memory. */
 static int opc_cw_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
-                       const opc_cv_geom *q) {
+                       const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
     const opc_cw_plan c = opc_cw_plan_make(q);
     const opc_cf_plan *p = &c.p;
     const int64_t mt = (q->og + OPC_CW_NW - 1) / OPC_CW_NW, K = p->K, ovol = q->ovol;
@@ -188,6 +189,13 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
                             opc_cw_store(acc + t * OPC_CW_MRA * OPC_CW_NW, mv, nc, yg + m * OPC_CW_NW * ovol,
                                          zg ? zg + m * OPC_CW_NW * ovol : NULL, r * q->out[2] + o2, ovol,
                                          bg ? bg + m * OPC_CW_NW : NULL, act);
+                        }
+                        if (ep) { /* the group's tiles cover consecutive outputs: one call for them all */
+                            const int64_t r0 = i * q->o + g * q->og + m * OPC_CW_NW, tl = t0 + tn - 1;
+                            const int64_t c0 = t0 / c.nt2 * q->out[2] + t0 % c.nt2 * c.mr;
+                            const int64_t l2 = tl % c.nt2 * c.mr, c1 = tl / c.nt2 * q->out[2] + l2 +
+                                                                       (q->out[2] - l2 < c.mr ? q->out[2] - l2 : c.mr);
+                            ep(ep_ctx, r0, r0 + nc, c0, c1);
                         }
                     }
                 free(acc);

@@ -208,11 +208,24 @@ static void opc_cf_store(const float *acc, int mr, int64_t p0, float *dst, float
     }
 }
 
+/* The outputs [*c0, *c1) (offsets in the ovol of a channel) that tile [p0, p0 + NR) of the padded
+ * pitch stores: its valid positions, consecutive in the output (valid_before counts those before). */
+static inline int64_t opc_cf_valid_before(int64_t q, const opc_cf_plan *p) {
+    const int64_t o2 = q % p->P[2], r = q / p->P[2], o1 = r % p->P[1], o0 = r / p->P[1];
+    if (o0 >= p->out[0]) return p->out[0] * p->out[1] * p->out[2];
+    return (o0 * p->out[1] + (o1 < p->out[1] ? o1 : p->out[1])) * p->out[2] +
+           (o1 < p->out[1] ? (o2 < p->out[2] ? o2 : p->out[2]) : 0);
+}
+static inline void opc_cf_tile_outputs(int64_t p0, const opc_cf_plan *p, int64_t *c0, int64_t *c1) {
+    *c0 = opc_cf_valid_before(p0, p);
+    *c1 = opc_cf_valid_before(p0 + OPC_CF_NR < p->L ? p0 + OPC_CF_NR : p->L, p);
+}
+
 /* dst [n, groups * cout, out] = the plan's conv of src [n, groups * cin, in] with the panels
  * a [groups][ceil(cout / MR)][K][MR], + bias [groups * cout] (or NULL), act; pre (or NULL) the same
- * before act. -1: out of memory. */
+ * before act; ep (or NULL) run on each tile's outputs once stored. -1: out of memory. */
 static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, int64_t n, const float *bias, int act,
-                      const opc_cf_plan *p) {
+                      const opc_cf_plan *p, opc_cv_epilogue ep, void *ep_ctx) {
     const int64_t ivol = p->in[0] * p->in[1] * p->in[2], ovol = p->out[0] * p->out[1] * p->out[2];
     const int64_t mt = (p->cout + OPC_CF_MR - 1) / OPC_CF_MR, tiles = (p->L + OPC_CF_NR - 1) / OPC_CF_NR;
     float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p->cin * p->PV + OPC_CF_NR));
@@ -252,6 +265,12 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                             opc_cf_store(acc, mr, t * OPC_CF_NR, yg + m * OPC_CF_MR * ovol,
                                          zg ? zg + m * OPC_CF_MR * ovol : NULL, ovol, bg ? bg + m * OPC_CF_MR : NULL,
                                          act, p);
+                            if (ep) {
+                                int64_t c0, c1;
+                                opc_cf_tile_outputs(t * OPC_CF_NR, p, &c0, &c1);
+                                const int64_t r0 = i * cout_all + g * p->cout + m * OPC_CF_MR;
+                                if (c1 > c0) ep(ep_ctx, r0, r0 + mr, c0, c1);
+                            }
                         }
                     }
                 } else { /* tiles outer: a tile's rows of xp stay in cache over all the panels */
@@ -268,6 +287,12 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                             const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
                             opc_cf_store(acc + m * OPC_CF_MR * OPC_CF_NR, mr, t * OPC_CF_NR, yg + m * OPC_CF_MR * ovol,
                                          zg ? zg + m * OPC_CF_MR * ovol : NULL, ovol, bg ? bg + m * OPC_CF_MR : NULL, act, p);
+                        }
+                        if (ep) {
+                            int64_t c0, c1;
+                            opc_cf_tile_outputs(t * OPC_CF_NR, p, &c0, &c1);
+                            const int64_t r0 = i * cout_all + g * p->cout;
+                            if (c1 > c0) ep(ep_ctx, r0, r0 + p->cout, c0, c1);
                         }
                     }
                 }
@@ -334,12 +359,13 @@ static inline int opc_cf_applies(const opc_cv_geom *q) {
     return 2 * opc_cf_computed(q) <= 3 * q->ovol;
 }
 
-/* y = act(conv(x, w) + bias), z (or NULL) = conv(x, w) + bias; -1 when out of memory. */
+/* y = act(conv(x, w) + bias), z (or NULL) = conv(x, w) + bias, ep (or NULL) on each finished tile;
+ * -1 when out of memory. */
 static int opc_cf_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
-                       const opc_cv_geom *q) {
+                       const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
     const opc_cf_plan p = opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p);
     float *a = opc_cf_pack_fwd(w, q);
-    return a ? opc_cf_run(x, a, y, z, q->n, bias, act, &p) : -1;
+    return a ? opc_cf_run(x, a, y, z, q->n, bias, act, &p, ep, ep_ctx) : -1;
 }
 
 /* dx = the input gradient of dy; -1 when out of memory. */
@@ -348,7 +374,7 @@ static int opc_cf_conv_data(const float *dy, const float *w, float *dx, const op
     for (int i = 0; i < 3; i++) pb[i] = q->d[i] * (q->k[i] - 1) - q->p[i];
     const opc_cf_plan p = opc_cf_plan_make(q->g, q->og, q->cg, q->out, q->in, q->k, q->d, pb);
     float *a = opc_cf_pack_data(w, q);
-    return a ? opc_cf_run(dy, a, dx, NULL, q->n, NULL, OPC_CF_ACT_NONE, &p) : -1;
+    return a ? opc_cf_run(dy, a, dx, NULL, q->n, NULL, OPC_CF_ACT_NONE, &p, NULL, NULL) : -1;
 }
 
 /* The sum of v's lanes, as a tree: lane l plus lane l ^ h for h = V / 2 .. 1 (a fixed order; the lane-by-

@@ -170,6 +170,10 @@ class CallOp(IRDLOperation):
     A kernel of the runtime, called with its buffers, then `ints`, then
     `floats`: opc_nn_CALLEE (runtime/opc_nn.h) in C, opc_cuda_nn_CALLEE
     (runtime/opc_nn.cuh, returning a cudaError_t) in CUDA.
+
+    The optional `epilogue` region (a conv's, CPU only) is as opc_loops.gemm's, over the
+    result as a [n * channels, spatial] matrix (row %r = batch * channels + channel): the C
+    calls opc_nn_CALLEE_ep with it outlined, run on each finished block (runtime/opc_nn_conv.h).
     """
 
     name = "opc_loops.call"
@@ -177,14 +181,23 @@ class CallOp(IRDLOperation):
     callee = prop_def(StringAttr)
     ints = prop_def(DenseArrayBase)
     floats = prop_def(DenseArrayBase)
+    epilogue = opt_region_def("single_block")
+    traits = traits_def(NoTerminator())
     irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "$args attr-dict `:` type($args)"
+    assembly_format = "$args (`epilogue` $epilogue^)? attr-dict `:` type($args)"
 
-    def __init__(self, callee: str, args: Sequence[SSAValue], ints: Sequence[int] = (), floats: Sequence[float] = ()):
+    def __init__(self, callee: str, args: Sequence[SSAValue], ints: Sequence[int] = (), floats: Sequence[float] = (),
+                 epilogue: Region | None = None):
         super().__init__(operands=[list(args)], properties={
             "callee": StringAttr(callee), "ints": DenseArrayBase.from_list(i64, list(ints)),
             "floats": DenseArrayBase.from_list(f64, [float(v) for v in floats]),
-        })  # fmt: skip
+        }, regions=[[epilogue] if epilogue is not None else []])  # fmt: skip
+
+    def verify_(self) -> None:
+        if self.epilogue is not None:
+            args = self.epilogue.block.args
+            if len(args) != 2 or not all(isinstance(a.type, IndexType) for a in args):
+                raise VerifyException("the epilogue's block takes two indices (row and column of the result)")
 
 
 @irdl_op_definition

@@ -91,8 +91,8 @@ class CallEmission:
         self.line(f"  opc_rt_gemm_ep_{suffix}({self.gemm_args(op)}, {epilogue}, opc_ep_ctx);")
         self.line("}")
 
-    def emit_epilogue(self, op: GemmOp) -> tuple[str, list[SSAValue]]:
-        """The GEMM's epilogue region as an outlined kernel `opc_k_F_N(ctx, r0, r1, c0, c1)` (so a
+    def emit_epilogue(self, op: GemmOp | CallOp) -> tuple[str, list[SSAValue]]:
+        """The GEMM's (or conv's) epilogue region as an outlined kernel `opc_k_F_N(ctx, r0, r1, c0, c1)` (so a
         split build compiles it in a kernel unit, parallel_build.py): its body in a loop over rows
         [r0, r1) and an `omp simd` loop over columns [c0, c1) of the [batch * m, n] output, reading
         its buffers from ctx (the call passes them in that order)."""
@@ -161,7 +161,15 @@ class CallEmission:
         return ", ".join([*(self.name(v) for v in op.args), *ints, *floats])
 
     def emit_CallOp(self, op: CallOp) -> None:
-        self.line(f"opc_nn_{op.callee.data}({self.call_args(op)});")
+        if op.epilogue is None:
+            self.line(f"opc_nn_{op.callee.data}({self.call_args(op)});")
+            return
+        epilogue, captured = self.emit_epilogue(op)  # a conv's, over [n * c, spatial]: as a GEMM's
+        callee = op.callee.data.replace("_", "_ep_", 1) if op.callee.data.startswith("conv_") else op.callee.data
+        self.line("{")
+        self.line(f"  void *opc_ep_ctx[{len(captured)}] = {{{', '.join(f'(void *){self.name(v)}' for v in captured)}}};")
+        self.line(f"  opc_nn_{callee}({self.call_args(op)}, {epilogue}, opc_ep_ctx);")
+        self.line("}")
 
     def emit_CheckIndexOp(self, op: CheckIndexOp) -> None:
         size, code = op.size.value.data, op.code.value.data

@@ -447,7 +447,8 @@ def kernel_label(op: Operation) -> str:
         parts += [epilogue.data] if isinstance(epilogue, StringAttr) else []
         return "gemm: " + " + ".join(["matmul", *parts])
     if isinstance(op, CallOp):
-        return f"library: {op.callee.data}"
+        epilogue = op.attributes.get("opc.epilogue")  # a conv's nest on its blocks
+        return f"library: {op.callee.data}" + (f" + {epilogue.data}" if isinstance(epilogue, StringAttr) else "")
     if isinstance(op, ExternalCallOp):
         return f"device: {op.op.data.removeprefix('opc.')}"
     return f"other: {op.name}"

@@ -72,15 +72,23 @@ class GemmLowering:
             saved = {u: self.buffers[u] for u in leaves}
             block = Block(arg_types=[IndexType(), IndexType()])
             row, column = block.args
+            gshape = shape_of(ep.gemm.results[0])
+            conv = isinstance(ep.gemm, opc.ConvOp)  # rows n * c, columns the spatial offset
+            cols = numel(gshape[2:]) if conv else gshape[-1]  # the GEMM's n
+            vectors = [u for u in leaves if numel(shape_of(u)) != n]
             for u in leaves:
                 self.buffers[u] = self.flat_view(saved[u])
-                if numel(shape_of(u)) != n:  # [.., 1, n] read along the rows (opc-schedule's epilogue_nest)
-                    self.columns[u] = (self.buffers[u], column)
             outs_flat = [self.flat_view(o) for o in outs]
             self.flat = True
             try:
                 with self.e.at(block):
-                    cols = shape_of(ep.gemm.results[0])[-1]  # the GEMM's n
+                    at = column  # a vector operand's index: a GEMM's [.., 1, n] along the rows, a conv's [c, 1, 1]
+                    if conv:  # at the row's channel (opc-schedule's channel_vector)
+                        c = self.e.index(gshape[1])
+                        whole = self.e.value(arith.MuliOp(self.e.value(arith.DivSIOp(row, c)), c))
+                        at = row if gshape[0] == 1 else self.e.value(arith.SubiOp(row, whole))
+                    for u in vectors:
+                        self.columns[u] = (self.buffers[u], at)
                     i = self.e.value(arith.AddiOp(self.e.value(arith.MuliOp(row, self.e.index(cols))), column))
                     for r, out_flat in zip(roots, outs_flat):  # value_at's memo: a later root reuses an earlier
                         self.e.store(self.value_at_root(r, [i]), out_flat, [i])

@@ -320,7 +320,12 @@ def lower_conv(fl, op: opc.ConvBase) -> None:  # noqa: ANN001
     with the forward conv's geometry. conv_transpose (x, w, y) is the input gradient of the conv
     from y to x, so it calls conv_grad_input with x as dy."""
     kernel = "conv_grad_input" if isinstance(op, opc.ConvTransposeOp) else op.name.removeprefix("opc.")
-    call(fl, f"{kernel}_{dtype_suffix(element_of(op.result))}", buffers(fl, op), conv_ints(op.geometry()))
+    args, ints = buffers(fl, op), conv_ints(op.geometry())
+    if isinstance(op, opc.ConvOp) and fl.epilogue_body is not None:  # a flat nest on its output (opc-schedule)
+        body, fl.epilogue_body = fl.epilogue_body(), None
+        fl.epilogue_gemm = fl.e.emit(CallOp(f"{kernel}_{dtype_suffix(element_of(op.result))}", args, ints, epilogue=body))
+        return
+    call(fl, f"{kernel}_{dtype_suffix(element_of(op.result))}", args, ints)
 
 
 ACT_CODES = {"none": 0, "relu": 1, "gelu": 2}  # runtime/opc_nn.h's fused_conv_epilogue (opc_gemm.h's codes)

@@ -319,12 +319,13 @@ def plan_epilogues(ops: list[Operation], sched: Schedule, root: dict[Operation, 
         if not (is_constant(op) and op in sched.inlined):
             members.setdefault(root[op], []).append(op)
     for g in ops:
-        if not isinstance(g, EPILOGUE_GEMMS) or external_symbol(g) is not None:
+        if not isinstance(g, (*EPILOGUE_GEMMS, opc.ConvOp)) or external_symbol(g) is not None:
             continue
         if not opc.is_float(element_of(g.results[0])):
             continue
         views, v = [], g.results[0]
-        while len(readers := value_users(v)) == 1 and isinstance(readers[0], opc.ReshapeOp):
+        while (len(readers := value_users(v)) == 1 and isinstance(readers[0], opc.ReshapeOp)
+               and not isinstance(g, opc.ConvOp)):  # a conv's nest reads its [n, c, ..] result as such
             views.append(readers[0])
             v = readers[0].result
         ep = epilogue_nest(g, views, v, sched, root, members, position)
@@ -341,6 +342,22 @@ def column_vector(v: SSAValue, n: int) -> bool:
     return len(shape) >= 1 and shape[-1] == n and numel(shape) == n
 
 
+def channel_vector(v: SSAValue, out: tuple[int, ...]) -> bool:
+    """v broadcasts to a conv's [n, c, spatial..] output as one value per channel (BatchNorm's
+    [c, 1, 1]): read at row % c of the output seen as [n * c, spatial]."""
+    shape = (1,) * (len(out) - len(shape_of(v))) + tuple(shape_of(v))
+    return len(shape) == len(out) >= 3 and all(d == (out[1] if i == 1 else 1) for i, d in enumerate(shape))
+
+
+def depends_on(g: Operation, ops: list[Operation], position: dict[Operation, int]) -> set[Operation]:
+    """The ops that read g's results, directly or not (ops in block order)."""
+    after = {g}
+    for o in ops[position[g] + 1:]:
+        if any(isinstance(a.owner, Operation) and a.owner in after for a in o.operands):
+            after.add(o)
+    return after
+
+
 def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Schedule,
                   root: dict[Operation, Operation], members: dict[Operation, list[Operation]],
                   position: dict[Operation, int]) -> GemmEpilogue | None:
@@ -349,6 +366,8 @@ def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Sche
     for the backward: three nests), if whatever else reads g's result, its views or the nests'
     roots runs after the last of them."""
     n, cols = numel(shape_of(g.results[0])), shape_of(g.results[0])[-1]
+    conv = isinstance(g, opc.ConvOp)  # operands per channel, not per column; values computed after it
+    later = depends_on(g, list(position), position) if conv else set()  # that do not read it are fine
 
     def nests_reading(w: SSAValue) -> set[Operation]:
         return {root[u] for u in value_users(w) if u in root and (u in sched.inlined or root[u] is u)}
@@ -360,11 +379,16 @@ def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Sche
         for o in members[r]:
             if not isinstance(o, ELEMENTWISE) or external_symbol(o) is not None or numel(shape_of(o.results[0])) != n:
                 return False
+            if conv and shape_of(o.results[0]) != shape_of(g.results[0]):
+                return False
             for a in o.operands:
                 p = a.owner
                 if isinstance(p, Operation) and is_constant(p) and p in sched.inlined:
                     continue  # a splat: the same everywhere
-                if numel(shape_of(a)) != n and not (shape_of(r.results[0])[-1] == cols and column_vector(a, cols)):
+                if conv:
+                    if numel(shape_of(a)) != n and not channel_vector(a, shape_of(g.results[0])):
+                        return False
+                elif numel(shape_of(a)) != n and not (shape_of(r.results[0])[-1] == cols and column_vector(a, cols)):
                     return False
         return True
 
@@ -378,6 +402,8 @@ def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Sche
                     continue
                 if not isinstance(p, Operation) or p not in position or position[p] < position[g]:
                     continue  # an argument, or computed before the GEMM
+                if conv and p not in later:
+                    continue  # computed after the conv but not from it (BatchNorm's rsqrt): the conv runs at the root
                 return False
         return True
 
@@ -434,8 +460,8 @@ def group_kernels(ops: list[Operation], sched: Schedule, root: dict[Operation, O
         members.setdefault(key, []).append(op)
     kernels = []
     for key, group in members.items():
-        kind = ("row" if isinstance(key, RowKernel) else "gemm" if key in sched.epilogue_of
-                else kind_of(key))  # type: ignore[arg-type]
+        kind = ("row" if isinstance(key, RowKernel) else kind_of(sched.epilogue_of[key].gemm) if key in sched.epilogue_of
+                else kind_of(key))  # type: ignore[arg-type]  # a conv with its epilogue: library
         kernels.append(Kernel(kind, group, boundary_reason(group, kind, returned)))
     position = {o: i for i, o in enumerate(ops)}
     kernels.sort(key=lambda k: position[k.ops[-1]])
@@ -464,6 +490,8 @@ def boundary_reason(group: list[Operation], kind: str, returned: set[SSAValue]) 
     why: list[str] = []
     if kind == "gemm":
         why.append("a GEMM runs as the library's blocked kernel (its epilogue fused)")
+    elif kind == "library" and len(group) > 1 and isinstance(group[0], opc.ConvOp):
+        why.append(f"{group[0].name} runs as a runtime kernel (its epilogue fused)")
     elif kind == "library":
         why.append(f"{group[-1].name} runs as a runtime kernel")
     elif kind == "external":

@@ -1,0 +1,162 @@
+"""Conv epilogues (opc-schedule's sweep 3 for opc.conv, opc_loops.call's epilogue region,
+runtime/opc_nn.h's opc_nn_conv_ep_*): ResNet's inference BatchNorm + ReLU, with and without the
+residual add, runs on each finished block of the conv's output inside the conv kernel. Against a
+float64 NumPy conv over the kernel routes (stride-1 implicit GEMM, channel-vector kernel, im2col +
+GEMM, depthwise and f64's fallback that runs the epilogue per row after the conv), odd sizes,
+batch 1 and 2, at 1 and 2 threads; the fused result is bitwise the unfused one (same op order)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import opc
+from opc.frontend import load_module
+
+DT = {"f32": np.float32, "f64": np.float64}
+
+# (name, n, c, o, hw, k, stride, pad, group, dtype): which runtime route each takes (runtime/opc_nn.h)
+CASES = [
+    ("s1_3x3", 1, 16, 24, (13, 11), 3, 1, 1, 1, "f32"),  # stride-1 implicit GEMM (opc_nn_conv_fast.h)
+    ("s1_batch2", 2, 8, 5, (9, 9), 3, 1, 1, 1, "f32"),  # its rows: batch * channel, channels < a tile
+    ("s1_deep", 1, 8, 120, (30, 30), 3, 1, 1, 1, "f32"),  # its channel tiles outer (panels > the input)
+    ("s1_pad0", 2, 6, 9, (12, 10), 3, 1, 0, 1, "f32"),  # no padding: tiles span rows
+    ("s2_3x3", 1, 16, 40, (15, 17), 3, 2, 1, 1, "f32"),  # stride 2: the channel-vector kernel (conv_cw)
+    ("s2_batch2", 2, 8, 33, (12, 13), 3, 2, 1, 1, "f32"),
+    ("s2_7x7", 1, 3, 16, (29, 29), 7, 2, 3, 1, "f32"),  # ResNet's stem
+    ("s2_1x1", 2, 8, 16, (14, 14), 1, 2, 0, 1, "f32"),  # ResNet's downsample
+    ("depthwise", 2, 8, 8, (9, 10), 3, 1, 1, 8, "f32"),  # no fast epilogue: run per row after the conv
+    ("f64", 2, 6, 7, (9, 8), 3, 2, 1, 1, "f64"),  # im2col + GEMM in f64: the same fallback
+]
+
+
+def t(shape: tuple[int, ...], dt: str) -> str:
+    return f"tensor<{''.join(f'{d}x' for d in shape)}{dt}>"
+
+
+def out_hw(hw: tuple[int, int], k: int, stride: int, pad: int) -> tuple[int, int]:
+    return tuple((d + 2 * pad - k) // stride + 1 for d in hw)  # type: ignore[return-value]
+
+
+def function(case: tuple, residual: bool) -> str:  # noqa: ANN001
+    name, n, c, o, hw, k, stride, pad, group, dt = case
+    xs, ws, ys, v = (n, c, *hw), (o, c // group, k, k), (n, o, *out_hw(hw, k, stride, pad)), t((o,), dt)
+    args = f"%x: {t(xs, dt)}, %w: {t(ws, dt)}, %s: {v}, %b: {v}, %m: {v}, %v: {v}" + (
+        f", %r: {t(ys, dt)}" if residual else "")
+    y = t(ys, dt)
+    lines = [f"func.func @{name}{'_res' if residual else ''}({args}) -> {y} {{",
+             f"  %c = opc.conv %x, %w {{strides = array<i64: {stride}, {stride}>, pads = array<i64: {pad}, {pad}, "
+             f"{pad}, {pad}>, group = {group} : i64}} : ({t(xs, dt)}, {t(ws, dt)}) -> {y}",
+             f"  %n = opc.batch_norm %c, %s, %b, %m, %v {{epsilon = 1.0e-5 : f64}} : ({y}, {v}, {v}, {v}, {v}) -> {y}"]
+    last = "%n"
+    if residual:
+        lines.append(f"  %a = opc.add %n, %r : ({y}, {y}) -> {y}")
+        last = "%a"
+    lines += [f"  %z = opc.relu {last} : ({y}) -> {y}", f"  func.return %z : {y}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+GRID = [(case, residual) for case in CASES for residual in (False, True)]
+SOURCE = "".join(function(case, residual) for case, residual in GRID)
+
+
+def fname(case: tuple, residual: bool) -> str:  # noqa: ANN001
+    return case[0] + ("_res" if residual else "")
+
+
+@pytest.fixture(scope="module")
+def modules():  # noqa: ANN201
+    return opc.compile(SOURCE)
+
+
+def conv_numpy(x: np.ndarray, w: np.ndarray, stride: int, pad: int, group: int) -> np.ndarray:
+    n, c, h, wd = x.shape
+    o, cg, k, _ = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
+    y = np.zeros((n, o, oh, ow))
+    og = o // group
+    for g in range(group):
+        xg, wg = xp[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og]
+        for i in range(k):
+            for j in range(k):
+                patch = xg[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+                y[:, g * og:(g + 1) * og] += np.einsum("ncij,oc->noij", patch, wg[:, :, i, j])
+    return y
+
+
+def inputs(case: tuple, residual: bool) -> tuple[np.ndarray, ...]:  # noqa: ANN001
+    name, n, c, o, hw, k, stride, pad, group, dt = case
+    rng = np.random.default_rng(len(name) + 3 * residual)
+    x = rng.standard_normal((n, c, *hw)).astype(DT[dt])
+    w = (rng.standard_normal((o, c // group, k, k)) / np.sqrt(c // group * k * k)).astype(DT[dt])
+    s, b, m = (rng.standard_normal(o).astype(DT[dt]) for _ in range(3))
+    v = rng.uniform(0.5, 1.5, o).astype(DT[dt])
+    r = rng.standard_normal((n, o, *out_hw(hw, k, stride, pad))).astype(DT[dt])
+    return (x, w, s, b, m, v, r) if residual else (x, w, s, b, m, v)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case,residual", GRID, ids=[fname(*g) for g in GRID])
+def test_conv_bn_relu_matches_numpy(modules, case, residual: bool, threads: int) -> None:  # noqa: ANN001
+    args = inputs(case, residual)
+    x, w, s, b, m, v = (a.astype(np.float64) for a in args[:6])
+    col = (slice(None), None, None)
+    want = (conv_numpy(x, w, case[6], case[7], case[8]) - m[col]) / np.sqrt(v[col] + 1e-5) * s[col] + b[col]
+    if residual:
+        want = want + args[6].astype(np.float64)
+    want = np.maximum(want, 0)
+    before = opc.get_num_threads()
+    try:
+        opc.set_num_threads(threads)
+        got = getattr(modules, fname(case, residual))(*args)
+    finally:
+        opc.set_num_threads(before)
+    tol = 1e-4 if case[-1] == "f32" else 1e-10
+    assert got.dtype == DT[case[-1]] and got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_every_chain_is_fused(modules) -> None:  # noqa: ANN001
+    """Each function's BatchNorm + (add +) ReLU runs as its conv's epilogue: one opc_nn_conv_ep_ call
+    and no nest over the conv's output of its own (only BatchNorm's [c] rsqrt nest)."""
+    src = modules.c_source
+    for case, residual in GRID:
+        body = src.split(f"int opc_fn_{fname(case, residual)}(")[1].split("cleanup:")[0]
+        assert f"opc_nn_conv_ep_{case[-1]}(" in body, fname(case, residual)
+        assert len(re.findall(r"^\s+opc_k_\w+\(", body, re.MULTILINE)) <= 1, fname(case, residual)  # the rsqrt
+    assert re.search(r"kernel epilogue: sub, mul, mul, add, add, relu", src)
+
+
+def test_schedule_takes_the_chain_into_the_conv() -> None:
+    """`opc explain`'s kernels: the conv with BatchNorm, the add and the ReLU (only BatchNorm's [c]
+    rsqrt apart); CUDA's convs take no epilogue."""
+    from opc.explain import explain_kernels
+
+    module = load_module(function(CASES[0], True)).module
+    cpu, cuda = explain_kernels(module, "cpu"), explain_kernels(module, "cuda")
+    assert "(library): conv, sub, mul, mul, add, add, relu\n    boundary: opc.conv runs as a runtime kernel " \
+        "(its epilogue fused)" in cpu, cpu
+    assert "(elementwise): add, rsqrt" in cpu and "(library): conv\n" in cuda, cuda
+
+
+@pytest.mark.parametrize("name", ["s1_3x3", "s2_3x3", "s2_1x1"])
+def test_fused_is_bitwise_the_unfused(name: str) -> None:
+    """The same chain with the conv's result also read by a reduction before the chain runs (the
+    chain then stays a nest of its own): the chain's values are bitwise equal either way."""
+    case = next(c for c in CASES if c[0] == name)
+    n, o, (h, w) = case[1], case[3], out_hw(case[4], case[5], case[6], case[7])
+    y, q = t((n, o, h, w), "f32"), t((n, 1, h, w), "f32")
+    src = function(case, True)
+    apart = src.replace(f"@{name}_res(", "@apart(").replace(
+        "  %n = opc.batch_norm", f"  %e = opc.exp %c : ({y}) -> {y}\n"
+        f"  %q = opc.reduce_sum %e {{axes = array<i64: 1>, keepdim = true}} : ({y}) -> {q}\n  %n = opc.batch_norm").replace(
+        f"func.return %z : {y}", f"func.return %z, %q : {y}, {q}").replace(f"-> {y} {{", f"-> ({y}, {q}) {{", 1)
+    m = opc.compile(src + apart)
+    body = m.c_source.split("int opc_fn_apart(")[1].split("cleanup:")[0]
+    assert "opc_nn_conv_ep_" not in body and "opc_nn_conv_f32(" in body
+    args = inputs(case, True)
+    fused, (unfused, _) = getattr(m, f"{name}_res")(*args), m.apart(*args)
+    np.testing.assert_array_equal(fused, unfused)
