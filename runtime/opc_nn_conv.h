@@ -37,6 +37,32 @@ typedef struct {
  * cache, the others once per row after the conv. Same signature as opc_gemm_api.h's GEMM epilogue. */
 typedef void (*opc_cv_epilogue)(void *ctx, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 
+/* A thread's outputs stored but not yet through the epilogue: blocks of the same rows with consecutive
+ * columns are joined (up to OPC_CV_EP_BATCH outputs, still in L2) so that the epilogue's loops run
+ * long rows, not a tile's 32 columns. opc_cv_ep_add passes the pending block to ep when a block does
+ * not join it; the thread's opc_cv_ep_flush after its last block passes the rest. */
+#define OPC_CV_EP_BATCH 16384
+typedef struct {
+    int64_t r0, r1, c0, c1;
+} opc_cv_pending;
+
+static inline void opc_cv_ep_flush(opc_cv_epilogue ep, void *ctx, opc_cv_pending *pd) {
+    if (ep && pd->r1 > pd->r0 && pd->c1 > pd->c0) ep(ctx, pd->r0, pd->r1, pd->c0, pd->c1);
+    pd->r1 = pd->r0;
+}
+
+static inline void opc_cv_ep_add(opc_cv_epilogue ep, void *ctx, opc_cv_pending *pd, int64_t r0, int64_t r1,
+                                 int64_t c0, int64_t c1) {
+    if (!ep) return;
+    if (pd->r1 > pd->r0 && pd->r0 == r0 && pd->r1 == r1 && pd->c1 == c0 &&
+        (c1 - pd->c0) * (r1 - r0) <= OPC_CV_EP_BATCH) {
+        pd->c1 = c1;
+        return;
+    }
+    opc_cv_ep_flush(ep, ctx, pd);
+    pd->r0 = r0, pd->r1 = r1, pd->c0 = c0, pd->c1 = c1;
+}
+
 static inline opc_cv_geom opc_cv_make(OPC_CV_GEOM_PARAMS) {
     opc_cv_geom q = {n, c, o, g, c / g, o / g, {i0, i1, i2}, {o0, o1, o2}, {k0, k1, k2},
                      {s0, s1, s2}, {d0, d1, d2}, {p0, p1, p2}, i0 * i1 * i2, o0 * o1 * o2, k0 * k1 * k2};

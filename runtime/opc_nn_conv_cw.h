@@ -163,6 +163,7 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
             {
                 float *acc = (float *)malloc(sizeof(float) * OPC_CW_TG * OPC_CW_MRA * OPC_CW_NW);
                 float *a = (float *)malloc(sizeof(float) * kc * OPC_CW_NW);
+                opc_cv_pending pend = {0, 0, 0, 0};
                 if (!acc || !a) {
                     _Pragma("omp atomic write")
                     failed = 1;
@@ -195,9 +196,10 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
                             const int64_t c0 = t0 / c.nt2 * q->out[2] + t0 % c.nt2 * c.mr;
                             const int64_t l2 = tl % c.nt2 * c.mr, c1 = tl / c.nt2 * q->out[2] + l2 +
                                                                        (q->out[2] - l2 < c.mr ? q->out[2] - l2 : c.mr);
-                            ep(ep_ctx, r0, r0 + nc, c0, c1);
+                            opc_cv_ep_add(ep, ep_ctx, &pend, r0, r0 + nc, c0, c1);
                         }
                     }
+                opc_cv_ep_flush(ep, ep_ctx, &pend);
                 free(acc);
                 free(a);
             }

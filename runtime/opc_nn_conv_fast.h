@@ -223,7 +223,8 @@ static inline void opc_cf_tile_outputs(int64_t p0, const opc_cf_plan *p, int64_t
 
 /* dst [n, groups * cout, out] = the plan's conv of src [n, groups * cin, in] with the panels
  * a [groups][ceil(cout / MR)][K][MR], + bias [groups * cout] (or NULL), act; pre (or NULL) the same
- * before act; ep (or NULL) run on each tile's outputs once stored. -1: out of memory. */
+ * before act; ep (or NULL) run on each tile's outputs once stored (a thread's consecutive tiles joined:
+ * opc_cv_ep_add). -1: out of memory. */
 static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, int64_t n, const float *bias, int act,
                       const opc_cf_plan *p, opc_cv_epilogue ep, void *ep_ctx) {
     const int64_t ivol = p->in[0] * p->in[1] * p->in[2], ovol = p->out[0] * p->out[1] * p->out[2];
@@ -249,6 +250,7 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                 /* a tile's sums for every output channel (tiles outer, below: over chunks of KC
                  * taps, each chunk's slice of xp staying in L1 while all the panels pass over it) */
                 float *acc = (float *)malloc(sizeof(float) * mt * OPC_CF_MR * OPC_CF_NR);
+                opc_cv_pending pend = {0, 0, 0, 0};
                 if (!acc) {
                     _Pragma("omp atomic write")
                     failed = 1;
@@ -269,7 +271,7 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                                 int64_t c0, c1;
                                 opc_cf_tile_outputs(t * OPC_CF_NR, p, &c0, &c1);
                                 const int64_t r0 = i * cout_all + g * p->cout + m * OPC_CF_MR;
-                                if (c1 > c0) ep(ep_ctx, r0, r0 + mr, c0, c1);
+                                opc_cv_ep_add(ep, ep_ctx, &pend, r0, r0 + mr, c0, c1);
                             }
                         }
                     }
@@ -292,10 +294,11 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                             int64_t c0, c1;
                             opc_cf_tile_outputs(t * OPC_CF_NR, p, &c0, &c1);
                             const int64_t r0 = i * cout_all + g * p->cout;
-                            if (c1 > c0) ep(ep_ctx, r0, r0 + p->cout, c0, c1);
+                            opc_cv_ep_add(ep, ep_ctx, &pend, r0, r0 + p->cout, c0, c1);
                         }
                     }
                 }
+                opc_cv_ep_flush(ep, ep_ctx, &pend);
                 free(acc);
             }
         }
