@@ -29,6 +29,7 @@ CASES = [
     ("s2_1x1", 2, 8, 16, (14, 14), 1, 2, 0, 1, "f32"),  # ResNet's downsample
     ("depthwise", 2, 8, 8, (9, 10), 3, 1, 1, 8, "f32"),  # no fast epilogue: run per row after the conv
     ("f64", 2, 6, 7, (9, 8), 3, 2, 1, 1, "f64"),  # im2col + GEMM in f64: the same fallback
+    ("conv1d", 2, 8, 20, (37,), 3, 1, 1, 1, "f32"),  # rank 3: BatchNorm's [c, 1] operands
 ]
 
 
@@ -36,19 +37,20 @@ def t(shape: tuple[int, ...], dt: str) -> str:
     return f"tensor<{''.join(f'{d}x' for d in shape)}{dt}>"
 
 
-def out_hw(hw: tuple[int, int], k: int, stride: int, pad: int) -> tuple[int, int]:
-    return tuple((d + 2 * pad - k) // stride + 1 for d in hw)  # type: ignore[return-value]
+def out_hw(hw: tuple[int, ...], k: int, stride: int, pad: int) -> tuple[int, ...]:
+    return tuple((d + 2 * pad - k) // stride + 1 for d in hw)
 
 
 def function(case: tuple, residual: bool) -> str:  # noqa: ANN001
     name, n, c, o, hw, k, stride, pad, group, dt = case
-    xs, ws, ys, v = (n, c, *hw), (o, c // group, k, k), (n, o, *out_hw(hw, k, stride, pad)), t((o,), dt)
+    xs, ws, ys, v = (n, c, *hw), (o, c // group, *(k,) * len(hw)), (n, o, *out_hw(hw, k, stride, pad)), t((o,), dt)
+    strides, pads = ", ".join([str(stride)] * len(hw)), ", ".join([str(pad)] * 2 * len(hw))
     args = f"%x: {t(xs, dt)}, %w: {t(ws, dt)}, %s: {v}, %b: {v}, %m: {v}, %v: {v}" + (
         f", %r: {t(ys, dt)}" if residual else "")
     y = t(ys, dt)
     lines = [f"func.func @{name}{'_res' if residual else ''}({args}) -> {y} {{",
-             f"  %c = opc.conv %x, %w {{strides = array<i64: {stride}, {stride}>, pads = array<i64: {pad}, {pad}, "
-             f"{pad}, {pad}>, group = {group} : i64}} : ({t(xs, dt)}, {t(ws, dt)}) -> {y}",
+             f"  %c = opc.conv %x, %w {{strides = array<i64: {strides}>, pads = array<i64: {pads}>, group = {group} : i64}}"
+             f" : ({t(xs, dt)}, {t(ws, dt)}) -> {y}",
              f"  %n = opc.batch_norm %c, %s, %b, %m, %v {{epsilon = 1.0e-5 : f64}} : ({y}, {v}, {v}, {v}, {v}) -> {y}"]
     last = "%n"
     if residual:
@@ -72,6 +74,15 @@ def modules():  # noqa: ANN201
 
 
 def conv_numpy(x: np.ndarray, w: np.ndarray, stride: int, pad: int, group: int) -> np.ndarray:
+    if x.ndim == 3:  # 1-D
+        (n, c, length), (o, cg, k), og = x.shape, w.shape, w.shape[0] // group
+        xp, ol = np.pad(x, ((0, 0), (0, 0), (pad, pad))), (length + 2 * pad - k) // stride + 1
+        y = np.zeros((n, o, ol))
+        for g in range(group):
+            for i in range(k):
+                y[:, g * og:(g + 1) * og] += np.einsum("ncl,oc->nol", xp[:, g * cg:(g + 1) * cg, i:i + stride * ol:stride],
+                                                       w[g * og:(g + 1) * og, :, i])
+        return y
     n, c, h, wd = x.shape
     o, cg, k, _ = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
@@ -91,7 +102,7 @@ def inputs(case: tuple, residual: bool) -> tuple[np.ndarray, ...]:  # noqa: ANN0
     name, n, c, o, hw, k, stride, pad, group, dt = case
     rng = np.random.default_rng(len(name) + 3 * residual)
     x = rng.standard_normal((n, c, *hw)).astype(DT[dt])
-    w = (rng.standard_normal((o, c // group, k, k)) / np.sqrt(c // group * k * k)).astype(DT[dt])
+    w = (rng.standard_normal((o, c // group, *(k,) * len(hw))) / np.sqrt(c // group * k ** len(hw))).astype(DT[dt])
     s, b, m = (rng.standard_normal(o).astype(DT[dt]) for _ in range(3))
     v = rng.uniform(0.5, 1.5, o).astype(DT[dt])
     r = rng.standard_normal((n, o, *out_hw(hw, k, stride, pad))).astype(DT[dt])
@@ -103,7 +114,7 @@ def inputs(case: tuple, residual: bool) -> tuple[np.ndarray, ...]:  # noqa: ANN0
 def test_conv_bn_relu_matches_numpy(modules, case, residual: bool, threads: int) -> None:  # noqa: ANN001
     args = inputs(case, residual)
     x, w, s, b, m, v = (a.astype(np.float64) for a in args[:6])
-    col = (slice(None), None, None)
+    col = (slice(None), *(None,) * len(case[4]))
     want = (conv_numpy(x, w, case[6], case[7], case[8]) - m[col]) / np.sqrt(v[col] + 1e-5) * s[col] + b[col]
     if residual:
         want = want + args[6].astype(np.float64)
