@@ -742,11 +742,9 @@ class SigmoidOp(UnaryElementwiseOp):
     name = "opc.sigmoid"
 
 
-@irdl_op_definition
-class CastOp(OpcOp):
-    """`%c = opc.cast %x {dtype = ui8} : (tensor<3xf64>) -> tensor<3xui8>`"""
+class RetypeOp(OpcOp):
+    """The shape of `x` in the element type `dtype`: what cast and bitcast declare and verify alike."""
 
-    name = "opc.cast"
     x = operand_def(TensorType)
     result = result_def(TensorType)
     dtype = prop_def(TypeAttribute)
@@ -764,6 +762,13 @@ class CastOp(OpcOp):
         if r.element_type != self.dtype:
             raise VerifyException(f"result element type {r.element_type} must equal dtype {self.dtype}")
         check_shape(r, t.get_shape(), "result")
+
+
+@irdl_op_definition
+class CastOp(RetypeOp):
+    """`%c = opc.cast %x {dtype = ui8} : (tensor<3xf64>) -> tensor<3xui8>`"""
+
+    name = "opc.cast"
 
 
 def storage_bits(element: Attribute) -> int:
@@ -772,28 +777,15 @@ def storage_bits(element: Attribute) -> int:
 
 
 @irdl_op_definition
-class BitcastOp(OpcOp):
+class BitcastOp(RetypeOp):
     """`%r = opc.bitcast %x {dtype = i32} : (tensor<3xf32>) -> tensor<3xi32>` (the same bits read as
     another element type of the same width, as NumPy's `x.view(dtype)`; to i1 only from i1)"""
 
     name = "opc.bitcast"
-    x = operand_def(TensorType)
-    result = result_def(TensorType)
-    dtype = prop_def(TypeAttribute)
-    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
-
-    def __init__(self, x: SSAValue | Operation, dtype: Attribute):
-        t = SSAValue.get(x).type
-        assert isinstance(t, TensorType)
-        super().__init__(operands=[x], result_types=[tensor(t.get_shape(), dtype)], properties={"dtype": dtype})
 
     def verify_(self) -> None:
-        t, r = check_tensor(self.x, "operand"), check_tensor(self.result, "result")
-        if not is_admitted_element(self.dtype):
-            raise VerifyException(f"dtype {self.dtype} is not a supported element type")
-        if r.element_type != self.dtype:
-            raise VerifyException(f"result element type {r.element_type} must equal dtype {self.dtype}")
-        check_shape(r, t.get_shape(), "result")
+        super().verify_()
+        t = check_tensor(self.x, "operand")
         src, dst = t.element_type, self.dtype
         if storage_bits(src) != storage_bits(dst):
             raise VerifyException(f"bitcast needs element types of one width: {src} has {storage_bits(src)} bits, "
