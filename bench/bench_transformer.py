@@ -278,7 +278,15 @@ def main() -> None:
     ap.add_argument("--busy", action="store_true")
     ap.add_argument("--median", action="store_true", help="medians of 30 interleaved calls (what --busy reports)")
     ap.add_argument("--cpu-time", action="store_true", help="time CPU seconds (meaningful at --threads 1)")
+    ap.add_argument("--save-onnx", metavar="PATH", help="only write the block's ONNX file (for `opc profile` and "
+                                                        "bench/ort_node_times.py) and stop")
     args = ap.parse_args()
+    if args.save_onnx:
+        import onnx
+
+        onnx.save(transformer_block.build(SMALL if args.small else SIZES, np.float32, opset=17, seed=0), args.save_onnx)
+        print(f"wrote {args.save_onnx}")
+        return
     n = apply_threads(args.threads)
     opc.set_num_threads(n)
     mode = ("busy: one CPU-bound process per core; medians" if args.busy
