@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import (
     DenseArrayBase,
-    MemRefType,
     Float64Type,
     FloatAttr,
     IntegerAttr,
     IntegerType,
+    MemRefType,
     StringAttr,
 )
 from xdsl.ir import Attribute, SSAValue
@@ -24,7 +24,7 @@ from opc.dialects.opc_loops import (
     RaiseStatusOp,
 )
 from opc.dtypes import mlir_name
-from opc.lowering.abi import KERNEL_MESSAGE_FN, KERNEL_STATUS, c_symbol
+from opc.lowering.abi import KERNEL_MESSAGE_FN, KERNEL_STATUS
 from opc.lowering.c_expressions import c_float_literal, c_type, dtype_suffix
 
 KERNEL_DTYPES = {"i1": "OPC_DTYPE_BOOL", "i8": "OPC_DTYPE_I8", "ui8": "OPC_DTYPE_U8", "i16": "OPC_DTYPE_I16",
@@ -99,16 +99,9 @@ class CallEmission:
         block = op.epilogue.block  # type: ignore[union-attr]
         captured, local_defs = self.captured_values(list(block.walk()), self.function)
         assert all(isinstance(v.type, MemRefType) for v in captured), "an epilogue reads buffers only"
-        fn = self.function.sym_name.data
-        name = f"opc_k_{c_symbol(fn)}_{len(self.outlined)}"
-        saved_lines, saved_indent = self.lines, self.indent
-        self.lines, self.indent = [], 0
-        label = op.attributes.get("opc.epilogue")
-        if isinstance(label, StringAttr):
-            self.line(f"/* kernel epilogue: {label.data.replace('*/', '')} */")
-        self.line(f"static __attribute__((noinline)) void {name}(void *opc_ctx, int64_t opc_r0, int64_t opc_r1, "
-                  "int64_t opc_c0, int64_t opc_c1) {")
-        self.indent = 1
+        name, saved_lines, saved_indent = self.begin_outlined(
+            self.function, op.attributes.get("opc.epilogue"), "kernel epilogue:",
+            "void *opc_ctx, int64_t opc_r0, int64_t opc_r1, int64_t opc_c0, int64_t opc_c1")
         for k, v in enumerate(captured):
             const = "const " if v in self.const_ptrs else ""
             ct = c_type(v.type.element_type)  # type: ignore[attr-defined]

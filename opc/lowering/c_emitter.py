@@ -254,21 +254,27 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
         Constants are re-emitted inside; views are rebuilt inside from their base
         buffer, so the parameters never alias each other (they are restrict)."""
         captured, local_defs = self.captured_values(list(op.walk()), fn)
-        kernel = f"opc_k_{c_symbol(fn.sym_name.data)}_{len(self.outlined)}"
-        saved_lines, saved_indent = self.lines, self.indent
-        self.lines, self.indent = [], 0
-        label = op.attributes.get("opc.kernel")
-        if isinstance(label, StringAttr):
-            self.line(f"/* kernel {label.data.replace('*/', '')} */")
-        params = ", ".join(self.param(v) for v in captured) or "void"
-        self.line(f"static __attribute__((noinline)) void {kernel}({params}) {{")
-        self.indent = 1
+        kernel, saved_lines, saved_indent = self.begin_outlined(
+            fn, op.attributes.get("opc.kernel"), "kernel", ", ".join(self.param(v) for v in captured) or "void")
         self.emit_local_defs(local_defs)
         self.emit_op(op)
         self.indent = 0
         self.line("}")
         kernel = self.outline(kernel, saved_lines, saved_indent)
         self.line(f"{kernel}({', '.join(self.name(v) for v in captured)});")
+
+    def begin_outlined(self, fn: func.FuncOp, label: Attribute | None, what: str,
+                       params: str) -> tuple[str, list[str], int]:
+        """Start `static void opc_k_F_N(params) {` (after a `/* WHAT LABEL */` comment) in fresh lines:
+        its name, and the lines and indent that outline() restores once its body is emitted."""
+        kernel = f"opc_k_{c_symbol(fn.sym_name.data)}_{len(self.outlined)}"
+        saved_lines, saved_indent = self.lines, self.indent
+        self.lines, self.indent = [], 0
+        if isinstance(label, StringAttr):
+            self.line(f"/* {what} {label.data.replace('*/', '')} */")
+        self.line(f"static __attribute__((noinline)) void {kernel}({params}) {{")
+        self.indent = 1
+        return kernel, saved_lines, saved_indent
 
     def outline(self, kernel: str, saved_lines: list[str], saved_indent: int) -> str:
         """The function just emitted into self.lines, kept as an outlined one unless a function of
