@@ -648,6 +648,19 @@ static OPC_UNUSED void opc__packA_s(const void *A, int dt, int trans, int64_t M,
     float tmp[OPC_S_MR][OPC_S_KC > OPC_S_MR ? OPC_S_KC : OPC_S_MR];
     float zero[OPC_S_KC];
     int have_zero = 0;
+    if (trans && mc <= OPC_S_MC) { /* A(i,k) = A[k*M + i]: each row of A^T once, all panels */
+        float seg[OPC_S_MC];
+        for (int64_t k = 0; k < kc; k++) {
+            const float *s = opc__row_s(A, (p0 + k) * M + i0, mc, dt, seg);
+            int64_t ip = 0;
+            for (; ip + MR <= mc; ip += MR) __builtin_memcpy(dst + ip * kc + k * MR, s + ip, MR * sizeof(float));
+            if (ip < mc) {
+                float *d = dst + ip * kc + k * MR;
+                for (int64_t i = 0; i < MR; i++) d[i] = ip + i < mc ? s[ip + i] : 0.0f;
+            }
+        }
+        return;
+    }
     for (int64_t ip = 0; ip < mc; ip += MR) {
         int64_t mr = opc__min64(MR, mc - ip);
         float *d = dst + ip * kc;
