@@ -158,13 +158,16 @@ def cmd_profile(args: argparse.Namespace) -> None:
         return np.zeros(shape, numpy_dtype(dtype))
 
     given = load_profile_inputs(args.inputs)
+    weights, weights_from = model_weights(args.file)
 
     def argument(function: str, name: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        if given is not None and name in given:
+            return given[name]
+        if name in weights:
+            return weights[name]
         if given is None:
             return random_input(shape, dtype)
-        if name not in given:
-            raise OpcError(f"error: --inputs {args.inputs} has no array '{name}' for {function}()")
-        return given[name]
+        raise OpcError(f"error: --inputs {args.inputs} has no array '{name}' for {function}()")
 
     calls = []
     for function, fn in module._functions.items():
@@ -176,11 +179,31 @@ def cmd_profile(args: argparse.Namespace) -> None:
         for _ in range(args.repeat):
             for fn, inputs in calls:
                 fn(*inputs)
-    print(f"{args.file}: {len(calls)} functions x {args.repeat} calls, {len(prof.rows())} kernels")
+    print(f"{args.file}: {len(calls)} functions x {args.repeat} calls, {len(prof.rows())} kernels"
+          + (f"; weights from {weights_from}" if weights_from else ""))
     print(prof.table())
     if args.trace:
         prof.chrome_trace(args.trace)
         print(f"wrote {args.trace}")
+
+
+def model_weights(path: str) -> tuple[dict, str | None]:
+    """The weights a model's arguments have (by argument name) and where they come from: an .onnx
+    file's initializers, or the .npz twin `opc import` wrote next to an .mlir file. Random weights
+    would time another model: N(0, 1) weights blow the activations up, and the subnormal floats
+    they end in make a GEMM 30x slower."""
+    import os
+
+    import numpy as np
+
+    if path.endswith(".onnx"):
+        from opc.onnx_import import import_onnx
+
+        return import_onnx(path)[1], f"{path}'s initializers"
+    for twin in (os.path.splitext(path)[0] + ".npz", path + ".npz"):
+        if twin != path and os.path.isfile(twin):
+            return load_profile_inputs(twin) or {}, twin
+    return {}, None
 
 
 def load_profile_inputs(source: str) -> dict | None:
@@ -246,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_grad_options(prof, "also profile NAME_grad and NAME_value_and_grad; --grad 2: also NAME_grad_grad")
     prof.add_argument("--inputs", default="random", metavar="random|FILE.npz",
                       help="the arguments: seeded random floats and zero integers (the default), or an .npz "
-                           "holding an array per argument name")
+                           "holding an array per argument name; weights come from the .onnx file's "
+                           "initializers (or the .npz that `opc import` wrote next to an .mlir file)")
     prof.add_argument("--repeat", type=int, default=10, help="calls of each function (default 10)")
     prof.add_argument("--trace", help="also write the calls as a Chrome trace JSON (chrome://tracing, Perfetto)")
     prof.set_defaults(func=cmd_profile)

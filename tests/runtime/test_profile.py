@@ -112,3 +112,41 @@ def test_cli_inputs(layer, tmp_path, capsys):
     assert main(["profile", str(path), "--inputs", str(tmp_path / "none.npz")]) == 1
     assert capsys.readouterr().err.startswith(f"error: --inputs {tmp_path / 'none.npz'}: not 'random' nor a readable")
 
+
+
+def test_cli_weights_from_the_model(layer, tmp_path, capsys):
+    """The weights are the model's own: an .onnx file's initializers, or the .npz twin `opc import`
+    wrote next to an .mlir file; only the other arguments are random (or from --inputs)."""
+    from opc.cli import model_weights
+
+    path = tmp_path / "layer.mlir"
+    path.write_text(SRC)
+    assert model_weights(str(path)) == ({}, None)
+    _, args, _ = layer
+    np.savez(tmp_path / "layer.npz", w=args[1], m=args[2])
+    weights, where = model_weights(str(path))
+    assert where == str(tmp_path / "layer.npz") and set(weights) == {"w", "m"}
+    np.testing.assert_array_equal(weights["m"], args[2])
+    np.savez(tmp_path / "x.npz", x=args[0])  # --inputs names only x: w and m come from the twin
+    assert main(["profile", str(path), "--inputs", str(tmp_path / "x.npz"), "--repeat", "1"]) == 0
+    assert f"weights from {tmp_path / 'layer.npz'}" in capsys.readouterr().out
+
+
+def test_cli_weights_of_an_onnx_model(tmp_path, capsys):
+    onnx = pytest.importorskip("onnx", reason="the optional onnx package is not installed")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from opc.cli import model_weights
+
+    w = np.arange(12, dtype=np.float32).reshape(3, 4) / 8
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                              [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    weights, where = model_weights(str(path))
+    assert where == f"{path}'s initializers"
+    np.testing.assert_array_equal(weights["w"], w)
+    assert main(["profile", str(path), "--repeat", "1"]) == 0
+    assert "weights from" in capsys.readouterr().out
