@@ -34,6 +34,12 @@ SIMD_ATTR = "opc.simd_reduction"
 """On an scf.for: the `omp simd reduction` operator of each carried value (+, max, min, |)."""
 
 
+def column_block(columns: int) -> int | None:
+    """Columns per thread's piece of a reduction over leading axes: a width that divides the
+    last axis into at least two pieces, else None (the reduction stays one loop nest)."""
+    return next((b for b in (64, 32, 16) if columns % b == 0 and columns // b >= 2), None)
+
+
 @dataclass
 class Accumulator:
     """One reduction's running state in a loop: its carried values, how an element
@@ -129,10 +135,43 @@ class ReductionLowering:
                 return
             e.for_loop(in_shape[d], [], lambda iv, _: (loops(d + 1, [*idx, iv]), [])[1])
 
-        e.parallel(in_shape[:first], lambda outer: loops(first, list(outer)))
+        block = column_block(in_shape[-1]) if first == 0 else None
+        if block is not None:  # a leading axis reduced (a bias gradient): the threads take column blocks
+            self.reduce_by_column_blocks(in_shape, axes, block, lambda idx: loops(len(in_shape), idx))
+        else:
+            e.parallel(in_shape[:first], lambda outer: loops(first, list(outer)))
         if acc is not out or finish is not None:  # halves round once; a mean scales once
             done = finish or (lambda v: v)
             e.parallel(out_shape, lambda idx: e.store(e.to_storage(done(e.load(acc, idx)), elem), out, idx))
+
+    def reduce_by_column_blocks(self, in_shape: Sequence[int], axes: Sequence[int], block: int,
+                                update: Callable[[list[SSAValue]], None]) -> None:
+        """update(idx) for every input index, the threads taking (kept outer index, block of
+        `block` columns of the last axis): inside, the reduced axes in order, then the block's
+        columns. Each output sees its terms in the order one thread would add them (the same
+        bits at any thread count), the block's columns a unit-stride loop that vectorizes."""
+        e = self.e
+        last = len(in_shape) - 1
+        kept = [d for d in range(last) if d not in axes]
+
+        def body(outer: list[SSAValue]) -> None:
+            at = dict(zip(kept, outer))
+            base = e.value(arith.MuliOp(outer[-1], e.index(block)))
+
+            def nest(rest: list[int]) -> None:
+                if rest:
+                    e.for_loop(in_shape[rest[0]], [], lambda iv, _: (at.__setitem__(rest[0], iv), nest(rest[1:]), [])[2])
+                    return
+
+                def column(jj: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+                    update([*(at[d] for d in range(last)), e.value(arith.AddiOp(base, jj))])
+                    return []
+
+                e.for_loop(block, [], column)
+
+            nest(list(axes))
+
+        e.parallel([*(in_shape[d] for d in kept), in_shape[-1] // block], body)
 
     def combine(self, kind: str, elem: Attribute, acc: SSAValue, x: SSAValue) -> SSAValue:
         """acc (+|max|min) x in the compute type; float max/min propagate NaN."""
