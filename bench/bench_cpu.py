@@ -415,6 +415,27 @@ def matmul_case(n: int) -> Callable[[Context], Contest]:
     return setup
 
 
+def block_gemm_case(m: int, n: int, k: int, tx: bool, ty: bool) -> Callable[[Context], Contest]:
+    """One GEMM of the transformer block's forward or backward: [m, k] @ [k, n], either operand
+    stored transposed (the backward's dX = dY W^T and dW = X^T dY) as the block passes it."""
+
+    def setup(ctx: Context) -> Contest:
+        xs, ys = ((k, m) if tx else (m, k)), ((n, k) if ty else (k, n))
+        t = {s: f"tensor<{s[0]}x{s[1]}xf32>" for s in (xs, ys, (m, n))}
+        flags = ", ".join(f for f, on in (("trans_x = true", tx), ("trans_y = true", ty)) if on)
+        m_ = opc.compile(f"func.func @f(%x: {t[xs]}, %y: {t[ys]}) -> {t[(m, n)]} {{\n"
+                         f"  %r = opc.matmul %x, %y {{{flags}}} : ({t[xs]}, {t[ys]}) -> {t[(m, n)]}\n"
+                         f"  func.return %r : {t[(m, n)]}\n}}\n")
+        x, y = ctx.rng.standard_normal(xs, np.float32), ctx.rng.standard_normal(ys, np.float32)
+        mm = lambda a, b: (a.T if tx else a) @ (b.T if ty else b)  # noqa: E731
+        return Contest(want=[mm(x.astype(np.float64), y.astype(np.float64))], ours=[Contender("opc", lambda: m_.f(x, y))],
+                       theirs=[numpy_row(mm, [x, y]), *peers(ctx, [x, y], mm if ctx.torch else None,
+                                                              mm if ctx.jax else None, compiled=False)],
+                       tol=1e-4, rate="GFLOP/s", work=2.0 * m * n * k)
+
+    return setup
+
+
 def batched_matmul_case(xs: tuple[int, ...], ys: tuple[int, ...]) -> Callable[[Context], Contest]:
     """Attention's batched GEMMs ([B, H, S, D] @ [B, H, D, S] and back): one opc.matmul with batch dims."""
 
@@ -907,6 +928,12 @@ add_case("chain", "6-op elementwise chain, 4M f32 (mul add relu sub mul tanh)", 
 add_case("gelu-fwd-bwd", "fused gelu layer 512, forward + backward f32", gelu_layer_case)
 for _n in (256, 512, 1024):
     add_case(f"matmul-{_n}", f"matmul f32 {_n}", matmul_case(_n))
+for _name, (_m, _n, _k, _tx, _ty) in {"qkv": (1024, 256, 256, False, False), "fc1": (1024, 1024, 256, False, False),
+                                      "fc2": (1024, 256, 1024, False, False), "dx": (1024, 256, 1024, False, True),
+                                      "dw": (256, 1024, 1024, True, False)}.items():
+    add_case(f"gemm-{_name}", f"the block's GEMM {_name}: {_m}x{_k} @ {_k}x{_n} f32"
+             + "".join(f", {o} stored transposed" for o, on in (("x", _tx), ("y", _ty)) if on),
+             block_gemm_case(_m, _n, _k, _tx, _ty))
 add_case("bmm-qk", "batched matmul [8,4,128,64] @ [8,4,64,128] f32 (attention scores)",
          batched_matmul_case((8, 4, 128, 64), (8, 4, 64, 128)))
 add_case("bmm-pv", "batched matmul [8,4,128,128] @ [8,4,128,64] f32 (attention output)",
