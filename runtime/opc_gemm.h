@@ -366,11 +366,10 @@ OPC_ALWAYS_INLINE void opc__ukr_s_body(int64_t kc, const float *OPC_RESTRICT a,
     } while (0)
     int64_t k = 0;
     for (; k + 2 <= kc; k += 2) {
-        _mm_prefetch((const char *)(b + 32 * 8), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + 32 * 8 + 16), _MM_HINT_T0);
+        /* the A panel streams from L2 (B's stays in L1 for the whole row of tiles): A 8 steps
+           ahead; prefetching B instead was 3-6% slower on the block's shapes */
+        _mm_prefetch((const char *)(a + 192), _MM_HINT_T0);
         OPC__SK(a, b);
-        _mm_prefetch((const char *)(b + 32 * 9), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + 32 * 9 + 16), _MM_HINT_T0);
         OPC__SK(a + 12, b + 32);
         a += 24; b += 64;
     }
