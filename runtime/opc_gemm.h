@@ -186,6 +186,14 @@ static OPC_UNUSED void opc__buf_put(void *p) {
 static inline int64_t opc__min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t opc__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* Packing reads a short segment of each source row, and rows are a page or more apart, where the
+   hardware prefetchers stop: the segment OPC__PF_ROWS rows ahead is prefetched by hand (integer
+   address math: it may pass the end, and a prefetch never faults). */
+#define OPC__PF_ROWS 8
+static inline void opc__pf_span(const void *p, int64_t bytes) {
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)o), 0, 3);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Loading one element of any storage type as f32.                           */
 /* ------------------------------------------------------------------------ */
@@ -649,7 +657,10 @@ static OPC_UNUSED void opc__packA_s(const void *A, int dt, int trans, int64_t M,
     int have_zero = 0;
     if (trans && mc <= OPC_S_MC) { /* A(i,k) = A[k*M + i]: each row of A^T once, all panels */
         float seg[OPC_S_MC];
+        const int64_t es = dt == OPC_DT_F32 ? 4 : 2;
         for (int64_t k = 0; k < kc; k++) {
+            if (k + OPC__PF_ROWS < kc)
+                opc__pf_span((const char *)A + ((p0 + k + OPC__PF_ROWS) * M + i0) * es, mc * es);
             const float *s = opc__row_s(A, (p0 + k) * M + i0, mc, dt, seg);
             int64_t ip = 0;
             for (; ip + MR <= mc; ip += MR) __builtin_memcpy(dst + ip * kc + k * MR, s + ip, MR * sizeof(float));
@@ -734,7 +745,10 @@ static OPC_UNUSED void opc__packB_grp_s(const void *B, int dt, int64_t N,
         for (int64_t pj = pj0; pj < pj1; pj++) opc__packB_s(B, dt, 0, N, 0, p0, kc, j0, nc, pj, dst);
         return;
     }
+    const int64_t es = dt == OPC_DT_F32 ? 4 : 2;
     for (int64_t k = 0; k < kc; k++) {
+        if (k + OPC__PF_ROWS < kc)
+            opc__pf_span((const char *)B + ((p0 + k + OPC__PF_ROWS) * N + j0 + jb) * es, (je - jb) * es);
         const float *s = opc__row_s(B, (p0 + k) * N + j0 + jb, je - jb, dt, tmp);
         for (int64_t pj = pj0; pj < pj1; pj++) {
             float *d = dst + pj * NR * kc + k * NR;
