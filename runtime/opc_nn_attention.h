@@ -381,16 +381,28 @@ OPC_NN_INLINE void OPC_NN_FN(at_finish)(ACC *s, const void *mask, const opc_at_g
         const ACC m = g->has_mask ? LD(mask, at, dt) : (ACC)0;
         _Pragma("omp simd") for (int64_t jj = 0; jj < visible; jj++) s[jj] = s[jj] * scale + m;
     }
-    for (int64_t jj = visible; jj < OPC_AT_BK; jj++) s[jj] = (ACC)-INFINITY;
+    _Pragma("omp simd") for (int64_t jj = visible; jj < OPC_AT_BK; jj++) s[jj] = (ACC)-INFINITY;
+}
+
+/* The keys of a block (from j0, cols of them) that the row tile from query row i sees at all: all,
+ * or with is_causal up to the tile's last row (0 where it sees none). */
+OPC_NN_INLINE int64_t OPC_NN_FN(at_tile_keys)(const opc_at_geom *g, int64_t i, int64_t j0, int64_t cols) {
+    const int64_t seen = g->causal && i + RT - j0 < cols ? i + RT - j0 : cols;
+    return seen > 0 ? seen : 0;
 }
 
 /* The scores of `rows` query rows (qs: rows_p rows, ldq apart) against a key block (kt: k^T, rows ldk long):
- * s[rows_p][BK]. */
+ * s[rows_p][BK]. Each row tile's products stop at the tiles of keys it sees (the block's cols, with
+ * is_causal those up to its last row): at_finish makes the rest -inf. */
 OPC_NN_INLINE void OPC_NN_FN(at_scores)(const ACC *qs, int64_t ldq, const ACC *kt, int64_t ldk, const void *mask,
                                         const opc_at_geom *g, int64_t b, int64_t i0, int64_t rows, int64_t j0,
                                         int64_t cols, ACC *s, int dt) {
     const int64_t moff = g->has_mask ? opc_at_mask_offset(g, b) : 0;
-    OPC_NN_FN(at_gemm)(qs, ldq, 1, kt, ldk, g->d, s, OPC_AT_BK, OPC_NN_FN(at_pad_rows)(rows), OPC_AT_BK, 0);
+    for (int64_t r = 0; r < OPC_NN_FN(at_pad_rows)(rows); r += RT) {
+        const int64_t width = OPC_NN_FN(at_pad)(OPC_NN_FN(at_tile_keys)(g, i0 + r, j0, cols));
+        for (int64_t w = 0; w < width; w += TW)
+            OPC_NN_FN(at_tile)(qs + r * ldq, ldq, 1, kt + w, ldk, g->d, s + r * OPC_AT_BK + w, OPC_AT_BK, 0);
+    }
     for (int64_t r = 0; r < rows; r++) OPC_NN_FN(at_finish)(s + r * OPC_AT_BK, mask, g, moff, i0 + r, j0, cols, dt);
 }
 
@@ -399,47 +411,50 @@ OPC_NN_INLINE int64_t OPC_NN_FN(at_key_end)(const opc_at_geom *g, int64_t last_r
     return g->causal && last_row + 1 < g->lk ? last_row + 1 : g->lk;
 }
 
-/* The max and the sum of a block's row. gcc reduces an `omp simd reduction` over a vector's lanes
- * by a serial chain, which cost as much as the scores: with AVX-512 a tree of vector operations
- * (the sequences of _mm512_reduce_*), else the portable loops. A NaN score need not reach the
- * max: its exp is NaN, and so are the row's sum, output and lse. */
-OPC_NN_INLINE ACC OPC_NN_FN(at_row_max)(const ACC *s) {
+/* The max and the sum of the first n entries of a block's row (n a multiple of TW; the rest are keys
+ * the row's tile does not see, -inf: their exp is 0). gcc reduces an `omp simd reduction` over a
+ * vector's lanes by a serial chain, which cost as much as the scores: with AVX-512 a tree of vector
+ * operations (the sequences of _mm512_reduce_*), else the portable loops. A NaN score need not
+ * reach the max: its exp is NaN, and so are the row's sum, output and lse. */
+OPC_NN_INLINE ACC OPC_NN_FN(at_row_max)(const ACC *s, int64_t n) {
 #ifdef __AVX512F__
+    if (n == 0) return (ACC)-INFINITY;
     if (sizeof(ACC) == 4) {
         const float *f = (const float *)s;
         __m512 m = _mm512_loadu_ps(f);
-        for (int c = 16; c < OPC_AT_BK; c += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(f + c));
+        for (int64_t c = 16; c < n; c += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(f + c));
         return (ACC)_mm512_reduce_max_ps(m);
     } else {
         const double *f = (const double *)s;
         __m512d m = _mm512_loadu_pd(f);
-        for (int c = 8; c < OPC_AT_BK; c += 8) m = _mm512_max_pd(m, _mm512_loadu_pd(f + c));
+        for (int64_t c = 8; c < n; c += 8) m = _mm512_max_pd(m, _mm512_loadu_pd(f + c));
         return (ACC)_mm512_reduce_max_pd(m);
     }
 #else
     ACC m = (ACC)-INFINITY;
-    _Pragma("omp simd reduction(max : m)") for (int jj = 0; jj < OPC_AT_BK; jj++) m = s[jj] > m ? s[jj] : m;
+    _Pragma("omp simd reduction(max : m)") for (int64_t jj = 0; jj < n; jj++) m = s[jj] > m ? s[jj] : m;
     return m;
 #endif
 }
-/* s = exp(s - mx) over the row, and its sum */
-OPC_NN_INLINE ACC OPC_NN_FN(at_row_exp)(ACC *s, ACC mx) {
+/* s = exp(s - mx) over the row's first n entries, and their sum */
+OPC_NN_INLINE ACC OPC_NN_FN(at_row_exp)(ACC *s, ACC mx, int64_t n) {
 #ifdef __AVX512F__
-    _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) s[jj] = EXPV(s[jj] - mx);
+    _Pragma("omp simd") for (int64_t jj = 0; jj < n; jj++) s[jj] = EXPV(s[jj] - mx);
+    if (n == 0) return 0;
     if (sizeof(ACC) == 4) {
         const float *f = (const float *)s;
         __m512 t = _mm512_loadu_ps(f);
-        for (int c = 16; c < OPC_AT_BK; c += 16) t = _mm512_add_ps(t, _mm512_loadu_ps(f + c));
+        for (int64_t c = 16; c < n; c += 16) t = _mm512_add_ps(t, _mm512_loadu_ps(f + c));
         return (ACC)_mm512_reduce_add_ps(t);
     } else {
         const double *f = (const double *)s;
         __m512d t = _mm512_loadu_pd(f);
-        for (int c = 8; c < OPC_AT_BK; c += 8) t = _mm512_add_pd(t, _mm512_loadu_pd(f + c));
+        for (int64_t c = 8; c < n; c += 8) t = _mm512_add_pd(t, _mm512_loadu_pd(f + c));
         return (ACC)_mm512_reduce_add_pd(t);
     }
 #else
     ACC sum = 0;
-    _Pragma("omp simd reduction(+ : sum)") for (int jj = 0; jj < OPC_AT_BK; jj++) {
+    _Pragma("omp simd reduction(+ : sum)") for (int64_t jj = 0; jj < n; jj++) {
         s[jj] = EXPV(s[jj] - mx);
         sum += s[jj];
     }
@@ -457,7 +472,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const ACC *kt, const void
     const int64_t ldv = vb ? dvp : g->lay[OPC_AT_V].row;
     const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, rows_p = OPC_NN_FN(at_pad_rows)(rows);
     ACC *buf = (ACC *)malloc(sizeof(ACC) * (size_t)(OPC_AT_BQ * dp + OPC_AT_BQ * OPC_AT_BK + OPC_AT_BQ * dvp +
-                                                    2 * OPC_AT_BQ));
+                                                    5 * OPC_AT_BQ));
     if (!buf) { /* no memory for the scratch: NaN, never a silent wrong number */
         for (int64_t r = 0; r < rows; r++) {
             OPC_NN_FN(at_nan_row)(out, dv, g, OPC_AT_O, b * g->lq + i0 + r, dt);
@@ -467,6 +482,7 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const ACC *kt, const void
     }
     ACC *qb = buf, *s = qb + OPC_AT_BQ * dp;
     ACC *acc = s + OPC_AT_BQ * OPC_AT_BK, *m = acc + OPC_AT_BQ * dvp, *l = m + OPC_AT_BQ;
+    ACC *mx = l + OPC_AT_BQ, *alpha = mx + OPC_AT_BQ, *sum = alpha + OPC_AT_BQ; /* per block and row */
     /* q in place where its tiles' rows stay in the buffer (rows past the block are other rows of the
      * buffer, their scores never read), else a padded copy */
     const int64_t q0 = opc_at_off(g, OPC_AT_Q, b, i0), qrow = g->lay[OPC_AT_Q].row;
@@ -483,30 +499,52 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const ACC *kt, const void
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
         OPC_NN_FN(at_scores)(qs, ldq, kt + b * d * lkp + j0, lkp, mask, g, b, i0, rows, j0, cols, s, dt);
+        /* the online softmax: the new row maxima, then every row's rescaling exp(m - mx) at once (a
+         * vector exp, not a scalar one per row), then the rows' exps and sums over the keys their
+         * tile sees */
+        for (int64_t r = 0; r < rows_p; r++) {
+            const int64_t n = OPC_NN_FN(at_pad)(OPC_NN_FN(at_tile_keys)(g, i0 + r / RT * RT, j0, cols));
+            mx[r] = r < rows ? OPC_NN_MAX(m[r], OPC_NN_FN(at_row_max)(s + r * OPC_AT_BK, n)) : (ACC)-INFINITY;
+        }
+        _Pragma("omp simd") for (int64_t r = 0; r < rows_p; r++)
+            alpha[r] = EXPV(mx[r] == (ACC)-INFINITY ? (ACC)0 : m[r] - mx[r]);
         for (int64_t r = 0; r < rows_p; r++) {
             ACC *sr = s + r * OPC_AT_BK, *ar = acc + r * dvp;
-            const ACC mnew = r < rows ? OPC_NN_MAX(m[r], OPC_NN_FN(at_row_max)(sr)) : (ACC)-INFINITY;
-            if (mnew == (ACC)-INFINITY) { /* every key so far hidden (or a padding row): adds nothing */
+            if (mx[r] == (ACC)-INFINITY) { /* every key so far hidden (or a padding row): adds nothing */
                 _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) sr[jj] = 0;
+                sum[r] = 0;
                 continue;
             }
-            const ACC alpha = OPC_NN_EXP(m[r] - mnew);
-            const ACC sum = OPC_NN_FN(at_row_exp)(sr, mnew);
-            l[r] = l[r] * alpha + sum;
-            m[r] = mnew;
-            if (alpha != (ACC)1) {
-                _Pragma("omp simd") for (int64_t c = 0; c < dvp; c++) ar[c] *= alpha;
+            sum[r] = OPC_NN_FN(at_row_exp)(sr, mx[r],
+                                           OPC_NN_FN(at_pad)(OPC_NN_FN(at_tile_keys)(g, i0 + r / RT * RT, j0, cols)));
+            if (alpha[r] != (ACC)1) {
+                const ACC a = alpha[r];
+                _Pragma("omp simd") for (int64_t c = 0; c < dvp; c++) ar[c] *= a;
             }
         }
-        /* acc += p v: the probabilities of the block's rows times its values (cols rows of v) */
-        OPC_NN_FN(at_gemm)(s, OPC_AT_BK, 1, vr + j0 * ldv, ldv, cols, acc, dvp, rows_p, dvp, 1);
+        _Pragma("omp simd") for (int64_t r = 0; r < rows_p; r++) {
+            l[r] = l[r] * alpha[r] + sum[r];
+            m[r] = mx[r];
+        }
+        /* acc += p v: the probabilities of the block's rows times its values (the keys each row tile
+         * sees: the rest of its p is 0) */
+        for (int64_t r = 0; r < rows_p; r += RT) {
+            const int64_t seen = OPC_NN_FN(at_tile_keys)(g, i0 + r, j0, cols);
+            if (seen)
+                for (int64_t w = 0; w < dvp; w += TW)
+                    OPC_NN_FN(at_tile)(s + r * OPC_AT_BK, OPC_AT_BK, 1, vr + j0 * ldv + w, ldv, seen, acc + r * dvp + w,
+                                       dvp, 1);
+        }
+    }
+    /* all scores -inf: softmax's 0 / 0 (the rows' logs at once: a vector log where the family has one) */
+    ACC *ls = lse + b * g->lq + i0;
+    _Pragma("omp simd") for (int64_t r = 0; r < rows; r++) {
+        ls[r] = m[r] == (ACC)-INFINITY ? (ACC)NAN : m[r] + OPC_NN_LOG(l[r]);
     }
     for (int64_t r = 0; r < rows; r++) {
-        const int64_t row = b * g->lq + i0 + r, o0 = opc_at_off(g, OPC_AT_O, b, i0 + r);
-        const int hidden = m[r] == (ACC)-INFINITY; /* all scores -inf: softmax's 0 / 0 */
-        const ACC inv = hidden ? (ACC)NAN : (ACC)1 / l[r];
+        const int64_t o0 = opc_at_off(g, OPC_AT_O, b, i0 + r);
+        const ACC inv = m[r] == (ACC)-INFINITY ? (ACC)NAN : (ACC)1 / l[r];
         for (int64_t c = 0; c < dv; c++) ST(out, o0 + c, dt, acc[r * dvp + c] * inv);
-        lse[row] = hidden ? (ACC)NAN : m[r] + OPC_NN_LOG(l[r]);
     }
     free(buf);
 }
