@@ -550,20 +550,58 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const ACC *kt, const void
 }
 
 /* ---- backward ----------------------------------------------------------------------------------- */
+/* Products whose rows are the query rows i0.. of a block (rows_p of them) and whose columns or sum run
+ * over its keys j0.. (cols): each row tile stops at the keys it sees (at_tile_keys; with is_causal
+ * the rest of its p and ds are 0). C[rows_p][BK] = A B over K (columns: keys), or C[rows_p][width]
+ * += A B over the keys (sum: keys). */
+OPC_NN_INLINE void OPC_NN_FN(at_gemm_keys_cols)(const ACC *A, int64_t lda, const ACC *B, int64_t ldb, int64_t K, ACC *C,
+                                                int64_t rows_p, const opc_at_geom *g, int64_t i0, int64_t j0,
+                                                int64_t cols) {
+    for (int64_t r = 0; r < rows_p; r += RT) {
+        const int64_t width = OPC_NN_FN(at_pad)(OPC_NN_FN(at_tile_keys)(g, i0 + r, j0, cols));
+        for (int64_t w = 0; w < width; w += TW)
+            OPC_NN_FN(at_tile)(A + r * lda, lda, 1, B + w, ldb, K, C + r * OPC_AT_BK + w, OPC_AT_BK, 0);
+    }
+}
+OPC_NN_INLINE void OPC_NN_FN(at_gemm_keys_sum)(const ACC *A, const ACC *B, int64_t ldb, ACC *C, int64_t ldc,
+                                               int64_t width, int64_t rows_p, const opc_at_geom *g, int64_t i0,
+                                               int64_t j0, int64_t cols) {
+    for (int64_t r = 0; r < rows_p; r += RT) {
+        const int64_t seen = OPC_NN_FN(at_tile_keys)(g, i0 + r, j0, cols);
+        if (seen)
+            for (int64_t w = 0; w < width; w += TW)
+                OPC_NN_FN(at_tile)(A + r * OPC_AT_BK, OPC_AT_BK, 1, B + w, ldb, seen, C + r * ldc + w, ldc, 1);
+    }
+}
+/* C[BK][width] += A^T B, A's rows the block's query rows (rows of them) and its columns the keys:
+ * each tile of keys sums over the query rows that see any of them (with is_causal, from the row of
+ * its first key), none past the block's cols keys (their rows of C are never stored). */
+OPC_NN_INLINE void OPC_NN_FN(at_gemm_keys_rows)(const ACC *A, const ACC *B, int64_t ldb, int64_t rows, ACC *C,
+                                                int64_t ldc, int64_t width, const opc_at_geom *g, int64_t i0,
+                                                int64_t j0, int64_t cols) {
+    for (int64_t jt = 0; jt < cols; jt += RT) {
+        const int64_t from = g->causal && j0 + jt - i0 > 0 ? j0 + jt - i0 : 0;
+        if (from < rows)
+            for (int64_t w = 0; w < width; w += TW)
+                OPC_NN_FN(at_tile)(A + from * OPC_AT_BK + jt, 1, OPC_AT_BK, B + from * ldb + w, ldb, rows - from,
+                                   C + jt * ldc + w, ldc, 1);
+    }
+}
+
 /* p = exp(s - lse) and ds = p * (dp - delta) for `rows` query rows of a block whose scores s and
- * dout v^T products dp are computed; padding rows get 0. */
-OPC_NN_INLINE void OPC_NN_FN(at_probs)(ACC *s, ACC *dp, const ACC *lse, const ACC *delta, int64_t rows) {
+ * dout v^T products dp are computed over the keys each row tile sees; 0 past them and in the
+ * padding rows. */
+OPC_NN_INLINE void OPC_NN_FN(at_probs)(ACC *s, ACC *dp, const ACC *lse, const ACC *delta, int64_t rows,
+                                       const opc_at_geom *g, int64_t i0, int64_t j0, int64_t cols) {
     for (int64_t r = 0; r < OPC_NN_FN(at_pad_rows)(rows); r++) {
         ACC *sr = s + r * OPC_AT_BK, *dr = dp + r * OPC_AT_BK;
-        if (r >= rows) {
-            _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) sr[jj] = dr[jj] = 0;
-            continue;
-        }
-        const ACC ls = lse[r], de = delta[r];
-        _Pragma("omp simd") for (int jj = 0; jj < OPC_AT_BK; jj++) {
+        const int64_t n = r < rows ? OPC_NN_FN(at_pad)(OPC_NN_FN(at_tile_keys)(g, i0 + r / RT * RT, j0, cols)) : 0;
+        const ACC ls = r < rows ? lse[r] : 0, de = r < rows ? delta[r] : 0;
+        _Pragma("omp simd") for (int64_t jj = 0; jj < n; jj++) {
             sr[jj] = EXPV(sr[jj] - ls);
             dr[jj] = sr[jj] * (dr[jj] - de);
         }
+        _Pragma("omp simd") for (int64_t jj = n; jj < OPC_AT_BK; jj++) sr[jj] = dr[jj] = 0;
     }
 }
 
@@ -633,9 +671,9 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *k, const void *v, con
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
         OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, kb, vt, NULL, dt);
         OPC_NN_FN(at_scores)(qs, dp, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
-        OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0); /* dout v^T */
-        OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows);
-        OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, acc, dp, rows_p, dp, 1); /* dq += ds k */
+        OPC_NN_FN(at_gemm_keys_cols)(dor, dvp, vt, OPC_AT_BK, dv, ds, rows_p, g, i0, j0, cols); /* dout v^T */
+        OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows, g, i0, j0, cols);
+        OPC_NN_FN(at_gemm_keys_sum)(ds, kb, dp, acc, dp, dp, rows_p, g, i0, j0, cols); /* dq += ds k */
     }
     const ACC scale = (ACC)g->scale;
     for (int64_t r = 0; r < rows; r++) {
@@ -685,13 +723,13 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *k, const void *v, co
             const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
             const ACC *qs = qp + first * dp, *dor = qp + n * dp + first * dvp, *delta = qp + n * (dp + dvp) + first;
             OPC_NN_FN(at_scores)(qs, dp, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
-            OPC_NN_FN(at_gemm)(dor, dvp, 1, vt, OPC_AT_BK, dv, ds, OPC_AT_BK, rows_p, OPC_AT_BK, 0);
-            OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows);
+            OPC_NN_FN(at_gemm_keys_cols)(dor, dvp, vt, OPC_AT_BK, dv, ds, rows_p, g, i0, j0, cols);
+            OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows, g, i0, j0, cols);
             /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
-            OPC_NN_FN(at_gemm)(s, 1, OPC_AT_BK, dor, dvp, rows, dva, dvp, OPC_AT_BK, dvp, 1);
-            OPC_NN_FN(at_gemm)(ds, 1, OPC_AT_BK, qs, dp, rows, dka, dp, OPC_AT_BK, dp, 1);
+            OPC_NN_FN(at_gemm_keys_rows)(s, dor, dvp, rows, dva, dvp, dvp, g, i0, j0, cols);
+            OPC_NN_FN(at_gemm_keys_rows)(ds, qs, dp, rows, dka, dp, dp, g, i0, j0, cols);
             /* dq's part += ds k over the block's keys (the padding rows of ds are 0) */
-            if (part) OPC_NN_FN(at_gemm)(ds, OPC_AT_BK, 1, kb, dp, cols, part + i0 * dp, dp, rows_p, dp, 1);
+            if (part) OPC_NN_FN(at_gemm_keys_sum)(ds, kb, dp, part + i0 * dp, dp, dp, rows_p, g, i0, j0, cols);
         }
         const ACC scale = (ACC)g->scale;
         for (int64_t jj = 0; jj < cols; jj++) {
