@@ -121,6 +121,34 @@ static inline __attribute__((unused)) void opc_at_t16(const float *src, int64_t 
 }
 #endif
 
+#ifdef __AVX512F__
+/* e^x of 16 probabilities' arguments (a score minus the row's max or lse, or an old max minus the
+ * new), opc_expf's reduction and polynomial, with 0 where e^x would be subnormal: a subnormal p
+ * (or a subnormal intermediate, as opc_expf's for arguments from -103.97 to -87.34 and for the
+ * masked keys' -inf) costs a microcode assist per instruction that makes or reads it: scores spread
+ * over a few hundred (large logits; random weights) made the kernels 3-4x slower. Below 2^-126 of
+ * the row's largest weight (1), p is beyond what any sum of the row holds. The argument is clamped
+ * to [lo, hi] with max/min (a NaN gives lo, then is put back), 2^n applied by vscalefps (one
+ * rounding, never a subnormal intermediate for n >= -126). NaN stays NaN, -inf gives 0. */
+static inline __attribute__((unused)) __m512 opc_at_expp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.33654f); /* the least x whose e^x is normal */
+    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.7228394f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    const __m512 y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), _mm512_scalef_ps(p, n));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+#endif
+
 static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_geom *g, int64_t b) {
     int64_t at = 0;
     for (int64_t t = g->nb - 1; t >= 0; t--) {
@@ -222,6 +250,25 @@ typedef ACC VEC __attribute__((vector_size(VB), aligned(sizeof(ACC)), may_alias)
 /* exp in the vector loops: the runtime's branch-free one in both families (the f64 family's
  * OPC_NN_EXP is libm's exp, a call per element that keeps the loop scalar) */
 #define EXPV(x) (sizeof(ACC) == 4 ? (ACC)opc_expf((float)(x)) : (ACC)opc_exp((double)(x)))
+/* exp of a probability's argument, 0 where it would be subnormal (see opc_at_expp16, which f32 uses
+ * with AVX-512; EXPP_MIN: the least x whose opc_expf / opc_exp is normal). NaN stays NaN (the
+ * compare is false), -inf gives 0. */
+#define EXPP_MIN (sizeof(ACC) == 4 ? (ACC)-87.33654f : (ACC)-708.39641853226408)
+#define EXPP(x) ((x) < EXPP_MIN ? (ACC)0 : EXPV((x) < EXPP_MIN ? EXPP_MIN : (x)))
+
+/* s[jj] = e^(s[jj] - sub) for jj < n (with AVX-512 and f32, n a multiple of 16) */
+OPC_NN_INLINE void OPC_NN_FN(at_expp)(ACC *s, ACC sub, int64_t n) {
+#ifdef __AVX512F__
+    if (sizeof(ACC) == 4) {
+        float *f = (float *)s;
+        const __m512 b = _mm512_set1_ps((float)sub);
+        for (int64_t c = 0; c < n; c += 16)
+            _mm512_storeu_ps(f + c, opc_at_expp16(_mm512_sub_ps(_mm512_loadu_ps(f + c), b)));
+        return;
+    }
+#endif
+    _Pragma("omp simd") for (int64_t jj = 0; jj < n; jj++) s[jj] = EXPP(s[jj] - sub);
+}
 
 /* The register tile: C[RT][TW] (+)= sum over k < K of A(i, k) * B[k][0..TW), A(i, k) = A[i * ars + k * aks].
  * NV RT vector accumulators, NV vector loads and RT broadcasts per k: the multiply-adds never
@@ -439,7 +486,7 @@ OPC_NN_INLINE ACC OPC_NN_FN(at_row_max)(const ACC *s, int64_t n) {
 /* s = exp(s - mx) over the row's first n entries, and their sum */
 OPC_NN_INLINE ACC OPC_NN_FN(at_row_exp)(ACC *s, ACC mx, int64_t n) {
 #ifdef __AVX512F__
-    _Pragma("omp simd") for (int64_t jj = 0; jj < n; jj++) s[jj] = EXPV(s[jj] - mx);
+    OPC_NN_FN(at_expp)(s, mx, n);
     if (n == 0) return 0;
     if (sizeof(ACC) == 4) {
         const float *f = (const float *)s;
@@ -455,7 +502,7 @@ OPC_NN_INLINE ACC OPC_NN_FN(at_row_exp)(ACC *s, ACC mx, int64_t n) {
 #else
     ACC sum = 0;
     _Pragma("omp simd reduction(+ : sum)") for (int64_t jj = 0; jj < n; jj++) {
-        s[jj] = EXPV(s[jj] - mx);
+        s[jj] = EXPP(s[jj] - mx);
         sum += s[jj];
     }
     return sum;
@@ -502,12 +549,14 @@ OPC_NN_INLINE void OPC_NN_FN(attention)(const void *q, const ACC *kt, const void
         /* the online softmax: the new row maxima, then every row's rescaling exp(m - mx) at once (a
          * vector exp, not a scalar one per row), then the rows' exps and sums over the keys their
          * tile sees */
-        for (int64_t r = 0; r < rows_p; r++) {
+        for (int64_t r = 0; r < OPC_AT_BQ; r++) {
             const int64_t n = OPC_NN_FN(at_pad)(OPC_NN_FN(at_tile_keys)(g, i0 + r / RT * RT, j0, cols));
             mx[r] = r < rows ? OPC_NN_MAX(m[r], OPC_NN_FN(at_row_max)(s + r * OPC_AT_BK, n)) : (ACC)-INFINITY;
         }
-        _Pragma("omp simd") for (int64_t r = 0; r < rows_p; r++)
-            alpha[r] = EXPV(mx[r] == (ACC)-INFINITY ? (ACC)0 : m[r] - mx[r]);
+        _Pragma("omp simd") for (int64_t r = 0; r < OPC_AT_BQ; r++) {
+            alpha[r] = mx[r] == (ACC)-INFINITY ? (ACC)0 : m[r] - mx[r];
+        }
+        OPC_NN_FN(at_expp)(alpha, 0, OPC_AT_BQ);
         for (int64_t r = 0; r < rows_p; r++) {
             ACC *sr = s + r * OPC_AT_BK, *ar = acc + r * dvp;
             if (mx[r] == (ACC)-INFINITY) { /* every key so far hidden (or a padding row): adds nothing */
@@ -597,10 +646,8 @@ OPC_NN_INLINE void OPC_NN_FN(at_probs)(ACC *s, ACC *dp, const ACC *lse, const AC
         ACC *sr = s + r * OPC_AT_BK, *dr = dp + r * OPC_AT_BK;
         const int64_t n = r < rows ? OPC_NN_FN(at_pad)(OPC_NN_FN(at_tile_keys)(g, i0 + r / RT * RT, j0, cols)) : 0;
         const ACC ls = r < rows ? lse[r] : 0, de = r < rows ? delta[r] : 0;
-        _Pragma("omp simd") for (int64_t jj = 0; jj < n; jj++) {
-            sr[jj] = EXPV(sr[jj] - ls);
-            dr[jj] = sr[jj] * (dr[jj] - de);
-        }
+        OPC_NN_FN(at_expp)(sr, ls, n);
+        _Pragma("omp simd") for (int64_t jj = 0; jj < n; jj++) dr[jj] = sr[jj] * (dr[jj] - de);
         _Pragma("omp simd") for (int64_t jj = n; jj < OPC_AT_BK; jj++) sr[jj] = dr[jj] = 0;
     }
 }
@@ -765,6 +812,8 @@ OPC_NN_INLINE void OPC_NN_FN(attention_dq_sum)(const ACC *dqp, void *dq, int64_t
 #undef ST
 #undef VEC
 #undef EXPV
+#undef EXPP
+#undef EXPP_MIN
 #undef VB
 #undef VL
 #undef NV

@@ -240,6 +240,47 @@ def test_a_row_of_hidden_keys_is_nan_in_both_routes(kernel, composite) -> None:
         close(out[:, :, rows], want_out[:, :, rows], c.dt, "other rows")
 
 
+LARGE_CASES = [Case("large_causal_f32", (2, 2), 40, 70, 16, 8, None, True, "float32"),
+               Case("large_mask_f64", (2,), 9, 65, 8, 4, (9, 65), False, "float64")]
+
+
+@pytest.fixture(scope="module")
+def large():
+    from opc.autodiff import add_grad_functions
+
+    module = parse_text("\n".join(source(c) for c in LARGE_CASES)).module
+    add_grad_functions(module)
+    return opc.compile(module)
+
+
+@pytest.mark.parametrize("c", LARGE_CASES, ids=[c.name for c in LARGE_CASES])
+def test_scores_spread_over_hundreds(large, c: Case) -> None:
+    """q and k scaled so the scores of a row span hundreds: most weights are below 2^-126 of the row's
+    largest (the kernel makes them 0 instead of subnormal numbers, which cost a microcode assist each),
+    the formula's numbers all the same; a NaN in q makes its row NaN (out and lse), the rest unchanged."""
+    arrays = inputs(c)
+    for i in (0, 1):
+        arrays[i] = (arrays[i].astype(np.float64) * 12).astype(arrays[i].dtype)
+    s = np.abs(arrays[0].astype(np.float64) @ np.swapaxes(arrays[1].astype(np.float64), -1, -2)) * c.scale
+    assert s.max() > 200  # e^-200 is far below f32's and within f64's normal range: both regimes
+    out, lse = getattr(large, f"{c.name}_lse")(*arrays)
+    want_out, want_lse = reference(c, arrays)
+    close(out, want_out, c.dt, "out")
+    close(lse, want_lse, c.dt, "lse")
+    dout = random_array((*c.batch, c.lq, c.dv), c.dt, np.random.default_rng(SEED), -1.0, 1.0)
+    _, _, want = reference(c, arrays, dout)
+    for name, g, w in zip(["dq", "dk", "dv", "dmask"], getattr(large, f"{c.name}_grad")(*arrays, dout), want):
+        close(g, w, c.dt, name)
+    row = (0,) * len(c.batch) + (3,)
+    arrays[0] = arrays[0].copy()
+    arrays[0][(*row, 1)] = np.nan
+    out, lse = getattr(large, f"{c.name}_lse")(*arrays)
+    assert np.isnan(out[row]).all() and np.isnan(lse[row])
+    keep = np.ones(out.shape[:-1], bool)
+    keep[row] = False
+    close(out[keep], want_out[keep], c.dt, "other rows")
+
+
 # ---------------------------------------------------------------------------
 # Strided views: transposes of the batch and row dims folded into the kernels' operand layouts
 # ---------------------------------------------------------------------------
