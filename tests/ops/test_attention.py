@@ -343,12 +343,14 @@ def views_source(w: Views) -> str:
     if w.merge:
         back = inverse(w.perms[0])
         rtype = ttype(tuple((*c.batch, c.lq, c.dv)[i] for i in back), c.dt)
-        lines.append(f"  %r = opc.transpose %o {{perm = array<i64: {', '.join(map(str, back))}>}} : ({out}) -> ({rtype})")
+        lines.append(f"  %r = opc.transpose %o {{perm = array<i64: {', '.join(map(str, back))}>}} : "
+                     f"({out}) -> ({rtype})")
         ret = "%r"
     params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(own))
     plain = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
     operands = ", ".join(f"%a{i}" for i in range(len(types)))
-    return (f"func.func @{c.name}_views({params}) -> {rtype} {{\n" + "\n".join(lines) + f"\n  func.return {ret} : {rtype}\n}}\n"
+    body = "\n".join(lines)
+    return (f"func.func @{c.name}_views({params}) -> {rtype} {{\n{body}\n  func.return {ret} : {rtype}\n}}\n"
             f"func.func @{c.name}_plain({plain}) -> {out} {{\n"
             f"  %o, %l = opc.attention {operands} {{{attrs}}} : ({', '.join(types)}) -> ({out}, {lse})\n"
             f"  func.return %o : {out}\n}}\n")
@@ -443,7 +445,8 @@ def test_transposes_read_elsewhere_stay_nests() -> None:
             f"  %tq = opc.transpose %q {{perm = array<i64: 0, 2, 1, 3>}} : ({q}) -> {qt}\n"
             f"  %tk = opc.transpose %kf {{perm = array<i64: 0, 1, 3, 2>}} : (tensor<2x3x4x7xf32>) -> {kt}\n"
             f"  %tv = opc.transpose %v {{perm = array<i64: 0, 2, 1, 3>}} : ({v}) -> {vt}\n"
-            f"  %o, %l = opc.attention %tq, %tk, %tv {{scale = 0.5 : f64}} : ({qt}, {kt}, {vt}) -> ({ot}, tensor<2x3x5xf32>)\n"
+            f"  %o, %l = opc.attention %tq, %tk, %tv {{scale = 0.5 : f64}} : ({qt}, {kt}, {vt}) -> "
+            f"({ot}, tensor<2x3x5xf32>)\n"
             f"  func.return %o, %tq, %tk : {ot}, {qt}, {kt}\n}}\n")
     m = opc.compile(text)
     # q's (also returned) and k's (features moved); v's is a view
