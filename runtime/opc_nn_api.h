@@ -13,8 +13,13 @@
 /* a pooling geometry (opc_nn_conv.h): 23 integers */
 #define OPC_NN_POOL OPC_NN_GEOM, int64_t
 
-/* an attention's geometry (opc_nn_attention.h): 22 integers, then the scale */
-#define OPC_NN_AT OPC_NN_GEOM, double
+/* an attention's geometry (opc_nn_attention.h): 22 integers, an operand's layout 7 (4 operands in the
+ * forward, 8 in the backward), then the scale */
+#define OPC_NN_AT_LAY int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t
+#define OPC_NN_AT OPC_NN_GEOM, OPC_NN_AT_LAY, OPC_NN_AT_LAY, OPC_NN_AT_LAY, OPC_NN_AT_LAY, double
+#define OPC_NN_AT_GRAD                                                                                        \
+    OPC_NN_GEOM, OPC_NN_AT_LAY, OPC_NN_AT_LAY, OPC_NN_AT_LAY, OPC_NN_AT_LAY, OPC_NN_AT_LAY, OPC_NN_AT_LAY,    \
+        OPC_NN_AT_LAY, OPC_NN_AT_LAY, double
 
 #define OPC_NN_SCE_PROTO(SUF, T, LSUF, L)                                                                     \
     void opc_nn_softmax_cross_entropy_##SUF##_##LSUF(const T *logits, const L *label, T *loss, T *sm,       \
@@ -52,7 +57,7 @@
     void opc_nn_avg_pool_grad_##SUF(const T *dout, T *dx, OPC_NN_POOL);                                       \
     void opc_nn_attention_##SUF(const T *q, const T *k, const T *v, const T *mask, T *out, A *lse, OPC_NN_AT); \
     void opc_nn_attention_grad_##SUF(const T *q, const T *k, const T *v, const T *out, const A *lse,          \
-                                     const T *dout, const T *mask, T *dq, T *dk, T *dv, OPC_NN_AT);
+                                     const T *dout, const T *mask, T *dq, T *dk, T *dv, OPC_NN_AT_GRAD);
 
 OPC_NN_PROTO(f32, float, float)
 OPC_NN_PROTO(f16, uint16_t, float)
@@ -64,5 +69,7 @@ OPC_NN_PROTO(f64, double, double)
 #undef OPC_NN_GEOM
 #undef OPC_NN_POOL
 #undef OPC_NN_AT
+#undef OPC_NN_AT_GRAD
+#undef OPC_NN_AT_LAY
 
 #endif

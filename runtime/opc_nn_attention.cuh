@@ -16,11 +16,29 @@
 #define OPC_AT_MAX_BATCH 6
 #define OPC_AT_CHUNK 4
 
+/* An operand's layout (see opc_nn_attention.h): row i of batch entry b at the sum of the batch
+ * indices times bs, plus i * row. */
+struct opc_at_lay {
+    int64_t row, bs[OPC_AT_MAX_BATCH];
+};
+enum { OPC_AT_Q, OPC_AT_K, OPC_AT_V, OPC_AT_O, OPC_AT_DO, OPC_AT_DQ, OPC_AT_DK, OPC_AT_DV, OPC_AT_NLAY };
+
 struct opc_at_geom {
     int64_t bh, lq, lk, d, dv, causal, has_mask, mrow, mcol, nb;
     int64_t dims[OPC_AT_MAX_BATCH], mstr[OPC_AT_MAX_BATCH];
     double scale;
+    opc_at_lay lay[OPC_AT_NLAY];
 };
+
+/* The offset of row i of batch entry b in operand x's layout. */
+__device__ __forceinline__ int64_t opc_at_off(const opc_at_geom &g, int x, int64_t b, int64_t i) {
+    int64_t at = i * g.lay[x].row;
+    for (int64_t t = g.nb - 1; t >= 0; t--) {
+        at += (b % g.dims[t]) * g.lay[x].bs[t];
+        b /= g.dims[t];
+    }
+    return at;
+}
 
 /* The mask's offset for batch entry b (see opc_nn_attention.h). */
 __device__ __forceinline__ int64_t opc_at_mask_offset(const opc_at_geom &g, int64_t b) {
@@ -38,7 +56,7 @@ __device__ typename D::A opc_at_score(const typename D::T *q, const typename D::
                                       const opc_at_geom &g, int64_t b, int64_t i, int64_t j) {
     typedef typename D::A A;
     if (g.causal && j > i) return (A)-INFINITY;
-    const typename D::T *qr = q + (b * g.lq + i) * g.d, *kr = k + (b * g.lk + j) * g.d;
+    const typename D::T *qr = q + opc_at_off(g, OPC_AT_Q, b, i), *kr = k + opc_at_off(g, OPC_AT_K, b, j);
     A s = 0;
     for (int64_t dd = 0; dd < g.d; dd++) s += opc_nn_ld<D>(qr[dd]) * opc_nn_ld<D>(kr[dd]);
     s *= (A)g.scale;
@@ -84,12 +102,13 @@ opc_nn_attention_rows(const typename D::T *q, const typename D::T *k, const type
                 for (int t = 0; t < OPC_AT_CHUNK; t++) {
                     const int64_t c = c0 + t * nt + threadIdx.x;
                     if (c < g.dv)
-                        for (int64_t jj = 0; jj < tile; jj++) acc[t] += w[jj] * opc_nn_ld<D>(v[(b * g.lk + j0 + jj) * g.dv + c]);
+                        for (int64_t jj = 0; jj < tile; jj++)
+                            acc[t] += w[jj] * opc_nn_ld<D>(v[opc_at_off(g, OPC_AT_V, b, j0 + jj) + c]);
                 }
             }
             for (int t = 0; t < OPC_AT_CHUNK; t++) {
                 const int64_t c = c0 + t * nt + threadIdx.x;
-                if (c < g.dv) out[row * g.dv + c] = opc_nn_st<D>(hidden ? (A)NAN : acc[t]);
+                if (c < g.dv) out[opc_at_off(g, OPC_AT_O, b, i) + c] = opc_nn_st<D>(hidden ? (A)NAN : acc[t]);
             }
         }
     }
@@ -106,9 +125,9 @@ opc_nn_attention_grad_q(const typename D::T *q, const typename D::T *k, const ty
     const int64_t nt = blockDim.x;
     for (int64_t row = blockIdx.x; row < g.bh * g.lq; row += gridDim.x) {
         const int64_t b = row / g.lq, i = row % g.lq;
-        const typename D::T *dor = dout + row * g.dv;
+        const typename D::T *dor = dout + opc_at_off(g, OPC_AT_DO, b, i), *orow = out + opc_at_off(g, OPC_AT_O, b, i);
         A delta = 0; /* rowsum(dout * out) */
-        for (int64_t c = threadIdx.x; c < g.dv; c += nt) delta += opc_nn_ld<D>(dor[c]) * opc_nn_ld<D>(out[row * g.dv + c]);
+        for (int64_t c = threadIdx.x; c < g.dv; c += nt) delta += opc_nn_ld<D>(dor[c]) * opc_nn_ld<D>(orow[c]);
         delta = opc_nn_block_reduce<A, false>(delta);
         const A ls = lse[row];
         for (int64_t c0 = 0; c0 < g.d; c0 += OPC_AT_CHUNK * nt) {
@@ -119,7 +138,7 @@ opc_nn_attention_grad_q(const typename D::T *q, const typename D::T *k, const ty
                 A ds = 0;
                 if (j < g.lk) {
                     const A p = opc_nn_exp(opc_at_score<D>(q, k, mask, g, b, i, j) - ls);
-                    ds = p * (opc_at_dot<D>(dor, v + (b * g.lk + j) * g.dv, g.dv) - delta);
+                    ds = p * (opc_at_dot<D>(dor, v + opc_at_off(g, OPC_AT_V, b, j), g.dv) - delta);
                 }
                 w[threadIdx.x] = ds;
                 __syncthreads();
@@ -127,12 +146,13 @@ opc_nn_attention_grad_q(const typename D::T *q, const typename D::T *k, const ty
                 for (int t = 0; t < OPC_AT_CHUNK; t++) {
                     const int64_t c = c0 + t * nt + threadIdx.x;
                     if (c < g.d)
-                        for (int64_t jj = 0; jj < tile; jj++) acc[t] += w[jj] * opc_nn_ld<D>(k[(b * g.lk + j0 + jj) * g.d + c]);
+                        for (int64_t jj = 0; jj < tile; jj++)
+                            acc[t] += w[jj] * opc_nn_ld<D>(k[opc_at_off(g, OPC_AT_K, b, j0 + jj) + c]);
                 }
             }
             for (int t = 0; t < OPC_AT_CHUNK; t++) {
                 const int64_t c = c0 + t * nt + threadIdx.x;
-                if (c < g.d) dq[row * g.d + c] = opc_nn_st<D>(acc[t] * (A)g.scale);
+                if (c < g.d) dq[opc_at_off(g, OPC_AT_DQ, b, i) + c] = opc_nn_st<D>(acc[t] * (A)g.scale);
             }
         }
     }
@@ -156,9 +176,10 @@ opc_nn_attention_grad_kv(const typename D::T *q, const typename D::T *k, const t
                 __syncthreads();
                 A p = 0, ds = 0;
                 if (i < g.lq) {
-                    const typename D::T *dor = dout + row * g.dv;
+                    const typename D::T *dor = dout + opc_at_off(g, OPC_AT_DO, b, i);
                     p = opc_nn_exp(opc_at_score<D>(q, k, mask, g, b, i, j) - lse[row]);
-                    ds = p * (opc_at_dot<D>(dor, v + key * g.dv, g.dv) - opc_at_dot<D>(dor, out + row * g.dv, g.dv));
+                    ds = p * (opc_at_dot<D>(dor, v + opc_at_off(g, OPC_AT_V, b, j), g.dv) -
+                              opc_at_dot<D>(dor, out + opc_at_off(g, OPC_AT_O, b, i), g.dv));
                 }
                 wp[threadIdx.x] = p;
                 ws[threadIdx.x] = ds;
@@ -167,28 +188,44 @@ opc_nn_attention_grad_kv(const typename D::T *q, const typename D::T *k, const t
                 for (int t = 0; t < OPC_AT_CHUNK; t++) {
                     const int64_t c = c0 + t * nt + threadIdx.x;
                     for (int64_t ii = 0; ii < tile; ii++) {
-                        const int64_t r = b * g.lq + i0 + ii;
-                        if (c < g.dv) av[t] += wp[ii] * opc_nn_ld<D>(dout[r * g.dv + c]);
-                        if (c < g.d) ak[t] += ws[ii] * opc_nn_ld<D>(q[r * g.d + c]);
+                        if (c < g.dv) av[t] += wp[ii] * opc_nn_ld<D>(dout[opc_at_off(g, OPC_AT_DO, b, i0 + ii) + c]);
+                        if (c < g.d) ak[t] += ws[ii] * opc_nn_ld<D>(q[opc_at_off(g, OPC_AT_Q, b, i0 + ii) + c]);
                     }
                 }
             }
             for (int t = 0; t < OPC_AT_CHUNK; t++) {
                 const int64_t c = c0 + t * nt + threadIdx.x;
-                if (c < g.dv) dvo[key * g.dv + c] = opc_nn_st<D>(av[t]);
-                if (c < g.d) dk[key * g.d + c] = opc_nn_st<D>(ak[t] * (A)g.scale);
+                if (c < g.dv) dvo[opc_at_off(g, OPC_AT_DV, b, j) + c] = opc_nn_st<D>(av[t]);
+                if (c < g.d) dk[opc_at_off(g, OPC_AT_DK, b, j) + c] = opc_nn_st<D>(ak[t] * (A)g.scale);
             }
         }
     }
 }
 
-#define OPC_AT_PARAMS                                                                                          \
+/* The arguments as opc_nn_attention.h's: the geometry's 22 integers, the operands' layouts (7 each),
+ * the scale. */
+#define OPC_AT_INTS                                                                                            \
     int64_t bh, int64_t lq, int64_t lk, int64_t d, int64_t dv, int64_t causal, int64_t has_mask, int64_t mrow,   \
         int64_t mcol, int64_t nb, int64_t n0, int64_t n1, int64_t n2, int64_t n3, int64_t n4, int64_t n5,         \
-        int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4, int64_t s5, double scale
+        int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4, int64_t s5
+#define OPC_AT_LAY_PARAMS(X)                                                                                   \
+    int64_t X##r, int64_t X##0, int64_t X##1, int64_t X##2, int64_t X##3, int64_t X##4, int64_t X##5
+#define OPC_AT_LAY_INIT(X) {X##r, {X##0, X##1, X##2, X##3, X##4, X##5}}
+#define OPC_AT_PARAMS                                                                                          \
+    OPC_AT_INTS, OPC_AT_LAY_PARAMS(q_), OPC_AT_LAY_PARAMS(k_), OPC_AT_LAY_PARAMS(v_), OPC_AT_LAY_PARAMS(o_),    \
+        double scale
+#define OPC_AT_GRAD_PARAMS                                                                                     \
+    OPC_AT_INTS, OPC_AT_LAY_PARAMS(q_), OPC_AT_LAY_PARAMS(k_), OPC_AT_LAY_PARAMS(v_), OPC_AT_LAY_PARAMS(o_),    \
+        OPC_AT_LAY_PARAMS(do_), OPC_AT_LAY_PARAMS(dq_), OPC_AT_LAY_PARAMS(dk_), OPC_AT_LAY_PARAMS(dv_), double scale
+#define OPC_AT_GEOM                                                                                            \
+    bh, lq, lk, d, dv, causal, has_mask, mrow, mcol, nb, {n0, n1, n2, n3, n4, n5}, {s0, s1, s2, s3, s4, s5}, scale
 #define OPC_AT_MAKE                                                                                            \
-    const opc_at_geom g = {bh, lq, lk, d, dv, causal, has_mask, mrow, mcol, nb, {n0, n1, n2, n3, n4, n5},        \
-                           {s0, s1, s2, s3, s4, s5}, scale}
+    const opc_at_geom g = {OPC_AT_GEOM,                                                                        \
+                           {OPC_AT_LAY_INIT(q_), OPC_AT_LAY_INIT(k_), OPC_AT_LAY_INIT(v_), OPC_AT_LAY_INIT(o_)}}
+#define OPC_AT_GRAD_MAKE                                                                                       \
+    const opc_at_geom g = {OPC_AT_GEOM,                                                                        \
+                           {OPC_AT_LAY_INIT(q_), OPC_AT_LAY_INIT(k_), OPC_AT_LAY_INIT(v_), OPC_AT_LAY_INIT(o_),  \
+                            OPC_AT_LAY_INIT(do_), OPC_AT_LAY_INIT(dq_), OPC_AT_LAY_INIT(dk_), OPC_AT_LAY_INIT(dv_)}}
 
 #define OPC_CUDA_AT_ENTRIES(SUF, D)                                                                              \
     template <int = 0>                                                                                           \
@@ -203,8 +240,8 @@ opc_nn_attention_grad_kv(const typename D::T *q, const typename D::T *k, const t
     static inline cudaError_t opc_cuda_nn_attention_grad_##SUF(const D::T *q, const D::T *k, const D::T *v,       \
                                                                const D::T *out, const D::A *lse,                 \
                                                                const D::T *dout, const D::T *mask, D::T *dq,     \
-                                                               D::T *dk, D::T *dv_, OPC_AT_PARAMS) {             \
-        OPC_AT_MAKE;                                                                                             \
+                                                               D::T *dk, D::T *dv_, OPC_AT_GRAD_PARAMS) {        \
+        OPC_AT_GRAD_MAKE;                                                                                         \
         if (bh * lq > 0)                                                                                         \
             opc_nn_attention_grad_q<D><<<opc_nn_blocks(bh * lq, 1), OPC_NN_THREADS>>>(q, k, v, out, lse, dout,   \
                                                                                       mask, dq, g);              \
@@ -220,7 +257,13 @@ OPC_CUDA_AT_ENTRIES(f16, opc_nn_f16)
 OPC_CUDA_AT_ENTRIES(bf16, opc_nn_bf16)
 
 #undef OPC_CUDA_AT_ENTRIES
+#undef OPC_AT_INTS
+#undef OPC_AT_LAY_PARAMS
+#undef OPC_AT_LAY_INIT
 #undef OPC_AT_PARAMS
+#undef OPC_AT_GRAD_PARAMS
+#undef OPC_AT_GEOM
 #undef OPC_AT_MAKE
+#undef OPC_AT_GRAD_MAKE
 
 #endif /* OPC_NN_ATTENTION_CUH */

@@ -25,7 +25,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from xdsl.dialects import arith, func, memref
-from xdsl.dialects.builtin import ArrayAttr, IndexType, IntegerAttr, IntegerType, MemRefType, StringAttr, f32, i64
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    StridedLayoutAttr,
+    StringAttr,
+    f32,
+    i64,
+)
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc
@@ -377,10 +387,24 @@ def lower_pool(fl, op: opc.PoolOp) -> None:  # noqa: ANN001
 AT_MAX_BATCH = 6  # runtime/opc_nn_attention.h: OPC_AT_MAX_BATCH (MAX_RANK - 2)
 
 
-def attention_ints(op: opc.AttentionOp | opc.AttentionGradOp) -> list[int]:
-    """The 22 integers of runtime/opc_nn_attention.h's geometry: bh, lq, lk, d, dv, causal, has_mask,
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    return [numel(shape[i + 1:]) for i in range(len(shape))]
+
+
+def layout_ints(strides: Sequence[int]) -> list[int]:
+    """runtime/opc_nn_attention.h's layout of an operand [batch..., rows, features] (features
+    contiguous): the row stride, then the batch dims' strides (0 past the batch rank)."""
+    assert strides[-1] == 1, "an attention operand's features are contiguous"
+    batch = list(strides[:-2])
+    return [strides[-2], *batch, *[0] * (AT_MAX_BATCH - len(batch))]
+
+
+def attention_ints(op: opc.AttentionOp | opc.AttentionGradOp, strides: Sequence[Sequence[int]] | None = None,
+                   grad: bool | None = None) -> list[int]:
+    """The integers of runtime/opc_nn_attention.h's geometry: bh, lq, lk, d, dv, causal, has_mask,
     the mask's row and column strides, the batch rank, the batch dims and the mask's strides along them
-    (0 where it broadcasts)."""
+    (0 where it broadcasts); then the layouts of q, k, v, out (and of dout, dq, dk, dv for the grad):
+    `strides` per operand, row-major where not given."""
     qs, vs = shape_of(op.q), shape_of(op.v)
     batch, lq, d = list(qs[:-2]), qs[-2], qs[-1]
     lk, dv = vs[-2], vs[-1]
@@ -389,19 +413,65 @@ def attention_ints(op: opc.AttentionOp | opc.AttentionGradOp) -> list[int]:
     if op.mask is not None:
         own = list(shape_of(op.mask))
         ms = [1] * (len(full) - len(own)) + own
-    strides = [numel(ms[t + 1:]) if ms[t] != 1 else 0 for t in range(len(ms))]
+    mstrides = [numel(ms[t + 1:]) if ms[t] != 1 else 0 for t in range(len(ms))]
     pad = AT_MAX_BATCH - len(batch)
-    return [numel(batch), lq, lk, d, dv, int(opc.flag(op.is_causal)), int(op.mask is not None), strides[-2],
-            strides[-1], len(batch), *batch, *[1] * pad, *strides[:-2], *[0] * pad]
+    geometry = [numel(batch), lq, lk, d, dv, int(opc.flag(op.is_causal)), int(op.mask is not None), mstrides[-2],
+                mstrides[-1], len(batch), *batch, *[1] * pad, *mstrides[:-2], *[0] * pad]
+    grad = isinstance(op, opc.AttentionGradOp) if grad is None else grad
+    rows = [(*batch, lq, d), (*batch, lk, d), (*batch, lk, dv), (*batch, lq, dv)]
+    shapes = [*rows, rows[3], *rows[:3]] if grad else rows  # q, k, v, out (dout, dq, dk, dv)
+    strides = strides or [contiguous_strides(sh) for sh in shapes]
+    assert len(strides) == len(shapes)
+    return geometry + [i for st in strides for i in layout_ints(st)]
+
+
+def strided_view(fl, buf: SSAValue, shape: Sequence[int], strides: Sequence[int], name: str | None) -> SSAValue:  # noqa: ANN001
+    """buf seen as `shape` with `strides` (read and written only by the attention kernels)."""
+    t = MemRefType(buf.type.element_type, list(shape), layout=StridedLayoutAttr(list(strides), 0))  # type: ignore[attr-defined]
+    view = fl.e.value(memref.ReinterpretCastOp(buf, [], [], [], [0], list(shape), list(strides), t))
+    view.name_hint = name
+    return view
+
+
+def row_major(buf: SSAValue) -> bool:
+    t = buf.type
+    return list(t.get_strides()) == contiguous_strides(t.get_shape())  # type: ignore[attr-defined]
+
+
+def lower_strided_view(fl, op: opc.TransposeOp) -> None:  # noqa: ANN001
+    """A transpose planned as a strided view (opc-schedule): of its operand's buffer (only attention
+    reads it), or already made where attention wrote its result through it (result_view)."""
+    if fl.schedule.views[op] == "result":
+        assert op.result in fl.buffers, "the attention op writes its result through the transpose's buffer"
+        return
+    src = fl.operand_buffer(op.x)
+    assert row_major(src), "a strided view of a row-major buffer"
+    xs = contiguous_strides(shape_of(op.x))
+    fl.buffers[op.result] = strided_view(fl, src, shape_of(op.result), [xs[p] for p in op.perm_list()],
+                                         op.result.name_hint)
+
+
+def result_view(fl, v: SSAValue, t: opc.TransposeOp) -> SSAValue:  # noqa: ANN001
+    """The buffer attention writes its result v to: the transpose t's (v's only other reader), seen in
+    v's shape through strides."""
+    dst = fl.buffer_for(t.result)
+    ts, strides = contiguous_strides(shape_of(t.result)), [0] * len(t.perm_list())
+    for j, p in enumerate(t.perm_list()):
+        strides[p] = ts[j]
+    return strided_view(fl, dst, shape_of(v), strides, v.name_hint)
 
 
 def lower_attention(fl, op: opc.AttentionOp | opc.AttentionGradOp) -> None:  # noqa: ANN001
     """attention (q, k, v, mask, out, lse) and its grad (q, k, v, out, lse, dout, mask, dq, dk, dv), then
-    the geometry and the scale; without a mask, q stands in its place (never read)."""
+    the geometry, the layouts of the operands that may be strided views (q, k, v, out; the grad's
+    q, k, v, out, dout, dq, dk, dv) and the scale; without a mask, q stands in its place (never read)."""
     ins = [fl.operand_buffer(v) for v in op.operands]
     mask = ins.pop() if op.mask is not None else ins[0]
-    args = [*ins, mask, *(fl.buffer_for(r) for r in op.results)]
-    call(fl, f"{op.name.removeprefix('opc.')}_{dtype_suffix(element_of(op.q))}", args, attention_ints(op),
+    outs = [fl.buffer_for(r) for r in op.results]
+    args = [*ins, mask, *outs]
+    strided = [*ins[:4], ins[5], *outs] if isinstance(op, opc.AttentionGradOp) else [*ins[:3], outs[0]]
+    call(fl, f"{op.name.removeprefix('opc.')}_{dtype_suffix(element_of(op.q))}", args,
+         attention_ints(op, [list(b.type.get_strides()) for b in strided]),  # type: ignore[attr-defined]
          [op.scale.value.data])
 
 

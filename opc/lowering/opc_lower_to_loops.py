@@ -65,7 +65,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
 
     def __init__(self, fn: func.FuncOp, globals_out: list[memref.GlobalOp] | None = None,
                  memory_order_reductions: bool = True, row_kernels: bool = True,
-                 row_buffer_bytes: int = ROW_BUFFER_BYTES, gemm_epilogues: bool = True):
+                 row_buffer_bytes: int = ROW_BUFFER_BYTES, gemm_epilogues: bool = True, strided_views: bool = True):
         self.fn = fn
         self.row_buffer_bytes = row_buffer_bytes
         self.memory_order_reductions = memory_order_reductions
@@ -90,18 +90,23 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.columns: dict[SSAValue, tuple[SSAValue, SSAValue]] = {}  # in a GEMM epilogue: [n] value -> (buffer, column)
         self.row_rank = 0
         self.simd = memory_order_reductions  # the CPU: float reductions vectorize (omp simd)
-        self.schedule = plan(fn, row_kernels=row_kernels, epilogues=gemm_epilogues)
+        self.schedule = plan(fn, row_kernels=row_kernels, epilogues=gemm_epilogues, views=strided_views)
         self.inlined = set(self.schedule.inlined)
+        # attention results written through a transpose's buffer (a strided view, nn.result_view)
+        self.written_through = {t.x: t for t, how in self.schedule.views.items() if how == "result"}
 
     # -- planning -------------------------------------------------------------
 
     # -- buffers ----------------------------------------------------------------
 
     def buffer_for(self, v: SSAValue) -> SSAValue:
-        """The buffer a materialized value is written to: an output or a fresh alloc."""
+        """The buffer a materialized value is written to: an output, a fresh alloc, or (an attention
+        result planned so) a strided view of its transpose's buffer."""
         if v in self.buffers:
             return self.buffers[v]
-        if v in self.returned and self.returned.count(v) == 1:
+        if v in self.written_through:
+            buf = nn.result_view(self, v, self.written_through[v])
+        elif v in self.returned and self.returned.count(v) == 1:
             buf = self.outputs[self.returned.index(v)]
         else:
             buf = self.e.value(memref.AllocOp([], [], memref_of(v.type)))  # type: ignore[arg-type]
@@ -222,6 +227,8 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.memo = {}
         if (symbol := external_symbol(op)) is not None:
             self.lower_external(op, symbol)
+        elif op in self.schedule.views:
+            nn.lower_strided_view(self, op)
         elif isinstance(op, arith.ConstantOp):
             if is_splat_constant(op):  # every use inlined it; a returned splat fills its output
                 self.lower_pointwise(op.result)
@@ -261,7 +268,8 @@ class LowerToLoopsPass(ModulePass):
                 unwrap_kernels(fn)  # scheduled input (opc-schedule): the lowering re-plans the same kernels
                 cpu = self.target != "cuda"
                 new = FunctionLowering(fn, constants, memory_order_reductions=cpu,
-                                       row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0, gemm_epilogues=cpu).run()
+                                       row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0, gemm_epilogues=cpu,
+                                       strided_views=cpu).run()
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)

@@ -34,8 +34,18 @@ recursion, so models of any length plan):
    pass of its own over memory. The kernel runs where the nest's root is, so
    whatever else reads the GEMM's result must come after that.
 
+4. Strided views (CPU only). A transpose that keeps the last axis last and
+   whose result only opc.attention / opc.attention_grad read as q, k, v, out
+   or dout is a view of its operand: the attention kernel reads the operand
+   through strides (per batch dim and per row; features contiguous). A
+   transpose of attention's out (or of the grad's dq, dk, dv) that is the
+   result's only reader besides attention ops is one too: the kernel writes
+   the transposed buffer through strides. So the heads' split of q, k and v
+   after their projections and the merge before the output projection cost
+   no pass of their own (`views`: transpose -> "operand" or "result").
+
 What stays its own kernel: GEMMs (with their fused epilogue), reshapes
-(views), dense constants, runtime and device kernels, and reductions whose
+(views), strided views, dense constants, runtime and device kernels, and reductions whose
 consumers read them over another iteration space (a column sum walks its
 input in memory order: whole rows accumulate at once).
 
@@ -114,6 +124,7 @@ class Schedule:
     row_of: dict[Operation, RowKernel] = field(default_factory=dict)
     kernels: list[Kernel] = field(default_factory=list)
     epilogue_of: dict[Operation, GemmEpilogue] = field(default_factory=dict)  # the GEMM, views and root
+    views: dict[Operation, str] = field(default_factory=dict)  # transpose -> "operand" / "result" (sweep 4)
 
 
 def is_constant(op: Operation) -> bool:
@@ -147,8 +158,11 @@ def value_users(v: SSAValue) -> list[Operation]:
 # ---------------------------------------------------------------------------
 
 
-def plan_nests(ops: list[Operation], returned: set[SSAValue]) -> tuple[set[Operation], dict[Operation, Operation]]:
-    """(ops inlined into a consumer's nest, the nest root of every op)."""
+def plan_nests(ops: list[Operation], returned: set[SSAValue],
+               views: dict[Operation, str] | None = None) -> tuple[set[Operation], dict[Operation, Operation]]:
+    """(ops inlined into a consumer's nest, the nest root of every op). A strided view reads its
+    operand's buffer: nothing is inlined into it."""
+    views = views or {}
     inlined: set[Operation] = set()
     root: dict[Operation, Operation] = {}
     for op in reversed(ops):
@@ -162,7 +176,7 @@ def plan_nests(ops: list[Operation], returned: set[SSAValue]) -> tuple[set[Opera
         if is_constant(op):
             if users and all(pointwise(u) for u in users):
                 inlined.add(op)  # free to recompute anywhere
-        elif len(users) == 1 and pointwise(users[0]) and evaluated_once(v, users[0]):
+        elif len(users) == 1 and pointwise(users[0]) and users[0] not in views and evaluated_once(v, users[0]):
             inlined.add(op)
             root[op] = root[users[0]]
         elif len(users) > 1 and fans_out_in_one_nest(v, users, root):
@@ -274,15 +288,19 @@ def reads_a_row_result(op: Operation, members: set[Operation]) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def plan(fn: func.FuncOp, row_kernels: bool = True, epilogues: bool = True) -> Schedule:
+def plan(fn: func.FuncOp, row_kernels: bool = True, epilogues: bool = True, views: bool = True) -> Schedule:
     """The kernels of one (unscheduled) tensor function. row_kernels=False: no row
     kernels (every reduction its own nest); both backends plan with them.
-    epilogues=False: no GEMM epilogues (the CUDA backend's GEMMs take none)."""
+    epilogues=False: no GEMM epilogues (the CUDA backend's GEMMs take none).
+    views=False: no strided views (the CUDA backend's attention reads row-major operands)."""
     ops = [o for o in fn.body.block.ops if not isinstance(o, func.ReturnOp)]
     returned = set(fn.body.block.last_op.operands)  # type: ignore[union-attr]
     position = {o: i for i, o in enumerate(ops)}
-    inlined, root = plan_nests(ops, returned)
-    sched = Schedule(inlined)
+    operand_views = plan_operand_views(ops, returned) if views else {}
+    inlined, root = plan_nests(ops, returned, operand_views)
+    sched = Schedule(inlined, views=operand_views)
+    if views:
+        sched.views.update(plan_result_views(ops, inlined, returned, operand_views))
     if row_kernels:
         for op in ops:
             if op not in sched.row_of and row_reduction(op) is not None:
@@ -300,6 +318,60 @@ def plan(fn: func.FuncOp, row_kernels: bool = True, epilogues: bool = True) -> S
         plan_epilogues(ops, sched, root, position)
     sched.kernels = group_kernels(ops, sched, root, returned)
     return sched
+
+
+# ---------------------------------------------------------------------------
+# Sweep 4: strided views (planned first: a view's operand must be in memory)
+# ---------------------------------------------------------------------------
+
+STRIDED_OPERANDS = {opc.AttentionOp: (0, 1, 2), opc.AttentionGradOp: (0, 1, 2, 3, 5)}  # q, k, v (out, dout)
+STRIDED_RESULTS = {opc.AttentionOp: (0,), opc.AttentionGradOp: (0, 1, 2)}  # out; dq, dk, dv
+
+
+def read_through_strides(use) -> bool:  # noqa: ANN001  (an xDSL Use)
+    """The use reads its operand through per-row and per-batch-dim strides (runtime/opc_nn_attention.h)."""
+    u = use.operation
+    return use.index in STRIDED_OPERANDS.get(type(u), ()) and external_symbol(u) is None
+
+
+def keeps_features(t: Operation) -> bool:
+    """A transpose of the batch and row dims only: the features stay contiguous."""
+    if not isinstance(t, opc.TransposeOp) or external_symbol(t) is not None:
+        return False
+    perm = t.perm_list()
+    return len(perm) >= 2 and perm[-1] == len(perm) - 1
+
+
+def plan_operand_views(ops: list[Operation], returned: set[SSAValue]) -> dict[Operation, str]:
+    """The transposes only attention reads, through strides: a view of their operand."""
+    found = {}
+    for t in ops:
+        if (keeps_features(t) and t.results[0] not in returned and t.results[0].uses
+                and all(read_through_strides(use) for use in t.results[0].uses)):
+            found[t] = "operand"
+    return found
+
+
+def plan_result_views(ops: list[Operation], inlined: set[Operation], returned: set[SSAValue],
+                      operand_views: dict[Operation, str]) -> dict[Operation, str]:
+    """The transposes of an attention result that nothing else reads but attention ops through
+    strides: the kernel writes the transpose's buffer. Not one inlined into its readers' nest
+    (then it costs no pass anyway, and the nest reads the result row-major)."""
+    found = {}
+    for a in ops:
+        if type(a) not in STRIDED_RESULTS or external_symbol(a) is not None:
+            continue
+        for i in STRIDED_RESULTS[type(a)]:
+            r = a.results[i]
+            if r in returned:
+                continue
+            others = [use for use in r.uses if not read_through_strides(use)]
+            if len(others) != 1:
+                continue
+            t = others[0].operation
+            if keeps_features(t) and t not in inlined and t not in operand_views and t.results[0].uses:
+                found[t] = "result"
+    return found
 
 
 # ---------------------------------------------------------------------------
@@ -461,7 +533,7 @@ def group_kernels(ops: list[Operation], sched: Schedule, root: dict[Operation, O
     kernels = []
     for key, group in members.items():
         kind = ("row" if isinstance(key, RowKernel) else kind_of(sched.epilogue_of[key].gemm) if key in sched.epilogue_of
-                else kind_of(key))  # type: ignore[arg-type]  # a conv with its epilogue: library
+                else "view" if key in sched.views else kind_of(key))  # type: ignore[arg-type]  # a conv with its epilogue: library
         kernels.append(Kernel(kind, group, boundary_reason(group, kind, returned)))
     position = {o: i for i, o in enumerate(ops)}
     kernels.sort(key=lambda k: position[k.ops[-1]])
@@ -496,6 +568,8 @@ def boundary_reason(group: list[Operation], kind: str, returned: set[SSAValue]) 
         why.append(f"{group[-1].name} runs as a runtime kernel")
     elif kind == "external":
         why.append("the device's own kernel")
+    elif kind == "view" and isinstance(group[-1], opc.TransposeOp):
+        why.append("a transpose read or written by opc.attention through strides (no loop)")
     elif kind == "view":
         why.append("a reshape is a view (no loop)")
     elif kind == "reduction" and isinstance(group[-1], opc.ReduceOp):
@@ -589,15 +663,16 @@ class SchedulePass(ModulePass):
         for fn in tensor_functions(op):
             if any(isinstance(o, KernelOp) for o in fn.body.block.ops):
                 continue  # already scheduled
-            wrap_kernels(fn, plan(fn, epilogues=self.target != "cuda"))  # CUDA's GEMMs take no epilogue
+            cpu = self.target != "cuda"
+            wrap_kernels(fn, plan(fn, epilogues=cpu, views=cpu))  # CUDA's GEMMs take no epilogue
 
 
 def describe(module: ModuleOp, row_kernels: bool = True, epilogues: bool = True) -> str:
     """`opc explain --kernels`: every function's kernels, their ops and why each ends
-    (epilogues=False: the CUDA backend's, whose GEMMs take no epilogue)."""
+    (epilogues=False: the CUDA backend's, whose GEMMs take no epilogue nor strided views)."""
     lines = []
     for fn in tensor_functions(module):
-        sched = plan(fn, row_kernels, epilogues)
+        sched = plan(fn, row_kernels, epilogues, views=epilogues)
         lines.append(f"@{fn.sym_name.data}: {len(sched.kernels)} kernels")
         for i, k in enumerate(sched.kernels):
             names = ", ".join(o.name.removeprefix("opc.") for o in k.ops)

@@ -240,6 +240,226 @@ def test_a_row_of_hidden_keys_is_nan_in_both_routes(kernel, composite) -> None:
         close(out[:, :, rows], want_out[:, :, rows], c.dt, "other rows")
 
 
+LARGE_CASES = [Case("large_causal_f32", (2, 2), 40, 70, 16, 8, None, True, "float32"),
+               Case("large_mask_f64", (2,), 9, 65, 8, 4, (9, 65), False, "float64")]
+
+
+@pytest.fixture(scope="module")
+def large():
+    from opc.autodiff import add_grad_functions
+
+    module = parse_text("\n".join(source(c) for c in LARGE_CASES)).module
+    add_grad_functions(module)
+    return opc.compile(module)
+
+
+@pytest.mark.parametrize("c", LARGE_CASES, ids=[c.name for c in LARGE_CASES])
+def test_scores_spread_over_hundreds(large, c: Case) -> None:
+    """q and k scaled so the scores of a row span hundreds: most weights are below 2^-126 of the row's
+    largest (the kernel makes them 0 instead of subnormal numbers, which cost a microcode assist each),
+    the formula's numbers all the same; a NaN in q makes its row NaN (out and lse), the rest unchanged."""
+    arrays = inputs(c)
+    for i in (0, 1):
+        arrays[i] = (arrays[i].astype(np.float64) * 12).astype(arrays[i].dtype)
+    s = np.abs(arrays[0].astype(np.float64) @ np.swapaxes(arrays[1].astype(np.float64), -1, -2)) * c.scale
+    assert s.max() > 200  # e^-200 is far below f32's and within f64's normal range: both regimes
+    out, lse = getattr(large, f"{c.name}_lse")(*arrays)
+    want_out, want_lse = reference(c, arrays)
+    close(out, want_out, c.dt, "out")
+    close(lse, want_lse, c.dt, "lse")
+    dout = random_array((*c.batch, c.lq, c.dv), c.dt, np.random.default_rng(SEED), -1.0, 1.0)
+    _, _, want = reference(c, arrays, dout)
+    for name, g, w in zip(["dq", "dk", "dv", "dmask"], getattr(large, f"{c.name}_grad")(*arrays, dout), want):
+        close(g, w, c.dt, name)
+    row = (0,) * len(c.batch) + (3,)
+    arrays[0] = arrays[0].copy()
+    arrays[0][(*row, 1)] = np.nan
+    out, lse = getattr(large, f"{c.name}_lse")(*arrays)
+    assert np.isnan(out[row]).all() and np.isnan(lse[row])
+    keep = np.ones(out.shape[:-1], bool)
+    keep[row] = False
+    close(out[keep], want_out[keep], c.dt, "other rows")
+
+
+# ---------------------------------------------------------------------------
+# Strided views: transposes of the batch and row dims folded into the kernels' operand layouts
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Views:
+    """c's q, k, v arrive in another layout and are transposed to [batch..., L, D] by `perms` (None:
+    they arrive so); with `merge`, out is transposed back to q's layout (the heads' merge)."""
+    c: Case
+    perms: tuple[tuple[int, ...] | None, ...]
+    merge: bool
+
+    @property
+    def name(self) -> str:
+        return self.c.name
+
+
+def inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argsort(perm))
+
+
+HEADS = (0, 2, 1, 3)  # [B, L, H, D] -> [B, H, L, D]: the heads' split after the projections
+VIEW_CASES = [
+    Views(Case("v_heads_mask_f32", (2, 3), 70, 33, 8, 8, (70, 33), False, "float32"), (HEADS,) * 3, True),
+    # v read in place (dv a whole tile), k by 16 x 16 blocks (d = 16), Lq < Lk over two key blocks
+    Views(Case("v_heads_causal_f32", (2, 2), 40, 70, 16, 32, None, True, "float32"), (HEADS,) * 3, True),
+    Views(Case("v_seq_first_f64", (3,), 17, 65, 5, 16, (3, 17, 65), False, "float64"), ((1, 0, 2),) * 3, True),
+    Views(Case("v_mixed_f16", (2, 2), 9, 12, 8, 4, None, True, "float16"), (HEADS, None, HEADS), False),
+    Views(Case("v_two_head_dims_f32", (2, 2, 2), 6, 10, 4, 3, (1, 10), False, "float32"), ((0, 2, 3, 1, 4),) * 3,
+          True),
+    Views(Case("v_unmerged_bf16", (1, 2), 8, 6, 16, 8, (8, 6), False, "bfloat16"), (None, HEADS, HEADS), False),
+]
+
+
+def view_shapes(w: Views) -> list[tuple[int, ...]]:
+    """The shapes the @NAME_views function takes: q, k, v in their own layouts, then the mask."""
+    own = [tuple(s[i] for i in inverse(p)) if p else s for s, p in zip(shapes(w.c)[:3], w.perms)]
+    return own + shapes(w.c)[3:]
+
+
+def views_source(w: Views) -> str:
+    """@NAME_views (transposes around opc.attention) and @NAME_plain (row-major operands)."""
+    c = w.c
+    out, lse = ttype((*c.batch, c.lq, c.dv), c.dt), ttype((*c.batch, c.lq), STATS[c.dt])
+    attrs = f"scale = {c.scale:.17e} : f64" + (", is_causal = true" if c.causal else "")
+    types = [ttype(s, c.dt) for s in shapes(c)]
+    own = [ttype(s, c.dt) for s in view_shapes(w)]
+    lines, names = [], []
+    for i, perm in enumerate(w.perms):
+        if perm is None:
+            names.append(f"%a{i}")
+            continue
+        lines.append(f"  %t{i} = opc.transpose %a{i} {{perm = array<i64: {', '.join(map(str, perm))}>}} : "
+                     f"({own[i]}) -> ({types[i]})")
+        names.append(f"%t{i}")
+    names += ["%a3"] if c.mask else []
+    lines.append(f"  %o, %l = opc.attention {', '.join(names)} {{{attrs}}} : ({', '.join(types)}) -> ({out}, {lse})")
+    ret, rtype = "%o", out
+    if w.merge:
+        back = inverse(w.perms[0])
+        rtype = ttype(tuple((*c.batch, c.lq, c.dv)[i] for i in back), c.dt)
+        lines.append(f"  %r = opc.transpose %o {{perm = array<i64: {', '.join(map(str, back))}>}} : "
+                     f"({out}) -> ({rtype})")
+        ret = "%r"
+    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(own))
+    plain = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
+    operands = ", ".join(f"%a{i}" for i in range(len(types)))
+    body = "\n".join(lines)
+    return (f"func.func @{c.name}_views({params}) -> {rtype} {{\n{body}\n  func.return {ret} : {rtype}\n}}\n"
+            f"func.func @{c.name}_plain({plain}) -> {out} {{\n"
+            f"  %o, %l = opc.attention {operands} {{{attrs}}} : ({', '.join(types)}) -> ({out}, {lse})\n"
+            f"  func.return %o : {out}\n}}\n")
+
+
+@pytest.fixture(scope="module")
+def views():
+    from opc.autodiff import add_grad_functions
+
+    module = parse_text("\n".join(views_source(w) for w in VIEW_CASES)).module
+    add_grad_functions(module)
+    return opc.compile(module)
+
+
+def view_inputs(w: Views) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The @NAME_views arguments (q, k, v in their own layouts) and the same values row-major."""
+    arrays = inputs(w.c)
+    own = [np.ascontiguousarray(np.transpose(a, inverse(p))) if p else a for a, p in zip(arrays[:3], w.perms)]
+    return own + arrays[3:], arrays
+
+
+def merged(w: Views, out: np.ndarray) -> np.ndarray:
+    return np.transpose(out, inverse(w.perms[0])) if w.merge else out
+
+
+def test_views_fold_every_transpose(views) -> None:
+    """No transpose nest is left in the views' functions (forward, and the grad where it is the grad
+    kernel's: a mask's gradient takes the composite rule, whose matmuls read q and k row-major): the
+    kernels read and write through strides."""
+    import re
+
+    kept = {f for f in re.findall(r'"(\w+)\telementwise: transpose"', views.c_source)}
+    want = {f"{w.name}_views_{tail}" for w in VIEW_CASES if w.c.mask for tail in ("grad", "value_and_grad")}
+    assert kept == want
+    assert "opc_nn_attention_grad_f32(" in views.c_source
+
+
+@pytest.mark.parametrize("w", VIEW_CASES, ids=[w.name for w in VIEW_CASES])
+def test_views_forward(views, w: Views) -> None:
+    """Strided operands give the row-major operands' numbers bit for bit, and the formula's."""
+    own, arrays = view_inputs(w)
+    got = getattr(views, f"{w.name}_views")(*own)
+    plain = getattr(views, f"{w.name}_plain")(*arrays)
+    np.testing.assert_array_equal(got, merged(w, plain))
+    want, _ = reference(w.c, arrays)
+    close(got, merged(w, want), w.c.dt, "views out")
+
+
+@pytest.mark.parametrize("w", VIEW_CASES, ids=[w.name for w in VIEW_CASES])
+def test_views_grad(views, w: Views) -> None:
+    """dq, dk, dv written through strides (and dout and out read so): the row-major grads bit for bit,
+    and the formula's."""
+    own, arrays = view_inputs(w)
+    c = w.c
+    dout = random_array((*c.batch, c.lq, c.dv), c.dt, np.random.default_rng(SEED), -1.0, 1.0)
+    got = getattr(views, f"{w.name}_views_grad")(*own, np.ascontiguousarray(merged(w, dout)))
+    plain = getattr(views, f"{w.name}_plain_grad")(*arrays, dout)
+    _, _, want = reference(c, arrays, dout)
+    for i, (name, g, p, r) in enumerate(zip(["dq", "dk", "dv", "dmask"], got, plain, want)):
+        perm = w.perms[i] if i < 3 else None
+        back = (lambda a: np.transpose(a, inverse(perm))) if perm else (lambda a: a)  # noqa: E731
+        np.testing.assert_array_equal(g, back(p), err_msg=name)
+        close(g, back(r), c.dt, f"views {name}")
+
+
+def test_views_grad_against_finite_differences(views) -> None:
+    """<out, dout> of the f64 case with seq-first operands and the merge, against central differences."""
+    w = VIEW_CASES[2]
+    own, _ = view_inputs(w)
+    f = getattr(views, f"{w.name}_views")
+    rng = np.random.default_rng(SEED + 2)
+    dout = rng.standard_normal(f(*own).shape)
+    got = getattr(views, f"{w.name}_views_grad")(*own, dout)
+    eps = 1e-6
+    for i, g in enumerate(got):
+        flat = np.flatnonzero(np.isfinite(own[i]))
+        for idx in rng.choice(flat, size=min(8, flat.size), replace=False):
+            plus, minus = [a.copy() for a in own], [a.copy() for a in own]
+            plus[i].flat[idx] += eps
+            minus[i].flat[idx] -= eps
+            num = (float(np.sum(f(*plus) * dout)) - float(np.sum(f(*minus) * dout))) / (2 * eps)
+            assert abs(g.flat[idx] - num) <= 1e-6 * max(1.0, abs(num)), (i, idx)
+
+
+def test_transposes_read_elsewhere_stay_nests() -> None:
+    """A transpose that something besides attention reads (here: it is also returned), or that moves
+    the features, is no view: it keeps its nest, and the numbers stay the formula's."""
+    c = Case("v_kept", (2, 3), 5, 7, 4, 4, None, False, "float32")
+    q, k, v = (f"tensor<2x{n}x3x4xf32>" for n in (5, 7, 7))
+    qt, kt, vt, ot = "tensor<2x3x5x4xf32>", "tensor<2x3x7x4xf32>", "tensor<2x3x7x4xf32>", "tensor<2x3x5x4xf32>"
+    text = (f"func.func @kept(%q: {q}, %k: {k}, %v: {v}, %kf: tensor<2x3x4x7xf32>) -> ({ot}, {qt}, {kt}) {{\n"
+            f"  %tq = opc.transpose %q {{perm = array<i64: 0, 2, 1, 3>}} : ({q}) -> {qt}\n"
+            f"  %tk = opc.transpose %kf {{perm = array<i64: 0, 1, 3, 2>}} : (tensor<2x3x4x7xf32>) -> {kt}\n"
+            f"  %tv = opc.transpose %v {{perm = array<i64: 0, 2, 1, 3>}} : ({v}) -> {vt}\n"
+            f"  %o, %l = opc.attention %tq, %tk, %tv {{scale = 0.5 : f64}} : ({qt}, {kt}, {vt}) -> "
+            f"({ot}, tensor<2x3x5xf32>)\n"
+            f"  func.return %o, %tq, %tk : {ot}, {qt}, {kt}\n}}\n")
+    m = opc.compile(text)
+    # q's (also returned) and k's (features moved); v's is a view
+    assert m.c_source.count('"kept\telementwise: transpose"') == 2
+    rng = np.random.default_rng(4)
+    qa, ka, va = (rng.standard_normal((2, n, 3, 4)).astype(np.float32) for n in (5, 7, 7))
+    out, tq, tk = m.kept(qa, ka, va, np.ascontiguousarray(np.transpose(ka, (0, 2, 3, 1))))
+    arrays = [np.transpose(a, HEADS) for a in (qa, ka, va)]
+    np.testing.assert_array_equal(tq, arrays[0])
+    np.testing.assert_array_equal(tk, arrays[1])
+    close(out, reference(c, arrays)[0], "float32", "kept out")
+
+
 # ---------------------------------------------------------------------------
 # opc-attention end to end
 # ---------------------------------------------------------------------------
@@ -247,7 +467,8 @@ def test_a_row_of_hidden_keys_is_nan_in_both_routes(kernel, composite) -> None:
 
 def test_transformer_block_fused_equals_unfused() -> None:
     """The zoo's block (our importer: the causal mask a folded constant, so is_causal), with the pass
-    (opc.compile's default) and without (fuse=False), forward and backward."""
+    (opc.compile's default) and without (fuse=False), forward and backward; with the pass, the heads'
+    transposes are folded into the kernels."""
     import sys
     from pathlib import Path
 
@@ -259,6 +480,9 @@ def test_transformer_block_fused_equals_unfused() -> None:
     module, params = opc.import_onnx(model)
     fused = opc.compile(module, grad=True)
     assert "opc_nn_attention_f32(" in fused.c_source and "opc_nn_attention_grad_f32(" in fused.c_source
+    # the heads' split of q, k, v and the merge of out (and their grads' in the backward) are strided
+    # views: no transpose runs as a kernel of its own
+    assert "elementwise: transpose" not in fused.c_source
     module, _ = opc.import_onnx(model)
     plain = opc.compile(module, grad=True, fuse=False)
     assert "opc_nn_attention" not in plain.c_source
@@ -381,7 +605,8 @@ static inline float __half2float(__half h) { return opc_f16_to_f32(h.x); }
 static inline __nv_bfloat16 __ushort_as_bfloat16(uint16_t v) { return __nv_bfloat16{v}; }
 static inline float __bfloat162float(__nv_bfloat16 h) { return opc_bf16_to_f32(h.x); }
 """
-G = ", ".join(f"g[{i}]" for i in range(22))
+G = ", ".join(f"g[{i}]" for i in range(22 + 4 * 7))  # the geometry, then q, k, v and out's layouts
+GG = ", ".join(f"g[{i}]" for i in range(22 + 8 * 7))  # the grad's: q, k, v, out, dout, dq, dk and dv's
 SIM_ENTRY = f"""
 extern "C" int at_f64(const double *q, const double *k, const double *v, const double *mask, double *out,
                       double *lse, const int64_t *g, double scale) {{
@@ -390,7 +615,7 @@ extern "C" int at_f64(const double *q, const double *k, const double *v, const d
 extern "C" int at_grad_f64(const double *q, const double *k, const double *v, const double *out, const double *lse,
                            const double *dout, const double *mask, double *dq, double *dk, double *dv,
                            const int64_t *g, double scale) {{
-    return opc_cuda_nn_attention_grad_f64(q, k, v, out, lse, dout, mask, dq, dk, dv, {G}, scale);
+    return opc_cuda_nn_attention_grad_f64(q, k, v, out, lse, dout, mask, dq, dk, dv, {GG}, scale);
 }}
 """
 
@@ -450,6 +675,7 @@ def test_cuda_kernels_on_the_simulator(simulated_attention, c: Case) -> None:
     close(out, want_out, c.dt, "cuda out")
     close(lse, want_lse, c.dt, "cuda lse")
     grads = [np.full(a.shape, np.nan) for a in arrays[:3]]
+    ints = np.array(attention_ints(op, grad=True), np.int64)
     assert lib.at_grad_f64(*map(ptr, (*arrays[:3], out, lse, dout, mask, *grads, ints)), c.scale) == 0
     for name, g, w in zip(["dq", "dk", "dv"], grads, want):
         close(g, w, c.dt, f"cuda {name}")
@@ -472,7 +698,7 @@ def test_grad_without_the_dq_parts(tmp_path) -> None:
         "int at_grad_f64(const double *q, const double *k, const double *v, const double *out, const double *lse,\n"
         "                const double *dout, const double *mask, double *dq, double *dk, double *dv, const int64_t *g,\n"
         "                double scale) {\n"
-        f"    opc_nn_attention_grad_f64(q, k, v, out, lse, dout, mask, dq, dk, dv, {G}, scale);\n"
+        f"    opc_nn_attention_grad_f64(q, k, v, out, lse, dout, mask, dq, dk, dv, {GG}, scale);\n"
         "    return 0;\n}\n")
     done = subprocess.run(["gcc", "-O1", "-fopenmp", "-shared", "-fPIC", "-DOPC_AT_PART_MAX=0", "-I", str(runtime_dir()),
                            "-o", str(tmp_path / "libtwo.so"), str(tmp_path / "two_pass.c"), "-lm"],
@@ -485,7 +711,7 @@ def test_grad_without_the_dq_parts(tmp_path) -> None:
         dout = np.random.default_rng(SEED).standard_normal((*c.batch, c.lq, c.dv))
         want_out, want_lse, want = reference(c, arrays, dout)
         op = parse_text(source(c)).module.ops.first.body.block.first_op  # type: ignore[union-attr]
-        ints = np.array(attention_ints(op), np.int64)
+        ints = np.array(attention_ints(op, grad=True), np.int64)
         grads = [np.full(a.shape, np.nan) for a in arrays[:3]]
         mask = arrays[3] if c.mask else arrays[0]
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
