@@ -1,9 +1,11 @@
 """opc.attention and opc.attention_grad (issue 20) on the CPU: the tiled kernel (runtime/opc_nn_attention.h)
 and the composite rule against a NumPy formula in f64 over a grid (ranks 2 to 4, Lq != Lk across the
 kernel's 32-query and 64-key blocks, masks broadcast every way, is_causal, f16 / bf16 / f32 / f64),
-the gradient against the formula and finite differences, kernel route against composite route, the
-opc-attention pass end to end (our importer's transformer block, PyTorch's exporter's graph against
-onnxruntime) and the verifier's errors. Two modules: the kernel's and the composite's."""
+the gradient against the formula and finite differences, kernel route against composite route, operands
+read and results written through strides (transposes folded: bit for bit against row-major operands),
+scores spanning hundreds (weights below 2^-126 made 0), the opc-attention pass end to end (our importer's
+transformer block, PyTorch's exporter's graph against onnxruntime) and the verifier's errors. Modules: the
+kernel's and the composite's, the strided views', the large scores'."""
 
 from __future__ import annotations
 
