@@ -29,9 +29,10 @@
 #include <immintrin.h>
 #endif
 
-#ifndef OPC_AT_BQ /* (a multiple of the tile's rows) */
+#ifndef OPC_AT_BQ /* (a multiple of the tile's rows and of 16: the rows' rescaling runs 16 at once) */
 #define OPC_AT_BQ 32 /* query rows per unit */
 #endif
+_Static_assert(OPC_AT_BQ % 16 == 0, "OPC_AT_BQ must be a multiple of 16");
 #ifndef OPC_AT_BK /* (a multiple of 16 and of the tile's width) */
 #define OPC_AT_BK 64 /* keys per block: a score row of a block is 64 lanes */
 #endif
