@@ -315,6 +315,9 @@ VIEW_CASES = [
     Views(Case("v_two_head_dims_f32", (2, 2, 2), 6, 10, 4, 3, (1, 10), False, "float32"), ((0, 2, 3, 1, 4),) * 3,
           True),
     Views(Case("v_unmerged_bf16", (1, 2), 8, 6, 16, 8, (8, 6), False, "bfloat16"), (None, HEADS, HEADS), False),
+    # the backward reads q and dout in place (rows of whole tiles, Lq a multiple of the tile's 8 rows)
+    Views(Case("v_in_place_f64", (1, 2), 24, 40, 16, 16, None, True, "float64"), (HEADS,) * 3, True),
+    Views(Case("v_in_place_f32", (2,), 16, 70, 32, 64, None, False, "float32"), ((1, 0, 2),) * 3, True),
 ]
 
 
