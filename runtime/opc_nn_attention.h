@@ -29,9 +29,10 @@
 #include <immintrin.h>
 #endif
 
-#ifndef OPC_AT_BQ /* (a multiple of the tile's rows) */
+#ifndef OPC_AT_BQ /* (a multiple of the tile's rows and of 16: the rows' rescaling runs 16 at once) */
 #define OPC_AT_BQ 32 /* query rows per unit */
 #endif
+_Static_assert(OPC_AT_BQ % 16 == 0, "OPC_AT_BQ must be a multiple of 16");
 #ifndef OPC_AT_BK /* (a multiple of 16 and of the tile's width) */
 #define OPC_AT_BK 64 /* keys per block: a score row of a block is 64 lanes */
 #endif
@@ -207,10 +208,10 @@ static inline __attribute__((unused)) int64_t opc_at_mask_offset(const opc_at_ge
         A *dqp = part * sizeof(A) <= OPC_AT_PART_MAX ? (A *)calloc(part ? part : 1, sizeof(A)) : NULL;         \
         if (!dqp) /* pass 1 (dq by query blocks), recomputing p and ds */                                      \
             OPC_NN_FOR_UNITS(bh * ((lq + OPC_AT_BQ - 1) / OPC_AT_BQ), bh * lq * lk * (d + dv),                 \
-                             opc_nn_attention_grad_q_##F(k, v, mask, lse, qp, dq, &g, opc_u, DT));             \
+                             opc_nn_attention_grad_q_##F(q, dout, k, v, mask, lse, qp, dq, &g, opc_u, DT));    \
         OPC_NN_FOR_UNITS(bh * groups, bh * lq * lk * (d + dv),                                                 \
-                         opc_nn_attention_grad_kv_##F(k, v, mask, lse, qp, dk, dv_, dqp, groups, span, &g,     \
-                                                      opc_u, DT));                                             \
+                         opc_nn_attention_grad_kv_##F(q, dout, k, v, mask, lse, qp, dk, dv_, dqp, groups, span, \
+                                                      &g, opc_u, DT));                                         \
         if (dqp) {                                                                                             \
             OPC_NN_FOR_UNITS(bh * lq, bh * lq * d * groups,                                                    \
                              opc_nn_attention_dq_sum_##F(dqp, dq, groups, &g, opc_u, DT));                     \
@@ -668,36 +669,62 @@ static inline __attribute__((unused)) ACC *OPC_NN_FN(at_rows_alloc)(const opc_at
     }
     return qp;
 }
+/* q and dout are read in place instead (their copies in qp left unwritten) where the tiles can: exact
+ * dtypes, rows of whole tiles (n, the features, a multiple of TW) and no padding rows (lq a multiple
+ * of RT: a block's tiles read its own rows only). */
+OPC_NN_INLINE int OPC_NN_FN(at_in_place)(const opc_at_geom *g, int64_t n, int dt) {
+    return OPC_NN_EXACT(dt) && n % TW == 0 && g->lq % RT == 0;
+}
+/* The rows of q (x = OPC_AT_Q) or dout (OPC_AT_DO) from query row i0 of batch entry b, *ld apart. */
+OPC_NN_INLINE const ACC *OPC_NN_FN(at_qrows)(const void *src, const ACC *qp, int x, const opc_at_geom *g, int64_t b,
+                                             int64_t i0, int dt, int64_t *ld) {
+    const int64_t n = x == OPC_AT_Q ? g->d : g->dv, dp = OPC_NN_FN(at_pad)(g->d);
+    if (OPC_NN_FN(at_in_place)(g, n, dt)) {
+        *ld = g->lay[x].row;
+        return (const ACC *)src + opc_at_off(g, x, b, i0);
+    }
+    *ld = OPC_NN_FN(at_pad)(n);
+    return (x == OPC_AT_Q ? qp : qp + OPC_NN_FN(at_rows_n)(g) * dp) + (b * g->lq + i0) * *ld;
+}
 OPC_NN_INLINE void OPC_NN_FN(at_rows_unit)(const void *q, const void *out, const void *dout, const opc_at_geom *g,
                                            ACC *qp, int64_t u, int dt) {
     const int64_t n = OPC_NN_FN(at_rows_n)(g), dp = OPC_NN_FN(at_pad)(g->d), dvp = OPC_NN_FN(at_pad)(g->dv);
     const int64_t d = g->d, dv = g->dv, b = u / g->lq, row = u % g->lq;
     const int64_t q0 = opc_at_off(g, OPC_AT_Q, b, row), o0 = opc_at_off(g, OPC_AT_O, b, row);
     const int64_t do0 = opc_at_off(g, OPC_AT_DO, b, row);
-    ACC *qr = qp + u * dp, *dr = qp + n * dp + u * dvp, *delta = qp + n * (dp + dvp);
-    for (int64_t c = 0; c < d; c++) qr[c] = LD(q, q0 + c, dt);
-    for (int64_t c = d; c < dp; c++) qr[c] = 0;
-    ACC t[VL];
+    ACC *qr = qp + u * dp, *delta = qp + n * (dp + dvp);
+    if (!OPC_NN_FN(at_in_place)(g, d, dt)) {
+        for (int64_t c = 0; c < d; c++) qr[c] = LD(q, q0 + c, dt);
+        for (int64_t c = d; c < dp; c++) qr[c] = 0;
+    }
+    ACC t[VL], scratch[VL];
+    /* dout's copy, or (read in place) a scratch row piece */
+    const int copy = !OPC_NN_FN(at_in_place)(g, dv, dt);
     for (int i = 0; i < VL; i++) t[i] = 0;
     int64_t c = 0;
-    for (; c + VL <= dv; c += VL)
+    for (; c + VL <= dv; c += VL) {
+        ACC *dr = copy ? qp + n * dp + u * dvp + c : scratch;
         _Pragma("omp simd") for (int x = 0; x < VL; x++) {
-            dr[c + x] = LD(dout, do0 + c + x, dt);
-            t[x] += dr[c + x] * LD(out, o0 + c + x, dt);
+            dr[x] = LD(dout, do0 + c + x, dt);
+            t[x] += dr[x] * LD(out, o0 + c + x, dt);
         }
-    for (int x = 0; c + x < dv; x++) {
+    }
+    ACC *dr = qp + n * dp + u * dvp;
+    for (int x = 0; c + x < dv; x++) { /* (dv % TW != 0 here: copied) */
         dr[c + x] = LD(dout, do0 + c + x, dt);
         t[x] += dr[c + x] * LD(out, o0 + c + x, dt);
     }
-    for (int64_t x = dv; x < dvp; x++) dr[x] = 0;
+    if (copy)
+        for (int64_t x = dv; x < dvp; x++) dr[x] = 0;
     for (int w = VL / 2; w > 0; w /= 2)
         for (int i = 0; i < w; i++) t[i] += t[i + w];
     delta[u] = t[0];
 }
 
 /* pass 1, unit u = (batch entry, query block): dq = sum over key blocks of ds k, times scale */
-OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *k, const void *v, const void *mask, const ACC *lse,
-                                               const ACC *qp, void *dq, const opc_at_geom *g, int64_t u, int dt) {
+OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *q, const void *dout, const void *k, const void *v,
+                                               const void *mask, const ACC *lse, const ACC *qp, void *dq,
+                                               const opc_at_geom *g, int64_t u, int dt) {
     const int64_t qblocks = (g->lq + OPC_AT_BQ - 1) / OPC_AT_BQ, d = g->d, dv = g->dv;
     const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv), n = OPC_NN_FN(at_rows_n)(g);
     const int64_t b = u / qblocks, i0 = (u % qblocks) * OPC_AT_BQ, first = b * g->lq + i0;
@@ -708,7 +735,9 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *k, const void *v, con
         for (int64_t r = 0; r < rows; r++) OPC_NN_FN(at_nan_row)(dq, d, g, OPC_AT_DQ, first + r, dt);
         return;
     }
-    const ACC *qs = qp + first * dp, *dor = qp + n * dp + first * dvp, *delta = qp + n * (dp + dvp) + first;
+    int64_t ldq, ldo;
+    const ACC *qs = OPC_NN_FN(at_qrows)(q, qp, OPC_AT_Q, g, b, i0, dt, &ldq);
+    const ACC *dor = OPC_NN_FN(at_qrows)(dout, qp, OPC_AT_DO, g, b, i0, dt, &ldo), *delta = qp + n * (dp + dvp) + first;
     ACC *kt = buf, *kb = kt + d * OPC_AT_BK, *vt = kb + OPC_AT_BK * dp, *s = vt + dv * OPC_AT_BK;
     ACC *ds = s + OPC_AT_BQ * OPC_AT_BK, *acc = ds + OPC_AT_BQ * OPC_AT_BK;
     for (int64_t x = 0; x < OPC_AT_BQ * dp; x++) acc[x] = 0;
@@ -717,8 +746,8 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_q)(const void *k, const void *v, con
     for (int64_t j0 = 0; j0 < kend; j0 += OPC_AT_BK) {
         const int64_t cols = kend - j0 < OPC_AT_BK ? kend - j0 : OPC_AT_BK;
         OPC_NN_FN(at_load_keys)(k, v, g, b, j0, cols, kt, kb, vt, NULL, dt);
-        OPC_NN_FN(at_scores)(qs, dp, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
-        OPC_NN_FN(at_gemm_keys_cols)(dor, dvp, vt, OPC_AT_BK, dv, ds, rows_p, g, i0, j0, cols); /* dout v^T */
+        OPC_NN_FN(at_scores)(qs, ldq, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
+        OPC_NN_FN(at_gemm_keys_cols)(dor, ldo, vt, OPC_AT_BK, dv, ds, rows_p, g, i0, j0, cols); /* dout v^T */
         OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows, g, i0, j0, cols);
         OPC_NN_FN(at_gemm_keys_sum)(ds, kb, dp, acc, dp, dp, rows_p, g, i0, j0, cols); /* dq += ds k */
     }
@@ -737,9 +766,10 @@ static inline __attribute__((unused)) int64_t OPC_NN_FN(at_part_rows)(const opc_
 
 /* pass 2, unit u = (batch entry, group of `span` key blocks): per key block, dv = sum over query
  * blocks of p^T dout, dk = ds^T q * scale, and ds k added to the group's part of dq */
-OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *k, const void *v, const void *mask, const ACC *lse,
-                                                const ACC *qp, void *dk, void *dvo, ACC *dqp, int64_t groups,
-                                                int64_t span, const opc_at_geom *g, int64_t u, int dt) {
+OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *q, const void *dout, const void *k, const void *v,
+                                                const void *mask, const ACC *lse, const ACC *qp, void *dk, void *dvo,
+                                                ACC *dqp, int64_t groups, int64_t span, const opc_at_geom *g,
+                                                int64_t u, int dt) {
     const int64_t d = g->d, dv = g->dv;
     const int64_t dp = OPC_NN_FN(at_pad)(d), dvp = OPC_NN_FN(at_pad)(dv), n = OPC_NN_FN(at_rows_n)(g);
     const int64_t b = u / groups, jfirst = (u % groups) * span * OPC_AT_BK;
@@ -768,13 +798,16 @@ OPC_NN_INLINE void OPC_NN_FN(attention_grad_kv)(const void *k, const void *v, co
         for (int64_t i0 = g->causal ? j0 / OPC_AT_BQ * OPC_AT_BQ : 0; i0 < g->lq; i0 += OPC_AT_BQ) {
             const int64_t rows = g->lq - i0 < OPC_AT_BQ ? g->lq - i0 : OPC_AT_BQ, first = b * g->lq + i0;
             const int64_t rows_p = OPC_NN_FN(at_pad_rows)(rows);
-            const ACC *qs = qp + first * dp, *dor = qp + n * dp + first * dvp, *delta = qp + n * (dp + dvp) + first;
-            OPC_NN_FN(at_scores)(qs, dp, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
-            OPC_NN_FN(at_gemm_keys_cols)(dor, dvp, vt, OPC_AT_BK, dv, ds, rows_p, g, i0, j0, cols);
+            int64_t ldq, ldo;
+            const ACC *qs = OPC_NN_FN(at_qrows)(q, qp, OPC_AT_Q, g, b, i0, dt, &ldq);
+            const ACC *dor = OPC_NN_FN(at_qrows)(dout, qp, OPC_AT_DO, g, b, i0, dt, &ldo);
+            const ACC *delta = qp + n * (dp + dvp) + first;
+            OPC_NN_FN(at_scores)(qs, ldq, kt, OPC_AT_BK, mask, g, b, i0, rows, j0, cols, s, dt);
+            OPC_NN_FN(at_gemm_keys_cols)(dor, ldo, vt, OPC_AT_BK, dv, ds, rows_p, g, i0, j0, cols);
             OPC_NN_FN(at_probs)(s, ds, lse + first, delta, rows, g, i0, j0, cols);
             /* dv += p^T dout, dk += ds^T q: the block's keys as rows, the query rows as the sum */
-            OPC_NN_FN(at_gemm_keys_rows)(s, dor, dvp, rows, dva, dvp, dvp, g, i0, j0, cols);
-            OPC_NN_FN(at_gemm_keys_rows)(ds, qs, dp, rows, dka, dp, dp, g, i0, j0, cols);
+            OPC_NN_FN(at_gemm_keys_rows)(s, dor, ldo, rows, dva, dvp, dvp, g, i0, j0, cols);
+            OPC_NN_FN(at_gemm_keys_rows)(ds, qs, ldq, rows, dka, dp, dp, g, i0, j0, cols);
             /* dq's part += ds k over the block's keys (the padding rows of ds are 0) */
             if (part) OPC_NN_FN(at_gemm_keys_sum)(ds, kb, dp, part + i0 * dp, dp, dp, rows_p, g, i0, j0, cols);
         }

@@ -12,6 +12,9 @@ through a few hooks:
 - the fused normalizations, losses and their grads: one `opc_loops.call` of a
   runtime row kernel (runtime/opc_nn.h, opc_nn.cuh) with the [outer, n,
   inner] extents of the normalized axis -- `LOWERINGS`;
+- attention's operands and results through strides: a transpose planned as a strided view
+  (opc-schedule) is a `memref.reinterpret_cast` with the permuted strides, and the call passes each
+  operand's layout -- `lower_strided_view`, `result_view`, `attention_ints`;
 - matmul's broadcast batch dims -- `batch_operand`;
 - run-time checks (`RuntimeChecks`): an index or label out of range records a
   negative status in the function's status record (runtime/opc_status.h),

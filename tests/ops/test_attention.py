@@ -1,9 +1,11 @@
 """opc.attention and opc.attention_grad (issue 20) on the CPU: the tiled kernel (runtime/opc_nn_attention.h)
 and the composite rule against a NumPy formula in f64 over a grid (ranks 2 to 4, Lq != Lk across the
 kernel's 32-query and 64-key blocks, masks broadcast every way, is_causal, f16 / bf16 / f32 / f64),
-the gradient against the formula and finite differences, kernel route against composite route, the
-opc-attention pass end to end (our importer's transformer block, PyTorch's exporter's graph against
-onnxruntime) and the verifier's errors. Two modules: the kernel's and the composite's."""
+the gradient against the formula and finite differences, kernel route against composite route, operands
+read and results written through strides (transposes folded: bit for bit against row-major operands),
+scores spanning hundreds (weights below 2^-126 made 0), the opc-attention pass end to end (our importer's
+transformer block, PyTorch's exporter's graph against onnxruntime) and the verifier's errors. Modules: the
+kernel's and the composite's, the strided views', the large scores'."""
 
 from __future__ import annotations
 
@@ -313,6 +315,9 @@ VIEW_CASES = [
     Views(Case("v_two_head_dims_f32", (2, 2, 2), 6, 10, 4, 3, (1, 10), False, "float32"), ((0, 2, 3, 1, 4),) * 3,
           True),
     Views(Case("v_unmerged_bf16", (1, 2), 8, 6, 16, 8, (8, 6), False, "bfloat16"), (None, HEADS, HEADS), False),
+    # the backward reads q and dout in place (rows of whole tiles, Lq a multiple of the tile's 8 rows)
+    Views(Case("v_in_place_f64", (1, 2), 24, 40, 16, 16, None, True, "float64"), (HEADS,) * 3, True),
+    Views(Case("v_in_place_f32", (2,), 16, 70, 32, 64, None, False, "float32"), ((1, 0, 2),) * 3, True),
 ]
 
 
@@ -653,8 +658,19 @@ SIM_CASES = [Case("sim_mask", (2, 2), 3, 9, 3, 2, (2, 1, 3, 9), False, "float64"
              Case("sim_causal", (1,), 5, 4, 2, 3, None, True, "float64")]
 
 
-@pytest.mark.parametrize("c", SIM_CASES, ids=[c.name for c in SIM_CASES])
-def test_cuda_kernels_on_the_simulator(simulated_attention, c: Case) -> None:
+def seq_major(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """A NaN buffer laid out [L, batch..., D] and its view as [batch..., L, D] (a strided operand)."""
+    buf = np.full((shape[-2], *shape[:-2], shape[-1]), np.nan)
+    return buf, np.moveaxis(buf, 0, -2)
+
+
+SIM_LAYOUTS = [(c, lay) for c in SIM_CASES for lay in ("row-major", "strided")]
+
+
+@pytest.mark.parametrize("c,layout", SIM_LAYOUTS, ids=[f"{c.name}-{lay}" for c, lay in SIM_LAYOUTS])
+def test_cuda_kernels_on_the_simulator(simulated_attention, c: Case, layout: str) -> None:
+    """Forward and grad against the formula, with row-major operands and with every operand and result
+    read or written through strides (sequence-major buffers: what the CPU's strided views pass)."""
     import ctypes
 
     from opc.lowering.nn_lowering import attention_ints
@@ -662,22 +678,43 @@ def test_cuda_kernels_on_the_simulator(simulated_attention, c: Case) -> None:
     arrays = [np.ascontiguousarray(a) for a in inputs(c)]
     mask = arrays[3] if c.mask else arrays[0]
     op = parse_text(source(c)).module.ops.first.body.block.first_op  # type: ignore[union-attr]
-    ints = np.array(attention_ints(op), np.int64)
+    strided = layout == "strided"
+
+    def operand(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the buffer passed, its view as [batch..., L, D])"""
+        if not strided:
+            return a, a
+        buf, view = seq_major(a.shape)
+        view[...] = a
+        return buf, view
+
+    def result(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        if not strided:
+            a = np.full(shape, np.nan)
+            return a, a
+        return seq_major(shape)
+
+    def layouts(views: list[np.ndarray]) -> list[list[int]]:
+        return [[st // 8 for st in v.strides] for v in views]
+
+    ins = [operand(a) for a in arrays[:3]]
+    out, lse = result((*c.batch, c.lq, c.dv)), np.full((*c.batch, c.lq), np.nan)
     ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
-    out = np.full((*c.batch, c.lq, c.dv), np.nan)
-    lse = np.full((*c.batch, c.lq), np.nan)
     lib = simulated_attention
     lib.at_f64.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_double]
     lib.at_grad_f64.argtypes = [ctypes.c_void_p] * 11 + [ctypes.c_double]
-    assert lib.at_f64(*map(ptr, (*arrays[:3], mask, out, lse, ints)), c.scale) == 0
-    dout = np.random.default_rng(SEED).standard_normal(out.shape)
-    want_out, want_lse, want = reference(c, arrays, dout)
-    close(out, want_out, c.dt, "cuda out")
+    ints = np.array(attention_ints(op, layouts([*(v for _, v in ins), out[1]])), np.int64)
+    assert lib.at_f64(*map(ptr, (*(b for b, _ in ins), mask, out[0], lse, ints)), c.scale) == 0
+    dout = operand(np.random.default_rng(SEED).standard_normal(out[1].shape))
+    want_out, want_lse, want = reference(c, arrays, dout[1])
+    close(out[1], want_out, c.dt, "cuda out")
     close(lse, want_lse, c.dt, "cuda lse")
-    grads = [np.full(a.shape, np.nan) for a in arrays[:3]]
-    ints = np.array(attention_ints(op, grad=True), np.int64)
-    assert lib.at_grad_f64(*map(ptr, (*arrays[:3], out, lse, dout, mask, *grads, ints)), c.scale) == 0
-    for name, g, w in zip(["dq", "dk", "dv"], grads, want):
+    grads = [result(a.shape) for a in arrays[:3]]
+    views = [*(v for _, v in ins), out[1], dout[1], *(v for _, v in grads)]
+    ints = np.array(attention_ints(op, layouts(views), grad=True), np.int64)
+    assert lib.at_grad_f64(*map(ptr, (*(b for b, _ in ins), out[0], lse, dout[0], mask, *(b for b, _ in grads),
+                                      ints)), c.scale) == 0
+    for name, (_, g), w in zip(["dq", "dk", "dv"], grads, want):
         close(g, w, c.dt, f"cuda {name}")
 
 
