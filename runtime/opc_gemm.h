@@ -120,13 +120,15 @@ typedef void (*opc_gemm_epilogue)(void *ctx, int64_t r0, int64_t r1, int64_t c0,
 /* Work (M*N*K) below which OpenMP is not worth starting. */
 #define OPC_GEMM_PAR_MIN (64.0 * 64.0 * 64.0)
 /* Panels a piece of a split has at least: MR-row panels (a piece of a row split packs all of
-   B again: 32 panels, 192 rows, keep that below a few percent) and NR-column panels (a piece of
-   a column split packs its rows of A: cheaper). Measured: bench/results/2026-12-03-busy.txt. */
+   B again: 32 panels, 384 rows with the 12-row tile, keep that below a few percent) and NR-column
+   panels (a piece of a column split packs all of A again: 8 panels, 256 columns with AVX-512; with
+   2, the block's fc1 and dW GEMMs packed A 8 times at 2 threads and ran 5-20% slower, A/B
+   interleaved at 2 threads). Measured: bench/results/2026-12-03-busy.txt. */
 #ifndef OPC_GEMM_PART_MIN_ROWS
 #define OPC_GEMM_PART_MIN_ROWS 32
 #endif
 #ifndef OPC_GEMM_PART_MIN_COLS
-#define OPC_GEMM_PART_MIN_COLS 2
+#define OPC_GEMM_PART_MIN_COLS 8
 #endif
 
 /* 64-byte aligned allocation on plain malloc (C99: no aligned_alloc). The
