@@ -428,7 +428,8 @@ def block_gemm_case(m: int, n: int, k: int, tx: bool, ty: bool) -> Callable[[Con
                          f"  func.return %r : {t[(m, n)]}\n}}\n")
         x, y = ctx.rng.standard_normal(xs, np.float32), ctx.rng.standard_normal(ys, np.float32)
         mm = lambda a, b: (a.T if tx else a) @ (b.T if ty else b)  # noqa: E731
-        return Contest(want=[mm(x.astype(np.float64), y.astype(np.float64))], ours=[Contender("opc", lambda: m_.f(x, y))],
+        return Contest(want=[mm(x.astype(np.float64), y.astype(np.float64))],
+                       ours=[Contender("opc", lambda: m_.f(x, y))],
                        theirs=[numpy_row(mm, [x, y]), *peers(ctx, [x, y], mm if ctx.torch else None,
                                                               mm if ctx.jax else None, compiled=False)],
                        tol=1e-4, rate="GFLOP/s", work=2.0 * m * n * k)

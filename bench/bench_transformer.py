@@ -32,14 +32,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")  # before NumPy loads OpenBLAS: benchlib.OPENBLAS_NO_SPIN
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import apply_threads, best_of, check, import_torch, threads  # noqa: E402 - one timer, one check
+from benchlib import apply_threads, best_of, check, import_torch, settle, threads  # noqa: E402 - one timer, one check
 from zoo import common  # noqa: E402
 from zoo import transformer_block  # noqa: E402
 
@@ -243,6 +244,7 @@ def median(fns: dict, calls: int = 30) -> dict[str, float]:
     ts: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(calls):
         for name, fn in fns.items():
+            settle()  # the previous contender's pool asleep (benchlib.SETTLE_S)
             t0 = time.perf_counter()
             fn()
             ts[name].append(time.perf_counter() - t0)

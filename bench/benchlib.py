@@ -27,6 +27,7 @@ def apply_threads(n: int | None) -> int:
         os.sched_setaffinity(0, allowed[:n])
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(n)
+    os.environ.setdefault(*OPENBLAS_NO_SPIN)
     if n == 1 and "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
     return n
@@ -43,11 +44,30 @@ CPU time, which other jobs on a shared machine do not inflate; only for contende
 calling thread, i.e. one thread)."""
 
 
+OPENBLAS_NO_SPIN = ("OPENBLAS_THREAD_TIMEOUT", "4")
+"""OpenBLAS's worker threads spin 2^28 cycles (about 70 ms) after each call before they sleep: in
+a bench that runs NumPy between the others, that spin took a core from whoever came next (torch's
+and JAX's 2-thread GEMMs ran at their 1-thread speed, 2.5 against 1.3 ms). 2^4 cycles: they sleep
+at once. Read when OpenBLAS loads, so it is set before NumPy's import (apply_threads)."""
+
+SETTLE_S = 0.02
+"""Idle time before each contender's turn: the runtimes' pools spin after their work (onnxruntime's
+intra-op threads, OpenBLAS's, Eigen's for JAX, libgomp's unless passive) and, on a machine with as
+many cores as threads, a pool still spinning takes a core from the next contender. Without it, torch
+right after onnxruntime ran the transformer block at 2 threads no faster than at 1 (13.0 against
+7.5 ms alone)."""
+
+
+def settle() -> None:
+    time.sleep(SETTLE_S)
+
+
 def best_of(fns: dict[str, Callable[[], object]], repeat: int = 7, min_time: float = 0.05) -> dict[str, float]:
     """Best seconds per call of each function, the rounds interleaved.
 
     Each round runs every function in turn, enough times to last about min_time, so a
     shared machine's load hits all contenders alike; the best of `repeat` rounds is kept.
+    Each turn starts after SETTLE_S of idle time (the others' pools asleep).
     """
     inner = {}
     for name, fn in fns.items():
@@ -59,6 +79,7 @@ def best_of(fns: dict[str, Callable[[], object]], repeat: int = 7, min_time: flo
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
+            settle()
             t0 = CLOCK()
             for _ in range(inner[name]):
                 fn()
