@@ -238,13 +238,16 @@ def cpu_best(fns: dict, repeat: int = 9, calls: int = 3) -> dict[str, float]:
 
 def median(fns: dict, calls: int = 30) -> dict[str, float]:
     """Median seconds per call of each contender, the calls interleaved (the busy machine's
-    figure: the best call says little there)."""
+    figure: the best call says little there). Each timed call follows a pause (the previous
+    contender's pool asleep, benchlib.SETTLE_S) and one untimed call of its own (after the pause
+    alone, every call would be a start from idle: caches and threads cold)."""
     for fn in fns.values():
         fn()
     ts: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(calls):
         for name, fn in fns.items():
             settle()  # the previous contender's pool asleep (benchlib.SETTLE_S)
+            fn()
             t0 = time.perf_counter()
             fn()
             ts[name].append(time.perf_counter() - t0)
