@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
         torch.distributed.init_process_group("gloo")
     try:
         history = train(args.steps, args.global_batch, args.lr, rank, world, log_every=10)
+        if world > 1:  # both ranks done with gloo before either tears it down: one exiting while the
+            torch.distributed.barrier()  # other's last all-reduce was in flight once aborted it (std::terminate)
     finally:
         if world > 1:
             torch.distributed.destroy_process_group()
