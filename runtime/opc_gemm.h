@@ -352,11 +352,13 @@ static OPC_UNUSED void opc__store_d(const double *OPC_RESTRICT ct, int mr, int n
 /* AVX-512: 12 rows x 2 zmm of B per k step, 24 zmm accumulators. Two tails: the tile to ct
    (row stride NR) for opc__store_s, or (direct) straight into a whole f32 tile of the output c
    (row stride ldc): c = [c +] tile [+ bias], the additions in opc__store_s's order, so the
-   results are the same bits; for a plain f32 GEMM it saves the tile's trip through ct. */
+   results are the same bits; for a plain f32 GEMM it saves the tile's trip through ct.
+   The destination prefetched first: pf's rows (the ct tail), c's own MR rows (direct). */
 OPC_ALWAYS_INLINE void opc__ukr_s_body(int64_t kc, const float *OPC_RESTRICT a,
                        const float *OPC_RESTRICT b, float *OPC_RESTRICT c,
                        const char *pf, int64_t pfld, int pfrows,
                        int direct, int64_t ldc, int first, const float *bias) {
+    if (direct) { pf = (const char *)c; pfld = ldc * (int64_t)sizeof(float); pfrows = OPC_S_MR; }
     for (int r = 0; r < pfrows; r++) {   /* destination rows: 128 bytes, 2-3 lines each */
         uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
         _mm_prefetch((const char *)row, _MM_HINT_T0);
@@ -417,7 +419,7 @@ __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s(int64_t kc, const fl
 __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_direct(int64_t kc, const float *OPC_RESTRICT a,
                        const float *OPC_RESTRICT b, float *OPC_RESTRICT c, int64_t ldc,
                        int first, const float *bias) {
-    opc__ukr_s_body(kc, a, b, c, (const char *)c, ldc * 4, OPC_S_MR, 1, ldc, first, bias);
+    opc__ukr_s_body(kc, a, b, c, NULL, 0, 0, 1, ldc, first, bias);
 }
 
 __attribute__((noinline)) static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
@@ -651,55 +653,55 @@ OPC_ALWAYS_INLINE void opc__tr8(const float *const *r, int64_t k, float *d, int6
 }
 #endif
 
+/* Transposed A (A(i,k) = A[k*M + i]): each row of A^T read once, into every panel. mc is at most
+   the driver's row block, OPC_S_MC rounded up to whole MR panels. */
+static OPC_UNUSED void opc__packA_t_s(const void *A, int dt, int64_t M, int64_t i0, int64_t mc, int64_t p0,
+                                      int64_t kc, float *OPC_RESTRICT dst) {
+    const int MR = OPC_S_MR;
+    float seg[(OPC_S_MC + OPC_S_MR - 1) / OPC_S_MR * OPC_S_MR];  /* f16/bf16 rows converted */
+    const int64_t es = dt == OPC_DT_F32 ? 4 : 2;
+    for (int64_t k = 0; k < kc; k++) {
+        if (k + OPC__PF_ROWS < kc)
+            opc__pf_span((const char *)A + ((p0 + k + OPC__PF_ROWS) * M + i0) * es, mc * es);
+        const float *s = opc__row_s(A, (p0 + k) * M + i0, mc, dt, seg);
+        int64_t ip = 0;
+        for (; ip + MR <= mc; ip += MR) __builtin_memcpy(dst + ip * kc + k * MR, s + ip, MR * sizeof(float));
+        if (ip < mc) {
+            float *d = dst + ip * kc + k * MR;
+            for (int64_t i = 0; i < MR; i++) d[i] = ip + i < mc ? s[ip + i] : 0.0f;
+        }
+    }
+}
+
 static OPC_UNUSED void opc__packA_s(const void *A, int dt, int trans, int64_t M, int64_t K,
                          int64_t i0, int64_t mc, int64_t p0, int64_t kc, float *OPC_RESTRICT dst) {
     const int MR = OPC_S_MR;
     float tmp[OPC_S_MR][OPC_S_KC > OPC_S_MR ? OPC_S_KC : OPC_S_MR];
     float zero[OPC_S_KC];
     int have_zero = 0;
-    if (trans && mc <= OPC_S_MC) { /* A(i,k) = A[k*M + i]: each row of A^T once, all panels */
-        float seg[OPC_S_MC];
-        const int64_t es = dt == OPC_DT_F32 ? 4 : 2;
-        for (int64_t k = 0; k < kc; k++) {
-            if (k + OPC__PF_ROWS < kc)
-                opc__pf_span((const char *)A + ((p0 + k + OPC__PF_ROWS) * M + i0) * es, mc * es);
-            const float *s = opc__row_s(A, (p0 + k) * M + i0, mc, dt, seg);
-            int64_t ip = 0;
-            for (; ip + MR <= mc; ip += MR) __builtin_memcpy(dst + ip * kc + k * MR, s + ip, MR * sizeof(float));
-            if (ip < mc) {
-                float *d = dst + ip * kc + k * MR;
-                for (int64_t i = 0; i < MR; i++) d[i] = ip + i < mc ? s[ip + i] : 0.0f;
-            }
-        }
+    if (trans) {
+        opc__packA_t_s(A, dt, M, i0, mc, p0, kc, dst);
         return;
     }
-    for (int64_t ip = 0; ip < mc; ip += MR) {
+    for (int64_t ip = 0; ip < mc; ip += MR) {   /* A(i,k) = A[i*K + k]: rows along k */
         int64_t mr = opc__min64(MR, mc - ip);
         float *d = dst + ip * kc;
-        if (!trans) {              /* A(i,k) = A[i*K + k]: rows along k */
-            const float *r[OPC_S_MR + 8];  /* the row groups of 8 padded (dropped lanes) */
-            for (int64_t i = 0; i < MR; i++) {
-                if (i < mr) r[i] = opc__row_s(A, (i0 + ip + i) * K + p0, kc, dt, tmp[i]);
-                else {
-                    if (!have_zero) { memset(zero, 0, sizeof zero); have_zero = 1; }
-                    r[i] = zero;
-                }
-            }
-            int64_t k = 0;
-#if defined(__AVX__)
-            for (int i = MR; i < MR + 8; i++) r[i] = r[0];
-            for (; k + 8 <= kc; k += 8)    /* groups of 8 rows, the last one 6 or 4 wide */
-                for (int g = 0; g < MR; g += 8) opc__tr8(r + g, k, d + k * MR + g, MR, MR - g < 8 ? MR - g : 8);
-#endif
-            for (; k < kc; k++)
-                for (int i = 0; i < MR; i++) d[k * MR + i] = r[i][k];
-        } else {                   /* A(i,k) = A[k*M + i]: rows along i */
-            for (int64_t k = 0; k < kc; k++) {
-                const float *s = opc__row_s(A, (p0 + k) * M + i0 + ip, mr, dt, tmp[0]);
-                for (int64_t i = 0; i < mr; i++) d[k * MR + i] = s[i];
-                for (int64_t i = mr; i < MR; i++) d[k * MR + i] = 0.0f;
+        const float *r[OPC_S_MR + 8];  /* the row groups of 8 padded (dropped lanes) */
+        for (int64_t i = 0; i < MR; i++) {
+            if (i < mr) r[i] = opc__row_s(A, (i0 + ip + i) * K + p0, kc, dt, tmp[i]);
+            else {
+                if (!have_zero) { memset(zero, 0, sizeof zero); have_zero = 1; }
+                r[i] = zero;
             }
         }
+        int64_t k = 0;
+#if defined(__AVX__)
+        for (int i = MR; i < MR + 8; i++) r[i] = r[0];
+        for (; k + 8 <= kc; k += 8)    /* groups of 8 rows, the last one 6 or 4 wide */
+            for (int g = 0; g < MR; g += 8) opc__tr8(r + g, k, d + k * MR + g, MR, MR - g < 8 ? MR - g : 8);
+#endif
+        for (; k < kc; k++)
+            for (int i = 0; i < MR; i++) d[k * MR + i] = r[i][k];
     }
 }
 
