@@ -194,8 +194,6 @@ def model_weights(path: str) -> tuple[dict, str | None]:
     they end in make a GEMM 30x slower."""
     import os
 
-    import numpy as np
-
     if path.endswith(".onnx"):
         from opc.onnx_import import import_onnx
 

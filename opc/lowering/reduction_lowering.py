@@ -160,7 +160,12 @@ class ReductionLowering:
 
             def nest(rest: list[int]) -> None:
                 if rest:
-                    e.for_loop(in_shape[rest[0]], [], lambda iv, _: (at.__setitem__(rest[0], iv), nest(rest[1:]), [])[2])
+                    def reduced(iv: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+                        at[rest[0]] = iv
+                        nest(rest[1:])
+                        return []
+
+                    e.for_loop(in_shape[rest[0]], [], reduced)
                     return
 
                 def column(jj: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
