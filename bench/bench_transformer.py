@@ -32,15 +32,16 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")  # before NumPy loads OpenBLAS: benchlib.OPENBLAS_NO_SPIN
-import numpy as np  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import apply_threads, best_of, check, import_torch, settle, threads  # noqa: E402 - one timer, one check
+from benchlib import OPENBLAS_NO_SPIN, apply_threads, best_of, check, import_torch, settle, threads  # noqa: E402, I001
+
+os.environ.setdefault(*OPENBLAS_NO_SPIN)  # before NumPy loads OpenBLAS
+import numpy as np  # noqa: E402, I001
+
 from zoo import common  # noqa: E402
 from zoo import transformer_block  # noqa: E402
 
