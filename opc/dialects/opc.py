@@ -8,7 +8,7 @@ Primitives
   compare (-> i1):             greater_than less_than equal
   select:                      select %cond, %a, %b
   unary:                       neg exp log tanh erf sqrt rsqrt abs relu gelu
-                               floor ceil round sin cos tan asin acos atan sinh cosh asinh acosh atanh
+                               floor ceil round sin cos tan asin acos atan sinh cosh asinh acosh atanh log1p
   cast {dtype = T}, bitcast {dtype = T} (same width), full {value}, broadcast_to, reshape, transpose {perm},
   reduce_sum / reduce_max / reduce_min / reduce_mean {axes, keepdim},
   matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
@@ -704,6 +704,13 @@ class AtanhOp(UnaryElementwiseOp):
     """`%r = opc.atanh %a : (tensor<4xf32>) -> tensor<4xf32>`"""
 
     name = "opc.atanh"
+
+
+@irdl_op_definition
+class Log1pOp(UnaryElementwiseOp):
+    """`%r = opc.log1p %a : (tensor<4xf32>) -> tensor<4xf32>` (log(1 + x), accurate where x is near 0)"""
+
+    name = "opc.log1p"
 
 
 @irdl_op_definition
@@ -2576,7 +2583,7 @@ Opc = Dialect(
         AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp, BitwiseAndOp, BitwiseOrOp, BitwiseXorOp,
         BitwiseNotOp, ShiftLeftOp, ShiftRightOp, GreaterThanOp, LessThanOp, EqualOp, SelectOp, NegOp, ExpOp,
         LogOp, TanhOp, ErfOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
-        CoshOp, AsinhOp, AcoshOp, AtanhOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
+        CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
         BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
         SigmoidOp, SliceOp, ConcatOp, GatherOp, FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
         SoftmaxCrossEntropyOp, ConvOp, FusedConvEpilogueOp, ConvTransposeOp, MaxPoolOp, AvgPoolOp, BatchNormOp,

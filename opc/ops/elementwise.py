@@ -268,6 +268,13 @@ def vjp_atanh(e: OpBuilder, op: o.AtanhOp, douts: Grads) -> Grads:  # 1 / (1 - x
     return (e.div(douts[0], e.sub(e.full(1.0, x), e.mul(x, x))),)
 
 
+elementwise(o.Log1pOp, math.Log1pOp)  # ONNX has no Log1p
+@vjp(o.Log1pOp)
+def vjp_log1p(e: OpBuilder, op: o.Log1pOp, douts: Grads) -> Grads:  # 1 / (1 + x)
+    x = op.x
+    return (e.div(douts[0], e.add(e.full(1.0, x), x)),)
+
+
 elementwise(o.SqrtOp, math.SqrtOp, onnx="Sqrt", since=7)
 @vjp(o.SqrtOp)
 def vjp_sqrt(e: OpBuilder, op: o.SqrtOp, douts: Grads) -> Grads:
