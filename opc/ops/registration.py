@@ -7,8 +7,9 @@ Paddle's `@register_decomp`): each rule file says, next to the rule, which op it
     @decomposition(o.CastGradOp, invoke="cast(dout, x.dtype)")   an invoke or composite rule
     elementwise(o.SinOp, math.SinOp, onnx="Sin", since=7)      its scalar op and ONNX type
 
-opc/ops/registry.py builds the op table from what is recorded here; nothing else reads these
-dicts directly but the lowering's scalar rules (opc/lowering/scalars.py) and the ONNX importer.
+opc/ops/registry.py builds the op table from what is recorded here (once every rule module is
+imported); the lowering (scalars.py, c_expressions.py) and the ONNX importer read ELEMENTWISE
+through it.
 """
 
 from __future__ import annotations
