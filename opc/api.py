@@ -15,7 +15,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from opc.autodiff import grad_order, no_grad_reasons
-from opc.errors import OpcError
+from opc.errors import InputError, UnsupportedError
 from opc.frontend import load_module
 from opc.ir import Source, is_lowered, make_context, verify
 from opc.lowering.abi import FunctionSignature
@@ -50,7 +50,7 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
     if decompose is not None and not isinstance(decompose, str):
         raise TypeError(f"decompose must be a comma-separated string of op names (or 'all'), got {decompose!r}")
     if is_lowered(source.module):
-        raise OpcError(f"error: {source.name}: the module is already lowered (opc-lower-to-loops ran); "
+        raise InputError(f"{source.name}: the module is already lowered (opc-lower-to-loops ran); "
                        "opc compiles opc-level IR")
     ctx = make_context()
     if fuse:
@@ -103,7 +103,7 @@ def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = Fals
     from opc.targets.target import get_target
 
     if what == "cuda" and get_target(target).externals:
-        raise OpcError(f"error: {target}: the device's own C kernels ([external.*]) run on the cpu backend only; "
+        raise UnsupportedError(f"{target}: the device's own C kernels ([external.*]) run on the cpu backend only; "
                        "--emit cuda is not supported for it")
     prepare(source, target, grad, decompose, fuse)
     loops = lower(source, "cuda" if what == "cuda" else target)
@@ -197,7 +197,7 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
                    decompose: str | None = None, fuse: bool = True) -> list[str]:
     """`opc compile -o DIR`: an importable `name.py` plus its extension (and .cu for cuda)."""
     if not name.isidentifier():
-        raise OpcError(f"error: '{name}' is not a valid Python module name; rename the input file")
+        raise InputError(f"'{name}' is not a valid Python module name; rename the input file")
     os.makedirs(out_dir, exist_ok=True)
     origin = source.name
     prepare(source, target, grad, decompose, fuse)

@@ -1,7 +1,8 @@
 """`opc opt | compile | explain | check | profile`: a thin layer over opc's Python API.
 
 Every error meant for the user is an OpcError (or ValueError) printed as one
-line, exit code 1; no traceback ever reaches the terminal.
+line, exit code 1; no traceback ever reaches the terminal. The `error:` prefix is
+added here (opc.errors.error_line), not by the messages.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from opc.errors import OpcError, printable
+from opc.errors import InputError, OpcError, UnsupportedError, error_line, printable
 from opc.frontend import read_source
 from opc.ir import Source, is_lowered, verify
 
@@ -33,13 +34,13 @@ def run_pipeline(source: Source, spec: str) -> None:
         text = str(err)
         if m := re.fullmatch(r"Unrecognized passes: \[(.*)\]", text):  # xDSL shows a Python list of them
             text = f"unknown pass {m[1].replace(chr(39), '')}"
-        raise OpcError(f"error: {text} (available: {', '.join(sorted(available))})") from None
+        raise InputError(f"{text} (available: {', '.join(sorted(available))})") from None
     except (ArgSpecParseError, Exception) as err:  # malformed options of a known pass
-        raise OpcError(f"error: bad pass pipeline '{spec}'{pipeline_error(str(err))}") from None
+        raise InputError(f"bad pass pipeline '{spec}'{pipeline_error(str(err))}") from None
     ctx = make_context()
     for p in pipeline.passes:
         if p.name.startswith("opc-") and is_lowered(source.module):  # opc's passes read opc-level IR
-            raise OpcError(f"error: {p.name}: the module is already lowered (opc-lower-to-loops ran)")
+            raise InputError(f"{p.name}: the module is already lowered (opc-lower-to-loops ran)")
         p.apply(ctx, source.module)
         verify(source, stage=p.name)
 
@@ -118,7 +119,7 @@ def cmd_explain(args: argparse.Namespace) -> None:
         return
     source = read_source(args.file)
     if is_lowered(source.module):
-        raise OpcError(f"error: {args.file}: the module is already lowered (opc-lower-to-loops ran); "
+        raise InputError(f"{args.file}: the module is already lowered (opc-lower-to-loops ran); "
                        "explain takes opc-level IR")
     if args.kernels:
         from opc.explain import explain_kernels
@@ -129,7 +130,7 @@ def cmd_explain(args: argparse.Namespace) -> None:
         write_output(explain(source.module, args.target, grad=args.grad, fuse=args.fuse), None)
     except ExplainError as err:  # the table still helps: it shows which op cannot run
         write_output(err.table, None)
-        raise OpcError(str(err).split("\n", 1)[0]) from None
+        raise UnsupportedError(str(err).split("\n", 1)[0]) from None
 
 
 def cmd_import(args: argparse.Namespace) -> None:
@@ -148,7 +149,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from opc.profiler import Profile, extension_of
 
     if args.repeat < 1:
-        raise OpcError(f"error: --repeat must be at least 1, got {args.repeat}")
+        raise InputError(f"--repeat must be at least 1, got {args.repeat}")
     module = compile_module(args.file, grad=args.grad, fuse=args.fuse)
     rng = np.random.default_rng(0)
 
@@ -167,7 +168,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
             return weights[name]
         if given is None:
             return random_input(shape, dtype)
-        raise OpcError(f"error: --inputs {args.inputs} has no array '{name}' for {function}()")
+        raise InputError(f"--inputs {args.inputs} has no array '{name}' for {function}()")
 
     calls = []
     for function, fn in module._functions.items():
@@ -214,7 +215,7 @@ def load_profile_inputs(source: str) -> dict | None:
         with np.load(source) as archive:
             return {name: archive[name] for name in archive.files}
     except (OSError, ValueError) as e:
-        raise OpcError(f"error: --inputs {source}: not 'random' nor a readable .npz ({e})") from None
+        raise InputError(f"--inputs {source}: not 'random' nor a readable .npz ({e})") from None
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -310,7 +311,7 @@ def cmd_check(args: argparse.Namespace) -> None:
     from opc.check import check_device, show_case
 
     if args.show and not args.case:
-        raise OpcError("error: --show needs --case ID (a FAIL row names the case)")
+        raise InputError("--show needs --case ID (a FAIL row names the case)")
     ok = show_case(args.target, args.ops or None, args.case) if args.show else \
         check_device(args.target, args.ops or None, args.case, bool(args.grad))
     if not ok:
@@ -335,8 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckFailed:
         return 1
     except (OpcError, ValueError) as err:
-        text = message(err)
-        print(text if text.startswith(("error:", "<")) or ": error:" in text else f"error: {text}", file=sys.stderr)
+        print(error_line(err, message(err)), file=sys.stderr)
         return 1
     except OSError as err:  # unwritable -o DIR, full disk, ...
         where = f": {err.filename}" if err.filename else ""

@@ -22,7 +22,7 @@ from xdsl.utils.lexer import Location, Span
 from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 from opc.dialects.opc_sched import OpcSched
-from opc.errors import OpcError, first_line, printable
+from opc.errors import InputError, first_line, printable
 
 
 def make_context() -> Context:
@@ -70,7 +70,7 @@ class LocatingParser(Parser):
             op = super().parse_operation()
         except VerifyException as err:  # a type constraint checked while parsing
             loc = span.get_location()
-            raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {err}") from None
+            raise InputError(str(err), where=f"{loc.file}:{loc.line}:{loc.col}") from None
         self.spans[id(op)] = span
         self.ops.append(op)  # keeps ids unique while the spans are in use
         return op
@@ -143,8 +143,8 @@ def decode(data: bytes, name: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         before = data[:err.start].decode("utf-8")
-        raise OpcError(f"{location(before, name, len(before))}: error: not UTF-8 text: byte "
-                       f"0x{data[err.start]:02x} ({err.reason})") from None
+        raise InputError(f"not UTF-8 text: byte 0x{data[err.start]:02x} ({err.reason})",
+                         where=location(before, name, len(before))) from None
 
 
 def location(text: str, name: str, offset: int) -> str:
@@ -167,11 +167,11 @@ class Source:
 
 
 def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> Source:
-    """Parse and verify; raise OpcError with a located message on bad input."""
+    """Parse and verify; raise InputError with a located message on bad input."""
     text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark, as editors on Windows write it
     refused = prescan(text)
     if refused is not None:
-        raise OpcError(f"{location(text, name, refused[0])}: error: {refused[1]}")
+        raise InputError(refused[1], where=location(text, name, refused[0]))
     # xDSL recurses a few frames per level of nesting; MAX_NESTING levels fit in this
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 8000))
     parser = None
@@ -185,13 +185,13 @@ def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> 
         if msg.startswith("Unexpected character: "):  # the character quoted, a NUL or ESC as its escape
             msg = f"Unexpected character: {printable(repr(msg.removeprefix('Unexpected character: ')))}"
         msg = printable(msg)
-        raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {msg}") from None
+        raise InputError(msg, where=f"{loc.file}:{loc.line}:{loc.col}") from None
     except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError, AttributeError,
             TypeError, AssertionError, NotImplementedError) as err:  # xDSL gave up inside an attribute or type
         where = parser._current_token.span.get_location() if parser is not None else None
         loc = where or Location(name, 1, 1)
         why = "nested too deeply" if isinstance(err, RecursionError) else first_line(err)
-        raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: malformed input here: {why}") from None
+        raise InputError(f"malformed input here: {why}", where=f"{loc.file}:{loc.line}:{loc.col}") from None
     source = Source(module, name, parser.spans)
     settle_names(module)
     verify(source)
@@ -239,7 +239,7 @@ def verify(source: Source, stage: str = "") -> None:
             msg = str(err).strip().splitlines()
             text = next((line for line in msg if "Operation does not verify" in line), msg[-1] if msg else "")
             text = text.replace("Operation does not verify: ", "")
-            raise OpcError(f"{source.where(op)}: error: '{op.name}' op {text}{after}") from None
+            raise InputError(f"'{op.name}' op {text}{after}", where=source.where(op)) from None
 
 
 def is_lowered(module: ModuleOp) -> bool:

@@ -25,7 +25,7 @@ import threading
 import warnings
 from collections.abc import Callable
 
-from opc.errors import OpcError
+from opc.errors import InputError, OpcError
 
 # the environment opc gives libgomp when the user chose nothing (measured: bench/bench_threads.py)
 WAIT_POLICY = {"OMP_WAIT_POLICY": "passive"}
@@ -41,7 +41,7 @@ def default_num_threads() -> int:
         if not text:
             continue
         if not text.isdigit() or int(text) < 1:
-            raise OpcError(f"error: {var} must be a positive integer, got {os.environ[var]!r}")
+            raise InputError(f"{var} must be a positive integer, got {os.environ[var]!r}")
         return int(text)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 

@@ -34,7 +34,7 @@ from types import ModuleType
 import numpy as np
 
 from opc.dtypes import numpy_dtype
-from opc.errors import OpcError
+from opc.errors import BuildError, InternalError
 from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, SET_THREADS_FN, FunctionSignature, c_symbol
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
@@ -49,7 +49,7 @@ def runtime_dir() -> Path:
     for candidate in (here / "_runtime", here.parent / "runtime"):
         if (candidate / "opc_runtime.h").is_file():
             return candidate
-    raise OpcError("error: opc's runtime headers (opc_runtime.h) were not found next to the package")
+    raise BuildError("opc's runtime headers (opc_runtime.h) were not found next to the package")
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -213,7 +213,7 @@ def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, .
                str(runtime_dir() / f"{lib}.c"), "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise OpcError(f"error: building opc's runtime {lib} failed:\n{first_lines(proc.stderr)}")
+            raise BuildError(f"building opc's runtime {lib} failed:\n{first_lines(proc.stderr)}")
         return out
 
     return built_once(cache / f"{lib}{variant}-{key}.o", lib, build)
@@ -349,8 +349,8 @@ def keep_failed(cache: Path, name: str, files: dict[str, str]) -> Path:
     return kept
 
 
-def build_failure(compiler: str, log: str, kept: Path) -> OpcError:
-    return OpcError(f"error: {compiler} failed on the generated code; this is a bug in opc: please report it with "
+def build_failure(compiler: str, log: str, kept: Path) -> InternalError:
+    return InternalError(f"{compiler} failed on the generated code; this is a bug in opc: please report it with "
                     f"the source kept in {kept}\n{first_lines(log)}")
 
 

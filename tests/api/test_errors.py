@@ -299,3 +299,42 @@ def test_api_source_types():
     m = opc.compile(CAST.read_bytes())  # UTF-8 bytes are MLIR text
     x = np.linspace(-5, 300, 24).reshape(2, 3, 4)
     np.testing.assert_array_equal(m.cast(x), np.clip(np.trunc(x), 0, 255))
+
+
+# ---------------------------------------------------------------------------
+# The kinds of error (opc/errors.py): catch OpcError, or one kind
+# ---------------------------------------------------------------------------
+
+
+def test_bad_input_is_an_input_error_located():
+    from opc.autodiff import add_grad_functions
+    from opc.errors import InputError
+    from opc.ir import parse_text
+
+    with pytest.raises(InputError) as err:
+        opc.compile(EXP.replace("opc.exp", "opc.frob"))
+    assert err.value.where.startswith("<string>:2:") and str(err.value) == f"{err.value.where}: error: Operation " \
+        "opc.frob is not registered"
+    assert "error" not in err.value.message  # the class writes the `error:` of a located message
+    with pytest.raises(InputError, match=r"^no function @g in the module$") as err:
+        add_grad_functions(parse_text(EXP).module, ["g"])
+    assert err.value.where is None
+
+
+def test_unsupported_is_an_unsupported_error():
+    from opc.autodiff import add_grad_functions
+    from opc.errors import InputError, UnsupportedError
+    from opc.ir import parse_text
+
+    with pytest.raises(UnsupportedError, match=r"^gradients of order 3 are not supported \(1 to 2\)$"):
+        add_grad_functions(parse_text(EXP).module, order=3)
+    assert not issubclass(UnsupportedError, InputError) and issubclass(UnsupportedError, opc.OpcError)
+
+
+def test_messages_leave_the_prefix_to_the_cli():
+    """Only opc/onnx_import (its files moving at the time) still types `error:` in a message."""
+    typed = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "opc").rglob("*.py"))
+             if "onnx_import" not in path.parts
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"""Error\(f?["']error: """, line)]
+    assert typed == []

@@ -13,6 +13,7 @@ import pytest
 
 import opc
 from opc import threads
+from opc.errors import InputError
 from opc.lowering.build import BASE_FLAGS, native_flags, runtime_dir
 
 PROBE = r"""
@@ -75,7 +76,7 @@ def test_default_count_from_environment(monkeypatch, env, want):
 
 def test_bad_environment_count(monkeypatch):
     monkeypatch.setenv("OPC_NUM_THREADS", "many")
-    with pytest.raises(opc.OpcError, match="error: OPC_NUM_THREADS must be a positive integer, got 'many'"):
+    with pytest.raises(InputError, match="^OPC_NUM_THREADS must be a positive integer, got 'many'"):
         threads.default_num_threads()
 
 
