@@ -226,7 +226,10 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from opc import version
+
     parser = ArgumentParser(prog="opc", description="op compiler for deep-learning ops and their gradients")
+    parser.add_argument("--version", action="version", version=f"opc {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     opt = sub.add_parser("opt", help="apply passes and print the IR (like xdsl-opt)")
