@@ -51,7 +51,7 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
         raise TypeError(f"decompose must be a comma-separated string of op names (or 'all'), got {decompose!r}")
     if is_lowered(source.module):
         raise InputError(f"{source.name}: the module is already lowered (opc-lower-to-loops ran); "
-                       "opc compiles opc-level IR")
+                         "opc compiles opc-level IR")
     ctx = make_context()
     if fuse:
         from opc.transforms.opc_attention import AttentionPass
@@ -104,7 +104,7 @@ def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = Fals
 
     if what == "cuda" and get_target(target).externals:
         raise UnsupportedError(f"{target}: the device's own C kernels ([external.*]) run on the cpu backend only; "
-                       "--emit cuda is not supported for it")
+                               "--emit cuda is not supported for it")
     prepare(source, target, grad, decompose, fuse)
     loops = lower(source, "cuda" if what == "cuda" else target)
     if what == "mlir":

@@ -120,7 +120,7 @@ def cmd_explain(args: argparse.Namespace) -> None:
     source = read_source(args.file)
     if is_lowered(source.module):
         raise InputError(f"{args.file}: the module is already lowered (opc-lower-to-loops ran); "
-                       "explain takes opc-level IR")
+                         "explain takes opc-level IR")
     if args.kernels:
         from opc.explain import explain_kernels
 

@@ -55,7 +55,7 @@ class OnnxModel:
 
     def feeds(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         if len(args) > len(self.input_names):
-            raise ValueError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
+            raise TypeError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
                              f"got {len(args)}")
         feeds = dict(zip(self.input_names, args))
         for name, value in kwargs.items():

@@ -65,6 +65,17 @@ def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
+def require_compiler() -> None:
+    """BuildError unless the C compiler opc runs ($CC, else gcc) is there: a build needs one."""
+    import shutil
+
+    cc = os.environ.get("CC", "gcc")
+    if shutil.which(cc) is None:
+        how = f"$CC is {cc!r}: point it at an installed compiler" if "CC" in os.environ else \
+            "install gcc (apt install gcc, dnf install gcc, conda install -c conda-forge gcc) or set $CC to one"
+        raise BuildError(f"opc needs a C compiler to build a module, and {cc!r} is not on PATH: {how}")
+
+
 @functools.cache
 def compiler_version() -> str:
     import subprocess  # (here, not above: loading a cached module starts no compiler)
@@ -351,7 +362,7 @@ def keep_failed(cache: Path, name: str, files: dict[str, str]) -> Path:
 
 def build_failure(compiler: str, log: str, kept: Path) -> InternalError:
     return InternalError(f"{compiler} failed on the generated code; this is a bug in opc: please report it with "
-                    f"the source kept in {kept}\n{first_lines(log)}")
+                         f"the source kept in {kept}\n{first_lines(log)}")
 
 
 # ---------------------------------------------------------------------------
@@ -473,6 +484,7 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     target = extension_path(cache, name)
     if target.exists():
         return name, target
+    require_compiler()
     ffi = cffi.FFI()
     ffi.cdef(cdef)
     objects = runtime_objects(source, cache)
@@ -716,7 +728,7 @@ class CompiledFunction:
         if len(args) != len(self.in_spec):
             sig = self.sig
             names = ", ".join(n for n, _, _ in sig.inputs)
-            raise ValueError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
+            raise TypeError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
         from_buffer = self.ffi.from_buffer
         ptrs = []
         for i, a, (ctype, want, shape, storage) in zip(self.in_range, args, self.in_spec):
@@ -754,7 +766,7 @@ class CompiledFunction:
             bound[i] = value
         missing = [repr(n) for i, n in enumerate(names) if i not in bound]
         if missing:
-            raise ValueError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): "
+            raise TypeError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): "
                              f"missing argument(s) {', '.join(missing)}")
         return tuple(bound[i] for i in range(len(names)))
 
@@ -800,18 +812,27 @@ class CompiledModule:
         self.arrays = kind
 
     def __getattr__(self, name: str):
-        why = self.__dict__.get("no_grad", {}).get(name)
-        if why is not None:
-            raise AttributeError(f"{name}: opc built no such function: {why}")
-        raise AttributeError(f"opc module has no function {name!r} (functions: "
-                             f"{', '.join(self.__dict__.get('_functions', {}))})")
+        raise AttributeError(self.missing(name))
 
     def __getitem__(self, name: str) -> CompiledFunction:
         """m["a.b"]: a function by its MLIR name, also where that is no Python identifier."""
         try:
             return self._functions[name]
         except KeyError:
-            raise KeyError(f"opc module has no function {name!r} (functions: {', '.join(self._functions)})") from None
+            raise KeyError(self.missing(name)) from None
+
+    def missing(self, name: str) -> str:
+        """Why the module has no function `name`: opc declined to build it, it is a gradient of
+        an order the module was not compiled for (then: the grad= that builds it), or no such name."""
+        why = self.__dict__.get("no_grad", {}).get(name)
+        if why is not None:
+            return f"{name}: opc built no such function: {why}"
+        functions = self.__dict__.get("_functions", {})
+        for suffix, grad, flag in (("_grad_grad", "grad=2", "--grad 2"), ("_value_and_grad", "grad=True", "--grad"),
+                                   ("_grad", "grad=True", "--grad")):
+            if name.endswith(suffix) and name.removesuffix(suffix) in functions:
+                return f"opc module has no function {name!r}: compile with {grad} to build it (opc compile {flag})"
+        return f"opc module has no function {name!r} (functions: {', '.join(functions)})"
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._functions))

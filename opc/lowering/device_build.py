@@ -44,10 +44,10 @@ def kernel_object(kernel: ExternalKernel, cache: Path) -> Path:
         if proc.returncode != 0:
             lines = [line for line in proc.stderr.splitlines() if line.strip()][:8]
             raise BuildError(f"{kernel.where}.source: {src} does not compile:\n" +
-                           "\n".join("  " + line for line in lines))
+                             "\n".join("  " + line for line in lines))
         if not defines(str(out), kernel.symbol):
             raise BuildError(f"{kernel.where}.symbol: '{kernel.symbol}' is not defined in {src} "
-                           f"(expected int {kernel.symbol}(const opc_kernel_call *call))")
+                             f"(expected int {kernel.symbol}(const opc_kernel_call *call))")
         return out
 
     return built_once(cache / f"external-{kernel.symbol}-{key}.o", "opc-kernel", build)

@@ -44,3 +44,72 @@ def test_version_is_pyproject_s(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0 and capsys.readouterr().out == f"opc {declared}\n"
+
+
+EXP = "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %r = opc.exp %a : (tensor<4xf32>) -> tensor<4xf32>\n" \
+      "  func.return %r : tensor<4xf32>\n}\n"
+
+
+@pytest.fixture
+def no_compiler(tmp_path, monkeypatch):
+    """PATH without gcc (the probes that cache what the compiler says ran before, with it)."""
+    from opc.lowering import build
+
+    build.compiler_version(), build.native_flags()
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("CC", raising=False)
+
+
+NO_GCC = "opc needs a C compiler to build a module, and 'gcc' is not on PATH: install gcc (apt install gcc"
+
+
+def test_no_compiler_is_a_build_error(no_compiler, tmp_path):
+    from opc.errors import BuildError
+
+    with pytest.raises(BuildError) as err:
+        opc.compile(EXP, cache_dir=str(tmp_path / "cache"))
+    assert str(err.value).startswith(NO_GCC)
+
+
+def test_no_compiler_in_the_cli(no_compiler, tmp_path, capsys, monkeypatch):
+    mlir = tmp_path / "f.mlir"
+    mlir.write_text(EXP)
+    monkeypatch.setenv("OPC_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["compile", str(mlir), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {NO_GCC}") and len(err.splitlines()) == 1, err
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return opc.compile(EXP)
+
+
+@pytest.mark.parametrize("name,advice", [
+    ("f_grad", "compile with grad=True to build it (opc compile --grad)"),
+    ("f_value_and_grad", "compile with grad=True to build it (opc compile --grad)"),
+    ("f_grad_grad", "compile with grad=2 to build it (opc compile --grad 2)"),
+])  # fmt: skip
+def test_a_gradient_not_compiled_says_how_to_get_it(plain, name, advice):
+    with pytest.raises(AttributeError) as err:
+        getattr(plain, name)
+    assert str(err.value) == f"opc module has no function '{name}': {advice}"
+    with pytest.raises(KeyError, match=re.escape(advice)):
+        plain[name]
+    with pytest.raises(AttributeError, match=re.escape("no function 'g' (functions: f)")):
+        plain.g
+
+
+def test_wrong_number_of_arguments_is_a_type_error(plain):
+    import numpy as np
+
+    x = np.ones(4, np.float32)
+    with pytest.raises(TypeError, match=re.escape("f() takes 1 arguments (a), got 2")):
+        plain.f(x, x)
+    with pytest.raises(TypeError, match=re.escape("f() takes 1 arguments (a), got 0")):
+        plain.f()
+    with pytest.raises(ValueError, match="must have shape"):  # shapes and dtypes stay ValueError
+        plain.f(np.ones(3, np.float32))
+    np.testing.assert_allclose(plain.f(x), np.exp(x), rtol=1e-6)
