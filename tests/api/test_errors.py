@@ -38,7 +38,21 @@ def deep(opening: str, inner: str, closing: str, n: int = 500) -> str:
 # (id, input text, line:col of the error, a fragment of the message)
 MALFORMED = [
     ("stray-first-char", "x" + EXP, "1:", "Operation xfunc.func is not registered"),
-    ("stray-brace", "}" + EXP, "1:1", "error:"),
+    ("stray-brace", "}" + EXP, "1:1", "error: expected an operation here, got `}`"),
+    ("empty-file", "", "1:1", "error: the input holds no operation: expected a func.func"),
+    ("only-a-comment", "// nothing\n\n", "1:1", "error: the input holds no operation"),
+    ("used-never-defined", EXP.replace("opc.exp %a", "opc.exp %q"), "2:16", "error: %q is used but never defined"),
+    ("two-used-never-defined", EXP.replace("opc.exp %a", "opc.add %q, %p").replace("(tensor<4xf32>)", "(tensor<4xf32>, "
+                                                                                  "tensor<4xf32>)", 1),
+     "2:16", "error: %q is used but never defined (also %p)"),
+    ("unknown-attribute", EXP.replace("%a :", "%a {foo = 1} :"), "2:20",
+     "error: 'opc.exp' op has no attribute 'foo' (it takes none)"),
+    ("misspelt-attribute", EXP.replace("opc.exp %a :", "opc.softmax %a {axes = 0} :"), "2:24",
+     "error: 'opc.softmax' op has no attribute 'axes' (it takes axis)"),
+    ("result-of-another-dtype", EXP.replace("-> tensor<4xf32>\n  func", "-> tensor<4xf64>\n  func"), "2:3",
+     "error: 'opc.exp' op has tensor<4xf64> where tensor<4xf32> is expected: these operand and result types must"),
+    ("op-named-once", EXP.replace("opc.exp %a :", "opc.softmax %a {axis = 3} :"), "2:3",
+     "error: 'opc.softmax' op axis 3 is out of range for rank 1"),
     ("parens-500-deep", "func.func @f() -> " + deep("(", "f32", ")") + " {\n}\n", "1:83", "nested deeper than 64"),
     ("attr-dict-500-deep", identity("tensor<4xf32>").replace(" {\n", " attributes {x = " + deep("{a = ", "1", "}")
                                                               + "} {\n", 1), "1:", "nested deeper than 64"),
