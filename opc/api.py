@@ -195,17 +195,19 @@ globals().update(_bind(_EXT, [_Sig(*s) for s in _SIGNATURES]))
 
 def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu", grad: bool | int = False,
                    decompose: str | None = None, fuse: bool = True) -> list[str]:
-    """`opc compile -o DIR`: an importable `name.py` plus its extension (and .cu for cuda)."""
+    """`opc compile -o DIR`: an importable `name.py` plus its extension (and .cu for cuda), and an
+    ONNX model's weights as `name.npz` (the functions take them as arguments, by name)."""
     if not name.isidentifier():
         raise InputError(f"'{name}' is not a valid Python module name; rename the input file")
     os.makedirs(out_dir, exist_ok=True)
     origin = source.name
     prepare(source, target, grad, decompose, fuse)
     loops = lower(source, target)
+    weights = write_weights(source, out_dir, name)
     if target_backend(target) == "cuda":
         from opc.lowering.cuda_build import write_cuda_module
 
-        return write_cuda_module(loops, out_dir, name, origin)
+        return write_cuda_module(loops, out_dir, name, origin) + weights
     c_source, sigs = emit_c(loops)
     ext_name, built = build_extension(c_source, sigs, cache_dir(), device_kernels(loops, target))
     ext_file = built.name
@@ -219,4 +221,15 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
                                        ext_name=ext_name, ext_file=ext_file, names=python_names(sigs),
                                        no_grad=no_grad_reasons(source.module)))
-    return [py_path, os.path.join(out_dir, ext_file), c_path]
+    return [py_path, os.path.join(out_dir, ext_file), c_path, *weights]
+
+
+def write_weights(source: Source, out_dir: str, name: str) -> list[str]:
+    """An ONNX model's initializers as `name.npz` (as `opc import` writes them); [] for MLIR."""
+    if not source.weights:
+        return []
+    import numpy as np
+
+    path = os.path.join(out_dir, f"{name}.npz")
+    np.savez(path, **source.weights)
+    return [path]

@@ -72,6 +72,10 @@ def pipeline_error(text: str) -> str:
 
 
 def cmd_opt(args: argparse.Namespace) -> None:
+    if args.file is None:  # stdin, as mlir-opt reads it; a person at a terminal is told so
+        args.file = "-"
+        if sys.stdin.isatty():
+            print("opc opt: reading MLIR from stdin (end it with Ctrl-D), or give a FILE", file=sys.stderr)
     source = read_source(args.file)
     if args.passes:
         run_pipeline(source, args.passes)
@@ -103,12 +107,20 @@ def cmd_compile(args: argparse.Namespace) -> None:
         write_output(emit(source, args.emit, target=args.target, grad=args.grad, decompose=args.decompose,
                           fuse=args.fuse), None)
         return
-    out_dir = args.output or "."
+    out_dir = args.output or DEFAULT_OUTPUT
     name = os.path.splitext(os.path.basename(args.file))[0] if args.file != "-" else "model"
     written = compile_to_dir(source, out_dir, name, target=args.target, grad=args.grad, decompose=args.decompose,
                              fuse=args.fuse)
     for path in written:
         print(f"wrote {path}")
+    if any(path.endswith(".py") for path in written):
+        print(f"use it: sys.path.insert(0, {out_dir!r}); import {name}"
+              + (f"; weights = numpy.load({os.path.join(out_dir, name + '.npz')!r})" if source.weights else ""))
+
+
+# `opc compile` without -o: a folder of its own, not the current directory (three files per
+# model) nor build/ (setuptools' own)
+DEFAULT_OUTPUT = "opc_out"
 
 
 def cmd_explain(args: argparse.Namespace) -> None:
@@ -233,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     opt = sub.add_parser("opt", help="apply passes and print the IR (like xdsl-opt)")
-    opt.add_argument("file", nargs="?", default="-", help="input .mlir file, or - (the default) for stdin, as mlir-opt reads it")
+    opt.add_argument("file", nargs="?", help="input .mlir file, or - (the default) for stdin, as mlir-opt reads it")
     opt.add_argument("-p", "--passes", default="", help="comma-separated pass pipeline")
     opt.add_argument("-o", "--output", help="output file (default stdout)")
     opt.add_argument("--generic", action="store_true", help="print the generic MLIR form")
@@ -242,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="compile a model into an importable module")
     comp.add_argument("file")
     comp.add_argument("--target", default="cpu", help="cpu, cuda, or a device FILE.toml")
-    comp.add_argument("-o", "--output", help="output directory (default .)")
+    comp.add_argument("-o", "--output", help=f"output directory (default {DEFAULT_OUTPUT}/)")
     add_grad_options(comp, "also build NAME_grad and NAME_value_and_grad for every function; --grad 2: "
                            "also NAME_grad_grad")
     comp.add_argument("--decompose", default="", help="ops to decompose (comma list, or all)")

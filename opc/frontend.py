@@ -20,9 +20,9 @@ def read_source(path: str) -> Source:
     if not os.path.isfile(path):
         raise InputError(f"no such file: {path}")
     if path.endswith(".onnx"):
-        module = import_onnx(path)[0]
+        module, weights = import_onnx(path)
         settle_names(module)
-        return Source(module, path, {})
+        return Source(module, path, {}, weights)
     with open(path, "rb") as f:
         return parse_text(decode(f.read(), path), path)
 

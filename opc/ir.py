@@ -221,6 +221,7 @@ class Source:
     module: ModuleOp
     name: str
     spans: dict[int, Span]
+    weights: dict | None = None  # an ONNX model's initializers, by argument name (NumPy arrays)
 
     def where(self, op: Operation) -> str:
         span = self.spans.get(id(op))

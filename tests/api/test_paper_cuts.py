@@ -113,3 +113,71 @@ def test_wrong_number_of_arguments_is_a_type_error(plain):
     with pytest.raises(ValueError, match="must have shape"):  # shapes and dtypes stay ValueError
         plain.f(np.ones(3, np.float32))
     np.testing.assert_allclose(plain.f(x), np.exp(x), rtol=1e-6)
+
+
+def test_compile_onnx_writes_its_weights(tmp_path, capsys, monkeypatch):
+    """`opc compile model.onnx -o DIR --grad`: the functions take the weights as arguments, so the
+    .npz comes with them; forward and gradient checked against NumPy's own algebra."""
+    import numpy as np
+    from requires import import_or_skip
+
+    import_or_skip("onnx", "the case is an ONNX model")
+    from onnx_helpers import graph_model, helper, onnx
+
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    model = graph_model([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["y"])],
+                        {"x": np.zeros((2, 3), np.float32)}, ["y"], {"W": w, "B": b})
+    onnx.save(model, tmp_path / "lin_model.onnx")
+    out = tmp_path / "out"
+    assert main(["compile", str(tmp_path / "lin_model.onnx"), "-o", str(out), "--grad"]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out / 'lin_model.npz'}" in printed
+    assert f"use it: sys.path.insert(0, {str(out)!r}); import lin_model; weights = numpy.load(" in printed
+    monkeypatch.syspath_prepend(str(out))
+    import lin_model
+
+    weights = dict(np.load(out / "lin_model.npz"))
+    assert sorted(weights) == ["B", "W"]
+    np.testing.assert_array_equal(weights["W"], w)
+    x, dy = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(lin_model.main_graph(x, **weights), x @ w + b, rtol=1e-5, atol=1e-6)
+    dx, dw, db = lin_model.main_graph_grad(x, **weights, dy=dy)
+    np.testing.assert_allclose(dx, dy @ w.T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dw, x.T @ dy, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(db, dy.sum(0), rtol=1e-5, atol=1e-6)
+
+
+def test_compile_without_o_writes_a_folder_of_its_own(tmp_path, capsys, monkeypatch):
+    """Not three files into the current directory, nor into setuptools' build/: opc_out/, said."""
+    (tmp_path / "f.mlir").write_text(EXP)
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", "f.mlir"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.mlir", "opc_out"]
+    assert sorted(p.suffix for p in (tmp_path / "opc_out").iterdir()) == [".c", ".py", ".so"]
+    assert printed[0] == f"wrote {os.path.join('opc_out', 'f.py')}"
+    assert printed[-1] == "use it: sys.path.insert(0, 'opc_out'); import f"
+
+
+class Terminal:
+    """stdin as a person at a terminal types it."""
+
+    def __init__(self, text: str):
+        import io
+
+        self.buffer = io.BytesIO(text.encode())
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_opt_says_it_reads_stdin_at_a_terminal(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", Terminal(EXP))
+    assert main(["opt"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "opc opt: reading MLIR from stdin (end it with Ctrl-D), or give a FILE\n"
+    assert "opc.exp" in out
+    monkeypatch.setattr(sys, "stdin", Terminal(EXP))
+    assert main(["opt", "-"]) == 0  # asked for by name: nothing to say
+    assert capsys.readouterr().err == ""
