@@ -181,3 +181,28 @@ def test_opt_says_it_reads_stdin_at_a_terminal(capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", Terminal(EXP))
     assert main(["opt", "-"]) == 0  # asked for by name: nothing to say
     assert capsys.readouterr().err == ""
+
+
+def test_torch_onnx_export_with_its_defaults_imports(tmp_path):
+    """torch.onnx.export's default exporter (dynamo=True) needs onnxscript, which the [torch] and
+    [test] extras bring; its file imports and runs as torch runs the module."""
+    import numpy as np
+    from requires import import_or_skip
+
+    torch = import_or_skip("torch", "the case exports a torch module")
+    import_or_skip("onnxscript", "torch.onnx.export's default exporter needs it (pip install '.[torch]')")
+    import_or_skip("onnx", "the case imports an ONNX model")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    x = torch.randn(4, 3)
+    torch.onnx.export(net, (x,), str(tmp_path / "net.onnx"))
+    run = opc.load_onnx(str(tmp_path / "net.onnx"))
+    np.testing.assert_allclose(run(x.numpy())[0], net(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_extras_bring_onnxscript():
+    """The install side of the case above (CI installs '.[test]'; a user '.[torch]')."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11's TOML reader")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in ("torch", "test"):
+        assert any(re.fullmatch(r"onnxscript>=[0-9.]+", req) for req in extras[extra]), extras[extra]
