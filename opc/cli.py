@@ -123,6 +123,31 @@ def cmd_compile(args: argparse.Namespace) -> None:
 DEFAULT_OUTPUT = "opc_out"
 
 
+def examples_dir() -> str:
+    """examples/ of a source checkout, or the copy of its small files inside the package (setup.py)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "_examples"), os.path.join(os.path.dirname(here), "examples")):
+        if os.path.isfile(os.path.join(candidate, "mlp.mlir")):
+            return candidate
+    raise InputError("opc's examples were not found next to the package (reinstall opc)")
+
+
+def cmd_example(args: argparse.Namespace) -> None:
+    """`opc example`: the examples' names; `opc example NAME`: the file, to stdout or -o FILE."""
+    directory = examples_dir()
+    shipped = sorted(f for f in os.listdir(directory) if f.endswith((".mlir", ".toml")))
+    if args.name is None:
+        write_output("".join(f"{f}\n" for f in shipped), None)
+        return
+    name = args.name if args.name in shipped else f"{args.name}.mlir"
+    if name not in shipped:
+        raise InputError(f"no example '{args.name}' (examples: {', '.join(shipped)})")
+    with open(os.path.join(directory, name), encoding="utf-8") as f:
+        write_output(f.read(), args.output)
+    if args.output not in (None, "-"):
+        print(f"wrote {args.output}")
+
+
 def cmd_explain(args: argparse.Namespace) -> None:
     from opc.explain import ExplainError, explain, explain_target
 
@@ -288,6 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--repeat", type=int, default=10, help="calls of each function (default 10)")
     prof.add_argument("--trace", help="also write the calls as a Chrome trace JSON (chrome://tracing, Perfetto)")
     prof.set_defaults(func=cmd_profile)
+
+    ex = sub.add_parser("example", help="print one of opc's examples (the quick start's mlp.mlir), or list them")
+    ex.add_argument("name", nargs="?", help="an example's file name (mlp.mlir, or mlp); without one, the list")
+    ex.add_argument("-o", "--output", help="write it to this file (default stdout)")
+    ex.set_defaults(func=cmd_example)
 
     chk = sub.add_parser("check", help="test a device's own kernels against opc's reference over the full grid")
     chk.add_argument("--target", required=True, help="the device FILE.toml")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import subprocess
@@ -206,3 +207,50 @@ def test_extras_bring_onnxscript():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for extra in ("torch", "test"):
         assert any(re.fullmatch(r"onnxscript>=[0-9.]+", req) for req in extras[extra]), extras[extra]
+
+
+def test_example_lists_and_prints(capsys, tmp_path):
+    assert main(["example"]) == 0
+    assert capsys.readouterr().out.split() == ["cast.mlir", "device_no_fused.toml", "mlp.mlir"]
+    assert main(["example", "mlp"]) == 0
+    assert capsys.readouterr().out == (ROOT / "examples" / "mlp.mlir").read_text()
+    assert main(["example", "mlp.mlir", "-o", str(tmp_path / "m.mlir")]) == 0
+    assert (tmp_path / "m.mlir").read_text() == (ROOT / "examples" / "mlp.mlir").read_text()
+    assert main(["example", "resnet"]) == 1
+    assert capsys.readouterr().err.startswith("error: no example 'resnet' (examples: cast.mlir, ")
+
+
+def test_quick_start_from_an_installed_wheel(tmp_path):
+    """The wheel ships the small examples (opc/_examples) and the runtime: outside a checkout,
+    `opc example mlp.mlir -o mlp.mlir`, `opc compile mlp.mlir`, then import and call."""
+    import shutil
+    import zipfile
+
+    import numpy as np
+
+    tree = tmp_path / "tree"  # the files a wheel is built from, copied: the build writes build/ into its tree
+    for part in ("opc", "runtime", "examples"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", "_runtime", "*.so"))
+    for file in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / file, tree / file)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(tmp_path / "dist")], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("opc-*.whl")
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    assert (site / "opc" / "_examples" / "mlp.mlir").read_text() == (ROOT / "examples" / "mlp.mlir").read_text()
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    script = ("import sys, runpy, numpy as np; from opc.cli import main; "
+              "assert main(['example', 'mlp.mlir', '-o', 'mlp.mlir']) == 0; assert main(['compile', 'mlp.mlir']) == 0; "
+              "sys.path.insert(0, 'opc_out'); import mlp, opc; assert opc.__file__.startswith(sys.argv[1]); "
+              "np.save('out.npy', mlp.mlp(np.ones((8, 16), np.float32), np.full((16, 32), 0.1, np.float32), "
+              "np.zeros(32, np.float32)))")
+    run = subprocess.run([sys.executable, "-c", script, str(site)], cwd=work, env=env, capture_output=True, text=True,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    z = 16 * 0.1  # every element of x @ w; the example sums gelu(z) rounded through f16 over 8 rows
+    gelu = 0.5 * z * (1 + math.erf(z / math.sqrt(2)))
+    np.testing.assert_allclose(np.load(work / "out.npy"), np.full(32, 8 * float(np.float16(gelu))), rtol=2e-3)
