@@ -8,10 +8,11 @@ added here (opc.errors.error_line), not by the messages.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from opc.errors import InputError, OpcError, UnsupportedError, error_line, printable
@@ -109,13 +110,37 @@ def cmd_compile(args: argparse.Namespace) -> None:
         return
     out_dir = args.output or DEFAULT_OUTPUT
     name = os.path.splitext(os.path.basename(args.file))[0] if args.file != "-" else "model"
-    written = compile_to_dir(source, out_dir, name, target=args.target, grad=args.grad, decompose=args.decompose,
-                             fuse=args.fuse)
+    with chosen_march("portable" if args.portable else args.march):
+        from opc.lowering.build import march, target_flags
+
+        written = compile_to_dir(source, out_dir, name, target=args.target, grad=args.grad,
+                                 decompose=args.decompose, fuse=args.fuse)
+        native = march() == "native" and any(f.startswith("-march=") for f in target_flags())
     for path in written:
         print(f"wrote {path}")
+    if native and args.target != "cuda":
+        print("note: built for this machine's CPU (-march=native), it may not run on another; "
+              "--portable builds for any CPU of this architecture")
     if any(path.endswith(".py") for path in written):
         print(f"use it: sys.path.insert(0, {out_dir!r}); import {name}"
               + (f"; weights = numpy.load({os.path.join(out_dir, name + '.npz')!r})" if source.weights else ""))
+
+
+@contextlib.contextmanager
+def chosen_march(value: str | None) -> Iterator[None]:
+    """$OPC_MARCH (opc/lowering/build.py: march) set to `value` for one command, then as it was."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get("OPC_MARCH")
+    os.environ["OPC_MARCH"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["OPC_MARCH"]
+        else:
+            os.environ["OPC_MARCH"] = before
 
 
 # `opc compile` without -o: a folder of its own, not the current directory (three files per
@@ -284,6 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "also NAME_grad_grad")
     comp.add_argument("--decompose", default="", help="ops to decompose (comma list, or all)")
     comp.add_argument("--emit", choices=["mlir", "c", "cuda"], help="print lowered IR or source instead")
+    arch = comp.add_mutually_exclusive_group()
+    arch.add_argument("--portable", action="store_true",
+                      help="build for any CPU of this architecture; by default opc builds for this machine's own "
+                           "(-march=native), and the module may not run on another ($OPC_MARCH=portable in Python)")
+    arch.add_argument("--march", metavar="ARCH", help="build for these CPUs: gcc's -march value (x86-64-v3, ...)")
     comp.set_defaults(func=cmd_compile)
 
     exp = sub.add_parser("explain", help="show how every op runs on a target")

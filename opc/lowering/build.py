@@ -34,7 +34,7 @@ from types import ModuleType
 import numpy as np
 
 from opc.dtypes import numpy_dtype
-from opc.errors import BuildError, InternalError
+from opc.errors import BuildError, InputError, InternalError
 from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, SET_THREADS_FN, FunctionSignature, c_symbol
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
@@ -196,9 +196,39 @@ def sanitizing() -> bool:
     return os.environ.get("OPC_SANITIZE", "") not in ("", "0")
 
 
+def march() -> str:
+    """$OPC_MARCH: the CPUs a build is for. "native" (the default): this machine's, the fastest
+    code, which may not run on another machine; "portable": the compiler's baseline for the
+    architecture (any x86-64); else an -march value (x86-64-v3, skylake, ...)."""
+    return os.environ.get("OPC_MARCH", "").strip() or "native"
+
+
+def target_flags() -> tuple[str, ...]:
+    chosen = march()
+    if chosen == "native":
+        return native_flags()
+    if chosen == "portable":
+        return ("-mtune=generic",)
+    return arch_flags(chosen)
+
+
+@functools.cache
+def arch_flags(arch: str) -> tuple[str, ...]:
+    """-march=ARCH, once the compiler has taken it (a typo is bad input, not a bug in opc)."""
+    import subprocess
+
+    require_compiler()
+    probe = subprocess.run([os.environ.get("CC", "gcc"), f"-march={arch}", "-x", "c", "-c", "-o", os.devnull, "-"],
+                           input="int x;", capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        why = next((line for line in probe.stderr.splitlines() if "error" in line), probe.stderr.strip())
+        raise InputError(f"-march={arch}: the C compiler does not take it ({why.split('error: ')[-1]})")
+    return (f"-march={arch}",)
+
+
 def compile_flags() -> list[str]:
     """Flags of every C object opc builds: runtime objects, device kernels and modules."""
-    return BASE_FLAGS + list(native_flags()) + (SANITIZE_FLAGS if sanitizing() else [])
+    return BASE_FLAGS + list(target_flags()) + (SANITIZE_FLAGS if sanitizing() else [])
 
 
 def module_flags() -> list[str]:

@@ -254,3 +254,51 @@ def test_quick_start_from_an_installed_wheel(tmp_path):
     z = 16 * 0.1  # every element of x @ w; the example sums gelu(z) rounded through f16 over 8 rows
     gelu = 0.5 * z * (1 + math.erf(z / math.sqrt(2)))
     np.testing.assert_allclose(np.load(work / "out.npy"), np.full(32, 8 * float(np.float16(gelu))), rtol=2e-3)
+
+
+def test_march_choices_in_the_compile_flags(monkeypatch):
+    from opc.errors import InputError
+    from opc.lowering import build
+
+    monkeypatch.delenv("OPC_MARCH", raising=False)
+    assert build.march() == "native" and build.target_flags() == build.native_flags()
+    monkeypatch.setenv("OPC_MARCH", "portable")
+    assert not any(f.startswith("-march") for f in build.compile_flags()) and "-mtune=generic" in build.compile_flags()
+    monkeypatch.setenv("OPC_MARCH", "x86-64-v2" if os.uname().machine == "x86_64" else "armv8-a")
+    assert [f for f in build.compile_flags() if f.startswith("-march")] == [f"-march={os.environ['OPC_MARCH']}"]
+    monkeypatch.setenv("OPC_MARCH", "frobnicator")
+    with pytest.raises(InputError, match=r"^-march=frobnicator: the C compiler does not take it \(.*frobnicator"):
+        build.compile_flags()
+
+
+def test_compile_portable_builds_without_native_flags(tmp_path, capsys, monkeypatch):
+    """--portable reaches the build (the flags the module's C is compiled with, recorded), the
+    module runs, and $OPC_MARCH is as it was after; without it, the output says it is this CPU's."""
+    import numpy as np
+
+    from opc.lowering import build
+
+    seen: list[list[str]] = []
+    real = build.module_flags
+
+    def spy() -> list[str]:
+        seen.append(real())
+        return seen[-1]
+
+    monkeypatch.setattr(build, "module_flags", spy)
+    monkeypatch.delenv("OPC_MARCH", raising=False)
+    (tmp_path / "f.mlir").write_text(EXP)
+    assert main(["compile", str(tmp_path / "f.mlir"), "-o", str(tmp_path / "out"), "--portable"]) == 0
+    assert seen and all(not any(f.startswith("-march") for f in flags) for flags in seen)
+    assert "OPC_MARCH" not in os.environ
+    assert "note:" not in capsys.readouterr().out
+    monkeypatch.syspath_prepend(str(tmp_path / "out"))
+    import f
+
+    x = np.linspace(-2, 2, 4, dtype=np.float32)
+    np.testing.assert_allclose(f.f(x), np.exp(x), rtol=1e-6)
+    if any(flag.startswith("-march=") for flag in build.native_flags()):  # where the compiler takes native
+        assert main(["compile", str(tmp_path / "f.mlir"), "-o", str(tmp_path / "native")]) == 0
+        assert capsys.readouterr().out.splitlines()[-2] == (
+            "note: built for this machine's CPU (-march=native), it may not run on another; --portable builds for "
+            "any CPU of this architecture")
