@@ -7,11 +7,11 @@
     out, dx, dw, db = m.mlp_value_and_grad(x=x, w=w, b=b, ds=dout)
 """
 
-from opc.errors import OpcError
+from opc.errors import BuildError, InputError, InternalError, OpcError, UnsupportedError
 from opc.threads import apply_wait_policy, get_num_threads, set_num_threads
 
-__all__ = ["OpcError", "__version__", "compile", "get_num_threads", "import_onnx", "jax", "load_onnx", "onnx_backend",
-           "profile", "set_num_threads", "torch"]
+__all__ = ["BuildError", "InputError", "InternalError", "OpcError", "UnsupportedError", "__version__", "compile",
+           "get_num_threads", "import_onnx", "jax", "load_onnx", "onnx_backend", "profile", "set_num_threads", "torch"]
 
 apply_wait_policy()  # before any module loads libgomp (opc/threads.py)
 

@@ -352,3 +352,11 @@ def test_messages_leave_the_prefix_to_the_cli():
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"""Error\(f?["']error: """, line)]
     assert typed == []
+
+
+def test_the_kinds_are_opc_errors_exported_from_opc():
+    from opc import errors
+
+    for kind in ("InputError", "UnsupportedError", "BuildError", "InternalError"):
+        assert getattr(opc, kind) is getattr(errors, kind) and issubclass(getattr(opc, kind), opc.OpcError)
+    assert len({opc.InputError, opc.UnsupportedError, opc.BuildError, opc.InternalError}) == 4
