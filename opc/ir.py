@@ -23,7 +23,7 @@ from xdsl.utils.mlir_lexer import MLIRTokenKind
 from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 from opc.dialects.opc_sched import OpcSched
-from opc.errors import InputError, first_line, printable
+from opc.errors import InputError, InternalError, first_line, printable
 
 
 def make_context() -> Context:
@@ -290,8 +290,10 @@ def settle_names(module: Operation) -> None:
 
 def verify(source: Source, stage: str = "") -> None:
     """Verify op by op, outermost first, so the message points at the culprit: opc's rules
-    for values and functions (opc-level IR), xDSL's verifiers, then dominance."""
+    for values and functions (opc-level IR), xDSL's verifiers, then dominance. Bad input is an
+    InputError; IR that a pass (`stage`) made from verified IR and that fails is an InternalError."""
     after = f" (after {stage})" if stage else ""
+    kind = InternalError if stage else InputError
     lowered = is_lowered(source.module)
     order = BlockOrder()
     for op in source.module.walk(reverse=False):
@@ -305,7 +307,7 @@ def verify(source: Source, stage: str = "") -> None:
             text = next((line for line in msg if "Operation does not verify" in line), msg[-1] if msg else "")
             text = plain_verify_message(text.replace("Operation does not verify: ", ""))
             text = text.removeprefix(f"{op.name} ")  # a verifier that names its op: not twice
-            raise InputError(f"'{op.name}' op {text}{after}", where=source.where(op)) from None
+            raise kind(f"'{op.name}' op {text}{after}", where=source.where(op)) from None
 
 
 def is_lowered(module: ModuleOp) -> bool:

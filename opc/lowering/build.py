@@ -167,6 +167,10 @@ _NO_GRAD = {no_grad!r}  # gradient functions opc did not build, and why
 def __getattr__(name):
     if name in _NO_GRAD:
         raise AttributeError(f"{{name}}: opc built no such function: {{_NO_GRAD[name]}}")
+    for suffix, flag in (("_grad_grad", "--grad 2"), ("_value_and_grad", "--grad"), ("_grad", "--grad")):
+        if name.endswith(suffix) and name[:-len(suffix)] in __all__:
+            raise AttributeError(f"module {{__name__!r}} has no function {{name!r}}: compile with opc compile {{flag}} "
+                                 "to build it")
     raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
 '''
 

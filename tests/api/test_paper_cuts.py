@@ -297,6 +297,8 @@ def test_compile_portable_builds_without_native_flags(tmp_path, capsys, monkeypa
 
     x = np.linspace(-2, 2, 4, dtype=np.float32)
     np.testing.assert_allclose(f.f(x), np.exp(x), rtol=1e-6)
+    with pytest.raises(AttributeError, match=r"^module 'f' has no function 'f_grad': compile with opc compile --grad "):
+        f.f_grad
     if any(flag.startswith("-march=") for flag in build.native_flags()):  # where the compiler takes native
         assert main(["compile", str(tmp_path / "f.mlir"), "-o", str(tmp_path / "native")]) == 0
         assert capsys.readouterr().out.splitlines()[-2] == (
