@@ -304,3 +304,22 @@ def test_compile_portable_builds_without_native_flags(tmp_path, capsys, monkeypa
         assert capsys.readouterr().out.splitlines()[-2] == (
             "note: built for this machine's CPU (-march=native), it may not run on another; --portable builds for "
             "any CPU of this architecture")
+
+
+def test_load_onnx_argument_count_and_names_are_type_errors(tmp_path):
+    import numpy as np
+    from requires import import_or_skip
+
+    import_or_skip("onnx", "the case is an ONNX model")
+    from onnx_helpers import graph_model, helper
+
+    model = graph_model([helper.make_node("Add", ["a", "b"], ["y"])],
+                        {"a": np.zeros(3, np.float32), "b": np.zeros(3, np.float32)}, ["y"])
+    run = opc.load_onnx(model)
+    x = np.ones(3, np.float32)
+    for call, message in [(lambda: run(x, x, x), "the model takes 2 inputs (a, b), got 3"),
+                          (lambda: run(x), "input 'b' is missing"),
+                          (lambda: run(x, c=x), "the model has no input 'c' (inputs: a, b)"),
+                          (lambda: run(x, a=x), "input 'a' is given twice")]:
+        with pytest.raises(TypeError, match=re.escape(message)):
+            call()
