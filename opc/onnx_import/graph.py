@@ -79,7 +79,7 @@ BY_NUMPY = {np_dtype: element for _, element, np_dtype in ELEMENT_TYPES.values()
 # Never evaluated at compile time even when their inputs are known.
 NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
                 "If", "Loop", "Scan"}
-# Sequence and optional ops: their converters (sequence_converters.py) handle values known at compile time.
+# Sequence and optional ops: their converters (sequence.py) handle values known at compile time.
 LIST_OPS = {"SequenceConstruct", "SequenceEmpty", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength",
             "ConcatFromSequence", "SplitToSequence", "SequenceMap", "Optional", "OptionalHasElement",
             "OptionalGetElement"}

@@ -16,9 +16,9 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.onnx_import.converters import as_i64, numpy_of, resize_scaled
+from opc.onnx_import.tensor import as_i64, numpy_of, resize_scaled
 from opc.onnx_import.graph import BY_NUMPY, Node, converter, folder
-from opc.onnx_import.sampling_converters import F32, F64, Scalar
+from opc.onnx_import.sampling import F32, F64, Scalar
 
 Values = list[SSAValue | np.ndarray]
 I64 = BY_NUMPY[np.dtype(np.int64)]

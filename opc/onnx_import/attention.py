@@ -27,7 +27,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.onnx_import.converters import scalar
+from opc.onnx_import.tensor import scalar
 from opc.onnx_import.graph import ELEMENT_TYPES, Node, converter, numpy_dtype_of
 
 Values = list[SSAValue | np.ndarray]

@@ -13,7 +13,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.onnx_import.converters import iota, scalar
+from opc.onnx_import.tensor import iota, scalar
 from opc.onnx_import.graph import BY_NUMPY, ELEMENT_TYPES, Node, converter, dtype_name, numpy_dtype_of
 
 Values = list[SSAValue | np.ndarray]
@@ -229,7 +229,7 @@ def center_crop_pad(node: Node) -> Values:
 def lp_pool(node: Node) -> Values:
     """(sum over the window of |x|^p)^(1/p): an avg_pool of |x|^p that counts the padding, times the kernel
     size (padding adds nothing to the sum)."""
-    from opc.onnx_import.nn_converters import built, pool_props
+    from opc.onnx_import.nn import built, pool_props
 
     e, x = node.e, node.input(0)
     p = float(node.attr("p", 2))

@@ -19,7 +19,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.graph import ELEMENT_TYPES, Node, converter
-from opc.onnx_import.nn_converters import convolution
+from opc.onnx_import.nn import convolution
 
 Values = list[SSAValue | np.ndarray]
 
