@@ -91,15 +91,16 @@ def register_converters() -> None:
     from opc.onnx_import import (  # noqa: F401
         attention,
         control_flow,
-        deform_conv,
         detection,
-        folders,
+        elementwise,
         linalg,
         nn,
         quantization,
+        reduction,
         rnn,
         sampling,
         sequence,
         signal,
         tensor,
+        text,
     )

@@ -1,146 +1,17 @@
-"""ONNX converters for the node-suite ops whose output shape or layout depends on values (issue 18):
-Compress (a gather at the indices the condition selects), NonZero, MelWeightMatrix, Unique and
-NonMaxSuppression (computed at compile time), MaxUnpool (a scatter into zeros), Upsample (opsets 7
-and 9, as a Resize), RoiAlign (bilinear gathers at points computed from the rois at run time),
-TfIdfVectorizer (n-gram counts from comparisons at run time).
-
-An input a converter needs at compile time (Compress's condition, NonZero's input, ...) is bound by
-value (`Node.const`): the model compiles for that value, which joins the compile key as shape inputs
-do; without the value (opc.import_onnx) the import stops with one line naming the input."""
+"""Object detection: NonMaxSuppression (computed at compile time from the boxes and scores it is
+given by value) and RoiAlign (bilinear gathers at points computed from the rois at run time)."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.onnx_import.tensor import as_i64, numpy_of, resize_scaled
-from opc.onnx_import.graph import BY_NUMPY, Node, converter, folder
-from opc.onnx_import.sampling import F32, F64, Scalar
-
-Values = list[SSAValue | np.ndarray]
-I64 = BY_NUMPY[np.dtype(np.int64)]
-
-
-def evaluated(node: Node, what: str) -> Values:
-    """The node run at compile time (our folder or onnx's reference) on its inputs' values, all bound."""
-    feeds = {name: node.const(i, what) for i, name in enumerate(node.proto.input) if name}
-    return node.importer.evaluate(node, feeds)
-
-
-def nonempty(node: Node, outputs: Values) -> Values:
-    for name, out in zip(node.proto.output, outputs):
-        if isinstance(out, np.ndarray) and out.size == 0:
-            raise node.fail(f"output '{name}' is empty for these input values; opc has no empty tensors")
-    return outputs
-
-
-@converter("Compress", since=9)
-def compress(node: Node) -> Values:
-    """x's slices (or flattened elements, without axis) where the condition is true: one gather at those
-    indices, known at compile time. The condition may be shorter than the axis (the rest is dropped)."""
-    cond = np.asarray(node.const(1, "condition")).reshape(-1).astype(bool)
-    x, shape = node.input(0), list(node.shape(0))
-    axis = node.attr("axis")
-    if axis is None:
-        x, shape, axis = node.e.reshape(x, [math.prod(shape)]), [math.prod(shape)], 0
-    axis = node.axis(int(axis), len(shape))
-    if len(cond) > shape[axis]:
-        raise node.fail(f"condition has {len(cond)} elements, more than the axis' {shape[axis]}")
-    picked = np.flatnonzero(cond).astype(np.int64)
-    if not picked.size:
-        raise node.fail("the condition selects nothing; opc has no empty tensors")
-    return [node.e.value(o.GatherOp(x, node.e.constant(picked), axis))]
-
-
-@converter("NonZero", since=9)
-def nonzero(node: Node) -> Values:
-    return nonempty(node, evaluated(node, "NonZero's output shape depends on it"))
-
-
-@converter("MelWeightMatrix", since=17)
-def mel_weight_matrix(node: Node) -> Values:
-    return evaluated(node, "MelWeightMatrix's sizes")
-
-
-@converter("MaxUnpool", since=9)
-def max_unpool(node: Node) -> Values:
-    """Y (of the unpooled shape, (in - 1) s - pads + k per axis) zero but for X's values at the flat
-    indices I. A repeated index (overlapping windows) holds the mean of its values: the value itself where
-    they came from MaxPool. An output_shape other than the unpooled shape is refused: onnxruntime and
-    PyTorch read I as indices into output_shape, ONNX's reference (and its node test) into the unpooled
-    shape, padded at the ends."""
-    e = node.e
-    shape = list(node.shape(0))
-    r = len(shape) - 2
-    kernel = [int(k) for k in node.attr("kernel_shape")]
-    strides = [int(s) for s in node.attr("strides", [1] * r)]
-    pads = [int(p) for p in node.attr("pads", [0] * (2 * r))]
-    inferred = shape[:2] + [(shape[2 + i] - 1) * strides[i] - pads[i] - pads[r + i] + kernel[i] for i in range(r)]
-    if node.has(2):
-        out = [int(d) for d in node.const(2, "output_shape").reshape(-1)]
-        if out != inferred:
-            raise node.fail(f"output_shape {out} differs from the unpooled shape {inferred}: onnxruntime indexes "
-                            "the output_shape, ONNX's reference the unpooled shape; opc does neither")
-    if numpy_of(node.input(0)).kind != "f":
-        raise node.fail(f"MaxUnpool of {numpy_of(node.input(0))} data is not supported (floats only)")
-    n = math.prod(shape)
-    x = e.reshape(node.input(0), [n])
-    flat = e.reshape(as_i64(node, node.input(1)), [n])
-    zeros = e.full(0.0, o.tensor([math.prod(inferred)], x.type.element_type))  # type: ignore[attr-defined]
-    added = e.value(o.GatherGradOp(zeros, flat, x, 0))
-    hits = e.value(o.GatherGradOp(zeros, flat, e.full(1.0, x), 0))
-    return [e.reshape(e.div(added, e.value(o.MaximumOp(hits, e.full(1.0, hits)))), inferred)]
-
-
-@converter("Upsample", since=7)
-def upsample(node: Node) -> Values:
-    """Resize with asymmetric coordinates (nearest: floor), as onnx's version converter maps it."""
-    mode = node.attr("mode", "nearest")
-    if mode not in ("nearest", "linear"):
-        raise node.fail(f"mode '{mode}' is not supported (nearest, linear)")
-    if node.opset >= 9:
-        scales = [float(s) for s in node.const(1, "scales").reshape(-1)]
-    else:
-        scales = [float(s) for s in node.attr("scales", [])]
-    rank = len(node.shape(0))
-    if len(scales) != rank:
-        raise node.fail(f"{len(scales)} scales for rank {rank}")
-    attrs = {"mode": mode, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
-    return [resize_scaled(node, attrs, list(range(rank)), scales, None)]
-
-
-# ---------------------------------------------------------------------------
-# Ops whose output shapes depend on their input values: compiled for those values
-# ---------------------------------------------------------------------------
-
-
-@converter("Unique", since=11)
-def unique(node: Node) -> Values:
-    """Y, indices, inverse_indices, counts of the bound input, computed at compile time."""
-    return nonempty(node, evaluated(node, "Unique's output shape depends on it"))
-
-
-@folder("Unique")
-def fold_unique(node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """np.unique, in the order of first occurrence for sorted=0 (onnx's reference takes the unsorted
-    Y along axis 0 of the unflattened input, which is wrong without axis or for another axis)."""
-    x, axis = inputs[0], node.attr("axis")
-    if axis is None:
-        x, axis = x.reshape(-1), 0
-    axis = node.axis(int(axis), x.ndim)
-    y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True,
-                                          axis=axis)
-    inverse = inverse.reshape(-1)
-    if not int(node.attr("sorted", 1)):
-        order = np.argsort(first, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
-        first, counts, inverse = first[order], counts[order], rank[inverse]
-        y = np.take(x, first, axis=axis)
-    return [y, *(a.astype(np.int64) for a in (first, inverse, counts))]
+from opc.onnx_import.common import F32, F64, I64, Pointwise, Values, as_i64, evaluated, nonempty, numpy_of
+from opc.onnx_import.graph import (
+    Node,
+    converter,
+)
 
 
 @converter("NonMaxSuppression", since=10)
@@ -149,10 +20,7 @@ def non_max_suppression(node: Node) -> Values:
     return nonempty(node, evaluated(node, "NonMaxSuppression's output shape depends on it"))
 
 
-# ---------------------------------------------------------------------------
-# RoiAlign: per roi a grid of sample points in each output bin, each read bilinearly from X
-# ---------------------------------------------------------------------------
-
+# RoiAlign: per roi a grid of sample points in each output bin, each read bilinearly from X.
 MAX_ADAPTIVE_ROIS = 64  # sampling_ratio 0: the graph holds one sampling per distinct grid size
 
 
@@ -219,7 +87,7 @@ def adaptive_grid(s: RoiSetting, roi: np.ndarray) -> tuple[int, int]:
     return int(np.ceil(h / t(s.out[0]))), int(np.ceil(w / t(s.out[1])))
 
 
-def roi_axis(s: RoiSetting, sc: Scalar, start: SSAValue, extent: SSAValue, length: int, bins: int,
+def roi_axis(s: RoiSetting, sc: Pointwise, start: SSAValue, extent: SSAValue, length: int, bins: int,
              grid: int) -> tuple[SSAValue, list[tuple[SSAValue, SSAValue]]]:
     """One axis' samples of every roi, [R, bins * grid]: 1 where inside [-1, length] (else 0), and the
     two taps (index as a float, weight) of each."""
@@ -229,7 +97,7 @@ def roi_axis(s: RoiSetting, sc: Scalar, start: SSAValue, extent: SSAValue, lengt
     whole = e.constant(np.repeat(np.arange(bins), grid).astype(dtype))  # ph
     part = e.constant(np.tile(np.arange(grid) + 0.5, bins).astype(dtype))  # iy + 0.5
     p = e.add(e.add(start, e.mul(size, whole)), e.div(e.mul(part, size), sc.c(grid)))  # [R, bins * grid]
-    sp = Scalar(s.node, p)
+    sp = Pointwise(s.node, p)
     zero, one = sp.c(0.0), sp.c(1.0)
     inside = sp.where(sp.lt(p, sp.c(-1.0)), zero, sp.where(sp.gt(p, sp.c(length)), zero, one))  # 1 or 0
     p = e.value(o.MaximumOp(p, zero))
@@ -247,7 +115,7 @@ def roi_align_grid(s: RoiSetting, rois: SSAValue, batch: SSAValue, grid: tuple[i
     n, c, h, w = s.xshape
     r = rois.type.get_shape()[0]  # type: ignore[attr-defined]
     (oh, ow), (gh, gw) = s.out, grid
-    col = Scalar(node, e.value(o.SliceOp(rois, [0, 0], [r, 1])))
+    col = Pointwise(node, e.value(o.SliceOp(rois, [0, 0], [r, 1])))
 
     def coordinate(k: int) -> SSAValue:
         v = e.value(o.SliceOp(rois, [0, k], [r, k + 1]))
@@ -283,76 +151,3 @@ def roi_align_grid(s: RoiSetting, rois: SSAValue, batch: SSAValue, grid: tuple[i
         y = e.reduce_sum(result, [3, 5])
         return e.div(y, e.full(float(max(gh * gw, 1)), y))
     return e.value(o.ReduceMaxOp(result, [3, 5], False))
-
-
-
-# ---------------------------------------------------------------------------
-# TfIdfVectorizer: n-gram counts by comparisons at run time
-# ---------------------------------------------------------------------------
-
-
-@converter("TfIdfVectorizer", since=9)
-def tfidf_vectorizer(node: Node) -> Values:
-    """Y[b, ngram_indexes[g]] += the number of starts i where the pool n-gram g (of length n between
-    min_gram_length and max_gram_length) occurs at x[b, i], x[b, i + d], ..., x[b, i + (n - 1) d], for
-    every skip distance d = 1 .. max_skip_count + 1 (1 only for unigrams), as onnxruntime counts: per
-    length one product of `equal`s of shifted slices with the pool's columns, summed over the starts,
-    mapped to the outputs by a 0/1 matmul. IDF clips each n-gram's count to 1; IDF and TFIDF scale it by
-    the n-gram's weight (in pool order, as the spec and onnxruntime have it; ONNX's reference indexes the
-    weights by output coordinate)."""
-    pool = node.attr("pool_int64s")
-    if pool is None:
-        raise node.fail("pool_strings: string n-grams are not supported (opc has no strings)")
-    pool = np.asarray(pool, np.int64)
-    starts = [int(s) for s in node.attr("ngram_counts")]
-    indexes = np.asarray(node.attr("ngram_indexes"), np.int64)
-    lo, hi = int(node.attr("min_gram_length")), int(node.attr("max_gram_length"))
-    skips = int(node.attr("max_skip_count"))
-    mode = node.attr("mode")
-    if mode not in ("TF", "IDF", "TFIDF") or not 1 <= lo <= hi or skips < 0:
-        raise node.fail(f"mode '{mode}', min/max_gram_length {lo}/{hi}, max_skip_count {skips} are not valid")
-    shape = node.shape(0)
-    if len(shape) not in (1, 2):
-        raise node.fail(f"the input must be [C] or [B, C], got shape {list(shape)}")
-    e = node.e
-    b, c = (1, shape[0]) if len(shape) == 1 else shape
-    x = e.reshape(node.input(0), [b, 1, c])
-    dtype = numpy_of(x)
-    m = int(indexes.max()) + 1
-    weights = node.attr("weights")
-    if weights is not None and len(weights) != len(indexes):
-        raise node.fail(f"{len(weights)} weights for {len(indexes)} n-grams")
-    y = None
-    ends = starts[1:] + [len(pool)]
-    counted = 0  # n-grams of the pool so far (ngram_indexes lists them in pool order)
-    for n, (start, end) in enumerate(zip(starts, ends), 1):
-        grams = pool[start:end].reshape(-1, n) if end > start else np.zeros((0, n), np.int64)
-        first, counted = counted, counted + len(grams)
-        if not lo <= n <= hi or not len(grams):
-            continue
-        counts = None
-        for d in range(1, (1 if n == 1 else skips + 1) + 1):
-            length = c - (n - 1) * d
-            if length < 1:
-                break
-            match = None
-            for k in range(n):
-                window = e.value(o.SliceOp(x, [0, 0, k * d], [b, 1, k * d + length]))
-                column = e.constant(grams[:, k].astype(dtype).reshape(1, -1, 1))
-                hit = e.cast(e.value(o.EqualOp(window, column)), F32)
-                match = hit if match is None else e.mul(match, hit)
-            found = e.reduce_sum(match, [2])  # [B, n-grams]
-            counts = found if counts is None else e.add(counts, found)
-        if counts is None:
-            continue
-        if mode == "IDF":
-            counts = e.value(o.MinimumOp(counts, e.full(1.0, counts)))
-        if mode != "TF" and weights is not None:
-            counts = e.mul(counts, e.constant(np.asarray(weights[first:counted], np.float32)))
-        onehot = np.zeros((len(grams), m), np.float32)
-        onehot[np.arange(len(grams)), indexes[first:counted]] = 1.0
-        part = e.matmul(counts, e.constant(onehot))
-        y = part if y is None else e.add(y, part)
-    if y is None:
-        y = e.constant(np.zeros((b, m), np.float32))
-    return [e.reshape(y, [m] if len(shape) == 1 else [b, m])]

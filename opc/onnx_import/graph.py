@@ -104,7 +104,7 @@ def supported_dtypes() -> str:
     return ", ".join(name.lower() for name, _, _ in ELEMENT_TYPES.values())
 
 
-def element_of(array: np.ndarray, what: str) -> Attribute:
+def element_type_for(array: np.ndarray, what: str) -> Attribute:
     element = BY_NUMPY.get(array.dtype)
     if element is None:
         raise OpcError(f"error: {what} has dtype {array.dtype}, which opc does not support ({supported_dtypes()})")
@@ -423,7 +423,7 @@ class NodeEmitter(OpBuilder):
 
     def constant(self, array: np.ndarray) -> SSAValue:
         array = np.asarray(array)
-        t = TensorType(element_of(array, "a constant"), array.shape)
+        t = TensorType(element_type_for(array, "a constant"), array.shape)
         if array.dtype.kind in "iub":
             data = [int(v) for v in array.reshape(-1)]
         else:
@@ -535,6 +535,16 @@ def converter(*op_types: str, since: int = BASE_OPSET) -> Callable[[Converter], 
     return register
 
 
+def same_since(table: Mapping[int, Sequence[str]]) -> None:
+    """{first opset: op types}: where an op meant in older opsets what it means at BASE_OPSET, the
+    converter that serves BASE_OPSET serves from the opset where that meaning began."""
+    for first, op_types in table.items():
+        for op_type in op_types:
+            fn = find_converter(op_type, BASE_OPSET)
+            assert fn is not None, op_type
+            converter(op_type, since=first)(fn)
+
+
 # op type -> NumPy evaluation of a node whose inputs are all known (used instead of onnx's reference
 # evaluator where that one is wrong or slow): (node, [input arrays]) -> [output arrays]
 Folder = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
@@ -641,7 +651,7 @@ class GraphImporter:
         if name in self.values:
             return self.values[name].type  # type: ignore[return-value]
         array = self.constants[name]
-        return TensorType(element_of(array, f"value '{name}'"), array.shape)
+        return TensorType(element_type_for(array, f"value '{name}'"), array.shape)
 
     @staticmethod
     def hint(name: str) -> str | None:
@@ -678,7 +688,7 @@ class GraphImporter:
         taken: set[str] = set()
         names = [identifier(n, taken, "x") for n in self.argument_names(inputs, templates)]
         names += [identifier(n, taken, "w") for n in weights]
-        block = Block(arg_types=arg_types + [TensorType(element_of(a, f"initializer '{n}'"), a.shape)
+        block = Block(arg_types=arg_types + [TensorType(element_type_for(a, f"initializer '{n}'"), a.shape)
                                              for n, a in weights.items()])
         onnx_names = input_names + list(weights)
         for arg, name, onnx_name in zip(block.args, names, onnx_names):

@@ -1,4 +1,5 @@
-"""GridSample and AffineGrid, as opc primitives.
+"""Resampling: Resize and Upsample (per axis, a matmul by a table known at import), GridSample and
+AffineGrid, as opc primitives.
 
 GridSample reads X at the points a grid gives (normalized to [-1, 1], the last grid axis
 listing x first, i.e. the spatial axes in reverse). Per spatial axis, in float32 as onnx's
@@ -17,107 +18,159 @@ import itertools
 import math
 
 import numpy as np
-from xdsl.dialects.builtin import Float32Type, Float64Type
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.onnx_import.graph import BY_NUMPY, Node, converter, numpy_dtype_of
+from opc.onnx_import.common import F32, F64, I64, Pointwise, Values, axis_taps, numpy_of
+from opc.onnx_import.graph import (
+    BY_NUMPY,
+    Node,
+    converter,
+    numpy_dtype_of,
+)
 
-Values = list[SSAValue | np.ndarray]
-F32, F64 = Float32Type(), Float64Type()
-I64 = BY_NUMPY[np.dtype(np.int64)]
+
+# Resize: separable, each axis an affine map y = x @ W + b along it. W and b come from
+# onnx's reference Resize itself, run at compile time on the unit vectors of the axis
+# (and on zeros, for b: tf_crop_and_resize's extrapolation value), so every mode,
+# coordinate transformation, cubic coefficient and antialias filter means what ONNX says.
+# Axes are applied innermost first, as the reference's recursion does.
+def resize_axis_map(node: Node, attrs: dict, n: int, scale: float, roi: tuple[float, float] | None,
+                    aspect: tuple[int, int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The axis' table W and offset b (y = x @ W + b) from onnx's reference Resize on the unit vectors.
+    aspect = (m_out, m_in, size): keep_aspect_ratio_policy's shared scale m_out / m_in with the axis'
+    requested size, whose rounded output the scale alone would not give: the probe gets a second axis of
+    m_in elements (each the same) resized to m_out, so that the reference picks that scale, and the
+    output along the axis is round(scale * n)."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    attrs = {k: v for k, v in attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
+    probe = np.concatenate([np.eye(n), np.zeros((1, n))]).astype(np.float64)
+    inputs = {"x": probe, "scales": np.array([1.0, scale], np.float32)}
+    names = ["x", "", "scales"]
+    if roi is not None:
+        inputs["roi"] = np.array([0.0, roi[0], 1.0, roi[1]], np.float32)
+        names[1] = "roi"
+    if aspect is not None:
+        m_out, m_in, size = aspect
+        inputs = {"x": np.ascontiguousarray(np.broadcast_to(probe[:, None, :], (n + 1, m_in, n))),
+                  "sizes": np.array([m_out, size], np.int64)}
+        names = ["x", "", "", "sizes"]
+        attrs.update(axes=[1, 2], keep_aspect_ratio_policy=node.attr("keep_aspect_ratio_policy"))
+    one = helper.make_node("Resize", names, ["y"], **attrs)
+    try:
+        (out,) = ReferenceEvaluator(one, opsets={"": max(node.opset, 11)}).run(None, inputs)  # Upsample: 7, 9
+    except Exception as err:  # noqa: BLE001 - the reference raises anything for attributes it refuses
+        raise node.fail(f"cannot build the resize tables: {type(err).__name__}: {str(err).splitlines()[0]}") from None
+    if aspect is not None:
+        out = out[:, 0, :]
+    b = out[n]
+    return out[:n] - b, b
+
+
+@converter("Resize", since=11)
+def resize(node: Node) -> Values:
+    shape = list(node.shape(0))
+    rank = len(shape)
+    axes = [node.axis(int(a), rank) for a in node.attr("axes", list(range(rank)))]
+    crop = node.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+    roi = node.const(1, "roi").reshape(-1).astype(np.float64) if crop and node.has(1) else None  # used by crop only
+    aspects: dict[int, tuple[int, int, int]] = {}  # axis -> resize_axis_map's aspect
+    if node.has(3):
+        sizes = [int(s) for s in node.const(3, "sizes").reshape(-1)]
+        ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            k = ratios.index(min(ratios) if policy == "not_larger" else max(ratios))
+            r = ratios[k]
+            ratios = [r] * len(axes)
+            # ONNX rounds the size (half up), a scale gives int(scale * n): where they differ, the tables
+            # come from the reference given the sizes, the shared ratio as a fraction in lowest terms
+            g = math.gcd(sizes[k], shape[axes[k]])
+            m_out, m_in = sizes[k] // g, shape[axes[k]] // g
+            for j, a in enumerate(axes):
+                if int(r * shape[a] + 0.5) == int(float(np.float32(r)) * shape[a]):
+                    continue
+                if (shape[a] + 1) * shape[a] * m_in > 1 << 24:
+                    raise node.fail(f"keep_aspect_ratio_policy '{policy}': the tables of axis {a} (size {shape[a]}, "
+                                    f"scale {sizes[k]}/{shape[axes[k]]}) are too large to build")
+                aspects[a] = (m_out, m_in, sizes[j])
+        scales = ratios
+    else:
+        scales = [float(s) for s in node.const(2, "scales").reshape(-1)]
+    if len(scales) != len(axes):
+        raise node.fail(f"{len(scales)} scales or sizes for {len(axes)} axes")
+    return [resize_scaled(node, node.attrs, axes, scales, roi, aspects)]
+
+
+def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
+                  roi: np.ndarray | None, aspects: dict[int, tuple[int, int, int]] | None = None) -> SSAValue:
+    """Input 0 resized along axes by scales, with Resize's attributes attrs (Resize, Upsample)."""
+    e, x = node.e, node.input(0)
+    shape = list(node.shape(0))
+    rank = len(shape)
+    crop = attrs.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+    dtype = numpy_of(x)
+    work = np.dtype(np.float32) if dtype.kind != "f" or dtype.itemsize < 4 else dtype
+    if dtype.kind != "f" and attrs.get("mode", "nearest") != "nearest":
+        raise node.fail("linear and cubic resize of integer data is not supported")
+    y = x if dtype == work else e.cast(x, BY_NUMPY[work])
+    current = list(shape)
+    for k in sorted(range(len(axes)), key=lambda k: -axes[k]):
+        a, s = axes[k], scales[k]
+        if s == 1.0 and not crop:
+            continue
+        axis_roi = (float(roi[k]), float(roi[k + len(axes)])) if roi is not None and len(roi) == 2 * len(axes) \
+            else (float(roi[a]), float(roi[a + rank])) if roi is not None else None
+        w, b = resize_axis_map(node, attrs, current[a], s, axis_roi, (aspects or {}).get(a))
+        m = w.shape[1]
+        perm = [d for d in range(rank) if d != a] + [a]
+        moved = e.transpose(y, perm)
+        moved_shape = [current[d] for d in perm]
+        rows = e.reshape(moved, [max(math.prod(moved_shape[:-1]), 1), current[a]])
+        out = e.matmul(rows, e.constant(w.astype(work)))
+        if np.any(b):
+            out = e.add(out, e.constant(b.astype(work)))
+        out = e.reshape(out, [*moved_shape[:-1], m])
+        y = e.transpose(out, list(np.argsort(perm)))
+        current[a] = m
+    if dtype != work:  # nearest on integers: the 0/1 weights pick exact values
+        y = e.cast(y, x.type.element_type)  # type: ignore[attr-defined]
+    return y
+
+
+@converter("Upsample", since=7)
+def upsample(node: Node) -> Values:
+    """Resize with asymmetric coordinates (nearest: floor), as onnx's version converter maps it."""
+    mode = node.attr("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise node.fail(f"mode '{mode}' is not supported (nearest, linear)")
+    if node.opset >= 9:
+        scales = [float(s) for s in node.const(1, "scales").reshape(-1)]
+    else:
+        scales = [float(s) for s in node.attr("scales", [])]
+    rank = len(node.shape(0))
+    if len(scales) != rank:
+        raise node.fail(f"{len(scales)} scales for rank {rank}")
+    attrs = {"mode": mode, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    return [resize_scaled(node, attrs, list(range(rank)), scales, None)]
+
+
 MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest", "bicubic": "cubic", "cubic": "cubic"}
-CUBIC_A = -0.75
 
 
-class Scalar:
-    """Elementwise float32 arithmetic on one shape, with Python numbers as constants."""
-
-    def __init__(self, node: Node, like: SSAValue) -> None:
-        self.node, self.e, self.like = node, node.e, like
-
-    def c(self, v: float) -> SSAValue:
-        return self.e.full(float(v), self.like)
-
-    def floor(self, x: SSAValue) -> SSAValue:
-        return self.e.value(o.FloorOp(x))
-
-    def where(self, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.e.select(cond, a, b)
-
-    def lt(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.e.value(o.LessThanOp(a, b))
-
-    def gt(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.e.value(o.GreaterThanOp(a, b))
-
-    def clamp(self, x: SSAValue, lo: float, hi: float) -> SSAValue:
-        return self.e.value(o.MinimumOp(self.e.value(o.MaximumOp(x, self.c(lo))), self.c(hi)))
-
-    def reflect(self, x: SSAValue, lo: float, hi: float) -> SSAValue:
-        """onnx's _gs_reflect: bounced off the nearer border until inside [lo, hi]."""
-        e, span = self.e, hi - lo
-        below = e.sub(self.c(lo), x)
-        above = e.sub(x, self.c(hi))
-        out = x
-        for dist, outside, even_base, odd_base, sign in ((below, self.lt(x, self.c(lo)), lo, hi, 1.0),
-                                                         (above, self.gt(x, self.c(hi)), hi, lo, -1.0)):
-            n = self.floor(e.div(dist, self.c(span)))  # dist >= 0 where it is used: floor is int()
-            r = e.sub(dist, e.mul(n, self.c(span)))
-            even = self.e.value(o.EqualOp(e.mul(self.floor(e.div(n, self.c(2.0))), self.c(2.0)), n))
-            step = e.scale(r, sign)
-            inside = self.where(even, e.add(self.c(even_base), step), e.sub(self.c(odd_base), step))
-            out = self.where(outside, inside, out)
-        return out
 
 
-def unnormalize(s: Scalar, g: SSAValue, length: int, align_corners: bool) -> SSAValue:
+def unnormalize(s: Pointwise, g: SSAValue, length: int, align_corners: bool) -> SSAValue:
     e = s.e
     if align_corners:
         return e.mul(e.div(e.add(g, s.c(1.0)), s.c(2.0)), s.c(length - 1))
     return e.div(e.sub(e.mul(e.add(g, s.c(1.0)), s.c(length)), s.c(1.0)), s.c(2.0))
 
 
-def cubic_weights(s: Scalar, t: SSAValue) -> list[SSAValue]:
-    """Keys' kernel at distances t + 1, t, 1 - t, 2 - t (t in [0, 1))."""
-    e, a = s.e, CUBIC_A
-
-    def far(x: SSAValue) -> SSAValue:  # 1 <= |x| < 2
-        return e.sub(e.mul(e.add(e.mul(e.sub(e.scale(x, a), s.c(5 * a)), x), s.c(8 * a)), x), s.c(4 * a))
-
-    def near(x: SSAValue) -> SSAValue:  # |x| < 1
-        return e.add(e.mul(e.mul(e.sub(e.scale(x, a + 2), s.c(a + 3)), x), x), s.c(1.0))
-
-    one_minus = e.sub(s.c(1.0), t)
-    return [far(e.add(t, s.c(1.0))), near(t), near(one_minus), far(e.add(one_minus, s.c(1.0)))]
 
 
-def axis_taps(s: Scalar, x: SSAValue, length: int, mode: str, padding: str,
-              border: tuple[float, float]) -> list[tuple[SSAValue, SSAValue | None]]:
-    """(index as a float holding an integer, weight or None for 1) per tap along one axis."""
-    e = s.e
-    if mode == "nearest":
-        taps = [(x, None)]
-    else:
-        x0 = s.floor(x)
-        t = e.sub(x, x0)
-        if mode == "linear":
-            taps = [(x0, e.sub(s.c(1.0), t)), (e.add(x0, s.c(1.0)), t)]
-        else:
-            taps = [(e.add(x0, s.c(k)), w) for k, w in zip((-1.0, 0.0, 1.0, 2.0), cubic_weights(s, t))]
-    out = []
-    for index, weight in taps:
-        if padding == "zeros":  # a tap outside the image weighs 0 (and reads a clamped, valid index)
-            f = index.type.element_type  # type: ignore[attr-defined]
-            inside = e.mul(e.cast(s.lt(index, s.c(length)), f), e.cast(s.gt(index, s.c(-1.0)), f))
-            weight = inside if weight is None else e.mul(weight, inside)
-            index = s.clamp(index, 0, length - 1)
-        elif padding == "border":
-            index = s.clamp(index, 0, length - 1)
-        else:  # the clamp: a reflected -0.5 truncates to index 0, as onnx's int() does
-            index = s.clamp(s.reflect(index, *border), 0, length - 1)
-        out.append((index, weight))
-    return out
 
 
 @converter("GridSample", since=16)
@@ -144,7 +197,7 @@ def grid_sample(node: Node) -> Values:
         k = r - 1 - i  # the grid lists x (the last axis) first
         g = e.value(o.SliceOp(grid, [0] * (r + 1) + [k], [*gshape[:-1], k + 1], [1] * (r + 2)))
         g = e.reshape(g, [n, 1, *out])
-        s = Scalar(node, g)
+        s = Pointwise(node, g)
         x = unnormalize(s, g, length, align)
         border = (0.0, length - 1.0) if align else (-0.5, length - 0.5)
         if mode == "nearest":

@@ -1,353 +1,48 @@
-"""One small converter per ONNX op type (and per opset where its meaning changed).
+"""Tensor ops: shapes (Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Expand, Tile,
+Concat, Slice, Split, Pad, DepthToSpace, SpaceToDepth, CenterCropPad, ReverseSequence), gathers and
+scatters (Gather, GatherElements, GatherND, ScatterElements, ScatterND, OneHot), constants
+(Range, ConstantOfShape, EyeLike, Trilu) and the ops whose output shape depends on values
+(Compress, NonZero, Unique).
 
-A converter gets a `Node` (graph.py): its inputs as SSA values (`node.input(i)`)
-or, for what must be known at compile time (shapes, axes, sizes), as NumPy
-arrays (`node.const(i, what)`); its attributes (`node.attr`); and the emitter
-`node.e` that builds opc ops through their Python classes. It returns one
-value per ONNX output it supports (an SSA value, or a NumPy array when the
-result is known at compile time). Nodes whose inputs are all known at compile
-time never reach a converter: graph.py evaluates them.
-
-    @converter("Relu")
-    def relu(node): return [node.e.value(o.ReluOp(node.input(0)))]
-"""
+Index ops are compile-time index arithmetic (NumPy) plus gathers, compares and selects at run
+time. An input a converter needs at compile time (Compress's condition, NonZero's input, ...) is
+bound by value (`Node.const`): the model compiles for that value, which joins the compile key as
+shape inputs do; without the value (opc.import_onnx) the import stops with one line naming the
+input."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-import ml_dtypes
 import numpy as np
-from xdsl.dialects.builtin import Float32Type, Float64Type
+from xdsl.dialects.builtin import Float64Type
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.onnx_import.graph import BY_NUMPY, ELEMENT_TYPES, Node, converter, dtype_name, find_converter, numpy_dtype_of
-
-Values = list[SSAValue | np.ndarray]
-
-# ---------------------------------------------------------------------------
-# Elementwise
-# ---------------------------------------------------------------------------
-
-BINARY = {"Add": o.AddOp, "Sub": o.SubOp, "Mul": o.MulOp, "Div": o.DivOp,
-          "Equal": o.EqualOp, "Less": o.LessThanOp, "Greater": o.GreaterThanOp}  # fmt: skip
-UNARY = {"Neg": o.NegOp, "Abs": o.AbsOp, "Exp": o.ExpOp, "Log": o.LogOp, "Tanh": o.TanhOp, "Erf": o.ErfOp,
-         "Sqrt": o.SqrtOp, "Relu": o.ReluOp, "Sigmoid": o.SigmoidOp,
-         "Floor": o.FloorOp, "Ceil": o.CeilOp, "Round": o.RoundOp, "Sin": o.SinOp, "Cos": o.CosOp, "Tan": o.TanOp,
-         "Asin": o.AsinOp, "Acos": o.AcosOp, "Atan": o.AtanOp, "Sinh": o.SinhOp, "Cosh": o.CoshOp,
-         "Asinh": o.AsinhOp, "Acosh": o.AcoshOp, "Atanh": o.AtanhOp}  # fmt: skip
-VARIADIC = {"Max": o.MaximumOp, "Min": o.MinimumOp, "Sum": o.AddOp}
-
-
-@converter(*BINARY)
-def binary(node: Node) -> Values:
-    a, b = node.input(0), node.input(1)
-    if node.op_type == "Add":
-        fused = bias_after_gemm(node, a, b) or bias_after_gemm(node, b, a)
-        if fused is not None:
-            return [fused]
-    return [node.e.value(BINARY[node.op_type](a, b))]
-
-
-def bias_after_gemm(node: Node, y: SSAValue, bias: SSAValue) -> SSAValue | None:
-    """Linear on [.., K] input: MatMul (a 2-D GEMM over the merged rows, reshaped back, see matmul)
-    + bias[N]. The bias is added to the 2-D GEMM before the reshape, so that opc-fuse sees
-    matmul + bias and makes one fused_gemm_epilogue of it."""
-    reshape = y.owner
-    if not isinstance(reshape, o.ReshapeOp) or not isinstance(reshape.x.owner, o.MatmulOp):
-        return None
-    gemm = reshape.x
-    rows, n = gemm.type.get_shape() if len(gemm.type.get_shape()) == 2 else (0, -1)  # type: ignore[attr-defined]
-    out, b = list(y.type.get_shape()), list(bias.type.get_shape())  # type: ignore[attr-defined]
-    if not b or b[-1] != n or math.prod(b) != n or len(b) > len(out) or out[-1] != n:
-        return None
-    e = node.e
-    return e.reshape(e.add(gemm, e.reshape(bias, [n])), out)
-
-
-@converter(*UNARY)
-def unary(node: Node) -> Values:
-    return [node.e.value(UNARY[node.op_type](node.input(0)))]
-
-
-def pairwise(node: Node, op: type[o.BinaryElementwiseOp]) -> SSAValue:
-    """op(op(a, b), c)... over the inputs of a variadic node."""
-    args = node.inputs()
-    acc = args[0]
-    for a in args[1:]:
-        acc = node.e.value(op(acc, a))
-    return acc
-
-
-@converter(*VARIADIC)
-def variadic(node: Node) -> Values:
-    return [pairwise(node, VARIADIC[node.op_type])]
-
-
-@converter("Mean")
-def mean(node: Node) -> Values:
-    total = pairwise(node, o.AddOp)
-    return [node.e.div(total, scalar(node, len(node.inputs()), total))]
-
-
-def scalar(node: Node, value: float, like: SSAValue) -> SSAValue:
-    """A rank-0 constant of like's element type (broadcasts against anything)."""
-    return node.e.constant(np.array(value, numpy_dtype_of(like.type.element_type)))  # type: ignore[attr-defined]
-
-
-@converter("Identity")
-def identity(node: Node) -> Values:
-    return [node.item(0)]  # type: ignore[list-item]  # a sequence or optional passes as it is
-
-
-@converter("Reciprocal")
-def reciprocal(node: Node) -> Values:
-    x = node.input(0)
-    return [node.e.div(scalar(node, 1.0, x), x)]
-
-
-@converter("Pow")
-def power(node: Node) -> Values:
-    """x ** y; a known exponent of 1, 2 or 0.5 becomes x, x * x or sqrt(x) (exact, as ONNX runtimes do)."""
-    x = node.input(0)
-    if node.known(1):
-        y = node.const(1, "exponent")
-        shortcuts = (1.0, 2.0, 0.5) if numpy_of(x).kind == "f" else (1.0, 2.0)
-        if y.size == 1 and y.reshape(-1)[0] in shortcuts and broadcasts_to(y.shape, node.shape(0)):
-            p = float(y.reshape(-1)[0])
-            out = x if p == 1.0 else node.e.mul(x, x) if p == 2.0 else node.e.value(o.SqrtOp(x))
-            return [node.e.reshape(out, np.broadcast_shapes(y.shape, node.shape(0)))]
-        float_of_int = numpy_of(x).kind == "i" and y.dtype.kind == "f"
-        exponent = node.e.constant(y.astype(np.float64 if float_of_int else node_numpy_dtype(node, 0)))
-    else:
-        exponent = node.input(1)
-    if numpy_of(x).kind == "i" and numpy_of(exponent).kind == "f":  # in double, truncated back (as NumPy's astype)
-        f64 = BY_NUMPY[np.dtype(np.float64)]
-        wide = node.e.value(o.PowOp(node.e.cast(x, f64), node.e.cast(exponent, f64)))
-        return [node.e.cast(wide, x.type.element_type)]  # type: ignore[attr-defined]
-    if exponent.type.element_type != x.type.element_type:  # type: ignore[attr-defined]
-        exponent = node.e.cast(exponent, x.type.element_type)  # type: ignore[attr-defined]
-    return [node.e.value(o.PowOp(x, exponent))]
-
-
-def broadcasts_to(small: Sequence[int], shape: Sequence[int]) -> bool:
-    return len(small) <= len(shape) and all(s in (1, d) for s, d in zip(small[::-1], shape[::-1]))
-
-
-def node_numpy_dtype(node: Node, i: int) -> np.dtype:
-    return numpy_dtype_of(node.element(i))
-
-
-@converter("Where")
-def where(node: Node) -> Values:
-    return [node.e.select(node.input(0), node.input(1), node.input(2))]
-
-
-# Logic on i1 through select (opc's compares take numbers only).
-def bool_constant(node: Node, value: bool) -> SSAValue:
-    return node.e.constant(np.array(value))
-
-
-@converter("Not")
-def logical_not(node: Node) -> Values:
-    return [node.e.select(node.input(0), bool_constant(node, False), bool_constant(node, True))]
-
-
-@converter("And")
-def logical_and(node: Node) -> Values:
-    return [node.e.select(node.input(0), node.input(1), bool_constant(node, False))]
-
-
-@converter("Or")
-def logical_or(node: Node) -> Values:
-    return [node.e.select(node.input(0), bool_constant(node, True), node.input(1))]
-
-
-@converter("Xor")
-def logical_xor(node: Node) -> Values:
-    b = node.input(1)
-    not_b = node.e.select(b, bool_constant(node, False), bool_constant(node, True))
-    return [node.e.select(node.input(0), not_b, b)]
-
-
-@converter("LessOrEqual", "GreaterOrEqual")
-def compare_or_equal(node: Node) -> Values:
-    a, b = node.input(0), node.input(1)
-    strict = o.LessThanOp if node.op_type == "LessOrEqual" else o.GreaterThanOp
-    return [node.e.select(node.e.value(strict(a, b)), bool_constant(node, True), node.e.value(o.EqualOp(a, b)))]
-
-
-@converter("LeakyRelu")
-def leaky_relu(node: Node) -> Values:
-    x = node.input(0)
-    zero = scalar(node, 0.0, x)
-    positive = node.e.value(o.GreaterThanOp(x, zero))
-    return [node.e.select(positive, x, node.e.mul(x, scalar(node, node.attr("alpha", 0.01), x)))]
-
-
-@converter("Clip")
-def clip(node: Node) -> Values:
-    """min(max(x, lo), hi) with optional bounds."""
-    x = node.input(0)
-    if node.has(1):
-        x = node.e.value(o.MaximumOp(x, node.input(1)))
-    if node.has(2):
-        x = node.e.value(o.MinimumOp(x, node.input(2)))
-    return [x]
-
-
-@converter("Gelu", since=20)
-def gelu(node: Node) -> Values:
-    approximate = node.attr("approximate", "none")
-    if approximate not in ("none", "tanh"):
-        raise node.fail(f"approximate must be 'none' or 'tanh', got '{approximate}'")
-    return [node.e.value(o.GeluOp(node.input(0), approximate=approximate == "tanh"))]
-
-
-@converter("Cast")
-def cast(node: Node) -> Values:
-    to = node.attr("to")
-    if to not in ELEMENT_TYPES:
-        raise node.fail(f"cast to {dtype_name(to)} is not supported")
-    x = node.input(0)
-    element = ELEMENT_TYPES[to][1]
-    return [x if x.type.element_type == element else node.e.cast(x, element)]  # type: ignore[attr-defined]
-
-
-@converter("CastLike", since=15)
-def cast_like(node: Node) -> Values:
-    x, element = node.input(0), node.element(1)
-    return [x if x.type.element_type == element else node.e.cast(x, element)]  # type: ignore[attr-defined]
-
-
-@converter("Dropout")
-def dropout(node: Node) -> Values:
-    """Inference (or training with ratio 0): the identity; the mask is all true. Training with a ratio
-    above 0 draws random numbers, which opc does not: refused."""
-    if node.has(2) and (not node.known(2) or bool(node.const(2, "training_mode"))):
-        ratio = node.const(1, "ratio") if node.has(1) else np.array(0.5)
-        if float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
-            raise node.fail("training_mode with a ratio above 0 draws random numbers: opc imports inference "
-                            "graphs (training_mode false, or ratio 0)")
-    return [node.input(0), np.ones(node.shape(0), bool)]
-
-
-# ---------------------------------------------------------------------------
-# Linear algebra
-# ---------------------------------------------------------------------------
-
-
-@converter("MatMul")
-def matmul(node: Node) -> Values:
-    """NumPy matmul: 1-D operands promoted; [.., M, K] @ [K, N] as one 2-D GEMM over the merged rows."""
-    x, y = node.input(0), node.input(1)
-    xs, ys = node.shape(0), node.shape(1)
-    e = node.e
-    if len(xs) == 1:
-        x, xs = e.reshape(x, (1, *xs)), (1, *xs)
-    if len(ys) == 1:
-        y, ys = e.reshape(y, (*ys, 1)), (*ys, 1)
-    out_shape = list(np.broadcast_shapes(xs[:-2], ys[:-2])) + [xs[-2], ys[-1]]
-    if len(ys) == 2 and len(xs) > 2:  # rows of every batch share the weight: one GEMM
-        rows = e.reshape(x, (math.prod(xs[:-1]), xs[-1]))
-        r = e.reshape(e.matmul(rows, y), out_shape)
-    else:
-        r = e.matmul(x, y)
-    final = out_shape[:]
-    if len(node.shape(0)) == 1:
-        del final[-2]
-    if len(node.shape(1)) == 1:
-        del final[-1]
-    return [e.reshape(r, final)]
-
-
-@converter("Gemm")
-def gemm(node: Node) -> Values:
-    """alpha * op(A) @ op(B) + beta * C."""
-    e = node.e
-    y = e.matmul(node.input(0), node.input(1), bool(node.attr("transA", 0)), bool(node.attr("transB", 0)))
-    alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
-    if alpha != 1.0:
-        y = e.mul(y, scalar(node, alpha, y))
-    if node.has(2) and beta != 0.0:
-        c = node.input(2)
-        if beta != 1.0:
-            c = e.mul(c, scalar(node, beta, c))
-        y = e.add(y, c)
-    return [y]
-
-
-# ---------------------------------------------------------------------------
-# Reductions
-# ---------------------------------------------------------------------------
-
-
-def reduce_axes(node: Node, from_input: bool) -> tuple[int, ...] | None:
-    """The axes to reduce (sorted, non-negative), or None for 'no reduction' (noop_with_empty_axes)."""
-    rank = len(node.shape(0))
-    if from_input:
-        axes = node.const(1, "axes").reshape(-1).tolist() if node.has(1) else []
-    else:
-        axes = list(node.attr("axes", []))
-    if not axes:
-        return None if node.attr("noop_with_empty_axes", 0) else tuple(range(rank))
-    return tuple(sorted({node.axis(int(a), rank) for a in axes}))
-
-
-def reduce(node: Node, from_input: bool) -> Values:
-    axes = reduce_axes(node, from_input)
-    x = node.input(0)
-    if axes is None:
-        return [x]
-    keep = bool(node.attr("keepdims", 1))
-    e = node.e
-    kind = node.op_type
-    if kind == "ReduceSum":
-        return [e.reduce_sum(x, axes, keep)]
-    if kind in ("ReduceMax", "ReduceMin") and numpy_of(x).kind == "b":  # any / all: over 0/1 bytes
-        u8 = BY_NUMPY[np.dtype(np.uint8)]
-        r = e.value(SIMPLE_REDUCTIONS[kind](e.cast(x, u8), axes, keep))  # of nothing: 0 (any), 255 (all)
-        return [e.cast(r, x.type.element_type)]  # type: ignore[attr-defined]
-    if kind in SIMPLE_REDUCTIONS:
-        return [e.value(SIMPLE_REDUCTIONS[kind](x, axes, keep))]
-    if kind == "ReduceSumSquare":
-        return [e.reduce_sum(e.mul(x, x), axes, keep)]
-    if kind == "ReduceL1":
-        return [e.reduce_sum(e.value(o.AbsOp(x)), axes, keep)]
-    if kind == "ReduceL2":
-        return [e.value(o.SqrtOp(e.reduce_sum(e.mul(x, x), axes, keep)))]
-    if kind == "ReduceLogSumExp":  # m + log(sum(exp(x - m))), m the max: finite for any finite x
-        m = e.value(o.ReduceMaxOp(x, axes, True))
-        s = e.reduce_sum(e.value(o.ExpOp(e.sub(x, m))), axes, True)
-        r = e.add(m, e.value(o.LogOp(s)))
-        return [r if keep else e.reshape(r, [d for i, d in enumerate(node.shape(0)) if i not in axes])]
-    raise node.fail("no reduction rule")  # pragma: no cover - the registrations below list the kinds
-
-
-SIMPLE_REDUCTIONS = {"ReduceMean": o.ReduceMeanOp, "ReduceMax": o.ReduceMaxOp, "ReduceMin": o.ReduceMinOp}
-REDUCTIONS = (*SIMPLE_REDUCTIONS, "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp")
-
-
-@converter("ReduceSum")
-def reduce_sum(node: Node) -> Values:
-    return reduce(node, from_input=True)
-
-
-@converter(*REDUCTIONS)
-def reduce_axes_attribute(node: Node) -> Values:
-    return reduce(node, from_input=False)
-
-
-@converter(*REDUCTIONS, since=18)
-def reduce_axes_input(node: Node) -> Values:
-    return reduce(node, from_input=True)
-
-
-# ---------------------------------------------------------------------------
-# Shapes
-# ---------------------------------------------------------------------------
+from opc.onnx_import.common import (
+    Values,
+    along,
+    as_i64,
+    evaluated,
+    gt,
+    iota,
+    lt,
+    node_numpy_dtype,
+    nonempty,
+    numpy_of,
+    scalar,
+)
+from opc.onnx_import.graph import (
+    BY_NUMPY,
+    ELEMENT_TYPES,
+    Node,
+    converter,
+    dtype_name,
+    folder,
+    numpy_dtype_of,
+    same_since,
+)
 
 
 @converter("Shape")
@@ -520,320 +215,6 @@ def gather(node: Node) -> Values:
     return [node.e.value(o.GatherOp(node.input(0), node.input(1), node.axis(node.attr("axis", 0), rank)))]
 
 
-# ---------------------------------------------------------------------------
-# Normalizations and losses
-# ---------------------------------------------------------------------------
-
-
-@converter("Softmax")
-def softmax(node: Node) -> Values:
-    return [node.e.value(o.SoftmaxOp(node.input(0), node.axis(node.attr("axis", -1), len(node.shape(0)))))]
-
-
-@converter("LogSoftmax")
-def log_softmax(node: Node) -> Values:
-    return [node.e.value(o.LogSoftmaxOp(node.input(0), node.axis(node.attr("axis", -1), len(node.shape(0)))))]
-
-
-@converter("LayerNormalization", since=17)
-def layer_norm(node: Node) -> Values:
-    """Y, and Mean / InvStdDev reshaped to ONNX's keepdims shape ([d0, ..., 1, ..., 1])."""
-    e = node.e
-    x = node.input(0)
-    src = node.shape(0)
-    begin = node.axis(node.attr("axis", -1), len(src))
-    bias = node.input(2) if node.has(2) else e.full(0.0, node.input(1))
-    op = o.LayerNormOp(x, node.input(1), bias, begin, float(node.attr("epsilon", 1e-5)))
-    y, mean, rstd = e.emit(op).results
-    stats_shape = [*src[:begin], *[1] * (len(src) - begin)]
-    outs: Values = [y]
-    for i, v in ((1, mean), (2, rstd)):  # float32 in ONNX for half inputs (stash_type = 1), as in opc
-        if len(node.proto.output) > i and node.proto.output[i]:
-            outs.append(e.reshape(v, stats_shape))
-    return outs
-
-
-def label_loss(node: Node, logits: SSAValue, labels: SSAValue) -> SSAValue:
-    """-log_softmax(logits)[label] per sample, [N, d1...], through opc.softmax_cross_entropy (axis 1)."""
-    e = node.e
-    lab_shape = list(labels.type.get_shape())  # type: ignore[attr-defined]
-    lab = e.reshape(labels, [lab_shape[0], 1, *lab_shape[1:]])
-    loss, _ = e.emit(o.SoftmaxCrossEntropyOp(logits, lab, 1)).results
-    return e.reshape(loss, lab_shape)
-
-
-def nll_loss(node: Node, logp: SSAValue, labels: SSAValue) -> SSAValue:
-    """-logp[label] per sample: a one-hot select over the class axis (1) and a sum."""
-    e = node.e
-    shape = list(logp.type.get_shape())  # type: ignore[attr-defined]
-    classes = np.arange(shape[1], dtype=numpy_of(labels)).reshape([1, shape[1]] + [1] * (len(shape) - 2))
-    lab_shape = list(labels.type.get_shape())  # type: ignore[attr-defined]
-    hit = e.value(o.EqualOp(e.reshape(labels, [lab_shape[0], 1, *lab_shape[1:]]), e.constant(classes)))
-    picked = e.select(hit, logp, scalar(node, 0.0, logp))
-    return e.neg(e.reduce_sum(picked, [1]))
-
-
-def numpy_of(v: SSAValue) -> np.dtype:
-    return numpy_dtype_of(v.type.element_type)  # type: ignore[attr-defined]
-
-
-def reduce_loss(node: Node, loss: SSAValue, labels: SSAValue) -> SSAValue:
-    """Class weights, ignore_index and the reduction (none | sum | mean, weighted mean as ONNX defines it)."""
-    e = node.e
-    weight = None
-    if node.has(2):
-        weight = e.value(o.GatherOp(node.input(2), safe_labels(node, labels), 0))
-    ignore = node.attr("ignore_index")
-    if ignore is not None:
-        ignored = e.value(o.EqualOp(labels, e.constant(np.array(ignore, numpy_of(labels)))))
-        kept = e.select(ignored, scalar(node, 0.0, loss), scalar(node, 1.0, loss))
-        weight = kept if weight is None else e.mul(weight, kept)
-    if weight is not None:
-        loss = e.mul(loss, weight)
-    reduction = node.attr("reduction", "mean")
-    if reduction == "none":
-        return loss
-    axes = list(range(len(loss.type.get_shape())))  # type: ignore[attr-defined]
-    total = e.reduce_sum(loss, axes)
-    if reduction == "sum":
-        return total
-    if reduction != "mean":
-        raise node.fail(f"reduction must be none, sum or mean, got '{reduction}'")
-    if weight is None:
-        return e.div(total, scalar(node, math.prod(loss.type.get_shape()), total))  # type: ignore[attr-defined]
-    return e.div(total, e.reduce_sum(weight, axes))
-
-
-def safe_labels(node: Node, labels: SSAValue) -> SSAValue:
-    """Labels with ignore_index replaced by 0, so that gathers and the loss op stay in range."""
-    ignore = node.attr("ignore_index")
-    if ignore is None:
-        return labels
-    e = node.e
-    ignored = e.value(o.EqualOp(labels, e.constant(np.array(ignore, numpy_of(labels)))))
-    return e.select(ignored, e.constant(np.zeros((), numpy_of(labels))), labels)
-
-
-@converter("SoftmaxCrossEntropyLoss")
-def softmax_cross_entropy_loss(node: Node) -> Values:
-    scores, labels = node.input(0), node.input(1)
-    if len(node.shape(0)) < 2:
-        raise node.fail("scores must have rank >= 2 ([N, C, ...])")
-    loss = label_loss(node, scores, safe_labels(node, labels))
-    outs: Values = [reduce_loss(node, loss, labels)]
-    if len(node.proto.output) > 1 and node.proto.output[1]:
-        outs.append(node.e.value(o.LogSoftmaxOp(scores, 1)))
-    return outs
-
-
-@converter("NegativeLogLikelihoodLoss")
-def negative_log_likelihood_loss(node: Node) -> Values:
-    logp, labels = node.input(0), node.input(1)
-    if len(node.shape(0)) < 2:
-        raise node.fail("input must have rank >= 2 ([N, C, ...])")
-    return [reduce_loss(node, nll_loss(node, logp, safe_labels(node, labels)), labels)]
-
-
-# ---------------------------------------------------------------------------
-# Activations and elementwise ops built from opc ops (no new op at run time)
-# ---------------------------------------------------------------------------
-
-
-def gt(node: Node, a: SSAValue, b: SSAValue) -> SSAValue:
-    return node.e.value(o.GreaterThanOp(a, b))
-
-
-def lt(node: Node, a: SSAValue, b: SSAValue) -> SSAValue:
-    return node.e.value(o.LessThanOp(a, b))
-
-
-def expm1_scaled(node: Node, x: SSAValue, alpha: float) -> SSAValue:
-    """alpha * (exp(x) - 1)"""
-    e = node.e
-    return e.mul(e.sub(e.value(o.ExpOp(x)), scalar(node, 1.0, x)), scalar(node, alpha, x))
-
-
-@converter("Elu", since=6)
-def elu(node: Node) -> Values:
-    x = node.input(0)
-    return [node.e.select(gt(node, x, scalar(node, 0.0, x)), x, expm1_scaled(node, x, node.attr("alpha", 1.0)))]
-
-
-@converter("Selu", since=6)
-def selu(node: Node) -> Values:
-    x = node.input(0)
-    alpha, gamma = node.attr("alpha", 1.67326319217681884765625), node.attr("gamma", 1.05070102214813232421875)
-    y = node.e.select(gt(node, x, scalar(node, 0.0, x)), x, expm1_scaled(node, x, alpha))
-    return [node.e.mul(y, scalar(node, gamma, x))]
-
-
-@converter("Celu", since=12)
-def celu(node: Node) -> Values:
-    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))"""
-    e, x = node.e, node.input(0)
-    alpha = node.attr("alpha", 1.0)
-    zero = scalar(node, 0.0, x)
-    neg = expm1_scaled(node, e.div(x, scalar(node, alpha, x)), alpha)
-    return [e.add(e.value(o.MaximumOp(x, zero)), e.value(o.MinimumOp(neg, zero)))]
-
-
-def softplus_of(node: Node, x: SSAValue) -> SSAValue:
-    """log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): no overflow for large x."""
-    e = node.e
-    tail = e.value(o.LogOp(e.add(scalar(node, 1.0, x), e.value(o.ExpOp(e.neg(e.value(o.AbsOp(x))))))))
-    return e.add(e.value(o.MaximumOp(x, scalar(node, 0.0, x))), tail)
-
-
-@converter("Softplus", since=1)
-def softplus(node: Node) -> Values:
-    return [softplus_of(node, node.input(0))]
-
-
-@converter("Softsign", since=1)
-def softsign(node: Node) -> Values:
-    e, x = node.e, node.input(0)
-    return [e.div(x, e.add(scalar(node, 1.0, x), e.value(o.AbsOp(x))))]
-
-
-def hard_sigmoid_of(node: Node, x: SSAValue, alpha: float, beta: float) -> SSAValue:
-    e = node.e
-    y = e.add(e.mul(x, scalar(node, alpha, x)), scalar(node, beta, x))
-    return e.value(o.MinimumOp(e.value(o.MaximumOp(y, scalar(node, 0.0, x))), scalar(node, 1.0, x)))
-
-
-@converter("HardSigmoid", since=6)
-def hard_sigmoid(node: Node) -> Values:
-    return [hard_sigmoid_of(node, node.input(0), node.attr("alpha", 0.2), node.attr("beta", 0.5))]
-
-
-@converter("HardSwish", since=14)
-def hard_swish(node: Node) -> Values:
-    x = node.input(0)
-    return [node.e.mul(x, hard_sigmoid_of(node, x, 1.0 / 6.0, 0.5))]
-
-
-@converter("Mish", since=18)
-def mish(node: Node) -> Values:
-    x = node.input(0)
-    return [node.e.mul(x, node.e.value(o.TanhOp(softplus_of(node, x))))]
-
-
-@converter("ThresholdedRelu", since=10)
-def thresholded_relu(node: Node) -> Values:
-    x = node.input(0)
-    alpha = node.attr("alpha", 1.0)
-    return [node.e.select(gt(node, x, scalar(node, alpha, x)), x, scalar(node, 0.0, x))]
-
-
-@converter("PRelu", since=9)
-def prelu(node: Node) -> Values:
-    """x for x > 0, slope * x otherwise; slope broadcasts to x (unidirectionally)."""
-    e, x, slope = node.e, node.input(0), node.input(1)
-    y = e.select(gt(node, x, scalar(node, 0.0, x)), x, e.mul(x, slope))
-    return [e.broadcast_to(y, node.shape(0))]
-
-
-@converter("Sign", since=9)
-def sign(node: Node) -> Values:
-    e, x = node.e, node.input(0)
-    zero, one, minus = scalar(node, 0, x), scalar(node, 1, x), scalar(node, -1, x) if is_signed(x) else None
-    below = e.select(lt(node, x, zero), minus, zero) if minus is not None else zero
-    return [e.broadcast_to(e.select(gt(node, x, zero), one, below), node.shape(0))]
-
-
-def is_signed(v: SSAValue) -> bool:
-    return numpy_of(v).kind in "fi"
-
-
-@converter("IsNaN", since=9)
-def is_nan(node: Node) -> Values:
-    x = node.input(0)
-    return [node.e.select(node.e.value(o.EqualOp(x, x)), bool_constant(node, False), bool_constant(node, True))]
-
-
-@converter("IsInf", since=10)
-def is_inf(node: Node) -> Values:
-    """x - x is NaN exactly for inf and NaN; x itself is NaN only for NaN."""
-    e, x = node.e, node.input(0)
-    diff = e.sub(x, x)
-    not_finite = e.select(e.value(o.EqualOp(diff, diff)), bool_constant(node, False), bool_constant(node, True))
-    is_num = e.value(o.EqualOp(x, x))
-    inf = e.select(is_num, not_finite, bool_constant(node, False))
-    pos, neg = node.attr("detect_positive", 1), node.attr("detect_negative", 1)
-    zero = scalar(node, 0.0, x)
-    if pos and neg:
-        return [inf]
-    if not pos and not neg:
-        return [e.broadcast_to(bool_constant(node, False), node.shape(0))]
-    side = gt(node, x, zero) if pos else lt(node, x, zero)
-    return [e.select(inf, side, bool_constant(node, False))]
-
-
-@converter("LpNormalization", since=1)
-def lp_normalization(node: Node) -> Values:
-    e, x = node.e, node.input(0)
-    axis = node.axis(node.attr("axis", -1), len(node.shape(0)))
-    p = node.attr("p", 2)
-    if p == 1:
-        norm = e.reduce_sum(e.value(o.AbsOp(x)), [axis], True)
-    elif p == 2:
-        norm = e.value(o.SqrtOp(e.reduce_sum(e.mul(x, x), [axis], True)))
-    else:
-        raise node.fail(f"p must be 1 or 2, got {p}")
-    zero = scalar(node, 0.0, norm)  # a zero vector stays zero (ONNX's reference), not 0/0
-    return [e.div(x, e.select(e.value(o.EqualOp(norm, zero)), scalar(node, 1.0, norm), norm))]
-
-
-@converter("RMSNormalization", since=23)
-def rms_normalization(node: Node) -> Values:
-    """x / sqrt(mean(x^2 over axis..) + epsilon) * scale, computed in float32 (stash_type 1) for half inputs."""
-    e, x = node.e, node.input(0)
-    shape = node.shape(0)
-    axis = node.axis(node.attr("axis", -1), len(shape))
-    if node.attr("stash_type", 1) != 1:
-        raise node.fail(f"stash_type {node.attr('stash_type')} is not supported (only 1, float32)")
-    element = x.type.element_type  # type: ignore[attr-defined]
-    wide = numpy_of(x) in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-    xs = e.cast(x, Float32Type()) if wide else x
-    axes = list(range(axis, len(shape)))
-    ms = e.value(o.ReduceMeanOp(e.mul(xs, xs), axes, True))
-    y = e.div(xs, e.value(o.SqrtOp(e.add(ms, scalar(node, node.attr("epsilon", 1e-5), ms)))))
-    if wide:
-        y = e.cast(y, element)
-    return [e.mul(y, node.input(1))]
-
-
-# ---------------------------------------------------------------------------
-# Older opsets: where an op's meaning is the same as from 13, the converter above
-# serves from the opset where that meaning began; where it differs (axes, split
-# and Clip's bounds as attributes), a converter of its own.
-# ---------------------------------------------------------------------------
-
-SAME_SINCE = {
-    6: ("Floor", "Ceil"),
-    7: (*BINARY, "Sin", "Cos", "Tan", "Asin", "Acos", "Atan",
-        "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Relu", "Sigmoid", "Identity", "Reciprocal", "Pow",
-        "Not", "And", "Or", "Xor", "LeakyRelu", "Cast", "MatMul", "Gemm", "Shape", "Size", "Reshape", "Flatten",
-        "Transpose", "Concat", "Gather", "Dropout"),
-    8: ("Max", "Min", "Sum", "Mean", "Expand"),
-    9: ("Erf", "Where", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"),
-    10: ("Slice",),
-    11: ("Clip", "Round"),
-    12: ("LessOrEqual", "GreaterOrEqual"),
-}
-for first, ops in SAME_SINCE.items():
-    for op_type in ops:
-        converter(op_type, since=first)(find_converter(op_type, 13))
-
-
-@converter("Clip", since=7)
-def clip_attributes(node: Node) -> Values:
-    x = node.input(0)
-    lo, hi = node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
-    x = node.e.value(o.MaximumOp(x, scalar(node, lo, x)))
-    return [node.e.value(o.MinimumOp(x, scalar(node, hi, x)))]
-
-
 @converter("Squeeze", since=7)
 def squeeze_attribute(node: Node) -> Values:
     src = node.shape(0)
@@ -878,82 +259,6 @@ def split_attribute(node: Node) -> Values:
     return outs
 
 
-@converter("ReduceSum", since=7)
-def reduce_sum_attribute(node: Node) -> Values:
-    return reduce(node, from_input=False)
-
-
-converter(*REDUCTIONS, since=7)(reduce_axes_attribute)
-
-
-# ---------------------------------------------------------------------------
-# Index ops built from opc ops: compile-time index arithmetic (NumPy) + gather,
-# compares and selects at run time
-# ---------------------------------------------------------------------------
-
-
-def iota(shape: Sequence[int], axis: int, dtype=np.int64) -> np.ndarray:
-    """Each element's coordinate along axis, broadcastable against shape."""
-    view = [1] * len(shape)
-    view[axis] = shape[axis]
-    return np.arange(shape[axis], dtype=dtype).reshape(view)
-
-
-@converter("ArgMax", "ArgMin", since=7)
-def arg_max_min(node: Node) -> Values:
-    """The first (or last, select_last_index) position of the max/min along axis:
-    positions where x equals its extreme, the smallest (largest) of them."""
-    e, x = node.e, node.input(0)
-    shape = node.shape(0)
-    axis = node.axis(node.attr("axis", 0), len(shape))
-    keep = bool(node.attr("keepdims", 1))
-    extreme = (o.ReduceMaxOp if node.op_type == "ArgMax" else o.ReduceMinOp)(x, [axis], True)
-    hit = e.value(o.EqualOp(x, e.value(extreme)))
-    last = bool(node.attr("select_last_index", 0))
-    where = e.constant(iota(shape, axis))
-    miss = e.constant(np.array(-1 if last else shape[axis], np.int64))
-    picked = e.select(hit, where, miss)
-    r = e.value((o.ReduceMaxOp if last else o.ReduceMinOp)(picked, [axis], keep))
-    return [r]
-
-
-@converter("Hardmax", since=13)
-def hardmax(node: Node) -> Values:
-    """1 at the first max along axis, 0 elsewhere."""
-    e, x = node.e, node.input(0)
-    shape = node.shape(0)
-    axis = node.axis(node.attr("axis", -1), len(shape))
-    hit = e.value(o.EqualOp(x, e.value(o.ReduceMaxOp(x, [axis], True))))
-    where = e.constant(iota(shape, axis))
-    first = e.value(o.ReduceMinOp(e.select(hit, where, e.constant(np.array(shape[axis], np.int64))), [axis], True))
-    one = e.value(o.EqualOp(where, first))
-    return [e.broadcast_to(e.select(one, scalar(node, 1.0, x), scalar(node, 0.0, x)), shape)]
-
-
-@converter("CumSum", since=11)
-def cumsum(node: Node) -> Values:
-    """A matmul with a 0/1 triangle along the axis (moved last): exclusive and reverse pick the triangle;
-    integers are summed in float64 (exact below 2^53) and cast back."""
-    e, x = node.e, node.input(0)
-    shape = list(node.shape(0))
-    rank = len(shape)
-    axis = node.axis(int(node.const(1, "axis").reshape(-1)[0]), rank)
-    n = shape[axis]
-    i, j = np.arange(n)[:, None], np.arange(n)[None, :]  # out[j] = sum_i x[i] * tri[i, j]
-    exclusive, reverse = node.attr("exclusive", 0), node.attr("reverse", 0)
-    tri = (i > j if exclusive else i >= j) if reverse else (i < j if exclusive else i <= j)
-    dtype = numpy_of(x)
-    work = dtype if dtype.kind == "f" else np.dtype(np.float64)
-    xs = x if dtype == work else e.cast(x, BY_NUMPY[work])
-    perm = [d for d in range(rank) if d != axis] + [axis]
-    moved = e.transpose(xs, perm)
-    moved_shape = [shape[d] for d in perm]
-    rows = e.reshape(moved, [max(math.prod(moved_shape[:-1]), 1), n])
-    summed = e.reshape(e.matmul(rows, e.constant(tri.astype(work))), moved_shape)
-    back = e.transpose(summed, list(np.argsort(perm)))
-    return [back if dtype == work else e.cast(back, x.type.element_type)]  # type: ignore[attr-defined]
-
-
 @converter("Tile", since=7)
 def tile(node: Node) -> Values:
     """[d0, d1] tiled [r0, r1]: reshape to [1, d0, 1, d1], broadcast to [r0, d0, r1, d1], reshape."""
@@ -984,10 +289,6 @@ def wrap_negative(node: Node, idx: SSAValue, size: int | SSAValue) -> SSAValue:
     zero = e.constant(np.array(0, dtype))
     size_v = e.constant(np.array(size, dtype)) if isinstance(size, int) else size
     return e.select(lt(node, idx, zero), e.add(idx, size_v), idx)
-
-
-def as_i64(node: Node, v: SSAValue) -> SSAValue:
-    return v if numpy_of(v) == np.dtype(np.int64) else node.e.cast(v, BY_NUMPY[np.dtype(np.int64)])
 
 
 def flat_element_index(node: Node) -> SSAValue:
@@ -1166,31 +467,6 @@ def constant_of_shape(node: Node) -> Values:
     return [np.full(shape, fill.reshape(-1)[0], fill.dtype)]
 
 
-@converter("ReduceLogSum")
-def reduce_log_sum_attribute(node: Node) -> Values:
-    return log_sum(node, False)
-
-
-@converter("ReduceLogSum", since=18)
-def reduce_log_sum_input(node: Node) -> Values:
-    return log_sum(node, True)
-
-
-def log_sum(node: Node, from_input: bool) -> Values:
-    axes = reduce_axes(node, from_input)
-    x = node.input(0)
-    if axes is None:
-        return [node.e.value(o.LogOp(x))]
-    return [node.e.value(o.LogOp(node.e.reduce_sum(x, axes, bool(node.attr("keepdims", 1)))))]
-
-
-converter("ReduceLogSum", since=7)(reduce_log_sum_attribute)
-
-
-# ---------------------------------------------------------------------------
-# Pad, Swish, DepthToSpace / SpaceToDepth
-# ---------------------------------------------------------------------------
-
 PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
@@ -1254,12 +530,6 @@ def pad_inputs(node: Node) -> Values:
     return [pad(node, pads, node.attr("mode", "constant"), value, axes)]
 
 
-@converter("Swish", since=24)
-def swish(node: Node) -> Values:
-    x = node.input(0)
-    return [node.e.mul(x, node.e.value(o.SigmoidOp(node.e.mul(x, scalar(node, node.attr("alpha", 1.0), x)))))]
-
-
 @converter("DepthToSpace", since=11)
 def depth_to_space(node: Node) -> Values:
     n, c, h, w = node.shape(0)
@@ -1285,256 +555,6 @@ def space_to_depth(node: Node) -> Values:
     return [e.reshape(x, [n, c * b * b, h // b, w // b])]
 
 
-# ---------------------------------------------------------------------------
-# Resize: separable, each axis an affine map y = x @ W + b along it. W and b come from
-# onnx's reference Resize itself, run at compile time on the unit vectors of the axis
-# (and on zeros, for b: tf_crop_and_resize's extrapolation value), so every mode,
-# coordinate transformation, cubic coefficient and antialias filter means what ONNX says.
-# Axes are applied innermost first, as the reference's recursion does.
-# ---------------------------------------------------------------------------
-
-
-def resize_axis_map(node: Node, attrs: dict, n: int, scale: float, roi: tuple[float, float] | None,
-                    aspect: tuple[int, int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The axis' table W and offset b (y = x @ W + b) from onnx's reference Resize on the unit vectors.
-    aspect = (m_out, m_in, size): keep_aspect_ratio_policy's shared scale m_out / m_in with the axis'
-    requested size, whose rounded output the scale alone would not give: the probe gets a second axis of
-    m_in elements (each the same) resized to m_out, so that the reference picks that scale, and the
-    output along the axis is round(scale * n)."""
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
-    attrs = {k: v for k, v in attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
-    probe = np.concatenate([np.eye(n), np.zeros((1, n))]).astype(np.float64)
-    inputs = {"x": probe, "scales": np.array([1.0, scale], np.float32)}
-    names = ["x", "", "scales"]
-    if roi is not None:
-        inputs["roi"] = np.array([0.0, roi[0], 1.0, roi[1]], np.float32)
-        names[1] = "roi"
-    if aspect is not None:
-        m_out, m_in, size = aspect
-        inputs = {"x": np.ascontiguousarray(np.broadcast_to(probe[:, None, :], (n + 1, m_in, n))),
-                  "sizes": np.array([m_out, size], np.int64)}
-        names = ["x", "", "", "sizes"]
-        attrs.update(axes=[1, 2], keep_aspect_ratio_policy=node.attr("keep_aspect_ratio_policy"))
-    one = helper.make_node("Resize", names, ["y"], **attrs)
-    try:
-        (out,) = ReferenceEvaluator(one, opsets={"": max(node.opset, 11)}).run(None, inputs)  # Upsample: 7, 9
-    except Exception as err:  # noqa: BLE001 - the reference raises anything for attributes it refuses
-        raise node.fail(f"cannot build the resize tables: {type(err).__name__}: {str(err).splitlines()[0]}") from None
-    if aspect is not None:
-        out = out[:, 0, :]
-    b = out[n]
-    return out[:n] - b, b
-
-
-@converter("Resize", since=11)
-def resize(node: Node) -> Values:
-    shape = list(node.shape(0))
-    rank = len(shape)
-    axes = [node.axis(int(a), rank) for a in node.attr("axes", list(range(rank)))]
-    crop = node.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
-    roi = node.const(1, "roi").reshape(-1).astype(np.float64) if crop and node.has(1) else None  # used by crop only
-    aspects: dict[int, tuple[int, int, int]] = {}  # axis -> resize_axis_map's aspect
-    if node.has(3):
-        sizes = [int(s) for s in node.const(3, "sizes").reshape(-1)]
-        ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
-        policy = node.attr("keep_aspect_ratio_policy", "stretch")
-        if policy != "stretch":
-            k = ratios.index(min(ratios) if policy == "not_larger" else max(ratios))
-            r = ratios[k]
-            ratios = [r] * len(axes)
-            # ONNX rounds the size (half up), a scale gives int(scale * n): where they differ, the tables
-            # come from the reference given the sizes, the shared ratio as a fraction in lowest terms
-            g = math.gcd(sizes[k], shape[axes[k]])
-            m_out, m_in = sizes[k] // g, shape[axes[k]] // g
-            for j, a in enumerate(axes):
-                if int(r * shape[a] + 0.5) == int(float(np.float32(r)) * shape[a]):
-                    continue
-                if (shape[a] + 1) * shape[a] * m_in > 1 << 24:
-                    raise node.fail(f"keep_aspect_ratio_policy '{policy}': the tables of axis {a} (size {shape[a]}, "
-                                    f"scale {sizes[k]}/{shape[axes[k]]}) are too large to build")
-                aspects[a] = (m_out, m_in, sizes[j])
-        scales = ratios
-    else:
-        scales = [float(s) for s in node.const(2, "scales").reshape(-1)]
-    if len(scales) != len(axes):
-        raise node.fail(f"{len(scales)} scales or sizes for {len(axes)} axes")
-    return [resize_scaled(node, node.attrs, axes, scales, roi, aspects)]
-
-
-def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
-                  roi: np.ndarray | None, aspects: dict[int, tuple[int, int, int]] | None = None) -> SSAValue:
-    """Input 0 resized along axes by scales, with Resize's attributes attrs (Resize, Upsample)."""
-    e, x = node.e, node.input(0)
-    shape = list(node.shape(0))
-    rank = len(shape)
-    crop = attrs.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
-    dtype = numpy_of(x)
-    work = np.dtype(np.float32) if dtype.kind != "f" or dtype.itemsize < 4 else dtype
-    if dtype.kind != "f" and attrs.get("mode", "nearest") != "nearest":
-        raise node.fail("linear and cubic resize of integer data is not supported")
-    y = x if dtype == work else e.cast(x, BY_NUMPY[work])
-    current = list(shape)
-    for k in sorted(range(len(axes)), key=lambda k: -axes[k]):
-        a, s = axes[k], scales[k]
-        if s == 1.0 and not crop:
-            continue
-        axis_roi = (float(roi[k]), float(roi[k + len(axes)])) if roi is not None and len(roi) == 2 * len(axes) \
-            else (float(roi[a]), float(roi[a + rank])) if roi is not None else None
-        w, b = resize_axis_map(node, attrs, current[a], s, axis_roi, (aspects or {}).get(a))
-        m = w.shape[1]
-        perm = [d for d in range(rank) if d != a] + [a]
-        moved = e.transpose(y, perm)
-        moved_shape = [current[d] for d in perm]
-        rows = e.reshape(moved, [max(math.prod(moved_shape[:-1]), 1), current[a]])
-        out = e.matmul(rows, e.constant(w.astype(work)))
-        if np.any(b):
-            out = e.add(out, e.constant(b.astype(work)))
-        out = e.reshape(out, [*moved_shape[:-1], m])
-        y = e.transpose(out, list(np.argsort(perm)))
-        current[a] = m
-    if dtype != work:  # nearest on integers: the 0/1 weights pick exact values
-        y = e.cast(y, x.type.element_type)  # type: ignore[attr-defined]
-    return y
-
-
-def einsum_explicit(node: Node, equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
-    """The equation's terms and output with '...' spelled out as letters the equation does not use (the
-    ellipsis axes aligned from the right, as they broadcast) and the implicit output made explicit."""
-    lhs, arrow, out = equation.partition("->")
-    terms = lhs.split(",")
-    if len(terms) != len(ranks):
-        raise node.fail(f"equation '{equation}' has {len(terms)} operands, the node {len(ranks)}")
-    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in equation]
-    widths = []
-    for t, r in zip(terms, ranks):
-        named = len(t.replace("...", ""))
-        widths.append(r - named if "..." in t else 0)
-        if widths[-1] < 0 or ("..." not in t and named != r) or t.count("...") > 1:
-            raise node.fail(f"equation '{equation}': term '{t}' does not fit an operand of rank {r}")
-    dots = "".join(free[:max(widths, default=0)])
-    terms = [t.replace("...", dots[len(dots) - w:]) for t, w in zip(terms, widths)]
-    if not arrow:
-        joined = "".join(terms)
-        out = dots + "".join(sorted(c for c in set(joined) - set(dots) if joined.count(c) == 1))
-    return terms, out.replace("...", dots)
-
-
-def diagonal(node: Node, x: SSAValue, term: str) -> tuple[SSAValue, str]:
-    """x with each letter repeated in its term reduced to one axis, the diagonal: the two axes moved last,
-    merged, and gathered at 0, n + 1, 2 (n + 1), ..."""
-    e = node.e
-    while len(set(term)) != len(term):
-        c = next(c for c in term if term.count(c) > 1)
-        p = term.index(c)
-        q = term.index(c, p + 1)
-        shape = list(x.type.get_shape())  # type: ignore[attr-defined]
-        rest = [k for k in range(len(term)) if k not in (p, q)]
-        n = shape[p]
-        x = e.reshape(e.transpose(x, rest + [p, q]), [shape[k] for k in rest] + [n * n])
-        x = e.value(o.GatherOp(x, e.constant(np.arange(n, dtype=np.int64) * (n + 1)), len(rest)))
-        term = "".join(term[k] for k in rest) + c
-    return x, term
-
-
-@converter("Einsum", since=12)
-def einsum(node: Node) -> Values:
-    """Operands laid out over all the equation's letters (transpose + size-1 axes), multiplied (broadcast),
-    summed over the letters the output lacks, transposed to the output's order. '...' becomes letters of
-    its own; a letter repeated within an operand takes its diagonal first. A two-operand contraction
-    that opc-fuse or the scheduler could run as a GEMM is not yet one."""
-    e = node.e
-    equation = node.attr("equation").replace(" ", "")
-    terms, out = einsum_explicit(node, equation, [len(node.shape(i)) for i in range(len(node.inputs()))])
-    operands = []
-    for i, term in enumerate(terms):
-        x, term = diagonal(node, node.input(i), term)
-        operands.append((x, term))
-    terms = [t for _, t in operands]
-    letters = sorted(set("".join(terms)), key="".join(terms).index)
-    if len(set(out)) != len(out) or any(c not in letters for c in out):
-        raise node.fail(f"equation '{equation}': output '{out}' repeats a letter or names one no operand has")
-    product = None
-    for x, term in operands:
-        shape = list(x.type.get_shape())  # type: ignore[attr-defined]
-        order = sorted(range(len(term)), key=lambda k: letters.index(term[k]))
-        x = e.transpose(x, order)
-        spread = [shape[term.index(c)] if c in term else 1 for c in letters]
-        x = e.reshape(x, spread)
-        product = x if product is None else e.mul(product, x)
-    summed = [k for k, c in enumerate(letters) if c not in out]
-    kept = [c for c in letters if c in out]
-    if summed:
-        product = e.reduce_sum(product, summed)
-    return [e.transpose(product, [kept.index(c) for c in out])]
-
-
-@converter("Mod", since=10)
-def mod(node: Node) -> Values:
-    """C's fmod (fmod=1: the sign of x) or Python's % (fmod=0: the sign of y) from floor:
-    t = |x| - floor(|x| / |y|) * |y|, corrected once into [0, |y|), signed. Integers: x - (x / y) * y
-    with opc's truncating integer division (exact in every width; x mod 0 is x)."""
-    e = node.e
-    x, y = node.input(0), node.input(1)
-    dtype = numpy_of(x)
-    fmod = node.attr("fmod", 0)
-    if dtype.kind in "iu":
-        r = e.sub(x, e.mul(e.div(x, y), y))
-        if not fmod and dtype.kind == "i":  # the sign of y: a nonzero remainder of the other sign moves by y
-            zero = e.constant(np.array(0, dtype))
-            other = e.select(lt(node, r, zero), gt(node, y, zero),
-                             e.select(gt(node, r, zero), lt(node, y, zero), bool_constant(node, False)))
-            r = e.select(other, e.add(r, y), r)
-        return [e.broadcast_to(r, np.broadcast_shapes(node.shape(0), node.shape(1)))]
-    if dtype.kind == "f" and not fmod and node.opset < 28:
-        raise node.fail(f"fmod must be 1 for floats before opset 28 (opset {node.opset})")
-    work = np.dtype(np.float64) if dtype.kind in "iu" else np.dtype(np.float32) if dtype.itemsize < 4 else dtype
-    xs = x if dtype == work else e.cast(x, BY_NUMPY[work])
-    ys = y if dtype == work else e.cast(y, BY_NUMPY[work])
-    zero = e.constant(np.array(0, work))
-    ax, ay = e.value(o.AbsOp(xs)), e.value(o.AbsOp(ys))
-    t = e.sub(ax, e.mul(e.value(o.FloorOp(e.div(ax, ay))), ay))
-    if dtype.kind == "f":  # x mod inf is x (the formula would give inf - inf)
-        t = e.select(e.value(o.EqualOp(ay, e.constant(np.array(np.inf, work)))), ax, t)
-    t = e.select(lt(node, t, zero), e.add(t, ay), t)
-    t = e.select(e.value(o.LessThanOp(t, ay)), t, e.sub(t, ay))
-    r = e.select(lt(node, xs, zero), e.neg(t), t)  # fmod: the sign of x
-    if not fmod:  # the sign of y: a nonzero remainder of the other sign moves by y
-        other = e.select(lt(node, r, zero), gt(node, ys, zero),
-                         e.select(gt(node, r, zero), lt(node, ys, zero), bool_constant(node, False)))
-        r = e.select(other, e.add(r, ys), r)
-    r = e.broadcast_to(r, np.broadcast_shapes(node.shape(0), node.shape(1)))
-    return [r if dtype == work else e.cast(r, x.type.element_type)]  # type: ignore[attr-defined]
-
-
-def reduce_prod(node: Node, from_input: bool) -> Values:
-    """exp(sum(log|x|)), negated where the count of negative factors is odd (floats; a zero factor gives
-    exp(-inf) = 0). Within a few ulps times log|x| of the product, not exact: integers are refused."""
-    e, x = node.e, node.input(0)
-    if numpy_of(x).kind != "f":
-        raise node.fail("ReduceProd of integers is not supported (floats only)")
-    axes = reduce_axes(node, from_input)
-    if axes is None:
-        return [x]
-    keep = bool(node.attr("keepdims", 1))
-    zero, one = scalar(node, 0.0, x), scalar(node, 1.0, x)
-    magnitude = e.value(o.ExpOp(e.reduce_sum(e.value(o.LogOp(e.value(o.AbsOp(x)))), axes, keep)))
-    negatives = e.reduce_sum(e.select(lt(node, x, zero), one, zero), axes, keep)
-    odd = e.sub(negatives, e.mul(e.value(o.FloorOp(e.mul(negatives, scalar(node, 0.5, x)))), scalar(node, 2.0, x)))
-    return [e.mul(magnitude, e.sub(one, e.mul(odd, scalar(node, 2.0, x))))]
-
-
-@converter("ReduceProd", since=7)
-def reduce_prod_attribute(node: Node) -> Values:
-    return reduce_prod(node, False)
-
-
-@converter("ReduceProd", since=18)
-def reduce_prod_input(node: Node) -> Values:
-    return reduce_prod(node, True)
-
-
 converter("Scatter", since=9)(scatter_elements)  # ScatterElements' older name (opset 9, 10)
 
 
@@ -1549,11 +569,129 @@ def eye_like(node: Node) -> Values:
     return [np.eye(rows, cols, int(node.attr("k", 0)), dtype=dtype)]
 
 
-@converter("Shrink", since=9)
-def shrink(node: Node) -> Values:
-    """x + bias below -lambd, x - bias above lambd, 0 between."""
+@converter("ReverseSequence", since=10)
+def reverse_sequence(node: Node) -> Values:
+    """One gather from the flattened data at indices known at compile time (the lengths must be):
+    x[b, t] <- x[b, len[b] - 1 - t] for t < len[b]."""
+    e = node.e
+    shape = node.shape(0)
+    if len(shape) < 2:
+        raise node.fail(f"the input must have rank 2 or more, got rank {len(shape)}")
+    batch_axis, time_axis = int(node.attr("batch_axis", 1)), int(node.attr("time_axis", 0))
+    if {batch_axis, time_axis} != {0, 1}:
+        raise node.fail(f"batch_axis and time_axis must be 0 and 1, got {batch_axis} and {time_axis}")
+    lens = node.const(1, "sequence_lens").reshape(-1).astype(np.int64)
+    if len(lens) != shape[batch_axis] or np.any(lens < 0) or np.any(lens > shape[time_axis]):
+        raise node.fail(f"sequence_lens {lens.tolist()} must be {shape[batch_axis]} lengths in "
+                        f"[0, {shape[time_axis]}]")
+    index = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    source = index.copy()
+    for b, n in enumerate(lens):
+        pick = [slice(None)] * len(shape)
+        pick[batch_axis] = b
+        dst, src = list(pick), list(pick)
+        dst[time_axis], src[time_axis] = slice(0, n), slice(n - 1, None, -1) if n else slice(0, 0)
+        source[tuple(dst)] = index[tuple(src)]
+    flat = e.reshape(node.input(0), [math.prod(shape)])
+    return [e.value(o.GatherOp(flat, e.constant(source), 0))]
+
+
+@converter("CenterCropPad", since=18)
+def center_crop_pad(node: Node) -> Values:
+    """Per axis: a centred slice where the target is smaller, zeros around where it is larger
+    (the odd one of the difference at the end), as ONNX's reference."""
     e, x = node.e, node.input(0)
-    lambd, bias = node.attr("lambd", 0.5), node.attr("bias", 0.0)
-    zero = scalar(node, 0, x)
-    low = e.select(lt(node, x, scalar(node, -lambd, x)), e.add(x, scalar(node, bias, x)), zero)
-    return [e.select(gt(node, x, scalar(node, lambd, x)), e.sub(x, scalar(node, bias, x)), low)]
+    shape = list(node.shape(0))
+    target = [int(v) for v in node.const(1, "shape").reshape(-1)]
+    axes = [node.axis(int(a), len(shape)) for a in node.attr("axes", list(range(len(shape))))]
+    if len(axes) != len(target):
+        raise node.fail(f"shape has {len(target)} sizes for {len(axes)} axes")
+    dtype = numpy_dtype_of(x.type.element_type)  # type: ignore[attr-defined]
+    for a, want in zip(axes, target):
+        have = list(x.type.get_shape())[a]  # type: ignore[attr-defined]
+        if want < have:
+            start = (have - want) // 2
+            x = along(node, x, a, start, start + want)
+        elif want > have:
+            before = (want - have) // 2
+            parts = []
+            for size in (before, want - have - before):
+                pad_shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+                pad_shape[a] = size
+                parts.append(e.constant(np.zeros(pad_shape, dtype)) if size else None)
+            x = e.value(o.ConcatOp([p for p in (parts[0], x, parts[1]) if p is not None], a))
+    return [x]
+
+
+
+
+
+
+@converter("Compress", since=9)
+def compress(node: Node) -> Values:
+    """x's slices (or flattened elements, without axis) where the condition is true: one gather at those
+    indices, known at compile time. The condition may be shorter than the axis (the rest is dropped)."""
+    cond = np.asarray(node.const(1, "condition")).reshape(-1).astype(bool)
+    x, shape = node.input(0), list(node.shape(0))
+    axis = node.attr("axis")
+    if axis is None:
+        x, shape, axis = node.e.reshape(x, [math.prod(shape)]), [math.prod(shape)], 0
+    axis = node.axis(int(axis), len(shape))
+    if len(cond) > shape[axis]:
+        raise node.fail(f"condition has {len(cond)} elements, more than the axis' {shape[axis]}")
+    picked = np.flatnonzero(cond).astype(np.int64)
+    if not picked.size:
+        raise node.fail("the condition selects nothing; opc has no empty tensors")
+    return [node.e.value(o.GatherOp(x, node.e.constant(picked), axis))]
+
+
+@converter("NonZero", since=9)
+def nonzero(node: Node) -> Values:
+    return nonempty(node, evaluated(node, "NonZero's output shape depends on it"))
+
+
+@converter("Unique", since=11)
+def unique(node: Node) -> Values:
+    """Y, indices, inverse_indices, counts of the bound input, computed at compile time."""
+    return nonempty(node, evaluated(node, "Unique's output shape depends on it"))
+
+
+@folder("Unique")
+def fold_unique(node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """np.unique, in the order of first occurrence for sorted=0 (onnx's reference takes the unsorted
+    Y along axis 0 of the unflattened input, which is wrong without axis or for another axis)."""
+    x, axis = inputs[0], node.attr("axis")
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    axis = node.axis(int(axis), x.ndim)
+    y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True,
+                                          axis=axis)
+    inverse = inverse.reshape(-1)
+    if not int(node.attr("sorted", 1)):
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+        y = np.take(x, first, axis=axis)
+    return [y, *(a.astype(np.int64) for a in (first, inverse, counts))]
+
+
+@folder("GatherElements")
+def fold_gather_elements(node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    data, indices = inputs
+    if data.ndim != indices.ndim:
+        raise node.fail(f"indices have rank {indices.ndim}, data rank {data.ndim}: they must match")
+    axis = node.axis(node.attr("axis", 0), data.ndim)
+    n = data.shape[axis]
+    if indices.size and (indices.min() < -n or indices.max() >= n):
+        raise node.fail(f"an index is out of range [{-n}, {n - 1}] along axis {axis}")
+    if any(i > d for k, (i, d) in enumerate(zip(indices.shape, data.shape)) if k != axis):
+        raise node.fail(f"indices of shape {list(indices.shape)} exceed data of shape {list(data.shape)}")
+    # output[..., j, ...] = data[..., indices[..., j, ...], ...]: the other axes as far as the indices reach
+    data = data[tuple(slice(None) if k == axis else slice(0, i) for k, i in enumerate(indices.shape))]
+    return [np.take_along_axis(data, np.where(indices < 0, indices + n, indices).astype(np.int64), axis)]
+
+
+# Older opsets where the meaning is the one above: the same converter.
+same_since({7: ("Shape", "Size", "Reshape", "Flatten", "Transpose", "Concat", "Gather"), 8: ("Expand",),
+            10: ("Slice",)})
