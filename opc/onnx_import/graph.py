@@ -3,7 +3,7 @@
     load + check (onnx.checker) -> opset 13..21 -> static input shapes
     -> onnx shape inference -> nodes in order:
          all inputs known at compile time?  evaluate (onnx.reference): a constant
-         otherwise                          the op's converter (converters.py)
+         otherwise                          the op's converter (a module by topic)
     -> func.func @graph_name(inputs..., float initializers...) -> (outputs...)
 
 Values are either SSA values of the function or NumPy arrays known at compile
