@@ -17,6 +17,7 @@ from opc.onnx_import.graph import (
     BY_NUMPY,
     ELEMENT_TYPES,
     Node,
+    as_newer,
     converter,
     dtype_name,
     same_since,
@@ -203,13 +204,13 @@ def expm1_scaled(node: Node, x: SSAValue, alpha: float) -> SSAValue:
     return e.mul(e.sub(e.value(o.ExpOp(x)), scalar(node, 1.0, x)), scalar(node, alpha, x))
 
 
-@converter("Elu", since=6)
+@converter("Elu", since=1)
 def elu(node: Node) -> Values:
     x = node.input(0)
     return [node.e.select(gt(node, x, scalar(node, 0.0, x)), x, expm1_scaled(node, x, node.attr("alpha", 1.0)))]
 
 
-@converter("Selu", since=6)
+@converter("Selu", since=1)
 def selu(node: Node) -> Values:
     x = node.input(0)
     alpha, gamma = node.attr("alpha", 1.67326319217681884765625), node.attr("gamma", 1.05070102214813232421875)
@@ -251,7 +252,7 @@ def hard_sigmoid_of(node: Node, x: SSAValue, alpha: float, beta: float) -> SSAVa
     return e.value(o.MinimumOp(e.value(o.MaximumOp(y, scalar(node, 0.0, x))), scalar(node, 1.0, x)))
 
 
-@converter("HardSigmoid", since=6)
+@converter("HardSigmoid", since=1)
 def hard_sigmoid(node: Node) -> Values:
     return [hard_sigmoid_of(node, node.input(0), node.attr("alpha", 0.2), node.attr("beta", 0.5))]
 
@@ -319,7 +320,7 @@ def is_inf(node: Node) -> Values:
     return [e.select(inf, side, bool_constant(node, False))]
 
 
-@converter("Clip", since=7)
+@converter("Clip", since=1)
 def clip_attributes(node: Node) -> Values:
     x = node.input(0)
     lo, hi = node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
@@ -415,13 +416,59 @@ def bit_shift(node: Node) -> Values:
     return [node.e.value(op(node.input(0), node.input(1)))]
 
 
+# Opsets 1 to 6: B of Add, Sub, Mul, Div, Pow, the compares and And / Or / Xor broadcasts only with
+# broadcast = 1, its dims lined up with A's from `axis` (A's last dims when no axis is given); without
+# it, B has A's shape. B is reshaped to line up as NumPy does, then converted as from opset 7. Without
+# broadcast a B of another shape is read as opset 7 reads it (onnx.version_converter does the same):
+# exporters wrote scalar constants so.
+@converter(*BINARY, "Pow", "And", "Or", "Xor", since=1)
+def binary_broadcast_attribute(node: Node) -> Values:
+    a, b = node.shape(0), node.shape(1)
+    legacy = ("broadcast", "axis", "consumed_inputs")
+    if not node.attr("broadcast", 0):
+        return as_newer(node, 7, node.proto.input, drop=legacy)
+    axis = node.attr("axis")
+    start = len(a) - len(b) if axis is None else node.axis(int(axis), len(a))
+    if start < 0 or start + len(b) > len(a) or any(d not in (1, a[start + i]) for i, d in enumerate(b)):
+        raise node.fail(f"B {list(b)} does not line up with A {list(a)} from axis {start}")
+    lined = [*b, *[1] * (len(a) - start - len(b))]
+    name = node.proto.input[1]
+    given: str | np.ndarray | SSAValue = name
+    if len(lined) != len(b):
+        given = (node.importer.constants[name].reshape(lined) if name in node.importer.constants
+                 else node.e.reshape(node.input(1), lined))
+    return as_newer(node, 7, [node.proto.input[0], given], drop=legacy)
+
+
+@converter("PRelu", since=1)
+def prelu_per_channel(node: Node) -> Values:
+    """Opsets 1 to 6: a slope of C values applies per channel (axis 1), as from opset 7 it would to the
+    last axis; a slope of 1 value, or of x's shape, as from opset 7."""
+    shape, slope = node.shape(0), node.shape(1)
+    if len(slope) == 1 and len(shape) > 2 and slope[0] == shape[1] != 1:
+        per_channel = node.e.reshape(node.input(1), [slope[0], *[1] * (len(shape) - 2)])
+        return as_newer(node, 9, [node.proto.input[0], per_channel], drop=("consumed_inputs",))
+    return as_newer(node, 9, node.proto.input, drop=("consumed_inputs",))
+
+
+@converter("Cast", since=1)
+def cast_by_name(node: Node) -> Values:
+    """Opsets 1 to 5: `to` names the type ("FLOAT"); from 6 it is its number."""
+    from onnx import TensorProto
+
+    to = node.attr("to")
+    names = TensorProto.DataType.keys()
+    number = TensorProto.DataType.Value(to.upper()) if isinstance(to, str) and to.upper() in names else to
+    return as_newer(node, 7, node.proto.input, attrs={"to": number})
+
+
 # Older opsets: where the meaning is the one above, the same converter (Clip's bounds as attributes
-# before 11 have their own, clip_attributes).
+# before 11 have their own, clip_attributes; B's broadcast attribute before 7, binary_broadcast_attribute).
 same_since({
-    6: ("Floor", "Ceil"),
-    7: (*BINARY, "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Relu",
-        "Sigmoid", "Identity", "Reciprocal", "Pow", "Not", "And", "Or", "Xor", "LeakyRelu", "Cast"),
-    8: ("Max", "Min", "Sum", "Mean"),
+    1: ("Floor", "Ceil", "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Relu", "Sigmoid", "Identity", "Reciprocal",
+        "Not", "LeakyRelu", "Max", "Min", "Sum", "Mean"),  # Max, Min, Sum, Mean: inputs of one shape before 8
+    6: ("Cast",),
+    7: (*BINARY, "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Pow", "And", "Or", "Xor", "PRelu"),
     9: ("Erf", "Where", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"),
     11: ("Clip", "Round"),
     12: ("LessOrEqual", "GreaterOrEqual"),

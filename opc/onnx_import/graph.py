@@ -1,6 +1,6 @@
 """Reading an ONNX graph into one `func.func` of opc ops.
 
-    load + check (onnx.checker) -> opset 13..21 -> static input shapes
+    load + check (onnx.checker) -> ai.onnx opset 1..newest -> static input shapes
     -> onnx shape inference -> nodes in order:
          all inputs known at compile time?  evaluate (onnx.reference): a constant
          otherwise                          the op's converter (a module by topic)
@@ -47,7 +47,7 @@ from opc.errors import OpcError, first_line
 from opc.onnx_import.lists import Item, Opt, Seq, is_list, layout_of, leaves
 
 MAX_FOLDED_INPUT = 64  # elements of a given input that import may compile in as a constant
-MIN_OPSET = 7  # the oldest ai.onnx opset imported (older graphs: onnx.version_converter)
+MIN_OPSET = 1  # the oldest ai.onnx opset imported: every one the installed onnx knows
 BASE_OPSET = 13  # a converter registered without since= serves this opset and later ones
 
 
@@ -171,7 +171,6 @@ def load(model: Any, where: str):
             raise OpcError(f"error: cannot read {where}: {first_line(err)}") from None
     if not model.HasField("graph") or model.ir_version == 0:
         raise OpcError(f"error: {where} is not an ONNX model (no graph or IR version)")
-    model = older_opset_converted(model)
     default_opset(model, where)  # an opset opc cannot read: say so before the checker does
     if not model.graph.name:  # the checker wants a name; SPEC.md: an unnamed graph is `main`
         model.graph.name = "main"
@@ -180,18 +179,6 @@ def load(model: Any, where: str):
     except onnx.checker.ValidationError as err:
         raise OpcError(f"error: {where} is not a valid ONNX model: {first_line(err)}") from None
     return model
-
-
-def older_opset_converted(model):
-    """A model of ai.onnx opset 1 to 6 converted to opset MIN_OPSET by onnx's version converter (which
-    refuses what it cannot convert exactly: then default_opset's error says so); others as they are."""
-    version = {op.domain or "ai.onnx": op.version for op in model.opset_import}.get("ai.onnx")
-    if version is None or version >= MIN_OPSET:
-        return model
-    try:
-        return onnx_module().version_converter.convert_version(model, MIN_OPSET)
-    except Exception:  # noqa: BLE001 - the converter raises RuntimeError and friends: keep the opset's error
-        return model
 
 
 def default_opset(model, where: str) -> int:
@@ -204,8 +191,7 @@ def default_opset(model, where: str) -> int:
         raise OpcError(f"error: {where} uses ai.onnx opset {version}, newer than the installed onnx "
                        f"{onnx_module().__version__} knows ({newest}): upgrade onnx")
     if version < MIN_OPSET:
-        raise OpcError(f"error: {where} uses ai.onnx opset {version}; opc imports opsets {MIN_OPSET} to {newest} "
-                       f"(onnx.version_converter.convert_version(model, {MIN_OPSET}) can convert it)")
+        raise OpcError(f"error: {where} uses ai.onnx opset {version}; opc imports opsets {MIN_OPSET} to {newest}")
     return version
 
 
@@ -543,6 +529,31 @@ def same_since(table: Mapping[int, Sequence[str]]) -> None:
             fn = find_converter(op_type, BASE_OPSET)
             assert fn is not None, op_type
             converter(op_type, since=first)(fn)
+
+
+def as_newer(node: Node, opset: int, inputs: Sequence[str | np.ndarray | SSAValue],
+             attrs: Mapping[str, Any] | None = None, drop: Sequence[str] = ()) -> Sequence[SSAValue | np.ndarray]:
+    """node converted as the opset-`opset` form of its op: for an older form whose attributes became inputs,
+    or whose inputs a converter reshapes first. `inputs` are the node's input names ("" for none), arrays
+    known at compile time or SSA values; `attrs` are set, `drop` left out."""
+    from onnx import helper
+
+    proto = type(node.proto)()
+    proto.CopyFrom(node.proto)
+    del proto.input[:]
+    for k, given in enumerate(inputs):
+        name = given if isinstance(given, str) else f"{node.proto.output[0]}::opc_input_{k}"
+        if isinstance(given, np.ndarray):
+            node.importer.constants[name] = given
+        elif isinstance(given, SSAValue):
+            node.importer.values[name] = given
+        proto.input.append(name)
+    kept = [a for a in proto.attribute if a.name not in drop and a.name not in (attrs or {})]
+    del proto.attribute[:]
+    proto.attribute.extend(kept + [helper.make_attribute(k, v) for k, v in (attrs or {}).items()])
+    convert = find_converter(qualified_type(proto), opset)
+    assert convert is not None, (node.op_type, opset)
+    return convert(Node(proto, opset, node.importer))
 
 
 # op type -> NumPy evaluation of a node whose inputs are all known (used instead of onnx's reference

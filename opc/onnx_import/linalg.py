@@ -231,4 +231,4 @@ def eliminate(node: Node, a: SSAValue, m: int, n: int) -> SSAValue:
 
 
 # Older opsets where the meaning is the one above: the same converter.
-same_since({7: ("MatMul", "Gemm")})
+same_since({1: ("MatMul", "Gemm")})  # Gemm before 7: C broadcasts when broadcast = 1, else has Y's shape

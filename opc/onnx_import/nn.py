@@ -24,6 +24,7 @@ from opc.dialects import opc as o
 from opc.onnx_import.common import I64, Pointwise, Values, as_i64, axis_taps, iota, numpy_of, rows_times, scalar
 from opc.onnx_import.graph import (
     Node,
+    as_newer,
     converter,
     numpy_dtype_of,
     same_since,
@@ -420,7 +421,7 @@ def hardmax(node: Node) -> Values:
     return [e.broadcast_to(e.select(one, scalar(node, 1.0, x), scalar(node, 0.0, x)), shape)]
 
 
-@converter("LpPool", since=11)
+@converter("LpPool", since=1)
 def lp_pool(node: Node) -> Values:
     """(sum over the window of |x|^p)^(1/p): an avg_pool of |x|^p that counts the padding, times the kernel
     size (padding adds nothing to the sum)."""
@@ -469,7 +470,7 @@ def col2im(node: Node) -> Values:
     return [e.reshape(e.matmul(rows, e.constant(matrix.astype(dtype))), [n, ckk // k, *image])]
 
 
-@converter("LRN", since=7)
+@converter("LRN", since=1)
 def lrn(node: Node) -> Values:
     """x / (bias + alpha / size * window sum of x^2 over channels)^beta: the window sum one matmul of the
     channel axis by a 0/1 band matrix (channel c sums c - floor((size-1)/2) .. c + ceil((size-1)/2))."""
@@ -611,5 +612,50 @@ def deform_conv(node: Node) -> Values:
     return [out if compute == dtype else e.cast(out, dtype)]
 
 
+@converter("Softmax", "LogSoftmax", "Hardmax", since=1)
+def coerced_to_2d(node: Node) -> Values:
+    """Before opset 13 these ops see the input as 2-D, [prod(shape[:axis]), prod(shape[axis:])] (axis 1 by
+    default), and work along its second axis: the same as from 13 along the last axis when axis is the
+    last one, else over all the axes from axis on."""
+    shape = node.shape(0)
+    axis = node.axis(int(node.attr("axis", 1)), len(shape)) if shape else 0
+    if axis >= len(shape) - 1:
+        return as_newer(node, 13, node.proto.input, attrs={"axis": -1})
+    flat = node.e.reshape(node.input(0), [math.prod(shape[:axis]), math.prod(shape[axis:])])
+    [y] = as_newer(node, 13, [flat], attrs={"axis": 1})
+    return [node.e.reshape(y, shape)]  # type: ignore[arg-type]
+
+
+@converter("BatchNormalization", since=1)
+def batch_norm_spatial(node: Node) -> Values:
+    """Opsets 1 to 13, inference (is_test = 1 before 7: the training form updates statistics). spatial = 0
+    (opsets 1 to 8): scale, B, mean and var hold one value per element of [C, D1, ...], not per channel."""
+    if node.opset < 7 and not int(node.attr("is_test", 0)):
+        raise node.fail("is_test = 0 computes batch statistics (training): opc imports inference graphs "
+                        "(is_test = 1)")
+    if int(node.attr("spatial", 1)) == 1:
+        return as_newer(node, 13, node.proto.input, drop=("spatial", "is_test", "consumed_inputs"))
+    e, x = node.e, node.input(0)
+    lined = [1, *node.shape(1)]
+    scale, bias, mean, var = (e.reshape(like_x(node, i), lined) for i in range(1, 5))
+    eps = scalar(node, float(node.attr("epsilon", 1e-5)), x)
+    y = e.div(e.sub(x, mean), e.value(o.SqrtOp(e.add(var, eps))))
+    return [e.broadcast_to(e.add(e.mul(y, scale), bias), node.shape(0))]
+
+
+@converter("Dropout", since=1)
+def dropout_is_test(node: Node) -> Values:
+    """Opsets 1 to 6: is_test = 0 (the default) is training, which draws random numbers unless ratio is 0."""
+    if not int(node.attr("is_test", 0)) and float(node.attr("ratio", 0.5)) != 0.0:
+        raise node.fail("is_test = 0 with a ratio above 0 draws random numbers: opc imports inference graphs "
+                        "(is_test = 1, or ratio 0)")
+    return [node.input(0), np.ones(node.shape(0), bool)]
+
+
 # Older opsets where the meaning is the one above: the same converter.
-same_since({7: ("Dropout",)})
+same_since({
+    1: ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+        "InstanceNormalization"),
+    7: ("Dropout",),
+    12: ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"),
+})

@@ -13,6 +13,7 @@ from opc.onnx_import.common import Values, flip, iota, lt, numpy_of, scalar, shi
 from opc.onnx_import.graph import (
     BY_NUMPY,
     Node,
+    as_newer,
     converter,
     numpy_dtype_of,
 )
@@ -81,15 +82,15 @@ def reduce_axes_input(node: Node) -> Values:
     return reduce(node, from_input=True)
 
 
-@converter("ReduceSum", since=7)
+@converter("ReduceSum", since=1)
 def reduce_sum_attribute(node: Node) -> Values:
     return reduce(node, from_input=False)
 
 
-converter(*REDUCTIONS, since=7)(reduce_axes_attribute)
+converter(*REDUCTIONS, since=1)(reduce_axes_attribute)
 
 
-@converter("ArgMax", "ArgMin", since=7)
+@converter("ArgMax", "ArgMin", since=1)
 def arg_max_min(node: Node) -> Values:
     """The first (or last, select_last_index) position of the max/min along axis:
     positions where x equals its extreme, the smallest (largest) of them."""
@@ -149,7 +150,7 @@ def log_sum(node: Node, from_input: bool) -> Values:
     return [node.e.value(o.LogOp(node.e.reduce_sum(x, axes, bool(node.attr("keepdims", 1)))))]
 
 
-converter("ReduceLogSum", since=7)(reduce_log_sum_attribute)
+converter("ReduceLogSum", since=1)(reduce_log_sum_attribute)
 
 
 def reduce_prod(node: Node, from_input: bool) -> Values:
@@ -169,7 +170,7 @@ def reduce_prod(node: Node, from_input: bool) -> Values:
     return [e.mul(magnitude, e.sub(one, e.mul(odd, scalar(node, 2.0, x))))]
 
 
-@converter("ReduceProd", since=7)
+@converter("ReduceProd", since=1)
 def reduce_prod_attribute(node: Node) -> Values:
     return reduce_prod(node, False)
 
@@ -239,3 +240,12 @@ def top_k(node: Node) -> Values:
     if k == 1:
         return [values[0], indices[0]]
     return [e.value(o.ConcatOp(values, axis)), e.value(o.ConcatOp(indices, axis))]
+
+
+@converter("TopK", since=1)
+def top_k_attribute(node: Node) -> Values:
+    """Opsets 1 to 9: k is an attribute (largest, sorted: the defaults of 11)."""
+    return as_newer(node, 11, [node.proto.input[0], np.array([int(node.attr("k"))], np.int64)], drop=("k",))
+
+
+converter("TopK", since=10)(top_k)  # opset 10: K an input, as from 11 with largest and sorted 1

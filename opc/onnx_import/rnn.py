@@ -25,7 +25,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.common import Values
-from opc.onnx_import.graph import Node, converter
+from opc.onnx_import.graph import Node, converter, same_since
 
 Activation = Callable[[SSAValue], SSAValue]
 Step = Callable[[SSAValue, int, list[SSAValue]], list[SSAValue]]  # (h_prev, t, states) -> new states
@@ -281,3 +281,8 @@ def rnn(node: Node) -> Values:
         return step, [lay.initial(5, d)]
 
     return unrolled(node, cell)
+
+
+# Opsets 1 to 13: no layout attribute (layout 0); opset 1's output_sequence only says whether Y is wanted,
+# which the node's outputs say too; GRU's linear_before_reset (from 3) is 0 when absent.
+same_since({1: ("LSTM", "GRU", "RNN")})

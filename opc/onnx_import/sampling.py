@@ -25,6 +25,7 @@ from opc.onnx_import.common import F32, F64, I64, Pointwise, Values, axis_taps, 
 from opc.onnx_import.graph import (
     BY_NUMPY,
     Node,
+    as_newer,
     converter,
     numpy_dtype_of,
 )
@@ -250,3 +251,15 @@ def affine_grid(node: Node) -> Values:
     base_v = node.e.constant(base.astype(numpy_dtype_of(node.element(0))))
     grid = node.e.matmul(node.e.broadcast_to(base_v, [size[0], *base.shape]), theta, trans_y=True)
     return [node.e.reshape(grid, [size[0], *size[2:], r])]
+
+
+converter("Resize", since=10)(upsample)  # opset 10: (X, scales), as Upsample 9 (asymmetric, nearest: floor)
+
+
+@converter("Upsample", since=1)
+def upsample_height_width(node: Node) -> Values:
+    """Opset 1 (experimental): height_scale and width_scale of NCHW, mode nearest or bilinear."""
+    scales = [1.0, 1.0, float(node.attr("height_scale", 1.0)), float(node.attr("width_scale", 1.0))]
+    mode = "linear" if node.attr("mode", "nearest") == "bilinear" else node.attr("mode", "nearest")
+    return as_newer(node, 7, node.proto.input, attrs={"scales": scales, "mode": mode},
+                    drop=("height_scale", "width_scale"))

@@ -37,6 +37,7 @@ from opc.onnx_import.graph import (
     BY_NUMPY,
     ELEMENT_TYPES,
     Node,
+    as_newer,
     converter,
     dtype_name,
     folder,
@@ -215,7 +216,7 @@ def gather(node: Node) -> Values:
     return [node.e.value(o.GatherOp(node.input(0), node.input(1), node.axis(node.attr("axis", 0), rank)))]
 
 
-@converter("Squeeze", since=7)
+@converter("Squeeze", since=1)
 def squeeze_attribute(node: Node) -> Values:
     src = node.shape(0)
     if "axes" in node.attrs:
@@ -227,7 +228,7 @@ def squeeze_attribute(node: Node) -> Values:
     return [node.e.reshape(node.input(0), [d for i, d in enumerate(src) if i not in axes])]
 
 
-@converter("Unsqueeze", since=7)
+@converter("Unsqueeze", since=1)
 def unsqueeze_attribute(node: Node) -> Values:
     src = list(node.shape(0))
     given = list(node.attr("axes", []))
@@ -237,7 +238,7 @@ def unsqueeze_attribute(node: Node) -> Values:
     return [node.e.reshape(node.input(0), src)]
 
 
-@converter("Split", since=7)
+@converter("Split", since=1)
 def split_attribute(node: Node) -> Values:
     src = node.shape(0)
     axis = node.axis(node.attr("axis", 0), len(src))
@@ -259,7 +260,7 @@ def split_attribute(node: Node) -> Values:
     return outs
 
 
-@converter("Tile", since=7)
+@converter("Tile", since=6)
 def tile(node: Node) -> Values:
     """[d0, d1] tiled [r0, r1]: reshape to [1, d0, 1, d1], broadcast to [r0, d0, r1, d1], reshape."""
     e = node.e
@@ -514,7 +515,7 @@ def pad(node: Node, pads: Sequence[int], mode: str, value: SSAValue | float | No
     return x
 
 
-@converter("Pad", since=2)
+@converter("Pad", since=1)
 def pad_attributes(node: Node) -> Values:
     return [pad(node, list(node.attr("pads", node.attr("paddings", []))), node.attr("mode", "constant"),
                 float(node.attr("value", 0.0)))]
@@ -530,7 +531,7 @@ def pad_inputs(node: Node) -> Values:
     return [pad(node, pads, node.attr("mode", "constant"), value, axes)]
 
 
-@converter("DepthToSpace", since=11)
+@converter("DepthToSpace", since=1)
 def depth_to_space(node: Node) -> Values:
     n, c, h, w = node.shape(0)
     b = int(node.attr("blocksize"))
@@ -692,6 +693,46 @@ def fold_gather_elements(node: Node, inputs: list[np.ndarray]) -> list[np.ndarra
     return [np.take_along_axis(data, np.where(indices < 0, indices + n, indices).astype(np.int64), axis)]
 
 
+@converter("Reshape", since=1)
+def reshape_attribute(node: Node) -> Values:
+    """Opsets 1 to 4: the shape is an attribute."""
+    return as_newer(node, 5, [node.proto.input[0], np.array(node.attr("shape", []), np.int64)],
+                    drop=("shape", "consumed_inputs"))
+
+
+@converter("Concat", since=1)
+def concat_axis_1(node: Node) -> Values:
+    """Opsets 1 to 3: axis 1 unless given."""
+    return as_newer(node, 4, node.proto.input, attrs={"axis": int(node.attr("axis", 1))})
+
+
+@converter("Slice", since=1)
+def slice_attributes(node: Node) -> Values:
+    """Opsets 1 to 9: starts, ends and axes are attributes (steps 1)."""
+    starts, ends = node.attr("starts"), node.attr("ends")
+    if starts is None or ends is None or len(starts) != len(ends):
+        raise node.fail("starts and ends must be given, as many of each")
+    axes = node.attr("axes", list(range(len(starts))))
+    return as_newer(node, 10, [node.proto.input[0], *(np.array(v, np.int64) for v in (starts, ends, axes))],
+                    drop=("starts", "ends", "axes"))
+
+
+@converter("Tile", since=1)
+def tile_one_axis(node: Node) -> Values:
+    """Opsets 1 to 5: inputs (input, tiles, axis): `tiles` copies along one axis."""
+    rank = len(node.shape(0))
+    axis = node.axis(int(node.const(2, "axis").reshape(-1)[0]), rank)
+    repeats = np.ones(rank, np.int64)
+    repeats[axis] = int(node.const(1, "tiles").reshape(-1)[0])
+    return as_newer(node, 6, [node.proto.input[0], repeats])
+
+
 # Older opsets where the meaning is the one above: the same converter.
-same_since({7: ("Shape", "Size", "Reshape", "Flatten", "Transpose", "Concat", "Gather"), 8: ("Expand",),
-            10: ("Slice",)})
+same_since({
+    1: ("Shape", "Size", "Flatten", "Transpose", "Gather"),
+    4: ("Concat",),
+    5: ("Reshape",),
+    8: ("Expand",),
+    10: ("Slice",),
+    11: ("GatherND",),  # without batch_dims (0) before 12
+})
