@@ -263,3 +263,52 @@ def test_every_opset_the_installed_onnx_knows_is_read():
     assert "opc.relu" in str(module)
     model.opset_import[0].version = onnx.defs.onnx_opset_version() + 1
     one_line_refusal(model, "newer than the installed onnx")
+
+
+@pytest.mark.parametrize("opset", [9, 11])
+def test_torchscript_exports_at_old_opsets_match_torch(opset):
+    """A CNN (Conv, BatchNormalization, MaxPool, Gemm, Softmax) and an LSTM + GRU (LogSoftmax) as
+    torch's TorchScript exporter writes them at opsets 9 and 11 (Paddle's exporter defaults to 9)."""
+    import io
+    import warnings
+
+    from requires import import_or_skip
+
+    torch = import_or_skip("torch", "torch exports the models of this test")
+    torch.manual_seed(0)
+
+    class CNN(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+            self.fc = torch.nn.Linear(8 * 4 * 4, 10)
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            y = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+            return torch.softmax(self.fc(y.flatten(1)), dim=1)
+
+    class Recurrent(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(6, 5, batch_first=True, bidirectional=True)
+            self.gru = torch.nn.GRU(10, 4)
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            return torch.log_softmax(self.gru(self.lstm(x)[0])[0], dim=-1)
+
+    for model, x in ((CNN(), torch.randn(2, 3, 8, 8)), (Recurrent(), torch.randn(2, 7, 6))):
+        model.eval()
+        with torch.no_grad():  # running statistics other than 0 and 1, so that they count
+            for m in model.modules():
+                if isinstance(m, torch.nn.BatchNorm2d):
+                    m.running_mean.uniform_(-0.5, 0.5)
+                    m.running_var.uniform_(0.5, 1.5)
+        buffer = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, (x,), buffer, opset_version=opset, dynamo=False)
+        exported = onnx.load_from_string(buffer.getvalue())
+        assert exported.opset_import[0].version == opset
+        got = opc.load_onnx(exported)(x.numpy())
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
