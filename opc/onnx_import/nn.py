@@ -21,7 +21,18 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from opc.dialects import opc as o
-from opc.onnx_import.common import I64, Pointwise, Values, as_i64, axis_taps, iota, numpy_of, rows_times, scalar
+from opc.onnx_import.common import (
+    I64,
+    Pointwise,
+    Values,
+    as_i64,
+    axis_taps,
+    iota,
+    node_numpy_dtype,
+    numpy_of,
+    rows_times,
+    scalar,
+)
 from opc.onnx_import.graph import (
     Node,
     as_newer,
@@ -644,18 +655,18 @@ def batch_norm_spatial(node: Node) -> Values:
 
 
 @converter("Dropout", since=1)
-def dropout_is_test(node: Node) -> Values:
-    """Opsets 1 to 6: is_test = 0 (the default) is training, which draws random numbers unless ratio is 0."""
-    if not int(node.attr("is_test", 0)) and float(node.attr("ratio", 0.5)) != 0.0:
+def dropout_attributes(node: Node) -> Values:
+    """Opsets 1 to 11: the ratio an attribute, no training_mode input; before 7, is_test = 0 (the default)
+    is training, which draws random numbers unless ratio is 0. The mask is of x's type before 10."""
+    if node.opset < 7 and not int(node.attr("is_test", 0)) and float(node.attr("ratio", 0.5)) != 0.0:
         raise node.fail("is_test = 0 with a ratio above 0 draws random numbers: opc imports inference graphs "
                         "(is_test = 1, or ratio 0)")
-    return [node.input(0), np.ones(node.shape(0), bool)]
+    return [node.input(0), np.ones(node.shape(0), bool if node.opset >= 10 else node_numpy_dtype(node, 0))]
 
 
 # Older opsets where the meaning is the one above: the same converter.
 same_since({
     1: ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
         "InstanceNormalization"),
-    7: ("Dropout",),
-    12: ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"),
+    12: ("Dropout", "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"),
 })

@@ -160,7 +160,12 @@ def cases() -> dict[str, tuple]:
     c["ReduceSum11"] = (node_model("ReduceSum", {"x": t}, 11, axes=[0, 2]), {"x": t}, None)
     c["ArgMax1"] = (node_model("ArgMax", {"x": t}, 1, axis=2), {"x": t}, [t.argmax(2)[:, :, None].astype(np.int64)])
     c["Dropout6_is_test"] = (node_model("Dropout", {"x": t}, 6, is_test=1, ratio=0.3), {"x": t}, [t])
-    c["Dropout10"] = (node_model("Dropout", {"x": t}, 10, ratio=0.3), {"x": t}, None)
+    # the mask at inference: all ones as onnx's reference gives it (onnxruntime gives zeros), of x's type
+    # before opset 10 (as the spec types it), bool from 10
+    c["Dropout10"] = (node_model("Dropout", {"x": t}, 10, n_outputs=2, ratio=0.3), {"x": t},
+                      [t, np.ones(t.shape, bool)])
+    c["Dropout7_mask"] = (node_model("Dropout", {"x": t}, 7, n_outputs=2, ratio=0.3), {"x": t},
+                          [t, np.ones_like(t)])
     c["Max6_same_shape"] = (node_model("Max", {"x": t, "y": t[::-1].copy()}, 6), {"x": t, "y": t[::-1].copy()},
                             [np.maximum(t, t[::-1])])
     c["Cast1_by_name"] = (node_model("Cast", {"x": t}, 1, to="DOUBLE"), {"x": t}, [t.astype(np.float64)])
@@ -226,7 +231,7 @@ def test_old_meaning_matches_oracle(compiled, case_id):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         w = np.asarray(w)
-        assert g.shape == w.shape
+        assert g.shape == w.shape and g.dtype == w.dtype
         if w.dtype.kind == "f":
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
         else:
