@@ -8,10 +8,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.common import F32, F64, I64, Pointwise, Values, as_i64, evaluated, nonempty, numpy_of
-from opc.onnx_import.graph import (
-    Node,
-    converter,
-)
+from opc.onnx_import.graph import Node, converter
 
 
 @converter("NonMaxSuppression", since=10)

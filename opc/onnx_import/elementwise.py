@@ -13,15 +13,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.common import Values, gt, lt, node_numpy_dtype, numpy_of, scalar
-from opc.onnx_import.graph import (
-    BY_NUMPY,
-    ELEMENT_TYPES,
-    Node,
-    as_newer,
-    converter,
-    dtype_name,
-    same_since,
-)
+from opc.onnx_import.graph import BY_NUMPY, ELEMENT_TYPES, Node, as_newer, converter, dtype_name, same_since
 from opc.onnx_import.linalg import bias_after_gemm
 
 # The ops that are one opc op each (their converters: binary, unary, variadic, bitwise).

@@ -29,11 +29,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.common import Values, scalar
-from opc.onnx_import.graph import (
-    Node,
-    converter,
-    same_since,
-)
+from opc.onnx_import.graph import Node, converter, same_since
 
 
 def bias_after_gemm(node: Node, y: SSAValue, bias: SSAValue) -> SSAValue | None:

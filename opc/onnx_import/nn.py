@@ -33,13 +33,7 @@ from opc.onnx_import.common import (
     rows_times,
     scalar,
 )
-from opc.onnx_import.graph import (
-    Node,
-    as_newer,
-    converter,
-    numpy_dtype_of,
-    same_since,
-)
+from opc.onnx_import.graph import Node, as_newer, converter, numpy_dtype_of, same_since
 
 
 def built(node: Node, name: str, make: Callable[[], Operation]) -> Operation:

@@ -10,13 +10,7 @@ import numpy as np
 
 from opc.dialects import opc as o
 from opc.onnx_import.common import Values, flip, iota, lt, numpy_of, scalar, shifted_in
-from opc.onnx_import.graph import (
-    BY_NUMPY,
-    Node,
-    as_newer,
-    converter,
-    numpy_dtype_of,
-)
+from opc.onnx_import.graph import BY_NUMPY, Node, as_newer, converter, numpy_dtype_of
 
 
 def reduce_axes(node: Node, from_input: bool) -> tuple[int, ...] | None:

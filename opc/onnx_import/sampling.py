@@ -22,13 +22,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.common import F32, F64, I64, Pointwise, Values, axis_taps, numpy_of
-from opc.onnx_import.graph import (
-    BY_NUMPY,
-    Node,
-    as_newer,
-    converter,
-    numpy_dtype_of,
-)
+from opc.onnx_import.graph import BY_NUMPY, Node, as_newer, converter, numpy_dtype_of
 
 
 # Resize: separable, each axis an affine map y = x @ W + b along it. W and b come from

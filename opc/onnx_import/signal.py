@@ -9,12 +9,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.onnx_import.common import Values, along, evaluated, rows_times
-from opc.onnx_import.graph import (
-    BY_NUMPY,
-    Node,
-    converter,
-    numpy_dtype_of,
-)
+from opc.onnx_import.graph import BY_NUMPY, Node, converter, numpy_dtype_of
 
 # Windows: known at compile time (the size is), computed with NumPy as ONNX's formulas say.
 WINDOWS = {  # w[n] from the angle 2 pi n / N' (N' = N periodic, N - 1 symmetric)

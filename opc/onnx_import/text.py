@@ -6,10 +6,7 @@ import numpy as np
 
 from opc.dialects import opc as o
 from opc.onnx_import.common import F32, Values, numpy_of
-from opc.onnx_import.graph import (
-    Node,
-    converter,
-)
+from opc.onnx_import.graph import Node, converter
 
 
 @converter("TfIdfVectorizer", since=9)
