@@ -272,7 +272,7 @@ def test_every_opset_the_installed_onnx_knows_is_read():
 
 @pytest.mark.parametrize("opset", [9, 11])
 def test_torchscript_exports_at_old_opsets_match_torch(opset):
-    """A CNN (Conv, BatchNormalization, MaxPool, Gemm, Softmax) and an LSTM + GRU (LogSoftmax) as
+    """A CNN (Conv, depthwise Conv, BatchNormalization, Clip, Add, MaxPool, Gemm, Softmax) and an LSTM + GRU (LogSoftmax) as
     torch's TorchScript exporter writes them at opsets 9 and 11 (Paddle's exporter defaults to 9)."""
     import io
     import warnings
@@ -282,14 +282,16 @@ def test_torchscript_exports_at_old_opsets_match_torch(opset):
     torch = import_or_skip("torch", "torch exports the models of this test")
     torch.manual_seed(0)
 
-    class CNN(torch.nn.Module):
+    class CNN(torch.nn.Module):  # ResNet's and MobileNetV2's pieces
         def __init__(self) -> None:
             super().__init__()
             self.conv, self.bn = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+            self.depthwise = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
             self.fc = torch.nn.Linear(8 * 4 * 4, 10)
 
         def forward(self, x):  # noqa: ANN001, ANN202
-            y = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+            y = torch.relu(self.bn(self.conv(x)))
+            y = torch.nn.functional.max_pool2d(y + torch.nn.functional.relu6(self.depthwise(y)), 2)
             return torch.softmax(self.fc(y.flatten(1)), dim=1)
 
     class Recurrent(torch.nn.Module):
