@@ -336,7 +336,8 @@ def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None
     """Every value's (element type, dims) as ONNX shape inference sees it."""
     onnx = onnx_module()
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(constants_as_initializers(model), check_type=True,
+                                                     strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError) as err:
         raise OpcError(f"error: {where}: ONNX shape inference failed: {first_line(err)}") from None
     g = inferred.graph
@@ -345,6 +346,32 @@ def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None
         if vi.type.HasField("tensor_type"):
             out[vi.name] = (vi.type.tensor_type.elem_type, dims_of(vi))
     return out
+
+
+def constants_as_initializers(model):
+    """Before opset 9 a Constant holds floats only, but exporters write integer ones there too (paddle2onnx
+    at opset 7), which onnxruntime runs: for shape inference, a model whose Constants are initializers
+    (the same values; graph inputs too, as IR version 3 wants them). Other models as they are."""
+    if default_opset(model, "the model") >= 9 or not any(n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+                                                          for n in model.graph.node):
+        return model
+    onnx = onnx_module()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = []
+    for node in copy.graph.node:
+        values = [a.t for a in node.attribute if a.name == "value"]
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and values and node.output:
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(values[0])
+            tensor.name = node.output[0]
+            copy.graph.initializer.append(tensor)
+            copy.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+        else:
+            kept.append(node)
+    del copy.graph.node[:]
+    copy.graph.node.extend(kept)
+    return copy
 
 
 def tied_weights(weights: Mapping[str, np.ndarray]) -> dict[str, tuple[str, str]]:

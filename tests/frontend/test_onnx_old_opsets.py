@@ -6,10 +6,12 @@ of the old meaning; a case whose old meaning differs from the newest one checks 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx_helpers import function_name, run_ort
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 
@@ -319,3 +321,34 @@ def test_torchscript_exports_at_old_opsets_match_torch(opset):
         got = opc.load_onnx(exported)(x.numpy())
         got = got[0] if isinstance(got, (list, tuple)) else got
         np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("ir_version", [3, 4])
+def test_integer_constant_before_opset_9_as_exporters_write_it(ir_version):
+    """Opset 7's Constant holds floats only by the spec; paddle2onnx writes an int64 one for Reshape's
+    shape (onnxruntime runs it). It imports, typed for shape inference as an initializer would be."""
+    x = f32(2, 3, 4)
+    shape = helper.make_tensor("shape_value", TensorProto.INT64, [2], [4, -1])
+    nodes = [helper.make_node("Constant", [], ["shape"], value=shape),
+             helper.make_node("Reshape", ["x", "shape"], ["y"], name="the_Reshape")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)], ir_version=ir_version)
+    got = opc.load_onnx(model)(x)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    np.testing.assert_array_equal(got, x.reshape(4, 6))
+
+
+PADDLE = sorted((Path(__file__).resolve().parent.parent / "models" / "paddle").glob("*.onnx"))
+
+
+@pytest.mark.parametrize("path", PADDLE, ids=[p.stem for p in PADDLE])
+def test_paddle_exports_match_paddle(path):
+    """paddle2onnx's exports at its default opset (9) and its oldest (7) of an MLP, a CNN with batch
+    norm, an LSTM, a TransformerEncoderLayer and a transformer classifier (opset 11: paddle2onnx raised
+    it) against Paddle's outputs (tests/models/paddle/export_paddle.py)."""
+    data = np.load(path.with_suffix(".npz"))
+    inputs = [data[k] for k in sorted(k for k in data.files if k != "want")]
+    got = opc.load_onnx(onnx.load(str(path)))(*inputs)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    np.testing.assert_allclose(got, data["want"], rtol=1e-4, atol=1e-5)
