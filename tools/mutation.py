@@ -50,7 +50,7 @@ MODULES = {
     "scalars": Module("opc/lowering/scalars.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_edge_values.py"),
     "c-tables": Module("opc/lowering/c_expressions.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_compare_nan.py "
                        "tests/lowering/test_edge_values.py", ),  # the expression tables and their renderers
-    "converters": Module("opc/onnx_import/converters.py", "tests/frontend/test_onnx_import.py"),
+    "converters": Module("opc/onnx_import/tensor.py", "tests/frontend/test_onnx_import.py"),
 }
 
 # cosmic-ray operators left out: bit operations, shifts, modulo, floor division and power
@@ -69,7 +69,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "maximum has one result: douts[-1] is douts[0]",
     ("opc/ops/elementwise.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
         "minimum has one result: douts[-1] is douts[0]",
-    ("opc/onnx_import/converters.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
+    ("opc/onnx_import/tensor.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
                                       'node.axis(node.attr("axis"), rank)))]'):
         "Concat of one input: args[-1] is args[0]",
     ("opc/lowering/c_expressions.py", 'return n * {"double": 8, "float": 4, "uint16_t": 2, "int64_t": 9, "uint64_t": 8, '

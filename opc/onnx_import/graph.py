@@ -1,9 +1,9 @@
 """Reading an ONNX graph into one `func.func` of opc ops.
 
-    load + check (onnx.checker) -> opset 13..21 -> static input shapes
+    load + check (onnx.checker) -> ai.onnx opset 1..newest -> static input shapes
     -> onnx shape inference -> nodes in order:
          all inputs known at compile time?  evaluate (onnx.reference): a constant
-         otherwise                          the op's converter (converters.py)
+         otherwise                          the op's converter (a module by topic)
     -> func.func @graph_name(inputs..., float initializers...) -> (outputs...)
 
 Values are either SSA values of the function or NumPy arrays known at compile
@@ -47,7 +47,7 @@ from opc.errors import OpcError, first_line
 from opc.onnx_import.lists import Item, Opt, Seq, is_list, layout_of, leaves
 
 MAX_FOLDED_INPUT = 64  # elements of a given input that import may compile in as a constant
-MIN_OPSET = 7  # the oldest ai.onnx opset imported (older graphs: onnx.version_converter)
+MIN_OPSET = 1  # the oldest ai.onnx opset imported: every one the installed onnx knows
 BASE_OPSET = 13  # a converter registered without since= serves this opset and later ones
 
 
@@ -79,7 +79,7 @@ BY_NUMPY = {np_dtype: element for _, element, np_dtype in ELEMENT_TYPES.values()
 # Never evaluated at compile time even when their inputs are known.
 NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
                 "If", "Loop", "Scan"}
-# Sequence and optional ops: their converters (sequence_converters.py) handle values known at compile time.
+# Sequence and optional ops: their converters (sequence.py) handle values known at compile time.
 LIST_OPS = {"SequenceConstruct", "SequenceEmpty", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength",
             "ConcatFromSequence", "SplitToSequence", "SequenceMap", "Optional", "OptionalHasElement",
             "OptionalGetElement"}
@@ -104,7 +104,7 @@ def supported_dtypes() -> str:
     return ", ".join(name.lower() for name, _, _ in ELEMENT_TYPES.values())
 
 
-def element_of(array: np.ndarray, what: str) -> Attribute:
+def element_type_for(array: np.ndarray, what: str) -> Attribute:
     element = BY_NUMPY.get(array.dtype)
     if element is None:
         raise OpcError(f"error: {what} has dtype {array.dtype}, which opc does not support ({supported_dtypes()})")
@@ -171,7 +171,6 @@ def load(model: Any, where: str):
             raise OpcError(f"error: cannot read {where}: {first_line(err)}") from None
     if not model.HasField("graph") or model.ir_version == 0:
         raise OpcError(f"error: {where} is not an ONNX model (no graph or IR version)")
-    model = older_opset_converted(model)
     default_opset(model, where)  # an opset opc cannot read: say so before the checker does
     if not model.graph.name:  # the checker wants a name; SPEC.md: an unnamed graph is `main`
         model.graph.name = "main"
@@ -180,18 +179,6 @@ def load(model: Any, where: str):
     except onnx.checker.ValidationError as err:
         raise OpcError(f"error: {where} is not a valid ONNX model: {first_line(err)}") from None
     return model
-
-
-def older_opset_converted(model):
-    """A model of ai.onnx opset 1 to 6 converted to opset MIN_OPSET by onnx's version converter (which
-    refuses what it cannot convert exactly: then default_opset's error says so); others as they are."""
-    version = {op.domain or "ai.onnx": op.version for op in model.opset_import}.get("ai.onnx")
-    if version is None or version >= MIN_OPSET:
-        return model
-    try:
-        return onnx_module().version_converter.convert_version(model, MIN_OPSET)
-    except Exception:  # noqa: BLE001 - the converter raises RuntimeError and friends: keep the opset's error
-        return model
 
 
 def default_opset(model, where: str) -> int:
@@ -204,8 +191,7 @@ def default_opset(model, where: str) -> int:
         raise OpcError(f"error: {where} uses ai.onnx opset {version}, newer than the installed onnx "
                        f"{onnx_module().__version__} knows ({newest}): upgrade onnx")
     if version < MIN_OPSET:
-        raise OpcError(f"error: {where} uses ai.onnx opset {version}; opc imports opsets {MIN_OPSET} to {newest} "
-                       f"(onnx.version_converter.convert_version(model, {MIN_OPSET}) can convert it)")
+        raise OpcError(f"error: {where} uses ai.onnx opset {version}; opc imports opsets {MIN_OPSET} to {newest}")
     return version
 
 
@@ -350,7 +336,8 @@ def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None
     """Every value's (element type, dims) as ONNX shape inference sees it."""
     onnx = onnx_module()
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(constants_as_initializers(model), check_type=True,
+                                                     strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError) as err:
         raise OpcError(f"error: {where}: ONNX shape inference failed: {first_line(err)}") from None
     g = inferred.graph
@@ -359,6 +346,32 @@ def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None
         if vi.type.HasField("tensor_type"):
             out[vi.name] = (vi.type.tensor_type.elem_type, dims_of(vi))
     return out
+
+
+def constants_as_initializers(model):
+    """Before opset 9 a Constant holds floats only, but exporters write integer ones there too (paddle2onnx
+    at opset 7), which onnxruntime runs: for shape inference, a model whose Constants are initializers
+    (the same values; graph inputs too, as IR version 3 wants them). Other models as they are."""
+    if default_opset(model, "the model") >= 9 or not any(n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+                                                          for n in model.graph.node):
+        return model
+    onnx = onnx_module()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = []
+    for node in copy.graph.node:
+        values = [a.t for a in node.attribute if a.name == "value"]
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and values and node.output:
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(values[0])
+            tensor.name = node.output[0]
+            copy.graph.initializer.append(tensor)
+            copy.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+        else:
+            kept.append(node)
+    del copy.graph.node[:]
+    copy.graph.node.extend(kept)
+    return copy
 
 
 def tied_weights(weights: Mapping[str, np.ndarray]) -> dict[str, tuple[str, str]]:
@@ -423,7 +436,7 @@ class NodeEmitter(OpBuilder):
 
     def constant(self, array: np.ndarray) -> SSAValue:
         array = np.asarray(array)
-        t = TensorType(element_of(array, "a constant"), array.shape)
+        t = TensorType(element_type_for(array, "a constant"), array.shape)
         if array.dtype.kind in "iub":
             data = [int(v) for v in array.reshape(-1)]
         else:
@@ -535,6 +548,41 @@ def converter(*op_types: str, since: int = BASE_OPSET) -> Callable[[Converter], 
     return register
 
 
+def same_since(table: Mapping[int, Sequence[str]]) -> None:
+    """{first opset: op types}: where an op meant in older opsets what it means at BASE_OPSET, the
+    converter that serves BASE_OPSET serves from the opset where that meaning began."""
+    for first, op_types in table.items():
+        for op_type in op_types:
+            fn = find_converter(op_type, BASE_OPSET)
+            assert fn is not None, op_type
+            converter(op_type, since=first)(fn)
+
+
+def as_newer(node: Node, opset: int, inputs: Sequence[str | np.ndarray | SSAValue],
+             attrs: Mapping[str, Any] | None = None, drop: Sequence[str] = ()) -> Sequence[SSAValue | np.ndarray]:
+    """node converted as the opset-`opset` form of its op: for an older form whose attributes became inputs,
+    or whose inputs a converter reshapes first. `inputs` are the node's input names ("" for none), arrays
+    known at compile time or SSA values; `attrs` are set, `drop` left out."""
+    from onnx import helper
+
+    proto = type(node.proto)()
+    proto.CopyFrom(node.proto)
+    del proto.input[:]
+    for k, given in enumerate(inputs):
+        name = given if isinstance(given, str) else f"{node.proto.output[0]}::opc_input_{k}"
+        if isinstance(given, np.ndarray):
+            node.importer.constants[name] = given
+        elif isinstance(given, SSAValue):
+            node.importer.values[name] = given
+        proto.input.append(name)
+    kept = [a for a in proto.attribute if a.name not in drop and a.name not in (attrs or {})]
+    del proto.attribute[:]
+    proto.attribute.extend(kept + [helper.make_attribute(k, v) for k, v in (attrs or {}).items()])
+    convert = find_converter(qualified_type(proto), opset)
+    assert convert is not None, (node.op_type, opset)
+    return convert(Node(proto, opset, node.importer))
+
+
 # op type -> NumPy evaluation of a node whose inputs are all known (used instead of onnx's reference
 # evaluator where that one is wrong or slow): (node, [input arrays]) -> [output arrays]
 Folder = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
@@ -641,7 +689,7 @@ class GraphImporter:
         if name in self.values:
             return self.values[name].type  # type: ignore[return-value]
         array = self.constants[name]
-        return TensorType(element_of(array, f"value '{name}'"), array.shape)
+        return TensorType(element_type_for(array, f"value '{name}'"), array.shape)
 
     @staticmethod
     def hint(name: str) -> str | None:
@@ -678,7 +726,7 @@ class GraphImporter:
         taken: set[str] = set()
         names = [identifier(n, taken, "x") for n in self.argument_names(inputs, templates)]
         names += [identifier(n, taken, "w") for n in weights]
-        block = Block(arg_types=arg_types + [TensorType(element_of(a, f"initializer '{n}'"), a.shape)
+        block = Block(arg_types=arg_types + [TensorType(element_type_for(a, f"initializer '{n}'"), a.shape)
                                              for n, a in weights.items()])
         onnx_names = input_names + list(weights)
         for arg, name, onnx_name in zip(block.args, names, onnx_names):

@@ -1,5 +1,5 @@
 """ONNX Attention, RotaryEmbedding, SwiGLU, TensorScatter, LinearAttention and CausalConvWithState
-(opc/onnx_import/attention_converters.py): every case imported into one module; the forward
+(opc/onnx_import/attention.py): every case imported into one module; the forward
 against onnxruntime (SwiGLU, which onnxruntime 1.32 does not run, against its NumPy formula);
 the gradient of imported Attention models (f64) against torch autograd of
 scaled_dot_product_attention and against central differences of opc's own forward."""

@@ -1,4 +1,4 @@
-"""ONNX LSTM, GRU and RNN (opc/onnx_import/rnn_converters.py): every case imported into one
+"""ONNX LSTM, GRU and RNN (opc/onnx_import/rnn.py): every case imported into one
 module; the forward against onnxruntime (f32), the gradient through time against central
 differences of opc's own forward along random directions (f64, every argument at once)."""
 

@@ -1,4 +1,4 @@
-"""ONNX sequences and optionals (opc/onnx_import/lists.py, sequence_converters.py): lists of tensors fixed
+"""ONNX sequences and optionals (opc/onnx_import/lists.py, sequence.py): lists of tensors fixed
 at import. Every case imported into one module; the forward against onnxruntime, the gradient through the sequence plumbing against central
 differences of opc's own forward (f64); opc.load_onnx with sequence inputs and outputs; the refusals
 as one-line errors naming the node."""
