@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from opc.errors import OpcError
+from opc.errors import InputError
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
@@ -70,7 +70,7 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
                 raise ValueError
             out[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
         except ValueError:
-            raise OpcError(f"error: bad --shape '{spec}': expected NAME=D0xD1x... (e.g. x=8x16)") from None
+            raise InputError(f"bad --shape '{spec}': expected NAME=D0xD1x... (e.g. x=8x16)") from None
     return out
 
 

@@ -308,7 +308,7 @@ def test_bad_attention_is_one_line_error(spec: dict, message: str) -> None:
     model, _ = attention_case(**spec)
     with pytest.raises(opc.OpcError, match=message) as err:
         opc.import_onnx(model)
-    assert str(err.value).startswith("error: node 'the_Attention' (Attention): ")
+    assert str(err.value).startswith("node 'the_Attention' (Attention): ")
     assert "\n" not in str(err.value)
 
 
