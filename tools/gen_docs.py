@@ -379,7 +379,7 @@ def cli_page() -> str:
     for name, p in sub.choices.items():
         usage = " ".join(p.format_usage().split())
         usage = usage.removeprefix("usage: ")
-        out.append(f"\n## opc {name}\n\n{helps.get(name, '')}.\n\n```sh\n{usage}\n```\n\n")
+        out.append(f"\n## opc {name}\n\n{helps.get(name, '')}.\n\n```text\n{usage}\n```\n\n")
         out.append("| argument | default | meaning |\n|---|---|---|\n")
         for a in p._actions:  # noqa: SLF001
             if isinstance(a, argparse._HelpAction):  # noqa: SLF001
