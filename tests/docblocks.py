@@ -4,16 +4,18 @@ A fenced block's language says what the test does with it:
 
 - `console`: every line `$ COMMAND` is run from the repository root (`opc ...` as
   `python -m opc ...`, `python ...` with this Python), in order; the lines after it, up to the
-  next `$` line, are its stdout (`...` stands for any number of lines).
+  next `$` line, are what it prints, stdout and stderr as a terminal shows them (`...` stands
+  for any number of lines). It must exit 0, unless its last line shown is an `error:` line.
 - `python`: run; a page's `python` and `pycon` blocks run in order in one namespace (one process
   per page, from the repository root), like a notebook.
 - `pycon`: `>>>` lines run by doctest in that namespace, outputs compared (ELLIPSIS on), so a
   shown exception is checked too.
 - `mlir`: parsed and verified by opc (a single op line is wrapped into a function).
-- `c`, `toml`: a block of `--8<-- "PATH"` lines includes files of the repository, which the
-  suite builds (tests/api/test_external.py, test_planted.py); another `c` block is compiled by
-  gcc -fsyntax-only against runtime/opc_kernel.h; another `toml` block is parsed and loaded as a
-  device file.
+- a block of any language made of `--8<-- "PATH"` lines includes files of the repository (the
+  docs show the examples' device files and kernels, FileCheck tests), which the suite itself
+  loads, builds or runs; the test checks they exist and are tracked.
+- `c`: compiled by gcc -fsyntax-only -Wall -Werror against runtime/opc_kernel.h.
+- `toml`: only as an inclusion (a device file the suite loads), never a copy.
 - `sh`: commands to type that take too long to run in the suite (benchmarks, installs, torchrun):
   checked, not run: `opc` commands parse with opc's argument parser, every repository path they
   name exists, and each `--flag` given to a repository script appears in that script.
@@ -117,6 +119,7 @@ def run_python_blocks(page: Path) -> int:
         elif b.lang == "pycon":
             test = parser.get_doctest(b.body, globs, b.where, str(page), b.line)
             result = runner.run(test, clear_globs=False)
+            globs.update(test.globs)  # DocTest copies the namespace it is given
             if result.failed:
                 print(f"{b.where}: the pycon block's output differs (above)")
                 return 1
