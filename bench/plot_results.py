@@ -77,9 +77,9 @@ def setup_matplotlib():
 
 
 def bars(plt, groups: list[str], series: dict[str, list[float | None]], title: str, path: Path, note: str) -> None:
-    import numpy as np
-
     import textwrap
+
+    import numpy as np
 
     fig, ax = plt.subplots(figsize=(9, 3.8))
     width = 0.8 / max(len(series), 1)

@@ -15,7 +15,7 @@ WAIT_POLICY below, unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, or OPC
 (keep libgomp's default), or libgomp is already loaded (torch imported first: then torch's
 choice stands, libgomp's default spin, and opc warns once where it will run more than one thread:
 on a busy machine that made a 256 matmul's median 65-100x slower, bench/results/2026-12-03-busy.txt).
-bench/bench_threads.py measures the policies; README, Speed, has the figures.
+bench/bench_threads.py measures the policies; docs/performance.md, Threads, says how; bench/results/ has the figures.
 """
 
 from __future__ import annotations

@@ -12,11 +12,9 @@ import os
 import shlex
 import subprocess
 import sys
-import tomllib
-from pathlib import Path
 
 import pytest
-
+import tomllib
 from docblocks import KINDS, ROOT, Block, blocks, console_commands, matches, pages
 
 sys.path.insert(0, str(ROOT / "tools"))
