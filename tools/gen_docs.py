@@ -342,9 +342,11 @@ def op_page() -> str:
             d.append("- **attributes**: " + "; ".join(f"`{a}` ({k}, {v})" for a, k, v in attrs) + "\n")
         d.append(f"- **element types** (of `{signature(example)[1][primary] if signature(example)[1] else 'the result'}`"
                  f"): {', '.join(dtypes) if dtypes else 'none found by the probe'}\n")
+        invoke = facts["invoke"]
         d.append(f"- **kind**: {facts['kind']}"
                  + (f"; realised by **{facts['realised_by']}**" if facts["realised_by"] else "")
-                 + (f" (`{facts['invoke']}`)" if facts["invoke"] else "")
+                 + ((f" (`{invoke}`)" if facts["realised_by"] == "invoke" else f"; its rule invokes `{invoke}`")
+                    if invoke else "")
                  + ("; cotangents of integer values flow through it" if facts["any_dtype"] else "") + "\n")
         d.append(f"- **vjp**: {vjp_text}\n")
         if isinstance(back, list):
