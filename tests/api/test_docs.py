@@ -55,6 +55,21 @@ def test_console_commands():
     assert console_commands("$ a\n1\n\n2\n$ b\n\n") == [("a", ["1", "", "2"]), ("b", [])]
 
 
+NEEDS = {"torch": ("import torch", "opc.torch"), "jax": ("import jax", "opc.jax"),
+         "onnx": ("import onnx", "zoo", ".onnx", "import_onnx", "onnx_backend"),
+         "onnxruntime": ("onnxruntime",)}
+
+
+def skip_without_optional(text: str, where: str) -> None:
+    """Skip, naming the package, only where a framework the example uses is not installed at all
+    (the suite's rule, tests/requires.py: an installed package that fails to import fails)."""
+    import importlib.util
+
+    for package, marks in NEEDS.items():
+        if any(m in text for m in marks) and importlib.util.find_spec(package) is None:
+            pytest.skip(f"{where}: {package} is not installed (pip install '.[test]')")
+
+
 def argv(command: str, where: str) -> list[str]:
     words = shlex.split(command, comments=True)
     if words[0] == "opc":
@@ -69,6 +84,7 @@ CONSOLE = of("console")
 
 @pytest.mark.parametrize("block", CONSOLE, ids=ids(CONSOLE))
 def test_console_output(block):
+    skip_without_optional(block.body, block.where)
     for command, expected in console_commands(block.body):
         proc = subprocess.run(argv(command, block.where), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=900, env=ENV)
@@ -85,6 +101,8 @@ PYTHON_PAGES = sorted({b.page for b in of("python", "pycon")})
 
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=[str(p.relative_to(ROOT)) for p in PYTHON_PAGES])
 def test_python_blocks(page):
+    skip_without_optional("\n".join(b.body for b in blocks(page) if b.lang in ("python", "pycon")),
+                          str(page.relative_to(ROOT)))
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "docblocks.py"), str(page)], cwd=ROOT,
                           capture_output=True, text=True, timeout=1800, env=ENV)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
@@ -201,3 +219,15 @@ def test_reference_covers_every_op_and_command():
         for a in p._actions:
             for flag in (f for f in a.option_strings if f not in ("-h", "--help")):
                 assert f"`{flag}`" in cli, f"opc {name} {flag} missing from docs/reference/cli.md"
+
+
+def test_ci_runs_the_readme_commands():
+    """.ci/run calls the README's own install and test commands, then builds the docs strictly."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    for command in ('python3 -m pip install ".[test]"', "python3 -m pytest -q -n auto --dist loadfile"):
+        assert f"```sh\n{command}\n```" in readme, f"the README lost its command {command}"
+        assert f"\n{command}\n" in ci, f".ci/run does not run the README's {command}"
+    assert "mkdocs build --strict" in ci and "mkdocs build --strict" in readme
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    assert any(e.startswith("mkdocs>=") for e in extras) and any(e.startswith("mkdocs-material>=") for e in extras)
