@@ -25,9 +25,8 @@ import numpy as np
 
 @dataclass
 class Variant:
-    function: Any  # the compiled function
+    call: Any  # the compiled function with the weights (its last arguments, our own arrays) bound
     bound: dict[str, np.ndarray]  # inputs whose values were compiled in
-    params: list[np.ndarray]  # the weights, in argument order
     layouts: list[Any]  # each output's layout: how to regroup the results into sequences (lists.regroup)
 
 
@@ -152,8 +151,9 @@ class OnnxModel:
                                              self.where, layouts=layouts)
         (f,) = list(module.ops)
         compiled = compile(module, target=self.target, cache_dir=self.cache_dir)
-        return Variant(compiled[f.sym_name.data], {n: feeds[n].copy() for n in bound}, list(params.values()),
-                       layouts)
+        # the weights are the import's own arrays, never the caller's: bound once, not checked per call
+        call = compiled[f.sym_name.data].with_last(list(params.values()))
+        return Variant(call, {n: feeds[n].copy() for n in bound}, layouts)
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The outputs: arrays; lists of arrays for sequences, None for an empty optional."""
@@ -162,7 +162,7 @@ class OnnxModel:
         feeds = self.feeds(args, kwargs)
         self.check(feeds)
         v = self.variant(feeds)
-        out = v.function(*[a for n, x in feeds.items() if n not in v.bound for a in flatten(x)], *v.params)
+        out = v.call(*[a for n, x in feeds.items() if n not in v.bound for a in flatten(x)])
         return regroup(v.layouts, list(out) if isinstance(out, tuple) else [out])
 
 

@@ -44,6 +44,8 @@ class Module:
 MODULES = {
     "rules": Module("opc/ops/vjp_rules.py", "tests/autodiff/test_grad_primitives.py tests/autodiff/test_grad_semantics.py "
                     "tests/autodiff/test_grad_higher_order.py tests/autodiff/test_nn_grad.py tests/lowering/test_edge_values.py"),
+    "elementwise": Module("opc/ops/elementwise.py", "tests/autodiff/test_grad_primitives.py tests/lowering/test_cpu_ops.py "
+                          "tests/lowering/test_math_unary.py tests/lowering/test_edge_values.py tests/ops/test_integer_ops.py"),
     "decompose": Module("opc/ops/decompositions.py", "tests/ops/test_decompose.py tests/lowering/test_nn_ops.py"),
     "scalars": Module("opc/lowering/scalars.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_edge_values.py"),
     "c-tables": Module("opc/lowering/c_expressions.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_compare_nan.py "
@@ -63,9 +65,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "rsqrt's 1 as a double for f32 (or a float for f64): 1/sqrtf(x) divided in double and rounded to "
         "float is the correctly rounded float quotient (double rounding is innocuous for division), and 1.0f "
         "promotes exactly to double",
-    ("opc/ops/vjp_rules.py", "return _extremum(e, op, douts[ -1], o.GreaterThanOp)  # type: ignore[arg-type]"):
+    ("opc/ops/elementwise.py", "return _extremum(e, op, douts[ -1], o.GreaterThanOp)  # type: ignore[arg-type]"):
         "maximum has one result: douts[-1] is douts[0]",
-    ("opc/ops/vjp_rules.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
+    ("opc/ops/elementwise.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
         "minimum has one result: douts[-1] is douts[0]",
     ("opc/onnx_import/converters.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
                                       'node.axis(node.attr("axis"), rank)))]'):

@@ -45,8 +45,7 @@ from opc.dialects.builder import OpBuilder
 from opc.dialects.opc import ConcatOp, SliceGradOp, is_bool, is_float
 from opc.errors import OpcError
 from opc.ops.decompositions import expand
-from opc.ops.registry import REGISTRY
-from opc.ops.vjp_rules import THROUGH_RULE
+from opc.ops.registry import REGISTRY, THROUGH_RULE
 
 STOP_GRADIENT = "opc.stop_gradient"
 NO_GRAD = "opc.no_grad"
@@ -376,7 +375,7 @@ def vjp_of(name: str) -> tuple[Callable | None, bool]:
     if e is not None and e.rewrite and (e.vjp == THROUGH_RULE or e.kind == "grad" and e.vjp is None):
         return vjp_through_rule, e.any_dtype
     if e is None or (e.kind == "grad" and e.vjp is None):
-        why = " (a kernel-only grad op needs a vjp of its own in opc/ops/registry.py)" if e else ""
+        why = " (a kernel-only grad op needs a vjp of its own: @vjp in opc/ops/vjp_rules.py)" if e else ""
         raise OpcError(f"error: no gradient rule for {name}{why}")
     return e.vjp, e.any_dtype
 

@@ -718,14 +718,37 @@ class CompiledFunction:
             sig = self.sig
             names = ", ".join(n for n, _, _ in sig.inputs)
             raise ValueError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
+        return self.run(self.pointers(args))
+
+    def pointers(self, args: Sequence, first: int = 0) -> list:
+        """The C arguments of args, the arguments from index `first` on."""
         from_buffer = self.ffi.from_buffer
         ptrs = []
-        for i, a, (ctype, want, shape, storage) in zip(self.in_range, args, self.in_spec):
+        for i, a, (ctype, want, shape, storage) in zip(self.in_range[first:], args, self.in_spec[first:]):
             if type(a) is np.ndarray and a.dtype == want and a.shape == shape and storage is None \
                     and a.flags.c_contiguous:
                 ptrs.append(from_buffer(ctype, a))  # the common case inline: a call costs a few us in all
             else:
                 ptrs.append(self.pointer(i, a))
+        return ptrs
+
+    def with_last(self, last: Sequence) -> Callable:
+        """f(*first) = self(*first, *last), `last` checked and made into C pointers once: for arrays
+        that stay the same from call to call (a loaded model's weights), which then cost nothing per
+        call. The pointers keep the arrays alive; changing them in place is seen by later calls."""
+        n_first = len(self.in_spec) - len(last)
+        fixed = self.pointers(last, n_first)
+
+        def call(*first):  # noqa: ANN002, ANN202
+            if len(first) != n_first:
+                return self(*first, *last)  # the full call's message
+            return self.run(self.pointers(first) + fixed)
+
+        return call
+
+    def run(self, ptrs: list):  # noqa: ANN201
+        """Allocate the results, call the C function on ptrs and them, return them."""
+        from_buffer = self.ffi.from_buffer
         outs = []
         empty = self.empty
         for shape, dtype, ctype, storage in self.out_c:

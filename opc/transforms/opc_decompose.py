@@ -1,6 +1,6 @@
 """`opc-decompose{ops=... target=...}`: rewrite ops by their invoke or
-composite rule (opc/ops/registry.py says which op has which;
-the rules themselves are opc/ops/decompositions.py).
+composite rule (the rules are opc/ops/decompositions.py, each registered for its
+op class; opc/ops/registry.py says which op has which).
 
     opc-decompose                      every op the target (default cpu) has no
                                        kernel for, repeatedly, until only kernel
@@ -29,8 +29,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.transforms.dead_code_elimination import region_dce
 
 from opc.errors import OpcError
-from opc.ops.decompositions import PATTERNS
-from opc.ops.registry import REGISTRY
+from opc.ops.registry import REGISTRY, rule_patterns
 from opc.targets.device_kernels import EXTERNAL_ATTR
 from opc.targets.routing import route_op
 from opc.targets.target import Target, get_target, op_name
@@ -56,7 +55,7 @@ def resolve_ops(ops: Sequence[str] | str | None) -> frozenset[str]:
     for raw, n in zip(ops, names):
         if n not in REGISTRY:
             raise OpcError(f"error: opc-decompose: unknown op '{raw}'")
-        if n not in PATTERNS:
+        if REGISTRY[n].rule is None:
             raise OpcError(f"error: opc-decompose: {n} has no invoke or composite rule to decompose it with")
     return frozenset(names)
 
@@ -66,7 +65,7 @@ def apply_rules(
 ) -> None:
     """Rewrite every wanted op (and the wanted ops the rules produce) to a fixed point."""
     origin = origin if origin is not None else {}
-    patterns = [cls(wanted, origin) for cls in PATTERNS.values()]
+    patterns = [cls(wanted, origin) for cls in rule_patterns()]
     PatternRewriteWalker(GreedyRewritePatternApplier(patterns), apply_recursively=True).rewrite_module(module)
 
 
