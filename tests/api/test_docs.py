@@ -231,3 +231,25 @@ def test_ci_runs_the_readme_commands():
     assert "mkdocs build --strict" in ci and "mkdocs build --strict" in readme
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
     assert any(e.startswith("mkdocs>=") for e in extras) and any(e.startswith("mkdocs-material>=") for e in extras)
+
+
+def test_plotted_figures_come_from_committed_results():
+    """Every results JSON holds exactly the figures its committed source file prints (nothing made
+    up), and every plot in docs/img is shown by a page."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import json
+
+    import plot_results
+
+    found = sorted((ROOT / "bench" / "results").glob("*.json"))
+    jsons = [p for p in found if "traceEvents" not in p.read_text()]
+    assert jsons, "no results JSON: the performance page's plots have no source"
+    for path in jsons:
+        data = json.loads(path.read_text())
+        source = ROOT / data["source"]
+        assert source.is_file(), f"{path.name}: its source {data['source']} is not committed"
+        assert data["runs"] == plot_results.extract(source.read_text()), (
+            f"{path.name} differs from what {data['source']} holds; python3 bench/plot_results.py extract ...")
+    shown = "".join(p.read_text() for p in (ROOT / "docs").rglob("*.md"))
+    for svg in (ROOT / "docs" / "img").glob("*.svg"):
+        assert f"img/{svg.name}" in shown, f"docs/img/{svg.name} is on no page"
