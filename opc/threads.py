@@ -18,7 +18,7 @@ case of `import torch` then `import opc`, so opc stays quiet there; where it wil
 one thread and the load average says every core is already busy, it warns once, in one line, what
 to do (on a busy machine the spin made a 256 matmul's median 65-100x slower,
 bench/results/2026-12-03-busy.txt).
-bench/bench_threads.py measures the policies; README, Speed, has the figures.
+bench/bench_threads.py measures the policies; docs/performance.md, Threads, says how; bench/results/ has the figures.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ tests written for that module run against each mutant (`pytest -x`: the first
 failure kills it). A mutant is killed when the tests fail or time out, survives
 when they pass; "incompetent" ones (the module no longer imports) and the known
 equivalent mutants in EQUIVALENT are left out of the score. Prints one table row
-per module, the README's table. Sessions go to --out (default mutation-out/), where
+per module (the last scores: bench/results/2026-12-03-readme-records.md). Sessions go to --out (default mutation-out/), where
 `cr-report --show-output mutation-out/rules.sqlite` lists every mutant and its diff.
 """
 

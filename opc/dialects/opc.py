@@ -1398,7 +1398,7 @@ class CastGradOp(OpcOp):
 
 @irdl_op_definition
 class FusedGemmEpilogueGradOp(OpcOp):
-    """`%dx, %dy, %dbias = opc.fused_gemm_epilogue_grad %x, %y, %reserve, %dout {activation_grad = "relu_grad"} : (...) -> (...)`
+    """`%dx, %dy, %dbias = opc.fused_gemm_epilogue_grad %x, %y, %reserve, %dout {activation_grad = "relu_grad"} : (tensor<4x8xf32>, tensor<8x5xf32>, tensor<4x5xf32>, tensor<4x5xf32>) -> (tensor<4x8xf32>, tensor<8x5xf32>, tensor<5xf32>)`
 
     dZ = dout * act'(reserve_space); dx, dy through the trans flags; dbias = sum of dZ over rows.
     """
@@ -2533,7 +2533,7 @@ class AttentionOp(OpcOp):
 
 @irdl_op_definition
 class AttentionGradOp(OpcOp):
-    """`%dq, %dk, %dv = opc.attention_grad %q, %k, %v, %out, %lse, %dout, %mask {scale = 0.125 : f64} : (...) -> (...)`
+    """`%dq, %dk, %dv = opc.attention_grad %q, %k, %v, %out, %lse, %dout, %mask {scale = 0.125 : f64} : (tensor<2x8x16xf32>, tensor<2x6x16xf32>, tensor<2x6x4xf32>, tensor<2x8x4xf32>, tensor<2x8xf32>, tensor<2x8x4xf32>, tensor<8x6xf32>) -> (tensor<2x8x16xf32>, tensor<2x6x16xf32>, tensor<2x6x4xf32>)`
 
     Fed by attention's out and lse: p = exp(s - lse), dv = p^T dout, dp = dout v^T,
     ds = p * (dp - rowsum(dout * out)), dq = ds k * scale, dk = ds^T q * scale.

@@ -757,6 +757,7 @@ class CompiledFunction:
                 f"or pass {name}.detach() to drop the gradient")
 
     def __call__(self, *args, **kwargs):
+        """Run the function: arguments by position or by their MLIR names; one array, or a tuple of several."""
         if kwargs:
             args = self.by_name(args, kwargs)
         if len(args) != len(self.in_spec):
