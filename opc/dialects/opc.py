@@ -272,6 +272,8 @@ class OpcOp(IRDLOperation, abc.ABC):
     KERNELS: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     """The built-in targets with a dedicated kernel (a lowering) for the op; the others run it by its
     invoke or composite rule."""
+    DTYPE_OPERAND: ClassVar[int] = 0
+    """The operand whose element type picks a device's kernel for the op."""
 
 
 class UnaryElementwiseOp(OpcOp, abc.ABC):
@@ -532,6 +534,7 @@ class SelectOp(OpcOp):
     """`%r = opc.select %c, %a, %b : (tensor<4xi1>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>`"""
 
     name = "opc.select"
+    DTYPE_OPERAND: ClassVar[int] = 1  # its values, not the condition
     cond = operand_def(TensorType)
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)

@@ -50,13 +50,10 @@ def external_symbol(op: Operation) -> str | None:
     return mark.data if isinstance(mark, StringAttr) else None
 
 
-DTYPE_OPERAND = {"opc.select": 1}
-"""Which operand's element type picks the kernel where it is not the first (select: its values, not the condition)."""
-
-
 def instance_dtype(op: Operation) -> str:
-    """The dtype a kernel is chosen by: the element type of the first operand (of the result, without one)."""
-    value = op.operands[DTYPE_OPERAND.get(op.name, 0)] if op.operands else op.results[0]
+    """The dtype a kernel is chosen by: the element type of the op's DTYPE_OPERAND (the first operand
+    but for select's values; the result, without operands)."""
+    value = op.operands[getattr(op, "DTYPE_OPERAND", 0)] if op.operands else op.results[0]
     return mlir_name(value.type.element_type)  # type: ignore[attr-defined]
 
 
