@@ -16,8 +16,8 @@ Gradients (--grad, f64 programs): the directional derivative <grad, v> of L = su
 against central finite differences at two step sizes (a point where they disagree is not smooth
 there and is skipped, counted), and value_and_grad against f and f_grad.
 
-    python tests/fuzz_programs.py --count 2000 [--seed 0] [--grad]    # a long run
-    python tests/fuzz_programs.py --seed 0 --index 17 --show          # one program and its check
+    python tests/support/fuzz_programs.py --count 2000 [--seed 0] [--grad]    # a long run
+    python tests/support/fuzz_programs.py --seed 0 --index 17 --show          # one program and its check
 """
 
 from __future__ import annotations
