@@ -12,6 +12,7 @@ from opc.lowering.c_text import c_symbol  # noqa: F401  (re-exported: the emitte
 KERNEL_STATUS = 2  # what an entry point returns when a device kernel failed (1: out of memory)
 KERNEL_MESSAGE_FN = "opc_kernel_message"
 SET_THREADS_FN = "opc_set_num_threads"  # every CPU module's setter of its thread count (opc/threads.py)
+OOM_FN = "opc_oom_size"  # a CPU module's size of the calling thread's last failed allocation (bytes)
 
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
 # own, so that no user function can collide with a runtime helper (opc_*).

@@ -35,7 +35,15 @@ import numpy as np
 
 from opc.dtypes import numpy_dtype
 from opc.errors import OpcError
-from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, SET_THREADS_FN, FunctionSignature, c_symbol
+from opc.lowering.abi import (
+    ENTRY_PREFIX,
+    KERNEL_MESSAGE_FN,
+    KERNEL_STATUS,
+    OOM_FN,
+    SET_THREADS_FN,
+    FunctionSignature,
+    c_symbol,
+)
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
 # or FP exception flags) but let loops with selects and sqrt vectorize.
@@ -485,15 +493,28 @@ def status_cdef(signatures: list[FunctionSignature]) -> str:
 RUNTIME_ERRORS: dict[str, type[Exception]] = {"IndexError": IndexError, "ValueError": ValueError}
 
 
-def status_error(sig: FunctionSignature, status: int, detail=None) -> Exception:  # noqa: ANN001
+def byte_size(n: int) -> str:
+    """n bytes as people read them: `17179869184 bytes (16.0 GiB)`."""
+    for i, unit in reversed(list(enumerate(("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"), 1))):
+        if n >= 1 << (10 * i):
+            return f"{n} bytes ({n / (1 << (10 * i)):.1f} {unit})"
+    return f"{n} bytes"
+
+
+def status_error(sig: FunctionSignature, status: int, detail=None, oom=None) -> Exception:  # noqa: ANN001
     """The exception a nonzero status stands for (runtime/opc_status.h): < 0 a failed run-time
-    check, named by sig.errors and given the offending value by `detail()`; 1 out of memory."""
+    check, named by sig.errors and given the offending value by `detail()`; 1 out of memory,
+    of the size `oom()` says (the allocation that failed)."""
     if status < 0 and -status <= len(sig.errors):
         kind, message = sig.errors[-status - 1]
         value = detail() if detail is not None else "?"
         return RUNTIME_ERRORS.get(kind, RuntimeError)(f"{sig.name}(): {message.format(value=value)}")
     if status < 0:
         return RuntimeError(f"{sig.name}(): run-time check {-status} failed")
+    size = oom() if oom is not None else 0
+    if size > 0:
+        return MemoryError(f"{sig.name}(): out of memory: {byte_size(size)} for intermediate buffers could not be "
+                           "allocated")
     return MemoryError(f"{sig.name}(): out of memory for intermediate buffers")
 
 
@@ -535,6 +556,8 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
         cdef += f"\nconst char *{KERNEL_MESSAGE_FN}(void);"
     if f"{SET_THREADS_FN}(int n)" in source:
         cdef += f"\nvoid {SET_THREADS_FN}(int);"
+    if f"int64_t {OOM_FN}(void)" in source:
+        cdef += f"\nint64_t {OOM_FN}(void);"
     if "int opc_profile(int on)" in source:
         from opc.lowering.c_emitter import PROFILE_CDEF
 
@@ -665,8 +688,10 @@ def storage_view(a: np.ndarray) -> np.ndarray:
 class CompiledFunction:
     """A compiled function: checks its arguments, allocates its results."""
 
-    def __init__(self, ffi, cfunc, sig: FunctionSignature, kernel_message=None, detail=None):  # noqa: ANN001
+    def __init__(self, ffi, cfunc, sig: FunctionSignature, kernel_message=None, detail=None,  # noqa: ANN001
+                 oom=None):  # noqa: ANN001
         self.ffi, self.cfunc, self.sig = ffi, cfunc, sig
+        self.oom = oom  # the module's opc_oom_size: the bytes of the calling thread's last failed allocation
         self.kernel_message = kernel_message  # the module's last device-kernel error, if it calls any
         self.detail = detail  # the module's opc_error_value, where it has run-time checks
         self.__name__ = sig.name
@@ -797,10 +822,13 @@ class CompiledFunction:
                 ptrs.append(self.pointer(i, a))
         outs = []
         empty = self.empty
-        for shape, dtype, ctype, storage in self.out_c:
-            out = empty(shape, dtype)
-            outs.append(out)
-            ptrs.append(from_buffer(ctype, out if storage is None else out.view(storage), require_writable=True))
+        try:
+            for shape, dtype, ctype, storage in self.out_c:
+                out = empty(shape, dtype)
+                outs.append(out)
+                ptrs.append(from_buffer(ctype, out if storage is None else out.view(storage), require_writable=True))
+        except MemoryError:
+            raise self.result_memory_error(len(outs)) from None
         status = self.cfunc(*ptrs)
         if status != 0:
             raise self.error(status)
@@ -833,7 +861,14 @@ class CompiledFunction:
         if status == KERNEL_STATUS and self.kernel_message is not None:
             message = self.ffi.string(self.kernel_message()).decode(errors="replace")
             return RuntimeError(f"{self.sig.name}(): {message}")
-        return status_error(self.sig, status, self.detail)
+        return status_error(self.sig, status, self.detail, self.oom)
+
+    def result_memory_error(self, i: int) -> MemoryError:
+        """Result #i could not be allocated (the results already allocated are dropped with the call)."""
+        shape, dtype, _, _ = self.out_c[i]
+        n = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        return MemoryError(f"{self.sig.name}(): out of memory: result #{i} ({dtype}{list(shape)}, {byte_size(n)}) "
+                           "could not be allocated")
 
     def __repr__(self) -> str:
         return f"<opc function {self.sig.name}>"
@@ -902,6 +937,7 @@ def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, Comp
         profile_at_exit(ext)
     message = getattr(ext.lib, KERNEL_MESSAGE_FN, None)
     detail = getattr(ext.lib, "opc_error_value", None)
-    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message, detail)
-            for s in signatures}
+    oom = getattr(ext.lib, OOM_FN, None)
+    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message, detail,
+                                     oom) for s in signatures}
 

@@ -36,7 +36,7 @@ from opc.dialects.opc_loops import (
     function_errors,
 )
 from opc.dtypes import numpy_name
-from opc.lowering.abi import ENTRY_PREFIX, SET_THREADS_FN, FunctionSignature
+from opc.lowering.abi import ENTRY_PREFIX, OOM_FN, SET_THREADS_FN, FunctionSignature
 from opc.lowering.c_call_emission import KERNEL_HOST, CallEmission
 from opc.lowering.c_expressions import (
     ARENA_ALIGN,
@@ -62,14 +62,20 @@ from opc.lowering.c_text import c_comment, c_identifier, c_string, c_symbol
 # (32 MB), so an arena malloc'd and freed per call was mmapped afresh each time and every page of
 # it faulted in again (16,000 faults, a third of the call). Per thread, so that calls from
 # several threads do not share it; a module's entry points run one at a time on a thread.
+# A failed allocation (the arena, an intermediate of its own) records its size in opc_oom_bytes
+# and returns status 1: the binding raises MemoryError naming the size (abi.OOM_FN). The arena
+# is then empty, so the thread's next call allocates afresh.
 ARENA_SUPPORT = f"""static __thread char *opc_arena_buf = NULL;
 static __thread size_t opc_arena_cap = 0;
+static __thread int64_t opc_oom_bytes = 0;
+int64_t {OOM_FN}(void) {{ return opc_oom_bytes; }}
 static char *opc_arena_get(size_t n) {{
   if (opc_arena_cap >= n) return opc_arena_buf;
   free(opc_arena_buf);
   opc_arena_cap = 0;
   opc_arena_buf = (char *)aligned_alloc({ARENA_ALIGN}, n);
   if (opc_arena_buf) opc_arena_cap = n;
+  else opc_oom_bytes = (int64_t)n;
   return opc_arena_buf;
 }}
 """
