@@ -101,6 +101,24 @@ def test_hostile_names_in_cuda_source(hostile_module, tmp_path) -> None:
             assert n not in cuda, repr(n)
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH (it builds the CUDA simulation)")
+def test_hostile_function_names_cuda_on_the_simulator(hostile_module, tmp_path) -> None:
+    """The CUDA module of the same functions built (g++, tests/cuda_sim.h) and run: NumPy's numbers."""
+    from cuda_simulator import simulated
+
+    from opc.api import lower, prepare
+    from opc.frontend import load_module
+    from opc.lowering.cuda_emitter import emit_cuda
+
+    src, _ = hostile_module
+    cu, sigs = emit_cuda(lower(prepare(load_module(src), "cuda", False), "cuda"))
+    m = simulated(cu, sigs, str(tmp_path), "names")
+    a, b = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+    c = a.astype(np.float64) * b
+    for n in HOSTILE:
+        np.testing.assert_allclose(m[n](a, b), c - c.sum(), rtol=1e-6, err_msg=repr(n))
+
+
 def test_onnx_names_and_doc_strings() -> None:
     """Graph, node, tensor and initializer names and doc strings from the grid: imported, compiled, run."""
     onnx = pytest.importorskip("onnx")
