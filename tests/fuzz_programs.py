@@ -682,14 +682,17 @@ def run_batch(progs: list[Program], grad: bool, decompose: str | None, seed: int
 
     try:
         module = compile_batch(progs, grad, decompose)
-    except OpcError:  # find the program(s) the compiler rejects, report them, check the others
-        good = []
+    except Exception:  # noqa: BLE001 - find the program(s) the compiler rejects or crashes on, report them,
+        good = []      # check the others
         for p in progs:
             try:
                 compile_batch([p], grad, decompose)
                 good.append(p)
             except OpcError as one:
                 report.defects.append(f"{p.name}: does not compile: {one}")
+            except Exception as crash:  # noqa: BLE001 - an internal compiler error (issue 38: the scheduler's)
+                report.defects.append(f"{p.name}: internal compiler error: {type(crash).__name__}: {crash}"
+                                      f" (decompose={decompose})")
         if len(good) == len(progs):
             raise
         progs = good
