@@ -25,9 +25,8 @@ import numpy as np
 
 @dataclass
 class Variant:
-    function: Any  # the compiled function
+    call: Any  # the compiled function with the weights (its last arguments, our own arrays) bound
     bound: dict[str, np.ndarray]  # inputs whose values were compiled in
-    params: list[np.ndarray]  # the weights, in argument order
     layouts: list[Any]  # each output's layout: how to regroup the results into sequences (lists.regroup)
 
 
@@ -55,18 +54,18 @@ class OnnxModel:
 
     def feeds(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         if len(args) > len(self.input_names):
-            raise ValueError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
-                             f"got {len(args)}")
+            raise TypeError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
+                            f"got {len(args)}")
         feeds = dict(zip(self.input_names, args))
         for name, value in kwargs.items():
             if name not in self.input_names:
-                raise ValueError(f"the model has no input '{name}' (inputs: {', '.join(self.input_names)})")
+                raise TypeError(f"the model has no input '{name}' (inputs: {', '.join(self.input_names)})")
             if name in feeds:
-                raise ValueError(f"input '{name}' is given twice")
+                raise TypeError(f"input '{name}' is given twice")
             feeds[name] = value
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
-            raise ValueError(f"input '{missing[0]}' is missing")
+            raise TypeError(f"input '{missing[0]}' is missing")
         return {n: self.list_input(n, feeds[n]) if n in self.list_inputs else np.asarray(feeds[n])
                 for n in self.input_names}
 
@@ -152,8 +151,9 @@ class OnnxModel:
                                              self.where, layouts=layouts)
         (f,) = list(module.ops)
         compiled = compile(module, target=self.target, cache_dir=self.cache_dir)
-        return Variant(compiled[f.sym_name.data], {n: feeds[n].copy() for n in bound}, list(params.values()),
-                       layouts)
+        # the weights are the import's own arrays, never the caller's: bound once, not checked per call
+        call = compiled[f.sym_name.data].with_last(list(params.values()))
+        return Variant(call, {n: feeds[n].copy() for n in bound}, layouts)
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The outputs: arrays; lists of arrays for sequences, None for an empty optional."""
@@ -162,7 +162,7 @@ class OnnxModel:
         feeds = self.feeds(args, kwargs)
         self.check(feeds)
         v = self.variant(feeds)
-        out = v.function(*[a for n, x in feeds.items() if n not in v.bound for a in flatten(x)], *v.params)
+        out = v.call(*[a for n, x in feeds.items() if n not in v.bound for a in flatten(x)])
         return regroup(v.layouts, list(out) if isinstance(out, tuple) else [out])
 
 

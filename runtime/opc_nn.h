@@ -142,14 +142,44 @@ OPC_NN_INLINE int opc_nn_conv_fwd_kernel(const opc_cv_geom *q) {
     return cf ? 1 : 0;
 }
 
+/* A conv with at most OPC_NN_FEW_POSITIONS outputs per channel (a small image's last layers):
+ * y [o, P] = w [o, c * kvol] @ col [c * kvol, P] has too few columns for the GEMM's tiles, and
+ * packing w (several MB in ResNet's last layers) would cost more than the product, so it runs
+ * transposed, y^T = col^T w^T, whose few rows take the GEMM's few-rows kernel: w read once, in
+ * place. col is the im2col matrix (x itself for a 1x1 stride-1 conv); col^T and y^T are small
+ * copies. 1 when it ran, 0 when it does not apply or its scratch cannot be had. */
+#define OPC_NN_FEW_POSITIONS 8
+OPC_NN_INLINE int opc_nn_conv_few(const float *x, const float *w, float *y, const opc_cv_geom *q) {
+    const int64_t P = q->ovol, CK = q->c * q->kvol, O = q->o;
+    if (!(q->g == 1 && P <= OPC_NN_FEW_POSITIONS)) return 0;
+    const int direct = opc_cv_pointwise(q);
+    float *xt = (float *)malloc(sizeof(float) * P * (CK + O + (direct ? 0 : CK)));
+    if (!xt) return 0;
+    float *yt = xt + P * CK, *col = yt + P * O;
+    for (int64_t n = 0; n < q->n; n++) {
+        const float *xn = x + n * q->c * q->ivol;
+        float *yn = y + n * O * P;
+        if (!direct) opc_nn_cv_im2col_s(xn, col, P, q);
+        const float *cn = direct ? xn : col;
+        for (int64_t r = 0; r < CK; r++)
+            for (int64_t p = 0; p < P; p++) xt[p * CK + r] = cn[r * P + p];
+        opc_rt_gemm_f32(1, P, O, CK, xt, 0, 0, w, 0, 1, NULL, 0, yt, NULL);
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t p = 0; p < P; p++) yn[o * P + p] = yt[p * O + o];
+    }
+    free(xt);
+    return 1;
+}
+
 /* The fast f32 route of conv `op` (0: conv, 1: input grad, 2: filter grad; opc_nn_conv_fast.h) where it
  * applies and its scratch could be allocated: 1 when it ran. a, b, r are f32 whenever it is called. */
 OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r, const opc_cv_geom *q) {
     const float *fa = (const float *)a, *fb = (const float *)b;
     float *fr = (float *)r;
-    if (opc_cf_dw_applies(q))
+    if (opc_cf_dw_applies(q, op == 0))
         return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
                         : op == 1 ? opc_cf_dw_data(fa, fb, fr, q) : opc_cf_dw_filter(fa, fb, fr, q)) == 0;
+    if (op == 0 && opc_nn_conv_few(fa, fb, fr, q)) return 1;
     if (op == 0 && opc_nn_conv_fwd_kernel(q) == 2) return opc_cw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q, NULL, NULL) == 0;
     if (!opc_cf_applies(q)) return 0;
     return (op == 0 ? opc_cf_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q, NULL, NULL)
@@ -161,7 +191,7 @@ OPC_NN_INLINE int opc_nn_conv_fast_epilogue(const void *x, const void *w, const 
                                             void *z, const opc_cv_geom *q) {
     const float *fx = (const float *)x, *fw = (const float *)w, *fb = (const float *)b;
     float *fy = (float *)y, *fz = (float *)z;
-    if (opc_cf_dw_applies(q)) return opc_cf_dw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
+    if (opc_cf_dw_applies(q, 1)) return opc_cf_dw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
     const int kernel = opc_nn_conv_fwd_kernel(q);
     return kernel == 1 ? opc_cf_conv(fx, fw, fb, (int)act, fy, fz, q, NULL, NULL) == 0
                        : kernel == 2 && opc_cw_conv(fx, fw, fb, (int)act, fy, fz, q, NULL, NULL) == 0;
@@ -173,7 +203,7 @@ OPC_NN_INLINE int opc_nn_conv_fast_ep(const void *x, const void *w, void *y, con
                                       void *ep_ctx) {
     const float *fx = (const float *)x, *fw = (const float *)w;
     float *fy = (float *)y;
-    if (opc_cf_dw_applies(q)) return 0;
+    if (opc_cf_dw_applies(q, 1)) return 0;
     const int kernel = opc_nn_conv_fwd_kernel(q);
     return kernel == 1 ? opc_cf_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0
                        : kernel == 2 && opc_cw_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0;

@@ -103,31 +103,38 @@ static inline opc_cf_plan opc_cf_plan_make(int64_t groups, int64_t cin, int64_t 
     return p;
 }
 
-/* xp [cin, PV] (+ NR zeros) of one group's channels src [cin, in]: xp[i] = src[i - pb] inside src, else 0. */
+/* xp [PV] of one channel src [in]: xp[i] = src[i - pb] inside src, else 0. */
+static void opc_cf_pad_channel(const float *s, float *dst, const opc_cf_plan *p) {
+    /* the columns of P2 that come from src: a = first, b = end */
+    int64_t a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2];
+    if (b > p->P[2]) b = p->P[2];
+    if (b < a) b = a;
+    for (int64_t i0 = 0; i0 < p->P[0]; i0++) {
+        const int64_t s0 = i0 - p->pb[0];
+        for (int64_t i1 = 0; i1 < p->P[1]; i1++) {
+            const int64_t s1 = i1 - p->pb[1];
+            float *row = dst + (i0 * p->P[1] + i1) * p->P[2];
+            if (s0 < 0 || s0 >= p->in[0] || s1 < 0 || s1 >= p->in[1]) {
+                memset(row, 0, sizeof(float) * p->P[2]);
+                continue;
+            }
+            memset(row, 0, sizeof(float) * a);
+            memcpy(row + a, s + (s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2], sizeof(float) * (b - a));
+            memset(row + b, 0, sizeof(float) * (p->P[2] - b));
+        }
+    }
+}
+
+/* xp [cin, PV] (+ NR zeros) of one group's channels src [cin, in]: xp[i] = src[i - pb] inside src, else 0.
+ * The parallel loop only where it pays: an OpenMP region costs its call even when its `if` is false,
+ * and the depthwise kernels pad one small plane at a time. */
 static void opc_cf_pad(const float *src, float *xp, const opc_cf_plan *p) {
     const int64_t ivol = p->in[0] * p->in[1] * p->in[2];
-    _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(p->cin, p->cin * p->PV, 8192)) if (p->cin * p->PV >= 65536) num_threads(opc_num_threads())")
-    for (int64_t c = 0; c < p->cin; c++) {
-        float *dst = xp + c * p->PV;
-        const float *s = src + c * ivol;
-        /* the columns of P2 that come from src: a = first, b = end */
-        int64_t a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2];
-        if (b > p->P[2]) b = p->P[2];
-        if (b < a) b = a;
-        for (int64_t i0 = 0; i0 < p->P[0]; i0++) {
-            const int64_t s0 = i0 - p->pb[0];
-            for (int64_t i1 = 0; i1 < p->P[1]; i1++) {
-                const int64_t s1 = i1 - p->pb[1];
-                float *row = dst + (i0 * p->P[1] + i1) * p->P[2];
-                if (s0 < 0 || s0 >= p->in[0] || s1 < 0 || s1 >= p->in[1]) {
-                    memset(row, 0, sizeof(float) * p->P[2]);
-                    continue;
-                }
-                memset(row, 0, sizeof(float) * a);
-                memcpy(row + a, s + (s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2], sizeof(float) * (b - a));
-                memset(row + b, 0, sizeof(float) * (p->P[2] - b));
-            }
-        }
+    if (p->cin * p->PV >= 65536) {
+        _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(p->cin, p->cin * p->PV, 8192)) num_threads(opc_num_threads())")
+        for (int64_t c = 0; c < p->cin; c++) opc_cf_pad_channel(src + c * ivol, xp + c * p->PV, p);
+    } else {
+        for (int64_t c = 0; c < p->cin; c++) opc_cf_pad_channel(src + c * ivol, xp + c * p->PV, p);
     }
     memset(xp + p->cin * p->PV, 0, sizeof(float) * OPC_CF_NR);
 }
@@ -514,13 +521,162 @@ static int opc_cf_dw_run(const float *src, const float *wk, float *dst, float *p
     return failed ? -1 : 0;
 }
 
-/* Whether conv q is depthwise with every stride 1 (the depthwise kernels' case). */
-static inline int opc_cf_dw_applies(const opc_cv_geom *q) {
-    return q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1 && q->cg == 1 && q->og == 1;
+#if OPC_CF_V == 16
+#define OPC_CF_IOTA {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+#define OPC_CF_EVEN {0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31}
+#else
+#define OPC_CF_IOTA {0, 1, 2, 3, 4, 5, 6, 7}
+#define OPC_CF_EVEN {0, 2, 4, 6, 9, 11, 13, 15}
+#endif
+
+/* The V floats src[j * s], j < V; reads src[0 .. (V - 1) s] only (stride 2: two loads, the second
+ * ending on the last element, and a shuffle of their even positions). */
+static inline void opc_cf_strided(const float *src, int64_t s, opc_cf_vec *v) {
+    if (s == 1) {
+        *v = *(const opc_cf_uvec *)src;
+        return;
+    }
+#if defined(__GNUC__) && !defined(__clang__)
+    if (s == 2) {
+        const opc_cf_vec lo = *(const opc_cf_uvec *)src, hi = *(const opc_cf_uvec *)(src + OPC_CF_V - 1);
+        *v = __builtin_shuffle(lo, hi, (opc_cf_ivec)OPC_CF_EVEN);
+        return;
+    }
+#endif
+    for (int j = 0; j < OPC_CF_V; j++) (*v)[j] = src[j * s];
+}
+
+/* The padded dims P of a depthwise conv's planes: they cover the last output's last tap, any stride. */
+static inline opc_cf_plan opc_cf_dw_plan(const opc_cv_geom *q) {
+    opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
+    p.PV = 1;
+    for (int i = 0; i < 3; i++) {
+        p.P[i] = (q->out[i] - 1) * q->s[i] + q->d[i] * (q->k[i] - 1) + 1;
+        p.PV *= p.P[i];
+    }
+    return p;
+}
+
+/* y (and pre, or NULL) at output j of a channel: act(acc + b), acc + b. */
+static inline void opc_cf_dw_put(float *y, float *pre, int64_t j, float acc, float b, int act) {
+    const float v = acc + b;
+    if (pre) pre[j] = v;
+    y[j] = act == OPC_CF_ACT_NONE ? v : act == OPC_CF_ACT_RELU ? (v > 0.0f ? v : 0.0f) : opc_cf_act(v, act);
+}
+
+/* A strided depthwise conv over rows of at least V outputs (MobileNet's stride-2 layers on large
+ * images), forward only: per plane, the padded copy in a per-thread buffer, then per output row V
+ * outputs at a time, each tap one vector FMA on the row's strided inputs (opc_cf_strided: two loads
+ * and a shuffle for stride 2), the row's last vector shifted back to end at the row's end (its
+ * overlap recomputed, to the same values). Each output is one sum over the taps in order, zeros of
+ * the padding included, as in opc_cf_dw_run. -1: out of memory. */
+static int opc_cf_dws_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
+                          const opc_cv_geom *q) {
+    const opc_cf_plan p = opc_cf_dw_plan(q);
+    const int64_t planes = q->n * q->g, ovol = q->ovol, kvol = q->kvol, s2 = q->s[2];
+    int failed = 0;
+    _Pragma("omp parallel if (planes * ovol * kvol >= 32768) num_threads(opc_num_threads())")
+    {
+        float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p.PV + OPC_CF_NR));
+        if (!xp) {
+            _Pragma("omp atomic write")
+            failed = 1;
+        }
+        _Pragma("omp for schedule(dynamic, opc_par_chunk(planes, planes, 1))")
+        for (int64_t pl = 0; pl < planes; pl++) {
+            if (!xp) continue;
+            const int64_t ch = pl % q->g;
+            const float *w = wk + ch * kvol;
+            const float b = bias ? bias[ch] : 0.0f;
+            float *y = dst + pl * ovol, *z = pre ? pre + pl * ovol : NULL;
+            opc_cf_pad_channel(src + pl * q->ivol, xp, &p);
+            for (int64_t o0 = 0; o0 < q->out[0]; o0++)
+                for (int64_t o1 = 0; o1 < q->out[1]; o1++) {
+                    const int64_t yo = (o0 * q->out[1] + o1) * q->out[2];
+                    const float *row = xp + (o0 * q->s[0] * p.P[1] + o1 * q->s[1]) * p.P[2];
+                    for (int64_t c = 0; c < q->out[2]; c += OPC_CF_V) {
+                        const int64_t c0 = c + OPC_CF_V <= q->out[2] ? c : q->out[2] - OPC_CF_V;
+                        opc_cf_vec a = (opc_cf_vec){0}, v;
+                        int64_t k = 0;
+                        for (int64_t t0 = 0; t0 < q->k[0]; t0++)
+                            for (int64_t t1 = 0; t1 < q->k[1]; t1++)
+                                for (int64_t t2 = 0; t2 < q->k[2]; t2++, k++) {
+                                    opc_cf_strided(row + (t0 * q->d[0] * p.P[1] + t1 * q->d[1]) * p.P[2] +
+                                                   c0 * s2 + t2 * q->d[2], s2, &v);
+                                    a += w[k] * v;
+                                }
+                        for (int j = 0; j < OPC_CF_V; j++) opc_cf_dw_put(y, z, yo + c0 + j, a[j], b, act);
+                    }
+                }
+        }
+    }
+    return failed ? -1 : 0;
+}
+
+/* A depthwise conv on planes whose rows are narrower than a vector (7x7 and 14x14 images, any
+ * stride), forward only, channels last, as onnxruntime's NCHWc kernels: per image, the padded input
+ * transposed to xt [P][Cr] (Cr: channels rounded up to vectors, zeros beyond) and the taps to
+ * wt [kvol][Cr], then each output position is V channels at a time, one vector FMA per tap, into
+ * yt [ovol][Cr], transposed back with bias and act on the way. The same sums in the same order as
+ * opc_cf_dw_run: taps in order, the padding's zeros included. -1: out of memory. */
+static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
+                          const opc_cv_geom *q) {
+    const opc_cf_plan p = opc_cf_dw_plan(q);
+    const int64_t C = q->g, Cr = (C + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V, kvol = q->kvol, ovol = q->ovol;
+    float *xt = (float *)malloc(sizeof(float) * Cr * (p.PV + kvol + ovol));
+    if (!xt) return -1;
+    float *wt = xt + Cr * p.PV, *yt = wt + Cr * kvol;
+    for (int64_t k = 0; k < kvol; k++)
+        for (int64_t c = 0; c < Cr; c++) wt[k * Cr + c] = c < C ? wk[c * kvol + k] : 0.0f;
+    const int par = q->ovol * Cr * kvol >= 32768;
+    for (int64_t n = 0; n < q->n; n++) {
+        const float *xn = src + n * C * q->ivol;
+        memset(xt, 0, sizeof(float) * Cr * p.PV);
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i0 = 0; i0 < q->in[0]; i0++)
+                for (int64_t i1 = 0; i1 < q->in[1]; i1++)
+                    for (int64_t i2 = 0; i2 < q->in[2]; i2++) {
+                        const int64_t a0 = i0 + q->p[0], a1 = i1 + q->p[1], a2 = i2 + q->p[2];
+                        if (a0 < p.P[0] && a1 < p.P[1] && a2 < p.P[2])
+                            xt[((a0 * p.P[1] + a1) * p.P[2] + a2) * Cr + c] =
+                                xn[c * q->ivol + (i0 * q->in[1] + i1) * q->in[2] + i2];
+                    }
+        _Pragma("omp parallel for schedule(static) if (par) num_threads(opc_num_threads())")
+        for (int64_t o = 0; o < ovol; o++) {
+            const int64_t o2 = o % q->out[2], o1 = o / q->out[2] % q->out[1], o0 = o / (q->out[1] * q->out[2]);
+            const int64_t base = (o0 * q->s[0] * p.P[1] + o1 * q->s[1]) * p.P[2] + o2 * q->s[2];
+            for (int64_t c = 0; c < Cr; c += OPC_CF_V) {
+                opc_cf_vec a = (opc_cf_vec){0};
+                int64_t k = 0;
+                for (int64_t t0 = 0; t0 < q->k[0]; t0++)
+                    for (int64_t t1 = 0; t1 < q->k[1]; t1++)
+                        for (int64_t t2 = 0; t2 < q->k[2]; t2++, k++) {
+                            const int64_t at = base + (t0 * q->d[0] * p.P[1] + t1 * q->d[1]) * p.P[2] + t2 * q->d[2];
+                            a += *(const opc_cf_uvec *)(wt + k * Cr + c) * *(const opc_cf_uvec *)(xt + at * Cr + c);
+                        }
+                *(opc_cf_uvec *)(yt + o * Cr + c) = a;
+            }
+        }
+        float *yn = dst + n * C * ovol, *zn = pre ? pre + n * C * ovol : NULL;
+        for (int64_t c = 0; c < C; c++) {
+            const float b = bias ? bias[c] : 0.0f;
+            for (int64_t o = 0; o < ovol; o++) opc_cf_dw_put(yn + c * ovol, zn ? zn + c * ovol : NULL, o, yt[o * Cr + c], b, act);
+        }
+    }
+    free(xt);
+    return 0;
+}
+
+/* Whether conv q is depthwise (one input and one output channel per group); `any_stride` 0: with
+ * every stride 1 too (the gradients' kernels' case), 1: any strides (the forward's). */
+static inline int opc_cf_dw_applies(const opc_cv_geom *q, int any_stride) {
+    return (any_stride || (q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1)) && q->cg == 1 && q->og == 1;
 }
 
 static int opc_cf_dw_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
                           const opc_cv_geom *q) {
+    if (q->out[2] < OPC_CF_V) return opc_cf_dwc_run(x, w, y, z, bias, act, q);
+    if (!(q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1)) return opc_cf_dws_run(x, w, y, z, bias, act, q);
     const opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
     return opc_cf_dw_run(x, w, y, z, q->n, bias, act, &p);
 }
@@ -591,31 +747,6 @@ static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const op
 }
 
 /* ---- max_pool (f32): OPC_CF_V outputs of a row at a time -------------------------------------- */
-
-#if OPC_CF_V == 16
-#define OPC_CF_IOTA {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
-#define OPC_CF_EVEN {0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31}
-#else
-#define OPC_CF_IOTA {0, 1, 2, 3, 4, 5, 6, 7}
-#define OPC_CF_EVEN {0, 2, 4, 6, 9, 11, 13, 15}
-#endif
-
-/* The V floats src[j * s], j < V; reads src[0 .. (V - 1) s] only (stride 2: two loads, the second
- * ending on the last element, and a shuffle of their even positions). */
-static inline void opc_cf_strided(const float *src, int64_t s, opc_cf_vec *v) {
-    if (s == 1) {
-        *v = *(const opc_cf_uvec *)src;
-        return;
-    }
-#if defined(__GNUC__) && !defined(__clang__)
-    if (s == 2) {
-        const opc_cf_vec lo = *(const opc_cf_uvec *)src, hi = *(const opc_cf_uvec *)(src + OPC_CF_V - 1);
-        *v = __builtin_shuffle(lo, hi, (opc_cf_ivec)OPC_CF_EVEN);
-        return;
-    }
-#endif
-    for (int j = 0; j < OPC_CF_V; j++) (*v)[j] = src[j * s];
-}
 
 /* max_pool's outputs [a, b) of row (o0, o1) of plane x (b - a >= V; every tap along the row inside
  * the plane, so no index is checked along it): y[o2], idx[o2] = ibase + the maximum's index in the

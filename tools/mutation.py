@@ -44,11 +44,13 @@ class Module:
 MODULES = {
     "rules": Module("opc/ops/vjp_rules.py", "tests/autodiff/test_grad_primitives.py tests/autodiff/test_grad_semantics.py "
                     "tests/autodiff/test_grad_higher_order.py tests/autodiff/test_nn_grad.py tests/lowering/test_edge_values.py"),
+    "elementwise": Module("opc/ops/elementwise.py", "tests/autodiff/test_grad_primitives.py tests/lowering/test_cpu_ops.py "
+                          "tests/lowering/test_math_unary.py tests/lowering/test_edge_values.py tests/ops/test_integer_ops.py"),
     "decompose": Module("opc/ops/decompositions.py", "tests/ops/test_decompose.py tests/lowering/test_nn_ops.py"),
     "scalars": Module("opc/lowering/scalars.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_edge_values.py"),
     "c-tables": Module("opc/lowering/c_expressions.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_compare_nan.py "
                        "tests/lowering/test_edge_values.py", ),  # the expression tables and their renderers
-    "converters": Module("opc/onnx_import/converters.py", "tests/frontend/test_onnx_import.py"),
+    "converters": Module("opc/onnx_import/tensor.py", "tests/frontend/test_onnx_import.py"),
 }
 
 # cosmic-ray operators left out: bit operations, shifts, modulo, floor division and power
@@ -63,11 +65,11 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "rsqrt's 1 as a double for f32 (or a float for f64): 1/sqrtf(x) divided in double and rounded to "
         "float is the correctly rounded float quotient (double rounding is innocuous for division), and 1.0f "
         "promotes exactly to double",
-    ("opc/ops/vjp_rules.py", "return _extremum(e, op, douts[ -1], o.GreaterThanOp)  # type: ignore[arg-type]"):
+    ("opc/ops/elementwise.py", "return _extremum(e, op, douts[ -1], o.GreaterThanOp)  # type: ignore[arg-type]"):
         "maximum has one result: douts[-1] is douts[0]",
-    ("opc/ops/vjp_rules.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
+    ("opc/ops/elementwise.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
         "minimum has one result: douts[-1] is douts[0]",
-    ("opc/onnx_import/converters.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
+    ("opc/onnx_import/tensor.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
                                       'node.axis(node.attr("axis"), rank)))]'):
         "Concat of one input: args[-1] is args[0]",
     ("opc/lowering/c_expressions.py", 'return n * {"double": 8, "float": 4, "uint16_t": 2, "int64_t": 9, "uint64_t": 8, '

@@ -8,7 +8,7 @@ Primitives
   compare (-> i1):             greater_than less_than equal
   select:                      select %cond, %a, %b
   unary:                       neg exp log tanh erf sqrt rsqrt abs relu gelu
-                               floor ceil round sin cos tan asin acos atan sinh cosh asinh acosh atanh
+                               floor ceil round sin cos tan asin acos atan sinh cosh asinh acosh atanh log1p
   cast {dtype = T}, bitcast {dtype = T} (same width), full {value}, broadcast_to, reshape, transpose {perm},
   reduce_sum / reduce_max / reduce_min / reduce_mean {axes, keepdim},
   matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
@@ -259,10 +259,19 @@ ACTIVATION_GRADS = ("none", "relu_grad", "gelu_grad")
 
 
 class OpcOp(IRDLOperation, abc.ABC):
-    """Common options: properties live in the attr-dict of the custom form."""
+    """Common options: properties live in the attr-dict of the custom form.
+
+    KIND and KERNELS are the op's row of the registry that only the definition can say
+    (opc/ops/registry.py builds the rest from the rules): its kind, as Paddle's ops.yaml,
+    fused_ops.yaml and backward.yaml say, and the built-in targets with a kernel for it."""
 
     irdl_options = (ParsePropInAttrDict(),)
     traits = traits_def(Pure())
+    KIND: ClassVar[str] = "primitive"
+    """primitive | fused | grad"""
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+    """The built-in targets with a dedicated kernel (a lowering) for the op; the others run it by its
+    invoke or composite rule."""
 
 
 class UnaryElementwiseOp(OpcOp, abc.ABC):
@@ -695,6 +704,13 @@ class AtanhOp(UnaryElementwiseOp):
     """`%r = opc.atanh %a : (tensor<4xf32>) -> tensor<4xf32>`"""
 
     name = "opc.atanh"
+
+
+@irdl_op_definition
+class Log1pOp(UnaryElementwiseOp):
+    """`%r = opc.log1p %a : (tensor<4xf32>) -> tensor<4xf32>` (log(1 + x), accurate where x is near 0)"""
+
+    name = "opc.log1p"
 
 
 @irdl_op_definition
@@ -1143,6 +1159,7 @@ class FusedGemmEpilogueOp(OpcOp):
     """
 
     name = "opc.fused_gemm_epilogue"
+    KIND: ClassVar[str] = "fused"
     x = operand_def(TensorType)
     y = operand_def(TensorType)
     bias = operand_def(TensorType)
@@ -1214,6 +1231,7 @@ class SoftmaxOp(AxisOp):
     """`%r = opc.softmax %a {axis = -1} : (tensor<4x3xf32>) -> tensor<4x3xf32>` (max-subtracted)"""
 
     name = "opc.softmax"
+    KIND: ClassVar[str] = "fused"
 
 
 @irdl_op_definition
@@ -1221,6 +1239,7 @@ class LogSoftmaxOp(AxisOp):
     """`%r = opc.log_softmax %a {axis = 1} : (tensor<4x3xf32>) -> tensor<4x3xf32>` (x - max - log(sum(exp(x - max))))"""
 
     name = "opc.log_softmax"
+    KIND: ClassVar[str] = "fused"
 
 
 class BeginNormAxis:
@@ -1260,6 +1279,7 @@ class LayerNormOp(OpcOp, BeginNormAxis):
     """
 
     name = "opc.layer_norm"
+    KIND: ClassVar[str] = "fused"
     x = operand_def(TensorType)
     scale = operand_def(TensorType)
     bias = operand_def(TensorType)
@@ -1324,6 +1344,7 @@ class SoftmaxCrossEntropyOp(OpcOp, AxisAttr):
     """
 
     name = "opc.softmax_cross_entropy"
+    KIND: ClassVar[str] = "fused"
     AXIS_OF: ClassVar[str] = "logits"
     logits = operand_def(TensorType)
     label = operand_def(TensorType)
@@ -1358,6 +1379,8 @@ class CastGradOp(OpcOp):
     """
 
     name = "opc.cast_grad"
+    KIND: ClassVar[str] = "grad"
+    KERNELS: ClassVar[tuple[str, ...]] = ()  # realised by invoking cast (Paddle's cast_grad kernels never ran)
     x = operand_def(TensorType)
     dout = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1381,6 +1404,7 @@ class FusedGemmEpilogueGradOp(OpcOp):
     """
 
     name = "opc.fused_gemm_epilogue_grad"
+    KIND: ClassVar[str] = "grad"
     x = operand_def(TensorType)
     y = operand_def(TensorType)
     # [reserve_space, dout] or [dout]: one variadic tail keeps the custom form
@@ -1455,6 +1479,7 @@ class ReluGradOp(ActivationGradOp):
     """`%dx = opc.relu_grad %x, %dout : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>` (dout where x > 0)"""
 
     name = "opc.relu_grad"
+    KIND: ClassVar[str] = "grad"
 
 
 @irdl_op_definition
@@ -1462,6 +1487,7 @@ class GeluGradOp(ActivationGradOp):
     """`%dx = opc.gelu_grad %x, %dout {approximate = true} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>`"""
 
     name = "opc.gelu_grad"
+    KIND: ClassVar[str] = "grad"
     approximate = bool_prop(True)
 
     def __init__(self, x: SSAValue | Operation, dout: SSAValue | Operation, approximate: bool = True):
@@ -1496,6 +1522,7 @@ class SoftmaxGradOp(AxisGradOp):
     """
 
     name = "opc.softmax_grad"
+    KIND: ClassVar[str] = "grad"
 
 
 @irdl_op_definition
@@ -1506,6 +1533,7 @@ class LogSoftmaxGradOp(AxisGradOp):
     """
 
     name = "opc.log_softmax_grad"
+    KIND: ClassVar[str] = "grad"
 
 
 @irdl_op_definition
@@ -1518,6 +1546,7 @@ class LayerNormGradOp(OpcOp, BeginNormAxis):
     """
 
     name = "opc.layer_norm_grad"
+    KIND: ClassVar[str] = "grad"
     x = operand_def(TensorType)
     scale = operand_def(TensorType)
     mean = operand_def(TensorType)
@@ -1559,6 +1588,7 @@ class SoftmaxCrossEntropyGradOp(OpcOp, AxisAttr):
     """
 
     name = "opc.softmax_cross_entropy_grad"
+    KIND: ClassVar[str] = "grad"
     AXIS_OF: ClassVar[str] = "softmax"
     label = operand_def(TensorType)
     softmax = operand_def(TensorType)
@@ -1586,6 +1616,7 @@ class SliceGradOp(OpcOp, SliceAttrs):
     """
 
     name = "opc.slice_grad"
+    KIND: ClassVar[str] = "grad"
     x = operand_def(TensorType)
     dout = operand_def(TensorType)
     result = result_def(TensorType)
@@ -1615,6 +1646,7 @@ class GatherGradOp(OpcOp, AxisAttr):
     """
 
     name = "opc.gather_grad"
+    KIND: ClassVar[str] = "grad"
     x = operand_def(TensorType)
     indices = operand_def(TensorType)
     dout = operand_def(TensorType)
@@ -1807,6 +1839,7 @@ class ConvOp(ConvBase):
     """
 
     name = "opc.conv"
+    KIND: ClassVar[str] = "fused"
 
     @staticmethod
     def of(x: SSAValue | Operation, w: SSAValue | Operation, strides: Sequence[int] | None = None,
@@ -1832,6 +1865,7 @@ class ConvTransposeOp(ConvBase):
     """
 
     name = "opc.conv_transpose"
+    KIND: ClassVar[str] = "fused"
     output_padding = opt_prop_def(DenseArrayBase)
 
     @staticmethod
@@ -1890,6 +1924,7 @@ class ConvGradInputOp(ConvBase):
     """
 
     name = "opc.conv_grad_input"
+    KIND: ClassVar[str] = "grad"
 
     def geometry(self) -> ConvGeometry:
         return self.geometry_for(self.result.type.get_shape(), self.rhs.type.get_shape(), "dx")  # type: ignore[attr-defined]
@@ -1910,6 +1945,7 @@ class ConvGradFilterOp(ConvBase):
     """
 
     name = "opc.conv_grad_filter"
+    KIND: ClassVar[str] = "grad"
 
     def geometry(self) -> ConvGeometry:
         return self.geometry_for(self.lhs.type.get_shape(), self.result.type.get_shape())  # type: ignore[attr-defined]
@@ -1931,6 +1967,8 @@ class FusedConvEpilogueOp(OpcOp, ConvAttrs):
     """
 
     name = "opc.fused_conv_epilogue"
+    KIND: ClassVar[str] = "fused"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # cuda runs it by its composite rule
     x = operand_def(TensorType)
     w = operand_def(TensorType)
     bias = operand_def(TensorType)
@@ -2089,6 +2127,7 @@ class MaxPoolOp(PoolOp):
     """
 
     name = "opc.max_pool"
+    KIND: ClassVar[str] = "fused"
     x = operand_def(TensorType)
     y = result_def(TensorType)
     indices = result_def(TensorType)
@@ -2118,6 +2157,7 @@ class AvgPoolOp(PoolOp):
     """
 
     name = "opc.avg_pool"
+    KIND: ClassVar[str] = "fused"
     x = operand_def(TensorType)
     y = result_def(TensorType)
     count_include_pad = bool_prop(False)
@@ -2152,6 +2192,7 @@ class MaxPoolGradOp(PoolOp):
     """
 
     name = "opc.max_pool_grad"
+    KIND: ClassVar[str] = "grad"
     x = operand_def(TensorType)
     indices = operand_def(TensorType)
     dout = operand_def(TensorType)
@@ -2180,6 +2221,7 @@ class AvgPoolGradOp(PoolOp):
     """
 
     name = "opc.avg_pool_grad"
+    KIND: ClassVar[str] = "grad"
     x = operand_def(TensorType)
     dout = operand_def(TensorType)
     dx = result_def(TensorType)
@@ -2233,6 +2275,8 @@ class BatchNormOp(OpcOp):
     """
 
     name = "opc.batch_norm"
+    KIND: ClassVar[str] = "fused"
+    KERNELS: ClassVar[tuple[str, ...]] = ()  # run by its composite rule
     x = operand_def(TensorType)
     scale = operand_def(TensorType)
     bias = operand_def(TensorType)
@@ -2284,6 +2328,8 @@ class BatchNormGradOp(OpcOp):
     """
 
     name = "opc.batch_norm_grad"
+    KIND: ClassVar[str] = "grad"
+    KERNELS: ClassVar[tuple[str, ...]] = ()  # run by its composite rule
     x = operand_def(TensorType)
     scale = operand_def(TensorType)
     saved_mean = operand_def(TensorType)
@@ -2356,6 +2402,8 @@ class InstanceNormOp(GroupedNormOp):
     """`%y, %m, %r = opc.instance_norm %x, %scale, %bias {epsilon = 1.0e-05 : f64} : (tensor<2x3x5xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x5xf32>, tensor<2x3xf32>, tensor<2x3xf32>)`"""
 
     name = "opc.instance_norm"
+    KIND: ClassVar[str] = "fused"
+    KERNELS: ClassVar[tuple[str, ...]] = ()  # run by its composite rule (layer_norm rows)
 
     def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, bias: SSAValue | Operation,
                  epsilon: float = 1e-5):
@@ -2372,6 +2420,8 @@ class GroupNormOp(GroupedNormOp):
     """`%y, %m, %r = opc.group_norm %x, %scale, %bias {num_groups = 2} : (tensor<2x4x5xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x5xf32>, tensor<2x2xf32>, tensor<2x2xf32>)`"""
 
     name = "opc.group_norm"
+    KIND: ClassVar[str] = "fused"
+    KERNELS: ClassVar[tuple[str, ...]] = ()  # run by its composite rule (layer_norm rows)
     num_groups = int_prop(1)
 
     def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, bias: SSAValue | Operation,
@@ -2452,6 +2502,7 @@ class AttentionOp(OpcOp):
     """
 
     name = "opc.attention"
+    KIND: ClassVar[str] = "fused"
     q = operand_def(TensorType)
     k = operand_def(TensorType)
     v = operand_def(TensorType)
@@ -2489,6 +2540,7 @@ class AttentionGradOp(OpcOp):
     """
 
     name = "opc.attention_grad"
+    KIND: ClassVar[str] = "grad"
     q = operand_def(TensorType)
     k = operand_def(TensorType)
     v = operand_def(TensorType)
@@ -2526,21 +2578,19 @@ class AttentionGradOp(OpcOp):
 
 Opc = Dialect(
     "opc",
+    # The registry (and `opc explain`) lists the ops in this order: primitives, fused, grad ops.
     [
-        AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp,
-        BitwiseAndOp, BitwiseOrOp, BitwiseXorOp, ShiftLeftOp, ShiftRightOp, BitwiseNotOp,
-        GreaterThanOp, LessThanOp, EqualOp, SelectOp,
-        NegOp, ExpOp, LogOp, TanhOp, ErfOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp,
-        FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp, CoshOp, AsinhOp, AcoshOp, AtanhOp,
-        CastOp, BitcastOp, FullOp, BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp,
-        ReduceMinOp, ReduceMeanOp, SigmoidOp, SliceOp, ConcatOp, GatherOp,
-        FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp, SoftmaxCrossEntropyOp,
-        CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
-        SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, SliceGradOp, GatherGradOp,
-        ConvOp, ConvTransposeOp, ConvGradInputOp, ConvGradFilterOp, FusedConvEpilogueOp,
-        MaxPoolOp, AvgPoolOp, MaxPoolGradOp, AvgPoolGradOp,
-        BatchNormOp, BatchNormGradOp, InstanceNormOp, GroupNormOp,
-        AttentionOp, AttentionGradOp,
+        AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp, BitwiseAndOp, BitwiseOrOp, BitwiseXorOp,
+        BitwiseNotOp, ShiftLeftOp, ShiftRightOp, GreaterThanOp, LessThanOp, EqualOp, SelectOp, NegOp, ExpOp,
+        LogOp, TanhOp, ErfOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
+        CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
+        BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
+        SigmoidOp, SliceOp, ConcatOp, GatherOp, FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
+        SoftmaxCrossEntropyOp, ConvOp, FusedConvEpilogueOp, ConvTransposeOp, MaxPoolOp, AvgPoolOp, BatchNormOp,
+        InstanceNormOp, GroupNormOp, AttentionOp, CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
+        SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, ConvGradInputOp,
+        ConvGradFilterOp, AttentionGradOp, BatchNormGradOp, SliceGradOp, GatherGradOp, MaxPoolGradOp,
+        AvgPoolGradOp,
     ],  # fmt: skip
     [],
 )

@@ -232,7 +232,7 @@ class Module(torch.nn.Module):
 
     def forward(self, *inputs: torch.Tensor):
         if len(inputs) != len(self.inputs):
-            raise ValueError(f"forward() takes {len(self.inputs)} input(s) ({', '.join(self.inputs)}), "
+            raise TypeError(f"forward() takes {len(self.inputs)} input(s) ({', '.join(self.inputs)}), "
                              f"got {len(inputs)}")
         given = dict(zip(self.inputs, inputs))
         return self.function(*[given[n] if n in given else getattr(self, n) for n in self.arguments])

@@ -34,7 +34,7 @@ from types import ModuleType
 import numpy as np
 
 from opc.dtypes import numpy_dtype
-from opc.errors import OpcError
+from opc.errors import BuildError, InputError, InternalError
 from opc.lowering.abi import (
     ENTRY_PREFIX,
     KERNEL_MESSAGE_FN,
@@ -57,7 +57,7 @@ def runtime_dir() -> Path:
     for candidate in (here / "_runtime", here.parent / "runtime"):
         if (candidate / "opc_runtime.h").is_file():
             return candidate
-    raise OpcError("error: opc's runtime headers (opc_runtime.h) were not found next to the package")
+    raise BuildError("opc's runtime headers (opc_runtime.h) were not found next to the package")
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -122,8 +122,19 @@ def intact(target: Path) -> bool:
         return False
 
 
-def cache_write_error(cache: Path, err: OSError) -> OpcError:
-    return OpcError(f"error: cannot write to the compile cache '{cache}': {err.strerror or err}")
+def cache_write_error(cache: Path, err: OSError) -> BuildError:
+    return BuildError(f"cannot write to the compile cache '{cache}': {err.strerror or err}")
+
+
+def require_compiler() -> None:
+    """BuildError unless the C compiler opc runs ($CC, else gcc) is there: a build needs one."""
+    import shutil
+
+    cc = os.environ.get("CC", "gcc")
+    if shutil.which(cc) is None:
+        how = f"$CC is {cc!r}: point it at an installed compiler" if "CC" in os.environ else \
+            "install gcc (apt install gcc, dnf install gcc, conda install -c conda-forge gcc) or set $CC to one"
+        raise BuildError(f"opc needs a C compiler to build a module, and {cc!r} is not on PATH: {how}")
 
 
 @functools.cache
@@ -217,6 +228,10 @@ _NO_GRAD = {no_grad!r}  # gradient functions opc did not build, and why
 def __getattr__(name):
     if name in _NO_GRAD:
         raise AttributeError(f"{{name}}: opc built no such function: {{_NO_GRAD[name]}}")
+    for suffix, flag in (("_grad_grad", "--grad 2"), ("_value_and_grad", "--grad"), ("_grad", "--grad")):
+        if name.endswith(suffix) and name[:-len(suffix)] in __all__:
+            raise AttributeError(f"module {{__name__!r}} has no function {{name!r}}: compile with opc compile {{flag}} "
+                                 "to build it")
     raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
 '''
 
@@ -246,9 +261,39 @@ def sanitizing() -> bool:
     return os.environ.get("OPC_SANITIZE", "") not in ("", "0")
 
 
+def march() -> str:
+    """$OPC_MARCH: the CPUs a build is for. "native" (the default): this machine's, the fastest
+    code, which may not run on another machine; "portable": the compiler's baseline for the
+    architecture (any x86-64); else an -march value (x86-64-v3, skylake, ...)."""
+    return os.environ.get("OPC_MARCH", "").strip() or "native"
+
+
+def target_flags() -> tuple[str, ...]:
+    chosen = march()
+    if chosen == "native":
+        return native_flags()
+    if chosen == "portable":
+        return ("-mtune=generic",)
+    return arch_flags(chosen)
+
+
+@functools.cache
+def arch_flags(arch: str) -> tuple[str, ...]:
+    """-march=ARCH, once the compiler has taken it (a typo is bad input, not a bug in opc)."""
+    import subprocess
+
+    require_compiler()
+    probe = subprocess.run([os.environ.get("CC", "gcc"), f"-march={arch}", "-x", "c", "-c", "-o", os.devnull, "-"],
+                           input="int x;", capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        why = next((line for line in probe.stderr.splitlines() if "error" in line), probe.stderr.strip())
+        raise InputError(f"-march={arch}: the C compiler does not take it ({why.split('error: ')[-1]})")
+    return (f"-march={arch}",)
+
+
 def compile_flags() -> list[str]:
     """Flags of every C object opc builds: runtime objects, device kernels and modules."""
-    return BASE_FLAGS + list(native_flags()) + (SANITIZE_FLAGS if sanitizing() else [])
+    return BASE_FLAGS + list(target_flags()) + (SANITIZE_FLAGS if sanitizing() else [])
 
 
 def module_flags() -> list[str]:
@@ -274,7 +319,7 @@ def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, .
                str(runtime_dir() / f"{lib}.c"), "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise OpcError(f"error: building opc's runtime {lib} failed:\n{first_lines(proc.stderr)}")
+            raise BuildError(f"building opc's runtime {lib} failed:\n{first_lines(proc.stderr)}")
         return out
 
     return built_once(cache / f"{lib}{variant}-{key}.o", lib, build)
@@ -421,15 +466,15 @@ def keep_failed(cache: Path, name: str, files: dict[str, str]) -> Path | None:
     return kept
 
 
-def build_failure(compiler: str, log: str, kept: Path | None) -> OpcError:
+def build_failure(compiler: str, log: str, kept: Path | None) -> BuildError | InternalError:
     if "No space left on device" in log or "Disk quota exceeded" in log:
-        return OpcError(f"error: {compiler} could not write its output: the disk of the compile cache is full "
-                        f"({kept.parent.parent if kept else 'see OPC_CACHE_DIR'})")
+        return BuildError(f"{compiler} could not write its output: the disk of the compile cache is full "
+                          f"({kept.parent.parent if kept else 'see OPC_CACHE_DIR'})")
     if kept is None:
-        return OpcError(f"error: {compiler} failed on the generated code; this is a bug in opc: please report it "
-                        f"(the source could not be kept)\n{first_lines(log)}")
-    return OpcError(f"error: {compiler} failed on the generated code; this is a bug in opc: please report it with "
-                    f"the source kept in {kept}\n{first_lines(log)}")
+        return InternalError(f"{compiler} failed on the generated code; this is a bug in opc: please report it "
+                             f"(the source could not be kept)\n{first_lines(log)}")
+    return InternalError(f"{compiler} failed on the generated code; this is a bug in opc: please report it with "
+                         f"the source kept in {kept}\n{first_lines(log)}")
 
 
 # ---------------------------------------------------------------------------
@@ -566,6 +611,7 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     target = extension_path(cache, name)
     if intact(target):
         return name, target
+    require_compiler()
     ffi = cffi.FFI()
     ffi.cdef(cdef)
     objects = runtime_objects(source, cache)
@@ -811,15 +857,38 @@ class CompiledFunction:
         if len(args) != len(self.in_spec):
             sig = self.sig
             names = ", ".join(n for n, _, _ in sig.inputs)
-            raise ValueError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
+            raise TypeError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
+        return self.run(self.pointers(args))
+
+    def pointers(self, args: Sequence, first: int = 0) -> list:
+        """The C arguments of args, the arguments from index `first` on."""
         from_buffer = self.ffi.from_buffer
         ptrs = []
-        for i, a, (ctype, want, shape, storage) in zip(self.in_range, args, self.in_spec):
+        for i, a, (ctype, want, shape, storage) in zip(self.in_range[first:], args, self.in_spec[first:]):
             if type(a) is np.ndarray and a.dtype == want and a.shape == shape and storage is None \
                     and a.flags.c_contiguous:
                 ptrs.append(from_buffer(ctype, a))  # the common case inline: a call costs a few us in all
             else:
                 ptrs.append(self.pointer(i, a))
+        return ptrs
+
+    def with_last(self, last: Sequence) -> Callable:
+        """f(*first) = self(*first, *last), `last` checked and made into C pointers once: for arrays
+        that stay the same from call to call (a loaded model's weights), which then cost nothing per
+        call. The pointers keep the arrays alive; changing them in place is seen by later calls."""
+        n_first = len(self.in_spec) - len(last)
+        fixed = self.pointers(last, n_first)
+
+        def call(*first):  # noqa: ANN002, ANN202
+            if len(first) != n_first:
+                return self(*first, *last)  # the full call's message
+            return self.run(self.pointers(first) + fixed)
+
+        return call
+
+    def run(self, ptrs: list):  # noqa: ANN201
+        """Allocate the results, call the C function on ptrs and them, return them."""
+        from_buffer = self.ffi.from_buffer
         outs = []
         empty = self.empty
         try:
@@ -852,7 +921,7 @@ class CompiledFunction:
             bound[i] = value
         missing = [repr(n) for i, n in enumerate(names) if i not in bound]
         if missing:
-            raise ValueError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): "
+            raise TypeError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): "
                              f"missing argument(s) {', '.join(missing)}")
         return tuple(bound[i] for i in range(len(names)))
 
@@ -905,18 +974,27 @@ class CompiledModule:
         self.arrays = kind
 
     def __getattr__(self, name: str):
-        why = self.__dict__.get("no_grad", {}).get(name)
-        if why is not None:
-            raise AttributeError(f"{name}: opc built no such function: {why}")
-        raise AttributeError(f"opc module has no function {name!r} (functions: "
-                             f"{', '.join(self.__dict__.get('_functions', {}))})")
+        raise AttributeError(self.missing(name))
 
     def __getitem__(self, name: str) -> CompiledFunction:
         """m["a.b"]: a function by its MLIR name, also where that is no Python identifier."""
         try:
             return self._functions[name]
         except KeyError:
-            raise KeyError(f"opc module has no function {name!r} (functions: {', '.join(self._functions)})") from None
+            raise KeyError(self.missing(name)) from None
+
+    def missing(self, name: str) -> str:
+        """Why the module has no function `name`: opc declined to build it, it is a gradient of
+        an order the module was not compiled for (then: the grad= that builds it), or no such name."""
+        why = self.__dict__.get("no_grad", {}).get(name)
+        if why is not None:
+            return f"{name}: opc built no such function: {why}"
+        functions = self.__dict__.get("_functions", {})
+        for suffix, grad, flag in (("_grad_grad", "grad=2", "--grad 2"), ("_value_and_grad", "grad=True", "--grad"),
+                                   ("_grad", "grad=True", "--grad")):
+            if name.endswith(suffix) and name.removesuffix(suffix) in functions:
+                return f"opc module has no function {name!r}: compile with {grad} to build it (opc compile {flag})"
+        return f"opc module has no function {name!r} (functions: {', '.join(functions)})"
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._functions))

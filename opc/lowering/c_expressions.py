@@ -29,6 +29,9 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
+from opc.dialects.opc import BinaryElementwiseOp
+from opc.ops.registry import ELEMENTWISE
+
 
 class Renderer(Protocol):
     """What an expression's renderer asks of the emitter: a value's C name, a math function's."""
@@ -313,6 +316,12 @@ EXPRESSIONS = {
     math.SinhOp: libm("sinh"), math.CoshOp: libm("cosh"),
     math.AsinhOp: libm("asinh"), math.AcoshOp: libm("acosh"), math.AtanhOp: libm("atanh"),
 }  # fmt: skip
+# Any other float function an elementwise op registers (opc/ops/elementwise.py) is libm's function
+# of the math dialect's name for it (math.log1p: log1p, log1pf), so adding one needs no row here.
+for _op, _rule in ELEMENTWISE.items():
+    if _rule.float_op is not None and _rule.float_op not in EXPRESSIONS:
+        _nargs = 2 if issubclass(_op, BinaryElementwiseOp) else 1
+        EXPRESSIONS[_rule.float_op] = libm(_rule.float_op.name.removeprefix("math."), _nargs)
 
 
 # ---------------------------------------------------------------------------

@@ -38,9 +38,9 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects import opc
-from opc.dialects.kinds import INLINABLE, is_splat_constant, numel, shape_of
+from opc.dialects.kinds import ELEMENTWISE, INLINABLE, is_splat_constant, numel, shape_of
 from opc.dialects.opc_loops import ExternalCallOp
-from opc.errors import OpcError
+from opc.errors import UnsupportedError
 from opc.lowering import nn_lowering as nn
 from opc.lowering.gemm_lowering import GemmLowering
 from opc.lowering.pointwise_lowering import PointwiseLowering
@@ -48,6 +48,7 @@ from opc.lowering.reduction_lowering import ReductionLowering
 from opc.lowering.row_kernel_lowering import ROW_BUFFER_BYTES, RowKernelLowering
 from opc.lowering.scalars import (
     Emitter,
+    has_scalar_rule,
     memref_of,
 )
 from opc.targets.device_kernels import external_symbol, kernel_attributes
@@ -249,7 +250,20 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         elif type(op) in nn.LOWERINGS:
             nn.LOWERINGS[type(op)](self, op)
         else:
-            raise OpcError(f"error: no lowering to loops for '{op.name}'")
+            raise UnsupportedError(f"no lowering to loops for '{op.name}'")
+
+
+OWN_LOWERINGS = (opc.ReduceOp, opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp, opc.ReshapeOp)
+"""The ops `lower_op` lowers by a method of its own (besides INLINABLE and nn.LOWERINGS)."""
+
+
+def lowers(op: type[Operation]) -> bool:
+    """Whether `lower_op` has a lowering for ops of this class (tests/ops/test_op_checklist.py asks):
+    an elementwise op through its scalar rule, the others through their own method or nn.LOWERINGS.
+    The CUDA backend lowers through the same pass."""
+    if issubclass(op, ELEMENTWISE):
+        return has_scalar_rule(op)
+    return issubclass(op, (*INLINABLE, *OWN_LOWERINGS)) or op in nn.LOWERINGS
 
 
 @dataclass(frozen=True)

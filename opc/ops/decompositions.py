@@ -1,7 +1,9 @@
 """The invoke and composite rules: one pattern per op, rewriting it into other opc
-ops (which may be rewritten further). `PATTERNS` is the one list of which ops have a
-rule; the registry derives its `composite` column from it, opc-decompose drives the
-patterns, and autodiff differentiates a grad op through its rule (`expand`).
+ops (which may be rewritten further), each registered for its op class where it is
+written (`@decomposition(o.ReluOp)`; an invoke rule names the forward call it stands
+for, as backward.yaml does). The registry derives its `composite` and `invoke` columns
+from these, opc-decompose drives the patterns, and autodiff differentiates a grad op
+through its rule (`expand`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from xdsl.rewriter import InsertPoint
 
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder, narrow, wide
+from opc.ops.registration import REWRITES, decomposition
 from opc.ops.vjp_rules import (
     attention_probs,
     attention_score_grad,
@@ -70,6 +73,7 @@ class RulePattern(RewritePattern):
 # ---------------------------------------------------------------------------
 
 
+@decomposition(o.CastGradOp, invoke="cast(dout, x.dtype)")
 class CastGradInvokePattern(RulePattern):
     """cast_grad(x, dout) -> cast(dout, x.dtype) (backward.yaml: invoke)."""
 
@@ -84,6 +88,7 @@ class CastGradInvokePattern(RulePattern):
 # ---------------------------------------------------------------------------
 
 
+@decomposition(o.FusedGemmEpilogueGradOp)
 class FusedGemmEpilogueGradPattern(RulePattern):
     """dZ = dout | relu_grad(Z, dout) | gelu_grad(Z, dout); dX, dY by matmul trans
     flags (SPEC.md table, no explicit transposes); dbias = reduce_sum(dZ, [0])."""
@@ -104,6 +109,7 @@ class FusedGemmEpilogueGradPattern(RulePattern):
         return [dx, dy, e.reduce_sum(dz, [0])]
 
 
+@decomposition(o.FusedGemmEpilogueOp)
 class FusedGemmEpilogueForwardPattern(RulePattern):
     """out = act(matmul(x, y) + bias); reserve_space = the pre-activation."""
 
@@ -118,6 +124,7 @@ class FusedGemmEpilogueForwardPattern(RulePattern):
         return [out, z]
 
 
+@decomposition(o.ReluOp)
 class ReluPattern(RulePattern):
     """relu(x) -> maximum(x, 0)."""
 
@@ -127,6 +134,7 @@ class ReluPattern(RulePattern):
         return [e.value(o.MaximumOp(op.x, e.full(0.0, op.x)))]
 
 
+@decomposition(o.ReluGradOp)
 class ReluGradPattern(RulePattern):
     """relu_grad(x, dout) -> select(x > 0, dout, 0)."""
 
@@ -160,6 +168,7 @@ def gelu_erf_inner(e: OpBuilder, x: SSAValue) -> SSAValue:
     return e.value(o.ErfOp(e.scale(x, 1.0 / math.sqrt(2.0))))
 
 
+@decomposition(o.GeluOp)
 class GeluPattern(RulePattern):
     """tanh form 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))), erf form
     0.5 x (1 + erf(x / sqrt 2)); f16/bf16 computed in f32, like the kernel."""
@@ -173,6 +182,7 @@ class GeluPattern(RulePattern):
         return [narrow(e, out, op.x)]
 
 
+@decomposition(o.GeluGradOp)
 class GeluGradPattern(RulePattern):
     """dx = dout * gelu'(x):
     tanh form 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), 1 - t^2 from
@@ -231,6 +241,7 @@ def label_onehot(e: OpBuilder, label: SSAValue, classes: int, axis: int) -> SSAV
     return e.value(o.EqualOp(checked, along))
 
 
+@decomposition(o.SoftmaxOp)
 class SoftmaxPattern(RulePattern):
     """e = exp(x - max(x)); softmax = e / sum(e)."""
 
@@ -242,6 +253,7 @@ class SoftmaxPattern(RulePattern):
         return [narrow(e, e.div(ex, e.reduce_sum(ex, [axis], keepdim=True)), op.x)]
 
 
+@decomposition(o.LogSoftmaxOp)
 class LogSoftmaxPattern(RulePattern):
     """z = x - max(x); log_softmax = z - log(sum(exp(z)))."""
 
@@ -254,6 +266,7 @@ class LogSoftmaxPattern(RulePattern):
         return [narrow(e, e.sub(z, lse), op.x)]
 
 
+@decomposition(o.LayerNormOp)
 class LayerNormPattern(RulePattern):
     """mean = E[x], var = E[(x - mean)^2], rstd = rsqrt(var + eps) over the trailing dims;
     y = (x - mean) * rstd * scale + bias; mean and rstd reshaped to the leading shape."""
@@ -273,6 +286,7 @@ class LayerNormPattern(RulePattern):
         return [narrow(e, y, op.x), e.value(o.ReshapeOp(mean, lead)), e.value(o.ReshapeOp(rstd, lead))]  # type: ignore[arg-type]
 
 
+@decomposition(o.SoftmaxCrossEntropyOp)
 class SoftmaxCrossEntropyPattern(RulePattern):
     """z = x - max(x), s = sum(exp(z)): softmax = exp(z) / s, loss = -(z - log s)[label]."""
 
@@ -290,6 +304,7 @@ class SoftmaxCrossEntropyPattern(RulePattern):
         return [narrow(e, e.neg(picked), op.loss), narrow(e, e.div(ez, total), op.softmax)]
 
 
+@decomposition(o.SoftmaxGradOp)
 class SoftmaxGradPattern(RulePattern):
     """dx = out * (dout - sum(dout * out))."""
 
@@ -301,6 +316,7 @@ class SoftmaxGradPattern(RulePattern):
         return [narrow(e, e.mul(out, e.sub(dout, dot)), op.out)]
 
 
+@decomposition(o.LogSoftmaxGradOp)
 class LogSoftmaxGradPattern(RulePattern):
     """dx = dout - exp(out) * sum(dout)."""
 
@@ -312,6 +328,7 @@ class LogSoftmaxGradPattern(RulePattern):
         return [narrow(e, e.sub(dout, e.mul(e.value(o.ExpOp(out)), total)), op.out)]
 
 
+@decomposition(o.LayerNormGradOp)
 class LayerNormGradPattern(RulePattern):
     """xhat = (x - mean) * rstd, g = dy * scale: dx = rstd * (g - E[g] - xhat * E[g * xhat]),
     dscale = sum(dy * xhat), dbias = sum(dy) over the leading dims."""
@@ -335,6 +352,7 @@ class LayerNormGradPattern(RulePattern):
         return [narrow(e, dx, op.x), narrow(e, dscale, op.scale), narrow(e, dbias, op.scale)]
 
 
+@decomposition(o.SoftmaxCrossEntropyGradOp)
 class SoftmaxCrossEntropyGradPattern(RulePattern):
     """dlogits = (softmax - onehot(label)) * dloss."""
 
@@ -353,6 +371,7 @@ class SoftmaxCrossEntropyGradPattern(RulePattern):
 # ---------------------------------------------------------------------------
 
 
+@decomposition(o.ConvGradInputOp, invoke="conv_transpose(dout, w)")
 class ConvGradInputInvokePattern(RulePattern):
     """conv_grad_input(dout, w) -> conv_transpose(dout, w) (backward.yaml: invoke), its
     output_padding the rows of dx that the strided conv never read (x's shape restored)."""
@@ -394,6 +413,7 @@ def conv_patches(e: OpBuilder, x: SSAValue, g: o.ConvGeometry) -> SSAValue:
     return stacked[0] if len(stacked) == 1 else e.value(o.ConcatOp(stacked, axis=2))
 
 
+@decomposition(o.ConvOp)
 class ConvPattern(RulePattern):
     """y = w [G, Og, Cg * kvol] @ patches [N, G, Cg * kvol, P] (a batched matmul), reshaped."""
 
@@ -409,6 +429,7 @@ class ConvPattern(RulePattern):
         return [narrow(e, y, op.result)]
 
 
+@decomposition(o.FusedConvEpilogueOp)
 class FusedConvEpiloguePattern(RulePattern):
     """out = act(conv(x, w) + bias reshaped to [O, 1, ...]); reserve_space = the pre-activation."""
 
@@ -426,6 +447,7 @@ class FusedConvEpiloguePattern(RulePattern):
         return [e.value(o.ReluOp(z) if act == "relu" else o.GeluOp(z, approximate=True)), z]
 
 
+@decomposition(o.ConvGradFilterOp)
 class ConvGradFilterPattern(RulePattern):
     """dw = dout [G, Og, N * P] @ patches [G, Cg * kvol, N * P]^T per group (transposes bring
     each group's images together), reshaped to w's shape."""
@@ -453,6 +475,7 @@ class ConvGradFilterPattern(RulePattern):
 # ---------------------------------------------------------------------------
 
 
+@decomposition(o.BatchNormOp)
 class BatchNormPattern(RulePattern):
     """inference: (x - mean) * rsqrt(var + eps) * scale + bias; training: the batch's mean and
     (biased) variance by reduce_mean, the running statistics blended by momentum."""
@@ -485,6 +508,7 @@ class BatchNormPattern(RulePattern):
         return [narrow(e, y, op.x), *running, *saved]
 
 
+@decomposition(o.BatchNormGradOp)
 class BatchNormGradPattern(RulePattern):
     """xhat = (x - mean) * rstd, g = dy * scale: dx = rstd * (g - E[g] - xhat * E[g * xhat]),
     dscale = sum(dy * xhat), dbias = sum(dy), over N and the spatial dims."""
@@ -504,6 +528,7 @@ class BatchNormGradPattern(RulePattern):
                 narrow(e, e.reduce_sum(dy, axes), op.scale)]
 
 
+@decomposition(o.InstanceNormOp, o.GroupNormOp)
 class GroupedNormPattern(RulePattern):
     """instance_norm / group_norm: x as [N * groups, rest] normalized by layer_norm (unit scale,
     zero bias), back to x's shape, then scale and bias per channel; mean and rstd as [N, groups]."""
@@ -524,6 +549,7 @@ class GroupedNormPattern(RulePattern):
                 e.value(o.ReshapeOp(ln.rstd, stats))]
 
 
+@decomposition(o.AttentionOp)
 class AttentionPattern(RulePattern):
     """s = q k^T * scale + mask (causal: -inf above the diagonal); m = max(s), l = sum(exp(s - m));
     out = (exp(s - m) / l) v, lse = m + log(l): the primitives of the written-out attention."""
@@ -541,6 +567,7 @@ class AttentionPattern(RulePattern):
         return [narrow(e, out, op.out), lse]
 
 
+@decomposition(o.AttentionGradOp)
 class AttentionGradPattern(RulePattern):
     """p = exp(s - lse); dv = p^T dout, ds = p * (dout v^T - rowsum(dout * out)),
     dq = ds k * scale, dk = ds^T q * scale."""
@@ -557,37 +584,7 @@ class AttentionGradPattern(RulePattern):
         return [narrow(e, dq, op.q), narrow(e, dk, op.k), narrow(e, dv, op.v)]
 
 
-PATTERNS: dict[str, type[RulePattern]] = {
-    "opc.cast_grad": CastGradInvokePattern,
-    "opc.fused_gemm_epilogue_grad": FusedGemmEpilogueGradPattern,
-    "opc.fused_gemm_epilogue": FusedGemmEpilogueForwardPattern,
-    "opc.relu": ReluPattern,
-    "opc.relu_grad": ReluGradPattern,
-    "opc.gelu": GeluPattern,
-    "opc.gelu_grad": GeluGradPattern,
-    "opc.softmax": SoftmaxPattern,
-    "opc.log_softmax": LogSoftmaxPattern,
-    "opc.layer_norm": LayerNormPattern,
-    "opc.softmax_cross_entropy": SoftmaxCrossEntropyPattern,
-    "opc.softmax_grad": SoftmaxGradPattern,
-    "opc.log_softmax_grad": LogSoftmaxGradPattern,
-    "opc.layer_norm_grad": LayerNormGradPattern,
-    "opc.attention": AttentionPattern,
-    "opc.attention_grad": AttentionGradPattern,
-    "opc.softmax_cross_entropy_grad": SoftmaxCrossEntropyGradPattern,
-    "opc.conv": ConvPattern,
-    "opc.fused_conv_epilogue": FusedConvEpiloguePattern,
-    "opc.conv_grad_input": ConvGradInputInvokePattern,
-    "opc.conv_grad_filter": ConvGradFilterPattern,
-    "opc.batch_norm": BatchNormPattern,
-    "opc.batch_norm_grad": BatchNormGradPattern,
-    "opc.instance_norm": GroupedNormPattern,
-    "opc.group_norm": GroupedNormPattern,
-}
-"""The rules, by op: the one source of which ops have an invoke or composite rule."""
-
-
 def expand(e: OpBuilder, op: Operation) -> Sequence[SSAValue]:
     """The values that op's rule computes for its results, the rule's ops
     emitted into `e` (op itself untouched); autodiff differentiates grad ops so."""
-    return PATTERNS[op.name](lambda _: True).build(e, op)
+    return REWRITES[type(op)].pattern(lambda _: True).build(e, op)

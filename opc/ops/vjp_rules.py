@@ -7,9 +7,10 @@ per operand, or `None` for an operand that gets no gradient (the condition of
 a select, say). Broadcasting operands get their gradient summed back to their
 own shape by `OpBuilder.unbroadcast`.
 
-Which op uses which rule is written in the registry (opc/ops/registry.py), not
-here: this file only says how. A grad op with an invoke or composite rule needs
-no rule here: the autodiff differentiates it through that rule.
+Each rule registers itself for its op class (`@vjp(o.ConvOp)`); the registry
+(opc/ops/registry.py) builds its vjp column from those. A grad op with an invoke or
+composite rule needs no rule: the autodiff differentiates it through that rule. The
+elementwise ops' rules are in opc/ops/elementwise.py.
 """
 
 from __future__ import annotations
@@ -23,272 +24,44 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder, narrow, wide
+from opc.ops.registration import THROUGH_RULE, not_differentiable, through_rule, vjp
 
 Grads = Sequence[SSAValue | None]
 
-THROUGH_RULE = "through its rule"
-"""In the registry's vjp column, and as a rule's answer for one instance: differentiate the op
-through its invoke or composite rule (the autodiff expands the rule and differentiates that).
-A grad op without a vjp of its own means the same."""
 
 
-def _result(op: Operation) -> SSAValue:
+def result_of(op: Operation) -> SSAValue:
     return op.results[0]
-
-
-# ---------------------------------------------------------------------------
-# Elementwise binaries
-# ---------------------------------------------------------------------------
-
-
-def vjp_add(e: OpBuilder, op: o.AddOp, douts: Grads) -> Grads:
-    (d,) = douts
-    return e.unbroadcast(d, op.lhs), e.unbroadcast(d, op.rhs)
-
-
-def vjp_sub(e: OpBuilder, op: o.SubOp, douts: Grads) -> Grads:
-    (d,) = douts
-    return e.unbroadcast(d, op.lhs), e.unbroadcast(e.neg(d), op.rhs)
-
-
-def vjp_mul(e: OpBuilder, op: o.MulOp, douts: Grads) -> Grads:
-    (d,) = douts
-    return e.unbroadcast(e.mul(d, op.rhs), op.lhs), e.unbroadcast(e.mul(d, op.lhs), op.rhs)
-
-
-def vjp_div(e: OpBuilder, op: o.DivOp, douts: Grads) -> Grads:
-    # out = a / b: da = d / b, db = -d * out / b
-    (d,) = douts
-    da = e.div(d, op.rhs)
-    db = e.neg(e.div(e.mul(d, _result(op)), op.rhs))
-    return e.unbroadcast(da, op.lhs), e.unbroadcast(db, op.rhs)
-
-
-def _extremum(e: OpBuilder, op: o.MaximumOp | o.MinimumOp, d: SSAValue, wins: type[Operation]) -> Grads:
-    # Ties split the gradient evenly between the operands, as PyTorch does.
-    a, b = op.lhs, op.rhs
-    ta, tb = clip_input(op, a, b), clip_input(op, b, a)  # what the tests may read instead
-    zero, half = e.full(0.0, d), e.scale(d, 0.5)
-    tie = e.value(o.EqualOp(ta, tb))
-    da = e.select(e.value(wins(ta, tb)), d, e.select(tie, half, zero))
-    db = e.select(e.value(wins(tb, ta)), d, e.select(tie, half, zero))
-    return e.unbroadcast(da, a), e.unbroadcast(db, b)
-
-
-def splat_value(v: SSAValue) -> float | None:
-    """The value of a constant whose elements are all one float (opc.full, a splat arith.constant)."""
-    owner = v.owner
-    if isinstance(owner, o.FullOp):
-        return owner.value.value.data
-    if (isinstance(owner, arith.ConstantOp) and isinstance(owner.value, DenseIntOrFPElementsAttr)
-            and len(owner.value) > 0 and owner.value.is_splat()):
-        value = owner.value.get_values()[0]
-        return float(value) if isinstance(value, float) else None
-    return None
-
-
-def clip_input(op: o.MaximumOp | o.MinimumOp, v: SSAValue, bound: SSAValue) -> SSAValue:
-    """A clip, min(max(x, lo), hi) with constants lo < hi (or max(min(x, hi), lo)): the outer op's
-    comparisons of max(x, lo) with hi give the same answers read on x (NaN included), so its vjp
-    reads x and the inner op's result, no longer needed by the backward, fuses with the outer op
-    instead of being stored. Otherwise v itself."""
-    inner = v.owner
-    outer_bound = splat_value(bound)
-    if outer_bound is None or type(inner) not in (o.MaximumOp, o.MinimumOp) or type(inner) is type(op):
-        return v
-    assert isinstance(inner, (o.MaximumOp, o.MinimumOp))
-    for x, c in ((inner.lhs, inner.rhs), (inner.rhs, inner.lhs)):
-        inner_bound = splat_value(c)
-        if x.type != v.type or inner_bound is None:
-            continue
-        if (inner_bound < outer_bound) if isinstance(op, o.MinimumOp) else (inner_bound > outer_bound):
-            return x
-    return v
-
-
-def vjp_maximum(e: OpBuilder, op: o.MaximumOp, douts: Grads) -> Grads:
-    return _extremum(e, op, douts[0], o.GreaterThanOp)  # type: ignore[arg-type]
-
-
-def vjp_minimum(e: OpBuilder, op: o.MinimumOp, douts: Grads) -> Grads:
-    return _extremum(e, op, douts[0], o.LessThanOp)  # type: ignore[arg-type]
-
-
-def vjp_pow(e: OpBuilder, op: o.PowOp, douts: Grads) -> Grads:
-    # out = a ** b: da = d * b * a ** (b - 1), db = d * out * log(a). At a base of 0 these
-    # are 0 * inf or log(0) = -inf; PyTorch masks exactly those cases (da = 0 where b == 0,
-    # db = 0 where a == 0 and b >= 0), so a NaN never enters and spreads upstream.
-    (d,) = douts
-    a, b = op.lhs, op.rhs
-    zero, b_zero = e.full(0.0, d), e.full(0.0, b)
-    bm1 = e.sub(b, e.full(1.0, b))
-    da = e.mul(d, e.mul(b, e.value(o.PowOp(a, bm1))))
-    da = e.select(e.value(o.EqualOp(b, b_zero)), zero, da)
-    db = e.mul(d, e.mul(_result(op), e.value(o.LogOp(a))))
-    at_b_nonneg = e.select(e.value(o.GreaterThanOp(b, b_zero)), zero,
-                           e.select(e.value(o.EqualOp(b, b_zero)), zero, db))  # b NaN: not masked
-    db = e.select(e.value(o.EqualOp(a, e.full(0.0, a))), at_b_nonneg, db)
-    return e.unbroadcast(da, a), e.unbroadcast(db, b)
-
-
-# ---------------------------------------------------------------------------
-# Elementwise unaries
-# ---------------------------------------------------------------------------
-
-
-def vjp_neg(e: OpBuilder, op: o.NegOp, douts: Grads) -> Grads:
-    return (e.neg(douts[0]),)
-
-
-def vjp_exp(e: OpBuilder, op: o.ExpOp, douts: Grads) -> Grads:
-    return (e.mul(douts[0], _result(op)),)
-
-
-def vjp_log(e: OpBuilder, op: o.LogOp, douts: Grads) -> Grads:
-    return (e.div(douts[0], op.x),)
-
-
-def logistic_slope(e: OpBuilder, v: SSAValue) -> SSAValue:
-    """sigmoid'(v) = u / (1 + u)^2, u = e^-|v|, from v: as accurate as exp, where s (1 - s) from
-    the output s loses every digit that 1 - s cancels (s near 1: sigmoid(17) rounds to 1)."""
-    u = e.value(o.ExpOp(e.neg(e.value(o.AbsOp(v)))))
-    one_plus_u = e.add(e.full(1.0, u), u)
-    return e.div(u, e.mul(one_plus_u, one_plus_u))
-
-
-def vjp_tanh(e: OpBuilder, op: o.TanhOp, douts: Grads) -> Grads:
-    # 1 - tanh(x)^2 = 4 sigmoid'(2x), from x: 1 - t*t from the output t turns t's last-ulp
-    # rounding near +-1 into a large relative error (x = 5: 1e-3; past 9, 0 for ~1e-8)
-    return (e.mul(douts[0], e.scale(logistic_slope(e, e.scale(op.x, 2.0)), 4.0)),)
-
-
-def vjp_erf(e: OpBuilder, op: o.ErfOp, douts: Grads) -> Grads:
-    # d erf(x) = 2 / sqrt(pi) * exp(-x^2)
-    x = op.x
-    g = e.scale(e.value(o.ExpOp(e.neg(e.mul(x, x)))), 2.0 / math.sqrt(math.pi))
-    return (e.mul(douts[0], g),)
-
-
-def vjp_step(e: OpBuilder, op: o.FloorOp | o.CeilOp | o.RoundOp, douts: Grads) -> Grads:
-    # piecewise constant: zero almost everywhere (as torch and JAX define it)
-    return (e.full(0.0, op.x),)
-
-
-def _times(e: OpBuilder, douts: Grads, g: SSAValue) -> Grads:
-    return (e.mul(douts[0], g),)
-
-
-def _rsqrt_of(e: OpBuilder, v: SSAValue) -> SSAValue:
-    return e.value(o.RsqrtOp(v))
-
-
-def vjp_sin(e: OpBuilder, op: o.SinOp, douts: Grads) -> Grads:
-    return _times(e, douts, e.value(o.CosOp(op.x)))
-
-
-def vjp_cos(e: OpBuilder, op: o.CosOp, douts: Grads) -> Grads:
-    return _times(e, douts, e.neg(e.value(o.SinOp(op.x))))
-
-
-def vjp_tan(e: OpBuilder, op: o.TanOp, douts: Grads) -> Grads:  # 1 + tan^2
-    t = _result(op)
-    return _times(e, douts, e.add(e.full(1.0, t), e.mul(t, t)))
-
-
-def vjp_asin(e: OpBuilder, op: o.AsinOp, douts: Grads) -> Grads:  # 1 / sqrt(1 - x^2)
-    x = op.x
-    return _times(e, douts, _rsqrt_of(e, e.sub(e.full(1.0, x), e.mul(x, x))))
-
-
-def vjp_acos(e: OpBuilder, op: o.AcosOp, douts: Grads) -> Grads:  # -1 / sqrt(1 - x^2)
-    x = op.x
-    return _times(e, douts, e.neg(_rsqrt_of(e, e.sub(e.full(1.0, x), e.mul(x, x)))))
-
-
-def vjp_atan(e: OpBuilder, op: o.AtanOp, douts: Grads) -> Grads:  # 1 / (1 + x^2)
-    x = op.x
-    return (e.div(douts[0], e.add(e.full(1.0, x), e.mul(x, x))),)
-
-
-def vjp_sinh(e: OpBuilder, op: o.SinhOp, douts: Grads) -> Grads:
-    return _times(e, douts, e.value(o.CoshOp(op.x)))
-
-
-def vjp_cosh(e: OpBuilder, op: o.CoshOp, douts: Grads) -> Grads:
-    return _times(e, douts, e.value(o.SinhOp(op.x)))
-
-
-def vjp_asinh(e: OpBuilder, op: o.AsinhOp, douts: Grads) -> Grads:  # 1 / sqrt(x^2 + 1)
-    x = op.x
-    return _times(e, douts, _rsqrt_of(e, e.add(e.mul(x, x), e.full(1.0, x))))
-
-
-def vjp_acosh(e: OpBuilder, op: o.AcoshOp, douts: Grads) -> Grads:  # 1 / sqrt(x^2 - 1)
-    x = op.x
-    return _times(e, douts, _rsqrt_of(e, e.sub(e.mul(x, x), e.full(1.0, x))))
-
-
-def vjp_atanh(e: OpBuilder, op: o.AtanhOp, douts: Grads) -> Grads:  # 1 / (1 - x^2)
-    x = op.x
-    return (e.div(douts[0], e.sub(e.full(1.0, x), e.mul(x, x))),)
-
-
-def vjp_sqrt(e: OpBuilder, op: o.SqrtOp, douts: Grads) -> Grads:
-    # d sqrt(x) = 0.5 / sqrt(x)
-    return (e.div(e.scale(douts[0], 0.5), _result(op)),)
-
-
-def vjp_rsqrt(e: OpBuilder, op: o.RsqrtOp, douts: Grads) -> Grads:
-    # d x^(-1/2) = -0.5 * x^(-3/2) = -0.5 * out^3
-    r = _result(op)
-    return (e.mul(e.scale(douts[0], -0.5), e.mul(r, e.mul(r, r))),)
-
-
-def vjp_abs(e: OpBuilder, op: o.AbsOp, douts: Grads) -> Grads:
-    # sign(x) * d, and 0 at x == 0 (PyTorch's choice)
-    (d,) = douts
-    x = op.x
-    zero = e.full(0.0, x)
-    pos, negative = e.value(o.GreaterThanOp(x, zero)), e.value(o.LessThanOp(x, zero))
-    return (e.select(pos, d, e.select(negative, e.neg(d), e.full(0.0, d))),)
-
-
-def vjp_relu(e: OpBuilder, op: o.ReluOp, douts: Grads) -> Grads:
-    (d,) = douts
-    if o.is_float(op.x.type.element_type):  # type: ignore[attr-defined]
-        return (e.value(o.ReluGradOp(op.x, d)),)
-    positive = e.value(o.GreaterThanOp(op.x, e.full(0.0, op.x)))
-    return (e.select(positive, d, e.full(0.0, d)),)
-
-
-def vjp_gelu(e: OpBuilder, op: o.GeluOp, douts: Grads) -> Grads:
-    return (e.value(o.GeluGradOp(op.x, douts[0], approximate=o.flag(op.approximate))),)
 
 
 # ---------------------------------------------------------------------------
 # Types and shapes
 # ---------------------------------------------------------------------------
 
+# bitcast reinterprets bits (a small change of x is no small change of its bits); full is a constant
+not_differentiable(o.BitcastOp, o.FullOp)
+# cast passes gradients through every dtype, ints included, as Paddle does (cast_grad = cast(dout,
+# x.dtype)): f64 -> ui8 -> f64 has gradient 1; so does cast_grad, through its invoke rule
+through_rule(o.CastGradOp, any_dtype=True)
 
+
+@vjp(o.CastOp, any_dtype=True)
 def vjp_cast(e: OpBuilder, op: o.CastOp, douts: Grads) -> Grads:
     # Paddle's backward.yaml: cast_grad, realised by invoking cast(dout, x.dtype).
     return (e.value(o.CastGradOp(op.x, douts[0])),)
 
 
-def vjp_select(e: OpBuilder, op: o.SelectOp, douts: Grads) -> Grads:
-    (d,) = douts
-    zero = e.full(0.0, d)
-    return None, e.unbroadcast(e.select(op.cond, d, zero), op.lhs), e.unbroadcast(e.select(op.cond, zero, d), op.rhs)
-
-
+@vjp(o.BroadcastToOp)
 def vjp_broadcast_to(e: OpBuilder, op: o.BroadcastToOp, douts: Grads) -> Grads:
     return (e.unbroadcast(douts[0], op.x),)
 
 
+@vjp(o.ReshapeOp, any_dtype=True)
 def vjp_reshape(e: OpBuilder, op: o.ReshapeOp, douts: Grads) -> Grads:
     return (e.value(o.ReshapeOp(douts[0], op.x.type)),)  # type: ignore[arg-type]
 
 
+@vjp(o.TransposeOp, any_dtype=True)
 def vjp_transpose(e: OpBuilder, op: o.TransposeOp, douts: Grads) -> Grads:
     perm = op.perm_list()
     inverse = [perm.index(i) for i in range(len(perm))]
@@ -304,33 +77,33 @@ def _keepdim(e: OpBuilder, op: o.ReduceOp, v: SSAValue) -> SSAValue:
     return e.value(o.ReshapeOp(v, o.tensor(shape, v.type.element_type)))  # type: ignore[attr-defined]
 
 
+@vjp(o.ReduceSumOp)
 def vjp_reduce_sum(e: OpBuilder, op: o.ReduceSumOp, douts: Grads) -> Grads:
     return (e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type)),)  # type: ignore[arg-type]
 
 
+@vjp(o.ReduceMaxOp)
 def vjp_reduce_max(e: OpBuilder, op: o.ReduceMaxOp, douts: Grads) -> Grads:
     # The gradient goes to the maxima, split evenly between ties (like torch.amax).
     x = op.x
-    hit = e.cast(e.value(o.EqualOp(x, _keepdim(e, op, _result(op)))), x.type.element_type)  # type: ignore[attr-defined]
+    hit = e.cast(e.value(o.EqualOp(x, _keepdim(e, op, result_of(op)))), x.type.element_type)  # type: ignore[attr-defined]
     count = e.reduce_sum(hit, op.axes_list(), keepdim=True)
     share = e.div(_keepdim(e, op, douts[0]), count)
     return (e.mul(hit, share),)
 
 
+@vjp(o.ReduceMinOp)
 def vjp_reduce_min(e: OpBuilder, op: o.ReduceMinOp, douts: Grads) -> Grads:
     # The gradient goes to the minima, split evenly between ties, as for reduce_max.
     return vjp_reduce_max(e, op, douts)  # type: ignore[arg-type]
 
 
+@vjp(o.ReduceMeanOp)
 def vjp_reduce_mean(e: OpBuilder, op: o.ReduceMeanOp, douts: Grads) -> Grads:
     shape = op.x.type.get_shape()  # type: ignore[attr-defined]
     count = math.prod(shape[a] for a in op.axes_list())
     spread = e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type))  # type: ignore[arg-type]
     return (e.scale(spread, 1.0 / count if count else 0.0),)
-
-
-def vjp_sigmoid(e: OpBuilder, op: o.SigmoidOp, douts: Grads) -> Grads:
-    return (e.mul(douts[0], logistic_slope(e, op.x)),)
 
 
 def matmul_grads(
@@ -346,6 +119,7 @@ def matmul_grads(
     return e.matmul(y, dz, True, True), e.matmul(dz, x, True, True)
 
 
+@vjp(o.MatmulOp)
 def vjp_matmul(e: OpBuilder, op: o.MatmulOp, douts: Grads) -> Grads:
     """matmul_grads, each summed back over the batch dims its operand was broadcast along.
 
@@ -364,6 +138,7 @@ def vjp_matmul(e: OpBuilder, op: o.MatmulOp, douts: Grads) -> Grads:
     return e.unbroadcast(dx, x), e.unbroadcast(dy, y)
 
 
+@vjp(o.FusedGemmEpilogueOp)
 def vjp_fused_gemm_epilogue(e: OpBuilder, op: o.FusedGemmEpilogueOp, douts: Grads) -> Grads:
     """Emits fused_gemm_epilogue_grad fed by reserve_space (the pre-activation Z).
 
@@ -405,10 +180,12 @@ def type_carrier(e: OpBuilder, v: SSAValue) -> SSAValue:
     return v if isinstance(v, BlockArgument) else e.full(0.0, v)
 
 
+@vjp(o.SliceOp)
 def vjp_slice(e: OpBuilder, op: o.SliceOp, douts: Grads) -> Grads:
     return (e.value(o.SliceGradOp(type_carrier(e, op.x), douts[0], *op.slice_params())),)
 
 
+@vjp(o.ConcatOp)
 def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Grads) -> Grads:
     """Each operand's gradient is its slab of dout along the axis."""
     (d,) = douts
@@ -424,15 +201,18 @@ def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Grads) -> Grads:
     return grads
 
 
+@vjp(o.GatherOp)
 def vjp_gather(e: OpBuilder, op: o.GatherOp, douts: Grads) -> Grads:
     return e.value(o.GatherGradOp(type_carrier(e, op.x), op.indices, douts[0], op.axis.value.data)), None
 
 
+@vjp(o.SliceGradOp)
 def vjp_slice_grad(e: OpBuilder, op: o.SliceGradOp, douts: Grads) -> Grads:
     """dx = dout placed into zeros: d(dout) = the slice of ddx; x lends only its shape."""
     return None, e.value(o.SliceOp(douts[0], *op.slice_params()))
 
 
+@vjp(o.GatherGradOp)
 def vjp_gather_grad(e: OpBuilder, op: o.GatherGradOp, douts: Grads) -> Grads:
     """dx = scatter-add of dout: d(dout) = the gather of ddx at the same indices."""
     return None, None, e.value(o.GatherOp(douts[0], op.indices, op.axis.value.data))
@@ -451,14 +231,17 @@ def is_zero(v: SSAValue | None) -> bool:
     return isinstance(owner, o.FullOp) and owner.value.value.data == 0.0
 
 
+@vjp(o.SoftmaxOp)
 def vjp_softmax(e: OpBuilder, op: o.SoftmaxOp, douts: Grads) -> Grads:
-    return (e.value(o.SoftmaxGradOp(_result(op), douts[0], op.axis.value.data)),)
+    return (e.value(o.SoftmaxGradOp(result_of(op), douts[0], op.axis.value.data)),)
 
 
+@vjp(o.LogSoftmaxOp)
 def vjp_log_softmax(e: OpBuilder, op: o.LogSoftmaxOp, douts: Grads) -> Grads:
-    return (e.value(o.LogSoftmaxGradOp(_result(op), douts[0], op.axis.value.data)),)
+    return (e.value(o.LogSoftmaxGradOp(result_of(op), douts[0], op.axis.value.data)),)
 
 
+@vjp(o.LayerNormOp)
 def vjp_layer_norm(e: OpBuilder, op: o.LayerNormOp, douts: Grads) -> Grads:
     """layer_norm_grad from the saved mean and rstd; where mean or rstd are used
     downstream, their cotangents add d mean/dx = 1/N and d rstd/dx = -rstd^3 (x - mean) / N."""
@@ -489,6 +272,7 @@ def vjp_layer_norm(e: OpBuilder, op: o.LayerNormOp, douts: Grads) -> Grads:
     return e.add(dx, narrow(e, extra, x)), dscale, dbias
 
 
+@vjp(o.SoftmaxCrossEntropyOp)
 def vjp_softmax_cross_entropy(e: OpBuilder, op: o.SoftmaxCrossEntropyOp, douts: Grads) -> Grads:
     """dlogits = softmax_cross_entropy_grad(label, softmax, dloss), plus softmax_grad
     where the saved softmax is used downstream; the integer label gets none."""
@@ -509,6 +293,7 @@ def vjp_softmax_cross_entropy(e: OpBuilder, op: o.SoftmaxCrossEntropyOp, douts: 
 # ---------------------------------------------------------------------------
 
 
+@vjp(o.ConvOp)
 def vjp_conv(e: OpBuilder, op: o.ConvOp, douts: Grads) -> Grads:
     """dx = conv_grad_input(dout, w), dw = conv_grad_filter(x, dout), with the conv's attributes."""
     (d,) = douts
@@ -517,6 +302,7 @@ def vjp_conv(e: OpBuilder, op: o.ConvOp, douts: Grads) -> Grads:
             e.value(o.ConvGradFilterOp(op.lhs, d, op.rhs.type, props)))
 
 
+@vjp(o.ConvTransposeOp)
 def vjp_conv_transpose(e: OpBuilder, op: o.ConvTransposeOp, douts: Grads) -> Grads:
     """conv_transpose is the input gradient of the conv from y to x: dx = conv(dout, w), and
     dw = conv_grad_filter of that conv, with dout as its input and x as its output gradient."""
@@ -526,6 +312,7 @@ def vjp_conv_transpose(e: OpBuilder, op: o.ConvTransposeOp, douts: Grads) -> Gra
             e.value(o.ConvGradFilterOp(d, op.lhs, op.rhs.type, props)))
 
 
+@vjp(o.FusedConvEpilogueOp)
 def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: Grads) -> Grads:
     """dz = act_grad(reserve_space, dout) (+ reserve_space's own cotangent), then the conv's grads
     of dz and dbias = dz summed over the batch and spatial dims."""
@@ -550,16 +337,21 @@ def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: Grad
 vjp_fused_conv_epilogue.takes_missing = True  # type: ignore[attr-defined]  # None douts: see above
 
 
+# any_dtype: a cotangent of the i64 indices (a returned result gets one) must not stop y's from
+# flowing; the rule ignores it
+@vjp(o.MaxPoolOp, any_dtype=True)
 def vjp_max_pool(e: OpBuilder, op: o.MaxPoolOp, douts: Grads) -> Grads:
     """dx = max_pool_grad(x, indices, dy); the indices carry no cotangent."""
     dy = douts[0] if douts[0] is not None else e.full(0.0, op.y)
     return (e.value(o.MaxPoolGradOp(op.x, op.indices, dy, dict(op.properties))),)
 
 
+@vjp(o.AvgPoolOp)
 def vjp_avg_pool(e: OpBuilder, op: o.AvgPoolOp, douts: Grads) -> Grads:
     return (e.value(o.AvgPoolGradOp(op.x, douts[0], dict(op.properties))),)
 
 
+@vjp(o.MaxPoolGradOp)
 def vjp_max_pool_grad(e: OpBuilder, op: o.MaxPoolGradOp, douts: Grads) -> Grads:
     """max_pool_grad is linear in dout: its adjoint gathers ddx at the indices."""
     (d,) = douts
@@ -568,10 +360,15 @@ def vjp_max_pool_grad(e: OpBuilder, op: o.MaxPoolGradOp, douts: Grads) -> Grads:
     return None, None, e.value(o.GatherOp(flat, op.indices, 0))
 
 
+@vjp(o.AvgPoolGradOp)
 def vjp_avg_pool_grad(e: OpBuilder, op: o.AvgPoolGradOp, douts: Grads) -> Grads:
     """avg_pool_grad is avg_pool's adjoint: its own adjoint is avg_pool."""
     (d,) = douts
     return None, e.value(o.AvgPoolOp(d, dict(op.properties)))
+
+
+# no kernels yet: instance_norm / group_norm run as layer_norm over [N * groups, rest] (its kernel)
+through_rule(o.InstanceNormOp, o.GroupNormOp)
 
 
 def per_channel(e: OpBuilder, v: SSAValue, rank: int) -> SSAValue:
@@ -585,6 +382,7 @@ def channel_axes(x: SSAValue) -> list[int]:
     return [0, *range(2, len(x.type.get_shape()))]  # type: ignore[attr-defined]
 
 
+@vjp(o.BatchNormOp)
 def vjp_batch_norm(e: OpBuilder, op: o.BatchNormOp, douts: Grads) -> Grads:
     """Training, with a cotangent for y only: batch_norm_grad from the saved mean and rstd.
     Inference: y = (x - mean) * rstd * scale + bias with rstd = (var + eps)^-1/2 is affine in x per
@@ -668,6 +466,7 @@ def attention_score_grad(e: OpBuilder, op: o.AttentionOp, p: SSAValue, dout: SSA
     return e.mul(p, e.sub(dp, delta))
 
 
+@vjp(o.AttentionOp)
 def vjp_attention(e: OpBuilder, op: o.AttentionOp, douts: Grads) -> Grads:
     """attention_grad fed by out and lse; an additive mask's gradient is ds summed back to its shape
     (built from the primitives, and dropped by dce where nothing needs it). Where lse is used

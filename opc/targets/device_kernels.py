@@ -38,7 +38,7 @@ from xdsl.irdl import VerificationContext
 from xdsl.utils.exceptions import VerifyException
 
 from opc.dtypes import MLIR_DTYPES, mlir_name
-from opc.errors import OpcError
+from opc.errors import InputError, OpcError
 from opc.ops.registry import ALL_OPS
 
 EXTERNAL_ATTR = "opc.external"
@@ -197,8 +197,8 @@ class ExternalKernel:
 
 def parse_externals(path: str, table: Any, backend: str) -> tuple[ExternalKernel, ...]:
     """The `[external.OP]` sections of a device file, checked; errors name the file and the key."""
-    def fail(key: str, why: str) -> OpcError:
-        return OpcError(f"error: {path}: {key}: {why}")
+    def fail(key: str, why: str) -> InputError:
+        return InputError(f"{path}: {key}: {why}")
 
     if not isinstance(table, dict):
         raise fail("external", "must be a table of [external.OP] sections")

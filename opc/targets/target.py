@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import tomllib
 from xdsl.ir import Operation
 
-from opc.errors import OpcError
-from opc.ops.registry import ALL_OPS, CPU_ONLY, NO_KERNEL
+from opc.errors import InputError
+from opc.ops.registry import ALL_OPS, kernel_ops
 from opc.targets.device_kernels import ExternalKernel, parse_externals
 
 BACKENDS = ("cpu", "cuda")
@@ -57,13 +57,12 @@ class Target:
         return next((k for k in self.externals if k.op == name), None)
 
 
-# Every op has a kernel on cpu and cuda except cast_grad, which is realised by
-# invoking cast: Paddle's cast_grad kernels were registered but never ran, and the
-# normalizations of NO_KERNEL, which run by their composite rules; cuda lacks the CPU_ONLY ones.
-BUILTIN_KERNELS: frozenset[str] = ALL_OPS - {"opc.cast_grad"} - NO_KERNEL
+# The kernel lists of the built-in targets: each op class's KERNELS (opc/dialects/opc.py), so every
+# op but cast_grad (realised by invoking cast) and the normalizations that run by their composite
+# rules; cuda also lacks fused_conv_epilogue.
+BUILTIN_KERNELS: frozenset[str] = kernel_ops("cpu")
 
-BUILTIN_TARGETS = {name: Target(name, name, BUILTIN_KERNELS - (CPU_ONLY if name != "cpu" else frozenset()))
-                   for name in BACKENDS}
+BUILTIN_TARGETS = {name: Target(name, name, kernel_ops(name)) for name in BACKENDS}
 
 
 def op_name(name: str) -> str:
@@ -75,13 +74,13 @@ def get_target(spec: str) -> Target:
     if spec in BUILTIN_TARGETS:
         return BUILTIN_TARGETS[spec]
     if not spec.endswith(".toml") and not os.path.isfile(spec):
-        raise OpcError(f"error: unknown target '{spec}' (expected cpu, cuda or a device FILE.toml)")
+        raise InputError(f"unknown target '{spec}' (expected cpu, cuda or a device FILE.toml)")
     return load_toml(spec)
 
 
 def load_toml(path: str) -> Target:
-    def fail(why: str) -> OpcError:
-        return OpcError(f"error: {path}: {why}")
+    def fail(why: str) -> InputError:
+        return InputError(f"{path}: {why}")
 
     try:
         with open(path, "rb") as f:

@@ -1,6 +1,6 @@
 """`opc-decompose{ops=... target=...}`: rewrite ops by their invoke or
-composite rule (opc/ops/registry.py says which op has which;
-the rules themselves are opc/ops/decompositions.py).
+composite rule (the rules are opc/ops/decompositions.py, each registered for its
+op class; opc/ops/registry.py says which op has which).
 
     opc-decompose                      every op the target (default cpu) has no
                                        kernel for, repeatedly, until only kernel
@@ -28,9 +28,8 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.transforms.dead_code_elimination import region_dce
 
-from opc.errors import OpcError
-from opc.ops.decompositions import PATTERNS
-from opc.ops.registry import REGISTRY
+from opc.errors import InputError, UnsupportedError
+from opc.ops.registry import REGISTRY, rule_patterns
 from opc.targets.device_kernels import EXTERNAL_ATTR
 from opc.targets.routing import route_op
 from opc.targets.target import Target, get_target, op_name
@@ -55,9 +54,9 @@ def resolve_ops(ops: Sequence[str] | str | None) -> frozenset[str]:
     names = [op_name(n) for n in ops]
     for raw, n in zip(ops, names):
         if n not in REGISTRY:
-            raise OpcError(f"error: opc-decompose: unknown op '{raw}'")
-        if n not in PATTERNS:
-            raise OpcError(f"error: opc-decompose: {n} has no invoke or composite rule to decompose it with")
+            raise InputError(f"opc-decompose: unknown op '{raw}'")
+        if REGISTRY[n].rule is None:
+            raise UnsupportedError(f"opc-decompose: {n} has no invoke or composite rule to decompose it with")
     return frozenset(names)
 
 
@@ -66,7 +65,7 @@ def apply_rules(
 ) -> None:
     """Rewrite every wanted op (and the wanted ops the rules produce) to a fixed point."""
     origin = origin if origin is not None else {}
-    patterns = [cls(wanted, origin) for cls in PATTERNS.values()]
+    patterns = [cls(wanted, origin) for cls in rule_patterns()]
     PatternRewriteWalker(GreedyRewritePatternApplier(patterns), apply_recursively=True).rewrite_module(module)
 
 
@@ -111,7 +110,7 @@ def legalize_ops(
 def cannot_run_message(op: Operation, origin: str, target: Target) -> str:
     via = f", produced by the rule of {origin}" if origin else ""
     return (
-        f"error: {op.name} cannot run on target '{target.name}': it has no kernel there and no invoke or "
+        f"{op.name} cannot run on target '{target.name}': it has no kernel there and no invoke or "
         f"composite rule{via}{enclosing_func(op)}"
     )
 
@@ -123,7 +122,7 @@ def legalize(module: ModuleOp, target: Target, force: Sequence[str] | str | None
     decomposes those even where a kernel exists. Then dce."""
     bad = legalize_ops(module, target, force)
     if bad:
-        raise OpcError(cannot_run_message(*bad[0], target))
+        raise UnsupportedError(cannot_run_message(*bad[0], target))
     region_dce(module.body)
 
 

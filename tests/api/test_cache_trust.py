@@ -241,12 +241,12 @@ def enospc(*args, **kwargs):  # noqa: ANN002, ANN003
 
 
 def test_full_disk_while_the_extension_lands(tmp_path, monkeypatch):
-    """The built extension cannot be written into the cache: one OpcError line; nothing half-written
+    """The built extension cannot be written into the cache: one OpcError line (BuildError); nothing half-written
     is left under a final name; the next call (disk freed) builds and is right."""
     cache = tmp_path / "cache"
     with monkeypatch.context() as mp:
         mp.setattr(build.os, "replace", enospc)
-        with pytest.raises(OpcError, match=r"^error: cannot write to the compile cache '.*': No space left on device$"):
+        with pytest.raises(OpcError, match=r"^cannot write to the compile cache '.*': No space left on device$"):
             opc.compile(source(4.5), cache_dir=str(cache))
     assert not list(cache.glob("*.so")) and not list(cache.glob("*.sha256"))
     m = opc.compile(source(4.5), cache_dir=str(cache))
@@ -357,7 +357,7 @@ def test_external_data_outside_the_folder_refused(tmp_path, how):
     for call in (lambda: opc.load_onnx(str(path)), lambda: opc.compile(str(path))):
         with pytest.raises(OpcError) as err:
             call()
-        assert re.fullmatch(rf"error: {re.escape(str(path))}: tensor 'w' keeps its data in '{re.escape(location)}', "
+        assert re.fullmatch(rf"{re.escape(str(path))}: tensor 'w' keeps its data in '{re.escape(location)}', "
                             rf"outside the model's folder .*: refused \(external data must lie in the model's folder\)",
                             str(err.value)), str(err.value)
     proc = subprocess.run([sys.executable, "-m", "opc", "import", str(path), "-o", str(tmp_path / "o.mlir")],

@@ -23,6 +23,7 @@ OPS = {
     "asinh": (np.arcsinh, lambda x: 1 / np.sqrt(x * x + 1), (-3, 3)),
     "acosh": (np.arccosh, lambda x: 1 / np.sqrt(x * x - 1), (1.1, 4)),
     "atanh": (np.arctanh, lambda x: 1 / (1 - x * x), (-0.9, 0.9)),
+    "log1p": (np.log1p, lambda x: 1 / (1 + x), (-0.9, 3)),
 }  # fmt: skip
 SHAPE = (3, 37)
 

@@ -1,7 +1,7 @@
 """The fast CPU convolutions (issue 19, runtime/opc_nn_conv_fast.h) and fused_conv_epilogue.
 
 The implicit-GEMM kernels take f32 convs whose strides are all 1 (forward, input gradient,
-filter gradient, conv_transpose), the depthwise loop nest the stride-1 depthwise ones: a grid
+filter gradient, conv_transpose), the depthwise loop nests the depthwise ones: a grid
 of geometries aimed at their edges -- channel counts that are not a multiple of the micro-tile,
 rows shorter and longer than a tile, pads wider than the kernel (the input gradient's pads
 d (k - 1) - p go negative and crop), dilations, groups, 1-D and 3-D, several images -- against
@@ -40,6 +40,18 @@ FAST = [
     Geo("dw_k5_dil", (1, 7, 11, 12), (7, 1, 5, 3), (1, 1), (2, 1), (4, 2, 0, 1), 7),
     Geo("dw_1d_long", (2, 3, 100), (3, 1, 4), (1,), (1,), (0, 3), 3),
     Geo("dw_3d", (1, 4, 4, 5, 6), (4, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 1, 1, 1), 4),
+    # the f32 forward's other depthwise kernels: channels last where rows are narrower than a
+    # vector (20 channels: a partial vector; stride 2 and dilation), strided ones over rows of at
+    # least a vector (stride 2: the shuffle; 3: the plain gather; 3-D); and convs with at most 8
+    # outputs per channel, run transposed (1x1: x itself; 3x3, strided: through im2col)
+    Geo("dw_narrow_dil", (2, 20, 9, 9), (20, 1, 3, 3), (1, 1), (2, 1), (2, 1, 0, 2), 20),
+    Geo("dw_narrow_s2", (1, 40, 7, 7), (40, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 40),
+    Geo("dw_s2_rows", (1, 3, 5, 70), (3, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 3),
+    Geo("dw_s3_rows", (1, 2, 4, 60), (2, 1, 2, 3), (1, 3), (1, 2), (0, 1, 1, 0), 2),
+    Geo("dw_3d_s2_rows", (1, 4, 3, 4, 40), (4, 1, 2, 3, 3), (1, 2, 2), (1, 1, 1), (0, 1, 1, 1, 0, 1), 4),
+    Geo("pointwise_few", (2, 24, 2, 3), (40, 24, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
+    Geo("few_k3", (2, 6, 2, 2), (10, 6, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("few_k3_s2_dil", (1, 5, 6, 7), (9, 5, 3, 2), (2, 3), (2, 1), (1, 0, 1, 2)),
 ]
 # The channel-vector kernel (runtime/opc_nn_conv_cw.h) takes the f32 forward convs that the one
 # above does not take or takes with tiles under 90% outputs: row stride 1 or 2, tiles of 14 or 7 outputs of a row (the last one partial),
@@ -103,7 +115,8 @@ def test_fast_kernels_match_numpy(kernels, g: Geo, op: str, dt: str) -> None:
 
 FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              Geo("strided", (2, 4, 9, 8), (6, 4, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
-             Geo("c1d_groups", (2, 6, 17), (4, 3, 3), (1,), (1,), (1, 1), 2), CW[0], CW[2]]
+             Geo("c1d_groups", (2, 6, 17), (4, 3, 3), (1,), (1,), (1, 1), 2), CW[0], CW[2],
+             *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows"))]
 ACTS = ("none", "relu", "gelu")
 
 
