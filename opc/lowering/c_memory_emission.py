@@ -41,7 +41,7 @@ class MemoryEmission:
         n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
         ptr, ct = self.name(op.memref), c_type(t.element_type)  # type: ignore[attr-defined]
         self.line(f"{ptr} = ({ct} *)malloc(sizeof({ct}) * {n});")
-        self.line(f"if (!{ptr}) {{ status = 1; goto cleanup; }}")
+        self.line(f"if (!{ptr}) {{ opc_oom_bytes = (int64_t)(sizeof({ct}) * {n}); status = 1; goto cleanup; }}")
 
     def emit_AllocaOp(self, op: memref.AllocaOp) -> None:
         """A row kernel's row buffer: on the thread's stack (bounded: ROW_BUFFER_BYTES)."""
