@@ -183,7 +183,7 @@ def test_clip_gradient_ties_and_nan(graphs, name: str, lo: float, hi: float) -> 
 
 def test_clip_forward_is_one_kernel_next_to_its_backward(graphs) -> None:
     """The backward reads x, not max(x, lo): value_and_grad stores no max(x, lo) of its own."""
-    labels = [line for line in graphs.c_source.split('"') if line.startswith("clip_value_and_grad\t")]
+    labels = [line for line in graphs.c_source.split('"') if line.startswith("clip_value_and_grad\\011")]  # C strings
     assert labels and not any(label.endswith(": maximum") for label in labels), labels
 
 

@@ -387,7 +387,8 @@ def test_views_fold_every_transpose(views) -> None:
     kernels read and write through strides."""
     import re
 
-    kept = {f for f in re.findall(r'"(\w+)\telementwise: transpose"', views.c_source)}
+    # the profiler's labels are C strings: the tab between function and kernel is the escape \011
+    kept = {f for f in re.findall(r'"(\w+)\\011elementwise: transpose"', views.c_source)}
     want = {f"{w.name}_views_{tail}" for w in VIEW_CASES if w.c.mask for tail in ("grad", "value_and_grad")}
     assert kept == want
     assert "opc_nn_attention_grad_f32(" in views.c_source
@@ -455,7 +456,7 @@ def test_transposes_read_elsewhere_stay_nests() -> None:
             f"  func.return %o, %tq, %tk : {ot}, {qt}, {kt}\n}}\n")
     m = opc.compile(text)
     # q's (also returned) and k's (features moved); v's is a view
-    assert m.c_source.count('"kept\telementwise: transpose"') == 2
+    assert m.c_source.count('"kept\\011elementwise: transpose"') == 2  # the label's tab as a C escape
     rng = np.random.default_rng(4)
     qa, ka, va = (rng.standard_normal((2, n, 3, 4)).astype(np.float32) for n in (5, 7, 7))
     out, tq, tk = m.kept(qa, ka, va, np.ascontiguousarray(np.transpose(ka, (0, 2, 3, 1))))
