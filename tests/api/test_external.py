@@ -21,10 +21,10 @@ from oracle import gelu_tanh_grad as gelu_grad
 import opc
 from opc.check import plan
 from opc.cli import main
-from opc.explain import explain, explain_target
-from opc.targets.device_kernels import external_symbol
 from opc.errors import OpcError
+from opc.explain import explain, explain_target
 from opc.ir import parse_text
+from opc.targets.device_kernels import external_symbol
 from opc.targets.routing import route_op
 from opc.targets.target import get_target
 from opc.transforms.opc_decompose import legalize

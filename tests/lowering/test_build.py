@@ -161,7 +161,6 @@ def test_constant_tensors_copy_right(dtype):
     """gcc 12.2 tuned for Skylake-AVX512 / Ice Lake / Rocket Lake (-march=native on a Sapphire Rapids)
     stored [3, 3, 0, 0] of this constant as a broadcast of 3 (build.CONSTANT_COPY_PROBE): the build
     probes for it and tunes generically where it happens."""
-    import numpy as np
 
     import opc
 
