@@ -7,24 +7,54 @@
     out, dx, dw, db = m.mlp_value_and_grad(x=x, w=w, b=b, ds=dout)
 """
 
-from opc.errors import OpcError
+from opc.errors import BuildError, InputError, InternalError, OpcError, UnsupportedError
 from opc.threads import apply_wait_policy, get_num_threads, set_num_threads
 
-__all__ = ["OpcError", "compile", "get_num_threads", "import_onnx", "jax", "load_onnx", "onnx_backend", "profile",
-           "set_num_threads", "torch"]
+__all__ = ["BuildError", "InputError", "InternalError", "OpcError", "UnsupportedError", "__version__", "compile",
+           "get_num_threads", "import_onnx", "jax", "load_onnx", "onnx_backend", "profile", "set_num_threads", "torch"]
 
 apply_wait_policy()  # before any module loads libgomp (opc/threads.py)
 
 
+# The frameworks' submodules (opc/torch.py, opc/jax.py): `import opc.torch` and `opc.torch` alike
+LAZY_SUBMODULES = ("torch", "jax", "onnx_backend")
+
+
 def __getattr__(name: str):
-    """opc.torch, opc.jax and opc.onnx_backend, imported on first use (they import torch, JAX, onnx)."""
-    if name in ("torch", "jax", "onnx_backend"):
+    """opc.torch, opc.jax and opc.onnx_backend, imported on first use (they import torch, JAX,
+    onnx); opc.__version__, read on first use."""
+    if name in LAZY_SUBMODULES:
         import importlib
 
-        module = importlib.import_module(f"opc.interop.{name}" if name != "onnx_backend" else "opc.onnx_backend")
+        module = importlib.import_module(f"opc.{name}")
         globals()[name] = module
         return module
+    if name == "__version__":
+        globals()[name] = version()
+        return globals()[name]
     raise AttributeError(f"module 'opc' has no attribute {name!r}")
+
+
+def version() -> str:
+    """opc's version, as pyproject.toml declares it: a source checkout reads its pyproject.toml
+    (what runs is that tree, whatever an installed opc says), an installed package its metadata."""
+    import re
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    project = re.search(r"^\[project\]\s*$(.*?)(?=^\[)", pyproject.read_text(encoding="utf-8"), re.M | re.S) \
+        if pyproject.is_file() else None
+    if project and re.search(r'^name\s*=\s*"opc"', project[1], re.M):
+        found = re.search(r'^version\s*=\s*"([^"]+)"', project[1], re.M)
+        if found:
+            return found[1]
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("opc")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def compile(  # noqa: A001 - the name SPEC.md gives

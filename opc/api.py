@@ -15,7 +15,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from opc.autodiff import grad_order, no_grad_reasons
-from opc.errors import OpcError
+from opc.errors import InputError, UnsupportedError
 from opc.frontend import load_module
 from opc.ir import Source, is_lowered, make_context, verify
 from opc.lowering.abi import FunctionSignature
@@ -50,8 +50,8 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
     if decompose is not None and not isinstance(decompose, str):
         raise TypeError(f"decompose must be a comma-separated string of op names (or 'all'), got {decompose!r}")
     if is_lowered(source.module):
-        raise OpcError(f"error: {source.name}: the module is already lowered (opc-lower-to-loops ran); "
-                       "opc compiles opc-level IR")
+        raise InputError(f"{source.name}: the module is already lowered (opc-lower-to-loops ran); "
+                         "opc compiles opc-level IR")
     ctx = make_context()
     if fuse:
         from opc.transforms.opc_attention import AttentionPass
@@ -103,8 +103,8 @@ def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = Fals
     from opc.targets.target import get_target
 
     if what == "cuda" and get_target(target).externals:
-        raise OpcError(f"error: {target}: the device's own C kernels ([external.*]) run on the cpu backend only; "
-                       "--emit cuda is not supported for it")
+        raise UnsupportedError(f"{target}: the device's own C kernels ([external.*]) run on the cpu backend only; "
+                               "--emit cuda is not supported for it")
     prepare(source, target, grad, decompose, fuse)
     loops = lower(source, "cuda" if what == "cuda" else target)
     if what == "mlir":
@@ -195,17 +195,19 @@ globals().update(_bind(_EXT, [_Sig(*s) for s in _SIGNATURES]))
 
 def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu", grad: bool | int = False,
                    decompose: str | None = None, fuse: bool = True) -> list[str]:
-    """`opc compile -o DIR`: an importable `name.py` plus its extension (and .cu for cuda)."""
+    """`opc compile -o DIR`: an importable `name.py` plus its extension (and .cu for cuda), and an
+    ONNX model's weights as `name.npz` (the functions take them as arguments, by name)."""
     if not name.isidentifier():
-        raise OpcError(f"error: '{name}' is not a valid Python module name; rename the input file")
+        raise InputError(f"'{name}' is not a valid Python module name; rename the input file")
     os.makedirs(out_dir, exist_ok=True)
     origin = source.name
     prepare(source, target, grad, decompose, fuse)
     loops = lower(source, target)
+    weights = write_weights(source, out_dir, name)
     if target_backend(target) == "cuda":
         from opc.lowering.cuda_build import write_cuda_module
 
-        return write_cuda_module(loops, out_dir, name, origin)
+        return write_cuda_module(loops, out_dir, name, origin) + weights
     c_source, sigs = emit_c(loops)
     ext_name, built = build_extension(c_source, sigs, cache_dir(), device_kernels(loops, target))
     ext_file = built.name
@@ -219,4 +221,15 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
                                        ext_name=ext_name, ext_file=ext_file, names=python_names(sigs),
                                        no_grad=no_grad_reasons(source.module)))
-    return [py_path, os.path.join(out_dir, ext_file), c_path]
+    return [py_path, os.path.join(out_dir, ext_file), c_path, *weights]
+
+
+def write_weights(source: Source, out_dir: str, name: str) -> list[str]:
+    """An ONNX model's initializers as `name.npz` (as `opc import` writes them); [] for MLIR."""
+    if not source.weights:
+        return []
+    import numpy as np
+
+    path = os.path.join(out_dir, f"{name}.npz")
+    np.savez(path, **source.weights)
+    return [path]

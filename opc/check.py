@@ -52,7 +52,7 @@ from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import is_float
 from opc.dtypes import MLIR_DTYPES, numpy_dtype, numpy_name
-from opc.errors import OpcError
+from opc.errors import InputError, OpcError
 from opc.ops.registry import REGISTRY
 from opc.targets.device_kernels import ExternalKernel, attribute_kinds, domain, op_classes, show
 from opc.targets.routing import route_op
@@ -696,7 +696,7 @@ def describe_exit(code: int | None) -> str:
 
 def select_kernels(target: Target, ops: str | Sequence[str] | None) -> list[ExternalKernel]:
     if not target.externals:
-        raise OpcError(f"error: {target.source}: the device has no kernels of its own ([external.OP] sections)")
+        raise InputError(f"{target.source}: the device has no kernels of its own ([external.OP] sections)")
     if not ops:
         return list(target.externals)
     names = [n.strip() for n in ops.split(",")] if isinstance(ops, str) else list(ops)
@@ -705,7 +705,7 @@ def select_kernels(target: Target, ops: str | Sequence[str] | None) -> list[Exte
         kernel = target.external_of(n if n.startswith("opc.") else f"opc.{n}")
         if kernel is None:
             have = ", ".join(k.op.removeprefix("opc.") for k in target.externals)
-            raise OpcError(f"error: --ops: the device has no kernel of its own for '{n}' (it has: {have})")
+            raise InputError(f"--ops: the device has no kernel of its own for '{n}' (it has: {have})")
         chosen.append(kernel)
     return chosen
 
@@ -742,7 +742,7 @@ def check(target_spec: str, ops: str | Sequence[str] | None = None, cache_dir: s
     kernels = select_kernels(target, ops)
     cases, funcs, refs = plan(target, kernels, only=case, grad=grad or case is not None)
     if case is not None and not cases:
-        raise OpcError(f"error: --case: no case {case} among the chosen kernels' cases (the FAIL rows name them)")
+        raise InputError(f"--case: no case {case} among the chosen kernels' cases (the FAIL rows name them)")
     runs = [c for c in cases if c.status == "run"]
     if runs:
         progress = Progress(len(runs))
@@ -752,7 +752,7 @@ def check(target_spec: str, ops: str | Sequence[str] | None = None, cache_dir: s
         except OpcError as err:  # a gradient needs an op the device cannot run: its rows say so, the rest runs
             if not any(c.grad for c in runs):
                 raise
-            why = str(err).splitlines()[0].removeprefix("error: ")
+            why = str(err).splitlines()[0]
             for c in runs:
                 if c.grad:
                     c.status, c.why = "n/a", f"the gradient does not build for the device: {why}"
@@ -813,7 +813,7 @@ def show_case(target_spec: str, ops: str | Sequence[str] | None, case: str, npz:
     kernels = select_kernels(target, ops)
     cases, funcs, refs = plan(target, kernels, only=case, grad=True)
     if not cases:
-        raise OpcError(f"error: --case: no case {case} among the chosen kernels' cases (the FAIL rows name them)")
+        raise InputError(f"--case: no case {case} among the chosen kernels' cases (the FAIL rows name them)")
     (c,) = cases
     buffer = io.StringIO()
     Printer(stream=buffer).print_op(funcs[0].clone())

@@ -1,19 +1,21 @@
 """`opc opt | compile | explain | check | profile`: a thin layer over opc's Python API.
 
 Every error meant for the user is an OpcError (or ValueError) printed as one
-line, exit code 1; no traceback ever reaches the terminal.
+line, exit code 1; no traceback ever reaches the terminal. The `error:` prefix is
+added here (opc.errors.error_line), not by the messages.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
-from opc.errors import OpcError, printable
+from opc.errors import InputError, OpcError, UnsupportedError, error_line, printable
 from opc.frontend import read_source
 from opc.ir import Source, is_lowered, verify
 
@@ -33,13 +35,13 @@ def run_pipeline(source: Source, spec: str) -> None:
         text = str(err)
         if m := re.fullmatch(r"Unrecognized passes: \[(.*)\]", text):  # xDSL shows a Python list of them
             text = f"unknown pass {m[1].replace(chr(39), '')}"
-        raise OpcError(f"error: {text} (available: {', '.join(sorted(available))})") from None
+        raise InputError(f"{text} (available: {', '.join(sorted(available))})") from None
     except (ArgSpecParseError, Exception) as err:  # malformed options of a known pass
-        raise OpcError(f"error: bad pass pipeline '{spec}'{pipeline_error(str(err))}") from None
+        raise InputError(f"bad pass pipeline '{spec}'{pipeline_error(str(err))}") from None
     ctx = make_context()
     for p in pipeline.passes:
         if p.name.startswith("opc-") and is_lowered(source.module):  # opc's passes read opc-level IR
-            raise OpcError(f"error: {p.name}: the module is already lowered (opc-lower-to-loops ran)")
+            raise InputError(f"{p.name}: the module is already lowered (opc-lower-to-loops ran)")
         p.apply(ctx, source.module)
         verify(source, stage=p.name)
 
@@ -71,6 +73,10 @@ def pipeline_error(text: str) -> str:
 
 
 def cmd_opt(args: argparse.Namespace) -> None:
+    if args.file is None:  # stdin, as mlir-opt reads it; a person at a terminal is told so
+        args.file = "-"
+        if sys.stdin.isatty():
+            print("opc opt: reading MLIR from stdin (end it with Ctrl-D), or give a FILE", file=sys.stderr)
     source = read_source(args.file)
     if args.passes:
         run_pipeline(source, args.passes)
@@ -102,12 +108,69 @@ def cmd_compile(args: argparse.Namespace) -> None:
         write_output(emit(source, args.emit, target=args.target, grad=args.grad, decompose=args.decompose,
                           fuse=args.fuse), None)
         return
-    out_dir = args.output or "."
+    out_dir = args.output or DEFAULT_OUTPUT
     name = os.path.splitext(os.path.basename(args.file))[0] if args.file != "-" else "model"
-    written = compile_to_dir(source, out_dir, name, target=args.target, grad=args.grad, decompose=args.decompose,
-                             fuse=args.fuse)
+    with chosen_march("portable" if args.portable else args.march):
+        from opc.lowering.build import march, target_flags
+
+        written = compile_to_dir(source, out_dir, name, target=args.target, grad=args.grad,
+                                 decompose=args.decompose, fuse=args.fuse)
+        native = march() == "native" and any(f.startswith("-march=") for f in target_flags())
     for path in written:
         print(f"wrote {path}")
+    if native and args.target != "cuda":
+        print("note: built for this machine's CPU (-march=native), it may not run on another; "
+              "--portable builds for any CPU of this architecture")
+    if any(path.endswith(".py") for path in written):
+        print(f"use it: sys.path.insert(0, {out_dir!r}); import {name}"
+              + (f"; weights = numpy.load({os.path.join(out_dir, name + '.npz')!r})" if source.weights else ""))
+
+
+@contextlib.contextmanager
+def chosen_march(value: str | None) -> Iterator[None]:
+    """$OPC_MARCH (opc/lowering/build.py: march) set to `value` for one command, then as it was."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get("OPC_MARCH")
+    os.environ["OPC_MARCH"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["OPC_MARCH"]
+        else:
+            os.environ["OPC_MARCH"] = before
+
+
+# `opc compile` without -o: a folder of its own, not the current directory (three files per
+# model) nor build/ (setuptools' own)
+DEFAULT_OUTPUT = "opc_out"
+
+
+def examples_dir() -> str:
+    """examples/ of a source checkout, or the copy of its small files inside the package (setup.py)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "_examples"), os.path.join(os.path.dirname(here), "examples")):
+        if os.path.isfile(os.path.join(candidate, "mlp.mlir")):
+            return candidate
+    raise InputError("opc's examples were not found next to the package (reinstall opc)")
+
+
+def cmd_example(args: argparse.Namespace) -> None:
+    """`opc example`: the examples' names; `opc example NAME`: the file, to stdout or -o FILE."""
+    directory = examples_dir()
+    shipped = sorted(f for f in os.listdir(directory) if f.endswith((".mlir", ".toml")))
+    if args.name is None:
+        write_output("".join(f"{f}\n" for f in shipped), None)
+        return
+    name = args.name if args.name in shipped else f"{args.name}.mlir"
+    if name not in shipped:
+        raise InputError(f"no example '{args.name}' (examples: {', '.join(shipped)})")
+    with open(os.path.join(directory, name), encoding="utf-8") as f:
+        write_output(f.read(), args.output)
+    if args.output not in (None, "-"):
+        print(f"wrote {args.output}")
 
 
 def cmd_explain(args: argparse.Namespace) -> None:
@@ -118,8 +181,8 @@ def cmd_explain(args: argparse.Namespace) -> None:
         return
     source = read_source(args.file)
     if is_lowered(source.module):
-        raise OpcError(f"error: {args.file}: the module is already lowered (opc-lower-to-loops ran); "
-                       "explain takes opc-level IR")
+        raise InputError(f"{args.file}: the module is already lowered (opc-lower-to-loops ran); "
+                         "explain takes opc-level IR")
     if args.kernels:
         from opc.explain import explain_kernels
 
@@ -129,7 +192,7 @@ def cmd_explain(args: argparse.Namespace) -> None:
         write_output(explain(source.module, args.target, grad=args.grad, fuse=args.fuse), None)
     except ExplainError as err:  # the table still helps: it shows which op cannot run
         write_output(err.table, None)
-        raise OpcError(str(err).split("\n", 1)[0]) from None
+        raise UnsupportedError(str(err).split("\n", 1)[0]) from None
 
 
 def cmd_import(args: argparse.Namespace) -> None:
@@ -148,7 +211,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from opc.profiler import Profile, extension_of
 
     if args.repeat < 1:
-        raise OpcError(f"error: --repeat must be at least 1, got {args.repeat}")
+        raise InputError(f"--repeat must be at least 1, got {args.repeat}")
     module = compile_module(args.file, grad=args.grad, fuse=args.fuse)
     rng = np.random.default_rng(0)
 
@@ -167,7 +230,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
             return weights[name]
         if given is None:
             return random_input(shape, dtype)
-        raise OpcError(f"error: --inputs {args.inputs} has no array '{name}' for {function}()")
+        raise InputError(f"--inputs {args.inputs} has no array '{name}' for {function}()")
 
     calls = []
     for function, fn in module._functions.items():
@@ -214,7 +277,7 @@ def load_profile_inputs(source: str) -> dict | None:
         with np.load(source) as archive:
             return {name: archive[name] for name in archive.files}
     except (OSError, ValueError) as e:
-        raise OpcError(f"error: --inputs {source}: not 'random' nor a readable .npz ({e})") from None
+        raise InputError(f"--inputs {source}: not 'random' nor a readable .npz ({e})") from None
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -225,11 +288,14 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from opc import version
+
     parser = ArgumentParser(prog="opc", description="op compiler for deep-learning ops and their gradients")
+    parser.add_argument("--version", action="version", version=f"opc {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     opt = sub.add_parser("opt", help="apply passes and print the IR (like xdsl-opt)")
-    opt.add_argument("file", nargs="?", default="-", help="input .mlir file, or - (the default) for stdin, as mlir-opt reads it")
+    opt.add_argument("file", nargs="?", help="input .mlir file, or - (the default) for stdin, as mlir-opt reads it")
     opt.add_argument("-p", "--passes", default="", help="comma-separated pass pipeline")
     opt.add_argument("-o", "--output", help="output file (default stdout)")
     opt.add_argument("--generic", action="store_true", help="print the generic MLIR form")
@@ -238,11 +304,16 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="compile a model into an importable module")
     comp.add_argument("file")
     comp.add_argument("--target", default="cpu", help="cpu, cuda, or a device FILE.toml")
-    comp.add_argument("-o", "--output", help="output directory (default .)")
+    comp.add_argument("-o", "--output", help=f"output directory (default {DEFAULT_OUTPUT}/)")
     add_grad_options(comp, "also build NAME_grad and NAME_value_and_grad for every function; --grad 2: "
                            "also NAME_grad_grad")
     comp.add_argument("--decompose", default="", help="ops to decompose (comma list, or all)")
     comp.add_argument("--emit", choices=["mlir", "c", "cuda"], help="print lowered IR or source instead")
+    arch = comp.add_mutually_exclusive_group()
+    arch.add_argument("--portable", action="store_true",
+                      help="build for any CPU of this architecture; by default opc builds for this machine's own "
+                           "(-march=native), and the module may not run on another ($OPC_MARCH=portable in Python)")
+    arch.add_argument("--march", metavar="ARCH", help="build for these CPUs: gcc's -march value (x86-64-v3, ...)")
     comp.set_defaults(func=cmd_compile)
 
     exp = sub.add_parser("explain", help="show how every op runs on a target")
@@ -272,6 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--repeat", type=int, default=10, help="calls of each function (default 10)")
     prof.add_argument("--trace", help="also write the calls as a Chrome trace JSON (chrome://tracing, Perfetto)")
     prof.set_defaults(func=cmd_profile)
+
+    ex = sub.add_parser("example", help="print one of opc's examples (the quick start's mlp.mlir), or list them")
+    ex.add_argument("name", nargs="?", help="an example's file name (mlp.mlir, or mlp); without one, the list")
+    ex.add_argument("-o", "--output", help="write it to this file (default stdout)")
+    ex.set_defaults(func=cmd_example)
 
     chk = sub.add_parser("check", help="test a device's own kernels against opc's reference over the full grid")
     chk.add_argument("--target", required=True, help="the device FILE.toml")
@@ -310,7 +386,7 @@ def cmd_check(args: argparse.Namespace) -> None:
     from opc.check import check_device, show_case
 
     if args.show and not args.case:
-        raise OpcError("error: --show needs --case ID (a FAIL row names the case)")
+        raise InputError("--show needs --case ID (a FAIL row names the case)")
     ok = show_case(args.target, args.ops or None, args.case) if args.show else \
         check_device(args.target, args.ops or None, args.case, bool(args.grad))
     if not ok:
@@ -335,8 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckFailed:
         return 1
     except (OpcError, ValueError) as err:
-        text = message(err)
-        print(text if text.startswith(("error:", "<")) or ": error:" in text else f"error: {text}", file=sys.stderr)
+        print(error_line(err, message(err)), file=sys.stderr)
         return 1
     except OSError as err:  # unwritable -o DIR, full disk, ...
         where = f": {err.filename}" if err.filename else ""

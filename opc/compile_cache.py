@@ -33,7 +33,7 @@ from opc.lowering.abi import FunctionSignature
 from opc.lowering.build import CompiledModule, bind, cache_dir, content_key, load_extension, runtime_dir
 
 RECORD_FORMAT = 2
-FLAVOR_ENV = ("OPC_SANITIZE", "OPC_PROFILE", "CC")  # environment that changes what a compile builds
+FLAVOR_ENV = ("OPC_SANITIZE", "OPC_PROFILE", "CC", "OPC_MARCH")  # environment that changes what a compile builds
 _memory: dict[str, CompiledModule] = {}
 
 

@@ -36,14 +36,14 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region
 
-from opc.errors import OpcError
+from opc.errors import UnsupportedError
 from opc.ops.registry import REGISTRY
 from opc.targets.device_kernels import external_symbol
 from opc.targets.routing import route, route_op
 from opc.targets.target import Target, get_target
 
 
-class ExplainError(OpcError):
+class ExplainError(UnsupportedError):
     def __init__(self, message: str, table: str):
         super().__init__(f"{message}\n{table}".rstrip("\n"))
         self.table = table
@@ -133,7 +133,7 @@ def explain(module: ModuleOp, target_spec: str, grad: bool | int = False, fuse: 
         else:
             first, path = failing[0]
             why = f"its {path} rule needs {', '.join(rows[failing[0]]['bad'])}, which the target cannot run"
-        raise ExplainError(f"error: {first} cannot run on target '{target.name}': {why}", table)
+        raise ExplainError(f"{first} cannot run on target '{target.name}': {why}", table)
     return table
 
 

@@ -8,7 +8,7 @@ import sys
 
 from xdsl.dialects.builtin import ModuleOp
 
-from opc.errors import OpcError
+from opc.errors import InputError
 from opc.ir import Source, decode, parse_text, settle_names, verify
 from opc.onnx_import import import_onnx
 
@@ -18,11 +18,11 @@ def read_source(path: str) -> Source:
         stdin = getattr(sys.stdin, "buffer", None)  # bytes, so that non-UTF-8 input is located like a file's
         return parse_text(decode(stdin.read(), "<stdin>") if stdin else sys.stdin.read(), "<stdin>")
     if not os.path.isfile(path):
-        raise OpcError(f"error: no such file: {path}")
+        raise InputError(f"no such file: {path}")
     if path.endswith(".onnx"):
-        module = import_onnx(path)[0]
+        module, weights = import_onnx(path)
         settle_names(module)
-        return Source(module, path, {})
+        return Source(module, path, {}, weights)
     with open(path, "rb") as f:
         return parse_text(decode(f.read(), path), path)
 

@@ -14,15 +14,17 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, math, memref, scf
 from xdsl.dialects.builtin import AnyFloat, BFloat16Type, ModuleOp, TensorType
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
+from xdsl.irdl import IRDLOperation
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Location, Span
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 from opc.dialects.opc_sched import OpcSched
-from opc.errors import OpcError, first_line, printable
+from opc.errors import InputError, InternalError, first_line, printable
 
 
 def make_context() -> Context:
@@ -47,6 +49,7 @@ class HexElement(Parser._TensorLiteralElement):
         if not isinstance(type, AnyFloat):
             return super().to_type(parser, type)
         width = type.bitwidth
+        assert isinstance(self.value, int)  # a hexadecimal literal's bits
         if self.value >= 1 << width:
             parser.raise_error(f"hexadecimal float literal {self.span.text} has more than {width} bits",
                                at_position=self.span)
@@ -57,12 +60,36 @@ class HexElement(Parser._TensorLiteralElement):
 
 
 class LocatingParser(Parser):
-    """A parser that records the source span of every op it builds."""
+    """A parser that records the source span of every op it builds, and where each value
+    was first used; it refuses an attribute an op of opc's dialects does not take."""
 
     def __init__(self, ctx: Context, text: str, name: str):
         super().__init__(ctx, text, name)
         self.spans: dict[int, Span] = {}
         self.ops: list[Operation] = []
+        self.first_use: dict[str, Span] = {}  # %name -> its first use, for one used but never defined
+
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        """xDSL's parse_module, with its two end-of-input messages made to say what and where."""
+        try:
+            return super().parse_module(allow_implicit_module)
+        except ParseError as err:
+            if err.msg.startswith("values used but not defined"):
+                undefined = sorted(self.forward_ssa_references, key=lambda n: self.first_use[n].start)
+                also = f" (also {', '.join('%' + n for n in undefined[1:])})" if undefined[1:] else ""
+                self.raise_error(f"%{undefined[0]} is used but never defined{also}", self.first_use[undefined[0]])
+            if err.msg == "Could not parse entire input!":
+                token = self._current_token
+                if token.kind == MLIRTokenKind.EOF:
+                    self.raise_error("the input holds no operation: expected a func.func (or a builtin.module)",
+                                     Span(0, 0, token.span.input))
+                self.raise_error(f"expected an operation here, got `{printable(token.text)}`")
+            raise
+
+    def resolve_operand(self, operand, type):  # noqa: ANN001, ANN201 - xDSL's signature
+        if operand.operand_name not in self.ssa_values:  # a forward reference: remember where, for the error
+            self.first_use.setdefault(operand.operand_name, operand.span)
+        return super().resolve_operand(operand, type)
 
     def parse_operation(self) -> Operation:
         span = self._current_token.span
@@ -70,10 +97,30 @@ class LocatingParser(Parser):
             op = super().parse_operation()
         except VerifyException as err:  # a type constraint checked while parsing
             loc = span.get_location()
-            raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {err}") from None
+            name = op_name_at(span.input.content, span.start)
+            text = plain_verify_message(str(err))
+            where = f"{loc.file}:{loc.line}:{loc.col}"
+            raise InputError(f"'{name}' op {text}" if name else text, where=where) from None
         self.spans[id(op)] = span
         self.ops.append(op)  # keeps ids unique while the spans are in use
+        self.check_attribute_names(op, span)
         return op
+
+    def check_attribute_names(self, op: Operation, span: Span) -> None:
+        """An op of opc's dialects takes the attributes it declares, and discardable ones named
+        with a dialect prefix (`opc.stop_gradient`); `{foo = 1}` is refused, at the `foo`."""
+        if not op.name.startswith(OWN_DIALECTS):
+            return
+        assert isinstance(op, IRDLOperation)  # opc's dialects: IRDL ops
+        definition = op.get_irdl_definition()
+        declared = {*definition.attributes, *definition.properties}
+        for name in op.attributes:
+            if "." not in name and name not in declared:
+                text = span.input.content
+                at = re.compile(rf"(?<![\w.$]){re.escape(name)}\s*=").search(text, span.start, self.pos)
+                takes = f"it takes {', '.join(sorted(declared))}" if declared else "it takes none"
+                self.raise_error(f"'{op.name}' op has no attribute '{name}' ({takes})",
+                                 Span(at.start(), at.start() + len(name), span.input) if at else span)
 
     def _parse_dense_literal_type(self):  # noqa: ANN202 - xDSL's signature
         """The type of a dense literal, refused before its elements are expanded when too big."""
@@ -113,6 +160,26 @@ class LocatingParser(Parser):
             self.raise_error("dense array elements must be at most 64 bits wide", start, self.pos)
 
 
+OWN_DIALECTS = ("opc.", "opc_loops.", "opc_sched.")
+# `%a, %b = "opc.exp"` or `opc.exp`: the op's name after its results
+OP_NAME = re.compile(r'(?:%[^\s=]+(?:\s*,\s*%[^\s=]+)*\s*=\s*)?"?([A-Za-z_][\w$.]*)')
+# xDSL's message when two types an op's definition ties together (one variable) differ
+TIED_TYPES = re.compile(r"attribute (.+) expected from variable '[^']*', but got (.+)")
+
+
+def op_name_at(text: str, start: int) -> str | None:
+    m = OP_NAME.match(text, start)
+    return m[1] if m else None
+
+
+def plain_verify_message(text: str) -> str:
+    """A verifier's message without xDSL's jargon: two types that must agree, both named."""
+    m = TIED_TYPES.search(text)
+    if m:
+        return f"has {m[2]} where {m[1]} is expected: these operand and result types must be the same"
+    return text
+
+
 # What the pre-scan looks at: string literals (exactly the strings xDSL's lexer takes), a `"`
 # that starts none, // comments, `->`, and brackets.
 PRESCAN_TOKENS = re.compile(r'(?P<string>"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*")|(?P<bad>")'
@@ -143,8 +210,8 @@ def decode(data: bytes, name: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         before = data[:err.start].decode("utf-8")
-        raise OpcError(f"{location(before, name, len(before))}: error: not UTF-8 text: byte "
-                       f"0x{data[err.start]:02x} ({err.reason})") from None
+        raise InputError(f"not UTF-8 text: byte 0x{data[err.start]:02x} ({err.reason})",
+                         where=location(before, name, len(before))) from None
 
 
 def location(text: str, name: str, offset: int) -> str:
@@ -157,6 +224,7 @@ class Source:
     module: ModuleOp
     name: str
     spans: dict[int, Span]
+    weights: dict | None = None  # an ONNX model's initializers, by argument name (NumPy arrays)
 
     def where(self, op: Operation) -> str:
         span = self.spans.get(id(op))
@@ -167,11 +235,11 @@ class Source:
 
 
 def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> Source:
-    """Parse and verify; raise OpcError with a located message on bad input."""
+    """Parse and verify; raise InputError with a located message on bad input."""
     text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark, as editors on Windows write it
     refused = prescan(text)
     if refused is not None:
-        raise OpcError(f"{location(text, name, refused[0])}: error: {refused[1]}")
+        raise InputError(refused[1], where=location(text, name, refused[0]))
     # xDSL recurses a few frames per level of nesting; MAX_NESTING levels fit in this
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 8000))
     parser = None
@@ -185,13 +253,13 @@ def parse_text(text: str, name: str = "<stdin>", ctx: Context | None = None) -> 
         if msg.startswith("Unexpected character: "):  # the character quoted, a NUL or ESC as its escape
             msg = f"Unexpected character: {printable(repr(msg.removeprefix('Unexpected character: ')))}"
         msg = printable(msg)
-        raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: {msg}") from None
+        raise InputError(msg, where=f"{loc.file}:{loc.line}:{loc.col}") from None
     except (RecursionError, MemoryError, OverflowError, ValueError, ArithmeticError, LookupError, AttributeError,
             TypeError, AssertionError, NotImplementedError) as err:  # xDSL gave up inside an attribute or type
         where = parser._current_token.span.get_location() if parser is not None else None
         loc = where or Location(name, 1, 1)
         why = "nested too deeply" if isinstance(err, RecursionError) else first_line(err)
-        raise OpcError(f"{loc.file}:{loc.line}:{loc.col}: error: malformed input here: {why}") from None
+        raise InputError(f"malformed input here: {why}", where=f"{loc.file}:{loc.line}:{loc.col}") from None
     source = Source(module, name, parser.spans)
     settle_names(module)
     verify(source)
@@ -225,8 +293,10 @@ def settle_names(module: Operation) -> None:
 
 def verify(source: Source, stage: str = "") -> None:
     """Verify op by op, outermost first, so the message points at the culprit: opc's rules
-    for values and functions (opc-level IR), xDSL's verifiers, then dominance."""
+    for values and functions (opc-level IR), xDSL's verifiers, then dominance. Bad input is an
+    InputError; IR that a pass (`stage`) made from verified IR and that fails is an InternalError."""
     after = f" (after {stage})" if stage else ""
+    kind = InternalError if stage else InputError
     lowered = is_lowered(source.module)
     order = BlockOrder()
     for op in source.module.walk(reverse=False):
@@ -238,8 +308,9 @@ def verify(source: Source, stage: str = "") -> None:
         except (VerifyException, DiagnosticException) as err:
             msg = str(err).strip().splitlines()
             text = next((line for line in msg if "Operation does not verify" in line), msg[-1] if msg else "")
-            text = text.replace("Operation does not verify: ", "")
-            raise OpcError(f"{source.where(op)}: error: '{op.name}' op {text}{after}") from None
+            text = plain_verify_message(text.replace("Operation does not verify: ", ""))
+            text = text.removeprefix(f"{op.name} ")  # a verifier that names its op: not twice
+            raise kind(f"'{op.name}' op {text}{after}", where=source.where(op)) from None
 
 
 def is_lowered(module: ModuleOp) -> bool:
@@ -297,7 +368,7 @@ def check_dominance(op: Operation, order: BlockOrder) -> None:
         block = operand.block if isinstance(operand, BlockArgument) else operand.owner.parent_block()
         user = ancestor_in(op, block)
         defined = user is not None and (isinstance(operand, BlockArgument)
-                                        or order(operand.owner) < order(user))  # type: ignore[arg-type]
+                                        or isinstance(operand, OpResult) and order(operand.op) < order(user))
         if not defined:
             name = f"%{operand.name_hint}" if operand.name_hint else "an operand"
             where = "before its definition" if user is not None else "outside the region that defines it"
@@ -306,6 +377,7 @@ def check_dominance(op: Operation, order: BlockOrder) -> None:
 
 def ancestor_in(op: Operation, block: Block | None) -> Operation | None:
     """op or the op around it that sits in `block`."""
-    while op is not None and op.parent_block() is not block:
-        op = op.parent_op()  # type: ignore[assignment]
-    return op
+    around: Operation | None = op
+    while around is not None and around.parent_block() is not block:
+        around = around.parent_op()
+    return around

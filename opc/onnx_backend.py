@@ -18,10 +18,13 @@ from opc.onnx_load import OnnxModel
 
 
 class OpcRep(BackendRep):
+    """A prepared model: `run(inputs)` compiles for the inputs' shapes on first use (opc.load_onnx)."""
+
     def __init__(self, model: OnnxModel) -> None:
         self.model = model
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple:
+        """The outputs for a list of inputs (or one array, or a dict by input name)."""
         if isinstance(inputs, dict):
             return tuple(self.model(**inputs))
         if not isinstance(inputs, (list, tuple)):
@@ -30,17 +33,22 @@ class OpcRep(BackendRep):
 
 
 class OpcBackend(Backend):
+    """onnx's backend interface over opc.load_onnx: `onnx.backend.test.BackendTest(opc.onnx_backend)` runs."""
+
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> OpcRep:
+        """A runnable model (a ModelProto or path) for device CPU (or CUDA where nvcc is)."""
         super().prepare(model, device, **kwargs)
         return OpcRep(OnnxModel(model, target=device_target(device)))
 
     @classmethod
     def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple:
+        """prepare(model, device).run(inputs)."""
         return cls.prepare(model, device, **kwargs).run(inputs)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
+        """CPU always; CUDA where nvcc is on PATH."""
         import shutil
 
         kind = Device(device).type

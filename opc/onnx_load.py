@@ -55,18 +55,18 @@ class OnnxModel:
 
     def feeds(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         if len(args) > len(self.input_names):
-            raise ValueError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
-                             f"got {len(args)}")
+            raise TypeError(f"the model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
+                            f"got {len(args)}")
         feeds = dict(zip(self.input_names, args))
         for name, value in kwargs.items():
             if name not in self.input_names:
-                raise ValueError(f"the model has no input '{name}' (inputs: {', '.join(self.input_names)})")
+                raise TypeError(f"the model has no input '{name}' (inputs: {', '.join(self.input_names)})")
             if name in feeds:
-                raise ValueError(f"input '{name}' is given twice")
+                raise TypeError(f"input '{name}' is given twice")
             feeds[name] = value
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
-            raise ValueError(f"input '{missing[0]}' is missing")
+            raise TypeError(f"input '{missing[0]}' is missing")
         return {n: self.list_input(n, feeds[n]) if n in self.list_inputs else np.asarray(feeds[n])
                 for n in self.input_names}
 

@@ -52,13 +52,16 @@ class Profile:
             self.kernels.append((f"{fn}#{seen[fn]}", kind, ops))
 
     def start(self) -> Profile:
+        """Turn the module's kernel timers on (also `with opc.profile(m) as p:`)."""
         self.lib.opc_profile(1)
         return self
 
     def stop(self) -> None:
+        """Turn the timers off; what they measured stays."""
         self.lib.opc_profile(0)
 
     def reset(self) -> None:
+        """Forget the totals and events measured so far."""
         self.lib.opc_profile_reset()
 
     def __enter__(self) -> Profile:
@@ -76,6 +79,7 @@ class Profile:
         return sorted(rows, key=lambda r: -r["total_ms"])
 
     def table(self) -> str:
+        """The rows as a Markdown table: kernel, kind, ops, calls, total ms, share, and a total row."""
         rows = self.rows()
         lines = ["| kernel | kind | ops | calls | total ms | share |", "|---|---|---|---|---|---|"]
         for r in rows:

@@ -13,9 +13,12 @@ descheduled thread (a 256 matmul at 2 threads: best 0.19 ms, median 33-70 ms). l
 the policy once, when it loads, so opc sets it on import, before any module is loaded:
 WAIT_POLICY below, unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, or OPC_WAIT_POLICY=libgomp
 (keep libgomp's default), or libgomp is already loaded (torch imported first: then torch's
-choice stands, libgomp's default spin, and opc warns once where it will run more than one thread:
-on a busy machine that made a 256 matmul's median 65-100x slower, bench/results/2026-12-03-busy.txt).
-bench/bench_threads.py measures the policies; README, Speed, has the figures.
+choice stands, libgomp's default spin). The spin costs nothing on an idle machine, the common
+case of `import torch` then `import opc`, so opc stays quiet there; where it will run more than
+one thread and the load average says every core is already busy, it warns once, in one line, what
+to do (on a busy machine the spin made a 256 matmul's median 65-100x slower,
+bench/results/2026-12-03-busy.txt).
+bench/bench_threads.py measures the policies; docs/performance.md, Threads, says how; bench/results/ has the figures.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import threading
 import warnings
 from collections.abc import Callable
 
-from opc.errors import OpcError
+from opc.errors import InputError, OpcError
 
 # the environment opc gives libgomp when the user chose nothing (measured: bench/bench_threads.py)
 WAIT_POLICY = {"OMP_WAIT_POLICY": "passive"}
@@ -41,7 +44,7 @@ def default_num_threads() -> int:
         if not text:
             continue
         if not text.isdigit() or int(text) < 1:
-            raise OpcError(f"error: {var} must be a positive integer, got {os.environ[var]!r}")
+            raise InputError(f"{var} must be a positive integer, got {os.environ[var]!r}")
         return int(text)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -86,13 +89,22 @@ def apply_wait_policy() -> None:
         return
     if libgomp_loaded():
         try:
-            many = default_num_threads() > 1
+            threads = default_num_threads()
         except OpcError:
-            many = False  # a bad OPC_NUM_THREADS is reported where the count is used
-        if many:
-            warnings.warn("opc: libgomp was loaded before opc (torch imported first?) with its default spinning "
-                          "wait, which makes opc's parallel regions far slower on a busy machine; set "
-                          "OMP_WAIT_POLICY=passive before that import, or OPC_WAIT_POLICY=libgomp to keep it quietly",
+            threads = 1  # a bad OPC_NUM_THREADS is reported where the count is used
+        if threads > 1 and busy():
+            warnings.warn("opc: OpenMP was loaded before opc (torch imported first?) and its idle threads spin, "
+                          "slow on this busy machine: set OMP_WAIT_POLICY=passive before importing torch",
                           RuntimeWarning, stacklevel=3)
         return
     os.environ.update(WAIT_POLICY)
+
+
+def busy() -> bool:
+    """The last minute's load average is at least the machine's cores: spinning threads would
+    take cores from the ones with work."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return False
+    return load >= (os.cpu_count() or 1)

@@ -8,7 +8,7 @@
  *                                  is a number (or the other way round).
  *
  * tests/test_math_ulp.py runs it on a sample (stride 4099) in both FMA contraction modes; the
- * full sweep is stride 1 (README, Speed: the table of the maximum errors). The distance is
+ * full sweep is stride 1 (docs/performance.md, Vector math: the table of the maximum errors). The distance is
  * counted in representable floats between the two results (0 and -0 are one apart). */
 #include <math.h>
 #include <stdio.h>

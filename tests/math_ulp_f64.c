@@ -12,8 +12,8 @@
  *                                 NaN comes out where the reference is a number (or the other
  *                                 way round).
  *
- * tests/runtime/test_math_ulp.py runs it with a small N in both FMA contraction modes; the README's
- * table (Speed) comes from N = 2^27. The error is |got - ref| / ulp(ref rounded to double), the
+ * tests/runtime/test_math_ulp.py runs it with a small N in both FMA contraction modes; docs/performance.md's
+ * table (Vector math) comes from N = 2^27. The error is |got - ref| / ulp(ref rounded to double), the
  * ulp of a subnormal being 2^-1074. */
 #include <math.h>
 #include <stdint.h>

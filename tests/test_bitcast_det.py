@@ -157,7 +157,7 @@ def test_onnx_bitcast_matches_the_reference(onnx_bitcasts, src, dst):
 @pytest.mark.parametrize("src,dst,message", [("float32", "int64", "same bit-width"),
                                              ("uint8", "bool", "to bool only from bool")])
 def test_onnx_bitcast_refuses(src, dst, message):
-    with pytest.raises(OpcError, match=rf"^error: .*BitCast.*{message}"):
+    with pytest.raises(OpcError, match=rf"BitCast.*{message}"):
         opc.import_onnx(bitcast_model(src, dst)[0])
 
 
@@ -170,7 +170,7 @@ def test_onnx_bitcast_to_float8_is_refused():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, [4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
     assert onnx is not None
-    with pytest.raises(OpcError, match=r"^error: .*FLOAT8E4M3FN"):
+    with pytest.raises(OpcError, match=r"FLOAT8E4M3FN"):
         opc.import_onnx(model)
 
 
@@ -274,12 +274,12 @@ def test_det_refuses_a_non_square_input():
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
-    with pytest.raises(OpcError, match=r"^error: .*Det"):
+    with pytest.raises(OpcError, match=r"Det"):
         opc.import_onnx(model)
 
 
 def test_det_refuses_n_above_the_unroll_bound():
-    with pytest.raises(OpcError, match=r"^error: .*\(Det\): n = 17: opc unrolls Det at import for n up to 16"):
+    with pytest.raises(OpcError, match=r"\(Det\): n = 17: opc unrolls Det at import for n up to 16"):
         opc.import_onnx(det_model((), 17, "float32"))
 
 

@@ -14,7 +14,7 @@ tests written for that module run against each mutant (`pytest -x`: the first
 failure kills it). A mutant is killed when the tests fail or time out, survives
 when they pass; "incompetent" ones (the module no longer imports) and the known
 equivalent mutants in EQUIVALENT are left out of the score. Prints one table row
-per module, the README's table. Sessions go to --out (default mutation-out/), where
+per module (the last scores: bench/results/2026-12-03-readme-records.md). Sessions go to --out (default mutation-out/), where
 `cr-report --show-output mutation-out/rules.sqlite` lists every mutant and its diff.
 """
 
@@ -53,7 +53,7 @@ MODULES = {
     "scalars": Module("opc/lowering/scalars.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_edge_values.py"),
     "c-tables": Module("opc/lowering/c_expressions.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_compare_nan.py "
                        "tests/lowering/test_edge_values.py", ),  # the expression tables and their renderers
-    "converters": Module("opc/onnx_import/converters.py", "tests/frontend/test_onnx_import.py"),
+    "converters": Module("opc/onnx_import/tensor.py", "tests/frontend/test_onnx_import.py"),
 }
 
 # cosmic-ray operators left out: bit operations, shifts, modulo, floor division and power
@@ -72,7 +72,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "maximum has one result: douts[-1] is douts[0]",
     ("opc/ops/elementwise.py", "return _extremum(e, op, douts[ -1], o.LessThanOp)  # type: ignore[arg-type]"):
         "minimum has one result: douts[-1] is douts[0]",
-    ("opc/onnx_import/converters.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
+    ("opc/onnx_import/tensor.py", 'return [args[ -1] if len(args) == 1 else node.e.value(o.ConcatOp(args, '
                                       'node.axis(node.attr("axis"), rank)))]'):
         "Concat of one input: args[-1] is args[0]",
     ("opc/lowering/c_expressions.py", 'return n * {"double": 8, "float": 4, "uint16_t": 2, "int64_t": 9, "uint64_t": 8, '

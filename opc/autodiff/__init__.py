@@ -25,7 +25,7 @@ the second computing the forward once for both (a training step in one call):
   * grad ops are differentiated like any op, through the vjp their registry
     row gives (by default their invoke / composite rule): so `@f_grad`
     itself can be differentiated (higher order, `@f_grad_grad`);
-  * an op on the path with no rule raises OpcError "no gradient rule for X".
+  * an op on the path with no rule raises UnsupportedError "no gradient rule for X".
 A function without a float argument to differentiate gets no grad functions;
 `add_grad_functions` records why in the module attribute `opc.no_grad`
 (missing function name -> reason), which compiled modules turn into an
@@ -44,7 +44,7 @@ from xdsl.transforms.dead_code_elimination import region_dce
 from opc.dialects.builder import OpBuilder
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import ConcatOp, SliceGradOp, is_bool, is_float
-from opc.errors import OpcError
+from opc.errors import InputError, InternalError, UnsupportedError
 from opc.ops.decompositions import expand
 from opc.ops.registration import takes_missing
 from opc.ops.registry import REGISTRY, THROUGH_RULE
@@ -102,11 +102,11 @@ def wrt_indices(f: func.FuncOp, names: Sequence[str]) -> list[int]:
             i = int(n)
         else:
             known = ", ".join(f"%{h}" for h in hints if h) or "none named"
-            raise OpcError(f"error: @{fname} has no argument %{n} (arguments: {known})")
+            raise InputError(f"@{fname} has no argument %{n} (arguments: {known})")
         if not is_float_value(args[i]):
-            raise OpcError(f"error: @{fname}: argument %{n} is not a float tensor and has no gradient")
+            raise InputError(f"@{fname}: argument %{n} is not a float tensor and has no gradient")
         if stop_gradient(f, i):
-            raise OpcError(f"error: @{fname}: argument %{n} is marked {{{STOP_GRADIENT}}} and has no gradient")
+            raise InputError(f"@{fname}: argument %{n} is marked {{{STOP_GRADIENT}}} and has no gradient")
         if i not in out:
             out.append(i)
     return out
@@ -131,12 +131,12 @@ def add_grad_functions(module: ModuleOp, funcs: Sequence[str] | None = None, ord
     function not built to the reason.
     """
     if not 1 <= order <= MAX_ORDER:
-        raise OpcError(f"error: gradients of order {order} are not supported (1 to {MAX_ORDER})")
+        raise UnsupportedError(f"gradients of order {order} are not supported (1 to {MAX_ORDER})")
     targets = [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration]
     if funcs is not None:
         missing = [n for n in funcs if find_func(module, n) is None]
         if missing:
-            raise OpcError(f"error: no function @{missing[0]} in the module")
+            raise InputError(f"no function @{missing[0]} in the module")
         targets = [f for f in targets if f.sym_name.data in funcs]
     skipped: dict[str, str] = {}
     for f in targets:
@@ -174,7 +174,7 @@ def return_op(f: func.FuncOp) -> func.ReturnOp:
     blocks = list(f.body.blocks)
     last = blocks[-1].last_op if blocks else None
     if len(blocks) != 1 or not isinstance(last, func.ReturnOp):
-        raise OpcError(f"error: @{f.sym_name.data}: autodiff needs a single-block function ending in func.return")
+        raise UnsupportedError(f"@{f.sym_name.data}: autodiff needs a single-block function ending in func.return")
     return last
 
 
@@ -196,7 +196,7 @@ def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int], with
     with_values: @NAME_value_and_grad(args..., douts...) -> (results..., grads of wrt...)."""
     name = f"{f.sym_name.data}_{'value_and_grad' if with_values else 'grad'}"
     if find_func(module, name) is not None:
-        raise OpcError(f"error: cannot add @{name}: the module already has a function of that name")
+        raise InputError(f"cannot add @{name}: the module already has a function of that name")
     ret = return_op(f)
     old_args = list(f.body.block.args)
     outs = list(ret.arguments)
@@ -215,7 +215,7 @@ def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int], with
         if op is ret:
             break
         if op.regions:
-            raise OpcError(f"error: @{f.sym_name.data}: autodiff does not handle ops with regions ({op.name})")
+            raise UnsupportedError(f"@{f.sym_name.data}: autodiff does not handle ops with regions ({op.name})")
         new = op.clone(value_mapper=mapping)
         for o_res, n_res in zip(op.results, new.results):
             mapping[o_res] = n_res
@@ -277,7 +277,7 @@ def sweep(
         if v not in live:
             return
         if g.type != v.type:
-            raise OpcError(f"internal error: gradient of type {g.type} for a value of type {v.type}")
+            raise InternalError(f"gradient of type {g.type} for a value of type {v.type}")
         parts.setdefault(v, []).append(g)
 
     def total(v: SSAValue) -> SSAValue | None:
@@ -380,7 +380,7 @@ def vjp_of(name: str) -> tuple[Callable | None, bool]:
         return vjp_through_rule, e.any_dtype
     if e is None or (e.kind == "grad" and e.vjp is None):
         why = " (a kernel-only grad op needs a vjp of its own: @vjp in opc/ops/vjp_rules.py)" if e else ""
-        raise OpcError(f"error: no gradient rule for {name}{why}")
+        raise UnsupportedError(f"no gradient rule for {name}{why}")
     assert not isinstance(e.vjp, str)  # THROUGH_RULE: vjp_through_rule, above
     return e.vjp, e.any_dtype
 

@@ -295,6 +295,8 @@ class OpcOp(IRDLOperation, abc.ABC):
     KERNELS: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     """The built-in targets with a dedicated kernel (a lowering) for the op; the others run it by its
     invoke or composite rule."""
+    DTYPE_OPERAND: ClassVar[int] = 0
+    """The operand whose element type picks a device's kernel for the op."""
 
 
 class UnaryElementwiseOp(OpcOp, abc.ABC):
@@ -555,6 +557,7 @@ class SelectOp(OpcOp):
     """`%r = opc.select %c, %a, %b : (tensor<4xi1>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>`"""
 
     name = "opc.select"
+    DTYPE_OPERAND: ClassVar[int] = 1  # its values, not the condition
     cond = operand_def(TensorType)
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
@@ -1457,7 +1460,7 @@ class CastGradOp(OpcOp):
 
 @irdl_op_definition
 class FusedGemmEpilogueGradOp(OpcOp):
-    """`%dx, %dy, %dbias = opc.fused_gemm_epilogue_grad %x, %y, %reserve, %dout {activation_grad = "relu_grad"} : (...) -> (...)`
+    """`%dx, %dy, %dbias = opc.fused_gemm_epilogue_grad %x, %y, %reserve, %dout {activation_grad = "relu_grad"} : (tensor<4x8xf32>, tensor<8x5xf32>, tensor<4x5xf32>, tensor<4x5xf32>) -> (tensor<4x8xf32>, tensor<8x5xf32>, tensor<5xf32>)`
 
     dZ = dout * act'(reserve_space); dx, dy through the trans flags; dbias = sum of dZ over rows.
     """
@@ -2606,7 +2609,7 @@ class AttentionOp(OpcOp):
 
 @irdl_op_definition
 class AttentionGradOp(OpcOp):
-    """`%dq, %dk, %dv = opc.attention_grad %q, %k, %v, %out, %lse, %dout, %mask {scale = 0.125 : f64} : (...) -> (...)`
+    """`%dq, %dk, %dv = opc.attention_grad %q, %k, %v, %out, %lse, %dout, %mask {scale = 0.125 : f64} : (tensor<2x8x16xf32>, tensor<2x6x16xf32>, tensor<2x6x4xf32>, tensor<2x8x4xf32>, tensor<2x8xf32>, tensor<2x8x4xf32>, tensor<8x6xf32>) -> (tensor<2x8x16xf32>, tensor<2x6x16xf32>, tensor<2x6x4xf32>)`
 
     Fed by attention's out and lse: p = exp(s - lse), dv = p^T dout, dp = dout v^T,
     ds = p * (dp - rowsum(dout * out)), dq = ds k * scale, dk = ds^T q * scale.

@@ -231,8 +231,9 @@ class Module(torch.nn.Module):
                 self.register_parameter(n, torch.nn.Parameter(torch.from_numpy(np.array(params[n]))))
 
     def forward(self, *inputs: torch.Tensor):
+        """The graph's inputs in order (the weights are the module's parameters); the function's results."""
         if len(inputs) != len(self.inputs):
-            raise ValueError(f"forward() takes {len(self.inputs)} input(s) ({', '.join(self.inputs)}), "
+            raise TypeError(f"forward() takes {len(self.inputs)} input(s) ({', '.join(self.inputs)}), "
                              f"got {len(inputs)}")
         given = dict(zip(self.inputs, inputs))
         return self.function(*[given[n] if n in given else getattr(self, n) for n in self.arguments])

@@ -34,7 +34,7 @@ from types import ModuleType
 import numpy as np
 
 from opc.dtypes import numpy_dtype
-from opc.errors import OpcError
+from opc.errors import BuildError, InputError, InternalError
 from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, SET_THREADS_FN, FunctionSignature, c_symbol
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
@@ -49,7 +49,7 @@ def runtime_dir() -> Path:
     for candidate in (here / "_runtime", here.parent / "runtime"):
         if (candidate / "opc_runtime.h").is_file():
             return candidate
-    raise OpcError("error: opc's runtime headers (opc_runtime.h) were not found next to the package")
+    raise BuildError("opc's runtime headers (opc_runtime.h) were not found next to the package")
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -63,6 +63,17 @@ def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
     except (FileExistsError, NotADirectoryError):  # a file on the way to it
         raise ValueError(f"{what} '{path}' cannot be created: a part of its path is a file") from None
     return path
+
+
+def require_compiler() -> None:
+    """BuildError unless the C compiler opc runs ($CC, else gcc) is there: a build needs one."""
+    import shutil
+
+    cc = os.environ.get("CC", "gcc")
+    if shutil.which(cc) is None:
+        how = f"$CC is {cc!r}: point it at an installed compiler" if "CC" in os.environ else \
+            "install gcc (apt install gcc, dnf install gcc, conda install -c conda-forge gcc) or set $CC to one"
+        raise BuildError(f"opc needs a C compiler to build a module, and {cc!r} is not on PATH: {how}")
 
 
 @functools.cache
@@ -156,6 +167,10 @@ _NO_GRAD = {no_grad!r}  # gradient functions opc did not build, and why
 def __getattr__(name):
     if name in _NO_GRAD:
         raise AttributeError(f"{{name}}: opc built no such function: {{_NO_GRAD[name]}}")
+    for suffix, flag in (("_grad_grad", "--grad 2"), ("_value_and_grad", "--grad"), ("_grad", "--grad")):
+        if name.endswith(suffix) and name[:-len(suffix)] in __all__:
+            raise AttributeError(f"module {{__name__!r}} has no function {{name!r}}: compile with opc compile {{flag}} "
+                                 "to build it")
     raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
 '''
 
@@ -185,9 +200,39 @@ def sanitizing() -> bool:
     return os.environ.get("OPC_SANITIZE", "") not in ("", "0")
 
 
+def march() -> str:
+    """$OPC_MARCH: the CPUs a build is for. "native" (the default): this machine's, the fastest
+    code, which may not run on another machine; "portable": the compiler's baseline for the
+    architecture (any x86-64); else an -march value (x86-64-v3, skylake, ...)."""
+    return os.environ.get("OPC_MARCH", "").strip() or "native"
+
+
+def target_flags() -> tuple[str, ...]:
+    chosen = march()
+    if chosen == "native":
+        return native_flags()
+    if chosen == "portable":
+        return ("-mtune=generic",)
+    return arch_flags(chosen)
+
+
+@functools.cache
+def arch_flags(arch: str) -> tuple[str, ...]:
+    """-march=ARCH, once the compiler has taken it (a typo is bad input, not a bug in opc)."""
+    import subprocess
+
+    require_compiler()
+    probe = subprocess.run([os.environ.get("CC", "gcc"), f"-march={arch}", "-x", "c", "-c", "-o", os.devnull, "-"],
+                           input="int x;", capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        why = next((line for line in probe.stderr.splitlines() if "error" in line), probe.stderr.strip())
+        raise InputError(f"-march={arch}: the C compiler does not take it ({why.split('error: ')[-1]})")
+    return (f"-march={arch}",)
+
+
 def compile_flags() -> list[str]:
     """Flags of every C object opc builds: runtime objects, device kernels and modules."""
-    return BASE_FLAGS + list(native_flags()) + (SANITIZE_FLAGS if sanitizing() else [])
+    return BASE_FLAGS + list(target_flags()) + (SANITIZE_FLAGS if sanitizing() else [])
 
 
 def module_flags() -> list[str]:
@@ -213,7 +258,7 @@ def runtime_object(cache: Path, lib: str = "opc_gemm_lib", defines: tuple[str, .
                str(runtime_dir() / f"{lib}.c"), "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise OpcError(f"error: building opc's runtime {lib} failed:\n{first_lines(proc.stderr)}")
+            raise BuildError(f"building opc's runtime {lib} failed:\n{first_lines(proc.stderr)}")
         return out
 
     return built_once(cache / f"{lib}{variant}-{key}.o", lib, build)
@@ -349,9 +394,9 @@ def keep_failed(cache: Path, name: str, files: dict[str, str]) -> Path:
     return kept
 
 
-def build_failure(compiler: str, log: str, kept: Path) -> OpcError:
-    return OpcError(f"error: {compiler} failed on the generated code; this is a bug in opc: please report it with "
-                    f"the source kept in {kept}\n{first_lines(log)}")
+def build_failure(compiler: str, log: str, kept: Path) -> InternalError:
+    return InternalError(f"{compiler} failed on the generated code; this is a bug in opc: please report it with "
+                         f"the source kept in {kept}\n{first_lines(log)}")
 
 
 # ---------------------------------------------------------------------------
@@ -473,6 +518,7 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     target = extension_path(cache, name)
     if target.exists():
         return name, target
+    require_compiler()
     ffi = cffi.FFI()
     ffi.cdef(cdef)
     objects = runtime_objects(source, cache)
@@ -711,12 +757,13 @@ class CompiledFunction:
                 f"or pass {name}.detach() to drop the gradient")
 
     def __call__(self, *args, **kwargs):
+        """Run the function: arguments by position or by their MLIR names; one array, or a tuple of several."""
         if kwargs:
             args = self.by_name(args, kwargs)
         if len(args) != len(self.in_spec):
             sig = self.sig
             names = ", ".join(n for n, _, _ in sig.inputs)
-            raise ValueError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
+            raise TypeError(f"{sig.name}() takes {len(sig.inputs)} arguments ({names}), got {len(args)}")
         return self.run(self.pointers(args))
 
     def pointers(self, args: Sequence, first: int = 0) -> list:
@@ -777,7 +824,7 @@ class CompiledFunction:
             bound[i] = value
         missing = [repr(n) for i, n in enumerate(names) if i not in bound]
         if missing:
-            raise ValueError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): "
+            raise TypeError(f"{self.sig.name}() takes {len(names)} arguments ({', '.join(names)}): "
                              f"missing argument(s) {', '.join(missing)}")
         return tuple(bound[i] for i in range(len(names)))
 
@@ -823,18 +870,27 @@ class CompiledModule:
         self.arrays = kind
 
     def __getattr__(self, name: str):
-        why = self.__dict__.get("no_grad", {}).get(name)
-        if why is not None:
-            raise AttributeError(f"{name}: opc built no such function: {why}")
-        raise AttributeError(f"opc module has no function {name!r} (functions: "
-                             f"{', '.join(self.__dict__.get('_functions', {}))})")
+        raise AttributeError(self.missing(name))
 
     def __getitem__(self, name: str) -> CompiledFunction:
         """m["a.b"]: a function by its MLIR name, also where that is no Python identifier."""
         try:
             return self._functions[name]
         except KeyError:
-            raise KeyError(f"opc module has no function {name!r} (functions: {', '.join(self._functions)})") from None
+            raise KeyError(self.missing(name)) from None
+
+    def missing(self, name: str) -> str:
+        """Why the module has no function `name`: opc declined to build it, it is a gradient of
+        an order the module was not compiled for (then: the grad= that builds it), or no such name."""
+        why = self.__dict__.get("no_grad", {}).get(name)
+        if why is not None:
+            return f"{name}: opc built no such function: {why}"
+        functions = self.__dict__.get("_functions", {})
+        for suffix, grad, flag in (("_grad_grad", "grad=2", "--grad 2"), ("_value_and_grad", "grad=True", "--grad"),
+                                   ("_grad", "grad=True", "--grad")):
+            if name.endswith(suffix) and name.removesuffix(suffix) in functions:
+                return f"opc module has no function {name!r}: compile with {grad} to build it (opc compile {flag})"
+        return f"opc module has no function {name!r} (functions: {', '.join(functions)})"
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._functions))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
-from opc.errors import OpcError
+from opc.errors import BuildError
 from opc.lowering.abi import ENTRY_PREFIX, FunctionSignature, c_symbol
 from opc.lowering.build import (
     MODULE_TEMPLATE_TAIL,
@@ -82,7 +82,7 @@ def build_cuda_library(source: str, signatures: list[FunctionSignature], cache: 
     """The path of the built shared library; nvcc runs only on a cache miss."""
     nvcc = nvcc_path()
     if nvcc is None:
-        raise OpcError("error: nvcc is not on PATH: cannot build CUDA code (--emit cuda still prints the source)")
+        raise BuildError("nvcc is not on PATH: cannot build CUDA code (--emit cuda still prints the source)")
     target = cache / f"_opc_cuda_{cuda_key(source, library_cdef(signatures), nvcc)}.so"
 
     def build(tmp: Path) -> Path:

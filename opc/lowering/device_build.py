@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from opc.errors import OpcError
+from opc.errors import BuildError
 from opc.lowering.build import (
     built_once,
     compile_flags,
@@ -43,11 +43,11 @@ def kernel_object(kernel: ExternalKernel, cache: Path) -> Path:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "LC_ALL": "C"})
         if proc.returncode != 0:
             lines = [line for line in proc.stderr.splitlines() if line.strip()][:8]
-            raise OpcError(f"error: {kernel.where}.source: {src} does not compile:\n" +
-                           "\n".join("  " + line for line in lines))
+            raise BuildError(f"{kernel.where}.source: {src} does not compile:\n" +
+                             "\n".join("  " + line for line in lines))
         if not defines(str(out), kernel.symbol):
-            raise OpcError(f"error: {kernel.where}.symbol: '{kernel.symbol}' is not defined in {src} "
-                           f"(expected int {kernel.symbol}(const opc_kernel_call *call))")
+            raise BuildError(f"{kernel.where}.symbol: '{kernel.symbol}' is not defined in {src} "
+                             f"(expected int {kernel.symbol}(const opc_kernel_call *call))")
         return out
 
     return built_once(cache / f"external-{kernel.symbol}-{key}.o", "opc-kernel", build)

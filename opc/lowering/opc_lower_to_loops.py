@@ -40,7 +40,7 @@ from xdsl.passes import ModulePass
 from opc.dialects import opc
 from opc.dialects.kinds import ELEMENTWISE, INLINABLE, is_splat_constant, numel, shape_of
 from opc.dialects.opc_loops import ExternalCallOp
-from opc.errors import OpcError
+from opc.errors import UnsupportedError
 from opc.lowering import nn_lowering as nn
 from opc.lowering.gemm_lowering import GemmLowering
 from opc.lowering.pointwise_lowering import PointwiseLowering
@@ -254,7 +254,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         elif type(op) in nn.LOWERINGS:
             nn.LOWERINGS[type(op)](self, op)
         else:
-            raise OpcError(f"error: no lowering to loops for '{op.name}'")
+            raise UnsupportedError(f"no lowering to loops for '{op.name}'")
 
 
 OWN_LOWERINGS = (opc.ReduceOp, opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp, opc.ReshapeOp)

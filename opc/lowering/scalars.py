@@ -35,7 +35,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from opc.dialects import opc
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import int_width
-from opc.errors import OpcError
+from opc.errors import UnsupportedError
 from opc.ops.registry import ELEMENTWISE
 
 # ---------------------------------------------------------------------------
@@ -333,7 +333,7 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
         elif isinstance(op, opc.GeluGradOp):
             r = gelu_grad_scalar(e, xs[0], xs[1], opc.flag(op.approximate))
         else:
-            raise OpcError(f"error: no scalar lowering for {op.name} on {in_t}")
+            raise UnsupportedError(f"no scalar lowering for {op.name} on {in_t}")
         return e.to_storage(r, out_t)
     unsigned = is_unsigned(element_of(op.operands[0]))
     if kind in INT_BINARY:
@@ -346,7 +346,7 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
         return xs[0] if unsigned else e.value(math.AbsIOp(xs[0]))
     if kind is opc.ReluOp:
         return xs[0] if unsigned else e.value(arith.MaxSIOp(xs[0], e.const(0, in_t)))
-    raise OpcError(f"error: no scalar lowering for {op.name} on {in_t}")
+    raise UnsupportedError(f"no scalar lowering for {op.name} on {in_t}")
 
 
 def full_value(value: float, t: Attribute) -> float | int:

@@ -7,7 +7,7 @@
 `opc import model.onnx -o model.mlir` writes the function as MLIR text and the
 weights as `model.npz` beside it. The graph is read by `graph.py` (loading,
 checks, shape inference, constant folding); each ONNX op is turned into opc
-ops by one small converter in `converters.py`.
+ops by one small converter in a module of its topic (`elementwise.py`, `tensor.py`, `nn.py`, ...).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from opc.errors import OpcError
+from opc.errors import InputError
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
@@ -70,7 +70,7 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
                 raise ValueError
             out[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
         except ValueError:
-            raise OpcError(f"error: bad --shape '{spec}': expected NAME=D0xD1x... (e.g. x=8x16)") from None
+            raise InputError(f"bad --shape '{spec}': expected NAME=D0xD1x... (e.g. x=8x16)") from None
     return out
 
 
@@ -89,17 +89,18 @@ def register_converters() -> None:
     """Fill graph.CONVERTERS: each converter module registers its converters when imported (graph.py,
     which they import, does not import them back)."""
     from opc.onnx_import import (  # noqa: F401
-        attention_converters,
+        attention,
         control_flow,
-        converters,
-        deform_conv_converters,
-        extra_converters,
-        linalg_converters,
-        model_converters,
-        more_converters,
-        nn_converters,
-        quant_converters,
-        rnn_converters,
-        sampling_converters,
-        sequence_converters,
+        detection,
+        elementwise,
+        linalg,
+        nn,
+        quantization,
+        reduction,
+        rnn,
+        sampling,
+        sequence,
+        signal,
+        tensor,
+        text,
     )

@@ -29,12 +29,9 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.onnx_import.common import Value, Values
 from opc.onnx_import.graph import Node, converter
-from opc.onnx_import.lists import Item, Opt, Seq, is_list
-
-Value = SSAValue | np.ndarray
-Values = list[Value]
-Items = list[Item]
+from opc.onnx_import.lists import Item, Items, Opt, Seq, is_list
 
 MAX_UNROLL = 4096  # body copies one node may unroll into
 

@@ -1,9 +1,9 @@
 """Reading an ONNX graph into one `func.func` of opc ops.
 
-    load + check (onnx.checker) -> opset 13..21 -> static input shapes
+    load + check (onnx.checker) -> ai.onnx opset 1..newest -> static input shapes
     -> onnx shape inference -> nodes in order:
          all inputs known at compile time?  evaluate (onnx.reference): a constant
-         otherwise                          the op's converter (converters.py)
+         otherwise                          the op's converter (a module by topic)
     -> func.func @graph_name(inputs..., float initializers...) -> (outputs...)
 
 Values are either SSA values of the function or NumPy arrays known at compile
@@ -43,11 +43,11 @@ from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder
-from opc.errors import OpcError, first_line
+from opc.errors import BuildError, InputError, UnsupportedError, first_line
 from opc.onnx_import.lists import Item, Opt, Seq, is_list, layout_of, leaves
 
 MAX_FOLDED_INPUT = 64  # elements of a given input that import may compile in as a constant
-MIN_OPSET = 7  # the oldest ai.onnx opset imported (older graphs: onnx.version_converter)
+MIN_OPSET = 1  # the oldest ai.onnx opset imported: every one the installed onnx knows
 BASE_OPSET = 13  # a converter registered without since= serves this opset and later ones
 
 
@@ -79,7 +79,7 @@ BY_NUMPY = {np_dtype: element for _, element, np_dtype in ELEMENT_TYPES.values()
 # Never evaluated at compile time even when their inputs are known.
 NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
                 "If", "Loop", "Scan"}
-# Sequence and optional ops: their converters (sequence_converters.py) handle values known at compile time.
+# Sequence and optional ops: their converters (sequence.py) handle values known at compile time.
 LIST_OPS = {"SequenceConstruct", "SequenceEmpty", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength",
             "ConcatFromSequence", "SplitToSequence", "SequenceMap", "Optional", "OptionalHasElement",
             "OptionalGetElement"}
@@ -89,7 +89,7 @@ def onnx_module():
     try:
         import onnx
     except ImportError:
-        raise OpcError(f"error: importing ONNX models needs the onnx package: {INSTALL_HINT}") from None
+        raise BuildError(f"importing ONNX models needs the onnx package: {INSTALL_HINT}") from None
     return onnx
 
 
@@ -104,10 +104,10 @@ def supported_dtypes() -> str:
     return ", ".join(name.lower() for name, _, _ in ELEMENT_TYPES.values())
 
 
-def element_of(array: np.ndarray, what: str) -> Attribute:
+def element_type_for(array: np.ndarray, what: str) -> Attribute:
     element = BY_NUMPY.get(array.dtype)
     if element is None:
-        raise OpcError(f"error: {what} has dtype {array.dtype}, which opc does not support ({supported_dtypes()})")
+        raise UnsupportedError(f"{what} has dtype {array.dtype}, which opc does not support ({supported_dtypes()})")
     return element
 
 
@@ -115,7 +115,7 @@ def numpy_dtype_of(element: Attribute) -> np.dtype:
     for _, e, np_dtype in ELEMENT_TYPES.values():
         if e == element:
             return np_dtype
-    raise OpcError(f"error: no NumPy dtype for {element}")
+    raise UnsupportedError(f"no NumPy dtype for {element}")
 
 
 # ---------------------------------------------------------------------------
@@ -162,50 +162,36 @@ def load(model: Any, where: str):
     if not isinstance(model, onnx.ModelProto):
         path = os.fspath(model)
         if not os.path.isfile(path):
-            raise OpcError(f"error: no such file: {path}")
+            raise InputError(f"no such file: {path}")
         try:
             model = onnx.load(path)
         except DecodeError as err:
-            raise OpcError(f"error: {where} is not an ONNX model (or is truncated): {first_line(err)}") from None
+            raise InputError(f"{where} is not an ONNX model (or is truncated): {first_line(err)}") from None
         except (OSError, ValueError, RuntimeError) as err:  # external data missing, unreadable file
-            raise OpcError(f"error: cannot read {where}: {first_line(err)}") from None
+            raise InputError(f"cannot read {where}: {first_line(err)}") from None
     if not model.HasField("graph") or model.ir_version == 0:
-        raise OpcError(f"error: {where} is not an ONNX model (no graph or IR version)")
-    model = older_opset_converted(model)
+        raise InputError(f"{where} is not an ONNX model (no graph or IR version)")
     default_opset(model, where)  # an opset opc cannot read: say so before the checker does
     if not model.graph.name:  # the checker wants a name; SPEC.md: an unnamed graph is `main`
         model.graph.name = "main"
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as err:
-        raise OpcError(f"error: {where} is not a valid ONNX model: {first_line(err)}") from None
+        raise InputError(f"{where} is not a valid ONNX model: {first_line(err)}") from None
     return model
-
-
-def older_opset_converted(model):
-    """A model of ai.onnx opset 1 to 6 converted to opset MIN_OPSET by onnx's version converter (which
-    refuses what it cannot convert exactly: then default_opset's error says so); others as they are."""
-    version = {op.domain or "ai.onnx": op.version for op in model.opset_import}.get("ai.onnx")
-    if version is None or version >= MIN_OPSET:
-        return model
-    try:
-        return onnx_module().version_converter.convert_version(model, MIN_OPSET)
-    except Exception:  # noqa: BLE001 - the converter raises RuntimeError and friends: keep the opset's error
-        return model
 
 
 def default_opset(model, where: str) -> int:
     versions = {op.domain or "ai.onnx": op.version for op in model.opset_import}
     version = versions.get("ai.onnx")
     if version is None:
-        raise OpcError(f"error: {where} imports no ai.onnx opset; opc imports opsets {MIN_OPSET} to {max_opset()}")
+        raise UnsupportedError(f"{where} imports no ai.onnx opset; opc imports opsets {MIN_OPSET} to {max_opset()}")
     newest = max_opset()
     if version > newest:
-        raise OpcError(f"error: {where} uses ai.onnx opset {version}, newer than the installed onnx "
+        raise UnsupportedError(f"{where} uses ai.onnx opset {version}, newer than the installed onnx "
                        f"{onnx_module().__version__} knows ({newest}): upgrade onnx")
     if version < MIN_OPSET:
-        raise OpcError(f"error: {where} uses ai.onnx opset {version}; opc imports opsets {MIN_OPSET} to {newest} "
-                       f"(onnx.version_converter.convert_version(model, {MIN_OPSET}) can convert it)")
+        raise UnsupportedError(f"{where} uses ai.onnx opset {version}; opc imports opsets {MIN_OPSET} to {newest}")
     return version
 
 
@@ -222,7 +208,7 @@ def fix_input_shapes(model, shapes: Mapping[str, Sequence[int]], initializers: s
     inputs = {i.name: i for i in model.graph.input if i.name not in initializers}
     for name, dims in shapes.items():
         if name not in inputs:
-            raise OpcError(f"error: shapes: the graph has no input '{name}' (inputs: {', '.join(inputs) or 'none'})")
+            raise InputError(f"shapes: the graph has no input '{name}' (inputs: {', '.join(inputs) or 'none'})")
         if not inputs[name].type.HasField("tensor_type"):
             del model.graph.value_info[:]
             fix_list_shapes(inputs[name].type, dims, f"input '{name}'")
@@ -230,9 +216,9 @@ def fix_input_shapes(model, shapes: Mapping[str, Sequence[int]], initializers: s
         t = inputs[name].type.tensor_type
         old = dims_of(inputs[name]) if t.HasField("shape") else None
         if old is not None and len(old) != len(dims):
-            raise OpcError(f"error: shapes: input '{name}' has rank {len(old)}, got {len(dims)} sizes {list(dims)}")
+            raise InputError(f"shapes: input '{name}' has rank {len(old)}, got {len(dims)} sizes {list(dims)}")
         if old is not None and any(isinstance(d, int) and d != want for d, want in zip(old, dims)):
-            raise OpcError(f"error: shapes: input '{name}' has shape {old}, which does not admit {list(dims)}")
+            raise InputError(f"shapes: input '{name}' has shape {old}, which does not admit {list(dims)}")
         del model.graph.value_info[:]  # inferred for the old sizes: shape inference redoes it
         t.ClearField("shape")
         t.shape.SetInParent()
@@ -251,7 +237,7 @@ def fix_list_shapes(type_proto, spec: Any, what: str) -> None:
         return
     if kind == "sequence_type":
         if not isinstance(spec, list) or any(isinstance(d, (int, np.integer)) for d in spec):
-            raise OpcError(f"error: shapes: {what} is a sequence: give a list of its tensors' shapes, got {spec!r}")
+            raise InputError(f"shapes: {what} is a sequence: give a list of its tensors' shapes, got {spec!r}")
         elem = type_proto.sequence_type.elem_type
         if spec and elem.HasField("tensor_type"):
             for k, item in enumerate(spec):
@@ -272,17 +258,17 @@ def fix_list_shapes(type_proto, spec: Any, what: str) -> None:
         for d in spec:
             type_proto.tensor_type.shape.dim.add().dim_value = int(d)
         return
-    raise OpcError(f"error: shapes: {what} is a {kind}: opc imports tensors, sequences and optionals")
+    raise UnsupportedError(f"shapes: {what} is a {kind}: opc imports tensors, sequences and optionals")
 
 
 def check_tensor_spec(tensor_type, spec: Any, what: str) -> None:
     if not isinstance(spec, (list, tuple)) or not all(isinstance(d, (int, np.integer)) for d in spec):
-        raise OpcError(f"error: shapes: {what} is a tensor: give its shape, got {spec!r}")
+        raise InputError(f"shapes: {what} is a tensor: give its shape, got {spec!r}")
     if not tensor_type.HasField("shape"):
         return
     old = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
     if len(old) != len(spec) or any(d is not None and d != want for d, want in zip(old, spec)):
-        raise OpcError(f"error: shapes: {what} has shape {[d if d is not None else '?' for d in old]}, "
+        raise InputError(f"shapes: {what} has shape {[d if d is not None else '?' for d in old]}, "
                        f"which does not admit {list(spec)}")
 
 
@@ -293,7 +279,7 @@ def list_arg_types(type_proto, spec: Any, what: str, where: str) -> tuple[Any, l
     if kind == "tensor_type":
         elem = type_proto.tensor_type.elem_type
         if elem not in ELEMENT_TYPES:
-            raise OpcError(f"error: {where}: {what} has dtype {dtype_name(elem)}, which opc does not support "
+            raise UnsupportedError(f"{where}: {what} has dtype {dtype_name(elem)}, which opc does not support "
                            f"({supported_dtypes()})")
         return 0, [TensorType(ELEMENT_TYPES[elem][1], [int(d) for d in spec])]
     if kind == "optional_type":
@@ -308,7 +294,7 @@ def list_arg_types(type_proto, spec: Any, what: str, where: str) -> tuple[Any, l
             items.append(numbered(inner, len(types)))
             types += more
         return Seq(tuple(items)), types
-    raise OpcError(f"error: {where}: {what} is a {kind}: opc imports tensors, sequences and optionals")
+    raise UnsupportedError(f"{where}: {what} is a {kind}: opc imports tensors, sequences and optionals")
 
 
 def numbered(template: Any, offset: int) -> Any:
@@ -331,16 +317,16 @@ def filled(template: Any, args: Sequence[SSAValue]) -> Item:
 def input_type(value_info, where: str, given: bool = False) -> TensorType:
     name = value_info.name
     if not value_info.type.HasField("tensor_type"):
-        raise OpcError(f"error: {where}: input '{name}' is not a tensor; opc imports tensor inputs only")
+        raise UnsupportedError(f"{where}: input '{name}' is not a tensor; opc imports tensor inputs only")
     elem = value_info.type.tensor_type.elem_type
     if elem not in ELEMENT_TYPES:
-        raise OpcError(f"error: {where}: input '{name}' has dtype {dtype_name(elem)}, which opc does not support "
+        raise UnsupportedError(f"{where}: input '{name}' has dtype {dtype_name(elem)}, which opc does not support "
                        f"({supported_dtypes()})")
     dims = dims_of(value_info)
     if dims == [None] or any(not isinstance(d, int) or d < (0 if given else 1) for d in dims):
         shown = "unknown rank" if dims == [None] else "[" + ", ".join(str(d) if d else "?" for d in dims) + "]"
         example = "x".join(str(d) if isinstance(d, int) and d > 0 else "1" for d in dims if dims != [None])
-        raise OpcError(f"error: {where}: input '{name}' has a dynamic shape ({shown}); opc needs static sizes: "
+        raise UnsupportedError(f"{where}: input '{name}' has a dynamic shape ({shown}); opc needs static sizes: "
                        f"fix them with `opc import --shape {name}={example or '...'}` or "
                        f"opc.import_onnx(..., shapes={{'{name}': (...)}})")
     return TensorType(ELEMENT_TYPES[elem][1], dims)
@@ -350,15 +336,42 @@ def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None
     """Every value's (element type, dims) as ONNX shape inference sees it."""
     onnx = onnx_module()
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(constants_as_initializers(model), check_type=True,
+                                                     strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError) as err:
-        raise OpcError(f"error: {where}: ONNX shape inference failed: {first_line(err)}") from None
+        raise InputError(f"{where}: ONNX shape inference failed: {first_line(err)}") from None
     g = inferred.graph
     out = {}
     for vi in list(g.value_info) + list(g.output) + list(g.input):
         if vi.type.HasField("tensor_type"):
             out[vi.name] = (vi.type.tensor_type.elem_type, dims_of(vi))
     return out
+
+
+def constants_as_initializers(model):
+    """Before opset 9 a Constant holds floats only, but exporters write integer ones there too (paddle2onnx
+    at opset 7), which onnxruntime runs: for shape inference, a model whose Constants are initializers
+    (the same values; graph inputs too, as IR version 3 wants them). Other models as they are."""
+    if default_opset(model, "the model") >= 9 or not any(n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+                                                          for n in model.graph.node):
+        return model
+    onnx = onnx_module()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = []
+    for node in copy.graph.node:
+        values = [a.t for a in node.attribute if a.name == "value"]
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and values and node.output:
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(values[0])
+            tensor.name = node.output[0]
+            copy.graph.initializer.append(tensor)
+            copy.graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims))
+        else:
+            kept.append(node)
+    del copy.graph.node[:]
+    copy.graph.node.extend(kept)
+    return copy
 
 
 def tied_weights(weights: Mapping[str, np.ndarray]) -> dict[str, tuple[str, str]]:
@@ -401,7 +414,7 @@ class NodeEmitter(OpBuilder):
         try:
             op.verify(verify_nested_ops=False)
         except (VerifyException, DiagnosticException) as err:
-            raise OpcError(f"error: {self.label}: cannot express it in opc: {op.name}: {first_line(err)}") from None
+            raise UnsupportedError(f"{self.label}: cannot express it in opc: {op.name}: {first_line(err)}") from None
         return super().emit(op)
 
     def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
@@ -423,7 +436,7 @@ class NodeEmitter(OpBuilder):
 
     def constant(self, array: np.ndarray) -> SSAValue:
         array = np.asarray(array)
-        t = TensorType(element_of(array, "a constant"), array.shape)
+        t = TensorType(element_type_for(array, "a constant"), array.shape)
         if array.dtype.kind in "iub":
             data = [int(v) for v in array.reshape(-1)]
         else:
@@ -460,8 +473,8 @@ class Node:
     def e(self) -> NodeEmitter:
         return self.importer.emitter
 
-    def fail(self, message: str) -> OpcError:
-        return OpcError(f"error: {self.label}: {message}")
+    def fail(self, message: str) -> InputError:
+        return InputError(f"{self.label}: {message}")
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -499,7 +512,7 @@ class Node:
             return default
         value = self.importer.compile_time(self.proto.input[i], needed=True)
         if value is None:
-            raise NeededAtCompileTime(f"error: {self.label}: input {i} ('{self.proto.input[i]}', {what}) "
+            raise NeededAtCompileTime(f"{self.label}: input {i} ('{self.proto.input[i]}', {what}) "
                                       "must be known at compile time; opc compiles static shapes only")
         return value
 
@@ -515,7 +528,7 @@ class Node:
         return axis % rank if rank else 0
 
 
-class NeededAtCompileTime(OpcError):
+class NeededAtCompileTime(UnsupportedError):
     """A value that must be known at compile time (a shape, axes, a trip count) is known at run time only."""
 
 
@@ -533,6 +546,41 @@ def converter(*op_types: str, since: int = BASE_OPSET) -> Callable[[Converter], 
         return fn
 
     return register
+
+
+def same_since(table: Mapping[int, Sequence[str]]) -> None:
+    """{first opset: op types}: where an op meant in older opsets what it means at BASE_OPSET, the
+    converter that serves BASE_OPSET serves from the opset where that meaning began."""
+    for first, op_types in table.items():
+        for op_type in op_types:
+            fn = find_converter(op_type, BASE_OPSET)
+            assert fn is not None, op_type
+            converter(op_type, since=first)(fn)
+
+
+def as_newer(node: Node, opset: int, inputs: Sequence[str | np.ndarray | SSAValue],
+             attrs: Mapping[str, Any] | None = None, drop: Sequence[str] = ()) -> Sequence[SSAValue | np.ndarray]:
+    """node converted as the opset-`opset` form of its op: for an older form whose attributes became inputs,
+    or whose inputs a converter reshapes first. `inputs` are the node's input names ("" for none), arrays
+    known at compile time or SSA values; `attrs` are set, `drop` left out."""
+    from onnx import helper
+
+    proto = type(node.proto)()
+    proto.CopyFrom(node.proto)
+    del proto.input[:]
+    for k, given in enumerate(inputs):
+        name = given if isinstance(given, str) else f"{node.proto.output[0]}::opc_input_{k}"
+        if isinstance(given, np.ndarray):
+            node.importer.constants[name] = given
+        elif isinstance(given, SSAValue):
+            node.importer.values[name] = given
+        proto.input.append(name)
+    kept = [a for a in proto.attribute if a.name not in drop and a.name not in (attrs or {})]
+    del proto.attribute[:]
+    proto.attribute.extend(kept + [helper.make_attribute(k, v) for k, v in (attrs or {}).items()])
+    convert = find_converter(qualified_type(proto), opset)
+    assert convert is not None, (node.op_type, opset)
+    return convert(Node(proto, opset, node.importer))
 
 
 # op type -> NumPy evaluation of a node whose inputs are all known (used instead of onnx's reference
@@ -627,11 +675,11 @@ class GraphImporter:
             return self.values[name]
         if name in self.lists:
             kind = "a sequence" if isinstance(self.lists[name], Seq) else "an optional"
-            raise OpcError(f"error: {self.emitter.label or self.where}: '{name}' is {kind}, where a tensor is "
+            raise InputError(f"{self.emitter.label or self.where}: '{name}' is {kind}, where a tensor is "
                            "needed (OptionalGetElement, SequenceAt or ConcatFromSequence give one)")
         if name not in self.materialized:
             if name not in self.constants:
-                raise OpcError(f"error: {self.where}: value '{name}' is used before it is defined")
+                raise InputError(f"{self.where}: value '{name}' is used before it is defined")
             v = self.emitter.constant(self.constants[name])
             v.name_hint = self.hint(name)
             self.materialized[name] = v
@@ -641,7 +689,7 @@ class GraphImporter:
         if name in self.values:
             return self.values[name].type  # type: ignore[return-value]
         array = self.constants[name]
-        return TensorType(element_of(array, f"value '{name}'"), array.shape)
+        return TensorType(element_type_for(array, f"value '{name}'"), array.shape)
 
     @staticmethod
     def hint(name: str) -> str | None:
@@ -678,7 +726,7 @@ class GraphImporter:
         taken: set[str] = set()
         names = [identifier(n, taken, "x") for n in self.argument_names(inputs, templates)]
         names += [identifier(n, taken, "w") for n in weights]
-        block = Block(arg_types=arg_types + [TensorType(element_of(a, f"initializer '{n}'"), a.shape)
+        block = Block(arg_types=arg_types + [TensorType(element_type_for(a, f"initializer '{n}'"), a.shape)
                                              for n, a in weights.items()])
         onnx_names = input_names + list(weights)
         for arg, name, onnx_name in zip(block.args, names, onnx_names):
@@ -719,11 +767,11 @@ class GraphImporter:
         """A sequence or optional graph input: its template and argument types, for the shapes given."""
         kind = vi.type.WhichOneof("value")
         if kind not in ("sequence_type", "optional_type"):
-            raise OpcError(f"error: {self.where}: input '{vi.name}' is a {kind or 'value of no type'}: "
+            raise UnsupportedError(f"{self.where}: input '{vi.name}' is a {kind or 'value of no type'}: "
                            "opc imports tensors, sequences and optionals")
         if vi.name not in self.shapes:
             what = "sequence" if kind == "sequence_type" else "optional"
-            raise OpcError(f"error: {self.where}: input '{vi.name}' is a {what}: opc needs its length and shapes at "
+            raise UnsupportedError(f"{self.where}: input '{vi.name}' is a {what}: opc needs its length and shapes at "
                            f"import: opc.load_onnx takes them from the call, opc.import_onnx from shapes= (a list of "
                            "shapes for a sequence, None for an empty optional)")
         return list_arg_types(vi.type, self.shapes[vi.name], f"input '{vi.name}'", self.where)
@@ -754,9 +802,9 @@ class GraphImporter:
             for v in leaves(item):
                 results.append(v if isinstance(v, SSAValue) else self.emitter.constant(v))
         if not self.graph.output:
-            raise OpcError(f"error: {self.where}: the graph has no outputs")
+            raise InputError(f"{self.where}: the graph has no outputs")
         if not results:
-            raise OpcError(f"error: {self.where}: the graph's outputs hold no tensor (empty sequences or optionals): "
+            raise UnsupportedError(f"{self.where}: the graph's outputs hold no tensor (empty sequences or optionals): "
                            "nothing to compute")
         return results
 
@@ -765,7 +813,7 @@ class GraphImporter:
             if node.domain not in ("", "ai.onnx") and qualified_type(node) not in CONVERTERS:
                 self.node_index = i
                 label = Node(node, self.opset, self).label
-                raise OpcError(f"error: {label}: unsupported op {node.domain}.{node.op_type} "
+                raise UnsupportedError(f"{label}: unsupported op {node.domain}.{node.op_type} "
                                "(opc imports the ai.onnx domain only)")
 
     def read_initializers(self, initializers) -> dict[str, np.ndarray]:
@@ -775,12 +823,12 @@ class GraphImporter:
         weights = {}
         for t in initializers:
             if t.data_type not in ELEMENT_TYPES:
-                raise OpcError(f"error: {self.where}: initializer '{t.name}' has dtype {dtype_name(t.data_type)}, "
+                raise UnsupportedError(f"{self.where}: initializer '{t.name}' has dtype {dtype_name(t.data_type)}, "
                                f"which opc does not support ({supported_dtypes()})")
             try:
                 array = numpy_helper.to_array(t, base_dir=self.base_dir())
             except (OSError, ValueError) as err:
-                raise OpcError(f"error: {self.where}: cannot read initializer '{t.name}': {first_line(err)}") from None
+                raise InputError(f"{self.where}: cannot read initializer '{t.name}': {first_line(err)}") from None
             if t.data_type in FLOAT_ELEMENT_TYPES and array.size > 1 and not self.as_constant(t.name, array):
                 weights[t.name] = array
             # a single float (an exporter's 0.5, 1/sqrt(d)), or one the caller named, is a constant, not a weight
@@ -840,7 +888,7 @@ class GraphImporter:
         from onnx import numpy_helper
 
         if len(graph.input) != len(args):
-            raise OpcError(f"error: {where}: graph '{graph.name}' takes {len(graph.input)} inputs, "
+            raise InputError(f"{where}: graph '{graph.name}' takes {len(graph.input)} inputs, "
                            f"given {len(args)}")
         saved = (dict(self.values), dict(self.constants), dict(self.lists), self.materialized, self.inferred,
                  self.node_index, self.emitter.label)
@@ -911,10 +959,10 @@ def constant_selector(constants: Any, initializers: set[str], where: str) -> Cal
     if callable(constants):
         return lambda name, array: bool(constants(name, array))
     if isinstance(constants, (str, bytes)) or not all(isinstance(n, str) for n in constants):
-        raise OpcError(f"error: constants: expected initializer names or a predicate, got {constants!r}")
+        raise InputError(f"constants: expected initializer names or a predicate, got {constants!r}")
     names = set(constants)
     for name in sorted(names - initializers):
-        raise OpcError(f"error: {where}: constants: the graph has no initializer '{name}'")
+        raise InputError(f"{where}: constants: the graph has no initializer '{name}'")
     return lambda name, array: name in names
 
 

@@ -39,6 +39,7 @@ class Opt:
 
 
 Item = Value | Seq | Opt
+Items = list[Item]  # what a converter of sequences and optionals returns
 
 # A graph output's layout, to regroup the flat results: TENSOR (one result), ("sequence", [layouts]),
 # ("optional", layout or None when empty).

@@ -136,19 +136,19 @@ def vjp_pow(e: OpBuilder, op: o.PowOp, douts: Douts) -> Grads:
 # ---------------------------------------------------------------------------
 
 
-elementwise(o.NegOp, arith.NegfOp, onnx="Neg", since=7)
+elementwise(o.NegOp, arith.NegfOp, onnx="Neg", since=1)
 @vjp(o.NegOp)
 def vjp_neg(e: OpBuilder, op: o.NegOp, douts: Douts) -> Grads:
     return (e.neg(douts[0]),)
 
 
-elementwise(o.ExpOp, math.ExpOp, onnx="Exp", since=7)
+elementwise(o.ExpOp, math.ExpOp, onnx="Exp", since=1)
 @vjp(o.ExpOp)
 def vjp_exp(e: OpBuilder, op: o.ExpOp, douts: Douts) -> Grads:
     return (e.mul(douts[0], result_of(op)),)
 
 
-elementwise(o.LogOp, math.LogOp, onnx="Log", since=7)
+elementwise(o.LogOp, math.LogOp, onnx="Log", since=1)
 @vjp(o.LogOp)
 def vjp_log(e: OpBuilder, op: o.LogOp, douts: Douts) -> Grads:
     return (e.div(douts[0], op.x),)
@@ -162,7 +162,7 @@ def logistic_slope(e: OpBuilder, v: SSAValue) -> SSAValue:
     return e.div(u, e.mul(one_plus_u, one_plus_u))
 
 
-elementwise(o.TanhOp, math.TanhOp, onnx="Tanh", since=7)
+elementwise(o.TanhOp, math.TanhOp, onnx="Tanh", since=1)
 @vjp(o.TanhOp)
 def vjp_tanh(e: OpBuilder, op: o.TanhOp, douts: Douts) -> Grads:
     # 1 - tanh(x)^2 = 4 sigmoid'(2x), from x: 1 - t*t from the output t turns t's last-ulp
@@ -179,8 +179,8 @@ def vjp_erf(e: OpBuilder, op: o.ErfOp, douts: Douts) -> Grads:
     return (e.mul(douts[0], g),)
 
 
-elementwise(o.FloorOp, math.FloorOp, onnx="Floor", since=6)
-elementwise(o.CeilOp, math.CeilOp, onnx="Ceil", since=6)
+elementwise(o.FloorOp, math.FloorOp, onnx="Floor", since=1)
+elementwise(o.CeilOp, math.CeilOp, onnx="Ceil", since=1)
 elementwise(o.RoundOp, math.RoundEvenOp, onnx="Round", since=11)
 @vjp(o.FloorOp, o.CeilOp, o.RoundOp)
 def vjp_step(e: OpBuilder, op: o.FloorOp | o.CeilOp | o.RoundOp, douts: Douts) -> Grads:
@@ -276,7 +276,7 @@ def vjp_log1p(e: OpBuilder, op: o.Log1pOp, douts: Douts) -> Grads:  # 1 / (1 + x
     return (e.div(douts[0], e.add(e.full(1.0, x), x)),)
 
 
-elementwise(o.SqrtOp, math.SqrtOp, onnx="Sqrt", since=7)
+elementwise(o.SqrtOp, math.SqrtOp, onnx="Sqrt", since=1)
 @vjp(o.SqrtOp)
 def vjp_sqrt(e: OpBuilder, op: o.SqrtOp, douts: Douts) -> Grads:
     # d sqrt(x) = 0.5 / sqrt(x)
@@ -291,7 +291,7 @@ def vjp_rsqrt(e: OpBuilder, op: o.RsqrtOp, douts: Douts) -> Grads:
     return (e.mul(e.scale(douts[0], -0.5), e.mul(r, e.mul(r, r))),)
 
 
-elementwise(o.AbsOp, math.AbsFOp, onnx="Abs", since=7)
+elementwise(o.AbsOp, math.AbsFOp, onnx="Abs", since=1)
 @vjp(o.AbsOp)
 def vjp_abs(e: OpBuilder, op: o.AbsOp, douts: Douts) -> Grads:
     # sign(x) * d, and 0 at x == 0 (PyTorch's choice)
@@ -302,7 +302,7 @@ def vjp_abs(e: OpBuilder, op: o.AbsOp, douts: Douts) -> Grads:
     return (e.select(pos, d, e.select(negative, e.neg(d), e.full(0.0, d))),)
 
 
-elementwise(o.ReluOp, onnx="Relu", since=7)
+elementwise(o.ReluOp, onnx="Relu", since=1)
 @vjp(o.ReluOp)
 def vjp_relu(e: OpBuilder, op: o.ReluOp, douts: Douts) -> Grads:
     (d,) = douts
@@ -318,7 +318,7 @@ def vjp_gelu(e: OpBuilder, op: o.GeluOp, douts: Douts) -> Grads:
     return (e.value(o.GeluGradOp(op.x, douts[0], approximate=o.flag(op.approximate))),)
 
 
-elementwise(o.SigmoidOp, onnx="Sigmoid", since=7)
+elementwise(o.SigmoidOp, onnx="Sigmoid", since=1)
 @vjp(o.SigmoidOp)
 def vjp_sigmoid(e: OpBuilder, op: o.SigmoidOp, douts: Douts) -> Grads:
     return (e.mul(douts[0], logistic_slope(e, op.x)),)

@@ -40,7 +40,7 @@ from xdsl.utils.exceptions import VerifyException
 from opc.dialects.kinds import element_of
 from opc.dialects.opc import int_of, int_values
 from opc.dtypes import MLIR_DTYPES, mlir_name
-from opc.errors import OpcError
+from opc.errors import InputError, OpcError
 from opc.ops.registry import ALL_OPS
 
 EXTERNAL_ATTR = "opc.external"
@@ -52,13 +52,10 @@ def external_symbol(op: Operation) -> str | None:
     return mark.data if isinstance(mark, StringAttr) else None
 
 
-DTYPE_OPERAND = {"opc.select": 1}
-"""Which operand's element type picks the kernel where it is not the first (select: its values, not the condition)."""
-
-
 def instance_dtype(op: Operation) -> str:
-    """The dtype a kernel is chosen by: the element type of the first operand (of the result, without one)."""
-    value = op.operands[DTYPE_OPERAND.get(op.name, 0)] if op.operands else op.results[0]
+    """The dtype a kernel is chosen by: the element type of the op's DTYPE_OPERAND (the first operand
+    but for select's values; the result, without operands)."""
+    value = op.operands[getattr(op, "DTYPE_OPERAND", 0)] if op.operands else op.results[0]
     return mlir_name(element_of(value))
 
 
@@ -204,8 +201,8 @@ class ExternalKernel:
 
 def parse_externals(path: str, table: Any, backend: str) -> tuple[ExternalKernel, ...]:
     """The `[external.OP]` sections of a device file, checked; errors name the file and the key."""
-    def fail(key: str, why: str) -> OpcError:
-        return OpcError(f"error: {path}: {key}: {why}")
+    def fail(key: str, why: str) -> InputError:
+        return InputError(f"{path}: {key}: {why}")
 
     if not isinstance(table, dict):
         raise fail("external", "must be a table of [external.OP] sections")

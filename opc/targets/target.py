@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import tomllib
 from xdsl.ir import Operation
 
-from opc.errors import OpcError
+from opc.errors import InputError
 from opc.ops.registry import ALL_OPS, kernel_ops
 from opc.targets.device_kernels import ExternalKernel, parse_externals
 
@@ -74,13 +74,13 @@ def get_target(spec: str) -> Target:
     if spec in BUILTIN_TARGETS:
         return BUILTIN_TARGETS[spec]
     if not spec.endswith(".toml") and not os.path.isfile(spec):
-        raise OpcError(f"error: unknown target '{spec}' (expected cpu, cuda or a device FILE.toml)")
+        raise InputError(f"unknown target '{spec}' (expected cpu, cuda or a device FILE.toml)")
     return load_toml(spec)
 
 
 def load_toml(path: str) -> Target:
-    def fail(why: str) -> OpcError:
-        return OpcError(f"error: {path}: {why}")
+    def fail(why: str) -> InputError:
+        return InputError(f"{path}: {why}")
 
     try:
         with open(path, "rb") as f:

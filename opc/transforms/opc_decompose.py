@@ -28,7 +28,7 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.transforms.dead_code_elimination import region_dce
 
-from opc.errors import OpcError
+from opc.errors import InputError, UnsupportedError
 from opc.ops.registry import REGISTRY, rule_patterns
 from opc.targets.device_kernels import EXTERNAL_ATTR
 from opc.targets.routing import route_op
@@ -54,9 +54,9 @@ def resolve_ops(ops: Sequence[str] | str | None) -> frozenset[str]:
     names = [op_name(n) for n in ops]
     for raw, n in zip(ops, names):
         if n not in REGISTRY:
-            raise OpcError(f"error: opc-decompose: unknown op '{raw}'")
+            raise InputError(f"opc-decompose: unknown op '{raw}'")
         if REGISTRY[n].rule is None:
-            raise OpcError(f"error: opc-decompose: {n} has no invoke or composite rule to decompose it with")
+            raise UnsupportedError(f"opc-decompose: {n} has no invoke or composite rule to decompose it with")
     return frozenset(names)
 
 
@@ -112,7 +112,7 @@ def legalize_ops(
 def cannot_run_message(op: Operation, origin: str, target: Target) -> str:
     via = f", produced by the rule of {origin}" if origin else ""
     return (
-        f"error: {op.name} cannot run on target '{target.name}': it has no kernel there and no invoke or "
+        f"{op.name} cannot run on target '{target.name}': it has no kernel there and no invoke or "
         f"composite rule{via}{enclosing_func(op)}"
     )
 
@@ -124,7 +124,7 @@ def legalize(module: ModuleOp, target: Target, force: Sequence[str] | str | None
     decomposes those even where a kernel exists. Then dce."""
     bad = legalize_ops(module, target, force)
     if bad:
-        raise OpcError(cannot_run_message(*bad[0], target))
+        raise UnsupportedError(cannot_run_message(*bad[0], target))
     region_dce(module.body)
 
 

@@ -19,7 +19,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from opc.autodiff import add_grad_function, add_grad_functions, default_wrt, find_func, no_wrt_reason, wrt_indices
-from opc.errors import OpcError
+from opc.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -32,14 +32,14 @@ class GradPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if not self.func:
             if self.wrt:
-                raise OpcError("error: opc-grad: wrt=... needs func=NAME")
+                raise InputError("opc-grad: wrt=... needs func=NAME")
             add_grad_functions(op)
             return
         f = find_func(op, self.func)
         if f is None:
-            raise OpcError(f"error: opc-grad: no function @{self.func} in the module")
+            raise InputError(f"opc-grad: no function @{self.func} in the module")
         wrt = wrt_indices(f, self.wrt) if self.wrt else default_wrt(f)
         if not wrt:
-            raise OpcError(f"error: opc-grad: {no_wrt_reason(f)}")
+            raise InputError(f"opc-grad: {no_wrt_reason(f)}")
         add_grad_function(op, f, wrt)
         add_grad_function(op, f, wrt, with_values=True)

@@ -4,6 +4,7 @@ process, bad input, bad arguments, the cache."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -144,13 +145,17 @@ def test_paddle_cast_report():
 @pytest.mark.parametrize("args,message", [
     (lambda x, w, b: (x.astype(np.float64), w, b), "argument 'x' must have dtype float32, got float64"),
     (lambda x, w, b: (x, w[:15], b), "argument 'w' must have shape (16, 32), got (15, 32)"),
-    (lambda x, w, b: (x, w), "mlp() takes 3 arguments (x, w, b), got 2"),
     (lambda x, w, b: (x, w, "bias"), "argument 'b' cannot be read as a float32 array"),
 ])  # fmt: skip
 def test_bad_arguments_raise_value_error(mlp, args, message):
     with pytest.raises(ValueError) as err:
         mlp.mlp(*args(*mlp_inputs()))
     assert message in str(err.value)
+
+
+def test_a_wrong_number_of_arguments_is_a_type_error(mlp):
+    with pytest.raises(TypeError, match=re.escape("mlp() takes 3 arguments (x, w, b), got 2")):
+        mlp.mlp(*mlp_inputs()[:2])
 
 
 def test_non_contiguous_readonly_and_list_inputs(mlp):

@@ -418,3 +418,18 @@ def test_check_and_emit_refuse_what_they_cannot_do(tmp_path, capsys) -> None:
     with pytest.raises(OpcError, match="unknown attribute"):
         get_target(device(tmp_path, '[external.relu]\nsource = "k.c"\nsymbol = "k"\ndtypes = ["f32"]\naxis = [1]\n',
                           {"k.c": GOOD_KERNEL}))
+
+
+def test_a_select_kernel_is_chosen_by_its_values_dtype() -> None:
+    """select's first operand is its i1 condition: a device's select kernel is picked by the values' dtype."""
+    from opc.ir import parse_text
+    from opc.targets.device_kernels import instance_dtype
+
+    module = parse_text("func.func @f(%c: tensor<4xi1>, %a: tensor<4xf16>, %b: tensor<4xf16>) -> tensor<4xf16> {\n"
+                        "  %r = opc.select %c, %a, %b : (tensor<4xi1>, tensor<4xf16>, tensor<4xf16>) -> tensor<4xf16>\n"
+                        "  func.return %r : tensor<4xf16>\n}\n", "<t>").module
+    (select,) = [op for op in module.walk() if op.name == "opc.select"]
+    (add,) = [op for op in parse_text("func.func @g(%a: tensor<4xi32>) -> tensor<4xi32> {\n"
+                                      "  %r = opc.add %a, %a : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>\n"
+                                      "  func.return %r : tensor<4xi32>\n}\n", "<t>").module.walk() if op.name == "opc.add"]
+    assert (instance_dtype(select), instance_dtype(add)) == ("f16", "i32")

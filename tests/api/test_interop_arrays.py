@@ -109,7 +109,7 @@ def test_results_come_back_as_the_callers_kind_without_copy(modules, kind, t):
     finally:
         fn.empty = alloc
     assert type(out).__module__.split(".")[0] in ({"torch"} if kind == "torch" else {"jax", "jaxlib"})
-    if (kind, t) != ("jax", "bf16"):  # NumPy cannot export bfloat16 by DLPack: JAX gets a copy (README)
+    if (kind, t) != ("jax", "bf16"):  # NumPy cannot export bfloat16 by DLPack: JAX gets a copy
         assert data_pointer(out) == allocated[0].ctypes.data  # the result buffer opc wrote, not a copy
     np.testing.assert_allclose(as_float64(out), oracle(a, b), rtol=1e-2 if t in ("f16", "bf16") else 0)
 

@@ -95,7 +95,7 @@ def test_opcheck(m, name):
 def test_inside_torch_compile_without_graph_break(m):
     """fullgraph=True fails on any graph break; AOTAutograd traces the forward and the backward
     through the fake kernels of f and f_grad. (aot_eager: the same tracing as inductor without its
-    C++ build, which costs 15 s here; inductor was checked by hand, see README.)"""
+    C++ build, which costs 15 s here; inductor was checked by hand.)"""
     f = opc.torch.op(m.f)
     torch._dynamo.reset()
 

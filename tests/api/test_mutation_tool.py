@@ -1,6 +1,6 @@
 """tools/mutation.py stays runnable as the code moves: every hand-written mutant's text is
 found exactly once in its file (else the mutant silently tests nothing), and every module and
-test file it names exists. Mutation runs themselves are by hand (README: Mutation testing)."""
+test file it names exists. Mutation runs themselves are by hand (docs/testing.md: Mutation testing)."""
 
 from __future__ import annotations
 

@@ -100,10 +100,10 @@ def test_dout_names_stay_unique(two) -> None:
 @pytest.mark.parametrize("call,error,message", [
     (lambda f, x, w, b: f(x, w, bias=b), TypeError, "mlp() got an unexpected keyword argument 'bias'"),
     (lambda f, x, w, b: f(x, w, b, x=x), TypeError, "mlp() got multiple values for argument 'x'"),
-    (lambda f, x, w, b: f(x, b=b), ValueError, "missing argument(s) 'w'"),
+    (lambda f, x, w, b: f(x, b=b), TypeError, "missing argument(s) 'w'"),
     (lambda f, x, w, b: f(x=x, w=w[:15], b=b), ValueError, "argument 'w' must have shape (16, 32), got (15, 32)"),
     (lambda f, x, w, b: f(x=x.astype(np.float64), w=w, b=b), ValueError, "argument 'x' must have dtype float32"),
-    (lambda f, x, w, b: f(x, w, b, x, b=b), ValueError, "mlp() takes 3 arguments"),
+    (lambda f, x, w, b: f(x, w, b, x, b=b), TypeError, "mlp() takes 3 arguments"),
 ])  # fmt: skip
 def test_bad_keyword_arguments(mlp, call, error, message) -> None:
     x, w, b, _ = mlp_inputs()

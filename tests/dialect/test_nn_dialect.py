@@ -95,7 +95,7 @@ BAD = [
     ("%r = opc.gather %q, %i6 : (tensor<2x3x4x5xf32>, tensor<1x1x1x1x2x3xi32>) -> tensor<1x1x1x1x2x3x3x4x5xf32>",
      "rank 9"),
     ("%r = opc.softmax %n : (tensor<4x8xi32>) -> tensor<4x8xi32>", "float element type"),
-    ("%r = opc.softmax %x {axis = 2} : (tensor<4x8xf32>) -> tensor<4x8xf32>", "opc.softmax axis 2 is out of range"),
+    ("%r = opc.softmax %x {axis = 2} : (tensor<4x8xf32>) -> tensor<4x8xf32>", "'opc.softmax' op axis 2 is out of range"),
     ("%r, %mean, %rstd = opc.layer_norm %h, %s, %b : (tensor<4x8xf16>, tensor<8xf32>, tensor<8xf32>) -> "
      "(tensor<4x8xf16>, tensor<4xf32>, tensor<4xf32>)", "x and scale: element types differ"),
     ("%r, %mean, %rstd = opc.layer_norm %d, %dd, %dd : (tensor<4x8xf64>, tensor<8xf64>, tensor<8xf64>) -> "
@@ -111,7 +111,7 @@ BAD = [
     ("%r, %sm = opc.softmax_cross_entropy %x, %l {axis = 0} : (tensor<4x8xf32>, tensor<4x1xi64>) -> "
      "(tensor<1x8xf32>, tensor<4x8xf32>)", "label must have shape [1, 8]"),
     ("%r = opc.softmax_grad %x, %h : (tensor<4x8xf32>, tensor<4x8xf16>) -> tensor<4x8xf32>",
-     "expected from variable 'T'"),
+     "'opc.softmax_grad' op has tensor<4x8xf16> where tensor<4x8xf32> is expected"),
     ("%r, %ds, %db = opc.layer_norm_grad %x, %s, %m, %m, %h : (tensor<4x8xf32>, tensor<8xf32>, tensor<4xf32>, "
      "tensor<4xf32>, tensor<4x8xf16>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)", "dy must have the type of x"),
     ("%r = opc.softmax_cross_entropy_grad %l, %x, %x : (tensor<4x1xi64>, tensor<4x8xf32>, tensor<4x8xf32>) "

@@ -1,5 +1,5 @@
 """ONNX Attention, RotaryEmbedding, SwiGLU, TensorScatter, LinearAttention and CausalConvWithState
-(opc/onnx_import/attention_converters.py): every case imported into one module; the forward
+(opc/onnx_import/attention.py): every case imported into one module; the forward
 against onnxruntime (SwiGLU, which onnxruntime 1.32 does not run, against its NumPy formula);
 the gradient of imported Attention models (f64) against torch autograd of
 scaled_dot_product_attention and against central differences of opc's own forward."""
@@ -308,7 +308,7 @@ def test_bad_attention_is_one_line_error(spec: dict, message: str) -> None:
     model, _ = attention_case(**spec)
     with pytest.raises(opc.OpcError, match=message) as err:
         opc.import_onnx(model)
-    assert str(err.value).startswith("error: node 'the_Attention' (Attention): ")
+    assert str(err.value).startswith("node 'the_Attention' (Attention): ")
     assert "\n" not in str(err.value)
 
 

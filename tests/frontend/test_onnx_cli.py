@@ -192,20 +192,18 @@ def test_unsupported_opset(tmp_path):
                           "newer than the installed onnx")
 
 
-def test_opsets_below_7_are_converted_or_named(tmp_path, monkeypatch):
-    """Opset 6: onnx's version converter takes it to 7 on import; where it cannot, the error names the
-    opset and the range opc reads."""
+def test_opsets_below_7_are_read_as_they_are(tmp_path, monkeypatch):
+    """Opset 6 imports with converters of its own meanings: onnx's version converter is not used (here it
+    would refuse)."""
     model = linear_model()
     model.opset_import[0].version = 6
-    module, _ = opc.import_onnx(model)
-    assert "opc.matmul" in str(module) or "opc.fused_gemm_epilogue" in str(module)
 
     def refuses(model, version):  # noqa: ANN001, ANN202
         raise RuntimeError("no adapter")
 
     monkeypatch.setattr(onnx.version_converter, "convert_version", refuses)
-    with pytest.raises(OpcError, match=f"opset 6; opc imports opsets 7 to {NEWEST}"):
-        opc.import_onnx(model)
+    module, _ = opc.import_onnx(model)
+    assert "opc.matmul" in str(module) or "opc.fused_gemm_epilogue" in str(module)
 
 
 def test_dynamic_dims_say_which_input_and_how_to_fix(tmp_path):

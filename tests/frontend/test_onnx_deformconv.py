@@ -191,5 +191,5 @@ def test_deform_conv_refusals(attrs, message):
     offset = np.zeros((1, 8, 3, 3), np.float32)
     node = helper.make_node("DeformConv", ["X", "W", "offset"], ["y0"], name="the_DeformConv", **attrs)
     mdl = graph_model([node], {"X": x, "W": w, "offset": offset}, ["y0"], opset=19)
-    with pytest.raises(OpcError, match=rf"^error: node 'the_DeformConv' \(DeformConv\): {message}"):
+    with pytest.raises(OpcError, match=rf"^node 'the_DeformConv' \(DeformConv\): {message}"):
         opc.import_onnx(mdl)

@@ -1,7 +1,7 @@
 """ONNX Compress, NonZero, MaxUnpool, MelWeightMatrix, Upsample, RoiAlign, Unique, NonMaxSuppression,
-TfIdfVectorizer (opc/onnx_import/extra_converters.py) and the Einsum ellipses and diagonals, Resize's
+TfIdfVectorizer (opc/onnx_import/: tensor.py, detection.py, text.py, ...) and the Einsum ellipses and diagonals, Resize's
 keep_aspect_ratio_policy where the size rounds up, MaxPool's column-major indices, ConvTranspose's
-output_shape larger than the input gives (converters.py, nn_converters.py).
+output_shape larger than the input gives (tensor.py, nn.py).
 
 Every case is imported as the node suite and opc.load_onnx do, for its inputs' shapes and values (an
 input a converter needs at compile time is bound by value), all into one module; the forward against

@@ -1,6 +1,6 @@
 """LRN (a channel-window sum as one matmul by a band matrix) against onnxruntime over sizes, channel
 counts and ranks, its gradient against central differences; Dropout in training mode with ratio 0
-(the identity); models of opsets 1 to 6 converted by onnx's version converter on import."""
+(the identity); models of opsets 1 to 6 imported by converters of their own meanings."""
 
 from __future__ import annotations
 

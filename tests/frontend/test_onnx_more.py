@@ -1,4 +1,5 @@
-"""The converters of opc/onnx_import/more_converters.py and the integer forms of Div, Pow and Mod,
+"""The converters once in more_converters.py (now in opc/onnx_import/ by topic) and the integer forms of
+Div, Pow and Mod,
 imported over a grid of dtypes and attributes and checked against onnx's reference evaluator
 (NumPy; onnxruntime lacks BitShift of signed types and the newest opsets), or onnxruntime where the
 reference evaluator departs from the spec (LpPool divides padded windows by their valid count).

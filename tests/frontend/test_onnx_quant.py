@@ -1,4 +1,4 @@
-"""ONNX quantization ops (opc/onnx_import/quant_converters.py): every case imported into one module
+"""ONNX quantization ops (opc/onnx_import/quantization.py): every case imported into one module
 and compared bit for bit with onnxruntime (onnx's reference evaluator where onnxruntime lacks the
 op for that dtype), over integer types, per-tensor/per-axis/blocked scales and input dtypes."""
 

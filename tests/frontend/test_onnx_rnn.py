@@ -1,4 +1,4 @@
-"""ONNX LSTM, GRU and RNN (opc/onnx_import/rnn_converters.py): every case imported into one
+"""ONNX LSTM, GRU and RNN (opc/onnx_import/rnn.py): every case imported into one
 module; the forward against onnxruntime (f32), the gradient through time against central
 differences of opc's own forward along random directions (f64, every argument at once)."""
 
@@ -141,5 +141,5 @@ def test_unsupported_attributes_are_one_line_errors(attrs: dict, message: str) -
     model, _ = case("RNN", **attrs)
     with pytest.raises(opc.OpcError, match=message) as err:
         opc.import_onnx(model)
-    assert str(err.value).startswith("error: node 'the_RNN' (RNN): ")
+    assert str(err.value).startswith("node 'the_RNN' (RNN): ")
     assert "\n" not in str(err.value)

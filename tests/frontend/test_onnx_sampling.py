@@ -1,4 +1,4 @@
-"""ONNX GridSample and AffineGrid (opc/onnx_import/sampling_converters.py): every case imported into
+"""ONNX GridSample and AffineGrid (opc/onnx_import/sampling.py): every case imported into
 one module; the forward against onnxruntime over modes x padding modes x align_corners x 2-D/3-D,
 the gradients (X, grid, theta) against central differences of opc's own forward (f64)."""
 

@@ -129,7 +129,7 @@ def test_folded_gather_elements_matches_onnxruntime(compiled, case):
 def test_bad_constants_are_one_line_errors(constants, message):
     with pytest.raises(opc.OpcError, match=message) as err:
         opc.import_onnx(linear(), constants=constants)
-    assert "\n" not in str(err.value) and str(err.value).startswith("error: ")
+    assert "\n" not in str(err.value) and not str(err.value).startswith("error")
 
 
 def test_cli_constant_leaves_the_initializer_out_of_the_weights(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from opc.cli import main
-from opc.errors import OpcError
+from opc.errors import InternalError
 from opc.lowering import build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,10 +43,10 @@ def test_compiler_warnings_are_captured(tmp_path, capfd):
 
 
 def test_failed_build_shows_the_compiler_and_keeps_the_source(tmp_path):
-    with pytest.raises(OpcError) as info:
+    with pytest.raises(InternalError) as info:
         build.build_extension('#include "opc_runtime.h"\nint f(void) { return undeclared_name; }\n', [], tmp_path)
     message = str(info.value)
-    assert message.startswith("error: the C compiler failed on the generated code; this is a bug in opc")
+    assert message.startswith("the C compiler failed on the generated code; this is a bug in opc")
     assert "'undeclared_name' undeclared" in message.replace("‘", "'").replace("’", "'")
     assert len(message.splitlines()) <= build.FAILED_LINES + 2
     kept = Path(message.split("the source kept in ", 1)[1].splitlines()[0])

@@ -1,4 +1,4 @@
-"""The README's IR-size figures: per model of tests/models, the opc ops after import, the ops of
+"""The IR-size figures (bench/results/2026-12-03-readme-records.md): per model of tests/models, the opc ops after import, the ops of
 the module that `opc.compile(module, grad=True)` lowers (all three functions), its kernels (as the
 profiler counts them) and the lines of C it emits, without running gcc:
 

@@ -1,4 +1,4 @@
-"""The README's model table figures: per model of tests/models, the import, the compile with
+"""The model table figures (bench/results/2026-12-03-readme-records.md): per model of tests/models, the import, the compile with
 grad=True (empty the cache first to time gcc) and one forward and one gradient call:
 
     OPC_CACHE_DIR=$(mktemp -d) python tests/models/time_models.py [resnet18 mobilenet_v2 ...]"""

@@ -4,13 +4,13 @@ sigmoid as opc lowers it) against the double libm function rounded to float, in 
 tests/math_ulp.c does the work; here it runs on every 4099th f32 bit pattern plus the special
 values (NaN, +-inf, +-0, tiny, saturated), built as generated modules are (-O3, -march=native
 where taken) with FMA contraction on (gcc's default) and off. The bounds are the max over all
-2^32 inputs, measured by the full sweep (stride 1; README, Speed). tanh has its own driver
+2^32 inputs, measured by the full sweep (stride 1; docs/performance.md, Vector math). tanh has its own driver
 (tests/tanh_ulp.c, test_tanh_ulp.py).
 
 The f64 functions (opc_exp, opc_tanh, opc_erf, opc_log, and sigmoid on opc_exp) the same way
 through tests/math_ulp_f64.c, against the long double libm functions, in fractions of an ulp:
 N inputs over all bit patterns and N in each of [2^-30, 40] and [-40, -2^-30]; the bounds are
-those of the README's sweep (N = 2^25) rounded up.
+those of the sweep in docs/performance.md (N = 2^25) rounded up.
 """
 import os
 import subprocess

@@ -24,10 +24,11 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.onnx_import.graph import Node, converter
+from opc.onnx_import.common import Values
+from opc.onnx_import.graph import Node, converter, same_since
 
-Values = list[SSAValue | np.ndarray]
 Activation = Callable[[SSAValue], SSAValue]
+Step = Callable[[SSAValue, int, list[SSAValue]], list[SSAValue]]  # (h_prev, t, states) -> new states
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -160,8 +161,7 @@ def layer(node: Node) -> tuple[Layer, SSAValue]:
     return Layer(node, seq, batch, int(hidden), directions, acts), x
 
 
-def run_direction(lay: Layer, d: int, step: Callable[[SSAValue, int, list[SSAValue]], list[SSAValue]],
-                  states: list[SSAValue]) -> tuple[list[SSAValue], list[SSAValue]]:
+def run_direction(lay: Layer, d: int, step: Step, states: list[SSAValue]) -> tuple[list[SSAValue], list[SSAValue]]:
     """Run `step` over the sequence in direction d: the hidden state at every time index
     (in time order, whatever the direction) and the final states."""
     order = range(lay.seq) if lay.directions[d] == "forward" else range(lay.seq - 1, -1, -1)
@@ -192,13 +192,18 @@ def outputs(lay: Layer, per_direction: list[tuple[list[SSAValue], list[SSAValue]
     return [y, *finals]
 
 
+def unrolled(node: Node, cell: Callable[[Layer, SSAValue, int], tuple[Step, list[SSAValue]]]) -> Values:
+    """Each direction's steps, from the (step, initial states) that `cell` makes for direction d."""
+    lay, x = layer(node)
+    return outputs(lay, [run_direction(lay, d, *cell(lay, x, d)) for d in range(len(lay.directions))])
+
+
 @converter("LSTM")
 def lstm(node: Node) -> Values:
-    lay, x = layer(node)
-    e, h = lay.e, lay.hidden
     input_forget = node.attr("input_forget", 0)
-    results = []
-    for d in range(len(lay.directions)):
+
+    def cell(lay: Layer, x: SSAValue, d: int) -> tuple[Step, list[SSAValue]]:
+        e, h = lay.e, lay.hidden
         proj = lay.input_projection(x, d)
         r = lay.weight(2, d)
         # peepholes i, o, f ([3 * hidden]), sliced once per direction, not once per step
@@ -220,17 +225,17 @@ def lstm(node: Node) -> Values:
             out = lay.activate(d, 0, with_peephole(lay.gate(pre, 1), 1, c))
             return [e.mul(out, lay.activate(d, 2, c)), c]
 
-        results.append(run_direction(lay, d, step, [lay.initial(5, d), lay.initial(6, d)]))
-    return outputs(lay, results)
+        return step, [lay.initial(5, d), lay.initial(6, d)]
+
+    return unrolled(node, cell)
 
 
 @converter("GRU")
 def gru(node: Node) -> Values:
-    lay, x = layer(node)
-    e, h = lay.e, lay.hidden
     before_reset = node.attr("linear_before_reset", 0)
-    results = []
-    for d in range(len(lay.directions)):
+
+    def cell(lay: Layer, x: SSAValue, d: int) -> tuple[Step, list[SSAValue]]:
+        e, h = lay.e, lay.hidden
         proj = lay.input_projection(x, d, with_recurrent_bias=False)  # X W^T + Wb, gates z, r, h
         # per direction, not per step: R's z/r rows and h rows, and Rb's matching parts
         r_w = lay.weight(2, d)
@@ -257,16 +262,15 @@ def gru(node: Node) -> Values:
             hh = lay.activate(d, 1, e.add(lay.gate(xw, 2), cand))
             return [e.add(e.mul(e.sub(e.full(1.0, z), z), hh), e.mul(z, h_prev))]
 
-        results.append(run_direction(lay, d, step, [lay.initial(5, d)]))
-    return outputs(lay, results)
+        return step, [lay.initial(5, d)]
+
+    return unrolled(node, cell)
 
 
 @converter("RNN")
 def rnn(node: Node) -> Values:
-    lay, x = layer(node)
-    e = lay.e
-    results = []
-    for d in range(len(lay.directions)):
+    def cell(lay: Layer, x: SSAValue, d: int) -> tuple[Step, list[SSAValue]]:
+        e = lay.e
         proj = lay.input_projection(x, d)
         r = lay.weight(2, d)
 
@@ -274,5 +278,11 @@ def rnn(node: Node) -> Values:
                  r: SSAValue = r) -> list[SSAValue]:
             return [lay.activate(d, 0, e.add(lay.step_input(proj, t), e.matmul(h_prev, r, trans_y=True)))]
 
-        results.append(run_direction(lay, d, step, [lay.initial(5, d)]))
-    return outputs(lay, results)
+        return step, [lay.initial(5, d)]
+
+    return unrolled(node, cell)
+
+
+# Opsets 1 to 13: no layout attribute (layout 0); opset 1's output_sequence only says whether Y is wanted,
+# which the node's outputs say too; GRU's linear_before_reset (from 3) is 0 when absent.
+same_since({1: ("LSTM", "GRU", "RNN")})

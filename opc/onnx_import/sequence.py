@@ -17,9 +17,7 @@ from xdsl.ir import SSAValue
 from opc.dialects import opc as o
 from opc.onnx_import.control_flow import as_value, import_body
 from opc.onnx_import.graph import Node, converter
-from opc.onnx_import.lists import Item, Opt, Seq, Value
-
-Items = list[Item]
+from opc.onnx_import.lists import Item, Items, Opt, Seq, Value
 
 
 def sequence(node: Node, i: int) -> Seq:
@@ -86,7 +84,8 @@ def sequence_length(node: Node) -> Items:
 # ---------------------------------------------------------------------------
 
 
-def shape_of(v: Value) -> list[int]:
+def dims(v: Value) -> list[int]:
+    """The shape of a tensor of a sequence: an SSA value or an array known at compile time."""
     return list(v.type.get_shape()) if isinstance(v, SSAValue) else list(np.shape(v))  # type: ignore[attr-defined]
 
 
@@ -96,11 +95,11 @@ def concat_from_sequence(node: Node) -> Items:
     if not items:
         raise node.fail("the sequence is empty: ConcatFromSequence needs at least one tensor")
     new_axis = int(node.attr("new_axis", 0))
-    rank = len(shape_of(items[0]))
+    rank = len(dims(items[0]))
     axis = node.axis(int(node.attr("axis")), rank + 1 if new_axis else rank)
     if new_axis:  # each tensor gets a 1 at axis, then they are concatenated: a stack
         items = [np.expand_dims(np.asarray(v), axis) if not isinstance(v, SSAValue)
-                 else node.e.reshape(v, shape_of(v)[:axis] + [1] + shape_of(v)[axis:]) for v in items]
+                 else node.e.reshape(v, dims(v)[:axis] + [1] + dims(v)[axis:]) for v in items]
     if all(not isinstance(v, SSAValue) for v in items):
         return [np.concatenate([np.asarray(v) for v in items], axis=axis)]
     if len(items) == 1:
@@ -112,7 +111,7 @@ def cut(node: Node, x: Value, axis: int, start: int, stop: int) -> Value:
     """x[..., start:stop, ...] along axis."""
     if not isinstance(x, SSAValue):
         return np.take(np.asarray(x), np.arange(start, stop), axis=axis)
-    shape = shape_of(x)
+    shape = dims(x)
     if (start, stop) == (0, shape[axis]):
         return x
     begin, limit = [0] * len(shape), list(shape)
@@ -123,7 +122,7 @@ def cut(node: Node, x: Value, axis: int, start: int, stop: int) -> Value:
 @converter("SplitToSequence", since=11)
 def split_to_sequence(node: Node) -> Items:
     x = tensor(node, 0)
-    shape = shape_of(x)
+    shape = dims(x)
     axis = node.axis(int(node.attr("axis", 0)), len(shape))
     length = shape[axis]
     keepdims = int(node.attr("keepdims", 1))

@@ -14,18 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import Float32Type, Float64Type, IntegerType, Signedness
+from xdsl.dialects.builtin import IntegerType, Signedness
 from xdsl.ir import Attribute, SSAValue
 
 from opc.dialects import opc as o
+from opc.onnx_import.common import F32, F64, Values
 from opc.onnx_import.graph import ELEMENT_TYPES, Node, converter
-from opc.onnx_import.nn_converters import convolution
-
-Values = list[SSAValue | np.ndarray]
+from opc.onnx_import.nn import convolution
 
 # the integer types opc quantizes to, with their ranges
 RANGES = {2: (0, 255), 3: (-128, 127), 4: (0, 65535), 5: (-32768, 32767)}
-F32, F64 = Float32Type(), Float64Type()
 
 
 def integer_of(element: Attribute) -> int | None:

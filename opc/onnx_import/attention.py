@@ -27,18 +27,9 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.onnx_import.converters import scalar
+from opc.dialects.kinds import element_of, shape_of
+from opc.onnx_import.common import Values, scalar
 from opc.onnx_import.graph import ELEMENT_TYPES, Node, converter, numpy_dtype_of
-
-Values = list[SSAValue | np.ndarray]
-
-
-def shape_of(v: SSAValue) -> tuple[int, ...]:
-    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
-
-
-def element_of(v: SSAValue):  # noqa: ANN201
-    return v.type.element_type  # type: ignore[attr-defined]
 
 
 def split_heads(node: Node, x: SSAValue, heads: int, what: str) -> SSAValue:

@@ -1,0 +1,259 @@
+"""Resampling: Resize and Upsample (per axis, a matmul by a table known at import), GridSample and
+AffineGrid, as opc primitives.
+
+GridSample reads X at the points a grid gives (normalized to [-1, 1], the last grid axis
+listing x first, i.e. the spatial axes in reverse). Per spatial axis, in float32 as onnx's
+reference does (float64 for a float64 grid): the point is unnormalized (align_corners: -1 and 1 are the first and last
+centers; else the outer edges), for `nearest` rounded half to even, and where it lies
+outside the borders, clamped (`border`) or reflected (`reflection`). Its taps are then
+1 (nearest), 2 (linear: floor and floor + 1) or 4 (cubic, Keys' kernel with a = -0.75)
+indices with their weights; a tap outside the image reads 0 (`zeros`), the edge (`border`)
+or its reflection (`reflection`). The output is the sum over every combination of taps
+(one per axis) of the weights' product times one `gather` from the flattened X.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from xdsl.ir import SSAValue
+
+from opc.dialects import opc as o
+from opc.onnx_import.common import F32, F64, I64, Pointwise, Values, axis_taps, numpy_of
+from opc.onnx_import.graph import BY_NUMPY, Node, as_newer, converter, numpy_dtype_of
+
+
+# Resize: separable, each axis an affine map y = x @ W + b along it. W and b come from
+# onnx's reference Resize itself, run at compile time on the unit vectors of the axis
+# (and on zeros, for b: tf_crop_and_resize's extrapolation value), so every mode,
+# coordinate transformation, cubic coefficient and antialias filter means what ONNX says.
+# Axes are applied innermost first, as the reference's recursion does.
+def resize_axis_map(node: Node, attrs: dict, n: int, scale: float, roi: tuple[float, float] | None,
+                    aspect: tuple[int, int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The axis' table W and offset b (y = x @ W + b) from onnx's reference Resize on the unit vectors.
+    aspect = (m_out, m_in, size): keep_aspect_ratio_policy's shared scale m_out / m_in with the axis'
+    requested size, whose rounded output the scale alone would not give: the probe gets a second axis of
+    m_in elements (each the same) resized to m_out, so that the reference picks that scale, and the
+    output along the axis is round(scale * n)."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    attrs = {k: v for k, v in attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
+    probe = np.concatenate([np.eye(n), np.zeros((1, n))]).astype(np.float64)
+    inputs = {"x": probe, "scales": np.array([1.0, scale], np.float32)}
+    names = ["x", "", "scales"]
+    if roi is not None:
+        inputs["roi"] = np.array([0.0, roi[0], 1.0, roi[1]], np.float32)
+        names[1] = "roi"
+    if aspect is not None:
+        m_out, m_in, size = aspect
+        inputs = {"x": np.ascontiguousarray(np.broadcast_to(probe[:, None, :], (n + 1, m_in, n))),
+                  "sizes": np.array([m_out, size], np.int64)}
+        names = ["x", "", "", "sizes"]
+        attrs.update(axes=[1, 2], keep_aspect_ratio_policy=node.attr("keep_aspect_ratio_policy"))
+    one = helper.make_node("Resize", names, ["y"], **attrs)
+    try:
+        (out,) = ReferenceEvaluator(one, opsets={"": max(node.opset, 11)}).run(None, inputs)  # Upsample: 7, 9
+    except Exception as err:  # noqa: BLE001 - the reference raises anything for attributes it refuses
+        raise node.fail(f"cannot build the resize tables: {type(err).__name__}: {str(err).splitlines()[0]}") from None
+    if aspect is not None:
+        out = out[:, 0, :]
+    b = out[n]
+    return out[:n] - b, b
+
+
+@converter("Resize", since=11)
+def resize(node: Node) -> Values:
+    shape = list(node.shape(0))
+    rank = len(shape)
+    axes = [node.axis(int(a), rank) for a in node.attr("axes", list(range(rank)))]
+    crop = node.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+    roi = node.const(1, "roi").reshape(-1).astype(np.float64) if crop and node.has(1) else None  # used by crop only
+    aspects: dict[int, tuple[int, int, int]] = {}  # axis -> resize_axis_map's aspect
+    if node.has(3):
+        sizes = [int(s) for s in node.const(3, "sizes").reshape(-1)]
+        ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            k = ratios.index(min(ratios) if policy == "not_larger" else max(ratios))
+            r = ratios[k]
+            ratios = [r] * len(axes)
+            # ONNX rounds the size (half up), a scale gives int(scale * n): where they differ, the tables
+            # come from the reference given the sizes, the shared ratio as a fraction in lowest terms
+            g = math.gcd(sizes[k], shape[axes[k]])
+            m_out, m_in = sizes[k] // g, shape[axes[k]] // g
+            for j, a in enumerate(axes):
+                if int(r * shape[a] + 0.5) == int(float(np.float32(r)) * shape[a]):
+                    continue
+                if (shape[a] + 1) * shape[a] * m_in > 1 << 24:
+                    raise node.fail(f"keep_aspect_ratio_policy '{policy}': the tables of axis {a} (size {shape[a]}, "
+                                    f"scale {sizes[k]}/{shape[axes[k]]}) are too large to build")
+                aspects[a] = (m_out, m_in, sizes[j])
+        scales = ratios
+    else:
+        scales = [float(s) for s in node.const(2, "scales").reshape(-1)]
+    if len(scales) != len(axes):
+        raise node.fail(f"{len(scales)} scales or sizes for {len(axes)} axes")
+    return [resize_scaled(node, node.attrs, axes, scales, roi, aspects)]
+
+
+def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
+                  roi: np.ndarray | None, aspects: dict[int, tuple[int, int, int]] | None = None) -> SSAValue:
+    """Input 0 resized along axes by scales, with Resize's attributes attrs (Resize, Upsample)."""
+    e, x = node.e, node.input(0)
+    shape = list(node.shape(0))
+    rank = len(shape)
+    crop = attrs.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+    dtype = numpy_of(x)
+    work = np.dtype(np.float32) if dtype.kind != "f" or dtype.itemsize < 4 else dtype
+    if dtype.kind != "f" and attrs.get("mode", "nearest") != "nearest":
+        raise node.fail("linear and cubic resize of integer data is not supported")
+    y = x if dtype == work else e.cast(x, BY_NUMPY[work])
+    current = list(shape)
+    for k in sorted(range(len(axes)), key=lambda k: -axes[k]):
+        a, s = axes[k], scales[k]
+        if s == 1.0 and not crop:
+            continue
+        axis_roi = (float(roi[k]), float(roi[k + len(axes)])) if roi is not None and len(roi) == 2 * len(axes) \
+            else (float(roi[a]), float(roi[a + rank])) if roi is not None else None
+        w, b = resize_axis_map(node, attrs, current[a], s, axis_roi, (aspects or {}).get(a))
+        m = w.shape[1]
+        perm = [d for d in range(rank) if d != a] + [a]
+        moved = e.transpose(y, perm)
+        moved_shape = [current[d] for d in perm]
+        rows = e.reshape(moved, [max(math.prod(moved_shape[:-1]), 1), current[a]])
+        out = e.matmul(rows, e.constant(w.astype(work)))
+        if np.any(b):
+            out = e.add(out, e.constant(b.astype(work)))
+        out = e.reshape(out, [*moved_shape[:-1], m])
+        y = e.transpose(out, list(np.argsort(perm)))
+        current[a] = m
+    if dtype != work:  # nearest on integers: the 0/1 weights pick exact values
+        y = e.cast(y, x.type.element_type)  # type: ignore[attr-defined]
+    return y
+
+
+@converter("Upsample", since=7)
+def upsample(node: Node) -> Values:
+    """Resize with asymmetric coordinates (nearest: floor), as onnx's version converter maps it."""
+    mode = node.attr("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise node.fail(f"mode '{mode}' is not supported (nearest, linear)")
+    if node.opset >= 9:
+        scales = [float(s) for s in node.const(1, "scales").reshape(-1)]
+    else:
+        scales = [float(s) for s in node.attr("scales", [])]
+    rank = len(node.shape(0))
+    if len(scales) != rank:
+        raise node.fail(f"{len(scales)} scales for rank {rank}")
+    attrs = {"mode": mode, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    return [resize_scaled(node, attrs, list(range(rank)), scales, None)]
+
+
+MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest", "bicubic": "cubic", "cubic": "cubic"}
+
+
+
+
+def unnormalize(s: Pointwise, g: SSAValue, length: int, align_corners: bool) -> SSAValue:
+    e = s.e
+    if align_corners:
+        return e.mul(e.div(e.add(g, s.c(1.0)), s.c(2.0)), s.c(length - 1))
+    return e.div(e.sub(e.mul(e.add(g, s.c(1.0)), s.c(length)), s.c(1.0)), s.c(2.0))
+
+
+
+
+
+
+@converter("GridSample", since=16)
+def grid_sample(node: Node) -> Values:
+    xshape, gshape = node.shape(0), node.shape(1)
+    r = len(xshape) - 2
+    if r < 1 or len(gshape) != r + 2 or gshape[0] != xshape[0] or gshape[-1] != r:
+        raise node.fail(f"X {list(xshape)} and grid {list(gshape)} must be [N, C, *spatial] and "
+                        f"[N, *out, {r}]")
+    mode = MODES.get(node.attr("mode", "linear" if node.opset >= 20 else "bilinear"))
+    padding = node.attr("padding_mode", "zeros")
+    if mode is None or padding not in ("zeros", "border", "reflection"):
+        raise node.fail(f"mode '{node.attr('mode')}' / padding_mode '{padding}' is not supported")
+    if mode == "cubic" and r != 2:
+        raise node.fail("cubic mode samples 2-D images only (as ONNX defines it)")
+    align = bool(node.attr("align_corners", 0))
+    e = node.e
+    n, c, spatial, out = xshape[0], xshape[1], xshape[2:], gshape[1:-1]
+    grid = node.input(1)
+    if grid.type.element_type not in (F32, F64):  # type: ignore[attr-defined]
+        grid = e.cast(grid, F32)  # half grids: their points in float32 (float64 ones keep their precision)
+    per_axis = []
+    for i, length in enumerate(spatial):
+        k = r - 1 - i  # the grid lists x (the last axis) first
+        g = e.value(o.SliceOp(grid, [0] * (r + 1) + [k], [*gshape[:-1], k + 1], [1] * (r + 2)))
+        g = e.reshape(g, [n, 1, *out])
+        s = Pointwise(node, g)
+        x = unnormalize(s, g, length, align)
+        border = (0.0, length - 1.0) if align else (-0.5, length - 0.5)
+        if mode == "nearest":
+            x = e.value(o.RoundOp(x))
+        if padding == "border" and mode != "cubic":  # cubic clamps each tap only, as onnxruntime and
+            x = s.clamp(x, 0, length - 1)          # PyTorch do (onnx's reference clamps the point too)
+        elif padding == "reflection":
+            x = s.reflect(x, *border)
+        per_axis.append(axis_taps(s, x, length, mode, padding, border))
+    strides = [math.prod(spatial[i + 1:]) for i in range(r)]
+    base = (np.arange(n * c, dtype=np.int64) * math.prod(spatial)).reshape([n, c] + [1] * r)
+    flat_x = e.reshape(node.input(0), [n * c * math.prod(spatial)])
+    dtype = node.element(0)
+    total = None
+    for combo in itertools.product(*per_axis):
+        index = None
+        weight = None
+        for (idx, w), stride in zip(combo, strides):
+            term = e.mul(e.cast(idx, I64), e.constant(np.array(stride, np.int64)))
+            index = term if index is None else e.add(index, term)
+            if w is not None:
+                weight = w if weight is None else e.mul(weight, w)
+        index = e.add(e.broadcast_to(index, [n, c, *out]), e.constant(base))
+        value = e.value(o.GatherOp(flat_x, index, 0))
+        if weight is not None:
+            value = e.mul(value, e.cast(weight, dtype) if dtype != weight.type.element_type else weight)  # type: ignore[attr-defined]
+        total = value if total is None else e.add(total, value)
+    return [total]
+
+
+@converter("AffineGrid", since=20)
+def affine_grid(node: Node) -> Values:
+    """grid[n, ..., :] = theta[n] @ (x, y[, z], 1): the base grid a constant, one batched matmul."""
+    size = [int(v) for v in node.const(1, "size").reshape(-1)]
+    theta = node.input(0)
+    tshape = node.shape(0)
+    r = len(size) - 2
+    if r not in (2, 3) or list(tshape[1:]) != [r, r + 1] or tshape[0] != size[0]:
+        raise node.fail(f"theta {list(tshape)} and size {size} must be [N, 2, 3] with [N, C, H, W] "
+                        "or [N, 3, 4] with [N, C, D, H, W]")
+    align = bool(node.attr("align_corners", 0))
+    axes = []
+    for length in size[2:]:
+        if align:
+            axes.append(np.linspace(-1.0, 1.0, length) if length > 1 else np.zeros(1))
+        else:
+            axes.append((np.arange(length) * 2.0 + 1.0) / length - 1.0)
+    mesh = np.meshgrid(*axes, indexing="ij")  # (z,) y, x
+    base = np.stack([*mesh[::-1], np.ones_like(mesh[0])], axis=-1).reshape(-1, r + 1)
+    base_v = node.e.constant(base.astype(numpy_dtype_of(node.element(0))))
+    grid = node.e.matmul(node.e.broadcast_to(base_v, [size[0], *base.shape]), theta, trans_y=True)
+    return [node.e.reshape(grid, [size[0], *size[2:], r])]
+
+
+converter("Resize", since=10)(upsample)  # opset 10: (X, scales), as Upsample 9 (asymmetric, nearest: floor)
+
+
+@converter("Upsample", since=1)
+def upsample_height_width(node: Node) -> Values:
+    """Opset 1 (experimental): height_scale and width_scale of NCHW, mode nearest or bilinear."""
+    scales = [1.0, 1.0, float(node.attr("height_scale", 1.0)), float(node.attr("width_scale", 1.0))]
+    mode = "linear" if node.attr("mode", "nearest") == "bilinear" else node.attr("mode", "nearest")
+    return as_newer(node, 7, node.proto.input, attrs={"scales": scales, "mode": mode},
+                    drop=("height_scale", "width_scale"))
