@@ -15,22 +15,26 @@ without importing xDSL or running a pass (parse, passes, lowering and C emission
 
 The record (CACHE/loaded/KEY.json: the extension's name and file, the signatures, why a
 gradient was not built; KEY.c: the C source) is written after a full compile, by atomic
-rename. A record whose extension is gone is a miss. In a process, hits are kept in memory.
+rename (where the disk is full, not at all). A record whose extension is gone, cut short or changed
+(its bytes' SHA-256 is not the one recorded when it was built, opc/lowering/build.py `intact`) is a
+miss, and the compile builds it again. In a process, hits are kept in memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 from opc.interop.arrays import ARRAY_KINDS
 from opc.lowering.abi import FunctionSignature
-from opc.lowering.build import CompiledModule, bind, cache_dir, content_key, load_extension, runtime_dir
+from opc.lowering.build import CompiledModule, bind, cache_dir, content_key, intact, load_extension, runtime_dir
 
 RECORD_FORMAT = 2
 FLAVOR_ENV = ("OPC_SANITIZE", "OPC_PROFILE", "CC", "OPC_MARCH")  # environment that changes what a compile builds
@@ -110,11 +114,16 @@ def lookup(key: str, cache_override: str | None = None, arrays: str = "numpy") -
         c_source = c_path.read_text(encoding="utf-8")
     except (OSError, ValueError):
         return None
-    ext_path = cache / rec["ext_file"]
-    if rec.get("format") != RECORD_FORMAT or not ext_path.is_file():
+    try:
+        if rec.get("format") != RECORD_FORMAT or Path(rec["ext_file"]).name != rec["ext_file"]:
+            return None
+        ext_path = cache / rec["ext_file"]
+        sigs = [FunctionSignature(n, [(a, tuple(s), d) for a, s, d in ins], [(tuple(s), d) for s, d in outs],
+                                  [tuple(e) for e in errs]) for n, ins, outs, errs in rec["signatures"]]
+    except (AttributeError, KeyError, TypeError, ValueError):  # a record not written by this opc
         return None
-    sigs = [FunctionSignature(n, [(a, tuple(s), d) for a, s, d in ins], [(tuple(s), d) for s, d in outs],
-                              [tuple(e) for e in errs]) for n, ins, outs, errs in rec["signatures"]]
+    if not intact(ext_path):  # gone, cut short or changed: compiled (and built) again
+        return None
     module = CompiledModule(bind(load_extension(rec["ext_name"], ext_path), sigs), c_source, ext_path)
     module.no_grad.update(rec["no_grad"])
     module.wrt.update(rec["wrt"])
@@ -125,15 +134,23 @@ def lookup(key: str, cache_override: str | None = None, arrays: str = "numpy") -
 
 def store(key: str, module: CompiledModule, sigs: list[FunctionSignature], ext_name: str,
           cache_override: str | None = None) -> None:
-    """The record of a module just compiled (atomic: a reader sees all of it or none)."""
+    """The record of a module just compiled (atomic: a reader sees all of it or none). Where it
+    cannot be written (a full disk), the module is not recorded: the next compile of it is a miss."""
     cache = cache_dir(cache_override)
     record, c_path = record_paths(cache, key)
-    record.parent.mkdir(exist_ok=True)
     rec = {"format": RECORD_FORMAT, "ext_name": ext_name, "ext_file": Path(module.path).name,  # type: ignore[arg-type]
            "signatures": [[s.name, s.inputs, s.outputs, s.errors] for s in sigs], "no_grad": module.no_grad,
            "wrt": module.wrt}
-    for path, text in ((c_path, module.c_source), (record, json.dumps(rec))):
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)  # the .c first: a record is only ever seen with its source
+    written = []
+    try:
+        record.parent.mkdir(mode=0o700, exist_ok=True)
+        for path, text in ((c_path, module.c_source), (record, json.dumps(rec))):
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            written.append(tmp)
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)  # the .c first: a record is only ever seen with its source
+    except OSError:
+        for tmp in written:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
     _memory[f"{cache}\0{key}\0{module.arrays}"] = module

@@ -42,11 +42,12 @@ class Profile:
     def __init__(self, ext: ModuleType):
         self.ext, self.lib, self.ffi = ext, ext.lib, ext.ffi
         self.count = self.lib.opc_profile(0)
-        labels = [self.ffi.string(self.lib.opc_profile_label(k)).decode() for k in range(self.count)]
+        labels = [self.ffi.unpack(self.lib.opc_profile_label(k), self.lib.opc_profile_label_size(k)).decode()
+                  for k in range(self.count)]  # by size: a function's name may hold a NUL
         self.kernels = []  # (name, kind, ops)
         seen: dict[str, int] = {}
         for label in labels:
-            fn, kind_ops = label.split("\t", 1)
+            fn, kind_ops = label.rsplit("\t", 1)  # a function name may hold a tab; "kind: ops" does not
             kind, _, ops = kind_ops.partition(": ")
             seen[fn] = seen.get(fn, -1) + 1
             self.kernels.append((f"{fn}#{seen[fn]}", kind, ops))

@@ -308,7 +308,7 @@ OPC_FN float opc_expf(float x) {
 /* input gives exactly +-1; NaN passes through the clamp and the arithmetic. One division  */
 /* and no exp: about 4x cheaper than 1 - 2/(e^2x + 1). Max error over every f32 input,    */
 /* against tanh in double rounded to float: 6 ulp with and without FMA contraction (the    */
-/* exp form it replaces: 5 ulp); tests/tanh_ulp.c is the check.                            */
+/* exp form it replaces: 5 ulp); tests/support/tanh_ulp.c is the check.                            */
 /* The fit: least squares of (P - fQ) / (f Q_prev), f = tanh(x)/x, in t = x^2/9.1^2 on      */
 /* 12000 points, each weight multiplied by its error every round (Lawson's iteration,     */
 /* 60 rounds, towards the minimax), coefficients then rounded to float.                  */
@@ -336,7 +336,7 @@ OPC_FN float opc_tanhf(float x) {
 /*               error 1.2e-8), t clamped to 4, where erf rounds to 1 (erfc(4) = 1.5e-8); */
 /*               +-inf clamp too and give +-1.                                            */
 /* Fits: Lawson's iteration on 20000 points, as for tanh, coefficients rounded to float. */
-/* Max error over every f32 input: tests/math_ulp.c, stated in the README (Speed).       */
+/* Max error over every f32 input: tests/support/math_ulp.c, stated in the README (Speed).       */
 OPC_FN float opc_erff(float x) {
     float t = fabsf(x), s = x * x;
     float p = 7.853988791e-05f;
@@ -397,7 +397,7 @@ OPC_FN float opc_logf(float x) {
 /* loops vectorize too. No double <-> int64 conversion (AVX2 has none in    */
 /* vectors): integers are read from and written to the bits by adding       */
 /* 1.5 * 2^52 (the sum's low mantissa bits are the integer). Maximum errors */
-/* against long double references: tests/math_ulp_f64.c, README (Speed).    */
+/* against long double references: tests/support/math_ulp_f64.c, README (Speed).    */
 /* ------------------------------------------------------------------------ */
 typedef union { double f; uint64_t u; } opc_f64_pun;
 #define OPC_F64_SHIFTER 6755399441055744.0 /* 1.5 * 2^52 */

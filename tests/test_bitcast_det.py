@@ -284,7 +284,7 @@ def test_det_refuses_n_above_the_unroll_bound():
 
 
 # ---------------------------------------------------------------------------
-# The emitted CUDA, run on the CPU (tests/cuda_sim.h): bitcast's device bit helpers and Det's
+# The emitted CUDA, run on the CPU (tests/support/cuda_sim.h): bitcast's device bit helpers and Det's
 # elimination with its gradient, against the CPU module
 # ---------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ runner (onnx.backend.test.BackendTest), CPU cases only, and each failure in one 
     python3 tools/onnx_backend_counts.py OnnxBackendSimpleModelTest
 
 Category names are BackendTest's test-case classes (OnnxBackendNodeModelTest compiles every node case
-on its own: tests/onnx_node_suite.py runs those in chunks, far faster)."""
+on its own: tests/support/onnx_node_suite.py runs those in chunks, far faster)."""
 
 from __future__ import annotations
 

@@ -5,26 +5,18 @@ It imports no compiler (no xDSL), so that loading a module already compiled
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass, field
+
+from opc.lowering.c_text import c_symbol  # noqa: F401  (re-exported: the emitters and bindings import it here)
 
 KERNEL_STATUS = 2  # what an entry point returns when a device kernel failed (1: out of memory)
 KERNEL_MESSAGE_FN = "opc_kernel_message"
 SET_THREADS_FN = "opc_set_num_threads"  # every CPU module's setter of its thread count (opc/threads.py)
+OOM_FN = "opc_oom_size"  # a CPU module's size of the calling thread's last failed allocation (bytes)
 
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
 # own, so that no user function can collide with a runtime helper (opc_*).
 ENTRY_PREFIX = "opc_fn_"
-
-
-def c_symbol(name: str) -> str:
-    """A function's name as C spells it: itself where it is a C identifier; otherwise (`@a.b`,
-    `@"héllo"`) every other character becomes `_` and a hash of the name is appended, so that
-    two names never meet. The C and CUDA emitters and the CFFI declarations all use it."""
-    if re.fullmatch(r"[A-Za-z0-9_]+", name):  # after ENTRY_PREFIX, a leading digit is fine
-        return name
-    return f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 @dataclass

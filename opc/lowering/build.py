@@ -35,7 +35,15 @@ import numpy as np
 
 from opc.dtypes import numpy_dtype
 from opc.errors import BuildError, InputError, InternalError
-from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, KERNEL_STATUS, SET_THREADS_FN, FunctionSignature, c_symbol
+from opc.lowering.abi import (
+    ENTRY_PREFIX,
+    KERNEL_MESSAGE_FN,
+    KERNEL_STATUS,
+    OOM_FN,
+    SET_THREADS_FN,
+    FunctionSignature,
+    c_symbol,
+)
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
 # or FP exception flags) but let loops with selects and sqrt vectorize.
@@ -53,16 +61,69 @@ def runtime_dir() -> Path:
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """The compile cache: `override` (cache_dir=), else $OPC_CACHE_DIR, else ~/.cache/opc."""
+    """The compile cache: `override` (cache_dir=), else $OPC_CACHE_DIR, else ~/.cache/opc.
+    Created 0700. opc loads the compiled code it finds there, so a directory another user owns,
+    or one that group or others may write, is refused (the default one, opc's own, is made
+    private instead where it is ours but open: an older opc created it with the umask's mode)."""
     what = "cache_dir" if override else "OPC_CACHE_DIR" if os.environ.get("OPC_CACHE_DIR") else "the cache"
     path = Path(override or os.environ.get("OPC_CACHE_DIR") or Path.home() / ".cache" / "opc")
     if path.exists() and not path.is_dir():
         raise ValueError(f"{what} '{path}' is a file, not a directory")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # a file on the way to it
         raise ValueError(f"{what} '{path}' cannot be created: a part of its path is a file") from None
+    except OSError as err:
+        raise ValueError(f"{what} '{path}' cannot be created: {err.strerror}") from None
+    check_private(path, what, tighten=what == "the cache")
     return path
+
+
+def check_private(path: Path, what: str, tighten: bool = False) -> None:
+    """Refuse a cache directory that is not this user's alone to write (ValueError, one line)."""
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise ValueError(f"{what} '{path}' belongs to another user (uid {st.st_uid}): opc runs the compiled code "
+                         "it finds there, so it uses a directory of your own only")
+    open_bits = st.st_mode & 0o022
+    if open_bits and tighten:
+        with contextlib.suppress(OSError):
+            os.chmod(path, 0o700)
+            return
+    if open_bits:
+        who = {0o020: "its group", 0o002: "all users", 0o022: "its group and all users"}[open_bits]
+        raise ValueError(f"{what} '{path}' is writable by {who}, who could put code there that opc would run: "
+                         f"make it private (chmod go-w '{path}') or choose another directory")
+
+
+DIGEST_SUFFIX = ".sha256"  # next to every built file in the cache: the SHA-256 of its bytes
+
+
+def digest_path(target: Path) -> Path:
+    return target.with_name(target.name + DIGEST_SUFFIX)
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(1 << 20)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def intact(target: Path) -> bool:
+    """The built file is there and its bytes are those recorded when it was built (not cut short by
+    a full disk or a killed copy, not changed since). Costs a read of the file: about 2 ms per MB."""
+    try:
+        return file_digest(target) == digest_path(target).read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        return False
+
+
+def cache_write_error(cache: Path, err: OSError) -> BuildError:
+    return BuildError(f"cannot write to the compile cache '{cache}': {err.strerror or err}")
 
 
 def require_compiler() -> None:
@@ -278,14 +339,22 @@ FAILED_LINES = 20
 def built_once(target: Path, prefix: str, build: Callable[[Path], Path]) -> Path:
     """`target` (in the cache dir), built by `build(private_dir) -> file` on a miss. Concurrent
     processes wait for the one that builds it and then find it built; the file lands by atomic
-    rename, so a reader never sees half of it."""
-    if target.exists():
+    rename, so a reader never sees half of it. Its SHA-256 lands first (TARGET.sha256): a file
+    whose bytes do not match it (cut short, changed, or without one) is built again, never used."""
+    if intact(target):
         return target
-    with build_lock(target.parent, target.name):
-        if target.exists():  # built by the process we waited for
-            return target
-        with build_dir(target.parent, prefix) as tmp:
-            os.replace(build(tmp), target)
+    try:
+        with build_lock(target.parent, target.name):
+            if intact(target):  # built by the process we waited for
+                return target
+            with build_dir(target.parent, prefix) as tmp:
+                built = build(tmp)
+                digest = tmp / "digest.tmp"
+                digest.write_text(file_digest(built) + "\n", encoding="ascii")
+                os.replace(digest, digest_path(target))
+                os.replace(built, target)
+    except OSError as err:  # a full disk, a cache made read-only under us
+        raise cache_write_error(target.parent, err) from None
     return target
 
 
@@ -294,8 +363,8 @@ def build_lock(cache: Path, name: str) -> Iterator[None]:
     """Held while one thing (named by its content key) is built: another process building the
     same thing waits, then finds it built. The kernel drops the lock of a killed process."""
     locks = cache / "locks"
-    locks.mkdir(exist_ok=True)
-    fd = os.open(locks / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    locks.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(locks / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -310,10 +379,10 @@ def build_dir(cache: Path, prefix: str) -> Iterator[Path]:
     The dir is made under a hidden name and takes its visible one only once locked: a visible
     dir with a free lock has no owner, whatever its age."""
     root = cache / "tmp"
-    root.mkdir(exist_ok=True)
+    root.mkdir(mode=0o700, exist_ok=True)
     sweep_dead_builds(root)
     path = Path(tempfile.mkdtemp(prefix=f".{prefix}-", dir=root))
-    fd = os.open(path / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+    fd = os.open(path / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):  # (a name taken since: the dir keeps its hidden one)
@@ -385,16 +454,25 @@ def first_lines(text: str, n: int = FAILED_LINES) -> str:
     return "\n".join(f"  {line}" for line in lines[:n]) + more
 
 
-def keep_failed(cache: Path, name: str, files: dict[str, str]) -> Path:
+def keep_failed(cache: Path, name: str, files: dict[str, str]) -> Path | None:
     """Keep a failed build's generated source (and the compiler's output) for a bug report."""
     kept = cache / "failed" / name
-    kept.mkdir(parents=True, exist_ok=True)
-    for file, text in files.items():
-        (kept / file).write_text(text, encoding="utf-8")
+    try:
+        kept.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for file, text in files.items():
+            (kept / file).write_text(text, encoding="utf-8")
+    except OSError:  # a full disk: the failure is reported without its source kept
+        return None
     return kept
 
 
-def build_failure(compiler: str, log: str, kept: Path) -> InternalError:
+def build_failure(compiler: str, log: str, kept: Path | None) -> BuildError | InternalError:
+    if "No space left on device" in log or "Disk quota exceeded" in log:
+        return BuildError(f"{compiler} could not write its output: the disk of the compile cache is full "
+                          f"({kept.parent.parent if kept else 'see OPC_CACHE_DIR'})")
+    if kept is None:
+        return InternalError(f"{compiler} failed on the generated code; this is a bug in opc: please report it "
+                             f"(the source could not be kept)\n{first_lines(log)}")
     return InternalError(f"{compiler} failed on the generated code; this is a bug in opc: please report it with "
                          f"the source kept in {kept}\n{first_lines(log)}")
 
@@ -460,15 +538,28 @@ def status_cdef(signatures: list[FunctionSignature]) -> str:
 RUNTIME_ERRORS: dict[str, type[Exception]] = {"IndexError": IndexError, "ValueError": ValueError}
 
 
-def status_error(sig: FunctionSignature, status: int, detail=None) -> Exception:  # noqa: ANN001
+def byte_size(n: int) -> str:
+    """n bytes as people read them: `17179869184 bytes (16.0 GiB)`."""
+    for i, unit in reversed(list(enumerate(("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"), 1))):
+        if n >= 1 << (10 * i):
+            return f"{n} bytes ({n / (1 << (10 * i)):.1f} {unit})"
+    return f"{n} bytes"
+
+
+def status_error(sig: FunctionSignature, status: int, detail=None, oom=None) -> Exception:  # noqa: ANN001
     """The exception a nonzero status stands for (runtime/opc_status.h): < 0 a failed run-time
-    check, named by sig.errors and given the offending value by `detail()`; 1 out of memory."""
+    check, named by sig.errors and given the offending value by `detail()`; 1 out of memory,
+    of the size `oom()` says (the allocation that failed)."""
     if status < 0 and -status <= len(sig.errors):
         kind, message = sig.errors[-status - 1]
         value = detail() if detail is not None else "?"
         return RUNTIME_ERRORS.get(kind, RuntimeError)(f"{sig.name}(): {message.format(value=value)}")
     if status < 0:
         return RuntimeError(f"{sig.name}(): run-time check {-status} failed")
+    size = oom() if oom is not None else 0
+    if size > 0:
+        return MemoryError(f"{sig.name}(): out of memory: {byte_size(size)} for intermediate buffers could not be "
+                           "allocated")
     return MemoryError(f"{sig.name}(): out of memory for intermediate buffers")
 
 
@@ -510,13 +601,15 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
         cdef += f"\nconst char *{KERNEL_MESSAGE_FN}(void);"
     if f"{SET_THREADS_FN}(int n)" in source:
         cdef += f"\nvoid {SET_THREADS_FN}(int);"
+    if f"int64_t {OOM_FN}(void)" in source:
+        cdef += f"\nint64_t {OOM_FN}(void);"
     if "int opc_profile(int on)" in source:
         from opc.lowering.c_emitter import PROFILE_CDEF
 
         cdef += "\n" + PROFILE_CDEF
     name = f"_opc_{module_key(source, cdef + ''.join(f' {k.name}' for k in kernels))}"
     target = extension_path(cache, name)
-    if target.exists():
+    if intact(target):
         return name, target
     require_compiler()
     ffi = cffi.FFI()
@@ -641,8 +734,10 @@ def storage_view(a: np.ndarray) -> np.ndarray:
 class CompiledFunction:
     """A compiled function: checks its arguments, allocates its results."""
 
-    def __init__(self, ffi, cfunc, sig: FunctionSignature, kernel_message=None, detail=None):  # noqa: ANN001
+    def __init__(self, ffi, cfunc, sig: FunctionSignature, kernel_message=None, detail=None,  # noqa: ANN001
+                 oom=None):  # noqa: ANN001
         self.ffi, self.cfunc, self.sig = ffi, cfunc, sig
+        self.oom = oom  # the module's opc_oom_size: the bytes of the calling thread's last failed allocation
         self.kernel_message = kernel_message  # the module's last device-kernel error, if it calls any
         self.detail = detail  # the module's opc_error_value, where it has run-time checks
         self.__name__ = sig.name
@@ -797,10 +892,13 @@ class CompiledFunction:
         from_buffer = self.ffi.from_buffer
         outs = []
         empty = self.empty
-        for shape, dtype, ctype, storage in self.out_c:
-            out = empty(shape, dtype)
-            outs.append(out)
-            ptrs.append(from_buffer(ctype, out if storage is None else out.view(storage), require_writable=True))
+        try:
+            for shape, dtype, ctype, storage in self.out_c:
+                out = empty(shape, dtype)
+                outs.append(out)
+                ptrs.append(from_buffer(ctype, out if storage is None else out.view(storage), require_writable=True))
+        except MemoryError:
+            raise self.result_memory_error(len(outs)) from None
         status = self.cfunc(*ptrs)
         if status != 0:
             raise self.error(status)
@@ -833,7 +931,14 @@ class CompiledFunction:
         if status == KERNEL_STATUS and self.kernel_message is not None:
             message = self.ffi.string(self.kernel_message()).decode(errors="replace")
             return RuntimeError(f"{self.sig.name}(): {message}")
-        return status_error(self.sig, status, self.detail)
+        return status_error(self.sig, status, self.detail, self.oom)
+
+    def result_memory_error(self, i: int) -> MemoryError:
+        """Result #i could not be allocated (the results already allocated are dropped with the call)."""
+        shape, dtype, _, _ = self.out_c[i]
+        n = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        return MemoryError(f"{self.sig.name}(): out of memory: result #{i} ({dtype}{list(shape)}, {byte_size(n)}) "
+                           "could not be allocated")
 
     def __repr__(self) -> str:
         return f"<opc function {self.sig.name}>"
@@ -911,6 +1016,7 @@ def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, Comp
         profile_at_exit(ext)
     message = getattr(ext.lib, KERNEL_MESSAGE_FN, None)
     detail = getattr(ext.lib, "opc_error_value", None)
-    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message, detail)
-            for s in signatures}
+    oom = getattr(ext.lib, OOM_FN, None)
+    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message, detail,
+                                     oom) for s in signatures}
 

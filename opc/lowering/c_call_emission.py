@@ -28,6 +28,7 @@ from opc.dialects.opc_loops import (
 from opc.dtypes import mlir_name
 from opc.lowering.abi import KERNEL_MESSAGE_FN, KERNEL_STATUS
 from opc.lowering.c_expressions import c_float_literal, c_type, dtype_suffix
+from opc.lowering.c_text import c_string
 from opc.lowering.emitter_state import EmitterState
 
 KERNEL_DTYPES = {"i1": "OPC_DTYPE_BOOL", "i8": "OPC_DTYPE_I8", "ui8": "OPC_DTYPE_U8", "i16": "OPC_DTYPE_I16",
@@ -46,10 +47,6 @@ static int opc_kernel_failed(const char *symbol, int rc) {{
   return {KERNEL_STATUS};
 }}
 """
-
-
-def c_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def kernel_attr_initializer(name: str, a: Attribute) -> str:

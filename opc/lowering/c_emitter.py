@@ -40,8 +40,8 @@ from opc.dialects.opc_loops import (
     function_errors,
 )
 from opc.dtypes import numpy_name
-from opc.lowering.abi import ENTRY_PREFIX, SET_THREADS_FN, FunctionSignature, c_symbol
-from opc.lowering.c_call_emission import KERNEL_HOST, CallEmission, c_string
+from opc.lowering.abi import ENTRY_PREFIX, OOM_FN, SET_THREADS_FN, FunctionSignature
+from opc.lowering.c_call_emission import KERNEL_HOST, CallEmission
 from opc.lowering.c_expressions import (
     ARENA_ALIGN,
     EXPRESSIONS,
@@ -54,6 +54,7 @@ from opc.lowering.c_expressions import (
 )
 from opc.lowering.c_loop_emission import LoopEmission
 from opc.lowering.c_memory_emission import MemoryEmission
+from opc.lowering.c_text import c_comment, c_identifier, c_string, c_symbol
 
 # ---------------------------------------------------------------------------
 # Types
@@ -65,14 +66,20 @@ from opc.lowering.c_memory_emission import MemoryEmission
 # (32 MB), so an arena malloc'd and freed per call was mmapped afresh each time and every page of
 # it faulted in again (16,000 faults, a third of the call). Per thread, so that calls from
 # several threads do not share it; a module's entry points run one at a time on a thread.
+# A failed allocation (the arena, an intermediate of its own) records its size in opc_oom_bytes
+# and returns status 1: the binding raises MemoryError naming the size (abi.OOM_FN). The arena
+# is then empty, so the thread's next call allocates afresh.
 ARENA_SUPPORT = f"""static __thread char *opc_arena_buf = NULL;
 static __thread size_t opc_arena_cap = 0;
+static __thread int64_t opc_oom_bytes = 0;
+int64_t {OOM_FN}(void) {{ return opc_oom_bytes; }}
 static char *opc_arena_get(size_t n) {{
   if (opc_arena_cap >= n) return opc_arena_buf;
   free(opc_arena_buf);
   opc_arena_cap = 0;
   opc_arena_buf = (char *)aligned_alloc({ARENA_ALIGN}, n);
   if (opc_arena_buf) opc_arena_cap = n;
+  else opc_oom_bytes = (int64_t)n;
   return opc_arena_buf;
 }}
 """
@@ -110,7 +117,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
 
     def name(self, v: SSAValue) -> str:
         if v not in self.names:
-            hint = "".join(c if c.isalnum() else "_" for c in (v.name_hint or "v"))
+            hint = c_identifier(v.name_hint)
             self.names[v] = f"{hint}_{len(self.names)}"
         return self.names[v]
 
@@ -276,7 +283,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
         saved_lines, saved_indent = self.lines, self.indent
         self.lines, self.indent = [], 0
         if isinstance(label, StringAttr):
-            self.line(f"/* {what} {label.data.replace('*/', '')} */")
+            self.line(f"/* {what} {c_comment(label.data)} */")
         self.line(f"static __attribute__((noinline)) void {kernel}({params}) {{")
         self.indent = 1
         return kernel, saved_lines, saved_indent
@@ -467,7 +474,8 @@ def kernel_label(op: Operation) -> str:
 
 PROFILE_EVENTS = 1 << 16  # kernel calls a profile keeps one by one (the Chrome trace); totals count all
 PROFILE_FN = "opc_profile"  # a CPU module's profiling switch; opc/profile.py reads the rest
-PROFILE_CDEF = ("int opc_profile(int on);\nconst char *opc_profile_label(int k);\nint64_t opc_profile_ns(int k);\n"
+PROFILE_CDEF = ("int opc_profile(int on);\nconst char *opc_profile_label(int k);\n"
+                "int64_t opc_profile_label_size(int k);\nint64_t opc_profile_ns(int k);\n"
                 "int64_t opc_profile_calls(int k);\nint64_t opc_profile_events(int64_t *out, int64_t cap);\n"
                 "void opc_profile_reset(void);")
 
@@ -478,8 +486,10 @@ def profile_support(labels: list[str]) -> str:
     threads). Off, a call costs one load and a branch."""
     n = max(1, len(labels))
     names = ", ".join(c_string(label) for label in labels) or '""'
+    sizes = ", ".join(str(len(label.encode("utf-8", "surrogatepass"))) for label in labels) or "0"
     return f"""#include <time.h>
 static const char *const opc_prof_labels[{n}] = {{{names}}};
+static const int64_t opc_prof_label_sizes[{n}] = {{{sizes}}};  /* bytes: a name may hold a NUL */
 static int64_t opc_prof_ns[{n}], opc_prof_calls[{n}], opc_prof_ev[{PROFILE_EVENTS}][3], opc_prof_nev = 0;
 static int opc_prof_on = 0;
 static inline int64_t opc_prof_now(void) {{
@@ -494,6 +504,7 @@ static void opc_prof_add(int k, int64_t t0) {{
 }}
 int {PROFILE_FN}(int on) {{ opc_prof_on = on; return {len(labels)}; }}
 const char *opc_profile_label(int k) {{ return opc_prof_labels[k]; }}
+int64_t opc_profile_label_size(int k) {{ return opc_prof_label_sizes[k]; }}
 int64_t opc_profile_ns(int k) {{ return opc_prof_ns[k]; }}
 int64_t opc_profile_calls(int k) {{ return opc_prof_calls[k]; }}
 int64_t opc_profile_events(int64_t *out, int64_t cap) {{

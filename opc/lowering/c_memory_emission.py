@@ -43,7 +43,7 @@ class MemoryEmission(EmitterState):
         n = max(1, pymath.prod(t.get_shape()))
         ptr, ct = self.name(op.memref), c_type(t.element_type)
         self.line(f"{ptr} = ({ct} *)malloc(sizeof({ct}) * {n});")
-        self.line(f"if (!{ptr}) {{ status = 1; goto cleanup; }}")
+        self.line(f"if (!{ptr}) {{ opc_oom_bytes = (int64_t)(sizeof({ct}) * {n}); status = 1; goto cleanup; }}")
 
     def emit_AllocaOp(self, op: memref.AllocaOp) -> None:
         """A row kernel's row buffer: on the thread's stack (bounded: ROW_BUFFER_BYTES)."""

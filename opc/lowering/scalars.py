@@ -267,7 +267,7 @@ class Scalar:
     def sigmoid(self, x):
         """e = exp(-|x|), r = 1/(1 + e), x < 0 ? e r : r: one exp and one division that
         vectorize, and no overflow of exp(-x) to inf below -88.7, where 1/(1 + exp(-x)) gives
-        0 for the subnormal sigmoid (within 2 ulp over all f32 inputs, tests/math_ulp.c)."""
+        0 for the subnormal sigmoid (within 2 ulp over all f32 inputs, tests/support/math_ulp.c)."""
         one = self.c(1.0, x)
         e = self.e.value(math.ExpOp(self.e.value(arith.NegfOp(self.e.value(math.AbsFOp(x))))))
         r = self.e.value(arith.DivfOp(one, self.add(one, e)))

@@ -164,11 +164,12 @@ def load(model: Any, where: str):
         if not os.path.isfile(path):
             raise InputError(f"no such file: {path}")
         try:
-            model = onnx.load(path)
+            model = onnx.load(path, load_external_data=False)
         except DecodeError as err:
             raise InputError(f"{where} is not an ONNX model (or is truncated): {first_line(err)}") from None
-        except (OSError, ValueError, RuntimeError) as err:  # external data missing, unreadable file
+        except (OSError, ValueError, RuntimeError) as err:  # unreadable file
             raise InputError(f"cannot read {where}: {first_line(err)}") from None
+        load_external_data(onnx, model, path, where)
     if not model.HasField("graph") or model.ir_version == 0:
         raise InputError(f"{where} is not an ONNX model (no graph or IR version)")
     default_opset(model, where)  # an opset opc cannot read: say so before the checker does
@@ -179,6 +180,27 @@ def load(model: Any, where: str):
     except onnx.checker.ValidationError as err:
         raise InputError(f"{where} is not a valid ONNX model: {first_line(err)}") from None
     return model
+
+
+def load_external_data(onnx, model, path: str, where: str) -> None:  # noqa: ANN001
+    """The tensors' external data read in, each file checked first to lie inside the model's folder
+    (symbolic links resolved): a model must not make opc read, and compile into a module, a file
+    elsewhere. Refused as one InputError line."""
+    from onnx import external_data_helper as helper
+
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    tensors = [t for t in helper._get_all_tensors(model) if helper.uses_external_data(t)]
+    for t in tensors:
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        target = os.path.realpath(os.path.join(folder, location))
+        if not location or os.path.isabs(location) or os.path.commonpath([folder, target]) != folder:
+            raise InputError(f"{where}: tensor '{t.name}' keeps its data in '{location}', outside the model's "
+                             f"folder {folder}: refused (external data must lie in the model's folder)")
+    if tensors:
+        try:
+            helper.load_external_data_for_model(model, folder)
+        except (OSError, ValueError, RuntimeError, onnx.checker.ValidationError) as err:  # missing, cut short
+            raise InputError(f"cannot read {where}'s external data: {first_line(err)}") from None
 
 
 def default_opset(model, where: str) -> int:

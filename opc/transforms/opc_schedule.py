@@ -455,6 +455,9 @@ def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Sche
                 return False
             for a in o.operands:
                 p = a.owner
+                if p is g and a is not g.results[0]:
+                    return False  # another result of the GEMM (fused_gemm_epilogue_grad's dy, the forward's
+                    # reserve Z): not written yet while the epilogue runs on the first GEMM's blocks
                 if isinstance(p, Operation) and is_constant(p) and p in sched.inlined:
                     continue  # a splat: the same everywhere
                 if conv:

@@ -1,6 +1,6 @@
 """Every code block of README.md and docs/ is tested, and the generated reference is current.
 
-What each kind of block gets is in tests/docblocks.py: console blocks run and their output is
+What each kind of block gets is in tests/support/docblocks.py: console blocks run and their output is
 compared, python/pycon blocks run per page in one namespace (pycon outputs compared), mlir blocks
 are parsed and verified, c/toml blocks compile or load (or include files the suite builds), sh
 blocks (benchmarks, installs) are checked without running them. A block of another kind fails.
@@ -43,7 +43,7 @@ def test_pages_have_blocks():
 def test_every_block_is_of_a_tested_kind(block):
     allowed = KINDS + (("text",) if block.page.parent == REFERENCE else ())
     assert block.lang in allowed, (f"{block.where}: a ```{block.lang or ''} block: the docs' blocks are "
-                                   f"{', '.join(KINDS)} (tests/docblocks.py says how each is tested)")
+                                   f"{', '.join(KINDS)} (tests/support/docblocks.py says how each is tested)")
 
 
 def test_matches():
@@ -62,7 +62,7 @@ NEEDS = {"torch": ("import torch", "opc.torch"), "jax": ("import jax", "opc.jax"
 
 def skip_without_optional(text: str, where: str) -> None:
     """Skip, naming the package, only where a framework the example uses is not installed at all
-    (the suite's rule, tests/requires.py: an installed package that fails to import fails)."""
+    (the suite's rule, tests/support/requires.py: an installed package that fails to import fails)."""
     import importlib.util
 
     for package, marks in NEEDS.items():
@@ -103,7 +103,7 @@ PYTHON_PAGES = sorted({b.page for b in of("python", "pycon")})
 def test_python_blocks(page):
     skip_without_optional("\n".join(b.body for b in blocks(page) if b.lang in ("python", "pycon")),
                           str(page.relative_to(ROOT)))
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "docblocks.py"), str(page)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "support" / "docblocks.py"), str(page)], cwd=ROOT,
                           capture_output=True, text=True, timeout=1800, env=ENV)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
 

@@ -1,10 +1,10 @@
 """Differential fuzzing of random well-typed programs against the NumPy oracle of
-tests/fuzz_programs.py (which see): forward over every op, dtype and rank 0-4, and f64
+tests/support/fuzz_programs.py (which see): forward over every op, dtype and rank 0-4, and f64
 gradients against finite differences, each by default and with decompose="all".
 
 CI runs a few hundred programs, BATCH to a compiled module; `--fuzz-count N` and
 `--fuzz-seed S` run others (N forward and N // 4 gradient programs per path), and
-`python tests/fuzz_programs.py --count N` is the long run.
+`python tests/support/fuzz_programs.py --count N` is the long run.
 """
 
 from __future__ import annotations

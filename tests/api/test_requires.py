@@ -1,4 +1,4 @@
-"""tests/requires.py: a missing optional package skips, a broken one fails."""
+"""tests/support/requires.py: a missing optional package skips, a broken one fails."""
 
 from __future__ import annotations
 

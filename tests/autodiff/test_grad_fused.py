@@ -12,6 +12,7 @@ from gradcheck import (
     compile_grad,
     compile_kept,
     finite_diff,
+    gelu_t,
     gelu_t_grad,
     second_order_check,
     ttype,
@@ -111,6 +112,68 @@ def test_fused_reserve_space_used_downstream() -> None:
     got = m.f_grad(x, y, b, d)
     for g, w in zip(got, finite_diff(m.f, [x, y, b], [d], [0, 1, 2])):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def issue_program(dt: str) -> str:
+    """The differential fuzzer's crash (issue 38, item 9): the reserve space Z of a gelu
+    fused_gemm_epilogue feeds later ops, so the backward's fused_gemm_epilogue_grad has dx and dy
+    read by one add: an epilogue nest on dx must not read dy (not written while it runs)."""
+    t, b4 = f"tensor<3x3x{dt}>", f"tensor<1x3x3x3x{dt}>"
+    b2 = f"({b4}, {b4}) -> {b4}"
+    return (
+        f"func.func @f(%a0: {t}) -> {b4} {{\n"
+        f"  %v1 = opc.full {{value = 0.5 : f64}} : () -> tensor<3x{dt}>\n"
+        f"  %v2, %v3 = opc.fused_gemm_epilogue %a0, %a0, %v1 {{trans_x = false, trans_y = true, activation = \"gelu\"}}"
+        f" : ({t}, {t}, tensor<3x{dt}>) -> ({t}, {t})\n"
+        f"  %v4 = opc.broadcast_to %v3 : ({t}) -> {b4}\n"
+        f"  %v5 = opc.minimum %v4, %v4 : {b2}\n"
+        f"  %v6 = opc.add %v5, %v4 : {b2}\n"
+        f"  %v7 = opc.gelu %v6 : ({b4}) -> {b4}\n"
+        f"  %v8 = opc.div %v7, %v4 : {b2}\n"
+        f"  func.return %v8 : {b4}\n}}\n"
+    )
+
+
+@pytest.mark.parametrize("dt", ["f64", "f32"])
+def test_reserve_space_feeds_later_ops(dt: str) -> None:
+    """Issue 38 item 9: compiled with grad=True (an internal compiler error before); forward
+    against NumPy, gradient against finite differences of the closed form."""
+    m = compile_grad(issue_program(dt))
+    a = RNG.uniform(0.5, 1.0, (3, 3))  # Z = a a^T + 0.5 > 0.5: the div is far from 0
+
+    def f(a):
+        z = np.broadcast_to(a @ a.T + 0.5, (1, 3, 3, 3))
+        return gelu_t(2 * z) / z
+
+    d = RNG.uniform(-1, 1, (1, 3, 3, 3))
+    close(m.f(a.astype(DTYPES[dt])), f(a), dt, "forward")
+    want = finite_diff(f, [a], [d], [0])[0]
+    close(m.f_grad(a.astype(DTYPES[dt]), d.astype(DTYPES[dt])), want, dt, "grad")
+    value, grad = m.f_value_and_grad(a.astype(DTYPES[dt]), d.astype(DTYPES[dt]))
+    close(value, f(a), dt, "value")
+    close(grad, want, dt, "value_and_grad")
+
+
+def test_epilogue_nest_reads_other_gemm_results() -> None:
+    """A nest reading the GEMM's first result and another of its results (dx - dy of the grad op,
+    out - Z of the forward) is no epilogue of it: it runs after the GEMM, numbers as NumPy's."""
+    t, v = "tensor<4x4xf64>", "tensor<4xf64>"
+    m = opc.compile(
+        f"func.func @g(%x: {t}, %y: {t}, %d: {t}) -> {t} {{\n"
+        f"  %dx, %dy, %db = opc.fused_gemm_epilogue_grad %x, %y, %d {{trans_x = true}} : "
+        f"({t}, {t}, {t}) -> ({t}, {t}, {v})\n"
+        f"  %s = opc.sub %dx, %dy : ({t}, {t}) -> {t}\n"
+        f"  func.return %s : {t}\n}}\n"
+        f"func.func @h(%x: {t}, %y: {t}, %b: {v}) -> {t} {{\n"
+        f"  %o, %z = opc.fused_gemm_epilogue %x, %y, %b {{activation = \"gelu\"}} : ({t}, {t}, {v}) -> ({t}, {t})\n"
+        f"  %s = opc.sub %o, %z : ({t}, {t}) -> {t}\n"
+        f"  func.return %s : {t}\n}}\n"
+    )
+    x, y, d, b = RNG.uniform(-1, 1, (4, 4)), RNG.uniform(-1, 1, (4, 4)), RNG.uniform(-1, 1, (4, 4)), RNG.uniform(-1, 1, 4)
+    # Z = x^T y: dx = (d y^T)^T = y d^T, dy = x d
+    close(m.g(x, y, d), y @ d.T - x @ d, "f64", "dx - dy")
+    z = x @ y + b
+    close(m.h(x, y, b), gelu_t(z) - z, "f64", "out - Z")
 
 
 # ---------------------------------------------------------------------------

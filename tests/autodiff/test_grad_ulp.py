@@ -1,4 +1,4 @@
-"""Gradients as accurate as their forwards (tests/grad_ulp.py does the measuring): on every
+"""Gradients as accurate as their forwards (tests/support/grad_ulp.py does the measuring): on every
 4099th f32 bit pattern, the max error in ulps of tanh's, sigmoid's and exp's gradients stays
 within the forward's bound. The bounds are the table of docs/gradients.md (Accuracy) (tanh, sigmoid: the full sweep by hand).
 

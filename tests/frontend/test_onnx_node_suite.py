@@ -1,5 +1,5 @@
 """CI: the ONNX backend node tests (onnx.backend.test.case.node) through opc, against the committed
-expectations (tests/onnx_node_expectations.txt; tests/onnx_node_suite.py explains and rewrites it).
+expectations (tests/support/onnx_node_expectations.txt; tests/support/onnx_node_suite.py explains and rewrites it).
 
 A wrong result or a crash fails, and so does a case the file lists as passing that no longer passes;
 a refused case that now passes is reported (rewrite the file to keep it). All cases are imported,

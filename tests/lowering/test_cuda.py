@@ -2,7 +2,7 @@
 per op and dtype) and of examples/mlp.mlir (forward and --grad) must compile
 with nvcc and print no warnings; these run wherever nvcc is (CI has nvcc and
 no GPU). Numeric checks against NumPy and the CPU target run on a GPU only;
-the row kernels' checks also run on the CPU target and on tests/cuda_sim.h,
+the row kernels' checks also run on the CPU target and on tests/support/cuda_sim.h,
 which runs the emitted CUDA with g++ and threads.
 The nvcc runs happen in parallel, once per module (about 10 s of CPU for the
 ops module, most of it nvcc's host compile and ptxas)."""
@@ -693,7 +693,7 @@ def test_row_kernels_match_numpy(row_modules, shape, dt, case):
     check_row_functions(row_modules[case], shape, dt)
 
 
-# -- the generated CUDA run on the CPU (tests/cuda_sim.h): a check of the kernels' logic without a GPU --
+# -- the generated CUDA run on the CPU (tests/support/cuda_sim.h): a check of the kernels' logic without a GPU --
 
 @pytest.fixture(scope="module")
 def simulated_rows(tmp_path_factory):

@@ -595,7 +595,7 @@ def test_grad_op_checks_out_and_lse() -> None:
 
 
 # ---------------------------------------------------------------------------
-# The CUDA kernels (runtime/opc_nn_attention.cuh) on tests/cuda_sim.h: no GPU here
+# The CUDA kernels (runtime/opc_nn_attention.cuh) on tests/support/cuda_sim.h: no GPU here
 # ---------------------------------------------------------------------------
 
 SIM_STUBS = """#include "cuda_sim.h"
@@ -646,7 +646,7 @@ def simulated_attention(tmp_path_factory):
                   text)
     tmp = tmp_path_factory.mktemp("attention-sim")
     (tmp / "at_sim.cpp").write_text(SIM_STUBS + text + "\n#endif\n" + SIM_ENTRY)
-    tests = str(runtime_dir().parent / "tests")
+    tests = str(runtime_dir().parent / "tests" / "support")
     done = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-I", str(runtime_dir()),
                            "-I", tests, "-o", str(tmp / "libat.so"), str(tmp / "at_sim.cpp")],
                           capture_output=True, text=True, check=False)

@@ -328,7 +328,7 @@ def test_explain_shows_both_routes(tmp_path) -> None:
 
 
 # ---------------------------------------------------------------------------
-# The CUDA conv kernels (runtime/opc_nn.cuh) on tests/cuda_sim.h: no GPU here
+# The CUDA conv kernels (runtime/opc_nn.cuh) on tests/support/cuda_sim.h: no GPU here
 # ---------------------------------------------------------------------------
 
 SIM_STUBS = """#include "cuda_sim.h"
@@ -372,7 +372,7 @@ def simulated_conv(tmp_path_factory):
                   text)
     tmp = tmp_path_factory.mktemp("conv-sim")
     (tmp / "conv_sim.cpp").write_text(SIM_STUBS + text + "\n#endif\n" + SIM_ENTRY)
-    tests = str(runtime_dir().parent / "tests")
+    tests = str(runtime_dir().parent / "tests" / "support")
     done = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-I", str(runtime_dir()),
                            "-I", tests, "-o", str(tmp / "libconv.so"), str(tmp / "conv_sim.cpp")],
                           capture_output=True, text=True, check=False)

@@ -1,14 +1,14 @@
 """The runtime's vectorizable f32 math (runtime/opc_runtime.h: opc_expf, opc_erff, opc_logf, and
 sigmoid as opc lowers it) against the double libm function rounded to float, in ulps.
 
-tests/math_ulp.c does the work; here it runs on every 4099th f32 bit pattern plus the special
+tests/support/math_ulp.c does the work; here it runs on every 4099th f32 bit pattern plus the special
 values (NaN, +-inf, +-0, tiny, saturated), built as generated modules are (-O3, -march=native
 where taken) with FMA contraction on (gcc's default) and off. The bounds are the max over all
 2^32 inputs, measured by the full sweep (stride 1; docs/performance.md, Vector math). tanh has its own driver
-(tests/tanh_ulp.c, test_tanh_ulp.py).
+(tests/support/tanh_ulp.c, test_tanh_ulp.py).
 
 The f64 functions (opc_exp, opc_tanh, opc_erf, opc_log, and sigmoid on opc_exp) the same way
-through tests/math_ulp_f64.c, against the long double libm functions, in fractions of an ulp:
+through tests/support/math_ulp_f64.c, against the long double libm functions, in fractions of an ulp:
 N inputs over all bit patterns and N in each of [2^-30, 40] and [-40, -2^-30]; the bounds are
 those of the sweep in docs/performance.md (N = 2^25) rounded up.
 """
@@ -19,7 +19,7 @@ import pytest
 
 from opc.lowering.build import BASE_FLAGS, native_flags, runtime_dir
 
-SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "math_ulp.c")
+SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "math_ulp.c")
 SOURCE_F64 = os.path.join(os.path.dirname(SOURCE), "math_ulp_f64.c")
 MAX_ULP = {"exp": 1, "erf": 3, "log": 1, "sigmoid": 3}  # full sweep, both contraction modes
 STRIDE = 4099  # prime, so the sample walks through every exponent and mantissa pattern

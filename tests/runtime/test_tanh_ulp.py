@@ -1,6 +1,6 @@
 """opc_tanhf (runtime/opc_runtime.h) against tanh in double rounded to float, in ulps.
 
-tests/tanh_ulp.c does the work; here it runs on every 4099th f32 bit pattern plus the
+tests/support/tanh_ulp.c does the work; here it runs on every 4099th f32 bit pattern plus the
 special values (NaN, +-inf, +-0, tiny, saturated), built as generated modules are
 (-O3, -march=native where taken) with FMA contraction on (gcc's default) and off. The bound
 is the max over all 2^32 inputs, measured by the full sweep (see the comment in tanh_ulp.c).
@@ -12,7 +12,7 @@ import pytest
 
 from opc.lowering.build import BASE_FLAGS, native_flags, runtime_dir
 
-SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tanh_ulp.c")
+SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support", "tanh_ulp.c")
 MAX_ULP = 6  # full sweep, both contraction modes
 STRIDE = 4099  # prime, so the sample walks through every exponent and mantissa pattern
 

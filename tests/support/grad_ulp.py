@@ -7,7 +7,7 @@ log_softmax run on rows [x, 0], so that one f32 x sweeps them too: softmax([x, 0
 sigmoid(x), and the gradient of its first output by x is sigmoid'(x); log_softmax's by x with
 dout = [1, 0] is 1 - sigmoid(x) = sigmoid(-x).
 
-    python tests/grad_ulp.py [STRIDE [OP...]] [--range LO HI]   # the table (docs/gradients.md); stride 1: every f32
+    python tests/support/grad_ulp.py [STRIDE [OP...]] [--range LO HI]   # the table (docs/gradients.md); stride 1: every f32
 
 tests/autodiff/test_grad_ulp.py runs it on a sample and checks the bounds.
 """

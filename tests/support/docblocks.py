@@ -23,7 +23,7 @@ A fenced block's language says what the test does with it:
 
 Any other language, or a block without one, fails the test.
 
-Run as a script, `python tests/docblocks.py PAGE.md` runs the page's python and pycon blocks
+Run as a script, `python tests/support/docblocks.py PAGE.md` runs the page's python and pycon blocks
 (what the test does in a subprocess).
 """
 
@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ ]*$", re.M | re.S)
 KINDS = ("console", "python", "pycon", "mlir", "c", "toml", "sh")
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"$')

@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr  # noqa: E402
 
 import opc  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES))  # the zoo package, train_mlp.py
 

@@ -16,8 +16,8 @@ Gradients (--grad, f64 programs): the directional derivative <grad, v> of L = su
 against central finite differences at two step sizes (a point where they disagree is not smooth
 there and is skipped, counted), and value_and_grad against f and f_grad.
 
-    python tests/fuzz_programs.py --count 2000 [--seed 0] [--grad]    # a long run
-    python tests/fuzz_programs.py --seed 0 --index 17 --show          # one program and its check
+    python tests/support/fuzz_programs.py --count 2000 [--seed 0] [--grad]    # a long run
+    python tests/support/fuzz_programs.py --seed 0 --index 17 --show          # one program and its check
 """
 
 from __future__ import annotations
@@ -102,6 +102,9 @@ class Generator:
         self.values: list[Value] = []
         self.counter = 0
         self.used: set[str] = set()
+        # results of a multi-result op that later ops are to read, every one of them (issue 38: an
+        # epilogue nest reading fused_gemm_epilogue_grad's dx and dy crashed the scheduler)
+        self.pending: dict[str, list[Value]] = {}  # name -> its op's results
         self.cast_from: dict[str, str] = {}  # a cast's result -> its operand's dtype
 
     # -- values ---------------------------------------------------------------
@@ -131,8 +134,12 @@ class Generator:
         return v
 
     def pick(self, want=lambda v: True, fresh=None) -> Value:
-        """An existing value that fits, most likely a recent one, else a fresh argument."""
+        """An existing value that fits, most likely a recent one (or a multi-result op's result
+        nothing reads yet), else a fresh argument."""
         fits = [v for v in self.values if want(v)]
+        waiting = [v for v in fits if v.name in self.pending]
+        if waiting and self.rng.random() < 0.5:
+            return waiting[int(self.rng.integers(0, len(waiting)))]
         if fits and self.rng.random() < 0.8:
             weights = np.arange(1, len(fits) + 1, dtype=float)
             return fits[int(self.rng.choice(len(fits), p=weights / weights.sum()))]
@@ -169,8 +176,34 @@ class Generator:
         self.p.lines.append(f"  {names} = opc.{op} {ins}{attr} : ({in_types}) -> {out_types}")
         self.p.ops.add(op)
         self.used.update(v.name for v in operands)
+        for v in operands:
+            self.pending.pop(v.name, None)
+        if len(outs) > 1 and self.rng.random() < 0.7:
+            self.pending.update((o.name, outs) for o in outs)
         self.values.extend(outs)
         return outs
+
+    def use_pending(self) -> None:
+        """Every result of a multi-result op that nothing reads yet read by an op: the sum,
+        difference or product with a sibling result of its shape (then one nest reads two results
+        of the op), else its negation."""
+        while self.pending:
+            name, outs = next(iter(self.pending.items()))
+            v = next(o for o in outs if o.name == name)
+            sibling = [o for o in outs if o is not v and o.shape == v.shape and o.dtype == v.dtype]
+            partner = sibling[0] if sibling else v
+            x, y = wide(v.arr, v.dtype), wide(partner.arr, partner.dtype)
+            emitted = False
+            for op in self.rng.permutation(["add", "sub", "mul"]):
+                try:
+                    r = {"add": np.add, "sub": np.subtract, "mul": np.multiply}[str(op)](x, y)
+                    self.emit(str(op), [v, partner], "", [(r, v.dtype)])
+                    emitted = True
+                    break
+                except Reject:
+                    continue
+            if not emitted:
+                self.emit("neg", [v], "", [(-x, v.dtype)])
 
     # -- ops ------------------------------------------------------------------
     def broadcast_partner(self, v: Value, dtype: str) -> Value:
@@ -391,7 +424,11 @@ class Generator:
         m, k, n = (int(d) for d in self.rng.integers(1, 7, size=3))
         tx, ty = bool(self.rng.random() < 0.5), bool(self.rng.random() < 0.5)
         act = str(self.rng.choice(["none", "relu", "gelu"]))
-        x, y, b = self.arg((k, m) if tx else (m, k), dt), self.arg((n, k) if ty else (k, n), dt), self.arg((n,), dt)
+        same = self.rng.random() < 0.3  # x as y too (its gradient the sum of dx and dy)
+        if same:
+            k = n = m
+        x = self.arg((k, m) if tx else (m, k), dt)
+        y, b = (x if same else self.arg((n, k) if ty else (k, n), dt)), self.arg((n,), dt)
         xs, ys = wide(x.arr, dt), wide(y.arr, dt)
         z = (xs.T if tx else xs) @ (ys.T if ty else ys) + wide(b.arr, dt)
         zr = z.astype(np_dtype(dt)).astype(ctype(dt))  # the activation reads the stored Z
@@ -520,6 +557,7 @@ class Generator:
         while made < target and tries < 60:
             tries += 1
             before = (len(self.p.lines), len(self.p.args), len(self.values), self.counter)
+            pending = dict(self.pending)
             try:
                 getattr(self, str(self.rng.choice(names, p=weights / weights.sum())))()
                 made += 1
@@ -527,6 +565,8 @@ class Generator:
                 del self.p.lines[before[0]:], self.p.args[before[1]:], self.values[before[2]:]
                 self.counter = before[3]
                 self.used &= {v.name for v in self.values}
+                self.pending = pending
+        self.use_pending()
         computed = [v for v in self.values if v.name.startswith("v")]
         if not computed:
             a = self.p.args[0]
@@ -642,14 +682,17 @@ def run_batch(progs: list[Program], grad: bool, decompose: str | None, seed: int
 
     try:
         module = compile_batch(progs, grad, decompose)
-    except OpcError:  # find the program(s) the compiler rejects, report them, check the others
-        good = []
+    except Exception:  # noqa: BLE001 - find the program(s) the compiler rejects or crashes on, report them,
+        good = []      # check the others
         for p in progs:
             try:
                 compile_batch([p], grad, decompose)
                 good.append(p)
             except OpcError as one:
                 report.defects.append(f"{p.name}: does not compile: {one}")
+            except Exception as crash:  # noqa: BLE001 - an internal compiler error (issue 38: the scheduler's)
+                report.defects.append(f"{p.name}: internal compiler error: {type(crash).__name__}: {crash}"
+                                      f" (decompose={decompose})")
         if len(good) == len(progs):
             raise
         progs = good

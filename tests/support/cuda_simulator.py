@@ -1,4 +1,4 @@
-"""The emitted CUDA run on the CPU: a module's .cu built with g++ against tests/cuda_sim.h, so
+"""The emitted CUDA run on the CPU: a module's .cu built with g++ against tests/support/cuda_sim.h, so
 that the kernels' indexing, team reductions and barriers are checked without a GPU."""
 
 import os

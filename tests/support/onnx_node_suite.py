@@ -11,9 +11,9 @@ outputs at the case's rtol/atol. Every case ends as one line:
     wrong: DETAIL            imported and ran, but an output differs        (a bug)
     crash: DETAIL            the compile or the call raised                 (a bug)
 
-    python3 tests/onnx_node_suite.py            # run, print the counts and every wrong/crash case
-    python3 tests/onnx_node_suite.py --write    # ... and rewrite tests/onnx_node_expectations.txt
-    python3 tests/onnx_node_suite.py -k relu    # only cases whose name contains 'relu'
+    python3 tests/support/onnx_node_suite.py            # run, print the counts and every wrong/crash case
+    python3 tests/support/onnx_node_suite.py --write    # ... and rewrite tests/support/onnx_node_expectations.txt
+    python3 tests/support/onnx_node_suite.py -k relu    # only cases whose name contains 'relu'
                                                 # (with --write: only their lines are rewritten)
 
 tests/frontend/test_onnx_node_suite.py runs it in CI against the expectations file.
@@ -34,7 +34,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -273,7 +273,7 @@ def read_expectations(path: Path = EXPECTATIONS) -> dict[str, str]:
 def write_expectations(status: dict[str, str], path: Path = EXPECTATIONS) -> None:
     passed = sum(s == "pass" for s in status.values())
     head = (f"# ONNX backend node tests through opc: {passed} of {len(status)} pass "
-            "(python3 tests/onnx_node_suite.py --write)\n# case status\n")
+            "(python3 tests/support/onnx_node_suite.py --write)\n# case status\n")
     path.write_text(head + "".join(f"{n} {s}\n" for n, s in sorted(status.items())))
 
 
