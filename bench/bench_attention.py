@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_transformer import SIZES, SMALL  # noqa: E402
 import benchlib  # noqa: E402
+from bench_transformer import SIZES, SMALL  # noqa: E402
 from benchlib import apply_threads, best_of, check  # noqa: E402
 from zoo import transformer_block  # noqa: E402
 
@@ -98,7 +98,8 @@ def main() -> None:
           against="written out")
     print(f"load average {os.getloadavg()[0]:.1f}; threads {n}; batch {s.batch}, seq {s.seq}, width {s.width}, "
           f"heads {s.heads}, mlp {s.mlp}, f32; "
-          f"best of {args.rounds} interleaved rounds, {'CPU time of the calling thread' if args.clock == 'thread' else 'wall'}")
+          f"best of {args.rounds} interleaved rounds, "
+          f"{'CPU time of the calling thread' if args.clock == 'thread' else 'wall'}")
     print(f"{'case':<40} {'written ms':>10} {'fused ms':>9} {'ratio':>7}")
     ratio_row("block forward", lambda: f.main_graph(x, *w), lambda: u.main_graph(x, *w), args.rounds)
     ratio_row("block forward + backward", lambda: f.main_graph_value_and_grad(x, *w, dy),

@@ -721,7 +721,8 @@ def onnx_torch(torch, model):
 
     def max_pool(a, x):
         p = a.get("pads", [0, 0, 0, 0])
-        return F.max_pool2d(x, a["kernel_shape"], a.get("strides", [1, 1]), p[:2], ceil_mode=bool(a.get("ceil_mode", 0)))
+        return F.max_pool2d(x, a["kernel_shape"], a.get("strides", [1, 1]), p[:2],
+                            ceil_mode=bool(a.get("ceil_mode", 0)))
 
     def gemm(a, x, w, b):
         return a.get("alpha", 1.0) * (x @ (w.T if a.get("transB", 0) else w)) + a.get("beta", 1.0) * b

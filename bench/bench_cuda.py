@@ -24,6 +24,7 @@ import opc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import best  # noqa: E402 - one timer for every bench
+
 from opc.lowering.abi import ENTRY_PREFIX
 from opc.lowering.cuda_build import driver_device_count
 

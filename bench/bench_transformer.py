@@ -1,6 +1,7 @@
 """The zoo's transformer block at a realistic size, opc against the others, side by side in one run.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--small] [--threads N] [--busy] [--median] [--cpu-time]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py \\
+        [--small] [--threads N] [--busy] [--median] [--cpu-time]
 
 Batch 8, sequence 128, width 256, 4 heads, MLP 1024, f32; the block from
 examples/zoo/transformer_block.py (layer norm, causal multi-head attention,
@@ -304,7 +305,8 @@ def main() -> None:
     if args.busy:
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
-        run(SMALL if args.small else SIZES, timer=median if args.busy or args.median else cpu_best if args.cpu_time else None)
+        timer = median if args.busy or args.median else cpu_best if args.cpu_time else None
+        run(SMALL if args.small else SIZES, timer=timer)
     finally:
         for p in busy:
             p.kill()

@@ -161,7 +161,8 @@ def grad_arguments(module: ModuleOp) -> dict[str, list[int]]:
 
 def load_extension_name(module: CompiledModule) -> str:
     """The extension module's name: its file name up to the first dot (_opc_KEY)."""
-    return Path(module.path).name.split(".")[0]  # type: ignore[arg-type]
+    assert module.path is not None  # a module built from (or loaded as) an extension file
+    return Path(module.path).name.split(".")[0]
 
 
 def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = None,

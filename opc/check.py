@@ -37,17 +37,19 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import BoolAttr, IntegerAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import VerifyException
 
 from opc.api import compile
 from opc.check_inputs import Operand, Worst, case_id, case_seed, compare, compare_exact, draw, tolerance
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import is_float
 from opc.dtypes import MLIR_DTYPES, numpy_dtype, numpy_name
 from opc.errors import InputError, OpcError
@@ -107,21 +109,21 @@ def tensor(shape: Sequence[int], element: Attribute) -> TensorType:
 
 
 def gemm_args(props: dict[str, Attribute], dtype: Attribute, m: int, k: int, n: int) -> tuple[TensorType, ...]:
-    tx, ty = o.flag(props["trans_x"]), o.flag(props["trans_y"])  # type: ignore[arg-type]
+    tx, ty = (o.flag(cast(BoolAttr, props[k])) for k in ("trans_x", "trans_y"))
     return tensor([k, m] if tx else [m, k], dtype), tensor([n, k] if ty else [k, n], dtype)
 
 
 def fused_gemm_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
-    act = props["activation"].data  # type: ignore[attr-defined]
-    tx, ty = o.flag(props["trans_x"]), o.flag(props["trans_y"])  # type: ignore[arg-type]
+    act = props["activation"].data
+    tx, ty = o.flag(props["trans_x"]), o.flag(props["trans_y"])
     return [Shape(f"M={m} K={k} N={n}", (*gemm_args(props, dtype, m, k, n), tensor([n], dtype)),
                   lambda a: o.FusedGemmEpilogueOp(a[0], a[1], a[2], tx, ty, act), scale=1.0, n=k)
             for m, k, n in GEMM_SIZES + GEMM_TAILS]
 
 
 def fused_gemm_grad_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
-    act = props["activation_grad"].data  # type: ignore[attr-defined]
-    tx, ty = o.flag(props["trans_x"]), o.flag(props["trans_y"])  # type: ignore[arg-type]
+    act = props["activation_grad"].data
+    tx, ty = o.flag(props["trans_x"]), o.flag(props["trans_y"])
     shapes = []
     for m, k, n in GEMM_SIZES + GEMM_TAILS:
         z = (tensor([m, n], dtype),) if act != "none" else ()
@@ -133,7 +135,7 @@ def fused_gemm_grad_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
 
 
 def matmul_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
-    tx, ty = o.flag(props["trans_x"]), o.flag(props["trans_y"])  # type: ignore[arg-type]
+    tx, ty = o.flag(props["trans_x"]), o.flag(props["trans_y"])
     shapes = [Shape(f"M={m} K={k} N={n}", gemm_args(props, dtype, m, k, n), lambda a: o.MatmulOp(a[0], a[1], tx, ty),
                     scale=1.0, n=k) for m, k, n in GEMM_SIZES + GEMM_TAILS]
     x, y = gemm_args(props, dtype, 7, 5, 3)
@@ -210,7 +212,7 @@ def cast_grad_inputs(shapes: list[Shape]) -> list[Shape]:
 
 
 def reduce_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
-    keep = o.flag(props["keepdim"])  # type: ignore[arg-type]
+    keep = o.flag(props["keepdim"])
     cases = [*REDUCE_CASES, *(((3, w), (1,)) for w in WIDTHS)]
     return [Shape(f"{label(s)} axes={list(axes)}", (tensor(s, dtype),), lambda a, axes=axes: cls(a[0], axes, keep),
                   n=math.prod(s[a] for a in axes)) for s, axes in cases]
@@ -397,7 +399,7 @@ class Case:
 def combinations(name: str) -> list[dict[str, Any]]:
     """Every combination of the op's enumerable attributes (bools, enumerations, dtypes)."""
     names = [a for a in attribute_kinds(name) if domain(name, a) is not None]
-    return [dict(zip(names, values)) for values in itertools.product(*(domain(name, a) for a in names))]
+    return [dict(zip(names, values)) for values in itertools.product(*(domain(name, a) or () for a in names))]
 
 
 def to_attribute(name: str, attr: str, value: Any) -> Attribute:
@@ -545,8 +547,8 @@ def inputs(case: Case) -> list[np.ndarray]:
     if not case.grad:
         return args
     results = [r.type for r in build_op(spec)[1].results]
-    douts = [Operand(np.dtype(numpy_dtype(numpy_name(t.element_type))), tuple(t.get_shape()), i, 1.0, 0)
-             for i, t in enumerate(results)]  # type: ignore[attr-defined]
+    douts = [Operand(np.dtype(numpy_dtype(numpy_name(element_of(t)))), shape_of(t), i, 1.0, 0)
+             for i, t in enumerate(results)]
     return args + draw("uniform", douts, case_seed(*case.identity, "dout"))
 
 
@@ -576,6 +578,7 @@ def describe_worst(case: Case, worst: Worst, args: Sequence[np.ndarray], got: Se
     spec = case.spec
     assert spec is not None
     block, op = build_op(spec)
+    assert isinstance(op, IRDLOperation)
     names = [name for name, _ in type(op).get_irdl_definition().operands]
     results = [name for name, _ in type(op).get_irdl_definition().results]
     if case.grad:  # the gradient function: (operands, d-results) -> d-operands of the float operands
@@ -819,8 +822,10 @@ def show_case(target_spec: str, ops: str | Sequence[str] | None, case: str, npz:
     worst = verdict(c, got, want)
     ok = worst is None or worst.error <= c.tol
     path = npz or f"opc-check-{case}.npz"
-    np.savez(path, **{f"a{i}": a for i, a in enumerate(args)}, **{f"device{i}": g for i, g in enumerate(got)},
-             **{f"reference{i}": w for i, w in enumerate(want)})
+    arrays: dict[str, Any] = {**{f"a{i}": a for i, a in enumerate(args)},
+                              **{f"device{i}": g for i, g in enumerate(got)},
+                              **{f"reference{i}": w for i, w in enumerate(want)}}
+    np.savez(path, **arrays)
     out = [f"case {case}: {c.op} {c.attr_text} {c.dtype} {c.shape} (inputs: {c.spec.fill if c.spec else '-'}; "
            f"reference: opc's cpu target{' in f64' if c.reference64 else ''})", buffer.getvalue().rstrip()]
     with np.printoptions(threshold=200, precision=7, linewidth=110):

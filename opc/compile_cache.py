@@ -63,7 +63,7 @@ def source_bytes(source: object) -> bytes | None:
         return b"bytes\0" + bytes(source)
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and (
             source.endswith((".mlir", ".onnx")) or os.path.exists(source))):
-        path = os.fspath(source)  # type: ignore[arg-type]
+        path = os.fspath(source)
         try:
             with open(path, "rb") as f:
                 return f"path\0{os.path.abspath(path)}\0".encode() + f.read()
@@ -93,7 +93,7 @@ def find(source: object, target: object, grad: object, decompose: object, fuse: 
     if arrays not in ARRAY_KINDS:
         return None, None  # the full path reports it
     key = key_for(source, target, grad, decompose, fuse)
-    return key, (lookup(key, cache_override, arrays) if key is not None else None)  # type: ignore[arg-type]
+    return key, (lookup(key, cache_override, arrays) if key is not None else None)
 
 
 def record_paths(cache: Path, key: str) -> tuple[Path, Path]:
@@ -101,7 +101,8 @@ def record_paths(cache: Path, key: str) -> tuple[Path, Path]:
     return d / f"{key}.json", d / f"{key}.c"
 
 
-def lookup(key: str, cache_override: str | None = None, arrays: str = "numpy") -> CompiledModule | None:
+def lookup(key: str, cache_override: str | os.PathLike[str] | None = None,
+           arrays: str = "numpy") -> CompiledModule | None:
     """The module compiled for `key`, returning `arrays` (one module object per kind: the kind is
     its state), or None."""
     cache = cache_dir(cache_override)
@@ -138,7 +139,8 @@ def store(key: str, module: CompiledModule, sigs: list[FunctionSignature], ext_n
     cannot be written (a full disk), the module is not recorded: the next compile of it is a miss."""
     cache = cache_dir(cache_override)
     record, c_path = record_paths(cache, key)
-    rec = {"format": RECORD_FORMAT, "ext_name": ext_name, "ext_file": Path(module.path).name,  # type: ignore[arg-type]
+    assert module.path is not None  # a module just built from its extension file
+    rec = {"format": RECORD_FORMAT, "ext_name": ext_name, "ext_file": Path(module.path).name,
            "signatures": [[s.name, s.inputs, s.outputs, s.errors] for s in sigs], "no_grad": module.no_grad,
            "wrt": module.wrt}
     written = []

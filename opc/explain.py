@@ -52,7 +52,7 @@ class ExplainError(UnsupportedError):
 def isolate(op: Operation) -> ModuleOp:
     """A module with one function holding a copy of `op`, operands as arguments."""
     block = Block(arg_types=[v.type for v in op.operands])
-    clone = op.clone(value_mapper=dict(zip(op.operands, block.args)))  # type: ignore[arg-type]
+    clone = op.clone(value_mapper=dict(zip(op.operands, block.args)))
     block.add_op(clone)
     block.add_op(func.ReturnOp(*clone.results))
     f = func.FuncOp("explain", ([v.type for v in op.operands], [r.type for r in op.results]), Region(block))
@@ -96,7 +96,9 @@ def explain(module: ModuleOp, target_spec: str, grad: bool | int = False, fuse: 
         row = rows.setdefault((op.name, path), {"count": 0, "into": {}, "bad": {}})
         row["count"] += 1
         if path == "external":
-            row["into"][target.external_for(op).symbol] = None  # type: ignore[union-attr]
+            kernel = target.external_for(op)
+            assert kernel is not None  # routed "external": a kernel admits it
+            row["into"][kernel.symbol] = None
             continue
         into, bad = runs_as(op, target)
         row["into"].update(dict.fromkeys(into))

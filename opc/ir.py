@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, math, memref, scf
 from xdsl.dialects.builtin import AnyFloat, BFloat16Type, ModuleOp, TensorType
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
+from xdsl.irdl import IRDLOperation
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Location, Span
@@ -48,6 +49,7 @@ class HexElement(Parser._TensorLiteralElement):
         if not isinstance(type, AnyFloat):
             return super().to_type(parser, type)
         width = type.bitwidth
+        assert isinstance(self.value, int)  # a hexadecimal literal's bits
         if self.value >= 1 << width:
             parser.raise_error(f"hexadecimal float literal {self.span.text} has more than {width} bits",
                                at_position=self.span)
@@ -109,7 +111,8 @@ class LocatingParser(Parser):
         with a dialect prefix (`opc.stop_gradient`); `{foo = 1}` is refused, at the `foo`."""
         if not op.name.startswith(OWN_DIALECTS):
             return
-        definition = op.get_irdl_definition()  # type: ignore[attr-defined]
+        assert isinstance(op, IRDLOperation)  # opc's dialects: IRDL ops
+        definition = op.get_irdl_definition()
         declared = {*definition.attributes, *definition.properties}
         for name in op.attributes:
             if "." not in name and name not in declared:
@@ -365,7 +368,7 @@ def check_dominance(op: Operation, order: BlockOrder) -> None:
         block = operand.block if isinstance(operand, BlockArgument) else operand.owner.parent_block()
         user = ancestor_in(op, block)
         defined = user is not None and (isinstance(operand, BlockArgument)
-                                        or order(operand.owner) < order(user))  # type: ignore[arg-type]
+                                        or isinstance(operand, OpResult) and order(operand.op) < order(user))
         if not defined:
             name = f"%{operand.name_hint}" if operand.name_hint else "an operand"
             where = "before its definition" if user is not None else "outside the region that defines it"
@@ -374,6 +377,7 @@ def check_dominance(op: Operation, order: BlockOrder) -> None:
 
 def ancestor_in(op: Operation, block: Block | None) -> Operation | None:
     """op or the op around it that sits in `block`."""
-    while op is not None and op.parent_block() is not block:
-        op = op.parent_op()  # type: ignore[assignment]
-    return op
+    around: Operation | None = op
+    while around is not None and around.parent_block() is not block:
+        around = around.parent_op()
+    return around

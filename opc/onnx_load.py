@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from xdsl.dialects import func
 
 
 @dataclass
@@ -150,6 +151,7 @@ class OnnxModel:
         module, params, bound = import_graph(self.model, {n: shapes_of(v) for n, v in feeds.items()}, feeds,
                                              self.where, layouts=layouts)
         (f,) = list(module.ops)
+        assert isinstance(f, func.FuncOp)
         compiled = compile(module, target=self.target, cache_dir=self.cache_dir)
         # the weights are the import's own arrays, never the caller's: bound once, not checked per call
         call = compiled[f.sym_name.data].with_last(list(params.values()))

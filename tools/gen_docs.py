@@ -55,7 +55,9 @@ def op_facts(cls: type) -> dict:
         vjp = registry.THROUGH_RULE
     if callable(vjp):
         vjp_name, vjp_doc = vjp.__name__, inspect.getdoc(vjp) or ""
-        vjp_file = Path(inspect.getsourcefile(vjp)).resolve().relative_to(ROOT).as_posix()
+        source = inspect.getsourcefile(vjp)
+        assert source is not None  # a rule written in a .py file
+        vjp_file = Path(source).resolve().relative_to(ROOT).as_posix()
     else:
         vjp_name, vjp_doc = vjp, ""
     return {"kind": e.kind, "vjp": vjp_name, "vjp_doc": vjp_doc, "vjp_file": vjp_file, "realised_by": e.realised_by,
@@ -231,7 +233,7 @@ def backward_ops(module_text: str) -> list[str] | str:
         add_grad_functions(module, order=1)
     except OpcError as err:
         return str(err).splitlines()[0]
-    grad = [op for op in module.ops if getattr(op, "sym_name", None) and op.sym_name.data == "f_grad"]
+    grad = [op for op in module.ops if (name := getattr(op, "sym_name", None)) and name.data == "f_grad"]
     if not grad:
         return "no gradient function (the example has no float argument)"
     return list(dict.fromkeys(op.name for op in grad[0].walk() if op.name.startswith("opc.")))
@@ -485,7 +487,7 @@ def generate() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--check", action="store_true", help="compare with the committed pages; exit 1 if stale")
     args = ap.parse_args(argv)
     pages = generate()

@@ -18,6 +18,9 @@ per module (the last scores: bench/results/2026-12-03-readme-records.md). Sessio
 `cr-report --show-output mutation-out/rules.sqlite` lists every mutant and its diff.
 """
 
+# pyright: reportMissingImports=false
+# (cosmic_ray is the optional [mutation] extra, imported where a session runs)
+
 from __future__ import annotations
 
 import argparse
@@ -238,7 +241,7 @@ def run_hand_mutant(m: HandMutant, timeout: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--module", action="append", choices=[*MODULES, "c-runtime"],
                         help="a module to mutate (repeatable; default: all, and the hand-written mutants)")
     parser.add_argument("--sample", type=int, default=30, help="mutants per module, drawn with --seed (0: all)")

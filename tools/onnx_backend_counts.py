@@ -14,6 +14,7 @@ import sys
 import unittest
 import warnings
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -25,11 +26,13 @@ DEFAULT = ["OnnxBackendPyTorchConvertedModelTest", "OnnxBackendPyTorchOperatorMo
 
 
 def main(kinds: list[str]) -> None:
-    cases = onnx.backend.test.BackendTest(opc.onnx_backend, __name__).test_cases
+    backend: Any = opc.onnx_backend  # a module with the Backend class's functions, as onnx allows
+    cases = onnx.backend.test.BackendTest(backend, __name__).test_cases
     suite = unittest.TestSuite()
     for kind in kinds:
         suite.addTests(unittest.defaultTestLoader.loadTestsFromTestCase(cases[kind]))
-    ids = [(type(t).__name__, t.id().split(".")[-1]) for t in suite if not t.id().endswith("_cuda")]
+    tests = [t for t in suite if isinstance(t, unittest.TestCase)]  # loadTestsFromTestCase: test cases
+    ids = [(type(t).__name__, t.id().split(".")[-1]) for t in tests if not t.id().endswith("_cuda")]
     result = unittest.TestResult()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

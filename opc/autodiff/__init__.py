@@ -42,9 +42,11 @@ from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.transforms.dead_code_elimination import region_dce
 
 from opc.dialects.builder import OpBuilder
+from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import ConcatOp, SliceGradOp, is_bool, is_float
 from opc.errors import InputError, InternalError, UnsupportedError
 from opc.ops.decompositions import expand
+from opc.ops.registration import takes_missing
 from opc.ops.registry import REGISTRY, THROUGH_RULE
 
 STOP_GRADIENT = "opc.stop_gradient"
@@ -67,7 +69,7 @@ def grad_order(grad: object) -> int:
 
 
 def is_float_value(v: SSAValue) -> bool:
-    return isinstance(v.type, TensorType) and is_float(v.type.element_type)
+    return isinstance(v.type, TensorType) and is_float(element_of(v))
 
 
 def stop_gradient(f: func.FuncOp, i: int) -> bool:
@@ -214,7 +216,7 @@ def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int], with
             break
         if op.regions:
             raise UnsupportedError(f"@{f.sym_name.data}: autodiff does not handle ops with regions ({op.name})")
-        new = op.clone(value_mapper=mapping)  # type: ignore[arg-type]
+        new = op.clone(value_mapper=mapping)
         for o_res, n_res in zip(op.results, new.results):
             mapping[o_res] = n_res
         block.add_op(new)
@@ -314,7 +316,7 @@ def sum_cotangents(e: OpBuilder, gs: Sequence[SSAValue]) -> SSAValue:
     slabs = disjoint_slabs(gs)
     if len(slabs) > 1:
         axis = slabs[0][0]
-        shape, el = list(gs[0].type.get_shape()), gs[0].type.element_type  # type: ignore[attr-defined]
+        shape, el = list(shape_of(gs[0])), element_of(gs[0])
         def zeros(width: int) -> SSAValue:
             return e.full(0.0, TensorType(el, [width if k == axis else n for k, n in enumerate(shape)]))
 
@@ -322,7 +324,9 @@ def sum_cotangents(e: OpBuilder, gs: Sequence[SSAValue]) -> SSAValue:
         for _, start, limit, i in slabs:
             if start > at:
                 pieces.append(zeros(start - at))
-            pieces.append(gs[i].owner.dout)  # type: ignore[union-attr]
+            owner = gs[i].owner
+            assert isinstance(owner, SliceGradOp)  # disjoint_slabs: slice_grads
+            pieces.append(owner.dout)
             at = limit
         if at < shape[axis]:
             pieces.append(zeros(shape[axis] - at))
@@ -341,10 +345,10 @@ def disjoint_slabs(gs: Sequence[SSAValue]) -> list[tuple[int, int, int, int]]:
     found: list[tuple[int, int, int, int]] = []
     for i, g in enumerate(gs):
         op = g.owner
-        if not isinstance(op, SliceGradOp) or not is_float(g.type.element_type):  # type: ignore[attr-defined]
+        if not isinstance(op, SliceGradOp) or not is_float(element_of(g)):
             continue
         start, limit, strides = op.slice_params()
-        shape = g.type.get_shape()  # type: ignore[attr-defined]
+        shape = shape_of(g)
         cut = [k for k, n in enumerate(shape) if (start[k], limit[k]) != (0, n)]
         if len(cut) == 1 and all(s == 1 for s in strides):
             found.append((cut[0], start[cut[0]], limit[cut[0]], i))
@@ -360,7 +364,7 @@ def disjoint_slabs(gs: Sequence[SSAValue]) -> list[tuple[int, int, int, int]]:
 
 def fan_in(e: OpBuilder, a: SSAValue, b: SSAValue) -> SSAValue:
     """The sum of two cotangents of one value; for i1, their logical or."""
-    if is_bool(a.type.element_type):  # type: ignore[attr-defined]
+    if is_bool(element_of(a)):
         return e.select(a, a, b)
     return e.add(a, b)
 
@@ -377,9 +381,11 @@ def vjp_of(name: str) -> tuple[Callable | None, bool]:
     if e is None or (e.kind == "grad" and e.vjp is None):
         why = " (a kernel-only grad op needs a vjp of its own: @vjp in opc/ops/vjp_rules.py)" if e else ""
         raise UnsupportedError(f"no gradient rule for {name}{why}")
+    assert not isinstance(e.vjp, str)  # THROUGH_RULE: vjp_through_rule, above
     return e.vjp, e.any_dtype
 
 
+@takes_missing
 def vjp_through_rule(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | None]) -> list[SSAValue | None]:
     """Any op with an invoke or composite rule (grad ops, by default): the
     rule that opc-decompose uses is expanded, its ops recomputed here in the
@@ -395,5 +401,3 @@ def vjp_through_rule(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | Non
     grads = sweep(e, recompute.ops, op.operands, seeds)
     return [grads.get(v) for v in op.operands]
 
-
-vjp_through_rule.takes_missing = True  # type: ignore[attr-defined]

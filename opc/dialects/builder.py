@@ -11,6 +11,7 @@ from xdsl.dialects.builtin import Float32Type, TensorType, f32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 
 
 class OpBuilder:
@@ -67,24 +68,24 @@ class OpBuilder:
         """Sum g (of a broadcast result's shape) back to the shape of `to`."""
         target = to if isinstance(to, TensorType) else to.type
         assert isinstance(target, TensorType) and isinstance(g.type, TensorType)
-        src, dst = tuple(g.type.get_shape()), tuple(target.get_shape())
+        src, dst = shape_of(g), tuple(target.get_shape())
         if src == dst:
             return g
         lead = len(src) - len(dst)
         axes = list(range(lead)) + [lead + i for i, d in enumerate(dst) if d == 1 and src[lead + i] != 1]
         if axes:
             g = self.reduce_sum(g, axes, keepdim=False)
-        if tuple(g.type.get_shape()) != dst:  # type: ignore[attr-defined]
+        if shape_of(g) != dst:
             g = self.value(o.ReshapeOp(g, o.tensor(dst, target.element_type)))
         return g
 
 
 def wide(e: OpBuilder, x: SSAValue) -> SSAValue:
     """x in the type elementwise math is done in: f16/bf16 go up to f32."""
-    el = x.type.element_type  # type: ignore[attr-defined]
+    el = element_of(x)
     return x if isinstance(el, (o.Float64Type, Float32Type)) else e.cast(x, f32)
 
 
 def narrow(e: OpBuilder, x: SSAValue, like: SSAValue) -> SSAValue:
-    el = like.type.element_type  # type: ignore[attr-defined]
+    el = element_of(like)
     return x if x.type == like.type else e.cast(x, el)

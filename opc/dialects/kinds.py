@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc
+
+# the typed accessors live with the dialect (which uses them too); offered here with the op families
+from opc.dialects.opc import element_of as element_of
+from opc.dialects.opc import shape_of as shape_of
+from opc.dialects.opc import shaped_type as shaped_type
 
 # Ops evaluated point-wise inside a consumer's loop nest.
 ELEMENTWISE = (
@@ -30,14 +36,6 @@ PLACEMENTS = (opc.ConcatOp, opc.SliceGradOp, opc.GatherGradOp)
 POINTWISE_CONSUMERS = (*ELEMENTWISE, *INDEX_MAPS, opc.ReduceOp, *PLACEMENTS)
 
 
-def shape_of(v: SSAValue) -> tuple[int, ...]:
-    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
-
-
-def element_of(v: SSAValue) -> Attribute:
-    return v.type.element_type  # type: ignore[attr-defined]
-
-
 def numel(shape: Sequence[int]) -> int:
     return math.prod(shape)
 
@@ -45,6 +43,12 @@ def numel(shape: Sequence[int]) -> int:
 def is_splat_constant(op: Operation) -> bool:
     return (isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr)
             and len(op.value) > 0 and op.value.is_splat())  # no elements: no splat value to inline
+
+
+def splat_value(op: Operation) -> float | int:
+    """The one value of a splat constant (see is_splat_constant)."""
+    assert isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr)
+    return cast("float | int", op.value.get_values()[0])
 
 
 def reads_once(v: SSAValue, user: Operation) -> bool:

@@ -45,18 +45,22 @@ import abc
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from xdsl.dialects.builtin import (
+    AnyFloat,
     BFloat16Type,
     BoolAttr,
+    ContainerType,
     DenseArrayBase,
+    FixedBitwidthType,
     Float16Type,
     Float32Type,
     Float64Type,
     FloatAttr,
     IntegerAttr,
     IntegerType,
+    ShapedType,
     Signedness,
     StringAttr,
     TensorType,
@@ -115,6 +119,25 @@ def is_admitted_element(t: Attribute) -> bool:
     return width == 1 and sign == Signedness.SIGNLESS
 
 
+def shaped_type(v: SSAValue | Attribute) -> ShapedType:
+    """The tensor or memref type of a value (or the type itself)."""
+    t = v.type if isinstance(v, SSAValue) else v
+    if not isinstance(t, ShapedType):
+        raise TypeError(f"expected a tensor or memref, got {t}")
+    return t
+
+
+def shape_of(v: SSAValue | Attribute) -> tuple[int, ...]:
+    return shaped_type(v).get_shape()
+
+
+def element_of(v: SSAValue | Attribute) -> Attribute:
+    t = v.type if isinstance(v, SSAValue) else v
+    if not isinstance(t, ContainerType):
+        raise TypeError(f"expected a tensor or memref, got {t}")
+    return t.get_element_type()
+
+
 def check_tensor(value: SSAValue | Attribute, what: str) -> TensorType:
     t = value.type if isinstance(value, SSAValue) else value
     if not isinstance(t, TensorType):
@@ -131,7 +154,7 @@ def check_storable(t: TensorType, what: str) -> TensorType:
         raise VerifyException(f"{what} must have a static shape, got {t}")
     if not is_admitted_element(t.element_type):
         raise VerifyException(f"{what} has unsupported element type {t.element_type}")
-    size = math.prod(shape) * max(t.element_type.bitwidth // 8, 1)  # type: ignore[attr-defined]
+    size = math.prod(shape) * (storage_bits(t.element_type) // 8)
     if size > MAX_TENSOR_BYTES:
         raise VerifyException(f"{what} ({t}) has {math.prod(shape)} elements, {size} bytes: opc bounds a tensor "
                               "at 2^47 bytes")
@@ -381,7 +404,7 @@ class ReduceOp(OpcOp, abc.ABC):
         )
 
     def axes_list(self) -> tuple[int, ...]:
-        return normalize_axes(self.axes.get_values(), len(self.x.type.get_shape()))  # type: ignore[attr-defined]
+        return normalize_axes(int_values(self.axes), len(shape_of(self.x)))
 
     def verify_(self) -> None:
         t = check_tensor(self.x, "operand")
@@ -543,8 +566,8 @@ class SelectOp(OpcOp):
 
     def __init__(self, cond: SSAValue | Operation, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
         types = [SSAValue.get(v).type for v in (cond, lhs, rhs)]
-        shape = broadcast_shapes(*(t.get_shape() for t in types))  # type: ignore[attr-defined]
-        super().__init__(operands=[cond, lhs, rhs], result_types=[tensor(shape, types[1].element_type)])  # type: ignore[attr-defined]
+        shape = broadcast_shapes(*(shape_of(t) for t in types))
+        super().__init__(operands=[cond, lhs, rhs], result_types=[tensor(shape, element_of(types[1]))])
 
     def verify_(self) -> None:
         c = check_tensor(self.cond, "cond")
@@ -792,7 +815,9 @@ class CastOp(RetypeOp):
 
 def storage_bits(element: Attribute) -> int:
     """Bits an element occupies in memory: i1 is a byte holding 0 or 1, as NumPy's bool."""
-    return 8 if is_bool(element) else element.bitwidth  # type: ignore[attr-defined]
+    if not isinstance(element, FixedBitwidthType):
+        raise TypeError(f"{element} has no fixed width")
+    return 8 if is_bool(element) else element.bitwidth
 
 
 @irdl_op_definition
@@ -838,7 +863,7 @@ class FullOp(OpcOp):
         printer.print_string(" : () -> ")
         printer.print_attribute(self.result.type)
 
-    def __init__(self, value: float, result_type: TensorType):
+    def __init__(self, value: float, result_type: Attribute):
         super().__init__(result_types=[result_type], properties={"value": FloatAttr(value, 64)})
 
     def verify_(self) -> None:
@@ -854,7 +879,7 @@ class BroadcastToOp(OpcOp):
     result = result_def(TensorType)
     assembly_format = "$x attr-dict `:` functional-type(operands, results)"
 
-    def __init__(self, x: SSAValue | Operation, result_type: TensorType):
+    def __init__(self, x: SSAValue | Operation, result_type: Attribute):
         super().__init__(operands=[x], result_types=[result_type])
 
     def verify_(self) -> None:
@@ -875,7 +900,7 @@ class ReshapeOp(OpcOp):
     result = result_def(TensorType)
     assembly_format = "$x attr-dict `:` functional-type(operands, results)"
 
-    def __init__(self, x: SSAValue | Operation, result_type: TensorType):
+    def __init__(self, x: SSAValue | Operation, result_type: Attribute):
         super().__init__(operands=[x], result_types=[result_type])
 
     def verify_(self) -> None:
@@ -909,7 +934,7 @@ class TransposeOp(OpcOp):
         )
 
     def perm_list(self) -> tuple[int, ...]:
-        return tuple(self.perm.get_values())  # type: ignore[arg-type]
+        return int_values(self.perm)
 
     def verify_(self) -> None:
         t, r = check_tensor(self.x, "operand"), check_tensor(self.result, "result")
@@ -949,7 +974,7 @@ class ReduceMeanOp(ReduceOp):
 
     def verify_(self) -> None:
         super().verify_()
-        check_float(self.x.type, "operand")  # type: ignore[arg-type]
+        check_float(check_tensor(self.x, "operand"), "operand")
 
 
 @irdl_op_definition
@@ -966,10 +991,10 @@ class MatmulOp(OpcOp):
 
     def __init__(self, x: SSAValue | Operation, y: SSAValue | Operation, trans_x: bool = False, trans_y: bool = False):
         tx, ty = SSAValue.get(x).type, SSAValue.get(y).type
-        shape = matmul_shape(tx.get_shape(), ty.get_shape(), trans_x, trans_y)  # type: ignore[attr-defined]
+        shape = matmul_shape(shape_of(tx), shape_of(ty), trans_x, trans_y)
         super().__init__(
             operands=[x, y],
-            result_types=[tensor(shape, tx.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor(shape, element_of(tx))],
             properties={"trans_x": BoolAttr.from_bool(trans_x), "trans_y": BoolAttr.from_bool(trans_y)},
         )
 
@@ -980,6 +1005,28 @@ class MatmulOp(OpcOp):
         check_same_element(tx, r, "x and result")
         tr_x, tr_y = flag(self.trans_x), flag(self.trans_y)
         check_shape(r, matmul_shape(tx.get_shape(), ty.get_shape(), tr_x, tr_y), "result")
+
+
+def int_of(a: Attribute | None) -> int:
+    """The value of an integer attribute (a property, an `opc.*` attribute, an index constant)."""
+    if not isinstance(a, IntegerAttr):
+        raise TypeError(f"expected an integer attribute, got {a}")
+    return a.value.data
+
+
+def int_width(t: Attribute) -> int:
+    if not isinstance(t, IntegerType):
+        raise TypeError(f"expected an integer type, got {t}")
+    return t.width.data
+
+
+def int_values(a: DenseArrayBase) -> tuple[int, ...]:
+    """An integer array property's values (get_values' overloads need the element type known)."""
+    return cast("DenseArrayBase[IntegerType]", a).get_values()
+
+
+def float_values(a: DenseArrayBase) -> tuple[float, ...]:
+    return cast("DenseArrayBase[AnyFloat]", a).get_values()
 
 
 def flag(attr: BoolAttr) -> bool:
@@ -1000,25 +1047,28 @@ class AxisAttr:
     """An op's `axis` attribute, normalized against the rank of its operand or result AXIS_OF."""
 
     AXIS_OF: ClassVar[str] = "x"
+    if TYPE_CHECKING:
+        name: ClassVar[str]
+        axis: IntegerAttr
 
     def axis_index(self) -> int:
-        return normalize_axis(self.axis.value.data, len(getattr(self, self.AXIS_OF).type.get_shape()))  # type: ignore[attr-defined]
+        return normalize_axis(self.axis.value.data, len(shape_of(getattr(self, self.AXIS_OF))))
 
     def check_float_along_axis(self, what: str) -> TensorType:
         """AXIS_OF is a float tensor and `axis` is in range for it."""
         t = check_tensor(getattr(self, self.AXIS_OF), what)
         check_float(t, what)
-        normalize_axis(self.axis.value.data, len(t.get_shape()), f"{self.name} axis")  # type: ignore[attr-defined]
+        normalize_axis(self.axis.value.data, len(t.get_shape()), f"{self.name} axis")
         return t
 
 
-def check_gather(op: IRDLOperation, x: SSAValue, indices: SSAValue, gathered: SSAValue, what: str) -> TensorType:
+def check_gather(op: GatherOp | GatherGradOp, x: SSAValue, indices: SSAValue, gathered: SSAValue, what: str) -> TensorType:
     """gather's result (gather_grad's dout) is np.take(x, indices, axis)'s shape, of x's element type."""
     tx, ti, tg = check_tensor(x, "x"), check_tensor(indices, "indices"), check_tensor(gathered, what)
     check_index_element(ti, "indices")
     if not tx.get_shape():
         raise VerifyException(f"{op.name} needs an x of rank >= 1")
-    axis = normalize_axis(op.axis.value.data, len(tx.get_shape()), f"{op.name.removeprefix('opc.')} axis")  # type: ignore[attr-defined]
+    axis = normalize_axis(op.axis.value.data, len(tx.get_shape()), f"{op.name.removeprefix('opc.')} axis")
     check_same_element(tx, tg, f"x and {what}")
     check_shape(tg, gather_shape(tx.get_shape(), ti.get_shape(), axis), what)
     return tx
@@ -1027,8 +1077,13 @@ def check_gather(op: IRDLOperation, x: SSAValue, indices: SSAValue, gathered: SS
 class SliceAttrs:
     """start / limit / strides of slice and slice_grad, as tuples."""
 
+    if TYPE_CHECKING:
+        start: DenseArrayBase
+        limit: DenseArrayBase
+        strides: DenseArrayBase
+
     def slice_params(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        return tuple(self.start.get_values()), tuple(self.limit.get_values()), tuple(self.strides.get_values())  # type: ignore[attr-defined]
+        return int_values(self.start), int_values(self.limit), int_values(self.strides)
 
 
 @irdl_op_definition
@@ -1081,7 +1136,7 @@ class ConcatOp(OpcOp, AxisAttr):
         assert isinstance(first, TensorType)
         shape = list(first.get_shape())
         a = normalize_axis(axis, len(shape))
-        shape[a] = sum(t.get_shape()[a] for t in types)  # type: ignore[attr-defined]
+        shape[a] = sum(shape_of(t)[a] for t in types)
         super().__init__(operands=[list(inputs)], result_types=[tensor(shape, first.element_type)],
                          properties={"axis": IntegerAttr(axis, 64)})
 
@@ -1143,13 +1198,13 @@ class GatherOp(OpcOp, AxisAttr):
 # ---------------------------------------------------------------------------
 
 
-def check_gemm_operands(op: IRDLOperation, x: SSAValue, y: SSAValue) -> tuple[TensorType, tuple[int, int]]:
+def check_gemm_operands(op: FusedGemmEpilogueOp | FusedGemmEpilogueGradOp, x: SSAValue, y: SSAValue) -> tuple[TensorType, tuple[int, int]]:
     tx, ty = check_tensor(x, "x"), check_tensor(y, "y")
     check_float(tx, "x")
     check_same_element(tx, ty, "x and y")
     if len(tx.get_shape()) != 2 or len(ty.get_shape()) != 2:
         raise VerifyException(f"{op.name} needs rank-2 x and y, got {tx} and {ty}")
-    m, n = matmul_shape(tx.get_shape(), ty.get_shape(), flag(op.trans_x), flag(op.trans_y))  # type: ignore[attr-defined]
+    m, n = matmul_shape(tx.get_shape(), ty.get_shape(), flag(op.trans_x), flag(op.trans_y))
     return tx, (m, n)
 
 
@@ -1183,7 +1238,7 @@ class FusedGemmEpilogueOp(OpcOp):
         activation: str = "none",
     ):
         tx, ty = SSAValue.get(x).type, SSAValue.get(y).type
-        out = tensor(matmul_shape(tx.get_shape(), ty.get_shape(), trans_x, trans_y), tx.element_type)  # type: ignore[attr-defined]
+        out = tensor(matmul_shape(shape_of(tx), shape_of(ty), trans_x, trans_y), element_of(tx))
         super().__init__(
             operands=[x, y, bias],
             result_types=[out, [out] if activation != "none" else []],
@@ -1248,8 +1303,12 @@ class LogSoftmaxOp(AxisOp):
 class BeginNormAxis:
     """layer_norm's and layer_norm_grad's begin_norm_axis, normalized against x's rank."""
 
+    if TYPE_CHECKING:
+        x: SSAValue
+        begin_norm_axis: IntegerAttr
+
     def begin(self) -> int:
-        return normalize_axis(self.begin_norm_axis.value.data, len(self.x.type.get_shape()))  # type: ignore[attr-defined]
+        return normalize_axis(self.begin_norm_axis.value.data, len(shape_of(self.x)))
 
 
 def check_norm_shapes(x: TensorType, begin: int, scale: SSAValue, what: str = "scale") -> tuple[int, ...]:
@@ -1320,14 +1379,14 @@ def label_shape(logits: Sequence[int], axis: int) -> tuple[int, ...]:
     return tuple(1 if d == axis else n for d, n in enumerate(logits))
 
 
-def check_per_label(op: IRDLOperation, probs: SSAValue, what: str, per_label: Sequence[tuple[str, SSAValue]]) -> TensorType:
+def check_per_label(op: SoftmaxCrossEntropyOp | SoftmaxCrossEntropyGradOp, probs: SSAValue, what: str, per_label: Sequence[tuple[str, SSAValue]]) -> TensorType:
     """softmax_cross_entropy and its grad: `probs` (logits or softmax) is float, its axis in range;
     the label (i32/i64) and each per-label tensor have its shape with the axis dim 1."""
     t = check_tensor(probs, what)
     check_float(t, what)
-    axis = normalize_axis(op.axis.value.data, len(t.get_shape()), f"{op.name.removeprefix('opc.')} axis")  # type: ignore[attr-defined]
+    axis = normalize_axis(op.axis.value.data, len(t.get_shape()), f"{op.name.removeprefix('opc.')} axis")
     want = label_shape(t.get_shape(), axis)
-    lab = check_tensor(op.label, "label")  # type: ignore[attr-defined]
+    lab = check_tensor(op.label, "label")
     check_label_element(lab, "label")
     check_shape(lab, want, "label")
     for name, v in per_label:
@@ -1440,10 +1499,10 @@ class FusedGemmEpilogueGradOp(OpcOp):
         activation_grad: str = "none",
     ):
         tx, ty = SSAValue.get(x).type, SSAValue.get(y).type
-        n = ty.get_shape()[0 if trans_y else 1]  # type: ignore[attr-defined]
+        n = shape_of(ty)[0 if trans_y else 1]
         super().__init__(
             operands=[x, y, [reserve_space, dout] if reserve_space is not None else [dout]],
-            result_types=[tx, ty, tensor([n], tx.element_type)],  # type: ignore[attr-defined]
+            result_types=[tx, ty, tensor([n], element_of(tx))],
             properties={
                 "trans_x": BoolAttr.from_bool(trans_x),
                 "trans_y": BoolAttr.from_bool(trans_y),
@@ -1772,13 +1831,19 @@ def conv_transpose_out(x: Sequence[int], kernel: Sequence[int], strides: Sequenc
 class ConvAttrs:
     """strides, dilations, pads (begins, then ends) and group of the conv ops, defaults filled in."""
 
+    if TYPE_CHECKING:
+        strides: DenseArrayBase | None
+        dilations: DenseArrayBase | None
+        pads: DenseArrayBase | None
+        group: IntegerAttr
+
     def conv_params(self, spatial: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None,
                                                    tuple[int, ...] | None, int]:
         def values(attr: DenseArrayBase | None) -> tuple[int, ...] | None:
-            return None if attr is None else tuple(attr.get_values())  # type: ignore[arg-type]
+            return None if attr is None else int_values(attr)
 
-        return (values(self.strides), values(self.dilations), values(self.pads),  # type: ignore[attr-defined]
-                self.group.value.data)  # type: ignore[attr-defined]
+        return (values(self.strides), values(self.dilations), values(self.pads),
+                self.group.value.data)
 
     def geometry_for(self, x: Sequence[int], w: Sequence[int], x_name: str = "x") -> ConvGeometry:
         """The geometry of a conv of input shape x and filter shape w under this op's attributes."""
@@ -1848,11 +1913,11 @@ class ConvOp(ConvBase):
     def of(x: SSAValue | Operation, w: SSAValue | Operation, strides: Sequence[int] | None = None,
               dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None, group: int = 1) -> ConvOp:
         tx, tw = SSAValue.get(x).type, SSAValue.get(w).type
-        g = conv_geometry(tx.get_shape(), tw.get_shape()[2:], tw.get_shape()[0], group, strides, dilations, pads)  # type: ignore[attr-defined]
-        return ConvOp(x, w, tensor(g.y_shape, tx.element_type), conv_properties(strides, dilations, pads, group))  # type: ignore[attr-defined]
+        g = conv_geometry(shape_of(tx), shape_of(tw)[2:], shape_of(tw)[0], group, strides, dilations, pads)
+        return ConvOp(x, w, tensor(g.y_shape, element_of(tx)), conv_properties(strides, dilations, pads, group))
 
     def geometry(self) -> ConvGeometry:
-        return self.geometry_for(self.lhs.type.get_shape(), self.rhs.type.get_shape())  # type: ignore[attr-defined]
+        return self.geometry_for(shape_of(self.lhs), shape_of(self.rhs))
 
     def verify_(self) -> None:
         tx, tw = check_tensor(self.lhs, "x"), check_tensor(self.rhs, "w")
@@ -1876,16 +1941,16 @@ class ConvTransposeOp(ConvBase):
               dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None, group: int = 1,
               output_padding: Sequence[int] | None = None) -> ConvTransposeOp:
         tx, tw = SSAValue.get(x).type, SSAValue.get(w).type
-        shape = transpose_shape(tx.get_shape(), tw.get_shape(), strides, dilations, pads, group, output_padding)  # type: ignore[attr-defined]
+        shape = transpose_shape(shape_of(tx), shape_of(tw), strides, dilations, pads, group, output_padding)
         props = conv_properties(strides, dilations, pads, group, output_padding=output_padding)
-        return ConvTransposeOp(x, w, tensor(shape, tx.element_type), props)  # type: ignore[attr-defined]
+        return ConvTransposeOp(x, w, tensor(shape, element_of(tx)), props)
 
     def geometry(self) -> ConvGeometry:
         """The conv whose input gradient this is: input y, filter w, output x."""
-        x, w = self.lhs.type.get_shape(), self.rhs.type.get_shape()  # type: ignore[attr-defined]
+        x, w = shape_of(self.lhs), shape_of(self.rhs)
         strides, dilations, pads, group = self.conv_params(len(x) - 2)
-        op = None if self.output_padding is None else tuple(self.output_padding.get_values())
-        y = transpose_shape(x, w, strides, dilations, pads, group, op)  # type: ignore[arg-type]
+        op = None if self.output_padding is None else int_values(self.output_padding)
+        y = transpose_shape(x, w, strides, dilations, pads, group, op)
         g = self.geometry_for(y, w, "y")
         if g.out != tuple(x[2:]):  # output_padding >= strides would make y too long for x
             raise VerifyException(f"output_padding {list(op or ())} must be < strides {list(g.strides)}")
@@ -1930,12 +1995,12 @@ class ConvGradInputOp(ConvBase):
     KIND: ClassVar[str] = "grad"
 
     def geometry(self) -> ConvGeometry:
-        return self.geometry_for(self.result.type.get_shape(), self.rhs.type.get_shape(), "dx")  # type: ignore[attr-defined]
+        return self.geometry_for(shape_of(self.result), shape_of(self.rhs), "dx")
 
     def verify_(self) -> None:
         td, tw = check_tensor(self.lhs, "dout"), check_tensor(self.rhs, "w")
         check_tensor(self.result, "dx")
-        check_conv_types(td, tw, self.result, self.result.type.get_shape(), "dx", ("dout", "w"))  # type: ignore[attr-defined]
+        check_conv_types(td, tw, self.result, self.result.type.get_shape(), "dx", ("dout", "w"))
         check_shape(td, self.geometry().y_shape, "dout")
 
 
@@ -1951,12 +2016,12 @@ class ConvGradFilterOp(ConvBase):
     KIND: ClassVar[str] = "grad"
 
     def geometry(self) -> ConvGeometry:
-        return self.geometry_for(self.lhs.type.get_shape(), self.result.type.get_shape())  # type: ignore[attr-defined]
+        return self.geometry_for(shape_of(self.lhs), shape_of(self.result))
 
     def verify_(self) -> None:
         tx, td = check_tensor(self.lhs, "x"), check_tensor(self.rhs, "dout")
         check_tensor(self.result, "dw")
-        check_conv_types(tx, td, self.result, self.result.type.get_shape(), "dw", ("x", "dout"))  # type: ignore[attr-defined]
+        check_conv_types(tx, td, self.result, self.result.type.get_shape(), "dw", ("x", "dout"))
         check_shape(td, self.geometry().y_shape, "dout")
 
 
@@ -1987,8 +2052,8 @@ class FusedConvEpilogueOp(OpcOp, ConvAttrs):
     def __init__(self, x: SSAValue | Operation, w: SSAValue | Operation, bias: SSAValue | Operation,
                  conv_props: dict[str, Attribute], activation: str = "none"):
         tx, tw = SSAValue.get(x).type, SSAValue.get(w).type
-        shape = self.geometry_of(tx.get_shape(), tw.get_shape(), conv_props).y_shape  # type: ignore[attr-defined]
-        out = tensor(shape, tx.element_type)  # type: ignore[attr-defined]
+        shape = self.geometry_of(shape_of(tx), shape_of(tw), conv_props).y_shape
+        out = tensor(shape, element_of(tx))
         super().__init__(operands=[x, w, bias], result_types=[out, [out] if activation != "none" else []],
                          properties={**conv_props, "activation": StringAttr(activation)})
 
@@ -1996,9 +2061,9 @@ class FusedConvEpilogueOp(OpcOp, ConvAttrs):
     def geometry_of(x: Sequence[int], w: Sequence[int], props: dict[str, Attribute]) -> ConvGeometry:
         def values(name: str) -> tuple[int, ...] | None:
             a = props.get(name)
-            return None if a is None else tuple(a.get_values())  # type: ignore[attr-defined]
+            return None if a is None else int_values(cast(DenseArrayBase, a))
 
-        group = props["group"].value.data if "group" in props else 1  # type: ignore[attr-defined]
+        group = cast(IntegerAttr, props["group"]).value.data if "group" in props else 1
         return conv_geometry(x, w[2:], w[0], group, values("strides"), values("dilations"), values("pads"))
 
     def conv_props(self) -> dict[str, Attribute]:
@@ -2006,7 +2071,7 @@ class FusedConvEpilogueOp(OpcOp, ConvAttrs):
         return {k: v for k, v in self.properties.items() if k != "activation"}
 
     def geometry(self) -> ConvGeometry:
-        return self.geometry_for(self.x.type.get_shape(), self.w.type.get_shape())  # type: ignore[attr-defined]
+        return self.geometry_for(shape_of(self.x), shape_of(self.w))
 
     def verify_(self) -> None:
         tx, tw = check_tensor(self.x, "x"), check_tensor(self.w, "w")
@@ -2096,13 +2161,21 @@ def pool_geometry(x: Sequence[int], kernel: Sequence[int], strides: Sequence[int
 class PoolAttrs:
     """kernel, strides, dilations, pads, ceil_mode of the pooling ops."""
 
+    if TYPE_CHECKING:
+        x: SSAValue
+        kernel: DenseArrayBase
+        strides: DenseArrayBase | None
+        dilations: DenseArrayBase | None
+        pads: DenseArrayBase | None
+        ceil_mode: BoolAttr
+
     def pool_geometry(self) -> PoolGeometry:
         def values(attr: DenseArrayBase | None) -> tuple[int, ...] | None:
-            return None if attr is None else tuple(attr.get_values())  # type: ignore[arg-type]
+            return None if attr is None else int_values(attr)
 
-        return pool_geometry(self.x.type.get_shape(), values(self.kernel),  # type: ignore[attr-defined]
-                             values(self.strides), values(self.dilations), values(self.pads),  # type: ignore[attr-defined]
-                             flag(self.ceil_mode))  # type: ignore[attr-defined]
+        return pool_geometry(shape_of(self.x), int_values(self.kernel),
+                             values(self.strides), values(self.dilations), values(self.pads),
+                             flag(self.ceil_mode))
 
 
 class PoolOp(OpcOp, PoolAttrs, abc.ABC):
@@ -2138,8 +2211,8 @@ class MaxPoolOp(PoolOp):
 
     def __init__(self, x: SSAValue | Operation, props: dict[str, Attribute]):
         t = SSAValue.get(x).type
-        g = pool_geometry(t.get_shape(), *pool_values(props))  # type: ignore[attr-defined]
-        super().__init__(operands=[x], result_types=[tensor(g.y_shape, t.element_type), tensor(g.y_shape, i64)],  # type: ignore[attr-defined]
+        g = pool_geometry(shape_of(t), *pool_values(props))
+        super().__init__(operands=[x], result_types=[tensor(g.y_shape, element_of(t)), tensor(g.y_shape, i64)],
                          properties=props)
 
     def verify_(self) -> None:
@@ -2168,8 +2241,8 @@ class AvgPoolOp(PoolOp):
 
     def __init__(self, x: SSAValue | Operation, props: dict[str, Attribute]):
         t = SSAValue.get(x).type
-        g = pool_geometry(t.get_shape(), *pool_values(props))  # type: ignore[attr-defined]
-        super().__init__(operands=[x], result_types=[tensor(g.y_shape, t.element_type)], properties=props)  # type: ignore[attr-defined]
+        g = pool_geometry(shape_of(t), *pool_values(props))
+        super().__init__(operands=[x], result_types=[tensor(g.y_shape, element_of(t))], properties=props)
 
     def verify_(self) -> None:
         tx, g = self.check_x()
@@ -2179,11 +2252,11 @@ class AvgPoolOp(PoolOp):
 def pool_values(props: dict[str, Attribute]) -> tuple:
     def values(k: str) -> tuple[int, ...] | None:
         a = props.get(k)
-        return None if a is None else tuple(a.get_values())  # type: ignore[attr-defined]
+        return None if a is None else int_values(cast(DenseArrayBase, a))
 
     ceil = props.get("ceil_mode")
     return (values("kernel"), values("strides"), values("dilations"), values("pads"),
-            bool(ceil is not None and flag(ceil)))  # type: ignore[arg-type]
+            bool(ceil is not None and flag(cast(BoolAttr, ceil))))
 
 
 @irdl_op_definition
@@ -2296,8 +2369,8 @@ class BatchNormOp(OpcOp):
                  mean: SSAValue | Operation, var: SSAValue | Operation, epsilon: float = 1e-5,
                  momentum: float = 0.9, training: bool = False):
         t = SSAValue.get(x).type
-        c = [t.get_shape()[1]]  # type: ignore[attr-defined]
-        stats = [tensor(c, t.element_type)] * 2 + [tensor(c, stats_element(t.element_type))] * 2  # type: ignore[attr-defined]
+        c = [shape_of(t)[1]]
+        stats = [tensor(c, element_of(t))] * 2 + [tensor(c, stats_element(element_of(t)))] * 2
         super().__init__(operands=[x, scale, bias, mean, var], result_types=[t, stats if training else []],
                          properties={"epsilon": FloatAttr(epsilon, 64), "momentum": FloatAttr(momentum, 64),
                                      "training": BoolAttr.from_bool(training)})
@@ -2396,7 +2469,7 @@ class GroupedNormOp(OpcOp, abc.ABC):
 
 def grouped_types(x: SSAValue | Operation, groups: int) -> list[Attribute]:
     t = SSAValue.get(x).type
-    stats = tensor([t.get_shape()[0], groups], stats_element(t.element_type))  # type: ignore[attr-defined]
+    stats = tensor([shape_of(t)[0], groups], stats_element(element_of(t)))
     return [t, stats, stats]
 
 
@@ -2410,12 +2483,12 @@ class InstanceNormOp(GroupedNormOp):
 
     def __init__(self, x: SSAValue | Operation, scale: SSAValue | Operation, bias: SSAValue | Operation,
                  epsilon: float = 1e-5):
-        c = SSAValue.get(x).type.get_shape()[1]  # type: ignore[attr-defined]
+        c = shape_of(SSAValue.get(x))[1]
         super().__init__(operands=[x, scale, bias], result_types=grouped_types(x, c),
                          properties={"epsilon": FloatAttr(epsilon, 64)})
 
     def groups(self) -> int:
-        return self.x.type.get_shape()[1]  # type: ignore[attr-defined]
+        return shape_of(self.x)[1]
 
 
 @irdl_op_definition
@@ -2446,11 +2519,11 @@ def causal_allowed(i: int, j: int) -> bool:
     return j <= i
 
 
-def check_attention(op: IRDLOperation) -> tuple[TensorType, tuple[int, ...], int, int, int]:
+def check_attention(op: AttentionOp | AttentionGradOp) -> tuple[TensorType, tuple[int, ...], int, int, int]:
     """q [B..., Lq, D], k [B..., Lk, D], v [B..., Lk, Dv] of one float type and the same batch dims;
     the mask (if any) of that type, broadcastable to [B..., Lq, Lk]; scale finite.
     Returns (q's type, B..., Lq, Lk, Dv)."""
-    tq, tk, tv = check_tensor(op.q, "q"), check_tensor(op.k, "k"), check_tensor(op.v, "v")  # type: ignore[attr-defined]
+    tq, tk, tv = check_tensor(op.q, "q"), check_tensor(op.k, "k"), check_tensor(op.v, "v")
     check_float(tq, "q")
     check_same_element(tq, tk, "q and k")
     check_same_element(tq, tv, "q and v")
@@ -2466,15 +2539,15 @@ def check_attention(op: IRDLOperation) -> tuple[TensorType, tuple[int, ...], int
     if vs[-2] != ks[-2]:
         raise VerifyException(f"{op.name} v must have k's length {ks[-2]} as its dim -2, got {list(vs)}")
     batch, lq, lk = tuple(qs[:-2]), qs[-2], ks[-2]
-    if op.mask is not None:  # type: ignore[attr-defined]
-        tm = check_tensor(op.mask, "mask")  # type: ignore[attr-defined]
+    if op.mask is not None:
+        tm = check_tensor(op.mask, "mask")
         check_same_element(tq, tm, "q and mask")
         want = (*batch, lq, lk)
         ms = tuple(tm.get_shape())
         if len(ms) > len(want) or any(m not in (1, w) for m, w in zip(ms[::-1], want[::-1])):
             raise VerifyException(f"{op.name} mask of shape {list(ms)} does not broadcast to the scores' shape "
                                   f"{list(want)}")
-    scale = op.scale.value.data  # type: ignore[attr-defined]
+    scale = op.scale.value.data
     if not math.isfinite(scale):
         raise VerifyException(f"{op.name} scale must be finite, got {scale}")
     return tq, batch, lq, lk, vs[-1]

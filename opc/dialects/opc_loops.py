@@ -47,6 +47,8 @@ from xdsl.irdl import (
 from xdsl.traits import NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
+from opc.dialects.kinds import element_of
+
 GEMM_ACTIVATIONS = ("none", "relu", "gelu", "gelu_erf")
 
 
@@ -109,7 +111,7 @@ class GemmOp(IRDLOperation):
         activation: str = "none",
         epilogue: Region | None = None,
     ):
-        props = {name: IntegerAttr(v, i64) for name, v in (
+        props: dict[str, Attribute] = {name: IntegerAttr(v, i64) for name, v in (
             ("batch", batch), ("m", m), ("n", n), ("k", k),
             ("a_batch_stride", a_batch_stride), ("b_batch_stride", b_batch_stride),
         )}  # fmt: skip
@@ -127,7 +129,7 @@ class GemmOp(IRDLOperation):
     def verify_(self) -> None:
         if self.activation.data not in GEMM_ACTIVATIONS:
             raise VerifyException(f"activation must be one of {', '.join(GEMM_ACTIVATIONS)}")
-        elements = {v.type.element_type for v in self.operands}  # type: ignore[attr-defined]
+        elements = {element_of(v) for v in self.operands}
         if len(elements) != 1:
             raise VerifyException("all operands must share one element type")
         if self.epilogue is not None:
@@ -247,7 +249,7 @@ def function_errors(fn: Operation) -> list[tuple[str, str]]:
     attr = fn.attributes.get(ERRORS_ATTR)
     if not isinstance(attr, ArrayAttr):
         return []
-    return [(site.data[0].data, site.data[1].data) for site in attr.data]  # type: ignore[attr-defined]
+    return [(site.data[0].data, site.data[1].data) for site in attr.data]
 
 
 OpcLoops = Dialect("opc_loops", [GemmOp, ExternalCallOp, CallOp, CheckIndexOp, RaiseStatusOp], [])

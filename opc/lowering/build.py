@@ -742,8 +742,10 @@ class CompiledFunction:
         self.detail = detail  # the module's opc_error_value, where it has run-time checks
         self.__name__ = sig.name
         self.module: CompiledModule | None = None  # set by the module that holds it
-        self.wrap = None  # the results' conversion when the caller asked for torch or JAX arrays (arrays=)
-        self.empty = np.empty  # allocates the results (aligned_empty where the conversion needs it)
+        # the results' conversion when the caller asked for torch or JAX arrays (arrays=)
+        self.wrap: Callable[[np.ndarray], object] | None = None
+        # allocates the results (aligned_empty where the conversion needs it)
+        self.empty: Callable[..., np.ndarray] = np.empty
         self.in_dtypes = [numpy_dtype(dt) for _, _, dt in sig.inputs]
         self.out_dtypes = [numpy_dtype(dt) for _, dt in sig.outputs]
         # Worked out once, not per call: each argument's shape, C array type and storage dtype.

@@ -15,6 +15,8 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, SSAValue
 
+from opc.dialects.kinds import element_of, shaped_type
+from opc.dialects.opc import float_values, int_of, int_values
 from opc.dialects.opc_loops import (
     GEMM_ACTIVATIONS,
     CallOp,
@@ -27,6 +29,7 @@ from opc.dtypes import mlir_name
 from opc.lowering.abi import KERNEL_MESSAGE_FN, KERNEL_STATUS
 from opc.lowering.c_expressions import c_float_literal, c_type, dtype_suffix
 from opc.lowering.c_text import c_string
+from opc.lowering.emitter_state import EmitterState
 
 KERNEL_DTYPES = {"i1": "OPC_DTYPE_BOOL", "i8": "OPC_DTYPE_I8", "ui8": "OPC_DTYPE_U8", "i16": "OPC_DTYPE_I16",
                  "i32": "OPC_DTYPE_I32", "i64": "OPC_DTYPE_I64", "f16": "OPC_DTYPE_F16", "bf16": "OPC_DTYPE_BF16",
@@ -66,25 +69,26 @@ def kernel_attr_initializer(name: str, a: Attribute) -> str:
     return attr("DTYPE", i=KERNEL_DTYPES[mlir_name(a)])
 
 
-class CallEmission:
+class CallEmission(EmitterState):
     def gemm_args(self, op: GemmOp) -> str:
         def ptr(v: SSAValue | None) -> str:
             return self.name(v) if v is not None else "NULL"
 
-        p = {k: op.properties[k].value.data for k in ("batch", "m", "n", "k", "a_batch_stride", "b_batch_stride")}  # type: ignore[attr-defined]
-        ta, tb = (int(op.properties[k].value.data != 0) for k in ("trans_a", "trans_b"))  # type: ignore[attr-defined]
+        p = {k: int_of(op.properties[k]) for k in ("batch", "m", "n", "k", "a_batch_stride", "b_batch_stride")}
+        ta, tb = (int(int_of(op.properties[k]) != 0) for k in ("trans_a", "trans_b"))
         act = GEMM_ACTIVATIONS.index(op.activation.data)
         return (f"{p['batch']}, {p['m']}, {p['n']}, {p['k']}, {ptr(op.a)}, {p['a_batch_stride']}, {ta}, "
                 f"{ptr(op.b)}, {p['b_batch_stride']}, {tb}, {ptr(op.bias)}, {act}, {ptr(op.out)}, {ptr(op.reserve)}")
 
     def emit_GemmOp(self, op: GemmOp) -> None:
-        suffix = dtype_suffix(op.out.type.element_type)  # type: ignore[attr-defined]
+        suffix = dtype_suffix(element_of(op.out))
         if op.epilogue is None:
             self.line(f"opc_rt_gemm_{suffix}({self.gemm_args(op)});")
             return
         epilogue, captured = self.emit_epilogue(op)
         self.line("{")
-        self.line(f"  void *opc_ep_ctx[{len(captured)}] = {{{', '.join(f'(void *){self.name(v)}' for v in captured)}}};")
+        ctx = ", ".join(f"(void *){self.name(v)}" for v in captured)
+        self.line(f"  void *opc_ep_ctx[{len(captured)}] = {{{ctx}}};")
         self.line(f"  opc_rt_gemm_ep_{suffix}({self.gemm_args(op)}, {epilogue}, opc_ep_ctx);")
         self.line("}")
 
@@ -93,7 +97,8 @@ class CallEmission:
         split build compiles it in a kernel unit, parallel_build.py): its body in a loop over rows
         [r0, r1) and an `omp simd` loop over columns [c0, c1) of the [batch * m, n] output, reading
         its buffers from ctx (the call passes them in that order)."""
-        block = op.epilogue.block  # type: ignore[union-attr]
+        assert op.epilogue is not None  # emit_GemmOp's caller checked
+        block = op.epilogue.block
         captured, local_defs = self.captured_values(list(block.walk()), self.function)
         assert all(isinstance(v.type, MemRefType) for v in captured), "an epilogue reads buffers only"
         name, saved_lines, saved_indent = self.begin_outlined(
@@ -101,7 +106,7 @@ class CallEmission:
             "void *opc_ctx, int64_t opc_r0, int64_t opc_r1, int64_t opc_c0, int64_t opc_c1")
         for k, v in enumerate(captured):
             const = "const " if v in self.const_ptrs else ""
-            ct = c_type(v.type.element_type)  # type: ignore[attr-defined]
+            ct = c_type(element_of(v))
             self.line(f"{self.param(v)} = ({const}{ct} *)((void **)opc_ctx)[{k}];")
         self.emit_local_defs(local_defs)
         r, c = (self.name(a) for a in block.args)
@@ -140,14 +145,14 @@ class CallEmission:
         self.line("}")
 
     def tensor_initializer(self, v: SSAValue) -> str:
-        t = v.type
-        shape = list(t.get_shape()) or [0]  # type: ignore[attr-defined]
-        enum = KERNEL_DTYPES[mlir_name(t.element_type)]  # type: ignore[attr-defined]
-        return f"{{(void *){self.name(v)}, {enum}, {t.get_num_dims()}, {{{', '.join(map(str, shape))}}}}}"  # type: ignore[attr-defined]
+        t = shaped_type(v)
+        shape = list(t.get_shape()) or [0]
+        enum = KERNEL_DTYPES[mlir_name(element_of(v))]
+        return f"{{(void *){self.name(v)}, {enum}, {t.get_num_dims()}, {{{', '.join(map(str, shape))}}}}}"
 
     def call_args(self, op: CallOp) -> str:
-        ints = [str(v) for v in op.ints.get_values()]
-        floats = [c_float_literal(float(v), Float64Type()) for v in op.floats.get_values()]
+        ints = [str(v) for v in int_values(op.ints)]
+        floats = [c_float_literal(float(v), Float64Type()) for v in float_values(op.floats)]
         return ", ".join([*(self.name(v) for v in op.args), *ints, *floats])
 
     def emit_CallOp(self, op: CallOp) -> None:
@@ -157,7 +162,8 @@ class CallEmission:
         epilogue, captured = self.emit_epilogue(op)  # a conv's, over [n * c, spatial]: as a GEMM's
         callee = op.callee.data.replace("_", "_ep_", 1) if op.callee.data.startswith("conv_") else op.callee.data
         self.line("{")
-        self.line(f"  void *opc_ep_ctx[{len(captured)}] = {{{', '.join(f'(void *){self.name(v)}' for v in captured)}}};")
+        ctx = ", ".join(f"(void *){self.name(v)}" for v in captured)
+        self.line(f"  void *opc_ep_ctx[{len(captured)}] = {{{ctx}}};")
         self.line(f"  opc_nn_{callee}({self.call_args(op)}, {epilogue}, opc_ep_ctx);")
         self.line("}")
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 import math as pymath
 import re
 from dataclasses import dataclass, field
+from typing import cast
 
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
     Float32Type,
     Float64Type,
     FloatAttr,
@@ -28,6 +30,8 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.opc import int_of
 from opc.dialects.opc_loops import (
     CallOp,
     ExternalCallOp,
@@ -156,7 +160,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
     def global_definition(self, op: memref.GlobalOp) -> str:
         """A constant memref.global as a static array (dense constants of the input)."""
         t = op.type
-        values = op.initial_value.get_values()  # type: ignore[union-attr]
+        assert isinstance(op.initial_value, DenseIntOrFPElementsAttr)  # opc's globals: real numbers
+        values = cast("tuple[float | int, ...]", op.initial_value.get_values())
         n = pymath.prod(t.get_shape())
         if len(values) == 1 and n != 1:
             values = values * n
@@ -166,11 +171,11 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
 
     def emit_GetGlobalOp(self, op: memref.GetGlobalOp) -> None:
         self.const_ptrs.add(op.memref)
-        ct = c_type(op.memref.type.element_type)  # type: ignore[attr-defined]
+        ct = c_type(element_of(op.memref))
         self.line(f"const {ct} *{self.name(op.memref)} = {self.global_symbol(op.name_.root_reference.data)};")
 
     def prototype(self, fn: func.FuncOp) -> str:
-        n_in = fn.attributes["opc.num_inputs"].value.data  # type: ignore[attr-defined]
+        n_in = int_of(fn.attributes["opc.num_inputs"])
         params = []
         for i, arg in enumerate(fn.args):
             t = arg.type
@@ -184,7 +189,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
     def emit_function(self, fn: func.FuncOp) -> FunctionSignature:
         """Prototype, locals, body, then one cleanup path that frees what the function owns."""
         self.start_function(fn)
-        n_in = fn.attributes["opc.num_inputs"].value.data  # type: ignore[attr-defined]
+        n_in = int_of(fn.attributes["opc.num_inputs"])
         for i, arg in enumerate(fn.args):
             if not arg.name_hint:
                 arg.name_hint = f"in{i}" if i < n_in else f"out{i - n_in}"
@@ -221,14 +226,14 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
         the function's top-level intermediates share one allocation (the arena), so the
         function stays small and linear however many buffers it has."""
         self.arena = {}
-        top = [b for b in owned if b.owner.parent_block() is fn.body.block] if self.pack_buffers else []  # type: ignore[union-attr]
+        top = [b for b in owned if b.owner.parent_block() is fn.body.block] if self.pack_buffers else []
         size = 0
         for buf in top:
             self.arena[buf] = size
             size += -(-buffer_bytes(buf.type) // ARENA_ALIGN) * ARENA_ALIGN
         for buf in owned:
             if buf not in self.arena:
-                self.line(f"{c_type(buf.type.element_type)} *{self.name(buf)} = NULL;")  # type: ignore[attr-defined]
+                self.line(f"{c_type(element_of(buf))} *{self.name(buf)} = NULL;")
         if self.arena:
             self.line(f"char *opc_arena = opc_arena_get({size});")
             self.line("if (!opc_arena) { status = 1; goto cleanup; }")
@@ -342,11 +347,11 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
     @staticmethod
     def signature(fn: func.FuncOp, n_in: int) -> FunctionSignature:
         def shape_dtype(a: SSAValue) -> tuple[tuple[int, ...], str]:
-            return tuple(a.type.get_shape()), numpy_name(a.type.element_type)  # type: ignore[attr-defined]
+            return shape_of(a), numpy_name(element_of(a))
 
         ins = [(a.name_hint or f"in{i}", *shape_dtype(a)) for i, a in enumerate(fn.args[:n_in])]
         outs = [shape_dtype(a) for a in fn.args[n_in:]]
-        return FunctionSignature(fn.sym_name.data, ins, outs, function_errors(fn))  # type: ignore[arg-type]
+        return FunctionSignature(fn.sym_name.data, ins, outs, function_errors(fn))
 
     def emit_block(self, block: Block) -> None:
         for op in block.ops:
@@ -368,8 +373,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
     def emit_ConstantOp(self, op: arith.ConstantOp) -> None:
         attr, t = op.value, op.result.type
         if isinstance(t, IndexType):
-            self.constants[op.result] = attr.value.data  # type: ignore[attr-defined]
-        value = attr.value.data if isinstance(attr, (IntegerAttr, FloatAttr)) else None  # type: ignore[union-attr]
+            self.constants[op.result] = int_of(attr)
+        value = attr.value.data if isinstance(attr, (IntegerAttr, FloatAttr)) else None
         if value is None:
             raise NotImplementedError(f"C emitter: constant {attr}")
         self.line(f"const {c_type(t)} {self.name(op.result)} = {c_constant(value, t)};")

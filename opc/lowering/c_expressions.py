@@ -24,11 +24,11 @@ from xdsl.dialects.builtin import (
     Float64Type,
     IndexType,
     IntegerType,
-    MemRefType,
     Signedness,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
+from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import BinaryElementwiseOp
 from opc.ops.registry import ELEMENTWISE
 
@@ -118,14 +118,14 @@ def float_fn(name: str, t: Attribute) -> str:
 
 def wrap_int(op: str):
     def render(e: Renderer, o: Operation) -> str:
-        t, u = o.result.type, c_unsigned_wide(o.result.type)  # type: ignore[attr-defined]
-        return f"({c_type(t)})(({u}){e.name(o.lhs)} {op} ({u}){e.name(o.rhs)})"  # type: ignore[attr-defined]
+        t, u = o.results[0].type, c_unsigned_wide(o.results[0].type)
+        return f"({c_type(t)})(({u}){e.name(o.operands[0])} {op} ({u}){e.name(o.operands[1])})"
 
     return render
 
 
 def infix(op: str):
-    return lambda e, o: f"({e.name(o.lhs)} {op} {e.name(o.rhs)})"
+    return lambda e, o: f"({e.name(o.operands[0])} {op} {e.name(o.operands[1])})"
 
 
 def libm(name: str, nargs: int = 1):
@@ -139,7 +139,7 @@ def libm(name: str, nargs: int = 1):
 def pick(cmp: str):
     """NaN-propagating maximum/minimum: (a is NaN or a cmp b) ? a : b."""
     def render(e: Renderer, o: Operation) -> str:
-        a, b = e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+        a, b = e.name(o.operands[0]), e.name(o.operands[1])
         return f"(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})"
 
     return render
@@ -148,8 +148,9 @@ def pick(cmp: str):
 def int_pick(cmp: str, unsigned: bool = False):
     """Integer max/min; the unsigned forms compare the signless bits as unsigned."""
     def render(e: Renderer, o: Operation) -> str:
-        a, b = e.name(o.lhs), e.name(o.rhs)
-        ua, ub = (f"({unsigned_c_type(o.lhs.type)}){a}", f"({unsigned_c_type(o.rhs.type)}){b}") if unsigned else (a, b)
+        a, b = e.name(o.operands[0]), e.name(o.operands[1])
+        lhs, rhs = o.operands[0], o.operands[1]
+        ua, ub = (f"({unsigned_c_type(lhs.type)}){a}", f"({unsigned_c_type(rhs.type)}){b}") if unsigned else (a, b)
         return f"(({ua} {cmp} {ub}) ? {a} : {b})"
 
     return render
@@ -164,10 +165,11 @@ CMPF_UNORDERED = {"ult": ">=", "ule": ">", "ugt": "<=", "uge": "<"}
 
 
 def compare(e: Renderer, o: Operation) -> str:
-    pred_name = comparison_name(o, o.predicate.value.data)  # type: ignore[attr-defined]
-    a, b = e.name(o.lhs), e.name(o.rhs)
+    assert isinstance(o, (arith.CmpiOp, arith.CmpfOp))
+    pred_name = comparison_name(o, o.predicate.value.data)
+    a, b = e.name(o.operands[0]), e.name(o.operands[1])
     if pred_name[0] == "u" and isinstance(o, arith.CmpiOp):  # ult, ugt, ...: signless bits read unsigned
-        a, b = f"({unsigned_c_type(o.lhs.type)}){a}", f"({unsigned_c_type(o.rhs.type)}){b}"
+        a, b = f"({unsigned_c_type(o.operands[0].type)}){a}", f"({unsigned_c_type(o.operands[1].type)}){b}"
     if isinstance(o, arith.CmpfOp):
         if pred_name == "one":  # ordered not-equal is false when either side is NaN; C's != is true then
             return f"(({a} < {b}) || ({a} > {b}))"
@@ -187,7 +189,7 @@ def comparison_name(o: Operation, pred: int) -> str:
 
 
 def ext_f(e: Renderer, o: Operation) -> str:
-    src, dst, a = o.input.type, o.result.type, e.name(o.input)  # type: ignore[attr-defined]
+    src, dst, a = o.operands[0].type, o.results[0].type, e.name(o.operands[0])
     if isinstance(src, Float16Type):
         a = f"opc_f16_to_f32({a})"
     elif isinstance(src, BFloat16Type):
@@ -196,16 +198,16 @@ def ext_f(e: Renderer, o: Operation) -> str:
 
 
 def trunc_f(e: Renderer, o: Operation) -> str:
-    src, dst, a = o.input.type, o.result.type, e.name(o.input)  # type: ignore[attr-defined]
+    src, dst, a = o.operands[0].type, o.results[0].type, e.name(o.operands[0])
     if isinstance(dst, Float32Type):
         return f"(float){a}"
     return f"opc_{dtype_suffix(src)}_to_{dtype_suffix(dst)}({a})"
 
 
 def to_int_saturating(e: Renderer, o: Operation) -> str:
-    t = o.result.type  # type: ignore[attr-defined]
+    t = o.results[0].type
     kind = "u" if isinstance(o, arith.FPToUIOp) else "i"
-    return f"({c_type(t)})opc_sat_{kind}{t.width.data}((double){e.name(o.input)})"  # type: ignore[attr-defined]
+    return f"({c_type(t)})opc_sat_{kind}{width_of(t)}((double){e.name(o.operands[0])})"
 
 
 def c_cast(e: Renderer, o: Operation) -> str:
@@ -221,7 +223,7 @@ def c_cast_unsigned(e: Renderer, o: Operation) -> str:
 def bit_cast(e: Renderer, o: Operation) -> str:
     """The same bits as another type of one width: f32/f64 through opc_runtime.h's memcpy (or CUDA
     intrinsic) helpers, integers and f16/bf16 (uint16_t storage) by a C conversion of one width."""
-    src, dst, a = o.input.type, o.result.type, e.name(o.input)  # type: ignore[attr-defined]
+    src, dst, a = o.operands[0].type, o.results[0].type, e.name(o.operands[0])
     if isinstance(src, (Float32Type, Float64Type)):
         a = f"opc_{dtype_suffix(src)}_bits({a})"
     if isinstance(dst, (Float32Type, Float64Type)):
@@ -230,23 +232,26 @@ def bit_cast(e: Renderer, o: Operation) -> str:
 
 
 def abs_int(e: Renderer, o: Operation) -> str:
-    t, a = o.result.type, e.name(o.operand)  # type: ignore[attr-defined]
+    t, a = o.results[0].type, e.name(o.operands[0])
     u = c_unsigned_wide(t)
     return f"({c_type(t)})(({a} < 0) ? ({u})0 - ({u}){a} : ({u}){a})"
 
 
 def width_of(t: Attribute) -> int:
-    return 64 if isinstance(t, IndexType) else t.width.data  # type: ignore[attr-defined]
+    if isinstance(t, IndexType):
+        return 64
+    assert isinstance(t, IntegerType)
+    return t.width.data
 
 
 def out_of_range_shift(e: Renderer, o: Operation) -> str:
     """b < 0 or b >= the width (one unsigned compare): where C's shifts are undefined."""
-    return f"(({unsigned_c_type(o.rhs.type)}){e.name(o.rhs)} >= {width_of(o.rhs.type)}u)"  # type: ignore[attr-defined]
+    return f"(({unsigned_c_type(o.operands[1].type)}){e.name(o.operands[1])} >= {width_of(o.operands[1].type)}u)"
 
 
 def shift_left(e: Renderer, o: Operation) -> str:
     """In the wide unsigned type (no signed overflow), truncated back; 0 out of range."""
-    t, a, b = o.result.type, e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+    t, a, b = o.results[0].type, e.name(o.operands[0]), e.name(o.operands[1])
     u = c_unsigned_wide(t)
     return f"({out_of_range_shift(e, o)} ? ({c_type(t)})0 : ({c_type(t)})(({u}){a} << ({u}){b}))"
 
@@ -254,46 +259,46 @@ def shift_left(e: Renderer, o: Operation) -> str:
 def shift_right_signed(e: Renderer, o: Operation) -> str:
     """Arithmetic, spelled with ~ for negative a (C leaves >> of a negative value to the compiler);
     the sign fill out of range."""
-    t, a, b = o.result.type, e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+    t, a, b = o.results[0].type, e.name(o.operands[0]), e.name(o.operands[1])
     ct = c_type(t)
     return (f"({out_of_range_shift(e, o)} ? ({ct})({a} < 0 ? -1 : 0) : "
             f"{a} < 0 ? ({ct})~(~{a} >> {b}) : ({ct})({a} >> {b}))")
 
 
 def shift_right_unsigned(e: Renderer, o: Operation) -> str:
-    t, a, b = o.result.type, e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+    t, a, b = o.results[0].type, e.name(o.operands[0]), e.name(o.operands[1])
     return (f"({out_of_range_shift(e, o)} ? ({c_type(t)})0 : "
             f"({c_type(t)})(({unsigned_c_type(t)}){a} >> ({unsigned_c_type(t)}){b}))")
 
 
 def div_signed(e: Renderer, o: Operation) -> str:
     """Truncating; x / 0 is 0 (NumPy's value) and MIN / -1 wraps to MIN, where C is undefined."""
-    t, a, b = o.result.type, e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+    t, a, b = o.results[0].type, e.name(o.operands[0]), e.name(o.operands[1])
     ct, u = c_type(t), c_unsigned_wide(t)
     return f"({b} == 0 ? ({ct})0 : {b} == -1 ? ({ct})(({u})0 - ({u}){a}) : ({ct})({a} / {b}))"
 
 
 def div_unsigned(e: Renderer, o: Operation) -> str:
-    t, a, b = o.result.type, e.name(o.lhs), e.name(o.rhs)  # type: ignore[attr-defined]
+    t, a, b = o.results[0].type, e.name(o.operands[0]), e.name(o.operands[1])
     ut = unsigned_c_type(t)
     return f"({b} == 0 ? ({c_type(t)})0 : ({c_type(t)})(({ut}){a} / ({ut}){b}))"
 
 
 def ipow(e: Renderer, o: Operation) -> str:
     """opc_ipow (runtime/opc_runtime.h): repeated squaring in uint64_t, truncated to the type."""
-    t = o.result.type  # type: ignore[attr-defined]
-    return f"({c_type(t)})opc_ipow((int64_t){e.name(o.lhs)}, (int64_t){e.name(o.rhs)})"  # type: ignore[attr-defined]
+    t = o.results[0].type
+    return f"({c_type(t)})opc_ipow((int64_t){e.name(o.operands[0])}, (int64_t){e.name(o.operands[1])})"
 
 
 def rsqrt(e: Renderer, o: Operation) -> str:
-    t = o.result.type  # type: ignore[attr-defined]
+    t = o.results[0].type
     one = "1.0f" if isinstance(t, Float32Type) else "1.0"
-    return f"({one} / {e.math_fn('sqrt', t)}({e.name(o.operand)}))"  # type: ignore[attr-defined]
+    return f"({one} / {e.math_fn('sqrt', t)}({e.name(o.operands[0])}))"
 
 
 EXPRESSIONS = {
     arith.AddfOp: infix("+"), arith.SubfOp: infix("-"), arith.MulfOp: infix("*"), arith.DivfOp: infix("/"),
-    arith.NegfOp: lambda e, o: f"(-{e.name(o.operand)})",
+    arith.NegfOp: lambda e, o: f"(-{e.name(o.operands[0])})",
     arith.MaximumfOp: pick(">"), arith.MinimumfOp: pick("<"),
     arith.OrIOp: infix("|"), arith.AndIOp: infix("&"), arith.XOrIOp: infix("^"),
     arith.ShLIOp: shift_left, arith.ShRSIOp: shift_right_signed, arith.ShRUIOp: shift_right_unsigned,
@@ -331,7 +336,7 @@ for _op, _rule in ELEMENTWISE.items():
 ARENA_ALIGN = 64  # a cache line (and an AVX-512 vector) per buffer start
 
 
-def buffer_bytes(t: MemRefType) -> int:
-    n = max(1, pymath.prod(t.get_shape()))
+def buffer_bytes(t: Attribute) -> int:
+    n = max(1, pymath.prod(shape_of(t)))
     return n * {"double": 8, "float": 4, "uint16_t": 2, "int64_t": 8, "uint64_t": 8, "int32_t": 4,
-                "uint32_t": 4, "int16_t": 2}.get(c_type(t.element_type), 1)
+                "uint32_t": 4, "int16_t": 2}.get(c_type(element_of(t)), 1)

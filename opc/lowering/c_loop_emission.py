@@ -6,17 +6,22 @@ A part of CEmitter (c_emitter.py), which mixes it in."""
 from __future__ import annotations
 
 import math as pymath
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     IndexType,
+    StringAttr,
     f32,
     f64,
 )
 from xdsl.ir import Block, Operation, SSAValue
 
+from opc.dialects.opc import int_of
 from opc.lowering.c_expressions import c_type
+from opc.lowering.emitter_state import EmitterState
 
 SUM_BLOCK_BYTES = 256  # partial sums of one blocked float sum: four AVX-512 (eight AVX2) registers
 SUM_FOLD_BYTES = 64  # the partials are halved down to this, then summed across lanes
@@ -27,7 +32,7 @@ CHUNK_MIN_WORK = 1 << 14  # scalar steps of the smallest piece a parallel nest i
 TRANSPOSE_TILE = 16  # a transpose's squares: 16 floats are a cache line
 
 
-class LoopEmission:
+class LoopEmission(EmitterState):
     def const_index(self, v: SSAValue) -> int:
         if v not in self.constants:
             raise NotImplementedError("loop bounds must be constants")
@@ -45,7 +50,7 @@ class LoopEmission:
 
     @staticmethod
     def constants_in(op: Operation) -> dict[SSAValue, int]:
-        return {c.result: c.value.value.data for c in op.walk()  # type: ignore[attr-defined]
+        return {c.result: int_of(c.value) for c in op.walk()
                 if isinstance(c, arith.ConstantOp) and isinstance(c.result.type, IndexType)}
 
     def emit_ParallelOp(self, op: scf.ParallelOp) -> None:
@@ -78,7 +83,8 @@ class LoopEmission:
                      if tiled else pymath.prod(extents[:parallel]))
             chunk = f"opc_par_chunk({trips}, {work}, {CHUNK_MIN_WORK})"
             kind = "simd: dynamic" if simd and n == 1 else "dynamic"
-            self.line(f"#pragma omp parallel for{' simd' if simd and n == 1 else ''}{collapse} schedule({kind}, {chunk}) "
+            simd_clause = " simd" if simd and n == 1 else ""
+            self.line(f"#pragma omp parallel for{simd_clause}{collapse} schedule({kind}, {chunk}) "
                       "num_threads(opc_num_threads())")
         if tiled:
             self.open_tiled_loops(op, ivs, extents)
@@ -101,7 +107,7 @@ class LoopEmission:
                     return True
         return False
 
-    def open_tiled_loops(self, op: scf.ParallelOp, ivs: list[SSAValue], extents: list[int]) -> None:
+    def open_tiled_loops(self, op: scf.ParallelOp, ivs: Sequence[SSAValue], extents: list[int]) -> None:
         """The outer loops, then the two inner ones as TRANSPOSE_TILE squares (the tile loops
         first, so they collapse with the outer ones)."""
         self.open_loops(op, ivs[:-2])
@@ -146,7 +152,7 @@ class LoopEmission:
         targets = self.declare_accumulators(op)
         i = self.name(op.body.block.args[0])
         simd = op.attributes.get("opc.simd_reduction")
-        clauses = [c.data for c in simd.data] if simd is not None else []  # type: ignore[attr-defined]
+        clauses = [c.data for c in cast(ArrayAttr[StringAttr], simd).data] if simd is not None else []
         block = self.sum_block(op, clauses)
         if block:
             self.emit_blocked_sums(op, targets, block)
@@ -175,11 +181,11 @@ class LoopEmission:
             return 0
         if any(o.regions for o in op.body.block.ops):
             return 0
-        bounds = [self.constants.get(v) for v in (op.lb, op.ub, op.step)]
-        if None in bounds or bounds[0] != 0 or bounds[2] != 1:
+        lb, ub, step = (self.constants.get(v) for v in (op.lb, op.ub, op.step))
+        if lb != 0 or ub is None or step != 1:
             return 0
         block = SUM_BLOCK_BYTES // (4 if op.results[0].type == f32 else 8)
-        return block if bounds[1] >= 2 * block else 0
+        return block if ub >= 2 * block else 0
 
     def emit_blocked_sums(self, op: scf.ForOp, targets: list[str], block: int) -> None:
         """The loop as blocks of `block` iterations, iteration k of a block adding into

@@ -10,12 +10,14 @@ from collections.abc import Iterable
 from xdsl.dialects import memref
 from xdsl.ir import SSAValue
 
+from opc.dialects.kinds import element_of, shape_of
 from opc.lowering.c_expressions import c_type
+from opc.lowering.emitter_state import EmitterState
 
 
-class MemoryEmission:
+class MemoryEmission(EmitterState):
     def offset(self, ref: SSAValue, indices: Iterable[SSAValue]) -> str:
-        shape = ref.type.get_shape()  # type: ignore[attr-defined]
+        shape = shape_of(ref)
         terms = []
         for d, idx in enumerate(indices):
             if self.constants.get(idx) == 0:
@@ -35,19 +37,19 @@ class MemoryEmission:
     def emit_AllocOp(self, op: memref.AllocOp) -> None:
         t = op.memref.type
         if op.memref in self.arena:
-            ct = c_type(t.element_type)  # type: ignore[attr-defined]
+            ct = c_type(t.element_type)
             self.line(f"{ct} *restrict {self.name(op.memref)} = ({ct} *)(opc_arena + {self.arena[op.memref]});")
             return
-        n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
-        ptr, ct = self.name(op.memref), c_type(t.element_type)  # type: ignore[attr-defined]
+        n = max(1, pymath.prod(t.get_shape()))
+        ptr, ct = self.name(op.memref), c_type(t.element_type)
         self.line(f"{ptr} = ({ct} *)malloc(sizeof({ct}) * {n});")
         self.line(f"if (!{ptr}) {{ opc_oom_bytes = (int64_t)(sizeof({ct}) * {n}); status = 1; goto cleanup; }}")
 
     def emit_AllocaOp(self, op: memref.AllocaOp) -> None:
         """A row kernel's row buffer: on the thread's stack (bounded: ROW_BUFFER_BYTES)."""
         t = op.memref.type
-        n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
-        self.line(f"{c_type(t.element_type)} {self.name(op.memref)}[{n}];")  # type: ignore[attr-defined]
+        n = max(1, pymath.prod(t.get_shape()))
+        self.line(f"{c_type(t.element_type)} {self.name(op.memref)}[{n}];")
 
     def emit_DeallocOp(self, op: memref.DeallocOp) -> None:
         if op.memref in self.arena:
@@ -60,5 +62,5 @@ class MemoryEmission:
         const = "const " if src in self.const_ptrs else ""
         if const:
             self.const_ptrs.add(op.result)
-        ct = c_type(op.result.type.element_type)  # type: ignore[attr-defined]
+        ct = c_type(element_of(op.result))
         self.line(f"{const}{ct} *{self.name(op.result)} = {self.name(src)};")

@@ -182,7 +182,7 @@ def load_cuda_library(path: str | os.PathLike[str], signatures: list[FunctionSig
     lib = ffi.dlopen(str(path))
     if require_device:
         runtime_device_check(ffi, lib)
-    detail = lib.opc_error_value if any(s.errors for s in signatures) else None
+    detail = getattr(lib, "opc_error_value") if any(s.errors for s in signatures) else None
     functions = {s.name: CompiledFunction(ffi, checked_host_call(ffi, lib, s.name), s, detail=detail)
                  for s in signatures}
     return CudaModule(functions, source, Path(path), ffi, lib)

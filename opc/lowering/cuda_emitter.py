@@ -47,6 +47,8 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Operation, SSAValue
 
+from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.opc import int_of
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
 from opc.lowering.abi import FunctionSignature, c_symbol
 from opc.lowering.c_emitter import CEmitter
@@ -88,7 +90,7 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
     # -- functions -------------------------------------------------------------
 
     def params(self, fn: func.FuncOp, prefix: str = "") -> list[str]:
-        n_in = fn.attributes["opc.num_inputs"].value.data  # type: ignore[attr-defined]
+        n_in = int_of(fn.attributes["opc.num_inputs"])
         out = []
         for i, arg in enumerate(fn.args):
             t = arg.type
@@ -108,7 +110,7 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         sig = super().emit_function(fn)
         host = self.lines
         self.lines = []
-        self.emit_host_wrapper(fn, fn.attributes["opc.num_inputs"].value.data)  # type: ignore[attr-defined]
+        self.emit_host_wrapper(fn, int_of(fn.attributes["opc.num_inputs"]))
         self.lines = [*self.kernels, *host, "", *self.lines]
         return sig
 
@@ -118,14 +120,14 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
 
     def owned_buffers(self, fn: func.FuncOp) -> list[SSAValue]:
         # dense constants live in host arrays and are copied into device buffers of their own
-        return [op.memref for op in fn.walk() if isinstance(op, (memref.AllocOp, memref.GetGlobalOp))]  # type: ignore[attr-defined]
+        return [op.memref for op in fn.walk() if isinstance(op, (memref.AllocOp, memref.GetGlobalOp))]
 
     def declare_locals(self, fn: func.FuncOp, owned: list[SSAValue]) -> None:
         """Views too: C++ forbids a goto past an initialised declaration."""
         super().declare_locals(fn, owned)
         for v in (op for op in fn.walk() if isinstance(op, memref.ReinterpretCastOp)):
             const = "const " if self.is_const_view(v) else ""
-            self.line(f"{const}{c_type(v.result.type.element_type)} *{self.name(v.result)} = NULL;")  # type: ignore[attr-defined]
+            self.line(f"{const}{c_type(element_of(v.result))} *{self.name(v.result)} = NULL;")
 
     def emit_body(self, fn: func.FuncOp) -> None:
         self.emit_top_level(fn)
@@ -165,8 +167,8 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         sizes = {}
         for a in args:
             t = a.type
-            ct = c_type(t.element_type)  # type: ignore[attr-defined]
-            sizes[a] = f"sizeof({ct}) * {max(1, pymath.prod(t.get_shape()))}"  # type: ignore[attr-defined]
+            ct = c_type(element_of(t))
+            sizes[a] = f"sizeof({ct}) * {max(1, pymath.prod(shape_of(t)))}"
             self.line(f"{ct} *d_{self.name(a)} = NULL;")
         for a in args:
             self.line(f"OPC_CHECK(cudaMalloc((void **)&d_{self.name(a)}, {sizes[a]}));")
@@ -208,19 +210,19 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         if self.in_host:
             # top-level constants: bounds are read at emission time, kernels re-declare what they use
             if isinstance(op.result.type, IndexType):
-                self.constants[op.result] = op.value.value.data  # type: ignore[attr-defined]
+                self.constants[op.result] = int_of(op.value)
             return
         super().emit_ConstantOp(op)
 
     def emit_AllocOp(self, op: memref.AllocOp) -> None:
         t = op.memref.type
-        n = max(1, pymath.prod(t.get_shape()))  # type: ignore[attr-defined]
-        ct = c_type(t.element_type)  # type: ignore[attr-defined]
+        n = max(1, pymath.prod(t.get_shape()))
+        ct = c_type(t.element_type)
         self.line(f"OPC_CHECK(cudaMalloc((void **)&{self.name(op.memref)}, sizeof({ct}) * {n}));")
 
     def emit_GetGlobalOp(self, op: memref.GetGlobalOp) -> None:
         t = op.memref.type
-        size = f"sizeof({c_type(t.element_type)}) * {max(1, pymath.prod(t.get_shape()))}"  # type: ignore[attr-defined]
+        size = f"sizeof({c_type(t.element_type)}) * {max(1, pymath.prod(t.get_shape()))}"
         ptr, host = self.name(op.memref), self.global_symbol(op.name_.root_reference.data)
         self.const_ptrs.add(op.memref)
         self.line(f"OPC_CHECK(cudaMalloc((void **)&{ptr}, {size}));")
@@ -235,7 +237,7 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         self.line(f"{self.name(op.result)} = {self.name(op.source)};")
 
     def emit_GemmOp(self, op: GemmOp) -> None:
-        suffix = dtype_suffix(op.out.type.element_type)  # type: ignore[attr-defined]
+        suffix = dtype_suffix(element_of(op.out))
         self.line(f"OPC_CHECK(opc_cuda_gemm_{suffix}({self.gemm_args(op)}));")
 
 

@@ -19,8 +19,11 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Operation, SSAValue
 
+from opc.dialects.kinds import element_of
+from opc.dialects.opc import int_width
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
 from opc.lowering.c_expressions import EXPRESSIONS, c_type
+from opc.lowering.emitter_state import CudaEmitterState
 from opc.lowering.row_kernel_lowering import ROW_KERNEL_ATTR
 
 BLOCK = 256  # threads per block of the generated kernels
@@ -74,7 +77,7 @@ def is_identity(combine: Operation, init: SSAValue) -> bool:
     if kind in COMBINES:
         return COMBINES[kind](value)
     # a signless constant: compare modulo 2^width (ui8's 255 is stored as -1)
-    ident, width = int_identity(combine, combine.results[0].type), combine.results[0].type.width.data  # type: ignore[attr-defined]
+    ident, width = int_identity(combine, combine.results[0].type), int_width(combine.results[0].type)
     return ident is not None and (value - ident) % (1 << width) == 0
 
 
@@ -104,7 +107,7 @@ class Reduction:
     suffix: list[Operation]
 
 
-class KernelEmission:
+class KernelEmission(CudaEmitterState):
     def emit_ParallelOp(self, op: scf.ParallelOp) -> None:
         if not self.in_host:
             raise NotImplementedError("CUDA emitter: nested scf.parallel")
@@ -147,7 +150,7 @@ class KernelEmission:
                 consts.append(v.owner)
             elif isinstance(v.type, MemRefType):
                 const = "const " if v in self.const_ptrs else ""
-                params.append(f"{const}{c_type(v.type.element_type)} *{self.name(v)}")
+                params.append(f"{const}{c_type(element_of(v))} *{self.name(v)}")
                 args.append(self.name(v))
             else:
                 raise NotImplementedError(f"CUDA emitter: a kernel captures a host scalar {v}")
@@ -224,13 +227,15 @@ class KernelEmission:
     def find_combine(loop: scf.ForOp, k: int = 0) -> Operation | None:
         """The op that folds each element into carried value k, through nested loops."""
         acc = loop.body.block.args[1 + k]
-        yielded = loop.body.block.last_op.operands[k]  # type: ignore[union-attr]
-        op = yielded.owner
+        yielded = loop.body.block.last_op
+        assert yielded is not None  # scf.for's body ends in its yield
+        op = yielded.operands[k].owner
         if isinstance(op, scf.ForOp):  # a multi-axis reduction: the inner loop carries the same accumulator
             if len(op.iter_args) != 1 or op.iter_args[0] is not acc:
                 return None
             return KernelEmission.find_combine(op)
-        if not isinstance(op, (*COMBINES, *INT_EXTREMA)) or acc not in op.operands:
+        if not isinstance(op, Operation) or not isinstance(op, (*COMBINES, *INT_EXTREMA)) \
+                or acc not in op.operands:
             return None
         return op
 

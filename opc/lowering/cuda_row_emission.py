@@ -17,9 +17,10 @@ from opc.lowering.cuda_kernel_emission import (  # noqa: E501
     is_identity,
     shfl_type,
 )
+from opc.lowering.emitter_state import CudaEmitterState
 
 
-class RowKernelEmission:
+class RowKernelEmission(CudaEmitterState):
     def row_kernel(self, ivs, total: int, body: list[Operation], length: int) -> tuple[int, int]:
         """A team of threads per row, grid-stride over the rows; (threads, blocks) of the launch.
 
@@ -55,6 +56,7 @@ class RowKernelEmission:
         for c, init in zip(combines, op.iter_args):
             if c is None or not is_identity(c, init):
                 raise NotImplementedError("CUDA emitter: a row pass whose accumulator is not a plain reduction")
+        combines = [c for c in combines if c is not None]
         iv = op.body.block.args[0]
         accs = self.declare_accumulators(op)
         i, lb, ub, st = self.name(iv), self.name(op.lb), self.name(op.ub), self.name(op.step)
@@ -73,7 +75,7 @@ class RowKernelEmission:
         self.indent += 1
         for k, (acc, c, (ct, st_)) in enumerate(zip(accs, combines, types)):
             self.line(f"const {ct} opc_o{k} = ({ct})__shfl_down_sync(0xffffffffu, ({st_}){acc}, opc_off);")
-            self.line(f"{acc} = {self.combine_expr(c, acc, f'opc_o{k}')};")  # type: ignore[arg-type]
+            self.line(f"{acc} = {self.combine_expr(c, acc, f'opc_o{k}')};")
         self.indent -= 1
         self.line("}")
         if team == WARP:  # every lane takes lane 0's total (not its own partial order's)
@@ -99,7 +101,7 @@ class RowKernelEmission:
         self.indent += 1
         for k, (s, acc, c, (ct, _)) in enumerate(zip(slots, accs, combines, types)):
             self.line(f"const {ct} opc_o{k} = {s}[opc_w];")
-            self.line(f"{acc} = {self.combine_expr(c, acc, f'opc_o{k}')};")  # type: ignore[arg-type]
+            self.line(f"{acc} = {self.combine_expr(c, acc, f'opc_o{k}')};")
         self.indent -= 1
         self.line("}")
         self.line("__syncthreads();  /* every thread has read the slots before the next row writes them */")

@@ -15,12 +15,13 @@ from xdsl.dialects.builtin import (
     MemRefType,
     StringAttr,
 )
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 from opc.dialects import opc
 from opc.dialects.kinds import element_of, is_splat_constant, numel, shape_of
 from opc.dialects.opc_loops import GemmOp
 from opc.lowering import nn_lowering as nn
+from opc.lowering.lowering_state import LoweringState
 from opc.lowering.scalars import (
     gelu_grad_scalar,
     relu_grad_scalar,
@@ -31,7 +32,7 @@ EPILOGUE_ATTR = "opc.epilogue"
 """On an opc_loops.gemm with an epilogue: the ops of the nest it runs (for the profiler's label)."""
 
 
-class GemmLowering:
+class GemmLowering(LoweringState):
     # while a GEMM with an epilogue is lowered: the epilogue's builder (taken by the op's first
     # GEMM, the one computing its results[0]), then that GEMM
     epilogue_body: Callable[[], Region] | None = None
@@ -66,6 +67,7 @@ class GemmLowering:
 
         def body() -> Region:
             for v in ep.views:
+                assert isinstance(v, opc.ReshapeOp)
                 self.lower_reshape(v)
             n = numel(shape_of(roots[0]))
             leaves = list(dict.fromkeys(u for r in roots for u in self.epilogue_leaves(r) if u not in roots))
@@ -117,10 +119,11 @@ class GemmLowering:
             op = u.owner
             if op in ops or (u is not v and (u in self.buffers or op not in self.inlined)):
                 continue
-            if isinstance(op, opc.FullOp) or is_splat_constant(op):  # type: ignore[arg-type]
+            assert isinstance(op, Operation)  # block arguments are buffers
+            if isinstance(op, opc.FullOp) or is_splat_constant(op):
                 continue
             ops.add(op)
-            todo.extend(op.operands)  # type: ignore[union-attr]
+            todo.extend(op.operands)
         return [o for o in self.fn.body.block.ops if o in ops]
 
     def epilogue_leaves(self, v: SSAValue) -> list[SSAValue]:
@@ -137,9 +140,10 @@ class GemmLowering:
                 leaves.append(u)
                 continue
             op = u.owner
-            if isinstance(op, opc.FullOp) or is_splat_constant(op):  # type: ignore[arg-type]
+            assert isinstance(op, Operation)  # block arguments are buffers
+            if isinstance(op, opc.FullOp) or is_splat_constant(op):
                 continue
-            todo.extend([op.dout] if isinstance(op, opc.CastGradOp) else op.operands)  # type: ignore[union-attr]
+            todo.extend([op.dout] if isinstance(op, opc.CastGradOp) else op.operands)
         return leaves
 
     def lower_matmul(self, op: opc.MatmulOp) -> None:
@@ -182,7 +186,8 @@ class GemmLowering:
             dz = e.value(memref.AllocOp([], [], MemRefType(elem, [m, n])))
             dz.name_hint = "dz"
             self.allocs.append(dz)
-            z = self.operand_buffer(op.reserve_space)  # type: ignore[arg-type]
+            assert op.reserve_space is not None  # an activation grad reads the pre-activation
+            z = self.operand_buffer(op.reserve_space)
             def dz_body(idx: list[SSAValue]) -> None:
                 zv, gv = e.to_compute(e.load(z, idx)), e.to_compute(e.load(dout, idx))
                 grad = relu_grad_scalar(e, zv, gv) if act == "relu_grad" else gelu_grad_scalar(e, zv, gv, True)
@@ -201,7 +206,7 @@ class GemmLowering:
             if not (result.uses or result in self.returned):
                 continue
             rm, rn = shape_of(result)
-            ashape = a.type.get_shape()  # type: ignore[attr-defined]
+            ashape = shape_of(a)
             contracted = ashape[0] if ta else ashape[1]  # op_a(a) is [rm, K]
             self.gemm(a, b, None, self.buffer_for(result), None, batch=1, m=rm, n=rn, k=contracted,
                       trans_a=ta, trans_b=tb, act="none")

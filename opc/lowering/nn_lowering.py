@@ -43,6 +43,7 @@ from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc
 from opc.dialects.kinds import element_of, numel, shape_of
+from opc.dialects.opc import int_width
 from opc.dialects.opc_loops import ERRORS_ATTR, CallOp, CheckIndexOp, RaiseStatusOp
 from opc.lowering.c_expressions import dtype_suffix
 from opc.lowering.scalars import (
@@ -284,7 +285,7 @@ def call(fl, callee: str, args: Sequence[SSAValue], ints: Sequence[int] = (), fl
 
 
 def label_suffix(label: SSAValue) -> str:
-    return f"i{element_of(label).width.data}"  # type: ignore[attr-defined]
+    return f"i{int_width(element_of(label))}"
 
 
 def buffers(fl, op: Operation) -> list[SSAValue]:  # noqa: ANN001
@@ -336,7 +337,8 @@ def lower_conv(fl, op: opc.ConvBase) -> None:  # noqa: ANN001
     args, ints = buffers(fl, op), conv_ints(op.geometry())
     if isinstance(op, opc.ConvOp) and fl.epilogue_body is not None:  # a flat nest on its output (opc-schedule)
         body, fl.epilogue_body = fl.epilogue_body(), None
-        fl.epilogue_gemm = fl.e.emit(CallOp(f"{kernel}_{dtype_suffix(element_of(op.result))}", args, ints, epilogue=body))
+        callee = f"{kernel}_{dtype_suffix(element_of(op.result))}"
+        fl.epilogue_gemm = fl.e.emit(CallOp(callee, args, ints, epilogue=body))
         return
     call(fl, f"{kernel}_{dtype_suffix(element_of(op.result))}", args, ints)
 
@@ -430,7 +432,7 @@ def attention_ints(op: opc.AttentionOp | opc.AttentionGradOp, strides: Sequence[
 
 def strided_view(fl, buf: SSAValue, shape: Sequence[int], strides: Sequence[int], name: str | None) -> SSAValue:  # noqa: ANN001
     """buf seen as `shape` with `strides` (read and written only by the attention kernels)."""
-    t = MemRefType(buf.type.element_type, list(shape), layout=StridedLayoutAttr(list(strides), 0))  # type: ignore[attr-defined]
+    t = MemRefType(element_of(buf), list(shape), layout=StridedLayoutAttr(list(strides), 0))
     view = fl.e.value(memref.ReinterpretCastOp(buf, [], [], [], [0], list(shape), list(strides), t))
     view.name_hint = name
     return view
@@ -438,7 +440,10 @@ def strided_view(fl, buf: SSAValue, shape: Sequence[int], strides: Sequence[int]
 
 def row_major(buf: SSAValue) -> bool:
     t = buf.type
-    return list(t.get_strides()) == contiguous_strides(t.get_shape())  # type: ignore[attr-defined]
+    assert isinstance(t, MemRefType)
+    strides = t.get_strides()
+    assert strides is not None  # opc's memrefs: identity or strided layouts
+    return list(strides) == contiguous_strides(shape_of(t))
 
 
 def lower_strided_view(fl, op: opc.TransposeOp) -> None:  # noqa: ANN001
@@ -474,7 +479,7 @@ def lower_attention(fl, op: opc.AttentionOp | opc.AttentionGradOp) -> None:  # n
     args = [*ins, mask, *outs]
     strided = [*ins[:4], ins[5], *outs] if isinstance(op, opc.AttentionGradOp) else [*ins[:3], outs[0]]
     call(fl, f"{op.name.removeprefix('opc.')}_{dtype_suffix(element_of(op.q))}", args,
-         attention_ints(op, [list(b.type.get_strides()) for b in strided]),  # type: ignore[attr-defined]
+         attention_ints(op, [list(b.type.get_strides()) for b in strided]),
          [op.scale.value.data])
 
 
@@ -524,7 +529,7 @@ def batch_operand(fl, v: SSAValue, batch: Sequence[int]) -> tuple[SSAValue, int]
         return buf, matrix
     full = [*batch, *shape[-2:]]
     e = fl.e
-    copy = e.value(memref.AllocOp([], [], MemRefType(buf.type.element_type, full)))  # type: ignore[attr-defined]
+    copy = e.value(memref.AllocOp([], [], MemRefType(element_of(buf), full)))
     copy.name_hint = f"{v.name_hint or 'operand'}_batch"
     fl.allocs.append(copy)
     e.parallel(full, lambda idx: e.store(e.load(buf, broadcast_index(e, idx, full, shape)), copy, idx))

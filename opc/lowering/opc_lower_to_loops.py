@@ -71,7 +71,9 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.row_buffer_bytes = row_buffer_bytes
         self.memory_order_reductions = memory_order_reductions
         self.globals = globals_out if globals_out is not None else []
-        self.returned = list(fn.body.block.last_op.operands)  # type: ignore[union-attr]
+        ret = fn.body.block.last_op
+        assert ret is not None  # a verified func ends in its return
+        self.returned = list(ret.operands)
         arg_types = [memref_of(a.type) for a in fn.args]
         out_types = [memref_of(t) for t in fn.function_type.outputs.data]
         self.entry = Block(arg_types=[*arg_types, *out_types])
@@ -88,13 +90,15 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.memo: dict[tuple, SSAValue] = {}  # (value, index, block) -> scalar, within one op's nests
         self.row_scalars: dict[SSAValue, SSAValue] = {}  # inside a row kernel: per-row reduction results
         self.row_staged: dict[SSAValue, SSAValue] = {}  # inside a row kernel: values kept in a row buffer
-        self.columns: dict[SSAValue, tuple[SSAValue, SSAValue]] = {}  # in a GEMM epilogue: [n] value -> (buffer, column)
+        # in a GEMM epilogue: [n] value -> (buffer, column)
+        self.columns: dict[SSAValue, tuple[SSAValue, SSAValue]] = {}
         self.row_rank = 0
         self.simd = memory_order_reductions  # the CPU: float reductions vectorize (omp simd)
         self.schedule = plan(fn, row_kernels=row_kernels, epilogues=gemm_epilogues, views=strided_views)
         self.inlined = set(self.schedule.inlined)
         # attention results written through a transpose's buffer (a strided view, nn.result_view)
-        self.written_through = {t.x: t for t, how in self.schedule.views.items() if how == "result"}
+        self.written_through = {t.x: t for t, how in self.schedule.views.items()
+                                if how == "result" and isinstance(t, opc.TransposeOp)}  # views: transposes
 
     # -- planning -------------------------------------------------------------
 
@@ -110,7 +114,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         elif v in self.returned and self.returned.count(v) == 1:
             buf = self.outputs[self.returned.index(v)]
         else:
-            buf = self.e.value(memref.AllocOp([], [], memref_of(v.type)))  # type: ignore[arg-type]
+            buf = self.e.value(memref.AllocOp([], [], memref_of(v.type)))
             buf.name_hint = v.name_hint
             self.allocs.append(buf)
         self.buffers[v] = buf
@@ -140,7 +144,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         src = self.operand_buffer(op.x)
         shape = shape_of(op.result)
         strides = [numel(shape[i + 1:]) for i in range(len(shape))]
-        cast = memref.ReinterpretCastOp(src, [], [], [], [0], list(shape), strides, memref_of(op.result.type))  # type: ignore[arg-type]
+        cast = memref.ReinterpretCastOp(src, [], [], [], [0], list(shape), strides, memref_of(op.result.type))
         view = self.e.value(cast)
         view.name_hint = op.result.name_hint
         if op.result in self.returned:
@@ -200,7 +204,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         """A dense tensor constant becomes a constant memref.global read in place."""
         v = op.result
         name = f"{self.fn.sym_name.data}_const{len(self.globals)}"
-        t = memref_of(v.type)  # type: ignore[arg-type]
+        t = memref_of(v.type)
         self.globals.append(memref.GlobalOp.get(StringAttr(name), t, op.value, constant=UnitAttr()))
         buf = self.e.value(memref.GetGlobalOp(name, t))
         buf.name_hint = v.name_hint
@@ -228,7 +232,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.memo = {}
         if (symbol := external_symbol(op)) is not None:
             self.lower_external(op, symbol)
-        elif op in self.schedule.views:
+        elif isinstance(op, opc.TransposeOp) and op in self.schedule.views:  # views: transposes
             nn.lower_strided_view(self, op)
         elif isinstance(op, arith.ConstantOp):
             if is_splat_constant(op):  # every use inlined it; a returned splat fills its output
@@ -287,5 +291,7 @@ class LowerToLoopsPass(ModulePass):
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)
+        first = op.body.block.first_op
+        assert first is not None  # the module's functions
         for g in constants:
-            op.body.block.insert_op_before(g, op.body.block.first_op)  # type: ignore[arg-type]
+            op.body.block.insert_op_before(g, first)

@@ -16,8 +16,9 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc
-from opc.dialects.kinds import REINDEXING_MAPS, element_of, is_splat_constant, numel, shape_of
+from opc.dialects.kinds import REINDEXING_MAPS, element_of, is_splat_constant, numel, shape_of, splat_value
 from opc.lowering import nn_lowering as nn
+from opc.lowering.lowering_state import LoweringState
 from opc.lowering.scalars import (
     broadcast_index,
     full_value,
@@ -25,7 +26,7 @@ from opc.lowering.scalars import (
 )
 
 
-class PointwiseLowering:
+class PointwiseLowering(LoweringState):
     def value_at(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue:
         """Scalar of tensor value v at index idx (storage type).
 
@@ -73,7 +74,7 @@ class PointwiseLowering:
         if isinstance(op, opc.FullOp):
             return e.const(full_value(op.value.value.data, element_of(v)), element_of(v))
         if is_splat_constant(op):
-            return e.const(op.value.get_values()[0], element_of(v))  # type: ignore[attr-defined]
+            return e.const(splat_value(op), element_of(v))
         if isinstance(op, REINDEXING_MAPS):
             return nn.index_map_value(self, op, idx)
         return None
@@ -81,6 +82,7 @@ class PointwiseLowering:
     def operand_indices(self, v: SSAValue, idx: list[SSAValue]) -> list[tuple[SSAValue, list[SSAValue]]]:
         """The operands v's op reads at idx, each with its own index."""
         op = v.owner
+        assert isinstance(op, Operation)  # an inlined value: an op's result
         shape = shape_of(v)
         if isinstance(op, opc.BroadcastToOp):
             return [(op.x, self.operand_index(idx, shape, shape_of(op.x)))]
@@ -91,7 +93,7 @@ class PointwiseLowering:
             return [(op.x, src)]
         if isinstance(op, opc.CastGradOp):  # x lends only its dtype: never loaded
             return [(op.dout, idx)]
-        return [(a, self.operand_index(idx, shape, shape_of(a))) for a in op.operands]  # type: ignore[union-attr]
+        return [(a, self.operand_index(idx, shape, shape_of(a))) for a in op.operands]
 
     def combine_operands(self, v: SSAValue, args: list[SSAValue]) -> SSAValue:
         op = v.owner
@@ -99,7 +101,8 @@ class PointwiseLowering:
             return args[0]
         if isinstance(op, opc.CastGradOp):
             return self.e.convert(args[0], element_of(op.dout), element_of(v))
-        return scalar_op(self.e, op, args)  # type: ignore[arg-type]
+        assert isinstance(op, Operation)  # an inlined value: an op's result
+        return scalar_op(self.e, op, args)
 
     def lower_pointwise(self, v: SSAValue) -> None:
         """One loop nest computing v (its inlined producers fused in) into its buffer."""
@@ -132,17 +135,18 @@ class PointwiseLowering:
                 continue
             seen.add(u)
             op = u.owner
+            assert isinstance(op, Operation)  # block arguments are buffers
             if isinstance(op, (opc.TransposeOp, *REINDEXING_MAPS)):
                 return None
-            if isinstance(op, opc.FullOp) or is_splat_constant(op):  # type: ignore[arg-type]
+            if isinstance(op, opc.FullOp) or is_splat_constant(op):
                 continue
-            operands = [op.dout] if isinstance(op, opc.CastGradOp) else op.operands  # type: ignore[union-attr]
+            operands = [op.dout] if isinstance(op, opc.CastGradOp) else op.operands
             todo.extend((o, False) for o in operands)
         return list(dict.fromkeys(leaves))
 
     def flat_view(self, buf: SSAValue) -> SSAValue:
-        n = numel(buf.type.get_shape())  # type: ignore[attr-defined]
-        t = MemRefType(buf.type.element_type, [n])  # type: ignore[attr-defined]
+        n = numel(shape_of(buf))
+        t = MemRefType(element_of(buf), [n])
         view = self.e.value(memref.ReinterpretCastOp(buf, [], [], [], [0], [n], [1], t))
         view.name_hint = f"{buf.name_hint or 'buf'}_flat"
         return view
@@ -167,12 +171,13 @@ class PointwiseLowering:
     def value_at_root(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue:
         """Like value_at, but evaluates v's own op even though v has a buffer."""
         op = v.owner
-        if is_splat_constant(op):  # type: ignore[arg-type]
-            return self.e.const(op.value.get_values()[0], element_of(v))  # type: ignore[union-attr]
+        assert isinstance(op, Operation)  # v has a buffer of its own: an op's result
+        if is_splat_constant(op):
+            return self.e.const(splat_value(op), element_of(v))
         saved = self.buffers.pop(v)
-        self.inlined.add(op)  # type: ignore[arg-type]
+        self.inlined.add(op)
         try:
             return self.value_at(v, idx)
         finally:
-            self.inlined.discard(op)  # type: ignore[arg-type]
+            self.inlined.discard(op)
             self.buffers[v] = saved

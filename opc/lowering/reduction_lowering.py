@@ -10,7 +10,7 @@ import math as pymath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from xdsl.dialects import arith, memref
+from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import (
     ArrayAttr,
     IntegerType,
@@ -22,7 +22,9 @@ from xdsl.ir import Attribute, SSAValue
 
 from opc.dialects import opc
 from opc.dialects.kinds import element_of, numel, shape_of
+from opc.dialects.opc import int_width
 from opc.dialects.opc_loops import CheckIndexOp
+from opc.lowering.lowering_state import LoweringState
 from opc.lowering.scalars import (
     compute_type,
     is_half,
@@ -51,7 +53,7 @@ class Accumulator:
     result: Callable[[list[SSAValue]], SSAValue]
 
 
-class ReductionLowering:
+class ReductionLowering(LoweringState):
     def lower_reduce(self, op: opc.ReduceOp) -> None:
         self.reduce_into(self.buffer_for(op.result), element_of(op.result), shape_of(op.x), op.axes_list(),
                          opc.flag(op.keepdim), self.REDUCE_KINDS[type(op)], lambda idx: self.value_at(op.x, idx))
@@ -200,7 +202,7 @@ class ReductionLowering:
         sign = -1 if kind == "max" else 1
         if opc.is_float(acc_t):
             return e.const(sign * pymath.inf, acc_t)
-        width = acc_t.width.data  # type: ignore[attr-defined]
+        width = int_width(acc_t)
         if is_unsigned(elem):
             return e.const(0 if kind == "max" else (1 << width) - 1, acc_t)
         return e.const(-(1 << (width - 1)) if kind == "max" else (1 << (width - 1)) - 1, acc_t)
@@ -243,7 +245,8 @@ class ReductionLowering:
         results = self.e.for_loop(extent, inits, step)
         if clauses and results:
             loop = results[0].owner
+            assert isinstance(loop, scf.ForOp)
             # a run-time check writes the status record from any iteration: no simd lanes then
-            if not any(isinstance(o, CheckIndexOp) for o in loop.walk()):  # type: ignore[union-attr]
-                loop.attributes[SIMD_ATTR] = ArrayAttr([StringAttr(c) for c in clauses])  # type: ignore[union-attr]
+            if not any(isinstance(o, CheckIndexOp) for o in loop.walk()):
+                loop.attributes[SIMD_ATTR] = ArrayAttr([StringAttr(c) for c in clauses])
         return results

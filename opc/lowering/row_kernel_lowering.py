@@ -17,6 +17,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from opc.dialects import opc
 from opc.dialects.kinds import element_of, shape_of
+from opc.lowering.lowering_state import LoweringState
 from opc.transforms.opc_schedule import RowKernel
 
 ROW_BUFFER_BYTES = 64 * 1024  # row buffers of one row kernel, on each thread's stack
@@ -30,7 +31,7 @@ def element_bytes(t: Attribute) -> int:
     return max(1, width.data // 8) if width is not None else (8 if t == f64 else 4 if t == f32 else 2)
 
 
-class RowKernelLowering:
+class RowKernelLowering(LoweringState):
     def lower_row_kernel(self, rk: RowKernel) -> None:
         """One parallel loop over the rows; per row, one pass per reduction level.
 
@@ -45,9 +46,11 @@ class RowKernelLowering:
         level: dict[Operation, int] = {}
         for o in rk.ops:
             level[o] = max([level[p] + isinstance(p, opc.ReduceOp) for a in o.operands
-                            if (p := a.owner) in members] or [0])  # type: ignore[operator]
-        outputs = {o.results[0] for o in rk.ops if any(u.operation not in members for u in o.results[0].uses)}
-        out_bufs = {v: self.buffer_for(v) for v in sorted(outputs, key=lambda v: rk.ops.index(v.owner))}  # type: ignore[arg-type]
+                            if isinstance(p := a.owner, Operation) and p in members] or [0])
+        outputs: set[SSAValue] = {o.results[0] for o in rk.ops
+                                  if any(u.operation not in members for u in o.results[0].uses)}
+        out_bufs: dict[SSAValue, SSAValue] = {v: self.buffer_for(v) for v in (o.results[0] for o in rk.ops)
+                                              if v in outputs}  # in op order
         for v in outputs:
             del self.buffers[v]  # inside the kernel a member is computed, not loaded
         staged: list[Operation] = []
@@ -83,8 +86,9 @@ class RowKernelLowering:
                         if v in out_bufs:
                             e.store(self.row_scalars[v], out_bufs[v], row_index(v, outer_idx))
                 reductions = [o for o in rk.ops if isinstance(o, opc.ReduceOp) and level[o] == lv]
-                stores = [o.results[0] for o in rk.ops if not isinstance(o, opc.ReduceOp) and level[o] == lv
-                          and shape_of(o.results[0]) == full and (o.results[0] in out_bufs or o in staged)]
+                stores: list[SSAValue] = [
+                    o.results[0] for o in rk.ops if not isinstance(o, opc.ReduceOp) and level[o] == lv
+                    and shape_of(o.results[0]) == full and (o.results[0] in out_bufs or o in staged)]
                 if reductions or stores:
                     self.row_pass(rk, outer_idx, reductions, stores, out_bufs, row_bufs)
 
@@ -125,7 +129,8 @@ class RowKernelLowering:
                 at += n
             return out
 
-        results = self.reduction_loop(rk.length, inits, step, None if None in clauses else clauses)  # type: ignore[arg-type]
+        known = [c for c in clauses if c is not None]
+        results = self.reduction_loop(rk.length, inits, step, known if len(known) == len(clauses) else None)
         at = 0
         for r, s in zip(reductions, states):
             n = len(s.inits)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from typing import cast
 
 from xdsl.dialects import arith, math, memref, scf
 from xdsl.dialects.builtin import (
@@ -26,14 +27,14 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     Signedness,
-    TensorType,
     f32,
     f64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from opc.dialects import opc
-from opc.dialects.kinds import element_of
+from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.opc import int_width
 from opc.errors import UnsupportedError
 from opc.ops.registry import ELEMENTWISE
 
@@ -65,8 +66,8 @@ def scalar_type(t: Attribute) -> Attribute:
     return t
 
 
-def memref_of(t: TensorType) -> MemRefType:
-    return MemRefType(t.element_type, list(t.get_shape()))
+def memref_of(t: Attribute) -> MemRefType:
+    return MemRefType(element_of(t), list(shape_of(t)))
 
 
 
@@ -106,7 +107,8 @@ class Emitter:
             elif isinstance(t, IntegerType):
                 op = arith.ConstantOp(IntegerAttr(int(value), t, truncate_bits=True))
             else:
-                op = arith.ConstantOp(FloatAttr(float(value), t))  # type: ignore[arg-type]
+                assert isinstance(t, opc.FLOAT_TYPES)
+                op = arith.ConstantOp(FloatAttr(float(value), t))
             self.consts[key] = self.value(op)
         return self.consts[key]
 
@@ -115,7 +117,7 @@ class Emitter:
 
     # -- loops ---------------------------------------------------------------
 
-    def parallel(self, shape: Sequence[int], body: Callable[[list[SSAValue]], None]) -> None:
+    def parallel(self, shape: Sequence[int], body: Callable[[list[SSAValue]], object]) -> None:
         """An scf.parallel nest over `shape` (rank 0: the body alone)."""
         if not shape:
             body([])
@@ -145,7 +147,7 @@ class Emitter:
         return self.value(arith.BitcastOp(v, scalar_type(v.type))) if scalar_type(v.type) != v.type else v
 
     def store(self, v: SSAValue, buf: SSAValue, idx: Sequence[SSAValue]) -> None:
-        elem = buf.type.element_type  # type: ignore[attr-defined]
+        elem = element_of(buf)
         if v.type != elem:
             v = self.value(arith.BitcastOp(v, elem))
         self.emit(memref.StoreOp.get(v, buf, idx))
@@ -180,15 +182,18 @@ class Emitter:
             if opc.is_bool(dst):
                 return self.value(arith.CmpfOp(x, self.const(0.0, x.type), "une"))  # NaN -> true, as NumPy
             # The C emitter gives fptosi/fptoui saturating semantics (NaN -> 0).
+            assert isinstance(dst, IntegerType)
             return self.value((arith.FPToUIOp if is_unsigned(dst_elem) else arith.FPToSIOp)(x, dst))
         if df:
+            assert isinstance(dst, opc.FLOAT_TYPES)
             wide = f64 if is_half(dst) else dst  # int -> f64 -> half: one rounding for any |x| < 2^53
             x = self.value((arith.UIToFPOp if is_unsigned(src) else arith.SIToFPOp)(v, wide))
             return self.value(arith.TruncFOp(x, dst)) if is_half(dst) else x
         # int -> int
         if opc.is_bool(dst):
             return self.value(arith.CmpiOp(v, self.const(0, src), "ne"))
-        sw, dw = src.width.data, dst.width.data  # type: ignore[attr-defined]
+        assert isinstance(src, IntegerType) and isinstance(dst, IntegerType)
+        sw, dw = src.width.data, dst.width.data
         if sw < dw:
             return self.value((arith.ExtUIOp if is_unsigned(src) else arith.ExtSIOp)(v, dst))
         if sw > dw:
@@ -299,7 +304,7 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
         return e.convert(args[0], element_of(op.x), op.dtype)
     if isinstance(op, opc.BitcastOp):
         if opc.is_bool(element_of(op.x)):  # an i1 byte holds 0 or 1: as i8/ui8 the same 0 or 1
-            return e.value(arith.ExtUIOp(args[0], scalar_type(op.dtype)))
+            return e.value(arith.ExtUIOp(args[0], cast(IntegerType, scalar_type(op.dtype))))  # i8 or ui8
         return e.value(arith.BitcastOp(args[0], scalar_type(op.dtype)))
     if isinstance(op, opc.SelectOp):
         return e.value(arith.SelectOp(args[0], args[1], args[2]))
@@ -319,13 +324,13 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
             r = e.value(FLOAT_UNARY[kind](xs[0]))
         elif kind is opc.ReluOp:
             r = e.value(arith.MaximumfOp(xs[0], e.const(0.0, in_t)))  # NaN propagates, as np.maximum
-        elif kind is opc.GeluOp:
+        elif isinstance(op, opc.GeluOp):
             r = s.gelu(xs[0], opc.flag(op.approximate))
         elif kind is opc.SigmoidOp:
             r = s.sigmoid(xs[0])
         elif kind is opc.ReluGradOp:
             r = relu_grad_scalar(e, xs[0], xs[1])
-        elif kind is opc.GeluGradOp:
+        elif isinstance(op, opc.GeluGradOp):
             r = gelu_grad_scalar(e, xs[0], xs[1], opc.flag(op.approximate))
         else:
             raise UnsupportedError(f"no scalar lowering for {op.name} on {in_t}")
@@ -352,7 +357,7 @@ def full_value(value: float, t: Attribute) -> float | int:
         return int(value != 0)
     if pymath.isnan(value):
         return 0
-    width = t.width.data  # type: ignore[attr-defined]
+    width = int_width(t)
     lo, hi = (0, (1 << width) - 1) if is_unsigned(t) else (-(1 << (width - 1)), (1 << (width - 1)) - 1)
     return hi if value >= hi else lo if value <= lo else int(value)
 

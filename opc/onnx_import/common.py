@@ -11,6 +11,7 @@ from xdsl.dialects.builtin import Float32Type, Float64Type
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.graph import BY_NUMPY, Node, numpy_dtype_of
 from opc.onnx_import.lists import Value
 
@@ -23,11 +24,11 @@ I64 = BY_NUMPY[np.dtype(np.int64)]
 
 def scalar(node: Node, value: float, like: SSAValue) -> SSAValue:
     """A rank-0 constant of like's element type (broadcasts against anything)."""
-    return node.e.constant(np.array(value, numpy_dtype_of(like.type.element_type)))  # type: ignore[attr-defined]
+    return node.e.constant(np.array(value, numpy_dtype_of(element_of(like))))
 
 
 def numpy_of(v: SSAValue) -> np.dtype:
-    return numpy_dtype_of(v.type.element_type)  # type: ignore[attr-defined]
+    return numpy_dtype_of(element_of(v))
 
 
 def node_numpy_dtype(node: Node, i: int) -> np.dtype:
@@ -55,23 +56,23 @@ def iota(shape: Sequence[int], axis: int, dtype=np.int64) -> np.ndarray:
 
 def along(node: Node, x: SSAValue, axis: int, start: int, stop: int) -> SSAValue:
     """x[..., start:stop, ...] on `axis`."""
-    shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+    shape = list(shape_of(x))
     lo, hi = [0] * len(shape), list(shape)
     lo[axis], hi[axis] = start, stop
     return node.e.value(o.SliceOp(x, lo, hi))
 
 
 def flip(node: Node, x: SSAValue, axis: int) -> SSAValue:
-    n = x.type.get_shape()[axis]  # type: ignore[attr-defined]
+    n = shape_of(x)[axis]
     return node.e.value(o.GatherOp(x, node.e.constant(np.arange(n - 1, -1, -1, dtype=np.int64)), axis))
 
 
 def shifted_in(node: Node, x: SSAValue, axis: int, k: int, fill: float) -> SSAValue:
     """x moved k places along axis, the first k filled with `fill`."""
-    shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+    shape = list(shape_of(x))
     head = list(shape)
     head[axis] = k
-    pad = node.e.constant(np.full(head, fill, numpy_dtype_of(x.type.element_type)))  # type: ignore[attr-defined]
+    pad = node.e.constant(np.full(head, fill, numpy_dtype_of(element_of(x))))
     if k >= shape[axis]:
         return pad if k == shape[axis] else along(node, pad, axis, 0, shape[axis])
     return node.e.value(o.ConcatOp([pad, along(node, x, axis, 0, shape[axis] - k)], axis))
@@ -81,11 +82,11 @@ def rows_times(node: Node, x: SSAValue, axis: int, matrix: np.ndarray) -> SSAVal
     """x with its `axis` (moved last, flattened with the others into rows) multiplied by matrix,
     the new axis put back in place."""
     e = node.e
-    shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+    shape = list(shape_of(x))
     perm = [d for d in range(len(shape)) if d != axis] + [axis]
     moved = e.transpose(x, perm)
     lead = [shape[d] for d in perm[:-1]]
-    dtype = numpy_dtype_of(x.type.element_type)  # type: ignore[attr-defined]
+    dtype = numpy_dtype_of(element_of(x))
     out = e.matmul(e.reshape(moved, [max(math.prod(lead), 1), shape[axis]]), e.constant(matrix.astype(dtype)))
     out = e.reshape(out, [*lead, matrix.shape[1]])
     return e.transpose(out, list(np.argsort(perm)))
@@ -164,7 +165,7 @@ def axis_taps(s: Pointwise, x: SSAValue, length: int, mode: str, padding: str,
     out = []
     for index, weight in taps:
         if padding == "zeros":  # a tap outside the image weighs 0 (and reads a clamped, valid index)
-            f = index.type.element_type  # type: ignore[attr-defined]
+            f = element_of(index)
             inside = e.mul(e.cast(s.lt(index, s.c(length)), f), e.cast(s.gt(index, s.c(-1.0)), f))
             weight = inside if weight is None else e.mul(weight, inside)
             index = s.clamp(index, 0, length - 1)

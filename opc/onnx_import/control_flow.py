@@ -29,6 +29,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import Value, Values
 from opc.onnx_import.graph import Node, converter
 from opc.onnx_import.lists import Item, Items, Opt, Seq, is_list
@@ -60,7 +61,7 @@ def type_of(v: Item) -> tuple:
     if isinstance(v, Opt):
         return ("optional", None if v.item is None else type_of(v.item))
     if isinstance(v, SSAValue):
-        return (str(v.type.element_type), tuple(v.type.get_shape()))  # type: ignore[attr-defined]
+        return (str(element_of(v)), shape_of(v))
     return (str(np.asarray(v).dtype), np.shape(v))
 
 
@@ -71,7 +72,7 @@ def stack(node: Node, parts: Sequence[Value], axis: int) -> Value:
     pieces = []
     for p in parts:
         v = as_value(node, p)
-        shape = list(v.type.get_shape())  # type: ignore[attr-defined]
+        shape = list(shape_of(v))
         pieces.append(node.e.reshape(v, shape[:axis] + [1] + shape[axis:]))
     return pieces[0] if len(pieces) == 1 else node.e.value(o.ConcatOp(pieces, axis))
 
@@ -80,7 +81,7 @@ def take(node: Node, x: Value, axis: int, i: int) -> Value:
     """x[..., i, ...] along axis, the axis dropped."""
     if not isinstance(x, SSAValue):
         return np.take(np.asarray(x), i, axis=axis)
-    shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+    shape = list(shape_of(x))
     start, limit = [0] * len(shape), list(shape)
     start[axis], limit[axis] = i, i + 1
     piece = node.e.value(o.SliceOp(x, start, limit, [1] * len(shape)))
@@ -112,7 +113,7 @@ def if_(node: Node) -> Items:
     then_out = import_body(node, "then_branch", [])
     else_out = import_body(node, "else_branch", [])
     cond = node.input(0)
-    if list(cond.type.get_shape()) != [] and cond.type.get_shape() != (1,):  # type: ignore[attr-defined]
+    if list(shape_of(cond)) != [] and shape_of(cond) != (1,):
         raise node.fail("the condition must hold one element")
     if any(type_of(a) != type_of(b) and (is_list(a) or is_list(b)) for a, b in zip(then_out, else_out)):
         # sequences of two lengths, an optional empty in one branch only: the outputs' layout depends on the

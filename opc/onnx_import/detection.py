@@ -7,6 +7,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import F32, F64, I64, Pointwise, Values, as_i64, evaluated, nonempty, numpy_of
 from opc.onnx_import.graph import Node, converter
 
@@ -41,7 +42,7 @@ def roi_align(node: Node) -> Values:
     ratio = int(node.attr("sampling_ratio", 0))
     e = node.e
     rois = node.input(1)
-    if rois.type.element_type not in (F32, F64):  # type: ignore[attr-defined]
+    if element_of(rois) not in (F32, F64):
         rois = e.cast(rois, F32)
     batch = as_i64(node, node.input(2))
     setting = RoiSetting(node, xshape, out, float(node.attr("spatial_scale", 1.0)), transform == "half_pixel", mode)
@@ -110,7 +111,7 @@ def roi_align_grid(s: RoiSetting, rois: SSAValue, batch: SSAValue, grid: tuple[i
     """RoiAlign of rois [R, 4] (all with this grid size) -> [R, C, oh, ow]."""
     node, e = s.node, s.node.e
     n, c, h, w = s.xshape
-    r = rois.type.get_shape()[0]  # type: ignore[attr-defined]
+    r = shape_of(rois)[0]
     (oh, ow), (gh, gw) = s.out, grid
     col = Pointwise(node, e.value(o.SliceOp(rois, [0, 0], [r, 1])))
 
@@ -137,7 +138,7 @@ def roi_align_grid(s: RoiSetting, rois: SSAValue, batch: SSAValue, grid: tuple[i
                       e.cast(e.reshape(xi, xrow), I64))
         index = e.add(e.broadcast_to(index, [r, 1, oh, gh, ow, gw]), base)
         weight = e.mul(e.mul(e.reshape(wy, ycol), e.reshape(wx, xrow)), inside)
-        if weight.type.element_type != xdtype:  # type: ignore[attr-defined]
+        if element_of(weight) != xdtype:
             weight = e.cast(weight, xdtype)
         value = e.mul(e.value(o.GatherOp(flat_x, e.broadcast_to(index, full), 0)), weight)
         if result is None:

@@ -12,6 +12,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of
 from opc.onnx_import.common import Values, gt, lt, node_numpy_dtype, numpy_of, scalar
 from opc.onnx_import.graph import BY_NUMPY, ELEMENT_TYPES, Node, as_newer, converter, dtype_name, same_since
 from opc.onnx_import.linalg import bias_after_gemm
@@ -91,9 +92,9 @@ def power(node: Node) -> Values:
     if numpy_of(x).kind == "i" and numpy_of(exponent).kind == "f":  # in double, truncated back (as NumPy's astype)
         f64 = BY_NUMPY[np.dtype(np.float64)]
         wide = node.e.value(o.PowOp(node.e.cast(x, f64), node.e.cast(exponent, f64)))
-        return [node.e.cast(wide, x.type.element_type)]  # type: ignore[attr-defined]
-    if exponent.type.element_type != x.type.element_type:  # type: ignore[attr-defined]
-        exponent = node.e.cast(exponent, x.type.element_type)  # type: ignore[attr-defined]
+        return [node.e.cast(wide, element_of(x))]
+    if element_of(exponent) != element_of(x):
+        exponent = node.e.cast(exponent, element_of(x))
     return [node.e.value(o.PowOp(x, exponent))]
 
 
@@ -176,13 +177,13 @@ def cast(node: Node) -> Values:
         raise node.fail(f"cast to {dtype_name(to)} is not supported")
     x = node.input(0)
     element = ELEMENT_TYPES[to][1]
-    return [x if x.type.element_type == element else node.e.cast(x, element)]  # type: ignore[attr-defined]
+    return [x if element_of(x) == element else node.e.cast(x, element)]
 
 
 @converter("CastLike", since=15)
 def cast_like(node: Node) -> Values:
     x, element = node.input(0), node.element(1)
-    return [x if x.type.element_type == element else node.e.cast(x, element)]  # type: ignore[attr-defined]
+    return [x if element_of(x) == element else node.e.cast(x, element)]
 
 
 
@@ -360,7 +361,7 @@ def mod(node: Node) -> Values:
                          e.select(gt(node, r, zero), lt(node, ys, zero), bool_constant(node, False)))
         r = e.select(other, e.add(r, ys), r)
     r = e.broadcast_to(r, np.broadcast_shapes(node.shape(0), node.shape(1)))
-    return [r if dtype == work else e.cast(r, x.type.element_type)]  # type: ignore[attr-defined]
+    return [r if dtype == work else e.cast(r, element_of(x))]
 
 
 @converter("Shrink", since=9)
@@ -391,7 +392,7 @@ def bit_cast(node: Node) -> Values:
     if to not in ELEMENT_TYPES:
         raise node.fail(f"bitcast to {dtype_name(to)} is not supported")
     x, element = node.input(0), ELEMENT_TYPES[to][1]
-    src = x.type.element_type  # type: ignore[attr-defined]
+    src = element_of(x)
     if o.storage_bits(src) != o.storage_bits(element) or (o.is_bool(element) and not o.is_bool(src)):
         raise node.fail(f"bitcast from {src} to {element}: the element types must have one width "
                         "(and to bool only from bool)")

@@ -43,6 +43,7 @@ from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder
+from opc.dialects.kinds import element_of, shape_of
 from opc.errors import BuildError, InputError, UnsupportedError, first_line
 from opc.onnx_import.lists import Item, Opt, Seq, is_list, layout_of, leaves
 
@@ -442,9 +443,9 @@ class NodeEmitter(OpBuilder):
     def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
         if isinstance(x.owner, o.ReshapeOp):  # a reshape of a reshape: one reshape
             x = x.owner.x
-        if tuple(x.type.get_shape()) == tuple(shape):  # type: ignore[attr-defined]
+        if shape_of(x) == tuple(shape):
             return x
-        return self.value(o.ReshapeOp(x, o.tensor(shape, x.type.element_type)))  # type: ignore[attr-defined]
+        return self.value(o.ReshapeOp(x, o.tensor(shape, element_of(x))))
 
     def transpose(self, x: SSAValue, perm: Sequence[int]) -> SSAValue:
         if list(perm) == list(range(len(perm))):
@@ -452,9 +453,9 @@ class NodeEmitter(OpBuilder):
         return self.value(o.TransposeOp(x, perm))
 
     def broadcast_to(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-        if tuple(x.type.get_shape()) == tuple(shape):  # type: ignore[attr-defined]
+        if shape_of(x) == tuple(shape):
             return x
-        return self.value(o.BroadcastToOp(x, o.tensor(shape, x.type.element_type)))  # type: ignore[attr-defined]
+        return self.value(o.BroadcastToOp(x, o.tensor(shape, element_of(x))))
 
     def constant(self, array: np.ndarray) -> SSAValue:
         array = np.asarray(array)

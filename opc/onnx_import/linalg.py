@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import Float32Type, Float64Type
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import Values, scalar
 from opc.onnx_import.graph import Node, converter, same_since
 
@@ -40,8 +41,8 @@ def bias_after_gemm(node: Node, y: SSAValue, bias: SSAValue) -> SSAValue | None:
     if not isinstance(reshape, o.ReshapeOp) or not isinstance(reshape.x.owner, o.MatmulOp):
         return None
     gemm = reshape.x
-    rows, n = gemm.type.get_shape() if len(gemm.type.get_shape()) == 2 else (0, -1)  # type: ignore[attr-defined]
-    out, b = list(y.type.get_shape()), list(bias.type.get_shape())  # type: ignore[attr-defined]
+    rows, n = shape_of(gemm) if len(shape_of(gemm)) == 2 else (0, -1)
+    out, b = list(shape_of(y)), list(shape_of(bias))
     if not b or b[-1] != n or math.prod(b) != n or len(b) > len(out) or out[-1] != n:
         return None
     e = node.e
@@ -118,7 +119,7 @@ def diagonal(node: Node, x: SSAValue, term: str) -> tuple[SSAValue, str]:
         c = next(c for c in term if term.count(c) > 1)
         p = term.index(c)
         q = term.index(c, p + 1)
-        shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+        shape = list(shape_of(x))
         rest = [k for k in range(len(term)) if k not in (p, q)]
         n = shape[p]
         x = e.reshape(e.transpose(x, rest + [p, q]), [shape[k] for k in rest] + [n * n])
@@ -146,7 +147,7 @@ def einsum(node: Node) -> Values:
         raise node.fail(f"equation '{equation}': output '{out}' repeats a letter or names one no operand has")
     product = None
     for x, term in operands:
-        shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+        shape = list(shape_of(x))
         order = sorted(range(len(term)), key=lambda k: letters.index(term[k]))
         x = e.transpose(x, order)
         spread = [shape[term.index(c)] if c in term else 1 for c in letters]
@@ -180,11 +181,11 @@ def det(node: Node) -> Values:
     m = math.prod(batch)
     a = e.reshape(x, [m, n, n])
     if n == 0:
-        out = e.full(1.0, o.tensor([m], a.type.element_type))  # type: ignore[attr-defined]
+        out = e.full(1.0, o.tensor([m], element_of(a)))
     else:
         out = e.reshape(eliminate(node, a, m, n), [m])
     out = e.reshape(out, list(batch))
-    return [out if out.type.element_type == dtype else e.cast(out, dtype)]  # type: ignore[attr-defined]
+    return [out if element_of(out) == dtype else e.cast(out, dtype)]
 
 
 def eliminate(node: Node, a: SSAValue, m: int, n: int) -> SSAValue:
@@ -196,7 +197,7 @@ def eliminate(node: Node, a: SSAValue, m: int, n: int) -> SSAValue:
         return e.value(o.SliceOp(row, [0, k], [m, k + 1], [1, 1]))  # [m, 1]
 
     def c(v: float) -> SSAValue:
-        return e.full(v, o.tensor([m, 1], a.type.element_type))  # type: ignore[attr-defined]
+        return e.full(v, o.tensor([m, 1], element_of(a)))
 
     sign = c(1.0)
     det = None

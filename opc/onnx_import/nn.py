@@ -21,6 +21,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import (
     I64,
     Pointwise,
@@ -78,8 +79,8 @@ def with_bias(node: Node, y: SSAValue, i: int) -> SSAValue:
     if not node.has(i):
         return y
     b = node.input(i)
-    rank = len(y.type.get_shape())  # type: ignore[attr-defined]
-    return node.e.add(y, node.e.reshape(b, [b.type.get_shape()[0], *[1] * (rank - 2)]))  # type: ignore[attr-defined]
+    rank = len(shape_of(y))
+    return node.e.add(y, node.e.reshape(b, [shape_of(b)[0], *[1] * (rank - 2)]))
 
 
 def spatial(node: Node, i: int = 0) -> tuple[int, ...]:
@@ -97,7 +98,7 @@ def conv(node: Node) -> Values:
 
 def convolution(node: Node, x: SSAValue, w: SSAValue) -> SSAValue:
     """x conv w with the node's strides, dilations, pads (or auto_pad) and group (Conv and its integer kin)."""
-    inp, kernel = x.type.get_shape()[2:], w.type.get_shape()[2:]  # type: ignore[attr-defined]
+    inp, kernel = shape_of(x)[2:], shape_of(w)[2:]
     r = len(inp)
     strides, dilations = ints(node, "strides", r, 1), ints(node, "dilations", r, 1)
     pads = same_pads(node, inp, kernel, strides, dilations)
@@ -139,9 +140,9 @@ def zeros_after(node: Node, y: SSAValue, counts: Sequence[int]) -> SSAValue:
     """y with counts[d] zeros after spatial dim d."""
     for d, count in enumerate(counts):
         if count:
-            shape = list(y.type.get_shape())  # type: ignore[attr-defined]
+            shape = list(shape_of(y))
             shape[d + 2] = count
-            y = node.e.value(o.ConcatOp([y, node.e.full(0.0, o.tensor(shape, y.type.element_type))], d + 2))  # type: ignore[attr-defined]
+            y = node.e.value(o.ConcatOp([y, node.e.full(0.0, o.tensor(shape, element_of(y)))], d + 2))
     return y
 
 
@@ -164,7 +165,7 @@ def pool_props(node: Node, average: bool) -> dict:
 @converter("MaxPool")
 def max_pool(node: Node) -> Values:
     x, props = node.input(0), pool_props(node, False)
-    elem = x.type.element_type  # type: ignore[attr-defined]
+    elem = element_of(x)
     small_int = isinstance(elem, IntegerType) and 1 < elem.width.data <= 16
     if small_int:  # 8- and 16-bit integers pool in float32, where they are exact
         x = node.e.cast(x, f32)
@@ -211,7 +212,7 @@ def like_x(node: Node, i: int) -> SSAValue:
     """Input i in x's element type (ONNX lets the statistics have their own)."""
     v = node.input(i)
     el = node.element(0)
-    return v if v.type.element_type == el else node.e.cast(v, el)  # type: ignore[attr-defined]
+    return v if element_of(v) == el else node.e.cast(v, el)
 
 
 @converter("BatchNormalization")
@@ -232,7 +233,7 @@ def batch_norm(node: Node) -> Values:
 def narrow_to(node: Node, v: SSAValue, i: int) -> SSAValue:
     """v cast to the element type of node input i (running statistics keep the statistics' type)."""
     el = node.element(i)
-    return v if v.type.element_type == el else node.e.cast(v, el)  # type: ignore[attr-defined]
+    return v if element_of(v) == el else node.e.cast(v, el)
 
 
 @converter("InstanceNormalization")
@@ -250,7 +251,7 @@ def group_norm(node: Node) -> Values:
     e = node.e
 
     def per_channel(v: SSAValue) -> SSAValue:
-        n = v.type.get_shape()[0]  # type: ignore[attr-defined]
+        n = shape_of(v)[0]
         if n == c or groups == 0 or c % groups or n != groups:
             return v
         rows = e.broadcast_to(e.reshape(v, [groups, 1]), [groups, c // groups])
@@ -305,7 +306,7 @@ def layer_norm(node: Node) -> Values:
 def label_loss(node: Node, logits: SSAValue, labels: SSAValue) -> SSAValue:
     """-log_softmax(logits)[label] per sample, [N, d1...], through opc.softmax_cross_entropy (axis 1)."""
     e = node.e
-    lab_shape = list(labels.type.get_shape())  # type: ignore[attr-defined]
+    lab_shape = list(shape_of(labels))
     lab = e.reshape(labels, [lab_shape[0], 1, *lab_shape[1:]])
     loss, _ = e.emit(o.SoftmaxCrossEntropyOp(logits, lab, 1)).results
     return e.reshape(loss, lab_shape)
@@ -314,9 +315,9 @@ def label_loss(node: Node, logits: SSAValue, labels: SSAValue) -> SSAValue:
 def nll_loss(node: Node, logp: SSAValue, labels: SSAValue) -> SSAValue:
     """-logp[label] per sample: a one-hot select over the class axis (1) and a sum."""
     e = node.e
-    shape = list(logp.type.get_shape())  # type: ignore[attr-defined]
+    shape = list(shape_of(logp))
     classes = np.arange(shape[1], dtype=numpy_of(labels)).reshape([1, shape[1]] + [1] * (len(shape) - 2))
-    lab_shape = list(labels.type.get_shape())  # type: ignore[attr-defined]
+    lab_shape = list(shape_of(labels))
     hit = e.value(o.EqualOp(e.reshape(labels, [lab_shape[0], 1, *lab_shape[1:]]), e.constant(classes)))
     picked = e.select(hit, logp, scalar(node, 0.0, logp))
     return e.neg(e.reduce_sum(picked, [1]))
@@ -338,14 +339,14 @@ def reduce_loss(node: Node, loss: SSAValue, labels: SSAValue) -> SSAValue:
     reduction = node.attr("reduction", "mean")
     if reduction == "none":
         return loss
-    axes = list(range(len(loss.type.get_shape())))  # type: ignore[attr-defined]
+    axes = list(range(len(shape_of(loss))))
     total = e.reduce_sum(loss, axes)
     if reduction == "sum":
         return total
     if reduction != "mean":
         raise node.fail(f"reduction must be none, sum or mean, got '{reduction}'")
     if weight is None:
-        return e.div(total, scalar(node, math.prod(loss.type.get_shape()), total))  # type: ignore[attr-defined]
+        return e.div(total, scalar(node, math.prod(shape_of(loss)), total))
     return e.div(total, e.reduce_sum(weight, axes))
 
 
@@ -402,7 +403,7 @@ def rms_normalization(node: Node) -> Values:
     axis = node.axis(node.attr("axis", -1), len(shape))
     if node.attr("stash_type", 1) != 1:
         raise node.fail(f"stash_type {node.attr('stash_type')} is not supported (only 1, float32)")
-    element = x.type.element_type  # type: ignore[attr-defined]
+    element = element_of(x)
     wide = numpy_of(x) in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
     xs = e.cast(x, Float32Type()) if wide else x
     axes = list(range(axis, len(shape)))
@@ -471,7 +472,7 @@ def col2im(node: Node) -> Values:
             if all(0 <= pixel[d] < image[d] for d in range(r)):
                 matrix[ki * blocks + li, np.ravel_multi_index(pixel, image)] += 1
     rows = e.reshape(node.input(0), [n * (ckk // k), k * blocks])
-    dtype = numpy_dtype_of(rows.type.element_type)  # type: ignore[attr-defined]
+    dtype = numpy_dtype_of(element_of(rows))
     return [e.reshape(e.matmul(rows, e.constant(matrix.astype(dtype))), [n, ckk // k, *image])]
 
 
@@ -519,7 +520,7 @@ def max_unpool(node: Node) -> Values:
     n = math.prod(shape)
     x = e.reshape(node.input(0), [n])
     flat = e.reshape(as_i64(node, node.input(1)), [n])
-    zeros = e.full(0.0, o.tensor([math.prod(inferred)], x.type.element_type))  # type: ignore[attr-defined]
+    zeros = e.full(0.0, o.tensor([math.prod(inferred)], element_of(x)))
     added = e.value(o.GatherGradOp(zeros, flat, x, 0))
     hits = e.value(o.GatherGradOp(zeros, flat, e.full(1.0, x), 0))
     return [e.reshape(e.div(added, e.value(o.MaximumOp(hits, e.full(1.0, hits)))), inferred)]
@@ -577,7 +578,7 @@ def deform_conv(node: Node) -> Values:
 
     def operand(i: int) -> SSAValue:
         v = node.input(i)
-        return v if v.type.element_type == compute else e.cast(v, compute)  # type: ignore[attr-defined]
+        return v if element_of(v) == compute else e.cast(v, compute)
 
     x, weights, offset = operand(0), operand(1), operand(2)
     g = offset_group

@@ -18,6 +18,7 @@ from xdsl.dialects.builtin import IntegerType, Signedness
 from xdsl.ir import Attribute, SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import F32, F64, Values
 from opc.onnx_import.graph import ELEMENT_TYPES, Node, converter
 from opc.onnx_import.nn import convolution
@@ -38,7 +39,7 @@ def per_axis(node: Node, i: int, shape: Sequence[int], axis: int, block: int) ->
     """Input i (a scale or zero point) made broadcastable to shape: a scalar as is, a vector along
     axis, a block-quantized tensor with each element repeated block times along axis."""
     v = node.input(i)
-    vshape = list(v.type.get_shape())  # type: ignore[attr-defined]
+    vshape = list(shape_of(v))
     if len(vshape) == 0 or int(np.prod(vshape)) == 1:
         return node.e.reshape(v, [])
     node.axis(axis, len(shape))
@@ -55,7 +56,7 @@ def per_axis(node: Node, i: int, shape: Sequence[int], axis: int, block: int) ->
     v = node.e.broadcast_to(node.e.reshape(v, vshape[:axis + 1] + [1] + vshape[axis + 1:]), wide)
     v = node.e.reshape(v, vshape[:axis] + [blocks * block] + vshape[axis + 1:])
     if blocks * block != shape[axis]:  # the last block is short
-        limit = list(v.type.get_shape())  # type: ignore[attr-defined]
+        limit = list(shape_of(v))
         limit[axis] = shape[axis]
         v = node.e.value(o.SliceOp(v, [0] * len(shape), limit, [1] * len(shape)))
     return v
@@ -70,7 +71,7 @@ def saturate(node: Node, x: SSAValue, target: int) -> SSAValue:
 
 
 def quantize(node: Node, x: SSAValue, scale: SSAValue, zero_point: SSAValue | None, target: int) -> SSAValue:
-    q = node.e.value(o.RoundOp(node.e.div(x, node.e.cast(scale, x.type.element_type))))  # type: ignore[attr-defined]
+    q = node.e.value(o.RoundOp(node.e.div(x, node.e.cast(scale, element_of(x)))))
     q = node.e.cast(q, F32)
     if zero_point is not None:
         q = node.e.add(q, node.e.cast(zero_point, F32))
@@ -89,7 +90,7 @@ def quantize_linear(node: Node) -> Values:
     shape = node.shape(0)
     axis, block = quant_axis(node, len(shape))
     zp = per_axis(node, 2, shape, axis, block) if node.has(2) else None
-    target = integer_of(zp.type.element_type) if zp is not None else int(node.attr("output_dtype", 0) or 2)  # type: ignore[attr-defined]
+    target = integer_of(element_of(zp)) if zp is not None else int(node.attr("output_dtype", 0) or 2)
     if target not in RANGES:
         raise node.fail("opc quantizes to uint8, int8, uint16 and int16 only")
     precision = node.attr("precision")
@@ -108,7 +109,7 @@ def dequantize_linear(node: Node) -> Values:
     scale = per_axis(node, 1, shape, axis, block)
     y = node.e.mul(x, node.e.cast(scale, F32))
     out = node.attr("output_dtype")
-    return [node.e.cast(y, ELEMENT_TYPES[int(out)][1] if out else scale.type.element_type)]  # type: ignore[attr-defined]
+    return [node.e.cast(y, ELEMENT_TYPES[int(out)][1] if out else element_of(scale))]
 
 
 @converter("DynamicQuantizeLinear", since=11)
@@ -136,9 +137,9 @@ def centered(node: Node, i: int, zp: int | None, axis_of_vector: int | None = No
     if zp is None or not node.has(zp):
         return v
     z = node.e.cast(node.input(zp), F64)
-    zshape = list(z.type.get_shape())  # type: ignore[attr-defined]
+    zshape = list(shape_of(z))
     if zshape and int(np.prod(zshape)) > 1 and axis_of_vector is not None:
-        rank = len(v.type.get_shape())  # type: ignore[attr-defined]
+        rank = len(shape_of(v))
         z = node.e.reshape(z, [zshape[0] if d == axis_of_vector % rank else 1 for d in range(rank)])
     elif int(np.prod(zshape)) == 1:
         z = node.e.reshape(z, [])
@@ -149,11 +150,11 @@ def requantize(node: Node, acc: SSAValue, scales: Sequence[int], y_scale: int, y
                out_like: int, vector_axis: int) -> SSAValue:
     """acc * (s_a * s_b / s_y) + y_zp, rounded and saturated. onnx's order: the factor in the scales'
     dtype, the product in float64 (an int32 times a float promotes to float64 in NumPy)."""
-    rank = len(acc.type.get_shape())  # type: ignore[attr-defined]
+    rank = len(shape_of(acc))
 
     def scale(i: int) -> SSAValue:
         s = node.input(i)
-        shape = list(s.type.get_shape())  # type: ignore[attr-defined]
+        shape = list(shape_of(s))
         if int(np.prod(shape)) == 1:
             return node.e.reshape(s, [])
         return node.e.reshape(s, [shape[0] if d == vector_axis % rank else 1 for d in range(rank)])
@@ -197,7 +198,7 @@ def qlinear_conv(node: Node) -> Values:
     w = centered(node, 3, 5, axis_of_vector=0)
     acc = convolution(node, x, w)
     if node.has(8):
-        rank = len(acc.type.get_shape())  # type: ignore[attr-defined]
+        rank = len(shape_of(acc))
         b = node.e.cast(node.input(8), F64)
-        acc = node.e.add(acc, node.e.reshape(b, [b.type.get_shape()[0], *[1] * (rank - 2)]))  # type: ignore[attr-defined]
+        acc = node.e.add(acc, node.e.reshape(b, [shape_of(b)[0], *[1] * (rank - 2)]))
     return [requantize(node, acc, (1, 4), 6, 7, out_like=0, vector_axis=1)]

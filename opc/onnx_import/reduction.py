@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of
 from opc.onnx_import.common import Values, flip, iota, lt, numpy_of, scalar, shifted_in
 from opc.onnx_import.graph import BY_NUMPY, Node, as_newer, converter, numpy_dtype_of
 
@@ -38,7 +39,7 @@ def reduce(node: Node, from_input: bool) -> Values:
     if kind in ("ReduceMax", "ReduceMin") and numpy_of(x).kind == "b":  # any / all: over 0/1 bytes
         u8 = BY_NUMPY[np.dtype(np.uint8)]
         r = e.value(SIMPLE_REDUCTIONS[kind](e.cast(x, u8), axes, keep))  # of nothing: 0 (any), 255 (all)
-        return [e.cast(r, x.type.element_type)]  # type: ignore[attr-defined]
+        return [e.cast(r, element_of(x))]
     if kind in SIMPLE_REDUCTIONS:
         return [e.value(SIMPLE_REDUCTIONS[kind](x, axes, keep))]
     if kind == "ReduceSumSquare":
@@ -123,7 +124,7 @@ def cumsum(node: Node) -> Values:
     rows = e.reshape(moved, [max(math.prod(moved_shape[:-1]), 1), n])
     summed = e.reshape(e.matmul(rows, e.constant(tri.astype(work))), moved_shape)
     back = e.transpose(summed, list(np.argsort(perm)))
-    return [back if dtype == work else e.cast(back, x.type.element_type)]  # type: ignore[attr-defined]
+    return [back if dtype == work else e.cast(back, element_of(x))]
 
 
 @converter("ReduceLogSum")
@@ -209,7 +210,7 @@ def top_k(node: Node) -> Values:
     if k == 0:
         raise node.fail("K = 0 (an empty result) is not supported")
     largest = bool(node.attr("largest", 1))
-    dtype = numpy_dtype_of(x.type.element_type)  # type: ignore[attr-defined]
+    dtype = numpy_dtype_of(element_of(x))
     if dtype.kind == "f":
         worst = -np.inf if largest else np.inf
     else:

@@ -24,6 +24,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import shape_of
 from opc.onnx_import.common import Values
 from opc.onnx_import.graph import Node, converter, same_since
 
@@ -60,12 +61,12 @@ class Layer:
 
     def columns(self, v: SSAValue, start: int, size: int) -> SSAValue:
         """Columns [start, start + size) of a [batch, n] value: one gate's block."""
-        batch = v.type.get_shape()[0]  # type: ignore[attr-defined]
+        batch = shape_of(v)[0]
         return self.e.value(o.SliceOp(v, [0, start], [batch, start + size]))
 
     def rows(self, w: SSAValue, start: int, size: int) -> SSAValue:
         """Rows [start, start + size) of a [n, cols] weight: one gate's weights."""
-        cols = w.type.get_shape()[1]  # type: ignore[attr-defined]
+        cols = shape_of(w)[1]
         return self.e.value(o.SliceOp(w, [start, 0], [start + size, cols]))
 
     def gate(self, v: SSAValue, k: int) -> SSAValue:
@@ -103,7 +104,7 @@ class Layer:
         return self.e.value(o.SliceOp(self.weight(3, d), [n], [2 * n]))
 
     def step_input(self, proj: SSAValue, t: int) -> SSAValue:
-        n = proj.type.get_shape()[-1]  # type: ignore[attr-defined]
+        n = shape_of(proj)[-1]
         step = self.e.value(o.SliceOp(proj, [t, 0, 0], [t + 1, self.batch, n]))
         return self.e.reshape(step, [self.batch, n])
 
@@ -113,7 +114,7 @@ class Layer:
             state = self.node.input(i)
             if self.node.attr("layout", 0):  # [batch, directions, hidden]
                 state = self.e.transpose(state, [1, 0, 2])
-            shape = state.type.get_shape()  # type: ignore[attr-defined]
+            shape = shape_of(state)
             x = self.e.value(o.SliceOp(state, [d, 0, 0], [d + 1, *shape[1:]]))
             return self.e.reshape(x, [self.batch, self.hidden])
         return self.e.full(0.0, o.tensor([self.batch, self.hidden], self.node.element(0)))
@@ -134,7 +135,7 @@ def layer(node: Node) -> tuple[Layer, SSAValue]:
         raise node.fail(f"X must have rank 3, got shape {list(node.shape(0))}")
     if layout == 1:
         x = node.e.transpose(x, [1, 0, 2])
-    seq, batch, _ = x.type.get_shape()  # type: ignore[attr-defined]
+    seq, batch, _ = shape_of(x)
     hidden = node.attr("hidden_size")
     if hidden is None:
         hidden = node.shape(2)[-1]

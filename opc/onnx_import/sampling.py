@@ -21,6 +21,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of
 from opc.onnx_import.common import F32, F64, I64, Pointwise, Values, axis_taps, numpy_of
 from opc.onnx_import.graph import BY_NUMPY, Node, as_newer, converter, numpy_dtype_of
 
@@ -131,7 +132,7 @@ def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
         y = e.transpose(out, list(np.argsort(perm)))
         current[a] = m
     if dtype != work:  # nearest on integers: the 0/1 weights pick exact values
-        y = e.cast(y, x.type.element_type)  # type: ignore[attr-defined]
+        y = e.cast(y, element_of(x))
     return y
 
 
@@ -185,7 +186,7 @@ def grid_sample(node: Node) -> Values:
     e = node.e
     n, c, spatial, out = xshape[0], xshape[1], xshape[2:], gshape[1:-1]
     grid = node.input(1)
-    if grid.type.element_type not in (F32, F64):  # type: ignore[attr-defined]
+    if element_of(grid) not in (F32, F64):
         grid = e.cast(grid, F32)  # half grids: their points in float32 (float64 ones keep their precision)
     per_axis = []
     for i, length in enumerate(spatial):
@@ -218,7 +219,7 @@ def grid_sample(node: Node) -> Values:
         index = e.add(e.broadcast_to(index, [n, c, *out]), e.constant(base))
         value = e.value(o.GatherOp(flat_x, index, 0))
         if weight is not None:
-            value = e.mul(value, e.cast(weight, dtype) if dtype != weight.type.element_type else weight)  # type: ignore[attr-defined]
+            value = e.mul(value, e.cast(weight, dtype) if dtype != element_of(weight) else weight)
         total = value if total is None else e.add(total, value)
     return [total]
 

@@ -15,6 +15,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import shape_of
 from opc.onnx_import.control_flow import as_value, import_body
 from opc.onnx_import.graph import Node, converter
 from opc.onnx_import.lists import Item, Items, Opt, Seq, Value
@@ -86,7 +87,7 @@ def sequence_length(node: Node) -> Items:
 
 def dims(v: Value) -> list[int]:
     """The shape of a tensor of a sequence: an SSA value or an array known at compile time."""
-    return list(v.type.get_shape()) if isinstance(v, SSAValue) else list(np.shape(v))  # type: ignore[attr-defined]
+    return list(shape_of(v)) if isinstance(v, SSAValue) else list(np.shape(v))
 
 
 @converter("ConcatFromSequence", since=11)

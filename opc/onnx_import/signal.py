@@ -8,6 +8,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import Values, along, evaluated, rows_times
 from opc.onnx_import.graph import BY_NUMPY, Node, converter, numpy_dtype_of
 
@@ -68,7 +69,7 @@ def dft(node: Node, axis: int, length_input: int | None) -> Values:
 
 def transform(node: Node, x: SSAValue, axis: int, length: int, inverse: bool, onesided: bool) -> SSAValue:
     e = node.e
-    shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+    shape = list(shape_of(x))
     rank = len(shape)
     if rank < 2 or shape[-1] not in (1, 2):
         raise node.fail(f"the last dim must be 1 (real) or 2 (complex), got shape {list(shape)}")
@@ -77,7 +78,7 @@ def transform(node: Node, x: SSAValue, axis: int, length: int, inverse: bool, on
     if length < 1:
         raise node.fail(f"dft_length must be positive, got {length}")
     cos, sin = dft_matrices(shape[axis], length, inverse, onesided)
-    dtype = numpy_dtype_of(x.type.element_type)  # type: ignore[attr-defined]
+    dtype = numpy_dtype_of(element_of(x))
     if dtype != np.float64:  # sums of n terms in float64, rounded once (as numpy.fft's result, cast)
         x = e.cast(x, BY_NUMPY[np.dtype(np.float64)])
     squeeze = [*shape[:-1]]
@@ -86,7 +87,7 @@ def transform(node: Node, x: SSAValue, axis: int, length: int, inverse: bool, on
     out_re = rows_times(node, re, axis, cos)
     if im is not None:
         out_re = e.sub(out_re, rows_times(node, im, axis, sin))
-    out_shape = list(out_re.type.get_shape())  # type: ignore[attr-defined]
+    out_shape = list(shape_of(out_re))
     parts = [out_re]
     if not (inverse and onesided):
         out_im = rows_times(node, re, axis, sin)

@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import Float64Type
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import (
     Values,
     along,
@@ -352,7 +353,7 @@ def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, 
     reduction = node.attr("reduction", "none")
     if reduction not in ("none", "add", "mul", "min", "max"):
         raise node.fail(f"reduction '{reduction}' is not supported (none, add, mul, min, max)")
-    shape = list(data.type.get_shape())  # type: ignore[attr-defined]
+    shape = list(shape_of(data))
     d = e.reshape(data, rows)
     if reduction in ("mul", "min", "max"):  # any dtype: select, mul, minimum, maximum
         return e.reshape(scatter_one_by_one(node, d, flat, updates, reduction), shape)
@@ -371,8 +372,8 @@ def scatter_into(node: Node, data: SSAValue, flat: SSAValue, updates: SSAValue, 
 
 def scatter_one_by_one(node: Node, d: SSAValue, flat: SSAValue, updates: SSAValue, reduction: str) -> SSAValue:
     e = node.e
-    rows = list(d.type.get_shape())  # type: ignore[attr-defined]
-    count = math.prod(flat.type.get_shape())  # type: ignore[attr-defined]
+    rows = list(shape_of(d))
+    count = math.prod(shape_of(flat))
     if count > 256:
         raise node.fail(f"reduction '{reduction}' of {count} updates is not supported (at most 256)")
     flat = e.reshape(flat, [count])
@@ -391,8 +392,8 @@ def scatter_by_position(node: Node, data: SSAValue, flat: SSAValue, updates: SSA
     """Integer data (BART's shift of the token ids), exactly: each row learns which update hits it (its
     position + 1 scatter-added in f64, exact below 2**53 updates; 0: none), then gathers that update."""
     e = node.e
-    shape = list(data.type.get_shape())  # type: ignore[attr-defined]
-    fshape = list(flat.type.get_shape())  # type: ignore[attr-defined]
+    shape = list(shape_of(data))
+    fshape = list(shape_of(flat))
     n = math.prod(fshape)
     positions = e.constant(np.arange(1, n + 1, dtype=np.float64).reshape(fshape))
     pos = e.value(o.GatherGradOp(e.full(0.0, o.tensor([rows[0]], Float64Type())), flat, positions, 0))
@@ -607,9 +608,9 @@ def center_crop_pad(node: Node) -> Values:
     axes = [node.axis(int(a), len(shape)) for a in node.attr("axes", list(range(len(shape))))]
     if len(axes) != len(target):
         raise node.fail(f"shape has {len(target)} sizes for {len(axes)} axes")
-    dtype = numpy_dtype_of(x.type.element_type)  # type: ignore[attr-defined]
+    dtype = numpy_dtype_of(element_of(x))
     for a, want in zip(axes, target):
-        have = list(x.type.get_shape())[a]  # type: ignore[attr-defined]
+        have = list(shape_of(x))[a]
         if want < have:
             start = (have - want) // 2
             x = along(node, x, a, start, start + want)
@@ -617,7 +618,7 @@ def center_crop_pad(node: Node) -> Values:
             before = (want - have) // 2
             parts = []
             for size in (before, want - have - before):
-                pad_shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+                pad_shape = list(shape_of(x))
                 pad_shape[a] = size
                 parts.append(e.constant(np.zeros(pad_shape, dtype)) if size else None)
             x = e.value(o.ConcatOp([p for p in (parts[0], x, parts[1]) if p is not None], a))

@@ -11,15 +11,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IntegerType, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from xdsl.rewriter import InsertPoint
 
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder, narrow, wide
+from opc.dialects.kinds import element_of, shape_of
 from opc.ops.registration import REWRITES, decomposition
 from opc.ops.vjp_rules import (
     attention_probs,
@@ -80,7 +82,7 @@ class CastGradInvokePattern(RulePattern):
     OP = o.CastGradOp
 
     def build(self, e: OpBuilder, op: o.CastGradOp) -> Sequence[SSAValue]:
-        return [e.cast(op.dout, op.x.type.element_type)]  # type: ignore[attr-defined]
+        return [e.cast(op.dout, element_of(op.x))]
 
 
 # ---------------------------------------------------------------------------
@@ -97,10 +99,10 @@ class FusedGemmEpilogueGradPattern(RulePattern):
 
     def build(self, e: OpBuilder, op: o.FusedGemmEpilogueGradOp) -> Sequence[SSAValue]:
         act, z = op.activation_grad.data, op.reserve_space
-        if act == "relu_grad":
-            dz = e.value(o.ReluGradOp(z, op.dout))  # type: ignore[arg-type]
-        elif act == "gelu_grad":
-            dz = e.value(o.GeluGradOp(z, op.dout, approximate=True))  # type: ignore[arg-type]
+        if act in ("relu_grad", "gelu_grad"):
+            assert z is not None  # an activation grad reads the pre-activation
+            grad = o.ReluGradOp(z, op.dout) if act == "relu_grad" else o.GeluGradOp(z, op.dout, approximate=True)
+            dz = e.value(grad)
         else:
             dz = op.dout
         if dz is not op.dout:
@@ -221,8 +223,8 @@ def shifted(e: OpBuilder, x: SSAValue, axis: int) -> SSAValue:
 def keep_shape(v: SSAValue, axes: Sequence[int], element=None) -> o.TensorType:  # noqa: ANN001
     """v's shape with `axes` set to 1 (what reduce keepdim gives), in v's or the given element type."""
     t = v.type
-    shape = [1 if i in axes else n for i, n in enumerate(t.get_shape())]  # type: ignore[attr-defined]
-    return o.tensor(shape, element or t.element_type)  # type: ignore[attr-defined]
+    shape = [1 if i in axes else n for i, n in enumerate(shape_of(t))]
+    return o.tensor(shape, element or element_of(t))
 
 
 def label_onehot(e: OpBuilder, label: SSAValue, classes: int, axis: int) -> SSAValue:
@@ -231,12 +233,13 @@ def label_onehot(e: OpBuilder, label: SSAValue, classes: int, axis: int) -> SSAV
     A label outside [0, classes) is made an index that gather refuses, so the
     composite raises the IndexError the kernel does (naming the label argument)."""
     lt = label.type
-    el = lt.element_type  # type: ignore[attr-defined]
-    iota = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(o.tensor([classes], el), list(range(classes)))))
+    el = element_of(lt)
+    iota_t = cast("TensorType[IntegerType]", o.tensor([classes], el))  # the label's integer type
+    iota = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(iota_t, list(range(classes)))))
     negative = e.value(o.LessThanOp(label, e.full(0.0, label)))
     guarded = e.select(negative, e.full(float(classes), label), label)
     checked = e.value(o.GatherOp(iota, guarded, 0))
-    rank = len(lt.get_shape())  # type: ignore[attr-defined]
+    rank = len(shape_of(lt))
     along = e.value(o.ReshapeOp(iota, o.tensor([classes if i == axis else 1 for i in range(rank)], el)))
     return e.value(o.EqualOp(checked, along))
 
@@ -276,14 +279,14 @@ class LayerNormPattern(RulePattern):
     def build(self, e: OpBuilder, op: o.LayerNormOp) -> Sequence[SSAValue]:
         x = wide(e, op.x)
         begin = op.begin()
-        axes = list(range(begin, len(x.type.get_shape())))  # type: ignore[attr-defined]
+        axes = list(range(begin, len(shape_of(x))))
         mean = e.value(o.ReduceMeanOp(x, axes, keepdim=True))
         centred = e.sub(x, mean)
         var = e.value(o.ReduceMeanOp(e.mul(centred, centred), axes, keepdim=True))
         rstd = e.value(o.RsqrtOp(e.add(var, e.full(op.epsilon.value.data, var))))
         y = e.add(e.mul(e.mul(centred, rstd), wide(e, op.scale)), wide(e, op.bias))
         lead = op.mean.type
-        return [narrow(e, y, op.x), e.value(o.ReshapeOp(mean, lead)), e.value(o.ReshapeOp(rstd, lead))]  # type: ignore[arg-type]
+        return [narrow(e, y, op.x), e.value(o.ReshapeOp(mean, lead)), e.value(o.ReshapeOp(rstd, lead))]
 
 
 @decomposition(o.SoftmaxCrossEntropyOp)
@@ -298,7 +301,7 @@ class SoftmaxCrossEntropyPattern(RulePattern):
         ez = e.value(o.ExpOp(z))
         total = e.reduce_sum(ez, [axis], keepdim=True)
         log_softmax = e.sub(z, e.value(o.LogOp(total)))
-        classes = z.type.get_shape()[axis]  # type: ignore[attr-defined]
+        classes = shape_of(z)[axis]
         onehot = label_onehot(e, op.label, classes, axis)
         picked = e.reduce_sum(e.select(onehot, log_softmax, e.full(0.0, log_softmax)), [axis], keepdim=True)
         return [narrow(e, e.neg(picked), op.loss), narrow(e, e.div(ez, total), op.softmax)]
@@ -338,7 +341,7 @@ class LayerNormGradPattern(RulePattern):
     def build(self, e: OpBuilder, op: o.LayerNormGradOp) -> Sequence[SSAValue]:
         x, dy, scale = wide(e, op.x), wide(e, op.dy), wide(e, op.scale)
         begin = op.begin()
-        rank = len(x.type.get_shape())  # type: ignore[attr-defined]
+        rank = len(shape_of(x))
         axes, lead = list(range(begin, rank)), list(range(begin))
         keep = keep_shape(x, axes)
         mean, rstd = e.value(o.ReshapeOp(op.mean, keep)), e.value(o.ReshapeOp(op.rstd, keep))
@@ -361,8 +364,8 @@ class SoftmaxCrossEntropyGradPattern(RulePattern):
     def build(self, e: OpBuilder, op: o.SoftmaxCrossEntropyGradOp) -> Sequence[SSAValue]:
         axis = op.axis_index()
         sm = wide(e, op.softmax)
-        classes = sm.type.get_shape()[axis]  # type: ignore[attr-defined]
-        onehot = e.cast(label_onehot(e, op.label, classes, axis), sm.type.element_type)  # type: ignore[attr-defined]
+        classes = shape_of(sm)[axis]
+        onehot = e.cast(label_onehot(e, op.label, classes, axis), element_of(sm))
         return [narrow(e, e.mul(e.sub(sm, onehot), wide(e, op.dloss)), op.softmax)]
 
 
@@ -392,11 +395,11 @@ class ConvGradInputInvokePattern(RulePattern):
 def conv_patches(e: OpBuilder, x: SSAValue, g: o.ConvGeometry) -> SSAValue:
     """im2col in primitives: x zero-padded (concat with full), then one strided slice per kernel
     offset, stacked to [N, C, kvol, P] (P the output positions)."""
-    r, element = g.spatial, x.type.element_type  # type: ignore[attr-defined]
+    r, element = g.spatial, element_of(x)
     for d in range(r):
         before, after = g.pads[d], g.pads[r + d]
         if before or after:
-            shape = list(x.type.get_shape())  # type: ignore[attr-defined]
+            shape = list(shape_of(x))
             parts = [x]
             if before:
                 parts.insert(0, e.value(o.FullOp(0.0, o.tensor([*shape[:2 + d], before, *shape[3 + d:]], element))))
@@ -422,7 +425,7 @@ class ConvPattern(RulePattern):
     def build(self, e: OpBuilder, op: o.ConvOp) -> Sequence[SSAValue]:
         g = op.geometry()
         x, w = wide(e, op.lhs), wide(e, op.rhs)
-        el, ck = x.type.element_type, g.c // g.group * math.prod(g.kernel)  # type: ignore[attr-defined]
+        el, ck = element_of(x), g.c // g.group * math.prod(g.kernel)
         cols = e.value(o.ReshapeOp(conv_patches(e, x, g), o.tensor([g.n, g.group, ck, math.prod(g.out)], el)))
         wg = e.value(o.ReshapeOp(w, o.tensor([g.group, g.o // g.group, ck], el)))
         y = e.value(o.ReshapeOp(e.matmul(wg, cols), o.tensor(g.y_shape, el)))
@@ -437,9 +440,9 @@ class FusedConvEpiloguePattern(RulePattern):
 
     def build(self, e: OpBuilder, op: o.FusedConvEpilogueOp) -> Sequence[SSAValue]:
         y = e.value(o.ConvOp(op.x, op.w, op.out.type, op.conv_props()))
-        shape = op.out.type.get_shape()  # type: ignore[attr-defined]
+        shape = shape_of(op.out)
         bias = e.value(o.ReshapeOp(op.bias, o.tensor([shape[1]] + [1] * (len(shape) - 2),
-                                                     op.bias.type.element_type)))  # type: ignore[attr-defined]
+                                                     element_of(op.bias))))
         z = e.add(y, bias)
         act = op.activation.data
         if act == "none":
@@ -457,7 +460,7 @@ class ConvGradFilterPattern(RulePattern):
     def build(self, e: OpBuilder, op: o.ConvGradFilterOp) -> Sequence[SSAValue]:
         g = op.geometry()
         x, dout = wide(e, op.lhs), wide(e, op.rhs)
-        el, ck, p = x.type.element_type, g.c // g.group * math.prod(g.kernel), math.prod(g.out)  # type: ignore[attr-defined]
+        el, ck, p = element_of(x), g.c // g.group * math.prod(g.kernel), math.prod(g.out)
 
         def by_group(v: SSAValue, rows: int) -> SSAValue:
             """[N, G * rows, ...] -> [G, rows, N * P]"""
@@ -484,7 +487,7 @@ class BatchNormPattern(RulePattern):
 
     def build(self, e: OpBuilder, op: o.BatchNormOp) -> Sequence[SSAValue]:
         x = wide(e, op.x)
-        rank, axes = len(x.type.get_shape()), channel_axes(x)  # type: ignore[attr-defined]
+        rank, axes = len(shape_of(x)), channel_axes(x)
         scale, bias = (per_channel(e, wide(e, v), rank) for v in (op.scale, op.bias))
         eps = op.epsilon.value.data
         if not o.flag(op.training):
@@ -496,7 +499,7 @@ class BatchNormPattern(RulePattern):
         bvar = e.value(o.ReduceMeanOp(e.mul(centred, centred), axes, keepdim=True))
         rstd = e.value(o.RsqrtOp(e.add(bvar, e.full(eps, bvar))))
         y = e.add(e.mul(e.mul(centred, rstd), scale), bias)
-        c = o.tensor([x.type.get_shape()[1]], x.type.element_type)  # type: ignore[attr-defined]
+        c = o.tensor([shape_of(x)[1]], element_of(x))
         flat = [e.value(o.ReshapeOp(v, c)) for v in (bmean, bvar, rstd)]
         m = op.momentum.value.data
 
@@ -517,7 +520,7 @@ class BatchNormGradPattern(RulePattern):
 
     def build(self, e: OpBuilder, op: o.BatchNormGradOp) -> Sequence[SSAValue]:
         x, dy = wide(e, op.x), wide(e, op.dy)
-        rank, axes = len(x.type.get_shape()), channel_axes(x)  # type: ignore[attr-defined]
+        rank, axes = len(shape_of(x)), channel_axes(x)
         scale, mean, rstd = (per_channel(e, wide(e, v), rank) for v in (op.scale, op.saved_mean, op.saved_rstd))
         xhat = e.mul(e.sub(x, mean), rstd)
         g = e.mul(dy, scale)
@@ -537,9 +540,9 @@ class GroupedNormPattern(RulePattern):
 
     def build(self, e: OpBuilder, op: o.GroupedNormOp) -> Sequence[SSAValue]:
         x = op.x
-        shape, el, g = x.type.get_shape(), x.type.element_type, op.groups()  # type: ignore[attr-defined]
+        shape, el, g = shape_of(x), element_of(x), op.groups()
         rows = e.value(o.ReshapeOp(x, o.tensor([shape[0] * g, math.prod(shape) // (shape[0] * g)], el)))
-        rest = o.tensor([rows.type.get_shape()[1]], el)  # type: ignore[attr-defined]
+        rest = o.tensor([shape_of(rows)[1]], el)
         ln = o.LayerNormOp(rows, e.full(1.0, rest), e.full(0.0, rest), 1, op.epsilon.value.data)
         e.emit(ln)
         y = wide(e, e.value(o.ReshapeOp(ln.y, x.type)))
@@ -558,12 +561,12 @@ class AttentionPattern(RulePattern):
 
     def build(self, e: OpBuilder, op: o.AttentionOp) -> Sequence[SSAValue]:
         s = attention_scores(e, op)
-        last = len(s.type.get_shape()) - 1  # type: ignore[attr-defined]
+        last = len(shape_of(s)) - 1
         m = e.value(o.ReduceMaxOp(s, [last], keepdim=True))
         ex = e.value(o.ExpOp(e.sub(s, m)))
         total = e.reduce_sum(ex, [last], keepdim=True)
         out = e.matmul(e.div(ex, total), wide(e, op.v))
-        lse = e.value(o.ReshapeOp(e.add(m, e.value(o.LogOp(total))), op.lse.type))  # type: ignore[arg-type]
+        lse = e.value(o.ReshapeOp(e.add(m, e.value(o.LogOp(total))), op.lse.type))
         return [narrow(e, out, op.out), lse]
 
 

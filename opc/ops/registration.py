@@ -64,7 +64,7 @@ ELEMENTWISE: dict[OpClass, Elementwise] = {}
 
 def once(table: dict, op: OpClass, value: object, what: str) -> None:
     if op in table:
-        raise AssertionError(f"{op.name}: a second {what} registered")  # type: ignore[attr-defined]
+        raise AssertionError(f"{op.name}: a second {what} registered")
     table[op] = value
 
 
@@ -77,6 +77,13 @@ def vjp(*ops: OpClass, any_dtype: bool = False) -> Callable[[Callable], Callable
         return rule
 
     return register
+
+
+def takes_missing(rule: Callable) -> Callable:
+    """Marks a vjp rule that reads None as the cotangent of a result nobody uses (the autodiff
+    passes zeros to the others)."""
+    setattr(rule, "takes_missing", True)  # noqa: B010  (a plain attribute, for getattr)
+    return rule
 
 
 def not_differentiable(*ops: OpClass) -> None:

@@ -37,7 +37,7 @@ from types import MappingProxyType
 
 from xdsl.ir import Operation
 
-from opc.dialects.opc import Opc
+from opc.dialects.opc import Opc, OpcOp
 
 # The rule modules register themselves on import: the registry is built after all of them.
 from opc.ops import decompositions, elementwise, vjp_rules  # noqa: F401
@@ -70,14 +70,15 @@ class OpEntry:
 
 
 def build(op: OpClass) -> OpEntry:
-    kind = op.KIND  # type: ignore[attr-defined]
+    assert issubclass(op, OpcOp)  # KIND and KERNELS: the op's own row
+    kind = op.KIND
     gradient, rewrite, ew = GRADIENTS.get(op), REWRITES.get(op), ELEMENTWISE.get(op)
     invoke = rewrite.invoke if rewrite else None
-    kernels = frozenset(op.KERNELS)  # type: ignore[attr-defined]
+    kernels = frozenset(op.KERNELS)
     realised_by = None
     if kind == "grad":
         realised_by = "kernel" if kernels else "invoke" if invoke else "composite" if rewrite else None
-    return OpEntry(op, op.name, kind,  # type: ignore[attr-defined]
+    return OpEntry(op, op.name, kind,
                    vjp=gradient.rule if gradient else None, any_dtype=bool(gradient and gradient.any_dtype),
                    composite=rewrite is not None and invoke is None, realised_by=realised_by, invoke=invoke,
                    kernels=kernels, onnx=ew.onnx if ew else None, rule=rewrite.pattern if rewrite else None)

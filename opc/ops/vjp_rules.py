@@ -17,16 +17,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, TensorType
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder, narrow, wide
-from opc.ops.registration import THROUGH_RULE, not_differentiable, through_rule, vjp
+from opc.dialects.kinds import element_of, shape_of
+from opc.ops.registration import THROUGH_RULE, not_differentiable, takes_missing, through_rule, vjp
 
+Douts = Sequence[SSAValue]
+"""A rule's cotangents, one per result; an unused result's is zeros (None only in a rule marked
+takes_missing: MaybeDouts)."""
+MaybeDouts = Sequence[SSAValue | None]
 Grads = Sequence[SSAValue | None]
+"""A rule's gradients, one per operand; None: none flows to it."""
 
 
 
@@ -46,23 +53,23 @@ through_rule(o.CastGradOp, any_dtype=True)
 
 
 @vjp(o.CastOp, any_dtype=True)
-def vjp_cast(e: OpBuilder, op: o.CastOp, douts: Grads) -> Grads:
+def vjp_cast(e: OpBuilder, op: o.CastOp, douts: Douts) -> Grads:
     # Paddle's backward.yaml: cast_grad, realised by invoking cast(dout, x.dtype).
     return (e.value(o.CastGradOp(op.x, douts[0])),)
 
 
 @vjp(o.BroadcastToOp)
-def vjp_broadcast_to(e: OpBuilder, op: o.BroadcastToOp, douts: Grads) -> Grads:
+def vjp_broadcast_to(e: OpBuilder, op: o.BroadcastToOp, douts: Douts) -> Grads:
     return (e.unbroadcast(douts[0], op.x),)
 
 
 @vjp(o.ReshapeOp, any_dtype=True)
-def vjp_reshape(e: OpBuilder, op: o.ReshapeOp, douts: Grads) -> Grads:
-    return (e.value(o.ReshapeOp(douts[0], op.x.type)),)  # type: ignore[arg-type]
+def vjp_reshape(e: OpBuilder, op: o.ReshapeOp, douts: Douts) -> Grads:
+    return (e.value(o.ReshapeOp(douts[0], op.x.type)),)
 
 
 @vjp(o.TransposeOp, any_dtype=True)
-def vjp_transpose(e: OpBuilder, op: o.TransposeOp, douts: Grads) -> Grads:
+def vjp_transpose(e: OpBuilder, op: o.TransposeOp, douts: Douts) -> Grads:
     perm = op.perm_list()
     inverse = [perm.index(i) for i in range(len(perm))]
     return (e.value(o.TransposeOp(douts[0], inverse)),)
@@ -73,36 +80,36 @@ def _keepdim(e: OpBuilder, op: o.ReduceOp, v: SSAValue) -> SSAValue:
     if o.flag(op.keepdim):
         return v
     x = op.x.type
-    shape = o.reduced_shape(x.get_shape(), op.axes_list(), True)  # type: ignore[attr-defined]
-    return e.value(o.ReshapeOp(v, o.tensor(shape, v.type.element_type)))  # type: ignore[attr-defined]
+    shape = o.reduced_shape(shape_of(x), op.axes_list(), True)
+    return e.value(o.ReshapeOp(v, o.tensor(shape, element_of(v))))
 
 
 @vjp(o.ReduceSumOp)
-def vjp_reduce_sum(e: OpBuilder, op: o.ReduceSumOp, douts: Grads) -> Grads:
-    return (e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type)),)  # type: ignore[arg-type]
+def vjp_reduce_sum(e: OpBuilder, op: o.ReduceSumOp, douts: Douts) -> Grads:
+    return (e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type)),)
 
 
 @vjp(o.ReduceMaxOp)
-def vjp_reduce_max(e: OpBuilder, op: o.ReduceMaxOp, douts: Grads) -> Grads:
+def vjp_reduce_max(e: OpBuilder, op: o.ReduceMaxOp, douts: Douts) -> Grads:
     # The gradient goes to the maxima, split evenly between ties (like torch.amax).
     x = op.x
-    hit = e.cast(e.value(o.EqualOp(x, _keepdim(e, op, result_of(op)))), x.type.element_type)  # type: ignore[attr-defined]
+    hit = e.cast(e.value(o.EqualOp(x, _keepdim(e, op, result_of(op)))), element_of(x))
     count = e.reduce_sum(hit, op.axes_list(), keepdim=True)
     share = e.div(_keepdim(e, op, douts[0]), count)
     return (e.mul(hit, share),)
 
 
 @vjp(o.ReduceMinOp)
-def vjp_reduce_min(e: OpBuilder, op: o.ReduceMinOp, douts: Grads) -> Grads:
+def vjp_reduce_min(e: OpBuilder, op: o.ReduceMinOp, douts: Douts) -> Grads:
     # The gradient goes to the minima, split evenly between ties, as for reduce_max.
-    return vjp_reduce_max(e, op, douts)  # type: ignore[arg-type]
+    return vjp_reduce_max(e, op, douts)
 
 
 @vjp(o.ReduceMeanOp)
-def vjp_reduce_mean(e: OpBuilder, op: o.ReduceMeanOp, douts: Grads) -> Grads:
-    shape = op.x.type.get_shape()  # type: ignore[attr-defined]
+def vjp_reduce_mean(e: OpBuilder, op: o.ReduceMeanOp, douts: Douts) -> Grads:
+    shape = shape_of(op.x)
     count = math.prod(shape[a] for a in op.axes_list())
-    spread = e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type))  # type: ignore[arg-type]
+    spread = e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type))
     return (e.scale(spread, 1.0 / count if count else 0.0),)
 
 
@@ -120,26 +127,27 @@ def matmul_grads(
 
 
 @vjp(o.MatmulOp)
-def vjp_matmul(e: OpBuilder, op: o.MatmulOp, douts: Grads) -> Grads:
+def vjp_matmul(e: OpBuilder, op: o.MatmulOp, douts: Douts) -> Grads:
     """matmul_grads, each summed back over the batch dims its operand was broadcast along.
 
     [B.., M, K] @ [K, N] (a Linear layer) folds the batch into the rows instead,
     so that dY is one GEMM rather than a batch of them and a reduction."""
     x, y, d = op.x, op.y, douts[0]
     tx, ty = o.flag(op.trans_x), o.flag(op.trans_y)
-    xs, ys = x.type.get_shape(), y.type.get_shape()  # type: ignore[attr-defined]
+    xs, ys = shape_of(x), shape_of(y)
     if len(ys) == 2 and len(xs) > 2 and not tx:
         rows = math.prod(xs[:-1])
-        x2 = e.value(o.ReshapeOp(x, o.tensor([rows, xs[-1]], x.type.element_type)))  # type: ignore[attr-defined]
-        d2 = e.value(o.ReshapeOp(d, o.tensor([rows, d.type.get_shape()[-1]], d.type.element_type)))  # type: ignore[attr-defined]
+        x2 = e.value(o.ReshapeOp(x, o.tensor([rows, xs[-1]], element_of(x))))
+        d2 = e.value(o.ReshapeOp(d, o.tensor([rows, shape_of(d)[-1]], element_of(d))))
         dx2, dy = matmul_grads(e, x2, y, d2, False, ty)
-        return e.value(o.ReshapeOp(dx2, x.type)), dy  # type: ignore[arg-type]
+        return e.value(o.ReshapeOp(dx2, x.type)), dy
     dx, dy = matmul_grads(e, x, y, d, tx, ty)
     return e.unbroadcast(dx, x), e.unbroadcast(dy, y)
 
 
+@takes_missing  # None for an unused result's cotangent (see below)
 @vjp(o.FusedGemmEpilogueOp)
-def vjp_fused_gemm_epilogue(e: OpBuilder, op: o.FusedGemmEpilogueOp, douts: Grads) -> Grads:
+def vjp_fused_gemm_epilogue(e: OpBuilder, op: o.FusedGemmEpilogueOp, douts: MaybeDouts) -> Grads:
     """Emits fused_gemm_epilogue_grad fed by reserve_space (the pre-activation Z).
 
     When reserve_space itself has a cotangent (Z is used downstream), dZ is
@@ -151,6 +159,7 @@ def vjp_fused_gemm_epilogue(e: OpBuilder, op: o.FusedGemmEpilogueOp, douts: Grad
     dreserve = douts[1] if len(douts) > 1 else None
     reserve = op.reserve_space
     if dreserve is None:
+        assert dout is not None  # both cotangents missing: the autodiff skips the op
         if act == "none":
             grad = o.FusedGemmEpilogueGradOp(op.x, op.y, None, dout, tx, ty, "none")
         else:
@@ -166,8 +175,6 @@ def vjp_fused_gemm_epilogue(e: OpBuilder, op: o.FusedGemmEpilogueOp, douts: Grad
     return tuple(grad.results)
 
 
-vjp_fused_gemm_epilogue.takes_missing = True  # type: ignore[attr-defined]  # None douts: see above
-
 
 # ---------------------------------------------------------------------------
 # Index maps
@@ -181,19 +188,19 @@ def type_carrier(e: OpBuilder, v: SSAValue) -> SSAValue:
 
 
 @vjp(o.SliceOp)
-def vjp_slice(e: OpBuilder, op: o.SliceOp, douts: Grads) -> Grads:
+def vjp_slice(e: OpBuilder, op: o.SliceOp, douts: Douts) -> Grads:
     return (e.value(o.SliceGradOp(type_carrier(e, op.x), douts[0], *op.slice_params())),)
 
 
 @vjp(o.ConcatOp)
-def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Grads) -> Grads:
+def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Douts) -> Grads:
     """Each operand's gradient is its slab of dout along the axis."""
     (d,) = douts
     axis = op.axis_index()
-    shape = list(d.type.get_shape())  # type: ignore[attr-defined]
+    shape = list(shape_of(d))
     grads, offset = [], 0
     for v in op.inputs:
-        width = v.type.get_shape()[axis]  # type: ignore[attr-defined]
+        width = shape_of(v)[axis]
         start = [offset if i == axis else 0 for i in range(len(shape))]
         limit = [offset + width if i == axis else n for i, n in enumerate(shape)]
         grads.append(e.value(o.SliceOp(d, start, limit)))
@@ -202,18 +209,18 @@ def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Grads) -> Grads:
 
 
 @vjp(o.GatherOp)
-def vjp_gather(e: OpBuilder, op: o.GatherOp, douts: Grads) -> Grads:
+def vjp_gather(e: OpBuilder, op: o.GatherOp, douts: Douts) -> Grads:
     return e.value(o.GatherGradOp(type_carrier(e, op.x), op.indices, douts[0], op.axis.value.data)), None
 
 
 @vjp(o.SliceGradOp)
-def vjp_slice_grad(e: OpBuilder, op: o.SliceGradOp, douts: Grads) -> Grads:
+def vjp_slice_grad(e: OpBuilder, op: o.SliceGradOp, douts: Douts) -> Grads:
     """dx = dout placed into zeros: d(dout) = the slice of ddx; x lends only its shape."""
     return None, e.value(o.SliceOp(douts[0], *op.slice_params()))
 
 
 @vjp(o.GatherGradOp)
-def vjp_gather_grad(e: OpBuilder, op: o.GatherGradOp, douts: Grads) -> Grads:
+def vjp_gather_grad(e: OpBuilder, op: o.GatherGradOp, douts: Douts) -> Grads:
     """dx = scatter-add of dout: d(dout) = the gather of ddx at the same indices."""
     return None, None, e.value(o.GatherOp(douts[0], op.indices, op.axis.value.data))
 
@@ -232,17 +239,17 @@ def is_zero(v: SSAValue | None) -> bool:
 
 
 @vjp(o.SoftmaxOp)
-def vjp_softmax(e: OpBuilder, op: o.SoftmaxOp, douts: Grads) -> Grads:
+def vjp_softmax(e: OpBuilder, op: o.SoftmaxOp, douts: Douts) -> Grads:
     return (e.value(o.SoftmaxGradOp(result_of(op), douts[0], op.axis.value.data)),)
 
 
 @vjp(o.LogSoftmaxOp)
-def vjp_log_softmax(e: OpBuilder, op: o.LogSoftmaxOp, douts: Grads) -> Grads:
+def vjp_log_softmax(e: OpBuilder, op: o.LogSoftmaxOp, douts: Douts) -> Grads:
     return (e.value(o.LogSoftmaxGradOp(result_of(op), douts[0], op.axis.value.data)),)
 
 
 @vjp(o.LayerNormOp)
-def vjp_layer_norm(e: OpBuilder, op: o.LayerNormOp, douts: Grads) -> Grads:
+def vjp_layer_norm(e: OpBuilder, op: o.LayerNormOp, douts: Douts) -> Grads:
     """layer_norm_grad from the saved mean and rstd; where mean or rstd are used
     downstream, their cotangents add d mean/dx = 1/N and d rstd/dx = -rstd^3 (x - mean) / N."""
     dy, dmean, drstd = douts
@@ -254,18 +261,18 @@ def vjp_layer_norm(e: OpBuilder, op: o.LayerNormOp, douts: Grads) -> Grads:
     if is_zero(dmean) and is_zero(drstd):
         return dx, dscale, dbias
     x = op.x
-    shape = x.type.get_shape()  # type: ignore[attr-defined]
-    stats_t = op.mean.type.element_type  # type: ignore[attr-defined]
+    shape = shape_of(x)
+    stats_t = element_of(op.mean)
     keep = o.tensor([*shape[:begin], *[1] * (len(shape) - begin)], stats_t)
     count = math.prod(shape[begin:])
-    xw = x if x.type.element_type == stats_t else e.cast(x, stats_t)  # type: ignore[attr-defined]
+    xw = x if element_of(x) == stats_t else e.cast(x, stats_t)
     extra = None
     if not is_zero(dmean):
-        extra = e.scale(e.value(o.BroadcastToOp(e.value(o.ReshapeOp(dmean, keep)), xw.type)), 1.0 / count)  # type: ignore[arg-type]
+        extra = e.scale(e.value(o.BroadcastToOp(e.value(o.ReshapeOp(dmean, keep)), xw.type)), 1.0 / count)
     if not is_zero(drstd):
         r = e.value(o.ReshapeOp(op.rstd, keep))
         centred = e.sub(xw, e.value(o.ReshapeOp(op.mean, keep)))
-        slope = e.scale(e.mul(e.mul(r, e.mul(r, r)), e.value(o.ReshapeOp(drstd, keep))), -1.0 / count)  # type: ignore[arg-type]
+        slope = e.scale(e.mul(e.mul(r, e.mul(r, r)), e.value(o.ReshapeOp(drstd, keep))), -1.0 / count)
         term = e.mul(centred, slope)
         extra = term if extra is None else e.add(extra, term)
     assert extra is not None
@@ -273,16 +280,16 @@ def vjp_layer_norm(e: OpBuilder, op: o.LayerNormOp, douts: Grads) -> Grads:
 
 
 @vjp(o.SoftmaxCrossEntropyOp)
-def vjp_softmax_cross_entropy(e: OpBuilder, op: o.SoftmaxCrossEntropyOp, douts: Grads) -> Grads:
+def vjp_softmax_cross_entropy(e: OpBuilder, op: o.SoftmaxCrossEntropyOp, douts: Douts) -> Grads:
     """dlogits = softmax_cross_entropy_grad(label, softmax, dloss), plus softmax_grad
     where the saved softmax is used downstream; the integer label gets none."""
     dloss, dsoftmax = douts
     axis = op.axis.value.data
     parts = []
     if not is_zero(dloss):
-        parts.append(e.value(o.SoftmaxCrossEntropyGradOp(op.label, op.softmax, dloss, axis)))  # type: ignore[arg-type]
+        parts.append(e.value(o.SoftmaxCrossEntropyGradOp(op.label, op.softmax, dloss, axis)))
     if not is_zero(dsoftmax):
-        parts.append(e.value(o.SoftmaxGradOp(op.softmax, dsoftmax, axis)))  # type: ignore[arg-type]
+        parts.append(e.value(o.SoftmaxGradOp(op.softmax, dsoftmax, axis)))
     if not parts:
         return e.full(0.0, op.logits), None
     return (parts[0] if len(parts) == 1 else e.add(parts[0], parts[1])), None
@@ -294,7 +301,7 @@ def vjp_softmax_cross_entropy(e: OpBuilder, op: o.SoftmaxCrossEntropyOp, douts: 
 
 
 @vjp(o.ConvOp)
-def vjp_conv(e: OpBuilder, op: o.ConvOp, douts: Grads) -> Grads:
+def vjp_conv(e: OpBuilder, op: o.ConvOp, douts: Douts) -> Grads:
     """dx = conv_grad_input(dout, w), dw = conv_grad_filter(x, dout), with the conv's attributes."""
     (d,) = douts
     props = o.conv_grad_ops(op)
@@ -303,7 +310,7 @@ def vjp_conv(e: OpBuilder, op: o.ConvOp, douts: Grads) -> Grads:
 
 
 @vjp(o.ConvTransposeOp)
-def vjp_conv_transpose(e: OpBuilder, op: o.ConvTransposeOp, douts: Grads) -> Grads:
+def vjp_conv_transpose(e: OpBuilder, op: o.ConvTransposeOp, douts: Douts) -> Grads:
     """conv_transpose is the input gradient of the conv from y to x: dx = conv(dout, w), and
     dw = conv_grad_filter of that conv, with dout as its input and x as its output gradient."""
     (d,) = douts
@@ -312,8 +319,9 @@ def vjp_conv_transpose(e: OpBuilder, op: o.ConvTransposeOp, douts: Grads) -> Gra
             e.value(o.ConvGradFilterOp(d, op.lhs, op.rhs.type, props)))
 
 
+@takes_missing  # None for an unused result's cotangent (see below)
 @vjp(o.FusedConvEpilogueOp)
-def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: Grads) -> Grads:
+def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: MaybeDouts) -> Grads:
     """dz = act_grad(reserve_space, dout) (+ reserve_space's own cotangent), then the conv's grads
     of dz and dbias = dz summed over the batch and spatial dims."""
     act = op.activation.data
@@ -328,40 +336,38 @@ def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: Grad
     if dz is None:
         dz = e.full(0.0, op.out)
     props = op.conv_props()
-    rank = len(op.out.type.get_shape())  # type: ignore[attr-defined]
+    rank = len(shape_of(op.out))
     return (e.value(o.ConvGradInputOp(dz, op.w, op.x.type, props)),
             e.value(o.ConvGradFilterOp(op.x, dz, op.w.type, props)),
             e.reduce_sum(dz, [0, *range(2, rank)]))
 
 
-vjp_fused_conv_epilogue.takes_missing = True  # type: ignore[attr-defined]  # None douts: see above
-
 
 # any_dtype: a cotangent of the i64 indices (a returned result gets one) must not stop y's from
 # flowing; the rule ignores it
 @vjp(o.MaxPoolOp, any_dtype=True)
-def vjp_max_pool(e: OpBuilder, op: o.MaxPoolOp, douts: Grads) -> Grads:
+def vjp_max_pool(e: OpBuilder, op: o.MaxPoolOp, douts: Douts) -> Grads:
     """dx = max_pool_grad(x, indices, dy); the indices carry no cotangent."""
     dy = douts[0] if douts[0] is not None else e.full(0.0, op.y)
     return (e.value(o.MaxPoolGradOp(op.x, op.indices, dy, dict(op.properties))),)
 
 
 @vjp(o.AvgPoolOp)
-def vjp_avg_pool(e: OpBuilder, op: o.AvgPoolOp, douts: Grads) -> Grads:
+def vjp_avg_pool(e: OpBuilder, op: o.AvgPoolOp, douts: Douts) -> Grads:
     return (e.value(o.AvgPoolGradOp(op.x, douts[0], dict(op.properties))),)
 
 
 @vjp(o.MaxPoolGradOp)
-def vjp_max_pool_grad(e: OpBuilder, op: o.MaxPoolGradOp, douts: Grads) -> Grads:
+def vjp_max_pool_grad(e: OpBuilder, op: o.MaxPoolGradOp, douts: Douts) -> Grads:
     """max_pool_grad is linear in dout: its adjoint gathers ddx at the indices."""
     (d,) = douts
     t = d.type
-    flat = e.value(o.ReshapeOp(d, o.tensor([math.prod(t.get_shape())], t.element_type)))  # type: ignore[attr-defined]
+    flat = e.value(o.ReshapeOp(d, o.tensor([math.prod(shape_of(t))], element_of(t))))
     return None, None, e.value(o.GatherOp(flat, op.indices, 0))
 
 
 @vjp(o.AvgPoolGradOp)
-def vjp_avg_pool_grad(e: OpBuilder, op: o.AvgPoolGradOp, douts: Grads) -> Grads:
+def vjp_avg_pool_grad(e: OpBuilder, op: o.AvgPoolGradOp, douts: Douts) -> Grads:
     """avg_pool_grad is avg_pool's adjoint: its own adjoint is avg_pool."""
     (d,) = douts
     return None, e.value(o.AvgPoolOp(d, dict(op.properties)))
@@ -374,16 +380,17 @@ through_rule(o.InstanceNormOp, o.GroupNormOp)
 def per_channel(e: OpBuilder, v: SSAValue, rank: int) -> SSAValue:
     """[C] -> [C, 1, ...] so that it broadcasts along x [N, C, *spatial]."""
     t = v.type
-    return e.value(o.ReshapeOp(v, o.tensor([t.get_shape()[0], *[1] * (rank - 2)], t.element_type)))  # type: ignore[attr-defined]
+    return e.value(o.ReshapeOp(v, o.tensor([shape_of(t)[0], *[1] * (rank - 2)], element_of(t))))
 
 
 def channel_axes(x: SSAValue) -> list[int]:
     """N and the spatial dims: every axis of x but the channels."""
-    return [0, *range(2, len(x.type.get_shape()))]  # type: ignore[attr-defined]
+    return [0, *range(2, len(shape_of(x)))]
 
 
+@takes_missing  # None for an unused result's cotangent (see below)
 @vjp(o.BatchNormOp)
-def vjp_batch_norm(e: OpBuilder, op: o.BatchNormOp, douts: Grads) -> Grads:
+def vjp_batch_norm(e: OpBuilder, op: o.BatchNormOp, douts: MaybeDouts) -> Grads | str:
     """Training, with a cotangent for y only: batch_norm_grad from the saved mean and rstd.
     Inference: y = (x - mean) * rstd * scale + bias with rstd = (var + eps)^-1/2 is affine in x per
     channel, so its vjp is two reductions over N and the spatial dims and [C]-sized arithmetic
@@ -395,6 +402,7 @@ def vjp_batch_norm(e: OpBuilder, op: o.BatchNormOp, douts: Grads) -> Grads:
         e.emit(grad)
         return grad.dx, grad.dscale, grad.dbias, None, None
     if not o.flag(op.training):
+        assert douts[0] is not None  # inference: y is the only result
         return batch_norm_inference_grads(e, op, douts[0])
     return THROUGH_RULE
 
@@ -403,7 +411,7 @@ def batch_norm_inference_grads(e: OpBuilder, op: o.BatchNormOp, dout: SSAValue) 
     """dx = dy * scale * rstd; dbias = sum(dy); dscale = sum(dy * (x - mean)) * rstd;
     dmean = -dbias * scale * rstd; dvar = -1/2 * sum(dy * (x - mean)) * scale * rstd^3."""
     x, dy = wide(e, op.x), wide(e, dout)
-    rank, axes = len(x.type.get_shape()), channel_axes(x)  # type: ignore[attr-defined]
+    rank, axes = len(shape_of(x)), channel_axes(x)
     scale, mean, var = (wide(e, v) for v in (op.scale, op.mean, op.var))
     # rstd as the forward rule computes it ([C, 1, ...]): CSE then keeps one copy
     var_b = per_channel(e, var, rank)
@@ -419,8 +427,6 @@ def batch_norm_inference_grads(e: OpBuilder, op: o.BatchNormOp, dout: SSAValue) 
             narrow(e, dmean, op.mean), narrow(e, dvar, op.var))
 
 
-vjp_batch_norm.takes_missing = True  # type: ignore[attr-defined]
-
 
 # ---------------------------------------------------------------------------
 # Attention (the primitives here are shared with its composite rules)
@@ -430,9 +436,10 @@ vjp_batch_norm.takes_missing = True  # type: ignore[attr-defined]
 def causal_addend(e: OpBuilder, s: SSAValue) -> SSAValue:
     """is_causal as an additive [Lq, Lk] constant: 0 where query i sees key j, -inf elsewhere."""
     t = s.type
-    lq, lk = t.get_shape()[-2:]  # type: ignore[attr-defined]
+    lq, lk = shape_of(t)[-2:]
     values = [0.0 if o.causal_allowed(i, j) else -math.inf for i in range(lq) for j in range(lk)]
-    attr = DenseIntOrFPElementsAttr.from_list(o.tensor([lq, lk], t.element_type), values)  # type: ignore[attr-defined]
+    mask_t = cast("TensorType[AnyFloat]", o.tensor([lq, lk], element_of(t)))  # the scores' float type
+    attr = DenseIntOrFPElementsAttr.from_list(mask_t, values)
     return e.value(arith.ConstantOp(attr))
 
 
@@ -449,7 +456,7 @@ def attention_scores(e: OpBuilder, op: o.AttentionOp | o.AttentionGradOp) -> SSA
 def row_keep(v: SSAValue) -> o.TensorType:
     """[B..., Lq] as [B..., Lq, 1], to broadcast along the keys."""
     t = v.type
-    return o.tensor([*t.get_shape(), 1], t.element_type)  # type: ignore[attr-defined]
+    return o.tensor([*shape_of(t), 1], element_of(t))
 
 
 def attention_probs(e: OpBuilder, op: o.AttentionOp | o.AttentionGradOp, lse: SSAValue) -> SSAValue:
@@ -457,17 +464,18 @@ def attention_probs(e: OpBuilder, op: o.AttentionOp | o.AttentionGradOp, lse: SS
     return e.value(o.ExpOp(e.sub(attention_scores(e, op), e.value(o.ReshapeOp(lse, row_keep(lse))))))
 
 
-def attention_score_grad(e: OpBuilder, op: o.AttentionOp, p: SSAValue, dout: SSAValue) -> SSAValue:
+def attention_score_grad(e: OpBuilder, op: o.AttentionOp | o.AttentionGradOp, p: SSAValue, dout: SSAValue) -> SSAValue:
     """ds = p * (dout v^T - rowsum(dout * out)): the gradient of the scores (and of an additive mask)."""
     dout_w = wide(e, dout)
     dp = e.matmul(dout_w, wide(e, op.v), trans_y=True)
-    rank = len(dout_w.type.get_shape())  # type: ignore[attr-defined]
+    rank = len(shape_of(dout_w))
     delta = e.reduce_sum(e.mul(dout_w, wide(e, op.out)), [rank - 1], keepdim=True)
     return e.mul(p, e.sub(dp, delta))
 
 
+@takes_missing  # None for an unused result's cotangent (see below)
 @vjp(o.AttentionOp)
-def vjp_attention(e: OpBuilder, op: o.AttentionOp, douts: Grads) -> Grads:
+def vjp_attention(e: OpBuilder, op: o.AttentionOp, douts: MaybeDouts) -> Grads | str:
     """attention_grad fed by out and lse; an additive mask's gradient is ds summed back to its shape
     (built from the primitives, and dropped by dce where nothing needs it). Where lse is used
     downstream: through the composite rule."""
@@ -481,10 +489,8 @@ def vjp_attention(e: OpBuilder, op: o.AttentionOp, douts: Grads) -> Grads:
     dmask = None
     if op.mask is not None:
         ds = attention_score_grad(e, op, attention_probs(e, op, op.lse), dout)
-        el = op.mask.type.element_type  # type: ignore[attr-defined]
-        ds = ds if ds.type.element_type == el else e.cast(ds, el)  # type: ignore[attr-defined]
+        el = element_of(op.mask)
+        ds = ds if element_of(ds) == el else e.cast(ds, el)
         dmask = e.unbroadcast(ds, op.mask)
     return grad.dq, grad.dk, grad.dv, dmask
 
-
-vjp_attention.takes_missing = True  # type: ignore[attr-defined]

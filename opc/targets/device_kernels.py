@@ -22,7 +22,7 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from xdsl.dialects.builtin import (
     BoolAttr,
@@ -34,9 +34,11 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Operation
-from xdsl.irdl import VerificationContext
+from xdsl.irdl import IRDLOperation, VerificationContext
 from xdsl.utils.exceptions import VerifyException
 
+from opc.dialects.kinds import element_of
+from opc.dialects.opc import int_of, int_values
 from opc.dtypes import MLIR_DTYPES, mlir_name
 from opc.errors import InputError, OpcError
 from opc.ops.registry import ALL_OPS
@@ -54,7 +56,7 @@ def instance_dtype(op: Operation) -> str:
     """The dtype a kernel is chosen by: the element type of the op's DTYPE_OPERAND (the first operand
     but for select's values; the result, without operands)."""
     value = op.operands[getattr(op, "DTYPE_OPERAND", 0)] if op.operands else op.results[0]
-    return mlir_name(value.type.element_type)  # type: ignore[attr-defined]
+    return mlir_name(element_of(value))
 
 
 # ---------------------------------------------------------------------------
@@ -76,17 +78,17 @@ def string_values() -> dict[str, tuple[str, ...]]:
 
 
 @functools.cache
-def op_classes() -> dict[str, type[Operation]]:
+def op_classes() -> dict[str, type[IRDLOperation]]:
     from opc.dialects.opc import Opc
 
-    return {cls.name: cls for cls in Opc.operations}  # type: ignore[attr-defined]
+    return {cls.name: cast(type[IRDLOperation], cls) for cls in Opc.operations}  # opc's ops: all IRDL
 
 
 @functools.cache
 def attribute_kinds(op_name: str) -> dict[str, str]:
     """The op's properties and their kinds: bool, int, float, string, dtype or ints."""
     kinds = {}
-    for name, prop in op_classes()[op_name].get_irdl_definition().properties.items():  # type: ignore[attr-defined]
+    for name, prop in op_classes()[op_name].get_irdl_definition().properties.items():
         for kind, probe in KIND_PROBES:
             try:
                 prop.constr.verify(probe, VerificationContext())
@@ -109,16 +111,21 @@ def domain(op_name: str, attr: str) -> tuple | None:
     return None
 
 
-def python_value(attr: Attribute, kind: str) -> Any:
+def python_value(attr: Attribute | None, kind: str) -> Any:
     if kind == "bool":
-        return attr.value.data != 0  # type: ignore[attr-defined]  # `true` parses as i1 -1
-    if kind in ("int", "float"):
-        return attr.value.data  # type: ignore[attr-defined]
+        return int_of(attr) != 0  # `true` parses as i1 -1
+    if kind == "int":
+        return int_of(attr)
+    if kind == "float":
+        assert isinstance(attr, FloatAttr)
+        return attr.value.data
     if kind == "string":
-        return attr.data  # type: ignore[attr-defined]
+        assert isinstance(attr, StringAttr)
+        return attr.data
     if kind == "dtype":
+        assert attr is not None
         return mlir_name(attr)
-    return tuple(attr.get_values())  # type: ignore[attr-defined]
+    return int_values(cast(DenseArrayBase, attr))
 
 
 def attribute_value(op: Operation, name: str) -> Any:
@@ -126,13 +133,13 @@ def attribute_value(op: Operation, name: str) -> Any:
     kind = attribute_kinds(op.name)[name]
     attr = op.properties.get(name)
     if attr is None:
-        attr = type(op).get_irdl_definition().properties[name].default_value  # type: ignore[attr-defined]
+        attr = op_classes()[op.name].get_irdl_definition().properties[name].default_value
     return python_value(attr, kind)
 
 
 def kernel_attributes(op: Operation) -> dict[str, Attribute]:
     """Every property of the op, defaults included: what its kernel receives."""
-    props = type(op).get_irdl_definition().properties  # type: ignore[attr-defined]
+    props = op_classes()[op.name].get_irdl_definition().properties
     # not `get(name) or default`: an attribute may be falsy (IntegerAttr 0, an axis)
     out = {name: op.properties[name] if name in op.properties else prop.default_value for name, prop in props.items()}
     return {name: attr for name, attr in out.items() if attr is not None}
@@ -240,8 +247,9 @@ def parse_externals(path: str, table: Any, backend: str) -> tuple[ExternalKernel
     return tuple(kernels)
 
 
-TOML_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "string": (str,), "dtype": (str,),
-              "ints": (list,)}  # fmt: skip
+TOML_TYPES: dict[str, tuple[type, ...]] = {
+    "bool": (bool,), "int": (int,), "float": (int, float), "string": (str,), "dtype": (str,), "ints": (list,),
+}  # fmt: skip
 
 
 def parse_constraint(op: str, name: str, values: Any, fail: Callable[[str], OpcError]) -> tuple:
@@ -256,11 +264,11 @@ def parse_constraint(op: str, name: str, values: Any, fail: Callable[[str], OpcE
     for v in values:
         ok = isinstance(v, TOML_TYPES[kind]) and not (kind in ("int", "float") and isinstance(v, bool))
         if kind == "ints":
-            ok = ok and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+            ok = ok and all(isinstance(i, int) and not isinstance(i, bool) for i in cast(list, v))
         if not ok:
             raise fail(f"{v!r} is not a {kind} value")
         allowed = domain(op, name)
         if kind == "dtype" and v not in MLIR_DTYPES or kind == "string" and allowed is not None and v not in allowed:
             raise fail(f"unknown value '{v}' (expected {', '.join(show(a) for a in allowed or MLIR_DTYPES)})")
-        out.append(tuple(v) if kind == "ints" else float(v) if kind == "float" else v)
+        out.append(tuple(cast(list, v)) if kind == "ints" else float(v) if kind == "float" else v)
     return tuple(dict.fromkeys(out))

@@ -47,6 +47,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder
+from opc.dialects.kinds import element_of, shape_of
 from opc.targets.routing import route_op
 from opc.targets.target import Target, get_target
 
@@ -57,18 +58,18 @@ def constant_values(v: SSAValue) -> np.ndarray | None:
     """The values of a constant tensor (arith.constant or opc.full), else None."""
     owner = v.owner
     if isinstance(owner, o.FullOp):
-        return np.full(owner.result.type.get_shape(), owner.value.value.data)  # type: ignore[attr-defined]
+        return np.full(shape_of(owner.result), owner.value.value.data)
     if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, DenseIntOrFPElementsAttr):
         t = owner.result.type
-        values = np.array(owner.value.get_values(), dtype=np.float64)  # type: ignore[arg-type]
-        shape = t.get_shape()  # type: ignore[attr-defined]
+        values = np.array(owner.value.get_values(), dtype=np.float64)
+        shape = shape_of(t)
         return np.broadcast_to(values.reshape(()), shape) if values.size == 1 else values.reshape(shape)
     return None
 
 
 def scalar_constant(v: SSAValue) -> float | None:
     """The value of a float constant whose elements are all one finite value."""
-    if not (isinstance(v.type, TensorType) and o.is_float(v.type.element_type)):
+    if not (isinstance(v.type, TensorType) and o.is_float(element_of(v))):
         return None
     values = constant_values(v)
     if values is None or values.size == 0:
@@ -113,10 +114,10 @@ def untransposed(b: SSAValue, ops: list[Operation]) -> SSAValue | None:
     if not (isinstance(t, o.TransposeOp) and swaps_last_two(t.perm_list()) and isinstance(t.x.owner, o.ReshapeOp)):
         return None
     k = t.x.owner.x
-    ks, bs = k.type.get_shape(), b.type.get_shape()  # type: ignore[attr-defined]
+    ks, bs = shape_of(k), shape_of(b)
     if len(ks) != len(bs) or tuple(ks[:-2]) != tuple(bs[:-2]) or (ks[-1], ks[-2]) != tuple(bs[-2:]):
         return None
-    if tuple(t.x.type.get_shape()[-2:]) != tuple(ks[-2:]):  # type: ignore[attr-defined]
+    if tuple(shape_of(t.x)[-2:]) != tuple(ks[-2:]):
         return None
     ops.extend([owner, t, t.x.owner])
     return k
@@ -172,7 +173,7 @@ def match_probs(p: SSAValue) -> Match | None:
         return None
     if guarded and sum(1 for _ in sm.uses) != 3:  # the equal (twice) and the select
         return None
-    if soft.axis_index() != len(sm.type.get_shape()) - 1:  # type: ignore[attr-defined]
+    if soft.axis_index() != len(shape_of(sm)) - 1:
         return None
     ops.append(soft)
     x, mask = soft.x, None
@@ -217,7 +218,7 @@ class AttentionPattern(RewritePattern):
         if m is None:
             return
         mask, causal = m.mask, False
-        lq, lk = pv.x.type.get_shape()[-2:]  # type: ignore[attr-defined]
+        lq, lk = shape_of(pv.x)[-2:]
         if mask is not None and causal_constant(mask, lq, lk):
             mask, causal = None, True
         op = o.AttentionOp(m.q, m.k, pv.y, mask, m.scale, causal)
@@ -233,7 +234,7 @@ class AttentionPattern(RewritePattern):
         e.emit(op)
         out = op.out
         if m.guarded:  # rows whose every score is -inf (lse NaN): 0, as the guard made them
-            lse = e.value(o.ReshapeOp(op.lse, o.tensor([*op.lse.type.get_shape(), 1], op.lse.type.element_type)))  # type: ignore[attr-defined]
+            lse = e.value(o.ReshapeOp(op.lse, o.tensor([*shape_of(op.lse), 1], element_of(op.lse))))
             seen = e.value(o.GreaterThanOp(lse, e.full(-np.inf, lse)))
             out = e.select(seen, out, e.full(0.0, out))
         rewriter.replace(pv, e.ops, [out])

@@ -81,7 +81,9 @@ def mark_externals(module: ModuleOp, target: Target, forced: frozenset[str] = fr
         if not op.name.startswith("opc."):
             continue
         if route_op(op, target, force=op.name in forced) == "external":
-            op.attributes[EXTERNAL_ATTR] = StringAttr(target.external_for(op).symbol)  # type: ignore[union-attr]
+            kernel = target.external_for(op)
+            assert kernel is not None  # routed "external": a kernel admits it
+            op.attributes[EXTERNAL_ATTR] = StringAttr(kernel.symbol)
         else:
             op.attributes.pop(EXTERNAL_ATTR, None)
 

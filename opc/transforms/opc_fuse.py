@@ -55,6 +55,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from opc.dialects import opc as o
+from opc.dialects.kinds import element_of, shape_of
 from opc.targets.routing import route_op
 from opc.targets.target import Target, get_target
 
@@ -161,11 +162,11 @@ class FuseConvEpiloguePattern(RewritePattern):
             return
         conv, bias = found
         reshaped = bias.owner if isinstance(bias.owner, o.ReshapeOp) else None
-        if reshaped is not None and len(reshaped.x.type.get_shape()) == 1:  # type: ignore[attr-defined]
+        if reshaped is not None and len(shape_of(reshaped.x)) == 1:
             bias = reshaped.x  # the importer's reshape of B, erased below once nothing reads it
         else:
             reshaped = None
-            flat = o.ReshapeOp(bias, o.tensor([conv.result.type.get_shape()[1]], bias.type.element_type))  # type: ignore[attr-defined]
+            flat = o.ReshapeOp(bias, o.tensor([shape_of(conv.result)[1]], element_of(bias)))
             rewriter.insert_op(flat, InsertPoint.before(add))
             bias = flat.result
         act = fused_activation(add)
@@ -182,16 +183,16 @@ class FuseConvEpiloguePattern(RewritePattern):
             rewriter.erase(reshaped)
 
 
-def replace_epilogue(rewriter: PatternRewriter, add: Operation, act: tuple[Operation, str] | None,
-                     fused: Operation) -> None:
+def replace_epilogue(rewriter: PatternRewriter, add: o.AddOp, act: tuple[Operation, str] | None,
+                     fused: o.FusedGemmEpilogueOp | o.FusedConvEpilogueOp) -> None:
     """The bias add (or, with an activation, the activation) replaced by the fused op, whose reserve
     (the pre-activation) takes the add's name; the add goes with it."""
-    if fused.reserve_space is None:  # type: ignore[attr-defined]
-        rewriter.replace(add, fused, [fused.out])  # type: ignore[attr-defined]
+    if fused.reserve_space is None:
+        rewriter.replace(add, fused, [fused.out])
         return
     assert act is not None
-    fused.reserve_space.name_hint = add.result.name_hint  # type: ignore[attr-defined]
-    rewriter.replace(act[0], fused, [fused.out])  # type: ignore[attr-defined]
+    fused.reserve_space.name_hint = add.result.name_hint
+    rewriter.replace(act[0], fused, [fused.out])
     rewriter.erase(add)
 
 

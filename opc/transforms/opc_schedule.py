@@ -29,9 +29,9 @@ recursion, so models of any length plan):
    GEMM's element count, or is a splat constant or a [n] vector read along the
    rows (a bias): no other broadcast, no transpose --
    takes that nest in as its epilogue: the erf GELU after fc1's matmul + bias,
-   a residual add after fc2, the GELU grad chain on fc2's dx in the backward. The GEMM runtime runs it on each finished block of
-   the output while the block is in cache (runtime/opc_gemm.h), instead of a
-   pass of its own over memory. The kernel runs where the nest's root is, so
+   a residual add after fc2, the GELU grad chain on fc2's dx in the backward. The GEMM runtime
+   runs it on each finished block of the output while the block is in cache
+   (runtime/opc_gemm.h), instead of a pass of its own over memory. The kernel runs where the nest's root is, so
    whatever else reads the GEMM's result must come after that.
 
 4. Strided views (CPU only). A transpose that keeps the last axis last and
@@ -219,14 +219,16 @@ def row_reduction(op: Operation) -> tuple[tuple[int, ...], int] | None:
 
 def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position: dict[Operation, int],
                     returned: set[SSAValue]) -> RowKernel | None:
-    outer, length = row_reduction(seed)  # type: ignore[misc]
+    seed_row = row_reduction(seed)
+    assert seed_row is not None  # the caller grows from a row reduction
+    outer, length = seed_row
     full = (*outer, length)
     per_row = {(*outer, 1), tuple(outer)}
 
     def joins(u: Operation, members: set[Operation], reductions: int) -> bool:
         if u in taken or u in members or u not in position or external_symbol(u) is not None or len(u.results) != 1:
             return False
-        if row_reduction(u) is not None:
+        if isinstance(u, opc.ReduceOp) and row_reduction(u) is not None:
             return shape_of(u.x) == full and reductions < MAX_ROW_REDUCTIONS
         shape = shape_of(u.results[0])
         if isinstance(u, opc.ReshapeOp):  # [rows] <-> [rows, 1]: the same per-row scalar
@@ -294,7 +296,9 @@ def plan(fn: func.FuncOp, row_kernels: bool = True, epilogues: bool = True, view
     epilogues=False: no GEMM epilogues (the CUDA backend's GEMMs take none).
     views=False: no strided views (the CUDA backend's attention reads row-major operands)."""
     ops = [o for o in fn.body.block.ops if not isinstance(o, func.ReturnOp)]
-    returned = set(fn.body.block.last_op.operands)  # type: ignore[union-attr]
+    ret = fn.body.block.last_op
+    assert ret is not None  # a verified func ends in its return
+    returned = set(ret.operands)
     position = {o: i for i, o in enumerate(ops)}
     operand_views = plan_operand_views(ops, returned) if views else {}
     inlined, root = plan_nests(ops, returned, operand_views)
@@ -526,7 +530,7 @@ def resolve_roots(ops: list[Operation], inlined: set[Operation]) -> dict[Operati
 def group_kernels(ops: list[Operation], sched: Schedule, root: dict[Operation, Operation],
                   returned: set[SSAValue]) -> list[Kernel]:
     """The kernels in the order they run (a kernel runs where its last op is)."""
-    members: dict[object, list[Operation]] = {}
+    members: dict[Operation | RowKernel, list[Operation]] = {}
     for op in ops:
         if is_constant(op) and op in sched.inlined:
             continue  # recomputed in every kernel that reads it
@@ -535,8 +539,11 @@ def group_kernels(ops: list[Operation], sched: Schedule, root: dict[Operation, O
         members.setdefault(key, []).append(op)
     kernels = []
     for key, group in members.items():
-        kind = ("row" if isinstance(key, RowKernel) else kind_of(sched.epilogue_of[key].gemm) if key in sched.epilogue_of
-                else "view" if key in sched.views else kind_of(key))  # type: ignore[arg-type]  # a conv with its epilogue: library
+        if isinstance(key, RowKernel):
+            kind = "row"
+        else:  # a conv with its epilogue: library
+            kind = (kind_of(sched.epilogue_of[key].gemm) if key in sched.epilogue_of
+                    else "view" if key in sched.views else kind_of(key))
         kernels.append(Kernel(kind, group, boundary_reason(group, kind, returned)))
     position = {o: i for i, o in enumerate(ops)}
     kernels.sort(key=lambda k: position[k.ops[-1]])
@@ -581,7 +588,7 @@ def boundary_reason(group: list[Operation], kind: str, returned: set[SSAValue]) 
             why.append("a reduction over outer axes walks its input in memory order")
     outputs = [r for o in group for r in o.results if r in returned or any(u.operation not in inside for u in r.uses)]
     for v in outputs:
-        name = f"%{v.name_hint}" if v.name_hint else v.owner.name  # type: ignore[union-attr]
+        name = f"%{v.name_hint}" if v.name_hint else v.op.name
         if v in returned:
             why.append(f"{name} is returned")
         consumers = [u.operation for u in v.uses

@@ -19,6 +19,7 @@ import opc  # noqa: E402
 jax.config.update("jax_enable_x64", True)  # f is float64; the index of g is int64
 
 from interop_source import SOURCE  # noqa: E402
+
 REFERENCES = {"f": lambda x, w: (jnp.tanh(x @ w), jnp.exp(x).sum(1)),
               "g": lambda x, i: (jax.nn.sigmoid(jnp.take(x, i, axis=0)), x.astype(jnp.int32))}
 TOL = {"f": 1e-12, "g": 1e-6}

@@ -16,10 +16,9 @@ if importlib.util.find_spec("torch") is None:
     pytest.skip("torch not installed", allow_module_level=True)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from interop_source import SOURCE  # noqa: E402
 
 import opc  # noqa: E402
-
-from interop_source import SOURCE  # noqa: E402
 
 
 def reference_f(x, w):

@@ -240,8 +240,8 @@ def test_value_and_grad_of_a_two_layer_mlp() -> None:
 
 def test_backward_gelu_grad_chain_is_the_dx_gemm_epilogue() -> None:
     from opc.autodiff import add_grad_functions
-    from opc.transforms.opc_fuse import FusePass
     from opc.ir import make_context
+    from opc.transforms.opc_fuse import FusePass
 
     xs, h = (8, 16), 32
     ops, g = chain("gelu_erf", "%z", (8, h), "f32")

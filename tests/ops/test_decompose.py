@@ -304,8 +304,8 @@ def test_kernel_and_composite_agree_elementwise(paths, name: str, dt: str) -> No
     assert a.dtype == b.dtype == DTYPES[dt]
     close(a, b, dt, f"{name}_{dt}")
     want = UNARY_REF[name](x.astype(np.float64), d.astype(np.float64))
-    for route, got in (("kernel", a), ("composite", b)):
-        near_numpy(got, want, dt, f"{name}_{dt} ({route})", scale=2)
+    for how, got in (("kernel", a), ("composite", b)):
+        near_numpy(got, want, dt, f"{name}_{dt} ({how})", scale=2)
 
 
 def test_cast_grad_invoke_mixed_dtypes(paths) -> None:
@@ -340,7 +340,7 @@ def test_kernel_and_composite_agree_fused(paths, act: str, tx: bool, ty: bool, d
     dz = dz.astype(DTYPES[dt]).astype(np.float64)
     dopx, dopy = dz @ opy.T, opx.T @ dz
     want = {"out": act_f(opx @ opy + B), "dx": dopx.T if tx else dopx, "dy": dopy.T if ty else dopy, "dbias": dz.sum(0)}
-    for route, m in (("kernel", kernel), ("composite", composite)):
-        near_numpy(getattr(m, fwd)(x, y, b), want["out"], dt, f"{fwd} ({route})", scale=4)
+    for how, m in (("kernel", kernel), ("composite", composite)):
+        near_numpy(getattr(m, fwd)(x, y, b), want["out"], dt, f"{fwd} ({how})", scale=4)
         for what, g in zip(("dx", "dy", "dbias"), getattr(m, bwd)(*args)):
-            near_numpy(g, want[what], dt, f"{bwd}: {what} ({route})", scale=4)
+            near_numpy(g, want[what], dt, f"{bwd}: {what} ({how})", scale=4)
