@@ -5,6 +5,7 @@ only, for the type checker; FunctionLowering (opc_lower_to_loops.py) defines the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from xdsl.dialects import func
@@ -12,8 +13,18 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 if TYPE_CHECKING:
     from opc.dialects import opc
-    from opc.lowering.reduction_lowering import Accumulator
     from opc.lowering.scalars import Emitter
+
+
+@dataclass
+class Accumulator:
+    """One reduction's running state in a loop: its carried values, how an element
+    folds in, their `omp simd reduction` operators (None: none), the result."""
+
+    inits: list[SSAValue]
+    clauses: list[str] | None
+    step: Callable[[list[SSAValue], SSAValue], list[SSAValue]]
+    result: Callable[[list[SSAValue]], SSAValue]
 
 
 class LoweringState:

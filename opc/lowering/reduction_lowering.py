@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math as pymath
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import (
@@ -24,7 +23,7 @@ from opc.dialects import opc
 from opc.dialects.kinds import element_of, numel, shape_of
 from opc.dialects.opc import int_width
 from opc.dialects.opc_loops import CheckIndexOp
-from opc.lowering.lowering_state import LoweringState
+from opc.lowering.lowering_state import Accumulator, LoweringState
 from opc.lowering.scalars import (
     compute_type,
     is_half,
@@ -40,17 +39,6 @@ def column_block(columns: int) -> int | None:
     """Columns per thread's piece of a reduction over leading axes: a width that divides the
     last axis into at least two pieces, else None (the reduction stays one loop nest)."""
     return next((b for b in (64, 32, 16) if columns % b == 0 and columns // b >= 2), None)
-
-
-@dataclass
-class Accumulator:
-    """One reduction's running state in a loop: its carried values, how an element
-    folds in, their `omp simd reduction` operators (None: none), the result."""
-
-    inits: list[SSAValue]
-    clauses: list[str] | None
-    step: Callable[[list[SSAValue], SSAValue], list[SSAValue]]
-    result: Callable[[list[SSAValue]], SSAValue]
 
 
 class ReductionLowering(LoweringState):
