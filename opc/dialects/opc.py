@@ -1203,6 +1203,7 @@ class CumsumOp(OpcOp, AxisAttr):
     """
 
     name = "opc.cumsum"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # a loop along the axis per line (nn_lowering.py)
     T: ClassVar = VarConstraint("T", base(TensorType))
     x = operand_def(T)
     result = result_def(T)

@@ -215,8 +215,10 @@ def vjp_gather(e: OpBuilder, op: o.GatherOp, douts: Douts) -> Grads:
 
 @vjp(o.CumsumOp)
 def vjp_cumsum(e: OpBuilder, op: o.CumsumOp, douts: Grads) -> Grads:
-    """out[j] sums x[i] over i <= j (i < j exclusive; >= / > reversed), so dx[i] sums dout[j] over
-    j >= i (j > i exclusive): the cumsum of dout the other way, exclusive as the forward."""
+    """dx is the cumsum of dout the other way (reverse flipped), exclusive as the forward.
+
+    out[j] sums x[i] over i <= j (i < j exclusive; >= / > reversed), so dx[i] sums dout[j] over
+    j >= i (j > i exclusive)."""
     return (e.value(o.CumsumOp(douts[0], op.axis.value.data, o.flag(op.exclusive), not o.flag(op.reverse))),)
 
 
