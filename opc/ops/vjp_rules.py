@@ -214,7 +214,7 @@ def vjp_gather(e: OpBuilder, op: o.GatherOp, douts: Douts) -> Grads:
 
 
 @vjp(o.CumsumOp)
-def vjp_cumsum(e: OpBuilder, op: o.CumsumOp, douts: Grads) -> Grads:
+def vjp_cumsum(e: OpBuilder, op: o.CumsumOp, douts: Douts) -> Grads:
     """dx is the cumsum of dout the other way (reverse flipped), exclusive as the forward.
 
     out[j] sums x[i] over i <= j (i < j exclusive; >= / > reversed), so dx[i] sums dout[j] over
