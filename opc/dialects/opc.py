@@ -1193,6 +1193,38 @@ class GatherOp(OpcOp, AxisAttr):
         check_gather(self, self.x, self.indices, self.result, "result")
 
 
+@irdl_op_definition
+class CumsumOp(OpcOp, AxisAttr):
+    """`%r = opc.cumsum %x {axis = 0, exclusive = false, reverse = false} : (tensor<5xi64>) -> tensor<5xi64>`
+
+    ONNX CumSum (np.cumsum along `axis`, negative counting from the end): `exclusive` leaves each
+    element out of its own sum (the first is 0), `reverse` sums from the end. Integers sum in their own
+    type and wrap like NumPy; f16/bf16 accumulate in f32 and round on store. One pass along the axis.
+    """
+
+    name = "opc.cumsum"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # a loop along the axis per line (nn_lowering.py)
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    x = operand_def(T)
+    result = result_def(T)
+    axis = int_prop(0)
+    exclusive = bool_prop(False)
+    reverse = bool_prop(False)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, axis: int = 0, exclusive: bool = False, reverse: bool = False):
+        super().__init__(operands=[x], result_types=[SSAValue.get(x).type],
+                         properties={"axis": IntegerAttr(axis, 64), "exclusive": BoolAttr.from_bool(exclusive),
+                                     "reverse": BoolAttr.from_bool(reverse)})
+
+    def verify_(self) -> None:
+        t = check_tensor(self.x, "operand")
+        check_not_bool(t, "operand")
+        if not t.get_shape():
+            raise VerifyException("cumsum needs an operand of rank >= 1")
+        normalize_axis(self.axis.value.data, len(t.get_shape()), "cumsum axis")
+
+
 # ---------------------------------------------------------------------------
 # Fused op
 # ---------------------------------------------------------------------------
@@ -2661,7 +2693,7 @@ Opc = Dialect(
         LogOp, TanhOp, ErfOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
         CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
         BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
-        SigmoidOp, SliceOp, ConcatOp, GatherOp, FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
+        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
         SoftmaxCrossEntropyOp, ConvOp, FusedConvEpilogueOp, ConvTransposeOp, MaxPoolOp, AvgPoolOp, BatchNormOp,
         InstanceNormOp, GroupNormOp, AttentionOp, CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
         SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, ConvGradInputOp,

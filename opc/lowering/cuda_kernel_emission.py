@@ -216,6 +216,8 @@ class KernelEmission(CudaEmitterState):
         assert isinstance(loop, scf.ForOp)
         if len(loop.iter_args) != 1 or not isinstance(loop.iter_args[0].owner, arith.ConstantOp):
             return None
+        if any(isinstance(o, memref.StoreOp) for o in loop.walk()):
+            return None  # a scan (cumsum) stores every partial sum: one thread per line, in order
         combine = self.find_combine(loop)
         if combine is None:
             return None

@@ -270,6 +270,34 @@ def lower_gather_grad(fl, op: opc.GatherGradOp) -> None:  # noqa: ANN001
         e.parallel(shape, lambda idx: e.store(e.to_storage(e.load(acc, idx), elem), out, idx))
 
 
+def lower_cumsum(fl, op: opc.CumsumOp) -> None:  # noqa: ANN001
+    """One sequential pass along the axis per line (every other position, in parallel), carrying
+    the running sum in the compute type: out[k] = acc + x[k] (exclusive: acc before adding x[k]),
+    k running down from the end when reversed. Integers wrap in their own type; f16/bf16 sum in f32,
+    rounded on each store. A rank-1 operand is one line (a one-trip parallel loop, so a GPU runs
+    it as a kernel too)."""
+    e = fl.e
+    out, elem = fl.buffer_for(op.result), element_of(op.result)
+    shape, axis = shape_of(op.x), op.axis_index()
+    n = shape[axis]
+    others = [d for i, d in enumerate(shape) if i != axis]
+    acc_t = compute_type(scalar_type(elem))
+    add = arith.AddfOp if opc.is_float(acc_t) else arith.AddiOp
+    exclusive, reverse = opc.flag(op.exclusive), opc.flag(op.reverse)
+
+    def line(ix: list[SSAValue]) -> None:
+        def step(k: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            pos = e.value(arith.SubiOp(e.index(n - 1), k)) if reverse else k
+            idx = [*ix[:axis], pos, *ix[axis:]]
+            total = e.value(add(accs[0], e.to_compute(fl.value_at(op.x, idx))))
+            e.store(e.to_storage(accs[0] if exclusive else total, elem), out, idx)
+            return [total]
+
+        e.for_loop(n, [e.const(0, acc_t)], step)
+
+    e.parallel(others or [1], lambda ix: line(ix if others else []))
+
+
 # ---------------------------------------------------------------------------
 # Fused ops and their grads: one runtime row kernel each
 # ---------------------------------------------------------------------------
@@ -485,6 +513,7 @@ def lower_attention(fl, op: opc.AttentionOp | opc.AttentionGradOp) -> None:  # n
 
 LOWERINGS: dict[type[Operation], Callable] = {
     opc.ConcatOp: lower_concat,
+    opc.CumsumOp: lower_cumsum,
     opc.SliceGradOp: lower_slice_grad,
     opc.GatherGradOp: lower_gather_grad,
     opc.SoftmaxOp: lower_softmax,

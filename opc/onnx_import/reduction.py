@@ -4,8 +4,6 @@ CumSum and CumProd. Axes, K and sizes must be known at compile time."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from opc.dialects import opc as o
@@ -105,26 +103,11 @@ def arg_max_min(node: Node) -> Values:
 
 @converter("CumSum", since=11)
 def cumsum(node: Node) -> Values:
-    """A matmul with a 0/1 triangle along the axis (moved last): exclusive and reverse pick the triangle;
-    integers are summed in float64 (exact below 2^53) and cast back."""
-    e, x = node.e, node.input(0)
-    shape = list(node.shape(0))
-    rank = len(shape)
-    axis = node.axis(int(node.const(1, "axis").reshape(-1)[0]), rank)
-    n = shape[axis]
-    i, j = np.arange(n)[:, None], np.arange(n)[None, :]  # out[j] = sum_i x[i] * tri[i, j]
-    exclusive, reverse = node.attr("exclusive", 0), node.attr("reverse", 0)
-    tri = (i > j if exclusive else i >= j) if reverse else (i < j if exclusive else i <= j)
-    dtype = numpy_of(x)
-    work = dtype if dtype.kind == "f" else np.dtype(np.float64)
-    xs = x if dtype == work else e.cast(x, BY_NUMPY[work])
-    perm = [d for d in range(rank) if d != axis] + [axis]
-    moved = e.transpose(xs, perm)
-    moved_shape = [shape[d] for d in perm]
-    rows = e.reshape(moved, [max(math.prod(moved_shape[:-1]), 1), n])
-    summed = e.reshape(e.matmul(rows, e.constant(tri.astype(work))), moved_shape)
-    back = e.transpose(summed, list(np.argsort(perm)))
-    return [back if dtype == work else e.cast(back, element_of(x))]
+    """opc.cumsum: one pass along the axis (a compile-time input), exact in x's own type."""
+    x = node.input(0)
+    axis = node.axis(int(node.const(1, "axis").reshape(-1)[0]), len(node.shape(0)))
+    exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
+    return [node.e.value(o.CumsumOp(x, axis, exclusive, reverse))]
 
 
 @converter("ReduceLogSum")

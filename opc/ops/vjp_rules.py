@@ -213,6 +213,15 @@ def vjp_gather(e: OpBuilder, op: o.GatherOp, douts: Douts) -> Grads:
     return e.value(o.GatherGradOp(type_carrier(e, op.x), op.indices, douts[0], op.axis.value.data)), None
 
 
+@vjp(o.CumsumOp)
+def vjp_cumsum(e: OpBuilder, op: o.CumsumOp, douts: Douts) -> Grads:
+    """dx is the cumsum of dout the other way (reverse flipped), exclusive as the forward.
+
+    out[j] sums x[i] over i <= j (i < j exclusive; >= / > reversed), so dx[i] sums dout[j] over
+    j >= i (j > i exclusive)."""
+    return (e.value(o.CumsumOp(douts[0], op.axis.value.data, o.flag(op.exclusive), not o.flag(op.reverse))),)
+
+
 @vjp(o.SliceGradOp)
 def vjp_slice_grad(e: OpBuilder, op: o.SliceGradOp, douts: Douts) -> Grads:
     """dx = dout placed into zeros: d(dout) = the slice of ddx; x lends only its shape."""

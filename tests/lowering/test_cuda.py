@@ -179,6 +179,10 @@ def ops_sources() -> list[str]:
         out.append(fn(f"{op}_keep_f32", [((6, 50), "float32")],
                       f"%r = opc.{op} %a0 {{axes = array<i64: 0>, keepdim = true}} : ({tt((6, 50), 'float32')})"
                       f" -> {tt((1, 50), 'float32')}", [((1, 50), "float32")]))
+    for dt, axis, flags in (("float32", 1, ""), ("bfloat16", 0, ", exclusive = true"), ("int64", -1, ", reverse = true")):
+        x = (3, 70)
+        out.append(fn(f"cumsum_{dt}", [(x, dt)], f"%r = opc.cumsum %a0 {{axis = {axis}{flags}}} : ({tt(x, dt)}) -> "
+                      f"{tt(x, dt)}", [(x, dt)]))
     for dt in FLOATS:
         for tx, ty in ((False, False), (True, False), (False, True), (True, True)):
             xs, ys = ((7, 5) if tx else (5, 7)), ((6, 7) if ty else (7, 6))
