@@ -1,0 +1,66 @@
+"""A model's forward at 1 thread, opc (opc.load_onnx) against onnxruntime, as CPU time per call:
+process time is what a busy machine disturbs least (wall time there includes other processes' turns).
+
+    python3 bench/bench_models_cpu.py [mobilenet_v2 resnet18 ...] [--calls 30]
+
+Models are tests/models' exports with their seeded weights (tests/models/seeded_weights.py). Each
+figure is the best of 5 rounds of --calls calls; onnxruntime runs with 1 intra- and 1 inter-op
+thread and no spinning. Prints the largest difference of the outputs too."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+MODELS = Path(__file__).resolve().parents[1] / "tests" / "models"
+sys.path.insert(0, str(MODELS))
+from seeded_weights import fill_initializers  # noqa: E402
+
+import opc  # noqa: E402
+
+
+def cpu_ms(f, calls: int) -> float:  # noqa: ANN001
+    f()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.process_time()
+        for _ in range(calls):
+            f()
+        best = min(best, (time.process_time() - t0) / calls)
+    return best * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", default=["mobilenet_v2", "resnet18"])
+    ap.add_argument("--calls", type=int, default=30)
+    args = ap.parse_args()
+    opc.set_num_threads(1)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    for name in args.models:
+        model = fill_initializers(onnx.load(str(MODELS / f"{name}.onnx")))
+        x_info = model.graph.input[0]
+        x = np.random.default_rng(0).standard_normal(
+            [d.dim_value for d in x_info.type.tensor_type.shape.dim]).astype(np.float32)
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        run = opc.load_onnx(model)
+        ours = run(x)
+        ours = ours[0] if isinstance(ours, (list, tuple)) else ours
+        theirs = sess.run(None, {x_info.name: x})[0]
+        t_opc = cpu_ms(lambda: run(x), args.calls)
+        t_ort = cpu_ms(lambda: sess.run(None, {x_info.name: x}), args.calls)
+        print(f"{name}: opc {t_opc:.2f} ms, onnxruntime {t_ort:.2f} ms, onnxruntime/opc {t_ort / t_opc:.2f} "
+              f"(CPU time per call, 1 thread; max |diff| {float(np.abs(np.asarray(ours) - theirs).max()):.1e})",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
