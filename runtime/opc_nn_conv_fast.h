@@ -623,24 +623,20 @@ static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *
                           const opc_cv_geom *q) {
     const opc_cf_plan p = opc_cf_dw_plan(q);
     const int64_t C = q->g, Cr = (C + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V, kvol = q->kvol, ovol = q->ovol;
-    float *xt = (float *)malloc(sizeof(float) * Cr * (p.PV + kvol + ovol));
+    float *xt = (float *)malloc(sizeof(float) * (Cr * (p.PV + kvol + ovol) + p.PV));
     if (!xt) return -1;
-    float *wt = xt + Cr * p.PV, *yt = wt + Cr * kvol;
+    float *wt = xt + Cr * p.PV, *yt = wt + Cr * kvol, *plane = yt + Cr * ovol;
     for (int64_t k = 0; k < kvol; k++)
         for (int64_t c = 0; c < Cr; c++) wt[k * Cr + c] = c < C ? wk[c * kvol + k] : 0.0f;
+    for (int64_t i = 0; i < p.PV; i++)
+        for (int64_t c = C; c < Cr; c++) xt[i * Cr + c] = 0.0f; /* the last vector's unused lanes */
     const int par = q->ovol * Cr * kvol >= 32768;
     for (int64_t n = 0; n < q->n; n++) {
         const float *xn = src + n * C * q->ivol;
-        memset(xt, 0, sizeof(float) * Cr * p.PV);
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t i0 = 0; i0 < q->in[0]; i0++)
-                for (int64_t i1 = 0; i1 < q->in[1]; i1++)
-                    for (int64_t i2 = 0; i2 < q->in[2]; i2++) {
-                        const int64_t a0 = i0 + q->p[0], a1 = i1 + q->p[1], a2 = i2 + q->p[2];
-                        if (a0 < p.P[0] && a1 < p.P[1] && a2 < p.P[2])
-                            xt[((a0 * p.P[1] + a1) * p.P[2] + a2) * Cr + c] =
-                                xn[c * q->ivol + (i0 * q->in[1] + i1) * q->in[2] + i2];
-                    }
+        for (int64_t c = 0; c < C; c++) { /* each channel padded as the other kernels pad it, then a column of xt */
+            opc_cf_pad_channel(xn + c * q->ivol, plane, &p);
+            for (int64_t i = 0; i < p.PV; i++) xt[i * Cr + c] = plane[i];
+        }
         _Pragma("omp parallel for schedule(static) if (par) num_threads(opc_num_threads())")
         for (int64_t o = 0; o < ovol; o++) {
             const int64_t o2 = o % q->out[2], o1 = o / q->out[2] % q->out[1], o0 = o / (q->out[1] * q->out[2]);
