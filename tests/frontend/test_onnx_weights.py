@@ -11,9 +11,7 @@ import io
 
 import numpy as np
 import pytest
-from onnx_helpers import call, function_name, graph_model, helper, onnx, run_ort
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from onnx_helpers import call, function_name, graph_model, helper, import_all, onnx, run_ort
 
 import opc
 from opc.cli import main
@@ -74,19 +72,12 @@ FOLDED = {f"gather_elements_{n}": gather_elements(n) for n in (8, 64, 512)}
 
 @pytest.fixture(scope="module")
 def compiled():
-    functions, params = [], {}
     models = {f"const_{k}": (linear(), c) for k, (c, _) in CONSTANTS.items()}
     models |= {f"scatter_{k}": (m, None) for k, (m, _) in scatter_cases().items()}
     models |= {case: (m, None) for case, (m, _) in FOLDED.items()}
-    for case, (model, constants) in models.items():
-        module, weights = opc.import_onnx(model, constants=constants)
-        (f,) = list(module.ops)
-        assert isinstance(f, func.FuncOp)
-        f.detach()
-        f.sym_name = StringAttr(function_name(case))
-        functions.append(f)
-        params[case] = weights
-    return opc.compile(ModuleOp(functions), grad=True), params
+    module, params = import_all({case: m for case, (m, _) in models.items()},
+                                {case: c for case, (_, c) in models.items()})
+    return opc.compile(module, grad=True), params
 
 
 @pytest.mark.parametrize("case", list(CONSTANTS))

@@ -59,11 +59,13 @@ def function_name(case_id: str) -> str:
     return "f_" + re.sub(r"\W", "_", case_id)
 
 
-def import_all(models: Mapping[str, onnx.ModelProto]) -> tuple[ModuleOp, dict[str, dict[str, np.ndarray]]]:
-    """Every model imported, its function renamed after its case id, all in one module."""
+def import_all(models: Mapping[str, onnx.ModelProto],
+               constants: Mapping[str, object] | None = None) -> tuple[ModuleOp, dict[str, dict[str, np.ndarray]]]:
+    """Every model imported, its function renamed after its case id, all in one module; `constants`
+    gives a case's `opc.import_onnx(constants=...)`."""
     functions, params = [], {}
     for case_id, model in models.items():
-        module, weights = opc.import_onnx(model)
+        module, weights = opc.import_onnx(model, constants=(constants or {}).get(case_id))
         (f,) = list(module.ops)
         assert isinstance(f, func.FuncOp)
         f.detach()
