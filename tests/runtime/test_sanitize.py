@@ -2,8 +2,8 @@
 in a child process with every module and runtime object built with ASan + UBSan
 (float-cast-overflow included), and must finish with 0 reports: every op x dtype on odd
 shapes, casts across every saturation bound, the GEMM runtime (matmul, fused_gemm_epilogue
-and its grad) and the nn kernels (softmax, log_softmax, layer_norm, cross entropy and their
-grads). Any report aborts the child, so a report cannot pass unseen.
+and its grad), the nn kernels (softmax, log_softmax, layer_norm, cross entropy and their
+grads) and the fast f32 conv kernels. Any report aborts the child, so a report cannot pass unseen.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from opc.lowering.build import SANITIZE_FLAGS
 from opc.sanitize import runtime_library, sanitized_env
 
 TESTS = Path(__file__).resolve().parents[1]
-# about 65 s on the 2-core machine, most of it building: the nn kernels (4 dtypes) 28 s, the GEMM
-# runtime 12 s, the op modules 25 s
-SELECTION = ["lowering/test_cpu_ops.py", "lowering/test_nn_ops.py::test_fused_kernel"]
+# about 140 s on the 2-core machine, most of it building: the op modules, the nn kernels (4 dtypes),
+# the GEMM runtime and one module of the fast f32 convs (the depthwise and few-output kernels among them)
+SELECTION = ["lowering/test_cpu_ops.py", "lowering/test_nn_ops.py::test_fused_kernel",
+             "ops/test_conv_fast.py::test_fast_kernels_match_numpy"]
 
 pytestmark = pytest.mark.skipif(runtime_library("libasan.so") is None,
                                 reason="the C compiler has no ASan runtime (libasan.so)")
