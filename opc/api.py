@@ -68,6 +68,10 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
         verify(source, stage="opc-grad")
     legalize(source.module, get_target(target), decompose or None)
     verify(source, stage="opc-decompose")
+    from opc.transforms.opc_widen import widen
+
+    widen(source.module)  # float8/float4/int4/int2 compute in f32 / 8-bit integers
+    verify(source, stage="opc-widen")
     CanonicalizePass().apply(ctx, source.module)
     # the rules and the vjps rebuild what the forward already has (x - mean, rsqrt(var + eps), the
     # same reshape and constant many times): one copy of each pure op feeds them all

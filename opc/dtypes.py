@@ -19,19 +19,30 @@ if TYPE_CHECKING:
     from xdsl.ir import Attribute
 
 FLOAT_NAMES = {"Float16Type": "float16", "BFloat16Type": "bfloat16", "Float32Type": "float32",
-               "Float64Type": "float64"}
+               "Float64Type": "float64", "Float8E4M3FNType": "float8_e4m3fn",
+               "Float8E4M3FNUZType": "float8_e4m3fnuz", "Float8E5M2Type": "float8_e5m2",
+               "Float8E5M2FNUZType": "float8_e5m2fnuz", "Float8E8M0FNUType": "float8_e8m0fnu",
+               "Float4E2M1FNType": "float4_e2m1fn"}
+# The NumPy names that are ml_dtypes types (one byte an element; int4/int2 in the low bits).
+ML_DTYPES_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                             "float8_e8m0fnu", "float4_e2m1fn", "int4", "uint4", "int2", "uint2"})
 
 
 @functools.cache
 def mlir_dtypes() -> dict[str, Attribute]:
     """Element types a device kernel takes, by their MLIR names, in the order of opc_dtype
     (runtime/opc_kernel.h)."""
+    from xdsl.dialects import builtin as b
     from xdsl.dialects.builtin import IntegerType, Signedness, bf16, f16, f32, f64
 
+    u = Signedness.UNSIGNED
     return {
-        "i1": IntegerType(1), "i8": IntegerType(8), "ui8": IntegerType(8, Signedness.UNSIGNED),
+        "i1": IntegerType(1), "i8": IntegerType(8), "ui8": IntegerType(8, u),
         "i16": IntegerType(16), "i32": IntegerType(32), "i64": IntegerType(64),
         "f16": f16, "bf16": bf16, "f32": f32, "f64": f64,
+        "f8E4M3FN": b.Float8E4M3FNType(), "f8E4M3FNUZ": b.Float8E4M3FNUZType(), "f8E5M2": b.Float8E5M2Type(),
+        "f8E5M2FNUZ": b.Float8E5M2FNUZType(), "f8E8M0FNU": b.Float8E8M0FNUType(), "f4E2M1FN": b.Float4E2M1FNType(),
+        "i4": IntegerType(4), "ui4": IntegerType(4, u), "i2": IntegerType(2), "ui2": IntegerType(2, u),
     }  # fmt: skip
 
 
@@ -61,9 +72,9 @@ def numpy_name(t: Attribute) -> str:
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    """The NumPy dtype of a NumPy name (bfloat16 from ml_dtypes)."""
-    if name == "bfloat16":
+    """The NumPy dtype of a NumPy name (bfloat16, float8/float4 and int4/int2 from ml_dtypes)."""
+    if name in ML_DTYPES_NAMES:
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)

@@ -56,7 +56,10 @@
 /* Element types, in the order of SPEC.md's type list. */
 typedef enum {
     OPC_DTYPE_BOOL = 0, OPC_DTYPE_I8, OPC_DTYPE_U8, OPC_DTYPE_I16, OPC_DTYPE_I32, OPC_DTYPE_I64,
-    OPC_DTYPE_F16, OPC_DTYPE_BF16, OPC_DTYPE_F32, OPC_DTYPE_F64
+    OPC_DTYPE_F16, OPC_DTYPE_BF16, OPC_DTYPE_F32, OPC_DTYPE_F64,
+    /* low precision, one byte an element (opc_lowp.h): float8, float4, int4/uint4, int2/uint2 */
+    OPC_DTYPE_F8E4M3FN, OPC_DTYPE_F8E4M3FNUZ, OPC_DTYPE_F8E5M2, OPC_DTYPE_F8E5M2FNUZ, OPC_DTYPE_F8E8M0FNU,
+    OPC_DTYPE_F4E2M1FN, OPC_DTYPE_I4, OPC_DTYPE_U4, OPC_DTYPE_I2, OPC_DTYPE_U2
 } opc_dtype;
 
 typedef struct {

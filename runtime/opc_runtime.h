@@ -611,4 +611,6 @@ OPC_FN double opc_relu_grad_f64(double x) { return x > 0.0 ? 1.0 : 0.0; }
 OPC_FN float opc_rsqrt_f32(float x) { return 1.0f / sqrtf(x); }
 OPC_FN double opc_rsqrt_f64(double x) { return 1.0 / sqrt(x); }
 
+#include "opc_lowp.h" /* float8, float4, int4, int2 */
+
 #endif /* OPC_RUNTIME_H */

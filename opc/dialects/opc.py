@@ -56,6 +56,12 @@ from xdsl.dialects.builtin import (
     FixedBitwidthType,
     Float16Type,
     Float32Type,
+    Float4E2M1FNType,
+    Float8E4M3FNType,
+    Float8E4M3FNUZType,
+    Float8E5M2FNUZType,
+    Float8E5M2Type,
+    Float8E8M0FNUType,
     Float64Type,
     FloatAttr,
     IntegerAttr,
@@ -92,7 +98,11 @@ from xdsl.utils.exceptions import VerifyException
 # Element types
 # ---------------------------------------------------------------------------
 
-FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
+# float8 and float4 as ml_dtypes names them: stored in a byte each, computed in f32 (opc-widen)
+NARROW_FLOAT_TYPES = (Float8E4M3FNType, Float8E4M3FNUZType, Float8E5M2Type, Float8E5M2FNUZType, Float8E8M0FNUType,
+                      Float4E2M1FNType)
+FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type, *NARROW_FLOAT_TYPES)
+SUB_BYTE_WIDTHS = (2, 4)  # i2, ui2, i4, ui4: one element a byte, in its low bits
 MAX_RANK = 8
 # A tensor's bytes, bounded so that every index and byte offset fits an int64_t with room
 # to spare (2^47 bytes = 128 TiB, beyond any memory).
@@ -107,14 +117,26 @@ def is_bool(t: Attribute) -> bool:
     return isinstance(t, IntegerType) and t.width.data == 1
 
 
+def is_narrow(t: Attribute) -> bool:
+    """float8, float4, int4/uint4, int2/uint2: the low-precision types that opc-widen computes in a
+    wider type (f32; i8/ui8), leaving casts and function boundaries to hold them."""
+    return isinstance(t, NARROW_FLOAT_TYPES) or isinstance(t, IntegerType) and t.width.data in SUB_BYTE_WIDTHS
+
+
+def is_sub_byte(t: Attribute) -> bool:
+    """i2, ui2, i4, ui4, f4E2M1FN: a byte holds one, in its low bits (i1 is a byte holding 0 or 1)."""
+    return isinstance(t, Float4E2M1FNType) or isinstance(t, IntegerType) and t.width.data in SUB_BYTE_WIDTHS
+
+
 def is_admitted_element(t: Attribute) -> bool:
-    """i1, i8, ui8, i16, ui16, i32, ui32, i64, ui64, f16, bf16, f32, f64 (SPEC.md: Types)."""
+    """i1, i8, ui8, i16, ui16, i32, ui32, i64, ui64, f16, bf16, f32, f64 and the low-precision
+    f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ, f8E8M0FNU, f4E2M1FN, i4, ui4, i2, ui2 (SPEC.md: Types)."""
     if is_float(t):
         return True
     if not isinstance(t, IntegerType):
         return False
     width, sign = t.width.data, t.signedness.data
-    if width in (8, 16, 32, 64):
+    if width in (2, 4, 8, 16, 32, 64):
         return sign in (Signedness.SIGNLESS, Signedness.UNSIGNED)
     return width == 1 and sign == Signedness.SIGNLESS
 
@@ -806,18 +828,48 @@ class RetypeOp(OpcOp):
         check_shape(r, t.get_shape(), "result")
 
 
+ROUND_MODES = ("up", "down", "nearest")
+
+
 @irdl_op_definition
 class CastOp(RetypeOp):
-    """`%c = opc.cast %x {dtype = ui8} : (tensor<3xf64>) -> tensor<3xui8>`"""
+    """`%c = opc.cast %x {dtype = ui8} : (tensor<3xf64>) -> tensor<3xui8>`
+
+    To float8/float4: round to nearest even; out of range gives inf or NaN as the type has them
+    (ml_dtypes' astype), or +-max finite with `saturate = true` (ONNX Cast's saturate). To
+    f8E8M0FNU: the f32 exponent rounded by `round_mode` ("up", "down" or "nearest"; ONNX's)."""
 
     name = "opc.cast"
+    saturate = opt_prop_def(BoolAttr)
+    round_mode = opt_prop_def(StringAttr)
+
+    def __init__(self, x: SSAValue | Operation, dtype: Attribute, saturate: bool = False,
+                 round_mode: str | None = None):
+        super().__init__(x, dtype)
+        if saturate:
+            self.properties["saturate"] = BoolAttr.from_bool(True)
+        if round_mode is not None:
+            self.properties["round_mode"] = StringAttr(round_mode)
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.round_mode is not None and self.round_mode.data not in ROUND_MODES:
+            raise VerifyException(f"round_mode must be one of {', '.join(ROUND_MODES)}, got {self.round_mode.data!r}")
+        if self.round_mode is not None and not isinstance(self.dtype, Float8E8M0FNUType):
+            raise VerifyException(f"round_mode applies to casts to f8E8M0FNU, not to {self.dtype}")
+
+    def saturates(self) -> bool:
+        return self.saturate is not None and self.saturate.value.data == 1
+
+    def rounding(self) -> str:
+        return self.round_mode.data if self.round_mode is not None else "nearest"
 
 
 def storage_bits(element: Attribute) -> int:
     """Bits an element occupies in memory: i1 is a byte holding 0 or 1, as NumPy's bool."""
     if not isinstance(element, FixedBitwidthType):
         raise TypeError(f"{element} has no fixed width")
-    return 8 if is_bool(element) else element.bitwidth
+    return max(8, element.bitwidth)  # i1, i2, i4, f4: a byte each
 
 
 @irdl_op_definition
@@ -836,6 +888,8 @@ class BitcastOp(RetypeOp):
                                   f"{dst} has {storage_bits(dst)}")
         if is_bool(dst) and not is_bool(src):  # an i1 byte holds 0 or 1; other bytes would break that
             raise VerifyException(f"bitcast to i1 only from i1, got {src}")
+        if is_sub_byte(src) != is_sub_byte(dst) or is_sub_byte(src) and src.bitwidth != dst.bitwidth:  # type: ignore[union-attr]
+            raise VerifyException(f"bitcast needs element types of one width: {src} and {dst}")
 
 
 @irdl_op_definition

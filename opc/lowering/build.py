@@ -33,7 +33,7 @@ from types import ModuleType
 
 import numpy as np
 
-from opc.dtypes import numpy_dtype
+from opc.dtypes import ML_DTYPES_NAMES, numpy_dtype
 from opc.errors import BuildError, InputError, InternalError
 from opc.lowering.abi import (
     ENTRY_PREFIX,
@@ -662,6 +662,8 @@ def load_extension(name: str, path: Path) -> ModuleType:
 
 
 def c_type_of(dtype: str) -> str:
+    if dtype in ML_DTYPES_NAMES and dtype != "bfloat16":
+        return "uint8_t"  # float8, float4, int4, int2: one byte an element, as ml_dtypes holds them
     return {"bool": "uint8_t", "float16": "uint16_t", "bfloat16": "uint16_t", "float32": "float",
             "float64": "double"}.get(dtype, f"{dtype}_t")
 

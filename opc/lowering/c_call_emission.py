@@ -33,7 +33,11 @@ from opc.lowering.emitter_state import EmitterState
 
 KERNEL_DTYPES = {"i1": "OPC_DTYPE_BOOL", "i8": "OPC_DTYPE_I8", "ui8": "OPC_DTYPE_U8", "i16": "OPC_DTYPE_I16",
                  "i32": "OPC_DTYPE_I32", "i64": "OPC_DTYPE_I64", "f16": "OPC_DTYPE_F16", "bf16": "OPC_DTYPE_BF16",
-                 "f32": "OPC_DTYPE_F32", "f64": "OPC_DTYPE_F64"}  # fmt: skip
+                 "f32": "OPC_DTYPE_F32", "f64": "OPC_DTYPE_F64", "f8E4M3FN": "OPC_DTYPE_F8E4M3FN",
+                 "f8E4M3FNUZ": "OPC_DTYPE_F8E4M3FNUZ", "f8E5M2": "OPC_DTYPE_F8E5M2",
+                 "f8E5M2FNUZ": "OPC_DTYPE_F8E5M2FNUZ", "f8E8M0FNU": "OPC_DTYPE_F8E8M0FNU",
+                 "f4E2M1FN": "OPC_DTYPE_F4E2M1FN", "i4": "OPC_DTYPE_I4", "ui4": "OPC_DTYPE_U4", "i2": "OPC_DTYPE_I2",
+                 "ui2": "OPC_DTYPE_U2"}  # fmt: skip
 
 KERNEL_HOST = f"""#include "opc_kernel.h"
 static _Thread_local char opc_kernel_message_buf[OPC_KERNEL_MESSAGE_SIZE];

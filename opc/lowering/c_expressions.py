@@ -19,6 +19,7 @@ import numpy as np
 from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    Float8E8M0FNUType,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -29,7 +30,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from opc.dialects.kinds import element_of, shape_of
-from opc.dialects.opc import BinaryElementwiseOp
+from opc.dialects.opc import NARROW_FLOAT_TYPES, BinaryElementwiseOp, is_sub_byte
+from opc.lowering.scalars import ROUND_MODE, SATURATE
 from opc.ops.registry import ELEMENTWISE
 
 
@@ -48,6 +50,8 @@ def c_type(t: Attribute) -> str:
         return "double"
     if isinstance(t, (Float16Type, BFloat16Type)):
         return "uint16_t"  # storage bits; arithmetic happens in float
+    if isinstance(t, NARROW_FLOAT_TYPES) or is_sub_byte(t):
+        return "uint8_t"  # float8/float4/int4/int2: a byte each, sub-byte ones in the low bits (opc_lowp.h)
     if isinstance(t, IndexType):
         return "int64_t"
     if isinstance(t, IntegerType):
@@ -66,12 +70,19 @@ def c_unsigned_wide(t: Attribute) -> str:
 
 
 def dtype_suffix(t: Attribute) -> str:
+    if isinstance(t, NARROW_FLOAT_TYPES):  # opc_lowp.h's names: f8e4m3fn, f4e2m1fn, ...
+        return str(t).lower()
     return {Float32Type: "f32", Float64Type: "f64", Float16Type: "f16", BFloat16Type: "bf16"}[type(t)]
 
 
 def unsigned_c_type(t: Attribute) -> str:
     assert isinstance(t, IntegerType)
-    return "uint8_t" if t.width.data == 1 else f"uint{t.width.data}_t"
+    return "uint8_t" if t.width.data < 8 else f"uint{t.width.data}_t"
+
+
+def sub_byte_mask(t: Attribute) -> str:
+    assert isinstance(t, IntegerType)
+    return hex((1 << t.width.data) - 1)
 
 
 def c_float_literal(value: float, t: Attribute) -> str:
@@ -86,6 +97,12 @@ def c_float_literal(value: float, t: Attribute) -> str:
 
 
 def c_constant(value: float | int, t: Attribute) -> str:
+    if isinstance(t, NARROW_FLOAT_TYPES):
+        from opc.dtypes import numpy_dtype, numpy_name
+
+        return f"(uint8_t){int(np.array(value, numpy_dtype(numpy_name(t))).view(np.uint8))}u"
+    if is_sub_byte(t):
+        return f"(uint8_t){int(value) & ((1 << t.width.data) - 1)}u"  # type: ignore[attr-defined]
     if isinstance(t, Float16Type):
         return f"(uint16_t){int(np.array(value, np.float16).view(np.uint16))}u"
     if isinstance(t, BFloat16Type):
@@ -190,15 +207,27 @@ def comparison_name(o: Operation, pred: int) -> str:
 
 def ext_f(e: Renderer, o: Operation) -> str:
     src, dst, a = o.operands[0].type, o.results[0].type, e.name(o.operands[0])
-    if isinstance(src, Float16Type):
+    if isinstance(src, NARROW_FLOAT_TYPES):
+        a = f"opc_{dtype_suffix(src)}_to_f32({a})"
+    elif isinstance(src, Float16Type):
         a = f"opc_f16_to_f32({a})"
     elif isinstance(src, BFloat16Type):
         a = f"opc_bf16_to_f32({a})"
     return f"(double){a}" if isinstance(dst, Float64Type) else a
 
 
+ROUND_MODE_CODES = {"nearest": 0, "up": 1, "down": 2}  # opc_f32_to_f8e8m0fnu's
+
+
 def trunc_f(e: Renderer, o: Operation) -> str:
     src, dst, a = o.operands[0].type, o.results[0].type, e.name(o.operands[0])
+    if isinstance(dst, NARROW_FLOAT_TYPES):
+        sat = int(SATURATE in o.attributes)
+        if isinstance(dst, Float8E8M0FNUType):
+            mode = o.attributes.get(ROUND_MODE)
+            code = ROUND_MODE_CODES[mode.data if mode is not None else "nearest"]  # type: ignore[attr-defined]
+            return f"opc_f32_to_f8e8m0fnu((float){a}, {sat}, {code})"
+        return f"opc_f64_to_{dtype_suffix(dst)}((double){a}, {sat})"
     if isinstance(dst, Float32Type):
         return f"(float){a}"
     return f"opc_{dtype_suffix(src)}_to_{dtype_suffix(dst)}({a})"
@@ -211,7 +240,14 @@ def to_int_saturating(e: Renderer, o: Operation) -> str:
 
 
 def c_cast(e: Renderer, o: Operation) -> str:
-    return f"({c_type(o.results[0].type)}){e.name(o.operands[0])}"
+    """sitofp, extsi, trunci: a C conversion; an int4/int2 source is sign-extended from its low bits, a
+    result of that width keeps the low bits (wraps, as NumPy's astype)."""
+    src, dst, a = o.operands[0].type, o.results[0].type, e.name(o.operands[0])
+    if is_sub_byte(dst):
+        return f"(uint8_t)((uint32_t){a} & {sub_byte_mask(dst)}u)"
+    if is_sub_byte(src):
+        a = f"opc_sext{src.width.data}({a})"  # type: ignore[attr-defined]
+    return f"({c_type(dst)}){a}"
 
 
 def c_cast_unsigned(e: Renderer, o: Operation) -> str:

@@ -49,7 +49,7 @@ from opc.lowering.cuda_emitter import emit_cuda
 NVCC_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
               "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]  # fmt: skip
 RUNTIME_HEADERS = ("opc_runtime.h", "opc_cuda_gemm.cuh", "opc_status.h", "opc_nn.cuh",
-                   "opc_nn_attention.cuh")
+                   "opc_nn_attention.cuh", "opc_lowp.h")
 
 
 def nvcc_path() -> str | None:

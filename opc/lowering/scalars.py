@@ -27,6 +27,8 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     Signedness,
+    StringAttr,
+    UnitAttr,
     f32,
     f64,
 )
@@ -47,6 +49,15 @@ HALF_TYPES = (Float16Type, BFloat16Type)
 
 def is_half(t: Attribute) -> bool:
     return isinstance(t, HALF_TYPES)
+
+
+# ONNX Cast's attributes, carried on a truncf to float8/float4 for the C emitter (c_expressions.trunc_f)
+SATURATE, ROUND_MODE = "opc.saturate", "opc.round_mode"
+
+
+def is_small_float(t: Attribute) -> bool:
+    """f16, bf16, float8, float4: stored narrow, computed in f32."""
+    return isinstance(t, (*HALF_TYPES, *opc.NARROW_FLOAT_TYPES))
 
 
 def compute_type(t: Attribute) -> Attribute:
@@ -155,22 +166,44 @@ class Emitter:
     # -- scalar conversions ----------------------------------------------------
 
     def to_compute(self, v: SSAValue) -> SSAValue:
-        return self.value(arith.ExtFOp(v, f32)) if is_half(v.type) else v
+        return self.value(arith.ExtFOp(v, f32)) if is_small_float(v.type) else v
 
     def to_storage(self, v: SSAValue, t: Attribute) -> SSAValue:
         t = scalar_type(t)
         if v.type == t:
             return v
-        if is_half(t):
+        if is_small_float(t):
             return self.value(arith.TruncFOp(v, t))
         raise AssertionError(f"no storage conversion {v.type} -> {t}")
 
-    def convert(self, v: SSAValue, src: Attribute, dst_elem: Attribute) -> SSAValue:
+    def to_narrow(self, x: SSAValue, dst: Attribute, saturate: bool, round_mode: str | None) -> SSAValue:
+        """f32/f64 -> float8/float4, one rounding (runtime/opc_lowp.h), with ONNX's saturate and
+        (f8E8M0FNU) round_mode riding on the truncf as attributes the C emitter reads."""
+        op = arith.TruncFOp(x, dst)
+        if saturate:
+            op.attributes[SATURATE] = UnitAttr()
+        if round_mode is not None:
+            op.attributes[ROUND_MODE] = StringAttr(round_mode)
+        return self.value(op)
+
+    def convert(self, v: SSAValue, src: Attribute, dst_elem: Attribute, saturate: bool = False,
+                round_mode: str | None = None) -> SSAValue:
         """Scalar cast with SPEC.md's semantics from element type src to dst_elem (scalars signless)."""
         dst = scalar_type(dst_elem)
         if src == dst_elem:
             return v
         sf, df = opc.is_float(src), opc.is_float(dst)
+        if df and isinstance(dst, opc.NARROW_FLOAT_TYPES):
+            if sf:  # f16/bf16/float8/float4 are exact in f32; f32 and f64 round once, from themselves
+                x = self.to_compute(v)
+            else:  # int -> f64 (exact below 2^53) -> the narrow type: one rounding
+                x = self.value((arith.UIToFPOp if is_unsigned(src) else arith.SIToFPOp)(v, f64))
+            return self.to_narrow(x, dst, saturate, round_mode)
+        if sf and df and isinstance(src, opc.NARROW_FLOAT_TYPES):
+            x = self.to_compute(v)  # exact
+            if isinstance(dst, Float64Type):
+                return self.value(arith.ExtFOp(x, dst))
+            return x if isinstance(dst, Float32Type) else self.value(arith.TruncFOp(x, dst))
         if sf and df:
             if is_half(dst) and is_half(src):
                 return self.value(arith.TruncFOp(self.to_compute(v), dst))  # via exact f32
@@ -301,7 +334,8 @@ def scalar_op(e: Emitter, op: Operation, args: list[SSAValue]) -> SSAValue:
     """The scalar value of elementwise `op` from its operands' scalars (storage types)."""
     out_t = element_of(op.results[0])
     if isinstance(op, opc.CastOp):
-        return e.convert(args[0], element_of(op.x), op.dtype)
+        mode = op.round_mode.data if op.round_mode is not None else None
+        return e.convert(args[0], element_of(op.x), op.dtype, op.saturates(), mode)
     if isinstance(op, opc.BitcastOp):
         if opc.is_bool(element_of(op.x)):  # an i1 byte holds 0 or 1: as i8/ui8 the same 0 or 1
             return e.value(arith.ExtUIOp(args[0], cast(IntegerType, scalar_type(op.dtype))))  # i8 or ui8

@@ -98,7 +98,7 @@ BAD_OPS = [
     ("%r = opc.exp %a : (tensor<4x3xf32>) -> tensor<4x3xf64>",
      "'opc.exp' op has tensor<4x3xf64> where tensor<4x3xf32> is expected: these operand and result types must be"),
     ("%r = opc.cast %d {dtype = ui8} : (tensor<2x3x4xf64>) -> tensor<2x3x4xi8>", "must equal dtype"),
-    ("%r = opc.cast %d {dtype = i4} : (tensor<2x3x4xf64>) -> tensor<2x3x4xi4>", "unsupported element type i4"),
+    ("%r = opc.cast %d {dtype = i3} : (tensor<2x3x4xf64>) -> tensor<2x3x4xi3>", "unsupported element type i3"),
     ("%r = opc.bitcast %d {dtype = i32} : (tensor<2x3x4xf64>) -> tensor<2x3x4xi32>", "f64 has 64 bits, i32 has 32"),
     ("%r = opc.bitcast %u {dtype = i1} : (tensor<5xui8>) -> tensor<5xi1>", "to i1 only from i1"),
     ("%r = opc.bitcast %a {dtype = ui32} : (tensor<4x3xf32>) -> tensor<4x3xi32>", "must equal dtype"),
