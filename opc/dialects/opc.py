@@ -859,7 +859,7 @@ class CastOp(RetypeOp):
             raise VerifyException(f"round_mode applies to casts to f8E8M0FNU, not to {self.dtype}")
 
     def saturates(self) -> bool:
-        return self.saturate is not None and self.saturate.value.data == 1
+        return self.saturate is not None and self.saturate.value.data != 0  # i1 true is stored as -1
 
     def rounding(self) -> str:
         return self.round_mode.data if self.round_mode is not None else "nearest"

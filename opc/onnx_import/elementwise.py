@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.ir import SSAValue
+from xdsl.dialects.builtin import Float4E2M1FNType, Float8E8M0FNUType
+from xdsl.ir import Attribute, SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of
@@ -170,20 +171,29 @@ def gelu(node: Node) -> Values:
     return [node.e.value(o.GeluOp(node.input(0), approximate=approximate == "tanh"))]
 
 
+def onnx_cast(node: Node, x: SSAValue, element: Attribute) -> SSAValue:
+    """x cast with ONNX's rules: to float8, `saturate` (default 1) clamps to the largest finite value; to
+    float8e8m0, `round_mode` ("up" by default) rounds the exponent. Other targets as opc.cast."""
+    if element_of(x) == element:
+        return x
+    if not isinstance(element, o.NARROW_FLOAT_TYPES) or isinstance(element, Float4E2M1FNType):
+        return node.e.cast(x, element)
+    saturate = bool(node.attr("saturate", 1))
+    mode = str(node.attr("round_mode", "up")) if isinstance(element, Float8E8M0FNUType) else None
+    return node.e.value(o.CastOp(x, element, saturate=saturate, round_mode=mode))
+
+
 @converter("Cast")
 def cast(node: Node) -> Values:
     to = node.attr("to")
     if to not in ELEMENT_TYPES:
         raise node.fail(f"cast to {dtype_name(to)} is not supported")
-    x = node.input(0)
-    element = ELEMENT_TYPES[to][1]
-    return [x if element_of(x) == element else node.e.cast(x, element)]
+    return [onnx_cast(node, node.input(0), ELEMENT_TYPES[to][1])]
 
 
 @converter("CastLike", since=15)
 def cast_like(node: Node) -> Values:
-    x, element = node.input(0), node.element(1)
-    return [x if element_of(x) == element else node.e.cast(x, element)]
+    return [onnx_cast(node, node.input(0), node.element(1))]
 
 
 

@@ -28,6 +28,12 @@ from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import (
     BFloat16Type,
     DenseIntOrFPElementsAttr,
+    Float4E2M1FNType,
+    Float8E4M3FNType,
+    Float8E4M3FNUZType,
+    Float8E5M2FNUZType,
+    Float8E5M2Type,
+    Float8E8M0FNUType,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -74,6 +80,18 @@ ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {
     10: ("FLOAT16", Float16Type(), np.dtype(np.float16)),
     11: ("DOUBLE", Float64Type(), np.dtype(np.float64)),
     16: ("BFLOAT16", BFloat16Type(), np.dtype(ml_dtypes.bfloat16)),
+    # low precision (SPEC.md: Types); onnx.numpy_helper.to_array unpacks the 4- and 2-bit ones, which
+    # ONNX packs two (four) to a byte, low bits first, into one ml_dtypes element a byte
+    17: ("FLOAT8E4M3FN", Float8E4M3FNType(), np.dtype(ml_dtypes.float8_e4m3fn)),
+    18: ("FLOAT8E4M3FNUZ", Float8E4M3FNUZType(), np.dtype(ml_dtypes.float8_e4m3fnuz)),
+    19: ("FLOAT8E5M2", Float8E5M2Type(), np.dtype(ml_dtypes.float8_e5m2)),
+    20: ("FLOAT8E5M2FNUZ", Float8E5M2FNUZType(), np.dtype(ml_dtypes.float8_e5m2fnuz)),
+    24: ("FLOAT8E8M0", Float8E8M0FNUType(), np.dtype(ml_dtypes.float8_e8m0fnu)),
+    23: ("FLOAT4E2M1", Float4E2M1FNType(), np.dtype(ml_dtypes.float4_e2m1fn)),
+    22: ("INT4", IntegerType(4), np.dtype(ml_dtypes.int4)),
+    21: ("UINT4", IntegerType(4, Signedness.UNSIGNED), np.dtype(ml_dtypes.uint4)),
+    26: ("INT2", IntegerType(2), np.dtype(ml_dtypes.int2)),
+    25: ("UINT2", IntegerType(2, Signedness.UNSIGNED), np.dtype(ml_dtypes.uint2)),
 }
 FLOAT_ELEMENT_TYPES = (1, 10, 11, 16)
 BY_NUMPY = {np_dtype: element for _, element, np_dtype in ELEMENT_TYPES.values()}
@@ -460,8 +478,8 @@ class NodeEmitter(OpBuilder):
     def constant(self, array: np.ndarray) -> SSAValue:
         array = np.asarray(array)
         t = TensorType(element_type_for(array, "a constant"), array.shape)
-        if array.dtype.kind in "iub":
-            data = [int(v) for v in array.reshape(-1)]
+        if isinstance(t.element_type, IntegerType):  # int4/int2 too (ml_dtypes' kind is 'V')
+            data = [int(v) for v in array.astype(np.int64).reshape(-1)]
         else:
             data = [float(v) for v in array.astype(np.float64).reshape(-1)]
         return self.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(t, data)))
