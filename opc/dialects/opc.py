@@ -43,11 +43,13 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     AnyFloat,
     BFloat16Type,
     BoolAttr,
@@ -127,8 +129,18 @@ def shaped_type(v: SSAValue | Attribute) -> ShapedType:
     return t
 
 
+SYMBOLIC_SHAPES: ContextVar[Mapping[SSAValue, tuple] | None] = ContextVar("opc_symbolic_shapes", default=None)
+"""While a function with run-time sizes is lowered: each value's shape with its `?` dims as
+polynomials over the size parameters (opc/lowering/sizes.py); shape_of answers with it."""
+
+
 def shape_of(v: SSAValue | Attribute) -> tuple[int, ...]:
-    return shaped_type(v).get_shape()
+    shape = shaped_type(v).get_shape()
+    if DYNAMIC in shape and (table := SYMBOLIC_SHAPES.get()) is not None:
+        if not isinstance(v, SSAValue) or v not in table:
+            raise AssertionError(f"no run-time sizes known for {v}")
+        return table[v]
+    return shape
 
 
 def element_of(v: SSAValue | Attribute) -> Attribute:
@@ -149,9 +161,9 @@ def check_tensor(value: SSAValue | Attribute, what: str) -> TensorType:
 
 def check_storable(t: TensorType, what: str) -> TensorType:
     """A tensor opc can hold in memory: static, of an admitted element type, at most 2^47 bytes."""
-    shape = t.get_shape()
+    shape = [d for d in t.get_shape() if d != DYNAMIC]  # a `?` dim: its size is checked at the call
     if any(d < 0 for d in shape):
-        raise VerifyException(f"{what} must have a static shape, got {t}")
+        raise VerifyException(f"{what} has a negative dim: {t}")
     if not is_admitted_element(t.element_type):
         raise VerifyException(f"{what} has unsupported element type {t.element_type}")
     size = math.prod(shape) * (storage_bits(t.element_type) // 8)
@@ -176,21 +188,37 @@ def check_same_element(a: TensorType, b: TensorType, what: str) -> None:
         raise VerifyException(f"{what}: element types differ ({a.element_type} vs {b.element_type})")
 
 
+DYNAMIC = DYNAMIC_INDEX  # a `?` dim in xDSL's get_shape() (INT64_MIN)
+
+
+def dims_agree(a: int, b: int) -> bool:
+    """Two dims that may be the same size: equal, or one of them `?` (checked at the call)."""
+    return a == b or DYNAMIC in (a, b)
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    return "[" + ", ".join("?" if d == DYNAMIC else str(d) for d in shape) + "]"
+
+
 def check_shape(t: TensorType, shape: Sequence[int], what: str) -> None:
-    if tuple(t.get_shape()) != tuple(shape):
-        raise VerifyException(f"{what} must have shape {list(shape)}, got {list(t.get_shape())}")
+    got = tuple(t.get_shape())
+    if len(got) != len(shape) or not all(map(dims_agree, got, shape)):
+        raise VerifyException(f"{what} must have shape {shape_text(shape)}, got {shape_text(got)}")
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
-    """NumPy broadcasting; VerifyException when the shapes do not broadcast."""
+    """NumPy broadcasting; VerifyException when the shapes do not broadcast. A `?` dim pairs with
+    a static 1 (broadcast), another `?` or a static n (the sizes must then be equal at the call:
+    a run-time 1 is never broadcast implicitly, as in JAX and StableHLO)."""
     rank = max(len(s) for s in shapes)
     out: list[int] = []
     for i in range(rank):
         dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0}
         dims.discard(1)
-        if len(dims) > 1:
-            raise VerifyException(f"shapes {[list(s) for s in shapes]} do not broadcast")
-        out.append(dims.pop() if dims else 1)
+        static = dims - {DYNAMIC}
+        if len(static) > 1:
+            raise VerifyException(f"shapes {[shape_text(s) for s in shapes]} do not broadcast")
+        out.append(static.pop() if static else DYNAMIC if dims else 1)
     return tuple(out)
 
 
@@ -210,7 +238,7 @@ def matmul_shape(x: Sequence[int], y: Sequence[int], trans_x: bool, trans_y: boo
         ) from None
     m, kx = (x[-1], x[-2]) if trans_x else (x[-2], x[-1])
     ky, n = (y[-1], y[-2]) if trans_y else (y[-2], y[-1])
-    if kx != ky:
+    if not dims_agree(kx, ky):
         raise VerifyException(
             f"matmul inner dims differ: op_x(x) is {m}x{kx}, op_y(y) is {ky}x{n} "
             f"(trans_x={trans_x}, trans_y={trans_y})"
