@@ -60,6 +60,7 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     FloatAttr,
+    IndexType,
     IntegerAttr,
     IntegerType,
     ShapedType,
@@ -868,77 +869,99 @@ class BitcastOp(RetypeOp):
 
 @irdl_op_definition
 class FullOp(OpcOp):
-    """`%r = opc.full {value = 1.0 : f64} : () -> tensor<2x3xf32>`"""
+    """`%r = opc.full {value = 1.0 : f64} : () -> tensor<2x3xf32>`; a result with `?` dims takes
+    their sizes as `index` operands, as tensor.empty does:
+    `%r = opc.full %n {value = 0.0 : f64} : (index) -> tensor<?x3xf32>`"""
 
     name = "opc.full"
+    sizes = var_operand_def(IndexType())
     result = result_def(TensorType)
     value = prop_def(FloatAttr)
 
     @classmethod
     def parse(cls, parser: Parser) -> FullOp:
         # functional-type(operands, ...) is refused for an op without operands.
+        sizes = parser.parse_optional_undelimited_comma_separated_list(
+            parser.parse_optional_operand, parser.parse_operand) or []
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         ftype = parser.parse_function_type()
-        if "value" not in attrs or ftype.inputs.data or len(ftype.outputs.data) != 1:
+        if "value" not in attrs or len(ftype.inputs.data) != len(sizes) or len(ftype.outputs.data) != 1:
             parser.raise_error("expected `opc.full {value = V : f64} : () -> tensor<...>`")
         props = {"value": attrs.pop("value")}
-        return cls.create(result_types=list(ftype.outputs.data), properties=props, attributes=attrs)
+        return cls.create(operands=sizes, result_types=list(ftype.outputs.data), properties=props, attributes=attrs)
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
+        if self.sizes:
+            printer.print_list(self.sizes, printer.print_operand)
+            printer.print_string(" ")
         printer.print_attr_dict({"value": self.value, **self.attributes})
-        printer.print_string(" : () -> ")
+        printer.print_string(" : (" + ", ".join("index" for _ in self.sizes) + ") -> ")
         printer.print_attribute(self.result.type)
 
-    def __init__(self, value: float, result_type: Attribute):
-        super().__init__(result_types=[result_type], properties={"value": FloatAttr(value, 64)})
+    def __init__(self, value: float, result_type: Attribute, sizes: Sequence[SSAValue] = ()):
+        super().__init__(operands=[list(sizes)], result_types=[result_type], properties={"value": FloatAttr(value, 64)})
 
     def verify_(self) -> None:
-        check_tensor(self.result, "result")
+        check_runtime_sizes(self, check_tensor(self.result, "result"), required=True)
+
+
+def check_runtime_sizes(op: FullOp | BroadcastToOp | ReshapeOp, result: TensorType, required: bool) -> None:
+    """The `index` operands give the result's `?` dims, one each, in order (optional where the
+    op can derive them: a broadcast's or a reshape's from its operand)."""
+    dynamic = sum(1 for d in result.get_shape() if d == DYNAMIC)
+    if (op.sizes or required) and len(op.sizes) != dynamic:
+        raise VerifyException(f"takes one size operand per `?` dim of its result ({dynamic}), got {len(op.sizes)}")
 
 
 @irdl_op_definition
 class BroadcastToOp(OpcOp):
-    """`%r = opc.broadcast_to %a : (tensor<3xf32>) -> tensor<4x3xf32>`"""
+    """`%r = opc.broadcast_to %a : (tensor<3xf32>) -> tensor<4x3xf32>`; the result's `?` dims may
+    take their sizes as `index` operands: `opc.broadcast_to %a, %n : (tensor<3xf32>, index) -> tensor<?x3xf32>`"""
 
     name = "opc.broadcast_to"
     x = operand_def(TensorType)
+    sizes = var_operand_def(IndexType())
     result = result_def(TensorType)
-    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+    assembly_format = "$x (`,` $sizes^)? attr-dict `:` functional-type(operands, results)"
 
-    def __init__(self, x: SSAValue | Operation, result_type: Attribute):
-        super().__init__(operands=[x], result_types=[result_type])
+    def __init__(self, x: SSAValue | Operation, result_type: Attribute, sizes: Sequence[SSAValue] = ()):
+        super().__init__(operands=[x, list(sizes)], result_types=[result_type])
 
     def verify_(self) -> None:
         t, r = check_tensor(self.x, "operand"), check_tensor(self.result, "result")
         check_same_element(t, r, "operand and result")
         src, dst = tuple(t.get_shape()), tuple(r.get_shape())
-        ok = len(src) <= len(dst) and all(s in (1, d) for s, d in zip(src[::-1], dst[::-1]))
+        ok = len(src) <= len(dst) and all(s in (1, d) or DYNAMIC in (s, d) for s, d in zip(src[::-1], dst[::-1]))
         if not ok:
-            raise VerifyException(f"cannot broadcast {list(t.get_shape())} to {list(r.get_shape())}")
+            raise VerifyException(f"cannot broadcast {shape_text(src)} to {shape_text(dst)}")
+        check_runtime_sizes(self, r, required=False)
 
 
 @irdl_op_definition
 class ReshapeOp(OpcOp):
-    """`%r = opc.reshape %a : (tensor<2x3xf32>) -> tensor<6xf32>`"""
+    """`%r = opc.reshape %a : (tensor<2x3xf32>) -> tensor<6xf32>`; the result's `?` dims may take
+    their sizes as `index` operands (else the leading ones follow the operand's, one is inferred)"""
 
     name = "opc.reshape"
     x = operand_def(TensorType)
+    sizes = var_operand_def(IndexType())
     result = result_def(TensorType)
-    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+    assembly_format = "$x (`,` $sizes^)? attr-dict `:` functional-type(operands, results)"
 
-    def __init__(self, x: SSAValue | Operation, result_type: Attribute):
-        super().__init__(operands=[x], result_types=[result_type])
+    def __init__(self, x: SSAValue | Operation, result_type: Attribute, sizes: Sequence[SSAValue] = ()):
+        super().__init__(operands=[x, list(sizes)], result_types=[result_type])
 
     def verify_(self) -> None:
         t, r = check_tensor(self.x, "operand"), check_tensor(self.result, "result")
         check_same_element(t, r, "operand and result")
-        if t.element_count() != r.element_count():
+        if DYNAMIC not in t.get_shape() and DYNAMIC not in r.get_shape() and t.element_count() != r.element_count():
             raise VerifyException(
                 f"reshape must keep the element count: {list(t.get_shape())} has {t.element_count()}, "
                 f"{list(r.get_shape())} has {r.element_count()}"
             )
+        check_runtime_sizes(self, r, required=False)
 
 
 @irdl_op_definition

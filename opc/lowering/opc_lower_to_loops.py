@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    IndexType,
     IntegerAttr,
     ModuleOp,
     StringAttr,
@@ -175,7 +176,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         for op in self.fn.body.block.ops:
             if isinstance(op, func.ReturnOp):
                 break
-            if op in self.inlined:
+            if op in self.inlined or is_size_op(op):
                 continue
             before = self.entry.last_op
             rk = self.schedule.row_of.get(op)
@@ -265,6 +266,20 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
             raise UnsupportedError(f"no lowering to loops for '{op.name}'")
 
 
+def is_size_op(op: Operation) -> bool:
+    """An op computing a size (tensor.dim, index arithmetic): the size analysis already knows
+    its value as a polynomial of the size parameters, which the nests read where they need it."""
+    return bool(op.results) and all(isinstance(r.type, IndexType) for r in op.results)
+
+
+def drop_size_operands(fn: func.FuncOp) -> None:
+    """The ops' `index` size operands go once the size analysis has read them: the lowering reads
+    every size from the analysis, and its nests walk tensor operands only."""
+    for op in fn.walk():
+        if isinstance(op, (opc.FullOp, opc.BroadcastToOp, opc.ReshapeOp)) and op.sizes:
+            op.operands = [o for o in op.operands if not isinstance(o.type, IndexType)]
+
+
 OWN_LOWERINGS = (opc.ReduceOp, opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp, opc.ReshapeOp)
 """The ops `lower_op` lowers by a method of its own (besides INLINABLE and nn.LOWERINGS)."""
 
@@ -294,6 +309,8 @@ class LowerToLoopsPass(ModulePass):
                 unwrap_kernels(fn)  # scheduled input (opc-schedule): the lowering re-plans the same kernels
                 cpu = self.target != "cuda"
                 sizes = analyze(fn) if has_dynamic_shapes(fn) else None
+                if sizes is not None:
+                    drop_size_operands(fn)
                 table = dict(sizes.shapes) if sizes is not None else {}
                 with symbolic_shapes(table) if sizes is not None else nullcontext():
                     new = FunctionLowering(fn, constants, memory_order_reductions=cpu,

@@ -20,8 +20,10 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 from xdsl.dialects import arith, func, tensor
+from xdsl.dialects.builtin import IndexType
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc
@@ -119,16 +121,17 @@ class FunctionSizes:
         if isinstance(op, tensor.DimOp):
             self.scalars[op.result] = self.dim_of(op)
             return
+        if len(op.results) == 1 and isinstance(op.results[0].type, IndexType):
+            value = self.index_value(op)
+            if value is not None:
+                self.scalars[op.results[0]] = value
+            return
         if not dynamic:
             for r in op.results:
                 if isinstance(r.type, opc.TensorType):
                     self.shapes[r] = tuple(shaped_type(r).get_shape())
             return
-        rule = rule_for(op)
-        if rule is None:
-            raise UnsupportedError(f"'{op.name}' does not take run-time (?) sizes yet: give its operands static "
-                                   "shapes (opc.load_onnx(..., specialize=True) does that for a model)")
-        derived = rule(self, op)
+        derived = rule_for(op)(self, op)
         for r, shape in zip(op.results, derived):
             declared = shaped_type(r).get_shape()
             out = []
@@ -140,6 +143,40 @@ class FunctionSizes:
                         self.unify(got, want, f"{op.name} result dim {d}")
                     out.append(want)
             self.shapes[r] = tuple(out)
+
+    def index_value(self, op: Operation) -> Size | None:
+        """The size an `index` op computes from sizes (constants, tensor.dim, + - *), else None."""
+        if isinstance(op, arith.ConstantOp):
+            return opc.int_of(op.value)
+        args = [self.scalars.get(v) for v in op.operands]
+        if any(a is None for a in args) or len(args) != 2:
+            return None
+        a, b = cast(list[Size], args)
+        if isinstance(op, arith.AddiOp):
+            return a + b
+        if isinstance(op, arith.SubiOp):
+            return a - b
+        if isinstance(op, arith.MuliOp):
+            return a * b
+        return None
+
+    def size_operands(self, op: Operation, result: SSAValue) -> list[Size] | None:
+        """The result's dims from the op's `index` size operands (None: it has none)."""
+        sizes = list(op.sizes)  # type: ignore[attr-defined]
+        if not sizes:
+            return None
+        given = iter(sizes)
+        out: list[Size] = []
+        for d in shaped_type(result).get_shape():
+            if d != DYNAMIC:
+                out.append(d)
+                continue
+            v = next(given)
+            if v not in self.scalars:
+                raise UnsupportedError(f"{op.name}: a size operand that is not computed from sizes (tensor.dim, "
+                                       "constants, + - *)")
+            out.append(self.scalars[v])
+        return out
 
     def dim_of(self, op: tensor.DimOp) -> Size:
         index = op.index.owner
@@ -242,27 +279,28 @@ def reshape(s: FunctionSizes, op: opc.ReshapeOp) -> list[Shape]:
     """The result's static dims as declared; its `?` dims: those that keep the operand's leading
     `?` dims, then at most one inferred from the element count."""
     x = s.shape(op.x)
+    given = s.size_operands(op, op.result)
+    if given is not None:
+        s.unify(math.prod(x), math.prod(given), "opc.reshape element count")
+        return [tuple(given)]
     declared = list(shaped_type(op.result).get_shape())
-    out: list[Size | None] = [None if d == DYNAMIC else d for d in declared]
-    for i, d in enumerate(declared):
-        if i >= len(x) or d != DYNAMIC or not isinstance(x[i], Sym) or any(
-                out[j] != x[j] for j in range(i)):
-            break
-        out[i] = x[i]
-    unknown = [i for i, d in enumerate(out) if d is None]
-    total = math.prod(x)
-    known = math.prod(d for d in out if d is not None)
-    if len(unknown) > 1:
-        raise UnsupportedError(f"opc.reshape to {op.result.type}: at most one `?` dim can be inferred")
-    if unknown:
+    for k in range(min(len(x), len(declared)), -1, -1):  # the longest prefix kept, then one dim inferred
+        if not all(d == DYNAMIC or d == n for d, n in zip(declared[:k], x[:k])):
+            continue
+        rest = declared[k:]
+        if sum(d == DYNAMIC for d in rest) > 1:
+            continue
+        known = math.prod(d for d in rest if d != DYNAMIC)
+        total = math.prod(x[k:])
+        if DYNAMIC not in rest:
+            s.unify(total, known, "opc.reshape element count")
+            return [(*x[:k], *rest)]
         q = exact_quotient(total, known)
         if q is None:
-            raise UnsupportedError(f"opc.reshape of {op.x.type} to {op.result.type}: the `?` dim is not a whole "
-                                   "multiple of the static ones")
-        out[unknown[0]] = q
-    else:
-        s.unify(total, known, "opc.reshape element count")
-    return [tuple(d for d in out if d is not None)]
+            continue
+        return [(*x[:k], *(q if d == DYNAMIC else d for d in rest))]
+    raise UnsupportedError(f"opc.reshape of {op.x.type} to {op.result.type}: give the result's `?` sizes as "
+                           "index operands (they cannot be inferred)")
 
 
 def concat(s: FunctionSizes, op: opc.ConcatOp) -> list[Shape]:
@@ -284,6 +322,35 @@ def gather(s: FunctionSizes, op: opc.GatherOp) -> list[Shape]:
     return [(*x[:axis], *idx, *x[axis + 1:])]
 
 
+def full(s: FunctionSizes, op: opc.FullOp) -> list[Shape]:
+    given = s.size_operands(op, op.result)
+    if given is None:
+        raise UnsupportedError("opc.full with `?` dims takes their sizes as index operands")
+    return [tuple(given)]
+
+
+def broadcast_to(s: FunctionSizes, op: opc.BroadcastToOp) -> list[Shape]:
+    """The `?` dims from the size operands, else from the operand's dim at the same place (counted
+    from the end): a `?` operand dim pairs with an equal size, never broadcast from a run-time 1."""
+    given = s.size_operands(op, op.result)
+    x = s.shape(op.x)
+    declared = shaped_type(op.result).get_shape()
+    out: list[Size] = list(given) if given is not None else list(declared)
+    lead = len(declared) - len(x)
+    for i, d in enumerate(x):
+        target = out[lead + i]
+        if d == 1:
+            continue
+        if target == DYNAMIC:
+            out[lead + i] = d
+        else:
+            s.unify(d, target, f"opc.broadcast_to dim {lead + i}")
+    if DYNAMIC in out:
+        raise UnsupportedError(f"opc.broadcast_to to {op.result.type}: a `?` dim the operand does not give takes "
+                               "its size as an index operand")
+    return [tuple(out)]
+
+
 def constant(s: FunctionSizes, op: Operation) -> list[Shape]:
     return [tuple(shaped_type(r).get_shape()) for r in op.results]
 
@@ -297,19 +364,44 @@ RULES: dict[type[Operation], Rule] = {
     opc.ReshapeOp: reshape,  # type: ignore[dict-item]
     opc.ConcatOp: concat,  # type: ignore[dict-item]
     opc.GatherOp: gather,  # type: ignore[dict-item]
+    opc.FullOp: full,  # type: ignore[dict-item]
+    opc.BroadcastToOp: broadcast_to,  # type: ignore[dict-item]
     opc.AxisOp: same_as_first,
     opc.AxisGradOp: same_as_first,
     arith.ConstantOp: constant,
 }
 
 
-def rule_for(op: Operation) -> Rule | None:
+def like_operands(s: FunctionSizes, op: Operation) -> list[Shape]:
+    """The grads and nn ops: a result whose declared shape is an operand's (dx like x, dscale like
+    scale) has that operand's sizes; else one whose only `?` dim is the batch (dim 0) has the first
+    operand's batch (a conv's or a pool's output). Anything else is refused."""
+    tensors = [v for v in op.operands if isinstance(v.type, opc.TensorType)]
+    out = []
+    for r in op.results:
+        declared = shaped_type(r).get_shape()
+        same = [v for v in tensors if shaped_type(v).get_shape() == declared]
+        if same:
+            out.append(s.shape(same[0]))
+            continue
+        first = s.shape(tensors[0]) if tensors else ()
+        if declared and declared[0] == DYNAMIC and DYNAMIC not in declared[1:] and first and isinstance(first[0], Sym):
+            out.append((first[0], *declared[1:]))
+            continue
+        if DYNAMIC in declared:
+            raise UnsupportedError(f"'{op.name}': the run-time sizes of its result {r.type} do not follow from "
+                                   "its operands' here")
+        out.append(tuple(declared))
+    return out
+
+
+def rule_for(op: Operation) -> Rule:
     if isinstance(op, ELEMENTWISE):
         return elementwise
     for cls, rule in RULES.items():
         if isinstance(op, cls):
             return rule
-    return None
+    return like_operands
 
 
 def analyze(fn: func.FuncOp) -> FunctionSizes:
