@@ -881,8 +881,9 @@ class FullOp(OpcOp):
     @classmethod
     def parse(cls, parser: Parser) -> FullOp:
         # functional-type(operands, ...) is refused for an op without operands.
-        sizes = parser.parse_optional_undelimited_comma_separated_list(
-            parser.parse_optional_operand, parser.parse_operand) or []
+        unresolved = parser.parse_optional_undelimited_comma_separated_list(
+            parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand) or []
+        sizes = [parser.resolve_operand(u, IndexType()) for u in unresolved]
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         ftype = parser.parse_function_type()

@@ -278,6 +278,10 @@ def drop_size_operands(fn: func.FuncOp) -> None:
     for op in fn.walk():
         if isinstance(op, (opc.FullOp, opc.BroadcastToOp, opc.ReshapeOp)) and op.sizes:
             op.operands = [o for o in op.operands if not isinstance(o.type, IndexType)]
+    for op in reversed(list(fn.body.block.ops)):  # the size ops, now unused: tensor.dim, index arithmetic
+        if is_size_op(op) and not any(r.uses for r in op.results):
+            op.detach()
+            op.erase()
 
 
 OWN_LOWERINGS = (opc.ReduceOp, opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp, opc.ReshapeOp)
