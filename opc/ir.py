@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func, math, memref, scf
+from xdsl.dialects import arith, builtin, func, math, memref, scf, tensor
 from xdsl.dialects.builtin import AnyFloat, BFloat16Type, ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.irdl import IRDLOperation
@@ -29,7 +29,8 @@ from opc.errors import InputError, InternalError, first_line, printable
 
 def make_context() -> Context:
     ctx = Context()
-    dialects = (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, Opc, OpcLoops, OpcSched)
+    dialects = (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, tensor.Tensor, Opc,
+                OpcLoops, OpcSched)
     for dialect in dialects:
         ctx.load_dialect(dialect)
     return ctx
