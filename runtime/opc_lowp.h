@@ -12,7 +12,7 @@
  * ndarray.astype(ml_dtypes.T) gives. `saturate` (ONNX's Cast attribute) clamps what is out
  * of range, infinities included, to +-max finite; without it an out-of-range value becomes
  * inf (E5M2) or NaN (the FN/FNUZ types, which have no infinity). float4 E2M1FN has neither
- * inf nor NaN: it always saturates and NaN becomes -0 (0x8, what ml_dtypes gives from f32). FNUZ types have one
+ * inf nor NaN: it always saturates and NaN becomes a zero of the other sign (what ml_dtypes gives). FNUZ types have one
  * zero: -0 and negatives that round to 0 give +0, and NaN is 0x80.
  * E8M0FNU (a power of two, 2^(bits - 127), 0xff NaN) follows onnx.numpy_helper.to_float8e8m0
  * bit for bit: the f32 exponent, rounded up / down / to nearest by the mantissa (ties up),
@@ -49,7 +49,7 @@ OPC_FN uint8_t opc_mf_from_f64(double x, int ebits, int mbits, int bias, int kin
     double maxv = ldexp((double)(top_m + (1u << mbits)), (int)top - bias - mbits);
     uint32_t nan_bits = kind == OPC_MF_FN ? sign | (sbit - 1u)
                       : kind == OPC_MF_IEEE ? sign | ((top + 1u) << mbits) | (1u << (mbits - 1))
-                      : kind == OPC_MF_FNUZ ? 0x80u : sbit;
+                      : kind == OPC_MF_FNUZ ? 0x80u : sign ^ sbit;   /* E2M1FN: ml_dtypes' zero */
     uint32_t overflow = (saturate || kind == OPC_MF_NONE) ? sign | max_bits
                       : kind == OPC_MF_IEEE ? sign | ((top + 1u) << mbits) : nan_bits;
     double a = fabs(x), n, q;
@@ -79,8 +79,23 @@ OPC_MINIFLOAT(f8e5m2fnuz, 5, 2, 16, OPC_MF_FNUZ)
 OPC_MINIFLOAT(f4e2m1fn, 2, 1, 1, OPC_MF_NONE)
 #undef OPC_MINIFLOAT
 
-/* E8M0FNU: round_mode 0 nearest, 1 up, 2 down (ONNX's Cast round_mode). */
+/* E8M0FNU (2^(b - 127); no sign, no zero).
+ * opc_f32_to_f8e8m0fnu: ONNX's Cast with round_mode 0 nearest, 1 up, 2 down, on the f32 bits as
+ * onnx.numpy_helper.to_float8e8m0 does (the sign ignored, 0 and f32 subnormals to 2^-127).
+ * opc_f64_to_f8e8m0fnu: opc.cast without round_mode, what ml_dtypes' astype gives: nearest with
+ * ties up (x = m 2^e, m >= 1.5 rounds up), below 2^-127 the smallest, zero and negatives NaN. */
 OPC_FN float opc_f8e8m0fnu_to_f32(uint8_t b) { return b == 0xffu ? NAN : ldexpf(1.0f, (int)b - 127); }
+OPC_FN uint8_t opc_f64_to_f8e8m0fnu(double x, int saturate) {
+    int E, code;
+    double f;
+    if (!(x > 0.0)) return 0xffu;
+    if (isinf(x)) return saturate ? 0xfeu : 0xffu;
+    f = frexp(x, &E);                            /* x = f 2^E, f in [0.5, 1) */
+    code = (E - 1) + 127 + (f >= 0.75 ? 1 : 0);
+    if (code < 0) return 0u;
+    if (code > 254) return saturate ? 0xfeu : 0xffu;
+    return (uint8_t)code;
+}
 OPC_FN uint8_t opc_f32_to_f8e8m0fnu(float x, int saturate, int round_mode) {
     uint32_t bits = opc_f32_bits(x), e = (bits >> 23) & 0xffu, up = 0;
     if (e == 0xffu) return 0xffu;

@@ -56,14 +56,14 @@ from xdsl.dialects.builtin import (
     ContainerType,
     DenseArrayBase,
     FixedBitwidthType,
-    Float16Type,
-    Float32Type,
     Float4E2M1FNType,
     Float8E4M3FNType,
     Float8E4M3FNUZType,
     Float8E5M2FNUZType,
     Float8E5M2Type,
     Float8E8M0FNUType,
+    Float16Type,
+    Float32Type,
     Float64Type,
     FloatAttr,
     IndexType,
@@ -875,7 +875,9 @@ class CastOp(RetypeOp):
 
     To float8/float4: round to nearest even; out of range gives inf or NaN as the type has them
     (ml_dtypes' astype), or +-max finite with `saturate = true` (ONNX Cast's saturate). To
-    f8E8M0FNU: the f32 exponent rounded by `round_mode` ("up", "down" or "nearest"; ONNX's)."""
+    f8E8M0FNU: the f32 exponent rounded by `round_mode` ("up", "down" or "nearest"; ONNX's, sign
+    ignored), or without it as ml_dtypes' astype (nearest, ties up; zero and negatives NaN).
+    To i4/ui4/i2/ui2 from floats: truncate and saturate, NaN 0, as to every integer type."""
 
     name = "opc.cast"
     saturate = opt_prop_def(BoolAttr)
@@ -898,9 +900,6 @@ class CastOp(RetypeOp):
 
     def saturates(self) -> bool:
         return self.saturate is not None and self.saturate.value.data != 0  # i1 true is stored as -1
-
-    def rounding(self) -> str:
-        return self.round_mode.data if self.round_mode is not None else "nearest"
 
 
 def storage_bits(element: Attribute) -> int:

@@ -216,7 +216,7 @@ def ext_f(e: Renderer, o: Operation) -> str:
     return f"(double){a}" if isinstance(dst, Float64Type) else a
 
 
-ROUND_MODE_CODES = {"nearest": 0, "up": 1, "down": 2}  # opc_f32_to_f8e8m0fnu's
+ROUND_MODE_CODES = {"nearest": 0, "up": 1, "down": 2}  # opc_f32_to_f8e8m0fnu's (ONNX's Cast)
 
 
 def trunc_f(e: Renderer, o: Operation) -> str:
@@ -225,8 +225,10 @@ def trunc_f(e: Renderer, o: Operation) -> str:
         sat = int(SATURATE in o.attributes)
         if isinstance(dst, Float8E8M0FNUType):
             mode = o.attributes.get(ROUND_MODE)
-            code = ROUND_MODE_CODES[mode.data if mode is not None else "nearest"]  # type: ignore[attr-defined]
-            return f"opc_f32_to_f8e8m0fnu((float){a}, {sat}, {code})"
+            if mode is None:  # opc.cast's own rule, ml_dtypes': from the source value, one rounding
+                return f"opc_f64_to_f8e8m0fnu((double){a}, {sat})"
+            code = ROUND_MODE_CODES[mode.data]  # type: ignore[attr-defined]
+            return f"opc_f32_to_f8e8m0fnu((float){a}, {sat}, {code})"  # ONNX rounds the f32 bits
         return f"opc_f64_to_{dtype_suffix(dst)}((double){a}, {sat})"
     if isinstance(dst, Float32Type):
         return f"(float){a}"
@@ -243,10 +245,10 @@ def c_cast(e: Renderer, o: Operation) -> str:
     """sitofp, extsi, trunci: a C conversion; an int4/int2 source is sign-extended from its low bits, a
     result of that width keeps the low bits (wraps, as NumPy's astype)."""
     src, dst, a = o.operands[0].type, o.results[0].type, e.name(o.operands[0])
+    if is_sub_byte(src):  # first, so that extsi i2 -> i4 keeps the sign
+        a = f"opc_sext{src.width.data}({a})"  # type: ignore[attr-defined]
     if is_sub_byte(dst):
         return f"(uint8_t)((uint32_t){a} & {sub_byte_mask(dst)}u)"
-    if is_sub_byte(src):
-        a = f"opc_sext{src.width.data}({a})"  # type: ignore[attr-defined]
     return f"({c_type(dst)}){a}"
 
 
