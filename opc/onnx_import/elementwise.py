@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import Float4E2M1FNType, Float8E8M0FNUType
+from xdsl.dialects.builtin import Float4E2M1FNType, Float8E8M0FNUType, IntegerType, Signedness
 from xdsl.ir import Attribute, SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of
-from opc.onnx_import.common import Values, gt, lt, node_numpy_dtype, numpy_of, scalar
+from opc.onnx_import.common import I64, Values, gt, lt, node_numpy_dtype, numpy_of, scalar
 from opc.onnx_import.graph import BY_NUMPY, ELEMENT_TYPES, Node, as_newer, converter, dtype_name, same_since
 from opc.onnx_import.linalg import bias_after_gemm
 from opc.ops.registry import ELEMENTWISE
@@ -171,11 +171,31 @@ def gelu(node: Node) -> Values:
     return [node.e.value(o.GeluOp(node.input(0), approximate=approximate == "tanh"))]
 
 
+# int4, uint4, int2, uint2: their ranges
+SUB_BYTE_RANGES = {IntegerType(4): (-8, 7), IntegerType(4, Signedness.UNSIGNED): (0, 15),
+                   IntegerType(2): (-2, 1), IntegerType(2, Signedness.UNSIGNED): (0, 3)}
+
+
+def float_to_sub_byte(node: Node, x: SSAValue, element: Attribute) -> SSAValue:
+    """A float truncated to int4/uint4/int2/uint2 as ONNX's reference does (ml_dtypes' astype): ONNX
+    leaves an out-of-range value undefined, the reference gives 0 there (and for NaN and inf), and the
+    node tests expect that; opc.cast would saturate."""
+    lo, hi = SUB_BYTE_RANGES[element]
+    t = node.e.cast(x, I64)  # truncated; saturated at int64's range, NaN 0: out of range below either way
+    zero = node.e.full(0, t)
+    t = node.e.select(lt(node, t, node.e.full(lo, t)), zero, t)
+    t = node.e.select(gt(node, t, node.e.full(hi, t)), zero, t)
+    return node.e.cast(t, element)
+
+
 def onnx_cast(node: Node, x: SSAValue, element: Attribute) -> SSAValue:
     """x cast with ONNX's rules: to float8, `saturate` (default 1) clamps to the largest finite value; to
-    float8e8m0, `round_mode` ("up" by default) rounds the exponent. Other targets as opc.cast."""
+    float8e8m0, `round_mode` ("up" by default) rounds the exponent; floats to int4/int2 as the reference.
+    Other targets as opc.cast. (QuantizeLinear's `saturate` is Cast's too.)"""
     if element_of(x) == element:
         return x
+    if element in SUB_BYTE_RANGES and o.is_float(element_of(x)):
+        return float_to_sub_byte(node, x, element)
     if not isinstance(element, o.NARROW_FLOAT_TYPES) or isinstance(element, Float4E2M1FNType):
         return node.e.cast(x, element)
     saturate = bool(node.attr("saturate", 1))

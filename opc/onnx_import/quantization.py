@@ -1,7 +1,8 @@
 """Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, ConvInteger,
-QLinearMatMul and QLinearConv, to 8- and 16-bit integers, as opc primitives.
+QLinearMatMul and QLinearConv, to 2-, 4-, 8- and 16-bit integers, float8 and float4, as opc primitives.
 
     quantize    q = saturate(round_half_even(x / scale) + zero_point)     (x / scale in x's dtype)
+                to float8/float4: x / scale + zero_point rounded once, as Cast with `saturate`
     dequantize  x = (float32(q) - zero_point) * scale                     (then scale's dtype)
     integer products  (a - a_zp) @ (b - b_zp) in float64, exact for any product an int32 holds
 
@@ -20,11 +21,15 @@ from xdsl.ir import Attribute, SSAValue
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import F32, F64, Values
+from opc.onnx_import.elementwise import onnx_cast
 from opc.onnx_import.graph import ELEMENT_TYPES, Node, converter
 from opc.onnx_import.nn import convolution
 
-# the integer types opc quantizes to, with their ranges
-RANGES = {2: (0, 255), 3: (-128, 127), 4: (0, 65535), 5: (-32768, 32767)}
+# the integer types opc quantizes to (uint8, int8, uint16, int16, uint4, int4, uint2, int2), with their ranges
+RANGES = {2: (0, 255), 3: (-128, 127), 4: (0, 65535), 5: (-32768, 32767), 21: (0, 15), 22: (-8, 7), 25: (0, 3),
+          26: (-2, 1)}
+# the float types it quantizes to: float8 e4m3fn, e4m3fnuz, e5m2, e5m2fnuz (Cast's `saturate` applies) and float4
+FLOAT_TARGETS = (17, 18, 19, 20, 23)
 
 
 def integer_of(element: Attribute) -> int | None:
@@ -33,6 +38,11 @@ def integer_of(element: Attribute) -> int | None:
         if ELEMENT_TYPES[number][1] == element:
             return number
     return None
+
+
+def type_number(element: Attribute) -> int | None:
+    """The ONNX element type number of a type opc quantizes to (RANGES, FLOAT_TARGETS), else None."""
+    return next((n for n in (*RANGES, *FLOAT_TARGETS) if ELEMENT_TYPES[n][1] == element), None)
 
 
 def per_axis(node: Node, i: int, shape: Sequence[int], axis: int, block: int) -> SSAValue:
@@ -78,6 +88,14 @@ def quantize(node: Node, x: SSAValue, scale: SSAValue, zero_point: SSAValue | No
     return saturate(node, q, target)
 
 
+def quantize_float(node: Node, x: SSAValue, scale: SSAValue, zero_point: SSAValue | None, target: int) -> SSAValue:
+    """To float8/float4: x / scale (+ zero point, usually 0) rounded once to the type, with Cast's rules."""
+    q = node.e.cast(node.e.div(x, node.e.cast(scale, element_of(x))), F32)
+    if zero_point is not None:
+        q = node.e.add(q, node.e.cast(zero_point, F32))
+    return onnx_cast(node, q, ELEMENT_TYPES[target][1])
+
+
 def quant_axis(node: Node, rank: int) -> tuple[int, int]:
     """(axis, block_size); the axis is checked where a scale is per axis (per_axis), unused otherwise."""
     axis = int(node.attr("axis", 1))
@@ -90,13 +108,16 @@ def quantize_linear(node: Node) -> Values:
     shape = node.shape(0)
     axis, block = quant_axis(node, len(shape))
     zp = per_axis(node, 2, shape, axis, block) if node.has(2) else None
-    target = integer_of(element_of(zp)) if zp is not None else int(node.attr("output_dtype", 0) or 2)
-    if target not in RANGES:
-        raise node.fail("opc quantizes to uint8, int8, uint16 and int16 only")
+    target = type_number(element_of(zp)) if zp is not None else int(node.attr("output_dtype", 0) or 2)
+    if target not in RANGES and target not in FLOAT_TARGETS:
+        raise node.fail("opc quantizes to uint8, int8, uint16, int16, uint4, int4, uint2, int2, float8 (e4m3fn, "
+                        "e4m3fnuz, e5m2, e5m2fnuz) and float4e2m1 only")
     precision = node.attr("precision")
     if precision:
         x = node.e.cast(x, ELEMENT_TYPES[int(precision)][1])
-    return [quantize(node, x, per_axis(node, 1, shape, axis, block), zp, target)]
+    scale = per_axis(node, 1, shape, axis, block)
+    to = quantize if target in RANGES else quantize_float
+    return [to(node, x, scale, zp, target)]
 
 
 @converter("DequantizeLinear", since=10)

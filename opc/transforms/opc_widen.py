@@ -76,7 +76,7 @@ class WidenPattern(RewritePattern):
                 new_ops.append(back)
                 new = back.result
             results.append(new)
-        rewriter.replace_op(op, new_ops, results)
+        rewriter.replace(op, new_ops, results)
 
 
 def widen(module: ModuleOp) -> None:
