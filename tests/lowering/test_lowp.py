@@ -9,16 +9,27 @@ agrees in range, which is checked too); NaN and inf to any integer are SPEC's, n
 
 The grids run every conversion over values that find the edges: every value of the type, the ties
 between neighbours and the floats just beside them, max and past it, subnormals, +-0, inf, NaN.
+Each runs on the CPU target and on the CUDA target's emitted code (on the CPU through
+tests/support/cuda_sim.h; on a GPU where there is one), whose .cu nvcc compiles without a warning.
 """
 
 from __future__ import annotations
 
+import glob
 import itertools
+import subprocess
 
 import ml_dtypes
 import numpy as np
 import pytest
+from cuda_simulator import simulated
 from oracle import compile_funcs
+
+from opc.api import lower, prepare
+from opc.frontend import load_module
+from opc.lowering.build import runtime_dir
+from opc.lowering.cuda_build import nvcc_path
+from opc.lowering.cuda_emitter import emit_cuda
 
 # the low-precision types: MLIR name -> NumPy (ml_dtypes) dtype
 NARROW_FLOATS = {"f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E4M3FNUZ": ml_dtypes.float8_e4m3fnuz,
@@ -142,9 +153,34 @@ def cast_cases() -> dict[str, tuple[str, str, str]]:
 CASTS = cast_cases()
 
 
-@pytest.fixture(scope="module")
-def casts():
-    return compile_funcs([cast_func(name, *spec) for name, spec in CASTS.items()])
+# Where the functions run: opc's CPU build; the CUDA target's emitted .cu on the CPU
+# (tests/support/cuda_sim.h: g++ and threads), which checks the CUDA lowering of the types without a
+# GPU; and the CUDA build on a GPU where the machine has one. test_cuda_source_compiles_with_nvcc
+# compiles the .cu of all of them (GEMMs too) with nvcc wherever nvcc is.
+needs_gpu = pytest.mark.skipif(not glob.glob("/dev/nvidia[0-9]*"),
+                               reason="no CUDA device (no /dev/nvidia[0-9]* device node)")
+BACKENDS = ["cpu", "cuda-sim", pytest.param("cuda", marks=needs_gpu)]
+
+
+def cuda_source(sources: list[str]) -> tuple[str, list]:
+    return emit_cuda(lower(prepare(load_module("\n".join(sources)), "cuda", False), "cuda"))
+
+
+def build(sources: list[str], backend: str, tmp_path_factory, name: str):
+    if backend == "cpu":
+        return compile_funcs(sources)
+    if backend == "cuda":
+        return compile_funcs(sources, target="cuda")
+    return simulated(*cuda_source(sources), str(tmp_path_factory.mktemp(name)), name)
+
+
+def cast_sources() -> list[str]:
+    return [cast_func(name, *spec) for name, spec in CASTS.items()]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def casts(request, tmp_path_factory):
+    return build(cast_sources(), request.param, tmp_path_factory, "casts")
 
 
 def source_values(src: str, dst: str) -> np.ndarray:
@@ -224,7 +260,6 @@ def op_funcs(t: str) -> list[str]:
     out += [f"func.func @{n}_{t}(%a: {a}) -> {a} {{\n  %r = opc.{n} %a : ({a}) -> {a}\n  func.return %r : {a}\n}}\n"
             for n in unary]
     b1, sum_t = tensor("i1", SHAPE), tensor(t, (SHAPE[0],))
-    ma, mb, mc = tensor(t, MAT_A), tensor(t, MAT_B), tensor(t, (MAT_A[0], MAT_B[1]))
     out += [
         f"func.func @greater_than_{t}(%a: {a}, %b: {r}) -> {b1} {{\n"
         f"  %r = opc.greater_than %a, %b : ({a}, {r}) -> {b1}\n  func.return %r : {b1}\n}}\n",
@@ -235,18 +270,26 @@ def op_funcs(t: str) -> list[str]:
         f"func.func @reduce_max_{t}(%a: {a}) -> {sum_t} {{\n"
         f"  %r = opc.reduce_max %a {{axes = array<i64: 1>}} : ({a}) -> {sum_t}\n  func.return %r : {sum_t}\n}}\n",
     ]
-    if t in NARROW_FLOATS:  # opc.matmul is a float op (ONNX's MatMul has no int4/int2 either)
-        out.append(f"func.func @matmul_{t}(%a: {ma}, %b: {mb}) -> {mc} {{\n"
-                   f"  %r = opc.matmul %a, %b : ({ma}, {mb}) -> {mc}\n  func.return %r : {mc}\n}}\n")
     return out
+
+
+def matmul_func(t: str) -> str:
+    """opc.matmul is a float op (ONNX's MatMul has no int4/int2 either): float8/float4 only."""
+    ma, mb, mc = tensor(t, MAT_A), tensor(t, MAT_B), tensor(t, (MAT_A[0], MAT_B[1]))
+    return (f"func.func @matmul_{t}(%a: {ma}, %b: {mb}) -> {mc} {{\n"
+            f"  %r = opc.matmul %a, %b : ({ma}, {mb}) -> {mc}\n  func.return %r : {mc}\n}}\n")
 
 
 LOWP = [*NARROW_FLOATS, *SUB_BYTE_INTS]
 
 
-@pytest.fixture(scope="module")
-def ops():
-    return compile_funcs([f for t in LOWP for f in op_funcs(t)])
+def ops_sources() -> list[str]:
+    return [f for t in LOWP for f in op_funcs(t)]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def ops(request, tmp_path_factory):
+    return build(ops_sources(), request.param, tmp_path_factory, "ops")
 
 
 def draw(shape: tuple[int, ...], t: str, rng: np.random.Generator) -> np.ndarray:
@@ -314,9 +357,31 @@ def test_reduce(ops, name, t):
     same(getattr(ops, f"{name}_{t}")(a), rounded(fn(in_compute(a, t), axis=1), t))
 
 
+def gemm_sources() -> list[str]:
+    return [matmul_func(t) for t in NARROW_FLOATS]
+
+
+@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=needs_gpu)])
+def gemms(request, tmp_path_factory):
+    """Not on the CUDA simulator: it has no GEMM library (opc_cuda_gemm.cuh)."""
+    return build(gemm_sources(), request.param, tmp_path_factory, "gemms")
+
+
 @pytest.mark.parametrize("t", NARROW_FLOATS)
-def test_matmul(ops, t):
+def test_matmul(gemms, t):
     """A GEMM of float8/float4 inputs is an f32 GEMM rounded once to the type."""
     rng = np.random.default_rng(11)
     a, b = draw(MAT_A, t, rng), draw(MAT_B, t, rng)
-    same(getattr(ops, f"matmul_{t}")(a, b), rounded(in_compute(a, t) @ in_compute(b, t), t))
+    same(getattr(gemms, f"matmul_{t}")(a, b), rounded(in_compute(a, t) @ in_compute(b, t), t))
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
+def test_cuda_source_compiles_with_nvcc(tmp_path):
+    """Every cast, op and GEMM above in one .cu: nvcc compiles it for sm_90 without a warning."""
+    cu = tmp_path / "lowp.cu"
+    cu.write_text(cuda_source(cast_sources() + ops_sources() + gemm_sources())[0], encoding="utf-8")
+    cmd = [str(nvcc_path()), "-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-I", str(runtime_dir()),
+           str(cu), "-o", str(tmp_path / "lowp.o")]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "warning" not in (done.stdout + done.stderr).lower(), done.stdout + done.stderr
