@@ -48,6 +48,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from opc.api import compile
 from opc.check_inputs import Operand, Worst, case_id, case_seed, compare, compare_exact, draw, tolerance
+from opc.check_inputs import is_float as is_float_dtype
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import is_float
@@ -192,7 +193,8 @@ def select_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
 
 
 def cast_grid(cls, props, dtype) -> list[Shape]:  # noqa: ANN001
-    return [Shape(label(s), (tensor(s, dtype),), lambda a: o.CastOp(a[0], props["dtype"]))
+    sat = "saturate" in props and props["saturate"].value.data != 0  # to float8 (the verifier refuses others)
+    return [Shape(label(s), (tensor(s, dtype),), lambda a: o.CastOp(a[0], props["dtype"], saturate=sat))
             for s in widths(ELEMENTWISE_SHAPES)]
 
 
@@ -554,7 +556,7 @@ def inputs(case: Case) -> list[np.ndarray]:
 
 def widened(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The inputs of the f64 reference: float operands in f64 (exactly), the others as they are."""
-    return [a.astype(np.float64) if a.dtype.kind == "f" or a.dtype.name == "bfloat16" else a for a in arrays]
+    return [a.astype(np.float64) if is_float_dtype(a.dtype) else a for a in arrays]  # bf16, float8 too
 
 
 def outputs(value: Any) -> list[np.ndarray]:

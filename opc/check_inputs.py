@@ -33,7 +33,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-EPS = {"f16": 2.0**-10, "bf16": 2.0**-7, "f32": 2.0**-23, "f64": 2.0**-52}
+EPS = {"f16": 2.0**-10, "bf16": 2.0**-7, "f32": 2.0**-23, "f64": 2.0**-52,
+       # float8/float4 (computed in f32): the spacing at 1 of their 3, 2, 0 and 1 mantissa bits
+       "f8E4M3FN": 2.0**-3, "f8E4M3FNUZ": 2.0**-3, "f8E5M2": 2.0**-2, "f8E5M2FNUZ": 2.0**-2, "f8E8M0FNU": 1.0,
+       "f4E2M1FN": 2.0**-1}  # fmt: skip
+SUB_BYTE_INTS = ("int4", "uint4", "int2", "uint2")
+"""ml_dtypes' integer types (NumPy kind 'V'): integers all the same, their range from ml_dtypes.iinfo."""
+
+
+def is_integer(dt: np.dtype) -> bool:
+    return dt == np.bool_ or dt.kind in "iu" or dt.name in SUB_BYTE_INTS
+
+
+def is_float(dt: np.dtype) -> bool:
+    """f16/f32/f64, and ml_dtypes' floats (bfloat16, float8, float4: NumPy kind 'V')."""
+    return dt.kind == "f" or (dt.kind == "V" and dt.name not in SUB_BYTE_INTS)
+
+
+def int_info(dt: np.dtype):  # noqa: ANN201 - np.iinfo or ml_dtypes.iinfo
+    if dt.name in SUB_BYTE_INTS:
+        import ml_dtypes
+
+        return ml_dtypes.iinfo(dt)
+    return np.iinfo(dt)
 ELEMENTWISE_ULPS = 4
 """A few ulps of the compute type: libm's expf, tanhf, erff are within 1-2."""
 OP_ULPS = {"opc.gelu": 16, "opc.gelu_grad": 32, "opc.pow": 16, "opc.sigmoid": 8, "opc.erf": 8, "opc.tanh": 8}
@@ -147,10 +169,12 @@ def integers(rng: np.random.Generator, op: Operand, extremes: bool) -> np.ndarra
         return rng.integers(0, op.labels, size=op.shape).astype(op.dtype)
     if op.dtype == np.bool_:
         return rng.integers(0, 2, size=op.shape).astype(bool)
-    info = np.iinfo(op.dtype)
-    x = rng.integers(max(info.min, -100), min(info.max, 100) + 1, size=op.shape).astype(op.dtype)
+    info = int_info(op.dtype)
+    lo, hi = max(int(info.min), -100), min(int(info.max), 100)
+    x = rng.integers(lo, hi + 1, size=op.shape).astype(op.dtype)
     if extremes:  # the type's extremes and the values next to them, where casts wrap or saturate
-        edges = sorted({info.min, info.min + 1, info.max - 1, info.max, 0, -1 if info.min < 0 else 1, 1})
+        top, bottom = int(info.max), int(info.min)
+        edges = sorted({bottom, bottom + 1, top - 1, top, 0, -1 if bottom < 0 else 1, 1})
         scatter(x, edges, op.index)
     return x
 
@@ -160,7 +184,7 @@ def draw(fill: str, operands: Sequence[Operand], seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out = []
     for op in operands:
-        if op.dtype == np.bool_ or op.dtype.kind in "iu":
+        if is_integer(op.dtype):
             out.append(integers(rng, op, extremes=fill in ("specials", "cast-range")))
         else:
             with np.errstate(over="ignore"):
@@ -202,7 +226,10 @@ def compare_exact(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Wors
     return None
 
 
-ELEMENTWISE_FLOOR = {"float16": 2.0**-7, "bfloat16": 2.0**-7}
+ELEMENTWISE_FLOOR = {"float16": 2.0**-7, "bfloat16": 2.0**-7,
+                     # float8/float4: their smallest normal, below which a rounding is absolute, not relative
+                     "float8_e4m3fn": 2.0**-6, "float8_e4m3fnuz": 2.0**-7, "float8_e5m2": 2.0**-14,
+                     "float8_e5m2fnuz": 2.0**-15, "float8_e8m0fnu": 2.0**-127, "float4_e2m1fn": 1.0}  # fmt: skip
 """Below 1, an f32 or f64 result of an elementwise op is compared absolutely (a correct gelu(-5) cancels
 in f32); f16 and bf16 results are relative down to 2^-7, where their half-ulp rounding still dwarfs f32's
 error, so that a store that truncates instead of rounding shows on most elements."""
@@ -215,7 +242,7 @@ def compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray], reduces: bool
     for k, (g, w) in enumerate(zip(got, want)):
         g64, w64 = as_f64(g), as_f64(w)
         with np.errstate(over="ignore"):
-            w_rounded = as_f64(np.asarray(w).astype(np.asarray(g).dtype)) if np.asarray(g).dtype.kind == "f" else w64
+            w_rounded = as_f64(np.asarray(w).astype(np.asarray(g).dtype)) if is_float(np.asarray(g).dtype) else w64
         finite = np.isfinite(w64)
         floor = ELEMENTWISE_FLOOR.get(np.asarray(g).dtype.name, 1.0)
         if reduces and finite.any():

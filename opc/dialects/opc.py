@@ -867,6 +867,8 @@ class RetypeOp(OpcOp):
 
 
 ROUND_MODES = ("up", "down", "nearest")
+# The types a cast's `saturate` applies to (ONNX's Cast): float4 E2M1FN always saturates, having no inf or NaN.
+SATURATING_TYPES = (Float8E4M3FNType, Float8E4M3FNUZType, Float8E5M2Type, Float8E5M2FNUZType, Float8E8M0FNUType)
 
 
 @irdl_op_definition
@@ -897,6 +899,8 @@ class CastOp(RetypeOp):
             raise VerifyException(f"round_mode must be one of {', '.join(ROUND_MODES)}, got {self.round_mode.data!r}")
         if self.round_mode is not None and not isinstance(self.dtype, Float8E8M0FNUType):
             raise VerifyException(f"round_mode applies to casts to f8E8M0FNU, not to {self.dtype}")
+        if self.saturates() and not isinstance(self.dtype, SATURATING_TYPES):
+            raise VerifyException(f"saturate applies to casts to the float8 types, not to {self.dtype}")
 
     def saturates(self) -> bool:
         return self.saturate is not None and self.saturate.value.data != 0  # i1 true is stored as -1

@@ -112,8 +112,8 @@ def domain(op_name: str, attr: str) -> tuple | None:
 
 
 def python_value(attr: Attribute | None, kind: str) -> Any:
-    if kind == "bool":
-        return int_of(attr) != 0  # `true` parses as i1 -1
+    if kind == "bool":  # `true` parses as i1 -1; an optional flag left out (cast's saturate) is false
+        return attr is not None and int_of(attr) != 0
     if kind == "int":
         return int_of(attr)
     if kind == "float":

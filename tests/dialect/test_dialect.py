@@ -104,6 +104,8 @@ BAD_OPS = [
     ("%r = opc.cast %a {dtype = f8E8M0FNU, round_mode = \"odd\"} : (tensor<4x3xf32>) -> tensor<4x3xf8E8M0FNU>",
      "round_mode must be one of up, down, nearest, got 'odd'"),
     ("%r = opc.bitcast %u {dtype = i4} : (tensor<5xui8>) -> tensor<5xi4>", "bitcast needs element types of one width"),
+    ("%r = opc.cast %a {dtype = f4E2M1FN, saturate = true} : (tensor<4x3xf32>) -> tensor<4x3xf4E2M1FN>",
+     "saturate applies to casts to the float8 types, not to f4E2M1FN"),
     ("%r = opc.bitcast %d {dtype = i32} : (tensor<2x3x4xf64>) -> tensor<2x3x4xi32>", "f64 has 64 bits, i32 has 32"),
     ("%r = opc.bitcast %u {dtype = i1} : (tensor<5xui8>) -> tensor<5xi1>", "to i1 only from i1"),
     ("%r = opc.bitcast %a {dtype = ui32} : (tensor<4x3xf32>) -> tensor<4x3xi32>", "must equal dtype"),
