@@ -104,4 +104,5 @@ def register_converters() -> None:
         signal,
         tensor,
         text,
+        training,
     )
