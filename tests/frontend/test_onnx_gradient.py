@@ -103,3 +103,20 @@ def test_an_integer_y_is_a_one_line_error() -> None:
     m = model(nodes, feeds, ["da"], {"da": (2, 3)})
     with pytest.raises(opc.OpcError, match=r"^node '[^']*' \(Gradient\): 'b' is not a float tensor: it has no gradient$"):
         opc.import_onnx(m)
+
+
+def test_gradient_at_other_values_and_of_a_gradient() -> None:
+    """The node's inputs are the point of differentiation: Gradient(h1, z) {xs = [h], zs = [z]} is dp/dh at
+    h = h1 (the ops after h computed again there); and a y that is a Gradient's output gives a second
+    derivative: d/dh sum(d sum(p)/dh) = d/dh sum((1 - tanh(h)^2) z) = -2 tanh(h) (1 - tanh(h)^2) z."""
+    feeds = {**inputs(), "h1": np.random.default_rng(5).uniform(-1, 1, (3, 5))}
+    nodes = [*forward_nodes()[:3],
+             helper.make_node("Gradient", ["h1", "z"], ["dh1"], domain=TRAINING, xs=["h"], zs=["z"], y="p"),
+             helper.make_node("Gradient", ["h", "z"], ["dh"], domain=TRAINING, xs=["h"], zs=["z"], y="p"),
+             helper.make_node("Gradient", ["h", "z"], ["ddh"], domain=TRAINING, xs=["h"], zs=["z"], y="dh")]
+    m = model(nodes, feeds, ["p", "dh1", "ddh"], {"p": (3, 5), "dh1": (3, 5), "ddh": (3, 5)})
+    p, dh1, ddh = run_opc(m, feeds)
+    h, z, h1 = feeds["x"] @ feeds["w"], feeds["z"], feeds["h1"]
+    np.testing.assert_allclose(p, np.tanh(h) * z, rtol=1e-12)  # the forward is the graph's own, at h
+    np.testing.assert_allclose(dh1, (1 - np.tanh(h1) ** 2) * z, rtol=1e-12)
+    np.testing.assert_allclose(ddh, -2 * np.tanh(h) * (1 - np.tanh(h) ** 2) * z, rtol=1e-10, atol=1e-14)
