@@ -482,8 +482,10 @@ class NodeEmitter(OpBuilder):
     def constant(self, array: np.ndarray) -> SSAValue:
         array = np.asarray(array)
         t = TensorType(element_type_for(array, "a constant"), array.shape)
-        if isinstance(t.element_type, IntegerType):  # int4/int2 too (ml_dtypes' kind is 'V')
-            data = [int(v) for v in array.astype(np.int64).reshape(-1)]
+        if isinstance(t.element_type, IntegerType):
+            # int4/int2 (ml_dtypes' kind 'V') read through int64; NumPy's own as they are (uint64's top half)
+            ints = array if array.dtype.kind in "iub" else array.astype(np.int64)
+            data = [int(v) for v in ints.reshape(-1)]
         else:
             data = [float(v) for v in array.astype(np.float64).reshape(-1)]
         return self.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(t, data)))
