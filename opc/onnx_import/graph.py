@@ -50,7 +50,7 @@ from opc.dialects.opc import SYMBOLIC_SHAPES
 from opc.dialects.sizes import symbolic_shapes
 from opc.errors import BuildError, InputError, UnsupportedError, first_line
 from opc.onnx_import.lists import Item, Opt, Seq, is_list, layout_of, leaves
-from opc.onnx_import.run_time_sizes import SYMBOLIC_FOLDERS, SizeTracker, fold_symbolic, is_symbolic
+from opc.onnx_import.run_time_sizes import SYMBOLIC_FOLDERS, SizeNeeded, SizeTracker, fold_symbolic, is_symbolic
 from opc.symbolic import Size, Sym, SymbolicComparison
 
 MAX_FOLDED_INPUT = 64  # elements of a given input that import may compile in as a constant
@@ -453,7 +453,10 @@ class NodeEmitter(OpBuilder):
             SYMBOLIC_SHAPES.reset(token)
         super().emit(op)
         if self.tracker is not None:
-            self.tracker.visit(op)
+            try:
+                self.tracker.visit(op)
+            except UnsupportedError as err:  # the op's run-time sizes do not follow (opc/dialects/sizes.py)
+                raise SizeNeeded(f"{self.label}: {err}") from None
         return op
 
     def size_operands(self, shape: Sequence[Size]) -> list[SSAValue]:
@@ -931,7 +934,7 @@ class GraphImporter:
             except VerifyException as err:  # raised by an op's constructor (shapes it cannot take)
                 raise node.fail(f"cannot express it in opc: {first_line(err)}") from None
             except SymbolicComparison as err:  # a run-time size where this converter needs a number
-                raise UnsupportedError(f"{node.label}: {err}") from None
+                raise SizeNeeded(f"{node.label}: {err}") from None
         from_lists = any(n in self.lists for n in present)
         for name, out in zip(node.proto.output, outputs):
             if not name:
@@ -1058,8 +1061,29 @@ def one_node_model(proto, feeds: Mapping[str, np.ndarray], opset: int):
 
 def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None,
                  constants: Any = None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
-    module, params, _ = import_graph(model, shapes, constants=constants)
+    """opc.import_onnx: the open dims `shapes` does not fix stay `?` (run-time sizes)."""
+    try:
+        module, params, _ = import_graph(model, shapes, constants=constants, dynamic=True)
+    except UnsupportedError as err:
+        open_inputs = [n for n, dims in open_dims(model).items() if n not in (shapes or {})]
+        if not open_inputs or not isinstance(err, (NeededAtCompileTime, SizeNeeded)):
+            raise
+        name = open_inputs[0]
+        raise type(err)(f"{err}; give the open sizes at import: `opc import --shape {name}=...` or "
+                         f"opc.import_onnx(..., shapes={{'{name}': (...)}})") from None
     return module, params
+
+
+def open_dims(model: Any) -> dict[str, list[int | str | None]]:
+    """The graph inputs with a dim left open (a dim_param or no size), and their dims."""
+    inits = {t.name for t in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name not in inits and vi.type.HasField("tensor_type"):
+            dims = dims_of(vi)
+            if any(not isinstance(d, int) or d <= 0 for d in dims):
+                out[vi.name] = dims
+    return out
 
 
 def import_graph(model: Any, shapes: Mapping[str, Any] | None,

@@ -32,6 +32,10 @@ from opc.symbolic import Size, Sym, exact_quotient
 # ---------------------------------------------------------------------------
 
 
+class SizeNeeded(UnsupportedError):
+    """A converter needs a size as a number where it is known at run time only (a `?` dim)."""
+
+
 def is_symbolic(array: Any) -> bool:
     return isinstance(array, np.ndarray) and array.dtype == object
 
@@ -78,7 +82,7 @@ def fold_cast(node: Any, inputs: list[Any]) -> list[np.ndarray]:
     from onnx import TensorProto
 
     if node.attr("to") not in (TensorProto.INT64, TensorProto.INT32):
-        raise node.fail("a run-time size cast to a non-integer type: opc keeps sizes as integers")
+        raise SizeNeeded(f"{node.label}: a run-time size cast to a non-integer type: opc keeps sizes as integers")
     return [inputs[0]]
 
 
@@ -115,7 +119,7 @@ def fold_slice(node: Any, inputs: list[Any]) -> list[np.ndarray]:
     axes = ints(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else list(range(len(starts)))
     steps = ints(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
     if any(s < 1 for s in steps):
-        raise node.fail("a slice of run-time sizes with a step below 1")
+        raise SizeNeeded(f"{node.label}: a slice of run-time sizes with a step below 1")
     index = [slice(None)] * a.ndim
     for ax, b, e, s in zip(axes, starts, ends, steps):
         index[ax % a.ndim] = slice(b, e, s)  # Python's clamping is ONNX's for positive steps
@@ -136,7 +140,7 @@ def elementwise(fn: Callable[[Size, Size], Size | None]) -> SymbolicFolder:
         out = [fn(int(x) if not isinstance(x, Sym) else x, int(y) if not isinstance(y, Sym) else y)
                for x, y in zip(a.reshape(-1), b.reshape(-1))]
         if any(v is None for v in out):
-            raise node.fail("a division of run-time sizes that is not exact")
+            raise SizeNeeded(f"{node.label}: a division of run-time sizes that is not exact")
         return [sizes_array(out, a.shape)]
     return fold
 
@@ -166,7 +170,7 @@ def fold_shape(node: Any, inputs: list[Any]) -> list[np.ndarray]:
 def fold_symbolic(node: Any, inputs: list[Any]) -> list[np.ndarray]:
     fold = SYMBOLIC_FOLDERS.get(node.op_type)
     if fold is None:
-        raise UnsupportedError(f"{node.label}: run-time sizes flow into {node.op_type}; opc folds them through "
+        raise SizeNeeded(f"{node.label}: run-time sizes flow into {node.op_type}; opc folds them through "
                                f"{', '.join(sorted(SYMBOLIC_FOLDERS))} and takes them in Reshape, Expand, "
                                "ConstantOfShape and Range")
     return fold(node, [None if v is None else sizes_array(v) if is_symbolic(v) else v for v in inputs])

@@ -45,7 +45,14 @@ from opc.onnx_import.graph import (
     numpy_dtype_of,
     same_since,
 )
-from opc.onnx_import.run_time_sizes import WHOLE_END, broadcast_sizes, is_symbolic, sizes_array, slice_limits
+from opc.onnx_import.run_time_sizes import (
+    WHOLE_END,
+    SizeNeeded,
+    broadcast_sizes,
+    is_symbolic,
+    sizes_array,
+    slice_limits,
+)
 from opc.symbolic import Size, Sym, product_quotient
 
 
@@ -79,7 +86,9 @@ def reshape(node: Node) -> Values:
     if -1 in want:
         inferred = product_quotient(src, [d for d in want if d != -1])
         if inferred is None:
-            raise node.fail(f"cannot reshape {list(src)} to {want}")
+            symbolic = any(isinstance(d, Sym) for d in (*src, *want))
+            raise (SizeNeeded(f"{node.label}: cannot infer the -1 of {want} from {list(src)}") if symbolic
+                   else node.fail(f"cannot reshape {list(src)} to {want}"))
         want[want.index(-1)] = inferred
     if math.prod(want) != total:
         raise node.fail(f"cannot reshape {list(src)} ({total} elements) to {want}")
@@ -178,7 +187,8 @@ def slice_(node: Node) -> Values:
             raise node.fail(f"step 0 on axis {a}")
         if isinstance(src[a], Sym):  # a run-time dim: sliced whole only (x[:, 0:] as exporters write it)
             if (b, st) != (0, 1) or e < WHOLE_END:
-                raise node.fail(f"a slice of axis {a}, whose size is known at run time only, from {b} to {e}")
+                raise SizeNeeded(f"{node.label}: a slice of axis {a}, whose size is known at run time only, "
+                                 f"from {b} to {e}")
             continue
         if st < 0:  # ONNX's clamping for negative steps: start into [0, dim - 1], end into [-1, dim - 1]
             dim = src[a]
@@ -477,7 +487,7 @@ def range_(node: Node) -> Values:
 
 def run_time_range(node: Node, start: np.ndarray, n: Sym, delta: np.ndarray) -> SSAValue:
     if is_symbolic(start) or is_symbolic(delta) or int(delta) != 1:
-        raise node.fail("a Range whose start or delta is known at run time only, or delta is not 1")
+        raise SizeNeeded(f"{node.label}: a Range whose start or delta is known at run time only, or delta is not 1")
     e, element = node.e, BY_NUMPY[start.dtype]
     count = n - int(start)
     ones = e.value(o.FullOp(1.0, o.tensor([count], element), e.size_operands([count])))
