@@ -13,6 +13,7 @@ It imports nothing of the compiler, so that loading a compiled module stays ligh
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 
@@ -154,6 +155,27 @@ def exact_quotient(a: int | Sym, b: int | Sym) -> int | Sym | None:
     return simplify(Sym(out))
 
 
+def product_quotient(num: Iterable[int | Sym], den: Iterable[int | Sym]) -> int | Sym | None:
+    """prod(num) / prod(den) where exact: equal factors cancel first (a reshape's `[b, h, n + p, d]`
+    to `[-1, n + p, d]`, whose sum no monomial divides), the rest by exact_quotient."""
+    rest, den = list(num), list(den)
+    if 0 in den:
+        return None
+    left: list[int | Sym] = []
+    for d in den:
+        if d in rest:
+            rest.remove(d)
+        else:
+            left.append(d)
+    total: int | Sym = 1
+    for d in rest:
+        total = total * d
+    divisor: int | Sym = 1
+    for d in left:
+        divisor = divisor * d
+    return exact_quotient(total, divisor)
+
+
 def is_static(d: object) -> bool:
     return isinstance(d, int)
 
@@ -178,16 +200,30 @@ def c_product(dims: Iterable[int | Sym]) -> str:
 TERM = re.compile(r"^(?:-?\d+|\(-\d+\)|[A-Za-z_]\w*)$")
 
 
+@functools.lru_cache(maxsize=4096)
+def parsed(expr: str) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """A Sym's text as (coefficient, symbols) terms: parsed once, evaluated at every call."""
+    terms = []
+    for part in expr.split(" + "):
+        coeff, names = 1, []
+        for factor in part.split("*"):
+            if not TERM.match(factor):
+                raise ValueError(f"malformed size expression {expr!r}")
+            if factor[0].isalpha() or factor[0] == "_":
+                names.append(factor)
+            else:
+                coeff *= int(factor.strip("()"))
+        terms.append((coeff, tuple(names)))
+    return tuple(terms)
+
+
 def evaluate(expr: int | str, sizes: Mapping[str, int]) -> int:
     """A size as the binding stores it (an int, or a Sym's text) at the given symbol values."""
     if isinstance(expr, int):
         return expr
     total = 0
-    for part in expr.split(" + "):
-        value = 1
-        for factor in part.split("*"):
-            if not TERM.match(factor):
-                raise ValueError(f"malformed size expression {expr!r}")
-            value *= sizes[factor] if factor[0].isalpha() or factor[0] == "_" else int(factor.strip("()"))
-        total += value
+    for coeff, names in parsed(expr):
+        for name in names:
+            coeff *= sizes[name]
+        total += coeff
     return total

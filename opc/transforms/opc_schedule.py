@@ -212,7 +212,7 @@ def row_reduction(op: Operation) -> tuple[tuple[int, ...], int] | None:
     shape = shape_of(op.x)
     if len(shape) < 2 or op.axes_list() != (len(shape) - 1,) or not opc.is_float(element_of(op.x)):
         return None
-    if not 2 <= shape[-1] <= MAX_ROW_LENGTH:
+    if not isinstance(shape[-1], int) or not 2 <= shape[-1] <= MAX_ROW_LENGTH:  # a run-time row: its own nest
         return None
     return shape[:-1], shape[-1]
 
@@ -343,7 +343,8 @@ def keeps_features(t: Operation) -> bool:
     if not isinstance(t, opc.TransposeOp) or external_symbol(t) is not None:
         return False
     perm = t.perm_list()
-    return len(perm) >= 2 and perm[-1] == len(perm) - 1
+    static = opc.DYNAMIC not in t.x.type.get_shape()  # type: ignore[attr-defined]  (the view's strides are numbers)
+    return static and len(perm) >= 2 and perm[-1] == len(perm) - 1
 
 
 def plan_operand_views(ops: list[Operation], returned: set[SSAValue]) -> dict[Operation, str]:
