@@ -122,3 +122,15 @@ class DynamicFunction(CompiledFunction):
         if self.wrap is not None:
             outs = [self.wrap(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def result_shapes(sig, shapes: Sequence[Sequence]) -> list[tuple]:  # noqa: ANN001  (a FunctionSignature)
+    """The results' shapes for arguments of `shapes`: numbers, or a framework's symbolic sizes at
+    trace time (torch's SymInt: the sizes' + and * are all this needs). Unchecked: the call checks."""
+    sizes: dict = {}
+    for (_, want, _), shape in zip(sig.inputs, shapes):
+        for w, got in zip(want, shape):
+            if isinstance(w, str) and SYMBOL.match(w):
+                sizes.setdefault(w, got)
+    return [tuple(evaluate(d, sizes) for d in shape) for shape, _ in sig.outputs]
+
