@@ -224,7 +224,7 @@ def test_run_time_batch_in_eager_autograd_and_torch_compile_dynamic():
 
 def test_module_of_an_onnx_model_with_an_open_batch_trains_at_any_batch():
     """opc.import_onnx keeps the open batch `?`: opc.torch.Module runs and trains at batch 3, then 7."""
-    onnx = pytest.importorskip("onnx", reason="the ONNX importer needs the onnx package")
+    pytest.importorskip("onnx", reason="the ONNX importer needs the onnx package")
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
