@@ -108,6 +108,10 @@ class DynamicFunction(CompiledFunction):
         outs = []
         for i, ((shape, _), (_, dtype, ctype, storage)) in enumerate(zip(self.sig.outputs, self.out_c)):
             dims = tuple(evaluate(d, sizes) for d in shape)
+            if any(n < 0 for n in dims):
+                raise ValueError(f"{self.sig.name}(): result #{i} would have shape {list(dims)} "
+                                 f"({list(shape)} at {self.describe(sizes)}): a size computed from the "
+                                 "arguments' is negative")
             try:
                 out = self.empty(dims, dtype)
             except MemoryError:
@@ -122,3 +126,15 @@ class DynamicFunction(CompiledFunction):
         if self.wrap is not None:
             outs = [self.wrap(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def result_shapes(sig, shapes: Sequence[Sequence]) -> list[tuple]:  # noqa: ANN001  (a FunctionSignature)
+    """The results' shapes for arguments of `shapes`: numbers, or a framework's symbolic sizes at
+    trace time (torch's SymInt: the sizes' + and * are all this needs). Unchecked: the call checks."""
+    sizes: dict = {}
+    for (_, want, _), shape in zip(sig.inputs, shapes):
+        for w, got in zip(want, shape):
+            if isinstance(w, str) and SYMBOL.match(w):
+                sizes.setdefault(w, got)
+    return [tuple(evaluate(d, sizes) for d in shape) for shape, _ in sig.outputs]
+
