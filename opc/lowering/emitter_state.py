@@ -50,6 +50,7 @@ class EmitterState:
 
 class CudaEmitterState(EmitterState):
     kernels: list[str]
+    host_scalars: set[SSAValue]
     fn_name: str
     row_team: int
     row_body: object
@@ -57,12 +58,12 @@ class CudaEmitterState(EmitterState):
     shared_at: int
 
     if TYPE_CHECKING:
-        def row_kernel(self, ivs: list[tuple[SSAValue, tuple[int, int, int]]], total: int, body: list[Operation],
-                       length: int) -> tuple[int, int]: ...
+        def row_kernel(self, ivs: list[tuple[SSAValue, tuple[int, int | str, int]]], total: int | str,
+                       body: list[Operation], length: int) -> tuple[int, int | str]: ...
 
         def row_pass(self, op: scf.ForOp) -> None: ...
 
-        def decompose(self, ivs: list[tuple[SSAValue, tuple[int, int, int]]], flat: str) -> None: ...
+        def decompose(self, ivs: list[tuple[SSAValue, tuple[int, int | str, int]]], flat: str) -> None: ...
 
         def emit_ops(self, ops: list[Operation]) -> None: ...
 

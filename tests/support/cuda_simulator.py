@@ -12,13 +12,20 @@ SIM_DROPS = ("#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <c
              '#include "opc_cuda_gemm.cuh"', '#include "opc_nn.cuh"')
 
 
-def simulated(cu: str, sigs, tmp: str, name: str):
+# kernel<<<blocks, threads>>>(args); blocks a number or, with run-time sizes, the host variable holding it
+LAUNCH = re.compile(r"(\w+)<<<(\w+), (\d+)>>>\(([^;]*)\);")
+
+
+def simulated(cu: str, sigs, tmp: str, name: str, library: bool = False):
     """The emitted .cu built with g++ against cuda_sim.h: every launch runs its blocks on
-    std::threads, with real barriers for __syncthreads and the shuffles."""
+    std::threads, with real barriers for __syncthreads and the shuffles. With `library`, the
+    runtime GEMM and nn calls go to cuda_sim_library.h's plain loops (cuda_sim.h emulates
+    neither): their numbers are the stand-ins', their arguments the emitted code's."""
     from opc.lowering.cuda_build import load_cuda_library
 
-    text = "\n".join(['#include "cuda_sim.h"', *(ln for ln in cu.splitlines() if ln.strip() not in SIM_DROPS)])
-    text = re.sub(r"(\w+)<<<(\d+), (\d+)>>>\(([^;]*)\);", r"opc_sim_launch(\2, \3, [&] { \1(\4); });", text)
+    head = ['#include "cuda_sim.h"', *(['#include "cuda_sim_library.h"'] if library else [])]
+    text = "\n".join([*head, *(ln for ln in cu.splitlines() if ln.strip() not in SIM_DROPS)])
+    text = LAUNCH.sub(r"opc_sim_launch(\2, \3, [&] { \1(\4); });", text)
     src, lib = os.path.join(tmp, f"{name}.cpp"), os.path.join(tmp, f"lib{name}.so")
     with open(src, "w", encoding="utf-8") as f:
         f.write(text)
