@@ -27,9 +27,15 @@ scalar expression table, loads, stores, constants and scf.for are shared.
   host locals are declared before the first check, as C++ forbids a goto past
   an initialisation.
 
+- Run-time (`?`) sizes (opc/lowering/size_lowering.py): the size parameters follow the
+  outputs, as in the C code (so the binding is the same). A kernel takes the run-time trip
+  counts of its nest and the sizes of the views it indexes as arguments; the host computes
+  the sizes once, counts the blocks of each launch from them (opc_cuda_blocks) and skips a
+  launch of no work; a buffer with `?` dims is cudaMalloc'd at its run-time size.
+
 Entry points per function NAME (all extern "C"):
-  int opc_fn_NAME(device pointers: inputs, then outputs)  -> 0 or a cudaError_t
-  int opc_fn_NAME_host(host pointers: inputs, then outputs) copies in, calls
+  int opc_fn_NAME(device pointers: inputs, then outputs; then the sizes)  -> 0 or a cudaError_t
+  int opc_fn_NAME_host(host pointers: inputs, then outputs; then the sizes) copies in, calls
       opc_fn_NAME, copies out
 plus `const char *opc_cuda_error_string(int)` and `int opc_cuda_device_count(int *)`.
 """

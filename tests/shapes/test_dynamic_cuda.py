@@ -141,6 +141,25 @@ def test_static_functions_emit_as_before():
     assert 'extern "C" int opc_fn_f(const float *x_0, float *out0_1) {' in cu
 
 
+def test_what_is_still_refused_is_refused_in_one_line():
+    """A run-time loop bound from another start than 0 (no lowering makes one yet): the kernel's
+    flat index would need the start on the host too. One line, naming the function and the op."""
+    from xdsl.dialects import arith, scf
+    from xdsl.dialects.builtin import IndexType, IntegerAttr
+
+    from opc.errors import UnsupportedError
+
+    loops = lower(prepare(load_module(SOURCE), "cuda", False), "cuda")
+    par = next(op for op in loops.walk() if isinstance(op, scf.ParallelOp))
+    one = arith.ConstantOp(IntegerAttr(1, IndexType()))
+    par.parent_block().insert_op_before(one, par)
+    par.operands = [one.result, *par.operands[1:]]
+    with pytest.raises(UnsupportedError) as e:
+        emit_cuda(loops)
+    assert str(e.value) == ("@unary: scf.parallel: the CUDA target takes run-time loop bounds only from 0 "
+                            "by steps of 1")
+
+
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("grad", [False, True], ids=["dynamic_ops", "gradient"])
 def test_nvcc_compiles_the_run_time_sized_code(tmp_path, grad):
