@@ -51,6 +51,7 @@ from typing import cast
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
     IndexType,
+    IntegerType,
     MemRefType,
     ModuleOp,
 )
@@ -155,7 +156,7 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         for op in fn.body.block.ops:
             if self.is_host_scalar(op):
                 r = op.results[0]  # maybe_unused: a view's stride is not read by the offsets
-                self.line(f"[[maybe_unused]] const int64_t {self.name(r)} = {self.host_expression(op)};")
+                self.line(f"[[maybe_unused]] const {c_type(r.type)} {self.name(r)} = {self.host_expression(op)};")
                 self.host_scalars.add(r)
 
     def host_expression(self, op: Operation) -> str:
@@ -176,12 +177,17 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
                     self.names[v] = old
 
     def is_host_scalar(self, op: Operation) -> bool:
-        """An index computation over size parameters, constants and other such values (a run-time size)."""
-        def on_host(v: SSAValue) -> bool:
-            return v in self.host_scalars or (isinstance(v.owner, arith.ConstantOp)
-                                              and isinstance(v.type, IndexType))
-        return (type(op) in EXPRESSIONS and op.name.startswith("arith.") and len(op.results) == 1
-                and isinstance(op.results[0].type, IndexType) and all(on_host(v) for v in op.operands))
+        """An integer computation over the size parameters (and constants, and other such values): a
+        run-time size, or a number made of sizes (a mean's count). A static function has none."""
+        def integer(v: SSAValue) -> bool:
+            return isinstance(v.type, (IndexType, IntegerType))
+
+        def constant(v: SSAValue) -> bool:
+            return isinstance(v.owner, arith.ConstantOp) and integer(v)
+
+        return (type(op) in EXPRESSIONS and len(op.results) == 1 and integer(op.results[0])
+                and all(v in self.host_scalars or constant(v) for v in op.operands)
+                and any(v in self.host_scalars for v in op.operands))
 
     def emit_body(self, fn: func.FuncOp) -> None:
         self.emit_top_level(fn)

@@ -182,7 +182,9 @@ class KernelEmission(CudaEmitterState):
                 params.append(f"const {c_type(v.type)} {self.name(v)}")
                 args.append(self.name(v))
             else:
-                raise NotImplementedError(f"CUDA emitter: a kernel captures a value computed on the device {v}")
+                what = v.owner.name if isinstance(v.owner, Operation) else "a block argument"
+                raise UnsupportedError(f"@{self.function.sym_name.data}: {what}: the CUDA target cannot pass a "
+                                       "value computed on the device to another kernel")
         reduction = self.match_reduction(body) if row_length is None else None
         host_lines, host_indent = self.lines, self.indent
         self.lines, self.indent, self.in_host = [], 0, False

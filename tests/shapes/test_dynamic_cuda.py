@@ -174,6 +174,32 @@ def test_nvcc_compiles_the_run_time_sized_code(tmp_path, grad):
     assert "warning" not in (done.stdout + done.stderr).lower()
 
 
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
+def test_written_module_binds_the_sizes(tmp_path):
+    """`opc compile --target cuda -o DIR` builds the library and writes NAME.py with the size
+    parameters in its signatures; loaded (no device needed to load), each entry takes them."""
+    import ast
+
+    from opc.cli import main
+    from opc.lowering.abi import FunctionSignature
+    from opc.lowering.cuda_build import load_cuda_library
+    from opc.lowering.dynamic_call import DynamicFunction
+
+    src = tmp_path / "tiny.mlir"
+    src.write_text("""func.func @f(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  %a = opc.exp %x : (tensor<?x8xf32>) -> tensor<?x8xf32>
+  func.return %a : tensor<?x8xf32>
+}""")
+    assert main(["compile", str(src), "--target", "cuda", "-o", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "tiny.py").read_text()
+    sigs = ast.literal_eval(text.split("_SIGNATURES = ", 1)[1].split("\n", 1)[0])
+    assert sigs == [("f", [("x", ("n0", 8), "float32")], [(("n0", 8), "float32")], [], ["n0"], [])]
+    m = load_cuda_library(tmp_path / "out" / "libtiny.so", [FunctionSignature(*s) for s in sigs],
+                          require_device=False)
+    assert isinstance(m.f, DynamicFunction)
+    assert m.ffi.typeof(m.lib.opc_fn_f_host).args[-1].cname == "int64_t"
+
+
 # ---------------------------------------------------------------------------
 # On a GPU
 # ---------------------------------------------------------------------------
