@@ -101,6 +101,38 @@ def test_gradient_on_the_simulator(sim_grad, n):
     cpu.test_gradient_matches_finite_differences(sim_grad, n)
 
 
+@pytest.fixture(scope="module")
+def sim_decoder(tmp_path_factory):
+    """tests/models/kv_decoder.onnx (PyTorch, dynamic batch, prompt and cache lengths) for CUDA on the
+    simulator, with runtime/opc_nn_attention.cuh's kernels built in; its weights as arguments."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH (it builds the CUDA simulation)")
+    module, weights = opc.import_onnx(str(HERE.parent / "models" / "kv_decoder.onnx"))
+    cu, sigs = emitted(str(module))
+    m = simulated(cu, sigs, str(tmp_path_factory.mktemp("dyn-cuda-kv")), "kv", library=True, attention=True)
+    return m.main_graph, [weights[name] for name, _, _ in sigs[0].inputs[3:]]
+
+
+@pytest.mark.parametrize(("batch", "new", "past"), [(1, 1, 0), (2, 1, 1), (3, 5, 7)])
+def test_kv_cache_decoder_on_the_simulator(sim_decoder, batch, new, past):
+    """One CUDA module for every call, against onnxruntime: an empty cache, a token on a cache, a
+    prompt on a cache (four size parameters: batch, new tokens, the two caches' lengths)."""
+    from onnx_helpers import ort
+    from test_kv_cache import HEAD_DIM, HEADS, LAYERS, MODEL
+
+    run, weights = sim_decoder
+    rng = np.random.default_rng(batch * 1000 + new * 10 + past)
+    ids = rng.integers(0, 256, (batch, new)).astype(np.int64)
+    k, v = (rng.standard_normal((LAYERS, batch, HEADS, past, HEAD_DIM)).astype(np.float32) for _ in range(2))
+    got = run(ids, k, v, *weights)
+    want = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"]).run(
+        None, {"ids": ids, "past_k": k, "past_v": v})
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    assert got[1].shape[3] == past + new
+
+
 def test_size_rules_are_the_bindings(sim):
     """The CUDA functions bind and check their sizes as the CPU ones (the same DynamicFunction)."""
     cpu.test_two_arguments_of_one_size_must_agree(sim)
@@ -161,9 +193,12 @@ def test_what_is_still_refused_is_refused_in_one_line():
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
-@pytest.mark.parametrize("grad", [False, True], ids=["dynamic_ops", "gradient"])
-def test_nvcc_compiles_the_run_time_sized_code(tmp_path, grad):
-    cu, _ = emitted(cpu.GRAD, grad=True) if grad else emitted()
+@pytest.mark.parametrize("case", ["dynamic_ops", "gradient", "kv_decoder"])
+def test_nvcc_compiles_the_run_time_sized_code(tmp_path, case):
+    if case == "kv_decoder":
+        cu, _ = emitted(str(opc.import_onnx(str(HERE.parent / "models" / "kv_decoder.onnx"))[0]))
+    else:
+        cu, _ = emitted(cpu.GRAD, grad=True) if case == "gradient" else emitted()
     (tmp_path / "dyn.cu").write_text(cu)
     nvcc = nvcc_path()
     assert nvcc is not None
