@@ -1,12 +1,15 @@
 """Run-time (`?`) sizes on the CUDA target (SPEC.md, "Run-time shapes"): the emitted .cu takes the
 size parameters after the outputs, as the C code does, so the binding is the same.
 
-Without a GPU: nvcc compiles the .cu of dynamic_ops.mlir without warnings, and the functions run
-through tests/support/cuda_sim.h (the .cu built with g++, each launch's blocks on threads) at
-sizes 0, 1, 5 and 37 against NumPy. cuda_sim.h does not emulate the runtime GEMM and nn kernels:
-there cuda_sim_library.h's plain loops stand in, so those checks cover the arguments the emitted
-code passes (run-time sizes included), not the CUDA kernels' numbers. On a GPU the same functions
-run through opc.compile(target="cuda")."""
+Without a GPU: nvcc compiles the .cu of dynamic_ops.mlir, of a gradient, of dynamic_nn.mlir's
+gradients and of the KV-cache decoder without warnings, and they run through
+tests/support/cuda_sim.h (the .cu built with g++, each launch's blocks on threads) against NumPy,
+central differences and onnxruntime, dynamic_ops.mlir at sizes 0, 1, 5 and 37. The runtime nn
+calls (softmax, layer norm, attention, conv, pooling, cross entropy) run opc_nn.cuh's own kernels
+in the simulation; the GEMM calls cuda_sim_library.h's plain loop (the tiled kernel's 3-D grid is
+not emulated), so for matmuls the checks cover the arguments the emitted code passes (run-time
+sizes included), not the GEMM kernel's numbers. On a GPU the same functions run through
+opc.compile(target="cuda")."""
 
 from __future__ import annotations
 
@@ -102,6 +105,31 @@ def test_gradient_on_the_simulator(sim_grad, n):
 
 
 @pytest.fixture(scope="module")
+def sim_nn(tmp_path_factory):
+    """dynamic_nn.mlir with grad=True: conv, max_pool, layer_norm, causal attention, softmax cross
+    entropy and their vjps, with a run-time batch or sequence."""
+    import test_dynamic_nn as nn
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH (it builds the CUDA simulation)")
+    cu, sigs = emitted(nn.TEXT, grad=True)
+    return simulated(cu, sigs, str(tmp_path_factory.mktemp("dyn-cuda-nn")), "nn", library=True)
+
+
+def test_conv_pool_gradient_on_the_simulator(sim_nn):
+    """Against central differences (each of them a call of the simulated module: a small batch)."""
+    import test_dynamic_nn as nn
+
+    nn.test_conv_pool_with_a_run_time_batch(sim_nn, 1)
+
+
+def test_attention_cross_entropy_gradient_on_the_simulator(sim_nn):
+    import test_dynamic_nn as nn
+
+    nn.test_attention_and_cross_entropy_over_a_run_time_sequence(sim_nn, 2)
+
+
+@pytest.fixture(scope="module")
 def sim_decoder(tmp_path_factory):
     """tests/models/kv_decoder.onnx (PyTorch, dynamic batch, prompt and cache lengths) for CUDA on the
     simulator, with runtime/opc_nn_attention.cuh's kernels built in; its weights as arguments."""
@@ -109,7 +137,7 @@ def sim_decoder(tmp_path_factory):
         pytest.skip("g++ not on PATH (it builds the CUDA simulation)")
     module, weights = opc.import_onnx(str(HERE.parent / "models" / "kv_decoder.onnx"))
     cu, sigs = emitted(str(module))
-    m = simulated(cu, sigs, str(tmp_path_factory.mktemp("dyn-cuda-kv")), "kv", library=True, attention=True)
+    m = simulated(cu, sigs, str(tmp_path_factory.mktemp("dyn-cuda-kv")), "kv", library=True)
     return m.main_graph, [weights[name] for name, _, _ in sigs[0].inputs[3:]]
 
 
@@ -193,10 +221,12 @@ def test_what_is_still_refused_is_refused_in_one_line():
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
-@pytest.mark.parametrize("case", ["dynamic_ops", "gradient", "kv_decoder"])
+@pytest.mark.parametrize("case", ["dynamic_ops", "gradient", "dynamic_nn", "kv_decoder"])
 def test_nvcc_compiles_the_run_time_sized_code(tmp_path, case):
     if case == "kv_decoder":
         cu, _ = emitted(str(opc.import_onnx(str(HERE.parent / "models" / "kv_decoder.onnx"))[0]))
+    elif case == "dynamic_nn":
+        cu, _ = emitted((HERE / "dynamic_nn.mlir").read_text(), grad=True)
     else:
         cu, _ = emitted(cpu.GRAD, grad=True) if case == "gradient" else emitted()
     (tmp_path / "dyn.cu").write_text(cu)
