@@ -161,6 +161,21 @@ def test_kv_cache_decoder_on_the_simulator(sim_decoder, batch, new, past):
     assert got[1].shape[3] == past + new
 
 
+def test_random_programs_on_the_simulator(tmp_path):
+    """tests/support/fuzz_dynamic.py's random programs (elementwise, reductions, matmul, softmax,
+    layer norm, concat, reshape, transpose over `?` rows) for CUDA, one module, at sizes 0, 1, 3
+    and 17, forward and gradient against NumPy and central differences."""
+    from fuzz_dynamic import check, generate
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH (it builds the CUDA simulation)")
+    progs = [generate(0, i) for i in range(12)]
+    cu, sigs = emitted("".join(p.text() for p in progs), grad=True)
+    m = simulated(cu, sigs, str(tmp_path), "fuzz", library=True)
+    defects = [d for p in progs for d in check(m, p, 0, True)]
+    assert not defects, "\n".join(defects)
+
+
 def test_size_rules_are_the_bindings(sim):
     """The CUDA functions bind and check their sizes as the CPU ones (the same DynamicFunction)."""
     cpu.test_two_arguments_of_one_size_must_agree(sim)
