@@ -19,7 +19,6 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Operation, SSAValue
 
 from opc.dialects.opc import int_of
-from opc.errors import UnsupportedError
 from opc.lowering.c_expressions import c_type
 from opc.lowering.c_memory_emission import c_product
 from opc.lowering.emitter_state import EmitterState
@@ -43,13 +42,6 @@ def ceil_div(e: int | str, t: int) -> int | str:
 
 
 class LoopEmission(EmitterState):
-    def const_index(self, v: SSAValue) -> int:
-        """A loop bound the CUDA emitter needs as a number (its grids are sized at compile time)."""
-        if v not in self.constants:
-            raise UnsupportedError("the CUDA target does not take run-time (?) sizes yet: compile for the CPU, "
-                                   "or give the function static shapes")
-        return self.constants[v]
-
     def extent(self, v: SSAValue) -> int | str:
         """A loop bound: its number where it is a constant, else its C name (a run-time size)."""
         return self.constants[v] if v in self.constants else self.name(v)

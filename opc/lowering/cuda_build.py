@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from opc.errors import BuildError
 from opc.lowering.abi import ENTRY_PREFIX, FunctionSignature, c_symbol
+from opc.lowering.binding import function_class
 from opc.lowering.build import (
     MODULE_TEMPLATE_TAIL,
     CompiledFunction,
@@ -183,7 +184,8 @@ def load_cuda_library(path: str | os.PathLike[str], signatures: list[FunctionSig
     if require_device:
         runtime_device_check(ffi, lib)
     detail = getattr(lib, "opc_error_value") if any(s.errors for s in signatures) else None
-    functions = {s.name: CompiledFunction(ffi, checked_host_call(ffi, lib, s.name), s, detail=detail)
+    # a function with run-time sizes binds them from its arguments' shapes (DynamicFunction), as on the CPU
+    functions = {s.name: function_class(s)(ffi, checked_host_call(ffi, lib, s.name), s, detail=detail)
                  for s in signatures}
     return CudaModule(functions, source, Path(path), ffi, lib)
 
@@ -236,7 +238,7 @@ def write_cuda_module(loops: ModuleOp, out_dir: str, name: str, origin: str) -> 
     lib_file = f"lib{name}.so"
     shutil.copy2(built, os.path.join(out_dir, lib_file))
     py_path = os.path.join(out_dir, f"{name}.py")
-    signatures = [(s.name, s.inputs, s.outputs, s.errors) for s in sigs]
+    signatures = [(s.name, s.inputs, s.outputs, s.errors, s.sizes, s.checks) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
                                        lib_file=lib_file, names=python_names(sigs),

@@ -27,9 +27,15 @@ scalar expression table, loads, stores, constants and scf.for are shared.
   host locals are declared before the first check, as C++ forbids a goto past
   an initialisation.
 
+- Run-time (`?`) sizes (opc/lowering/size_lowering.py): the size parameters follow the
+  outputs, as in the C code (so the binding is the same). A kernel takes the run-time trip
+  counts of its nest and the sizes of the views it indexes as arguments; the host computes
+  the sizes once, counts the blocks of each launch from them (opc_cuda_blocks) and skips a
+  launch of no work; a buffer with `?` dims is cudaMalloc'd at its run-time size.
+
 Entry points per function NAME (all extern "C"):
-  int opc_fn_NAME(device pointers: inputs, then outputs)  -> 0 or a cudaError_t
-  int opc_fn_NAME_host(host pointers: inputs, then outputs) copies in, calls
+  int opc_fn_NAME(device pointers: inputs, then outputs; then the sizes)  -> 0 or a cudaError_t
+  int opc_fn_NAME_host(host pointers: inputs, then outputs; then the sizes) copies in, calls
       opc_fn_NAME, copies out
 plus `const char *opc_cuda_error_string(int)` and `int opc_cuda_device_count(int *)`.
 """
@@ -37,11 +43,15 @@ plus `const char *opc_cuda_error_string(int)` and `int opc_cuda_device_count(int
 from __future__ import annotations
 
 import math as pymath
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
     IndexType,
+    IntegerType,
     MemRefType,
     ModuleOp,
 )
@@ -50,15 +60,18 @@ from xdsl.ir import Operation, SSAValue
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import int_of
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
-from opc.errors import UnsupportedError
 from opc.lowering.abi import FunctionSignature, c_symbol
 from opc.lowering.c_emitter import CEmitter
-from opc.lowering.c_expressions import c_type, dtype_suffix
+from opc.lowering.c_expressions import EXPRESSIONS, c_type, dtype_suffix
 from opc.lowering.cuda_kernel_emission import (
     HOST_OPS,
     KernelEmission,
 )
 from opc.lowering.cuda_row_emission import RowKernelEmission
+from opc.lowering.size_lowering import function_shapes
+from opc.symbolic import evaluate
+
+SYMBOL_TERM = re.compile(r"\b[A-Za-z_]\w*\b")  # a size symbol in a shape's polynomial text
 
 
 @dataclass
@@ -83,7 +96,11 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         "#define OPC_CHECK(call) do { cudaError_t opc_err_ = (call); "
         "if (opc_err_ != cudaSuccess) { status = (int)opc_err_; goto cleanup; } } while (0)\n\n"
         "[[maybe_unused]] static inline cudaError_t opc_cuda_free(void **p) "
-        "{ cudaError_t e = cudaFree(*p); *p = NULL; return e; }\n\n"
+        "{ cudaError_t e = cudaFree(*p); *p = NULL; return e; }\n"
+        "/* The blocks of a launch over a run-time amount of work (> 0), `per` threads an item: at most `most`. */\n"
+        "[[maybe_unused]] static inline unsigned opc_cuda_blocks(int64_t work, int64_t per, int64_t threads, "
+        "int64_t most) {\n  const int64_t b = (work * per + threads - 1) / threads;\n"
+        "  return (unsigned)(b < most ? b : most);\n}\n\n"
         'extern "C" const char *opc_cuda_error_string(int code) { return cudaGetErrorString((cudaError_t)code); }\n'
         'extern "C" int opc_cuda_device_count(int *count) { *count = 0; return (int)cudaGetDeviceCount(count); }\n'
     )
@@ -91,13 +108,15 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
     # -- functions -------------------------------------------------------------
 
     def params(self, fn: func.FuncOp, prefix: str = "") -> list[str]:
+        """Buffers (inputs const), then the size parameters as the C emitter has them (the same ABI)."""
         n_in = int_of(fn.attributes["opc.num_inputs"])
         out = []
         for i, arg in enumerate(fn.args):
             t = arg.type
-            if not isinstance(t, MemRefType):  # a size parameter (opc/lowering/size_lowering.py)
-                raise UnsupportedError(f"@{fn.sym_name.data}: the CUDA target does not take run-time (?) sizes "
-                                       "yet: compile it for the CPU, or give it static shapes")
+            if isinstance(t, IndexType):  # a size parameter (opc/lowering/size_lowering.py)
+                out.append(f"const int64_t {self.name(arg)}")
+                continue
+            assert isinstance(t, MemRefType)
             if i < n_in:
                 self.const_ptrs.add(arg)
             out.append(f"{'const ' if i < n_in else ''}{c_type(t.element_type)} *{prefix}{self.name(arg)}")
@@ -120,17 +139,55 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
     def start_function(self, fn: func.FuncOp) -> None:
         super().start_function(fn)
         self.kernels, self.fn_name, self.kernel_count = [], c_symbol(fn.sym_name.data), 0
+        self.host_scalars = {a for a in fn.args if isinstance(a.type, IndexType)}
 
     def owned_buffers(self, fn: func.FuncOp) -> list[SSAValue]:
         # dense constants live in host arrays and are copied into device buffers of their own
         return [op.memref for op in fn.walk() if isinstance(op, (memref.AllocOp, memref.GetGlobalOp))]
 
     def declare_locals(self, fn: func.FuncOp, owned: list[SSAValue]) -> None:
-        """Views too: C++ forbids a goto past an initialised declaration."""
+        """Views too: C++ forbids a goto past an initialised declaration. The sizes the function
+        computes from its size parameters (size_lowering.py puts them at its top) are computed
+        here, before any check, on the host: launches, allocations and kernels read them."""
         super().declare_locals(fn, owned)
         for v in (op for op in fn.walk() if isinstance(op, memref.ReinterpretCastOp)):
             const = "const " if self.is_const_view(v) else ""
             self.line(f"{const}{c_type(element_of(v.result))} *{self.name(v.result)} = NULL;")
+        for op in fn.body.block.ops:
+            if self.is_host_scalar(op):
+                r = op.results[0]  # maybe_unused: a view's stride is not read by the offsets
+                self.line(f"[[maybe_unused]] const {c_type(r.type)} {self.name(r)} = {self.host_expression(op)};")
+                self.host_scalars.add(r)
+
+    def host_expression(self, op: Operation) -> str:
+        """op's table entry with its constant operands as numbers (the host declares no constants;
+        kernels re-declare theirs under their own names)."""
+        consts = [v for v in op.operands if isinstance(v.owner, arith.ConstantOp)]
+        saved = {v: self.names.get(v) for v in consts}
+        for v in consts:
+            assert isinstance(v.owner, arith.ConstantOp)
+            self.names[v] = str(int_of(v.owner.value))
+        try:
+            return EXPRESSIONS[type(op)](self, op)
+        finally:
+            for v, old in saved.items():
+                if old is None:
+                    del self.names[v]
+                else:
+                    self.names[v] = old
+
+    def is_host_scalar(self, op: Operation) -> bool:
+        """An integer computation over the size parameters (and constants, and other such values): a
+        run-time size, or a number made of sizes (a mean's count). A static function has none."""
+        def integer(v: SSAValue) -> bool:
+            return isinstance(v.type, (IndexType, IntegerType))
+
+        def constant(v: SSAValue) -> bool:
+            return isinstance(v.owner, arith.ConstantOp) and integer(v)
+
+        return (type(op) in EXPRESSIONS and len(op.results) == 1 and integer(op.results[0])
+                and all(v in self.host_scalars or constant(v) for v in op.operands)
+                and any(v in self.host_scalars for v in op.operands))
 
     def emit_body(self, fn: func.FuncOp) -> None:
         self.emit_top_level(fn)
@@ -149,6 +206,8 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         """Host ops in order; runs of other ops (rank-0 results) become one-thread kernels."""
         segment: list[Operation] = []
         for op in fn.body.block.ops:
+            if op.results and op.results[0] in self.host_scalars:
+                continue  # computed with the locals
             if isinstance(op, HOST_OPS):
                 if segment:
                     self.emit_kernel([], segment)
@@ -160,28 +219,34 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
             self.emit_kernel([], segment)
 
     def emit_host_wrapper(self, fn: func.FuncOp, n_in: int) -> None:
-        """opc_fn_NAME_host: device buffers for every argument, copies in, the call, copies out."""
+        """opc_fn_NAME_host: device buffers for every argument, copies in, the call, copies out.
+        With run-time sizes, each buffer's element count is its shape's polynomial over them."""
         self.indent = 0
         entry = f"{self.prefix}{c_symbol(fn.sym_name.data)}"
         self.line(f'extern "C" int {entry}_host({", ".join(self.params(fn)) or "void"}) {{')
         self.indent = 1
         self.line("int status = 0;")
-        args = list(fn.args)
-        sizes = {}
-        for a in args:
-            t = a.type
-            ct = c_type(element_of(t))
-            sizes[a] = f"sizeof({ct}) * {max(1, pymath.prod(shape_of(t)))}"
+        args = [a for a in fn.args if isinstance(a.type, MemRefType)]
+        shapes = function_shapes(fn) or [shape_of(a) for a in args]
+        counts, sizes = {}, {}
+        for a, shape in zip(args, shapes):
+            ct = c_type(element_of(a))
+            n = size_product(shape)
+            counts[a] = f"sizeof({ct}) * {n}"  # what is copied: exactly the array (maybe nothing)
+            sizes[a] = f"sizeof({ct}) * {max(1, n) if isinstance(n, int) else f'opc_max1({n})'}"
+            if isinstance(n, int):
+                counts[a] = sizes[a]
             self.line(f"{ct} *d_{self.name(a)} = NULL;")
         for a in args:
             self.line(f"OPC_CHECK(cudaMalloc((void **)&d_{self.name(a)}, {sizes[a]}));")
         for a in args[:n_in]:
-            self.line(f"OPC_CHECK(cudaMemcpy(d_{self.name(a)}, {self.name(a)}, {sizes[a]}, cudaMemcpyHostToDevice));")
-        call_args = ", ".join(f"d_{self.name(a)}" for a in args)
+            self.line(f"OPC_CHECK(cudaMemcpy(d_{self.name(a)}, {self.name(a)}, {counts[a]}, cudaMemcpyHostToDevice));")
+        call_args = ", ".join([*(f"d_{self.name(a)}" for a in args),
+                               *(self.name(a) for a in fn.args if isinstance(a.type, IndexType))])
         self.line(f"status = {entry}({call_args});")
         self.line("if (status != 0) goto cleanup;")
         for a in args[n_in:]:
-            self.line(f"OPC_CHECK(cudaMemcpy({self.name(a)}, d_{self.name(a)}, {sizes[a]}, cudaMemcpyDeviceToHost));")
+            self.line(f"OPC_CHECK(cudaMemcpy({self.name(a)}, d_{self.name(a)}, {counts[a]}, cudaMemcpyDeviceToHost));")
         self.indent = 0
         self.lines.append("cleanup:")
         self.indent = 1
@@ -218,9 +283,9 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         super().emit_ConstantOp(op)
 
     def emit_AllocOp(self, op: memref.AllocOp) -> None:
-        t = op.memref.type
-        n = max(1, pymath.prod(t.get_shape()))
-        ct = c_type(t.element_type)
+        """A device buffer of its run-time size where it has one; freed at cleanup on every exit."""
+        ct = c_type(op.memref.type.element_type)
+        n = self.element_count(op.memref)
         self.line(f"OPC_CHECK(cudaMalloc((void **)&{self.name(op.memref)}, sizeof({ct}) * {n}));")
 
     def emit_GetGlobalOp(self, op: memref.GetGlobalOp) -> None:
@@ -271,6 +336,20 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
 
     def emit_AllocaOp(self, op: memref.AllocaOp) -> None:
         raise NotImplementedError("CUDA emitter: row buffers (the CUDA lowering recomputes instead)")
+
+
+def size_product(shape: Sequence[int | str]) -> int | str:
+    """The element count of a shape as the binding stores it (ints; a `?` dim's polynomial as text,
+    `n0*4 + 1`) in C over the size parameters (opc_n0, ...), or its number where it is static."""
+    if all(isinstance(d, int) for d in shape):
+        return pymath.prod(cast("Sequence[int]", shape))
+    factors = []
+    for d in shape:
+        if isinstance(d, int) or not SYMBOL_TERM.search(d):
+            factors.append(str(evaluate(d, {})))
+        else:
+            factors.append("(" + SYMBOL_TERM.sub(lambda m: f"opc_{m.group(0)}", d) + ")")
+    return " * ".join(factors)
 
 
 def emit_cuda(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math as pymath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, memref, scf
@@ -22,7 +23,9 @@ from xdsl.ir import Operation, SSAValue
 from opc.dialects.kinds import element_of
 from opc.dialects.opc import int_width
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
+from opc.errors import UnsupportedError
 from opc.lowering.c_expressions import EXPRESSIONS, c_type
+from opc.lowering.c_memory_emission import c_product, dynamic_size_operands, has_dynamic_dims
 from opc.lowering.emitter_state import CudaEmitterState
 from opc.lowering.row_kernel_lowering import ROW_KERNEL_ATTR
 
@@ -30,6 +33,10 @@ BLOCK = 256  # threads per block of the generated kernels
 MAX_BLOCKS = 8192  # grid-stride loops cover the rest
 WARP = 32
 WARP_ROW_MAX = 1024  # a row kernel's rows up to this length get a warp each, longer ones a block
+
+# One loop of a kernel's nest: (lower bound, trip count, step); the count is a C expression where
+# it is a run-time size.
+Trip = tuple[int, int | str, int]
 
 # Ops that stay on the host; any other top-level op runs in a device kernel.
 HOST_OPS = (memref.AllocOp, memref.DeallocOp, memref.ReinterpretCastOp, GemmOp, scf.ParallelOp, func.ReturnOp,
@@ -44,6 +51,14 @@ COMBINES = {
 INT_EXTREMA = (arith.MaxSIOp, arith.MaxUIOp, arith.MinSIOp, arith.MinUIOp)
 
 CONST_DECL = re.compile(r"^\s*const [\w ]+?\**\s*(\w+) = .*;$")
+
+
+def launch(work: int | str, per: int, team: int = BLOCK) -> tuple[int, int | str]:
+    """(threads, blocks) of a grid-stride launch over `work` items, `per` threads each; with a run-time
+    `work` the blocks are counted on the host (opc_cuda_blocks, in the module's header)."""
+    if isinstance(work, int):
+        return min(team, work * per), min(MAX_BLOCKS, -(-work * per // team))
+    return team, f"opc_cuda_blocks({work}, {per}, {team}, {MAX_BLOCKS})"
 
 
 def shfl_type(t) -> str:
@@ -111,13 +126,20 @@ class KernelEmission(CudaEmitterState):
     def emit_ParallelOp(self, op: scf.ParallelOp) -> None:
         if not self.in_host:
             raise NotImplementedError("CUDA emitter: nested scf.parallel")
-        trips = []
+        trips: list[Trip] = []
         for lb, ub, step in zip(op.lowerBound, op.upperBound, op.step):
-            lo, hi, st = self.const_index(lb), self.const_index(ub), self.const_index(step)
-            trips.append((lo, max(0, -(-(hi - lo) // st)), st))
+            lo, st = self.constants.get(lb), self.constants.get(step)
+            if ub in self.constants and lo is not None and st is not None:
+                trips.append((lo, max(0, -(-(self.constants[ub] - lo) // st)), st))
+            elif (lo, st) == (0, 1):  # a run-time extent: the trip count is the bound itself
+                trips.append((0, self.name(ub), 1))
+            else:
+                raise UnsupportedError(f"@{self.function.sym_name.data}: scf.parallel: the CUDA target takes run-time "
+                                       "loop bounds only from 0 by steps of 1")
         length = op.attributes.get(ROW_KERNEL_ATTR)
         row_length = length.value.data if isinstance(length, IntegerAttr) else None
-        self.emit_kernel(list(zip(op.body.block.args, trips)), list(op.body.block.ops), row_length)
+        self.emit_kernel(list(zip(op.body.block.args, trips)), list(op.body.block.ops), row_length,
+                         [ub for ub in op.upperBound if ub not in self.constants])
 
     @staticmethod
     def captures(body: list[Operation], ivs: list[SSAValue]) -> list[SSAValue]:
@@ -137,23 +159,32 @@ class KernelEmission(CudaEmitterState):
                         seen[v] = None
         return list(seen)
 
-    def emit_kernel(self, ivs: list[tuple[SSAValue, tuple[int, int, int]]], body: list[Operation],
-                    row_length: int | None = None) -> None:
-        total = pymath.prod(n for _, (_, n, _) in ivs)
+    def emit_kernel(self, ivs: list[tuple[SSAValue, Trip]], body: list[Operation],
+                    row_length: int | None = None, bounds: Sequence[SSAValue] = ()) -> None:
+        """A __global__ kernel for `body` over the nest `ivs`, and its launch. A run-time trip count
+        is a C expression over the kernel's scalar parameters (the size parameters, the sizes the
+        function computed on the host), read alike by the kernel and by the launch, which sizes its
+        grid from it on the host and is skipped where it comes to no work."""
+        total = c_product([n for _, (_, n, _) in ivs])
         if total == 0:
             return
         name = f"opc_k_{self.fn_name}_{self.kernel_count}"
         self.kernel_count += 1
         consts, params, args = [], [], []
-        for v in self.captures(body, [iv for iv, _ in ivs]):
+        for v in self.kernel_operands(body, [iv for iv, _ in ivs], bounds):
             if isinstance(v.owner, arith.ConstantOp):
                 consts.append(v.owner)
             elif isinstance(v.type, MemRefType):
                 const = "const " if v in self.const_ptrs else ""
                 params.append(f"{const}{c_type(element_of(v))} *{self.name(v)}")
                 args.append(self.name(v))
+            elif v in self.host_scalars:
+                params.append(f"const {c_type(v.type)} {self.name(v)}")
+                args.append(self.name(v))
             else:
-                raise NotImplementedError(f"CUDA emitter: a kernel captures a host scalar {v}")
+                what = v.owner.name if isinstance(v.owner, Operation) else "a block argument"
+                raise UnsupportedError(f"@{self.function.sym_name.data}: {what}: the CUDA target cannot pass a "
+                                       "value computed on the device to another kernel")
         reduction = self.match_reduction(body) if row_length is None else None
         host_lines, host_indent = self.lines, self.indent
         self.lines, self.indent, self.in_host = [], 0, False
@@ -166,31 +197,49 @@ class KernelEmission(CudaEmitterState):
                 threads, blocks = self.row_kernel(ivs, total, body, row_length)
             elif reduction is None:
                 self.grid_stride(ivs, total, body)
-                threads = min(BLOCK, total)
-                blocks = min(MAX_BLOCKS, -(-total // BLOCK))
+                threads, blocks = launch(total, 1)
             else:
                 self.warp_per_output(ivs, total, reduction)
-                threads = min(BLOCK, total * WARP)
-                blocks = min(MAX_BLOCKS, -(-total * WARP // BLOCK))
+                threads, blocks = launch(total, WARP)
             self.indent = 0
             self.line("}")
             self.kernels.extend([*prune_unused(self.lines), ""])
         finally:
             self.lines, self.indent, self.in_host = host_lines, host_indent, True
-        self.line(f"{name}<<<{blocks}, {threads}>>>({', '.join(args)});")
-        self.line("OPC_CHECK(cudaGetLastError());")
+        if isinstance(total, int):
+            self.line(f"{name}<<<{blocks}, {threads}>>>({', '.join(args)});")
+            self.line("OPC_CHECK(cudaGetLastError());")
+            return
+        # a grid of no blocks is an invalid launch: no work, no launch
+        self.line(f"if ({total} > 0) {{")
+        self.line(f"  const unsigned opc_blocks = {blocks};")
+        self.line(f"  {name}<<<opc_blocks, {threads}>>>({', '.join(args)});")
+        self.line("  OPC_CHECK(cudaGetLastError());")
+        self.line("}")
 
-    def decompose(self, ivs: list[tuple[SSAValue, tuple[int, int, int]]], flat: str) -> None:
+    def kernel_operands(self, body: list[Operation], ivs: list[SSAValue], bounds: Sequence[SSAValue]
+                        ) -> list[SSAValue]:
+        """What the kernel takes: the values its body reads, the run-time bounds of its nest, and the
+        run-time sizes of the buffers it indexes (its offsets are computed from them)."""
+        out: dict[SSAValue, None] = dict.fromkeys([*self.captures(body, ivs), *bounds])
+        for v in list(out):
+            if isinstance(v.type, MemRefType) and has_dynamic_dims(v):
+                out.update(dict.fromkeys(dynamic_size_operands(v)))
+        return list(out)
+
+    def decompose(self, ivs: list[tuple[SSAValue, Trip]], flat: str) -> None:
         """Induction variables from the flat index, the last one fastest (row-major)."""
-        inner = 1
-        for iv, (lo, n, st) in reversed(ivs):
+        inner: int | str = 1
+        for k in reversed(range(len(ivs))):
+            iv, (lo, n, st) = ivs[k]
             q = flat if inner == 1 else f"({flat} / {inner})"
-            r = q if inner * n == pymath.prod(m for _, (_, m, _) in ivs) else f"{q} % {n}"
+            outer = c_product([m for _, (_, m, _) in ivs[:k]])
+            r = q if outer == 1 else f"{q} % {n}"  # the outermost (or all outside it single): no modulo
             expr = r if (lo, st) == (0, 1) else f"{lo} + ({r}) * {st}"
             self.line(f"const int64_t {self.name(iv)} = {expr};")
-            inner *= n
+            inner = c_product([inner, n])
 
-    def grid_stride(self, ivs, total: int, body: list[Operation]) -> None:
+    def grid_stride(self, ivs, total: int | str, body: list[Operation]) -> None:
         if total == 1 and not ivs:
             self.line("if (blockIdx.x != 0 || threadIdx.x != 0) return;")
             self.emit_ops(body)
@@ -241,7 +290,7 @@ class KernelEmission(CudaEmitterState):
             return None
         return op
 
-    def warp_per_output(self, ivs, total: int, red: Reduction) -> None:
+    def warp_per_output(self, ivs, total: int | str, red: Reduction) -> None:
         self.line(f"const int opc_lane = threadIdx.x % {WARP};")
         self.line(f"for (int64_t opc_w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / {WARP}; opc_w < {total}; "
                   f"opc_w += ((int64_t)blockDim.x * gridDim.x) / {WARP}) {{")

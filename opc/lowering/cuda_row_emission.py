@@ -9,19 +9,19 @@ from xdsl.dialects import scf
 from xdsl.ir import Operation
 
 from opc.lowering.c_expressions import c_type
-from opc.lowering.cuda_kernel_emission import (  # noqa: E501
+from opc.lowering.cuda_kernel_emission import (
     BLOCK,
-    MAX_BLOCKS,
     WARP,
     WARP_ROW_MAX,
     is_identity,
+    launch,
     shfl_type,
 )
 from opc.lowering.emitter_state import CudaEmitterState
 
 
 class RowKernelEmission(CudaEmitterState):
-    def row_kernel(self, ivs, total: int, body: list[Operation], length: int) -> tuple[int, int]:
+    def row_kernel(self, ivs, total: int | str, body: list[Operation], length: int) -> tuple[int, int | str]:
         """A team of threads per row, grid-stride over the rows; (threads, blocks) of the launch.
 
         The row loop's condition is uniform over a team (a warp, or the whole block),
@@ -31,10 +31,10 @@ class RowKernelEmission(CudaEmitterState):
         if team == WARP:
             self.line(f"for (int64_t opc_row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / {WARP}; "
                       f"opc_row < {total}; opc_row += ((int64_t)blockDim.x * gridDim.x) / {WARP}) {{")
-            threads, blocks = min(BLOCK, total * WARP), min(MAX_BLOCKS, -(-total * WARP // BLOCK))
+            threads, blocks = launch(total, WARP)
         else:
             self.line(f"for (int64_t opc_row = blockIdx.x; opc_row < {total}; opc_row += gridDim.x) {{")
-            threads, blocks = BLOCK, min(MAX_BLOCKS, total)
+            threads, blocks = BLOCK, launch(total, 1, 1)[1]
         self.shared_at = len(self.lines) - 1  # the __shared__ slots are declared before the row loop
         self.row_team, self.row_body, self.row_passes = team, body[0].parent_block(), 0
         try:

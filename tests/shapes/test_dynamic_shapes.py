@@ -149,14 +149,6 @@ def test_a_run_time_one_is_not_broadcast(m):
         m.binary(rand(3, 8), rand(1, 8), rand(8), rand(3, 1))
 
 
-def test_cuda_refuses_run_time_sizes_in_one_line(capsys):
-    from opc.cli import main
-
-    assert main(["compile", str(HERE / "dynamic_ops.mlir"), "--emit", "cuda"]) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "error: @unary: the CUDA target does not take run-time (?) sizes yet" in err
-
-
 def test_the_c_code_takes_sizes_as_arguments(capsys):
     from opc.cli import main
 

@@ -6,8 +6,9 @@
  * (a __syncthreads or full-mask shuffle in divergent code: undefined behaviour on a
  * GPU) is, after a timeout, released and reported as a CUDA error of the launch. cudaMalloc fills its buffer with
  * 0xff bytes (NaN), so an element a kernel forgets to write shows up in the results.
- * Not emulated: GEMMs, the runtime nn kernels, timing, memory ordering between
- * threads other than through the barriers. */
+ * Not emulated: the GEMM's 3-D grid (cuda_sim_library.h stands in), timing, memory ordering
+ * between threads other than through the barriers. The runtime nn kernels (opc_nn.cuh) build
+ * against it as they are (tests/support/cuda_simulator.py's nn_kernels). */
 #ifndef OPC_CUDA_SIM_H
 #define OPC_CUDA_SIM_H
 
