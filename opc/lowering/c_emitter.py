@@ -42,6 +42,7 @@ from opc.dialects.opc_loops import (
 from opc.dtypes import numpy_name
 from opc.lowering.abi import ENTRY_PREFIX, OOM_FN, SET_THREADS_FN, FunctionSignature
 from opc.lowering.c_call_emission import KERNEL_HOST, CallEmission
+from opc.lowering.c_control_emission import ControlEmission, control_support, is_host_control
 from opc.lowering.c_expressions import (
     ARENA_ALIGN,
     EXPRESSIONS,
@@ -55,6 +56,7 @@ from opc.lowering.c_expressions import (
 from opc.lowering.c_loop_emission import LoopEmission
 from opc.lowering.c_memory_emission import MemoryEmission
 from opc.lowering.c_text import c_comment, c_identifier, c_string, c_symbol
+from opc.transforms.opc_outline_control_flow import is_body
 
 # ---------------------------------------------------------------------------
 # Types
@@ -86,7 +88,7 @@ static char *opc_arena_get(size_t n) {{
 
 
 @dataclass
-class CEmitter(LoopEmission, MemoryEmission, CallEmission):
+class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
     """Emits one C translation unit for a lowered module."""
 
     lines: list[str] = field(default_factory=list)
@@ -142,10 +144,13 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
             body.append(self.threads_support)
         if self.pack_buffers:
             body.append(ARENA_SUPPORT)
+        body.append(control_support(module))
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
                 self.lines, self.outlined = [], []
-                sigs.append(self.emit_function(fn))
+                sig = self.emit_function(fn)
+                if not is_body(fn):  # a control-flow body is called by its host only
+                    sigs.append(sig)
                 body.extend(self.outlined)
                 body.extend(self.lines)
                 body.append("")
@@ -235,7 +240,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
             if buf not in self.arena:
                 self.line(f"{c_type(element_of(buf))} *{self.name(buf)} = NULL;")
         if self.arena:
-            self.line(f"char *opc_arena = opc_arena_get({size});")
+            self.line(f"char *opc_arena = {self.arena_getter(fn)}({size});")
             self.line("if (!opc_arena) { status = 1; goto cleanup; }")
 
     def emit_body(self, fn: func.FuncOp) -> None:
@@ -358,6 +363,9 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
             self.emit_op(op)
 
     def emit_op(self, op: Operation) -> None:
+        if is_host_control(op):  # scf.if / for / while around calls of their bodies (c_control_emission.py)
+            self.emit_host_control(op)
+            return
         kind = type(op)
         if kind in EXPRESSIONS:
             r = op.results[0]

@@ -38,10 +38,12 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects import opc
+from opc.dialects.control import is_host_op
 from opc.dialects.kinds import ELEMENTWISE, INLINABLE, is_splat_constant, numel, shape_of
 from opc.dialects.opc_loops import ExternalCallOp
 from opc.errors import UnsupportedError
 from opc.lowering import nn_lowering as nn
+from opc.lowering.control_flow_lowering import ControlState, lower_host_op
 from opc.lowering.gemm_lowering import GemmLowering
 from opc.lowering.pointwise_lowering import PointwiseLowering
 from opc.lowering.reduction_lowering import ReductionLowering
@@ -52,6 +54,7 @@ from opc.lowering.scalars import (
     memref_of,
 )
 from opc.targets.device_kernels import external_symbol, kernel_attributes
+from opc.transforms.opc_outline_control_flow import BODY_ATTR, is_body, outline_control_flow
 from opc.transforms.opc_schedule import Kernel, plan, unwrap_kernels
 
 # Function lowering
@@ -88,6 +91,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.flat = False  # True while a flat (1-D) nest is emitted
         self.checks = nn.RuntimeChecks(self)
         self.memo: dict[tuple, SSAValue] = {}  # (value, index, block) -> scalar, within one op's nests
+        self.control: ControlState | None = None  # the module's outlined control flow (LowerToLoopsPass sets it)
         self.row_scalars: dict[SSAValue, SSAValue] = {}  # inside a row kernel: per-row reduction results
         self.row_staged: dict[SSAValue, SSAValue] = {}  # inside a row kernel: values kept in a row buffer
         # in a GEMM epilogue: [n] value -> (buffer, column)
@@ -230,7 +234,9 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
 
     def lower_op(self, op: Operation) -> None:
         self.memo = {}
-        if (symbol := external_symbol(op)) is not None:
+        if is_host_op(op):  # control flow and scalars (opc/lowering/control_flow_lowering.py)
+            lower_host_op(self, op)
+        elif (symbol := external_symbol(op)) is not None:
             self.lower_external(op, symbol)
         elif isinstance(op, opc.TransposeOp) and op in self.schedule.views:  # views: transposes
             nn.lower_strided_view(self, op)
@@ -281,13 +287,18 @@ class LowerToLoopsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         constants: list[memref.GlobalOp] = []
+        control = ControlState(outline_control_flow(op, self.target), op)  # region bodies: functions of their own
         for fn in list(op.ops):
             if isinstance(fn, func.FuncOp) and not fn.is_declaration:
                 unwrap_kernels(fn)  # scheduled input (opc-schedule): the lowering re-plans the same kernels
                 cpu = self.target != "cuda"
-                new = FunctionLowering(fn, constants, memory_order_reductions=cpu,
-                                       row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0, gemm_epilogues=cpu,
-                                       strided_views=cpu).run()
+                lowering = FunctionLowering(fn, constants, memory_order_reductions=cpu,
+                                            row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0, gemm_epilogues=cpu,
+                                            strided_views=cpu)
+                lowering.control = control
+                new = lowering.run()
+                if is_body(fn):
+                    new.attributes[BODY_ATTR] = fn.attributes[BODY_ATTR]
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)

@@ -50,6 +50,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return SchedulePass
 
+    def opc_outline_control_flow():
+        from opc.transforms.opc_outline_control_flow import OutlineControlFlowPass
+
+        return OutlineControlFlowPass
+
     def opc_lower_to_loops():
         from opc.lowering.opc_lower_to_loops import LowerToLoopsPass
 
@@ -64,5 +69,6 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "opc-fuse": opc_fuse,
         "opc-grad": opc_grad,
         "opc-schedule": opc_schedule,
+        "opc-outline-control-flow": opc_outline_control_flow,
         "opc-lower-to-loops": opc_lower_to_loops,
     }

@@ -1,0 +1,77 @@
+"""Control flow in opc-level IR: MLIR's own `scf.if`, `scf.for`, `scf.while` over tensors, and the
+scalar ops that make a condition or a bound from a tensor (`tensor.extract`, `arith` on scalars,
+`tensor.from_elements` back to a tensor).
+
+These ops run on the host around the kernels: the scheduler leaves them out of kernels (a value
+they read is materialized), and the lowering (opc/lowering/control_flow_lowering.py) runs each
+region body as a function of its own, called from a C `if` / `for` / `while`.
+
+    %p = tensor.extract %flag[] : tensor<i1>
+    %r = scf.if %p -> (tensor<4xf32>) { ... scf.yield %a : tensor<4xf32> } else { ... }
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import scf, tensor
+from xdsl.dialects.builtin import IntegerAttr, TensorType
+from xdsl.ir import Block, Operation
+from xdsl.utils.exceptions import VerifyException
+
+CONTROL_OPS = (scf.IfOp, scf.ForOp, scf.WhileOp)
+"""Region ops opc runs: their bodies are functions called from a C if / for / while."""
+
+HOST_RUNS = {scf.IfOp: "C if, each branch a function of its own",
+             scf.ForOp: "C for, the body a function called per iteration",
+             scf.WhileOp: "C while, before and after regions functions of their own"}
+"""What `opc explain` says each control-flow op runs as."""
+
+SCALAR_BRIDGES = (tensor.ExtractOp, tensor.FromElementsOp)
+"""Ops between one-element tensors and scalars (conditions, bounds, induction variables)."""
+
+MAX_TRIPS_ATTR = "opc.max_trips"
+"""On an scf.while: the most iterations it may run; past them the call raises RuntimeError."""
+
+
+def is_host_op(op: Operation) -> bool:
+    """An op that runs on the host, outside every kernel: control flow, a scalar bridge, or
+    scalar arithmetic (no tensor operand or result, e.g. `arith.index_cast`)."""
+    if isinstance(op, (*CONTROL_OPS, *SCALAR_BRIDGES)):
+        return True
+    if op.regions or not op.results:
+        return False
+    return not any(isinstance(v.type, TensorType) for v in (*op.operands, *op.results))
+
+
+def has_control_flow(op: Operation) -> bool:
+    return any(isinstance(o, CONTROL_OPS) for o in op.walk())
+
+
+def ancestor_in(op: Operation, block: Block) -> Operation | None:
+    """op, or the op around it that sits in `block` (None when op is not inside block)."""
+    around: Operation | None = op
+    while around is not None and around.parent_block() is not block:
+        around = around.parent_op()
+    return around
+
+
+def check_control_flow(op: Operation) -> None:
+    """What opc adds to xDSL's verifiers of these ops: a scalar read from a tensor names one
+    element (a condition or bound is a one-element tensor), and loop-carried values and
+    results of control flow are tensors (a scalar travels as a rank-0 tensor)."""
+    if isinstance(op, tensor.ExtractOp):
+        t = op.tensor.type
+        if isinstance(t, TensorType) and len(op.indices) != t.get_num_dims():
+            raise VerifyException(f"reads {t} with {len(op.indices)} indices: it takes one index per dim "
+                                  "(a condition or bound is a one-element tensor, e.g. tensor<i1> read with [])")
+    if isinstance(op, CONTROL_OPS):
+        for i, r in enumerate(op.results):
+            if not isinstance(r.type, TensorType):
+                raise VerifyException(f"result #{i} has type {r.type}: opc's control flow carries tensors "
+                                      "(a scalar goes in a rank-0 tensor, tensor.from_elements)")
+    if isinstance(op, scf.WhileOp):
+        for i, v in enumerate(op.before_region.block.args):
+            if not isinstance(v.type, TensorType):
+                raise VerifyException(f"loop-carried value #{i} has type {v.type}: opc's loops carry tensors")
+        limit = op.attributes.get(MAX_TRIPS_ATTR)
+        if limit is not None and not (isinstance(limit, IntegerAttr) and limit.value.data >= 0):
+            raise VerifyException(f"{MAX_TRIPS_ATTR} must be a non-negative integer, got {limit}")
