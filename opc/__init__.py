@@ -86,12 +86,13 @@ def import_onnx(model, shapes=None, constants=None):
     return _import_onnx(model, shapes, constants)
 
 
-def load_onnx(model, target: str = "cpu", cache_dir: str | None = None):
-    """An ONNX model (path or onnx.ModelProto) as a callable, f(*inputs) -> [outputs], compiled for the
-    concrete input shapes (and shape-like input values) on first call and reused after; see opc.onnx_import."""
+def load_onnx(model, target: str = "cpu", cache_dir: str | None = None, specialize: bool = False):
+    """An ONNX model (path or onnx.ModelProto) as a callable, f(*inputs) -> [outputs], compiled on first call
+    and reused after: once for every size where the inputs' open dims (dim_param) can stay run-time (`?`)
+    sizes, else per input shape (and shape-like input values); specialize=True always compiles per shape."""
     from opc.onnx_load import load_onnx as _load_onnx
 
-    return _load_onnx(model, target, cache_dir)
+    return _load_onnx(model, target, cache_dir, specialize)
 
 
 def profile(module):

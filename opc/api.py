@@ -36,11 +36,11 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
             fuse: bool = True) -> Source:
     """Fused (opc-fuse, where the target has the kernel), grad functions added,
     ops legalized for the target, cleaned up (in place)."""
-    from xdsl.transforms.canonicalize import CanonicalizePass
     from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
     from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
     from opc.targets.target import get_target
+    from opc.transforms.canonicalize import CanonicalizePass
     from opc.transforms.opc_decompose import legalize, resolve_ops
 
     order = grad_order(grad)
@@ -217,7 +217,7 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
     with open(c_path, "w", encoding="utf-8") as f:
         f.write(c_source)
     py_path = os.path.join(out_dir, f"{name}.py")
-    signatures = [(s.name, s.inputs, s.outputs, s.errors) for s in sigs]
+    signatures = [(s.name, s.inputs, s.outputs, s.errors, s.sizes, s.checks) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
                                        ext_name=ext_name, ext_file=ext_file, names=python_names(sigs),

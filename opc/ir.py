@@ -30,8 +30,8 @@ from opc.errors import InputError, InternalError, first_line, printable
 
 def make_context() -> Context:
     ctx = Context()
-    dialects = (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, tensor.Tensor,
-                Opc, OpcLoops, OpcSched)
+    dialects = (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, tensor.Tensor, Opc,
+                OpcLoops, OpcSched)
     for dialect in dialects:
         ctx.load_dialect(dialect)
     return ctx

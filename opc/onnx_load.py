@@ -34,7 +34,8 @@ class Variant:
 class OnnxModel:
     """A callable ONNX model: f(*inputs) or f(**inputs) -> list of outputs (NumPy arrays)."""
 
-    def __init__(self, model: Any, target: str = "cpu", cache_dir: str | None = None) -> None:
+    def __init__(self, model: Any, target: str = "cpu", cache_dir: str | None = None,
+                 specialize: bool = False) -> None:
         from opc.onnx_import.graph import load, onnx_module
 
         onnx = onnx_module()
@@ -52,6 +53,12 @@ class OnnxModel:
         self.list_inputs = {vi.name for vi in self.model.graph.input if vi.name in self.input_names
                             and vi.type.WhichOneof("value") in ("sequence_type", "optional_type")}
         self.variants: dict[tuple, list[Variant]] = {}
+        # one compile for every size: per dtype and rank signature, the variant whose open dims are `?`
+        # (None where the model needs its sizes at compile time: then a variant per shape, as asked
+        # by specialize=True); static_reason says why the last such model fell back
+        self.specialize = specialize or bool(self.list_inputs) or not self.open_dims()
+        self.dynamic: dict[tuple, Variant | None] = {}
+        self.static_reason: str | None = None if not self.specialize or specialize else "no open input dims"
 
     def feeds(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         if len(args) > len(self.input_names):
@@ -131,8 +138,24 @@ class OnnxModel:
                 raise ValueError(f"{what} has shape {list(value.shape)}, the model wants "
                                  f"{[d if d is not None else '?' for d in dims]}")
 
+    def open_dims(self) -> bool:
+        """Whether some input leaves a dim open (a dim_param, or no size): a `?` dim to compile once."""
+        for vi in self.model.graph.input:
+            if vi.name in self.input_names and vi.type.HasField("tensor_type"):
+                if any(not d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim):
+                    return True
+        return False
+
     def variant(self, feeds: Mapping[str, Any]) -> Variant:
         from opc.onnx_import.lists import key_of
+
+        if not self.specialize:
+            dyn_key = tuple((n, str(v.dtype), v.ndim) for n, v in feeds.items())
+            if dyn_key not in self.dynamic:
+                self.dynamic[dyn_key] = self.build_dynamic()
+            found = self.dynamic[dyn_key]
+            if found is not None:
+                return found
 
         key = tuple((n, key_of(v)) for n, v in feeds.items())
         for v in self.variants.get(key, []):
@@ -157,6 +180,23 @@ class OnnxModel:
         call = compiled[f.sym_name.data].with_last(list(params.values()))
         return Variant(call, {n: feeds[n].copy() for n in bound}, layouts)
 
+    def build_dynamic(self) -> Variant | None:
+        """The variant with the open dims `?`, or None (static_reason says why) where an op needs a size
+        at compile time (a Shape computed into a Reshape, a value read at import...)."""
+        from opc.api import compile
+        from opc.onnx_import import import_graph
+
+        layouts: list[Any] = []
+        try:
+            module, params, _ = import_graph(self.model, None, None, self.where, layouts=layouts, dynamic=True)
+            (f,) = list(module.ops)
+            assert isinstance(f, func.FuncOp)
+            compiled = compile(module, target=self.target, cache_dir=self.cache_dir)
+        except Exception as err:  # noqa: BLE001  (any refusal: the per-shape path still runs the model)
+            self.static_reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            return None
+        return Variant(compiled[f.sym_name.data].with_last(list(params.values())), {}, layouts)
+
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The outputs: arrays; lists of arrays for sequences, None for an empty optional."""
         from opc.onnx_import.lists import flatten, regroup
@@ -168,6 +208,8 @@ class OnnxModel:
         return regroup(v.layouts, list(out) if isinstance(out, tuple) else [out])
 
 
-def load_onnx(model: Any, target: str = "cpu", cache_dir: str | None = None) -> OnnxModel:
-    """An ONNX model (path or onnx.ModelProto) as a callable compiled per concrete input shapes on first call."""
-    return OnnxModel(model, target, cache_dir)
+def load_onnx(model: Any, target: str = "cpu", cache_dir: str | None = None,
+              specialize: bool = False) -> OnnxModel:
+    """An ONNX model (path or onnx.ModelProto) as a callable, compiled on first call: once for every size
+    where its inputs' open dims (dim_param) can stay `?`, else (and with specialize=True) per input shape."""
+    return OnnxModel(model, target, cache_dir, specialize)

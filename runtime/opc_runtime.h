@@ -19,6 +19,9 @@
 #define OPC_FN static inline
 #endif
 
+/* A run-time element count as an allocation asks for it: at least 1 (malloc(0) may give NULL). */
+OPC_FN int64_t opc_max1(int64_t n) { return n > 1 ? n : 1; }
+
 /* ------------------------------------------------------------------------ */
 /* Bit casts. memcpy is the portable, UB-free way to reinterpret bits in C;  */
 /* compilers turn it into a register move. In CUDA device code use the      */

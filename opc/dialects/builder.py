@@ -5,13 +5,15 @@ autodiff and the ONNX importer alike, so it sits beside the dialect (as xDSL's o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import Float32Type, TensorType, f32
+from xdsl.dialects import arith, tensor
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerAttr, TensorType, f32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from opc.dialects import opc as o
-from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.kinds import element_of, shape_of, shaped_type
 
 
 class OpBuilder:
@@ -27,10 +29,39 @@ class OpBuilder:
     def value(self, op: Operation) -> SSAValue:
         return self.emit(op).results[0]
 
+    # -- sizes known only at run time -----------------------------------------
+    def dims(self, v: SSAValue) -> list[SSAValue]:
+        """`tensor.dim` of each `?` dim of v, in order: the size operands of an op whose result has
+        v's shape (opc.full, broadcast_to, reshape)."""
+        out = []
+        for i, d in enumerate(shaped_type(v).get_shape()):
+            if d == o.DYNAMIC:
+                index = self.value(arith.ConstantOp(IntegerAttr(i, IndexType())))
+                out.append(self.value(tensor.DimOp(v, index)))
+        return out
+
+    def broadcast_like(self, v: SSAValue, like: SSAValue) -> SSAValue:
+        """v broadcast to like's shape (its `?` dims read off like at run time)."""
+        return self.value(o.BroadcastToOp(v, o.tensor(shaped_type(like).get_shape(), element_of(v)), self.dims(like)))
+
+    def reshape_like(self, v: SSAValue, like: SSAValue) -> SSAValue:
+        """v reshaped to like's shape (its `?` dims read off like at run time)."""
+        return self.value(o.ReshapeOp(v, o.tensor(shaped_type(like).get_shape(), element_of(v)), self.dims(like)))
+
+    def count(self, x: SSAValue, axes: Sequence[int]) -> SSAValue | float:
+        """How many elements of x the axes hold: a number where their sizes are static, else a
+        keepdim tensor of that count, computed at run time."""
+        shape = shaped_type(x).get_shape()
+        if all(shape[a] != o.DYNAMIC for a in axes):
+            return float(math.prod(shape[a] for a in axes))
+        return self.reduce_sum(self.full(1.0, x), axes, keepdim=True)
+
     # -- constructors -------------------------------------------------------
     def full(self, value: float, like: SSAValue | TensorType) -> SSAValue:
         t = like if isinstance(like, TensorType) else like.type
         assert isinstance(t, TensorType)
+        if isinstance(like, SSAValue) and o.DYNAMIC in t.get_shape():
+            return self.value(o.FullOp(value, t, self.dims(like)))
         return self.value(o.FullOp(value, t))
 
     def add(self, a: SSAValue, b: SSAValue) -> SSAValue:
@@ -76,7 +107,8 @@ class OpBuilder:
         if axes:
             g = self.reduce_sum(g, axes, keepdim=False)
         if shape_of(g) != dst:
-            g = self.value(o.ReshapeOp(g, o.tensor(dst, target.element_type)))
+            g = (self.reshape_like(g, to) if isinstance(to, SSAValue) else
+                 self.value(o.ReshapeOp(g, o.tensor(dst, target.element_type))))
         return g
 
 

@@ -43,11 +43,13 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     AnyFloat,
     BFloat16Type,
     BoolAttr,
@@ -58,6 +60,7 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     FloatAttr,
+    IndexType,
     IntegerAttr,
     IntegerType,
     ShapedType,
@@ -127,8 +130,18 @@ def shaped_type(v: SSAValue | Attribute) -> ShapedType:
     return t
 
 
+SYMBOLIC_SHAPES: ContextVar[Mapping[SSAValue, tuple] | None] = ContextVar("opc_symbolic_shapes", default=None)
+"""While a function with run-time sizes is lowered: each value's shape with its `?` dims as
+polynomials over the size parameters (opc/lowering/sizes.py); shape_of answers with it."""
+
+
 def shape_of(v: SSAValue | Attribute) -> tuple[int, ...]:
-    return shaped_type(v).get_shape()
+    shape = shaped_type(v).get_shape()
+    if DYNAMIC in shape and (table := SYMBOLIC_SHAPES.get()) is not None:
+        if not isinstance(v, SSAValue) or v not in table:
+            raise AssertionError(f"no run-time sizes known for {v}")
+        return table[v]
+    return shape
 
 
 def element_of(v: SSAValue | Attribute) -> Attribute:
@@ -149,9 +162,9 @@ def check_tensor(value: SSAValue | Attribute, what: str) -> TensorType:
 
 def check_storable(t: TensorType, what: str) -> TensorType:
     """A tensor opc can hold in memory: static, of an admitted element type, at most 2^47 bytes."""
-    shape = t.get_shape()
+    shape = [d for d in t.get_shape() if d != DYNAMIC]  # a `?` dim: its size is checked at the call
     if any(d < 0 for d in shape):
-        raise VerifyException(f"{what} must have a static shape, got {t}")
+        raise VerifyException(f"{what} has a negative dim: {t}")
     if not is_admitted_element(t.element_type):
         raise VerifyException(f"{what} has unsupported element type {t.element_type}")
     size = math.prod(shape) * (storage_bits(t.element_type) // 8)
@@ -176,21 +189,37 @@ def check_same_element(a: TensorType, b: TensorType, what: str) -> None:
         raise VerifyException(f"{what}: element types differ ({a.element_type} vs {b.element_type})")
 
 
+DYNAMIC = DYNAMIC_INDEX  # a `?` dim in xDSL's get_shape() (INT64_MIN)
+
+
+def dims_agree(a: int, b: int) -> bool:
+    """Two dims that may be the same size: equal, or one of them `?` (checked at the call)."""
+    return a == b or DYNAMIC in (a, b)
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    return "[" + ", ".join("?" if d == DYNAMIC else str(d) for d in shape) + "]"
+
+
 def check_shape(t: TensorType, shape: Sequence[int], what: str) -> None:
-    if tuple(t.get_shape()) != tuple(shape):
-        raise VerifyException(f"{what} must have shape {list(shape)}, got {list(t.get_shape())}")
+    got = tuple(t.get_shape())
+    if len(got) != len(shape) or not all(map(dims_agree, got, shape)):
+        raise VerifyException(f"{what} must have shape {shape_text(shape)}, got {shape_text(got)}")
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
-    """NumPy broadcasting; VerifyException when the shapes do not broadcast."""
+    """NumPy broadcasting; VerifyException when the shapes do not broadcast. A `?` dim pairs with
+    a static 1 (broadcast), another `?` or a static n (the sizes must then be equal at the call:
+    a run-time 1 is never broadcast implicitly, as in JAX and StableHLO)."""
     rank = max(len(s) for s in shapes)
     out: list[int] = []
     for i in range(rank):
         dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0}
         dims.discard(1)
-        if len(dims) > 1:
-            raise VerifyException(f"shapes {[list(s) for s in shapes]} do not broadcast")
-        out.append(dims.pop() if dims else 1)
+        static = dims - {DYNAMIC}
+        if len(static) > 1:
+            raise VerifyException(f"shapes {[shape_text(s) for s in shapes]} do not broadcast")
+        out.append(static.pop() if static else DYNAMIC if dims else 1)
     return tuple(out)
 
 
@@ -210,7 +239,7 @@ def matmul_shape(x: Sequence[int], y: Sequence[int], trans_x: bool, trans_y: boo
         ) from None
     m, kx = (x[-1], x[-2]) if trans_x else (x[-2], x[-1])
     ky, n = (y[-1], y[-2]) if trans_y else (y[-2], y[-1])
-    if kx != ky:
+    if not dims_agree(kx, ky):
         raise VerifyException(
             f"matmul inner dims differ: op_x(x) is {m}x{kx}, op_y(y) is {ky}x{n} "
             f"(trans_x={trans_x}, trans_y={trans_y})"
@@ -840,77 +869,100 @@ class BitcastOp(RetypeOp):
 
 @irdl_op_definition
 class FullOp(OpcOp):
-    """`%r = opc.full {value = 1.0 : f64} : () -> tensor<2x3xf32>`"""
+    """`%r = opc.full {value = 1.0 : f64} : () -> tensor<2x3xf32>`; a result with `?` dims takes
+    their sizes as `index` operands, as tensor.empty does:
+    `%r = opc.full %n {value = 0.0 : f64} : (index) -> tensor<?x3xf32>`"""
 
     name = "opc.full"
+    sizes = var_operand_def(IndexType())
     result = result_def(TensorType)
     value = prop_def(FloatAttr)
 
     @classmethod
     def parse(cls, parser: Parser) -> FullOp:
         # functional-type(operands, ...) is refused for an op without operands.
+        unresolved = parser.parse_optional_undelimited_comma_separated_list(
+            parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand) or []
+        sizes = [parser.resolve_operand(u, IndexType()) for u in unresolved]
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         ftype = parser.parse_function_type()
-        if "value" not in attrs or ftype.inputs.data or len(ftype.outputs.data) != 1:
+        if "value" not in attrs or len(ftype.inputs.data) != len(sizes) or len(ftype.outputs.data) != 1:
             parser.raise_error("expected `opc.full {value = V : f64} : () -> tensor<...>`")
         props = {"value": attrs.pop("value")}
-        return cls.create(result_types=list(ftype.outputs.data), properties=props, attributes=attrs)
+        return cls.create(operands=sizes, result_types=list(ftype.outputs.data), properties=props, attributes=attrs)
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
+        if self.sizes:
+            printer.print_list(self.sizes, printer.print_operand)
+            printer.print_string(" ")
         printer.print_attr_dict({"value": self.value, **self.attributes})
-        printer.print_string(" : () -> ")
+        printer.print_string(" : (" + ", ".join("index" for _ in self.sizes) + ") -> ")
         printer.print_attribute(self.result.type)
 
-    def __init__(self, value: float, result_type: Attribute):
-        super().__init__(result_types=[result_type], properties={"value": FloatAttr(value, 64)})
+    def __init__(self, value: float, result_type: Attribute, sizes: Sequence[SSAValue] = ()):
+        super().__init__(operands=[list(sizes)], result_types=[result_type], properties={"value": FloatAttr(value, 64)})
 
     def verify_(self) -> None:
-        check_tensor(self.result, "result")
+        check_runtime_sizes(self, check_tensor(self.result, "result"), required=True)
+
+
+def check_runtime_sizes(op: FullOp | BroadcastToOp | ReshapeOp, result: TensorType, required: bool) -> None:
+    """The `index` operands give the result's `?` dims, one each, in order (optional where the
+    op can derive them: a broadcast's or a reshape's from its operand)."""
+    dynamic = sum(1 for d in result.get_shape() if d == DYNAMIC)
+    if (op.sizes or required) and len(op.sizes) != dynamic:
+        raise VerifyException(f"takes one size operand per `?` dim of its result ({dynamic}), got {len(op.sizes)}")
 
 
 @irdl_op_definition
 class BroadcastToOp(OpcOp):
-    """`%r = opc.broadcast_to %a : (tensor<3xf32>) -> tensor<4x3xf32>`"""
+    """`%r = opc.broadcast_to %a : (tensor<3xf32>) -> tensor<4x3xf32>`; the result's `?` dims may
+    take their sizes as `index` operands: `opc.broadcast_to %a, %n : (tensor<3xf32>, index) -> tensor<?x3xf32>`"""
 
     name = "opc.broadcast_to"
     x = operand_def(TensorType)
+    sizes = var_operand_def(IndexType())
     result = result_def(TensorType)
-    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+    assembly_format = "$x (`,` $sizes^)? attr-dict `:` functional-type(operands, results)"
 
-    def __init__(self, x: SSAValue | Operation, result_type: Attribute):
-        super().__init__(operands=[x], result_types=[result_type])
+    def __init__(self, x: SSAValue | Operation, result_type: Attribute, sizes: Sequence[SSAValue] = ()):
+        super().__init__(operands=[x, list(sizes)], result_types=[result_type])
 
     def verify_(self) -> None:
         t, r = check_tensor(self.x, "operand"), check_tensor(self.result, "result")
         check_same_element(t, r, "operand and result")
         src, dst = tuple(t.get_shape()), tuple(r.get_shape())
-        ok = len(src) <= len(dst) and all(s in (1, d) for s, d in zip(src[::-1], dst[::-1]))
+        ok = len(src) <= len(dst) and all(s in (1, d) or DYNAMIC in (s, d) for s, d in zip(src[::-1], dst[::-1]))
         if not ok:
-            raise VerifyException(f"cannot broadcast {list(t.get_shape())} to {list(r.get_shape())}")
+            raise VerifyException(f"cannot broadcast {shape_text(src)} to {shape_text(dst)}")
+        check_runtime_sizes(self, r, required=False)
 
 
 @irdl_op_definition
 class ReshapeOp(OpcOp):
-    """`%r = opc.reshape %a : (tensor<2x3xf32>) -> tensor<6xf32>`"""
+    """`%r = opc.reshape %a : (tensor<2x3xf32>) -> tensor<6xf32>`; the result's `?` dims may take
+    their sizes as `index` operands (else the leading ones follow the operand's, one is inferred)"""
 
     name = "opc.reshape"
     x = operand_def(TensorType)
+    sizes = var_operand_def(IndexType())
     result = result_def(TensorType)
-    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+    assembly_format = "$x (`,` $sizes^)? attr-dict `:` functional-type(operands, results)"
 
-    def __init__(self, x: SSAValue | Operation, result_type: Attribute):
-        super().__init__(operands=[x], result_types=[result_type])
+    def __init__(self, x: SSAValue | Operation, result_type: Attribute, sizes: Sequence[SSAValue] = ()):
+        super().__init__(operands=[x, list(sizes)], result_types=[result_type])
 
     def verify_(self) -> None:
         t, r = check_tensor(self.x, "operand"), check_tensor(self.result, "result")
         check_same_element(t, r, "operand and result")
-        if t.element_count() != r.element_count():
+        if DYNAMIC not in t.get_shape() and DYNAMIC not in r.get_shape() and t.element_count() != r.element_count():
             raise VerifyException(
                 f"reshape must keep the element count: {list(t.get_shape())} has {t.element_count()}, "
                 f"{list(r.get_shape())} has {r.element_count()}"
             )
+        check_runtime_sizes(self, r, required=False)
 
 
 @irdl_op_definition

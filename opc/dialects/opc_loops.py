@@ -50,6 +50,8 @@ from xdsl.utils.exceptions import VerifyException
 from opc.dialects.kinds import element_of
 
 GEMM_ACTIVATIONS = ("none", "relu", "gelu", "gelu_erf")
+RUNTIME_SIZE = -1  # a gemm's size property given by its next `sizes` operand (opc/lowering/size_lowering.py)
+GEMM_SIZES = ("batch", "m", "n", "k", "a_batch_stride", "b_batch_stride")
 
 
 @irdl_op_definition
@@ -75,6 +77,7 @@ class GemmOp(IRDLOperation):
     bias = opt_operand_def(MemRefType)
     out = operand_def(MemRefType)
     reserve = opt_operand_def(MemRefType)
+    sizes = var_operand_def(IndexType())  # the run-time ones of batch, m, n, k and the strides: those set to -1
     batch = prop_def(IntegerAttr)
     m = prop_def(IntegerAttr)
     n = prop_def(IntegerAttr)
@@ -88,7 +91,8 @@ class GemmOp(IRDLOperation):
     traits = traits_def(NoTerminator())
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
     assembly_format = (
-        "$a `,` $b (`bias` $bias^)? `,` $out (`reserve` $reserve^)? (`epilogue` $epilogue^)? attr-dict `:` "
+        "$a `,` $b (`bias` $bias^)? `,` $out (`reserve` $reserve^)? (`sizes` `(` $sizes^ `)`)? "
+        "(`epilogue` $epilogue^)? attr-dict `:` "
         "type($a) `,` type($b) (`bias` type($bias)^)? `,` type($out) (`reserve` type($reserve)^)?"
     )
 
@@ -100,28 +104,29 @@ class GemmOp(IRDLOperation):
         out: SSAValue,
         reserve: SSAValue | None,
         *,
-        batch: int,
-        m: int,
-        n: int,
-        k: int,
-        a_batch_stride: int,
-        b_batch_stride: int,
+        batch: int | SSAValue,
+        m: int | SSAValue,
+        n: int | SSAValue,
+        k: int | SSAValue,
+        a_batch_stride: int | SSAValue,
+        b_batch_stride: int | SSAValue,
         trans_a: bool,
         trans_b: bool,
         activation: str = "none",
         epilogue: Region | None = None,
     ):
-        props: dict[str, Attribute] = {name: IntegerAttr(v, i64) for name, v in (
-            ("batch", batch), ("m", m), ("n", n), ("k", k),
-            ("a_batch_stride", a_batch_stride), ("b_batch_stride", b_batch_stride),
-        )}  # fmt: skip
+        fields = (("batch", batch), ("m", m), ("n", n), ("k", k),
+                  ("a_batch_stride", a_batch_stride), ("b_batch_stride", b_batch_stride))
+        props: dict[str, Attribute] = {name: IntegerAttr(v if isinstance(v, int) else RUNTIME_SIZE, i64)
+                                       for name, v in fields}
+        sizes = [v for _, v in fields if not isinstance(v, int)]
         props.update(
             trans_a=BoolAttr.from_bool(trans_a),
             trans_b=BoolAttr.from_bool(trans_b),
             activation=StringAttr(activation),
         )
         super().__init__(
-            operands=[a, b, [bias] if bias else [], out, [reserve] if reserve else []],
+            operands=[a, b, [bias] if bias else [], out, [reserve] if reserve else [], sizes],
             properties=props,
             regions=[[epilogue] if epilogue is not None else []],
         )
@@ -129,7 +134,7 @@ class GemmOp(IRDLOperation):
     def verify_(self) -> None:
         if self.activation.data not in GEMM_ACTIVATIONS:
             raise VerifyException(f"activation must be one of {', '.join(GEMM_ACTIVATIONS)}")
-        elements = {element_of(v) for v in self.operands}
+        elements = {element_of(v) for v in self.operands if isinstance(v.type, MemRefType)}
         if len(elements) != 1:
             raise VerifyException("all operands must share one element type")
         if self.epilogue is not None:
@@ -180,18 +185,23 @@ class CallOp(IRDLOperation):
 
     name = "opc_loops.call"
     args = var_operand_def(MemRefType)
+    sizes = var_operand_def(IndexType())  # the run-time entries of ints, at the positions `runtime` lists
     callee = prop_def(StringAttr)
     ints = prop_def(DenseArrayBase)
+    runtime = prop_def(DenseArrayBase)
     floats = prop_def(DenseArrayBase)
     epilogue = opt_region_def("single_block")
     traits = traits_def(NoTerminator())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "$args (`epilogue` $epilogue^)? attr-dict `:` type($args)"
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+    assembly_format = "$args (`sizes` `(` $sizes^ `)`)? (`epilogue` $epilogue^)? attr-dict `:` type($args)"
 
-    def __init__(self, callee: str, args: Sequence[SSAValue], ints: Sequence[int] = (), floats: Sequence[float] = (),
-                 epilogue: Region | None = None):
-        super().__init__(operands=[list(args)], properties={
-            "callee": StringAttr(callee), "ints": DenseArrayBase.from_list(i64, list(ints)),
+    def __init__(self, callee: str, args: Sequence[SSAValue], ints: Sequence[int | SSAValue] = (),
+                 floats: Sequence[float] = (), epilogue: Region | None = None):
+        runtime = [i for i, v in enumerate(ints) if not isinstance(v, int)]
+        super().__init__(operands=[list(args), [v for v in ints if not isinstance(v, int)]], properties={
+            "callee": StringAttr(callee),
+            "ints": DenseArrayBase.from_list(i64, [v if isinstance(v, int) else 0 for v in ints]),
+            "runtime": DenseArrayBase.from_list(i64, runtime),
             "floats": DenseArrayBase.from_list(f64, [float(v) for v in floats]),
         }, regions=[[epilogue] if epilogue is not None else []])  # fmt: skip
 

@@ -24,7 +24,16 @@ class FunctionSignature:
     """What the Python side needs to call a compiled function."""
 
     name: str
-    inputs: list[tuple[str, tuple[int, ...], str]]  # (arg name, shape, dtype name)
-    outputs: list[tuple[tuple[int, ...], str]]
+    inputs: list[tuple[str, tuple[int | str, ...], str]]  # (arg name, shape, dtype name)
+    outputs: list[tuple[tuple[int | str, ...], str]]
     # run-time check sites: (exception name, message with {value}) for status -1, -2, ...
     errors: list[tuple[str, str]] = field(default_factory=list)
+    # run-time sizes: the size parameters (n0, n1, ...) the C function takes after its outputs; a
+    # `?` dim in inputs/outputs is a polynomial over them as text (opc/symbolic.py); and the
+    # equalities (lhs, rhs, what) the call checks before the C function runs
+    sizes: list[str] = field(default_factory=list)
+    checks: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def dynamic(self) -> bool:
+        return bool(self.sizes)

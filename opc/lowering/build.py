@@ -526,6 +526,7 @@ def cdef_for(signatures: list[FunctionSignature], suffix: str = "") -> str:
     for sig in signatures:
         params = [f"const {c_type_of(dt)} *" for _, _, dt in sig.inputs]
         params += [f"{c_type_of(dt)} *" for _, dt in sig.outputs]
+        params += ["int64_t"] * len(sig.sizes)
         lines.append(f"int {ENTRY_PREFIX}{c_symbol(sig.name)}{suffix}({', '.join(params) or 'void'});")
     return "\n".join(lines)
 
@@ -765,6 +766,22 @@ class CompiledFunction:
         if type(value) is np.ndarray and value.dtype == want and value.shape == self.in_shapes[i] \
                 and value.flags.c_contiguous:
             return value  # the common case, first: nothing to check further, nothing to convert
+        arr = self.as_array(i, value)
+        if not self.shape_fits(i, arr.shape):
+            raise ValueError(
+                f"{self.sig.name}(): argument '{name}' must have shape {self.shape_text(i)}, got {arr.shape}")
+        return np.ascontiguousarray(arr)
+
+    def shape_fits(self, i: int, shape: tuple[int, ...]) -> bool:
+        return shape == self.in_shapes[i]
+
+    def shape_text(self, i: int) -> str:
+        return str(self.in_shapes[i])
+
+    def as_array(self, i: int, value) -> np.ndarray:  # noqa: ANN001
+        """Argument i as a NumPy array of its dtype (DLPack arrays read in place), shape unchecked."""
+        name = self.sig.inputs[i][0]
+        want = self.in_dtypes[i]
         if isinstance(value, (np.ndarray, np.generic)):
             arr = np.asarray(value)
             if arr.dtype != want:
@@ -777,10 +794,7 @@ class CompiledFunction:
             except (TypeError, ValueError) as err:
                 raise ValueError(
                     f"{self.sig.name}(): argument '{name}' cannot be read as a {want} array: {err}") from None
-        if arr.shape != tuple(shape):
-            raise ValueError(
-                f"{self.sig.name}(): argument '{name}' must have shape {tuple(shape)}, got {arr.shape}")
-        return np.ascontiguousarray(arr)
+        return arr
 
     def pointer(self, i: int, value):  # noqa: ANN001, ANN201
         """What the C function gets for argument i: a torch tensor's own data pointer (checked like
@@ -1019,6 +1033,12 @@ def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, Comp
     message = getattr(ext.lib, KERNEL_MESSAGE_FN, None)
     detail = getattr(ext.lib, "opc_error_value", None)
     oom = getattr(ext.lib, OOM_FN, None)
-    return {s.name: CompiledFunction(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message, detail,
-                                     oom) for s in signatures}
+    return {s.name: function_class(s)(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message,
+                                      detail, oom) for s in signatures}
+
+
+def function_class(sig: FunctionSignature) -> type[CompiledFunction]:
+    from opc.lowering.dynamic_call import DynamicFunction
+
+    return DynamicFunction if sig.dynamic else CompiledFunction
 

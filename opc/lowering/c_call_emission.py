@@ -19,6 +19,8 @@ from opc.dialects.kinds import element_of, shaped_type
 from opc.dialects.opc import float_values, int_of, int_values
 from opc.dialects.opc_loops import (
     GEMM_ACTIVATIONS,
+    GEMM_SIZES,
+    RUNTIME_SIZE,
     CallOp,
     CheckIndexOp,
     ExternalCallOp,
@@ -74,11 +76,18 @@ class CallEmission(EmitterState):
         def ptr(v: SSAValue | None) -> str:
             return self.name(v) if v is not None else "NULL"
 
-        p = {k: int_of(op.properties[k]) for k in ("batch", "m", "n", "k", "a_batch_stride", "b_batch_stride")}
+        runtime = iter(op.sizes)
+        p = {k: str(int_of(op.properties[k])) if int_of(op.properties[k]) != RUNTIME_SIZE else self.name(next(runtime))
+             for k in GEMM_SIZES}
         ta, tb = (int(int_of(op.properties[k]) != 0) for k in ("trans_a", "trans_b"))
         act = GEMM_ACTIVATIONS.index(op.activation.data)
         return (f"{p['batch']}, {p['m']}, {p['n']}, {p['k']}, {ptr(op.a)}, {p['a_batch_stride']}, {ta}, "
                 f"{ptr(op.b)}, {p['b_batch_stride']}, {tb}, {ptr(op.bias)}, {act}, {ptr(op.out)}, {ptr(op.reserve)}")
+
+    def epilogue_context(self, captured: list[SSAValue]) -> str:
+        """The pointers an epilogue reads, in order; a run-time size travels as an integer in a pointer."""
+        return ", ".join(f"(void *){self.name(v)}" if isinstance(v.type, MemRefType)
+                         else f"(void *)(intptr_t){self.name(v)}" for v in captured)
 
     def emit_GemmOp(self, op: GemmOp) -> None:
         suffix = dtype_suffix(element_of(op.out))
@@ -87,7 +96,7 @@ class CallEmission(EmitterState):
             return
         epilogue, captured = self.emit_epilogue(op)
         self.line("{")
-        ctx = ", ".join(f"(void *){self.name(v)}" for v in captured)
+        ctx = self.epilogue_context(captured)
         self.line(f"  void *opc_ep_ctx[{len(captured)}] = {{{ctx}}};")
         self.line(f"  opc_rt_gemm_ep_{suffix}({self.gemm_args(op)}, {epilogue}, opc_ep_ctx);")
         self.line("}")
@@ -100,11 +109,13 @@ class CallEmission(EmitterState):
         assert op.epilogue is not None  # emit_GemmOp's caller checked
         block = op.epilogue.block
         captured, local_defs = self.captured_values(list(block.walk()), self.function)
-        assert all(isinstance(v.type, MemRefType) for v in captured), "an epilogue reads buffers only"
         name, saved_lines, saved_indent = self.begin_outlined(
             self.function, op.attributes.get("opc.epilogue"), "kernel epilogue:",
             "void *opc_ctx, int64_t opc_r0, int64_t opc_r1, int64_t opc_c0, int64_t opc_c1")
         for k, v in enumerate(captured):
+            if not isinstance(v.type, MemRefType):  # a run-time size, passed as an integer in the pointer
+                self.line(f"{self.param(v)} = (int64_t)(intptr_t)((void **)opc_ctx)[{k}];")
+                continue
             const = "const " if v in self.const_ptrs else ""
             ct = c_type(element_of(v))
             self.line(f"{self.param(v)} = ({const}{ct} *)((void **)opc_ctx)[{k}];")
@@ -152,6 +163,8 @@ class CallEmission(EmitterState):
 
     def call_args(self, op: CallOp) -> str:
         ints = [str(v) for v in int_values(op.ints)]
+        for position, size in zip(int_values(op.runtime), op.sizes):  # run-time sizes
+            ints[position] = self.name(size)
         floats = [c_float_literal(float(v), Float64Type()) for v in float_values(op.floats)]
         return ", ".join([*(self.name(v) for v in op.args), *ints, *floats])
 
@@ -162,7 +175,7 @@ class CallEmission(EmitterState):
         epilogue, captured = self.emit_epilogue(op)  # a conv's, over [n * c, spatial]: as a GEMM's
         callee = op.callee.data.replace("_", "_ep_", 1) if op.callee.data.startswith("conv_") else op.callee.data
         self.line("{")
-        ctx = ", ".join(f"(void *){self.name(v)}" for v in captured)
+        ctx = self.epilogue_context(captured)
         self.line(f"  void *opc_ep_ctx[{len(captured)}] = {{{ctx}}};")
         self.line(f"  opc_nn_{callee}({self.call_args(op)}, {epilogue}, opc_ep_ctx);")
         self.line("}")

@@ -54,8 +54,9 @@ from opc.lowering.c_expressions import (
     float_fn,
 )
 from opc.lowering.c_loop_emission import LoopEmission
-from opc.lowering.c_memory_emission import MemoryEmission
+from opc.lowering.c_memory_emission import MemoryEmission, has_dynamic_dims
 from opc.lowering.c_text import c_comment, c_identifier, c_string, c_symbol
+from opc.lowering.size_lowering import function_shapes, function_sizes
 from opc.transforms.opc_outline_control_flow import is_body
 
 # ---------------------------------------------------------------------------
@@ -184,6 +185,9 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         params = []
         for i, arg in enumerate(fn.args):
             t = arg.type
+            if isinstance(t, IndexType):  # a run-time size (opc/lowering/size_lowering.py)
+                params.append(f"const int64_t {self.name(arg)}")
+                continue
             assert isinstance(t, MemRefType)
             const = "const " if i < n_in else ""
             if i < n_in:
@@ -222,6 +226,9 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
 
     def start_function(self, fn: func.FuncOp) -> None:
         self.names, self.constants, self.const_ptrs = {}, {}, set()
+        for arg in fn.args:
+            if isinstance(arg.type, IndexType):  # a size parameter: opc_n0, ... (as the binding names them)
+                self.names[arg] = f"opc_{arg.name_hint}"
 
     def owned_buffers(self, fn: func.FuncOp) -> list[SSAValue]:
         return [op.memref for op in fn.walk() if isinstance(op, memref.AllocOp)]
@@ -231,7 +238,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         the function's top-level intermediates share one allocation (the arena), so the
         function stays small and linear however many buffers it has."""
         self.arena = {}
-        top = [b for b in owned if b.owner.parent_block() is fn.body.block] if self.pack_buffers else []
+        top = [b for b in owned if b.owner.parent_block() is fn.body.block and not has_dynamic_dims(b)
+               ] if self.pack_buffers else []  # a buffer with run-time sizes has a malloc of its own
         size = 0
         for buf in top:
             self.arena[buf] = size
@@ -332,6 +340,9 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
                 if owner is not fn.body.block:
                     continue
                 captured.append(v)
+            elif isinstance(owner, memref.AllocOp):  # its run-time sizes index it
+                captured.append(v)
+                todo.extend(owner.dynamic_sizes)
             elif isinstance(owner, (arith.ConstantOp, memref.ReinterpretCastOp, memref.GetGlobalOp)):
                 local_defs.append(owner)
                 todo.extend(owner.operands)
@@ -351,12 +362,13 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
 
     @staticmethod
     def signature(fn: func.FuncOp, n_in: int) -> FunctionSignature:
-        def shape_dtype(a: SSAValue) -> tuple[tuple[int, ...], str]:
-            return shape_of(a), numpy_name(element_of(a))
+        buffers = [a for a in fn.args if isinstance(a.type, MemRefType)]
+        shapes = function_shapes(fn) or [shape_of(a) for a in buffers]
 
-        ins = [(a.name_hint or f"in{i}", *shape_dtype(a)) for i, a in enumerate(fn.args[:n_in])]
-        outs = [shape_dtype(a) for a in fn.args[n_in:]]
-        return FunctionSignature(fn.sym_name.data, ins, outs, function_errors(fn))
+        ins = [(a.name_hint or f"in{i}", shapes[i], numpy_name(element_of(a))) for i, a in enumerate(buffers[:n_in])]
+        outs = [(shapes[n_in + i], numpy_name(element_of(a))) for i, a in enumerate(buffers[n_in:])]
+        sizes, checks = function_sizes(fn)
+        return FunctionSignature(fn.sym_name.data, ins, outs, function_errors(fn), sizes, checks)
 
     def emit_block(self, block: Block) -> None:
         for op in block.ops:

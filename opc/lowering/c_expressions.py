@@ -310,7 +310,7 @@ EXPRESSIONS = {
     arith.SelectOp: lambda e, o: f"({e.name(o.cond)} ? {e.name(o.lhs)} : {e.name(o.rhs)})",
     arith.ExtFOp: ext_f, arith.TruncFOp: trunc_f,
     arith.FPToSIOp: to_int_saturating, arith.FPToUIOp: to_int_saturating,
-    arith.SIToFPOp: c_cast, arith.UIToFPOp: c_cast_unsigned,
+    arith.SIToFPOp: c_cast, arith.UIToFPOp: c_cast_unsigned, arith.IndexCastOp: c_cast,
     arith.ExtSIOp: c_cast, arith.ExtUIOp: c_cast_unsigned, arith.TruncIOp: c_cast, arith.BitcastOp: bit_cast,
     math.ExpOp: libm("exp"), math.LogOp: libm("log"), math.TanhOp: libm("tanh"), math.ErfOp: libm("erf"),
     math.SqrtOp: libm("sqrt"), math.AbsFOp: libm("fabs"), math.PowFOp: libm("pow", 2),

@@ -5,7 +5,6 @@ A part of CEmitter (c_emitter.py), which mixes it in."""
 
 from __future__ import annotations
 
-import math as pymath
 from collections.abc import Iterable, Sequence
 from typing import cast
 
@@ -20,7 +19,9 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Operation, SSAValue
 
 from opc.dialects.opc import int_of
+from opc.errors import UnsupportedError
 from opc.lowering.c_expressions import c_type
+from opc.lowering.c_memory_emission import c_product
 from opc.lowering.emitter_state import EmitterState
 
 SUM_BLOCK_BYTES = 256  # partial sums of one blocked float sum: four AVX-512 (eight AVX2) registers
@@ -32,21 +33,45 @@ CHUNK_MIN_WORK = 1 << 14  # scalar steps of the smallest piece a parallel nest i
 TRANSPOSE_TILE = 16  # a transpose's squares: 16 floats are a cache line
 
 
+def at_least(extents: Sequence[int | str], n: int) -> bool:
+    """Every extent is at least n, a run-time one assumed so (it is a batch or a sequence)."""
+    return all(not isinstance(e, int) or e >= n for e in extents)
+
+
+def ceil_div(e: int | str, t: int) -> int | str:
+    return -(-e // t) if isinstance(e, int) else f"(({e} + {t - 1}) / {t})"
+
+
 class LoopEmission(EmitterState):
     def const_index(self, v: SSAValue) -> int:
+        """A loop bound the CUDA emitter needs as a number (its grids are sized at compile time)."""
         if v not in self.constants:
-            raise NotImplementedError("loop bounds must be constants")
+            raise UnsupportedError("the CUDA target does not take run-time (?) sizes yet: compile for the CPU, "
+                                   "or give the function static shapes")
         return self.constants[v]
 
-    def parallel_work(self, op: scf.ParallelOp) -> int:
-        """Scalar steps of the whole nest: its trips times the trips of the loops inside."""
+    def extent(self, v: SSAValue) -> int | str:
+        """A loop bound: its number where it is a constant, else its C name (a run-time size)."""
+        return self.constants[v] if v in self.constants else self.name(v)
+
+    def parallel_work(self, op: scf.ParallelOp) -> int | str:
+        """Scalar steps of the whole nest: its trips times the trips of the loops inside (a C
+        expression where a bound is a run-time size)."""
         consts = self.constants_in(op)
 
-        def work(block: Block) -> int:
-            return sum(consts.get(o.ub, 1) * work(o.body.block) if isinstance(o, scf.ForOp) else 1
-                       for o in block.ops)
+        def work(block: Block) -> list[int | str]:
+            total: list[int | str] = []
+            for o in block.ops:
+                if isinstance(o, scf.ForOp):
+                    inner = c_product([consts.get(o.ub, self.name(o.ub)), *work(o.body.block)])
+                    total.append(inner)
+                else:
+                    total.append(1)
+            if all(isinstance(t, int) for t in total):
+                return [sum(cast(list[int], total))]
+            return ["(" + " + ".join(str(t) for t in total) + ")"]
 
-        return pymath.prod(self.const_index(u) for u in op.upperBound) * work(op.body.block)
+        return c_product([*(self.extent(u) for u in op.upperBound), *work(op.body.block)])
 
     @staticmethod
     def constants_in(op: Operation) -> dict[SSAValue, int]:
@@ -62,35 +87,38 @@ class LoopEmission(EmitterState):
         loop (its iterations are independent: the nest is an scf.parallel). A
         transpose (a load whose fastest index is the second-innermost loop) walks
         the two inner loops in TRANSPOSE_TILE squares, so reads and writes both
-        stay in cache."""
+        stay in cache. A run-time extent counts as large for these choices; whether
+        threads pay is then decided at run time (an `if` clause on the work)."""
         ivs = list(op.body.block.args)
         work = self.parallel_work(op)
-        extents = [self.const_index(u) for u in op.upperBound]
+        extents = [self.extent(u) for u in op.upperBound]
         unit = all(self.constants.get(v) == 0 for v in op.lowerBound) and all(
             self.constants.get(v) == 1 for v in op.step)
         flat = unit and not any(o.regions for o in op.body.block.ops)  # no inner loops: a vector body
-        tiled = flat and len(ivs) >= 2 and self.transposed_load(op) and min(extents[-2:]) > TRANSPOSE_TILE
-        simd = flat and extents[-1] >= SIMD_MIN_TRIPS and (len(ivs) == 1 or tiled or
-                                                           pymath.prod(extents[:-1]) >= OUTER_MIN_TRIPS)
+        tiled = flat and len(ivs) >= 2 and self.transposed_load(op) and at_least(extents[-2:], TRANSPOSE_TILE + 1)
+        simd = flat and at_least(extents[-1:], SIMD_MIN_TRIPS) and (
+            len(ivs) == 1 or tiled or at_least([c_product(extents[:-1])], OUTER_MIN_TRIPS))
         n = len(ivs)
-        if work >= PARALLEL_MIN_WORK:
+        threaded = not isinstance(work, int) or work >= PARALLEL_MIN_WORK
+        if threaded:
             # tiled: the outer loops and the two tile loops; simd: all but the innermost
             parallel = n if tiled else n - 1 if simd and n > 1 else n
             collapse = f" collapse({parallel})" if parallel > 1 else ""
             # pieces claimed one at a time, several per thread (runtime/opc_threads.h): on a busy
             # machine the threads that run take a descheduled thread's pieces
-            trips = (pymath.prod(extents[:-2]) * -(-extents[-2] // TRANSPOSE_TILE) * -(-extents[-1] // TRANSPOSE_TILE)
-                     if tiled else pymath.prod(extents[:parallel]))
+            trips = (c_product([*extents[:-2], ceil_div(extents[-2], TRANSPOSE_TILE),
+                                ceil_div(extents[-1], TRANSPOSE_TILE)]) if tiled else c_product(extents[:parallel]))
             chunk = f"opc_par_chunk({trips}, {work}, {CHUNK_MIN_WORK})"
             kind = "simd: dynamic" if simd and n == 1 else "dynamic"
             simd_clause = " simd" if simd and n == 1 else ""
-            self.line(f"#pragma omp parallel for{simd_clause}{collapse} schedule({kind}, {chunk}) "
+            when = f" if({work} >= {PARALLEL_MIN_WORK})" if not isinstance(work, int) else ""
+            self.line(f"#pragma omp parallel for{simd_clause}{collapse} schedule({kind}, {chunk}){when} "
                       "num_threads(opc_num_threads())")
         if tiled:
             self.open_tiled_loops(op, ivs, extents)
         else:
             self.open_loops(op, ivs[:-1])
-            if simd and not (n == 1 and work >= PARALLEL_MIN_WORK):
+            if simd and not (n == 1 and threaded):
                 self.line("#pragma omp simd")
             self.open_loops(op, ivs[-1:], len(ivs) - 1)
         self.emit_block(op.body.block)
@@ -107,7 +135,7 @@ class LoopEmission(EmitterState):
                     return True
         return False
 
-    def open_tiled_loops(self, op: scf.ParallelOp, ivs: Sequence[SSAValue], extents: list[int]) -> None:
+    def open_tiled_loops(self, op: scf.ParallelOp, ivs: Sequence[SSAValue], extents: list[int | str]) -> None:
         """The outer loops, then the two inner ones as TRANSPOSE_TILE squares (the tile loops
         first, so they collapse with the outer ones)."""
         self.open_loops(op, ivs[:-2])
@@ -117,8 +145,8 @@ class LoopEmission(EmitterState):
         self.indent += 1
         self.line(f"for (int64_t {b}_t = 0; {b}_t < {nb}; {b}_t += {t}) {{")
         self.indent += 1
-        end_a = f"{a}_t + {t}" if na % t == 0 else f"({a}_t + {t} < {na} ? {a}_t + {t} : {na})"
-        end_b = f"{b}_t + {t}" if nb % t == 0 else f"({b}_t + {t} < {nb} ? {b}_t + {t} : {nb})"
+        end_a = f"{a}_t + {t}" if isinstance(na, int) and na % t == 0 else f"({a}_t + {t} < {na} ? {a}_t + {t} : {na})"
+        end_b = f"{b}_t + {t}" if isinstance(nb, int) and nb % t == 0 else f"({b}_t + {t} < {nb} ? {b}_t + {t} : {nb})"
         self.line(f"for (int64_t {a} = {a}_t; {a} < {end_a}; {a}++) {{")
         self.indent += 1
         self.line("#pragma omp simd")

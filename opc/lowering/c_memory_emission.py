@@ -10,21 +10,36 @@ from collections.abc import Iterable
 from xdsl.dialects import memref
 from xdsl.ir import SSAValue
 
-from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.kinds import element_of
+from opc.dialects.opc import DYNAMIC
 from opc.lowering.c_expressions import c_type
 from opc.lowering.emitter_state import EmitterState
 
 
 class MemoryEmission(EmitterState):
+    def dims_of(self, ref: SSAValue) -> list[int | str]:
+        """A buffer's sizes: numbers, and for its `?` dims the C names of the sizes given to the op
+        that made it (memref.alloc's dynamic sizes, a reinterpret_cast's sizes)."""
+        shape = ref.type.get_shape()  # type: ignore[attr-defined]
+        if DYNAMIC not in shape:
+            return list(shape)
+        dynamic = iter(dynamic_size_operands(ref))
+        return [d if d != DYNAMIC else self.name(next(dynamic)) for d in shape]
+
     def offset(self, ref: SSAValue, indices: Iterable[SSAValue]) -> str:
-        shape = shape_of(ref)
+        dims = self.dims_of(ref)
         terms = []
         for d, idx in enumerate(indices):
             if self.constants.get(idx) == 0:
                 continue
-            stride = pymath.prod(shape[d + 1:])
+            stride = c_product(dims[d + 1:])
             terms.append(self.name(idx) if stride == 1 else f"{self.name(idx)} * {stride}")
         return " + ".join(terms) or "0"
+
+    def element_count(self, ref: SSAValue) -> int | str:
+        """How many elements a buffer holds (at least 1: malloc(0) may return NULL), in C."""
+        n = c_product(self.dims_of(ref))
+        return max(1, n) if isinstance(n, int) else f"opc_max1({n})"
 
     def emit_LoadOp(self, op: memref.LoadOp) -> None:
         r = op.res
@@ -40,7 +55,7 @@ class MemoryEmission(EmitterState):
             ct = c_type(t.element_type)
             self.line(f"{ct} *restrict {self.name(op.memref)} = ({ct} *)(opc_arena + {self.arena[op.memref]});")
             return
-        n = max(1, pymath.prod(t.get_shape()))
+        n = self.element_count(op.memref)
         ptr, ct = self.name(op.memref), c_type(t.element_type)
         self.line(f"{ptr} = ({ct} *)malloc(sizeof({ct}) * {n});")
         self.line(f"if (!{ptr}) {{ opc_oom_bytes = (int64_t)(sizeof({ct}) * {n}); status = 1; goto cleanup; }}")
@@ -64,3 +79,31 @@ class MemoryEmission(EmitterState):
             self.const_ptrs.add(op.result)
         ct = c_type(element_of(op.result))
         self.line(f"{const}{ct} *{self.name(op.result)} = {self.name(src)};")
+
+
+def dynamic_size_operands(ref: SSAValue) -> list[SSAValue]:
+    """The operands giving a buffer's `?` dims, in order (the op that made the buffer)."""
+    op = ref.owner
+    if isinstance(op, memref.AllocOp):
+        return list(op.dynamic_sizes)
+    if isinstance(op, memref.ReinterpretCastOp):
+        return list(op.sizes)
+    raise NotImplementedError(f"C emitter: no sizes known for a buffer with run-time dims ({ref.type})")
+
+
+def c_product(dims: Iterable[int | str]) -> int | str:
+    """The product of sizes: a number where all are, else one C expression (numbers folded)."""
+    n, names = 1, []
+    for d in dims:
+        if isinstance(d, int):
+            n *= d
+        else:
+            names.append(d)
+    if not names:
+        return n
+    return " * ".join(([str(n)] if n != 1 else []) + names) if len(names) + (n != 1) == 1 else \
+        "(" + " * ".join(([str(n)] if n != 1 else []) + names) + ")"
+
+
+def has_dynamic_dims(ref: SSAValue) -> bool:
+    return DYNAMIC in ref.type.get_shape()  # type: ignore[attr-defined]

@@ -50,6 +50,7 @@ from xdsl.ir import Operation, SSAValue
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import int_of
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
+from opc.errors import UnsupportedError
 from opc.lowering.abi import FunctionSignature, c_symbol
 from opc.lowering.c_emitter import CEmitter
 from opc.lowering.c_expressions import c_type, dtype_suffix
@@ -94,7 +95,9 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         out = []
         for i, arg in enumerate(fn.args):
             t = arg.type
-            assert isinstance(t, MemRefType)
+            if not isinstance(t, MemRefType):  # a size parameter (opc/lowering/size_lowering.py)
+                raise UnsupportedError(f"@{fn.sym_name.data}: the CUDA target does not take run-time (?) sizes "
+                                       "yet: compile it for the CPU, or give it static shapes")
             if i < n_in:
                 self.const_ptrs.add(arg)
             out.append(f"{'const ' if i < n_in else ''}{c_type(t.element_type)} *{prefix}{self.name(arg)}")

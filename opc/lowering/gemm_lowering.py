@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from xdsl.dialects import arith, memref
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
     IndexType,
-    MemRefType,
     StringAttr,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
@@ -26,10 +25,16 @@ from opc.lowering.scalars import (
     gelu_grad_scalar,
     relu_grad_scalar,
 )
+from opc.symbolic import Sym
 from opc.transforms.opc_schedule import GemmEpilogue
 
 EPILOGUE_ATTR = "opc.epilogue"
 """On an opc_loops.gemm with an epilogue: the ops of the nest it runs (for the profiler's label)."""
+
+
+def many(n: int | Sym) -> bool:
+    """More than one batch, or a run-time count of them (a batched call is right for any count)."""
+    return isinstance(n, Sym) or n > 1
 
 
 class GemmLowering(LoweringState):
@@ -41,9 +46,13 @@ class GemmLowering(LoweringState):
     def gemm(self, a, b, bias, out, reserve, *, batch, m, n, k, trans_a, trans_b, act, a_stride=0, b_stride=0):
         epilogue = self.epilogue_body() if self.epilogue_body is not None else None
         self.epilogue_body = None
+        def size(d: int | Sym) -> int | SSAValue:
+            return self.size_value(d) if isinstance(d, Sym) else d
+
         op = GemmOp(
-            a, b, bias, out, reserve, batch=batch, m=m, n=n, k=k, a_batch_stride=a_stride,
-            b_batch_stride=b_stride, trans_a=trans_a, trans_b=trans_b, activation=act, epilogue=epilogue,
+            a, b, bias, out, reserve, batch=size(batch), m=size(m), n=size(n), k=size(k),
+            a_batch_stride=size(a_stride), b_batch_stride=size(b_stride), trans_a=trans_a, trans_b=trans_b,
+            activation=act, epilogue=epilogue,
         )  # fmt: skip
         self.e.emit(op)
         if epilogue is not None:
@@ -58,10 +67,7 @@ class GemmLowering(LoweringState):
         outs = [self.buffer_for(r) for r in roots]
         if ep.in_place:
             g = ep.gemm.results[0]  # the GEMM's output (fused_gemm_epilogue_grad's dx)
-            shape = shape_of(g)
-            strides = [numel(shape[i + 1:]) for i in range(len(shape))]
-            view = self.e.value(memref.ReinterpretCastOp(outs[0], [], [], [], [0], list(shape), strides,
-                                                         MemRefType(element_of(g), shape)))
+            view = self.view(outs[0], shape_of(g), element_of(g))
             view.name_hint = g.name_hint
             self.buffers[g] = view
 
@@ -155,10 +161,10 @@ class GemmLowering(LoweringState):
         k = xs[-2] if tx else xs[-1]
         (a, a_stride), (b, b_stride) = (nn.batch_operand(self, v, batch) for v in (op.x, op.y))
         nb = numel(batch)
-        if nb > 1 and a_stride and not b_stride and not tx:
+        if many(nb) and a_stride and not b_stride and not tx:
             nb, m, a_stride = 1, nb * m, 0
         self.gemm(a, b, None, self.buffer_for(op.result), None, batch=nb, m=m, n=n, k=k, trans_a=tx, trans_b=ty,
-                  act="none", a_stride=a_stride if nb > 1 else 0, b_stride=b_stride if nb > 1 else 0)
+                  act="none", a_stride=a_stride if many(nb) else 0, b_stride=b_stride if many(nb) else 0)
 
     def lower_fused_gemm(self, op: opc.FusedGemmEpilogueOp) -> None:
         m, n = shape_of(op.out)
@@ -183,7 +189,7 @@ class GemmLowering(LoweringState):
         if act == "none":
             dz = dout
         else:
-            dz = e.value(memref.AllocOp([], [], MemRefType(elem, [m, n])))
+            dz = self.alloc((m, n), elem)
             dz.name_hint = "dz"
             self.allocs.append(dz)
             assert op.reserve_space is not None  # an activation grad reads the pre-activation

@@ -14,6 +14,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 if TYPE_CHECKING:
     from opc.dialects import opc
     from opc.lowering.scalars import Emitter
+    from opc.symbolic import Sym
 
 
 @dataclass
@@ -48,6 +49,13 @@ class LoweringState:
 
     if TYPE_CHECKING:
         def buffer_for(self, v: SSAValue) -> SSAValue: ...
+
+        def size_value(self, d: int | Sym) -> SSAValue: ...
+
+        def alloc(self, shape: Sequence[int | Sym], element: Attribute) -> SSAValue: ...
+
+        def view(self, src: SSAValue, shape: Sequence[int | Sym], element: Attribute,
+                 strides: Sequence[int | Sym] | None = None) -> SSAValue: ...
 
         def operand_buffer(self, v: SSAValue) -> SSAValue: ...
 

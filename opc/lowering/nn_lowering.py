@@ -53,6 +53,7 @@ from opc.lowering.scalars import (
     is_half,
     scalar_type,
 )
+from opc.symbolic import Sym
 
 STATUS_LEN = 2  # runtime/opc_status.h: OPC_STATUS_LEN
 
@@ -308,8 +309,9 @@ def extents(shape: Sequence[int], axis: int) -> tuple[int, int, int]:
     return numel(shape[:axis]), shape[axis], numel(shape[axis + 1:])
 
 
-def call(fl, callee: str, args: Sequence[SSAValue], ints: Sequence[int] = (), floats: Sequence[float] = ()) -> None:  # noqa: ANN001
-    fl.e.emit(CallOp(callee, args, ints, floats))
+def call(fl, callee: str, args: Sequence[SSAValue], ints: Sequence[int | Sym] = (),  # noqa: ANN001
+         floats: Sequence[float] = ()) -> None:
+    fl.e.emit(CallOp(callee, args, [fl.size_value(v) if isinstance(v, Sym) else v for v in ints], floats))
 
 
 def label_suffix(label: SSAValue) -> str:
@@ -366,7 +368,8 @@ def lower_conv(fl, op: opc.ConvBase) -> None:  # noqa: ANN001
     if isinstance(op, opc.ConvOp) and fl.epilogue_body is not None:  # a flat nest on its output (opc-schedule)
         body, fl.epilogue_body = fl.epilogue_body(), None
         callee = f"{kernel}_{dtype_suffix(element_of(op.result))}"
-        fl.epilogue_gemm = fl.e.emit(CallOp(callee, args, ints, epilogue=body))
+        fl.epilogue_gemm = fl.e.emit(CallOp(callee, args, [fl.size_value(v) if isinstance(v, Sym) else v
+                                                           for v in ints], epilogue=body))
         return
     call(fl, f"{kernel}_{dtype_suffix(element_of(op.result))}", args, ints)
 

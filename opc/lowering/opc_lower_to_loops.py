@@ -24,11 +24,13 @@ the numbers of fused and unfused code identical (opc/lowering/scalars.py).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    IndexType,
     IntegerAttr,
     ModuleOp,
     StringAttr,
@@ -39,7 +41,7 @@ from xdsl.passes import ModulePass
 
 from opc.dialects import opc
 from opc.dialects.control import is_host_op
-from opc.dialects.kinds import ELEMENTWISE, INLINABLE, is_splat_constant, numel, shape_of
+from opc.dialects.kinds import ELEMENTWISE, INLINABLE, element_of, is_splat_constant, shape_of
 from opc.dialects.opc_loops import ExternalCallOp
 from opc.errors import UnsupportedError
 from opc.lowering import nn_lowering as nn
@@ -53,6 +55,8 @@ from opc.lowering.scalars import (
     has_scalar_rule,
     memref_of,
 )
+from opc.lowering.size_lowering import SizeLowering
+from opc.lowering.sizes import FunctionSizes, Shape, analyze, has_dynamic_shapes, symbolic_shapes
 from opc.targets.device_kernels import external_symbol, kernel_attributes
 from opc.transforms.opc_outline_control_flow import BODY_ATTR, is_body, outline_control_flow
 from opc.transforms.opc_schedule import Kernel, plan, unwrap_kernels
@@ -64,13 +68,16 @@ KERNEL_ATTR = "opc.kernel"
 """On a top-level scf.parallel: the kernel it runs (kind: ops), from opc-schedule."""
 
 
-class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, GemmLowering):
+class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, GemmLowering, SizeLowering):
     """Lowers one tensor function to a buffer function of loop nests."""
 
     def __init__(self, fn: func.FuncOp, globals_out: list[memref.GlobalOp] | None = None,
                  memory_order_reductions: bool = True, row_kernels: bool = True,
-                 row_buffer_bytes: int = ROW_BUFFER_BYTES, gemm_epilogues: bool = True, strided_views: bool = True):
+                 row_buffer_bytes: int = ROW_BUFFER_BYTES, gemm_epilogues: bool = True, strided_views: bool = True,
+                 sizes: FunctionSizes | None = None, symbolic: dict[SSAValue, Shape] | None = None):
         self.fn = fn
+        self.sizes = sizes
+        self.symbolic = symbolic if symbolic is not None else {}
         self.row_buffer_bytes = row_buffer_bytes
         self.memory_order_reductions = memory_order_reductions
         self.globals = globals_out if globals_out is not None else []
@@ -80,13 +87,18 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         arg_types = [memref_of(a.type) for a in fn.args]
         out_types = [memref_of(t) for t in fn.function_type.outputs.data]
         self.entry = Block(arg_types=[*arg_types, *out_types])
-        self.e = Emitter(self.entry)
-        self.buffers: dict[SSAValue, SSAValue] = dict(zip(fn.args, self.entry.args))
+        self.e = Emitter(self.entry, sizer=self.size_value)
         for old, new in zip(fn.args, self.entry.args):
             new.name_hint = old.name_hint
-        self.outputs = list(self.entry.args[len(fn.args):])
-        for i, out in enumerate(self.outputs):
+        outputs = list(self.entry.args[len(fn.args):])
+        for i, out in enumerate(outputs):
             out.name_hint = f"out{i}"
+        self.add_size_params(self.size_param_names())
+        self.out_shapes = [shape_of(v) for v in self.returned] if sizes is not None else []
+        in_shapes = [shape_of(a) for a in fn.args] if sizes is not None else []
+        self.buffers: dict[SSAValue, SSAValue] = dict(zip(fn.args, self.argument_views(self.entry.args, in_shapes)
+                                                          if sizes is not None else self.entry.args))
+        self.outputs = self.argument_views(outputs, self.out_shapes) if sizes is not None else outputs
         self.allocs: list[SSAValue] = []
         self.flat = False  # True while a flat (1-D) nest is emitted
         self.checks = nn.RuntimeChecks(self)
@@ -118,7 +130,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         elif v in self.returned and self.returned.count(v) == 1:
             buf = self.outputs[self.returned.index(v)]
         else:
-            buf = self.e.value(memref.AllocOp([], [], memref_of(v.type)))
+            buf = self.alloc(shape_of(v), element_of(v))
             buf.name_hint = v.name_hint
             self.allocs.append(buf)
         self.buffers[v] = buf
@@ -145,11 +157,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
 
     def lower_reshape(self, op: opc.ReshapeOp) -> None:
         """A reshape of a contiguous buffer is a view: no copy, no loop."""
-        src = self.operand_buffer(op.x)
-        shape = shape_of(op.result)
-        strides = [numel(shape[i + 1:]) for i in range(len(shape))]
-        cast = memref.ReinterpretCastOp(src, [], [], [], [0], list(shape), strides, memref_of(op.result.type))
-        view = self.e.value(cast)
+        view = self.view(self.operand_buffer(op.x), shape_of(op.result), element_of(op.result))
         view.name_hint = op.result.name_hint
         if op.result in self.returned:
             self.buffers[op.result] = view
@@ -172,7 +180,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         for op in self.fn.body.block.ops:
             if isinstance(op, func.ReturnOp):
                 break
-            if op in self.inlined:
+            if op in self.inlined or (is_size_op(op) and not feeds_host(op)):
                 continue
             before = self.entry.last_op
             rk = self.schedule.row_of.get(op)
@@ -201,6 +209,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.e.emit(func.ReturnOp())
         new = func.FuncOp(self.fn.sym_name.data, ([a.type for a in self.entry.args], []), Region(self.entry))
         new.attributes["opc.num_inputs"] = IntegerAttr(len(self.fn.args), 64)
+        self.annotate_sizes(new, self.out_shapes)
         self.checks.annotate(new)
         return new
 
@@ -263,6 +272,31 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
             raise UnsupportedError(f"no lowering to loops for '{op.name}'")
 
 
+def is_size_op(op: Operation) -> bool:
+    """An op computing a size (tensor.dim, index arithmetic): the size analysis already knows
+    its value as a polynomial of the size parameters, which the nests read where they need it."""
+    return bool(op.results) and all(isinstance(r.type, IndexType) for r in op.results)
+
+
+def feeds_host(op: Operation) -> bool:
+    """Whether an index op is read on the host (a loop bound, a condition, an induction variable's
+    arithmetic): then it is lowered as scalar code, not left to the size analysis."""
+    return any(is_host_op(u.operation) and (not is_size_op(u.operation) or feeds_host(u.operation))
+               for r in op.results for u in r.uses)
+
+
+def drop_size_operands(fn: func.FuncOp) -> None:
+    """The ops' `index` size operands go once the size analysis has read them: the lowering reads
+    every size from the analysis, and its nests walk tensor operands only."""
+    for op in fn.walk():
+        if isinstance(op, (opc.FullOp, opc.BroadcastToOp, opc.ReshapeOp)) and op.sizes:
+            op.operands = [o for o in op.operands if not isinstance(o.type, IndexType)]
+    for op in reversed(list(fn.body.block.ops)):  # the size ops, now unused: tensor.dim, index arithmetic
+        if is_size_op(op) and not any(r.uses for r in op.results):
+            op.detach()
+            op.erase()
+
+
 OWN_LOWERINGS = (opc.ReduceOp, opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp, opc.ReshapeOp)
 """The ops `lower_op` lowers by a method of its own (besides INLINABLE and nn.LOWERINGS)."""
 
@@ -292,11 +326,16 @@ class LowerToLoopsPass(ModulePass):
             if isinstance(fn, func.FuncOp) and not fn.is_declaration:
                 unwrap_kernels(fn)  # scheduled input (opc-schedule): the lowering re-plans the same kernels
                 cpu = self.target != "cuda"
-                lowering = FunctionLowering(fn, constants, memory_order_reductions=cpu,
-                                            row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0, gemm_epilogues=cpu,
-                                            strided_views=cpu)
-                lowering.control = control
-                new = lowering.run()
+                sizes = analyze(fn) if has_dynamic_shapes(fn) else None
+                if sizes is not None:
+                    drop_size_operands(fn)
+                table = dict(sizes.shapes) if sizes is not None else {}
+                with symbolic_shapes(table) if sizes is not None else nullcontext():
+                    lowering = FunctionLowering(fn, constants, memory_order_reductions=cpu,
+                                                row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0, gemm_epilogues=cpu,
+                                                strided_views=cpu, sizes=sizes, symbolic=table)
+                    lowering.control = control
+                    new = lowering.run()
                 if is_body(fn):
                     new.attributes[BODY_ATTR] = fn.attributes[BODY_ATTR]
                 op.body.block.insert_op_before(new, fn)

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects import memref
-from xdsl.dialects.builtin import (
-    MemRefType,
-)
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc
@@ -145,9 +141,7 @@ class PointwiseLowering(LoweringState):
         return list(dict.fromkeys(leaves))
 
     def flat_view(self, buf: SSAValue) -> SSAValue:
-        n = numel(shape_of(buf))
-        t = MemRefType(element_of(buf), [n])
-        view = self.e.value(memref.ReinterpretCastOp(buf, [], [], [], [0], [n], [1], t))
+        view = self.view(buf, [numel(shape_of(buf))], element_of(buf))
         view.name_hint = f"{buf.name_hint or 'buf'}_flat"
         return view
 

@@ -30,6 +30,7 @@ from opc.lowering.scalars import (
     is_unsigned,
     scalar_type,
 )
+from opc.symbolic import Sym
 
 SIMD_ATTR = "opc.simd_reduction"
 """On an scf.for: the `omp simd reduction` operator of each carried value (+, max, min, |)."""
@@ -195,9 +196,12 @@ class ReductionLowering(LoweringState):
             return e.const(0 if kind == "max" else (1 << width) - 1, acc_t)
         return e.const(-(1 << (width - 1)) if kind == "max" else (1 << (width - 1)) - 1, acc_t)
 
-    def finish_mean(self, kind: str, acc: SSAValue, count: int) -> SSAValue:
+    def finish_mean(self, kind: str, acc: SSAValue, count: int | Sym) -> SSAValue:
         if kind != "mean":
             return acc
+        if isinstance(count, Sym):  # a run-time count: divided by at run time (0: NaN, as NumPy)
+            n = self.e.value(arith.IndexCastOp(self.e.index(count), IntegerType(64)))
+            return self.e.value(arith.DivfOp(acc, self.e.value(arith.SIToFPOp(n, acc.type))))
         return self.e.value(arith.MulfOp(acc, self.e.const(1.0 / count if count else pymath.nan, acc.type)))
 
     def accumulator(self, kind: str, elem: Attribute) -> Accumulator:

@@ -33,10 +33,11 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from opc.dialects import opc
-from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.kinds import element_of, shaped_type
 from opc.dialects.opc import int_width
 from opc.errors import UnsupportedError
 from opc.ops.registry import ELEMENTWISE
+from opc.symbolic import Sym
 
 # ---------------------------------------------------------------------------
 # Types
@@ -67,7 +68,8 @@ def scalar_type(t: Attribute) -> Attribute:
 
 
 def memref_of(t: Attribute) -> MemRefType:
-    return MemRefType(element_of(t), list(shape_of(t)))
+    """The buffer type of a tensor type (a `?` dim stays `?`)."""
+    return MemRefType(element_of(t), list(shaped_type(t).get_shape()))
 
 
 
@@ -78,8 +80,9 @@ def memref_of(t: Attribute) -> MemRefType:
 
 
 class Emitter:
-    def __init__(self, block: Block):
+    def __init__(self, block: Block, sizer: Callable[[Sym], SSAValue] | None = None):
         self.block = block
+        self.sizer = sizer  # a run-time size as an index value (FunctionLowering.size_value)
         self.consts: dict[tuple[int, object, Attribute], SSAValue] = {}
 
     def emit(self, op: Operation) -> Operation:
@@ -112,7 +115,10 @@ class Emitter:
             self.consts[key] = self.value(op)
         return self.consts[key]
 
-    def index(self, value: int) -> SSAValue:
+    def index(self, value: int | Sym) -> SSAValue:
+        if isinstance(value, Sym):
+            assert self.sizer is not None  # only functions with run-time sizes have symbolic ones
+            return self.sizer(value)
         return self.const(value, IndexType())
 
     # -- loops ---------------------------------------------------------------

@@ -76,13 +76,14 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 def import_graph(model: Any, shapes: Mapping[str, Any] | None,
                  input_values: Mapping[str, Any] | None = None, where: str | None = None,
-                 layouts: list[Any] | None = None):  # noqa: ANN201
+                 layouts: list[Any] | None = None, dynamic: bool = False):  # noqa: ANN201
     """graph.import_graph with the converters registered: (ModuleOp, params, the inputs bound by value);
-    `layouts` receives the outputs' layouts (sequences and optionals: lists.regroup)."""
+    `layouts` receives the outputs' layouts (sequences and optionals: lists.regroup); `dynamic` keeps
+    the inputs' open dims `?`."""
     from opc.onnx_import.graph import import_graph as import_with_converters
 
     register_converters()
-    return import_with_converters(model, shapes, input_values, where, layouts=layouts)
+    return import_with_converters(model, shapes, input_values, where, layouts=layouts, dynamic=dynamic)
 
 
 def register_converters() -> None:

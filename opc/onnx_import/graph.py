@@ -26,6 +26,7 @@ import ml_dtypes
 import numpy as np
 from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     BFloat16Type,
     DenseIntOrFPElementsAttr,
     Float16Type,
@@ -337,7 +338,8 @@ def filled(template: Any, args: Sequence[SSAValue]) -> Item:
     return args[template]
 
 
-def input_type(value_info, where: str, given: bool = False) -> TensorType:
+def input_type(value_info, where: str, given: bool = False, dynamic: bool = False) -> TensorType:
+    """An input's type; with `dynamic`, a dim the model leaves open (a dim_param, no size) is `?`."""
     name = value_info.name
     if not value_info.type.HasField("tensor_type"):
         raise UnsupportedError(f"{where}: input '{name}' is not a tensor; opc imports tensor inputs only")
@@ -346,7 +348,9 @@ def input_type(value_info, where: str, given: bool = False) -> TensorType:
         raise UnsupportedError(f"{where}: input '{name}' has dtype {dtype_name(elem)}, which opc does not support "
                        f"({supported_dtypes()})")
     dims = dims_of(value_info)
-    if dims == [None] or any(not isinstance(d, int) or d < (0 if given else 1) for d in dims):
+    if dynamic and dims != [None]:
+        dims = [d if isinstance(d, int) and d >= 0 else DYNAMIC_INDEX for d in dims]
+    if dims == [None] or any(not isinstance(d, int) or d < (0 if given else 1) and d != DYNAMIC_INDEX for d in dims):
         shown = "unknown rank" if dims == [None] else "[" + ", ".join(str(d) if d else "?" for d in dims) + "]"
         example = "x".join(str(d) if isinstance(d, int) and d > 0 else "1" for d in dims if dims != [None])
         raise UnsupportedError(f"{where}: input '{name}' has a dynamic shape ({shown}); opc needs static sizes: "
@@ -641,8 +645,9 @@ def find_converter(op_type: str, opset: int) -> Converter | None:
 class GraphImporter:
     def __init__(self, model, where: str, shapes: Mapping[str, Sequence[int]] | None,
                  input_values: Mapping[str, np.ndarray] | None = None, fold_given: bool = False,
-                 constants: Any = None) -> None:
+                 constants: Any = None, dynamic: bool = False) -> None:
         self.where = where
+        self.dynamic = dynamic  # the inputs' open dims stay `?` (one compile for every size)
         self.model = model
         self.graph = model.graph
         self.opset = default_opset(model, where)
@@ -733,7 +738,8 @@ class GraphImporter:
         input_names: list[str | None] = []  # each argument's ONNX input (None: an element of a list)
         for vi in inputs:
             if vi.type.HasField("tensor_type"):
-                arg_types.append(input_type(vi, self.where, vi.name in self.input_values or vi.name in self.sized))
+                arg_types.append(input_type(vi, self.where, vi.name in self.input_values or vi.name in self.sized,
+                                            self.dynamic))
                 input_names.append(vi.name)
                 continue
             template, types = self.list_input(vi)
@@ -1009,7 +1015,8 @@ def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None,
 def import_graph(model: Any, shapes: Mapping[str, Any] | None,
                  input_values: Mapping[str, Any] | None = None,
                  where: str | None = None, constants: Any = None,
-                 layouts: list[Any] | None = None) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
+                 layouts: list[Any] | None = None, dynamic: bool = False
+                 ) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
     """import_model, where converters may read the given graph inputs' values (shapes, axes) at compile
     time; the third result names the inputs so bound (no longer arguments). A sequence input's shape is a
     list of its tensors' shapes, an empty optional's None (lists.shapes_of); `layouts`, when given, receives
@@ -1023,7 +1030,7 @@ def import_graph(model: Any, shapes: Mapping[str, Any] | None,
         model = own
     model = load(model, where)
     try:
-        importer = GraphImporter(model, where, shapes, input_values, constants=constants)
+        importer = GraphImporter(model, where, shapes, input_values, constants=constants, dynamic=dynamic)
         module, params = importer.run()
     except NeededAtCompileTime:
         if not input_values:

@@ -26,6 +26,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder, narrow, wide
 from opc.dialects.kinds import element_of, shape_of
+from opc.errors import UnsupportedError
 from opc.ops.registration import THROUGH_RULE, not_differentiable, takes_missing, through_rule, vjp
 
 Douts = Sequence[SSAValue]
@@ -65,7 +66,7 @@ def vjp_broadcast_to(e: OpBuilder, op: o.BroadcastToOp, douts: Douts) -> Grads:
 
 @vjp(o.ReshapeOp, any_dtype=True)
 def vjp_reshape(e: OpBuilder, op: o.ReshapeOp, douts: Douts) -> Grads:
-    return (e.value(o.ReshapeOp(douts[0], op.x.type)),)
+    return (e.reshape_like(douts[0], op.x),)
 
 
 @vjp(o.TransposeOp, any_dtype=True)
@@ -86,7 +87,7 @@ def _keepdim(e: OpBuilder, op: o.ReduceOp, v: SSAValue) -> SSAValue:
 
 @vjp(o.ReduceSumOp)
 def vjp_reduce_sum(e: OpBuilder, op: o.ReduceSumOp, douts: Douts) -> Grads:
-    return (e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type)),)
+    return (e.broadcast_like(_keepdim(e, op, douts[0]), op.x),)
 
 
 @vjp(o.ReduceMaxOp)
@@ -107,10 +108,11 @@ def vjp_reduce_min(e: OpBuilder, op: o.ReduceMinOp, douts: Douts) -> Grads:
 
 @vjp(o.ReduceMeanOp)
 def vjp_reduce_mean(e: OpBuilder, op: o.ReduceMeanOp, douts: Douts) -> Grads:
-    shape = shape_of(op.x)
-    count = math.prod(shape[a] for a in op.axes_list())
-    spread = e.value(o.BroadcastToOp(_keepdim(e, op, douts[0]), op.x.type))
-    return (e.scale(spread, 1.0 / count if count else 0.0),)
+    count = e.count(op.x, op.axes_list())
+    spread = e.broadcast_like(_keepdim(e, op, douts[0]), op.x)
+    if isinstance(count, float):
+        return (e.scale(spread, 1.0 / count if count else 0.0),)
+    return (e.div(spread, count),)  # a run-time count: no elements, no gradient to divide
 
 
 def matmul_grads(
@@ -136,11 +138,11 @@ def vjp_matmul(e: OpBuilder, op: o.MatmulOp, douts: Douts) -> Grads:
     tx, ty = o.flag(op.trans_x), o.flag(op.trans_y)
     xs, ys = shape_of(x), shape_of(y)
     if len(ys) == 2 and len(xs) > 2 and not tx:
-        rows = math.prod(xs[:-1])
+        rows = math.prod(xs[:-1]) if o.DYNAMIC not in xs[:-1] else o.DYNAMIC
         x2 = e.value(o.ReshapeOp(x, o.tensor([rows, xs[-1]], element_of(x))))
         d2 = e.value(o.ReshapeOp(d, o.tensor([rows, shape_of(d)[-1]], element_of(d))))
         dx2, dy = matmul_grads(e, x2, y, d2, False, ty)
-        return e.value(o.ReshapeOp(dx2, x.type)), dy
+        return e.reshape_like(dx2, x), dy
     dx, dy = matmul_grads(e, x, y, d, tx, ty)
     return e.unbroadcast(dx, x), e.unbroadcast(dy, y)
 
@@ -273,11 +275,13 @@ def vjp_layer_norm(e: OpBuilder, op: o.LayerNormOp, douts: Douts) -> Grads:
     shape = shape_of(x)
     stats_t = element_of(op.mean)
     keep = o.tensor([*shape[:begin], *[1] * (len(shape) - begin)], stats_t)
+    if o.DYNAMIC in shape[begin:]:  # the one vjp here that needs its normalized size at compile time
+        raise UnsupportedError("layer_norm's mean or rstd used downstream, with `?` normalized dims")
     count = math.prod(shape[begin:])
     xw = x if element_of(x) == stats_t else e.cast(x, stats_t)
     extra = None
     if not is_zero(dmean):
-        extra = e.scale(e.value(o.BroadcastToOp(e.value(o.ReshapeOp(dmean, keep)), xw.type)), 1.0 / count)
+        extra = e.scale(e.broadcast_like(e.value(o.ReshapeOp(dmean, keep)), xw), 1.0 / count)
     if not is_zero(drstd):
         r = e.value(o.ReshapeOp(op.rstd, keep))
         centred = e.sub(xw, e.value(o.ReshapeOp(op.mean, keep)))

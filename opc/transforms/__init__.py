@@ -11,7 +11,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """Name -> factory returning the pass class (imported on first use)."""
 
     def canonicalize():
-        from xdsl.transforms.canonicalize import CanonicalizePass
+        from opc.transforms.canonicalize import CanonicalizePass
 
         return CanonicalizePass
 

@@ -1,0 +1,110 @@
+"""Calling a compiled function with run-time (`?`) sizes: the sizes are read off the
+arguments, checked against one another before any kernel runs, and passed to the C
+function after its outputs; the results are allocated at the sizes they come to.
+
+A `?` dim of an argument is a size symbol (n0, n1, ...) or a polynomial of them
+(opc/symbolic.py). The first argument dim that gives a symbol binds it; every other dim of
+that symbol must be the same size, else a ValueError names both arguments and both sizes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from opc.lowering.build import CompiledFunction, byte_size
+from opc.symbolic import evaluate
+
+SYMBOL = re.compile(r"^n\d+$")
+
+
+def shape_text(shape: Sequence[int | str]) -> str:
+    dims = ", ".join(str(d) if isinstance(d, int) else "?" for d in shape)
+    return f"({dims},)" if len(shape) == 1 else f"({dims})"
+
+
+class DynamicFunction(CompiledFunction):
+    """A compiled function whose C code takes its sizes as arguments: one compile, any size."""
+
+    def shape_fits(self, i: int, shape: tuple[int, ...]) -> bool:
+        want = self.sig.inputs[i][1]
+        return len(shape) == len(want) and all(not isinstance(w, int) or w == g for w, g in zip(want, shape))
+
+    def shape_text(self, i: int) -> str:
+        return shape_text(self.sig.inputs[i][1])
+
+    def bind(self, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
+        """The size symbols' values, read off the arguments' shapes and checked."""
+        sizes: dict[str, int] = {}
+        given: dict[str, str] = {}
+        later: list[tuple[str, int, str, int]] = []
+        for (name, want, _), shape in zip(self.sig.inputs, shapes):
+            for d, (w, got) in enumerate(zip(want, shape)):
+                if isinstance(w, int):
+                    continue
+                if not SYMBOL.match(w):
+                    later.append((name, d, w, got))
+                elif w in sizes and sizes[w] != got:
+                    raise ValueError(f"{self.sig.name}(): argument '{name}' has size {got} at dim {d}, but "
+                                     f"{given[w]} is {sizes[w]}: they must be equal")
+                else:
+                    sizes.setdefault(w, got)
+                    given.setdefault(w, f"argument '{name}' dim {d}")
+        for name, d, w, got in later:
+            need = evaluate(w, sizes)
+            if need != got:
+                raise ValueError(f"{self.sig.name}(): argument '{name}' has size {got} at dim {d}, where the "
+                                 f"other arguments make it {need} ({w})")
+        for lhs, rhs, what in self.sig.checks:
+            a, b = evaluate(lhs, sizes), evaluate(rhs, sizes)
+            if a != b:
+                raise ValueError(f"{self.sig.name}(): sizes that must be equal differ ({what}): {a} and {b} "
+                                 f"(from {self.describe(sizes)})")
+        return sizes
+
+    def describe(self, sizes: dict[str, int]) -> str:
+        return ", ".join(f"{n}={v}" for n, v in sizes.items())
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            args = self.by_name(args, kwargs)
+        if len(args) != len(self.sig.inputs):
+            names = ", ".join(n for n, _, _ in self.sig.inputs)
+            raise TypeError(f"{self.sig.name}() takes {len(self.sig.inputs)} arguments ({names}), got {len(args)}")
+        return self.run_arrays([self.check(i, a) for i, a in enumerate(args)])
+
+    def with_last(self, last: Sequence) -> Callable:
+        fixed = [self.check(len(self.sig.inputs) - len(last) + i, a) for i, a in enumerate(last)]
+
+        def call(*first):  # noqa: ANN002, ANN202
+            if len(first) + len(fixed) != len(self.sig.inputs):
+                return self(*first, *last)
+            return self.run_arrays([self.check(i, a) for i, a in enumerate(first)] + fixed)
+
+        return call
+
+    def run_arrays(self, arrays: list[np.ndarray]):  # noqa: ANN201
+        sizes = self.bind([a.shape for a in arrays])
+        from_buffer = self.ffi.from_buffer
+        ptrs = []
+        for arr, (ctype, _, _, storage) in zip(arrays, self.in_spec):
+            ptrs.append(from_buffer(ctype, arr if storage is None else arr.view(storage)))
+        outs = []
+        for i, ((shape, _), (_, dtype, ctype, storage)) in enumerate(zip(self.sig.outputs, self.out_c)):
+            dims = tuple(evaluate(d, sizes) for d in shape)
+            try:
+                out = self.empty(dims, dtype)
+            except MemoryError:
+                n = int(np.prod(dims, dtype=object)) * dtype.itemsize
+                raise MemoryError(f"{self.sig.name}(): out of memory: result #{i} ({dtype}{list(dims)}, "
+                                  f"{byte_size(n)}) could not be allocated") from None
+            outs.append(out)
+            ptrs.append(from_buffer(ctype, out if storage is None else out.view(storage), require_writable=True))
+        status = self.cfunc(*ptrs, *(sizes[n] for n in self.sig.sizes))
+        if status != 0:
+            raise self.error(status)
+        if self.wrap is not None:
+            outs = [self.wrap(o) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)

@@ -1,0 +1,187 @@
+"""Run-time sizes at the loop level: the function's size parameters, sizes as `index` values,
+buffers whose `?` dims are given at run time.
+
+A function with `?` dims (opc/lowering/sizes.py) becomes `@f(inputs..., outputs..., sizes...)`:
+one `index` parameter per size symbol, after the outputs. A polynomial size is computed once
+at the top of the function (arith.muli / addi of the parameters), so it dominates every nest;
+a buffer with `?` dims is a `memref.alloc(%n)` or, for an argument, a
+`memref.reinterpret_cast` of it with its sizes (the C emitter reads a buffer's sizes from the
+op that defines it). Static dims stay numbers, so the code for tensor<?x768xf32> keeps its
+vector inner loops.
+
+A part of FunctionLowering (opc_lower_to_loops.py), which mixes it in."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    StringAttr,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from opc.dialects.opc import DYNAMIC
+from opc.lowering.lowering_state import LoweringState
+from opc.lowering.sizes import FunctionSizes, Shape
+from opc.symbolic import Size, Sym
+
+SIZES_ATTR = "opc.sizes"  # on a lowered func: its size parameters' names, after the outputs
+ARG_SHAPES_ATTR = "opc.arg_shapes"  # on a lowered func: each input's and output's shape, `?` dims as polynomials
+CONSTRAINTS_ATTR = "opc.size_checks"  # on a lowered func: [lhs, rhs, what] sizes the call checks equal
+
+
+def memref_type(element: Attribute, shape: Sequence[Size]) -> MemRefType:
+    return MemRefType(element, [d if isinstance(d, int) else DYNAMIC for d in shape])
+
+
+def size_text(shape: Sequence[Size]) -> ArrayAttr:
+    return ArrayAttr([StringAttr(str(d)) for d in shape])
+
+
+class SizeLowering(LoweringState):
+    sizes: FunctionSizes | None
+    symbolic: dict[SSAValue, Shape]  # the table shape_of reads (sizes.symbolic_shapes)
+    size_params: dict[str, SSAValue]
+    size_values: dict[Size, SSAValue]
+    size_anchor: Operation | None
+
+    def size_param_names(self) -> list[str]:
+        if self.sizes is None:
+            return []
+        names: dict[str, None] = {}
+        for a in self.sizes.fn.args:
+            for d in self.sizes.shapes[a]:
+                if isinstance(d, Sym):
+                    names.update(dict.fromkeys(sorted(d.symbols)))
+        for shape in self.sizes.shapes.values():
+            for d in shape:
+                if isinstance(d, Sym):
+                    missing = sorted(d.symbols - names.keys())
+                    if missing:
+                        raise AssertionError(f"size {d} is not given by an argument's dims")
+        return list(names)
+
+    def add_size_params(self, names: Sequence[str]) -> None:
+        self.size_params, self.size_values, self.size_anchor = {}, {}, None
+        for name in names:
+            arg = self.entry.insert_arg(IndexType(), len(self.entry.args))
+            arg.name_hint = name
+            self.size_params[name] = arg
+
+    def size_value(self, d: Size) -> SSAValue:
+        """An `index` value of size d: a constant where the block has one, else computed once at the
+        function's top from the size parameters."""
+        if isinstance(d, int):
+            return self.e.index(d)
+        if d in self.size_values:
+            return self.size_values[d]
+        total: SSAValue | None = None
+        for monomial, coeff in d.terms:
+            term: SSAValue | None = self.top_constant(coeff) if coeff != 1 or not monomial else None
+            for s in monomial:
+                p = self.size_params[s]
+                term = p if term is None else self.top(arith.MuliOp(term, p))
+            assert term is not None
+            total = term if total is None else self.top(arith.AddiOp(total, term))
+        assert total is not None
+        if total.owner is not self.entry:  # a parameter keeps its own name
+            total.name_hint = "size"
+        self.size_values[d] = total
+        return total
+
+    def top_constant(self, n: int) -> SSAValue:
+        return self.top(arith.ConstantOp(IntegerAttr(n, IndexType())))
+
+    def top(self, op: Operation) -> SSAValue:
+        """op placed at the top of the function, after the sizes computed so far."""
+        block: Block = self.entry
+        if self.size_anchor is None:
+            first = block.first_op
+            if first is None:
+                block.add_op(op)
+            else:
+                block.insert_op_before(op, first)
+        else:
+            block.insert_op_after(op, self.size_anchor)
+        self.size_anchor = op
+        return op.results[0]
+
+    def dynamic_sizes(self, shape: Sequence[Size]) -> list[SSAValue]:
+        return [self.size_value(d) for d in shape if not isinstance(d, int)]
+
+    def alloc(self, shape: Sequence[Size], element: Attribute) -> SSAValue:
+        """A fresh buffer of `shape` (its `?` dims given at run time)."""
+        buf = self.e.value(memref.AllocOp(self.dynamic_sizes(shape), [], memref_type(element, shape)))
+        self.register(buf, shape)
+        return buf
+
+    def view(self, src: SSAValue, shape: Sequence[Size], element: Attribute,
+             strides: Sequence[Size] | None = None) -> SSAValue:
+        """src read as a contiguous (or `strides`) buffer of `shape`."""
+        if strides is None:
+            strides = contiguous(shape)
+        t = memref_type(element, shape)
+        op = memref.ReinterpretCastOp(src, [], self.dynamic_sizes(shape), self.dynamic_sizes(strides), [0],
+                                      [d if isinstance(d, int) else DYNAMIC for d in shape],
+                                      [d if isinstance(d, int) else DYNAMIC for d in strides], t)
+        v = self.e.value(op)
+        self.register(v, shape)
+        return v
+
+    def register(self, buf: SSAValue, shape: Sequence[Size]) -> None:
+        if any(isinstance(d, Sym) for d in shape):
+            self.symbolic[buf] = tuple(shape)
+
+    def argument_views(self, args: Sequence[SSAValue], shapes: Sequence[Shape]) -> list[SSAValue]:
+        """Each argument with `?` dims read through a view that carries its sizes."""
+        out = []
+        for a, shape in zip(args, shapes):
+            if any(isinstance(d, Sym) for d in shape):
+                v = self.view(a, shape, a.type.get_element_type())  # type: ignore[attr-defined]
+                v.name_hint = a.name_hint
+                out.append(v)
+            else:
+                out.append(a)
+        return out
+
+    def annotate_sizes(self, fn: Operation, outputs: Sequence[Shape]) -> None:
+        """The lowered function's size parameters, argument shapes and checks, for the binding."""
+        if self.sizes is None:
+            return
+        fn.attributes[SIZES_ATTR] = ArrayAttr([StringAttr(n) for n in self.size_params])
+        shapes = [self.sizes.shapes[a] for a in self.sizes.fn.args] + list(outputs)
+        fn.attributes[ARG_SHAPES_ATTR] = ArrayAttr([size_text(s) for s in shapes])
+        fn.attributes[CONSTRAINTS_ATTR] = ArrayAttr([
+            ArrayAttr([StringAttr(str(c.lhs)), StringAttr(str(c.rhs)), StringAttr(c.what)])
+            for c in self.sizes.constraints])
+
+
+def contiguous(shape: Sequence[Size]) -> list[Size]:
+    strides: list[Size] = []
+    n: Size = 1
+    for d in reversed(shape):
+        strides.append(n)
+        n = n * d
+    return strides[::-1]
+
+
+def function_shapes(fn: Operation) -> list[tuple[int | str, ...]] | None:
+    """A lowered function's argument shapes as the binding reads them (ints; a `?` dim's polynomial
+    as text), or None where it has no run-time sizes."""
+    attr = fn.attributes.get(ARG_SHAPES_ATTR)
+    if not isinstance(attr, ArrayAttr):
+        return None
+    return [tuple(int(d.data) if d.data.lstrip("-").isdigit() else d.data for d in shape.data) for shape in attr.data]
+
+
+def function_sizes(fn: Operation) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """A lowered function's size parameters and the equalities its call checks."""
+    names, checks = fn.attributes.get(SIZES_ATTR), fn.attributes.get(CONSTRAINTS_ATTR)
+    if not isinstance(names, ArrayAttr) or not isinstance(checks, ArrayAttr):
+        return [], []
+    return [n.data for n in names.data], [tuple(part.data for part in c.data) for c in checks.data]

@@ -1,0 +1,427 @@
+"""The run-time sizes of a function: which `?` dim of which value is which size.
+
+Each `?` dim of an argument starts as a size symbol of its own (n0, n1, ...); each op's
+shape rule then states its results' dims from its operands' (an add's `?` dim is its
+operands' `?` dim, a reshape's inferred dim is the element count over the static dims, a
+reduction drops dims) and the sizes an op needs equal are unified: two symbols become one
+(the binding then checks at the call that both arguments give the same size), a symbol
+equal to an expression of others is replaced by it, and what remains (two expressions)
+is a constraint checked at the call, before any kernel runs. So every `?` dim of every
+value is a polynomial over the function's size parameters (opc/symbolic.py), and
+shape_of() answers with it while the function is lowered (`symbolic_shapes`).
+
+An op with `?` dims and no rule here is refused, naming it: its lowering has not been
+taught run-time sizes yet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import cast
+
+from xdsl.dialects import arith, func, tensor
+from xdsl.dialects.builtin import IndexType
+from xdsl.ir import Operation, SSAValue
+
+from opc.dialects import opc
+from opc.dialects.kinds import ELEMENTWISE
+from opc.dialects.opc import DYNAMIC, SYMBOLIC_SHAPES, shaped_type
+from opc.errors import UnsupportedError
+from opc.symbolic import Size, Sym, SymbolicComparison, exact_quotient
+
+Shape = tuple[Size, ...]
+
+
+@dataclass
+class Constraint:
+    """lhs == rhs at the call, else ValueError(message with both sizes)."""
+
+    lhs: Size
+    rhs: Size
+    what: str
+
+
+@dataclass
+class FunctionSizes:
+    """The size symbols of one function and every value's shape in them."""
+
+    fn: func.FuncOp
+    shapes: dict[SSAValue, Shape] = field(default_factory=dict)
+    scalars: dict[SSAValue, Size] = field(default_factory=dict)  # index values that are sizes (tensor.dim)
+    subst: dict[str, Size] = field(default_factory=dict)
+    constraints: list[Constraint] = field(default_factory=list)
+    origin: dict[str, str] = field(default_factory=dict)  # symbol -> "argument 'x' dim 0"
+    count: int = 0
+
+    # -- symbols -----------------------------------------------------------------------
+
+    def fresh(self, where: str) -> Sym:
+        name = f"n{self.count}"
+        self.count += 1
+        self.origin[name] = where
+        return Sym.symbol(name)
+
+    def resolve(self, d: Size) -> Size:
+        if isinstance(d, int):
+            return d
+        out: Size = 0
+        for monomial, coeff in d.terms:
+            term: Size = coeff
+            for s in monomial:
+                term = term * (self.resolve(self.subst[s]) if s in self.subst else Sym.symbol(s))
+            out = out + term
+        return out
+
+    def unify(self, a: Size, b: Size, what: str) -> Size:
+        """a and b are one size: a symbol is replaced by the other side (the later of two symbols
+        goes, so the first argument's names stay), else a constraint checked at the call."""
+        a, b = self.resolve(a), self.resolve(b)
+        if a == b:
+            return a
+        later_first = isinstance(a, Sym) and isinstance(b, Sym) and symbol_number(b) > symbol_number(a)
+        for x, y in ((b, a), (a, b)) if later_first else ((a, b), (b, a)):
+            if replaceable(x, y):
+                self.subst[x.render()] = y
+                return y
+        if isinstance(a, int) and isinstance(b, int):
+            raise UnsupportedError(f"{what}: sizes {a} and {b} differ")
+        self.constraints.append(Constraint(a, b, what))
+        return a
+
+    # -- the analysis ----------------------------------------------------------------------
+
+    def run(self) -> FunctionSizes:
+        for i, arg in enumerate(self.fn.args):
+            name = arg.name_hint or f"in{i}"
+            self.shapes[arg] = tuple(self.fresh(f"argument '{name}' dim {d}") if n == DYNAMIC else n
+                                     for d, n in enumerate(shaped_type(arg).get_shape()))
+        for op in self.fn.body.walk():
+            if op is self.fn:
+                continue
+            self.visit(op)
+        for k, v in self.shapes.items():
+            self.shapes[k] = tuple(self.resolve(d) for d in v)
+        self.scalars = {k: self.resolve(v) for k, v in self.scalars.items()}
+        for c in self.constraints:
+            c.lhs, c.rhs = self.resolve(c.lhs), self.resolve(c.rhs)
+        self.constraints = [c for c in self.constraints if c.lhs != c.rhs]
+        return self
+
+    def shape(self, v: SSAValue) -> Shape:
+        return tuple(self.resolve(d) for d in self.shapes[v])
+
+    def visit(self, op: Operation) -> None:
+        if isinstance(op, func.ReturnOp):
+            return
+        tensors = [v for v in (*op.operands, *op.results) if isinstance(v.type, opc.TensorType)]
+        dynamic = any(DYNAMIC in shaped_type(v).get_shape() for v in tensors)
+        if isinstance(op, tensor.DimOp):
+            self.scalars[op.result] = self.dim_of(op)
+            return
+        if len(op.results) == 1 and isinstance(op.results[0].type, IndexType):
+            value = self.index_value(op)
+            if value is not None:
+                self.scalars[op.results[0]] = value
+            return
+        if not dynamic:
+            for r in op.results:
+                if isinstance(r.type, opc.TensorType):
+                    self.shapes[r] = tuple(shaped_type(r).get_shape())
+            return
+        derived = rule_for(op)(self, op)
+        for r, shape in zip(op.results, derived):
+            declared = shaped_type(r).get_shape()
+            out = []
+            for d, (want, got) in enumerate(zip(declared, shape)):
+                if want == DYNAMIC:
+                    out.append(got)
+                else:
+                    if got != want:
+                        self.unify(got, want, f"{op.name} result dim {d}")
+                    out.append(want)
+            self.shapes[r] = tuple(out)
+
+    def index_value(self, op: Operation) -> Size | None:
+        """The size an `index` op computes from sizes (constants, tensor.dim, + - *), else None."""
+        if isinstance(op, arith.ConstantOp):
+            return opc.int_of(op.value)
+        args = [self.scalars.get(v) for v in op.operands]
+        if any(a is None for a in args) or len(args) != 2:
+            return None
+        a, b = cast(list[Size], args)
+        if isinstance(op, arith.AddiOp):
+            return a + b
+        if isinstance(op, arith.SubiOp):
+            return a - b
+        if isinstance(op, arith.MuliOp):
+            return a * b
+        return None
+
+    def size_operands(self, op: Operation, result: SSAValue) -> list[Size] | None:
+        """The result's dims from the op's `index` size operands (None: it has none)."""
+        sizes = list(op.sizes)  # type: ignore[attr-defined]
+        if not sizes:
+            return None
+        given = iter(sizes)
+        out: list[Size] = []
+        for d in shaped_type(result).get_shape():
+            if d != DYNAMIC:
+                out.append(d)
+                continue
+            v = next(given)
+            if v not in self.scalars:
+                raise UnsupportedError(f"{op.name}: a size operand that is not computed from sizes (tensor.dim, "
+                                       "constants, + - *)")
+            out.append(self.scalars[v])
+        return out
+
+    def dim_of(self, op: tensor.DimOp) -> Size:
+        index = op.index.owner
+        if not (isinstance(index, arith.ConstantOp)):
+            raise UnsupportedError("tensor.dim with a run-time dim number: give the dim as a constant")
+        return self.shape(op.source)[opc.int_of(index.value)]
+
+    def broadcast(self, shapes: Sequence[Shape], what: str) -> Shape:
+        """NumPy broadcasting of symbolic shapes: a `?` pairs with 1 (broadcast) or an equal size."""
+        rank = max((len(s) for s in shapes), default=0)
+        out: list[Size] = []
+        for i in range(rank):
+            dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+            sizes = [d for d in dims if d != 1]
+            size: Size = 1
+            for d in sizes:
+                size = d if size == 1 else self.unify(size, d, f"{what}: dim {i} of the broadcast operands")
+            out.append(size)
+        return tuple(out)
+
+
+def symbol_number(s: Sym) -> int:
+    return int(s.render()[1:]) if s.is_symbol() else -1
+
+
+def replaceable(x: Size, y: Size) -> bool:
+    """x is a lone symbol that y can stand for (not an expression of x itself, not negative)."""
+    if not (isinstance(x, Sym) and x.is_symbol()):
+        return False
+    return y >= 0 if isinstance(y, int) else x.render() not in y.symbols
+
+
+# ---------------------------------------------------------------------------
+# Shape rules: (sizes, op) -> the shape of each result
+# ---------------------------------------------------------------------------
+
+Rule = Callable[[FunctionSizes, Operation], list[Shape]]
+
+
+def elementwise(s: FunctionSizes, op: Operation) -> list[Shape]:
+    shape = s.broadcast([s.shape(v) for v in op.operands], op.name)
+    return [shape] * len(op.results)
+
+
+def same_as_first(s: FunctionSizes, op: Operation) -> list[Shape]:
+    """softmax and the like: every tensor operand and result of the first operand's shape."""
+    first = s.shape(op.operands[0])
+    for v in op.operands[1:]:
+        if isinstance(v.type, opc.TensorType) and len(s.shape(v)) == len(first):
+            for d, (a, b) in enumerate(zip(first, s.shape(v))):
+                s.unify(a, b, f"{op.name} operand dim {d}")
+    return [first] * len(op.results)
+
+
+def reduction(s: FunctionSizes, op: opc.ReduceOp) -> list[Shape]:
+    shape = s.shape(op.x)
+    axes = op.axes_list()
+    keep = opc.flag(op.keepdim)
+    return [tuple(1 if i in axes else d for i, d in enumerate(shape)) if keep
+            else tuple(d for i, d in enumerate(shape) if i not in axes)]
+
+
+def transpose(s: FunctionSizes, op: opc.TransposeOp) -> list[Shape]:
+    shape = s.shape(op.x)
+    return [tuple(shape[p] for p in op.perm_list())]
+
+
+def matmul(s: FunctionSizes, op: opc.MatmulOp) -> list[Shape]:
+    x, y = s.shape(op.x), s.shape(op.y)
+    tx, ty = opc.flag(op.trans_x), opc.flag(op.trans_y)
+    m, kx = (x[-1], x[-2]) if tx else (x[-2], x[-1])
+    ky, n = (y[-1], y[-2]) if ty else (y[-2], y[-1])
+    s.unify(kx, ky, "opc.matmul inner dims")
+    batch = s.broadcast([x[:-2], y[:-2]], "opc.matmul batch dims")
+    return [(*batch, m, n)]
+
+
+def fused_gemm(s: FunctionSizes, op: opc.FusedGemmEpilogueOp) -> list[Shape]:
+    x, y = s.shape(op.x), s.shape(op.y)
+    tx, ty = opc.flag(op.trans_x), opc.flag(op.trans_y)
+    m, kx = (x[1], x[0]) if tx else (x[0], x[1])
+    ky, n = (y[1], y[0]) if ty else (y[0], y[1])
+    s.unify(kx, ky, "opc.fused_gemm_epilogue inner dims")
+    s.unify(s.shape(op.bias)[0], n, "opc.fused_gemm_epilogue bias")
+    return [(m, n)] * len(op.results)
+
+
+def layer_norm(s: FunctionSizes, op: opc.LayerNormOp) -> list[Shape]:
+    x = s.shape(op.x)
+    begin = op.begin()
+    for v in (op.scale, op.bias):
+        if v is not None:
+            for d, (a, b) in enumerate(zip(x[begin:], s.shape(v))):
+                s.unify(a, b, f"opc.layer_norm {v.name_hint or 'scale'} dim {d}")
+    stats = x[:begin]
+    return [x, stats, stats]
+
+
+def reshape(s: FunctionSizes, op: opc.ReshapeOp) -> list[Shape]:
+    """The result's static dims as declared; its `?` dims: those that keep the operand's leading
+    `?` dims, then at most one inferred from the element count."""
+    x = s.shape(op.x)
+    given = s.size_operands(op, op.result)
+    if given is not None:
+        s.unify(math.prod(x), math.prod(given), "opc.reshape element count")
+        return [tuple(given)]
+    declared = list(shaped_type(op.result).get_shape())
+    for k in range(min(len(x), len(declared)), -1, -1):  # the longest prefix kept, then one dim inferred
+        if not all(d == DYNAMIC or d == n for d, n in zip(declared[:k], x[:k])):
+            continue
+        rest = declared[k:]
+        if sum(d == DYNAMIC for d in rest) > 1:
+            continue
+        known = math.prod(d for d in rest if d != DYNAMIC)
+        total = math.prod(x[k:])
+        if DYNAMIC not in rest:
+            s.unify(total, known, "opc.reshape element count")
+            return [(*x[:k], *rest)]
+        q = exact_quotient(total, known)
+        if q is None:
+            continue
+        return [(*x[:k], *(q if d == DYNAMIC else d for d in rest))]
+    raise UnsupportedError(f"opc.reshape of {op.x.type} to {op.result.type}: give the result's `?` sizes as "
+                           "index operands (they cannot be inferred)")
+
+
+def concat(s: FunctionSizes, op: opc.ConcatOp) -> list[Shape]:
+    shapes = [s.shape(v) for v in op.inputs]
+    axis = op.axis_index()
+    first = shapes[0]
+    for other in shapes[1:]:
+        for d, (a, b) in enumerate(zip(first, other)):
+            if d != axis:
+                s.unify(a, b, f"opc.concat operand dim {d}")
+    total: Size = 0
+    for sh in shapes:
+        total = total + sh[axis]
+    return [(*first[:axis], total, *first[axis + 1:])]
+
+
+def gather(s: FunctionSizes, op: opc.GatherOp) -> list[Shape]:
+    x, idx, axis = s.shape(op.x), s.shape(op.indices), op.axis_index()
+    return [(*x[:axis], *idx, *x[axis + 1:])]
+
+
+def full(s: FunctionSizes, op: opc.FullOp) -> list[Shape]:
+    given = s.size_operands(op, op.result)
+    if given is None:
+        raise UnsupportedError("opc.full with `?` dims takes their sizes as index operands")
+    return [tuple(given)]
+
+
+def broadcast_to(s: FunctionSizes, op: opc.BroadcastToOp) -> list[Shape]:
+    """The `?` dims from the size operands, else from the operand's dim at the same place (counted
+    from the end): a `?` operand dim pairs with an equal size, never broadcast from a run-time 1."""
+    given = s.size_operands(op, op.result)
+    x = s.shape(op.x)
+    declared = shaped_type(op.result).get_shape()
+    out: list[Size] = list(given) if given is not None else list(declared)
+    lead = len(declared) - len(x)
+    for i, d in enumerate(x):
+        target = out[lead + i]
+        if d == 1:
+            continue
+        if target == DYNAMIC:
+            out[lead + i] = d
+        else:
+            s.unify(d, target, f"opc.broadcast_to dim {lead + i}")
+    if DYNAMIC in out:
+        raise UnsupportedError(f"opc.broadcast_to to {op.result.type}: a `?` dim the operand does not give takes "
+                               "its size as an index operand")
+    return [tuple(out)]
+
+
+def constant(s: FunctionSizes, op: Operation) -> list[Shape]:
+    return [tuple(shaped_type(r).get_shape()) for r in op.results]
+
+
+RULES: dict[type[Operation], Rule] = {
+    opc.ReduceOp: reduction,  # type: ignore[dict-item]
+    opc.TransposeOp: transpose,  # type: ignore[dict-item]
+    opc.MatmulOp: matmul,  # type: ignore[dict-item]
+    opc.FusedGemmEpilogueOp: fused_gemm,  # type: ignore[dict-item]
+    opc.LayerNormOp: layer_norm,  # type: ignore[dict-item]
+    opc.ReshapeOp: reshape,  # type: ignore[dict-item]
+    opc.ConcatOp: concat,  # type: ignore[dict-item]
+    opc.GatherOp: gather,  # type: ignore[dict-item]
+    opc.FullOp: full,  # type: ignore[dict-item]
+    opc.BroadcastToOp: broadcast_to,  # type: ignore[dict-item]
+    opc.AxisOp: same_as_first,
+    opc.AxisGradOp: same_as_first,
+    arith.ConstantOp: constant,
+}
+
+
+def like_operands(s: FunctionSizes, op: Operation) -> list[Shape]:
+    """The grads and nn ops: a result whose declared shape is an operand's (dx like x, dscale like
+    scale) has that operand's sizes; else one whose only `?` dim is the batch (dim 0) has the first
+    operand's batch (a conv's or a pool's output). Anything else is refused."""
+    tensors = [v for v in op.operands if isinstance(v.type, opc.TensorType)]
+    out = []
+    for r in op.results:
+        declared = shaped_type(r).get_shape()
+        same = [v for v in tensors if shaped_type(v).get_shape() == declared]
+        if same:
+            out.append(s.shape(same[0]))
+            continue
+        first = s.shape(tensors[0]) if tensors else ()
+        if declared and declared[0] == DYNAMIC and DYNAMIC not in declared[1:] and first and isinstance(first[0], Sym):
+            out.append((first[0], *declared[1:]))
+            continue
+        if DYNAMIC in declared:
+            raise UnsupportedError(f"'{op.name}': the run-time sizes of its result {r.type} do not follow from "
+                                   "its operands' here")
+        out.append(tuple(declared))
+    return out
+
+
+def rule_for(op: Operation) -> Rule:
+    if isinstance(op, ELEMENTWISE):
+        return elementwise
+    for cls, rule in RULES.items():
+        if isinstance(op, cls):
+            return rule
+    return like_operands
+
+
+def analyze(fn: func.FuncOp) -> FunctionSizes:
+    return FunctionSizes(fn).run()
+
+
+def has_dynamic_shapes(fn: func.FuncOp) -> bool:
+    return any(isinstance(v.type, opc.TensorType) and DYNAMIC in shaped_type(v).get_shape()
+               for op in fn.walk() for v in (*op.operands, *op.results)) or any(
+        isinstance(a.type, opc.TensorType) and DYNAMIC in shaped_type(a).get_shape() for a in fn.args)
+
+
+@contextmanager
+def symbolic_shapes(table: dict[SSAValue, Shape]) -> Iterator[None]:
+    """shape_of() answers with `table`'s symbolic shapes while the block runs (the lowering)."""
+    token = SYMBOLIC_SHAPES.set(table)
+    try:
+        yield
+    finally:
+        SYMBOLIC_SHAPES.reset(token)
+
+
+__all__ = ["Constraint", "FunctionSizes", "SymbolicComparison", "analyze", "has_dynamic_shapes", "symbolic_shapes"]
