@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from xdsl.dialects import scf, tensor
 from xdsl.dialects.builtin import IntegerAttr, TensorType
-from xdsl.ir import Block, Operation
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 CONTROL_OPS = (scf.IfOp, scf.ForOp, scf.WhileOp)
@@ -75,3 +75,25 @@ def check_control_flow(op: Operation) -> None:
         limit = op.attributes.get(MAX_TRIPS_ATTR)
         if limit is not None and not (isinstance(limit, IntegerAttr) and limit.value.data >= 0):
             raise VerifyException(f"{MAX_TRIPS_ATTR} must be a non-negative integer, got {limit}")
+
+
+def captured_values(op: Operation) -> list[SSAValue]:
+    """The values op's regions read from outside op, in first-use order (a body's free variables)."""
+    inside = {id(o) for region in op.regions for o in region.walk()}
+    own = {a for region in op.regions for block in region.blocks for a in block.args}
+    found: dict[SSAValue, None] = {}
+    for region in op.regions:
+        for o in region.walk():
+            for v in o.operands:
+                owner = v.owner
+                if v in own or (isinstance(owner, Operation) and id(owner) in inside):
+                    continue
+                if isinstance(owner, Block) and id(owner.parent_op()) in inside:
+                    continue  # an argument of a region nested in op
+                found[v] = None
+    return list(found)
+
+
+def inputs_of(op: Operation) -> list[SSAValue]:
+    """What op reads: its operands, and for control flow the values its bodies capture too."""
+    return [*op.operands, *captured_values(op)] if op.regions else list(op.operands)
