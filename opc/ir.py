@@ -25,13 +25,14 @@ from opc.dialects.control import check_control_flow
 from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 from opc.dialects.opc_sched import OpcSched
+from opc.dialects.opc_stack import OpcStack
 from opc.errors import InputError, InternalError, first_line, printable
 
 
 def make_context() -> Context:
     ctx = Context()
     dialects = (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, tensor.Tensor, Opc,
-                OpcLoops, OpcSched)
+                OpcLoops, OpcSched, OpcStack)
     for dialect in dialects:
         ctx.load_dialect(dialect)
     return ctx

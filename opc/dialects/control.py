@@ -17,6 +17,8 @@ from xdsl.dialects.builtin import IntegerAttr, TensorType
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
+from opc.dialects.opc_stack import STACK_OPS
+
 CONTROL_OPS = (scf.IfOp, scf.ForOp, scf.WhileOp)
 """Region ops opc runs: their bodies are functions called from a C if / for / while."""
 
@@ -35,7 +37,7 @@ MAX_TRIPS_ATTR = "opc.max_trips"
 def is_host_op(op: Operation) -> bool:
     """An op that runs on the host, outside every kernel: control flow, a scalar bridge, or
     scalar arithmetic (no tensor operand or result, e.g. `arith.index_cast`)."""
-    if isinstance(op, (*CONTROL_OPS, *SCALAR_BRIDGES)):
+    if isinstance(op, (*CONTROL_OPS, *SCALAR_BRIDGES, *STACK_OPS)):
         return True
     if op.regions or not op.results:
         return False

@@ -16,12 +16,15 @@ A part of CEmitter (c_emitter.py), which mixes it in.
 
 from __future__ import annotations
 
+import math
+
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from opc.dialects.control import MAX_TRIPS_ATTR
 from opc.dialects.kinds import element_of
+from opc.dialects.opc_stack import PopIntoOp, PushOp
 from opc.lowering.abi import ENTRY_PREFIX
 from opc.lowering.c_expressions import ARENA_ALIGN, c_type
 from opc.lowering.c_text import c_symbol
@@ -63,6 +66,31 @@ static void opc_cf_watch_sigint(void) {
 """
 
 
+# The stack of the values loops save for their backward (opc/dialects/opc_stack.py): one per thread,
+# growing as needed. One stack serves every loop: a backward pops in exactly the reverse order of
+# the forward's pushes, loops nested or in sequence. Each exported call starts it empty.
+STACK_SUPPORT = """typedef struct { char *data; size_t used, cap; } opc_stack_t;
+static __thread opc_stack_t opc_stack = {NULL, 0, 0};
+static int opc_stack_push(const void *p, size_t n) {
+  if (opc_stack.used + n > opc_stack.cap) {
+    size_t cap = opc_stack.cap ? opc_stack.cap : 4096;
+    while (cap < opc_stack.used + n) cap *= 2;
+    char *data = (char *)realloc(opc_stack.data, cap);
+    if (!data) { opc_oom_bytes = (int64_t)cap; return 1; }
+    opc_stack.data = data;
+    opc_stack.cap = cap;
+  }
+  memcpy(opc_stack.data + opc_stack.used, p, n);
+  opc_stack.used += n;
+  return 0;
+}
+static void opc_stack_pop(void *p, size_t n) {
+  opc_stack.used -= n;
+  memcpy(p, opc_stack.data + opc_stack.used, n);
+}
+"""
+
+
 def arena_support(name: str) -> str:
     """A body function's own per-thread arena (as ARENA_SUPPORT's, under its own names)."""
     return (f"static __thread char *{name}_buf = NULL;\nstatic __thread size_t {name}_cap = 0;\n"
@@ -75,14 +103,18 @@ def arena_support(name: str) -> str:
 
 
 def is_host_control(op: Operation) -> bool:
-    return isinstance(op, func.CallOp) or (isinstance(op, (scf.IfOp, scf.ForOp, scf.WhileOp))
-                                            and HOST_ATTR in op.attributes)
+    return isinstance(op, (func.CallOp, PushOp, PopIntoOp)) or (isinstance(op, (scf.IfOp, scf.ForOp, scf.WhileOp))
+                                                                 and HOST_ATTR in op.attributes)
+
+
+def uses_stack(module: ModuleOp) -> bool:
+    return any(isinstance(o, (PushOp, PopIntoOp)) for o in module.walk())
 
 
 def control_support(module: ModuleOp) -> str:
     """Module-level C the host control flow needs (the SIGINT watcher where a while loop runs)."""
     whiles = any(isinstance(o, scf.WhileOp) and HOST_ATTR in o.attributes for o in module.walk())
-    return SIGINT_SUPPORT if whiles else ""
+    return (SIGINT_SUPPORT if whiles else "") + (STACK_SUPPORT if uses_stack(module) else "")
 
 
 def int_attr(op: Operation, name: str) -> int:
@@ -103,7 +135,9 @@ class ControlEmission(EmitterState):
         return name
 
     def emit_host_control(self, op: Operation) -> None:
-        if isinstance(op, func.CallOp):
+        if isinstance(op, (PushOp, PopIntoOp)):
+            self.emit_stack_op(op)
+        elif isinstance(op, func.CallOp):
             self.emit_body_call(op)
         elif isinstance(op, scf.IfOp):
             self.line(f"if ({self.name(op.cond)}) {{")
@@ -116,6 +150,16 @@ class ControlEmission(EmitterState):
         else:
             assert isinstance(op, scf.WhileOp)
             self.emit_host_while(op)
+
+    def emit_stack_op(self, op: PushOp | PopIntoOp) -> None:
+        buf = op.value if isinstance(op, PushOp) else op.buffer
+        t = buf.type
+        assert isinstance(t, MemRefType) and all(d >= 0 for d in t.get_shape()), "a saved value of static shape"
+        size = f"(size_t){math.prod(t.get_shape())} * sizeof({c_type(element_of(buf))})"
+        if isinstance(op, PushOp):
+            self.line(f"if (opc_stack_push({self.name(buf)}, {size})) {{ status = 1; goto cleanup; }}")
+        else:
+            self.line(f"opc_stack_pop({self.name(buf)}, {size});")
 
     def emit_IndexCastOp(self, op: arith.IndexCastOp) -> None:
         r = op.result

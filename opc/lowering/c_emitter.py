@@ -42,7 +42,7 @@ from opc.dialects.opc_loops import (
 from opc.dtypes import numpy_name
 from opc.lowering.abi import ENTRY_PREFIX, OOM_FN, SET_THREADS_FN, FunctionSignature
 from opc.lowering.c_call_emission import KERNEL_HOST, CallEmission
-from opc.lowering.c_control_emission import ControlEmission, control_support, is_host_control
+from opc.lowering.c_control_emission import ControlEmission, control_support, is_host_control, uses_stack
 from opc.lowering.c_expressions import (
     ARENA_ALIGN,
     EXPRESSIONS,
@@ -93,6 +93,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
     """Emits one C translation unit for a lowered module."""
 
     lines: list[str] = field(default_factory=list)
+    resets_stack: bool = False  # the module saves loop values (opc_stack): each exported call starts it empty
     names: dict[SSAValue, str] = field(default_factory=dict)
     constants: dict[SSAValue, int] = field(default_factory=dict)  # known index constants
     indent: int = 1
@@ -146,6 +147,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         if self.pack_buffers:
             body.append(ARENA_SUPPORT)
         body.append(control_support(module))
+        self.resets_stack = uses_stack(module)
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
                 self.lines, self.outlined = [], []
@@ -206,6 +208,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         self.line(self.prototype(fn) + " {")
         self.indent = 1
         self.line("int status = 0;")
+        if self.resets_stack and not is_body(fn):  # a call that failed mid-loop left values behind
+            self.line("opc_stack.used = 0;")
         self.function = fn
         owned = self.owned_buffers(fn)
         self.declare_locals(fn, owned)

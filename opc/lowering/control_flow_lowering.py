@@ -27,6 +27,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 
 from opc.dialects.control import MAX_TRIPS_ATTR
 from opc.dialects.opc_loops import function_errors
+from opc.dialects.opc_stack import PopIntoOp, PopOp, PushOp
 from opc.lowering.scalars import memref_of
 from opc.transforms.opc_outline_control_flow import Outlined
 
@@ -61,6 +62,11 @@ def lower_host_op(fl, op: Operation) -> None:  # noqa: ANN001  (a FunctionLoweri
         for k, s in enumerate(op.elements):
             idx = [fl.e.index(c) for c in unravel(k, shape)]
             fl.e.emit(memref.StoreOp.get(fl.operand_buffer(s), buf, idx))
+    elif isinstance(op, PushOp):  # a loop's saved value (opc/dialects/opc_stack.py)
+        fl.e.emit(PushOp(fl.operand_buffer(op.value), op.stack.data))
+    elif isinstance(op, PopOp):
+        buf = fl.buffer_for(op.result)
+        fl.e.emit(PopIntoOp(buf, op.stack.data))
     elif isinstance(op, scf.IfOp):
         lower_if(fl, op)
     elif isinstance(op, scf.ForOp):

@@ -92,3 +92,109 @@ def test_grad_if_on_the_same_condition():
     grad_fn = text[text.index("@f_grad("):]
     grad_fn = grad_fn[:grad_fn.find("func.func")] if "func.func" in grad_fn else grad_fn
     assert grad_fn.count("scf.if") == 2 and "opc.select" not in grad_fn  # the forward's, and its grad
+
+
+# acc <- tanh(acc * w + i), n times: the body reads the induction variable and a captured weight
+FOR64 = """
+func.func @f(%n: tensor<i64>, %x: tensor<4xf64>, %w: tensor<4xf64>) -> tensor<4xf64> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %ni = tensor.extract %n[] : tensor<i64>
+  %nn = arith.index_cast %ni : i64 to index
+  %r = scf.for %i = %c0 to %nn step %c1 iter_args(%acc = %x) -> (tensor<4xf64>) {
+    %i64 = arith.index_cast %i : index to i64
+    %it = tensor.from_elements %i64 : tensor<i64>
+    %if = opc.cast %it {dtype = f64} : (tensor<i64>) -> tensor<f64>
+    %y = opc.mul %acc, %w : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+    %z = opc.add %y, %if : (tensor<4xf64>, tensor<f64>) -> tensor<4xf64>
+    %t = opc.tanh %z : (tensor<4xf64>) -> tensor<4xf64>
+    scf.yield %t : tensor<4xf64>
+  }
+  %s = opc.mul %r, %x : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+  return %s : tensor<4xf64>
+}
+"""
+
+# two carried values (a, b) <- (a * b, sin(a)) over a loop nested in a loop, the inner count m
+NESTED_FOR64 = """
+func.func @f(%n: tensor<i64>, %m: tensor<i64>, %a0: tensor<3xf64>, %b0: tensor<3xf64>) -> tensor<3xf64> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %ni = tensor.extract %n[] : tensor<i64>
+  %nn = arith.index_cast %ni : i64 to index
+  %mi = tensor.extract %m[] : tensor<i64>
+  %mm = arith.index_cast %mi : i64 to index
+  %r:2 = scf.for %i = %c0 to %nn step %c1 iter_args(%a = %a0, %b = %b0) -> (tensor<3xf64>, tensor<3xf64>) {
+    %s:2 = scf.for %j = %c0 to %mm step %c1 iter_args(%p = %a, %q = %b) -> (tensor<3xf64>, tensor<3xf64>) {
+      %pq = opc.mul %p, %q : (tensor<3xf64>, tensor<3xf64>) -> tensor<3xf64>
+      %sp = opc.sin %p : (tensor<3xf64>) -> tensor<3xf64>
+      scf.yield %pq, %sp : tensor<3xf64>, tensor<3xf64>
+    }
+    %u = opc.add %s#0, %b0 : (tensor<3xf64>, tensor<3xf64>) -> tensor<3xf64>
+    scf.yield %u, %s#1 : tensor<3xf64>, tensor<3xf64>
+  }
+  %o = opc.add %r#0, %r#1 : (tensor<3xf64>, tensor<3xf64>) -> tensor<3xf64>
+  return %o : tensor<3xf64>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def loops():
+    from programs import IF_IN_LOOP, LOOP_IN_IF
+
+    loop_in_if = LOOP_IN_IF.replace("f32", "f64")
+    return {"for": opc.compile(FOR64, grad=True), "nested": opc.compile(NESTED_FOR64, grad=True),
+            "if_in_loop": opc.compile(IF_IN_LOOP, grad=True), "loop_in_if": opc.compile(loop_in_if, grad=True)}
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 300])
+def test_grad_through_for(loops, n):
+    rng = np.random.default_rng(3)
+    check_grad(loops["for"], [np.array(n)], [rng.standard_normal(4), rng.uniform(-0.5, 0.5, 4)], rng)
+
+
+@pytest.mark.parametrize("n, m", [(0, 3), (2, 0), (1, 1), (3, 4)])
+def test_grad_through_nested_for(loops, n, m):
+    rng = np.random.default_rng(4)
+    check_grad(loops["nested"], [np.array(n), np.array(m)],
+               [rng.uniform(-0.9, 0.9, 3), rng.uniform(-0.9, 0.9, 3)], rng)
+
+
+@pytest.mark.parametrize("n", [0, 1, 9])
+def test_grad_through_if_in_loop(loops, n):
+    rng = np.random.default_rng(5)
+    m = loops["if_in_loop"]
+    x = rng.standard_normal(4)
+    out = m.f(np.array(n), np.array(3.0), x)
+    dout = rng.standard_normal(4)
+    g = m.f_grad(np.array(n), np.array(3.0), x, dout)
+    g = g if not isinstance(g, tuple) else g
+    v = rng.standard_normal(4)
+    h = 1e-6
+    fd = (np.sum(m.f(np.array(n), np.array(3.0), x + h * v) * dout)
+          - np.sum(m.f(np.array(n), np.array(3.0), x - h * v) * dout)) / (2 * h)
+    gx = g[1] if isinstance(g, tuple) else g  # (dt, dx): t is a float input too
+    assert out.shape == (4,)
+    assert abs(fd - np.sum(gx * v)) <= 1e-6 * max(1.0, abs(fd))
+
+
+@pytest.mark.parametrize("flag, n", [(True, 0), (True, 5), (False, 5)])
+def test_grad_through_loop_in_if(loops, flag, n):
+    rng = np.random.default_rng(6)
+    check_grad(loops["loop_in_if"], [np.array(flag), np.array(n)], [rng.standard_normal(5)], rng)
+
+
+def test_for_grad_saves_carried_values_and_runs_in_reverse():
+    """The forward loop of @f_grad pushes the carried value each iteration; a second loop pops it."""
+    from opc.api import prepare
+    from opc.frontend import load_module
+
+    src = load_module(FOR64)
+    prepare(src, grad=True)
+    text = str(src.module)
+    grad_fn = text[text.index("@f_grad("):]
+    grad_fn = grad_fn[:grad_fn.find("func.func")] if "func.func" in grad_fn else grad_fn
+    assert grad_fn.count("scf.for") == 2
+    assert grad_fn.count("opc_stack.push") == 1 and grad_fn.count("opc_stack.pop") == 1
+    assert grad_fn.index("opc_stack.push") < grad_fn.index("opc_stack.pop")
