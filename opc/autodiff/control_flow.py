@@ -11,21 +11,27 @@ iteration index reversed, pops the values of that iteration (tuple_pop), recompu
 them and sweeps it backward: the carried cotangents flow from iteration to iteration, the
 cotangents of the values the body reads from outside are summed over iterations. Memory: one copy
 of the loop-carried values per iteration; the body's inner values are recomputed, not saved.
+
+scf.while: the forward pushes the values entering its `before` region each time it runs (one more
+time than the body); the stacks' depth before the loop is recorded (`opc_stack.depth`). The
+backward pops the last values and sweeps the final `before` from the results' cotangents, then, while
+the stacks are deeper than that recorded depth, pops the values of one more iteration back,
+recomputes `before` then the body from them and sweeps both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr
+from xdsl.dialects import arith, scf, tensor
+from xdsl.dialects.builtin import IndexType, IntegerAttr, TensorType, i64
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from opc.dialects.builder import OpBuilder
 from opc.dialects.control import captured_values
 from opc.dialects.kinds import element_of
 from opc.dialects.opc import is_float
-from opc.dialects.opc_stack import PopOp, PushOp
+from opc.dialects.opc_stack import DepthOp, PopOp, PushOp
 from opc.errors import UnsupportedError
 
 Sweep = Callable[[OpBuilder, Sequence[Operation], Sequence[SSAValue], Sequence[tuple[SSAValue, SSAValue]]],
@@ -39,15 +45,16 @@ def control_vjp(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | None], l
         return if_vjp(e, op, douts, live, sweep)
     if isinstance(op, scf.ForOp):
         return for_vjp(e, op, douts, live, sweep)
-    raise UnsupportedError(f"autodiff through {op.name} is not supported yet (scf.if and scf.for are): "
-                           "a while loop's trip count is not recorded for its backward")
+    if isinstance(op, scf.WhileOp):
+        return while_vjp(e, op, douts, live, sweep)
+    raise UnsupportedError(f"autodiff through {op.name} is not supported")
 
 
 def is_float_value(v: SSAValue) -> bool:
     return is_float(element_of(v))
 
 
-def replay(be: OpBuilder, block: Block, given: dict[SSAValue, SSAValue] | None = None
+def replay(be: OpBuilder, block: Block, given: Mapping[SSAValue, SSAValue] | None = None
            ) -> tuple[list[Operation], list[SSAValue]]:
     """A copy of block's ops (not its terminator, not the pushes of a forward) into be, `given` mapping
     the block's arguments: the copies, and what the terminator yields."""
@@ -139,6 +146,90 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
     be.emit(scf.YieldOp(*step_d, *step_caps))
     body.add_ops(be.ops)
     loop = scf.ForOp(index_const(e, 0), n, index_const(e, 1), [*seeds, *zeros], Region(body))
+    e.emit(loop)
+    out: dict[SSAValue, SSAValue] = {inits[k]: r for k, r in zip(floats, loop.results[:len(floats)])}
+    for c, r in zip(caps, loop.results[len(floats):]):
+        out[c] = e.add(out[c], r) if c in out else r
+    return out
+
+
+def insert_before(e: OpBuilder, new: Operation, op: Operation) -> None:
+    """new placed just before op: in op's block, or in e's ops where op is still being built there."""
+    block = op.parent_block()
+    if block is not None:
+        block.insert_op_before(new, op)
+    else:
+        e.ops.insert(e.ops.index(op), new)
+
+
+def save_entering(op: scf.WhileOp) -> list[str]:
+    """Pushes of the values entering the before region, at its start; the stacks' names."""
+    before = op.before_region.block
+    first = before.first_op
+    assert first is not None
+    names = []
+    for k, a in enumerate(before.args):
+        names.append(f"{a.name_hint or 'carried'}{k}")
+        before.insert_op_before(PushOp(a, names[-1]), first)
+    return names
+
+
+def pop_and_replay(be: OpBuilder, op: scf.WhileOp, names: list[str], with_body: bool
+                   ) -> tuple[list[SSAValue], list[Operation], list[SSAValue]]:
+    """Pop one iteration's entering values and recompute before (and the body): (popped, the ops,
+    what the last region hands on: before's forwarded values, or the body's next entering values)."""
+    args: list[SSAValue] = list(op.before_region.block.args)
+    popped = {args[k]: be.value(PopOp(names[k], args[k].type)) for k in reversed(range(len(args)))}
+    ops, sent = replay(be, op.before_region.block, popped)
+    sent = sent[1:]  # scf.condition's operands: the condition, then the values sent on
+    if with_body:
+        entering: dict[SSAValue, SSAValue] = dict(zip(op.after_region.block.args, sent))
+        body_ops, sent = replay(be, op.after_region.block, entering)
+        ops += body_ops
+    return [popped[a] for a in args], ops, sent
+
+
+def recorded_depth() -> list[Operation]:
+    """The stacks' depth as an i64, then in a tensor<i64> (a body reads a value from outside as a tensor)."""
+    depth = DepthOp()
+    cast = arith.IndexCastOp(depth.result, i64)
+    held = tensor.FromElementsOp.build(operands=[[cast.result]], result_types=[TensorType(i64, [])])
+    return [depth, cast, held]
+
+
+def while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], live: set[SSAValue],
+              sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    inits = list(op.arguments)
+    floats = [k for k, v in enumerate(inits) if is_float_value(v)]
+    caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
+    if not caps and not any(inits[k] in live for k in floats):
+        return {}
+    base = recorded_depth()
+    for new in base:
+        insert_before(e, new, op)
+    names = save_entering(op)
+    # the final before: from the results' cotangents to those of the last entering values
+    popped, ops, sent = pop_and_replay(e, op, names, with_body=False)
+    seeds = [(s, d) for s, d in zip(sent, douts) if d is not None and is_float_value(d)]
+    grads = sweep(e, ops, [popped[k] for k in floats] + caps, seeds)
+    d_last = [grads.get(popped[k]) or e.full(0.0, popped[k]) for k in floats]
+    d_caps0 = [grads.get(c) or e.full(0.0, c) for c in caps]
+    types = [v.type for v in (*d_last, *d_caps0)]
+    test = Block(arg_types=types)
+    now = recorded_depth()[:2]
+    then = tensor.ExtractOp(base[-1].results[0], [], i64)
+    more = arith.CmpiOp(now[-1].results[0], then.result, "sgt")
+    test.add_ops([*now, then, more, scf.ConditionOp(more.result, *test.args)])  # type: ignore[arg-type]
+    body = Block(arg_types=types)
+    d_next, d_caps = body.args[:len(floats)], body.args[len(floats):]
+    be = OpBuilder()
+    popped, ops, sent = pop_and_replay(be, op, names, with_body=True)
+    grads = sweep(be, ops, [popped[k] for k in floats] + caps, [(sent[k], d) for k, d in zip(floats, d_next)])
+    step_d = [grads.get(popped[k]) or be.full(0.0, popped[k]) for k in floats]
+    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
+    be.emit(scf.YieldOp(*step_d, *step_caps))
+    body.add_ops(be.ops)
+    loop = scf.WhileOp([*d_last, *d_caps0], types, Region(test), Region(body))
     e.emit(loop)
     out: dict[SSAValue, SSAValue] = {inits[k]: r for k, r in zip(floats, loop.results[:len(floats)])}
     for c, r in zip(caps, loop.results[len(floats):]):

@@ -4,6 +4,9 @@ Paddle's `tuple_push` / `tuple_pop` (opc-grad, opc/autodiff/control_flow.py).
   opc_stack.push %v {stack = "s0"}                 a copy of %v on top of stack s0
   %v = opc_stack.pop {stack = "s0"} : tensor<...>  the top of s0, taken off (last in, first out)
   opc_stack.pop_into %buf {stack = "s0"}           after lowering: the top of s0 written into %buf
+  %d = opc_stack.depth : index                     how much the stacks hold now (a while loop's
+                                                   backward runs until they are back to their depth
+                                                   before its forward)
 
 A forward loop pushes its loop-carried values at the start of each iteration; the backward loop
 pops them in reverse. The stacks live on the host (one growable buffer each, per thread); the ops
@@ -13,7 +16,7 @@ dropped).
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import StringAttr
+from xdsl.dialects.builtin import IndexType, StringAttr
 from xdsl.ir import Attribute, Dialect, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
@@ -61,6 +64,16 @@ class PopIntoOp(IRDLOperation):
         super().__init__(operands=[buffer], properties={"stack": StringAttr(stack)})
 
 
-STACK_OPS = (PushOp, PopOp, PopIntoOp)
+@irdl_op_definition
+class DepthOp(IRDLOperation):
+    name = "opc_stack.depth"
+    result = result_def(IndexType)
+    assembly_format = "attr-dict `:` type($result)"
 
-OpcStack = Dialect("opc_stack", [PushOp, PopOp, PopIntoOp], [])
+    def __init__(self):
+        super().__init__(result_types=[IndexType()])
+
+
+STACK_OPS = (PushOp, PopOp, PopIntoOp, DepthOp)
+
+OpcStack = Dialect("opc_stack", [PushOp, PopOp, PopIntoOp, DepthOp], [])

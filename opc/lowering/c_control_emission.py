@@ -24,7 +24,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from opc.dialects.control import MAX_TRIPS_ATTR
 from opc.dialects.kinds import element_of
-from opc.dialects.opc_stack import PopIntoOp, PushOp
+from opc.dialects.opc_stack import DepthOp, PopIntoOp, PushOp
 from opc.lowering.abi import ENTRY_PREFIX
 from opc.lowering.c_expressions import ARENA_ALIGN, c_type
 from opc.lowering.c_text import c_symbol
@@ -103,12 +103,13 @@ def arena_support(name: str) -> str:
 
 
 def is_host_control(op: Operation) -> bool:
-    return isinstance(op, (func.CallOp, PushOp, PopIntoOp)) or (isinstance(op, (scf.IfOp, scf.ForOp, scf.WhileOp))
-                                                                 and HOST_ATTR in op.attributes)
+    if isinstance(op, (func.CallOp, PushOp, PopIntoOp, DepthOp)):
+        return True
+    return isinstance(op, (scf.IfOp, scf.ForOp, scf.WhileOp)) and HOST_ATTR in op.attributes
 
 
 def uses_stack(module: ModuleOp) -> bool:
-    return any(isinstance(o, (PushOp, PopIntoOp)) for o in module.walk())
+    return any(isinstance(o, (PushOp, PopIntoOp, DepthOp)) for o in module.walk())
 
 
 def control_support(module: ModuleOp) -> str:
@@ -135,7 +136,9 @@ class ControlEmission(EmitterState):
         return name
 
     def emit_host_control(self, op: Operation) -> None:
-        if isinstance(op, (PushOp, PopIntoOp)):
+        if isinstance(op, DepthOp):
+            self.line(f"const int64_t {self.name(op.result)} = (int64_t)opc_stack.used;")
+        elif isinstance(op, (PushOp, PopIntoOp)):
             self.emit_stack_op(op)
         elif isinstance(op, func.CallOp):
             self.emit_body_call(op)

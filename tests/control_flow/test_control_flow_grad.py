@@ -52,17 +52,18 @@ def mods():
                                                                       grad=True)}
 
 
-def check_grad(m, flags, floats, rng):
-    """<grad, v> against (L(a + hv) - L(a - hv)) / 2h, L = <f(a), dout>."""
-    out = m.f(*flags, *floats)
+def check_grad(m, flags, floats, rng, tail=()):
+    """<grad, v> against (L(a + hv) - L(a - hv)) / 2h, L = <f(a), dout>; `tail`: inputs after the
+    floats that are held fixed (their gradients are not checked)."""
+    out = m.f(*flags, *floats, *tail)
     dout = rng.standard_normal(out.shape)
-    grads = m.f_grad(*flags, *floats, dout)
+    grads = m.f_grad(*flags, *floats, *tail, dout)
     grads = grads if isinstance(grads, tuple) else (grads,)
     vs = [rng.standard_normal(a.shape) for a in floats]
     h = 1e-6
 
     def loss(s):
-        return float(np.sum(m.f(*flags, *[a + s * h * v for a, v in zip(floats, vs)]) * dout))
+        return float(np.sum(m.f(*flags, *[a + s * h * v for a, v in zip(floats, vs)], *tail) * dout))
 
     fd = (loss(1) - loss(-1)) / (2 * h)
     analytic = sum(float(np.sum(g * v)) for g, v in zip(grads, vs))
@@ -198,3 +199,47 @@ def test_for_grad_saves_carried_values_and_runs_in_reverse():
     assert grad_fn.count("scf.for") == 2
     assert grad_fn.count("opc_stack.push") == 1 and grad_fn.count("opc_stack.pop") == 1
     assert grad_fn.index("opc_stack.push") < grad_fn.index("opc_stack.pop")
+
+
+# a <- e * w + sigmoid(e), e = a + tanh(a), while sum(a) < lim: the trip count depends on the input
+WHILE64 = """
+func.func @f(%x: tensor<4xf64>, %w: tensor<4xf64>, %lim: tensor<f64>) -> tensor<4xf64> {
+  %r = scf.while (%a = %x) : (tensor<4xf64>) -> (tensor<4xf64>) {
+    %s = opc.reduce_sum %a {axes = array<i64: 0>, keepdim = false} : (tensor<4xf64>) -> tensor<f64>
+    %t = opc.less_than %s, %lim : (tensor<f64>, tensor<f64>) -> tensor<i1>
+    %c = tensor.extract %t[] : tensor<i1>
+    %th = opc.tanh %a : (tensor<4xf64>) -> tensor<4xf64>
+    %e = opc.add %a, %th : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+    scf.condition(%c) %e : tensor<4xf64>
+  } do {
+  ^bb0(%b: tensor<4xf64>):
+    %m = opc.mul %b, %w : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+    %d = opc.sigmoid %b : (tensor<4xf64>) -> tensor<4xf64>
+    %n = opc.add %m, %d : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+    scf.yield %n : tensor<4xf64>
+  }
+  %o = opc.mul %r, %w : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+  return %o : tensor<4xf64>
+}
+"""
+
+
+def while_ref(x, w, lim):
+    a, trips = x.copy(), 0
+    while a.sum() < lim:
+        e = a + np.tanh(a)
+        a = e * w + 1 / (1 + np.exp(-e))
+        trips += 1
+    return (a + np.tanh(a)) * w, trips
+
+
+@pytest.mark.parametrize("lim, trips", [(-100.0, 0), (2.5, 1), (40.0, None)])
+def test_grad_through_while(lim, trips):
+    m = opc.compile(WHILE64, grad=True)
+    rng = np.random.default_rng(8)
+    x, w = rng.uniform(0.0, 0.2, 4), rng.uniform(0.9, 1.0, 4)
+    want, n = while_ref(x, w, lim)
+    assert trips is None and n > 3 or n == trips, n
+    np.testing.assert_allclose(m.f(x, w, np.array(lim)), want, rtol=1e-12)
+    # finite differences keep the trip count: a small move of x and w does not cross the limit
+    check_grad(m, [], [x, w], rng, tail=[np.array(lim)])

@@ -41,23 +41,24 @@ def heavy_if_model(n: int = 256, reps: int = 8) -> onnx.ModelProto:
     return model_of([node], [("cond", B, []), ("x", F, [n, n])], [("y", F, [n, n])])
 
 
-def counted_loop_model(stop_at: float | None = None) -> onnx.ModelProto:
+def counted_loop_model(stop_at: float | None = None, elem=F) -> onnx.ModelProto:
     """s <- tanh(s * w + i), M times (M an input); with stop_at, also while sum(s) < stop_at."""
-    body_nodes = [helper.make_node("Cast", ["i"], ["fi"], to=F),
+    body_nodes = [helper.make_node("Cast", ["i"], ["fi"], to=elem),
                   helper.make_node("Mul", ["s_in", "w"], ["sw"]),
                   helper.make_node("Add", ["sw", "fi"], ["a"]),
                   helper.make_node("Tanh", ["a"], ["s_out"])]
     if stop_at is None:
         body_nodes.append(helper.make_node("Identity", ["c_in"], ["c_out"]))
     else:
-        lim = helper.make_tensor("lim", F, [], [stop_at])
+        lim = helper.make_tensor("lim", elem, [], [stop_at])
         body_nodes += [helper.make_node("ReduceSum", ["s_out"], ["tot"], keepdims=0),
                        helper.make_node("Constant", [], ["limit"], value=lim),
                        helper.make_node("Less", ["tot", "limit"], ["c_out"])]
-    body = helper.make_graph(body_nodes, "body", [vi("i", I64, []), vi("c_in", B, []), vi("s_in", F, [8])],
-                             [vi("c_out", B, []), vi("s_out", F, [8])])
+    body = helper.make_graph(body_nodes, "body", [vi("i", I64, []), vi("c_in", B, []), vi("s_in", elem, [8])],
+                             [vi("c_out", B, []), vi("s_out", elem, [8])])
     node = helper.make_node("Loop", ["M", "c", "s0"], ["s"], body=body)
-    return model_of([node], [("M", I64, []), ("c", B, []), ("s0", F, [8]), ("w", F, [8])], [("s", F, [8])])
+    return model_of([node], [("M", I64, []), ("c", B, []), ("s0", elem, [8]), ("w", elem, [8])],
+                    [("s", elem, [8])])
 
 
 def feeds_for_loop(m: int, cond: bool = True):
@@ -139,3 +140,23 @@ def test_new_trip_count_compiles_nothing():
         m(**feeds_for_loop(n))
         assert time.perf_counter() - t < 0.5, n  # a compile costs seconds
     assert len(m.variants) + len([v for v in m.dynamic.values() if v is not None]) == 1
+
+
+@pytest.mark.parametrize("m, stop_at", [(0, None), (1, None), (40, None), (100, 2.0)])
+def test_loop_gradient_against_finite_differences(m, stop_at):
+    """The Loop's scf.while differentiated (values saved per iteration, a reverse loop), in f64."""
+    module, _ = opc.import_onnx(counted_loop_model(stop_at, onnx.TensorProto.DOUBLE))
+    c = opc.compile(module, grad=True)
+    rng = np.random.default_rng(11)
+    s0, w = rng.uniform(-1, 1, 8), rng.uniform(-1, 1, 8)
+    fixed = [np.array(m, np.int64), np.array(True)]
+    dout = rng.standard_normal(8)
+    ds0, dw = c.g_grad(*fixed, s0, w, dout)
+    vs, vw = rng.standard_normal(8), rng.standard_normal(8)
+    h = 1e-6
+
+    def loss(t):
+        return float(np.sum(c.g(*fixed, s0 + t * h * vs, w + t * h * vw) * dout))
+
+    fd = (loss(1) - loss(-1)) / (2 * h)
+    assert abs(fd - (np.sum(ds0 * vs) + np.sum(dw * vw))) <= 1e-6 * max(1.0, abs(fd))
