@@ -76,17 +76,18 @@ static int opc_stack_push(const void *p, size_t n) {
     size_t cap = opc_stack.cap ? opc_stack.cap : 4096;
     while (cap < opc_stack.used + n) cap *= 2;
     char *data = (char *)realloc(opc_stack.data, cap);
-    if (!data) { opc_oom_bytes = (int64_t)cap; return 1; }
+    if (!data) { OPC_STACK_OOM(cap); return 1; }
     opc_stack.data = data;
     opc_stack.cap = cap;
   }
-  memcpy(opc_stack.data + opc_stack.used, p, n);
+  OPC_STACK_COPY(opc_stack.data + opc_stack.used, p, n);
   opc_stack.used += n;
   return 0;
 }
-static void opc_stack_pop(void *p, size_t n) {
+static int opc_stack_pop(void *p, size_t n) {
   opc_stack.used -= n;
-  memcpy(p, opc_stack.data + opc_stack.used, n);
+  OPC_STACK_COPY(p, opc_stack.data + opc_stack.used, n);
+  return 0;
 }
 """
 
@@ -112,10 +113,17 @@ def uses_stack(module: ModuleOp) -> bool:
     return any(isinstance(o, (PushOp, PopIntoOp, DepthOp)) for o in module.walk())
 
 
-def control_support(module: ModuleOp) -> str:
-    """Module-level C the host control flow needs (the SIGINT watcher where a while loop runs)."""
+C_STACK_MACROS = ("#define OPC_STACK_COPY(dst, src, n) memcpy(dst, src, n)\n"
+                  "#define OPC_STACK_OOM(n) (opc_oom_bytes = (int64_t)(n))\n")
+
+
+def control_support(module: ModuleOp, stack_macros: str = C_STACK_MACROS) -> str:
+    """Module-level C the host control flow needs (the SIGINT watcher where a while loop runs, the
+    stack of saved loop values where a gradient runs through a loop). stack_macros: how a saved value
+    is copied (CUDA: from and to device buffers) and a failed allocation recorded."""
     whiles = any(isinstance(o, scf.WhileOp) and HOST_ATTR in o.attributes for o in module.walk())
-    return (SIGINT_SUPPORT if whiles else "") + (STACK_SUPPORT if uses_stack(module) else "")
+    stack = stack_macros + STACK_SUPPORT if uses_stack(module) else ""
+    return (SIGINT_SUPPORT if whiles else "") + stack
 
 
 def int_attr(op: Operation, name: str) -> int:
@@ -126,6 +134,7 @@ def int_attr(op: Operation, name: str) -> int:
 
 class ControlEmission(EmitterState):
     outlined: list[str]
+    stack_oom_status = 1  # the status of a failed allocation (the C emitter's MemoryError)
 
     def arena_getter(self, fn: func.FuncOp) -> str:
         """The arena of a function's buffers: the module's, or a body's own."""
@@ -160,9 +169,10 @@ class ControlEmission(EmitterState):
         assert isinstance(t, MemRefType) and all(d >= 0 for d in t.get_shape()), "a saved value of static shape"
         size = f"(size_t){math.prod(t.get_shape())} * sizeof({c_type(element_of(buf))})"
         if isinstance(op, PushOp):
-            self.line(f"if (opc_stack_push({self.name(buf)}, {size})) {{ status = 1; goto cleanup; }}")
+            self.line(f"if (opc_stack_push({self.name(buf)}, {size})) {{ status = {self.stack_oom_status}; "
+                      "goto cleanup; }")
         else:
-            self.line(f"opc_stack_pop({self.name(buf)}, {size});")
+            self.line(f"if (opc_stack_pop({self.name(buf)}, {size})) {{ status = 1; goto cleanup; }}")
 
     def emit_IndexCastOp(self, op: arith.IndexCastOp) -> None:
         r = op.result
@@ -188,7 +198,7 @@ class ControlEmission(EmitterState):
             ct = c_type(element_of(arg))
             name = self.name(arg)
             self.names[res] = name
-            self.line(f"{ct} *{name} = ({ct} *){self.name(init)};")
+            self.line(f"{ct} *{name}; {name} = ({ct} *){self.name(init)};")  # C++ (CUDA): no goto past an init
 
     def rotate(self, targets: list[SSAValue], values: list[SSAValue]) -> None:
         temps = []
@@ -227,7 +237,7 @@ class ControlEmission(EmitterState):
         trips = f"opc_trips_{len(self.names)}"
         limit = op.attributes.get(MAX_TRIPS_ATTR)
         if limit is not None:
-            self.line(f"int64_t {trips} = 0;")
+            self.line(f"int64_t {trips}; {trips} = 0;")
         self.line("opc_cf_watch_sigint();")
         self.line("for (;;) {")
         self.indent += 1

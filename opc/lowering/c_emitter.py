@@ -42,7 +42,13 @@ from opc.dialects.opc_loops import (
 from opc.dtypes import numpy_name
 from opc.lowering.abi import ENTRY_PREFIX, OOM_FN, SET_THREADS_FN, FunctionSignature
 from opc.lowering.c_call_emission import KERNEL_HOST, CallEmission
-from opc.lowering.c_control_emission import ControlEmission, control_support, is_host_control, uses_stack
+from opc.lowering.c_control_emission import (
+    C_STACK_MACROS,
+    ControlEmission,
+    control_support,
+    is_host_control,
+    uses_stack,
+)
 from opc.lowering.c_expressions import (
     ARENA_ALIGN,
     EXPRESSIONS,
@@ -94,6 +100,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
 
     lines: list[str] = field(default_factory=list)
     resets_stack: bool = False  # the module saves loop values (opc_stack): each exported call starts it empty
+    stack_macros = C_STACK_MACROS  # how a saved loop value goes on and off the stack (c_control_emission.py)
     names: dict[SSAValue, str] = field(default_factory=dict)
     constants: dict[SSAValue, int] = field(default_factory=dict)  # known index constants
     indent: int = 1
@@ -146,7 +153,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
             body.append(self.threads_support)
         if self.pack_buffers:
             body.append(ARENA_SUPPORT)
-        body.append(control_support(module))
+        body.append(control_support(module, self.stack_macros))
         self.resets_stack = uses_stack(module)
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):

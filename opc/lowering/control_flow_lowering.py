@@ -53,7 +53,7 @@ def lower_host_op(fl, op: Operation) -> None:  # noqa: ANN001  (a FunctionLoweri
     fl.memo = {}
     if isinstance(op, tensor.ExtractOp):
         buf = fl.operand_buffer(op.tensor)
-        v = fl.e.value(memref.LoadOp.get(buf, [fl.operand_buffer(i) for i in op.indices]))
+        v = fl.e.value(on_host(memref.LoadOp.get(buf, [fl.operand_buffer(i) for i in op.indices])))
         v.name_hint = op.result.name_hint
         fl.buffers[op.result] = v
     elif isinstance(op, tensor.FromElementsOp):
@@ -61,7 +61,7 @@ def lower_host_op(fl, op: Operation) -> None:  # noqa: ANN001  (a FunctionLoweri
         shape = memref_of(op.result.type).get_shape()
         for k, s in enumerate(op.elements):
             idx = [fl.e.index(c) for c in unravel(k, shape)]
-            fl.e.emit(memref.StoreOp.get(fl.operand_buffer(s), buf, idx))
+            fl.e.emit(on_host(memref.StoreOp.get(fl.operand_buffer(s), buf, idx)))
     elif isinstance(op, PushOp):  # a loop's saved value (opc/dialects/opc_stack.py)
         fl.e.emit(PushOp(fl.operand_buffer(op.value), op.stack.data))
     elif isinstance(op, PopOp):
@@ -74,11 +74,18 @@ def lower_host_op(fl, op: Operation) -> None:  # noqa: ANN001  (a FunctionLoweri
     elif isinstance(op, scf.WhileOp):
         lower_while(fl, op)
     else:  # scalar arithmetic: itself, on the lowered scalars
-        new = op.clone(value_mapper={v: fl.operand_buffer(v) for v in op.operands})
+        new = on_host(op.clone(value_mapper={v: fl.operand_buffer(v) for v in op.operands}))
         fl.e.emit(new)
         for old, r in zip(op.results, new.results):
             r.name_hint = old.name_hint
             fl.buffers[old] = r
+
+
+def on_host(op: Operation) -> Operation:
+    """op marked as host code: the CUDA emitter runs it on the host (a load or store of a device
+    buffer becomes a copy), never in a kernel."""
+    op.attributes[HOST_ATTR] = UnitAttr()
+    return op
 
 
 def unravel(k: int, shape: tuple[int, ...] | list[int]) -> list[int]:
@@ -153,8 +160,8 @@ def lower_for(fl, op: scf.ForOp) -> None:  # noqa: ANN001
     cur, nxt, oth = carried[:n], carried[n:2 * n], carried[2 * n:]
     args = [fl.operand_buffer(v) for v in rec.captured[0]]
     if ibuf is not None:
-        cast = arith.IndexCastOp(iv, i64)
-        body.add_ops([cast, memref.StoreOp.get(cast.result, ibuf, [])])
+        cast = on_host(arith.IndexCastOp(iv, i64))
+        body.add_ops([cast, on_host(memref.StoreOp.get(cast.results[0], ibuf, []))])
         args.append(ibuf)
     body.add_op(call_body(fl, op, rec.callees[0], [*args, *cur, *nxt]))
     body.add_op(scf.YieldOp(*nxt, *oth, *nxt))
@@ -180,7 +187,7 @@ def lower_while(fl, op: scf.WhileOp) -> None:  # noqa: ANN001
     before.add_op(call_body(fl, op, rec.callees[0], [*(fl.operand_buffer(v) for v in rec.captured[0]), *cur,
                                                       flag, *fresh]))
     c = memref.LoadOp.get(flag, [])
-    before.add_ops([c, scf.ConditionOp(c.res, *before.args)])
+    before.add_ops([on_host(c), scf.ConditionOp(c.res, *before.args)])
     after = Block(arg_types=types * 3)
     a_cur, a_nxt, a_oth = after.args[:n], after.args[n:2 * n], after.args[2 * n:]
     it = iter(fresh)

@@ -37,6 +37,7 @@ plus `const char *opc_cuda_error_string(int)` and `int opc_cuda_device_count(int
 from __future__ import annotations
 
 import math as pymath
+import re
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, memref, scf
@@ -52,8 +53,10 @@ from opc.dialects.opc import int_of
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
 from opc.errors import UnsupportedError
 from opc.lowering.abi import FunctionSignature, c_symbol
+from opc.lowering.c_control_emission import is_host_control
 from opc.lowering.c_emitter import CEmitter
 from opc.lowering.c_expressions import c_type, dtype_suffix
+from opc.lowering.control_flow_lowering import HOST_ATTR
 from opc.lowering.cuda_kernel_emission import (
     HOST_OPS,
     KernelEmission,
@@ -107,6 +110,11 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         return f'extern "C" int {self.prefix}{c_symbol(fn.sym_name.data)}({", ".join(self.params(fn)) or "void"})'
 
     pack_buffers = False  # each intermediate a cudaMalloc of its own
+    # saved loop values: device buffers to the host stack and back (cudaMemcpyDefault: unified addressing)
+    stack_macros = ("#define OPC_STACK_COPY(dst, src, n) "
+                    "do { if (cudaMemcpy(dst, src, n, cudaMemcpyDefault) != cudaSuccess) return 1; } while (0)\n"
+                    "#define OPC_STACK_OOM(n) ((void)(n))\n")
+    stack_oom_status = 2  # cudaErrorMemoryAllocation
 
     def emit_function(self, fn: func.FuncOp) -> FunctionSignature:
         """The C emitter's function (host side), with its kernels before it and the _host wrapper after."""
@@ -149,7 +157,10 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         """Host ops in order; runs of other ops (rank-0 results) become one-thread kernels."""
         segment: list[Operation] = []
         for op in fn.body.block.ops:
-            if isinstance(op, HOST_OPS):
+            if isinstance(op, arith.ConstantOp) and HOST_ATTR not in op.attributes:
+                self.emit_op(op)  # no boundary: a kernel re-declares the constants it reads
+                continue
+            if isinstance(op, HOST_OPS) or is_host_control(op) or HOST_ATTR in op.attributes:
                 if segment:
                     self.emit_kernel([], segment)
                     segment = []
@@ -198,6 +209,26 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
 
     # -- host ops ----------------------------------------------------------------
 
+    def emit_op(self, op: Operation) -> None:
+        """Control flow's scalars on the host: a load or store of a device buffer is a copy."""
+        if HOST_ATTR in op.attributes and isinstance(op, memref.LoadOp):
+            r = op.res
+            at = self.offset(op.memref, op.indices)
+            self.line(f"{c_type(r.type)} {self.name(r)};")
+            self.line(f"OPC_CHECK(cudaMemcpy(&{self.name(r)}, {self.name(op.memref)} + {at}, sizeof {self.name(r)}, "
+                      "cudaMemcpyDeviceToHost));")
+        elif HOST_ATTR in op.attributes and isinstance(op, memref.StoreOp):
+            at = self.offset(op.memref, op.indices)
+            v = self.name(op.value)
+            self.line(f"{{ const {c_type(op.value.type)} opc_v = {v}; OPC_CHECK(cudaMemcpy({self.name(op.memref)} + "
+                      f"{at}, &opc_v, sizeof opc_v, cudaMemcpyHostToDevice)); }}")
+        elif HOST_ATTR in op.attributes:  # C++ forbids a goto (to cleanup) past an initialised declaration
+            at = len(self.lines)
+            super().emit_op(op)
+            self.lines[at:] = [uninitialised(line) for line in self.lines[at:]]
+        else:
+            super().emit_op(op)
+
     def emit_CallOp(self, op: CallOp) -> None:
         self.line(f"OPC_CHECK(opc_cuda_nn_{op.callee.data}({self.call_args(op)}));")
 
@@ -210,7 +241,7 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
                   "status = (int)opc_status_host[0]; goto cleanup; } }")
 
     def emit_ConstantOp(self, op: arith.ConstantOp) -> None:
-        if self.in_host:
+        if self.in_host and HOST_ATTR not in op.attributes:
             # top-level constants: bounds are read at emission time, kernels re-declare what they use
             if isinstance(op.result.type, IndexType):
                 self.constants[op.result] = int_of(op.value)
@@ -271,6 +302,12 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
 
     def emit_AllocaOp(self, op: memref.AllocaOp) -> None:
         raise NotImplementedError("CUDA emitter: row buffers (the CUDA lowering recomputes instead)")
+
+
+def uninitialised(line: str) -> str:
+    """`const T x = e;` as `T x; x = e;` (a host scalar of control flow, declared where it is computed)."""
+    m = re.fullmatch(r"(\s*)(?:const )?(\w[\w ]*?) (\w+) = (.*);", line)
+    return f"{m[1]}{m[2]} {m[3]}; {m[3]} = {m[4]};" if m else line
 
 
 def emit_cuda(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:

@@ -34,7 +34,6 @@ from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects.control import CONTROL_OPS
-from opc.errors import UnsupportedError
 
 BODY_ATTR = "opc.body"
 """On a function made from a control-flow region: private, called by its host, not exported."""
@@ -81,9 +80,6 @@ class Outliner:
         for op in list(fn.body.block.ops):
             if not isinstance(op, CONTROL_OPS):
                 continue
-            if self.target == "cuda":
-                raise UnsupportedError(f"'{op.name}': control flow runs on the cpu backend only; "
-                                       "the cuda target does not support it yet")
             base = f"{fn.sym_name.data}__{op.name.removeprefix('scf.')}{counter}"
             counter += 1
             if isinstance(op, scf.IfOp):

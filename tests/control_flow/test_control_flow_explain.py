@@ -1,6 +1,6 @@
 """`opc explain` on a program with control flow: each op's host route, and each body's kernels."""
 
-from programs import IF_IN_LOOP
+from cf_programs import IF_IN_LOOP
 
 from opc.explain import explain, explain_kernels
 from opc.frontend import load_module

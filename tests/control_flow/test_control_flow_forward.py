@@ -3,7 +3,7 @@ counts 0, 1 and large, conditions both ways, nested loops, a loop in an if and a
 
 import numpy as np
 import pytest
-from programs import (
+from cf_programs import (
     FOR,
     IF,
     IF_IN_LOOP,

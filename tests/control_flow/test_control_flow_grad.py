@@ -142,7 +142,7 @@ func.func @f(%n: tensor<i64>, %m: tensor<i64>, %a0: tensor<3xf64>, %b0: tensor<3
 
 @pytest.fixture(scope="module")
 def loops():
-    from programs import IF_IN_LOOP, LOOP_IN_IF
+    from cf_programs import IF_IN_LOOP, LOOP_IN_IF
 
     loop_in_if = LOOP_IN_IF.replace("f32", "f64")
     return {"for": opc.compile(FOR64, grad=True), "nested": opc.compile(NESTED_FOR64, grad=True),

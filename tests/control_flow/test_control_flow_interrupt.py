@@ -7,7 +7,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from programs import forever
+from cf_programs import forever
 
 import opc
 
@@ -38,7 +38,7 @@ def test_ctrl_c_interrupts_a_while():
         sys.path.insert(0, {here!r})
         import numpy as np
         import opc
-        from programs import forever
+        from cf_programs import forever
         m = opc.compile(forever())
         for attempt in range(2):
             threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
