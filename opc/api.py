@@ -19,10 +19,10 @@ from opc.errors import InputError, UnsupportedError
 from opc.frontend import load_module
 from opc.ir import Source, is_lowered, make_context, verify
 from opc.lowering.abi import FunctionSignature
+from opc.lowering.binding import bind
 from opc.lowering.build import (
     MODULE_TEMPLATE_TAIL,
     CompiledModule,
-    bind,
     build_extension,
     cache_dir,
     load_extension,
@@ -185,7 +185,8 @@ MODULE_TEMPLATE = '''"""{name}: compiled by opc from {origin}. Import it; call i
 
 import os as _os
 
-from opc.lowering.build import bind as _bind, load_extension as _load
+from opc.lowering.binding import bind as _bind
+from opc.lowering.build import load_extension as _load
 from opc.lowering.abi import FunctionSignature as _Sig
 
 _SIGNATURES = {signatures!r}

@@ -34,7 +34,8 @@ from pathlib import Path
 
 from opc.interop.arrays import ARRAY_KINDS
 from opc.lowering.abi import FunctionSignature
-from opc.lowering.build import CompiledModule, bind, cache_dir, content_key, intact, load_extension, runtime_dir
+from opc.lowering.binding import bind
+from opc.lowering.build import CompiledModule, cache_dir, content_key, intact, load_extension, runtime_dir
 
 RECORD_FORMAT = 3
 FLAVOR_ENV = ("OPC_SANITIZE", "OPC_PROFILE", "CC", "OPC_MARCH")  # environment that changes what a compile builds

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "opc"
 
 # Lowest first. A module belongs to the first layer one of whose prefixes it matches.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundations", ("opc.errors", "opc.dtypes", "opc.interop.arrays", "opc.threads", "opc.profiler")),
+    ("foundations", ("opc.errors", "opc.symbolic", "opc.dtypes", "opc.interop.arrays", "opc.threads", "opc.profiler")),
     ("dialects", ("opc.dialects",)),
     ("ir", ("opc.ir",)),
     ("ops", ("opc.ops",)),

@@ -91,6 +91,8 @@ from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
+from opc.symbolic import Sym
+
 # ---------------------------------------------------------------------------
 # Element types
 # ---------------------------------------------------------------------------
@@ -132,7 +134,7 @@ def shaped_type(v: SSAValue | Attribute) -> ShapedType:
 
 SYMBOLIC_SHAPES: ContextVar[Mapping[SSAValue, tuple] | None] = ContextVar("opc_symbolic_shapes", default=None)
 """While a function with run-time sizes is lowered: each value's shape with its `?` dims as
-polynomials over the size parameters (opc/lowering/sizes.py); shape_of answers with it."""
+polynomials over the size parameters (opc/dialects/sizes.py); shape_of answers with it."""
 
 
 def shape_of(v: SSAValue | Attribute) -> tuple[int, ...]:
@@ -224,7 +226,8 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 
 def tensor(shape: Sequence[int], element: Attribute) -> TensorType:
-    return TensorType(element, list(shape))
+    """A tensor type; a size known only at run time (a symbolic size, opc/symbolic.py) is `?`."""
+    return TensorType(element, [DYNAMIC if isinstance(d, Sym) else d for d in shape])
 
 
 def matmul_shape(x: Sequence[int], y: Sequence[int], trans_x: bool, trans_y: bool) -> tuple[int, ...]:
@@ -289,6 +292,12 @@ def slice_shape(shape: Sequence[int], start: Sequence[int], limit: Sequence[int]
             raise VerifyException(f"slice {what} has {len(v)} entries, the operand has rank {rank}")
     out = []
     for d, (n, a, b, s) in enumerate(zip(shape, start, limit, strides)):
+        if n == DYNAMIC or b == DYNAMIC:  # a run-time dim is sliced whole: start 0, limit `?`, stride 1
+            if (n, a, b, s) != (DYNAMIC, 0, DYNAMIC, 1):
+                raise VerifyException(f"slice dim {d} of run-time size: only whole (start 0, limit ?, stride 1), "
+                                      f"got start {a}, limit {'?' if b == DYNAMIC else b}, stride {s}")
+            out.append(DYNAMIC)
+            continue
         if s < 1:
             raise VerifyException(f"slice strides must be >= 1, got {s} for dim {d}")
         if not 0 <= a <= b <= n:

@@ -1018,27 +1018,3 @@ class CompiledModule:
 
     def __repr__(self) -> str:
         return f"<opc module {', '.join(self._functions)}>"
-
-
-def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, CompiledFunction]:
-    setter = getattr(ext.lib, SET_THREADS_FN, None)
-    if setter is not None:
-        from opc.threads import register
-
-        register(ext.__name__, setter)
-    if os.environ.get("OPC_PROFILE", "") not in ("", "0") and hasattr(ext.lib, "opc_profile"):
-        from opc.profiler import profile_at_exit
-
-        profile_at_exit(ext)
-    message = getattr(ext.lib, KERNEL_MESSAGE_FN, None)
-    detail = getattr(ext.lib, "opc_error_value", None)
-    oom = getattr(ext.lib, OOM_FN, None)
-    return {s.name: function_class(s)(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message,
-                                      detail, oom) for s in signatures}
-
-
-def function_class(sig: FunctionSignature) -> type[CompiledFunction]:
-    from opc.lowering.dynamic_call import DynamicFunction
-
-    return DynamicFunction if sig.dynamic else CompiledFunction
-

@@ -56,7 +56,7 @@ from opc.lowering.scalars import (
     memref_of,
 )
 from opc.lowering.size_lowering import SizeLowering
-from opc.lowering.sizes import FunctionSizes, Shape, analyze, has_dynamic_shapes, symbolic_shapes
+from opc.dialects.sizes import FunctionSizes, Shape, analyze, has_dynamic_shapes, symbolic_shapes
 from opc.targets.device_kernels import external_symbol, kernel_attributes
 from opc.transforms.opc_outline_control_flow import BODY_ATTR, is_body, outline_control_flow
 from opc.transforms.opc_schedule import Kernel, plan, unwrap_kernels

@@ -1,7 +1,7 @@
 """Run-time sizes at the loop level: the function's size parameters, sizes as `index` values,
 buffers whose `?` dims are given at run time.
 
-A function with `?` dims (opc/lowering/sizes.py) becomes `@f(inputs..., outputs..., sizes...)`:
+A function with `?` dims (opc/dialects/sizes.py) becomes `@f(inputs..., outputs..., sizes...)`:
 one `index` parameter per size symbol, after the outputs. A polynomial size is computed once
 at the top of the function (arith.muli / addi of the parameters), so it dominates every nest;
 a buffer with `?` dims is a `memref.alloc(%n)` or, for an argument, a
@@ -27,7 +27,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from opc.dialects.opc import DYNAMIC
 from opc.lowering.lowering_state import LoweringState
-from opc.lowering.sizes import FunctionSizes, Shape
+from opc.dialects.sizes import FunctionSizes, Shape
 from opc.symbolic import Size, Sym
 
 SIZES_ATTR = "opc.sizes"  # on a lowered func: its size parameters' names, after the outputs

@@ -48,12 +48,13 @@ class Constraint:
 class FunctionSizes:
     """The size symbols of one function and every value's shape in them."""
 
-    fn: func.FuncOp
+    fn: func.FuncOp | None  # None: the ONNX importer's, fed op by op as it emits them
     shapes: dict[SSAValue, Shape] = field(default_factory=dict)
     scalars: dict[SSAValue, Size] = field(default_factory=dict)  # index values that are sizes (tensor.dim)
     subst: dict[str, Size] = field(default_factory=dict)
     constraints: list[Constraint] = field(default_factory=list)
     origin: dict[str, str] = field(default_factory=dict)  # symbol -> "argument 'x' dim 0"
+    sources: dict[str, tuple[SSAValue, int]] = field(default_factory=dict)  # symbol -> (argument, dim)
     count: int = 0
 
     # -- symbols -----------------------------------------------------------------------
@@ -93,11 +94,24 @@ class FunctionSizes:
 
     # -- the analysis ----------------------------------------------------------------------
 
-    def run(self) -> FunctionSizes:
-        for i, arg in enumerate(self.fn.args):
+    def seed(self, args: Sequence[SSAValue]) -> FunctionSizes:
+        """Each `?` dim of each argument a symbol of its own."""
+        for i, arg in enumerate(args):
             name = arg.name_hint or f"in{i}"
-            self.shapes[arg] = tuple(self.fresh(f"argument '{name}' dim {d}") if n == DYNAMIC else n
-                                     for d, n in enumerate(shaped_type(arg).get_shape()))
+            dims: list[Size] = []
+            for d, n in enumerate(shaped_type(arg).get_shape()):
+                if n == DYNAMIC:
+                    sym = self.fresh(f"argument '{name}' dim {d}")
+                    self.sources[sym.render()] = (arg, d)
+                    dims.append(sym)
+                else:
+                    dims.append(n)
+            self.shapes[arg] = tuple(dims)
+        return self
+
+    def run(self) -> FunctionSizes:
+        assert self.fn is not None
+        self.seed(self.fn.args)
         for op in self.fn.body.walk():
             if op is self.fn:
                 continue
@@ -158,6 +172,8 @@ class FunctionSizes:
             return a - b
         if isinstance(op, arith.MuliOp):
             return a * b
+        if isinstance(op, (arith.DivUIOp, arith.DivSIOp, arith.FloorDivSIOp)):
+            return exact_quotient(a, b)  # sizes are >= 0: the three divisions agree where exact
         return None
 
     def size_operands(self, op: Operation, result: SSAValue) -> list[Size] | None:
@@ -317,6 +333,15 @@ def concat(s: FunctionSizes, op: opc.ConcatOp) -> list[Shape]:
     return [(*first[:axis], total, *first[axis + 1:])]
 
 
+def slice_(s: FunctionSizes, op: opc.SliceOp) -> list[Shape]:
+    """A `?` dim is sliced whole (start 0, limit `?`, stride 1); static dims as declared."""
+    x = s.shape(op.x)
+    start, limit, strides = op.slice_params()
+    declared = shaped_type(op.result).get_shape()
+    return [tuple(n if (a, b, st) == (0, DYNAMIC, 1) else d
+                  for n, d, a, b, st in zip(x, declared, start, limit, strides))]
+
+
 def gather(s: FunctionSizes, op: opc.GatherOp) -> list[Shape]:
     x, idx, axis = s.shape(op.x), s.shape(op.indices), op.axis_index()
     return [(*x[:axis], *idx, *x[axis + 1:])]
@@ -364,6 +389,7 @@ RULES: dict[type[Operation], Rule] = {
     opc.ReshapeOp: reshape,  # type: ignore[dict-item]
     opc.ConcatOp: concat,  # type: ignore[dict-item]
     opc.GatherOp: gather,  # type: ignore[dict-item]
+    opc.SliceOp: slice_,  # type: ignore[dict-item]
     opc.FullOp: full,  # type: ignore[dict-item]
     opc.BroadcastToOp: broadcast_to,  # type: ignore[dict-item]
     opc.AxisOp: same_as_first,
