@@ -243,3 +243,16 @@ def test_grad_through_while(lim, trips):
     np.testing.assert_allclose(m.f(x, w, np.array(lim)), want, rtol=1e-12)
     # finite differences keep the trip count: a small move of x and w does not cross the limit
     check_grad(m, [], [x, w], rng, tail=[np.array(lim)])
+
+
+def test_value_and_grad_through_for(loops):
+    """@f_value_and_grad saves and pops like @f_grad: its values and gradients are theirs."""
+    m = loops["for"]
+    rng = np.random.default_rng(9)
+    x, w, dout = rng.standard_normal(4), rng.uniform(-0.5, 0.5, 4), rng.standard_normal(4)
+    n = np.array(25)
+    out, dx, dw = m.f_value_and_grad(n, x, w, dout)
+    np.testing.assert_array_equal(out, m.f(n, x, w))
+    gx, gw = m.f_grad(n, x, w, dout)
+    np.testing.assert_array_equal(dx, gx)
+    np.testing.assert_array_equal(dw, gw)
