@@ -202,6 +202,9 @@ def cmd_import(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+PROFILE_SIZE = 64  # opc profile's size for a `?` dim of a random input (--inputs gives others)
+
+
 def cmd_profile(args: argparse.Namespace) -> None:
     """Compile (or load from the cache), run every function on random inputs, print the kernel table."""
     import numpy as np
@@ -223,13 +226,13 @@ def cmd_profile(args: argparse.Namespace) -> None:
     given = load_profile_inputs(args.inputs)
     weights, weights_from = model_weights(args.file)
 
-    def argument(function: str, name: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    def argument(function: str, name: str, shape: tuple[int | str, ...], dtype: str) -> np.ndarray:
         if given is not None and name in given:
             return given[name]
         if name in weights:
             return weights[name]
-        if given is None:
-            return random_input(shape, dtype)
+        if given is None:  # a run-time size (a symbol such as 'n0') takes PROFILE_SIZE
+            return random_input(tuple(d if isinstance(d, int) else PROFILE_SIZE for d in shape), dtype)
         raise InputError(f"--inputs {args.inputs} has no array '{name}' for {function}()")
 
     calls = []

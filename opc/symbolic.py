@@ -154,6 +154,27 @@ def exact_quotient(a: int | Sym, b: int | Sym) -> int | Sym | None:
     return simplify(Sym(out))
 
 
+def product_quotient(num: Iterable[int | Sym], den: Iterable[int | Sym]) -> int | Sym | None:
+    """prod(num) / prod(den) where exact: equal factors cancel first (a reshape's `[b, h, n + p, d]`
+    to `[-1, n + p, d]`, whose sum no monomial divides), the rest by exact_quotient."""
+    rest, den = list(num), list(den)
+    if 0 in den:
+        return None
+    left: list[int | Sym] = []
+    for d in den:
+        if d in rest:
+            rest.remove(d)
+        else:
+            left.append(d)
+    total: int | Sym = 1
+    for d in rest:
+        total = total * d
+    divisor: int | Sym = 1
+    for d in left:
+        divisor = divisor * d
+    return exact_quotient(total, divisor)
+
+
 def is_static(d: object) -> bool:
     return isinstance(d, int)
 

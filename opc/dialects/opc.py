@@ -139,8 +139,8 @@ polynomials over the size parameters (opc/dialects/sizes.py); shape_of answers w
 
 def shape_of(v: SSAValue | Attribute) -> tuple[int, ...]:
     shape = shaped_type(v).get_shape()
-    if DYNAMIC in shape and (table := SYMBOLIC_SHAPES.get()) is not None:
-        if not isinstance(v, SSAValue) or v not in table:
+    if DYNAMIC in shape and isinstance(v, SSAValue) and (table := SYMBOLIC_SHAPES.get()) is not None:
+        if v not in table:
             raise AssertionError(f"no run-time sizes known for {v}")
         return table[v]
     return shape
@@ -220,7 +220,7 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
         dims.discard(1)
         static = dims - {DYNAMIC}
         if len(static) > 1:
-            raise VerifyException(f"shapes {[shape_text(s) for s in shapes]} do not broadcast")
+            raise VerifyException(f"shapes [{', '.join(shape_text(s) for s in shapes)}] do not broadcast")
         out.append(static.pop() if static else DYNAMIC if dims else 1)
     return tuple(out)
 
@@ -1197,7 +1197,8 @@ class ConcatOp(OpcOp, AxisAttr):
         assert isinstance(first, TensorType)
         shape = list(first.get_shape())
         a = normalize_axis(axis, len(shape))
-        shape[a] = sum(shape_of(t)[a] for t in types)
+        along = [shape_of(t)[a] for t in types]
+        shape[a] = DYNAMIC if DYNAMIC in along else sum(along)  # a run-time size joins: the sum is one too
         super().__init__(operands=[list(inputs)], result_types=[tensor(shape, first.element_type)],
                          properties={"axis": IntegerAttr(axis, 64)})
 
@@ -1215,12 +1216,13 @@ class ConcatOp(OpcOp, AxisAttr):
             t = check_tensor(v, f"operand {i}")
             check_same_element(first, t, f"operands 0 and {i}")
             shape = t.get_shape()
-            if len(shape) != rank or any(a != b for d, (a, b) in enumerate(zip(shape, first.get_shape())) if d != axis):
+            if len(shape) != rank or not all(dims_agree(a, b) for d, (a, b) in enumerate(zip(shape, first.get_shape()))
+                                             if d != axis):
                 raise VerifyException(
                     f"concat operand {i} has shape {list(shape)}: all operands must match {list(first.get_shape())} "
                     f"except along axis {axis}"
                 )
-            total += shape[axis]
+            total = DYNAMIC if DYNAMIC in (total, shape[axis]) else total + shape[axis]
         check_same_element(first, r, "operands and result")
         want = list(first.get_shape())
         want[axis] = total

@@ -224,16 +224,20 @@ class CheckIndexOp(IRDLOperation):
     name = "opc_loops.check_index"
     raw = operand_def(IntegerType(64))
     status = operand_def(MemRefType)
+    extent = opt_operand_def(IndexType())  # the axis size where it is known at run time only (size = -1)
     result = result_def(IndexType())
     size = prop_def(IntegerAttr)
     code = prop_def(IntegerAttr)
     wrap = prop_def(BoolAttr)
     irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "$raw `,` $status attr-dict `:` type($status)"
+    assembly_format = "$raw `,` $status (`,` $extent^)? attr-dict `:` type($status)"
 
-    def __init__(self, raw: SSAValue, status: SSAValue, size: int, code: int, wrap: bool):
-        super().__init__(operands=[raw, status], result_types=[IndexType()], properties={
-            "size": IntegerAttr(size, i64), "code": IntegerAttr(code, i64), "wrap": BoolAttr.from_bool(wrap),
+    def __init__(self, raw: SSAValue, status: SSAValue, size: int | SSAValue, code: int, wrap: bool):
+        extent = [size] if isinstance(size, SSAValue) else []
+        static = size if isinstance(size, int) else -1
+        super().__init__(operands=[raw, status, extent], result_types=[IndexType()], properties={
+            "size": IntegerAttr(static, i64), "code": IntegerAttr(code, i64),
+            "wrap": BoolAttr.from_bool(wrap),
         })  # fmt: skip
 
 

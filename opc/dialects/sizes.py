@@ -17,7 +17,7 @@ taught run-time sizes yet.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
@@ -30,7 +30,7 @@ from opc.dialects import opc
 from opc.dialects.kinds import ELEMENTWISE
 from opc.dialects.opc import DYNAMIC, SYMBOLIC_SHAPES, shaped_type
 from opc.errors import UnsupportedError
-from opc.symbolic import Size, Sym, SymbolicComparison, exact_quotient
+from opc.symbolic import Size, Sym, SymbolicComparison, exact_quotient, product_quotient
 
 Shape = tuple[Size, ...]
 
@@ -84,7 +84,7 @@ class FunctionSizes:
             return a
         later_first = isinstance(a, Sym) and isinstance(b, Sym) and symbol_number(b) > symbol_number(a)
         for x, y in ((b, a), (a, b)) if later_first else ((a, b), (b, a)):
-            if replaceable(x, y):
+            if isinstance(x, Sym) and replaceable(x, y):
                 self.subst[x.render()] = y
                 return y
         if isinstance(a, int) and isinstance(b, int):
@@ -311,7 +311,7 @@ def reshape(s: FunctionSizes, op: opc.ReshapeOp) -> list[Shape]:
         if DYNAMIC not in rest:
             s.unify(total, known, "opc.reshape element count")
             return [(*x[:k], *rest)]
-        q = exact_quotient(total, known)
+        q = product_quotient(x[k:], [d for d in rest if d != DYNAMIC])
         if q is None:
             continue
         return [(*x[:k], *(q if d == DYNAMIC else d for d in rest))]
@@ -376,6 +376,23 @@ def broadcast_to(s: FunctionSizes, op: opc.BroadcastToOp) -> list[Shape]:
     return [tuple(out)]
 
 
+def attention(s: FunctionSizes, op: opc.AttentionOp) -> list[Shape]:
+    """q [B.., Lq, D], k [B.., Lk, D], v [B.., Lk, Dv]: out [B.., Lq, Dv], lse [B.., Lq]."""
+    q, k, v = s.shape(op.q), s.shape(op.k), s.shape(op.v)
+    for d, (a, b, c) in enumerate(zip(q[:-2], k[:-2], v[:-2])):
+        s.unify(s.unify(a, b, f"{op.name} q and k batch dim {d}"), c, f"{op.name} k and v batch dim {d}")
+    s.unify(q[-1], k[-1], f"{op.name} q and k last dims")
+    s.unify(k[-2], v[-2], f"{op.name} k and v key dims")
+    if op.mask is not None:
+        s.broadcast([s.shape(op.mask), (*q[:-1], k[-2])], f"{op.name} mask")
+    return [(*q[:-1], v[-1]), q[:-1]]
+
+
+def attention_grad(s: FunctionSizes, op: opc.AttentionGradOp) -> list[Shape]:
+    """dq, dk, dv: the shapes of q, k, v."""
+    return [s.shape(op.q), s.shape(op.k), s.shape(op.v)]
+
+
 def constant(s: FunctionSizes, op: Operation) -> list[Shape]:
     return [tuple(shaped_type(r).get_shape()) for r in op.results]
 
@@ -390,6 +407,8 @@ RULES: dict[type[Operation], Rule] = {
     opc.ConcatOp: concat,  # type: ignore[dict-item]
     opc.GatherOp: gather,  # type: ignore[dict-item]
     opc.SliceOp: slice_,  # type: ignore[dict-item]
+    opc.AttentionOp: attention,  # type: ignore[dict-item]
+    opc.AttentionGradOp: attention_grad,  # type: ignore[dict-item]
     opc.FullOp: full,  # type: ignore[dict-item]
     opc.BroadcastToOp: broadcast_to,  # type: ignore[dict-item]
     opc.AxisOp: same_as_first,
@@ -441,7 +460,7 @@ def has_dynamic_shapes(fn: func.FuncOp) -> bool:
 
 
 @contextmanager
-def symbolic_shapes(table: dict[SSAValue, Shape]) -> Iterator[None]:
+def symbolic_shapes(table: Mapping[SSAValue, Shape] | None) -> Iterator[None]:
     """shape_of() answers with `table`'s symbolic shapes while the block runs (the lowering)."""
     token = SYMBOLIC_SHAPES.set(table)
     try:

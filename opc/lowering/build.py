@@ -19,6 +19,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import io
+import math
 import os
 import re
 import shutil
@@ -952,7 +953,7 @@ class CompiledFunction:
     def result_memory_error(self, i: int) -> MemoryError:
         """Result #i could not be allocated (the results already allocated are dropped with the call)."""
         shape, dtype, _, _ = self.out_c[i]
-        n = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        n = math.prod(int(d) for d in shape) * dtype.itemsize
         return MemoryError(f"{self.sig.name}(): out of memory: result #{i} ({dtype}{list(shape)}, {byte_size(n)}) "
                            "could not be allocated")
 

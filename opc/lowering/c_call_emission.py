@@ -181,7 +181,8 @@ class CallEmission(EmitterState):
         self.line("}")
 
     def emit_CheckIndexOp(self, op: CheckIndexOp) -> None:
-        size, code = op.size.value.data, op.code.value.data
+        size = self.name(op.extent) if op.extent is not None else op.size.value.data
+        code = op.code.value.data
         wrap = int(op.wrap.value.data != 0)
         self.line(f"const int64_t {self.name(op.result)} = opc_check_index({self.name(op.raw)}, {size}, {wrap}, "
                   f"{self.name(op.status)}, {code});")

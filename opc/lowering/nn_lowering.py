@@ -53,7 +53,7 @@ from opc.lowering.scalars import (
     is_half,
     scalar_type,
 )
-from opc.symbolic import Sym
+from opc.symbolic import Size, Sym
 
 STATUS_LEN = 2  # runtime/opc_status.h: OPC_STATUS_LEN
 
@@ -132,7 +132,7 @@ def braces(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-def index_message(fl, op: Operation, indices: SSAValue, axis: int, size: int) -> str:  # noqa: ANN001
+def index_message(fl, op: Operation, indices: SSAValue, axis: int, size: Size) -> str:  # noqa: ANN001
     name, direct = argument_source(fl, indices)
     where = f"out of range for axis {axis} of size {size} ({op.name})"
     if name is not None and direct:
@@ -141,12 +141,13 @@ def index_message(fl, op: Operation, indices: SSAValue, axis: int, size: int) ->
     return f"an index{source} is {where}; it is {{value}}"
 
 
-def checked_index(fl, op: Operation, indices: SSAValue, raw: SSAValue, axis: int, size: int) -> SSAValue:  # noqa: ANN001
+def checked_index(fl, op: Operation, indices: SSAValue, raw: SSAValue, axis: int, size: Size) -> SSAValue:  # noqa: ANN001
     """The checked index (index type) of a scalar read from `indices`: np.take's negatives wrap."""
     e: Emitter = fl.e
     wide = e.convert(raw, element_of(indices), IntegerType(64))
     code = fl.checks.code(op, "IndexError", index_message(fl, op, indices, axis, size))
-    return e.value(CheckIndexOp(wide, fl.checks.status(), size, code, wrap=True))
+    extent = size if isinstance(size, int) else fl.size_value(size)
+    return e.value(CheckIndexOp(wide, fl.checks.status(), extent, code, wrap=True))
 
 
 def label_code(fl, op: Operation, label: SSAValue, axis: int, classes: int) -> int:  # noqa: ANN001
@@ -190,16 +191,21 @@ def zero_fill(e: Emitter, buf: SSAValue, shape: Sequence[int], elem) -> None:  #
 
 
 def lower_concat(fl, op: opc.ConcatOp) -> None:  # noqa: ANN001
-    """One nest per operand, writing it at its offset along the axis."""
-    e, out, axis, offset = fl.e, fl.buffer_for(op.result), op.axis_index(), 0
+    """One nest per operand, writing it at its offset along the axis (a run-time size past a
+    run-time sized operand: a key/value cache grown by a step)."""
+    e, out, axis = fl.e, fl.buffer_for(op.result), op.axis_index()
+    offset: Size = 0
     for v in op.inputs:
-        def place(idx: list[SSAValue], v: SSAValue = v, offset: int = offset) -> None:
+        def place(idx: list[SSAValue], v: SSAValue = v, offset: Size = offset) -> None:
             dst = list(idx)
-            dst[axis] = affine(e, idx[axis], offset, 1)
+            if isinstance(offset, int):
+                dst[axis] = affine(e, idx[axis], offset, 1)
+            else:
+                dst[axis] = e.value(arith.AddiOp(idx[axis], fl.size_value(offset)))
             e.store(fl.value_at(v, idx), out, dst)
 
         e.parallel(shape_of(v), place)
-        offset += shape_of(v)[axis]
+        offset = offset + shape_of(v)[axis]
 
 
 def lower_slice_grad(fl, op: opc.SliceGradOp) -> None:  # noqa: ANN001
@@ -435,7 +441,7 @@ def layout_ints(strides: Sequence[int]) -> list[int]:
     return [strides[-2], *batch, *[0] * (AT_MAX_BATCH - len(batch))]
 
 
-def attention_ints(op: opc.AttentionOp | opc.AttentionGradOp, strides: Sequence[Sequence[int]] | None = None,
+def attention_ints(op: opc.AttentionOp | opc.AttentionGradOp, strides: Sequence[Sequence[int] | None] | None = None,
                    grad: bool | None = None) -> list[int]:
     """The integers of runtime/opc_nn_attention.h's geometry: bh, lq, lk, d, dv, causal, has_mask,
     the mask's row and column strides, the batch rank, the batch dims and the mask's strides along them
@@ -456,9 +462,16 @@ def attention_ints(op: opc.AttentionOp | opc.AttentionGradOp, strides: Sequence[
     grad = isinstance(op, opc.AttentionGradOp) if grad is None else grad
     rows = [(*batch, lq, d), (*batch, lk, d), (*batch, lk, dv), (*batch, lq, dv)]
     shapes = [*rows, rows[3], *rows[:3]] if grad else rows  # q, k, v, out (dout, dq, dk, dv)
-    strides = strides or [contiguous_strides(sh) for sh in shapes]
-    assert len(strides) == len(shapes)
-    return geometry + [i for st in strides for i in layout_ints(st)]
+    given = strides or [None] * len(shapes)
+    assert len(given) == len(shapes)
+    return geometry + [i for st, sh in zip(given, shapes) for i in layout_ints(st or contiguous_strides(sh))]
+
+
+def view_strides(buf: SSAValue) -> list[int] | None:
+    """A strided view's strides; None for a row-major buffer (whose sizes may be known at run time only)."""
+    t = buf.type
+    assert isinstance(t, MemRefType)
+    return [s.data for s in t.layout.strides] if isinstance(t.layout, StridedLayoutAttr) else None  # type: ignore[union-attr]
 
 
 def strided_view(fl, buf: SSAValue, shape: Sequence[int], strides: Sequence[int], name: str | None) -> SSAValue:  # noqa: ANN001
@@ -510,7 +523,7 @@ def lower_attention(fl, op: opc.AttentionOp | opc.AttentionGradOp) -> None:  # n
     args = [*ins, mask, *outs]
     strided = [*ins[:4], ins[5], *outs] if isinstance(op, opc.AttentionGradOp) else [*ins[:3], outs[0]]
     call(fl, f"{op.name.removeprefix('opc.')}_{dtype_suffix(element_of(op.q))}", args,
-         attention_ints(op, [list(b.type.get_strides()) for b in strided]),
+         attention_ints(op, [view_strides(b) for b in strided]),
          [op.scale.value.data])
 
 

@@ -43,6 +43,7 @@ from opc.dialects import opc
 from opc.dialects.control import is_host_op
 from opc.dialects.kinds import ELEMENTWISE, INLINABLE, element_of, is_splat_constant, shape_of
 from opc.dialects.opc_loops import ExternalCallOp
+from opc.dialects.sizes import FunctionSizes, Shape, analyze, has_dynamic_shapes, symbolic_shapes
 from opc.errors import UnsupportedError
 from opc.lowering import nn_lowering as nn
 from opc.lowering.control_flow_lowering import ControlState, lower_host_op
@@ -56,7 +57,6 @@ from opc.lowering.scalars import (
     memref_of,
 )
 from opc.lowering.size_lowering import SizeLowering
-from opc.dialects.sizes import FunctionSizes, Shape, analyze, has_dynamic_shapes, symbolic_shapes
 from opc.targets.device_kernels import external_symbol, kernel_attributes
 from opc.transforms.opc_outline_control_flow import BODY_ATTR, is_body, outline_control_flow
 from opc.transforms.opc_schedule import Kernel, plan, unwrap_kernels

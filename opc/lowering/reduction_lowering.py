@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math as pymath
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import (
+    AnyFloat,
     ArrayAttr,
     IntegerType,
     MemRefType,
@@ -201,7 +203,7 @@ class ReductionLowering(LoweringState):
             return acc
         if isinstance(count, Sym):  # a run-time count: divided by at run time (0: NaN, as NumPy)
             n = self.e.value(arith.IndexCastOp(self.e.index(count), IntegerType(64)))
-            return self.e.value(arith.DivfOp(acc, self.e.value(arith.SIToFPOp(n, acc.type))))
+            return self.e.value(arith.DivfOp(acc, self.e.value(arith.SIToFPOp(n, cast(AnyFloat, acc.type)))))
         return self.e.value(arith.MulfOp(acc, self.e.const(1.0 / count if count else pymath.nan, acc.type)))
 
     def accumulator(self, kind: str, elem: Attribute) -> Accumulator:

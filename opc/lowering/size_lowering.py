@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects import arith, memref
+from xdsl.dialects import arith, func, memref
 from xdsl.dialects.builtin import (
     ArrayAttr,
     IndexType,
@@ -26,8 +26,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from opc.dialects.opc import DYNAMIC
-from opc.lowering.lowering_state import LoweringState
 from opc.dialects.sizes import FunctionSizes, Shape
+from opc.lowering.lowering_state import LoweringState
 from opc.symbolic import Size, Sym
 
 SIZES_ATTR = "opc.sizes"  # on a lowered func: its size parameters' names, after the outputs
@@ -50,11 +50,16 @@ class SizeLowering(LoweringState):
     size_values: dict[Size, SSAValue]
     size_anchor: Operation | None
 
+    def sizes_fn(self) -> func.FuncOp:
+        """The function the size analysis ran on (the lowering's, never the importer's)."""
+        assert self.sizes is not None and self.sizes.fn is not None
+        return self.sizes.fn
+
     def size_param_names(self) -> list[str]:
         if self.sizes is None:
             return []
         names: dict[str, None] = {}
-        for a in self.sizes.fn.args:
+        for a in self.sizes_fn().args:
             for d in self.sizes.shapes[a]:
                 if isinstance(d, Sym):
                     names.update(dict.fromkeys(sorted(d.symbols)))
@@ -154,7 +159,7 @@ class SizeLowering(LoweringState):
         if self.sizes is None:
             return
         fn.attributes[SIZES_ATTR] = ArrayAttr([StringAttr(n) for n in self.size_params])
-        shapes = [self.sizes.shapes[a] for a in self.sizes.fn.args] + list(outputs)
+        shapes = [self.sizes.shapes[a] for a in self.sizes_fn().args] + list(outputs)
         fn.attributes[ARG_SHAPES_ATTR] = ArrayAttr([size_text(s) for s in shapes])
         fn.attributes[CONSTRAINTS_ATTR] = ArrayAttr([
             ArrayAttr([StringAttr(str(c.lhs)), StringAttr(str(c.rhs)), StringAttr(c.what)])

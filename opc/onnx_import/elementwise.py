@@ -16,6 +16,7 @@ from opc.dialects.kinds import element_of
 from opc.onnx_import.common import Values, gt, lt, node_numpy_dtype, numpy_of, scalar
 from opc.onnx_import.graph import BY_NUMPY, ELEMENT_TYPES, Node, as_newer, converter, dtype_name, same_since
 from opc.onnx_import.linalg import bias_after_gemm
+from opc.onnx_import.run_time_sizes import broadcast_shapes_of
 from opc.ops.registry import ELEMENTWISE
 
 # The ops that are one opc op each (their converters: binary, unary, variadic, bitwise). The
@@ -84,7 +85,7 @@ def power(node: Node) -> Values:
         if y.size == 1 and y.reshape(-1)[0] in shortcuts and broadcasts_to(y.shape, node.shape(0)):
             p = float(y.reshape(-1)[0])
             out = x if p == 1.0 else node.e.mul(x, x) if p == 2.0 else node.e.value(o.SqrtOp(x))
-            return [node.e.reshape(out, np.broadcast_shapes(y.shape, node.shape(0)))]
+            return [node.e.reshape(out, broadcast_shapes_of(node, y.shape, node.shape(0)))]
         float_of_int = numpy_of(x).kind == "i" and y.dtype.kind == "f"
         exponent = node.e.constant(y.astype(np.float64 if float_of_int else node_numpy_dtype(node, 0)))
     else:
@@ -342,7 +343,7 @@ def mod(node: Node) -> Values:
             other = e.select(lt(node, r, zero), gt(node, y, zero),
                              e.select(gt(node, r, zero), lt(node, y, zero), bool_constant(node, False)))
             r = e.select(other, e.add(r, y), r)
-        return [e.broadcast_to(r, np.broadcast_shapes(node.shape(0), node.shape(1)))]
+        return [e.broadcast_to(r, broadcast_shapes_of(node, node.shape(0), node.shape(1)))]
     if dtype.kind == "f" and not fmod and node.opset < 28:
         raise node.fail(f"fmod must be 1 for floats before opset 28 (opset {node.opset})")
     work = np.dtype(np.float64) if dtype.kind in "iu" else np.dtype(np.float32) if dtype.itemsize < 4 else dtype
@@ -360,7 +361,7 @@ def mod(node: Node) -> Values:
         other = e.select(lt(node, r, zero), gt(node, ys, zero),
                          e.select(gt(node, r, zero), lt(node, ys, zero), bool_constant(node, False)))
         r = e.select(other, e.add(r, ys), r)
-    r = e.broadcast_to(r, np.broadcast_shapes(node.shape(0), node.shape(1)))
+    r = e.broadcast_to(r, broadcast_shapes_of(node, node.shape(0), node.shape(1)))
     return [r if dtype == work else e.cast(r, element_of(x))]
 
 

@@ -36,6 +36,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     Signedness,
     TensorType,
+    i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.transforms.common_subexpression_elimination import cse
@@ -45,8 +46,12 @@ from xdsl.utils.exceptions import DiagnosticException, VerifyException
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder
 from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.opc import SYMBOLIC_SHAPES
+from opc.dialects.sizes import symbolic_shapes
 from opc.errors import BuildError, InputError, UnsupportedError, first_line
 from opc.onnx_import.lists import Item, Opt, Seq, is_list, layout_of, leaves
+from opc.onnx_import.run_time_sizes import SYMBOLIC_FOLDERS, SizeNeeded, SizeTracker, fold_symbolic, is_symbolic
+from opc.symbolic import Size, Sym, SymbolicComparison
 
 MAX_FOLDED_INPUT = 64  # elements of a given input that import may compile in as a constant
 MIN_OPSET = 1  # the oldest ai.onnx opset imported: every one the installed onnx knows
@@ -436,33 +441,60 @@ class NodeEmitter(OpBuilder):
     def __init__(self) -> None:
         super().__init__()
         self.label = ""
+        self.tracker: SizeTracker | None = None  # run-time sizes (import_graph(dynamic=True))
 
     def emit(self, op: Operation) -> Operation:
+        token = SYMBOLIC_SHAPES.set(None)  # verifiers check the declared (`?`) types
         try:
             op.verify(verify_nested_ops=False)
         except (VerifyException, DiagnosticException) as err:
             raise UnsupportedError(f"{self.label}: cannot express it in opc: {op.name}: {first_line(err)}") from None
-        return super().emit(op)
+        finally:
+            SYMBOLIC_SHAPES.reset(token)
+        super().emit(op)
+        if self.tracker is not None:
+            try:
+                self.tracker.visit(op)
+            except UnsupportedError as err:  # the op's run-time sizes do not follow (opc/dialects/sizes.py)
+                raise SizeNeeded(f"{self.label}: {err}") from None
+        return op
 
-    def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-        if isinstance(x.owner, o.ReshapeOp):  # a reshape of a reshape: one reshape
+    def size_operands(self, shape: Sequence[Size]) -> list[SSAValue]:
+        """The `index` operands of an op whose result has `shape`: one per run-time size."""
+        if self.tracker is None:
+            return []
+        return [self.tracker.index(self.value, d) for d in shape if isinstance(d, Sym)]
+
+    def size_tensor(self, d: Size) -> SSAValue:
+        """A 0-d int64 tensor of the size d (a number, or a run-time size)."""
+        if isinstance(d, Sym):
+            assert self.tracker is not None
+            return self.tracker.size_tensor(self.value, d)
+        return self.constant(np.array(d, np.int64))
+
+    def reshape(self, x: SSAValue, shape: Sequence[Size]) -> SSAValue:
+        if isinstance(x.owner, o.ReshapeOp) and not x.owner.sizes:  # a reshape of a reshape: one reshape
             x = x.owner.x
         if shape_of(x) == tuple(shape):
             return x
-        return self.value(o.ReshapeOp(x, o.tensor(shape, element_of(x))))
+        return self.value(o.ReshapeOp(x, o.tensor(shape, element_of(x)), self.size_operands(shape)))
 
     def transpose(self, x: SSAValue, perm: Sequence[int]) -> SSAValue:
         if list(perm) == list(range(len(perm))):
             return x
         return self.value(o.TransposeOp(x, perm))
 
-    def broadcast_to(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+    def broadcast_to(self, x: SSAValue, shape: Sequence[Size]) -> SSAValue:
         if shape_of(x) == tuple(shape):
             return x
-        return self.value(o.BroadcastToOp(x, o.tensor(shape, element_of(x))))
+        return self.value(o.BroadcastToOp(x, o.tensor(shape, element_of(x)), self.size_operands(shape)))
 
     def constant(self, array: np.ndarray) -> SSAValue:
         array = np.asarray(array)
+        if is_symbolic(array):  # sizes, some known only at run time: one int64 element each
+            parts = [self.reshape(self.size_tensor(d), [1]) for d in array.reshape(-1)]
+            flat = parts[0] if len(parts) == 1 else self.value(o.ConcatOp(parts, 0))
+            return self.reshape(flat, array.shape)
         t = TensorType(element_type_for(array, "a constant"), array.shape)
         if array.dtype.kind in "iub":
             data = [int(v) for v in array.reshape(-1)]
@@ -543,8 +575,9 @@ class Node:
                                       "must be known at compile time; opc compiles static shapes only")
         return value
 
-    def shape(self, i: int) -> tuple[int, ...]:
-        return tuple(self.importer.type_of(self.proto.input[i]).get_shape())
+    def shape(self, i: int) -> tuple[Size, ...]:
+        """Input i's shape; with run-time sizes, a `?` dim is its size symbol (opc/symbolic.py)."""
+        return self.importer.shape_of(self.proto.input[i])
 
     def element(self, i: int) -> Attribute:
         return self.importer.type_of(self.proto.input[i]).element_type
@@ -717,7 +750,14 @@ class GraphImporter:
         if name in self.values:
             return self.values[name].type  # type: ignore[return-value]
         array = self.constants[name]
+        if is_symbolic(array):
+            return TensorType(i64, array.shape)
         return TensorType(element_type_for(array, f"value '{name}'"), array.shape)
+
+    def shape_of(self, name: str) -> tuple[Size, ...]:
+        if name in self.values:
+            return tuple(shape_of(self.values[name]))
+        return tuple(np.shape(self.constants[name]))
 
     @staticmethod
     def hint(name: str) -> str | None:
@@ -770,10 +810,15 @@ class GraphImporter:
             self.values[name] = (self.emitter.transpose(src, [1, 0]) if how == "transpose"
                                  else self.emitter.reshape(src, all_weights[name].shape))
 
-        for i, node in enumerate(g.node):
-            self.node_index = i
-            self.convert(Node(node, self.opset, self))
-        results = self.results()
+        if self.dynamic:
+            self.emitter.tracker = SizeTracker(block.args)
+            self.emitter.tracker.same_names({self.values[vi.name]: dims_of(vi) for vi in inputs
+                                             if vi.type.HasField("tensor_type")})
+        with symbolic_shapes(self.emitter.tracker.table if self.emitter.tracker else None):
+            for i, node in enumerate(g.node):
+                self.node_index = i
+                self.convert(Node(node, self.opset, self))
+            results = self.results()
         block.add_ops(self.emitter.ops)
         block.add_op(func.ReturnOp(*results))
 
@@ -874,6 +919,8 @@ class GraphImporter:
         present = [n for n in node.proto.input if n]
         convert = find_converter(qualified_type(node.proto), node.opset)
         foldable = node.op_type not in NOT_FOLDABLE and node.op_type not in LIST_OPS
+        if any(is_symbolic(self.constants.get(n)) for n in present) and node.op_type not in SYMBOLIC_FOLDERS:
+            foldable = False  # run-time sizes into Reshape, Range, ...: its converter takes them
         if foldable and all(n in self.constants for n in present):
             outputs: Sequence[SSAValue | np.ndarray] = self.evaluate(node)
         elif convert is None and foldable and all(self.compile_time(n) is not None for n in present):
@@ -886,6 +933,8 @@ class GraphImporter:
                 outputs = convert(node)
             except VerifyException as err:  # raised by an op's constructor (shapes it cannot take)
                 raise node.fail(f"cannot express it in opc: {first_line(err)}") from None
+            except SymbolicComparison as err:  # a run-time size where this converter needs a number
+                raise SizeNeeded(f"{node.label}: {err}") from None
         from_lists = any(n in self.lists for n in present)
         for name, out in zip(node.proto.output, outputs):
             if not name:
@@ -956,6 +1005,8 @@ class GraphImporter:
 
         if feeds is None:
             feeds = {n: self.constants[n] for n in node.proto.input if n}
+        if any(is_symbolic(v) for v in feeds.values()):
+            return fold_symbolic(node, [feeds[n] if n else None for n in node.proto.input])
         fold = FOLDERS.get(qualified_type(node.proto))
         if fold is not None:
             return fold(node, [feeds[n] if n else None for n in node.proto.input])
@@ -969,15 +1020,17 @@ class GraphImporter:
         if name not in self.inferred:
             return
         elem, dims = self.inferred[name]
+        ours_dims: list[Size]
         if isinstance(out, SSAValue):
-            t = out.type
-            assert isinstance(t, TensorType)
-            ours_elem, ours_dims = t.element_type, list(t.get_shape())
+            ours_elem, ours_dims = element_of(out), list(shape_of(out))
         else:
-            ours_elem, ours_dims = BY_NUMPY.get(np.asarray(out).dtype), list(np.shape(out))
+            ours_elem = i64 if is_symbolic(out) else BY_NUMPY.get(np.asarray(out).dtype)
+            ours_dims = list(np.shape(out))
         if elem in ELEMENT_TYPES and ours_elem != ELEMENT_TYPES[elem][1]:
             raise node.fail(f"output '{name}' has element type {ours_elem} in opc, {dtype_name(elem)} in ONNX")
-        if dims != [None] and all(isinstance(d, int) and d > 0 for d in dims) and dims != ours_dims:
+        known = dims != [None] and all(isinstance(d, int) and d > 0 for d in dims)
+        if known and (len(dims) != len(ours_dims)
+                      or any(not isinstance(w, Sym) and w != d for w, d in zip(ours_dims, dims))):
             raise node.fail(f"output '{name}' has shape {ours_dims} in opc, {dims} in ONNX")
 
 
@@ -1008,8 +1061,29 @@ def one_node_model(proto, feeds: Mapping[str, np.ndarray], opset: int):
 
 def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None,
                  constants: Any = None) -> tuple[ModuleOp, dict[str, np.ndarray]]:
-    module, params, _ = import_graph(model, shapes, constants=constants)
+    """opc.import_onnx: the open dims `shapes` does not fix stay `?` (run-time sizes)."""
+    try:
+        module, params, _ = import_graph(model, shapes, constants=constants, dynamic=True)
+    except UnsupportedError as err:
+        open_inputs = [n for n, dims in open_dims(model).items() if n not in (shapes or {})]
+        if not open_inputs or not isinstance(err, (NeededAtCompileTime, SizeNeeded)):
+            raise
+        name = open_inputs[0]
+        raise type(err)(f"{err}; give the open sizes at import: `opc import --shape {name}=...` or "
+                         f"opc.import_onnx(..., shapes={{'{name}': (...)}})") from None
     return module, params
+
+
+def open_dims(model: Any) -> dict[str, list[int | str | None]]:
+    """The graph inputs with a dim left open (a dim_param or no size), and their dims."""
+    inits = {t.name for t in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name not in inits and vi.type.HasField("tensor_type"):
+            dims = dims_of(vi)
+            if any(not isinstance(d, int) or d <= 0 for d in dims):
+                out[vi.name] = dims
+    return out
 
 
 def import_graph(model: Any, shapes: Mapping[str, Any] | None,

@@ -31,6 +31,7 @@ from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import Values, scalar
 from opc.onnx_import.graph import Node, converter, same_since
+from opc.onnx_import.run_time_sizes import broadcast_shapes_of
 
 
 def bias_after_gemm(node: Node, y: SSAValue, bias: SSAValue) -> SSAValue | None:
@@ -59,7 +60,7 @@ def matmul(node: Node) -> Values:
         x, xs = e.reshape(x, (1, *xs)), (1, *xs)
     if len(ys) == 1:
         y, ys = e.reshape(y, (*ys, 1)), (*ys, 1)
-    out_shape = list(np.broadcast_shapes(xs[:-2], ys[:-2])) + [xs[-2], ys[-1]]
+    out_shape = list(broadcast_shapes_of(node, xs[:-2], ys[:-2])) + [xs[-2], ys[-1]]
     if len(ys) == 2 and len(xs) > 2:  # rows of every batch share the weight: one GEMM
         rows = e.reshape(x, (math.prod(xs[:-1]), xs[-1]))
         r = e.reshape(e.matmul(rows, y), out_shape)

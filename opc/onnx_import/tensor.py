@@ -45,11 +45,20 @@ from opc.onnx_import.graph import (
     numpy_dtype_of,
     same_since,
 )
+from opc.onnx_import.run_time_sizes import (
+    WHOLE_END,
+    SizeNeeded,
+    broadcast_sizes,
+    is_symbolic,
+    sizes_array,
+    slice_limits,
+)
+from opc.symbolic import Size, Sym, product_quotient
 
 
 @converter("Shape")
 def shape(node: Node) -> Values:
-    dims = np.array(node.shape(0), np.int64)
+    dims = sizes_array(node.shape(0), [len(node.shape(0))])  # run-time sizes stay symbols (run_time_sizes.py)
     rank = len(dims)
     start, end = node.attr("start", 0), node.attr("end", rank)
     return [dims[slice(start, end)]]
@@ -57,24 +66,32 @@ def shape(node: Node) -> Values:
 
 @converter("Size")
 def size(node: Node) -> Values:
-    return [np.array(math.prod(node.shape(0)), np.int64)]
+    return [sizes_array([math.prod(node.shape(0))], [])]
+
+
+def size_list(array: np.ndarray) -> list[Size]:
+    """A shape input's entries: numbers, or sizes known at run time (a Shape node's)."""
+    return [v if isinstance(v, Sym) else int(v) for v in np.asarray(array).reshape(-1)]
 
 
 @converter("Reshape")
 def reshape(node: Node) -> Values:
     src = node.shape(0)
-    want = [int(d) for d in node.const(1, "shape").reshape(-1)]
+    want = size_list(node.const(1, "shape"))
     if not node.attr("allowzero", 0):
         want = [src[i] if d == 0 else d for i, d in enumerate(want)]
     if want.count(-1) > 1:
         raise node.fail(f"shape {want} has more than one -1")
+    total = math.prod(src)
     if -1 in want:
-        known = math.prod(d for d in want if d != -1)
-        if known == 0 or math.prod(src) % known:
-            raise node.fail(f"cannot reshape {list(src)} to {want}")
-        want[want.index(-1)] = math.prod(src) // known
-    if math.prod(want) != math.prod(src):
-        raise node.fail(f"cannot reshape {list(src)} ({math.prod(src)} elements) to {want}")
+        inferred = product_quotient(src, [d for d in want if d != -1])
+        if inferred is None:
+            symbolic = any(isinstance(d, Sym) for d in (*src, *want))
+            raise (SizeNeeded(f"{node.label}: cannot infer the -1 of {want} from {list(src)}") if symbolic
+                   else node.fail(f"cannot reshape {list(src)} to {want}"))
+        want[want.index(-1)] = inferred
+    if math.prod(want) != total:
+        raise node.fail(f"cannot reshape {list(src)} ({total} elements) to {want}")
     return [node.e.reshape(node.input(0), want)]
 
 
@@ -121,11 +138,10 @@ def transpose(node: Node) -> Values:
 @converter("Expand")
 def expand(node: Node) -> Values:
     src = node.shape(0)
-    want = tuple(int(d) for d in node.const(1, "shape").reshape(-1))
-    try:
-        out = np.broadcast_shapes(src, want)
-    except ValueError:
-        raise node.fail(f"cannot expand {list(src)} to {list(want)}") from None
+    want = size_list(node.const(1, "shape"))
+    out = broadcast_sizes(src, want)
+    if out is None:
+        raise node.fail(f"cannot expand {list(src)} to {list(want)}")
     x = node.input(0)
     return [node.e.broadcast_to(x, out)]
 
@@ -169,6 +185,11 @@ def slice_(node: Node) -> Values:
         a = node.axis(int(a), rank)
         if st == 0:
             raise node.fail(f"step 0 on axis {a}")
+        if isinstance(src[a], Sym):  # a run-time dim: sliced whole only (x[:, 0:] as exporters write it)
+            if (b, st) != (0, 1) or e < WHOLE_END:
+                raise SizeNeeded(f"{node.label}: a slice of axis {a}, whose size is known at run time only, "
+                                 f"from {b} to {e}")
+            continue
         if st < 0:  # ONNX's clamping for negative steps: start into [0, dim - 1], end into [-1, dim - 1]
             dim = src[a]
             b, e = int(b) + dim if b < 0 else int(b), int(e) + dim if e < 0 else int(e)
@@ -179,7 +200,7 @@ def slice_(node: Node) -> Values:
         strides[a] = int(st)
     x = node.input(0)
     if not (start == [0] * rank and limit == list(src) and strides == [1] * rank):
-        x = node.e.value(o.SliceOp(x, start, limit, strides))
+        x = node.e.value(o.SliceOp(x, start, slice_limits(limit), strides))
     for a, picked in backwards.items():
         x = node.e.value(o.GatherOp(x, node.e.constant(np.array(picked, np.int64)), a))
     return [x]
@@ -206,7 +227,7 @@ def split(node: Node) -> Values:
     for size in split_sizes(node, src[axis]):
         start = [offset if i == axis else 0 for i in range(len(src))]
         limit = [offset + size if i == axis else d for i, d in enumerate(src)]
-        outs.append(node.e.value(o.SliceOp(node.input(0), start, limit)))
+        outs.append(node.e.value(o.SliceOp(node.input(0), start, slice_limits(limit))))
         offset += size
     return outs
 
@@ -256,7 +277,7 @@ def split_attribute(node: Node) -> Values:
     for size in sizes:
         start = [offset if i == axis else 0 for i in range(len(src))]
         limit = [offset + size if i == axis else d for i, d in enumerate(src)]
-        outs.append(node.e.value(o.SliceOp(node.input(0), start, limit)))
+        outs.append(node.e.value(o.SliceOp(node.input(0), start, slice_limits(limit))))
         offset += size
     return outs
 
@@ -326,12 +347,12 @@ def gather_nd(node: Node) -> Values:
         raise node.fail(f"indices' last dim {m} exceeds the rank of the data after batch_dims")
     idx = as_i64(node, node.input(1))
     inner = shape[b:b + m]
-    strides = np.array([math.prod(inner[k + 1:]) for k in range(m)], np.int64)
-    coords = [e.value(o.SliceOp(idx, [0] * (len(ishape) - 1) + [k], [*ishape[:-1], k + 1]))
+    coords = [e.value(o.SliceOp(idx, [0] * (len(ishape) - 1) + [k], slice_limits([*ishape[:-1], k + 1])))
               for k in range(m)]
     flat = None
     for k, c in enumerate(coords):
-        term = e.mul(wrap_negative(node, c, inner[k]), e.constant(np.array(strides[k], np.int64)))
+        size = inner[k] if isinstance(inner[k], int) else e.size_tensor(inner[k])
+        term = e.mul(wrap_negative(node, c, size), e.size_tensor(math.prod(inner[k + 1:])))
         flat = term if flat is None else e.add(flat, term)
     flat = e.reshape(flat, ishape[:-1])  # type: ignore[arg-type]
     batch = math.prod(shape[:b])
@@ -453,19 +474,35 @@ def one_hot(node: Node) -> Values:
 
 @converter("Range", since=11)
 def range_(node: Node) -> Values:
-    """Known at compile time (start, limit and delta must be)."""
+    """Known at compile time, or (a limit known at run time, delta 1) start + the exclusive running
+    sum of limit - start ones."""
     start, limit, delta = (node.const(i, what) for i, what in enumerate(("start", "limit", "delta")))
+    if is_symbolic(limit):
+        return [run_time_range(node, start, limit.reshape(-1)[0], delta)]
     if delta == 0:
         raise node.fail("delta must not be 0")
     n = max(int(np.ceil((limit - start) / delta)), 0)
     return [(start + np.arange(n) * delta).astype(start.dtype)]
 
 
+def run_time_range(node: Node, start: np.ndarray, n: Sym, delta: np.ndarray) -> SSAValue:
+    if is_symbolic(start) or is_symbolic(delta) or int(delta) != 1:
+        raise SizeNeeded(f"{node.label}: a Range whose start or delta is known at run time only, or delta is not 1")
+    e, element = node.e, BY_NUMPY[start.dtype]
+    count = n - int(start)
+    ones = e.value(o.FullOp(1.0, o.tensor([count], element), e.size_operands([count])))
+    iota = e.value(o.CumsumOp(ones, 0, exclusive=True))
+    return iota if int(start) == 0 else e.add(iota, e.constant(start))
+
+
 @converter("ConstantOfShape", since=9)
 def constant_of_shape(node: Node) -> Values:
-    shape = [int(d) for d in node.const(0, "shape").reshape(-1)]
+    shape = size_list(node.const(0, "shape"))
     value = node.attr("value")
     fill = np.zeros(1, np.float32) if value is None else __import__("onnx").numpy_helper.to_array(value)
+    if any(isinstance(d, Sym) for d in shape):
+        t = o.tensor(shape, BY_NUMPY[fill.dtype])
+        return [node.e.value(o.FullOp(float(fill.reshape(-1)[0]), t, node.e.size_operands(shape)))]
     return [np.full(shape, fill.reshape(-1)[0], fill.dtype)]
 
 

@@ -110,9 +110,9 @@ def vjp_reduce_min(e: OpBuilder, op: o.ReduceMinOp, douts: Douts) -> Grads:
 def vjp_reduce_mean(e: OpBuilder, op: o.ReduceMeanOp, douts: Douts) -> Grads:
     count = e.count(op.x, op.axes_list())
     spread = e.broadcast_like(_keepdim(e, op, douts[0]), op.x)
-    if isinstance(count, float):
-        return (e.scale(spread, 1.0 / count if count else 0.0),)
-    return (e.div(spread, count),)  # a run-time count: no elements, no gradient to divide
+    if isinstance(count, SSAValue):  # a run-time count: no elements, no gradient to divide
+        return (e.div(spread, count),)
+    return (e.scale(spread, 1.0 / count if count else 0.0),)
 
 
 def matmul_grads(

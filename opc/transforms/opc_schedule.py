@@ -354,7 +354,8 @@ def keeps_features(t: Operation) -> bool:
     if not isinstance(t, opc.TransposeOp) or external_symbol(t) is not None:
         return False
     perm = t.perm_list()
-    return len(perm) >= 2 and perm[-1] == len(perm) - 1
+    static = opc.DYNAMIC not in t.x.type.get_shape()  # type: ignore[attr-defined]  (the view's strides are numbers)
+    return static and len(perm) >= 2 and perm[-1] == len(perm) - 1
 
 
 def plan_operand_views(ops: list[Operation], returned: set[SSAValue]) -> dict[Operation, str]:

@@ -137,7 +137,7 @@ BAD_OPS = [
     ("%r = opc.cast_grad %d, %a : (tensor<2x3x4xf64>, tensor<4x3xf32>) -> tensor<2x3x4xf64>", "dout must have shape"),
     ("%r = opc.cast_grad %d, %a2 : (tensor<2x3x4xf64>, tensor<2x3x4xf32>) -> tensor<2x3x4xf32>", "type of x"),
     ("%r = opc.relu_grad %i, %i : (tensor<2xi32>, tensor<2xi32>) -> tensor<2xi32>", "float element type"),
-    ("%r = opc.add %a, %a : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<?x3xf32>", "static shape"),
+    ("%r = opc.add %a, %a : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<?x4xf32>", "result must have shape [4, 3]"),
     ("%r = opc.add %x9, %x9 : (tensor<1x1x1x1x1x1x1x1x1xf32>, tensor<1x1x1x1x1x1x1x1x1xf32>) -> "
      "tensor<1x1x1x1x1x1x1x1x1xf32>", "rank 9"),
 ]

@@ -39,6 +39,15 @@ def test_load_onnx_runs_a_dynamic_batch_at_any_size():
         (want,) = run_ort(model, {"x": x})
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     f(x=RNG.standard_normal((7, 4)).astype(np.float32))
+    assert f.static_reason is None and not f.variants  # one module, the batch a run-time size
+
+
+def test_load_onnx_specialized_builds_a_module_per_shape():
+    model = mlp()
+    f = opc.load_onnx(model, specialize=True)
+    for batch in (1, 7, 64, 7):
+        x = RNG.standard_normal((batch, 4)).astype(np.float32)
+        np.testing.assert_allclose(f(x)[0], run_ort(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
     assert len(f.variants) == 3  # batch 7 again: the module built for it
 
 

@@ -52,3 +52,10 @@ func.func @take(%x: tensor<10x?xf32>, %i: tensor<?xi64>) -> tensor<?x?xf32> {
   %g = opc.gather %x, %i {axis = 0} : (tensor<10x?xf32>, tensor<?xi64>) -> tensor<?x?xf32>
   func.return %g : tensor<?x?xf32>
 }
+
+// A key/value cache grown by a step: concat along a run-time dim, operands of different run-time sizes.
+func.func @grow(%cache: tensor<2x?x4xf32>, %step: tensor<2x1x4xf32>, %other: tensor<2x?x4xf32>) -> (tensor<2x?x4xf32>, tensor<2x?x4xf32>) {
+  %a = opc.concat %cache, %step {axis = 1 : i64} : (tensor<2x?x4xf32>, tensor<2x1x4xf32>) -> tensor<2x?x4xf32>
+  %b = opc.concat %cache, %other, %step {axis = 1 : i64} : (tensor<2x?x4xf32>, tensor<2x?x4xf32>, tensor<2x1x4xf32>) -> tensor<2x?x4xf32>
+  func.return %a, %b : tensor<2x?x4xf32>, tensor<2x?x4xf32>
+}

@@ -220,3 +220,11 @@ def test_gradient_matches_finite_differences(g, n):
             lo[k][i] -= 1e-6
             num[i] = (loss_np(*hi) - loss_np(*lo)) / 2e-6
         np.testing.assert_allclose(grads[k], num, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("n,k", [(0, 0), (0, 3), (1, 1), (5, 2), (37, 0)])
+def test_concat_along_a_run_time_dim(m, n, k):
+    cache, step, other = rand(2, n, 4), rand(2, 1, 4, seed=1), rand(2, k, 4, seed=2)
+    a, b = m.grow(cache, step, other)
+    np.testing.assert_array_equal(a, np.concatenate([cache, step], 1))
+    np.testing.assert_array_equal(b, np.concatenate([cache, other, step], 1))
