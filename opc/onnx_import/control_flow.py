@@ -31,6 +31,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
+from opc.errors import UnsupportedError
 from opc.onnx_import.common import Value, Values
 from opc.onnx_import.graph import Node, converter
 from opc.onnx_import.lists import Item, Items, Opt, Seq, is_list
@@ -132,6 +133,16 @@ def yield_values(node: Node, block: Block, items: Items) -> list[SSAValue]:
     return values
 
 
+def check_static_sizes(node: Node) -> None:
+    """Control flow imports as scf ops where every size is known at compile time: the run-time (?)
+    sizes of the graph's inputs do not cross into bodies yet (opc.load_onnx then compiles per input
+    shape; opc.import_onnx takes the sizes as shapes=)."""
+    for v in node.importer.values.values():
+        if isinstance(v.type, TensorType) and o.DYNAMIC in v.type.get_shape():
+            raise UnsupportedError(f"{node.label}: a condition or trip count known at run time with run-time (?) "
+                                   f"sizes ('{v.name_hint}' is {v.type}): give the sizes (shapes=) to import it")
+
+
 def scalar_of(node: Node, v: SSAValue, what: str) -> SSAValue:
     """The one element of v as a scalar (a condition, a trip count)."""
     if int(np.prod(shape_of(v))) != 1:
@@ -144,6 +155,7 @@ def if_(node: Node) -> Items:
     if node.known(0):
         taken = "then_branch" if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else "else_branch"
         return import_body(node, taken, [])
+    check_static_sizes(node)
     branches = [in_region(node, [], lambda _, b=b: import_body(node, b, [])) for b in ("then_branch", "else_branch")]
     if not any(is_list(v) for _, out in branches for v in out):
         return if_at_run_time(node, branches)
@@ -199,6 +211,7 @@ def loop(node: Node) -> Items:
     state: Items = [operand(node, k + 2) for k in range(len(node.proto.input) - 2)]
     n_scan = len(node.attr("body").output) - 1 - len(state)
     if not counts_known and n_scan == 0 and not any(is_list(v) for v in state):
+        check_static_sizes(node)
         return loop_at_run_time(node, [as_value(node, v) for v in state])  # type: ignore[arg-type]
     return unrolled_loop(node)
 

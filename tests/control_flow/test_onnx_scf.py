@@ -160,3 +160,29 @@ def test_loop_gradient_against_finite_differences(m, stop_at):
 
     fd = (loss(1) - loss(-1)) / (2 * h)
     assert abs(fd - (np.sum(ds0 * vs) + np.sum(dw * vw))) <= 1e-6 * max(1.0, abs(fd))
+
+
+def open_dims(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The loop model with its state's length a dim_param (a run-time size)."""
+    body = model.graph.node[0].attribute[0].g
+    for vi in [*list(model.graph.input)[2:], *model.graph.output, *list(body.input)[2:], *list(body.output)[1:]]:
+        vi.type.tensor_type.shape.dim[0].dim_param = "n"
+    return model
+
+
+def test_run_time_sizes_in_a_loop_are_one_line_error():
+    from opc.errors import OpcError
+
+    with pytest.raises(OpcError) as err:
+        opc.import_onnx(open_dims(counted_loop_model()))
+    assert "give the sizes (shapes=)" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_open_dims_compile_per_shape_not_per_trip_count():
+    """load_onnx falls back to the shapes of the call; a new trip count still compiles nothing."""
+    model = open_dims(counted_loop_model())
+    m = opc.load_onnx(model)
+    for n in (7, 100):
+        feeds = feeds_for_loop(n)
+        np.testing.assert_allclose(m(**feeds)[0], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-6)
+    assert sum(len(v) for v in m.variants.values()) == 1
