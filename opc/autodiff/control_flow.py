@@ -12,6 +12,12 @@ them and sweeps it backward: the carried cotangents flow from iteration to itera
 cotangents of the values the body reads from outside are summed over iterations. Memory: one copy
 of the loop-carried values per iteration; the body's inner values are recomputed, not saved.
 
+Checkpointing (`opc.checkpoint = k` on an scf.for, or `opc-grad{checkpoint=k}` for every loop): the
+forward pushes the carried values of every k-th iteration only; the backward runs over the
+segments in reverse, pops a segment's first values, reruns the segment's k iterations forward
+(saving each, as above) and runs them backward. Memory: trip count / k + k copies of the carried
+values instead of trip count; time: the forward runs twice.
+
 scf.while: the forward pushes the values entering its `before` region each time it runs (one more
 time than the body); the stacks' depth before the loop is recorded (`opc_stack.depth`). The
 backward pops the last values and sweeps the final `before` from the results' cotangents, then, while
@@ -119,6 +125,15 @@ def save_carried(op: scf.ForOp) -> list[str]:
     return names
 
 
+CHECKPOINT_ATTR = "opc.checkpoint"
+"""On an scf.for: save the carried values of every k-th iteration only, recompute the others."""
+
+
+def checkpoint_of(op: scf.ForOp) -> int:
+    a = op.attributes.get(CHECKPOINT_ATTR)
+    return a.value.data if isinstance(a, IntegerAttr) and a.value.data > 1 else 0
+
+
 def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live: set[SSAValue],
             sweep: Sweep) -> dict[SSAValue, SSAValue]:
     carried = list(op.body.block.args[1:])
@@ -127,6 +142,8 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
     caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
     if not caps and not any(inits[k] in live for k in floats):
         return {}
+    if checkpoint_of(op):
+        return checkpointed_for_vjp(e, op, douts, caps, floats, sweep)
     names = save_carried(op)
     n = trip_count(e, op)
     seeds: list[SSAValue] = [d if (d := douts[k]) is not None else e.full(0.0, op.results[k]) for k in floats]
@@ -232,6 +249,65 @@ def while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], l
     loop = scf.WhileOp([*d_last, *d_caps0], types, Region(test), Region(body))
     e.emit(loop)
     out: dict[SSAValue, SSAValue] = {inits[k]: r for k, r in zip(floats, loop.results[:len(floats)])}
+    for c, r in zip(caps, loop.results[len(floats):]):
+        out[c] = e.add(out[c], r) if c in out else r
+    return out
+
+
+def save_every(op: scf.ForOp, k: int) -> list[str]:
+    """Pushes of the carried values at the start of every k-th iteration (from the first)."""
+    body = op.body.block
+    first = body.first_op
+    assert first is not None
+    be = OpBuilder()
+    nth = be.value(arith.DivSIOp(be.value(arith.SubiOp(body.args[0], op.lb)), op.step))
+    kk = index_const(be, k)
+    rem = be.value(arith.SubiOp(nth, be.value(arith.MuliOp(be.value(arith.DivSIOp(nth, kk)), kk))))
+    at = be.value(arith.CmpiOp(rem, index_const(be, 0), "eq"))
+    names = [f"{a.name_hint or 'carried'}{j}_ckpt" for j, a in enumerate(body.args[1:])]
+    pushes = [PushOp(a, name) for a, name in zip(body.args[1:], names)]
+    be.emit(scf.IfOp(at, [], Region(Block([*pushes, scf.YieldOp()])), Region(Block([scf.YieldOp()]))))
+    for new in be.ops:
+        body.insert_op_before(new, first)
+    return names
+
+
+def checkpointed_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
+                         floats: list[int], sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    """Backward over segments of k iterations in reverse: pop the segment's first carried values,
+    rerun the segment forward as a loop of its own (saving every iteration) and differentiate it."""
+    k = checkpoint_of(op)
+    segment = op.clone()  # before the pushes: the loop the backward reruns, one segment at a time
+    segment.attributes.pop(CHECKPOINT_ATTR)
+    names = save_every(op, k)
+    carried = list(op.body.block.args[1:])
+    inits = list(op.iter_args)
+    n = trip_count(e, op)
+    kk = index_const(e, k)
+    segments = e.value(arith.DivSIOp(e.value(arith.AddiOp(n, e.value(arith.SubiOp(kk, index_const(e, 1))))), kk))
+    seeds: list[SSAValue] = [d if (d := douts[j]) is not None else e.full(0.0, op.results[j]) for j in floats]
+    zeros = [e.full(0.0, c) for c in caps]
+    body = Block(arg_types=[IndexType(), *(v.type for v in seeds), *(c.type for c in zeros)])
+    s_arg, d_carried, d_caps = body.args[0], body.args[1:1 + len(floats)], body.args[1 + len(floats):]
+    be = OpBuilder()
+    s = be.value(arith.SubiOp(be.value(arith.SubiOp(segments, index_const(be, 1))), s_arg))
+    j0 = be.value(arith.MuliOp(s, kk))
+    j1 = be.value(arith.MinSIOp(be.value(arith.AddiOp(j0, kk)), n))
+    lb = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(j0, op.step))))
+    ub = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(j1, op.step))))
+    popped = {carried[j]: be.value(PopOp(names[j], carried[j].type)) for j in reversed(range(len(carried)))}
+    rerun = segment
+    rerun.operands = [lb, ub, op.step, *(popped[a] for a in carried)]
+    be.emit(rerun)
+    sources = [popped[carried[j]] for j in floats] + caps
+    grads = sweep(be, [rerun], sources, [(rerun.results[j], d) for j, d in zip(floats, d_carried)])
+    step_d = [grads.get(popped[carried[j]]) or be.full(0.0, carried[j]) for j in floats]
+    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
+    be.emit(scf.YieldOp(*step_d, *step_caps))
+    body.add_ops(be.ops)
+    loop = scf.ForOp(index_const(e, 0), segments, index_const(e, 1), [*seeds, *zeros], Region(body))
+    e.emit(loop)
+    out: dict[SSAValue, SSAValue] = {inits[j]: r for j, r in zip(floats, loop.results[:len(floats)])}
     for c, r in zip(caps, loop.results[len(floats):]):
         out[c] = e.add(out[c], r) if c in out else r
     return out
