@@ -15,6 +15,7 @@ sequence outputs come back as lists, an empty optional as None.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -90,20 +91,24 @@ class OnnxModel:
             raise ValueError(f"input '{name}' is a sequence: give a list of arrays, got {type(value).__name__}")
         return np.asarray(value)
 
+    @functools.cached_property
+    def declared(self) -> dict[str, tuple[Any, int, list[int | str | None]]]:
+        """Each graph input's (value info, element type, dims), read off the proto once."""
+        from opc.onnx_import.graph import dims_of
+
+        return {vi.name: (vi, vi.type.tensor_type.elem_type, dims_of(vi)) for vi in self.model.graph.input}
+
     def check(self, feeds: Mapping[str, Any]) -> None:
         """A call's inputs against the graph's declared dtypes, ranks and static dims."""
-        from opc.onnx_import.graph import ELEMENT_TYPES, dims_of, dtype_name
+        from opc.onnx_import.graph import ELEMENT_TYPES, dtype_name
 
-        declared = {vi.name: vi for vi in self.model.graph.input}
         for name, value in feeds.items():
+            vi, elem, dims = self.declared[name]
             if name in self.list_inputs:
-                self.check_list(f"input '{name}'", declared[name].type, value)
+                self.check_list(f"input '{name}'", vi.type, value)
                 continue
-            vi = declared[name]
-            elem = vi.type.tensor_type.elem_type
             if elem in ELEMENT_TYPES and value.dtype != ELEMENT_TYPES[elem][2]:
                 raise ValueError(f"input '{name}' has dtype {value.dtype}, the model wants {dtype_name(elem).lower()}")
-            dims = dims_of(vi)
             if dims == [None]:
                 continue
             if len(dims) != value.ndim:
@@ -150,7 +155,7 @@ class OnnxModel:
         from opc.onnx_import.lists import key_of
 
         if not self.specialize:
-            dyn_key = tuple((n, str(v.dtype), v.ndim) for n, v in feeds.items())
+            dyn_key = tuple((n, v.dtype, v.ndim) for n, v in feeds.items())
             if dyn_key not in self.dynamic:
                 self.dynamic[dyn_key] = self.build_dynamic()
             found = self.dynamic[dyn_key]

@@ -13,6 +13,7 @@ It imports nothing of the compiler, so that loading a compiled module stays ligh
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 
@@ -199,16 +200,30 @@ def c_product(dims: Iterable[int | Sym]) -> str:
 TERM = re.compile(r"^(?:-?\d+|\(-\d+\)|[A-Za-z_]\w*)$")
 
 
+@functools.lru_cache(maxsize=4096)
+def parsed(expr: str) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """A Sym's text as (coefficient, symbols) terms: parsed once, evaluated at every call."""
+    terms = []
+    for part in expr.split(" + "):
+        coeff, names = 1, []
+        for factor in part.split("*"):
+            if not TERM.match(factor):
+                raise ValueError(f"malformed size expression {expr!r}")
+            if factor[0].isalpha() or factor[0] == "_":
+                names.append(factor)
+            else:
+                coeff *= int(factor.strip("()"))
+        terms.append((coeff, tuple(names)))
+    return tuple(terms)
+
+
 def evaluate(expr: int | str, sizes: Mapping[str, int]) -> int:
     """A size as the binding stores it (an int, or a Sym's text) at the given symbol values."""
     if isinstance(expr, int):
         return expr
     total = 0
-    for part in expr.split(" + "):
-        value = 1
-        for factor in part.split("*"):
-            if not TERM.match(factor):
-                raise ValueError(f"malformed size expression {expr!r}")
-            value *= sizes[factor] if factor[0].isalpha() or factor[0] == "_" else int(factor.strip("()"))
-        total += value
+    for coeff, names in parsed(expr):
+        for name in names:
+            coeff *= sizes[name]
+        total += coeff
     return total

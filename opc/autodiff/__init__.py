@@ -45,7 +45,7 @@ from opc.autodiff.control_flow import control_vjp
 from opc.dialects.builder import OpBuilder
 from opc.dialects.control import CONTROL_OPS, inputs_of
 from opc.dialects.kinds import element_of, shape_of
-from opc.dialects.opc import ConcatOp, SliceGradOp, is_bool, is_float
+from opc.dialects.opc import DYNAMIC, ConcatOp, FullOp, SliceGradOp, is_bool, is_float
 from opc.errors import InputError, InternalError, UnsupportedError
 from opc.ops.decompositions import expand
 from opc.ops.registration import takes_missing
@@ -323,8 +323,9 @@ def sum_cotangents(e: OpBuilder, gs: Sequence[SSAValue]) -> SSAValue:
     if len(slabs) > 1:
         axis = slabs[0][0]
         shape, el = list(shape_of(gs[0])), element_of(gs[0])
-        def zeros(width: int) -> SSAValue:
-            return e.full(0.0, TensorType(el, [width if k == axis else n for k, n in enumerate(shape)]))
+        def zeros(width: int) -> SSAValue:  # a `?` dim is never the cut one: its sizes are gs[0]'s
+            t = TensorType(el, [width if k == axis else n for k, n in enumerate(shape)])
+            return e.value(FullOp(0.0, t, e.dims(gs[0]))) if DYNAMIC in t.get_shape() else e.full(0.0, t)
 
         pieces, at = [], 0
         for _, start, limit, i in slabs:
@@ -405,5 +406,8 @@ def vjp_through_rule(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | Non
     e.ops.extend(recompute.ops)
     seeds = [(r, d) for r, d in zip(results, douts) if d is not None]
     grads = sweep(e, recompute.ops, op.operands, seeds)
-    return [grads.get(v) for v in op.operands]
+    # a value given for several operands (self-attention's q = k = v) has one total cotangent: the
+    # caller accumulates per operand, so it goes to the first of them only
+    first = {v: i for i, v in reversed(list(enumerate(op.operands)))}
+    return [grads.get(v) if first[v] == i else None for i, v in enumerate(op.operands)]
 

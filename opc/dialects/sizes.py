@@ -301,7 +301,7 @@ def reshape(s: FunctionSizes, op: opc.ReshapeOp) -> list[Shape]:
         return [tuple(given)]
     declared = list(shaped_type(op.result).get_shape())
     for k in range(min(len(x), len(declared)), -1, -1):  # the longest prefix kept, then one dim inferred
-        if not all(d == DYNAMIC or d == n for d, n in zip(declared[:k], x[:k])):
+        if not all((d == DYNAMIC and isinstance(n, Sym)) or d == n for d, n in zip(declared[:k], x[:k])):
             continue
         rest = declared[k:]
         if sum(d == DYNAMIC for d in rest) > 1:

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from opc.lowering.build import CompiledFunction
+from opc.lowering.dynamic_call import result_shapes
 
 _OPS: dict[tuple[int, str], Callable] = {}
 
@@ -46,7 +47,6 @@ def op(fn: CompiledFunction) -> Callable:
 def make_op(fn: CompiledFunction) -> Callable:
     sig = fn.sig
     single = len(sig.outputs) == 1
-    results = [jax.ShapeDtypeStruct(shape, jnp.dtype(dt)) for shape, dt in sig.outputs]
 
     def host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
         outs = fn(*arrays)
@@ -54,6 +54,8 @@ def make_op(fn: CompiledFunction) -> Callable:
 
     def call(*args):  # noqa: ANN202
         check_x64(fn)
+        shapes = result_shapes(sig, [jnp.shape(a) for a in args])  # run-time (`?`) sizes: this trace's
+        results = [jax.ShapeDtypeStruct(shape, jnp.dtype(dt)) for shape, (_, dt) in zip(shapes, sig.outputs)]
         outs = jax.pure_callback(host, results, *args, vmap_method="sequential")
         return outs[0] if single else tuple(outs)
 
@@ -81,7 +83,9 @@ def make_op(fn: CompiledFunction) -> Callable:
     def backward(args, douts):  # noqa: ANN001, ANN202
         douts = douts if isinstance(douts, tuple) else (douts,)
         # Integer results come back with float0 cotangents: opc takes zeros of their dtype.
-        douts = [jnp.zeros(r.shape, r.dtype) if d.dtype == jax.dtypes.float0 else d for d, r in zip(douts, results)]
+        shapes = result_shapes(sig, [jnp.shape(a) for a in args])
+        douts = [jnp.zeros(shape, jnp.dtype(dt)) if d.dtype == jax.dtypes.float0 else d
+                 for d, shape, (_, dt) in zip(douts, shapes, sig.outputs)]
         grads = grad_op(*args, *douts)
         grads = grads if isinstance(grads, tuple) else (grads,)
         out = [zero_cotangent(a) for a in args]

@@ -27,6 +27,7 @@ import torch
 from opc.interop.arrays import result_converter
 from opc.lowering.abi import c_symbol
 from opc.lowering.build import CompiledFunction, CompiledModule
+from opc.lowering.dynamic_call import result_shapes
 
 NAMESPACE = "opc"
 TORCH_DTYPES = {"bool": torch.bool, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
@@ -100,8 +101,9 @@ def register(fn: CompiledFunction, qualname: str) -> Callable:
     @custom.register_fake
     def fake(*args: torch.Tensor):
         check_meta(fn, args)
+        shapes = result_shapes(sig, [a.shape for a in args])  # run-time (`?`) sizes: from the inputs' SymInts
         outs = [args[0].new_empty(shape, dtype=dt) if args else torch.empty(shape, dtype=dt)
-                for (shape, _), dt in zip(sig.outputs, out_dtypes)]
+                for shape, dt in zip(shapes, out_dtypes)]
         return outs[0] if single else tuple(outs)
 
     backward = make_backward(fn)
@@ -114,9 +116,9 @@ def check_meta(fn: CompiledFunction, args: Sequence[torch.Tensor]) -> None:
     for (name, shape, dt), a in zip(fn.sig.inputs, args):
         if a.dtype != TORCH_DTYPES[dt]:
             raise ValueError(f"{fn.sig.name}(): argument '{name}' must have dtype {TORCH_DTYPES[dt]}, got {a.dtype}")
-        if tuple(a.shape) != tuple(shape):
+        if len(a.shape) != len(shape) or any(isinstance(w, int) and w != got for w, got in zip(shape, a.shape)):
             raise ValueError(f"{fn.sig.name}(): argument '{name}' must have shape {tuple(shape)}, "
-                             f"got {tuple(a.shape)}")
+                             f"got {tuple(a.shape)}")  # a `?` dim (a size symbol) is checked by the call
 
 
 def save_inputs(ctx, inputs: tuple, output) -> None:  # noqa: ANN001

@@ -88,7 +88,8 @@ def dynamic_size_operands(ref: SSAValue) -> list[SSAValue]:
         return list(op.dynamic_sizes)
     if isinstance(op, memref.ReinterpretCastOp):
         return list(op.sizes)
-    raise NotImplementedError(f"C emitter: no sizes known for a buffer with run-time dims ({ref.type})")
+    raise NotImplementedError(f"C emitter: no sizes known for a buffer with run-time dims ({ref.type}, made by "
+                              f"{type(op).__name__})")
 
 
 def c_product(dims: Iterable[int | str]) -> int | str:

@@ -9,6 +9,7 @@ that symbol must be the same size, else a ValueError names both arguments and bo
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 
@@ -35,16 +36,21 @@ class DynamicFunction(CompiledFunction):
     def shape_text(self, i: int) -> str:
         return shape_text(self.sig.inputs[i][1])
 
+    @functools.cached_property
+    def run_time_dims(self) -> list[list[tuple[int, str, bool]]]:
+        """Per argument, its run-time dims: (dim, size text, whether it is a lone symbol)."""
+        return [[(d, w, bool(SYMBOL.match(w))) for d, w in enumerate(want) if not isinstance(w, int)]
+                for _, want, _ in self.sig.inputs]
+
     def bind(self, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
         """The size symbols' values, read off the arguments' shapes and checked."""
         sizes: dict[str, int] = {}
         given: dict[str, str] = {}
         later: list[tuple[str, int, str, int]] = []
-        for (name, want, _), shape in zip(self.sig.inputs, shapes):
-            for d, (w, got) in enumerate(zip(want, shape)):
-                if isinstance(w, int):
-                    continue
-                if not SYMBOL.match(w):
+        for (name, _, _), dims, shape in zip(self.sig.inputs, self.run_time_dims, shapes):
+            for d, w, symbol in dims:
+                got = shape[d]
+                if not symbol:
                     later.append((name, d, w, got))
                 elif w in sizes and sizes[w] != got:
                     raise ValueError(f"{self.sig.name}(): argument '{name}' has size {got} at dim {d}, but "
@@ -76,21 +82,29 @@ class DynamicFunction(CompiledFunction):
         return self.run_arrays([self.check(i, a) for i, a in enumerate(args)])
 
     def with_last(self, last: Sequence) -> Callable:
-        fixed = [self.check(len(self.sig.inputs) - len(last) + i, a) for i, a in enumerate(last)]
+        """As CompiledFunction's: `last` (a loaded model's weights) checked and made into C pointers once."""
+        n_first = len(self.sig.inputs) - len(last)
+        fixed = [self.check(n_first + i, a) for i, a in enumerate(last)]
+        fixed_ptrs = self.array_pointers(fixed, n_first)
 
         def call(*first):  # noqa: ANN002, ANN202
-            if len(first) + len(fixed) != len(self.sig.inputs):
+            if len(first) != n_first:
                 return self(*first, *last)
-            return self.run_arrays([self.check(i, a) for i, a in enumerate(first)] + fixed)
+            return self.run_arrays([self.check(i, a) for i, a in enumerate(first)] + fixed, fixed_ptrs)
 
         return call
 
-    def run_arrays(self, arrays: list[np.ndarray]):  # noqa: ANN201
+    def array_pointers(self, arrays: Sequence[np.ndarray], offset: int = 0) -> list:
+        from_buffer = self.ffi.from_buffer
+        return [from_buffer(ctype, arr if storage is None else arr.view(storage))
+                for arr, (ctype, _, _, storage) in zip(arrays, self.in_spec[offset:])]
+
+    def run_arrays(self, arrays: list[np.ndarray], fixed_ptrs: list | None = None):  # noqa: ANN201
+        """Call on the checked arrays; fixed_ptrs: the pointers of the last ones, made before."""
         sizes = self.bind([a.shape for a in arrays])
         from_buffer = self.ffi.from_buffer
-        ptrs = []
-        for arr, (ctype, _, _, storage) in zip(arrays, self.in_spec):
-            ptrs.append(from_buffer(ctype, arr if storage is None else arr.view(storage)))
+        first = arrays if fixed_ptrs is None else arrays[:len(arrays) - len(fixed_ptrs)]
+        ptrs = self.array_pointers(first) + (fixed_ptrs or [])
         outs = []
         for i, ((shape, _), (_, dtype, ctype, storage)) in enumerate(zip(self.sig.outputs, self.out_c)):
             dims = tuple(evaluate(d, sizes) for d in shape)
@@ -108,3 +122,15 @@ class DynamicFunction(CompiledFunction):
         if self.wrap is not None:
             outs = [self.wrap(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def result_shapes(sig, shapes: Sequence[Sequence]) -> list[tuple]:  # noqa: ANN001  (a FunctionSignature)
+    """The results' shapes for arguments of `shapes`: numbers, or a framework's symbolic sizes at
+    trace time (torch's SymInt: the sizes' + and * are all this needs). Unchecked: the call checks."""
+    sizes: dict = {}
+    for (_, want, _), shape in zip(sig.inputs, shapes):
+        for w, got in zip(want, shape):
+            if isinstance(w, str) and SYMBOL.match(w):
+                sizes.setdefault(w, got)
+    return [tuple(evaluate(d, sizes) for d in shape) for shape, _ in sig.outputs]
+

@@ -145,8 +145,8 @@ class SizeLowering(LoweringState):
     def argument_views(self, args: Sequence[SSAValue], shapes: Sequence[Shape]) -> list[SSAValue]:
         """Each argument with `?` dims read through a view that carries its sizes."""
         out = []
-        for a, shape in zip(args, shapes):
-            if any(isinstance(d, Sym) for d in shape):
+        for a, shape in zip(args, shapes):  # (a `?` the analysis found static is viewed at its number)
+            if any(isinstance(d, Sym) for d in shape) or DYNAMIC in a.type.get_shape():  # type: ignore[attr-defined]
                 v = self.view(a, shape, a.type.get_element_type())  # type: ignore[attr-defined]
                 v.name_hint = a.name_hint
                 out.append(v)

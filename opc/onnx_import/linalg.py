@@ -30,7 +30,7 @@ from xdsl.ir import SSAValue
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import Values, scalar
-from opc.onnx_import.graph import Node, converter, same_since
+from opc.onnx_import.graph import Node, NodeEmitter, converter, same_since
 from opc.onnx_import.run_time_sizes import broadcast_shapes_of
 
 
@@ -50,6 +50,15 @@ def bias_after_gemm(node: Node, y: SSAValue, bias: SSAValue) -> SSAValue | None:
     return e.reshape(e.add(gemm, e.reshape(bias, [n])), out)
 
 
+def matmul_of_rows(e: NodeEmitter, rows: SSAValue, y: SSAValue) -> SSAValue:
+    """rows @ y; y = transpose(w) (a tied embedding as the output layer) is read as w transposed by
+    the GEMM, not materialized by a transpose on every call."""
+    t = y.owner
+    if isinstance(t, o.TransposeOp) and list(t.perm_list()) == [1, 0]:
+        return e.matmul(rows, t.x, trans_y=True)
+    return e.matmul(rows, y)
+
+
 @converter("MatMul")
 def matmul(node: Node) -> Values:
     """NumPy matmul: 1-D operands promoted; [.., M, K] @ [K, N] as one 2-D GEMM over the merged rows."""
@@ -63,7 +72,7 @@ def matmul(node: Node) -> Values:
     out_shape = list(broadcast_shapes_of(node, xs[:-2], ys[:-2])) + [xs[-2], ys[-1]]
     if len(ys) == 2 and len(xs) > 2:  # rows of every batch share the weight: one GEMM
         rows = e.reshape(x, (math.prod(xs[:-1]), xs[-1]))
-        r = e.reshape(e.matmul(rows, y), out_shape)
+        r = e.reshape(matmul_of_rows(e, rows, y), out_shape)
     else:
         r = e.matmul(x, y)
     final = out_shape[:]

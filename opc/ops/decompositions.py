@@ -22,6 +22,7 @@ from xdsl.rewriter import InsertPoint
 from opc.dialects import opc as o
 from opc.dialects.builder import OpBuilder, narrow, wide
 from opc.dialects.kinds import element_of, shape_of
+from opc.errors import UnsupportedError
 from opc.ops.registration import REWRITES, decomposition
 from opc.ops.vjp_rules import (
     attention_probs,
@@ -395,6 +396,9 @@ class ConvGradInputInvokePattern(RulePattern):
 def conv_patches(e: OpBuilder, x: SSAValue, g: o.ConvGeometry) -> SSAValue:
     """im2col in primitives: x zero-padded (concat with full), then one strided slice per kernel
     offset, stacked to [N, C, kvol, P] (P the output positions)."""
+    if o.DYNAMIC in shape_of(x):
+        raise UnsupportedError("the conv decomposition (im2col in primitives: decompose='all', grad=2 of a conv) "
+                               "needs a static batch; the conv kernels take a run-time one")
     r, element = g.spatial, element_of(x)
     for d in range(r):
         before, after = g.pads[d], g.pads[r + d]

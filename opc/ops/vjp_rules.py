@@ -19,8 +19,8 @@ import math
 from collections.abc import Sequence
 from typing import cast
 
-from xdsl.dialects import arith
-from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, TensorType
+from xdsl.dialects import arith, tensor
+from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, IndexType, IntegerAttr, TensorType
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
@@ -450,10 +450,30 @@ def causal_addend(e: OpBuilder, s: SSAValue) -> SSAValue:
     """is_causal as an additive [Lq, Lk] constant: 0 where query i sees key j, -inf elsewhere."""
     t = s.type
     lq, lk = shape_of(t)[-2:]
+    if o.DYNAMIC in (lq, lk):
+        return run_time_causal_addend(e, s)
     values = [0.0 if o.causal_allowed(i, j) else -math.inf for i in range(lq) for j in range(lk)]
     mask_t = cast("TensorType[AnyFloat]", o.tensor([lq, lk], element_of(t)))  # the scores' float type
     attr = DenseIntOrFPElementsAttr.from_list(mask_t, values)
     return e.value(arith.ConstantOp(attr))
+
+
+def run_time_causal_addend(e: OpBuilder, s: SSAValue) -> SSAValue:
+    """The causal addend at run-time lengths: positions i [Lq, 1] and j [1, Lk] counted by running
+    sums of ones, -inf where j > i (o.causal_allowed)."""
+    rank, el = len(shape_of(s)), element_of(s)
+
+    def positions(axis: int) -> SSAValue:  # 0, 1, ... along the query (axis 0) or key (axis 1) dim
+        n = shape_of(s)[rank - 2 + axis]
+        shape = [n, 1] if axis == 0 else [1, n]
+        sizes = [e.value(tensor.DimOp(s, e.value(arith.ConstantOp(IntegerAttr(rank - 2 + axis, IndexType())))))]
+        ones = e.value(o.FullOp(1.0, o.tensor(shape, el), sizes if n == o.DYNAMIC else []))
+        return e.value(o.CumsumOp(ones, axis, exclusive=True))
+
+    hidden = e.value(o.GreaterThanOp(positions(1), positions(0)))
+    minus_inf = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(o.tensor([], el), [-math.inf])))
+    zero = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(o.tensor([], el), [0.0])))
+    return e.select(hidden, minus_inf, zero)
 
 
 def attention_scores(e: OpBuilder, op: o.AttentionOp | o.AttentionGradOp) -> SSAValue:

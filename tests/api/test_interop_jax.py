@@ -94,3 +94,22 @@ def test_64_bit_arguments_need_x64():
             opc.jax.op(m.f)(np.ones((3, 4)), np.ones((4, 2)))
     finally:
         jax.config.update("jax_enable_x64", True)
+
+
+RUN_TIME = """func.func @mlp(%x: tensor<?x8xf32>, %w: tensor<8x4xf32>) -> tensor<?x4xf32> {
+  %h = opc.matmul %x, %w : (tensor<?x8xf32>, tensor<8x4xf32>) -> tensor<?x4xf32>
+  %r = opc.tanh %h : (tensor<?x4xf32>) -> tensor<?x4xf32>
+  func.return %r : tensor<?x4xf32>
+}"""
+
+
+def test_run_time_batch_under_jit_and_grad():
+    """A `?` batch: each jit trace's result shape from its input's; jax.grad through NAME_grad."""
+    f = opc.jax.op(opc.compile(RUN_TIME, grad=True).mlp)
+    w = jnp.asarray(np.random.default_rng(0).standard_normal((8, 4)), jnp.float32)
+    for n in (1, 6):
+        x = jnp.asarray(np.random.default_rng(n).standard_normal((n, 8)), jnp.float32)
+        np.testing.assert_allclose(f(x, w), jnp.tanh(x @ w), rtol=1e-5, atol=1e-6)
+        got = jax.grad(lambda x: f(x, w).sum())(x)
+        want = jax.grad(lambda x: jnp.tanh(x @ w).sum())(x)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -195,3 +195,28 @@ def test_module_trains_an_onnx_model_like_torch():
     for p, r in zip(params.values(), ref.values()):
         torch.testing.assert_close(p, r, rtol=1e-9, atol=1e-12)
     assert not np.array_equal(params["fc1_weight"].detach().numpy(), onnx_weights["fc1.weight"])  # it moved
+
+
+RUN_TIME = """func.func @mlp(%x: tensor<?x8xf32>, %w: tensor<8x4xf32>) -> tensor<?x4xf32> {
+  %h = opc.matmul %x, %w : (tensor<?x8xf32>, tensor<8x4xf32>) -> tensor<?x4xf32>
+  %r = opc.tanh %h : (tensor<?x4xf32>) -> tensor<?x4xf32>
+  func.return %r : tensor<?x4xf32>
+}"""
+
+
+def test_run_time_batch_in_eager_autograd_and_torch_compile_dynamic():
+    """A `?` batch: any size eagerly with autograd, and under torch.compile(dynamic=True), whose fake
+    kernel gives the result's size from the input's symbolic one."""
+    f = opc.torch.op(opc.compile(RUN_TIME, grad=True).mlp)
+    w = torch.randn(8, 4, requires_grad=True)
+    compiled = torch.compile(lambda x, w: f(x, w) * 2, dynamic=True, fullgraph=True)
+    for n in (1, 5, 9):
+        x = torch.randn(n, 8, requires_grad=True)
+        y = f(x, w)
+        y.sum().backward()
+        x_ref = x.detach().clone().requires_grad_()
+        torch.tanh(x_ref @ w.detach()).sum().backward()
+        torch.testing.assert_close(y, torch.tanh(x @ w), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(compiled(x.detach(), w.detach()), 2 * torch.tanh(x.detach() @ w.detach()),
+                                   rtol=1e-5, atol=1e-5)

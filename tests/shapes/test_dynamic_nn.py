@@ -1,0 +1,84 @@
+"""Gradients of nn ops with a run-time batch or sequence (conv, max_pool, layer_norm, causal
+attention, softmax cross entropy) against central differences in f64, at several sizes from one
+compiled module; grad=2 through the attention's composite rule (its causal mask built at run-time
+lengths) against differences of the first-order gradient; the conv's second order, whose rule
+needs a static batch, refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opc
+
+HERE = Path(__file__).parent
+
+
+TEXT = (HERE / "dynamic_nn.mlir").read_text()
+
+
+@pytest.fixture(scope="module")
+def m():
+    return opc.compile(TEXT, grad=True)
+
+
+@pytest.fixture(scope="module")
+def m2():
+    return opc.compile(TEXT.split("// layer norm")[1].split("\n", 1)[1], grad=2)
+
+
+def numeric_grad(f, args, k, h=1e-6):  # noqa: ANN001, ANN201
+    num = np.zeros_like(args[k])
+    for i in np.ndindex(args[k].shape):
+        hi, lo = [a.copy() for a in args], [a.copy() for a in args]
+        hi[k][i] += h
+        lo[k][i] -= h
+        num[i] = (float(f(*hi)) - float(f(*lo))) / (2 * h)
+    return num
+
+
+def check(fn, grad, args, wrt):  # noqa: ANN001
+    grads = grad(*args, np.float64(1.0))
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    for k, g in zip(wrt, grads):
+        np.testing.assert_allclose(g, numeric_grad(fn, args, k), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_conv_pool_with_a_run_time_batch(m, batch):
+    rng = np.random.default_rng(batch)
+    args = [rng.standard_normal((batch, 2, 6, 6)), rng.standard_normal((3, 2, 3, 3)) * 0.5]
+    check(m.cnn, m.cnn_grad, args, [0, 1])
+
+
+@pytest.mark.parametrize("seq", [1, 2, 7])
+def test_attention_and_cross_entropy_over_a_run_time_sequence(m, seq):
+    rng = np.random.default_rng(seq)
+    args = [rng.standard_normal((seq, 4)), 1 + 0.1 * rng.standard_normal(4), 0.1 * rng.standard_normal(4),
+            rng.integers(0, 4, (seq, 1)).astype(np.int64)]
+    check(m.seq, m.seq_grad, args, [0, 1, 2])
+
+
+@pytest.mark.parametrize("seq", [1, 4])
+def test_second_order_through_run_time_causal_attention(m2, seq):
+    """<d/dx grad_x L, v> against central differences of the first-order gradient along v."""
+    rng = np.random.default_rng(10 + seq)
+    x, g, h = rng.standard_normal((seq, 4)), 1 + 0.1 * rng.standard_normal(4), 0.1 * rng.standard_normal(4)
+    label = rng.integers(0, 4, (seq, 1)).astype(np.int64)
+    first = m2.seq_grad(x, g, h, label, np.float64(1.0))
+    v = rng.standard_normal(x.shape)
+    second = m2.seq_grad_grad(x, g, h, label, np.float64(1.0), v, np.zeros(4), np.zeros(4))
+    second = second if isinstance(second, tuple) else (second,)
+    eps = 1e-5
+    hi = m2.seq_grad(x + eps * v, g, h, label, np.float64(1.0))[0]
+    lo = m2.seq_grad(x - eps * v, g, h, label, np.float64(1.0))[0]
+    np.testing.assert_allclose(second[0], (hi - lo) / (2 * eps), rtol=1e-5, atol=1e-6)
+    assert first[0].shape == (seq, 4)
+
+
+def test_the_conv_second_order_needs_a_static_batch_in_one_line():
+    with pytest.raises(opc.UnsupportedError, match="needs a static batch") as err:
+        opc.compile(TEXT.split("// layer norm")[0], grad=2)
+    assert "\n" not in str(err.value)
