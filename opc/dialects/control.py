@@ -12,9 +12,11 @@ region body as a function of its own, called from a C `if` / `for` / `while`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from xdsl.dialects import scf, tensor
 from xdsl.dialects.builtin import IntegerAttr, TensorType
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from opc.dialects.opc_stack import STACK_OPS
@@ -70,6 +72,10 @@ def check_control_flow(op: Operation) -> None:
             if not isinstance(r.type, TensorType):
                 raise VerifyException(f"result #{i} has type {r.type}: opc's control flow carries tensors "
                                       "(a scalar goes in a rank-0 tensor, tensor.from_elements)")
+    for what, got, want in region_ends(op):
+        if [v.type for v in got] != [t for t in want]:
+            raise VerifyException(f"{what} gives ({', '.join(str(v.type) for v in got)}) where "
+                                  f"({', '.join(str(t) for t in want)}) is expected")
     if isinstance(op, scf.WhileOp):
         for i, v in enumerate(op.before_region.block.args):
             if not isinstance(v.type, TensorType):
@@ -77,6 +83,25 @@ def check_control_flow(op: Operation) -> None:
         limit = op.attributes.get(MAX_TRIPS_ATTR)
         if limit is not None and not (isinstance(limit, IntegerAttr) and limit.value.data >= 0):
             raise VerifyException(f"{MAX_TRIPS_ATTR} must be a non-negative integer, got {limit}")
+
+
+def region_ends(op: Operation) -> list[tuple[str, Sequence[SSAValue], Sequence[Attribute]]]:
+    """(what, the values a region ends with, the types they must have) of a control-flow op."""
+    ends: list[tuple[str, Sequence[SSAValue], Sequence[Attribute]]] = []
+    results = [r.type for r in op.results]
+    if isinstance(op, scf.IfOp):
+        for name, region in (("then", op.true_region), ("else", op.false_region)):
+            if region.blocks and isinstance(term := region.block.last_op, scf.YieldOp):
+                ends.append((f"the {name} branch's scf.yield", list(term.operands), results))
+    elif isinstance(op, scf.ForOp) and isinstance(term := op.body.block.last_op, scf.YieldOp):
+        ends.append(("the body's scf.yield", list(term.operands), [v.type for v in op.iter_args]))
+    elif isinstance(op, scf.WhileOp):
+        cond, term = op.before_region.block.last_op, op.after_region.block.last_op
+        if isinstance(cond, scf.ConditionOp):
+            ends.append(("scf.condition", list(cond.args), results))
+        if isinstance(term, scf.YieldOp):
+            ends.append(("the body's scf.yield", list(term.operands), [a.type for a in op.before_region.block.args]))
+    return ends
 
 
 def captured_values(op: Operation) -> list[SSAValue]:
