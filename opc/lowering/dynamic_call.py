@@ -108,6 +108,10 @@ class DynamicFunction(CompiledFunction):
         outs = []
         for i, ((shape, _), (_, dtype, ctype, storage)) in enumerate(zip(self.sig.outputs, self.out_c)):
             dims = tuple(evaluate(d, sizes) for d in shape)
+            if any(n < 0 for n in dims):
+                raise ValueError(f"{self.sig.name}(): result #{i} would have shape {list(dims)} "
+                                 f"({list(shape)} at {self.describe(sizes)}): a size computed from the "
+                                 "arguments' is negative")
             try:
                 out = self.empty(dims, dtype)
             except MemoryError:

@@ -200,6 +200,9 @@ def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Douts) -> Grads:
     (d,) = douts
     axis = op.axis_index()
     shape = list(shape_of(d))
+    if shape[axis] == o.DYNAMIC:
+        raise UnsupportedError(f"the gradient of {op.name} along a run-time dim (axis {axis}) needs slices with "
+                               "run-time bounds, which opc.slice does not take yet")
     grads, offset = [], 0
     for v in op.inputs:
         width = shape_of(v)[axis]

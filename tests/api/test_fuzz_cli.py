@@ -29,13 +29,13 @@ from opc.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 # tests/fuzz_corpus: inputs that once broke the CLI (test_names.py writes its name grid there)
 CORPUS = sorted([*ROOT.glob("examples/**/*.mlir"), *ROOT.glob("tests/filecheck/**/*.mlir"),
-                 *ROOT.glob("tests/fuzz_corpus/**/*.mlir")])
+                 *ROOT.glob("tests/shapes/**/*.mlir"), *ROOT.glob("tests/fuzz_corpus/**/*.mlir")])
 TEXTS = [p.read_text(encoding="utf-8") for p in CORPUS]
 
 TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|[%@^#!]?[\w.$-]+|->|\s+|.', re.DOTALL)
-NUMBERS = ["0", "-1", "1", "3", "65504", "70000.0", "2147483648", "4294967296", "4611686018427387904",
+NUMBERS = ["?", "0", "-1", "1", "3", "65504", "70000.0", "2147483648", "4294967296", "4611686018427387904",
            "9223372036854775807", "9223372036854775808", "18446744073709551616", "1e400", "-1e400", "nan",
-           "0x7FC00000", "1.0e-50", "340282366920938463463374607431768211456"]
+           "0x7FC00000", "1.0e-50", "340282366920938463463374607431768211456"]  # "?": a dim made run-time
 STRAY = ["\ufeff", "\x00", "é", "\u202e", "}", "{", "(", ")", "<", ">", ",", ":", "=", "%", "@", "^", "#", "!", '"',
          "//", "\\", "\t", "\n"]
 NESTING = [("(", ")"), ("[", "]"), ("{a = ", "}"), ("tensor<", ">"), ("array<i64: ", ">"), ("<", ">")]

@@ -220,3 +220,31 @@ def test_run_time_batch_in_eager_autograd_and_torch_compile_dynamic():
         torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(compiled(x.detach(), w.detach()), 2 * torch.tanh(x.detach() @ w.detach()),
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_module_of_an_onnx_model_with_an_open_batch_trains_at_any_batch():
+    """opc.import_onnx keeps the open batch `?`: opc.torch.Module runs and trains at batch 3, then 7."""
+    pytest.importorskip("onnx", reason="the ONNX importer needs the onnx package")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["z"]),
+         helper.make_node("Tanh", ["z"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    net = opc.torch.Module(opc.import_onnx(model))
+    tw = torch.tensor(w, requires_grad=True)
+    for n in (3, 7):
+        x = torch.from_numpy(rng.standard_normal((n, 4)).astype(np.float32))
+        net.zero_grad()
+        y = net(x)
+        y.sum().backward()
+        tw.grad = None
+        ref = torch.tanh(x @ tw + torch.from_numpy(b))
+        ref.sum().backward()
+        torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(net.w.grad, tw.grad, rtol=1e-5, atol=1e-5)

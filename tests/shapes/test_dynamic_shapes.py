@@ -228,3 +228,17 @@ def test_concat_along_a_run_time_dim(m, n, k):
     a, b = m.grow(cache, step, other)
     np.testing.assert_array_equal(a, np.concatenate([cache, step], 1))
     np.testing.assert_array_equal(b, np.concatenate([cache, other, step], 1))
+
+
+def test_a_negative_computed_size_is_a_value_error_naming_the_sizes():
+    m2 = opc.compile("""func.func @shorter(%x: tensor<?xf32>) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %x, %c0 : tensor<?xf32>
+  %m = arith.subi %n, %c1 : index
+  %r = opc.full %m {value = 2.0 : f64} : (index) -> tensor<?xf32>
+  func.return %r : tensor<?xf32>
+}""")
+    np.testing.assert_array_equal(m2.shorter(np.ones(3, np.float32)), [2.0, 2.0])
+    with pytest.raises(ValueError, match=r"shorter\(\): result #0 would have shape \[-1\].*n0=0"):
+        m2.shorter(np.ones(0, np.float32))
