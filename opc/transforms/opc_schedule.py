@@ -182,6 +182,8 @@ def plan_nests(ops: list[Operation], returned: set[SSAValue],
         if v in returned or external_symbol(op) is not None:
             continue
         users = users_of(op)
+        if any(is_host_op(u) for u in users):
+            continue  # read on the host (a condition, a body's input): materialized
         if is_constant(op):
             if users and all(pointwise(u) for u in users):
                 inlined.add(op)  # free to recompute anywhere
