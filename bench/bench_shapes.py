@@ -10,6 +10,7 @@ onnxruntime and torch, which never compile per shape.
 2. A sequence length sweep on tests/models/gpt2_dynamic.onnx: opc.load_onnx once (run-time sizes)
    against specialize=True (a module per length, the old behaviour), first call to last, 8 lengths.
 3. The price of `?`: the dynamic module against the module specialized to one shape, per call.
+4. A never-seen shape's first call against a repeat call (the goal: a few ms at most, no compile).
 
 --threads N gives every contender N threads (all cores without it); --busy starts one CPU-bound
 process per core first (the figures then show a shared machine).
@@ -110,6 +111,27 @@ def sweep_rows() -> None:
         print(f"   {name:28s} {time.perf_counter() - t0:7.2f} s  ({len(model.variants) or 1} module(s))")
 
 
+def first_call_rows() -> None:
+    """A never-seen shape's first call against a repeat of it: no compile, only the allocations."""
+    import numpy as np
+
+    import opc
+
+    model = opc.load_onnx(str(GPT2))
+    model(np.ones((1, 2), np.int64), np.ones((1, 2), np.int64))  # the one compile
+    extra = []
+    for b, n in [(1, 3), (2, 7), (3, 11), (4, 16), (5, 23), (6, 29), (7, 31), (8, 32)]:
+        ids, mask = np.ones((b, n), np.int64), np.ones((b, n), np.int64)
+        t0 = time.perf_counter()
+        model(ids, mask)
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        model(ids, mask)
+        extra.append((first - (time.perf_counter() - t0)) * 1e3)
+    print("\n4. gpt2_dynamic, 8 never-seen shapes: first call minus a repeat of it")
+    print(f"   median {float(np.median(extra)):.3f} ms, max {max(extra):.3f} ms")
+
+
 def price_rows() -> None:
     import numpy as np
 
@@ -141,6 +163,7 @@ def main() -> None:
         kv_cache_rows(args.tokens)
         sweep_rows()
         price_rows()
+        first_call_rows()
     finally:
         for p in busy:
             p.kill()

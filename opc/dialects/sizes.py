@@ -230,6 +230,16 @@ def replaceable(x: Size, y: Size) -> bool:
 # ---------------------------------------------------------------------------
 
 Rule = Callable[[FunctionSizes, Operation], list[Shape]]
+RULES: dict[type[Operation], Rule] = {}  # by op class, each registered where it is written
+
+
+def shape_rule(*classes: type[Operation]) -> Callable[[Callable[..., list[Shape]]], Callable[..., list[Shape]]]:
+    """Registers a rule for the op classes (and their subclasses: a family's base class)."""
+    def register(rule: Callable[..., list[Shape]]) -> Callable[..., list[Shape]]:
+        for cls in classes:
+            RULES[cls] = rule
+        return rule
+    return register
 
 
 def elementwise(s: FunctionSizes, op: Operation) -> list[Shape]:
@@ -237,6 +247,7 @@ def elementwise(s: FunctionSizes, op: Operation) -> list[Shape]:
     return [shape] * len(op.results)
 
 
+@shape_rule(opc.AxisOp, opc.AxisGradOp)
 def same_as_first(s: FunctionSizes, op: Operation) -> list[Shape]:
     """softmax and the like: every tensor operand and result of the first operand's shape."""
     first = s.shape(op.operands[0])
@@ -247,6 +258,7 @@ def same_as_first(s: FunctionSizes, op: Operation) -> list[Shape]:
     return [first] * len(op.results)
 
 
+@shape_rule(opc.ReduceOp)
 def reduction(s: FunctionSizes, op: opc.ReduceOp) -> list[Shape]:
     shape = s.shape(op.x)
     axes = op.axes_list()
@@ -255,11 +267,13 @@ def reduction(s: FunctionSizes, op: opc.ReduceOp) -> list[Shape]:
             else tuple(d for i, d in enumerate(shape) if i not in axes)]
 
 
+@shape_rule(opc.TransposeOp)
 def transpose(s: FunctionSizes, op: opc.TransposeOp) -> list[Shape]:
     shape = s.shape(op.x)
     return [tuple(shape[p] for p in op.perm_list())]
 
 
+@shape_rule(opc.MatmulOp)
 def matmul(s: FunctionSizes, op: opc.MatmulOp) -> list[Shape]:
     x, y = s.shape(op.x), s.shape(op.y)
     tx, ty = opc.flag(op.trans_x), opc.flag(op.trans_y)
@@ -270,6 +284,7 @@ def matmul(s: FunctionSizes, op: opc.MatmulOp) -> list[Shape]:
     return [(*batch, m, n)]
 
 
+@shape_rule(opc.FusedGemmEpilogueOp)
 def fused_gemm(s: FunctionSizes, op: opc.FusedGemmEpilogueOp) -> list[Shape]:
     x, y = s.shape(op.x), s.shape(op.y)
     tx, ty = opc.flag(op.trans_x), opc.flag(op.trans_y)
@@ -280,6 +295,7 @@ def fused_gemm(s: FunctionSizes, op: opc.FusedGemmEpilogueOp) -> list[Shape]:
     return [(m, n)] * len(op.results)
 
 
+@shape_rule(opc.LayerNormOp)
 def layer_norm(s: FunctionSizes, op: opc.LayerNormOp) -> list[Shape]:
     x = s.shape(op.x)
     begin = op.begin()
@@ -291,6 +307,7 @@ def layer_norm(s: FunctionSizes, op: opc.LayerNormOp) -> list[Shape]:
     return [x, stats, stats]
 
 
+@shape_rule(opc.ReshapeOp)
 def reshape(s: FunctionSizes, op: opc.ReshapeOp) -> list[Shape]:
     """The result's static dims as declared; its `?` dims: those that keep the operand's leading
     `?` dims, then at most one inferred from the element count."""
@@ -319,6 +336,7 @@ def reshape(s: FunctionSizes, op: opc.ReshapeOp) -> list[Shape]:
                            "index operands (they cannot be inferred)")
 
 
+@shape_rule(opc.ConcatOp)
 def concat(s: FunctionSizes, op: opc.ConcatOp) -> list[Shape]:
     shapes = [s.shape(v) for v in op.inputs]
     axis = op.axis_index()
@@ -333,6 +351,7 @@ def concat(s: FunctionSizes, op: opc.ConcatOp) -> list[Shape]:
     return [(*first[:axis], total, *first[axis + 1:])]
 
 
+@shape_rule(opc.SliceOp)
 def slice_(s: FunctionSizes, op: opc.SliceOp) -> list[Shape]:
     """A `?` dim is sliced whole (start 0, limit `?`, stride 1); static dims as declared."""
     x = s.shape(op.x)
@@ -342,11 +361,13 @@ def slice_(s: FunctionSizes, op: opc.SliceOp) -> list[Shape]:
                   for n, d, a, b, st in zip(x, declared, start, limit, strides))]
 
 
+@shape_rule(opc.GatherOp)
 def gather(s: FunctionSizes, op: opc.GatherOp) -> list[Shape]:
     x, idx, axis = s.shape(op.x), s.shape(op.indices), op.axis_index()
     return [(*x[:axis], *idx, *x[axis + 1:])]
 
 
+@shape_rule(opc.FullOp)
 def full(s: FunctionSizes, op: opc.FullOp) -> list[Shape]:
     given = s.size_operands(op, op.result)
     if given is None:
@@ -354,6 +375,7 @@ def full(s: FunctionSizes, op: opc.FullOp) -> list[Shape]:
     return [tuple(given)]
 
 
+@shape_rule(opc.BroadcastToOp)
 def broadcast_to(s: FunctionSizes, op: opc.BroadcastToOp) -> list[Shape]:
     """The `?` dims from the size operands, else from the operand's dim at the same place (counted
     from the end): a `?` operand dim pairs with an equal size, never broadcast from a run-time 1."""
@@ -376,6 +398,7 @@ def broadcast_to(s: FunctionSizes, op: opc.BroadcastToOp) -> list[Shape]:
     return [tuple(out)]
 
 
+@shape_rule(opc.AttentionOp)
 def attention(s: FunctionSizes, op: opc.AttentionOp) -> list[Shape]:
     """q [B.., Lq, D], k [B.., Lk, D], v [B.., Lk, Dv]: out [B.., Lq, Dv], lse [B.., Lq]."""
     q, k, v = s.shape(op.q), s.shape(op.k), s.shape(op.v)
@@ -388,33 +411,17 @@ def attention(s: FunctionSizes, op: opc.AttentionOp) -> list[Shape]:
     return [(*q[:-1], v[-1]), q[:-1]]
 
 
+@shape_rule(opc.AttentionGradOp)
 def attention_grad(s: FunctionSizes, op: opc.AttentionGradOp) -> list[Shape]:
     """dq, dk, dv: the shapes of q, k, v."""
     return [s.shape(op.q), s.shape(op.k), s.shape(op.v)]
 
 
+@shape_rule(arith.ConstantOp)
 def constant(s: FunctionSizes, op: Operation) -> list[Shape]:
     return [tuple(shaped_type(r).get_shape()) for r in op.results]
 
 
-RULES: dict[type[Operation], Rule] = {
-    opc.ReduceOp: reduction,  # type: ignore[dict-item]
-    opc.TransposeOp: transpose,  # type: ignore[dict-item]
-    opc.MatmulOp: matmul,  # type: ignore[dict-item]
-    opc.FusedGemmEpilogueOp: fused_gemm,  # type: ignore[dict-item]
-    opc.LayerNormOp: layer_norm,  # type: ignore[dict-item]
-    opc.ReshapeOp: reshape,  # type: ignore[dict-item]
-    opc.ConcatOp: concat,  # type: ignore[dict-item]
-    opc.GatherOp: gather,  # type: ignore[dict-item]
-    opc.SliceOp: slice_,  # type: ignore[dict-item]
-    opc.AttentionOp: attention,  # type: ignore[dict-item]
-    opc.AttentionGradOp: attention_grad,  # type: ignore[dict-item]
-    opc.FullOp: full,  # type: ignore[dict-item]
-    opc.BroadcastToOp: broadcast_to,  # type: ignore[dict-item]
-    opc.AxisOp: same_as_first,
-    opc.AxisGradOp: same_as_first,
-    arith.ConstantOp: constant,
-}
 
 
 def like_operands(s: FunctionSizes, op: Operation) -> list[Shape]:
