@@ -36,11 +36,11 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
             fuse: bool = True) -> Source:
     """Fused (opc-fuse, where the target has the kernel), grad functions added,
     ops legalized for the target, cleaned up (in place)."""
-    from xdsl.transforms.canonicalize import CanonicalizePass
     from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
     from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
     from opc.targets.target import get_target
+    from opc.transforms.canonicalize import CanonicalizePass
     from opc.transforms.opc_decompose import legalize, resolve_ops
 
     order = grad_order(grad)

@@ -36,6 +36,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region
 
+from opc.dialects.control import CONTROL_OPS, HOST_RUNS
 from opc.errors import UnsupportedError
 from opc.ops.registry import REGISTRY
 from opc.targets.device_kernels import external_symbol
@@ -90,6 +91,10 @@ def explain(module: ModuleOp, target_spec: str, grad: bool | int = False, fuse: 
 
     rows: dict[tuple[str, str], dict] = {}
     for op in module.walk():
+        if isinstance(op, CONTROL_OPS):  # runs on the host: a C if / for / while calling its bodies
+            row = rows.setdefault((op.name, "host"), {"count": 0, "into": {HOST_RUNS[type(op)]: None}, "bad": {}})
+            row["count"] += 1
+            continue
         if not op.name.startswith("opc."):
             continue
         path = route_op(op, target)

@@ -21,16 +21,18 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from xdsl.utils.lexer import Location, Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind
 
+from opc.dialects.control import check_control_flow
 from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 from opc.dialects.opc_sched import OpcSched
+from opc.dialects.opc_stack import OpcStack
 from opc.errors import InputError, InternalError, first_line, printable
 
 
 def make_context() -> Context:
     ctx = Context()
     dialects = (builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, tensor.Tensor, Opc,
-                OpcLoops, OpcSched)
+                OpcLoops, OpcSched, OpcStack)
     for dialect in dialects:
         ctx.load_dialect(dialect)
     return ctx
@@ -322,6 +324,7 @@ def is_lowered(module: ModuleOp) -> bool:
 def check_values(op: Operation) -> None:
     """opc-level IR: functions with bodies over tensors, and every tensor one opc can hold
     (static, an admitted element type, at most 2^47 bytes; each op checks the ranks it takes)."""
+    check_control_flow(op)
     if isinstance(op, func.FuncOp):
         name = op.sym_name.data
         if not op.body.blocks:

@@ -41,7 +41,9 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAtt
 from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.transforms.dead_code_elimination import region_dce
 
+from opc.autodiff.control_flow import control_vjp
 from opc.dialects.builder import OpBuilder
+from opc.dialects.control import CONTROL_OPS, inputs_of
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import DYNAMIC, ConcatOp, FullOp, SliceGradOp, is_bool, is_float
 from opc.errors import InputError, InternalError, UnsupportedError
@@ -214,7 +216,7 @@ def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int], with
     for op in f.body.block.ops:
         if op is ret:
             break
-        if op.regions:
+        if op.regions and not isinstance(op, CONTROL_OPS):
             raise UnsupportedError(f"@{f.sym_name.data}: autodiff does not handle ops with regions ({op.name})")
         new = op.clone(value_mapper=mapping)
         for o_res, n_res in zip(op.results, new.results):
@@ -268,7 +270,7 @@ def sweep(
     value -> summed cotangent, for the values that depend on `sources`."""
     live: set[SSAValue] = set(sources)
     for op in forward:
-        if any(v in live for v in op.operands):
+        if any(v in live for v in inputs_of(op)):
             live.update(op.results)
 
     parts: dict[SSAValue, list[SSAValue]] = {}  # a value's cotangents, summed when its producer is reached
@@ -289,8 +291,12 @@ def sweep(
         accumulate(v, d)
     for op in reversed(forward):
         douts = [total(r) for r in op.results]
-        if all(d is None for d in douts) or not any(v in live for v in op.operands):
+        if all(d is None for d in douts) or not any(v in live for v in inputs_of(op)):
             continue  # off the path from wrt to the outputs: pruned
+        if isinstance(op, CONTROL_OPS):  # scf.if / for / while (control_flow.py)
+            for v, g in control_vjp(e, op, douts, live, sweep).items():
+                accumulate(v, g)
+            continue
         vjp, any_dtype = vjp_of(op.name)
         if vjp is None:
             continue  # not differentiable: no gradient flows through

@@ -42,6 +42,13 @@ from opc.dialects.opc_loops import (
 from opc.dtypes import numpy_name
 from opc.lowering.abi import ENTRY_PREFIX, OOM_FN, SET_THREADS_FN, FunctionSignature
 from opc.lowering.c_call_emission import KERNEL_HOST, CallEmission
+from opc.lowering.c_control_emission import (
+    C_STACK_MACROS,
+    ControlEmission,
+    control_support,
+    is_host_control,
+    uses_stack,
+)
 from opc.lowering.c_expressions import (
     ARENA_ALIGN,
     EXPRESSIONS,
@@ -56,6 +63,7 @@ from opc.lowering.c_loop_emission import LoopEmission
 from opc.lowering.c_memory_emission import MemoryEmission, has_dynamic_dims
 from opc.lowering.c_text import c_comment, c_identifier, c_string, c_symbol
 from opc.lowering.size_lowering import function_shapes, function_sizes
+from opc.transforms.opc_outline_control_flow import is_body
 
 # ---------------------------------------------------------------------------
 # Types
@@ -87,10 +95,12 @@ static char *opc_arena_get(size_t n) {{
 
 
 @dataclass
-class CEmitter(LoopEmission, MemoryEmission, CallEmission):
+class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
     """Emits one C translation unit for a lowered module."""
 
     lines: list[str] = field(default_factory=list)
+    resets_stack: bool = False  # the module saves loop values (opc_stack): each exported call starts it empty
+    stack_macros = C_STACK_MACROS  # how a saved loop value goes on and off the stack (c_control_emission.py)
     names: dict[SSAValue, str] = field(default_factory=dict)
     constants: dict[SSAValue, int] = field(default_factory=dict)  # known index constants
     indent: int = 1
@@ -143,10 +153,14 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
             body.append(self.threads_support)
         if self.pack_buffers:
             body.append(ARENA_SUPPORT)
+        body.append(control_support(module, self.stack_macros))
+        self.resets_stack = uses_stack(module)
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
                 self.lines, self.outlined = [], []
-                sigs.append(self.emit_function(fn))
+                sig = self.emit_function(fn)
+                if not is_body(fn):  # a control-flow body is called by its host only
+                    sigs.append(sig)
                 body.extend(self.outlined)
                 body.extend(self.lines)
                 body.append("")
@@ -201,6 +215,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
         self.line(self.prototype(fn) + " {")
         self.indent = 1
         self.line("int status = 0;")
+        if self.resets_stack and not is_body(fn):  # a call that failed mid-loop left values behind
+            self.line("opc_stack.used = 0;")
         self.function = fn
         owned = self.owned_buffers(fn)
         self.declare_locals(fn, owned)
@@ -243,7 +259,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
             if buf not in self.arena:
                 self.line(f"{c_type(element_of(buf))} *{self.name(buf)} = NULL;")
         if self.arena:
-            self.line(f"char *opc_arena = opc_arena_get({size});")
+            self.line(f"char *opc_arena = {self.arena_getter(fn)}({size});")
             self.line("if (!opc_arena) { status = 1; goto cleanup; }")
 
     def emit_body(self, fn: func.FuncOp) -> None:
@@ -370,6 +386,9 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission):
             self.emit_op(op)
 
     def emit_op(self, op: Operation) -> None:
+        if is_host_control(op):  # scf.if / for / while around calls of their bodies (c_control_emission.py)
+            self.emit_host_control(op)
+            return
         kind = type(op)
         if kind in EXPRESSIONS:
             r = op.results[0]

@@ -61,8 +61,10 @@ from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import int_of
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
 from opc.lowering.abi import FunctionSignature, c_symbol
+from opc.lowering.c_control_emission import is_host_control
 from opc.lowering.c_emitter import CEmitter
 from opc.lowering.c_expressions import EXPRESSIONS, c_type, dtype_suffix
+from opc.lowering.control_flow_lowering import HOST_ATTR
 from opc.lowering.cuda_kernel_emission import (
     HOST_OPS,
     KernelEmission,
@@ -126,6 +128,11 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         return f'extern "C" int {self.prefix}{c_symbol(fn.sym_name.data)}({", ".join(self.params(fn)) or "void"})'
 
     pack_buffers = False  # each intermediate a cudaMalloc of its own
+    # saved loop values: device buffers to the host stack and back (cudaMemcpyDefault: unified addressing)
+    stack_macros = ("#define OPC_STACK_COPY(dst, src, n) "
+                    "do { if (cudaMemcpy(dst, src, n, cudaMemcpyDefault) != cudaSuccess) return 1; } while (0)\n"
+                    "#define OPC_STACK_OOM(n) ((void)(n))\n")
+    stack_oom_status = 2  # cudaErrorMemoryAllocation
 
     def emit_function(self, fn: func.FuncOp) -> FunctionSignature:
         """The C emitter's function (host side), with its kernels before it and the _host wrapper after."""
@@ -208,7 +215,10 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         for op in fn.body.block.ops:
             if op.results and op.results[0] in self.host_scalars:
                 continue  # computed with the locals
-            if isinstance(op, HOST_OPS):
+            if isinstance(op, arith.ConstantOp) and HOST_ATTR not in op.attributes:
+                self.emit_op(op)  # no boundary: a kernel re-declares the constants it reads
+                continue
+            if isinstance(op, HOST_OPS) or is_host_control(op) or HOST_ATTR in op.attributes:
                 if segment:
                     self.emit_kernel([], segment)
                     segment = []
@@ -263,6 +273,26 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
 
     # -- host ops ----------------------------------------------------------------
 
+    def emit_op(self, op: Operation) -> None:
+        """Control flow's scalars on the host: a load or store of a device buffer is a copy."""
+        if HOST_ATTR in op.attributes and isinstance(op, memref.LoadOp):
+            r = op.res
+            at = self.offset(op.memref, op.indices)
+            self.line(f"{c_type(r.type)} {self.name(r)};")
+            self.line(f"OPC_CHECK(cudaMemcpy(&{self.name(r)}, {self.name(op.memref)} + {at}, sizeof {self.name(r)}, "
+                      "cudaMemcpyDeviceToHost));")
+        elif HOST_ATTR in op.attributes and isinstance(op, memref.StoreOp):
+            at = self.offset(op.memref, op.indices)
+            v = self.name(op.value)
+            self.line(f"{{ const {c_type(op.value.type)} opc_v = {v}; OPC_CHECK(cudaMemcpy({self.name(op.memref)} + "
+                      f"{at}, &opc_v, sizeof opc_v, cudaMemcpyHostToDevice)); }}")
+        elif HOST_ATTR in op.attributes:  # C++ forbids a goto (to cleanup) past an initialised declaration
+            at = len(self.lines)
+            super().emit_op(op)
+            self.lines[at:] = [uninitialised(line) for line in self.lines[at:]]
+        else:
+            super().emit_op(op)
+
     def emit_CallOp(self, op: CallOp) -> None:
         self.line(f"OPC_CHECK(opc_cuda_nn_{op.callee.data}({self.call_args(op)}));")
 
@@ -275,7 +305,7 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
                   "status = (int)opc_status_host[0]; goto cleanup; } }")
 
     def emit_ConstantOp(self, op: arith.ConstantOp) -> None:
-        if self.in_host:
+        if self.in_host and HOST_ATTR not in op.attributes:
             # top-level constants: bounds are read at emission time, kernels re-declare what they use
             if isinstance(op.result.type, IndexType):
                 self.constants[op.result] = int_of(op.value)
@@ -350,6 +380,12 @@ def size_product(shape: Sequence[int | str]) -> int | str:
         else:
             factors.append("(" + SYMBOL_TERM.sub(lambda m: f"opc_{m.group(0)}", d) + ")")
     return " * ".join(factors)
+
+
+def uninitialised(line: str) -> str:
+    """`const T x = e;` as `T x; x = e;` (a host scalar of control flow, declared where it is computed)."""
+    m = re.fullmatch(r"(\s*)(?:const )?(\w[\w ]*?) (\w+) = (.*);", line)
+    return f"{m[1]}{m[2]} {m[3]}; {m[3]} = {m[4]};" if m else line
 
 
 def emit_cuda(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:

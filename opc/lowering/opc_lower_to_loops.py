@@ -40,11 +40,13 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects import opc
+from opc.dialects.control import is_host_op
 from opc.dialects.kinds import ELEMENTWISE, INLINABLE, element_of, is_splat_constant, shape_of
 from opc.dialects.opc_loops import ExternalCallOp
 from opc.dialects.sizes import FunctionSizes, Shape, analyze, has_dynamic_shapes, symbolic_shapes
 from opc.errors import UnsupportedError
 from opc.lowering import nn_lowering as nn
+from opc.lowering.control_flow_lowering import ControlState, lower_host_op
 from opc.lowering.gemm_lowering import GemmLowering
 from opc.lowering.pointwise_lowering import PointwiseLowering
 from opc.lowering.reduction_lowering import ReductionLowering
@@ -56,6 +58,7 @@ from opc.lowering.scalars import (
 )
 from opc.lowering.size_lowering import SizeLowering
 from opc.targets.device_kernels import external_symbol, kernel_attributes
+from opc.transforms.opc_outline_control_flow import BODY_ATTR, is_body, outline_control_flow
 from opc.transforms.opc_schedule import Kernel, plan, unwrap_kernels
 
 # Function lowering
@@ -100,6 +103,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.flat = False  # True while a flat (1-D) nest is emitted
         self.checks = nn.RuntimeChecks(self)
         self.memo: dict[tuple, SSAValue] = {}  # (value, index, block) -> scalar, within one op's nests
+        self.control: ControlState | None = None  # the module's outlined control flow (LowerToLoopsPass sets it)
         self.row_scalars: dict[SSAValue, SSAValue] = {}  # inside a row kernel: per-row reduction results
         self.row_staged: dict[SSAValue, SSAValue] = {}  # inside a row kernel: values kept in a row buffer
         # in a GEMM epilogue: [n] value -> (buffer, column)
@@ -176,7 +180,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         for op in self.fn.body.block.ops:
             if isinstance(op, func.ReturnOp):
                 break
-            if op in self.inlined or is_size_op(op):
+            if op in self.inlined or (is_size_op(op) and not feeds_host(op)):
                 continue
             before = self.entry.last_op
             rk = self.schedule.row_of.get(op)
@@ -239,7 +243,9 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
 
     def lower_op(self, op: Operation) -> None:
         self.memo = {}
-        if (symbol := external_symbol(op)) is not None:
+        if is_host_op(op):  # control flow and scalars (opc/lowering/control_flow_lowering.py)
+            lower_host_op(self, op)
+        elif (symbol := external_symbol(op)) is not None:
             self.lower_external(op, symbol)
         elif isinstance(op, opc.TransposeOp) and op in self.schedule.views:  # views: transposes
             nn.lower_strided_view(self, op)
@@ -270,6 +276,13 @@ def is_size_op(op: Operation) -> bool:
     """An op computing a size (tensor.dim, index arithmetic): the size analysis already knows
     its value as a polynomial of the size parameters, which the nests read where they need it."""
     return bool(op.results) and all(isinstance(r.type, IndexType) for r in op.results)
+
+
+def feeds_host(op: Operation) -> bool:
+    """Whether an index op is read on the host (a loop bound, a condition, an induction variable's
+    arithmetic): then it is lowered as scalar code, not left to the size analysis."""
+    return any(is_host_op(u.operation) and (not is_size_op(u.operation) or feeds_host(u.operation))
+               for r in op.results for u in r.uses)
 
 
 def drop_size_operands(fn: func.FuncOp) -> None:
@@ -308,6 +321,7 @@ class LowerToLoopsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         constants: list[memref.GlobalOp] = []
+        control = ControlState(outline_control_flow(op, self.target), op)  # region bodies: functions of their own
         for fn in list(op.ops):
             if isinstance(fn, func.FuncOp) and not fn.is_declaration:
                 unwrap_kernels(fn)  # scheduled input (opc-schedule): the lowering re-plans the same kernels
@@ -317,9 +331,13 @@ class LowerToLoopsPass(ModulePass):
                     drop_size_operands(fn)
                 table = dict(sizes.shapes) if sizes is not None else {}
                 with symbolic_shapes(table) if sizes is not None else nullcontext():
-                    new = FunctionLowering(fn, constants, memory_order_reductions=cpu,
-                                           row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0, gemm_epilogues=cpu,
-                                           strided_views=cpu, sizes=sizes, symbolic=table).run()
+                    lowering = FunctionLowering(fn, constants, memory_order_reductions=cpu,
+                                                row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0, gemm_epilogues=cpu,
+                                                strided_views=cpu, sizes=sizes, symbolic=table)
+                    lowering.control = control
+                    new = lowering.run()
+                if is_body(fn):
+                    new.attributes[BODY_ATTR] = fn.attributes[BODY_ATTR]
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)

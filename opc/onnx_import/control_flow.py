@@ -1,17 +1,16 @@
-"""If, Loop and Scan: their bodies imported inline, unrolled over counts known at compile time.
-
-opc functions have no control flow of their own, and shapes are static, so a
-subgraph is imported in place, once per iteration, with its inputs bound to
-the values of that iteration:
+"""If, Loop and Scan: as MLIR's `scf` ops where a condition or trip count is known at run time only,
+their bodies imported inline where everything is known at compile time.
 
     If    condition known at compile time: the taken branch only;
-          known at run time: both branches, each output a `select` of the two
-          (both branches must give outputs of one type; where sequences or
-          optionals differ, the condition is needed at compile time);
-    Loop  trip count and condition known at compile time (a graph input that
-          sets them is bound by its value, as for a shape); the iteration
-          number is a constant in the body, so slices by it fold; the loop
-          stops where the body's condition, evaluated at compile time, is false;
+          known at run time: an `scf.if`, each branch imported into its region, so a branch not
+          taken costs nothing (both branches must give outputs of one type; where sequences or
+          optionals are among the outputs, both branches are imported and each output selected);
+    Loop  trip count or condition known at run time: an `scf.while` carrying the iteration number,
+          the condition and the loop-carried values; the body imported once into its region, so a
+          new trip count costs no compile. Scan outputs (a result sized by the trip count) and
+          carried sequences need the counts at compile time and unroll, as below;
+          known at compile time: unrolled, the iteration number a constant in the body, so slices by
+          it fold; the loop stops where the body's condition, evaluated at compile time, is false;
     Scan  the sequence length is a static dimension; each step slices the
           scan inputs, and the scan outputs are stacked at the end.
 
@@ -23,13 +22,16 @@ they are: a sequence carried by a Loop may grow by one tensor per step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
-from xdsl.ir import SSAValue
+from xdsl.dialects import arith, scf, tensor
+from xdsl.dialects.builtin import IntegerAttr, TensorType, i1, i64
+from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
+from opc.errors import UnsupportedError
 from opc.onnx_import.common import Value, Values
 from opc.onnx_import.graph import Node, converter
 from opc.onnx_import.lists import Item, Items, Opt, Seq, is_list
@@ -105,11 +107,58 @@ def check_trips(node: Node, trips: int) -> None:
 # ---------------------------------------------------------------------------
 
 
+def in_region(node: Node, arg_types: Sequence[Attribute],
+              build: Callable[[Sequence[SSAValue]], Items]) -> tuple[Block, Items]:
+    """A block holding the ops the importer emits while `build` runs on the block's arguments, and
+    what `build` returned (the block has no terminator yet)."""
+    outer = node.e.ops
+    node.e.ops = []
+    block = Block(arg_types=arg_types)
+    try:
+        out = build(block.args)
+    finally:
+        inner, node.e.ops = node.e.ops, outer
+    block.add_ops(inner)
+    return block, out
+
+
+def yield_values(node: Node, block: Block, items: Items) -> list[SSAValue]:
+    """items as SSA values (a constant made inside the block), yielded by the block."""
+    outer = node.e.ops
+    node.e.ops = []
+    values = [as_value(node, v) for v in items]  # type: ignore[arg-type]
+    block.add_ops(node.e.ops)
+    node.e.ops = outer
+    block.add_op(scf.YieldOp(*values))
+    return values
+
+
+def check_static_sizes(node: Node) -> None:
+    """Control flow imports as scf ops where every size is known at compile time: the run-time (?)
+    sizes of the graph's inputs do not cross into bodies yet (opc.load_onnx then compiles per input
+    shape; opc.import_onnx takes the sizes as shapes=)."""
+    for v in node.importer.values.values():
+        if isinstance(v.type, TensorType) and o.DYNAMIC in v.type.get_shape():
+            raise UnsupportedError(f"{node.label}: a condition or trip count known at run time with run-time (?) "
+                                   f"sizes ('{v.name_hint}' is {v.type}): give the sizes (shapes=) to import it")
+
+
+def scalar_of(node: Node, v: SSAValue, what: str) -> SSAValue:
+    """The one element of v as a scalar (a condition, a trip count)."""
+    if int(np.prod(shape_of(v))) != 1:
+        raise node.fail(f"the {what} must hold one element, it has shape {list(shape_of(v))}")
+    return node.e.value(tensor.ExtractOp(node.e.reshape(v, []), [], element_of(v)))
+
+
 @converter("If", since=1)
 def if_(node: Node) -> Items:
     if node.known(0):
         taken = "then_branch" if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else "else_branch"
         return import_body(node, taken, [])
+    check_static_sizes(node)
+    branches = [in_region(node, [], lambda _, b=b: import_body(node, b, [])) for b in ("then_branch", "else_branch")]
+    if not any(is_list(v) for _, out in branches for v in out):
+        return if_at_run_time(node, branches)
     then_out = import_body(node, "then_branch", [])
     else_out = import_body(node, "else_branch", [])
     cond = node.input(0)
@@ -129,6 +178,19 @@ def if_(node: Node) -> Items:
     return out
 
 
+def if_at_run_time(node: Node, branches: list[tuple[Block, Items]]) -> Items:
+    """An scf.if on the condition, each branch its region: only the branch taken runs."""
+    values = [yield_values(node, block, out) for block, out in branches]
+    for i, (a, b) in enumerate(zip(*values)):
+        if a.type != b.type:
+            raise node.fail(f"output {i} is {type_of(a)} in then_branch and {type_of(b)} in else_branch: "
+                            "with a condition known only at run time, opc needs both of one type")
+    cond = scalar_of(node, node.input(0), "condition")
+    op = scf.IfOp(cond, [v.type for v in values[0]], Region(branches[0][0]), Region(branches[1][0]))
+    node.e.emit(op)
+    return list(op.results)
+
+
 def select(node: Node, c: SSAValue, a: Item, b: Item) -> Item:
     """a where c else b, tensor by tensor through sequences and optionals of one type."""
     if isinstance(a, Seq) and isinstance(b, Seq):
@@ -145,6 +207,57 @@ def select(node: Node, c: SSAValue, a: Item, b: Item) -> Item:
 
 @converter("Loop", since=1)
 def loop(node: Node) -> Items:
+    counts_known = (not node.has(0) or node.known(0)) and (not node.has(1) or node.known(1))
+    state: Items = [operand(node, k + 2) for k in range(len(node.proto.input) - 2)]
+    n_scan = len(node.attr("body").output) - 1 - len(state)
+    if not counts_known and n_scan == 0 and not any(is_list(v) for v in state):
+        check_static_sizes(node)
+        return loop_at_run_time(node, [as_value(node, v) for v in state])  # type: ignore[arg-type]
+    return unrolled_loop(node)
+
+
+def loop_at_run_time(node: Node, state: list[SSAValue]) -> Items:
+    """An scf.while over (iteration number, condition, loop-carried values...): its before region
+    tests `i < M and cond`, its after region is the body, imported once, and counts i up."""
+    counter = TensorType(i64, [])
+    flag = TensorType(i1, [])
+    start = node.e.constant(np.array(0, np.int64))
+    cond0 = node.e.reshape(node.input(1), []) if node.has(1) else node.e.constant(np.array(True))
+    trips = node.input(0) if node.has(0) else None
+    types = [counter, flag, *(v.type for v in state)]
+
+    def test(args: Sequence[SSAValue]) -> Items:
+        go = node.e.value(tensor.ExtractOp(args[1], [], i1))
+        if trips is not None:
+            i = node.e.value(tensor.ExtractOp(args[0], [], i64))
+            m = scalar_of(node, trips, "trip count")
+            go = node.e.value(arith.AndIOp(node.e.value(arith.CmpiOp(i, m, "slt")), go))
+        return [go]
+
+    before, (go,) = in_region(node, types, test)
+    before.add_op(scf.ConditionOp(go, *before.args))  # type: ignore[arg-type]
+
+    def step(args: Sequence[SSAValue]) -> Items:
+        out = import_body(node, "body", list(args))
+        i = node.e.value(tensor.ExtractOp(args[0], [], i64))
+        one = node.e.value(arith.ConstantOp(IntegerAttr(1, i64)))
+        nxt = node.e.value(tensor.FromElementsOp.build(operands=[[node.e.value(arith.AddiOp(i, one))]],
+                                                       result_types=[counter]))
+        cond = as_value(node, out[0])  # type: ignore[arg-type]
+        return [nxt, node.e.reshape(cond, []), *out[1:]]
+
+    after, out = in_region(node, types, step)
+    values = yield_values(node, after, out)
+    for k, (v, t) in enumerate(zip(values[2:], types[2:])):
+        if v.type != t:
+            raise node.fail(f"loop-carried value {k} enters as {type_of(state[k])} and leaves the body as "
+                            f"{type_of(v)}: with a trip count or condition known at run time, opc needs one type")
+    op = scf.WhileOp([start, cond0, *state], types, Region(before), Region(after))
+    node.e.emit(op)
+    return list(op.results[2:])
+
+
+def unrolled_loop(node: Node) -> Items:
     trips = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0]) if node.has(0) else None
     cond: Value = node.const(1, "condition") if node.has(1) else np.array(True)
     if trips is None:

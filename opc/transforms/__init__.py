@@ -11,7 +11,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """Name -> factory returning the pass class (imported on first use)."""
 
     def canonicalize():
-        from xdsl.transforms.canonicalize import CanonicalizePass
+        from opc.transforms.canonicalize import CanonicalizePass
 
         return CanonicalizePass
 
@@ -55,6 +55,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return WidenPass
 
+    def opc_outline_control_flow():
+        from opc.transforms.opc_outline_control_flow import OutlineControlFlowPass
+
+        return OutlineControlFlowPass
+
     def opc_lower_to_loops():
         from opc.lowering.opc_lower_to_loops import LowerToLoopsPass
 
@@ -70,5 +75,6 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "opc-grad": opc_grad,
         "opc-schedule": opc_schedule,
         "opc-widen": opc_widen,
+        "opc-outline-control-flow": opc_outline_control_flow,
         "opc-lower-to-loops": opc_lower_to_loops,
     }

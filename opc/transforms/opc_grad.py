@@ -8,6 +8,10 @@ in the module attribute `opc.no_grad`; without `wrt`, the grads are taken
 with respect to every float argument not marked `{opc.stop_gradient}`. Any
 function can be named, a grad function included (`func=f_grad`: higher
 order). Semantics: opc/autodiff/__init__.py.
+
+`checkpoint=k` (k >= 2): the gradient of every scf.for without an `opc.checkpoint` of its own
+saves the loop-carried values of every k-th iteration only and recomputes the others
+(opc/autodiff/control_flow.py).
 """
 
 from __future__ import annotations
@@ -15,11 +19,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects import scf
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.passes import ModulePass
 
 from opc.autodiff import add_grad_function, add_grad_functions, default_wrt, find_func, no_wrt_reason, wrt_indices
+from opc.autodiff.control_flow import CHECKPOINT_ATTR
 from opc.errors import InputError
+
+
+def mark_checkpoints(module: ModuleOp, k: int) -> None:
+    if k < 2:
+        raise InputError(f"opc-grad: checkpoint={k}: give k >= 2 (save every k-th iteration of a loop)")
+    for o in module.walk():
+        if isinstance(o, scf.ForOp) and CHECKPOINT_ATTR not in o.attributes:
+            o.attributes[CHECKPOINT_ATTR] = IntegerAttr(k, i64)
 
 
 @dataclass(frozen=True)
@@ -28,8 +42,11 @@ class GradPass(ModulePass):
 
     func: str | None = None
     wrt: tuple[str, ...] = ()
+    checkpoint: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.checkpoint:
+            mark_checkpoints(op, self.checkpoint)
         if not self.func:
             if self.wrt:
                 raise InputError("opc-grad: wrt=... needs func=NAME")

@@ -60,12 +60,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func
+from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from opc.dialects import opc
+from opc.dialects.control import CONTROL_OPS, ancestor_in, is_host_op
 from opc.dialects.kinds import (
     ELEMENTWISE,
     INLINABLE,
@@ -84,6 +85,7 @@ from opc.targets.device_kernels import external_symbol
 MAX_ROW_REDUCTIONS = 8  # passes over a row a row kernel may make before it is split
 MAX_ROW_LENGTH = 1 << 16  # a row longer than this is reduced by the plain nests
 GEMMS = (opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp)
+TERMINATORS = (func.ReturnOp, scf.YieldOp, scf.ConditionOp)  # a function's or a control-flow body's end
 
 
 @dataclass(eq=False)
@@ -146,11 +148,18 @@ def evaluated_once(v: SSAValue, user: Operation) -> bool:
 
 
 def users_of(op: Operation) -> list[Operation]:
-    return list(dict.fromkeys(u.operation for r in op.results for u in r.uses))
+    """The ops of op's block that read its results (a read inside a control-flow body is its op's)."""
+    return list(dict.fromkeys(top_user(u.operation, op) for r in op.results for u in r.uses))
 
 
 def value_users(v: SSAValue) -> list[Operation]:
-    return list(dict.fromkeys(u.operation for u in v.uses))
+    return list(dict.fromkeys(top_user(u.operation, v.owner) for u in v.uses))
+
+
+def top_user(user: Operation, producer: Operation | Block) -> Operation:
+    """`user`, or the op around it in the producer's block (an scf body reading a value from outside)."""
+    block = producer if isinstance(producer, Block) else producer.parent_block()
+    return (ancestor_in(user, block) or user) if block is not None else user
 
 
 # ---------------------------------------------------------------------------
@@ -173,6 +182,8 @@ def plan_nests(ops: list[Operation], returned: set[SSAValue],
         if v in returned or external_symbol(op) is not None:
             continue
         users = users_of(op)
+        if any(is_host_op(u) for u in users):
+            continue  # read on the host (a condition, a body's input): materialized
         if is_constant(op):
             if users and all(pointwise(u) for u in users):
                 inlined.add(op)  # free to recompute anywhere
@@ -290,14 +301,16 @@ def reads_a_row_result(op: Operation, members: set[Operation]) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def plan(fn: func.FuncOp, row_kernels: bool = True, epilogues: bool = True, views: bool = True) -> Schedule:
-    """The kernels of one (unscheduled) tensor function. row_kernels=False: no row
-    kernels (every reduction its own nest); both backends plan with them.
+def plan(fn: func.FuncOp | Block, row_kernels: bool = True, epilogues: bool = True, views: bool = True) -> Schedule:
+    """The kernels of one (unscheduled) tensor function, or of one control-flow body. row_kernels=False:
+    no row kernels (every reduction its own nest); both backends plan with them.
     epilogues=False: no GEMM epilogues (the CUDA backend's GEMMs take none).
-    views=False: no strided views (the CUDA backend's attention reads row-major operands)."""
-    ops = [o for o in fn.body.block.ops if not isinstance(o, func.ReturnOp)]
-    ret = fn.body.block.last_op
-    assert ret is not None  # a verified func ends in its return
+    views=False: no strided views (the CUDA backend's attention reads row-major operands).
+    Control flow and scalar ops run on the host, in no kernel (opc/dialects/control.py)."""
+    block = fn.body.block if isinstance(fn, func.FuncOp) else fn
+    ret = block.last_op
+    assert ret is not None  # a verified func ends in its return, a body in its yield
+    ops = [o for o in block.ops if o is not ret and not is_host_op(o)]
     returned = set(ret.operands)
     position = {o: i for i, o in enumerate(ops)}
     operand_views = plan_operand_views(ops, returned) if views else {}
@@ -498,7 +511,7 @@ def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Sche
         in_place = len(ordered) == 1 and not reads_g and element_of(g.results[0]) == element_of(ordered[0].results[0])
         return GemmEpilogue(g, views, ordered, in_place)
 
-    if any(isinstance(u, func.ReturnOp) for w in views for u in value_users(w.results[0])):
+    if any(isinstance(u, TERMINATORS) for w in views for u in value_users(w.results[0])):
         return None  # a returned view is copied into its output where it is lowered: before the GEMM
     def closure(first: set[Operation]) -> set[Operation]:
         roots, todo = set(first), list(first)
@@ -593,7 +606,7 @@ def boundary_reason(group: list[Operation], kind: str, returned: set[SSAValue]) 
         if v in returned:
             why.append(f"{name} is returned")
         consumers = [u.operation for u in v.uses
-                     if u.operation not in inside and not isinstance(u.operation, func.ReturnOp)]
+                     if u.operation not in inside and not isinstance(u.operation, TERMINATORS)]
         for u in dict.fromkeys(consumers):
             if kind in ("elementwise", "row", "reduction"):
                 why.append(f"{name} feeds {u.name}: {consumer_reason(v, u, len(set(consumers)))}")
@@ -621,9 +634,9 @@ def consumer_reason(v: SSAValue, user: Operation, n_consumers: int) -> str:
 # ---------------------------------------------------------------------------
 
 
-def wrap_kernels(fn: func.FuncOp, sched: Schedule) -> None:
+def wrap_kernels(fn: func.FuncOp | Block, sched: Schedule) -> None:
     """Each kernel's ops move into an opc_sched.kernel placed where its last op was."""
-    block = fn.body.block
+    block = fn.body.block if isinstance(fn, func.FuncOp) else fn
     for k in sched.kernels:
         inside = set(k.ops)
         outputs = [r for o in k.ops for r in o.results if any(u.operation not in inside for u in r.uses)]
@@ -642,8 +655,9 @@ def wrap_kernels(fn: func.FuncOp, sched: Schedule) -> None:
 
 def unwrap_kernels(fn: func.FuncOp) -> None:
     """Undo wrap_kernels (the lowering re-plans the same schedule from the flat ops)."""
-    block = fn.body.block
-    for kernel in [o for o in block.ops if isinstance(o, KernelOp)]:
+    for kernel in [o for o in fn.walk() if isinstance(o, KernelOp)]:
+        block = kernel.parent_block()
+        assert block is not None
         body = kernel.body.block
         yield_op = body.last_op
         assert isinstance(yield_op, YieldOp)
@@ -675,7 +689,13 @@ class SchedulePass(ModulePass):
             if any(isinstance(o, KernelOp) for o in fn.body.block.ops):
                 continue  # already scheduled
             cpu = self.target != "cuda"
-            wrap_kernels(fn, plan(fn, epilogues=cpu, views=cpu))  # CUDA's GEMMs take no epilogue
+            for block in scheduled_blocks(fn):  # the function's, then each control-flow body's
+                wrap_kernels(block, plan(block, epilogues=cpu, views=cpu))  # CUDA's GEMMs take no epilogue
+
+
+def scheduled_blocks(fn: func.FuncOp) -> list[Block]:
+    """The function's block and the blocks of its control-flow bodies (each scheduled on its own)."""
+    return [fn.body.block, *(b for o in fn.walk() if isinstance(o, CONTROL_OPS) for r in o.regions for b in r.blocks)]
 
 
 def describe(module: ModuleOp, row_kernels: bool = True, epilogues: bool = True) -> str:
@@ -683,10 +703,14 @@ def describe(module: ModuleOp, row_kernels: bool = True, epilogues: bool = True)
     (epilogues=False: the CUDA backend's, whose GEMMs take no epilogue nor strided views)."""
     lines = []
     for fn in tensor_functions(module):
-        sched = plan(fn, row_kernels, epilogues, views=epilogues)
-        lines.append(f"@{fn.sym_name.data}: {len(sched.kernels)} kernels")
-        for i, k in enumerate(sched.kernels):
-            names = ", ".join(o.name.removeprefix("opc.") for o in k.ops)
-            lines.append(f"  kernel {i} ({k.kind}): {names}")
-            lines.append(f"    boundary: {k.reason}")
+        for block in scheduled_blocks(fn):
+            sched = plan(block, row_kernels, epilogues, views=epilogues)
+            around = block.parent_op()
+            where = "" if around is None or block is fn.body.block else \
+                f" body of {around.name} (host op: its own function)"
+            lines.append(f"@{fn.sym_name.data}{where}: {len(sched.kernels)} kernels")
+            for i, k in enumerate(sched.kernels):
+                names = ", ".join(o.name.removeprefix("opc.") for o in k.ops)
+                lines.append(f"  kernel {i} ({k.kind}): {names}")
+                lines.append(f"    boundary: {k.reason}")
     return "\n".join(lines) + "\n"

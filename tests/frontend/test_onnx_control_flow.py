@@ -1,4 +1,6 @@
-"""ONNX If, Loop and Scan (opc/onnx_import/control_flow.py), unrolled at import: every case imported
+"""ONNX If, Loop and Scan (opc/onnx_import/control_flow.py): an If on a run-time condition as an scf.if,
+loops with scan outputs and Scan unrolled at import (tests/control_flow/test_onnx_scf.py: Loop and If
+as scf ops at run time); every case imported
 into one module; the forward against onnxruntime, the gradient through the unrolled steps against
 central differences of opc's own forward (f64), and the refusals as one-line errors."""
 

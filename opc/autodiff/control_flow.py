@@ -1,0 +1,313 @@
+"""Reverse mode through control flow, as Paddle's PIR autodiff (`ir_backward.py`) does it.
+
+scf.if: a grad `scf.if` on the same condition. Each of its branches recomputes its forward branch
+(a copy of the branch's ops) and sweeps it backward from the result cotangents; it yields the
+cotangents of the values the forward branch read from outside (zeros where a branch does not
+read one), which the caller accumulates like any op's operand gradients.
+
+scf.for: the forward loop pushes its loop-carried values at the start of each iteration
+(`opc_stack.push`, Paddle's tuple_push); a backward scf.for runs the same trip count with the
+iteration index reversed, pops the values of that iteration (tuple_pop), recomputes the body from
+them and sweeps it backward: the carried cotangents flow from iteration to iteration, the
+cotangents of the values the body reads from outside are summed over iterations. Memory: one copy
+of the loop-carried values per iteration; the body's inner values are recomputed, not saved.
+
+Checkpointing (`opc.checkpoint = k` on an scf.for, or `opc-grad{checkpoint=k}` for every loop): the
+forward pushes the carried values of every k-th iteration only; the backward runs over the
+segments in reverse, pops a segment's first values, reruns the segment's k iterations forward
+(saving each, as above) and runs them backward. Memory: trip count / k + k copies of the carried
+values instead of trip count; time: the forward runs twice.
+
+scf.while: the forward pushes the values entering its `before` region each time it runs (one more
+time than the body); the stacks' depth before the loop is recorded (`opc_stack.depth`). The
+backward pops the last values and sweeps the final `before` from the results' cotangents, then, while
+the stacks are deeper than that recorded depth, pops the values of one more iteration back,
+recomputes `before` then the body from them and sweeps both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from xdsl.dialects import arith, scf, tensor
+from xdsl.dialects.builtin import IndexType, IntegerAttr, TensorType, i64
+from xdsl.ir import Block, Operation, Region, SSAValue
+
+from opc.dialects.builder import OpBuilder
+from opc.dialects.control import captured_values
+from opc.dialects.kinds import element_of
+from opc.dialects.opc import is_float
+from opc.dialects.opc_stack import DepthOp, PopOp, PushOp
+from opc.errors import UnsupportedError
+
+Sweep = Callable[[OpBuilder, Sequence[Operation], Sequence[SSAValue], Sequence[tuple[SSAValue, SSAValue]]],
+                 dict[SSAValue, SSAValue]]
+
+
+def control_vjp(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | None], live: set[SSAValue],
+                sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    """Cotangents of what op reads (operands and captured values), emitted into e."""
+    if isinstance(op, scf.IfOp):
+        return if_vjp(e, op, douts, live, sweep)
+    if isinstance(op, scf.ForOp):
+        return for_vjp(e, op, douts, live, sweep)
+    if isinstance(op, scf.WhileOp):
+        return while_vjp(e, op, douts, live, sweep)
+    raise UnsupportedError(f"autodiff through {op.name} is not supported")
+
+
+def is_float_value(v: SSAValue) -> bool:
+    return is_float(element_of(v))
+
+
+def replay(be: OpBuilder, block: Block, given: Mapping[SSAValue, SSAValue] | None = None
+           ) -> tuple[list[Operation], list[SSAValue]]:
+    """A copy of block's ops (not its terminator, not the pushes of a forward) into be, `given` mapping
+    the block's arguments: the copies, and what the terminator yields."""
+    mapping: dict[SSAValue, SSAValue] = dict(given or {})
+    ops = []
+    term = block.last_op
+    assert term is not None
+    for o in block.ops:
+        if o is term:
+            break
+        if isinstance(o, PushOp):
+            continue
+        new = o.clone(value_mapper=mapping)
+        for old, r in zip(o.results, new.results):
+            mapping[old] = r
+        be.emit(new)
+        ops.append(new)
+    return ops, [mapping.get(v, v) for v in term.operands]
+
+
+def if_vjp(e: OpBuilder, op: scf.IfOp, douts: Sequence[SSAValue | None], live: set[SSAValue],
+           sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
+    if not caps:
+        return {}
+    regions = []
+    for region in (op.true_region, op.false_region):
+        be = OpBuilder()
+        grads: dict[SSAValue, SSAValue] = {}
+        if region.blocks:
+            ops, yielded = replay(be, region.block)
+            seeds = [(y, d) for y, d in zip(yielded, douts) if d is not None and is_float_value(d)]
+            grads = sweep(be, ops, caps, seeds)
+        outs = [grads[c] if c in grads else be.full(0.0, c) for c in caps]
+        be.emit(scf.YieldOp(*outs))
+        regions.append(Region(Block(be.ops)))
+    grad_if = scf.IfOp(op.cond, [c.type for c in caps], regions[0], regions[1])
+    e.emit(grad_if)
+    return dict(zip(caps, grad_if.results))
+
+
+def index_const(e: OpBuilder, n: int) -> SSAValue:
+    return e.value(arith.ConstantOp(IntegerAttr(n, IndexType())))
+
+
+def trip_count(e: OpBuilder, op: scf.ForOp) -> SSAValue:
+    """max(0, ceil((ub - lb) / step)) (a step that is not positive is a run-time error of the forward)."""
+    span = e.value(arith.SubiOp(op.ub, op.lb))
+    up = e.value(arith.AddiOp(span, e.value(arith.SubiOp(op.step, index_const(e, 1)))))
+    return e.value(arith.MaxSIOp(e.value(arith.DivSIOp(up, op.step)), index_const(e, 0)))
+
+
+def save_carried(op: scf.ForOp) -> list[str]:
+    """Pushes of each loop-carried value at the start of the forward body; the stacks' names."""
+    body = op.body.block
+    first = body.first_op
+    assert first is not None
+    names = []
+    for k, a in enumerate(body.args[1:]):
+        names.append(f"{a.name_hint or 'carried'}{k}")
+        body.insert_op_before(PushOp(a, names[-1]), first)
+    return names
+
+
+CHECKPOINT_ATTR = "opc.checkpoint"
+"""On an scf.for: save the carried values of every k-th iteration only, recompute the others."""
+
+
+def checkpoint_of(op: scf.ForOp) -> int:
+    a = op.attributes.get(CHECKPOINT_ATTR)
+    return a.value.data if isinstance(a, IntegerAttr) and a.value.data > 1 else 0
+
+
+def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live: set[SSAValue],
+            sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    carried = list(op.body.block.args[1:])
+    inits = list(op.iter_args)
+    floats = [k for k, v in enumerate(inits) if is_float_value(v)]
+    caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
+    if not caps and not any(inits[k] in live for k in floats):
+        return {}
+    if checkpoint_of(op):
+        return checkpointed_for_vjp(e, op, douts, caps, floats, sweep)
+    names = save_carried(op)
+    n = trip_count(e, op)
+    seeds: list[SSAValue] = [d if (d := douts[k]) is not None else e.full(0.0, op.results[k]) for k in floats]
+    zeros = [e.full(0.0, c) for c in caps]
+    body = Block(arg_types=[IndexType(), *(v.type for v in seeds), *(c.type for c in zeros)])
+    k_arg, d_carried, d_caps = body.args[0], body.args[1:1 + len(floats)], body.args[1 + len(floats):]
+    be = OpBuilder()
+    # the forward's iteration index of backward step k: lb + (n - 1 - k) * step
+    back = be.value(arith.SubiOp(be.value(arith.SubiOp(n, index_const(be, 1))), k_arg))
+    i = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(back, op.step))))
+    popped = {carried[k]: be.value(PopOp(names[k], carried[k].type)) for k in reversed(range(len(carried)))}
+    ops, yielded = replay(be, op.body.block, {op.body.block.args[0]: i, **popped})
+    sources = [popped[carried[k]] for k in floats] + caps
+    grads = sweep(be, ops, sources, [(yielded[k], d) for k, d in zip(floats, d_carried)])
+    step_d = [grads.get(popped[carried[k]]) or be.full(0.0, carried[k]) for k in floats]
+    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
+    be.emit(scf.YieldOp(*step_d, *step_caps))
+    body.add_ops(be.ops)
+    loop = scf.ForOp(index_const(e, 0), n, index_const(e, 1), [*seeds, *zeros], Region(body))
+    e.emit(loop)
+    out: dict[SSAValue, SSAValue] = {inits[k]: r for k, r in zip(floats, loop.results[:len(floats)])}
+    for c, r in zip(caps, loop.results[len(floats):]):
+        out[c] = e.add(out[c], r) if c in out else r
+    return out
+
+
+def insert_before(e: OpBuilder, new: Operation, op: Operation) -> None:
+    """new placed just before op: in op's block, or in e's ops where op is still being built there."""
+    block = op.parent_block()
+    if block is not None:
+        block.insert_op_before(new, op)
+    else:
+        e.ops.insert(e.ops.index(op), new)
+
+
+def save_entering(op: scf.WhileOp) -> list[str]:
+    """Pushes of the values entering the before region, at its start; the stacks' names."""
+    before = op.before_region.block
+    first = before.first_op
+    assert first is not None
+    names = []
+    for k, a in enumerate(before.args):
+        names.append(f"{a.name_hint or 'carried'}{k}")
+        before.insert_op_before(PushOp(a, names[-1]), first)
+    return names
+
+
+def pop_and_replay(be: OpBuilder, op: scf.WhileOp, names: list[str], with_body: bool
+                   ) -> tuple[list[SSAValue], list[Operation], list[SSAValue]]:
+    """Pop one iteration's entering values and recompute before (and the body): (popped, the ops,
+    what the last region hands on: before's forwarded values, or the body's next entering values)."""
+    args: list[SSAValue] = list(op.before_region.block.args)
+    popped = {args[k]: be.value(PopOp(names[k], args[k].type)) for k in reversed(range(len(args)))}
+    ops, sent = replay(be, op.before_region.block, popped)
+    sent = sent[1:]  # scf.condition's operands: the condition, then the values sent on
+    if with_body:
+        entering: dict[SSAValue, SSAValue] = dict(zip(op.after_region.block.args, sent))
+        body_ops, sent = replay(be, op.after_region.block, entering)
+        ops += body_ops
+    return [popped[a] for a in args], ops, sent
+
+
+def recorded_depth() -> list[Operation]:
+    """The stacks' depth as an i64, then in a tensor<i64> (a body reads a value from outside as a tensor)."""
+    depth = DepthOp()
+    cast = arith.IndexCastOp(depth.result, i64)
+    held = tensor.FromElementsOp.build(operands=[[cast.result]], result_types=[TensorType(i64, [])])
+    return [depth, cast, held]
+
+
+def while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], live: set[SSAValue],
+              sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    inits = list(op.arguments)
+    floats = [k for k, v in enumerate(inits) if is_float_value(v)]
+    caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
+    if not caps and not any(inits[k] in live for k in floats):
+        return {}
+    base = recorded_depth()
+    for new in base:
+        insert_before(e, new, op)
+    names = save_entering(op)
+    # the final before: from the results' cotangents to those of the last entering values
+    popped, ops, sent = pop_and_replay(e, op, names, with_body=False)
+    seeds = [(s, d) for s, d in zip(sent, douts) if d is not None and is_float_value(d)]
+    grads = sweep(e, ops, [popped[k] for k in floats] + caps, seeds)
+    d_last = [grads.get(popped[k]) or e.full(0.0, popped[k]) for k in floats]
+    d_caps0 = [grads.get(c) or e.full(0.0, c) for c in caps]
+    types = [v.type for v in (*d_last, *d_caps0)]
+    test = Block(arg_types=types)
+    now = recorded_depth()[:2]
+    then = tensor.ExtractOp(base[-1].results[0], [], i64)
+    more = arith.CmpiOp(now[-1].results[0], then.result, "sgt")
+    test.add_ops([*now, then, more, scf.ConditionOp(more.result, *test.args)])  # type: ignore[arg-type]
+    body = Block(arg_types=types)
+    d_next, d_caps = body.args[:len(floats)], body.args[len(floats):]
+    be = OpBuilder()
+    popped, ops, sent = pop_and_replay(be, op, names, with_body=True)
+    grads = sweep(be, ops, [popped[k] for k in floats] + caps, [(sent[k], d) for k, d in zip(floats, d_next)])
+    step_d = [grads.get(popped[k]) or be.full(0.0, popped[k]) for k in floats]
+    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
+    be.emit(scf.YieldOp(*step_d, *step_caps))
+    body.add_ops(be.ops)
+    loop = scf.WhileOp([*d_last, *d_caps0], types, Region(test), Region(body))
+    e.emit(loop)
+    out: dict[SSAValue, SSAValue] = {inits[k]: r for k, r in zip(floats, loop.results[:len(floats)])}
+    for c, r in zip(caps, loop.results[len(floats):]):
+        out[c] = e.add(out[c], r) if c in out else r
+    return out
+
+
+def save_every(op: scf.ForOp, k: int) -> list[str]:
+    """Pushes of the carried values at the start of every k-th iteration (from the first)."""
+    body = op.body.block
+    first = body.first_op
+    assert first is not None
+    be = OpBuilder()
+    nth = be.value(arith.DivSIOp(be.value(arith.SubiOp(body.args[0], op.lb)), op.step))
+    kk = index_const(be, k)
+    rem = be.value(arith.SubiOp(nth, be.value(arith.MuliOp(be.value(arith.DivSIOp(nth, kk)), kk))))
+    at = be.value(arith.CmpiOp(rem, index_const(be, 0), "eq"))
+    names = [f"{a.name_hint or 'carried'}{j}_ckpt" for j, a in enumerate(body.args[1:])]
+    pushes = [PushOp(a, name) for a, name in zip(body.args[1:], names)]
+    be.emit(scf.IfOp(at, [], Region(Block([*pushes, scf.YieldOp()])), Region(Block([scf.YieldOp()]))))
+    for new in be.ops:
+        body.insert_op_before(new, first)
+    return names
+
+
+def checkpointed_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
+                         floats: list[int], sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    """Backward over segments of k iterations in reverse: pop the segment's first carried values,
+    rerun the segment forward as a loop of its own (saving every iteration) and differentiate it."""
+    k = checkpoint_of(op)
+    segment = op.clone()  # before the pushes: the loop the backward reruns, one segment at a time
+    segment.attributes.pop(CHECKPOINT_ATTR)
+    names = save_every(op, k)
+    carried = list(op.body.block.args[1:])
+    inits = list(op.iter_args)
+    n = trip_count(e, op)
+    kk = index_const(e, k)
+    segments = e.value(arith.DivSIOp(e.value(arith.AddiOp(n, e.value(arith.SubiOp(kk, index_const(e, 1))))), kk))
+    seeds: list[SSAValue] = [d if (d := douts[j]) is not None else e.full(0.0, op.results[j]) for j in floats]
+    zeros = [e.full(0.0, c) for c in caps]
+    body = Block(arg_types=[IndexType(), *(v.type for v in seeds), *(c.type for c in zeros)])
+    s_arg, d_carried, d_caps = body.args[0], body.args[1:1 + len(floats)], body.args[1 + len(floats):]
+    be = OpBuilder()
+    s = be.value(arith.SubiOp(be.value(arith.SubiOp(segments, index_const(be, 1))), s_arg))
+    j0 = be.value(arith.MuliOp(s, kk))
+    j1 = be.value(arith.MinSIOp(be.value(arith.AddiOp(j0, kk)), n))
+    lb = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(j0, op.step))))
+    ub = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(j1, op.step))))
+    popped = {carried[j]: be.value(PopOp(names[j], carried[j].type)) for j in reversed(range(len(carried)))}
+    rerun = segment
+    rerun.operands = [lb, ub, op.step, *(popped[a] for a in carried)]
+    be.emit(rerun)
+    sources = [popped[carried[j]] for j in floats] + caps
+    grads = sweep(be, [rerun], sources, [(rerun.results[j], d) for j, d in zip(floats, d_carried)])
+    step_d = [grads.get(popped[carried[j]]) or be.full(0.0, carried[j]) for j in floats]
+    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
+    be.emit(scf.YieldOp(*step_d, *step_caps))
+    body.add_ops(be.ops)
+    loop = scf.ForOp(index_const(e, 0), segments, index_const(e, 1), [*seeds, *zeros], Region(body))
+    e.emit(loop)
+    out: dict[SSAValue, SSAValue] = {inits[j]: r for j, r in zip(floats, loop.results[:len(floats)])}
+    for c, r in zip(caps, loop.results[len(floats):]):
+        out[c] = e.add(out[c], r) if c in out else r
+    return out

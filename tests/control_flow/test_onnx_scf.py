@@ -1,0 +1,188 @@
+"""ONNX If and Loop whose condition or trip count is known at run time only import as scf ops:
+one compiled module for every condition and trip count, against onnxruntime; a branch not taken
+costs nothing."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from onnx_helpers import helper, onnx, run_ort
+
+import opc
+
+F = onnx.TensorProto.FLOAT
+I64 = onnx.TensorProto.INT64
+B = onnx.TensorProto.BOOL
+
+
+def vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def model_of(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    opsets = [helper.make_opsetid("", 17)]
+    graph = helper.make_graph(nodes, "g", [vi(*i) for i in inputs], [vi(*o) for o in outputs], list(inits))
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+
+
+def heavy_if_model(n: int = 256, reps: int = 8) -> onnx.ModelProto:
+    """y = cond ? (x @ x)^reps-ish (a chain of matmuls and tanh) : x + 1."""
+    nodes, prev = [], "x"
+    for k in range(reps):
+        nodes += [helper.make_node("MatMul", [prev, "x"], [f"m{k}"]), helper.make_node("Tanh", [f"m{k}"], [f"t{k}"])]
+        prev = f"t{k}"
+    then_ = helper.make_graph(nodes, "then", [], [vi(prev, F, [n, n])])
+    one = helper.make_tensor("one", F, [], [1.0])
+    else_ = helper.make_graph([helper.make_node("Constant", [], ["c1"], value=one),
+                               helper.make_node("Add", ["x", "c1"], ["e"])], "else", [], [vi("e", F, [n, n])])
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=then_, else_branch=else_)
+    return model_of([node], [("cond", B, []), ("x", F, [n, n])], [("y", F, [n, n])])
+
+
+def counted_loop_model(stop_at: float | None = None, elem=F) -> onnx.ModelProto:
+    """s <- tanh(s * w + i), M times (M an input); with stop_at, also while sum(s) < stop_at."""
+    body_nodes = [helper.make_node("Cast", ["i"], ["fi"], to=elem),
+                  helper.make_node("Mul", ["s_in", "w"], ["sw"]),
+                  helper.make_node("Add", ["sw", "fi"], ["a"]),
+                  helper.make_node("Tanh", ["a"], ["s_out"])]
+    if stop_at is None:
+        body_nodes.append(helper.make_node("Identity", ["c_in"], ["c_out"]))
+    else:
+        lim = helper.make_tensor("lim", elem, [], [stop_at])
+        body_nodes += [helper.make_node("ReduceSum", ["s_out"], ["tot"], keepdims=0),
+                       helper.make_node("Constant", [], ["limit"], value=lim),
+                       helper.make_node("Less", ["tot", "limit"], ["c_out"])]
+    body = helper.make_graph(body_nodes, "body", [vi("i", I64, []), vi("c_in", B, []), vi("s_in", elem, [8])],
+                             [vi("c_out", B, []), vi("s_out", elem, [8])])
+    node = helper.make_node("Loop", ["M", "c", "s0"], ["s"], body=body)
+    return model_of([node], [("M", I64, []), ("c", B, []), ("s0", elem, [8]), ("w", elem, [8])],
+                    [("s", elem, [8])])
+
+
+def feeds_for_loop(m: int, cond: bool = True):
+    rng = np.random.default_rng(abs(m))
+    return {"M": np.array(m, np.int64), "c": np.array(cond), "s0": rng.uniform(-1, 1, 8).astype(np.float32),
+            "w": rng.uniform(-1, 1, 8).astype(np.float32)}
+
+
+def test_if_imports_as_scf_if():
+    module, _ = opc.import_onnx(heavy_if_model(8, 1))
+    text = str(module)
+    assert "scf.if" in text and "opc.select" not in text
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_against_onnxruntime(cond):
+    model = heavy_if_model(16, 2)
+    x = np.random.default_rng(0).uniform(-0.3, 0.3, (16, 16)).astype(np.float32)
+    feeds = {"cond": np.array(cond), "x": x}
+    (want,) = run_ort(model, feeds)
+    got = opc.load_onnx(model)(**feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def best_of(f, n: int = 5) -> float:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def test_branch_not_taken_costs_nothing():
+    """The heavy branch (8 matmuls of 256x256) is skipped when not taken: well under 30% of its time."""
+    m = opc.load_onnx(heavy_if_model())
+    x = np.random.default_rng(0).uniform(-0.1, 0.1, (256, 256)).astype(np.float32)
+    taken = best_of(lambda: m(cond=np.array(True), x=x))
+    skipped = best_of(lambda: m(cond=np.array(False), x=x))
+    assert skipped < 0.3 * taken, (skipped, taken)
+
+
+def test_loop_imports_as_scf_while():
+    text = str(opc.import_onnx(counted_loop_model())[0])
+    assert text.count("scf.while") == 1 and text.count("opc.tanh") == 1
+
+
+@pytest.mark.parametrize("m", [0, 1, 5, 50, 2000, -2])
+def test_counted_loop_against_onnxruntime(m):
+    model = counted_loop_model()
+    feeds = feeds_for_loop(m)
+    (want,) = run_ort(model, feeds)
+    np.testing.assert_allclose(LOOPS["counted"](**feeds)[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("m, cond", [(100, True), (100, False), (3, True)])
+def test_loop_with_condition_against_onnxruntime(m, cond):
+    model = counted_loop_model(stop_at=0.5)
+    feeds = feeds_for_loop(m, cond)
+    (want,) = run_ort(model, feeds)
+    np.testing.assert_allclose(LOOPS["stopping"](**feeds)[0], want, rtol=1e-5, atol=1e-6)
+
+
+LOOPS = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def loops():
+    LOOPS["counted"] = opc.load_onnx(counted_loop_model())
+    LOOPS["stopping"] = opc.load_onnx(counted_loop_model(stop_at=0.5))
+
+
+def test_new_trip_count_compiles_nothing():
+    """After the first call, 5, 50 and 2000 trips cost a call each, no compile."""
+    m = opc.load_onnx(counted_loop_model())
+    m(**feeds_for_loop(5))
+    for n in (5, 50, 2000):
+        t = time.perf_counter()
+        m(**feeds_for_loop(n))
+        assert time.perf_counter() - t < 0.5, n  # a compile costs seconds
+    assert len(m.variants) + len([v for v in m.dynamic.values() if v is not None]) == 1
+
+
+@pytest.mark.parametrize("m, stop_at", [(0, None), (1, None), (40, None), (100, 2.0)])
+def test_loop_gradient_against_finite_differences(m, stop_at):
+    """The Loop's scf.while differentiated (values saved per iteration, a reverse loop), in f64."""
+    module, _ = opc.import_onnx(counted_loop_model(stop_at, onnx.TensorProto.DOUBLE))
+    c = opc.compile(module, grad=True)
+    rng = np.random.default_rng(11)
+    s0, w = rng.uniform(-1, 1, 8), rng.uniform(-1, 1, 8)
+    fixed = [np.array(m, np.int64), np.array(True)]
+    dout = rng.standard_normal(8)
+    ds0, dw = c.g_grad(*fixed, s0, w, dout)
+    vs, vw = rng.standard_normal(8), rng.standard_normal(8)
+    h = 1e-6
+
+    def loss(t):
+        return float(np.sum(c.g(*fixed, s0 + t * h * vs, w + t * h * vw) * dout))
+
+    fd = (loss(1) - loss(-1)) / (2 * h)
+    assert abs(fd - (np.sum(ds0 * vs) + np.sum(dw * vw))) <= 1e-6 * max(1.0, abs(fd))
+
+
+def open_dims(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The loop model with its state's length a dim_param (a run-time size)."""
+    body = model.graph.node[0].attribute[0].g
+    for vi in [*list(model.graph.input)[2:], *model.graph.output, *list(body.input)[2:], *list(body.output)[1:]]:
+        vi.type.tensor_type.shape.dim[0].dim_param = "n"
+    return model
+
+
+def test_run_time_sizes_in_a_loop_are_one_line_error():
+    from opc.errors import OpcError
+
+    with pytest.raises(OpcError) as err:
+        opc.import_onnx(open_dims(counted_loop_model()))
+    assert "give the sizes (shapes=)" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_open_dims_compile_per_shape_not_per_trip_count():
+    """load_onnx falls back to the shapes of the call; a new trip count still compiles nothing."""
+    model = open_dims(counted_loop_model())
+    m = opc.load_onnx(model)
+    for n in (7, 100):
+        feeds = feeds_for_loop(n)
+        np.testing.assert_allclose(m(**feeds)[0], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-6)
+    assert sum(len(v) for v in m.variants.values()) == 1
