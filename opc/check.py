@@ -318,15 +318,15 @@ def no_inputs(shapes: list[Shape]) -> list[Shape]:
     return []
 
 
-GRIDS: dict[str, tuple[Grid, Inputs]] = {
-    "opc.fused_gemm_epilogue": (fused_gemm_grid, gemm_inputs),
-    "opc.fused_gemm_epilogue_grad": (fused_gemm_grad_grid, gemm_inputs),
-    "opc.matmul": (matmul_grid, gemm_inputs),
-    "opc.cast": (cast_grid, cast_inputs), "opc.cast_grad": (cast_grad_grid, cast_grad_inputs),
-    "opc.select": (select_grid, elementwise_inputs), "opc.transpose": (transpose_grid, no_inputs),
-    "opc.layer_norm": (layer_norm_grid, layer_norm_inputs), "opc.layer_norm_grad": (layer_norm_grid, layer_norm_inputs),
-    "opc.softmax_cross_entropy": (cross_entropy_grid, cross_entropy_inputs),
-    "opc.softmax_cross_entropy_grad": (cross_entropy_grid, cross_entropy_inputs),
+GRIDS: dict[type[Operation], tuple[Grid, Inputs]] = {
+    o.FusedGemmEpilogueOp: (fused_gemm_grid, gemm_inputs),
+    o.FusedGemmEpilogueGradOp: (fused_gemm_grad_grid, gemm_inputs),
+    o.MatmulOp: (matmul_grid, gemm_inputs),
+    o.CastOp: (cast_grid, cast_inputs), o.CastGradOp: (cast_grad_grid, cast_grad_inputs),
+    o.SelectOp: (select_grid, elementwise_inputs), o.TransposeOp: (transpose_grid, no_inputs),
+    o.LayerNormOp: (layer_norm_grid, layer_norm_inputs), o.LayerNormGradOp: (layer_norm_grid, layer_norm_inputs),
+    o.SoftmaxCrossEntropyOp: (cross_entropy_grid, cross_entropy_inputs),
+    o.SoftmaxCrossEntropyGradOp: (cross_entropy_grid, cross_entropy_inputs),
 }  # fmt: skip
 """Grids and reference inputs by op; families below serve the ops not named here."""
 FAMILY_GRIDS: tuple[tuple[type, tuple[Grid, Inputs]], ...] = (
@@ -338,14 +338,11 @@ FAMILY_GRIDS: tuple[tuple[type, tuple[Grid, Inputs]], ...] = (
 
 def grid_for(name: str) -> Grid | None:
     """The op's grid followed by its reference inputs: one list of shapes per attributes and dtype."""
-    if name in GRIDS:
-        grid, extra = GRIDS[name]
-    else:
-        cls = op_classes()[name]
-        found = next((pair for base, pair in FAMILY_GRIDS if issubclass(cls, base)), None)
-        if found is None:
-            return None
-        grid, extra = found
+    cls = op_classes()[name]
+    found = GRIDS.get(cls) or next((pair for base, pair in FAMILY_GRIDS if issubclass(cls, base)), None)
+    if found is None:
+        return None
+    grid, extra = found
 
     def shapes(cls: type[Operation], props: dict[str, Attribute], dtype: Attribute) -> list[Shape]:
         unique: dict[str, Shape] = {}

@@ -33,6 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from opc.dialects import opc as o
+from opc.targets.device_kernels import op_classes
+
 EPS = {"f16": 2.0**-10, "bf16": 2.0**-7, "f32": 2.0**-23, "f64": 2.0**-52,
        # float8/float4 (computed in f32): the spacing at 1 of their 3, 2, 0 and 1 mantissa bits
        "f8E4M3FN": 2.0**-3, "f8E4M3FNUZ": 2.0**-3, "f8E5M2": 2.0**-2, "f8E5M2FNUZ": 2.0**-2, "f8E8M0FNU": 1.0,
@@ -58,14 +61,16 @@ def int_info(dt: np.dtype):  # noqa: ANN201 - np.iinfo or ml_dtypes.iinfo
     return np.iinfo(dt)
 ELEMENTWISE_ULPS = 4
 """A few ulps of the compute type: libm's expf, tanhf, erff are within 1-2."""
-OP_ULPS = {"opc.gelu": 16, "opc.gelu_grad": 32, "opc.pow": 16, "opc.sigmoid": 8, "opc.erf": 8, "opc.tanh": 8}
+OP_ULPS: dict[type, int] = {o.GeluOp: 16, o.GeluGradOp: 32, o.PowOp: 16, o.SigmoidOp: 8, o.ErfOp: 8, o.TanhOp: 8}
 """Ops that compose several math functions (gelu's tanh form, pow = exp(y log x))."""
 
 
 def tolerance(op: str, dtype: str, n: int, cond: float = 1.0) -> float:
     """The error budget of a float case: see the module's docstring."""
     compute = EPS["f64" if dtype == "f64" else "f32"]
-    return 0.5 * EPS[dtype] + cond * (OP_ULPS.get(op, ELEMENTWISE_ULPS) + n) * compute
+    cls = op_classes().get(op)
+    ulps = OP_ULPS.get(cls, ELEMENTWISE_ULPS) if cls is not None else ELEMENTWISE_ULPS
+    return 0.5 * EPS[dtype] + cond * (ulps + n) * compute
 
 
 def case_seed(*identity: str) -> int:
