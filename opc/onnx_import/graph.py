@@ -1084,9 +1084,10 @@ def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None,
     """opc.import_onnx: the open dims `shapes` does not fix stay `?` (run-time sizes)."""
     try:
         module, params, _ = import_graph(model, shapes, constants=constants, dynamic=True)
-    except UnsupportedError as err:
-        open_inputs = [n for n, dims in open_dims(model).items() if n not in (shapes or {})]
-        if not open_inputs or not isinstance(err, (NeededAtCompileTime, SizeNeeded)):
+    except (NeededAtCompileTime, SizeNeeded) as err:
+        proto = model if hasattr(model, "graph") else load(model, os.fspath(model))
+        open_inputs = [n for n, dims in open_dims(proto).items() if n not in (shapes or {})]
+        if not open_inputs:
             raise
         name = open_inputs[0]
         raise type(err)(f"{err}; give the open sizes at import: `opc import --shape {name}=...` or "

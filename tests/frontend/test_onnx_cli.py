@@ -206,11 +206,23 @@ def test_opsets_below_7_are_read_as_they_are(tmp_path, monkeypatch):
     assert "opc.matmul" in str(module) or "opc.fused_gemm_epilogue" in str(module)
 
 
-def test_dynamic_dims_say_which_input_and_how_to_fix(tmp_path):
+def test_open_dims_import_as_run_time_sizes(tmp_path):
     model = linear_model()
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    proc = run_cli("import", save(model, tmp_path / "dyn.onnx"))
-    assert_one_line_error(proc, "input 'x'", "[batch, 4]", "--shape x=1x4")
+    proc = subprocess.run([sys.executable, "-m", "opc", "import", save(model, tmp_path / "dyn.onnx")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "%x: tensor<?x4xf32>" in proc.stdout and "-> tensor<?x5xf32>" in proc.stdout
+
+
+def test_a_size_needed_at_import_says_which_node_and_how_to_fix(tmp_path):
+    """x[:, :n - 1] with n open: a slice bound known at run time only."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Sub", ["s", "one"], ["end"]),
+             helper.make_node("Slice", ["x", "zero", "end", "axis"], ["y"], name="cut")]
+    model = graph_model(nodes, {"x": np.zeros((3, 4), np.float32)}, ["y"],
+                        {"one": np.array([1]), "zero": np.array([0]), "axis": np.array([0])})
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    assert_one_line_error(run_cli("import", save(model, tmp_path / "cut.onnx")), "'cut'", "--shape x=")
 
 
 def test_unsupported_initializer_dtype(tmp_path):
