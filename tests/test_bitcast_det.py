@@ -161,17 +161,22 @@ def test_onnx_bitcast_refuses(src, dst, message):
         opc.import_onnx(bitcast_model(src, dst)[0])
 
 
-def test_onnx_bitcast_to_float8_is_refused():
-    onnx = import_or_skip("onnx", "the ONNX importer needs the onnx package")
+@pytest.mark.parametrize("to", ["FLOAT8E4M3FN", "FLOAT8E5M2"])
+def test_onnx_bitcast_to_float8_views_the_bytes(to):
+    """uint8 bits read as float8 (the low-precision types): NumPy's view through ml_dtypes."""
+    import_or_skip("onnx", "the ONNX importer needs the onnx package")
+    import ml_dtypes
     from onnx import TensorProto, helper
 
-    node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.FLOAT8E4M3FN)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, [4])])
+    node = helper.make_node("BitCast", ["x"], ["y"], to=getattr(TensorProto, to))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [6])],
+                              [helper.make_tensor_value_info("y", getattr(TensorProto, to), [6])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
-    assert onnx is not None
-    with pytest.raises(OpcError, match=r"FLOAT8E4M3FN"):
-        opc.import_onnx(model)
+    x = np.array([0, 0x38, 0x7E, 0xB8, 0x01, 0x80], np.uint8)
+    want = x.view({"FLOAT8E4M3FN": ml_dtypes.float8_e4m3fn, "FLOAT8E5M2": ml_dtypes.float8_e5m2}[to])
+    got = opc.load_onnx(model)(x)[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint8), x)
 
 
 # ---------------------------------------------------------------------------
