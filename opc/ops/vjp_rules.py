@@ -474,8 +474,9 @@ def run_time_causal_addend(e: OpBuilder, s: SSAValue) -> SSAValue:
         return e.value(o.CumsumOp(ones, axis, exclusive=True))
 
     hidden = e.value(o.GreaterThanOp(positions(1), positions(0)))
-    minus_inf = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(o.tensor([], el), [-math.inf])))
-    zero = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(o.tensor([], el), [0.0])))
+    scalar_t = cast("TensorType[AnyFloat]", o.tensor([], el))  # the scores' float type
+    minus_inf = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(scalar_t, [-math.inf])))
+    zero = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(scalar_t, [0.0])))
     return e.select(hidden, minus_inf, zero)
 
 
