@@ -33,12 +33,11 @@ class OpBuilder:
     def dims(self, v: SSAValue) -> list[SSAValue]:
         """`tensor.dim` of each `?` dim of v, in order: the size operands of an op whose result has
         v's shape (opc.full, broadcast_to, reshape)."""
-        out = []
-        for i, d in enumerate(shaped_type(v).get_shape()):
-            if d == o.DYNAMIC:
-                index = self.value(arith.ConstantOp(IntegerAttr(i, IndexType())))
-                out.append(self.value(tensor.DimOp(v, index)))
-        return out
+        return [self.dim(v, i) for i, d in enumerate(shaped_type(v).get_shape()) if d == o.DYNAMIC]
+
+    def dim(self, v: SSAValue, axis: int) -> SSAValue:
+        """`tensor.dim` of v's dim `axis`: its size as an `index` value."""
+        return self.value(tensor.DimOp(v, self.value(arith.ConstantOp(IntegerAttr(axis, IndexType())))))
 
     def broadcast_like(self, v: SSAValue, like: SSAValue) -> SSAValue:
         """v broadcast to like's shape (its `?` dims read off like at run time)."""

@@ -132,6 +132,20 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
             self.names[v] = f"{hint}_{len(self.names)}"
         return self.names[v]
 
+    def expression_with(self, op: Operation, texts: dict[SSAValue, str]) -> str:
+        """op's table entry (EXPRESSIONS) with some operands read as the given C text instead of
+        their names (a combine applied to partial results, a host size with numbers for constants)."""
+        saved = {v: self.names.get(v) for v in texts}
+        self.names.update(texts)
+        try:
+            return EXPRESSIONS[type(op)](self, op)
+        finally:
+            for v, old in saved.items():
+                if old is None:
+                    del self.names[v]
+                else:
+                    self.names[v] = old
+
     def math_fn(self, name: str, t: Attribute) -> str:
         if isinstance(t, Float32Type) and name in VECTOR_F32_MATH:
             return VECTOR_F32_MATH[name]

@@ -169,19 +169,8 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
     def host_expression(self, op: Operation) -> str:
         """op's table entry with its constant operands as numbers (the host declares no constants;
         kernels re-declare theirs under their own names)."""
-        consts = [v for v in op.operands if isinstance(v.owner, arith.ConstantOp)]
-        saved = {v: self.names.get(v) for v in consts}
-        for v in consts:
-            assert isinstance(v.owner, arith.ConstantOp)
-            self.names[v] = str(int_of(v.owner.value))
-        try:
-            return EXPRESSIONS[type(op)](self, op)
-        finally:
-            for v, old in saved.items():
-                if old is None:
-                    del self.names[v]
-                else:
-                    self.names[v] = old
+        return self.expression_with(op, {v: str(int_of(v.owner.value)) for v in op.operands
+                                         if isinstance(v.owner, arith.ConstantOp)})
 
     def is_host_scalar(self, op: Operation) -> bool:
         """An integer computation over the size parameters (and constants, and other such values): a

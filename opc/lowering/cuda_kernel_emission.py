@@ -24,7 +24,7 @@ from opc.dialects.kinds import element_of
 from opc.dialects.opc import int_width
 from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
 from opc.errors import UnsupportedError
-from opc.lowering.c_expressions import EXPRESSIONS, c_type
+from opc.lowering.c_expressions import c_type
 from opc.lowering.c_memory_emission import c_product, dynamic_size_operands, has_dynamic_dims
 from opc.lowering.emitter_state import CudaEmitterState
 from opc.lowering.row_kernel_lowering import ROW_KERNEL_ATTR
@@ -319,17 +319,7 @@ class KernelEmission(CudaEmitterState):
 
     def combine_expr(self, op: Operation, a: str, b: str) -> str:
         """The combine's own table entry, applied to two partial results."""
-        lhs, rhs = op.operands[0], op.operands[1]
-        saved = {v: self.names.get(v) for v in (lhs, rhs)}
-        self.names[lhs], self.names[rhs] = a, b
-        try:
-            return EXPRESSIONS[type(op)](self, op)
-        finally:
-            for v, old in saved.items():
-                if old is None:
-                    del self.names[v]
-                else:
-                    self.names[v] = old
+        return self.expression_with(op, {op.operands[0]: a, op.operands[1]: b})
 
     def emit_ForOp(self, op: scf.ForOp) -> None:
         if self.row_team and op.parent_block() is self.row_body:

@@ -19,8 +19,8 @@ import math
 from collections.abc import Sequence
 from typing import cast
 
-from xdsl.dialects import arith, tensor
-from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, IndexType, IntegerAttr, TensorType
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, TensorType
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
@@ -469,8 +469,7 @@ def run_time_causal_addend(e: OpBuilder, s: SSAValue) -> SSAValue:
     def positions(axis: int) -> SSAValue:  # 0, 1, ... along the query (axis 0) or key (axis 1) dim
         n = shape_of(s)[rank - 2 + axis]
         shape = [n, 1] if axis == 0 else [1, n]
-        sizes = [e.value(tensor.DimOp(s, e.value(arith.ConstantOp(IntegerAttr(rank - 2 + axis, IndexType())))))]
-        ones = e.value(o.FullOp(1.0, o.tensor(shape, el), sizes if n == o.DYNAMIC else []))
+        ones = e.value(o.FullOp(1.0, o.tensor(shape, el), [e.dim(s, rank - 2 + axis)] if n == o.DYNAMIC else []))
         return e.value(o.CumsumOp(ones, axis, exclusive=True))
 
     hidden = e.value(o.GreaterThanOp(positions(1), positions(0)))

@@ -18,7 +18,7 @@ import opc  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # f is float64; the index of g is int64
 
-from interop_source import SOURCE  # noqa: E402
+from interop_source import RUN_TIME, SOURCE  # noqa: E402
 
 REFERENCES = {"f": lambda x, w: (jnp.tanh(x @ w), jnp.exp(x).sum(1)),
               "g": lambda x, i: (jax.nn.sigmoid(jnp.take(x, i, axis=0)), x.astype(jnp.int32))}
@@ -94,13 +94,6 @@ def test_64_bit_arguments_need_x64():
             opc.jax.op(m.f)(np.ones((3, 4)), np.ones((4, 2)))
     finally:
         jax.config.update("jax_enable_x64", True)
-
-
-RUN_TIME = """func.func @mlp(%x: tensor<?x8xf32>, %w: tensor<8x4xf32>) -> tensor<?x4xf32> {
-  %h = opc.matmul %x, %w : (tensor<?x8xf32>, tensor<8x4xf32>) -> tensor<?x4xf32>
-  %r = opc.tanh %h : (tensor<?x4xf32>) -> tensor<?x4xf32>
-  func.return %r : tensor<?x4xf32>
-}"""
 
 
 def test_run_time_batch_under_jit_and_grad():

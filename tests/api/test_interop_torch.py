@@ -16,7 +16,7 @@ if importlib.util.find_spec("torch") is None:
     pytest.skip("torch not installed", allow_module_level=True)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from interop_source import SOURCE  # noqa: E402
+from interop_source import RUN_TIME, SOURCE  # noqa: E402
 
 import opc  # noqa: E402
 
@@ -195,13 +195,6 @@ def test_module_trains_an_onnx_model_like_torch():
     for p, r in zip(params.values(), ref.values()):
         torch.testing.assert_close(p, r, rtol=1e-9, atol=1e-12)
     assert not np.array_equal(params["fc1_weight"].detach().numpy(), onnx_weights["fc1.weight"])  # it moved
-
-
-RUN_TIME = """func.func @mlp(%x: tensor<?x8xf32>, %w: tensor<8x4xf32>) -> tensor<?x4xf32> {
-  %h = opc.matmul %x, %w : (tensor<?x8xf32>, tensor<8x4xf32>) -> tensor<?x4xf32>
-  %r = opc.tanh %h : (tensor<?x4xf32>) -> tensor<?x4xf32>
-  func.return %r : tensor<?x4xf32>
-}"""
 
 
 def test_run_time_batch_in_eager_autograd_and_torch_compile_dynamic():

@@ -1,6 +1,7 @@
 """The compiled functions the torch and JAX interop tests share: f is float64 with two results
 (a second-order gradient with grad=2); g is float32 with an integer input and an integer result
-(gather by index, a cast), whose cotangents the frameworks never send."""
+(gather by index, a cast), whose cotangents the frameworks never send; RUN_TIME's mlp takes
+any batch (a run-time `?` dim)."""
 
 SOURCE = """
 func.func @f(%x: tensor<3x4xf64>, %w: tensor<4x2xf64>) -> (tensor<3x2xf64>, tensor<3xf64>) {
@@ -17,3 +18,9 @@ func.func @g(%x: tensor<4x3xf32>, %i: tensor<5xi64>) -> (tensor<5x3xf32>, tensor
   func.return %s, %c : tensor<5x3xf32>, tensor<4x3xi32>
 }
 """
+
+RUN_TIME = """func.func @mlp(%x: tensor<?x8xf32>, %w: tensor<8x4xf32>) -> tensor<?x4xf32> {
+  %h = opc.matmul %x, %w : (tensor<?x8xf32>, tensor<8x4xf32>) -> tensor<?x4xf32>
+  %r = opc.tanh %h : (tensor<?x4xf32>) -> tensor<?x4xf32>
+  func.return %r : tensor<?x4xf32>
+}"""
