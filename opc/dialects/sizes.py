@@ -26,7 +26,7 @@ from xdsl.dialects import arith, func, tensor
 from xdsl.dialects.builtin import IndexType
 from xdsl.ir import Operation, SSAValue
 
-from opc.dialects import opc
+from opc.dialects import opc, slices
 from opc.dialects.kinds import ELEMENTWISE
 from opc.dialects.opc import DYNAMIC, SYMBOLIC_SHAPES, shaped_type
 from opc.errors import UnsupportedError
@@ -359,6 +359,31 @@ def slice_(s: FunctionSizes, op: opc.SliceOp) -> list[Shape]:
     declared = shaped_type(op.result).get_shape()
     return [tuple(n if (a, b, st) == (0, DYNAMIC, 1) else d
                   for n, d, a, b, st in zip(x, declared, start, limit, strides))]
+
+
+def slice_size(s: FunctionSizes, op: Operation, n: int | SSAValue) -> Size:
+    if isinstance(n, int):
+        return n
+    if n not in s.scalars:
+        raise UnsupportedError(f"{op.name}: a run-time size that is not computed from sizes (tensor.dim, constants, "
+                               "+ - *): the slice's size must be known when the function is called")
+    return s.scalars[n]
+
+
+@shape_rule(tensor.ExtractSliceOp)
+def extract_slice(s: FunctionSizes, op: tensor.ExtractSliceOp) -> list[Shape]:
+    """The slice's dims are its sizes (a size operand: the size it computes), unit dims dropped."""
+    p = slices.params(op)
+    return [tuple(slice_size(s, op, p.sizes[d]) for d in p.kept)]
+
+
+@shape_rule(tensor.InsertSliceOp)
+def insert_slice(s: FunctionSizes, op: tensor.InsertSliceOp) -> list[Shape]:
+    """The dest's shape; the source's dims are the slice's sizes."""
+    p = slices.params(op)
+    for k, (d, got) in enumerate(zip(p.kept, s.shape(op.source))):
+        s.unify(got, slice_size(s, op, p.sizes[d]), f"{op.name} source dim {k}")
+    return [s.shape(op.dest)]
 
 
 @shape_rule(opc.GatherOp)

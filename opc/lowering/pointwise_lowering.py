@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from xdsl.dialects import tensor
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc
@@ -20,6 +21,7 @@ from opc.lowering.scalars import (
     full_value,
     scalar_op,
 )
+from opc.lowering.slice_lowering import extract_value
 
 
 class PointwiseLowering(LoweringState):
@@ -71,6 +73,8 @@ class PointwiseLowering(LoweringState):
             return e.const(full_value(op.value.value.data, element_of(v)), element_of(v))
         if is_splat_constant(op):
             return e.const(splat_value(op), element_of(v))
+        if isinstance(op, tensor.ExtractSliceOp):
+            return extract_value(self, op, idx)
         if isinstance(op, REINDEXING_MAPS):
             return nn.index_map_value(self, op, idx)
         return None

@@ -19,11 +19,12 @@ import math
 from collections.abc import Sequence
 from typing import cast
 
-from xdsl.dialects import arith
+from xdsl.dialects import arith, tensor
 from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, TensorType
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects import slices
 from opc.dialects.builder import OpBuilder, narrow, wide
 from opc.dialects.kinds import element_of, shape_of
 from opc.errors import UnsupportedError
@@ -211,6 +212,24 @@ def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Douts) -> Grads:
         grads.append(e.value(o.SliceOp(d, start, limit)))
         offset += width
     return grads
+
+
+@vjp(tensor.ExtractSliceOp)
+def vjp_extract_slice(e: OpBuilder, op: tensor.ExtractSliceOp, douts: Douts) -> Grads:
+    """dsource = dout placed into zeros at the same offsets (an insert_slice); none for the offsets."""
+    p = slices.params(op)
+    placed = e.value(slices.insert_slice(douts[0], e.full(0.0, op.source), p.offsets, p.sizes, p.strides))
+    return placed, *([None] * (len(op.operands) - 1))
+
+
+@vjp(tensor.InsertSliceOp)
+def vjp_insert_slice(e: OpBuilder, op: tensor.InsertSliceOp, douts: Douts) -> Grads:
+    """dsource = dout's slot (an extract_slice); ddest = dout with that slot zeroed."""
+    p = slices.params(op)
+    (d,) = douts
+    slot = e.value(slices.extract_slice(d, p.offsets, p.sizes, p.strides, slices.sliced_type(op)))
+    cleared = e.value(slices.insert_slice(e.full(0.0, op.source), d, p.offsets, p.sizes, p.strides))
+    return slot, cleared, *([None] * (len(op.operands) - 2))
 
 
 @vjp(o.GatherOp)
