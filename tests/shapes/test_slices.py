@@ -179,12 +179,13 @@ func.func @f(%x: tensor<4x4xf32>) -> tensor<1xf32> {{
 # -- in a loop: read x[i], write y[i] into a carried tensor ----------------------------------
 
 def recurrence(t: str, rows: str) -> str:
+    full = "opc.full %n {value = 0.0 : f64} : (index)" if rows == "?" else "opc.full {value = 0.0 : f64} : ()"
     return f"""
 func.func @f(%x: tensor<{rows}x4x{t}>, %h0: tensor<4x{t}>) -> (tensor<{rows}x4x{t}>, tensor<4x{t}>) {{
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %n = tensor.dim %x, %c0 : tensor<{rows}x4x{t}>
-  %y0 = opc.full {{value = 0.0 : f64}} : () -> tensor<{rows}x4x{t}>
+  %y0 = {full} -> tensor<{rows}x4x{t}>
   %r:2 = scf.for %i = %c0 to %n step %c1 iter_args(%y = %y0, %h = %h0) -> (tensor<{rows}x4x{t}>, tensor<4x{t}>) {{
     %row = tensor.extract_slice %x[%i, 0] [1, 4] [1, 1] : tensor<{rows}x4x{t}> to tensor<4x{t}>
     %a = opc.mul %h, %row : (tensor<4x{t}>, tensor<4x{t}>) -> tensor<4x{t}>
@@ -217,3 +218,21 @@ def test_loop_static(t):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     if t == "f64":
         check_grad(m.f, m.f_grad, [x, h], rng)
+
+
+@pytest.mark.parametrize("n", [0, 1, 6])
+def test_loop_run_time_rows(n):
+    """x: tensor<?x4xf64> read a row per iteration, y: a carried tensor<?x4xf64>: one compile."""
+    m = opc.compile(recurrence("f64", "?"))
+    rng = np.random.default_rng(n)
+    x, h = rng.standard_normal((n, 4)), rng.standard_normal(4)
+    for got, want in zip(m.f(x, h), recurrence_ref(x, h)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_loop_run_time_rows_grad():
+    """The backward loop pops the carried tensor<?x4xf64> at its run-time size."""
+    m = opc.compile(recurrence("f64", "?"), grad=True)
+    rng = np.random.default_rng(7)
+    for n in (1, 5):
+        check_grad(m.f, m.f_grad, [rng.standard_normal((n, 4)), rng.standard_normal(4)], rng)
