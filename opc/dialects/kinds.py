@@ -30,7 +30,7 @@ ELEMENTWISE = (
 # (MLIR's tensor.extract_slice / insert_slice with run-time offsets: opc/dialects/slices.py)
 REINDEXING_MAPS = (opc.SliceOp, opc.GatherOp, tensor.ExtractSliceOp)
 INDEX_MAPS = (opc.BroadcastToOp, opc.TransposeOp, *REINDEXING_MAPS)
-INLINABLE = (*ELEMENTWISE, *INDEX_MAPS, opc.FullOp)
+INLINABLE = (*ELEMENTWISE, *INDEX_MAPS, opc.FullOp, opc.IotaOp)
 # Ops that write their result by placing or scattering operands read point-wise.
 PLACEMENTS = (opc.ConcatOp, opc.SliceGradOp, opc.GatherGradOp, tensor.InsertSliceOp)
 # Consumers that evaluate their operands point-wise (so a producer can be inlined).

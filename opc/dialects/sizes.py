@@ -505,11 +505,11 @@ def gather(s: FunctionSizes, op: opc.GatherOp) -> list[Shape]:
     return [(*x[:axis], *idx, *x[axis + 1:])]
 
 
-@shape_rule(opc.FullOp)
-def full(s: FunctionSizes, op: opc.FullOp) -> list[Shape]:
+@shape_rule(opc.FullOp, opc.IotaOp)
+def full(s: FunctionSizes, op: opc.FullOp | opc.IotaOp) -> list[Shape]:
     given = s.size_operands(op, op.result)
     if given is None:
-        raise UnsupportedError("opc.full with `?` dims takes their sizes as index operands")
+        raise UnsupportedError(f"{op.name} with `?` dims takes their sizes as index operands")
     return [tuple(given)]
 
 

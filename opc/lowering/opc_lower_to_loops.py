@@ -297,7 +297,7 @@ def drop_size_operands(fn: func.FuncOp) -> None:
     """The ops' `index` size operands go once the size analysis has read them: the lowering reads
     every size from the analysis, and its nests walk tensor operands only."""
     for op in fn.walk():
-        if isinstance(op, (opc.FullOp, opc.BroadcastToOp, opc.ReshapeOp)) and op.sizes:
+        if isinstance(op, (opc.FullOp, opc.IotaOp, opc.BroadcastToOp, opc.ReshapeOp)) and op.sizes:
             op.operands = [o for o in op.operands if not isinstance(o.type, IndexType)]
     for op in reversed(list(fn.body.block.ops)):  # the size ops, now unused: tensor.dim, index arithmetic
         if is_size_op(op) and not any(r.uses for r in op.results):

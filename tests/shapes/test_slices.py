@@ -236,3 +236,22 @@ def test_loop_run_time_rows_grad():
     rng = np.random.default_rng(7)
     for n in (1, 5):
         check_grad(m.f, m.f_grad, [rng.standard_normal((n, 4)), rng.standard_normal(4)], rng)
+
+
+GROW = """
+func.func @grow(%cache: tensor<2x?x3xf64>, %step: tensor<2x1x3xf64>, %other: tensor<2x?x3xf64>) -> tensor<2x?x3xf64> {
+  %b = opc.concat %cache, %other, %step {axis = 1 : i64} : (tensor<2x?x3xf64>, tensor<2x?x3xf64>, tensor<2x1x3xf64>) -> tensor<2x?x3xf64>
+  %t = opc.tanh %b : (tensor<2x?x3xf64>) -> tensor<2x?x3xf64>
+  func.return %t : tensor<2x?x3xf64>
+}
+"""
+
+
+@pytest.mark.parametrize(("p", "q"), [(0, 0), (3, 0), (2, 5)])
+def test_concat_grad_along_run_time_dim(p, q):
+    """Each operand's gradient is its slab of dout, at an offset known at run time."""
+    m = opc.compile(GROW, grad=True)
+    rng = np.random.default_rng(p + q)
+    args = [rng.standard_normal((2, p, 3)), rng.standard_normal((2, 1, 3)), rng.standard_normal((2, q, 3))]
+    np.testing.assert_allclose(m.grow(*args), np.tanh(np.concatenate([args[0], args[2], args[1]], axis=1)))
+    check_grad(m.grow, m.grow_grad, args, rng)
