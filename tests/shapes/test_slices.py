@@ -330,3 +330,37 @@ def test_explain_lists_the_slices(tmp_path, capsys):
     out = capsys.readouterr().out
     for op in ("tensor.extract_slice", "tensor.insert_slice"):
         assert re.search(rf"^{op}\s+1\s+kernel$", out, re.M), out
+
+
+ROWS = """
+func.func @f(%x: tensor<6x8xf32>, %o: tensor<i64>) -> (tensor<3x8xf32>, tensor<3x5xf32>) {
+  %oi = tensor.extract %o[] : tensor<i64>
+  %off = arith.index_cast %oi : i64 to index
+  %s = tensor.extract_slice %x[%off, 0] [3, 8] [1, 1] : tensor<6x8xf32> to tensor<3x8xf32>
+  %m = opc.reduce_max %s {axes = array<i64: 1>, keepdim = true} : (tensor<3x8xf32>) -> tensor<3x1xf32>
+  %d = opc.sub %s, %m : (tensor<3x8xf32>, tensor<3x1xf32>) -> tensor<3x8xf32>
+  %e = opc.exp %d : (tensor<3x8xf32>) -> tensor<3x8xf32>
+  %z = opc.reduce_sum %e {axes = array<i64: 1>, keepdim = true} : (tensor<3x8xf32>) -> tensor<3x1xf32>
+  %r = opc.div %e, %z : (tensor<3x8xf32>, tensor<3x1xf32>) -> tensor<3x8xf32>
+  %q = tensor.extract_slice %r[0, %off] [3, 5] [1, 1] : tensor<3x8xf32> to tensor<3x5xf32>
+  %w = opc.softmax %q {axis = 1 : i64} : (tensor<3x5xf32>) -> tensor<3x5xf32>
+  return %r, %w : tensor<3x8xf32>, tensor<3x5xf32>
+}
+"""
+
+
+def softmax_ref(a):
+    e = np.exp(a - a.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+@pytest.mark.parametrize("off", [0, 3])
+def test_slices_in_row_kernels(fuse, off):
+    """A softmax composed of reductions over a slice at a run-time offset (a row kernel reads it in
+    place), and opc.softmax of a slice of its result."""
+    m = opc.compile(ROWS, fuse=fuse)
+    x = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+    r, w = m.f(x, np.array(off))
+    np.testing.assert_allclose(r, softmax_ref(x[off:off + 3]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w, softmax_ref(softmax_ref(x[off:off + 3])[:, off:off + 5]), rtol=1e-5, atol=1e-6)
