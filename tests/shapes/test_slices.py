@@ -364,3 +364,29 @@ def test_slices_in_row_kernels(fuse, off):
     r, w = m.f(x, np.array(off))
     np.testing.assert_allclose(r, softmax_ref(x[off:off + 3]), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(w, softmax_ref(softmax_ref(x[off:off + 3])[:, off:off + 5]), rtol=1e-5, atol=1e-6)
+
+
+PUT = """
+func.func @f(%x: tensor<?x4xf64>, %v: tensor<4xf64>, %o: tensor<i64>) -> tensor<?x4xf64> {
+  %oi = tensor.extract %o[] : tensor<i64>
+  %off = arith.index_cast %oi : i64 to index
+  %y = tensor.insert_slice %v into %x[%off, 0] [1, 4] [1, 1] : tensor<4xf64> into tensor<?x4xf64>
+  %t = opc.tanh %y : (tensor<?x4xf64>) -> tensor<?x4xf64>
+  return %t : tensor<?x4xf64>
+}
+"""
+
+
+@pytest.mark.parametrize(("rows", "off"), [(1, 0), (5, 4), (5, 0), (3, 3), (0, 0), (4, -1)])
+def test_insert_at_run_time_offset(rows, off):
+    m = opc.compile(PUT, grad=True)
+    rng = np.random.default_rng(rows)
+    x, v = rng.standard_normal((rows, 4)), rng.standard_normal(4)
+    if not 0 <= off < rows:
+        with pytest.raises(ValueError, match=rf"tensor.insert_slice: dim 0 has offset {off}, outside \[0, "):
+            m.f(x, v, np.array(off))
+        return
+    want = x.copy()
+    want[off] = v
+    np.testing.assert_allclose(m.f(x, v, np.array(off)), np.tanh(want))
+    check_grad(lambda x, v: m.f(x, v, np.array(off)), lambda x, v, d: m.f_grad(x, v, np.array(off), d), [x, v], rng)
