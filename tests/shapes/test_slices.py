@@ -390,3 +390,19 @@ def test_insert_at_run_time_offset(rows, off):
     want[off] = v
     np.testing.assert_allclose(m.f(x, v, np.array(off)), np.tanh(want))
     check_grad(lambda x, v: m.f(x, v, np.array(off)), lambda x, v, d: m.f_grad(x, v, np.array(off), d), [x, v], rng)
+
+
+def test_a_size_read_from_a_value_is_refused_in_one_line():
+    """x[:k] with k read from a tensor: its result's size would depend on a value (not drawn yet)."""
+    from opc.errors import UnsupportedError
+
+    src = """
+func.func @f(%x: tensor<?xf32>, %o: tensor<i64>) -> tensor<?xf32> {
+  %oi = tensor.extract %o[] : tensor<i64>
+  %k = arith.index_cast %oi : i64 to index
+  %r = tensor.extract_slice %x[0] [%k] [1] : tensor<?xf32> to tensor<?xf32>
+  return %r : tensor<?xf32>
+}
+"""
+    with pytest.raises(UnsupportedError, match="tensor.extract_slice: a run-time size that is not computed from sizes"):
+        opc.compile(src)
