@@ -241,3 +241,13 @@ def test_module_of_an_onnx_model_with_an_open_batch_trains_at_any_batch():
         ref.sum().backward()
         torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(net.w.grad, tw.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("wrapper", ["op", "function"])
+def test_one_result_is_a_tensor_not_a_tuple(wrapper):
+    """A function of one result returns a tensor, as torch ops do (its schema says `-> Tensor`)."""
+    fn = getattr(opc.torch, wrapper)(opc.compile(RUN_TIME).mlp)
+    x, w = torch.randn(2, 8, generator=GEN), torch.randn(8, 4, generator=GEN)
+    y = fn(x, w)
+    assert isinstance(y, torch.Tensor)
+    torch.testing.assert_close(y, torch.tanh(x @ w))  # RUN_TIME's mlp
