@@ -22,11 +22,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
 
-from xdsl.dialects import arith, func, tensor
+from xdsl.dialects import arith, func, scf, tensor
 from xdsl.dialects.builtin import IndexType
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc
+from opc.dialects.control import CONTROL_OPS
 from opc.dialects.kinds import ELEMENTWISE
 from opc.dialects.opc import DYNAMIC, SYMBOLIC_SHAPES, shaped_type
 from opc.errors import UnsupportedError
@@ -109,11 +110,17 @@ class FunctionSizes:
             self.shapes[arg] = tuple(dims)
         return self
 
+    def alias(self, args: Sequence[SSAValue], values: Sequence[SSAValue]) -> None:
+        """A region's arguments (a loop's carried values) take the sizes of the values they stand for."""
+        for a, v in zip(args, values):
+            if isinstance(a.type, opc.TensorType):
+                self.shapes[a] = self.shape(v)
+
     def run(self) -> FunctionSizes:
         assert self.fn is not None
         self.seed(self.fn.args)
         for op in self.fn.body.walk():
-            if op is self.fn:
+            if op is self.fn or outlined_call(op):
                 continue
             self.visit(op)
         for k, v in self.shapes.items():
@@ -444,6 +451,33 @@ def like_operands(s: FunctionSizes, op: Operation) -> list[Shape]:
             raise UnsupportedError(f"'{op.name}': the run-time sizes of its result {r.type} do not follow from "
                                    "its operands' here")
         out.append(tuple(declared))
+    return out
+
+
+def outlined_call(op: Operation) -> bool:
+    """A call of a region's function (opc-outline-control-flow): its results are what the loop
+    carries, whose sizes the loop's rule gives; the callee's own sizes are its own."""
+    return isinstance(op, func.CallOp) and isinstance(op.parent_op(), CONTROL_OPS)
+
+
+@shape_rule(scf.ForOp)
+def for_(s: FunctionSizes, op: scf.ForOp) -> list[Shape]:
+    """A loop carries each value at the size it enters with (a body keeps the types it is given)."""
+    s.alias(op.body.block.args[1:], op.iter_args)
+    return [s.shape(v) for v in op.iter_args]
+
+
+@shape_rule(scf.WhileOp)
+def while_(s: FunctionSizes, op: scf.WhileOp) -> list[Shape]:
+    s.alias(op.before_region.block.args, op.arguments)
+    s.alias(op.after_region.block.args, op.arguments)
+    out = []
+    for k, r in enumerate(op.results):
+        same = k < len(op.arguments) and op.arguments[k].type == r.type
+        if not same and DYNAMIC in shaped_type(r).get_shape():
+            raise UnsupportedError(f"scf.while result {k}: its run-time sizes are not those of the value it "
+                                   "enters with")
+        out.append(s.shape(op.arguments[k]) if same else tuple(shaped_type(r).get_shape()))
     return out
 
 

@@ -26,9 +26,13 @@ from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, UnitAttr, i
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from opc.dialects.control import MAX_TRIPS_ATTR
+from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.opc import DYNAMIC, shaped_type
 from opc.dialects.opc_loops import function_errors
 from opc.dialects.opc_stack import PopIntoOp, PopOp, PushOp
+from opc.dialects.sizes import Shape
 from opc.lowering.scalars import memref_of
+from opc.lowering.size_lowering import function_shapes, function_sizes
 from opc.transforms.opc_outline_control_flow import Outlined
 
 HOST_ATTR = "opc.host"
@@ -102,25 +106,42 @@ def state(fl) -> ControlState:  # noqa: ANN001
     return st
 
 
-def call_body(fl, op: Operation, callee: str, args: list[SSAValue]) -> func.CallOp:  # noqa: ANN001
-    """A call of a lowered body; its check sites become the caller's (shifted by a base)."""
+def call_body(fl, op: Operation, callee: str, args: list[SSAValue], shapes: list[Shape]) -> func.CallOp:  # noqa: ANN001
+    """A call of a lowered body; its check sites become the caller's (shifted by a base). `shapes`:
+    the host's shape of each argument, whence the body's run-time sizes (passed after its outputs)."""
     st = state(fl)
     lowered = next(f for f in st.module.ops if isinstance(f, func.FuncOp) and f.sym_name.data == callee)
     base = len(fl.checks.sites)
     fl.checks.sites.extend(function_errors(lowered))
-    call = func.CallOp(callee, args, [])
+    call = func.CallOp(callee, [*args, *body_sizes(fl, lowered, shapes)], [])
     call.attributes[STATUS_BASE_ATTR] = IntegerAttr(base, i64)
     return call
 
 
-def alloc(fl, t: MemRefType, hint: str | None) -> SSAValue:  # noqa: ANN001
-    buf = fl.e.value(memref.AllocOp([], [], t))
+def body_sizes(fl, lowered: func.FuncOp, shapes: list[Shape]) -> list[SSAValue]:  # noqa: ANN001
+    """The body's size parameters, each read off the first argument dim that is that size alone."""
+    names, _ = function_sizes(lowered)
+    declared = function_shapes(lowered) or []
+    out = []
+    for name in names:
+        k, d = next((k, d) for k, shape in enumerate(declared) for d, n in enumerate(shape) if n == name)
+        out.append(fl.size_value(shapes[k][d]))
+    return out
+
+
+def alloc(fl, v: SSAValue, hint: str | None) -> SSAValue:  # noqa: ANN001
+    """A buffer for values of v's type (its run-time sizes v's)."""
+    shape = shape_of(v)
+    buf = fl.alloc(shape, element_of(v)) if DYNAMIC in shaped_type(v).get_shape() else \
+        fl.e.value(memref.AllocOp([], [], memref_of(v.type)))
     buf.name_hint = hint
     fl.allocs.append(buf)
     return buf
 
 
 def set_result(fl, r: SSAValue, buf: SSAValue) -> None:  # noqa: ANN001
+    if DYNAMIC in shaped_type(r).get_shape():  # a rotating pointer: a view says its sizes
+        buf = fl.view(buf, shape_of(r), element_of(r))
     fl.buffers[r] = buf
     if r in fl.returned:
         fl.copy_into_output(r)
@@ -132,7 +153,8 @@ def lower_if(fl, op: scf.IfOp) -> None:  # noqa: ANN001
     regions = []
     for callee, caps in zip(rec.callees, rec.captured):
         block = Block()
-        block.add_op(call_body(fl, op, callee, [*(fl.operand_buffer(v) for v in caps), *outs]))
+        shapes = [shape_of(v) for v in (*caps, *op.results)]
+        block.add_op(call_body(fl, op, callee, [*(fl.operand_buffer(v) for v in caps), *outs], shapes))
         block.add_op(scf.YieldOp())
         regions.append(Region(block))
     new = scf.IfOp(fl.operand_buffer(op.cond), [], regions[0], regions[1])
@@ -145,8 +167,8 @@ def rotation(fl, values: list[SSAValue]) -> tuple[list[SSAValue], list[MemRefTyp
     nxt and oth two buffers of the function's."""
     types = [memref_of(v.type) for v in values]
     inits = [fl.operand_buffer(v) for v in values]
-    nxt = [alloc(fl, t, f"{v.name_hint or 'carried'}_a") for v, t in zip(values, types)]
-    oth = [alloc(fl, t, f"{v.name_hint or 'carried'}_b") for v, t in zip(values, types)]
+    nxt = [alloc(fl, v, f"{v.name_hint or 'carried'}_a") for v in values]
+    oth = [alloc(fl, v, f"{v.name_hint or 'carried'}_b") for v in values]
     return [*inits, *nxt, *oth], types
 
 
@@ -154,16 +176,22 @@ def lower_for(fl, op: scf.ForOp) -> None:  # noqa: ANN001
     rec = state(fl).records[op]
     n = len(op.iter_args)
     start, types = rotation(fl, list(op.iter_args))
-    ibuf = alloc(fl, MemRefType(i64, []), "iv") if rec.reads_index else None
+    ibuf = fl.e.value(memref.AllocOp([], [], MemRefType(i64, []))) if rec.reads_index else None
+    if ibuf is not None:
+        ibuf.name_hint = "iv"
+        fl.allocs.append(ibuf)
     body = Block(arg_types=[op.body.block.args[0].type, *types * 3])
     iv, carried = body.args[0], list(body.args[1:])
     cur, nxt, oth = carried[:n], carried[n:2 * n], carried[2 * n:]
     args = [fl.operand_buffer(v) for v in rec.captured[0]]
+    shapes = [shape_of(v) for v in rec.captured[0]]
     if ibuf is not None:
         cast = on_host(arith.IndexCastOp(iv, i64))
         body.add_ops([cast, on_host(memref.StoreOp.get(cast.results[0], ibuf, []))])
         args.append(ibuf)
-    body.add_op(call_body(fl, op, rec.callees[0], [*args, *cur, *nxt]))
+        shapes.append(())
+    carried = [shape_of(v) for v in op.iter_args]
+    body.add_op(call_body(fl, op, rec.callees[0], [*args, *cur, *nxt], [*shapes, *carried, *carried]))
     body.add_op(scf.YieldOp(*nxt, *oth, *nxt))
     lb, ub, step = (fl.operand_buffer(v) for v in (op.lb, op.ub, op.step))
     new = scf.ForOp(lb, ub, step, start, Region(body))
@@ -180,20 +208,29 @@ def lower_while(fl, op: scf.WhileOp) -> None:  # noqa: ANN001
     rec = state(fl).records[op]
     n = len(op.arguments)
     start, types = rotation(fl, list(op.arguments))
-    flag = alloc(fl, MemRefType(i1, []), "cond")
-    fresh = [alloc(fl, memref_of(r.type), r.name_hint) for r, p in zip(op.results, rec.passthrough) if p is None]
+    flag = fl.e.value(memref.AllocOp([], [], MemRefType(i1, [])))
+    flag.name_hint = "cond"
+    fl.allocs.append(flag)
+    fresh_results = [r for r, p in zip(op.results, rec.passthrough) if p is None]
+    fresh = [alloc(fl, r, r.name_hint) for r in fresh_results]
     before = Block(arg_types=types * 3)
     cur = list(before.args[:n])
+    carried = [shape_of(v) for v in op.arguments]
+    caps = [shape_of(v) for v in rec.captured[0]]
     before.add_op(call_body(fl, op, rec.callees[0], [*(fl.operand_buffer(v) for v in rec.captured[0]), *cur,
-                                                      flag, *fresh]))
+                                                      flag, *fresh],
+                            [*caps, *carried, (), *(shape_of(r) for r in fresh_results)]))
     c = memref.LoadOp.get(flag, [])
     before.add_ops([on_host(c), scf.ConditionOp(c.res, *before.args)])
     after = Block(arg_types=types * 3)
     a_cur, a_nxt, a_oth = after.args[:n], after.args[n:2 * n], after.args[2 * n:]
     it = iter(fresh)
     forwarded = [a_cur[p] if p is not None else next(it) for p in rec.passthrough]
+    it = iter(fresh_results)
+    sent = [carried[p] if p is not None else shape_of(next(it)) for p in rec.passthrough]
     after.add_op(call_body(fl, op, rec.callees[1], [*(fl.operand_buffer(v) for v in rec.captured[1]), *forwarded,
-                                                     *a_nxt]))
+                                                     *a_nxt], [*(shape_of(v) for v in rec.captured[1]), *sent,
+                                                               *carried]))
     after.add_op(scf.YieldOp(*a_nxt, *a_oth, *a_nxt))
     new = scf.WhileOp(start, types * 3, Region(before), Region(after))
     new.attributes[HOST_ATTR] = UnitAttr()

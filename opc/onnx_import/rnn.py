@@ -25,6 +25,7 @@ from xdsl.ir import Block, Region, SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
+from opc.symbolic import Size, Sym
 from opc.onnx_import.common import Values
 from opc.onnx_import.graph import Node, NodeEmitter, converter, same_since
 
@@ -163,12 +164,14 @@ def over_time(lay: Layer, d: int, proj: SSAValue, step: Step,
     ([seq, batch, hidden], the hidden state of every time index, in time order whatever the
     direction): (Y, the final states)."""
     e = lay.e
-    y0 = e.full(0.0, o.tensor([lay.seq, lay.batch, lay.hidden], element_of(states[0])))
+    y_shape = [lay.seq, lay.batch, lay.hidden]
+    y0 = e.value(o.FullOp(0.0, o.tensor(y_shape, element_of(states[0])), e.size_operands(y_shape)))
+    last = e.value(arith.SubiOp(size_index(e, lay.seq), index(e, 1)))  # made here: a body sees it
     carried = [*states, y0]
 
     def body(args: Sequence[SSAValue]) -> list[SSAValue]:
         i, now, y = args[0], list(args[1:-1]), args[-1]
-        t = i if lay.directions[d] == "forward" else e.value(arith.SubiOp(index(e, lay.seq - 1), i))
+        t = i if lay.directions[d] == "forward" else e.value(arith.SubiOp(last, i))
         new = step(time_step(e, proj, t), now)
         return [*new, write_step(e, y, new[0], t)]
 
@@ -179,12 +182,17 @@ def over_time(lay: Layer, d: int, proj: SSAValue, step: Step,
     finally:
         inner, e.ops = e.ops, outer
     block.add_ops([*inner, scf.YieldOp(*out)])
-    loop = e.emit(scf.ForOp(index(e, 0), index(e, lay.seq), index(e, 1), carried, Region(block)))
+    loop = e.emit(scf.ForOp(index(e, 0), size_index(e, lay.seq), index(e, 1), carried, Region(block)))
     return loop.results[-1], list(loop.results[:-1])
 
 
 def index(e: NodeEmitter, n: int) -> SSAValue:
     return e.value(arith.ConstantOp(IntegerAttr(n, IndexType())))
+
+
+def size_index(e: NodeEmitter, n: Size) -> SSAValue:
+    """n as an index value, read at run time where it is a run-time size."""
+    return e.size_operands([n])[0] if isinstance(n, Sym) else index(e, n)
 
 
 def time_step(e: NodeEmitter, proj: SSAValue, t: SSAValue) -> SSAValue:
