@@ -19,6 +19,7 @@ The loops are scf ops on memrefs marked `opc.host`; the C emitter writes them as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, memref, scf, tensor
@@ -30,9 +31,9 @@ from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import DYNAMIC, shaped_type
 from opc.dialects.opc_loops import function_errors
 from opc.dialects.opc_stack import PopIntoOp, PopOp, PushOp
-from opc.dialects.sizes import Shape
 from opc.lowering.scalars import memref_of
 from opc.lowering.size_lowering import function_shapes, function_sizes
+from opc.symbolic import Size
 from opc.transforms.opc_outline_control_flow import Outlined
 
 HOST_ATTR = "opc.host"
@@ -106,7 +107,8 @@ def state(fl) -> ControlState:  # noqa: ANN001
     return st
 
 
-def call_body(fl, op: Operation, callee: str, args: list[SSAValue], shapes: list[Shape]) -> func.CallOp:  # noqa: ANN001
+def call_body(fl, op: Operation, callee: str, args: list[SSAValue],  # noqa: ANN001
+              shapes: Sequence[Sequence[Size]]) -> func.CallOp:
     """A call of a lowered body; its check sites become the caller's (shifted by a base). `shapes`:
     the host's shape of each argument, whence the body's run-time sizes (passed after its outputs)."""
     st = state(fl)
@@ -118,7 +120,7 @@ def call_body(fl, op: Operation, callee: str, args: list[SSAValue], shapes: list
     return call
 
 
-def body_sizes(fl, lowered: func.FuncOp, shapes: list[Shape]) -> list[SSAValue]:  # noqa: ANN001
+def body_sizes(fl, lowered: func.FuncOp, shapes: Sequence[Sequence[Size]]) -> list[SSAValue]:  # noqa: ANN001
     """The body's size parameters, each read off the first argument dim that is that size alone."""
     names, _ = function_sizes(lowered)
     declared = function_shapes(lowered) or []

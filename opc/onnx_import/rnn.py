@@ -25,9 +25,9 @@ from xdsl.ir import Block, Region, SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
-from opc.symbolic import Size, Sym
 from opc.onnx_import.common import Values
 from opc.onnx_import.graph import Node, NodeEmitter, converter, same_since
+from opc.symbolic import Size, Sym
 
 Activation = Callable[[SSAValue], SSAValue]
 Step = Callable[[SSAValue, list[SSAValue]], list[SSAValue]]  # (input projection of the step, states) -> new states
