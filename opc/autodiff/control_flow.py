@@ -154,7 +154,8 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
     # the forward's iteration index of backward step k: lb + (n - 1 - k) * step
     back = be.value(arith.SubiOp(be.value(arith.SubiOp(n, index_const(be, 1))), k_arg))
     i = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(back, op.step))))
-    popped = {carried[k]: be.value(PopOp(names[k], carried[k].type)) for k in reversed(range(len(carried)))}
+    popped = {carried[k]: be.value(PopOp(names[k], carried[k].type, be.dims(inits[k])))
+              for k in reversed(range(len(carried)))}
     ops, yielded = replay(be, op.body.block, {op.body.block.args[0]: i, **popped})
     sources = [popped[carried[k]] for k in floats] + caps
     grads = sweep(be, ops, sources, [(yielded[k], d) for k, d in zip(floats, d_carried)])
@@ -196,7 +197,8 @@ def pop_and_replay(be: OpBuilder, op: scf.WhileOp, names: list[str], with_body: 
     """Pop one iteration's entering values and recompute before (and the body): (popped, the ops,
     what the last region hands on: before's forwarded values, or the body's next entering values)."""
     args: list[SSAValue] = list(op.before_region.block.args)
-    popped = {args[k]: be.value(PopOp(names[k], args[k].type)) for k in reversed(range(len(args)))}
+    popped = {args[k]: be.value(PopOp(names[k], args[k].type, be.dims(op.arguments[k])))
+              for k in reversed(range(len(args)))}
     ops, sent = replay(be, op.before_region.block, popped)
     sent = sent[1:]  # scf.condition's operands: the condition, then the values sent on
     if with_body:
@@ -295,7 +297,8 @@ def checkpointed_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue |
     j1 = be.value(arith.MinSIOp(be.value(arith.AddiOp(j0, kk)), n))
     lb = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(j0, op.step))))
     ub = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(j1, op.step))))
-    popped = {carried[j]: be.value(PopOp(names[j], carried[j].type)) for j in reversed(range(len(carried)))}
+    popped = {carried[j]: be.value(PopOp(names[j], carried[j].type, be.dims(op.iter_args[j])))
+              for j in reversed(range(len(carried)))}
     rerun = segment
     rerun.operands = [lb, ub, op.step, *(popped[a] for a in carried)]
     be.emit(rerun)

@@ -19,7 +19,6 @@ The loops are scf ops on memrefs marked `opc.host`; the C emitter writes them as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, memref, scf, tensor
@@ -28,12 +27,10 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 
 from opc.dialects.control import MAX_TRIPS_ATTR
 from opc.dialects.kinds import element_of, shape_of
-from opc.dialects.opc import DYNAMIC, shaped_type
+from opc.dialects.opc import DYNAMIC
 from opc.dialects.opc_loops import function_errors
 from opc.dialects.opc_stack import PopIntoOp, PopOp, PushOp
 from opc.lowering.scalars import memref_of
-from opc.lowering.size_lowering import function_shapes, function_sizes
-from opc.symbolic import Size
 from opc.transforms.opc_outline_control_flow import Outlined
 
 HOST_ATTR = "opc.host"
@@ -107,43 +104,42 @@ def state(fl) -> ControlState:  # noqa: ANN001
     return st
 
 
-def call_body(fl, op: Operation, callee: str, args: list[SSAValue],  # noqa: ANN001
-              shapes: Sequence[Sequence[Size]]) -> func.CallOp:
-    """A call of a lowered body; its check sites become the caller's (shifted by a base). `shapes`:
-    the host's shape of each argument, whence the body's run-time sizes (passed after its outputs)."""
+def call_body(fl, op: Operation, callee: str, args: list[SSAValue]) -> func.CallOp:  # noqa: ANN001
+    """A call of a lowered body; its check sites become the caller's (shifted by a base)."""
     st = state(fl)
     lowered = next(f for f in st.module.ops if isinstance(f, func.FuncOp) and f.sym_name.data == callee)
     base = len(fl.checks.sites)
     fl.checks.sites.extend(function_errors(lowered))
-    call = func.CallOp(callee, [*args, *body_sizes(fl, lowered, shapes)], [])
+    call = func.CallOp(callee, [*args, *body_sizes(fl, op, callee)], [])
     call.attributes[STATUS_BASE_ATTR] = IntegerAttr(base, i64)
     return call
 
 
-def body_sizes(fl, lowered: func.FuncOp, shapes: Sequence[Sequence[Size]]) -> list[SSAValue]:  # noqa: ANN001
-    """The body's size parameters, each read off the first argument dim that is that size alone."""
-    names, _ = function_sizes(lowered)
-    declared = function_shapes(lowered) or []
-    out = []
-    for name in names:
-        k, d = next((k, d) for k, shape in enumerate(declared) for d, n in enumerate(shape) if n == name)
-        out.append(fl.size_value(shapes[k][d]))
-    return out
+def body_sizes(fl, op: Operation, callee: str) -> list[SSAValue]:  # noqa: ANN001
+    """The run-time sizes a body takes after its buffers, as the size analysis read them off the
+    call in op's region (opc/dialects/sizes.py)."""
+    if fl.sizes is None:
+        return []
+    call = next((o for o in op.walk() if isinstance(o, func.CallOp) and o.callee.root_reference.data == callee), None)
+    return [fl.size_value(fl.sizes.resolve(d)) for d in fl.sizes.calls.get(call, [])]
 
 
-def alloc(fl, v: SSAValue, hint: str | None) -> SSAValue:  # noqa: ANN001
-    """A buffer for values of v's type (its run-time sizes v's)."""
-    shape = shape_of(v)
-    buf = fl.alloc(shape, element_of(v)) if DYNAMIC in shaped_type(v).get_shape() else \
-        fl.e.value(memref.AllocOp([], [], memref_of(v.type)))
+def alloc(fl, t: MemRefType, hint: str | None, like: SSAValue | None = None) -> SSAValue:  # noqa: ANN001
+    """A buffer of type t; of like's run-time sizes where t has `?` dims."""
+    if like is not None and DYNAMIC in t.get_shape():
+        buf = fl.alloc(shape_of(like), t.get_element_type())
+    else:
+        buf = fl.e.value(memref.AllocOp([], [], t))
     buf.name_hint = hint
     fl.allocs.append(buf)
     return buf
 
 
 def set_result(fl, r: SSAValue, buf: SSAValue) -> None:  # noqa: ANN001
-    if DYNAMIC in shaped_type(r).get_shape():  # a rotating pointer: a view says its sizes
-        buf = fl.view(buf, shape_of(r), element_of(r))
+    if DYNAMIC in memref_of(r.type).get_shape() and not isinstance(buf.owner, (memref.AllocOp,
+                                                                            memref.ReinterpretCastOp)):
+        buf = fl.view(buf, shape_of(r), element_of(r))  # a loop's result: its sizes made known to the C code
+        buf.name_hint = r.name_hint
     fl.buffers[r] = buf
     if r in fl.returned:
         fl.copy_into_output(r)
@@ -155,8 +151,7 @@ def lower_if(fl, op: scf.IfOp) -> None:  # noqa: ANN001
     regions = []
     for callee, caps in zip(rec.callees, rec.captured):
         block = Block()
-        shapes = [shape_of(v) for v in (*caps, *op.results)]
-        block.add_op(call_body(fl, op, callee, [*(fl.operand_buffer(v) for v in caps), *outs], shapes))
+        block.add_op(call_body(fl, op, callee, [*(fl.operand_buffer(v) for v in caps), *outs]))
         block.add_op(scf.YieldOp())
         regions.append(Region(block))
     new = scf.IfOp(fl.operand_buffer(op.cond), [], regions[0], regions[1])
@@ -169,8 +164,8 @@ def rotation(fl, values: list[SSAValue]) -> tuple[list[SSAValue], list[MemRefTyp
     nxt and oth two buffers of the function's."""
     types = [memref_of(v.type) for v in values]
     inits = [fl.operand_buffer(v) for v in values]
-    nxt = [alloc(fl, v, f"{v.name_hint or 'carried'}_a") for v in values]
-    oth = [alloc(fl, v, f"{v.name_hint or 'carried'}_b") for v in values]
+    nxt = [alloc(fl, t, f"{v.name_hint or 'carried'}_a", v) for v, t in zip(values, types)]
+    oth = [alloc(fl, t, f"{v.name_hint or 'carried'}_b", v) for v, t in zip(values, types)]
     return [*inits, *nxt, *oth], types
 
 
@@ -178,22 +173,16 @@ def lower_for(fl, op: scf.ForOp) -> None:  # noqa: ANN001
     rec = state(fl).records[op]
     n = len(op.iter_args)
     start, types = rotation(fl, list(op.iter_args))
-    ibuf = fl.e.value(memref.AllocOp([], [], MemRefType(i64, []))) if rec.reads_index else None
-    if ibuf is not None:
-        ibuf.name_hint = "iv"
-        fl.allocs.append(ibuf)
+    ibuf = alloc(fl, MemRefType(i64, []), "iv") if rec.reads_index else None
     body = Block(arg_types=[op.body.block.args[0].type, *types * 3])
     iv, carried = body.args[0], list(body.args[1:])
     cur, nxt, oth = carried[:n], carried[n:2 * n], carried[2 * n:]
     args = [fl.operand_buffer(v) for v in rec.captured[0]]
-    shapes = [shape_of(v) for v in rec.captured[0]]
     if ibuf is not None:
         cast = on_host(arith.IndexCastOp(iv, i64))
         body.add_ops([cast, on_host(memref.StoreOp.get(cast.results[0], ibuf, []))])
         args.append(ibuf)
-        shapes.append(())
-    carried = [shape_of(v) for v in op.iter_args]
-    body.add_op(call_body(fl, op, rec.callees[0], [*args, *cur, *nxt], [*shapes, *carried, *carried]))
+    body.add_op(call_body(fl, op, rec.callees[0], [*args, *cur, *nxt]))
     body.add_op(scf.YieldOp(*nxt, *oth, *nxt))
     lb, ub, step = (fl.operand_buffer(v) for v in (op.lb, op.ub, op.step))
     new = scf.ForOp(lb, ub, step, start, Region(body))
@@ -210,29 +199,20 @@ def lower_while(fl, op: scf.WhileOp) -> None:  # noqa: ANN001
     rec = state(fl).records[op]
     n = len(op.arguments)
     start, types = rotation(fl, list(op.arguments))
-    flag = fl.e.value(memref.AllocOp([], [], MemRefType(i1, [])))
-    flag.name_hint = "cond"
-    fl.allocs.append(flag)
-    fresh_results = [r for r, p in zip(op.results, rec.passthrough) if p is None]
-    fresh = [alloc(fl, r, r.name_hint) for r in fresh_results]
+    flag = alloc(fl, MemRefType(i1, []), "cond")
+    fresh = [alloc(fl, memref_of(r.type), r.name_hint, r) for r, p in zip(op.results, rec.passthrough) if p is None]
     before = Block(arg_types=types * 3)
     cur = list(before.args[:n])
-    carried = [shape_of(v) for v in op.arguments]
-    caps = [shape_of(v) for v in rec.captured[0]]
     before.add_op(call_body(fl, op, rec.callees[0], [*(fl.operand_buffer(v) for v in rec.captured[0]), *cur,
-                                                      flag, *fresh],
-                            [*caps, *carried, (), *(shape_of(r) for r in fresh_results)]))
+                                                      flag, *fresh]))
     c = memref.LoadOp.get(flag, [])
     before.add_ops([on_host(c), scf.ConditionOp(c.res, *before.args)])
     after = Block(arg_types=types * 3)
     a_cur, a_nxt, a_oth = after.args[:n], after.args[n:2 * n], after.args[2 * n:]
     it = iter(fresh)
     forwarded = [a_cur[p] if p is not None else next(it) for p in rec.passthrough]
-    it = iter(fresh_results)
-    sent = [carried[p] if p is not None else shape_of(next(it)) for p in rec.passthrough]
     after.add_op(call_body(fl, op, rec.callees[1], [*(fl.operand_buffer(v) for v in rec.captured[1]), *forwarded,
-                                                     *a_nxt], [*(shape_of(v) for v in rec.captured[1]), *sent,
-                                                               *carried]))
+                                                     *a_nxt]))
     after.add_op(scf.YieldOp(*a_nxt, *a_oth, *a_nxt))
     new = scf.WhileOp(start, types * 3, Region(before), Region(after))
     new.attributes[HOST_ATTR] = UnitAttr()
