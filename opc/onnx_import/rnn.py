@@ -19,11 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects import arith, scf, tensor
-from xdsl.dialects.builtin import IndexType, IntegerAttr, TensorType, i64
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import IndexType, IntegerAttr
 from xdsl.ir import Block, Region, SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import Values
 from opc.onnx_import.graph import Node, NodeEmitter, converter, same_since
@@ -166,16 +167,19 @@ def over_time(lay: Layer, d: int, proj: SSAValue, step: Step,
     e = lay.e
     y_shape = [lay.seq, lay.batch, lay.hidden]
     y0 = e.value(o.FullOp(0.0, o.tensor(y_shape, element_of(states[0])), e.size_operands(y_shape)))
-    last = e.value(arith.SubiOp(size_index(e, lay.seq), index(e, 1)))  # made here: a body sees it
+    forward = lay.directions[d] == "forward"
+    last = None if forward else e.value(arith.SubiOp(size_index(e, lay.seq), index(e, 1)))  # outside: a body sees it
     carried = [*states, y0]
 
     def body(args: Sequence[SSAValue]) -> list[SSAValue]:
         i, now, y = args[0], list(args[1:-1]), args[-1]
-        t = i if lay.directions[d] == "forward" else e.value(arith.SubiOp(last, i))
+        t = i if last is None else e.value(arith.SubiOp(last, i))
         new = step(time_step(e, proj, t), now)
         return [*new, write_step(e, y, new[0], t)]
 
     block = Block(arg_types=[IndexType(), *(v.type for v in carried)])
+    if e.tracker is not None:  # the body's carried values have the sizes they enter with
+        e.tracker.sizes.carry(carried, block.args[1:])
     outer, e.ops = e.ops, []
     try:
         out = body(block.args)
@@ -196,20 +200,15 @@ def size_index(e: NodeEmitter, n: Size) -> SSAValue:
 
 
 def time_step(e: NodeEmitter, proj: SSAValue, t: SSAValue) -> SSAValue:
-    """proj[t] ([batch, n] of [seq, batch, n]) at a time index known at run time."""
-    at = e.value(tensor.FromElementsOp.build(operands=[[e.value(arith.IndexCastOp(t, i64))]],
-                                             result_types=[TensorType(i64, [])]))
-    return e.value(o.GatherOp(proj, at, 0))
+    """proj[t] ([batch, n] of [seq, batch, n]) at a time index known at run time: a view, no copy."""
+    _, batch, n = shape_of(proj)
+    return e.value(slices.extract_slice(proj, [t, 0, 0], [1, batch, n], [1, 1, 1],
+                                        o.tensor([batch, n], element_of(proj))))
 
 
 def write_step(e: NodeEmitter, y: SSAValue, h: SSAValue, t: SSAValue) -> SSAValue:
     """y with y[t] = h."""
-    seq = shape_of(y)[0]
-    at = e.value(tensor.FromElementsOp.build(operands=[[e.value(arith.IndexCastOp(t, i64))]],
-                                             result_types=[TensorType(i64, [])]))
-    iota = e.constant(np.arange(seq, dtype=np.int64).reshape(seq, 1, 1))
-    here = e.value(o.EqualOp(iota, at))
-    return e.select(here, e.broadcast_to(e.reshape(h, [1, *shape_of(h)]), shape_of(y)), y)
+    return e.value(slices.insert_slice(h, y, [t, 0, 0], [1, *shape_of(h)], [1, 1, 1]))
 
 
 def outputs(lay: Layer, per_direction: list[tuple[SSAValue, list[SSAValue]]]) -> Values:
