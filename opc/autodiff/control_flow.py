@@ -57,7 +57,8 @@ def control_vjp(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | None], l
 
 
 def is_float_value(v: SSAValue) -> bool:
-    return is_float(element_of(v))
+    """A float tensor (a scalar a body reads from outside, such as an index, has no cotangent)."""
+    return isinstance(v.type, TensorType) and is_float(element_of(v))
 
 
 def replay(be: OpBuilder, block: Block, given: Mapping[SSAValue, SSAValue] | None = None
