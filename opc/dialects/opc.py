@@ -976,9 +976,12 @@ class FullOp(OpcOp):
 
 @irdl_op_definition
 class IotaOp(OpcOp):
-    """`%r = opc.iota %n : (index) -> tensor<?xi64>`: 0, 1, ..., n - 1 in the result's element type
-    (StableHLO's iota, 1-D); a static length needs no operand: `opc.iota : () -> tensor<5xf32>`.
-    ONNX Range is start + iota * delta."""
+    """`%r = opc.iota : () -> tensor<5xf32>`
+
+    0, 1, ..., n - 1 in the result's element type (StableHLO's iota, 1-D); a run-time length is an
+    `index` operand: `%r = opc.iota %n : (index) -> tensor<?xi64>`. ONNX Range imports as start +
+    iota. No gradient: it has no operand one could reach.
+    """
 
     name = "opc.iota"
     sizes = var_operand_def(IndexType())
@@ -2856,8 +2859,8 @@ Opc = Dialect(
         AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp, BitwiseAndOp, BitwiseOrOp, BitwiseXorOp,
         BitwiseNotOp, ShiftLeftOp, ShiftRightOp, GreaterThanOp, LessThanOp, EqualOp, SelectOp, NegOp, ExpOp,
         LogOp, TanhOp, ErfOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
-        CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp, IotaOp,
-        BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
+        CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
+        IotaOp, BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
         SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
         SoftmaxCrossEntropyOp, ConvOp, FusedConvEpilogueOp, ConvTransposeOp, MaxPoolOp, AvgPoolOp, BatchNormOp,
         InstanceNormOp, GroupNormOp, AttentionOp, CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,

@@ -58,7 +58,7 @@ from opc.lowering.scalars import (
     memref_of,
 )
 from opc.lowering.size_lowering import SizeLowering
-from opc.lowering.slice_lowering import emit_checks, known_size, lower_insert_slice
+from opc.lowering.slice_lowering import emit_checks, host_index, known_size, lower_insert_slice
 from opc.targets.device_kernels import external_symbol, kernel_attributes
 from opc.transforms.opc_outline_control_flow import BODY_ATTR, is_body, outline_control_flow
 from opc.transforms.opc_schedule import Kernel, plan, unwrap_kernels
@@ -247,8 +247,8 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
 
     def lower_op(self, op: Operation) -> None:
         self.memo = {}
-        if is_size_op(op) and len(op.results) == 1 and (size := known_size(self, op.results[0])) is not None:
-            self.buffers[op.results[0]] = self.size_value(size)  # a size: from the size parameters
+        if isinstance(op, tensor.DimOp):  # read on the host (a loop bound): a number or a size parameter's
+            self.buffers[op.result] = host_index(self, known_size(self, op.result))
         elif is_host_op(op):  # control flow and scalars (opc/lowering/control_flow_lowering.py)
             lower_host_op(self, op)
         elif (symbol := external_symbol(op)) is not None:

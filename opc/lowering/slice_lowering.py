@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects import arith, tensor
-from xdsl.dialects.builtin import DenseArrayBase
+from xdsl.dialects.builtin import DenseArrayBase, IndexType, IntegerAttr
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import slices
@@ -73,9 +73,18 @@ def describe(fl, d: Size) -> str:  # noqa: ANN001
     return f"{d} ({names})" if names else str(d)
 
 
-def check(fl, op: Operation, value: SSAValue, bound: Size, message: str) -> None:  # noqa: ANN001
+def host_index(fl, d: Size | None) -> SSAValue:  # noqa: ANN001
+    """A size as an `index` value the host reads (the CUDA host declares only constants marked so)."""
+    assert d is not None, "tensor.dim of a dim the size analysis knows"
+    if isinstance(d, int):
+        return fl.e.value(on_host(arith.ConstantOp(IntegerAttr(d, IndexType()))))
+    return fl.size_value(d)
+
+
+def check(fl, op: Operation, value: Size | SSAValue, bound: Size, message: str) -> None:  # noqa: ANN001
     code = fl.checks.code(op, "ValueError", f"{op.name}: {message}")
-    fl.e.emit(on_host(CheckBoundOp(value, fl.size_value(bound), code)))
+    v = value if isinstance(value, SSAValue) else host_index(fl, value)
+    fl.e.emit(on_host(CheckBoundOp(v, host_index(fl, bound), code)))
 
 
 def emit_checks(fl, op: tensor.ExtractSliceOp | tensor.InsertSliceOp) -> None:  # noqa: ANN001
@@ -89,14 +98,14 @@ def emit_checks(fl, op: tensor.ExtractSliceOp | tensor.InsertSliceOp) -> None:  
         span: Size = slices.extent(size, st) if isinstance(size, int) else size
         dim_text = braces(describe(fl, dim))
         if isinstance(size, Sym):  # a run-time size: in [0, dim]
-            check(fl, op, fl.size_value(size), dim + 1,
+            check(fl, op, size, dim + 1,
                   f"dim {d} has size {{value}}, outside [0, {dim_text}] (the {what}'s dim {d})")
         if isinstance(off, int) and isinstance(dim, int) and isinstance(span, int) and whole[d] != -1:
             continue  # verified (opc/dialects/slices.py)
         bound = dim - span + 1
         if isinstance(off, int) and isinstance(bound, int) and off < bound:
             continue
-        check(fl, op, index_value(fl, off), bound,
+        check(fl, op, off if isinstance(off, int) else index_value(fl, off), bound,
               f"dim {d} has offset {{value}}: a slice of size {braces(describe(fl, size))}"
               f"{f' (stride {st})' if st != 1 else ''} of the {what}'s dim {d} (size {dim_text}) starts in "
               f"[0, {braces(str(dim - span))}]")
@@ -143,4 +152,4 @@ def in_place(fl, op: tensor.InsertSliceOp) -> bool:  # noqa: ANN001
     return any(op.dest is args[a] and o == out for a, o in zip(flat[::2], flat[1::2]))
 
 
-__all__ = ["emit_checks", "extract_value", "known_size", "lower_insert_slice"]
+__all__ = ["emit_checks", "extract_value", "host_index", "known_size", "lower_insert_slice"]
