@@ -20,15 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr
+from xdsl.dialects.builtin import IndexType
 from xdsl.ir import Block, Region, SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import Values
+from opc.onnx_import.control_flow import index, size_index
 from opc.onnx_import.graph import Node, NodeEmitter, converter, same_since
-from opc.symbolic import Size, Sym
 
 Activation = Callable[[SSAValue], SSAValue]
 Step = Callable[[SSAValue, list[SSAValue]], list[SSAValue]]  # (input projection of the step, states) -> new states
@@ -188,15 +188,6 @@ def over_time(lay: Layer, d: int, proj: SSAValue, step: Step,
     block.add_ops([*inner, scf.YieldOp(*out)])
     loop = e.emit(scf.ForOp(index(e, 0), size_index(e, lay.seq), index(e, 1), carried, Region(block)))
     return loop.results[-1], list(loop.results[:-1])
-
-
-def index(e: NodeEmitter, n: int) -> SSAValue:
-    return e.value(arith.ConstantOp(IntegerAttr(n, IndexType())))
-
-
-def size_index(e: NodeEmitter, n: Size) -> SSAValue:
-    """n as an index value, read at run time where it is a run-time size."""
-    return e.size_operands([n])[0] if isinstance(n, Sym) else index(e, n)
 
 
 def time_step(e: NodeEmitter, proj: SSAValue, t: SSAValue) -> SSAValue:

@@ -1,7 +1,7 @@
 """ONNX If, Loop and Scan (opc/onnx_import/control_flow.py): an If on a run-time condition as an scf.if,
-loops with scan outputs and Scan unrolled at import (tests/control_flow/test_onnx_scf.py: Loop and If
-as scf ops at run time); every case imported
-into one module; the forward against onnxruntime, the gradient through the unrolled steps against
+Scan (opset 9 on) as an scf.for, loops with scan outputs and opset 8's Scan unrolled at import
+(tests/control_flow/test_onnx_scf.py: Loop and If as scf ops at run time); every case imported
+into one module; the forward against onnxruntime, the gradient through the loop or the unrolled steps against
 central differences of opc's own forward (f64), and the refusals as one-line errors."""
 
 from __future__ import annotations
