@@ -17,7 +17,7 @@ GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
 def case(op: str, direction: str = "forward", layout: int = 0, bias: bool = True, states: bool = False,
-         dtype=np.float32, peephole: bool = False, **attrs):  # noqa: ANN001, ANN201
+         dtype: type = np.float32, peephole: bool = False, **attrs):  # noqa: ANN201
     """(model, feeds) of one recurrent node, its weights as initializers, inputs in ONNX's order."""
     # the same numbers whatever the layout: a layout-1 case is its layout-0 twin transposed
     rng = np.random.default_rng(zlib.crc32(repr((op, direction, bias, states, peephole, attrs)).encode()))
@@ -160,7 +160,7 @@ def with_run_time_length(model: onnx.ModelProto, layout: int) -> onnx.ModelProto
     return onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
-def feeds_of_length(cid: str, seq: int, dtype=np.float32) -> dict[str, np.ndarray]:  # noqa: ANN001
+def feeds_of_length(cid: str, seq: int, dtype: type = np.float32) -> dict[str, np.ndarray]:
     spec = CASES[cid]
     rng = np.random.default_rng(seq)
     _, feeds = case(**spec, dtype=dtype)
