@@ -29,6 +29,7 @@ from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import Values
 from opc.onnx_import.control_flow import index, size_index
 from opc.onnx_import.graph import Node, NodeEmitter, converter, same_since
+from opc.symbolic import Sym
 
 Activation = Callable[[SSAValue], SSAValue]
 Step = Callable[[SSAValue, list[SSAValue]], list[SSAValue]]  # (input projection of the step, states) -> new states
@@ -137,6 +138,9 @@ def layer(node: Node) -> tuple[Layer, SSAValue]:
     if hidden is None:
         hidden = node.shape(2)[-1]
     if node.has(4):
+        if isinstance(seq, Sym):
+            raise node.fail("sequence_lens with a run-time (?) sequence length: opc runs every sequence to its "
+                            "full length, which it cannot check against sequence_lens before the call")
         lens = node.const(4, "sequence_lens").reshape(-1)
         if not np.all(lens == seq):
             raise node.fail(f"sequence_lens {lens.tolist()} differ from the sequence length {seq}: opc runs "

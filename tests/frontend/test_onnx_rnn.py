@@ -216,3 +216,15 @@ def test_run_time_sequence_length_gradient_matches_central_differences() -> None
         fd = (loss([a + h * d for a, d in zip(args, v)]) - loss([a - h * d for a, d in zip(args, v)])) / (2 * h)
         analytic = float(sum(np.sum(g * d) for g, d in zip(grads, v)))
         assert abs(fd - analytic) <= 1e-6 * max(1.0, abs(fd)), (seq, fd, analytic)
+
+
+def test_sequence_lens_with_a_run_time_length_is_one_line_error() -> None:
+    model, _ = case("RNN")
+    node = model.graph.node[0]
+    while len(node.input) < 5:
+        node.input.append("")
+    node.input[4] = "L"
+    model.graph.initializer.append(numpy_helper.from_array(np.full(BATCH, SEQ, np.int32), "L"))
+    with pytest.raises(opc.OpcError, match="sequence_lens with a run-time") as err:
+        opc.import_onnx(with_run_time_length(model, 0))
+    assert "\n" not in str(err.value)
