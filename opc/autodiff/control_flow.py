@@ -27,14 +27,14 @@ recomputes `before` then the body from them and sweeps both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from xdsl.dialects import arith, scf, tensor
 from xdsl.dialects.builtin import IndexType, IntegerAttr, TensorType, i64
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from opc.dialects.builder import OpBuilder
-from opc.dialects.control import captured_values
+from opc.dialects.control import captured_values, in_place_carried
 from opc.dialects.kinds import element_of
 from opc.dialects.opc import is_float
 from opc.dialects.opc_stack import DepthOp, PopOp, PushOp
@@ -57,7 +57,7 @@ def control_vjp(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | None], l
 
 
 def is_float_value(v: SSAValue) -> bool:
-    """A float tensor (a scalar read from outside a body, e.g. a while's bound, carries no cotangent)."""
+    """A float tensor (a scalar a body reads from outside, such as an index, has no cotangent)."""
     return isinstance(v.type, TensorType) and is_float(element_of(v))
 
 
@@ -114,15 +114,17 @@ def trip_count(e: OpBuilder, op: scf.ForOp) -> SSAValue:
     return e.value(arith.MaxSIOp(e.value(arith.DivSIOp(up, op.step)), index_const(e, 0)))
 
 
-def save_carried(op: scf.ForOp) -> list[str]:
-    """Pushes of each loop-carried value at the start of the forward body; the stacks' names."""
+def save_carried(op: scf.ForOp, unsaved: Collection[int] = ()) -> list[str]:
+    """Pushes of each loop-carried value (but those `unsaved`) at the start of the forward body; the
+    stacks' names."""
     body = op.body.block
     first = body.first_op
     assert first is not None
     names = []
     for k, a in enumerate(body.args[1:]):
         names.append(f"{a.name_hint or 'carried'}{k}")
-        body.insert_op_before(PushOp(a, names[-1]), first)
+        if k not in unsaved:
+            body.insert_op_before(PushOp(a, names[-1]), first)
     return names
 
 
@@ -145,7 +147,10 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
         return {}
     if checkpoint_of(op):
         return checkpointed_for_vjp(e, op, douts, caps, floats, sweep)
-    names = save_carried(op)
+    # a value the body only writes a slot of (an RNN's Y): its vjp needs none of its elements, so it is
+    # not saved (that would be a copy of the whole per iteration); the recomputation reads zeros
+    unsaved = set(in_place_carried(op.body.block))
+    names = save_carried(op, unsaved)
     n = trip_count(e, op)
     seeds: list[SSAValue] = [d if (d := douts[k]) is not None else e.full(0.0, op.results[k]) for k in floats]
     zeros = [e.full(0.0, c) for c in caps]
@@ -155,8 +160,8 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
     # the forward's iteration index of backward step k: lb + (n - 1 - k) * step
     back = be.value(arith.SubiOp(be.value(arith.SubiOp(n, index_const(be, 1))), k_arg))
     i = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(back, op.step))))
-    popped = {carried[k]: be.value(PopOp(names[k], carried[k].type, be.dims(inits[k])))
-              for k in reversed(range(len(carried)))}
+    popped = {carried[k]: be.full(0.0, inits[k]) if k in unsaved else
+              be.value(PopOp(names[k], carried[k].type, be.dims(inits[k]))) for k in reversed(range(len(carried)))}
     ops, yielded = replay(be, op.body.block, {op.body.block.args[0]: i, **popped})
     sources = [popped[carried[k]] for k in floats] + caps
     grads = sweep(be, ops, sources, [(yielded[k], d) for k, d in zip(floats, d_carried)])

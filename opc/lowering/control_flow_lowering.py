@@ -19,6 +19,7 @@ The loops are scf ops on memrefs marked `opc.host`; the C emitter writes them as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, memref, scf, tensor
@@ -159,20 +160,27 @@ def lower_if(fl, op: scf.IfOp) -> None:  # noqa: ANN001
     fl.e.emit(new)
 
 
-def rotation(fl, values: list[SSAValue]) -> tuple[list[SSAValue], list[MemRefType]]:  # noqa: ANN001
+def rotation(fl, values: list[SSAValue], in_place: Sequence[int] = ()  # noqa: ANN001
+             ) -> tuple[list[SSAValue], list[MemRefType]]:
     """The initial (cur, nxt, oth) of loop-carried values: cur reads the initial value in place,
-    nxt and oth two buffers of the function's."""
+    nxt and oth two buffers of the function's. A value updated in place (opc-outline-control-flow's
+    in_place_carried) is one buffer in all three places, the initial value copied into it once."""
     types = [memref_of(v.type) for v in values]
     inits = [fl.operand_buffer(v) for v in values]
     nxt = [alloc(fl, t, f"{v.name_hint or 'carried'}_a", v) for v, t in zip(values, types)]
-    oth = [alloc(fl, t, f"{v.name_hint or 'carried'}_b", v) for v, t in zip(values, types)]
+    oth = [alloc(fl, t, f"{v.name_hint or 'carried'}_b", v) if k not in in_place else nxt[k]
+           for k, (v, t) in enumerate(zip(values, types))]
+    for k in in_place:
+        v, buf = values[k], nxt[k]
+        fl.e.parallel(shape_of(v), lambda idx, v=v, buf=buf: fl.e.store(fl.value_at(v, idx), buf, idx))
+        inits[k] = buf
     return [*inits, *nxt, *oth], types
 
 
 def lower_for(fl, op: scf.ForOp) -> None:  # noqa: ANN001
     rec = state(fl).records[op]
     n = len(op.iter_args)
-    start, types = rotation(fl, list(op.iter_args))
+    start, types = rotation(fl, list(op.iter_args), rec.in_place)
     ibuf = alloc(fl, MemRefType(i64, []), "iv") if rec.reads_index else None
     body = Block(arg_types=[op.body.block.args[0].type, *types * 3])
     iv, carried = body.args[0], list(body.args[1:])
