@@ -111,6 +111,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
     arena: dict[SSAValue, int] = field(default_factory=dict)  # intermediate buffer -> its offset in the arena
     block_order: dict[Operation, int] = field(default_factory=dict)  # the entry block's ops, in order
     pack_buffers = True  # intermediates in one allocation (the CUDA emitter allocates each on the device)
+    memory_support = ARENA_SUPPORT  # the arena and opc_oom_bytes (the CUDA emitter has neither)
     profiled = True  # every kernel call timed while profiling is on (opc/profiler.py); not in CUDA modules
     profile_labels: list[str] = field(default_factory=list)  # "function\tkind: ops" of each timed kernel
     kernel_shapes: dict[str, str] = field(default_factory=dict)  # a kernel's text up to local names -> its name
@@ -165,8 +166,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
             body.append(self.status_support)
         if self.threads_support:
             body.append(self.threads_support)
-        if self.pack_buffers:
-            body.append(ARENA_SUPPORT)
+        if self.memory_support:
+            body.append(self.memory_support)
         body.append(control_support(module, self.stack_macros))
         self.resets_stack = uses_stack(module)
         for fn in module.ops:
@@ -564,7 +565,12 @@ void opc_profile_reset(void) {{
 """
 
 
-def emit_c(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:
-    """C source of a lowered module and the signatures of its functions."""
-    return CEmitter().emit_module(module)
+def emit_c(module: ModuleOp, sanitized: bool = False) -> tuple[str, list[FunctionSignature]]:
+    """C source of a lowered module and the signatures of its functions. sanitized (OPC_SANITIZE):
+    every intermediate is a malloc of its own, exactly its size, so that ASan's redzones border
+    each one (packed in the arena, a kernel that overruns one buffer writes into the next unseen,
+    and the arena kept from a larger call hides an overrun of the last)."""
+    emitter = CEmitter()
+    emitter.pack_buffers = not sanitized
+    return emitter.emit_module(module)
 

@@ -37,6 +37,42 @@ def test_sanitizer_flags_catch_a_float_cast_overflow(tmp_path):
     assert proc.returncode != 0 and "runtime error" in proc.stderr, proc.stderr
 
 
+CHAIN = """func.func @f(%x: tensor<3x5xf32>) -> tensor<3x5xf32> {
+  %a = opc.exp %x : (tensor<3x5xf32>) -> tensor<3x5xf32>
+  %b = opc.mul %a, %a : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  %c = opc.matmul %b, %a {trans_y = true} : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x3xf32>
+  %d = opc.matmul %c, %b : (tensor<3x3xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  func.return %d : tensor<3x5xf32>
+}"""
+
+# the second kernel (b = a * a) made to run one element past its 15: it reads a[15], one float past
+# the intermediate `a`, which in the arena is padding before `b` (unseen) and sanitized is a redzone
+OVERRUN = """
+build = opc.api.build_extension
+def overrun(source, *args, **kwargs):
+    planted = re.sub(r"(void opc_k_f_1\\([^)]*\\) [{][^}]*?)[(][(]int64_t[)]15[)]", r"\\1((int64_t)16)", source)
+    assert planted != source
+    return build(planted, *args, **kwargs)
+opc.api.build_extension = overrun
+"""
+
+
+def test_intermediates_are_bordered_by_redzones(tmp_path):
+    """Sanitized, each intermediate is a malloc of its own (no arena): the numbers stay right, and a
+    kernel that reads one element past an intermediate is reported."""
+    code = (f"import re, sys, numpy as np, opc, opc.api\nsrc = {CHAIN!r}\n"
+            "x = np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5)\n"
+            "a = np.exp(x); b = a * a\nwant = (b @ a.T) @ b\n"
+            "m = opc.compile(src)\nnp.testing.assert_allclose(m.f(x), want, rtol=1e-5)\n"
+            "assert 'opc_arena_get(' not in m.c_source.split('int opc_fn_f')[1], 'the arena is used'\n"
+            f"{OVERRUN}\nopc.compile(src, cache_dir=sys.argv[1]).f(x)\nprint('not reported')\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          env=sanitized_env(), cwd=TESTS.parent)
+    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr, proc.stdout + proc.stderr[-3000:]
+    assert "READ of size 4" in proc.stderr and "opc_k_f_1" in proc.stderr, proc.stderr[-3000:]
+    assert "not reported" not in proc.stdout and proc.returncode != 0
+
+
 def test_suite_part_under_sanitizers():
     code = ("import numpy as np, opc; m = opc.compile('func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {\\n"
             "%r = opc.exp %x : (tensor<3xf32>) -> tensor<3xf32>\\nfunc.return %r : tensor<3xf32>\\n}'); "

@@ -32,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
@@ -59,8 +61,11 @@ def child_main(names_file: str, skip_file: str, out_file: str) -> int:
     names = json.loads(Path(names_file).read_text())
     skip = set(json.loads(Path(skip_file).read_text()))
 
-    def before_call(case: str) -> None:
-        os.write(2, f"{MARK}{case}\n".encode())  # unbuffered, so it lands before any report of the call
+    def before_call(p: suite.Prepared) -> list:
+        os.write(2, f"{MARK}{p.case}\n".encode())  # unbuffered, so it lands before any report of the call
+        # each argument copied into a malloc of its own, exactly its size, which ASan's redzones border
+        # (test data read from protobuf may be a view into a bytes object among Python's small objects)
+        return [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in p.args]
 
     status = suite.run(names=names, log=lambda _: None, before_call=before_call, skip=skip)
     Path(out_file).write_text(json.dumps(status))
@@ -166,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     names = selected(args.pattern)
     t0 = time.time()
-    result = sanitize(names, args.batch, args.jobs)
+    result = sanitize(names, args.batch, args.jobs, log=lambda line: print(line, flush=True))  # a long run's progress
     ran = [n for n, s in result.status.items() if s not in ("skipped",) and not s.startswith("refused")]
     print(f"{len(ran)} of {len(names)} cases run under ASan + UBSan in {time.time() - t0:.0f} s")
     print(f"{len(result.reports)} with a sanitizer report")

@@ -225,10 +225,11 @@ def compare(p: Prepared, results: Sequence[np.ndarray]) -> str | None:
 
 
 def run(pattern: str | None = None, chunk: int = CHUNK, log=print, names: Collection[str] | None = None,
-        before_call: Callable[[str], None] | None = None, skip: Collection[str] = ()) -> dict[str, str]:
-    """Every case's status line, by case name. names: only these cases; before_call(case) is told before
-    each call (onnx_node_sanitize.py pins a sanitizer report on the case that way); the cases in `skip`
-    are imported and compiled (the same modules) but not called, and their status is "skipped"."""
+        before_call: Callable[[Prepared], list] | None = None, skip: Collection[str] = ()) -> dict[str, str]:
+    """Every case's status line, by case name. names: only these cases; before_call(p) is told before
+    each call and gives the arguments to call with (onnx_node_sanitize.py pins a sanitizer report on
+    the case that way, and gives each argument memory of its own); the cases in `skip` are imported
+    and compiled (the same modules) but not called, and their status is "skipped"."""
     t0 = time.time()
     cases = collect(pattern, names)
     outcome = Outcome()
@@ -260,11 +261,10 @@ def run(pattern: str | None = None, chunk: int = CHUNK, log=print, names: Collec
         if p.case in skip:
             outcome.status[p.case] = "skipped"
             continue
-        if before_call is not None:
-            before_call(p.case)
+        args = p.args if before_call is None else before_call(p)
         try:
             with np.errstate(all="ignore"):
-                out = fn(*p.args)
+                out = fn(*args)
         except Exception as err:  # noqa: BLE001 - recorded as a crash
             outcome.set(p.case, f"crash: call: {type(err).__name__}: {one_line(err, p.case)}")
             continue
