@@ -37,6 +37,34 @@ def test_sanitizer_flags_catch_a_float_cast_overflow(tmp_path):
     assert proc.returncode != 0 and "runtime error" in proc.stderr, proc.stderr
 
 
+SCRATCH = r"""#include "opc_gemm.h"
+int main(int argc, char **argv) {
+    (void)argv;
+    char *a = (char *)opc__buf_get(OPC__BUF_A, 100);
+    a[99] = 1;
+    /* grow-only, the second call would hand back the first's 100 bytes; an aligned block has slack */
+    volatile char *b = argc > 1 ? (char *)opc__buf_get(OPC__BUF_A, 40) : (char *)opc__amalloc(40);
+    return b[40];
+}
+"""
+
+
+@pytest.mark.parametrize("reuse", [True, False], ids=["smaller-reuse", "aligned-slack"])
+def test_runtime_scratch_is_exact_under_asan(tmp_path, reuse):
+    """The runtime's per-thread GEMM buffers, sanitized: a read one byte past the size asked for is
+    reported, whether the buffer was kept from a larger call or has alignment slack after it."""
+    from opc.lowering.build import runtime_dir
+
+    src = tmp_path / "scratch.c"
+    src.write_text(SCRATCH)
+    exe = tmp_path / "scratch"
+    subprocess.run(["gcc", "-fopenmp", *SANITIZE_FLAGS, "-I", str(runtime_dir()), str(src), "-o", str(exe), "-lm"],
+                   check=True)
+    proc = subprocess.run([str(exe), *(["reuse"] if reuse else [])], capture_output=True, text=True,
+                          env=sanitized_env())
+    assert proc.returncode != 0 and "ERROR: AddressSanitizer" in proc.stderr, proc.stderr[-3000:]
+
+
 CHAIN = """func.func @f(%x: tensor<3x5xf32>) -> tensor<3x5xf32> {
   %a = opc.exp %x : (tensor<3x5xf32>) -> tensor<3x5xf32>
   %b = opc.mul %a, %a : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
