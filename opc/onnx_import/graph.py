@@ -28,8 +28,11 @@ from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BFloat16Type,
+    BytesAttr,
     DenseIntOrFPElementsAttr,
     Float4E2M1FNType,
+    Float6E2M3FNType,
+    Float6E3M2FNType,
     Float8E4M3FNType,
     Float8E4M3FNUZType,
     Float8E5M2FNUZType,
@@ -94,6 +97,8 @@ ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {
     20: ("FLOAT8E5M2FNUZ", Float8E5M2FNUZType(), np.dtype(ml_dtypes.float8_e5m2fnuz)),
     24: ("FLOAT8E8M0", Float8E8M0FNUType(), np.dtype(ml_dtypes.float8_e8m0fnu)),
     23: ("FLOAT4E2M1", Float4E2M1FNType(), np.dtype(ml_dtypes.float4_e2m1fn)),
+    27: ("FLOAT6E2M3", Float6E2M3FNType(), np.dtype(ml_dtypes.float6_e2m3fn)),  # packed four to three bytes
+    28: ("FLOAT6E3M2", Float6E3M2FNType(), np.dtype(ml_dtypes.float6_e3m2fn)),
     22: ("INT4", IntegerType(4), np.dtype(ml_dtypes.int4)),
     21: ("UINT4", IntegerType(4, Signedness.UNSIGNED), np.dtype(ml_dtypes.uint4)),
     26: ("INT2", IntegerType(2), np.dtype(ml_dtypes.int2)),
@@ -514,6 +519,11 @@ class NodeEmitter(OpBuilder):
             flat = parts[0] if len(parts) == 1 else self.value(o.ConcatOp(parts, 0))
             return self.reshape(flat, array.shape)
         t = TensorType(element_type_for(array, "a constant"), array.shape)
+        if array.dtype.kind in "iuf" and array.dtype.itemsize > 1 or array.dtype in (np.int8, np.uint8):
+            # NumPy's bytes are xDSL's packing for these (little-endian, as the C reads them): no Python
+            # list of a million floats for an embedding table (bf16 and float8 are kind 'V', bool is 'b')
+            data_bytes = np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()
+            return self.value(arith.ConstantOp(DenseIntOrFPElementsAttr(t, BytesAttr(data_bytes))))
         if isinstance(t.element_type, IntegerType):
             # int4/int2 (ml_dtypes' kind 'V') read through int64; NumPy's own as they are (uint64's top half)
             ints = array if array.dtype.kind in "iub" else array.astype(np.int64)
