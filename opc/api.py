@@ -27,6 +27,7 @@ from opc.lowering.build import (
     cache_dir,
     load_extension,
     python_names,
+    sanitizing,
     self_contained,
 )
 from opc.lowering.c_emitter import emit_c
@@ -114,7 +115,7 @@ def emit(source: Source, what: str, target: str = "cpu", grad: bool | int = Fals
     if what == "mlir":
         return str(loops) + "\n"
     if what == "c":  # the runtime headers inlined: a bare `gcc -c` compiles it
-        return self_contained(emit_c(loops)[0])
+        return self_contained(emit_c(loops, sanitizing())[0])
     from opc.lowering.cuda_emitter import emit_cuda
 
     return self_contained(emit_cuda(loops)[0])
@@ -143,7 +144,7 @@ def compile(source, target: str = "cpu", grad: bool | int = False, decompose: st
 
         compiled = compile_cuda(loops, cache_dir)
     else:
-        c_source, sigs, data = emit_c(loops)
+        c_source, sigs, data = emit_c(loops, sanitizing())
         compiled = load_c(c_source, sigs, cache_dir, device_kernels(loops, target, cache_dir), data)
     compiled.no_grad.update(no_grad_reasons(src.module))
     compiled.wrt.update(grad_arguments(src.module))
@@ -214,7 +215,7 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
         from opc.lowering.cuda_build import write_cuda_module
 
         return write_cuda_module(loops, out_dir, name, origin) + weights
-    c_source, sigs, data = emit_c(loops)
+    c_source, sigs, data = emit_c(loops, sanitizing())
     ext_name, built = build_extension(c_source, sigs, cache_dir(), device_kernels(loops, target), data)
     ext_file = built.name
     shutil.copy2(built, os.path.join(out_dir, ext_file))

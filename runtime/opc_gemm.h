@@ -141,6 +141,8 @@ static OPC_UNUSED void *opc__amalloc(size_t bytes) {
     p = raw + sizeof(void *);
     p += (64u - ((uintptr_t)p & 63u)) & 63u;
     memcpy(p - sizeof(void *), &raw, sizeof(void *));
+    OPC_POISON(raw, (size_t)(p - sizeof(void *) - raw));                       /* the bytes before ... */
+    OPC_POISON(p + bytes, (size_t)(raw + bytes + 64u + sizeof(void *) - (p + bytes)));  /* ... and after */
     return p;
 }
 static OPC_UNUSED void opc__afree(void *p) {
@@ -166,7 +168,7 @@ static OPC_GEMM_TLS size_t opc__tls_size[OPC__NBUF];
 #endif
 static OPC_UNUSED void *opc__buf_get(int slot, size_t bytes) {
 #ifdef OPC_GEMM_TLS
-    if (opc__tls_buf[slot] && opc__tls_size[slot] >= bytes) return opc__tls_buf[slot];
+    if (opc__tls_buf[slot] && OPC_SCRATCH_FITS(opc__tls_size[slot], bytes)) return opc__tls_buf[slot];
     opc__afree(opc__tls_buf[slot]);
     opc__tls_size[slot] = 0;
     opc__tls_buf[slot] = opc__amalloc(bytes);

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include "opc_runtime.h"
 
 #if defined(__AVX512F__) && !defined(OPC_CF_V)
 #define OPC_CF_V 16 /* floats per vector */
@@ -71,7 +72,7 @@ static __thread size_t opc_cf_cap[OPC_CF_NBUF];
 
 /* The calling thread's scratch buffer `slot` of at least `bytes` (grow only; never freed), or NULL. */
 static void *opc_cf_scratch(int slot, size_t bytes) {
-    if (opc_cf_cap[slot] >= bytes) return opc_cf_buf[slot];
+    if (OPC_SCRATCH_FITS(opc_cf_cap[slot], bytes)) return opc_cf_buf[slot];
     free(opc_cf_buf[slot]);
     opc_cf_buf[slot] = malloc(bytes);
     opc_cf_cap[slot] = opc_cf_buf[slot] ? bytes : 0;

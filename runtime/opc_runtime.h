@@ -22,6 +22,26 @@
 /* A run-time element count as an allocation asks for it: at least 1 (malloc(0) may give NULL). */
 OPC_FN int64_t opc_max1(int64_t n) { return n > 1 ? n : 1; }
 
+/* Under ASan (OPC_SANITIZE=1) the runtime's per-thread scratch buffers are reused only at the size
+   asked for, and the slack of an aligned block is poisoned: a grow-only buffer kept from a larger
+   call, or the bytes an alignment adds, would otherwise let a kernel run past what it asked for
+   unseen. Elsewhere a buffer at least as large is reused and nothing is poisoned. */
+#if defined(__SANITIZE_ADDRESS__)
+#define OPC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define OPC_ASAN 1
+#endif
+#endif
+#ifdef OPC_ASAN
+#include <sanitizer/asan_interface.h>
+#define OPC_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define OPC_SCRATCH_FITS(cap, bytes) ((cap) == (bytes))
+#else
+#define OPC_POISON(p, n) ((void)(p), (void)(n))
+#define OPC_SCRATCH_FITS(cap, bytes) ((cap) >= (bytes))
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Bit casts. memcpy is the portable, UB-free way to reinterpret bits in C;  */
 /* compilers turn it into a register move. In CUDA device code use the      */

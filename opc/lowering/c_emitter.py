@@ -112,6 +112,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
     arena: dict[SSAValue, int] = field(default_factory=dict)  # intermediate buffer -> its offset in the arena
     block_order: dict[Operation, int] = field(default_factory=dict)  # the entry block's ops, in order
     pack_buffers = True  # intermediates in one allocation (the CUDA emitter allocates each on the device)
+    memory_support = ARENA_SUPPORT  # the arena and opc_oom_bytes (the CUDA emitter has neither)
     profiled = True  # every kernel call timed while profiling is on (opc/profiler.py); not in CUDA modules
     profile_labels: list[str] = field(default_factory=list)  # "function\tkind: ops" of each timed kernel
     kernel_shapes: dict[str, str] = field(default_factory=dict)  # a kernel's text up to local names -> its name
@@ -168,8 +169,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
             body.append(self.status_support)
         if self.threads_support:
             body.append(self.threads_support)
-        if self.pack_buffers:
-            body.append(ARENA_SUPPORT)
+        if self.memory_support:
+            body.append(self.memory_support)
         body.append(control_support(module, self.stack_macros))
         self.resets_stack = uses_stack(module)
         for fn in module.ops:
@@ -578,9 +579,13 @@ class EmittedC(NamedTuple):
     data: dict[str, bytes]  # the files the source's .incbin lines name (c_data.py), by name
 
 
-def emit_c(module: ModuleOp) -> EmittedC:
-    """C source of a lowered module, the signatures of its functions and its large constants' bytes."""
+def emit_c(module: ModuleOp, sanitized: bool = False) -> EmittedC:
+    """C source of a lowered module, the signatures of its functions and its large constants' bytes.
+    sanitized (OPC_SANITIZE): every intermediate is a malloc of its own, exactly its size, so that
+    ASan's redzones border each one (packed in the arena, a kernel that overruns one buffer writes
+    into the next unseen, and the arena kept from a larger call hides an overrun of the last)."""
     emitter = CEmitter()
+    emitter.pack_buffers = not sanitized
     source, sigs = emitter.emit_module(module)
     return EmittedC(source, sigs, emitter.data)
 

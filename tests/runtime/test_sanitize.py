@@ -37,6 +37,70 @@ def test_sanitizer_flags_catch_a_float_cast_overflow(tmp_path):
     assert proc.returncode != 0 and "runtime error" in proc.stderr, proc.stderr
 
 
+SCRATCH = r"""#include "opc_gemm.h"
+int main(int argc, char **argv) {
+    (void)argv;
+    char *a = (char *)opc__buf_get(OPC__BUF_A, 100);
+    a[99] = 1;
+    /* grow-only, the second call would hand back the first's 100 bytes; an aligned block has slack */
+    volatile char *b = argc > 1 ? (char *)opc__buf_get(OPC__BUF_A, 40) : (char *)opc__amalloc(40);
+    return b[40];
+}
+"""
+
+
+@pytest.mark.parametrize("reuse", [True, False], ids=["smaller-reuse", "aligned-slack"])
+def test_runtime_scratch_is_exact_under_asan(tmp_path, reuse):
+    """The runtime's per-thread GEMM buffers, sanitized: a read one byte past the size asked for is
+    reported, whether the buffer was kept from a larger call or has alignment slack after it."""
+    from opc.lowering.build import runtime_dir
+
+    src = tmp_path / "scratch.c"
+    src.write_text(SCRATCH)
+    exe = tmp_path / "scratch"
+    subprocess.run(["gcc", "-fopenmp", *SANITIZE_FLAGS, "-I", str(runtime_dir()), str(src), "-o", str(exe), "-lm"],
+                   check=True)
+    proc = subprocess.run([str(exe), *(["reuse"] if reuse else [])], capture_output=True, text=True,
+                          env=sanitized_env())
+    assert proc.returncode != 0 and "ERROR: AddressSanitizer" in proc.stderr, proc.stderr[-3000:]
+
+
+CHAIN = """func.func @f(%x: tensor<3x5xf32>) -> tensor<3x5xf32> {
+  %a = opc.exp %x : (tensor<3x5xf32>) -> tensor<3x5xf32>
+  %b = opc.mul %a, %a : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  %c = opc.matmul %b, %a {trans_y = true} : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x3xf32>
+  %d = opc.matmul %c, %b : (tensor<3x3xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  func.return %d : tensor<3x5xf32>
+}"""
+
+# the second kernel (b = a * a) made to run one element past its 15: it reads a[15], one float past
+# the intermediate `a`, which in the arena is padding before `b` (unseen) and sanitized is a redzone
+OVERRUN = """
+build = opc.api.build_extension
+def overrun(source, *args, **kwargs):
+    planted = re.sub(r"(void opc_k_f_1\\([^)]*\\) [{][^}]*?)[(][(]int64_t[)]15[)]", r"\\1((int64_t)16)", source)
+    assert planted != source
+    return build(planted, *args, **kwargs)
+opc.api.build_extension = overrun
+"""
+
+
+def test_intermediates_are_bordered_by_redzones(tmp_path):
+    """Sanitized, each intermediate is a malloc of its own (no arena): the numbers stay right, and a
+    kernel that reads one element past an intermediate is reported."""
+    code = (f"import re, sys, numpy as np, opc, opc.api\nsrc = {CHAIN!r}\n"
+            "x = np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5)\n"
+            "a = np.exp(x); b = a * a\nwant = (b @ a.T) @ b\n"
+            "m = opc.compile(src)\nnp.testing.assert_allclose(m.f(x), want, rtol=1e-5)\n"
+            "assert 'opc_arena_get(' not in m.c_source.split('int opc_fn_f')[1], 'the arena is used'\n"
+            f"{OVERRUN}\nopc.compile(src, cache_dir=sys.argv[1]).f(x)\nprint('not reported')\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          env=sanitized_env(), cwd=TESTS.parent)
+    assert "AddressSanitizer: heap-buffer-overflow" in proc.stderr, proc.stdout + proc.stderr[-3000:]
+    assert "READ of size 4" in proc.stderr and "opc_k_f_1" in proc.stderr, proc.stderr[-3000:]
+    assert "not reported" not in proc.stdout and proc.returncode != 0
+
+
 def test_suite_part_under_sanitizers():
     code = ("import numpy as np, opc; m = opc.compile('func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {\\n"
             "%r = opc.exp %x : (tensor<3xf32>) -> tensor<3xf32>\\nfunc.return %r : tensor<3xf32>\\n}'); "

@@ -27,7 +27,7 @@ import sys
 import time
 import warnings
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,13 +67,15 @@ class Outcome:
             self.status[case] = line
 
 
-def collect(pattern: str | None = None):
+def collect(pattern: str | None = None, names: Collection[str] | None = None):
+    """The node cases whose names contain `pattern` (all without one), and are among `names` if given."""
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         cases = collect_testcases(None)
-    return sorted((c for c in cases if pattern is None or pattern in c.name), key=lambda c: c.name)
+    chosen = (c for c in cases if (pattern is None or pattern in c.name) and (names is None or c.name in names))
+    return sorted(chosen, key=lambda c: c.name)
 
 
 def one_line(text: str, case: str) -> str:
@@ -222,10 +224,14 @@ def compare(p: Prepared, results: Sequence[np.ndarray]) -> str | None:
     return None
 
 
-def run(pattern: str | None = None, chunk: int = CHUNK, log=print) -> dict[str, str]:
-    """Every case's status line, by case name."""
+def run(pattern: str | None = None, chunk: int = CHUNK, log=print, names: Collection[str] | None = None,
+        before_call: Callable[[Prepared], list] | None = None, skip: Collection[str] = ()) -> dict[str, str]:
+    """Every case's status line, by case name. names: only these cases; before_call(p) is told before
+    each call and gives the arguments to call with (onnx_node_sanitize.py pins a sanitizer report on
+    the case that way, and gives each argument memory of its own); the cases in `skip` are imported
+    and compiled (the same modules) but not called, and their status is "skipped"."""
     t0 = time.time()
-    cases = collect(pattern)
+    cases = collect(pattern, names)
     outcome = Outcome()
     prepared: list[Prepared] = []
     for case in cases:
@@ -252,9 +258,13 @@ def run(pattern: str | None = None, chunk: int = CHUNK, log=print) -> dict[str, 
         fn = compiled.get(p.fname)
         if fn is None:
             continue
+        if p.case in skip:
+            outcome.status[p.case] = "skipped"
+            continue
+        args = p.args if before_call is None else before_call(p)
         try:
             with np.errstate(all="ignore"):
-                out = fn(*p.args)
+                out = fn(*args)
         except Exception as err:  # noqa: BLE001 - recorded as a crash
             outcome.set(p.case, f"crash: call: {type(err).__name__}: {one_line(err, p.case)}")
             continue
