@@ -95,6 +95,7 @@ def register_converters() -> None:
         detection,
         elementwise,
         linalg,
+        ml,
         nn,
         quantization,
         reduction,
