@@ -395,6 +395,18 @@ def lp_normalization(node: Node) -> Values:
     return [e.div(x, e.select(e.value(o.EqualOp(norm, zero)), scalar(node, 1.0, norm), norm))]
 
 
+@converter("MeanVarianceNormalization", since=9)
+def mean_variance_normalization(node: Node) -> Values:
+    """(x - mean) / (sqrt(variance) + 1e-9) over `axes` (default 0, 2, 3). ONNX's function body takes the
+    variance as E[x^2] - E[x]^2; opc as E[(x - mean)^2], the same number without its cancellation."""
+    e, x = node.e, node.input(0)
+    rank = len(node.shape(0))
+    axes = sorted({node.axis(a, rank) for a in node.attr("axes", [0, 2, 3])})
+    centered = e.sub(x, e.value(o.ReduceMeanOp(x, axes, True)))
+    variance = e.value(o.ReduceMeanOp(e.mul(centered, centered), axes, True))
+    return [e.div(centered, e.add(e.value(o.SqrtOp(variance)), scalar(node, 1e-9, variance)))]
+
+
 @converter("RMSNormalization", since=23)
 def rms_normalization(node: Node) -> Values:
     """x / sqrt(mean(x^2 over axis..) + epsilon) * scale, computed in float32 (stash_type 1) for half inputs."""
