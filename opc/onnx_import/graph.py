@@ -101,9 +101,11 @@ ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {
 }
 FLOAT_ELEMENT_TYPES = (1, 10, 11, 16)
 BY_NUMPY = {np_dtype: element for _, element, np_dtype in ELEMENT_TYPES.values()}
+# Ops that draw random numbers: not imported, since ONNX defines no generator (its node tests expect the
+# draws NumPy's global generator happened to make, unseeded, when the test data was written)
+RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 # Never evaluated at compile time even when their inputs are known.
-NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
-                "If", "Loop", "Scan"}
+NOT_FOLDABLE = RANDOM_OPS | {"If", "Loop", "Scan"}
 # Sequence and optional ops: their converters (sequence.py) handle values known at compile time.
 LIST_OPS = {"SequenceConstruct", "SequenceEmpty", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength",
             "ConcatFromSequence", "SplitToSequence", "SequenceMap", "Optional", "OptionalHasElement",
@@ -985,7 +987,10 @@ class GraphImporter:
             outputs = self.evaluate(node, {n: self.compile_time(n, needed=True) for n in present})
         else:
             if convert is None:
-                raise node.fail(f"unsupported op {node.op_type} ({node.proto.domain or 'ai.onnx'} opset {node.opset})")
+                why = (": it draws random numbers, from a generator ONNX does not define (its node tests expect "
+                       "the draws of NumPy's unseeded global generator)" if node.op_type in RANDOM_OPS else "")
+                raise node.fail(f"unsupported op {node.op_type} ({node.proto.domain or 'ai.onnx'} opset "
+                                f"{node.opset}){why}")
             try:
                 outputs = convert(node)
             except VerifyException as err:  # raised by an op's constructor (shapes it cannot take)

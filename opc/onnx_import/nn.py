@@ -270,8 +270,9 @@ def dropout(node: Node) -> Values:
     if node.has(2) and (not node.known(2) or bool(node.const(2, "training_mode"))):
         ratio = node.const(1, "ratio") if node.has(1) else np.array(0.5)
         if float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
-            raise node.fail("training_mode with a ratio above 0 draws random numbers: opc imports inference "
-                            "graphs (training_mode false, or ratio 0)")
+            raise node.fail("training_mode with a ratio above 0 draws random numbers from a generator ONNX "
+                            "does not define (its node tests expect NumPy's MT19937 stream, np.random.seed(seed)): "
+                            "opc imports inference graphs (training_mode false, or ratio 0)")
     return [node.input(0), np.ones(node.shape(0), bool)]
 
 
@@ -525,8 +526,9 @@ def max_unpool(node: Node) -> Values:
     if node.has(2):
         out = [int(d) for d in node.const(2, "output_shape").reshape(-1)]
         if out != inferred:
-            raise node.fail(f"output_shape {out} differs from the unpooled shape {inferred}: onnxruntime indexes "
-                            "the output_shape, ONNX's reference the unpooled shape; opc does neither")
+            raise node.fail(f"output_shape {out} differs from the unpooled shape {inferred}: onnxruntime and "
+                            "PyTorch index the output_shape (MaxPool's indices index its input), ONNX's reference "
+                            "and node test the unpooled shape, padded at the end; refused rather than wrong for one")
     if numpy_of(node.input(0)).kind != "f":
         raise node.fail(f"MaxUnpool of {numpy_of(node.input(0))} data is not supported (floats only)")
     n = math.prod(shape)
