@@ -988,7 +988,9 @@ class GraphImporter:
         else:
             if convert is None:
                 why = (": it draws random numbers, from a generator ONNX does not define (its node tests expect "
-                       "the draws of NumPy's unseeded global generator)" if node.op_type in RANDOM_OPS else "")
+                       "the draws of NumPy's unseeded global generator)" if node.op_type in RANDOM_OPS else
+                       ": it decodes image files (JPEG, PNG, WebP, ...) at run time, a codec library's work, not "
+                       "tensor arithmetic opc compiles" if node.op_type == "ImageDecoder" else "")
                 raise node.fail(f"unsupported op {node.op_type} ({node.proto.domain or 'ai.onnx'} opset "
                                 f"{node.opset}){why}")
             try:
