@@ -540,7 +540,7 @@ def flex_attention(node: Node) -> Values:
         if name == "prob_mod":
             scores = e.value(o.SoftmaxOp(scores, 3))
         if graph is not None:
-            (out,) = node.importer.inline(graph, [scores], node.opset, node.label)
+            (out,) = node.importer.inline(graph, [scores], node.importer.opset, node.label)  # ai.onnx nodes
             if shape_of(out) != shape_of(scores) or element_of(out) != compute:
                 raise node.fail(f"{name} must keep its input's type {scores.type}, gives {out.type}")
             scores = out
