@@ -106,4 +106,5 @@ def register_converters() -> None:
         tensor,
         text,
         training,
+        trees,
     )

@@ -120,6 +120,66 @@ def forest_case(seed, dtype, modes, aggregate, post, missing):
     return ml_model(node, {"X": x}, dtype, 5), {"X": x}
 
 
+def random_regressor(seed: int, modes: list[str], n_trees: int, features: int, targets: int, missing: bool,
+                     multi: bool, as_tensor: bool):
+    """A random TreeEnsembleRegressor's attributes: per tree, nodes numbered from 0 in the order the
+    list holds them (root first); a leaf scores one target, or with `multi` one to all of them."""
+    rng = np.random.default_rng(seed)
+    cols: dict[str, list] = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes",
+                                             "nodes_values", "nodes_truenodeids", "nodes_falsenodeids",
+                                             "nodes_missing_value_tracks_true", "target_treeids", "target_nodeids",
+                                             "target_ids", "target_weights")}
+
+    def grow(tree: int, depth: int, numbering: list[int]) -> int:
+        nid = numbering[0]
+        numbering[0] += 1
+        k = len(cols["nodes_treeids"])
+        for name in cols:
+            if name.startswith("nodes_"):
+                cols[name].append(0)
+        cols["nodes_treeids"][k], cols["nodes_nodeids"][k] = tree, nid
+        if depth == 0 or (nid > 0 and rng.random() < 0.3):
+            cols["nodes_modes"][k] = "LEAF"
+            ids = rng.choice(targets, int(rng.integers(1, targets + 1)) if multi else 1, replace=False)
+            for t in ids:
+                cols["target_treeids"].append(tree)
+                cols["target_nodeids"].append(nid)
+                cols["target_ids"].append(int(t))
+                cols["target_weights"].append(float(rng.normal(0, 2)))
+            return nid
+        cols["nodes_modes"][k] = str(rng.choice(modes))
+        cols["nodes_featureids"][k] = int(rng.integers(0, features))
+        cols["nodes_values"][k] = float(rng.integers(0, 6)) + (0.5 if rng.random() < 0.3 else 0.0)
+        cols["nodes_missing_value_tracks_true"][k] = int(missing and rng.random() < 0.5)
+        cols["nodes_truenodeids"][k] = grow(tree, depth - 1, numbering)
+        cols["nodes_falsenodeids"][k] = grow(tree, depth - 1, numbering)
+        return nid
+
+    for tree in range(n_trees):
+        grow(tree, int(rng.integers(1, 5)), [0])
+    attrs = dict(cols, n_targets=targets)
+    if not missing:
+        del attrs["nodes_missing_value_tracks_true"]
+    if as_tensor:
+        for name in ("nodes_values", "target_weights"):
+            attrs[f"{name}_as_tensor"] = numpy_helper.from_array(np.array(attrs.pop(name), np.float64))
+    return attrs
+
+
+def regressor_case(seed, dtype, modes, aggregate, post, missing, multi, base, as_tensor=False):
+    attrs = random_regressor(seed, modes, n_trees=4, features=3, targets=3, missing=missing, multi=multi,
+                             as_tensor=as_tensor)
+    if base:
+        attrs["base_values"] = [0.5, -1.0, 2.0]
+    rng = np.random.default_rng(seed + 100)
+    x = rng.integers(0, 6, (9, 3)).astype(dtype)
+    if missing:
+        x[rng.random(x.shape) < 0.2] = np.nan
+    node = helper.make_node("TreeEnsembleRegressor", ["X"], ["Y"], domain=ML, aggregate_function=aggregate,
+                            post_transform=post, **attrs)
+    return ml_model(node, {"X": x}, np.float32, 3 if as_tensor else 1, [len(x), 3]), {"X": x}  # (inference: none)
+
+
 CASES = {}
 for shape in [(5,), (3, 4), (2, 3, 2)]:
     for dtype in [np.float32, np.float64, np.int64, np.int32]:
@@ -143,6 +203,24 @@ for k, (modes, aggregate, post, missing, dtype) in enumerate([
             forest_case(seed, dtype, MODE_SETS[modes], aggregate, post, missing)
 
 
+LEQ_ONLY, ALL_MODES = ["BRANCH_LEQ"], ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
+for k, (modes, aggregate, post, missing, multi, base, dtype, as_tensor) in enumerate([
+        (LEQ_ONLY, "SUM", "NONE", False, False, False, np.float32, False),
+        (ALL_MODES, "SUM", "NONE", True, True, True, np.float32, False),
+        (ALL_MODES, "AVERAGE", "NONE", False, True, True, np.float64, False),
+        (ALL_MODES, "MIN", "NONE", True, False, True, np.float32, False),
+        (ALL_MODES, "MAX", "NONE", False, False, False, np.float64, False),
+        (LEQ_ONLY, "SUM", "LOGISTIC", False, True, True, np.float32, False),
+        (ALL_MODES, "SUM", "SOFTMAX", True, True, False, np.float32, False),
+        (ALL_MODES, "SUM", "SOFTMAX_ZERO", False, False, False, np.float32, False),
+        (ALL_MODES, "SUM", "NONE", True, True, True, np.float64, True),
+        (LEQ_ONLY, "SUM", "NONE", False, False, False, np.int64, False)]):
+    for seed in (k, k + 20):
+        tag = f"regressor-{seed}-{len(modes)}modes-{aggregate}-{post}-missing{missing}-multi{multi}-base{base}"
+        CASES[f"{tag}-{np.dtype(dtype).name}-tensor{as_tensor}"] = regressor_case(
+            seed, dtype, modes, aggregate, post, missing and np.dtype(dtype).kind == "f", multi, base, as_tensor)
+
+
 @pytest.fixture(scope="module")
 def compiled():
     module, params = import_all({k: m for k, (m, _) in CASES.items()})
@@ -164,18 +242,29 @@ def post_transform(y: np.ndarray, post: int) -> np.ndarray:
 
 def oracle(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
     """onnxruntime; where it has no kernel for the op at these types (Binarizer but for float32,
-    LabelEncoder from int32), ONNX's reference evaluator. A TreeEnsemble's post_transform is applied
-    here to onnxruntime's untransformed scores: onnxruntime 1.23 swaps SOFTMAX (1) and LOGISTIC (2)."""
+    LabelEncoder from int32), ONNX's reference evaluator. For the tree ensembles, onnxruntime's scores
+    without post_transform and base_values, which are applied here as the spec says: onnxruntime 1.23
+    swaps TreeEnsemble's SOFTMAX (1) and LOGISTIC (2), leaves a target no leaf scores at 0 without its
+    base value, and gives a regressor of integer features integer outputs (the spec: float; opc
+    compares them as floats, so the oracle is onnxruntime on the features as float32)."""
     from onnx.reference import ReferenceEvaluator
 
     node = model.graph.node[0]
-    post = next((a.i for a in node.attribute if a.name == "post_transform"), 0)
-    if post:
+    if node.op_type.startswith("TreeEnsemble"):
         plain = onnx.ModelProto()
         plain.CopyFrom(model)
-        (attr,) = [a for a in plain.graph.node[0].attribute if a.name == "post_transform"]
-        attr.i = 0
-        return post_transform(run_ort(plain, feeds)[0], post)
+        attrs = {a.name: a for a in plain.graph.node[0].attribute}
+        post = attrs.pop("post_transform", None)
+        base = attrs.pop("base_values", None)
+        del plain.graph.node[0].attribute[:]
+        plain.graph.node[0].attribute.extend(attrs.values())
+        x = feeds["X"]
+        if x.dtype.kind != "f":
+            x = x.astype(np.float32)
+            plain.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+        y = run_ort(plain, {"X": x})[0] + (np.asarray(base.floats, np.float32) if base is not None else 0)
+        names = {"NONE": 0, "SOFTMAX": 1, "LOGISTIC": 2, "SOFTMAX_ZERO": 3}
+        return post_transform(y, 0 if post is None else post.i if post.type == post.INT else names[post.s.decode()])
     try:
         return run_ort(model, feeds)[0]
     except Exception as err:  # noqa: BLE001 - onnxruntime's NotImplemented has no importable class
@@ -207,5 +296,5 @@ def test_probit_is_refused_in_one_line() -> None:
     model, _ = forest_case(1, np.float32, [0], 1, 0, False)
     (attr,) = [a for a in model.graph.node[0].attribute if a.name == "post_transform"]
     attr.i = 4
-    with pytest.raises(opc.InputError, match="post_transform 4 is not supported"):
+    with pytest.raises(opc.InputError, match="post_transform PROBIT is not supported: it needs an inverse erf"):
         opc.import_onnx(model)
