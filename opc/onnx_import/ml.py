@@ -7,7 +7,8 @@
 (The tree ensembles are in trees.py.)
 
 LabelEncoder compares each element with every key (an [..., K] equality), takes the last key that
-matches (as a dict built from the pairs keeps it) and gathers its value. Keys or values that are
+matches (as the spec says, and a dict built from the pairs keeps it) and gathers its value; from
+ai.onnx.ml opset 4 a NaN key matches a NaN element (before, as in onnxruntime, nothing). Keys or values that are
 strings are refused: opc has no string tensors.
 """
 
@@ -112,9 +113,8 @@ def label_encoder(node: Node) -> Values:
     shape = list(shape_of(x))
     # the position (1 + key index) of the last key equal to each element, 0 where none is
     column = e.reshape(x, [*shape, 1])
-    found = e.value(o.EqualOp(column, e.constant(np.where(np.isnan(keys), 0, keys) if keys.dtype.kind == "f"
-                                                  else keys)))
-    if keys.dtype.kind == "f" and np.isnan(keys).any():  # a NaN key matches a NaN element
+    found = e.value(o.EqualOp(column, e.constant(keys)))
+    if keys.dtype.kind == "f" and np.isnan(keys).any() and node.opset >= 4:  # from 4 a NaN key matches a NaN
         nan_keys = bool_constant(node, True, (1,) * len(shape) + (len(keys),))
         found = e.select(e.constant(np.isnan(keys)), e.select(is_nan(node, column), nan_keys,
                                                               bool_constant(node, False)), found)

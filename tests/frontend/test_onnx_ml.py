@@ -59,12 +59,26 @@ def label_encoder_case(kind: str, shape):
                  "values_tensor": numpy_helper.from_array(np.array([50, 60, 70, 55], np.int16)),
                  "default_tensor": numpy_helper.from_array(np.array([42], np.int16))}
         x, out, opset = rng.integers(4, 9, shape).astype(np.int32), np.int16, 4
+    elif kind == "nan_key_2":  # a NaN key matches nothing before ml opset 4
+        attrs = {"keys_floats": [float("nan"), 1.0, 2.0], "values_int64s": [5, 6, 7], "default_int64": 9}
+        x = rng.choice(np.array([np.nan, 1.0, 2.0, 3.0, 0.0], np.float32), shape)
+        out, opset = np.int64, 2
+    elif kind in ("nan_key_4", "repeated_key_4"):  # from 4 a NaN key matches any NaN
+        # a repeated key: the last one's value (no NaN there: ONNX's reference, the oracle, matches none)
+        keys = [np.nan, 1.0] if kind == "nan_key_4" else [0.5, 1.0, 1.0]
+        attrs = {"keys_tensor": numpy_helper.from_array(np.array(keys, np.float32)),
+                 "values_tensor": numpy_helper.from_array(np.array([5, 6, 8][:len(keys)], np.int64)),
+                 "default_tensor": numpy_helper.from_array(np.array([-1], np.int64))}
+        x = rng.choice(np.array([keys[0], 1.0, 3.0, 0.0], np.float32), shape)
+        out, opset = np.int64, 4
     else:  # tensor_double_to_double, no default given
         attrs = {"keys_tensor": numpy_helper.from_array(np.array([0.5, 1.5], np.float64)),
                  "values_tensor": numpy_helper.from_array(np.array([-1.0, 1.0], np.float64))}
         x, out, opset = rng.choice(np.array([0.5, 1.5, 2.5]), shape), np.float64, 4
     node = helper.make_node("LabelEncoder", ["X"], ["Y"], domain=ML, **attrs)
-    return ml_model(node, {"X": x}, out, opset), {"X": x}
+    model = ml_model(node, {"X": x}, out, opset)
+    model.doc_string = kind  # the oracle's cue: a repeated key, which onnxruntime resolves against the spec
+    return model, {"X": x}
 
 
 def random_forest(seed: int, dtype, modes, n_trees: int, features: int, targets: int, missing: bool):
@@ -189,7 +203,8 @@ for shape, indices in [((4,), [2, 0]), ((3, 4), [1]), ((3, 4), [3, 3, 0]), ((2, 
                        ((2, 5), [[0, 1], [2, 4]])]:
     for dtype in [np.float32, np.int64]:
         CASES[f"extractor-{shape}-{indices}-{np.dtype(dtype).name}"] = extractor_case(shape, dtype, indices)
-for kind in ["int_to_float", "float_to_int", "tensor_int32_to_int16", "tensor_double_to_double"]:
+for kind in ["int_to_float", "float_to_int", "tensor_int32_to_int16", "tensor_double_to_double", "nan_key_2",
+             "nan_key_4", "repeated_key_4"]:
     for shape in [(6,), (2, 5)]:
         CASES[f"label-{kind}-{shape}"] = label_encoder_case(kind, shape)
 MODE_SETS = {"leq": [0], "lt_gt": [1, 3], "all": [0, 1, 2, 3, 4, 5], "member": [6, 0]}
@@ -242,7 +257,8 @@ def post_transform(y: np.ndarray, post: int) -> np.ndarray:
 
 def oracle(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
     """onnxruntime; where it has no kernel for the op at these types (Binarizer but for float32,
-    LabelEncoder from int32), ONNX's reference evaluator. For the tree ensembles, onnxruntime's scores
+    LabelEncoder from int32), and for a LabelEncoder's repeated key (the spec: the last one's value;
+    onnxruntime takes the first), ONNX's reference evaluator. For the tree ensembles, onnxruntime's scores
     without post_transform and base_values, which are applied here as the spec says: onnxruntime 1.23
     swaps TreeEnsemble's SOFTMAX (1) and LOGISTIC (2), leaves a target no leaf scores at 0 without its
     base value, and gives a regressor of integer features integer outputs (the spec: float; opc
@@ -250,6 +266,8 @@ def oracle(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
     from onnx.reference import ReferenceEvaluator
 
     node = model.graph.node[0]
+    if node.op_type == "LabelEncoder" and "repeated_key" in model.doc_string:  # onnxruntime keeps the first
+        return ReferenceEvaluator(model).run(None, feeds)[0]
     if node.op_type.startswith("TreeEnsemble"):
         plain = onnx.ModelProto()
         plain.CopyFrom(model)
