@@ -57,6 +57,8 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     FixedBitwidthType,
     Float4E2M1FNType,
+    Float6E2M3FNType,
+    Float6E3M2FNType,
     Float8E4M3FNType,
     Float8E4M3FNUZType,
     Float8E5M2FNUZType,
@@ -103,9 +105,10 @@ from opc.symbolic import Sym
 # Element types
 # ---------------------------------------------------------------------------
 
-# float8 and float4 as ml_dtypes names them: stored in a byte each, computed in f32 (opc-widen)
+# float8, float6 and float4 as ml_dtypes names them: stored in a byte each, computed in f32 (opc-widen)
 NARROW_FLOAT_TYPES = (Float8E4M3FNType, Float8E4M3FNUZType, Float8E5M2Type, Float8E5M2FNUZType, Float8E8M0FNUType,
-                      Float4E2M1FNType)
+                      Float6E2M3FNType, Float6E3M2FNType, Float4E2M1FNType)
+SUB_BYTE_FLOAT_TYPES = (Float6E2M3FNType, Float6E3M2FNType, Float4E2M1FNType)
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type, *NARROW_FLOAT_TYPES)
 SUB_BYTE_WIDTHS = (2, 4)  # i2, ui2, i4, ui4: one element a byte, in its low bits
 MAX_RANK = 8
@@ -129,13 +132,15 @@ def is_narrow(t: Attribute) -> bool:
 
 
 def is_sub_byte(t: Attribute) -> bool:
-    """i2, ui2, i4, ui4, f4E2M1FN: a byte holds one, in its low bits (i1 is a byte holding 0 or 1)."""
-    return isinstance(t, Float4E2M1FNType) or isinstance(t, IntegerType) and t.width.data in SUB_BYTE_WIDTHS
+    """i2, ui2, i4, ui4, f6E2M3FN, f6E3M2FN, f4E2M1FN: a byte holds one, in its low bits (i1 is a byte
+    holding 0 or 1)."""
+    return isinstance(t, SUB_BYTE_FLOAT_TYPES) or isinstance(t, IntegerType) and t.width.data in SUB_BYTE_WIDTHS
 
 
 def is_admitted_element(t: Attribute) -> bool:
     """i1, i8, ui8, i16, ui16, i32, ui32, i64, ui64, f16, bf16, f32, f64 and the low-precision
-    f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ, f8E8M0FNU, f4E2M1FN, i4, ui4, i2, ui2 (SPEC.md: Types)."""
+    f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ, f8E8M0FNU, f6E2M3FN, f6E3M2FN, f4E2M1FN, i4, ui4, i2, ui2
+    (SPEC.md: Types)."""
     if is_float(t):
         return True
     if not isinstance(t, IntegerType):

@@ -39,7 +39,7 @@ KERNEL_DTYPES = {"i1": "OPC_DTYPE_BOOL", "i8": "OPC_DTYPE_I8", "ui8": "OPC_DTYPE
                  "f8E4M3FNUZ": "OPC_DTYPE_F8E4M3FNUZ", "f8E5M2": "OPC_DTYPE_F8E5M2",
                  "f8E5M2FNUZ": "OPC_DTYPE_F8E5M2FNUZ", "f8E8M0FNU": "OPC_DTYPE_F8E8M0FNU",
                  "f4E2M1FN": "OPC_DTYPE_F4E2M1FN", "i4": "OPC_DTYPE_I4", "ui4": "OPC_DTYPE_U4", "i2": "OPC_DTYPE_I2",
-                 "ui2": "OPC_DTYPE_U2"}  # fmt: skip
+                 "ui2": "OPC_DTYPE_U2", "f6E2M3FN": "OPC_DTYPE_F6E2M3FN", "f6E3M2FN": "OPC_DTYPE_F6E3M2FN"}  # fmt: skip
 
 KERNEL_HOST = f"""#include "opc_kernel.h"
 static _Thread_local char opc_kernel_message_buf[OPC_KERNEL_MESSAGE_SIZE];
