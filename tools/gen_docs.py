@@ -96,7 +96,7 @@ SECTIONS = (  # (title, test on the op class and its facts), first match wins
     ("Grad ops", lambda c, f: f["kind"] == "grad"),
     ("Other", lambda c, f: True),
 )
-SHAPE_OPS = {"FullOp", "BroadcastToOp", "ReshapeOp", "TransposeOp", "ReduceSumOp", "ReduceMaxOp", "ReduceMinOp",
+SHAPE_OPS = {"FullOp", "IotaOp", "BroadcastToOp", "ReshapeOp", "TransposeOp", "ReduceSumOp", "ReduceMaxOp", "ReduceMinOp",
              "ReduceMeanOp", "MatmulOp", "SliceOp", "ConcatOp", "GatherOp", "CumsumOp", "CastOp", "BitcastOp"}
 
 

@@ -22,6 +22,7 @@ from opc.dialects.opc_loops import (
     GEMM_SIZES,
     RUNTIME_SIZE,
     CallOp,
+    CheckBoundOp,
     CheckIndexOp,
     ExternalCallOp,
     GemmOp,
@@ -190,6 +191,11 @@ class CallEmission(EmitterState):
         wrap = int(op.wrap.value.data != 0)
         self.line(f"const int64_t {self.name(op.result)} = opc_check_index({self.name(op.raw)}, {size}, {wrap}, "
                   f"{self.name(op.status)}, {code});")
+
+    def emit_CheckBoundOp(self, op: CheckBoundOp) -> None:
+        v, bound = self.name(op.value), self.name(op.bound)
+        self.line(f"if ({v} < 0 || {v} >= {bound}) {{ opc_error_detail = {v}; status = {op.code.value.data}; "
+                  "goto cleanup; }")
 
     def emit_RaiseStatusOp(self, op: RaiseStatusOp) -> None:
         s = self.name(op.status)
