@@ -13,6 +13,7 @@ def pytest_addoption(parser):
     group.addoption("--full-cast-grid", action="store_true",
                     help="test_results: every cast pair at every trip count 1..17 (CI: a reduced set)")
     group.addoption("--fuzz-count", type=int, default=None,
-                    help="fuzz tests: mutants of test_fuzz_cli (default 300) and random programs of "
-                         "test_fuzz_programs (default: each test's CI size); thousands for a long run")
+                    help="fuzz tests: mutants of test_fuzz_cli (default 300), random programs of "
+                         "test_fuzz_programs and ONNX graphs of test_fuzz_onnx (default: each test's CI size); "
+                         "thousands for a long run")
     group.addoption("--fuzz-seed", type=int, default=0, help="fuzz tests: the first seed (default 0)")

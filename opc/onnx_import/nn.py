@@ -115,13 +115,16 @@ def conv_transpose(node: Node) -> Values:
     extra = ints(node, "output_padding", r, 0)
     shape = node.attr("output_shape")
     mode = node.attr("auto_pad", "NOTSET")
-    if shape is None and mode in ("SAME_UPPER", "SAME_LOWER"):
+    same = shape is None and mode in ("SAME_UPPER", "SAME_LOWER")
+    if same:
         shape = [i * s for i, s in zip(inp, strides)]
     if shape is not None:
         shape = list(shape)[-r:]
         begins, ends = [], []
         for i, k, s, d, p, want in zip(inp, kernel, strides, dilations, extra, shape):
             total = s * (i - 1) + p + (k - 1) * d + 1 - want
+            if same:  # a kernel shorter than the stride cannot reach i * s: no padding, a shorter output (onnxruntime)
+                total = max(total, 0)
             upper = mode == "SAME_UPPER"  # ONNX: the larger half begins, except for SAME_UPPER
             begins.append(max(total // 2 if upper else total - total // 2, 0))
             ends.append(total - begins[-1])  # a larger output grows at the end, as onnxruntime's does

@@ -253,7 +253,8 @@ def lstm(node: Node) -> Values:
             g = lay.activate(d, 1, lay.gate(pre, 3))
             c = e.add(e.mul(f, c_prev), e.mul(i, g))
             out = lay.activate(d, 0, with_peephole(lay.gate(pre, 1), 1, c))
-            return [e.mul(out, lay.activate(d, 2, c)), c]
+            # clip bounds the gates' pre-activations, not the cell state h reads (onnxruntime's LSTM)
+            return [e.mul(out, lay.acts[d][2](c)), c]
 
         return proj, step, [lay.initial(5, d), lay.initial(6, d)]
 

@@ -246,7 +246,13 @@ def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position
             return shape in per_row and shape_of(u.x) in per_row
         if not isinstance(u, (*ELEMENTWISE, opc.BroadcastToOp)) or isinstance(u, opc.CastGradOp):
             return False
-        return shape == full or shape in per_row
+        # A [rows] value (no kept dim) read by an op over the full rows broadcasts along the trailing dims,
+        # not once per row: it must not be a member then (outer [2, 2] of [2, 2, 2] read as [j, k])
+        if shape == full:
+            return not any(shape_of(x) == tuple(outer) and x.owner in members for x in u.operands)
+        if shape == tuple(outer):
+            return not any(shape_of(w.results[0]) == full for w in users_of(u) if w in members)
+        return shape in per_row
 
     members: set[Operation] = {seed}
     reductions = 1

@@ -47,3 +47,28 @@ def test_fuzz_gradients(request, batch, decompose):
     assert not report.defects, "\n".join(report.defects)
     assert report.programs == count
     assert report.not_smooth <= count // 4, "most points must be smooth, or the check says little"
+
+
+def test_every_result_of_multi_result_ops_is_read():
+    """Issue 38: a program reading fused_gemm_epilogue's second result crashed the scheduler. Over
+    the CI programs, every result position of every multi-result op the generator draws (forward
+    and --grad) is read by a later op or returned somewhere, so that class stays covered."""
+    read: dict[tuple[str, int], int] = {}
+    for grad in (False, True):
+        for i in range(FORWARD_CI if not grad else GRAD_CI * 4):
+            p = generate(0, i, grad)
+            lines = p.lines + ["return " + ", ".join("%" + r.name for r in p.results)]
+            for n, line in enumerate(lines):
+                names, _, rest = line.strip().partition(" = ")
+                outs = [x.strip() for x in names.split(",")] if rest.startswith("opc.") else []
+                if len(outs) < 2:
+                    continue
+                later = " ".join(lines[n + 1:]).replace(",", " ").split()
+                for k, name in enumerate(outs):
+                    key = (rest.split()[0], k)
+                    read[key] = read.get(key, 0) + (name in later)
+    unread = sorted(k for k, v in read.items() if v == 0)
+    assert not unread, f"results never read: {unread}"
+    ops = {op for op, _ in read}
+    assert {"opc.max_pool", "opc.batch_norm", "opc.attention", "opc.group_norm", "opc.layer_norm",
+            "opc.fused_gemm_epilogue", "opc.fused_conv_epilogue", "opc.attention_grad"} <= ops, ops

@@ -62,6 +62,8 @@ CASES = {
     "LSTM-peephole": dict(op="LSTM", peephole=True, states=True),
     "LSTM-input_forget": dict(op="LSTM", input_forget=1),
     "LSTM-clip": dict(op="LSTM", clip=0.5),
+    # a cell state past the clip: h(C) reads it unclipped (found by tests/support/fuzz_onnx.py)
+    "LSTM-clip-cell": dict(op="LSTM", clip=0.1, states=True),
     "RNN-relu": dict(op="RNN", activations=["Relu"]),
     "RNN-relu-tanh-bidi": dict(op="RNN", activations=["Relu", "Tanh"], direction="bidirectional"),
     "GRU-tanh-sigmoid": dict(op="GRU", activations=["Tanh", "Sigmoid"]),

@@ -25,12 +25,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # oracle.py
+import nn_oracle as nn  # noqa: E402
 from oracle import ALL_DTYPES, FLOATS, INTS, MLIR_TYPES, np_dtype, random_array, spec_cast, ttype  # noqa: E402
 
 HALVES = ("float16", "bfloat16")
@@ -405,7 +407,7 @@ class Generator:
     def gather_operands(self) -> tuple[Value, int, tuple[int, ...], Value]:
         """A float tensor, an axis of it, and an index argument (i32 or i64, negative indices too)
         whose shape keeps the result within rank 4: the operands of gather and gather_grad."""
-        a = self.pick_float(min_rank=1)
+        a = self.pick_float(lambda v: v.arr.ndim <= 4, min_rank=1)  # a 3-d conv's rank 5 leaves no room
         axis = int(self.rng.integers(0, a.arr.ndim))
         n = a.shape[axis]
         ishape = self.shape(int(self.rng.integers(0, 5 - a.arr.ndim)))
@@ -543,10 +545,237 @@ class Generator:
                   np.moveaxis(d.arr.astype(np.float64).reshape(x.shape[:axis] + (-1,) + x.shape[axis + 1:]), axis, 0))
         self.emit("gather_grad", [x, idx, d], f"axis = {axis}", [(r, x.dtype)])
 
+    # -- nn ops (their NumPy references in nn_oracle.py) ---------------------
+    SPATIAL_MAX = {1: 7, 2: 5, 3: 3}  # the longest spatial dim drawn for 1-, 2- and 3-d inputs
+
+    def nn_input(self, ranks: tuple[int, ...] = (3, 4, 5), want=lambda v: True) -> Value:
+        """A small float [N, C, *spatial] value, else a fresh argument of that form."""
+        def fresh() -> Value:
+            rank = int(self.rng.choice(ranks))
+            spatial = self.rng.integers(1, self.SPATIAL_MAX.get(rank - 2, 1) + 1, size=rank - 2)
+            shape = (int(self.rng.integers(1, 3)), int(self.rng.integers(1, 5)), *(int(d) for d in spatial))
+            return self.arg(shape, self.float_dtype())
+        return self.pick(lambda v: v.dtype in FLOATS and v.arr.ndim in ranks and v.arr.size <= 400 and want(v), fresh)
+
+    def window_attrs(self, r: int) -> tuple[list[int], list[int], list[int]]:
+        """strides, dilations and pads (begins, then ends) for r spatial dims."""
+        strides = [int(s) for s in self.rng.integers(1, 3, size=r)]
+        dilations = [int(d) for d in self.rng.integers(1, 3, size=r)] if self.rng.random() < 0.4 else [1] * r
+        pads = [int(p) for p in self.rng.integers(0, 3, size=2 * r)] if self.rng.random() < 0.6 else [0] * 2 * r
+        return strides, dilations, pads
+
+    def spell(self, **attrs) -> str:
+        """The attribute dictionary's body; a list at its default is now and then left out."""
+        out = []
+        for k, v in attrs.items():
+            default = {"strides": 1, "dilations": 1, "pads": 0, "output_padding": 0}.get(k)
+            if isinstance(v, list):
+                if default is not None and all(e == default for e in v) and self.rng.random() < 0.5:
+                    continue
+                out.append(f"{k} = array<i64: {', '.join(map(str, v))}>")
+            elif isinstance(v, bool):
+                out.append(f"{k} = {str(v).lower()}")
+            elif isinstance(v, float):
+                out.append(f"{k} = {v:.17e} : f64")  # 17 digits: the double itself
+            elif isinstance(v, str):
+                out.append(f'{k} = "{v}"')
+            else:
+                out.append(f"{k} = {v}")
+        return ", ".join(out)
+
+    def conv_geometry(self, x: Value, o_per_group: int | None = None):
+        """group, output channels, kernel, strides, dilations, pads of a conv over x (depthwise a
+        third of the time); Reject when the kernel outgrows the padded input."""
+        c, inp = x.shape[1], x.shape[2:]
+        r = len(inp)
+        divisors = [g for g in range(1, c + 1) if c % g == 0]
+        group = c if self.rng.random() < 0.3 else int(self.rng.choice(divisors))
+        o = group * (o_per_group or int(self.rng.integers(1, 3)))
+        kernel = [int(k) for k in self.rng.integers(1, 4, size=r)]
+        strides, dilations, pads = self.window_attrs(r)
+        for d in range(r):
+            if dilations[d] * (kernel[d] - 1) + 1 > inp[d] + pads[d] + pads[r + d]:
+                raise Reject
+        return group, o, kernel, strides, dilations, pads
+
+    def conv(self) -> None:
+        x = self.nn_input()
+        group, o, kernel, strides, dilations, pads = self.conv_geometry(x)
+        w = self.arg((o, x.shape[1] // group, *kernel), x.dtype)
+        y = nn.conv(x.arr, w.arr, strides, dilations, pads, group)
+        self.emit("conv", [x, w], self.spell(strides=strides, dilations=dilations, pads=pads, group=group),
+                  [(y, x.dtype)])
+
+    def fused_conv_epilogue(self) -> None:
+        x = self.nn_input()
+        group, o, kernel, strides, dilations, pads = self.conv_geometry(x)
+        w, b = self.arg((o, x.shape[1] // group, *kernel), x.dtype), self.arg((o,), x.dtype)
+        z = nn.conv(x.arr, w.arr, strides, dilations, pads, group) + nn.channel_view(b.arr, x.arr.ndim)
+        act = str(self.rng.choice(["none", "relu", "gelu"]))
+        zr = z.astype(np_dtype(x.dtype)).astype(np.float64)  # the activation reads the stored Z
+        out = {"none": z, "relu": np.maximum(zr, 0),
+               "gelu": 0.5 * zr * (1 + np.tanh(np.sqrt(2 / np.pi) * (zr + 0.044715 * zr**3)))}[act]
+        attrs = self.spell(strides=strides, dilations=dilations, pads=pads, group=group, activation=act)
+        self.emit("fused_conv_epilogue", [x, w, b], attrs, [(out, x.dtype)] + ([(z, x.dtype)] if act != "none" else []))
+
+    def conv_transpose(self) -> None:
+        x = self.nn_input()
+        c, inp = x.shape[1], x.shape[2:]
+        r = len(inp)
+        group = int(self.rng.choice([g for g in range(1, c + 1) if c % g == 0]))
+        og = int(self.rng.integers(1, 3))
+        kernel = [int(k) for k in self.rng.integers(1, 4, size=r)]
+        strides, dilations, pads = self.window_attrs(r)
+        output_padding = [int(self.rng.integers(0, s)) for s in strides]
+        w = self.arg((c, og, *kernel), x.dtype)
+        y = nn.conv_transpose(x.arr, w.arr, strides, dilations, pads, output_padding, group)
+        if 0 in y.shape:
+            raise Reject  # the pads ate the output
+        self.emit("conv_transpose", [x, w], self.spell(strides=strides, dilations=dilations, pads=pads,
+                                                       output_padding=output_padding, group=group), [(y, x.dtype)])
+
+    def conv_grads(self) -> None:
+        """conv_grad_input (dout, w -> dx) or conv_grad_filter (x, dout -> dw) of a drawn conv geometry."""
+        x = self.nn_input()
+        group, o, kernel, strides, dilations, pads = self.conv_geometry(x)
+        w_shape = (o, x.shape[1] // group, *kernel)
+        out = nn.conv_out(x.shape[2:], kernel, strides, dilations, pads)
+        dout = self.pick(lambda v: v.type == ttype((x.shape[0], o, *out), x.dtype),
+                         lambda: self.arg((x.shape[0], o, *out), x.dtype))
+        attrs = self.spell(strides=strides, dilations=dilations, pads=pads, group=group)
+        if self.rng.random() < 0.5:
+            w = self.arg(w_shape, x.dtype)
+            dx = nn.conv_input_grad(dout.arr, w.arr, x.shape, strides, dilations, pads, group)
+            self.emit("conv_grad_input", [dout, w], attrs, [(dx, x.dtype)])
+        else:
+            dw = nn.conv_filter_grad(x.arr, dout.arr, w_shape, strides, dilations, pads, group)
+            self.emit("conv_grad_filter", [x, dout], attrs, [(dw, x.dtype)])
+
+    def pool_geometry(self, x: Value):
+        """kernel, strides, dilations, pads, ceil_mode of a pool over x; Reject a window of padding only."""
+        inp = x.shape[2:]
+        r = len(inp)
+        kernel = [int(k) for k in self.rng.integers(1, 4, size=r)]
+        strides, dilations, pads = self.window_attrs(r)
+        strides = [int(s) for s in self.rng.integers(1, 4, size=r)]
+        ceil = bool(self.rng.random() < 0.3)
+        for d in range(r):
+            if dilations[d] * (kernel[d] - 1) + 1 > inp[d] + pads[d] + pads[r + d]:
+                raise Reject
+        for _, taps, _ in nn.pool_windows(inp, kernel, strides, dilations, pads, ceil):
+            if all(t is None for t in taps):
+                raise Reject
+        return kernel, strides, dilations, pads, ceil
+
+    def max_pool(self) -> None:
+        x = self.nn_input()
+        geom = self.pool_geometry(x)
+        y, idx, margin = nn.max_pool(x.arr, *geom)
+        if not x.exact and margin <= 4 * x.tol * max(1.0, float(np.abs(x.arr.astype(float)).max())):
+            raise Reject  # a rounding difference could pick another element of a window
+        kernel, strides, dilations, pads, ceil = geom
+        attrs = self.spell(kernel=kernel, strides=strides, dilations=dilations, pads=pads, ceil_mode=ceil)
+        vy, vi = self.emit("max_pool", [x], attrs, [(y, x.dtype), (idx, "int64")], exact=x.exact)
+        vy.tol, vi.tol = x.tol, 0.0
+        vi.exact = True
+        if self.rng.random() < 0.3:  # its backward fed by its own indices
+            dout = self.arg(y.shape, x.dtype)
+            self.emit("max_pool_grad", [x, vi, dout], attrs, [(nn.max_pool_grad(x.shape, idx, dout.arr), x.dtype)])
+
+    def avg_pool(self) -> None:
+        x = self.nn_input()
+        geom = self.pool_geometry(x)
+        include = bool(self.rng.random() < 0.5)
+        kernel, strides, dilations, pads, ceil = geom
+        attrs = self.spell(kernel=kernel, strides=strides, dilations=dilations, pads=pads, ceil_mode=ceil,
+                           count_include_pad=include)
+        if self.rng.random() < 0.25:
+            out = nn.pool_out(x.shape[2:], *geom)
+            dout = self.pick(lambda v: v.type == ttype((*x.shape[:2], *out), x.dtype),
+                             lambda: self.arg((*x.shape[:2], *out), x.dtype))
+            self.emit("avg_pool_grad", [x, dout], attrs, [(nn.avg_pool_grad(x.shape, dout.arr, *geom, include), x.dtype)])
+        else:
+            self.emit("avg_pool", [x], attrs, [(nn.avg_pool(x.arr, *geom, include), x.dtype)])
+
+    def spread(self, x: Value, groups: int) -> None:
+        """Reject an x whose normalized groups barely vary: 1 / sqrt(var + eps) would magnify the
+        rounding of its operands past any tolerance (a group of one element is exact: x - mean = 0)."""
+        g = x.arr.astype(np.float64).reshape(x.shape[0], groups, -1) if groups else \
+            np.moveaxis(x.arr.astype(np.float64), 1, 0).reshape(x.shape[1], -1)
+        if g.shape[-1] > 1 and g.var(axis=-1).min() < 0.05:
+            raise Reject
+
+    def batch_norm(self) -> None:
+        x = self.nn_input((2, 3, 4))
+        c, dt = x.shape[1], x.dtype
+        stats = "float32" if dt in HALVES else dt
+        scale, bias = self.arg((c,), dt), self.arg((c,), dt)
+        mean, var = self.arg((c,), dt), self.arg((c,), dt, 0.2, 2.0)
+        eps, momentum = float(self.rng.choice([1e-5, 1e-3])), float(self.rng.choice([0.9, 0.1, 0.5]))
+        training = bool(self.rng.random() < 0.6)
+        attrs = self.spell(epsilon=eps, momentum=momentum, training=training)
+        if not training:
+            y = nn.batch_norm_inference(x.arr, scale.arr, bias.arr, mean.arr, var.arr, eps)
+            self.emit("batch_norm", [x, scale, bias, mean, var], attrs, [(y, dt)])
+            return
+        self.spread(x, 0)
+        y, rm, rv, sm, sr = nn.batch_norm_training(x.arr, scale.arr, bias.arr, mean.arr, var.arr, eps, momentum)
+        outs = self.emit("batch_norm", [x, scale, bias, mean, var], attrs,
+                         [(y, dt), (rm, dt), (rv, dt), (sm, stats), (sr, stats)])
+        if self.rng.random() < 0.3:  # the backward from its saved statistics
+            dy = self.arg(x.shape, dt)
+            dx, ds, db = nn.batch_norm_grad(x.arr, scale.arr, outs[3].arr, outs[4].arr, dy.arr)
+            self.emit("batch_norm_grad", [x, scale, outs[3], outs[4], dy], "", [(dx, dt), (ds, dt), (db, dt)])
+
+    def grouped_norm(self) -> None:
+        x = self.nn_input((2, 3, 4))
+        c, dt = x.shape[1], x.dtype
+        instance = self.rng.random() < 0.4
+        groups = c if instance else int(self.rng.choice([g for g in range(1, c + 1) if c % g == 0]))
+        self.spread(x, groups)
+        scale, bias = self.arg((c,), dt), self.arg((c,), dt)
+        eps = float(self.rng.choice([1e-5, 1e-3]))
+        y, m, r = nn.group_norm(x.arr, scale.arr, bias.arr, groups, eps)
+        stats = "float32" if dt in HALVES else dt
+        attrs = self.spell(epsilon=eps) if instance else self.spell(num_groups=groups, epsilon=eps)
+        self.emit("instance_norm" if instance else "group_norm", [x, scale, bias], attrs,
+                  [(y, dt), (m, stats), (r, stats)])
+
+    def attention(self) -> None:
+        dt = self.float_dtype()
+        batch = self.shape(int(self.rng.integers(0, 3)))
+        lq, lk, d, dv = (int(n) for n in self.rng.integers(1, 6, size=4))
+        q = self.pick(lambda v: v.dtype == dt and v.arr.ndim == len(batch) + 2 and v.shape[:-2] == batch,
+                      lambda: self.arg((*batch, lq, d), dt))
+        lq, d = q.shape[-2:]
+        self_attention = self.rng.random() < 0.2
+        k = q if self_attention else self.arg((*batch, lk, d), dt)
+        lk = k.shape[-2]
+        v = q if self_attention else self.arg((*batch, lk, dv), dt)
+        mask = None
+        if self.rng.random() < 0.4:
+            full = (*batch, lq, lk)
+            mshape = tuple(1 if self.rng.random() < 0.3 else n for n in full[int(self.rng.integers(0, len(full) - 1)):])
+            mask = self.arg(mshape, dt)
+        scale = float(self.rng.choice([1.0, 0.5, 1 / math.sqrt(d)]))
+        causal = bool(self.rng.random() < 0.4)
+        out, lse = nn.attention(q.arr, k.arr, v.arr, None if mask is None else mask.arr, scale, causal)
+        ops = [q, k, v] + ([mask] if mask is not None else [])
+        attrs = self.spell(scale=scale, is_causal=causal)
+        vo, vl = self.emit("attention", ops, attrs, [(out, dt), (lse, "float32" if dt in HALVES else dt)])
+        if self.rng.random() < 0.25:  # its backward fed by its own out and lse
+            dout = self.arg(out.shape, dt)
+            grads = nn.attention_grad(q.arr, k.arr, v.arr, vo.arr, vl.arr, dout.arr,
+                                      None if mask is None else mask.arr, scale, causal)
+            self.emit("attention_grad", [q, k, v, vo, vl, dout] + ([mask] if mask is not None else []), attrs,
+                      [(g, dt) for g in grads])
+
     OPS = {"binary": 6, "compare": 2, "select": 2, "unary": 6, "cast": 3, "bitcast": 1, "full": 1, "broadcast_to": 1,
            "reshape": 1, "transpose": 1, "reduce": 3, "matmul": 2, "slice": 1, "concat": 1, "gather": 1,
            "fused_gemm_epilogue": 1, "softmax": 1, "layer_norm": 1, "softmax_cross_entropy": 1,
-           "activation_grad": 1, "cast_grad": 1, "softmax_grad": 1, "slice_grad": 1, "gather_grad": 1}
+           "activation_grad": 1, "cast_grad": 1, "softmax_grad": 1, "slice_grad": 1, "gather_grad": 1,
+           "conv": 2, "fused_conv_epilogue": 1, "conv_transpose": 1, "conv_grads": 1, "max_pool": 2, "avg_pool": 2,
+           "batch_norm": 1, "grouped_norm": 1, "attention": 2}
 
     def generate(self) -> Program:
         names = list(self.OPS)  # grad ops too: in --grad programs their own vjps (higher order) are checked
@@ -736,9 +965,16 @@ def main(argv: list[str] | None = None) -> int:
         for r in p.results:
             print(f"// expected %{r.name} = {r.arr.tolist()!r}")
         ns.count, ns.batch = 1, 1
-    total = Report()
-    for decompose in (None, "all"):
-        run(ns.seed, ns.index, ns.count, ns.grad, decompose, total, ns.batch)
+    total, began = Report(), time.monotonic()
+    for b in range(ns.index, ns.index + ns.count, ns.batch):  # batch by batch, both paths: a run cut short still
+        n = min(ns.batch, ns.index + ns.count - b)              # counts whole programs
+        seen = len(total.defects)
+        for decompose in (None, "all"):
+            run(ns.seed, b, n, ns.grad, decompose, total, ns.batch)
+        if not ns.show:
+            print(f"[{time.monotonic() - began:.0f} s] programs {ns.index}-{b + n - 1}: {total.programs // 2} run, "
+                  f"{len(total.defects)} defects", *(f"\nDEFECT {d}" for d in total.defects[seen:]), file=sys.stderr,
+                  flush=True)
     print(f"{total.programs // 2} programs x 2 paths (default, decompose=all), {len(total.defects)} defects, "
           f"{total.not_smooth} gradient points not smooth; ops {len(total.ops)}, dtypes {sorted(total.dtypes)}, "
           f"ranks {sorted(total.ranks)}")

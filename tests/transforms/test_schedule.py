@@ -337,3 +337,25 @@ def test_a_transpose_ending_a_loop_kernel_is_not_called_a_view() -> None:
            "  func.return %t : tensor<6x4xf32>\n}\n")
     text = describe(load_module(src).module)
     assert "transpose" in text and "through strides" not in text, text
+
+TRAILING_SRC = """
+func.func @trailing(%s: tensor<2x2x2xf32>, %m: tensor<2x2xf16>) -> tensor<2x2x2xf32> {
+  %c = opc.cast %m {dtype = f32} : (tensor<2x2xf16>) -> tensor<2x2xf32>
+  %t = opc.add %s, %c : (tensor<2x2x2xf32>, tensor<2x2xf32>) -> tensor<2x2x2xf32>
+  %x = opc.reduce_max %t {axes = array<i64: 2>, keepdim = true} : (tensor<2x2x2xf32>) -> tensor<2x2x1xf32>
+  %r = opc.sub %t, %x : (tensor<2x2x2xf32>, tensor<2x2x1xf32>) -> tensor<2x2x2xf32>
+  func.return %r : tensor<2x2x2xf32>
+}
+"""
+
+
+def test_a_value_of_the_row_shape_broadcasts_along_trailing_dims() -> None:
+    """%c [2, 2] has the shape of the rows of [2, 2, 2] but is read as [j, k] (NumPy's trailing
+    alignment), not once per row [i, j]: the row kernel must not compute it per row (found by the
+    program fuzzer: attention's composite with a half mask [Lq, Lk] over a batch gave wrong rows)."""
+    kernels = kernels_of(TRAILING_SRC, "trailing")
+    assert all("cast" not in op_names(k) or k.kind != "row" for k in kernels), [(k.kind, op_names(k)) for k in kernels]
+    rng = np.random.default_rng(38)
+    s, m = rng.uniform(-2, 2, (2, 2, 2)).astype(np.float32), rng.uniform(-2, 2, (2, 2)).astype(np.float16)
+    t = s + m.astype(np.float32)
+    np.testing.assert_allclose(opc.compile(TRAILING_SRC).trailing(s, m), t - t.max(axis=2, keepdims=True), rtol=1e-6)
