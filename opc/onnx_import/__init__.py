@@ -95,6 +95,7 @@ def register_converters() -> None:
         detection,
         elementwise,
         linalg,
+        ml,
         nn,
         quantization,
         reduction,
@@ -105,4 +106,5 @@ def register_converters() -> None:
         tensor,
         text,
         training,
+        trees,
     )

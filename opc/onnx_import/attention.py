@@ -488,9 +488,9 @@ def causal_conv_with_state(node: Node) -> Values:
     k = node.shape(1)[2]
     if node.shape(1) != (c, 1, k):
         raise node.fail(f"weight must be [{c}, 1, k], got {list(node.shape(1))}")
-    if k < 2:  # the state would be [B, C, 0]: opc has no empty tensors
-        if node.has(3) or any(name and node.importer.used(name) for name in node.proto.output[1:]):
-            raise node.fail("a kernel of size 1 has an empty state (k - 1 = 0 steps); opc has no empty tensors")
+    if node.has(3) and node.shape(3) != (b, c, k - 1):
+        raise node.fail(f"past_state must be [{b}, {c}, {k - 1}] (k - 1 steps), got {list(node.shape(3))}")
+    if k < 2:  # the state is [B, C, 0]: nothing of the past enters the conv
         padded = x
     else:
         past = node.input(3) if node.has(3) else e.constant(np.zeros((b, c, k - 1), numpy_dtype_of(element_of(x))))
@@ -500,8 +500,6 @@ def causal_conv_with_state(node: Node) -> Values:
         y = e.add(y, e.reshape(node.input(2), [c, 1]))
     if activation != "none":
         y = e.mul(y, e.value(o.SigmoidOp(y)))
-    if k < 2:
-        return [y]
     total = length + k - 1
     return [y, e.value(o.SliceOp(padded, [0, 0, total - (k - 1)], [b, c, total]))]
 
@@ -542,7 +540,7 @@ def flex_attention(node: Node) -> Values:
         if name == "prob_mod":
             scores = e.value(o.SoftmaxOp(scores, 3))
         if graph is not None:
-            (out,) = node.importer.inline(graph, [scores], node.opset, node.label)
+            (out,) = node.importer.inline(graph, [scores], node.importer.opset, node.label)  # ai.onnx nodes
             if shape_of(out) != shape_of(scores) or element_of(out) != compute:
                 raise node.fail(f"{name} must keep its input's type {scores.type}, gives {out.type}")
             scores = out

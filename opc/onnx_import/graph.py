@@ -106,9 +106,11 @@ ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {
 }
 FLOAT_ELEMENT_TYPES = (1, 10, 11, 16)
 BY_NUMPY = {np_dtype: element for _, element, np_dtype in ELEMENT_TYPES.values()}
+# Ops that draw random numbers: not imported, since ONNX defines no generator (its node tests expect the
+# draws NumPy's global generator happened to make, unseeded, when the test data was written)
+RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 # Never evaluated at compile time even when their inputs are known.
-NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
-                "If", "Loop", "Scan"}
+NOT_FOLDABLE = RANDOM_OPS | {"If", "Loop", "Scan"}
 # Sequence and optional ops: their converters (sequence.py) handle values known at compile time.
 LIST_OPS = {"SequenceConstruct", "SequenceEmpty", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength",
             "ConcatFromSequence", "SplitToSequence", "SequenceMap", "Optional", "OptionalHasElement",
@@ -233,9 +235,18 @@ def load_external_data(onnx, model, path: str, where: str) -> None:  # noqa: ANN
             raise InputError(f"cannot read {where}'s external data: {first_line(err)}") from None
 
 
+def domain_opsets(model) -> dict[str, int]:
+    """The opset the model imports for each domain, ai.onnx under that name (not "")."""
+    return {op.domain or "ai.onnx": op.version for op in model.opset_import}
+
+
 def default_opset(model, where: str) -> int:
-    versions = {op.domain or "ai.onnx": op.version for op in model.opset_import}
+    versions = domain_opsets(model)
     version = versions.get("ai.onnx")
+    if version is None and len(versions) > 0:
+        # only other domains (ai.onnx.ml, ai.onnx.preview.training): the checker refuses an ai.onnx node
+        # in it, so the ai.onnx opset only serves folding, where the newest is as good as any
+        return max_opset()
     if version is None:
         raise UnsupportedError(f"{where} imports no ai.onnx opset; opc imports opsets {MIN_OPSET} to {max_opset()}")
     newest = max_opset()
@@ -394,13 +405,34 @@ def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None
         inferred = onnx.shape_inference.infer_shapes(constants_as_initializers(model), check_type=True,
                                                      strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError) as err:
-        raise InputError(f"{where}: ONNX shape inference failed: {first_line(err)}") from None
+        if not in_function_body(err, default_opset(model, where)):
+            raise InputError(f"{where}: ONNX shape inference failed: {first_line(err)}") from None
+        # the failure is inside the body onnx expands for a function op (MeanVarianceNormalization's at
+        # opset 13 has a Constant onnx's own checker refuses), which opc converts as one op: the types
+        # of what inference can still type, the function op's outputs checked by its converter alone
+        inferred = onnx.shape_inference.infer_shapes(constants_as_initializers(model), check_type=True,
+                                                     strict_mode=False, data_prop=True)
     g = inferred.graph
     out = {}
     for vi in list(g.value_info) + list(g.output) + list(g.input):
         if vi.type.HasField("tensor_type"):
             out[vi.name] = (vi.type.tensor_type.elem_type, dims_of(vi))
     return out
+
+
+def in_function_body(err: Exception, opset: int) -> bool:
+    """Whether a shape inference error is one error, raised inside the body of an ai.onnx function op
+    (the error of an op in that body nested in the function op's)."""
+    text = str(err).strip()
+    found = re.match(r"\[ShapeInferenceError\] Inference error\(s\): \(op_type:(\w+)[^)]*\): "
+                     r"\[ShapeInferenceError\] (Inference error\(s\): )?\(op_type:", text)
+    if found is None or "\n" in text:
+        return False
+    try:
+        schema = onnx_module().defs.get_schema(found.group(1), opset)
+    except Exception:  # noqa: BLE001 - onnx raises SchemaError for an op of another domain
+        return False
+    return bool(schema.has_function or schema.has_context_dependent_function)
 
 
 def constants_as_initializers(model):
@@ -714,6 +746,7 @@ class GraphImporter:
         self.model = model
         self.graph = model.graph
         self.opset = default_opset(model, where)
+        self.opsets = domain_opsets(model)  # other domains' nodes convert at their own domain's opset
         init_names = {t.name for t in self.graph.initializer}
         if shapes:
             fix_input_shapes(model, shapes, init_names)
@@ -847,7 +880,7 @@ class GraphImporter:
         with symbolic_shapes(self.emitter.tracker.table if self.emitter.tracker else None):
             for i, node in enumerate(g.node):
                 self.node_index = i
-                self.convert(Node(node, self.opset, self))
+                self.convert(self.node(node, self.opset))
             results = self.results()
         block.add_ops(self.emitter.ops)
         block.add_op(func.ReturnOp(*results))
@@ -916,7 +949,7 @@ class GraphImporter:
         for i, node in enumerate(self.graph.node):
             if node.domain not in ("", "ai.onnx") and qualified_type(node) not in CONVERTERS:
                 self.node_index = i
-                label = Node(node, self.opset, self).label
+                label = self.node(node, self.opset).label
                 raise UnsupportedError(f"{label}: unsupported op {node.domain}.{node.op_type} "
                                "(opc imports the ai.onnx domain only)")
 
@@ -944,6 +977,12 @@ class GraphImporter:
         return os.path.dirname(self.where) if os.path.isfile(self.where) else ""
 
     # -- one node -------------------------------------------------------------
+    def node(self, proto: Any, opset: int) -> Node:
+        """proto as converters see it: at the given ai.onnx opset, or at its own domain's."""
+        if proto.domain in ("", "ai.onnx"):
+            return Node(proto, opset, self)
+        return Node(proto, self.opsets.get(proto.domain, 1), self)
+
     def convert(self, node: Node) -> None:
         self.emitter.label = node.label
         present = [n for n in node.proto.input if n]
@@ -958,7 +997,12 @@ class GraphImporter:
             outputs = self.evaluate(node, {n: self.compile_time(n, needed=True) for n in present})
         else:
             if convert is None:
-                raise node.fail(f"unsupported op {node.op_type} (ai.onnx opset {node.opset})")
+                why = (": it draws random numbers, from a generator ONNX does not define (its node tests expect "
+                       "the draws of NumPy's unseeded global generator)" if node.op_type in RANDOM_OPS else
+                       ": it decodes image files (JPEG, PNG, WebP, ...) at run time, a codec library's work, not "
+                       "tensor arithmetic opc compiles" if node.op_type == "ImageDecoder" else "")
+                raise node.fail(f"unsupported op {node.op_type} ({node.proto.domain or 'ai.onnx'} opset "
+                                f"{node.opset}){why}")
             try:
                 outputs = convert(node)
             except VerifyException as err:  # raised by an op's constructor (shapes it cannot take)
@@ -1018,7 +1062,7 @@ class GraphImporter:
                     self.constants[vi.name] = np.asarray(arg)
             for i, n in enumerate(graph.node):
                 self.node_index = i
-                self.convert(Node(n, opset, self))
+                self.convert(self.node(n, opset))
             return [self.lists[out.name] if out.name in self.lists
                     else self.constants[out.name] if keep_constants and out.name in self.constants
                     else self.value(out.name) for out in graph.output]
@@ -1041,7 +1085,9 @@ class GraphImporter:
         if fold is not None:
             return fold(node, [feeds[n] if n else None for n in node.proto.input])
         try:  # as a model: given a bare node, the evaluator ignores `opsets` and runs the newest version
-            return list(ReferenceEvaluator(one_node_model(node.proto, feeds, node.opset)).run(None, feeds))
+            model = one_node_model(node.proto, feeds, self.opset if node.proto.domain else node.opset,
+                                   {node.proto.domain: node.opset} if node.proto.domain else {})
+            return list(ReferenceEvaluator(model).run(None, feeds))
         except Exception as err:  # noqa: BLE001 - the reference evaluator raises anything
             raise node.fail(f"cannot evaluate it at compile time: {type(err).__name__}: {first_line(err)}") from None
 
@@ -1078,15 +1124,17 @@ def constant_selector(constants: Any, initializers: set[str], where: str) -> Cal
     return lambda name, array: name in names
 
 
-def one_node_model(proto, feeds: Mapping[str, np.ndarray], opset: int):
-    """A model of one node at the given opset, its inputs typed by the arrays fed to them."""
+def one_node_model(proto, feeds: Mapping[str, np.ndarray], opset: int, others: Mapping[str, int] | None = None):
+    """A model of one node at the given opset (and `others`, domain -> opset), its inputs typed by the
+    arrays fed to them."""
     from onnx import helper
 
     inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a))
               for n, a in feeds.items()]
     outputs = [helper.make_empty_tensor_value_info(n) for n in proto.output if n]
     graph = helper.make_graph([proto], "fold", inputs, outputs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]
+                             + [helper.make_opsetid(d, v) for d, v in (others or {}).items()])
 
 
 def import_model(model: Any, shapes: Mapping[str, Sequence[int]] | None,

@@ -273,8 +273,9 @@ def dropout(node: Node) -> Values:
     if node.has(2) and (not node.known(2) or bool(node.const(2, "training_mode"))):
         ratio = node.const(1, "ratio") if node.has(1) else np.array(0.5)
         if float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
-            raise node.fail("training_mode with a ratio above 0 draws random numbers: opc imports inference "
-                            "graphs (training_mode false, or ratio 0)")
+            raise node.fail("training_mode with a ratio above 0 draws random numbers from a generator ONNX "
+                            "does not define (its node tests expect NumPy's MT19937 stream, np.random.seed(seed)): "
+                            "opc imports inference graphs (training_mode false, or ratio 0)")
     return [node.input(0), np.ones(node.shape(0), bool)]
 
 
@@ -398,6 +399,18 @@ def lp_normalization(node: Node) -> Values:
     return [e.div(x, e.select(e.value(o.EqualOp(norm, zero)), scalar(node, 1.0, norm), norm))]
 
 
+@converter("MeanVarianceNormalization", since=9)
+def mean_variance_normalization(node: Node) -> Values:
+    """(x - mean) / (sqrt(variance) + 1e-9) over `axes` (default 0, 2, 3). ONNX's function body takes the
+    variance as E[x^2] - E[x]^2; opc as E[(x - mean)^2], the same number without its cancellation."""
+    e, x = node.e, node.input(0)
+    rank = len(node.shape(0))
+    axes = sorted({node.axis(a, rank) for a in node.attr("axes", [0, 2, 3])})
+    centered = e.sub(x, e.value(o.ReduceMeanOp(x, axes, True)))
+    variance = e.value(o.ReduceMeanOp(e.mul(centered, centered), axes, True))
+    return [e.div(centered, e.add(e.value(o.SqrtOp(variance)), scalar(node, 1e-9, variance)))]
+
+
 @converter("RMSNormalization", since=23)
 def rms_normalization(node: Node) -> Values:
     """x / sqrt(mean(x^2 over axis..) + epsilon) * scale, computed in float32 (stash_type 1) for half inputs."""
@@ -516,8 +529,9 @@ def max_unpool(node: Node) -> Values:
     if node.has(2):
         out = [int(d) for d in node.const(2, "output_shape").reshape(-1)]
         if out != inferred:
-            raise node.fail(f"output_shape {out} differs from the unpooled shape {inferred}: onnxruntime indexes "
-                            "the output_shape, ONNX's reference the unpooled shape; opc does neither")
+            raise node.fail(f"output_shape {out} differs from the unpooled shape {inferred}: onnxruntime and "
+                            "PyTorch index the output_shape (MaxPool's indices index its input), ONNX's reference "
+                            "and node test the unpooled shape, padded at the end; refused rather than wrong for one")
     if numpy_of(node.input(0)).kind != "f":
         raise node.fail(f"MaxUnpool of {numpy_of(node.input(0))} data is not supported (floats only)")
     n = math.prod(shape)

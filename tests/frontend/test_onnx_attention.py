@@ -138,9 +138,10 @@ def linear_case(rule: str, hq: int = 2, hkv: int = 2, per_head: bool = True, pas
     return graph_model([node], feeds, ["Y", "state"], opset=27), feeds
 
 
-def conv_case(bias: bool, past: bool, activation: str):  # noqa: ANN201
-    key = repr((bias, past, activation))
-    c, length, k = 3, 5, 4
+def conv_case(bias: bool, past: bool, activation: str, k: int = 4):  # noqa: ANN201
+    """k = 1: the state is empty ([B, C, 0]), given or returned."""
+    key = repr((bias, past, activation) + ((k,) if k != 4 else ()))
+    c, length = 3, 5
     feeds = {"input": rand("x" + key, (B, c, length)), "weight": rand("w" + key, (c, 1, k))}
     names = ["input", "weight", "", ""]
     if bias:
@@ -166,6 +167,8 @@ CASES = {
     "linear-gated_delta-mqa-nopast": (linear_case, dict(rule="gated_delta", hq=2, hkv=1, past=False)),
     **{f"conv-b{int(b)}-p{int(p)}-{a}": (conv_case, dict(bias=b, past=p, activation=a))
        for b, p, a in [(False, False, "none"), (True, True, "none"), (True, False, "silu"), (False, True, "swish")]},
+    **{f"conv-k{k}-b{int(b)}-p{int(p)}": (conv_case, dict(bias=b, past=p, activation="none", k=k))
+       for k, b, p in [(1, False, False), (1, True, False), (2, False, True), (2, True, False)]},
 }
 
 
@@ -193,6 +196,17 @@ def test_forward_matches_onnxruntime(compiled, cid: str) -> None:
         want = run_ort(model, feeds)
     assert len(got) == len(want)
     for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_an_empty_past_state_of_a_kernel_of_one() -> None:
+    """k = 1 with a past_state [B, C, 0] given: a 0 in a graph input's declared shape is taken as a
+    size once the caller gives it (shapes=)."""
+    model, feeds = conv_case(bias=True, past=True, activation="silu", k=1)
+    module, weights = opc.import_onnx(model, shapes={n: a.shape for n, a in feeds.items()})
+    got = opc.compile(module).main_graph(*feeds.values(), *weights.values())
+    for g, w in zip(got, run_ort(model, feeds), strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 

@@ -82,6 +82,14 @@ def test_training_dropout_with_a_ratio_is_one_line_refusal() -> None:
         opc.import_onnx(dropout_model(0.5))
 
 
+@pytest.mark.parametrize("op", ["Bernoulli", "RandomUniformLike", "RandomNormalLike"])
+def test_random_ops_are_refused_saying_why(op: str) -> None:
+    model = single(op, {"x": np.full((2, 3), 0.5, np.float32)}, opset=22)
+    with pytest.raises(opc.OpcError, match=rf"unsupported op {op} \(ai.onnx opset 22\): it draws random numbers, "
+                                           "from a generator ONNX does not define"):
+        opc.import_onnx(model)
+
+
 def test_opset_1_model_is_converted_on_import() -> None:
     x = np.array([[True, False], [False, True]])
     model = single("Not", {"x": x}, opset=7)
