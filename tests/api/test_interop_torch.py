@@ -6,6 +6,7 @@ imported ONNX model with a torch optimizer, step for step like the same model wr
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -263,3 +264,14 @@ def test_argument_names_torch_cannot_spell_become_argn():
     torch.testing.assert_close(fn(a, b), a - b)
     torch.library.opcheck(fn, (a, b))
 
+
+
+@pytest.mark.parametrize("w_shape", [(4, 3), (4, 2, 1), (4,)])
+def test_fake_kernel_checks_rank_and_shape(m, w_shape):
+    """The fake kernel's check (what torch.compile and export run at trace time) refuses a rank too
+    high or too low, not only a wrong size: meta tensors, as tracing sees them."""
+    from opc.interop.torch import check_meta
+
+    x, w = torch.empty(3, 4, dtype=torch.float64, device="meta"), torch.empty(w_shape, dtype=torch.float64, device="meta")
+    with pytest.raises(ValueError, match=re.escape(f"f(): argument 'w' must have shape (4, 2), got {w_shape}")):
+        check_meta(m.f, [x, w])
