@@ -13,6 +13,7 @@ Primitives
   reduce_sum / reduce_max / reduce_min / reduce_mean {axes, keepdim},
   matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
   index maps: slice {start, limit, strides}, concat {axis}, gather {axis}
+  data-dependent sizes: nonzero (its result's count is known only once it has run)
 Fused
   fused_gemm_epilogue {trans_x, trans_y, activation}  -> out[, reserve_space]
   softmax {axis}, log_softmax {axis}
@@ -357,6 +358,8 @@ class OpcOp(IRDLOperation, abc.ABC):
     invoke or composite rule."""
     DTYPE_OPERAND: ClassVar[int] = 0
     """The operand whose element type picks a device's kernel for the op."""
+    UNSUPPORTED: ClassVar[dict[str, str]] = {}
+    """Built-in targets the op cannot run on yet, each with the reason a compile for it says."""
 
 
 class UnaryElementwiseOp(OpcOp, abc.ABC):
@@ -1343,6 +1346,38 @@ class CumsumOp(OpcOp, AxisAttr):
         if not t.get_shape():
             raise VerifyException("cumsum needs an operand of rank >= 1")
         normalize_axis(self.axis.value.data, len(t.get_shape()), "cumsum axis")
+
+
+@irdl_op_definition
+class NonzeroOp(OpcOp):
+    """`%r = opc.nonzero %x : (tensor<?x4xf32>) -> tensor<2x?xi64>`
+
+    np.nonzero(x) stacked, as ONNX NonZero: one row per dim of x, one column per element that is not
+    zero, in row-major order. The count is known only once the op has run: the result's `?` dim is a
+    size of its own (a data-dependent size, opc/dialects/sizes.py), which later ops use like any other.
+    """
+
+    name = "opc.nonzero"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # two sequential passes on the host (nn_lowering.py)
+    UNSUPPORTED: ClassVar[dict[str, str]] = {
+        "cuda": "its output size depends on the data (a host-side count over device memory is not written yet)"}
+    x = operand_def(TensorType)
+    result = result_def(TensorType)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation):
+        rank = len(shaped_type(SSAValue.get(x)).get_shape())
+        super().__init__(operands=[x], result_types=[TensorType(i64, [rank, DYNAMIC])])
+
+    def verify_(self) -> None:
+        t = check_tensor(self.x, "operand")
+        rank = len(t.get_shape())
+        if rank == 0:
+            raise VerifyException("needs an operand of rank >= 1 (reshape a scalar to [1])")
+        r = check_tensor(self.result, "result")
+        if r.element_type != i64 or list(r.get_shape()) != [rank, DYNAMIC]:
+            raise VerifyException(f"result must be tensor<{rank}x?xi64> (one row per operand dim, its count known "
+                                  f"only at run time), got {r}")
 
 
 # ---------------------------------------------------------------------------
@@ -2813,7 +2848,7 @@ Opc = Dialect(
         LogOp, TanhOp, ErfOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
         CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
         BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
-        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
+        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, NonzeroOp, FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
         SoftmaxCrossEntropyOp, ConvOp, FusedConvEpilogueOp, ConvTransposeOp, MaxPoolOp, AvgPoolOp, BatchNormOp,
         InstanceNormOp, GroupNormOp, AttentionOp, CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
         SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, ConvGradInputOp,

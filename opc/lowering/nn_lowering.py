@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from xdsl.dialects import arith, func, memref
+from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
     ArrayAttr,
     IndexType,
@@ -39,7 +39,7 @@ from xdsl.dialects.builtin import (
     f32,
     i64,
 )
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 from opc.dialects import opc
 from opc.dialects.kinds import element_of, numel, shape_of
@@ -305,6 +305,49 @@ def lower_cumsum(fl, op: opc.CumsumOp) -> None:  # noqa: ANN001
     e.parallel(others or [1], lambda ix: line(ix if others else []))
 
 
+def scan(e: Emitter, extents: Sequence[Size], inits: Sequence[SSAValue],
+         body: Callable[[list[SSAValue], list[SSAValue]], list[SSAValue]]) -> list[SSAValue]:
+    """Sequential loops over `extents` (the last innermost, row-major order) carrying `inits` through
+    body(index, carried) -> carried: the carried values at the end."""
+    def level(ivs: list[SSAValue], carried: list[SSAValue]) -> list[SSAValue]:
+        if len(ivs) == len(extents):
+            return body(ivs, carried)
+        return e.for_loop(extents[len(ivs)], carried, lambda iv, c: level([*ivs, iv], c))  # type: ignore[arg-type]
+
+    return level([], list(inits))
+
+
+def lower_nonzero(fl, op: opc.NonzeroOp) -> None:  # noqa: ANN001
+    """Two row-major passes over x: count the elements that are not zero (NaN is not zero, as in
+    NumPy), which defines the result's data size; then, the result allocated at that count, write
+    each such element's coordinates into the next column. Sequential: the columns are in order."""
+    e, elem = fl.e, element_of(op.x)
+    shape = list(shape_of(op.x))
+
+    def is_set(idx: list[SSAValue]) -> SSAValue:
+        return e.convert(fl.value_at(op.x, idx), elem, IntegerType(1))
+
+    def step(hit: SSAValue, n: SSAValue) -> SSAValue:
+        return e.value(arith.AddiOp(n, e.value(arith.SelectOp(hit, e.index(1), e.index(0)))))
+
+    (count,) = scan(e, shape, [e.index(0)], lambda idx, n: [step(is_set(idx), n[0])])
+    count.name_hint = "count"
+    fl.define_data_size(op, count)
+    out = fl.buffer_for(op.result)
+
+    def place(idx: list[SSAValue], n: list[SSAValue]) -> list[SSAValue]:
+        hit = is_set(idx)
+        then = Block()
+        with e.at(then):
+            for d, i in enumerate(idx):
+                e.store(e.value(arith.IndexCastOp(i, i64)), out, [e.index(d), n[0]])
+            e.emit(scf.YieldOp())
+        e.emit(scf.IfOp(hit, [], Region(then)))
+        return [step(hit, n[0])]
+
+    scan(e, shape, [e.index(0)], place)
+
+
 # ---------------------------------------------------------------------------
 # Fused ops and their grads: one runtime row kernel each
 # ---------------------------------------------------------------------------
@@ -532,6 +575,7 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.CumsumOp: lower_cumsum,
     opc.SliceGradOp: lower_slice_grad,
     opc.GatherGradOp: lower_gather_grad,
+    opc.NonzeroOp: lower_nonzero,
     opc.SoftmaxOp: lower_softmax,
     opc.LogSoftmaxOp: lower_softmax,
     opc.SoftmaxGradOp: lower_softmax,
