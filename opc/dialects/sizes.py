@@ -69,7 +69,7 @@ class FunctionSizes:
     subst: dict[str, Size] = field(default_factory=dict)
     constraints: list[Constraint] = field(default_factory=list)
     origin: dict[str, str] = field(default_factory=dict)  # symbol -> "argument 'x' dim 0"
-    sources: dict[str, tuple[SSAValue, int]] = field(default_factory=dict)  # symbol -> (argument, dim)
+    sources: dict[str, tuple[SSAValue, int]] = field(default_factory=dict)  # symbol -> (argument or result, dim)
     data: dict[str, DataSize] = field(default_factory=dict)  # symbol -> the op computing it from data
     predicted: dict[str, str] = field(default_factory=dict)  # data symbol -> why it equals a size known before
     count: int = 0
@@ -212,6 +212,8 @@ class FunctionSizes:
                     if got != want:
                         self.unify(got, want, f"{op.name} result dim {d}")
                     out.append(want)
+                if isinstance(got, Sym) and got.is_symbol() and got.render() in self.data:
+                    self.sources.setdefault(got.render(), (r, d))  # where tensor.dim reads it (the importer)
             self.shapes[r] = tuple(out)
 
     def index_value(self, op: Operation) -> Size | None:

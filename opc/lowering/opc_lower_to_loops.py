@@ -148,7 +148,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         """Output i, viewed at its run-time shape; one holding a data size is viewed once it is known
         (here, at its first write: its op has computed the size)."""
         out = self.outputs[i]
-        if out.owner is self.entry and self.holds_data(self.out_shapes[i]):
+        if self.found and out.owner is self.entry and self.holds_data(self.out_shapes[i]):
             out = self.outputs[i] = self.view(out, self.out_shapes[i], element_of(self.returned[i]))
         return out
 

@@ -669,13 +669,22 @@ def center_crop_pad(node: Node) -> Values:
 @converter("Compress", since=9)
 def compress(node: Node) -> Values:
     """x's slices (or flattened elements, without axis) where the condition is true: one gather at those
-    indices, known at compile time. The condition may be shorter than the axis (the rest is dropped)."""
-    cond = np.asarray(node.const(1, "condition")).reshape(-1).astype(bool)
+    indices, known at compile time where the condition is, else the positions `opc.nonzero` finds at run
+    time (their count a size of its own). The condition may be shorter than the axis (the rest is
+    dropped); a true entry past the axis is an IndexError at run time."""
     x, shape = node.input(0), list(node.shape(0))
     axis = node.attr("axis")
     if axis is None:
         x, shape, axis = node.e.reshape(x, [math.prod(shape)]), [math.prod(shape)], 0
     axis = node.axis(int(axis), len(shape))
+    if node.importer.compile_time(node.proto.input[1]) is None:
+        cond = node.input(1)
+        if len(shape_of(cond)) != 1:
+            raise node.fail(f"condition must be 1-D, got shape {list(shape_of(cond))}")
+        found = node.e.value(o.NonzeroOp(cond))  # [1, count]
+        picked = node.e.value(o.ReshapeOp(found, o.tensor([o.DYNAMIC], element_of(found))))  # [count]
+        return [node.e.value(o.GatherOp(x, picked, axis))]
+    cond = np.asarray(node.const(1, "condition")).reshape(-1).astype(bool)
     if len(cond) > shape[axis]:
         raise node.fail(f"condition has {len(cond)} elements, more than the axis' {shape[axis]}")
     picked = np.flatnonzero(cond).astype(np.int64)
@@ -686,7 +695,14 @@ def compress(node: Node) -> Values:
 
 @converter("NonZero", since=9)
 def nonzero(node: Node) -> Values:
-    return nonempty(node, evaluated(node, "NonZero's output shape depends on it"))
+    """Known at compile time: computed then; else `opc.nonzero`, whose count is a size of its own
+    (known when it runs). A scalar counts as one element, as NumPy's (and onnx's reference) do."""
+    if node.importer.compile_time(node.proto.input[0]) is not None:
+        return nonempty(node, evaluated(node, "NonZero's output shape depends on it"))
+    x = node.input(0)
+    if not shape_of(x):
+        x = node.e.reshape(x, [1])
+    return [node.e.value(o.NonzeroOp(x))]
 
 
 @converter("Unique", since=11)

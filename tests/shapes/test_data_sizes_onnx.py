@@ -1,0 +1,101 @@
+"""ONNX NonZero and Compress on values known only at run time (issue 33 item 5): imported as
+`opc.nonzero` (a gather at its positions for Compress), whose count is a size of its own, so one
+compile serves every input value, and with open dims every size. Against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx_helpers import helper, onnx, run_ort
+from test_dynamic_onnx import model
+
+import opc
+
+F32, BOOL = onnx.TensorProto.FLOAT, onnx.TensorProto.BOOL
+ONNX_TYPES = {np.float32: onnx.TensorProto.FLOAT, np.float64: onnx.TensorProto.DOUBLE,
+              np.int32: onnx.TensorProto.INT32, np.int64: onnx.TensorProto.INT64, np.uint8: onnx.TensorProto.UINT8,
+              np.int8: onnx.TensorProto.INT8, np.bool_: onnx.TensorProto.BOOL, np.float16: onnx.TensorProto.FLOAT16}
+
+NO_ORT = (np.float64, np.int8)  # onnxruntime has no NonZero kernel for them: NumPy (ONNX's reference) is the oracle
+
+
+def sparse(shape, dtype, density: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return ((rng.random(shape) < density) * rng.integers(1, 9, shape)).astype(dtype)
+
+
+def same(got, want) -> None:
+    assert got.shape == want.shape, (got.shape, want.shape)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", list(ONNX_TYPES), ids=lambda t: np.dtype(t).name)
+def test_nonzero_of_an_input_compiles_once(dtype):
+    m = model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], [("x", ONNX_TYPES[dtype], [3, 4])], ["y"])
+    run = opc.load_onnx(m)
+    for seed, density in enumerate((0.0, 0.3, 1.0, 0.6)):
+        x = sparse((3, 4), dtype, density, seed)
+        want = np.array(np.nonzero(x)) if dtype in NO_ORT else run_ort(m, {"x": x})[0]
+        same(run(x=x)[0], want)
+    assert len(run.variants) <= 1  # one module for every value
+
+
+@pytest.mark.parametrize("shape", [["n"], ["b", 4], [2, "s", 3]], ids=str)
+def test_nonzero_with_open_dims(shape):
+    m = model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], [("x", F32, shape)], ["y"])
+    run = opc.load_onnx(m)
+    for n in (0, 1, 5, 17):
+        dims = [n if isinstance(d, str) else d for d in shape]
+        x = sparse(dims, np.float32, 0.4, n)
+        same(run(x=x)[0], run_ort(m, {"x": x})[0])
+    assert run.static_reason is None and not run.variants
+
+
+def test_nonzero_feeding_more_ops():
+    """Positions of x's positive entries, then x gathered at their flat offsets and summed."""
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["pos"]), helper.make_node("NonZero", ["pos"], ["at"]),
+             helper.make_node("Transpose", ["at"], ["at_t"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "at_t"], ["picked"]),
+             helper.make_node("ReduceSum", ["picked"], ["total"], keepdims=0)]
+    m = model(nodes, [("x", F32, ["b", 5])], ["at", "picked", "total"],
+              {"zero": np.array(0.0, np.float32)})
+    run = opc.load_onnx(m)
+    for n in (0, 1, 6):
+        x = np.random.default_rng(n).standard_normal((n, 5)).astype(np.float32)
+        for g, w in zip(run(x=x), run_ort(m, {"x": x})):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, None])
+def test_compress_with_a_run_time_condition(axis):
+    attrs = {} if axis is None else {"axis": axis}
+    n = {0: 3, 1: 4, -1: 4, None: 12}[axis]
+    m = model([helper.make_node("Compress", ["x", "c"], ["y"], name="cp", **attrs)],
+              [("x", F32, [3, 4]), ("c", BOOL, [n])], ["y"])
+    run = opc.load_onnx(m)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for seed, density in enumerate((0.0, 0.5, 1.0)):
+        c = np.random.default_rng(seed).random(n) < density
+        same(run(x=x, c=c)[0], run_ort(m, {"x": x, "c": c})[0])
+
+
+def test_compress_with_open_dims():
+    m = model([helper.make_node("Compress", ["x", "c"], ["y"], name="cp", axis=0)],
+              [("x", F32, ["b", 4]), ("c", BOOL, ["b"])], ["y"])
+    run = opc.load_onnx(m)
+    for b in (0, 1, 7, 20):
+        x = np.random.default_rng(b).random((b, 4)).astype(np.float32)
+        c = np.random.default_rng(b + 1).random(b) > 0.5
+        same(run(x=x, c=c)[0], run_ort(m, {"x": x, "c": c})[0])
+    assert run.static_reason is None and not run.variants
+
+
+def test_a_compress_condition_past_the_axis_is_an_index_error():
+    m = model([helper.make_node("Compress", ["x", "c"], ["y"], name="cp", axis=0)],
+              [("x", F32, [2, 3]), ("c", BOOL, [4])], ["y"])
+    run = opc.load_onnx(m)
+    x = np.ones((2, 3), np.float32)
+    same(run(x=x, c=np.array([True, False, False, False]))[0], x[:1])
+    with pytest.raises(IndexError, match=r"index computed from argument .c. is out of range for axis 0 of size 2 \(opc.gather\); it is 3"):
+        run(x=x, c=np.array([True, False, False, True]))
