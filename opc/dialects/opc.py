@@ -13,7 +13,8 @@ Primitives
   reduce_sum / reduce_max / reduce_min / reduce_mean {axes, keepdim},
   matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
   index maps: slice {start, limit, strides}, concat {axis}, gather {axis}
-  data-dependent sizes: nonzero (its result's count is known only once it has run)
+  data-dependent sizes: nonzero (its result's count is known only once it has run), topk {axis, largest} (k a
+                        run-time value)
 Fused
   fused_gemm_epilogue {trans_x, trans_y, activation}  -> out[, reserve_space]
   softmax {axis}, log_softmax {axis}
@@ -1378,6 +1379,53 @@ class NonzeroOp(OpcOp):
         if r.element_type != i64 or list(r.get_shape()) != [rank, DYNAMIC]:
             raise VerifyException(f"result must be tensor<{rank}x?xi64> (one row per operand dim, its count known "
                                   f"only at run time), got {r}")
+
+
+@irdl_op_definition
+class TopkOp(OpcOp, AxisAttr):
+    """`%v, %i = opc.topk %x, %k {axis = -1, largest = true} : (tensor<?x8xf32>, tensor<i64>) -> (tensor<?x?xf32>, tensor<?x?xi64>)`
+
+    ONNX TopK with k a run-time value: the k largest (smallest) elements of x along `axis`, sorted,
+    ties to the lower index, and their indices. k (a one-element i64 tensor) is read when the op
+    runs: the results' `axis` dim is a data size (opc/dialects/sizes.py), at most x's; a k out of
+    [0, size] is a run-time ValueError. NaN is not ordered here.
+    """
+
+    name = "opc.topk"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # k read on the host (nn_lowering.py)
+    UNSUPPORTED: ClassVar[dict[str, str]] = {
+        "cuda": "its output size is read from a tensor (k) on the host, which device memory is not yet"}
+    x = operand_def(TensorType)
+    k = operand_def(TensorType)
+    values = result_def(TensorType)
+    indices = result_def(TensorType)
+    axis = int_prop(-1)
+    largest = bool_prop(True)
+    assembly_format = "$x `,` $k attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, k: SSAValue | Operation, axis: int = -1, largest: bool = True):
+        t = SSAValue.get(x).type
+        assert isinstance(t, TensorType)
+        shape = list(t.get_shape())
+        shape[normalize_axis(axis, len(shape))] = DYNAMIC
+        super().__init__(operands=[x, k], result_types=[TensorType(t.element_type, shape), TensorType(i64, shape)],
+                         properties={"axis": IntegerAttr(axis, 64), "largest": BoolAttr.from_bool(largest)})
+
+    def verify_(self) -> None:
+        t = check_tensor(self.x, "x")
+        check_not_bool(t, "x")
+        shape = list(t.get_shape())
+        if not shape:
+            raise VerifyException("needs an x of rank >= 1")
+        axis = normalize_axis(self.axis.value.data, len(shape), "topk axis")
+        tk = check_tensor(self.k, "k")
+        if tk.element_type != i64 or math.prod(d for d in tk.get_shape()) != 1 or DYNAMIC in tk.get_shape():
+            raise VerifyException(f"k must be one i64 element (tensor<i64> or tensor<1xi64>), got {tk}")
+        shape[axis] = DYNAMIC
+        for what, r, el in (("values", self.values, t.element_type), ("indices", self.indices, i64)):
+            want = TensorType(el, shape)
+            if r.type != want:
+                raise VerifyException(f"{what} must be {want} (the axis dim is k, known at run time), got {r.type}")
 
 
 # ---------------------------------------------------------------------------
@@ -2848,7 +2896,8 @@ Opc = Dialect(
         LogOp, TanhOp, ErfOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
         CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
         BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
-        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, NonzeroOp, FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
+        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, NonzeroOp, TopkOp,
+        FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
         SoftmaxCrossEntropyOp, ConvOp, FusedConvEpilogueOp, ConvTransposeOp, MaxPoolOp, AvgPoolOp, BatchNormOp,
         InstanceNormOp, GroupNormOp, AttentionOp, CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
         SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, ConvGradInputOp,

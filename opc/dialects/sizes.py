@@ -82,9 +82,9 @@ class FunctionSizes:
         self.origin[name] = where
         return Sym.symbol(name)
 
-    def fresh_data(self, op: Operation, bound: Size) -> Sym:
+    def fresh_data(self, op: Operation, bound: Size, what: str = "the count") -> Sym:
         """A size that `op` computes from data (at most `bound`): a symbol its lowering defines."""
-        sym = self.fresh(f"the count of {op.name}")
+        sym = self.fresh(f"{what} of {op.name}")
         self.data[sym.render()] = DataSize(op, bound)
         return sym
 
@@ -441,6 +441,14 @@ def nonzero(s: FunctionSizes, op: opc.NonzeroOp) -> list[Shape]:
     """[rank, count]: the count is a data size, at most x's element count."""
     x = s.shape(op.x)
     return [(len(x), s.fresh_data(op, math.prod(x)))]
+
+
+@shape_rule(opc.TopkOp)
+def topk(s: FunctionSizes, op: opc.TopkOp) -> list[Shape]:
+    """x with its axis dim k: a data size (read from the k operand), at most the axis size."""
+    x, axis = s.shape(op.x), op.axis_index()
+    shape = (*x[:axis], s.fresh_data(op, x[axis], "k"), *x[axis + 1:])
+    return [shape, shape]
 
 
 @shape_rule(opc.FullOp)

@@ -51,6 +51,7 @@ from opc.lowering.scalars import (
     broadcast_index,
     compute_type,
     is_half,
+    is_unsigned,
     scalar_type,
 )
 from opc.symbolic import Size, Sym
@@ -348,6 +349,65 @@ def lower_nonzero(fl, op: opc.NonzeroOp) -> None:  # noqa: ANN001
     scan(e, shape, [e.index(0)], place)
 
 
+def lower_topk(fl, op: opc.TopkOp) -> None:  # noqa: ANN001
+    """k read and checked (0 <= k <= the axis size) on the host, which defines the results' data size;
+    then each line (the other positions, in parallel) picks k times the best element after the one
+    picked before in the order (value, then the lower index first): O(k n) per line, no scratch, sorted,
+    ties to the lower index as ONNX says."""
+    e, elem = fl.e, element_of(op.x)
+    shape, axis = list(shape_of(op.x)), op.axis_index()
+    n = shape[axis]
+    raw = fl.value_at(op.k, [e.index(0)] * len(shape_of(op.k)))
+    size = f"{n}" if isinstance(n, int) else "the axis size"
+    code = fl.checks.code(op, "ValueError", f"{op.name}: k = {{value}} is out of range [0, {size}] for axis {axis}")
+    status = fl.checks.status()
+    k = e.value(CheckIndexOp(raw, status, n + 1 if isinstance(n, int) else fl.size_value(n + 1), code, wrap=False))
+    e.emit(RaiseStatusOp(status))
+    fl.define_data_size(op, k)
+    values, indices = fl.buffer_for(op.values), fl.buffer_for(op.indices)
+    t = compute_type(scalar_type(elem))
+    unsigned = is_unsigned(elem)
+    largest = opc.flag(op.largest)
+    none = e.const(-1, IndexType())
+
+    def cmp(pred: str, a: SSAValue, b: SSAValue) -> SSAValue:
+        if opc.is_float(t):
+            return e.value(arith.CmpfOp(a, b, {"gt": "ogt", "lt": "olt", "eq": "oeq"}[pred]))
+        return e.value(arith.CmpiOp(a, b, pred if pred == "eq" else ("u" if unsigned else "s") + pred))
+
+    def before(av: SSAValue, ai: SSAValue, bv: SSAValue, bi: SSAValue) -> SSAValue:
+        """(av, ai) comes first in the order: a better value, or an equal one at a lower index."""
+        tie = e.value(arith.AndIOp(cmp("eq", av, bv), e.value(arith.CmpiOp(ai, bi, "slt"))))
+        return e.value(arith.OrIOp(cmp("gt" if largest else "lt", av, bv), tie))
+
+    def line(ix: list[SSAValue]) -> None:
+        def pick(r: SSAValue, prev: list[SSAValue]) -> list[SSAValue]:
+            def visit(j: SSAValue, best: list[SSAValue]) -> list[SSAValue]:
+                v = e.to_compute(fl.value_at(op.x, [*ix[:axis], j, *ix[axis:]]))
+                after = e.value(arith.OrIOp(e.value(arith.CmpiOp(prev[1], none, "eq")),
+                                            before(prev[0], prev[1], v, j)))
+                better = e.value(arith.OrIOp(e.value(arith.CmpiOp(best[1], none, "eq")),
+                                             before(v, j, best[0], best[1])))
+                take = e.value(arith.AndIOp(after, better))
+                return [e.value(arith.SelectOp(take, v, best[0])), e.value(arith.SelectOp(take, j, best[1]))]
+
+            best = e.for_loop(n, [e.const(0, t), none], visit)
+            at = [*ix[:axis], r, *ix[axis:]]
+            e.store(e.to_storage(best[0], elem), values, at)
+            e.store(e.value(arith.IndexCastOp(best[1], i64)), indices, at)
+            return best
+
+        e.for_loop(fl.sizes.resolve(Sym.symbol(data_name(fl, op))), [e.const(0, t), none], pick)  # type: ignore[arg-type]
+
+    others = [d for i, d in enumerate(shape) if i != axis]
+    e.parallel(others or [1], lambda ix: line(ix if others else []))
+
+
+def data_name(fl, op: Operation) -> str:  # noqa: ANN001
+    """The data size `op` defines (its symbol)."""
+    return next(name for name, d in fl.sizes.data.items() if d.op is op)
+
+
 # ---------------------------------------------------------------------------
 # Fused ops and their grads: one runtime row kernel each
 # ---------------------------------------------------------------------------
@@ -576,6 +636,7 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.SliceGradOp: lower_slice_grad,
     opc.GatherGradOp: lower_gather_grad,
     opc.NonzeroOp: lower_nonzero,
+    opc.TopkOp: lower_topk,
     opc.SoftmaxOp: lower_softmax,
     opc.LogSoftmaxOp: lower_softmax,
     opc.SoftmaxGradOp: lower_softmax,

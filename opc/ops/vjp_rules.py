@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, TensorType
+from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, TensorType, i64
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
@@ -218,6 +218,31 @@ def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Douts) -> Grads:
 @vjp(o.GatherOp)
 def vjp_gather(e: OpBuilder, op: o.GatherOp, douts: Douts) -> Grads:
     return e.value(o.GatherGradOp(type_carrier(e, op.x), op.indices, douts[0], op.axis.value.data)), None
+
+
+@vjp(o.TopkOp)
+def vjp_topk(e: OpBuilder, op: o.TopkOp, douts: Douts) -> Grads:
+    """dx[.., j, ..] = the sum over picks r of dout[.., r, ..] where indices[.., r, ..] == j: each pick's
+    indices compared with an iota along a new dim of the axis size, the dout selected there, summed over
+    the picks (the indices' cotangent is none: they are positions)."""
+    shape, axis = list(shape_of(op.x)), op.axis_index()
+    n = shape[axis]
+    if n == o.DYNAMIC:
+        raise UnsupportedError(f"the gradient of {op.name} along a run-time dim (axis {axis}) needs an iota of "
+                               "run-time length, which opc has not yet")
+
+    def spread(v: SSAValue) -> SSAValue:  # [.., k, ..] -> [.., k, 1, ..]
+        dims = list(o.shaped_type(v).get_shape())
+        return e.value(o.ReshapeOp(v, o.tensor([*dims[:axis + 1], 1, *dims[axis + 1:]], element_of(v)), e.dims(v)))
+
+    iota_shape = [1] * (len(shape) + 1)
+    iota_shape[axis + 1] = n
+    iota = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(
+        TensorType(i64, iota_shape), list(range(n)))))
+    hit = e.value(o.EqualOp(spread(op.indices), iota))
+    zero_t = cast("TensorType[AnyFloat]", TensorType(element_of(op.x), []))  # the values' float type
+    zero = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(zero_t, [0.0])))
+    return e.reduce_sum(e.select(hit, spread(douts[0]), zero), [axis]), None
 
 
 @vjp(o.CumsumOp)

@@ -84,3 +84,20 @@ func.func @masked_add(%x: tensor<?xf32>, %y: tensor<?xf32>) -> tensor<?xf32> {
   %r = opc.add %g, %y : (tensor<?xf32>, tensor<?xf32>) -> tensor<?xf32>
   func.return %r : tensor<?xf32>
 }
+// TopK with k read at run time: the axis dim of the results is k.
+func.func @top_f32(%x: tensor<?x6xf32>, %k: tensor<i64>) -> (tensor<?x?xf32>, tensor<?x?xi64>) {
+  %v, %i = opc.topk %x, %k {axis = 1, largest = true} : (tensor<?x6xf32>, tensor<i64>) -> (tensor<?x?xf32>, tensor<?x?xi64>)
+  func.return %v, %i : tensor<?x?xf32>, tensor<?x?xi64>
+}
+func.func @bottom_i32(%x: tensor<5x?xi32>, %k: tensor<1xi64>) -> (tensor<?x?xi32>, tensor<?x?xi64>) {
+  %v, %i = opc.topk %x, %k {axis = 0, largest = false} : (tensor<5x?xi32>, tensor<1xi64>) -> (tensor<?x?xi32>, tensor<?x?xi64>)
+  func.return %v, %i : tensor<?x?xi32>, tensor<?x?xi64>
+}
+func.func @top_ui8(%x: tensor<?xui8>, %k: tensor<i64>) -> (tensor<?xui8>, tensor<?xi64>) {
+  %v, %i = opc.topk %x, %k {axis = 0, largest = true} : (tensor<?xui8>, tensor<i64>) -> (tensor<?xui8>, tensor<?xi64>)
+  func.return %v, %i : tensor<?xui8>, tensor<?xi64>
+}
+func.func @top_f16_middle(%x: tensor<2x?x3xf16>, %k: tensor<i64>) -> (tensor<2x?x3xf16>, tensor<2x?x3xi64>) {
+  %v, %i = opc.topk %x, %k {axis = 1, largest = true} : (tensor<2x?x3xf16>, tensor<i64>) -> (tensor<2x?x3xf16>, tensor<2x?x3xi64>)
+  func.return %v, %i : tensor<2x?x3xf16>, tensor<2x?x3xi64>
+}

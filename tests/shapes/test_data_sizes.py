@@ -109,6 +109,40 @@ def test_count_equated_with_an_argument_is_checked(m):
         m.masked_add(x, np.ones(5, np.float32))
 
 
+TOPK = [  # (function, dtype, shape with n for the `?` dim, axis, largest, k's shape)
+    ("top_f32", np.float32, lambda n: (n, 6), 1, True, ()),
+    ("bottom_i32", np.int32, lambda n: (5, n), 0, False, (1,)),
+    ("top_ui8", np.uint8, lambda n: (n,), 0, True, ()),
+    ("top_f16_middle", np.float16, lambda n: (2, n, 3), 1, True, ()),
+]
+
+
+def top_k(x: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """NumPy's: a stable sort (ties to the lower index), the first k."""
+    key = -x.astype(np.float64) if largest else x
+    at = np.take(np.argsort(key, axis=axis, kind="stable"), np.arange(k), axis=axis)
+    return np.take_along_axis(x, at, axis), at
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("name,dtype,shape,axis,largest,kshape", TOPK, ids=[c[0] for c in TOPK])
+def test_topk_with_a_run_time_k(m, name, dtype, shape, axis, largest, kshape, n):
+    x = np.random.default_rng(n).integers(0, 6, shape(n)).astype(dtype)  # ties included
+    size = x.shape[axis]
+    for k in sorted({0, min(1, size), size // 2, size}):
+        v, i = getattr(m, name)(x, np.full(kshape, k, np.int64))
+        want_v, want_i = top_k(x, k, axis, largest)
+        np.testing.assert_array_equal(i, want_i)
+        np.testing.assert_array_equal(v, want_v)
+        assert v.dtype == x.dtype
+
+
+@pytest.mark.parametrize("k", [-1, 7])
+def test_a_k_out_of_range_is_a_value_error(m, k):
+    with pytest.raises(ValueError, match=rf"^top_f32\(\): opc.topk: k = {k} is out of range \[0, 6\] for axis 1$"):
+        m.top_f32(np.zeros((2, 6), np.float32), np.array(k))
+
+
 GRAD = """
 func.func @compress(%x: tensor<?x3xf64>, %c: tensor<?xi1>) -> tensor<?x3xf64> {
   %nz = opc.nonzero %c : (tensor<?xi1>) -> tensor<1x?xi64>
@@ -125,6 +159,11 @@ func.func @loss(%x: tensor<?x3xf64>, %c: tensor<?xi1>) -> tensor<f64> {
   %s = opc.mul %r, %g : (tensor<?x3xf64>, tensor<?x3xf64>) -> tensor<?x3xf64>
   %l = opc.reduce_sum %s {axes = array<i64: 0, 1>, keepdim = false} : (tensor<?x3xf64>) -> tensor<f64>
   func.return %l : tensor<f64>
+}
+func.func @top(%x: tensor<?x6xf64>, %k: tensor<i64>) -> tensor<?x?xf64> {
+  %v, %i = opc.topk %x, %k {axis = 1, largest = false} : (tensor<?x6xf64>, tensor<i64>) -> (tensor<?x?xf64>, tensor<?x?xi64>)
+  %t = opc.tanh %v : (tensor<?x?xf64>) -> tensor<?x?xf64>
+  func.return %t : tensor<?x?xf64>
 }
 """
 
@@ -158,6 +197,21 @@ def test_compress_vjp_scatters_dout(g, n):
     value, dx = g.compress_value_and_grad(x, c, dout)
     np.testing.assert_allclose(value, np.tanh(x[c]), rtol=1e-12)
     np.testing.assert_allclose(dx, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("k", [0, 1, 4, 6])
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_topk_gradient_matches_finite_differences(g, n, k):
+    x, kk = np.random.default_rng(n + 10 * k).standard_normal((n, 6)), np.array(k)
+    dout = np.random.default_rng(k).standard_normal((n, k))
+    dx = g.top_grad(x, kk, dout)
+    num, h = np.zeros_like(x), 1e-6
+    for at in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[at] += h
+        down[at] -= h
+        num[at] = np.sum((g.top(up, kk) - g.top(down, kk)) * dout) / (2 * h)
+    np.testing.assert_allclose(dx, num, rtol=1e-6, atol=1e-8)
 
 
 def test_compress_vjp_with_a_dout_of_another_size(g):

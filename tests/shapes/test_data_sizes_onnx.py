@@ -99,3 +99,19 @@ def test_a_compress_condition_past_the_axis_is_an_index_error():
     same(run(x=x, c=np.array([True, False, False, False]))[0], x[:1])
     with pytest.raises(IndexError, match=r"index computed from argument .c. is out of range for axis 0 of size 2 \(opc.gather\); it is 3"):
         run(x=x, c=np.array([True, False, False, True]))
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("axis", [1, 0, -1])
+def test_topk_with_a_run_time_k(axis, largest):
+    m = model([helper.make_node("TopK", ["x", "k"], ["v", "i"], name="top", axis=axis, largest=largest)],
+              [("x", F32, ["b", 5]), ("k", onnx.TensorProto.INT64, [1])], ["v", "i"])
+    run = opc.load_onnx(m)
+    for b in (1, 4, 9):
+        x = np.random.default_rng(b).integers(0, 4, (b, 5)).astype(np.float32)  # ties: the lower index first
+        size = x.shape[axis]
+        for k in sorted({0, 1, size // 2, size}):
+            feeds = {"x": x, "k": np.array([k], np.int64)}
+            for g, w in zip(run(**feeds), run_ort(m, feeds)):
+                same(g, w)
+    assert run.static_reason is None and not run.variants
