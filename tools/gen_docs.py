@@ -97,7 +97,8 @@ SECTIONS = (  # (title, test on the op class and its facts), first match wins
     ("Other", lambda c, f: True),
 )
 SHAPE_OPS = {"FullOp", "BroadcastToOp", "ReshapeOp", "TransposeOp", "ReduceSumOp", "ReduceMaxOp", "ReduceMinOp",
-             "ReduceMeanOp", "MatmulOp", "SliceOp", "ConcatOp", "GatherOp", "CumsumOp", "CastOp", "BitcastOp"}
+             "ReduceMeanOp", "MatmulOp", "SliceOp", "ConcatOp", "GatherOp", "CumsumOp", "CastOp", "BitcastOp",
+             "NonzeroOp", "TopkOp"}
 
 
 def example_of(cls: type) -> tuple[str, str]:

@@ -222,9 +222,11 @@ def vjp_gather(e: OpBuilder, op: o.GatherOp, douts: Douts) -> Grads:
 
 @vjp(o.TopkOp)
 def vjp_topk(e: OpBuilder, op: o.TopkOp, douts: Douts) -> Grads:
-    """dx[.., j, ..] = the sum over picks r of dout[.., r, ..] where indices[.., r, ..] == j: each pick's
-    indices compared with an iota along a new dim of the axis size, the dout selected there, summed over
-    the picks (the indices' cotangent is none: they are positions)."""
+    """dout scattered back at the picked indices along the axis.
+
+    dx[.., j, ..] sums dout[.., r, ..] over the picks r with indices[.., r, ..] == j: the indices compared
+    with an iota along a new dim of the axis size, dout selected there, summed over the picks (the
+    indices get no cotangent: they are positions)."""
     shape, axis = list(shape_of(op.x)), op.axis_index()
     n = shape[axis]
     if n == o.DYNAMIC:
