@@ -14,7 +14,7 @@ Primitives
   matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
   index maps: slice {start, limit, strides}, concat {axis}, gather {axis}
   data-dependent sizes: nonzero (its result's count is known only once it has run), topk {axis, largest} (k a
-                        run-time value)
+                        run-time value), unique {sorted} (1-D)
 Fused
   fused_gemm_epilogue {trans_x, trans_y, activation}  -> out[, reserve_space]
   softmax {axis}, log_softmax {axis}
@@ -1426,6 +1426,49 @@ class TopkOp(OpcOp, AxisAttr):
             want = TensorType(el, shape)
             if r.type != want:
                 raise VerifyException(f"{what} must be {want} (the axis dim is k, known at run time), got {r.type}")
+
+
+@irdl_op_definition
+class UniqueOp(OpcOp):
+    """`%y, %first, %inverse, %counts = opc.unique %x {sorted = true} : (tensor<?xf32>) -> (tensor<?xf32>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>)`
+
+    ONNX Unique of a 1-D x (np.unique with return_index, return_inverse, return_counts): its distinct
+    values y (ascending when `sorted`, else in the order they first occur), each one's first index in x,
+    each element's place in y, each value's count. How many there are is known once the op has run: y's,
+    first's and counts' dim is a data size (opc/dialects/sizes.py), at most x's length. NaN is not
+    ordered here (each NaN is a value of its own).
+    """
+
+    name = "opc.unique"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # sequential passes on the host (nn_lowering.py)
+    UNSUPPORTED: ClassVar[dict[str, str]] = {
+        "cuda": "its output size depends on the data (a host-side count over device memory is not written yet)"}
+    x = operand_def(TensorType)
+    y = result_def(TensorType)
+    first = result_def(TensorType)
+    inverse = result_def(TensorType)
+    counts = result_def(TensorType)
+    sorted = bool_prop(True)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, sorted: bool = True):
+        t = SSAValue.get(x).type
+        assert isinstance(t, TensorType)
+        found = [DYNAMIC]
+        super().__init__(operands=[x], result_types=[
+            TensorType(t.element_type, found), TensorType(i64, found), TensorType(i64, t.get_shape()),
+            TensorType(i64, found)], properties={"sorted": BoolAttr.from_bool(sorted)})
+
+    def verify_(self) -> None:
+        t = check_tensor(self.x, "x")
+        if len(t.get_shape()) != 1:
+            raise VerifyException(f"needs a 1-D x (flatten it first), got {t}")
+        wants = (("y", self.y, TensorType(t.element_type, [DYNAMIC])), ("first", self.first, TensorType(i64, [DYNAMIC])),
+                 ("inverse", self.inverse, TensorType(i64, t.get_shape())),
+                 ("counts", self.counts, TensorType(i64, [DYNAMIC])))
+        for what, r, want in wants:
+            if r.type != want:
+                raise VerifyException(f"{what} must be {want}, got {r.type}")
 
 
 # ---------------------------------------------------------------------------
@@ -2896,7 +2939,7 @@ Opc = Dialect(
         LogOp, TanhOp, ErfOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
         CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
         BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
-        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, NonzeroOp, TopkOp,
+        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, NonzeroOp, TopkOp, UniqueOp,
         FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
         SoftmaxCrossEntropyOp, ConvOp, FusedConvEpilogueOp, ConvTransposeOp, MaxPoolOp, AvgPoolOp, BatchNormOp,
         InstanceNormOp, GroupNormOp, AttentionOp, CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,

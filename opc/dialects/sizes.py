@@ -451,6 +451,14 @@ def topk(s: FunctionSizes, op: opc.TopkOp) -> list[Shape]:
     return [shape, shape]
 
 
+@shape_rule(opc.UniqueOp)
+def unique(s: FunctionSizes, op: opc.UniqueOp) -> list[Shape]:
+    """y, first, counts: the number of distinct values, a data size at most x's length; inverse like x."""
+    x = s.shape(op.x)
+    found = (s.fresh_data(op, x[0]),)
+    return [found, found, x, found]
+
+
 @shape_rule(opc.FullOp)
 def full(s: FunctionSizes, op: opc.FullOp) -> list[Shape]:
     given = s.size_operands(op, op.result)

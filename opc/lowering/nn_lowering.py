@@ -397,15 +397,94 @@ def lower_topk(fl, op: opc.TopkOp) -> None:  # noqa: ANN001
             e.store(e.value(arith.IndexCastOp(best[1], i64)), indices, at)
             return best
 
-        e.for_loop(fl.sizes.resolve(Sym.symbol(data_name(fl, op))), [e.const(0, t), none], pick)  # type: ignore[arg-type]
+        e.for_loop(data_size(fl, op), [e.const(0, t), none], pick)  # type: ignore[arg-type]
 
     others = [d for i, d in enumerate(shape) if i != axis]
     e.parallel(others or [1], lambda ix: line(ix if others else []))
 
 
-def data_name(fl, op: Operation) -> str:  # noqa: ANN001
-    """The data size `op` defines (its symbol)."""
-    return next(name for name, d in fl.sizes.data.items() if d.op is op)
+def lower_unique(fl, op: opc.UniqueOp) -> None:  # noqa: ANN001
+    """Sequential passes over x, O(n^2) compares, two scratch arrays of n:
+    at[i] = the first index holding x[i]'s value (the distinct values are the i with at[i] == i; their
+    number is the data size); place[i] = x[i]'s value's place in y (sorted: how many distinct values are
+    smaller; else how many first occur before it); then y, first and inverse are written at place[i]
+    and counts summed there."""
+    e, elem = fl.e, element_of(op.x)
+    (n,) = shape_of(op.x)
+    t = compute_type(scalar_type(elem))
+    unsigned = is_unsigned(elem)
+    at, place = fl.alloc([n], i64), fl.alloc([n], i64)
+    fl.allocs.extend([at, place])
+
+    def x_at(i: SSAValue) -> SSAValue:
+        return e.to_compute(fl.value_at(op.x, [i]))
+
+    def cmp(pred: str, a: SSAValue, b: SSAValue) -> SSAValue:
+        if opc.is_float(t):
+            return e.value(arith.CmpfOp(a, b, {"lt": "olt", "eq": "oeq"}[pred]))
+        return e.value(arith.CmpiOp(a, b, pred if pred == "eq" else ("u" if unsigned else "s") + pred))
+
+    def index_of(v: SSAValue) -> SSAValue:
+        return e.value(arith.IndexCastOp(v, IndexType()))
+
+    def count_if(body: Callable[[SSAValue], SSAValue]) -> SSAValue:
+        """How many j in [0, n) body(j) holds for."""
+        return e.for_loop(n, [e.index(0)], lambda j, c: [e.value(arith.AddiOp(
+            c[0], e.value(arith.SelectOp(body(j), e.index(1), e.index(0)))))])[0]
+
+    def first_holding(i: SSAValue) -> list[SSAValue]:
+        """The lowest j with x[j] == x[i] (i itself if none before it)."""
+        xi = x_at(i)
+
+        def step(j: SSAValue, lo: list[SSAValue]) -> list[SSAValue]:
+            hit = e.value(arith.AndIOp(cmp("eq", x_at(j), xi), e.value(arith.CmpiOp(j, lo[0], "slt"))))
+            return [e.value(arith.SelectOp(hit, j, lo[0]))]
+
+        e.store(e.value(arith.IndexCastOp(e.for_loop(n, [i], step)[0], i64)), at, [i])
+        return []
+
+    e.for_loop(n, [], lambda i, _: first_holding(i))
+
+    def distinct(j: SSAValue) -> SSAValue:
+        return e.value(arith.CmpiOp(index_of(e.load(at, [j])), j, "eq"))
+
+    count = count_if(distinct)
+    count.name_hint = "count"
+    fl.define_data_size(op, count)
+    y, first, inverse, counts = (fl.buffer_for(r) for r in op.results)
+    sorted_ = opc.flag(op.sorted)
+
+    def rank(i: SSAValue) -> list[SSAValue]:
+        xi, fi = x_at(i), index_of(e.load(at, [i]))
+
+        def before(j: SSAValue) -> SSAValue:
+            other = cmp("lt", x_at(j), xi) if sorted_ else e.value(arith.CmpiOp(j, fi, "slt"))
+            return e.value(arith.AndIOp(distinct(j), other))
+
+        e.store(e.value(arith.IndexCastOp(count_if(before), i64)), place, [i])
+        return []
+
+    e.for_loop(n, [], lambda i, _: rank(i))
+    zero_fill(e, counts, [data_size(fl, op)], i64)  # type: ignore[list-item]  (a run-time size)
+
+    def write(i: SSAValue) -> list[SSAValue]:
+        p = index_of(e.load(place, [i]))
+        e.store(e.value(arith.IndexCastOp(p, i64)), inverse, [i])
+        e.store(e.value(arith.AddiOp(e.load(counts, [p]), e.const(1, i64))), counts, [p])
+        then = Block()
+        with e.at(then):
+            e.store(fl.value_at(op.x, [i]), y, [p])
+            e.store(e.value(arith.IndexCastOp(i, i64)), first, [p])
+            e.emit(scf.YieldOp())
+        e.emit(scf.IfOp(distinct(i), [], Region(then)))
+        return []
+
+    e.for_loop(n, [], lambda i, _: write(i))
+
+
+def data_size(fl, op: Operation) -> Size:  # noqa: ANN001
+    """The data size `op` defined (the size it was equated with, where it was: define_data_size checked it)."""
+    return fl.sizes.resolve(Sym.symbol(next(name for name, d in fl.sizes.data.items() if d.op is op)))
 
 
 # ---------------------------------------------------------------------------
@@ -637,6 +716,7 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.GatherGradOp: lower_gather_grad,
     opc.NonzeroOp: lower_nonzero,
     opc.TopkOp: lower_topk,
+    opc.UniqueOp: lower_unique,
     opc.SoftmaxOp: lower_softmax,
     opc.LogSoftmaxOp: lower_softmax,
     opc.SoftmaxGradOp: lower_softmax,

@@ -2,7 +2,7 @@
 Concat, Slice, Split, Pad, DepthToSpace, SpaceToDepth, CenterCropPad, ReverseSequence), gathers and
 scatters (Gather, GatherElements, GatherND, ScatterElements, ScatterND, OneHot), constants
 (Range, ConstantOfShape, EyeLike, Trilu) and the ops whose output shape depends on values
-(Compress, NonZero, Unique).
+(Compress, NonZero, Unique: on run-time values through opc's data sizes, docs/shapes.md).
 
 Index ops are compile-time index arithmetic (NumPy) plus gathers, compares and selects at run
 time. An input a converter needs at compile time (Compress's condition, NonZero's input, ...) is
@@ -707,8 +707,16 @@ def nonzero(node: Node) -> Values:
 
 @converter("Unique", since=11)
 def unique(node: Node) -> Values:
-    """Y, indices, inverse_indices, counts of the bound input, computed at compile time."""
-    return nonempty(node, evaluated(node, "Unique's output shape depends on it"))
+    """Y, indices, inverse_indices, counts: computed at compile time where the input is known, else
+    `opc.unique` of the flattened input (the number of distinct values a size of its own). Unique
+    along an axis of an input of rank > 1 (distinct slices) still needs the input's value."""
+    shape, axis = node.shape(0), node.attr("axis")
+    along_axis = axis is not None and len(shape) != 1  # distinct slices: at compile time only
+    if along_axis or node.importer.compile_time(node.proto.input[0]) is not None:
+        return nonempty(node, evaluated(node, "Unique's output shape depends on it"))
+    x = node.input(0)
+    flat = node.e.reshape(x, [math.prod(shape)]) if len(shape) != 1 else x
+    return list(node.e.emit(o.UniqueOp(flat, bool(node.attr("sorted", 1)))).results)
 
 
 @folder("Unique")

@@ -50,6 +50,8 @@ def result_of(op: Operation) -> SSAValue:
 not_differentiable(o.BitcastOp, o.FullOp)
 # nonzero's result is positions (integers): a gather at them carries the gradient (gather's vjp)
 not_differentiable(o.NonzeroOp)
+# unique's values move as a whole with x, but which element lands where changes with its values: opc gives none
+not_differentiable(o.UniqueOp)
 # cast passes gradients through every dtype, ints included, as Paddle does (cast_grad = cast(dout,
 # x.dtype)): f64 -> ui8 -> f64 has gradient 1; so does cast_grad, through its invoke rule
 through_rule(o.CastGradOp, any_dtype=True)

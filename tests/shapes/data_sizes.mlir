@@ -101,3 +101,16 @@ func.func @top_f16_middle(%x: tensor<2x?x3xf16>, %k: tensor<i64>) -> (tensor<2x?
   %v, %i = opc.topk %x, %k {axis = 1, largest = true} : (tensor<2x?x3xf16>, tensor<i64>) -> (tensor<2x?x3xf16>, tensor<2x?x3xi64>)
   func.return %v, %i : tensor<2x?x3xf16>, tensor<2x?x3xi64>
 }
+// Unique of a 1-D value: the number of distinct values is a data size.
+func.func @unique_f64(%x: tensor<?xf64>) -> (tensor<?xf64>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>) {
+  %y, %f, %i, %c = opc.unique %x {sorted = true} : (tensor<?xf64>) -> (tensor<?xf64>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>)
+  func.return %y, %f, %i, %c : tensor<?xf64>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>
+}
+func.func @unique_i8_unsorted(%x: tensor<?xi8>) -> (tensor<?xi8>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>) {
+  %y, %f, %i, %c = opc.unique %x {sorted = false} : (tensor<?xi8>) -> (tensor<?xi8>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>)
+  func.return %y, %f, %i, %c : tensor<?xi8>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>
+}
+func.func @unique_ui8(%x: tensor<9xui8>) -> (tensor<?xui8>, tensor<?xi64>, tensor<9xi64>, tensor<?xi64>) {
+  %y, %f, %i, %c = opc.unique %x {sorted = true} : (tensor<9xui8>) -> (tensor<?xui8>, tensor<?xi64>, tensor<9xi64>, tensor<?xi64>)
+  func.return %y, %f, %i, %c : tensor<?xui8>, tensor<?xi64>, tensor<9xi64>, tensor<?xi64>
+}

@@ -1,5 +1,5 @@
 """Sizes that depend on the data (SPEC.md, "Run-time shapes"; docs/shapes.md): `opc.nonzero`'s
-count is known only once it has run. The functions of data_sizes.mlir are compiled once and called
+count, `opc.topk`'s k and `opc.unique`'s number of distinct values are known only once they run. The functions of data_sizes.mlir are compiled once and called
 at sizes 0, 1, 5 and 37 (all zero, none zero, half) against NumPy; the gradient of a compress
 (nonzero + gather) against central differences in f64; a count that must equal another size is
 checked when it is known."""
@@ -141,6 +141,35 @@ def test_topk_with_a_run_time_k(m, name, dtype, shape, axis, largest, kshape, n)
 def test_a_k_out_of_range_is_a_value_error(m, k):
     with pytest.raises(ValueError, match=rf"^top_f32\(\): opc.topk: k = {k} is out of range \[0, 6\] for axis 1$"):
         m.top_f32(np.zeros((2, 6), np.float32), np.array(k))
+
+
+def numpy_unique(x: np.ndarray, is_sorted: bool) -> list[np.ndarray]:
+    y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True)
+    if not is_sorted:  # in the order of first occurrence
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        y, first, counts, inverse = y[order], first[order], counts[order], rank[inverse]
+    return [y, first, inverse.reshape(-1), counts]
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("name,dtype,is_sorted", [("unique_f64", np.float64, True),
+                                                   ("unique_i8_unsorted", np.int8, False)])
+def test_unique(m, name, dtype, is_sorted, n):
+    x = np.random.default_rng(n).integers(-4, 5, n).astype(dtype)
+    got = getattr(m, name)(x)
+    assert [g.dtype for g in got] == [x.dtype] + [np.dtype(np.int64)] * 3
+    for g, want in zip(got, numpy_unique(x, is_sorted)):
+        assert g.shape == want.shape
+        np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.parametrize("values", [[3] * 9, list(range(9)), [255, 0, 255, 7, 0, 0, 128, 7, 1]], ids=str)
+def test_unique_of_a_static_operand(m, values):
+    x = np.array(values, np.uint8)
+    for got, want in zip(m.unique_ui8(x), numpy_unique(x, True)):
+        np.testing.assert_array_equal(got, want)
 
 
 GRAD = """

@@ -115,3 +115,32 @@ def test_topk_with_a_run_time_k(axis, largest):
             for g, w in zip(run(**feeds), run_ort(m, feeds)):
                 same(g, w)
     assert run.static_reason is None and not run.variants
+
+
+def numpy_unique(x: np.ndarray, is_sorted: int) -> list[np.ndarray]:
+    """ONNX Unique without axis, from np.unique (first-occurrence order for sorted=0)."""
+    y, first, inverse, counts = np.unique(x.reshape(-1), return_index=True, return_inverse=True,
+                                          return_counts=True)
+    if not is_sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        y, first, counts, inverse = y[order], first[order], counts[order], rank[inverse]
+    return [y, first, inverse.reshape(-1), counts]
+
+
+@pytest.mark.parametrize("is_sorted", [1, 0])
+@pytest.mark.parametrize("dims,dtype", [(["n"], np.float32), (["b", 3], np.int64), ([2, "s"], np.int32)], ids=str)
+def test_unique_of_a_run_time_input(dims, dtype, is_sorted):
+    m = model([helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], name="u", sorted=is_sorted)],
+              [("x", ONNX_TYPES[dtype], dims)], ["y", "first", "inverse", "counts"])
+    run = opc.load_onnx(m)
+    for n in (0, 1, 6, 25):
+        shape = [n if isinstance(d, str) else d for d in dims]
+        x = np.random.default_rng(n).integers(-3, 4, shape).astype(dtype)
+        got = run(x=x)
+        # onnxruntime has Unique for float and int64 only (and refuses an empty input): NumPy otherwise
+        want = run_ort(m, {"x": x}) if x.size and dtype in (np.float32, np.int64) else numpy_unique(x, is_sorted)
+        for g, w in zip(got, want):
+            same(g, w)
+    assert run.static_reason is None and not run.variants
