@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
@@ -143,8 +143,8 @@ def compile(source, target: str = "cpu", grad: bool | int = False, decompose: st
 
         compiled = compile_cuda(loops, cache_dir)
     else:
-        c_source, sigs = emit_c(loops)
-        compiled = load_c(c_source, sigs, cache_dir, device_kernels(loops, target, cache_dir))
+        c_source, sigs, data = emit_c(loops)
+        compiled = load_c(c_source, sigs, cache_dir, device_kernels(loops, target, cache_dir), data)
     compiled.no_grad.update(no_grad_reasons(src.module))
     compiled.wrt.update(grad_arguments(src.module))
     compiled.set_arrays(arrays)
@@ -170,8 +170,8 @@ def load_extension_name(module: CompiledModule) -> str:
 
 
 def load_c(c_source: str, sigs: list[FunctionSignature], cache: str | None = None,
-           objects: Sequence[Path] = ()) -> CompiledModule:
-    name, path = build_extension(c_source, sigs, cache_dir(cache), objects)
+           objects: Sequence[Path] = (), data: Mapping[str, bytes] | None = None) -> CompiledModule:
+    name, path = build_extension(c_source, sigs, cache_dir(cache), objects, data)
     return CompiledModule(bind(load_extension(name, path), sigs), c_source, path)
 
 
@@ -214,20 +214,23 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
         from opc.lowering.cuda_build import write_cuda_module
 
         return write_cuda_module(loops, out_dir, name, origin) + weights
-    c_source, sigs = emit_c(loops)
-    ext_name, built = build_extension(c_source, sigs, cache_dir(), device_kernels(loops, target))
+    c_source, sigs, data = emit_c(loops)
+    ext_name, built = build_extension(c_source, sigs, cache_dir(), device_kernels(loops, target), data)
     ext_file = built.name
     shutil.copy2(built, os.path.join(out_dir, ext_file))
     c_path = os.path.join(out_dir, f"{name}.c")
     with open(c_path, "w", encoding="utf-8") as f:
         f.write(c_source)
+    data_paths = [os.path.join(out_dir, file) for file in data]  # what the .c's .incbin lines name
+    for path, blob in zip(data_paths, data.values()):
+        Path(path).write_bytes(blob)
     py_path = os.path.join(out_dir, f"{name}.py")
     signatures = [(s.name, s.inputs, s.outputs, s.errors, s.sizes, s.checks) for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
                                        ext_name=ext_name, ext_file=ext_file, names=python_names(sigs),
                                        no_grad=no_grad_reasons(source.module)))
-    return [py_path, os.path.join(out_dir, ext_file), c_path, *weights]
+    return [py_path, os.path.join(out_dir, ext_file), c_path, *data_paths, *weights]
 
 
 def write_weights(source: Source, out_dir: str, name: str) -> list[str]:

@@ -42,7 +42,15 @@ def numel(shape: Sequence[int]) -> int:
 
 def is_splat_constant(op: Operation) -> bool:
     return (isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr)
-            and len(op.value) > 0 and op.value.is_splat())  # no elements: no splat value to inline
+            and len(op.value) > 0 and same_bytes_throughout(op.value))  # no elements: no splat value to inline
+
+
+def same_bytes_throughout(value: DenseIntOrFPElementsAttr) -> bool:
+    """Whether every element has the first one's bytes. Not xDSL's is_splat: that unpacks every
+    value (seconds for a constant of megabytes) and counts -0.0 as 0.0 (and NaN as no splat)."""
+    raw = value.data.data
+    size = len(raw) // len(value)
+    return raw == raw[:size] * len(value)
 
 
 def splat_value(op: Operation) -> float | int:

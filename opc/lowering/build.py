@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -584,20 +584,21 @@ def extension_path(directory: Path, name: str) -> Path:
 
 
 def build_extension(source: str, signatures: list[FunctionSignature], cache: Path,
-                    objects: Sequence[Path] = ()) -> tuple[str, Path]:
+                    objects: Sequence[Path] = (), data: Mapping[str, bytes] | None = None) -> tuple[str, Path]:
     """(module name, path of the built extension); built only on a cache miss.
-    objects: compiled device kernels to link in (their names carry their content's hash)."""
+    objects: compiled device kernels to link in (their names carry their content's hash).
+    data: the files the source's .incbin lines name (large constants, c_data.py)."""
     import cffi
 
     with BUILD_LOCK:  # CFFI's build changes the process's working directory
-        return _build_extension(cffi, source, signatures, cache, objects)
+        return _build_extension(cffi, source, signatures, cache, objects, data or {})
 
 
 BUILD_LOCK = threading.Lock()
 
 
 def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cache: Path,
-                     kernels: Sequence[Path] = ()) -> tuple[str, Path]:
+                     kernels: Sequence[Path], data: Mapping[str, bytes]) -> tuple[str, Path]:
     cdef = cdef_for(signatures) + status_cdef(signatures)
     if f"{KERNEL_MESSAGE_FN}(void)" in source:
         cdef += f"\nconst char *{KERNEL_MESSAGE_FN}(void);"
@@ -614,26 +615,29 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     if intact(target):
         return name, target
     require_compiler()
-    ffi = cffi.FFI()
-    ffi.cdef(cdef)
     objects = runtime_objects(source, cache)
     objects += [str(k) for k in kernels]
-    ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
-                   extra_compile_args=module_flags(), extra_link_args=link_flags())
 
     from opc.lowering import parallel_build
 
     units = parallel_build.split_source(source, parallel_build.build_jobs()) if parallel_build.supported() else None
 
     def build(tmp: Path) -> Path:
+        for file, blob in data.items():  # the assembler finds them on its include path (c_data.py)
+            (tmp / file).write_bytes(blob)
+        flags = module_flags() + ([f"-Wa,-I{tmp}"] if data else [])
         if units is not None:  # the kernels in several translation units, compiled at once
-            built, text = parallel_build.compile_units(cffi, name, units, cdef, tmp, module_flags(), str(runtime_dir()),
+            built, text = parallel_build.compile_units(cffi, name, units, cdef, tmp, flags, str(runtime_dir()),
                                                        objects, link_flags())
             if built is not None:
                 return built
             kept = keep_failed(cache, name, {"module.c": self_contained(source), "module.cdef": cdef,
                                              "build.log": text})
             raise build_failure("the C compiler", text, kept)
+        ffi = cffi.FFI()
+        ffi.cdef(cdef)
+        ffi.set_source(name, source, include_dirs=[str(runtime_dir())], libraries=["m"], extra_objects=objects,
+                       extra_compile_args=flags, extra_link_args=link_flags())
         log = CapturedOutput()
         try:
             with captured_output(log):

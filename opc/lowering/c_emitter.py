@@ -14,7 +14,7 @@ from __future__ import annotations
 import math as pymath
 import re
 from dataclasses import dataclass, field
-from typing import cast
+from typing import NamedTuple, cast
 
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
@@ -49,6 +49,7 @@ from opc.lowering.c_control_emission import (
     is_host_control,
     uses_stack,
 )
+from opc.lowering.c_data import DATA_MIN_BYTES, constant_bytes, data_definition, data_file
 from opc.lowering.c_expressions import (
     ARENA_ALIGN,
     EXPRESSIONS,
@@ -114,6 +115,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
     profiled = True  # every kernel call timed while profiling is on (opc/profiler.py); not in CUDA modules
     profile_labels: list[str] = field(default_factory=list)  # "function\tkind: ops" of each timed kernel
     kernel_shapes: dict[str, str] = field(default_factory=dict)  # a kernel's text up to local names -> its name
+    data: dict[str, bytes] = field(default_factory=dict)  # large constants' files (c_data.py) -> their bytes
+    binds_data = True  # large constants as .incbin data (c_data.py); the CUDA build keeps them as text
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
               '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn_api.h"\n'
@@ -190,12 +193,17 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         """A constant memref.global as a static array (dense constants of the input)."""
         t = op.type
         assert isinstance(op.initial_value, DenseIntOrFPElementsAttr)  # opc's globals: real numbers
-        values = cast("tuple[float | int, ...]", op.initial_value.get_values())
         n = pymath.prod(t.get_shape())
+        name = self.global_symbol(op.sym_name.data)
+        data = constant_bytes(op.initial_value, n) if self.binds_data else None
+        if data is not None and len(data) >= DATA_MIN_BYTES:
+            file = data_file(data)
+            self.data[file] = data
+            return data_definition(name, c_type(t.element_type), n, file, len(data))
+        values = cast("tuple[float | int, ...]", op.initial_value.get_values())
         if len(values) == 1 and n != 1:
             values = values * n
         items = ", ".join(c_constant(v, t.element_type) for v in values)
-        name = self.global_symbol(op.sym_name.data)
         return f"static const {c_type(t.element_type)} {name}[{max(n, 1)}] = {{{items}}};"
 
     def emit_GetGlobalOp(self, op: memref.GetGlobalOp) -> None:
@@ -564,7 +572,15 @@ void opc_profile_reset(void) {{
 """
 
 
-def emit_c(module: ModuleOp) -> tuple[str, list[FunctionSignature]]:
-    """C source of a lowered module and the signatures of its functions."""
-    return CEmitter().emit_module(module)
+class EmittedC(NamedTuple):
+    source: str
+    signatures: list[FunctionSignature]
+    data: dict[str, bytes]  # the files the source's .incbin lines name (c_data.py), by name
+
+
+def emit_c(module: ModuleOp) -> EmittedC:
+    """C source of a lowered module, the signatures of its functions and its large constants' bytes."""
+    emitter = CEmitter()
+    source, sigs = emitter.emit_module(module)
+    return EmittedC(source, sigs, emitter.data)
 

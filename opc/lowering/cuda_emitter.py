@@ -128,6 +128,7 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         return f'extern "C" int {self.prefix}{c_symbol(fn.sym_name.data)}({", ".join(self.params(fn)) or "void"})'
 
     pack_buffers = False  # each intermediate a cudaMalloc of its own
+    binds_data = False  # constants stay C text: nvcc's build has no data files (c_data.py)
     # saved loop values: device buffers to the host stack and back (cudaMemcpyDefault: unified addressing)
     stack_macros = ("#define OPC_STACK_COPY(dst, src, n) "
                     "do { if (cudaMemcpy(dst, src, n, cudaMemcpyDefault) != cudaSuccess) return 1; } while (0)\n"

@@ -44,7 +44,9 @@ MIN_UNIT_CHARS = 12_000
 KERNEL_DEF = re.compile(
     r"^(?:/\* kernel [^\n]*\*/\n)?static __attribute__\(\(noinline\)\) void (opc_k_\w+)\(([^\n]*)\) \{\n.*?^\}\n",
     re.MULTILINE | re.DOTALL)
-GLOBAL_DEF = re.compile(r"^static const [\w ]+ (opc_global_\w+)\[\d+\] = [^\n]*$", re.MULTILINE)
+# a constant's definition (C text) or, for one bound as data (c_data.py), its declaration: what a unit copies
+GLOBAL_DEF = re.compile(r'^(?:static const|extern __attribute__\(\(visibility\("hidden"\)\)\) const) [\w ]+ '
+                        r"(opc_global_\w+)\[\d+\](?: = [^\n]*|;)$", re.MULTILINE)
 INCLUDES = re.compile(r"(?:#include [^\n]*\n)+")
 HIDDEN = '__attribute__((noinline, visibility("hidden"))) void'
 LOOP = re.compile(r"\bfor \(|#pragma omp")

@@ -28,6 +28,7 @@ from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BFloat16Type,
+    BytesAttr,
     DenseIntOrFPElementsAttr,
     Float4E2M1FNType,
     Float8E4M3FNType,
@@ -514,6 +515,11 @@ class NodeEmitter(OpBuilder):
             flat = parts[0] if len(parts) == 1 else self.value(o.ConcatOp(parts, 0))
             return self.reshape(flat, array.shape)
         t = TensorType(element_type_for(array, "a constant"), array.shape)
+        if array.dtype.kind in "iuf" and array.dtype.itemsize > 1 or array.dtype in (np.int8, np.uint8):
+            # NumPy's bytes are xDSL's packing for these (little-endian, as the C reads them): no Python
+            # list of a million floats for an embedding table (bf16 and float8 are kind 'V', bool is 'b')
+            data_bytes = np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()
+            return self.value(arith.ConstantOp(DenseIntOrFPElementsAttr(t, BytesAttr(data_bytes))))
         if isinstance(t.element_type, IntegerType):
             # int4/int2 (ml_dtypes' kind 'V') read through int64; NumPy's own as they are (uint64's top half)
             ints = array if array.dtype.kind in "iub" else array.astype(np.int64)

@@ -47,7 +47,8 @@ def compiled():
             loops.body.block.add_op(copy)
         loops.body.block.detach_op(fn)
     assert all(isinstance(f, func.FuncOp) for f in loops.ops)
-    return load_c(*emit_c(loops))
+    source, sigs, data = emit_c(loops)
+    return load_c(source, sigs, data=data)
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
