@@ -289,3 +289,44 @@ def test_the_cuda_target_refuses_in_one_line():
                                                r"depends on the data .*\(in @nz_f32\)$") as err:
         prepare(load_module(src), "cuda", False)
     assert "\n" not in str(err.value)
+
+
+BRANCHES = """
+func.func @f(%x: tensor<6xf32>, %flag: tensor<i1>) -> tensor<f32> {
+  %p = tensor.extract %flag[] : tensor<i1>
+  %r = scf.if %p -> (tensor<f32>) {
+    %nz = opc.nonzero %x : (tensor<6xf32>) -> tensor<1x?xi64>
+    %i = opc.reshape %nz : (tensor<1x?xi64>) -> tensor<?xi64>
+    %g = opc.gather %x, %i {axis = 0} : (tensor<6xf32>, tensor<?xi64>) -> tensor<?xf32>
+    %s = opc.reduce_sum %g {axes = array<i64: 0>, keepdim = false} : (tensor<?xf32>) -> tensor<f32>
+    scf.yield %s : tensor<f32>
+  } else {
+    %s = opc.reduce_sum %x {axes = array<i64: 0>, keepdim = false} : (tensor<6xf32>) -> tensor<f32>
+    scf.yield %s : tensor<f32>
+  }
+  func.return %r : tensor<f32>
+}
+"""
+
+
+def test_a_data_size_inside_a_branch():
+    m = opc.compile(BRANCHES)
+    x = np.array([0, 1, 2, 0, -3, 0], np.float32)
+    assert m.f(x, np.array(True)) == 0 and m.f(np.abs(x), np.array(True)) == 6
+
+
+def test_a_branch_yielding_a_data_size_is_refused_in_one_line():
+    src = BRANCHES.replace("-> tensor<f32> {\n  %p", "-> tensor<1x?xi64> {\n  %p", 1)
+    src = src.replace("""    %i = opc.reshape %nz : (tensor<1x?xi64>) -> tensor<?xi64>
+    %g = opc.gather %x, %i {axis = 0} : (tensor<6xf32>, tensor<?xi64>) -> tensor<?xf32>
+    %s = opc.reduce_sum %g {axes = array<i64: 0>, keepdim = false} : (tensor<?xf32>) -> tensor<f32>
+    scf.yield %s : tensor<f32>""", "    scf.yield %nz : tensor<1x?xi64>")
+    src = src.replace("""    %s = opc.reduce_sum %x {axes = array<i64: 0>, keepdim = false} : (tensor<6xf32>) -> tensor<f32>
+    scf.yield %s : tensor<f32>""", """    %nz = opc.nonzero %x : (tensor<6xf32>) -> tensor<1x?xi64>
+    scf.yield %nz : tensor<1x?xi64>""")
+    src = src.replace("scf.if %p -> (tensor<f32>)", "scf.if %p -> (tensor<1x?xi64>)")
+    src = src.replace("func.return %r : tensor<f32>", "func.return %r : tensor<1x?xi64>")
+    with pytest.raises(UnsupportedError, match=r"'scf.if': the run-time sizes of its result tensor<1x\?xi64> do not "
+                                               r"follow") as err:
+        opc.compile(src)
+    assert "\n" not in str(err.value)
