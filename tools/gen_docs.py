@@ -98,7 +98,7 @@ SECTIONS = (  # (title, test on the op class and its facts), first match wins
 )
 SHAPE_OPS = {"FullOp", "BroadcastToOp", "ReshapeOp", "TransposeOp", "ReduceSumOp", "ReduceMaxOp", "ReduceMinOp",
              "ReduceMeanOp", "MatmulOp", "SliceOp", "ConcatOp", "GatherOp", "CumsumOp", "CastOp", "BitcastOp",
-             "NonzeroOp", "TopkOp", "UniqueOp"}
+             "NonzeroOp", "TopkOp", "UniqueOp", "NonMaxSuppressionOp"}
 
 
 def example_of(cls: type) -> tuple[str, str]:

@@ -14,7 +14,7 @@ Primitives
   matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
   index maps: slice {start, limit, strides}, concat {axis}, gather {axis}
   data-dependent sizes: nonzero (its result's count is known only once it has run), topk {axis, largest} (k a
-                        run-time value), unique {sorted} (1-D)
+                        run-time value), unique {sorted} (1-D), non_max_suppression {center_point_box}
 Fused
   fused_gemm_epilogue {trans_x, trans_y, activation}  -> out[, reserve_space]
   softmax {axis}, log_softmax {axis}
@@ -1469,6 +1469,53 @@ class UniqueOp(OpcOp):
         for what, r, want in wants:
             if r.type != want:
                 raise VerifyException(f"{what} must be {want}, got {r.type}")
+
+
+@irdl_op_definition
+class NonMaxSuppressionOp(OpcOp):
+    """`%sel = opc.non_max_suppression %boxes, %scores, %max_out, %iou, %score {center_point_box = 0} : (tensor<1x8x4xf32>, tensor<1x2x8xf32>, tensor<1xi64>, tensor<1xf32>, tensor<1xf32>) -> tensor<?x3xi64>`
+
+    ONNX NonMaxSuppression: per batch and class, the boxes whose score is above `score` in order of score
+    (ties to the lower index), each kept unless its IoU with one kept before exceeds `iou`, at most
+    `max_out` per class; the rows (batch, class, box) in that order. boxes [B, N, 4] are corners
+    (y1, x1, y2, x2) or, with center_point_box = 1, (x, y, width, height); scores [B, C, N]; the three
+    thresholds one element each, read when it runs. How many rows is a data size (at most B*C*N).
+    """
+
+    name = "opc.non_max_suppression"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # a greedy pass per class on the host (nn_lowering.py)
+    UNSUPPORTED: ClassVar[dict[str, str]] = {
+        "cuda": "its output size depends on the data (a host-side count over device memory is not written yet)"}
+    boxes = operand_def(TensorType)
+    scores = operand_def(TensorType)
+    max_out = operand_def(TensorType)
+    iou = operand_def(TensorType)
+    score = operand_def(TensorType)
+    result = result_def(TensorType)
+    center_point_box = int_prop(0)
+    assembly_format = "$boxes `,` $scores `,` $max_out `,` $iou `,` $score attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, boxes: SSAValue | Operation, scores: SSAValue | Operation, max_out: SSAValue | Operation,
+                 iou: SSAValue | Operation, score: SSAValue | Operation, center_point_box: int = 0):
+        super().__init__(operands=[boxes, scores, max_out, iou, score], result_types=[TensorType(i64, [DYNAMIC, 3])],
+                         properties={"center_point_box": IntegerAttr(center_point_box, 64)})
+
+    def verify_(self) -> None:
+        tb, ts = check_tensor(self.boxes, "boxes"), check_tensor(self.scores, "scores")
+        check_float(tb, "boxes")
+        check_same_element(tb, ts, "boxes and scores")
+        b, s = tb.get_shape(), ts.get_shape()
+        if len(b) != 3 or b[2] != 4 or len(s) != 3:
+            raise VerifyException(f"boxes must be [B, N, 4] and scores [B, C, N], got {tb} and {ts}")
+        for what, v, el in (("max_out", self.max_out, i64), ("iou", self.iou, tb.element_type),
+                            ("score", self.score, tb.element_type)):
+            t = check_tensor(v, what)
+            if t.element_type != el or DYNAMIC in t.get_shape() or math.prod(t.get_shape()) != 1:
+                raise VerifyException(f"{what} must be one {el} element, got {t}")
+        if self.center_point_box.value.data not in (0, 1):
+            raise VerifyException(f"center_point_box must be 0 or 1, got {self.center_point_box.value.data}")
+        if self.result.type != TensorType(i64, [DYNAMIC, 3]):
+            raise VerifyException(f"result must be tensor<?x3xi64> (its rows known at run time), got {self.result.type}")
 
 
 # ---------------------------------------------------------------------------
@@ -2940,6 +2987,7 @@ Opc = Dialect(
         CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
         BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
         SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, NonzeroOp, TopkOp, UniqueOp,
+        NonMaxSuppressionOp,
         FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
         SoftmaxCrossEntropyOp, ConvOp, FusedConvEpilogueOp, ConvTransposeOp, MaxPoolOp, AvgPoolOp, BatchNormOp,
         InstanceNormOp, GroupNormOp, AttentionOp, CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,

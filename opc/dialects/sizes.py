@@ -459,6 +459,14 @@ def unique(s: FunctionSizes, op: opc.UniqueOp) -> list[Shape]:
     return [found, found, x, found]
 
 
+@shape_rule(opc.NonMaxSuppressionOp)
+def non_max_suppression(s: FunctionSizes, op: opc.NonMaxSuppressionOp) -> list[Shape]:
+    """[rows, 3]: the rows kept, a data size at most B*C*N (scores' element count)."""
+    s.unify(s.shape(op.boxes)[0], s.shape(op.scores)[0], f"{op.name} batch")
+    s.unify(s.shape(op.boxes)[1], s.shape(op.scores)[2], f"{op.name} boxes")
+    return [(s.fresh_data(op, math.prod(s.shape(op.scores)), "the rows"), 3)]
+
+
 @shape_rule(opc.FullOp)
 def full(s: FunctionSizes, op: opc.FullOp) -> list[Shape]:
     given = s.size_operands(op, op.result)

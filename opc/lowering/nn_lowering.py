@@ -482,6 +482,112 @@ def lower_unique(fl, op: opc.UniqueOp) -> None:  # noqa: ANN001
     e.for_loop(n, [], lambda i, _: write(i))
 
 
+def lower_non_max_suppression(fl, op: opc.NonMaxSuppressionOp) -> None:  # noqa: ANN001
+    """ONNX's greedy pass, per batch and class in order, on the host: each pick is the best score above
+    the threshold after the pick before (score, then the lower index: topk's order, no sorting scratch);
+    it is kept unless a box kept before in its class overlaps it by more than the IoU threshold (as
+    ONNX's reference computes IoU) or the class has max_out already. Kept rows go to a scratch of
+    B*C*N rows; their number defines the result's data size, and the result is copied from there."""
+    e, elem = fl.e, element_of(op.boxes)
+    t = compute_type(scalar_type(elem))
+    nb, nbox, _ = shape_of(op.boxes)
+    nc = shape_of(op.scores)[1]
+    i1 = IntegerType(1)
+
+    def one(v: SSAValue) -> SSAValue:
+        return fl.value_at(v, [e.index(0)] * len(shape_of(v)))
+
+    max_out = e.value(arith.IndexCastOp(one(op.max_out), IndexType()))
+    iou, floor = e.to_compute(one(op.iou)), e.to_compute(one(op.score))
+    rows, kept = fl.alloc([nb * nc * nbox, 3], i64), fl.alloc([nbox], i64)
+    fl.allocs.extend([rows, kept])
+    none, zero, false = e.const(-1, IndexType()), e.const(0, t), e.const(0, i1)
+
+    def f(kind: type[Operation], *args: SSAValue) -> SSAValue:
+        return e.value(kind(*args))  # type: ignore[call-arg]
+
+    def both(*conds: SSAValue) -> SSAValue:
+        out = conds[0]
+        for c in conds[1:]:
+            out = f(arith.AndIOp, out, c)
+        return out
+
+    def positive(v: SSAValue) -> SSAValue:
+        return e.value(arith.CmpfOp(v, zero, "ogt"))
+
+    def extent(b: SSAValue, j: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue, SSAValue]:
+        """(x min, x max, y min, y max) of box j of batch b."""
+        c = [e.to_compute(fl.value_at(op.boxes, [b, j, e.index(k)])) for k in range(4)]
+        if op.center_point_box.value.data == 1:  # (x, y, width, height)
+            half_w, half_h = f(arith.MulfOp, c[2], e.const(0.5, t)), f(arith.MulfOp, c[3], e.const(0.5, t))
+            return (f(arith.SubfOp, c[0], half_w), f(arith.AddfOp, c[0], half_w),
+                    f(arith.SubfOp, c[1], half_h), f(arith.AddfOp, c[1], half_h))
+        return (f(arith.MinimumfOp, c[1], c[3]), f(arith.MaximumfOp, c[1], c[3]),
+                f(arith.MinimumfOp, c[0], c[2]), f(arith.MaximumfOp, c[0], c[2]))
+
+    def area(a: tuple[SSAValue, ...]) -> SSAValue:
+        return f(arith.MulfOp, f(arith.SubfOp, a[1], a[0]), f(arith.SubfOp, a[3], a[2]))
+
+    def overlaps(a: tuple[SSAValue, ...], b: tuple[SSAValue, ...]) -> SSAValue:
+        """IoU(a, b) > iou, where both boxes and their intersection have an area (else not)."""
+        w = f(arith.SubfOp, f(arith.MinimumfOp, a[1], b[1]), f(arith.MaximumfOp, a[0], b[0]))
+        h = f(arith.SubfOp, f(arith.MinimumfOp, a[3], b[3]), f(arith.MaximumfOp, a[2], b[2]))
+        inter = f(arith.MulfOp, w, h)
+        union = f(arith.SubfOp, f(arith.AddfOp, area(a), area(b)), inter)
+        ratio = f(arith.DivfOp, inter, union)
+        return both(positive(w), positive(h), positive(inter), positive(area(a)), positive(area(b)),
+                    positive(union), e.value(arith.CmpfOp(ratio, iou, "ogt")))
+
+    def before(av: SSAValue, ai: SSAValue, bv: SSAValue, bi: SSAValue) -> SSAValue:
+        tie = both(e.value(arith.CmpfOp(av, bv, "oeq")), e.value(arith.CmpiOp(ai, bi, "slt")))
+        return f(arith.OrIOp, e.value(arith.CmpfOp(av, bv, "ogt")), tie)
+
+    def per_class(b: SSAValue, c: SSAValue, total: SSAValue) -> SSAValue:
+        def pick(_: SSAValue, carry: list[SSAValue]) -> list[SSAValue]:
+            pv, pi, count, done = carry
+
+            def visit(j: SSAValue, best: list[SSAValue]) -> list[SSAValue]:
+                v = e.to_compute(fl.value_at(op.scores, [b, c, j]))
+                after = f(arith.OrIOp, e.value(arith.CmpiOp(pi, none, "eq")), before(pv, pi, v, j))
+                better = f(arith.OrIOp, e.value(arith.CmpiOp(best[1], none, "eq")), before(v, j, best[0], best[1]))
+                take = both(after, e.value(arith.CmpfOp(v, floor, "ogt")), better)
+                return [f(arith.SelectOp, take, v, best[0]), f(arith.SelectOp, take, j, best[1])]
+
+            bv, bi = e.for_loop(nbox, [zero, none], visit)
+            found = e.value(arith.CmpiOp(bi, none, "ne"))
+            at = f(arith.SelectOp, found, bi, e.index(0))
+            box = extent(b, at)
+
+            def check(s: SSAValue, hit: list[SSAValue]) -> list[SSAValue]:
+                earlier = e.value(arith.CmpiOp(s, count, "slt"))
+                held = e.value(arith.IndexCastOp(e.load(kept, [s]), IndexType()))  # (unset past count: not read)
+                other = f(arith.SelectOp, earlier, held, e.index(0))
+                return [f(arith.OrIOp, hit[0], both(earlier, overlaps(box, extent(b, other))))]
+
+            (suppressed,) = e.for_loop(nbox, [false], check)
+            keep = both(found, e.value(arith.CmpiOp(count, max_out, "slt")),
+                        f(arith.XOrIOp, suppressed, e.const(1, i1)))
+            then = Block()
+            with e.at(then):
+                e.store(e.value(arith.IndexCastOp(at, i64)), kept, [count])
+                for k, v in enumerate((b, c, at)):
+                    e.store(e.value(arith.IndexCastOp(v, i64)), rows, [done, e.index(k)])
+                e.emit(scf.YieldOp())
+            e.emit(scf.IfOp(keep, [], Region(then)))
+            step = f(arith.SelectOp, keep, e.index(1), e.index(0))
+            return [f(arith.SelectOp, found, bv, pv), f(arith.SelectOp, found, bi, pi),
+                    f(arith.AddiOp, count, step), f(arith.AddiOp, done, step)]
+
+        return e.for_loop(nbox, [zero, none, e.index(0), total], pick)[3]
+
+    (total,) = e.for_loop(nb, [e.index(0)], lambda b, tb: e.for_loop(
+        nc, tb, lambda c, tc: [per_class(b, c, tc[0])]))
+    total.name_hint = "count"
+    fl.define_data_size(op, total)
+    out = fl.buffer_for(op.result)
+    e.parallel([data_size(fl, op), 3], lambda idx: e.store(e.load(rows, idx), out, idx))  # type: ignore[list-item]
+
+
 def data_size(fl, op: Operation) -> Size:  # noqa: ANN001
     """The data size `op` defined (the size it was equated with, where it was: define_data_size checked it)."""
     return fl.sizes.resolve(Sym.symbol(next(name for name, d in fl.sizes.data.items() if d.op is op)))
@@ -717,6 +823,7 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.NonzeroOp: lower_nonzero,
     opc.TopkOp: lower_topk,
     opc.UniqueOp: lower_unique,
+    opc.NonMaxSuppressionOp: lower_non_max_suppression,
     opc.SoftmaxOp: lower_softmax,
     opc.LogSoftmaxOp: lower_softmax,
     opc.SoftmaxGradOp: lower_softmax,

@@ -52,6 +52,8 @@ not_differentiable(o.BitcastOp, o.FullOp)
 not_differentiable(o.NonzeroOp)
 # unique's values move as a whole with x, but which element lands where changes with its values: opc gives none
 not_differentiable(o.UniqueOp)
+# non_max_suppression's result is positions (integers)
+not_differentiable(o.NonMaxSuppressionOp)
 # cast passes gradients through every dtype, ints included, as Paddle does (cast_grad = cast(dout,
 # x.dtype)): f64 -> ui8 -> f64 has gradient 1; so does cast_grad, through its invoke rule
 through_rule(o.CastGradOp, any_dtype=True)

@@ -144,3 +144,26 @@ def test_unique_of_a_run_time_input(dims, dtype, is_sorted):
         for g, w in zip(got, want):
             same(g, w)
     assert run.static_reason is None and not run.variants
+
+
+def nms_feeds(batches: int, classes: int, boxes: int, center: int, seed: int) -> dict[str, np.ndarray]:
+    r = np.random.default_rng(seed)
+    corner, size = r.uniform(0, 10, (batches, boxes, 2)), r.uniform(1, 5, (batches, boxes, 2))
+    xy = np.concatenate([corner + size / 2, size] if center else [corner, corner + size], axis=-1)
+    scores = r.integers(0, 10, (batches, classes, boxes)) / 10  # ties: the lower index first
+    return {"boxes": xy.astype(np.float32), "scores": scores.astype(np.float32)}
+
+
+@pytest.mark.parametrize("center", [0, 1])
+@pytest.mark.parametrize("max_out,iou,score", [(3, 0.3, 0.0), (10, 0.5, 0.45), (0, 0.5, 0.0), (2, 0.0, 0.95)])
+def test_non_max_suppression_of_run_time_boxes(center, max_out, iou, score):
+    m = model([helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score"], ["sel"],
+                                name="nms", center_point_box=center)],
+              [("boxes", F32, ["b", "n", 4]), ("scores", F32, ["b", 2, "n"]), ("max_out", onnx.TensorProto.INT64, [1]),
+               ("iou", F32, [1]), ("score", F32, [1])], ["sel"])
+    run = opc.load_onnx(m)
+    for seed, (b, n) in enumerate([(1, 8), (2, 5), (1, 1), (3, 12)]):
+        feeds = {**nms_feeds(b, 2, n, center, seed), "max_out": np.array([max_out], np.int64),
+                 "iou": np.array([iou], np.float32), "score": np.array([score], np.float32)}
+        same(run(**feeds)[0], run_ort(m, feeds)[0])
+    assert run.static_reason is None and not run.variants
