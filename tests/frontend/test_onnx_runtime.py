@@ -51,6 +51,17 @@ def test_load_onnx_specialized_builds_a_module_per_shape():
     assert len(f.variants) == 3  # batch 7 again: the module built for it
 
 
+def test_load_onnx_static_model_builds_its_shape_only():
+    """Every dim static: the one module for that shape, no run-time-size build tried first (it would
+    compile a module nobody calls)."""
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    w = RNG.standard_normal((4, 3)).astype(np.float32)
+    model = graph_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x}, ["y"], {"w": w})
+    f = opc.load_onnx(model)
+    np.testing.assert_allclose(f(x)[0], x @ w, rtol=1e-5)
+    assert not f.dynamic and len(f.variants) == 1
+
+
 def test_load_onnx_binds_shape_inputs_by_value():
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     model = graph_model([helper.make_node("Reshape", ["x", "s"], ["y"])], {"x": x, "s": np.array([6, 4], np.int64)},

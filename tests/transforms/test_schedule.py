@@ -5,6 +5,8 @@ vectorized reductions against NumPy over a grid of shapes (odd sizes, NaN and
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from programs import row_src
@@ -265,3 +267,73 @@ def test_shared_and_broadcast_values_match_numpy() -> None:
     np.testing.assert_allclose(b, np.tanh(a), rtol=tol, atol=tol)
     s = np.exp(np.tanh(v.astype(np.float64)))
     np.testing.assert_allclose(m.broadcast_twice(x, v), (x + s) * s, rtol=tol, atol=tol)
+
+
+# -- decisions mutation testing found untested (tools/mutation.py --module scheduler) ----------
+
+
+def test_a_run_time_row_is_its_own_nest() -> None:
+    """A reduction over a `?` last dim is no row kernel (its length is no loop bound the row kernel
+    can unroll); its numbers at row lengths 1 to 300."""
+    t, r = "tensor<3x?xf32>", "tensor<3x1xf32>"
+    src = (f"func.func @f(%x: {t}) -> {t} {{\n"
+           f"  %m = opc.reduce_max %x {{axes = array<i64: 1>, keepdim = true}} : ({t}) -> {r}\n"
+           f"  %s = opc.sub %x, %m : ({t}, {r}) -> {t}\n  %e = opc.exp %s : ({t}) -> {t}\n"
+           f"  %z = opc.reduce_sum %e {{axes = array<i64: 1>, keepdim = true}} : ({t}) -> {r}\n"
+           f"  %y = opc.div %e, %z : ({t}, {r}) -> {t}\n  func.return %y : {t}\n}}\n")
+    assert "row" not in [k.kind for k in kernels_of(src, "f")]
+    m = opc.compile(src)
+    for n in (1, 2, 7, 300):
+        x = np.random.default_rng(n).standard_normal((3, n)).astype(np.float32)
+        e = np.exp(x - x.max(1, keepdims=True))
+        np.testing.assert_allclose(m.f(x), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_a_reader_inside_a_row_kernel_cuts_it_there() -> None:
+    """A GEMM reads exp's rows before the division: the row kernel keeps the ops before that reader
+    (max, sub, exp, sum), not none of them; the division runs after the GEMM."""
+    t, r = "tensor<8x16xf32>", "tensor<8x1xf32>"
+    src = (f"func.func @f(%x: {t}, %w: tensor<16x4xf32>) -> ({t}, tensor<8x4xf32>) {{\n"
+           f"  %m = opc.reduce_max %x {{axes = array<i64: 1>, keepdim = true}} : ({t}) -> {r}\n"
+           f"  %s = opc.sub %x, %m : ({t}, {r}) -> {t}\n  %e = opc.exp %s : ({t}) -> {t}\n"
+           f"  %z = opc.reduce_sum %e {{axes = array<i64: 1>, keepdim = true}} : ({t}) -> {r}\n"
+           f"  %g = opc.matmul %e, %w : ({t}, tensor<16x4xf32>) -> tensor<8x4xf32>\n"
+           f"  %y = opc.div %e, %z : ({t}, {r}) -> {t}\n  func.return %y, %g : {t}, tensor<8x4xf32>\n}}\n")
+    kernels = [(k.kind, op_names(k)) for k in kernels_of(src, "f")]
+    assert ("row", ["reduce_max", "sub", "exp", "reduce_sum"]) in kernels, kernels
+    x, w = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32), np.ones((16, 4), np.float32)
+    y, g = opc.compile(src).f(x, w)
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(g, e @ w, rtol=1e-5)
+
+
+def test_a_gemm_result_read_after_its_epilogue_is_not_overwritten() -> None:
+    """exp of fused_gemm_epilogue's output is its epilogue; a matmul reads the output afterwards, so
+    the epilogue cannot run in place over it (the reserve space, the op's second result, is unread:
+    what decides is who reads the first)."""
+    src = ("func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>, %v: tensor<16x5xf32>)"
+           " -> (tensor<4x16xf32>, tensor<4x5xf32>) {\n"
+           "  %o, %r = opc.fused_gemm_epilogue %x, %w, %b {trans_x = false, trans_y = false, activation = \"gelu\"}"
+           " : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>)\n"
+           "  %e = opc.exp %o : (tensor<4x16xf32>) -> tensor<4x16xf32>\n"
+           "  %m = opc.matmul %o, %v : (tensor<4x16xf32>, tensor<16x5xf32>) -> tensor<4x5xf32>\n"
+           "  func.return %e, %m : tensor<4x16xf32>, tensor<4x5xf32>\n}\n")
+    rng = np.random.default_rng(1)
+    x, w, b, v = (rng.standard_normal(s).astype(np.float32) * 0.3 for s in ((4, 8), (8, 16), (16,), (16, 5)))
+    e, m = opc.compile(src).f(x, w, b, v)
+    z = (x @ w + b).astype(np.float64)
+    o = 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))  # SPEC: gelu's tanh form
+    np.testing.assert_allclose(e, np.exp(o), rtol=1e-5)
+    np.testing.assert_allclose(m, o @ v, rtol=1e-4, atol=1e-6)
+
+
+def test_a_transpose_ending_a_loop_kernel_is_not_called_a_view() -> None:
+    """Only a transpose that attention reads through strides is "a view"; one computed by a loop
+    (here after an exp, returned) is explained as a loop kernel."""
+    src = ("func.func @f(%x: tensor<4x6xf32>) -> tensor<6x4xf32> {\n"
+           "  %e = opc.exp %x : (tensor<4x6xf32>) -> tensor<4x6xf32>\n"
+           "  %t = opc.transpose %e {perm = array<i64: 1, 0>} : (tensor<4x6xf32>) -> tensor<6x4xf32>\n"
+           "  func.return %t : tensor<6x4xf32>\n}\n")
+    text = describe(load_module(src).module)
+    assert "transpose" in text and "through strides" not in text, text
