@@ -1,14 +1,19 @@
-"""Control flow (issue 34): an ONNX Loop whose trip count is an input, and an If whose heavy branch
-is not taken, against onnxruntime.
+"""Control flow (issue 34): an ONNX Loop whose trip count is an input, an If whose heavy branch
+is not taken, and a 2-layer LSTM over sequences of several lengths, against onnxruntime.
 
-    python3 bench/bench_control_flow.py
+    python3 bench/bench_control_flow.py [--only loop|if|lstm] [--seq 64 300]
 
 Prints, per trip count, opc's first call (import + compile + run, a fresh cache) and its later
-calls, and onnxruntime's; for the If, the call with the heavy branch taken and not taken.
+calls, and onnxruntime's; for the If, the call with the heavy branch taken and not taken; for the
+LSTM (batch 1, 64 inputs, 128 hidden, two stacked ONNX LSTM nodes as PyTorch exports nn.LSTM),
+per sequence length the first call and the CPU time per later call at 1 thread, opc and
+onnxruntime (1 intra- and inter-op thread, no spinning), and with the sequence axis a run-time
+size (`?`), a first call then calls at each length through the one compiled module.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -19,6 +24,7 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / "control_flow"), str(Path(__file__).parents[1] / "tests"
                                                                                    / "support")]
 
+from onnx_helpers import helper, numpy_helper, onnx  # noqa: E402
 from test_onnx_scf import counted_loop_model, feeds_for_loop, heavy_if_model  # noqa: E402
 
 import opc  # noqa: E402
@@ -39,7 +45,94 @@ def ort_session(model):
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
+def cpu_ms(f, calls: int = 20) -> float:
+    """CPU time per call, best of 5 rounds: what a busy machine disturbs least."""
+    f()
+    times = []
+    for _ in range(5):
+        t = time.process_time()
+        for _ in range(calls):
+            f()
+        times.append((time.process_time() - t) / calls)
+    return min(times) * 1e3
+
+
+def lstm_model(seq: int | str, layers: int = 2, batch: int = 1, inputs: int = 64, hidden: int = 128) -> onnx.ModelProto:
+    """`layers` ONNX LSTM nodes stacked (Y squeezed to the next one's X), seeded weights as initializers."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for k in range(layers):
+        width = inputs if k == 0 else hidden
+        for name, shape in ((f"W{k}", [1, 4 * hidden, width]), (f"R{k}", [1, 4 * hidden, hidden]),
+                            (f"B{k}", [1, 8 * hidden])):
+            inits.append(numpy_helper.from_array(rng.uniform(-0.1, 0.1, shape).astype(np.float32), name))
+        nodes += [helper.make_node("LSTM", [x, f"W{k}", f"R{k}", f"B{k}"], [f"Y{k}", f"h{k}", f"c{k}"],
+                                   hidden_size=hidden),
+                  helper.make_node("Squeeze", [f"Y{k}", "axis1"], [f"s{k}"])]
+        x = f"s{k}"
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "axis1"))
+    f32 = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(nodes, "lstm", [helper.make_tensor_value_info("x", f32, [seq, batch, inputs])],
+                              [helper.make_tensor_value_info(x, f32, [seq, batch, hidden])], inits)
+    opsets = [helper.make_opsetid("", 17)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+def lstm_rows(lengths: list[int]) -> None:
+    import onnxruntime as ort
+
+    opc.set_num_threads(1)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    print("2-layer LSTM (batch 1, 64 in, 128 hidden), 1 thread | opc first call (import + compile) | "
+          "opc call (CPU) | onnxruntime call (CPU) | max |diff|")
+
+    def row(label: str, m, model, seq: int, first: float) -> None:  # noqa: ANN001
+        x = np.random.default_rng(seq).uniform(-1, 1, (seq, 1, 64)).astype(np.float32)
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        diff = float(np.abs(np.asarray(m(x)) - sess.run(None, {"x": x})[0]).max())
+        print(f"  {label:>12} seq {seq:4d} | {first * 1e3:9.1f} ms | {cpu_ms(lambda: m(x)):8.3f} ms | "
+              f"{cpu_ms(lambda: sess.run(None, {'x': x})):8.3f} ms | {diff:.1e}", flush=True)
+
+    with tempfile.TemporaryDirectory() as cache:
+        # opc's runtime library is built once per cache: not the model's compile, so built first
+        opc.load_onnx(lstm_model(1, layers=1, hidden=8), cache_dir=cache)(np.zeros((1, 1, 64), np.float32))
+        for seq in lengths:  # a model per length: no cache hit
+            model = lstm_model(seq)
+            t = time.perf_counter()
+            m = opc.load_onnx(model, cache_dir=cache)
+            m(np.zeros((seq, 1, 64), np.float32))
+            row("static", m, model, seq, time.perf_counter() - t)
+        model = lstm_model("T")
+        try:
+            t = time.perf_counter()
+            m = opc.load_onnx(model, cache_dir=cache)
+            m(np.zeros((lengths[0], 1, 64), np.float32))
+            first = time.perf_counter() - t
+            for seq in lengths:
+                t = time.perf_counter()
+                m(np.zeros((seq, 1, 64), np.float32))
+                row("run-time seq", m, model, seq, first if seq == lengths[0] else time.perf_counter() - t)
+        except opc.OpcError as err:
+            print(f"  run-time seq: {err}")
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--only", choices=["loop", "if", "lstm"])
+    ap.add_argument("--seq", type=int, nargs="+", default=[64, 300], help="the LSTM's sequence lengths")
+    args = ap.parse_args()
+    if args.only in (None, "loop"):
+        loop_rows()
+    if args.only in (None, "if"):
+        if_rows()
+    if args.only in (None, "lstm"):
+        lstm_rows(args.seq)
+
+
+def loop_rows() -> None:
     model = counted_loop_model()
     sess = ort_session(model)
     with tempfile.TemporaryDirectory() as cache:
@@ -53,6 +146,9 @@ def main() -> None:
             call = best(lambda feeds=feeds: m(**feeds))
             ort_call = best(lambda feeds=feeds: sess.run(None, feeds))
             print(f"  {n:5d} trips | {first * 1e3:9.1f} ms | {call * 1e3:8.3f} ms | {ort_call * 1e3:8.3f} ms")
+
+
+def if_rows() -> None:
     model = heavy_if_model()
     sess = ort_session(model)
     x = np.random.default_rng(0).uniform(-0.1, 0.1, (256, 256)).astype(np.float32)

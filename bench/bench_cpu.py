@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import benchlib  # noqa: E402
+import peak  # noqa: E402
 
 
 def parser() -> argparse.ArgumentParser:
@@ -140,7 +141,9 @@ def run_contest(case: Case, contest: Contest, repeat: int) -> None:
     width = max(20, *(len(c.label) for c in alive))
     ratio_cols = [max(10, len(o.label) + 2) for o in contest.ours]
     print(case.title)
+    limit = machine_limit(contest.rate)
     print(f"  {'':<{width}} {'ms':>9}" + (f" {contest.rate:>9}" if contest.rate else "")
+          + (f" {'of peak' if contest.rate == 'GFLOP/s' else 'of copy':>8}" if limit else "")
           + "".join(f" {'/' + o.label:>{w}}" for o, w in zip(contest.ours, ratio_cols)))
     for c in alive:
         t = times[c.label]
@@ -148,10 +151,19 @@ def run_contest(case: Case, contest: Contest, repeat: int) -> None:
         if contest.rate:
             work = c.work if c.work is not None else contest.work
             line += f" {work / t / 1e9:9.1f}"
+            line += f" {work / t / 1e9 / limit:8.0%}" if limit else ""
         line += "".join(f" {t / times[o.label]:{w}.2f}" for o, w in zip(contest.ours, ratio_cols))
         print(line)
     if contest.note:
         print("  " + contest.note(times))
+
+
+def machine_limit(rate: str) -> float | None:
+    """What a rate column is a fraction of: the measured FMA peak of the threads in use (GFLOP/s) or
+    the measured copy bandwidth (GB/s), bench/peak.py."""
+    if rate == "GFLOP/s":
+        return peak.measure().gflops(benchlib.threads())
+    return peak.measure().copy_gbps if rate == "GB/s" else None
 
 
 def run_cases(ctx: Context, only: list[str], skip: list[str]) -> None:
@@ -976,6 +988,9 @@ def main(args: argparse.Namespace) -> None:
           f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', '(default)')}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"BLAS: {benchlib.blas_info()}")
+    limits = peak.measure()
+    print(f"machine: f32 FMA peak {limits.gflops_per_core:.1f} GFLOP/s per core ({limits.isa}), copy bandwidth "
+          f"{limits.copy_gbps:.1f} GB/s (bench/peak.py, measured now)")
     missing = [name for name, mod in (("torch", torch), ("JAX", jax)) if mod is None and
                (name != "JAX" or args.clock == "wall")]
     if missing:

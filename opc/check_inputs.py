@@ -39,7 +39,7 @@ from opc.targets.device_kernels import op_classes
 EPS = {"f16": 2.0**-10, "bf16": 2.0**-7, "f32": 2.0**-23, "f64": 2.0**-52,
        # float8/float4 (computed in f32): the spacing at 1 of their 3, 2, 0 and 1 mantissa bits
        "f8E4M3FN": 2.0**-3, "f8E4M3FNUZ": 2.0**-3, "f8E5M2": 2.0**-2, "f8E5M2FNUZ": 2.0**-2, "f8E8M0FNU": 1.0,
-       "f4E2M1FN": 2.0**-1}  # fmt: skip
+       "f6E2M3FN": 2.0**-3, "f6E3M2FN": 2.0**-2, "f4E2M1FN": 2.0**-1}  # fmt: skip
 SUB_BYTE_INTS = ("int4", "uint4", "int2", "uint2")
 """ml_dtypes' integer types (NumPy kind 'V'): integers all the same, their range from ml_dtypes.iinfo."""
 
@@ -234,7 +234,8 @@ def compare_exact(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> Wors
 ELEMENTWISE_FLOOR = {"float16": 2.0**-7, "bfloat16": 2.0**-7,
                      # float8/float4: their smallest normal, below which a rounding is absolute, not relative
                      "float8_e4m3fn": 2.0**-6, "float8_e4m3fnuz": 2.0**-7, "float8_e5m2": 2.0**-14,
-                     "float8_e5m2fnuz": 2.0**-15, "float8_e8m0fnu": 2.0**-127, "float4_e2m1fn": 1.0}  # fmt: skip
+                     "float8_e5m2fnuz": 2.0**-15, "float8_e8m0fnu": 2.0**-127, "float6_e2m3fn": 1.0,
+                     "float6_e3m2fn": 2.0**-2, "float4_e2m1fn": 1.0}  # fmt: skip
 """Below 1, an f32 or f64 result of an elementwise op is compared absolutely (a correct gelu(-5) cancels
 in f32); f16 and bf16 results are relative down to 2^-7, where their half-ulp rounding still dwarfs f32's
 error, so that a store that truncates instead of rounding shows on most elements."""

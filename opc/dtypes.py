@@ -22,10 +22,12 @@ FLOAT_NAMES = {"Float16Type": "float16", "BFloat16Type": "bfloat16", "Float32Typ
                "Float64Type": "float64", "Float8E4M3FNType": "float8_e4m3fn",
                "Float8E4M3FNUZType": "float8_e4m3fnuz", "Float8E5M2Type": "float8_e5m2",
                "Float8E5M2FNUZType": "float8_e5m2fnuz", "Float8E8M0FNUType": "float8_e8m0fnu",
+               "Float6E2M3FNType": "float6_e2m3fn", "Float6E3M2FNType": "float6_e3m2fn",
                "Float4E2M1FNType": "float4_e2m1fn"}
 # The NumPy names that are ml_dtypes types (one byte an element; int4/int2 in the low bits).
 ML_DTYPES_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
-                             "float8_e8m0fnu", "float4_e2m1fn", "int4", "uint4", "int2", "uint2"})
+                             "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "int4", "uint4",
+                             "int2", "uint2"})
 
 
 @functools.cache
@@ -43,6 +45,7 @@ def mlir_dtypes() -> dict[str, Attribute]:
         "f8E4M3FN": b.Float8E4M3FNType(), "f8E4M3FNUZ": b.Float8E4M3FNUZType(), "f8E5M2": b.Float8E5M2Type(),
         "f8E5M2FNUZ": b.Float8E5M2FNUZType(), "f8E8M0FNU": b.Float8E8M0FNUType(), "f4E2M1FN": b.Float4E2M1FNType(),
         "i4": IntegerType(4), "ui4": IntegerType(4, u), "i2": IntegerType(2), "ui2": IntegerType(2, u),
+        "f6E2M3FN": b.Float6E2M3FNType(), "f6E3M2FN": b.Float6E3M2FNType(),
     }  # fmt: skip
 
 

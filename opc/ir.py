@@ -26,6 +26,7 @@ from opc.dialects.opc import Opc, check_storable
 from opc.dialects.opc_loops import OpcLoops
 from opc.dialects.opc_sched import OpcSched
 from opc.dialects.opc_stack import OpcStack
+from opc.dialects.slices import check_slice
 from opc.errors import InputError, InternalError, first_line, printable
 
 
@@ -327,6 +328,7 @@ def check_values(op: Operation) -> None:
     """opc-level IR: functions with bodies over tensors, and every tensor one opc can hold
     (static, an admitted element type, at most 2^47 bytes; each op checks the ranks it takes)."""
     check_control_flow(op)
+    check_slice(op)
     if isinstance(op, func.FuncOp):
         name = op.sym_name.data
         if not op.body.blocks:

@@ -25,7 +25,7 @@
 #define OPC_MF_FN 0    /* no inf; NaN is S.1111.111 (E4M3FN)        */
 #define OPC_MF_IEEE 1  /* inf and NaN in the top exponent (E5M2)    */
 #define OPC_MF_FNUZ 2  /* no inf, no -0; NaN is 0x80                */
-#define OPC_MF_NONE 3  /* no inf, no NaN (E2M1FN)                   */
+#define OPC_MF_NONE 3  /* no inf, no NaN (E2M1FN, E2M3FN, E3M2FN)   */
 
 OPC_FN float opc_mf_to_f32(uint32_t b, int ebits, int mbits, int bias, int kind) {
     uint32_t sign = (b >> (ebits + mbits)) & 1u;
@@ -76,6 +76,8 @@ OPC_MINIFLOAT(f8e4m3fn, 4, 3, 7, OPC_MF_FN)
 OPC_MINIFLOAT(f8e4m3fnuz, 4, 3, 8, OPC_MF_FNUZ)
 OPC_MINIFLOAT(f8e5m2, 5, 2, 15, OPC_MF_IEEE)
 OPC_MINIFLOAT(f8e5m2fnuz, 5, 2, 16, OPC_MF_FNUZ)
+OPC_MINIFLOAT(f6e2m3fn, 2, 3, 1, OPC_MF_NONE)
+OPC_MINIFLOAT(f6e3m2fn, 3, 2, 3, OPC_MF_NONE)
 OPC_MINIFLOAT(f4e2m1fn, 2, 1, 1, OPC_MF_NONE)
 #undef OPC_MINIFLOAT
 

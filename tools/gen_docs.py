@@ -96,9 +96,9 @@ SECTIONS = (  # (title, test on the op class and its facts), first match wins
     ("Grad ops", lambda c, f: f["kind"] == "grad"),
     ("Other", lambda c, f: True),
 )
-SHAPE_OPS = {"FullOp", "BroadcastToOp", "ReshapeOp", "TransposeOp", "ReduceSumOp", "ReduceMaxOp", "ReduceMinOp",
-             "ReduceMeanOp", "MatmulOp", "SliceOp", "ConcatOp", "GatherOp", "CumsumOp", "CastOp", "BitcastOp",
-             "NonzeroOp", "TopkOp", "UniqueOp", "NonMaxSuppressionOp"}
+SHAPE_OPS = {"FullOp", "IotaOp", "BroadcastToOp", "ReshapeOp", "TransposeOp", "ReduceSumOp", "ReduceMaxOp",
+             "ReduceMinOp", "ReduceMeanOp", "MatmulOp", "SliceOp", "ConcatOp", "GatherOp", "CumsumOp", "CastOp",
+             "BitcastOp", "NonzeroOp", "TopkOp", "UniqueOp", "NonMaxSuppressionOp"}
 
 
 def example_of(cls: type) -> tuple[str, str]:
@@ -169,7 +169,8 @@ def retyped(t: str, dtype: str) -> str:
 
 
 CANDIDATE_DTYPES = ("i1", "i8", "ui8", "i16", "ui16", "i32", "ui32", "i64", "ui64", "f16", "bf16", "f32", "f64",
-                    "f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN", "i4", "ui4", "i2", "ui2")
+                    "f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f8E8M0FNU", "f6E2M3FN", "f6E3M2FN", "f4E2M1FN", "i4",
+                    "ui4", "i2", "ui2")
 """SPEC.md's element types; the reference lists those the dialect's verifiers admit today."""
 
 

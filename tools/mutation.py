@@ -105,6 +105,16 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("opc/transforms/opc_schedule.py", "if not (isinstance(op, INLINABLE) or is_splat_constant(op)) or "
                                        "len(op.results) > 1:"):
         "an inlinable op or a constant has a result: != 1 and > 1 agree",
+    ("opc/interop/torch.py", "out = results[0] if len(results) == 0 else f\"({', '.join(results)})\""):
+        "torch's schema parser reads `-> (Tensor)` as `-> Tensor` (one return either way)",
+    ("opc/interop/torch.py", 'return path.name.split(".")[0].removeprefix("_opc_")[: 17]'):
+        "16 or 17 hex digits of the module's hash: either names each module's ops apart",
+    ("opc/interop/torch.py", "douts = [d if d is not None and d.dtype is dt else inputs[0].new_zeros(shape, dtype=dt)"):
+        "torch dtypes are singletons: is and == agree",
+    ("opc/interop/torch.py", "outs = [args[0].new_empty(shape, dtype=dt) if not args else torch.empty(shape, dtype=dt)"):
+        "torch.library.custom_op refuses a function without tensor inputs, so args is never empty here",
+    ("opc/onnx_load.py", 'if kind >= "sequence_type":'):
+        "list inputs are sequence_type or optional_type, and 'optional_type' < 'sequence_type': >= is ==",
 }
 
 

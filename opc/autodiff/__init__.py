@@ -45,10 +45,10 @@ from opc.autodiff.control_flow import control_vjp
 from opc.dialects.builder import OpBuilder
 from opc.dialects.control import CONTROL_OPS, inputs_of
 from opc.dialects.kinds import element_of, shape_of
-from opc.dialects.opc import DYNAMIC, ConcatOp, FullOp, SliceGradOp, is_bool, is_float
+from opc.dialects.opc import DYNAMIC, ConcatOp, FullOp, OpcOp, SliceGradOp, is_bool, is_float
 from opc.errors import InputError, InternalError, UnsupportedError
 from opc.ops.decompositions import expand
-from opc.ops.registration import takes_missing
+from opc.ops.registration import GRADIENTS, takes_missing
 from opc.ops.registry import REGISTRY, THROUGH_RULE
 
 STOP_GRADIENT = "opc.stop_gradient"
@@ -376,6 +376,10 @@ def fan_in(e: OpBuilder, a: SSAValue, b: SSAValue) -> SSAValue:
     return e.add(a, b)
 
 
+FOREIGN_GRADIENTS = {op.name: g for op, g in GRADIENTS.items() if not issubclass(op, OpcOp)}
+"""The rules of ops opc runs that are not its own (MLIR's tensor.extract_slice / insert_slice)."""
+
+
 def vjp_of(name: str) -> tuple[Callable | None, bool]:
     """(vjp rule or None if no gradient flows through the op, any_dtype), from the registry.
 
@@ -383,6 +387,8 @@ def vjp_of(name: str) -> tuple[Callable | None, bool]:
     composite rule; an op unknown to the registry, or a kernel-only grad op
     without a vjp, has no gradient rule: an error, never a silent zero."""
     e = REGISTRY.get(name)
+    if e is None and (foreign := FOREIGN_GRADIENTS.get(name)) is not None:  # MLIR's own ops (tensor.*_slice)
+        return foreign.rule if callable(foreign.rule) else None, foreign.any_dtype
     if e is not None and e.rewrite and (e.vjp == THROUGH_RULE or e.kind == "grad" and e.vjp is None):
         return vjp_through_rule, e.any_dtype
     if e is None or (e.kind == "grad" and e.vjp is None):

@@ -27,14 +27,14 @@ recomputes `before` then the body from them and sweeps both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from xdsl.dialects import arith, scf, tensor
 from xdsl.dialects.builtin import IndexType, IntegerAttr, TensorType, i64
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from opc.dialects.builder import OpBuilder
-from opc.dialects.control import captured_values
+from opc.dialects.control import captured_values, in_place_carried
 from opc.dialects.kinds import element_of
 from opc.dialects.opc import is_float
 from opc.dialects.opc_stack import DepthOp, PopOp, PushOp
@@ -57,7 +57,8 @@ def control_vjp(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | None], l
 
 
 def is_float_value(v: SSAValue) -> bool:
-    return is_float(element_of(v))
+    """A float tensor (a scalar a body reads from outside, such as an index, has no cotangent)."""
+    return isinstance(v.type, TensorType) and is_float(element_of(v))
 
 
 def replay(be: OpBuilder, block: Block, given: Mapping[SSAValue, SSAValue] | None = None
@@ -113,15 +114,17 @@ def trip_count(e: OpBuilder, op: scf.ForOp) -> SSAValue:
     return e.value(arith.MaxSIOp(e.value(arith.DivSIOp(up, op.step)), index_const(e, 0)))
 
 
-def save_carried(op: scf.ForOp) -> list[str]:
-    """Pushes of each loop-carried value at the start of the forward body; the stacks' names."""
+def save_carried(op: scf.ForOp, unsaved: Collection[int] = ()) -> list[str]:
+    """Pushes of each loop-carried value (but those `unsaved`) at the start of the forward body; the
+    stacks' names."""
     body = op.body.block
     first = body.first_op
     assert first is not None
     names = []
     for k, a in enumerate(body.args[1:]):
         names.append(f"{a.name_hint or 'carried'}{k}")
-        body.insert_op_before(PushOp(a, names[-1]), first)
+        if k not in unsaved:
+            body.insert_op_before(PushOp(a, names[-1]), first)
     return names
 
 
@@ -144,7 +147,10 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
         return {}
     if checkpoint_of(op):
         return checkpointed_for_vjp(e, op, douts, caps, floats, sweep)
-    names = save_carried(op)
+    # a value the body only writes a slot of (an RNN's Y): its vjp needs none of its elements, so it is
+    # not saved (that would be a copy of the whole per iteration); the recomputation reads zeros
+    unsaved = set(in_place_carried(op.body.block))
+    names = save_carried(op, unsaved)
     n = trip_count(e, op)
     seeds: list[SSAValue] = [d if (d := douts[k]) is not None else e.full(0.0, op.results[k]) for k in floats]
     zeros = [e.full(0.0, c) for c in caps]
@@ -154,7 +160,8 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
     # the forward's iteration index of backward step k: lb + (n - 1 - k) * step
     back = be.value(arith.SubiOp(be.value(arith.SubiOp(n, index_const(be, 1))), k_arg))
     i = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(back, op.step))))
-    popped = {carried[k]: be.value(PopOp(names[k], carried[k].type)) for k in reversed(range(len(carried)))}
+    popped = {carried[k]: be.full(0.0, inits[k]) if k in unsaved else
+              be.value(PopOp(names[k], carried[k].type, be.dims(inits[k]))) for k in reversed(range(len(carried)))}
     ops, yielded = replay(be, op.body.block, {op.body.block.args[0]: i, **popped})
     sources = [popped[carried[k]] for k in floats] + caps
     grads = sweep(be, ops, sources, [(yielded[k], d) for k, d in zip(floats, d_carried)])
@@ -196,7 +203,8 @@ def pop_and_replay(be: OpBuilder, op: scf.WhileOp, names: list[str], with_body: 
     """Pop one iteration's entering values and recompute before (and the body): (popped, the ops,
     what the last region hands on: before's forwarded values, or the body's next entering values)."""
     args: list[SSAValue] = list(op.before_region.block.args)
-    popped = {args[k]: be.value(PopOp(names[k], args[k].type)) for k in reversed(range(len(args)))}
+    popped = {args[k]: be.value(PopOp(names[k], args[k].type, be.dims(op.arguments[k])))
+              for k in reversed(range(len(args)))}
     ops, sent = replay(be, op.before_region.block, popped)
     sent = sent[1:]  # scf.condition's operands: the condition, then the values sent on
     if with_body:
@@ -295,7 +303,8 @@ def checkpointed_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue |
     j1 = be.value(arith.MinSIOp(be.value(arith.AddiOp(j0, kk)), n))
     lb = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(j0, op.step))))
     ub = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(j1, op.step))))
-    popped = {carried[j]: be.value(PopOp(names[j], carried[j].type)) for j in reversed(range(len(carried)))}
+    popped = {carried[j]: be.value(PopOp(names[j], carried[j].type, be.dims(op.iter_args[j])))
+              for j in reversed(range(len(carried)))}
     rerun = segment
     rerun.operands = [lb, ub, op.step, *(popped[a] for a in carried)]
     be.emit(rerun)

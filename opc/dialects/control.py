@@ -124,3 +124,19 @@ def captured_values(op: Operation) -> list[SSAValue]:
 def inputs_of(op: Operation) -> list[SSAValue]:
     """What op reads: its operands, and for control flow the values its bodies capture too."""
     return [*op.operands, *captured_values(op)] if op.regions else list(op.operands)
+
+
+def in_place_carried(block: Block) -> list[int]:
+    """The carried values a loop body only writes a slot of (`tensor.insert_slice` into the carried
+    value, read by nothing else, yielded as its next value): the host keeps each in one buffer and the
+    body writes just the slot, where turn-taking buffers would copy the whole value every iteration
+    (an RNN's output, a scan's stacked results)."""
+    term = block.last_op
+    assert isinstance(term, scf.YieldOp)
+    out = []
+    for k, (arg, v) in enumerate(zip(block.args[1:], term.operands)):
+        ins = v.owner
+        if (isinstance(ins, tensor.InsertSliceOp) and ins.dest is arg and len(list(arg.uses)) == 1
+                and len(list(v.uses)) == 1 and ins.parent_block() is block):
+            out.append(k)
+    return out

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import cast
 
-from xdsl.dialects import arith
+from xdsl.dialects import arith, tensor
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
 from xdsl.ir import Operation, SSAValue
 
@@ -27,11 +27,12 @@ ELEMENTWISE = (
     opc.ActivationGradOp,
 )  # fmt: skip
 # Index maps that re-index their input (no flat nests), evaluated point-wise in their consumer's nest.
-REINDEXING_MAPS = (opc.SliceOp, opc.GatherOp)
+# (MLIR's tensor.extract_slice / insert_slice with run-time offsets: opc/dialects/slices.py)
+REINDEXING_MAPS = (opc.SliceOp, opc.GatherOp, tensor.ExtractSliceOp)
 INDEX_MAPS = (opc.BroadcastToOp, opc.TransposeOp, *REINDEXING_MAPS)
-INLINABLE = (*ELEMENTWISE, *INDEX_MAPS, opc.FullOp)
+INLINABLE = (*ELEMENTWISE, *INDEX_MAPS, opc.FullOp, opc.IotaOp)
 # Ops that write their result by placing or scattering operands read point-wise.
-PLACEMENTS = (opc.ConcatOp, opc.SliceGradOp, opc.GatherGradOp)
+PLACEMENTS = (opc.ConcatOp, opc.SliceGradOp, opc.GatherGradOp, tensor.InsertSliceOp)
 # Consumers that evaluate their operands point-wise (so a producer can be inlined).
 POINTWISE_CONSUMERS = (*ELEMENTWISE, *INDEX_MAPS, opc.ReduceOp, *PLACEMENTS)
 
@@ -62,7 +63,7 @@ def splat_value(op: Operation) -> float | int:
 def reads_once(v: SSAValue, user: Operation) -> bool:
     """Whether inlining v into a re-indexing map or placement `user` evaluates it no more often
     than materializing it would."""
-    if isinstance(user, (opc.SliceOp, opc.ConcatOp, opc.SliceGradOp)):
+    if isinstance(user, (opc.SliceOp, opc.ConcatOp, opc.SliceGradOp, tensor.ExtractSliceOp, tensor.InsertSliceOp)):
         return True  # every element read at most once (slice_grad's x: never)
     if isinstance(user, (opc.GatherOp, opc.GatherGradOp)):
         # x: only the gathered elements (gather_grad: never), dout: once; the indices once per other position

@@ -9,7 +9,7 @@ Primitives
   select:                      select %cond, %a, %b
   unary:                       neg exp log tanh erf sqrt rsqrt abs relu gelu
                                floor ceil round sin cos tan asin acos atan sinh cosh asinh acosh atanh log1p
-  cast {dtype = T}, bitcast {dtype = T} (same width), full {value}, broadcast_to, reshape, transpose {perm},
+  cast {dtype = T}, bitcast {dtype = T} (same width), full {value}, iota (0, 1, ..., n - 1), broadcast_to, reshape, transpose {perm},
   reduce_sum / reduce_max / reduce_min / reduce_mean {axes, keepdim},
   matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
   index maps: slice {start, limit, strides}, concat {axis}, gather {axis}
@@ -59,6 +59,8 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     FixedBitwidthType,
     Float4E2M1FNType,
+    Float6E2M3FNType,
+    Float6E3M2FNType,
     Float8E4M3FNType,
     Float8E4M3FNUZType,
     Float8E5M2FNUZType,
@@ -105,9 +107,10 @@ from opc.symbolic import Sym
 # Element types
 # ---------------------------------------------------------------------------
 
-# float8 and float4 as ml_dtypes names them: stored in a byte each, computed in f32 (opc-widen)
+# float8, float6 and float4 as ml_dtypes names them: stored in a byte each, computed in f32 (opc-widen)
 NARROW_FLOAT_TYPES = (Float8E4M3FNType, Float8E4M3FNUZType, Float8E5M2Type, Float8E5M2FNUZType, Float8E8M0FNUType,
-                      Float4E2M1FNType)
+                      Float6E2M3FNType, Float6E3M2FNType, Float4E2M1FNType)
+SUB_BYTE_FLOAT_TYPES = (Float6E2M3FNType, Float6E3M2FNType, Float4E2M1FNType)
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type, *NARROW_FLOAT_TYPES)
 SUB_BYTE_WIDTHS = (2, 4)  # i2, ui2, i4, ui4: one element a byte, in its low bits
 MAX_RANK = 8
@@ -131,13 +134,15 @@ def is_narrow(t: Attribute) -> bool:
 
 
 def is_sub_byte(t: Attribute) -> bool:
-    """i2, ui2, i4, ui4, f4E2M1FN: a byte holds one, in its low bits (i1 is a byte holding 0 or 1)."""
-    return isinstance(t, Float4E2M1FNType) or isinstance(t, IntegerType) and t.width.data in SUB_BYTE_WIDTHS
+    """i2, ui2, i4, ui4, f6E2M3FN, f6E3M2FN, f4E2M1FN: a byte holds one, in its low bits (i1 is a byte
+    holding 0 or 1)."""
+    return isinstance(t, SUB_BYTE_FLOAT_TYPES) or isinstance(t, IntegerType) and t.width.data in SUB_BYTE_WIDTHS
 
 
 def is_admitted_element(t: Attribute) -> bool:
     """i1, i8, ui8, i16, ui16, i32, ui32, i64, ui64, f16, bf16, f32, f64 and the low-precision
-    f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ, f8E8M0FNU, f4E2M1FN, i4, ui4, i2, ui2 (SPEC.md: Types)."""
+    f8E4M3FN, f8E4M3FNUZ, f8E5M2, f8E5M2FNUZ, f8E8M0FNU, f6E2M3FN, f6E3M2FN, f4E2M1FN, i4, ui4, i2, ui2
+    (SPEC.md: Types)."""
     if is_float(t):
         return True
     if not isinstance(t, IntegerType):
@@ -978,7 +983,55 @@ class FullOp(OpcOp):
         check_runtime_sizes(self, check_tensor(self.result, "result"), required=True)
 
 
-def check_runtime_sizes(op: FullOp | BroadcastToOp | ReshapeOp, result: TensorType, required: bool) -> None:
+@irdl_op_definition
+class IotaOp(OpcOp):
+    """`%r = opc.iota : () -> tensor<5xf32>`
+
+    0, 1, ..., n - 1 in the result's element type (StableHLO's iota, 1-D); a run-time length is an
+    `index` operand: `%r = opc.iota %n : (index) -> tensor<?xi64>`. ONNX Range imports as start +
+    iota. No gradient: it has no operand one could reach.
+    """
+
+    name = "opc.iota"
+    sizes = var_operand_def(IndexType())
+    result = result_def(TensorType)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> IotaOp:
+        unresolved = parser.parse_optional_undelimited_comma_separated_list(
+            parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand) or []
+        sizes = [parser.resolve_operand(u, IndexType()) for u in unresolved]
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        ftype = parser.parse_function_type()
+        if len(ftype.inputs.data) != len(sizes) or len(ftype.outputs.data) != 1:
+            parser.raise_error("expected `opc.iota %n : (index) -> tensor<?xT>` or `opc.iota : () -> tensor<NxT>`")
+        return cls.create(operands=sizes, result_types=list(ftype.outputs.data), attributes=attrs)
+
+    def print(self, printer: Printer) -> None:
+        if self.sizes:
+            printer.print_string(" ")
+            printer.print_list(self.sizes, printer.print_operand)
+        if self.attributes:
+            printer.print_string(" ")
+            printer.print_attr_dict(self.attributes)
+        printer.print_string(" : (" + ", ".join("index" for _ in self.sizes) + ") -> ")
+        printer.print_attribute(self.result.type)
+
+    def __init__(self, result_type: Attribute, sizes: Sequence[SSAValue] = ()):
+        super().__init__(operands=[list(sizes)], result_types=[result_type])
+
+    def verify_(self) -> None:
+        r = check_tensor(self.result, "result")
+        if len(r.get_shape()) != 1:
+            raise VerifyException(f"gives a 1-D tensor, got {r}")
+        if is_bool(r.element_type):
+            raise VerifyException("counts in a number type, not i1")
+        check_runtime_sizes(self, r, required=True)
+
+
+def check_runtime_sizes(op: FullOp | IotaOp | BroadcastToOp | ReshapeOp, result: TensorType,
+                        required: bool) -> None:
     """The `index` operands give the result's `?` dims, one each, in order (optional where the
     op can derive them: a broadcast's or a reshape's from its operand)."""
     dynamic = sum(1 for d in result.get_shape() if d == DYNAMIC)
@@ -2985,9 +3038,8 @@ Opc = Dialect(
         BitwiseNotOp, ShiftLeftOp, ShiftRightOp, GreaterThanOp, LessThanOp, EqualOp, SelectOp, NegOp, ExpOp,
         LogOp, TanhOp, ErfOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
         CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
-        BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
-        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, NonzeroOp, TopkOp, UniqueOp,
-        NonMaxSuppressionOp,
+        IotaOp, BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
+        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, NonzeroOp, TopkOp, UniqueOp, NonMaxSuppressionOp,
         FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
         SoftmaxCrossEntropyOp, ConvOp, FusedConvEpilogueOp, ConvTransposeOp, MaxPoolOp, AvgPoolOp, BatchNormOp,
         InstanceNormOp, GroupNormOp, AttentionOp, CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,

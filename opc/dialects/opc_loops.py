@@ -6,6 +6,8 @@ arith and math dialects do not already give the loop level of opc.
   opc_loops.external_call  a device's own kernel for one op instance (runtime/opc_kernel.h)
   opc_loops.call           a runtime kernel (runtime/opc_nn.h, opc_nn.cuh) on buffers
   opc_loops.check_index    an index read from a tensor, checked against its axis
+  opc_loops.check_bound    a run-time offset or size in [0, bound), checked on the host
+                           before a slice is read or written; else the call fails
   opc_loops.raise_status   return the status a failed check recorded
                            (the run-time status protocol: runtime/opc_status.h)
 
@@ -242,6 +244,27 @@ class CheckIndexOp(IRDLOperation):
 
 
 @irdl_op_definition
+class CheckBoundOp(IRDLOperation):
+    """`opc_loops.check_bound %offset, %bound {code = -1}`
+
+    Host code before a nest: `value` outside [0, bound) ends the function at once with status
+    `code` and the value as its detail (a slice's offset or size known only at run time), so the
+    nest after it never reads or writes out of bounds. No status record: it works the same on the
+    CPU and on the host side of the CUDA target.
+    """
+
+    name = "opc_loops.check_bound"
+    value = operand_def(IndexType())
+    bound = operand_def(IndexType())
+    code = prop_def(IntegerAttr)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$value `,` $bound attr-dict"
+
+    def __init__(self, value: SSAValue, bound: SSAValue, code: int):
+        super().__init__(operands=[value, bound], properties={"code": IntegerAttr(code, i64)})
+
+
+@irdl_op_definition
 class RaiseStatusOp(IRDLOperation):
     """`opc_loops.raise_status %status : memref<2xi64>`: when a check failed, the
     function ends here and returns the recorded (negative) status."""
@@ -266,4 +289,4 @@ def function_errors(fn: Operation) -> list[tuple[str, str]]:
     return [(site.data[0].data, site.data[1].data) for site in attr.data]
 
 
-OpcLoops = Dialect("opc_loops", [GemmOp, ExternalCallOp, CallOp, CheckIndexOp, RaiseStatusOp], [])
+OpcLoops = Dialect("opc_loops", [GemmOp, ExternalCallOp, CallOp, CheckIndexOp, CheckBoundOp, RaiseStatusOp], [])

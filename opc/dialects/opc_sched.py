@@ -29,7 +29,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import IsTerminator
 
-KERNEL_KINDS = ("elementwise", "row", "reduction", "gemm", "library", "external", "view", "constant")
+KERNEL_KINDS = ("elementwise", "row", "reduction", "gemm", "library", "placement", "external", "view", "constant")
 
 
 @irdl_op_definition

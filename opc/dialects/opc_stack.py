@@ -16,6 +16,8 @@ dropped).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from xdsl.dialects.builtin import IndexType, StringAttr
 from xdsl.ir import Attribute, Dialect, SSAValue
 from xdsl.irdl import (
@@ -25,6 +27,7 @@ from xdsl.irdl import (
     operand_def,
     prop_def,
     result_def,
+    var_operand_def,
 )
 
 
@@ -42,14 +45,17 @@ class PushOp(IRDLOperation):
 
 @irdl_op_definition
 class PopOp(IRDLOperation):
+    """`sizes`: the run-time sizes of the result's `?` dims (the pushed value's), as tensor.empty's."""
+
     name = "opc_stack.pop"
+    sizes = var_operand_def(IndexType())
     result = result_def()
     stack = prop_def(StringAttr)
     irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "attr-dict `:` type($result)"
+    assembly_format = "(`(` $sizes^ `)`)? attr-dict `:` type($result)"
 
-    def __init__(self, stack: str, result_type: Attribute):
-        super().__init__(result_types=[result_type], properties={"stack": StringAttr(stack)})
+    def __init__(self, stack: str, result_type: Attribute, sizes: Sequence[SSAValue] = ()):
+        super().__init__(operands=[list(sizes)], result_types=[result_type], properties={"stack": StringAttr(stack)})
 
 
 @irdl_op_definition

@@ -29,15 +29,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
 
-from xdsl.dialects import arith, func, tensor
+from xdsl.dialects import arith, func, scf, tensor
 from xdsl.dialects.builtin import IndexType
 from xdsl.ir import Operation, SSAValue
 
-from opc.dialects import opc
+from opc.dialects import opc, slices
+from opc.dialects.control import CONTROL_OPS
 from opc.dialects.kinds import ELEMENTWISE
 from opc.dialects.opc import DYNAMIC, SYMBOLIC_SHAPES, shaped_type
+from opc.dialects.opc_stack import PopOp
 from opc.errors import UnsupportedError
-from opc.symbolic import Size, Sym, SymbolicComparison, exact_quotient, product_quotient
+from opc.symbolic import Size, Sym, SymbolicComparison, exact_quotient, parsed, product_quotient
 
 Shape = tuple[Size, ...]
 
@@ -72,6 +74,7 @@ class FunctionSizes:
     sources: dict[str, tuple[SSAValue, int]] = field(default_factory=dict)  # symbol -> (argument or result, dim)
     data: dict[str, DataSize] = field(default_factory=dict)  # symbol -> the op computing it from data
     predicted: dict[str, str] = field(default_factory=dict)  # data symbol -> why it equals a size known before
+    calls: dict[Operation, list[Size]] = field(default_factory=dict)  # a body's call -> its size arguments
     count: int = 0
 
     # -- symbols -----------------------------------------------------------------------
@@ -186,6 +189,9 @@ class FunctionSizes:
     def visit(self, op: Operation) -> None:
         if isinstance(op, func.ReturnOp):
             return
+        if isinstance(op, (*CONTROL_OPS, scf.YieldOp, scf.ConditionOp, func.CallOp)):
+            self.visit_control(op)
+            return
         tensors = [v for v in (*op.operands, *op.results) if isinstance(v.type, opc.TensorType)]
         dynamic = any(DYNAMIC in shaped_type(v).get_shape() for v in tensors)
         if isinstance(op, tensor.DimOp):
@@ -215,6 +221,85 @@ class FunctionSizes:
                 if isinstance(got, Sym) and got.is_symbol() and got.render() in self.data:
                     self.sources.setdefault(got.render(), (r, d))  # where tensor.dim reads it (the importer)
             self.shapes[r] = tuple(out)
+
+    # -- control flow (after opc-outline-control-flow: its regions call the lowered bodies) --------
+
+    def visit_control(self, op: Operation) -> None:
+        """A loop's carried values keep their sizes (the body's yields are unified with them), an
+        if's results are its branches' (unified), a body's call gives its results' sizes from the
+        lowered body's, with the body's sizes read off the call's operands."""
+        if isinstance(op, scf.ForOp):
+            self.carry(op.iter_args, op.body.block.args[1:], op.results)
+        elif isinstance(op, scf.WhileOp):
+            self.carry(op.arguments, op.before_region.block.args, [])
+        elif isinstance(op, scf.ConditionOp):
+            loop = op.parent_op()
+            assert isinstance(loop, scf.WhileOp)
+            self.carry(op.args, loop.after_region.block.args, loop.results)
+        elif isinstance(op, scf.YieldOp):
+            self.yielded(op)
+        elif isinstance(op, func.CallOp):
+            self.call(op)
+
+    def carry(self, values: Sequence[SSAValue], *targets: Sequence[SSAValue]) -> None:
+        for group in targets:
+            for v, t in zip(values, group):
+                if isinstance(v.type, opc.TensorType):
+                    self.shapes[t] = self.shape(v)
+
+    def yielded(self, op: scf.YieldOp) -> None:
+        around = op.parent_op()
+        if isinstance(around, scf.ForOp):
+            targets: Sequence[SSAValue] = around.body.block.args[1:]
+        elif isinstance(around, scf.WhileOp):
+            targets = around.before_region.block.args
+        else:
+            assert isinstance(around, scf.IfOp)
+            targets = around.results
+        for k, (v, t) in enumerate(zip(op.operands, targets)):
+            if t not in self.shapes:
+                self.shapes[t] = self.shape(v)
+                continue
+            for d, (a, b) in enumerate(zip(self.shape(t), self.shape(v))):
+                self.unify(a, b, f"{around.name} value #{k} dim {d} (a loop-carried value keeps its sizes, the "
+                                 "branches of an if give the same)")
+
+    def call(self, op: func.CallOp) -> None:
+        """A call of a lowered body (opc/lowering/control_flow_lowering.py): its `?` sizes in the
+        caller's terms, its size checks made the caller's."""
+        callee = self.lowered(op.callee.root_reference.data)
+        shapes = lowered_shapes(callee) if callee is not None else None
+        if shapes is None:  # a body of static sizes
+            for r in op.results:
+                if isinstance(r.type, opc.TensorType):
+                    self.shapes[r] = tuple(shaped_type(r).get_shape())
+            return
+        names, checks = lowered_sizes(callee)  # type: ignore[arg-type]
+        given = [self.shape(v) for v in op.arguments]
+        where = f"the body @{op.callee.root_reference.data}"
+        env: dict[str, Size] = {}
+        for shape, dims in zip(shapes, given):  # a body's size is first an argument's lone dim
+            for want, got in zip(shape, dims):
+                if isinstance(want, str) and want in names:
+                    env.setdefault(want, got)
+        missing = [n for n in names if n not in env]
+        if missing:
+            raise UnsupportedError(f"{where}: its run-time size {missing[0]} is no argument's dim")
+        for k, (shape, dims) in enumerate(zip(shapes, given)):
+            for d, (want, got) in enumerate(zip(shape, dims)):
+                self.unify(got, substitute(want, env), f"{where} argument #{k} dim {d}")
+        for lhs, rhs, what in checks:
+            self.unify(substitute(lhs, env), substitute(rhs, env), f"{where}: {what}")
+        for r, shape in zip(op.results, shapes[len(given):]):
+            self.shapes[r] = tuple(substitute(d, env) for d in shape)
+        self.calls[op] = [env[n] for n in names]
+
+    def lowered(self, name: str) -> Operation | None:
+        module = self.fn.parent_op() if self.fn is not None else None
+        if module is None:
+            return None
+        return next((f for f in module.regions[0].block.ops
+                     if isinstance(f, func.FuncOp) and f.sym_name.data == name), None)
 
     def index_value(self, op: Operation) -> Size | None:
         """The size an `index` op computes from sizes (constants, tensor.dim, + - *), else None."""
@@ -270,6 +355,34 @@ class FunctionSizes:
                 size = d if size == 1 else self.unify(size, d, f"{what}: dim {i} of the broadcast operands")
             out.append(size)
         return tuple(out)
+
+
+def lowered_shapes(fn: Operation) -> list[tuple[int | str, ...]] | None:
+    """A lowered function's input and output shapes (opc/lowering/size_lowering.py's attribute)."""
+    attr = fn.attributes.get("opc.arg_shapes")
+    if attr is None:
+        return None
+    return [tuple(int(d.data) if d.data.lstrip("-").isdigit() else d.data for d in shape.data)  # type: ignore
+            for shape in attr.data]  # type: ignore[attr-defined]
+
+
+def lowered_sizes(fn: Operation) -> tuple[list[str], list[tuple[str, str, str]]]:
+    names, checks = fn.attributes.get("opc.sizes"), fn.attributes.get("opc.size_checks")
+    return ([n.data for n in names.data] if names is not None else [],  # type: ignore[attr-defined]
+            [tuple(p.data for p in c.data) for c in checks.data] if checks is not None else [])  # type: ignore
+
+
+def substitute(d: int | str, env: Mapping[str, Size]) -> Size:
+    """A lowered body's size (a number, or a polynomial's text in its symbols) in the caller's sizes."""
+    if isinstance(d, int):
+        return d
+    total: Size = 0
+    for coeff, names in parsed(d):
+        term: Size = coeff
+        for n in names:
+            term = term * env[n]
+        total = total + term
+    return total
 
 
 def symbol_number(s: Sym) -> int:
@@ -421,6 +534,31 @@ def slice_(s: FunctionSizes, op: opc.SliceOp) -> list[Shape]:
                   for n, d, a, b, st in zip(x, declared, start, limit, strides))]
 
 
+def slice_size(s: FunctionSizes, op: Operation, n: int | SSAValue) -> Size:
+    if isinstance(n, int):
+        return n
+    if n not in s.scalars:
+        raise UnsupportedError(f"{op.name}: a run-time size that is not computed from sizes (tensor.dim, constants, "
+                               "+ - *): the slice's size must be known when the function is called")
+    return s.scalars[n]
+
+
+@shape_rule(tensor.ExtractSliceOp)
+def extract_slice(s: FunctionSizes, op: tensor.ExtractSliceOp) -> list[Shape]:
+    """The slice's dims are its sizes (a size operand: the size it computes), unit dims dropped."""
+    p = slices.params(op)
+    return [tuple(slice_size(s, op, p.sizes[d]) for d in p.kept)]
+
+
+@shape_rule(tensor.InsertSliceOp)
+def insert_slice(s: FunctionSizes, op: tensor.InsertSliceOp) -> list[Shape]:
+    """The dest's shape; the source's dims are the slice's sizes."""
+    p = slices.params(op)
+    for k, (d, got) in enumerate(zip(p.kept, s.shape(op.source))):
+        s.unify(got, slice_size(s, op, p.sizes[d]), f"{op.name} source dim {k}")
+    return [s.shape(op.dest)]
+
+
 @shape_rule(opc.GatherOp)
 def gather(s: FunctionSizes, op: opc.GatherOp) -> list[Shape]:
     x, idx, axis = s.shape(op.x), s.shape(op.indices), op.axis_index()
@@ -467,11 +605,20 @@ def non_max_suppression(s: FunctionSizes, op: opc.NonMaxSuppressionOp) -> list[S
     return [(s.fresh_data(op, math.prod(s.shape(op.scores)), "the rows"), 3)]
 
 
-@shape_rule(opc.FullOp)
-def full(s: FunctionSizes, op: opc.FullOp) -> list[Shape]:
+@shape_rule(opc.FullOp, opc.IotaOp)
+def full(s: FunctionSizes, op: opc.FullOp | opc.IotaOp) -> list[Shape]:
     given = s.size_operands(op, op.result)
     if given is None:
-        raise UnsupportedError("opc.full with `?` dims takes their sizes as index operands")
+        raise UnsupportedError(f"{op.name} with `?` dims takes their sizes as index operands")
+    return [tuple(given)]
+
+
+@shape_rule(PopOp)
+def pop(s: FunctionSizes, op: PopOp) -> list[Shape]:
+    """A loop's saved value: its `?` sizes as operands (the pushed value's, opc/autodiff/control_flow.py)."""
+    given = s.size_operands(op, op.result)
+    if given is None:
+        raise UnsupportedError("opc_stack.pop with `?` dims takes their sizes as index operands")
     return [tuple(given)]
 
 

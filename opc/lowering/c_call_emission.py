@@ -22,6 +22,7 @@ from opc.dialects.opc_loops import (
     GEMM_SIZES,
     RUNTIME_SIZE,
     CallOp,
+    CheckBoundOp,
     CheckIndexOp,
     ExternalCallOp,
     GemmOp,
@@ -39,7 +40,7 @@ KERNEL_DTYPES = {"i1": "OPC_DTYPE_BOOL", "i8": "OPC_DTYPE_I8", "ui8": "OPC_DTYPE
                  "f8E4M3FNUZ": "OPC_DTYPE_F8E4M3FNUZ", "f8E5M2": "OPC_DTYPE_F8E5M2",
                  "f8E5M2FNUZ": "OPC_DTYPE_F8E5M2FNUZ", "f8E8M0FNU": "OPC_DTYPE_F8E8M0FNU",
                  "f4E2M1FN": "OPC_DTYPE_F4E2M1FN", "i4": "OPC_DTYPE_I4", "ui4": "OPC_DTYPE_U4", "i2": "OPC_DTYPE_I2",
-                 "ui2": "OPC_DTYPE_U2"}  # fmt: skip
+                 "ui2": "OPC_DTYPE_U2", "f6E2M3FN": "OPC_DTYPE_F6E2M3FN", "f6E3M2FN": "OPC_DTYPE_F6E3M2FN"}  # fmt: skip
 
 KERNEL_HOST = f"""#include "opc_kernel.h"
 static _Thread_local char opc_kernel_message_buf[OPC_KERNEL_MESSAGE_SIZE];
@@ -190,6 +191,11 @@ class CallEmission(EmitterState):
         wrap = int(op.wrap.value.data != 0)
         self.line(f"const int64_t {self.name(op.result)} = opc_check_index({self.name(op.raw)}, {size}, {wrap}, "
                   f"{self.name(op.status)}, {code});")
+
+    def emit_CheckBoundOp(self, op: CheckBoundOp) -> None:
+        v, bound = self.name(op.value), self.name(op.bound)
+        self.line(f"if ({v} < 0 || {v} >= {bound}) {{ opc_error_detail = {v}; status = {op.code.value.data}; "
+                  "goto cleanup; }")
 
     def emit_RaiseStatusOp(self, op: RaiseStatusOp) -> None:
         s = self.name(op.status)

@@ -16,8 +16,6 @@ A part of CEmitter (c_emitter.py), which mixes it in.
 
 from __future__ import annotations
 
-import math
-
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
@@ -27,6 +25,7 @@ from opc.dialects.kinds import element_of
 from opc.dialects.opc_stack import DepthOp, PopIntoOp, PushOp
 from opc.lowering.abi import ENTRY_PREFIX
 from opc.lowering.c_expressions import ARENA_ALIGN, c_type
+from opc.lowering.c_memory_emission import c_product
 from opc.lowering.c_text import c_symbol
 from opc.lowering.control_flow_lowering import (
     HOST_ATTR,
@@ -166,8 +165,8 @@ class ControlEmission(EmitterState):
     def emit_stack_op(self, op: PushOp | PopIntoOp) -> None:
         buf = op.value if isinstance(op, PushOp) else op.buffer
         t = buf.type
-        assert isinstance(t, MemRefType) and all(d >= 0 for d in t.get_shape()), "a saved value of static shape"
-        size = f"(size_t){math.prod(t.get_shape())} * sizeof({c_type(element_of(buf))})"
+        assert isinstance(t, MemRefType)
+        size = f"(size_t)({c_product(self.dims_of(buf))}) * sizeof({c_type(element_of(buf))})"  # run-time sizes too
         if isinstance(op, PushOp):
             self.line(f"if (opc_stack_push({self.name(buf)}, {size})) {{ status = {self.stack_oom_status}; "
                       "goto cleanup; }")

@@ -19,6 +19,7 @@ The loops are scf ops on memrefs marked `opc.host`; the C emitter writes them as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, memref, scf, tensor
@@ -26,6 +27,8 @@ from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, UnitAttr, i
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from opc.dialects.control import MAX_TRIPS_ATTR
+from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.opc import DYNAMIC
 from opc.dialects.opc_loops import function_errors
 from opc.dialects.opc_stack import PopIntoOp, PopOp, PushOp
 from opc.lowering.scalars import memref_of
@@ -108,19 +111,36 @@ def call_body(fl, op: Operation, callee: str, args: list[SSAValue]) -> func.Call
     lowered = next(f for f in st.module.ops if isinstance(f, func.FuncOp) and f.sym_name.data == callee)
     base = len(fl.checks.sites)
     fl.checks.sites.extend(function_errors(lowered))
-    call = func.CallOp(callee, args, [])
+    call = func.CallOp(callee, [*args, *body_sizes(fl, op, callee)], [])
     call.attributes[STATUS_BASE_ATTR] = IntegerAttr(base, i64)
     return call
 
 
-def alloc(fl, t: MemRefType, hint: str | None) -> SSAValue:  # noqa: ANN001
-    buf = fl.e.value(memref.AllocOp([], [], t))
+def body_sizes(fl, op: Operation, callee: str) -> list[SSAValue]:  # noqa: ANN001
+    """The run-time sizes a body takes after its buffers, as the size analysis read them off the
+    call in op's region (opc/dialects/sizes.py)."""
+    if fl.sizes is None:
+        return []
+    call = next((o for o in op.walk() if isinstance(o, func.CallOp) and o.callee.root_reference.data == callee), None)
+    return [fl.size_value(fl.sizes.resolve(d)) for d in fl.sizes.calls.get(call, [])]
+
+
+def alloc(fl, t: MemRefType, hint: str | None, like: SSAValue | None = None) -> SSAValue:  # noqa: ANN001
+    """A buffer of type t; of like's run-time sizes where t has `?` dims."""
+    if like is not None and DYNAMIC in t.get_shape():
+        buf = fl.alloc(shape_of(like), t.get_element_type())
+    else:
+        buf = fl.e.value(memref.AllocOp([], [], t))
     buf.name_hint = hint
     fl.allocs.append(buf)
     return buf
 
 
 def set_result(fl, r: SSAValue, buf: SSAValue) -> None:  # noqa: ANN001
+    if DYNAMIC in memref_of(r.type).get_shape() and not isinstance(buf.owner, (memref.AllocOp,
+                                                                            memref.ReinterpretCastOp)):
+        buf = fl.view(buf, shape_of(r), element_of(r))  # a loop's result: its sizes made known to the C code
+        buf.name_hint = r.name_hint
     fl.buffers[r] = buf
     if r in fl.returned:
         fl.copy_into_output(r)
@@ -140,20 +160,27 @@ def lower_if(fl, op: scf.IfOp) -> None:  # noqa: ANN001
     fl.e.emit(new)
 
 
-def rotation(fl, values: list[SSAValue]) -> tuple[list[SSAValue], list[MemRefType]]:  # noqa: ANN001
+def rotation(fl, values: list[SSAValue], in_place: Sequence[int] = ()  # noqa: ANN001
+             ) -> tuple[list[SSAValue], list[MemRefType]]:
     """The initial (cur, nxt, oth) of loop-carried values: cur reads the initial value in place,
-    nxt and oth two buffers of the function's."""
+    nxt and oth two buffers of the function's. A value updated in place (opc-outline-control-flow's
+    in_place_carried) is one buffer in all three places, the initial value copied into it once."""
     types = [memref_of(v.type) for v in values]
     inits = [fl.operand_buffer(v) for v in values]
-    nxt = [alloc(fl, t, f"{v.name_hint or 'carried'}_a") for v, t in zip(values, types)]
-    oth = [alloc(fl, t, f"{v.name_hint or 'carried'}_b") for v, t in zip(values, types)]
+    nxt = [alloc(fl, t, f"{v.name_hint or 'carried'}_a", v) for v, t in zip(values, types)]
+    oth = [alloc(fl, t, f"{v.name_hint or 'carried'}_b", v) if k not in in_place else nxt[k]
+           for k, (v, t) in enumerate(zip(values, types))]
+    for k in in_place:
+        v, buf = values[k], nxt[k]
+        fl.e.parallel(shape_of(v), lambda idx, v=v, buf=buf: fl.e.store(fl.value_at(v, idx), buf, idx))
+        inits[k] = buf
     return [*inits, *nxt, *oth], types
 
 
 def lower_for(fl, op: scf.ForOp) -> None:  # noqa: ANN001
     rec = state(fl).records[op]
     n = len(op.iter_args)
-    start, types = rotation(fl, list(op.iter_args))
+    start, types = rotation(fl, list(op.iter_args), rec.in_place)
     ibuf = alloc(fl, MemRefType(i64, []), "iv") if rec.reads_index else None
     body = Block(arg_types=[op.body.block.args[0].type, *types * 3])
     iv, carried = body.args[0], list(body.args[1:])
@@ -181,7 +208,7 @@ def lower_while(fl, op: scf.WhileOp) -> None:  # noqa: ANN001
     n = len(op.arguments)
     start, types = rotation(fl, list(op.arguments))
     flag = alloc(fl, MemRefType(i1, []), "cond")
-    fresh = [alloc(fl, memref_of(r.type), r.name_hint) for r, p in zip(op.results, rec.passthrough) if p is None]
+    fresh = [alloc(fl, memref_of(r.type), r.name_hint, r) for r, p in zip(op.results, rec.passthrough) if p is None]
     before = Block(arg_types=types * 3)
     cur = list(before.args[:n])
     before.add_op(call_body(fl, op, rec.callees[0], [*(fl.operand_buffer(v) for v in rec.captured[0]), *cur,

@@ -160,7 +160,8 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         super().declare_locals(fn, owned)
         for v in (op for op in fn.walk() if isinstance(op, memref.ReinterpretCastOp)):
             const = "const " if self.is_const_view(v) else ""
-            self.line(f"{const}{c_type(element_of(v.result))} *{self.name(v.result)} = NULL;")
+            # maybe_unused: a loop's result is viewed with its run-time sizes, read or not
+            self.line(f"[[maybe_unused]] {const}{c_type(element_of(v.result))} *{self.name(v.result)} = NULL;")
         for op in fn.body.block.ops:
             if self.is_host_scalar(op):
                 r = op.results[0]  # maybe_unused: a view's stride is not read by the offsets
@@ -279,7 +280,9 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         elif HOST_ATTR in op.attributes:  # C++ forbids a goto (to cleanup) past an initialised declaration
             at = len(self.lines)
             super().emit_op(op)
-            self.lines[at:] = [uninitialised(line) for line in self.lines[at:]]
+            # a host constant may go unread (a tensor.dim's index once the size is known)
+            unread = "[[maybe_unused]] " if isinstance(op, arith.ConstantOp) else ""
+            self.lines[at:] = [unread + uninitialised(line) for line in self.lines[at:]]
         else:
             super().emit_op(op)
 

@@ -26,6 +26,7 @@ from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
 from opc.errors import UnsupportedError
 from opc.lowering.c_expressions import c_type
 from opc.lowering.c_memory_emission import c_product, dynamic_size_operands, has_dynamic_dims
+from opc.lowering.control_flow_lowering import HOST_ATTR
 from opc.lowering.emitter_state import CudaEmitterState
 from opc.lowering.row_kernel_lowering import ROW_KERNEL_ATTR
 
@@ -51,6 +52,11 @@ COMBINES = {
 INT_EXTREMA = (arith.MaxSIOp, arith.MaxUIOp, arith.MinSIOp, arith.MinUIOp)
 
 CONST_DECL = re.compile(r"^\s*const [\w ]+?\**\s*(\w+) = .*;$")
+
+
+def is_host_value(v: SSAValue) -> bool:
+    """A scalar the host computed before the kernel (a slice's run-time offset): passed by value."""
+    return isinstance(v.owner, Operation) and HOST_ATTR in v.owner.attributes and not isinstance(v.type, MemRefType)
 
 
 def launch(work: int | str, per: int, team: int = BLOCK) -> tuple[int, int | str]:
@@ -178,7 +184,7 @@ class KernelEmission(CudaEmitterState):
                 const = "const " if v in self.const_ptrs else ""
                 params.append(f"{const}{c_type(element_of(v))} *{self.name(v)}")
                 args.append(self.name(v))
-            elif v in self.host_scalars:
+            elif v in self.host_scalars or is_host_value(v):
                 params.append(f"const {c_type(v.type)} {self.name(v)}")
                 args.append(self.name(v))
             else:

@@ -28,7 +28,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import arith, func, memref, scf, tensor
 from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
@@ -46,6 +46,7 @@ from opc.dialects.control import is_host_op
 from opc.dialects.kinds import ELEMENTWISE, INLINABLE, element_of, is_splat_constant, shape_of
 from opc.dialects.opc_loops import ExternalCallOp
 from opc.dialects.sizes import FunctionSizes, Shape, analyze, has_dynamic_shapes, symbolic_shapes
+from opc.dialects.slices import SLICE_OPS
 from opc.errors import UnsupportedError
 from opc.lowering import nn_lowering as nn
 from opc.lowering.control_flow_lowering import ControlState, lower_host_op
@@ -59,6 +60,7 @@ from opc.lowering.scalars import (
     memref_of,
 )
 from opc.lowering.size_lowering import SizeLowering
+from opc.lowering.slice_lowering import emit_checks, host_index, known_size, lower_insert_slice
 from opc.targets.device_kernels import external_symbol, kernel_attributes
 from opc.transforms.opc_outline_control_flow import BODY_ATTR, is_body, outline_control_flow
 from opc.transforms.opc_schedule import Kernel, plan, unwrap_kernels
@@ -196,6 +198,8 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         for op in self.fn.body.block.ops:
             if isinstance(op, func.ReturnOp):
                 break
+            if isinstance(op, SLICE_OPS):
+                emit_checks(self, op)  # on the host, before any nest reads or writes the slice
             if op in self.inlined or (is_size_op(op) and not feeds_host(op)):
                 continue
             before = self.entry.last_op
@@ -261,7 +265,9 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
 
     def lower_op(self, op: Operation) -> None:
         self.memo = {}
-        if is_host_op(op):  # control flow and scalars (opc/lowering/control_flow_lowering.py)
+        if isinstance(op, tensor.DimOp):  # read on the host (a loop bound): a number or a size parameter's
+            self.buffers[op.result] = host_index(self, known_size(self, op.result))
+        elif is_host_op(op):  # control flow and scalars (opc/lowering/control_flow_lowering.py)
             lower_host_op(self, op)
         elif (symbol := external_symbol(op)) is not None:
             self.lower_external(op, symbol)
@@ -284,6 +290,8 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
             self.lower_fused_gemm_grad(op)
         elif isinstance(op, opc.ReshapeOp):
             self.lower_reshape(op)
+        elif isinstance(op, tensor.InsertSliceOp):
+            lower_insert_slice(self, op)
         elif type(op) in nn.LOWERINGS:
             nn.LOWERINGS[type(op)](self, op)
         else:
@@ -298,16 +306,16 @@ def is_size_op(op: Operation) -> bool:
 
 def feeds_host(op: Operation) -> bool:
     """Whether an index op is read on the host (a loop bound, a condition, an induction variable's
-    arithmetic): then it is lowered as scalar code, not left to the size analysis."""
-    return any(is_host_op(u.operation) and (not is_size_op(u.operation) or feeds_host(u.operation))
-               for r in op.results for u in r.uses)
+    arithmetic, a slice's offset): then it is lowered as scalar code, not left to the size analysis."""
+    return any((is_host_op(u.operation) and (not is_size_op(u.operation) or feeds_host(u.operation)))
+               or isinstance(u.operation, SLICE_OPS) for r in op.results for u in r.uses)
 
 
 def drop_size_operands(fn: func.FuncOp) -> None:
     """The ops' `index` size operands go once the size analysis has read them: the lowering reads
     every size from the analysis, and its nests walk tensor operands only."""
     for op in fn.walk():
-        if isinstance(op, (opc.FullOp, opc.BroadcastToOp, opc.ReshapeOp)) and op.sizes:
+        if isinstance(op, (opc.FullOp, opc.IotaOp, opc.BroadcastToOp, opc.ReshapeOp)) and op.sizes:
             op.operands = [o for o in op.operands if not isinstance(o.type, IndexType)]
     for op in reversed(list(fn.body.block.ops)):  # the size ops, now unused: tensor.dim, index arithmetic
         if is_size_op(op) and not any(r.uses for r in op.results):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from xdsl.dialects import arith, tensor
+from xdsl.dialects.builtin import i64
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc
@@ -20,6 +22,7 @@ from opc.lowering.scalars import (
     full_value,
     scalar_op,
 )
+from opc.lowering.slice_lowering import extract_value
 
 
 class PointwiseLowering(LoweringState):
@@ -69,8 +72,12 @@ class PointwiseLowering(LoweringState):
         assert isinstance(op, Operation) and op in self.inlined, f"{v} is neither buffered nor inlined"
         if isinstance(op, opc.FullOp):
             return e.const(full_value(op.value.value.data, element_of(v)), element_of(v))
+        if isinstance(op, opc.IotaOp):  # the index itself, in the element type
+            return e.convert(e.value(arith.IndexCastOp(idx[0], i64)), i64, element_of(v))
         if is_splat_constant(op):
             return e.const(splat_value(op), element_of(v))
+        if isinstance(op, tensor.ExtractSliceOp):
+            return extract_value(self, op, idx)
         if isinstance(op, REINDEXING_MAPS):
             return nn.index_map_value(self, op, idx)
         return None

@@ -11,8 +11,11 @@ their bodies imported inline where everything is known at compile time.
           carried sequences need the counts at compile time and unroll, as below;
           known at compile time: unrolled, the iteration number a constant in the body, so slices by
           it fold; the loop stops where the body's condition, evaluated at compile time, is false;
-    Scan  the sequence length is a static dimension; each step slices the
-          scan inputs, and the scan outputs are stacked at the end.
+    Scan  an `scf.for` over the sequence (static or a run-time size), the body imported once: each
+          step reads its slices of the scan inputs (tensor.extract_slice at the loop index) and
+          writes its scan outputs' elements into the stacked results (tensor.insert_slice, one
+          buffer each); where the body's state changes type it unrolls as below. Opset 8's
+          batched Scan unrolls.
 
 Unrolling keeps gradients through every step (the autodiff sees plain ops) at
 the cost of code size linear in the trip count, so the trip count is capped.
@@ -26,15 +29,17 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from xdsl.dialects import arith, scf, tensor
-from xdsl.dialects.builtin import IntegerAttr, TensorType, i1, i64
+from xdsl.dialects.builtin import IndexType, IntegerAttr, TensorType, i1, i64
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
 from opc.errors import UnsupportedError
 from opc.onnx_import.common import Value, Values
-from opc.onnx_import.graph import Node, converter
+from opc.onnx_import.graph import Node, NodeEmitter, converter
 from opc.onnx_import.lists import Item, Items, Opt, Seq, is_list
+from opc.symbolic import Size, Sym
 
 MAX_UNROLL = 4096  # body copies one node may unroll into
 
@@ -307,6 +312,9 @@ def scan(node: Node) -> Values:
     if len(lengths) != 1:
         raise node.fail(f"its scan inputs have different sequence lengths {sorted(lengths)}")
     (length,) = lengths
+    looped = scan_loop(node, inputs[:n_state], scanned, in_axes, in_dirs, length, out_axes, out_dirs)
+    if looped is not None:
+        return looped
     check_trips(node, length)
     state, outs = unroll_scan(node, inputs[:n_state], scanned, in_axes, in_dirs, length)
     results = list(state)
@@ -315,6 +323,81 @@ def scan(node: Node) -> Values:
         rank = len(type_of(steps[0])[1]) + 1
         results.append(stack(node, steps, node.axis(out_axes[k], rank)))
     return results
+
+
+def scan_loop(node: Node, state: Values, scanned: Values, axes: Sequence[int], directions: Sequence[int],
+              length: Size, out_axes: Sequence[int], out_directions: Sequence[int]) -> Values | None:
+    """Scan as one scf.for over the sequence, its body imported once: each step reads its slices of
+    the scanned inputs (tensor.extract_slice at the loop index, from the end where reversed), carries
+    the state, and writes each scan output's element into its stacked result (tensor.insert_slice;
+    one buffer, written a slot per step). None where the body's state leaves with another type than
+    it enters with (then the steps unroll)."""
+    e = node.e
+    state_v = [as_value(node, v) for v in state]
+    scanned_v = [as_value(node, x) for x in scanned]
+    rev = any(directions) or any(out_directions)
+    last = e.value(arith.SubiOp(size_index(e, length), index(e, 1))) if rev else None
+    carried_types = [v.type for v in state_v]
+
+    def build(args: Sequence[SSAValue]) -> Items:
+        if e.tracker is not None:  # the state has the sizes it enters with
+            e.tracker.sizes.carry(state_v, args[1:])
+        i = args[0]
+        back = e.value(arith.SubiOp(last, i)) if last is not None else i
+        slices_ = [slice_at(e, x, a, back if d else i) for x, a, d in zip(scanned_v, axes, directions)]
+        return import_body(node, "body", [*args[1:], *slices_])
+
+    block, out = in_region(node, [IndexType(), *carried_types], build)
+    if any(is_list(v) for v in out):
+        return None
+    outer, e.ops = e.ops, []
+    values = [as_value(node, v) for v in out]  # type: ignore[arg-type]
+    block.add_ops(e.ops)
+    e.ops = outer
+    new_state, elems = values[:len(state_v)], values[len(state_v):]
+    if [v.type for v in new_state] != carried_types:
+        return None
+    inits = []
+    for v in elems:
+        shape = [length, *shape_of(v)]
+        inits.append(e.value(o.FullOp(0.0, o.tensor(shape, element_of(v)), e.size_operands(shape))))
+    bufs = [block.insert_arg(v.type, len(block.args)) for v in inits]
+    if e.tracker is not None:
+        e.tracker.sizes.carry(inits, bufs)
+    outer, e.ops = e.ops, []
+    i = block.args[0]
+    back = e.value(arith.SubiOp(last, i)) if last is not None else i
+    stacked = [e.value(slices.insert_slice(v, buf, [back if d else i, *[0] * len(shape_of(v))],
+                                           [1, *shape_of(v)], [1] * (1 + len(shape_of(v)))))
+               for v, buf, d in zip(elems, bufs, out_directions)]
+    block.add_ops([*e.ops, scf.YieldOp(*new_state, *stacked)])
+    e.ops = outer
+    loop = e.emit(scf.ForOp(index(e, 0), size_index(e, length), index(e, 1), [*state_v, *inits], Region(block)))
+    results: Values = list(loop.results[:len(state_v)])
+    for r, a in zip(loop.results[len(state_v):], out_axes):
+        rank = len(shape_of(r))
+        a = node.axis(a, rank)
+        results.append(e.transpose(r, [*range(1, a + 1), 0, *range(a + 1, rank)]))
+    return results
+
+
+def slice_at(e: NodeEmitter, x: SSAValue, axis: int, t: SSAValue) -> SSAValue:
+    """x[..., t, ...] along axis (the axis dropped), t an index known at run time: a view."""
+    shape = list(shape_of(x))
+    sizes: list[int | SSAValue] = [1 if d == axis else n if isinstance(n, int) else size_index(e, n)
+                                   for d, n in enumerate(shape)]
+    offsets: list[int | SSAValue] = [t if d == axis else 0 for d in range(len(shape))]
+    part = shape[:axis] + shape[axis + 1:]
+    return e.value(slices.extract_slice(x, offsets, sizes, [1] * len(shape), o.tensor(part, element_of(x))))
+
+
+def size_index(e: NodeEmitter, n: Size) -> SSAValue:
+    """n as an index value, read at run time where it is a run-time size."""
+    return e.size_operands([n])[0] if isinstance(n, Sym) else index(e, n)
+
+
+def index(e: NodeEmitter, n: int) -> SSAValue:
+    return e.value(arith.ConstantOp(IntegerAttr(n, IndexType())))
 
 
 def unroll_scan(node: Node, state: Values, scanned: Values, axes: Sequence[int], directions: Sequence[int],

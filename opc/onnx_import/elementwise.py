@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import Float4E2M1FNType, Float8E8M0FNUType, IntegerType, Signedness
+from xdsl.dialects.builtin import Float8E8M0FNUType, IntegerType, Signedness
 from xdsl.ir import Attribute, SSAValue
 
 from opc.dialects import opc as o
@@ -197,7 +197,7 @@ def onnx_cast(node: Node, x: SSAValue, element: Attribute) -> SSAValue:
         return x
     if element in SUB_BYTE_RANGES and o.is_float(element_of(x)):
         return float_to_sub_byte(node, x, element)
-    if not isinstance(element, o.NARROW_FLOAT_TYPES) or isinstance(element, Float4E2M1FNType):
+    if not isinstance(element, o.NARROW_FLOAT_TYPES) or isinstance(element, o.SUB_BYTE_FLOAT_TYPES):
         return node.e.cast(x, element)
     saturate = bool(node.attr("saturate", 1))
     mode = str(node.attr("round_mode", "up")) if isinstance(element, Float8E8M0FNUType) else None

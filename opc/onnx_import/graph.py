@@ -31,6 +31,8 @@ from xdsl.dialects.builtin import (
     BytesAttr,
     DenseIntOrFPElementsAttr,
     Float4E2M1FNType,
+    Float6E2M3FNType,
+    Float6E3M2FNType,
     Float8E4M3FNType,
     Float8E4M3FNUZType,
     Float8E5M2FNUZType,
@@ -95,6 +97,8 @@ ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {
     20: ("FLOAT8E5M2FNUZ", Float8E5M2FNUZType(), np.dtype(ml_dtypes.float8_e5m2fnuz)),
     24: ("FLOAT8E8M0", Float8E8M0FNUType(), np.dtype(ml_dtypes.float8_e8m0fnu)),
     23: ("FLOAT4E2M1", Float4E2M1FNType(), np.dtype(ml_dtypes.float4_e2m1fn)),
+    27: ("FLOAT6E2M3", Float6E2M3FNType(), np.dtype(ml_dtypes.float6_e2m3fn)),  # packed four to three bytes
+    28: ("FLOAT6E3M2", Float6E3M2FNType(), np.dtype(ml_dtypes.float6_e3m2fn)),
     22: ("INT4", IntegerType(4), np.dtype(ml_dtypes.int4)),
     21: ("UINT4", IntegerType(4, Signedness.UNSIGNED), np.dtype(ml_dtypes.uint4)),
     26: ("INT2", IntegerType(2), np.dtype(ml_dtypes.int2)),

@@ -29,7 +29,7 @@ from opc.onnx_import.nn import convolution
 RANGES = {2: (0, 255), 3: (-128, 127), 4: (0, 65535), 5: (-32768, 32767), 21: (0, 15), 22: (-8, 7), 25: (0, 3),
           26: (-2, 1)}
 # the float types it quantizes to: float8 e4m3fn, e4m3fnuz, e5m2, e5m2fnuz (Cast's `saturate` applies) and float4
-FLOAT_TARGETS = (17, 18, 19, 20, 23)
+FLOAT_TARGETS = (17, 18, 19, 20, 23, 27, 28)  # float8, float4e2m1, float6 (e2m3, e3m2)
 
 
 def integer_of(element: Attribute) -> int | None:
@@ -111,7 +111,7 @@ def quantize_linear(node: Node) -> Values:
     target = type_number(element_of(zp)) if zp is not None else int(node.attr("output_dtype", 0) or 2)
     if target not in RANGES and target not in FLOAT_TARGETS:
         raise node.fail("opc quantizes to uint8, int8, uint16, int16, uint4, int4, uint2, int2, float8 (e4m3fn, "
-                        "e4m3fnuz, e5m2, e5m2fnuz) and float4e2m1 only")
+                        "e4m3fnuz, e5m2, e5m2fnuz), float6 (e2m3, e3m2) and float4e2m1 only")
     precision = node.attr("precision")
     if precision:
         x = node.e.cast(x, ELEMENT_TYPES[int(precision)][1])

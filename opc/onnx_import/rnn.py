@@ -1,35 +1,38 @@
-"""ONNX's recurrent layers, LSTM, GRU and RNN, as opc ops unrolled over the sequence.
+"""ONNX's recurrent layers, LSTM, GRU and RNN, as opc ops: one `scf.for` over the sequence.
 
-opc shapes are static, so the sequence length is known when a model is imported; each
-time step becomes its own small group of ops (a GEMM with the recurrent weights, the
-gate math, slices). Why unrolled rather than a loop op: the gate math of one step is
-a chain of elementwise ops that the scheduler runs as one kernel, the input projection
-of every step is one GEMM over the whole sequence, and the gradient through time needs
-nothing new, since autodiff differentiates the unrolled ops like any others. The price is
-compile time and code size linear in the sequence length, which suits the short
-sequences of exported classifiers, not sequences of thousands of steps.
+The input projection of every step is one GEMM over the whole sequence, before the loop (as
+onnxruntime and cuDNN do); the loop's body, compiled once whatever the sequence length, reads
+its step's rows of that projection, does the recurrent GEMM and the gate math (a chain of
+elementwise ops the scheduler runs as one kernel), and carries h (and c) and Y, the hidden state
+of every step. The gradient through time is opc-grad's through scf.for: a backward loop in
+reverse over the carried values saved per step.
 
-Supported as PyTorch exports them: directions forward, reverse and bidirectional; layout 0
-and 1; activations Sigmoid, Tanh and Relu (LSTM and GRU default to Sigmoid/Tanh/Tanh, RNN to
-Tanh); `clip`; LSTM peepholes and `input_forget`; GRU `linear_before_reset`; biases and
+Supported as PyTorch exports them: directions forward, reverse and bidirectional (a loop each);
+layout 0 and 1; activations Sigmoid, Tanh and Relu (LSTM and GRU default to Sigmoid/Tanh/Tanh,
+RNN to Tanh); `clip`; LSTM peepholes and `input_forget`; GRU `linear_before_reset`; biases and
 initial states present or absent; `sequence_lens` absent or equal to the sequence length.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.ir import SSAValue
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import IndexType
+from xdsl.ir import Block, Region, SSAValue
 
 from opc.dialects import opc as o
-from opc.dialects.kinds import shape_of
+from opc.dialects import slices
+from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import Values
-from opc.onnx_import.graph import Node, converter, same_since
+from opc.onnx_import.control_flow import index, size_index
+from opc.onnx_import.graph import Node, NodeEmitter, converter, same_since
+from opc.symbolic import Sym
 
 Activation = Callable[[SSAValue], SSAValue]
-Step = Callable[[SSAValue, int, list[SSAValue]], list[SSAValue]]  # (h_prev, t, states) -> new states
+Step = Callable[[SSAValue, list[SSAValue]], list[SSAValue]]  # (input projection of the step, states) -> new states
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -103,11 +106,6 @@ class Layer:
         n = 3 * self.hidden
         return self.e.value(o.SliceOp(self.weight(3, d), [n], [2 * n]))
 
-    def step_input(self, proj: SSAValue, t: int) -> SSAValue:
-        n = shape_of(proj)[-1]
-        step = self.e.value(o.SliceOp(proj, [t, 0, 0], [t + 1, self.batch, n]))
-        return self.e.reshape(step, [self.batch, n])
-
     def initial(self, i: int, d: int) -> SSAValue:
         """initial_h (i = 5) or initial_c (i = 6) of direction d, zeros when absent: [batch, hidden]."""
         if self.node.has(i):
@@ -140,6 +138,9 @@ def layer(node: Node) -> tuple[Layer, SSAValue]:
     if hidden is None:
         hidden = node.shape(2)[-1]
     if node.has(4):
+        if isinstance(seq, Sym):
+            raise node.fail("sequence_lens with a run-time (?) sequence length: opc runs every sequence to its "
+                            "full length, which it cannot check against sequence_lens before the call")
         lens = node.const(4, "sequence_lens").reshape(-1)
         if not np.all(lens == seq):
             raise node.fail(f"sequence_lens {lens.tolist()} differ from the sequence length {seq}: opc runs "
@@ -162,26 +163,54 @@ def layer(node: Node) -> tuple[Layer, SSAValue]:
     return Layer(node, seq, batch, int(hidden), directions, acts), x
 
 
-def run_direction(lay: Layer, d: int, step: Step, states: list[SSAValue]) -> tuple[list[SSAValue], list[SSAValue]]:
-    """Run `step` over the sequence in direction d: the hidden state at every time index
-    (in time order, whatever the direction) and the final states."""
-    order = range(lay.seq) if lay.directions[d] == "forward" else range(lay.seq - 1, -1, -1)
-    hs: dict[int, SSAValue] = {}
-    for t in order:
-        states = step(states[0], t, states)
-        hs[t] = states[0]
-    return [hs[t] for t in range(lay.seq)], states
+def over_time(lay: Layer, d: int, proj: SSAValue, step: Step,
+              states: list[SSAValue]) -> tuple[SSAValue, list[SSAValue]]:
+    """An scf.for over the sequence in direction d, its body `step` once, carrying the states and Y
+    ([seq, batch, hidden], the hidden state of every time index, in time order whatever the
+    direction): (Y, the final states)."""
+    e = lay.e
+    y_shape = [lay.seq, lay.batch, lay.hidden]
+    y0 = e.value(o.FullOp(0.0, o.tensor(y_shape, element_of(states[0])), e.size_operands(y_shape)))
+    forward = lay.directions[d] == "forward"
+    last = None if forward else e.value(arith.SubiOp(size_index(e, lay.seq), index(e, 1)))  # outside: a body sees it
+    carried = [*states, y0]
+
+    def body(args: Sequence[SSAValue]) -> list[SSAValue]:
+        i, now, y = args[0], list(args[1:-1]), args[-1]
+        t = i if last is None else e.value(arith.SubiOp(last, i))
+        new = step(time_step(e, proj, t), now)
+        return [*new, write_step(e, y, new[0], t)]
+
+    block = Block(arg_types=[IndexType(), *(v.type for v in carried)])
+    if e.tracker is not None:  # the body's carried values have the sizes they enter with
+        e.tracker.sizes.carry(carried, block.args[1:])
+    outer, e.ops = e.ops, []
+    try:
+        out = body(block.args)
+    finally:
+        inner, e.ops = e.ops, outer
+    block.add_ops([*inner, scf.YieldOp(*out)])
+    loop = e.emit(scf.ForOp(index(e, 0), size_index(e, lay.seq), index(e, 1), carried, Region(block)))
+    return loop.results[-1], list(loop.results[:-1])
 
 
-def outputs(lay: Layer, per_direction: list[tuple[list[SSAValue], list[SSAValue]]]) -> Values:
+def time_step(e: NodeEmitter, proj: SSAValue, t: SSAValue) -> SSAValue:
+    """proj[t] ([batch, n] of [seq, batch, n]) at a time index known at run time: a view, no copy."""
+    _, batch, n = shape_of(proj)
+    return e.value(slices.extract_slice(proj, [t, 0, 0], [1, batch, n], [1, 1, 1],
+                                        o.tensor([batch, n], element_of(proj))))
+
+
+def write_step(e: NodeEmitter, y: SSAValue, h: SSAValue, t: SSAValue) -> SSAValue:
+    """y with y[t] = h."""
+    return e.value(slices.insert_slice(h, y, [t, 0, 0], [1, *shape_of(h)], [1, 1, 1]))
+
+
+def outputs(lay: Layer, per_direction: list[tuple[SSAValue, list[SSAValue]]]) -> Values:
     """Y [seq, directions, batch, hidden], then the final states [directions, batch, hidden]
     (layout 1: [batch, seq, directions, hidden] and [batch, directions, hidden])."""
     e, nd = lay.e, len(lay.directions)
-    step_shape = [1, 1, lay.batch, lay.hidden]
-    by_dir = []
-    for hs, _ in per_direction:
-        steps = [e.reshape(h, step_shape) for h in hs]
-        by_dir.append(steps[0] if len(steps) == 1 else e.value(o.ConcatOp(steps, 0)))
+    by_dir = [e.reshape(y, [lay.seq, 1, lay.batch, lay.hidden]) for y, _ in per_direction]
     y = by_dir[0] if nd == 1 else e.value(o.ConcatOp(by_dir, 1))
     finals = []
     for k in range(len(per_direction[0][1])):
@@ -193,17 +222,18 @@ def outputs(lay: Layer, per_direction: list[tuple[list[SSAValue], list[SSAValue]
     return [y, *finals]
 
 
-def unrolled(node: Node, cell: Callable[[Layer, SSAValue, int], tuple[Step, list[SSAValue]]]) -> Values:
-    """Each direction's steps, from the (step, initial states) that `cell` makes for direction d."""
+def looped(node: Node, cell: Callable[[Layer, SSAValue, int], tuple[SSAValue, Step, list[SSAValue]]]) -> Values:
+    """Each direction's loop, from the (input projection, step, initial states) that `cell` makes for
+    direction d."""
     lay, x = layer(node)
-    return outputs(lay, [run_direction(lay, d, *cell(lay, x, d)) for d in range(len(lay.directions))])
+    return outputs(lay, [over_time(lay, d, *cell(lay, x, d)) for d in range(len(lay.directions))])
 
 
 @converter("LSTM")
 def lstm(node: Node) -> Values:
     input_forget = node.attr("input_forget", 0)
 
-    def cell(lay: Layer, x: SSAValue, d: int) -> tuple[Step, list[SSAValue]]:
+    def cell(lay: Layer, x: SSAValue, d: int) -> tuple[SSAValue, Step, list[SSAValue]]:
         e, h = lay.e, lay.hidden
         proj = lay.input_projection(x, d)
         r = lay.weight(2, d)
@@ -214,10 +244,9 @@ def lstm(node: Node) -> Values:
         def with_peephole(v: SSAValue, k: int, c: SSAValue, peeps: list[SSAValue] | None = peeps) -> SSAValue:
             return v if peeps is None else e.add(v, e.mul(peeps[k], c))
 
-        def step(h_prev: SSAValue, t: int, states: list[SSAValue], d: int = d, proj: SSAValue = proj,
-                 r: SSAValue = r) -> list[SSAValue]:
-            c_prev = states[1]
-            pre = e.add(lay.step_input(proj, t), e.matmul(h_prev, r, trans_y=True))  # gates i, o, f, c
+        def step(xw: SSAValue, states: list[SSAValue], d: int = d, r: SSAValue = r) -> list[SSAValue]:
+            h_prev, c_prev = states
+            pre = e.add(xw, e.matmul(h_prev, r, trans_y=True))  # gates i, o, f, c
             i = lay.activate(d, 0, with_peephole(lay.gate(pre, 0), 0, c_prev))
             f = (e.sub(e.full(1.0, i), i) if input_forget
                  else lay.activate(d, 0, with_peephole(lay.gate(pre, 2), 2, c_prev)))
@@ -226,16 +255,16 @@ def lstm(node: Node) -> Values:
             out = lay.activate(d, 0, with_peephole(lay.gate(pre, 1), 1, c))
             return [e.mul(out, lay.activate(d, 2, c)), c]
 
-        return step, [lay.initial(5, d), lay.initial(6, d)]
+        return proj, step, [lay.initial(5, d), lay.initial(6, d)]
 
-    return unrolled(node, cell)
+    return looped(node, cell)
 
 
 @converter("GRU")
 def gru(node: Node) -> Values:
     before_reset = node.attr("linear_before_reset", 0)
 
-    def cell(lay: Layer, x: SSAValue, d: int) -> tuple[Step, list[SSAValue]]:
+    def cell(lay: Layer, x: SSAValue, d: int) -> tuple[SSAValue, Step, list[SSAValue]]:
         e, h = lay.e, lay.hidden
         proj = lay.input_projection(x, d, with_recurrent_bias=False)  # X W^T + Wb, gates z, r, h
         # per direction, not per step: R's z/r rows and h rows, and Rb's matching parts
@@ -245,10 +274,9 @@ def gru(node: Node) -> Values:
         rb_zr, rb_h = (None, None) if rb is None else (e.value(o.SliceOp(rb, [0], [2 * h])),
                                                        e.value(o.SliceOp(rb, [2 * h], [3 * h])))
 
-        def step(h_prev: SSAValue, t: int, states: list[SSAValue], d: int = d, proj: SSAValue = proj,
-                 r_zr: SSAValue = r_zr, r_h: SSAValue = r_h, rb_zr: SSAValue | None = rb_zr,
-                 rb_h: SSAValue | None = rb_h) -> list[SSAValue]:
-            xw = lay.step_input(proj, t)
+        def step(xw: SSAValue, states: list[SSAValue], d: int = d, r_zr: SSAValue = r_zr, r_h: SSAValue = r_h,
+                 rb_zr: SSAValue | None = rb_zr, rb_h: SSAValue | None = rb_h) -> list[SSAValue]:
+            (h_prev,) = states
             rec = e.matmul(h_prev, r_zr, trans_y=True)  # H R_zr^T
             if rb_zr is not None:
                 rec = e.add(rec, rb_zr)
@@ -263,25 +291,24 @@ def gru(node: Node) -> Values:
             hh = lay.activate(d, 1, e.add(lay.gate(xw, 2), cand))
             return [e.add(e.mul(e.sub(e.full(1.0, z), z), hh), e.mul(z, h_prev))]
 
-        return step, [lay.initial(5, d)]
+        return proj, step, [lay.initial(5, d)]
 
-    return unrolled(node, cell)
+    return looped(node, cell)
 
 
 @converter("RNN")
 def rnn(node: Node) -> Values:
-    def cell(lay: Layer, x: SSAValue, d: int) -> tuple[Step, list[SSAValue]]:
+    def cell(lay: Layer, x: SSAValue, d: int) -> tuple[SSAValue, Step, list[SSAValue]]:
         e = lay.e
         proj = lay.input_projection(x, d)
         r = lay.weight(2, d)
 
-        def step(h_prev: SSAValue, t: int, states: list[SSAValue], d: int = d, proj: SSAValue = proj,
-                 r: SSAValue = r) -> list[SSAValue]:
-            return [lay.activate(d, 0, e.add(lay.step_input(proj, t), e.matmul(h_prev, r, trans_y=True)))]
+        def step(xw: SSAValue, states: list[SSAValue], d: int = d, r: SSAValue = r) -> list[SSAValue]:
+            return [lay.activate(d, 0, e.add(xw, e.matmul(states[0], r, trans_y=True)))]
 
-        return step, [lay.initial(5, d)]
+        return proj, step, [lay.initial(5, d)]
 
-    return unrolled(node, cell)
+    return looped(node, cell)
 
 
 # Opsets 1 to 13: no layout attribute (layout 0); opset 1's output_sequence only says whether Y is wanted,

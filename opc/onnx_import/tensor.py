@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import Float64Type
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import (
     Values,
@@ -179,31 +180,67 @@ def slice_(node: Node) -> Values:
     ends = node.const(2, "ends").reshape(-1).tolist()
     axes = node.const(3, "axes", np.arange(len(starts))).reshape(-1).tolist()
     steps = node.const(4, "steps", np.ones(len(starts), np.int64)).reshape(-1).tolist()
-    start, limit, strides = [0] * rank, list(src), [1] * rank
+    start: list[Size] = [0] * rank
+    limit: list[Size] = list(src)
+    strides = [1] * rank
     backwards: dict[int, list[int]] = {}  # axis -> the positions a negative step picks (a gather)
     for a, b, e, st in zip(axes, starts, ends, steps):
         a = node.axis(int(a), rank)
-        if st == 0:
-            raise node.fail(f"step 0 on axis {a}")
-        if isinstance(src[a], Sym):  # a run-time dim: sliced whole only (x[:, 0:] as exporters write it)
-            if (b, st) != (0, 1) or e < WHOLE_END:
-                raise SizeNeeded(f"{node.label}: a slice of axis {a}, whose size is known at run time only, "
-                                 f"from {b} to {e}")
+        if isinstance(st, Sym) or st == 0:
+            raise node.fail(f"step {st} on axis {a}: a step is a nonzero number")
+        if isinstance(src[a], Sym) or isinstance(b, Sym) or isinstance(e, Sym):  # sizes known at run time
+            if st != 1:
+                raise SizeNeeded(f"{node.label}: a slice of axis {a} with step {st}, from {b} to {e}, where a "
+                                 "size is known at run time only (such a slice takes step 1)")
+            start[a], limit[a] = run_time_bound(b, src[a]), run_time_bound(e, src[a])
             continue
         if st < 0:  # ONNX's clamping for negative steps: start into [0, dim - 1], end into [-1, dim - 1]
             dim = src[a]
             b, e = int(b) + dim if b < 0 else int(b), int(e) + dim if e < 0 else int(e)
             backwards[a] = list(range(min(max(b, 0), dim - 1), min(max(e, -1), dim - 1), int(st)))
             continue
-        start[a], limit[a] = slice_bounds(src[a], int(b), int(e))
-        limit[a] = max(limit[a], start[a])
+        start[a], limit[a] = slice_bounds(int(src[a]), int(b), int(e))
+        limit[a] = max(int(limit[a]), int(start[a]))
         strides[a] = int(st)
     x = node.input(0)
-    if not (start == [0] * rank and limit == list(src) and strides == [1] * rank):
-        x = node.e.value(o.SliceOp(x, start, slice_limits(limit), strides))
+    if any(isinstance(v, Sym) for v in (*start, *limit)):
+        x = run_time_slice(node, x, start, limit, strides)
+    elif not (start == [0] * rank and limit == list(src) and strides == [1] * rank):
+        x = node.e.value(o.SliceOp(x, [int(v) for v in start], slice_limits(limit), strides))
     for a, picked in backwards.items():
         x = node.e.value(o.GatherOp(x, node.e.constant(np.array(picked, np.int64)), a))
     return [x]
+
+
+def run_time_bound(v: int | Sym, dim: Size) -> Size:
+    """A Slice start or end where a size is known at run time only (`x[:, :n - 1]`, `x[:, 1:]`): a
+    negative number counts from the end, one past every size (INT64_MAX) is the end. ONNX would clamp
+    a bound outside the dim; here the slice's run-time check makes that a ValueError at the call."""
+    if isinstance(v, Sym):
+        return v
+    v = int(v)
+    if v >= WHOLE_END:
+        return dim
+    return dim + v if v < 0 else v
+
+
+def run_time_slice(node: Node, x: SSAValue, start: Sequence[Size], limit: Sequence[Size],
+                   strides: Sequence[int]) -> SSAValue:
+    """A tensor.extract_slice whose offsets and sizes are `index` values of the run-time sizes."""
+    e = node.e
+    sizes = [lim - st if isinstance(lim, Sym) or isinstance(st, Sym) else extent_count(st, lim, k)
+             for st, lim, k in zip(start, limit, strides)]
+
+    def index(d: Size) -> int | SSAValue:
+        return d if isinstance(d, int) else e.size_operands([d])[0]
+
+    result = o.tensor([d if isinstance(d, int) else o.DYNAMIC for d in sizes], element_of(x))
+    return e.value(slices.extract_slice(x, [index(d) for d in start], [index(d) for d in sizes], list(strides),
+                                        result))
+
+
+def extent_count(start: int, limit: int, stride: int) -> int:
+    return max(0, -(-(limit - start) // stride))
 
 
 def split_sizes(node: Node, dim: int) -> list[int]:
@@ -474,8 +511,8 @@ def one_hot(node: Node) -> Values:
 
 @converter("Range", since=11)
 def range_(node: Node) -> Values:
-    """Known at compile time, or (a limit known at run time, delta 1) start + the exclusive running
-    sum of limit - start ones."""
+    """Known at compile time, or (a limit known at run time, delta 1) start + opc.iota of length
+    limit - start."""
     start, limit, delta = (node.const(i, what) for i, what in enumerate(("start", "limit", "delta")))
     if is_symbolic(limit):
         return [run_time_range(node, start, limit.reshape(-1)[0], delta)]
@@ -490,8 +527,8 @@ def run_time_range(node: Node, start: np.ndarray, n: Sym, delta: np.ndarray) -> 
         raise SizeNeeded(f"{node.label}: a Range whose start or delta is known at run time only, or delta is not 1")
     e, element = node.e, BY_NUMPY[start.dtype]
     count = n - int(start)
-    ones = e.value(o.FullOp(1.0, o.tensor([count], element), e.size_operands([count])))
-    iota = e.value(o.CumsumOp(ones, 0, exclusive=True))
+    iota = e.value(o.IotaOp(o.tensor([count if isinstance(count, int) else o.DYNAMIC], element),
+                            e.size_operands([count])))
     return iota if int(start) == 0 else e.add(iota, e.constant(start))
 
 

@@ -19,11 +19,12 @@ import math
 from collections.abc import Sequence
 from typing import cast
 
-from xdsl.dialects import arith
-from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, TensorType, i64
+from xdsl.dialects import arith, tensor
+from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, IndexType, IntegerAttr, TensorType, i64
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects import slices
 from opc.dialects.builder import OpBuilder, narrow, wide
 from opc.dialects.kinds import element_of, shape_of
 from opc.errors import UnsupportedError
@@ -47,7 +48,7 @@ def result_of(op: Operation) -> SSAValue:
 # ---------------------------------------------------------------------------
 
 # bitcast reinterprets bits (a small change of x is no small change of its bits); full is a constant
-not_differentiable(o.BitcastOp, o.FullOp)
+not_differentiable(o.BitcastOp, o.FullOp, o.IotaOp)  # iota: a constant of its length, no operand to reach
 # nonzero's result is positions (integers): a gather at them carries the gradient (gather's vjp)
 not_differentiable(o.NonzeroOp)
 # unique's values move as a whole with x, but which element lands where changes with its values: opc gives none
@@ -206,9 +207,8 @@ def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Douts) -> Grads:
     (d,) = douts
     axis = op.axis_index()
     shape = list(shape_of(d))
-    if shape[axis] == o.DYNAMIC:
-        raise UnsupportedError(f"the gradient of {op.name} along a run-time dim (axis {axis}) needs slices with "
-                               "run-time bounds, which opc.slice does not take yet")
+    if shape[axis] == o.DYNAMIC:  # offsets known at run time
+        return concat_slabs(e, op, d, axis)
     grads, offset = [], 0
     for v in op.inputs:
         width = shape_of(v)[axis]
@@ -216,6 +216,44 @@ def vjp_concat(e: OpBuilder, op: o.ConcatOp, douts: Douts) -> Grads:
         limit = [offset + width if i == axis else n for i, n in enumerate(shape)]
         grads.append(e.value(o.SliceOp(d, start, limit)))
         offset += width
+    return grads
+
+
+@vjp(tensor.ExtractSliceOp)
+def vjp_extract_slice(e: OpBuilder, op: tensor.ExtractSliceOp, douts: Douts) -> Grads:
+    """dsource = dout placed into zeros at the same offsets (an insert_slice); none for the offsets."""
+    p = slices.params(op)
+    placed = e.value(slices.insert_slice(douts[0], e.full(0.0, op.source), p.offsets, p.sizes, p.strides))
+    return placed, *([None] * (len(op.operands) - 1))
+
+
+@vjp(tensor.InsertSliceOp)
+def vjp_insert_slice(e: OpBuilder, op: tensor.InsertSliceOp, douts: Douts) -> Grads:
+    """dsource = dout's slot (an extract_slice); ddest = dout with that slot zeroed."""
+    p = slices.params(op)
+    (d,) = douts
+    slot = e.value(slices.extract_slice(d, p.offsets, p.sizes, p.strides, slices.sliced_type(op)))
+    cleared = e.value(slices.insert_slice(e.full(0.0, op.source), d, p.offsets, p.sizes, p.strides))
+    return slot, cleared, *([None] * (len(op.operands) - 2))
+
+
+def concat_slabs(e: OpBuilder, op: o.ConcatOp, d: SSAValue, axis: int) -> list[SSAValue]:
+    """With run-time sizes: each operand's slab of dout as a tensor.extract_slice, its offset along
+    the axis the sum of the widths before it (tensor.dim where a width is `?`)."""
+    grads: list[SSAValue] = []
+    offset: int | SSAValue = 0
+    for v in op.inputs:
+        shape = shape_of(v)
+        sizes: list[int | SSAValue] = [e.dim(v, i) if n == o.DYNAMIC else n for i, n in enumerate(shape)]
+        offsets: list[int | SSAValue] = [offset if i == axis else 0 for i in range(len(shape))]
+        grads.append(e.value(slices.extract_slice(d, offsets, sizes, [1] * len(shape), cast(TensorType, v.type))))
+        width = sizes[axis]
+        if isinstance(offset, int) and isinstance(width, int):
+            offset += width
+        else:
+            a, b = (x if isinstance(x, SSAValue) else e.value(arith.ConstantOp(IntegerAttr(x, IndexType())))
+                    for x in (offset, width))
+            offset = e.value(arith.AddiOp(a, b))
     return grads
 
 

@@ -29,14 +29,17 @@ from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf, tensor
-from xdsl.dialects.builtin import IndexType, ModuleOp, TensorType, UnitAttr, i1, i64
+from xdsl.dialects.builtin import DenseArrayBase, IndexType, ModuleOp, TensorType, UnitAttr, i1, i64
 from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from opc.dialects.control import CONTROL_OPS
+from opc.dialects.control import CONTROL_OPS, in_place_carried
 
 BODY_ATTR = "opc.body"
 """On a function made from a control-flow region: private, called by its host, not exported."""
+IN_PLACE_ATTR = "opc.in_place"
+"""On a body: [argument, output, ...] pairs the host passes one buffer for; the argument is read
+by nothing but the tensor.insert_slice that gives the output, which then writes only its slot."""
 
 
 @dataclass
@@ -49,6 +52,8 @@ class Outlined:
     reads_index: bool = False
     # scf.while: per forwarded value, the index of the before-argument it is (no copy), or None
     passthrough: list[int | None] = field(default_factory=list)
+    # scf.for: the carried values updated in place (one buffer, see in_place_carried)
+    in_place: list[int] = field(default_factory=list)
 
 
 def is_body(fn: Operation) -> bool:
@@ -194,8 +199,13 @@ class Outliner:
         term = block.last_op
         assert isinstance(term, scf.YieldOp)
         iv, carried = block.args[0], list(block.args[1:])
+        in_place = in_place_carried(block)
         name, caps = self.make_function(host, base, block, carried, list(term.operands), iv)
-        reads_index = len(self.function(name).args) > len(caps) + len(carried)
+        fn = self.function(name)
+        reads_index = len(fn.args) > len(caps) + len(carried)
+        if in_place:
+            first = len(fn.args) - len(carried)
+            fn.attributes[IN_PLACE_ATTR] = DenseArrayBase.from_list(i64, [n for k in in_place for n in (first + k, k)])
         term.detach()
         term.erase()
         glue: list[Operation] = []
@@ -207,7 +217,7 @@ class Outliner:
             args.append(elems.results[0])
         call = func.CallOp(name, [*args, *carried], [r.type for r in op.results])
         block.add_ops([*glue, call, scf.YieldOp(*call.res)])
-        self.records[op] = Outlined([name], [caps], reads_index)
+        self.records[op] = Outlined([name], [caps], reads_index, in_place=in_place)
 
     def outline_while(self, host: func.FuncOp, op: scf.WhileOp, base: str) -> None:
         before, after = op.before_region.block, op.after_region.block

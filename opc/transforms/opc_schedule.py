@@ -577,6 +577,8 @@ def kind_of(op: Operation) -> str:
         return "view"
     if isinstance(op, arith.ConstantOp):
         return "constant"
+    if isinstance(op, PLACEMENTS):
+        return "placement"
     return "library"
 
 
@@ -592,6 +594,8 @@ def boundary_reason(group: list[Operation], kind: str, returned: set[SSAValue]) 
         why.append(f"{group[-1].name} runs as a runtime kernel")
     elif kind == "external":
         why.append("the device's own kernel")
+    elif kind == "placement":
+        why.append(f"{group[-1].name} writes its result in place, operand by operand")
     elif kind == "view" and isinstance(group[-1], opc.TransposeOp):
         why.append("a transpose read or written by opc.attention through strides (no loop)")
     elif kind == "view":

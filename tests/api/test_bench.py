@@ -107,3 +107,12 @@ def test_resnet_rows_graph_runners_match_onnxruntime(runner):
     else:
         got = np.asarray(bench_cpu.onnx_jax(lib, model)(lib.numpy.asarray(x)))
     assert got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-4), np.abs(got - want).max()
+
+
+def test_peak_probe_reports_a_positive_rate_for_the_isa_found():
+    """bench/peak.py builds and runs its probe; the FMA lanes agree with the ISA it names."""
+    import peak
+
+    p = peak.measure()
+    assert {"avx512f": 16, "avx2+fma": 8, "scalar": 1}[p.isa] == p.lanes
+    assert p.gflops_per_core > 0 and p.copy_gbps > 0

@@ -81,7 +81,8 @@ def test_explain_routes_per_attribute_value() -> None:
         "composite (activation_grad = relu_grad, gelu_grad; other dtypes)")
     assert line["opc.cast"].startswith("external npu_cast (dtype = f32, f16, bf16; dtypes f32, f16, bf16); kernel "
                                        "(dtype = i1, i8, ui8, i16, i32, i64, f64, f8E4M3FN, f8E4M3FNUZ, f8E5M2, "
-                                       "f8E5M2FNUZ, f8E8M0FNU, f4E2M1FN, i4, ui4, i2, ui2; other dtypes)")
+                                       "f8E5M2FNUZ, f8E8M0FNU, f4E2M1FN, i4, ui4, i2, ui2, f6E2M3FN, f6E3M2FN; "
+                                       "other dtypes)")
     assert line["opc.add"] == "kernel" and line["opc.cast_grad"] == "invoke"
 
     table = explain(parse_text(NPU_MLP).module, NPU, grad=True)
@@ -110,7 +111,7 @@ def test_check_plan_rows_without_running(tmp_path) -> None:
     # every float type the op admits, float8 and float4 too (they compute in f32: opc-widen)
     assert fallback == {f"dtype {t} not in [f32, i32] -> composite rule"
                         for t in ("f16", "bf16", "f64", "f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f8E8M0FNU",
-                                  "f4E2M1FN")}
+                                  "f6E2M3FN", "f6E3M2FN", "f4E2M1FN")}
 
 
 # ---------------------------------------------------------------------------
@@ -158,7 +159,7 @@ def test_opc_check_example_device_is_green(capsys) -> None:
     assert main(["check", "--target", NPU]) == 0
     out = capsys.readouterr().out
     table = rows(out)
-    assert out.splitlines()[-1] == "summary: 333 cases run: 333 pass, 0 FAIL; 711 fallback; 0 n/a"
+    assert out.splitlines()[-1] == "summary: 333 cases run: 333 pass, 0 FAIL; 853 fallback; 0 n/a"
     ran = [r for r in table if r[6] == "pass"]
     assert {r[0] for r in ran} == {"fused_gemm_epilogue", "fused_gemm_epilogue_grad", "cast"}
     shapes = {r[3] for r in ran if r[0] == "fused_gemm_epilogue"}
@@ -186,7 +187,7 @@ def test_opc_check_after_openmp_ran_in_the_parent(tmp_path) -> None:
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "2"})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert run.stdout.splitlines()[-1] == "summary: 333 cases run: 333 pass, 0 FAIL; 711 fallback; 0 n/a"
+    assert run.stdout.splitlines()[-1] == "summary: 333 cases run: 333 pass, 0 FAIL; 853 fallback; 0 n/a"
 
 
 # ---------------------------------------------------------------------------

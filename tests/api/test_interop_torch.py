@@ -241,3 +241,25 @@ def test_module_of_an_onnx_model_with_an_open_batch_trains_at_any_batch():
         ref.sum().backward()
         torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(net.w.grad, tw.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("wrapper", ["op", "function"])
+def test_one_result_is_a_tensor_not_a_tuple(wrapper):
+    """A function of one result returns a tensor, as torch ops do (its schema says `-> Tensor`)."""
+    fn = getattr(opc.torch, wrapper)(opc.compile(RUN_TIME).mlp)
+    x, w = torch.randn(2, 8, generator=GEN), torch.randn(8, 4, generator=GEN)
+    y = fn(x, w)
+    assert isinstance(y, torch.Tensor)
+    torch.testing.assert_close(y, torch.tanh(x @ w))  # RUN_TIME's mlp
+
+
+def test_argument_names_torch_cannot_spell_become_argn():
+    """MLIR names that are Python keywords or `self` are no schema names: they become arg0, arg1."""
+    src = ("func.func @k(%in: tensor<3xf32>, %self: tensor<3xf32>) -> tensor<3xf32> {\n"
+           "  %r = opc.sub %in, %self : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>\n"
+           "  func.return %r : tensor<3xf32>\n}\n")
+    fn = opc.torch.op(opc.compile(src).k)
+    a, b = torch.randn(3, generator=GEN), torch.randn(3, generator=GEN)
+    torch.testing.assert_close(fn(a, b), a - b)
+    torch.library.opcheck(fn, (a, b))
+

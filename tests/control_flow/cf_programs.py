@@ -196,3 +196,52 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 def forever(max_trips=None):
     attr = "" if max_trips is None else f" attributes {{opc.max_trips = {max_trips} : i64}}"
     return FOREVER.replace("MAXTRIPS", attr)
+
+
+# run-time sizes through a loop: a carried tensor<?x4xf32> and a captured one of the same size,
+# acc <- acc * w + p, n times (one compiled module for every row count and trip count)
+FOR_SIZES = """
+func.func @f(%n: tensor<i64>, %x: tensor<?x4xf32>, %w: tensor<4xf32>, %p: tensor<?x4xf32>) -> tensor<?x4xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %ni = tensor.extract %n[] : tensor<i64>
+  %nn = arith.index_cast %ni : i64 to index
+  %r = scf.for %i = %c0 to %nn step %c1 iter_args(%acc = %x) -> (tensor<?x4xf32>) {
+    %y = opc.mul %acc, %w : (tensor<?x4xf32>, tensor<4xf32>) -> tensor<?x4xf32>
+    %z = opc.add %y, %p : (tensor<?x4xf32>, tensor<?x4xf32>) -> tensor<?x4xf32>
+    scf.yield %z : tensor<?x4xf32>
+  }
+  return %r : tensor<?x4xf32>
+}
+"""
+
+
+def for_sizes_ref(n, x, w, p):
+    acc = x.copy()
+    for _ in range(int(n)):
+        acc = acc * w + p
+    return acc
+
+
+# a while over a tensor<?xf64>: doubled until its sum reaches the limit
+WHILE_SIZES = """
+func.func @f(%x: tensor<?xf64>, %lim: tensor<f64>) -> tensor<?xf64> {
+  %r = scf.while (%a = %x) : (tensor<?xf64>) -> (tensor<?xf64>) {
+    %s = opc.reduce_sum %a {axes = array<i64: 0>, keepdim = false} : (tensor<?xf64>) -> tensor<f64>
+    %t = opc.less_than %s, %lim : (tensor<f64>, tensor<f64>) -> tensor<i1>
+    %c = tensor.extract %t[] : tensor<i1>
+    scf.condition(%c) %a : tensor<?xf64>
+  } do {
+  ^bb0(%b: tensor<?xf64>):
+    %d = opc.add %b, %b : (tensor<?xf64>, tensor<?xf64>) -> tensor<?xf64>
+    scf.yield %d : tensor<?xf64>
+  }
+  return %r : tensor<?xf64>
+}
+"""
+
+
+def while_sizes_ref(x, lim):
+    while x.sum() < lim:
+        x = x + x
+    return x

@@ -5,17 +5,21 @@ import numpy as np
 import pytest
 from cf_programs import (
     FOR,
+    FOR_SIZES,
     IF,
     IF_IN_LOOP,
     LOOP_IN_IF,
     NESTED,
     WHILE,
+    WHILE_SIZES,
     for_ref,
+    for_sizes_ref,
     if_in_loop_ref,
     if_ref,
     loop_in_if_ref,
     nested_ref,
     while_ref,
+    while_sizes_ref,
 )
 
 import opc
@@ -26,7 +30,7 @@ RNG = np.random.default_rng(0)
 @pytest.fixture(scope="module")
 def mods():
     srcs = {"if": IF, "for": FOR, "while": WHILE, "nested": NESTED, "loop_in_if": LOOP_IN_IF,
-            "if_in_loop": IF_IN_LOOP}
+            "if_in_loop": IF_IN_LOOP, "for_sizes": FOR_SIZES, "while_sizes": WHILE_SIZES}
     return {k: opc.compile(v) for k, v in srcs.items()}
 
 
@@ -50,6 +54,22 @@ def test_while_trip_counts(mods, lim, trips):
     ra, rk = while_ref(x, lim)
     assert rk == trips and k == trips
     np.testing.assert_array_equal(a, ra)
+
+
+@pytest.mark.parametrize("rows, n", [(0, 3), (1, 0), (1, 1), (7, 5), (300, 2)])
+def test_for_carries_run_time_sizes(mods, rows, n):
+    """A carried tensor<?x4xf32> and a captured one: one module for every row count."""
+    x, p = (RNG.standard_normal((rows, 4)).astype(np.float32) for _ in range(2))
+    w = np.full(4, 0.5, np.float32)
+    got = mods["for_sizes"].f(np.array(n), x, w, p)
+    assert got.shape == (rows, 4)
+    np.testing.assert_allclose(got, for_sizes_ref(n, x, w, p), rtol=1e-5)
+
+
+@pytest.mark.parametrize("size, lim", [(1, 0.0), (3, 10.0), (50, 1e6)])
+def test_while_carries_run_time_sizes(mods, size, lim):
+    x = RNG.uniform(0.5, 1.0, size)
+    np.testing.assert_array_equal(mods["while_sizes"].f(x, np.array(lim)), while_sizes_ref(x, lim))
 
 
 @pytest.mark.parametrize("n, m", [(0, 5), (3, 0), (1, 1), (4, 7), (30, 40)])

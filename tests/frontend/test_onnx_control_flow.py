@@ -1,7 +1,7 @@
 """ONNX If, Loop and Scan (opc/onnx_import/control_flow.py): an If on a run-time condition as an scf.if,
-loops with scan outputs and Scan unrolled at import (tests/control_flow/test_onnx_scf.py: Loop and If
-as scf ops at run time); every case imported
-into one module; the forward against onnxruntime, the gradient through the unrolled steps against
+Scan (opset 9 on) as an scf.for, loops with scan outputs and opset 8's Scan unrolled at import
+(tests/control_flow/test_onnx_scf.py: Loop and If as scf ops at run time); every case imported
+into one module; the forward against onnxruntime, the gradient through the loop or the unrolled steps against
 central differences of opc's own forward (f64), and the refusals as one-line errors."""
 
 from __future__ import annotations
@@ -209,3 +209,28 @@ def test_loop_with_a_trip_count_known_at_run_time_only_is_one_line_error() -> No
     with pytest.raises(OpcError) as err:
         opc.import_onnx(model)
     assert "input 0 ('M', trip count) must be known at compile time" in str(err.value)
+
+
+def test_scan_over_a_run_time_length_compiles_once() -> None:
+    """Scan whose sequence dim is a run-time size (`?`): one compiled loop for lengths 1, 5 and 9,
+    against onnxruntime (a reversed input along axis 1, a reversed output along axis 2)."""
+    model, feeds = scan_model(directions=(1, 0), in_axes=(1, 0), out_axes=(2, -1), out_directions=(1, 0))
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for inp in model.graph.input:
+        if inp.name in ("xa", "xb"):
+            inp.type.tensor_type.shape.dim[1 if inp.name == "xa" else 0].dim_param = "T"
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    module, params = opc.import_onnx(model)
+    assert "scf.for" in str(module)
+    m = opc.compile(module)
+    rng = np.random.default_rng(5)
+    for seq in (1, 5, 9):
+        given = {"h0": feeds["h0"], "xa": rng.uniform(-1, 1, (2, seq, 3)).astype(np.float32),
+                 "xb": rng.uniform(-1, 1, (seq, 2, 3)).astype(np.float32)}
+        got = m.main_graph(*given.values(), *params.values())
+        for g, w in zip(got, run_ort(model, given)):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)

@@ -17,7 +17,7 @@ GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
 def case(op: str, direction: str = "forward", layout: int = 0, bias: bool = True, states: bool = False,
-         dtype=np.float32, peephole: bool = False, **attrs):  # noqa: ANN001, ANN201
+         dtype: type = np.float32, peephole: bool = False, **attrs):  # noqa: ANN201
     """(model, feeds) of one recurrent node, its weights as initializers, inputs in ONNX's order."""
     # the same numbers whatever the layout: a layout-1 case is its layout-0 twin transposed
     rng = np.random.default_rng(zlib.crc32(repr((op, direction, bias, states, peephole, attrs)).encode()))
@@ -142,4 +142,89 @@ def test_unsupported_attributes_are_one_line_errors(attrs: dict, message: str) -
     with pytest.raises(opc.OpcError, match=message) as err:
         opc.import_onnx(model)
     assert str(err.value).startswith("node 'the_RNN' (RNN): ")
+    assert "\n" not in str(err.value)
+
+
+# the sequence axis a run-time size (`?`): one compiled module for every length
+DYNAMIC_CASES = ["LSTM-bidirectional-layout0", "LSTM-reverse-layout1", "GRU-linear_before_reset", "GRU-reverse-layout0",
+                 "RNN-states-bidirectional", "LSTM-peephole"]
+
+
+def with_run_time_length(model: onnx.ModelProto, layout: int) -> onnx.ModelProto:
+    """model with X's sequence dim named 'T' (no size), its outputs' shapes inferred anew."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    model.graph.input[0].type.tensor_type.shape.dim[1 if layout else 0].dim_param = "T"
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+def feeds_of_length(cid: str, seq: int, dtype: type = np.float32) -> dict[str, np.ndarray]:
+    spec = CASES[cid]
+    rng = np.random.default_rng(seq)
+    _, feeds = case(**spec, dtype=dtype)
+    x = rng.uniform(-1, 1, (seq, BATCH, INPUT)).astype(dtype)
+    return {**feeds, "X": x.swapaxes(0, 1).copy() if spec.get("layout") else x}
+
+
+@pytest.fixture(scope="module")
+def compiled_dynamic():
+    models = {cid: with_run_time_length(case(**CASES[cid])[0], CASES[cid].get("layout", 0)) for cid in DYNAMIC_CASES}
+    module, params = import_all(models)
+    assert "scf.for" in str(module) and "tensor.insert_slice" in str(module)
+    return opc.compile(module), params
+
+
+@pytest.mark.parametrize("cid", DYNAMIC_CASES)
+def test_run_time_sequence_length_matches_onnxruntime(compiled_dynamic, cid: str) -> None:
+    m, params = compiled_dynamic
+    spec = CASES[cid]
+    static, _ = case(**{**spec, "layout": 0})
+    twin = with_run_time_length(static, 0)
+    for seq in (1, 4, 33):
+        feeds = feeds_of_length(cid, seq)
+        got = call(m, cid, feeds, params[cid])
+        ort_feeds = {k: v.swapaxes(0, 1).copy() for k, v in feeds.items()} if spec.get("layout") else feeds
+        want = run_ort(twin, ort_feeds)
+        if spec.get("layout"):
+            want = [want[0].transpose(2, 0, 1, 3), *(o.swapaxes(0, 1) for o in want[1:])]
+        assert got[0].shape[1 if spec.get("layout") else 0] == seq
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+
+
+def test_run_time_sequence_length_gradient_matches_central_differences() -> None:
+    """Through the loop at two lengths of one compiled module, f64: <grad, v> against central differences."""
+    cid = "LSTM-bidirectional-layout0"
+    model = with_run_time_length(case(**CASES[cid], dtype=np.float64)[0], 0)
+    module, params = import_all({cid: model})
+    m = opc.compile(module, grad=True)
+    rng = np.random.default_rng(3)
+    for seq in (2, 7):
+        feeds = feeds_of_length(cid, seq, np.float64)
+        args = [*feeds.values(), *params[cid].values()]
+        outs = call(m, cid, feeds, params[cid])
+        douts = [rng.uniform(-1, 1, o.shape) for o in outs]
+        grads = list(getattr(m, function_name(cid) + "_grad")(*args, *douts))
+
+        def loss(values: list[np.ndarray]) -> float:
+            return float(sum(np.sum(y * d) for y, d in zip(getattr(m, function_name(cid))(*values), douts)))
+
+        v = [rng.uniform(-1, 1, a.shape) for a in args]
+        h = 1e-6
+        fd = (loss([a + h * d for a, d in zip(args, v)]) - loss([a - h * d for a, d in zip(args, v)])) / (2 * h)
+        analytic = float(sum(np.sum(g * d) for g, d in zip(grads, v)))
+        assert abs(fd - analytic) <= 1e-6 * max(1.0, abs(fd)), (seq, fd, analytic)
+
+
+def test_sequence_lens_with_a_run_time_length_is_one_line_error() -> None:
+    model, _ = case("RNN")
+    node = model.graph.node[0]
+    while len(node.input) < 5:
+        node.input.append("")
+    node.input[4] = "L"
+    model.graph.initializer.append(numpy_helper.from_array(np.full(BATCH, SEQ, np.int32), "L"))
+    with pytest.raises(opc.OpcError, match="sequence_lens with a run-time") as err:
+        opc.import_onnx(with_run_time_length(model, 0))
     assert "\n" not in str(err.value)

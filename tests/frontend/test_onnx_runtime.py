@@ -62,6 +62,15 @@ def test_load_onnx_static_model_builds_its_shape_only():
     assert not f.dynamic and len(f.variants) == 1
 
 
+def test_load_onnx_takes_an_equal_dtype_with_metadata():
+    """A float32 array whose dtype carries metadata is float32 (dtypes compare by ==, not identity)."""
+    x = RNG.standard_normal((2, 4)).astype(np.dtype(np.float32, metadata={"unit": "m"}))
+    w = RNG.standard_normal((4, 3)).astype(np.float32)
+    model = graph_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x.astype(np.float32)}, ["y"],
+                        {"w": w})
+    np.testing.assert_allclose(opc.load_onnx(model)(x)[0], x @ w, rtol=1e-5)
+
+
 def test_load_onnx_binds_shape_inputs_by_value():
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     model = graph_model([helper.make_node("Reshape", ["x", "s"], ["y"])], {"x": x, "s": np.array([6, 4], np.int64)},

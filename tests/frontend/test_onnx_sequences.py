@@ -305,6 +305,18 @@ def test_load_onnx_takes_and_gives_sequences_and_compiles_per_length() -> None:
     assert len(f.variants) == 2  # the third call, of lengths [4, 2, 3] again, reused the first build
 
 
+def test_load_onnx_sequence_items_of_an_equal_dtype_with_metadata() -> None:
+    """Items whose float32 dtype carries metadata are float32 (dtypes compare by ==, not identity)."""
+    model, _ = sequence_inputs(F)
+    rng = np.random.default_rng(4)
+    tagged = np.dtype(np.float32, metadata={"unit": "m"})
+    xs = [rand(rng, np.float32, n).astype(tagged) for n in (4, 2, 3)]
+    ys = [rand(rng, np.float32, n) for n in (4, 2, 3)]
+    got, want = opc.load_onnx(model)(xs, ys), run_ort(model, {"xs": [x.astype(np.float32) for x in xs], "ys": ys})
+    for g, w in zip(got, want):
+        assert_same(g, w)
+
+
 def test_load_onnx_optional_input_empty_or_full() -> None:
     inputs = [helper.make_value_info("o", helper.make_optional_type_proto(helper.make_tensor_type_proto(F, [3]))),
               tensor_vi("x", F, [3])]

@@ -1,4 +1,4 @@
-"""The low-precision types (SPEC.md: Types): float8, float4, int4/uint4, int2/uint2.
+"""The low-precision types (SPEC.md: Types): float8, float6, float4, int4/uint4, int2/uint2.
 
 Casts to and from every other type, ONNX's saturate and e8m0 round_mode included, and ops computed
 in f32 (int4/int2: in 8 bits) on them, against ml_dtypes' own conversions: the oracle is
@@ -34,7 +34,8 @@ from opc.lowering.cuda_emitter import emit_cuda
 # the low-precision types: MLIR name -> NumPy (ml_dtypes) dtype
 NARROW_FLOATS = {"f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E4M3FNUZ": ml_dtypes.float8_e4m3fnuz,
                  "f8E5M2": ml_dtypes.float8_e5m2, "f8E5M2FNUZ": ml_dtypes.float8_e5m2fnuz,
-                 "f8E8M0FNU": ml_dtypes.float8_e8m0fnu, "f4E2M1FN": ml_dtypes.float4_e2m1fn}  # fmt: skip
+                 "f8E8M0FNU": ml_dtypes.float8_e8m0fnu, "f6E2M3FN": ml_dtypes.float6_e2m3fn,
+                 "f6E3M2FN": ml_dtypes.float6_e3m2fn, "f4E2M1FN": ml_dtypes.float4_e2m1fn}  # fmt: skip
 SUB_BYTE_INTS = {"i4": ml_dtypes.int4, "ui4": ml_dtypes.uint4, "i2": ml_dtypes.int2, "ui2": ml_dtypes.uint2}
 WIDE_FLOATS = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 INTS = {"i8": np.int8, "ui8": np.uint8, "i16": np.int16, "i32": np.int32, "i64": np.int64}
@@ -68,7 +69,7 @@ def all_values(t: str) -> np.ndarray:
     if t in SUB_BYTE_INTS:
         info = ml_dtypes.iinfo(dt)
         return np.arange(int(info.min), int(info.max) + 1).astype(dt)
-    bits = 4 if t == "f4E2M1FN" else 8
+    bits = {"f4E2M1FN": 4, "f6E2M3FN": 6, "f6E3M2FN": 6}.get(t, 8)
     return np.arange(2**bits, dtype=np.uint8).view(dt)
 
 

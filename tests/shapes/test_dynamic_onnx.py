@@ -136,9 +136,11 @@ def test_one_compile_serves_every_size(name):
 
 
 def test_a_size_needed_at_compile_time_falls_back_per_shape_naming_the_node():
-    """x[:, :s - 1]: a slice bound known at run time only; opc compiles per shape and says why."""
-    nodes = [*shape_dims(), const("one", np.array([1])), helper.make_node("Sub", ["s", "one"], ["end"]),
-             const("st", np.array([0])), helper.make_node("Slice", ["x", "st", "end", "one"], ["out"], name="cut")]
+    """x[:, ::2] along a run-time dim: a stepped slice of a size known at run time only; opc compiles
+    per shape and says why."""
+    nodes = [const("st", np.array([0])), const("end", np.array([INT64_MAX])), const("one", np.array([1])),
+             const("two", np.array([2])), helper.make_node("Slice", ["x", "st", "end", "one", "two"], ["out"],
+                                                           name="cut")]
     m = model(nodes, [("x", F32, ["batch", "seq"])], ["out"])
     loaded = opc.load_onnx(m)
     for b, s in [(2, 3), (3, 6)]:
@@ -146,6 +148,28 @@ def test_a_size_needed_at_compile_time_falls_back_per_shape_naming_the_node():
         np.testing.assert_allclose(loaded(**feeds)[0], run_ort(m, feeds)[0])
     assert loaded.static_reason is not None and "'cut'" in loaded.static_reason
     assert len(loaded.variants) == 2
+
+
+def run_time_slices() -> onnx.ModelProto:
+    """x[:, :s - 1] (an end computed from Shape), x[:, 1:] and x[:, -2:] along the run-time seq dim."""
+    nodes = [*shape_dims(), const("one", np.array([1])), helper.make_node("Sub", ["s", "one"], ["end"]),
+             const("st", np.array([0])), helper.make_node("Slice", ["x", "st", "end", "one"], ["head"]),
+             const("big", np.array([INT64_MAX])), helper.make_node("Slice", ["x", "one", "big", "one"], ["tail"]),
+             const("m2", np.array([-2])), helper.make_node("Slice", ["x", "m2", "big", "one"], ["last2"]),
+             helper.make_node("Mul", ["head", "tail"], ["prod"]),
+             helper.make_node("ReduceSum", ["last2", "one"], ["s2"], keepdims=1),
+             helper.make_node("Add", ["prod", "s2"], ["out"])]
+    return model(nodes, [("x", F32, ["batch", "seq"])], ["out"])
+
+
+def test_slices_with_run_time_bounds_compile_once():
+    m = run_time_slices()
+    loaded = opc.load_onnx(m)
+    for b, s in [(1, 2), (3, 5), (2, 17)]:
+        feeds = feeds_for(m, b, s)
+        np.testing.assert_allclose(loaded(**feeds)[0], run_ort(m, feeds)[0], rtol=1e-5, atol=1e-5)
+    assert loaded.static_reason is None, loaded.static_reason
+    assert not loaded.variants, "no module per shape"
 
 
 def test_inputs_naming_one_dim_alike_must_agree():

@@ -115,7 +115,7 @@ static void opc_sim_launch(unsigned blocks, unsigned threads, const std::functio
 
 typedef int cudaError_t;
 enum { cudaSuccess = 0 };
-enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDefault };
 static inline cudaError_t cudaMalloc(void **p, size_t n) {
     *p = malloc(n ? n : 1);
     if (*p == NULL) return 2;
