@@ -277,6 +277,9 @@ class FunctionSizes:
         names, checks = lowered_sizes(callee)  # type: ignore[arg-type]
         given = [self.shape(v) for v in op.arguments]
         where = f"the body @{op.callee.root_reference.data}"
+        if "opc.found_sizes" in callee.attributes:  # type: ignore[union-attr]  (size_lowering.FOUND_ATTR)
+            raise UnsupportedError(f"{where}: a result whose size depends on the data (a count its ops make) "
+                                   "cannot leave a loop or branch body yet")
         env: dict[str, Size] = {}
         for shape, dims in zip(shapes, given):  # a body's size is first an argument's lone dim
             for want, got in zip(shape, dims):
