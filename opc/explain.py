@@ -37,6 +37,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region
 
 from opc.dialects.control import CONTROL_OPS, HOST_RUNS
+from opc.dialects.slices import SLICE_OPS
 from opc.errors import UnsupportedError
 from opc.ops.registry import REGISTRY
 from opc.targets.device_kernels import external_symbol
@@ -93,6 +94,10 @@ def explain(module: ModuleOp, target_spec: str, grad: bool | int = False, fuse: 
     for op in module.walk():
         if isinstance(op, CONTROL_OPS):  # runs on the host: a C if / for / while calling its bodies
             row = rows.setdefault((op.name, "host"), {"count": 0, "into": {HOST_RUNS[type(op)]: None}, "bad": {}})
+            row["count"] += 1
+            continue
+        if isinstance(op, SLICE_OPS):  # MLIR's own slices: loops of every target (an index map, a placement)
+            row = rows.setdefault((op.name, "kernel"), {"count": 0, "into": {}, "bad": {}})
             row["count"] += 1
             continue
         if not op.name.startswith("opc."):

@@ -230,8 +230,14 @@ class FunctionSizes:
         lowered body's, with the body's sizes read off the call's operands."""
         if isinstance(op, scf.ForOp):
             self.carry(op.iter_args, op.body.block.args[1:], op.results)
-        elif isinstance(op, scf.WhileOp):
-            self.carry(op.arguments, op.before_region.block.args, [])
+        elif isinstance(op, scf.WhileOp):  # (its condition's forwarded values, where visited, refine these)
+            self.carry(op.arguments, op.before_region.block.args, op.after_region.block.args, op.results)
+        elif isinstance(op, scf.IfOp):  # built with its regions (the ONNX importer): its yields now
+            for region in op.regions:
+                term = region.block.last_op if region.blocks else None
+                if isinstance(term, scf.YieldOp) and all(v in self.shapes for v in term.operands
+                                                         if isinstance(v.type, opc.TensorType)):
+                    self.yielded(term)
         elif isinstance(op, scf.ConditionOp):
             loop = op.parent_op()
             assert isinstance(loop, scf.WhileOp)

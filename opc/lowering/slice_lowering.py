@@ -64,13 +64,22 @@ def size_of(fl, n: int | SSAValue) -> Size:  # noqa: ANN001
     return size
 
 
+def text(d: Size) -> str:
+    """`n0 - 2` rather than Sym's `(-2) + n0`: the symbols first, the constant after."""
+    if isinstance(d, int):
+        return str(d)
+    const = dict(d.terms).get((), 0)
+    rest = Sym({m: c for m, c in d.terms if m}).render()
+    return rest if const == 0 else f"{rest} {'-' if const < 0 else '+'} {abs(const)}"
+
+
 def describe(fl, d: Size) -> str:  # noqa: ANN001
     """A size for a message: its number, or its expression and what its symbols are."""
     if isinstance(d, int):
         return str(d)
     origin = fl.sizes.origin if fl.sizes is not None else {}
-    names = ", ".join(f"{s} = the size of {origin[s]}" for s in sorted(d.symbols) if s in origin)
-    return f"{d} ({names})" if names else str(d)
+    names = ", ".join(f"{s} the size of {origin[s]}" for s in sorted(d.symbols) if s in origin)
+    return f"{text(d)}, {names}" if names else text(d)
 
 
 def host_index(fl, d: Size | None) -> SSAValue:  # noqa: ANN001
@@ -106,9 +115,8 @@ def emit_checks(fl, op: tensor.ExtractSliceOp | tensor.InsertSliceOp) -> None:  
         if isinstance(off, int) and isinstance(bound, int) and off < bound:
             continue
         check(fl, op, off if isinstance(off, int) else index_value(fl, off), bound,
-              f"dim {d} has offset {{value}}: a slice of size {braces(describe(fl, size))}"
-              f"{f' (stride {st})' if st != 1 else ''} of the {what}'s dim {d} (size {dim_text}) starts in "
-              f"[0, {braces(str(dim - span))}]")
+              f"dim {d} has offset {{value}}, outside [0, {braces(text(dim - span))}]: a slice of size "
+              f"{braces(text(size))}{f' (stride {st})' if st != 1 else ''} of the {what}'s dim {d} of size {dim_text}")
 
 
 def source_index(fl, op: tensor.ExtractSliceOp | tensor.InsertSliceOp,  # noqa: ANN001

@@ -35,7 +35,6 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 from opc.dialects import opc as o
 from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
-from opc.errors import UnsupportedError
 from opc.onnx_import.common import Value, Values
 from opc.onnx_import.graph import Node, NodeEmitter, converter
 from opc.onnx_import.lists import Item, Items, Opt, Seq, is_list
@@ -113,12 +112,15 @@ def check_trips(node: Node, trips: int) -> None:
 
 
 def in_region(node: Node, arg_types: Sequence[Attribute],
-              build: Callable[[Sequence[SSAValue]], Items]) -> tuple[Block, Items]:
+              build: Callable[[Sequence[SSAValue]], Items], inits: Sequence[SSAValue] = ()) -> tuple[Block, Items]:
     """A block holding the ops the importer emits while `build` runs on the block's arguments, and
-    what `build` returned (the block has no terminator yet)."""
+    what `build` returned (the block has no terminator yet). `inits`: the values the arguments
+    start as (a loop's), whose run-time sizes they keep."""
     outer = node.e.ops
     node.e.ops = []
     block = Block(arg_types=arg_types)
+    if node.e.tracker is not None and inits:
+        node.e.tracker.sizes.carry(inits, block.args)
     try:
         out = build(block.args)
     finally:
@@ -138,16 +140,6 @@ def yield_values(node: Node, block: Block, items: Items) -> list[SSAValue]:
     return values
 
 
-def check_static_sizes(node: Node) -> None:
-    """Control flow imports as scf ops where every size is known at compile time: the run-time (?)
-    sizes of the graph's inputs do not cross into bodies yet (opc.load_onnx then compiles per input
-    shape; opc.import_onnx takes the sizes as shapes=)."""
-    for v in node.importer.values.values():
-        if isinstance(v.type, TensorType) and o.DYNAMIC in v.type.get_shape():
-            raise UnsupportedError(f"{node.label}: a condition or trip count known at run time with run-time (?) "
-                                   f"sizes ('{v.name_hint}' is {v.type}): give the sizes (shapes=) to import it")
-
-
 def scalar_of(node: Node, v: SSAValue, what: str) -> SSAValue:
     """The one element of v as a scalar (a condition, a trip count)."""
     if int(np.prod(shape_of(v))) != 1:
@@ -160,7 +152,6 @@ def if_(node: Node) -> Items:
     if node.known(0):
         taken = "then_branch" if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else "else_branch"
         return import_body(node, taken, [])
-    check_static_sizes(node)
     branches = [in_region(node, [], lambda _, b=b: import_body(node, b, [])) for b in ("then_branch", "else_branch")]
     if not any(is_list(v) for _, out in branches for v in out):
         return if_at_run_time(node, branches)
@@ -216,7 +207,6 @@ def loop(node: Node) -> Items:
     state: Items = [operand(node, k + 2) for k in range(len(node.proto.input) - 2)]
     n_scan = len(node.attr("body").output) - 1 - len(state)
     if not counts_known and n_scan == 0 and not any(is_list(v) for v in state):
-        check_static_sizes(node)
         return loop_at_run_time(node, [as_value(node, v) for v in state])  # type: ignore[arg-type]
     return unrolled_loop(node)
 
@@ -239,7 +229,8 @@ def loop_at_run_time(node: Node, state: list[SSAValue]) -> Items:
             go = node.e.value(arith.AndIOp(node.e.value(arith.CmpiOp(i, m, "slt")), go))
         return [go]
 
-    before, (go,) = in_region(node, types, test)
+    inits = [start, cond0, *state]
+    before, (go,) = in_region(node, types, test, inits)
     before.add_op(scf.ConditionOp(go, *before.args))  # type: ignore[arg-type]
 
     def step(args: Sequence[SSAValue]) -> Items:
@@ -251,13 +242,13 @@ def loop_at_run_time(node: Node, state: list[SSAValue]) -> Items:
         cond = as_value(node, out[0])  # type: ignore[arg-type]
         return [nxt, node.e.reshape(cond, []), *out[1:]]
 
-    after, out = in_region(node, types, step)
+    after, out = in_region(node, types, step, inits)
     values = yield_values(node, after, out)
     for k, (v, t) in enumerate(zip(values[2:], types[2:])):
         if v.type != t:
             raise node.fail(f"loop-carried value {k} enters as {type_of(state[k])} and leaves the body as "
                             f"{type_of(v)}: with a trip count or condition known at run time, opc needs one type")
-    op = scf.WhileOp([start, cond0, *state], types, Region(before), Region(after))
+    op = scf.WhileOp(inits, types, Region(before), Region(after))
     node.e.emit(op)
     return list(op.results[2:])
 

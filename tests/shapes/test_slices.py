@@ -5,6 +5,8 @@ out of bounds are a ValueError naming the op and the bounds, before anything is 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -67,7 +69,7 @@ def test_window_forward_and_grad(windows, dim0, off):
 @pytest.mark.parametrize("dim0", ["6", "?"])
 @pytest.mark.parametrize("off", [5, -1, 1 << 40])
 def test_window_out_of_bounds(windows, dim0, off):
-    with pytest.raises(ValueError, match=r"tensor.extract_slice: dim 0 has offset -?\d+.*starts in \[0, "):
+    with pytest.raises(ValueError, match=r"tensor.extract_slice: dim 0 has offset -?\d+, outside \[0, "):
         windows[dim0].f(np.zeros((6, 4)), np.array(off))
 
 
@@ -317,3 +319,90 @@ def test_lstm_through_a_loop(steps):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     if steps:
         check_grad(m.lstm, m.lstm_grad, args, rng)
+
+
+def test_explain_lists_the_slices(tmp_path, capsys):
+    from opc.cli import main
+
+    path = tmp_path / "loop.mlir"
+    path.write_text(recurrence("f32", "?"))
+    assert main(["explain", str(path)]) == 0
+    out = capsys.readouterr().out
+    for op in ("tensor.extract_slice", "tensor.insert_slice"):
+        assert re.search(rf"^{op}\s+1\s+kernel$", out, re.M), out
+
+
+ROWS = """
+func.func @f(%x: tensor<6x8xf32>, %o: tensor<i64>) -> (tensor<3x8xf32>, tensor<3x5xf32>) {
+  %oi = tensor.extract %o[] : tensor<i64>
+  %off = arith.index_cast %oi : i64 to index
+  %s = tensor.extract_slice %x[%off, 0] [3, 8] [1, 1] : tensor<6x8xf32> to tensor<3x8xf32>
+  %m = opc.reduce_max %s {axes = array<i64: 1>, keepdim = true} : (tensor<3x8xf32>) -> tensor<3x1xf32>
+  %d = opc.sub %s, %m : (tensor<3x8xf32>, tensor<3x1xf32>) -> tensor<3x8xf32>
+  %e = opc.exp %d : (tensor<3x8xf32>) -> tensor<3x8xf32>
+  %z = opc.reduce_sum %e {axes = array<i64: 1>, keepdim = true} : (tensor<3x8xf32>) -> tensor<3x1xf32>
+  %r = opc.div %e, %z : (tensor<3x8xf32>, tensor<3x1xf32>) -> tensor<3x8xf32>
+  %q = tensor.extract_slice %r[0, %off] [3, 5] [1, 1] : tensor<3x8xf32> to tensor<3x5xf32>
+  %w = opc.softmax %q {axis = 1 : i64} : (tensor<3x5xf32>) -> tensor<3x5xf32>
+  return %r, %w : tensor<3x8xf32>, tensor<3x5xf32>
+}
+"""
+
+
+def softmax_ref(a):
+    e = np.exp(a - a.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+@pytest.mark.parametrize("off", [0, 3])
+def test_slices_in_row_kernels(fuse, off):
+    """A softmax composed of reductions over a slice at a run-time offset (a row kernel reads it in
+    place), and opc.softmax of a slice of its result."""
+    m = opc.compile(ROWS, fuse=fuse)
+    x = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+    r, w = m.f(x, np.array(off))
+    np.testing.assert_allclose(r, softmax_ref(x[off:off + 3]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w, softmax_ref(softmax_ref(x[off:off + 3])[:, off:off + 5]), rtol=1e-5, atol=1e-6)
+
+
+PUT = """
+func.func @f(%x: tensor<?x4xf64>, %v: tensor<4xf64>, %o: tensor<i64>) -> tensor<?x4xf64> {
+  %oi = tensor.extract %o[] : tensor<i64>
+  %off = arith.index_cast %oi : i64 to index
+  %y = tensor.insert_slice %v into %x[%off, 0] [1, 4] [1, 1] : tensor<4xf64> into tensor<?x4xf64>
+  %t = opc.tanh %y : (tensor<?x4xf64>) -> tensor<?x4xf64>
+  return %t : tensor<?x4xf64>
+}
+"""
+
+
+@pytest.mark.parametrize(("rows", "off"), [(1, 0), (5, 4), (5, 0), (3, 3), (0, 0), (4, -1)])
+def test_insert_at_run_time_offset(rows, off):
+    m = opc.compile(PUT, grad=True)
+    rng = np.random.default_rng(rows)
+    x, v = rng.standard_normal((rows, 4)), rng.standard_normal(4)
+    if not 0 <= off < rows:
+        with pytest.raises(ValueError, match=rf"tensor.insert_slice: dim 0 has offset {off}, outside \[0, "):
+            m.f(x, v, np.array(off))
+        return
+    want = x.copy()
+    want[off] = v
+    np.testing.assert_allclose(m.f(x, v, np.array(off)), np.tanh(want))
+    check_grad(lambda x, v: m.f(x, v, np.array(off)), lambda x, v, d: m.f_grad(x, v, np.array(off), d), [x, v], rng)
+
+
+def test_a_size_read_from_a_value_is_refused_in_one_line():
+    """x[:k] with k read from a tensor: its result's size would depend on a value (not drawn yet)."""
+    from opc.errors import UnsupportedError
+
+    src = """
+func.func @f(%x: tensor<?xf32>, %o: tensor<i64>) -> tensor<?xf32> {
+  %oi = tensor.extract %o[] : tensor<i64>
+  %k = arith.index_cast %oi : i64 to index
+  %r = tensor.extract_slice %x[0] [%k] [1] : tensor<?xf32> to tensor<?xf32>
+  return %r : tensor<?xf32>
+}
+"""
+    with pytest.raises(UnsupportedError, match="tensor.extract_slice: a run-time size that is not computed from sizes"):
+        opc.compile(src)

@@ -5,7 +5,8 @@ against a NumPy oracle, forward and gradient (central differences).
 Each program is a chain of ops drawn from the families whose sizes follow their operands:
 elementwise (unary, binary with a row of weights broadcast), reductions over the features or the
 rows, matmul by a weight, softmax, layer norm, concat along the features or the rows, reshape
-of the features, transpose there and back (a concat along the rows has no gradient yet: not drawn). The oracle builds the program op by op, as
+of the features, transpose there and back, and a concat along the rows sliced back
+(tensor.extract_slice at a run-time offset and size). The oracle builds the program op by op, as
 fuzz_programs.py does for static shapes.
 
     python tests/support/fuzz_dynamic.py --count 500 [--seed 0]
@@ -81,7 +82,7 @@ class Generator:
 
     def step(self, x: Val) -> Val:
         kind = self.rng.choice(["unary", "binary", "matmul", "softmax", "layer_norm", "concat", "reduce",
-                                "reshape", "transpose"])  # (a concat along the rows has no gradient yet)
+                                "reshape", "transpose", "slice"])
         k = x.feats
         f = x.fn
         if kind == "unary" or len(k) != 1:
@@ -137,6 +138,14 @@ class Generator:
                         (2, n // 2), lambda a: f(a).reshape(-1, n // 2, 2).transpose(0, 2, 1))
             return self.op(f"opc.reshape %{t.name} : ({t.type}) -> {{r}}", (n,),
                            lambda a: f(a).reshape(-1, n // 2, 2).transpose(0, 2, 1).reshape(-1, n))
+        if kind == "slice" and n > 1:  # [x; tanh x] along the rows, then rows [r, 2r) and features [1, n)
+            c0, rows, t, cat = self.fresh(), self.fresh(), self.fresh(), self.fresh()
+            self.p.lines += [f"  %{c0} = arith.constant 0 : index",
+                             f"  %{rows} = tensor.dim %{x.name}, %{c0} : {x.type}",
+                             f"  %{t} = opc.tanh %{x.name} : ({x.type}) -> {x.type}",
+                             f"  %{cat} = opc.concat %{x.name}, %{t} {{axis = 0 : i64}} : ({x.type}, {x.type}) -> {x.type}"]
+            return self.op(f"tensor.extract_slice %{cat}[%{rows}, 1] [%{rows}, {n - 1}] [1, 1] : {x.type} to {{r}}",
+                           (n - 1,), lambda a: np.tanh(f(a))[:, 1:])
         if kind == "transpose":  # there and back: [?, n] -> [n, ?] -> [?, n]
             t, back, tt = self.fresh(), self.fresh(), f"tensor<{n}x?x{T}>"
             self.p.lines.append(f"  %{t} = opc.transpose %{x.name} {{perm = array<i64: 1, 0>}} : ({x.type}) -> {tt}")
