@@ -96,8 +96,9 @@ SECTIONS = (  # (title, test on the op class and its facts), first match wins
     ("Grad ops", lambda c, f: f["kind"] == "grad"),
     ("Other", lambda c, f: True),
 )
-SHAPE_OPS = {"FullOp", "IotaOp", "BroadcastToOp", "ReshapeOp", "TransposeOp", "ReduceSumOp", "ReduceMaxOp", "ReduceMinOp",
-             "ReduceMeanOp", "MatmulOp", "SliceOp", "ConcatOp", "GatherOp", "CumsumOp", "CastOp", "BitcastOp"}
+SHAPE_OPS = {"FullOp", "IotaOp", "BroadcastToOp", "ReshapeOp", "TransposeOp", "ReduceSumOp", "ReduceMaxOp",
+             "ReduceMinOp", "ReduceMeanOp", "MatmulOp", "SliceOp", "ConcatOp", "GatherOp", "CumsumOp", "CastOp",
+             "BitcastOp", "NonzeroOp", "TopkOp", "UniqueOp", "NonMaxSuppressionOp"}
 
 
 def example_of(cls: type) -> tuple[str, str]:

@@ -67,6 +67,7 @@ def reads_once(v: SSAValue, user: Operation) -> bool:
         return True  # every element read at most once (slice_grad's x: never)
     if isinstance(user, (opc.GatherOp, opc.GatherGradOp)):
         # x: only the gathered elements (gather_grad: never), dout: once; the indices once per other position
-        others = numel(shape_of(user.x)) // max(1, shape_of(user.x)[user.axis_index()])
+        shape, axis = shape_of(user.x), user.axis_index()
+        others = numel([d for i, d in enumerate(shape) if i != axis])  # (a `?` axis: no division by it)
         return v is not user.indices or others == 1
     return False

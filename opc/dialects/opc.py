@@ -13,6 +13,8 @@ Primitives
   reduce_sum / reduce_max / reduce_min / reduce_mean {axes, keepdim},
   matmul {trans_x, trans_y} (ranks 2 to 4, batch dims broadcast), sigmoid
   index maps: slice {start, limit, strides}, concat {axis}, gather {axis}
+  data-dependent sizes: nonzero (its result's count is known only once it has run), topk {axis, largest} (k a
+                        run-time value), unique {sorted} (1-D), non_max_suppression {center_point_box}
 Fused
   fused_gemm_epilogue {trans_x, trans_y, activation}  -> out[, reserve_space]
   softmax {axis}, log_softmax {axis}
@@ -362,6 +364,8 @@ class OpcOp(IRDLOperation, abc.ABC):
     invoke or composite rule."""
     DTYPE_OPERAND: ClassVar[int] = 0
     """The operand whose element type picks a device's kernel for the op."""
+    UNSUPPORTED: ClassVar[dict[str, str]] = {}
+    """Built-in targets the op cannot run on yet, each with the reason a compile for it says."""
 
 
 class UnaryElementwiseOp(OpcOp, abc.ABC):
@@ -1396,6 +1400,175 @@ class CumsumOp(OpcOp, AxisAttr):
         if not t.get_shape():
             raise VerifyException("cumsum needs an operand of rank >= 1")
         normalize_axis(self.axis.value.data, len(t.get_shape()), "cumsum axis")
+
+
+@irdl_op_definition
+class NonzeroOp(OpcOp):
+    """`%r = opc.nonzero %x : (tensor<?x4xf32>) -> tensor<2x?xi64>`
+
+    np.nonzero(x) stacked, as ONNX NonZero: one row per dim of x, one column per element that is not
+    zero, in row-major order. The count is known only once the op has run: the result's `?` dim is a
+    size of its own (a data-dependent size, opc/dialects/sizes.py), which later ops use like any other.
+    """
+
+    name = "opc.nonzero"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # two sequential passes on the host (nn_lowering.py)
+    UNSUPPORTED: ClassVar[dict[str, str]] = {
+        "cuda": "its output size depends on the data (a host-side count over device memory is not written yet)"}
+    x = operand_def(TensorType)
+    result = result_def(TensorType)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation):
+        rank = len(shaped_type(SSAValue.get(x)).get_shape())
+        super().__init__(operands=[x], result_types=[TensorType(i64, [rank, DYNAMIC])])
+
+    def verify_(self) -> None:
+        t = check_tensor(self.x, "operand")
+        rank = len(t.get_shape())
+        if rank == 0:
+            raise VerifyException("needs an operand of rank >= 1 (reshape a scalar to [1])")
+        r = check_tensor(self.result, "result")
+        if r.element_type != i64 or list(r.get_shape()) != [rank, DYNAMIC]:
+            raise VerifyException(f"result must be tensor<{rank}x?xi64> (one row per operand dim, its count known "
+                                  f"only at run time), got {r}")
+
+
+@irdl_op_definition
+class TopkOp(OpcOp, AxisAttr):
+    """`%v, %i = opc.topk %x, %k {axis = -1, largest = true} : (tensor<?x8xf32>, tensor<i64>) -> (tensor<?x?xf32>, tensor<?x?xi64>)`
+
+    ONNX TopK with k a run-time value: the k largest (smallest) elements of x along `axis`, sorted,
+    ties to the lower index, and their indices. k (a one-element i64 tensor) is read when the op
+    runs: the results' `axis` dim is a data size (opc/dialects/sizes.py), at most x's; a k out of
+    [0, size] is a run-time ValueError. NaN is not ordered here.
+    """
+
+    name = "opc.topk"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # k read on the host (nn_lowering.py)
+    UNSUPPORTED: ClassVar[dict[str, str]] = {
+        "cuda": "its output size is read from a tensor (k) on the host, which device memory is not yet"}
+    x = operand_def(TensorType)
+    k = operand_def(TensorType)
+    values = result_def(TensorType)
+    indices = result_def(TensorType)
+    axis = int_prop(-1)
+    largest = bool_prop(True)
+    assembly_format = "$x `,` $k attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, k: SSAValue | Operation, axis: int = -1, largest: bool = True):
+        t = SSAValue.get(x).type
+        assert isinstance(t, TensorType)
+        shape = list(t.get_shape())
+        shape[normalize_axis(axis, len(shape))] = DYNAMIC
+        super().__init__(operands=[x, k], result_types=[TensorType(t.element_type, shape), TensorType(i64, shape)],
+                         properties={"axis": IntegerAttr(axis, 64), "largest": BoolAttr.from_bool(largest)})
+
+    def verify_(self) -> None:
+        t = check_tensor(self.x, "x")
+        check_not_bool(t, "x")
+        shape = list(t.get_shape())
+        if not shape:
+            raise VerifyException("needs an x of rank >= 1")
+        axis = normalize_axis(self.axis.value.data, len(shape), "topk axis")
+        tk = check_tensor(self.k, "k")
+        if tk.element_type != i64 or math.prod(d for d in tk.get_shape()) != 1 or DYNAMIC in tk.get_shape():
+            raise VerifyException(f"k must be one i64 element (tensor<i64> or tensor<1xi64>), got {tk}")
+        shape[axis] = DYNAMIC
+        for what, r, el in (("values", self.values, t.element_type), ("indices", self.indices, i64)):
+            want = TensorType(el, shape)
+            if r.type != want:
+                raise VerifyException(f"{what} must be {want} (the axis dim is k, known at run time), got {r.type}")
+
+
+@irdl_op_definition
+class UniqueOp(OpcOp):
+    """`%y, %first, %inverse, %counts = opc.unique %x {sorted = true} : (tensor<?xf32>) -> (tensor<?xf32>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>)`
+
+    ONNX Unique of a 1-D x (np.unique with return_index, return_inverse, return_counts): its distinct
+    values y (ascending when `sorted`, else in the order they first occur), each one's first index in x,
+    each element's place in y, each value's count. How many there are is known once the op has run: y's,
+    first's and counts' dim is a data size (opc/dialects/sizes.py), at most x's length. NaN is not
+    ordered here (each NaN is a value of its own).
+    """
+
+    name = "opc.unique"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # sequential passes on the host (nn_lowering.py)
+    UNSUPPORTED: ClassVar[dict[str, str]] = {
+        "cuda": "its output size depends on the data (a host-side count over device memory is not written yet)"}
+    x = operand_def(TensorType)
+    y = result_def(TensorType)
+    first = result_def(TensorType)
+    inverse = result_def(TensorType)
+    counts = result_def(TensorType)
+    sorted = bool_prop(True)
+    assembly_format = "$x attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue | Operation, sorted: bool = True):
+        t = SSAValue.get(x).type
+        assert isinstance(t, TensorType)
+        found = [DYNAMIC]
+        super().__init__(operands=[x], result_types=[
+            TensorType(t.element_type, found), TensorType(i64, found), TensorType(i64, t.get_shape()),
+            TensorType(i64, found)], properties={"sorted": BoolAttr.from_bool(sorted)})
+
+    def verify_(self) -> None:
+        t = check_tensor(self.x, "x")
+        if len(t.get_shape()) != 1:
+            raise VerifyException(f"needs a 1-D x (flatten it first), got {t}")
+        wants = (("y", self.y, TensorType(t.element_type, [DYNAMIC])), ("first", self.first, TensorType(i64, [DYNAMIC])),
+                 ("inverse", self.inverse, TensorType(i64, t.get_shape())),
+                 ("counts", self.counts, TensorType(i64, [DYNAMIC])))
+        for what, r, want in wants:
+            if r.type != want:
+                raise VerifyException(f"{what} must be {want}, got {r.type}")
+
+
+@irdl_op_definition
+class NonMaxSuppressionOp(OpcOp):
+    """`%sel = opc.non_max_suppression %boxes, %scores, %max_out, %iou, %score {center_point_box = 0} : (tensor<1x8x4xf32>, tensor<1x2x8xf32>, tensor<1xi64>, tensor<1xf32>, tensor<1xf32>) -> tensor<?x3xi64>`
+
+    ONNX NonMaxSuppression: per batch and class, the boxes whose score is above `score` in order of score
+    (ties to the lower index), each kept unless its IoU with one kept before exceeds `iou`, at most
+    `max_out` per class; the rows (batch, class, box) in that order. boxes [B, N, 4] are corners
+    (y1, x1, y2, x2) or, with center_point_box = 1, (x, y, width, height); scores [B, C, N]; the three
+    thresholds one element each, read when it runs. How many rows is a data size (at most B*C*N).
+    """
+
+    name = "opc.non_max_suppression"
+    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # a greedy pass per class on the host (nn_lowering.py)
+    UNSUPPORTED: ClassVar[dict[str, str]] = {
+        "cuda": "its output size depends on the data (a host-side count over device memory is not written yet)"}
+    boxes = operand_def(TensorType)
+    scores = operand_def(TensorType)
+    max_out = operand_def(TensorType)
+    iou = operand_def(TensorType)
+    score = operand_def(TensorType)
+    result = result_def(TensorType)
+    center_point_box = int_prop(0)
+    assembly_format = "$boxes `,` $scores `,` $max_out `,` $iou `,` $score attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, boxes: SSAValue | Operation, scores: SSAValue | Operation, max_out: SSAValue | Operation,
+                 iou: SSAValue | Operation, score: SSAValue | Operation, center_point_box: int = 0):
+        super().__init__(operands=[boxes, scores, max_out, iou, score], result_types=[TensorType(i64, [DYNAMIC, 3])],
+                         properties={"center_point_box": IntegerAttr(center_point_box, 64)})
+
+    def verify_(self) -> None:
+        tb, ts = check_tensor(self.boxes, "boxes"), check_tensor(self.scores, "scores")
+        check_float(tb, "boxes")
+        check_same_element(tb, ts, "boxes and scores")
+        b, s = tb.get_shape(), ts.get_shape()
+        if len(b) != 3 or b[2] != 4 or len(s) != 3:
+            raise VerifyException(f"boxes must be [B, N, 4] and scores [B, C, N], got {tb} and {ts}")
+        for what, v, el in (("max_out", self.max_out, i64), ("iou", self.iou, tb.element_type),
+                            ("score", self.score, tb.element_type)):
+            t = check_tensor(v, what)
+            if t.element_type != el or DYNAMIC in t.get_shape() or math.prod(t.get_shape()) != 1:
+                raise VerifyException(f"{what} must be one {el} element, got {t}")
+        if self.center_point_box.value.data not in (0, 1):
+            raise VerifyException(f"center_point_box must be 0 or 1, got {self.center_point_box.value.data}")
+        if self.result.type != TensorType(i64, [DYNAMIC, 3]):
+            raise VerifyException(f"result must be tensor<?x3xi64> (its rows known at run time), got {self.result.type}")
 
 
 # ---------------------------------------------------------------------------
@@ -2866,7 +3039,8 @@ Opc = Dialect(
         LogOp, TanhOp, ErfOp, FloorOp, CeilOp, RoundOp, SinOp, CosOp, TanOp, AsinOp, AcosOp, AtanOp, SinhOp,
         CoshOp, AsinhOp, AcoshOp, AtanhOp, Log1pOp, SqrtOp, RsqrtOp, AbsOp, ReluOp, GeluOp, CastOp, BitcastOp, FullOp,
         IotaOp, BroadcastToOp, ReshapeOp, TransposeOp, ReduceSumOp, ReduceMaxOp, MatmulOp, ReduceMinOp, ReduceMeanOp,
-        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
+        SigmoidOp, SliceOp, ConcatOp, GatherOp, CumsumOp, NonzeroOp, TopkOp, UniqueOp, NonMaxSuppressionOp,
+        FusedGemmEpilogueOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
         SoftmaxCrossEntropyOp, ConvOp, FusedConvEpilogueOp, ConvTransposeOp, MaxPoolOp, AvgPoolOp, BatchNormOp,
         InstanceNormOp, GroupNormOp, AttentionOp, CastGradOp, FusedGemmEpilogueGradOp, ReluGradOp, GeluGradOp,
         SoftmaxGradOp, LogSoftmaxGradOp, LayerNormGradOp, SoftmaxCrossEntropyGradOp, ConvGradInputOp,

@@ -10,6 +10,13 @@ is a constraint checked at the call, before any kernel runs. So every `?` dim of
 value is a polynomial over the function's size parameters (opc/symbolic.py), and
 shape_of() answers with it while the function is lowered (`symbolic_shapes`).
 
+A size can also come from the data (torch's unbacked SymInt): `opc.nonzero`'s count is known
+only once the op has run. Its rule makes a fresh symbol with `fresh_data`, recorded in `data`
+with an upper bound over the sizes before it (the count of nonzero elements is at most the
+element count); the op's lowering computes it at run time, and later ops use it like any other
+symbol. Unified with a size known before the op runs (a gradient's dout argument), the data
+symbol is replaced by that size and the op checks at run time that its count agrees (`predicted`).
+
 An op with `?` dims and no rule here is refused, naming it: its lowering has not been
 taught run-time sizes yet.
 """
@@ -47,6 +54,14 @@ class Constraint:
 
 
 @dataclass
+class DataSize:
+    """A size an op computes from the data it reads (opc.nonzero's count)."""
+
+    op: Operation
+    bound: Size  # at most this, over the sizes known before the op runs (a result's allocation)
+
+
+@dataclass
 class FunctionSizes:
     """The size symbols of one function and every value's shape in them."""
 
@@ -56,7 +71,9 @@ class FunctionSizes:
     subst: dict[str, Size] = field(default_factory=dict)
     constraints: list[Constraint] = field(default_factory=list)
     origin: dict[str, str] = field(default_factory=dict)  # symbol -> "argument 'x' dim 0"
-    sources: dict[str, tuple[SSAValue, int]] = field(default_factory=dict)  # symbol -> (argument, dim)
+    sources: dict[str, tuple[SSAValue, int]] = field(default_factory=dict)  # symbol -> (argument or result, dim)
+    data: dict[str, DataSize] = field(default_factory=dict)  # symbol -> the op computing it from data
+    predicted: dict[str, str] = field(default_factory=dict)  # data symbol -> why it equals a size known before
     calls: dict[Operation, list[Size]] = field(default_factory=dict)  # a body's call -> its size arguments
     count: int = 0
 
@@ -67,6 +84,12 @@ class FunctionSizes:
         self.count += 1
         self.origin[name] = where
         return Sym.symbol(name)
+
+    def fresh_data(self, op: Operation, bound: Size, what: str = "the count") -> Sym:
+        """A size that `op` computes from data (at most `bound`): a symbol its lowering defines."""
+        sym = self.fresh(f"{what} of {op.name}")
+        self.data[sym.render()] = DataSize(op, bound)
+        return sym
 
     def resolve(self, d: Size) -> Size:
         if isinstance(d, int):
@@ -85,6 +108,8 @@ class FunctionSizes:
         a, b = self.resolve(a), self.resolve(b)
         if a == b:
             return a
+        if self.data_symbols(a) or self.data_symbols(b):
+            return self.unify_data(a, b, what)
         later_first = isinstance(a, Sym) and isinstance(b, Sym) and symbol_number(b) > symbol_number(a)
         for x, y in ((b, a), (a, b)) if later_first else ((a, b), (b, a)):
             if isinstance(x, Sym) and replaceable(x, y):
@@ -94,6 +119,37 @@ class FunctionSizes:
             raise UnsupportedError(f"{what}: sizes {a} and {b} differ")
         self.constraints.append(Constraint(a, b, what))
         return a
+
+    def upper_bound(self, d: Size) -> Size:
+        """d with each data size replaced by its bound: a size known before the call, at least d (the
+        sizes are products of dims, monotone in each)."""
+        d = self.resolve(d)
+        if isinstance(d, int):
+            return d
+        out: Size = 0
+        for monomial, coeff in d.terms:
+            term: Size = coeff
+            for n in monomial:
+                term = term * (self.upper_bound(self.data[n].bound) if n in self.data else Sym.symbol(n))
+            out = out + term
+        return out
+
+    def data_symbols(self, d: Size) -> list[str]:
+        return [] if isinstance(d, int) else sorted(n for n in d.symbols if n in self.data)
+
+    def unify_data(self, a: Size, b: Size, what: str) -> Size:
+        """A data size equal to a size known before its op runs takes that size, and its op checks
+        at run time that the count agrees (torch's deferred runtime assert); anything else would
+        need a check opc cannot place, and is refused."""
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, Sym) and x.is_symbol() and x.render() in self.data and replaceable(x, y) and all(
+                    symbol_number(Sym.symbol(n)) < symbol_number(x) for n in ([] if isinstance(y, int) else y.symbols)):
+                self.subst[x.render()] = y
+                self.predicted[x.render()] = what
+                return y
+        name = (self.data_symbols(a) or self.data_symbols(b))[0]
+        raise UnsupportedError(f"{what}: sizes {a} and {b} must be equal, and {name} ({self.origin[name]}) is "
+                               "known only when its op runs: opc cannot check that equality")
 
     # -- the analysis ----------------------------------------------------------------------
 
@@ -162,6 +218,8 @@ class FunctionSizes:
                     if got != want:
                         self.unify(got, want, f"{op.name} result dim {d}")
                     out.append(want)
+                if isinstance(got, Sym) and got.is_symbol() and got.render() in self.data:
+                    self.sources.setdefault(got.render(), (r, d))  # where tensor.dim reads it (the importer)
             self.shapes[r] = tuple(out)
 
     # -- control flow (after opc-outline-control-flow: its regions call the lowered bodies) --------
@@ -225,6 +283,9 @@ class FunctionSizes:
         names, checks = lowered_sizes(callee)  # type: ignore[arg-type]
         given = [self.shape(v) for v in op.arguments]
         where = f"the body @{op.callee.root_reference.data}"
+        if "opc.found_sizes" in callee.attributes:  # type: ignore[union-attr]  (size_lowering.FOUND_ATTR)
+            raise UnsupportedError(f"{where}: a result whose size depends on the data (a count its ops make) "
+                                   "cannot leave a loop or branch body yet")
         env: dict[str, Size] = {}
         for shape, dims in zip(shapes, given):  # a body's size is first an argument's lone dim
             for want, got in zip(shape, dims):
@@ -445,6 +506,8 @@ def reshape(s: FunctionSizes, op: opc.ReshapeOp) -> list[Shape]:
         known = math.prod(d for d in rest if d != DYNAMIC)
         total = math.prod(x[k:])
         if DYNAMIC not in rest:
+            if isinstance(total, int) and total != known:
+                continue  # a shorter prefix (a `?` dim merged into the inferred one: [?, 5] -> [?])
             s.unify(total, known, "opc.reshape element count")
             return [(*x[:k], *rest)]
         q = product_quotient(x[k:], [d for d in rest if d != DYNAMIC])
@@ -509,6 +572,46 @@ def insert_slice(s: FunctionSizes, op: tensor.InsertSliceOp) -> list[Shape]:
 def gather(s: FunctionSizes, op: opc.GatherOp) -> list[Shape]:
     x, idx, axis = s.shape(op.x), s.shape(op.indices), op.axis_index()
     return [(*x[:axis], *idx, *x[axis + 1:])]
+
+
+@shape_rule(opc.GatherGradOp)
+def gather_grad(s: FunctionSizes, op: opc.GatherGradOp) -> list[Shape]:
+    """dx like x; dout must be gather's result shape (a data-dependent index count included)."""
+    x, idx, axis = s.shape(op.x), s.shape(op.indices), op.axis_index()
+    for d, (a, b) in enumerate(zip(s.shape(op.dout), (*x[:axis], *idx, *x[axis + 1:]))):
+        s.unify(a, b, f"opc.gather_grad dout dim {d}")
+    return [x]
+
+
+@shape_rule(opc.NonzeroOp)
+def nonzero(s: FunctionSizes, op: opc.NonzeroOp) -> list[Shape]:
+    """[rank, count]: the count is a data size, at most x's element count."""
+    x = s.shape(op.x)
+    return [(len(x), s.fresh_data(op, math.prod(x)))]
+
+
+@shape_rule(opc.TopkOp)
+def topk(s: FunctionSizes, op: opc.TopkOp) -> list[Shape]:
+    """x with its axis dim k: a data size (read from the k operand), at most the axis size."""
+    x, axis = s.shape(op.x), op.axis_index()
+    shape = (*x[:axis], s.fresh_data(op, x[axis], "k"), *x[axis + 1:])
+    return [shape, shape]
+
+
+@shape_rule(opc.UniqueOp)
+def unique(s: FunctionSizes, op: opc.UniqueOp) -> list[Shape]:
+    """y, first, counts: the number of distinct values, a data size at most x's length; inverse like x."""
+    x = s.shape(op.x)
+    found = (s.fresh_data(op, x[0]),)
+    return [found, found, x, found]
+
+
+@shape_rule(opc.NonMaxSuppressionOp)
+def non_max_suppression(s: FunctionSizes, op: opc.NonMaxSuppressionOp) -> list[Shape]:
+    """[rows, 3]: the rows kept, a data size at most B*C*N (scores' element count)."""
+    s.unify(s.shape(op.boxes)[0], s.shape(op.scores)[0], f"{op.name} batch")
+    s.unify(s.shape(op.boxes)[1], s.shape(op.scores)[2], f"{op.name} boxes")
+    return [(s.fresh_data(op, math.prod(s.shape(op.scores)), "the rows"), 3)]
 
 
 @shape_rule(opc.FullOp, opc.IotaOp)
@@ -629,4 +732,5 @@ def symbolic_shapes(table: Mapping[SSAValue, Shape] | None) -> Iterator[None]:
         SYMBOLIC_SHAPES.reset(token)
 
 
-__all__ = ["Constraint", "FunctionSizes", "SymbolicComparison", "analyze", "has_dynamic_shapes", "symbolic_shapes"]
+__all__ = ["Constraint", "DataSize", "FunctionSizes", "SymbolicComparison", "analyze", "has_dynamic_shapes",
+           "symbolic_shapes"]

@@ -33,7 +33,11 @@ class FunctionSignature:
     # equalities (lhs, rhs, what) the call checks before the C function runs
     sizes: list[str] = field(default_factory=list)
     checks: list[tuple[str, str, str]] = field(default_factory=list)
+    # data sizes (a nonzero's count: known only after the call), as (symbol, upper bound): results
+    # whose shape holds one are allocated at the bound, and the last output (one i64 each, not a
+    # result) says what each came to
+    found: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def dynamic(self) -> bool:
-        return bool(self.sizes)
+        return bool(self.sizes or self.found)

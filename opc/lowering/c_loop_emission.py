@@ -187,6 +187,18 @@ class LoopEmission(EmitterState):
         self.indent -= 1
         self.line("}")
 
+    def emit_IfOp(self, op: scf.IfOp) -> None:
+        """A guarded store inside a loop (nonzero's fill pass): no results, no else."""
+        if op.results or op.false_region.blocks:
+            raise NotImplementedError("C emitter: an scf.if in a loop with results or an else branch")
+        self.line(f"if ({self.name(op.cond)}) {{")
+        self.indent += 1
+        self.yield_targets.append([])
+        self.emit_block(op.true_region.block)
+        self.yield_targets.pop()
+        self.indent -= 1
+        self.line("}")
+
     def sum_block(self, op: scf.ForOp, clauses: list[str]) -> int:
         """Partial sums per carried value for a loop of float sums (0: none).
 

@@ -5,6 +5,10 @@ function after its outputs; the results are allocated at the sizes they come to.
 A `?` dim of an argument is a size symbol (n0, n1, ...) or a polynomial of them
 (opc/symbolic.py). The first argument dim that gives a symbol binds it; every other dim of
 that symbol must be the same size, else a ValueError names both arguments and both sizes.
+
+A size computed from the data (a nonzero's count, `sig.found`) is known only after the call:
+its results are allocated at its upper bound, the C function writes them contiguously at their
+run-time shape and returns the sizes in its last output, and the results are cut to them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from opc.errors import UnsupportedError
 from opc.lowering.build import CompiledFunction, byte_size
 from opc.symbolic import evaluate
 
@@ -105,9 +110,12 @@ class DynamicFunction(CompiledFunction):
         from_buffer = self.ffi.from_buffer
         first = arrays if fixed_ptrs is None else arrays[:len(arrays) - len(fixed_ptrs)]
         ptrs = self.array_pointers(first) + (fixed_ptrs or [])
+        bounds = dict(sizes)
+        for name, bound in self.sig.found:  # each bound is over the argument sizes
+            bounds[name] = evaluate(bound, sizes)
         outs = []
         for i, ((shape, _), (_, dtype, ctype, storage)) in enumerate(zip(self.sig.outputs, self.out_c)):
-            dims = tuple(evaluate(d, sizes) for d in shape)
+            dims = tuple(evaluate(d, bounds) for d in shape)
             if any(n < 0 for n in dims):
                 raise ValueError(f"{self.sig.name}(): result #{i} would have shape {list(dims)} "
                                  f"({list(shape)} at {self.describe(sizes)}): a size computed from the "
@@ -123,14 +131,33 @@ class DynamicFunction(CompiledFunction):
         status = self.cfunc(*ptrs, *(sizes[n] for n in self.sig.sizes))
         if status != 0:
             raise self.error(status)
+        if self.sig.found:
+            outs = self.cut(outs, sizes)
         if self.wrap is not None:
             outs = [self.wrap(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+    def cut(self, outs: list[np.ndarray], sizes: dict[str, int]) -> list[np.ndarray]:
+        """The results at the data sizes the call found (its last output): each a view of the front of
+        its bound-sized buffer, where the C code wrote it contiguously."""
+        found = outs.pop()
+        actual = dict(sizes)
+        actual.update((name, int(n)) for (name, _), n in zip(self.sig.found, found))
+        cut = []
+        for out, (shape, _) in zip(outs, self.sig.outputs):
+            dims = tuple(evaluate(d, actual) for d in shape)
+            cut.append(out if dims == out.shape else out.reshape(-1)[:int(np.prod(dims))].reshape(dims))
+        return cut
+
+
 def result_shapes(sig, shapes: Sequence[Sequence]) -> list[tuple]:  # noqa: ANN001  (a FunctionSignature)
     """The results' shapes for arguments of `shapes`: numbers, or a framework's symbolic sizes at
     trace time (torch's SymInt: the sizes' + and * are all this needs). Unchecked: the call checks."""
+    if sig.found:
+        names = ", ".join(n for n, _ in sig.found)
+        raise UnsupportedError(f"{sig.name}: its results' sizes depend on the data ({names}), known only after the "
+                               "call: no shape to give before it")
     sizes: dict = {}
     for (_, want, _), shape in zip(sig.inputs, shapes):
         for w, got in zip(want, shape):

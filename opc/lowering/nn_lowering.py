@@ -46,6 +46,7 @@ from opc.dialects.kinds import element_of, numel, shape_of
 from opc.dialects.opc import int_width
 from opc.dialects.opc_loops import ERRORS_ATTR, CallOp, CheckIndexOp, RaiseStatusOp
 from opc.lowering.c_expressions import dtype_suffix
+from opc.lowering.data_size_lowering import DATA_SIZE_LOWERINGS
 from opc.lowering.scalars import (
     Emitter,
     broadcast_index,
@@ -532,6 +533,7 @@ LOWERINGS: dict[type[Operation], Callable] = {
     opc.CumsumOp: lower_cumsum,
     opc.SliceGradOp: lower_slice_grad,
     opc.GatherGradOp: lower_gather_grad,
+    **DATA_SIZE_LOWERINGS,
     opc.SoftmaxOp: lower_softmax,
     opc.LogSoftmaxOp: lower_softmax,
     opc.SoftmaxGradOp: lower_softmax,

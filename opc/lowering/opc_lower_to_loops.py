@@ -32,9 +32,11 @@ from xdsl.dialects import arith, func, memref, scf, tensor
 from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
+    MemRefType,
     ModuleOp,
     StringAttr,
     UnitAttr,
+    i64,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -88,19 +90,25 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.returned = list(ret.operands)
         arg_types = [memref_of(a.type) for a in fn.args]
         out_types = [memref_of(t) for t in fn.function_type.outputs.data]
-        self.entry = Block(arg_types=[*arg_types, *out_types])
+        self.found = self.found_sizes()
+        found_types = [MemRefType(i64, [len(self.found)])] if self.found else []  # the data sizes, for the caller
+        self.entry = Block(arg_types=[*arg_types, *out_types, *found_types])
         self.e = Emitter(self.entry, sizer=self.size_value)
         for old, new in zip(fn.args, self.entry.args):
             new.name_hint = old.name_hint
-        outputs = list(self.entry.args[len(fn.args):])
+        outputs = list(self.entry.args[len(fn.args):len(fn.args) + len(out_types)])
         for i, out in enumerate(outputs):
             out.name_hint = f"out{i}"
+        self.found_buf = self.entry.args[-1] if self.found else None
+        if self.found_buf is not None:
+            self.found_buf.name_hint = "found"
         self.add_size_params(self.size_param_names())
         self.out_shapes = [shape_of(v) for v in self.returned] if sizes is not None else []
         in_shapes = [shape_of(a) for a in fn.args] if sizes is not None else []
         self.buffers: dict[SSAValue, SSAValue] = dict(zip(fn.args, self.argument_views(self.entry.args, in_shapes)
                                                           if sizes is not None else self.entry.args))
-        self.outputs = self.argument_views(outputs, self.out_shapes) if sizes is not None else outputs
+        self.outputs: list[SSAValue] = (self.argument_views(outputs, self.out_shapes) if sizes is not None
+                                        else list(outputs))
         self.allocs: list[SSAValue] = []
         self.flat = False  # True while a flat (1-D) nest is emitted
         self.checks = nn.RuntimeChecks(self)
@@ -130,13 +138,21 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         if v in self.written_through:
             buf = nn.result_view(self, v, self.written_through[v])
         elif v in self.returned and self.returned.count(v) == 1:
-            buf = self.outputs[self.returned.index(v)]
+            buf = self.output_buffer(self.returned.index(v))
         else:
             buf = self.alloc(shape_of(v), element_of(v))
             buf.name_hint = v.name_hint
             self.allocs.append(buf)
         self.buffers[v] = buf
         return buf
+
+    def output_buffer(self, i: int) -> SSAValue:
+        """Output i, viewed at its run-time shape; one holding a data size is viewed once it is known
+        (here, at its first write: its op has computed the size)."""
+        out = self.outputs[i]
+        if self.found and out.owner is self.entry and self.holds_data(self.out_shapes[i]):
+            out = self.outputs[i] = self.view(out, self.out_shapes[i], element_of(self.returned[i]))
+        return out
 
     def operand_buffer(self, v: SSAValue) -> SSAValue:
         if v not in self.buffers:
@@ -171,7 +187,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         src = self.buffers[v]
         for i, r in enumerate(self.returned):
             if r is v and self.outputs[i] is not src:
-                dst = self.outputs[i]
+                dst = self.output_buffer(i)
                 self.e.parallel(shape_of(v), lambda idx, dst=dst: self.e.emit(
                     memref.StoreOp.get(self.e.value(memref.LoadOp.get(src, idx)), dst, idx)))  # same type: no bitcast
 
@@ -207,6 +223,8 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         for v in dict.fromkeys(self.returned):
             if self.returned.count(v) > 1 or v in self.fn.args:
                 self.copy_into_output(v)
+        if self.found_buf is not None:
+            self.store_found(self.found_buf)
         self.checks.finish()
         for buf in self.allocs:
             self.e.emit(memref.DeallocOp.get(buf))

@@ -9,6 +9,12 @@ a buffer with `?` dims is a `memref.alloc(%n)` or, for an argument, a
 op that defines it). Static dims stay numbers, so the code for tensor<?x768xf32> keeps its
 vector inner loops.
 
+A size an op computes from data (opc.nonzero's count; sizes.py's `data`) is an `index` value the
+op's lowering defines mid-function (`define_data_size`): polynomials of it are computed just after
+it. A result whose shape holds such a size is written contiguously at its run-time shape into a
+caller buffer allocated at the size's upper bound, and the function's last output (`found`, one
+i64 per such size) tells the caller the sizes it came to.
+
 A part of FunctionLowering (opc_lower_to_loops.py), which mixes it in."""
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     StringAttr,
+    i64,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from opc.dialects.opc import DYNAMIC
+from opc.dialects.opc_loops import CheckIndexOp, RaiseStatusOp
 from opc.dialects.sizes import FunctionSizes, Shape
 from opc.lowering.lowering_state import LoweringState
 from opc.symbolic import Size, Sym
@@ -33,6 +41,7 @@ from opc.symbolic import Size, Sym
 SIZES_ATTR = "opc.sizes"  # on a lowered func: its size parameters' names, after the outputs
 ARG_SHAPES_ATTR = "opc.arg_shapes"  # on a lowered func: each input's and output's shape, `?` dims as polynomials
 CONSTRAINTS_ATTR = "opc.size_checks"  # on a lowered func: [lhs, rhs, what] sizes the call checks equal
+FOUND_ATTR = "opc.found_sizes"  # on a lowered func: [symbol, upper bound] of each data size its last output returns
 
 
 def memref_type(element: Attribute, shape: Sequence[Size]) -> MemRefType:
@@ -49,6 +58,8 @@ class SizeLowering(LoweringState):
     size_params: dict[str, SSAValue]
     size_values: dict[Size, SSAValue]
     size_anchor: Operation | None
+    data_anchor: Operation | None  # the last op defining a data size (polynomials of them go after it)
+    found: list[str]  # the data sizes the results' shapes hold, returned in the last output
 
     def sizes_fn(self) -> func.FuncOp:
         """The function the size analysis ran on (the lowering's, never the importer's)."""
@@ -66,13 +77,13 @@ class SizeLowering(LoweringState):
         for shape in self.sizes.shapes.values():
             for d in shape:
                 if isinstance(d, Sym):
-                    missing = sorted(d.symbols - names.keys())
+                    missing = sorted(d.symbols - names.keys() - self.sizes.data.keys())
                     if missing:
                         raise AssertionError(f"size {d} is not given by an argument's dims")
         return list(names)
 
     def add_size_params(self, names: Sequence[str]) -> None:
-        self.size_params, self.size_values, self.size_anchor = {}, {}, None
+        self.size_params, self.size_values, self.size_anchor, self.data_anchor = {}, {}, None, None
         for name in names:
             arg = self.entry.insert_arg(IndexType(), len(self.entry.args))
             arg.name_hint = name
@@ -85,14 +96,18 @@ class SizeLowering(LoweringState):
             return self.e.index(d)
         if d in self.size_values:
             return self.size_values[d]
+        data = [s for s in d.symbols if s not in self.size_params]
+        if data and d.is_symbol():
+            raise AssertionError(f"size {d} is read before the op computing it ran")
+        place = self.after_data if data else self.top
         total: SSAValue | None = None
         for monomial, coeff in d.terms:
             term: SSAValue | None = self.top_constant(coeff) if coeff != 1 or not monomial else None
             for s in monomial:
-                p = self.size_params[s]
-                term = p if term is None else self.top(arith.MuliOp(term, p))
+                p = self.size_params[s] if s in self.size_params else self.size_value(Sym.symbol(s))
+                term = p if term is None else place(arith.MuliOp(term, p))
             assert term is not None
-            total = term if total is None else self.top(arith.AddiOp(total, term))
+            total = term if total is None else place(arith.AddiOp(total, term))
         assert total is not None
         if total.owner is not self.entry:  # a parameter keeps its own name
             total.name_hint = "size"
@@ -115,6 +130,52 @@ class SizeLowering(LoweringState):
             block.insert_op_after(op, self.size_anchor)
         self.size_anchor = op
         return op.results[0]
+
+    def after_data(self, op: Operation) -> SSAValue:
+        """op placed just after the last data size defined (it reads one), so it dominates every use."""
+        assert self.data_anchor is not None
+        self.entry.insert_op_after(op, self.data_anchor)
+        self.data_anchor = op
+        return op.results[0]
+
+    def define_data_size(self, op: Operation, count: SSAValue) -> None:
+        """`count` (an index value at the function's top level) is the size `op` computed from data.
+        Where the analysis equated it with a size known before (`predicted`), the count is checked
+        against that size here, before anything is written at it."""
+        assert self.sizes is not None and count.owner.parent_block() is self.entry  # type: ignore[union-attr]
+        name = next(n for n, d in self.sizes.data.items() if d.op is op)
+        if name not in self.sizes.predicted:
+            self.size_values[Sym.symbol(name)] = count
+            self.data_anchor = count.owner  # type: ignore[assignment]
+            return
+        e = self.e
+        expected = self.size_value(self.sizes.resolve(Sym.symbol(name)))
+        diff = e.value(arith.IndexCastOp(e.value(arith.SubiOp(count, expected)), i64))
+        status = self.checks.status()  # type: ignore[attr-defined]  (FunctionLowering's)
+        size = self.sizes.resolve(Sym.symbol(name))
+        other = self.sizes.origin.get(str(size), f"size {size}") if isinstance(size, Sym) else f"size {size}"
+        what = f"{op.name}'s count must equal {other} ({self.sizes.predicted[name]}); the count minus it is "
+        code = self.checks.code(op, "ValueError", what.replace("{", "{{").replace("}", "}}") + "{value}")  # type: ignore[attr-defined]
+        e.value(CheckIndexOp(diff, status, 1, code, wrap=False))
+        e.emit(RaiseStatusOp(status))
+
+    def found_sizes(self) -> list[str]:
+        """The data sizes the results' shapes hold (not predicted): the caller learns them after the call."""
+        if self.sizes is None:
+            return []
+        names: dict[str, None] = {}
+        for v in self.returned:  # type: ignore[attr-defined]  (FunctionLowering's)
+            for d in self.sizes.shapes[v]:
+                if isinstance(d, Sym):
+                    names.update(dict.fromkeys(sorted(n for n in d.symbols if n in self.sizes.data)))
+        return list(names)
+
+    def store_found(self, found_buf: SSAValue) -> None:
+        """Each found size into the last output, for the caller to cut its results to."""
+        e = self.e
+        for k, name in enumerate(self.found):
+            v = e.value(arith.IndexCastOp(self.size_value(Sym.symbol(name)), i64))
+            e.emit(memref.StoreOp.get(v, found_buf, [e.index(k)]))
 
     def dynamic_sizes(self, shape: Sequence[Size]) -> list[SSAValue]:
         return [self.size_value(d) for d in shape if not isinstance(d, int)]
@@ -146,7 +207,9 @@ class SizeLowering(LoweringState):
         """Each argument with `?` dims read through a view that carries its sizes."""
         out = []
         for a, shape in zip(args, shapes):  # (a `?` the analysis found static is viewed at its number)
-            if any(isinstance(d, Sym) for d in shape) or DYNAMIC in a.type.get_shape():  # type: ignore[attr-defined]
+            if self.holds_data(shape):  # viewed once its op computed the size (output_buffer)
+                out.append(a)
+            elif any(isinstance(d, Sym) for d in shape) or DYNAMIC in a.type.get_shape():  # type: ignore[attr-defined]
                 v = self.view(a, shape, a.type.get_element_type())  # type: ignore[attr-defined]
                 v.name_hint = a.name_hint
                 out.append(v)
@@ -154,12 +217,21 @@ class SizeLowering(LoweringState):
                 out.append(a)
         return out
 
+    def holds_data(self, shape: Sequence[Size]) -> bool:
+        return self.sizes is not None and any(
+            isinstance(d, Sym) and any(n in self.sizes.data for n in d.symbols) for d in shape)
+
     def annotate_sizes(self, fn: Operation, outputs: Sequence[Shape]) -> None:
         """The lowered function's size parameters, argument shapes and checks, for the binding."""
         if self.sizes is None:
             return
         fn.attributes[SIZES_ATTR] = ArrayAttr([StringAttr(n) for n in self.size_params])
         shapes = [self.sizes.shapes[a] for a in self.sizes_fn().args] + list(outputs)
+        if self.found:
+            shapes.append((len(self.found),))
+            fn.attributes[FOUND_ATTR] = ArrayAttr([
+                ArrayAttr([StringAttr(n), StringAttr(str(self.sizes.upper_bound(self.sizes.data[n].bound)))])
+                for n in self.found])
         fn.attributes[ARG_SHAPES_ATTR] = ArrayAttr([size_text(s) for s in shapes])
         fn.attributes[CONSTRAINTS_ATTR] = ArrayAttr([
             ArrayAttr([StringAttr(str(c.lhs)), StringAttr(str(c.rhs)), StringAttr(c.what)])
@@ -182,6 +254,14 @@ def function_shapes(fn: Operation) -> list[tuple[int | str, ...]] | None:
     if not isinstance(attr, ArrayAttr):
         return None
     return [tuple(int(d.data) if d.data.lstrip("-").isdigit() else d.data for d in shape.data) for shape in attr.data]
+
+
+def function_found(fn: Operation) -> list[tuple[str, str]]:
+    """A lowered function's data sizes returned in its last output: (symbol, upper bound), in order."""
+    attr = fn.attributes.get(FOUND_ATTR)
+    if not isinstance(attr, ArrayAttr):
+        return []
+    return [(f.data[0].data, f.data[1].data) for f in attr.data]
 
 
 def function_sizes(fn: Operation) -> tuple[list[str], list[tuple[str, str, str]]]:

@@ -1,5 +1,6 @@
 """Object detection: NonMaxSuppression (computed at compile time from the boxes and scores it is
-given by value) and RoiAlign (bilinear gathers at points computed from the rois at run time)."""
+given by value, else opc.non_max_suppression at run time) and RoiAlign (bilinear gathers at points
+computed from the rois at run time)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,27 @@ from opc.onnx_import.graph import Node, converter
 
 @converter("NonMaxSuppression", since=10)
 def non_max_suppression(node: Node) -> Values:
-    """selected_indices of the bound boxes and scores, computed at compile time."""
-    return nonempty(node, evaluated(node, "NonMaxSuppression's output shape depends on it"))
+    """selected_indices: computed at compile time where the boxes and scores are known, else
+    `opc.non_max_suppression`, whose number of rows is a size of its own (the thresholds may be run-time
+    values too; missing: no box kept, IoU 0, no score threshold)."""
+    importer = node.importer
+    if all(importer.compile_time(node.proto.input[i]) is not None for i in (0, 1)):
+        return nonempty(node, evaluated(node, "NonMaxSuppression's output shape depends on it"))
+    e, boxes = node.e, node.input(0)
+    dtype = numpy_of(boxes)
+
+    def given(i: int, default: np.ndarray) -> SSAValue:
+        return node.input(i) if node.has(i) else e.constant(default)
+
+    max_out = as_i64(node, given(2, np.array([0], np.int64)))
+    iou = given(3, np.array([0], dtype))
+    score = given(4, np.array([-np.inf], dtype))
+    if element_of(iou) != element_of(boxes):
+        iou = e.cast(iou, element_of(boxes))
+    if element_of(score) != element_of(boxes):
+        score = e.cast(score, element_of(boxes))
+    return [e.value(o.NonMaxSuppressionOp(boxes, node.input(1), max_out, iou, score,
+                                          int(node.attr("center_point_box", 0))))]
 
 
 # RoiAlign: per roi a grid of sample points in each output bin, each read bilinearly from X.

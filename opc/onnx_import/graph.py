@@ -873,11 +873,12 @@ class GraphImporter:
             self.values[name] = (self.emitter.transpose(src, [1, 0]) if how == "transpose"
                                  else self.emitter.reshape(src, all_weights[name].shape))
 
+        # the sizes are tracked in every import: a static model still gets sizes from its data (NonZero)
+        self.emitter.tracker = SizeTracker(block.args)
         if self.dynamic:
-            self.emitter.tracker = SizeTracker(block.args)
             self.emitter.tracker.same_names({self.values[vi.name]: dims_of(vi) for vi in inputs
                                              if vi.type.HasField("tensor_type")})
-        with symbolic_shapes(self.emitter.tracker.table if self.emitter.tracker else None):
+        with symbolic_shapes(self.emitter.tracker.table):
             for i, node in enumerate(g.node):
                 self.node_index = i
                 self.convert(self.node(node, self.opset))

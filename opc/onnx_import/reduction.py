@@ -183,10 +183,15 @@ def cumprod(node: Node) -> Values:
 @converter("TopK", since=11)
 def top_k(node: Node) -> Values:
     """k rounds of (the extreme of what is left, its first position), each position taken then masked
-    out: sorted, ties to the lower index, as ONNX specifies. Floats with NaN are not ordered here."""
+    out: sorted, ties to the lower index, as ONNX specifies. Floats with NaN are not ordered here.
+    A K known only at run time: `opc.topk`, whose results' axis dim is a data size (sorted whatever
+    `sorted` says, which any order satisfies)."""
     e, x = node.e, node.input(0)
     shape = node.shape(0)
     axis = node.axis(int(node.attr("axis", -1)), len(shape))
+    if node.importer.compile_time(node.proto.input[1]) is None:  # k known when it runs: a data size
+        top = e.emit(o.TopkOp(x, node.input(1), axis, bool(node.attr("largest", 1))))
+        return list(top.results)
     k = int(node.const(1, "K").reshape(-1)[0])
     if not 0 <= k <= shape[axis]:
         raise node.fail(f"K = {k} is out of range for axis {axis} of size {shape[axis]}")

@@ -2,7 +2,7 @@
 Concat, Slice, Split, Pad, DepthToSpace, SpaceToDepth, CenterCropPad, ReverseSequence), gathers and
 scatters (Gather, GatherElements, GatherND, ScatterElements, ScatterND, OneHot), constants
 (Range, ConstantOfShape, EyeLike, Trilu) and the ops whose output shape depends on values
-(Compress, NonZero, Unique).
+(Compress, NonZero, Unique: on run-time values through opc's data sizes, docs/shapes.md).
 
 Index ops are compile-time index arithmetic (NumPy) plus gathers, compares and selects at run
 time. An input a converter needs at compile time (Compress's condition, NonZero's input, ...) is
@@ -706,13 +706,22 @@ def center_crop_pad(node: Node) -> Values:
 @converter("Compress", since=9)
 def compress(node: Node) -> Values:
     """x's slices (or flattened elements, without axis) where the condition is true: one gather at those
-    indices, known at compile time. The condition may be shorter than the axis (the rest is dropped)."""
-    cond = np.asarray(node.const(1, "condition")).reshape(-1).astype(bool)
+    indices, known at compile time where the condition is, else the positions `opc.nonzero` finds at run
+    time (their count a size of its own). The condition may be shorter than the axis (the rest is
+    dropped); a true entry past the axis is an IndexError at run time."""
     x, shape = node.input(0), list(node.shape(0))
     axis = node.attr("axis")
     if axis is None:
         x, shape, axis = node.e.reshape(x, [math.prod(shape)]), [math.prod(shape)], 0
     axis = node.axis(int(axis), len(shape))
+    if node.importer.compile_time(node.proto.input[1]) is None:
+        cond = node.input(1)
+        if len(shape_of(cond)) != 1:
+            raise node.fail(f"condition must be 1-D, got shape {list(shape_of(cond))}")
+        found = node.e.value(o.NonzeroOp(cond))  # [1, count]
+        picked = node.e.value(o.ReshapeOp(found, o.tensor([o.DYNAMIC], element_of(found))))  # [count]
+        return [node.e.value(o.GatherOp(x, picked, axis))]
+    cond = np.asarray(node.const(1, "condition")).reshape(-1).astype(bool)
     if len(cond) > shape[axis]:
         raise node.fail(f"condition has {len(cond)} elements, more than the axis' {shape[axis]}")
     picked = np.flatnonzero(cond).astype(np.int64)
@@ -723,13 +732,28 @@ def compress(node: Node) -> Values:
 
 @converter("NonZero", since=9)
 def nonzero(node: Node) -> Values:
-    return nonempty(node, evaluated(node, "NonZero's output shape depends on it"))
+    """Known at compile time: computed then; else `opc.nonzero`, whose count is a size of its own
+    (known when it runs). A scalar counts as one element, as NumPy's (and onnx's reference) do."""
+    if node.importer.compile_time(node.proto.input[0]) is not None:
+        return nonempty(node, evaluated(node, "NonZero's output shape depends on it"))
+    x = node.input(0)
+    if not shape_of(x):
+        x = node.e.reshape(x, [1])
+    return [node.e.value(o.NonzeroOp(x))]
 
 
 @converter("Unique", since=11)
 def unique(node: Node) -> Values:
-    """Y, indices, inverse_indices, counts of the bound input, computed at compile time."""
-    return nonempty(node, evaluated(node, "Unique's output shape depends on it"))
+    """Y, indices, inverse_indices, counts: computed at compile time where the input is known, else
+    `opc.unique` of the flattened input (the number of distinct values a size of its own). Unique
+    along an axis of an input of rank > 1 (distinct slices) still needs the input's value."""
+    shape, axis = node.shape(0), node.attr("axis")
+    along_axis = axis is not None and len(shape) != 1  # distinct slices: at compile time only
+    if along_axis or node.importer.compile_time(node.proto.input[0]) is not None:
+        return nonempty(node, evaluated(node, "Unique's output shape depends on it"))
+    x = node.input(0)
+    flat = node.e.reshape(x, [math.prod(shape)]) if len(shape) != 1 else x
+    return list(node.e.emit(o.UniqueOp(flat, bool(node.attr("sorted", 1)))).results)
 
 
 @folder("Unique")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from xdsl.dialects import arith, tensor
-from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, IndexType, IntegerAttr, TensorType
+from xdsl.dialects.builtin import AnyFloat, DenseIntOrFPElementsAttr, IndexType, IntegerAttr, TensorType, i64
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects import opc as o
@@ -49,6 +49,12 @@ def result_of(op: Operation) -> SSAValue:
 
 # bitcast reinterprets bits (a small change of x is no small change of its bits); full is a constant
 not_differentiable(o.BitcastOp, o.FullOp, o.IotaOp)  # iota: a constant of its length, no operand to reach
+# nonzero's result is positions (integers): a gather at them carries the gradient (gather's vjp)
+not_differentiable(o.NonzeroOp)
+# unique's values move as a whole with x, but which element lands where changes with its values: opc gives none
+not_differentiable(o.UniqueOp)
+# non_max_suppression's result is positions (integers)
+not_differentiable(o.NonMaxSuppressionOp)
 # cast passes gradients through every dtype, ints included, as Paddle does (cast_grad = cast(dout,
 # x.dtype)): f64 -> ui8 -> f64 has gradient 1; so does cast_grad, through its invoke rule
 through_rule(o.CastGradOp, any_dtype=True)
@@ -254,6 +260,33 @@ def concat_slabs(e: OpBuilder, op: o.ConcatOp, d: SSAValue, axis: int) -> list[S
 @vjp(o.GatherOp)
 def vjp_gather(e: OpBuilder, op: o.GatherOp, douts: Douts) -> Grads:
     return e.value(o.GatherGradOp(type_carrier(e, op.x), op.indices, douts[0], op.axis.value.data)), None
+
+
+@vjp(o.TopkOp)
+def vjp_topk(e: OpBuilder, op: o.TopkOp, douts: Douts) -> Grads:
+    """dout scattered back at the picked indices along the axis.
+
+    dx[.., j, ..] sums dout[.., r, ..] over the picks r with indices[.., r, ..] == j: the indices compared
+    with an iota along a new dim of the axis size, dout selected there, summed over the picks (the
+    indices get no cotangent: they are positions)."""
+    shape, axis = list(shape_of(op.x)), op.axis_index()
+    n = shape[axis]
+    if n == o.DYNAMIC:
+        raise UnsupportedError(f"the gradient of {op.name} along a run-time dim (axis {axis}) needs an iota of "
+                               "run-time length, which opc has not yet")
+
+    def spread(v: SSAValue) -> SSAValue:  # [.., k, ..] -> [.., k, 1, ..]
+        dims = list(o.shaped_type(v).get_shape())
+        return e.value(o.ReshapeOp(v, o.tensor([*dims[:axis + 1], 1, *dims[axis + 1:]], element_of(v)), e.dims(v)))
+
+    iota_shape = [1] * (len(shape) + 1)
+    iota_shape[axis + 1] = n
+    iota = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(
+        TensorType(i64, iota_shape), list(range(n)))))
+    hit = e.value(o.EqualOp(spread(op.indices), iota))
+    zero_t = cast("TensorType[AnyFloat]", TensorType(element_of(op.x), []))  # the values' float type
+    zero = e.value(arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(zero_t, [0.0])))
+    return e.reduce_sum(e.select(hit, spread(douts[0]), zero), [axis]), None
 
 
 @vjp(o.CumsumOp)

@@ -111,6 +111,9 @@ def legalize_ops(
 
 def cannot_run_message(op: Operation, origin: str, target: Target) -> str:
     via = f", produced by the rule of {origin}" if origin else ""
+    reason = getattr(type(op), "UNSUPPORTED", {}).get(target.name)
+    if reason is not None:  # the op says why (opc.OpcOp.UNSUPPORTED)
+        return f"{op.name} cannot run on target '{target.name}' yet: {reason}{via}{enclosing_func(op)}"
     return (
         f"{op.name} cannot run on target '{target.name}': it has no kernel there and no invoke or "
         f"composite rule{via}{enclosing_func(op)}"

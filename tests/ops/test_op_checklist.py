@@ -48,7 +48,7 @@ def missing(e: OpEntry, imported: Callable[[str], bool] = imported) -> list[str]
         if target in e.kernels and not lowers(e.op):
             gaps.append(f"no lowering on {target} (KERNELS names it): an elementwise(...) registration "
                         "with its scalar op, or a lowering in opc/lowering")
-        if target not in e.kernels and e.rewrite is None:
+        if target not in e.kernels and e.rewrite is None and target not in getattr(e.op, "UNSUPPORTED", {}):
             gaps.append(f"cannot run on {target}: no kernel there and no invoke or composite rule")
     elementwise = issubclass(e.op, (o.UnaryElementwiseOp, o.BinaryElementwiseOp))
     wanted = onnx_name(e) if elementwise else None
