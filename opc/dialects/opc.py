@@ -942,6 +942,33 @@ class BitcastOp(RetypeOp):
             raise VerifyException(f"bitcast needs element types of one width: {src} and {dst}")
 
 
+def parse_sized(parser: Parser, expected: str) -> tuple[Sequence[SSAValue], dict[str, Attribute], Attribute]:
+    """`%n, %m {attrs} : (index, index) -> tensor<?x?xT>`, the syntax of an op whose operands are its
+    result's run-time sizes (full, iota): (sizes, attributes, result type). Written by hand because
+    functional-type(operands, ...) is refused for an op without operands."""
+    unresolved = parser.parse_optional_undelimited_comma_separated_list(
+        parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand) or []
+    sizes = [parser.resolve_operand(u, IndexType()) for u in unresolved]
+    attrs = parser.parse_optional_attr_dict()
+    parser.parse_punctuation(":")
+    ftype = parser.parse_function_type()
+    if len(ftype.inputs.data) != len(sizes) or len(ftype.outputs.data) != 1:
+        parser.raise_error(expected)
+    return sizes, attrs, ftype.outputs.data[0]
+
+
+def print_sized(printer: Printer, sizes: Sequence[SSAValue], attrs: dict[str, Attribute], result: Attribute) -> None:
+    """What parse_sized reads."""
+    if sizes:
+        printer.print_string(" ")
+        printer.print_list(sizes, printer.print_operand)
+    if attrs:
+        printer.print_string(" ")
+        printer.print_attr_dict(attrs)
+    printer.print_string(" : (" + ", ".join("index" for _ in sizes) + ") -> ")
+    printer.print_attribute(result)
+
+
 @irdl_op_definition
 class FullOp(OpcOp):
     """`%r = opc.full {value = 1.0 : f64} : () -> tensor<2x3xf32>`; a result with `?` dims takes
@@ -955,26 +982,14 @@ class FullOp(OpcOp):
 
     @classmethod
     def parse(cls, parser: Parser) -> FullOp:
-        # functional-type(operands, ...) is refused for an op without operands.
-        unresolved = parser.parse_optional_undelimited_comma_separated_list(
-            parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand) or []
-        sizes = [parser.resolve_operand(u, IndexType()) for u in unresolved]
-        attrs = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        ftype = parser.parse_function_type()
-        if "value" not in attrs or len(ftype.inputs.data) != len(sizes) or len(ftype.outputs.data) != 1:
+        sizes, attrs, result = parse_sized(parser, "expected `opc.full {value = V : f64} : () -> tensor<...>`")
+        if "value" not in attrs:
             parser.raise_error("expected `opc.full {value = V : f64} : () -> tensor<...>`")
         props = {"value": attrs.pop("value")}
-        return cls.create(operands=sizes, result_types=list(ftype.outputs.data), properties=props, attributes=attrs)
+        return cls.create(operands=sizes, result_types=[result], properties=props, attributes=attrs)
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        if self.sizes:
-            printer.print_list(self.sizes, printer.print_operand)
-            printer.print_string(" ")
-        printer.print_attr_dict({"value": self.value, **self.attributes})
-        printer.print_string(" : (" + ", ".join("index" for _ in self.sizes) + ") -> ")
-        printer.print_attribute(self.result.type)
+        print_sized(printer, self.sizes, {"value": self.value, **self.attributes}, self.result.type)
 
     def __init__(self, value: float, result_type: Attribute, sizes: Sequence[SSAValue] = ()):
         super().__init__(operands=[list(sizes)], result_types=[result_type], properties={"value": FloatAttr(value, 64)})
@@ -998,25 +1013,12 @@ class IotaOp(OpcOp):
 
     @classmethod
     def parse(cls, parser: Parser) -> IotaOp:
-        unresolved = parser.parse_optional_undelimited_comma_separated_list(
-            parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand) or []
-        sizes = [parser.resolve_operand(u, IndexType()) for u in unresolved]
-        attrs = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        ftype = parser.parse_function_type()
-        if len(ftype.inputs.data) != len(sizes) or len(ftype.outputs.data) != 1:
-            parser.raise_error("expected `opc.iota %n : (index) -> tensor<?xT>` or `opc.iota : () -> tensor<NxT>`")
-        return cls.create(operands=sizes, result_types=list(ftype.outputs.data), attributes=attrs)
+        sizes, attrs, result = parse_sized(
+            parser, "expected `opc.iota %n : (index) -> tensor<?xT>` or `opc.iota : () -> tensor<NxT>`")
+        return cls.create(operands=sizes, result_types=[result], attributes=attrs)
 
     def print(self, printer: Printer) -> None:
-        if self.sizes:
-            printer.print_string(" ")
-            printer.print_list(self.sizes, printer.print_operand)
-        if self.attributes:
-            printer.print_string(" ")
-            printer.print_attr_dict(self.attributes)
-        printer.print_string(" : (" + ", ".join("index" for _ in self.sizes) + ") -> ")
-        printer.print_attribute(self.result.type)
+        print_sized(printer, self.sizes, dict(self.attributes), self.result.type)
 
     def __init__(self, result_type: Attribute, sizes: Sequence[SSAValue] = ()):
         super().__init__(operands=[list(sizes)], result_types=[result_type])
