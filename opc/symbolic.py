@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 Monomial = tuple[str, ...]  # sorted symbol names (repeats for powers); () is the constant term
 
@@ -44,6 +44,16 @@ class Sym:
         return len(self.terms) == 1 and len(self.terms[0][0]) == 1 and self.terms[0][1] == 1
 
     # -- arithmetic: results are ints where the polynomial is a constant -----------------
+
+    def substitute(self, value_of: Callable[[str], int | Sym]) -> int | Sym:
+        """The polynomial with each symbol replaced by value_of(its name)."""
+        out: int | Sym = 0
+        for monomial, coeff in self.terms:
+            term: int | Sym = coeff
+            for name in monomial:
+                term = term * value_of(name)
+            out = out + term
+        return out
 
     def __add__(self, other: int | Sym) -> int | Sym:
         terms = dict(self.terms)

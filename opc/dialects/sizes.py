@@ -94,13 +94,7 @@ class FunctionSizes:
     def resolve(self, d: Size) -> Size:
         if isinstance(d, int):
             return d
-        out: Size = 0
-        for monomial, coeff in d.terms:
-            term: Size = coeff
-            for s in monomial:
-                term = term * (self.resolve(self.subst[s]) if s in self.subst else Sym.symbol(s))
-            out = out + term
-        return out
+        return d.substitute(lambda s: self.resolve(self.subst[s]) if s in self.subst else Sym.symbol(s))
 
     def unify(self, a: Size, b: Size, what: str) -> Size:
         """a and b are one size: a symbol is replaced by the other side (the later of two symbols
@@ -126,13 +120,7 @@ class FunctionSizes:
         d = self.resolve(d)
         if isinstance(d, int):
             return d
-        out: Size = 0
-        for monomial, coeff in d.terms:
-            term: Size = coeff
-            for n in monomial:
-                term = term * (self.upper_bound(self.data[n].bound) if n in self.data else Sym.symbol(n))
-            out = out + term
-        return out
+        return d.substitute(lambda n: self.upper_bound(self.data[n].bound) if n in self.data else Sym.symbol(n))
 
     def data_symbols(self, d: Size) -> list[str]:
         return [] if isinstance(d, int) else sorted(n for n in d.symbols if n in self.data)
