@@ -116,6 +116,10 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "torch.library.custom_op refuses a function without tensor inputs, so args is never empty here",
     ("opc/lowering/nn_lowering.py", "copy.name_hint = f\"{v.name_hint and 'operand'}_batch\""):
         "only an SSA name hint (a C variable's name): the code and numbers are the same",
+    ("opc/lowering/nn_lowering.py", "ms = [ 0] * len(full)"):
+        "without a mask (has_mask 0) the runtime never reads the mask strides these give",
+    ("opc/lowering/nn_lowering.py", "mstrides[-1], len(batch), *batch, *[1] * pad, *mstrides[:-2], *[ 1] * pad]"):
+        "mask strides of the batch slots past the batch rank: the runtime reads only len(batch) of them",
     ("opc/lowering/nn_lowering.py", "STATUS_LEN = 3  # runtime/opc_status.h: OPC_STATUS_LEN"):
         "the status buffer one slot longer than the runtime writes: the extra slot is never read",
     ("opc/onnx_load.py", 'if kind >= "sequence_type":'):

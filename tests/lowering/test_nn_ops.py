@@ -543,3 +543,16 @@ def test_label_out_of_range(fused, route: str) -> None:
     good = np.array([[0], [1], [3]], np.int32)
     loss, _ = m.sce_bad(logits, good)
     np.testing.assert_allclose(loss, np.full((3, 1), np.log(4)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("ys", [(2, 4, 5), (4, 5), (1, 4, 5)])
+def test_matmul_operand_with_the_result_batch_is_read_in_place(ys):
+    """An operand whose batch dims are the result's (or that has none, or only 1s) is read where it
+    lies, with a batch stride; only a partial broadcast is copied out to the full batch first."""
+    xt, yt, rt = "tensor<2x3x4xf32>", f"tensor<{'x'.join(map(str, ys))}xf32>", "tensor<2x3x5xf32>"
+    m = opc.compile(f"func.func @f(%x: {xt}, %y: {yt}) -> {rt} {{\n"
+                    f"  %r = opc.matmul %x, %y : ({xt}, {yt}) -> {rt}\n  func.return %r : {rt}\n}}\n")
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal(ys).astype(np.float32)
+    np.testing.assert_allclose(m.f(x, y), np.matmul(x, y), rtol=1e-5, atol=1e-6)
+    assert "_batch" not in m.c_source
