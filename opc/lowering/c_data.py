@@ -8,9 +8,9 @@ cache key (the hash of its source) still covers the data, and a cached module ma
 cache with the rest of the `.so`. The C code sees an ordinary `const T name[n]`.
 
 Where the bytes come from: xDSL keeps a dense attribute's values packed in the element type's
-C layout for f16/f32/f64 and 8- to 64-bit integers, so they are used as they are. Other element
-types (i1 stored as 0xff, bf16, the sub-byte and float8 types) stay C text: their constants are
-small in the models opc meets.
+C layout for f16/bf16/f32/f64, float8/6/4 (a byte each) and 8- to 64-bit integers, so they are
+used as they are. i1 (stored as 0xff) and int4/int2 (xDSL sign-extends them; C keeps the low bits)
+stay C text.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 
 from xdsl.dialects.builtin import (
+    BFloat16Type,
     DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
@@ -27,6 +28,8 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute
 
+from opc.dialects.opc import NARROW_FLOAT_TYPES
+
 DATA_MIN_BYTES = 4096  # below this, an initializer list compiles in no time worth saving
 
 # the assembler's include path (-Wa,-I) for the data files is the build's own directory
@@ -35,8 +38,10 @@ DATA_FILE_PREFIX = "opc_data_"
 
 def element_bytes(t: Attribute) -> int | None:
     """Bytes per element where xDSL packs t as C stores it, else None."""
-    if isinstance(t, (Float16Type, Float32Type, Float64Type)):
-        return {Float16Type: 2, Float32Type: 4, Float64Type: 8}[type(t)]
+    if isinstance(t, (Float16Type, BFloat16Type, Float32Type, Float64Type)):
+        return {Float16Type: 2, BFloat16Type: 2, Float32Type: 4, Float64Type: 8}[type(t)]
+    if isinstance(t, NARROW_FLOAT_TYPES):  # float8/6/4: one byte, its bits as ml_dtypes has them
+        return 1
     if isinstance(t, IndexType):
         return 8
     if isinstance(t, IntegerType) and t.width.data in (8, 16, 32, 64):

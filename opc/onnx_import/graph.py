@@ -551,9 +551,11 @@ class NodeEmitter(OpBuilder):
             flat = parts[0] if len(parts) == 1 else self.value(o.ConcatOp(parts, 0))
             return self.reshape(flat, array.shape)
         t = TensorType(element_type_for(array, "a constant"), array.shape)
-        if array.dtype.kind in "iuf" and array.dtype.itemsize > 1 or array.dtype in (np.int8, np.uint8):
-            # NumPy's bytes are xDSL's packing for these (little-endian, as the C reads them): no Python
-            # list of a million floats for an embedding table (bf16 and float8 are kind 'V', bool is 'b')
+        if (array.dtype.kind in "iuf" and array.dtype.itemsize > 1 or array.dtype in (np.int8, np.uint8)
+                or isinstance(t.element_type, (BFloat16Type, *o.NARROW_FLOAT_TYPES))):
+            # NumPy's bytes are xDSL's packing for these (little-endian, as the C reads them; bf16 and
+            # float8/6/4 as ml_dtypes' bits, NaN payloads kept): no Python list of a million floats
+            # for an embedding table (int4/int2 are kind 'V' too, but xDSL sign-extends them; bool is 'b')
             data_bytes = np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()
             return self.value(arith.ConstantOp(DenseIntOrFPElementsAttr(t, BytesAttr(data_bytes))))
         if isinstance(t.element_type, IntegerType):

@@ -115,3 +115,31 @@ def test_compile_to_dir_writes_the_data_beside_the_c(tmp_path):
                          cwd=out, capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
     assert int(run.stdout) == int(values("i32", LARGE).sum())
+
+
+
+@pytest.mark.parametrize("t,dt", [("f8E4M3FN", "float8_e4m3fn"), ("f8E5M2", "float8_e5m2"),
+                                  ("f4E2M1FN", "float4_e2m1fn"), ("f6E2M3FN", "float6_e2m3fn"), ("bf16", "bfloat16")])
+def test_low_precision_constants_are_data(t, dt):
+    """A bf16 or float8/6/4 constant of 4 KB or more reaches the module as its bytes (xDSL packs them
+    as ml_dtypes' bits): every bit pattern, NaN where ml_dtypes has NaN."""
+    import ml_dtypes
+
+    count = {"f4E2M1FN": 16, "f6E2M3FN": 64}.get(t, 256)
+    bits = (np.arange(4096) % count).astype(np.uint8 if t != "bf16" else np.uint16)
+    if t == "bf16":
+        bits = bits * 129 + 0x3f00  # values around 1, some of every exponent near it
+    w = bits.view(getattr(ml_dtypes, dt))
+    n = w.size
+    c, x, j = f"tensor<{n}x{t}>", f"tensor<1x{t}>", f"tensor<{n + 1}x{t}>"
+    src = (f"func.func @f(%x: {x}) -> tensor<{n + 1}xf32> {{\n"
+           f"  %c = arith.constant dense<\"0x{w.tobytes().hex().upper()}\"> : {c}\n"
+           f"  %j = opc.concat %c, %x {{axis = 0 : i64}} : ({c}, {x}) -> {j}\n"
+           f"  %y = opc.cast %j {{dtype = f32}} : ({j}) -> tensor<{n + 1}xf32>\n"
+           f"  func.return %y : tensor<{n + 1}xf32>\n}}\n")
+    m = opc.compile(src)
+    assert re.search(r"extern __attribute__\(\(visibility\(\"hidden\"\)\)\) const uint(8|16)_t opc_global_\w+\[4096\];",
+                     m.c_source), "the constant is not bound as data"
+    got, want = m.f(np.zeros(1, w.dtype))[:n], w.astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(want)], want[~np.isnan(want)])
