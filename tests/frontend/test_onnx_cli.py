@@ -217,11 +217,12 @@ def test_open_dims_import_as_run_time_sizes(tmp_path):
 
 
 def test_a_size_needed_at_import_says_which_node_and_how_to_fix(tmp_path):
-    """x[:, :n - 1] with n open: a slice bound known at run time only."""
+    """x[:n - 1:2] with n open: a stepped slice to a bound known at run time only (a step-1 slice
+    takes run-time bounds; a stepped one still needs its size at import)."""
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Sub", ["s", "one"], ["end"]),
-             helper.make_node("Slice", ["x", "zero", "end", "axis"], ["y"], name="cut")]
+             helper.make_node("Slice", ["x", "zero", "end", "axis", "step"], ["y"], name="cut")]
     model = graph_model(nodes, {"x": np.zeros((3, 4), np.float32)}, ["y"],
-                        {"one": np.array([1]), "zero": np.array([0]), "axis": np.array([0])})
+                        {"one": np.array([1]), "zero": np.array([0]), "axis": np.array([0]), "step": np.array([2])})
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
     assert_one_line_error(run_cli("import", save(model, tmp_path / "cut.onnx")), "'cut'", "--shape x=")
 

@@ -156,6 +156,8 @@ def ops_sources() -> list[str]:
     out.append(fn("full_f32", [], f"%r = opc.full {{value = 2.5 : f64}} : () -> {tt(s, 'float32')}", [(s, "float32")]))
     out.append(fn("full_bf16", [], f"%r = opc.full {{value = -1.0 : f64}} : () -> {tt(s, 'bfloat16')}",
                   [(s, "bfloat16")]))
+    for dt in ("float32", "int64"):
+        out.append(fn(f"iota_{dt}", [], f"%r = opc.iota : () -> {tt((7,), dt)}", [((7,), dt)]))
     out.append(fn("broadcast_to_f32", [((3,), "float32")],
                   f"%r = opc.broadcast_to %a0 : ({tt((3,), 'float32')}) -> {tt((2, 4, 3), 'float32')}",
                   [((2, 4, 3), "float32")]))
