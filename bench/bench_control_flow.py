@@ -25,18 +25,10 @@ sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / "control_flow"), str(P
                                                                                    / "support")]
 
 from onnx_helpers import helper, numpy_helper, onnx  # noqa: E402
+from test_onnx_scf import best_of as best  # noqa: E402
 from test_onnx_scf import counted_loop_model, feeds_for_loop, heavy_if_model  # noqa: E402
 
 import opc  # noqa: E402
-
-
-def best(f, n: int = 5) -> float:
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def ort_session(model):
