@@ -277,6 +277,25 @@ class RaiseStatusOp(IRDLOperation):
         super().__init__(operands=[status])
 
 
+@irdl_op_definition
+class HandOutOp(IRDLOperation):
+    """`opc_loops.hand_out %buffer, %handle : memref<?x3xf32>, memref<i64>`
+
+    A result whose size no caller knows before the call (a size read from a tensor's values): the
+    function allocated it, and at its end hands it out: its address into the handle (an int64 the
+    binding reads, then frees the buffer with the array viewing it), its own pointer cleared so
+    that the cleanup path does not free it. A call that fails before here frees it as any buffer.
+    """
+
+    name = "opc_loops.hand_out"
+    buffer = operand_def(MemRefType)
+    handle = operand_def(MemRefType)
+    assembly_format = "$buffer `,` $handle attr-dict `:` type($buffer) `,` type($handle)"
+
+    def __init__(self, buffer: SSAValue, handle: SSAValue):
+        super().__init__(operands=[buffer, handle])
+
+
 ERRORS_ATTR = "opc.errors"
 """On a lowered func.func: its run-time check sites, [[exception name, message], ...] for status -1, -2, ..."""
 
@@ -289,4 +308,5 @@ def function_errors(fn: Operation) -> list[tuple[str, str]]:
     return [(site.data[0].data, site.data[1].data) for site in attr.data]
 
 
-OpcLoops = Dialect("opc_loops", [GemmOp, ExternalCallOp, CallOp, CheckIndexOp, CheckBoundOp, RaiseStatusOp], [])
+OpcLoops = Dialect("opc_loops", [GemmOp, ExternalCallOp, CallOp, CheckIndexOp, CheckBoundOp, RaiseStatusOp,
+                                 HandOutOp], [])

@@ -55,10 +55,12 @@ class Constraint:
 
 @dataclass
 class DataSize:
-    """A size an op computes from the data it reads (opc.nonzero's count)."""
+    """A size an op computes from the data it reads (opc.nonzero's count), or an `index` value read
+    from a tensor that an op takes as a size (opc.full's rows from a loop's trip count)."""
 
     op: Operation
-    bound: Size  # at most this, over the sizes known before the op runs (a result's allocation)
+    bound: Size | None  # at most this, over the sizes known before the op runs (a result's allocation);
+    # None: no bound known before the call (a value read from a tensor), the function allocates its results
 
 
 @dataclass
@@ -85,7 +87,7 @@ class FunctionSizes:
         self.origin[name] = where
         return Sym.symbol(name)
 
-    def fresh_data(self, op: Operation, bound: Size, what: str = "the count") -> Sym:
+    def fresh_data(self, op: Operation, bound: Size | None, what: str = "the count") -> Sym:
         """A size that `op` computes from data (at most `bound`): a symbol its lowering defines."""
         sym = self.fresh(f"{what} of {op.name}")
         self.data[sym.render()] = DataSize(op, bound)
@@ -114,13 +116,36 @@ class FunctionSizes:
         self.constraints.append(Constraint(a, b, what))
         return a
 
-    def upper_bound(self, d: Size) -> Size:
+    def upper_bound(self, d: Size) -> Size | None:
         """d with each data size replaced by its bound: a size known before the call, at least d (the
-        sizes are products of dims, monotone in each)."""
+        sizes are products of dims, monotone in each); None where a data size has no bound."""
         d = self.resolve(d)
         if isinstance(d, int):
             return d
-        return d.substitute(lambda n: self.upper_bound(self.data[n].bound) if n in self.data else Sym.symbol(n))
+        if any(self.data[n].bound is None or self.upper_bound(self.data[n].bound) is None  # type: ignore[arg-type]
+               for n in self.data_symbols(d)):
+            return None
+        return d.substitute(lambda n: self.upper_bound(self.data[n].bound) if n in self.data  # type: ignore[arg-type]
+                            else Sym.symbol(n))
+
+    def value_size(self, v: SSAValue, user: Operation) -> Sym:
+        """The size an `index` value read from a tensor gives (tensor.extract, arith.index_cast, ...):
+        a data size of its own, defined where the value is computed, with no bound before the call."""
+        if v in self.scalars:
+            return cast(Sym, self.scalars[v])
+        owner = v.owner
+        if not isinstance(owner, Operation) or (self.fn is not None and owner.parent_block() is not self.fn.body.block):
+            raise UnsupportedError(f"{user.name}: a size read from a tensor's values inside a loop or branch body "
+                                   "(opc reads such sizes at a function's top level)")
+        sym = self.fresh_data(owner, None, "the value")
+        self.scalars[v] = sym
+        return sym
+
+    def value_sizes(self) -> dict[str, SSAValue]:
+        """The data sizes read from values (value_size): symbol -> the `index` value giving it."""
+        unbounded = {d.op for d in self.data.values() if d.bound is None}
+        return {cast(Sym, sz).render(): v for v, sz in self.scalars.items()
+                if isinstance(sz, Sym) and v.owner in unbounded and sz.is_symbol()}
 
     def data_symbols(self, d: Size) -> list[str]:
         return [] if isinstance(d, int) else sorted(n for n in d.symbols if n in self.data)
@@ -328,10 +353,7 @@ class FunctionSizes:
                 out.append(d)
                 continue
             v = next(given)
-            if v not in self.scalars:
-                raise UnsupportedError(f"{op.name}: a size operand that is not computed from sizes (tensor.dim, "
-                                       "constants, + - *)")
-            out.append(self.scalars[v])
+            out.append(self.scalars[v] if v in self.scalars else self.value_size(v, op))
         return out
 
     def dim_of(self, op: tensor.DimOp) -> Size:
@@ -534,10 +556,7 @@ def slice_(s: FunctionSizes, op: opc.SliceOp) -> list[Shape]:
 def slice_size(s: FunctionSizes, op: Operation, n: int | SSAValue) -> Size:
     if isinstance(n, int):
         return n
-    if n not in s.scalars:
-        raise UnsupportedError(f"{op.name}: a run-time size that is not computed from sizes (tensor.dim, constants, "
-                               "+ - *): the slice's size must be known when the function is called")
-    return s.scalars[n]
+    return s.scalars[n] if n in s.scalars else s.value_size(n, op)
 
 
 @shape_rule(tensor.ExtractSliceOp)

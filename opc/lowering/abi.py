@@ -12,6 +12,7 @@ from opc.lowering.c_text import c_symbol  # noqa: F401  (re-exported: the emitte
 KERNEL_STATUS = 2  # what an entry point returns when a device kernel failed (1: out of memory)
 KERNEL_MESSAGE_FN = "opc_kernel_message"
 SET_THREADS_FN = "opc_set_num_threads"  # every CPU module's setter of its thread count (opc/threads.py)
+RELEASE_FN = "opc_release"  # a CPU module's free() of a buffer it handed out (FunctionSignature.handed)
 OOM_FN = "opc_oom_size"  # a CPU module's size of the calling thread's last failed allocation (bytes)
 
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
@@ -37,6 +38,9 @@ class FunctionSignature:
     # whose shape holds one are allocated at the bound, and the last output (one i64 each, not a
     # result) says what each came to
     found: list[tuple[str, str]] = field(default_factory=list)
+    # results the function allocates (a data size with no bound before the call, "?" in found): their
+    # parameter is an int64 handle the C code writes the buffer's address into; the binding frees it
+    handed: list[int] = field(default_factory=list)
 
     @property
     def dynamic(self) -> bool:

@@ -6,7 +6,15 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-from opc.lowering.abi import ENTRY_PREFIX, KERNEL_MESSAGE_FN, OOM_FN, SET_THREADS_FN, FunctionSignature, c_symbol
+from opc.lowering.abi import (
+    ENTRY_PREFIX,
+    KERNEL_MESSAGE_FN,
+    OOM_FN,
+    RELEASE_FN,
+    SET_THREADS_FN,
+    FunctionSignature,
+    c_symbol,
+)
 from opc.lowering.build import CompiledFunction
 from opc.lowering.dynamic_call import DynamicFunction
 
@@ -24,8 +32,13 @@ def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, Comp
     message = getattr(ext.lib, KERNEL_MESSAGE_FN, None)
     detail = getattr(ext.lib, "opc_error_value", None)
     oom = getattr(ext.lib, OOM_FN, None)
-    return {s.name: function_class(s)(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s, message,
-                                      detail, oom) for s in signatures}
+    functions = {s.name: function_class(s)(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s,
+                                           message, detail, oom) for s in signatures}
+    release = getattr(ext.lib, RELEASE_FN, None)
+    for f in functions.values():
+        if isinstance(f, DynamicFunction):
+            f.release = release
+    return functions
 
 
 def function_class(sig: FunctionSignature) -> type[CompiledFunction]:

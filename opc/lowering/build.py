@@ -41,6 +41,7 @@ from opc.lowering.abi import (
     KERNEL_MESSAGE_FN,
     KERNEL_STATUS,
     OOM_FN,
+    RELEASE_FN,
     SET_THREADS_FN,
     FunctionSignature,
     c_symbol,
@@ -526,7 +527,7 @@ def cdef_for(signatures: list[FunctionSignature], suffix: str = "") -> str:
     lines = []
     for sig in signatures:
         params = [f"const {c_type_of(dt)} *" for _, _, dt in sig.inputs]
-        params += [f"{c_type_of(dt)} *" for _, dt in sig.outputs]
+        params += [f"{c_type_of(dt) if i not in sig.handed else 'int64_t'} *" for i, (_, dt) in enumerate(sig.outputs)]
         params += ["int64_t"] * len(sig.sizes)
         lines.append(f"int {ENTRY_PREFIX}{c_symbol(sig.name)}{suffix}({', '.join(params) or 'void'});")
     return "\n".join(lines)
@@ -605,7 +606,7 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
     if f"{SET_THREADS_FN}(int n)" in source:
         cdef += f"\nvoid {SET_THREADS_FN}(int);"
     if f"int64_t {OOM_FN}(void)" in source:
-        cdef += f"\nint64_t {OOM_FN}(void);"
+        cdef += f"\nint64_t {OOM_FN}(void);\nvoid {RELEASE_FN}(void *);"
     if "int opc_profile(int on)" in source:
         from opc.lowering.c_emitter import PROFILE_CDEF
 

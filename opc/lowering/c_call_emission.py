@@ -26,6 +26,7 @@ from opc.dialects.opc_loops import (
     CheckIndexOp,
     ExternalCallOp,
     GemmOp,
+    HandOutOp,
     RaiseStatusOp,
 )
 from opc.dtypes import mlir_name
@@ -196,6 +197,10 @@ class CallEmission(EmitterState):
         v, bound = self.name(op.value), self.name(op.bound)
         self.line(f"if ({v} < 0 || {v} >= {bound}) {{ opc_error_detail = {v}; status = {op.code.value.data}; "
                   "goto cleanup; }")
+
+    def emit_HandOutOp(self, op: HandOutOp) -> None:
+        buf = self.name(op.buffer)
+        self.line(f"{self.name(op.handle)}[0] = (int64_t)(uintptr_t){buf}; {buf} = NULL;")
 
     def emit_RaiseStatusOp(self, op: RaiseStatusOp) -> None:
         s = self.name(op.status)

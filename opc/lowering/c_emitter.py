@@ -40,7 +40,7 @@ from opc.dialects.opc_loops import (
     function_errors,
 )
 from opc.dtypes import numpy_name
-from opc.lowering.abi import ENTRY_PREFIX, OOM_FN, SET_THREADS_FN, FunctionSignature
+from opc.lowering.abi import ENTRY_PREFIX, OOM_FN, RELEASE_FN, SET_THREADS_FN, FunctionSignature
 from opc.lowering.c_call_emission import KERNEL_HOST, CallEmission
 from opc.lowering.c_control_emission import (
     C_STACK_MACROS,
@@ -63,7 +63,7 @@ from opc.lowering.c_expressions import (
 from opc.lowering.c_loop_emission import LoopEmission
 from opc.lowering.c_memory_emission import MemoryEmission, has_dynamic_dims
 from opc.lowering.c_text import c_comment, c_identifier, c_string, c_symbol
-from opc.lowering.size_lowering import function_found, function_shapes, function_sizes
+from opc.lowering.size_lowering import function_found, function_handed, function_shapes, function_sizes
 from opc.transforms.opc_outline_control_flow import is_body
 
 # ---------------------------------------------------------------------------
@@ -83,6 +83,7 @@ ARENA_SUPPORT = f"""static __thread char *opc_arena_buf = NULL;
 static __thread size_t opc_arena_cap = 0;
 static __thread int64_t opc_oom_bytes = 0;
 int64_t {OOM_FN}(void) {{ return opc_oom_bytes; }}
+void {RELEASE_FN}(void *p) {{ free(p); }}
 static char *opc_arena_get(size_t n) {{
   if (opc_arena_cap >= n) return opc_arena_buf;
   free(opc_arena_buf);
@@ -400,9 +401,11 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         shapes = function_shapes(fn) or [shape_of(a) for a in buffers]
 
         ins = [(a.name_hint or f"in{i}", shapes[i], numpy_name(element_of(a))) for i, a in enumerate(buffers[:n_in])]
-        outs = [(shapes[n_in + i], numpy_name(element_of(a))) for i, a in enumerate(buffers[n_in:])]
+        handed = function_handed(fn)  # (their parameter: an int64 handle, their dtype the result's)
+        outs = [(shapes[n_in + i], handed.get(i) or numpy_name(element_of(a))) for i, a in enumerate(buffers[n_in:])]
         sizes, checks = function_sizes(fn)
-        return FunctionSignature(fn.sym_name.data, ins, outs, function_errors(fn), sizes, checks, function_found(fn))
+        return FunctionSignature(fn.sym_name.data, ins, outs, function_errors(fn), sizes, checks, function_found(fn),
+                                 sorted(handed))
 
     def emit_block(self, block: Block) -> None:
         for op in block.ops:

@@ -34,6 +34,8 @@ def shape_text(shape: Sequence[int | str]) -> str:
 class DynamicFunction(CompiledFunction):
     """A compiled function whose C code takes its sizes as arguments: one compile, any size."""
 
+    release: Callable | None = None  # the module's free() of the results it hands out (abi.RELEASE_FN)
+
     def shape_fits(self, i: int, shape: tuple[int, ...]) -> bool:
         want = self.sig.inputs[i][1]
         return len(shape) == len(want) and all(not isinstance(w, int) or w == g for w, g in zip(want, shape))
@@ -111,10 +113,16 @@ class DynamicFunction(CompiledFunction):
         first = arrays if fixed_ptrs is None else arrays[:len(arrays) - len(fixed_ptrs)]
         ptrs = self.array_pointers(first) + (fixed_ptrs or [])
         bounds = dict(sizes)
-        for name, bound in self.sig.found:  # each bound is over the argument sizes
-            bounds[name] = evaluate(bound, sizes)
+        for name, bound in self.sig.found:  # each bound is over the argument sizes ("?": the function allocates)
+            if bound != "?":
+                bounds[name] = evaluate(bound, sizes)
         outs = []
         for i, ((shape, _), (_, dtype, ctype, storage)) in enumerate(zip(self.sig.outputs, self.out_c)):
+            if i in self.sig.handed:  # the function allocates it and writes its address here
+                handle = np.zeros(1, np.int64)
+                outs.append(handle)
+                ptrs.append(from_buffer("int64_t[]", handle, require_writable=True))
+                continue
             dims = tuple(evaluate(d, bounds) for d in shape)
             if any(n < 0 for n in dims):
                 raise ValueError(f"{self.sig.name}(): result #{i} would have shape {list(dims)} "
@@ -145,10 +153,23 @@ class DynamicFunction(CompiledFunction):
         actual = dict(sizes)
         actual.update((name, int(n)) for (name, _), n in zip(self.sig.found, found))
         cut = []
-        for out, (shape, _) in zip(outs, self.sig.outputs):
+        for i, (out, (shape, _)) in enumerate(zip(outs, self.sig.outputs)):
             dims = tuple(evaluate(d, actual) for d in shape)
-            cut.append(out if dims == out.shape else out.reshape(-1)[:int(np.prod(dims))].reshape(dims))
+            if i in self.sig.handed:
+                cut.append(self.handed_array(int(out[0]), dims, self.out_c[i][1]))
+            else:
+                cut.append(out if dims == out.shape else out.reshape(-1)[:int(np.prod(dims))].reshape(dims))
         return cut
+
+    def handed_array(self, address: int, dims: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """The result the C function allocated at `address`, as an array of dims that frees it when
+        the last view of it goes (cffi's gc on the pointer the buffer keeps alive)."""
+        n = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+        ptr = self.ffi.gc(self.ffi.cast("char *", address), self.release)
+        if n == 0:
+            return np.empty(dims, dtype)
+        data = np.frombuffer(self.ffi.buffer(ptr, n), dtype=np.uint8)
+        return data.view(dtype).reshape(dims)
 
 
 def result_shapes(sig, shapes: Sequence[Sequence]) -> list[tuple]:  # noqa: ANN001  (a FunctionSignature)

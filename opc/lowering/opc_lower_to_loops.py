@@ -24,6 +24,7 @@ the numbers of fused and unfused code identical (opc/lowering/scalars.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ from xdsl.passes import ModulePass
 from opc.dialects import opc
 from opc.dialects.control import is_host_op
 from opc.dialects.kinds import ELEMENTWISE, INLINABLE, element_of, is_splat_constant, shape_of
-from opc.dialects.opc_loops import ExternalCallOp
+from opc.dialects.opc_loops import ExternalCallOp, HandOutOp
 from opc.dialects.sizes import FunctionSizes, Shape, analyze, has_dynamic_shapes, symbolic_shapes
 from opc.dialects.slices import SLICE_OPS
 from opc.errors import UnsupportedError
@@ -68,6 +69,9 @@ from opc.transforms.opc_schedule import Kernel, plan, unwrap_kernels
 # Function lowering
 # ---------------------------------------------------------------------------
 
+HANDLE = MemRefType(i64, [])
+"""A handed output's parameter: where the function puts the address of the result it allocated."""
+
 KERNEL_ATTR = "opc.kernel"
 """On a top-level scf.parallel: the kernel it runs (kind: ops), from opc-schedule."""
 
@@ -89,8 +93,10 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         assert ret is not None  # a verified func ends in its return
         self.returned = list(ret.operands)
         arg_types = [memref_of(a.type) for a in fn.args]
-        out_types = [memref_of(t) for t in fn.function_type.outputs.data]
         self.found = self.found_sizes()
+        self.handed = self.handed_outputs()  # allocated here and handed to the caller (no bound before the call)
+        out_types = [memref_of(t) if i not in self.handed else HANDLE
+                     for i, t in enumerate(fn.function_type.outputs.data)]
         found_types = [MemRefType(i64, [len(self.found)])] if self.found else []  # the data sizes, for the caller
         self.entry = Block(arg_types=[*arg_types, *out_types, *found_types])
         self.e = Emitter(self.entry, sizer=self.size_value)
@@ -110,6 +116,9 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         self.outputs: list[SSAValue] = (self.argument_views(outputs, self.out_shapes) if sizes is not None
                                         else list(outputs))
         self.allocs: list[SSAValue] = []
+        # sizes read from tensors' values (sizes.value_size): the ops computing them run on the host
+        self.value_defs = {v.owner: name for name, v in sizes.value_sizes().items()} if sizes is not None else {}
+        self.value_ops = feeding(list(self.value_defs))
         self.flat = False  # True while a flat (1-D) nest is emitted
         self.checks = nn.RuntimeChecks(self)
         self.memo: dict[tuple, SSAValue] = {}  # (value, index, block) -> scalar, within one op's nests
@@ -150,7 +159,11 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         """Output i, viewed at its run-time shape; one holding a data size is viewed once it is known
         (here, at its first write: its op has computed the size)."""
         out = self.outputs[i]
-        if self.found and out.owner is self.entry and self.holds_data(self.out_shapes[i]):
+        if i in self.handed and out.owner is self.entry:
+            out = self.outputs[i] = self.alloc(self.out_shapes[i], element_of(self.returned[i]))
+            out.name_hint = f"result{i}"
+            self.handed[i] = out
+        elif self.found and out.owner is self.entry and self.holds_data(self.out_shapes[i]):
             out = self.outputs[i] = self.view(out, self.out_shapes[i], element_of(self.returned[i]))
         return out
 
@@ -200,7 +213,7 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
                 break
             if isinstance(op, SLICE_OPS):
                 emit_checks(self, op)  # on the host, before any nest reads or writes the slice
-            if op in self.inlined or (is_size_op(op) and not feeds_host(op)):
+            if op in self.inlined or (is_size_op(op) and not feeds_host(op) and op not in self.value_ops):
                 continue
             before = self.entry.last_op
             rk = self.schedule.row_of.get(op)
@@ -217,6 +230,8 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
                 self.lower_gemm_epilogue(ep)  # at the nest's root, as a row kernel at its last op
             else:
                 self.lower_op(op)
+            if op in self.value_defs:
+                self.define_value_size(op)
             if op in kernel_of:
                 self.label_nests(before, kernel_of[op])
         # Results that are arguments or returned twice are copied into their outputs.
@@ -225,6 +240,8 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
                 self.copy_into_output(v)
         if self.found_buf is not None:
             self.store_found(self.found_buf)
+        for i in self.handed:
+            self.e.emit(HandOutOp(self.output_buffer(i), self.entry.args[len(self.fn.args) + i]))
         self.checks.finish()
         for buf in self.allocs:
             self.e.emit(memref.DeallocOp.get(buf))
@@ -311,14 +328,30 @@ def feeds_host(op: Operation) -> bool:
                or isinstance(u.operation, SLICE_OPS) for r in op.results for u in r.uses)
 
 
-def drop_size_operands(fn: func.FuncOp) -> None:
+def feeding(ops: Sequence[Operation | Block]) -> set[Operation]:
+    """ops and the ops of their block whose results they read, transitively."""
+    seen: set[Operation] = set()
+    todo = [op for op in ops if isinstance(op, Operation)]
+    while todo:
+        op = todo.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        todo += [v.owner for v in op.operands if isinstance(v.owner, Operation)
+                 and v.owner.parent_block() is op.parent_block()]
+    return seen
+
+
+def drop_size_operands(fn: func.FuncOp, sizes: FunctionSizes) -> None:
     """The ops' `index` size operands go once the size analysis has read them: the lowering reads
-    every size from the analysis, and its nests walk tensor operands only."""
+    every size from the analysis, and its nests walk tensor operands only. A size read from a
+    tensor's values stays computed (the lowering defines its size there)."""
     for op in fn.walk():
         if isinstance(op, (opc.FullOp, opc.IotaOp, opc.BroadcastToOp, opc.ReshapeOp)) and op.sizes:
             op.operands = [o for o in op.operands if not isinstance(o.type, IndexType)]
+    kept = feeding([v.owner for v in sizes.value_sizes().values()])
     for op in reversed(list(fn.body.block.ops)):  # the size ops, now unused: tensor.dim, index arithmetic
-        if is_size_op(op) and not any(r.uses for r in op.results):
+        if is_size_op(op) and not any(r.uses for r in op.results) and op not in kept:
             op.detach()
             op.erase()
 
@@ -354,7 +387,7 @@ class LowerToLoopsPass(ModulePass):
                 cpu = self.target != "cuda"
                 sizes = analyze(fn) if has_dynamic_shapes(fn) else None
                 if sizes is not None:
-                    drop_size_operands(fn)
+                    drop_size_operands(fn, sizes)
                 table = dict(sizes.shapes) if sizes is not None else {}
                 with symbolic_shapes(table) if sizes is not None else nullcontext():
                     lowering = FunctionLowering(fn, constants, memory_order_reductions=cpu,

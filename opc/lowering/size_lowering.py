@@ -25,6 +25,7 @@ from xdsl.dialects import arith, func, memref
 from xdsl.dialects.builtin import (
     ArrayAttr,
     IndexType,
+    IntAttr,
     IntegerAttr,
     MemRefType,
     StringAttr,
@@ -32,9 +33,12 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from opc.dialects.kinds import element_of
 from opc.dialects.opc import DYNAMIC
-from opc.dialects.opc_loops import CheckIndexOp, RaiseStatusOp
+from opc.dialects.opc_loops import CheckBoundOp, CheckIndexOp, RaiseStatusOp
 from opc.dialects.sizes import FunctionSizes, Shape
+from opc.dtypes import numpy_name
+from opc.lowering.control_flow_lowering import on_host
 from opc.lowering.lowering_state import LoweringState
 from opc.symbolic import Size, Sym
 
@@ -42,6 +46,7 @@ SIZES_ATTR = "opc.sizes"  # on a lowered func: its size parameters' names, after
 ARG_SHAPES_ATTR = "opc.arg_shapes"  # on a lowered func: each input's and output's shape, `?` dims as polynomials
 CONSTRAINTS_ATTR = "opc.size_checks"  # on a lowered func: [lhs, rhs, what] sizes the call checks equal
 FOUND_ATTR = "opc.found_sizes"  # on a lowered func: [symbol, upper bound] of each data size its last output returns
+HANDED_ATTR = "opc.handed"  # on a lowered func: [output, dtype] of each result it allocates (HandOutOp)
 
 
 def memref_type(element: Attribute, shape: Sequence[Size]) -> MemRefType:
@@ -159,6 +164,15 @@ class SizeLowering(LoweringState):
         e.value(CheckIndexOp(diff, status, 1, code, wrap=False))
         e.emit(RaiseStatusOp(status))
 
+    def define_value_size(self, op: Operation) -> None:
+        """An `index` value read from a tensor that an op takes as a size (FunctionSizes.value_size):
+        checked not negative on the host, then its size's value for the rest of the function."""
+        count = self.buffers[op.results[0]]  # type: ignore[attr-defined]  (FunctionLowering's)
+        code = self.checks.code(op, "ValueError", f"{op.name} gives a size of {{value}}: a size read from a "  # type: ignore[attr-defined]
+                                "tensor must not be negative")
+        self.e.emit(on_host(CheckBoundOp(count, self.e.index(2 ** 62), code)))
+        self.define_data_size(op, count)
+
     def found_sizes(self) -> list[str]:
         """The data sizes the results' shapes hold (not predicted): the caller learns them after the call."""
         if self.sizes is None:
@@ -169,6 +183,22 @@ class SizeLowering(LoweringState):
                 if isinstance(d, Sym):
                     names.update(dict.fromkeys(sorted(n for n in d.symbols if n in self.sizes.data)))
         return list(names)
+
+    def handed_outputs(self) -> dict[int, SSAValue | None]:
+        """The results whose size holds a data size with no bound before the call (a size read from a
+        tensor's values): the function allocates them and hands them out (opc_loops.hand_out)."""
+        if self.sizes is None:
+            return {}
+        sizes = self.sizes
+        return {i: None for i, v in enumerate(self.returned)  # type: ignore[attr-defined]  (FunctionLowering's)
+                if any(sizes.upper_bound(d) is None for d in sizes.shapes[v])}
+
+    def bound_text(self, name: str) -> str:
+        """A data size's upper bound for the binding, "?" where none is known before the call."""
+        assert self.sizes is not None
+        bound = self.sizes.data[name].bound
+        upper = self.sizes.upper_bound(bound) if bound is not None else None
+        return "?" if upper is None else str(upper)
 
     def store_found(self, found_buf: SSAValue) -> None:
         """Each found size into the last output, for the caller to cut its results to."""
@@ -229,9 +259,12 @@ class SizeLowering(LoweringState):
         shapes = [self.sizes.shapes[a] for a in self.sizes_fn().args] + list(outputs)
         if self.found:
             shapes.append((len(self.found),))
-            fn.attributes[FOUND_ATTR] = ArrayAttr([
-                ArrayAttr([StringAttr(n), StringAttr(str(self.sizes.upper_bound(self.sizes.data[n].bound)))])
-                for n in self.found])
+            fn.attributes[FOUND_ATTR] = ArrayAttr([ArrayAttr([StringAttr(n), StringAttr(self.bound_text(n))])
+                                                   for n in self.found])
+        if self.handed:  # type: ignore[attr-defined]  (FunctionLowering's)
+            fn.attributes[HANDED_ATTR] = ArrayAttr([
+                ArrayAttr([IntAttr(i), StringAttr(numpy_name(element_of(self.returned[i])))])  # type: ignore[attr-defined]
+                for i in self.handed])  # type: ignore[attr-defined]
         fn.attributes[ARG_SHAPES_ATTR] = ArrayAttr([size_text(s) for s in shapes])
         fn.attributes[CONSTRAINTS_ATTR] = ArrayAttr([
             ArrayAttr([StringAttr(str(c.lhs)), StringAttr(str(c.rhs)), StringAttr(c.what)])
@@ -262,6 +295,14 @@ def function_found(fn: Operation) -> list[tuple[str, str]]:
     if not isinstance(attr, ArrayAttr):
         return []
     return [(f.data[0].data, f.data[1].data) for f in attr.data]
+
+
+def function_handed(fn: Operation) -> dict[int, str]:
+    """A lowered function's results it allocates itself: output number -> dtype name."""
+    attr = fn.attributes.get(HANDED_ATTR)
+    if not isinstance(attr, ArrayAttr):
+        return {}
+    return {h.data[0].data: h.data[1].data for h in attr.data}
 
 
 def function_sizes(fn: Operation) -> tuple[list[str], list[tuple[str, str, str]]]:

@@ -5,12 +5,15 @@ their bodies imported inline where everything is known at compile time.
           known at run time: an `scf.if`, each branch imported into its region, so a branch not
           taken costs nothing (both branches must give outputs of one type; where sequences or
           optionals are among the outputs, both branches are imported and each output selected);
-    Loop  trip count or condition known at run time: an `scf.while` carrying the iteration number,
-          the condition and the loop-carried values; the body imported once into its region, so a
-          new trip count costs no compile. Scan outputs (a result sized by the trip count) and
-          carried sequences need the counts at compile time and unroll, as below;
-          known at compile time: unrolled, the iteration number a constant in the body, so slices by
-          it fold; the loop stops where the body's condition, evaluated at compile time, is false;
+    Loop  the body imported once into a loop's region, so a new trip count costs no compile:
+          an `scf.for` over max(M, 0) iterations where the body gives its condition back true (a
+          constant, or passed through), else an `scf.while` carrying the iteration number, the
+          condition and the loop-carried values. Scan outputs: each iteration writes its row of a
+          buffer of M rows (tensor.insert_slice), cut after an scf.while to the rows it ran (M and
+          the rows sizes read from tensors at run time: opc/dialects/sizes.py's value sizes).
+          Unrolled (the iteration number a constant in the body, the counts bound at compile time)
+          only where a loop carries sequences, or its body needs numbers known at compile time
+          (a slice by the iteration number whose size is a difference of values);
     Scan  an `scf.for` over the sequence (static or a run-time size), the body imported once: each
           step reads its slices of the scan inputs (tensor.extract_slice at the loop index) and
           writes its scan outputs' elements into the stacked results (tensor.insert_slice, one
@@ -35,6 +38,8 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 from opc.dialects import opc as o
 from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.opc import DYNAMIC
+from opc.errors import OpcError
 from opc.onnx_import.common import Value, Values
 from opc.onnx_import.graph import Node, NodeEmitter, converter
 from opc.onnx_import.lists import Item, Items, Opt, Seq, is_list
@@ -206,51 +211,171 @@ def loop(node: Node) -> Items:
     counts_known = (not node.has(0) or node.known(0)) and (not node.has(1) or node.known(1))
     state: Items = [operand(node, k + 2) for k in range(len(node.proto.input) - 2)]
     n_scan = len(node.attr("body").output) - 1 - len(state)
-    if not counts_known and n_scan == 0 and not any(is_list(v) for v in state):
-        return loop_at_run_time(node, [as_value(node, v) for v in state])  # type: ignore[arg-type]
+    if not any(is_list(v) for v in state):
+        values = [as_value(node, v) for v in state]  # type: ignore[arg-type]
+        try:
+            looped = counted_loop(node, values) if node.has(0) else None
+        except OpcError:  # a body opc imports only for numbers known at compile time (a slice by the
+            looped = None  # iteration number whose size is a difference of values): unrolled below
+        if looped is not None:
+            return looped
+        if not counts_known and (n_scan == 0 or node.has(0)):
+            return loop_at_run_time(node, values, n_scan)
     return unrolled_loop(node)
 
 
-def loop_at_run_time(node: Node, state: list[SSAValue]) -> Items:
+def trip_count(node: Node) -> int | SSAValue:
+    """How often a loop whose body never turns its condition false runs: max(M, 0) where the condition
+    enters true (or is absent), else 0. A number where M and the condition are known at compile time,
+    else an `index` value computed at run time."""
+    e = node.e
+    if node.has(1) and node.known(1) and not bool(np.asarray(node.const(1, "condition")).reshape(-1)[0]):
+        return 0
+    m = trip_rows(node)
+    if not node.has(1) or node.known(1):
+        return m
+    go = scalar_of(node, node.input(1), "condition")
+    return e.value(arith.SelectOp(go, m if isinstance(m, SSAValue) else index(e, m), index(e, 0)))
+
+
+def counted_loop(node: Node, state: list[SSAValue]) -> Items | None:
+    """A Loop whose body never turns its condition false (gives it back true, as a constant or passed
+    through) runs max(M, 0) times, or none where the condition enters false: one scf.for, its body
+    imported once. Each iteration writes its scan outputs' elements at row i of their stacked results
+    (tensor.insert_slice into a buffer of M rows, updated in place). None where the body may stop the
+    loop early, or changes the state's type."""
+    e = node.e
+    counter = TensorType(i64, [])
+    types = [v.type for v in state]
+
+    def build(args: Sequence[SSAValue]) -> Items:
+        if e.tracker is not None:
+            e.tracker.sizes.carry(state, args[1:])
+        i = e.value(tensor.FromElementsOp.build(operands=[[e.value(arith.IndexCastOp(args[0], i64))]],
+                                                result_types=[counter]))
+        return import_body(node, "body", [i, np.array(True), *args[1:]])
+
+    trips = trip_count(node)
+    block, out = in_region(node, [IndexType(), *types], build)
+    if isinstance(out[0], SSAValue) or not bool(np.asarray(out[0]).reshape(-1)[0]) or any(is_list(v) for v in out):
+        return None
+    outer, e.ops = e.ops, []
+    values = [as_value(node, v) for v in out[1:]]  # type: ignore[arg-type]
+    block.add_ops(e.ops)
+    e.ops = outer
+    new_state, elems = values[:len(state)], values[len(state):]
+    if [v.type for v in new_state] != types:
+        return None
+    rows = trips if isinstance(trips, int) else None
+    inits = [stacked_buffer(e, trips, v) for v in elems]
+    if rows == 0:  # no iteration: the state as it entered, the stacks empty
+        return [*state, *inits]
+    bufs = [block.insert_arg(v.type, len(block.args)) for v in inits]
+    if e.tracker is not None:
+        e.tracker.sizes.carry(inits, bufs)
+    outer, e.ops = e.ops, []
+    i = block.args[0]
+    stacked = [e.value(slices.insert_slice(v, buf, [i, *[0] * len(shape_of(v))], [1, *shape_of(v)],
+                                           [1] * (1 + len(shape_of(v))))) for v, buf in zip(elems, bufs)]
+    block.add_ops([*e.ops, scf.YieldOp(*new_state, *stacked)])
+    e.ops = outer
+    bound = index(e, rows) if rows is not None else trips
+    loop = e.emit(scf.ForOp(index(e, 0), bound, index(e, 1), [*state, *inits], Region(block)))  # type: ignore[arg-type]
+    return list(loop.results)
+
+
+def stacked_buffer(e: NodeEmitter, rows: Size | SSAValue, elem: SSAValue) -> SSAValue:
+    """Zeros of [rows, *elem's shape]: the buffer a loop stacks elem's values into, row by row."""
+    shape = list(shape_of(elem))
+    if isinstance(rows, SSAValue):
+        t = o.tensor([DYNAMIC, *shape], element_of(elem))
+        return e.value(o.FullOp(0.0, t, [rows, *e.size_operands(shape)]))
+    return e.value(o.FullOp(0.0, o.tensor([rows, *shape], element_of(elem)), e.size_operands([rows, *shape])))
+
+
+def loop_at_run_time(node: Node, state: list[SSAValue], n_scan: int = 0) -> Items:
     """An scf.while over (iteration number, condition, loop-carried values...): its before region
-    tests `i < M and cond`, its after region is the body, imported once, and counts i up."""
+    tests `i < M and cond`, its after region is the body, imported once, and counts i up. Each scan
+    output is stacked into a buffer of max(M, 0) rows (tensor.insert_slice at row i), carried by the
+    loop, and cut afterwards to the rows the loop ran (the final i: a size read at run time)."""
+    e = node.e
     counter = TensorType(i64, [])
     flag = TensorType(i1, [])
-    start = node.e.constant(np.array(0, np.int64))
-    cond0 = node.e.reshape(node.input(1), []) if node.has(1) else node.e.constant(np.array(True))
+    start = e.constant(np.array(0, np.int64))
+    cond0 = e.reshape(node.input(1), []) if node.has(1) else e.constant(np.array(True))
     trips = node.input(0) if node.has(0) else None
+    if n_scan and trips is None:
+        raise node.fail("a Loop with scan outputs and no trip count M: opc stacks them into M rows")
     types = [counter, flag, *(v.type for v in state)]
-
-    def test(args: Sequence[SSAValue]) -> Items:
-        go = node.e.value(tensor.ExtractOp(args[1], [], i1))
-        if trips is not None:
-            i = node.e.value(tensor.ExtractOp(args[0], [], i64))
-            m = scalar_of(node, trips, "trip count")
-            go = node.e.value(arith.AndIOp(node.e.value(arith.CmpiOp(i, m, "slt")), go))
-        return [go]
-
     inits = [start, cond0, *state]
-    before, (go,) = in_region(node, types, test, inits)
-    before.add_op(scf.ConditionOp(go, *before.args))  # type: ignore[arg-type]
 
     def step(args: Sequence[SSAValue]) -> Items:
-        out = import_body(node, "body", list(args))
-        i = node.e.value(tensor.ExtractOp(args[0], [], i64))
-        one = node.e.value(arith.ConstantOp(IntegerAttr(1, i64)))
-        nxt = node.e.value(tensor.FromElementsOp.build(operands=[[node.e.value(arith.AddiOp(i, one))]],
-                                                       result_types=[counter]))
+        out = import_body(node, "body", list(args[:len(types)]))
+        i = e.value(tensor.ExtractOp(args[0], [], i64))
+        one = e.value(arith.ConstantOp(IntegerAttr(1, i64)))
+        nxt = e.value(tensor.FromElementsOp.build(operands=[[e.value(arith.AddiOp(i, one))]], result_types=[counter]))
         cond = as_value(node, out[0])  # type: ignore[arg-type]
-        return [nxt, node.e.reshape(cond, []), *out[1:]]
+        return [nxt, e.reshape(cond, []), *out[1:]]
 
     after, out = in_region(node, types, step, inits)
-    values = yield_values(node, after, out)
-    for k, (v, t) in enumerate(zip(values[2:], types[2:])):
+    outer, e.ops = e.ops, []
+    values = [as_value(node, v) for v in out]  # type: ignore[arg-type]
+    after.add_ops(e.ops)
+    e.ops = outer
+    for k, (v, t) in enumerate(zip(values[2:len(types)], types[2:])):
         if v.type != t:
             raise node.fail(f"loop-carried value {k} enters as {type_of(state[k])} and leaves the body as "
                             f"{type_of(v)}: with a trip count or condition known at run time, opc needs one type")
-    op = scf.WhileOp(inits, types, Region(before), Region(after))
-    node.e.emit(op)
-    return list(op.results[2:])
+    elems = values[len(types):]
+    rows = trip_rows(node) if elems else 0
+    bufs = [stacked_buffer(e, rows, v) for v in elems]
+    if elems and rows == 0:  # no iteration: the state as it entered, the stacks empty
+        return [*state, *bufs]
+    slots = [after.insert_arg(b.type, len(after.args)) for b in bufs]
+    if e.tracker is not None:
+        e.tracker.sizes.carry(bufs, slots)
+    outer, e.ops = e.ops, []
+    if elems:
+        row = e.value(arith.IndexCastOp(e.value(tensor.ExtractOp(after.args[0], [], i64)), IndexType()))
+        values[len(types):] = [e.value(slices.insert_slice(v, b, [row, *[0] * len(shape_of(v))], [1, *shape_of(v)],
+                                                           [1] * (1 + len(shape_of(v))))) for v, b in zip(elems, slots)]
+    after.add_ops([*e.ops, scf.YieldOp(*values)])
+    e.ops = outer
+
+    def test(args: Sequence[SSAValue]) -> Items:
+        go = e.value(tensor.ExtractOp(args[1], [], i1))
+        if trips is not None:
+            i = e.value(tensor.ExtractOp(args[0], [], i64))
+            m = scalar_of(node, trips, "trip count")
+            go = e.value(arith.AndIOp(e.value(arith.CmpiOp(i, m, "slt")), go))
+        return [go]
+
+    all_types = [*types, *(b.type for b in bufs)]
+    before, (go,) = in_region(node, all_types, test, [*inits, *bufs])
+    before.add_op(scf.ConditionOp(go, *before.args))  # type: ignore[arg-type]
+    op = e.emit(scf.WhileOp([*inits, *bufs], all_types, Region(before), Region(after)))
+    results = list(op.results[2:len(types)])
+    if elems:
+        ran = e.value(arith.IndexCastOp(e.value(tensor.ExtractOp(op.results[0], [], i64)), IndexType()))
+        results += [ran_rows(e, r, ran) for r in op.results[len(types):]]
+    return results
+
+
+def trip_rows(node: Node) -> int | SSAValue:
+    """max(M, 0): the rows a loop's scan outputs may take (a number where M is known at compile time)."""
+    e = node.e
+    if node.known(0):
+        return max(0, int(np.asarray(node.const(0, "trip count")).reshape(-1)[0]))
+    count = e.value(arith.IndexCastOp(scalar_of(node, node.input(0), "trip count"), IndexType()))
+    return e.value(arith.MaxSIOp(count, index(e, 0)))
+
+
+def ran_rows(e: NodeEmitter, buf: SSAValue, n: SSAValue) -> SSAValue:
+    """buf's first n rows (n read at run time: the rows a loop wrote)."""
+    shape = list(shape_of(buf))
+    sizes: list[int | SSAValue] = [n, *(d if isinstance(d, int) else size_index(e, d) for d in shape[1:])]
+    t = o.tensor([DYNAMIC, *shape[1:]], element_of(buf))
+    return e.value(slices.extract_slice(buf, [0] * len(shape), sizes, [1] * len(shape), t))
 
 
 def unrolled_loop(node: Node) -> Items:

@@ -101,8 +101,12 @@ def test_branch_not_taken_costs_nothing():
     assert skipped < 0.3 * taken, (skipped, taken)
 
 
-def test_loop_imports_as_scf_while():
+def test_loop_imports_as_scf_for_or_while():
+    """A body that passes its condition through runs M times (none where it enters false): an scf.for;
+    one that computes it, an scf.while."""
     text = str(opc.import_onnx(counted_loop_model())[0])
+    assert text.count("scf.for") == 1 and "scf.while" not in text and text.count("opc.tanh") == 1
+    text = str(opc.import_onnx(counted_loop_model(stop_at=0.5))[0])
     assert text.count("scf.while") == 1 and text.count("opc.tanh") == 1
 
 
@@ -172,7 +176,7 @@ def open_dims(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def test_run_time_sizes_in_a_loop_import_as_question_marks():
     text = str(opc.import_onnx(open_dims(counted_loop_model()))[0])
-    assert "scf.while" in text and "tensor<?xf32>" in text
+    assert "scf.for" in text and "tensor<?xf32>" in text
 
 
 def test_open_dims_compile_once_for_every_size_and_trip_count():

@@ -392,11 +392,7 @@ def test_insert_at_run_time_offset(rows, off):
     check_grad(lambda x, v: m.f(x, v, np.array(off)), lambda x, v, d: m.f_grad(x, v, np.array(off), d), [x, v], rng)
 
 
-def test_a_size_read_from_a_value_is_refused_in_one_line():
-    """x[:k] with k read from a tensor: its result's size would depend on a value (not drawn yet)."""
-    from opc.errors import UnsupportedError
-
-    src = """
+READ_SIZE = """
 func.func @f(%x: tensor<?xf32>, %o: tensor<i64>) -> tensor<?xf32> {
   %oi = tensor.extract %o[] : tensor<i64>
   %k = arith.index_cast %oi : i64 to index
@@ -404,5 +400,25 @@ func.func @f(%x: tensor<?xf32>, %o: tensor<i64>) -> tensor<?xf32> {
   return %r : tensor<?xf32>
 }
 """
-    with pytest.raises(UnsupportedError, match="tensor.extract_slice: a run-time size that is not computed from sizes"):
-        opc.compile(src)
+
+
+@pytest.mark.parametrize("n, k", [(5, 0), (5, 3), (5, 5), (1, 1), (0, 0)])
+def test_a_size_read_from_a_value(n, k):
+    """x[:k] with k read from a tensor: a data size defined where k is read, the result allocated by
+    the function (no bound before the call) and handed out; its gradient scatters dout back."""
+    m = opc.compile(READ_SIZE, grad=True)
+    x = np.arange(n, dtype=np.float32) + 1
+    r = m.f(x, np.array(k))
+    assert r.shape == (k,) and np.array_equal(r, x[:k])
+    assert m.f.sig.handed == [0] and m.f.sig.found[0][1] == "?"
+    d = np.arange(k, dtype=np.float32) + 10
+    want = np.zeros(n, np.float32)
+    want[:k] = d
+    np.testing.assert_array_equal(m.f_grad(x, np.array(k), d), want)
+
+
+@pytest.mark.parametrize("k, message", [(6, "dim 0 has size 6, outside"), (-1, "must not be negative")])
+def test_a_size_read_from_a_value_out_of_range(k, message):
+    m = opc.compile(READ_SIZE)
+    with pytest.raises(ValueError, match=message):
+        m.f(np.zeros(5, np.float32), np.array(k))
