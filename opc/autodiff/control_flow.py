@@ -22,9 +22,10 @@ Recomputing (second order, `grad=2`): a backward that pops what its forward push
 through the stacks, a dependence no sweep can see, so `f_grad_grad` differentiates a stack-free
 `f_grad` instead: its backward scf.for gets the carried values of iteration i by rerunning the
 forward loop from its start for i iterations (a copy of the loop with i as its bound), pure dataflow
-that the sweep differentiates like any nested loop. Time: quadratic in the trip count (each
-backward step reruns up to n iterations); memory: none saved. An scf.while has no recomputing
-backward yet: its second order is refused (the reason in `opc.no_grad`).
+that the sweep differentiates like any nested loop. An scf.while alike: its trip count from a copy
+of it that counts, then an scf.for over the iterations in reverse, each rerunning `before` and the
+body from the start. Time: quadratic in the trip count (each backward step reruns up to n
+iterations); memory: none saved.
 
 scf.while: the forward pushes the values entering its `before` region each time it runs (one more
 time than the body); the stacks' depth before the loop is recorded (`opc_stack.depth`). The
@@ -294,9 +295,7 @@ def while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], l
     if not caps and not any(inits[k] in live for k in floats):
         return {}
     if RECOMPUTE.get():
-        raise UnsupportedError("second-order gradients through scf.while are not supported: its backward "
-                               "reads the forward's values from stacks, which no sweep differentiates, and "
-                               "there is no recomputing backward for it yet (scf.for and scf.if have one)")
+        return recomputing_while_vjp(e, op, douts, caps, floats, sweep)
     base = recorded_depth()
     for new in base:
         insert_before(e, new, op)
@@ -325,6 +324,77 @@ def while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], l
     loop = scf.WhileOp([*d_last, *d_caps0], types, Region(test), Region(body))
     e.emit(loop)
     return summed(e, [*(inits[k] for k in floats), *caps], loop.results)
+
+
+def while_trips(e: OpBuilder, op: scf.WhileOp) -> SSAValue:
+    """How many times op's body runs: a copy of op that also carries a counter (an index)."""
+    before, after = op.before_region.block, op.after_region.block
+    counter = TensorType(i64, [])
+    test = Block(arg_types=[*(a.type for a in before.args), counter])
+    tb = OpBuilder()
+    _, sent = replay(tb, before, dict(zip(before.args, test.args)))
+    tb.emit(scf.ConditionOp(sent[0], *sent[1:], test.args[-1]))
+    test.add_ops(tb.ops)
+    body = Block(arg_types=[*(r.type for r in op.results), counter])
+    bb = OpBuilder()
+    _, nxt = replay(bb, after, dict(zip(after.args, body.args)))
+    count = bb.value(tensor.ExtractOp(body.args[-1], [], i64))
+    more = bb.value(arith.AddiOp(count, bb.value(arith.ConstantOp(IntegerAttr(1, i64)))))
+    bb.emit(scf.YieldOp(*nxt, bb.value(tensor.FromElementsOp.build(operands=[[more]], result_types=[counter]))))
+    body.add_ops(bb.ops)
+    loop = scf.WhileOp([*op.arguments, e.full(0.0, counter)], [*(r.type for r in op.results), counter],
+                       Region(test), Region(body))
+    loop.attributes.update(op.attributes)  # opc.max_trips bounds the count as it bounds the loop
+    e.emit(loop)
+    trips = e.value(tensor.ExtractOp(loop.results[-1], [], i64))
+    return e.value(arith.IndexCastOp(trips, IndexType()))
+
+
+def rerun_steps(e: OpBuilder, op: scf.WhileOp, count: SSAValue) -> list[SSAValue]:
+    """The values entering op's `before` region after `count` runs of its body (count known to be
+    at most its trip count): an scf.for of before-then-body, the condition unread."""
+    before, after = op.before_region.block, op.after_region.block
+    block = Block(arg_types=[IndexType(), *(a.type for a in before.args)])
+    be = OpBuilder()
+    _, sent = replay(be, before, dict(zip(before.args, block.args[1:])))
+    _, nxt = replay(be, after, dict(zip(after.args, sent[1:])))
+    be.emit(scf.YieldOp(*nxt))
+    block.add_ops(be.ops)
+    loop = scf.ForOp(index_const(e, 0), count, index_const(e, 1), list(op.arguments), Region(block))
+    e.emit(loop)
+    return list(loop.results)
+
+
+def recomputing_while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
+                          floats: list[int], sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    """The backward of a while without stacks: the trip count n from a counting copy of the loop;
+    the final `before` swept at the values entering it after n body runs, then an scf.for over
+    j = n - 1 down to 0 that recomputes the values entering iteration j (rerun_steps) and sweeps
+    `before` and the body from them."""
+    before, after = op.before_region.block, op.after_region.block
+    n = while_trips(e, op)
+    last = rerun_steps(e, op, n)
+    ops, sent = replay(e, before, dict(zip(before.args, last)))
+    seeds = [(v, d) for v, d in zip(sent[1:], douts) if d is not None and is_float_value(d)]
+    grads = sweep(e, ops, [last[k] for k in floats] + caps, seeds)
+    d_last = [grads.get(last[k]) or e.full(0.0, last[k]) for k in floats]
+    d_caps0 = [grads.get(c) or e.full(0.0, c) for c in caps]
+    body = Block(arg_types=[IndexType(), *(v.type for v in (*d_last, *d_caps0))])
+    k_arg, d_next, d_caps = body.args[0], body.args[1:1 + len(floats)], body.args[1 + len(floats):]
+    be = OpBuilder()
+    j = be.value(arith.SubiOp(be.value(arith.SubiOp(n, index_const(be, 1))), k_arg))
+    entering = rerun_steps(be, op, j)
+    ops, sent = replay(be, before, dict(zip(before.args, entering)))
+    body_ops, nxt = replay(be, after, dict(zip(after.args, sent[1:])))
+    grads = sweep(be, ops + body_ops, [entering[k] for k in floats] + caps,
+                  [(nxt[k], d) for k, d in zip(floats, d_next)])
+    step_d = [grads.get(entering[k]) or be.full(0.0, entering[k]) for k in floats]
+    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
+    be.emit(scf.YieldOp(*step_d, *step_caps))
+    body.add_ops(be.ops)
+    loop = scf.ForOp(index_const(e, 0), n, index_const(e, 1), [*d_last, *d_caps0], Region(body))
+    e.emit(loop)
+    return summed(e, [*(op.arguments[k] for k in floats), *caps], loop.results)
 
 
 def save_every(op: scf.ForOp, k: int) -> list[str]:

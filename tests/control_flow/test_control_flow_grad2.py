@@ -3,21 +3,23 @@ the cotangent dout included) through scf.if, scf.for and scf.while in f64, again
 differences of opc's own first-order gradient: <f_grad_grad(a, dout, dd), v> ==
 (G(a + hv) - G(a - hv)) / 2h with G = <f_grad(a, dout), dd>. Trip counts 0, 1 and 5, conditions
 both ways, and a loop nested in a loop and in an if. f_grad_grad differentiates an f_grad whose loops
-recompute their carried values (no stacks: opc/autodiff/control_flow.py, "Recomputing")."""
+recompute their carried values (no stacks: opc/autodiff/control_flow.py, "Recomputing"); a while's
+trip count is counted by a copy of it."""
 
 import numpy as np
 import pytest
-from test_control_flow_grad import FOR64, IF64, NESTED_FOR64, WHILE64, while_ref
+from test_control_flow_grad import FOR64, IF64, NESTED_FOR64, SHARED_INIT_FOR64, WHILE64, while_ref, with_checkpoint
 
 import opc
 
 
 @pytest.fixture(scope="module")
 def mods():
-    from cf_programs import LOOP_IN_IF
+    from cf_programs import IF_IN_LOOP, LOOP_IN_IF
 
     programs = {"if": IF64, "for": FOR64, "while": WHILE64, "nested": NESTED_FOR64,
-                "loop_in_if": LOOP_IN_IF.replace("f32", "f64")}
+                "loop_in_if": LOOP_IN_IF.replace("f32", "f64"), "if_in_loop": IF_IN_LOOP,
+                "checkpointed": with_checkpoint(FOR64, 2), "shared_init": SHARED_INIT_FOR64}
     return {name: opc.compile(src, grad=2) for name, src in programs.items()}
 
 
@@ -61,10 +63,6 @@ def test_grad2_through_for(mods, n):
     check_grad2(mods["for"], [np.array(n)], [rng.standard_normal(4), rng.uniform(-0.5, 0.5, 4)], rng)
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="opc builds no f_grad_grad through scf.while (opc.no_grad says why): its backward pops "
-                          "what the forward pushed, which the sweep cannot differentiate, and unlike scf.for it has "
-                          "no recomputing backward yet (opc/autodiff/control_flow.py)")
 @pytest.mark.parametrize("lim, trips", [(-100.0, 0), (2.5, 1), (25.0, 5)])
 def test_grad2_through_while(mods, lim, trips):
     """The limit is held: finite differences keep the trip count (checked at both ends)."""
@@ -89,12 +87,23 @@ def test_grad2_through_loop_in_if(mods, flag, n):
     check_grad2(mods["loop_in_if"], [np.array(flag), np.array(n)], [rng.standard_normal(5)], rng)
 
 
-def test_grad2_of_a_while_is_refused_in_one_line(mods):
-    with pytest.raises(AttributeError) as err:
-        mods["while"].f_grad_grad  # noqa: B018 - the attribute access is the test
-    assert "second-order gradients through scf.while are not supported" in str(err.value)
-    assert "\n" not in str(err.value)
-    assert callable(mods["while"].f_grad)  # the first order is built
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_grad2_through_if_in_loop(mods, n):
+    """The threshold t is held: moving it could flip a branch."""
+    rng = np.random.default_rng(25)
+    check_grad2(mods["if_in_loop"], [np.array(n)], [np.array(3.0), rng.standard_normal(4)], rng, held=(0,))
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_grad2_through_checkpointed_for(mods, n):
+    rng = np.random.default_rng(26)
+    check_grad2(mods["checkpointed"], [np.array(n)], [rng.standard_normal(4), rng.uniform(-0.5, 0.5, 4)], rng)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_grad2_of_a_value_starting_two_carried_values(mods, n):
+    rng = np.random.default_rng(27)
+    check_grad2(mods["shared_init"], [np.array(n)], [rng.uniform(-0.9, 0.9, 3)], rng)
 
 
 def test_differentiating_a_stack_backward_is_refused():
