@@ -36,21 +36,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from xdsl.dialects import func
+from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.transforms.dead_code_elimination import region_dce
 
-from opc.autodiff.control_flow import control_vjp
+from opc.autodiff.control_flow import control_vjp, recomputing
 from opc.dialects.builder import OpBuilder
 from opc.dialects.control import CONTROL_OPS, inputs_of
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import DYNAMIC, ConcatOp, FullOp, OpcOp, SliceGradOp, is_bool, is_float
+from opc.dialects.opc_stack import DepthOp, PopIntoOp, PopOp, PushOp
 from opc.errors import InputError, InternalError, UnsupportedError
 from opc.ops.decompositions import expand
 from opc.ops.registration import GRADIENTS, takes_missing
 from opc.ops.registry import REGISTRY, THROUGH_RULE
 
+STACK_OPS = (PushOp, PopOp, PopIntoOp, DepthOp)
 STOP_GRADIENT = "opc.stop_gradient"
 NO_GRAD = "opc.no_grad"
 MAX_ORDER = 2
@@ -152,9 +154,32 @@ def add_grad_functions(module: ModuleOp, funcs: Sequence[str] | None = None, ord
         g = add_grad_function(module, f, wrt)
         add_grad_function(module, f, wrt, with_values=True)
         if order > 1 and default_wrt(g):
-            add_grad_function(module, g, default_wrt(g))
+            why = add_second_order(module, f, g, wrt)
+            if why:
+                skipped[f"{name}_grad_grad"] = why
     record_no_grad(module, skipped)
     return skipped
+
+
+def add_second_order(module: ModuleOp, f: func.FuncOp, g: func.FuncOp, wrt: Sequence[int]) -> str | None:
+    """@NAME_grad_grad: g (@NAME_grad) differentiated; where f has loops, a copy of g whose loops'
+    backward recompute their carried values instead (g's pops read what its pushes saved, a
+    dependence the sweep cannot see: control_flow.recomputing). The reason where it cannot be built."""
+    if not any(isinstance(o, (scf.ForOp, scf.WhileOp)) for o in f.walk()):
+        add_grad_function(module, g, default_wrt(g))
+        return None
+    name = g.sym_name.data
+    try:
+        with recomputing():
+            pure = add_grad_function(module, f, wrt, name=f"{name}__recomputing")
+    except UnsupportedError as err:
+        return str(err)
+    try:
+        add_grad_function(module, pure, default_wrt(pure), name=f"{name}_grad")
+    finally:
+        pure.detach()
+        pure.erase()
+    return None
 
 
 def record_no_grad(module: ModuleOp, skipped: dict[str, str]) -> None:
@@ -193,10 +218,16 @@ def fresh_names(wanted: Iterable[str], taken: set[str]) -> list[str]:
     return out
 
 
-def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int], with_values: bool = False) -> func.FuncOp:
+def add_grad_function(module: ModuleOp, f: func.FuncOp, wrt: Sequence[int], with_values: bool = False,
+                      name: str | None = None) -> func.FuncOp:
     """Build and append @NAME_grad(args..., douts...) -> (grads of wrt...), or
-    with_values: @NAME_value_and_grad(args..., douts...) -> (results..., grads of wrt...)."""
-    name = f"{f.sym_name.data}_{'value_and_grad' if with_values else 'grad'}"
+    with_values: @NAME_value_and_grad(args..., douts...) -> (results..., grads of wrt...);
+    `name`: another name for it."""
+    name = name or f"{f.sym_name.data}_{'value_and_grad' if with_values else 'grad'}"
+    if any(isinstance(o, STACK_OPS) for o in f.walk()):
+        raise UnsupportedError(f"@{f.sym_name.data} saves or reads loop values on stacks (opc_stack, a loop's "
+                               "backward): opc-grad does not differentiate through them; for a second order "
+                               "compile with grad=2, whose @NAME_grad_grad recomputes them instead")
     if find_func(module, name) is not None:
         raise InputError(f"cannot add @{name}: the module already has a function of that name")
     ret = return_op(f)

@@ -18,6 +18,15 @@ segments in reverse, pops a segment's first values, reruns the segment's k itera
 (saving each, as above) and runs them backward. Memory: trip count / k + k copies of the carried
 values instead of trip count; time: the forward runs twice.
 
+Recomputing (second order, `grad=2`): a backward that pops what its forward pushed reads values
+through the stacks, a dependence no sweep can see, so `f_grad_grad` differentiates a stack-free
+`f_grad` instead: its backward scf.for gets the carried values of iteration i by rerunning the
+forward loop from its start for i iterations (a copy of the loop with i as its bound), pure dataflow
+that the sweep differentiates like any nested loop. An scf.while alike: its trip count from a copy
+of it that counts, then an scf.for over the iterations in reverse, each rerunning `before` and the
+body from the start. Time: quadratic in the trip count (each backward step reruns up to n
+iterations); memory: none saved.
+
 scf.while: the forward pushes the values entering its `before` region each time it runs (one more
 time than the body); the stacks' depth before the loop is recorded (`opc_stack.depth`). The
 backward pops the last values and sweeps the final `before` from the results' cotangents, then, while
@@ -27,7 +36,9 @@ recomputes `before` then the body from them and sweeps both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from xdsl.dialects import arith, scf, tensor
 from xdsl.dialects.builtin import IndexType, IntegerAttr, TensorType, i64
@@ -42,6 +53,21 @@ from opc.errors import UnsupportedError
 
 Sweep = Callable[[OpBuilder, Sequence[Operation], Sequence[SSAValue], Sequence[tuple[SSAValue, SSAValue]]],
                  dict[SSAValue, SSAValue]]
+
+
+RECOMPUTE: ContextVar[bool] = ContextVar("opc_autodiff_recompute", default=False)
+"""While set, loops' backward recompute the carried values instead of saving them on stacks."""
+
+
+@contextmanager
+def recomputing() -> Iterator[None]:
+    """Build gradients whose loops recompute their carried values (no opc_stack ops): a function
+    that a later sweep differentiates again (second order)."""
+    token = RECOMPUTE.set(True)
+    try:
+        yield
+    finally:
+        RECOMPUTE.reset(token)
 
 
 def control_vjp(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | None], live: set[SSAValue],
@@ -145,6 +171,8 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
     caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
     if not caps and not any(inits[k] in live for k in floats):
         return {}
+    if RECOMPUTE.get():
+        return recomputing_for_vjp(e, op, douts, caps, floats, sweep)
     if checkpoint_of(op):
         return checkpointed_for_vjp(e, op, douts, caps, floats, sweep)
     # a value the body only writes a slot of (an RNN's Y): its vjp needs none of its elements, so it is
@@ -171,9 +199,46 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
     body.add_ops(be.ops)
     loop = scf.ForOp(index_const(e, 0), n, index_const(e, 1), [*seeds, *zeros], Region(body))
     e.emit(loop)
-    out: dict[SSAValue, SSAValue] = {inits[k]: r for k, r in zip(floats, loop.results[:len(floats)])}
-    for c, r in zip(caps, loop.results[len(floats):]):
-        out[c] = e.add(out[c], r) if c in out else r
+    return summed(e, [*(inits[k] for k in floats), *caps], loop.results)
+
+
+def recomputing_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
+                        floats: list[int], sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    """The backward loop without stacks: backward step k reruns the forward loop from its start
+    for n - 1 - k iterations (a copy of it with that bound), recomputes the body from the carried
+    values it gives, and sweeps it, as for_vjp does with popped values."""
+    carried = list(op.body.block.args[1:])
+    inits = list(op.iter_args)
+    n = trip_count(e, op)
+    seeds: list[SSAValue] = [d if (d := douts[k]) is not None else e.full(0.0, op.results[k]) for k in floats]
+    zeros = [e.full(0.0, c) for c in caps]
+    body = Block(arg_types=[IndexType(), *(v.type for v in seeds), *(c.type for c in zeros)])
+    k_arg, d_carried, d_caps = body.args[0], body.args[1:1 + len(floats)], body.args[1 + len(floats):]
+    be = OpBuilder()
+    back = be.value(arith.SubiOp(be.value(arith.SubiOp(n, index_const(be, 1))), k_arg))
+    i = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(back, op.step))))
+    rerun = op.clone()  # the forward loop as it is (no pushes: nothing is saved here)
+    rerun.operands = [op.lb, i, op.step, *inits]
+    be.emit(rerun)
+    given = dict(zip(carried, rerun.results))
+    ops, yielded = replay(be, op.body.block, {op.body.block.args[0]: i, **given})
+    sources = [given[carried[k]] for k in floats] + caps
+    grads = sweep(be, ops, sources, [(yielded[k], d) for k, d in zip(floats, d_carried)])
+    step_d = [grads.get(given[carried[k]]) or be.full(0.0, carried[k]) for k in floats]
+    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
+    be.emit(scf.YieldOp(*step_d, *step_caps))
+    body.add_ops(be.ops)
+    loop = scf.ForOp(index_const(e, 0), n, index_const(e, 1), [*seeds, *zeros], Region(body))
+    e.emit(loop)
+    return summed(e, [*(inits[k] for k in floats), *caps], loop.results)
+
+
+def summed(e: OpBuilder, values: Sequence[SSAValue], grads: Sequence[SSAValue]) -> dict[SSAValue, SSAValue]:
+    """value -> its cotangent, those of a value given several times (one tensor as two loop-carried
+    values' start, or also read from outside) summed."""
+    out: dict[SSAValue, SSAValue] = {}
+    for v, g in zip(values, grads):
+        out[v] = e.add(out[v], g) if v in out else g
     return out
 
 
@@ -229,6 +294,8 @@ def while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], l
     caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
     if not caps and not any(inits[k] in live for k in floats):
         return {}
+    if RECOMPUTE.get():
+        return recomputing_while_vjp(e, op, douts, caps, floats, sweep)
     base = recorded_depth()
     for new in base:
         insert_before(e, new, op)
@@ -256,10 +323,78 @@ def while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], l
     body.add_ops(be.ops)
     loop = scf.WhileOp([*d_last, *d_caps0], types, Region(test), Region(body))
     e.emit(loop)
-    out: dict[SSAValue, SSAValue] = {inits[k]: r for k, r in zip(floats, loop.results[:len(floats)])}
-    for c, r in zip(caps, loop.results[len(floats):]):
-        out[c] = e.add(out[c], r) if c in out else r
-    return out
+    return summed(e, [*(inits[k] for k in floats), *caps], loop.results)
+
+
+def while_trips(e: OpBuilder, op: scf.WhileOp) -> SSAValue:
+    """How many times op's body runs: a copy of op that also carries a counter (an index)."""
+    before, after = op.before_region.block, op.after_region.block
+    counter = TensorType(i64, [])
+    test = Block(arg_types=[*(a.type for a in before.args), counter])
+    tb = OpBuilder()
+    _, sent = replay(tb, before, dict(zip(before.args, test.args)))
+    tb.emit(scf.ConditionOp(sent[0], *sent[1:], test.args[-1]))
+    test.add_ops(tb.ops)
+    body = Block(arg_types=[*(r.type for r in op.results), counter])
+    bb = OpBuilder()
+    _, nxt = replay(bb, after, dict(zip(after.args, body.args)))
+    count = bb.value(tensor.ExtractOp(body.args[-1], [], i64))
+    more = bb.value(arith.AddiOp(count, bb.value(arith.ConstantOp(IntegerAttr(1, i64)))))
+    bb.emit(scf.YieldOp(*nxt, bb.value(tensor.FromElementsOp.build(operands=[[more]], result_types=[counter]))))
+    body.add_ops(bb.ops)
+    loop = scf.WhileOp([*op.arguments, e.full(0.0, counter)], [*(r.type for r in op.results), counter],
+                       Region(test), Region(body))
+    loop.attributes.update(op.attributes)  # opc.max_trips bounds the count as it bounds the loop
+    e.emit(loop)
+    trips = e.value(tensor.ExtractOp(loop.results[-1], [], i64))
+    return e.value(arith.IndexCastOp(trips, IndexType()))
+
+
+def rerun_steps(e: OpBuilder, op: scf.WhileOp, count: SSAValue) -> list[SSAValue]:
+    """The values entering op's `before` region after `count` runs of its body (count known to be
+    at most its trip count): an scf.for of before-then-body, the condition unread."""
+    before, after = op.before_region.block, op.after_region.block
+    block = Block(arg_types=[IndexType(), *(a.type for a in before.args)])
+    be = OpBuilder()
+    _, sent = replay(be, before, dict(zip(before.args, block.args[1:])))
+    _, nxt = replay(be, after, dict(zip(after.args, sent[1:])))
+    be.emit(scf.YieldOp(*nxt))
+    block.add_ops(be.ops)
+    loop = scf.ForOp(index_const(e, 0), count, index_const(e, 1), list(op.arguments), Region(block))
+    e.emit(loop)
+    return list(loop.results)
+
+
+def recomputing_while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
+                          floats: list[int], sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    """The backward of a while without stacks: the trip count n from a counting copy of the loop;
+    the final `before` swept at the values entering it after n body runs, then an scf.for over
+    j = n - 1 down to 0 that recomputes the values entering iteration j (rerun_steps) and sweeps
+    `before` and the body from them."""
+    before, after = op.before_region.block, op.after_region.block
+    n = while_trips(e, op)
+    last = rerun_steps(e, op, n)
+    ops, sent = replay(e, before, dict(zip(before.args, last)))
+    seeds = [(v, d) for v, d in zip(sent[1:], douts) if d is not None and is_float_value(d)]
+    grads = sweep(e, ops, [last[k] for k in floats] + caps, seeds)
+    d_last = [grads.get(last[k]) or e.full(0.0, last[k]) for k in floats]
+    d_caps0 = [grads.get(c) or e.full(0.0, c) for c in caps]
+    body = Block(arg_types=[IndexType(), *(v.type for v in (*d_last, *d_caps0))])
+    k_arg, d_next, d_caps = body.args[0], body.args[1:1 + len(floats)], body.args[1 + len(floats):]
+    be = OpBuilder()
+    j = be.value(arith.SubiOp(be.value(arith.SubiOp(n, index_const(be, 1))), k_arg))
+    entering = rerun_steps(be, op, j)
+    ops, sent = replay(be, before, dict(zip(before.args, entering)))
+    body_ops, nxt = replay(be, after, dict(zip(after.args, sent[1:])))
+    grads = sweep(be, ops + body_ops, [entering[k] for k in floats] + caps,
+                  [(nxt[k], d) for k, d in zip(floats, d_next)])
+    step_d = [grads.get(entering[k]) or be.full(0.0, entering[k]) for k in floats]
+    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
+    be.emit(scf.YieldOp(*step_d, *step_caps))
+    body.add_ops(be.ops)
+    loop = scf.ForOp(index_const(e, 0), n, index_const(e, 1), [*d_last, *d_caps0], Region(body))
+    e.emit(loop)
+    return summed(e, [*(op.arguments[k] for k in floats), *caps], loop.results)
 
 
 def save_every(op: scf.ForOp, k: int) -> list[str]:
@@ -316,7 +451,4 @@ def checkpointed_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue |
     body.add_ops(be.ops)
     loop = scf.ForOp(index_const(e, 0), segments, index_const(e, 1), [*seeds, *zeros], Region(body))
     e.emit(loop)
-    out: dict[SSAValue, SSAValue] = {inits[j]: r for j, r in zip(floats, loop.results[:len(floats)])}
-    for c, r in zip(caps, loop.results[len(floats):]):
-        out[c] = e.add(out[c], r) if c in out else r
-    return out
+    return summed(e, [*(inits[k] for k in floats), *caps], loop.results)

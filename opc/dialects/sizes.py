@@ -215,6 +215,8 @@ class FunctionSizes:
             if value is not None:
                 self.scalars[op.results[0]] = value
             return
+        if not any(isinstance(r.type, opc.TensorType) for r in op.results):
+            return  # a scalar read from a tensor (tensor.extract of a run-time-sized one): no sizes to derive
         if not dynamic:
             for r in op.results:
                 if isinstance(r.type, opc.TensorType):

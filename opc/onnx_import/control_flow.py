@@ -17,11 +17,11 @@ their bodies imported inline where everything is known at compile time.
     Scan  an `scf.for` over the sequence (static or a run-time size), the body imported once: each
           step reads its slices of the scan inputs (tensor.extract_slice at the loop index) and
           writes its scan outputs' elements into the stacked results (tensor.insert_slice, one
-          buffer each); where the body's state changes type it unrolls as below. Opset 8's
-          batched Scan unrolls.
+          buffer each). Opset 8's batched Scan: an scf.for over the batch around that loop, each
+          element's trip count its sequence_lens.
 
-Unrolling keeps gradients through every step (the autodiff sees plain ops) at
-the cost of code size linear in the trip count, so the trip count is capped.
+Unrolling (a Loop's counts known at compile time) keeps gradients through every step (the
+autodiff sees plain ops) at the cost of code size linear in the trip count, so it is capped.
 Sequences and optionals (lists.py) pass through branches and loop state as
 they are: a sequence carried by a Loop may grow by one tensor per step.
 """
@@ -86,17 +86,6 @@ def stack(node: Node, parts: Sequence[Value], axis: int) -> Value:
         shape = list(shape_of(v))
         pieces.append(node.e.reshape(v, shape[:axis] + [1] + shape[axis:]))
     return pieces[0] if len(pieces) == 1 else node.e.value(o.ConcatOp(pieces, axis))
-
-
-def take(node: Node, x: Value, axis: int, i: int) -> Value:
-    """x[..., i, ...] along axis, the axis dropped."""
-    if not isinstance(x, SSAValue):
-        return np.take(np.asarray(x), i, axis=axis)
-    shape = list(shape_of(x))
-    start, limit = [0] * len(shape), list(shape)
-    start[axis], limit[axis] = i, i + 1
-    piece = node.e.value(o.SliceOp(x, start, limit, [1] * len(shape)))
-    return node.e.reshape(piece, shape[:axis] + shape[axis + 1:])
 
 
 def compile_time_bool(node: Node, v: Value, what: str) -> bool:
@@ -421,80 +410,79 @@ def scan(node: Node) -> Values:
     in_dirs = [int(d) for d in node.attr("scan_input_directions", [0] * n_scan)]
     out_axes = [int(a) for a in node.attr("scan_output_axes", [0] * n_scan_out)]
     out_dirs = [int(d) for d in node.attr("scan_output_directions", [0] * n_scan_out)]
-    scanned = inputs[n_state:]
     ranks = [len(node.shape(n_state + k)) for k in range(n_scan)]
     in_axes = [node.axis(a, r) for a, r in zip(in_axes, ranks)]
     lengths = {node.shape(n_state + k)[a] for k, a in enumerate(in_axes)}
     if len(lengths) != 1:
         raise node.fail(f"its scan inputs have different sequence lengths {sorted(lengths)}")
     (length,) = lengths
-    looped = scan_loop(node, inputs[:n_state], scanned, in_axes, in_dirs, length, out_axes, out_dirs)
-    if looped is not None:
-        return looped
-    check_trips(node, length)
-    state, outs = unroll_scan(node, inputs[:n_state], scanned, in_axes, in_dirs, length)
-    results = list(state)
-    for k in range(n_scan_out):
-        steps = [o_[k] for o_ in outs][::-1 if out_dirs[k] else 1]
-        rank = len(type_of(steps[0])[1]) + 1
-        results.append(stack(node, steps, node.axis(out_axes[k], rank)))
-    return results
+    state = [as_value(node, v) for v in inputs[:n_state]]
+    scanned = [as_value(node, x) for x in inputs[n_state:]]
+    return scan_loop(node, state, scanned, in_axes, in_dirs, length, out_axes, out_dirs)
 
 
-def scan_loop(node: Node, state: Values, scanned: Values, axes: Sequence[int], directions: Sequence[int],
-              length: Size, out_axes: Sequence[int], out_directions: Sequence[int]) -> Values | None:
+def scan_loop(node: Node, state: Sequence[SSAValue], scanned: Sequence[SSAValue], axes: Sequence[int],
+              directions: Sequence[int], length: Size, out_axes: Sequence[int], out_directions: Sequence[int],
+              trips: SSAValue | None = None) -> Values:
     """Scan as one scf.for over the sequence, its body imported once: each step reads its slices of
     the scanned inputs (tensor.extract_slice at the loop index, from the end where reversed), carries
     the state, and writes each scan output's element into its stacked result (tensor.insert_slice;
-    one buffer, written a slot per step). None where the body's state leaves with another type than
-    it enters with (then the steps unroll)."""
+    one buffer of `length` slots, zeros where a step does not write). `trips`: the steps to run
+    where fewer than `length` (opset 8's sequence_lens; a reversed input then starts at trips - 1)."""
     e = node.e
-    state_v = [as_value(node, v) for v in state]
-    scanned_v = [as_value(node, x) for x in scanned]
+    steps = trips if trips is not None else size_index(e, length)
     rev = any(directions) or any(out_directions)
-    last = e.value(arith.SubiOp(size_index(e, length), index(e, 1))) if rev else None
-    carried_types = [v.type for v in state_v]
+    last = e.value(arith.SubiOp(steps, index(e, 1))) if rev else None
+    carried_types = [v.type for v in state]
 
     def build(args: Sequence[SSAValue]) -> Items:
         if e.tracker is not None:  # the state has the sizes it enters with
-            e.tracker.sizes.carry(state_v, args[1:])
+            e.tracker.sizes.carry(state, args[1:])
         i = args[0]
         back = e.value(arith.SubiOp(last, i)) if last is not None else i
-        slices_ = [slice_at(e, x, a, back if d else i) for x, a, d in zip(scanned_v, axes, directions)]
+        slices_ = [slice_at(e, x, a, back if d else i) for x, a, d in zip(scanned, axes, directions)]
         return import_body(node, "body", [*args[1:], *slices_])
 
     block, out = in_region(node, [IndexType(), *carried_types], build)
     if any(is_list(v) for v in out):
-        return None
+        raise node.fail("its body gives a sequence or optional: Scan's outputs are tensors")
     outer, e.ops = e.ops, []
     values = [as_value(node, v) for v in out]  # type: ignore[arg-type]
     block.add_ops(e.ops)
     e.ops = outer
-    new_state, elems = values[:len(state_v)], values[len(state_v):]
-    if [v.type for v in new_state] != carried_types:
-        return None
-    inits = []
-    for v in elems:
-        shape = [length, *shape_of(v)]
-        inits.append(e.value(o.FullOp(0.0, o.tensor(shape, element_of(v)), e.size_operands(shape))))
+    new_state, elems = values[:len(state)], values[len(state):]
+    for k, (v, t) in enumerate(zip(new_state, carried_types)):
+        if v.type != t:
+            raise node.fail(f"state {k} enters the body as {type_of(state[k])} and leaves it as {type_of(v)}: "
+                            "ONNX keeps a Scan's state of one type and shape")
+    inits = [zeros(e, [length, *shape_of(v)], element_of(v)) for v in elems]
     bufs = [block.insert_arg(v.type, len(block.args)) for v in inits]
     if e.tracker is not None:
         e.tracker.sizes.carry(inits, bufs)
     outer, e.ops = e.ops, []
     i = block.args[0]
     back = e.value(arith.SubiOp(last, i)) if last is not None else i
-    stacked = [e.value(slices.insert_slice(v, buf, [back if d else i, *[0] * len(shape_of(v))],
-                                           [1, *shape_of(v)], [1] * (1 + len(shape_of(v)))))
-               for v, buf, d in zip(elems, bufs, out_directions)]
+    stacked = [write_slot(e, v, buf, back if d else i) for v, buf, d in zip(elems, bufs, out_directions)]
     block.add_ops([*e.ops, scf.YieldOp(*new_state, *stacked)])
     e.ops = outer
-    loop = e.emit(scf.ForOp(index(e, 0), size_index(e, length), index(e, 1), [*state_v, *inits], Region(block)))
-    results: Values = list(loop.results[:len(state_v)])
-    for r, a in zip(loop.results[len(state_v):], out_axes):
+    loop = e.emit(scf.ForOp(index(e, 0), steps, index(e, 1), [*state, *inits], Region(block)))
+    results: Values = list(loop.results[:len(state)])
+    for r, a in zip(loop.results[len(state):], out_axes):
         rank = len(shape_of(r))
         a = node.axis(a, rank)
         results.append(e.transpose(r, [*range(1, a + 1), 0, *range(a + 1, rank)]))
     return results
+
+
+def zeros(e: NodeEmitter, shape: Sequence[Size], element: Attribute) -> SSAValue:
+    return e.value(o.FullOp(0.0, o.tensor(shape, element), e.size_operands(shape)))
+
+
+def write_slot(e: NodeEmitter, v: SSAValue, buf: SSAValue, t: SSAValue) -> SSAValue:
+    """buf with buf[t] = v (v has buf's rank less its first dim)."""
+    shape = shape_of(v)
+    sizes: list[int | SSAValue] = [1, *(n if isinstance(n, int) else size_index(e, n) for n in shape)]
+    return e.value(slices.insert_slice(v, buf, [t, *[0] * len(shape)], sizes, [1] * (1 + len(shape))))
 
 
 def slice_at(e: NodeEmitter, x: SSAValue, axis: int, t: SSAValue) -> SSAValue:
@@ -516,39 +504,70 @@ def index(e: NodeEmitter, n: int) -> SSAValue:
     return e.value(arith.ConstantOp(IntegerAttr(n, IndexType())))
 
 
-def unroll_scan(node: Node, state: Values, scanned: Values, axes: Sequence[int], directions: Sequence[int],
-                length: int) -> tuple[Values, list[Values]]:
-    outs = []
-    for t in range(length):
-        slices = [take(node, x, a, length - 1 - t if d else t) for x, a, d in zip(scanned, axes, directions)]
-        out = import_body(node, "body", [*state, *slices])
-        state, step = list(out[:len(state)]), out[len(state):]
-        outs.append(step)
-    return state, outs
-
-
 @converter("Scan", since=8)
 def scan_batched(node: Node) -> Values:
-    """Opset 8's Scan: axis 0 of every input is a batch, axis 1 the sequence; sequence_lens absent or full."""
+    """Opset 8's Scan: axis 0 of every state and scan input and output is a batch, axis 1 of the scan
+    inputs and outputs the sequence. An scf.for over the batch around the opset-9 loop (scan_loop):
+    each batch element's state and scan inputs read as views (tensor.extract_slice), its final state
+    and scan outputs written into the batched results (tensor.insert_slice). sequence_lens, where
+    given, is each element's trip count, read at run time: a reversed input starts at its last
+    step, scan outputs are zeros past it (onnxruntime's padding)."""
+    e = node.e
     n_scan = int(node.attr("num_scan_inputs"))
-    inputs: Values = [node.importer.compile_time(n) if node.known(k) else node.input(k)
-                      for k, n in enumerate(node.proto.input) if k > 0]
+    inputs = [as_value(node, node.importer.compile_time(n) if node.known(k) else node.input(k))
+              for k, n in enumerate(node.proto.input) if k > 0]
     n_state = len(inputs) - n_scan
+    if n_scan < 1:
+        raise node.fail("it has no scan input: num_scan_inputs must be at least 1")
     directions = [int(d) for d in node.attr("directions", [0] * n_scan)]
     batch, length = node.shape(1 + n_state)[:2]
-    if node.has(0):
+    for k in range(len(inputs)):
+        shape, scanned = node.shape(1 + k), k >= n_state
+        if shape[:2 if scanned else 1] != ((batch, length) if scanned else (batch,)):
+            what = f"scan input {k - n_state}" if scanned else f"state {k}"
+            raise node.fail(f"{what} has shape {list(shape)}: its axis 0 must be the batch {batch}"
+                            + (f" and axis 1 the sequence of {length}" if scanned else ""))
+    lens = sequence_lens(node, length)
+    n_batch = size_index(e, batch)
+    size_index(e, length)  # a run-time length read here, outside the loop, where the results' sizes use it too
+
+    def build(args: Sequence[SSAValue]) -> Items:
+        b = args[0]
+        trips = None
+        if lens is not None:
+            n = e.value(tensor.ExtractOp(lens, [b], element_of(lens)))
+            trips = e.value(arith.IndexCastOp(n, IndexType()))
+        state = [slice_at(e, s, 0, b) for s in inputs[:n_state]]
+        scanned = [slice_at(e, x, 0, b) for x in inputs[n_state:]]
+        n_out = len(node.attr("body").output) - n_state
+        return scan_loop(node, state, scanned, [0] * n_scan, directions, length, [0] * n_out, [0] * n_out, trips)
+
+    block, out = in_region(node, [IndexType()], build)
+    values = [as_value(node, v) for v in out]  # type: ignore[arg-type]
+    inits = [zeros(e, [batch, *shape_of(v)], element_of(v)) for v in values]
+    bufs = [block.insert_arg(v.type, len(block.args)) for v in inits]
+    if e.tracker is not None:
+        e.tracker.sizes.carry(inits, bufs)
+    outer, e.ops = e.ops, []
+    written = [write_slot(e, v, buf, block.args[0]) for v, buf in zip(values, bufs)]
+    block.add_ops([*e.ops, scf.YieldOp(*written)])
+    e.ops = outer
+    loop = e.emit(scf.ForOp(index(e, 0), n_batch, index(e, 1), inits, Region(block)))
+    return list(loop.results)
+
+
+def sequence_lens(node: Node, length: Size) -> SSAValue | None:
+    """Opset 8's sequence_lens as an i32 or i64 tensor to read per batch element; None where it is
+    absent or known at compile time to be the full length everywhere."""
+    if not node.has(0):
+        return None
+    if node.known(0):
         lens = np.asarray(node.const(0, "sequence_lens")).reshape(-1)
-        if not np.all(lens == length):
-            raise node.fail("sequence_lens shorter than the sequence: opc scans full sequences only")
-    check_trips(node, batch * length)
-    finals: list[Values] = []
-    stacked: list[Values] = []
-    for b in range(batch):
-        state = [take(node, s, 0, b) for s in inputs[:n_state]]
-        scanned = [take(node, x, 0, b) for x in inputs[n_state:]]
-        state, outs = unroll_scan(node, state, scanned, [0] * n_scan, directions, length)
-        finals.append(state)
-        stacked.append([stack(node, [o_[k] for o_ in outs], 0) for k in range(len(outs[0]))])
-    results = [stack(node, [f[k] for f in finals], 0) for k in range(n_state)]
-    results += [stack(node, [s[k] for s in stacked], 0) for k in range(len(stacked[0]))]
-    return results
+        if isinstance(length, int) and np.any((lens < 0) | (lens > length)):
+            raise node.fail(f"sequence_lens {lens.tolist()} out of range: each must be in [0, {length}]")
+        if isinstance(length, int) and np.all(lens == length):
+            return None
+    lens_v = node.input(0)
+    if len(shape_of(lens_v)) != 1:
+        raise node.fail(f"sequence_lens has shape {list(shape_of(lens_v))}: it must be [batch]")
+    return lens_v

@@ -295,3 +295,29 @@ def test_checkpoint_option_of_opc_grad():
     grad_fn = text[text.index("@f_grad("):]
     assert "scf.if" in grad_fn[:grad_fn.index("opc_stack.pop")]
     assert grad_fn.count("scf.for") >= 4  # forward, segments, the segment rerun, its reverse
+
+
+# one tensor as the start of two loop-carried values: its cotangent is the sum of both
+SHARED_INIT_FOR64 = """
+func.func @f(%n: tensor<i64>, %x: tensor<3xf64>) -> tensor<3xf64> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %ni = tensor.extract %n[] : tensor<i64>
+  %nn = arith.index_cast %ni : i64 to index
+  %r:2 = scf.for %i = %c0 to %nn step %c1 iter_args(%a = %x, %b = %x) -> (tensor<3xf64>, tensor<3xf64>) {
+    %ab = opc.mul %a, %b : (tensor<3xf64>, tensor<3xf64>) -> tensor<3xf64>
+    %sa = opc.sin %a : (tensor<3xf64>) -> tensor<3xf64>
+    scf.yield %sa, %ab : tensor<3xf64>, tensor<3xf64>
+  }
+  %o = opc.add %r#0, %r#1 : (tensor<3xf64>, tensor<3xf64>) -> tensor<3xf64>
+  return %o : tensor<3xf64>
+}
+"""
+
+
+@pytest.mark.parametrize("checkpoint", [0, 2])
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_grad_of_a_value_starting_two_carried_values(n, checkpoint):
+    m = opc.compile(with_checkpoint(SHARED_INIT_FOR64, checkpoint) if checkpoint else SHARED_INIT_FOR64, grad=True)
+    rng = np.random.default_rng(13)
+    check_grad(m, [np.array(n)], [rng.uniform(-0.9, 0.9, 3)], rng)

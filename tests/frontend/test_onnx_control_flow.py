@@ -1,5 +1,6 @@
 """ONNX If, Loop and Scan (opc/onnx_import/control_flow.py): an If on a run-time condition as an scf.if,
-Scan (opset 9 on) as an scf.for, loops with scan outputs and opset 8's Scan unrolled at import
+Scan as an scf.for (opset 8's: one over the batch around one over the sequence, tests/frontend/
+test_onnx_scan8.py), loops with scan outputs unrolled at import
 (tests/control_flow/test_onnx_scf.py: Loop and If as scf ops at run time); every case imported
 into one module; the forward against onnxruntime, the gradient through the loop or the unrolled steps against
 central differences of opc's own forward (f64), and the refusals as one-line errors."""
@@ -110,16 +111,20 @@ def scan_model(elem=F, directions=(0, 1), in_axes=(0, 1), out_axes=(0, 1), out_d
                        inits, opset=16), feeds
 
 
-def scan8_model(elem=F):
-    """Opset 8's Scan: axis 0 a batch, axis 1 the sequence; a running sum."""
+def scan8_model(elem=F, lens=None):
+    """Opset 8's Scan: axis 0 a batch, axis 1 the sequence; a running sum; lens: sequence_lens, a
+    constant (each batch element's trip count), the input then reversed."""
     dt = helper.tensor_dtype_to_np_dtype(elem)
     g = body("scan_body", [helper.make_node("Add", ["s_in", "x"], ["s_out"]),
                            helper.make_node("Sin", ["s_out"], ["y"])],
              [("s_in", elem, [2]), ("x", elem, [2])], [("s_out", elem, [2]), ("y", elem, [2])])
     rng = np.random.default_rng(4)
     feeds = {"s0": rng.uniform(-1, 1, (3, 2)).astype(dt), "xs": rng.uniform(-1, 1, (3, 4, 2)).astype(dt)}
-    node = helper.make_node("Scan", ["", "s0", "xs"], ["s", "ys"], body=g, num_scan_inputs=1)
-    return graph_model([node], feeds, [("s", elem, [3, 2]), ("ys", elem, [3, 4, 2])], opset=8), feeds
+    node = helper.make_node("Scan", ["" if lens is None else "lens", "s0", "xs"], ["s", "ys"], body=g,
+                            num_scan_inputs=1, directions=[0 if lens is None else 1])
+    nodes = [node] if lens is None else [helper.make_node("Constant", [], ["lens"], value=numpy_helper.from_array(
+        np.array(lens, np.int64))), node]
+    return graph_model(nodes, feeds, [("s", elem, [3, 2]), ("ys", elem, [3, 4, 2])], opset=8), feeds
 
 
 CASES = {
@@ -131,6 +136,7 @@ CASES = {
     "scan-forward": lambda dt: scan_model(dt, directions=(0, 0), in_axes=(0, 0), out_axes=(0, 0), out_directions=(0, 0)),
     "scan-axes": lambda dt: scan_model(dt, directions=(1, 0), in_axes=(1, 0), out_axes=(2, -1), out_directions=(1, 0)),
     "scan8": lambda dt: scan8_model(dt),
+    "scan8-lens-reversed": lambda dt: scan8_model(dt, lens=[4, 1, 2]),
 }
 
 
