@@ -39,7 +39,7 @@ from opc.dialects.kinds import ELEMENTWISE
 from opc.dialects.opc import DYNAMIC, SYMBOLIC_SHAPES, shaped_type
 from opc.dialects.opc_stack import PopOp
 from opc.errors import UnsupportedError
-from opc.symbolic import Size, Sym, SymbolicComparison, exact_quotient, parsed, product_quotient
+from opc.symbolic import DERIVED, Size, Sym, SymbolicComparison, exact_quotient, parsed, product_quotient
 
 Shape = tuple[Size, ...]
 
@@ -61,6 +61,20 @@ class DataSize:
     bound: Size  # at most this, over the sizes known before the op runs (a result's allocation)
 
 
+DERIVED_OPS: dict[str, type[Operation]] = {"max": arith.MaxSIOp, "min": arith.MinSIOp, "floordiv": arith.FloorDivSIOp}
+"""The `index` op computing each kind of derived size (symbolic.DERIVED), in the IR."""
+
+
+@dataclass(frozen=True)
+class DerivedSize:
+    """A size computed from others at the call (symbolic.DERIVED: max, min, floordiv of a and b):
+    ONNX Slice's bounds clamped to a run-time dim, a stepped slice's count."""
+
+    kind: str
+    a: Size
+    b: Size
+
+
 @dataclass
 class FunctionSizes:
     """The size symbols of one function and every value's shape in them."""
@@ -75,6 +89,8 @@ class FunctionSizes:
     data: dict[str, DataSize] = field(default_factory=dict)  # symbol -> the op computing it from data
     predicted: dict[str, str] = field(default_factory=dict)  # data symbol -> why it equals a size known before
     calls: dict[Operation, list[Size]] = field(default_factory=dict)  # a body's call -> its size arguments
+    derived: dict[str, DerivedSize] = field(default_factory=dict)  # symbol -> how the call computes it
+    derived_by: dict[DerivedSize, Sym] = field(default_factory=dict)  # the same formula, the same symbol
     count: int = 0
 
     # -- symbols -----------------------------------------------------------------------
@@ -104,6 +120,9 @@ class FunctionSizes:
             return a
         if self.data_symbols(a) or self.data_symbols(b):
             return self.unify_data(a, b, what)
+        if self.derived_symbols(a) or self.derived_symbols(b):  # its formula stays: equal is checked at the call
+            self.constraints.append(Constraint(a, b, what))
+            return a
         later_first = isinstance(a, Sym) and isinstance(b, Sym) and symbol_number(b) > symbol_number(a)
         for x, y in ((b, a), (a, b)) if later_first else ((a, b), (b, a)):
             if isinstance(x, Sym) and replaceable(x, y):
@@ -113,6 +132,59 @@ class FunctionSizes:
             raise UnsupportedError(f"{what}: sizes {a} and {b} differ")
         self.constraints.append(Constraint(a, b, what))
         return a
+
+    def derived_symbols(self, d: Size) -> list[str]:
+        return [] if isinstance(d, int) else sorted(n for n in d.symbols if n in self.derived)
+
+    def derive(self, kind: str, a: Size, b: Size) -> Size:
+        """max(a, b), min(a, b) or a // b (b a positive number): a number or one of a and b where the
+        order of the two is known for every size, else a derived symbol (one per formula), which the
+        binding computes at the call."""
+        a, b = self.resolve(a), self.resolve(b)
+        if isinstance(a, int) and isinstance(b, int):
+            return DERIVED[kind](a, b)
+        if kind == "floordiv":
+            quotient = exact_quotient(a, b)
+            if quotient is not None:
+                return quotient
+        elif self.nonnegative(a - b):
+            return a if kind == "max" else b
+        elif self.nonnegative(b - a):
+            return b if kind == "max" else a
+        key = DerivedSize(kind, a, b)
+        if kind != "floordiv" and key not in self.derived_by:
+            key = DerivedSize(kind, b, a) if DerivedSize(kind, b, a) in self.derived_by else key
+        if key in self.derived_by:
+            return self.derived_by[key]
+        data = self.data_symbols(a) + self.data_symbols(b)
+        if data:
+            raise UnsupportedError(f"{kind}({a}, {b}): {data[0]} ({self.origin[data[0]]}) is known only when its op "
+                                   "runs: a size clamped to it cannot be computed at the call")
+        sym = self.fresh(f"{kind}({a}, {b})")
+        self.derived[sym.render()] = key
+        self.derived_by[key] = sym
+        return sym
+
+    def nonnegative(self, d: Size) -> bool:
+        """d >= 0 for every size: a polynomial with no negative coefficient in sizes that are >= 0
+        (every symbol but a derived one that may be negative: a clamp to [-1, dim - 1])."""
+        if isinstance(d, int):
+            return d >= 0
+        return all(c >= 0 for _, c in d.terms) and all(self.nonnegative_symbol(n) for n in d.symbols)
+
+    def nonnegative_symbol(self, name: str) -> bool:
+        f = self.derived.get(name)
+        if f is None:
+            return True
+        if f.kind == "max":
+            return self.nonnegative(f.a) or self.nonnegative(f.b)
+        if f.kind == "min":
+            return self.nonnegative(f.a) and self.nonnegative(f.b)
+        return self.nonnegative(f.a)
+
+    def derived_table(self) -> list[tuple[str, str, str, str]]:
+        """The derived sizes as the binding computes them: (symbol, kind, a, b), each after those it reads."""
+        return [(n, f.kind, str(self.resolve(f.a)), str(self.resolve(f.b))) for n, f in self.derived.items()]
 
     def upper_bound(self, d: Size) -> Size:
         """d with each data size replaced by its bound: a size known before the call, at least d (the
@@ -312,6 +384,9 @@ class FunctionSizes:
             return a - b
         if isinstance(op, arith.MuliOp):
             return a * b
+        kind = next((k for k, cls in DERIVED_OPS.items() if isinstance(op, cls)), None)
+        if kind is not None and (kind != "floordiv" or (isinstance(b, int) and b > 0)):
+            return self.derive(kind, a, b)
         if isinstance(op, (arith.DivUIOp, arith.DivSIOp, arith.FloorDivSIOp)):
             return exact_quotient(a, b)  # sizes are >= 0: the three divisions agree where exact
         return None
@@ -720,5 +795,5 @@ def symbolic_shapes(table: Mapping[SSAValue, Shape] | None) -> Iterator[None]:
         SYMBOLIC_SHAPES.reset(token)
 
 
-__all__ = ["Constraint", "DataSize", "FunctionSizes", "SymbolicComparison", "analyze", "has_dynamic_shapes",
-           "symbolic_shapes"]
+__all__ = ["DERIVED_OPS", "Constraint", "DataSize", "DerivedSize", "FunctionSizes", "SymbolicComparison", "analyze",
+           "has_dynamic_shapes", "symbolic_shapes"]

@@ -37,6 +37,9 @@ class FunctionSignature:
     # whose shape holds one are allocated at the bound, and the last output (one i64 each, not a
     # result) says what each came to
     found: list[tuple[str, str]] = field(default_factory=list)
+    # size parameters the call computes from those before them (ONNX Slice's clamped bounds), as
+    # (symbol, kind, a, b): symbolic.DERIVED[kind] of the sizes a and b
+    derived: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     @property
     def dynamic(self) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 
 from opc.errors import UnsupportedError
 from opc.lowering.build import CompiledFunction, byte_size
-from opc.symbolic import evaluate
+from opc.symbolic import evaluate, evaluate_derived
 
 SYMBOL = re.compile(r"^n\d+$")
 
@@ -63,6 +63,7 @@ class DynamicFunction(CompiledFunction):
                 else:
                     sizes.setdefault(w, got)
                     given.setdefault(w, f"argument '{name}' dim {d}")
+        evaluate_derived(self.sig.derived, sizes)  # (a clamped slice bound: computed, never read off an argument)
         for name, d, w, got in later:
             need = evaluate(w, sizes)
             if need != got:
@@ -163,5 +164,6 @@ def result_shapes(sig, shapes: Sequence[Sequence]) -> list[tuple]:  # noqa: ANN0
         for w, got in zip(want, shape):
             if isinstance(w, str) and SYMBOL.match(w):
                 sizes.setdefault(w, got)
+    evaluate_derived(sig.derived, sizes)
     return [tuple(evaluate(d, sizes) for d in shape) for shape, _ in sig.outputs]
 

@@ -1,0 +1,138 @@
+"""ONNX Slice on dims known only at run time clamps its bounds as ONNX does, at the call: a
+negative start or end counts from the end, then both are clamped into [0, dim] for a positive
+step, start into [0, dim - 1] and end into [-1, dim - 1] for a negative one (INT64_MAX and
+-INT64_MAX: past either end). So `x[1:]`, `x[-3:]`, `x[:100]`, `x[::-1]` and stepped slices
+compile once (the clamped bounds are sizes the call computes, opc/dialects/sizes.py's derived
+sizes) and run at every size, 0 and 1 included. The oracle is the ONNX rule written out on
+NumPy (`np.take` of the positions `range` gives), and onnxruntime where it is installed. The
+explicit IR op `tensor.extract_slice` stays strict (tests/shapes/test_slices.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+from requires import import_or_skip
+
+import opc
+
+import_or_skip("onnx", "the ONNX importer needs the onnx package (pip install '.[onnx]')")
+import onnx  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+INT64_MAX = int(np.iinfo(np.int64).max)
+SIZES = (0, 1, 3, 7)
+
+# (starts, ends, axes, steps) of x [n, 5] (n known at run time), out-of-range bounds included
+CASES = {
+    "tail_from_1": ([1], [INT64_MAX], [0], [1]),
+    "last_3": ([-3], [INT64_MAX], [0], [1]),
+    "head_100": ([0], [100], [0], [1]),
+    "2_to_5": ([2], [5], [0], [1]),
+    "empty_5_to_2": ([5], [2], [0], [1]),
+    "minus_100_to_minus_1": ([-100], [-1], [0], [1]),
+    "past_the_end": ([100], [200], [0], [1]),
+    "every_3rd": ([0], [INT64_MAX], [0], [3]),
+    "odd_positions": ([1], [INT64_MAX], [0], [2]),
+    "reversed": ([-1], [-INT64_MAX], [0], [-1]),
+    "5_down_to_1_by_2": ([5], [1], [0], [-2]),
+    "100_down_to_minus_100": ([100], [-100], [0], [-1]),
+    "minus_100_down": ([-100], [-INT64_MAX], [0], [-1]),
+    "minus_2_down_by_3": ([-2], [-INT64_MAX], [-2], [-3]),
+    "rows_and_static_cols": ([1, -2], [INT64_MAX, 100], [0, 1], [2, 1]),
+    "rows_reversed_cols_reversed": ([INT64_MAX, -1], [-INT64_MAX, -INT64_MAX], [0, 1], [-1, -1]),
+    "cols_only": ([-3], [INT64_MAX], [1], [2]),
+}
+
+
+def slice_model(starts, ends, axes, steps, dims=("n", 5)) -> onnx.ModelProto:  # noqa: ANN001
+    arrays = {"starts": starts, "ends": ends, "axes": axes, "steps": steps}
+    nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.array(v, np.int64), k))
+             for k, v in arrays.items()]
+    nodes.append(helper.make_node("Slice", ["x", *arrays], ["y"], name="cut"))
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(dims))]
+    outs = [helper.make_empty_tensor_value_info("y")]
+    opsets = [helper.make_opsetid("", 18)]
+    m = helper.make_model(helper.make_graph(nodes, "g", ins, outs), opset_imports=opsets,
+                          ir_version=helper.find_min_ir_version_for(opsets))
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def onnx_positions(dim: int, start: int, end: int, step: int) -> list[int]:
+    """The positions ONNX Slice picks along one axis (its spec's clamping, written out)."""
+    start, end = start + dim if start < 0 else start, end + dim if end < 0 else end
+    lo, hi = (0, dim) if step > 0 else (-1, dim - 1)
+    start = min(max(start, 0), dim if step > 0 else dim - 1)
+    end = min(max(end, lo), hi)
+    return list(range(start, end, step))
+
+
+def numpy_slice(x: np.ndarray, starts, ends, axes, steps) -> np.ndarray:  # noqa: ANN001
+    for s, e, a, k in zip(starts, ends, axes, steps):
+        a = a % x.ndim
+        x = np.take(x, np.array(onnx_positions(x.shape[a], s, e, k), np.int64), axis=a)
+    return x
+
+
+def inputs(n: int, cols: int = 5) -> np.ndarray:
+    return np.arange(n * cols, dtype=np.float32).reshape(n, cols) + 1
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_slice_clamps_at_every_size_from_one_compile(case: str) -> None:
+    starts, ends, axes, steps = CASES[case]
+    loaded = opc.load_onnx(slice_model(starts, ends, axes, steps))
+    for n in SIZES:
+        x = inputs(n)
+        got = loaded(x)[0]
+        want = numpy_slice(x, starts, ends, axes, steps)
+        assert got.shape == want.shape, (n, got.shape, want.shape)
+        np.testing.assert_array_equal(got, want)
+    assert loaded.static_reason is None, loaded.static_reason
+    assert not loaded.variants, "no module per shape"
+    assert len(loaded.dynamic) == 1, "one compile for every size"
+
+
+def test_two_run_time_dims_and_a_difference_of_slices() -> None:
+    """x[1:, ::-2] - x[:-1, ::-2] on x [n, m]: both dims at run time; the two row counts are
+    different formulas of n, checked equal at the call (they always are)."""
+    nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.array(v, np.int64), k))
+             for k, v in {"s1": [1, -1], "e1": [INT64_MAX, -INT64_MAX], "s2": [0, -1], "e2": [-1, -INT64_MAX],
+                          "axes": [0, 1], "steps": [1, -2]}.items()]
+    nodes += [helper.make_node("Slice", ["x", "s1", "e1", "axes", "steps"], ["a"]),
+              helper.make_node("Slice", ["x", "s2", "e2", "axes", "steps"], ["b"]),
+              helper.make_node("Sub", ["a", "b"], ["y"])]
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", "m"])]
+    opsets = [helper.make_opsetid("", 18)]
+    m = onnx.shape_inference.infer_shapes(helper.make_model(
+        helper.make_graph(nodes, "g", ins, [helper.make_empty_tensor_value_info("y")]), opset_imports=opsets,
+        ir_version=helper.find_min_ir_version_for(opsets)))
+    loaded = opc.load_onnx(m)
+    rng = np.random.default_rng(3)
+    for n, cols in [(0, 3), (1, 1), (3, 0), (7, 4), (2, 7)]:
+        x = rng.standard_normal((n, cols)).astype(np.float32)
+        want = x[1:, ::-2] - x[:-1, ::-2]
+        got = loaded(x)[0]
+        assert got.shape == want.shape, (n, cols, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert loaded.static_reason is None, loaded.static_reason
+    assert not loaded.variants and len(loaded.dynamic) == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None,
+                    reason="onnxruntime is not installed: the second oracle of these slices (pip install '.[test]')")
+@pytest.mark.parametrize("case", list(CASES))
+def test_slice_matches_onnxruntime(case: str) -> None:
+    import onnxruntime as ort
+
+    starts, ends, axes, steps = CASES[case]
+    m = slice_model(starts, ends, axes, steps)
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    loaded = opc.load_onnx(m)
+    for n in SIZES:
+        x = inputs(n)
+        want = np.asarray(session.run(None, {"x": x})[0])
+        got = loaded(x)[0]
+        assert got.shape == want.shape, (n, got.shape, want.shape)
+        np.testing.assert_array_equal(got, want)
