@@ -17,6 +17,12 @@ element count); the op's lowering computes it at run time, and later ops use it 
 symbol. Unified with a size known before the op runs (a gradient's dout argument), the data
 symbol is replaced by that size and the op checks at run time that its count agrees (`predicted`).
 
+A size no polynomial gives, max / min of two sizes or a size floor-divided by a number (ONNX
+Slice's bounds clamped to a run-time dim: arith.maxsi / minsi / floordivsi on `index` values), is
+a derived size (`derive`): a symbol of its own, one per formula, that the binding computes from the
+others before the call and passes as a size parameter. It is never replaced by another size: an
+equality with one is a constraint checked at the call.
+
 An op with `?` dims and no rule here is refused, naming it: its lowering has not been
 taught run-time sizes yet.
 """
@@ -611,7 +617,7 @@ def slice_size(s: FunctionSizes, op: Operation, n: int | SSAValue) -> Size:
         return n
     if n not in s.scalars:
         raise UnsupportedError(f"{op.name}: a run-time size that is not computed from sizes (tensor.dim, constants, "
-                               "+ - *): the slice's size must be known when the function is called")
+                               "+ - *, max, min): the slice's size must be known when the function is called")
     return s.scalars[n]
 
 
