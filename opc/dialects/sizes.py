@@ -357,6 +357,8 @@ class FunctionSizes:
             for want, got in zip(shape, dims):
                 if isinstance(want, str) and want in names:
                     env.setdefault(want, got)
+        for name, kind, a, b in lowered_derived(callee):  # type: ignore[arg-type]  (a clamp in the body: the caller's)
+            env[name] = self.derive(kind, substitute(parsed_size(a), env), substitute(parsed_size(b), env))
         missing = [n for n in names if n not in env]
         if missing:
             raise UnsupportedError(f"{where}: its run-time size {missing[0]} is no argument's dim")
@@ -448,6 +450,17 @@ def lowered_sizes(fn: Operation) -> tuple[list[str], list[tuple[str, str, str]]]
     names, checks = fn.attributes.get("opc.sizes"), fn.attributes.get("opc.size_checks")
     return ([n.data for n in names.data] if names is not None else [],  # type: ignore[attr-defined]
             [tuple(p.data for p in c.data) for c in checks.data] if checks is not None else [])  # type: ignore
+
+
+def lowered_derived(fn: Operation) -> list[tuple[str, str, str, str]]:
+    """A lowered body's derived sizes (size_lowering.DERIVED_ATTR): (symbol, kind, a, b), in order."""
+    rows = fn.attributes.get("opc.derived_sizes")
+    return [tuple(p.data for p in row.data) for row in rows.data] if rows is not None else []  # type: ignore
+
+
+def parsed_size(text: str) -> int | str:
+    """A size's text as the attributes hold it: a number, or a polynomial's text."""
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
 def substitute(d: int | str, env: Mapping[str, Size]) -> Size:

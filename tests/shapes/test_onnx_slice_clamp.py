@@ -4,7 +4,8 @@ step, start into [0, dim - 1] and end into [-1, dim - 1] for a negative one (INT
 -INT64_MAX: past either end). So `x[1:]`, `x[-3:]`, `x[:100]`, `x[::-1]` and stepped slices
 compile once (the clamped bounds are sizes the call computes, opc/dialects/sizes.py's derived
 sizes) and run at every size, 0 and 1 included. The oracle is the ONNX rule written out on
-NumPy (`np.take` of the positions `range` gives), and onnxruntime where it is installed. The
+NumPy (`np.take` of the positions `range` gives), and onnxruntime where it is installed; the same
+clamp written in the IR (arith.minsi) works in a loop body and under grad. The
 explicit IR op `tensor.extract_slice` stays strict (tests/shapes/test_slices.py)."""
 
 from __future__ import annotations
@@ -136,3 +137,76 @@ def test_slice_matches_onnxruntime(case: str) -> None:
         got = loaded(x)[0]
         assert got.shape == want.shape, (n, got.shape, want.shape)
         np.testing.assert_array_equal(got, want)
+
+
+CLAMPED_IN_IR = """
+func.func @tail_sum(%x: tensor<?x4xf64>, %acc0: tensor<4xf64>) -> tensor<4xf64> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %r = scf.for %i = %c0 to %c3 step %c1 iter_args(%acc = %acc0) -> (tensor<4xf64>) {
+    %n = tensor.dim %x, %c0 : tensor<?x4xf64>
+    %m = arith.minsi %c1, %n : index
+    %len = arith.subi %n, %m : index
+    %s = tensor.extract_slice %x[%m, 0] [%len, 4] [1, 1] : tensor<?x4xf64> to tensor<?x4xf64>
+    %p = opc.reduce_sum %s {axes = array<i64: 0>, keepdim = false} : (tensor<?x4xf64>) -> tensor<4xf64>
+    %a = opc.add %acc, %p : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+    scf.yield %a : tensor<4xf64>
+  }
+  func.return %r : tensor<4xf64>
+}
+func.func @tail_tanh(%x: tensor<?x4xf64>) -> tensor<?x4xf64> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %x, %c0 : tensor<?x4xf64>
+  %m = arith.minsi %c1, %n : index
+  %len = arith.subi %n, %m : index
+  %s = tensor.extract_slice %x[%m, 0] [%len, 4] [1, 1] : tensor<?x4xf64> to tensor<?x4xf64>
+  %t = opc.tanh %s : (tensor<?x4xf64>) -> tensor<?x4xf64>
+  func.return %t : tensor<?x4xf64>
+}
+"""
+
+
+def test_a_clamp_written_in_the_ir_in_a_loop_body_and_under_grad() -> None:
+    """x[min(1, n):] with arith.minsi: a derived size inside an scf.for body (the caller computes
+    it for the body) and through the gradient (its cotangent has the derived size)."""
+    m = opc.compile(CLAMPED_IN_IR, grad=True)
+    rng = np.random.default_rng(4)
+    for n in SIZES:
+        x = rng.standard_normal((n, 4))
+        np.testing.assert_allclose(m.tail_sum(x, np.zeros(4)), 3 * x[1:].sum(0), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(m.tail_tanh(x), np.tanh(x[1:]), rtol=1e-12)
+        dout = rng.standard_normal((max(n - 1, 0), 4))
+        want = np.zeros_like(x)
+        want[1:] = dout * (1 - np.tanh(x[1:]) ** 2)
+        np.testing.assert_allclose(m.tail_tanh_grad(x, dout), want, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="sizes that must be equal differ"):
+        m.tail_tanh_grad(np.zeros((3, 4)), np.zeros((3, 4)))  # the cotangent must have the slice's size
+
+
+def test_a_derived_size_on_the_cuda_simulator(tmp_path) -> None:  # noqa: ANN001
+    """The same functions for the CUDA target, built with g++ on tests/support/cuda_sim.h: the
+    derived size is a size parameter of the host code, computed by the same binding."""
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH (it builds the CUDA simulation)")
+    from cuda_simulator import simulated
+
+    from opc.api import lower, prepare
+    from opc.frontend import load_module
+    from opc.lowering.cuda_emitter import emit_cuda
+
+    cu, sigs = emit_cuda(lower(prepare(load_module(CLAMPED_IN_IR), "cuda", True), "cuda"))
+    assert any(s.derived for s in sigs)
+    m = simulated(cu, sigs, str(tmp_path), "clamp", library=True)
+    rng = np.random.default_rng(8)
+    for n in SIZES:
+        x = rng.standard_normal((n, 4))
+        np.testing.assert_allclose(m.tail_sum(x, np.zeros(4)), 3 * x[1:].sum(0), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(m.tail_tanh(x), np.tanh(x[1:]), rtol=1e-12)
+        dout = rng.standard_normal((max(n - 1, 0), 4))
+        want = np.zeros_like(x)
+        want[1:] = dout * (1 - np.tanh(x[1:]) ** 2)
+        np.testing.assert_allclose(m.tail_tanh_grad(x, dout), want, rtol=1e-12, atol=1e-15)
