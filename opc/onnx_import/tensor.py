@@ -214,9 +214,12 @@ def slice_(node: Node) -> Values:
 def clamp_bound(s: FunctionSizes, v: Size, dim: Size, lo: Size, hi: Size) -> Size:
     """A Slice start or end on a dim known at run time, as onnxruntime clamps it: a negative number
     counts from the end (INT64_MAX and -INT64_MAX are past either end), then min(max(v, lo), hi).
-    A bound computed from run-time sizes (`x[:, :y.shape[1]]`) is a position from the start."""
+    A bound computed from run-time sizes (`x[:, :s - 1]`) counts from the end where it comes to a
+    negative number: v + dim * min(max(-v, 0), 1), the indicator of v < 0 in integers (0, and no
+    derived size, where v is a size: >= 0)."""
     if isinstance(v, Sym):
-        return s.derive("min", s.derive("max", v, lo), hi)
+        negative = s.derive("min", s.derive("max", -v, 0), 1)
+        return s.derive("min", s.derive("max", v + dim * negative, lo), hi)
     v = int(v)
     if v >= WHOLE_END or v <= -WHOLE_END:
         return s.derive("min", lo if v < 0 else hi, hi)

@@ -95,6 +95,41 @@ def test_slice_clamps_at_every_size_from_one_compile(case: str) -> None:
     assert len(loaded.dynamic) == 1, "one compile for every size"
 
 
+def computed_bounds_model() -> onnx.ModelProto:
+    """Bounds computed from Shape(x) (s = n): x[:s - 1], x[:1 - s] (negative from n = 2: counted
+    from the end) and x[s - 2::-1] (a computed start with a negative step)."""
+    consts = {"i0": np.array(0), "ax": np.array([0]), "one": np.array([1]), "two": np.array([2]),
+              "big": np.array([INT64_MAX]), "neg": np.array([-INT64_MAX]), "m1": np.array([-1])}
+    nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(v.astype(np.int64), k))
+             for k, v in consts.items()]
+    nodes += [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Gather", ["shape", "i0"], ["s0"]),
+              helper.make_node("Unsqueeze", ["s0", "ax"], ["s"]),
+              helper.make_node("Sub", ["s", "one"], ["s_1"]), helper.make_node("Sub", ["one", "s"], ["one_s"]),
+              helper.make_node("Sub", ["s", "two"], ["s_2"]),
+              helper.make_node("Slice", ["x", "ax", "s_1", "ax"], ["a"]),
+              helper.make_node("Slice", ["x", "ax", "one_s", "ax"], ["b"]),
+              helper.make_node("Slice", ["x", "s_2", "neg", "ax", "m1"], ["c"])]
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 5])]
+    outs = [helper.make_empty_tensor_value_info(n) for n in "abc"]
+    opsets = [helper.make_opsetid("", 18)]
+    return onnx.shape_inference.infer_shapes(helper.make_model(
+        helper.make_graph(nodes, "g", ins, outs), opset_imports=opsets,
+        ir_version=helper.find_min_ir_version_for(opsets)))
+
+
+def test_bounds_computed_from_sizes_clamp_and_count_from_the_end() -> None:
+    loaded = opc.load_onnx(computed_bounds_model())
+    for n in SIZES:
+        x = inputs(n)
+        want = [numpy_slice(x, [0], [n - 1], [0], [1]), numpy_slice(x, [0], [1 - n], [0], [1]),
+                numpy_slice(x, [n - 2], [-INT64_MAX], [0], [-1])]
+        for got, w in zip(loaded(x), want):
+            assert got.shape == w.shape, (n, got.shape, w.shape)
+            np.testing.assert_array_equal(got, w)
+    assert loaded.static_reason is None, loaded.static_reason
+    assert not loaded.variants and len(loaded.dynamic) == 1
+
+
 def test_two_run_time_dims_and_a_difference_of_slices() -> None:
     """x[1:, ::-2] - x[:-1, ::-2] on x [n, m]: both dims at run time; the two row counts are
     different formulas of n, checked equal at the call (they always are)."""
@@ -123,20 +158,19 @@ def test_two_run_time_dims_and_a_difference_of_slices() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None,
                     reason="onnxruntime is not installed: the second oracle of these slices (pip install '.[test]')")
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [*CASES, "computed_bounds"])
 def test_slice_matches_onnxruntime(case: str) -> None:
     import onnxruntime as ort
 
-    starts, ends, axes, steps = CASES[case]
-    m = slice_model(starts, ends, axes, steps)
+    m = slice_model(*CASES[case]) if case != "computed_bounds" else computed_bounds_model()
     session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     loaded = opc.load_onnx(m)
     for n in SIZES:
         x = inputs(n)
-        want = np.asarray(session.run(None, {"x": x})[0])
-        got = loaded(x)[0]
-        assert got.shape == want.shape, (n, got.shape, want.shape)
-        np.testing.assert_array_equal(got, want)
+        for got, want in zip(loaded(x), session.run(None, {"x": x})):
+            want = np.asarray(want)
+            assert got.shape == want.shape, (n, got.shape, want.shape)
+            np.testing.assert_array_equal(got, want)
 
 
 CLAMPED_IN_IR = """
