@@ -244,3 +244,27 @@ def test_a_derived_size_on_the_cuda_simulator(tmp_path) -> None:  # noqa: ANN001
         want = np.zeros_like(x)
         want[1:] = dout * (1 - np.tanh(x[1:]) ** 2)
         np.testing.assert_allclose(m.tail_tanh_grad(x, dout), want, rtol=1e-12, atol=1e-15)
+
+
+def test_a_written_module_computes_its_derived_sizes(tmp_path) -> None:  # noqa: ANN001
+    """`opc compile -o DIR` writes the derived sizes into NAME.py's signatures: the module loaded on
+    its own computes them at each call."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(opc.__file__).resolve().parents[1])}  # this opc, not another
+    src = tmp_path / "clamp.mlir"
+    src.write_text(CLAMPED_IN_IR)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "opc", "compile", str(src), "-o", str(out)],
+                          capture_output=True, text=True, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    script = ("import clamp, numpy as np\n"
+              "for n in (0, 1, 3):\n"
+              "    x = np.arange(n * 4, dtype=np.float64).reshape(n, 4)\n"
+              "    assert np.allclose(clamp.tail_tanh(x), np.tanh(x[1:])), n\n"
+              "print('ok')")
+    run = subprocess.run([sys.executable, "-c", script], cwd=out, capture_output=True, text=True, check=False, env=env)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
