@@ -233,7 +233,14 @@ def run_time_span(s: FunctionSizes, dim: Size, b: Size, e: Size, step: int) -> t
     """One axis of a Slice with run-time sizes: the offset and length of the contiguous span it walks
     (within [0, dim] for every size) and how many elements it picks there. A positive step walks
     [start, end) with start and end clamped into [0, dim]; a negative one (end, start] with start
-    clamped into [0, dim - 1] and end into [-1, dim - 1], ONNX's (and onnxruntime's) rule."""
+    clamped into [0, dim - 1] and end into [-1, dim - 1], ONNX's (and onnxruntime's) rule.
+    A dim computed from the data (a NonZero's count) is known only once its op ran, after the call
+    computed the clamps: its slice is taken as given, step 1 (out of range: the slice's ValueError)."""
+    if s.data_symbols(dim) or s.data_symbols(b) or s.data_symbols(e):
+        if step != 1:
+            raise SizeNeeded(f"a slice with step {step} of a size computed from the data ({dim})")
+        first, last = data_bound(b, dim), data_bound(e, dim)
+        return first, last - first, last - first
     if step > 0:
         first, last = clamp_bound(s, b, dim, 0, dim), clamp_bound(s, e, dim, 0, dim)
         offset, length = first, s.derive("max", last - first, 0)
@@ -242,6 +249,14 @@ def run_time_span(s: FunctionSizes, dim: Size, b: Size, e: Size, step: int) -> t
         offset, length = last + 1, s.derive("max", first - last, 0)
     k = abs(step)
     return offset, length, length if k == 1 else s.derive("floordiv", length + (k - 1), k)
+
+
+def data_bound(v: Size, dim: Size) -> Size:
+    """A bound of a slice of a size computed from the data, unclamped: a negative number counts from
+    the end, one past every size (INT64_MAX) is the end."""
+    if isinstance(v, Sym):
+        return v
+    return dim if v >= WHOLE_END else dim + v if v < 0 else v
 
 
 def run_time_slice(node: Node, x: SSAValue, src: Sequence[Size], run_time: dict[int, tuple[Size, Size, int]],

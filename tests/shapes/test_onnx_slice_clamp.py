@@ -268,3 +268,24 @@ def test_a_written_module_computes_its_derived_sizes(tmp_path) -> None:  # noqa:
               "print('ok')")
     run = subprocess.run([sys.executable, "-c", script], cwd=out, capture_output=True, text=True, check=False, env=env)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+
+
+def test_a_slice_of_a_count_from_the_data_is_taken_as_given() -> None:
+    """NonZero(x)[:, 1:]: the count is known only once NonZero ran, after the call computed its
+    clamps, so this slice is not clamped: in range it runs from the one compile; out of range (no
+    nonzero element) it is the slice's ValueError, not ONNX's empty result (docs/shapes.md)."""
+    nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.array(v, np.int64), k))
+             for k, v in {"s": [1], "e": [INT64_MAX], "a": [1]}.items()]
+    nodes += [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Slice", ["nz", "s", "e", "a"], ["y"])]
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n"])]
+    opsets = [helper.make_opsetid("", 18)]
+    m = onnx.shape_inference.infer_shapes(helper.make_model(
+        helper.make_graph(nodes, "g", ins, [helper.make_empty_tensor_value_info("y")]), opset_imports=opsets,
+        ir_version=helper.find_min_ir_version_for(opsets)))
+    loaded = opc.load_onnx(m)
+    for x in ([0, 1, 2, 0, 3], [5, 0], [1] * 7):
+        x = np.array(x, np.float32)
+        np.testing.assert_array_equal(loaded(x)[0], np.stack(np.nonzero(x))[:, 1:])
+    assert loaded.static_reason is None and not loaded.variants
+    with pytest.raises(ValueError, match=r"tensor.extract_slice: dim 1 has size -1"):
+        loaded(np.zeros(3, np.float32))
