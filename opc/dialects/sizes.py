@@ -394,7 +394,8 @@ class FunctionSizes:
             return a * b
         kind = next((k for k, cls in DERIVED_OPS.items() if isinstance(op, cls)), None)
         if kind is not None and (kind != "floordiv" or (isinstance(b, int) and b > 0)):
-            return self.derive(kind, a, b)
+            # (of a data size: a value computed where it runs, as before, never a size the call computes)
+            return None if self.data_symbols(a) or self.data_symbols(b) else self.derive(kind, a, b)
         if isinstance(op, (arith.DivUIOp, arith.DivSIOp, arith.FloorDivSIOp)):
             return exact_quotient(a, b)  # sizes are >= 0: the three divisions agree where exact
         return None
