@@ -226,7 +226,8 @@ def compile_to_dir(source: Source, out_dir: str, name: str, target: str = "cpu",
     for path, blob in zip(data_paths, data.values()):
         Path(path).write_bytes(blob)
     py_path = os.path.join(out_dir, f"{name}.py")
-    signatures = [(s.name, s.inputs, s.outputs, s.errors, s.sizes, s.checks) for s in sigs]
+    signatures = [(s.name, s.inputs, s.outputs, s.errors, s.sizes, s.checks, s.found, s.handed, s.derived)
+                  for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
                                        ext_name=ext_name, ext_file=ext_file, names=python_names(sigs),

@@ -37,7 +37,7 @@ from opc.lowering.abi import FunctionSignature
 from opc.lowering.binding import bind
 from opc.lowering.build import CompiledModule, cache_dir, content_key, intact, load_extension, runtime_dir
 
-RECORD_FORMAT = 5
+RECORD_FORMAT = 6
 FLAVOR_ENV = ("OPC_SANITIZE", "OPC_PROFILE", "CC", "OPC_MARCH")  # environment that changes what a compile builds
 _memory: dict[str, CompiledModule] = {}
 
@@ -122,8 +122,8 @@ def lookup(key: str, cache_override: str | os.PathLike[str] | None = None,
         ext_path = cache / rec["ext_file"]
         sigs = [FunctionSignature(n, [(a, tuple(s), d) for a, s, d in ins], [(tuple(s), d) for s, d in outs],
                                   [tuple(e) for e in errs], list(sizes), [tuple(c) for c in checks],
-                                  [tuple(f) for f in found], list(handed))
-                for n, ins, outs, errs, sizes, checks, found, handed in rec["signatures"]]
+                                  [tuple(f) for f in found], list(handed), [tuple(d) for d in derived])
+                for n, ins, outs, errs, sizes, checks, found, handed, derived in rec["signatures"]]
     except (AttributeError, KeyError, TypeError, ValueError):  # a record not written by this opc
         return None
     if not intact(ext_path):  # gone, cut short or changed: compiled (and built) again
@@ -144,7 +144,7 @@ def store(key: str, module: CompiledModule, sigs: list[FunctionSignature], ext_n
     record, c_path = record_paths(cache, key)
     assert module.path is not None  # a module just built from its extension file
     rec = {"format": RECORD_FORMAT, "ext_name": ext_name, "ext_file": Path(module.path).name,
-           "signatures": [[s.name, s.inputs, s.outputs, s.errors, s.sizes, s.checks, s.found, s.handed]
+           "signatures": [[s.name, s.inputs, s.outputs, s.errors, s.sizes, s.checks, s.found, s.handed, s.derived]
                           for s in sigs],
            "no_grad": module.no_grad,
            "wrt": module.wrt}

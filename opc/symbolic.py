@@ -14,6 +14,7 @@ It imports nothing of the compiler, so that loading a compiled module stays ligh
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
 
@@ -237,3 +238,15 @@ def evaluate(expr: int | str, sizes: Mapping[str, int]) -> int:
             coeff *= sizes[name]
         total += coeff
     return total
+
+
+# A size computed from others at the call where no polynomial gives it (ONNX Slice's clamping of a
+# bound to a run-time dim): `max(a, b)`, `min(a, b)`, `a // b` (b a positive number). Such a size is
+# a symbol of its own, a size parameter the binding computes from the others before the call.
+DERIVED: dict[str, Callable[[int, int], int]] = {"max": max, "min": min, "floordiv": operator.floordiv}
+
+
+def evaluate_derived(derived: Iterable[tuple[str, str, int | str, int | str]], sizes: dict[str, int]) -> None:
+    """Each derived size (name, kind, a, b), in order (one may use those before it), into sizes."""
+    for name, kind, a, b in derived:
+        sizes[name] = DERIVED[kind](evaluate(a, sizes), evaluate(b, sizes))

@@ -17,6 +17,12 @@ element count); the op's lowering computes it at run time, and later ops use it 
 symbol. Unified with a size known before the op runs (a gradient's dout argument), the data
 symbol is replaced by that size and the op checks at run time that its count agrees (`predicted`).
 
+A size no polynomial gives, max / min of two sizes or a size floor-divided by a number (ONNX
+Slice's bounds clamped to a run-time dim: arith.maxsi / minsi / floordivsi on `index` values), is
+a derived size (`derive`): a symbol of its own, one per formula, that the binding computes from the
+others before the call and passes as a size parameter. It is never replaced by another size: an
+equality with one is a constraint checked at the call.
+
 An op with `?` dims and no rule here is refused, naming it: its lowering has not been
 taught run-time sizes yet.
 """
@@ -39,7 +45,7 @@ from opc.dialects.kinds import ELEMENTWISE
 from opc.dialects.opc import DYNAMIC, SYMBOLIC_SHAPES, shaped_type
 from opc.dialects.opc_stack import PopOp
 from opc.errors import UnsupportedError
-from opc.symbolic import Size, Sym, SymbolicComparison, exact_quotient, parsed, product_quotient
+from opc.symbolic import DERIVED, Size, Sym, SymbolicComparison, exact_quotient, parsed, product_quotient
 
 Shape = tuple[Size, ...]
 
@@ -63,6 +69,20 @@ class DataSize:
     # None: no bound known before the call (a value read from a tensor), the function allocates its results
 
 
+DERIVED_OPS: dict[str, type[Operation]] = {"max": arith.MaxSIOp, "min": arith.MinSIOp, "floordiv": arith.FloorDivSIOp}
+"""The `index` op computing each kind of derived size (symbolic.DERIVED), in the IR."""
+
+
+@dataclass(frozen=True)
+class DerivedSize:
+    """A size computed from others at the call (symbolic.DERIVED: max, min, floordiv of a and b):
+    ONNX Slice's bounds clamped to a run-time dim, a stepped slice's count."""
+
+    kind: str
+    a: Size
+    b: Size
+
+
 @dataclass
 class FunctionSizes:
     """The size symbols of one function and every value's shape in them."""
@@ -77,6 +97,8 @@ class FunctionSizes:
     data: dict[str, DataSize] = field(default_factory=dict)  # symbol -> the op computing it from data
     predicted: dict[str, str] = field(default_factory=dict)  # data symbol -> why it equals a size known before
     calls: dict[Operation, list[Size]] = field(default_factory=dict)  # a body's call -> its size arguments
+    derived: dict[str, DerivedSize] = field(default_factory=dict)  # symbol -> how the call computes it
+    derived_by: dict[DerivedSize, Sym] = field(default_factory=dict)  # the same formula, the same symbol
     count: int = 0
 
     # -- symbols -----------------------------------------------------------------------
@@ -106,6 +128,9 @@ class FunctionSizes:
             return a
         if self.data_symbols(a) or self.data_symbols(b):
             return self.unify_data(a, b, what)
+        if self.derived_symbols(a) or self.derived_symbols(b):  # its formula stays: equal is checked at the call
+            self.constraints.append(Constraint(a, b, what))
+            return a
         later_first = isinstance(a, Sym) and isinstance(b, Sym) and symbol_number(b) > symbol_number(a)
         for x, y in ((b, a), (a, b)) if later_first else ((a, b), (b, a)):
             if isinstance(x, Sym) and replaceable(x, y):
@@ -115,6 +140,59 @@ class FunctionSizes:
             raise UnsupportedError(f"{what}: sizes {a} and {b} differ")
         self.constraints.append(Constraint(a, b, what))
         return a
+
+    def derived_symbols(self, d: Size) -> list[str]:
+        return [] if isinstance(d, int) else sorted(n for n in d.symbols if n in self.derived)
+
+    def derive(self, kind: str, a: Size, b: Size) -> Size:
+        """max(a, b), min(a, b) or a // b (b a positive number): a number or one of a and b where the
+        order of the two is known for every size, else a derived symbol (one per formula), which the
+        binding computes at the call."""
+        a, b = self.resolve(a), self.resolve(b)
+        if isinstance(a, int) and isinstance(b, int):
+            return DERIVED[kind](a, b)
+        if kind == "floordiv":
+            quotient = exact_quotient(a, b)
+            if quotient is not None:
+                return quotient
+        elif self.nonnegative(a - b):
+            return a if kind == "max" else b
+        elif self.nonnegative(b - a):
+            return b if kind == "max" else a
+        key = DerivedSize(kind, a, b)
+        if kind != "floordiv" and key not in self.derived_by:
+            key = DerivedSize(kind, b, a) if DerivedSize(kind, b, a) in self.derived_by else key
+        if key in self.derived_by:
+            return self.derived_by[key]
+        data = self.data_symbols(a) + self.data_symbols(b)
+        if data:
+            raise UnsupportedError(f"{kind}({a}, {b}): {data[0]} ({self.origin[data[0]]}) is known only when its op "
+                                   "runs: a size clamped to it cannot be computed at the call")
+        sym = self.fresh(f"{kind}({a}, {b})")
+        self.derived[sym.render()] = key
+        self.derived_by[key] = sym
+        return sym
+
+    def nonnegative(self, d: Size) -> bool:
+        """d >= 0 for every size: a polynomial with no negative coefficient in sizes that are >= 0
+        (every symbol but a derived one that may be negative: a clamp to [-1, dim - 1])."""
+        if isinstance(d, int):
+            return d >= 0
+        return all(c >= 0 for _, c in d.terms) and all(self.nonnegative_symbol(n) for n in d.symbols)
+
+    def nonnegative_symbol(self, name: str) -> bool:
+        f = self.derived.get(name)
+        if f is None:
+            return True
+        if f.kind == "max":
+            return self.nonnegative(f.a) or self.nonnegative(f.b)
+        if f.kind == "min":
+            return self.nonnegative(f.a) and self.nonnegative(f.b)
+        return self.nonnegative(f.a)
+
+    def derived_table(self) -> list[tuple[str, str, str, str]]:
+        """The derived sizes as the binding computes them: (symbol, kind, a, b), each after those it reads."""
+        return [(n, f.kind, str(self.resolve(f.a)), str(self.resolve(f.b))) for n, f in self.derived.items()]
 
     def upper_bound(self, d: Size) -> Size | None:
         """d with each data size replaced by its bound: a size known before the call, at least d (the
@@ -306,6 +384,8 @@ class FunctionSizes:
             for want, got in zip(shape, dims):
                 if isinstance(want, str) and want in names:
                     env.setdefault(want, got)
+        for name, kind, a, b in lowered_derived(callee):  # type: ignore[arg-type]  (a clamp in the body: the caller's)
+            env[name] = self.derive(kind, substitute(parsed_size(a), env), substitute(parsed_size(b), env))
         missing = [n for n in names if n not in env]
         if missing:
             raise UnsupportedError(f"{where}: its run-time size {missing[0]} is no argument's dim")
@@ -339,6 +419,10 @@ class FunctionSizes:
             return a - b
         if isinstance(op, arith.MuliOp):
             return a * b
+        kind = next((k for k, cls in DERIVED_OPS.items() if isinstance(op, cls)), None)
+        if kind is not None and (kind != "floordiv" or (isinstance(b, int) and b > 0)):
+            # (of a data size: a value computed where it runs, as before, never a size the call computes)
+            return None if self.data_symbols(a) or self.data_symbols(b) else self.derive(kind, a, b)
         if isinstance(op, (arith.DivUIOp, arith.DivSIOp, arith.FloorDivSIOp)):
             return exact_quotient(a, b)  # sizes are >= 0: the three divisions agree where exact
         return None
@@ -391,6 +475,17 @@ def lowered_sizes(fn: Operation) -> tuple[list[str], list[tuple[str, str, str]]]
     names, checks = fn.attributes.get("opc.sizes"), fn.attributes.get("opc.size_checks")
     return ([n.data for n in names.data] if names is not None else [],  # type: ignore[attr-defined]
             [tuple(p.data for p in c.data) for c in checks.data] if checks is not None else [])  # type: ignore
+
+
+def lowered_derived(fn: Operation) -> list[tuple[str, str, str, str]]:
+    """A lowered body's derived sizes (size_lowering.DERIVED_ATTR): (symbol, kind, a, b), in order."""
+    rows = fn.attributes.get("opc.derived_sizes")
+    return [tuple(p.data for p in row.data) for row in rows.data] if rows is not None else []  # type: ignore
+
+
+def parsed_size(text: str) -> int | str:
+    """A size's text as the attributes hold it: a number, or a polynomial's text."""
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
 def substitute(d: int | str, env: Mapping[str, Size]) -> Size:
@@ -741,5 +836,5 @@ def symbolic_shapes(table: Mapping[SSAValue, Shape] | None) -> Iterator[None]:
         SYMBOLIC_SHAPES.reset(token)
 
 
-__all__ = ["Constraint", "DataSize", "FunctionSizes", "SymbolicComparison", "analyze", "has_dynamic_shapes",
-           "symbolic_shapes"]
+__all__ = ["DERIVED_OPS", "Constraint", "DataSize", "DerivedSize", "FunctionSizes", "SymbolicComparison", "analyze",
+           "has_dynamic_shapes", "symbolic_shapes"]

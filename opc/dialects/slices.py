@@ -4,7 +4,8 @@
     %y = tensor.insert_slice %row into %acc[%i, 0] [1, 4] [1, 1] : tensor<4xf32> into tensor<?x4xf32>
 
 Offsets may be any `index` value (an scf.for induction variable, arithmetic on `tensor.dim`);
-sizes are static or `index` values computed from sizes (`tensor.dim`, constants, + - *), so
+sizes are static or `index` values computed from sizes (`tensor.dim`, constants, + - *, and
+arith.maxsi / minsi / floordivsi: derived sizes, which the call computes), so
 that a result's `?` dim is a size the function knows (opc/dialects/sizes.py); strides are
 static and positive (a run-time size takes stride 1). A slice may drop unit dims (MLIR's
 rank-reducing form). What is static is verified here (`check_slice`); offsets and sizes known

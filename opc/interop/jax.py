@@ -23,8 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from opc.errors import UnsupportedError
 from opc.lowering.build import CompiledFunction
-from opc.lowering.dynamic_call import result_shapes
+from opc.lowering.dynamic_call import result_shapes, results_of
 
 _OPS: dict[tuple[int, str], Callable] = {}
 
@@ -37,6 +38,8 @@ def op(fn: CompiledFunction) -> Callable:
     if not isinstance(fn, CompiledFunction):
         raise TypeError(f"opc.jax.op takes a function of a compiled opc module (m.f), got {type(fn).__name__}")
     key = (id(fn.module), fn.sig.name)
+    if key not in _OPS and fn.sig.found:
+        _OPS[key] = make_eager_op(fn)
     if key not in _OPS:
         # jit: called eagerly, a custom_vjp over a callback is traced anew on every call (about 3x
         # the cost of the jitted call); under an outer jit or grad this inner jit is inlined.
@@ -94,6 +97,52 @@ def make_op(fn: CompiledFunction) -> Callable:
         return tuple(out)
 
     differentiable.defvjp(forward, backward)
+    return differentiable
+
+
+def make_eager_op(fn: CompiledFunction) -> Callable:
+    """A function whose results' sizes depend on the data (sig.found: a nonzero's count): JAX has no
+    such shapes, so it runs on concrete arrays only (its gradient through jax.grad where the primal
+    values stay concrete), and a tracer that needs the result shapes before the call (jax.jit,
+    jax.vmap) gets one line saying why."""
+    sig = fn.sig
+    single = len(results_of(sig)) == 1
+
+    def concrete(args: tuple) -> list[np.ndarray]:
+        if any(isinstance(a, jax.core.Tracer) for a in args):
+            names = ", ".join(n for n, _ in sig.found)
+            raise UnsupportedError(f"{sig.name}(): its results' sizes depend on the data ({names}), known only "
+                                   "after the call: jax.jit and jax.vmap need result shapes before it (JAX has no "
+                                   "data-dependent shapes); call it on concrete arrays, outside jax.jit")
+        return [np.asarray(a) for a in args]
+
+    def call(*args):  # noqa: ANN202
+        outs = fn(*concrete(args))
+        return jnp.asarray(outs) if single else tuple(jnp.asarray(o) for o in outs)
+
+    call.__name__ = call.__qualname__ = sig.name
+    grad_fn = fn.module._functions.get(f"{sig.name}_grad") if fn.module is not None else None
+    if grad_fn is None:
+        return call
+    differentiable = jax.custom_vjp(call)
+    wrt = fn.module.wrt.get(sig.name) or [i for i, (_, _, dt) in enumerate(sig.inputs)
+                                          if dt.startswith(("float", "bfloat"))]
+
+    def backward(args, douts):  # noqa: ANN001, ANN202
+        douts = douts if isinstance(douts, tuple) else (douts,)
+        if any(d.dtype == jax.dtypes.float0 for d in douts):  # an integer result's: zeros at its run-time shape
+            outs = call(*args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            douts = tuple(jnp.zeros(o.shape, o.dtype) if d.dtype == jax.dtypes.float0 else d
+                          for d, o in zip(douts, outs))
+        grads = grad_fn(*concrete(args), *concrete(tuple(douts)))
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        out = [zero_cotangent(a) for a in args]
+        for i, g in zip(wrt, grads):
+            out[i] = jnp.asarray(g)
+        return tuple(out)
+
+    differentiable.defvjp(lambda *args: (call(*args), args), backward)
     return differentiable
 
 

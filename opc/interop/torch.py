@@ -27,7 +27,7 @@ import torch
 from opc.interop.arrays import result_converter
 from opc.lowering.abi import c_symbol
 from opc.lowering.build import CompiledFunction, CompiledModule
-from opc.lowering.dynamic_call import result_shapes
+from opc.lowering.dynamic_call import result_shapes, results_of
 
 NAMESPACE = "opc"
 TORCH_DTYPES = {"bool": torch.bool, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
@@ -69,7 +69,7 @@ def arg_names(fn: CompiledFunction) -> list[str]:
 
 
 def schema(fn: CompiledFunction) -> str:
-    results = ["Tensor"] * len(fn.sig.outputs)
+    results = ["Tensor"] * len(results_of(fn.sig))
     out = results[0] if len(results) == 1 else f"({', '.join(results)})"
     return f"({', '.join(f'Tensor {n}' for n in arg_names(fn))}) -> {out}"
 
@@ -85,8 +85,8 @@ def as_tensor(value) -> torch.Tensor:  # noqa: ANN001
 
 def register(fn: CompiledFunction, qualname: str) -> Callable:
     sig = fn.sig
-    single = len(sig.outputs) == 1
-    out_dtypes = [TORCH_DTYPES[dt] for _, dt in sig.outputs]
+    single = len(results_of(sig)) == 1
+    out_dtypes = [TORCH_DTYPES[dt] for _, dt in results_of(sig)]
 
     def impl(*args: torch.Tensor):
         # detach: inside the autograd wrapper the inputs still carry requires_grad; contiguous: a
@@ -101,7 +101,8 @@ def register(fn: CompiledFunction, qualname: str) -> Callable:
     @custom.register_fake
     def fake(*args: torch.Tensor):
         check_meta(fn, args)
-        shapes = result_shapes(sig, [a.shape for a in args])  # run-time (`?`) sizes: from the inputs' SymInts
+        # run-time (`?`) sizes: from the inputs' SymInts; a size the call finds in the data: a new one
+        shapes = result_shapes(sig, [a.shape for a in args], data_sizes(sig))
         outs = [args[0].new_empty(shape, dtype=dt) if args else torch.empty(shape, dtype=dt)
                 for shape, dt in zip(shapes, out_dtypes)]
         return outs[0] if single else tuple(outs)
@@ -109,6 +110,25 @@ def register(fn: CompiledFunction, qualname: str) -> Callable:
     backward = make_backward(fn)
     custom.register_autograd(backward, setup_context=save_inputs)
     return custom
+
+
+def data_sizes(sig) -> dict | None:  # noqa: ANN001  (a FunctionSignature)
+    """An unbacked SymInt per size the call computes from the data (sig.found: a nonzero's count), as
+    torch's own nonzero has at trace time; None where there is none. Where the tracer has no such
+    sizes (torch.compile without capture_dynamic_output_shape_ops, a FakeTensorMode without a
+    ShapeEnv), torch's DynamicOutputShapeException goes on, with a note saying why: torch.compile
+    breaks the graph there and runs the call eagerly, as for torch.nonzero."""
+    if not sig.found:
+        return None
+    ctx = torch.library.get_ctx()
+    try:
+        return {name: ctx.new_dynamic_size() for name, _ in sig.found}
+    except torch._subclasses.fake_tensor.DynamicOutputShapeException as err:
+        names = ", ".join(n for n, _ in sig.found)
+        err.add_note(f"{sig.name}(): its results' sizes depend on the data ({names}), known only after the call: "
+                     "this tracer needs them before it (call it eagerly, or set "
+                     "torch._dynamo.config.capture_dynamic_output_shape_ops = True under torch.compile)")
+        raise
 
 
 def check_meta(fn: CompiledFunction, args: Sequence[torch.Tensor]) -> None:
@@ -123,6 +143,7 @@ def check_meta(fn: CompiledFunction, args: Sequence[torch.Tensor]) -> None:
 
 def save_inputs(ctx, inputs: tuple, output) -> None:  # noqa: ANN001
     ctx.save_for_backward(*inputs)
+    ctx.result_shapes = [o.shape for o in (output if isinstance(output, tuple) else (output,))]
 
 
 def make_backward(fn: CompiledFunction, wrap: Callable[[CompiledFunction], Callable] = op) -> Callable:
@@ -144,14 +165,15 @@ def make_backward(fn: CompiledFunction, wrap: Callable[[CompiledFunction], Calla
     call_grad = wrap(grad_fn)
     wrt = module.wrt.get(name) or float_arguments(fn)
     n_in = len(fn.sig.inputs)
-    zero_like = [(shape, TORCH_DTYPES[dt]) for shape, dt in fn.sig.outputs]
+    dtypes = [TORCH_DTYPES[dt] for _, dt in results_of(fn.sig)]
 
     def backward(ctx, *douts):  # noqa: ANN001, ANN202
         inputs = ctx.saved_tensors
         # Every result gets a cotangent in opc's grad functions, integer ones included (zeros here:
-        # torch sends none through an integer result, and None for a result that was not used).
+        # torch sends none through an integer result, and None for a result that was not used), at
+        # the shape the forward gave (a `?` or data-dependent size included).
         douts = [d if d is not None and d.dtype == dt else inputs[0].new_zeros(shape, dtype=dt)
-                 for d, (shape, dt) in zip(douts, zero_like)]
+                 for d, dt, shape in zip(douts, dtypes, ctx.result_shapes)]
         grads = call_grad(*inputs, *douts)
         grads = grads if isinstance(grads, tuple) else (grads,)
         out: list[torch.Tensor | None] = [None] * n_in
@@ -187,7 +209,7 @@ def function(fn: CompiledFunction) -> Callable:
             def setup_context(ctx, inputs, output) -> None:  # noqa: ANN001
                 outputs = output if isinstance(output, tuple) else (output,)
                 ctx.mark_non_differentiable(*[o for o in outputs if not o.is_floating_point()])
-                ctx.save_for_backward(*inputs)
+                save_inputs(ctx, inputs, output)
 
             backward = staticmethod(backward_fn)
 

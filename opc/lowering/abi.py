@@ -41,6 +41,9 @@ class FunctionSignature:
     # results the function allocates (a data size with no bound before the call, "?" in found): their
     # parameter is an int64 handle the C code writes the buffer's address into; the binding frees it
     handed: list[int] = field(default_factory=list)
+    # size parameters the call computes from those before them (ONNX Slice's clamped bounds), as
+    # (symbol, kind, a, b): symbolic.DERIVED[kind] of the sizes a and b
+    derived: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     @property
     def dynamic(self) -> bool:

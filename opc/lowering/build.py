@@ -766,7 +766,7 @@ class CompiledFunction:
         self.out_c = [(tuple(shape), d, ffi.typeof(f"{c_type_of(dt)}[]"), storage_dtype(d)) for (shape, dt), d in
                       zip(sig.outputs, self.out_dtypes)]
         names = ", ".join(n for n, _, _ in sig.inputs)
-        self.__doc__ = f"{sig.name}({names}) -> {len(sig.outputs)} array(s), compiled by opc"
+        self.__doc__ = f"{sig.name}({names}) -> {len(sig.outputs) - bool(sig.found)} array(s), compiled by opc"
 
     def check(self, i: int, value) -> np.ndarray:
         name, shape, _ = self.sig.inputs[i]

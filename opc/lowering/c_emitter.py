@@ -63,7 +63,13 @@ from opc.lowering.c_expressions import (
 from opc.lowering.c_loop_emission import LoopEmission
 from opc.lowering.c_memory_emission import MemoryEmission, has_dynamic_dims
 from opc.lowering.c_text import c_comment, c_identifier, c_string, c_symbol
-from opc.lowering.size_lowering import function_found, function_handed, function_shapes, function_sizes
+from opc.lowering.size_lowering import (
+    function_derived,
+    function_found,
+    function_handed,
+    function_shapes,
+    function_sizes,
+)
 from opc.transforms.opc_outline_control_flow import is_body
 
 # ---------------------------------------------------------------------------
@@ -405,7 +411,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         outs = [(shapes[n_in + i], handed.get(i) or numpy_name(element_of(a))) for i, a in enumerate(buffers[n_in:])]
         sizes, checks = function_sizes(fn)
         return FunctionSignature(fn.sym_name.data, ins, outs, function_errors(fn), sizes, checks, function_found(fn),
-                                 sorted(handed))
+                                 sorted(handed), function_derived(fn))
 
     def emit_block(self, block: Block) -> None:
         for op in block.ops:

@@ -238,7 +238,8 @@ def write_cuda_module(loops: ModuleOp, out_dir: str, name: str, origin: str) -> 
     lib_file = f"lib{name}.so"
     shutil.copy2(built, os.path.join(out_dir, lib_file))
     py_path = os.path.join(out_dir, f"{name}.py")
-    signatures = [(s.name, s.inputs, s.outputs, s.errors, s.sizes, s.checks) for s in sigs]
+    signatures = [(s.name, s.inputs, s.outputs, s.errors, s.sizes, s.checks, s.found, s.handed, s.derived)
+                  for s in sigs]
     with open(py_path, "w", encoding="utf-8") as f:
         f.write(MODULE_TEMPLATE.format(name=name, origin=os.path.basename(origin), signatures=signatures,
                                        lib_file=lib_file, names=python_names(sigs),

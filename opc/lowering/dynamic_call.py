@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from opc.errors import UnsupportedError
 from opc.lowering.build import CompiledFunction, byte_size
-from opc.symbolic import evaluate
+from opc.symbolic import evaluate, evaluate_derived
 
 SYMBOL = re.compile(r"^n\d+$")
 
@@ -65,6 +65,7 @@ class DynamicFunction(CompiledFunction):
                 else:
                     sizes.setdefault(w, got)
                     given.setdefault(w, f"argument '{name}' dim {d}")
+        evaluate_derived(self.sig.derived, sizes)  # (a clamped slice bound: computed, never read off an argument)
         for name, d, w, got in later:
             need = evaluate(w, sizes)
             if need != got:
@@ -172,17 +173,27 @@ class DynamicFunction(CompiledFunction):
         return data.view(dtype).reshape(dims)
 
 
-def result_shapes(sig, shapes: Sequence[Sequence]) -> list[tuple]:  # noqa: ANN001  (a FunctionSignature)
+def results_of(sig) -> list[tuple[tuple[int | str, ...], str]]:  # noqa: ANN001  (a FunctionSignature)
+    """The function's results (shape, dtype): its outputs but the last where that one holds the data
+    sizes the call found (sig.found), which the call cuts the results to and does not return."""
+    return sig.outputs[:-1] if sig.found else sig.outputs
+
+
+def result_shapes(sig, shapes: Sequence[Sequence], found: Mapping | None = None) -> list[tuple]:  # noqa: ANN001
     """The results' shapes for arguments of `shapes`: numbers, or a framework's symbolic sizes at
-    trace time (torch's SymInt: the sizes' + and * are all this needs). Unchecked: the call checks."""
-    if sig.found:
+    trace time (torch's SymInt: the sizes' + and * are all this needs). Unchecked: the call checks.
+    A size the call computes from the data (sig.found) is known only after the call: `found` gives
+    one for each (torch's unbacked SymInts), else this says so in one line."""
+    if sig.found and found is None:
         names = ", ".join(n for n, _ in sig.found)
-        raise UnsupportedError(f"{sig.name}: its results' sizes depend on the data ({names}), known only after the "
-                               "call: no shape to give before it")
+        raise UnsupportedError(f"{sig.name}(): its results' sizes depend on the data ({names}), known only after "
+                               "the call: no shape to give a tracer before it (call it eagerly)")
     sizes: dict = {}
     for (_, want, _), shape in zip(sig.inputs, shapes):
         for w, got in zip(want, shape):
             if isinstance(w, str) and SYMBOL.match(w):
                 sizes.setdefault(w, got)
-    return [tuple(evaluate(d, sizes) for d in shape) for shape, _ in sig.outputs]
+    evaluate_derived(sig.derived, sizes)
+    sizes.update(found or {})
+    return [tuple(evaluate(d, sizes) for d in shape) for shape, _ in results_of(sig)]
 

@@ -47,6 +47,7 @@ ARG_SHAPES_ATTR = "opc.arg_shapes"  # on a lowered func: each input's and output
 CONSTRAINTS_ATTR = "opc.size_checks"  # on a lowered func: [lhs, rhs, what] sizes the call checks equal
 FOUND_ATTR = "opc.found_sizes"  # on a lowered func: [symbol, upper bound] of each data size its last output returns
 HANDED_ATTR = "opc.handed"  # on a lowered func: [output, dtype] of each result it allocates (HandOutOp)
+DERIVED_ATTR = "opc.derived_sizes"  # on a lowered func: [symbol, kind, a, b] of each size parameter the call computes
 
 
 def memref_type(element: Attribute, shape: Sequence[Size]) -> MemRefType:
@@ -82,9 +83,10 @@ class SizeLowering(LoweringState):
         for shape in self.sizes.shapes.values():
             for d in shape:
                 if isinstance(d, Sym):
-                    missing = sorted(d.symbols - names.keys() - self.sizes.data.keys())
+                    missing = sorted(d.symbols - names.keys() - self.sizes.data.keys() - self.sizes.derived.keys())
                     if missing:
                         raise AssertionError(f"size {d} is not given by an argument's dims")
+        names.update(dict.fromkeys(self.sizes.derived))  # the binding computes them from those before
         return list(names)
 
     def add_size_params(self, names: Sequence[str]) -> None:
@@ -265,6 +267,9 @@ class SizeLowering(LoweringState):
             fn.attributes[HANDED_ATTR] = ArrayAttr([
                 ArrayAttr([IntAttr(i), StringAttr(numpy_name(element_of(self.returned[i])))])  # type: ignore[attr-defined]
                 for i in self.handed])  # type: ignore[attr-defined]
+        if self.sizes.derived:
+            fn.attributes[DERIVED_ATTR] = ArrayAttr([ArrayAttr([StringAttr(p) for p in row])
+                                                     for row in self.sizes.derived_table()])
         fn.attributes[ARG_SHAPES_ATTR] = ArrayAttr([size_text(s) for s in shapes])
         fn.attributes[CONSTRAINTS_ATTR] = ArrayAttr([
             ArrayAttr([StringAttr(str(c.lhs)), StringAttr(str(c.rhs)), StringAttr(c.what)])
@@ -311,3 +316,11 @@ def function_sizes(fn: Operation) -> tuple[list[str], list[tuple[str, str, str]]
     if not isinstance(names, ArrayAttr) or not isinstance(checks, ArrayAttr):
         return [], []
     return [n.data for n in names.data], [tuple(part.data for part in c.data) for c in checks.data]
+
+
+def function_derived(fn: Operation) -> list[tuple[str, str, str, str]]:
+    """A lowered function's size parameters the call computes from the others: (symbol, kind, a, b)."""
+    attr = fn.attributes.get(DERIVED_ATTR)
+    if not isinstance(attr, ArrayAttr):
+        return []
+    return [tuple(p.data for p in row.data) for row in attr.data]  # type: ignore[misc]

@@ -23,7 +23,7 @@ from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.opc import SYMBOLIC_SHAPES
-from opc.dialects.sizes import FunctionSizes, Shape
+from opc.dialects.sizes import DERIVED_OPS, FunctionSizes, Shape
 from opc.errors import UnsupportedError
 from opc.symbolic import Size, Sym, exact_quotient
 
@@ -236,6 +236,9 @@ class SizeTracker:
             return self.indices[d]
         if isinstance(d, int):
             v = emit(arith.ConstantOp(IntegerAttr(d, IndexType())))
+        elif d.is_symbol() and d.render() in self.sizes.derived:  # max/min/floordiv of sizes (a clamped bound)
+            f = self.sizes.derived[d.render()]
+            v = emit(DERIVED_OPS[f.kind](self.index(emit, f.a), self.index(emit, f.b)))
         elif d.is_symbol():
             arg, dim = self.sizes.sources[d.render()]
             v = emit(tensor.DimOp(arg, self.index(emit, dim)))

@@ -16,12 +16,13 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import Float64Type
+from xdsl.dialects.builtin import Float64Type, i64
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
+from opc.dialects.sizes import FunctionSizes
 from opc.onnx_import.common import (
     Values,
     along,
@@ -184,15 +185,13 @@ def slice_(node: Node) -> Values:
     limit: list[Size] = list(src)
     strides = [1] * rank
     backwards: dict[int, list[int]] = {}  # axis -> the positions a negative step picks (a gather)
+    run_time: dict[int, tuple[Size, Size, int]] = {}  # axis -> its bounds and step, clamped at run time
     for a, b, e, st in zip(axes, starts, ends, steps):
         a = node.axis(int(a), rank)
         if isinstance(st, Sym) or st == 0:
             raise node.fail(f"step {st} on axis {a}: a step is a nonzero number")
         if isinstance(src[a], Sym) or isinstance(b, Sym) or isinstance(e, Sym):  # sizes known at run time
-            if st != 1:
-                raise SizeNeeded(f"{node.label}: a slice of axis {a} with step {st}, from {b} to {e}, where a "
-                                 "size is known at run time only (such a slice takes step 1)")
-            start[a], limit[a] = run_time_bound(b, src[a]), run_time_bound(e, src[a])
+            run_time[a] = (b, e, int(st))
             continue
         if st < 0:  # ONNX's clamping for negative steps: start into [0, dim - 1], end into [-1, dim - 1]
             dim = src[a]
@@ -203,8 +202,8 @@ def slice_(node: Node) -> Values:
         limit[a] = max(int(limit[a]), int(start[a]))
         strides[a] = int(st)
     x = node.input(0)
-    if any(isinstance(v, Sym) for v in (*start, *limit)):
-        x = run_time_slice(node, x, start, limit, strides)
+    if run_time:
+        x = run_time_slice(node, x, src, run_time, start, limit, strides)
     elif not (start == [0] * rank and limit == list(src) and strides == [1] * rank):
         x = node.e.value(o.SliceOp(x, [int(v) for v in start], slice_limits(limit), strides))
     for a, picked in backwards.items():
@@ -212,31 +211,85 @@ def slice_(node: Node) -> Values:
     return [x]
 
 
-def run_time_bound(v: int | Sym, dim: Size) -> Size:
-    """A Slice start or end where a size is known at run time only (`x[:, :n - 1]`, `x[:, 1:]`): a
-    negative number counts from the end, one past every size (INT64_MAX) is the end. ONNX would clamp
-    a bound outside the dim; here the slice's run-time check makes that a ValueError at the call."""
+def clamp_bound(s: FunctionSizes, v: Size, dim: Size, lo: Size, hi: Size) -> Size:
+    """A Slice start or end on a dim known at run time, as onnxruntime clamps it: a negative number
+    counts from the end (INT64_MAX and -INT64_MAX are past either end), then min(max(v, lo), hi).
+    A bound computed from run-time sizes (`x[:, :s - 1]`) counts from the end where it comes to a
+    negative number: v + dim * min(max(-v, 0), 1), the indicator of v < 0 in integers (0, and no
+    derived size, where v is a size: >= 0)."""
+    if isinstance(v, Sym):
+        negative = s.derive("min", s.derive("max", -v, 0), 1)
+        return s.derive("min", s.derive("max", v + dim * negative, lo), hi)
+    v = int(v)
+    if v >= WHOLE_END or v <= -WHOLE_END:
+        return s.derive("min", lo if v < 0 else hi, hi)
+    if v >= 0:  # >= lo already
+        return s.derive("min", v, hi)
+    low = s.derive("max", dim + v, lo)  # <= hi already, unless lo > hi (a negative step on an empty dim)
+    return low if s.nonnegative(hi - lo) else s.derive("min", low, hi)
+
+
+def run_time_span(s: FunctionSizes, dim: Size, b: Size, e: Size, step: int) -> tuple[Size, Size, Size]:
+    """One axis of a Slice with run-time sizes: the offset and length of the contiguous span it walks
+    (within [0, dim] for every size) and how many elements it picks there. A positive step walks
+    [start, end) with start and end clamped into [0, dim]; a negative one (end, start] with start
+    clamped into [0, dim - 1] and end into [-1, dim - 1], ONNX's (and onnxruntime's) rule.
+    A dim computed from the data (a NonZero's count) is known only once its op ran, after the call
+    computed the clamps: its slice is taken as given, step 1 (out of range: the slice's ValueError)."""
+    if s.data_symbols(dim) or s.data_symbols(b) or s.data_symbols(e):
+        if step != 1:
+            raise SizeNeeded(f"a slice with step {step} of a size computed from the data ({dim})")
+        first, last = data_bound(b, dim), data_bound(e, dim)
+        return first, last - first, last - first
+    if step > 0:
+        first, last = clamp_bound(s, b, dim, 0, dim), clamp_bound(s, e, dim, 0, dim)
+        offset, length = first, s.derive("max", last - first, 0)
+    else:
+        first, last = clamp_bound(s, b, dim, 0, dim - 1), clamp_bound(s, e, dim, -1, dim - 1)
+        offset, length = last + 1, s.derive("max", first - last, 0)
+    k = abs(step)
+    return offset, length, length if k == 1 else s.derive("floordiv", length + (k - 1), k)
+
+
+def data_bound(v: Size, dim: Size) -> Size:
+    """A bound of a slice of a size computed from the data, unclamped: a negative number counts from
+    the end, one past every size (INT64_MAX) is the end."""
     if isinstance(v, Sym):
         return v
-    v = int(v)
-    if v >= WHOLE_END:
-        return dim
-    return dim + v if v < 0 else v
+    return dim if v >= WHOLE_END else dim + v if v < 0 else v
 
 
-def run_time_slice(node: Node, x: SSAValue, start: Sequence[Size], limit: Sequence[Size],
-                   strides: Sequence[int]) -> SSAValue:
-    """A tensor.extract_slice whose offsets and sizes are `index` values of the run-time sizes."""
+def run_time_slice(node: Node, x: SSAValue, src: Sequence[Size], run_time: dict[int, tuple[Size, Size, int]],
+                   start: Sequence[Size], limit: Sequence[Size], strides: Sequence[int]) -> SSAValue:
+    """A tensor.extract_slice whose offsets and sizes are `index` values computed from the run-time
+    sizes (clamped, so the slice is always in bounds: its own check never fires), then, on an axis
+    of step other than 1, a gather of every step-th element of the span (from its end backwards for
+    a negative step: gather counts negative indices from the end)."""
     e = node.e
-    sizes = [lim - st if isinstance(lim, Sym) or isinstance(st, Sym) else extent_count(st, lim, k)
-             for st, lim, k in zip(start, limit, strides)]
+    assert e.tracker is not None, "a run-time size is tracked"
+    s = e.tracker.sizes
+    offsets = list(start)
+    sizes: list[Size] = [lim - st if isinstance(lim, Sym) or isinstance(st, Sym) else extent_count(st, lim, k)
+                         for st, lim, k in zip(start, limit, strides)]  # (a `?` axis not sliced: whole)
+    picks: dict[int, tuple[int, Size]] = {}
+    for a, (b, end, step) in run_time.items():
+        offsets[a], sizes[a], count = run_time_span(s, src[a], b, end, step)
+        if step != 1:
+            picks[a] = (step, count)
 
     def index(d: Size) -> int | SSAValue:
         return d if isinstance(d, int) else e.size_operands([d])[0]
 
     result = o.tensor([d if isinstance(d, int) else o.DYNAMIC for d in sizes], element_of(x))
-    return e.value(slices.extract_slice(x, [index(d) for d in start], [index(d) for d in sizes], list(strides),
-                                        result))
+    x = e.value(slices.extract_slice(x, [index(d) for d in offsets], [index(d) for d in sizes],
+                                     [1 if a in run_time else st for a, st in enumerate(strides)], result))
+    for a, (step, count) in picks.items():
+        iota = e.value(o.IotaOp(o.tensor([count if isinstance(count, int) else o.DYNAMIC], i64),
+                                e.size_operands([count])))
+        first = 0 if step > 0 else -1  # the span's last element, counted from its end
+        picked = e.add(e.mul(iota, e.constant(np.array(step, np.int64))), e.constant(np.array(first, np.int64)))
+        x = e.value(o.GatherOp(x, picked, a))
+    return x
 
 
 def extent_count(start: int, limit: int, stride: int) -> int:

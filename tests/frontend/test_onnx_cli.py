@@ -217,12 +217,13 @@ def test_open_dims_import_as_run_time_sizes(tmp_path):
 
 
 def test_a_size_needed_at_import_says_which_node_and_how_to_fix(tmp_path):
-    """x[:n - 1:2] with n open: a stepped slice to a bound known at run time only (a step-1 slice
-    takes run-time bounds; a stepped one still needs its size at import)."""
-    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Sub", ["s", "one"], ["end"]),
-             helper.make_node("Slice", ["x", "zero", "end", "axis", "step"], ["y"], name="cut")]
+    """Range(n, 2 * n) with n open: a Range whose start is known at run time only (a Slice takes
+    run-time bounds, clamped at the call; this still needs its size at import)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], end=1), helper.make_node("Squeeze", ["s", "zero"], ["n"]),
+             helper.make_node("Add", ["n", "n"], ["n2"]),
+             helper.make_node("Range", ["n", "n2", "one"], ["y"], name="cut")]
     model = graph_model(nodes, {"x": np.zeros((3, 4), np.float32)}, ["y"],
-                        {"one": np.array([1]), "zero": np.array([0]), "axis": np.array([0]), "step": np.array([2])})
+                        {"one": np.array(1), "zero": np.array([0])})
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
     assert_one_line_error(run_cli("import", save(model, tmp_path / "cut.onnx")), "'cut'", "--shape x=")
 
