@@ -16,7 +16,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import Float64Type, i64
+from xdsl.dialects import arith, tensor
+from xdsl.dialects.builtin import Float64Type, IndexType, f64, i64
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
@@ -566,6 +567,8 @@ def one_hot(node: Node) -> Values:
 def range_(node: Node) -> Values:
     """Known at compile time, or (a limit known at run time, delta 1) start + opc.iota of length
     limit - start."""
+    if not all(node.known(i) for i in range(3)):
+        return [range_from_values(node)]
     start, limit, delta = (node.const(i, what) for i, what in enumerate(("start", "limit", "delta")))
     if is_symbolic(limit):
         return [run_time_range(node, start, limit.reshape(-1)[0], delta)]
@@ -573,6 +576,24 @@ def range_(node: Node) -> Values:
         raise node.fail("delta must not be 0")
     n = max(int(np.ceil((limit - start) / delta)), 0)
     return [(start + np.arange(n) * delta).astype(start.dtype)]
+
+
+def range_from_values(node: Node) -> SSAValue:
+    """start + delta * iota(n), n = max(ceil((limit - start) / delta), 0) read at run time (computed in
+    f64, as ONNX's reference does in its element type: exact for the counts a Range makes): a size
+    read from a tensor's value, so one compile serves every start, limit and delta. A delta of 0 makes
+    the count -1, which the call refuses as a negative size (ValueError)."""
+    e = node.e
+    start, limit, delta = (node.e.reshape(node.input(i), []) for i in range(3))
+    element = element_of(start)
+    s, lim, d = (e.cast(v, f64) for v in (start, limit, delta))
+    steps = e.value(o.CeilOp(e.div(e.sub(lim, s), d)))
+    count = e.value(o.MaximumOp(steps, e.constant(np.array(0.0))))
+    zero = e.value(o.EqualOp(d, e.constant(np.array(0.0))))
+    count = e.select(zero, e.constant(np.array(-1.0)), count)
+    n = e.value(arith.IndexCastOp(e.value(tensor.ExtractOp(e.cast(count, i64), [], i64)), IndexType()))
+    iota = e.value(o.IotaOp(o.tensor([o.DYNAMIC], element), [n]))
+    return e.add(e.mul(iota, delta), start)
 
 
 def run_time_range(node: Node, start: np.ndarray, n: Sym, delta: np.ndarray) -> SSAValue:
