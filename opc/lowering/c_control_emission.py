@@ -23,7 +23,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from opc.dialects.control import MAX_TRIPS_ATTR
 from opc.dialects.kinds import element_of
 from opc.dialects.opc_stack import DepthOp, PopIntoOp, PushOp
-from opc.lowering.abi import ENTRY_PREFIX
+from opc.lowering.abi import ENTRY_PREFIX, STACK_CAPACITY_FN, STACK_PEAK_FN
 from opc.lowering.c_expressions import ARENA_ALIGN, c_type
 from opc.lowering.c_memory_emission import c_product
 from opc.lowering.c_text import c_symbol
@@ -67,27 +67,46 @@ static void opc_cf_watch_sigint(void) {
 
 # The stack of the values loops save for their backward (opc/dialects/opc_stack.py): one per thread,
 # growing as needed. One stack serves every loop: a backward pops in exactly the reverse order of
-# the forward's pushes, loops nested or in sequence. Each exported call starts it empty.
-STACK_SUPPORT = """typedef struct { char *data; size_t used, cap; } opc_stack_t;
-static __thread opc_stack_t opc_stack = {NULL, 0, 0};
-static int opc_stack_push(const void *p, size_t n) {
-  if (opc_stack.used + n > opc_stack.cap) {
+# the forward's pushes, loops nested or in sequence. Each exported call starts it empty and, at its
+# end (returned or failed), frees a buffer grown past STACK_KEEP_BYTES: one long loop must not hold
+# its memory for the thread's life, while a small buffer is kept for the next call's speed.
+# opc_stack_capacity / opc_stack_peak: what the calling thread's stack holds allocated now, and the
+# most its last call held (bytes), for tests and memory measurements (declared where it exists,
+# build.py).
+STACK_KEEP_BYTES = 64 << 20
+
+STACK_SUPPORT = f"""typedef struct {{ char *data; size_t used, cap, peak; }} opc_stack_t;
+static __thread opc_stack_t opc_stack = {{NULL, 0, 0, 0}};
+static int opc_stack_push(const void *p, size_t n) {{
+  if (opc_stack.used + n > opc_stack.cap) {{
     size_t cap = opc_stack.cap ? opc_stack.cap : 4096;
     while (cap < opc_stack.used + n) cap *= 2;
     char *data = (char *)realloc(opc_stack.data, cap);
-    if (!data) { OPC_STACK_OOM(cap); return 1; }
+    if (!data) {{ OPC_STACK_OOM(cap); return 1; }}
     opc_stack.data = data;
     opc_stack.cap = cap;
-  }
+  }}
   OPC_STACK_COPY(opc_stack.data + opc_stack.used, p, n);
   opc_stack.used += n;
+  if (opc_stack.used > opc_stack.peak) opc_stack.peak = opc_stack.used;
   return 0;
-}
-static int opc_stack_pop(void *p, size_t n) {
+}}
+static int opc_stack_pop(void *p, size_t n) {{
   opc_stack.used -= n;
   OPC_STACK_COPY(p, opc_stack.data + opc_stack.used, n);
   return 0;
-}
+}}
+static void opc_stack_start(void) {{ opc_stack.used = 0; opc_stack.peak = 0; }}
+static void opc_stack_end(void) {{
+  opc_stack.used = 0;
+  if (opc_stack.cap > (size_t){STACK_KEEP_BYTES}) {{
+    free(opc_stack.data);
+    opc_stack.data = NULL;
+    opc_stack.cap = 0;
+  }}
+}}
+int64_t {STACK_CAPACITY_FN}(void) {{ return (int64_t)opc_stack.cap; }}
+int64_t {STACK_PEAK_FN}(void) {{ return (int64_t)opc_stack.peak; }}
 """
 
 
