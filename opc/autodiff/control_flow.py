@@ -75,6 +75,8 @@ def control_vjp(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | None], l
     """Cotangents of what op reads (operands and captured values), emitted into e."""
     if isinstance(op, scf.IfOp):
         return if_vjp(e, op, douts, live, sweep)
+    if isinstance(op, scf.IndexSwitchOp):
+        return switch_vjp(e, op, douts, live, sweep)
     if isinstance(op, scf.ForOp):
         return for_vjp(e, op, douts, live, sweep)
     if isinstance(op, scf.WhileOp):
@@ -113,8 +115,31 @@ def if_vjp(e: OpBuilder, op: scf.IfOp, douts: Sequence[SSAValue | None], live: s
     caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
     if not caps:
         return {}
+    regions = branch_grads([op.true_region, op.false_region], douts, caps, sweep)
+    grad_if = scf.IfOp(op.cond, [c.type for c in caps], regions[0], regions[1])
+    e.emit(grad_if)
+    return dict(zip(caps, grad_if.results))
+
+
+def switch_vjp(e: OpBuilder, op: scf.IndexSwitchOp, douts: Sequence[SSAValue | None], live: set[SSAValue],
+               sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    """A grad index_switch on the same index, as if_vjp's grad if: each case recomputes its forward
+    case and sweeps it."""
+    caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
+    if not caps:
+        return {}
+    regions = branch_grads([*op.case_regions, op.default_region], douts, caps, sweep)
+    grad = scf.IndexSwitchOp(op.arg, op.cases, regions[-1], regions[:-1], [c.type for c in caps])
+    e.emit(grad)
+    return dict(zip(caps, grad.results))
+
+
+def branch_grads(branches: Sequence[Region], douts: Sequence[SSAValue | None], caps: list[SSAValue],
+                 sweep: Sweep) -> list[Region]:
+    """Per forward branch, a region that recomputes it and yields the cotangents of `caps` (zeros
+    for those it does not read)."""
     regions = []
-    for region in (op.true_region, op.false_region):
+    for region in branches:
         be = OpBuilder()
         grads: dict[SSAValue, SSAValue] = {}
         if region.blocks:
@@ -124,9 +149,7 @@ def if_vjp(e: OpBuilder, op: scf.IfOp, douts: Sequence[SSAValue | None], live: s
         outs = [grads[c] if c in grads else be.full(0.0, c) for c in caps]
         be.emit(scf.YieldOp(*outs))
         regions.append(Region(Block(be.ops)))
-    grad_if = scf.IfOp(op.cond, [c.type for c in caps], regions[0], regions[1])
-    e.emit(grad_if)
-    return dict(zip(caps, grad_if.results))
+    return regions
 
 
 def index_const(e: OpBuilder, n: int) -> SSAValue:

@@ -1,5 +1,6 @@
-"""Control flow on the host: the lowered `scf.if` / `scf.for` / `scf.while` marked `opc.host`
-(opc/lowering/control_flow_lowering.py) as C `if` / `for` / `while`, and the calls of their bodies.
+"""Control flow on the host: the lowered `scf.if` / `scf.index_switch` / `scf.for` / `scf.while`
+marked `opc.host` (opc/lowering/control_flow_lowering.py) as C `if` / `switch` / `for` / `while`, and
+the calls of their bodies.
 
 A part of CEmitter (c_emitter.py), which mixes it in.
 
@@ -124,7 +125,7 @@ def arena_support(name: str) -> str:
 def is_host_control(op: Operation) -> bool:
     if isinstance(op, (func.CallOp, PushOp, PopIntoOp, DepthOp)):
         return True
-    return isinstance(op, (scf.IfOp, scf.ForOp, scf.WhileOp)) and HOST_ATTR in op.attributes
+    return isinstance(op, (scf.IfOp, scf.ForOp, scf.WhileOp, scf.IndexSwitchOp)) and HOST_ATTR in op.attributes
 
 
 def uses_stack(module: ModuleOp) -> bool:
@@ -175,6 +176,8 @@ class ControlEmission(EmitterState):
             self.line("} else {")
             self.emit_region_ops(op.false_region.block)
             self.line("}")
+        elif isinstance(op, scf.IndexSwitchOp):
+            self.emit_host_switch(op)
         elif isinstance(op, scf.ForOp):
             self.emit_host_for(op)
         else:
@@ -228,6 +231,19 @@ class ControlEmission(EmitterState):
         for t, tmp in zip(targets, temps):
             self.line(f"{self.name(t)} = {tmp};")
         self.indent -= 1
+        self.line("}")
+
+    def emit_host_switch(self, op: scf.IndexSwitchOp) -> None:
+        """A C switch; each case in braces of its own (C++, CUDA: no jump past a declaration)."""
+        self.line(f"switch ({self.name(op.arg)}) {{")
+        for v, region in zip(op.cases.iter_values(), op.case_regions):
+            self.line(f"case {v}LL: {{")
+            self.emit_region_ops(region.block)
+            self.line("  break;")
+            self.line("}")
+        self.line("default: {")
+        self.emit_region_ops(op.default_region.block)
+        self.line("}")
         self.line("}")
 
     def emit_host_for(self, op: scf.ForOp) -> None:
