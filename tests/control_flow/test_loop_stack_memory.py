@@ -157,3 +157,44 @@ def test_failed_call_leaves_the_stack_consistent():
     gx, gw, _ = m.f_grad(x, w, np.array(float(n * 5 - 1)), dout)
     np.testing.assert_allclose(gx, np.ones(n))
     np.testing.assert_allclose(gw, np.full(n, 5 * 4 / 2 + 5.0))
+
+
+# a checkpointed while inside a checkpointed for: the for's segment reruns hold the while's count and
+# checkpoints, popped within each backward step
+WHILE_IN_FOR = """
+func.func @f(%n: tensor<i64>, %x: tensor<4xf64>, %w: tensor<4xf64>, %lim: tensor<f64>) -> tensor<4xf64> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %ni = tensor.extract %n[] : tensor<i64>
+  %nn = arith.index_cast %ni : i64 to index
+  %r = scf.for %i = %c0 to %nn step %c1 iter_args(%acc = %x) -> (tensor<4xf64>) {
+    %q = scf.while (%a = %acc) : (tensor<4xf64>) -> (tensor<4xf64>) {
+      %s = opc.reduce_sum %a {axes = array<i64: 0>, keepdim = false} : (tensor<4xf64>) -> tensor<f64>
+      %t = opc.less_than %s, %lim : (tensor<f64>, tensor<f64>) -> tensor<i1>
+      %c = tensor.extract %t[] : tensor<i1>
+      scf.condition(%c) %a : tensor<4xf64>
+    } do {
+    ^bb0(%b: tensor<4xf64>):
+      %m = opc.mul %b, %w : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+      %d = opc.sigmoid %b : (tensor<4xf64>) -> tensor<4xf64>
+      %e = opc.add %m, %d : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+      scf.yield %e : tensor<4xf64>
+    } attributes {opc.checkpoint = 2 : i64}
+    %h = opc.tanh %q : (tensor<4xf64>) -> tensor<4xf64>
+    %z = opc.mul %h, %w : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+    scf.yield %z : tensor<4xf64>
+  } {opc.checkpoint = 2 : i64}
+  return %r : tensor<4xf64>
+}
+"""
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 5])
+def test_checkpointed_while_in_checkpointed_for(n):
+    m = opc.compile(WHILE_IN_FOR, grad=True)
+    full = opc.compile(WHILE_IN_FOR.replace("opc.checkpoint = 2", "opc.checkpoint = 1"), grad=True)
+    rng = np.random.default_rng(1)
+    x, w, lim, dout = rng.uniform(0, 0.2, 4), rng.uniform(0.9, 1.0, 4), np.array(3.0), rng.standard_normal(4)
+    for a, b in zip(m.f_grad(np.array(n), x, w, lim, dout), full.f_grad(np.array(n), x, w, lim, dout)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    check_grad(m, [np.array(n)], [x, w], rng, tail=[lim])
