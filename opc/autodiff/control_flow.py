@@ -17,6 +17,9 @@ forward pushes the carried values of every k-th iteration only; the backward run
 segments in reverse, pops a segment's first values, reruns the segment's k iterations forward
 (saving each, as above) and runs them backward. Memory: trip count / k + k copies of the carried
 values instead of trip count; time: the forward runs twice.
+A checkpointed scf.while (checkpointed_while_vjp) keeps a count of its iterations on the stack and
+saves every k-th entering state; its backward knows the trip count, so it reruns its segments as
+scf.for loops.
 
 Recomputing (second order, `grad=2`): a backward that pops what its forward pushed reads values
 through the stacks, a dependence no sweep can see, so `f_grad_grad` differentiates a stack-free
