@@ -205,6 +205,37 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
     # not saved (that would be a copy of the whole per iteration); the recomputation reads zeros
     unsaved = set(in_place_carried(op.body.block))
     names = save_carried(op, unsaved)
+
+    def popped(be: OpBuilder, i: SSAValue) -> dict[SSAValue, SSAValue]:
+        return {carried[k]: be.full(0.0, inits[k]) if k in unsaved else
+                be.value(PopOp(names[k], carried[k].type, be.dims(inits[k]))) for k in reversed(range(len(carried)))}
+
+    return reverse_for(e, op, douts, caps, floats, sweep, popped)
+
+
+def recomputing_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
+                        floats: list[int], sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    """The backward loop without stacks: backward step k reruns the forward loop from its start
+    for n - 1 - k iterations (a copy of it with that bound), recomputes the body from the carried
+    values it gives, and sweeps it, as for_vjp does with popped values."""
+
+    def rerun(be: OpBuilder, i: SSAValue) -> dict[SSAValue, SSAValue]:
+        again = op.clone()  # the forward loop as it is (no pushes: nothing is saved here)
+        again.operands = [op.lb, i, op.step, *op.iter_args]
+        be.emit(again)
+        return dict(zip(op.body.block.args[1:], again.results))
+
+    return reverse_for(e, op, douts, caps, floats, sweep, rerun)
+
+
+def reverse_for(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
+                floats: list[int], sweep: Sweep,
+                carried_at: Callable[[OpBuilder, SSAValue], dict[SSAValue, SSAValue]]) -> dict[SSAValue, SSAValue]:
+    """The backward scf.for of an scf.for: its step k sweeps the body at the forward's iteration
+    i = lb + (n - 1 - k) * step, whose carried values carried_at(be, i) gives (popped from the
+    stacks, or recomputed), carrying the carried values' cotangents and summing the captured ones'."""
+    carried = list(op.body.block.args[1:])
+    inits = list(op.iter_args)
     n = trip_count(e, op)
     seeds: list[SSAValue] = [d if (d := douts[k]) is not None else e.full(0.0, op.results[k]) for k in floats]
     zeros = [e.full(0.0, c) for c in caps]
@@ -214,39 +245,7 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
     # the forward's iteration index of backward step k: lb + (n - 1 - k) * step
     back = be.value(arith.SubiOp(be.value(arith.SubiOp(n, index_const(be, 1))), k_arg))
     i = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(back, op.step))))
-    popped = {carried[k]: be.full(0.0, inits[k]) if k in unsaved else
-              be.value(PopOp(names[k], carried[k].type, be.dims(inits[k]))) for k in reversed(range(len(carried)))}
-    ops, yielded = replay(be, op.body.block, {op.body.block.args[0]: i, **popped})
-    sources = [popped[carried[k]] for k in floats] + caps
-    grads = sweep(be, ops, sources, [(yielded[k], d) for k, d in zip(floats, d_carried)])
-    step_d = [grads.get(popped[carried[k]]) or be.full(0.0, carried[k]) for k in floats]
-    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
-    be.emit(scf.YieldOp(*step_d, *step_caps))
-    body.add_ops(be.ops)
-    loop = scf.ForOp(index_const(e, 0), n, index_const(e, 1), [*seeds, *zeros], Region(body))
-    e.emit(loop)
-    return summed(e, [*(inits[k] for k in floats), *caps], loop.results)
-
-
-def recomputing_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
-                        floats: list[int], sweep: Sweep) -> dict[SSAValue, SSAValue]:
-    """The backward loop without stacks: backward step k reruns the forward loop from its start
-    for n - 1 - k iterations (a copy of it with that bound), recomputes the body from the carried
-    values it gives, and sweeps it, as for_vjp does with popped values."""
-    carried = list(op.body.block.args[1:])
-    inits = list(op.iter_args)
-    n = trip_count(e, op)
-    seeds: list[SSAValue] = [d if (d := douts[k]) is not None else e.full(0.0, op.results[k]) for k in floats]
-    zeros = [e.full(0.0, c) for c in caps]
-    body = Block(arg_types=[IndexType(), *(v.type for v in seeds), *(c.type for c in zeros)])
-    k_arg, d_carried, d_caps = body.args[0], body.args[1:1 + len(floats)], body.args[1 + len(floats):]
-    be = OpBuilder()
-    back = be.value(arith.SubiOp(be.value(arith.SubiOp(n, index_const(be, 1))), k_arg))
-    i = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(back, op.step))))
-    rerun = op.clone()  # the forward loop as it is (no pushes: nothing is saved here)
-    rerun.operands = [op.lb, i, op.step, *inits]
-    be.emit(rerun)
-    given = dict(zip(carried, rerun.results))
+    given = carried_at(be, i)
     ops, yielded = replay(be, op.body.block, {op.body.block.args[0]: i, **given})
     sources = [given[carried[k]] for k in floats] + caps
     grads = sweep(be, ops, sources, [(yielded[k], d) for k, d in zip(floats, d_carried)])

@@ -26,7 +26,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from opc.interop.arrays import is_bfloat16
-from opc.interop.torch import compiled_function, float_arguments, library_key
+from opc.interop.models import float_arguments, library_key, model_arguments
 from opc.lowering.abi import c_symbol
 from opc.lowering.build import CompiledFunction
 from opc.lowering.dynamic_call import results_of
@@ -137,19 +137,10 @@ class Module(paddle.nn.Layer):
     def __init__(self, model, params: dict[str, np.ndarray] | None = None, function: str | None = None,
                  **compile_options) -> None:
         super().__init__()
-        if isinstance(model, tuple):
-            model, params = model
-        fn = model if isinstance(model, CompiledFunction) else compiled_function(model, function, compile_options)
-        params = dict(params or {})
-        names = [n for n, _, _ in fn.sig.inputs]
-        unknown = [k for k in params if k not in names]
-        if unknown:
-            raise ValueError(f"params: {', '.join(map(repr, unknown))} name no argument of {fn.sig.name}() "
-                             f"(arguments: {', '.join(names)})")
-        self.function = op(fn)
-        self.arguments = names
-        self.inputs = [n for n in names if n not in params]
-        for n in names:
+        given = model_arguments(model, params, function, compile_options)
+        self.function = op(given.fn)
+        self.arguments, self.inputs, params = given.arguments, given.inputs, given.params
+        for n in self.arguments:
             if n in params:
                 value = np.asarray(params[n])
                 weight = self.create_parameter(list(value.shape), dtype=str(value.dtype),

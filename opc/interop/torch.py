@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from opc.interop.arrays import result_converter
+from opc.interop.models import float_arguments, library_key, model_arguments
 from opc.lowering.abi import c_symbol
 from opc.lowering.build import CompiledFunction, CompiledModule
 from opc.lowering.dynamic_call import result_shapes, results_of
@@ -50,13 +51,6 @@ def op(fn: CompiledFunction) -> Callable:
     if key not in _OPS:
         _OPS[key] = register(fn, f"{NAMESPACE}::{c_symbol(fn.sig.name)}_{key[0]}")
     return _OPS[key]
-
-
-def library_key(fn: CompiledFunction) -> str:
-    path = fn.module.path if fn.module is not None else None
-    if path is None:
-        return f"id{id(fn):x}"
-    return path.name.split(".")[0].removeprefix("_opc_")[:16]
 
 
 def arg_names(fn: CompiledFunction) -> list[str]:
@@ -218,11 +212,6 @@ def function(fn: CompiledFunction) -> Callable:
     return _FUNCTIONS[key]
 
 
-def float_arguments(fn: CompiledFunction) -> list[int]:
-    """A module written by `opc compile -o` records no wrt: its grads are for every float argument."""
-    return [i for i, (_, _, dt) in enumerate(fn.sig.inputs) if dt.startswith(("float", "bfloat"))]
-
-
 class Module(torch.nn.Module):
     """A model opc compiled, its weights held as `nn.Parameter`s, so a torch optimizer trains it.
 
@@ -236,19 +225,10 @@ class Module(torch.nn.Module):
     def __init__(self, model, params: dict[str, np.ndarray] | None = None, function: str | None = None,
                  **compile_options) -> None:
         super().__init__()
-        if isinstance(model, tuple):
-            model, params = model
-        fn = model if isinstance(model, CompiledFunction) else compiled_function(model, function, compile_options)
-        params = dict(params or {})
-        names = [n for n, _, _ in fn.sig.inputs]
-        unknown = [k for k in params if k not in names]
-        if unknown:
-            raise ValueError(f"params: {', '.join(map(repr, unknown))} name no argument of {fn.sig.name}() "
-                             f"(arguments: {', '.join(names)})")
-        self.function = op(fn)
-        self.arguments = names
-        self.inputs = [n for n in names if n not in params]
-        for n in names:
+        given = model_arguments(model, params, function, compile_options)
+        self.function = op(given.fn)
+        self.arguments, self.inputs, params = given.arguments, given.inputs, given.params
+        for n in self.arguments:
             if n in params:
                 if hasattr(self, n):
                     raise ValueError(f"params: weight '{n}' clashes with an attribute of torch.nn.Module")
@@ -263,21 +243,3 @@ class Module(torch.nn.Module):
         return self.function(*[given[n] if n in given else getattr(self, n) for n in self.arguments])
 
 
-def compiled_function(source, function: str | None, options: dict) -> CompiledFunction:  # noqa: ANN001
-    """Compile `source` with grad=True; its function named `function`, or its first one."""
-    from xdsl.dialects import func
-    from xdsl.dialects.builtin import ModuleOp
-
-    from opc.api import compile
-    from opc.frontend import load_module
-
-    module = source if isinstance(source, ModuleOp) else load_module(source).module
-    funcs = [f.sym_name.data for f in module.ops if isinstance(f, func.FuncOp)]
-    if function is None:
-        if not funcs:
-            raise ValueError("model: the source has no function")
-        function = funcs[0]
-    elif function not in funcs:
-        raise ValueError(f"function: the source has no function {function!r} (functions: {', '.join(funcs)})")
-    compiled = compile(module, **{"grad": True, **options})
-    return compiled[function]
