@@ -2,8 +2,10 @@
 
     TreeEnsemble(X) {nodes_*, leaf_*, tree_roots, ...}              (ml opset 5) -> [N, n_targets]
     TreeEnsembleRegressor(X) {nodes_*, target_*, base_values, ...}  (ml opsets 1, 3) -> [N, n_targets]
+    TreeEnsembleClassifier(X) {nodes_*, class_*, classlabels_int64s, base_values, ...}  (ml opsets 1, 3)
+        -> Y: labels int64 [N], Z: scores float32 [N, n_classes]
 
-Both become one `Forest`: tables over one index space of nodes, where a leaf is a node whose two
+All three become one `Forest`: tables over one index space of nodes, where a leaf is a node whose two
 children are itself. Every tree is walked at once, for every row: the node each (row, tree) is at
 is an index into the tables of the nodes' features, thresholds, modes and children, advanced by a
 gather and a select once per level, max depth times (a walk that has reached its leaf stays). The
@@ -15,7 +17,18 @@ A NaN feature takes the true branch where the comparison holds (NaN != t) or the
 missing_value_tracks_true says so, as onnxruntime does for both ops. A target no tree scores is 0
 under MIN and MAX, as in onnxruntime (ONNX's reference leaves the float's extreme there); base values
 are then added to every target, as the spec and ONNX's reference do (onnxruntime leaves a target no
-leaf scores at 0). TreeEnsembleClassifier is not imported.
+leaf scores at 0).
+
+The classifier follows onnxruntime (tree_ensemble_aggregator.h, TreeAggregatorClassifier), which the
+spec leaves room for: the class sums over the trees (SUM), a class "scored" where a leaf reached gave
+it a weight. With three or more classes, base values are added (every class then scored), Y is the
+label of the first largest scored class, Z the post-transformed scores (an unscored class reads 0).
+With two, onnxruntime has rules of its own (two_classes says which), chiefly its binary case, the
+weights naming one class only (skl2onnx's boosted trees): the label is labels[1] where the score is
+above 0.5 (all weights >= 0) or above 0, and a single score s widens to [1 - s, s], [-s, s] or under
+LOGISTIC [sigmoid(-s), sigmoid(s)]. Where both of two classes have weights, onnxruntime writes the
+label 1 or 0 itself, not the class label; opc writes classlabels_int64s[1] or [0] (the same for the
+labels [0, 1]). classlabels_strings are refused (opc has no string tensors), and PROBIT as above.
 """
 
 from __future__ import annotations
@@ -298,7 +311,7 @@ def scores(node: Node, forest: Forest, x: SSAValue, aggregate: int) -> SSAValue:
         out = e.reduce_sum(rows, [1])
         return e.div(out, scalar(node, len(forest.roots), out)) if aggregate == AVERAGE else out
     hits = e.value(o.GatherOp(e.constant(forest.hits.astype(np.int64)), leaves, 0))
-    far = np.finfo(dtype).max if aggregate == MIN else np.finfo(dtype).min
+    far = float(np.finfo(dtype).max if aggregate == MIN else np.finfo(dtype).min)
     rows = e.select(e.value(o.EqualOp(hits, e.constant(np.array(1, np.int64)))), rows, scalar(node, far, rows))
     out = e.value((o.ReduceMinOp if aggregate == MIN else o.ReduceMaxOp)(rows, [1], False))
     scored = e.value(o.GreaterThanOp(e.value(o.ReduceMaxOp(hits, [1], False)), e.constant(np.array(0, np.int64))))
@@ -401,20 +414,20 @@ def first_max(node: Node, x: SSAValue) -> SSAValue:
 
 
 def several_classes(node: Node, total: SSAValue, scored: SSAValue, base: np.ndarray, labels: np.ndarray,
-                    post: int) -> Values:
+                    post: int) -> tuple[SSAValue, SSAValue]:
     """Three or more classes: base values added (a class then counts as scored), the label of the
     largest scored class, the scores post-transformed."""
     e = node.e
     if base.size:
         total = e.add(total, e.constant(base.astype(numpy_of(total))))
         scored = bool_constant(node, True, shape_of(total))
-    far = scalar(node, -np.finfo(numpy_of(total)).max, total)
+    far = scalar(node, -float(np.finfo(numpy_of(total)).max), total)
     label = e.value(o.GatherOp(e.constant(labels), first_max(node, e.select(scored, total, far)), 0))
-    return [label, post_transform(node, e.select(scored, total, scalar(node, 0, total)), post)]
+    return label, post_transform(node, e.select(scored, total, scalar(node, 0, total)), post)
 
 
 def two_classes(node: Node, total: SSAValue, scored: SSAValue, base: np.ndarray, labels: np.ndarray, post: int,
-                one_class: bool, positive: bool) -> Values:
+                one_class: bool, positive: bool) -> tuple[SSAValue, SSAValue]:
     """onnxruntime's two-class rules (tree_ensemble_aggregator.h, FinalizeScores). With two base values
     and class 1 scored, class 1's score is base[1] + class 0's sum and class 0's its negation (class
     1's own sum is dropped); otherwise base[0] goes to class 0. The label is labels[1] where the
@@ -445,7 +458,7 @@ def two_classes(node: Node, total: SSAValue, scored: SSAValue, base: np.ndarray,
     label = e.select(above, e.constant(labels[1:2]), e.constant(labels[:1]))
     both = post_transform(node, e.value(o.ConcatOp([z0, z1], 1)), post)
     if base.size == 2:
-        return [e.reshape(label, shape_of(label)[:1]), both]
+        return e.reshape(label, shape_of(label)[:1]), both
     if post == LOGISTIC and (one_class or not base.size):
         one = [e.value(o.SigmoidOp(e.neg(z0))), e.value(o.SigmoidOp(z0))]
     elif one_class and positive:
@@ -455,7 +468,7 @@ def two_classes(node: Node, total: SSAValue, scored: SSAValue, base: np.ndarray,
     else:
         one = [z0, e.constant(np.zeros(shape_of(z0), numpy_of(z0)))]
     widened = e.value(o.ConcatOp(one, 1))
-    return [e.reshape(label, shape_of(label)[:1]), e.select(wide, both, widened)]
+    return e.reshape(label, shape_of(label)[:1]), e.select(wide, both, widened)
 
 
 @converter(f"{ML}.TreeEnsembleClassifier", since=1)

@@ -19,7 +19,7 @@ ML = "ai.onnx.ml"
 ALL_MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
 
 
-def classifier_model(attrs: dict, x: np.ndarray, n_classes: int, ml_opset: int) -> onnx.ModelProto:
+def classifier_model(attrs: dict, x: np.ndarray, n_classes: int, ml_opset: int):
     node = helper.make_node("TreeEnsembleClassifier", ["X"], ["Y", "Z"], domain=ML, **attrs)
     ins = [helper.make_tensor_value_info("X", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)]
     outs = [helper.make_tensor_value_info("Y", onnx.TensorProto.INT64, [len(x)]),
