@@ -221,3 +221,14 @@ def test_load_onnx_runs_a_classifier(tmp_path) -> None:
     want = run_ort(model, feeds)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+
+
+def test_two_weighted_classes_give_class_labels() -> None:
+    """Where both of two classes have weights, onnxruntime writes the label 1 or 0 itself whatever
+    classlabels_int64s say; opc writes the class labels, at the same rows."""
+    model, feeds = stump_case([(1, 0, 0.7), (1, 1, -0.3), (2, 0, 0.2), (2, 1, 0.8)], [5, 9], None, "NONE")
+    want_label, want_scores = run_ort(model, feeds)
+    got_label, got_scores = opc.load_onnx(model)(*feeds.values())
+    assert set(want_label.tolist()) == {0, 1}
+    np.testing.assert_array_equal(got_label, np.where(want_label == 1, 9, 5))
+    np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
