@@ -2,8 +2,10 @@
 
     TreeEnsemble(X) {nodes_*, leaf_*, tree_roots, ...}              (ml opset 5) -> [N, n_targets]
     TreeEnsembleRegressor(X) {nodes_*, target_*, base_values, ...}  (ml opsets 1, 3) -> [N, n_targets]
+    TreeEnsembleClassifier(X) {nodes_*, class_*, classlabels_int64s, base_values, ...}  (ml opsets 1, 3)
+        -> Y: labels int64 [N], Z: scores float32 [N, n_classes]
 
-Both become one `Forest`: tables over one index space of nodes, where a leaf is a node whose two
+All three become one `Forest`: tables over one index space of nodes, where a leaf is a node whose two
 children are itself. Every tree is walked at once, for every row: the node each (row, tree) is at
 is an index into the tables of the nodes' features, thresholds, modes and children, advanced by a
 gather and a select once per level, max depth times (a walk that has reached its leaf stays). The
@@ -15,7 +17,18 @@ A NaN feature takes the true branch where the comparison holds (NaN != t) or the
 missing_value_tracks_true says so, as onnxruntime does for both ops. A target no tree scores is 0
 under MIN and MAX, as in onnxruntime (ONNX's reference leaves the float's extreme there); base values
 are then added to every target, as the spec and ONNX's reference do (onnxruntime leaves a target no
-leaf scores at 0). TreeEnsembleClassifier is not imported.
+leaf scores at 0).
+
+The classifier follows onnxruntime (tree_ensemble_aggregator.h, TreeAggregatorClassifier), which the
+spec leaves room for: the class sums over the trees (SUM), a class "scored" where a leaf reached gave
+it a weight. With three or more classes, base values are added (every class then scored), Y is the
+label of the first largest scored class, Z the post-transformed scores (an unscored class reads 0).
+With two, onnxruntime has rules of its own (two_classes says which), chiefly its binary case, the
+weights naming one class only (skl2onnx's boosted trees): the label is labels[1] where the score is
+above 0.5 (all weights >= 0) or above 0, and a single score s widens to [1 - s, s], [-s, s] or under
+LOGISTIC [sigmoid(-s), sigmoid(s)]. Where both of two classes have weights, onnxruntime writes the
+label 1 or 0 itself, not the class label; opc writes classlabels_int64s[1] or [0] (the same for the
+labels [0, 1]). classlabels_strings are refused (opc has no string tensors), and PROBIT as above.
 """
 
 from __future__ import annotations
@@ -28,7 +41,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
-from opc.onnx_import.common import F32, Values, numpy_of, scalar
+from opc.onnx_import.common import F32, Values, along, numpy_of, scalar
 from opc.onnx_import.graph import Node, converter
 from opc.onnx_import.ml import ML, bool_constant, either, is_nan, tensor_attr
 
@@ -104,10 +117,11 @@ def floats(node: Node, name: str) -> np.ndarray | None:
 
 
 def leaf_table(node: Node, size: int, n_targets: int, at: np.ndarray, targets: np.ndarray, weights: np.ndarray,
-               aggregate: int) -> tuple[np.ndarray, np.ndarray]:
-    """[size, n_targets] weights and hits from (node index, target, weight) triples."""
+               aggregate: int, counted: str = "n_targets") -> tuple[np.ndarray, np.ndarray]:
+    """[size, n_targets] weights and hits from (node index, target, weight) triples; `counted` names
+    where n_targets came from, for the error."""
     if n_targets < 1 or ((targets < 0) | (targets >= n_targets)).any():
-        raise node.fail(f"n_targets {n_targets} must be positive and cover the target ids")
+        raise node.fail(f"{counted} {n_targets} must be positive and cover the target ids")
     table, hits = np.zeros((size, n_targets)), np.zeros((size, n_targets), bool)
     pairs = at * n_targets + targets
     if aggregate in (MIN, MAX) and len(np.unique(pairs)) != len(pairs):
@@ -183,9 +197,10 @@ def forest_v5(node: Node) -> tuple[Forest, int]:
                             m + leaves)), n_targets
 
 
-def forest_v3(node: Node, aggregate: int) -> tuple[Forest, int]:
-    """TreeEnsembleRegressor's attributes: nodes named (tree id, node id), children by node id in the
-    same tree, leaves of mode LEAF, each tree's root its first node in the list."""
+def forest_v3(node: Node, aggregate: int, votes: str = "target", n_classes: int | None = None) -> tuple[Forest, int]:
+    """TreeEnsembleRegressor's and TreeEnsembleClassifier's attributes: nodes named (tree id, node id),
+    children by node id in the same tree, leaves of mode LEAF, each tree's root its first node in the
+    list. The leaves' weights are `votes`_* (target_* or class_*), over n_targets or n_classes."""
     trees, ids, features = ints(node, "nodes_treeids"), ints(node, "nodes_nodeids"), ints(node, "nodes_featureids")
     true_ids, false_ids = ints(node, "nodes_truenodeids"), ints(node, "nodes_falsenodeids")
     names = [v.decode() if isinstance(v, bytes) else str(v) for v in node.attr("nodes_modes") or []]
@@ -209,14 +224,17 @@ def forest_v3(node: Node, aggregate: int) -> tuple[Forest, int]:
     true_next = np.array([k if leaf[k] else child(k, int(true_ids[k])) for k in range(m)], np.int64)
     false_next = np.array([k if leaf[k] else child(k, int(false_ids[k])) for k in range(m)], np.int64)
     roots = np.array([int(np.flatnonzero(trees == t)[0]) for t in dict.fromkeys(trees.tolist())], np.int64)
-    at_trees, at_ids, targets = (ints(node, n) for n in ("target_treeids", "target_nodeids", "target_ids"))
-    weights = floats(node, "target_weights")
+    at_trees, at_ids, targets = (ints(node, f"{votes}_{n}") for n in ("treeids", "nodeids", "ids"))
+    weights = floats(node, f"{votes}_weights")
     if weights is None or not len(at_trees) == len(at_ids) == len(targets) == len(weights):
-        raise node.fail("target_treeids, target_nodeids, target_ids and target_weights must have one entry each")
+        raise node.fail(f"{votes}_treeids, {votes}_nodeids, {votes}_ids and {votes}_weights must have one entry each")
     at = np.array([index.get((int(t), int(i)), -1) for t, i in zip(at_trees, at_ids)], np.int64)
     if (at < 0).any() or (len(at) and not leaf[at].all()):
-        raise node.fail("a target weight names a node that is not a leaf of its tree")
-    table, hits = leaf_table(node, m, int(node.attr("n_targets", 0) or 0), at, targets, weights, aggregate)
+        raise node.fail(f"a {votes} weight names a node that is not a leaf of its tree")
+    if n_classes is None:
+        table, hits = leaf_table(node, m, int(node.attr("n_targets", 0) or 0), at, targets, weights, aggregate)
+    else:
+        table, hits = leaf_table(node, m, n_classes, at, targets, weights, aggregate, "classlabels' count")
     modes = np.array([MODES.get(n, LEQ) for n in names], np.int64)
     return Forest(features=np.where(leaf, 0, features), splits=np.where(leaf, 0.0, splits), modes=modes,
                   missing=ints(node, "nodes_missing_value_tracks_true", [0] * m).astype(bool) & ~leaf,
@@ -293,7 +311,7 @@ def scores(node: Node, forest: Forest, x: SSAValue, aggregate: int) -> SSAValue:
         out = e.reduce_sum(rows, [1])
         return e.div(out, scalar(node, len(forest.roots), out)) if aggregate == AVERAGE else out
     hits = e.value(o.GatherOp(e.constant(forest.hits.astype(np.int64)), leaves, 0))
-    far = np.finfo(dtype).max if aggregate == MIN else np.finfo(dtype).min
+    far = float(np.finfo(dtype).max if aggregate == MIN else np.finfo(dtype).min)
     rows = e.select(e.value(o.EqualOp(hits, e.constant(np.array(1, np.int64)))), rows, scalar(node, far, rows))
     out = e.value((o.ReduceMinOp if aggregate == MIN else o.ReduceMaxOp)(rows, [1], False))
     scored = e.value(o.GreaterThanOp(e.value(o.ReduceMaxOp(hits, [1], False)), e.constant(np.array(0, np.int64))))
@@ -366,3 +384,115 @@ def tree_ensemble_regressor(node: Node) -> Values:
         out = node.e.add(out, node.e.constant(base.astype(numpy_of(out))))
     out = post_transform(node, out, post)
     return [out if isinstance(element_of(out), Float32Type) else node.e.cast(out, F32)]
+
+
+# ---------------------------------------------------------------------------
+# TreeEnsembleClassifier: onnxruntime's labels and scores
+# ---------------------------------------------------------------------------
+
+
+def class_scores(node: Node, forest: Forest, x: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """[N, classes] in x's type: the leaves' weights summed over the trees, and whether any leaf
+    reached gave the class a weight (onnxruntime's has_score: a class no leaf scores is skipped by the
+    argmax and reads 0 in the scores)."""
+    e = node.e
+    leaves = walk(node, forest, x)  # [N, T]
+    total = e.reduce_sum(e.value(o.GatherOp(e.constant(forest.weights.astype(numpy_of(x))), leaves, 0)), [1])
+    if forest.hits[forest.is_leaf()].all():
+        return total, bool_constant(node, True, shape_of(total))
+    hits = e.value(o.GatherOp(e.constant(forest.hits.astype(np.int64)), leaves, 0))  # [N, T, K]
+    return total, e.value(o.GreaterThanOp(e.value(o.ReduceMaxOp(hits, [1], False)), e.constant(np.array(0, np.int64))))
+
+
+def first_max(node: Node, x: SSAValue) -> SSAValue:
+    """[N]: the first position of each row's max (onnxruntime's argmax keeps the first of equals)."""
+    e = node.e
+    n, k = shape_of(x)
+    top = e.value(o.EqualOp(x, e.value(o.ReduceMaxOp(x, [1], True))))
+    where = e.select(top, e.constant(np.arange(k, dtype=np.int64)), e.constant(np.array(k, np.int64)))
+    return e.value(o.ReduceMinOp(where, [1], False))
+
+
+def several_classes(node: Node, total: SSAValue, scored: SSAValue, base: np.ndarray, labels: np.ndarray,
+                    post: int) -> tuple[SSAValue, SSAValue]:
+    """Three or more classes: base values added (a class then counts as scored), the label of the
+    largest scored class, the scores post-transformed."""
+    e = node.e
+    if base.size:
+        total = e.add(total, e.constant(base.astype(numpy_of(total))))
+        scored = bool_constant(node, True, shape_of(total))
+    far = scalar(node, -float(np.finfo(numpy_of(total)).max), total)
+    label = e.value(o.GatherOp(e.constant(labels), first_max(node, e.select(scored, total, far)), 0))
+    return label, post_transform(node, e.select(scored, total, scalar(node, 0, total)), post)
+
+
+def two_classes(node: Node, total: SSAValue, scored: SSAValue, base: np.ndarray, labels: np.ndarray, post: int,
+                one_class: bool, positive: bool) -> tuple[SSAValue, SSAValue]:
+    """onnxruntime's two-class rules (tree_ensemble_aggregator.h, FinalizeScores). With two base values
+    and class 1 scored, class 1's score is base[1] + class 0's sum and class 0's its negation (class
+    1's own sum is dropped); otherwise base[0] goes to class 0. The label is labels[1] where the
+    positive score (class 1's if scored, else class 0's) is above 0.5 (`one_class` - the weights name
+    one class only - and all weights >= 0) or above 0. A row where class 1 is unscored (and fewer than
+    two base values) has one score s, widened to two: [1 - s, s] (one class, weights >= 0), [-s, s]
+    (one class, some weight < 0; or no base values), [sigmoid(-s), sigmoid(s)] under LOGISTIC there;
+    and [s, 0] where onnxruntime leaves the second unwritten (both classes weighted, one base value).
+    Other rows: both scores post-transformed."""
+    e = node.e
+    zero = scalar(node, 0, total)
+
+    def column(v: SSAValue, k: int) -> SSAValue:
+        return along(node, v, 1, k, k + 1)
+
+    s0, s1, h0, h1 = column(total, 0), column(total, 1), column(scored, 0), column(scored, 1)
+    wide = h1
+    if base.size == 2:
+        shifted = e.add(s0, scalar(node, base[1], total))
+        s0 = e.select(h1, e.neg(shifted), e.add(s0, scalar(node, base[0], total)))
+        s1 = shifted
+        wide = bool_constant(node, True, shape_of(h1))
+    elif base.size == 1:
+        s0 = e.add(s0, scalar(node, base[0], total))
+    z0, z1 = e.select(h0, s0, zero), e.select(h1, s1, zero)
+    positive_score = e.select(h1, z1, z0)
+    above = e.value(o.GreaterThanOp(positive_score, scalar(node, 0.5 if one_class and positive else 0, total)))
+    label = e.select(above, e.constant(labels[1:2]), e.constant(labels[:1]))
+    both = post_transform(node, e.value(o.ConcatOp([z0, z1], 1)), post)
+    if base.size == 2:
+        return e.reshape(label, shape_of(label)[:1]), both
+    if post == LOGISTIC and (one_class or not base.size):
+        one = [e.value(o.SigmoidOp(e.neg(z0))), e.value(o.SigmoidOp(z0))]
+    elif one_class and positive:
+        one = [e.sub(scalar(node, 1, z0), z0), z0]
+    elif one_class or not base.size:
+        one = [e.neg(z0), z0]
+    else:
+        one = [z0, e.constant(np.zeros(shape_of(z0), numpy_of(z0)))]
+    widened = e.value(o.ConcatOp(one, 1))
+    return e.reshape(label, shape_of(label)[:1]), e.select(wide, both, widened)
+
+
+@converter(f"{ML}.TreeEnsembleClassifier", since=1)
+def tree_ensemble_classifier(node: Node) -> Values:
+    """Y (int64, [N]) the labels and Z (float32, [N, classes]) the scores, as onnxruntime computes them."""
+    if node.attr("classlabels_strings") is not None:
+        raise node.fail("classlabels_strings: the labels are strings, and opc has no string tensors")
+    labels = ints(node, "classlabels_int64s")
+    if len(labels) < 2:
+        raise node.fail(f"classlabels_int64s names {len(labels)} class(es); a classifier needs 2 or more")
+    x = features_of(node, floats_only=False)
+    post = enum(node, "post_transform", POSTS, "NONE")
+    refuse_probit(node, post)
+    forest, k = forest_v3(node, SUM, "class", len(labels))
+    base = floats(node, "base_values")
+    base = np.zeros(0) if base is None else base
+    if base.size not in (0, k) and not (k == 2 and base.size == 1):  # one base value for two: onnxruntime's class 0's
+        raise node.fail(f"{base.size} base_values for {k} classes")
+    total, scored = class_scores(node, forest, x)
+    if k > 2:
+        label, z = several_classes(node, total, scored, base, labels, post)
+    else:
+        weights = floats(node, "class_weights")
+        one_class = len(set(ints(node, "class_ids").tolist())) == 1
+        positive = weights is None or bool((weights >= 0).all())
+        label, z = two_classes(node, total, scored, base, labels, post, one_class, positive)
+    return [label, z if isinstance(element_of(z), Float32Type) else node.e.cast(z, F32)]
