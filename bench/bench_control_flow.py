@@ -1,7 +1,8 @@
-"""Control flow (issue 34): an ONNX Loop whose trip count is an input, an If whose heavy branch
-is not taken, and a 2-layer LSTM over sequences of several lengths, against onnxruntime.
+"""Control flow (issue 34): an ONNX Loop whose trip count is an input (with and without stacked
+scan outputs), an If whose heavy branch is not taken, and a 2-layer LSTM over sequences of several
+lengths, against onnxruntime.
 
-    python3 bench/bench_control_flow.py [--only loop|if|lstm] [--seq 64 300]
+    python3 bench/bench_control_flow.py [--only loop|scan|if|lstm] [--seq 64 300]
 
 Prints, per trip count, opc's first call (import + compile + run, a fresh cache) and its later
 calls, and onnxruntime's; for the If, the call with the heavy branch taken and not taken; for the
@@ -26,6 +27,7 @@ sys.path[:0] = [str(Path(__file__).parents[1] / "tests" / "control_flow"), str(P
 
 from benchlib import best  # noqa: E402
 from onnx_helpers import helper, numpy_helper, onnx  # noqa: E402
+from test_onnx_loop_scans import scan_loop_model  # noqa: E402
 from test_onnx_scf import counted_loop_model, feeds_for_loop, heavy_if_model  # noqa: E402
 
 import opc  # noqa: E402
@@ -113,11 +115,13 @@ def lstm_rows(lengths: list[int]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--only", choices=["loop", "if", "lstm"])
+    ap.add_argument("--only", choices=["loop", "scan", "if", "lstm"])
     ap.add_argument("--seq", type=int, nargs="+", default=[64, 300], help="the LSTM's sequence lengths")
     args = ap.parse_args()
     if args.only in (None, "loop"):
         loop_rows()
+    if args.only in (None, "scan"):
+        scan_rows()
     if args.only in (None, "if"):
         if_rows()
     if args.only in (None, "lstm"):
@@ -138,6 +142,27 @@ def loop_rows() -> None:
             call = best(lambda feeds=feeds: m(**feeds))
             ort_call = best(lambda feeds=feeds: sess.run(None, feeds))
             print(f"  {n:5d} trips | {first * 1e3:9.1f} ms | {call * 1e3:8.3f} ms | {ort_call * 1e3:8.3f} ms")
+
+
+def scan_rows() -> None:
+    """A Loop stacking a [3] row per iteration (its scan output), the trip count an input: the stacked
+    result's rows are read from M at run time, so every count runs on the first call's module."""
+    for stop_at, what in ((None, "scf.for"), (40.0, "scf.while, stops when sum(s) >= 40")):
+        model = scan_loop_model(stop_at)
+        sess = ort_session(model)
+        with tempfile.TemporaryDirectory() as cache:
+            m = opc.load_onnx(model, cache_dir=cache)
+            print(f"Loop with a scan output ({what}) | opc first call (compile) | opc call | onnxruntime call")
+            for n in (5, 50, 2000):
+                feeds = {"M": np.array(n, np.int64), "s0": np.zeros(3, np.float32)}
+                if stop_at is not None:
+                    feeds["c"] = np.array(True)
+                t = time.perf_counter()
+                m(**feeds)
+                first = time.perf_counter() - t
+                call = best(lambda feeds=feeds: m(**feeds))
+                ort_call = best(lambda feeds=feeds: sess.run(None, feeds))
+                print(f"  {n:5d} trips | {first * 1e3:9.1f} ms | {call * 1e3:8.3f} ms | {ort_call * 1e3:8.3f} ms")
 
 
 def if_rows() -> None:

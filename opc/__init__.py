@@ -11,18 +11,19 @@ from opc.errors import BuildError, InputError, InternalError, OpcError, Unsuppor
 from opc.threads import apply_wait_policy, get_num_threads, set_num_threads
 
 __all__ = ["BuildError", "InputError", "InternalError", "OpcError", "UnsupportedError", "__version__", "compile",
-           "get_num_threads", "import_onnx", "jax", "load_onnx", "onnx_backend", "profile", "set_num_threads", "torch"]
+           "get_num_threads", "import_onnx", "jax", "load_onnx", "onnx_backend", "paddle", "profile", "set_num_threads",
+           "torch"]
 
 apply_wait_policy()  # before any module loads libgomp (opc/threads.py)
 
 
-# The frameworks' submodules (opc/torch.py, opc/jax.py): `import opc.torch` and `opc.torch` alike
-LAZY_SUBMODULES = ("torch", "jax", "onnx_backend")
+# The frameworks' submodules (opc/torch.py, opc/jax.py, opc/paddle.py): `import opc.torch` and `opc.torch` alike
+LAZY_SUBMODULES = ("torch", "jax", "paddle", "onnx_backend")
 
 
 def __getattr__(name: str):
-    """opc.torch, opc.jax and opc.onnx_backend, imported on first use (they import torch, JAX,
-    onnx); opc.__version__, read on first use."""
+    """opc.torch, opc.jax, opc.paddle and opc.onnx_backend, imported on first use (they import
+    torch, JAX, Paddle, onnx); opc.__version__, read on first use."""
     if name in LAZY_SUBMODULES:
         import importlib
 

@@ -143,7 +143,7 @@ def test_every_module_has_a_layer() -> None:
 
 
 # Names that only alias a module the table names (`import opc.torch` is opc/interop/torch.py)
-ALIASES = ("torch", "jax")
+ALIASES = ("torch", "jax", "paddle")
 
 
 def test_docs_layer_table_matches_the_folders() -> None:

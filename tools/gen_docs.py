@@ -422,6 +422,7 @@ API = (  # (heading, how the names are reached, file, names in it: functions, cl
     ("The profiler", "opc.profile(m) returns a", "opc/profiler.py", ["Profile"]),
     ("opc.torch", "opc.torch", "opc/interop/torch.py", ["op", "function", "Module"]),
     ("opc.jax", "opc.jax", "opc/interop/jax.py", ["op"]),
+    ("opc.paddle", "opc.paddle", "opc/interop/paddle.py", ["op", "Module"]),
     ("opc.onnx_backend", "opc.onnx_backend", "opc/onnx_backend.py", ["OpcBackend", "OpcRep"]),
 )
 PUBLIC_METHODS = {"CompiledModule": ["set_arrays", "__getitem__"], "CompiledFunction": ["__call__"],
@@ -452,7 +453,7 @@ def api_page() -> str:
            "The public Python API, generated from the signatures and docstrings in the source (`ast`: no "
            "optional framework is imported). The task-oriented pages show each in use: "
            "[Getting started](../getting-started.md), [Gradients](../gradients.md), "
-           "[ONNX models](../onnx.md), [PyTorch, JAX and DDP](../frameworks.md), "
+           "[ONNX models](../onnx.md), [PyTorch, JAX, Paddle and DDP](../frameworks.md), "
            "[Performance](../performance.md).\n"]
     for heading, prefix, path, names in API:
         tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))

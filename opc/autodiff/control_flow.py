@@ -17,6 +17,9 @@ forward pushes the carried values of every k-th iteration only; the backward run
 segments in reverse, pops a segment's first values, reruns the segment's k iterations forward
 (saving each, as above) and runs them backward. Memory: trip count / k + k copies of the carried
 values instead of trip count; time: the forward runs twice.
+A checkpointed scf.while (checkpointed_while_vjp) keeps a count of its iterations on the stack and
+saves every k-th entering state; its backward knows the trip count, so it reruns its segments as
+scf.for loops.
 
 Recomputing (second order, `grad=2`): a backward that pops what its forward pushed reads values
 through the stacks, a dependence no sweep can see, so `f_grad_grad` differentiates a stack-free
@@ -75,6 +78,8 @@ def control_vjp(e: OpBuilder, op: Operation, douts: Sequence[SSAValue | None], l
     """Cotangents of what op reads (operands and captured values), emitted into e."""
     if isinstance(op, scf.IfOp):
         return if_vjp(e, op, douts, live, sweep)
+    if isinstance(op, scf.IndexSwitchOp):
+        return switch_vjp(e, op, douts, live, sweep)
     if isinstance(op, scf.ForOp):
         return for_vjp(e, op, douts, live, sweep)
     if isinstance(op, scf.WhileOp):
@@ -113,8 +118,31 @@ def if_vjp(e: OpBuilder, op: scf.IfOp, douts: Sequence[SSAValue | None], live: s
     caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
     if not caps:
         return {}
+    regions = branch_grads([op.true_region, op.false_region], douts, caps, sweep)
+    grad_if = scf.IfOp(op.cond, [c.type for c in caps], regions[0], regions[1])
+    e.emit(grad_if)
+    return dict(zip(caps, grad_if.results))
+
+
+def switch_vjp(e: OpBuilder, op: scf.IndexSwitchOp, douts: Sequence[SSAValue | None], live: set[SSAValue],
+               sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    """A grad index_switch on the same index, as if_vjp's grad if: each case recomputes its forward
+    case and sweeps it."""
+    caps = [v for v in captured_values(op) if v in live and is_float_value(v)]
+    if not caps:
+        return {}
+    regions = branch_grads([*op.case_regions, op.default_region], douts, caps, sweep)
+    grad = scf.IndexSwitchOp(op.arg, op.cases, regions[-1], regions[:-1], [c.type for c in caps])
+    e.emit(grad)
+    return dict(zip(caps, grad.results))
+
+
+def branch_grads(branches: Sequence[Region], douts: Sequence[SSAValue | None], caps: list[SSAValue],
+                 sweep: Sweep) -> list[Region]:
+    """Per forward branch, a region that recomputes it and yields the cotangents of `caps` (zeros
+    for those it does not read)."""
     regions = []
-    for region in (op.true_region, op.false_region):
+    for region in branches:
         be = OpBuilder()
         grads: dict[SSAValue, SSAValue] = {}
         if region.blocks:
@@ -124,9 +152,7 @@ def if_vjp(e: OpBuilder, op: scf.IfOp, douts: Sequence[SSAValue | None], live: s
         outs = [grads[c] if c in grads else be.full(0.0, c) for c in caps]
         be.emit(scf.YieldOp(*outs))
         regions.append(Region(Block(be.ops)))
-    grad_if = scf.IfOp(op.cond, [c.type for c in caps], regions[0], regions[1])
-    e.emit(grad_if)
-    return dict(zip(caps, grad_if.results))
+    return regions
 
 
 def index_const(e: OpBuilder, n: int) -> SSAValue:
@@ -155,10 +181,10 @@ def save_carried(op: scf.ForOp, unsaved: Collection[int] = ()) -> list[str]:
 
 
 CHECKPOINT_ATTR = "opc.checkpoint"
-"""On an scf.for: save the carried values of every k-th iteration only, recompute the others."""
+"""On an scf.for or scf.while: save the carried values of every k-th iteration only, recompute the others."""
 
 
-def checkpoint_of(op: scf.ForOp) -> int:
+def checkpoint_of(op: Operation) -> int:
     a = op.attributes.get(CHECKPOINT_ATTR)
     return a.value.data if isinstance(a, IntegerAttr) and a.value.data > 1 else 0
 
@@ -296,6 +322,8 @@ def while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], l
         return {}
     if RECOMPUTE.get():
         return recomputing_while_vjp(e, op, douts, caps, floats, sweep)
+    if checkpoint_of(op):
+        return checkpointed_while_vjp(e, op, douts, caps, floats, sweep)
     base = recorded_depth()
     for new in base:
         insert_before(e, new, op)
@@ -350,9 +378,17 @@ def while_trips(e: OpBuilder, op: scf.WhileOp) -> SSAValue:
     return e.value(arith.IndexCastOp(trips, IndexType()))
 
 
-def rerun_steps(e: OpBuilder, op: scf.WhileOp, count: SSAValue) -> list[SSAValue]:
+def rerun_steps(e: OpBuilder, op: scf.WhileOp, count: SSAValue, start: Sequence[SSAValue] | None = None
+                ) -> list[SSAValue]:
     """The values entering op's `before` region after `count` runs of its body (count known to be
-    at most its trip count): an scf.for of before-then-body, the condition unread."""
+    at most its trip count) from `start` (default: op's initial values): an scf.for of
+    before-then-body, the condition unread."""
+    return list(rerun_loop(e, op, count, start).results)
+
+
+def rerun_loop(e: OpBuilder, op: scf.WhileOp, count: SSAValue, start: Sequence[SSAValue] | None = None
+               ) -> scf.ForOp:
+    """rerun_steps' scf.for itself (a sweep differentiates it)."""
     before, after = op.before_region.block, op.after_region.block
     block = Block(arg_types=[IndexType(), *(a.type for a in before.args)])
     be = OpBuilder()
@@ -360,9 +396,10 @@ def rerun_steps(e: OpBuilder, op: scf.WhileOp, count: SSAValue) -> list[SSAValue
     _, nxt = replay(be, after, dict(zip(after.args, sent[1:])))
     be.emit(scf.YieldOp(*nxt))
     block.add_ops(be.ops)
-    loop = scf.ForOp(index_const(e, 0), count, index_const(e, 1), list(op.arguments), Region(block))
+    inits = list(op.arguments if start is None else start)
+    loop = scf.ForOp(index_const(e, 0), count, index_const(e, 1), inits, Region(block))
     e.emit(loop)
-    return list(loop.results)
+    return loop
 
 
 def recomputing_while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
@@ -452,3 +489,89 @@ def checkpointed_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue |
     loop = scf.ForOp(index_const(e, 0), segments, index_const(e, 1), [*seeds, *zeros], Region(body))
     e.emit(loop)
     return summed(e, [*(inits[k] for k in floats), *caps], loop.results)
+
+
+def i64_const(e: OpBuilder, n: int) -> SSAValue:
+    return e.value(arith.ConstantOp(IntegerAttr(n, i64)))
+
+
+def as_tensor(e: OpBuilder, scalar: SSAValue) -> SSAValue:
+    """An i64 in a tensor<i64> (what a stack holds)."""
+    return e.value(tensor.FromElementsOp.build(operands=[[scalar]], result_types=[TensorType(i64, [])]))
+
+
+def count_and_save_every(e: OpBuilder, op: scf.WhileOp, k: int) -> tuple[list[str], str]:
+    """The forward of a checkpointed while: a count of `before`'s runs kept on top of the stack (pushed
+    as 0 before the loop; each run pops it, pushes the entering values where it is a multiple of k,
+    then pushes it plus one), so the backward pops the trip count, then the checkpoints in reverse.
+    The loop's results and operands stay as they are (other ops and the caller hold them)."""
+    count = "trips_ckpt"
+    start = OpBuilder()
+    start.emit(PushOp(as_tensor(start, i64_const(start, 0)), count))
+    for new in start.ops:
+        insert_before(e, new, op)
+    before = op.before_region.block
+    first = before.first_op
+    assert first is not None
+    be = OpBuilder()
+    c = be.value(tensor.ExtractOp(be.value(PopOp(count, TensorType(i64, []))), [], i64))
+    kk = i64_const(be, k)
+    rem = be.value(arith.SubiOp(c, be.value(arith.MuliOp(be.value(arith.DivSIOp(c, kk)), kk))))
+    at = be.value(arith.CmpiOp(rem, i64_const(be, 0), "eq"))
+    names = [f"{a.name_hint or 'carried'}{j}_ckpt" for j, a in enumerate(before.args)]
+    pushes = [PushOp(a, name) for a, name in zip(before.args, names)]
+    be.emit(scf.IfOp(at, [], Region(Block([*pushes, scf.YieldOp()])), Region(Block([scf.YieldOp()]))))
+    be.emit(PushOp(as_tensor(be, be.value(arith.AddiOp(c, i64_const(be, 1)))), count))
+    for new in be.ops:
+        before.insert_op_before(new, first)
+    return names, count
+
+
+def pop_entering(be: OpBuilder, op: scf.WhileOp, names: list[str]) -> list[SSAValue]:
+    """One checkpoint's values entering `before` (pushed in order, popped in reverse)."""
+    args = list(op.before_region.block.args)
+    popped = {j: be.value(PopOp(names[j], args[j].type, be.dims(op.arguments[j]))) for j in reversed(range(len(args)))}
+    return [popped[j] for j in range(len(args))]
+
+
+def checkpointed_while_vjp(e: OpBuilder, op: scf.WhileOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
+                           floats: list[int], sweep: Sweep) -> dict[SSAValue, SSAValue]:
+    """A while's iterations replayed as scf.for segments of k (`opc.checkpoint = k`): the forward
+    saves the values entering every k-th iteration and counts `before`'s runs (T + 1, T the trip
+    count). The backward pops T and the last checkpoint m = (T / k) * k, reruns iterations m..T as an
+    scf.for and sweeps it with the final `before` from the results' cotangents; then an scf.for over
+    the T / k full segments in reverse pops each one's first values, reruns its k iterations (saving
+    each, for_vjp) and sweeps them. Memory: T / k + k copies of the carried values instead of T + 1."""
+    k = checkpoint_of(op)
+    pristine = op.clone()  # the loop as written: what the backward reruns, without the forward's stack ops
+    pristine.attributes.pop(CHECKPOINT_ATTR)
+    names, count = count_and_save_every(e, op, k)
+    runs = e.value(tensor.ExtractOp(e.value(PopOp(count, TensorType(i64, []))), [], i64))
+    trips = e.value(arith.IndexCastOp(e.value(arith.SubiOp(runs, i64_const(e, 1))), IndexType()))
+    kk = index_const(e, k)
+    full = e.value(arith.DivSIOp(trips, kk))  # the segments of k before the last checkpoint
+    tail = e.value(arith.SubiOp(trips, e.value(arith.MuliOp(full, kk))))
+    # the last segment (tail < k iterations, maybe none), then the final before
+    last = pop_entering(e, pristine, names)
+    rerun = rerun_loop(e, pristine, tail, last)
+    before = pristine.before_region.block
+    ops, sent = replay(e, before, dict(zip(before.args, rerun.results)))
+    seeds = [(v, d) for v, d in zip(sent[1:], douts) if d is not None and is_float_value(d)]
+    grads = sweep(e, [rerun, *ops], [last[j] for j in floats] + caps, seeds)
+    d_last = [grads.get(last[j]) or e.full(0.0, last[j]) for j in floats]
+    d_caps0 = [grads.get(c) or e.full(0.0, c) for c in caps]
+    body = Block(arg_types=[IndexType(), *(v.type for v in (*d_last, *d_caps0))])
+    d_next, d_caps = body.args[1:1 + len(floats)], body.args[1 + len(floats):]
+    be = OpBuilder()
+    entering = pop_entering(be, pristine, names)
+    segment = rerun_loop(be, pristine, kk, entering)
+    grads = sweep(be, [segment], [entering[j] for j in floats] + caps,
+                  [(segment.results[j], d) for j, d in zip(floats, d_next)])
+    step_d = [grads.get(entering[j]) or be.full(0.0, entering[j]) for j in floats]
+    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
+    be.emit(scf.YieldOp(*step_d, *step_caps))
+    body.add_ops(be.ops)
+    loop = scf.ForOp(index_const(e, 0), full, index_const(e, 1), [*d_last, *d_caps0], Region(body))
+    e.emit(loop)
+    pristine.erase()
+    return summed(e, [*(op.arguments[j] for j in floats), *caps], loop.results)

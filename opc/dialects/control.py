@@ -1,4 +1,5 @@
-"""Control flow in opc-level IR: MLIR's own `scf.if`, `scf.for`, `scf.while` over tensors, and the
+"""Control flow in opc-level IR: MLIR's own `scf.if`, `scf.for`, `scf.while`, `scf.index_switch` over
+tensors, and the
 scalar ops that make a condition or a bound from a tensor (`tensor.extract`, `arith` on scalars,
 `tensor.from_elements` back to a tensor).
 
@@ -21,12 +22,13 @@ from xdsl.utils.exceptions import VerifyException
 
 from opc.dialects.opc_stack import STACK_OPS
 
-CONTROL_OPS = (scf.IfOp, scf.ForOp, scf.WhileOp)
-"""Region ops opc runs: their bodies are functions called from a C if / for / while."""
+CONTROL_OPS = (scf.IfOp, scf.ForOp, scf.WhileOp, scf.IndexSwitchOp)
+"""Region ops opc runs: their bodies are functions called from a C if / for / while / switch."""
 
 HOST_RUNS = {scf.IfOp: "C if, each branch a function of its own",
              scf.ForOp: "C for, the body a function called per iteration",
-             scf.WhileOp: "C while, before and after regions functions of their own"}
+             scf.WhileOp: "C while, before and after regions functions of their own",
+             scf.IndexSwitchOp: "C switch, each case and the default a function of its own"}
 """What `opc explain` says each control-flow op runs as."""
 
 SCALAR_BRIDGES = (tensor.ExtractOp, tensor.FromElementsOp)
@@ -93,6 +95,11 @@ def region_ends(op: Operation) -> list[tuple[str, Sequence[SSAValue], Sequence[A
         for name, region in (("then", op.true_region), ("else", op.false_region)):
             if region.blocks and isinstance(term := region.block.last_op, scf.YieldOp):
                 ends.append((f"the {name} branch's scf.yield", list(term.operands), results))
+    elif isinstance(op, scf.IndexSwitchOp):
+        named = [*(f"case {v}" for v in op.cases.iter_values()), "the default"]
+        for name, region in zip(named, [*op.case_regions, op.default_region]):
+            if region.blocks and isinstance(term := region.block.last_op, scf.YieldOp):
+                ends.append((f"{name}'s scf.yield", list(term.operands), results))
     elif isinstance(op, scf.ForOp) and isinstance(term := op.body.block.last_op, scf.YieldOp):
         ends.append(("the body's scf.yield", list(term.operands), [v.type for v in op.iter_args]))
     elif isinstance(op, scf.WhileOp):

@@ -325,7 +325,7 @@ class FunctionSizes:
             self.carry(op.iter_args, op.body.block.args[1:], op.results)
         elif isinstance(op, scf.WhileOp):  # (its condition's forwarded values, where visited, refine these)
             self.carry(op.arguments, op.before_region.block.args, op.after_region.block.args, op.results)
-        elif isinstance(op, scf.IfOp):  # built with its regions (the ONNX importer): its yields now
+        elif isinstance(op, (scf.IfOp, scf.IndexSwitchOp)):  # built with its regions (ONNX): its yields now
             for region in op.regions:
                 term = region.block.last_op if region.blocks else None
                 if isinstance(term, scf.YieldOp) and all(v in self.shapes for v in term.operands
@@ -353,7 +353,7 @@ class FunctionSizes:
         elif isinstance(around, scf.WhileOp):
             targets = around.before_region.block.args
         else:
-            assert isinstance(around, scf.IfOp)
+            assert isinstance(around, (scf.IfOp, scf.IndexSwitchOp))
             targets = around.results
         for k, (v, t) in enumerate(zip(op.operands, targets)):
             if t not in self.shapes:

@@ -14,6 +14,10 @@ KERNEL_MESSAGE_FN = "opc_kernel_message"
 SET_THREADS_FN = "opc_set_num_threads"  # every CPU module's setter of its thread count (opc/threads.py)
 RELEASE_FN = "opc_release"  # a CPU module's free() of a buffer it handed out (FunctionSignature.handed)
 OOM_FN = "opc_oom_size"  # a CPU module's size of the calling thread's last failed allocation (bytes)
+# where a module saves loop values (opc_stack): the calling thread's stack buffer now, and the most
+# its last call held (bytes)
+STACK_CAPACITY_FN = "opc_stack_capacity"
+STACK_PEAK_FN = "opc_stack_peak"
 
 # Exported entry points are ENTRY_PREFIX + the func's name: a prefix of their
 # own, so that no user function can collide with a runtime helper (opc_*).

@@ -43,6 +43,8 @@ from opc.lowering.abi import (
     OOM_FN,
     RELEASE_FN,
     SET_THREADS_FN,
+    STACK_CAPACITY_FN,
+    STACK_PEAK_FN,
     FunctionSignature,
     c_symbol,
 )
@@ -607,6 +609,8 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
         cdef += f"\nvoid {SET_THREADS_FN}(int);"
     if f"int64_t {OOM_FN}(void)" in source:
         cdef += f"\nint64_t {OOM_FN}(void);\nvoid {RELEASE_FN}(void *);"
+    if f"int64_t {STACK_CAPACITY_FN}(void)" in source:
+        cdef += f"\nint64_t {STACK_CAPACITY_FN}(void);\nint64_t {STACK_PEAK_FN}(void);"
     if "int opc_profile(int on)" in source:
         from opc.lowering.c_emitter import PROFILE_CDEF
 

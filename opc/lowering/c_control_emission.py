@@ -1,5 +1,6 @@
-"""Control flow on the host: the lowered `scf.if` / `scf.for` / `scf.while` marked `opc.host`
-(opc/lowering/control_flow_lowering.py) as C `if` / `for` / `while`, and the calls of their bodies.
+"""Control flow on the host: the lowered `scf.if` / `scf.index_switch` / `scf.for` / `scf.while`
+marked `opc.host` (opc/lowering/control_flow_lowering.py) as C `if` / `switch` / `for` / `while`, and
+the calls of their bodies.
 
 A part of CEmitter (c_emitter.py), which mixes it in.
 
@@ -23,7 +24,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from opc.dialects.control import MAX_TRIPS_ATTR
 from opc.dialects.kinds import element_of
 from opc.dialects.opc_stack import DepthOp, PopIntoOp, PushOp
-from opc.lowering.abi import ENTRY_PREFIX
+from opc.lowering.abi import ENTRY_PREFIX, STACK_CAPACITY_FN, STACK_PEAK_FN
 from opc.lowering.c_expressions import ARENA_ALIGN, c_type
 from opc.lowering.c_memory_emission import c_product
 from opc.lowering.c_text import c_symbol
@@ -67,27 +68,46 @@ static void opc_cf_watch_sigint(void) {
 
 # The stack of the values loops save for their backward (opc/dialects/opc_stack.py): one per thread,
 # growing as needed. One stack serves every loop: a backward pops in exactly the reverse order of
-# the forward's pushes, loops nested or in sequence. Each exported call starts it empty.
-STACK_SUPPORT = """typedef struct { char *data; size_t used, cap; } opc_stack_t;
-static __thread opc_stack_t opc_stack = {NULL, 0, 0};
-static int opc_stack_push(const void *p, size_t n) {
-  if (opc_stack.used + n > opc_stack.cap) {
+# the forward's pushes, loops nested or in sequence. Each exported call starts it empty and, at its
+# end (returned or failed), frees a buffer grown past STACK_KEEP_BYTES: one long loop must not hold
+# its memory for the thread's life, while a small buffer is kept for the next call's speed.
+# opc_stack_capacity / opc_stack_peak: what the calling thread's stack holds allocated now, and the
+# most its last call held (bytes), for tests and memory measurements (declared where it exists,
+# build.py).
+STACK_KEEP_BYTES = 64 << 20
+
+STACK_SUPPORT = f"""typedef struct {{ char *data; size_t used, cap, peak; }} opc_stack_t;
+static __thread opc_stack_t opc_stack = {{NULL, 0, 0, 0}};
+static int opc_stack_push(const void *p, size_t n) {{
+  if (opc_stack.used + n > opc_stack.cap) {{
     size_t cap = opc_stack.cap ? opc_stack.cap : 4096;
     while (cap < opc_stack.used + n) cap *= 2;
     char *data = (char *)realloc(opc_stack.data, cap);
-    if (!data) { OPC_STACK_OOM(cap); return 1; }
+    if (!data) {{ OPC_STACK_OOM(cap); return 1; }}
     opc_stack.data = data;
     opc_stack.cap = cap;
-  }
+  }}
   OPC_STACK_COPY(opc_stack.data + opc_stack.used, p, n);
   opc_stack.used += n;
+  if (opc_stack.used > opc_stack.peak) opc_stack.peak = opc_stack.used;
   return 0;
-}
-static int opc_stack_pop(void *p, size_t n) {
+}}
+static int opc_stack_pop(void *p, size_t n) {{
   opc_stack.used -= n;
   OPC_STACK_COPY(p, opc_stack.data + opc_stack.used, n);
   return 0;
-}
+}}
+static void opc_stack_start(void) {{ opc_stack.used = 0; opc_stack.peak = 0; }}
+static void opc_stack_end(void) {{
+  opc_stack.used = 0;
+  if (opc_stack.cap > (size_t){STACK_KEEP_BYTES}) {{
+    free(opc_stack.data);
+    opc_stack.data = NULL;
+    opc_stack.cap = 0;
+  }}
+}}
+int64_t {STACK_CAPACITY_FN}(void) {{ return (int64_t)opc_stack.cap; }}
+int64_t {STACK_PEAK_FN}(void) {{ return (int64_t)opc_stack.peak; }}
 """
 
 
@@ -105,7 +125,7 @@ def arena_support(name: str) -> str:
 def is_host_control(op: Operation) -> bool:
     if isinstance(op, (func.CallOp, PushOp, PopIntoOp, DepthOp)):
         return True
-    return isinstance(op, (scf.IfOp, scf.ForOp, scf.WhileOp)) and HOST_ATTR in op.attributes
+    return isinstance(op, (scf.IfOp, scf.ForOp, scf.WhileOp, scf.IndexSwitchOp)) and HOST_ATTR in op.attributes
 
 
 def uses_stack(module: ModuleOp) -> bool:
@@ -156,6 +176,8 @@ class ControlEmission(EmitterState):
             self.line("} else {")
             self.emit_region_ops(op.false_region.block)
             self.line("}")
+        elif isinstance(op, scf.IndexSwitchOp):
+            self.emit_host_switch(op)
         elif isinstance(op, scf.ForOp):
             self.emit_host_for(op)
         else:
@@ -209,6 +231,19 @@ class ControlEmission(EmitterState):
         for t, tmp in zip(targets, temps):
             self.line(f"{self.name(t)} = {tmp};")
         self.indent -= 1
+        self.line("}")
+
+    def emit_host_switch(self, op: scf.IndexSwitchOp) -> None:
+        """A C switch; each case in braces of its own (C++, CUDA: no jump past a declaration)."""
+        self.line(f"switch ({self.name(op.arg)}) {{")
+        for v, region in zip(op.cases.iter_values(), op.case_regions):
+            self.line(f"case {v}LL: {{")
+            self.emit_region_ops(region.block)
+            self.line("  break;")
+            self.line("}")
+        self.line("default: {")
+        self.emit_region_ops(op.default_region.block)
+        self.line("}")
         self.line("}")
 
     def emit_host_for(self, op: scf.ForOp) -> None:

@@ -252,8 +252,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         self.line(self.prototype(fn) + " {")
         self.indent = 1
         self.line("int status = 0;")
-        if self.resets_stack and not is_body(fn):  # a call that failed mid-loop left values behind
-            self.line("opc_stack.used = 0;")
+        if self.resets_stack and not is_body(fn):
+            self.line("opc_stack_start();")
         self.function = fn
         owned = self.owned_buffers(fn)
         self.declare_locals(fn, owned)
@@ -265,6 +265,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         for buf in owned:
             if buf not in self.arena:
                 self.line(self.free_statement(buf))
+        if self.resets_stack and not is_body(fn):  # emptied, returned or failed; a large buffer freed
+            self.line("opc_stack_end();")
         self.line("return status;")
         self.indent = 0
         self.line("}")

@@ -1,4 +1,5 @@
-"""The host side of control flow in opc-lower-to-loops: scalars, `scf.if`, `scf.for`, `scf.while`.
+"""The host side of control flow in opc-lower-to-loops: scalars, `scf.if`, `scf.index_switch`,
+`scf.for`, `scf.while`.
 
 opc-outline-control-flow (opc/transforms/opc_outline_control_flow.py) has made every region body a
 private function; those are lowered like any function (destination-passing style: inputs, then
@@ -6,8 +7,8 @@ the buffers they write). Here, in the function that holds the control flow:
 
 - a scalar read (`tensor.extract`) is a load from the tensor's buffer, scalar `arith` is copied as
   it is, `tensor.from_elements` stores into a buffer;
-- `scf.if` becomes an scf.if on buffers calling the branch's function, which writes the result
-  buffers directly;
+- `scf.if` (`scf.index_switch`) becomes an scf.if (index_switch) on buffers calling the branch's
+  (case's) function, which writes the result buffers directly;
 - `scf.for` and `scf.while` carry each loop-carried tensor in three pointers, `cur` (read by the
   body), `nxt` (written by it) and `oth`: the initial value is read in place, two buffers take
   turns after that ((cur, nxt, oth) -> (nxt, oth, nxt)), so no iteration copies a value. An
@@ -72,6 +73,8 @@ def lower_host_op(fl, op: Operation) -> None:  # noqa: ANN001  (a FunctionLoweri
         fl.e.emit(PopIntoOp(buf, op.stack.data))
     elif isinstance(op, scf.IfOp):
         lower_if(fl, op)
+    elif isinstance(op, scf.IndexSwitchOp):
+        lower_switch(fl, op)
     elif isinstance(op, scf.ForOp):
         lower_for(fl, op)
     elif isinstance(op, scf.WhileOp):
@@ -146,7 +149,9 @@ def set_result(fl, r: SSAValue, buf: SSAValue) -> None:  # noqa: ANN001
         fl.copy_into_output(r)
 
 
-def lower_if(fl, op: scf.IfOp) -> None:  # noqa: ANN001
+def branch_calls(fl, op: Operation) -> list[Region]:  # noqa: ANN001
+    """Per branch of an scf.if / scf.index_switch: a region calling its body, which writes op's
+    result buffers."""
     rec = state(fl).records[op]
     outs = [fl.buffer_for(r) for r in op.results]
     regions = []
@@ -155,9 +160,17 @@ def lower_if(fl, op: scf.IfOp) -> None:  # noqa: ANN001
         block.add_op(call_body(fl, op, callee, [*(fl.operand_buffer(v) for v in caps), *outs]))
         block.add_op(scf.YieldOp())
         regions.append(Region(block))
-    new = scf.IfOp(fl.operand_buffer(op.cond), [], regions[0], regions[1])
-    new.attributes[HOST_ATTR] = UnitAttr()
-    fl.e.emit(new)
+    return regions
+
+
+def lower_if(fl, op: scf.IfOp) -> None:  # noqa: ANN001
+    regions = branch_calls(fl, op)
+    fl.e.emit(on_host(scf.IfOp(fl.operand_buffer(op.cond), [], regions[0], regions[1])))
+
+
+def lower_switch(fl, op: scf.IndexSwitchOp) -> None:  # noqa: ANN001
+    regions = branch_calls(fl, op)
+    fl.e.emit(on_host(scf.IndexSwitchOp(fl.operand_buffer(op.arg), op.cases, regions[-1], regions[:-1], [])))
 
 
 def rotation(fl, values: list[SSAValue], in_place: Sequence[int] = ()  # noqa: ANN001

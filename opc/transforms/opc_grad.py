@@ -9,7 +9,7 @@ with respect to every float argument not marked `{opc.stop_gradient}`. Any
 function can be named, a grad function included (`func=f_grad`: higher
 order). Semantics: opc/autodiff/__init__.py.
 
-`checkpoint=k` (k >= 2): the gradient of every scf.for without an `opc.checkpoint` of its own
+`checkpoint=k` (k >= 2): the gradient of every scf.for and scf.while without an `opc.checkpoint` of its own
 saves the loop-carried values of every k-th iteration only and recomputes the others
 (opc/autodiff/control_flow.py).
 """
@@ -32,7 +32,7 @@ def mark_checkpoints(module: ModuleOp, k: int) -> None:
     if k < 2:
         raise InputError(f"opc-grad: checkpoint={k}: give k >= 2 (save every k-th iteration of a loop)")
     for o in module.walk():
-        if isinstance(o, scf.ForOp) and CHECKPOINT_ATTR not in o.attributes:
+        if isinstance(o, (scf.ForOp, scf.WhileOp)) and CHECKPOINT_ATTR not in o.attributes:
             o.attributes[CHECKPOINT_ATTR] = IntegerAttr(k, i64)
 
 

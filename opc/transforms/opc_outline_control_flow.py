@@ -1,4 +1,5 @@
-"""opc-outline-control-flow: every region body of an `scf.if`, `scf.for` or `scf.while` becomes a
+"""opc-outline-control-flow: every region body of an `scf.if`, `scf.for`, `scf.while` or
+`scf.index_switch` becomes a
 private function of its own, which the normal pipeline lowers (scheduled, fused, destination-passing
 style) once, whatever the trip count; the region keeps only a `func.call` of it.
 
@@ -89,6 +90,8 @@ class Outliner:
             counter += 1
             if isinstance(op, scf.IfOp):
                 self.outline_if(fn, op, base)
+            elif isinstance(op, scf.IndexSwitchOp):
+                self.outline_switch(fn, op, base)
             elif isinstance(op, scf.ForOp):
                 self.outline_for(fn, op, base)
             else:
@@ -175,11 +178,20 @@ class Outliner:
         self.outline_function(fn)  # its own control flow, in functions placed before it
         return name, captured
 
-    # -- the three ops ------------------------------------------------------------------
+    # -- the four ops -------------------------------------------------------------------
 
     def outline_if(self, host: func.FuncOp, op: scf.IfOp, base: str) -> None:
+        self.outline_branches(host, op, [(op.true_region, "then"), (op.false_region, "else")], base)
+
+    def outline_switch(self, host: func.FuncOp, op: scf.IndexSwitchOp, base: str) -> None:
+        """As an if's branches: the cases in order, then the default."""
+        parts = [(r, f"case{k}") for k, r in enumerate(op.case_regions)] + [(op.default_region, "default")]
+        self.outline_branches(host, op, parts, base)
+
+    def outline_branches(self, host: func.FuncOp, op: Operation, parts: list[tuple[Region, str]], base: str) -> None:
+        """Each region a function that takes what it captures and returns op's results."""
         callees, captured = [], []
-        for region, part in ((op.true_region, "then"), (op.false_region, "else")):
+        for region, part in parts:
             if not region.blocks:
                 region.add_block(Block([scf.YieldOp()]))
             block = region.block

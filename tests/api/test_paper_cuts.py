@@ -24,7 +24,7 @@ def python(code: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, check=False)
 
 
-@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("framework", ["torch", "jax", "paddle"])
 def test_framework_submodules_import_as_modules(framework):
     """`import opc.torch` and `from opc.torch import op` (not only the attribute opc.torch)."""
     if importlib.util.find_spec(framework) is None:
@@ -35,7 +35,7 @@ def test_framework_submodules_import_as_modules(framework):
 
 
 def test_import_opc_imports_no_framework():
-    out = python("import sys, opc; print(sorted(m for m in ('torch', 'jax', 'onnx') if m in sys.modules))")
+    out = python("import sys, opc; print(sorted(m for m in ('torch', 'jax', 'paddle', 'onnx') if m in sys.modules))")
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 

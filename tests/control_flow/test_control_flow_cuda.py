@@ -1,4 +1,4 @@
-"""Control flow on the CUDA target: the C if / for / while run on the host around the bodies'
+"""Control flow on the CUDA target: the C if / switch / for / while run on the host around the bodies'
 kernel launches, a condition or bound copied back from the device. Here: the emitted .cu of each
 program (and of their gradients: the saved loop values copied to the host stack) compiles with
 nvcc without warnings. Running them needs a GPU (tests/lowering/test_cuda.py's machinery)."""
@@ -12,6 +12,8 @@ import tempfile
 import pytest
 from cf_programs import FOR, IF, IF_IN_LOOP, LOOP_IN_IF, NESTED, WHILE
 from test_control_flow_grad import FOR64, WHILE64
+from test_index_switch import SWITCH
+from test_loop_stack_memory import with_while_checkpoint
 
 from opc.api import emit
 from opc.frontend import load_module
@@ -20,7 +22,8 @@ from opc.lowering.cuda_build import nvcc_path
 
 CASES = {"if": (IF, False), "for": (FOR, False), "while": (WHILE, False), "nested": (NESTED, False),
          "loop_in_if": (LOOP_IN_IF, False), "if_in_loop": (IF_IN_LOOP, True), "for_grad": (FOR64, True),
-         "while_grad": (WHILE64, True)}
+         "while_grad": (WHILE64, True), "switch_grad": (SWITCH, True),
+         "checkpointed_while_grad": (with_while_checkpoint(WHILE64, 3), True)}
 
 
 def cuda_source(src: str, grad: bool) -> str:
@@ -34,7 +37,7 @@ def test_loop_runs_on_the_host(case):
     cu = cuda_source(src, grad)
     host = cu[cu.index('extern "C" int opc_fn_f('):]
     assert "cudaMemcpy" in host  # a condition, a bound or an index crosses between host and device
-    assert any(k in host for k in ("for (int64_t", "for (;;)", "if ("))
+    assert any(k in host for k in ("for (int64_t", "for (;;)", "if (", "switch ("))
     assert "__global__" not in host[:host.index("cleanup:")]
 
 

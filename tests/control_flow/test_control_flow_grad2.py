@@ -9,6 +9,8 @@ trip count is counted by a copy of it."""
 import numpy as np
 import pytest
 from test_control_flow_grad import FOR64, IF64, NESTED_FOR64, SHARED_INIT_FOR64, WHILE64, while_ref, with_checkpoint
+from test_index_switch import SWITCH
+from test_loop_stack_memory import with_while_checkpoint
 
 import opc
 
@@ -19,7 +21,8 @@ def mods():
 
     programs = {"if": IF64, "for": FOR64, "while": WHILE64, "nested": NESTED_FOR64,
                 "loop_in_if": LOOP_IN_IF.replace("f32", "f64"), "if_in_loop": IF_IN_LOOP,
-                "checkpointed": with_checkpoint(FOR64, 2), "shared_init": SHARED_INIT_FOR64}
+                "checkpointed": with_checkpoint(FOR64, 2), "shared_init": SHARED_INIT_FOR64,
+                "checkpointed_while": with_while_checkpoint(WHILE64, 2), "switch": SWITCH}
     return {name: opc.compile(src, grad=2) for name, src in programs.items()}
 
 
@@ -64,9 +67,10 @@ def test_grad2_through_for(mods, n):
 
 
 @pytest.mark.parametrize("lim, trips", [(-100.0, 0), (2.5, 1), (25.0, 5)])
-def test_grad2_through_while(mods, lim, trips):
+@pytest.mark.parametrize("which", ["while", "checkpointed_while"])
+def test_grad2_through_while(mods, lim, trips, which):
     """The limit is held: finite differences keep the trip count (checked at both ends)."""
-    m = mods["while"]
+    m = mods[which]
     rng = np.random.default_rng(8)
     x, w = rng.uniform(0.0, 0.2, 4), rng.uniform(0.9, 1.0, 4)
     for s in (-1e-6, 0.0, 1e-6):
@@ -119,3 +123,9 @@ def test_differentiating_a_stack_backward_is_refused():
     assert g is not None
     with pytest.raises(UnsupportedError, match="saves or reads loop values on stacks"):
         add_grad_function(src.module, g, default_wrt(g))
+
+
+@pytest.mark.parametrize("k", [0, 2, -1, 4])
+def test_grad2_through_index_switch(mods, k):
+    rng = np.random.default_rng(24)
+    check_grad2(mods["switch"], [np.array(k)], [rng.standard_normal(4), rng.standard_normal(4)], rng)

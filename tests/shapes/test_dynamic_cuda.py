@@ -273,7 +273,7 @@ def test_written_module_binds_the_sizes(tmp_path):
     assert main(["compile", str(src), "--target", "cuda", "-o", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "tiny.py").read_text()
     sigs = ast.literal_eval(text.split("_SIGNATURES = ", 1)[1].split("\n", 1)[0])
-    assert sigs == [("f", [("x", ("n0", 8), "float32")], [(("n0", 8), "float32")], [], ["n0"], [], [], [])]
+    assert sigs == [("f", [("x", ("n0", 8), "float32")], [(("n0", 8), "float32")], [], ["n0"], [], [], [], [])]
     m = load_cuda_library(tmp_path / "out" / "libtiny.so", [FunctionSignature(*s) for s in sigs],
                           require_device=False)
     assert isinstance(m.f, DynamicFunction)
