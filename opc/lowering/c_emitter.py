@@ -36,6 +36,7 @@ from opc.dialects.opc_loops import (
     CallOp,
     ExternalCallOp,
     GemmOp,
+    HandOutOp,
     RaiseStatusOp,
     function_errors,
 )
@@ -291,7 +292,9 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         size parameters): its offset is a C expression of them. One sized by a data size
         (known only once its op ran) has a malloc of its own."""
         self.arena = {}
-        top = [b for b in owned if b.owner.parent_block() is fn.body.block] if self.pack_buffers else []
+        handed = {op.buffer for op in fn.walk() if isinstance(op, HandOutOp)}  # the binding frees them
+        top = [b for b in owned if b.owner.parent_block() is fn.body.block and b not in handed
+               ] if self.pack_buffers else []
         counts = {b: self.start_count(b, fn) for b in top}
         size = 0
         for buf in (b for b in top if isinstance(counts[b], int)):
