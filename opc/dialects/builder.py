@@ -47,6 +47,17 @@ class OpBuilder:
         """v reshaped to like's shape (its `?` dims read off like at run time)."""
         return self.value(o.ReshapeOp(v, o.tensor(shaped_type(like).get_shape(), element_of(v)), self.dims(like)))
 
+    def flatten(self, v: SSAValue) -> SSAValue:
+        """v as 1-D: its element count static, or computed from its `?` dims at run time."""
+        shape = shaped_type(v).get_shape()
+        if o.DYNAMIC not in shape:
+            return self.value(o.ReshapeOp(v, o.tensor([math.prod(shape)], element_of(v))))
+        static = math.prod(d for d in shape if d != o.DYNAMIC)
+        n = self.value(arith.ConstantOp(IntegerAttr(static, IndexType())))
+        for d in self.dims(v):
+            n = self.value(arith.MuliOp(n, d))
+        return self.value(o.ReshapeOp(v, o.tensor([o.DYNAMIC], element_of(v)), [n]))
+
     def count(self, x: SSAValue, axes: Sequence[int]) -> SSAValue | float:
         """How many elements of x the axes hold: a number where their sizes are static, else a
         keepdim tensor of that count, computed at run time."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IntegerType, TensorType
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IndexType, IntegerAttr, IntegerType, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from xdsl.rewriter import InsertPoint
@@ -396,28 +396,37 @@ class ConvGradInputInvokePattern(RulePattern):
 def conv_patches(e: OpBuilder, x: SSAValue, g: o.ConvGeometry) -> SSAValue:
     """im2col in primitives: x zero-padded (concat with full), then one strided slice per kernel
     offset, stacked to [N, C, kvol, P] (P the output positions)."""
-    if o.DYNAMIC in shape_of(x):
+    if o.DYNAMIC in shape_of(x)[1:]:
         raise UnsupportedError("the conv decomposition (im2col in primitives: decompose='all', grad=2 of a conv) "
-                               "needs a static batch; the conv kernels take a run-time one")
+                               "needs static channels and spatial dims; the conv kernels take run-time ones")
     r, element = g.spatial, element_of(x)
+    batch = batch_sizes(e, x, g)  # a run-time batch: its size, read once, for every op's `?` batch dim
     for d in range(r):
         before, after = g.pads[d], g.pads[r + d]
         if before or after:
             shape = list(shape_of(x))
             parts = [x]
             if before:
-                parts.insert(0, e.value(o.FullOp(0.0, o.tensor([*shape[:2 + d], before, *shape[3 + d:]], element))))
+                parts.insert(0, e.value(o.FullOp(0.0, o.tensor([*shape[:2 + d], before, *shape[3 + d:]], element),
+                                                 batch)))
             if after:
-                parts.append(e.value(o.FullOp(0.0, o.tensor([*shape[:2 + d], after, *shape[3 + d:]], element))))
+                parts.append(e.value(o.FullOp(0.0, o.tensor([*shape[:2 + d], after, *shape[3 + d:]], element),
+                                              batch)))
             x = e.value(o.ConcatOp(parts, axis=2 + d))
     positions = math.prod(g.out)
     stacked = []
     for offsets in itertools.product(*(range(k) for k in g.kernel)):
         start = [0, 0, *(k * dil for k, dil in zip(offsets, g.dilations))]
         limit = [g.n, g.c, *(a + (n - 1) * s + 1 for a, n, s in zip(start[2:], g.out, g.strides))]
-        piece = e.value(o.SliceOp(x, start, limit, [1, 1, *g.strides]))
-        stacked.append(e.value(o.ReshapeOp(piece, o.tensor([g.n, g.c, 1, positions], element))))
+        piece = e.value(o.SliceOp(x, start, limit, [1, 1, *g.strides]))  # (a `?` batch: sliced whole)
+        stacked.append(e.value(o.ReshapeOp(piece, o.tensor([g.n, g.c, 1, positions], element), batch)))
     return stacked[0] if len(stacked) == 1 else e.value(o.ConcatOp(stacked, axis=2))
+
+
+def batch_sizes(e: OpBuilder, x: SSAValue, g: o.ConvGeometry) -> list[SSAValue]:
+    """[x's batch size] where it is a run-time one (the size operand of each op whose result has a
+    `?` batch dim), else []."""
+    return [e.dim(x, 0)] if g.n == o.DYNAMIC else []
 
 
 @decomposition(o.ConvOp)
@@ -430,9 +439,10 @@ class ConvPattern(RulePattern):
         g = op.geometry()
         x, w = wide(e, op.lhs), wide(e, op.rhs)
         el, ck = element_of(x), g.c // g.group * math.prod(g.kernel)
-        cols = e.value(o.ReshapeOp(conv_patches(e, x, g), o.tensor([g.n, g.group, ck, math.prod(g.out)], el)))
+        batch = batch_sizes(e, x, g)
+        cols = e.value(o.ReshapeOp(conv_patches(e, x, g), o.tensor([g.n, g.group, ck, math.prod(g.out)], el), batch))
         wg = e.value(o.ReshapeOp(w, o.tensor([g.group, g.o // g.group, ck], el)))
-        y = e.value(o.ReshapeOp(e.matmul(wg, cols), o.tensor(g.y_shape, el)))
+        y = e.value(o.ReshapeOp(e.matmul(wg, cols), o.tensor(g.y_shape, el), batch))
         return [narrow(e, y, op.result)]
 
 
@@ -468,9 +478,14 @@ class ConvGradFilterPattern(RulePattern):
 
         def by_group(v: SSAValue, rows: int) -> SSAValue:
             """[N, G * rows, ...] -> [G, rows, N * P]"""
-            v = e.value(o.ReshapeOp(v, o.tensor([g.n, g.group, rows, p], el)))
+            v = e.value(o.ReshapeOp(v, o.tensor([g.n, g.group, rows, p], el), batch))
             v = e.value(o.TransposeOp(v, [1, 2, 0, 3]))
-            return e.value(o.ReshapeOp(v, o.tensor([g.group, rows, g.n * p], el)))
+            if not batch:
+                return e.value(o.ReshapeOp(v, o.tensor([g.group, rows, g.n * p], el)))
+            n_p = e.value(arith.MuliOp(batch[0], e.value(arith.ConstantOp(IntegerAttr(p, IndexType())))))
+            return e.value(o.ReshapeOp(v, o.tensor([g.group, rows, o.DYNAMIC], el), [n_p]))
+
+        batch = batch_sizes(e, x, g)
 
         cols = by_group(conv_patches(e, x, g), ck)
         dw = e.matmul(by_group(dout, g.o // g.group), cols, trans_y=True)

@@ -448,9 +448,7 @@ def vjp_avg_pool(e: OpBuilder, op: o.AvgPoolOp, douts: Douts) -> Grads:
 def vjp_max_pool_grad(e: OpBuilder, op: o.MaxPoolGradOp, douts: Douts) -> Grads:
     """max_pool_grad is linear in dout: its adjoint gathers ddx at the indices."""
     (d,) = douts
-    t = d.type
-    flat = e.value(o.ReshapeOp(d, o.tensor([math.prod(shape_of(t))], element_of(t))))
-    return None, None, e.value(o.GatherOp(flat, op.indices, 0))
+    return None, None, e.value(o.GatherOp(e.flatten(d), op.indices, 0))
 
 
 @vjp(o.AvgPoolGradOp)

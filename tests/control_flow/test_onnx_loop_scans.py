@@ -105,8 +105,11 @@ def test_scan_outputs_of_a_loop_that_stops_against_onnxruntime(m, cond):
 
 
 def test_every_trip_count_is_one_compile():
-    """The trip counts above ran on one module each: no module per value of M."""
+    """Several trip counts run on one module each: no module per value of M."""
     for name, m in LOADED.items():
+        for trips in (0, 3, 40):
+            feeds = {"M": np.array(trips, np.int64), "s0": np.zeros(3, np.float32)}
+            m(**feeds, **({"c": np.array(True)} if name == "stopping" else {}))  # type: ignore[operator]
         assert len(m.variants) == 1, name  # type: ignore[attr-defined]
         (variants,) = m.variants.values()  # type: ignore[attr-defined]
         assert len(variants) == 1 and not variants[0].bound, name

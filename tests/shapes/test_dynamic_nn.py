@@ -1,8 +1,8 @@
 """Gradients of nn ops with a run-time batch or sequence (conv, max_pool, layer_norm, causal
 attention, softmax cross entropy) against central differences in f64, at several sizes from one
 compiled module; grad=2 through the attention's composite rule (its causal mask built at run-time
-lengths) against differences of the first-order gradient; the conv's second order, whose rule
-needs a static batch, refused in one line."""
+lengths) and through the conv's im2col decomposition (its batch read at run time) against
+differences of the first-order gradient."""
 
 from __future__ import annotations
 
@@ -78,7 +78,32 @@ def test_second_order_through_run_time_causal_attention(m2, seq):
     assert first[0].shape == (seq, 4)
 
 
-def test_the_conv_second_order_needs_a_static_batch_in_one_line():
-    with pytest.raises(opc.UnsupportedError, match="needs a static batch") as err:
-        opc.compile(TEXT.split("// layer norm")[0], grad=2)
-    assert "\n" not in str(err.value)
+@pytest.fixture(scope="module")
+def m2_cnn():
+    return opc.compile(TEXT.split("// layer norm")[0], grad=2)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_second_order_through_a_conv_with_a_run_time_batch(m2_cnn, batch):
+    """conv + tanh + max_pool with a `?` batch, grad=2 (the conv's second order through its im2col
+    decomposition, the batch read at run time): <d/d(x, w) grad L, (v, u)> against central
+    differences of the first-order gradient along (v, u), at two batch sizes from one module."""
+    rng = np.random.default_rng(20 + batch)
+    x, w = rng.standard_normal((batch, 2, 6, 6)), rng.standard_normal((3, 2, 3, 3)) * 0.5
+    v, u = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
+    second = m2_cnn.cnn_grad_grad(x, w, np.float64(1.0), v, u)
+    eps = 1e-5
+    hi = m2_cnn.cnn_grad(x + eps * v, w + eps * u, np.float64(1.0))
+    lo = m2_cnn.cnn_grad(x - eps * v, w - eps * u, np.float64(1.0))
+    for k in range(2):
+        np.testing.assert_allclose(second[k], (hi[k] - lo[k]) / (2 * eps), rtol=1e-5, atol=1e-7)
+
+
+def test_the_conv_decomposition_takes_a_run_time_batch():
+    """decompose='all' (im2col in primitives) against the conv kernels, at batch 1 and 4."""
+    text = TEXT.split("// layer norm")[0]
+    kernels, composed = opc.compile(text), opc.compile(text, decompose="all")
+    rng = np.random.default_rng(5)
+    for n in (1, 4):
+        x, w = rng.standard_normal((n, 2, 6, 6)), rng.standard_normal((3, 2, 3, 3))
+        np.testing.assert_allclose(composed.cnn(x, w), kernels.cnn(x, w), rtol=1e-12)
