@@ -1484,14 +1484,16 @@ class TopkOp(OpcOp, AxisAttr):
 
 
 @irdl_op_definition
-class UniqueOp(OpcOp):
+class UniqueOp(OpcOp, AxisAttr):
     """`%y, %first, %inverse, %counts = opc.unique %x {sorted = true} : (tensor<?xf32>) -> (tensor<?xf32>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>)`
 
-    ONNX Unique of a 1-D x (np.unique with return_index, return_inverse, return_counts): its distinct
-    values y (ascending when `sorted`, else in the order they first occur), each one's first index in x,
-    each element's place in y, each value's count. How many there are is known once the op has run: y's,
-    first's and counts' dim is a data size (opc/dialects/sizes.py), at most x's length. NaN is not
-    ordered here (each NaN is a value of its own).
+    ONNX Unique (np.unique with return_index, return_inverse, return_counts) of the slices of x along
+    `axis` (default 0; of a 1-D x its elements), each slice compared as a whole: the distinct slices y
+    (in lexicographic order of their elements, row-major, when `sorted`, else in the order they first
+    occur), each one's first index along the axis, each slice's place in y, each one's count. How many
+    there are is known once the op has run: y's axis dim and first's and counts' dim is a data size
+    (opc/dialects/sizes.py), at most x's axis size. NaN equals nothing (a slice holding one is
+    distinct from every other) and sorts after every number, two NaNs in the order of their slices.
     """
 
     name = "opc.unique"
@@ -1504,24 +1506,29 @@ class UniqueOp(OpcOp):
     inverse = result_def(TensorType)
     counts = result_def(TensorType)
     sorted = bool_prop(True)
+    axis = int_prop(0)
     assembly_format = "$x attr-dict `:` functional-type(operands, results)"
 
-    def __init__(self, x: SSAValue | Operation, sorted: bool = True):
+    def __init__(self, x: SSAValue | Operation, sorted: bool = True, axis: int = 0):
         t = SSAValue.get(x).type
         assert isinstance(t, TensorType)
-        found = [DYNAMIC]
-        super().__init__(operands=[x], result_types=[
-            TensorType(t.element_type, found), TensorType(i64, found), TensorType(i64, t.get_shape()),
-            TensorType(i64, found)], properties={"sorted": BoolAttr.from_bool(sorted)})
+        super().__init__(operands=[x], result_types=self.wanted(t, normalize_axis(axis, len(t.get_shape()))),
+                         properties={"sorted": BoolAttr.from_bool(sorted), "axis": IntegerAttr(axis, 64)})
+
+    @staticmethod
+    def wanted(t: TensorType, axis: int) -> list[TensorType]:
+        """y (x with its axis dim found at run time), first, inverse (one per slice), counts."""
+        shape, found = list(t.get_shape()), [DYNAMIC]
+        y = [*shape[:axis], DYNAMIC, *shape[axis + 1:]]
+        return [TensorType(t.element_type, y), TensorType(i64, found), TensorType(i64, [shape[axis]]),
+                TensorType(i64, found)]
 
     def verify_(self) -> None:
         t = check_tensor(self.x, "x")
-        if len(t.get_shape()) != 1:
-            raise VerifyException(f"needs a 1-D x (flatten it first), got {t}")
-        wants = (("y", self.y, TensorType(t.element_type, [DYNAMIC])), ("first", self.first, TensorType(i64, [DYNAMIC])),
-                 ("inverse", self.inverse, TensorType(i64, t.get_shape())),
-                 ("counts", self.counts, TensorType(i64, [DYNAMIC])))
-        for what, r, want in wants:
+        if not t.get_shape():
+            raise VerifyException(f"needs an x of rank >= 1 (reshape a scalar to 1 element), got {t}")
+        axis = normalize_axis(self.axis.value.data, len(t.get_shape()), "unique axis")
+        for what, r, want in zip(("y", "first", "inverse", "counts"), self.results, self.wanted(t, axis)):
             if r.type != want:
                 raise VerifyException(f"{what} must be {want}, got {r.type}")
 

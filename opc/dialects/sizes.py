@@ -704,10 +704,11 @@ def topk(s: FunctionSizes, op: opc.TopkOp) -> list[Shape]:
 
 @shape_rule(opc.UniqueOp)
 def unique(s: FunctionSizes, op: opc.UniqueOp) -> list[Shape]:
-    """y, first, counts: the number of distinct values, a data size at most x's length; inverse like x."""
-    x = s.shape(op.x)
-    found = (s.fresh_data(op, x[0]),)
-    return [found, found, x, found]
+    """The number of distinct slices along the axis, a data size at most the axis size: y's axis dim,
+    first's and counts'; inverse has one element per slice."""
+    x, axis = s.shape(op.x), op.axis_index()
+    found = s.fresh_data(op, x[axis])
+    return [(*x[:axis], found, *x[axis + 1:]), (found,), (x[axis],), (found,)]
 
 
 @shape_rule(opc.NonMaxSuppressionOp)

@@ -31,11 +31,12 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from opc.dialects.kinds import element_of, shape_of
-from opc.dialects.opc import int_of
+from opc.dialects.opc import DYNAMIC, int_of
 from opc.dialects.opc_loops import (
     CallOp,
     ExternalCallOp,
     GemmOp,
+    HandOutOp,
     RaiseStatusOp,
     function_errors,
 )
@@ -61,7 +62,13 @@ from opc.lowering.c_expressions import (
     float_fn,
 )
 from opc.lowering.c_loop_emission import LoopEmission
-from opc.lowering.c_memory_emission import MemoryEmission, has_dynamic_dims
+from opc.lowering.c_memory_emission import (
+    MemoryEmission,
+    c_product,
+    dynamic_size_operands,
+    has_dynamic_dims,
+    start_size,
+)
 from opc.lowering.c_text import c_comment, c_identifier, c_string, c_symbol
 from opc.lowering.size_lowering import (
     function_derived,
@@ -90,6 +97,7 @@ static __thread size_t opc_arena_cap = 0;
 static __thread int64_t opc_oom_bytes = 0;
 int64_t {OOM_FN}(void) {{ return opc_oom_bytes; }}
 void {RELEASE_FN}(void *p) {{ free(p); }}
+static inline size_t opc_arena_up(size_t n) {{ return (n + {ARENA_ALIGN - 1}) / {ARENA_ALIGN} * {ARENA_ALIGN}; }}
 static char *opc_arena_get(size_t n) {{
   if (opc_arena_cap >= n) return opc_arena_buf;
   free(opc_arena_buf);
@@ -116,7 +124,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
     const_ptrs: set[SSAValue] = field(default_factory=set)
     yield_targets: list[list[str]] = field(default_factory=list)  # scf.for result variables, innermost last
     outlined: list[str] = field(default_factory=list)  # the outlined kernels of the function being emitted
-    arena: dict[SSAValue, int] = field(default_factory=dict)  # intermediate buffer -> its offset in the arena
+    arena: dict[SSAValue, int | str] = field(default_factory=dict)  # intermediate buffer -> its offset (C) in the arena
     block_order: dict[Operation, int] = field(default_factory=dict)  # the entry block's ops, in order
     pack_buffers = True  # intermediates in one allocation (the CUDA emitter allocates each on the device)
     memory_support = ARENA_SUPPORT  # the arena and opc_oom_bytes (the CUDA emitter has neither)
@@ -279,20 +287,46 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
     def declare_locals(self, fn: func.FuncOp, owned: list[SSAValue]) -> None:
         """Every owned pointer is declared NULL up front, so the cleanup path may free it;
         the function's top-level intermediates share one allocation (the arena), so the
-        function stays small and linear however many buffers it has."""
+        function stays small and linear however many buffers it has. A buffer with run-time
+        sizes joins it where they are known at the function's start (polynomials of its
+        size parameters): its offset is a C expression of them. One sized by a data size
+        (known only once its op ran) has a malloc of its own."""
         self.arena = {}
-        top = [b for b in owned if b.owner.parent_block() is fn.body.block and not has_dynamic_dims(b)
-               ] if self.pack_buffers else []  # a buffer with run-time sizes has a malloc of its own
+        handed = {op.buffer for op in fn.walk() if isinstance(op, HandOutOp)}  # the binding frees them
+        top = [b for b in owned if b.owner.parent_block() is fn.body.block and b not in handed
+               ] if self.pack_buffers else []
+        counts = {b: self.start_count(b, fn) for b in top}
         size = 0
-        for buf in top:
+        for buf in (b for b in top if isinstance(counts[b], int)):
             self.arena[buf] = size
             size += -(-buffer_bytes(buf.type) // ARENA_ALIGN) * ARENA_ALIGN
         for buf in owned:
-            if buf not in self.arena:
+            if buf not in self.arena and not isinstance(counts.get(buf), str):
                 self.line(f"{c_type(element_of(buf))} *{self.name(buf)} = NULL;")
+        end: int | str = size
+        for buf in (b for b in top if isinstance(counts[b], str)):
+            self.arena[buf] = end
+            after = f"{self.name(buf)}_end"
+            before = f"{end} + " if end else ""
+            self.line(f"const size_t {after} = {before}opc_arena_up(sizeof({c_type(element_of(buf))}) * "
+                      f"(size_t)opc_max1({counts[buf]}));")
+            end = after
         if self.arena:
-            self.line(f"char *opc_arena = {self.arena_getter(fn)}({size});")
+            self.line(f"char *opc_arena = {self.arena_getter(fn)}({end});")
             self.line("if (!opc_arena) { status = 1; goto cleanup; }")
+
+    def start_count(self, buf: SSAValue, fn: func.FuncOp) -> int | str | None:
+        """A buffer's element count: a number, a C expression of what the function knows at its
+        start (its parameters, constants), or None where a size is computed later (a data size)."""
+        shape = cast(MemRefType, buf.type).get_shape()
+        if not has_dynamic_dims(buf):
+            return pymath.prod(shape)
+        dynamic = [start_size(v, fn, self.name) for v in dynamic_size_operands(buf)]
+        if any(d is None for d in dynamic):
+            return None
+        given = iter(dynamic)
+        n = c_product(d if d != DYNAMIC else cast(str, next(given)) for d in shape)
+        return n if isinstance(n, str) else str(n)
 
     def emit_body(self, fn: func.FuncOp) -> None:
         """Every top-level loop nest (a kernel) becomes a static function of its own,

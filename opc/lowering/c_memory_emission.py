@@ -5,10 +5,11 @@ A part of CEmitter (c_emitter.py), which mixes it in."""
 from __future__ import annotations
 
 import math as pymath
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from xdsl.dialects import memref
-from xdsl.ir import SSAValue
+from xdsl.dialects import arith, func, memref
+from xdsl.dialects.builtin import IntegerAttr
+from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from opc.dialects.kinds import element_of
 from opc.dialects.opc import DYNAMIC
@@ -90,6 +91,24 @@ def dynamic_size_operands(ref: SSAValue) -> list[SSAValue]:
         return list(op.sizes)
     raise NotImplementedError(f"C emitter: no sizes known for a buffer with run-time dims ({ref.type}, made by "
                               f"{type(op).__name__})")
+
+
+START_ARITH: dict[type[Operation], str] = {arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*"}
+"""The index arithmetic a size known at a function's start is computed by (size_lowering.size_value)."""
+
+
+def start_size(v: SSAValue, fn: func.FuncOp, name: Callable[[SSAValue], str]) -> str | None:
+    """An index value as a C expression of the function's parameters and constants alone (valid
+    from its first line), or None where it is computed otherwise: a data size, counted by loops."""
+    if isinstance(v, BlockArgument):
+        return name(v) if v.owner is fn.body.block else None
+    op = v.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return str(op.value.value.data)
+    if not isinstance(op, Operation) or type(op) not in START_ARITH:
+        return None
+    a, b = (start_size(x, fn, name) for x in op.operands)
+    return None if a is None or b is None else f"({a} {START_ARITH[type(op)]} {b})"
 
 
 def c_product(dims: Iterable[int | str]) -> int | str:

@@ -5,7 +5,7 @@ then writes its results at it.
 
 - `nonzero`: a counting pass, then a fill pass writing each position at the next column;
 - `topk`: k read and checked, then per line k picks of the best element after the previous pick;
-- `unique`: each element's first index, each value's place, then the results written there;
+- `unique`: each slice's first equal slice, each distinct slice's place, then the results written there;
 - `non_max_suppression`: ONNX's greedy pass per batch and class into a scratch, copied once counted.
 
 Sequential on purpose: the positions are in order, and a count is a prefix sum. The CUDA target
@@ -125,25 +125,58 @@ def lower_topk(fl, op: opc.TopkOp) -> None:  # noqa: ANN001
 
 
 def lower_unique(fl, op: opc.UniqueOp) -> None:  # noqa: ANN001
-    """Sequential passes over x, O(n^2) compares, two scratch arrays of n:
-    at[i] = the first index holding x[i]'s value (the distinct values are the i with at[i] == i; their
-    number is the data size); place[i] = x[i]'s value's place in y (sorted: how many distinct values are
-    smaller; else how many first occur before it); then y, first and inverse are written at place[i]
-    and counts summed there."""
+    """Sequential passes over the n slices of x along the axis, O(n^2) slice compares (each over the
+    slice's elements, row-major: a 1-D x's slices are its elements), two scratch arrays of n:
+    at[i] = the first slice equal to slice i (the distinct slices are the i with at[i] == i; their
+    number is the data size); place[i] = slice i's place in y (sorted: how many distinct slices are
+    lexicographically smaller; else how many first occur before it); then y, first and inverse are
+    written at place[i] and counts summed there."""
     e, elem = fl.e, element_of(op.x)
-    (n,) = shape_of(op.x)
+    shape, axis = list(shape_of(op.x)), op.axis_index()
+    n, rest = shape[axis], shape[:axis] + shape[axis + 1:]
     t = compute_type(scalar_type(elem))
     unsigned = is_unsigned(elem)
+    i1 = IntegerType(1)
     at, place = fl.alloc([n], i64), fl.alloc([n], i64)
     fl.allocs.extend([at, place])
 
-    def x_at(i: SSAValue) -> SSAValue:
-        return e.to_compute(fl.value_at(op.x, [i]))
+    def along(i: SSAValue, r: list[SSAValue]) -> list[SSAValue]:
+        return [*r[:axis], i, *r[axis:]]
 
-    def cmp(pred: str, a: SSAValue, b: SSAValue) -> SSAValue:
-        if opc.is_float(t):
-            return e.value(arith.CmpfOp(a, b, {"lt": "olt", "eq": "oeq"}[pred]))
-        return e.value(arith.CmpiOp(a, b, pred if pred == "eq" else ("u" if unsigned else "s") + pred))
+    def x_at(i: SSAValue, r: list[SSAValue]) -> SSAValue:
+        return e.to_compute(fl.value_at(op.x, along(i, r)))
+
+    def ne(va: SSAValue, vb: SSAValue) -> SSAValue:
+        if opc.is_float(t):  # NaN equals nothing, itself included
+            return e.value(arith.CmpfOp(va, vb, "une"))
+        return e.value(arith.CmpiOp(va, vb, "ne"))
+
+    def lt(va: SSAValue, vb: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
+        """va (of slice a) before vb (of slice b), where they differ. A strict total order on slices
+        even with NaN: a NaN comes after every number, and of two NaNs the one of the earlier slice
+        first (as if each NaN were the pair (1, its slice), each number (0, itself))."""
+        if not opc.is_float(t):
+            return e.value(arith.CmpiOp(va, vb, "ult" if unsigned else "slt"))
+        nan_a, nan_b = (e.value(arith.CmpfOp(v, v, "une")) for v in (va, vb))
+        both = e.value(arith.AndIOp(nan_b, e.value(arith.CmpiOp(a, b, "slt"))))
+        number = e.value(arith.OrIOp(nan_b, e.value(arith.CmpfOp(va, vb, "olt"))))
+        return e.value(arith.SelectOp(nan_a, both, number))
+
+    def differ(a: SSAValue, b: SSAValue) -> list[SSAValue]:
+        """Whether slices a and b differ, and whether a comes first at the first element they differ at."""
+        def step(r: list[SSAValue], seen: list[SSAValue]) -> list[SSAValue]:
+            va, vb = x_at(a, r), x_at(b, r)
+            less = e.value(arith.SelectOp(seen[0], seen[1], lt(va, vb, a, b)))
+            return [e.value(arith.OrIOp(seen[0], ne(va, vb))), less]
+
+        return scan(e, rest, [e.const(0, i1), e.const(0, i1)], step)
+
+    def same(a: SSAValue, b: SSAValue) -> SSAValue:
+        return e.value(arith.XOrIOp(differ(a, b)[0], e.const(1, i1)))
+
+    def smaller(a: SSAValue, b: SSAValue) -> SSAValue:
+        differs, first = differ(a, b)
+        return e.value(arith.AndIOp(differs, first))
 
     def index_of(v: SSAValue) -> SSAValue:
         return e.value(arith.IndexCastOp(v, IndexType()))
@@ -154,11 +187,9 @@ def lower_unique(fl, op: opc.UniqueOp) -> None:  # noqa: ANN001
             c[0], e.value(arith.SelectOp(body(j), e.index(1), e.index(0)))))])[0]
 
     def first_holding(i: SSAValue) -> list[SSAValue]:
-        """The lowest j with x[j] == x[i] (i itself if none before it)."""
-        xi = x_at(i)
-
+        """The lowest j whose slice equals slice i (i itself if none before it)."""
         def step(j: SSAValue, lo: list[SSAValue]) -> list[SSAValue]:
-            hit = e.value(arith.AndIOp(cmp("eq", x_at(j), xi), e.value(arith.CmpiOp(j, lo[0], "slt"))))
+            hit = e.value(arith.AndIOp(e.value(arith.CmpiOp(j, lo[0], "slt")), same(j, i)))
             return [e.value(arith.SelectOp(hit, j, lo[0]))]
 
         e.store(e.value(arith.IndexCastOp(e.for_loop(n, [i], step)[0], i64)), at, [i])
@@ -176,10 +207,10 @@ def lower_unique(fl, op: opc.UniqueOp) -> None:  # noqa: ANN001
     sorted_ = opc.flag(op.sorted)
 
     def rank(i: SSAValue) -> list[SSAValue]:
-        xi, fi = x_at(i), index_of(e.load(at, [i]))
+        fi = index_of(e.load(at, [i]))
 
         def before(j: SSAValue) -> SSAValue:
-            other = cmp("lt", x_at(j), xi) if sorted_ else e.value(arith.CmpiOp(j, fi, "slt"))
+            other = smaller(j, i) if sorted_ else e.value(arith.CmpiOp(j, fi, "slt"))
             return e.value(arith.AndIOp(distinct(j), other))
 
         e.store(e.value(arith.IndexCastOp(count_if(before), i64)), place, [i])
@@ -188,13 +219,21 @@ def lower_unique(fl, op: opc.UniqueOp) -> None:  # noqa: ANN001
     e.for_loop(n, [], lambda i, _: rank(i))
     e.parallel([data_size(fl, op)], lambda idx: e.store(e.const(0, i64), counts, idx))  # type: ignore[list-item]
 
+    def copy(i: SSAValue, p: SSAValue) -> None:
+        """Slice i of x to slice p of y."""
+        def step(r: list[SSAValue], _: list[SSAValue]) -> list[SSAValue]:
+            e.store(fl.value_at(op.x, along(i, r)), y, along(p, r))
+            return []
+
+        scan(e, rest, [], step)
+
     def write(i: SSAValue) -> list[SSAValue]:
         p = index_of(e.load(place, [i]))
         e.store(e.value(arith.IndexCastOp(p, i64)), inverse, [i])
         e.store(e.value(arith.AddiOp(e.load(counts, [p]), e.const(1, i64))), counts, [p])
         then = Block()
         with e.at(then):
-            e.store(fl.value_at(op.x, [i]), y, [p])
+            copy(i, p)
             e.store(e.value(arith.IndexCastOp(i, i64)), first, [p])
             e.emit(scf.YieldOp())
         e.emit(scf.IfOp(distinct(i), [], Region(then)))

@@ -17,7 +17,7 @@ class EmitterState:
     indent: int
     const_ptrs: set[SSAValue]
     yield_targets: list[list[str]]
-    arena: dict[SSAValue, int]
+    arena: dict[SSAValue, int | str]  # a buffer -> its offset in the arena (a C expression where sizes give it)
     function: func.FuncOp
 
     if TYPE_CHECKING:

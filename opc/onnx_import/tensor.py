@@ -819,15 +819,16 @@ def nonzero(node: Node) -> Values:
 @converter("Unique", since=11)
 def unique(node: Node) -> Values:
     """Y, indices, inverse_indices, counts: computed at compile time where the input is known, else
-    `opc.unique` of the flattened input (the number of distinct values a size of its own). Unique
-    along an axis of an input of rank > 1 (distinct slices) still needs the input's value."""
-    shape, axis = node.shape(0), node.attr("axis")
-    along_axis = axis is not None and len(shape) != 1  # distinct slices: at compile time only
-    if along_axis or node.importer.compile_time(node.proto.input[0]) is not None:
+    `opc.unique` (the number of distinct values or slices a size of its own): of the flattened input
+    without an axis, of the slices along the axis with one."""
+    if node.importer.compile_time(node.proto.input[0]) is not None:
         return nonempty(node, evaluated(node, "Unique's output shape depends on it"))
-    x = node.input(0)
-    flat = node.e.reshape(x, [math.prod(shape)]) if len(shape) != 1 else x
-    return list(node.e.emit(o.UniqueOp(flat, bool(node.attr("sorted", 1)))).results)
+    x, shape, axis = node.input(0), node.shape(0), node.attr("axis")
+    if axis is not None:
+        axis = node.axis(int(axis), len(shape))
+    if axis is None or len(shape) < 2:  # the elements: of a 1-D (or scalar) input, its only axis
+        x, axis = (node.e.reshape(x, [math.prod(shape)]) if len(shape) != 1 else x), 0
+    return list(node.e.emit(o.UniqueOp(x, bool(node.attr("sorted", 1)), axis)).results)
 
 
 @folder("Unique")

@@ -269,7 +269,6 @@ def test_gradients_match_central_differences(compiled, cid: str) -> None:
 
 
 REFUSALS = {  # case -> (make, import with the input values?, message)
-    "unique-rows-no-value": (lambda: unique((6, 2), 0, 1), False, "input 0 .* must be known at compile time"),
     "unpool-other-shape": (lambda: max_unpool([2, 2], [2, 2], [0, 0, 0, 0], [2, 3, 7, 7]), True,
                            r"output_shape \[2, 3, 7, 7\] differs from the unpooled shape \[2, 3, 6, 6\]"),
 }
@@ -285,6 +284,15 @@ def test_refusals_are_one_line(cid: str) -> None:
         else:
             opc.import_onnx(model)
     assert "\n" not in str(err.value)
+
+
+def test_unique_along_an_axis_needs_no_value() -> None:
+    """Unique of the columns of an input known only at run time: opc.unique along its axis, the
+    number of distinct columns a data size (tests/shapes/test_unique_axis.py runs it)."""
+    model, _ = unique((2, 7), -1, 1)
+    module, _ = opc.import_onnx(model)
+    (op,) = [o for o in module.walk() if o.name == "opc.unique"]
+    assert op.axis_index() == 1 and str(op.results[0].type) == "tensor<2x?xf32>"
 
 
 def test_load_onnx_compiles_once_for_every_condition() -> None:

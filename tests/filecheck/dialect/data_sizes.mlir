@@ -29,3 +29,11 @@ func.func @uniq(%x: tensor<7xi32>) -> (tensor<?xi32>, tensor<?xi64>, tensor<7xi6
   %y, %f, %inv, %c = opc.unique %x {sorted = false} : (tensor<7xi32>) -> (tensor<?xi32>, tensor<?xi64>, tensor<7xi64>, tensor<?xi64>)
   func.return %y, %f, %inv, %c : tensor<?xi32>, tensor<?xi64>, tensor<7xi64>, tensor<?xi64>
 }
+
+// CHECK-LABEL: func.func @uniq_rows
+func.func @uniq_rows(%x: tensor<?x3xf32>) -> (tensor<3x?xf32>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>) {
+  %t = opc.transpose %x {perm = array<i64: 1, 0>} : (tensor<?x3xf32>) -> tensor<3x?xf32>
+  // CHECK: %y, %f, %inv, %c = opc.unique %t {axis = -1 : i64} : (tensor<3x?xf32>) -> (tensor<3x?xf32>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>)
+  %y, %f, %inv, %c = opc.unique %t {axis = -1, sorted = true} : (tensor<3x?xf32>) -> (tensor<3x?xf32>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>)
+  func.return %y, %f, %inv, %c : tensor<3x?xf32>, tensor<?xi64>, tensor<?xi64>, tensor<?xi64>
+}
