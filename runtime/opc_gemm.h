@@ -1040,8 +1040,13 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
         if (parts > most) parts = most;
         if (parts < nt) parts = opc__min64(units, nt);
     }
+    if (parts == 1) {  /* no parallel region: even an `if (0)` one runs libgomp's dynamic loop */
+        opc__gemm_s_part(dt, 0, batch, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res, 0, M, 0, N, ep, ep_ctx);
+        opc__afree(bf);
+        return;
+    }
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
     for (int64_t part = 0; part < parts; part++) {
         int64_t b0 = 0, b1 = batch, i0 = 0, i1 = M, j0 = 0, j1 = N;
