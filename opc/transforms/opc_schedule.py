@@ -243,7 +243,7 @@ def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position
             return shape_of(u.x) == full and reductions < MAX_ROW_REDUCTIONS
         shape = shape_of(u.results[0])
         if isinstance(u, opc.ReshapeOp):  # [rows] <-> [rows, 1]: the same per-row scalar
-            return shape in per_row and shape_of(u.x) in per_row
+            return shape in per_row and shape_of(u.x) in per_row and not read_across_rows(u, shape)
         if not isinstance(u, (*ELEMENTWISE, opc.BroadcastToOp)) or isinstance(u, opc.CastGradOp):
             return False
         # A [rows] value (no kept dim) read by an op over the full rows broadcasts along the trailing dims,
@@ -251,8 +251,13 @@ def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position
         if shape == full:
             return not any(shape_of(x) == tuple(outer) and x.owner in members for x in u.operands)
         if shape == tuple(outer):
-            return not any(shape_of(w.results[0]) == full for w in users_of(u) if w in members)
+            return not read_across_rows(u, shape)
         return shape in per_row
+
+    def read_across_rows(u: Operation, shape: tuple) -> bool:
+        """A [rows] value that an op over the full rows reads broadcast along its trailing dims
+        (a batch norm's per-channel [C] vector where the rows are C long too)."""
+        return shape == tuple(outer) and any(shape_of(w.results[0]) == full for w in users_of(u) if w in members)
 
     members: set[Operation] = {seed}
     reductions = 1

@@ -359,3 +359,24 @@ def test_a_value_of_the_row_shape_broadcasts_along_trailing_dims() -> None:
     s, m = rng.uniform(-2, 2, (2, 2, 2)).astype(np.float32), rng.uniform(-2, 2, (2, 2)).astype(np.float16)
     t = s + m.astype(np.float32)
     np.testing.assert_allclose(opc.compile(TRAILING_SRC).trailing(s, m), t - t.max(axis=2, keepdims=True), rtol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [2, 3])
+def test_a_vector_along_the_row_joins_no_row_kernel_when_the_rows_are_as_many(rows: int) -> None:
+    """A batch norm's [C] vector (through an identity reshape, as its decomposition writes it) read by
+    the row kernel's full-width op broadcasts along each row; with C rows too it was taken for a
+    per-row scalar (the fuzzer's program 4626, seed 1, under decompose='all')."""
+    c = 2
+    t, v = f"tensor<{rows}x{c}xf32>", f"tensor<{c}xf32>"
+    m = opc.compile(f"""
+func.func @f(%x: {t}, %m: {v}) -> {t} {{
+  %m2 = opc.reshape %m : ({v}) -> {v}
+  %a = opc.sub %x, %m2 : ({t}, {v}) -> {t}
+  %mx = opc.reduce_max %a {{axes = array<i64: 1>, keepdim = true}} : ({t}) -> tensor<{rows}x1xf32>
+  %s = opc.sub %a, %mx : ({t}, tensor<{rows}x1xf32>) -> {t}
+  func.return %s : {t}
+}}""")
+    rng = np.random.default_rng(rows)
+    x, mean = rng.standard_normal((rows, c)).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    a = x - mean
+    np.testing.assert_allclose(m.f(x, mean), a - a.max(1, keepdims=True), rtol=1e-6, atol=1e-6)
