@@ -129,40 +129,35 @@ def main() -> None:
 
 
 def loop_rows() -> None:
-    model = counted_loop_model()
-    sess = ort_session(model)
-    with tempfile.TemporaryDirectory() as cache:
-        m = opc.load_onnx(model, cache_dir=cache)
-        print("Loop, trip count an input | opc first call (compile) | opc call | onnxruntime call")
-        for n in (5, 50, 2000):
-            feeds = feeds_for_loop(n)
-            t = time.perf_counter()
-            m(**feeds)
-            first = time.perf_counter() - t
-            call = best(lambda feeds=feeds: m(**feeds))
-            ort_call = best(lambda feeds=feeds: sess.run(None, feeds))
-            print(f"  {n:5d} trips | {first * 1e3:9.1f} ms | {call * 1e3:8.3f} ms | {ort_call * 1e3:8.3f} ms")
+    trip_count_rows(counted_loop_model(), feeds_for_loop, "Loop, trip count an input")
 
 
 def scan_rows() -> None:
     """A Loop stacking a [3] row per iteration (its scan output), the trip count an input: the stacked
     result's rows are read from M at run time, so every count runs on the first call's module."""
     for stop_at, what in ((None, "scf.for"), (40.0, "scf.while, stops when sum(s) >= 40")):
-        model = scan_loop_model(stop_at)
-        sess = ort_session(model)
-        with tempfile.TemporaryDirectory() as cache:
-            m = opc.load_onnx(model, cache_dir=cache)
-            print(f"Loop with a scan output ({what}) | opc first call (compile) | opc call | onnxruntime call")
-            for n in (5, 50, 2000):
-                feeds = {"M": np.array(n, np.int64), "s0": np.zeros(3, np.float32)}
-                if stop_at is not None:
-                    feeds["c"] = np.array(True)
-                t = time.perf_counter()
-                m(**feeds)
-                first = time.perf_counter() - t
-                call = best(lambda feeds=feeds: m(**feeds))
-                ort_call = best(lambda feeds=feeds: sess.run(None, feeds))
-                print(f"  {n:5d} trips | {first * 1e3:9.1f} ms | {call * 1e3:8.3f} ms | {ort_call * 1e3:8.3f} ms")
+        def feeds(n: int, stop_at: float | None = stop_at) -> dict:
+            return {"M": np.array(n, np.int64), "s0": np.zeros(3, np.float32),
+                    **({"c": np.array(True)} if stop_at is not None else {})}
+
+        trip_count_rows(scan_loop_model(stop_at), feeds, f"Loop with a scan output ({what})")
+
+
+def trip_count_rows(model, feeds_for, title: str) -> None:  # noqa: ANN001
+    """Per trip count: opc's first call (the compile, on the first count only), its later calls and
+    onnxruntime's, from one loaded model."""
+    sess = ort_session(model)
+    with tempfile.TemporaryDirectory() as cache:
+        m = opc.load_onnx(model, cache_dir=cache)
+        print(f"{title} | opc first call (compile) | opc call | onnxruntime call")
+        for n in (5, 50, 2000):
+            feeds = feeds_for(n)
+            t = time.perf_counter()
+            m(**feeds)
+            first = time.perf_counter() - t
+            call = best(lambda feeds=feeds: m(**feeds))
+            ort_call = best(lambda feeds=feeds: sess.run(None, feeds))
+            print(f"  {n:5d} trips | {first * 1e3:9.1f} ms | {call * 1e3:8.3f} ms | {ort_call * 1e3:8.3f} ms")
 
 
 def if_rows() -> None:
