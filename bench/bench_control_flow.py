@@ -113,9 +113,25 @@ def lstm_rows(lengths: list[int]) -> None:
             print(f"  run-time seq: {err}")
 
 
+def lstm_train_rows(lengths: list[int]) -> None:
+    """The gradient of a 1-layer LSTM (the backward loop through time) per sequence length, 1 thread:
+    its time per step should not grow with the length."""
+    opc.set_num_threads(1)
+    print("1-layer LSTM (batch 1, 64 in, 128 hidden) gradient, 1 thread | opc call (CPU) | per step")
+    for seq in lengths:
+        module, params = opc.import_onnx(lstm_model(seq, layers=1))
+        c = opc.compile(module, grad=True)
+        names = [n for n, _, _ in c.lstm.sig.inputs]
+        x = np.random.default_rng(seq).uniform(-1, 1, (seq, 1, 64)).astype(np.float32)
+        args = [x, *(params[n] for n in names[1:])]
+        d = np.ones_like(c.lstm(*args))
+        ms = cpu_ms(lambda args=args, d=d, c=c: c.lstm_grad(*args, d), calls=5)
+        print(f"  seq {seq:4d} | {ms:8.3f} ms | {ms / seq * 1e3:6.2f} us", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--only", choices=["loop", "scan", "if", "lstm"])
+    ap.add_argument("--only", choices=["loop", "scan", "if", "lstm", "lstm-train"])
     ap.add_argument("--seq", type=int, nargs="+", default=[64, 300], help="the LSTM's sequence lengths")
     args = ap.parse_args()
     if args.only in (None, "loop"):
@@ -126,6 +142,8 @@ def main() -> None:
         if_rows()
     if args.only in (None, "lstm"):
         lstm_rows(args.seq)
+    if args.only in (None, "lstm-train"):
+        lstm_train_rows(args.seq)
 
 
 def loop_rows() -> None:

@@ -47,6 +47,8 @@ from xdsl.dialects import arith, scf, tensor
 from xdsl.dialects.builtin import IndexType, IntegerAttr, TensorType, i64
 from xdsl.ir import Block, Operation, Region, SSAValue
 
+from opc.dialects import opc as opc_ops
+from opc.dialects import slices
 from opc.dialects.builder import OpBuilder
 from opc.dialects.control import captured_values, in_place_carried
 from opc.dialects.kinds import element_of
@@ -210,7 +212,11 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
         return {carried[k]: be.full(0.0, inits[k]) if k in unsaved else
                 be.value(PopOp(names[k], carried[k].type, be.dims(inits[k]))) for k in reversed(range(len(carried)))}
 
-    return reverse_for(e, op, douts, caps, floats, sweep, popped)
+    # its cotangent is the same in every backward step (each step reads its own slot of it, and an
+    # earlier step never reads a later one's): not carried (that would copy it whole per step), where
+    # its initial value needs no gradient
+    invariant = {k for k in floats if k in unsaved and inits[k] not in live}
+    return reverse_for(e, op, douts, caps, floats, sweep, popped, invariant)
 
 
 def recomputing_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
@@ -230,32 +236,52 @@ def recomputing_for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | 
 
 def reverse_for(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], caps: list[SSAValue],
                 floats: list[int], sweep: Sweep,
-                carried_at: Callable[[OpBuilder, SSAValue], dict[SSAValue, SSAValue]]) -> dict[SSAValue, SSAValue]:
+                carried_at: Callable[[OpBuilder, SSAValue], dict[SSAValue, SSAValue]],
+                invariant: Collection[int] = ()) -> dict[SSAValue, SSAValue]:
     """The backward scf.for of an scf.for: its step k sweeps the body at the forward's iteration
     i = lb + (n - 1 - k) * step, whose carried values carried_at(be, i) gives (popped from the
-    stacks, or recomputed), carrying the carried values' cotangents and summing the captured ones'."""
+    stacks, or recomputed), carrying the carried values' cotangents and summing the captured ones'.
+    A carried value in `invariant` keeps its outer cotangent in every step (not carried; its initial
+    value gets none)."""
     carried = list(op.body.block.args[1:])
     inits = list(op.iter_args)
     n = trip_count(e, op)
-    seeds: list[SSAValue] = [d if (d := douts[k]) is not None else e.full(0.0, op.results[k]) for k in floats]
+    seeds = {k: d if (d := douts[k]) is not None else e.full(0.0, op.results[k]) for k in floats}
+    moving = [k for k in floats if k not in invariant]
     zeros = [e.full(0.0, c) for c in caps]
-    body = Block(arg_types=[IndexType(), *(v.type for v in seeds), *(c.type for c in zeros)])
-    k_arg, d_carried, d_caps = body.args[0], body.args[1:1 + len(floats)], body.args[1 + len(floats):]
+    body = Block(arg_types=[IndexType(), *(seeds[k].type for k in moving), *(c.type for c in zeros)])
+    k_arg, d_carried, d_caps = body.args[0], body.args[1:1 + len(moving)], body.args[1 + len(moving):]
+    cotangent = {**seeds, **dict(zip(moving, d_carried))}
     be = OpBuilder()
     # the forward's iteration index of backward step k: lb + (n - 1 - k) * step
     back = be.value(arith.SubiOp(be.value(arith.SubiOp(n, index_const(be, 1))), k_arg))
     i = be.value(arith.AddiOp(op.lb, be.value(arith.MuliOp(back, op.step))))
     given = carried_at(be, i)
     ops, yielded = replay(be, op.body.block, {op.body.block.args[0]: i, **given})
-    sources = [given[carried[k]] for k in floats] + caps
-    grads = sweep(be, ops, sources, [(yielded[k], d) for k, d in zip(floats, d_carried)])
-    step_d = [grads.get(given[carried[k]]) or be.full(0.0, carried[k]) for k in floats]
-    step_caps = [be.add(acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
+    sources = [given[carried[k]] for k in moving] + caps
+    grads = sweep(be, ops, sources, [(yielded[k], cotangent[k]) for k in floats])
+    step_d = [grads.get(given[carried[k]]) or be.full(0.0, carried[k]) for k in moving]
+    step_caps = [accumulate(be, acc, grads[c]) if c in grads else acc for acc, c in zip(d_caps, caps)]
     be.emit(scf.YieldOp(*step_d, *step_caps))
     body.add_ops(be.ops)
-    loop = scf.ForOp(index_const(e, 0), n, index_const(e, 1), [*seeds, *zeros], Region(body))
+    loop = scf.ForOp(index_const(e, 0), n, index_const(e, 1), [*(seeds[k] for k in moving), *zeros], Region(body))
     e.emit(loop)
-    return summed(e, [*(inits[k] for k in floats), *caps], loop.results)
+    return summed(e, [*(inits[k] for k in moving), *caps], loop.results)
+
+
+def accumulate(be: OpBuilder, acc: SSAValue, g: SSAValue) -> SSAValue:
+    """acc + g. Where g is a slot placed into zeros (the vjp of an extract_slice: the body read one
+    slot of a captured value, an RNN's input projection at step t), the slot is added into acc's
+    slot instead, an insert_slice into acc that the host runs in place (in_place_carried's
+    reads_slot): O(slot) a step, where adding the whole of g made the backward loop quadratic."""
+    placed = g.owner
+    zeros = placed.dest.owner if isinstance(placed, tensor.InsertSliceOp) else None
+    if not (isinstance(zeros, opc_ops.FullOp) and zeros.value.value.data == 0.0 and acc.type == g.type):
+        return be.add(acc, g)
+    assert isinstance(placed, tensor.InsertSliceOp)
+    p = slices.params(placed)
+    slot = be.value(slices.extract_slice(acc, p.offsets, p.sizes, p.strides, slices.sliced_type(placed)))
+    return be.value(slices.insert_slice(be.add(slot, placed.source), acc, p.offsets, p.sizes, p.strides))
 
 
 def summed(e: OpBuilder, values: Sequence[SSAValue], grads: Sequence[SSAValue]) -> dict[SSAValue, SSAValue]:

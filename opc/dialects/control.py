@@ -20,6 +20,8 @@ from xdsl.dialects.builtin import IntegerAttr, TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
+from opc.dialects import slices
+from opc.dialects.opc import DYNAMIC
 from opc.dialects.opc_stack import STACK_OPS
 
 CONTROL_OPS = (scf.IfOp, scf.ForOp, scf.WhileOp, scf.IndexSwitchOp)
@@ -133,17 +135,33 @@ def inputs_of(op: Operation) -> list[SSAValue]:
     return [*op.operands, *captured_values(op)] if op.regions else list(op.operands)
 
 
-def in_place_carried(block: Block) -> list[int]:
+def in_place_carried(block: Block, reads_slot: bool = False) -> list[int]:
     """The carried values a loop body only writes a slot of (`tensor.insert_slice` into the carried
     value, read by nothing else, yielded as its next value): the host keeps each in one buffer and the
     body writes just the slot, where turn-taking buffers would copy the whole value every iteration
-    (an RNN's output, a scan's stacked results)."""
+    (an RNN's output, a scan's stacked results). With reads_slot, also those that the body reads only
+    at that slot before writing it (a backward loop's cotangent of a value read a slot per step,
+    accumulated there): each element is read, then written, in place."""
     term = block.last_op
     assert isinstance(term, scf.YieldOp)
     out = []
     for k, (arg, v) in enumerate(zip(block.args[1:], term.operands)):
         ins = v.owner
-        if (isinstance(ins, tensor.InsertSliceOp) and ins.dest is arg and len(list(arg.uses)) == 1
-                and len(list(v.uses)) == 1 and ins.parent_block() is block):
+        if not (isinstance(ins, tensor.InsertSliceOp) and ins.dest is arg and len(list(v.uses)) == 1
+                and ins.parent_block() is block):
+            continue
+        others = [u.operation for u in arg.uses if u.operation is not ins]
+        # (read at the slot too: static shapes only, so far; with a `?` dim the bidirectional LSTM's
+        # reverse-direction gradient came out wrong, not yet understood)
+        static = isinstance(arg.type, TensorType) and DYNAMIC not in arg.type.get_shape()
+        if not others or reads_slot and static and all(reads_the_slot(o, ins) for o in others):
             out.append(k)
     return out
+
+
+def reads_the_slot(op: Operation, ins: tensor.InsertSliceOp) -> bool:
+    """op is a tensor.extract_slice of exactly the slot ins writes, in the same block."""
+    if not isinstance(op, tensor.ExtractSliceOp) or op.parent_block() is not ins.parent_block():
+        return False
+    a, b = slices.params(op), slices.params(ins)
+    return (a.offsets, a.sizes, a.strides) == (b.offsets, b.sizes, b.strides)

@@ -211,7 +211,7 @@ class Outliner:
         term = block.last_op
         assert isinstance(term, scf.YieldOp)
         iv, carried = block.args[0], list(block.args[1:])
-        in_place = in_place_carried(block)
+        in_place = in_place_carried(block, reads_slot=True)
         name, caps = self.make_function(host, base, block, carried, list(term.operands), iv)
         fn = self.function(name)
         reads_index = len(fn.args) > len(caps) + len(carried)

@@ -230,3 +230,22 @@ def test_sequence_lens_with_a_run_time_length_is_one_line_error() -> None:
     with pytest.raises(opc.OpcError, match="sequence_lens with a run-time") as err:
         opc.import_onnx(with_run_time_length(model, 0))
     assert "\n" not in str(err.value)
+
+
+def test_backward_through_time_works_a_slot_per_step() -> None:
+    """The backward loop of an LSTM (static length) carries no whole-sequence value: Y's cotangent is
+    read a slot per step from outside the loop, and the input projection's cotangent is accumulated
+    into its slot (an insert_slice the host runs in place), so a step's work does not grow with the
+    length (bench/bench_control_flow.py --only lstm-train: the same time per step at 64 and 1,024)."""
+    from opc.dialects.control import in_place_carried
+    from opc.ir import make_context
+    from opc.transforms.opc_grad import GradPass
+
+    model, _ = case("LSTM")
+    module, _ = opc.import_onnx(model)
+    GradPass().apply(make_context(), module)
+    loops = [op for op in module.walk() if op.name == "scf.for"]
+    backward = loops[-1]  # the grad function's reverse loop
+    seq_sized = [k for k, a in enumerate(backward.body.block.args[1:]) if a.type.get_shape()[0] == SEQ]
+    assert seq_sized, "the projection's cotangent is carried"
+    assert set(seq_sized) <= set(in_place_carried(backward.body.block, reads_slot=True))
