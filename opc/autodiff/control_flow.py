@@ -215,7 +215,8 @@ def for_vjp(e: OpBuilder, op: scf.ForOp, douts: Sequence[SSAValue | None], live:
     # its cotangent is the same in every backward step (each step reads its own slot of it, and an
     # earlier step never reads a later one's): not carried (that would copy it whole per step), where
     # its initial value needs no gradient
-    invariant = {k for k in floats if k in unsaved and inits[k] not in live}
+    invariant = {k for k in floats if k in unsaved
+                 and (inits[k] not in live or isinstance(inits[k].owner, opc_ops.FullOp))}  # (a fill: no inputs)
     return reverse_for(e, op, douts, caps, floats, sweep, popped, invariant)
 
 

@@ -21,7 +21,6 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from opc.dialects import slices
-from opc.dialects.opc import DYNAMIC
 from opc.dialects.opc_stack import STACK_OPS
 
 CONTROL_OPS = (scf.IfOp, scf.ForOp, scf.WhileOp, scf.IndexSwitchOp)
@@ -151,17 +150,20 @@ def in_place_carried(block: Block, reads_slot: bool = False) -> list[int]:
                 and ins.parent_block() is block):
             continue
         others = [u.operation for u in arg.uses if u.operation is not ins]
-        # (read at the slot too: static shapes only, so far; with a `?` dim the bidirectional LSTM's
-        # reverse-direction gradient came out wrong, not yet understood)
-        static = isinstance(arg.type, TensorType) and DYNAMIC not in arg.type.get_shape()
-        if not others or reads_slot and static and all(reads_the_slot(o, ins) for o in others):
+        if not others or reads_slot and all(reads_the_slot(o, ins) for o in others):
             out.append(k)
     return out
 
 
 def reads_the_slot(op: Operation, ins: tensor.InsertSliceOp) -> bool:
-    """op is a tensor.extract_slice of exactly the slot ins writes, in the same block."""
+    """op is a tensor.extract_slice of exactly the slot ins writes, read only by the op computing the
+    value ins writes there (slot + v): every element is read before it is written. (A slot read by
+    anything else may be read after the write in place: a view of the buffer, lowered lazily.)"""
     if not isinstance(op, tensor.ExtractSliceOp) or op.parent_block() is not ins.parent_block():
+        return False
+    users = [u.operation for u in op.result.uses]
+    source = ins.source.owner
+    if users != [source] or len(list(ins.source.uses)) != 1:
         return False
     a, b = slices.params(op), slices.params(ins)
     return (a.offsets, a.sizes, a.strides) == (b.offsets, b.sizes, b.strides)

@@ -18,6 +18,7 @@ from typing import NamedTuple, cast
 
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    DenseArrayBase,
     DenseIntOrFPElementsAttr,
     Float32Type,
     Float64Type,
@@ -77,7 +78,7 @@ from opc.lowering.size_lowering import (
     function_shapes,
     function_sizes,
 )
-from opc.transforms.opc_outline_control_flow import is_body
+from opc.transforms.opc_outline_control_flow import IN_PLACE_ATTR, is_body
 
 # ---------------------------------------------------------------------------
 # Types
@@ -230,6 +231,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
     def prototype(self, fn: func.FuncOp) -> str:
         n_in = int_of(fn.attributes["opc.num_inputs"])
         params = []
+        aliased = in_place_buffers(fn, n_in)
         for i, arg in enumerate(fn.args):
             t = arg.type
             if isinstance(t, IndexType):  # a run-time size (opc/lowering/size_lowering.py)
@@ -239,7 +241,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
             const = "const " if i < n_in else ""
             if i < n_in:
                 self.const_ptrs.add(arg)
-            params.append(f"{const}{c_type(t.element_type)} *restrict {self.name(arg)}")
+            restrict = "" if i in aliased else "restrict "
+            params.append(f"{const}{c_type(t.element_type)} *{restrict}{self.name(arg)}")
         return f"int {self.prefix}{c_symbol(fn.sym_name.data)}({', '.join(params) or 'void'})"
 
     def emit_function(self, fn: func.FuncOp) -> FunctionSignature:
@@ -634,3 +637,12 @@ def emit_c(module: ModuleOp, sanitized: bool = False) -> EmittedC:
     source, sigs = emitter.emit_module(module)
     return EmittedC(source, sigs, emitter.data)
 
+
+def in_place_buffers(fn: func.FuncOp, n_in: int) -> set[int]:
+    """The parameters of a loop body its host passes one buffer for (an input and the output it is
+    updated in place into, opc-outline-control-flow's IN_PLACE_ATTR): not `restrict`, as they alias."""
+    pairs = fn.attributes.get(IN_PLACE_ATTR)
+    if not isinstance(pairs, DenseArrayBase):
+        return set()
+    flat = [int(v) for v in pairs.get_values()]
+    return {*flat[::2], *(n_in + o for o in flat[1::2])}

@@ -63,7 +63,7 @@ from opc.lowering.scalars import (
 from opc.lowering.size_lowering import SizeLowering
 from opc.lowering.slice_lowering import emit_checks, host_index, known_size, lower_insert_slice
 from opc.targets.device_kernels import external_symbol, kernel_attributes
-from opc.transforms.opc_outline_control_flow import BODY_ATTR, is_body, outline_control_flow
+from opc.transforms.opc_outline_control_flow import BODY_ATTR, IN_PLACE_ATTR, is_body, outline_control_flow
 from opc.transforms.opc_schedule import Kernel, plan, unwrap_kernels
 
 # Function lowering
@@ -397,6 +397,8 @@ class LowerToLoopsPass(ModulePass):
                     new = lowering.run()
                 if is_body(fn):
                     new.attributes[BODY_ATTR] = fn.attributes[BODY_ATTR]
+                if IN_PLACE_ATTR in fn.attributes:  # (the C prototype: those buffers may alias)
+                    new.attributes[IN_PLACE_ATTR] = fn.attributes[IN_PLACE_ATTR]
                 op.body.block.insert_op_before(new, fn)
                 fn.detach()
                 fn.erase(safe_erase=False)
