@@ -187,12 +187,15 @@ static OPC_UNUSED void opc__gemm_fewrows_s(int64_t batch, int64_t M, int64_t N, 
     } while (0)
     if (nt <= 1) {  /* a plain loop: even an `if (0)` parallel region claims each tile through
                        libgomp's dynamic schedule, which cost an LSTM step's 1x128 @ 512x128 a third */
-        float *y = M == 1 && !tb ? (float *)opc__buf_get(OPC__BUF_C, (size_t)N * sizeof(float)) : NULL;
+        /* the row padded to whole tiles: opc__store_s reads a tile's full width (the pad stays 0) */
+        const int64_t padded = ntile * OPC_S_NR;
+        float *y = M == 1 && !tb ? (float *)opc__buf_get(OPC__BUF_C, (size_t)padded * sizeof(float)) : NULL;
         if (!y) {
             for (int64_t item = 0; item < items; item++) OPC__FR_ITEM(item);
             return;
         }
-        for (int64_t b = 0; b < batch; b++) {  /* one row, B as it is: row by row (1x128 @ 128x512: 8.3 -> 2 us) */
+        for (int64_t j = N; j < padded; j++) y[j] = 0.0f;
+        for (int64_t b = 0; b < batch; b++) {  /* one row, B as it is: row by row (1x128 @ 128x512: 8.3 -> 2.5 us) */
             opc__fr_row_nn(A + b * sa, K, B + b * sb, N, y);
             for (int64_t j = 0; j < N; j += OPC_S_NR) {
                 const int nr = (int)opc__min64(OPC_S_NR, N - j);
