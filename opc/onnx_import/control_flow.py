@@ -28,7 +28,8 @@ they are: a sequence carried by a Loop may grow by one tensor per step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 from xdsl.dialects import arith, scf, tensor
@@ -105,33 +106,50 @@ def check_trips(node: Node, trips: int) -> None:
 # ---------------------------------------------------------------------------
 
 
+@contextmanager
+def emitting_into(e: NodeEmitter, block: Block) -> Iterator[None]:
+    """The ops the importer emits inside the `with` go at the end of block."""
+    outer, e.ops = e.ops, []
+    try:
+        yield
+    finally:
+        inner, e.ops = e.ops, outer
+        block.add_ops(inner)
+
+
 def in_region(node: Node, arg_types: Sequence[Attribute],
               build: Callable[[Sequence[SSAValue]], Items], inits: Sequence[SSAValue] = ()) -> tuple[Block, Items]:
     """A block holding the ops the importer emits while `build` runs on the block's arguments, and
     what `build` returned (the block has no terminator yet). `inits`: the values the arguments
     start as (a loop's), whose run-time sizes they keep."""
-    outer = node.e.ops
-    node.e.ops = []
     block = Block(arg_types=arg_types)
     if node.e.tracker is not None and inits:
         node.e.tracker.sizes.carry(inits, block.args)
-    try:
+    with emitting_into(node.e, block):
         out = build(block.args)
-    finally:
-        inner, node.e.ops = node.e.ops, outer
-    block.add_ops(inner)
     return block, out
+
+
+def values_in(node: Node, block: Block, items: Items) -> list[SSAValue]:
+    """items as SSA values, a constant made inside the block."""
+    with emitting_into(node.e, block):
+        return [as_value(node, v) for v in items]  # type: ignore[arg-type]
 
 
 def yield_values(node: Node, block: Block, items: Items) -> list[SSAValue]:
     """items as SSA values (a constant made inside the block), yielded by the block."""
-    outer = node.e.ops
-    node.e.ops = []
-    values = [as_value(node, v) for v in items]  # type: ignore[arg-type]
-    block.add_ops(node.e.ops)
-    node.e.ops = outer
+    values = values_in(node, block, items)
     block.add_op(scf.YieldOp(*values))
     return values
+
+
+def stacking_args(e: NodeEmitter, block: Block, inits: Sequence[SSAValue]) -> list[SSAValue]:
+    """Loop-carried arguments added to block for the buffers a loop stacks its outputs into (inits,
+    made once the body told their shapes), keeping the buffers' run-time sizes."""
+    args = [block.insert_arg(v.type, len(block.args)) for v in inits]
+    if e.tracker is not None:
+        e.tracker.sizes.carry(inits, args)
+    return args
 
 
 def scalar_of(node: Node, v: SSAValue, what: str) -> SSAValue:
@@ -248,38 +266,20 @@ def counted_loop(node: Node, state: list[SSAValue]) -> Items | None:
     block, out = in_region(node, [IndexType(), *types], build)
     if isinstance(out[0], SSAValue) or not bool(np.asarray(out[0]).reshape(-1)[0]) or any(is_list(v) for v in out):
         return None
-    outer, e.ops = e.ops, []
-    values = [as_value(node, v) for v in out[1:]]  # type: ignore[arg-type]
-    block.add_ops(e.ops)
-    e.ops = outer
+    values = values_in(node, block, out[1:])
     new_state, elems = values[:len(state)], values[len(state):]
     if [v.type for v in new_state] != types:
         return None
-    rows = trips if isinstance(trips, int) else None
-    inits = [stacked_buffer(e, trips, v) for v in elems]
-    if rows == 0:  # no iteration: the state as it entered, the stacks empty
+    inits = [zeros(e, [trips, *shape_of(v)], element_of(v)) for v in elems]
+    if trips == 0:  # no iteration: the state as it entered, the stacks empty
         return [*state, *inits]
-    bufs = [block.insert_arg(v.type, len(block.args)) for v in inits]
-    if e.tracker is not None:
-        e.tracker.sizes.carry(inits, bufs)
-    outer, e.ops = e.ops, []
-    i = block.args[0]
-    stacked = [e.value(slices.insert_slice(v, buf, [i, *[0] * len(shape_of(v))], [1, *shape_of(v)],
-                                           [1] * (1 + len(shape_of(v))))) for v, buf in zip(elems, bufs)]
-    block.add_ops([*e.ops, scf.YieldOp(*new_state, *stacked)])
-    e.ops = outer
-    bound = index(e, rows) if rows is not None else trips
-    loop = e.emit(scf.ForOp(index(e, 0), bound, index(e, 1), [*state, *inits], Region(block)))  # type: ignore[arg-type]
+    bufs = stacking_args(e, block, inits)
+    with emitting_into(e, block):
+        stacked = [write_slot(e, v, buf, block.args[0]) for v, buf in zip(elems, bufs)]
+    block.add_op(scf.YieldOp(*new_state, *stacked))
+    bound = trips if isinstance(trips, SSAValue) else index(e, trips)
+    loop = e.emit(scf.ForOp(index(e, 0), bound, index(e, 1), [*state, *inits], Region(block)))
     return list(loop.results)
-
-
-def stacked_buffer(e: NodeEmitter, rows: Size | SSAValue, elem: SSAValue) -> SSAValue:
-    """Zeros of [rows, *elem's shape]: the buffer a loop stacks elem's values into, row by row."""
-    shape = list(shape_of(elem))
-    if isinstance(rows, SSAValue):
-        t = o.tensor([DYNAMIC, *shape], element_of(elem))
-        return e.value(o.FullOp(0.0, t, [rows, *e.size_operands(shape)]))
-    return e.value(o.FullOp(0.0, o.tensor([rows, *shape], element_of(elem)), e.size_operands([rows, *shape])))
 
 
 def loop_at_run_time(node: Node, state: list[SSAValue], n_scan: int = 0) -> Items:
@@ -307,29 +307,22 @@ def loop_at_run_time(node: Node, state: list[SSAValue], n_scan: int = 0) -> Item
         return [nxt, e.reshape(cond, []), *out[1:]]
 
     after, out = in_region(node, types, step, inits)
-    outer, e.ops = e.ops, []
-    values = [as_value(node, v) for v in out]  # type: ignore[arg-type]
-    after.add_ops(e.ops)
-    e.ops = outer
+    values = values_in(node, after, out)
     for k, (v, t) in enumerate(zip(values[2:len(types)], types[2:])):
         if v.type != t:
             raise node.fail(f"loop-carried value {k} enters as {type_of(state[k])} and leaves the body as "
                             f"{type_of(v)}: with a trip count or condition known at run time, opc needs one type")
     elems = values[len(types):]
     rows = trip_rows(node) if elems else 0
-    bufs = [stacked_buffer(e, rows, v) for v in elems]
+    bufs = [zeros(e, [rows, *shape_of(v)], element_of(v)) for v in elems]
     if elems and rows == 0:  # no iteration: the state as it entered, the stacks empty
         return [*state, *bufs]
-    slots = [after.insert_arg(b.type, len(after.args)) for b in bufs]
-    if e.tracker is not None:
-        e.tracker.sizes.carry(bufs, slots)
-    outer, e.ops = e.ops, []
+    slots = stacking_args(e, after, bufs)
     if elems:
-        row = e.value(arith.IndexCastOp(e.value(tensor.ExtractOp(after.args[0], [], i64)), IndexType()))
-        values[len(types):] = [e.value(slices.insert_slice(v, b, [row, *[0] * len(shape_of(v))], [1, *shape_of(v)],
-                                                           [1] * (1 + len(shape_of(v))))) for v, b in zip(elems, slots)]
-    after.add_ops([*e.ops, scf.YieldOp(*values)])
-    e.ops = outer
+        with emitting_into(e, after):
+            row = e.value(arith.IndexCastOp(e.value(tensor.ExtractOp(after.args[0], [], i64)), IndexType()))
+            values[len(types):] = [write_slot(e, v, b, row) for v, b in zip(elems, slots)]
+    after.add_op(scf.YieldOp(*values))
 
     def test(args: Sequence[SSAValue]) -> Items:
         go = e.value(tensor.ExtractOp(args[1], [], i1))
@@ -446,25 +439,19 @@ def scan_loop(node: Node, state: Sequence[SSAValue], scanned: Sequence[SSAValue]
     block, out = in_region(node, [IndexType(), *carried_types], build)
     if any(is_list(v) for v in out):
         raise node.fail("its body gives a sequence or optional: Scan's outputs are tensors")
-    outer, e.ops = e.ops, []
-    values = [as_value(node, v) for v in out]  # type: ignore[arg-type]
-    block.add_ops(e.ops)
-    e.ops = outer
+    values = values_in(node, block, out)
     new_state, elems = values[:len(state)], values[len(state):]
     for k, (v, t) in enumerate(zip(new_state, carried_types)):
         if v.type != t:
             raise node.fail(f"state {k} enters the body as {type_of(state[k])} and leaves it as {type_of(v)}: "
                             "ONNX keeps a Scan's state of one type and shape")
     inits = [zeros(e, [length, *shape_of(v)], element_of(v)) for v in elems]
-    bufs = [block.insert_arg(v.type, len(block.args)) for v in inits]
-    if e.tracker is not None:
-        e.tracker.sizes.carry(inits, bufs)
-    outer, e.ops = e.ops, []
-    i = block.args[0]
-    back = e.value(arith.SubiOp(last, i)) if last is not None else i
-    stacked = [write_slot(e, v, buf, back if d else i) for v, buf, d in zip(elems, bufs, out_directions)]
-    block.add_ops([*e.ops, scf.YieldOp(*new_state, *stacked)])
-    e.ops = outer
+    bufs = stacking_args(e, block, inits)
+    with emitting_into(e, block):
+        i = block.args[0]
+        back = e.value(arith.SubiOp(last, i)) if last is not None else i
+        stacked = [write_slot(e, v, buf, back if d else i) for v, buf, d in zip(elems, bufs, out_directions)]
+    block.add_op(scf.YieldOp(*new_state, *stacked))
     loop = e.emit(scf.ForOp(index(e, 0), steps, index(e, 1), [*state, *inits], Region(block)))
     results: Values = list(loop.results[:len(state)])
     for r, a in zip(loop.results[len(state):], out_axes):
@@ -474,8 +461,11 @@ def scan_loop(node: Node, state: Sequence[SSAValue], scanned: Sequence[SSAValue]
     return results
 
 
-def zeros(e: NodeEmitter, shape: Sequence[Size], element: Attribute) -> SSAValue:
-    return e.value(o.FullOp(0.0, o.tensor(shape, element), e.size_operands(shape)))
+def zeros(e: NodeEmitter, shape: Sequence[Size | SSAValue], element: Attribute) -> SSAValue:
+    """Zeros of shape; a dim given as an `index` value is a size read at run time (a loop's M)."""
+    dims = [DYNAMIC if isinstance(d, SSAValue) else d for d in shape]
+    sizes = [d if isinstance(d, SSAValue) else e.size_operands([d])[0] for d in shape if isinstance(d, (SSAValue, Sym))]
+    return e.value(o.FullOp(0.0, o.tensor(dims, element), sizes))
 
 
 def write_slot(e: NodeEmitter, v: SSAValue, buf: SSAValue, t: SSAValue) -> SSAValue:
@@ -545,13 +535,10 @@ def scan_batched(node: Node) -> Values:
     block, out = in_region(node, [IndexType()], build)
     values = [as_value(node, v) for v in out]  # type: ignore[arg-type]
     inits = [zeros(e, [batch, *shape_of(v)], element_of(v)) for v in values]
-    bufs = [block.insert_arg(v.type, len(block.args)) for v in inits]
-    if e.tracker is not None:
-        e.tracker.sizes.carry(inits, bufs)
-    outer, e.ops = e.ops, []
-    written = [write_slot(e, v, buf, block.args[0]) for v, buf in zip(values, bufs)]
-    block.add_ops([*e.ops, scf.YieldOp(*written)])
-    e.ops = outer
+    bufs = stacking_args(e, block, inits)
+    with emitting_into(e, block):
+        written = [write_slot(e, v, buf, block.args[0]) for v, buf in zip(values, bufs)]
+    block.add_op(scf.YieldOp(*written))
     loop = e.emit(scf.ForOp(index(e, 0), n_batch, index(e, 1), inits, Region(block)))
     return list(loop.results)
 
