@@ -18,7 +18,6 @@ from typing import NamedTuple, cast
 
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
-    DenseArrayBase,
     DenseIntOrFPElementsAttr,
     Float32Type,
     Float64Type,
@@ -78,7 +77,7 @@ from opc.lowering.size_lowering import (
     function_shapes,
     function_sizes,
 )
-from opc.transforms.opc_outline_control_flow import IN_PLACE_ATTR, is_body
+from opc.transforms.opc_outline_control_flow import in_place_pairs, is_body
 
 # ---------------------------------------------------------------------------
 # Types
@@ -641,8 +640,4 @@ def emit_c(module: ModuleOp, sanitized: bool = False) -> EmittedC:
 def in_place_buffers(fn: func.FuncOp, n_in: int) -> set[int]:
     """The parameters of a loop body its host passes one buffer for (an input and the output it is
     updated in place into, opc-outline-control-flow's IN_PLACE_ATTR): not `restrict`, as they alias."""
-    pairs = fn.attributes.get(IN_PLACE_ATTR)
-    if not isinstance(pairs, DenseArrayBase):
-        return set()
-    flat = [int(v) for v in pairs.get_values()]
-    return {*flat[::2], *(n_in + o for o in flat[1::2])}
+    return {n for a, o in in_place_pairs(fn) for n in (a, n_in + o)}

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects import arith, tensor
-from xdsl.dialects.builtin import DenseArrayBase, IndexType, IntegerAttr
+from xdsl.dialects.builtin import IndexType, IntegerAttr
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import slices
@@ -29,7 +29,7 @@ from opc.dialects.opc_loops import CheckBoundOp
 from opc.lowering.control_flow_lowering import on_host
 from opc.lowering.nn_lowering import braces
 from opc.symbolic import Size, Sym
-from opc.transforms.opc_outline_control_flow import IN_PLACE_ATTR
+from opc.transforms.opc_outline_control_flow import in_place_pairs
 
 
 def known_size(fl, v: SSAValue) -> Size | None:  # noqa: ANN001  (a FunctionLowering)
@@ -152,12 +152,10 @@ def lower_insert_slice(fl, op: tensor.InsertSliceOp) -> None:  # noqa: ANN001
 def in_place(fl, op: tensor.InsertSliceOp) -> bool:  # noqa: ANN001
     """Whether op's dest is an argument its host passes in the buffer of the output op gives
     (opc-outline-control-flow's IN_PLACE_ATTR)."""
-    pairs = fl.fn.attributes.get(IN_PLACE_ATTR)
-    if not isinstance(pairs, DenseArrayBase) or op.result not in fl.returned:
+    if op.result not in fl.returned:
         return False
-    flat = pairs.get_values()
     args, out = list(fl.fn.args), fl.returned.index(op.result)
-    return any(op.dest is args[a] and o == out for a, o in zip(flat[::2], flat[1::2]))
+    return any(op.dest is args[a] and o == out for a, o in in_place_pairs(fl.fn))
 
 
 __all__ = ["emit_checks", "extract_value", "host_index", "known_size", "lower_insert_slice"]

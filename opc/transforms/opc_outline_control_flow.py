@@ -61,6 +61,15 @@ def is_body(fn: Operation) -> bool:
     return BODY_ATTR in fn.attributes
 
 
+def in_place_pairs(fn: Operation) -> list[tuple[int, int]]:
+    """A body's (argument, output) pairs its host passes one buffer for (IN_PLACE_ATTR)."""
+    pairs = fn.attributes.get(IN_PLACE_ATTR)
+    if not isinstance(pairs, DenseArrayBase):
+        return []
+    flat = [int(v) for v in pairs.get_values()]
+    return list(zip(flat[::2], flat[1::2]))
+
+
 class Outliner:
     def __init__(self, module: ModuleOp, target: str = "cpu"):
         self.module = module
