@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from opc.errors import UnsupportedError
+from opc.interop.models import gradient_of
 from opc.lowering.build import CompiledFunction
 from opc.lowering.dynamic_call import result_shapes, results_of
 
@@ -64,19 +65,16 @@ def make_op(fn: CompiledFunction) -> Callable:
 
     call.__name__ = call.__qualname__ = sig.name
     differentiable = jax.custom_vjp(call)
-    grad_fn = fn.module._functions.get(f"{sig.name}_grad") if fn.module is not None else None
-    if grad_fn is None:  # JAX's own message would be "pure callbacks do not support JVP"
-        why = fn.module.no_grad.get(f"{sig.name}_grad") if fn.module is not None else None
+    gradient = gradient_of(fn)
+    if gradient.fn is None:  # JAX's own message would be "pure callbacks do not support JVP"
 
         def no_backward(args, douts):  # noqa: ANN001, ANN202
-            raise ValueError(f"{sig.name}() has no gradient: " + (f"opc built no {sig.name}_grad: {why}" if why else
-                             f"compile the module with grad=True (opc.compile(src, grad=True)) for {sig.name}_grad"))
+            raise ValueError(f"{sig.name}() has no gradient: {gradient.missing}")
 
         differentiable.defvjp(lambda *args: (call(*args), None), no_backward)
         return differentiable
-    grad_op = op(grad_fn)
-    wrt = fn.module.wrt.get(sig.name) or [i for i, (_, _, dt) in enumerate(sig.inputs)
-                                          if dt.startswith(("float", "bfloat"))]
+    grad_op = op(gradient.fn)
+    wrt = gradient.wrt
 
     def forward(*args):  # noqa: ANN202
         # differentiable, not call: under an outer jax.grad (grad of grad) this forward is itself
@@ -121,12 +119,12 @@ def make_eager_op(fn: CompiledFunction) -> Callable:
         return jnp.asarray(outs) if single else tuple(jnp.asarray(o) for o in outs)
 
     call.__name__ = call.__qualname__ = sig.name
-    grad_fn = fn.module._functions.get(f"{sig.name}_grad") if fn.module is not None else None
+    gradient = gradient_of(fn)
+    grad_fn = gradient.fn
     if grad_fn is None:
         return call
     differentiable = jax.custom_vjp(call)
-    wrt = fn.module.wrt.get(sig.name) or [i for i, (_, _, dt) in enumerate(sig.inputs)
-                                          if dt.startswith(("float", "bfloat"))]
+    wrt = gradient.wrt
 
     def backward(args, douts):  # noqa: ANN001, ANN202
         douts = douts if isinstance(douts, tuple) else (douts,)

@@ -1,5 +1,6 @@
-"""What the frameworks' wrappers (opc.torch, opc.paddle) share: the key that tells two compiled
-libraries apart, the arguments a gradient is for, and a model's function and weights resolved from
+"""What the frameworks' wrappers (opc.torch, opc.jax, opc.paddle) share: the key that tells two
+compiled libraries apart, a function's gradient function and the arguments it is for (or why there
+is none), and a model's function and weights resolved from
 what a user passes to a `Module` (a source and its params, or a compiled function). No framework
 is imported here."""
 
@@ -22,6 +23,27 @@ def library_key(fn: CompiledFunction) -> str:
 def float_arguments(fn: CompiledFunction) -> list[int]:
     """A module written by `opc compile -o` records no wrt: its grads are for every float argument."""
     return [i for i, (_, _, dt) in enumerate(fn.sig.inputs) if dt.startswith(("float", "bfloat"))]
+
+
+@dataclass
+class Gradient:
+    """A compiled function's gradient function NAME_grad and the arguments its results are for; where
+    the module has none, `missing` says why (what a framework's backward raises)."""
+
+    fn: CompiledFunction | None
+    wrt: list[int]
+    missing: str = ""
+
+
+def gradient_of(fn: CompiledFunction) -> Gradient:
+    module, name = fn.module, fn.sig.name
+    grad_fn = module._functions.get(f"{name}_grad") if module is not None else None
+    wrt = (module.wrt.get(name) if module is not None else None) or float_arguments(fn)
+    if grad_fn is not None:
+        return Gradient(grad_fn, wrt)
+    why = module.no_grad.get(f"{name}_grad") if module is not None else None
+    return Gradient(None, wrt, f"opc built no {name}_grad: {why}" if why else
+                    f"compile the module with grad=True (opc.compile(src, grad=True)) for {name}_grad")
 
 
 def compiled_function(source, function: str | None, options: dict) -> CompiledFunction:  # noqa: ANN001

@@ -26,7 +26,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from opc.interop.arrays import is_bfloat16
-from opc.interop.models import float_arguments, library_key, model_arguments
+from opc.interop.models import gradient_of, library_key, model_arguments
 from opc.lowering.abi import c_symbol
 from opc.lowering.build import CompiledFunction
 from opc.lowering.dynamic_call import results_of
@@ -92,19 +92,15 @@ def layer(fn: CompiledFunction) -> Callable:
 def make_backward(fn: CompiledFunction) -> Callable:
     """backward(ctx, *douts) -> one gradient per input (None where opc gives none), through op(NAME_grad);
     a module built without NAME_grad says how to get it."""
-    module = fn.module
-    name = fn.sig.name
-    grad_fn = module._functions.get(f"{name}_grad") if module is not None else None
+    gradient = gradient_of(fn)
+    grad_fn = gradient.fn
     if grad_fn is None:
-        why = module.no_grad.get(f"{name}_grad") if module is not None else None
 
         def no_backward(ctx, *douts):  # noqa: ANN001, ANN202
-            raise RuntimeError(f"opc {name} has no gradient: "
-                               + (f"opc built no {name}_grad: {why}" if why else
-                                  f"compile the module with grad=True (opc.compile(src, grad=True)) for {name}_grad"))
+            raise RuntimeError(f"opc {fn.sig.name} has no gradient: {gradient.missing}")
 
         return no_backward
-    wrt = (module.wrt.get(name) if module is not None else None) or float_arguments(fn)
+    wrt = gradient.wrt
     n_in = len(fn.sig.inputs)
     dtypes = [dt for _, dt in results_of(fn.sig)]
 

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from opc.interop.arrays import result_converter
-from opc.interop.models import float_arguments, library_key, model_arguments
+from opc.interop.models import gradient_of, library_key, model_arguments
 from opc.lowering.abi import c_symbol
-from opc.lowering.build import CompiledFunction, CompiledModule
+from opc.lowering.build import CompiledFunction
 from opc.lowering.dynamic_call import result_shapes, results_of
 
 NAMESPACE = "opc"
@@ -144,20 +144,15 @@ def make_backward(fn: CompiledFunction, wrap: Callable[[CompiledFunction], Calla
     """backward(ctx, *douts) -> one gradient per input (None where opc gives none), through
     `wrap(NAME_grad)` (its custom op, or its autograd.Function); a module built without NAME_grad
     says how to get it."""
-    module: CompiledModule | None = fn.module
-    name = fn.sig.name
-    grad_fn = module._functions.get(f"{name}_grad") if module is not None else None
-    if grad_fn is None:
-        why = module.no_grad.get(f"{name}_grad") if module is not None else None
+    gradient = gradient_of(fn)
+    if gradient.fn is None:
 
         def no_backward(ctx, *douts):  # noqa: ANN001, ANN202
-            raise RuntimeError(f"opc::{name} has no gradient: "
-                               + (f"opc built no {name}_grad: {why}" if why else
-                                  f"compile the module with grad=True (opc.compile(src, grad=True)) for {name}_grad"))
+            raise RuntimeError(f"opc::{fn.sig.name} has no gradient: {gradient.missing}")
 
         return no_backward
-    call_grad = wrap(grad_fn)
-    wrt = module.wrt.get(name) or float_arguments(fn)
+    call_grad = wrap(gradient.fn)
+    wrt = gradient.wrt
     n_in = len(fn.sig.inputs)
     dtypes = [TORCH_DTYPES[dt] for _, dt in results_of(fn.sig)]
 
