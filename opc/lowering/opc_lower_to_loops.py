@@ -162,7 +162,6 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
         if i in self.handed and out.owner is self.entry:
             out = self.outputs[i] = self.alloc(self.out_shapes[i], element_of(self.returned[i]))
             out.name_hint = f"result{i}"
-            self.handed[i] = out
         elif self.found and out.owner is self.entry and self.holds_data(self.out_shapes[i]):
             out = self.outputs[i] = self.view(out, self.out_shapes[i], element_of(self.returned[i]))
         return out

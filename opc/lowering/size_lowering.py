@@ -186,14 +186,14 @@ class SizeLowering(LoweringState):
                     names.update(dict.fromkeys(sorted(n for n in d.symbols if n in self.sizes.data)))
         return list(names)
 
-    def handed_outputs(self) -> dict[int, SSAValue | None]:
+    def handed_outputs(self) -> list[int]:
         """The results whose size holds a data size with no bound before the call (a size read from a
         tensor's values): the function allocates them and hands them out (opc_loops.hand_out)."""
         if self.sizes is None:
-            return {}
+            return []
         sizes = self.sizes
-        return {i: None for i, v in enumerate(self.returned)  # type: ignore[attr-defined]  (FunctionLowering's)
-                if any(sizes.upper_bound(d) is None for d in sizes.shapes[v])}
+        return [i for i, v in enumerate(self.returned)  # type: ignore[attr-defined]  (FunctionLowering's)
+                if any(sizes.upper_bound(d) is None for d in sizes.shapes[v])]
 
     def bound_text(self, name: str) -> str:
         """A data size's upper bound for the binding, "?" where none is known before the call."""
