@@ -34,6 +34,12 @@ def tensor_attr(node: Node, name: str) -> np.ndarray | None:
     return None if value is None else numpy_helper.to_array(value)
 
 
+def strings(node: Node, name: str) -> tuple[str, ...] | None:
+    """A list-of-strings attribute (onnx.helper gives bytes), None when absent."""
+    value = node.attr(name)
+    return None if value is None else tuple(s.decode() if isinstance(s, bytes) else str(s) for s in value)
+
+
 def bool_constant(node: Node, value: bool, shape: tuple[int, ...] = ()) -> SSAValue:
     return node.e.constant(np.full(shape, value, np.bool_))
 
