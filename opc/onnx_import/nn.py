@@ -304,7 +304,7 @@ def seeded_dropout(node: Node, ratio: np.ndarray | None) -> tuple[SSAValue, np.n
         raise node.fail(f"seed {seed}: NumPy's RandomState, ONNX's reference generator, takes 0 <= seed < 2**32")
     if not all(isinstance(d, int) for d in shape):
         raise SizeNeeded(f"{node.label}: a seeded training Dropout draws one number per element of X: "
-                                  "its shape must be known at compile time")
+                         "its shape must be known at compile time")
     x, dtype = node.input(0), node_numpy_dtype(node, 0)
     draws = np.random.RandomState(seed).uniform(0, 1.0, shape)
     if ratio is None:  # the reference's default, a Python float: the products stay in X's type
