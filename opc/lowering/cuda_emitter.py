@@ -32,6 +32,11 @@ scalar expression table, loads, stores, constants and scf.for are shared.
   counts of its nest and the sizes of the views it indexes as arguments; the host computes
   the sizes once, counts the blocks of each launch from them (opc_cuda_blocks) and skips a
   launch of no work; a buffer with `?` dims is cudaMalloc'd at its run-time size.
+- Sizes that depend on the data (data_size_lowering.py) and sizes read from values: the scalars a
+  one-thread kernel computes that the host needs (a count, before the result is allocated at it)
+  go back through a device slot each (kernel_results), copied after the launch into a host local
+  that later launches pass by value. The _host wrapper copies the found sizes back before the
+  results, and copies a handed result (allocated by the function) into a malloc'd host buffer.
 
 Entry points per function NAME (all extern "C"):
   int opc_fn_NAME(device pointers: inputs, then outputs; then the sizes)  -> 0 or a cudaError_t
@@ -252,6 +257,7 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
                 and any(top(use.operation) not in inside for use in r.uses)]
 
     def emit_top_level(self, fn: func.FuncOp) -> None:
+        """The plan: host ops in order, each run of other ops one kernel (its results to the host)."""
         for step in self.plan:
             if isinstance(step, list):
                 self.emit_kernel([], step, results=[v for v in self.slots if v.owner in step])

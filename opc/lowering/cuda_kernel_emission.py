@@ -197,7 +197,7 @@ class KernelEmission(CudaEmitterState):
             assert not ivs, "only a one-thread kernel hands scalars to the host"
             params.append("int64_t *opc_results")
             args.append("opc_results")
-        reduction = self.match_reduction(body) if row_length is None and not results else None
+        reduction = self.match_reduction(body) if row_length is None else None
         host_lines, host_indent = self.lines, self.indent
         self.lines, self.indent, self.in_host = [], 0, False
         try:
@@ -209,11 +209,10 @@ class KernelEmission(CudaEmitterState):
                 threads, blocks = self.row_kernel(ivs, total, body, row_length)
             elif reduction is None:
                 self.grid_stride(ivs, total, body)
-                for v in results:  # (memcpy: a slot holds any scalar of up to 8 bytes)
-                    self.line(f"memcpy(opc_results + {self.slots[v]}, &{self.name(v)}, sizeof {self.name(v)});")
+                self.hand_to_host(results)
                 threads, blocks = launch(total, 1)
-            else:
-                self.warp_per_output(ivs, total, reduction)
+            else:  # (a count alone in its kernel: the lanes of a warp count)
+                self.warp_per_output(ivs, total, reduction, results)
                 threads, blocks = launch(total, WARP)
             self.indent = 0
             self.line("}")
@@ -233,6 +232,12 @@ class KernelEmission(CudaEmitterState):
         self.line(f"  {name}<<<opc_blocks, {threads}>>>({', '.join(args)});")
         self.line("  OPC_CHECK(cudaGetLastError());")
         self.line("}")
+
+    def hand_to_host(self, results: Sequence[SSAValue]) -> None:
+        """The kernel's results into their opc_results slots (memcpy: a slot holds any scalar of up
+        to 8 bytes)."""
+        for v in results:
+            self.line(f"memcpy(opc_results + {self.slots[v]}, &{self.name(v)}, sizeof {self.name(v)});")
 
     def kernel_operands(self, body: list[Operation], ivs: list[SSAValue], bounds: Sequence[SSAValue]
                         ) -> list[SSAValue]:
@@ -307,7 +312,7 @@ class KernelEmission(CudaEmitterState):
             return None
         return op
 
-    def warp_per_output(self, ivs, total: int | str, red: Reduction) -> None:
+    def warp_per_output(self, ivs, total: int | str, red: Reduction, results: Sequence[SSAValue] = ()) -> None:
         self.line(f"const int opc_lane = threadIdx.x % {WARP};")
         self.line(f"for (int64_t opc_w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / {WARP}; opc_w < {total}; "
                   f"opc_w += ((int64_t)blockDim.x * gridDim.x) / {WARP}) {{")
@@ -329,6 +334,7 @@ class KernelEmission(CudaEmitterState):
         self.line("if (opc_lane == 0) {")
         self.indent += 1
         self.emit_ops(red.suffix)
+        self.hand_to_host(results)
         self.indent -= 1
         self.line("}")
         self.indent -= 1

@@ -1,8 +1,9 @@
 """Sizes that depend on the data, and sizes read from values, on the CUDA target (docs/shapes.md,
 "Sizes that depend on the data" and "Sizes read from values"; docs/devices.md).
 
-How they run there: the ops' sequential passes (a nonzero's count, topk's k read and checked,
-unique's compares, NMS's greedy pass) run in one-thread kernels; each scalar such a kernel computes
+How they run there: the ops' sequential passes (a nonzero's fill, topk's k read and checked,
+unique's compares, NMS's greedy pass) run in one-thread kernels, a nonzero's count in a warp's;
+each scalar such a kernel computes
 that the host needs (the count) goes back by a cudaMemcpy of 8 bytes before the result is
 cudaMalloc'd at it and the next kernels are launched with it (CudaEmitter.kernel_results). The
 _host wrapper copies the found sizes back first and copies each result out at its found size; a
@@ -20,6 +21,7 @@ import gc
 import glob
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -327,6 +329,25 @@ def test_onnx_range_of_run_time_values(onnx_run, dtype, elem):
         np.testing.assert_array_equal(got, run_ort(m, feeds)[0])
 
 
+@pytest.mark.parametrize("stop_at", [None, 40.0])
+def test_onnx_loop_scan_outputs_at_a_run_time_trip_count(onnx_run, stop_at):
+    """A Loop's stacked rows, M read from a tensor (and, with stop_at, cut to the iterations its
+    condition allowed): the stacked result is handed out."""
+    sys.path.insert(0, str(HERE.parent / "control_flow"))  # its Loop model and NumPy loop
+    from test_onnx_loop_scans import numpy_loop, scan_loop_model
+
+    m = scan_loop_model(stop_at=stop_at)
+    run = onnx_run(m)
+    for trips in (0, 1, 5, 300, -2):
+        feeds = {"M": np.array(trips, np.int64), "s0": np.arange(3, dtype=np.float32),
+                 **({"c": np.array(True)} if stop_at else {})}
+        got = run(feeds)
+        for g, w, n in zip(got, run_ort(m, feeds), numpy_loop(trips, feeds["s0"], stop_at)):
+            assert g.shape == w.shape == n.shape
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+            np.testing.assert_allclose(g, n, rtol=1e-6)
+
+
 # -- the emitted code -------------------------------------------------------------------------------
 
 
@@ -358,14 +379,14 @@ def test_nvcc_compiles_the_data_sized_code(tmp_path, case):
 
 
 def test_the_count_goes_to_the_host_before_the_result_is_allocated():
-    """nz_f32: the counting pass in a one-thread kernel, its count copied back (8 bytes) before the
-    fill pass is launched with it; the _host wrapper copies the found size back first and the
-    result out at it."""
+    """nz_f32: the counting pass (a warp's reduction), its count copied back (8 bytes) before the
+    fill pass is launched with it on one thread; the _host wrapper copies the found size back
+    first and the result out at it."""
     cu, _ = emitted(SOURCE)
     fn = cu[cu.index('extern "C" int opc_fn_nz_f32('):]
     fn = fn[:fn.index("\n}\n")]
     count = "OPC_CHECK(cudaMemcpy(&count_6, opc_results + 0, sizeof count_6, cudaMemcpyDeviceToHost));"
-    assert fn.index("opc_k_nz_f32_0<<<1, 1>>>(opc_n0, x_4, opc_results);") < fn.index(count) \
+    assert fn.index("opc_k_nz_f32_0<<<1, 32>>>(opc_n0, x_4, opc_results);") < fn.index(count) \
         < fn.index("opc_k_nz_f32_1<<<1, 1>>>(opc_n0, x_4, v_5, count_6, found_3);")
     host = cu[cu.index('extern "C" int opc_fn_nz_f32_host('):]
     assert host.index("cudaMemcpy(found_3, d_found_3, sizeof(int64_t) * 1,") \
