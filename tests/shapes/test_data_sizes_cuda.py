@@ -185,6 +185,36 @@ def test_a_vjp_with_a_dout_of_another_size(g):
     cpu.test_compress_vjp_with_a_dout_of_another_size(g)
 
 
+COMPRESS_GEMM = """
+func.func @f(%x: tensor<?x4xf32>, %c: tensor<?xi1>, %w: tensor<4x40xf32>) -> tensor<?x40xf32> {
+  %nz = opc.nonzero %c : (tensor<?xi1>) -> tensor<1x?xi64>
+  %i = opc.reshape %nz : (tensor<1x?xi64>) -> tensor<?xi64>
+  %g = opc.gather %x, %i {axis = 0} : (tensor<?x4xf32>, tensor<?xi64>) -> tensor<?x4xf32>
+  %m = opc.matmul %g, %w : (tensor<?x4xf32>, tensor<4x40xf32>) -> tensor<?x40xf32>
+  %s = opc.softmax %m {axis = -1} : (tensor<?x40xf32>) -> tensor<?x40xf32>
+  func.return %s : tensor<?x40xf32>
+}
+"""
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def compress_gemm(request, tmp_path_factory):
+    return module(request, tmp_path_factory, COMPRESS_GEMM)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 50])
+def test_the_count_sizes_a_gemm_and_a_row_kernel(compress_gemm, n):
+    """The count (copied to the host) is the GEMM call's M and the softmax's row count. On the
+    simulator the GEMM is cuda_sim_library.h's plain loop: the check covers the sizes it is given."""
+    rng = np.random.default_rng(n)
+    x, c, w = rng.standard_normal((n, 4)).astype(np.float32), rng.random(n) < 0.5, rng.standard_normal((4, 40))
+    z = x[c].astype(np.float64) @ w
+    e = np.exp(z - z.max(-1, keepdims=True))
+    got = compress_gemm.f(x, c, w.astype(np.float32))
+    assert got.shape == z.shape
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
 # -- a data size inside a branch ------------------------------------------------------------------
 
 
