@@ -11,19 +11,18 @@ their bodies imported inline where everything is known at compile time.
           condition and the loop-carried values. Scan outputs: each iteration writes its row of a
           buffer of M rows (tensor.insert_slice), cut after an scf.while to the rows it ran (M and
           the rows sizes read from tensors at run time: opc/dialects/sizes.py's value sizes).
-          Unrolled (the iteration number a constant in the body, the counts bound at compile time)
-          only where a loop carries sequences, or its body needs numbers known at compile time
-          (a slice by the iteration number whose size is a difference of values);
+          A slice by the iteration number (x[i:i+c], tensor.py's slice_by_values) has a static size.
+          A Loop carrying sequences (growing_loop): an scf.for where its body appends to them, the
+          appended tensors stacked as scan outputs are; its counts are needed at compile time, and
+          where its iterations differ in type (a sequence of x[:i+1]), the body is imported per
+          iteration (per_iteration);
     Scan  an `scf.for` over the sequence (static or a run-time size), the body imported once: each
           step reads its slices of the scan inputs (tensor.extract_slice at the loop index) and
           writes its scan outputs' elements into the stacked results (tensor.insert_slice, one
           buffer each). Opset 8's batched Scan: an scf.for over the batch around that loop, each
           element's trip count its sequence_lens.
 
-Unrolling (a Loop's counts known at compile time) keeps gradients through every step (the
-autodiff sees plain ops) at the cost of code size linear in the trip count, so it is capped.
-Sequences and optionals (lists.py) pass through branches and loop state as
-they are: a sequence carried by a Loop may grow by one tensor per step.
+Sequences and optionals (lists.py) pass through branches as they are.
 """
 
 from __future__ import annotations
@@ -43,10 +42,10 @@ from opc.dialects.opc import DYNAMIC
 from opc.errors import OpcError
 from opc.onnx_import.common import Value, Values
 from opc.onnx_import.graph import Node, NodeEmitter, converter
-from opc.onnx_import.lists import Item, Items, Opt, Seq, is_list
+from opc.onnx_import.lists import Appended, Item, Items, Opt, Seq, is_list
 from opc.symbolic import Size, Sym
 
-MAX_UNROLL = 4096  # body copies one node may unroll into
+MAX_PER_ITERATION = 4096  # body copies one Loop whose iterations differ in type may import
 
 
 def import_body(node: Node, attr: str, bindings: Sequence[Item]) -> Items:
@@ -75,30 +74,6 @@ def type_of(v: Item) -> tuple:
     if isinstance(v, SSAValue):
         return (str(element_of(v)), shape_of(v))
     return (str(np.asarray(v).dtype), np.shape(v))
-
-
-def stack(node: Node, parts: Sequence[Value], axis: int) -> Value:
-    """np.stack for values that may be known at run time only."""
-    if all(not isinstance(p, SSAValue) for p in parts):
-        return np.stack([np.asarray(p) for p in parts], axis=axis)
-    pieces = []
-    for p in parts:
-        v = as_value(node, p)
-        shape = list(shape_of(v))
-        pieces.append(node.e.reshape(v, shape[:axis] + [1] + shape[axis:]))
-    return pieces[0] if len(pieces) == 1 else node.e.value(o.ConcatOp(pieces, axis))
-
-
-def compile_time_bool(node: Node, v: Value, what: str) -> bool:
-    if isinstance(v, SSAValue):
-        raise node.fail(f"{what} is known only at run time: opc unrolls loops whose "
-                        "trip count and condition are known at compile time")
-    return bool(np.asarray(v).reshape(-1)[0])
-
-
-def check_trips(node: Node, trips: int) -> None:
-    if trips > MAX_UNROLL:
-        raise node.fail(f"{trips} iterations: opc unrolls loops of at most {MAX_UNROLL}")
 
 
 # ---------------------------------------------------------------------------
@@ -215,20 +190,77 @@ def select(node: Node, c: SSAValue, a: Item, b: Item) -> Item:
 
 @converter("Loop", since=1)
 def loop(node: Node) -> Items:
-    counts_known = (not node.has(0) or node.known(0)) and (not node.has(1) or node.known(1))
     state: Items = [operand(node, k + 2) for k in range(len(node.proto.input) - 2)]
     n_scan = len(node.attr("body").output) - 1 - len(state)
-    if not any(is_list(v) for v in state):
-        values = [as_value(node, v) for v in state]  # type: ignore[arg-type]
+    if any(is_list(v) for v in state):
+        return growing_loop(node, state)
+    values = [as_value(node, v) for v in state]  # type: ignore[arg-type]
+    looped = counted_loop(node, values) if node.has(0) else None
+    return looped if looped is not None else loop_at_run_time(node, values, n_scan)
+
+
+def growing_loop(node: Node, state: Items) -> Items:
+    """A Loop that carries sequences, each growing by the tensors its body appends: an scf.for (as
+    counted_loop) whose appended tensors are stacked as scan outputs are, the sequences after it
+    their tensors from before the loop, then each iteration's rows. Its trip count and condition are
+    needed at compile time (bound by value where graph inputs give them), and its body must keep the
+    condition true: opc's sequences have lengths known at compile time. Where iterations differ in
+    type (a tensor appended, or read from a sequence by the iteration number, of a shape that
+    changes from one to the next; an optional carried), no one body serves them all:
+    per_iteration."""
+    if node.has(0) and not any(isinstance(v, Opt) for v in state):
+        m = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0])
+        go = not node.has(1) or bool(np.asarray(node.const(1, "condition")).reshape(-1)[0])
         try:
-            looped = counted_loop(node, values) if node.has(0) else None
-        except OpcError:  # a body opc imports only for numbers known at compile time (a slice by the
-            looped = None  # iteration number whose size is a difference of values): unrolled below
+            looped = counted_loop(node, state, max(m, 0) if go else 0)
+        except OpcError:  # the body needs the iteration number at compile time (a shape that changes with it)
+            looped = None
         if looped is not None:
             return looped
-        if not counts_known and (n_scan == 0 or node.has(0)):
-            return loop_at_run_time(node, values, n_scan)
-    return unrolled_loop(node)
+    return per_iteration(node, state)
+
+
+def per_iteration(node: Node, state: Items) -> Items:
+    """The body imported once per iteration, its iteration number and condition known at compile
+    time, for a Loop carrying sequences whose iterations differ in type: the tensors of opc's
+    sequences have static shapes each, so a sequence of x[:i+1] for i < M (ONNX's loop13_seq) or
+    a map over tensors of different shapes (an expanded SequenceMap) has M bodies. At most
+    MAX_PER_ITERATION iterations."""
+    trips = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0]) if node.has(0) else MAX_PER_ITERATION + 1
+    cond: Value = node.const(1, "condition") if node.has(1) else np.array(True)
+    n_state = len(state)
+    scans: list[Items] = []
+    while len(scans) < trips and compile_time_bool(node, cond):
+        if len(scans) == MAX_PER_ITERATION:
+            raise node.fail(f"more than {MAX_PER_ITERATION} iterations of a Loop that carries sequences whose "
+                            "iterations differ in type: opc imports such a body once per iteration")
+        out = import_body(node, "body", [np.array(len(scans), np.int64), np.asarray(cond, np.bool_), *state])
+        cond, state, scan = out[0], list(out[1:1 + n_state]), out[1 + n_state:]
+        scans.append(scan)
+    if not scans and len(node.attr("body").output) > 1 + n_state:
+        raise node.fail("the loop runs no iteration: its scan outputs would have no elements")
+    outputs = list(state)
+    for k in range(len(node.attr("body").output) - 1 - n_state):
+        if any(is_list(s[k]) for s in scans):
+            raise node.fail(f"scan output {k} is a sequence or optional: ONNX stacks tensors only")
+        outputs.append(stack(node, [s[k] for s in scans], 0))  # type: ignore[arg-type]
+    return outputs
+
+
+def compile_time_bool(node: Node, v: Item) -> bool:
+    if not isinstance(v, np.ndarray):
+        raise node.fail("the loop condition is known only at run time, in a Loop that carries sequences whose "
+                        "iterations differ in type: opc imports such a body once per iteration")
+    return bool(np.asarray(v).reshape(-1)[0])
+
+
+def stack(node: Node, parts: Sequence[Value], axis: int) -> Value:
+    """np.stack for values that may be known at run time only."""
+    if all(not isinstance(p, SSAValue) for p in parts):
+        return np.stack([np.asarray(p) for p in parts], axis=axis)
+    pieces = [node.e.reshape(v, [*shape_of(v)[:axis], 1, *shape_of(v)[axis:]]) for v in
+              (as_value(node, p) for p in parts)]
+    return pieces[0] if len(pieces) == 1 else node.e.value(o.ConcatOp(pieces, axis))
 
 
 def trip_count(node: Node) -> int | SSAValue:
@@ -245,41 +277,68 @@ def trip_count(node: Node) -> int | SSAValue:
     return e.value(arith.SelectOp(go, m if isinstance(m, SSAValue) else index(e, m), index(e, 0)))
 
 
-def counted_loop(node: Node, state: list[SSAValue]) -> Items | None:
+def counted_loop(node: Node, state: Items, trips: int | SSAValue | None = None) -> Items | None:
     """A Loop whose body never turns its condition false (gives it back true, as a constant or passed
     through) runs max(M, 0) times, or none where the condition enters false: one scf.for, its body
     imported once. Each iteration writes its scan outputs' elements at row i of their stacked results
-    (tensor.insert_slice into a buffer of M rows, updated in place). None where the body may stop the
-    loop early, or changes the state's type."""
+    (tensor.insert_slice into a buffer of M rows, updated in place), and so the tensors it appends to
+    a sequence it carries (the body sees it as Appended: its own tensors only). None where the body
+    may stop the loop early, or changes the state's type. `trips`: the count where the caller knows it."""
     e = node.e
     counter = TensorType(i64, [])
-    types = [v.type for v in state]
+    tensors = [v for v in state if isinstance(v, SSAValue)]
+    types = [v.type for v in tensors]
 
     def build(args: Sequence[SSAValue]) -> Items:
         if e.tracker is not None:
-            e.tracker.sizes.carry(state, args[1:])
+            e.tracker.sizes.carry(tensors, args[1:])
         i = e.value(tensor.FromElementsOp.build(operands=[[e.value(arith.IndexCastOp(args[0], i64))]],
                                                 result_types=[counter]))
-        return import_body(node, "body", [i, np.array(True), *args[1:]])
+        carried = iter(args[1:])
+        return import_body(node, "body", [i, np.array(True), *(Appended() if isinstance(v, Seq) else next(carried)
+                                                               for v in state)])
 
-    trips = trip_count(node)
+    trips = trip_count(node) if trips is None else trips
     block, out = in_region(node, [IndexType(), *types], build)
-    if isinstance(out[0], SSAValue) or not bool(np.asarray(out[0]).reshape(-1)[0]) or any(is_list(v) for v in out):
+    if isinstance(out[0], SSAValue) or not bool(np.asarray(out[0]).reshape(-1)[0]):
         return None
-    values = values_in(node, block, out[1:])
-    new_state, elems = values[:len(state)], values[len(state):]
+    new, scans = out[1:1 + len(state)], out[1 + len(state):]
+    if not all(isinstance(w, Appended) if isinstance(v, Seq) else not is_list(w) for v, w in zip(state, new)) \
+            or any(is_list(v) for v in scans):
+        return None
+    appended = [list(w.items) for w in new if isinstance(w, Appended)]
+    values = values_in(node, block, [*(w for w in new if not is_list(w)), *(x for a in appended for x in a), *scans])
+    new_state, elems = values[:len(tensors)], values[len(tensors):]
     if [v.type for v in new_state] != types:
         return None
     inits = [zeros(e, [trips, *shape_of(v)], element_of(v)) for v in elems]
-    if trips == 0:  # no iteration: the state as it entered, the stacks empty
-        return [*state, *inits]
-    bufs = stacking_args(e, block, inits)
-    with emitting_into(e, block):
-        stacked = [write_slot(e, v, buf, block.args[0]) for v, buf in zip(elems, bufs)]
-    block.add_op(scf.YieldOp(*new_state, *stacked))
-    bound = trips if isinstance(trips, SSAValue) else index(e, trips)
-    loop = e.emit(scf.ForOp(index(e, 0), bound, index(e, 1), [*state, *inits], Region(block)))
-    return list(loop.results)
+    results = [*tensors, *inits]
+    if trips != 0:  # else no iteration: the state as it entered, the stacks empty
+        bufs = stacking_args(e, block, inits)
+        with emitting_into(e, block):
+            stacked = [write_slot(e, v, buf, block.args[0]) for v, buf in zip(elems, bufs)]
+        block.add_op(scf.YieldOp(*new_state, *stacked))
+        bound = trips if isinstance(trips, SSAValue) else index(e, trips)
+        results = list(e.emit(scf.ForOp(index(e, 0), bound, index(e, 1), [*tensors, *inits], Region(block))).results)
+    return regrown(node, state, results, [len(a) for a in appended], trips)
+
+
+def regrown(node: Node, state: Items, results: Sequence[SSAValue], counts: Sequence[int],
+            trips: int | SSAValue) -> Items:
+    """A counted loop's outputs from its results (the tensors it carries, then the stacked tensors each
+    carried sequence appended, `counts` per iteration, then the scan outputs): each sequence its
+    tensors from before the loop, then per iteration the rows it appended (static slices)."""
+    n = sum(not is_list(v) for v in state)
+    carried, stacked, count = iter(results[:n]), iter(results[n:]), iter(counts)
+    out: Items = []
+    for v in state:
+        if isinstance(v, Seq):
+            bufs = [next(stacked) for _ in range(next(count))]
+            assert isinstance(trips, int), "a loop growing a sequence has its trip count at compile time"
+            out.append(Seq((*v.items, *(slice_at(node.e, b, 0, index(node.e, t)) for t in range(trips) for b in bufs))))
+        else:
+            out.append(next(carried))
+    return [*out, *stacked]
 
 
 def loop_at_run_time(node: Node, state: list[SSAValue], n_scan: int = 0) -> Items:
@@ -358,32 +417,6 @@ def ran_rows(e: NodeEmitter, buf: SSAValue, n: SSAValue) -> SSAValue:
     sizes: list[int | SSAValue] = [n, *(d if isinstance(d, int) else size_index(e, d) for d in shape[1:])]
     t = o.tensor([DYNAMIC, *shape[1:]], element_of(buf))
     return e.value(slices.extract_slice(buf, [0] * len(shape), sizes, [1] * len(shape), t))
-
-
-def unrolled_loop(node: Node) -> Items:
-    trips = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0]) if node.has(0) else None
-    cond: Value = node.const(1, "condition") if node.has(1) else np.array(True)
-    if trips is None:
-        trips = MAX_UNROLL + 1  # bounded by the condition alone: it must turn false in time
-    state: Items = [operand(node, k + 2) for k in range(len(node.proto.input) - 2)]
-    n_state = len(state)
-    scans: list[Items] = []
-    i = 0
-    while i < trips and compile_time_bool(node, cond, "the loop condition"):
-        if i >= MAX_UNROLL:
-            check_trips(node, i + 1)
-        out = import_body(node, "body", [np.array(i, np.int64), np.asarray(cond, np.bool_), *state])
-        cond, state, scan = out[0], list(out[1:1 + n_state]), out[1 + n_state:]
-        scans.append(scan)
-        i += 1
-    if not scans and len(node.attr("body").output) > 1 + n_state:
-        raise node.fail("the loop runs no iteration: its scan outputs would have no elements")
-    outputs = list(state)
-    for k in range(len(node.attr("body").output) - 1 - n_state):
-        if any(is_list(s[k]) for s in scans):
-            raise node.fail(f"scan output {k} is a sequence or optional: ONNX stacks tensors only")
-        outputs.append(stack(node, [s[k] for s in scans], 0))
-    return outputs
 
 
 # ---------------------------------------------------------------------------

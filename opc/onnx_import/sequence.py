@@ -3,28 +3,39 @@
 A sequence is a Python list of tensors whose length is known at compile time,
 an optional 0 or 1 value, so these ops only move SSA values around: positions
 must be known at compile time (a graph input that gives one is bound by value,
-as a shape is), SequenceLength and OptionalHasElement are constants, and
-ConcatFromSequence / SplitToSequence become one `concat` / a few `slice`s.
-Gradients flow through them unchanged. SequenceMap's body is imported once per
-element, as a Loop's is.
+as a shape is), but SequenceAt's where the tensors have one type (a Loop body
+reading element i: the tensors stacked, the row read at run time);
+SequenceLength and OptionalHasElement are constants, and ConcatFromSequence /
+SplitToSequence become one `concat` / a few `slice`s. Gradients flow through
+them unchanged. SequenceMap's body is imported once per element. A sequence a
+Loop carries is, in its body, one the body appends to (lists.Appended: the
+loop stacks what each iteration appends, control_flow.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from xdsl.dialects import arith
+from xdsl.dialects import tensor as xtensor
+from xdsl.dialects.builtin import IndexType, IntegerAttr
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.dialects.kinds import shape_of
-from opc.onnx_import.control_flow import as_value, import_body
+from opc.dialects.kinds import element_of, shape_of
+from opc.onnx_import.control_flow import as_value, import_body, slice_at, type_of
 from opc.onnx_import.graph import Node, converter
-from opc.onnx_import.lists import Item, Items, Opt, Seq, Value
+from opc.onnx_import.lists import Appended, Item, Items, Opt, Seq, Value
 
 
-def sequence(node: Node, i: int) -> Seq:
+def sequence(node: Node, i: int, appending: bool = False) -> Seq:
+    """Input i, a sequence; one a Loop carries (Appended) only where the node appends to it."""
     v = node.item(i)
     if not isinstance(v, Seq):
         raise node.fail(f"input {i} ('{node.proto.input[i]}') is not a sequence")
+    if isinstance(v, Appended) and not appending:
+        raise node.fail(f"input {i} ('{node.proto.input[i]}') is a sequence the Loop carries: opc keeps its "
+                        "tensors in the loop's stacked buffers, so its body may only append to it "
+                        "(SequenceInsert at the back)")
     return v
 
 
@@ -54,15 +65,32 @@ def tensor(node: Node, i: int) -> Value:
 @converter("SequenceAt", since=11)
 def sequence_at(node: Node) -> Items:
     seq = sequence(node, 0)
+    if node.has(1) and not node.known(1) and seq.items and len({type_of(v) for v in seq.items}) == 1:
+        return [at_run_time(node, seq)]
     return [seq.items[position(node, 1, len(seq.items), 0, allow_end=False)]]
+
+
+def at_run_time(node: Node, seq: Seq) -> SSAValue:
+    """The tensor at a position known at run time only (a Loop's iteration number) of a sequence of
+    tensors of one type: the tensors stacked, the row at the position read as a view (negative:
+    from the end; out of range: the slice's ValueError at the call)."""
+    e = node.e
+    rows = [e.reshape(as_value(node, v), [1, *dims(v)]) for v in seq.items]
+    stacked = rows[0] if len(rows) == 1 else e.value(o.ConcatOp(rows, 0))
+    p = e.value(arith.IndexCastOp(e.value(xtensor.ExtractOp(e.reshape(node.input(1), []), [],
+                                                            element_of(node.input(1)))), IndexType()))
+    zero, n = (e.value(arith.ConstantOp(IntegerAttr(k, IndexType()))) for k in (0, len(rows)))
+    from_end = e.value(arith.AddiOp(p, n))
+    p = e.value(arith.SelectOp(e.value(arith.CmpiOp(p, zero, "slt")), from_end, p))
+    return slice_at(e, stacked, 0, p)
 
 
 @converter("SequenceInsert", since=11)
 def sequence_insert(node: Node) -> Items:
-    seq = sequence(node, 0)
+    seq = sequence(node, 0, appending=not node.has(2))
     items = list(seq.items)
     items.insert(position(node, 2, len(items), len(items), allow_end=True), tensor(node, 1))
-    return [Seq(tuple(items))]
+    return [type(seq)(tuple(items))]
 
 
 @converter("SequenceErase", since=11)
@@ -160,7 +188,7 @@ def split_to_sequence(node: Node) -> Items:
 
 @converter("SequenceMap", since=17)
 def sequence_map(node: Node) -> Items:
-    inputs = [node.item(i) for i in range(node.n_inputs)]
+    inputs = [sequence(node, i) if isinstance(node.item(i), Seq) else node.item(i) for i in range(node.n_inputs)]
     lengths = {len(v.items) for v in inputs if isinstance(v, Seq)}
     if not isinstance(inputs[0], Seq):
         raise node.fail("input 0 is not a sequence")

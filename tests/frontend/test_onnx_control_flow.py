@@ -208,6 +208,17 @@ def test_branches_of_different_types_are_one_line_error() -> None:
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("stop_after, loop_op", [(None, "scf.for"), (3, "scf.while")])
+def test_loop_with_known_counts_imports_its_body_once(stop_after: int | None, loop_op: str) -> None:
+    """M and the entry condition initializers, the body slicing x[i:i+1]: one loop, the body (one Tanh)
+    imported once; where the body may stop the loop, an scf.while whose scan output is cut to the rows
+    it ran (the numbers: test_forward_matches_onnxruntime[loop-stops])."""
+    model, _ = loop_model(trips=6, stop_after=stop_after)
+    module, _ = opc.import_onnx(model)
+    text = str(module)
+    assert text.count(loop_op) == 1 and text.count("opc.tanh") == 1, text
+
+
 @pytest.mark.parametrize("stop_after", [None, 2])
 def test_loop_slicing_by_its_iteration_number_compiles_once(stop_after: int | None) -> None:
     """x[i:i+1] in the body (a static size, its offset read at run time), M a graph input: one

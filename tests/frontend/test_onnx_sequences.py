@@ -182,6 +182,38 @@ def loop_sequence(elem: int) -> Case:
     return model_of(nodes, inputs, [tensor_vi("y", elem, [4, 3])]), feeds
 
 
+def loop_over_a_sequence(elem: int) -> Case:
+    """A Loop over a sequence input of tensors of one shape (M = SequenceLength): its body reads
+    xs[i] and xs[-1 - i] (SequenceAt at the iteration number), carries a tensor, appends two
+    tensors per iteration to a sequence that starts with one, and gives a scan output: one scf.for."""
+    dt = helper.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(11)
+    feeds = {"xs": [rand(rng, dt, 3) for _ in range(4)], "h0": rand(rng, dt, 3), "c0": rand(rng, dt, 2)}
+    body_nodes = [
+        const("minus1", np.array(-1, np.int64)),
+        helper.make_node("Sub", ["minus1", "i"], ["back"]),
+        helper.make_node("SequenceAt", ["xs", "i"], ["a"]),
+        helper.make_node("SequenceAt", ["xs", "back"], ["b"]),
+        helper.make_node("Add", ["h_in", "a"], ["h_out"]),
+        helper.make_node("Mul", ["a", "h_in"], ["ah"]),
+        helper.make_node("Tanh", ["b"], ["tb"]),
+        helper.make_node("SequenceInsert", ["seq_in", "ah"], ["seq_1"]),
+        helper.make_node("SequenceInsert", ["seq_1", "tb"], ["seq_out"]),
+        helper.make_node("Sin", ["h_out"], ["scan"]),
+        helper.make_node("Identity", ["c_in"], ["c_out"]),
+    ]
+    body = helper.make_graph(body_nodes, "loop_body", [tensor_vi("i", I64, []), tensor_vi("c_in", BOOL, []),
+                                                        tensor_vi("h_in", elem, [3]), seq_vi("seq_in", elem)],
+                             [tensor_vi("c_out", BOOL, []), tensor_vi("h_out", elem, [3]), seq_vi("seq_out", elem),
+                              tensor_vi("scan", elem, [3])])
+    nodes = [const("true", np.array(True)),
+             helper.make_node("SequenceLength", ["xs"], ["n"]),
+             helper.make_node("SequenceConstruct", ["c0"], ["seq0"]),
+             helper.make_node("Loop", ["n", "true", "h0", "seq0"], ["h", "seq", "scans"], body=body)]
+    inputs = [seq_vi("xs", elem, [3]), tensor_vi("h0", elem, [3]), tensor_vi("c0", elem, [2])]
+    return model_of(nodes, inputs, [tensor_vi("h", elem, [3]), seq_vi("seq", elem), tensor_vi("scans", elem, [4, 3])]), feeds
+
+
 def if_sequences(elem: int) -> Case:
     """If with a condition known at run time whose branches give sequences of one length: selected tensor
     by tensor; the sequence and an optional of it are outputs."""
@@ -207,6 +239,7 @@ CASES: dict[str, Callable[[int], Case]] = {
     "sequence-inputs": sequence_inputs,
     "optionals": optionals,
     "loop-sequence": loop_sequence,
+    "loop-over-a-sequence": loop_over_a_sequence,
     "if-sequences": if_sequences,
 }
 
@@ -288,6 +321,16 @@ def test_gradient_through_the_sequences(compiled, cid: str) -> None:
     analytic = float(sum(np.sum(g * v[i]) for g, i in zip(grads, floats)))
     assert abs(fd - analytic) <= 1e-6 * max(1.0, abs(fd)), (fd, analytic)
     assert any(np.any(g != 0) for g in grads)  # a gradient flows through the list plumbing
+
+
+@pytest.mark.parametrize("make", [loop_sequence, loop_over_a_sequence])
+def test_loops_growing_sequences_import_their_body_once(make) -> None:
+    """A Loop that appends to a sequence it carries is one scf.for, its body (one Tanh) imported once,
+    not once per iteration."""
+    model, feeds = make(F)
+    module, _, _ = import_graph(model, {n: shapes_of(v) for n, v in feeds.items()}, feeds)
+    text = str(module)
+    assert text.count("scf.for") == 1 and text.count("opc.tanh") == 1, text
 
 
 def test_load_onnx_takes_and_gives_sequences_and_compiles_per_length() -> None:
