@@ -299,7 +299,8 @@ def counted_loop(node: Node, state: Items, trips: int | SSAValue | None = None) 
                                                                for v in state)])
 
     trips = trip_count(node) if trips is None else trips
-    block, out = in_region(node, [IndexType(), *types], build)
+    with sequences_stacked(node):
+        block, out = in_region(node, [IndexType(), *types], build)
     if isinstance(out[0], SSAValue) or not bool(np.asarray(out[0]).reshape(-1)[0]):
         return None
     new, scans = out[1:1 + len(state)], out[1 + len(state):]
@@ -321,6 +322,34 @@ def counted_loop(node: Node, state: Items, trips: int | SSAValue | None = None) 
         bound = trips if isinstance(trips, SSAValue) else index(e, trips)
         results = list(e.emit(scf.ForOp(index(e, 0), bound, index(e, 1), [*tensors, *inits], Region(block))).results)
     return regrown(node, state, results, [len(a) for a in appended], trips)
+
+
+@contextmanager
+def sequences_stacked(node: Node) -> Iterator[None]:
+    """While a Loop's body imports, the sequences its SequenceAt nodes read (tensors of one type,
+    from outside the body) stacked once before the loop, not per iteration (sequence.at_run_time)."""
+    stacked = node.importer.stacked
+    added = []
+    for n in node.attr("body").node:
+        seq = node.importer.lists.get(n.input[0]) if n.op_type == "SequenceAt" else None
+        if isinstance(seq, Seq) and not isinstance(seq, Appended) and one_type(seq) and id(seq) not in stacked:
+            stacked[id(seq)] = (seq, stacked_rows(node, seq))
+            added.append(id(seq))
+    try:
+        yield
+    finally:
+        for k in added:
+            del stacked[k]
+
+
+def one_type(seq: Seq) -> bool:
+    return bool(seq.items) and len({type_of(v) for v in seq.items}) == 1
+
+
+def stacked_rows(node: Node, seq: Seq) -> SSAValue:
+    """A sequence's tensors (of one type) stacked along a new axis 0."""
+    rows = [node.e.reshape(v, [1, *shape_of(v)]) for v in (as_value(node, x) for x in seq.items)]
+    return rows[0] if len(rows) == 1 else node.e.value(o.ConcatOp(rows, 0))
 
 
 def regrown(node: Node, state: Items, results: Sequence[SSAValue], counts: Sequence[int],
@@ -365,7 +394,8 @@ def loop_at_run_time(node: Node, state: list[SSAValue], n_scan: int = 0) -> Item
         cond = as_value(node, out[0])  # type: ignore[arg-type]
         return [nxt, e.reshape(cond, []), *out[1:]]
 
-    after, out = in_region(node, types, step, inits)
+    with sequences_stacked(node):
+        after, out = in_region(node, types, step, inits)
     values = values_in(node, after, out)
     for k, (v, t) in enumerate(zip(values[2:len(types)], types[2:])):
         if v.type != t:

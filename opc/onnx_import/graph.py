@@ -756,6 +756,8 @@ class GraphImporter:
         self.shapes = dict(shapes or {})
         self.values: dict[str, SSAValue] = {}
         self.lists: dict[str, Seq | Opt] = {}  # sequences and optionals (lists.py), by name
+        # id -> (a sequence, its tensors stacked) before a Loop whose body reads it by the iteration number
+        self.stacked: dict[int, tuple[Seq, SSAValue]] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.materialized: dict[str, SSAValue] = {}
         self.param_values: dict[str, np.ndarray] = {}  # ONNX name -> weight, for compile-time use

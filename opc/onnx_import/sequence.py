@@ -22,7 +22,7 @@ from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
-from opc.onnx_import.control_flow import as_value, import_body, slice_at, type_of
+from opc.onnx_import.control_flow import as_value, import_body, one_type, slice_at, stacked_rows
 from opc.onnx_import.graph import Node, converter
 from opc.onnx_import.lists import Appended, Item, Items, Opt, Seq, Value
 
@@ -65,21 +65,23 @@ def tensor(node: Node, i: int) -> Value:
 @converter("SequenceAt", since=11)
 def sequence_at(node: Node) -> Items:
     seq = sequence(node, 0)
-    if node.has(1) and not node.known(1) and seq.items and len({type_of(v) for v in seq.items}) == 1:
+    if node.has(1) and not node.known(1) and one_type(seq):
         return [at_run_time(node, seq)]
     return [seq.items[position(node, 1, len(seq.items), 0, allow_end=False)]]
 
 
 def at_run_time(node: Node, seq: Seq) -> SSAValue:
     """The tensor at a position known at run time only (a Loop's iteration number) of a sequence of
-    tensors of one type: the tensors stacked, the row at the position read as a view (negative:
-    from the end; out of range: the slice's ValueError at the call)."""
+    tensors of one type: the tensors stacked (before the loop where a Loop's body reads them:
+    control_flow.sequences_stacked), the row at the position read as a view (negative: from the
+    end; out of range: the slice's ValueError at the call)."""
     e = node.e
-    rows = [e.reshape(as_value(node, v), [1, *dims(v)]) for v in seq.items]
-    stacked = rows[0] if len(rows) == 1 else e.value(o.ConcatOp(rows, 0))
+    given = node.importer.stacked.get(id(seq))
+    stacked = given[1] if given is not None and given[0] is seq else stacked_rows(node, seq)
+    n_rows = len(seq.items)
     p = e.value(arith.IndexCastOp(e.value(xtensor.ExtractOp(e.reshape(node.input(1), []), [],
                                                             element_of(node.input(1)))), IndexType()))
-    zero, n = (e.value(arith.ConstantOp(IntegerAttr(k, IndexType()))) for k in (0, len(rows)))
+    zero, n = (e.value(arith.ConstantOp(IntegerAttr(k, IndexType()))) for k in (0, n_rows))
     from_end = e.value(arith.AddiOp(p, n))
     p = e.value(arith.SelectOp(e.value(arith.CmpiOp(p, zero, "slt")), from_end, p))
     return slice_at(e, stacked, 0, p)

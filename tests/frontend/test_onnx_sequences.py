@@ -326,11 +326,14 @@ def test_gradient_through_the_sequences(compiled, cid: str) -> None:
 @pytest.mark.parametrize("make", [loop_sequence, loop_over_a_sequence])
 def test_loops_growing_sequences_import_their_body_once(make) -> None:
     """A Loop that appends to a sequence it carries is one scf.for, its body (one Tanh) imported once,
-    not once per iteration."""
+    not once per iteration; a sequence its body reads by the iteration number is stacked once,
+    before the loop."""
     model, feeds = make(F)
     module, _, _ = import_graph(model, {n: shapes_of(v) for n, v in feeds.items()}, feeds)
     text = str(module)
     assert text.count("scf.for") == 1 and text.count("opc.tanh") == 1, text
+    if make is loop_over_a_sequence:
+        assert text.count("opc.concat") == 1 and text.index("opc.concat") < text.index("scf.for"), text
 
 
 def test_load_onnx_takes_and_gives_sequences_and_compiles_per_length() -> None:
