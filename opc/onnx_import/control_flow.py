@@ -13,9 +13,8 @@ their bodies imported inline where everything is known at compile time.
           the rows sizes read from tensors at run time: opc/dialects/sizes.py's value sizes).
           A slice by the iteration number (x[i:i+c], tensor.py's slice_by_values) has a static size.
           A Loop carrying sequences (growing_loop): an scf.for where its body appends to them, the
-          appended tensors stacked as scan outputs are; its counts are needed at compile time, and
-          where its iterations differ in type (a sequence of x[:i+1]), the body is imported per
-          iteration (per_iteration);
+          appended tensors stacked as scan outputs are (padded where their sizes are read from
+          values, x[:i+1]); its counts are needed at compile time;
     Scan  an `scf.for` over the sequence (static or a run-time size), the body imported once: each
           step reads its slices of the scan inputs (tensor.extract_slice at the loop index) and
           writes its scan outputs' elements into the stacked results (tensor.insert_slice, one
@@ -29,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.dialects import arith, scf, tensor
@@ -39,13 +39,10 @@ from opc.dialects import opc as o
 from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import DYNAMIC
-from opc.errors import OpcError
 from opc.onnx_import.common import Value, Values
 from opc.onnx_import.graph import Node, NodeEmitter, converter
 from opc.onnx_import.lists import Appended, Item, Items, Opt, Seq, is_list
 from opc.symbolic import Size, Sym
-
-MAX_PER_ITERATION = 4096  # body copies one Loop whose iterations differ in type may import
 
 
 def import_body(node: Node, attr: str, bindings: Sequence[Item]) -> Items:
@@ -200,67 +197,26 @@ def loop(node: Node) -> Items:
 
 
 def growing_loop(node: Node, state: Items) -> Items:
-    """A Loop that carries sequences, each growing by the tensors its body appends: an scf.for (as
-    counted_loop) whose appended tensors are stacked as scan outputs are, the sequences after it
-    their tensors from before the loop, then each iteration's rows. Its trip count and condition are
-    needed at compile time (bound by value where graph inputs give them), and its body must keep the
-    condition true: opc's sequences have lengths known at compile time. Where iterations differ in
-    type (a tensor appended, or read from a sequence by the iteration number, of a shape that
-    changes from one to the next; an optional carried), no one body serves them all:
-    per_iteration."""
-    if node.has(0) and not any(isinstance(v, Opt) for v in state):
-        m = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0])
-        go = not node.has(1) or bool(np.asarray(node.const(1, "condition")).reshape(-1)[0])
-        try:
-            looped = counted_loop(node, state, max(m, 0) if go else 0)
-        except OpcError:  # the body needs the iteration number at compile time (a shape that changes with it)
-            looped = None
-        if looped is not None:
-            return looped
-    return per_iteration(node, state)
-
-
-def per_iteration(node: Node, state: Items) -> Items:
-    """The body imported once per iteration, its iteration number and condition known at compile
-    time, for a Loop carrying sequences whose iterations differ in type: the tensors of opc's
-    sequences have static shapes each, so a sequence of x[:i+1] for i < M (ONNX's loop13_seq) or
-    a map over tensors of different shapes (an expanded SequenceMap) has M bodies. At most
-    MAX_PER_ITERATION iterations."""
-    trips = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0]) if node.has(0) else MAX_PER_ITERATION + 1
-    cond: Value = node.const(1, "condition") if node.has(1) else np.array(True)
-    n_state = len(state)
-    scans: list[Items] = []
-    while len(scans) < trips and compile_time_bool(node, cond):
-        if len(scans) == MAX_PER_ITERATION:
-            raise node.fail(f"more than {MAX_PER_ITERATION} iterations of a Loop that carries sequences whose "
-                            "iterations differ in type: opc imports such a body once per iteration")
-        out = import_body(node, "body", [np.array(len(scans), np.int64), np.asarray(cond, np.bool_), *state])
-        cond, state, scan = out[0], list(out[1:1 + n_state]), out[1 + n_state:]
-        scans.append(scan)
-    if not scans and len(node.attr("body").output) > 1 + n_state:
-        raise node.fail("the loop runs no iteration: its scan outputs would have no elements")
-    outputs = list(state)
-    for k in range(len(node.attr("body").output) - 1 - n_state):
-        if any(is_list(s[k]) for s in scans):
-            raise node.fail(f"scan output {k} is a sequence or optional: ONNX stacks tensors only")
-        outputs.append(stack(node, [s[k] for s in scans], 0))  # type: ignore[arg-type]
-    return outputs
-
-
-def compile_time_bool(node: Node, v: Item) -> bool:
-    if not isinstance(v, np.ndarray):
-        raise node.fail("the loop condition is known only at run time, in a Loop that carries sequences whose "
-                        "iterations differ in type: opc imports such a body once per iteration")
-    return bool(np.asarray(v).reshape(-1)[0])
-
-
-def stack(node: Node, parts: Sequence[Value], axis: int) -> Value:
-    """np.stack for values that may be known at run time only."""
-    if all(not isinstance(p, SSAValue) for p in parts):
-        return np.stack([np.asarray(p) for p in parts], axis=axis)
-    pieces = [node.e.reshape(v, [*shape_of(v)[:axis], 1, *shape_of(v)[axis:]]) for v in
-              (as_value(node, p) for p in parts)]
-    return pieces[0] if len(pieces) == 1 else node.e.value(o.ConcatOp(pieces, axis))
+    """A Loop that carries sequences (or optionals holding one), each growing by the tensors its body
+    appends: an scf.for (counted_loop) whose appended tensors are stacked as scan outputs are
+    (padded where their sizes change per iteration, x[:i+1]), the sequences after it their tensors
+    from before the loop, then each iteration's rows. Its trip count and condition are needed at
+    compile time (bound by value where graph inputs give them), and its body must keep the
+    condition true: opc's sequences have lengths known at compile time."""
+    if any(isinstance(v, Opt) and not isinstance(v.item, Seq) for v in state):
+        raise node.fail("it carries an optional that holds no sequence: opc's loops carry tensors, and "
+                        "sequences (or optionals holding one) their bodies append to")
+    if not node.has(0):
+        raise node.fail("it carries a sequence and has no trip count M: opc's sequences have lengths known "
+                        "at compile time")
+    m = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0])
+    go = not node.has(1) or bool(np.asarray(node.const(1, "condition")).reshape(-1)[0])
+    looped = counted_loop(node, state, max(m, 0) if go else 0)
+    if looped is None:
+        raise node.fail("it carries a sequence, and its body may turn the condition false, changes the type "
+                        "of a tensor it carries, or gives back a sequence other than the one it carries with "
+                        "tensors appended: opc's sequences have lengths known at compile time")
+    return looped
 
 
 def trip_count(node: Node) -> int | SSAValue:
@@ -295,7 +251,7 @@ def counted_loop(node: Node, state: Items, trips: int | SSAValue | None = None) 
         i = e.value(tensor.FromElementsOp.build(operands=[[e.value(arith.IndexCastOp(args[0], i64))]],
                                                 result_types=[counter]))
         carried = iter(args[1:])
-        return import_body(node, "body", [i, np.array(True), *(Appended() if isinstance(v, Seq) else next(carried)
+        return import_body(node, "body", [i, np.array(True), *(as_appended(v) if is_list(v) else next(carried)
                                                                for v in state)])
 
     trips = trip_count(node) if trips is None else trips
@@ -304,15 +260,19 @@ def counted_loop(node: Node, state: Items, trips: int | SSAValue | None = None) 
     if isinstance(out[0], SSAValue) or not bool(np.asarray(out[0]).reshape(-1)[0]):
         return None
     new, scans = out[1:1 + len(state)], out[1 + len(state):]
-    if not all(isinstance(w, Appended) if isinstance(v, Seq) else not is_list(w) for v, w in zip(state, new)) \
+    if not all(growing(w) is not None if is_list(v) else not is_list(w) for v, w in zip(state, new)) \
             or any(is_list(v) for v in scans):
         return None
-    appended = [list(w.items) for w in new if isinstance(w, Appended)]
+    appended = [list(growing(w).items) for w in new if is_list(w)]  # type: ignore[union-attr]
     values = values_in(node, block, [*(w for w in new if not is_list(w)), *(x for a in appended for x in a), *scans])
     new_state, elems = values[:len(tensors)], values[len(tensors):]
     if [v.type for v in new_state] != types:
         return None
-    inits = [zeros(e, [trips, *shape_of(v)], element_of(v)) for v in elems]
+    n_appended = sum(len(a) for a in appended)
+    ragged = [ragged_dims(node, v) for v in elems[:n_appended]]
+    with emitting_into(e, block):  # each ragged tensor's sizes, stacked as a scan output of int64
+        elems += [dims_of(e, v, r) for v, r in zip(elems, ragged) if r]
+    inits = [zeros(e, [trips, *padded_shape(node, v)], element_of(v)) for v in elems]
     results = [*tensors, *inits]
     if trips != 0:  # else no iteration: the state as it entered, the stacks empty
         bufs = stacking_args(e, block, inits)
@@ -321,7 +281,74 @@ def counted_loop(node: Node, state: Items, trips: int | SSAValue | None = None) 
         block.add_op(scf.YieldOp(*new_state, *stacked))
         bound = trips if isinstance(trips, SSAValue) else index(e, trips)
         results = list(e.emit(scf.ForOp(index(e, 0), bound, index(e, 1), [*tensors, *inits], Region(block))).results)
-    return regrown(node, state, results, [len(a) for a in appended], trips)
+    n = len(tensors)
+    extra = iter(results[n + len(elems) - sum(bool(r) for r in ragged):])
+    rows = [Rows(b, r, next(extra) if r else None) for b, r in zip(results[n:n + n_appended], ragged)]
+    scan_results = results[n + n_appended:n + len(elems) - sum(bool(r) for r in ragged)]
+    return regrown(node, state, new, results[:n], rows, [len(a) for a in appended], scan_results, trips)
+
+
+def as_appended(v: Item) -> Item:
+    """A sequence a loop carries as its body sees it (Appended), in the optional that holds it."""
+    return Opt(Appended()) if isinstance(v, Opt) else Appended()
+
+
+def growing(w: Item) -> Appended | None:
+    """The Appended a body gives back, alone or in an optional; None for anything else."""
+    inner = w.item if isinstance(w, Opt) else w
+    return inner if isinstance(inner, Appended) else None
+
+
+def ragged_dims(node: Node, v: SSAValue) -> list[int]:
+    """The dims of a tensor a loop body appends to a sequence whose sizes it computes from values
+    (x[:i+1]: each iteration's own), which its stacked buffer holds padded to their bounds."""
+    if node.e.tracker is None:
+        return []
+    s = node.e.tracker.sizes
+    return [d for d, n in enumerate(shape_of(v)) if isinstance(n, Sym) and s.data_symbols(n)]
+
+
+def padded_shape(node: Node, v: SSAValue) -> list[Size]:
+    """v's shape, each size computed from values replaced by its bound (known before the loop)."""
+    out: list[Size] = []
+    for d, n in enumerate(shape_of(v)):
+        if isinstance(n, Sym) and node.e.tracker is not None and node.e.tracker.sizes.data_symbols(n):
+            bound = node.e.tracker.sizes.upper_bound(n)
+            if not isinstance(bound, int):
+                raise node.fail(f"dim {d} of a tensor its body appends to a sequence has a size computed from "
+                                f"values ({n}) with no bound known before the loop: opc stacks such tensors padded")
+            n = bound
+        out.append(n)
+    return out
+
+
+def dims_of(e: NodeEmitter, v: SSAValue, dims: Sequence[int]) -> SSAValue:
+    """v's sizes along dims as an int64 tensor (read inside the body that computes them)."""
+    shape = shape_of(v)
+    sizes = [e.value(arith.IndexCastOp(size_index(e, shape[d]), i64)) for d in dims]
+    return e.value(tensor.FromElementsOp.build(operands=[sizes], result_types=[TensorType(i64, [len(dims)])]))
+
+
+@dataclass
+class Rows:
+    """The stacked buffer of one tensor a loop appends per iteration; for a ragged one (padded), the
+    dims whose sizes each iteration computes and the stacked int64 tensor of those sizes."""
+
+    buf: SSAValue
+    ragged: list[int]
+    sizes: SSAValue | None
+
+    def row(self, e: NodeEmitter, t: int) -> SSAValue:
+        if self.sizes is None:
+            return slice_at(e, self.buf, 0, index(e, t))
+        shape = list(shape_of(self.buf))[1:]
+        sizes: list[int | SSAValue] = list(shape)
+        for k, d in enumerate(self.ragged):
+            n = e.value(tensor.ExtractOp(self.sizes, [index(e, t), index(e, k)], i64))
+            sizes[d] = e.value(arith.IndexCastOp(n, IndexType()))
+        t_type = o.tensor([DYNAMIC if d in self.ragged else n for d, n in enumerate(shape)], element_of(self.buf))
+        return e.value(slices.extract_slice(self.buf, [index(e, t), *[0] * len(shape)], [1, *sizes],
+                                            [1] * (1 + len(shape)), t_type))
 
 
 @contextmanager
@@ -332,7 +359,7 @@ def sequences_stacked(node: Node) -> Iterator[None]:
     added = []
     for n in node.attr("body").node:
         seq = node.importer.lists.get(n.input[0]) if n.op_type == "SequenceAt" else None
-        if isinstance(seq, Seq) and not isinstance(seq, Appended) and one_type(seq) and id(seq) not in stacked:
+        if isinstance(seq, Seq) and not isinstance(seq, Appended) and stackable(seq) and id(seq) not in stacked:
             stacked[id(seq)] = (seq, stacked_rows(node, seq))
             added.append(id(seq))
     try:
@@ -342,32 +369,49 @@ def sequences_stacked(node: Node) -> Iterator[None]:
             del stacked[k]
 
 
-def one_type(seq: Seq) -> bool:
-    return bool(seq.items) and len({type_of(v) for v in seq.items}) == 1
+def stackable(seq: Seq) -> bool:
+    """The tensors of seq (some) are of one element type and rank, their shapes static."""
+    types = {(t[0], len(t[1])) for t in map(type_of, seq.items)}
+    return len(types) == 1 and all(isinstance(d, int) for v in seq.items for d in type_of(v)[1])
+
+
+def padded_shape_of(seq: Seq) -> list[int]:
+    """The shape each tensor of a stackable sequence is padded to: per dim the largest."""
+    return [max(dims) for dims in zip(*(type_of(v)[1] for v in seq.items))]
 
 
 def stacked_rows(node: Node, seq: Seq) -> SSAValue:
-    """A sequence's tensors (of one type) stacked along a new axis 0."""
-    rows = [node.e.reshape(v, [1, *shape_of(v)]) for v in (as_value(node, x) for x in seq.items)]
-    return rows[0] if len(rows) == 1 else node.e.value(o.ConcatOp(rows, 0))
+    """A stackable sequence's tensors stacked along a new axis 0, each padded with zeros to the
+    largest size per dim where their shapes differ (sequence.at_run_time reads each one's own)."""
+    e = node.e
+    values = [as_value(node, x) for x in seq.items]
+    if len({shape_of(v) for v in values}) > 1:
+        buf = zeros(e, [len(values), *padded_shape_of(seq)], element_of(values[0]))
+        for k, v in enumerate(values):
+            buf = write_slot(e, v, buf, index(e, k))
+        return buf
+    rows = [e.reshape(v, [1, *shape_of(v)]) for v in values]
+    return rows[0] if len(rows) == 1 else e.value(o.ConcatOp(rows, 0))
 
 
-def regrown(node: Node, state: Items, results: Sequence[SSAValue], counts: Sequence[int],
-            trips: int | SSAValue) -> Items:
-    """A counted loop's outputs from its results (the tensors it carries, then the stacked tensors each
-    carried sequence appended, `counts` per iteration, then the scan outputs): each sequence its
-    tensors from before the loop, then per iteration the rows it appended (static slices)."""
-    n = sum(not is_list(v) for v in state)
-    carried, stacked, count = iter(results[:n]), iter(results[n:]), iter(counts)
+def regrown(node: Node, state: Items, new: Items, carried: Sequence[SSAValue], rows: Sequence[Rows],
+            counts: Sequence[int], scans: Sequence[SSAValue], trips: int | SSAValue) -> Items:
+    """A counted loop's outputs: the tensors it carries, each sequence its tensors from before the loop
+    then per iteration the rows it appended (`counts` per iteration, each of its stacked buffer), and
+    the scan outputs."""
+    tensors, stacks, count = iter(carried), iter(rows), iter(counts)
     out: Items = []
-    for v in state:
-        if isinstance(v, Seq):
-            bufs = [next(stacked) for _ in range(next(count))]
+    for v, w in zip(state, new):
+        if is_list(v):
+            mine = [next(stacks) for _ in range(next(count))]
             assert isinstance(trips, int), "a loop growing a sequence has its trip count at compile time"
-            out.append(Seq((*v.items, *(slice_at(node.e, b, 0, index(node.e, t)) for t in range(trips) for b in bufs))))
+            before = v.item if isinstance(v, Opt) else v
+            assert isinstance(before, Seq)
+            seq = Seq((*before.items, *(r.row(node.e, t) for t in range(trips) for r in mine)))
+            out.append(v if trips == 0 else Opt(seq) if isinstance(w, Opt) else seq)  # none ran: as it entered
         else:
-            out.append(next(carried))
-    return [*out, *stacked]
+            out.append(next(tensors))
+    return [*out, *scans]
 
 
 def loop_at_run_time(node: Node, state: list[SSAValue], n_scan: int = 0) -> Items:

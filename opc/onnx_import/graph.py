@@ -758,6 +758,7 @@ class GraphImporter:
         self.lists: dict[str, Seq | Opt] = {}  # sequences and optionals (lists.py), by name
         # id -> (a sequence, its tensors stacked) before a Loop whose body reads it by the iteration number
         self.stacked: dict[int, tuple[Seq, SSAValue]] = {}
+        self.graph_inputs = {vi.name for vi in self.graph.input}  # a Slice bound among them is bound by value
         self.constants: dict[str, np.ndarray] = {}
         self.materialized: dict[str, SSAValue] = {}
         self.param_values: dict[str, np.ndarray] = {}  # ONNX name -> weight, for compile-time use

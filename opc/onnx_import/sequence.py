@@ -3,8 +3,9 @@
 A sequence is a Python list of tensors whose length is known at compile time,
 an optional 0 or 1 value, so these ops only move SSA values around: positions
 must be known at compile time (a graph input that gives one is bound by value,
-as a shape is), but SequenceAt's where the tensors have one type (a Loop body
-reading element i: the tensors stacked, the row read at run time);
+as a shape is), but SequenceAt's in a Loop body reading element i (the tensors,
+of one element type and rank, stacked before the loop, padded where their shapes
+differ; the row and its shape read at run time);
 SequenceLength and OptionalHasElement are constants, and ConcatFromSequence /
 SplitToSequence become one `concat` / a few `slice`s. Gradients flow through
 them unchanged. SequenceMap's body is imported once per element. A sequence a
@@ -17,12 +18,13 @@ from __future__ import annotations
 import numpy as np
 from xdsl.dialects import arith
 from xdsl.dialects import tensor as xtensor
-from xdsl.dialects.builtin import IndexType, IntegerAttr
+from xdsl.dialects.builtin import IndexType, IntegerAttr, i64
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
+from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
-from opc.onnx_import.control_flow import as_value, import_body, one_type, slice_at, stacked_rows
+from opc.onnx_import.control_flow import as_value, import_body, slice_at, stackable, stacked_rows
 from opc.onnx_import.graph import Node, converter
 from opc.onnx_import.lists import Appended, Item, Items, Opt, Seq, Value
 
@@ -65,16 +67,19 @@ def tensor(node: Node, i: int) -> Value:
 @converter("SequenceAt", since=11)
 def sequence_at(node: Node) -> Items:
     seq = sequence(node, 0)
-    if node.has(1) and not node.known(1) and one_type(seq):
+    if node.has(1) and not node.known(1) and node.proto.input[1] not in node.importer.graph_inputs \
+            and seq.items and stackable(seq):  # (a graph input is bound by value, as positions are)
         return [at_run_time(node, seq)]
     return [seq.items[position(node, 1, len(seq.items), 0, allow_end=False)]]
 
 
 def at_run_time(node: Node, seq: Seq) -> SSAValue:
     """The tensor at a position known at run time only (a Loop's iteration number) of a sequence of
-    tensors of one type: the tensors stacked (before the loop where a Loop's body reads them:
-    control_flow.sequences_stacked), the row at the position read as a view (negative: from the
-    end; out of range: the slice's ValueError at the call)."""
+    tensors of one element type and rank: the tensors stacked (before the loop where a Loop's body
+    reads them: control_flow.sequences_stacked), the row at the position read as a view (negative:
+    from the end; out of range: the slice's ValueError at the call). Where their shapes differ, the
+    stack is padded and the row cut to the tensor's own shape, read from a table of the shapes
+    (sizes read from values, at most the padded ones)."""
     e = node.e
     given = node.importer.stacked.get(id(seq))
     stacked = given[1] if given is not None and given[0] is seq else stacked_rows(node, seq)
@@ -84,7 +89,23 @@ def at_run_time(node: Node, seq: Seq) -> SSAValue:
     zero, n = (e.value(arith.ConstantOp(IntegerAttr(k, IndexType()))) for k in (0, n_rows))
     from_end = e.value(arith.AddiOp(p, n))
     p = e.value(arith.SelectOp(e.value(arith.CmpiOp(p, zero, "slt")), from_end, p))
-    return slice_at(e, stacked, 0, p)
+    shapes = np.array([dims(v) for v in seq.items], np.int64).reshape(n_rows, -1)
+    varying = [d for d in range(shapes.shape[1]) if len(set(shapes[:, d])) > 1]
+    if not varying:
+        return slice_at(e, stacked, 0, p)
+    table = e.constant(shapes[:, varying])
+    padded = list(shape_of(stacked))[1:]
+    sizes: list[int | SSAValue] = list(padded)
+    for k, d in enumerate(varying):
+        at = e.value(arith.ConstantOp(IntegerAttr(k, IndexType())))
+        n_d = e.value(arith.IndexCastOp(e.value(xtensor.ExtractOp(table, [p, at], i64)), IndexType()))
+        if e.tracker is not None:  # at most the padded size: what a loop stacking it pads it to
+            s = e.tracker.sizes
+            s.scalars[n_d] = s.fresh_data(n_d.owner, padded[d], "a size of a sequence's tensor")  # type: ignore[arg-type]
+        sizes[d] = n_d
+    result = o.tensor([o.DYNAMIC if d in varying else n for d, n in enumerate(padded)], element_of(stacked))
+    return e.value(slices.extract_slice(stacked, [p, *[0] * len(padded)], [1, *sizes], [1] * (1 + len(padded)),
+                                        result))
 
 
 @converter("SequenceInsert", since=11)

@@ -235,11 +235,16 @@ def slice_by_values(node: Node) -> SSAValue | None:
     shape: list[Size] = list(src)
     forms = [(node.axis(int(a), rank), offset_form(node, 1, k), offset_form(node, 2, k))
              for k, a in enumerate(axes)]
-    if any(first is None or last is None or first[0] != last[0] or step != 1 or not isinstance(src[a], int)
-           for (a, first, last), step in zip(forms, steps)):
+    spans = not any(node.proto.input[i] in node.importer.graph_inputs for i in (1, 2))
+    if any(first is None or last is None or step != 1 or not isinstance(src[a], int)
+           or first[0] != last[0] and not spans for (a, first, last), step in zip(forms, steps)):
         return None
     for a, first, last in forms:
         assert first is not None and last is not None and isinstance(src[a], int)
+        if first[0] != last[0]:  # a size read at run time
+            offsets[a], sizes[a] = value_span(node, first, last, src[a])
+            shape[a] = e.tracker.sizes.scalars[sizes[a]] if e.tracker is not None else src[a]
+            continue
         if first[0] is None:  # both numbers after all (a constant the importer made)
             b, end = slice_bounds(src[a], first[1], last[1])
             offsets[a], shape[a] = b, max(end - b, 0)
@@ -247,7 +252,8 @@ def slice_by_values(node: Node) -> SSAValue | None:
             offsets[a], shape[a] = span_at(node, first[0], first[1], last[1] - first[1], src[a])
         sizes[a] = shape[a]
     return e.value(slices.extract_slice(node.input(0), offsets, sizes, [1] * rank,
-                                        o.tensor(shape, element_of(node.input(0)))))
+                                        o.tensor(shape,
+                                                 element_of(node.input(0)))))
 
 
 Base = tuple[SSAValue, int] | None  # a run-time value's element (value, flat position); None: the number 0
@@ -293,6 +299,37 @@ def int_constant(v: SSAValue) -> np.ndarray | None:
     return np.array(op.value.get_values(), np.int64).reshape(shape_of(v))  # type: ignore[union-attr]
 
 
+def value_span(node: Node, first: tuple[Base, int], last: tuple[Base, int], dim: int) -> tuple[SSAValue, SSAValue]:
+    """The offset and length of [start, end) on a static dim, start and end read at run time and
+    clamped as ONNX does (negative: from the end; then into [0, dim]): a size read from values, at
+    most dim (the bound a loop that stacks such slices pads them to)."""
+    e = node.e
+    lo, hi = (clamped(e, bound_index(e, *f), dim) for f in (first, last))
+    length = e.value(arith.MaxSIOp(e.value(arith.SubiOp(hi, lo)), index_of(e, 0)))
+    if e.tracker is not None:
+        s = e.tracker.sizes
+        s.scalars[length] = s.fresh_data(length.owner, dim, "the length of a slice")  # type: ignore[arg-type]
+    return lo, length
+
+
+def bound_index(e, base: Base, c: int) -> SSAValue:  # noqa: ANN001  (a NodeEmitter)
+    """base + c as an index value (a bound past every size: INT64_MAX, as the end)."""
+    if base is None:
+        return index_of(e, min(max(c, -WHOLE_END), WHOLE_END))
+    v, k = base
+    flat = e.reshape(v if element_of(v) == i64 else e.cast(v, i64), [count(v)])
+    start = e.value(tensor.ExtractOp(flat, [index_of(e, k)], i64))
+    return e.value(arith.AddiOp(e.value(arith.IndexCastOp(start, IndexType())), index_of(e, c)))
+
+
+def clamped(e, v: SSAValue, dim: int) -> SSAValue:  # noqa: ANN001  (a NodeEmitter)
+    """ONNX's clamp of a slice bound for a positive step: v + dim where negative, then into [0, dim]."""
+    zero = index_of(e, 0)
+    wrapped = e.value(arith.SelectOp(e.value(arith.CmpiOp(v, zero, "slt")),
+                                     e.value(arith.AddiOp(v, index_of(e, dim))), v))
+    return e.value(arith.MinSIOp(e.value(arith.MaxSIOp(wrapped, zero)), index_of(e, dim)))
+
+
 def span_at(node: Node, base: tuple[SSAValue, int], b: int, c: int, dim: int) -> tuple[SSAValue | int, int]:
     """The offset and size of the span [start, start + c) on a static dim, start = base + b read at
     run time: ONNX's from-the-end count where both ends are negative, and, where ONNX would clamp
@@ -301,10 +338,7 @@ def span_at(node: Node, base: tuple[SSAValue, int], b: int, c: int, dim: int) ->
     if c <= 0:
         return 0, 0
     e = node.e
-    v, k = base
-    flat = e.reshape(v if element_of(v) == i64 else e.cast(v, i64), [count(v)])
-    start = e.value(tensor.ExtractOp(flat, [index_of(e, k)], i64))
-    s = e.value(arith.AddiOp(e.value(arith.IndexCastOp(start, IndexType())), index_of(e, b)))
+    s = bound_index(e, base, b)
     zero = index_of(e, 0)
     wrapped = e.value(arith.AddiOp(s, index_of(e, dim)))
     below = e.value(arith.CmpiOp(e.value(arith.AddiOp(s, index_of(e, c))), zero, "slt"))  # both ends negative
