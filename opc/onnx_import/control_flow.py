@@ -270,8 +270,13 @@ def counted_loop(node: Node, state: Items, trips: int | SSAValue | None = None) 
         return None
     n_appended = sum(len(a) for a in appended)
     ragged = [ragged_dims(node, v) for v in elems[:n_appended]]
-    with emitting_into(e, block):  # each ragged tensor's sizes, stacked as a scan output of int64
-        elems += [dims_of(e, v, r) for v, r in zip(elems, ragged) if r]
+    for k, v in enumerate(elems[n_appended:]):
+        if ragged_dims(node, v):
+            raise node.fail(f"scan output {k} has a size the body computes from values: ONNX stacks scan outputs "
+                            "of one shape, which opc must know before the loop")
+    with emitting_into(e, block):  # each ragged tensor's sizes, stacked as a scan output of int64 is
+        sizes = [dims_of(e, v, r) for v, r in zip(elems, ragged) if r]
+    elems += sizes
     inits = [zeros(e, [trips, *padded_shape(node, v)], element_of(v)) for v in elems]
     results = [*tensors, *inits]
     if trips != 0:  # else no iteration: the state as it entered, the stacks empty
@@ -281,10 +286,10 @@ def counted_loop(node: Node, state: Items, trips: int | SSAValue | None = None) 
         block.add_op(scf.YieldOp(*new_state, *stacked))
         bound = trips if isinstance(trips, SSAValue) else index(e, trips)
         results = list(e.emit(scf.ForOp(index(e, 0), bound, index(e, 1), [*tensors, *inits], Region(block))).results)
-    n = len(tensors)
-    extra = iter(results[n + len(elems) - sum(bool(r) for r in ragged):])
-    rows = [Rows(b, r, next(extra) if r else None) for b, r in zip(results[n:n + n_appended], ragged)]
-    scan_results = results[n + n_appended:n + len(elems) - sum(bool(r) for r in ragged)]
+    n, n_scans = len(tensors), len(elems) - n_appended - len(sizes)
+    stacks, scan_results = results[n:n + n_appended], results[n + n_appended:n + n_appended + n_scans]
+    size_stacks = iter(results[n + n_appended + n_scans:])
+    rows = [Rows(b, r, next(size_stacks) if r else None) for b, r in zip(stacks, ragged)]
     return regrown(node, state, new, results[:n], rows, [len(a) for a in appended], scan_results, trips)
 
 

@@ -492,6 +492,26 @@ def refusal_models() -> dict[str, tuple[onnx.ModelProto, dict, str]]:
                                                       name="the_op")],
                                     [x, tensor_vi("c", BOOL, [])], [seq_vi("y", F)]), {},
                            "node 'the_op' (If): input 0 ('c', condition) must be known at compile time")
+
+    def growing(nodes, carried=None, cond_out: str = "c_in") -> onnx.ModelProto:
+        """A Loop of 3 carrying a sequence (or `carried`), its body `nodes` then appending x to seq_in."""
+        carried = carried or seq_vi("seq_in", F)
+        body = helper.make_graph([*nodes, helper.make_node("SequenceInsert", ["seq_in", "x"], ["seq_out"], name="ins"),
+                                  helper.make_node("Identity", [cond_out], ["c_out"])], "body",
+                                 [tensor_vi("i", I64, []), tensor_vi("c_in", BOOL, []), carried],
+                                 [tensor_vi("c_out", BOOL, []), seq_vi("seq_out", F)])
+        return model_of([const("m", np.array(3, np.int64)), const("t", np.array(True)),
+                         helper.make_node("SequenceEmpty", [], ["s"], dtype=F),
+                         helper.make_node("Loop", ["m", "t", "s"], ["y"], body=body, name="the_op")],
+                        [x], [seq_vi("y", F)])
+    cases["loop-reads-its-sequence"] = (
+        growing([helper.make_node("SequenceLength", ["seq_in"], ["n"], name="len")]), {},
+        "node 'len' (SequenceLength): input 0 ('seq_in') is a sequence the Loop carries: opc keeps its tensors in "
+        "the loop's stacked buffers, so its body may only append to it")
+    cases["loop-stops-a-sequence"] = (
+        growing([const("two", np.array(2, np.int64)), helper.make_node("Less", ["i", "two"], ["go"])],
+                cond_out="go"), {},
+        "node 'the_op' (Loop): it carries a sequence, and its body may turn the condition false")
     return cases
 
 
