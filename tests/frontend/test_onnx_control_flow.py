@@ -242,6 +242,38 @@ def test_loop_slicing_by_its_iteration_number_compiles_once(stop_after: int | No
             m.main_graph(*feeds.values(), np.array(5, np.int64), *params.values())
 
 
+def test_loop_summing_prefixes_of_run_time_length_compiles_once() -> None:
+    """s += sum(x[:i+1] * w) per iteration, M a graph input: the prefix's length is read at run time
+    inside the body (clamped as ONNX clamps it: past x's end it is all of x); one compile for trip
+    counts 0 to 7 against onnxruntime."""
+    i64 = onnx.TensorProto.INT64
+    nodes = [helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("z", i64, [1], [0])),
+             helper.make_node("Constant", [], ["one"], value=helper.make_tensor("o", i64, [], [1])),
+             helper.make_node("Constant", [], ["axes"], value=helper.make_tensor("a", i64, [1], [0])),
+             helper.make_node("Add", ["i", "one"], ["end"]),
+             helper.make_node("Unsqueeze", ["end", "axes"], ["ends"]),
+             helper.make_node("Slice", ["x", "zero", "ends"], ["head"]),
+             helper.make_node("Mul", ["head", "w"], ["hw"]),
+             helper.make_node("ReduceSum", ["hw"], ["total"], keepdims=0),
+             helper.make_node("Add", ["s_in", "total"], ["s_out"]),
+             helper.make_node("Identity", ["c_in"], ["c_out"])]
+    g = body("loop_body", nodes, [("i", i64, []), ("c_in", onnx.TensorProto.BOOL, []), ("s_in", F, [])],
+             [("c_out", onnx.TensorProto.BOOL, []), ("s_out", F, [])])
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.uniform(-1, 1, 5).astype(np.float32), "w": np.array(rng.uniform(-1, 1), np.float32),
+             "s0": np.array(0.5, np.float32), "M": np.array(3, np.int64)}
+    model = graph_model([helper.make_node("Loop", ["M", "c", "s0"], ["s"], body=g)], feeds, [("s", F, [])],
+                        {"c": np.array(True)})
+    module, params = opc.import_onnx(model)
+    text = str(module)
+    assert text.count("scf.for") == 1 and text.count("opc.reduce_sum") == 1, text
+    m = opc.compile(module)
+    for trips in range(8):
+        given = {**feeds, "M": np.array(trips, np.int64)}
+        (want,) = run_ort(model, given)
+        np.testing.assert_allclose(m.main_graph(*given.values(), *params.values()), want, rtol=2e-5, atol=2e-6)
+
+
 def test_slice_by_a_run_time_start_of_static_size() -> None:
     """Slice(x, s, s + 2) on axis 0, s a graph input: one compile for every s; where ONNX's span is two
     rows (from either end) the rows NumPy's x[s:s+2] gives, else (a span it clamps) a ValueError."""
