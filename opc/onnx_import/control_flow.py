@@ -203,9 +203,9 @@ def growing_loop(node: Node, state: Items) -> Items:
     from before the loop, then each iteration's rows. Its trip count and condition are needed at
     compile time (bound by value where graph inputs give them), and its body must keep the
     condition true: opc's sequences have lengths known at compile time."""
-    if any(isinstance(v, Opt) and not isinstance(v.item, Seq) for v in state):
-        raise node.fail("it carries an optional that holds no sequence: opc's loops carry tensors, and "
-                        "sequences (or optionals holding one) their bodies append to")
+    if any(is_list(v) and not isinstance(v.item if isinstance(v, Opt) else v, Seq) for v in state):
+        raise node.fail("it carries an optional that holds no sequence, or classifier maps or labels: opc's "
+                        "loops carry tensors, and sequences (or optionals holding one) their bodies append to")
     if not node.has(0):
         raise node.fail("it carries a sequence and has no trip count M: opc's sequences have lengths known "
                         "at compile time")
