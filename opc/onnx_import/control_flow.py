@@ -40,7 +40,7 @@ from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import DYNAMIC
 from opc.onnx_import.common import Value, Values
-from opc.onnx_import.graph import Node, NodeEmitter, converter
+from opc.onnx_import.graph import BY_NUMPY, Node, NodeEmitter, converter
 from opc.onnx_import.lists import Appended, Item, Items, Opt, Seq, is_list
 from opc.symbolic import Size, Sym
 
@@ -70,7 +70,7 @@ def type_of(v: Item) -> tuple:
         return ("optional", None if v.item is None else type_of(v.item))
     if isinstance(v, SSAValue):
         return (str(element_of(v)), shape_of(v))
-    return (str(np.asarray(v).dtype), np.shape(v))
+    return (str(BY_NUMPY[np.asarray(v).dtype]), np.shape(v))  # as the constant it becomes
 
 
 # ---------------------------------------------------------------------------
@@ -137,47 +137,48 @@ def if_(node: Node) -> Items:
         taken = "then_branch" if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else "else_branch"
         return import_body(node, taken, [])
     branches = [in_region(node, [], lambda _, b=b: import_body(node, b, [])) for b in ("then_branch", "else_branch")]
-    if not any(is_list(v) for _, out in branches for v in out):
+    (_, then_out), (_, else_out) = branches
+    if all(type_of(a) == type_of(b) for a, b in zip(then_out, else_out)):
         return if_at_run_time(node, branches)
-    then_out = import_body(node, "then_branch", [])
-    else_out = import_body(node, "else_branch", [])
-    cond = node.input(0)
-    if list(shape_of(cond)) != [] and shape_of(cond) != (1,):
-        raise node.fail("the condition must hold one element")
-    if any(type_of(a) != type_of(b) and (is_list(a) or is_list(b)) for a, b in zip(then_out, else_out)):
+    if any(is_list(v) for v in [*then_out, *else_out]):
         # sequences of two lengths, an optional empty in one branch only: the outputs' layout depends on the
         # condition, so it is needed at compile time (bound by value where it is a graph input, as a shape is)
-        return then_out if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else else_out
-    out = []
-    for i, (a, b) in enumerate(zip(then_out, else_out)):
-        if type_of(a) != type_of(b):
-            raise node.fail(f"output {i} is {type_of(a)} in then_branch and {type_of(b)} in else_branch: "
-                            "with a condition known only at run time, opc needs both of one type "
-                            "(sequences of one length, optionals both empty or both full)")
-        out.append(select(node, node.e.reshape(cond, []), a, b))
-    return out
+        taken = "then_branch" if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else "else_branch"
+        return import_body(node, taken, [])
+    i, a, b = next((i, a, b) for i, (a, b) in enumerate(zip(then_out, else_out)) if type_of(a) != type_of(b))
+    raise node.fail(f"output {i} is {type_of(a)} in then_branch and {type_of(b)} in else_branch: "
+                    "with a condition known only at run time, opc needs both of one type")
 
 
 def if_at_run_time(node: Node, branches: list[tuple[Block, Items]]) -> Items:
-    """An scf.if on the condition, each branch its region: only the branch taken runs."""
-    values = [yield_values(node, block, out) for block, out in branches]
-    for i, (a, b) in enumerate(zip(*values)):
-        if a.type != b.type:
-            raise node.fail(f"output {i} is {type_of(a)} in then_branch and {type_of(b)} in else_branch: "
-                            "with a condition known only at run time, opc needs both of one type")
+    """An scf.if on the condition, each branch its region: only the branch taken runs. Sequences and
+    optionals (of one layout in both branches) go through it as their tensors, regrouped after."""
+    for block, out in branches:
+        yield_values(node, block, [x for v in out for x in leaves(v)])
     cond = scalar_of(node, node.input(0), "condition")
-    op = scf.IfOp(cond, [v.type for v in values[0]], Region(branches[0][0]), Region(branches[1][0]))
+    types = [v.type for v in branches[0][0].last_op.operands]
+    op = scf.IfOp(cond, types, Region(branches[0][0]), Region(branches[1][0]))
     node.e.emit(op)
-    return list(op.results)
+    results = iter(op.results)
+    return [rebuilt(v, results) for v in branches[0][1]]
 
 
-def select(node: Node, c: SSAValue, a: Item, b: Item) -> Item:
-    """a where c else b, tensor by tensor through sequences and optionals of one type."""
-    if isinstance(a, Seq) and isinstance(b, Seq):
-        return Seq(tuple(select(node, c, x, y) for x, y in zip(a.items, b.items)))
-    if isinstance(a, Opt) and isinstance(b, Opt):
-        return Opt(None if a.item is None or b.item is None else select(node, c, a.item, b.item))
-    return node.e.select(c, as_value(node, a), as_value(node, b))  # type: ignore[arg-type]
+def leaves(v: Item) -> list[Value]:
+    """The tensors of an item in order: a sequence's items', an optional's if it holds one."""
+    if isinstance(v, Seq):
+        return [x for item in v.items for x in leaves(item)]
+    if isinstance(v, Opt):
+        return [] if v.item is None else leaves(v.item)
+    return [v]
+
+
+def rebuilt(like: Item, values: Iterator[SSAValue]) -> Item:
+    """`like`'s layout over the next of `values` (leaves' inverse)."""
+    if isinstance(like, Seq):
+        return Seq(tuple(rebuilt(x, values) for x in like.items))
+    if isinstance(like, Opt):
+        return Opt(None if like.item is None else rebuilt(like.item, values))
+    return next(values)
 
 
 # ---------------------------------------------------------------------------

@@ -208,6 +208,46 @@ def test_branches_of_different_types_are_one_line_error() -> None:
     assert "\n" not in str(err.value)
 
 
+def if_of_lists_model():
+    """y, (s0, s1) = cond ? (x * 2, [x, x + 1]) : (x - 1, [x * x, x]), and an optional that is full in
+    both branches: sequences and optionals of one layout come out of a run-time If."""
+    seq = onnx.helper.make_tensor_sequence_value_info
+    opt = onnx.helper.make_tensor_type_proto(F, [2, 3])
+
+    def branch(name, a, b, c):
+        nodes = [helper.make_node("Constant", [], [f"{name}k"], value=numpy_helper.from_array(np.float32(2.0))),
+                 helper.make_node(a, ["x", f"{name}k"], [f"{name}y"]),
+                 helper.make_node(b, ["x", "x"], [f"{name}p"]),
+                 helper.make_node("SequenceConstruct", [f"{name}p", "x"], [f"{name}s"]),
+                 helper.make_node(c, ["x", f"{name}k"], [f"{name}q"]),
+                 helper.make_node("Optional", [f"{name}q"], [f"{name}o"])]
+        g = helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}y", F, [2, 3]),
+                                                seq(f"{name}s", F, [2, 3]),
+                                                helper.make_value_info(f"{name}o", helper.make_optional_type_proto(opt))])
+        return g
+
+    nodes = [helper.make_node("If", ["cond"], ["y", "s", "o"], then_branch=branch("t", "Mul", "Add", "Sub"),
+                              else_branch=branch("e", "Sub", "Mul", "Div")),
+             helper.make_node("SequenceAt", ["s", "zero"], ["s0"]),
+             helper.make_node("OptionalGetElement", ["o"], ["o0"])]
+    feeds = {"x": np.random.default_rng(3).uniform(-1, 1, (2, 3)).astype(np.float32), "cond": np.array(True)}
+    return graph_model(nodes, feeds, [("y", F, [2, 3]), ("s0", F, [2, 3]), ("o0", F, [2, 3])],
+                       {"zero": np.array(0, np.int64)}, opset=18), feeds
+
+
+def test_if_of_sequences_and_optionals_runs_one_branch() -> None:
+    """A run-time If whose outputs are a sequence and an optional: one scf.if carrying their tensors
+    (no select of both branches' values), right both ways against onnxruntime."""
+    model, feeds = if_of_lists_model()
+    text = str(opc.import_onnx(model)[0])
+    assert text.count("scf.if") == 1 and "opc.select" not in text, text
+    m = opc.load_onnx(model)
+    for cond in (True, False):
+        f = {**feeds, "cond": np.array(cond)}
+        for got, want in zip(m(**f), run_ort(model, f)):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 @pytest.mark.parametrize("stop_after, loop_op", [(None, "scf.for"), (3, "scf.while")])
 def test_loop_with_known_counts_imports_its_body_once(stop_after: int | None, loop_op: str) -> None:
     """M and the entry condition initializers, the body slicing x[i:i+1]: one loop, the body (one Tanh)
