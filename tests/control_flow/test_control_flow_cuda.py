@@ -11,13 +11,13 @@ import tempfile
 
 import pytest
 from cf_programs import FOR, IF, IF_IN_LOOP, LOOP_IN_IF, NESTED, WHILE
+from nvcc_check import nvcc_command
 from test_control_flow_grad import FOR64, WHILE64
 from test_index_switch import SWITCH
 from test_loop_stack_memory import with_while_checkpoint
 
 from opc.api import emit
 from opc.frontend import load_module
-from opc.lowering.build import runtime_dir
 from opc.lowering.cuda_build import nvcc_path
 
 CASES = {"if": (IF, False), "for": (FOR, False), "while": (WHILE, False), "nested": (NESTED, False),
@@ -49,8 +49,7 @@ def test_emitted_cuda_compiles_without_warnings():
         cu = os.path.join(tmp, f"{name}.cu")
         with open(cu, "w", encoding="utf-8") as f:
             f.write(cuda_source(src, grad))
-        cmd = [str(nvcc_path()), "-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-I",
-               str(runtime_dir()), cu, "-o", os.path.join(tmp, f"{name}.o")]
+        cmd = nvcc_command(cu, os.path.join(tmp, f"{name}.o"))
         procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for name, p in procs.items():
         out = p.communicate()[0]

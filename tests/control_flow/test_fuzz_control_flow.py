@@ -124,29 +124,13 @@ class Renamed:
         return lambda *args: f(*self.lead, *args)
 
 
-@pytest.mark.parametrize("flag", [True, False])
-def test_fuzzed_programs_in_both_branches(fuzzed, flag):
+# (the wrapper, its leading argument): both branches, trip counts 0, 1 and 3, cases 0 and 2 and the default
+WRAPPED = [("_if", True), ("_if", False), ("_for", 0), ("_for", 1), ("_for", 3), ("_switch", 0), ("_switch", 2),
+           ("_switch", 5), ("_while", 0), ("_while", 1), ("_while", 3)]
+
+
+@pytest.mark.parametrize(("suffix", "lead"), WRAPPED)
+def test_fuzzed_programs_in_control_flow(fuzzed, suffix: str, lead):
     progs, module = fuzzed
-    bad = [m for p in progs for m in check_forward(Renamed(module, "_if", [np.array(flag)]), p)]
-    assert not bad, "\n".join(bad)
-
-
-@pytest.mark.parametrize("n", [0, 1, 3])
-def test_fuzzed_programs_as_loop_bodies(fuzzed, n):
-    progs, module = fuzzed
-    bad = [m for p in progs for m in check_forward(Renamed(module, "_for", [np.array(n)]), p)]
-    assert not bad, "\n".join(bad)
-
-
-@pytest.mark.parametrize("k", [0, 2, 5])
-def test_fuzzed_programs_in_every_case(fuzzed, k):
-    progs, module = fuzzed
-    bad = [m for p in progs for m in check_forward(Renamed(module, "_switch", [np.array(k)]), p)]
-    assert not bad, "\n".join(bad)
-
-
-@pytest.mark.parametrize("n", [0, 1, 3])
-def test_fuzzed_programs_as_while_bodies(fuzzed, n):
-    progs, module = fuzzed
-    bad = [m for p in progs for m in check_forward(Renamed(module, "_while", [np.array(n)]), p)]
+    bad = [m for p in progs for m in check_forward(Renamed(module, suffix, [np.array(lead)]), p)]
     assert not bad, "\n".join(bad)

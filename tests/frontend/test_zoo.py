@@ -8,10 +8,9 @@ Two C builds in all: the forward module, and the module with gradients."""
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
+from nvcc_check import assert_nvcc_compiles
 from onnx_helpers import EXAMPLES, call, import_all, run_ort
 from oracle import np_dtype
 
@@ -142,15 +141,9 @@ def test_zoo_cuda_source_compiles_without_warnings(tmp_path):
     """The three models with their gradients, emitted for the CUDA target, pass nvcc -c (no GPU needed)."""
     from opc.api import emit
     from opc.ir import Source
-    from opc.lowering.build import runtime_dir
     from opc.lowering.cuda_build import nvcc_path
 
     if nvcc_path() is None:
         pytest.skip("nvcc not on PATH")
     module, _ = import_all({name: build(name) for name in MODELS})
-    cu = tmp_path / "zoo.cu"
-    cu.write_text(emit(Source(module, "zoo", {}), "cuda", target="cuda", grad=True))
-    proc = subprocess.run([nvcc_path(), "-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-I",
-                           str(runtime_dir()), str(cu), "-o", str(tmp_path / "zoo.o")], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "warning" not in (proc.stdout + proc.stderr).lower()
+    assert_nvcc_compiles(tmp_path, "zoo", emit(Source(module, "zoo", {}), "cuda", target="cuda", grad=True))

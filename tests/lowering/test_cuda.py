@@ -21,12 +21,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cuda_simulator import simulated
+from nvcc_check import nvcc_command
 from programs import row_src
 
 import opc
 from opc.api import lower, prepare
 from opc.frontend import load_module
-from opc.lowering.build import runtime_dir
 from opc.lowering.cuda_build import compile_cuda, driver_device_count, has_cuda_device, nvcc_path
 from opc.lowering.cuda_emitter import emit_cuda
 
@@ -395,8 +395,7 @@ def nvcc_results(emitted):
         cu = os.path.join(tmp, f"{name}.cu")
         with open(cu, "w", encoding="utf-8") as f:
             f.write(emitted[name])
-        cmd = [nvcc_path(), "-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-I", str(runtime_dir()),
-               cu, "-o", os.path.join(tmp, f"{name}.o")]
+        cmd = nvcc_command(cu, os.path.join(tmp, f"{name}.o"))
         procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = {name: (p.wait(), p.stdout.read()) for name, p in procs.items()}  # type: ignore[union-attr]
     shutil.rmtree(tmp, ignore_errors=True)

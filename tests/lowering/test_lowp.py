@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import glob
 import itertools
-import subprocess
 
 import ml_dtypes
 import numpy as np
 import pytest
 from cuda_simulator import simulated
+from nvcc_check import assert_nvcc_compiles
 from oracle import compile_funcs
 
 from opc.api import lower, prepare
 from opc.frontend import load_module
-from opc.lowering.build import runtime_dir
 from opc.lowering.cuda_build import nvcc_path
 from opc.lowering.cuda_emitter import emit_cuda
 
@@ -389,10 +388,4 @@ def test_matmul(gemms, t):
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")
 def test_cuda_source_compiles_with_nvcc(tmp_path):
     """Every cast, op and GEMM above in one .cu: nvcc compiles it for sm_90 without a warning."""
-    cu = tmp_path / "lowp.cu"
-    cu.write_text(cuda_source(cast_sources() + ops_sources() + gemm_sources())[0], encoding="utf-8")
-    cmd = [str(nvcc_path()), "-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-I", str(runtime_dir()),
-           str(cu), "-o", str(tmp_path / "lowp.o")]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert "warning" not in (done.stdout + done.stderr).lower(), done.stdout + done.stderr
+    assert_nvcc_compiles(tmp_path, "lowp", cuda_source(cast_sources() + ops_sources() + gemm_sources())[0])

@@ -20,7 +20,6 @@ from __future__ import annotations
 import gc
 import glob
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import test_data_sizes as cpu
 import test_unique_axis as axis_case
 import test_value_sizes as values
 from cuda_simulator import simulated
+from nvcc_check import assert_nvcc_compiles
 from onnx_helpers import helper, onnx, run_ort
 from test_data_sizes_onnx import F32, nms_feeds, same, sparse
 from test_dynamic_onnx import model as onnx_model
@@ -37,7 +37,6 @@ from test_dynamic_onnx import model as onnx_model
 import opc
 from opc.api import lower, prepare
 from opc.frontend import load_module
-from opc.lowering.build import runtime_dir
 from opc.lowering.cuda_build import nvcc_path
 from opc.lowering.cuda_emitter import emit_cuda
 
@@ -398,14 +397,7 @@ NVCC_CASES = {"data_sizes": lambda: emitted(SOURCE), "gradients": lambda: emitte
 @pytest.mark.parametrize("case", list(NVCC_CASES))
 def test_nvcc_compiles_the_data_sized_code(tmp_path, case):
     cu, _ = NVCC_CASES[case]()
-    (tmp_path / "m.cu").write_text(cu)
-    nvcc = nvcc_path()
-    assert nvcc is not None
-    done = subprocess.run([nvcc, "-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-I",
-                           str(runtime_dir()), str(tmp_path / "m.cu"), "-o", str(tmp_path / "m.o")],
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "warning" not in (done.stdout + done.stderr).lower()
+    assert_nvcc_compiles(tmp_path, "m", cu)
 
 
 def test_the_count_goes_to_the_host_before_the_result_is_allocated():

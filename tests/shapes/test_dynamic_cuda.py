@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import glob
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import test_dynamic_shapes as cpu
 from cuda_simulator import simulated
+from nvcc_check import assert_nvcc_compiles
 
 import opc
 from opc.api import lower, prepare
 from opc.frontend import load_module
-from opc.lowering.build import runtime_dir
 from opc.lowering.cuda_build import nvcc_path
 from opc.lowering.cuda_emitter import emit_cuda
 
@@ -244,14 +243,7 @@ def test_nvcc_compiles_the_run_time_sized_code(tmp_path, case):
         cu, _ = emitted((HERE / "dynamic_nn.mlir").read_text(), grad=True)
     else:
         cu, _ = emitted(cpu.GRAD, grad=True) if case == "gradient" else emitted()
-    (tmp_path / "dyn.cu").write_text(cu)
-    nvcc = nvcc_path()
-    assert nvcc is not None
-    done = subprocess.run([nvcc, "-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-I",
-                           str(runtime_dir()), str(tmp_path / "dyn.cu"), "-o", str(tmp_path / "dyn.o")],
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "warning" not in (done.stdout + done.stderr).lower()
+    assert_nvcc_compiles(tmp_path, "dyn", cu)
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not on PATH")

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import glob
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 import test_iota as iota
 import test_slices as cpu
 from cuda_simulator import simulated
+from nvcc_check import assert_nvcc_compiles
 
 import opc
 from opc.api import lower, prepare
 from opc.frontend import load_module
-from opc.lowering.build import runtime_dir
 from opc.lowering.cuda_build import nvcc_path
 from opc.lowering.cuda_emitter import emit_cuda
 
@@ -84,9 +83,4 @@ def test_on_a_gpu(gpu):
 def test_nvcc_compiles_it(tmp_path):
     """The .cu of the slices, loops and iota, gradients included, without a warning."""
     cu, _ = emit_cuda(lower(prepare(load_module(SOURCE), "cuda", True), "cuda"))
-    (tmp_path / "slices.cu").write_text(cu)
-    done = subprocess.run([nvcc_path(), "-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings", "-I",
-                           str(runtime_dir()), str(tmp_path / "slices.cu"), "-o", str(tmp_path / "slices.o")],
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "warning" not in (done.stdout + done.stderr).lower()
+    assert_nvcc_compiles(tmp_path, "slices", cu)
