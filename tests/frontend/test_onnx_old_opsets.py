@@ -158,6 +158,9 @@ def cases() -> dict[str, tuple]:
     c["Unsqueeze1"] = (node_model("Unsqueeze", {"x": t}, 1, axes=[0, 3]), {"x": t}, [t.reshape(1, 3, 4, 1, 5)])
     c["Split5"] = (node_model("Split", {"x": t}, 5, n_outputs=2, axis=2, split=[2, 3]), {"x": t},
                    [t[:, :, :2], t[:, :, 2:]])
+    c["Split1_input"] = (node_model("Split", {"x": t}, 1, n_outputs=2, axis=2,  # sizes as Split-1's input (of type T)
+                                    initializers={"split": np.array([3, 2], np.float32)}), {"x": t},
+                         [t[:, :, :3], t[:, :, 3:]])
     c["ReduceMean1"] = (node_model("ReduceMean", {"x": t}, 1, axes=[1], keepdims=0), {"x": t}, [t.mean(1)])
     c["ReduceSum11"] = (node_model("ReduceSum", {"x": t}, 11, axes=[0, 2]), {"x": t}, None)
     c["ArgMax1"] = (node_model("ArgMax", {"x": t}, 1, axis=2), {"x": t}, [t.argmax(2)[:, :, None].astype(np.int64)])
