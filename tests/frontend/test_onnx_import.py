@@ -285,6 +285,13 @@ def mutation_cases() -> dict[str, tuple]:
     c["Split_equal_11"] = (single("Split", {"x": x}, n_outputs=2, opset=11), {"x": x})  # no split: equal parts
     for pads in ((0, 0, 0, -1, 0, 0), (0, -2, 0, 0, -1, 1)):  # a crop at one axis' end leaves the others whole
         c[f"Pad_crop_{pads}"] = (single("Pad", {"x": x}, initializers={"pads": i64(*pads)}), {"x": x})
+    keep = node("Constant", [], ["keep"], value=numpy_helper.from_array(np.array([1, 0, 0, 1, 1, 0], bool)))
+    c["Compress_constant_condition"] = (graph_model([keep, node("Compress", ["x", "keep"], ["y"], axis=1)],
+                                                    {"x": x}, ["y"]), {"x": x})
+    ids = RNG.integers(0, 100, (5, 4)).astype(np.int64)  # integer data: each row takes the update that hits it
+    rows, new_rows = i64(3, 0, 4).reshape(3, 1), RNG.integers(100, 200, (3, 4)).astype(np.int64)
+    c["ScatterND_int64"] = (single("ScatterND", {"d": ids, "i": rows, "u": new_rows}),
+                            {"d": ids, "i": rows, "u": new_rows})
     return c
 
 
