@@ -42,6 +42,7 @@ CASES = {
     "minus_100_down": ([-100], [-INT64_MAX], [0], [-1]),
     "minus_2_down_by_3": ([-2], [-INT64_MAX], [-2], [-3]),
     "rows_and_static_cols": ([1, -2], [INT64_MAX, 100], [0, 1], [2, 1]),
+    "rows_and_stepped_static_cols": ([1, 0], [INT64_MAX, 5], [0, 1], [1, 2]),  # the static axis keeps its step
     "rows_reversed_cols_reversed": ([INT64_MAX, -1], [-INT64_MAX, -INT64_MAX], [0, 1], [-1, -1]),
     "cols_only": ([-3], [INT64_MAX], [1], [2]),
 }
