@@ -49,10 +49,12 @@ MODULES = {
                     "tests/autodiff/test_grad_higher_order.py tests/autodiff/test_nn_grad.py tests/lowering/test_edge_values.py"),
     "elementwise": Module("opc/ops/elementwise.py", "tests/autodiff/test_grad_primitives.py tests/lowering/test_cpu_ops.py "
                           "tests/lowering/test_math_unary.py tests/lowering/test_edge_values.py tests/ops/test_integer_ops.py"),
+    # the conv, norm and attention rules run where their tests compile with decompose="all"
     "decompose": Module("opc/ops/decompositions.py", "tests/ops/test_decompose.py tests/lowering/test_nn_ops.py "
                         "tests/ops/test_norm.py tests/ops/test_conv.py tests/ops/test_attention.py "
-                        "tests/autodiff/test_nn_grad.py"),  # the conv, norm and attention rules run under decompose="all"
-    "scalars": Module("opc/lowering/scalars.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_edge_values.py"),
+                        "tests/autodiff/test_nn_grad.py tests/ops/test_conv_fast.py"),
+    "scalars": Module("opc/lowering/scalars.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_edge_values.py "
+                      "tests/lowering/test_lowp.py"),  # the float8/float6/float4 casts
     "c-tables": Module("opc/lowering/c_expressions.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_compare_nan.py "
                        "tests/lowering/test_edge_values.py", ),  # the expression tables and their renderers
     "converters": Module("opc/onnx_import/tensor.py", "tests/frontend/test_onnx_import.py "
@@ -131,6 +133,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "objects, and then both pads are 0 and the concat of x alone is x",
     ("opc/ops/decompositions.py", "return [e.dim(x, 0)] if g.n <= o.DYNAMIC else []"):
         "o.DYNAMIC is INT64_MIN, the least value a dim can hold: <= is ==",
+    ("opc/lowering/scalars.py", "if kind == opc.AbsOp:"):
+        "op classes compare by identity (their metaclass keeps type.__eq__): == is `is`",
     ("opc/onnx_load.py", 'if kind >= "sequence_type":'):
         "list inputs are sequence_type or optional_type, and 'optional_type' < 'sequence_type': >= is ==",
 }
