@@ -133,6 +133,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "objects, and then both pads are 0 and the concat of x alone is x",
     ("opc/ops/decompositions.py", "return [e.dim(x, 0)] if g.n <= o.DYNAMIC else []"):
         "o.DYNAMIC is INT64_MIN, the least value a dim can hold: <= is ==",
+    ("opc/lowering/scalars.py", "r = s.sigmoid(xs[ -1])"):
+        "sigmoid has one operand: xs[-1] is xs[0]",
     ("opc/lowering/scalars.py", "if kind == opc.AbsOp:"):
         "op classes compare by identity (their metaclass keeps type.__eq__): == is `is`",
     ("opc/onnx_load.py", 'if kind >= "sequence_type":'):
