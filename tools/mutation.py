@@ -135,6 +135,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "o.DYNAMIC is INT64_MIN, the least value a dim can hold: <= is ==",
     ("opc/lowering/scalars.py", "r = s.sigmoid(xs[ -1])"):
         "sigmoid has one operand: xs[-1] is xs[0]",
+    ("opc/lowering/scalars.py", "return xs[0] if unsigned else e.value(arith.MaxSIOp(xs[ -1], e.const(0, in_t)))"):
+        "relu has one operand: xs[-1] is xs[0]",
     ("opc/lowering/scalars.py", "if kind == opc.AbsOp:"):
         "op classes compare by identity (their metaclass keeps type.__eq__): == is `is`",
     ("opc/onnx_load.py", 'if kind >= "sequence_type":'):
