@@ -303,13 +303,17 @@ SHAPE_FUNCS = {
 }
 
 
+# full's value: in range, NaN, and past every integer type's range but int64's (saturated as cast does)
+FULL_VALUES = [("pos", 2.5), ("neg", -1.0), ("nan", math.nan), ("big", 1e10), ("minus_big", -1e10)]
+
+
 def shape_sources() -> list[str]:
     out = []
     for name, (args, body, result, _) in SHAPE_FUNCS.items():
         ret = ("%a0",) if name == "identity" else ("%r",)
         out.append(func(name, args, body, [result], returns=ret))
     for dt in ALL_DTYPES:
-        for tag, value in (("pos", 2.5), ("neg", -1.0), ("nan", math.nan)):
+        for tag, value in FULL_VALUES:
             v = "0x7FF8000000000000" if tag == "nan" else repr(value)
             out.append(f"func.func @full_{tag}_{dt}() -> {ttype((2, 3), dt)} {{\n"
                        f"  %r = opc.full {{value = {v} : f64}} : () -> {ttype((2, 3), dt)}\n"
@@ -331,7 +335,7 @@ def test_shape_ops(shapes, name):
 
 
 @pytest.mark.parametrize("dt", ALL_DTYPES)
-@pytest.mark.parametrize("tag,value", [("pos", 2.5), ("neg", -1.0), ("nan", math.nan)])
+@pytest.mark.parametrize("tag,value", FULL_VALUES)
 def test_full(shapes, dt, tag, value):
     got = getattr(shapes, f"full_{tag}_{dt}")()
     want = reference_cast(np.full((2, 3), value), dt)  # full's value takes cast's semantics
