@@ -54,7 +54,7 @@ MODULES = {
                         "tests/ops/test_norm.py tests/ops/test_conv.py tests/ops/test_attention.py "
                         "tests/autodiff/test_nn_grad.py tests/ops/test_conv_fast.py"),
     "scalars": Module("opc/lowering/scalars.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_edge_values.py "
-                      "tests/lowering/test_lowp.py"),  # the float8/float6/float4 casts
+                      "tests/lowering/test_lowp.py tests/ops/test_op_checklist.py"),  # float8/6/4 casts; has_scalar_rule
     "c-tables": Module("opc/lowering/c_expressions.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_compare_nan.py "
                        "tests/lowering/test_edge_values.py", ),  # the expression tables and their renderers
     "converters": Module("opc/onnx_import/tensor.py", "tests/frontend/test_onnx_import.py "
