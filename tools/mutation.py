@@ -45,10 +45,12 @@ class Module:
 
 
 MODULES = {
-    # test_dynamic_nn: the rules at run-time sizes; test_norm, test_conv_fast: batch_norm's and the conv epilogue's
+    # test_dynamic_nn: the rules at run-time sizes; test_norm, test_conv_fast, test_attention: batch_norm's,
+    # the conv epilogue's and attention's
     "rules": Module("opc/ops/vjp_rules.py", "tests/autodiff/test_grad_primitives.py tests/autodiff/test_grad_semantics.py "
                     "tests/autodiff/test_grad_higher_order.py tests/autodiff/test_nn_grad.py tests/lowering/test_edge_values.py "
-                    "tests/shapes/test_dynamic_nn.py tests/ops/test_norm.py tests/ops/test_conv_fast.py"),
+                    "tests/shapes/test_dynamic_nn.py tests/ops/test_norm.py tests/ops/test_conv_fast.py "
+                    "tests/ops/test_attention.py"),
     "elementwise": Module("opc/ops/elementwise.py", "tests/autodiff/test_grad_primitives.py tests/lowering/test_cpu_ops.py "
                           "tests/lowering/test_math_unary.py tests/lowering/test_edge_values.py tests/ops/test_integer_ops.py"),
     # the conv, norm and attention rules run where their tests compile with decompose="all"
