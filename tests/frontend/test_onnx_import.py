@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import numpy_helper
 from onnx_helpers import call, graph_model, helper, import_all, run_ort, single
 
 import opc
@@ -155,6 +156,7 @@ def cases() -> dict[str, tuple]:
     add("Constant_folded_and_shape_output", graph_model(nodes, {"x": x}, ["y", "shape_out"]), {"x": x})
     c.update(new_op_cases())
     c.update(default_attribute_cases())
+    c.update(mutation_cases())
     return c
 
 
@@ -276,6 +278,23 @@ def default_attribute_cases() -> dict[str, tuple]:
     return c
 
 
+def mutation_cases() -> dict[str, tuple]:
+    """Inputs that tell apart slips mutation testing found unchecked (bench/results/2026-12-06-mutation-2.md)."""
+    c: dict[str, tuple] = {}
+    x = f32(4, 6, 5)
+    c["Split_equal_11"] = (single("Split", {"x": x}, n_outputs=2, opset=11), {"x": x})  # no split: equal parts
+    for pads in ((0, 0, 0, -1, 0, 0), (0, -2, 0, 0, -1, 1)):  # a crop at one axis' end leaves the others whole
+        c[f"Pad_crop_{pads}"] = (single("Pad", {"x": x}, initializers={"pads": i64(*pads)}), {"x": x})
+    keep = node("Constant", [], ["keep"], value=numpy_helper.from_array(np.array([1, 0, 0, 1, 1, 0], bool)))
+    c["Compress_constant_condition"] = (graph_model([keep, node("Compress", ["x", "keep"], ["y"], axis=1)],
+                                                    {"x": x}, ["y"]), {"x": x})
+    ids = RNG.integers(0, 100, (5, 4)).astype(np.int64)  # integer data: each row takes the update that hits it
+    rows, new_rows = i64(3, 0, 4).reshape(3, 1), RNG.integers(100, 200, (3, 4)).astype(np.int64)
+    c["ScatterND_int64"] = (single("ScatterND", {"d": ids, "i": rows, "u": new_rows}),
+                            {"d": ids, "i": rows, "u": new_rows})
+    return c
+
+
 CASES = cases()
 
 
@@ -317,3 +336,15 @@ def test_linear_bias_on_3d_input_fuses_into_one_gemm():
     assert prepared.count("opc.fused_gemm_epilogue") == 1 and "opc.matmul" not in prepared, prepared
     out = opc.compile(text).main_graph(x, *weights.values())
     np.testing.assert_allclose(out, run_ort(model, {"x": x})[0], rtol=2e-6, atol=2e-6)
+
+
+def test_gather_elements_of_constants_refuses_an_index_equal_to_the_axis_size():
+    """GatherElements of constants, folded at import: an index of n on an axis of n elements is out of range (the check is
+    `>= n`, where the valid range is [-n, n - 1]), and so is one past it."""
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for bad in (3, 4, -4):
+        indices = np.array([[0, bad], [1, 2]], np.int64)
+        consts = [node("Constant", [], [n], value=numpy_helper.from_array(a)) for n, a in (("d", data), ("i", indices))]
+        model = graph_model([*consts, node("GatherElements", ["d", "i"], ["y"], axis=1)], {}, ["y"])
+        with pytest.raises(opc.errors.InputError, match=r"out of range \[-3, 2\] along axis 1"):
+            opc.import_onnx(model)

@@ -159,6 +159,16 @@ def cases() -> dict[str, tuple]:
     c["Unsqueeze1"] = (node_model("Unsqueeze", {"x": t}, 1, axes=[0, 3]), {"x": t}, [t.reshape(1, 3, 4, 1, 5)])
     c["Split5"] = (node_model("Split", {"x": t}, 5, n_outputs=2, axis=2, split=[2, 3]), {"x": t},
                    [t[:, :, :2], t[:, :, 2:]])
+    # opset 1's Shape, Size, Flatten, Transpose and Gather: the meaning of today's converters
+    c["Shape1"] = (node_model("Shape", {"x": t}, 1), {"x": t}, [np.array(t.shape, np.int64)])
+    c["Size1"] = (node_model("Size", {"x": t}, 1), {"x": t}, [np.array(t.size, np.int64)])
+    c["Flatten1"] = (node_model("Flatten", {"x": t}, 1, axis=2), {"x": t}, [t.reshape(12, 5)])
+    c["Transpose1"] = (node_model("Transpose", {"x": t}, 1, perm=[2, 0, 1]), {"x": t}, [t.transpose(2, 0, 1)])
+    c["Gather1"] = (node_model("Gather", {"x": t}, 1, initializers={"i": np.array([2, 0], np.int64)}, axis=1),
+                    {"x": t}, [t[:, [2, 0]]])
+    c["Split1_input"] = (node_model("Split", {"x": t}, 1, n_outputs=2, axis=2,  # sizes as Split-1's input (of type T)
+                                    initializers={"split": np.array([3, 2], np.float32)}), {"x": t},
+                         [t[:, :, :3], t[:, :, 3:]])
     c["ReduceMean1"] = (node_model("ReduceMean", {"x": t}, 1, axes=[1], keepdims=0), {"x": t}, [t.mean(1)])
     c["ReduceSum11"] = (node_model("ReduceSum", {"x": t}, 11, axes=[0, 2]), {"x": t}, None)
     c["ArgMax1"] = (node_model("ArgMax", {"x": t}, 1, axis=2), {"x": t}, [t.argmax(2)[:, :, None].astype(np.int64)])

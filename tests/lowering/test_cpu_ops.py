@@ -303,13 +303,17 @@ SHAPE_FUNCS = {
 }
 
 
+# full's value: in range, NaN, and past every integer type's range but int64's (saturated as cast does)
+FULL_VALUES = [("pos", 2.5), ("neg", -1.0), ("nan", math.nan), ("big", 1e10), ("minus_big", -1e10)]
+
+
 def shape_sources() -> list[str]:
     out = []
     for name, (args, body, result, _) in SHAPE_FUNCS.items():
         ret = ("%a0",) if name == "identity" else ("%r",)
         out.append(func(name, args, body, [result], returns=ret))
     for dt in ALL_DTYPES:
-        for tag, value in (("pos", 2.5), ("neg", -1.0), ("nan", math.nan)):
+        for tag, value in FULL_VALUES:
             v = "0x7FF8000000000000" if tag == "nan" else repr(value)
             out.append(f"func.func @full_{tag}_{dt}() -> {ttype((2, 3), dt)} {{\n"
                        f"  %r = opc.full {{value = {v} : f64}} : () -> {ttype((2, 3), dt)}\n"
@@ -331,7 +335,7 @@ def test_shape_ops(shapes, name):
 
 
 @pytest.mark.parametrize("dt", ALL_DTYPES)
-@pytest.mark.parametrize("tag,value", [("pos", 2.5), ("neg", -1.0), ("nan", math.nan)])
+@pytest.mark.parametrize("tag,value", FULL_VALUES)
 def test_full(shapes, dt, tag, value):
     got = getattr(shapes, f"full_{tag}_{dt}")()
     want = reference_cast(np.full((2, 3), value), dt)  # full's value takes cast's semantics
@@ -579,3 +583,15 @@ def test_cast_grad_from_paddle_report(grad_ops):
     got = grad_ops.cast_grad(x, np.ones((2, 3, 4), np.uint8))
     assert got.dtype == np.float64
     np.testing.assert_array_equal(got, np.ones((2, 3, 4)))
+
+
+def test_f64_to_f32_cast_rounds_before_the_next_op():
+    """cast f64 -> f32 then an f32 add: the cast rounds to f32 first (1 + 2**-30 -> 1), so 1 + 2**-24 ties
+    to even (1); adding in double and rounding once would give 1 + 2**-23."""
+    text = ("func.func @f(%x: tensor<3xf64>, %y: tensor<3xf32>) -> tensor<3xf32> {\n"
+            "  %c = opc.cast %x {dtype = f32} : (tensor<3xf64>) -> tensor<3xf32>\n"
+            "  %r = opc.add %c, %y : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>\n"
+            "  func.return %r : tensor<3xf32>\n}\n")
+    x = np.array([1 + 2.0**-30, -(1 + 2.0**-30), 3.0], np.float64)
+    y = np.array([2.0**-24, -(2.0**-24), 0.5], np.float32)
+    np.testing.assert_array_equal(compile_funcs([text]).f(x, y), x.astype(np.float32) + y)

@@ -287,3 +287,21 @@ def test_value_and_grad_of_an_mlp_keeps_the_pre_activation() -> None:
     np.testing.assert_allclose(grads["x"], dz @ w.T, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(grads["w"], x.T @ dz, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(grads["b"], dz.sum(0), rtol=1e-12, atol=1e-12)
+
+
+def test_grad_of_a_relu_epilogue_whose_pre_activation_is_used() -> None:
+    """opc.fused_gemm_epilogue written out, its reserve_space (the pre-activation z) returned beside the
+    output: z's cotangent adds to relu's grad of dout (the rule's second branch); against NumPy."""
+    xs, ws, zs, f64 = (4, 6), (6, 8), (4, 8), "f64"
+    src = (f"func.func @f(%x: {t(xs, f64)}, %w: {t(ws, f64)}, %b: {t((8,), f64)}) -> ({t(zs, f64)}, {t(zs, f64)}) {{\n"
+           f"  %o, %z = opc.fused_gemm_epilogue %x, %w, %b {{activation = \"relu\"}} : ({t(xs, f64)}, {t(ws, f64)}, "
+           f"{t((8,), f64)}) -> ({t(zs, f64)}, {t(zs, f64)})\n"
+           f"  func.return %o, %z : {t(zs, f64)}, {t(zs, f64)}\n}}\n")
+    m = opc.compile(src, grad=True)
+    rng = np.random.default_rng(3)
+    x, w, b, do, dz_in = (rng.standard_normal(s) for s in (xs, ws, (8,), zs, zs))
+    z = x @ w + b
+    dz = do * (z > 0) + dz_in
+    want = [np.maximum(z, 0), z, dz @ w.T, x.T @ dz, dz.sum(0)]
+    for got, ref in zip(m.f_value_and_grad(x, w, b, do, dz_in), want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)

@@ -189,3 +189,14 @@ def test_explain_shows_the_fusion_on_cpu_only() -> None:
     assert "opc.fused_conv_epilogue" in cpu and "opc.relu_grad" in cpu and "opc.add " not in cpu
     cuda = explain(parse_text(text).module, "cuda")
     assert "opc.fused_conv_epilogue" not in cuda and "opc.conv " in cuda and "opc.relu" in cuda
+
+
+def test_fused_epilogue_by_its_rule_matches_numpy() -> None:
+    """decompose="all": fused_conv_epilogue by its composite rule (CUDA's route), each activation."""
+    cases = [(FUSE_GEOS[3], act, "float32") for act in ACTS]
+    rules = opc.compile("\n".join(layer(*c) for c in cases), grad=True, decompose="all")
+    rng = np.random.default_rng(SEED)
+    for g, act, dt in cases:
+        x, w, b = (random_array(s, dt, rng, -1, 1) for s in (g.x, g.w, (g.w[0],)))
+        z = conv_ref(g, x, w) + b.astype(np.float64).reshape(-1, *[1] * (len(g.x) - 2))
+        assert_near(getattr(rules, f"{g.name}_{act}_{dt}")(x, w, b), numpy_act(z, act), dt, f"{act} out", scale=4.0)

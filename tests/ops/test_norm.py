@@ -221,3 +221,22 @@ def test_verifier(body: str, message: str) -> None:
     with pytest.raises(OpcError) as err:
         parse_text(text, "bad.mlir")
     assert str(err.value).startswith("bad.mlir:2:3: error: ") and message in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{len(s)}d" for s in SHAPES])
+def test_training_y_only_grad_is_batch_norm_grad(shape) -> None:
+    """Training batch_norm whose y alone is used: its vjp is batch_norm_grad from the saved mean and rstd
+    (not the running statistics), in f64 against the closed form."""
+    c, t = shape[1], "float64"
+    tx, tc = ttype(shape, t), ttype((c,), t)
+    body = (f"%y, %rm, %rv, %sm, %sr = opc.batch_norm %a0, %a1, %a2, %a3, %a4 {{{eps_attr()}, training = true}} : "
+            f"({tx}, {tc}, {tc}, {tc}, {tc}) -> ({tx}, {tc}, {tc}, {tc}, {tc})")
+    m = opc.compile(func("train_y", [(shape, t)] + [((c,), t)] * 4, body, [(shape, t)], ("%y",)), target="cpu",
+                    grad=True)
+    rng = np.random.default_rng(SEED)
+    x, s, b, rm = (rng.uniform(-1, 1, d) for d in (shape, c, c, c))
+    rv, dy = rng.uniform(0.5, 2, c), rng.uniform(-1, 1, shape)
+    _, _, _, bm, br = bn_train_ref(x, s, b, rm, rv)
+    got = m.train_y_grad(x, s, b, rm, rv, dy)
+    for what, g, want in zip(("dx", "dscale", "dbias"), got, bn_grad_ref(x, s, bm, br, dy)):
+        np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-12, err_msg=what)

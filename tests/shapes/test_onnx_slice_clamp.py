@@ -42,6 +42,7 @@ CASES = {
     "minus_100_down": ([-100], [-INT64_MAX], [0], [-1]),
     "minus_2_down_by_3": ([-2], [-INT64_MAX], [-2], [-3]),
     "rows_and_static_cols": ([1, -2], [INT64_MAX, 100], [0, 1], [2, 1]),
+    "rows_and_stepped_static_cols": ([1, 0], [INT64_MAX, 5], [0, 1], [1, 2]),  # the static axis keeps its step
     "rows_reversed_cols_reversed": ([INT64_MAX, -1], [-INT64_MAX, -INT64_MAX], [0, 1], [-1, -1]),
     "cols_only": ([-3], [INT64_MAX], [1], [2]),
 }
@@ -270,12 +271,14 @@ def test_a_written_module_computes_its_derived_sizes(tmp_path) -> None:  # noqa:
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
 
 
-def test_a_slice_of_a_count_from_the_data_is_taken_as_given() -> None:
+@pytest.mark.parametrize("end", [INT64_MAX, 2**47], ids=["int64_max", "2_47"])
+def test_a_slice_of_a_count_from_the_data_is_taken_as_given(end: int) -> None:
     """NonZero(x)[:, 1:]: the count is known only once NonZero ran, after the call computed its
     clamps, so this slice is not clamped: in range it runs from the one compile; out of range (no
-    nonzero element) it is the slice's ValueError, not ONNX's empty result (docs/shapes.md)."""
+    nonzero element) it is the slice's ValueError, not ONNX's empty result (docs/shapes.md).
+    An end of 2**47 (opc's WHOLE_END, past any storable size) is the end as INT64_MAX is."""
     nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.array(v, np.int64), k))
-             for k, v in {"s": [1], "e": [INT64_MAX], "a": [1]}.items()]
+             for k, v in {"s": [1], "e": [end], "a": [1]}.items()]
     nodes += [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Slice", ["nz", "s", "e", "a"], ["y"])]
     ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n"])]
     opsets = [helper.make_opsetid("", 18)]
