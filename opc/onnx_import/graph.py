@@ -401,23 +401,86 @@ def input_type(value_info, where: str, given: bool = False, dynamic: bool = Fals
 def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None]]]:
     """Every value's (element type, dims) as ONNX shape inference sees it."""
     onnx = onnx_module()
+    model = resize_sizes(constants_as_initializers(model))
     try:
-        inferred = onnx.shape_inference.infer_shapes(constants_as_initializers(model), check_type=True,
-                                                     strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError) as err:
-        if not in_function_body(err, default_opset(model, where)):
-            raise InputError(f"{where}: ONNX shape inference failed: {first_line(err)}") from None
         # the failure is inside the body onnx expands for a function op (MeanVarianceNormalization's at
         # opset 13 has a Constant onnx's own checker refuses), which opc converts as one op: the types
-        # of what inference can still type, the function op's outputs checked by its converter alone
-        inferred = onnx.shape_inference.infer_shapes(constants_as_initializers(model), check_type=True,
-                                                     strict_mode=False, data_prop=True)
+        # of what inference can still type, the function op's outputs checked by its converter alone.
+        # Or it is a Resize output declared one off onnx's floor(n * scale) (see resize_sizes): the
+        # declared size stands, as in onnxruntime (sampling.py's declared_sizes checks each axis)
+        if not in_function_body(err, default_opset(model, where)) and not resize_rounding(err):
+            raise InputError(f"{where}: ONNX shape inference failed: {first_line(err)}") from None
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False, data_prop=True)
     g = inferred.graph
     out = {}
     for vi in list(g.value_info) + list(g.output) + list(g.input):
         if vi.type.HasField("tensor_type"):
             out[vi.name] = (vi.type.tensor_type.elem_type, dims_of(vi))
     return out
+
+
+ROUNDED_RESIZE = re.compile(r"\(op_type:Resize[^)]*\): \[ShapeInferenceError\] Inferred shape and existing shape "
+                            r"differ in dimension \d+: \((\d+)\) vs \((\d+)\)")
+
+
+def resize_rounding(err: Exception) -> bool:
+    """Whether every shape inference error is a Resize output declared one off the size onnx infers."""
+    lines = str(err).strip().removeprefix("[ShapeInferenceError] Inference error(s): ").splitlines()
+    found = [ROUNDED_RESIZE.fullmatch(line) for line in lines]
+    return bool(lines) and all(f is not None and abs(int(f.group(1)) - int(f.group(2))) == 1 for f in found)
+
+
+def resize_sizes(model):
+    """A Resize by constant scales has floor(n * scale) elements along an axis: onnx's shape inference
+    and reference compute the product in float64, onnxruntime in float32, where float32(11 / 14) * 14 is
+    11, not 10, and 11 is what TF meant when tf2onnx wrote its sizes as such scales. A copy of the model
+    whose undeclared Resize outputs have onnxruntime's sizes, declared one at a time in node order (each
+    changes the shapes after it), or the model itself where none differs."""
+    onnx = onnx_module()
+    graph = model.graph
+    if default_opset(model, "the model") < 11:
+        return model
+    scales = {t.name: t for t in graph.initializer}
+    scales.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant" and n.output
+                   for a in n.attribute if a.name == "value"})
+    declared = {vi.name for vi in list(graph.value_info) + list(graph.output)
+                if all(isinstance(d, int) and d > 0 for d in dims_of(vi))}
+    resizes = [n for n in graph.node if n.op_type == "Resize" and n.domain in ("", "ai.onnx") and len(n.input) > 2
+               and n.input[2] in scales and (len(n.input) < 4 or not n.input[3]) and n.output[0] not in declared
+               and not any(a.name == "coordinate_transformation_mode" and a.s == b"tf_crop_and_resize"
+                           for a in n.attribute)]
+    copy = model
+    for _ in range(len(resizes)):
+        inferred = onnx.shape_inference.infer_shapes(copy, strict_mode=False, data_prop=True).graph
+        types = {vi.name: vi for vi in list(inferred.value_info) + list(inferred.output) + list(inferred.input)}
+        for node in resizes:
+            dims = dims_of(types[node.input[0]]) if node.input[0] in types else [None]
+            factors = onnx.numpy_helper.to_array(scales[node.input[2]]).reshape(-1).astype(np.float32)
+            axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), list(range(len(dims))))
+            if not all(isinstance(d, int) and d > 0 for d in dims) or len(axes) != len(factors):
+                continue
+            want = list(dims)
+            for a, f in zip(axes, factors):
+                want[a] = int(np.float32(dims[a]) * f)
+            have = dims_of(types[node.output[0]]) if node.output[0] in types else [None]
+            if want == have:
+                continue
+            if copy is model:
+                copy = onnx.ModelProto()
+                copy.CopyFrom(model)
+            elem = types[node.input[0]].type.tensor_type.elem_type
+            outputs = {o.name: o for o in copy.graph.output}
+            info = onnx.helper.make_tensor_value_info(node.output[0], elem, want)
+            if node.output[0] in outputs:
+                outputs[node.output[0]].CopyFrom(info)
+            else:
+                copy.graph.value_info.append(info)
+            break
+        else:
+            break
+    return copy
 
 
 def in_function_body(err: Exception, opset: int) -> bool:
@@ -645,6 +708,11 @@ class Node:
 
     def element(self, i: int) -> Attribute:
         return self.importer.type_of(self.proto.input[i]).element_type
+
+    def out_dims(self, i: int) -> list[int | str | None] | None:
+        """Output i's dims as the model declares them or shape inference gives them; None where unknown."""
+        found = self.importer.inferred.get(self.proto.output[i]) if i < len(self.proto.output) else None
+        return None if found is None or found[1] == [None] else found[1]
 
     def axis(self, axis: int, rank: int) -> int:
         if not -rank <= axis < max(rank, 1):

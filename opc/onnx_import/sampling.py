@@ -32,15 +32,17 @@ from opc.onnx_import.graph import BY_NUMPY, Node, as_newer, converter, numpy_dty
 # coordinate transformation, cubic coefficient and antialias filter means what ONNX says.
 # Axes are applied innermost first, as the reference's recursion does.
 def resize_axis_map(node: Node, attrs: dict, n: int, scale: float, roi: tuple[float, float] | None,
-                    aspect: tuple[int, int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    aspect: tuple[int, int, int] | None = None,
+                    size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The axis' table W and offset b (y = x @ W + b) from onnx's reference Resize on the unit vectors.
     aspect = (m_out, m_in, size): keep_aspect_ratio_policy's shared scale m_out / m_in with the axis'
     requested size, whose rounded output the scale alone would not give: the probe gets a second axis of
     m_in elements (each the same) resized to m_out, so that the reference picks that scale, and the
-    output along the axis is round(scale * n)."""
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
+    output along the axis is round(scale * n). size: the output size where the caller knows it (sizes,
+    a declared shape); where the scale does not give it (float32(11 / 14) * 14 is 10.99999...), the
+    reference is given the size, and so the scale size / n."""
+    if attrs.get("coordinate_transformation_mode") == "tf_half_pixel_for_nn":
+        return tf_nearest_map(node, attrs, n, scale, size if size is not None else int(float(np.float32(scale)) * n))
     attrs = {k: v for k, v in attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
     probe = np.concatenate([np.eye(n), np.zeros((1, n))]).astype(np.float64)
     inputs = {"x": probe, "scales": np.array([1.0, scale], np.float32)}
@@ -49,20 +51,53 @@ def resize_axis_map(node: Node, attrs: dict, n: int, scale: float, roi: tuple[fl
         inputs["roi"] = np.array([0.0, roi[0], 1.0, roi[1]], np.float32)
         names[1] = "roi"
     if aspect is not None:
-        m_out, m_in, size = aspect
+        m_out, m_in, wanted = aspect
         inputs = {"x": np.ascontiguousarray(np.broadcast_to(probe[:, None, :], (n + 1, m_in, n))),
-                  "sizes": np.array([m_out, size], np.int64)}
+                  "sizes": np.array([m_out, wanted], np.int64)}
         names = ["x", "", "", "sizes"]
         attrs.update(axes=[1, 2], keep_aspect_ratio_policy=node.attr("keep_aspect_ratio_policy"))
+    out = run_reference_resize(node, attrs, names, inputs)
+    if aspect is None and size is not None and out.shape[1] != size:
+        del inputs["scales"]
+        inputs["sizes"] = np.array([n + 1, size], np.int64)
+        out = run_reference_resize(node, attrs, [names[0], names[1], "", "sizes"], inputs)
+    if aspect is not None:
+        out = out[:, 0, :]
+    b = out[n]
+    return out[:n] - b, b
+
+
+def run_reference_resize(node: Node, attrs: dict, names: list[str], inputs: dict[str, np.ndarray]) -> np.ndarray:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
     one = helper.make_node("Resize", names, ["y"], **attrs)
     try:
         (out,) = ReferenceEvaluator(one, opsets={"": max(node.opset, 11)}).run(None, inputs)  # Upsample: 7, 9
     except Exception as err:  # noqa: BLE001 - the reference raises anything for attributes it refuses
         raise node.fail(f"cannot build the resize tables: {type(err).__name__}: {str(err).splitlines()[0]}") from None
-    if aspect is not None:
-        out = out[:, 0, :]
-    b = out[n]
-    return out[:n] - b, b
+    return out
+
+
+# nearest_mode as onnxruntime rounds a point x >= 0 (ties: floor's and ceil's preference)
+NEAREST = {"round_prefer_floor": lambda x: np.ceil(x - np.float32(0.5)),
+           "round_prefer_ceil": lambda x: np.floor(x + np.float32(0.5)), "floor": np.floor, "ceil": np.ceil}
+
+
+def tf_nearest_map(node: Node, attrs: dict, n: int, scale: float, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """coordinate_transformation_mode tf_half_pixel_for_nn (opset 11; tf2onnx writes it at later opsets
+    too, and onnxruntime runs it there): output i reads input nearest((i + 0.5) / scale), in float32 as
+    onnxruntime computes it, clamped to the input (TF's ResizeNearestNeighbor with half_pixel_centers).
+    onnx's reference does not know the mode: the table is built here."""
+    mode, rounding = attrs.get("mode", "nearest"), attrs.get("nearest_mode", "round_prefer_floor")
+    if mode != "nearest" or rounding not in NEAREST:
+        raise node.fail(f"coordinate_transformation_mode 'tf_half_pixel_for_nn' with mode '{mode}' and nearest_mode "
+                        f"'{rounding}' is not supported (mode nearest)")
+    point = (np.arange(m, dtype=np.float32) + np.float32(0.5)) / np.float32(scale)
+    index = np.clip(NEAREST[rounding](point).astype(np.int64), 0, n - 1)
+    w = np.zeros((n, m))
+    w[index, np.arange(m)] = 1.0
+    return w, np.zeros(m)
 
 
 @converter("Resize", since=11)
@@ -73,11 +108,14 @@ def resize(node: Node) -> Values:
     crop = node.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
     roi = node.const(1, "roi").reshape(-1).astype(np.float64) if crop and node.has(1) else None  # used by crop only
     aspects: dict[int, tuple[int, int, int]] = {}  # axis -> resize_axis_map's aspect
+    sizes_out: dict[int, int] = {}  # axis -> its output size, where known before the tables
     if node.has(3):
         sizes = [int(s) for s in node.const(3, "sizes").reshape(-1)]
         ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
         policy = node.attr("keep_aspect_ratio_policy", "stretch")
-        if policy != "stretch":
+        if policy == "stretch":
+            sizes_out = dict(zip(axes, sizes))
+        else:
             k = ratios.index(min(ratios) if policy == "not_larger" else max(ratios))
             r = ratios[k]
             ratios = [r] * len(axes)
@@ -95,14 +133,36 @@ def resize(node: Node) -> Values:
         scales = ratios
     else:
         scales = [float(s) for s in node.const(2, "scales").reshape(-1)]
+        if not crop and len(scales) == len(axes):
+            sizes_out = declared_sizes(node, axes, scales, shape)
     if len(scales) != len(axes):
         raise node.fail(f"{len(scales)} scales or sizes for {len(axes)} axes")
-    return [resize_scaled(node, node.attrs, axes, scales, roi, aspects)]
+    return [resize_scaled(node, node.attrs, axes, scales, roi, aspects, sizes_out)]
+
+
+def declared_sizes(node: Node, axes: list[int], scales: list[float], shape: list) -> dict[int, int]:
+    """The output sizes the model declares (or the importer's shape inference settled, graph.py's
+    resize_sizes: floor(n * scale) in float32, as onnxruntime computes it) where they differ from
+    floor(n * scale) in float64 by that rounding: onnxruntime and TF give the declared size."""
+    dims = node.out_dims(0)
+    if dims is None or len(dims) != len(shape):
+        return {}
+    out = {}
+    for a, s in zip(axes, scales):
+        d, n = dims[a], shape[a]
+        if not isinstance(d, int) or not isinstance(n, int) or d <= 0 or d == int(n * s):
+            continue
+        if abs(d - n * s) >= 1:
+            raise node.fail(f"the declared output size {d} of axis {a} is not floor({n} * {s:g})")
+        out[a] = d
+    return out
 
 
 def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
-                  roi: np.ndarray | None, aspects: dict[int, tuple[int, int, int]] | None = None) -> SSAValue:
-    """Input 0 resized along axes by scales, with Resize's attributes attrs (Resize, Upsample)."""
+                  roi: np.ndarray | None, aspects: dict[int, tuple[int, int, int]] | None = None,
+                  sizes: dict[int, int] | None = None) -> SSAValue:
+    """Input 0 resized along axes by scales, with Resize's attributes attrs (Resize, Upsample); sizes:
+    an axis' output size where it is known (resize_axis_map's size)."""
     e, x = node.e, node.input(0)
     shape = list(node.shape(0))
     rank = len(shape)
@@ -119,7 +179,7 @@ def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
             continue
         axis_roi = (float(roi[k]), float(roi[k + len(axes)])) if roi is not None and len(roi) == 2 * len(axes) \
             else (float(roi[a]), float(roi[a + rank])) if roi is not None else None
-        w, b = resize_axis_map(node, attrs, current[a], s, axis_roi, (aspects or {}).get(a))
+        w, b = resize_axis_map(node, attrs, current[a], s, axis_roi, (aspects or {}).get(a), (sizes or {}).get(a))
         m = w.shape[1]
         perm = [d for d in range(rank) if d != a] + [a]
         moved = e.transpose(y, perm)
