@@ -70,14 +70,16 @@ def fold_transposes(v: SSAValue, trans: bool) -> tuple[SSAValue, bool]:
 
 
 def gemm_and_bias(add: o.AddOp) -> tuple[o.MatmulOp, SSAValue] | None:
-    """The rank-2 matmul used only by `add` and the [N] bias added to it, if `add` is that."""
+    """The rank-2 matmul used only by `add` and the [N] bias added to it, if `add` is that; with one row,
+    a [1, N] addend is a bias too (a batch-1 recurrent step adds its input's projection so)."""
     for mm_value, bias in ((add.lhs, add.rhs), (add.rhs, add.lhs)):
         mm = mm_value.owner
         if not isinstance(mm, o.MatmulOp) or not mm_value.has_one_use():
             continue
         out, b = mm.result.type, bias.type
         assert isinstance(out, TensorType) and isinstance(b, TensorType)
-        if (len(out.get_shape()) == 2 and tuple(b.get_shape()) == (out.get_shape()[1],)
+        rows = out.get_shape()
+        if (len(rows) == 2 and tuple(b.get_shape()) in ((rows[1],), (1, rows[1]) if rows[0] == 1 else ())
                 and b.element_type == out.element_type and add.result.type == out):
             return mm, bias
     return None
@@ -116,12 +118,18 @@ class FuseGemmEpiloguePattern(RewritePattern):
         if found is None:
             return
         mm, bias = found
+        flat = o.ReshapeOp(bias, o.tensor(shape_of(bias)[1:], element_of(bias))) if len(shape_of(bias)) == 2 else None
         x, trans_x = fold_transposes(mm.x, o.flag(mm.trans_x))
         y, trans_y = fold_transposes(mm.y, o.flag(mm.trans_y))
         act = fused_activation(add)
-        fused = self.fused(x, y, bias, trans_x, trans_y, [act[1], "none"] if act else ["none"])
+        fused = self.fused(x, y, flat.result if flat else bias, trans_x, trans_y,
+                           [act[1], "none"] if act else ["none"])
         if fused is None:
+            if flat is not None:
+                flat.erase()
             return
+        if flat is not None:
+            rewriter.insert_op(flat, InsertPoint.before(add))
         replace_epilogue(rewriter, add, act, fused)
         operands = list(mm.operands)
         rewriter.erase(mm)

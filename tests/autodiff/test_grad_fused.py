@@ -230,3 +230,28 @@ def test_fused_model_gradients_equal_unfused(fused_and_plain, dt: str) -> None:
     if dt == "f64":
         for g, w in zip(got, finite_diff(f, args, [d], list(range(5)))):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+ONE_ROW = """
+func.func @step(%h: tensor<1x6xf64>, %r: tensor<5x6xf64>, %xw: tensor<1x5xf64>) -> tensor<1x5xf64> {
+  %mm = opc.matmul %h, %r {trans_y = true} : (tensor<1x6xf64>, tensor<5x6xf64>) -> tensor<1x5xf64>
+  %a = opc.add %xw, %mm : (tensor<1x5xf64>, tensor<1x5xf64>) -> tensor<1x5xf64>
+  %z = opc.relu %a : (tensor<1x5xf64>) -> tensor<1x5xf64>
+  func.return %z : tensor<1x5xf64>
+}
+"""
+
+
+def test_one_row_addend_fuses_with_its_gradient() -> None:
+    """A batch-1 recurrent step's h @ R^T + xw[t] ([1, N] addend) becomes a fused GEMM with xw as its
+    bias (opc_fuse.py): forward and every gradient as NumPy's and as finite differences say."""
+    from opc.api import prepare
+    from opc.frontend import load_module
+
+    assert "opc.fused_gemm_epilogue " in str(prepare(load_module(ONE_ROW), grad=True).module)
+    m = opc.compile(ONE_ROW, grad=True)
+    args = [RNG.uniform(-1, 1, s) for s in [(1, 6), (5, 6), (1, 5)]]
+    d = RNG.uniform(-1, 1, (1, 5))
+    np.testing.assert_allclose(m.step(*args), np.maximum(args[0] @ args[1].T + args[2], 0), rtol=1e-12)
+    for g, w in zip(m.step_grad(*args, d), finite_diff(m.step, args, [d], [0, 1, 2])):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

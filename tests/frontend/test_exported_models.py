@@ -136,7 +136,7 @@ def dynamic_gpt2():  # noqa: ANN201  (an opc.onnx_load.OnnxModel)
     return opc.load_onnx(str(path("gpt2_dynamic")))
 
 
-@pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 16), (2, 1), (1, 32)])
+@pytest.mark.parametrize(("batch", "seq"), [(1, 5), (3, 16), (2, 1), (1, 32), (4, 9)])
 def test_dynamic_gpt2_compiles_once_for_every_size(batch, seq) -> None:
     """Exported with a dynamic batch and length: opc.load_onnx compiles it once, its position ids,
     causal mask and reshapes (Shape/Gather/Concat/Range/Expand/GatherND) computed from run-time sizes."""

@@ -6,6 +6,7 @@ of the old meaning; a case whose old meaning differs from the newest one checks 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -339,16 +340,27 @@ def test_integer_constant_before_opset_9_as_exporters_write_it(ir_version):
     np.testing.assert_array_equal(got, x.reshape(4, 6))
 
 
-PADDLE = sorted((Path(__file__).resolve().parent.parent / "models" / "paddle").glob("*.onnx"))
+MODELS = Path(__file__).resolve().parent.parent / "models"
+PADDLE = sorted((MODELS / "paddle").glob("*.onnx"))
 
 
 @pytest.mark.parametrize("path", PADDLE, ids=[p.stem for p in PADDLE])
 def test_paddle_exports_match_paddle(path):
     """paddle2onnx's exports at its default opset (9) and its oldest (7) of an MLP, a CNN with batch
-    norm, an LSTM, a TransformerEncoderLayer and a transformer classifier (opset 11: paddle2onnx raised
-    it) against Paddle's outputs (tests/models/paddle/export_paddle.py)."""
+    norm, an LSTM, a TransformerEncoderLayer, a transformer classifier (opset 11: paddle2onnx raised
+    it), ResNet-18 and MobileNetV2 (weights from tests/models/seeded_weights.py, refilled here) against
+    Paddle's outputs (tests/models/paddle/export_paddle.py) and onnxruntime on the same model."""
+    sys.path.insert(0, str(MODELS))
+    from seeded_weights import fill_initializers
+
+    model = fill_initializers(onnx.load(str(path)))
     data = np.load(path.with_suffix(".npz"))
     inputs = [data[k] for k in sorted(k for k in data.files if k != "want")]
-    got = opc.load_onnx(onnx.load(str(path)))(*inputs)
+    got = opc.load_onnx(model)(*inputs)
     got = got[0] if isinstance(got, (list, tuple)) else got
-    np.testing.assert_allclose(got, data["want"], rtol=1e-4, atol=1e-5)
+    weights = {t.name for t in model.graph.initializer}
+    feeds = [i.name for i in model.graph.input if i.name not in weights]
+    (ort_out,) = run_ort(model, dict(zip(feeds, inputs)))
+    atol = 1e-5 * max(1.0, float(np.abs(data["want"]).max()))
+    np.testing.assert_allclose(got, data["want"], rtol=1e-4, atol=atol)
+    np.testing.assert_allclose(got, ort_out, rtol=1e-4, atol=atol)

@@ -80,3 +80,15 @@ func.func @mlp2(%x: tensor<8x16xf32>, %w1: tensor<16x32xf32>, %b1: tensor<32xf32
   %y = opc.add %mm2, %b2 : (tensor<8x4xf32>, tensor<4xf32>) -> tensor<8x4xf32>
   func.return %y : tensor<8x4xf32>
 }
+
+// One row: a [1, N] addend is a bias (a batch-1 recurrent step adds its input's projection so),
+// flattened to [N] for the fused op.
+// CHECK-LABEL: func.func @one_row_addend(
+// CHECK-NEXT:    %{{.*}} = opc.reshape %b : (tensor<1x32xf32>) -> tensor<32xf32>
+// CHECK-NEXT:    %z, %a = opc.fused_gemm_epilogue %x, %w, %{{.*}} {activation = "relu"}
+func.func @one_row_addend(%x: tensor<1x16xf32>, %w: tensor<16x32xf32>, %b: tensor<1x32xf32>) -> tensor<1x32xf32> {
+  %mm = opc.matmul %x, %w : (tensor<1x16xf32>, tensor<16x32xf32>) -> tensor<1x32xf32>
+  %a = opc.add %mm, %b : (tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x32xf32>
+  %z = opc.relu %a : (tensor<1x32xf32>) -> tensor<1x32xf32>
+  func.return %z : tensor<1x32xf32>
+}

@@ -25,6 +25,16 @@ func.func @full_addend(%x: tensor<8x16xf32>, %w: tensor<16x32xf32>, %b: tensor<8
   func.return %z : tensor<8x32xf32>
 }
 
+// A [1, N] addend is a bias only where the product has one row: with two it is a full addend.
+// CHECK-LABEL: func.func @one_row_addend_two_rows(
+// CHECK-NEXT:    %mm = opc.matmul %x, %w
+// CHECK-NEXT:    %z = opc.add %mm, %b
+func.func @one_row_addend_two_rows(%x: tensor<2x16xf32>, %w: tensor<16x32xf32>, %b: tensor<1x32xf32>) -> tensor<2x32xf32> {
+  %mm = opc.matmul %x, %w : (tensor<2x16xf32>, tensor<16x32xf32>) -> tensor<2x32xf32>
+  %z = opc.add %mm, %b : (tensor<2x32xf32>, tensor<1x32xf32>) -> tensor<2x32xf32>
+  func.return %z : tensor<2x32xf32>
+}
+
 // The matmul result is used elsewhere too: fusing would compute the GEMM twice.
 // CHECK-LABEL: func.func @matmul_used_twice(
 // CHECK-NEXT:    %mm = opc.matmul %x, %w
