@@ -7,13 +7,15 @@ tests/models/tf/export_tf.py with tf2onnx's default opset (15; the CNN also at 1
 .npz beside each model holds its inputs and TF's output. Each is loaded with opc.load_onnx and
 compared with TF's output and with onnxruntime's.
 
-The Resize cases, against onnxruntime, all in one module:
+The Resize cases, against onnxruntime, each group in one module:
   * coordinate_transformation_mode tf_half_pixel_for_nn (opset 11, still written by tf2onnx at 15,
     and run there by onnxruntime), which onnx's reference does not know: each nearest_mode, up and
     down, by scales and by sizes;
   * an output size that floor(n * scale) gives in float32 (onnxruntime) but not in float64 (onnx's
     shape inference): float32(7 / 3) * 3 is 7 in float32, 6.9999998 in float64, declared in the
-    model or not; sizes whose ratio is such a scale (14 -> 11)."""
+    model or not; sizes whose ratio is such a scale (14 -> 11);
+  * tf_crop_and_resize with a roi known at run time only (tf.image.crop_and_resize), linear and
+    nearest, inside, across and on the image's border, extrapolated."""
 
 from __future__ import annotations
 
@@ -123,7 +125,57 @@ def test_resize_matches_onnxruntime(compiled, cid: str) -> None:  # noqa: ANN001
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def crop_model(mode: str, value: float, rounding: str, sizes: tuple[int, int]) -> onnx.ModelProto:
+    """tf_crop_and_resize of a [1, 2, 6, 7] input to sizes, the roi an input (known at run time only)."""
+    inits = [numpy_helper.from_array(np.zeros(0, np.float32), "scales"),
+             numpy_helper.from_array(np.array([1, 2, *sizes], np.int64), "sizes")]
+    node = helper.make_node("Resize", ["x", "roi", "scales", "sizes"], ["y"], mode=mode, extrapolation_value=value,
+                            coordinate_transformation_mode="tf_crop_and_resize", nearest_mode=rounding)
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 6, 7]),
+           helper.make_tensor_value_info("roi", onnx.TensorProto.FLOAT, [8])]
+    graph = helper.make_graph([node], "main_graph", ins,
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, *sizes])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+CROPS = {"linear": ("linear", 0.0, "round_prefer_floor", (4, 5)), "linear-extrapolated": ("linear", 1.5, "floor", (4, 5)),
+         "nearest": ("nearest", 0.0, "round_prefer_floor", (4, 5)), "nearest-one-row": ("nearest", -2.0, "ceil", (1, 5)),
+         "nearest-prefer-ceil": ("nearest", 0.0, "round_prefer_ceil", (3, 3))}
+ROIS = {"inside": [0, 0, 0.1, 0.2, 1, 1, 0.8, 0.9], "across": [0, 0, -0.2, 0.3, 1, 1, 1.3, 0.7],
+        "point": [0, 0, 0.5, 0.5, 1, 1, 0.5, 0.5], "on-pixels": [0, 0, -0.2, 0.0, 1, 1, 0.6, 1.0]}
+
+
+@pytest.fixture(scope="module")
+def crops():  # noqa: ANN201
+    """The CROPS, roi an argument, in one module."""
+    functions = []
+    for cid, args in CROPS.items():
+        module, params, _ = import_graph(crop_model(*args), None, where=cid)
+        assert not params
+        (f,) = list(module.ops)
+        assert isinstance(f, func.FuncOp)
+        f.detach()
+        f.sym_name = StringAttr(function_name(cid))
+        functions.append(f)
+    return opc.compile(ModuleOp(functions))
+
+
+@pytest.mark.parametrize("roi", list(ROIS))
+@pytest.mark.parametrize("cid", list(CROPS))
+def test_crop_with_a_run_time_roi_matches_onnxruntime(crops, cid: str, roi: str) -> None:  # noqa: ANN001
+    """tf.image.crop_and_resize as tf2onnx writes it: a Loop over the boxes, each step a Resize whose roi
+    is read at run time (tests/models/tf/crop_and_resize.onnx); here one Resize of a roi argument."""
+    x = np.random.default_rng(7).standard_normal((1, 2, 6, 7)).astype(np.float32)
+    r = np.array(ROIS[roi], np.float32)
+    (want,) = run_ort(crop_model(*CROPS[cid]), {"x": x, "roi": r})
+    got = getattr(crops, function_name(cid))(x, r)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 REFUSALS = {
+    "crop-cubic-run-time-roi": (lambda: (crop_model("cubic", 0.0, "floor", (4, 5)), {}),
+                                r"input 1 \('roi', roi\) must be known at compile time"),
     "tf-nn-linear": (lambda: resize_model((3, 5), sizes=[7, 8], mode="linear",
                                           coordinate_transformation_mode="tf_half_pixel_for_nn"),
                      "'tf_half_pixel_for_nn' with mode 'linear'"),

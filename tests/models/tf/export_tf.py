@@ -112,6 +112,17 @@ def map_fn(x):  # noqa: ANN001, ANN201
     return tf.map_fn(lambda row: tf.reduce_max(row, axis=0) + tf.cumsum(row, axis=0)[-1], x)
 
 
+BOXES = np.array([[0.1, 0.2, 0.8, 0.9], [-0.2, 0.0, 0.6, 1.3], [0.4, 0.6, 0.4, 0.6]], np.float32)
+
+
+def crop_and_resize(x):  # noqa: ANN001, ANN201
+    """Boxes of either image (one partly outside: TF's extrapolation value 0, one a point), bilinear and
+    nearest. No point lies halfway between pixels: there TF rounds up, tf2onnx's Resize (nearest_mode
+    left at round_prefer_floor) down."""
+    return tf.concat([tf.image.crop_and_resize(x, BOXES, [0, 1, 0], [5, 4], method=method)
+                      for method in ("bilinear", "nearest")], axis=-1)
+
+
 def keras_models() -> dict:
     return {"cnn": (cnn, [(2, 16, 16, 3)]), "separable": (separable, [(2, 12, 12, 4)]),
             "conv1d": (conv1d, [(2, 20, 6)]), "conv3d": (conv3d, [(1, 6, 8, 8, 2)]),
@@ -120,7 +131,8 @@ def keras_models() -> dict:
 
 
 def functions() -> dict:
-    return {"while_loop": (while_loop, [(3, 6)]), "cond": (cond, [(4, 5)]), "map_fn": (map_fn, [(3, 4, 5)])}
+    return {"while_loop": (while_loop, [(3, 6)]), "cond": (cond, [(4, 5)]), "map_fn": (map_fn, [(3, 4, 5)]),
+            "crop_and_resize": (crop_and_resize, [(2, 8, 8, 2)])}
 
 
 def set_statistics(model: keras.Model) -> None:
