@@ -1000,9 +1000,12 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
     if (work > OPC_GEMM_PAR_MIN) nt = opc_num_threads();
     if (nt < 1) nt = 1;
 #endif
-    float *bf = NULL;
-    if (bias) {
-        bf = (float *)opc__amalloc((size_t)N * sizeof(float));
+    /* bf: the bias in f32, read only: an f32 bias as it is (no malloc and copy per call: a batch-1
+       LSTM step's input projection is its GEMM's bias, 1% of the step), else a copy (bf_own) */
+    float *bf = NULL, *bf_own = NULL;
+    if (bias && dt == OPC_DT_F32) bf = (float *)(uintptr_t)bias;
+    else if (bias) {
+        bf = bf_own = (float *)opc__amalloc((size_t)N * sizeof(float));
         if (!bf) {
             opc__gemm_naive_s(dt, batch, M, N, K, A, sa, ta, B, sb, tb, bias, act, out, res, ep, ep_ctx);
             return;
@@ -1012,7 +1015,7 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
     if (dt == OPC_DT_F32 && !ta && M <= OPC_FR_MAX_M) {   /* few rows: B in place, unpacked */
         opc__gemm_fewrows_s(batch, M, N, K, (const float *)A, sa, (const float *)B, sb, tb, bf, act,
                             (float *)out, (float *)res, nt, ep, ep_ctx);
-        opc__afree(bf);
+        opc__afree(bf_own);
         return;
     }
     /* How the output is split between threads: whole matrices, NR-column
@@ -1042,7 +1045,7 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
     }
     if (parts == 1) {  /* no parallel region: even an `if (0)` one runs libgomp's dynamic loop */
         opc__gemm_s_part(dt, 0, batch, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res, 0, M, 0, N, ep, ep_ctx);
-        opc__afree(bf);
+        opc__afree(bf_own);
         return;
     }
 #ifdef _OPENMP
@@ -1061,7 +1064,7 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
         opc__gemm_s_part(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res,
                          i0, i1, j0, j1, ep, ep_ctx);
     }
-    opc__afree(bf);
+    opc__afree(bf_own);
 }
 
 static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t K,

@@ -630,9 +630,12 @@ def emit_c(module: ModuleOp, sanitized: bool = False) -> EmittedC:
     """C source of a lowered module, the signatures of its functions and its large constants' bytes.
     sanitized (OPC_SANITIZE): every intermediate is a malloc of its own, exactly its size, so that
     ASan's redzones border each one (packed in the arena, a kernel that overruns one buffer writes
-    into the next unseen, and the arena kept from a larger call hides an overrun of the last)."""
+    into the next unseen, and the arena kept from a larger call hides an overrun of the last); large
+    constants stay C arrays, which ASan borders with redzones (.incbin data has none: a read past
+    its end would read the next constant unseen)."""
     emitter = CEmitter()
     emitter.pack_buffers = not sanitized
+    emitter.binds_data = not sanitized
     source, sigs = emitter.emit_module(module)
     return EmittedC(source, sigs, emitter.data)
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from opc.lowering.build import SANITIZE_FLAGS
@@ -115,3 +116,31 @@ def test_suite_part_under_sanitizers():
     assert "AddressSanitizer" not in out and "runtime error" not in out, out[-5000:]
     assert proc.returncode == 0, out[-5000:]
     assert " passed" in out and "failed" not in out, out[-2000:]
+
+
+def test_large_constants_are_bordered_by_redzones(tmp_path):
+    """Sanitized, a large constant stays a C array (not .incbin data, c_data.py), which ASan borders:
+    a kernel made to read one element past the constant is reported."""
+    values = (np.arange(1024) % 97 / 8).astype(np.float32)
+    src = ("func.func @f(%x: tensor<1024xf32>) -> tensor<1024xf32> {\n"
+           f"  %c = arith.constant dense<\"0x{values.tobytes().hex().upper()}\"> : tensor<1024xf32>\n"
+           "  %r = opc.add %x, %c : (tensor<1024xf32>, tensor<1024xf32>) -> tensor<1024xf32>\n"
+           "  func.return %r : tensor<1024xf32>\n}\n")
+    code = (f"import re, sys, numpy as np, opc, opc.api\nsrc = {src!r}\n"
+            "x = np.ones(1024, np.float32)\nm = opc.compile(src)\n"
+            f"np.testing.assert_array_equal(m.f(x), x + np.array({values.tolist()!r}, np.float32))\n"
+            "assert '.incbin' not in m.c_source, 'the constant is data'\n"
+            "build = opc.api.build_extension\n"
+            "def overrun(source, *args, **kwargs):\n"
+            "    planted = re.sub(r'= c_(\\d+)\\[v_(\\d+)\\];', r'= c_\\1[v_\\2 + 1];', source)\n"
+            "    assert planted != source\n"
+            "    return build(planted, *args, **kwargs)\n"
+            "opc.api.build_extension = overrun\n"
+            "opc.compile(src, cache_dir=sys.argv[1]).f(x)\nprint('not reported')\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          env=sanitized_env(), cwd=TESTS.parent)
+    # ASan's redzone, or UBSan's object-size check where it sees the array's bound first
+    reported = ("AddressSanitizer: global-buffer-overflow" in proc.stderr
+                or "insufficient space for an object of type 'const float'" in proc.stderr)
+    assert reported and "opc_k_f_0" in proc.stderr, proc.stdout + proc.stderr[-3000:]
+    assert "not reported" not in proc.stdout and proc.returncode != 0
