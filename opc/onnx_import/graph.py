@@ -459,13 +459,15 @@ def resize_sizes(model):
             dims = dims_of(types[node.input[0]]) if node.input[0] in types else [None]
             factors = onnx.numpy_helper.to_array(scales[node.input[2]]).reshape(-1).astype(np.float32)
             axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), list(range(len(dims))))
-            if not all(isinstance(d, int) and d > 0 for d in dims) or len(axes) != len(factors):
+            scaled = [(a % len(dims), f) for a, f in zip(axes, factors) if f != 1]  # others may be open
+            if dims == [None] or len(axes) != len(factors) or not all(isinstance(dims[a], int) and dims[a] > 0
+                                                                       for a, _ in scaled):
                 continue
             want = list(dims)
-            for a, f in zip(axes, factors):
+            for a, f in scaled:
                 want[a] = int(np.float32(dims[a]) * f)
             have = dims_of(types[node.output[0]]) if node.output[0] in types else [None]
-            if want == have:
+            if len(have) == len(want) and all(have[a] == want[a] for a, _ in scaled):
                 continue
             if copy is model:
                 copy = onnx.ModelProto()

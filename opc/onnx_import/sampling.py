@@ -24,6 +24,7 @@ from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import F32, F64, I64, Pointwise, Values, axis_taps, numpy_of
 from opc.onnx_import.graph import BY_NUMPY, Node, as_newer, converter, numpy_dtype_of
+from opc.symbolic import Sym
 
 
 # Resize: separable, each axis an affine map y = x @ W + b along it. W and b come from
@@ -197,7 +198,8 @@ def along_axis(node: Node, y: SSAValue, current: list, a: int, w: SSAValue, b: S
     m = shape_of(w)[1]
     perm = [d for d in range(rank) if d != a] + [a]
     moved_shape = [current[d] for d in perm]
-    rows = e.reshape(e.transpose(y, perm), [max(math.prod(moved_shape[:-1]), 1), current[a]])
+    lead = math.prod(moved_shape[:-1])  # a run-time size with an open batch
+    rows = e.reshape(e.transpose(y, perm), [lead if isinstance(lead, Sym) else max(lead, 1), current[a]])
     out = e.matmul(rows, w)
     if b is not None:
         out = e.add(out, b)

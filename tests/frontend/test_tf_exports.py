@@ -191,3 +191,19 @@ def test_resize_refusals_are_one_line(cid: str) -> None:
     with pytest.raises(opc.OpcError, match=message) as err:
         opc.import_onnx(model)
     assert "\n" not in str(err.value)
+
+
+def test_float32_sizes_with_an_open_batch() -> None:
+    """onnxruntime's float32 size of a Resize by scales where the batch stays open (`?`): one module for
+    every batch, 11 x 9 rows and columns."""
+    model, _ = resize_model((14, 14), scales=[11 / 14, 9 / 14], mode="linear")
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    module, params, _ = import_graph(model, None, dynamic=True)
+    assert not params
+    m = opc.compile(module)
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 2, 14, 14)).astype(np.float32)
+        (want,) = run_ort(model, {"x": x})
+        got = m.main_graph(x)
+        assert got.shape == want.shape == (batch, 2, 11, 9)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
