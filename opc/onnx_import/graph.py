@@ -75,6 +75,7 @@ def max_opset() -> int:
 INSTALL_HINT = 'pip install "opc[onnx]" (in a checkout of opc: pip install ".[onnx]")'
 
 # ONNX TensorProto element type numbers -> (name, opc element type, NumPy dtype)
+INT32 = 6  # onnx.TensorProto.INT32
 ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {
     1: ("FLOAT", Float32Type(), np.dtype(np.float32)),
     2: ("UINT8", IntegerType(8, Signedness.UNSIGNED), np.dtype(np.uint8)),
@@ -877,6 +878,8 @@ class GraphImporter:
             if name not in self.constants:
                 raise InputError(f"{self.where}: value '{name}' is used before it is defined")
             v = self.emitter.constant(self.constants[name])
+            if is_symbolic(self.constants[name]) and self.symbolic_element(name) != i64:
+                v = self.emitter.cast(v, self.symbolic_element(name))
             v.name_hint = self.hint(name)
             self.materialized[name] = v
         return self.materialized[name]
@@ -886,8 +889,13 @@ class GraphImporter:
             return self.values[name].type  # type: ignore[return-value]
         array = self.constants[name]
         if is_symbolic(array):
-            return TensorType(i64, array.shape)
+            return TensorType(self.symbolic_element(name), array.shape)
         return TensorType(element_type_for(array, f"value '{name}'"), array.shape)
+
+    def symbolic_element(self, name: str) -> Attribute:
+        """The type of sizes known at run time only: int64, as opc computes them, or int32 where ONNX
+        types them so (tf2onnx casts a run-time shape to int32): cast where the value is used."""
+        return ELEMENT_TYPES[INT32][1] if self.inferred.get(name, (None,))[0] == INT32 else i64
 
     def shape_of(self, name: str) -> tuple[Size, ...]:
         if name in self.values:
@@ -1146,6 +1154,13 @@ class GraphImporter:
     def used(self, name: str) -> bool:
         return any(name in n.input for n in self.graph.node) or any(name == o.name for o in self.graph.output)
 
+    def as_inferred(self, name: str, value: np.ndarray) -> np.ndarray:
+        """Sizes folded (as int64) into the integer type ONNX gives them (tf2onnx casts shapes to int32)."""
+        elem = self.inferred.get(name, (None,))[0]
+        if is_symbolic(value) or elem not in ELEMENT_TYPES or value.dtype.kind not in "iu":
+            return value
+        return value.astype(ELEMENT_TYPES[elem][2]) if ELEMENT_TYPES[elem][2].kind in "iu" else value
+
     def evaluate(self, node: Node, feeds: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """A node whose inputs are all known, run by our NumPy folder or onnx's reference evaluator."""
         from onnx.reference import ReferenceEvaluator
@@ -1153,7 +1168,8 @@ class GraphImporter:
         if feeds is None:
             feeds = {n: self.constants[n] for n in node.proto.input if n}
         if any(is_symbolic(v) for v in feeds.values()):
-            return fold_symbolic(node, [feeds[n] if n else None for n in node.proto.input])
+            folded = fold_symbolic(node, [feeds[n] if n else None for n in node.proto.input])
+            return [self.as_inferred(name, v) for name, v in zip(node.proto.output, folded)]
         fold = FOLDERS.get(qualified_type(node.proto))
         if fold is not None:
             return fold(node, [feeds[n] if n else None for n in node.proto.input])
@@ -1173,7 +1189,7 @@ class GraphImporter:
         if isinstance(out, SSAValue):
             ours_elem, ours_dims = element_of(out), list(shape_of(out))
         else:
-            ours_elem = i64 if is_symbolic(out) else BY_NUMPY.get(np.asarray(out).dtype)
+            ours_elem = self.symbolic_element(name) if is_symbolic(out) else BY_NUMPY.get(np.asarray(out).dtype)
             ours_dims = list(np.shape(out))
         if elem in ELEMENT_TYPES and ours_elem != ELEMENT_TYPES[elem][1]:
             raise node.fail(f"output '{name}' has element type {ours_elem} in opc, {dtype_name(elem)} in ONNX")

@@ -207,3 +207,16 @@ def test_float32_sizes_with_an_open_batch() -> None:
         got = m.main_graph(x)
         assert got.shape == want.shape == (batch, 2, 11, 9)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_open_batch_cnn_compiles_once() -> None:
+    """The CNN with its batch open: tf2onnx casts the run-time shape to int32 (UpSampling2D's Tile and
+    Reshape), which opc's run-time sizes take in ONNX's integer type. One module for every batch."""
+    path = ROOT / "tests" / "models" / "tf" / "cnn_open_batch.onnx"
+    (x,), want = recorded(path)
+    module, params, _ = import_graph(onnx.load(str(path)), None, dynamic=True)
+    (f,) = list(module.ops)
+    assert isinstance(f, func.FuncOp)
+    run = getattr(opc.compile(module), f.sym_name.data)
+    for batch in (2, 1):
+        np.testing.assert_allclose(run(x[:batch], *params.values()), want[:batch], rtol=1e-4, atol=1e-5)

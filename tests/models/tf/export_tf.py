@@ -8,7 +8,8 @@ outputs:
 Each model is traced as a tf.function of fixed input shapes and converted by tf2onnx.convert.
 from_function (Keras 3 models go through it as well). Per model NAME this writes NAME.onnx and
 NAME.npz (x0, ... the inputs, want TF's output, inference mode). The CNN is also written at opset
-11 (cnn_opset11), the one that defines the tf_half_pixel_for_nn its nearest Resize has (at 15 too).
+11 (cnn_opset11), the one that defines the tf_half_pixel_for_nn its nearest Resize has (at 15 too),
+and with its batch open (cnn_open_batch: tf2onnx casts the run-time shape to int32).
 `export_tf.py --measure resnet50 efficientnet` converts those keras.applications (weights=None,
 logits out) to a temporary folder and prints TF's largest output and opc's and onnxruntime's largest
 differences from TF, writing nothing here: their weights are 102 and 21 MB."""
@@ -144,10 +145,12 @@ def set_statistics(model: keras.Model) -> None:
             layer.moving_variance.assign(np.linspace(0.5, 1.5, n).astype(np.float32))
 
 
-def export(name: str, fn, shapes: list[tuple], opset: int | None = None, out: Path = OUT) -> tuple[Path, dict]:  # noqa: ANN001
+def export(name: str, fn, shapes: list[tuple], opset: int | None = None, out: Path = OUT,  # noqa: ANN001
+           open_batch: bool = False) -> tuple[Path, dict]:
+    """open_batch: the first dim left open (None) in the signature, as tf2onnx then writes it."""
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    spec = [tf.TensorSpec(s, tf.float32, name=f"x{i}") for i, s in enumerate(shapes)]
+    spec = [tf.TensorSpec((None, *s[1:]) if open_batch else s, tf.float32, name=f"x{i}") for i, s in enumerate(shapes)]
     traced = tf.function(fn, input_signature=spec)
     want = traced(*xs).numpy()
     proto, _ = tf2onnx.convert.from_function(traced, input_signature=spec, opset=opset)
@@ -198,5 +201,6 @@ if __name__ == "__main__":
         export(name, lambda *xs, m=model: m(*xs, training=False), shapes)
         if name == "cnn":
             export("cnn_opset11", lambda *xs, m=model: m(*xs, training=False), shapes, opset=11)
+            export("cnn_open_batch", lambda *xs, m=model: m(*xs, training=False), shapes, open_batch=True)
     for name, (fn, shapes) in functions().items():
         export(name, fn, shapes)
