@@ -10,7 +10,9 @@ at compile time (Reshape's shape, an axes or a size given as a graph input) is
 bound: its value joins the variant's key and it is no argument of the function.
 A sequence input is a list of arrays (its length and their shapes join the key;
 each array is an argument), an optional one an array, a list or None (empty);
-sequence outputs come back as lists, an empty optional as None.
+sequence outputs come back as lists, an empty optional as None, ZipMap's maps as
+onnxruntime's list of dicts {label: float}, string class labels as a NumPy array
+of str (opc computes the probabilities and the label indices: lists.regroup).
 """
 
 from __future__ import annotations
@@ -203,7 +205,8 @@ class OnnxModel:
         return Variant(compiled[f.sym_name.data].with_last(cache_aligned(params.values())), {}, layouts)
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
-        """The outputs: arrays; lists of arrays for sequences, None for an empty optional."""
+        """The outputs: arrays; lists of arrays for sequences, None for an empty optional, lists of dicts
+        for ZipMap's maps."""
         from opc.onnx_import.lists import flatten, regroup
 
         feeds = self.feeds(args, kwargs)

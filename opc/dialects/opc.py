@@ -1414,9 +1414,6 @@ class NonzeroOp(OpcOp):
     """
 
     name = "opc.nonzero"
-    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # two sequential passes on the host (nn_lowering.py)
-    UNSUPPORTED: ClassVar[dict[str, str]] = {
-        "cuda": "its output size depends on the data (a host-side count over device memory is not written yet)"}
     x = operand_def(TensorType)
     result = result_def(TensorType)
     assembly_format = "$x attr-dict `:` functional-type(operands, results)"
@@ -1447,9 +1444,6 @@ class TopkOp(OpcOp, AxisAttr):
     """
 
     name = "opc.topk"
-    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # k read on the host (nn_lowering.py)
-    UNSUPPORTED: ClassVar[dict[str, str]] = {
-        "cuda": "its output size is read from a tensor (k) on the host, which device memory is not yet"}
     x = operand_def(TensorType)
     k = operand_def(TensorType)
     values = result_def(TensorType)
@@ -1497,9 +1491,6 @@ class UniqueOp(OpcOp, AxisAttr):
     """
 
     name = "opc.unique"
-    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # sequential passes on the host (nn_lowering.py)
-    UNSUPPORTED: ClassVar[dict[str, str]] = {
-        "cuda": "its output size depends on the data (a host-side count over device memory is not written yet)"}
     x = operand_def(TensorType)
     y = result_def(TensorType)
     first = result_def(TensorType)
@@ -1545,9 +1536,6 @@ class NonMaxSuppressionOp(OpcOp):
     """
 
     name = "opc.non_max_suppression"
-    KERNELS: ClassVar[tuple[str, ...]] = ("cpu",)  # a greedy pass per class on the host (nn_lowering.py)
-    UNSUPPORTED: ClassVar[dict[str, str]] = {
-        "cuda": "its output size depends on the data (a host-side count over device memory is not written yet)"}
     boxes = operand_def(TensorType)
     scores = operand_def(TensorType)
     max_out = operand_def(TensorType)

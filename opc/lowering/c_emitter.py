@@ -268,6 +268,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         for buf in owned:
             if buf not in self.arena:
                 self.line(self.free_statement(buf))
+        for line in self.cleanup_lines():
+            self.line(line)
         if self.resets_stack and not is_body(fn):  # emptied, returned or failed; a large buffer freed
             self.line("opc_stack_end();")
         self.line("return status;")
@@ -285,6 +287,10 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
 
     def owned_buffers(self, fn: func.FuncOp) -> list[SSAValue]:
         return [op.memref for op in fn.walk() if isinstance(op, memref.AllocOp)]
+
+    def cleanup_lines(self) -> list[str]:
+        """What the cleanup path frees besides the owned buffers (the CUDA emitter's result slots)."""
+        return []
 
     def declare_locals(self, fn: func.FuncOp, owned: list[SSAValue]) -> None:
         """Every owned pointer is declared NULL up front, so the cleanup path may free it;

@@ -28,7 +28,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from opc.errors import BuildError
-from opc.lowering.abi import ENTRY_PREFIX, FunctionSignature, c_symbol
+from opc.lowering.abi import ENTRY_PREFIX, RELEASE_FN, FunctionSignature, c_symbol
 from opc.lowering.binding import function_class
 from opc.lowering.build import (
     MODULE_TEMPLATE_TAIL,
@@ -46,6 +46,7 @@ from opc.lowering.build import (
     status_cdef,
 )
 from opc.lowering.cuda_emitter import emit_cuda
+from opc.lowering.dynamic_call import DynamicFunction
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
               "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]  # fmt: skip
@@ -76,7 +77,8 @@ def library_cdef(signatures: list[FunctionSignature]) -> str:
     """Device-pointer entry points, their _host wrappers, and the two CUDA helpers."""
     return "\n".join([cdef_for(signatures), cdef_for(signatures, "_host"),
                       "const char *opc_cuda_error_string(int code);",
-                      "int opc_cuda_device_count(int *count);"]) + status_cdef(signatures)
+                      "int opc_cuda_device_count(int *count);",
+                      f"void {RELEASE_FN}(void *);"]) + status_cdef(signatures)
 
 
 def build_cuda_library(source: str, signatures: list[FunctionSignature], cache: Path) -> Path:
@@ -187,6 +189,9 @@ def load_cuda_library(path: str | os.PathLike[str], signatures: list[FunctionSig
     # a function with run-time sizes binds them from its arguments' shapes (DynamicFunction), as on the CPU
     functions = {s.name: function_class(s)(ffi, checked_host_call(ffi, lib, s.name), s, detail=detail)
                  for s in signatures}
+    for f in functions.values():
+        if isinstance(f, DynamicFunction):  # frees the host copies of handed results (the _host wrapper's malloc)
+            f.release = getattr(lib, RELEASE_FN)
     return CudaModule(functions, source, Path(path), ffi, lib)
 
 

@@ -32,6 +32,11 @@ scalar expression table, loads, stores, constants and scf.for are shared.
   counts of its nest and the sizes of the views it indexes as arguments; the host computes
   the sizes once, counts the blocks of each launch from them (opc_cuda_blocks) and skips a
   launch of no work; a buffer with `?` dims is cudaMalloc'd at its run-time size.
+- Sizes that depend on the data (data_size_lowering.py) and sizes read from values: the scalars a
+  one-thread kernel computes that the host needs (a count, before the result is allocated at it)
+  go back through a device slot each (kernel_results), copied after the launch into a host local
+  that later launches pass by value. The _host wrapper copies the found sizes back before the
+  results, and copies a handed result (allocated by the function) into a malloc'd host buffer.
 
 Entry points per function NAME (all extern "C"):
   int opc_fn_NAME(device pointers: inputs, then outputs; then the sizes)  -> 0 or a cudaError_t
@@ -59,8 +64,9 @@ from xdsl.ir import Operation, SSAValue
 
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import int_of
-from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
-from opc.lowering.abi import FunctionSignature, c_symbol
+from opc.dialects.opc_loops import CallOp, CheckBoundOp, CheckIndexOp, GemmOp, HandOutOp, RaiseStatusOp
+from opc.lowering.abi import RELEASE_FN, FunctionSignature, c_symbol
+from opc.lowering.build import c_type_of
 from opc.lowering.c_control_emission import is_host_control
 from opc.lowering.c_emitter import CEmitter
 from opc.lowering.c_expressions import EXPRESSIONS, c_type, dtype_suffix
@@ -70,7 +76,7 @@ from opc.lowering.cuda_kernel_emission import (
     KernelEmission,
 )
 from opc.lowering.cuda_row_emission import RowKernelEmission
-from opc.lowering.size_lowering import function_shapes
+from opc.lowering.size_lowering import function_found, function_handed, function_shapes
 from opc.symbolic import evaluate
 
 SYMBOL_TERM = re.compile(r"\b[A-Za-z_]\w*\b")  # a size symbol in a shape's polynomial text
@@ -89,9 +95,12 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
     row_body: object = None  # inside a row kernel: the nest's body block, whose scf.for are row passes
     row_passes: int = 0  # row passes emitted so far in the current kernel (names its __shared__ slots)
     shared_at: int = 0  # where the current row kernel's __shared__ declarations go in self.lines
+    plan: list[Operation | list[Operation]] = field(default_factory=list)  # top_level_plan of the function
+    slots: dict[SSAValue, int] = field(default_factory=dict)  # kernel_results: value -> its opc_results slot
 
     header = (
-        "#include <stdint.h>\n#include <math.h>\n#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n"
+        "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <math.h>\n"
+        "#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n"
         '#include <cuda_bf16.h>\n#include "opc_runtime.h"\n#include "opc_cuda_gemm.cuh"\n#include "opc_status.h"\n'
         '#include "opc_nn.cuh"\n\n'
         "/* Records a failed CUDA call's error and leaves through the cleanup label. */\n"
@@ -105,6 +114,8 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         "  return (unsigned)(b < most ? b : most);\n}\n\n"
         'extern "C" const char *opc_cuda_error_string(int code) { return cudaGetErrorString((cudaError_t)code); }\n'
         'extern "C" int opc_cuda_device_count(int *count) { *count = 0; return (int)cudaGetDeviceCount(count); }\n'
+        "/* The host copy of a result a function handed out (sig.handed), freed with its last array. */\n"
+        f'extern "C" void {RELEASE_FN}(void *p) {{ free(p); }}\n'
     )
 
     # -- functions -------------------------------------------------------------
@@ -168,6 +179,14 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
                 r = op.results[0]  # maybe_unused: a view's stride is not read by the offsets
                 self.line(f"[[maybe_unused]] const {c_type(r.type)} {self.name(r)} = {self.host_expression(op)};")
                 self.host_scalars.add(r)
+        self.plan = self.top_level_plan(fn)
+        self.slots = {v: k for k, v in enumerate(v for step in self.plan if isinstance(step, list)
+                                                 for v in self.kernel_results(fn, step))}
+        if self.slots:
+            self.line("int64_t *opc_results = NULL;")
+        for v in self.slots:  # set when its kernel has run: later kernels take it as a host scalar
+            self.line(f"{c_type(v.type)} {self.name(v)}{{}};")
+            self.host_scalars.add(v)
 
     def host_expression(self, op: Operation) -> str:
         """op's table entry with its constant operands as numbers (the host declares no constants;
@@ -189,8 +208,13 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
                 and any(v in self.host_scalars for v in op.operands))
 
     def emit_body(self, fn: func.FuncOp) -> None:
+        if self.slots:  # the scalars kernels hand to the host (kernel_results)
+            self.line(f"OPC_CHECK(cudaMalloc((void **)&opc_results, sizeof(int64_t) * {len(self.slots)}));")
         self.emit_top_level(fn)
         self.line("OPC_CHECK(cudaDeviceSynchronize());")  # surfaces errors of the kernels themselves
+
+    def cleanup_lines(self) -> list[str]:
+        return ["(void)cudaFree(opc_results);"] if self.slots else []
 
     def free_statement(self, buf: SSAValue) -> str:
         return f"(void)cudaFree({self.name(buf)});"
@@ -201,28 +225,52 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
             src = src.owner.source
         return src in self.const_ptrs
 
-    def emit_top_level(self, fn: func.FuncOp) -> None:
-        """Host ops in order; runs of other ops (rank-0 results) become one-thread kernels."""
-        segment: list[Operation] = []
+    def top_level_plan(self, fn: func.FuncOp) -> list[Operation | list[Operation]]:
+        """fn's top-level ops in order as the host runs them: host ops one by one, each run of other
+        ops (rank-0 results, a data size's sequential passes) as a list, one one-thread kernel.
+        The sizes computed with the locals are left out."""
+        plan: list[Operation | list[Operation]] = []
         for op in fn.body.block.ops:
             if op.results and op.results[0] in self.host_scalars:
                 continue  # computed with the locals
-            if isinstance(op, arith.ConstantOp) and HOST_ATTR not in op.attributes:
-                self.emit_op(op)  # no boundary: a kernel re-declares the constants it reads
-                continue
-            if isinstance(op, HOST_OPS) or is_host_control(op) or HOST_ATTR in op.attributes:
-                if segment:
-                    self.emit_kernel([], segment)
-                    segment = []
-                self.emit_op(op)
+            host = isinstance(op, HOST_OPS) or is_host_control(op) or HOST_ATTR in op.attributes
+            if host or (isinstance(op, arith.ConstantOp) and HOST_ATTR not in op.attributes):
+                plan.append(op)  # a constant is no boundary: a kernel re-declares the constants it reads
+            elif plan and isinstance(plan[-1], list):
+                plan[-1].append(op)
             else:
-                segment.append(op)
-        if segment:
-            self.emit_kernel([], segment)
+                plan.append([op])
+        return plan
+
+    def kernel_results(self, fn: func.FuncOp, segment: list[Operation]) -> list[SSAValue]:
+        """The scalars a one-thread kernel computes that the host or a later kernel reads (a data
+        size's count, k read from its tensor): the kernel writes each to a slot of opc_results and
+        the host copies it back into a local of the same name after the launch."""
+        inside = set(segment)
+
+        def top(user: Operation) -> Operation:
+            while user.parent_block() is not fn.body.block:
+                user = cast(Operation, user.parent_op())
+            return user
+
+        return [r for op in segment for r in op.results if not isinstance(r.type, MemRefType)
+                and any(top(use.operation) not in inside for use in r.uses)]
+
+    def emit_top_level(self, fn: func.FuncOp) -> None:
+        """The plan: host ops in order, each run of other ops one kernel (its results to the host)."""
+        for step in self.plan:
+            if isinstance(step, list):
+                self.emit_kernel([], step, results=[v for v in self.slots if v.owner in step])
+            else:
+                self.emit_op(step)
 
     def emit_host_wrapper(self, fn: func.FuncOp, n_in: int) -> None:
         """opc_fn_NAME_host: device buffers for every argument, copies in, the call, copies out.
-        With run-time sizes, each buffer's element count is its shape's polynomial over them."""
+        With run-time sizes, each buffer's element count is its shape's polynomial over them. A
+        result holding a data size (sig.found) is allocated at the size's bound and copied out at
+        the size the call found (the found output, copied back first); a handed one (sig.handed: no
+        bound) comes back as the device buffer's address, is copied into a malloc'd host buffer
+        whose address goes into its handle (the binding frees it: opc_release), and is cudaFree'd."""
         self.indent = 0
         entry = f"{self.prefix}{c_symbol(fn.sym_name.data)}"
         self.line(f'extern "C" int {entry}_host({", ".join(self.params(fn)) or "void"}) {{')
@@ -230,33 +278,60 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         self.line("int status = 0;")
         args = [a for a in fn.args if isinstance(a.type, MemRefType)]
         shapes = function_shapes(fn) or [shape_of(a) for a in args]
-        counts, sizes = {}, {}
-        for a, shape in zip(args, shapes):
-            ct = c_type(element_of(a))
-            n = size_product(shape)
-            counts[a] = f"sizeof({ct}) * {n}"  # what is copied: exactly the array (maybe nothing)
-            sizes[a] = f"sizeof({ct}) * {max(1, n) if isinstance(n, int) else f'opc_max1({n})'}"
-            if isinstance(n, int):
-                counts[a] = sizes[a]
-            self.line(f"{ct} *d_{self.name(a)} = NULL;")
+        found = function_found(fn)
+        handed = {args[n_in + i]: c_type_of(dtype) for i, dtype in function_handed(fn).items()}
+        at_bound = {name: f"({c_symbols(bound)})" for name, bound in found if bound != "?"}
+        came_to = {name: f"{self.name(args[-1])}[{k}]" for k, (name, _) in enumerate(found)}
         for a in args:
-            self.line(f"OPC_CHECK(cudaMalloc((void **)&d_{self.name(a)}, {sizes[a]}));")
-        for a in args[:n_in]:
-            self.line(f"OPC_CHECK(cudaMemcpy(d_{self.name(a)}, {self.name(a)}, {counts[a]}, cudaMemcpyHostToDevice));")
+            self.line(f"{c_type(element_of(a))} *d_{self.name(a)} = NULL;")
+        for a in handed:
+            self.line(f"void *h_{self.name(a)} = NULL, *dh_{self.name(a)} = NULL;")
+        for a, shape in zip(args, shapes):
+            n = 1 if a in handed else size_product(shape, at_bound)
+            count = max(1, n) if isinstance(n, int) else f"opc_max1({n})"
+            self.line(f"OPC_CHECK(cudaMalloc((void **)&d_{self.name(a)}, sizeof({c_type(element_of(a))}) * {count}));")
+        for a in handed:  # no address until the call hands one out: nothing to free
+            self.line(f"OPC_CHECK(cudaMemset(d_{self.name(a)}, 0, sizeof(int64_t)));")
+        for a, shape in zip(args[:n_in], shapes):
+            self.line(f"OPC_CHECK(cudaMemcpy(d_{self.name(a)}, {self.name(a)}, {self.bytes(a, shape)}, "
+                      "cudaMemcpyHostToDevice));")
         call_args = ", ".join([*(f"d_{self.name(a)}" for a in args),
                                *(self.name(a) for a in fn.args if isinstance(a.type, IndexType))])
         self.line(f"status = {entry}({call_args});")
+        for a in handed:  # read even after a failure, so that cleanup frees what the call handed out
+            h = self.name(a)
+            self.line(f"{{ int64_t opc_at = 0; const cudaError_t opc_e = cudaMemcpy(&opc_at, d_{h}, sizeof opc_at, "
+                      f"cudaMemcpyDeviceToHost); dh_{h} = (void *)(uintptr_t)opc_at;")
+            self.line("  if (status == 0 && opc_e != cudaSuccess) status = (int)opc_e; }")
         self.line("if (status != 0) goto cleanup;")
-        for a in args[n_in:]:
-            self.line(f"OPC_CHECK(cudaMemcpy({self.name(a)}, d_{self.name(a)}, {counts[a]}, cudaMemcpyDeviceToHost));")
+        outs = list(zip(args[n_in:], shapes[n_in:]))
+        for a, shape in outs[-1:] + outs[:-1] if found else outs:  # the found sizes first: they size the rest
+            if a not in handed:
+                self.line(f"OPC_CHECK(cudaMemcpy({self.name(a)}, d_{self.name(a)}, {self.bytes(a, shape, came_to)}, "
+                          "cudaMemcpyDeviceToHost));")
+                continue
+            h, n = self.name(a), size_product(shape, came_to)
+            self.line(f"h_{h} = malloc(sizeof({handed[a]}) * {max(1, n) if isinstance(n, int) else f'opc_max1({n})'});")
+            self.line(f"if (h_{h} == NULL) {{ status = (int)cudaErrorMemoryAllocation; goto cleanup; }}")
+            self.line(f"OPC_CHECK(cudaMemcpy(h_{h}, dh_{h}, sizeof({handed[a]}) * {n}, cudaMemcpyDeviceToHost));")
+        for a in handed:  # every copy made: the results are the caller's
+            self.line(f"{self.name(a)}[0] = (int64_t)(uintptr_t)h_{self.name(a)}; h_{self.name(a)} = NULL;")
         self.indent = 0
         self.lines.append("cleanup:")
         self.indent = 1
         for a in args:
             self.line(f"(void)cudaFree(d_{self.name(a)});")
+        for a in handed:
+            self.line(f"free(h_{self.name(a)});")
+            self.line(f"(void)cudaFree(dh_{self.name(a)});")
         self.line("return status;")
         self.indent = 0
         self.line("}")
+
+    def bytes(self, a: SSAValue, shape: Sequence[int | str], names: dict[str, str] | None = None) -> str:
+        """What is copied of argument `a` of `shape`: exactly the array (maybe nothing)."""
+        n = size_product(shape, names)
+        return f"sizeof({c_type(element_of(a))}) * {max(1, n) if isinstance(n, int) else n}"
 
     threads_support = ""  # the host side has no OpenMP regions
     profiled = False
@@ -286,6 +361,28 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
             self.lines[at:] = [unread + uninitialised(line) for line in self.lines[at:]]
         else:
             super().emit_op(op)
+
+    def emit_HandOutOp(self, op: HandOutOp) -> None:
+        """The device buffer's address into the handle (device memory): the _host wrapper copies
+        the result out at that address and frees it."""
+        buf = self.name(op.buffer)
+        self.line(f"{{ const int64_t opc_at = (int64_t)(uintptr_t){buf}; OPC_CHECK(cudaMemcpy({self.name(op.handle)}, "
+                  f"&opc_at, sizeof opc_at, cudaMemcpyHostToDevice)); }} {buf} = NULL;")
+
+    def emit_CheckIndexOp(self, op: CheckIndexOp) -> None:
+        """Kept where its result goes unread (a count checked against a size): the check writes the
+        status, which prune_unused's pure `const` lines do not."""
+        at = len(self.lines)
+        super().emit_CheckIndexOp(op)
+        self.lines[at:] = [re.sub(r"^(\s*)const ", r"\1[[maybe_unused]] const ", ln) for ln in self.lines[at:]]
+
+    def emit_CheckBoundOp(self, op: CheckBoundOp) -> None:
+        """A size read from a tensor, checked on the host: a constant bound is a number there (the
+        host declares no constants)."""
+        v = self.name(op.value)
+        bound = self.constants.get(op.bound, self.name(op.bound))
+        self.line(f"if ({v} < 0 || {v} >= {bound}) {{ opc_error_detail = {v}; status = {op.code.value.data}; "
+                  "goto cleanup; }")
 
     def emit_CallOp(self, op: CallOp) -> None:
         self.line(f"OPC_CHECK(opc_cuda_nn_{op.callee.data}({self.call_args(op)}));")
@@ -362,9 +459,10 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         raise NotImplementedError("CUDA emitter: row buffers (the CUDA lowering recomputes instead)")
 
 
-def size_product(shape: Sequence[int | str]) -> int | str:
+def size_product(shape: Sequence[int | str], names: dict[str, str] | None = None) -> int | str:
     """The element count of a shape as the binding stores it (ints; a `?` dim's polynomial as text,
-    `n0*4 + 1`) in C over the size parameters (opc_n0, ...), or its number where it is static."""
+    `n0*4 + 1`) in C over the size parameters (opc_n0, ...), a data size as `names` gives it, or its
+    number where it is static."""
     if all(isinstance(d, int) for d in shape):
         return pymath.prod(cast("Sequence[int]", shape))
     factors = []
@@ -372,8 +470,13 @@ def size_product(shape: Sequence[int | str]) -> int | str:
         if isinstance(d, int) or not SYMBOL_TERM.search(d):
             factors.append(str(evaluate(d, {})))
         else:
-            factors.append("(" + SYMBOL_TERM.sub(lambda m: f"opc_{m.group(0)}", d) + ")")
+            factors.append(f"({c_symbols(d, names)})")
     return " * ".join(factors)
+
+
+def c_symbols(poly: str, names: dict[str, str] | None = None) -> str:
+    """A size polynomial's text in C: each symbol as `names` gives it, else its size parameter."""
+    return SYMBOL_TERM.sub(lambda m: (names or {}).get(m.group(0), f"opc_{m.group(0)}"), poly)
 
 
 def uninitialised(line: str) -> str:

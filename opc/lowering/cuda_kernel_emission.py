@@ -22,7 +22,7 @@ from xdsl.ir import Operation, SSAValue
 
 from opc.dialects.kinds import element_of
 from opc.dialects.opc import int_width
-from opc.dialects.opc_loops import CallOp, GemmOp, RaiseStatusOp
+from opc.dialects.opc_loops import CallOp, GemmOp, HandOutOp, RaiseStatusOp
 from opc.errors import UnsupportedError
 from opc.lowering.c_expressions import c_type
 from opc.lowering.c_memory_emission import c_product, dynamic_size_operands, has_dynamic_dims
@@ -41,7 +41,7 @@ Trip = tuple[int, int | str, int]
 
 # Ops that stay on the host; any other top-level op runs in a device kernel.
 HOST_OPS = (memref.AllocOp, memref.DeallocOp, memref.ReinterpretCastOp, GemmOp, scf.ParallelOp, func.ReturnOp,
-            arith.ConstantOp, memref.GetGlobalOp, CallOp, RaiseStatusOp)  # fmt: skip
+            arith.ConstantOp, memref.GetGlobalOp, CallOp, RaiseStatusOp, HandOutOp)  # fmt: skip
 
 # Combines a warp reduction may reassociate, with a test for their identity.
 COMBINES = {
@@ -166,11 +166,13 @@ class KernelEmission(CudaEmitterState):
         return list(seen)
 
     def emit_kernel(self, ivs: list[tuple[SSAValue, Trip]], body: list[Operation],
-                    row_length: int | None = None, bounds: Sequence[SSAValue] = ()) -> None:
+                    row_length: int | None = None, bounds: Sequence[SSAValue] = (),
+                    results: Sequence[SSAValue] = ()) -> None:
         """A __global__ kernel for `body` over the nest `ivs`, and its launch. A run-time trip count
         is a C expression over the kernel's scalar parameters (the size parameters, the sizes the
         function computed on the host), read alike by the kernel and by the launch, which sizes its
-        grid from it on the host and is skipped where it comes to no work."""
+        grid from it on the host and is skipped where it comes to no work. A one-thread kernel's
+        `results` (scalars the host needs: CudaEmitter.kernel_results) go back through opc_results."""
         total = c_product([n for _, (_, n, _) in ivs])
         if total == 0:
             return
@@ -191,6 +193,10 @@ class KernelEmission(CudaEmitterState):
                 what = v.owner.name if isinstance(v.owner, Operation) else "a block argument"
                 raise UnsupportedError(f"@{self.function.sym_name.data}: {what}: the CUDA target cannot pass a "
                                        "value computed on the device to another kernel")
+        if results:
+            assert not ivs, "only a one-thread kernel hands scalars to the host"
+            params.append("int64_t *opc_results")
+            args.append("opc_results")
         reduction = self.match_reduction(body) if row_length is None else None
         host_lines, host_indent = self.lines, self.indent
         self.lines, self.indent, self.in_host = [], 0, False
@@ -203,9 +209,10 @@ class KernelEmission(CudaEmitterState):
                 threads, blocks = self.row_kernel(ivs, total, body, row_length)
             elif reduction is None:
                 self.grid_stride(ivs, total, body)
+                self.hand_to_host(results)
                 threads, blocks = launch(total, 1)
-            else:
-                self.warp_per_output(ivs, total, reduction)
+            else:  # (a count alone in its kernel: the lanes of a warp count)
+                self.warp_per_output(ivs, total, reduction, results)
                 threads, blocks = launch(total, WARP)
             self.indent = 0
             self.line("}")
@@ -215,6 +222,9 @@ class KernelEmission(CudaEmitterState):
         if isinstance(total, int):
             self.line(f"{name}<<<{blocks}, {threads}>>>({', '.join(args)});")
             self.line("OPC_CHECK(cudaGetLastError());")
+            for v in results:  # waits for the kernel: what follows may size a buffer or a launch with it
+                self.line(f"OPC_CHECK(cudaMemcpy(&{self.name(v)}, opc_results + {self.slots[v]}, sizeof "
+                          f"{self.name(v)}, cudaMemcpyDeviceToHost));")
             return
         # a grid of no blocks is an invalid launch: no work, no launch
         self.line(f"if ({total} > 0) {{")
@@ -222,6 +232,12 @@ class KernelEmission(CudaEmitterState):
         self.line(f"  {name}<<<opc_blocks, {threads}>>>({', '.join(args)});")
         self.line("  OPC_CHECK(cudaGetLastError());")
         self.line("}")
+
+    def hand_to_host(self, results: Sequence[SSAValue]) -> None:
+        """The kernel's results into their opc_results slots (memcpy: a slot holds any scalar of up
+        to 8 bytes)."""
+        for v in results:
+            self.line(f"memcpy(opc_results + {self.slots[v]}, &{self.name(v)}, sizeof {self.name(v)});")
 
     def kernel_operands(self, body: list[Operation], ivs: list[SSAValue], bounds: Sequence[SSAValue]
                         ) -> list[SSAValue]:
@@ -296,7 +312,7 @@ class KernelEmission(CudaEmitterState):
             return None
         return op
 
-    def warp_per_output(self, ivs, total: int | str, red: Reduction) -> None:
+    def warp_per_output(self, ivs, total: int | str, red: Reduction, results: Sequence[SSAValue] = ()) -> None:
         self.line(f"const int opc_lane = threadIdx.x % {WARP};")
         self.line(f"for (int64_t opc_w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / {WARP}; opc_w < {total}; "
                   f"opc_w += ((int64_t)blockDim.x * gridDim.x) / {WARP}) {{")
@@ -318,6 +334,7 @@ class KernelEmission(CudaEmitterState):
         self.line("if (opc_lane == 0) {")
         self.indent += 1
         self.emit_ops(red.suffix)
+        self.hand_to_host(results)
         self.indent -= 1
         self.line("}")
         self.indent -= 1

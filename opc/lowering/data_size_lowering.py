@@ -8,8 +8,9 @@ then writes its results at it.
 - `unique`: each slice's first equal slice, each distinct slice's place, then the results written there;
 - `non_max_suppression`: ONNX's greedy pass per batch and class into a scratch, copied once counted.
 
-Sequential on purpose: the positions are in order, and a count is a prefix sum. The CUDA target
-refuses these ops (OpcOp.UNSUPPORTED): the count is taken on the host.
+Sequential on purpose: the positions are in order, and a count is a prefix sum. On the CUDA target
+the same loops run: the sequential passes in one-thread kernels, each count copied to the host
+before the result is allocated at it (CudaEmitter.kernel_results).
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ class EmitterState:
 class CudaEmitterState(EmitterState):
     kernels: list[str]
     host_scalars: set[SSAValue]
+    slots: dict[SSAValue, int]
     fn_name: str
     row_team: int
     row_body: object

@@ -91,6 +91,7 @@ def register_converters() -> None:
     which they import, does not import them back)."""
     from opc.onnx_import import (  # noqa: F401
         attention,
+        classifiers,
         control_flow,
         detection,
         elementwise,

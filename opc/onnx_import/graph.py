@@ -58,7 +58,7 @@ from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import SYMBOLIC_SHAPES
 from opc.dialects.sizes import symbolic_shapes
 from opc.errors import BuildError, InputError, UnsupportedError, first_line
-from opc.onnx_import.lists import Item, Opt, Seq, is_list, layout_of, leaves
+from opc.onnx_import.lists import Item, Labels, Maps, Opt, Seq, is_list, layout_of, leaves
 from opc.onnx_import.run_time_sizes import SYMBOLIC_FOLDERS, SizeNeeded, SizeTracker, fold_symbolic, is_symbolic
 from opc.symbolic import Size, Sym, SymbolicComparison
 
@@ -732,6 +732,18 @@ Converter = Callable[[Node], Sequence["SSAValue | np.ndarray"]]
 CONVERTERS: dict[str, dict[int, Converter]] = {}
 
 
+def what_list(v: Seq | Opt | Maps | Labels) -> str:
+    """What a non-tensor value is, where a tensor is needed."""
+    if isinstance(v, Maps):
+        return ("ZipMap's sequence of maps, where a tensor is needed: opc returns it as a graph output only "
+                "(its input is the probabilities tensor)")
+    if isinstance(v, Labels):
+        return ("string labels, where a tensor is needed: opc has no string tensors, it returns them as a graph "
+                "output only")
+    kind = "a sequence" if isinstance(v, Seq) else "an optional"
+    return f"{kind}, where a tensor is needed (OptionalGetElement, SequenceAt or ConcatFromSequence give one)"
+
+
 def converter(*op_types: str, since: int = BASE_OPSET) -> Callable[[Converter], Converter]:
     """Register a converter for op types, valid from opset `since` until a later registration."""
 
@@ -826,7 +838,7 @@ class GraphImporter:
         self.sized = set(shapes or ())  # inputs whose sizes the caller gave: a 0 there is a real 0
         self.shapes = dict(shapes or {})
         self.values: dict[str, SSAValue] = {}
-        self.lists: dict[str, Seq | Opt] = {}  # sequences and optionals (lists.py), by name
+        self.lists: dict[str, Seq | Opt | Maps | Labels] = {}  # sequences, optionals and the like (lists.py)
         self.constants: dict[str, np.ndarray] = {}
         self.materialized: dict[str, SSAValue] = {}
         self.param_values: dict[str, np.ndarray] = {}  # ONNX name -> weight, for compile-time use
@@ -871,9 +883,7 @@ class GraphImporter:
         if name in self.values:
             return self.values[name]
         if name in self.lists:
-            kind = "a sequence" if isinstance(self.lists[name], Seq) else "an optional"
-            raise InputError(f"{self.emitter.label or self.where}: '{name}' is {kind}, where a tensor is "
-                           "needed (OptionalGetElement, SequenceAt or ConcatFromSequence give one)")
+            raise InputError(f"{self.emitter.label or self.where}: '{name}' is {what_list(self.lists[name])}")
         if name not in self.materialized:
             if name not in self.constants:
                 raise InputError(f"{self.where}: value '{name}' is used before it is defined")

@@ -10,6 +10,12 @@ reports; the lengths join the compile key as shapes do (`shapes_of`).
 
 In a call, as onnx's test data and onnxruntime have them: a sequence is a list
 of arrays, an empty optional None, an optional with a value that value.
+
+Two more kinds are values the caller receives as Python objects where opc computes
+a tensor, graph outputs only: ZipMap's sequence of maps (`Maps`: the probabilities
+[N, K], each row a dict {label: float} after the call) and a classifier's string
+labels (`Labels`: int64 indices into the labels, a NumPy array of str after the
+call, as onnxruntime returns string tensors). Strings never reach the C.
 """
 
 from __future__ import annotations
@@ -38,16 +44,33 @@ class Opt:
     item: Value | Seq | None = None
 
 
-Item = Value | Seq | Opt
+@dataclass(frozen=True)
+class Maps:
+    """ZipMap's output: one map {label: probability} per row of `item` ([N, K], or [K] for one row)."""
+
+    item: Value
+    labels: tuple[int | str, ...]
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Class labels that are strings: `item` holds each one's index into `labels` (int64)."""
+
+    item: Value
+    labels: tuple[str, ...]
+
+
+Item = Value | Seq | Opt | Maps | Labels
 Items = list[Item]  # what a converter of sequences and optionals returns
 
 # A graph output's layout, to regroup the flat results: TENSOR (one result), ("sequence", [layouts]),
-# ("optional", layout or None when empty).
+# ("optional", layout or None when empty), ("maps", labels), ("labels", labels).
 TENSOR = "tensor"
 
 
 def is_list(v: Any) -> bool:
-    return isinstance(v, (Seq, Opt))
+    """Whether v is no plain tensor: a sequence, an optional, or a value returned as Python objects."""
+    return isinstance(v, (Seq, Opt, Maps, Labels))
 
 
 def layout_of(v: Item) -> Any:
@@ -55,6 +78,10 @@ def layout_of(v: Item) -> Any:
         return ("sequence", [layout_of(x) for x in v.items])
     if isinstance(v, Opt):
         return ("optional", None if v.item is None else layout_of(v.item))
+    if isinstance(v, Maps):
+        return ("maps", v.labels)
+    if isinstance(v, Labels):
+        return ("labels", v.labels)
     return TENSOR
 
 
@@ -64,6 +91,8 @@ def leaves(v: Item) -> list[Value]:
         return [x for item in v.items for x in leaves(item)]
     if isinstance(v, Opt):
         return [] if v.item is None else leaves(v.item)
+    if isinstance(v, (Maps, Labels)):
+        return [v.item]
     return [v]
 
 
@@ -82,6 +111,11 @@ def take(layout: Any, it: Iterator[Any]) -> Any:
     kind, inner = layout
     if kind == "sequence":
         return [take(x, it) for x in inner]
+    if kind == "maps":  # onnxruntime's ZipMap: Python floats (the float32 values), keys sorted (a std::map)
+        rows = np.asarray(next(it))
+        return [dict(sorted(zip(inner, row.tolist()))) for row in rows.reshape(-1, len(inner))]
+    if kind == "labels":
+        return np.asarray(inner, dtype=object)[np.asarray(next(it))]
     return None if inner is None else take(inner, it)
 
 

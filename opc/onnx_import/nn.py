@@ -34,7 +34,8 @@ from opc.onnx_import.common import (
     rows_times,
     scalar,
 )
-from opc.onnx_import.graph import Node, as_newer, converter, numpy_dtype_of, same_since
+from opc.onnx_import.graph import BY_NUMPY, Node, as_newer, converter, numpy_dtype_of, same_since
+from opc.onnx_import.run_time_sizes import SizeNeeded
 
 
 def built(node: Node, name: str, make: Callable[[], Operation]) -> Operation:
@@ -269,14 +270,53 @@ def group_norm(node: Node) -> Values:
 @converter("Dropout")
 def dropout(node: Node) -> Values:
     """Inference (or training with ratio 0): the identity; the mask is all true. Training with a ratio
-    above 0 draws random numbers, which opc does not: refused."""
-    if node.has(2) and (not node.known(2) or bool(node.const(2, "training_mode"))):
-        ratio = node.const(1, "ratio") if node.has(1) else np.array(0.5)
-        if float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
-            raise node.fail("training_mode with a ratio above 0 draws random numbers from a generator ONNX "
-                            "does not define (its node tests expect NumPy's MT19937 stream, np.random.seed(seed)): "
-                            "opc imports inference graphs (training_mode false, or ratio 0)")
-    return [node.input(0), np.ones(node.shape(0), bool)]
+    above 0 and a `seed`: ONNX's reference's draws (seeded_dropout); without a seed, refused. A
+    training_mode known only at run time selects between the two."""
+    x = node.input(0)
+    ones = node.e.broadcast_like(node.e.constant(np.array(True)), x)  # `?` dims read off x at run time
+    if not node.has(2) or (node.known(2) and not bool(node.const(2, "training_mode"))):
+        return [x, ones]
+    ratio = node.const(1, "ratio") if node.has(1) else None
+    if ratio is not None and float(np.asarray(ratio).reshape(-1)[0]) == 0.0:
+        return [x, ones]
+    if node.attr("seed") is None:
+        raise node.fail("training_mode with a ratio above 0 and no seed draws random numbers from a generator "
+                        "ONNX does not define: opc imports inference graphs (training_mode false, or ratio 0) "
+                        "and seeded training (the seed attribute: NumPy's RandomState(seed), as ONNX's reference)")
+    y, mask = seeded_dropout(node, ratio)
+    if node.known(2):
+        return [y, mask]
+    e = node.e
+    training = e.broadcast_like(e.reshape(node.input(2), []), y)
+    return [e.select(training, y, x), e.select(training, e.constant(mask), ones)]
+
+
+def seeded_dropout(node: Node, ratio: np.ndarray | None) -> tuple[SSAValue, np.ndarray]:
+    """Y = mask * X * scale and the mask as ONNX's reference computes them (op_dropout.py):
+    mask = RandomState(seed).uniform(0, 1, X.shape) >= ratio, scale = 1 / (1 - ratio) in the ratio's
+    type (the default 0.5 a Python float), the products in NumPy's promotion of X's and the ratio's
+    types (f16 X with an f32 ratio: in f32), rounded to X's type. The draws depend on the seed and
+    X's shape only, so they are drawn here, at import, by NumPy itself (its legacy MT19937): the very
+    stream the reference and the node tests' data come from, on every target. X's shape must be known
+    at compile time (opc.load_onnx compiles per shape then)."""
+    seed, shape = int(node.attr("seed")), node.shape(0)
+    if not 0 <= seed < 2**32:
+        raise node.fail(f"seed {seed}: NumPy's RandomState, ONNX's reference generator, takes 0 <= seed < 2**32")
+    if not all(isinstance(d, int) for d in shape):
+        raise SizeNeeded(f"{node.label}: a seeded training Dropout draws one number per element of X: "
+                         "its shape must be known at compile time")
+    x, dtype = node.input(0), node_numpy_dtype(node, 0)
+    draws = np.random.RandomState(seed).uniform(0, 1.0, shape)
+    if ratio is None:  # the reference's default, a Python float: the products stay in X's type
+        mask, scale, compute = draws >= 0.5, np.asarray(2.0, dtype), dtype
+    else:
+        ratio = np.asarray(ratio).reshape(())
+        mask, compute = draws >= ratio, np.result_type(dtype, ratio.dtype)
+        scale = np.asarray(np.asarray(1.0, ratio.dtype) / (np.asarray(1.0, ratio.dtype) - ratio))
+    e = node.e
+    xc = x if compute == dtype else e.cast(x, BY_NUMPY[compute])
+    y = e.mul(e.mul(e.constant(mask.astype(compute)), xc), e.constant(scale.astype(compute)))
+    return (y if compute == dtype else e.cast(y, element_of(x))), mask
 
 
 @converter("Softmax")
@@ -673,7 +713,8 @@ def dropout_attributes(node: Node) -> Values:
     if node.opset < 7 and not int(node.attr("is_test", 0)) and float(node.attr("ratio", 0.5)) != 0.0:
         raise node.fail("is_test = 0 with a ratio above 0 draws random numbers: opc imports inference graphs "
                         "(is_test = 1, or ratio 0)")
-    return [node.input(0), np.ones(node.shape(0), bool if node.opset >= 10 else node_numpy_dtype(node, 0))]
+    one = np.array(1, bool if node.opset >= 10 else node_numpy_dtype(node, 0))
+    return [node.input(0), node.e.broadcast_like(node.e.constant(one), node.input(0))]
 
 
 # Older opsets where the meaning is the one above: the same converter.

@@ -28,7 +28,8 @@ weights naming one class only (skl2onnx's boosted trees): the label is labels[1]
 above 0.5 (all weights >= 0) or above 0, and a single score s widens to [1 - s, s], [-s, s] or under
 LOGISTIC [sigmoid(-s), sigmoid(s)]. Where both of two classes have weights, onnxruntime writes the
 label 1 or 0 itself, not the class label; opc writes classlabels_int64s[1] or [0] (the same for the
-labels [0, 1]). classlabels_strings are refused (opc has no string tensors), and PROBIT as above.
+labels [0, 1]). classlabels_strings: the label's index is computed and returned as the string
+(lists.Labels: a graph output only); PROBIT is refused as above.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import F32, Values, along, numpy_of, scalar
 from opc.onnx_import.graph import Node, converter
-from opc.onnx_import.ml import ML, bool_constant, either, is_nan, tensor_attr
+from opc.onnx_import.lists import Items, Labels
+from opc.onnx_import.ml import ML, bool_constant, either, is_nan, strings, tensor_attr
 
 LEQ, LT, GTE, GT, EQ, NEQ, MEMBER = range(7)
 MODES = {"BRANCH_LEQ": LEQ, "BRANCH_LT": LT, "BRANCH_GTE": GTE, "BRANCH_GT": GT, "BRANCH_EQ": EQ,
@@ -472,13 +474,13 @@ def two_classes(node: Node, total: SSAValue, scored: SSAValue, base: np.ndarray,
 
 
 @converter(f"{ML}.TreeEnsembleClassifier", since=1)
-def tree_ensemble_classifier(node: Node) -> Values:
-    """Y (int64, [N]) the labels and Z (float32, [N, classes]) the scores, as onnxruntime computes them."""
-    if node.attr("classlabels_strings") is not None:
-        raise node.fail("classlabels_strings: the labels are strings, and opc has no string tensors")
-    labels = ints(node, "classlabels_int64s")
+def tree_ensemble_classifier(node: Node) -> Items:
+    """Y (int64, [N]; string labels: lists.Labels) the labels and Z (float32, [N, classes]) the scores, as
+    onnxruntime computes them."""
+    names = strings(node, "classlabels_strings")
+    labels = ints(node, "classlabels_int64s") if names is None else np.arange(len(names), dtype=np.int64)
     if len(labels) < 2:
-        raise node.fail(f"classlabels_int64s names {len(labels)} class(es); a classifier needs 2 or more")
+        raise node.fail(f"the class labels name {len(labels)} class(es); a classifier needs 2 or more")
     x = features_of(node, floats_only=False)
     post = enum(node, "post_transform", POSTS, "NONE")
     refuse_probit(node, post)
@@ -495,4 +497,5 @@ def tree_ensemble_classifier(node: Node) -> Values:
         one_class = len(set(ints(node, "class_ids").tolist())) == 1
         positive = weights is None or bool((weights >= 0).all())
         label, z = two_classes(node, total, scored, base, labels, post, one_class, positive)
-    return [label, z if isinstance(element_of(z), Float32Type) else node.e.cast(z, F32)]
+    z = z if isinstance(element_of(z), Float32Type) else node.e.cast(z, F32)
+    return [label if names is None else Labels(label, names), z]

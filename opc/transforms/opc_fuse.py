@@ -78,8 +78,8 @@ def gemm_and_bias(add: o.AddOp) -> tuple[o.MatmulOp, SSAValue] | None:
             continue
         out, b = mm.result.type, bias.type
         assert isinstance(out, TensorType) and isinstance(b, TensorType)
-        rows = out.get_shape()
-        if (len(rows) == 2 and tuple(b.get_shape()) in ((rows[1],), (1, rows[1]) if rows[0] == 1 else ())
+        rows, shape = out.get_shape(), tuple(b.get_shape())
+        if (len(rows) == 2 and (shape == (rows[1],) or (rows[0] == 1 and shape == (1, rows[1])))
                 and b.element_type == out.element_type and add.result.type == out):
             return mm, bias
     return None

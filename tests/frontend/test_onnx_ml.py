@@ -236,6 +236,53 @@ for k, (modes, aggregate, post, missing, multi, base, dtype, as_tensor) in enume
             seed, dtype, modes, aggregate, post, missing and np.dtype(dtype).kind == "f", multi, base, as_tensor)
 
 
+def preprocessing_case(op: str, x: np.ndarray, out_dtype, **attrs):
+    """(ONNX's shape inference types none of these outputs: Y's type is given.)"""
+    node = helper.make_node(op, ["X"], ["Y"], domain=ML, **attrs)
+    if op == "LinearRegressor":
+        out_shape = [x.shape[0] if x.ndim == 2 else 1, attrs.get("targets", 1)]
+    elif op == "OneHotEncoder":
+        out_shape = [*x.shape, len(attrs["cats_int64s"])]
+    else:
+        out_shape = list(x.shape)
+    return ml_model(node, {"X": x}, out_dtype, 1, out_shape), {"X": x}
+
+
+ROWS = np.array([[1.5, -3.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0], [-1.0, -2.0, -0.5, -4.0], [-1.0, 0.0, -2.0, 0.0],
+                 [3.0, 4.0, 0.0, 12.0]], np.float32)
+for dtype in [np.float32, np.float64, np.int64, np.int32]:
+    x = (ROWS * (1 if np.dtype(dtype).kind == "f" else 2)).astype(dtype)
+    name = np.dtype(dtype).name
+    CASES[f"scaler-{name}"] = preprocessing_case("Scaler", x, np.float32, offset=[1.0, -2.0, 0.5, 3.0],
+                                                 scale=[2.0, 0.5, -1.0, 0.25])
+    CASES[f"scaler-one-{name}"] = preprocessing_case("Scaler", x[0], np.float32, offset=[1.5], scale=[-2.0])
+    for norm in ["MAX", "L1", "L2"]:  # rows of zeros, a largest value of 0 under MAX
+        CASES[f"normalizer-{norm}-{name}"] = preprocessing_case("Normalizer", x, np.float32, norm=norm)
+    CASES[f"normalizer-1d-{name}"] = preprocessing_case("Normalizer", x[4], np.float32, norm="L2")
+    CASES[f"regressor-linear-{name}"] = preprocessing_case(
+        "LinearRegressor", x, np.float32, coefficients=[0.5, -1.0, 2.0, 0.25, 1.0, 1.0, -3.0, 0.0],
+        intercepts=[0.5, -1.5], targets=2)
+    CASES[f"regressor-linear-1d-{name}"] = preprocessing_case("LinearRegressor", x[0], np.float32,
+                                                              coefficients=[1.0, 2.0, 3.0, 4.0])
+for dtype, attrs in [(np.float32, {"imputed_value_floats": [9.0, 8.0, 7.0, 6.0], "replaced_value_float": 0.0}),
+                     (np.float32, {"imputed_value_floats": [-1.0], "replaced_value_float": float("nan")}),
+                     (np.float64, {"imputed_value_floats": [5.0], "replaced_value_float": -2.0}),
+                     (np.int64, {"imputed_value_int64s": [7, 6, 5, 4], "replaced_value_int64": 0}),
+                     (np.int32, {"imputed_value_int64s": [-9], "replaced_value_int64": -4})]:
+    x = (ROWS * (1 if np.dtype(dtype).kind == "f" else 2)).astype(dtype)
+    if "replaced_value_float" in attrs and np.isnan(attrs["replaced_value_float"]):
+        x = np.where(x == 0, np.nan, x).astype(dtype)
+    CASES[f"imputer-{np.dtype(dtype).name}-{attrs}"] = preprocessing_case("Imputer", x, dtype, **attrs)
+for dtype in [np.int64, np.int32, np.float32, np.float64]:
+    values = np.array([[3, 0, 5, -1], [-1, 3, 3, 7]]) if np.dtype(dtype).kind == "i" else \
+        np.array([[-0.5, -1.5, 3.99, np.nan], [0.0, -0.99, 3.0, 7.5]])
+    CASES[f"one-hot-{np.dtype(dtype).name}"] = preprocessing_case("OneHotEncoder", values.astype(dtype), np.float32,
+                                                                  cats_int64s=[0, 3, -1], zeros=1)
+    listed = np.array([7, 3, 3, 7]) if np.dtype(dtype).kind == "i" else np.array([7.5, 3.2, 3.0, 7.0])
+    CASES[f"one-hot-1d-{np.dtype(dtype).name}"] = preprocessing_case(
+        "OneHotEncoder", listed.astype(dtype), np.float32, cats_int64s=[7, 3], zeros=0)
+
+
 @pytest.fixture(scope="module")
 def compiled():
     module, params = import_all({k: m for k, (m, _) in CASES.items()})
@@ -268,6 +315,13 @@ def oracle(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
     node = model.graph.node[0]
     if node.op_type == "LabelEncoder" and "repeated_key" in model.doc_string:  # onnxruntime keeps the first
         return ReferenceEvaluator(model).run(None, feeds)[0]
+    if node.op_type == "LinearRegressor" and feeds["X"].dtype != np.float32:
+        # onnxruntime has only float32's kernel, and the reference computes integers in integers: the
+        # spec's float computation is onnxruntime's on the features as float32 (as opc converts them)
+        as_float = onnx.ModelProto()
+        as_float.CopyFrom(model)
+        as_float.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+        return run_ort(as_float, {"X": feeds["X"].astype(np.float32)})[0]
     if node.op_type.startswith("TreeEnsemble"):
         plain = onnx.ModelProto()
         plain.CopyFrom(model)
@@ -288,7 +342,9 @@ def oracle(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
     except Exception as err:  # noqa: BLE001 - onnxruntime's NotImplemented has no importable class
         if "NOT_IMPLEMENTED" not in str(err):
             raise
-        return ReferenceEvaluator(model).run(None, feeds)[0]
+        # the reference keeps float64 where the spec's output is float (LinearRegressor): Y's declared type
+        declared = helper.tensor_dtype_to_np_dtype(model.graph.output[0].type.tensor_type.elem_type)
+        return ReferenceEvaluator(model).run(None, feeds)[0].astype(declared)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -300,6 +356,15 @@ def test_matches_onnxruntime(compiled, case: str) -> None:
     assert got.dtype == want.dtype and got.shape == want.shape
     rtol = 1e-6 if got.dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6 if got.dtype == np.float32 else 1e-12)
+
+
+def test_one_hot_encoder_zeros_0_raises_for_a_category_not_listed() -> None:
+    """zeros=0: onnxruntime fails the call on an unknown category; opc raises IndexError naming X."""
+    model, _ = preprocessing_case("OneHotEncoder", np.array([3, 7], np.int64), np.float32, cats_int64s=[7, 3], zeros=0)
+    m = opc.load_onnx(model)
+    np.testing.assert_array_equal(m(np.array([7, 3], np.int64))[0], [[1, 0], [0, 1]])
+    with pytest.raises(IndexError, match="argument 'X'"):
+        m(np.array([7, 4], np.int64))
 
 
 def test_string_values_are_refused_in_one_line() -> None:

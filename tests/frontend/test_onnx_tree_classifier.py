@@ -1,7 +1,7 @@
 """ai.onnx.ml's TreeEnsembleClassifier (opc/onnx_import/trees.py) against onnxruntime, the oracle:
 small random forests (2-3 trees of depth 1-3, every branch mode, NaN features that follow the true
 branch where a node says so) over 2, 3 and 4 classes, with base values or not, every post_transform
-opc imports, float32, float64 and int64 features, ml opsets 1 and 3 (weights as tensors); and the
+opc imports, float32, float64 and int64 features, ml opsets 1 and 3 (weights as tensors), string labels; and the
 two-class cases onnxruntime treats apart (weights for one class only, all >= 0 or some < 0; one or
 two base values), each built by hand. Labels must be equal, scores within rtol 1e-5 (atol 1e-6:
 onnxruntime's logistic of a negative score is 1 - logistic(-score) in float32). All cases compile into
@@ -192,16 +192,24 @@ def test_forests_see_several_labels() -> None:
     assert all(len(v) >= 2 for v in seen.values()), seen
 
 
-def test_string_labels_are_refused_in_one_line() -> None:
-    model, _ = stump_case([(1, 0, 0.3), (2, 1, 0.8)], [0, 1], None, "NONE")
+@pytest.mark.parametrize("votes, labels, base", [
+    ([(1, 1, 0.3), (2, 1, 0.8)], ["no", "yes"], None),
+    ([(1, 1, -0.3), (2, 1, 0.8)], ["no", "yes"], None),
+    ([(1, 0, 0.7), (1, 1, -0.3), (2, 0, 0.2), (2, 1, 0.8)], ["b", "a"], None),
+    ([(1, 0, 0.3), (2, 2, 0.8), (1, 1, 0.5)], ["x", "y", "z"], [0.0, 0.1, 0.2])])
+def test_string_labels_match_onnxruntime(votes, labels: list[str], base) -> None:
+    """classlabels_strings: the label's index computed, the strings given back by the runner (lists.Labels)."""
+    model, feeds = stump_case(votes, list(range(len(labels))), base, "NONE")
     node = model.graph.node[0]
     (attr,) = [a for a in node.attribute if a.name == "classlabels_int64s"]
     node.attribute.remove(attr)
-    node.attribute.append(helper.make_attribute("classlabels_strings", ["no", "yes"]))
+    node.attribute.append(helper.make_attribute("classlabels_strings", labels))
     model.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.STRING
-    with pytest.raises(opc.OpcError, match=r"strings.*opc has no string tensors") as err:
-        opc.import_onnx(model)
-    assert "\n" not in str(err.value)
+    got, want = opc.load_onnx(model)(*feeds.values()), run_ort(model, feeds)
+    assert got[0].dtype == want[0].dtype == object
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+    assert len(set(want[0].tolist())) >= 2
 
 
 def test_probit_is_refused_in_one_line() -> None:

@@ -280,17 +280,6 @@ def test_results_sizes_are_not_known_before_the_call(m):
         result_shapes(m.nz_f32.sig, [(3, 4)])
 
 
-def test_the_cuda_target_refuses_in_one_line():
-    from opc.api import prepare
-    from opc.frontend import load_module
-
-    src = (HERE / "data_sizes.mlir").read_text()
-    with pytest.raises(UnsupportedError, match=r"^opc.nonzero cannot run on target 'cuda' yet: its output size "
-                                               r"depends on the data .*\(in @nz_f32\)$") as err:
-        prepare(load_module(src), "cuda", False)
-    assert "\n" not in str(err.value)
-
-
 BRANCHES = """
 func.func @f(%x: tensor<6xf32>, %flag: tensor<i1>) -> tensor<f32> {
   %p = tensor.extract %flag[] : tensor<i1>

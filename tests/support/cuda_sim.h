@@ -114,15 +114,16 @@ static void opc_sim_launch(unsigned blocks, unsigned threads, const std::functio
 }
 
 typedef int cudaError_t;
-enum { cudaSuccess = 0 };
+enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDefault };
 static inline cudaError_t cudaMalloc(void **p, size_t n) {
     *p = malloc(n ? n : 1);
-    if (*p == NULL) return 2;
+    if (*p == NULL) return cudaErrorMemoryAllocation;
     memset(*p, 0xff, n);
     return cudaSuccess;
 }
 static inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+static inline cudaError_t cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind) {
     memcpy(dst, src, n);
     return cudaSuccess;

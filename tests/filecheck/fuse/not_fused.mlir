@@ -35,6 +35,16 @@ func.func @one_row_addend_two_rows(%x: tensor<2x16xf32>, %w: tensor<16x32xf32>, 
   func.return %z : tensor<2x32xf32>
 }
 
+// A scalar addend (ONNX Gemm's C of shape []) is no [N] bias.
+// CHECK-LABEL: func.func @scalar_addend(
+// CHECK-NEXT:    %mm = opc.matmul %x, %w
+// CHECK-NEXT:    %z = opc.add %mm, %b
+func.func @scalar_addend(%x: tensor<2x16xf32>, %w: tensor<16x32xf32>, %b: tensor<f32>) -> tensor<2x32xf32> {
+  %mm = opc.matmul %x, %w : (tensor<2x16xf32>, tensor<16x32xf32>) -> tensor<2x32xf32>
+  %z = opc.add %mm, %b : (tensor<2x32xf32>, tensor<f32>) -> tensor<2x32xf32>
+  func.return %z : tensor<2x32xf32>
+}
+
 // The matmul result is used elsewhere too: fusing would compute the GEMM twice.
 // CHECK-LABEL: func.func @matmul_used_twice(
 // CHECK-NEXT:    %mm = opc.matmul %x, %w
