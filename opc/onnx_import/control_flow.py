@@ -11,25 +11,24 @@ their bodies imported inline where everything is known at compile time.
           condition and the loop-carried values. Scan outputs: each iteration writes its row of a
           buffer of M rows (tensor.insert_slice), cut after an scf.while to the rows it ran (M and
           the rows sizes read from tensors at run time: opc/dialects/sizes.py's value sizes).
-          Unrolled (the iteration number a constant in the body, the counts bound at compile time)
-          only where a loop carries sequences, or its body needs numbers known at compile time
-          (a slice by the iteration number whose size is a difference of values);
+          A slice by the iteration number (x[i:i+c], tensor.py's slice_by_values) has a static size.
+          A Loop carrying sequences (growing_loop): an scf.for where its body appends to them, the
+          appended tensors stacked as scan outputs are (padded where their sizes are read from
+          values, x[:i+1]); its counts are needed at compile time;
     Scan  an `scf.for` over the sequence (static or a run-time size), the body imported once: each
           step reads its slices of the scan inputs (tensor.extract_slice at the loop index) and
           writes its scan outputs' elements into the stacked results (tensor.insert_slice, one
           buffer each). Opset 8's batched Scan: an scf.for over the batch around that loop, each
           element's trip count its sequence_lens.
 
-Unrolling (a Loop's counts known at compile time) keeps gradients through every step (the
-autodiff sees plain ops) at the cost of code size linear in the trip count, so it is capped.
-Sequences and optionals (lists.py) pass through branches and loop state as
-they are: a sequence carried by a Loop may grow by one tensor per step.
+Sequences and optionals (lists.py) pass through branches as they are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.dialects import arith, scf, tensor
@@ -40,13 +39,10 @@ from opc.dialects import opc as o
 from opc.dialects import slices
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import DYNAMIC
-from opc.errors import OpcError
 from opc.onnx_import.common import Value, Values
-from opc.onnx_import.graph import Node, NodeEmitter, converter
-from opc.onnx_import.lists import Item, Items, Opt, Seq, is_list
+from opc.onnx_import.graph import BY_NUMPY, Node, NodeEmitter, converter
+from opc.onnx_import.lists import Appended, Item, Items, Opt, Seq, is_list
 from opc.symbolic import Size, Sym
-
-MAX_UNROLL = 4096  # body copies one node may unroll into
 
 
 def import_body(node: Node, attr: str, bindings: Sequence[Item]) -> Items:
@@ -74,31 +70,7 @@ def type_of(v: Item) -> tuple:
         return ("optional", None if v.item is None else type_of(v.item))
     if isinstance(v, SSAValue):
         return (str(element_of(v)), shape_of(v))
-    return (str(np.asarray(v).dtype), np.shape(v))
-
-
-def stack(node: Node, parts: Sequence[Value], axis: int) -> Value:
-    """np.stack for values that may be known at run time only."""
-    if all(not isinstance(p, SSAValue) for p in parts):
-        return np.stack([np.asarray(p) for p in parts], axis=axis)
-    pieces = []
-    for p in parts:
-        v = as_value(node, p)
-        shape = list(shape_of(v))
-        pieces.append(node.e.reshape(v, shape[:axis] + [1] + shape[axis:]))
-    return pieces[0] if len(pieces) == 1 else node.e.value(o.ConcatOp(pieces, axis))
-
-
-def compile_time_bool(node: Node, v: Value, what: str) -> bool:
-    if isinstance(v, SSAValue):
-        raise node.fail(f"{what} is known only at run time: opc unrolls loops whose "
-                        "trip count and condition are known at compile time")
-    return bool(np.asarray(v).reshape(-1)[0])
-
-
-def check_trips(node: Node, trips: int) -> None:
-    if trips > MAX_UNROLL:
-        raise node.fail(f"{trips} iterations: opc unrolls loops of at most {MAX_UNROLL}")
+    return (str(BY_NUMPY[np.asarray(v).dtype]), np.shape(v))  # as the constant it becomes
 
 
 # ---------------------------------------------------------------------------
@@ -165,47 +137,48 @@ def if_(node: Node) -> Items:
         taken = "then_branch" if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else "else_branch"
         return import_body(node, taken, [])
     branches = [in_region(node, [], lambda _, b=b: import_body(node, b, [])) for b in ("then_branch", "else_branch")]
-    if not any(is_list(v) for _, out in branches for v in out):
+    (_, then_out), (_, else_out) = branches
+    if all(type_of(a) == type_of(b) for a, b in zip(then_out, else_out)):
         return if_at_run_time(node, branches)
-    then_out = import_body(node, "then_branch", [])
-    else_out = import_body(node, "else_branch", [])
-    cond = node.input(0)
-    if list(shape_of(cond)) != [] and shape_of(cond) != (1,):
-        raise node.fail("the condition must hold one element")
-    if any(type_of(a) != type_of(b) and (is_list(a) or is_list(b)) for a, b in zip(then_out, else_out)):
+    if any(is_list(v) for v in [*then_out, *else_out]):
         # sequences of two lengths, an optional empty in one branch only: the outputs' layout depends on the
         # condition, so it is needed at compile time (bound by value where it is a graph input, as a shape is)
-        return then_out if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else else_out
-    out = []
-    for i, (a, b) in enumerate(zip(then_out, else_out)):
-        if type_of(a) != type_of(b):
-            raise node.fail(f"output {i} is {type_of(a)} in then_branch and {type_of(b)} in else_branch: "
-                            "with a condition known only at run time, opc needs both of one type "
-                            "(sequences of one length, optionals both empty or both full)")
-        out.append(select(node, node.e.reshape(cond, []), a, b))
-    return out
+        taken = "then_branch" if bool(np.asarray(node.const(0, "condition")).reshape(-1)[0]) else "else_branch"
+        return import_body(node, taken, [])
+    i, a, b = next((i, a, b) for i, (a, b) in enumerate(zip(then_out, else_out)) if type_of(a) != type_of(b))
+    raise node.fail(f"output {i} is {type_of(a)} in then_branch and {type_of(b)} in else_branch: "
+                    "with a condition known only at run time, opc needs both of one type")
 
 
 def if_at_run_time(node: Node, branches: list[tuple[Block, Items]]) -> Items:
-    """An scf.if on the condition, each branch its region: only the branch taken runs."""
-    values = [yield_values(node, block, out) for block, out in branches]
-    for i, (a, b) in enumerate(zip(*values)):
-        if a.type != b.type:
-            raise node.fail(f"output {i} is {type_of(a)} in then_branch and {type_of(b)} in else_branch: "
-                            "with a condition known only at run time, opc needs both of one type")
+    """An scf.if on the condition, each branch its region: only the branch taken runs. Sequences and
+    optionals (of one layout in both branches) go through it as their tensors, regrouped after."""
+    for block, out in branches:
+        yield_values(node, block, [x for v in out for x in leaves(v)])
     cond = scalar_of(node, node.input(0), "condition")
-    op = scf.IfOp(cond, [v.type for v in values[0]], Region(branches[0][0]), Region(branches[1][0]))
+    types = [v.type for v in branches[0][0].last_op.operands]
+    op = scf.IfOp(cond, types, Region(branches[0][0]), Region(branches[1][0]))
     node.e.emit(op)
-    return list(op.results)
+    results = iter(op.results)
+    return [rebuilt(v, results) for v in branches[0][1]]
 
 
-def select(node: Node, c: SSAValue, a: Item, b: Item) -> Item:
-    """a where c else b, tensor by tensor through sequences and optionals of one type."""
-    if isinstance(a, Seq) and isinstance(b, Seq):
-        return Seq(tuple(select(node, c, x, y) for x, y in zip(a.items, b.items)))
-    if isinstance(a, Opt) and isinstance(b, Opt):
-        return Opt(None if a.item is None or b.item is None else select(node, c, a.item, b.item))
-    return node.e.select(c, as_value(node, a), as_value(node, b))  # type: ignore[arg-type]
+def leaves(v: Item) -> list[Value]:
+    """The tensors of an item in order: a sequence's items', an optional's if it holds one."""
+    if isinstance(v, Seq):
+        return [x for item in v.items for x in leaves(item)]
+    if isinstance(v, Opt):
+        return [] if v.item is None else leaves(v.item)
+    return [v]
+
+
+def rebuilt(like: Item, values: Iterator[SSAValue]) -> Item:
+    """`like`'s layout over the next of `values` (leaves' inverse)."""
+    if isinstance(like, Seq):
+        return Seq(tuple(rebuilt(x, values) for x in like.items))
+    if isinstance(like, Opt):
+        return Opt(None if like.item is None else rebuilt(like.item, values))
+    return next(values)
 
 
 # ---------------------------------------------------------------------------
@@ -215,20 +188,36 @@ def select(node: Node, c: SSAValue, a: Item, b: Item) -> Item:
 
 @converter("Loop", since=1)
 def loop(node: Node) -> Items:
-    counts_known = (not node.has(0) or node.known(0)) and (not node.has(1) or node.known(1))
     state: Items = [operand(node, k + 2) for k in range(len(node.proto.input) - 2)]
     n_scan = len(node.attr("body").output) - 1 - len(state)
-    if not any(is_list(v) for v in state):
-        values = [as_value(node, v) for v in state]  # type: ignore[arg-type]
-        try:
-            looped = counted_loop(node, values) if node.has(0) else None
-        except OpcError:  # a body opc imports only for numbers known at compile time (a slice by the
-            looped = None  # iteration number whose size is a difference of values): unrolled below
-        if looped is not None:
-            return looped
-        if not counts_known and (n_scan == 0 or node.has(0)):
-            return loop_at_run_time(node, values, n_scan)
-    return unrolled_loop(node)
+    if any(is_list(v) for v in state):
+        return growing_loop(node, state)
+    values = [as_value(node, v) for v in state]  # type: ignore[arg-type]
+    looped = counted_loop(node, values) if node.has(0) else None
+    return looped if looped is not None else loop_at_run_time(node, values, n_scan)
+
+
+def growing_loop(node: Node, state: Items) -> Items:
+    """A Loop that carries sequences (or optionals holding one), each growing by the tensors its body
+    appends: an scf.for (counted_loop) whose appended tensors are stacked as scan outputs are
+    (padded where their sizes change per iteration, x[:i+1]), the sequences after it their tensors
+    from before the loop, then each iteration's rows. Its trip count and condition are needed at
+    compile time (bound by value where graph inputs give them), and its body must keep the
+    condition true: opc's sequences have lengths known at compile time."""
+    if any(is_list(v) and not isinstance(v.item if isinstance(v, Opt) else v, Seq) for v in state):
+        raise node.fail("it carries an optional that holds no sequence, or classifier maps or labels: opc's "
+                        "loops carry tensors, and sequences (or optionals holding one) their bodies append to")
+    if not node.has(0):
+        raise node.fail("it carries a sequence and has no trip count M: opc's sequences have lengths known "
+                        "at compile time")
+    m = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0])
+    go = not node.has(1) or bool(np.asarray(node.const(1, "condition")).reshape(-1)[0])
+    looped = counted_loop(node, state, max(m, 0) if go else 0)
+    if looped is None:
+        raise node.fail("it carries a sequence, and its body may turn the condition false, changes the type "
+                        "of a tensor it carries, or gives back a sequence other than the one it carries with "
+                        "tensors appended: opc's sequences have lengths known at compile time")
+    return looped
 
 
 def trip_count(node: Node) -> int | SSAValue:
@@ -245,41 +234,190 @@ def trip_count(node: Node) -> int | SSAValue:
     return e.value(arith.SelectOp(go, m if isinstance(m, SSAValue) else index(e, m), index(e, 0)))
 
 
-def counted_loop(node: Node, state: list[SSAValue]) -> Items | None:
+def counted_loop(node: Node, state: Items, trips: int | SSAValue | None = None) -> Items | None:
     """A Loop whose body never turns its condition false (gives it back true, as a constant or passed
     through) runs max(M, 0) times, or none where the condition enters false: one scf.for, its body
     imported once. Each iteration writes its scan outputs' elements at row i of their stacked results
-    (tensor.insert_slice into a buffer of M rows, updated in place). None where the body may stop the
-    loop early, or changes the state's type."""
+    (tensor.insert_slice into a buffer of M rows, updated in place), and so the tensors it appends to
+    a sequence it carries (the body sees it as Appended: its own tensors only). None where the body
+    may stop the loop early, or changes the state's type. `trips`: the count where the caller knows it."""
     e = node.e
     counter = TensorType(i64, [])
-    types = [v.type for v in state]
+    tensors = [v for v in state if isinstance(v, SSAValue)]
+    types = [v.type for v in tensors]
 
     def build(args: Sequence[SSAValue]) -> Items:
         if e.tracker is not None:
-            e.tracker.sizes.carry(state, args[1:])
+            e.tracker.sizes.carry(tensors, args[1:])
         i = e.value(tensor.FromElementsOp.build(operands=[[e.value(arith.IndexCastOp(args[0], i64))]],
                                                 result_types=[counter]))
-        return import_body(node, "body", [i, np.array(True), *args[1:]])
+        carried = iter(args[1:])
+        return import_body(node, "body", [i, np.array(True), *(as_appended(v) if is_list(v) else next(carried)
+                                                               for v in state)])
 
-    trips = trip_count(node)
-    block, out = in_region(node, [IndexType(), *types], build)
-    if isinstance(out[0], SSAValue) or not bool(np.asarray(out[0]).reshape(-1)[0]) or any(is_list(v) for v in out):
+    trips = trip_count(node) if trips is None else trips
+    with sequences_stacked(node):
+        block, out = in_region(node, [IndexType(), *types], build)
+    if isinstance(out[0], SSAValue) or not bool(np.asarray(out[0]).reshape(-1)[0]):
         return None
-    values = values_in(node, block, out[1:])
-    new_state, elems = values[:len(state)], values[len(state):]
+    new, scans = out[1:1 + len(state)], out[1 + len(state):]
+    if not all(growing(w) is not None if is_list(v) else not is_list(w) for v, w in zip(state, new)) \
+            or any(is_list(v) for v in scans):
+        return None
+    appended = [list(growing(w).items) for w in new if is_list(w)]  # type: ignore[union-attr]
+    values = values_in(node, block, [*(w for w in new if not is_list(w)), *(x for a in appended for x in a), *scans])
+    new_state, elems = values[:len(tensors)], values[len(tensors):]
     if [v.type for v in new_state] != types:
         return None
-    inits = [zeros(e, [trips, *shape_of(v)], element_of(v)) for v in elems]
-    if trips == 0:  # no iteration: the state as it entered, the stacks empty
-        return [*state, *inits]
-    bufs = stacking_args(e, block, inits)
-    with emitting_into(e, block):
-        stacked = [write_slot(e, v, buf, block.args[0]) for v, buf in zip(elems, bufs)]
-    block.add_op(scf.YieldOp(*new_state, *stacked))
-    bound = trips if isinstance(trips, SSAValue) else index(e, trips)
-    loop = e.emit(scf.ForOp(index(e, 0), bound, index(e, 1), [*state, *inits], Region(block)))
-    return list(loop.results)
+    n_appended = sum(len(a) for a in appended)
+    ragged = [ragged_dims(node, v) for v in elems[:n_appended]]
+    for k, v in enumerate(elems[n_appended:]):
+        if ragged_dims(node, v):
+            raise node.fail(f"scan output {k} has a size the body computes from values: ONNX stacks scan outputs "
+                            "of one shape, which opc must know before the loop")
+    with emitting_into(e, block):  # each ragged tensor's sizes, stacked as a scan output of int64 is
+        sizes = [dims_of(e, v, r) for v, r in zip(elems, ragged) if r]
+    elems += sizes
+    inits = [zeros(e, [trips, *padded_shape(node, v)], element_of(v)) for v in elems]
+    results = [*tensors, *inits]
+    if trips != 0:  # else no iteration: the state as it entered, the stacks empty
+        bufs = stacking_args(e, block, inits)
+        with emitting_into(e, block):
+            stacked = [write_slot(e, v, buf, block.args[0]) for v, buf in zip(elems, bufs)]
+        block.add_op(scf.YieldOp(*new_state, *stacked))
+        bound = trips if isinstance(trips, SSAValue) else index(e, trips)
+        results = list(e.emit(scf.ForOp(index(e, 0), bound, index(e, 1), [*tensors, *inits], Region(block))).results)
+    n, n_scans = len(tensors), len(elems) - n_appended - len(sizes)
+    stacks, scan_results = results[n:n + n_appended], results[n + n_appended:n + n_appended + n_scans]
+    size_stacks = iter(results[n + n_appended + n_scans:])
+    rows = [Rows(b, r, next(size_stacks) if r else None) for b, r in zip(stacks, ragged)]
+    return regrown(node, state, new, results[:n], rows, [len(a) for a in appended], scan_results, trips)
+
+
+def as_appended(v: Item) -> Item:
+    """A sequence a loop carries as its body sees it (Appended), in the optional that holds it."""
+    return Opt(Appended()) if isinstance(v, Opt) else Appended()
+
+
+def growing(w: Item) -> Appended | None:
+    """The Appended a body gives back, alone or in an optional; None for anything else."""
+    inner = w.item if isinstance(w, Opt) else w
+    return inner if isinstance(inner, Appended) else None
+
+
+def ragged_dims(node: Node, v: SSAValue) -> list[int]:
+    """The dims of a tensor a loop body appends to a sequence whose sizes it computes from values
+    (x[:i+1]: each iteration's own), which its stacked buffer holds padded to their bounds."""
+    if node.e.tracker is None:
+        return []
+    s = node.e.tracker.sizes
+    return [d for d, n in enumerate(shape_of(v)) if isinstance(n, Sym) and s.data_symbols(n)]
+
+
+def padded_shape(node: Node, v: SSAValue) -> list[Size]:
+    """v's shape, each size computed from values replaced by its bound (known before the loop)."""
+    out: list[Size] = []
+    for d, n in enumerate(shape_of(v)):
+        if isinstance(n, Sym) and node.e.tracker is not None and node.e.tracker.sizes.data_symbols(n):
+            bound = node.e.tracker.sizes.upper_bound(n)
+            if not isinstance(bound, int):
+                raise node.fail(f"dim {d} of a tensor its body appends to a sequence has a size computed from "
+                                f"values ({n}) with no bound known before the loop: opc stacks such tensors padded")
+            n = bound
+        out.append(n)
+    return out
+
+
+def dims_of(e: NodeEmitter, v: SSAValue, dims: Sequence[int]) -> SSAValue:
+    """v's sizes along dims as an int64 tensor (read inside the body that computes them)."""
+    shape = shape_of(v)
+    sizes = [e.value(arith.IndexCastOp(size_index(e, shape[d]), i64)) for d in dims]
+    return e.value(tensor.FromElementsOp.build(operands=[sizes], result_types=[TensorType(i64, [len(dims)])]))
+
+
+@dataclass
+class Rows:
+    """The stacked buffer of one tensor a loop appends per iteration; for a ragged one (padded), the
+    dims whose sizes each iteration computes and the stacked int64 tensor of those sizes."""
+
+    buf: SSAValue
+    ragged: list[int]
+    sizes: SSAValue | None
+
+    def row(self, e: NodeEmitter, t: int) -> SSAValue:
+        if self.sizes is None:
+            return slice_at(e, self.buf, 0, index(e, t))
+        shape = list(shape_of(self.buf))[1:]
+        sizes: list[int | SSAValue] = list(shape)
+        for k, d in enumerate(self.ragged):
+            n = e.value(tensor.ExtractOp(self.sizes, [index(e, t), index(e, k)], i64))
+            sizes[d] = e.value(arith.IndexCastOp(n, IndexType()))
+        t_type = o.tensor([DYNAMIC if d in self.ragged else n for d, n in enumerate(shape)], element_of(self.buf))
+        return e.value(slices.extract_slice(self.buf, [index(e, t), *[0] * len(shape)], [1, *sizes],
+                                            [1] * (1 + len(shape)), t_type))
+
+
+@contextmanager
+def sequences_stacked(node: Node) -> Iterator[None]:
+    """While a Loop's body imports, the sequences its SequenceAt nodes read (tensors of one type,
+    from outside the body) stacked once before the loop, not per iteration (sequence.at_run_time)."""
+    stacked = node.importer.stacked
+    added = []
+    for n in node.attr("body").node:
+        seq = node.importer.lists.get(n.input[0]) if n.op_type == "SequenceAt" else None
+        if isinstance(seq, Seq) and not isinstance(seq, Appended) and stackable(seq) and id(seq) not in stacked:
+            stacked[id(seq)] = (seq, stacked_rows(node, seq))
+            added.append(id(seq))
+    try:
+        yield
+    finally:
+        for k in added:
+            del stacked[k]
+
+
+def stackable(seq: Seq) -> bool:
+    """The tensors of seq (some) are of one element type and rank, their shapes static."""
+    types = {(t[0], len(t[1])) for t in map(type_of, seq.items)}
+    return len(types) == 1 and all(isinstance(d, int) for v in seq.items for d in type_of(v)[1])
+
+
+def padded_shape_of(seq: Seq) -> list[int]:
+    """The shape each tensor of a stackable sequence is padded to: per dim the largest."""
+    return [max(dims) for dims in zip(*(type_of(v)[1] for v in seq.items))]
+
+
+def stacked_rows(node: Node, seq: Seq) -> SSAValue:
+    """A stackable sequence's tensors stacked along a new axis 0, each padded with zeros to the
+    largest size per dim where their shapes differ (sequence.at_run_time reads each one's own)."""
+    e = node.e
+    values = [as_value(node, x) for x in seq.items]
+    if len({shape_of(v) for v in values}) > 1:
+        buf = zeros(e, [len(values), *padded_shape_of(seq)], element_of(values[0]))
+        for k, v in enumerate(values):
+            buf = write_slot(e, v, buf, index(e, k))
+        return buf
+    rows = [e.reshape(v, [1, *shape_of(v)]) for v in values]
+    return rows[0] if len(rows) == 1 else e.value(o.ConcatOp(rows, 0))
+
+
+def regrown(node: Node, state: Items, new: Items, carried: Sequence[SSAValue], rows: Sequence[Rows],
+            counts: Sequence[int], scans: Sequence[SSAValue], trips: int | SSAValue) -> Items:
+    """A counted loop's outputs: the tensors it carries, each sequence its tensors from before the loop
+    then per iteration the rows it appended (`counts` per iteration, each of its stacked buffer), and
+    the scan outputs."""
+    tensors, stacks, count = iter(carried), iter(rows), iter(counts)
+    out: Items = []
+    for v, w in zip(state, new):
+        if is_list(v):
+            mine = [next(stacks) for _ in range(next(count))]
+            assert isinstance(trips, int), "a loop growing a sequence has its trip count at compile time"
+            before = v.item if isinstance(v, Opt) else v
+            assert isinstance(before, Seq)
+            seq = Seq((*before.items, *(r.row(node.e, t) for t in range(trips) for r in mine)))
+            out.append(v if trips == 0 else Opt(seq) if isinstance(w, Opt) else seq)  # none ran: as it entered
+        else:
+            out.append(next(tensors))
+    return [*out, *scans]
 
 
 def loop_at_run_time(node: Node, state: list[SSAValue], n_scan: int = 0) -> Items:
@@ -306,7 +444,8 @@ def loop_at_run_time(node: Node, state: list[SSAValue], n_scan: int = 0) -> Item
         cond = as_value(node, out[0])  # type: ignore[arg-type]
         return [nxt, e.reshape(cond, []), *out[1:]]
 
-    after, out = in_region(node, types, step, inits)
+    with sequences_stacked(node):
+        after, out = in_region(node, types, step, inits)
     values = values_in(node, after, out)
     for k, (v, t) in enumerate(zip(values[2:len(types)], types[2:])):
         if v.type != t:
@@ -358,32 +497,6 @@ def ran_rows(e: NodeEmitter, buf: SSAValue, n: SSAValue) -> SSAValue:
     sizes: list[int | SSAValue] = [n, *(d if isinstance(d, int) else size_index(e, d) for d in shape[1:])]
     t = o.tensor([DYNAMIC, *shape[1:]], element_of(buf))
     return e.value(slices.extract_slice(buf, [0] * len(shape), sizes, [1] * len(shape), t))
-
-
-def unrolled_loop(node: Node) -> Items:
-    trips = int(np.asarray(node.const(0, "trip count")).reshape(-1)[0]) if node.has(0) else None
-    cond: Value = node.const(1, "condition") if node.has(1) else np.array(True)
-    if trips is None:
-        trips = MAX_UNROLL + 1  # bounded by the condition alone: it must turn false in time
-    state: Items = [operand(node, k + 2) for k in range(len(node.proto.input) - 2)]
-    n_state = len(state)
-    scans: list[Items] = []
-    i = 0
-    while i < trips and compile_time_bool(node, cond, "the loop condition"):
-        if i >= MAX_UNROLL:
-            check_trips(node, i + 1)
-        out = import_body(node, "body", [np.array(i, np.int64), np.asarray(cond, np.bool_), *state])
-        cond, state, scan = out[0], list(out[1:1 + n_state]), out[1 + n_state:]
-        scans.append(scan)
-        i += 1
-    if not scans and len(node.attr("body").output) > 1 + n_state:
-        raise node.fail("the loop runs no iteration: its scan outputs would have no elements")
-    outputs = list(state)
-    for k in range(len(node.attr("body").output) - 1 - n_state):
-        if any(is_list(s[k]) for s in scans):
-            raise node.fail(f"scan output {k} is a sequence or optional: ONNX stacks tensors only")
-        outputs.append(stack(node, [s[k] for s in scans], 0))
-    return outputs
 
 
 # ---------------------------------------------------------------------------

@@ -839,6 +839,9 @@ class GraphImporter:
         self.shapes = dict(shapes or {})
         self.values: dict[str, SSAValue] = {}
         self.lists: dict[str, Seq | Opt | Maps | Labels] = {}  # sequences, optionals and the like (lists.py)
+        # id -> (a sequence, its tensors stacked) before a Loop whose body reads it by the iteration number
+        self.stacked: dict[int, tuple[Seq, SSAValue]] = {}
+        self.graph_inputs = {vi.name for vi in self.graph.input}  # a Slice bound among them is bound by value
         self.constants: dict[str, np.ndarray] = {}
         self.materialized: dict[str, SSAValue] = {}
         self.param_values: dict[str, np.ndarray] = {}  # ONNX name -> weight, for compile-time use

@@ -38,6 +38,13 @@ class Seq:
 
 
 @dataclass(frozen=True)
+class Appended(Seq):
+    """A sequence a Loop carries, as its body sees it: the tensors it held before this iteration live
+    in the loop's stacked buffers, known only at run time, so the body may only append to it
+    (SequenceInsert at the back); `items` are the tensors this iteration appended."""
+
+
+@dataclass(frozen=True)
 class Opt:
     """An optional value at import: None (empty), a tensor or a Seq."""
 

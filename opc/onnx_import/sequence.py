@@ -3,28 +3,41 @@
 A sequence is a Python list of tensors whose length is known at compile time,
 an optional 0 or 1 value, so these ops only move SSA values around: positions
 must be known at compile time (a graph input that gives one is bound by value,
-as a shape is), SequenceLength and OptionalHasElement are constants, and
-ConcatFromSequence / SplitToSequence become one `concat` / a few `slice`s.
-Gradients flow through them unchanged. SequenceMap's body is imported once per
-element, as a Loop's is.
+as a shape is), but SequenceAt's in a Loop body reading element i (the tensors,
+of one element type and rank, stacked before the loop, padded where their shapes
+differ; the row and its shape read at run time);
+SequenceLength and OptionalHasElement are constants, and ConcatFromSequence /
+SplitToSequence become one `concat` / a few `slice`s. Gradients flow through
+them unchanged. SequenceMap's body is imported once per element. A sequence a
+Loop carries is, in its body, one the body appends to (lists.Appended: the
+loop stacks what each iteration appends, control_flow.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from xdsl.dialects import arith
+from xdsl.dialects import tensor as xtensor
+from xdsl.dialects.builtin import IndexType, IntegerAttr, i64
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.dialects.kinds import shape_of
-from opc.onnx_import.control_flow import as_value, import_body
+from opc.dialects import slices
+from opc.dialects.kinds import element_of, shape_of
+from opc.onnx_import.control_flow import as_value, import_body, slice_at, stackable, stacked_rows
 from opc.onnx_import.graph import Node, converter
-from opc.onnx_import.lists import Item, Items, Opt, Seq, Value
+from opc.onnx_import.lists import Appended, Item, Items, Opt, Seq, Value
 
 
-def sequence(node: Node, i: int) -> Seq:
+def sequence(node: Node, i: int, appending: bool = False) -> Seq:
+    """Input i, a sequence; one a Loop carries (Appended) only where the node appends to it."""
     v = node.item(i)
     if not isinstance(v, Seq):
         raise node.fail(f"input {i} ('{node.proto.input[i]}') is not a sequence")
+    if isinstance(v, Appended) and not appending:
+        raise node.fail(f"input {i} ('{node.proto.input[i]}') is a sequence the Loop carries: opc keeps its "
+                        "tensors in the loop's stacked buffers, so its body may only append to it "
+                        "(SequenceInsert at the back)")
     return v
 
 
@@ -54,15 +67,53 @@ def tensor(node: Node, i: int) -> Value:
 @converter("SequenceAt", since=11)
 def sequence_at(node: Node) -> Items:
     seq = sequence(node, 0)
+    if node.has(1) and not node.known(1) and node.proto.input[1] not in node.importer.graph_inputs \
+            and seq.items and stackable(seq):  # (a graph input is bound by value, as positions are)
+        return [at_run_time(node, seq)]
     return [seq.items[position(node, 1, len(seq.items), 0, allow_end=False)]]
+
+
+def at_run_time(node: Node, seq: Seq) -> SSAValue:
+    """The tensor at a position known at run time only (a Loop's iteration number) of a sequence of
+    tensors of one element type and rank: the tensors stacked (before the loop where a Loop's body
+    reads them: control_flow.sequences_stacked), the row at the position read as a view (negative:
+    from the end; out of range: the slice's ValueError at the call). Where their shapes differ, the
+    stack is padded and the row cut to the tensor's own shape, read from a table of the shapes
+    (sizes read from values, at most the padded ones)."""
+    e = node.e
+    given = node.importer.stacked.get(id(seq))
+    stacked = given[1] if given is not None and given[0] is seq else stacked_rows(node, seq)
+    n_rows = len(seq.items)
+    p = e.value(arith.IndexCastOp(e.value(xtensor.ExtractOp(e.reshape(node.input(1), []), [],
+                                                            element_of(node.input(1)))), IndexType()))
+    zero, n = (e.value(arith.ConstantOp(IntegerAttr(k, IndexType()))) for k in (0, n_rows))
+    from_end = e.value(arith.AddiOp(p, n))
+    p = e.value(arith.SelectOp(e.value(arith.CmpiOp(p, zero, "slt")), from_end, p))
+    shapes = np.array([dims(v) for v in seq.items], np.int64).reshape(n_rows, -1)
+    varying = [d for d in range(shapes.shape[1]) if len(set(shapes[:, d])) > 1]
+    if not varying:
+        return slice_at(e, stacked, 0, p)
+    table = e.constant(shapes[:, varying])
+    padded = list(shape_of(stacked))[1:]
+    sizes: list[int | SSAValue] = list(padded)
+    for k, d in enumerate(varying):
+        at = e.value(arith.ConstantOp(IntegerAttr(k, IndexType())))
+        n_d = e.value(arith.IndexCastOp(e.value(xtensor.ExtractOp(table, [p, at], i64)), IndexType()))
+        if e.tracker is not None:  # at most the padded size: what a loop stacking it pads it to
+            s = e.tracker.sizes
+            s.scalars[n_d] = s.fresh_data(n_d.owner, padded[d], "a size of a sequence's tensor")  # type: ignore[arg-type]
+        sizes[d] = n_d
+    result = o.tensor([o.DYNAMIC if d in varying else n for d, n in enumerate(padded)], element_of(stacked))
+    return e.value(slices.extract_slice(stacked, [p, *[0] * len(padded)], [1, *sizes], [1] * (1 + len(padded)),
+                                        result))
 
 
 @converter("SequenceInsert", since=11)
 def sequence_insert(node: Node) -> Items:
-    seq = sequence(node, 0)
+    seq = sequence(node, 0, appending=not node.has(2))
     items = list(seq.items)
     items.insert(position(node, 2, len(items), len(items), allow_end=True), tensor(node, 1))
-    return [Seq(tuple(items))]
+    return [type(seq)(tuple(items))]
 
 
 @converter("SequenceErase", since=11)
@@ -160,7 +211,7 @@ def split_to_sequence(node: Node) -> Items:
 
 @converter("SequenceMap", since=17)
 def sequence_map(node: Node) -> Items:
-    inputs = [node.item(i) for i in range(node.n_inputs)]
+    inputs = [sequence(node, i) if isinstance(node.item(i), Seq) else node.item(i) for i in range(node.n_inputs)]
     lengths = {len(v.items) for v in inputs if isinstance(v, Seq)}
     if not isinstance(inputs[0], Seq):
         raise node.fail("input 0 is not a sequence")

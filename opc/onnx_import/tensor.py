@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from xdsl.dialects import arith, tensor
-from xdsl.dialects.builtin import Float64Type, IndexType, f64, i64
+from xdsl.dialects.builtin import Float64Type, IndexType, IntegerAttr, f64, i32, i64
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
@@ -176,6 +176,10 @@ def slice_bounds(dim: int, start: int, end: int) -> tuple[int, int]:
 
 @converter("Slice")
 def slice_(node: Node) -> Values:
+    if not (node.known(1) and node.known(2)):
+        sliced = slice_by_values(node)
+        if sliced is not None:
+            return [sliced]
     src = node.shape(0)
     rank = len(src)
     starts = node.const(1, "starts").reshape(-1).tolist()
@@ -210,6 +214,141 @@ def slice_(node: Node) -> Values:
     for a, picked in backwards.items():
         x = node.e.value(o.GatherOp(x, node.e.constant(np.array(picked, np.int64)), a))
     return [x]
+
+
+def slice_by_values(node: Node) -> SSAValue | None:
+    """A Slice whose starts or ends are known at run time only, where each axis's end - start is a
+    number known at compile time (`x[i:i+1]` by a loop's iteration number): one
+    tensor.extract_slice of that static size at an offset read at run time, so a loop body slicing
+    by its iteration number is imported once. ONNX clamps a span past either end to fewer
+    elements, a size that would be known only at run time: there, the offset is made one the
+    slice's own check refuses (a ValueError at the call), never a shorter or wrong slice. None where
+    a span is not of that form (the starts and ends are then needed at compile time)."""
+    src = node.shape(0)
+    rank = len(src)
+    n = int(np.prod([int(d) for d in node.shape(1)]))
+    axes = node.const(3, "axes", np.arange(n)).reshape(-1).tolist()
+    steps = node.const(4, "steps", np.ones(n, np.int64)).reshape(-1).tolist()
+    e = node.e
+    offsets: list[int | SSAValue] = [0] * rank
+    sizes: list[int | SSAValue] = [d if isinstance(d, int) else e.size_operands([d])[0] for d in src]
+    shape: list[Size] = list(src)
+    forms = [(node.axis(int(a), rank), offset_form(node, 1, k), offset_form(node, 2, k))
+             for k, a in enumerate(axes)]
+    spans = not any(node.proto.input[i] in node.importer.graph_inputs for i in (1, 2))
+    if any(first is None or last is None or step != 1 or not isinstance(src[a], int)
+           or first[0] != last[0] and not spans for (a, first, last), step in zip(forms, steps)):
+        return None
+    for a, first, last in forms:
+        assert first is not None and last is not None and isinstance(src[a], int)
+        if first[0] != last[0]:  # a size read at run time
+            offsets[a], sizes[a] = value_span(node, first, last, src[a])
+            shape[a] = e.tracker.sizes.scalars[sizes[a]] if e.tracker is not None else src[a]
+            continue
+        if first[0] is None:  # both numbers after all (a constant the importer made)
+            b, end = slice_bounds(src[a], first[1], last[1])
+            offsets[a], shape[a] = b, max(end - b, 0)
+        else:
+            offsets[a], shape[a] = span_at(node, first[0], first[1], last[1] - first[1], src[a])
+        sizes[a] = shape[a]
+    return e.value(slices.extract_slice(node.input(0), offsets, sizes, [1] * rank,
+                                        o.tensor(shape,
+                                                 element_of(node.input(0)))))
+
+
+Base = tuple[SSAValue, int] | None  # a run-time value's element (value, flat position); None: the number 0
+
+
+def offset_form(node: Node, i: int, k: int) -> tuple[Base, int] | None:
+    """Element k of input i (a Slice's starts or ends) as base + c, c a number known at compile
+    time: through reshapes, broadcasts of one element, and adding or subtracting constants. None
+    for a run-time size (a Shape's)."""
+    if node.known(i):
+        v = node.const(i, "bound").reshape(-1)[k]
+        return None if isinstance(v, Sym) else (None, int(v))
+    return offset_of(node.input(i), k)
+
+
+def offset_of(v: SSAValue, k: int) -> tuple[Base, int]:
+    op = v.owner
+    if isinstance(op, o.ReshapeOp) and not op.sizes:  # row-major order kept
+        return offset_of(op.x, k)
+    if isinstance(op, o.BroadcastToOp) and not op.sizes and count(op.x) == 1:
+        return offset_of(op.x, 0)
+    if isinstance(op, arith.ConstantOp) and (values := int_constant(v)) is not None:
+        return None, int(values.reshape(-1)[k])
+    terms = ((op.lhs, op.rhs, 1), (op.rhs, op.lhs, 1)) if isinstance(op, o.AddOp) else \
+        ((op.lhs, op.rhs, -1),) if isinstance(op, o.SubOp) else ()
+    for x, c, sign in terms:
+        values = int_constant(c)
+        if values is not None and values.size in (1, count(v)) and count(x) in (1, count(v)):
+            base, off = offset_of(x, k if count(x) > 1 else 0)
+            return base, off + sign * int(values.reshape(-1)[k if values.size > 1 else 0])
+    return (v, k), 0
+
+
+def count(v: SSAValue) -> int:
+    return int(np.prod([int(d) for d in shape_of(v)]))
+
+
+def int_constant(v: SSAValue) -> np.ndarray | None:
+    """The values of an integer arith.constant tensor, else None."""
+    op = v.owner
+    if not isinstance(op, arith.ConstantOp) or element_of(v) not in (i64, i32):
+        return None
+    return np.array(op.value.get_values(), np.int64).reshape(shape_of(v))  # type: ignore[union-attr]
+
+
+def value_span(node: Node, first: tuple[Base, int], last: tuple[Base, int], dim: int) -> tuple[SSAValue, SSAValue]:
+    """The offset and length of [start, end) on a static dim, start and end read at run time and
+    clamped as ONNX does (negative: from the end; then into [0, dim]): a size read from values, at
+    most dim (the bound a loop that stacks such slices pads them to)."""
+    e = node.e
+    lo, hi = (clamped(e, bound_index(e, *f), dim) for f in (first, last))
+    length = e.value(arith.MaxSIOp(e.value(arith.SubiOp(hi, lo)), index_of(e, 0)))
+    if e.tracker is not None:
+        s = e.tracker.sizes
+        s.scalars[length] = s.fresh_data(length.owner, dim, "the length of a slice")  # type: ignore[arg-type]
+    return lo, length
+
+
+def bound_index(e, base: Base, c: int) -> SSAValue:  # noqa: ANN001  (a NodeEmitter)
+    """base + c as an index value (a bound past every size: INT64_MAX, as the end)."""
+    if base is None:
+        return index_of(e, min(max(c, -WHOLE_END), WHOLE_END))
+    v, k = base
+    flat = e.reshape(v if element_of(v) == i64 else e.cast(v, i64), [count(v)])
+    start = e.value(tensor.ExtractOp(flat, [index_of(e, k)], i64))
+    return e.value(arith.AddiOp(e.value(arith.IndexCastOp(start, IndexType())), index_of(e, c)))
+
+
+def clamped(e, v: SSAValue, dim: int) -> SSAValue:  # noqa: ANN001  (a NodeEmitter)
+    """ONNX's clamp of a slice bound for a positive step: v + dim where negative, then into [0, dim]."""
+    zero = index_of(e, 0)
+    wrapped = e.value(arith.SelectOp(e.value(arith.CmpiOp(v, zero, "slt")),
+                                     e.value(arith.AddiOp(v, index_of(e, dim))), v))
+    return e.value(arith.MinSIOp(e.value(arith.MaxSIOp(wrapped, zero)), index_of(e, dim)))
+
+
+def span_at(node: Node, base: tuple[SSAValue, int], b: int, c: int, dim: int) -> tuple[SSAValue | int, int]:
+    """The offset and size of the span [start, start + c) on a static dim, start = base + b read at
+    run time: ONNX's from-the-end count where both ends are negative, and, where ONNX would clamp
+    (a span reaching past either end, or from a negative start to a nonnegative end), an offset
+    the slice's check refuses (dim + 1, or a negative one)."""
+    if c <= 0:
+        return 0, 0
+    e = node.e
+    s = bound_index(e, base, b)
+    zero = index_of(e, 0)
+    wrapped = e.value(arith.AddiOp(s, index_of(e, dim)))
+    below = e.value(arith.CmpiOp(e.value(arith.AddiOp(s, index_of(e, c))), zero, "slt"))  # both ends negative
+    negative = e.value(arith.CmpiOp(s, zero, "slt"))
+    from_end = e.value(arith.SelectOp(below, wrapped, index_of(e, dim + 1)))
+    return e.value(arith.SelectOp(negative, from_end, s)), c
+
+
+def index_of(e, n: int) -> SSAValue:  # noqa: ANN001  (a NodeEmitter)
+    return e.value(arith.ConstantOp(IntegerAttr(n, IndexType())))
 
 
 def clamp_bound(s: FunctionSizes, v: Size, dim: Size, lo: Size, hi: Size) -> Size:

@@ -1,8 +1,8 @@
 """ONNX If, Loop and Scan (opc/onnx_import/control_flow.py): an If on a run-time condition as an scf.if,
 Scan as an scf.for (opset 8's: one over the batch around one over the sequence, tests/frontend/
-test_onnx_scan8.py), loops with scan outputs unrolled at import
-(tests/control_flow/test_onnx_scf.py: Loop and If as scf ops at run time); every case imported
-into one module; the forward against onnxruntime, the gradient through the loop or the unrolled steps against
+test_onnx_scan8.py), Loop as an scf.for or scf.while (tests/control_flow/test_onnx_scf.py: more
+Loops and Ifs at run time); every case imported into one module; the forward against onnxruntime,
+the gradient through the loop against
 central differences of opc's own forward (f64), and the refusals as one-line errors."""
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def test_forward_matches_onnxruntime(compiled, cid: str) -> None:
 
 
 @pytest.mark.parametrize("cid", [c for c in CASES if c != "if-known"])
-def test_gradient_through_the_unrolled_steps(compiled, cid: str) -> None:
+def test_gradient_through_the_loop(compiled, cid: str) -> None:
     """<grad, v> == (L(a + h v) - L(a - h v)) / 2h, L = outputs times a fixed random cotangent."""
     m, params, _, built64 = compiled
     _, feeds = built64[cid]
@@ -208,13 +208,131 @@ def test_branches_of_different_types_are_one_line_error() -> None:
     assert "\n" not in str(err.value)
 
 
-def test_loop_with_a_trip_count_known_at_run_time_only_is_one_line_error() -> None:
-    model, feeds = loop_model()
+def if_of_lists_model():
+    """y, (s0, s1) = cond ? (x * 2, [x, x + 1]) : (x - 1, [x * x, x]), and an optional that is full in
+    both branches: sequences and optionals of one layout come out of a run-time If."""
+    seq = onnx.helper.make_tensor_sequence_value_info
+    opt = onnx.helper.make_tensor_type_proto(F, [2, 3])
+
+    def branch(name, a, b, c):
+        nodes = [helper.make_node("Constant", [], [f"{name}k"], value=numpy_helper.from_array(np.float32(2.0))),
+                 helper.make_node(a, ["x", f"{name}k"], [f"{name}y"]),
+                 helper.make_node(b, ["x", "x"], [f"{name}p"]),
+                 helper.make_node("SequenceConstruct", [f"{name}p", "x"], [f"{name}s"]),
+                 helper.make_node(c, ["x", f"{name}k"], [f"{name}q"]),
+                 helper.make_node("Optional", [f"{name}q"], [f"{name}o"])]
+        g = helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}y", F, [2, 3]),
+                                                seq(f"{name}s", F, [2, 3]),
+                                                helper.make_value_info(f"{name}o", helper.make_optional_type_proto(opt))])
+        return g
+
+    nodes = [helper.make_node("If", ["cond"], ["y", "s", "o"], then_branch=branch("t", "Mul", "Add", "Sub"),
+                              else_branch=branch("e", "Sub", "Mul", "Div")),
+             helper.make_node("SequenceAt", ["s", "zero"], ["s0"]),
+             helper.make_node("OptionalGetElement", ["o"], ["o0"])]
+    feeds = {"x": np.random.default_rng(3).uniform(-1, 1, (2, 3)).astype(np.float32), "cond": np.array(True)}
+    return graph_model(nodes, feeds, [("y", F, [2, 3]), ("s0", F, [2, 3]), ("o0", F, [2, 3])],
+                       {"zero": np.array(0, np.int64)}, opset=18), feeds
+
+
+def test_if_of_sequences_and_optionals_runs_one_branch() -> None:
+    """A run-time If whose outputs are a sequence and an optional: one scf.if carrying their tensors
+    (no select of both branches' values), right both ways against onnxruntime."""
+    model, feeds = if_of_lists_model()
+    text = str(opc.import_onnx(model)[0])
+    assert text.count("scf.if") == 1 and "opc.select" not in text, text
+    m = opc.load_onnx(model)
+    for cond in (True, False):
+        f = {**feeds, "cond": np.array(cond)}
+        for got, want in zip(m(**f), run_ort(model, f)):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("stop_after, loop_op", [(None, "scf.for"), (3, "scf.while")])
+def test_loop_with_known_counts_imports_its_body_once(stop_after: int | None, loop_op: str) -> None:
+    """M and the entry condition initializers, the body slicing x[i:i+1]: one loop, the body (one Tanh)
+    imported once; where the body may stop the loop, an scf.while whose scan output is cut to the rows
+    it ran (the numbers: test_forward_matches_onnxruntime[loop-stops])."""
+    model, _ = loop_model(trips=6, stop_after=stop_after)
+    module, _ = opc.import_onnx(model)
+    text = str(module)
+    assert text.count(loop_op) == 1 and text.count("opc.tanh") == 1, text
+
+
+@pytest.mark.parametrize("stop_after", [None, 2])
+def test_loop_slicing_by_its_iteration_number_compiles_once(stop_after: int | None) -> None:
+    """x[i:i+1] in the body (a static size, its offset read at run time), M a graph input: one
+    compiled loop (scf.for, or scf.while where the body stops it) for trip counts 0 to 4 against
+    onnxruntime; a count past x's rows (ONNX would clamp the slice to nothing) is the slice's
+    ValueError at the call."""
+    model, feeds = loop_model(trips=4, stop_after=stop_after)
     model.graph.initializer.pop(1)  # M becomes a graph input
     model.graph.input.append(helper.make_tensor_value_info("M", onnx.TensorProto.INT64, []))
-    with pytest.raises(OpcError) as err:  # the loop is run-time capable; its body's Slice by i is not
-        opc.import_onnx(model)
-    assert "(Slice): input 1 ('start', starts) must be known at compile time" in str(err.value)
+    module, params = opc.import_onnx(model)
+    assert ("scf.for" if stop_after is None else "scf.while") in str(module)
+    m = opc.compile(module)
+    for trips in range(5):
+        given = {**feeds, "M": np.array(trips, np.int64)}
+        got = m.main_graph(*given.values(), *params.values())
+        for g, w in zip(got, run_ort(model, given)):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+    if stop_after is None:
+        with pytest.raises(ValueError):
+            m.main_graph(*feeds.values(), np.array(5, np.int64), *params.values())
+
+
+def test_loop_summing_prefixes_of_run_time_length_compiles_once() -> None:
+    """s += sum(x[:i+1] * w) per iteration, M a graph input: the prefix's length is read at run time
+    inside the body (clamped as ONNX clamps it: past x's end it is all of x); one compile for trip
+    counts 0 to 7 against onnxruntime."""
+    i64 = onnx.TensorProto.INT64
+    nodes = [helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("z", i64, [1], [0])),
+             helper.make_node("Constant", [], ["one"], value=helper.make_tensor("o", i64, [], [1])),
+             helper.make_node("Constant", [], ["axes"], value=helper.make_tensor("a", i64, [1], [0])),
+             helper.make_node("Add", ["i", "one"], ["end"]),
+             helper.make_node("Unsqueeze", ["end", "axes"], ["ends"]),
+             helper.make_node("Slice", ["x", "zero", "ends"], ["head"]),
+             helper.make_node("Mul", ["head", "w"], ["hw"]),
+             helper.make_node("ReduceSum", ["hw"], ["total"], keepdims=0),
+             helper.make_node("Add", ["s_in", "total"], ["s_out"]),
+             helper.make_node("Identity", ["c_in"], ["c_out"])]
+    g = body("loop_body", nodes, [("i", i64, []), ("c_in", onnx.TensorProto.BOOL, []), ("s_in", F, [])],
+             [("c_out", onnx.TensorProto.BOOL, []), ("s_out", F, [])])
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.uniform(-1, 1, 5).astype(np.float32), "w": np.array(rng.uniform(-1, 1), np.float32),
+             "s0": np.array(0.5, np.float32), "M": np.array(3, np.int64)}
+    model = graph_model([helper.make_node("Loop", ["M", "c", "s0"], ["s"], body=g)], feeds, [("s", F, [])],
+                        {"c": np.array(True)})
+    module, params = opc.import_onnx(model)
+    text = str(module)
+    assert text.count("scf.for") == 1 and text.count("opc.reduce_sum") == 1, text
+    m = opc.compile(module)
+    for trips in range(8):
+        given = {**feeds, "M": np.array(trips, np.int64)}
+        (want,) = run_ort(model, given)
+        np.testing.assert_allclose(m.main_graph(*given.values(), *params.values()), want, rtol=2e-5, atol=2e-6)
+
+
+def test_slice_by_a_run_time_start_of_static_size() -> None:
+    """Slice(x, s, s + 2) on axis 0, s a graph input: one compile for every s; where ONNX's span is two
+    rows (from either end) the rows NumPy's x[s:s+2] gives, else (a span it clamps) a ValueError."""
+    i64 = onnx.TensorProto.INT64
+    nodes = [helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", i64, [1], [2])),
+             helper.make_node("Add", ["s", "two"], ["e"]),
+             helper.make_node("Slice", ["x", "s", "e"], ["y"])]
+    x = np.arange(15, dtype=np.float32).reshape(5, 3)
+    model = graph_model(nodes, {"x": x, "s": np.array([0], np.int64)}, [("y", F, [2, 3])])
+    module, _ = opc.import_onnx(model)
+    assert "tensor.extract_slice" in str(module)
+    m = opc.compile(module)
+    for s in range(-7, 7):
+        want = x[s:s + 2] if s + 2 != 0 else x[0:0]
+        if want.shape[0] == 2:
+            np.testing.assert_array_equal(m.main_graph(x, np.array([s], np.int64)), want)
+        else:
+            with pytest.raises(ValueError):
+                m.main_graph(x, np.array([s], np.int64))
 
 
 def test_scan_over_a_run_time_length_compiles_once() -> None:

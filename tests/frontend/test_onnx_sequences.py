@@ -182,6 +182,98 @@ def loop_sequence(elem: int) -> Case:
     return model_of(nodes, inputs, [tensor_vi("y", elem, [4, 3])]), feeds
 
 
+def loop_over_a_sequence(elem: int) -> Case:
+    """A Loop over a sequence input of tensors of one shape (M = SequenceLength): its body reads
+    xs[i] and xs[-1 - i] (SequenceAt at the iteration number), carries a tensor, appends two
+    tensors per iteration to a sequence that starts with one, and gives a scan output: one scf.for."""
+    dt = helper.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(11)
+    feeds = {"xs": [rand(rng, dt, 3) for _ in range(4)], "h0": rand(rng, dt, 3), "c0": rand(rng, dt, 2)}
+    body_nodes = [
+        const("minus1", np.array(-1, np.int64)),
+        helper.make_node("Sub", ["minus1", "i"], ["back"]),
+        helper.make_node("SequenceAt", ["xs", "i"], ["a"]),
+        helper.make_node("SequenceAt", ["xs", "back"], ["b"]),
+        helper.make_node("Add", ["h_in", "a"], ["h_out"]),
+        helper.make_node("Mul", ["a", "h_in"], ["ah"]),
+        helper.make_node("Tanh", ["b"], ["tb"]),
+        helper.make_node("SequenceInsert", ["seq_in", "ah"], ["seq_1"]),
+        helper.make_node("SequenceInsert", ["seq_1", "tb"], ["seq_out"]),
+        helper.make_node("Sin", ["h_out"], ["scan"]),
+        helper.make_node("Identity", ["c_in"], ["c_out"]),
+    ]
+    body = helper.make_graph(body_nodes, "loop_body", [tensor_vi("i", I64, []), tensor_vi("c_in", BOOL, []),
+                                                        tensor_vi("h_in", elem, [3]), seq_vi("seq_in", elem)],
+                             [tensor_vi("c_out", BOOL, []), tensor_vi("h_out", elem, [3]), seq_vi("seq_out", elem),
+                              tensor_vi("scan", elem, [3])])
+    nodes = [const("true", np.array(True)),
+             helper.make_node("SequenceLength", ["xs"], ["n"]),
+             helper.make_node("SequenceConstruct", ["c0"], ["seq0"]),
+             helper.make_node("Loop", ["n", "true", "h0", "seq0"], ["h", "seq", "scans"], body=body)]
+    inputs = [seq_vi("xs", elem, [3]), tensor_vi("h0", elem, [3]), tensor_vi("c0", elem, [2])]
+    return model_of(nodes, inputs, [tensor_vi("h", elem, [3]), seq_vi("seq", elem), tensor_vi("scans", elem, [4, 3])]), feeds
+
+
+def loop_ragged(elem: int) -> Case:
+    """A Loop appending tanh(x[:i+1] * s) to a sequence (ONNX's loop13_seq, one more element each
+    iteration) and the row sum to another: the tensors' sizes are read at run time, stacked padded."""
+    dt = helper.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(12)
+    feeds = {"x": rand(rng, dt, 5), "s": rand(rng, dt, 1)}
+    body_nodes = [
+        const("zero", np.array([0], np.int64)), const("one", np.array(1, np.int64)),
+        const("axes", np.array([0], np.int64)),
+        helper.make_node("Add", ["i", "one"], ["end"]),
+        helper.make_node("Unsqueeze", ["end", "axes"], ["ends"]),
+        helper.make_node("Slice", ["x", "zero", "ends"], ["head"]),
+        helper.make_node("Mul", ["head", "s"], ["hs"]),
+        helper.make_node("Tanh", ["hs"], ["t"]),
+        helper.make_node("ReduceSum", ["t"], ["sum"], keepdims=1),
+        helper.make_node("SequenceInsert", ["seq_in", "t"], ["seq_out"]),
+        helper.make_node("SequenceInsert", ["sums_in", "sum"], ["sums_out"]),
+        helper.make_node("Identity", ["c_in"], ["c_out"]),
+    ]
+    body = helper.make_graph(body_nodes, "loop_body", [tensor_vi("i", I64, []), tensor_vi("c_in", BOOL, []),
+                                                        seq_vi("seq_in", elem), seq_vi("sums_in", elem)],
+                             [tensor_vi("c_out", BOOL, []), seq_vi("seq_out", elem), seq_vi("sums_out", elem)])
+    nodes = [const("trips", np.array(4, np.int64)), const("true", np.array(True)),
+             helper.make_node("SequenceEmpty", [], ["empty"], dtype=elem),
+             helper.make_node("Loop", ["trips", "true", "empty", "empty"], ["seq", "sums"], body=body),
+             helper.make_node("ConcatFromSequence", ["sums"], ["y"], axis=0)]
+    inputs = [tensor_vi(n, elem, a.shape) for n, a in feeds.items()]
+    return model_of(nodes, inputs, [seq_vi("seq", elem), tensor_vi("y", elem, [4])]), feeds
+
+
+def loop_over_ragged_sequences(elem: int) -> Case:
+    """An expanded SequenceMap: a Loop over two sequence inputs of tensors of different shapes, its
+    body reading xs[i] and ys[i] (each its own shape, read at run time), appending xs[i] * ys[i] +
+    xs[i] and Shape(xs[i])."""
+    dt = helper.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(13)
+    sizes = [(4, 2), (1, 3), (3, 1)]
+    feeds = {"xs": [rand(rng, dt, *n) for n in sizes], "ys": [rand(rng, dt, *n) for n in sizes]}
+    body_nodes = [
+        helper.make_node("SequenceAt", ["xs", "i"], ["a"]),
+        helper.make_node("SequenceAt", ["ys", "i"], ["b"]),
+        helper.make_node("Mul", ["a", "b"], ["ab"]),
+        helper.make_node("Add", ["ab", "a"], ["o"]),
+        helper.make_node("Shape", ["a"], ["shape"]),
+        helper.make_node("SequenceInsert", ["os_in", "o"], ["os_out"]),
+        helper.make_node("SequenceInsert", ["shapes_in", "shape"], ["shapes_out"]),
+        helper.make_node("Identity", ["c_in"], ["c_out"]),
+    ]
+    body = helper.make_graph(body_nodes, "loop_body", [tensor_vi("i", I64, []), tensor_vi("c_in", BOOL, []),
+                                                        seq_vi("os_in", elem), seq_vi("shapes_in", I64)],
+                             [tensor_vi("c_out", BOOL, []), seq_vi("os_out", elem), seq_vi("shapes_out", I64)])
+    nodes = [const("true", np.array(True)),
+             helper.make_node("SequenceLength", ["xs"], ["n"]),
+             helper.make_node("SequenceEmpty", [], ["empty"], dtype=elem),
+             helper.make_node("SequenceEmpty", [], ["no_shapes"], dtype=I64),
+             helper.make_node("Loop", ["n", "true", "empty", "no_shapes"], ["os", "shapes"], body=body)]
+    inputs = [seq_vi("xs", elem, ["r", "c"]), seq_vi("ys", elem, ["r", "c"])]
+    return model_of(nodes, inputs, [seq_vi("os", elem), seq_vi("shapes", I64)]), feeds
+
+
 def if_sequences(elem: int) -> Case:
     """If with a condition known at run time whose branches give sequences of one length: selected tensor
     by tensor; the sequence and an optional of it are outputs."""
@@ -207,6 +299,9 @@ CASES: dict[str, Callable[[int], Case]] = {
     "sequence-inputs": sequence_inputs,
     "optionals": optionals,
     "loop-sequence": loop_sequence,
+    "loop-over-a-sequence": loop_over_a_sequence,
+    "loop-ragged": loop_ragged,
+    "loop-over-ragged-sequences": loop_over_ragged_sequences,
     "if-sequences": if_sequences,
 }
 
@@ -288,6 +383,19 @@ def test_gradient_through_the_sequences(compiled, cid: str) -> None:
     analytic = float(sum(np.sum(g * v[i]) for g, i in zip(grads, floats)))
     assert abs(fd - analytic) <= 1e-6 * max(1.0, abs(fd)), (fd, analytic)
     assert any(np.any(g != 0) for g in grads)  # a gradient flows through the list plumbing
+
+
+@pytest.mark.parametrize("make", [loop_sequence, loop_over_a_sequence, loop_ragged, loop_over_ragged_sequences])
+def test_loops_growing_sequences_import_their_body_once(make) -> None:
+    """A Loop that appends to a sequence it carries is one scf.for, its body (one Tanh) imported once,
+    not once per iteration; a sequence its body reads by the iteration number is stacked once,
+    before the loop."""
+    model, feeds = make(F)
+    module, _, _ = import_graph(model, {n: shapes_of(v) for n, v in feeds.items()}, feeds)
+    text = str(module)
+    assert text.count("scf.for") == 1 and text.count("opc.tanh") <= 1 and text.count("opc.add") <= 1, text
+    if make is loop_over_a_sequence:
+        assert text.count("opc.concat") == 1 and text.index("opc.concat") < text.index("scf.for"), text
 
 
 def test_load_onnx_takes_and_gives_sequences_and_compiles_per_length() -> None:
@@ -384,6 +492,26 @@ def refusal_models() -> dict[str, tuple[onnx.ModelProto, dict, str]]:
                                                       name="the_op")],
                                     [x, tensor_vi("c", BOOL, [])], [seq_vi("y", F)]), {},
                            "node 'the_op' (If): input 0 ('c', condition) must be known at compile time")
+
+    def growing(nodes, carried=None, cond_out: str = "c_in") -> onnx.ModelProto:
+        """A Loop of 3 carrying a sequence (or `carried`), its body `nodes` then appending x to seq_in."""
+        carried = carried or seq_vi("seq_in", F)
+        body = helper.make_graph([*nodes, helper.make_node("SequenceInsert", ["seq_in", "x"], ["seq_out"], name="ins"),
+                                  helper.make_node("Identity", [cond_out], ["c_out"])], "body",
+                                 [tensor_vi("i", I64, []), tensor_vi("c_in", BOOL, []), carried],
+                                 [tensor_vi("c_out", BOOL, []), seq_vi("seq_out", F)])
+        return model_of([const("m", np.array(3, np.int64)), const("t", np.array(True)),
+                         helper.make_node("SequenceEmpty", [], ["s"], dtype=F),
+                         helper.make_node("Loop", ["m", "t", "s"], ["y"], body=body, name="the_op")],
+                        [x], [seq_vi("y", F)])
+    cases["loop-reads-its-sequence"] = (
+        growing([helper.make_node("SequenceLength", ["seq_in"], ["n"], name="len")]), {},
+        "node 'len' (SequenceLength): input 0 ('seq_in') is a sequence the Loop carries: opc keeps its tensors in "
+        "the loop's stacked buffers, so its body may only append to it")
+    cases["loop-stops-a-sequence"] = (
+        growing([const("two", np.array(2, np.int64)), helper.make_node("Less", ["i", "two"], ["go"])],
+                cond_out="go"), {},
+        "node 'the_op' (Loop): it carries a sequence, and its body may turn the condition false")
     return cases
 
 
