@@ -75,6 +75,7 @@ def max_opset() -> int:
 INSTALL_HINT = 'pip install "opc[onnx]" (in a checkout of opc: pip install ".[onnx]")'
 
 # ONNX TensorProto element type numbers -> (name, opc element type, NumPy dtype)
+INT32 = 6  # onnx.TensorProto.INT32
 ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {
     1: ("FLOAT", Float32Type(), np.dtype(np.float32)),
     2: ("UINT8", IntegerType(8, Signedness.UNSIGNED), np.dtype(np.uint8)),
@@ -401,23 +402,88 @@ def input_type(value_info, where: str, given: bool = False, dynamic: bool = Fals
 def infer_types(model, where: str) -> dict[str, tuple[int, list[int | str | None]]]:
     """Every value's (element type, dims) as ONNX shape inference sees it."""
     onnx = onnx_module()
+    model = resize_sizes(constants_as_initializers(model))
     try:
-        inferred = onnx.shape_inference.infer_shapes(constants_as_initializers(model), check_type=True,
-                                                     strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError) as err:
-        if not in_function_body(err, default_opset(model, where)):
-            raise InputError(f"{where}: ONNX shape inference failed: {first_line(err)}") from None
         # the failure is inside the body onnx expands for a function op (MeanVarianceNormalization's at
         # opset 13 has a Constant onnx's own checker refuses), which opc converts as one op: the types
-        # of what inference can still type, the function op's outputs checked by its converter alone
-        inferred = onnx.shape_inference.infer_shapes(constants_as_initializers(model), check_type=True,
-                                                     strict_mode=False, data_prop=True)
+        # of what inference can still type, the function op's outputs checked by its converter alone.
+        # Or it is a Resize output declared one off onnx's floor(n * scale) (see resize_sizes): the
+        # declared size stands, as in onnxruntime (sampling.py's declared_sizes checks each axis)
+        if not in_function_body(err, default_opset(model, where)) and not resize_rounding(err):
+            raise InputError(f"{where}: ONNX shape inference failed: {first_line(err)}") from None
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False, data_prop=True)
     g = inferred.graph
     out = {}
     for vi in list(g.value_info) + list(g.output) + list(g.input):
         if vi.type.HasField("tensor_type"):
             out[vi.name] = (vi.type.tensor_type.elem_type, dims_of(vi))
     return out
+
+
+ROUNDED_RESIZE = re.compile(r"\(op_type:Resize[^)]*\): \[ShapeInferenceError\] Inferred shape and existing shape "
+                            r"differ in dimension \d+: \((\d+)\) vs \((\d+)\)")
+
+
+def resize_rounding(err: Exception) -> bool:
+    """Whether every shape inference error is a Resize output declared one off the size onnx infers."""
+    lines = str(err).strip().removeprefix("[ShapeInferenceError] Inference error(s): ").splitlines()
+    found = [ROUNDED_RESIZE.fullmatch(line) for line in lines]
+    return bool(lines) and all(f is not None and abs(int(f.group(1)) - int(f.group(2))) == 1 for f in found)
+
+
+def resize_sizes(model):
+    """A Resize by constant scales has floor(n * scale) elements along an axis: onnx's shape inference
+    and reference compute the product in float64, onnxruntime in float32, where float32(11 / 14) * 14 is
+    11, not 10, and 11 is what TF meant when tf2onnx wrote its sizes as such scales. A copy of the model
+    whose undeclared Resize outputs have onnxruntime's sizes, declared one at a time in node order (each
+    changes the shapes after it), or the model itself where none differs."""
+    onnx = onnx_module()
+    graph = model.graph
+    if default_opset(model, "the model") < 11:
+        return model
+    scales = {t.name: t for t in graph.initializer}
+    scales.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant" and n.output
+                   for a in n.attribute if a.name == "value"})
+    declared = {vi.name for vi in list(graph.value_info) + list(graph.output)
+                if all(isinstance(d, int) and d > 0 for d in dims_of(vi))}
+    resizes = [n for n in graph.node if n.op_type == "Resize" and n.domain in ("", "ai.onnx") and len(n.input) > 2
+               and n.input[2] in scales and (len(n.input) < 4 or not n.input[3]) and n.output[0] not in declared
+               and not any(a.name == "coordinate_transformation_mode" and a.s == b"tf_crop_and_resize"
+                           for a in n.attribute)]
+    copy = model
+    for _ in range(len(resizes)):
+        inferred = onnx.shape_inference.infer_shapes(copy, strict_mode=False, data_prop=True).graph
+        types = {vi.name: vi for vi in list(inferred.value_info) + list(inferred.output) + list(inferred.input)}
+        for node in resizes:
+            dims = dims_of(types[node.input[0]]) if node.input[0] in types else [None]
+            factors = onnx.numpy_helper.to_array(scales[node.input[2]]).reshape(-1).astype(np.float32)
+            axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), list(range(len(dims))))
+            scaled = [(a % len(dims), f) for a, f in zip(axes, factors) if f != 1]  # others may be open
+            if dims == [None] or len(axes) != len(factors) or not all(isinstance(dims[a], int) and dims[a] > 0
+                                                                       for a, _ in scaled):
+                continue
+            want = list(dims)
+            for a, f in scaled:
+                want[a] = int(np.float32(dims[a]) * f)
+            have = dims_of(types[node.output[0]]) if node.output[0] in types else [None]
+            if len(have) == len(want) and all(have[a] == want[a] for a, _ in scaled):
+                continue
+            if copy is model:
+                copy = onnx.ModelProto()
+                copy.CopyFrom(model)
+            elem = types[node.input[0]].type.tensor_type.elem_type
+            outputs = {o.name: o for o in copy.graph.output}
+            info = onnx.helper.make_tensor_value_info(node.output[0], elem, want)
+            if node.output[0] in outputs:
+                outputs[node.output[0]].CopyFrom(info)
+            else:
+                copy.graph.value_info.append(info)
+            break
+        else:
+            break
+    return copy
 
 
 def in_function_body(err: Exception, opset: int) -> bool:
@@ -646,6 +712,11 @@ class Node:
     def element(self, i: int) -> Attribute:
         return self.importer.type_of(self.proto.input[i]).element_type
 
+    def out_dims(self, i: int) -> list[int | str | None] | None:
+        """Output i's dims as the model declares them or shape inference gives them; None where unknown."""
+        found = self.importer.inferred.get(self.proto.output[i]) if i < len(self.proto.output) else None
+        return None if found is None or found[1] == [None] else found[1]
+
     def axis(self, axis: int, rank: int) -> int:
         if not -rank <= axis < max(rank, 1):
             raise self.fail(f"axis {axis} is out of range for rank {rank}")
@@ -820,6 +891,8 @@ class GraphImporter:
             if name not in self.constants:
                 raise InputError(f"{self.where}: value '{name}' is used before it is defined")
             v = self.emitter.constant(self.constants[name])
+            if is_symbolic(self.constants[name]) and self.symbolic_element(name) != i64:
+                v = self.emitter.cast(v, self.symbolic_element(name))
             v.name_hint = self.hint(name)
             self.materialized[name] = v
         return self.materialized[name]
@@ -829,8 +902,13 @@ class GraphImporter:
             return self.values[name].type  # type: ignore[return-value]
         array = self.constants[name]
         if is_symbolic(array):
-            return TensorType(i64, array.shape)
+            return TensorType(self.symbolic_element(name), array.shape)
         return TensorType(element_type_for(array, f"value '{name}'"), array.shape)
+
+    def symbolic_element(self, name: str) -> Attribute:
+        """The type of sizes known at run time only: int64, as opc computes them, or int32 where ONNX
+        types them so (tf2onnx casts a run-time shape to int32): cast where the value is used."""
+        return ELEMENT_TYPES[INT32][1] if self.inferred.get(name, (None,))[0] == INT32 else i64
 
     def shape_of(self, name: str) -> tuple[Size, ...]:
         if name in self.values:
@@ -1089,6 +1167,13 @@ class GraphImporter:
     def used(self, name: str) -> bool:
         return any(name in n.input for n in self.graph.node) or any(name == o.name for o in self.graph.output)
 
+    def as_inferred(self, name: str, value: np.ndarray) -> np.ndarray:
+        """Sizes folded (as int64) into the integer type ONNX gives them (tf2onnx casts shapes to int32)."""
+        elem = self.inferred.get(name, (None,))[0]
+        if is_symbolic(value) or elem not in ELEMENT_TYPES or value.dtype.kind not in "iu":
+            return value
+        return value.astype(ELEMENT_TYPES[elem][2]) if ELEMENT_TYPES[elem][2].kind in "iu" else value
+
     def evaluate(self, node: Node, feeds: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """A node whose inputs are all known, run by our NumPy folder or onnx's reference evaluator."""
         from onnx.reference import ReferenceEvaluator
@@ -1096,7 +1181,8 @@ class GraphImporter:
         if feeds is None:
             feeds = {n: self.constants[n] for n in node.proto.input if n}
         if any(is_symbolic(v) for v in feeds.values()):
-            return fold_symbolic(node, [feeds[n] if n else None for n in node.proto.input])
+            folded = fold_symbolic(node, [feeds[n] if n else None for n in node.proto.input])
+            return [self.as_inferred(name, v) for name, v in zip(node.proto.output, folded)]
         fold = FOLDERS.get(qualified_type(node.proto))
         if fold is not None:
             return fold(node, [feeds[n] if n else None for n in node.proto.input])
@@ -1116,7 +1202,7 @@ class GraphImporter:
         if isinstance(out, SSAValue):
             ours_elem, ours_dims = element_of(out), list(shape_of(out))
         else:
-            ours_elem = i64 if is_symbolic(out) else BY_NUMPY.get(np.asarray(out).dtype)
+            ours_elem = self.symbolic_element(name) if is_symbolic(out) else BY_NUMPY.get(np.asarray(out).dtype)
             ours_dims = list(np.shape(out))
         if elem in ELEMENT_TYPES and ours_elem != ELEMENT_TYPES[elem][1]:
             raise node.fail(f"output '{name}' has element type {ours_elem} in opc, {dtype_name(elem)} in ONNX")

@@ -21,9 +21,10 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from opc.dialects import opc as o
-from opc.dialects.kinds import element_of
+from opc.dialects.kinds import element_of, shape_of
 from opc.onnx_import.common import F32, F64, I64, Pointwise, Values, axis_taps, numpy_of
 from opc.onnx_import.graph import BY_NUMPY, Node, as_newer, converter, numpy_dtype_of
+from opc.symbolic import Sym
 
 
 # Resize: separable, each axis an affine map y = x @ W + b along it. W and b come from
@@ -32,15 +33,17 @@ from opc.onnx_import.graph import BY_NUMPY, Node, as_newer, converter, numpy_dty
 # coordinate transformation, cubic coefficient and antialias filter means what ONNX says.
 # Axes are applied innermost first, as the reference's recursion does.
 def resize_axis_map(node: Node, attrs: dict, n: int, scale: float, roi: tuple[float, float] | None,
-                    aspect: tuple[int, int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    aspect: tuple[int, int, int] | None = None,
+                    size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The axis' table W and offset b (y = x @ W + b) from onnx's reference Resize on the unit vectors.
     aspect = (m_out, m_in, size): keep_aspect_ratio_policy's shared scale m_out / m_in with the axis'
     requested size, whose rounded output the scale alone would not give: the probe gets a second axis of
     m_in elements (each the same) resized to m_out, so that the reference picks that scale, and the
-    output along the axis is round(scale * n)."""
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
+    output along the axis is round(scale * n). size: the output size where the caller knows it (sizes,
+    a declared shape); where the scale does not give it (float32(11 / 14) * 14 is 10.99999...), the
+    reference is given the size, and so the scale size / n."""
+    if attrs.get("coordinate_transformation_mode") == "tf_half_pixel_for_nn":
+        return tf_nearest_map(node, attrs, n, scale, size if size is not None else int(float(np.float32(scale)) * n))
     attrs = {k: v for k, v in attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
     probe = np.concatenate([np.eye(n), np.zeros((1, n))]).astype(np.float64)
     inputs = {"x": probe, "scales": np.array([1.0, scale], np.float32)}
@@ -49,20 +52,55 @@ def resize_axis_map(node: Node, attrs: dict, n: int, scale: float, roi: tuple[fl
         inputs["roi"] = np.array([0.0, roi[0], 1.0, roi[1]], np.float32)
         names[1] = "roi"
     if aspect is not None:
-        m_out, m_in, size = aspect
+        m_out, m_in, wanted = aspect
         inputs = {"x": np.ascontiguousarray(np.broadcast_to(probe[:, None, :], (n + 1, m_in, n))),
-                  "sizes": np.array([m_out, size], np.int64)}
+                  "sizes": np.array([m_out, wanted], np.int64)}
         names = ["x", "", "", "sizes"]
         attrs.update(axes=[1, 2], keep_aspect_ratio_policy=node.attr("keep_aspect_ratio_policy"))
+    out = run_reference_resize(node, attrs, names, inputs)
+    if aspect is None and size is not None and out.shape[1] != size:
+        del inputs["scales"]
+        inputs["sizes"] = np.array([n + 1, size], np.int64)
+        out = run_reference_resize(node, attrs, [names[0], names[1], "", "sizes"], inputs)
+    if aspect is not None:
+        out = out[:, 0, :]
+    b = out[n]
+    return out[:n] - b, b
+
+
+def run_reference_resize(node: Node, attrs: dict, names: list[str], inputs: dict[str, np.ndarray]) -> np.ndarray:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
     one = helper.make_node("Resize", names, ["y"], **attrs)
     try:
         (out,) = ReferenceEvaluator(one, opsets={"": max(node.opset, 11)}).run(None, inputs)  # Upsample: 7, 9
     except Exception as err:  # noqa: BLE001 - the reference raises anything for attributes it refuses
         raise node.fail(f"cannot build the resize tables: {type(err).__name__}: {str(err).splitlines()[0]}") from None
-    if aspect is not None:
-        out = out[:, 0, :]
-    b = out[n]
-    return out[:n] - b, b
+    return out
+
+
+# nearest_mode as onnxruntime rounds a point x >= 0: round(x + offset) up or down (ties: floor's and
+# ceil's preference), as (offset, NumPy's rounding, opc's)
+NEAREST = {"round_prefer_floor": (-0.5, np.ceil, o.CeilOp), "round_prefer_ceil": (0.5, np.floor, o.FloorOp),
+           "floor": (0.0, np.floor, o.FloorOp), "ceil": (0.0, np.ceil, o.CeilOp)}
+
+
+def tf_nearest_map(node: Node, attrs: dict, n: int, scale: float, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """coordinate_transformation_mode tf_half_pixel_for_nn (opset 11; tf2onnx writes it at later opsets
+    too, and onnxruntime runs it there): output i reads input nearest((i + 0.5) / scale), in float32 as
+    onnxruntime computes it, clamped to the input (TF's ResizeNearestNeighbor with half_pixel_centers).
+    onnx's reference does not know the mode: the table is built here."""
+    mode, rounding = attrs.get("mode", "nearest"), attrs.get("nearest_mode", "round_prefer_floor")
+    if mode != "nearest" or rounding not in NEAREST:
+        raise node.fail(f"coordinate_transformation_mode 'tf_half_pixel_for_nn' with mode '{mode}' and nearest_mode "
+                        f"'{rounding}' is not supported (mode nearest)")
+    point = (np.arange(m, dtype=np.float32) + np.float32(0.5)) / np.float32(scale)
+    offset, rounded, _ = NEAREST[rounding]
+    index = np.clip(rounded(point + np.float32(offset)).astype(np.int64), 0, n - 1)
+    w = np.zeros((n, m))
+    w[index, np.arange(m)] = 1.0
+    return w, np.zeros(m)
 
 
 @converter("Resize", since=11)
@@ -71,13 +109,18 @@ def resize(node: Node) -> Values:
     rank = len(shape)
     axes = [node.axis(int(a), rank) for a in node.attr("axes", list(range(rank)))]
     crop = node.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+    if crop and node.has(1) and not node.known(1) and crops_at_run_time(node):
+        return [crop_at_run_time(node, axes)]
     roi = node.const(1, "roi").reshape(-1).astype(np.float64) if crop and node.has(1) else None  # used by crop only
     aspects: dict[int, tuple[int, int, int]] = {}  # axis -> resize_axis_map's aspect
+    sizes_out: dict[int, int] = {}  # axis -> its output size, where known before the tables
     if node.has(3):
         sizes = [int(s) for s in node.const(3, "sizes").reshape(-1)]
         ratios = [sizes[k] / shape[a] for k, a in enumerate(axes)]
         policy = node.attr("keep_aspect_ratio_policy", "stretch")
-        if policy != "stretch":
+        if policy == "stretch":
+            sizes_out = dict(zip(axes, sizes))
+        else:
             k = ratios.index(min(ratios) if policy == "not_larger" else max(ratios))
             r = ratios[k]
             ratios = [r] * len(axes)
@@ -95,14 +138,36 @@ def resize(node: Node) -> Values:
         scales = ratios
     else:
         scales = [float(s) for s in node.const(2, "scales").reshape(-1)]
+        if not crop and len(scales) == len(axes):
+            sizes_out = declared_sizes(node, axes, scales, shape)
     if len(scales) != len(axes):
         raise node.fail(f"{len(scales)} scales or sizes for {len(axes)} axes")
-    return [resize_scaled(node, node.attrs, axes, scales, roi, aspects)]
+    return [resize_scaled(node, node.attrs, axes, scales, roi, aspects, sizes_out)]
+
+
+def declared_sizes(node: Node, axes: list[int], scales: list[float], shape: list) -> dict[int, int]:
+    """The output sizes the model declares (or the importer's shape inference settled, graph.py's
+    resize_sizes: floor(n * scale) in float32, as onnxruntime computes it) where they differ from
+    floor(n * scale) in float64 by that rounding: onnxruntime and TF give the declared size."""
+    dims = node.out_dims(0)
+    if dims is None or len(dims) != len(shape):
+        return {}
+    out = {}
+    for a, s in zip(axes, scales):
+        d, n = dims[a], shape[a]
+        if not isinstance(d, int) or not isinstance(n, int) or d <= 0 or d == int(n * s):
+            continue
+        if abs(d - n * s) >= 1:
+            raise node.fail(f"the declared output size {d} of axis {a} is not floor({n} * {s:g})")
+        out[a] = d
+    return out
 
 
 def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
-                  roi: np.ndarray | None, aspects: dict[int, tuple[int, int, int]] | None = None) -> SSAValue:
-    """Input 0 resized along axes by scales, with Resize's attributes attrs (Resize, Upsample)."""
+                  roi: np.ndarray | None, aspects: dict[int, tuple[int, int, int]] | None = None,
+                  sizes: dict[int, int] | None = None) -> SSAValue:
+    """Input 0 resized along axes by scales, with Resize's attributes attrs (Resize, Upsample); sizes:
+    an axis' output size where it is known (resize_axis_map's size)."""
     e, x = node.e, node.input(0)
     shape = list(node.shape(0))
     rank = len(shape)
@@ -119,21 +184,94 @@ def resize_scaled(node: Node, attrs: dict, axes: list[int], scales: list[float],
             continue
         axis_roi = (float(roi[k]), float(roi[k + len(axes)])) if roi is not None and len(roi) == 2 * len(axes) \
             else (float(roi[a]), float(roi[a + rank])) if roi is not None else None
-        w, b = resize_axis_map(node, attrs, current[a], s, axis_roi, (aspects or {}).get(a))
-        m = w.shape[1]
-        perm = [d for d in range(rank) if d != a] + [a]
-        moved = e.transpose(y, perm)
-        moved_shape = [current[d] for d in perm]
-        rows = e.reshape(moved, [max(math.prod(moved_shape[:-1]), 1), current[a]])
-        out = e.matmul(rows, e.constant(w.astype(work)))
-        if np.any(b):
-            out = e.add(out, e.constant(b.astype(work)))
-        out = e.reshape(out, [*moved_shape[:-1], m])
-        y = e.transpose(out, list(np.argsort(perm)))
-        current[a] = m
+        w, b = resize_axis_map(node, attrs, current[a], s, axis_roi, (aspects or {}).get(a), (sizes or {}).get(a))
+        offset = e.constant(b.astype(work)) if np.any(b) else None
+        y = along_axis(node, y, current, a, e.constant(w.astype(work)), offset)
     if dtype != work:  # nearest on integers: the 0/1 weights pick exact values
         y = e.cast(y, element_of(x))
     return y
+
+
+def along_axis(node: Node, y: SSAValue, current: list, a: int, w: SSAValue, b: SSAValue | None) -> SSAValue:
+    """y @ w (+ b) along axis a, w of [n, m]: current, y's shape, gets m at a."""
+    e, rank = node.e, len(current)
+    m = shape_of(w)[1]
+    perm = [d for d in range(rank) if d != a] + [a]
+    moved_shape = [current[d] for d in perm]
+    lead = math.prod(moved_shape[:-1])  # a run-time size with an open batch
+    rows = e.reshape(e.transpose(y, perm), [lead if isinstance(lead, Sym) else max(lead, 1), current[a]])
+    out = e.matmul(rows, w)
+    if b is not None:
+        out = e.add(out, b)
+    current[a] = m
+    return e.transpose(e.reshape(out, [*moved_shape[:-1], m]), list(np.argsort(perm)))
+
+
+def crops_at_run_time(node: Node) -> bool:
+    """Whether crop_at_run_time serves the node (else the roi must be known at compile time: a
+    tf_crop_and_resize by scales has a size that depends on it)."""
+    mode, rounding = node.attr("mode", "nearest"), node.attr("nearest_mode", "round_prefer_floor")
+    return (node.has(3) and mode in ("linear", "nearest") and rounding in NEAREST
+            and node.attr("keep_aspect_ratio_policy", "stretch") == "stretch"
+            and (mode == "nearest" or numpy_of(node.input(0)).kind == "f"))
+
+
+def crop_at_run_time(node: Node, axes: list[int]) -> SSAValue:
+    """tf_crop_and_resize with a roi known at run time only (tf2onnx's tf.image.crop_and_resize: a Loop
+    over the boxes, each step's roi read from them): per axis the table is built at run time. Output i
+    reads the point start·(n - 1) + i·(end - start)·(n - 1)/(m - 1) (m = 1: the middle of the roi),
+    from its linear or nearest taps, as one-hot rows of the [n, m] table; a point outside [0, n - 1]
+    gives extrapolation_value."""
+    e, x = node.e, node.input(0)
+    mode, rounding = node.attr("mode", "nearest"), node.attr("nearest_mode", "round_prefer_floor")
+    shape, sizes = list(node.shape(0)), [int(v) for v in node.const(3, "sizes").reshape(-1)]
+    dtype = numpy_of(x)
+    work = np.dtype(np.float32) if dtype.kind != "f" or dtype.itemsize < 4 else dtype
+    f = BY_NUMPY[work]
+    roi = node.input(1) if numpy_of(node.input(1)) == work else e.cast(node.input(1), f)
+    half = shape_of(roi)[0] // 2
+    y = x if dtype == work else e.cast(x, f)
+    current, masks = list(shape), []
+    for k in sorted(range(len(axes)), key=lambda k: -axes[k]):
+        a, m = axes[k], sizes[k]
+        n, at = current[a], k if half == len(axes) else a
+        start, end = (e.broadcast_to(e.value(o.SliceOp(roi, [j], [j + 1], [1])), [1, m]) for j in (at, at + half))
+        i = e.constant(np.arange(m, dtype=work).reshape(1, m))
+        s = Pointwise(node, i)
+        point = (e.add(e.scale(start, n - 1), e.div(e.scale(e.mul(i, e.sub(end, start)), n - 1), s.c(m - 1))) if m > 1
+                 else e.scale(e.add(start, end), 0.5 * (n - 1)))
+        # inside [0, n - 1], give or take rounding (the C compiler may fuse the multiply-add: a box edge
+        # on a pixel must not fall outside); the taps are clamped there, as onnxruntime's
+        slack = 1e-5 * max(n - 1, 1)
+        inside = e.mul(e.sub(s.c(1.0), e.cast(s.lt(point, s.c(-slack)), f)),
+                       e.sub(s.c(1.0), e.cast(s.gt(point, s.c(n - 1 + slack)), f)))
+        if mode == "linear":
+            low = s.floor(point)
+            t = e.sub(point, low)
+            taps = [(low, e.sub(s.c(1.0), t)), (e.add(low, s.c(1.0)), t)]
+        else:
+            offset, _, rounded = NEAREST[rounding]
+            taps = [(e.value(rounded(e.add(point, s.c(offset)))), None)]
+        j = e.constant(np.broadcast_to(np.arange(n, dtype=work).reshape(n, 1), (n, m)).copy())
+        w = None
+        for index, weight in taps:
+            hit = e.cast(e.value(o.EqualOp(j, e.broadcast_to(s.clamp(index, 0, n - 1), [n, m]))), f)
+            if weight is not None:
+                hit = e.mul(hit, e.broadcast_to(weight, [n, m]))
+            w = hit if w is None else e.add(w, hit)
+        assert w is not None
+        y = along_axis(node, y, current, a, e.mul(w, e.broadcast_to(inside, [n, m])), None)
+        masks.append((a, inside))
+    value = float(node.attr("extrapolation_value", 0.0))
+    if value != 0.0:
+        rank = len(shape)
+        total = None
+        for a, inside in masks:
+            mask = e.broadcast_to(e.reshape(inside, [current[d] if d == a else 1 for d in range(rank)]), current)
+            total = mask if total is None else e.mul(total, mask)
+        assert total is not None
+        y = e.add(y, e.scale(e.sub(e.full(1.0, total), total), value))
+    return y if dtype == work else e.cast(y, element_of(x))
 
 
 @converter("Upsample", since=7)
