@@ -221,9 +221,10 @@ class FunctionSizes:
 
     def value_sizes(self) -> dict[str, SSAValue]:
         """The data sizes read from values (value_size): symbol -> the `index` value giving it."""
-        unbounded = {d.op for d in self.data.values() if d.bound is None}
-        return {cast(Sym, sz).render(): v for v, sz in self.scalars.items()
-                if isinstance(sz, Sym) and v.owner in unbounded and sz.is_symbol()}
+        # by the data symbol's own name: one the analysis equated with a known size (`predicted`) maps to
+        # that size in `scalars`, and still needs its definition, where its check runs
+        unbounded = {d.op: n for n, d in self.data.items() if d.bound is None}
+        return {unbounded[v.owner]: v for v in self.scalars if v.owner in unbounded}
 
     def data_symbols(self, d: Size) -> list[str]:
         return [] if isinstance(d, int) else sorted(n for n in d.symbols if n in self.data)
@@ -238,9 +239,26 @@ class FunctionSizes:
                 self.subst[x.render()] = y
                 self.predicted[x.render()] = what
                 return y
+        for x, y in ((a, b), (b, a)):  # c * s = y, y a number: s = y / c where that is whole
+            scaled = self.scaled_data_symbol(x)
+            if scaled is not None and isinstance(y, int) and y >= 0 and y % scaled[1] == 0:
+                self.subst[scaled[0]] = y // scaled[1]
+                self.predicted[scaled[0]] = what
+                return y
         name = (self.data_symbols(a) or self.data_symbols(b))[0]
         raise UnsupportedError(f"{what}: sizes {a} and {b} must be equal, and {name} ({self.origin[name]}) is "
                                "known only when its op runs: opc cannot check that equality")
+
+    def scaled_data_symbol(self, x: Size) -> tuple[str, int] | None:
+        """(s, c) where x is c * s, s a data symbol and c a whole number above 0 (a loop's stacked rows
+        of c elements each, reshaped to a shape the model declares); else None."""
+        if not isinstance(x, Sym) or len(x.symbols) != 1:
+            return None
+        (name,) = x.symbols
+        c = x.substitute(lambda _: 1)
+        if name not in self.data or not isinstance(c, int) or c <= 0 or Sym.symbol(name) * c != x:
+            return None
+        return name, c
 
     # -- the analysis ----------------------------------------------------------------------
 

@@ -93,8 +93,10 @@ def reshape(node: Node) -> Values:
             raise (SizeNeeded(f"{node.label}: cannot infer the -1 of {want} from {list(src)}") if symbolic
                    else node.fail(f"cannot reshape {list(src)} to {want}"))
         want[want.index(-1)] = inferred
-    if math.prod(want) != total:
+    if math.prod(want) != total and not any(isinstance(d, Sym) for d in (*src, *want)):
         raise node.fail(f"cannot reshape {list(src)} ({total} elements) to {want}")
+    # element counts known only at run time (a loop's stacked rows to the shape the model declares)
+    # are compared at the call, by opc.reshape's check: a ValueError naming both where they differ
     return [node.e.reshape(node.input(0), want)]
 
 

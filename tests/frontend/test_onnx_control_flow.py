@@ -358,3 +358,25 @@ def test_scan_over_a_run_time_length_compiles_once() -> None:
         for g, w in zip(got, run_ort(model, given)):
             assert g.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+
+
+def test_stacked_rows_reshaped_to_a_declared_shape_are_checked_at_the_call() -> None:
+    """A Loop whose body stops it (the limit a graph input its body reads) stacks a run-time number of
+    rows; a Reshape to the static shape the model declares (as tf2onnx's GRU writes) is the row count
+    that shape implies, checked at the call: right where the loop ran that often, else a ValueError."""
+    model, feeds = loop_model(trips=6, stop_after=3)
+    body_graph = model.graph.node[0].attribute[0].g
+    kept = [n for n in body_graph.node if n.output[0] != "limit"]
+    del body_graph.node[:]
+    body_graph.node.extend(kept)  # `limit` now comes from the graph's input of that name
+    model.graph.input.append(helper.make_tensor_value_info("limit", onnx.TensorProto.INT64, []))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([9], np.int64), "flat"))
+    model.graph.node.append(helper.make_node("Reshape", ["scans", "flat"], ["flat_scans"]))
+    model.graph.output.append(helper.make_tensor_value_info("flat_scans", F, [9]))
+    m = opc.load_onnx(model)
+    f = {**feeds, "limit": np.array(2, np.int64)}  # i = 0, 1, 2: three rows of 3
+    for got, want in zip(m(**f), run_ort(model, f)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    with pytest.raises(ValueError, match="must equal"):
+        m(**{**feeds, "limit": np.array(1, np.int64)})
+    assert sum(len(v) for v in m.variants.values()) == 1  # a value, not a shape: one module

@@ -31,19 +31,12 @@ import opc
 from opc.onnx_import import import_graph
 
 TF_MODELS = sorted((ROOT / "tests" / "models" / "tf").glob("*.onnx"))
-# tf2onnx's GRU is a Loop of at most 7 steps whose condition the body computes; since main's 2eecee7 (every
-# Loop one scf loop, no unrolling) its scan output has a run-time length, and the static Reshape to
-# [14, 8] after it refuses (passed before that merge, 1.5e-7 from TF)
-RUN_TIME_SCAN = pytest.mark.xfail(strict=True, reason="a Loop's scan length at run time meets a static Reshape")
-
-
 def recorded(path: Path) -> tuple[list[np.ndarray], np.ndarray]:
     data = np.load(path.with_suffix(".npz"))
     return [data[k] for k in sorted(k for k in data.files if k != "want")], data["want"]
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=RUN_TIME_SCAN) if p.stem == "gru" else p for p in TF_MODELS],
-                         ids=[p.stem for p in TF_MODELS])
+@pytest.mark.parametrize("path", TF_MODELS, ids=[p.stem for p in TF_MODELS])
 def test_tf2onnx_exports_match_tf_and_onnxruntime(path: Path) -> None:
     xs, want = recorded(path)
     model = onnx.load(str(path))

@@ -87,3 +87,34 @@ def test_onnx_range_with_delta_zero_is_a_value_error():
     m = opc.load_onnx(range_model(onnx.TensorProto.INT64))
     with pytest.raises(ValueError, match="must not be negative"):
         m(start=np.array(0), limit=np.array(4), delta=np.array(0))
+
+
+EQUATED = """
+func.func @f(%x: tensor<8xf32>, %k: tensor<i64>) -> tensor<3xf32> {
+  %ki = tensor.extract %k[] : tensor<i64>
+  %kx = arith.index_cast %ki : i64 to index
+  %s = tensor.extract_slice %x[0] [%kx] [1] : tensor<8xf32> to tensor<?xf32>
+  %r = opc.reshape %s : (tensor<?xf32>) -> tensor<3xf32>
+  func.return %r : tensor<3xf32>
+}
+func.func @g(%x: tensor<8x2xf32>, %k: tensor<i64>) -> tensor<6xf32> {
+  %ki = tensor.extract %k[] : tensor<i64>
+  %kx = arith.index_cast %ki : i64 to index
+  %s = tensor.extract_slice %x[0, 0] [%kx, 2] [1, 1] : tensor<8x2xf32> to tensor<?x2xf32>
+  %r = opc.reshape %s : (tensor<?x2xf32>) -> tensor<6xf32>
+  func.return %r : tensor<6xf32>
+}
+"""
+
+
+def test_a_value_size_equated_with_a_static_one_is_checked_at_the_call():
+    """A size read from a value that a static shape fixes (k, and 2k for 6 elements) takes that size,
+    and the call checks the value: right where it agrees, a ValueError where it does not (it used to
+    give the static size's elements unchecked)."""
+    m = opc.compile(EQUATED)
+    x = np.arange(16, dtype=np.float32)
+    np.testing.assert_array_equal(m.f(x[:8], np.array(3)), x[:3])
+    np.testing.assert_array_equal(m.g(x.reshape(8, 2), np.array(3)), x[:6])
+    for fn, k in ((m.f, 2), (m.f, 4), (m.g, 2)):
+        with pytest.raises(ValueError, match="count must equal"):
+            fn(x[:8] if fn is m.f else x.reshape(8, 2), np.array(k))
