@@ -37,7 +37,7 @@ from typing import cast
 
 from xdsl.dialects import arith, func, scf, tensor
 from xdsl.dialects.builtin import IndexType
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 from opc.dialects import opc, slices
 from opc.dialects.control import CONTROL_OPS
@@ -223,7 +223,7 @@ class FunctionSizes:
         """The data sizes read from values (value_size): symbol -> the `index` value giving it."""
         # by the data symbol's own name: one the analysis equated with a known size (`predicted`) maps to
         # that size in `scalars`, and still needs its definition, where its check runs
-        unbounded = {d.op: n for n, d in self.data.items() if d.bound is None}
+        unbounded: dict[Operation | Block, str] = {d.op: n for n, d in self.data.items() if d.bound is None}
         return {unbounded[v.owner]: v for v in self.scalars if v.owner in unbounded}
 
     def data_symbols(self, d: Size) -> list[str]:
