@@ -20,6 +20,7 @@ The Resize cases, against onnxruntime, each group in one module:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -98,19 +99,25 @@ def function_name(cid: str) -> str:
     return "f_" + "".join(c if c.isalnum() else "_" for c in cid)
 
 
-@pytest.fixture(scope="module")
-def compiled():  # noqa: ANN201
-    built = {cid: make() for cid, make in CASES.items()}
+def compiled_together(models: dict) -> Any:
+    """One module of the models {case id: (model, input shapes or None for their open dims)}, a function each."""
     functions = []
-    for cid, (model, feeds) in built.items():
-        module, params, _ = import_graph(model, {n: v.shape for n, v in feeds.items()}, where=cid)
+    for cid, (model, shapes) in models.items():
+        module, params, _ = import_graph(model, shapes, where=cid)
         assert not params
         (f,) = list(module.ops)
         assert isinstance(f, func.FuncOp)
         f.detach()
         f.sym_name = StringAttr(function_name(cid))
         functions.append(f)
-    return opc.compile(ModuleOp(functions)), built
+    return opc.compile(ModuleOp(functions))
+
+
+@pytest.fixture(scope="module")
+def compiled():  # noqa: ANN201
+    built = {cid: make() for cid, make in CASES.items()}
+    shaped = {cid: (model, {n: v.shape for n, v in feeds.items()}) for cid, (model, feeds) in built.items()}
+    return compiled_together(shaped), built
 
 
 @pytest.mark.parametrize("cid", list(CASES))
@@ -146,16 +153,7 @@ ROIS = {"inside": [0, 0, 0.1, 0.2, 1, 1, 0.8, 0.9], "across": [0, 0, -0.2, 0.3, 
 @pytest.fixture(scope="module")
 def crops():  # noqa: ANN201
     """The CROPS, roi an argument, in one module."""
-    functions = []
-    for cid, args in CROPS.items():
-        module, params, _ = import_graph(crop_model(*args), None, where=cid)
-        assert not params
-        (f,) = list(module.ops)
-        assert isinstance(f, func.FuncOp)
-        f.detach()
-        f.sym_name = StringAttr(function_name(cid))
-        functions.append(f)
-    return opc.compile(ModuleOp(functions))
+    return compiled_together({cid: (crop_model(*args), None) for cid, args in CROPS.items()})
 
 
 @pytest.mark.parametrize("roi", list(ROIS))
