@@ -53,7 +53,6 @@ static void opc_cf_on_sigint(int sig) {
 }
 static void opc_cf_watch_sigint(void) {
   struct sigaction now;
-  opc_cf_interrupted = 0;
   if (sigaction(SIGINT, NULL, &now) != 0) return;
   if (!(now.sa_flags & SA_SIGINFO) && (now.sa_handler == opc_cf_on_sigint || now.sa_handler == SIG_IGN)) return;
   struct sigaction mine;
@@ -61,8 +60,13 @@ static void opc_cf_watch_sigint(void) {
   mine.sa_handler = opc_cf_on_sigint;
   sigemptyset(&mine.sa_mask);
   opc_cf_previous = now;
+  opc_cf_interrupted = 0;  /* a flag left from before another handler replaced ours */
   sigaction(SIGINT, &mine, NULL);
 }
+/* Installed when the module loads, not first when a while starts: a Ctrl-C between the call's
+   start and its first while went to Python's handler alone, whose KeyboardInterrupt waits for the
+   call to return, and the while never saw it (a hang, found by a CI run under load). */
+__attribute__((constructor)) static void opc_cf_watch_at_load(void) { opc_cf_watch_sigint(); }
 """
 
 
@@ -140,9 +144,13 @@ def control_support(module: ModuleOp, stack_macros: str = C_STACK_MACROS) -> str
     """Module-level C the host control flow needs (the SIGINT watcher where a while loop runs, the
     stack of saved loop values where a gradient runs through a loop). stack_macros: how a saved value
     is copied (CUDA: from and to device buffers) and a failed allocation recorded."""
-    whiles = any(isinstance(o, scf.WhileOp) and HOST_ATTR in o.attributes for o in module.walk())
     stack = stack_macros + STACK_SUPPORT if uses_stack(module) else ""
-    return (SIGINT_SUPPORT if whiles else "") + stack
+    return (SIGINT_SUPPORT if watches_sigint(module) else "") + stack
+
+
+def watches_sigint(module: ModuleOp) -> bool:
+    """Whether the module runs a while loop on the host (and so has the SIGINT watcher)."""
+    return any(isinstance(o, scf.WhileOp) and HOST_ATTR in o.attributes for o in module.walk())
 
 
 def int_attr(op: Operation, name: str) -> int:

@@ -49,6 +49,7 @@ from opc.lowering.c_control_emission import (
     control_support,
     is_host_control,
     uses_stack,
+    watches_sigint,
 )
 from opc.lowering.c_data import DATA_MIN_BYTES, constant_bytes, data_definition, data_file
 from opc.lowering.c_expressions import (
@@ -116,6 +117,9 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
 
     lines: list[str] = field(default_factory=list)
     resets_stack: bool = False  # the module saves loop values (opc_stack): each exported call starts it empty
+    # the module's while loops watch SIGINT: each exported call starts with no Ctrl-C of its own (one
+    # handled before it went to Python's KeyboardInterrupt, and must not end this call's loops)
+    clears_sigint: bool = False
     stack_macros = C_STACK_MACROS  # how a saved loop value goes on and off the stack (c_control_emission.py)
     names: dict[SSAValue, str] = field(default_factory=dict)
     constants: dict[SSAValue, int] = field(default_factory=dict)  # known index constants
@@ -188,6 +192,7 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
             body.append(self.memory_support)
         body.append(control_support(module, self.stack_macros))
         self.resets_stack = uses_stack(module)
+        self.clears_sigint = watches_sigint(module)
         for fn in module.ops:
             if isinstance(fn, func.FuncOp):
                 self.lines, self.outlined = [], []
@@ -257,6 +262,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         self.line("int status = 0;")
         if self.resets_stack and not is_body(fn):
             self.line("opc_stack_start();")
+        if self.clears_sigint and not is_body(fn):
+            self.line("opc_cf_interrupted = 0;")
         self.function = fn
         owned = self.owned_buffers(fn)
         self.declare_locals(fn, owned)

@@ -62,3 +62,32 @@ def test_ctrl_c_interrupts_a_while():
     assert [x.split()[0] for x in lines[:2]] == ["interrupted", "interrupted"], out.stdout
     assert lines[2] == "[-1.0, -1.0, -1.0, -1.0]"
     assert lines[3] == "python still interruptible"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_ctrl_c_handled_before_a_call_does_not_end_its_loops():
+    """opc's SIGINT handler is installed when the module loads (a Ctrl-C between a call's start and
+    its first while is the while's); one that Python handled before the call (its KeyboardInterrupt
+    caught) must not end the next call's loop."""
+    here = os.path.dirname(__file__)
+    script = textwrap.dedent(f"""
+        import sys, time, os, signal
+        sys.path.insert(0, {here!r})
+        import numpy as np
+        import opc
+        from cf_programs import forever
+        m = opc.compile(forever(max_trips=5))
+        print("handler installed", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            print("caught")
+        print(m.f(-np.ones(4, np.float32)).tolist())
+        try:
+            m.f(np.ones(4, np.float32))
+        except RuntimeError as err:
+            print("bounded", "max_trips" in str(err))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split("\n")[1:4] == ["caught", "[-1.0, -1.0, -1.0, -1.0]", "bounded True"], out.stdout + out.stderr
