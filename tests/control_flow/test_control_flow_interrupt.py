@@ -35,6 +35,7 @@ def test_ctrl_c_interrupts_a_while():
     here = os.path.dirname(__file__)
     script = textwrap.dedent(f"""
         import sys, time, threading, os, signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a parent run in the background ignores it
         sys.path.insert(0, {here!r})
         import numpy as np
         import opc
@@ -72,6 +73,7 @@ def test_a_ctrl_c_handled_before_a_call_does_not_end_its_loops():
     here = os.path.dirname(__file__)
     script = textwrap.dedent(f"""
         import sys, time, os, signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a parent run in the background ignores it
         sys.path.insert(0, {here!r})
         import numpy as np
         import opc
