@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from xdsl.dialects import arith, scf, tensor
@@ -41,7 +41,7 @@ from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import DYNAMIC
 from opc.onnx_import.common import Value, Values
 from opc.onnx_import.graph import BY_NUMPY, Node, NodeEmitter, converter
-from opc.onnx_import.lists import Appended, Item, Items, Opt, Seq, is_list
+from opc.onnx_import.lists import Appended, Item, Items, Labels, Maps, Opt, Seq, is_list, leaves
 from opc.symbolic import Size, Sym
 
 
@@ -68,6 +68,8 @@ def type_of(v: Item) -> tuple:
         return ("sequence", tuple(type_of(x) for x in v.items))
     if isinstance(v, Opt):
         return ("optional", None if v.item is None else type_of(v.item))
+    if isinstance(v, (Maps, Labels)):
+        return (type(v).__name__, v.labels, type_of(v.item))
     if isinstance(v, SSAValue):
         return (str(element_of(v)), shape_of(v))
     return (str(BY_NUMPY[np.asarray(v).dtype]), np.shape(v))  # as the constant it becomes
@@ -163,21 +165,14 @@ def if_at_run_time(node: Node, branches: list[tuple[Block, Items]]) -> Items:
     return [rebuilt(v, results) for v in branches[0][1]]
 
 
-def leaves(v: Item) -> list[Value]:
-    """The tensors of an item in order: a sequence's items', an optional's if it holds one."""
-    if isinstance(v, Seq):
-        return [x for item in v.items for x in leaves(item)]
-    if isinstance(v, Opt):
-        return [] if v.item is None else leaves(v.item)
-    return [v]
-
-
 def rebuilt(like: Item, values: Iterator[SSAValue]) -> Item:
-    """`like`'s layout over the next of `values` (leaves' inverse)."""
+    """`like`'s layout over the next of `values` (lists.leaves' inverse)."""
     if isinstance(like, Seq):
         return Seq(tuple(rebuilt(x, values) for x in like.items))
     if isinstance(like, Opt):
         return Opt(None if like.item is None else rebuilt(like.item, values))
+    if isinstance(like, (Maps, Labels)):
+        return replace(like, item=next(values))
     return next(values)
 
 

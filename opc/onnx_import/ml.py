@@ -168,7 +168,6 @@ NORMS = ("MAX", "L1", "L2")
 @converter(f"{ML}.Normalizer", since=1)
 def normalizer(node: Node) -> Values:
     norm = node.attr("norm", "MAX")
-    norm = norm.decode() if isinstance(norm, bytes) else norm
     if norm not in NORMS:
         raise node.fail(f"norm '{norm}' is not one of {', '.join(NORMS)}")
     e, x = node.e, as_float32(node, node.input(0))
@@ -214,27 +213,21 @@ def one_hot_encoder(node: Node) -> Values:
     if numpy_of(x).kind == "f":  # onnxruntime compares the value truncated toward 0; a NaN matches none
         x = e.select(e.value(o.LessThanOp(x, scalar(node, 0.0, x))), e.value(o.CeilOp(x)), e.value(o.FloorOp(x)))
     found = e.value(o.EqualOp(e.reshape(x, [*shape, 1]), e.constant(cats.astype(numpy_of(x)))))
-    # 1 + the index of the (first) matching category, 0 where none matches
+    # the index of the (first) matching category, len(cats) where none matches: the zero row appended
+    # below, or (zeros=0) an index past the identity's rows, an IndexError naming X at the call
     positions = e.constant(np.arange(len(cats), 0, -1, dtype=np.int64))
     first = e.value(o.ReduceMaxOp(e.select(found, positions, e.constant(np.array(0, np.int64))), [len(shape)], False))
-    position = e.select(e.value(o.EqualOp(first, e.constant(np.array(0, np.int64)))), first,
-                        e.sub(e.constant(np.array(len(cats) + 1, np.int64)), first))
+    index = e.sub(e.constant(np.array(len(cats), np.int64)), first)
     rows = np.eye(len(cats), dtype=np.float32)
     if int(node.attr("zeros", 1)):
-        return [e.value(o.GatherOp(e.constant(np.concatenate([np.zeros((1, len(cats)), np.float32), rows])),
-                                   position, 0))]
-    # zeros=0: a category not listed is an error at the call: its row index, -(categories + 1), is
-    # outside even the negative indices gather takes
-    index = e.sub(position, e.constant(np.array(1, np.int64)))
-    missing = e.value(o.EqualOp(position, e.constant(np.array(0, np.int64))))
-    index = e.select(missing, e.constant(np.array(-(len(cats) + 1), np.int64)), index)
+        rows = np.concatenate([rows, np.zeros((1, len(cats)), np.float32)])
     return [e.value(o.GatherOp(e.constant(rows), index, 0))]
 
 
 @converter(f"{ML}.LinearRegressor", since=1)
 def linear_regressor(node: Node) -> Values:
     post = node.attr("post_transform", "NONE")
-    if (post.decode() if isinstance(post, bytes) else post) != "NONE":
+    if post != "NONE":
         raise node.fail(f"post_transform {post!r} is not supported: only NONE (PROBIT needs an inverse erf, "
                         "which opc lacks)")
     e, x = node.e, as_float32(node, node.input(0))
