@@ -52,22 +52,33 @@ MODULES = {
                     "tests/shapes/test_dynamic_nn.py tests/ops/test_norm.py tests/ops/test_conv_fast.py "
                     "tests/ops/test_attention.py tests/ops/test_pool.py tests/shapes/test_slices.py "
                     "tests/shapes/test_data_sizes.py tests/lowering/test_gemm_epilogue.py"),
-    "elementwise": Module("opc/ops/elementwise.py", "tests/autodiff/test_grad_primitives.py tests/lowering/test_cpu_ops.py "
-                          "tests/lowering/test_math_unary.py tests/lowering/test_edge_values.py tests/ops/test_integer_ops.py"),
+    # test_grad_semantics: the clip vjps (clip_input) and pow's masks; test_grad_ulp: tanh's and sigmoid's slope
+    # from x; test_grad_higher_order: the vjps differentiated again; test_onnx_old_opsets and test_op_checklist:
+    # the ONNX names and opsets registered here
+    "elementwise": Module("opc/ops/elementwise.py", "tests/autodiff/test_grad_primitives.py tests/autodiff/test_grad_semantics.py "
+                          "tests/autodiff/test_grad_ulp.py tests/autodiff/test_grad_higher_order.py "
+                          "tests/lowering/test_cpu_ops.py tests/lowering/test_math_unary.py tests/lowering/test_edge_values.py "
+                          "tests/ops/test_integer_ops.py tests/ops/test_op_checklist.py tests/frontend/test_onnx_old_opsets.py"),
     # the conv, norm and attention rules run where their tests compile with decompose="all"
     "decompose": Module("opc/ops/decompositions.py", "tests/ops/test_decompose.py tests/lowering/test_nn_ops.py "
                         "tests/ops/test_norm.py tests/ops/test_conv.py tests/ops/test_attention.py "
                         "tests/autodiff/test_nn_grad.py tests/ops/test_conv_fast.py"),
     "scalars": Module("opc/lowering/scalars.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_edge_values.py "
                       "tests/lowering/test_lowp.py tests/ops/test_op_checklist.py"),  # float8/6/4 casts; has_scalar_rule
+    # the expression tables and their renderers; test_integer_ops: shifts, division, abs, int4/int2 casts;
+    # test_lowp: the float8/f16/bf16 constants and casts; test_math_unary: the libm rows
     "c-tables": Module("opc/lowering/c_expressions.py", "tests/lowering/test_cpu_ops.py tests/lowering/test_compare_nan.py "
-                       "tests/lowering/test_edge_values.py", ),  # the expression tables and their renderers
+                       "tests/lowering/test_edge_values.py tests/ops/test_integer_ops.py tests/lowering/test_lowp.py "
+                       "tests/lowering/test_math_unary.py"),
     "converters": Module("opc/onnx_import/tensor.py", "tests/frontend/test_onnx_import.py "
                          "tests/frontend/test_onnx_old_opsets.py tests/shapes/test_dynamic_onnx.py "
                          "tests/shapes/test_onnx_slice_clamp.py tests/frontend/test_onnx_node_suite.py"),
-    "nn-lowering": Module("opc/lowering/nn_lowering.py", "tests/ops/test_conv.py tests/ops/test_pool.py "
-                          "tests/ops/test_norm.py tests/ops/test_attention.py tests/ops/test_cumsum.py "
-                          "tests/lowering/test_nn_ops.py"),
+    # test_nn_grad, test_grad_primitives: gather_grad, slice_grad, concat and the losses' grads; test_dynamic_nn,
+    # test_slices: the same at run-time sizes; test_conv_fast, test_conv_epilogue: fused_conv_epilogue's call
+    "nn-lowering": Module("opc/lowering/nn_lowering.py", "tests/lowering/test_nn_ops.py tests/ops/test_conv.py "
+                          "tests/ops/test_pool.py tests/ops/test_norm.py tests/ops/test_attention.py tests/ops/test_cumsum.py "
+                          "tests/autodiff/test_nn_grad.py tests/autodiff/test_grad_primitives.py tests/shapes/test_dynamic_nn.py "
+                          "tests/shapes/test_slices.py tests/ops/test_conv_fast.py tests/lowering/test_conv_epilogue.py"),
     "load-onnx": Module("opc/onnx_load.py", "tests/frontend/test_onnx_runtime.py tests/api/test_paper_cuts.py "
                         "tests/shapes/test_dynamic_onnx.py tests/frontend/test_onnx_sequences.py"),
     "interop": Module("opc/interop/torch.py", "tests/api/test_interop_torch.py tests/api/test_interop_arrays.py"),
