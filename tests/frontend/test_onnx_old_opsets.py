@@ -6,6 +6,7 @@ of the old meaning; a case whose old meaning differs from the newest one checks 
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -63,6 +64,50 @@ def hardmax_2d(x: np.ndarray, axis: int) -> np.ndarray:
     out = np.zeros_like(flat)
     out[np.arange(flat.shape[0]), flat.argmax(axis=1)] = 1
     return out.reshape(x.shape)
+
+
+# The elementwise ops' NumPy formulas, with inputs inside each one's domain (the oracle below opset 7,
+# where onnxruntime does not run).
+UNARY_NUMPY = {
+    "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Tanh": np.tanh, "Floor": np.floor, "Ceil": np.ceil,
+    "Round": np.round, "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
+    "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh, "Acosh": np.arccosh,
+    "Atanh": np.arctanh, "Sqrt": np.sqrt, "Abs": np.abs, "Relu": lambda x: np.maximum(x, 0),
+    "Sigmoid": lambda x: 1 / (1 + np.exp(-x)), "Erf": np.vectorize(math.erf, otypes=[np.float32]),
+}
+
+
+def onnx_first_opset(op: str) -> int:
+    return min(s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op and s.domain == "")
+
+
+def first_opset_cases() -> dict[str, tuple]:
+    """Each elementwise op opc registers under an ONNX name (opc/ops/elementwise.py), at the first opset
+    that gives it its present meaning: the op's first ONNX version (onnx.defs), or 7 for the binaries and
+    compares (their broadcast/axis attributes dropped for NumPy broadcasting). Below 7 the oracle is the
+    NumPy formula, from 7 onnxruntime. A registration whose opset is too late refuses these models."""
+    import opc.ops.elementwise  # noqa: F401  (registers the rules read here)
+    from opc.ops.registration import ELEMENTWISE
+
+    c: dict[str, tuple] = {}
+    x = RNG.uniform(-0.9, 0.9, (3, 4)).astype(np.float32)
+    x[0, :2] = [0.5, -2.5]  # Round's ties to even
+    for rule in ELEMENTWISE.values():
+        if rule.onnx is None:
+            continue
+        op = rule.onnx
+        if op in UNARY_NUMPY:
+            v = np.abs(x) + 1.5 if op == "Acosh" else np.abs(x) + 0.1 if op in ("Log", "Sqrt") else x
+            opset = onnx_first_opset(op)
+            want = [UNARY_NUMPY[op](v).astype(np.float32)] if opset < 7 else None
+            c[f"{op}{opset}_first_opset"] = (node_model(op, {"x": v}, opset), {"x": v}, want)
+        else:
+            a, b = f32(2, 3, 4), f32(3, 1)  # NumPy broadcasting both ways
+            if op == "Equal":  # integers and bools only until opset 11
+                a, b = np.round(a * 2).astype(np.int64), np.round(b * 2).astype(np.int64)
+            opset = max(onnx_first_opset(op), 7)
+            c[f"{op}{opset}_first_opset"] = (node_model(op, {"a": a, "b": b}, opset), {"a": a, "b": b}, None)
+    return c
 
 
 def cases() -> dict[str, tuple]:
@@ -209,6 +254,7 @@ def cases() -> dict[str, tuple]:
                "b": f32(1, 2 * gates * hidden) * 0.1}
         c[f"{op}7"] = (node_model(op, {"x": seq}, 7, n_outputs=2, initializers=wts, hidden_size=hidden), {"x": seq},
                        None)
+    c.update(first_opset_cases())
     for model, _, expected in c.values():  # outputs typed after the NumPy oracle's arrays
         if expected is not None:
             outs = [o.name for o in model.graph.output]
