@@ -67,6 +67,7 @@ SHAPES = [
     ("2x9x33x17", (2, 9, 33), (33, 17), False),  # 3-D x, 2-D w: one GEMM of 18 rows
     ("3x4x6x5t", (3, 4, 6), (5, 6), True),  # transposed w
     ("2x5x8x9b", (2, 5, 8), (2, 8, 9), False),  # batched w: a GEMM per batch (rows b * m + i)
+    ("2x12x8x9b", (2, 12, 8), (2, 8, 9), False),  # the same past the few-row path: the blocked GEMM's epilogue
 ]
 KINDS = ["gelu_erf", "residual", "several"]
 CASES = [(s, k, dt, bias) for s in SHAPES for k in KINDS for dt in DT for bias in (False, True)
