@@ -320,3 +320,16 @@ def test_kernel_only_grad_op_without_vjp_is_an_error(monkeypatch) -> None:
     with pytest.raises(OpcError, match=r"no gradient rule for opc.relu_grad \(a kernel-only grad op needs a vjp"):
         opc.compile(f"func.func @f(%x: {T34}, %d: {T34}) -> {T34} {{\n"
                     f"  %r = opc.relu_grad %x, %d : ({T34}, {T34}) -> {T34}\n  func.return %r : {T34}\n}}\n", grad=True)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16"])
+def test_relu_backward_of_floats_is_one_relu_grad(dtype: str) -> None:
+    """relu's vjp on floats is the one kernel op opc.relu_grad (x read once, no compare, zeros and select
+    written out; opc check counts it exact), whose numbers test_grad_primitives checks."""
+    t = f"tensor<3x4x{dtype}>"
+    module = parse_text(f"func.func @r(%x: {t}) -> {t} {{\n  %y = opc.relu %x : ({t}) -> {t}\n"
+                        f"  func.return %y : {t}\n}}\n", "relu.mlir").module
+    add_grad_functions(module, ["r"])
+    (grad,) = [f for f in module.ops if getattr(f, "sym_name", None) and f.sym_name.data == "r_grad"]
+    names = [op.name for op in grad.walk()]
+    assert names.count("opc.relu_grad") == 1 and "opc.select" not in names, names
