@@ -166,6 +166,14 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "op classes compare by identity (their metaclass keeps type.__eq__): == is `is`",
     ("opc/onnx_load.py", 'if kind >= "sequence_type":'):
         "list inputs are sequence_type or optional_type, and 'optional_type' < 'sequence_type': >= is ==",
+    ("opc/ops/elementwise.py", "if (inner_bound < outer_bound) if isinstance(op, o.MinimumOp) else "
+                               "(inner_bound <= outer_bound):"):
+        "a max-outer clip whose bounds meet or cross (hi <= lo) read on x: the inner min passes d only where "
+        "x <= hi and the outer max only where its operand >= lo, so both forms give 0 but at x == hi == lo, "
+        "where both read a tie on each side (a quarter of d); NaN gives 0 either way",
+    ("opc/ops/elementwise.py", 'elementwise(o.AsinOp, math.AsinOp, onnx="Asin", since= 6)'):
+        "every model passes onnx.checker first (onnx_import/graph.py: load), which refuses Asin below opset 7 "
+        "(ONNX has no Asin before it), so no converter is looked up at opset 6",
 }
 
 
