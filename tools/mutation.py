@@ -174,6 +174,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("opc/ops/elementwise.py", 'elementwise(o.AsinOp, math.AsinOp, onnx="Asin", since= 6)'):
         "every model passes onnx.checker first (onnx_import/graph.py: load), which refuses Asin below opset 7 "
         "(ONNX has no Asin before it), so no converter is looked up at opset 6",
+    ("opc/ops/elementwise.py", 'elementwise(o.CeilOp, math.CeilOp, onnx="Ceil", since= 0)'):
+        "a converter valid from opset 0 and one from 1 serve the same models: opset 0 is refused before any "
+        "lookup (onnx_import/graph.py: default_opset, MIN_OPSET 1), and the lookup takes the newest key <= the opset",
 }
 
 
