@@ -177,6 +177,10 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("opc/ops/elementwise.py", 'elementwise(o.CeilOp, math.CeilOp, onnx="Ceil", since= 0)'):
         "a converter valid from opset 0 and one from 1 serve the same models: opset 0 is refused before any "
         "lookup (onnx_import/graph.py: default_opset, MIN_OPSET 1), and the lookup takes the newest key <= the opset",
+    ("opc/ops/elementwise.py", 'elementwise(o.AcoshOp, math.AcoshOp, onnx="Acosh", since= 8)'):
+        "onnx.checker refuses Acosh below opset 9 (ONNX has none before it) before any converter is looked up",
+    ("opc/ops/elementwise.py", "return (e.div(douts[ -1], e.add(e.full(1.0, x), x)),)"):
+        "log1p has one result: douts[-1] is douts[0]",
 }
 
 

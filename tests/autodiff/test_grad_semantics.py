@@ -98,6 +98,11 @@ func.func @clip_crossed(%x: tensor<3x4xf64>) -> tensor<3x4xf64> {
   %y = opc.minimum %m, %hi : (tensor<3x4xf64>, tensor<f64>) -> tensor<3x4xf64>
   func.return %y : tensor<3x4xf64>
 }
+// pow at the exponents and bases where its vjp masks 0 * inf and log(0) (PyTorch's rule).
+func.func @pow_edges(%a: tensor<4x7xf64>, %b: tensor<4x7xf64>) -> tensor<4x7xf64> {
+  %y = opc.pow %a, %b : (tensor<4x7xf64>, tensor<4x7xf64>) -> tensor<4x7xf64>
+  func.return %y : tensor<4x7xf64>
+}
 """
 
 
@@ -179,6 +184,19 @@ def test_clip_gradient_ties_and_nan(graphs, name: str, lo: float, hi: float) -> 
     with np.errstate(invalid="ignore"):
         want = clip_grad_ref(CLIP_X, d, lo, hi)
     np.testing.assert_array_equal(getattr(graphs, f"{name}_grad")(CLIP_X, d), want)
+
+
+def test_pow_gradient_at_zero_bases_and_exponents_matches_torch(graphs) -> None:
+    """Every base (0, -0, positive, negative) against every exponent (0, 1, 2, 0.5, -1, 3, NaN): da = 0
+    where b == 0, db = 0 where a == 0 and b >= 0, as torch's autograd of torch.pow gives them."""
+    torch = pytest.importorskip("torch", reason="torch autograd is this test's oracle")
+    a, b = np.meshgrid([0.0, -0.0, 2.0, -2.0], [0.0, 1.0, 2.0, 0.5, -1.0, 3.0, np.nan], indexing="ij")
+    d = uniform(a.shape)
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    torch.pow(ta, tb).backward(torch.tensor(d))
+    da, db = graphs.pow_edges_grad(a, b, d)
+    np.testing.assert_array_equal(da, ta.grad.numpy())
+    np.testing.assert_array_equal(db, tb.grad.numpy())
 
 
 def test_clip_forward_is_one_kernel_next_to_its_backward(graphs) -> None:
