@@ -81,6 +81,8 @@ GEOS = [
     Geo("long_rows_gemm", (1, 2, 2, 270), (3, 2, 2, 3), (1, 2), (1, 1), (1, 1, 0, 0)),
     Geo("c3d", (2, 3, 5, 4, 6), (4, 3, 3, 2, 3), (1, 1, 1), (1, 1, 1), (1, 0, 1, 1, 1, 1)),
     Geo("c3d_s2_dil_g2", (1, 4, 7, 6, 5), (4, 2, 2, 3, 2), (2, 1, 2), (1, 2, 1), (0, 1, 1, 1, 0, 1), 2),
+    # the direct loops' first axis (3-D only): a depthwise grad's input rows whose taps fall past the last output
+    Geo("depthwise_3d", (1, 2, 4, 5, 6), (4, 1, 3, 2, 3), (1, 2, 1), (1, 1, 2), (1, 1, 0, 0, 1, 1), 2),
 ]
 BY_NAME = {g.name: g for g in GEOS}
 HALF_GEOS = ("c1d_s2_d2_g2", "c2d", "c2d_s23_asym", "depthwise")
