@@ -91,6 +91,8 @@ POOLS = [
     Pool("p2d_ceil_pad", (1, 3, 7, 7), (3, 2), (2, 2), (1, 1, 1, 0), ceil=True, include_pad=True),
     Pool("p2d_incl", (2, 2, 6, 5), (3, 3), (2, 1), (1, 1, 1, 1), include_pad=True),
     Pool("p2d_long", (1, 1, 2, 300), (1, 3), (1, 1), (0, 1, 0, 1)),
+    # a dilated window whose first taps fall in an odd padding: the first tap inside rounds up
+    Pool("p2d_dil_pad", (1, 2, 5, 9), (2, 3), (1, 2), (1, 1, 0, 1), (2, 2)),
 ]
 HALF = ("p1d", "p2d_overlap", "p2d_ceil_pad")
 # rows wide enough for f32 max_pool's vector route (OPC_CF_V outputs at a time, the last vector
