@@ -181,6 +181,13 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "onnx.checker refuses Acosh below opset 9 (ONNX has none before it) before any converter is looked up",
     ("opc/ops/elementwise.py", "return (e.div(douts[ -1], e.add(e.full(1.0, x), x)),)"):
         "log1p has one result: douts[-1] is douts[0]",
+    ("opc/lowering/c_expressions.py", 'return f"{sign}INFINITY" if not isinstance(t, Float32Type) else '
+                                      'f"{sign}(double)INFINITY"'):
+        "an infinity literal as a float for f64 or a double for f32: inf is exact in both types, and a float "
+        "operation with an infinite operand gives the same value computed in double and rounded back (inf, "
+        "NaN or a compare)",
+    ("opc/lowering/c_expressions.py", "src, dst, a = o.operands[0].type, o.results[ -1].type, e.name(o.operands[0])"):
+        "a cast has one result: results[-1] is results[0] (the line is in ext_f and trunc_f alike)",
 }
 
 
