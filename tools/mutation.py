@@ -187,7 +187,13 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "operation with an infinite operand gives the same value computed in double and rounded back (inf, "
         "NaN or a compare)",
     ("opc/lowering/c_expressions.py", "src, dst, a = o.operands[0].type, o.results[ -1].type, e.name(o.operands[0])"):
-        "a cast has one result: results[-1] is results[0] (the line is in ext_f and trunc_f alike)",
+        "a cast has one result: results[-1] is results[0] (the line opens ext_f, trunc_f, c_cast and bit_cast)",
+    ("opc/lowering/c_expressions.py", "return f\"(({c_type(t)}){int(value)}{'LL' if abs(int(value)) < 2**31 - 1 "
+                                      "else ''})\""):
+        "the LL suffix on small constants and not on large ones: C99 gives an unsuffixed decimal constant the "
+        "first of int, long, long long that holds it, and the cast to the result's type follows either way",
+    ("opc/lowering/c_expressions.py", "t = o.results[ -1].type"):
+        "every renderer's op has one result: results[-1] is results[0]",
 }
 
 
