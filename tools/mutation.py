@@ -198,6 +198,10 @@ EQUIVALENT: dict[tuple[str, str], str] = {
                                   '"int32_t": 4,'):
         "an f64 buffer over-allocated by 1/8 in the arena (buffer_bytes' only use, c_emitter's arena size): each "
         "slot starts 64-byte aligned, so only memory is wasted",
+    ("opc/lowering/c_expressions.py", "lhs, rhs = o.operands[0], o.operands[ 0]"):
+        "int_pick reads rhs only for its type, and arith's integer max/min have both operands of one type",
+    ("opc/lowering/c_expressions.py", "t, a, b = o.results[ -1].type, e.name(o.operands[0]), e.name(o.operands[1])"):
+        "the shift and division renderers' ops have one result: results[-1] is results[0]",
 }
 
 
