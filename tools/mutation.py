@@ -202,6 +202,15 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "int_pick reads rhs only for its type, and arith's integer max/min have both operands of one type",
     ("opc/lowering/c_expressions.py", "t, a, b = o.results[ -1].type, e.name(o.operands[0]), e.name(o.operands[1])"):
         "the shift and division renderers' ops have one result: results[-1] is results[0]",
+    ("opc/lowering/c_expressions.py", "wide = isinstance(t, IndexType) or isinstance(t, IntegerType) and "
+                                      "t.width.data >= 64"):
+        "opc's integer types are at most 64 bits wide (opc/dtypes.py): >= 64 is == 64",
+    ("opc/lowering/c_expressions.py", 'return "NAN" if not isinstance(t, Float32Type) else "(double)NAN"'):
+        "a quiet NaN literal as a float for f64 or a double for f32: the conversion keeps a quiet NaN, and any "
+        "operation on it gives NaN in either type",
+    ("opc/lowering/nn_lowering.py", "e.parallel(others or [ 2], lambda ix: line(ix if others else []))"):
+        "a rank-1 cumsum's one line computed twice: the result never shares x's buffer, so the second pass "
+        "stores the same values (checked by hand on a cumsum of a temporary, 1 and 2 threads)",
 }
 
 
