@@ -211,6 +211,14 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("opc/lowering/nn_lowering.py", "e.parallel(others or [ 2], lambda ix: line(ix if others else []))"):
         "a rank-1 cumsum's one line computed twice: the result never shares x's buffer, so the second pass "
         "stores the same values (checked by hand on a cumsum of a temporary, 1 and 2 threads)",
+    ("opc/lowering/c_expressions.py", "wide = isinstance(t, IndexType) or isinstance(t, IntegerType) and "
+                                      "t.width.data <= 64"):
+        "narrow integers wrapping in uint64_t instead of uint32_t: c_unsigned_wide serves +, -, *, negation, "
+        "abs and a left shift by less than the width, whose low bits do not depend on the wider bits, and the "
+        "result is cast back to its own type",
+    ("opc/lowering/c_expressions.py", "return f\"(({unsigned_c_type(o.operands[1].type)}){e.name(o.operands[1])} >= "
+                                      "{width_of(o.operands[ 0].type)}u)\""):
+        "arith's shifts have both operands of one type: the width of operand 0 is operand 1's",
 }
 
 
