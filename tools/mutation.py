@@ -219,6 +219,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("opc/lowering/c_expressions.py", "return f\"(({unsigned_c_type(o.operands[1].type)}){e.name(o.operands[1])} >= "
                                       "{width_of(o.operands[ 0].type)}u)\""):
         "arith's shifts have both operands of one type: the width of operand 0 is operand 1's",
+    ("opc/lowering/c_expressions.py", 'arith.NegfOp: lambda e, o: f"(-{e.name(o.operands[ -1])})",'):
+        "negf has one operand: operands[-1] is operands[0]",
 }
 
 
