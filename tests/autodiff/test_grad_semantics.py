@@ -344,10 +344,12 @@ def test_kernel_only_grad_op_without_vjp_is_an_error(monkeypatch) -> None:
 def test_relu_backward_of_floats_is_one_relu_grad(dtype: str) -> None:
     """relu's vjp on floats is the one kernel op opc.relu_grad (x read once, no compare, zeros and select
     written out; opc check counts it exact), whose numbers test_grad_primitives checks."""
+    from xdsl.dialects.func import FuncOp
+
     t = f"tensor<3x4x{dtype}>"
     module = parse_text(f"func.func @r(%x: {t}) -> {t} {{\n  %y = opc.relu %x : ({t}) -> {t}\n"
                         f"  func.return %y : {t}\n}}\n", "relu.mlir").module
     add_grad_functions(module, ["r"])
-    (grad,) = [f for f in module.ops if getattr(f, "sym_name", None) and f.sym_name.data == "r_grad"]
+    (grad,) = [f for f in module.ops if isinstance(f, FuncOp) and f.sym_name.data == "r_grad"]
     names = [op.name for op in grad.walk()]
     assert names.count("opc.relu_grad") == 1 and "opc.select" not in names, names
