@@ -40,6 +40,12 @@ def sources() -> list[str]:
         out.append(f"func.func @bitwise_not_{dt}(%a: {tt(SHAPE, dt)}) -> {tt(SHAPE, dt)} {{\n"
                    f"  %r = opc.bitwise_not %a : ({tt(SHAPE, dt)}) -> {tt(SHAPE, dt)}\n"
                    f"  func.return %r : {tt(SHAPE, dt)}\n}}\n")
+        t, r = tt(SHAPE, dt), tt(SHAPE[:1] + (1,), dt)  # two row results live at once: buffers of the dtype
+        out.append(f"func.func @row_span_{dt}(%a: {t}) -> {t} {{\n"
+                   f"  %hi = opc.reduce_max %a {{axes = array<i64: 1>, keepdim = true}} : ({t}) -> {r}\n"
+                   f"  %lo = opc.reduce_min %a {{axes = array<i64: 1>, keepdim = true}} : ({t}) -> {r}\n"
+                   f"  %d = opc.sub %a, %lo : ({t}, {r}) -> {t}\n  %s = opc.sub %hi, %lo : ({r}, {r}) -> {r}\n"
+                   f"  %y = opc.sub %s, %d : ({r}, {t}) -> {t}\n  func.return %y : {t}\n}}\n")
     return out
 
 
@@ -112,3 +118,12 @@ def test_integer_binary_matches_python(compiled, op, dt):
 def test_bitwise_not_matches_numpy(compiled, dt):
     a, _ = operands("bitwise_and", dt, np.random.default_rng(4))
     np.testing.assert_array_equal(getattr(compiled, f"bitwise_not_{dt}")(a), np.invert(a))
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_row_results_of_every_width_get_their_own_bytes(compiled, dt):
+    """(max - min) - (x - min) per row, wrapping: the two row results are intermediate buffers of the
+    dtype, alive at once (a one-byte type's slots in the arena sized as such, not 0)."""
+    a, _ = operands("bitwise_and", dt, np.random.default_rng(5))
+    hi, lo = a.max(1, keepdims=True), a.min(1, keepdims=True)
+    np.testing.assert_array_equal(getattr(compiled, f"row_span_{dt}")(a), (hi - lo) - (a - lo))
