@@ -221,8 +221,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "arith's shifts have both operands of one type: the width of operand 0 is operand 1's",
     ("opc/lowering/c_expressions.py", 'arith.NegfOp: lambda e, o: f"(-{e.name(o.operands[ -1])})",'):
         "negf has one operand: operands[-1] is operands[0]",
-    ("opc/lowering/c_expressions.py", "if isinstance(t, IntegerType) and t.width.data <= 64 and value == -(1 << 63):"):
-        "a constant holds a value of its own type, and only a 64-bit type holds -2^63: <= 64 is == 64 here",
+    ("opc/lowering/c_expressions.py", "if isinstance(t, IntegerType) and t.width.data == 64 and value <= -(1 << 63):"):
+        "a constant holds a value of its own type, and no 64-bit value is below -2^63: <= is == here",
     ("opc/lowering/nn_lowering.py", "*three(g.strides, 1), *three(g.dilations, 2), *three(g.pads[:g.spatial], 0)]"):
         "the leading unit dims of a 1-D or 2-D conv have a kernel of 1: their one tap is k = 0, and the "
         "runtime reads a dilation only as k * d or d * (k - 1), both 0 there",
