@@ -786,4 +786,58 @@ static void opc_cf_max_pool_span(const float *x, float *y, int64_t *idx, int64_t
     }
 }
 
+/* max_pool's outputs [a, b) of row (o0, o1) of plane x, any of them (the row's edges, or a row
+ * shorter than a vector), V outputs per vector. The window rows (t0, t1) inside x are copied into
+ * buf with zeros around them, so every lane loads in bounds; a lane whose tap lies outside x is
+ * masked out of its maximum, so padding is never taken. The rules are max_pool_one's, lane by
+ * lane: the first tap inside x taken, then a tap replaces a non-NaN maximum when greater or NaN;
+ * a window with no tap inside x gives -inf and the index ibase - 1, as max_pool_one.
+ * 0 when buf (cap floats) cannot hold the rows: the caller takes max_pool_one. ivol < 2^31. */
+#define OPC_CF_POOL_BUF 8192
+static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t ibase, const opc_pl_geom *q,
+                                 int64_t o0, int64_t o1, int64_t a, int64_t b) {
+    if (a >= b) return 1;
+    const int64_t s2 = q->s[2], in2 = q->in[2], pb2 = q->pb[2];
+    const int64_t span = (b - 1 + OPC_CF_V) * s2 + (q->k[2] - 1) * q->d[2] + 1; /* buf floats per row */
+    if (span < pb2 + in2 || q->k[0] * q->k[1] * span > OPC_CF_POOL_BUF) return 0;
+    float buf[OPC_CF_POOL_BUF];
+    int32_t rows[OPC_CF_POOL_BUF / 2]; /* the flat index in the plane of each copied row's x[.., 0] */
+    int nrows = 0;
+    for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
+        const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
+        if (i0 < 0 || i0 >= q->in[0]) continue;
+        for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
+            const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
+            if (i1 < 0 || i1 >= q->in[1]) continue;
+            float *r = buf + nrows * span;
+            rows[nrows++] = (int32_t)((i0 * q->in[1] + i1) * in2);
+            memset(r, 0, (size_t)pb2 * sizeof(float));
+            memcpy(r + pb2, x + rows[nrows - 1], (size_t)in2 * sizeof(float));
+            memset(r + pb2 + in2, 0, (size_t)(span - pb2 - in2) * sizeof(float));
+        }
+    }
+    const opc_cf_ivec iota = OPC_CF_IOTA;
+    for (int64_t c = a; c < b; c += OPC_CF_V) {
+        const opc_cf_ivec live = iota < (int32_t)(b - c);
+        opc_cf_vec acc = (opc_cf_vec){0} - INFINITY;
+        opc_cf_ivec best = (opc_cf_ivec){0} - 1;
+        for (int w = 0; w < nrows; w++)
+            for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
+                const int64_t first = c * s2 + t2 * q->d[2]; /* buf offset of lane 0's tap */
+                const opc_cf_ivec r = (iota + (int32_t)c) * (int32_t)s2 + (int32_t)(t2 * q->d[2] - pb2);
+                const opc_cf_ivec ok = live & (r >= 0) & (r < (int32_t)in2);
+                opc_cf_vec v;
+                opc_cf_strided(buf + w * span + first, s2, &v);
+                const opc_cf_ivec take = ok & ((best < 0) | ((acc == acc) & ((v > acc) | (v != v))));
+                acc = (opc_cf_vec)(((opc_cf_ivec)v & take) | ((opc_cf_ivec)acc & ~take));
+                best = ((r + rows[w]) & take) | (best & ~take);
+            }
+        for (int64_t j = 0; j < OPC_CF_V && c + j < b; j++) {
+            y[c + j] = acc[j];
+            idx[c + j] = ibase + best[j];
+        }
+    }
+    return 1;
+}
+
 #endif /* OPC_NN_CONV_FAST_H */
