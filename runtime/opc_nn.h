@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <math.h>
 #include "opc_threads.h"
+#include "opc_frozen.h"
 #include "opc_runtime.h"
 #include "opc_status.h"
 #include "opc_gemm_api.h"

@@ -547,6 +547,29 @@ static inline void opc_cf_strided(const float *src, int64_t s, opc_cf_vec *v) {
     for (int j = 0; j < OPC_CF_V; j++) (*v)[j] = src[j * s];
 }
 
+/* r[i][l] -> r[l][i]: a V x V block transposed in registers, log2(V) rounds of two-vector shuffles
+ * (round h pairs rows i and i + h and swaps their blocks of h lanes). GCC's __builtin_shuffle only. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define OPC_CF_TRANSPOSE 1
+static inline void opc_cf_transpose(opc_cf_vec *r) {
+    _Pragma("GCC unroll 8") for (int h = OPC_CF_V / 2; h >= 1; h /= 2) {
+        opc_cf_ivec lo, hi;
+        for (int l = 0; l < OPC_CF_V; l++) {
+            lo[l] = (l & h) ? OPC_CF_V + l - h : l;
+            hi[l] = (l & h) ? OPC_CF_V + l : l + h;
+        }
+        _Pragma("GCC unroll 16") for (int i = 0; i < OPC_CF_V; i++)
+            if (!(i & h)) {
+                const opc_cf_vec a = r[i], b = r[i + h];
+                r[i] = __builtin_shuffle(a, b, lo);
+                r[i + h] = __builtin_shuffle(a, b, hi);
+            }
+    }
+}
+#else
+#define OPC_CF_TRANSPOSE 0
+#endif
+
 /* The padded dims P of a depthwise conv's planes: they cover the last output's last tap, any stride. */
 static inline opc_cf_plan opc_cf_dw_plan(const opc_cv_geom *q) {
     opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
