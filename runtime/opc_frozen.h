@@ -77,6 +77,18 @@ static inline void opc_rt_frozen_set(const void *p, int64_t bytes, int add) {
     opc_frozen_unlock();
 }
 
+/* Whether the bytes [w, w + bytes) lie inside one registered range (a kernel that reads its weights
+ * in place may then leave the layer to one that packs them once). */
+static inline int opc_rt_frozen_inside(const void *w, int64_t bytes) {
+    opc_frozen_table *t = &opc_rt_frozen;
+    const char *lo = (const char *)w, *hi = lo + bytes;
+    int inside = 0;
+    opc_frozen_lock();
+    for (int i = 0; i < t->nranges && !inside; i++) inside = t->range[i].lo <= lo && hi <= t->range[i].hi;
+    opc_frozen_unlock();
+    return inside;
+}
+
 /* The packed copy (floats) of the weight w (its `bytes` bytes) under packing `key`, made by
  * pack(ctx, dst) the first time; NULL where w is not inside one registered range, or no copy can
  * be kept. */

@@ -7,8 +7,8 @@
  * Implicit GEMM the other way round ("channel vectors", as NHWC direct convolutions):
  *     y[oc, o] = sum over (cc, k) of w[oc, cc, k] * xp[base(o) + off[cc, k]]
  * with xp the padded copy of the input and off as in opc_nn_conv_fast.h; the micro-kernel
- * holds MR consecutive outputs of one output row (MR = CW_MRA, CW_MRB, CW_MRC or CW_MRD,
- * whichever wastes least of the row) times NW = CW_NV vectors of output channels, and per tap broadcasts MR
+ * holds MR consecutive outputs of one output row (MR = 14, 7, 8, 4 or 2: whichever wastes
+ * least of the row) times NW = CW_NV vectors of output channels, and per tap broadcasts MR
  * input values -- xp[base + m * s2 + off[k]], the row's stride s2 (1 or 2) a constant of the
  * kernel -- against NV vectors of packed weights (panels [K][NW]). No position is wasted on
  * padding columns and strided convs need no gather: each broadcast reads its own element.
@@ -32,6 +32,7 @@
 #endif
 #define OPC_CW_MRC 8 /* rows of 8, 16, 32 or 64 outputs (a small image's), which 14 and 7 cover with waste */
 #define OPC_CW_MRD 4 /* rows of 4 (a 4x4 image's): 8 accumulators still hide the FMA latency */
+#define OPC_CW_MRE 2 /* rows of 2 (a 2x2 image's, its weights streamed once: the layer is memory-bound) */
 #define OPC_CW_NW (OPC_CW_NV * OPC_CF_V)
 #ifndef OPC_CW_KC
 #define OPC_CW_KC 128 /* taps per chunk: a chunk's panel is KC * NW floats (16 KiB with AVX-512) */
@@ -70,6 +71,8 @@ OPC_CW_MICRO(8, 1)
 OPC_CW_MICRO(8, 2)
 OPC_CW_MICRO(4, 1)
 OPC_CW_MICRO(4, 2)
+OPC_CW_MICRO(2, 1)
+OPC_CW_MICRO(2, 2)
 
 typedef void (*opc_cw_micro_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
 
@@ -91,6 +94,7 @@ static inline int64_t opc_cw_mr(int64_t n) {
     if (opc_cw_cover(n, OPC_CW_MRC) < opc_cw_cover(n, mr)) mr = OPC_CW_MRC;
     if (opc_cw_cover(n, OPC_CW_MRB) < opc_cw_cover(n, mr)) mr = OPC_CW_MRB;
     if (opc_cw_cover(n, OPC_CW_MRD) < opc_cw_cover(n, mr)) mr = OPC_CW_MRD;
+    if (opc_cw_cover(n, OPC_CW_MRE) < opc_cw_cover(n, mr)) mr = OPC_CW_MRE;
     return mr;
 }
 
@@ -114,6 +118,7 @@ static inline opc_cw_plan opc_cw_plan_make(const opc_cv_geom *q) {
     c.micro = c.mr == OPC_CW_MRA   ? (q->s[2] == 1 ? opc_cw_micro_14_1 : opc_cw_micro_14_2)
               : c.mr == OPC_CW_MRC ? (q->s[2] == 1 ? opc_cw_micro_8_1 : opc_cw_micro_8_2)
               : c.mr == OPC_CW_MRD ? (q->s[2] == 1 ? opc_cw_micro_4_1 : opc_cw_micro_4_2)
+              : c.mr == OPC_CW_MRE ? (q->s[2] == 1 ? opc_cw_micro_2_1 : opc_cw_micro_2_2)
                                    : (q->s[2] == 1 ? opc_cw_micro_7_1 : opc_cw_micro_7_2);
     return c;
 }

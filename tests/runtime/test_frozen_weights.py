@@ -17,7 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 import opc
 
 # x [1, C, H, W] * w [O, C / g, 3, 3], pads 1: 8x8 rows take the channel-vector kernel's 8-wide tiles
-GEOMETRIES = [(16, 32, 8, 1, 1), (16, 32, 8, 2, 1), (32, 48, 8, 1, 2), (24, 64, 4, 1, 1)]
+# (2x2: few positions, whose weights are read in place unless frozen, then packed once)
+GEOMETRIES = [(16, 32, 8, 1, 1), (16, 32, 8, 2, 1), (32, 48, 8, 1, 2), (24, 64, 4, 1, 1), (24, 64, 2, 1, 1)]
 
 
 def conv_ref(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> np.ndarray:
