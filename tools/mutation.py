@@ -295,8 +295,8 @@ HAND_MUTANTS = [
                "        if (res) { double *r = res + i * ldo; for (int j = 0; j < nr; j++) r[j] = z[j]; }\n"
                "        if (bias) { for (int j = 0; j < nr; j++) z[j] += bias[j]; }\n",
                "tests/runtime/test_runtime_c.py -k gemm", "f64 GEMM: the reserve stored before the bias is added"),
-    HandMutant("runtime/opc_gemm.h", "const int first = pc == 0, last = pc + kc >= K;\n                if (tb)",
-               "const int first = pc == 0, last = pc + kc > K;\n                if (tb)", "tests/runtime/test_runtime_c.py -k gemm", "blocked GEMM: the last K block not seen as last"),
+    HandMutant("runtime/opc_gemm.h", "const int first = pc == 0, last = pc + kc >= K;\n                const float *bpc",
+               "const int first = pc == 0, last = pc + kc > K;\n                const float *bpc", "tests/runtime/test_runtime_c.py -k gemm", "blocked GEMM: the last K block not seen as last"),
     HandMutant("runtime/opc_gemm.h", "if (i < mr) r[i] = opc__row_s(A, (i0 + ip + i) * K + p0, kc, dt, tmp[i]);",
                "if (i < mr) r[i] = opc__row_s(A, (i0 + i) * K + p0, kc, dt, tmp[i]);",
                "tests/runtime/test_runtime_c.py -k gemm", "A packed without its panel's row offset"),
