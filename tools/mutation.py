@@ -226,6 +226,16 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("opc/lowering/nn_lowering.py", "*three(g.strides, 1), *three(g.dilations, 2), *three(g.pads[:g.spatial], 0)]"):
         "the leading unit dims of a 1-D or 2-D conv have a kernel of 1: their one tap is k = 0, and the "
         "runtime reads a dilation only as k * d or d * (k - 1), both 0 there",
+    ("opc/lowering/c_expressions.py", 'sign = "-" if value < 1 else ""'):
+        "the branch is for an infinite value: -inf < 1 and inf >= 1, as with < 0",
+    ("opc/lowering/c_expressions.py", 'return n * {"double": 8, "float": 4, "uint16_t": 3, "int64_t": 8, "uint64_t": 8, '
+                                  '"int32_t": 4,'):
+        "an f16/bf16 buffer over-allocated by half in the arena (buffer_bytes' only use): each slot starts "
+        "64-byte aligned, so only memory is wasted",
+    ("opc/lowering/nn_lowering.py", "view = fl.e.value(memref.ReinterpretCastOp(buf, [], [], [], [ -1], list(shape), "
+                                    "list(strides), t))"):
+        "the view's static offset is never read: the C and CUDA emitters write a reinterpret_cast as the source "
+        "pointer (emit_ReinterpretCastOp), and the view's type carries the strides",
 }
 
 

@@ -98,8 +98,9 @@ def operands(op: str, dt: str, rng) -> tuple[np.ndarray, np.ndarray]:
         b = np.array([0, 1, info.bits - 1, info.bits, info.bits + 5, -3 if info.min else 200], dtype=dt)
     elif op == "div":
         b = np.array([0, -1 if info.min else 1, 7, info.max, 3, info.min if info.min else 2], dtype=dt)
-    elif op == "pow":
-        b = np.array([0, 1, 3, -2, 63, 2], dtype=dt)
+    elif op == "pow":  # -1 in row 1 meets every exponent: even and odd, negative ones included
+        b = np.array([0, 1, 3, -2, 63, -3], dtype=dt)
+        a[1] = -1
     else:
         b = rng.integers(info.min, info.max, size=B_SHAPE, dtype=dt, endpoint=True)
     return a, b
