@@ -17,6 +17,7 @@ MLIR = {"int8": "i8", "uint8": "ui8", "int16": "i16", "uint16": "ui16", "int32":
 BINARY = ("bitwise_and", "bitwise_or", "bitwise_xor", "shift_left", "shift_right", "div", "pow")
 SIGNED_ONLY = {"pow"}  # opc.pow of unsigned integers is refused by its verifier
 SHAPE, B_SHAPE = (4, 6), (6,)
+ROWS = (9, 6)  # 9 row results: 72 bytes of a 64-bit type, past one 64-byte arena slot
 
 
 def tt(shape, dt: str) -> str:
@@ -40,7 +41,7 @@ def sources() -> list[str]:
         out.append(f"func.func @bitwise_not_{dt}(%a: {tt(SHAPE, dt)}) -> {tt(SHAPE, dt)} {{\n"
                    f"  %r = opc.bitwise_not %a : ({tt(SHAPE, dt)}) -> {tt(SHAPE, dt)}\n"
                    f"  func.return %r : {tt(SHAPE, dt)}\n}}\n")
-        t, r = tt(SHAPE, dt), tt(SHAPE[:1] + (1,), dt)  # two row results live at once: buffers of the dtype
+        t, r = tt(ROWS, dt), tt(ROWS[:1] + (1,), dt)  # two row results live at once: buffers of the dtype
         out.append(f"func.func @row_span_{dt}(%a: {t}) -> {t} {{\n"
                    f"  %hi = opc.reduce_max %a {{axes = array<i64: 1>, keepdim = true}} : ({t}) -> {r}\n"
                    f"  %lo = opc.reduce_min %a {{axes = array<i64: 1>, keepdim = true}} : ({t}) -> {r}\n"
@@ -124,7 +125,9 @@ def test_bitwise_not_matches_numpy(compiled, dt):
 @pytest.mark.parametrize("dt", DTYPES)
 def test_row_results_of_every_width_get_their_own_bytes(compiled, dt):
     """(max - min) - (x - min) per row, wrapping: the two row results are intermediate buffers of the
-    dtype, alive at once (a one-byte type's slots in the arena sized as such, not 0)."""
-    a, _ = operands("bitwise_and", dt, np.random.default_rng(5))
+    dtype, alive at once, each needing its own bytes in the arena (one-byte types: not 0; 64-bit
+    types: 9 rows, 8 bytes each, past a 64-byte slot)."""
+    info = np.iinfo(dt)
+    a = np.random.default_rng(5).integers(info.min, info.max, size=ROWS, dtype=dt, endpoint=True)
     hi, lo = a.max(1, keepdims=True), a.min(1, keepdims=True)
     np.testing.assert_array_equal(getattr(compiled, f"row_span_{dt}")(a), (hi - lo) - (a - lo))
