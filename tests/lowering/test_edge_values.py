@@ -275,3 +275,19 @@ def test_sigmoid_saturates_without_nan(sigmoids, dt: str) -> None:
     xs = x.astype(np.float64)
     want = np.where(xs >= 0, 1 / (1 + np.exp(-np.abs(xs))), np.exp(-np.abs(xs)) / (1 + np.exp(-np.abs(xs))))
     assert_close(getattr(sigmoids, f"sigmoid_{dt}")(x), want.astype(np_dtype(dt)), dt, scale=2)
+
+
+@pytest.mark.parametrize("rows", [0, 2])
+def test_empty_intermediates_compute_a_sum_of_nothing(rows: int) -> None:
+    """x @ w of 0 rows, exp'd and summed over the rows: every intermediate buffer is empty (0 x 4),
+    which still gets an arena slot (mutation testing: slots sized 0 made the arena empty, and the
+    call failed with 'out of memory'); 2 rows for comparison. NumPy's sum of nothing is 0."""
+    t, r = f"tensor<{rows}x3xf32>", f"tensor<{rows}x4xf32>"
+    m = opc.compile(f"func.func @f(%x: {t}, %w: tensor<3x4xf32>) -> tensor<4xf32> {{\n"
+                    f"  %m = opc.matmul %x, %w : ({t}, tensor<3x4xf32>) -> {r}\n"
+                    f"  %e = opc.exp %m : ({r}) -> {r}\n"
+                    f"  %s = opc.reduce_sum %e {{axes = array<i64: 0>, keepdim = false}} : ({r}) -> tensor<4xf32>\n"
+                    f"  func.return %s : tensor<4xf32>\n}}\n")
+    x = np.random.default_rng(rows).standard_normal((rows, 3)).astype(np.float32)
+    w = np.random.default_rng(9).standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(m.f(x, w), np.exp(x @ w).sum(0), rtol=1e-5)
