@@ -14,7 +14,7 @@ tests written for that module run against each mutant (`pytest -x`: the first
 failure kills it). A mutant is killed when the tests fail or time out, survives
 when they pass; "incompetent" ones (the module no longer imports) and the known
 equivalent mutants in EQUIVALENT are left out of the score. Prints one table row
-per module (the last scores: bench/results/2026-12-03-readme-records.md). Sessions go to --out (default mutation-out/), where
+per module (the latest scores: docs/testing.md's table, each from its bench/results record). Sessions go to --out (default mutation-out/), where
 `cr-report --show-output mutation-out/rules.sqlite` lists every mutant and its diff.
 """
 
@@ -110,7 +110,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("opc/lowering/c_expressions.py", 'return n * {"double": 8, "float": 4, "uint16_t": 2, "int64_t": 9, "uint64_t": 8, '
                                   '"int32_t": 4,'):
         "an int64 buffer over-allocated by 1/8 in the arena: each slot starts 64-byte aligned, so only memory is "
-        "wasted (the opposite slip, 7, is an overflow that test_sanitize's ASan run reports)",
+        "wasted (the opposite slip, 7, is an overflow: test_integer_ops' row results of 9 elements see it)",
     ("opc/transforms/opc_decompose.py", "if not dz is not op.dout:"):
         "only the SSA name hint of dout (printed IR shows %dz for it): the ops and numbers are the same",
     ("opc/transforms/opc_schedule.py", "elif len(users) == 1 and pointwise(users[ -1]) and users[0] not in views and "
