@@ -6,9 +6,12 @@ while the other cases of the batch still run."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from opc.sanitize import runtime_library
+from opc.sanitize import runtime_library, sanitized_env
 
 pytest.importorskip("onnx", reason="the ONNX node cases need the onnx package (pip install '.[onnx]')")
 pytestmark = pytest.mark.skipif(runtime_library("libasan.so") is None,
@@ -55,6 +58,21 @@ def _planted(source, *args, **kwargs):
     return _build(source, *args, **kwargs)
 opc.api.build_extension = _planted
 """
+
+
+def test_a_cpp_exception_in_onnx_is_caught_in_a_sanitized_process():
+    """onnx's strict shape inference throws a C++ exception that Python catches (the loader's
+    fallback does this): in a sanitized child, once aborted with ASan's "CHECK failed:
+    real___cxa_throw != 0" (libstdc++ not loaded when ASan started), which stopped a batch of the
+    full run; sanitized_env preloads libstdc++ so the exception is caught as without ASan."""
+    code = ("import onnx, onnx.helper as h, onnx.shape_inference as si\n"
+            "t = onnx.TensorProto.FLOAT\n"
+            "g = h.make_graph([h.make_node('Add', ['a', 'b'], ['c'])], 'g', [h.make_tensor_value_info('a', t, [2]),"
+            " h.make_tensor_value_info('b', t, [3])], [h.make_tensor_value_info('c', t, [2])])\n"
+            "try:\n    si.infer_shapes(h.make_model(g), strict_mode=True)\nexcept Exception as e:\n"
+            "    print('caught', type(e).__name__)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=sanitized_env())
+    assert proc.returncode == 0 and proc.stdout.startswith("caught"), proc.stdout + proc.stderr[-2000:]
 
 
 def test_node_sample_runs_clean_under_sanitizers():
