@@ -159,3 +159,33 @@ def test_group_norm_with_run_time_spatial_dims(decompose):
         y = ((xg - mean[..., None]) / np.sqrt(var[..., None] + 1e-5)).reshape(shape) * g[:, None] + b[:, None]
         for got, want in zip(m.f(x, g, b), (y, mean, 1 / np.sqrt(var + 1e-5))):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+BROADCAST_BATCH = """
+func.func @mm(%w: tensor<2x3x4xf64>, %x: tensor<?x2x4x5xf64>) -> tensor<?x2x3x5xf64> {
+  %y = opc.matmul %w, %x : (tensor<2x3x4xf64>, tensor<?x2x4x5xf64>) -> tensor<?x2x3x5xf64>
+  func.return %y : tensor<?x2x3x5xf64>
+}
+func.func @gconv(%x: tensor<?x4x5xf64>, %w: tensor<6x2x3xf64>) -> tensor<?x6x3xf64> {
+  %y = opc.conv %x, %w {group = 2} : (tensor<?x4x5xf64>, tensor<6x2x3xf64>) -> tensor<?x6x3xf64>
+  func.return %y : tensor<?x6x3xf64>
+}
+"""
+
+
+@pytest.mark.parametrize("decompose", [None, "all"])
+def test_a_batch_operand_broadcast_along_a_run_time_batch(decompose):
+    """A matmul operand [G, M, K] against [?, G, K, N] is copied to the full batch [?, G, M, K] first
+    (one GEMM stride per operand): that copy was allocated with the `?` batch's symbol as a static
+    dim (an internal compiler error), which the grouped conv's decomposition (decompose='all', its
+    weights [G, Og, ck] against the patches [N, G, ck, P]) hit with any run-time batch (found by the
+    CLI fuzzer on fuzz_dynamic.py's programs)."""
+    m = opc.compile(BROADCAST_BATCH, decompose=decompose)
+    rng = np.random.default_rng(11)
+    w, wc = rng.standard_normal((2, 3, 4)), rng.standard_normal((6, 2, 3))
+    for n in (0, 1, 3):
+        x, xc = rng.standard_normal((n, 2, 4, 5)), rng.standard_normal((n, 4, 5))
+        np.testing.assert_allclose(m.mm(w, x), w @ x, rtol=1e-12)
+        want = np.stack([np.einsum("ncl,ocl->no", xc[:, 2 * (o // 3):2 * (o // 3) + 2, t:t + 3], wc[o:o + 1])[:, 0]
+                         for o in range(6) for t in range(3)], axis=1).reshape(n, 6, 3)
+        np.testing.assert_allclose(m.gconv(xc, wc), want, rtol=1e-12, atol=1e-12)
