@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
@@ -238,6 +238,8 @@ def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position
 
     def joins(u: Operation, members: set[Operation], reductions: int) -> bool:
         if u in taken or u in members or u not in position or external_symbol(u) is not None or len(u.results) != 1:
+            return False
+        if not isinstance(u.results[0].type, TensorType):  # a run-time size (tensor.dim, index arithmetic)
             return False
         if isinstance(u, opc.ReduceOp) and row_reduction(u) is not None:
             return shape_of(u.x) == full and reductions < MAX_ROW_REDUCTIONS

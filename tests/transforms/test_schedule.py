@@ -380,3 +380,29 @@ func.func @f(%x: {t}, %m: {v}) -> {t} {{
     x, mean = rng.standard_normal((rows, c)).astype(np.float32), rng.standard_normal(c).astype(np.float32)
     a = x - mean
     np.testing.assert_allclose(m.f(x, mean), a - a.max(1, keepdims=True), rtol=1e-6, atol=1e-6)
+
+
+RUN_TIME_SIZE_OF_A_ROW_KERNEL = """
+func.func @f(%x: tensor<?x6xf64>, %g: tensor<6xf64>, %b: tensor<6xf64>) -> tensor<?x5xf64> {
+  %y, %m, %r = opc.layer_norm %x, %g, %b {begin_norm_axis = 1 : i64, epsilon = 1.0e-05 : f64} : (tensor<?x6xf64>, tensor<6xf64>, tensor<6xf64>) -> (tensor<?x6xf64>, tensor<?xf64>, tensor<?xf64>)
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %y, %c0 : tensor<?x6xf64>
+  %s = tensor.extract_slice %y[0, 1] [%n, 5] [1, 1] : tensor<?x6xf64> to tensor<?x5xf64>
+  func.return %s : tensor<?x5xf64>
+}
+"""
+
+
+def test_a_row_kernels_run_time_size_read_by_tensor_dim():
+    """A layer norm written out (decompose='all': a row kernel over [?, 6]) whose result's rows are
+    read by tensor.dim: the row kernel grew into the tensor.dim (an `index` result) and the
+    scheduler stopped on its shape ("expected a tensor or memref, got index"; found by
+    fuzz_dynamic.py with decompose='all'). The size stays out of the kernel."""
+    m = opc.compile(RUN_TIME_SIZE_OF_A_ROW_KERNEL, decompose="all")
+    rng = np.random.default_rng(3)
+    g, b = rng.standard_normal(6), rng.standard_normal(6)
+    for n in (0, 1, 4):
+        x = rng.standard_normal((n, 6))
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        want = ((x - mu) / np.sqrt(var + 1e-5) * g + b)[:, 1:]
+        np.testing.assert_allclose(m.f(x, g, b), want, rtol=1e-12, atol=1e-12)
