@@ -4,8 +4,9 @@ matmul, softmax (over the features and the run-time rows), layer norm, concat, r
 slices at run-time bounds; nn ops over a run-time batch (conv, fused_conv_epilogue,
 conv_transpose, pools, batch, group and instance norm) and attention over a run-time batch or
 sequence; topk with a run-time k, nonzero (a data-sized row count), unique; scf.for loops carrying
-the value through these, their values stacked as scan outputs. CI runs 80 programs; `--fuzz-count
-N --fuzz-seed S` runs others, `python tests/support/fuzz_dynamic.py --count N` long."""
+the value through these, their values stacked as scan outputs. CI runs 80 programs, the second 40
+with decompose='all'; `--fuzz-count N --fuzz-seed S` runs others, `python
+tests/support/fuzz_dynamic.py --count N [--decompose all]` long."""
 
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ def pytest_generate_tests(metafunc):
 
 
 def test_programs_at_run_time_sizes(request, batch):
+    """Every other batch with decompose='all' (each composite op written out in primitives)."""
     start, count = batch
-    programs, defects = run(request.config.getoption("--fuzz-seed"), start, count)
+    decompose = "all" if (start // BATCH) % 2 else None
+    programs, defects = run(request.config.getoption("--fuzz-seed"), start, count, decompose=decompose)
     assert programs == count
     assert not defects, "\n".join(defects)
 

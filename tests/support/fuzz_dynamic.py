@@ -719,8 +719,13 @@ def check(module, prog: Program, seed: int, grad: bool, counts: dict[str, int] |
 
 
 def run(seed: int, start: int, count: int, grad: bool = True, counts: dict[str, int] | None = None,
-        kinds: tuple[str, ...] = BASIC + EXTENDED) -> tuple[int, list[str]]:
+        kinds: tuple[str, ...] = BASIC + EXTENDED, decompose: str | None = None) -> tuple[int, list[str]]:
+    """Programs start .. start + count - 1 compiled as one module (with `decompose`), each checked;
+    a batch the compiler refuses is compiled program by program, each refusal a defect."""
     import opc
+
+    def build(progs: list[Program]):  # noqa: ANN202
+        return opc.compile("".join(p.text() for p in progs), grad=grad, decompose=decompose)
 
     progs = [generate(seed, i, kinds) for i in range(start, start + count)]
     if counts is not None:
@@ -729,12 +734,12 @@ def run(seed: int, start: int, count: int, grad: bool = True, counts: dict[str, 
                 counts[k] = counts.get(k, 0) + 1
     defects = []
     try:
-        module = opc.compile("".join(p.text() for p in progs), grad=grad)
+        module = build(progs)
     except Exception:  # noqa: BLE001 - find the program(s) the compiler rejects or crashes on, check the others
         good = []
         for p in progs:
             try:
-                opc.compile(p.text(), grad=grad)
+                build([p])
                 good.append(p)
             except opc.OpcError as one:
                 defects.append(f"{p.name}: does not compile: {one}")
@@ -743,8 +748,9 @@ def run(seed: int, start: int, count: int, grad: bool = True, counts: dict[str, 
         if len(good) == len(progs):
             raise
         progs = good
-        module = opc.compile("".join(p.text() for p in progs), grad=grad) if progs else None
-    defects += [d for p in progs for d in check(module, p, seed, grad, counts)]
+        module = build(progs) if progs else None
+    where = f" (decompose={decompose})" if decompose else ""
+    defects = [d + where for d in defects] + [d + where for p in progs for d in check(module, p, seed, grad, counts)]
     return count, defects
 
 
@@ -755,6 +761,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--batch", type=int, default=40)
     ap.add_argument("--no-grad", action="store_true", help="forward only (no gradient functions compiled)")
+    ap.add_argument("--decompose", choices=["none", "all"], default="none",
+                    help="compile with decompose='all' (every composite op in primitives)")
     ap.add_argument("--show", type=int, default=None, help="print program INDEX")
     ns = ap.parse_args(argv)
     if ns.show is not None:
@@ -762,11 +770,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     total, defects, counts, began = 0, [], {}, time.monotonic()
     for b in range(ns.index, ns.index + ns.count, ns.batch):
-        n, d = run(ns.seed, b, min(ns.batch, ns.index + ns.count - b), not ns.no_grad, counts)
+        n, d = run(ns.seed, b, min(ns.batch, ns.index + ns.count - b), not ns.no_grad, counts,
+                   decompose=None if ns.decompose == "none" else ns.decompose)
         total, defects = total + n, defects + d
         print(f"[{time.monotonic() - began:.0f} s] programs {ns.index}-{b + n - 1}: {len(defects)} defects",
               *(f"\nDEFECT {x}" for x in d), file=sys.stderr, flush=True)
-    what = "forward" if ns.no_grad else "forward and gradient"
+    what = ("forward" if ns.no_grad else "forward and gradient") + (", decompose='all'" if ns.decompose == "all" else "")
     print(f"{total} programs with run-time sizes at n = {SIZES}, {what}: {len(defects)} defects, "
           f"{counts.pop('not_smooth', 0)} gradient points not smooth")
     print("drawn (programs holding each):", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
