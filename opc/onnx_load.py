@@ -184,7 +184,7 @@ class OnnxModel:
         assert isinstance(f, func.FuncOp)
         compiled = compile(module, target=self.target, cache_dir=self.cache_dir)
         # the weights are the import's own arrays, never the caller's: bound once, not checked per call
-        call = compiled[f.sym_name.data].with_last(cache_aligned(params.values()))
+        call = compiled[f.sym_name.data].with_last(cache_aligned(params.values()), frozen=True)
         return Variant(call, {n: feeds[n].copy() for n in bound}, layouts)
 
     def build_dynamic(self) -> Variant | None:
@@ -202,7 +202,7 @@ class OnnxModel:
         except Exception as err:  # noqa: BLE001  (any refusal: the per-shape path still runs the model)
             self.static_reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             return None
-        return Variant(compiled[f.sym_name.data].with_last(cache_aligned(params.values())), {}, layouts)
+        return Variant(compiled[f.sym_name.data].with_last(cache_aligned(params.values()), frozen=True), {}, layouts)
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The outputs: arrays; lists of arrays for sequences, None for an empty optional, lists of dicts

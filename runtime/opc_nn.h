@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <math.h>
 #include "opc_threads.h"
+#include "opc_frozen.h"
 #include "opc_runtime.h"
 #include "opc_status.h"
 #include "opc_gemm_api.h"
@@ -179,7 +180,9 @@ OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r
     if (opc_cf_dw_applies(q, op == 0))
         return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
                         : op == 1 ? opc_cf_dw_data(fa, fb, fr, q) : opc_cf_dw_filter(fa, fb, fr, q)) == 0;
-    if (op == 0 && opc_nn_conv_few(fa, fb, fr, q)) return 1;
+    /* few positions: w read in place, unless the channel-vector kernel has it packed once (frozen) */
+    const int packed_once = opc_cw_applies(q) && opc_rt_frozen_inside(fb, (int64_t)sizeof(float) * q->o * q->cg * q->kvol);
+    if (op == 0 && !packed_once && opc_nn_conv_few(fa, fb, fr, q)) return 1;
     if (op == 0 && opc_nn_conv_fwd_kernel(q) == 2) return opc_cw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q, NULL, NULL) == 0;
     if (!opc_cf_applies(q)) return 0;
     return (op == 0 ? opc_cf_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q, NULL, NULL)

@@ -7,8 +7,8 @@
  * Implicit GEMM the other way round ("channel vectors", as NHWC direct convolutions):
  *     y[oc, o] = sum over (cc, k) of w[oc, cc, k] * xp[base(o) + off[cc, k]]
  * with xp the padded copy of the input and off as in opc_nn_conv_fast.h; the micro-kernel
- * holds MR consecutive outputs of one output row (MR = CW_MRA or CW_MRB, whichever wastes
- * less of the row) times NW = CW_NV vectors of output channels, and per tap broadcasts MR
+ * holds MR consecutive outputs of one output row (MR = 14, 7, 8, 4 or 2: whichever wastes
+ * least of the row) times NW = CW_NV vectors of output channels, and per tap broadcasts MR
  * input values -- xp[base + m * s2 + off[k]], the row's stride s2 (1 or 2) a constant of the
  * kernel -- against NV vectors of packed weights (panels [K][NW]). No position is wasted on
  * padding columns and strided convs need no gather: each broadcast reads its own element.
@@ -30,6 +30,9 @@
 #define OPC_CW_MRA 14
 #define OPC_CW_MRB 7
 #endif
+#define OPC_CW_MRC 8 /* rows of 8, 16, 32 or 64 outputs (a small image's), which 14 and 7 cover with waste */
+#define OPC_CW_MRD 4 /* rows of 4 (a 4x4 image's): 8 accumulators still hide the FMA latency */
+#define OPC_CW_MRE 2 /* rows of 2 (a 2x2 image's, its weights streamed once: the layer is memory-bound) */
 #define OPC_CW_NW (OPC_CW_NV * OPC_CF_V)
 #ifndef OPC_CW_KC
 #define OPC_CW_KC 128 /* taps per chunk: a chunk's panel is KC * NW floats (16 KiB with AVX-512) */
@@ -64,6 +67,12 @@ OPC_CW_MICRO(14, 1)
 OPC_CW_MICRO(14, 2)
 OPC_CW_MICRO(7, 1)
 OPC_CW_MICRO(7, 2)
+OPC_CW_MICRO(8, 1)
+OPC_CW_MICRO(8, 2)
+OPC_CW_MICRO(4, 1)
+OPC_CW_MICRO(4, 2)
+OPC_CW_MICRO(2, 1)
+OPC_CW_MICRO(2, 2)
 
 typedef void (*opc_cw_micro_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
 
@@ -79,11 +88,21 @@ typedef struct {
 /* Tiles of mr outputs per row of n: the outputs computed. */
 static inline int64_t opc_cw_cover(int64_t n, int64_t mr) { return (n + mr - 1) / mr * mr; }
 
+/* The tile width that covers a row of n outputs with the least waste, the widest of equals. */
+static inline int64_t opc_cw_mr(int64_t n) {
+    int64_t mr = OPC_CW_MRA;
+    if (opc_cw_cover(n, OPC_CW_MRC) < opc_cw_cover(n, mr)) mr = OPC_CW_MRC;
+    if (opc_cw_cover(n, OPC_CW_MRB) < opc_cw_cover(n, mr)) mr = OPC_CW_MRB;
+    if (opc_cw_cover(n, OPC_CW_MRD) < opc_cw_cover(n, mr)) mr = OPC_CW_MRD;
+    if (opc_cw_cover(n, OPC_CW_MRE) < opc_cw_cover(n, mr)) mr = OPC_CW_MRE;
+    return mr;
+}
+
 static inline opc_cw_plan opc_cw_plan_make(const opc_cv_geom *q) {
     opc_cw_plan c;
     c.p = opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p);
     const int64_t out2 = q->out[2];
-    c.mr = opc_cw_cover(out2, OPC_CW_MRA) <= opc_cw_cover(out2, OPC_CW_MRB) ? OPC_CW_MRA : OPC_CW_MRB;
+    c.mr = opc_cw_mr(out2);
     c.nt2 = (out2 + c.mr - 1) / c.mr;
     c.p.PV = 1;
     for (int i = 0; i < 3; i++) {
@@ -96,8 +115,11 @@ static inline opc_cw_plan opc_cw_plan_make(const opc_cv_geom *q) {
     }
     c.rows = q->out[0] * q->out[1];
     c.tiles = c.rows * c.nt2;
-    c.micro = c.mr == OPC_CW_MRA ? (q->s[2] == 1 ? opc_cw_micro_14_1 : opc_cw_micro_14_2)
-                                 : (q->s[2] == 1 ? opc_cw_micro_7_1 : opc_cw_micro_7_2);
+    c.micro = c.mr == OPC_CW_MRA   ? (q->s[2] == 1 ? opc_cw_micro_14_1 : opc_cw_micro_14_2)
+              : c.mr == OPC_CW_MRC ? (q->s[2] == 1 ? opc_cw_micro_8_1 : opc_cw_micro_8_2)
+              : c.mr == OPC_CW_MRD ? (q->s[2] == 1 ? opc_cw_micro_4_1 : opc_cw_micro_4_2)
+              : c.mr == OPC_CW_MRE ? (q->s[2] == 1 ? opc_cw_micro_2_1 : opc_cw_micro_2_2)
+                                   : (q->s[2] == 1 ? opc_cw_micro_7_1 : opc_cw_micro_7_2);
     return c;
 }
 
@@ -106,19 +128,46 @@ static inline opc_cw_plan opc_cw_plan_make(const opc_cv_geom *q) {
  * least 16), and tiles covering the rows without much waste. */
 static inline int opc_cw_applies(const opc_cv_geom *q) {
     if (!(q->s[2] == 1 || q->s[2] == 2) || q->kvol < 2 || q->og < 16 || q->cg * q->kvol < 16) return 0;
-    const int64_t out2 = q->out[2], a = opc_cw_cover(out2, OPC_CW_MRA), b = opc_cw_cover(out2, OPC_CW_MRB);
-    return 4 * out2 >= 3 * (a < b ? a : b);
+    return 4 * q->out[2] >= 3 * opc_cw_cover(q->out[2], opc_cw_mr(q->out[2]));
 }
 
 /* The panel of taps [k0, k0 + kn) of output channels [oc0, oc0 + NW) of wg (the group's og rows of K):
- * a[k][j] = wg[oc0 + j, k0 + k] (0 past og), the NW rows read side by side and the panel written in
- * order. Packed where it is used (per chunk, into a per-thread buffer): a whole network layer's
- * panels written and read back would cost two more passes over its weights through memory. */
+ * a[k][j] = wg[oc0 + j, k0 + k] (0 past og), a transpose: V x V blocks go through registers
+ * (opc_cf_transpose; read element by element, the NW rows in lockstep compiled to gathers that cost
+ * as much as the product on a 4x4 image), the taps past the last whole block one by one.
+ * Packed where it is used (per chunk, into a per-thread buffer) unless several tile groups share it:
+ * a whole network layer's panels written and read back would cost two more passes over its weights. */
 static void opc_cw_pack(const float *wg, int64_t og, int64_t K, int64_t oc0, int64_t k0, int64_t kn, float *a) {
     const float *rows[OPC_CW_NW];
     for (int j = 0; j < OPC_CW_NW; j++) rows[j] = oc0 + j < og ? wg + (oc0 + j) * K + k0 : NULL;
-    for (int64_t k = 0; k < kn; k++)
+    int64_t k = 0;
+#if OPC_CF_TRANSPOSE
+    for (; k + OPC_CF_V <= kn; k += OPC_CF_V)
+        for (int jb = 0; jb < OPC_CW_NW; jb += OPC_CF_V) {
+            opc_cf_vec r[OPC_CF_V];
+            for (int i = 0; i < OPC_CF_V; i++)
+                r[i] = rows[jb + i] ? (opc_cf_vec) * (const opc_cf_uvec *)(rows[jb + i] + k) : (opc_cf_vec){0};
+            opc_cf_transpose(r);
+            for (int i = 0; i < OPC_CF_V; i++) *(opc_cf_uvec *)(a + (k + i) * OPC_CW_NW + jb) = r[i];
+        }
+#endif
+    for (; k < kn; k++)
         for (int j = 0; j < OPC_CW_NW; j++) a[k * OPC_CW_NW + j] = rows[j] ? rows[j][k] : 0.0f;
+}
+
+/* Every group's panels of the whole K, [g][mt][K][NW]: what a conv whose weights never change
+ * packs once (opc_frozen.h). */
+typedef struct {
+    const float *w;
+    int64_t g, og, K;
+} opc_cw_weights;
+
+static void opc_cw_pack_all(const void *ctx, float *dst) {
+    const opc_cw_weights *c = (const opc_cw_weights *)ctx;
+    const int64_t mt = (c->og + OPC_CW_NW - 1) / OPC_CW_NW;
+    for (int64_t g = 0; g < c->g; g++)
+        for (int64_t m = 0; m < mt; m++)
+            opc_cw_pack(c->w + g * c->og * c->K, c->og, c->K, m * OPC_CW_NW, 0, c->K, dst + (g * mt + m) * c->K * OPC_CW_NW);
 }
 
 /* Store tile acc [MR][NW] (its first mv outputs, its first nc channels) at output row offset yo of
@@ -147,6 +196,15 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
     const int64_t kc = p->kvol * (OPC_CW_KC / p->kvol > 0 ? OPC_CW_KC / p->kvol : 1); /* whole channels */
     float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p->cin * p->PV + OPC_CF_NR));
     int64_t *off = (int64_t *)malloc(sizeof(int64_t) * (K > 0 ? K : 1));
+    /* Weights that never change are packed once for all calls (opc_frozen.h); else several tile
+     * groups per channel block would each pack its panels again (layer 1 of a ResNet at 64x64:
+     * 6 times): then the block's panels are packed once per call, before the groups. */
+    const opc_cw_weights whole = {w, q->g, q->og, K};
+    const int64_t key[OPC_FROZEN_KEY] = {1, q->g, q->og, K}; /* 1: this layout */
+    const float *frozen = opc_rt_frozen_packed(w, (int64_t)sizeof(float) * q->g * q->og * K, key,
+                                               q->g * mt * K * OPC_CW_NW, opc_cw_pack_all, &whole);
+    float *panels = !frozen && groups > 1 ? (float *)opc_cf_scratch(OPC_CF_BUF_PANELS, sizeof(float) * mt * K * OPC_CW_NW)
+                                          : NULL;
     if (!xp || !off) {
         free(off);
         return -1;
@@ -157,6 +215,7 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
         for (int64_t g = 0; g < q->g; g++) {
             opc_cf_pad(x + (i * q->c + g * q->cg) * q->ivol, xp, p);
             const float *wg = w + g * q->og * K;
+            const float *ready = frozen ? frozen + g * mt * K * OPC_CW_NW : panels; /* packed before the tiles */
             float *yg = y + (i * q->o + g * q->og) * ovol, *zg = z ? z + (yg - y) : NULL;
             const float *bg = bias ? bias + g * q->og : NULL;
             _Pragma("omp parallel if (mt * c.tiles * c.mr * K >= 32768) num_threads(opc_num_threads())")
@@ -168,6 +227,10 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
                     _Pragma("omp atomic write")
                     failed = 1;
                 }
+                if (!frozen && panels) {
+                    _Pragma("omp for schedule(static)") /* its barrier: every panel packed before use */
+                    for (int64_t m = 0; m < mt; m++) opc_cw_pack(wg, q->og, K, m * OPC_CW_NW, 0, K, panels + m * K * OPC_CW_NW);
+                }
                 _Pragma("omp for schedule(dynamic, opc_par_chunk(mt * groups, mt * groups, 1)) collapse(2)")
                 for (int64_t m = 0; m < mt; m++)
                     for (int64_t tg = 0; tg < groups; tg++) {
@@ -175,12 +238,13 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
                         const int64_t t0 = tg * OPC_CW_TG, tn = c.tiles - t0 < OPC_CW_TG ? c.tiles - t0 : OPC_CW_TG;
                         for (int64_t k0 = 0; k0 < K; k0 += kc) {
                             const int64_t kn = K - k0 < kc ? K - k0 : kc;
-                            opc_cw_pack(wg, q->og, K, m * OPC_CW_NW, k0, kn, a);
+                            const float *ak = ready ? ready + (m * K + k0) * OPC_CW_NW : a;
+                            if (!ready) opc_cw_pack(wg, q->og, K, m * OPC_CW_NW, k0, kn, a);
                             for (int64_t t = 0; t < tn; t++) {
                                 const int64_t r = (t0 + t) / c.nt2, o2 = (t0 + t) % c.nt2 * c.mr;
                                 const int64_t o1 = r % q->out[1], o0 = r / q->out[1];
                                 const int64_t base = (o0 * c.s[0] * p->P[1] + o1 * c.s[1]) * p->P[2] + o2 * c.s[2];
-                                c.micro(kn, a, xp + base, off + k0, acc + t * OPC_CW_MRA * OPC_CW_NW, k0 > 0);
+                                c.micro(kn, ak, xp + base, off + k0, acc + t * OPC_CW_MRA * OPC_CW_NW, k0 > 0);
                             }
                         }
                         const int64_t nc = q->og - m * OPC_CW_NW < OPC_CW_NW ? q->og - m * OPC_CW_NW : OPC_CW_NW;

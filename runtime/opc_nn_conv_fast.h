@@ -547,6 +547,29 @@ static inline void opc_cf_strided(const float *src, int64_t s, opc_cf_vec *v) {
     for (int j = 0; j < OPC_CF_V; j++) (*v)[j] = src[j * s];
 }
 
+/* r[i][l] -> r[l][i]: a V x V block transposed in registers, log2(V) rounds of two-vector shuffles
+ * (round h pairs rows i and i + h and swaps their blocks of h lanes). GCC's __builtin_shuffle only. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define OPC_CF_TRANSPOSE 1
+static inline void opc_cf_transpose(opc_cf_vec *r) {
+    _Pragma("GCC unroll 8") for (int h = OPC_CF_V / 2; h >= 1; h /= 2) {
+        opc_cf_ivec lo, hi;
+        for (int l = 0; l < OPC_CF_V; l++) {
+            lo[l] = (l & h) ? OPC_CF_V + l - h : l;
+            hi[l] = (l & h) ? OPC_CF_V + l : l + h;
+        }
+        _Pragma("GCC unroll 16") for (int i = 0; i < OPC_CF_V; i++)
+            if (!(i & h)) {
+                const opc_cf_vec a = r[i], b = r[i + h];
+                r[i] = __builtin_shuffle(a, b, lo);
+                r[i + h] = __builtin_shuffle(a, b, hi);
+            }
+    }
+}
+#else
+#define OPC_CF_TRANSPOSE 0
+#endif
+
 /* The padded dims P of a depthwise conv's planes: they cover the last output's last tap, any stride. */
 static inline opc_cf_plan opc_cf_dw_plan(const opc_cv_geom *q) {
     opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
@@ -620,24 +643,63 @@ static int opc_cf_dws_run(const float *src, const float *wk, float *dst, float *
  * wt [kvol][Cr], then each output position is V channels at a time, one vector FMA per tap, into
  * yt [ovol][Cr], transposed back with bias and act on the way. The same sums in the same order as
  * opc_cf_dw_run: taps in order, the padding's zeros included. -1: out of memory. */
+/* xt [PV][Cr] = image xn [C][ivol] channels-last and padded: xl [ivol][Cr] by V x V transposes in
+ * registers (a block running past a plane's end element by element, so no read leaves xn), then
+ * each padded row one copy of its inside run of positions (a channel at a time, padding and
+ * scattering each element Cr floats apart cost the layer more than its taps). */
+static void opc_cf_dwc_gather(const float *xn, float *xl, float *xt, int64_t Cr, const opc_cv_geom *q,
+                              const opc_cf_plan *p) {
+    const int64_t C = q->g, ivol = q->ivol;
+    for (int64_t c0 = 0; c0 < Cr; c0 += OPC_CF_V)
+        for (int64_t i0 = 0; i0 < ivol; i0 += OPC_CF_V) {
+#if OPC_CF_TRANSPOSE
+            if (i0 + OPC_CF_V <= ivol) {
+                opc_cf_vec r[OPC_CF_V];
+                for (int j = 0; j < OPC_CF_V; j++)
+                    r[j] = c0 + j < C ? (opc_cf_vec) * (const opc_cf_uvec *)(xn + (c0 + j) * ivol + i0) : (opc_cf_vec){0};
+                opc_cf_transpose(r);
+                for (int i = 0; i < OPC_CF_V; i++) *(opc_cf_uvec *)(xl + (i0 + i) * Cr + c0) = r[i];
+                continue;
+            }
+#endif
+            for (int64_t i = i0; i < i0 + OPC_CF_V && i < ivol; i++)
+                for (int64_t j = 0; j < OPC_CF_V; j++) xl[i * Cr + c0 + j] = c0 + j < C ? xn[(c0 + j) * ivol + i] : 0.0f;
+        }
+    int64_t a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2]; /* the padded columns from xl */
+    if (b > p->P[2]) b = p->P[2];
+    if (b < a) b = a;
+    for (int64_t i0 = 0; i0 < p->P[0]; i0++)
+        for (int64_t i1 = 0; i1 < p->P[1]; i1++) {
+            const int64_t s0 = i0 - p->pb[0], s1 = i1 - p->pb[1];
+            float *row = xt + (i0 * p->P[1] + i1) * p->P[2] * Cr;
+            if (s0 < 0 || s0 >= p->in[0] || s1 < 0 || s1 >= p->in[1]) {
+                memset(row, 0, sizeof(float) * p->P[2] * Cr);
+                continue;
+            }
+            memset(row, 0, sizeof(float) * a * Cr);
+            memcpy(row + a * Cr, xl + ((s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2]) * Cr, sizeof(float) * (b - a) * Cr);
+            memset(row + b * Cr, 0, sizeof(float) * (p->P[2] - b) * Cr);
+        }
+}
+
+/* The depthwise conv of images whose rows are shorter than a vector: channels-last, V channels
+ * per vector (xt [PV][Cr] the padded input, wt [kvol][Cr], yt [ovol][Cr]), laid out to and from
+ * NCHW by V x V transposes. */
 static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
                           const opc_cv_geom *q) {
     const opc_cf_plan p = opc_cf_dw_plan(q);
     const int64_t C = q->g, Cr = (C + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V, kvol = q->kvol, ovol = q->ovol;
-    float *xt = (float *)malloc(sizeof(float) * (Cr * (p.PV + kvol + ovol) + p.PV));
+    const int64_t ovr = (ovol + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V;
+    float *xt = (float *)malloc(sizeof(float) * Cr * (p.PV + kvol + ovr + q->ivol));
     if (!xt) return -1;
-    float *wt = xt + Cr * p.PV, *yt = wt + Cr * kvol, *plane = yt + Cr * ovol;
+    float *wt = xt + Cr * p.PV, *yt = wt + Cr * kvol, *xl = yt + Cr * ovr;
     for (int64_t k = 0; k < kvol; k++)
         for (int64_t c = 0; c < Cr; c++) wt[k * Cr + c] = c < C ? wk[c * kvol + k] : 0.0f;
-    for (int64_t i = 0; i < p.PV; i++)
-        for (int64_t c = C; c < Cr; c++) xt[i * Cr + c] = 0.0f; /* the last vector's unused lanes */
+    memset(yt + Cr * ovol, 0, sizeof(float) * Cr * (ovr - ovol)); /* the last block's rows past ovol */
     const int par = q->ovol * Cr * kvol >= 32768;
     for (int64_t n = 0; n < q->n; n++) {
         const float *xn = src + n * C * q->ivol;
-        for (int64_t c = 0; c < C; c++) { /* each channel padded as the other kernels pad it, then a column of xt */
-            opc_cf_pad_channel(xn + c * q->ivol, plane, &p);
-            for (int64_t i = 0; i < p.PV; i++) xt[i * Cr + c] = plane[i];
-        }
+        opc_cf_dwc_gather(xn, xl, xt, Cr, q, &p);
         _Pragma("omp parallel for schedule(static) if (par) num_threads(opc_num_threads())")
         for (int64_t o = 0; o < ovol; o++) {
             const int64_t o2 = o % q->out[2], o1 = o / q->out[2] % q->out[1], o0 = o / (q->out[1] * q->out[2]);
@@ -655,10 +717,25 @@ static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *
             }
         }
         float *yn = dst + n * C * ovol, *zn = pre ? pre + n * C * ovol : NULL;
-        for (int64_t c = 0; c < C; c++) {
-            const float b = bias ? bias[c] : 0.0f;
-            for (int64_t o = 0; o < ovol; o++) opc_cf_dw_put(yn + c * ovol, zn ? zn + c * ovol : NULL, o, yt[o * Cr + c], b, act);
-        }
+        for (int64_t c0 = 0; c0 < Cr; c0 += OPC_CF_V)
+            for (int64_t o0 = 0; o0 < ovol; o0 += OPC_CF_V) {
+                float tile[OPC_CF_V][OPC_CF_V]; /* tile[j][i]: channel c0 + j at output o0 + i */
+#if OPC_CF_TRANSPOSE
+                opc_cf_vec r[OPC_CF_V];
+                for (int i = 0; i < OPC_CF_V; i++) r[i] = *(const opc_cf_uvec *)(yt + (o0 + i) * Cr + c0);
+                opc_cf_transpose(r);
+                for (int j = 0; j < OPC_CF_V; j++) *(opc_cf_uvec *)tile[j] = r[j];
+#else
+                for (int i = 0; i < OPC_CF_V; i++)
+                    for (int j = 0; j < OPC_CF_V; j++) tile[j][i] = yt[(o0 + i) * Cr + c0 + j];
+#endif
+                for (int64_t j = 0; j < OPC_CF_V && c0 + j < C; j++) {
+                    const int64_t c = c0 + j;
+                    const float b = bias ? bias[c] : 0.0f;
+                    for (int64_t i = 0; i < OPC_CF_V && o0 + i < ovol; i++)
+                        opc_cf_dw_put(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, i, tile[j][i], b, act);
+                }
+            }
     }
     free(xt);
     return 0;
@@ -784,6 +861,60 @@ static void opc_cf_max_pool_span(const float *x, float *y, int64_t *idx, int64_t
         *(opc_cf_uvec *)(y + c0) = acc;
         for (int j = 0; j < OPC_CF_V; j++) idx[c0 + j] = ibase + best[j];
     }
+}
+
+/* max_pool's outputs [a, b) of row (o0, o1) of plane x, any of them (the row's edges, or a row
+ * shorter than a vector), V outputs per vector. The window rows (t0, t1) inside x are copied into
+ * buf with zeros around them, so every lane loads in bounds; a lane whose tap lies outside x is
+ * masked out of its maximum, so padding is never taken. The rules are max_pool_one's, lane by
+ * lane: the first tap inside x taken, then a tap replaces a non-NaN maximum when greater or NaN;
+ * a window with no tap inside x gives -inf and the index ibase - 1, as max_pool_one.
+ * 0 when buf (cap floats) cannot hold the rows: the caller takes max_pool_one. ivol < 2^31. */
+#define OPC_CF_POOL_BUF 8192
+static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t ibase, const opc_pl_geom *q,
+                                 int64_t o0, int64_t o1, int64_t a, int64_t b) {
+    if (a >= b) return 1;
+    const int64_t s2 = q->s[2], in2 = q->in[2], pb2 = q->pb[2];
+    const int64_t span = (b - 1 + OPC_CF_V) * s2 + (q->k[2] - 1) * q->d[2] + 1; /* buf floats per row */
+    if (span < pb2 + in2 || q->k[0] * q->k[1] * span > OPC_CF_POOL_BUF) return 0;
+    float buf[OPC_CF_POOL_BUF];
+    int32_t rows[OPC_CF_POOL_BUF / 2]; /* the flat index in the plane of each copied row's x[.., 0] */
+    int nrows = 0;
+    for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
+        const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
+        if (i0 < 0 || i0 >= q->in[0]) continue;
+        for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
+            const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
+            if (i1 < 0 || i1 >= q->in[1]) continue;
+            float *r = buf + nrows * span;
+            rows[nrows++] = (int32_t)((i0 * q->in[1] + i1) * in2);
+            memset(r, 0, (size_t)pb2 * sizeof(float));
+            memcpy(r + pb2, x + rows[nrows - 1], (size_t)in2 * sizeof(float));
+            memset(r + pb2 + in2, 0, (size_t)(span - pb2 - in2) * sizeof(float));
+        }
+    }
+    const opc_cf_ivec iota = OPC_CF_IOTA;
+    for (int64_t c = a; c < b; c += OPC_CF_V) {
+        const opc_cf_ivec live = iota < (int32_t)(b - c);
+        opc_cf_vec acc = (opc_cf_vec){0} - INFINITY;
+        opc_cf_ivec best = (opc_cf_ivec){0} - 1;
+        for (int w = 0; w < nrows; w++)
+            for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
+                const int64_t first = c * s2 + t2 * q->d[2]; /* buf offset of lane 0's tap */
+                const opc_cf_ivec r = (iota + (int32_t)c) * (int32_t)s2 + (int32_t)(t2 * q->d[2] - pb2);
+                const opc_cf_ivec ok = live & (r >= 0) & (r < (int32_t)in2);
+                opc_cf_vec v;
+                opc_cf_strided(buf + w * span + first, s2, &v);
+                const opc_cf_ivec take = ok & ((best < 0) | ((acc == acc) & ((v > acc) | (v != v))));
+                acc = (opc_cf_vec)(((opc_cf_ivec)v & take) | ((opc_cf_ivec)acc & ~take));
+                best = ((r + rows[w]) & take) | (best & ~take);
+            }
+        for (int64_t j = 0; j < OPC_CF_V && c + j < b; j++) {
+            y[c + j] = acc[j];
+            idx[c + j] = ibase + best[j];
+        }
+    }
+    return 1;
 }
 
 #endif /* OPC_NN_CONV_FAST_H */

@@ -98,12 +98,18 @@ OPC_NN_INLINE void OPC_NN_FN(max_pool_row)(const void *x, void *y, int64_t *idx,
         }
     }
     if (!rows) a = b = q->out[2];
-    for (int64_t o2 = 0; o2 < a; o2++) OPC_NN_FN(max_pool_one)(x, y, idx, dt, q, p, o0, o1, o2, e0 + o2);
-    if (dt == OPC_NN_F32 && b - a >= OPC_CF_V && q->ivol < ((int64_t)1 << 31)) /* dt: a literal here */
-        opc_cf_max_pool_span((const float *)x + base, (float *)y + e0, idx + e0, base, q, o0, o1, a, b);
-    else
-        for (int64_t o2 = a; o2 < b; o2++) OPC_NN_FN(max_pool_one)(x, y, idx, dt, q, p, o0, o1, o2, e0 + o2);
-    for (int64_t o2 = b; o2 < q->out[2]; o2++) OPC_NN_FN(max_pool_one)(x, y, idx, dt, q, p, o0, o1, o2, e0 + o2);
+    if (dt == OPC_NN_F32 && q->ivol < ((int64_t)1 << 31)) { /* dt: a literal here */
+        /* f32: the interior by whole vectors where it spans one, the rest lane-masked */
+        const float *xp = (const float *)x + base;
+        float *yp = (float *)y + e0;
+        if (b - a < OPC_CF_V) a = b = q->out[2];
+        if (opc_cf_max_pool_lanes(xp, yp, idx + e0, base, q, o0, o1, 0, a) &&
+            opc_cf_max_pool_lanes(xp, yp, idx + e0, base, q, o0, o1, b, q->out[2])) {
+            if (a < b) opc_cf_max_pool_span(xp, yp, idx + e0, base, q, o0, o1, a, b);
+            return;
+        }
+    }
+    for (int64_t o2 = 0; o2 < q->out[2]; o2++) OPC_NN_FN(max_pool_one)(x, y, idx, dt, q, p, o0, o1, o2, e0 + o2);
 }
 
 OPC_NN_INLINE void OPC_NN_FN(avg_pool)(const void *x, void *y, int dt, const opc_pl_geom *q, int64_t e) {

@@ -13,6 +13,9 @@ KERNEL_STATUS = 2  # what an entry point returns when a device kernel failed (1:
 KERNEL_MESSAGE_FN = "opc_kernel_message"
 SET_THREADS_FN = "opc_set_num_threads"  # every CPU module's setter of its thread count (opc/threads.py)
 RELEASE_FN = "opc_release"  # a CPU module's free() of a buffer it handed out (FunctionSignature.handed)
+# a CPU module's register (1) / drop (0) of argument bytes that stay the same between calls, whose
+# packed copies its kernels may keep (runtime/opc_frozen.h): opc.load_onnx's weights
+FROZEN_FN = "opc_frozen"
 OOM_FN = "opc_oom_size"  # a CPU module's size of the calling thread's last failed allocation (bytes)
 # where a module saves loop values (opc_stack): the calling thread's stack buffer now, and the most
 # its last call held (bytes)

@@ -11,6 +11,7 @@ from opc.lowering.abi import (
     KERNEL_MESSAGE_FN,
     OOM_FN,
     RELEASE_FN,
+    FROZEN_FN,
     SET_THREADS_FN,
     FunctionSignature,
     c_symbol,
@@ -35,7 +36,9 @@ def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, Comp
     functions = {s.name: function_class(s)(ext.ffi, getattr(ext.lib, f"{ENTRY_PREFIX}{c_symbol(s.name)}"), s,
                                            message, detail, oom) for s in signatures}
     release = getattr(ext.lib, RELEASE_FN, None)
+    frozen = getattr(ext.lib, FROZEN_FN, None)
     for f in functions.values():
+        f.freeze = frozen
         if isinstance(f, DynamicFunction):
             f.release = release
     return functions

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from opc.lowering.abi import (
     OOM_FN,
     RELEASE_FN,
     SET_THREADS_FN,
+    FROZEN_FN,
     STACK_CAPACITY_FN,
     STACK_PEAK_FN,
     FunctionSignature,
@@ -524,6 +526,23 @@ def runtime_objects(source: str, cache: Path) -> list[str]:
     return [str(o) for o in objects]
 
 
+def freeze_while_alive(call: Callable, arrays: Sequence, freeze) -> None:  # noqa: ANN001
+    """Register the NumPy arrays' bytes with the module's opc_frozen (runtime/opc_frozen.h) until `call`
+    is collected: its kernels may then keep packed copies of them. The registration is dropped while
+    `call` is being collected, before the arrays it holds can be freed and their memory reused."""
+    ranges = [(a.ctypes.data, a.nbytes) for a in arrays if isinstance(a, np.ndarray) and a.nbytes]
+    if freeze is None or not ranges:
+        return
+    for address, nbytes in ranges:
+        freeze(address, nbytes, 1)
+    weakref.finalize(call, thaw, freeze, ranges)
+
+
+def thaw(freeze, ranges: list[tuple[int, int]]) -> None:  # noqa: ANN001
+    for address, nbytes in ranges:
+        freeze(address, nbytes, 0)
+
+
 def cdef_for(signatures: list[FunctionSignature], suffix: str = "") -> str:
     """The entry points' declarations (opc_fn_NAME, or opc_fn_NAME_host with suffix="_host")."""
     lines = []
@@ -607,6 +626,8 @@ def _build_extension(cffi, source: str, signatures: list[FunctionSignature], cac
         cdef += f"\nconst char *{KERNEL_MESSAGE_FN}(void);"
     if f"{SET_THREADS_FN}(int n)" in source:
         cdef += f"\nvoid {SET_THREADS_FN}(int);"
+    if f"void {FROZEN_FN}(" in source:
+        cdef += f"\nvoid {FROZEN_FN}(uintptr_t, int64_t, int);"
     if f"int64_t {OOM_FN}(void)" in source:
         cdef += f"\nint64_t {OOM_FN}(void);\nvoid {RELEASE_FN}(void *);"
     if f"int64_t {STACK_CAPACITY_FN}(void)" in source:
@@ -746,6 +767,8 @@ def storage_view(a: np.ndarray) -> np.ndarray:
 
 class CompiledFunction:
     """A compiled function: checks its arguments, allocates its results."""
+
+    freeze = None  # the module's opc_frozen (binding.py), where it has one
 
     def __init__(self, ffi, cfunc, sig: FunctionSignature, kernel_message=None, detail=None,  # noqa: ANN001
                  oom=None):  # noqa: ANN001
@@ -901,10 +924,12 @@ class CompiledFunction:
                 ptrs.append(self.pointer(i, a))
         return ptrs
 
-    def with_last(self, last: Sequence) -> Callable:
+    def with_last(self, last: Sequence, frozen: bool = False) -> Callable:
         """f(*first) = self(*first, *last), `last` checked and made into C pointers once: for arrays
         that stay the same from call to call (a loaded model's weights), which then cost nothing per
-        call. The pointers keep the arrays alive; changing them in place is seen by later calls."""
+        call. The pointers keep the arrays alive; changing them in place is seen by later calls,
+        unless `frozen`: the caller promises that nobody changes them (arrays of its own), and the
+        kernels may keep packed copies of them for as long as the returned function lives."""
         n_first = len(self.in_spec) - len(last)
         fixed = self.pointers(last, n_first)
 
@@ -913,6 +938,8 @@ class CompiledFunction:
                 return self(*first, *last)  # the full call's message
             return self.run(self.pointers(first) + fixed)
 
+        if frozen:
+            freeze_while_alive(call, last, self.freeze)
         return call
 
     def run(self, ptrs: list):  # noqa: ANN201

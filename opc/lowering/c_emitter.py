@@ -41,7 +41,7 @@ from opc.dialects.opc_loops import (
     function_errors,
 )
 from opc.dtypes import numpy_name
-from opc.lowering.abi import ENTRY_PREFIX, OOM_FN, RELEASE_FN, SET_THREADS_FN, FunctionSignature
+from opc.lowering.abi import ENTRY_PREFIX, FROZEN_FN, OOM_FN, RELEASE_FN, SET_THREADS_FN, FunctionSignature
 from opc.lowering.c_call_emission import KERNEL_HOST, CallEmission
 from opc.lowering.c_control_emission import (
     C_STACK_MACROS,
@@ -140,9 +140,12 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
 
     header = ('#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n'
               '#include "opc_runtime.h"\n#include "opc_gemm_api.h"\n#include "opc_status.h"\n#include "opc_nn_api.h"\n'
-              '#include "opc_threads.h"\n')
+              '#include "opc_threads.h"\n#include "opc_frozen.h"\n')
     # opc's thread count for this module's parallel regions and its runtime objects (opc/threads.py)
     threads_support = f"void {SET_THREADS_FN}(int n) {{ opc_rt_threads = n; }}\n"
+    # arguments the caller promises not to change, whose packed copies kernels keep (opc_frozen.h)
+    frozen_support = (f"void {FROZEN_FN}(uintptr_t p, int64_t bytes, int add) "
+                      "{ opc_rt_frozen_set((const void *)p, bytes, add); }\n")
     # where a function has run-time checks: the offending value of the calling thread's last failure
     status_support = ("static _Thread_local int64_t opc_error_detail = 0;\n"
                       "int64_t opc_error_value(void) { return opc_error_detail; }\n")
@@ -188,6 +191,8 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
             body.append(self.status_support)
         if self.threads_support:
             body.append(self.threads_support)
+        if self.frozen_support:
+            body.append(self.frozen_support)
         if self.memory_support:
             body.append(self.memory_support)
         body.append(control_support(module, self.stack_macros))

@@ -334,6 +334,7 @@ class CudaEmitter(KernelEmission, RowKernelEmission, CEmitter):
         return f"sizeof({c_type(element_of(a))}) * {max(1, n) if isinstance(n, int) else n}"
 
     threads_support = ""  # the host side has no OpenMP regions
+    frozen_support = ""  # nor packed weights kept between calls
     profiled = False
     status_support = ("static thread_local int64_t opc_error_detail = 0;\n"
                       'extern "C" int64_t opc_error_value(void) { return opc_error_detail; }\n')

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from opc.errors import UnsupportedError
-from opc.lowering.build import CompiledFunction, byte_size
+from opc.lowering.build import CompiledFunction, byte_size, freeze_while_alive
 from opc.symbolic import evaluate, evaluate_derived
 
 SYMBOL = re.compile(r"^n\d+$")
@@ -89,7 +89,7 @@ class DynamicFunction(CompiledFunction):
             raise TypeError(f"{self.sig.name}() takes {len(self.sig.inputs)} arguments ({names}), got {len(args)}")
         return self.run_arrays([self.check(i, a) for i, a in enumerate(args)])
 
-    def with_last(self, last: Sequence) -> Callable:
+    def with_last(self, last: Sequence, frozen: bool = False) -> Callable:
         """As CompiledFunction's: `last` (a loaded model's weights) checked and made into C pointers once."""
         n_first = len(self.sig.inputs) - len(last)
         fixed = [self.check(n_first + i, a) for i, a in enumerate(last)]
@@ -100,6 +100,8 @@ class DynamicFunction(CompiledFunction):
                 return self(*first, *last)
             return self.run_arrays([self.check(i, a) for i, a in enumerate(first)] + fixed, fixed_ptrs)
 
+        if frozen:
+            freeze_while_alive(call, fixed, self.freeze)
         return call
 
     def array_pointers(self, arrays: Sequence[np.ndarray], offset: int = 0) -> list:

@@ -46,6 +46,7 @@ FAST = [
     # outputs per channel, run transposed (1x1: x itself; 3x3, strided: through im2col)
     Geo("dw_narrow_dil", (2, 20, 9, 9), (20, 1, 3, 3), (1, 1), (2, 1), (2, 1, 0, 2), 20),
     Geo("dw_narrow_s2", (1, 40, 7, 7), (40, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 40),
+    Geo("dw_narrow_4x4", (2, 32, 4, 4), (32, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 32),  # whole 16 x 16 blocks
     Geo("dw_s2_rows", (1, 3, 5, 70), (3, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 3),
     Geo("dw_s3_rows", (1, 2, 4, 60), (2, 1, 2, 3), (1, 3), (1, 2), (0, 1, 1, 0), 2),
     Geo("dw_3d_s2_rows", (1, 4, 3, 4, 40), (4, 1, 2, 3, 3), (1, 2, 2), (1, 1, 1), (0, 1, 1, 1, 0, 1), 4),
@@ -67,6 +68,14 @@ CW = [
     Geo("cw_groups2_s2", (1, 32, 9, 27), (36, 16, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 2),
     Geo("cw_1d_s2", (2, 6, 60), (16, 6, 5), (2,), (1,), (2, 2)),
     Geo("cw_3d_s2", (1, 4, 5, 6, 27), (16, 4, 3, 2, 3), (2, 1, 2), (1, 1, 1), (1, 0, 1, 1, 1, 1)),
+    # rows of 16 (8-wide tiles; 4 tile groups share panels packed once, the last 8 of 40 channels
+    # zero-padded, K = 216 transposed in 16 x 16 blocks and a tail of 8), rows of 8 at stride 2,
+    # rows of 4 and 2 (4- and 2-wide tiles)
+    Geo("cw_rows16_shared", (1, 24, 16, 16), (40, 24, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_rows8_s2", (1, 16, 16, 16), (32, 16, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_rows4", (2, 20, 4, 4), (36, 20, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_rows2", (1, 8, 9, 2), (20, 8, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_rows2_s2", (1, 8, 9, 4), (20, 8, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
 ]
 OPS = {"conv": lambda g, a, b: conv_ref(g, a, b), "conv_grad_input": lambda g, a, b: grad_input_ref(g, a, b),
        "conv_grad_filter": lambda g, a, b: grad_filter_ref(g, a, b),

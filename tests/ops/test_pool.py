@@ -95,13 +95,18 @@ POOLS = [
 HALF = ("p1d", "p2d_overlap", "p2d_ceil_pad")
 # rows wide enough for f32 max_pool's vector route (OPC_CF_V outputs at a time, the last vector
 # shifted back; strides 1 and 2 as vector loads, others element by element), with the edges
-# outside it: values with ties and NaNs (the first maximum or NaN in window order wins)
+# outside it: values with ties, NaNs and -infs (the first maximum or NaN in window order wins)
 WIDE = [
     Pool("w_s1", (1, 2, 4, 41), (2, 3), (1, 1), (0, 1, 1, 1)),
     Pool("w_s2", (1, 2, 7, 75), (3, 3), (2, 2), (1, 1, 1, 1)),  # ResNet's 3x3 stride-2 pool
     Pool("w_s3_dil", (1, 1, 3, 90), (1, 3), (1, 3), (0, 2, 0, 1), (1, 2)),
     Pool("w_1d_s2", (2, 1, 70), (4,), (2,), (1, 2)),
     Pool("w_just16", (1, 1, 1, 18), (1, 3), (1, 1), (0, 0, 0, 0)),
+    # rows the vector route covers lane by lane (shorter than a vector, or the edges): ResNet's
+    # pool at a 64x64 input (16 outputs a row, the first one's window padded), dilated, 1-D
+    Pool("n_s2_16", (1, 2, 5, 32), (3, 3), (2, 2), (1, 1, 1, 1)),
+    Pool("n_s3_dil", (1, 1, 4, 11), (2, 3), (1, 3), (1, 2, 0, 2), (1, 2)),
+    Pool("n_1d_pads", (2, 1, 5), (3,), (1,), (2, 2)),
 ]
 
 
@@ -203,7 +208,9 @@ def test_pools_and_grads(module, p: Pool, dt: str) -> None:
 def test_max_pool_wide_rows_ties_and_nans(module, p: Pool, dt: str) -> None:
     rng = np.random.default_rng(SEED)
     x = rng.integers(-3, 4, p.x).astype(np_dtype(dt))  # many ties
-    x.ravel()[rng.choice(x.size, x.size // 25, replace=False)] = np.nan
+    marks = rng.choice(x.size, 2 * (x.size // 25), replace=False)
+    x.ravel()[marks[: x.size // 25]] = np.nan
+    x.ravel()[marks[x.size // 25:]] = -np.inf  # never lost to a padded tap
     y, idx = getattr(module, f"max_{p.name}_{dt}")(x)
     want_y, want_idx = max_ref(p, x)  # np.argmax: the first NaN, else the first maximum
     np.testing.assert_array_equal(y.astype(np.float64), want_y)  # NaNs in the same places

@@ -1,0 +1,120 @@
+/* opc_frozen.h -- weights that never change between calls, and their packed copies made once.
+ *
+ * A conv packs its weights into the micro-kernel's panel layout on every call: for a small image's
+ * layers (ResNet's 256- and 512-channel ones at 4x4) packing costs as much as the product, where
+ * onnxruntime packs an initializer once, at session creation. opc's entry points cannot know that
+ * an argument stays the same (a caller may change an array in place between calls), so the caller
+ * says so: opc.load_onnx, whose weights are its own arrays that nobody else sees, registers their
+ * byte ranges through the module's opc_frozen(p, bytes, 1) when it binds them and drops them
+ * (opc_frozen(p, bytes, 0)) when the binding is collected. A kernel whose weight lies inside a
+ * registered range asks opc_rt_frozen_packed for its packed copy: made by `pack` on the first call,
+ * kept until the range is dropped. Anything else (an unregistered pointer, a full table, no
+ * memory) gets NULL and packs per call as before.
+ *
+ * One table per extension (weak and hidden, as opc_threads.h's thread count), guarded by a spin
+ * lock: lookups are a few compares per conv call, and packing under the lock happens once. C only. */
+#ifndef OPC_FROZEN_H
+#define OPC_FROZEN_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OPC_FROZEN_MAX 512 /* ranges, and packed copies: a network's weights fit many times over */
+#define OPC_FROZEN_KEY 4
+
+typedef struct {
+    const char *lo, *hi; /* [lo, hi) */
+    int64_t refs;        /* bindings that registered it */
+} opc_frozen_range;
+
+typedef struct {
+    const void *w; /* the weight as the kernel saw it */
+    int64_t key[OPC_FROZEN_KEY]; /* the packing: its layout, and the sizes the layout depends on */
+    float *packed;
+} opc_frozen_copy;
+
+typedef struct {
+    char lock;
+    int nranges, ncopies;
+    opc_frozen_range range[OPC_FROZEN_MAX];
+    opc_frozen_copy copy[OPC_FROZEN_MAX];
+} opc_frozen_table;
+
+__attribute__((weak, visibility("hidden"))) opc_frozen_table opc_rt_frozen;
+
+static inline void opc_frozen_lock(void) {
+    while (__atomic_test_and_set(&opc_rt_frozen.lock, __ATOMIC_ACQUIRE)) {
+    }
+}
+static inline void opc_frozen_unlock(void) { __atomic_clear(&opc_rt_frozen.lock, __ATOMIC_RELEASE); }
+
+/* Register (add) or drop one reference to the bytes [p, p + bytes); dropping the last frees the
+ * packed copies of weights inside them. */
+static inline void opc_rt_frozen_set(const void *p, int64_t bytes, int add) {
+    opc_frozen_table *t = &opc_rt_frozen;
+    const char *lo = (const char *)p, *hi = lo + bytes;
+    opc_frozen_lock();
+    int i = 0;
+    while (i < t->nranges && !(t->range[i].lo == lo && t->range[i].hi == hi)) i++;
+    if (add) {
+        if (i < t->nranges)
+            t->range[i].refs++;
+        else if (t->nranges < OPC_FROZEN_MAX)
+            t->range[t->nranges++] = (opc_frozen_range){lo, hi, 1};
+    } else if (i < t->nranges && --t->range[i].refs == 0) {
+        t->range[i] = t->range[--t->nranges];
+        for (int j = 0; j < t->ncopies;) {
+            const char *w = (const char *)t->copy[j].w;
+            if (w >= lo && w < hi) {
+                free(t->copy[j].packed);
+                t->copy[j] = t->copy[--t->ncopies];
+            } else {
+                j++;
+            }
+        }
+    }
+    opc_frozen_unlock();
+}
+
+/* Whether the bytes [w, w + bytes) lie inside one registered range (a kernel that reads its weights
+ * in place may then leave the layer to one that packs them once). */
+static inline int opc_rt_frozen_inside(const void *w, int64_t bytes) {
+    opc_frozen_table *t = &opc_rt_frozen;
+    const char *lo = (const char *)w, *hi = lo + bytes;
+    int inside = 0;
+    opc_frozen_lock();
+    for (int i = 0; i < t->nranges && !inside; i++) inside = t->range[i].lo <= lo && hi <= t->range[i].hi;
+    opc_frozen_unlock();
+    return inside;
+}
+
+/* The packed copy (floats) of the weight w (its `bytes` bytes) under packing `key`, made by
+ * pack(ctx, dst) the first time; NULL where w is not inside one registered range, or no copy can
+ * be kept. */
+static inline const float *opc_rt_frozen_packed(const void *w, int64_t bytes, const int64_t *key, int64_t floats,
+                                                void (*pack)(const void *ctx, float *dst), const void *ctx) {
+    opc_frozen_table *t = &opc_rt_frozen;
+    const char *lo = (const char *)w, *hi = lo + bytes;
+    const float *found = NULL;
+    opc_frozen_lock();
+    for (int j = 0; j < t->ncopies && !found; j++)
+        if (t->copy[j].w == w && !memcmp(t->copy[j].key, key, sizeof t->copy[j].key)) found = t->copy[j].packed;
+    int inside = 0;
+    for (int i = 0; i < t->nranges && !found && !inside; i++) inside = t->range[i].lo <= lo && hi <= t->range[i].hi;
+    if (inside && t->ncopies < OPC_FROZEN_MAX) {
+        float *dst = (float *)malloc(sizeof(float) * (size_t)(floats > 0 ? floats : 1));
+        if (dst) {
+            pack(ctx, dst);
+            opc_frozen_copy *c = &t->copy[t->ncopies++];
+            c->w = w;
+            memcpy(c->key, key, sizeof c->key);
+            c->packed = dst;
+            found = dst;
+        }
+    }
+    opc_frozen_unlock();
+    return found;
+}
+
+#endif /* OPC_FROZEN_H */
