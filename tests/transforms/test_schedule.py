@@ -406,3 +406,45 @@ def test_a_row_kernels_run_time_size_read_by_tensor_dim():
         mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
         want = ((x - mu) / np.sqrt(var + 1e-5) * g + b)[:, 1:]
         np.testing.assert_allclose(m.f(x, g, b), want, rtol=1e-12, atol=1e-12)
+
+
+ONE_TRIP_LOOP_OVER_A_ROW_SUM = """
+func.func @f(%x: tensor<?x30xf64>) -> tensor<?x1xf64> {
+  %s = opc.reduce_sum %x {axes = array<i64: 1>, keepdim = true} : (tensor<?x30xf64>) -> tensor<?x1xf64>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %r = scf.for %i = %c0 to %c1 step %c1 iter_args(%h = %s) -> (tensor<?x1xf64>) {
+    %t = opc.tanh %h : (tensor<?x1xf64>) -> tensor<?x1xf64>
+    scf.yield %t : tensor<?x1xf64>
+  }
+  func.return %r : tensor<?x1xf64>
+}
+"""
+
+PUSH_BETWEEN = """
+func.func @f(%x: tensor<4x30xf64>) -> tensor<4x1xf64> {
+  %s = opc.reduce_sum %x {axes = array<i64: 1>, keepdim = true} : (tensor<4x30xf64>) -> tensor<4x1xf64>
+  opc_stack.push %s {stack = "h0"} : tensor<4x1xf64>
+  %t = opc.tanh %s : (tensor<4x1xf64>) -> tensor<4x1xf64>
+  func.return %t : tensor<4x1xf64>
+}
+"""
+
+
+def test_a_host_op_reading_a_row_kernel_member_ends_the_kernel_before_it():
+    """A row kernel runs where its last op is, so whatever reads a member before that must split it.
+    A host op (here the stack push of a one-trip loop's carried value, the loop inlined in
+    f_value_and_grad) was not counted as a reader: reduce_sum and tanh made one row kernel at the
+    tanh, after the push that reads the sum ("used before it was materialized", found by
+    fuzz_dynamic.py's long run, seed 1 program 196)."""
+    kernels = kernels_of(PUSH_BETWEEN, "f")
+    assert not any({"reduce_sum", "tanh"} <= set(op_names(k)) for k in kernels), [op_names(k) for k in kernels]
+    m = opc.compile(ONE_TRIP_LOOP_OVER_A_ROW_SUM, grad=True)
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 3):
+        x, dr = rng.standard_normal((n, 30)) / 5, rng.standard_normal((n, 1))
+        y = np.tanh(x.sum(1, keepdims=True))
+        value, dx = m.f_value_and_grad(x, dr)
+        np.testing.assert_allclose(value, y, rtol=1e-12)
+        np.testing.assert_allclose(dx, np.broadcast_to(dr * (1 - y**2), x.shape), rtol=1e-12)
+        np.testing.assert_allclose(m.f_grad(x, dr), dx, rtol=1e-12)
