@@ -1,11 +1,12 @@
-"""A model's forward at 1 thread, opc (opc.load_onnx) against onnxruntime, as CPU time per call:
-process time is what a busy machine disturbs least (wall time there includes other processes' turns).
+"""A model's forward, opc (opc.load_onnx) against onnxruntime, at 1 thread as CPU time per call:
+process time is what a busy machine disturbs least (wall time there includes other processes' turns);
+with --threads N (all cores: N = os.cpu_count()) both get N threads and the time is wall time.
 
-    python3 bench/bench_models_cpu.py [mobilenet_v2 resnet18 ...] [--calls 30]
+    python3 bench/bench_models_cpu.py [mobilenet_v2 resnet18 ...] [--calls 30] [--threads N]
 
 Models are tests/models' exports with their seeded weights (tests/models/seeded_weights.py). Each
 figure is the best of 5 rounds of --calls calls; onnxruntime runs with 1 intra- and 1 inter-op
-thread and no spinning. Prints the largest difference of the outputs too."""
+thread (N intra-op threads) and no spinning. Prints the largest difference of the outputs too."""
 
 from __future__ import annotations
 
@@ -25,14 +26,14 @@ from seeded_weights import fill_initializers  # noqa: E402
 import opc  # noqa: E402
 
 
-def cpu_ms(f, calls: int) -> float:  # noqa: ANN001
+def best_ms(f, calls: int, clock) -> float:  # noqa: ANN001
     f()
     best = float("inf")
     for _ in range(5):
-        t0 = time.process_time()
+        t0 = clock()
         for _ in range(calls):
             f()
-        best = min(best, (time.process_time() - t0) / calls)
+        best = min(best, (clock() - t0) / calls)
     return best * 1e3
 
 
@@ -40,10 +41,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=["mobilenet_v2", "resnet18"])
     ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    opc.set_num_threads(1)
+    opc.set_num_threads(args.threads)
     so = ort.SessionOptions()
-    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    so.intra_op_num_threads, so.inter_op_num_threads = args.threads, 1
+    clock, what = (time.process_time, "CPU time") if args.threads == 1 else (time.perf_counter, "wall time")
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     for name in args.models:
         model = fill_initializers(onnx.load(str(MODELS / f"{name}.onnx")))
@@ -55,10 +58,11 @@ def main() -> None:
         ours = run(x)
         ours = ours[0] if isinstance(ours, (list, tuple)) else ours
         theirs = sess.run(None, {x_info.name: x})[0]
-        t_opc = cpu_ms(lambda: run(x), args.calls)
-        t_ort = cpu_ms(lambda: sess.run(None, {x_info.name: x}), args.calls)
+        t_opc = best_ms(lambda: run(x), args.calls, clock)
+        t_ort = best_ms(lambda: sess.run(None, {x_info.name: x}), args.calls, clock)
         print(f"{name}: opc {t_opc:.2f} ms, onnxruntime {t_ort:.2f} ms, onnxruntime/opc {t_ort / t_opc:.2f} "
-              f"(CPU time per call, 1 thread; max |diff| {float(np.abs(np.asarray(ours) - theirs).max()):.1e})",
+              f"({what} per call, {args.threads} thread(s); "
+              f"max |diff| {float(np.abs(np.asarray(ours) - theirs).max()):.1e})",
               flush=True)
 
 

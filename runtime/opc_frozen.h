@@ -103,7 +103,9 @@ static inline const float *opc_rt_frozen_packed(const void *w, int64_t bytes, co
     int inside = 0;
     for (int i = 0; i < t->nranges && !found && !inside; i++) inside = t->range[i].lo <= lo && hi <= t->range[i].hi;
     if (inside && t->ncopies < OPC_FROZEN_MAX) {
-        float *dst = (float *)malloc(sizeof(float) * (size_t)(floats > 0 ? floats : 1));
+        /* 64-byte aligned: the GEMM's micro-kernel loads its B panels aligned */
+        const size_t size = (sizeof(float) * (size_t)(floats > 0 ? floats : 1) + 63) / 64 * 64;
+        float *dst = (float *)aligned_alloc(64, size);
         if (dst) {
             pack(ctx, dst);
             opc_frozen_copy *c = &t->copy[t->ncopies++];

@@ -44,6 +44,7 @@
 #include <math.h>
 #include "opc_runtime.h"
 #include "opc_threads.h"
+#include "opc_frozen.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -891,6 +892,49 @@ static OPC_UNUSED void opc__gemm_naive_d(int64_t batch, int64_t M, int64_t N, in
 /* the join. The price is that the operand not split is packed by every      */
 /* thread (the smaller one: A for a column split, B for a row split).       */
 /* ------------------------------------------------------------------------ */
+/* An operand packed whole, once, where it is frozen (opc_frozen.h: a loaded model's weight): every
+ * depth block of kcb (the last one shorter) holds all panels of the operand, B's NR-column panels
+ * [kc][NR] or A's MR-row panels [kc][MR], in order, so that the block (jc or ic, pc) the driver
+ * would pack starts at pc * panels * width + (jc or ic) * kc. */
+typedef struct {
+    const void *X;
+    int dt, trans;
+    int64_t rows, K, kcb; /* rows: N for B, M for A */
+} opc__frozen_operand;
+
+static void opc__pack_frozen_b(const void *ctx, float *dst) {
+    const opc__frozen_operand *o = (const opc__frozen_operand *)ctx;
+    const int64_t npan = opc__cdiv(o->rows, OPC_S_NR);
+    for (int64_t pc = 0; pc < o->K; pc += o->kcb) {
+        const int64_t kc = opc__min64(o->kcb, o->K - pc);
+        for (int64_t pj = 0; pj < npan; pj++)
+            opc__packB_s(o->X, o->dt, o->trans, o->rows, o->K, pc, kc, 0, o->rows, pj, dst + pc * npan * OPC_S_NR);
+    }
+}
+
+static void opc__pack_frozen_a(const void *ctx, float *dst) {
+    const opc__frozen_operand *o = (const opc__frozen_operand *)ctx;
+    const int64_t npan = opc__cdiv(o->rows, OPC_S_MR), mcb = OPC_S_MC / OPC_S_MR * OPC_S_MR;
+    for (int64_t pc = 0; pc < o->K; pc += o->kcb) {
+        const int64_t kc = opc__min64(o->kcb, o->K - pc);
+        for (int64_t ic = 0; ic < o->rows; ic += mcb)
+            opc__packA_s(o->X, o->dt, o->trans, o->rows, o->K, ic, opc__min64(mcb, o->rows - ic), pc, kc,
+                         dst + pc * npan * OPC_S_MR + ic * kc);
+    }
+}
+
+/* The whole packed copy of operand X (B when is_b, else A) where it is frozen and one matrix serves
+ * every batch (stride 0, or one batch), else NULL: the driver packs it block by block. */
+static const float *opc__frozen_panels(int is_b, const void *X, int dt, int trans, int64_t rows, int64_t K,
+                                       int64_t kcb, int64_t stride, int64_t batches) {
+    if (!(stride == 0 || batches == 1)) return NULL;
+    const int width = is_b ? OPC_S_NR : OPC_S_MR;
+    const opc__frozen_operand o = {X, dt, trans, rows, K, kcb};
+    const int64_t key[OPC_FROZEN_KEY] = {is_b ? 2 : 3, dt * 2 + trans, rows, K};
+    return opc_rt_frozen_packed(X, rows * K * (dt == OPC_DT_F32 ? 4 : 2), key, opc__cdiv(rows, width) * width * K,
+                                is_b ? opc__pack_frozen_b : opc__pack_frozen_a, &o);
+}
+
 static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K,
                         const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
                         float *bf, int act, void *out, void *res,
@@ -919,6 +963,9 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
         return;
     }
     float ct[OPC_S_MR * OPC_S_NR] __attribute__((aligned(64)));
+    /* frozen operands packed once for all calls: their block starts (i0, j0 are whole panels) */
+    const float *fa = opc__frozen_panels(0, A, dt, ta, M, K, kcb, sa, b1 - b0);
+    const float *fb = opc__frozen_panels(1, B, dt, tb, N, K, kcb, sb, b1 - b0);
     for (int64_t b = b0; b < b1; b++) {
         const char *Ab = (const char *)A + (size_t)(b * sa) * es;
         const char *Bb = (const char *)B + (size_t)(b * sb) * es;
@@ -930,7 +977,10 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
             for (int64_t pc = 0; pc < K; pc += kcb) {
                 const int64_t kc = opc__min64(kcb, K - pc);
                 const int first = pc == 0, last = pc + kc >= K;
-                if (tb)
+                const float *bpc = fb ? fb + pc * opc__cdiv(N, NR) * NR + jc * kc : bp;
+                if (fb)
+                    ;
+                else if (tb)
                     for (int64_t pj = 0; pj < npan; pj++)
                         opc__packB_s(Bb, dt, tb, N, K, pc, kc, jc, nc, pj, bp);
                 else
@@ -939,7 +989,8 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
                                          opc__min64(npan, pj + OPC_S_PACKB_GROUP), bp);
                 for (int64_t ic = i0; ic < i1; ic += mcb) {
                     const int64_t mc = opc__min64(mcb, i1 - ic);
-                    opc__packA_s(Ab, dt, ta, M, K, ic, mc, pc, kc, ap);
+                    const float *apc = fa ? fa + pc * opc__cdiv(M, MR) * MR + ic * kc : ap;
+                    if (!fa) opc__packA_s(Ab, dt, ta, M, K, ic, mc, pc, kc, ap);
                     for (int64_t pj = 0; pj < npan; pj++) {
                         const int64_t j = jc + pj * NR;
                         const int nr = (int)opc__min64(NR, j1 - j);
@@ -953,16 +1004,16 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
                             else { acc = NULL; ldacc = 0; }
 #ifdef OPC_GEMM_UKR_DIRECT
                             if (dt == OPC_DT_F32 && mr == MR && nr == NR && act == 0 && !Rb) {
-                                opc__ukr_s_direct(kc, ap + ir * kc, bp + pj * NR * kc, (float *)Ob + i * N + j, N,
+                                opc__ukr_s_direct(kc, apc + ir * kc, bpc + pj * NR * kc, (float *)Ob + i * N + j, N,
                                                   first, last && bf ? bf + j : NULL);
                                 continue;
                             }
 #endif
                             if (acc && !(last && first))
-                                opc__ukr_s(kc, ap + ir * kc, bp + pj * NR * kc, ct,
+                                opc__ukr_s(kc, apc + ir * kc, bpc + pj * NR * kc, ct,
                                            (const char *)acc, ldacc * 4, mr);
                             else
-                                opc__ukr_s(kc, ap + ir * kc, bp + pj * NR * kc, ct,
+                                opc__ukr_s(kc, apc + ir * kc, bpc + pj * NR * kc, ct,
                                            Ob + (size_t)(i * N + j) * es, N * (int64_t)es, mr);
                             opc__store_s(ct, mr, nr, acc, ldacc, first, last,
                                          bf ? bf + j : NULL, act, dt,

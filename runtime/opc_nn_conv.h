@@ -117,6 +117,16 @@ static inline opc_pl_geom opc_pl_make(OPC_PL_GEOM_PARAMS) {
     return q;
 }
 
+/* Window row (t0, t1) of the windows of output row (o0, o1): 1 and *row = the flat index of its
+ * x[i0, i1, 0] in the plane where it lies inside x, else 0. */
+static inline int opc_pl_window_row(const opc_pl_geom *q, int64_t o0, int64_t o1, int64_t t0, int64_t t1,
+                                    int64_t *row) {
+    const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
+    const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
+    *row = (i0 * q->in[1] + i1) * q->in[2];
+    return i0 >= 0 && i0 < q->in[0] && i1 >= 0 && i1 < q->in[1];
+}
+
 /* The divisor of avg_pool's window at output position o (3 dims): its taps inside x, or with
  * include_pad its extent clipped to the padded input [-pb, in + pe). */
 static inline int64_t opc_pl_count(const opc_pl_geom *q, const int64_t *o) {

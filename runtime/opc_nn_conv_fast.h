@@ -836,15 +836,12 @@ static void opc_cf_max_pool_span(const float *x, float *y, int64_t *idx, int64_t
         opc_cf_vec acc = (opc_cf_vec){0};
         opc_cf_ivec best = (opc_cf_ivec){0};
         int first = 1;
-        for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
-            const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
-            if (i0 < 0 || i0 >= q->in[0]) continue;
+        for (int64_t t0 = 0; t0 < q->k[0]; t0++)
             for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
-                const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
-                if (i1 < 0 || i1 >= q->in[1]) continue;
-                const int64_t row = (i0 * q->in[1] + i1) * q->in[2] + c0 * s2 - q->pb[2];
+                int64_t row;
+                if (!opc_pl_window_row(q, o0, o1, t0, t1, &row)) continue;
                 for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
-                    const int64_t at = row + t2 * d2;
+                    const int64_t at = row + c0 * s2 - q->pb[2] + t2 * d2;
                     opc_cf_vec v;
                     opc_cf_strided(x + at, s2, &v);
                     const opc_cf_ivec pos = iota * (int32_t)s2 + (int32_t)at;
@@ -857,7 +854,6 @@ static void opc_cf_max_pool_span(const float *x, float *y, int64_t *idx, int64_t
                     best = (pos & take) | (best & ~take);
                 }
             }
-        }
         *(opc_cf_uvec *)(y + c0) = acc;
         for (int j = 0; j < OPC_CF_V; j++) idx[c0 + j] = ibase + best[j];
     }
@@ -880,19 +876,16 @@ static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t
     float buf[OPC_CF_POOL_BUF];
     int32_t rows[OPC_CF_POOL_BUF / 2]; /* the flat index in the plane of each copied row's x[.., 0] */
     int nrows = 0;
-    for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
-        const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
-        if (i0 < 0 || i0 >= q->in[0]) continue;
+    for (int64_t t0 = 0; t0 < q->k[0]; t0++)
         for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
-            const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
-            if (i1 < 0 || i1 >= q->in[1]) continue;
+            int64_t row;
+            if (!opc_pl_window_row(q, o0, o1, t0, t1, &row)) continue;
             float *r = buf + nrows * span;
-            rows[nrows++] = (int32_t)((i0 * q->in[1] + i1) * in2);
+            rows[nrows++] = (int32_t)row;
             memset(r, 0, (size_t)pb2 * sizeof(float));
-            memcpy(r + pb2, x + rows[nrows - 1], (size_t)in2 * sizeof(float));
+            memcpy(r + pb2, x + row, (size_t)in2 * sizeof(float));
             memset(r + pb2 + in2, 0, (size_t)(span - pb2 - in2) * sizeof(float));
         }
-    }
     const opc_cf_ivec iota = OPC_CF_IOTA;
     for (int64_t c = a; c < b; c += OPC_CF_V) {
         const opc_cf_ivec live = iota < (int32_t)(b - c);

@@ -58,22 +58,18 @@ OPC_NN_INLINE void OPC_NN_FN(max_pool_one)(const void *x, void *y, int64_t *idx,
     const int64_t start2 = o2 * s2 - q->pb[2];
     int64_t lo2 = start2 >= 0 ? 0 : (-start2 + d2 - 1) / d2, hi2 = (q->in[2] - start2 + d2 - 1) / d2;
     if (hi2 > q->k[2]) hi2 = q->k[2];
-    for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
-        const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
-        if (i0 < 0 || i0 >= q->in[0]) continue;
+    for (int64_t t0 = 0; t0 < q->k[0]; t0++)
         for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
-            const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
-            if (i1 < 0 || i1 >= q->in[1]) continue;
-            const int64_t row = (i0 * q->in[1] + i1) * q->in[2] + start2;
+            int64_t row;
+            if (!opc_pl_window_row(q, o0, o1, t0, t1, &row)) continue;
             for (int64_t t2 = lo2; t2 < hi2; t2++) {
-                const int64_t at = row + t2 * d2;
+                const int64_t at = row + start2 + t2 * d2;
                 const ACC v = LD(x, base + at, dt);
                 const int take = best < 0 || (acc == acc && (v > acc || v != v));
                 acc = take ? v : acc;
                 best = take ? at : best;
             }
         }
-    }
     ST(y, e, dt, acc);
     idx[e] = base + best;
 }
@@ -90,13 +86,8 @@ OPC_NN_INLINE void OPC_NN_FN(max_pool_row)(const void *x, void *y, int64_t *idx,
     if (b > q->out[2]) b = q->out[2];
     if (a > b) a = b;
     int rows = 0; /* whether some (t0, t1) row of the windows lies inside x */
-    for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
-        const int64_t i0 = o0 * q->s[0] - q->pb[0] + t0 * q->d[0];
-        for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
-            const int64_t i1 = o1 * q->s[1] - q->pb[1] + t1 * q->d[1];
-            rows |= i0 >= 0 && i0 < q->in[0] && i1 >= 0 && i1 < q->in[1];
-        }
-    }
+    for (int64_t t0 = 0, row; t0 < q->k[0]; t0++)
+        for (int64_t t1 = 0; t1 < q->k[1]; t1++) rows |= opc_pl_window_row(q, o0, o1, t0, t1, &row);
     if (!rows) a = b = q->out[2];
     if (dt == OPC_NN_F32 && q->ivol < ((int64_t)1 << 31)) { /* dt: a literal here */
         /* f32: the interior by whole vectors where it spans one, the rest lane-masked */

@@ -8,10 +8,10 @@ from types import ModuleType
 
 from opc.lowering.abi import (
     ENTRY_PREFIX,
+    FROZEN_FN,
     KERNEL_MESSAGE_FN,
     OOM_FN,
     RELEASE_FN,
-    FROZEN_FN,
     SET_THREADS_FN,
     FunctionSignature,
     c_symbol,

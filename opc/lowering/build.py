@@ -39,12 +39,12 @@ from opc.dtypes import ML_DTYPES_NAMES, numpy_dtype
 from opc.errors import BuildError, InputError, InternalError
 from opc.lowering.abi import (
     ENTRY_PREFIX,
+    FROZEN_FN,
     KERNEL_MESSAGE_FN,
     KERNEL_STATUS,
     OOM_FN,
     RELEASE_FN,
     SET_THREADS_FN,
-    FROZEN_FN,
     STACK_CAPACITY_FN,
     STACK_PEAK_FN,
     FunctionSignature,

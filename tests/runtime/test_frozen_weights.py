@@ -59,24 +59,73 @@ def test_models_sharing_a_module_keep_their_own_weights(c: int, o: int, hw: int,
         np.testing.assert_allclose(run(x)[0], conv_ref(x, w, stride, groups), rtol=1e-4, atol=1e-4)
 
 
-CONV_FN = """
-func.func @conv(%x: tensor<1x16x8x8xf32>, %w: tensor<32x16x3x3xf32>) -> tensor<1x32x8x8xf32> {
+FUNCTIONS = {  # a channel-vector conv (its panels), a GEMM past the few-rows kernel (its B panels)
+    "conv": ("""
+func.func @f(%x: tensor<1x16x8x8xf32>, %w: tensor<32x16x3x3xf32>) -> tensor<1x32x8x8xf32> {
   %y = opc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>,
                         dilations = array<i64: 1, 1>, group = 1 : i64}
        : (tensor<1x16x8x8xf32>, tensor<32x16x3x3xf32>) -> tensor<1x32x8x8xf32>
   return %y : tensor<1x32x8x8xf32>
 }
-"""
+""", (1, 16, 8, 8), (32, 16, 3, 3), lambda x, w: conv_ref(x, w, 1, 1)),
+    "matmul": ("""
+func.func @f(%x: tensor<24x40xf32>, %w: tensor<40x48xf32>) -> tensor<24x48xf32> {
+  %y = opc.matmul %x, %w : (tensor<24x40xf32>, tensor<40x48xf32>) -> tensor<24x48xf32>
+  return %y : tensor<24x48xf32>
+}
+""", (24, 40), (40, 48), lambda x, w: x.astype(np.float64) @ w.astype(np.float64)),
+}
 
 
+@pytest.mark.parametrize("kind", FUNCTIONS)
 @pytest.mark.parametrize("frozen", [False, True])
-def test_weights_changed_in_place_are_seen_unless_frozen(frozen: bool) -> None:
-    conv = opc.compile(CONV_FN, target="cpu").conv
-    x = np.random.default_rng(0).standard_normal((1, 16, 8, 8)).astype(np.float32)
-    w = weights(16, 32, 1, 4)
-    before = conv_ref(x, w, 1, 1)
-    bound = conv.with_last([w], frozen=frozen)
+def test_weights_changed_in_place_are_seen_unless_frozen(kind: str, frozen: bool) -> None:
+    text, x_shape, w_shape, ref = FUNCTIONS[kind]
+    f = opc.compile(text, target="cpu").f
+    x = np.random.default_rng(0).standard_normal(x_shape).astype(np.float32)
+    w = np.random.default_rng(4).standard_normal(w_shape).astype(np.float32)
+    before = ref(x, w)
+    bound = f.with_last([w], frozen=frozen)
     np.testing.assert_allclose(bound(x), before, rtol=1e-4, atol=1e-4)
     w *= -2.0  # a change in place: seen by a plain binding; a frozen one promised there would be none
-    want = before if frozen else conv_ref(x, w, 1, 1)
+    want = before if frozen else ref(x, w)
     np.testing.assert_allclose(bound(x), want, rtol=1e-4, atol=1e-4)
+
+def matmul_model(m: int, k: int, n: int, trans_b: int, w: np.ndarray) -> onnx.ModelProto:
+    """y = x @ W (Gemm, W stored [n, k] when trans_b) + b: the GEMM's B is the frozen weight."""
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=trans_b)
+    graph = helper.make_graph([node], "gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.ones(n, np.float32), "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+# rows past the few-rows kernel (which reads B in place); K past one depth block (256); N past one
+# column block and not a whole panel
+@pytest.mark.parametrize("m,k,n,trans_b", [(40, 300, 70, 0), (40, 300, 70, 1), (13, 64, 3100, 1)])
+def test_gemm_weights_packed_once_stay_each_models_own(m: int, k: int, n: int, trans_b: int) -> None:
+    x = np.random.default_rng(0).standard_normal((m, k)).astype(np.float32)
+    ws = [np.random.default_rng(s).standard_normal((n, k) if trans_b else (k, n)).astype(np.float32) for s in (5, 6)]
+    runs = [opc.load_onnx(matmul_model(m, k, n, trans_b, w)) for w in ws]
+    for _ in range(2):
+        for run, w in zip(runs, ws):
+            want = x.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64) + 1.0
+            np.testing.assert_allclose(run(x)[0], want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("c,o,hw", [(24, 40, 6), (300, 20, 4)])
+def test_pointwise_conv_weights_packed_once(c: int, o: int, hw: int) -> None:
+    """A 1x1 conv is a GEMM whose A is the weight: packed once where frozen (K of 300: two depth blocks)."""
+    x = np.random.default_rng(0).standard_normal((1, c, hw, hw)).astype(np.float32)
+    ws = [np.random.default_rng(s).standard_normal((o, c, 1, 1)).astype(np.float32) for s in (7, 8)]
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1])
+    runs = []
+    for w in ws:
+        graph = helper.make_graph([node], "pw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, o, hw, hw])],
+                                  [numpy_helper.from_array(w, "w")])
+        runs.append(opc.load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])))
+    for _ in range(2):
+        for run, w in zip(runs, ws):
+            want = np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
+            np.testing.assert_allclose(run(x)[0], want, rtol=1e-4, atol=1e-3)
