@@ -33,8 +33,12 @@ def sanitized_env(base: dict[str, str] | None = None) -> dict[str, str]:
     if asan is None:
         raise OSError(f"the C compiler ({env.get('CC', 'gcc')}) has no libasan.so: install its ASan runtime "
                       "(Debian: libasan8) to use the sanitizer mode")
-    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and "libasan" not in p]
-    env["LD_PRELOAD"] = ":".join([asan, *preload])
+    # libstdc++ loaded with it: ASan resolves the real __cxa_throw when it starts, and without the
+    # library then, a C++ extension that throws later (onnx's shape inference, its errors caught in
+    # Python) aborts the process ("CHECK failed: ... real___cxa_throw != 0"), no bug of opc's
+    cxx = runtime_library("libstdc++.so.6")
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and "libasan" not in p and p != cxx]
+    env["LD_PRELOAD"] = ":".join([asan, *([cxx] if cxx else []), *preload])
     env["OPC_SANITIZE"] = "1"
     env["ASAN_OPTIONS"] = ":".join(filter(None, ["detect_leaks=0", "abort_on_error=1", env.get("ASAN_OPTIONS")]))
     env["UBSAN_OPTIONS"] = ":".join(filter(None, ["print_stacktrace=1", "halt_on_error=1",

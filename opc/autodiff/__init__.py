@@ -331,8 +331,12 @@ def sweep(
         vjp, any_dtype = vjp_of(op.name)
         if vjp is None:
             continue  # not differentiable: no gradient flows through
-        if not any_dtype and any(d is not None and not is_float_value(d) for d in douts):
-            continue  # integer arithmetic, compares: no cotangent flows through
+        if not any_dtype:
+            # an integer result (a count, topk's positions) has no derivative; a cast from it gives it a
+            # cotangent (cast passes them through every dtype), which must not stop the float results'
+            douts = [d if is_float_value(r) else None for d, r in zip(douts, op.results)]
+            if all(d is None for d in douts):
+                continue  # integer arithmetic, compares: no cotangent flows through
         if len(op.results) == 1 or all(d is not None for d in douts) or getattr(vjp, "takes_missing", False):
             filled = douts
         else:  # zero cotangents for the outputs nobody uses

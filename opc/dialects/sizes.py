@@ -239,11 +239,19 @@ class FunctionSizes:
                 self.subst[x.render()] = y
                 self.predicted[x.render()] = what
                 return y
-        for x, y in ((a, b), (b, a)):  # c * s = y, y a number: s = y / c where that is whole
+        # c * s = y: s = y / c where c divides y, a number or every term of a size (9 * count = 9 * n: a
+        # gradient's rows, an argument's size, reshaped like the rows a nonzero's count gathered)
+        for x, y in ((a, b), (b, a)):
             scaled = self.scaled_data_symbol(x)
-            if scaled is not None and isinstance(y, int) and y >= 0 and y % scaled[1] == 0:
-                self.subst[scaled[0]] = y // scaled[1]
+            if scaled is None:
+                continue
+            quotient = exact_quotient(y, scaled[1])
+            if isinstance(quotient, int) and quotient >= 0:
+                self.subst[scaled[0]] = quotient
                 self.predicted[scaled[0]] = what
+                return y
+            if isinstance(quotient, Sym) and scaled[1] > 1:
+                self.unify_data(Sym.symbol(scaled[0]), quotient, what)
                 return y
         name = (self.data_symbols(a) or self.data_symbols(b))[0]
         raise UnsupportedError(f"{what}: sizes {a} and {b} must be equal, and {name} ({self.origin[name]}) is "

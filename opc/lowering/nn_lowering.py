@@ -576,7 +576,7 @@ def batch_operand(fl, v: SSAValue, batch: Sequence[int]) -> tuple[SSAValue, int]
         return buf, matrix
     full = [*batch, *shape[-2:]]
     e = fl.e
-    copy = e.value(memref.AllocOp([], [], MemRefType(element_of(buf), full)))
+    copy = fl.alloc(full, element_of(buf))  # (a run-time batch dim: its size given at run time)
     copy.name_hint = f"{v.name_hint or 'operand'}_batch"
     fl.allocs.append(copy)
     e.parallel(full, lambda idx: e.store(e.load(buf, broadcast_index(e, idx, full, shape)), copy, idx))

@@ -560,15 +560,39 @@ class GroupedNormPattern(RulePattern):
     def build(self, e: OpBuilder, op: o.GroupedNormOp) -> Sequence[SSAValue]:
         x = op.x
         shape, el, g = shape_of(x), element_of(x), op.groups()
-        rows = e.value(o.ReshapeOp(x, o.tensor([shape[0] * g, math.prod(shape) // (shape[0] * g)], el)))
-        rest = o.tensor([shape_of(rows)[1]], el)
-        ln = o.LayerNormOp(rows, e.full(1.0, rest), e.full(0.0, rest), 1, op.epsilon.value.data)
+        rows_t, sizes = grouped_rows(e, x, g)
+        rows = e.value(o.ReshapeOp(x, o.tensor(rows_t, el), sizes))
+        rest = sizes[-1:] if rows_t[1] == o.DYNAMIC else []  # the unit scale's and zero bias's size
+        ones, zeros = (e.value(o.FullOp(v, o.tensor(rows_t[1:], el), rest)) for v in (1.0, 0.0))
+        ln = o.LayerNormOp(rows, ones, zeros, 1, op.epsilon.value.data)
         e.emit(ln)
-        y = wide(e, e.value(o.ReshapeOp(ln.y, x.type)))
+        y = wide(e, e.reshape_like(ln.y, x))
         scale, bias = (per_channel(e, wide(e, v), len(shape)) for v in (op.scale, op.bias))
-        stats = op.mean.type
-        return [narrow(e, e.add(e.mul(y, scale), bias), x), e.value(o.ReshapeOp(ln.mean, stats)),
-                e.value(o.ReshapeOp(ln.rstd, stats))]
+        batch = [e.dim(x, 0)] if shape[0] == o.DYNAMIC else []  # mean and rstd [N, groups]
+        return [narrow(e, e.add(e.mul(y, scale), bias), x), e.value(o.ReshapeOp(ln.mean, op.mean.type, batch)),
+                e.value(o.ReshapeOp(ln.rstd, op.rstd.type, batch))]
+
+
+def grouped_rows(e: OpBuilder, x: SSAValue, groups: int) -> tuple[list[int], list[SSAValue]]:
+    """x [N, C, *spatial] as [N * groups, C / groups * spatial]: that shape, and the `index` sizes of
+    its `?` dims (a run-time N, channel or spatial dim makes them run-time: N * groups and the rest's
+    product over groups, computed from x's dims, not the `?` marker's value)."""
+    shape = shape_of(x)
+
+    def size(axes: Sequence[int], times: int, over: int) -> SSAValue:
+        n = e.value(arith.ConstantOp(IntegerAttr(times, IndexType())))
+        for a in axes:
+            n = e.value(arith.MuliOp(n, e.dim(x, a)))
+        return e.value(arith.DivUIOp(n, e.value(arith.ConstantOp(IntegerAttr(over, IndexType())))))
+
+    rows_t, sizes = [shape[0] * groups, math.prod(shape[1:]) // groups], []
+    if shape[0] == o.DYNAMIC:
+        rows_t[0] = o.DYNAMIC
+        sizes.append(size([0], groups, 1))
+    if o.DYNAMIC in shape[1:]:
+        rows_t[1] = o.DYNAMIC
+        sizes.append(size(range(1, len(shape)), 1, groups))
+    return rows_t, sizes
 
 
 @decomposition(o.AttentionOp)

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
@@ -229,7 +229,9 @@ def row_reduction(op: Operation) -> tuple[tuple[int, ...], int] | None:
 
 
 def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position: dict[Operation, int],
-                    returned: set[SSAValue]) -> RowKernel | None:
+                    returned: set[SSAValue], order: dict[Operation, int]) -> RowKernel | None:
+    """The row kernel grown from a row reduction (position: the block's kernel ops; order: every op
+    of the block, host ops too, in block order)."""
     seed_row = row_reduction(seed)
     assert seed_row is not None  # the caller grows from a row reduction
     outer, length = seed_row
@@ -238,6 +240,8 @@ def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position
 
     def joins(u: Operation, members: set[Operation], reductions: int) -> bool:
         if u in taken or u in members or u not in position or external_symbol(u) is not None or len(u.results) != 1:
+            return False
+        if not isinstance(u.results[0].type, TensorType):  # a run-time size (tensor.dim, index arithmetic)
             return False
         if isinstance(u, opc.ReduceOp) and row_reduction(u) is not None:
             return shape_of(u.x) == full and reductions < MAX_ROW_REDUCTIONS
@@ -278,12 +282,11 @@ def grow_row_kernel(seed: Operation, taken: dict[Operation, RowKernel], position
                 todo.append(p)
     ops = sorted(members, key=position.__getitem__)
     while True:  # the kernel runs where its last op is: nobody outside may read it earlier
-        last = position[ops[-1]]
-        early = [position[u] for o in ops for u in users_of(o)
-                 if u not in members and position.get(u, last + 1) < last]
+        last = order[ops[-1]]
+        early = [order[u] for o in ops for u in users_of(o) if u not in members and order.get(u, last + 1) < last]
         if not early:
             break
-        ops = [o for o in ops if position[o] < min(early)]  # the rest runs after that reader
+        ops = [o for o in ops if order[o] < min(early)]  # the rest runs after that reader
         members = set(ops)
         if not ops:
             return None
@@ -324,6 +327,9 @@ def plan(fn: func.FuncOp | Block, row_kernels: bool = True, epilogues: bool = Tr
     ops = [o for o in block.ops if o is not ret and not is_host_op(o)]
     returned = set(ret.operands)
     position = {o: i for i, o in enumerate(ops)}
+    # every op of the block, host ops too (a stack push, a loop reading a value): a kernel runs where
+    # its last op is, so no reader of its members, host op or not, may come before that
+    order = {o: i for i, o in enumerate(block.ops)}
     operand_views = plan_operand_views(ops, returned) if views else {}
     inlined, root = plan_nests(ops, returned, operand_views)
     sched = Schedule(inlined, views=operand_views)
@@ -332,7 +338,7 @@ def plan(fn: func.FuncOp | Block, row_kernels: bool = True, epilogues: bool = Tr
     if row_kernels:
         for op in ops:
             if op not in sched.row_of and row_reduction(op) is not None:
-                rk = grow_row_kernel(op, sched.row_of, position, returned)
+                rk = grow_row_kernel(op, sched.row_of, position, returned, order)
                 if rk is not None:
                     sched.rows.append(rk)
                     sched.row_of.update((o, rk) for o in rk.ops)
@@ -343,7 +349,7 @@ def plan(fn: func.FuncOp | Block, row_kernels: bool = True, epilogues: bool = Tr
     if sched.rows:
         root = resolve_roots(ops, sched.inlined)
     if epilogues:
-        plan_epilogues(ops, sched, root, position)
+        plan_epilogues(ops, sched, root, position, order)
     sched.kernels = group_kernels(ops, sched, root, returned)
     return sched
 
@@ -412,7 +418,7 @@ EPILOGUE_GEMMS = (opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGr
 
 
 def plan_epilogues(ops: list[Operation], sched: Schedule, root: dict[Operation, Operation],
-                   position: dict[Operation, int]) -> None:
+                   position: dict[Operation, int], order: dict[Operation, int]) -> None:
     """Each GEMM whose result feeds a flat elementwise nest takes it in (root updated: the GEMM
     and its views join the nest's kernel)."""
     members: dict[Operation, list[Operation]] = {}
@@ -429,7 +435,7 @@ def plan_epilogues(ops: list[Operation], sched: Schedule, root: dict[Operation, 
                and not isinstance(g, opc.ConvOp)):  # a conv's nest reads its [n, c, ..] result as such
             views.append(readers[0])
             v = readers[0].result
-        ep = epilogue_nest(g, views, v, sched, root, members, position)
+        ep = epilogue_nest(g, views, v, sched, root, members, position, order)
         if ep is not None:
             for o in (g, *views, *ep.roots, *(m for r in ep.roots for m in members[r])):
                 if o in ep.roots or o is g or o in views:
@@ -461,7 +467,7 @@ def depends_on(g: Operation, ops: list[Operation], position: dict[Operation, int
 
 def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Schedule,
                   root: dict[Operation, Operation], members: dict[Operation, list[Operation]],
-                  position: dict[Operation, int]) -> GemmEpilogue | None:
+                  position: dict[Operation, int], order: dict[Operation, int]) -> GemmEpilogue | None:
     """The epilogue of GEMM g whose result, through `views`, is v: the flat elementwise nests that
     read v, and those that read their roots in turn (training keeps a GELU's intermediate values
     for the backward: three nests), if whatever else reads g's result, its views or the nests'
@@ -512,10 +518,10 @@ def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Sche
         return True
 
     def valid(roots: set[Operation]) -> GemmEpilogue | None:
-        last = max(position[r] for r in roots)
+        last = max(order[r] for r in roots)
         inside = {o for r in roots for o in members[r]} | set(views)
         outside = [u for o in (g, *views, *roots) for u in users_of(o) if u not in inside]
-        if any(position.get(u, len(position)) <= last for u in outside):
+        if any(order.get(u, len(order)) <= last for u in outside):
             return None  # read before the nests run: the GEMM must run earlier
         ordered = sorted(roots, key=position.__getitem__)
         reads_g = [u for o in (g, *views) for u in value_users(o.results[0]) if u not in inside]

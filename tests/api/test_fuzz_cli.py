@@ -1,7 +1,7 @@
 """A mutation fuzzer of the CLI: seeded mutants of examples/**/*.mlir and the FileCheck
 inputs (tokens deleted, duplicated, swapped, spliced in from another file, numbers made
-huge, deep nesting, stray bytes, truncation) go through `opc opt`, `opc compile --emit c`
-and `opc explain`. Each run must end with exit code 0, or 1 and one located error line;
+huge, deep nesting, stray bytes, truncation, a dim made `?` in one shape or in every like
+shape) go through `opc opt`, `opc compile --emit c` and `opc explain`. Each run must end with exit code 0, or 1 and one located error line;
 never "internal compiler error", a traceback, another exit code or a hang.
 
 Mutants run in-process through the CLI's main() (no compiler: --emit stops before gcc);
@@ -56,7 +56,7 @@ def mutate(rng: random.Random, text: str) -> str:
         if not tokens:
             tokens = [""]
         i = min(rng.choice(words), len(tokens) - 1)
-        kind = rng.randrange(12)
+        kind = rng.randrange(13)
         if kind == 0:  # delete a token
             del tokens[i]
         elif kind == 1:  # duplicate one
@@ -87,8 +87,15 @@ def mutate(rng: random.Random, text: str) -> str:
             j = rng.choice(shapes)
             dims = tokens[j].split("x")
             if len(dims) > 1:
-                dims[rng.randrange(len(dims) - 1)] = rng.choice(["0", "1", "2", "5", "65536", *NUMBERS[5:10]])
+                dims[rng.randrange(len(dims) - 1)] = rng.choice(["0", "1", "2", "5", "65536", "?", *NUMBERS[5:10]])
                 tokens[j] = "x".join(dims)
+        elif kind == 12:  # a dim made run-time in every like shape (still well-typed where the ops take `?`)
+            shapes = [t for t in tokens if re.fullmatch(r"(\d+x)+[a-z]\w*", t)]
+            if shapes:
+                old = rng.choice(shapes)
+                dims = old.split("x")
+                dims[rng.randrange(len(dims) - 1)] = "?"
+                tokens = ["x".join(dims) if t == old else t for t in tokens]
         else:  # an element type swapped (still well-formed)
             typed = [j for j, t in enumerate(tokens) if re.search(DTYPE, t)] or [i]
             j = rng.choice(typed)
@@ -158,6 +165,17 @@ def test_corpus_file(path):
     for command in COMMANDS:
         rc, err = run_in_process(path, command)
         check_outcome(rc, err, path, command)
+
+
+def test_the_mutants_hold_run_time_dims_and_regions():
+    """The new syntax reaches the CLI: of the CI mutants (seed 0), many hold a `?` dim (the corpus's
+    run-time shapes, or a dim the mutation made `?`), many an scf region (if, for, while,
+    index_switch), and some both (tests/fuzz_corpus/run_time_loops.mlir: loops over `?` dims)."""
+    texts = [mutant(0, i)[0] for i in range(300)]
+    dynamic = [t for t in texts if re.search(r"[<x]\?x", t)]
+    regions = [t for t in texts if re.search(r"\bscf\.(if|for|while|index_switch)\b", t)]
+    both = [t for t in dynamic if t in regions]
+    assert len(dynamic) >= 45 and len(regions) >= 30 and len(both) >= 5, (len(dynamic), len(regions), len(both))
 
 
 SUBPROCESS_MUTANTS = 4

@@ -300,6 +300,33 @@ def test_integer_arithmetic_and_compares_stop_cotangents(integer_module) -> None
     np.testing.assert_array_equal(integer_module.int_arith_grad(x, dm, dc, dg), [5.0, 6.0, 7.0, 8.0])
 
 
+POSITIONS_READ = """
+func.func @f(%x: tensor<{rows}x6xf64>, %k: tensor<i64>) -> tensor<{rows}x?xf64> {{
+  %v, %i = opc.topk %x, %k {{axis = 1, largest = {largest}}} : (tensor<{rows}x6xf64>, tensor<i64>) -> (tensor<{rows}x?xf64>, tensor<{rows}x?xi64>)
+  %c = opc.cast %i {{dtype = f64}} : (tensor<{rows}x?xi64>) -> tensor<{rows}x?xf64>
+  %s = opc.mul %v, %c : (tensor<{rows}x?xf64>, tensor<{rows}x?xf64>) -> tensor<{rows}x?xf64>
+  %y = opc.add %v, %s : (tensor<{rows}x?xf64>, tensor<{rows}x?xf64>) -> tensor<{rows}x?xf64>
+  func.return %y : tensor<{rows}x?xf64>
+}}
+"""
+
+
+@pytest.mark.parametrize("rows", ["3", "?"])
+@pytest.mark.parametrize("largest", ["true", "false"])
+def test_an_integer_result_read_through_a_cast_does_not_stop_the_float_ones(rows, largest) -> None:
+    """topk's values and its indices cast to f64 both used: the cast gives the i64 indices a
+    cotangent (cast passes them through every dtype), which once made the sweep skip topk whole
+    (dx = 0; found by fuzz_dynamic.py). y = v * (1 + i): dx at the picks is dy * (1 + i), 0 elsewhere."""
+    m = opc.compile(POSITIONS_READ.format(rows=rows, largest=largest), grad=True)
+    x = RNG.standard_normal((3, 6))
+    for k in (0, 2, 6):
+        dy = RNG.standard_normal((3, k))
+        order = np.argsort(-x if largest == "true" else x, axis=1, kind="stable")[:, :k]
+        want = np.zeros_like(x)
+        np.put_along_axis(want, order, dy * (1 + order), axis=1)
+        np.testing.assert_allclose(m.f_grad(x, np.array(k), dy), want, rtol=1e-12)
+
+
 def test_function_without_float_argument_says_why(integer_module) -> None:
     for name in ("count_grad", "count_value_and_grad"):
         with pytest.raises(AttributeError, match="@count has no float argument"):

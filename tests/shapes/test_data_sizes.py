@@ -189,6 +189,13 @@ func.func @loss(%x: tensor<?x3xf64>, %c: tensor<?xi1>) -> tensor<f64> {
   %l = opc.reduce_sum %s {axes = array<i64: 0, 1>, keepdim = false} : (tensor<?x3xf64>) -> tensor<f64>
   func.return %l : tensor<f64>
 }
+func.func @compress_reshaped(%x: tensor<?x6xf64>, %c: tensor<?xi1>) -> tensor<?x2x3xf64> {
+  %nz = opc.nonzero %c : (tensor<?xi1>) -> tensor<1x?xi64>
+  %i = opc.reshape %nz : (tensor<1x?xi64>) -> tensor<?xi64>
+  %g = opc.gather %x, %i {axis = 0} : (tensor<?x6xf64>, tensor<?xi64>) -> tensor<?x6xf64>
+  %r = opc.reshape %g : (tensor<?x6xf64>) -> tensor<?x2x3xf64>
+  func.return %r : tensor<?x2x3xf64>
+}
 func.func @top(%x: tensor<?x6xf64>, %k: tensor<i64>) -> tensor<?x?xf64> {
   %v, %i = opc.topk %x, %k {axis = 1, largest = false} : (tensor<?x6xf64>, tensor<i64>) -> (tensor<?x?xf64>, tensor<?x?xi64>)
   %t = opc.tanh %v : (tensor<?x?xf64>) -> tensor<?x?xf64>
@@ -241,6 +248,22 @@ def test_topk_gradient_matches_finite_differences(g, n, k):
         down[at] -= h
         num[at] = np.sum((g.top(up, kk) - g.top(down, kk)) * dout) / (2 * h)
     np.testing.assert_allclose(dx, num, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_a_gradient_reshaped_like_gathered_rows(g, n):
+    """The reshape's vjp gives dout [?, 2, 3] (its rows an argument's size) the gathered rows' shape
+    [count, 6]: 6 * n = 6 * count, once refused at compile time ("opc cannot check that equality",
+    found by fuzz_dynamic.py); now the count takes dout's rows and the nonzero checks them when it runs."""
+    x, c = sample((n, 6), np.float64, "half"), sample((n,), np.bool_, "half", seed=4)
+    dout = np.random.default_rng(n).standard_normal((int(c.sum()), 2, 3))
+    want = np.zeros_like(x)
+    want[c] = dout.reshape(-1, 6)
+    np.testing.assert_allclose(g.compress_reshaped(x, c), x[c].reshape(-1, 2, 3), rtol=0)
+    np.testing.assert_allclose(g.compress_reshaped_grad(x, c, dout), want, rtol=0)
+    if n:
+        with pytest.raises(ValueError, match=r"compress_reshaped_grad\(\): opc.nonzero's count must equal "):
+            g.compress_reshaped_grad(x, c, np.ones((int(c.sum()) + 1, 2, 3)))
 
 
 def test_compress_vjp_with_a_dout_of_another_size(g):

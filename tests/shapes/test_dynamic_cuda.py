@@ -164,11 +164,11 @@ def test_random_programs_on_the_simulator(tmp_path):
     """tests/support/fuzz_dynamic.py's random programs (elementwise, reductions, matmul, softmax,
     layer norm, concat, reshape, transpose over `?` rows) for CUDA, one module, at sizes 0, 1, 3
     and 17, forward and gradient against NumPy and central differences."""
-    from fuzz_dynamic import check, generate
+    from fuzz_dynamic import BASIC, check, generate
 
     if shutil.which("g++") is None:
         pytest.skip("g++ not on PATH (it builds the CUDA simulation)")
-    progs = [generate(0, i) for i in range(12)]
+    progs = [generate(0, i, BASIC) for i in range(12)]  # (the nn, data-size and loop steps: the CPU's test)
     cu, sigs = emitted("".join(p.text() for p in progs), grad=True)
     m = simulated(cu, sigs, str(tmp_path), "fuzz", library=True)
     defects = [d for p in progs for d in check(m, p, 0, True)]

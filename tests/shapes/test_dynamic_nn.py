@@ -107,3 +107,85 @@ def test_the_conv_decomposition_takes_a_run_time_batch():
     for n in (1, 4):
         x, w = rng.standard_normal((n, 2, 6, 6)), rng.standard_normal((3, 2, 3, 3))
         np.testing.assert_allclose(composed.cnn(x, w), kernels.cnn(x, w), rtol=1e-12)
+
+
+def grouped_norm_src(op: str, groups: int, x_t: str, stats_t: str) -> str:
+    attrs = (f"num_groups = {groups}, " if op == "group_norm" else "") + "epsilon = 1.0e-05 : f64"
+    return (f"func.func @f(%x: {x_t}, %g: tensor<4xf64>, %b: tensor<4xf64>) -> ({x_t}, {stats_t}, {stats_t}) {{\n"
+            f"  %y, %m, %r = opc.{op} %x, %g, %b {{{attrs}}} : ({x_t}, tensor<4xf64>, tensor<4xf64>) -> "
+            f"({x_t}, {stats_t}, {stats_t})\n  func.return %y, %m, %r : {x_t}, {stats_t}, {stats_t}\n}}\n")
+
+
+@pytest.mark.parametrize("decompose", [None, "all"])
+@pytest.mark.parametrize(("op", "groups"), [("group_norm", 2), ("group_norm", 1), ("instance_norm", 4)])
+def test_grouped_norms_with_a_run_time_batch(op, groups, decompose):
+    """group_norm / instance_norm over [?, 4, 3] (they run as a layer norm over [N * groups, rest]:
+    that reshape's `?` size was once N's `?` marker times groups, a negative dim after opc-grad, found
+    by fuzz_dynamic.py): y, mean and rstd against NumPy at batch 0, 1 and 3 from one module, and
+    the gradient of sum(y * dy) + sum(mean) + sum(rstd) against central differences."""
+    m = opc.compile(grouped_norm_src(op, groups, "tensor<?x4x3xf64>", f"tensor<?x{groups}xf64>"), grad=True,
+                    decompose=decompose)
+    rng = np.random.default_rng(groups)
+    g, b = 1 + 0.1 * rng.standard_normal(4), rng.standard_normal(4)
+    for n in (0, 1, 3):
+        x = rng.standard_normal((n, 4, 3))
+        xg = x.reshape(n, groups, 12 // groups)
+        mean, var = xg.mean(axis=2), xg.var(axis=2)
+        y = ((xg - mean[..., None]) / np.sqrt(var[..., None] + 1e-5)).reshape(x.shape) * g[:, None] + b[:, None]
+        for got, want in zip(m.f(x, g, b), (y, mean, 1 / np.sqrt(var + 1e-5))):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+        if n:
+            dy, dm, dr = rng.standard_normal(x.shape), np.ones((n, groups)), np.ones((n, groups))
+
+            def loss(x, g, b):  # noqa: ANN001, ANN202
+                y, mean, rstd = tuple(m.f(x, g, b))
+                return np.sum(y * dy) + np.sum(mean) + np.sum(rstd)
+
+            grads = m.f_grad(x, g, b, dy, dm, dr)
+            for k, got in enumerate(grads):
+                np.testing.assert_allclose(got, numeric_grad(loss, [x, g, b], k), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("decompose", [None, "all"])
+def test_group_norm_with_run_time_spatial_dims(decompose):
+    """[?, 4, ?]: the layer norm's rows and normalized length both computed from x's dims at run time."""
+    m = opc.compile(grouped_norm_src("group_norm", 2, "tensor<?x4x?xf64>", "tensor<?x2xf64>"), decompose=decompose)
+    rng = np.random.default_rng(7)
+    g, b = rng.standard_normal(4), rng.standard_normal(4)
+    for shape in [(2, 4, 5), (1, 4, 1), (3, 4, 2)]:
+        x = rng.standard_normal(shape)
+        xg = x.reshape(shape[0], 2, -1)
+        mean, var = xg.mean(axis=2), xg.var(axis=2)
+        y = ((xg - mean[..., None]) / np.sqrt(var[..., None] + 1e-5)).reshape(shape) * g[:, None] + b[:, None]
+        for got, want in zip(m.f(x, g, b), (y, mean, 1 / np.sqrt(var + 1e-5))):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+BROADCAST_BATCH = """
+func.func @mm(%w: tensor<2x3x4xf64>, %x: tensor<?x2x4x5xf64>) -> tensor<?x2x3x5xf64> {
+  %y = opc.matmul %w, %x : (tensor<2x3x4xf64>, tensor<?x2x4x5xf64>) -> tensor<?x2x3x5xf64>
+  func.return %y : tensor<?x2x3x5xf64>
+}
+func.func @gconv(%x: tensor<?x4x5xf64>, %w: tensor<6x2x3xf64>) -> tensor<?x6x3xf64> {
+  %y = opc.conv %x, %w {group = 2} : (tensor<?x4x5xf64>, tensor<6x2x3xf64>) -> tensor<?x6x3xf64>
+  func.return %y : tensor<?x6x3xf64>
+}
+"""
+
+
+@pytest.mark.parametrize("decompose", [None, "all"])
+def test_a_batch_operand_broadcast_along_a_run_time_batch(decompose):
+    """A matmul operand [G, M, K] against [?, G, K, N] is copied to the full batch [?, G, M, K] first
+    (one GEMM stride per operand): that copy was allocated with the `?` batch's symbol as a static
+    dim (an internal compiler error), which the grouped conv's decomposition (decompose='all', its
+    weights [G, Og, ck] against the patches [N, G, ck, P]) hit with any run-time batch (found by the
+    CLI fuzzer on fuzz_dynamic.py's programs)."""
+    m = opc.compile(BROADCAST_BATCH, decompose=decompose)
+    rng = np.random.default_rng(11)
+    w, wc = rng.standard_normal((2, 3, 4)), rng.standard_normal((6, 2, 3))
+    for n in (0, 1, 3):
+        x, xc = rng.standard_normal((n, 2, 4, 5)), rng.standard_normal((n, 4, 5))
+        np.testing.assert_allclose(m.mm(w, x), w @ x, rtol=1e-12)
+        want = np.stack([np.einsum("ncl,ocl->no", xc[:, 2 * (o // 3):2 * (o // 3) + 2, t:t + 3], wc[o:o + 1])[:, 0]
+                         for o in range(6) for t in range(3)], axis=1).reshape(n, 6, 3)
+        np.testing.assert_allclose(m.gconv(xc, wc), want, rtol=1e-12, atol=1e-12)

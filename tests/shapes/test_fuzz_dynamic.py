@@ -1,6 +1,12 @@
 """Random programs with run-time sizes (tests/support/fuzz_dynamic.py), each compiled once and
-called at sizes 0, 1, 3 and 17, forward and gradient against NumPy. CI runs 80 programs;
-`--fuzz-count N --fuzz-seed S` runs others, `python tests/support/fuzz_dynamic.py --count N` long."""
+called at sizes 0, 1, 3 and 17, forward and gradient against NumPy: elementwise, reductions,
+matmul, softmax (over the features and the run-time rows), layer norm, concat, reshape, transpose,
+slices at run-time bounds; nn ops over a run-time batch (conv, fused_conv_epilogue,
+conv_transpose, pools, batch, group and instance norm) and attention over a run-time batch or
+sequence; topk with a run-time k, nonzero (a data-sized row count), unique; scf.for loops carrying
+the value through these, their values stacked as scan outputs. CI runs 80 programs, the second 40
+with decompose='all'; `--fuzz-count N --fuzz-seed S` runs others, `python
+tests/support/fuzz_dynamic.py --count N [--decompose all]` long."""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from fuzz_dynamic import run  # noqa: E402
+from fuzz_dynamic import EXTENDED, generate, run  # noqa: E402
 
 CI_COUNT, BATCH = 80, 40
 
@@ -21,8 +27,19 @@ def pytest_generate_tests(metafunc):
 
 
 def test_programs_at_run_time_sizes(request, batch):
+    """Every other batch with decompose='all' (each composite op written out in primitives)."""
     start, count = batch
-    programs, defects = run(request.config.getoption("--fuzz-seed"), start, count)
+    decompose = "all" if (start // BATCH) % 2 else None
+    programs, defects = run(request.config.getoption("--fuzz-seed"), start, count, decompose=decompose)
     assert programs == count
     assert not defects, "\n".join(defects)
 
+
+def test_the_ci_programs_draw_every_family():
+    """Each step family, nn op, attention form and loop form is in some CI program (seed 0), so a
+    change of the generator's weights cannot quietly drop one from CI."""
+    drawn = {k for i in range(CI_COUNT) for k in generate(0, i).kinds}
+    wanted = {*EXTENDED, "conv", "fused_conv_epilogue", "conv_transpose", "max_pool", "avg_pool", "batch_norm",
+              "grouped_norm", "attention_batch", "attention_sequence", "loop_static", "loop_run_time",
+              "loop_stacked"}
+    assert wanted <= drawn, f"not drawn: {sorted(wanted - drawn)}"

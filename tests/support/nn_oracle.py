@@ -214,7 +214,7 @@ def group_norm(x, scale, bias, groups: int, epsilon: float):
     """(y, mean [N, G], rstd [N, G]): each group of C / G channels normalized over them and the spatial dims."""
     x = x.astype(np.float64)
     n, c = x.shape[:2]
-    xg = x.reshape(n, groups, -1)
+    xg = x.reshape(n, groups, math.prod(x.shape[1:]) // groups)  # (not -1: n may be 0)
     m, v = xg.mean(axis=2), xg.var(axis=2)
     rstd = 1 / np.sqrt(v + epsilon)
     y = ((xg - m[..., None]) * rstd[..., None]).reshape(x.shape)

@@ -44,7 +44,8 @@ from opc.sanitize import sanitized_env  # noqa: E402
 
 BATCH = 300  # cases per child: about 10 s of start-up and collection each, and one module per 200 functions
 MARK = "opc-sanitize: calling "
-REPORT_START = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|AddressSanitizer:DEADLYSIGNAL")
+REPORT_START = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|AddressSanitizer:DEADLYSIGNAL|"
+                          r"AddressSanitizer: CHECK failed")
 REPORT_LINES = 8
 RETRIES = 40  # reports one batch may give before it is given up (each costs a child's start-up)
 

@@ -380,3 +380,71 @@ func.func @f(%x: {t}, %m: {v}) -> {t} {{
     x, mean = rng.standard_normal((rows, c)).astype(np.float32), rng.standard_normal(c).astype(np.float32)
     a = x - mean
     np.testing.assert_allclose(m.f(x, mean), a - a.max(1, keepdims=True), rtol=1e-6, atol=1e-6)
+
+
+RUN_TIME_SIZE_OF_A_ROW_KERNEL = """
+func.func @f(%x: tensor<?x6xf64>, %g: tensor<6xf64>, %b: tensor<6xf64>) -> tensor<?x5xf64> {
+  %y, %m, %r = opc.layer_norm %x, %g, %b {begin_norm_axis = 1 : i64, epsilon = 1.0e-05 : f64} : (tensor<?x6xf64>, tensor<6xf64>, tensor<6xf64>) -> (tensor<?x6xf64>, tensor<?xf64>, tensor<?xf64>)
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %y, %c0 : tensor<?x6xf64>
+  %s = tensor.extract_slice %y[0, 1] [%n, 5] [1, 1] : tensor<?x6xf64> to tensor<?x5xf64>
+  func.return %s : tensor<?x5xf64>
+}
+"""
+
+
+def test_a_row_kernels_run_time_size_read_by_tensor_dim():
+    """A layer norm written out (decompose='all': a row kernel over [?, 6]) whose result's rows are
+    read by tensor.dim: the row kernel grew into the tensor.dim (an `index` result) and the
+    scheduler stopped on its shape ("expected a tensor or memref, got index"; found by
+    fuzz_dynamic.py with decompose='all'). The size stays out of the kernel."""
+    m = opc.compile(RUN_TIME_SIZE_OF_A_ROW_KERNEL, decompose="all")
+    rng = np.random.default_rng(3)
+    g, b = rng.standard_normal(6), rng.standard_normal(6)
+    for n in (0, 1, 4):
+        x = rng.standard_normal((n, 6))
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        want = ((x - mu) / np.sqrt(var + 1e-5) * g + b)[:, 1:]
+        np.testing.assert_allclose(m.f(x, g, b), want, rtol=1e-12, atol=1e-12)
+
+
+ONE_TRIP_LOOP_OVER_A_ROW_SUM = """
+func.func @f(%x: tensor<?x30xf64>) -> tensor<?x1xf64> {
+  %s = opc.reduce_sum %x {axes = array<i64: 1>, keepdim = true} : (tensor<?x30xf64>) -> tensor<?x1xf64>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %r = scf.for %i = %c0 to %c1 step %c1 iter_args(%h = %s) -> (tensor<?x1xf64>) {
+    %t = opc.tanh %h : (tensor<?x1xf64>) -> tensor<?x1xf64>
+    scf.yield %t : tensor<?x1xf64>
+  }
+  func.return %r : tensor<?x1xf64>
+}
+"""
+
+PUSH_BETWEEN = """
+func.func @f(%x: tensor<4x30xf64>) -> tensor<4x1xf64> {
+  %s = opc.reduce_sum %x {axes = array<i64: 1>, keepdim = true} : (tensor<4x30xf64>) -> tensor<4x1xf64>
+  opc_stack.push %s {stack = "h0"} : tensor<4x1xf64>
+  %t = opc.tanh %s : (tensor<4x1xf64>) -> tensor<4x1xf64>
+  func.return %t : tensor<4x1xf64>
+}
+"""
+
+
+def test_a_host_op_reading_a_row_kernel_member_ends_the_kernel_before_it():
+    """A row kernel runs where its last op is, so whatever reads a member before that must split it.
+    A host op (here the stack push of a one-trip loop's carried value, the loop inlined in
+    f_value_and_grad) was not counted as a reader: reduce_sum and tanh made one row kernel at the
+    tanh, after the push that reads the sum ("used before it was materialized", found by
+    fuzz_dynamic.py's long run, seed 1 program 196)."""
+    kernels = kernels_of(PUSH_BETWEEN, "f")
+    assert not any({"reduce_sum", "tanh"} <= set(op_names(k)) for k in kernels), [op_names(k) for k in kernels]
+    m = opc.compile(ONE_TRIP_LOOP_OVER_A_ROW_SUM, grad=True)
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 3):
+        x, dr = rng.standard_normal((n, 30)) / 5, rng.standard_normal((n, 1))
+        y = np.tanh(x.sum(1, keepdims=True))
+        value, dx = m.f_value_and_grad(x, dr)
+        np.testing.assert_allclose(value, y, rtol=1e-12)
+        np.testing.assert_allclose(dx, np.broadcast_to(dr * (1 - y**2), x.shape), rtol=1e-12)
+        np.testing.assert_allclose(m.f_grad(x, dr), dx, rtol=1e-12)
