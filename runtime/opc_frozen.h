@@ -12,7 +12,8 @@
  * memory) gets NULL and packs per call as before.
  *
  * One table per extension (weak and hidden, as opc_threads.h's thread count), guarded by a spin
- * lock: lookups are a few compares per conv call, and packing under the lock happens once. C only. */
+ * lock: lookups are a few compares per conv call (none while nothing is registered), and packing
+ * under the lock happens once. C only. */
 #ifndef OPC_FROZEN_H
 #define OPC_FROZEN_H
 
@@ -49,6 +50,18 @@ static inline void opc_frozen_lock(void) {
 }
 static inline void opc_frozen_unlock(void) { __atomic_clear(&opc_rt_frozen.lock, __ATOMIC_RELEASE); }
 
+/* Whether some range is registered: read without the lock (atomically, as the writers under it
+ * store it), so that a module nobody froze anything in pays no lock per conv or GEMM call. */
+static inline int opc_frozen_any(void) { return __atomic_load_n(&opc_rt_frozen.nranges, __ATOMIC_ACQUIRE) > 0; }
+
+/* Whether [lo, hi) lies inside one registered range; the lock held. */
+static inline int opc_frozen_covered(const char *lo, const char *hi) {
+    const opc_frozen_table *t = &opc_rt_frozen;
+    for (int i = 0; i < t->nranges; i++)
+        if (t->range[i].lo <= lo && hi <= t->range[i].hi) return 1;
+    return 0;
+}
+
 /* Register (add) or drop one reference to the bytes [p, p + bytes); dropping the last frees the
  * packed copies of weights inside them. */
 static inline void opc_rt_frozen_set(const void *p, int64_t bytes, int add) {
@@ -60,10 +73,13 @@ static inline void opc_rt_frozen_set(const void *p, int64_t bytes, int add) {
     if (add) {
         if (i < t->nranges)
             t->range[i].refs++;
-        else if (t->nranges < OPC_FROZEN_MAX)
-            t->range[t->nranges++] = (opc_frozen_range){lo, hi, 1};
+        else if (t->nranges < OPC_FROZEN_MAX) {
+            t->range[t->nranges] = (opc_frozen_range){lo, hi, 1};
+            __atomic_store_n(&t->nranges, t->nranges + 1, __ATOMIC_RELEASE);
+        }
     } else if (i < t->nranges && --t->range[i].refs == 0) {
-        t->range[i] = t->range[--t->nranges];
+        t->range[i] = t->range[t->nranges - 1];
+        __atomic_store_n(&t->nranges, t->nranges - 1, __ATOMIC_RELEASE);
         for (int j = 0; j < t->ncopies;) {
             const char *w = (const char *)t->copy[j].w;
             if (w >= lo && w < hi) {
@@ -80,11 +96,9 @@ static inline void opc_rt_frozen_set(const void *p, int64_t bytes, int add) {
 /* Whether the bytes [w, w + bytes) lie inside one registered range (a kernel that reads its weights
  * in place may then leave the layer to one that packs them once). */
 static inline int opc_rt_frozen_inside(const void *w, int64_t bytes) {
-    opc_frozen_table *t = &opc_rt_frozen;
-    const char *lo = (const char *)w, *hi = lo + bytes;
-    int inside = 0;
+    if (!opc_frozen_any()) return 0;
     opc_frozen_lock();
-    for (int i = 0; i < t->nranges && !inside; i++) inside = t->range[i].lo <= lo && hi <= t->range[i].hi;
+    const int inside = opc_frozen_covered((const char *)w, (const char *)w + bytes);
     opc_frozen_unlock();
     return inside;
 }
@@ -94,15 +108,13 @@ static inline int opc_rt_frozen_inside(const void *w, int64_t bytes) {
  * be kept. */
 static inline const float *opc_rt_frozen_packed(const void *w, int64_t bytes, const int64_t *key, int64_t floats,
                                                 void (*pack)(const void *ctx, float *dst), const void *ctx) {
+    if (!opc_frozen_any()) return NULL;
     opc_frozen_table *t = &opc_rt_frozen;
-    const char *lo = (const char *)w, *hi = lo + bytes;
     const float *found = NULL;
     opc_frozen_lock();
     for (int j = 0; j < t->ncopies && !found; j++)
         if (t->copy[j].w == w && !memcmp(t->copy[j].key, key, sizeof t->copy[j].key)) found = t->copy[j].packed;
-    int inside = 0;
-    for (int i = 0; i < t->nranges && !found && !inside; i++) inside = t->range[i].lo <= lo && hi <= t->range[i].hi;
-    if (inside && t->ncopies < OPC_FROZEN_MAX) {
+    if (!found && t->ncopies < OPC_FROZEN_MAX && opc_frozen_covered((const char *)w, (const char *)w + bytes)) {
         /* 64-byte aligned: the GEMM's micro-kernel loads its B panels aligned */
         const size_t size = (sizeof(float) * (size_t)(floats > 0 ? floats : 1) + 63) / 64 * 64;
         float *dst = (float *)aligned_alloc(64, size);

@@ -978,12 +978,10 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
                 const int64_t kc = opc__min64(kcb, K - pc);
                 const int first = pc == 0, last = pc + kc >= K;
                 const float *bpc = fb ? fb + pc * opc__cdiv(N, NR) * NR + jc * kc : bp;
-                if (fb)
-                    ;
-                else if (tb)
+                if (!fb && tb)
                     for (int64_t pj = 0; pj < npan; pj++)
                         opc__packB_s(Bb, dt, tb, N, K, pc, kc, jc, nc, pj, bp);
-                else
+                else if (!fb)
                     for (int64_t pj = 0; pj < npan; pj += OPC_S_PACKB_GROUP)
                         opc__packB_grp_s(Bb, dt, N, pc, kc, jc, nc, pj,
                                          opc__min64(npan, pj + OPC_S_PACKB_GROUP), bp);

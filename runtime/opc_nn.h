@@ -153,6 +153,8 @@ OPC_NN_INLINE int opc_nn_conv_fwd_kernel(const opc_cv_geom *q) {
 OPC_NN_INLINE int opc_nn_conv_few(const float *x, const float *w, float *y, const opc_cv_geom *q) {
     const int64_t P = q->ovol, CK = q->c * q->kvol, O = q->o;
     if (!(q->g == 1 && P <= OPC_NN_FEW_POSITIONS)) return 0;
+    /* w read in place is the point: where it is frozen, the channel-vector kernel reads it packed once */
+    if (opc_cw_applies(q) && opc_rt_frozen_inside(w, (int64_t)sizeof(float) * O * CK)) return 0;
     const int direct = opc_cv_pointwise(q);
     float *xt = (float *)malloc(sizeof(float) * P * (CK + O + (direct ? 0 : CK)));
     if (!xt) return 0;
@@ -180,9 +182,7 @@ OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r
     if (opc_cf_dw_applies(q, op == 0))
         return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
                         : op == 1 ? opc_cf_dw_data(fa, fb, fr, q) : opc_cf_dw_filter(fa, fb, fr, q)) == 0;
-    /* few positions: w read in place, unless the channel-vector kernel has it packed once (frozen) */
-    const int packed_once = opc_cw_applies(q) && opc_rt_frozen_inside(fb, (int64_t)sizeof(float) * q->o * q->cg * q->kvol);
-    if (op == 0 && !packed_once && opc_nn_conv_few(fa, fb, fr, q)) return 1;
+    if (op == 0 && opc_nn_conv_few(fa, fb, fr, q)) return 1;
     if (op == 0 && opc_nn_conv_fwd_kernel(q) == 2) return opc_cw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q, NULL, NULL) == 0;
     if (!opc_cf_applies(q)) return 0;
     return (op == 0 ? opc_cf_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q, NULL, NULL)
