@@ -104,8 +104,9 @@ static inline opc_cf_plan opc_cf_plan_make(int64_t groups, int64_t cin, int64_t 
     return p;
 }
 
-/* xp [PV] of one channel src [in]: xp[i] = src[i - pb] inside src, else 0. */
-static void opc_cf_pad_channel(const float *s, float *dst, const opc_cf_plan *p) {
+/* dst [PV][w] of src [in][w] (w floats per position: 1 for one channel's plane, the channels of a
+ * channels-last image): dst[i] = src[i - pb] inside src, else 0; each padded row one copy. */
+static void opc_cf_pad_positions(const float *s, float *dst, const opc_cf_plan *p, int64_t w) {
     /* the columns of P2 that come from src: a = first, b = end */
     int64_t a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2];
     if (b > p->P[2]) b = p->P[2];
@@ -114,16 +115,21 @@ static void opc_cf_pad_channel(const float *s, float *dst, const opc_cf_plan *p)
         const int64_t s0 = i0 - p->pb[0];
         for (int64_t i1 = 0; i1 < p->P[1]; i1++) {
             const int64_t s1 = i1 - p->pb[1];
-            float *row = dst + (i0 * p->P[1] + i1) * p->P[2];
+            float *row = dst + (i0 * p->P[1] + i1) * p->P[2] * w;
             if (s0 < 0 || s0 >= p->in[0] || s1 < 0 || s1 >= p->in[1]) {
-                memset(row, 0, sizeof(float) * p->P[2]);
+                memset(row, 0, sizeof(float) * p->P[2] * w);
                 continue;
             }
-            memset(row, 0, sizeof(float) * a);
-            memcpy(row + a, s + (s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2], sizeof(float) * (b - a));
-            memset(row + b, 0, sizeof(float) * (p->P[2] - b));
+            memset(row, 0, sizeof(float) * a * w);
+            memcpy(row + a * w, s + ((s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2]) * w, sizeof(float) * (b - a) * w);
+            memset(row + b * w, 0, sizeof(float) * (p->P[2] - b) * w);
         }
     }
+}
+
+/* xp [PV] of one channel src [in]. */
+static inline void opc_cf_pad_channel(const float *s, float *dst, const opc_cf_plan *p) {
+    opc_cf_pad_positions(s, dst, p, 1);
 }
 
 /* xp [cin, PV] (+ NR zeros) of one group's channels src [cin, in]: xp[i] = src[i - pb] inside src, else 0.
@@ -645,8 +651,8 @@ static int opc_cf_dws_run(const float *src, const float *wk, float *dst, float *
  * opc_cf_dw_run: taps in order, the padding's zeros included. -1: out of memory. */
 /* xt [PV][Cr] = image xn [C][ivol] channels-last and padded: xl [ivol][Cr] by V x V transposes in
  * registers (a block running past a plane's end element by element, so no read leaves xn), then
- * each padded row one copy of its inside run of positions (a channel at a time, padding and
- * scattering each element Cr floats apart cost the layer more than its taps). */
+ * padded as a plane of Cr floats per position (a channel at a time, padding and scattering each
+ * element Cr floats apart cost the layer more than its taps). */
 static void opc_cf_dwc_gather(const float *xn, float *xl, float *xt, int64_t Cr, const opc_cv_geom *q,
                               const opc_cf_plan *p) {
     const int64_t C = q->g, ivol = q->ivol;
@@ -665,21 +671,7 @@ static void opc_cf_dwc_gather(const float *xn, float *xl, float *xt, int64_t Cr,
             for (int64_t i = i0; i < i0 + OPC_CF_V && i < ivol; i++)
                 for (int64_t j = 0; j < OPC_CF_V; j++) xl[i * Cr + c0 + j] = c0 + j < C ? xn[(c0 + j) * ivol + i] : 0.0f;
         }
-    int64_t a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2]; /* the padded columns from xl */
-    if (b > p->P[2]) b = p->P[2];
-    if (b < a) b = a;
-    for (int64_t i0 = 0; i0 < p->P[0]; i0++)
-        for (int64_t i1 = 0; i1 < p->P[1]; i1++) {
-            const int64_t s0 = i0 - p->pb[0], s1 = i1 - p->pb[1];
-            float *row = xt + (i0 * p->P[1] + i1) * p->P[2] * Cr;
-            if (s0 < 0 || s0 >= p->in[0] || s1 < 0 || s1 >= p->in[1]) {
-                memset(row, 0, sizeof(float) * p->P[2] * Cr);
-                continue;
-            }
-            memset(row, 0, sizeof(float) * a * Cr);
-            memcpy(row + a * Cr, xl + ((s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2]) * Cr, sizeof(float) * (b - a) * Cr);
-            memset(row + b * Cr, 0, sizeof(float) * (p->P[2] - b) * Cr);
-        }
+    opc_cf_pad_positions(xl, xt, p, Cr);
 }
 
 /* The depthwise conv of images whose rows are shorter than a vector: channels-last, V channels
@@ -907,6 +899,27 @@ static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t
             idx[c + j] = ibase + best[j];
         }
     }
+    return 1;
+}
+
+/* max_pool's row (o0, o1) of plane x (f32, ivol < 2^31): the outputs whose taps along the row all
+ * lie inside x (all but a few at the edges) by whole vectors (opc_cf_max_pool_span), where they
+ * span one and some window row lies inside x; the rest lane-masked (opc_cf_max_pool_lanes).
+ * 0 where the lanes' buffer cannot hold the window's rows: the caller takes max_pool_one. */
+static int opc_cf_max_pool_row(const float *x, float *y, int64_t *idx, int64_t ibase, const opc_pl_geom *q,
+                               int64_t o0, int64_t o1) {
+    const int64_t s2 = q->s[2], d2 = q->d[2], pb2 = q->pb[2], n = q->out[2];
+    const int64_t last = q->in[2] - 1 - (q->k[2] - 1) * d2 + pb2; /* o2 * s2 <= last: the window's end inside */
+    int64_t a = (pb2 + s2 - 1) / s2, b = last < 0 ? 0 : last / s2 + 1;
+    if (b > n) b = n;
+    if (a > b) a = b;
+    int rows = 0; /* whether some (t0, t1) row of the windows lies inside x */
+    for (int64_t t0 = 0, row; t0 < q->k[0]; t0++)
+        for (int64_t t1 = 0; t1 < q->k[1]; t1++) rows |= opc_pl_window_row(q, o0, o1, t0, t1, &row);
+    if (!rows || b - a < OPC_CF_V) a = b = n;
+    if (!opc_cf_max_pool_lanes(x, y, idx, ibase, q, o0, o1, 0, a) || !opc_cf_max_pool_lanes(x, y, idx, ibase, q, o0, o1, b, n))
+        return 0;
+    if (a < b) opc_cf_max_pool_span(x, y, idx, ibase, q, o0, o1, a, b);
     return 1;
 }
 

@@ -74,32 +74,15 @@ OPC_NN_INLINE void OPC_NN_FN(max_pool_one)(const void *x, void *y, int64_t *idx,
     idx[e] = base + best;
 }
 
-/* max_pool of one output row, unit u = (p * out0 + o0) * out1 + o1. For f32 the outputs whose taps
- * along the row all lie inside x (all but a few at the edges) go a vector at a time
- * (opc_cf_max_pool_span: each tap one vector load and compare-selects, same order and rules). */
+/* max_pool of one output row, unit u = (p * out0 + o0) * out1 + o1: f32 a vector of outputs at a
+ * time (opc_cf_max_pool_row), else (or where its buffer cannot hold the window) output by output. */
 OPC_NN_INLINE void OPC_NN_FN(max_pool_row)(const void *x, void *y, int64_t *idx, int dt, const opc_pl_geom *q,
                                            int64_t u) {
     const int64_t o1 = u % q->out[1], o0 = (u / q->out[1]) % q->out[0], p = u / (q->out[1] * q->out[0]);
-    const int64_t base = p * q->ivol, e0 = u * q->out[2], s2 = q->s[2], d2 = q->d[2], pb2 = q->pb[2];
-    const int64_t last = q->in[2] - 1 - (q->k[2] - 1) * d2 + pb2; /* o2 * s2 <= last: the window's end inside */
-    int64_t a = (pb2 + s2 - 1) / s2, b = last < 0 ? 0 : last / s2 + 1;
-    if (b > q->out[2]) b = q->out[2];
-    if (a > b) a = b;
-    int rows = 0; /* whether some (t0, t1) row of the windows lies inside x */
-    for (int64_t t0 = 0, row; t0 < q->k[0]; t0++)
-        for (int64_t t1 = 0; t1 < q->k[1]; t1++) rows |= opc_pl_window_row(q, o0, o1, t0, t1, &row);
-    if (!rows) a = b = q->out[2];
-    if (dt == OPC_NN_F32 && q->ivol < ((int64_t)1 << 31)) { /* dt: a literal here */
-        /* f32: the interior by whole vectors where it spans one, the rest lane-masked */
-        const float *xp = (const float *)x + base;
-        float *yp = (float *)y + e0;
-        if (b - a < OPC_CF_V) a = b = q->out[2];
-        if (opc_cf_max_pool_lanes(xp, yp, idx + e0, base, q, o0, o1, 0, a) &&
-            opc_cf_max_pool_lanes(xp, yp, idx + e0, base, q, o0, o1, b, q->out[2])) {
-            if (a < b) opc_cf_max_pool_span(xp, yp, idx + e0, base, q, o0, o1, a, b);
-            return;
-        }
-    }
+    const int64_t base = p * q->ivol, e0 = u * q->out[2];
+    if (dt == OPC_NN_F32 && q->ivol < ((int64_t)1 << 31) && /* dt: a literal here */
+        opc_cf_max_pool_row((const float *)x + base, (float *)y + e0, idx + e0, base, q, o0, o1))
+        return;
     for (int64_t o2 = 0; o2 < q->out[2]; o2++) OPC_NN_FN(max_pool_one)(x, y, idx, dt, q, p, o0, o1, o2, e0 + o2);
 }
 
