@@ -349,7 +349,7 @@ HAND_MUTANTS = [
     HandMutant("runtime/opc_nn_pool_body.h", "if (n2 < 0 || n2 % q->s[2] || n2 / q->s[2] >= q->out[2]) continue;",
                "if (n2 < 0 || n2 % q->s[2] || n2 / q->s[2] > q->out[2]) continue;", "tests/ops/test_pool.py",
                "avg_pool's grad gathers one output past the row's end"),
-    HandMutant("runtime/opc_nn_pool_body.h", "int64_t a = (pb2 + s2 - 1) / s2, b = last < 0 ? 0 : last / s2 + 1;",
+    HandMutant("runtime/opc_nn_conv_fast.h", "int64_t a = (pb2 + s2 - 1) / s2, b = last < 0 ? 0 : last / s2 + 1;",
                "int64_t a = pb2 / s2, b = last < 0 ? 0 : last / s2 + 1;", "tests/ops/test_pool.py",
                "max_pool's vector span starts at a window that crosses the left padding"),
     # the row kernels (runtime/opc_nn_rows.h)
