@@ -28,8 +28,8 @@ from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc_loops import CheckBoundOp
 from opc.dialects.slices import DYNAMIC_INDEX
 from opc.lowering.control_flow_lowering import on_host
-from opc.lowering.nn_lowering import braces
-from opc.lowering.size_lowering import contiguous, memref_type
+from opc.lowering.nn_lowering import braces, contiguous_strides
+from opc.lowering.size_lowering import memref_type
 from opc.symbolic import Size, Sym
 from opc.transforms.opc_outline_control_flow import in_place_pairs
 
@@ -146,17 +146,17 @@ def lower_slice_view(fl, op: tensor.ExtractSliceOp) -> None:  # noqa: ANN001
     from the slice's first element on, without a copy. Its offset is computed on the host, after
     emit_checks has bounded it."""
     e, p = fl.e, slices.params(op)
-    dims = shape_of(op.source)
-    offset = host_index(fl, sum(off * step for off, step in zip(p.offsets, contiguous(dims)) if isinstance(off, int)))
-    for off, step in zip(p.offsets, contiguous(dims)):
+    steps = contiguous_strides([int(d) for d in shape_of(op.source)])  # static (plan_slice_views)
+    offset = host_index(fl, sum(off * step for off, step in zip(p.offsets, steps) if isinstance(off, int)))
+    for off, step in zip(p.offsets, steps):
         if not isinstance(off, int):
             term = index_value(fl, off)
             if step != 1:
                 term = e.value(on_host(arith.MuliOp(term, host_index(fl, step))))
             offset = e.value(on_host(arith.AddiOp(offset, term)))
-    shape = shape_of(op.result)
+    shape = [int(d) for d in shape_of(op.result)]
     view = e.value(memref.ReinterpretCastOp(fl.operand_buffer(op.source), [offset], [], [], [DYNAMIC_INDEX], shape,
-                                            contiguous(shape), memref_type(element_of(op.result), shape)))
+                                            contiguous_strides(shape), memref_type(element_of(op.result), shape)))
     view.name_hint = op.result.name_hint
     fl.buffers[op.result] = view
 
