@@ -226,7 +226,15 @@ def looped(node: Node, cell: Callable[[Layer, SSAValue, int], tuple[SSAValue, St
     """Each direction's loop, from the (input projection, step, initial states) that `cell` makes for
     direction d."""
     lay, x = layer(node)
-    return outputs(lay, [over_time(lay, d, *cell(lay, x, d)) for d in range(len(lay.directions))])
+    per_direction = []
+    for d in range(len(lay.directions)):
+        proj, step, states = cell(lay, x, d)
+        if lay.seq == 0:  # no step: an empty Y, the final states the initial ones (h_T at T = 0 is h_0;
+            # onnxruntime returns memory it never wrote there, and aborts on GRU)
+            per_direction.append((lay.e.full(0.0, o.tensor([0, lay.batch, lay.hidden], node.element(0))), states))
+        else:
+            per_direction.append(over_time(lay, d, proj, step, states))
+    return outputs(lay, per_direction)
 
 
 @converter("LSTM")

@@ -249,3 +249,37 @@ def test_backward_through_time_works_a_slot_per_step() -> None:
     seq_sized = [k for k, a in enumerate(backward.body.block.args[1:]) if a.type.get_shape()[0] == SEQ]
     assert seq_sized, "the projection's cotangent is carried"
     assert set(seq_sized) <= set(in_place_carried(backward.body.block, reads_slot=True))
+
+
+def with_length(model: onnx.ModelProto, seq: int | str) -> onnx.ModelProto:
+    """model with X's sequence dim seq (a number, or a name: a run-time size), shapes inferred anew."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    dim = model.graph.input[0].type.tensor_type.shape.dim[0]
+    if isinstance(seq, str):
+        dim.dim_param = seq
+    else:
+        dim.dim_value = seq
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+@pytest.mark.parametrize("op", list(GATES))
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("seq", [0, "T"])
+def test_an_empty_sequence_gives_an_empty_y_and_the_initial_states(op: str, direction: str, seq: int | str) -> None:
+    """Sequence length 0, static or at run time: Y is [0, directions, batch, hidden] and the final
+    states are the initial ones (h_T at T = 0 is h_0), zeros where absent. No onnxruntime oracle:
+    it returns memory it never wrote for LSTM and RNN there, and aborts the process on GRU."""
+    for states in (True, False):
+        model, feeds = case(op, direction=direction, states=states)
+        model = with_length(model, seq)
+        feeds = {**feeds, "X": feeds["X"][:0]}
+        got = opc.load_onnx(model)(**feeds)
+        nd = 2 if direction == "bidirectional" else 1
+        zeros = np.zeros((nd, BATCH, HIDDEN), np.float32)
+        want = [feeds.get(name, zeros) for name in ("initial_h", "initial_c")[:len(got) - 1]]
+        assert np.shape(got[0]) == (0, nd, BATCH, HIDDEN)
+        for g, w in zip(got[1:], want):
+            np.testing.assert_array_equal(g, w)
