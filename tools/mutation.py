@@ -137,6 +137,15 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "torch dtypes are singletons: is and == agree",
     ("opc/interop/torch.py", "outs = [args[0].new_empty(shape, dtype=dt) if not args else torch.empty(shape, dtype=dt)"):
         "torch.library.custom_op refuses a function without tensor inputs, so args is never empty here",
+    ("opc/interop/torch.py", "if len(inputs) is not len(self.inputs):"):
+        "CPython caches the ints -5..256: `is not` and `!=` agree on input counts below 257",
+    ("opc/interop/torch.py", "if len(a.shape) is not len(shape) or any(isinstance(w, int) and w != got for w, got in "
+                             "zip(shape, a.shape)):"):
+        "ranks are 0..8 and CPython caches small ints: `is not` and `!=` agree",
+    ("opc/interop/torch.py", "single = len(results_of(sig)) <= 1"):
+        "op() refuses a function without results before register() runs: the count is never 0 here",
+    ("opc/interop/torch.py", "out = results[0] if len(results) <= 1 else f\"({', '.join(results)})\""):
+        "op() refuses a function without results before schema() runs: the count is never 0 here",
     ("opc/lowering/nn_lowering.py", "copy.name_hint = f\"{v.name_hint and 'operand'}_batch\""):
         "only an SSA name hint (a C variable's name): the code and numbers are the same",
     ("opc/lowering/nn_lowering.py", "ms = [ 0] * len(full)"):

@@ -81,8 +81,9 @@ GRAD_DTYPES = ("f64", "f32")  # gradients in f16 / bf16 are not a thing users ch
 # forward tolerance |got - want| <= TOL * (1 + max |want|) (f64: np.allclose at 1e-9), gradient
 # tolerance relative to 1 + |differences|, and the margin within which a condition is not judged,
 # times 1 + the sum of |value| it compares
-TOL = {"f64": 1e-9, "f32": 2e-5, "f16": 5e-3, "bf16": 3e-2}  # (f16 10, bf16 8 units of roundoff; f32 sums
-# in f32: a 100-term dot may be off by a few hundred units)
+# (f16 20, bf16 16 units of roundoff: an intermediate of 4 to 8 rounds by 1/32 in bf16, and a tanh
+# after it keeps that error in a small result; f32 sums in f32: a 100-term dot is off by hundreds)
+TOL = {"f64": 1e-9, "f32": 2e-5, "f16": 1e-2, "bf16": 6e-2}
 GRAD_TOL = {"f64": 1e-5, "f32": 2e-3}
 MARGIN = {"f64": 1e-9, "f32": 1e-5, "f16": 1e-2, "bf16": 5e-2}
 
