@@ -923,6 +923,12 @@ static void opc__pack_frozen_a(const void *ctx, float *dst) {
     }
 }
 
+/* The depth of the blocks a K-deep product is cut into: balanced, at most OPC_S_KC (frozen
+ * operands are packed by them, and the few-rows kernels read those copies). */
+static inline int64_t opc__kc_block(int64_t K) {
+    return opc__cdiv(K, opc__cdiv(K, opc__min64(OPC_S_KC, K)));
+}
+
 /* The whole packed copy of operand X (B when is_b, else A) where it is frozen and one matrix serves
  * every batch (stride 0, or one batch), else NULL: the driver packs it block by block. */
 static const float *opc__frozen_panels(int is_b, const void *X, int dt, int trans, int64_t rows, int64_t K,
@@ -946,9 +952,8 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
     const size_t es = dt == OPC_DT_F32 ? 4 : 2;
     if (b0 >= b1 || i0 >= i1 || j0 >= j1) return;
     const int64_t mrows = i1 - i0, ncols = j1 - j0;
-    const int64_t KC = opc__min64(OPC_S_KC, K);
-    const int64_t nkb = opc__cdiv(K, KC);
-    const int64_t kcb = opc__cdiv(K, nkb);              /* balanced depth blocks */
+    const int64_t nkb = opc__cdiv(K, opc__min64(OPC_S_KC, K));
+    const int64_t kcb = opc__kc_block(K);
     const int64_t NC = opc__min64(OPC_S_NC, opc__cdiv(ncols, NR) * NR);
     const int64_t nbm = opc__cdiv(mrows, OPC_S_MC);     /* balanced row blocks, multiple of MR */
     const int64_t mcb = opc__cdiv(opc__cdiv(mrows, nbm), MR) * MR;

@@ -12,6 +12,8 @@
  *     each row of A, reduced across lanes at the end (one row: a vector's width of
  *     columns at a time, their lanes folded together, opc__fr_sums).
  * M = 4, N = 1024, K = 256 at 1 thread (AVX-512): 27-30 us, against 66-69 us packing B.
+ * A frozen B (opc_frozen.h: a loaded model's weight) is the exception: packed once for all
+ * calls, its panels are read as contiguous vectors, with no lane sums (opc__fr_rows_packed).
  * Only the columns [0, N) and rows [0, M) are read or written; edge tiles take the
  * same code with their true sizes. Results go through opc__store_s (bias, reserve,
  * activation), as the packed path's tiles do. GCC vector extensions: the same source
@@ -164,15 +166,56 @@ OPC_ALWAYS_INLINE void opc__fr_rows_nt(const float *OPC_RESTRICT A, int64_t K, c
     }
 }
 
-/* The tile of rows [0, M) and columns [j, j+nr) of one matrix, stored with the epilogue. */
+/* ct[r][0..NR) = a[r][0..K) @ panel pj of fb, r < R: B frozen and packed whole once
+   (opc__frozen_panels: depth blocks of kcb, each holding all npan panels as [kc][NR], the last one
+   zero-padded), so every load is a contiguous vector of one stream and no lanes are summed. One
+   row's two chains per vector (even and odd k) keep the multiply-adds' latency hidden. */
+#define OPC_FR_NV (OPC_S_NR / OPC_FR_VL)   /* vectors per panel row */
+OPC_ALWAYS_INLINE void opc__fr_rows_packed(const float *OPC_RESTRICT A, int64_t K, const float *fb, int64_t npan,
+                                           int64_t kcb, int64_t pj, const int R, float *OPC_RESTRICT ct) {
+    opc_fr_v c[4][OPC_FR_NV], d[OPC_FR_NV];
+    for (int v = 0; v < OPC_FR_NV; v++) {
+        d[v] = opc__fr_splat(0.0f);
+        for (int r = 0; r < R; r++) c[r][v] = d[v];
+    }
+    for (int64_t pc = 0; pc < K; pc += kcb) {
+        const int64_t kc = opc__min64(kcb, K - pc);
+        const float *p = fb + pc * npan * OPC_S_NR + pj * kc * OPC_S_NR, *a = A + pc;
+        int64_t k = 0;
+        if (R == 1)
+            for (; k + 2 <= kc; k += 2)
+                for (int v = 0; v < OPC_FR_NV; v++) {
+                    c[0][v] += a[k] * opc__fr_load(p + k * OPC_S_NR + v * OPC_FR_VL);
+                    d[v] += a[k + 1] * opc__fr_load(p + (k + 1) * OPC_S_NR + v * OPC_FR_VL);
+                }
+        for (; k < kc; k++)
+            for (int v = 0; v < OPC_FR_NV; v++) {
+                const opc_fr_v b = opc__fr_load(p + k * OPC_S_NR + v * OPC_FR_VL);
+                for (int r = 0; r < R; r++) c[r][v] += a[r * K + k] * b;
+            }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < OPC_FR_NV; v++) {
+            const opc_fr_v t = r == 0 ? c[0][v] + d[v] : c[r][v];
+            __builtin_memcpy(ct + r * OPC_S_NR + v * OPC_FR_VL, &t, sizeof t);
+        }
+}
+
+/* The tile of rows [0, M) and columns [j, j+nr) of one matrix (j a multiple of OPC_S_NR), stored
+   with the epilogue; from fb, B's frozen panels (kcb deep), where it is not NULL. */
 static OPC_UNUSED void opc__fr_tile(const float *A, const float *B, int tb, int64_t M, int64_t N, int64_t K,
-                                    int64_t j, int nr, const float *bf, int act, float *out, float *res) {
+                                    int64_t j, int nr, const float *bf, int act, float *out, float *res,
+                                    const float *fb, int64_t kcb) {
     float ct[4 * OPC_S_NR] __attribute__((aligned(64)));
+    const int64_t npan = opc__cdiv(N, OPC_S_NR);
     for (int64_t i0 = 0; i0 < M; i0 += 4) {
         const int mr = (int)opc__min64(4, M - i0);
         const float *Ai = A + i0 * K;
-#define OPC__FR_CASE(R) case R: \
-        if (tb) opc__fr_rows_nt(Ai, K, B, j, nr, R, ct); else opc__fr_rows_nn(Ai, K, B, N, j, nr, R, ct); break;
+#define OPC__FR_CASE(R) case R: { \
+            if (fb) opc__fr_rows_packed(Ai, K, fb, npan, kcb, j / OPC_S_NR, R, ct); \
+            else if (tb) opc__fr_rows_nt(Ai, K, B, j, nr, R, ct); \
+            else opc__fr_rows_nn(Ai, K, B, N, j, nr, R, ct); \
+            break; }
         switch (mr) { OPC__FR_CASE(1) OPC__FR_CASE(2) OPC__FR_CASE(3) default: OPC__FR_CASE(4) }
 #undef OPC__FR_CASE
         opc__store_s(ct, mr, nr, NULL, 0, 1, 1, bf ? bf + j : NULL, act, OPC_DT_F32,
@@ -220,19 +263,40 @@ static OPC_UNUSED void opc__gemm_fewrows_s(int64_t batch, int64_t M, int64_t N, 
                                            const float *A, int64_t sa, const float *B, int64_t sb, int tb,
                                            const float *bf, int act, float *out, float *res, int nt,
                                            opc_gemm_epilogue ep, void *ep_ctx) {
-    const int64_t ntile = opc__cdiv(N, OPC_S_NR), items = batch * ntile;
+    const int64_t ntile = opc__cdiv(N, OPC_S_NR), items = batch * ntile, kcb = opc__kc_block(K);
+    /* a frozen B (a loaded model's weight) packed once: a batch-1 LSTM step's 1x128 @ (512x128)^T
+       went from 3.0 to 2.5 us against R read in place (bench/results/2026-12-06-lstm-packed.md) */
+    const float *fb = opc__frozen_panels(1, B, OPC_DT_F32, tb, N, K, kcb, sb, batch);
 #define OPC__FR_ITEM(item) do { \
         const int64_t b = (item) / ntile, j = (item) % ntile * OPC_S_NR; \
         const int nr = (int)opc__min64(OPC_S_NR, N - j); \
         opc__fr_tile(A + b * sa, B + b * sb, tb, M, N, K, j, nr, bf, act, \
-                     out + b * M * N, res ? res + b * M * N : NULL); \
+                     out + b * M * N, res ? res + b * M * N : NULL, fb, kcb); \
         if (ep) ep(ep_ctx, b * M, (b + 1) * M, j, j + nr);   /* the tile is final: its epilogue */ \
     } while (0)
     if (nt <= 1) {  /* a plain loop: even an `if (0)` parallel region claims each tile through
                        libgomp's dynamic schedule, which cost an LSTM step's 1x128 @ 512x128 a third */
         /* the row padded to whole tiles: opc__store_s reads a tile's full width (the pad stays 0) */
         const int64_t padded = ntile * OPC_S_NR;
-        float *y = M == 1 && !tb ? (float *)opc__buf_get(OPC__BUF_C, (size_t)padded * sizeof(float)) : NULL;
+        float *y = M == 1 && !tb && !fb ? (float *)opc__buf_get(OPC__BUF_C, (size_t)padded * sizeof(float)) : NULL;
+        if (fb && M == 1) {  /* one row from the frozen panels: no tile switch per NR columns */
+            float ct[OPC_S_NR] __attribute__((aligned(64)));
+            /* every other call walks the panels backwards: a recurrent step's product then starts
+               on the panels the last one ended with, still in L1 (1x128 @ (512x128)^T: -1.5%);
+               each column's sum is the same either way */
+            static __thread int flip;
+            flip ^= 1;
+            for (int64_t b = 0; b < batch; b++)
+                for (int64_t q = 0; q < ntile; q++) {
+                    const int64_t pj = flip ? ntile - 1 - q : q, j = pj * OPC_S_NR;
+                    const int nr = (int)opc__min64(OPC_S_NR, N - j);
+                    opc__fr_rows_packed(A + b * sa, K, fb, ntile, kcb, pj, 1, ct);
+                    opc__store_s(ct, 1, nr, NULL, 0, 1, 1, bf ? bf + j : NULL, act, OPC_DT_F32,
+                                 out + b * N + j, res ? res + b * N + j : NULL, N);
+                    if (ep) ep(ep_ctx, b, b + 1, j, j + nr);
+                }
+            return;
+        }
         if (!y) {
             for (int64_t item = 0; item < items; item++) OPC__FR_ITEM(item);
             return;

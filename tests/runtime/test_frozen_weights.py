@@ -59,7 +59,8 @@ def test_models_sharing_a_module_keep_their_own_weights(c: int, o: int, hw: int,
         np.testing.assert_allclose(run(x)[0], conv_ref(x, w, stride, groups), rtol=1e-4, atol=1e-4)
 
 
-FUNCTIONS = {  # a channel-vector conv (its panels), a GEMM past the few-rows kernel (its B panels)
+FUNCTIONS = {  # a channel-vector conv (its panels), a GEMM past the few-rows kernel (its B panels),
+    # and one row (the few-rows kernel: B in place, or its panels where frozen)
     "conv": ("""
 func.func @f(%x: tensor<1x16x8x8xf32>, %w: tensor<32x16x3x3xf32>) -> tensor<1x32x8x8xf32> {
   %y = opc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>,
@@ -74,6 +75,12 @@ func.func @f(%x: tensor<24x40xf32>, %w: tensor<40x48xf32>) -> tensor<24x48xf32> 
   return %y : tensor<24x48xf32>
 }
 """, (24, 40), (40, 48), lambda x, w: x.astype(np.float64) @ w.astype(np.float64)),
+    "gemv": ("""
+func.func @f(%x: tensor<1x40xf32>, %w: tensor<40x70xf32>) -> tensor<1x70xf32> {
+  %y = opc.matmul %x, %w : (tensor<1x40xf32>, tensor<40x70xf32>) -> tensor<1x70xf32>
+  return %y : tensor<1x70xf32>
+}
+""", (1, 40), (40, 70), lambda x, w: x.astype(np.float64) @ w.astype(np.float64)),
 }
 
 
@@ -111,6 +118,14 @@ def test_gemm_weights_packed_once_stay_each_models_own(m: int, k: int, n: int, t
         for run, w in zip(runs, ws):
             want = x.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64) + 1.0
             np.testing.assert_allclose(run(x)[0], want, rtol=1e-4, atol=1e-3)
+
+
+# few rows (<= 8: B read in place unless frozen, then from its panels): one row (the LSTM step's
+# 1x128 @ (512x128)^T), rows in groups of up to 4, K of 300 (two depth blocks), edge panels
+@pytest.mark.parametrize("m,k,n,trans_b", [(1, 128, 512, 1), (1, 300, 70, 0), (3, 300, 70, 1), (5, 40, 100, 0),
+                                           (8, 257, 33, 1), (2, 7, 16, 0)])
+def test_few_rows_of_frozen_weights(m: int, k: int, n: int, trans_b: int) -> None:
+    test_gemm_weights_packed_once_stay_each_models_own(m, k, n, trans_b)
 
 
 @pytest.mark.parametrize("c,o,hw", [(24, 40, 6), (300, 20, 4)])
