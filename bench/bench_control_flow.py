@@ -2,7 +2,7 @@
 scan outputs), an If whose heavy branch is not taken, and a 2-layer LSTM over sequences of several
 lengths, against onnxruntime.
 
-    python3 bench/bench_control_flow.py [--only loop|scan|if|lstm] [--seq 64 300]
+    python3 bench/bench_control_flow.py [--only loop|scan|if|lstm] [--seq 64 300] [--threads N]
 
 Prints, per trip count, opc's first call (import + compile + run, a fresh cache) and its later
 calls, and onnxruntime's; for the If, the call with the heavy branch taken and not taken; for the
@@ -39,15 +39,16 @@ def ort_session(model):
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-def cpu_ms(f, calls: int = 20) -> float:
-    """CPU time per call, best of 5 rounds: what a busy machine disturbs least."""
+def cpu_ms(f, calls: int = 20, clock=time.process_time) -> float:  # noqa: ANN001
+    """CPU time per call (or `clock`'s: wall time where threads share the work), best of 5 rounds:
+    what a busy machine disturbs least."""
     f()
     times = []
     for _ in range(5):
-        t = time.process_time()
+        t = clock()
         for _ in range(calls):
             f()
-        times.append((time.process_time() - t) / calls)
+        times.append((clock() - t) / calls)
     return min(times) * 1e3
 
 
@@ -73,22 +74,23 @@ def lstm_model(seq: int | str, layers: int = 2, batch: int = 1, inputs: int = 64
     return onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
-def lstm_rows(lengths: list[int]) -> None:
+def lstm_rows(lengths: list[int], threads: int = 1) -> None:
     import onnxruntime as ort
 
-    opc.set_num_threads(1)
+    opc.set_num_threads(threads)
     so = ort.SessionOptions()
-    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    print("2-layer LSTM (batch 1, 64 in, 128 hidden), 1 thread | opc first call (import + compile) | "
-          "opc call (CPU) | onnxruntime call (CPU) | max |diff|")
+    clock, what = (time.process_time, "CPU") if threads == 1 else (time.perf_counter, "wall")
+    print(f"2-layer LSTM (batch 1, 64 in, 128 hidden), {threads} thread(s) | opc first call (import + compile) | "
+          f"opc call ({what}) | onnxruntime call ({what}) | max |diff|")
 
     def row(label: str, m, model, seq: int, first: float) -> None:  # noqa: ANN001
         x = np.random.default_rng(seq).uniform(-1, 1, (seq, 1, 64)).astype(np.float32)
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         diff = float(np.abs(np.asarray(m(x)) - sess.run(None, {"x": x})[0]).max())
-        print(f"  {label:>12} seq {seq:4d} | {first * 1e3:9.1f} ms | {cpu_ms(lambda: m(x)):8.3f} ms | "
-              f"{cpu_ms(lambda: sess.run(None, {'x': x})):8.3f} ms | {diff:.1e}", flush=True)
+        print(f"  {label:>12} seq {seq:4d} | {first * 1e3:9.1f} ms | {cpu_ms(lambda: m(x), clock=clock):8.3f} ms | "
+              f"{cpu_ms(lambda: sess.run(None, {'x': x}), clock=clock):8.3f} ms | {diff:.1e}", flush=True)
 
     with tempfile.TemporaryDirectory() as cache:
         # opc's runtime library is built once per cache: not the model's compile, so built first
@@ -133,6 +135,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--only", choices=["loop", "scan", "if", "lstm", "lstm-train"])
     ap.add_argument("--seq", type=int, nargs="+", default=[64, 300], help="the LSTM's sequence lengths")
+    ap.add_argument("--threads", type=int, default=1, help="the LSTM forward's threads, opc's and onnxruntime's "
+                    "(above 1: wall time)")
     args = ap.parse_args()
     if args.only in (None, "loop"):
         loop_rows()
@@ -141,7 +145,7 @@ def main() -> None:
     if args.only in (None, "if"):
         if_rows()
     if args.only in (None, "lstm"):
-        lstm_rows(args.seq)
+        lstm_rows(args.seq, args.threads)
     if args.only in (None, "lstm-train"):
         lstm_train_rows(args.seq)
 

@@ -1051,7 +1051,7 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
     int nt = 1;
     (void)work; (void)MR; (void)NR;
 #ifdef _OPENMP
-    if (work > OPC_GEMM_PAR_MIN) nt = opc_num_threads();
+    if (work > (double)opc_par_min((long long)OPC_GEMM_PAR_MIN)) nt = opc_num_threads();
     if (nt < 1) nt = 1;
 #endif
     /* bf: the bias in f32, read only: an f32 bias as it is (no malloc and copy per call: a batch-1
@@ -1132,7 +1132,7 @@ static OPC_UNUSED void opc__gemm_d(int64_t batch, int64_t M, int64_t N, int64_t 
     int nt = 1;
     (void)work;
 #ifdef _OPENMP
-    if (work > OPC_GEMM_PAR_MIN) nt = opc_num_threads();
+    if (work > (double)opc_par_min((long long)OPC_GEMM_PAR_MIN)) nt = opc_num_threads();
     if (nt < 1) nt = 1;
 #endif
     const int64_t KC = opc__min64(OPC_D_KC, K);

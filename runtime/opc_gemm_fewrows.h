@@ -166,38 +166,81 @@ OPC_ALWAYS_INLINE void opc__fr_rows_nt(const float *OPC_RESTRICT A, int64_t K, c
     }
 }
 
-/* ct[r][0..NR) = a[r][0..K) @ panel pj of fb, r < R: B frozen and packed whole once
-   (opc__frozen_panels: depth blocks of kcb, each holding all npan panels as [kc][NR], the last one
-   zero-padded), so every load is a contiguous vector of one stream and no lanes are summed. One
-   row's two chains per vector (even and odd k) keep the multiply-adds' latency hidden. */
+/* ct[p][r][0..NR) = a[r][0..K) @ panel pj + p of fb, r < R <= 8, p < P (1 or 2, R * P <= 8): B
+   frozen and packed whole once (opc__frozen_panels: depth blocks of kcb, each holding all npan
+   panels as [kc][NR], the last one zero-padded), so every load is a contiguous vector and no lanes
+   are summed. Up to 16 accumulators: 2 to 4 rows take two panels, so that each element of A loaded
+   serves four vectors of B (4x1024x256 at 1 thread: 28 -> 24 us); 5 to 8 rows one panel, read
+   once for all of them. A product of one row (split, R = 1) sums each vector in two chains, even
+   and odd k, to hide the multiply-adds' latency. Each column's sum depends on split only, not on R
+   or P: the same bits at every thread count (the threads' tiles take P = 1, R <= 4). */
 #define OPC_FR_NV (OPC_S_NR / OPC_FR_VL)   /* vectors per panel row */
 OPC_ALWAYS_INLINE void opc__fr_rows_packed(const float *OPC_RESTRICT A, int64_t K, const float *fb, int64_t npan,
-                                           int64_t kcb, int64_t pj, const int R, float *OPC_RESTRICT ct) {
-    opc_fr_v c[4][OPC_FR_NV], d[OPC_FR_NV];
-    for (int v = 0; v < OPC_FR_NV; v++) {
+                                           int64_t kcb, int64_t pj, const int R, const int P, const int split,
+                                           float *OPC_RESTRICT ct) {
+    opc_fr_v c[8][2 * OPC_FR_NV], d[2 * OPC_FR_NV];
+    for (int v = 0; v < P * OPC_FR_NV; v++) {
         d[v] = opc__fr_splat(0.0f);
         for (int r = 0; r < R; r++) c[r][v] = d[v];
     }
     for (int64_t pc = 0; pc < K; pc += kcb) {
         const int64_t kc = opc__min64(kcb, K - pc);
         const float *p = fb + pc * npan * OPC_S_NR + pj * kc * OPC_S_NR, *a = A + pc;
+#define OPC__FR_PANEL(k, v) opc__fr_load(p + (v) / OPC_FR_NV * kc * OPC_S_NR + (k) * OPC_S_NR + (v) % OPC_FR_NV * OPC_FR_VL)
         int64_t k = 0;
-        if (R == 1)
+        if (split)
             for (; k + 2 <= kc; k += 2)
-                for (int v = 0; v < OPC_FR_NV; v++) {
-                    c[0][v] += a[k] * opc__fr_load(p + k * OPC_S_NR + v * OPC_FR_VL);
-                    d[v] += a[k + 1] * opc__fr_load(p + (k + 1) * OPC_S_NR + v * OPC_FR_VL);
+                for (int v = 0; v < P * OPC_FR_NV; v++) {
+                    c[0][v] += a[k] * OPC__FR_PANEL(k, v);
+                    d[v] += a[k + 1] * OPC__FR_PANEL(k + 1, v);
                 }
         for (; k < kc; k++)
-            for (int v = 0; v < OPC_FR_NV; v++) {
-                const opc_fr_v b = opc__fr_load(p + k * OPC_S_NR + v * OPC_FR_VL);
+            for (int v = 0; v < P * OPC_FR_NV; v++) {
+                const opc_fr_v b = OPC__FR_PANEL(k, v);
                 for (int r = 0; r < R; r++) c[r][v] += a[r * K + k] * b;
             }
+#undef OPC__FR_PANEL
     }
     for (int r = 0; r < R; r++)
-        for (int v = 0; v < OPC_FR_NV; v++) {
+        for (int v = 0; v < P * OPC_FR_NV; v++) {
             const opc_fr_v t = r == 0 ? c[0][v] + d[v] : c[r][v];
-            __builtin_memcpy(ct + r * OPC_S_NR + v * OPC_FR_VL, &t, sizeof t);
+            __builtin_memcpy(ct + v / OPC_FR_NV * 8 * OPC_S_NR + r * OPC_S_NR + v % OPC_FR_NV * OPC_FR_VL, &t, sizeof t);
+        }
+}
+
+/* out[b] = act(A[b] @ B + bias) from B's frozen panels (fb, kcb deep), M <= 8, one thread. Every
+   other call walks the panels backwards: a recurrent step's product then starts on the panels the
+   last one ended with, still in L1 (1x128 @ (512x128)^T: -1.5%); each column's sum is the same
+   either way. */
+static OPC_UNUSED void opc__fr_packed_rows(int64_t batch, int64_t M, int64_t N, int64_t K, const float *A,
+                                           int64_t sa, const float *fb, int64_t kcb, const float *bf, int act,
+                                           float *out, float *res, opc_gemm_epilogue ep, void *ep_ctx) {
+    float ct[2 * 8 * OPC_S_NR] __attribute__((aligned(64)));
+    const int64_t npan = opc__cdiv(N, OPC_S_NR);
+    const int group = M >= 2 && M <= 4 ? 2 : 1, rows = (int)M;   /* panels at once (R * P <= 8) */
+    const int64_t steps = opc__cdiv(npan, group);
+    static __thread int flip;
+    flip ^= 1;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t q = 0; q < steps; q++) {
+            const int64_t pj = group * (flip ? steps - 1 - q : q), j = pj * OPC_S_NR;
+            const int two = group == 2 && pj + 1 < npan, width = (int)opc__min64((two ? 2 : 1) * OPC_S_NR, N - j);
+            const float *Ab = A + b * sa;
+#define OPC__FR_CASE(R) case R: { \
+                if (two) opc__fr_rows_packed(Ab, K, fb, npan, kcb, pj, (R) < 4 ? (R) : 4, 2, M == 1, ct); \
+                else opc__fr_rows_packed(Ab, K, fb, npan, kcb, pj, R, 1, M == 1, ct); \
+                break; }
+            switch (rows) {
+                OPC__FR_CASE(1) OPC__FR_CASE(2) OPC__FR_CASE(3) OPC__FR_CASE(4)
+                OPC__FR_CASE(5) OPC__FR_CASE(6) OPC__FR_CASE(7) default: OPC__FR_CASE(8)
+            }
+#undef OPC__FR_CASE
+            for (int p = 0; p * OPC_S_NR < width; p++) {
+                const int64_t jp = j + p * OPC_S_NR, o = b * M * N + jp;
+                opc__store_s(ct + p * 8 * OPC_S_NR, rows, (int)opc__min64(OPC_S_NR, N - jp), NULL, 0, 1, 1,
+                             bf ? bf + jp : NULL, act, OPC_DT_F32, out + o, res ? res + o : NULL, N);
+            }
+            if (ep) ep(ep_ctx, b * M, (b + 1) * M, j, j + width);
         }
 }
 
@@ -206,13 +249,13 @@ OPC_ALWAYS_INLINE void opc__fr_rows_packed(const float *OPC_RESTRICT A, int64_t 
 static OPC_UNUSED void opc__fr_tile(const float *A, const float *B, int tb, int64_t M, int64_t N, int64_t K,
                                     int64_t j, int nr, const float *bf, int act, float *out, float *res,
                                     const float *fb, int64_t kcb) {
-    float ct[4 * OPC_S_NR] __attribute__((aligned(64)));
+    float ct[8 * OPC_S_NR] __attribute__((aligned(64)));
     const int64_t npan = opc__cdiv(N, OPC_S_NR);
     for (int64_t i0 = 0; i0 < M; i0 += 4) {
         const int mr = (int)opc__min64(4, M - i0);
         const float *Ai = A + i0 * K;
 #define OPC__FR_CASE(R) case R: { \
-            if (fb) opc__fr_rows_packed(Ai, K, fb, npan, kcb, j / OPC_S_NR, R, ct); \
+            if (fb) opc__fr_rows_packed(Ai, K, fb, npan, kcb, j / OPC_S_NR, R, 1, M == 1, ct); \
             else if (tb) opc__fr_rows_nt(Ai, K, B, j, nr, R, ct); \
             else opc__fr_rows_nn(Ai, K, B, N, j, nr, R, ct); \
             break; }
@@ -279,22 +322,8 @@ static OPC_UNUSED void opc__gemm_fewrows_s(int64_t batch, int64_t M, int64_t N, 
         /* the row padded to whole tiles: opc__store_s reads a tile's full width (the pad stays 0) */
         const int64_t padded = ntile * OPC_S_NR;
         float *y = M == 1 && !tb && !fb ? (float *)opc__buf_get(OPC__BUF_C, (size_t)padded * sizeof(float)) : NULL;
-        if (fb && M == 1) {  /* one row from the frozen panels: no tile switch per NR columns */
-            float ct[OPC_S_NR] __attribute__((aligned(64)));
-            /* every other call walks the panels backwards: a recurrent step's product then starts
-               on the panels the last one ended with, still in L1 (1x128 @ (512x128)^T: -1.5%);
-               each column's sum is the same either way */
-            static __thread int flip;
-            flip ^= 1;
-            for (int64_t b = 0; b < batch; b++)
-                for (int64_t q = 0; q < ntile; q++) {
-                    const int64_t pj = flip ? ntile - 1 - q : q, j = pj * OPC_S_NR;
-                    const int nr = (int)opc__min64(OPC_S_NR, N - j);
-                    opc__fr_rows_packed(A + b * sa, K, fb, ntile, kcb, pj, 1, ct);
-                    opc__store_s(ct, 1, nr, NULL, 0, 1, 1, bf ? bf + j : NULL, act, OPC_DT_F32,
-                                 out + b * N + j, res ? res + b * N + j : NULL, N);
-                    if (ep) ep(ep_ctx, b, b + 1, j, j + nr);
-                }
+        if (fb) {
+            opc__fr_packed_rows(batch, M, N, K, A, sa, fb, kcb, bf, act, out, res, ep, ep_ctx);
             return;
         }
         if (!y) {

@@ -221,7 +221,7 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
 #define OPC_NN_FOR_UNITS(units, work, CALL)                                                          \
     do {                                                                                             \
         const int64_t opc_units = (units), opc_work = (work);                                        \
-        _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(opc_units, opc_work, OPC_NN_PAR_MIN / 8)) if (opc_work >= OPC_NN_PAR_MIN) num_threads(opc_num_threads())") \
+        _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(opc_units, opc_work, OPC_NN_PAR_MIN / 8)) if (opc_work >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())") \
         for (int64_t opc_u = 0; opc_u < opc_units; opc_u++) CALL;                                    \
     } while (0)
 
@@ -290,7 +290,7 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
         if (DT == OPC_NN_F32 && opc_nn_conv_fast_ep(x, w, y, &q, ep, ep_ctx)) return;                          \
         opc_nn_conv_##SUF(x, w, y, OPC_CV_GEOM_ARGS);                                                          \
         const int64_t rows = q.n * q.o;                                                                        \
-        _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(rows, rows * q.ovol, OPC_NN_PAR_MIN / 8)) if (rows * q.ovol >= OPC_NN_PAR_MIN) num_threads(opc_num_threads())") \
+        _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(rows, rows * q.ovol, OPC_NN_PAR_MIN / 8)) if (rows * q.ovol >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())") \
         for (int64_t r = 0; r < rows; r++) ep(ep_ctx, r, r + 1, 0, q.ovol);                                   \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_conv_grad_input_##SUF(const T *dy, const T *w, T *dx, OPC_CV_GEOM_PARAMS) {       \

@@ -152,7 +152,7 @@ OPC_NN_INLINE void OPC_NN_FN(cv_epilogue_unit)(void *pre, const void *bias, void
 /* col[r, p] (rows r = cc * kvol + kk, leading dim ld) of one image's group xg [cg, *in]. */
 static void OPC_NN_FN(cv_im2col)(const ACC *xg, ACC *col, int64_t ld, const opc_cv_geom *q) {
     const int64_t rows = q->cg * q->kvol, plane = q->out[1] * q->out[2];
-    _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(rows, rows * q->ovol, OPC_NN_PAR_MIN / 8)) if (rows * q->ovol >= OPC_NN_PAR_MIN) num_threads(opc_num_threads())")
+    _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(rows, rows * q->ovol, OPC_NN_PAR_MIN / 8)) if (rows * q->ovol >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())")
     for (int64_t r = 0; r < rows; r++) {
         int64_t k[3], lo[3], hi[3], off[3];
         opc_cv_split(q, r % q->kvol, k);
@@ -187,7 +187,7 @@ static void OPC_NN_FN(cv_im2col)(const ACC *xg, ACC *col, int64_t ld, const opc_
 
 /* dxg [cg, *in] += the patches of col folded back (each channel in its own thread, rows in order). */
 static void OPC_NN_FN(cv_col2im)(const ACC *col, ACC *dxg, int64_t ld, const opc_cv_geom *q) {
-    _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(q->cg, q->cg * q->kvol * q->ovol, OPC_NN_PAR_MIN / 8)) if (q->cg * q->kvol * q->ovol >= OPC_NN_PAR_MIN) num_threads(opc_num_threads())")
+    _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(q->cg, q->cg * q->kvol * q->ovol, OPC_NN_PAR_MIN / 8)) if (q->cg * q->kvol * q->ovol >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())")
     for (int64_t cc = 0; cc < q->cg; cc++) {
         ACC *dc = dxg + cc * q->ivol;
         for (int64_t kk = 0; kk < q->kvol; kk++) {

@@ -218,7 +218,7 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
             const float *ready = frozen ? frozen + g * mt * K * OPC_CW_NW : panels; /* packed before the tiles */
             float *yg = y + (i * q->o + g * q->og) * ovol, *zg = z ? z + (yg - y) : NULL;
             const float *bg = bias ? bias + g * q->og : NULL;
-            _Pragma("omp parallel if (mt * c.tiles * c.mr * K >= 32768) num_threads(opc_num_threads())")
+            _Pragma("omp parallel if (mt * c.tiles * c.mr * K >= opc_par_min(32768)) num_threads(opc_num_threads())")
             {
                 float *acc = (float *)malloc(sizeof(float) * OPC_CW_TG * OPC_CW_MRA * OPC_CW_NW);
                 float *a = (float *)malloc(sizeof(float) * kc * OPC_CW_NW);

@@ -137,7 +137,7 @@ static inline void opc_cf_pad_channel(const float *s, float *dst, const opc_cf_p
  * and the depthwise kernels pad one small plane at a time. */
 static void opc_cf_pad(const float *src, float *xp, const opc_cf_plan *p) {
     const int64_t ivol = p->in[0] * p->in[1] * p->in[2];
-    if (p->cin * p->PV >= 65536) {
+    if (p->cin * p->PV >= opc_par_min(65536)) {
         _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(p->cin, p->cin * p->PV, 8192)) num_threads(opc_num_threads())")
         for (int64_t c = 0; c < p->cin; c++) opc_cf_pad_channel(src + c * ivol, xp + c * p->PV, p);
     } else {
@@ -259,7 +259,7 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
             const float *ag = a + g * mt * p->K * OPC_CF_MR;
             float *yg = dst + (i * cout_all + g * p->cout) * ovol, *zg = pre ? pre + (yg - dst) : NULL;
             const float *bg = bias ? bias + g * p->cout : NULL;
-            _Pragma("omp parallel if (tiles * p->cout * p->K >= 32768) num_threads(opc_num_threads())")
+            _Pragma("omp parallel if (tiles * p->cout * p->K >= opc_par_min(32768)) num_threads(opc_num_threads())")
             {
                 /* a tile's sums for every output channel (tiles outer, below: over chunks of KC
                  * taps, each chunk's slice of xp staying in L1 while all the panels pass over it) */
@@ -466,7 +466,7 @@ static int opc_cf_conv_filter(const float *x, const float *dy, float *dw, const 
                         memcpy(dyp + oc * Lr + (o0 * p.P[1] + o1) * p.P[2],
                                dyg + oc * ovol + (o0 * q->out[1] + o1) * q->out[2], sizeof(float) * q->out[2]);
             float *dwg = dw + g * q->og * p.K;
-            _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(kt, kt, 1)) if (q->og * p.K * p.L >= 32768) num_threads(opc_num_threads())")
+            _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(kt, kt, 1)) if (q->og * p.K * p.L >= opc_par_min(32768)) num_threads(opc_num_threads())")
             for (int64_t t = 0; t < kt; t++) {
                 const int64_t *ot = off + t * OPC_CF_NK;
                 for (int64_t m = 0; m < mrows; m += OPC_CF_MR2) {
@@ -495,7 +495,7 @@ static int opc_cf_dw_run(const float *src, const float *wk, float *dst, float *p
     if (!off) return -1;
     opc_cf_offsets(off, p);
     int failed = 0;
-    _Pragma("omp parallel if (planes * ovol * p->kvol >= 32768) num_threads(opc_num_threads())")
+    _Pragma("omp parallel if (planes * ovol * p->kvol >= opc_par_min(32768)) num_threads(opc_num_threads())")
     {
         float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p->PV + OPC_CF_NR));
         if (!xp) {
@@ -605,7 +605,7 @@ static int opc_cf_dws_run(const float *src, const float *wk, float *dst, float *
     const opc_cf_plan p = opc_cf_dw_plan(q);
     const int64_t planes = q->n * q->g, ovol = q->ovol, kvol = q->kvol, s2 = q->s[2];
     int failed = 0;
-    _Pragma("omp parallel if (planes * ovol * kvol >= 32768) num_threads(opc_num_threads())")
+    _Pragma("omp parallel if (planes * ovol * kvol >= opc_par_min(32768)) num_threads(opc_num_threads())")
     {
         float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p.PV + OPC_CF_NR));
         if (!xp) {
@@ -688,7 +688,7 @@ static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *
     for (int64_t k = 0; k < kvol; k++)
         for (int64_t c = 0; c < Cr; c++) wt[k * Cr + c] = c < C ? wk[c * kvol + k] : 0.0f;
     memset(yt + Cr * ovol, 0, sizeof(float) * Cr * (ovr - ovol)); /* the last block's rows past ovol */
-    const int par = q->ovol * Cr * kvol >= 32768;
+    const int par = q->ovol * Cr * kvol >= opc_par_min(32768);
     for (int64_t n = 0; n < q->n; n++) {
         const float *xn = src + n * C * q->ivol;
         opc_cf_dwc_gather(xn, xl, xt, Cr, q, &p);
@@ -770,7 +770,7 @@ static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const op
     if (!off) return -1;
     opc_cf_offsets(off, &p);
     int failed = 0;
-    _Pragma("omp parallel if (q->n * q->g * q->ovol * kvol >= 32768) num_threads(opc_num_threads())")
+    _Pragma("omp parallel if (q->n * q->g * q->ovol * kvol >= opc_par_min(32768)) num_threads(opc_num_threads())")
     {
         float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p.PV + OPC_CF_NR + Lr));
         float *dyp = (float *)opc_cf_scratch(OPC_CF_BUF_DY, sizeof(float) * Lr);

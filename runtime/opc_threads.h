@@ -9,6 +9,7 @@
  * Weak and hidden: the module and its runtime objects share one per extension. C only. */
 #ifndef OPC_THREADS_H
 #define OPC_THREADS_H
+#include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -30,6 +31,29 @@ static inline int opc_num_threads(void) {
 #else
     return 1;
 #endif
+}
+
+/* The least work (in a kernel's own units) a parallel region must carry to pay for itself,
+ * given min_work, the least where idle threads spin (a region then starts in about a
+ * microsecond). Under OMP_WAIT_POLICY=passive, opc's default (opc/threads.py), idle threads
+ * sleep, and each region pays their wake-up: about 50 us on the 2-core machine, 0.73 ms for
+ * 12 regions of 13 us against 0.16 spinning (bench/results/2026-12-03-wake-up.txt); there a
+ * region needs OPC_PASSIVE_SCALE times the work, or a small layer runs slower on two threads
+ * than on one (MobileNetV2's at 64x64: 3.7 ms at 2 threads against 2.0 at 1). The policy is
+ * read once, from the environment libgomp read. */
+#ifndef OPC_PASSIVE_SCALE
+#define OPC_PASSIVE_SCALE 16
+#endif
+__attribute__((weak, visibility("hidden"))) int opc_rt_passive = -1;
+
+static inline long long opc_par_min(long long min_work) {
+    int passive = __atomic_load_n(&opc_rt_passive, __ATOMIC_RELAXED);
+    if (passive < 0) {
+        const char *p = getenv("OMP_WAIT_POLICY");
+        passive = p && (p[0] == 'p' || p[0] == 'P');  /* PASSIVE, any case (ACTIVE is the other) */
+        __atomic_store_n(&opc_rt_passive, passive, __ATOMIC_RELAXED);
+    }
+    return passive ? min_work * OPC_PASSIVE_SCALE : min_work;
 }
 
 /* The chunk of schedule(dynamic, chunk) for `iters` iterations costing `work` in all: about

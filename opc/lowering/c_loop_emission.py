@@ -25,6 +25,7 @@ from opc.lowering.emitter_state import EmitterState
 
 SUM_BLOCK_BYTES = 256  # partial sums of one blocked float sum: four AVX-512 (eight AVX2) registers
 SUM_FOLD_BYTES = 64  # the partials are halved down to this, then summed across lanes
+PASSIVE_SCALE = 16  # runtime/opc_threads.h's OPC_PASSIVE_SCALE: the least work times this always pays
 PARALLEL_MIN_WORK = 1 << 17  # scalar steps (ops x trips) below which threads cost more than they give
 SIMD_MIN_TRIPS = 8  # an innermost loop shorter than this stays in the collapse (its own loop would not pay)
 OUTER_MIN_TRIPS = 16  # fewer outer iterations than this: too few to share among threads, collapse all
@@ -91,6 +92,8 @@ class LoopEmission(EmitterState):
         simd = flat and at_least(extents[-1:], SIMD_MIN_TRIPS) and (
             len(ivs) == 1 or tiled or at_least([c_product(extents[:-1])], OUTER_MIN_TRIPS))
         n = len(ivs)
+        # where idle threads sleep a region needs more work (opc_par_min, runtime/opc_threads.h):
+        # decided at run time up to PASSIVE_SCALE times the least
         threaded = not isinstance(work, int) or work >= PARALLEL_MIN_WORK
         if threaded:
             # tiled: the outer loops and the two tile loops; simd: all but the innermost
@@ -103,7 +106,8 @@ class LoopEmission(EmitterState):
             chunk = f"opc_par_chunk({trips}, {work}, {CHUNK_MIN_WORK})"
             kind = "simd: dynamic" if simd and n == 1 else "dynamic"
             simd_clause = " simd" if simd and n == 1 else ""
-            when = f" if({work} >= {PARALLEL_MIN_WORK})" if not isinstance(work, int) else ""
+            sure = isinstance(work, int) and work >= PARALLEL_MIN_WORK * PASSIVE_SCALE
+            when = "" if sure else f" if({work} >= opc_par_min({PARALLEL_MIN_WORK}))"
             self.line(f"#pragma omp parallel for{simd_clause}{collapse} schedule({kind}, {chunk}){when} "
                       "num_threads(opc_num_threads())")
         if tiled:

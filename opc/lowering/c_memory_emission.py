@@ -79,7 +79,8 @@ class MemoryEmission(EmitterState):
         if const:
             self.const_ptrs.add(op.result)
         ct = c_type(element_of(op.result))
-        self.line(f"{const}{ct} *{self.name(op.result)} = {self.name(src)};")
+        at = f" + {self.name(op.offsets[0])}" if op.offsets else ""  # a slice's view (lower_slice_view)
+        self.line(f"{const}{ct} *{self.name(op.result)} = {self.name(src)}{at};")
 
 
 def dynamic_size_operands(ref: SSAValue) -> list[SSAValue]:

@@ -61,7 +61,7 @@ from opc.lowering.scalars import (
     memref_of,
 )
 from opc.lowering.size_lowering import SizeLowering
-from opc.lowering.slice_lowering import emit_checks, host_index, known_size, lower_insert_slice
+from opc.lowering.slice_lowering import emit_checks, host_index, known_size, lower_insert_slice, lower_slice_view
 from opc.targets.device_kernels import external_symbol, kernel_attributes
 from opc.transforms.opc_outline_control_flow import BODY_ATTR, IN_PLACE_ATTR, is_body, outline_control_flow
 from opc.transforms.opc_schedule import Kernel, plan, unwrap_kernels
@@ -289,6 +289,8 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
             self.lower_external(op, symbol)
         elif isinstance(op, opc.TransposeOp) and op in self.schedule.views:  # views: transposes
             nn.lower_strided_view(self, op)
+        elif isinstance(op, tensor.ExtractSliceOp) and op in self.schedule.views:  # and contiguous slices
+            lower_slice_view(self, op)
         elif isinstance(op, arith.ConstantOp):
             if is_splat_constant(op):  # every use inlined it; a returned splat fills its output
                 self.lower_pointwise(op.result)

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects import arith, tensor
+from xdsl.dialects import arith, memref, tensor
 from xdsl.dialects.builtin import IndexType, IntegerAttr
 from xdsl.ir import Operation, SSAValue
 
 from opc.dialects import slices
-from opc.dialects.kinds import shape_of
+from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc_loops import CheckBoundOp
+from opc.dialects.slices import DYNAMIC_INDEX
 from opc.lowering.control_flow_lowering import on_host
-from opc.lowering.nn_lowering import braces
+from opc.lowering.nn_lowering import braces, contiguous_strides
+from opc.lowering.size_lowering import memref_type
 from opc.symbolic import Size, Sym
 from opc.transforms.opc_outline_control_flow import in_place_pairs
 
@@ -139,6 +141,26 @@ def extract_value(fl, op: tensor.ExtractSliceOp, idx: Sequence[SSAValue]) -> SSA
     return fl.value_at(op.source, source_index(fl, op, idx))
 
 
+def lower_slice_view(fl, op: tensor.ExtractSliceOp) -> None:  # noqa: ANN001
+    """A contiguous slice of an argument (opc-schedule's plan_slice_views): the source's buffer read
+    from the slice's first element on, without a copy. Its offset is computed on the host, after
+    emit_checks has bounded it."""
+    e, p = fl.e, slices.params(op)
+    steps = contiguous_strides([int(d) for d in shape_of(op.source)])  # static (plan_slice_views)
+    offset = host_index(fl, sum(off * step for off, step in zip(p.offsets, steps) if isinstance(off, int)))
+    for off, step in zip(p.offsets, steps):
+        if not isinstance(off, int):
+            term = index_value(fl, off)
+            if step != 1:
+                term = e.value(on_host(arith.MuliOp(term, host_index(fl, step))))
+            offset = e.value(on_host(arith.AddiOp(offset, term)))
+    shape = [int(d) for d in shape_of(op.result)]
+    view = e.value(memref.ReinterpretCastOp(fl.operand_buffer(op.source), [offset], [], [], [DYNAMIC_INDEX], shape,
+                                            contiguous_strides(shape), memref_type(element_of(op.result), shape)))
+    view.name_hint = op.result.name_hint
+    fl.buffers[op.result] = view
+
+
 def lower_insert_slice(fl, op: tensor.InsertSliceOp) -> None:  # noqa: ANN001
     """The dest copied into the result, then the source placed at its offsets (in a loop body
     that updates the dest in place, the source only: the result's buffer is the dest's)."""
@@ -158,4 +180,4 @@ def in_place(fl, op: tensor.InsertSliceOp) -> bool:  # noqa: ANN001
     return any(op.dest is args[a] and o == out for a, o in in_place_pairs(fl.fn))
 
 
-__all__ = ["emit_checks", "extract_value", "host_index", "known_size", "lower_insert_slice"]
+__all__ = ["emit_checks", "extract_value", "host_index", "known_size", "lower_insert_slice", "lower_slice_view"]

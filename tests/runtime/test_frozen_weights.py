@@ -144,3 +144,30 @@ def test_pointwise_conv_weights_packed_once(c: int, o: int, hw: int) -> None:
         for run, w in zip(runs, ws):
             want = np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
             np.testing.assert_allclose(run(x)[0], want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("m", [1, 3, 5, 8])
+def test_few_rows_of_frozen_weights_same_bits_at_every_thread_count(m: int) -> None:
+    """One thread reads the frozen panels two at a time for 2-4 rows, all rows at once for 5-8;
+    threads share tiles of one panel and 4 rows: each column's sum must not change."""
+    k, n = 1024, 1100  # 9M multiply-adds: two threads even where idle threads sleep (opc_par_min)
+    text = f"""
+func.func @f(%x: tensor<{m}x{k}xf32>, %w: tensor<{n}x{k}xf32>) -> tensor<{m}x{n}xf32> {{
+  %y = opc.matmul %x, %w {{trans_y = true}} : (tensor<{m}x{k}xf32>, tensor<{n}x{k}xf32>) -> tensor<{m}x{n}xf32>
+  return %y : tensor<{m}x{n}xf32>
+}}
+"""
+    x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+    w = np.random.default_rng(9).standard_normal((n, k)).astype(np.float32)
+    f = opc.compile(text, target="cpu").f.with_last([w], frozen=True)
+    count = opc.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 1, 2):
+            opc.set_num_threads(threads)
+            results.append(f(x))
+    finally:
+        opc.set_num_threads(count)
+    np.testing.assert_allclose(results[0], x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+    for r in results[1:]:
+        assert np.array_equal(r, results[0])

@@ -47,6 +47,28 @@ def test_regions_follow_opc_count_not_omp_set_num_threads(tmp_path):
     assert out == ["3", "1"]
 
 
+REGION_MIN = r"""
+#include <stdio.h>
+#include "opc_threads.h"
+int main(void) { printf("%lld\n", opc_par_min(1000)); return 0; }
+"""
+
+
+@pytest.mark.parametrize("policy,want", [("passive", 1000 * 16), ("PASSIVE", 1000 * 16), ("active", 1000), (None, 1000)])
+def test_a_region_needs_more_work_where_idle_threads_sleep(tmp_path, policy, want):
+    """Under OMP_WAIT_POLICY=passive (opc's default) each region pays the threads' wake-up:
+    opc_par_min scales every kernel's least work by OPC_PASSIVE_SCALE; spinning threads do not."""
+    src, exe = tmp_path / "probe.c", tmp_path / "probe"
+    src.write_text(REGION_MIN)
+    subprocess.run([os.environ.get("CC", "gcc"), *BASE_FLAGS, *native_flags(), "-I", str(runtime_dir()), str(src),
+                    "-o", str(exe)], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if policy is not None:
+        env["OMP_WAIT_POLICY"] = policy
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True, env=env).stdout.split()
+    assert out == [str(want)]
+
+
 def test_set_num_threads_reaches_loaded_modules(monkeypatch):
     seen: dict[str, int] = {}
     monkeypatch.setattr(threads, "_setters", {})

@@ -422,3 +422,75 @@ def test_a_size_read_from_a_value_out_of_range(k, message):
     m = opc.compile(READ_SIZE)
     with pytest.raises(ValueError, match=message):
         m.f(np.zeros(5, np.float32), np.array(k))
+
+
+# -- contiguous slices read in place (opc-schedule's slice views) ------------------------------
+
+def step_gemm(offsets: str, sizes: str, cols: int) -> str:
+    """Each step reads one slice of x as a GEMM operand (so no nest inlines it): a contiguous one is
+    a pointer into x, another is copied; both must read the same numbers."""
+    return f"""
+func.func @f(%x: tensor<5x2x3x8xf32>, %w: tensor<{cols}x8xf32>, %h0: tensor<3x8xf32>) -> tensor<3x8xf32> {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c5 = arith.constant 5 : index
+  %r = scf.for %i = %c0 to %c5 step %c1 iter_args(%h = %h0) -> (tensor<3x8xf32>) {{
+    %row = tensor.extract_slice %x[{offsets}] [{sizes}] [1, 1, 1, 1] : tensor<5x2x3x8xf32> to tensor<3x{cols}xf32>
+    %p = opc.matmul %row, %w : (tensor<3x{cols}xf32>, tensor<{cols}x8xf32>) -> tensor<3x8xf32>
+    %b = opc.add %p, %h : (tensor<3x8xf32>, tensor<3x8xf32>) -> tensor<3x8xf32>
+    %hn = opc.tanh %b : (tensor<3x8xf32>) -> tensor<3x8xf32>
+    scf.yield %hn : tensor<3x8xf32>
+  }}
+  return %r : tensor<3x8xf32>
+}}
+"""
+
+
+SLICES = {  # offsets, sizes, columns, the slice of x[i] read, whether it is a view
+    "whole rows": ("%i, 1, 0, 0", "1, 1, 3, 8", 8, lambda xi: xi[1], True),
+    "columns": ("%i, 0, 0, 2", "1, 1, 3, 4", 4, lambda xi: xi[0, :, 2:6], False),
+}
+
+
+@pytest.mark.parametrize("name", SLICES)
+def test_slice_read_by_a_gemm_in_a_loop(name, tmp_path, capsys):
+    from opc.cli import main
+
+    offsets, sizes, cols, part, view = SLICES[name]
+    text = step_gemm(offsets, sizes, cols)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 2, 3, 8)).astype(np.float32)
+    w, h = rng.standard_normal((cols, 8)).astype(np.float32), rng.standard_normal((3, 8)).astype(np.float32)
+    want = h.astype(np.float64)
+    for i in range(5):
+        want = np.tanh(part(x[i]).astype(np.float64) @ w + want)
+    np.testing.assert_allclose(opc.compile(text).f(x, w, h), want, rtol=1e-5, atol=1e-5)
+    path = tmp_path / "step.mlir"
+    path.write_text(text)
+    assert main(["explain", str(path), "--kernels"]) == 0
+    kind = "view" if view else "elementwise"
+    assert re.search(rf"kernel \d+ \({kind}\): tensor.extract_slice$", capsys.readouterr().out, re.M)
+
+
+ROWS_GEMM = """
+func.func @f(%x: tensor<6x8xf32>, %o: tensor<i64>, %w: tensor<8x4xf32>) -> tensor<3x4xf32> {
+  %oi = tensor.extract %o[] : tensor<i64>
+  %off = arith.index_cast %oi : i64 to index
+  %s = tensor.extract_slice %x[%off, 0] [3, 8] [1, 1] : tensor<6x8xf32> to tensor<3x8xf32>
+  %y = opc.matmul %s, %w : (tensor<3x8xf32>, tensor<8x4xf32>) -> tensor<3x4xf32>
+  return %y : tensor<3x4xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("off", [0, 2, 3, 4, -1])
+def test_rows_at_a_run_time_offset_read_in_place(off):
+    """A function's argument sliced at a run-time offset: read in place, the offset checked first."""
+    m = opc.compile(ROWS_GEMM)
+    rng = np.random.default_rng(off + 1)
+    x, w = rng.standard_normal((6, 8)).astype(np.float32), rng.standard_normal((8, 4)).astype(np.float32)
+    if not 0 <= off <= 3:
+        with pytest.raises(ValueError, match="offset"):
+            m.f(x, np.array(off), w)
+        return
+    np.testing.assert_allclose(m.f(x, np.array(off), w), x[off:off + 3].astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
