@@ -81,7 +81,8 @@ MODULES = {
                           "tests/shapes/test_slices.py tests/ops/test_conv_fast.py tests/lowering/test_conv_epilogue.py"),
     "load-onnx": Module("opc/onnx_load.py", "tests/frontend/test_onnx_runtime.py tests/api/test_paper_cuts.py "
                         "tests/shapes/test_dynamic_onnx.py tests/frontend/test_onnx_sequences.py"),
-    "interop": Module("opc/interop/torch.py", "tests/api/test_interop_torch.py tests/api/test_interop_arrays.py"),
+    "interop": Module("opc/interop/torch.py", "tests/api/test_interop_torch.py tests/api/test_interop_arrays.py "
+                      "tests/api/test_interop_torch_data_sizes.py"),
     "scheduler": Module("opc/transforms/opc_schedule.py", "tests/transforms/test_schedule.py "
                         "tests/lowering/test_gemm_epilogue.py tests/lowering/test_conv_epilogue.py "
                         "tests/ops/test_attention.py tests/ops/test_pool.py tests/shapes/test_slices.py "
@@ -137,6 +138,19 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "torch dtypes are singletons: is and == agree",
     ("opc/interop/torch.py", "outs = [args[0].new_empty(shape, dtype=dt) if not args else torch.empty(shape, dtype=dt)"):
         "torch.library.custom_op refuses a function without tensor inputs, so args is never empty here",
+    ("opc/interop/torch.py", "if len(inputs) is not len(self.inputs):"):
+        "CPython caches the ints -5..256: `is not` and `!=` agree on input counts below 257",
+    ("opc/interop/torch.py", "if len(a.shape) is not len(shape) or any(isinstance(w, int) and w != got for w, got in "
+                             "zip(shape, a.shape)):"):
+        "ranks are 0..8 and CPython caches small ints: `is not` and `!=` agree",
+    ("opc/interop/torch.py", "out = results[ -1] if len(results) == 1 else f\"({', '.join(results)})\""):
+        "one result: results[-1] is results[0]",
+    ("opc/interop/torch.py", "return outs[ -1] if single else tuple(outs)"):
+        "single: one result, outs[-1] is outs[0]",
+    ("opc/interop/torch.py", "single = len(results_of(sig)) <= 1"):
+        "op() refuses a function without results before register() runs: the count is never 0 here",
+    ("opc/interop/torch.py", "out = results[0] if len(results) <= 1 else f\"({', '.join(results)})\""):
+        "op() refuses a function without results before schema() runs: the count is never 0 here",
     ("opc/lowering/nn_lowering.py", "copy.name_hint = f\"{v.name_hint and 'operand'}_batch\""):
         "only an SSA name hint (a C variable's name): the code and numbers are the same",
     ("opc/lowering/nn_lowering.py", "ms = [ 0] * len(full)"):

@@ -47,6 +47,8 @@ def op(fn: CompiledFunction) -> Callable:
     `opc::NAME_KEY` (KEY: the compiled library's content hash, so that two modules never clash)."""
     if not isinstance(fn, CompiledFunction):
         raise TypeError(f"opc.torch.op takes a function of a compiled opc module (m.f), got {type(fn).__name__}")
+    if not results_of(fn.sig):  # torch registers no autograd for an op without results
+        raise TypeError(f"opc.torch.op: {fn.sig.name}() returns nothing; a torch op needs a result")
     key = (library_key(fn), fn.sig.name)
     if key not in _OPS:
         _OPS[key] = register(fn, f"{NAMESPACE}::{c_symbol(fn.sig.name)}_{key[0]}")

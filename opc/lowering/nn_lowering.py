@@ -234,7 +234,7 @@ def lower_gather_grad(fl, op: opc.GatherGradOp) -> None:  # noqa: ANN001
     pre, post, ishape = shape[:axis], shape[axis + 1:], shape_of(op.indices)
     acc = out
     if is_half(elem):
-        acc = e.value(memref.AllocOp([], [], MemRefType(f32, list(shape))))
+        acc = fl.alloc(shape, f32)  # (`?` dims sized at run time)
         acc.name_hint = "acc"
         fl.allocs.append(acc)
     acc_t = compute_type(scalar_type(elem))

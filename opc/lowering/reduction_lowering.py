@@ -10,12 +10,11 @@ import math as pymath
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from xdsl.dialects import arith, memref, scf
+from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import (
     AnyFloat,
     ArrayAttr,
     IntegerType,
-    MemRefType,
     StringAttr,
     f32,
 )
@@ -112,8 +111,8 @@ class ReductionLowering(LoweringState):
         """acc = identity; for idx in input order: acc[out(idx)] = combine(...); out = round(acc).
         The kept axes before the first reduced one run in parallel."""
         e = self.e
-        if is_half(elem):  # accumulate in f32, round once at the end
-            acc = e.value(memref.AllocOp([], [], MemRefType(f32, list(out_shape))))
+        if is_half(elem):  # accumulate in f32, round once at the end (`?` dims sized at run time)
+            acc = self.alloc(out_shape, f32)
             acc.name_hint = "acc"
             self.allocs.append(acc)
         else:

@@ -275,3 +275,85 @@ def test_fake_kernel_checks_rank_and_shape(m, w_shape):
     x, w = torch.empty(3, 4, dtype=torch.float64, device="meta"), torch.empty(w_shape, dtype=torch.float64, device="meta")
     with pytest.raises(ValueError, match=re.escape(f"f(): argument 'w' must have shape (4, 2), got {w_shape}")):
         check_meta(m.f, [x, w])
+
+
+def test_the_schema_keeps_the_names_torch_can_spell():
+    """Arguments named as Python can spell them keep their MLIR names in the schema: the op takes
+    them as keywords, in any order."""
+    src = ("func.func @kw(%x: tensor<3xf32>, %weight: tensor<3xf32>) -> tensor<3xf32> {\n"
+           "  %r = opc.sub %x, %weight : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>\n"
+           "  func.return %r : tensor<3xf32>\n}\n")
+    fn = opc.torch.op(opc.compile(src).kw)
+    a, b = torch.randn(3, generator=GEN), torch.randn(3, generator=GEN)
+    torch.testing.assert_close(fn(weight=b, x=a), a - b)
+    torch.testing.assert_close(fn(a, weight=b), a - b)
+
+
+def test_two_modules_with_one_function_name_are_two_ops():
+    """Each op is named after its function and its library's hash: two modules that both define
+    @same each keep their own kernel."""
+    body = "func.func @same(%x: tensor<4xf64>) -> tensor<4xf64> {{\n  %r = opc.{op} %x, %x : " \
+           "(tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>\n  func.return %r : tensor<4xf64>\n}}\n"
+    add, mul = (opc.torch.op(opc.compile(body.format(op=op)).same) for op in ("add", "mul"))
+    a = torch.randn(4, dtype=torch.float64, generator=GEN)
+    torch.testing.assert_close(add(a), a + a, rtol=0, atol=0)
+    torch.testing.assert_close(mul(a), a * a, rtol=0, atol=0)
+    torch.testing.assert_close(add(a), a + a, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("wrapper", ["op", "function"])
+@pytest.mark.parametrize("used", ["both", "float"])
+def test_an_integer_result_of_a_one_input_function_gets_zeros_in_the_backward(wrapper, used):
+    """A function of one input with a float and an integer result: the integer one has no
+    cotangent in torch (None, or zeros of another dtype), and opc's grad function takes one at
+    its dtype and shape: zeros, made alike the (only) input. d/dx sum(sin x) = cos x."""
+    src = ("func.func @two(%x: tensor<5xf64>) -> (tensor<5xf64>, tensor<5xi32>) {\n"
+           "  %s = opc.sin %x : (tensor<5xf64>) -> tensor<5xf64>\n"
+           "  %c = opc.cast %x {dtype = i32} : (tensor<5xf64>) -> tensor<5xi32>\n"
+           "  func.return %s, %c : tensor<5xf64>, tensor<5xi32>\n}\n")
+    fn = getattr(opc.torch, wrapper)(opc.compile(src, grad=True).two)
+    x = torch.randn(5, dtype=torch.float64, generator=GEN) * 3
+    x.requires_grad_(True)
+    s, c = fn(x)
+    torch.testing.assert_close(c, x.detach().to(torch.int32))
+    loss = s.sum() + (c.sum() if used == "both" else 0)
+    loss.backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, torch.cos(x.detach()), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("extra", [-1, 1])
+def test_module_forward_refuses_too_few_or_too_many_inputs(extra):
+    """opc.torch.Module.forward takes the graph's inputs, no more and no fewer: a TypeError that
+    says how many (an extra input would otherwise be dropped silently)."""
+    src = ("func.func @lin(%x: tensor<2x3xf64>, %w: tensor<3x4xf64>) -> tensor<2x4xf64> {\n"
+           "  %y = opc.matmul %x, %w : (tensor<2x3xf64>, tensor<3x4xf64>) -> tensor<2x4xf64>\n"
+           "  func.return %y : tensor<2x4xf64>\n}\n")
+    w = np.random.default_rng(3).standard_normal((3, 4))
+    net = opc.torch.Module((src, {"w": w}))
+    x = torch.randn(2, 3, dtype=torch.float64, generator=GEN)
+    torch.testing.assert_close(net(x), x @ torch.from_numpy(w), rtol=1e-12, atol=0)
+    with pytest.raises(TypeError, match=re.escape(f"forward() takes 1 input(s) (x), got {1 + extra}")):
+        net(*[x] * (1 + extra))
+
+
+@pytest.mark.parametrize("arrays", ["torch", "jax"])
+def test_a_module_returning_torch_or_jax_arrays_gives_torch_tensors(arrays):
+    """opc.torch.op over a module compiled with arrays='torch' or 'jax': the op's results are torch
+    tensors (a JAX array read through DLPack), with the kernel's numbers."""
+    pytest.importorskip(arrays, reason=f"arrays={arrays!r} needs {arrays}")
+    src = ("func.func @sq(%x: tensor<4xf64>) -> tensor<4xf64> {\n"
+           "  %r = opc.mul %x, %x : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>\n"
+           "  func.return %r : tensor<4xf64>\n}\n")
+    fn = opc.torch.op(opc.compile(src, arrays=arrays).sq)
+    x = torch.randn(4, dtype=torch.float64, generator=GEN)
+    y = fn(x)
+    assert isinstance(y, torch.Tensor)
+    torch.testing.assert_close(y, x * x, rtol=0, atol=0)
+
+
+def test_a_function_without_results_is_refused_in_one_line():
+    """A function that returns nothing is no torch op (torch registers no autograd for it)."""
+    m = opc.compile("func.func @z(%x: tensor<3xf64>) {\n  func.return\n}\n")
+    with pytest.raises(TypeError, match=re.escape("opc.torch.op: z() returns nothing; a torch op needs a result")):
+        opc.torch.op(m.z)

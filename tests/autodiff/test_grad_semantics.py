@@ -380,3 +380,29 @@ def test_relu_backward_of_floats_is_one_relu_grad(dtype: str) -> None:
     (grad,) = [f for f in module.ops if isinstance(f, FuncOp) and f.sym_name.data == "r_grad"]
     names = [op.name for op in grad.walk()]
     assert names.count("opc.relu_grad") == 1 and "opc.select" not in names, names
+
+
+# a loss read only through floor: its cotangent is floor's zeros, the saved softmax unused (zeros
+# too), so softmax_cross_entropy's rule has nothing to add; x read directly as well
+FLOORED_LOSS = """
+func.func @f(%x: tensor<4x6xf64>, %label: tensor<4x1xi64>) -> tensor<4x6xf64> {
+  %l, %s = opc.softmax_cross_entropy %x, %label : (tensor<4x6xf64>, tensor<4x1xi64>) -> (tensor<4x1xf64>, tensor<4x6xf64>)
+  %f = opc.floor %l : (tensor<4x1xf64>) -> tensor<4x1xf64>
+  %y = opc.mul %x, %f : (tensor<4x6xf64>, tensor<4x1xf64>) -> tensor<4x6xf64>
+  func.return %y : tensor<4x6xf64>
+}
+"""
+
+
+def test_a_loss_read_through_floor_gives_its_logits_no_gradient() -> None:
+    """y = x * floor(loss(x)): dx = dout * floor(loss) (floor's slope is 0 almost everywhere), so
+    the rule called with both cotangents zero must add zeros, not anything else."""
+    m = opc.compile(FLOORED_LOSS, grad=True)
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-2, 2, (4, 6))
+    label = rng.integers(0, 6, (4, 1))
+    dout = rng.standard_normal((4, 6))
+    z = x - x.max(1, keepdims=True)
+    loss = -(z - np.log(np.exp(z).sum(1, keepdims=True)))[np.arange(4), label[:, 0]][:, None]
+    got = m.f_grad(x, label, dout)
+    np.testing.assert_allclose(got, dout * np.floor(loss), rtol=0, atol=1e-12)

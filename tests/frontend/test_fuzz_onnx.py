@@ -1,6 +1,7 @@
 """Differential fuzzing of ONNX import (tests/support/fuzz_onnx.py, which see): random LSTM, GRU and
 RNN nodes and Conv/ConvTranspose -> BatchNormalization -> Relu -> pool chains over their attribute
-grids, imported by opc and checked against onnxruntime.
+grids, imported by opc and checked against onnxruntime; some RNNs with a run-time sequence length
+(through opc.load_onnx, compiled once, run at three lengths).
 
 CI runs a couple of batches; `--fuzz-count N` and `--fuzz-seed S` run others, and
 `python tests/support/fuzz_onnx.py --count N` is the long run.
@@ -39,3 +40,13 @@ def test_fuzz_onnx_load_onnx(request, index):
     if isinstance(case, str):
         pytest.skip(f"draw {index} is not a model both sides run ({case})")
     assert not check_load_onnx(case)
+
+
+def test_the_ci_graphs_draw_run_time_sequences():
+    """LSTM, GRU and RNN each with a run-time sequence length in the CI graphs (seed 0), so a change
+    of the drawer cannot quietly drop them."""
+    from fuzz_onnx import generate
+
+    kinds = {c.kind for i in range(CI_GRAPHS) for c in [generate(0, i)] if not isinstance(c, str)}
+    for op in ("LSTM", "GRU", "RNN"):
+        assert any(k.startswith(op) and k.endswith("run-time seq") for k in kinds), (op, sorted(kinds))

@@ -4,7 +4,9 @@ imported by opc and checked against onnxruntime (forward, f32).
 
 An RNN graph is one recurrent node: direction, layout, activations, clip, input_forget,
 linear_before_reset, with or without bias, initial states, peepholes and sequence_lens (equal to
-the sequence length: what opc supports), and a random subset of its outputs. A CNN graph is a
+the sequence length: what opc supports), and a random subset of its outputs. Some have a run-time
+sequence length (X's sequence dim a dim_param): those also go through opc.load_onnx, which must
+compile them once, and run at two more lengths against onnxruntime. A CNN graph is a
 Conv (or ConvTranspose) with or without bias, then some of BatchNormalization (inference), Relu
 and a pool. Weights are initializers, as in an exported model. Many graphs are imported into ONE
 module (one C build per batch), through opc.import_onnx as opc.load_onnx does; --load checks a few
@@ -42,14 +44,20 @@ class Case:
     feeds: dict[str, np.ndarray]
     kind: str  # the node types, for the report
     twin: Any = None  # for layout = 1 (which onnxruntime does not run): the layout-0 model, the oracle's
+    # a run-time sequence length: the model (and twin) with X's sequence dim open, and feeds at other lengths
+    open_seq: tuple[Any, Any] | None = None
+    other_lengths: list[dict[str, np.ndarray]] = field(default_factory=list)
 
-    def expected(self) -> list[np.ndarray]:
+    def expected(self, feeds: dict[str, np.ndarray] | None = None, models: tuple[Any, Any] | None = None
+                 ) -> list[np.ndarray]:
         """onnxruntime's outputs; for a batch-major RNN those of its sequence-major twin, transposed."""
-        if self.twin is None:
-            return run_ort(self.model, self.feeds)
+        model, twin = models or (self.model, self.twin)
+        feeds = self.feeds if feeds is None else feeds
+        if twin is None:
+            return run_ort(model, feeds)
         to_seq = {"X": (1, 0, 2), "initial_h": (1, 0, 2), "initial_c": (1, 0, 2)}
-        feeds = {k: np.ascontiguousarray(v.transpose(to_seq[k])) for k, v in self.feeds.items()}
-        outs = run_ort(self.twin, feeds)  # Y [seq, dirs, batch, hidden] -> [batch, seq, dirs, hidden]; states swap
+        feeds = {k: np.ascontiguousarray(v.transpose(to_seq[k])) for k, v in feeds.items()}
+        outs = run_ort(twin, feeds)  # Y [seq, dirs, batch, hidden] -> [batch, seq, dirs, hidden]; states swap
         return [np.ascontiguousarray(o.transpose((2, 0, 1, 3) if o.ndim == 4 else (1, 0, 2))) for o in outs]
 
 
@@ -84,6 +92,7 @@ class Graphs:
         direction = str(self.rng.choice(["forward", "reverse", "bidirectional"]))
         dirs = 2 if direction == "bidirectional" else 1
         layout = int(self.chance(0.3))
+        open_seq = self.chance(0.3)  # a run-time sequence length (then no sequence_lens: it holds the length)
         x_shape = (batch, seq, width) if layout else (seq, batch, width)
         state_shape = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
         inputs = [self.feed("X", x_shape), self.init("W", self.tensor((dirs, gates * hidden, width), 0.6)),
@@ -94,7 +103,7 @@ class Graphs:
         if op == "LSTM":
             optional += [("initial_c", lambda: self.feed("initial_c", state_shape)),
                          ("P", lambda: self.init("P", self.tensor((dirs, 3 * hidden), 0.5)))]
-        present = [self.chance(0.6) for _ in optional]
+        present = [self.chance(0.6) and not (open_seq and name == "sequence_lens") for name, _ in optional]
         last = max((i for i, p in enumerate(present) if p), default=-1)  # trailing absent inputs are left off
         inputs += [make() if p else "" for (_, make), p in list(zip(optional, present))[:last + 1]]
         attrs: dict[str, Any] = {"hidden_size": hidden, "direction": direction}
@@ -122,7 +131,16 @@ class Graphs:
             seq_feeds = {k: np.ascontiguousarray(v.transpose(1, 0, 2)) for k, v in self.feeds.items()}
             twin = graph_model([helper.make_node(op, inputs, names, name=f"the_{op}", **{**attrs, "layout": 0})],
                                seq_feeds, [n for n in names if n], self.inits, name=self.name)
-        return self.case([node], [n for n in names if n], op + (" layout=1" if layout else ""), twin)
+        case = self.case([node], [n for n in names if n], op + (" layout=1" if layout else ""), twin)
+        if open_seq:  # lengths 1 and seq + 2 (not 0: onnxruntime's GRU aborts the process there)
+            axis = layout
+            case.open_seq = (open_axis(case.model, "X", axis), None if twin is None else open_axis(twin, "X", 0))
+            for length in (1, seq + 2):
+                shape = list(x_shape)
+                shape[axis] = length
+                case.other_lengths.append({**self.feeds, "X": self.tensor(shape)})
+            case.kind += " run-time seq"
+        return case
 
     # -- convolutional layers -------------------------------------------------
     def conv(self) -> Case:
@@ -213,6 +231,36 @@ class Graphs:
         return case
 
 
+def open_axis(model, name: str, axis: int):  # noqa: ANN001, ANN201 - onnx.ModelProto
+    """The model with input `name`'s dim `axis` a dim_param, its outputs typed again by shape inference."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    (x,) = [i for i in m.graph.input if i.name == name]
+    dim = x.type.tensor_type.shape.dim[axis]
+    dim.ClearField("dim_value")
+    dim.dim_param = "seq"
+    for out in m.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    del m.graph.value_info[:]
+    return onnx.shape_inference.infer_shapes(m, strict_mode=True)
+
+
+def check_open_seq(case: Case) -> list[str]:
+    """A case with a run-time sequence length through opc.load_onnx: compiled once (not per shape),
+    right at the drawn length and at the others."""
+    import opc
+
+    assert case.open_seq is not None
+    f = opc.load_onnx(case.open_seq[0])
+    out = []
+    for i, feeds in enumerate([case.feeds, *case.other_lengths]):
+        got = [np.asarray(g) for g in f(*feeds.values())]
+        out += compare(got, case.expected(feeds, case.open_seq), f"{case.name} (run-time seq, X {feeds['X'].shape})")
+    if f.variants or f.static_reason:
+        out.append(f"{case.name}: a run-time sequence length compiled per shape ({f.static_reason})")
+    return out
+
+
 class Invalid(Exception):
     """The draw is not a valid model (onnx's checker or shape inference refuses it, an output is empty)."""
 
@@ -296,6 +344,11 @@ def run_batch(cases: list[Case], report: Report) -> None:
             report.defects.append(f"{c.name} ({c.kind}): raised {type(err).__name__}: {err}")
             continue
         report.defects += [f"{d} ({c.kind})" for d in compare(got, c.expected(), c.name)]
+        if c.open_seq is not None:
+            try:
+                report.defects += [f"{d} ({c.kind})" for d in check_open_seq(c)]
+            except Exception as err:  # noqa: BLE001 - any failure of a valid graph is a defect to report
+                report.defects.append(f"{c.name} ({c.kind}, run-time seq): raised {type(err).__name__}: {err}")
 
 
 def check_load_onnx(case: Case) -> list[str]:
