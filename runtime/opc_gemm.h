@@ -952,12 +952,11 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
     const size_t es = dt == OPC_DT_F32 ? 4 : 2;
     if (b0 >= b1 || i0 >= i1 || j0 >= j1) return;
     const int64_t mrows = i1 - i0, ncols = j1 - j0;
-    const int64_t nkb = opc__cdiv(K, opc__min64(OPC_S_KC, K));
     const int64_t kcb = opc__kc_block(K);
     const int64_t NC = opc__min64(OPC_S_NC, opc__cdiv(ncols, NR) * NR);
     const int64_t nbm = opc__cdiv(mrows, OPC_S_MC);     /* balanced row blocks, multiple of MR */
     const int64_t mcb = opc__cdiv(opc__cdiv(mrows, nbm), MR) * MR;
-    const int need_acc = nkb > 1 && dt != OPC_DT_F32;
+    const int need_acc = kcb < K && dt != OPC_DT_F32;  /* more than one depth block */
     float *bp = (float *)opc__buf_get(OPC__BUF_B, (size_t)kcb * (size_t)NC * sizeof(float));
     float *ap = (float *)opc__buf_get(OPC__BUF_A, (size_t)kcb * (size_t)mcb * sizeof(float));
     float *sc = need_acc ? (float *)opc__buf_get(OPC__BUF_C, (size_t)mrows * (size_t)NC * sizeof(float)) : NULL;

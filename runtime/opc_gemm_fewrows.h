@@ -319,13 +319,13 @@ static OPC_UNUSED void opc__gemm_fewrows_s(int64_t batch, int64_t M, int64_t N, 
     } while (0)
     if (nt <= 1) {  /* a plain loop: even an `if (0)` parallel region claims each tile through
                        libgomp's dynamic schedule, which cost an LSTM step's 1x128 @ 512x128 a third */
-        /* the row padded to whole tiles: opc__store_s reads a tile's full width (the pad stays 0) */
-        const int64_t padded = ntile * OPC_S_NR;
-        float *y = M == 1 && !tb && !fb ? (float *)opc__buf_get(OPC__BUF_C, (size_t)padded * sizeof(float)) : NULL;
         if (fb) {
             opc__fr_packed_rows(batch, M, N, K, A, sa, fb, kcb, bf, act, out, res, ep, ep_ctx);
             return;
         }
+        /* the row padded to whole tiles: opc__store_s reads a tile's full width (the pad stays 0) */
+        const int64_t padded = ntile * OPC_S_NR;
+        float *y = M == 1 && !tb ? (float *)opc__buf_get(OPC__BUF_C, (size_t)padded * sizeof(float)) : NULL;
         if (!y) {
             for (int64_t item = 0; item < items; item++) OPC__FR_ITEM(item);
             return;
