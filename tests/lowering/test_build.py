@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -180,3 +181,25 @@ def test_probe_tells_a_wrong_copy():
     flags = build.native_flags()
     if "-mtune=generic" in flags:  # this machine's gcc has the bug: the probe saw it
         assert not build.copies_constants_right(cc, tuple(f for f in flags if f != "-mtune=generic"))
+
+
+def test_runtime_objects_build_at_once(tmp_path, monkeypatch):
+    # the GEMM and nn objects are independent gcc runs of seconds each: a first compile waits for the longest
+    running, most, lock = [0], [0], threading.Lock()
+
+    def fake_object(cache, lib="opc_gemm_lib", defines=()):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return cache / f"{lib}{''.join(defines)}.o"
+
+    monkeypatch.setattr(build, "runtime_object", fake_object)
+    source = "opc_rt_gemm_f32(a); opc_nn_conv_f32(b); opc_nn_pool_f64(c);"
+    objects = build.runtime_objects(source, tmp_path)
+    assert objects == [str(tmp_path / n) for n in ("opc_gemm_lib.o", "opc_nn_lib-DOPC_NN_ONLY=0.o",
+                                                   "opc_nn_lib-DOPC_NN_ONLY=3.o")]
+    assert most[0] == 3
+    assert build.runtime_objects("opc_rt_gemm_f32(a);", tmp_path) == [str(tmp_path / "opc_gemm_lib.o")]
