@@ -520,7 +520,7 @@ NN_DTYPE_CODES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3}
 def runtime_objects(source: str, cache: Path) -> list[str]:
     """The runtime objects a module's C source calls into, built at once where missing: they are
     independent gcc runs of several seconds each (a first compile waits for the longest, not the sum)."""
-    wanted = [("opc_nn_lib", (f"-DOPC_NN_ONLY={code}",))
+    wanted: list[tuple[str, tuple[str, ...]]] = [("opc_nn_lib", (f"-DOPC_NN_ONLY={code}",))
               for dt, code in NN_DTYPE_CODES.items() if re.search(rf"\bopc_nn_\w+_{dt}(_i32|_i64)?\(", source)]
     if "opc_rt_gemm_" in source or wanted:  # opc_nn_lib's convolutions call the GEMM
         wanted.insert(0, ("opc_gemm_lib", ()))
