@@ -186,11 +186,11 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "x <= hi and the outer max only where its operand >= lo, so both forms give 0 but at x == hi == lo, "
         "where both read a tie on each side (a quarter of d); NaN gives 0 either way",
     ("opc/ops/elementwise.py", 'elementwise(o.AsinOp, math.AsinOp, onnx="Asin", since= 6)'):
-        "every model passes onnx.checker first (onnx_import/graph.py: load), which refuses Asin below opset 7 "
+        "every model passes onnx.checker first (onnx_import/proto.py: load), which refuses Asin below opset 7 "
         "(ONNX has no Asin before it), so no converter is looked up at opset 6",
     ("opc/ops/elementwise.py", 'elementwise(o.CeilOp, math.CeilOp, onnx="Ceil", since= 0)'):
         "a converter valid from opset 0 and one from 1 serve the same models: opset 0 is refused before any "
-        "lookup (onnx_import/graph.py: default_opset, MIN_OPSET 1), and the lookup takes the newest key <= the opset",
+        "lookup (onnx_import/proto.py: default_opset, MIN_OPSET 1), and the lookup takes the newest key <= the opset",
     ("opc/ops/elementwise.py", 'elementwise(o.AcoshOp, math.AcoshOp, onnx="Acosh", since= 8)'):
         "onnx.checker refuses Acosh below opset 9 (ONNX has none before it) before any converter is looked up",
     ("opc/ops/elementwise.py", "return (e.div(douts[ -1], e.add(e.full(1.0, x), x)),)"):

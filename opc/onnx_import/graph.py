@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import (
@@ -57,54 +56,56 @@ from opc.dialects.builder import OpBuilder
 from opc.dialects.kinds import element_of, shape_of
 from opc.dialects.opc import SYMBOLIC_SHAPES
 from opc.dialects.sizes import symbolic_shapes
-from opc.errors import BuildError, InputError, UnsupportedError, first_line
+from opc.errors import InputError, UnsupportedError, first_line
 from opc.onnx_import.lists import Item, Labels, Maps, Opt, Seq, is_list, layout_of, leaves
+from opc.onnx_import.proto import (
+    TENSOR_TYPES,
+    default_opset,
+    dims_of,
+    domain_opsets,
+    dtype_name,
+    load,
+    onnx_module,
+)
 from opc.onnx_import.run_time_sizes import SYMBOLIC_FOLDERS, SizeNeeded, SizeTracker, fold_symbolic, is_symbolic
 from opc.symbolic import Size, Sym, SymbolicComparison
 
 MAX_FOLDED_INPUT = 64  # elements of a given input that import may compile in as a constant
-MIN_OPSET = 1  # the oldest ai.onnx opset imported: every one the installed onnx knows
 BASE_OPSET = 13  # a converter registered without since= serves this opset and later ones
 
 
-def max_opset() -> int:
-    """The newest ai.onnx opset the installed onnx knows (28 for onnx 1.23)."""
-    return int(onnx_module().defs.onnx_opset_version())
-
-
-INSTALL_HINT = 'pip install "opc[onnx]" (in a checkout of opc: pip install ".[onnx]")'
-
-# ONNX TensorProto element type numbers -> (name, opc element type, NumPy dtype)
+# ONNX TensorProto element type numbers -> (name, opc element type, NumPy dtype): proto.TENSOR_TYPES with
+# each type's opc element type
 INT32 = 6  # onnx.TensorProto.INT32
-ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {
-    1: ("FLOAT", Float32Type(), np.dtype(np.float32)),
-    2: ("UINT8", IntegerType(8, Signedness.UNSIGNED), np.dtype(np.uint8)),
-    3: ("INT8", IntegerType(8), np.dtype(np.int8)),
-    4: ("UINT16", IntegerType(16, Signedness.UNSIGNED), np.dtype(np.uint16)),
-    5: ("INT16", IntegerType(16), np.dtype(np.int16)),
-    12: ("UINT32", IntegerType(32, Signedness.UNSIGNED), np.dtype(np.uint32)),
-    13: ("UINT64", IntegerType(64, Signedness.UNSIGNED), np.dtype(np.uint64)),
-    6: ("INT32", IntegerType(32), np.dtype(np.int32)),
-    7: ("INT64", IntegerType(64), np.dtype(np.int64)),
-    9: ("BOOL", IntegerType(1), np.dtype(np.bool_)),
-    10: ("FLOAT16", Float16Type(), np.dtype(np.float16)),
-    11: ("DOUBLE", Float64Type(), np.dtype(np.float64)),
-    16: ("BFLOAT16", BFloat16Type(), np.dtype(ml_dtypes.bfloat16)),
-    # low precision (SPEC.md: Types); onnx.numpy_helper.to_array unpacks the 4- and 2-bit ones, which
-    # ONNX packs two (four) to a byte, low bits first, into one ml_dtypes element a byte
-    17: ("FLOAT8E4M3FN", Float8E4M3FNType(), np.dtype(ml_dtypes.float8_e4m3fn)),
-    18: ("FLOAT8E4M3FNUZ", Float8E4M3FNUZType(), np.dtype(ml_dtypes.float8_e4m3fnuz)),
-    19: ("FLOAT8E5M2", Float8E5M2Type(), np.dtype(ml_dtypes.float8_e5m2)),
-    20: ("FLOAT8E5M2FNUZ", Float8E5M2FNUZType(), np.dtype(ml_dtypes.float8_e5m2fnuz)),
-    24: ("FLOAT8E8M0", Float8E8M0FNUType(), np.dtype(ml_dtypes.float8_e8m0fnu)),
-    23: ("FLOAT4E2M1", Float4E2M1FNType(), np.dtype(ml_dtypes.float4_e2m1fn)),
-    27: ("FLOAT6E2M3", Float6E2M3FNType(), np.dtype(ml_dtypes.float6_e2m3fn)),  # packed four to three bytes
-    28: ("FLOAT6E3M2", Float6E3M2FNType(), np.dtype(ml_dtypes.float6_e3m2fn)),
-    22: ("INT4", IntegerType(4), np.dtype(ml_dtypes.int4)),
-    21: ("UINT4", IntegerType(4, Signedness.UNSIGNED), np.dtype(ml_dtypes.uint4)),
-    26: ("INT2", IntegerType(2), np.dtype(ml_dtypes.int2)),
-    25: ("UINT2", IntegerType(2, Signedness.UNSIGNED), np.dtype(ml_dtypes.uint2)),
+OPC_ELEMENTS: dict[int, Attribute] = {
+    1: Float32Type(),
+    2: IntegerType(8, Signedness.UNSIGNED),
+    3: IntegerType(8),
+    4: IntegerType(16, Signedness.UNSIGNED),
+    5: IntegerType(16),
+    12: IntegerType(32, Signedness.UNSIGNED),
+    13: IntegerType(64, Signedness.UNSIGNED),
+    6: IntegerType(32),
+    7: IntegerType(64),
+    9: IntegerType(1),
+    10: Float16Type(),
+    11: Float64Type(),
+    16: BFloat16Type(),
+    17: Float8E4M3FNType(),
+    18: Float8E4M3FNUZType(),
+    19: Float8E5M2Type(),
+    20: Float8E5M2FNUZType(),
+    24: Float8E8M0FNUType(),
+    23: Float4E2M1FNType(),
+    27: Float6E2M3FNType(),
+    28: Float6E3M2FNType(),
+    22: IntegerType(4),
+    21: IntegerType(4, Signedness.UNSIGNED),
+    26: IntegerType(2),
+    25: IntegerType(2, Signedness.UNSIGNED),
 }
+ELEMENT_TYPES: dict[int, tuple[str, Attribute, np.dtype]] = {k: (name, OPC_ELEMENTS[k], dt)
+                                                          for k, (name, dt) in TENSOR_TYPES.items()}
 FLOAT_ELEMENT_TYPES = (1, 10, 11, 16)
 BY_NUMPY = {np_dtype: element for _, element, np_dtype in ELEMENT_TYPES.values()}
 # Ops that draw random numbers: not imported, since ONNX defines no generator (its node tests expect the
@@ -116,21 +117,6 @@ NOT_FOLDABLE = RANDOM_OPS | {"If", "Loop", "Scan"}
 LIST_OPS = {"SequenceConstruct", "SequenceEmpty", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength",
             "ConcatFromSequence", "SplitToSequence", "SequenceMap", "Optional", "OptionalHasElement",
             "OptionalGetElement"}
-
-
-def onnx_module():
-    try:
-        import onnx
-    except ImportError:
-        raise BuildError(f"importing ONNX models needs the onnx package: {INSTALL_HINT}") from None
-    return onnx
-
-
-def dtype_name(elem_type: int) -> str:
-    try:
-        return onnx_module().TensorProto.DataType.Name(elem_type)
-    except ValueError:
-        return str(elem_type)
 
 
 def supported_dtypes() -> str:
@@ -185,86 +171,6 @@ def no_number_suffix(name: str) -> str:
 # ---------------------------------------------------------------------------
 # Loading and checking
 # ---------------------------------------------------------------------------
-
-
-def load(model: Any, where: str):
-    """An onnx.ModelProto from a path or a ModelProto, checked by onnx.checker."""
-    onnx = onnx_module()
-    from google.protobuf.message import DecodeError
-
-    if not isinstance(model, onnx.ModelProto):
-        path = os.fspath(model)
-        if not os.path.isfile(path):
-            raise InputError(f"no such file: {path}")
-        try:
-            model = onnx.load(path, load_external_data=False)
-        except DecodeError as err:
-            raise InputError(f"{where} is not an ONNX model (or is truncated): {first_line(err)}") from None
-        except (OSError, ValueError, RuntimeError) as err:  # unreadable file
-            raise InputError(f"cannot read {where}: {first_line(err)}") from None
-        load_external_data(onnx, model, path, where)
-    if not model.HasField("graph") or model.ir_version == 0:
-        raise InputError(f"{where} is not an ONNX model (no graph or IR version)")
-    default_opset(model, where)  # an opset opc cannot read: say so before the checker does
-    if not model.graph.name:  # the checker wants a name; SPEC.md: an unnamed graph is `main`
-        model.graph.name = "main"
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as err:
-        raise InputError(f"{where} is not a valid ONNX model: {first_line(err)}") from None
-    return model
-
-
-def load_external_data(onnx, model, path: str, where: str) -> None:  # noqa: ANN001
-    """The tensors' external data read in, each file checked first to lie inside the model's folder
-    (symbolic links resolved): a model must not make opc read, and compile into a module, a file
-    elsewhere. Refused as one InputError line."""
-    from onnx import external_data_helper as helper
-
-    folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    tensors = [t for t in helper._get_all_tensors(model) if helper.uses_external_data(t)]
-    for t in tensors:
-        location = next((e.value for e in t.external_data if e.key == "location"), "")
-        target = os.path.realpath(os.path.join(folder, location))
-        if not location or os.path.isabs(location) or os.path.commonpath([folder, target]) != folder:
-            raise InputError(f"{where}: tensor '{t.name}' keeps its data in '{location}', outside the model's "
-                             f"folder {folder}: refused (external data must lie in the model's folder)")
-    if tensors:
-        try:
-            helper.load_external_data_for_model(model, folder)
-        except (OSError, ValueError, RuntimeError, onnx.checker.ValidationError) as err:  # missing, cut short
-            raise InputError(f"cannot read {where}'s external data: {first_line(err)}") from None
-
-
-def domain_opsets(model) -> dict[str, int]:
-    """The opset the model imports for each domain, ai.onnx under that name (not "")."""
-    return {op.domain or "ai.onnx": op.version for op in model.opset_import}
-
-
-def default_opset(model, where: str) -> int:
-    versions = domain_opsets(model)
-    version = versions.get("ai.onnx")
-    if version is None and len(versions) > 0:
-        # only other domains (ai.onnx.ml, ai.onnx.preview.training): the checker refuses an ai.onnx node
-        # in it, so the ai.onnx opset only serves folding, where the newest is as good as any
-        return max_opset()
-    if version is None:
-        raise UnsupportedError(f"{where} imports no ai.onnx opset; opc imports opsets {MIN_OPSET} to {max_opset()}")
-    newest = max_opset()
-    if version > newest:
-        raise UnsupportedError(f"{where} uses ai.onnx opset {version}, newer than the installed onnx "
-                       f"{onnx_module().__version__} knows ({newest}): upgrade onnx")
-    if version < MIN_OPSET:
-        raise UnsupportedError(f"{where} uses ai.onnx opset {version}; opc imports opsets {MIN_OPSET} to {newest}")
-    return version
-
-
-def dims_of(value_info) -> list[int | str | None]:
-    """Static dims as ints, dynamic ones as their name (dim_param) or None."""
-    t = value_info.type.tensor_type
-    if not t.HasField("shape"):
-        return [None]
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
 
 
 def fix_input_shapes(model, shapes: Mapping[str, Sequence[int]], initializers: set[str]) -> None:
