@@ -137,8 +137,20 @@ def compile(source, target: str = "cpu", grad: bool | int = False, decompose: st
     key, hit = compile_cache.find(source, target, grad, decompose, fuse, cache_dir, arrays)
     if hit is not None:
         return hit
+    compiled, sigs = full_compile(source, target, grad, decompose, fuse, cache_dir, arrays)
+    if key is not None and sigs is not None:
+        compile_cache.store(key, compiled, sigs, load_extension_name(compiled), cache_dir)
+    return compiled
+
+
+def full_compile(source, target: str, grad: bool | int = False, decompose: str | None = None, fuse: bool = True,
+                 cache_dir: str | None = None,
+                 arrays: str = "numpy") -> tuple[CompiledModule, list[FunctionSignature] | None]:
+    """compile's full path, past its cache: (the module, its signatures for compile_cache.store; None
+    for a CUDA build, which is not recorded there)."""
     src = prepare(load_module(source), target, grad, decompose, fuse)
     loops = lower(src, target)
+    sigs = None
     if target_backend(target) == "cuda":
         from opc.lowering.cuda_build import compile_cuda
 
@@ -149,9 +161,7 @@ def compile(source, target: str = "cpu", grad: bool | int = False, decompose: st
     compiled.no_grad.update(no_grad_reasons(src.module))
     compiled.wrt.update(grad_arguments(src.module))
     compiled.set_arrays(arrays)
-    if key is not None and target_backend(target) != "cuda":
-        compile_cache.store(key, compiled, sigs, load_extension_name(compiled), cache_dir)
-    return compiled
+    return compiled, sigs
 
 
 def grad_arguments(module: ModuleOp) -> dict[str, list[int]]:

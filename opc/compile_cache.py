@@ -31,6 +31,7 @@ import shutil
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from opc.interop.arrays import ARRAY_KINDS
 from opc.lowering.abi import FunctionSignature
@@ -39,7 +40,7 @@ from opc.lowering.build import CompiledModule, cache_dir, content_key, intact, l
 
 RECORD_FORMAT = 6
 FLAVOR_ENV = ("OPC_SANITIZE", "OPC_PROFILE", "CC", "OPC_MARCH")  # environment that changes what a compile builds
-_memory: dict[str, CompiledModule] = {}
+_memory: dict[str, tuple[CompiledModule, Any]] = {}  # (module, extra)
 
 
 @functools.cache
@@ -106,6 +107,13 @@ def lookup(key: str, cache_override: str | os.PathLike[str] | None = None,
            arrays: str = "numpy") -> CompiledModule | None:
     """The module compiled for `key`, returning `arrays` (one module object per kind: the kind is
     its state), or None."""
+    found = lookup_entry(key, cache_override, arrays)
+    return found[0] if found is not None else None
+
+
+def lookup_entry(key: str, cache_override: str | os.PathLike[str] | None = None,
+                 arrays: str = "numpy") -> tuple[CompiledModule, Any] | None:
+    """(the module compiled for `key`, what its caller stored with it: `store`'s extra), or None."""
     cache = cache_dir(cache_override)
     memo = f"{cache}\0{key}\0{arrays}"
     if memo in _memory:
@@ -132,14 +140,15 @@ def lookup(key: str, cache_override: str | os.PathLike[str] | None = None,
     module.no_grad.update(rec["no_grad"])
     module.wrt.update(rec["wrt"])
     module.set_arrays(arrays)
-    _memory[memo] = module
-    return module
+    _memory[memo] = (module, rec.get("extra"))
+    return _memory[memo]
 
 
 def store(key: str, module: CompiledModule, sigs: list[FunctionSignature], ext_name: str,
-          cache_override: str | None = None) -> None:
-    """The record of a module just compiled (atomic: a reader sees all of it or none). Where it
-    cannot be written (a full disk), the module is not recorded: the next compile of it is a miss."""
+          cache_override: str | os.PathLike[str] | None = None, extra: Any = None) -> None:
+    """The record of a module just compiled, with `extra` (JSON: what a caller such as opc.load_onnx
+    needs besides the module), atomic: a reader sees all of it or none. Where it cannot be written
+    (a full disk), the module is not recorded: the next compile of it is a miss."""
     cache = cache_dir(cache_override)
     record, c_path = record_paths(cache, key)
     assert module.path is not None  # a module just built from its extension file
@@ -147,17 +156,42 @@ def store(key: str, module: CompiledModule, sigs: list[FunctionSignature], ext_n
            "signatures": [[s.name, s.inputs, s.outputs, s.errors, s.sizes, s.checks, s.found, s.handed, s.derived]
                           for s in sigs],
            "no_grad": module.no_grad,
-           "wrt": module.wrt}
+           "wrt": module.wrt,
+           "extra": extra}
+    write_atomically([(c_path, module.c_source), (record, json.dumps(rec))])  # the .c first: a record is
+    _memory[f"{cache}\0{key}\0{module.arrays}"] = (module, extra)  # only ever seen with its source
+
+
+def read_note(key: str, cache_override: str | os.PathLike[str] | None = None) -> Any:
+    """A note written by `write_note` (JSON), or None."""
+    try:
+        return json.loads(note_path(cache_dir(cache_override), key).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_note(key: str, value: Any, cache_override: str | os.PathLike[str] | None = None) -> None:
+    """A small fact found by a compile, kept for the next one (a model passed onnx.checker, which inputs a
+    compile bound by value): no module goes with it. Atomic; not written on a full disk."""
+    write_atomically([(note_path(cache_dir(cache_override), key), json.dumps(value))])
+
+
+def note_path(cache: Path, key: str) -> Path:
+    return cache / "loaded" / f"{key}.note.json"
+
+
+def write_atomically(files: list[tuple[Path, str]]) -> None:
+    """Each file by rename from a private temporary, in order; where one fails (a full disk), the
+    temporaries go and the files not yet renamed are not written."""
     written = []
     try:
-        record.parent.mkdir(mode=0o700, exist_ok=True)
-        for path, text in ((c_path, module.c_source), (record, json.dumps(rec))):
+        files[0][0].parent.mkdir(mode=0o700, exist_ok=True)
+        for path, text in files:
             tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             written.append(tmp)
             tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)  # the .c first: a record is only ever seen with its source
+            os.replace(tmp, path)
     except OSError:
         for tmp in written:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-    _memory[f"{cache}\0{key}\0{module.arrays}"] = module

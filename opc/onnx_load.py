@@ -4,8 +4,9 @@
     y = f(x)                               # imports + compiles for x's shape, then runs
     y = f(x2)                              # same shapes: the compiled module is reused
 
-Each call's input shapes and dtypes pick a compiled variant (kept in memory; the
-C build itself is cached on disk by opc.compile). An input that a converter needs
+Each call's input shapes and dtypes pick a compiled variant (kept in memory, and on
+disk: a variant compiled before, by any process, loads without an import or a pass,
+opc/onnx_cache.py). An input that a converter needs
 at compile time (Reshape's shape, an axes or a size given as a graph input) is
 bound: its value joins the variant's key and it is no argument of the function.
 A sequence input is a list of arrays (its length and their shapes join the key;
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from xdsl.dialects import func
+
+from opc import compile_cache, onnx_cache
 
 
 @dataclass
@@ -39,7 +41,7 @@ class OnnxModel:
 
     def __init__(self, model: Any, target: str = "cpu", cache_dir: str | None = None,
                  specialize: bool = False) -> None:
-        from opc.onnx_import.graph import load, onnx_module
+        from opc.onnx_import.proto import onnx_module, read
 
         onnx = onnx_module()
         self.where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
@@ -47,9 +49,13 @@ class OnnxModel:
             own = onnx.ModelProto()
             own.CopyFrom(model)
             model = own
-        self.model = load(model, self.where)
         self.target = target
         self.cache_dir = cache_dir
+        # compiles are found again on disk for the cpu target (the key: the model's bytes, onnx_cache.py)
+        cached = target == "cpu" and (cache_dir is None or isinstance(cache_dir, (str, os.PathLike)))
+        self.model, data = read(model, self.where, identify=cached)
+        self.digest = None if data is None else onnx_cache.model_digest(data)
+        self.checked()
         init_names = {t.name for t in self.model.graph.initializer}
         self.input_names = [vi.name for vi in self.model.graph.input if vi.name not in init_names]
         # sequence and optional inputs: kept as lists (or None), each array an argument
@@ -62,6 +68,21 @@ class OnnxModel:
         self.specialize = specialize or bool(self.list_inputs) or not self.open_dims()
         self.dynamic: dict[tuple, Variant | None] = {}
         self.static_reason: str | None = None if not self.specialize or specialize else "no open input dims"
+
+    def checked(self) -> None:
+        """onnx.checker on the model, unless these bytes passed it before (a note in the cache)."""
+        from opc.onnx_import.proto import check
+
+        key = self.cache_key("checked")
+        if key is not None and compile_cache.read_note(key, self.cache_dir) is not None:
+            return
+        check(self.model, self.where)
+        if key is not None:
+            compile_cache.write_note(key, {"passed": True}, self.cache_dir)
+
+    def cache_key(self, *variant: str) -> str | None:
+        """The cache key of a fact about this model, or None where its compiles are not cached."""
+        return None if self.digest is None else onnx_cache.key(self.digest, self.target, *variant)
 
     def feeds(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         if len(args) > len(self.input_names):
@@ -96,20 +117,20 @@ class OnnxModel:
     @functools.cached_property
     def declared(self) -> dict[str, tuple[Any, int, list[int | str | None]]]:
         """Each graph input's (value info, element type, dims), read off the proto once."""
-        from opc.onnx_import.graph import dims_of
+        from opc.onnx_import.proto import dims_of
 
         return {vi.name: (vi, vi.type.tensor_type.elem_type, dims_of(vi)) for vi in self.model.graph.input}
 
     def check(self, feeds: Mapping[str, Any]) -> None:
         """A call's inputs against the graph's declared dtypes, ranks and static dims."""
-        from opc.onnx_import.graph import ELEMENT_TYPES, dtype_name
+        from opc.onnx_import.proto import TENSOR_TYPES, dtype_name
 
         for name, value in feeds.items():
             vi, elem, dims = self.declared[name]
             if name in self.list_inputs:
                 self.check_list(f"input '{name}'", vi.type, value)
                 continue
-            if elem in ELEMENT_TYPES and value.dtype != ELEMENT_TYPES[elem][2]:
+            if elem in TENSOR_TYPES and value.dtype != TENSOR_TYPES[elem][1]:
                 raise ValueError(f"input '{name}' has dtype {value.dtype}, the model wants {dtype_name(elem).lower()}")
             if dims == [None]:
                 continue
@@ -121,7 +142,7 @@ class OnnxModel:
 
     def check_list(self, what: str, type_proto: Any, value: Any) -> None:
         """A sequence or optional input's arrays against the declared element dtype, rank and static dims."""
-        from opc.onnx_import.graph import ELEMENT_TYPES, dtype_name
+        from opc.onnx_import.proto import TENSOR_TYPES, dtype_name
 
         kind = type_proto.WhichOneof("value")
         if kind == "optional_type":
@@ -137,7 +158,7 @@ class OnnxModel:
         if kind != "tensor_type" or not isinstance(value, np.ndarray):
             raise ValueError(f"{what} must be an array, got {type(value).__name__}")
         t = type_proto.tensor_type
-        if t.elem_type in ELEMENT_TYPES and value.dtype != ELEMENT_TYPES[t.elem_type][2]:
+        if t.elem_type in TENSOR_TYPES and value.dtype != TENSOR_TYPES[t.elem_type][1]:
             raise ValueError(f"{what} has dtype {value.dtype}, the model wants {dtype_name(t.elem_type).lower()}")
         if t.HasField("shape"):
             dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
@@ -159,7 +180,7 @@ class OnnxModel:
         if not self.specialize:
             dyn_key = tuple((n, v.dtype, v.ndim) for n, v in feeds.items())
             if dyn_key not in self.dynamic:
-                self.dynamic[dyn_key] = self.build_dynamic()
+                self.dynamic[dyn_key] = self.build_dynamic(dyn_key)
             found = self.dynamic[dyn_key]
             if found is not None:
                 return found
@@ -173,36 +194,95 @@ class OnnxModel:
         return v
 
     def build(self, feeds: Mapping[str, Any]) -> Variant:
-        from opc.api import compile
         from opc.onnx_import import import_graph
-        from opc.onnx_import.lists import shapes_of
+        from opc.onnx_import.lists import key_of, shapes_of
 
+        shape_key = self.cache_key("shapes", repr(tuple((n, key_of(v)) for n, v in feeds.items())))
+        if shape_key is not None:  # the note names the inputs the import binds (their values join the key)
+            note = compile_cache.read_note(shape_key, self.cache_dir)
+            names = note.get("bound") if isinstance(note, dict) else None
+            key = onnx_cache.bound_key(shape_key, names, feeds) if isinstance(names, list) else None
+            found = self.cached(key, feeds) if key is not None else None
+            if found is not None:
+                return found
         layouts: list[Any] = []
+        weights: list[str] = []
         module, params, bound = import_graph(self.model, {n: shapes_of(v) for n, v in feeds.items()}, feeds,
-                                             self.where, layouts=layouts)
-        (f,) = list(module.ops)
-        assert isinstance(f, func.FuncOp)
-        compiled = compile(module, target=self.target, cache_dir=self.cache_dir)
+                                             self.where, layouts=layouts, weight_sources=weights, checked=True)
+        key = None if shape_key is None else onnx_cache.bound_key(shape_key, bound, feeds)
+        compiled, function = self.compile(module, key, weights, bound, layouts)
+        if key is not None and shape_key is not None:
+            compile_cache.write_note(shape_key, {"bound": list(bound)}, self.cache_dir)
         # the weights are the import's own arrays, never the caller's: bound once, not checked per call
-        call = compiled[f.sym_name.data].with_last(cache_aligned(params.values()), frozen=True)
+        call = compiled[function].with_last(cache_aligned(params.values()), frozen=True)
         return Variant(call, {n: feeds[n].copy() for n in bound}, layouts)
 
-    def build_dynamic(self) -> Variant | None:
+    def build_dynamic(self, dyn_key: tuple) -> Variant | None:
         """The variant with the open dims `?`, or None (static_reason says why) where an op needs a size
         at compile time (a Shape computed into a Reshape, a value read at import...)."""
-        from opc.api import compile
+        from opc.errors import BuildError
         from opc.onnx_import import import_graph
 
+        key = self.cache_key("dynamic", repr(dyn_key))
+        note = compile_cache.read_note(key, self.cache_dir) if key is not None else None
+        if isinstance(note, dict) and isinstance(note.get("refused"), str):
+            self.static_reason = note["refused"]
+            return None
+        found = self.cached(key, {}) if key is not None else None
+        if found is not None:
+            return found
         layouts: list[Any] = []
+        weights: list[str] = []
         try:
-            module, params, _ = import_graph(self.model, None, None, self.where, layouts=layouts, dynamic=True)
-            (f,) = list(module.ops)
-            assert isinstance(f, func.FuncOp)
-            compiled = compile(module, target=self.target, cache_dir=self.cache_dir)
+            module, params, _ = import_graph(self.model, None, None, self.where, layouts=layouts, dynamic=True,
+                                             weight_sources=weights, checked=True)
+            compiled, function = self.compile(module, key, weights, [], layouts)
         except Exception as err:  # noqa: BLE001  (any refusal: the per-shape path still runs the model)
             self.static_reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            if key is not None and not isinstance(err, (BuildError, OSError)):  # (a build may pass next time)
+                compile_cache.write_note(key, {"refused": self.static_reason}, self.cache_dir)
             return None
-        return Variant(compiled[f.sym_name.data].with_last(cache_aligned(params.values()), frozen=True), {}, layouts)
+        return Variant(compiled[function].with_last(cache_aligned(params.values()), frozen=True), {}, layouts)
+
+    def compile(self, module: Any, key: str | None, weights: list[str], bound: list[str],
+                layouts: list[Any]) -> tuple[Any, str]:
+        """(the imported function compiled, its name), recorded under `key` with what a hit needs."""
+        from xdsl.dialects import func
+
+        from opc.api import compile, full_compile, load_extension_name
+
+        (f,) = list(module.ops)
+        assert isinstance(f, func.FuncOp)
+        function = f.sym_name.data
+        if key is None:
+            return compile(module, target=self.target, cache_dir=self.cache_dir), function
+        compiled, sigs = full_compile(module, self.target, cache_dir=self.cache_dir)
+        entry = onnx_cache.extra(function, weights, bound, layouts)
+        if sigs is not None and entry is not None:
+            compile_cache.store(key, compiled, sigs, load_extension_name(compiled), self.cache_dir, entry)
+        return compiled, function
+
+    def cached(self, key: str, feeds: Mapping[str, Any]) -> Variant | None:
+        """The variant compiled before under `key`, its weights read from the model, or None."""
+        found = compile_cache.lookup_entry(key, self.cache_dir)
+        if found is None:
+            return None
+        module, entry = found
+        try:
+            function, bound = module[entry["function"]], {n: feeds[n].copy() for n in entry["bound"]}
+            weights = self.initializers(entry["weights"])
+            layouts = list(onnx_cache.as_tuples(entry["layouts"]))
+        except (KeyError, TypeError, ValueError, AttributeError):  # a record this opc did not write
+            return None
+        return Variant(function.with_last(cache_aligned(weights), frozen=True), bound, layouts)
+
+    def initializers(self, names: list[str]) -> list[np.ndarray]:
+        """The named initializers as arrays, as the import reads them (graph.read_initializers)."""
+        from onnx import numpy_helper
+
+        by_name = {t.name: t for t in self.model.graph.initializer}
+        base = os.path.dirname(self.where) if os.path.isfile(self.where) else ""
+        return [numpy_helper.to_array(by_name[n], base_dir=base) for n in names]
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The outputs: arrays; lists of arrays for sequences, None for an empty optional, lists of dicts

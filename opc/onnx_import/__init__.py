@@ -76,14 +76,17 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 def import_graph(model: Any, shapes: Mapping[str, Any] | None,
                  input_values: Mapping[str, Any] | None = None, where: str | None = None,
-                 layouts: list[Any] | None = None, dynamic: bool = False):  # noqa: ANN201
+                 layouts: list[Any] | None = None, dynamic: bool = False,
+                 weight_sources: list[str] | None = None, checked: bool = False):  # noqa: ANN201
     """graph.import_graph with the converters registered: (ModuleOp, params, the inputs bound by value);
     `layouts` receives the outputs' layouts (sequences and optionals: lists.regroup); `dynamic` keeps
-    the inputs' open dims `?`."""
+    the inputs' open dims `?`; `weight_sources` receives the initializer each param is; a model `checked`
+    by onnx.checker before is not checked again."""
     from opc.onnx_import.graph import import_graph as import_with_converters
 
     register_converters()
-    return import_with_converters(model, shapes, input_values, where, layouts=layouts, dynamic=dynamic)
+    return import_with_converters(model, shapes, input_values, where, layouts=layouts, dynamic=dynamic,
+                                  weight_sources=weight_sources, checked=checked)
 
 
 def register_converters() -> None:

@@ -66,6 +66,7 @@ from opc.onnx_import.proto import (
     dtype_name,
     load,
     onnx_module,
+    read,
 )
 from opc.onnx_import.run_time_sizes import SYMBOLIC_FOLDERS, SizeNeeded, SizeTracker, fold_symbolic, is_symbolic
 from opc.symbolic import Size, Sym, SymbolicComparison
@@ -756,6 +757,7 @@ class GraphImporter:
         self.input_values: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in (input_values or {}).items()
                                                     if isinstance(v, np.ndarray)}  # a sequence's: never bound
         self.bound_inputs: list[str] = []
+        self.weight_sources: list[str] = []  # each weight argument's initializer, in argument order
         # fold_given: the given values of small inputs are constants from the start, so that what is
         # computed from them (a Range bound from a window length, a shape from sizes) is known too
         small = [n for n, v in self.input_values.items() if v.size <= MAX_FOLDED_INPUT]
@@ -893,6 +895,7 @@ class GraphImporter:
                     self.bound_inputs.append(onnx_name)
             elif k >= len(input_names):
                 params[name] = weights[onnx_name]
+                self.weight_sources.append(onnx_name)
         fname = identifier(g.name, set(), "main")
         f = func.FuncOp(fname, (list(block.arg_types), [r.type for r in results]), Region(block))
         self.bound_inputs = self.folded_inputs + self.bound_inputs
@@ -1176,12 +1179,15 @@ def open_dims(model: Any) -> dict[str, list[int | str | None]]:
 def import_graph(model: Any, shapes: Mapping[str, Any] | None,
                  input_values: Mapping[str, Any] | None = None,
                  where: str | None = None, constants: Any = None,
-                 layouts: list[Any] | None = None, dynamic: bool = False
+                 layouts: list[Any] | None = None, dynamic: bool = False,
+                 weight_sources: list[str] | None = None, checked: bool = False
                  ) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
     """import_model, where converters may read the given graph inputs' values (shapes, axes) at compile
     time; the third result names the inputs so bound (no longer arguments). A sequence input's shape is a
     list of its tensors' shapes, an empty optional's None (lists.shapes_of); `layouts`, when given, receives
-    each graph output's layout, to regroup the function's results into sequences (lists.regroup)."""
+    each graph output's layout, to regroup the function's results into sequences (lists.regroup);
+    `weight_sources`, the initializer each param is (unchanged: numpy_helper.to_array of it). A model
+    `checked` before (opc.load_onnx's) is not checked again."""
     onnx = onnx_module()
     if where is None:
         where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
@@ -1189,7 +1195,7 @@ def import_graph(model: Any, shapes: Mapping[str, Any] | None,
         own = onnx.ModelProto()
         own.CopyFrom(model)  # named and given shapes here: leave the caller's model alone
         model = own
-    model = load(model, where)
+    model = read(model, where)[0] if checked else load(model, where)
     try:
         importer = GraphImporter(model, where, shapes, input_values, constants=constants, dynamic=dynamic)
         module, params = importer.run()
@@ -1202,4 +1208,6 @@ def import_graph(model: Any, shapes: Mapping[str, Any] | None,
         module, params = importer.run()
     if layouts is not None:
         layouts[:] = importer.output_layouts
+    if weight_sources is not None:
+        weight_sources[:] = importer.weight_sources
     return module, params, importer.bound_inputs

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from xdsl.ir import SSAValue
 
-Value = SSAValue | np.ndarray
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
+
+    Value = SSAValue | np.ndarray
+else:  # a call of a model whose compile was cached (onnx_load) flattens and regroups without importing xDSL
+    Value = Any
 
 
 @dataclass(frozen=True)
