@@ -6,9 +6,10 @@
     python3 bench/plot_results.py plot bench/results/2026-12-03-round4-quiet.json -o docs/img
     python3 bench/plot_results.py trace trace.json -o docs/img/profile-trace.svg
 
-`extract` reads the output of bench_transformer.py and bench_cpu.py as a results file holds it
-(the tables those scripts print) and writes every figure it finds, nothing else, with the
-machine, date, command and source file. `plot` draws the ratios of such a JSON file: one SVG per
+`extract` reads the output of bench_transformer.py, bench_cpu.py, bench_models_cpu.py and
+bench_control_flow.py --only lstm as results files hold it (the tables and lines those scripts
+print) and writes every figure it finds, nothing else, with the machine, date, command and source
+files. `plot` draws the ratios of such a JSON file: one SVG per
 bench (ratio = the other system's time / opc's time; above 1, opc is faster). `trace` draws a
 Chrome trace of `opc profile --trace` as a timeline, one row per kernel. Needs matplotlib
 (the `bench` extra); the plots are committed, so building the docs does not.
@@ -26,10 +27,51 @@ TRANSFORMER_HEAD = re.compile(r"^threads (\d+); load average ([\d.]+); (.*)$")
 TRANSFORMER_ROW = re.compile(r"^(forward(?: \+ backward)?)\s+vs (.+?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$")
 CPU_HEAD = re.compile(r"^numpy .*; threads (\d+) of (\d+) cores;.*load average ([\d.]+)")
 CPU_ROW = re.compile(r"^  (\S.*?)\s{2,}([\d.]+)\s+([\d.]+)\s+([\d.]+)$")
+# bench_models_cpu.py: "resnet18: opc 6.38 ms, onnxruntime 5.08 ms, onnxruntime/opc 0.80 (CPU time per call, 1 ..."
+MODEL_ROW = re.compile(r"^(\w+): opc ([\d.]+) ms, onnxruntime ([\d.]+) ms, onnxruntime/opc ([\d.]+) "
+                       r"\((\w+) time per call, (\d+) thread")
+# bench_control_flow.py --only lstm: a head naming the threads, then "static seq 300 | first | opc | onnxruntime | diff"
+LSTM_HEAD = re.compile(r"^(\d+-layer LSTM) \((.*?)\), (\d+) thread")
+LSTM_ROW = re.compile(r"^\s+(static|run-time seq) seq\s+(\d+) \|\s+[\d.]+ ms \|\s+([\d.]+) ms \|\s+([\d.]+) ms \|")
+LOAD = re.compile(r"load average: ([\d.]+)")
+MODEL_NAMES = {"resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2", "small_cnn": "small CNN"}
 
 
 def extract(text: str) -> list[dict]:
     """Every bench_transformer.py and bench_cpu.py table in a results file, as runs of rows."""
+    return extract_benches(text) + extract_models(text)
+
+
+def extract_models(text: str) -> list[dict]:
+    """bench_models_cpu.py's rows and bench_control_flow.py's LSTM table (one run per thread count):
+    opc's and onnxruntime's time per call, ratio = onnxruntime's / opc's."""
+    runs: dict[int, dict] = {}
+    load = None
+    lstm: tuple[str, int] | None = None
+
+    def run(threads: int) -> dict:
+        return runs.setdefault(threads, {"bench": "models", "threads": threads, "load": load, "statistic": "best",
+                                         "busy": False, "rows": []})
+
+    for line in text.splitlines():
+        if (m := LOAD.search(line)) and load is None:
+            load = float(m.group(1))
+        elif m := MODEL_ROW.match(line):
+            run(int(m.group(6)))["rows"].append({"case": MODEL_NAMES.get(m.group(1), m.group(1)), "vs": "onnxruntime",
+                                                 "clock": m.group(5), "opc_ms": float(m.group(2)),
+                                                 "them_ms": float(m.group(3)), "ratio": float(m.group(4))})
+        elif m := LSTM_HEAD.match(line):
+            lstm = (f"{m.group(1)}, {m.group(2).split(', ')[-1]}", int(m.group(3)))
+        elif lstm and (m := LSTM_ROW.match(line)):
+            opc_ms, them_ms = float(m.group(3)), float(m.group(4))
+            length = "" if m.group(1) == "static" else " (length at run time)"
+            run(lstm[1])["rows"].append({"case": f"{lstm[0]}, seq {m.group(2)}{length}", "vs": "onnxruntime",
+                                         "clock": "CPU" if lstm[1] == 1 else "wall", "opc_ms": opc_ms,
+                                         "them_ms": them_ms, "ratio": round(them_ms / opc_ms, 3)})
+    return list(runs.values())
+
+
+def extract_benches(text: str) -> list[dict]:
     runs: list[dict] = []
     cpu_threads = None
     title = None
@@ -56,14 +98,27 @@ def extract(text: str) -> list[dict]:
 
 
 def cmd_extract(args: argparse.Namespace) -> None:
-    source = Path(args.file)
-    date = re.match(r"\d{4}-\d{2}-\d{2}", source.name)
-    data = {"source": str(source), "command": args.command, "commit": args.commit, "machine": args.machine,
-            "date": date.group(0) if date else None,
-            "ratio": "the other system's time / opc's time (> 1: opc is faster)",
-            "runs": extract(source.read_text(encoding="utf-8"))}
+    sources = [Path(f) for f in args.file]
+    date = re.match(r"\d{4}-\d{2}-\d{2}", sources[0].name)
+    runs = merged([run for source in sources for run in extract(source.read_text(encoding="utf-8"))])
+    data = {"source": ", ".join(str(s) for s in sources), "command": args.command, "commit": args.commit,
+            "machine": args.machine, "date": date.group(0) if date else None,
+            "ratio": "the other system's time / opc's time (> 1: opc is faster)", "runs": runs}
     Path(args.output).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.output}: {sum(len(r['rows']) for r in data['runs'])} figures from {source}")
+    print(f"wrote {args.output}: {sum(len(r['rows']) for r in data['runs'])} figures from {data['source']}")
+
+
+def merged(runs: list[dict]) -> list[dict]:
+    """The models' runs of several files as one run per thread count (the highest load kept)."""
+    out: list[dict] = []
+    for run in runs:
+        same = next((r for r in out if r["bench"] == "models" == run["bench"] and r["threads"] == run["threads"]), None)
+        if same is None:
+            out.append(run)
+            continue
+        same["rows"] += run["rows"]
+        same["load"] = max((x for x in (same["load"], run["load"]) if x is not None), default=None)
+    return out
 
 
 def setup_matplotlib():
@@ -125,6 +180,13 @@ def cmd_plot(args: argparse.Namespace) -> None:
         series = {n: [next((row["ratio"] for row in r["rows"] if f"{row['case']} vs {row['vs']}" == n), None)
                       for r in block] for n in names}
         bars(plt, groups, series, "Transformer block (bench_transformer.py)", out / f"{stem}-transformer.svg", note)
+    models = sorted((r for r in data["runs"] if r["bench"] == "models"), key=lambda r: r["threads"])
+    if models:
+        cases = list(dict.fromkeys(row["case"] for r in models for row in r["rows"]))
+        series = {label(r): [next((row["ratio"] for row in r["rows"] if row["case"] == c), None) for c in cases]
+                  for r in models}
+        bars(plt, cases, series, "CNNs and an LSTM against onnxruntime (onnxruntime's time / opc's)",
+             out / f"{stem}-models.svg", note)
     layers = [r for r in data["runs"] if r["bench"] == "bench_cpu.py"]
     for run in layers:
         cases = list(dict.fromkeys(row["case"].split(" (")[0].split(", pads")[0] for row in run["rows"]))
@@ -172,8 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("extract", help="a results .txt -> JSON")
-    e.add_argument("file")
-    e.add_argument("--command", required=True, help="the command that produced the file")
+    e.add_argument("file", nargs="+", help="results files (the models' runs of several are merged)")
+    e.add_argument("--command", required=True, help="the command(s) that produced the file(s)")
     e.add_argument("--commit", default=None)
     e.add_argument("--machine", required=True)
     e.add_argument("-o", "--output", required=True)
