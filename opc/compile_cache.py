@@ -6,7 +6,8 @@ without importing xDSL or running a pass (parse, passes, lowering and C emission
 0.3-1.2 s for a model; a hit takes a few ms after NumPy's import). The key:
 
 - the source: MLIR text or UTF-8 bytes as given; a path: its name and its bytes (.mlir or .onnx);
-  a ModuleOp is not cached here (its text would cost what the pipeline costs);
+  a ModuleOp is not cached here (its text would cost what the pipeline costs): opc.load_onnx keys
+  its imports on the model instead (opc/onnx_cache.py) and stores them here with `extra`;
 - target "cpu" only (a device file's kernels and CUDA builds take the full path), grad,
   decompose, fuse;
 - opc's code: the path, size and modification time of every file of the package and of its
@@ -17,7 +18,9 @@ The record (CACHE/loaded/KEY.json: the extension's name and file, the signatures
 gradient was not built; KEY.c: the C source) is written after a full compile, by atomic
 rename (where the disk is full, not at all). A record whose extension is gone, cut short or changed
 (its bytes' SHA-256 is not the one recorded when it was built, opc/lowering/build.py `intact`) is a
-miss, and the compile builds it again. In a process, hits are kept in memory.
+miss, and the compile builds it again. In a process, hits are kept in memory. A record may carry
+its caller's `extra` (JSON); notes (CACHE/loaded/KEY.note.json) keep small facts that go with no
+module (which inputs a load_onnx variant binds; a model that passed onnx.checker).
 """
 
 from __future__ import annotations
