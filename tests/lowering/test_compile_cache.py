@@ -76,3 +76,28 @@ def test_key_follows_options_and_flavor(monkeypatch):
     assert base != compile_cache.key_for(SRC, "cpu", False, None, False)
     monkeypatch.setenv("OPC_SANITIZE", "1")
     assert base != compile_cache.key_for(SRC, "cpu", False, None, True)
+
+
+def test_a_record_keeps_its_callers_extra_and_notes(tmp_path):
+    # opc.load_onnx stores what a hit needs besides the module (onnx_cache.py), and small facts as notes
+    cache = str(tmp_path / "cache")
+    m = opc.compile(SRC, cache_dir=cache)
+    key = compile_cache.key_for(SRC, "cpu", False, None, True)
+    assert key is not None
+    own = compile_cache.lookup_entry(key, cache)
+    assert own is not None and own[1] is None  # opc.compile's own records carry none
+    from opc.api import full_compile, load_extension_name
+
+    again, signatures = full_compile(SRC, "cpu", cache_dir=cache)
+    assert signatures is not None
+    compile_cache.store("k" * 32, again, signatures, load_extension_name(again), cache, {"function": "f", "n": [1]})
+    compile_cache._memory.clear()
+    found = compile_cache.lookup_entry("k" * 32, cache)
+    assert found is not None and found[1] == {"function": "f", "n": [1]}
+    x, y = np.ones((4, 3), np.float32), np.full(3, 2.0, np.float32)
+    np.testing.assert_allclose(found[0].f(x, y), m.f(x, y))
+    assert compile_cache.read_note("n" * 32, cache) is None
+    compile_cache.write_note("n" * 32, {"bound": ["shape"]}, cache)
+    assert compile_cache.read_note("n" * 32, cache) == {"bound": ["shape"]}
+    (tmp_path / "cache" / "loaded" / f"{'n' * 32}.note.json").write_text("{\"bound\": [")  # cut short
+    assert compile_cache.read_note("n" * 32, cache) is None
