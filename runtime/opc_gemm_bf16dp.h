@@ -71,11 +71,31 @@ OPC_ALWAYS_INLINE uint32_t opc__bd_word(const uint16_t *p) {  /* p[0], p[1] as o
     return w;
 }
 
-/* ct[MR][NR] = the tile's sum over kp pairs: a[p][MR] words of A, b[p][NR] words of B. The
-   vdpbf16ps written as asm for the reason of opc_gemm.h's OPC__FMA_PS (the accumulators stay
-   in their registers). */
+/* 16 f32 -> bf16 as opc_f32_to_bf16 does it (round to nearest even, NaN the canonical quiet one with
+   its sign), in the integer unit: vcvtneps2bf16 would flush denormals and keep NaN payloads. */
+OPC_BD_TARGET OPC_ALWAYS_INLINE __m256i opc__bd_to_bf16(__m512 z) {
+    const __m512i x = _mm512_castps_si512(z), hi = _mm512_srli_epi32(x, 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(hi, _mm512_set1_epi32(1))));
+    r = _mm512_srli_epi32(r, 16);
+    r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)),
+                                                        _mm512_set1_epi32(0x7fc0)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* The tile's sum over kp pairs (a: [p][MR] words of A, b: [p][NR] words of B). The vdpbf16ps written
+   as asm for the reason of opc_gemm.h's OPC__FMA_PS (the accumulators stay in their registers).
+   Two tails. Not direct: the tile to c (MR x NR, row stride NR) for opc__store_bd. Direct (a whole
+   tile whose store is no more than bias and relu): straight from the registers, in opc__store_s's
+   order of operations, so the same bits: z = [acc +] tile; not the last depth block: z to acc (row
+   stride ldacc); the last: z [+ bias], relu if asked, rounded to bf16 into out (row stride ldo). */
 OPC_BD_TARGET __attribute__((noinline)) static void opc__ukr_bd(int64_t kp, const uint32_t *OPC_RESTRICT a,
-                                                              const uint32_t *OPC_RESTRICT b, float *OPC_RESTRICT c) {
+                                                              const uint32_t *OPC_RESTRICT b, float *OPC_RESTRICT c,
+                                                              int direct, float *acc, int64_t ldacc, int first,
+                                                              int last, const float *bias, int relu,
+                                                              uint16_t *out, int64_t ldo) {
 #define OPC__DP(acc, x, y) __asm__("vdpbf16ps %[yy], %[xx], %[cc]" : [cc] "+v"(acc) : [xx] "v"(x), [yy] "v"(y))
 #define OPC__ROW_DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps()
     OPC__ROW_DECL(0); OPC__ROW_DECL(1); OPC__ROW_DECL(2); OPC__ROW_DECL(3);
@@ -100,10 +120,28 @@ OPC_BD_TARGET __attribute__((noinline)) static void opc__ukr_bd(int64_t kp, cons
 #undef OPC__PK
 #undef OPC__ROW
 #undef OPC__DP
+    if (!direct) {
 #define OPC__ROW_ST(i, x) _mm512_store_ps(c + 32 * (x), c##i##0); _mm512_store_ps(c + 32 * (x) + 16, c##i##1)
+        OPC__ROW_ST(0, 0); OPC__ROW_ST(1, 1); OPC__ROW_ST(2, 2); OPC__ROW_ST(3, 3); OPC__ROW_ST(4, 4);   OPC__ROW_ST(5, 5);
+        OPC__ROW_ST(6, 6); OPC__ROW_ST(7, 7); OPC__ROW_ST(8, 8); OPC__ROW_ST(9, 9); OPC__ROW_ST(a, 10); OPC__ROW_ST(b, 11);
+#undef OPC__ROW_ST
+        return;
+    }
+    const __m512 bias0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    const __m512 bias1 = bias ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();
+#define OPC__HALF(z, h) do { \
+        float *ar = acc + (x) * ldacc + 16 * (h); \
+        if (!first) z = _mm512_add_ps(_mm512_loadu_ps(ar), z); \
+        if (!last) { _mm512_storeu_ps(ar, z); break; } \
+        if (bias) z = _mm512_add_ps(z, (h) ? bias1 : bias0); \
+        if (relu) z = _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), z); \
+        _mm256_storeu_si256((__m256i *)(void *)(out + (x) * ldo + 16 * (h)), opc__bd_to_bf16(z)); \
+    } while (0)
+#define OPC__ROW_ST(i, xx) do { const int64_t x = (xx); OPC__HALF(c##i##0, 0); OPC__HALF(c##i##1, 1); } while (0)
     OPC__ROW_ST(0, 0); OPC__ROW_ST(1, 1); OPC__ROW_ST(2, 2); OPC__ROW_ST(3, 3); OPC__ROW_ST(4, 4);   OPC__ROW_ST(5, 5);
     OPC__ROW_ST(6, 6); OPC__ROW_ST(7, 7); OPC__ROW_ST(8, 8); OPC__ROW_ST(9, 9); OPC__ROW_ST(a, 10); OPC__ROW_ST(b, 11);
 #undef OPC__ROW_ST
+#undef OPC__HALF
 }
 
 /* A block: rows [i0, i0+mc), depth [p0, p0+kc) -> MR-row panels of kp = ceil(kc/2) pairs,
@@ -257,10 +295,15 @@ static OPC_UNUSED void opc__gemm_bf16dp_part(int dt, int64_t b0, int64_t b1, int
                         for (int64_t ir = 0; ir < mc; ir += MR) {
                             const int mr = (int)opc__min64(MR, mc - ir);
                             const int64_t i = ic + ir;
-                            opc__ukr_bd(kp, apc + ir * kp, bpc + pj * NR * kp, ct);
-                            opc__store_bd(ct, mr, nr, sc ? sc + (i - i0) * NC + (j - jc) : NULL, NC, first, last,
-                                          bf ? bf + j : NULL, act, Ob + (size_t)(i * N + j) * 2,
-                                          Rb ? Rb + (size_t)(i * N + j) * 2 : NULL, N);
+                            float *acc = sc ? sc + (i - i0) * NC + (j - jc) : NULL;
+                            char *o = Ob + (size_t)(i * N + j) * 2;
+                            /* a whole tile whose store is the kernel's own: bias and relu at most */
+                            const int direct = mr == MR && nr == NR && (!last || (act <= 1 && !Rb));
+                            opc__ukr_bd(kp, apc + ir * kp, bpc + pj * NR * kp, ct, direct, acc, NC, first, last,
+                                        bf ? bf + j : NULL, act == 1, (uint16_t *)(void *)o, N);
+                            if (!direct)
+                                opc__store_bd(ct, mr, nr, acc, NC, first, last, bf ? bf + j : NULL, act, o,
+                                              Rb ? Rb + (size_t)(i * N + j) * 2 : NULL, N);
                         }
                     }
                     if (ep && last) ep(ep_ctx, b * M + ic, b * M + ic + mc, jc, jc + nc);
