@@ -32,6 +32,8 @@
  * if an allocation fails the call falls back to an unpacked reference loop.
  * f16 packing/stores use F16C when compiled with it (results identical to the
  * scalar opc_runtime.h conversions except for NaN payloads).
+ * bf16 on a CPU with AVX512-BF16 (checked at run time; $OPC_GEMM_BF16DP=0 turns it off) packs
+ * pairs of k instead and runs vdpbf16ps: opc_gemm_bf16dp.h.
  *
  * C only (not for CUDA). Compiles with or without -march=native / -fopenmp.
  */
