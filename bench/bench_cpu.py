@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import benchlib  # noqa: E402
 import peak  # noqa: E402
+from onnx_peers import onnx_jax, onnx_torch  # noqa: E402
 
 
 def parser() -> argparse.ArgumentParser:
@@ -756,92 +757,9 @@ def lstm_case(ctx: Context) -> Contest:
 
 # ResNet-18 forward at 1x3x224x224 (torchvision's, exported by tests/models' script without its
 # weights; seeded_weights.fill_initializers gives them). onnxruntime on the same file is the
-# reference; torch eager and JAX run the same graph node by node (ONNX_TORCH / onnx_jax below).
+# reference; torch eager and JAX run the same graph node by node (bench/onnx_peers.py).
 RESNET = ROOT / "tests" / "models" / "resnet18.onnx"
 
-
-def onnx_torch(torch, model):
-    """A torch eager function running the ONNX graph's nodes (ResNet's op set) one by one."""
-    from onnx import numpy_helper
-
-    F = torch.nn.functional
-    init = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in model.graph.initializer}
-
-    def attrs(node):
-        from onnx import helper
-        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-    def conv(a, x, w, b=None):
-        p = a.get("pads", [0, 0, 0, 0])
-        if p[:2] != p[2:]:
-            raise ValueError("asymmetric pads")
-        return F.conv2d(x, w, b, a.get("strides", [1, 1]), p[:2], a.get("dilations", [1, 1]), a.get("group", 1))
-
-    def max_pool(a, x):
-        p = a.get("pads", [0, 0, 0, 0])
-        return F.max_pool2d(x, a["kernel_shape"], a.get("strides", [1, 1]), p[:2],
-                            ceil_mode=bool(a.get("ceil_mode", 0)))
-
-    def gemm(a, x, w, b):
-        return a.get("alpha", 1.0) * (x @ (w.T if a.get("transB", 0) else w)) + a.get("beta", 1.0) * b
-
-    def batch_norm(a, x, scale, bias, mean, var):
-        return F.batch_norm(x, mean, var, scale, bias, training=False, eps=a.get("epsilon", 1e-5))
-
-    ops = {"Conv": conv, "Relu": lambda a, x: F.relu(x), "Add": lambda a, x, y: x + y, "MaxPool": max_pool,
-           "BatchNormalization": batch_norm, "GlobalAveragePool": lambda a, x: x.mean(dim=(2, 3), keepdim=True),
-           "Flatten": lambda a, x: torch.flatten(x, a.get("axis", 1)), "Gemm": gemm, "Identity": lambda a, x: x}
-
-    def run(x):
-        env = dict(init, **{model.graph.input[0].name: x})
-        with torch.no_grad():
-            for node in model.graph.node:
-                env[node.output[0]] = ops[node.op_type](attrs(node), *(env[i] for i in node.input if i))
-        return env[model.graph.output[0].name]
-
-    return run
-
-
-def onnx_jax(jax, model):
-    """The same for JAX (jitted as one function)."""
-    from onnx import helper, numpy_helper
-
-    lax, jnp = jax.lax, jax.numpy
-    init = {t.name: jnp.asarray(numpy_helper.to_array(t)) for t in model.graph.initializer}
-
-    def conv(a, x, w, b=None):
-        p = a.get("pads", [0, 0, 0, 0])
-        y = lax.conv_general_dilated(x, w, a.get("strides", [1, 1]), [(p[0], p[2]), (p[1], p[3])],
-                                     rhs_dilation=a.get("dilations", [1, 1]), feature_group_count=a.get("group", 1),
-                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
-        return y if b is None else y + b[None, :, None, None]
-
-    def max_pool(a, x):
-        p, k, s = a.get("pads", [0, 0, 0, 0]), a["kernel_shape"], a.get("strides", [1, 1])
-        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, *k), (1, 1, *s),
-                                 [(0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])])
-
-    def gemm(a, x, w, b):
-        return a.get("alpha", 1.0) * (x @ (w.T if a.get("transB", 0) else w)) + a.get("beta", 1.0) * b
-
-    def batch_norm(a, x, scale, bias, mean, var):
-        k = scale / jnp.sqrt(var + a.get("epsilon", 1e-5))
-        return x * k[None, :, None, None] + (bias - mean * k)[None, :, None, None]
-
-    ops = {"Conv": conv, "Relu": lambda a, x: jnp.maximum(x, 0), "Add": lambda a, x, y: x + y, "MaxPool": max_pool,
-           "BatchNormalization": batch_norm, "GlobalAveragePool": lambda a, x: x.mean(axis=(2, 3), keepdims=True),
-           "Flatten": lambda a, x: x.reshape(x.shape[0], -1), "Gemm": gemm, "Identity": lambda a, x: x}
-    nodes = [(n.op_type, {a.name: helper.get_attribute_value(a) for a in n.attribute}, list(n.input), n.output[0])
-             for n in model.graph.node]
-
-    @jax.jit
-    def run(x):
-        env = dict(init, **{model.graph.input[0].name: x})
-        for op, a, ins, out in nodes:
-            env[out] = ops[op](a, *(env[i] for i in ins if i))
-        return env[model.graph.output[0].name]
-
-    return run
 
 
 def resnet18_case(ctx: Context) -> Contest:

@@ -677,6 +677,7 @@ static void opc_cf_dwc_gather(const float *xn, float *xl, float *xt, int64_t Cr,
 /* The depthwise conv of images whose rows are shorter than a vector: channels-last, V channels
  * per vector (xt [PV][Cr] the padded input, wt [kvol][Cr], yt [ovol][Cr]), laid out to and from
  * NCHW by V x V transposes. */
+#define OPC_CF_DWC_U 4
 static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
                           const opc_cv_geom *q) {
     const opc_cf_plan p = opc_cf_dw_plan(q);
@@ -696,16 +697,29 @@ static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *
         for (int64_t o = 0; o < ovol; o++) {
             const int64_t o2 = o % q->out[2], o1 = o / q->out[2] % q->out[1], o0 = o / (q->out[1] * q->out[2]);
             const int64_t base = (o0 * q->s[0] * p.P[1] + o1 * q->s[1]) * p.P[2] + o2 * q->s[2];
-            for (int64_t c = 0; c < Cr; c += OPC_CF_V) {
-                opc_cf_vec a = (opc_cf_vec){0};
+            /* OPC_CF_DWC_U channel vectors side by side: each one's taps are a chain of dependent
+               FMAs, which alone would wait on the FMA's latency */
+            for (int64_t c = 0; c < Cr; c += OPC_CF_DWC_U * OPC_CF_V) {
+                const int u_n = c + OPC_CF_DWC_U * OPC_CF_V <= Cr ? OPC_CF_DWC_U : (int)((Cr - c) / OPC_CF_V);
+                opc_cf_vec a[OPC_CF_DWC_U];
+                for (int u = 0; u < OPC_CF_DWC_U; u++) a[u] = (opc_cf_vec){0};
                 int64_t k = 0;
                 for (int64_t t0 = 0; t0 < q->k[0]; t0++)
                     for (int64_t t1 = 0; t1 < q->k[1]; t1++)
                         for (int64_t t2 = 0; t2 < q->k[2]; t2++, k++) {
                             const int64_t at = base + (t0 * q->d[0] * p.P[1] + t1 * q->d[1]) * p.P[2] + t2 * q->d[2];
-                            a += *(const opc_cf_uvec *)(wt + k * Cr + c) * *(const opc_cf_uvec *)(xt + at * Cr + c);
+                            const float *wk_c = wt + k * Cr + c, *x_c = xt + at * Cr + c;
+                            if (u_n == OPC_CF_DWC_U) {
+                                _Pragma("GCC unroll 4") for (int u = 0; u < OPC_CF_DWC_U; u++)
+                                    a[u] += *(const opc_cf_uvec *)(wk_c + u * OPC_CF_V) *
+                                            *(const opc_cf_uvec *)(x_c + u * OPC_CF_V);
+                            } else {
+                                for (int u = 0; u < u_n; u++)
+                                    a[u] += *(const opc_cf_uvec *)(wk_c + u * OPC_CF_V) *
+                                            *(const opc_cf_uvec *)(x_c + u * OPC_CF_V);
+                            }
                         }
-                *(opc_cf_uvec *)(yt + o * Cr + c) = a;
+                for (int u = 0; u < u_n; u++) *(opc_cf_uvec *)(yt + o * Cr + c + u * OPC_CF_V) = a[u];
             }
         }
         float *yn = dst + n * C * ovol, *zn = pre ? pre + n * C * ovol : NULL;
@@ -724,6 +738,13 @@ static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *
                 for (int64_t j = 0; j < OPC_CF_V && c0 + j < C; j++) {
                     const int64_t c = c0 + j;
                     const float b = bias ? bias[c] : 0.0f;
+                    if (o0 + OPC_CF_V <= ovol && act != OPC_CF_ACT_GELU) { /* a whole vector of the channel */
+                        const opc_cf_vec v = *(const opc_cf_uvec *)tile[j] + b;
+                        if (zn) *(opc_cf_uvec *)(zn + c * ovol + o0) = v;
+                        const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
+                        *(opc_cf_uvec *)(yn + c * ovol + o0) = (opc_cf_vec)((opc_cf_ivec)v & keep);
+                        continue;
+                    }
                     for (int64_t i = 0; i < OPC_CF_V && o0 + i < ovol; i++)
                         opc_cf_dw_put(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, i, tile[j][i], b, act);
                 }
@@ -818,53 +839,69 @@ static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const op
  * the plane, so no index is checked along it): y[o2], idx[o2] = ibase + the maximum's index in the
  * plane, V outputs per vector, the last vector shifted back to end at b (its overlap recomputed,
  * to the same values). Taps in max_pool_one's order with its rules: the first tap's value, then
- * a tap replaces a non-NaN maximum when greater or NaN. The plane has fewer than 2^31 elements. */
+ * a tap replaces a non-NaN maximum when greater or NaN. Each tap's compare and blend waits for the
+ * previous one's, so OPC_CF_POOL_U vectors of the row go through the taps side by side (a group
+ * short of vectors repeats its last one). The plane has fewer than 2^31 elements. */
+#define OPC_CF_POOL_U 4
 static void opc_cf_max_pool_span(const float *x, float *y, int64_t *idx, int64_t ibase, const opc_pl_geom *q,
                                  int64_t o0, int64_t o1, int64_t a, int64_t b) {
     const int64_t s2 = q->s[2], d2 = q->d[2];
     const opc_cf_ivec iota = OPC_CF_IOTA;
-    for (int64_t c = a; c < b; c += OPC_CF_V) {
-        const int64_t c0 = c + OPC_CF_V <= b ? c : b - OPC_CF_V;
-        opc_cf_vec acc = (opc_cf_vec){0};
-        opc_cf_ivec best = (opc_cf_ivec){0};
+    for (int64_t c = a; c < b; c += OPC_CF_POOL_U * OPC_CF_V) {
+        int64_t c0[OPC_CF_POOL_U];
+        for (int u = 0; u < OPC_CF_POOL_U; u++) {
+            const int64_t at = c + u * OPC_CF_V;
+            c0[u] = at + OPC_CF_V <= b ? at : b - OPC_CF_V;
+        }
+        opc_cf_vec acc[OPC_CF_POOL_U];
+        opc_cf_ivec best[OPC_CF_POOL_U];
+        for (int u = 0; u < OPC_CF_POOL_U; u++) acc[u] = (opc_cf_vec){0}, best[u] = (opc_cf_ivec){0};
         int first = 1;
         for (int64_t t0 = 0; t0 < q->k[0]; t0++)
             for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
                 int64_t row;
                 if (!opc_pl_window_row(q, o0, o1, t0, t1, &row)) continue;
                 for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
-                    const int64_t at = row + c0 * s2 - q->pb[2] + t2 * d2;
-                    opc_cf_vec v;
-                    opc_cf_strided(x + at, s2, &v);
-                    const opc_cf_ivec pos = iota * (int32_t)s2 + (int32_t)at;
-                    if (first) {
-                        acc = v, best = pos, first = 0;
-                        continue;
+                    const int64_t tap = row - q->pb[2] + t2 * d2;
+                    _Pragma("GCC unroll 4") for (int u = 0; u < OPC_CF_POOL_U; u++) {
+                        const int64_t at = tap + c0[u] * s2;
+                        opc_cf_vec v;
+                        opc_cf_strided(x + at, s2, &v);
+                        const opc_cf_ivec pos = iota * (int32_t)s2 + (int32_t)at;
+                        const opc_cf_ivec take = first ? (opc_cf_ivec){0} - 1
+                                                       : (acc[u] == acc[u]) & ((v > acc[u]) | (v != v));
+                        acc[u] = (opc_cf_vec)(((opc_cf_ivec)v & take) | ((opc_cf_ivec)acc[u] & ~take));
+                        best[u] = (pos & take) | (best[u] & ~take);
                     }
-                    const opc_cf_ivec take = (acc == acc) & ((v > acc) | (v != v));
-                    acc = (opc_cf_vec)(((opc_cf_ivec)v & take) | ((opc_cf_ivec)acc & ~take));
-                    best = (pos & take) | (best & ~take);
+                    first = 0;
                 }
             }
-        *(opc_cf_uvec *)(y + c0) = acc;
-        for (int j = 0; j < OPC_CF_V; j++) idx[c0 + j] = ibase + best[j];
+        for (int u = 0; u < OPC_CF_POOL_U; u++) {
+            *(opc_cf_uvec *)(y + c0[u]) = acc[u];
+            for (int j = 0; j < OPC_CF_V; j++) idx[c0[u] + j] = ibase + best[u][j];
+        }
     }
 }
 
 /* max_pool's outputs [a, b) of row (o0, o1) of plane x, any of them (the row's edges, or a row
- * shorter than a vector), V outputs per vector. The window rows (t0, t1) inside x are copied into
- * buf with zeros around them, so every lane loads in bounds; a lane whose tap lies outside x is
- * masked out of its maximum, so padding is never taken. The rules are max_pool_one's, lane by
- * lane: the first tap inside x taken, then a tap replaces a non-NaN maximum when greater or NaN;
- * a window with no tap inside x gives -inf and the index ibase - 1, as max_pool_one.
+ * shorter than a vector), V outputs per vector. The columns of the window rows (t0, t1) inside x
+ * that these outputs' taps reach (from column a * s2 - pb2 on: not the whole row, so a wide
+ * image's edge outputs take this path too) are copied into buf with zeros around them, so every
+ * lane loads in bounds; a lane whose tap lies outside x is masked out of its maximum, so padding
+ * is never taken. The rules are max_pool_one's, lane by lane: the first tap inside x taken, then
+ * a tap replaces a non-NaN maximum when greater or NaN; a window with no tap inside x gives -inf
+ * and the index ibase - 1, as max_pool_one.
  * 0 when buf (cap floats) cannot hold the rows: the caller takes max_pool_one. ivol < 2^31. */
 #define OPC_CF_POOL_BUF 8192
 static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t ibase, const opc_pl_geom *q,
                                  int64_t o0, int64_t o1, int64_t a, int64_t b) {
     if (a >= b) return 1;
     const int64_t s2 = q->s[2], in2 = q->in[2], pb2 = q->pb[2];
-    const int64_t span = (b - 1 + OPC_CF_V) * s2 + (q->k[2] - 1) * q->d[2] + 1; /* buf floats per row */
-    if (span < pb2 + in2 || q->k[0] * q->k[1] * span > OPC_CF_POOL_BUF) return 0;
+    /* buf floats per row: lane V - 1 of the vector at b - 1 reads (b - 1 - a + V - 1) * s2 +
+       (k2 - 1) * d2 past column `from` */
+    const int64_t span = (b - a + OPC_CF_V) * s2 + (q->k[2] - 1) * q->d[2] + 1, from = a * s2 - pb2;
+    if (q->k[0] * q->k[1] * span > OPC_CF_POOL_BUF) return 0;
+    const int64_t lo = from > 0 ? from : 0, hi = from + span < in2 ? from + span : in2; /* columns inside x */
     float buf[OPC_CF_POOL_BUF];
     int32_t rows[OPC_CF_POOL_BUF / 2]; /* the flat index in the plane of each copied row's x[.., 0] */
     int nrows = 0;
@@ -874,9 +911,8 @@ static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t
             if (!opc_pl_window_row(q, o0, o1, t0, t1, &row)) continue;
             float *r = buf + nrows * span;
             rows[nrows++] = (int32_t)row;
-            memset(r, 0, (size_t)pb2 * sizeof(float));
-            memcpy(r + pb2, x + row, (size_t)in2 * sizeof(float));
-            memset(r + pb2 + in2, 0, (size_t)(span - pb2 - in2) * sizeof(float));
+            memset(r, 0, (size_t)span * sizeof(float));
+            if (lo < hi) memcpy(r + (lo - from), x + row + lo, (size_t)(hi - lo) * sizeof(float));
         }
     const opc_cf_ivec iota = OPC_CF_IOTA;
     for (int64_t c = a; c < b; c += OPC_CF_V) {
@@ -885,7 +921,7 @@ static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t
         opc_cf_ivec best = (opc_cf_ivec){0} - 1;
         for (int w = 0; w < nrows; w++)
             for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
-                const int64_t first = c * s2 + t2 * q->d[2]; /* buf offset of lane 0's tap */
+                const int64_t first = (c - a) * s2 + t2 * q->d[2]; /* buf offset of lane 0's tap */
                 const opc_cf_ivec r = (iota + (int32_t)c) * (int32_t)s2 + (int32_t)(t2 * q->d[2] - pb2);
                 const opc_cf_ivec ok = live & (r >= 0) & (r < (int32_t)in2);
                 opc_cf_vec v;
@@ -894,6 +930,11 @@ static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t
                 acc = (opc_cf_vec)(((opc_cf_ivec)v & take) | ((opc_cf_ivec)acc & ~take));
                 best = ((r + rows[w]) & take) | (best & ~take);
             }
+        if (c + OPC_CF_V <= b) { /* a whole vector (a row of V outputs): stored as the span stores */
+            *(opc_cf_uvec *)(y + c) = acc;
+            for (int j = 0; j < OPC_CF_V; j++) idx[c + j] = ibase + best[j];
+            continue;
+        }
         for (int64_t j = 0; j < OPC_CF_V && c + j < b; j++) {
             y[c + j] = acc[j];
             idx[c + j] = ibase + best[j];
@@ -904,10 +945,14 @@ static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t
 
 /* max_pool's row (o0, o1) of plane x (f32, ivol < 2^31): the outputs whose taps along the row all
  * lie inside x (all but a few at the edges) by whole vectors (opc_cf_max_pool_span), where they
- * span one and some window row lies inside x; the rest lane-masked (opc_cf_max_pool_lanes).
+ * span one and some window row lies inside x; the rest lane-masked (opc_cf_max_pool_lanes), except
+ * an edge of at most OPC_CF_POOL_EDGE outputs beside a span (a padded image's first output, often
+ * its last): those are left to the caller's output-by-output path, [0, *left) and [*right, n),
+ * which costs them less than a masked vector and its copied rows.
  * 0 where the lanes' buffer cannot hold the window's rows: the caller takes max_pool_one. */
+#define OPC_CF_POOL_EDGE 4
 static int opc_cf_max_pool_row(const float *x, float *y, int64_t *idx, int64_t ibase, const opc_pl_geom *q,
-                               int64_t o0, int64_t o1) {
+                               int64_t o0, int64_t o1, int64_t *left, int64_t *right) {
     const int64_t s2 = q->s[2], d2 = q->d[2], pb2 = q->pb[2], n = q->out[2];
     const int64_t last = q->in[2] - 1 - (q->k[2] - 1) * d2 + pb2; /* o2 * s2 <= last: the window's end inside */
     int64_t a = (pb2 + s2 - 1) / s2, b = last < 0 ? 0 : last / s2 + 1;
@@ -917,7 +962,10 @@ static int opc_cf_max_pool_row(const float *x, float *y, int64_t *idx, int64_t i
     for (int64_t t0 = 0, row; t0 < q->k[0]; t0++)
         for (int64_t t1 = 0; t1 < q->k[1]; t1++) rows |= opc_pl_window_row(q, o0, o1, t0, t1, &row);
     if (!rows || b - a < OPC_CF_V) a = b = n;
-    if (!opc_cf_max_pool_lanes(x, y, idx, ibase, q, o0, o1, 0, a) || !opc_cf_max_pool_lanes(x, y, idx, ibase, q, o0, o1, b, n))
+    *left = a < b && a <= OPC_CF_POOL_EDGE ? a : 0;
+    *right = a < b && n - b <= OPC_CF_POOL_EDGE ? b : n;
+    if (!opc_cf_max_pool_lanes(x, y, idx, ibase, q, o0, o1, *left, a) ||
+        !opc_cf_max_pool_lanes(x, y, idx, ibase, q, o0, o1, b, *right))
         return 0;
     if (a < b) opc_cf_max_pool_span(x, y, idx, ibase, q, o0, o1, a, b);
     return 1;

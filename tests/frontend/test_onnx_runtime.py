@@ -112,6 +112,38 @@ def test_load_onnx_names_the_input_that_does_not_fit(bad, message):
         opc.load_onnx(mlp())(bad)
 
 
+@pytest.mark.parametrize(("bad", "message"), [
+    (np.zeros((4,), np.float32), "input 'x' has rank 1"),
+    (np.zeros((2, 5), np.float32), "dim 1 must be 4"),
+    (np.zeros((3, 4), np.float64), "input 'x' has dtype float64"),
+])
+def test_a_repeat_call_takes_the_fast_path_and_a_changed_input_is_still_checked(bad, message):
+    """A second call with the same dtypes and shapes skips feeds/check/variant (OnnxModel.repeats);
+    an input that differs from every call before it still goes through check()."""
+    model = mlp()
+    f = opc.load_onnx(model)
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    (first,) = f(x)
+    assert len(f.repeats) == 1
+    x2 = RNG.standard_normal((3, 4)).astype(np.float32)
+    (again,) = f(x2)
+    np.testing.assert_allclose(again, run_ort(model, {"x": x2})[0], rtol=1e-5, atol=1e-6)
+    assert len(f.repeats) == 1
+    with pytest.raises(ValueError, match=message):
+        f(bad)
+    np.testing.assert_allclose(f(memoryview(x))[0], first, rtol=0)  # not an ndarray: the full path
+
+
+def test_a_repeat_call_regroups_sequence_outputs():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    model = graph_model([helper.make_node("SplitToSequence", ["x"], ["s"], axis=0)], {"x": x}, ["s"])
+    f = opc.load_onnx(model)
+    for _ in range(2):
+        (got,) = f(x)
+        assert isinstance(got, list) and len(got) == 2
+        np.testing.assert_array_equal(got[1], x[1:2])
+
+
 def test_backend_prepare_and_run():
     model = mlp()
     assert opc.onnx_backend.supports_device("CPU")

@@ -47,6 +47,8 @@ FAST = [
     Geo("dw_narrow_dil", (2, 20, 9, 9), (20, 1, 3, 3), (1, 1), (2, 1), (2, 1, 0, 2), 20),
     Geo("dw_narrow_s2", (1, 40, 7, 7), (40, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 40),
     Geo("dw_narrow_4x4", (2, 32, 4, 4), (32, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 32),  # whole 16 x 16 blocks
+    # 80 channels: one group of 4 channel vectors side by side (OPC_CF_DWC_U), then one alone
+    Geo("dw_narrow_80c", (1, 80, 4, 4), (80, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 80),
     Geo("dw_s2_rows", (1, 3, 5, 70), (3, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 3),
     Geo("dw_s3_rows", (1, 2, 4, 60), (2, 1, 2, 3), (1, 3), (1, 2), (0, 1, 1, 0), 2),
     Geo("dw_3d_s2_rows", (1, 4, 3, 4, 40), (4, 1, 2, 3, 3), (1, 2, 2), (1, 1, 1), (0, 1, 1, 1, 0, 1), 4),
@@ -125,7 +127,7 @@ def test_fast_kernels_match_numpy(kernels, g: Geo, op: str, dt: str) -> None:
 FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              Geo("strided", (2, 4, 9, 8), (6, 4, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
              Geo("c1d_groups", (2, 6, 17), (4, 3, 3), (1,), (1,), (1, 1), 2), CW[0], CW[2],
-             *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows"))]
+             *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows", "dw_narrow_80c"))]
 ACTS = ("none", "relu", "gelu")
 
 

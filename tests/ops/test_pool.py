@@ -104,6 +104,10 @@ WIDE = [
     Pool("w_s3_dil", (1, 1, 3, 90), (1, 3), (1, 3), (0, 2, 0, 1), (1, 2)),
     Pool("w_1d_s2", (2, 1, 70), (4,), (2,), (1, 2)),
     Pool("w_just16", (1, 1, 1, 18), (1, 3), (1, 1), (0, 0, 0, 0)),
+    # edges of more than OPC_CF_POOL_EDGE outputs beside the vectors: lane by lane from a column
+    # inside the row (6 and 8 outputs padded; stride 2: 3 and 3), the rows wider than the lanes' copy
+    Pool("w_edges", (1, 2, 3, 60), (1, 9), (1, 1), (0, 6, 0, 8)),
+    Pool("w_edges_s2", (1, 1, 5, 77), (3, 7), (2, 2), (1, 5, 1, 6)),
     # rows the vector route covers lane by lane (shorter than a vector, or the edges): ResNet's
     # pool at a 64x64 input (16 outputs a row, the first one's window padded), dilated, 1-D
     Pool("n_s2_16", (1, 2, 5, 32), (3, 3), (2, 2), (1, 1, 1, 1)),
