@@ -129,10 +129,9 @@ OPC_BD_TARGET __attribute__((noinline)) static void opc__ukr_bd(int64_t kp, cons
     }
     const __m512 bias0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
     const __m512 bias1 = bias ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();
-#define OPC__HALF(z, h) do { \
-        float *ar = acc + (x) * ldacc + 16 * (h); \
-        if (!first) z = _mm512_add_ps(_mm512_loadu_ps(ar), z); \
-        if (!last) { _mm512_storeu_ps(ar, z); break; } \
+#define OPC__HALF(z, h) do { /* acc is NULL when first and last: no arithmetic on it then */ \
+        if (!first) z = _mm512_add_ps(_mm512_loadu_ps(acc + (x) * ldacc + 16 * (h)), z); \
+        if (!last) { _mm512_storeu_ps(acc + (x) * ldacc + 16 * (h), z); break; } \
         if (bias) z = _mm512_add_ps(z, (h) ? bias1 : bias0); \
         if (relu) z = _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_LT_OQ), z); \
         _mm256_storeu_si256((__m256i *)(void *)(out + (x) * ldo + 16 * (h)), opc__bd_to_bf16(z)); \
