@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -502,7 +503,7 @@ def bf16_gemm_case(m: int, n: int, k: int, ty: bool) -> Callable[[Context], Cont
             os.environ["OPC_GEMM_BF16DP"] = before
         theirs = []
         if ctx.torch is not None:
-            torch = ctx.torch
+            torch: Any = ctx.torch
             tx, ty_ = torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(y).to(torch.bfloat16)
             theirs.append(Contender("torch bf16", lambda: mm(tx, ty_)))
         return Contest(want=[mm(xb.astype(np.float64), yb.astype(np.float64))],
