@@ -333,8 +333,8 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_avg_pool_##SUF(const T *x, T *y, OPC_PL_GEOM_PARAMS) {                            \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
-        OPC_NN_FOR_UNITS(q.planes * q.ovol, q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],                      \
-                         opc_nn_avg_pool_##F(x, y, DT, &q, opc_u));                                            \
+        OPC_NN_FOR_UNITS(q.planes * q.out[0] * q.out[1], q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],        \
+                         opc_nn_avg_pool_row_##F(x, y, DT, &q, opc_u));                                        \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_avg_pool_grad_##SUF(const T *dout, T *dx, OPC_PL_GEOM_PARAMS) {                   \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \

@@ -971,4 +971,72 @@ static int opc_cf_max_pool_row(const float *x, float *y, int64_t *idx, int64_t i
     return 1;
 }
 
+/* ---- avg_pool (f32): a row's outputs V at a time ------------------------------------------------- */
+
+/* avg_pool's row (o0, o1) of plane x (f32, ivol < 2^31), in chunks of at most OPC_CF_AVG_CHUNK
+ * outputs: the chunk's columns of each window row (t0, t1) inside x copied into buf with zeros
+ * around them, then V outputs at a time, each the sum of its taps in pl_window's order (a tap
+ * outside x adds the copy's zero, which leaves every sum's bits as they are, so the result is
+ * the output-by-output path's), divided by its count (opc_pl_count: the row's count over dims 0
+ * and 1 times the output's taps along the row). 0 where buf (OPC_CF_POOL_BUF floats) cannot
+ * hold the window's rows for a vector of outputs: the caller takes the output-by-output path. */
+#define OPC_CF_AVG_CHUNK 256
+static int opc_cf_avg_pool_row(const float *x, float *y, const opc_pl_geom *q, int64_t o0, int64_t o1) {
+    const int64_t s2 = q->s[2], d2 = q->d[2], pb2 = q->pb[2], in2 = q->in[2], n = q->out[2];
+    const int64_t lo2 = q->include_pad ? -pb2 : 0, hi2 = q->include_pad ? in2 + q->pe[2] : in2;
+    const int64_t kr = q->k[0] * q->k[1];
+    int64_t len = n < OPC_CF_AVG_CHUNK ? n : OPC_CF_AVG_CHUNK;
+    while (len > OPC_CF_V && kr * ((len + OPC_CF_V) * s2 + (q->k[2] - 1) * d2 + 1) > OPC_CF_POOL_BUF) len /= 2;
+    const int64_t span = (len + OPC_CF_V) * s2 + (q->k[2] - 1) * d2 + 1; /* buf floats per window row */
+    if (kr * span > OPC_CF_POOL_BUF) return 0;
+    int64_t o[3] = {o0, o1, 0}, c01;
+    { /* the row's count over dims 0 and 1: opc_pl_count of a one-tap row */
+        opc_pl_geom r = *q;
+        r.k[2] = 1, r.s[2] = 1, r.pb[2] = 0, r.in[2] = 1;
+        c01 = opc_pl_count(&r, o);
+    }
+    float buf[OPC_CF_POOL_BUF], div[OPC_CF_AVG_CHUNK + OPC_CF_V];
+    for (int64_t c = 0; c < n; c += len) {
+        const int64_t m = n - c < len ? n - c : len, from = c * s2 - pb2;
+        const int64_t lo = from > 0 ? from : 0, hi = from + span < in2 ? from + span : in2; /* columns inside x */
+        int nrows = 0;
+        for (int64_t t0 = 0; t0 < q->k[0]; t0++)
+            for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
+                int64_t row;
+                if (!opc_pl_window_row(q, o0, o1, t0, t1, &row)) continue;
+                float *r = buf + nrows++ * span;
+                if (lo >= hi) {
+                    memset(r, 0, (size_t)span * sizeof(float));
+                    continue;
+                }
+                memset(r, 0, (size_t)(lo - from) * sizeof(float));
+                memcpy(r + (lo - from), x + row + lo, (size_t)(hi - lo) * sizeof(float));
+                memset(r + (hi - from), 0, (size_t)(span - (hi - from)) * sizeof(float));
+            }
+        for (int64_t j = 0; j < m; j++) { /* each output's count: c01 times its taps along the row */
+            const int64_t first = (c + j) * s2 - pb2, end = first + (q->k[2] - 1) * d2;
+            int64_t taps = q->k[2];
+            if (first < lo2 || end >= hi2) { /* an edge output: some taps outside */
+                taps = 0;
+                for (int64_t t2 = 0; t2 < q->k[2]; t2++) taps += first + t2 * d2 >= lo2 && first + t2 * d2 < hi2;
+            }
+            div[j] = (float)(c01 * taps);
+        }
+        for (int64_t j = 0; j < m; j += OPC_CF_V) {
+            opc_cf_vec acc = (opc_cf_vec){0}, v;
+            for (int w = 0; w < nrows; w++)
+                for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
+                    opc_cf_strided(buf + w * span + j * s2 + t2 * d2, s2, &v);
+                    acc += v;
+                }
+            if (j + OPC_CF_V <= m) {
+                *(opc_cf_uvec *)(y + c + j) = acc / *(const opc_cf_uvec *)(div + j);
+                continue;
+            }
+            for (int64_t l = 0; j + l < m; l++) y[c + j + l] = acc[l] / div[j + l];
+        }
+    }
+    return 1;
+}
+
 #endif /* OPC_NN_CONV_FAST_H */

@@ -96,6 +96,17 @@ OPC_NN_INLINE void OPC_NN_FN(avg_pool)(const void *x, void *y, int dt, const opc
     ST(y, e, dt, sum / (ACC)opc_pl_count(q, o));
 }
 
+/* avg_pool of one output row, unit u = (p * out0 + o0) * out1 + o1: f32 a vector of outputs at a
+ * time (opc_cf_avg_pool_row, the same sums), else output by output. */
+OPC_NN_INLINE void OPC_NN_FN(avg_pool_row)(const void *x, void *y, int dt, const opc_pl_geom *q, int64_t u) {
+    const int64_t o1 = u % q->out[1], o0 = (u / q->out[1]) % q->out[0], p = u / (q->out[1] * q->out[0]);
+    const int64_t e0 = u * q->out[2];
+    if (dt == OPC_NN_F32 && q->ivol < ((int64_t)1 << 31) && /* dt: a literal here */
+        opc_cf_avg_pool_row((const float *)x + p * q->ivol, (float *)y + e0, q, o0, o1))
+        return;
+    for (int64_t o2 = 0; o2 < q->out[2]; o2++) OPC_NN_FN(avg_pool)(x, y, dt, q, e0 + o2);
+}
+
 /* dx = 0, then dx[indices] += dout plane by plane (accumulated in ACC, stored once). */
 OPC_NN_INLINE void OPC_NN_FN(max_pool_grad)(const int64_t *idx, const void *dout, void *dx, int64_t *record,
                                             int64_t code, int dt, const opc_pl_geom *q, int64_t p) {

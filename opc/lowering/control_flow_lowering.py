@@ -173,27 +173,41 @@ def lower_switch(fl, op: scf.IndexSwitchOp) -> None:  # noqa: ANN001
     fl.e.emit(on_host(scf.IndexSwitchOp(fl.operand_buffer(op.arg), op.cases, regions[-1], regions[:-1], [])))
 
 
-def rotation(fl, values: list[SSAValue], in_place: Sequence[int] = ()  # noqa: ANN001
-             ) -> tuple[list[SSAValue], list[MemRefType]]:
+def rotation(fl, values: list[SSAValue], in_place: Sequence[int] = (),  # noqa: ANN001
+             outputs: dict[int, SSAValue] | None = None) -> tuple[list[SSAValue], list[MemRefType]]:
     """The initial (cur, nxt, oth) of loop-carried values: cur reads the initial value in place,
     nxt and oth two buffers of the function's. A value updated in place (opc-outline-control-flow's
-    in_place_carried) is one buffer in all three places, the initial value copied into it once."""
+    in_place_carried) is one buffer in all three places, the initial value written into it once:
+    `outputs[k]` where given (the function's output the loop's result is), else a buffer of its own.
+    An initial value with no buffer (a constant the schedule left to its reader: fills_in_place) is
+    written into the loop's buffer, or into one of its own where the loop turns buffers."""
+    outputs = outputs or {}
     types = [memref_of(v.type) for v in values]
-    inits = [fl.operand_buffer(v) for v in values]
-    nxt = [alloc(fl, t, f"{v.name_hint or 'carried'}_a", v) for v, t in zip(values, types)]
+    nxt = [outputs.get(k) or alloc(fl, t, f"{v.name_hint or 'carried'}_a", v)
+           for k, (v, t) in enumerate(zip(values, types))]
     oth = [alloc(fl, t, f"{v.name_hint or 'carried'}_b", v) if k not in in_place else nxt[k]
            for k, (v, t) in enumerate(zip(values, types))]
-    for k in in_place:
-        v, buf = values[k], nxt[k]
-        fl.e.parallel(shape_of(v), lambda idx, v=v, buf=buf: fl.e.store(fl.value_at(v, idx), buf, idx))
-        inits[k] = buf
+
+    def fill(v: SSAValue, buf: SSAValue) -> SSAValue:
+        fl.e.parallel(shape_of(v), lambda idx: fl.e.store(fl.value_at(v, idx), buf, idx))
+        return buf
+
+    inits = [fill(v, nxt[k]) if k in in_place else fl.buffers.get(v) or fill(v, alloc(fl, types[k], v.name_hint, v))
+             for k, v in enumerate(values)]
     return [*inits, *nxt, *oth], types
+
+
+def returned_once(fl, r: SSAValue) -> bool:  # noqa: ANN001
+    """r is one output of the function, allocated by its caller (not handed back)."""
+    return r in fl.returned and fl.returned.count(r) == 1 and fl.returned.index(r) not in fl.handed
 
 
 def lower_for(fl, op: scf.ForOp) -> None:  # noqa: ANN001
     rec = state(fl).records[op]
     n = len(op.iter_args)
-    start, types = rotation(fl, list(op.iter_args), rec.in_place)
+    # a value updated in place that the function returns: its loop writes the output itself
+    into_output = {k: fl.buffer_for(op.results[k]) for k in rec.in_place if returned_once(fl, op.results[k])}
+    start, types = rotation(fl, list(op.iter_args), rec.in_place, into_output)
     ibuf = alloc(fl, MemRefType(i64, []), "iv") if rec.reads_index else None
     body = Block(arg_types=[op.body.block.args[0].type, *types * 3])
     iv, carried = body.args[0], list(body.args[1:])
@@ -212,8 +226,9 @@ def lower_for(fl, op: scf.ForOp) -> None:  # noqa: ANN001
         fl.checks.code(op, "ValueError", f"the step of an scf.for in @{fl.fn.sym_name.data} is {{value}}: "
                        "it must be positive"), i64)
     fl.e.emit(new)
-    for r, v in zip(op.results, new.results[:n]):
-        set_result(fl, r, v)
+    for k, (r, v) in enumerate(zip(op.results, new.results[:n])):
+        if k not in into_output:  # (those are fl.buffers[r] already: buffer_for)
+            set_result(fl, r, v)
 
 
 def lower_while(fl, op: scf.WhileOp) -> None:  # noqa: ANN001

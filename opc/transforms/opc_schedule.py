@@ -64,9 +64,10 @@ from xdsl.dialects import arith, func, scf, tensor
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.traits import SymbolTable
 
 from opc.dialects import opc, slices
-from opc.dialects.control import CONTROL_OPS, ancestor_in, is_host_op
+from opc.dialects.control import CONTROL_OPS, ancestor_in, in_place_carried, is_host_op
 from opc.dialects.kinds import (
     ELEMENTWISE,
     INLINABLE,
@@ -81,6 +82,7 @@ from opc.dialects.kinds import (
 )
 from opc.dialects.opc_sched import KernelOp, YieldOp
 from opc.targets.device_kernels import external_symbol
+from opc.transforms.opc_outline_control_flow import in_place_pairs
 
 MAX_ROW_REDUCTIONS = 8  # passes over a row a row kernel may make before it is split
 MAX_ROW_LENGTH = 1 << 16  # a row longer than this is reduced by the plain nests
@@ -183,6 +185,9 @@ def plan_nests(ops: list[Operation], returned: set[SSAValue],
         if v in returned or external_symbol(op) is not None:
             continue
         users = users_of(op)
+        if is_constant(op) and fills_in_place(v):
+            inlined.add(op)  # written straight into the loop's one buffer (control_flow_lowering.rotation)
+            continue
         if any(is_host_op(u) for u in users):
             continue  # read on the host (a condition, a body's input): materialized
         if is_constant(op):
@@ -195,6 +200,33 @@ def plan_nests(ops: list[Operation], returned: set[SSAValue],
             inlined.add(op)
             root[op] = root[users[0]]
     return inlined, root
+
+
+def in_place_slots(loop: scf.ForOp) -> set[int]:
+    """The carried values loop's body updates in place: in_place_carried of the body, or, once
+    opc-outline-control-flow made the body a call, what its function's IN_PLACE_ATTR says."""
+    body = loop.body.block
+    term = body.last_op
+    call = term.operands[0].owner if isinstance(term, scf.YieldOp) and term.operands else None
+    if term is not None and isinstance(call, func.CallOp) and list(term.operands) == list(call.res):
+        callee = SymbolTable.lookup_symbol(loop, call.callee)
+        return {k for _, k in in_place_pairs(callee)} if callee is not None else set()
+    return set(in_place_carried(body, reads_slot=True))
+
+
+def fills_in_place(v: SSAValue) -> bool:
+    """Every use of v is an initial value of an scf.for that its body updates in place (one buffer
+    all along: a scan's or an RNN's stacked outputs): each loop's buffer can start as v itself, with
+    no buffer of v's own copied into it."""
+    def in_place(use) -> bool:  # noqa: ANN001  (an xDSL Use)
+        loop = use.operation
+        if not isinstance(loop, scf.ForOp):
+            return False
+        first = len(loop.operands) - len(loop.iter_args)
+        return use.index >= first and use.index - first in in_place_slots(loop)
+
+    uses = list(v.uses)
+    return bool(uses) and all(in_place(u) for u in uses)
 
 
 def fans_out_in_one_nest(v: SSAValue, users: list[Operation], root: dict[Operation, Operation]) -> bool:

@@ -8,7 +8,7 @@ outside its plane raising IndexError; the verifier's messages. One module."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -95,6 +95,9 @@ POOLS = [
     Pool("p2d_dil_pad", (1, 2, 5, 9), (2, 3), (1, 2), (1, 1, 0, 1), (2, 2)),
 ]
 HALF = ("p1d", "p2d_overlap", "p2d_ceil_pad")
+# f32 avg_pool's vector rows (runtime/opc_nn_conv_fast.h, opc_cf_avg_pool_row): the wide max-pool
+# rows, with and without the padding counted; a row of more than one 256-output chunk; a window
+# whose rows the chunk's buffer cannot hold for a vector (the output-by-output path)
 # rows wide enough for f32 max_pool's vector route (OPC_CF_V outputs at a time, the last vector
 # shifted back; strides 1 and 2 as vector loads, others element by element), with the edges
 # outside it: values with ties, NaNs and -infs (the first maximum or NaN in window order wins)
@@ -114,6 +117,9 @@ WIDE = [
     Pool("n_s3_dil", (1, 1, 4, 11), (2, 3), (1, 3), (1, 2, 0, 2), (1, 2)),
     Pool("n_1d_pads", (2, 1, 5), (3,), (1,), (2, 2)),
 ]
+AVG_WIDE = [*WIDE, *(replace(p, name=p.name + "_incl", include_pad=True) for p in WIDE[:4]),
+            Pool("a_chunks", (1, 2, 3, 610), (2, 3), (1, 2), (0, 1, 1, 1)),
+            Pool("a_big_window", (1, 1, 16, 40), (15, 15), (1, 1), (7, 7, 7, 7), include_pad=True)]
 
 
 def max_ref(p: Pool, x):
@@ -181,6 +187,7 @@ def layer(p: Pool) -> str:
 @pytest.fixture(scope="module")
 def module():
     wide = [sources(p, dt)[0] for p in WIDE for dt in ("float32", "float64")]
+    wide += [sources(p, dt)[1] for p in AVG_WIDE for dt in ("float32", "float64")]
     text = "\n".join([s for p, dt in CASES for s in sources(p, dt)] + [layer(p) for p in POOLS] + wide)
     return opc.compile(text, target="cpu", grad=2)
 
@@ -272,3 +279,11 @@ def test_verifier_names_the_attribute(op: str, tx: str, result: str, message: st
         parse_text(text, "bad.mlir")
     msg = str(err.value)
     assert msg.startswith("bad.mlir:2:3: error: ") and message in msg, msg
+
+
+@pytest.mark.parametrize("p,dt", [(p, dt) for p in AVG_WIDE for dt in ("float32", "float64")],
+                         ids=[f"{p.name}_{dt}" for p in AVG_WIDE for dt in ("float32", "float64")])
+def test_avg_pool_wide_rows(module, p: Pool, dt: str) -> None:
+    x = random_array(p.x, dt, np.random.default_rng(SEED), -2, 2)
+    near(getattr(module, f"avg_{p.name}_{dt}")(x), avg_ref(p, x), dt, "avg_pool")
+
