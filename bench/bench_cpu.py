@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -121,7 +122,9 @@ def add_case(name: str, title: str, setup: Callable[[Context], Contest] | None =
 
 def to_numpy(out) -> list[np.ndarray]:
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    return [np.asarray(o.detach().numpy() if hasattr(o, "detach") else o) for o in outs]
+    # torch's bf16 has no NumPy type: widened to f32 for the check (the timed call returns it as is)
+    return [np.asarray(o.detach().float().numpy() if hasattr(o, "detach") and str(o.dtype) == "torch.bfloat16"
+                       else o.detach().numpy() if hasattr(o, "detach") else o) for o in outs]
 
 
 def run_contest(case: Case, contest: Contest, repeat: int) -> None:
@@ -464,6 +467,50 @@ def batched_matmul_case(xs: tuple[int, ...], ys: tuple[int, ...]) -> Callable[[C
                        theirs=[numpy_row(np.matmul, [x, y]),
                                *peers(ctx, [x, y], mm if ctx.torch else None, mm if ctx.jax else None, compiled=False)],
                        tol=1e-4, rate="GFLOP/s", work=2.0 * np.prod(out) * xs[-1])
+
+    return setup
+
+
+def bf16_gemm_case(m: int, n: int, k: int, ty: bool) -> Callable[[Context], Contest]:
+    """A bf16 GEMM [m, k] @ [k, n] (y stored transposed if ty), f32 accumulation: opc's default path
+    (runtime/opc_gemm_bf16dp.h's vdpbf16ps where the CPU has AVX512-BF16), its f32-widening path
+    (what $OPC_GEMM_BF16DP=0 forces), opc's f32 GEMM on the same shape, and torch's bf16 matmul."""
+
+    def setup(ctx: Context) -> Contest:
+        import ml_dtypes
+
+        ys = (n, k) if ty else (k, n)
+
+        def module(dt: str, fn: str):  # noqa: ANN202
+            t = {s: f"tensor<{s[0]}x{s[1]}x{dt}>" for s in ((m, k), ys, (m, n))}
+            attrs = " {trans_y = true}" if ty else ""
+            return getattr(opc.compile(f"func.func @{fn}(%x: {t[(m, k)]}, %y: {t[ys]}) -> {t[(m, n)]} {{\n"
+                                       f"  %r = opc.matmul %x, %y{attrs} : ({t[(m, k)]}, {t[ys]}) -> {t[(m, n)]}\n"
+                                       f"  func.return %r : {t[(m, n)]}\n}}\n"), fn)
+
+        bf = np.dtype(ml_dtypes.bfloat16)
+        x, y = ctx.rng.standard_normal((m, k), np.float32), ctx.rng.standard_normal(ys, np.float32)
+        xb, yb = x.astype(bf), y.astype(bf)
+        mm = lambda a, b: a @ (b.T if ty else b)  # noqa: E731
+        dp, widen, f32 = module("bf16", "f"), module("bf16", "f_widen"), module("f32", "f")
+        # the path is chosen once per module, at its first GEMM: the widening module's under the variable
+        before = os.environ.get("OPC_GEMM_BF16DP")
+        os.environ["OPC_GEMM_BF16DP"] = "0"
+        widen(xb, yb)
+        if before is None:
+            del os.environ["OPC_GEMM_BF16DP"]
+        else:
+            os.environ["OPC_GEMM_BF16DP"] = before
+        theirs = []
+        if ctx.torch is not None:
+            torch: Any = ctx.torch
+            tx, ty_ = torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(y).to(torch.bfloat16)
+            theirs.append(Contender("torch bf16", lambda: mm(tx, ty_)))
+        return Contest(want=[mm(xb.astype(np.float64), yb.astype(np.float64))],
+                       ours=[Contender("opc bf16", lambda: dp(xb, yb)),
+                             Contender("opc bf16 widened", lambda: widen(xb, yb))],
+                       theirs=[Contender("opc f32", lambda: f32(x, y), want=[mm(x.astype(np.float64), y)]), *theirs],
+                       tol=1e-2, rate="GFLOP/s", work=2.0 * m * n * k)
 
     return setup
 
@@ -870,6 +917,11 @@ add_case("bmm-qk", "batched matmul [8,4,128,64] @ [8,4,64,128] f32 (attention sc
          batched_matmul_case((8, 4, 128, 64), (8, 4, 64, 128)))
 add_case("bmm-pv", "batched matmul [8,4,128,128] @ [8,4,128,64] f32 (attention output)",
          batched_matmul_case((8, 4, 128, 128), (8, 4, 128, 64)))
+for _name, (_m, _n, _k, _ty) in {"512": (512, 512, 512, False), "qkv": (1024, 256, 256, False),
+                                 "fc1": (1024, 1024, 256, False), "fc2": (1024, 256, 1024, False),
+                                 "dx": (1024, 256, 1024, True)}.items():
+    add_case(f"bf16-{_name}", f"bf16 GEMM {_name}: {_m}x{_k} @ {_k}x{_n}" + (" (y stored transposed)" if _ty else "")
+             + ", f32 accumulation", bf16_gemm_case(_m, _n, _k, _ty))
 for _act in ("none", "relu", "gelu"):
     add_case(f"epilogue-{_act}", f"fused_gemm_epilogue {_act} 512 f32", epilogue_case(_act))
 add_case("conv3x3", "conv 3x3 64->64 ch 56x56 f32, pads 1 (implicit GEMM)", conv_case(1, False))

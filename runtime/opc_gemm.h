@@ -32,6 +32,8 @@
  * if an allocation fails the call falls back to an unpacked reference loop.
  * f16 packing/stores use F16C when compiled with it (results identical to the
  * scalar opc_runtime.h conversions except for NaN payloads).
+ * bf16 on a CPU with AVX512-BF16 (checked at run time; $OPC_GEMM_BF16DP=0 turns it off) packs
+ * pairs of k instead and runs vdpbf16ps: opc_gemm_bf16dp.h.
  *
  * C only (not for CUDA). Compiles with or without -march=native / -fopenmp.
  */
@@ -1035,6 +1037,9 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
 }
 
 #include "opc_gemm_fewrows.h"
+/* bf16 on AVX512-BF16's vdpbf16ps where the CPU has it, picked at run time (opc__bf16dp_on):
+   2x the f32 kernel's multiply-adds per instruction, from half the packed bytes */
+#include "opc_gemm_bf16dp.h"
 
 static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
                         const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
@@ -1071,6 +1076,13 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
         opc__afree(bf_own);
         return;
     }
+    /* the part of the output one thread computes: the f32 kernel's, or bf16's on vdpbf16ps */
+    void (*part_fn)(int, int64_t, int64_t, int64_t, int64_t, int64_t, const void *, int64_t, int,
+                    const void *, int64_t, int, float *, int, void *, void *, int64_t, int64_t, int64_t,
+                    int64_t, opc_gemm_epilogue, void *) = opc__gemm_s_part;
+#ifdef OPC_GEMM_BF16DP
+    if (dt == OPC_DT_BF16 && opc__bf16dp_on()) part_fn = opc__gemm_bf16dp_part;
+#endif
     /* How the output is split between threads: whole matrices, NR-column
        panels or MR-row panels, balanced; nt reduced when there is too little. */
     const int64_t npm = opc__cdiv(M, MR), npn = opc__cdiv(N, NR);
@@ -1097,7 +1109,7 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
         if (parts < nt) parts = opc__min64(units, nt);
     }
     if (parts == 1) {  /* no parallel region: even an `if (0)` one runs libgomp's dynamic loop */
-        opc__gemm_s_part(dt, 0, batch, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res, 0, M, 0, N, ep, ep_ctx);
+        part_fn(dt, 0, batch, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res, 0, M, 0, N, ep, ep_ctx);
         opc__afree(bf_own);
         return;
     }
@@ -1114,8 +1126,7 @@ static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, 
                 i0 = opc__min64(M, npm * part / parts * MR); i1 = opc__min64(M, npm * (part + 1) / parts * MR);
             }
         }
-        opc__gemm_s_part(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res,
-                         i0, i1, j0, j1, ep, ep_ctx);
+        part_fn(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, act, out, res, i0, i1, j0, j1, ep, ep_ctx);
     }
     opc__afree(bf_own);
 }

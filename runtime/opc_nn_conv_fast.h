@@ -978,9 +978,12 @@ static int opc_cf_max_pool_row(const float *x, float *y, int64_t *idx, int64_t i
  * around them, then V outputs at a time, each the sum of its taps in pl_window's order (a tap
  * outside x adds the copy's zero, which leaves every sum's bits as they are, so the result is
  * the output-by-output path's), divided by its count (opc_pl_count: the row's count over dims 0
- * and 1 times the output's taps along the row). 0 where buf (OPC_CF_POOL_BUF floats) cannot
- * hold the window's rows for a vector of outputs: the caller takes the output-by-output path. */
+ * and 1 times the output's taps along the row). A row shorter than a vector sums its taps in
+ * place, output by output, without the copy (whose cost per row it would not repay). 0 where buf
+ * (OPC_CF_POOL_BUF floats) cannot hold the window's rows for a vector of outputs: the caller
+ * takes the output-by-output path. */
 #define OPC_CF_AVG_CHUNK 256
+#define OPC_CF_AVG_ROWS 64 /* window rows a short row's outputs read in place */
 static int opc_cf_avg_pool_row(const float *x, float *y, const opc_pl_geom *q, int64_t o0, int64_t o1) {
     const int64_t s2 = q->s[2], d2 = q->d[2], pb2 = q->pb[2], in2 = q->in[2], n = q->out[2];
     const int64_t lo2 = q->include_pad ? -pb2 : 0, hi2 = q->include_pad ? in2 + q->pe[2] : in2;
@@ -994,6 +997,26 @@ static int opc_cf_avg_pool_row(const float *x, float *y, const opc_pl_geom *q, i
         opc_pl_geom r = *q;
         r.k[2] = 1, r.s[2] = 1, r.pb[2] = 0, r.in[2] = 1;
         c01 = opc_pl_count(&r, o);
+    }
+    if (n < OPC_CF_V && kr <= OPC_CF_AVG_ROWS) { /* a row shorter than a vector: its taps read in place */
+        int64_t rows[OPC_CF_AVG_ROWS];
+        int nrows = 0;
+        for (int64_t t0 = 0; t0 < q->k[0]; t0++)
+            for (int64_t t1 = 0; t1 < q->k[1]; t1++)
+                if (opc_pl_window_row(q, o0, o1, t0, t1, &rows[nrows])) nrows++;
+        for (int64_t o2 = 0; o2 < n; o2++) {
+            const int64_t first = o2 * s2 - pb2;
+            float sum = 0.0f;
+            int64_t taps = 0;
+            for (int w = 0; w < nrows; w++)
+                for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
+                    const int64_t i = first + t2 * d2;
+                    if (i >= 0 && i < in2) sum += x[rows[w] + i];
+                }
+            for (int64_t t2 = 0; t2 < q->k[2]; t2++) taps += first + t2 * d2 >= lo2 && first + t2 * d2 < hi2;
+            y[o2] = sum / (float)(c01 * taps);
+        }
+        return 1;
     }
     float buf[OPC_CF_POOL_BUF], div[OPC_CF_AVG_CHUNK + OPC_CF_V];
     for (int64_t c = 0; c < n; c += len) {

@@ -20,9 +20,10 @@ from opc.sanitize import runtime_library, sanitized_env
 
 TESTS = Path(__file__).resolve().parents[1]
 # about 140 s on the 2-core machine, most of it building: the op modules, the nn kernels (4 dtypes),
-# the GEMM runtime and one module of the fast f32 convs (the depthwise and few-output kernels among them)
+# the GEMM runtime and one module of the fast f32 convs (the depthwise and few-output kernels among them);
+# the bf16 GEMM's grid (its vdpbf16ps packing reads pairs of k as words: about 20 s more)
 SELECTION = ["lowering/test_cpu_ops.py", "lowering/test_nn_ops.py::test_fused_kernel",
-             "ops/test_conv_fast.py::test_fast_kernels_match_numpy"]
+             "ops/test_conv_fast.py::test_fast_kernels_match_numpy", "runtime/test_gemm_bf16.py"]
 
 pytestmark = pytest.mark.skipif(runtime_library("libasan.so") is None,
                                 reason="the C compiler has no ASan runtime (libasan.so)")
