@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from opc import compile_cache, onnx_cache
+from opc.onnx_import.lists import TENSOR, flatten, key_of, regroup, shapes_of
 
 
 @dataclass
@@ -179,8 +180,6 @@ class OnnxModel:
         return False
 
     def variant(self, feeds: Mapping[str, Any]) -> Variant:
-        from opc.onnx_import.lists import key_of
-
         if not self.specialize:
             dyn_key = tuple((n, v.dtype, v.ndim) for n, v in feeds.items())
             if dyn_key not in self.dynamic:
@@ -199,7 +198,6 @@ class OnnxModel:
 
     def build(self, feeds: Mapping[str, Any]) -> Variant:
         from opc.onnx_import import import_graph
-        from opc.onnx_import.lists import key_of, shapes_of
 
         shape_key = self.cache_key("shapes", repr(tuple((n, key_of(v)) for n, v in feeds.items())))
         if shape_key is not None:  # the note names the inputs the import binds (their values join the key)
@@ -297,9 +295,7 @@ class OnnxModel:
             v, grouped = hit
             out = v.call(*args)
             flat = list(out) if isinstance(out, tuple) else [out]
-            return regroup_results(v.layouts, flat) if grouped else flat
-        from opc.onnx_import.lists import TENSOR, flatten, regroup
-
+            return regroup(v.layouts, flat) if grouped else flat
         feeds = self.feeds(args, kwargs)
         self.check(feeds)
         v = self.variant(feeds)
@@ -324,12 +320,6 @@ def repeat_signature(args: Sequence[Any]) -> tuple | None:
             return None
         signature.append((a.dtype, a.shape))
     return tuple(signature)
-
-
-def regroup_results(layouts: list[Any], flat: list[Any]) -> list[Any]:
-    from opc.onnx_import.lists import regroup
-
-    return regroup(layouts, flat)
 
 
 def load_onnx(model: Any, target: str = "cpu", cache_dir: str | None = None,
