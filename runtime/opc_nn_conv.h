@@ -127,19 +127,23 @@ static inline int opc_pl_window_row(const opc_pl_geom *q, int64_t o0, int64_t o1
     return i0 >= 0 && i0 < q->in[0] && i1 >= 0 && i1 < q->in[1];
 }
 
-/* The divisor of avg_pool's window at output position o (3 dims): its taps inside x, or with
- * include_pad its extent clipped to the padded input [-pb, in + pe). */
+/* Along dim d, the taps of a window starting at input index `start` that avg_pool counts: those
+ * inside x, or with include_pad inside the padded input [-pb, in + pe). */
+static inline int64_t opc_pl_taps(const opc_pl_geom *q, int d, int64_t start) {
+    const int64_t lo = q->include_pad ? -q->pb[d] : 0, hi = q->include_pad ? q->in[d] + q->pe[d] : q->in[d];
+    if (start >= lo && start + (q->k[d] - 1) * q->d[d] < hi) return q->k[d]; /* all of them (most windows) */
+    int64_t taps = 0;
+    for (int64_t t = 0; t < q->k[d]; t++) {
+        const int64_t i = start + t * q->d[d];
+        taps += i >= lo && i < hi;
+    }
+    return taps;
+}
+
+/* The divisor of avg_pool's window at output position o (3 dims): its taps along each dim. */
 static inline int64_t opc_pl_count(const opc_pl_geom *q, const int64_t *o) {
     int64_t count = 1;
-    for (int d = 0; d < 3; d++) {
-        const int64_t start = o[d] * q->s[d] - q->pb[d];
-        int64_t lo = q->include_pad ? -q->pb[d] : 0, hi = q->include_pad ? q->in[d] + q->pe[d] : q->in[d], taps = 0;
-        for (int64_t t = 0; t < q->k[d]; t++) {
-            const int64_t i = start + t * q->d[d];
-            taps += i >= lo && i < hi;
-        }
-        count *= taps;
-    }
+    for (int d = 0; d < 3; d++) count *= opc_pl_taps(q, d, o[d] * q->s[d] - q->pb[d]);
     return count;
 }
 

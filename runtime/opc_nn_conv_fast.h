@@ -883,6 +883,32 @@ static void opc_cf_max_pool_span(const float *x, float *y, int64_t *idx, int64_t
     }
 }
 
+/* The window rows (t0, t1) of output row (o0, o1) that lie inside x, each as its columns
+ * [from, from + span) copied into buf, span floats apart, zeros where a column lies outside x (so a
+ * vector reads them all in bounds); rows (or NULL): each copied row's flat index in the plane of
+ * its x[.., 0]. The number of rows copied. */
+static int opc_cf_pool_rows(const float *x, float *buf, int32_t *rows, const opc_pl_geom *q, int64_t o0, int64_t o1,
+                            int64_t from, int64_t span) {
+    const int64_t in2 = q->in[2], lo = from > 0 ? from : 0, hi = from + span < in2 ? from + span : in2;
+    int n = 0;
+    for (int64_t t0 = 0; t0 < q->k[0]; t0++)
+        for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
+            int64_t row;
+            if (!opc_pl_window_row(q, o0, o1, t0, t1, &row)) continue;
+            float *r = buf + n * span;
+            if (rows) rows[n] = (int32_t)row;
+            n++;
+            if (lo >= hi) {
+                memset(r, 0, (size_t)span * sizeof(float));
+                continue;
+            }
+            memset(r, 0, (size_t)(lo - from) * sizeof(float));
+            memcpy(r + (lo - from), x + row + lo, (size_t)(hi - lo) * sizeof(float));
+            memset(r + (hi - from), 0, (size_t)(span - (hi - from)) * sizeof(float));
+        }
+    return n;
+}
+
 /* max_pool's outputs [a, b) of row (o0, o1) of plane x, any of them (the row's edges, or a row
  * shorter than a vector), V outputs per vector. The columns of the window rows (t0, t1) inside x
  * that these outputs' taps reach (from column a * s2 - pb2 on: not the whole row, so a wide
@@ -901,19 +927,9 @@ static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t
        (k2 - 1) * d2 past column `from` */
     const int64_t span = (b - a + OPC_CF_V) * s2 + (q->k[2] - 1) * q->d[2] + 1, from = a * s2 - pb2;
     if (q->k[0] * q->k[1] * span > OPC_CF_POOL_BUF) return 0;
-    const int64_t lo = from > 0 ? from : 0, hi = from + span < in2 ? from + span : in2; /* columns inside x */
     float buf[OPC_CF_POOL_BUF];
     int32_t rows[OPC_CF_POOL_BUF / 2]; /* the flat index in the plane of each copied row's x[.., 0] */
-    int nrows = 0;
-    for (int64_t t0 = 0; t0 < q->k[0]; t0++)
-        for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
-            int64_t row;
-            if (!opc_pl_window_row(q, o0, o1, t0, t1, &row)) continue;
-            float *r = buf + nrows * span;
-            rows[nrows++] = (int32_t)row;
-            memset(r, 0, (size_t)span * sizeof(float));
-            if (lo < hi) memcpy(r + (lo - from), x + row + lo, (size_t)(hi - lo) * sizeof(float));
-        }
+    const int nrows = opc_cf_pool_rows(x, buf, rows, q, o0, o1, from, span);
     const opc_cf_ivec iota = OPC_CF_IOTA;
     for (int64_t c = a; c < b; c += OPC_CF_V) {
         const opc_cf_ivec live = iota < (int32_t)(b - c);
@@ -986,18 +1002,13 @@ static int opc_cf_max_pool_row(const float *x, float *y, int64_t *idx, int64_t i
 #define OPC_CF_AVG_ROWS 64 /* window rows a short row's outputs read in place */
 static int opc_cf_avg_pool_row(const float *x, float *y, const opc_pl_geom *q, int64_t o0, int64_t o1) {
     const int64_t s2 = q->s[2], d2 = q->d[2], pb2 = q->pb[2], in2 = q->in[2], n = q->out[2];
-    const int64_t lo2 = q->include_pad ? -pb2 : 0, hi2 = q->include_pad ? in2 + q->pe[2] : in2;
     const int64_t kr = q->k[0] * q->k[1];
     int64_t len = n < OPC_CF_AVG_CHUNK ? n : OPC_CF_AVG_CHUNK;
     while (len > OPC_CF_V && kr * ((len + OPC_CF_V) * s2 + (q->k[2] - 1) * d2 + 1) > OPC_CF_POOL_BUF) len /= 2;
     const int64_t span = (len + OPC_CF_V) * s2 + (q->k[2] - 1) * d2 + 1; /* buf floats per window row */
     if (kr * span > OPC_CF_POOL_BUF) return 0;
-    int64_t o[3] = {o0, o1, 0}, c01;
-    { /* the row's count over dims 0 and 1: opc_pl_count of a one-tap row */
-        opc_pl_geom r = *q;
-        r.k[2] = 1, r.s[2] = 1, r.pb[2] = 0, r.in[2] = 1;
-        c01 = opc_pl_count(&r, o);
-    }
+    /* the row's count over dims 0 and 1 */
+    const int64_t c01 = opc_pl_taps(q, 0, o0 * q->s[0] - q->pb[0]) * opc_pl_taps(q, 1, o1 * q->s[1] - q->pb[1]);
     if (n < OPC_CF_V && kr <= OPC_CF_AVG_ROWS) { /* a row shorter than a vector: its taps read in place */
         int64_t rows[OPC_CF_AVG_ROWS];
         int nrows = 0;
@@ -1007,44 +1018,20 @@ static int opc_cf_avg_pool_row(const float *x, float *y, const opc_pl_geom *q, i
         for (int64_t o2 = 0; o2 < n; o2++) {
             const int64_t first = o2 * s2 - pb2;
             float sum = 0.0f;
-            int64_t taps = 0;
             for (int w = 0; w < nrows; w++)
                 for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
                     const int64_t i = first + t2 * d2;
                     if (i >= 0 && i < in2) sum += x[rows[w] + i];
                 }
-            for (int64_t t2 = 0; t2 < q->k[2]; t2++) taps += first + t2 * d2 >= lo2 && first + t2 * d2 < hi2;
-            y[o2] = sum / (float)(c01 * taps);
+            y[o2] = sum / (float)(c01 * opc_pl_taps(q, 2, first));
         }
         return 1;
     }
     float buf[OPC_CF_POOL_BUF], div[OPC_CF_AVG_CHUNK + OPC_CF_V];
     for (int64_t c = 0; c < n; c += len) {
-        const int64_t m = n - c < len ? n - c : len, from = c * s2 - pb2;
-        const int64_t lo = from > 0 ? from : 0, hi = from + span < in2 ? from + span : in2; /* columns inside x */
-        int nrows = 0;
-        for (int64_t t0 = 0; t0 < q->k[0]; t0++)
-            for (int64_t t1 = 0; t1 < q->k[1]; t1++) {
-                int64_t row;
-                if (!opc_pl_window_row(q, o0, o1, t0, t1, &row)) continue;
-                float *r = buf + nrows++ * span;
-                if (lo >= hi) {
-                    memset(r, 0, (size_t)span * sizeof(float));
-                    continue;
-                }
-                memset(r, 0, (size_t)(lo - from) * sizeof(float));
-                memcpy(r + (lo - from), x + row + lo, (size_t)(hi - lo) * sizeof(float));
-                memset(r + (hi - from), 0, (size_t)(span - (hi - from)) * sizeof(float));
-            }
-        for (int64_t j = 0; j < m; j++) { /* each output's count: c01 times its taps along the row */
-            const int64_t first = (c + j) * s2 - pb2, end = first + (q->k[2] - 1) * d2;
-            int64_t taps = q->k[2];
-            if (first < lo2 || end >= hi2) { /* an edge output: some taps outside */
-                taps = 0;
-                for (int64_t t2 = 0; t2 < q->k[2]; t2++) taps += first + t2 * d2 >= lo2 && first + t2 * d2 < hi2;
-            }
-            div[j] = (float)(c01 * taps);
-        }
+        const int64_t m = n - c < len ? n - c : len;
+        const int nrows = opc_cf_pool_rows(x, buf, NULL, q, o0, o1, c * s2 - pb2, span);
+        for (int64_t j = 0; j < m; j++) div[j] = (float)(c01 * opc_pl_taps(q, 2, (c + j) * s2 - pb2));
         for (int64_t j = 0; j < m; j += OPC_CF_V) {
             opc_cf_vec acc = (opc_cf_vec){0}, v;
             for (int w = 0; w < nrows; w++)
