@@ -353,6 +353,17 @@ static OPC_UNUSED void opc__store_d(const double *OPC_RESTRICT ct, int mr, int n
 #define OPC__FMA_PS(acc, a, b) __asm__("vfmadd231ps %[bb], %[aa], %[cc]" : [cc] "+v"(acc) : [aa] "v"(a), [bb] "v"(b))
 #define OPC__FMA_PD(acc, a, b) __asm__("vfmadd231pd %[bb], %[aa], %[cc]" : [cc] "+v"(acc) : [aa] "v"(a), [bb] "v"(b))
 #endif
+/* The 12 x 32 AVX-512 micro-kernels (f32 below, bf16 in opc_gemm_bf16dp.h) keep their tile in 24
+   accumulators, rows c0 .. cb of two zmm each: OPC__ROWS(M) applies M(name, row) to every row,
+   OPC__ROWS_OF(M, A) M(A, name, row) (a k step reading row's word of A). */
+#define OPC__ROWS(M) M(0, 0); M(1, 1); M(2, 2); M(3, 3); M(4, 4); M(5, 5); \
+    M(6, 6); M(7, 7); M(8, 8); M(9, 9); M(a, 10); M(b, 11)
+#define OPC__ROWS_OF(M, A) M(A, 0, 0); M(A, 1, 1); M(A, 2, 2); M(A, 3, 3); M(A, 4, 4); M(A, 5, 5); \
+    M(A, 6, 6); M(A, 7, 7); M(A, 8, 8); M(A, 9, 9); M(A, a, 10); M(A, b, 11)
+/* a row's accumulators, zeroed; a row stored into the tile c (row stride 32 floats) */
+#define OPC__ROW_ZERO(i, x) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps()
+#define OPC__ROW_TO_TILE(i, x) _mm512_store_ps(c + 32 * (x), c##i##0); _mm512_store_ps(c + 32 * (x) + 16, c##i##1)
+
 #if defined(OPC_GEMM_AVX512)
 /* AVX-512: 12 rows x 2 zmm of B per k step, 24 zmm accumulators. Two tails: the tile to ct
    (row stride NR) for opc__store_s, or (direct) straight into a whole f32 tile of the output c
@@ -370,16 +381,11 @@ OPC_ALWAYS_INLINE void opc__ukr_s_body(int64_t kc, const float *OPC_RESTRICT a,
         _mm_prefetch((const char *)(row + 64u), _MM_HINT_T0);
         _mm_prefetch((const char *)(row + 127u), _MM_HINT_T0);
     }
-#define OPC__ROW_DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps()
-    OPC__ROW_DECL(0); OPC__ROW_DECL(1); OPC__ROW_DECL(2); OPC__ROW_DECL(3);
-    OPC__ROW_DECL(4); OPC__ROW_DECL(5); OPC__ROW_DECL(6); OPC__ROW_DECL(7);
-    OPC__ROW_DECL(8); OPC__ROW_DECL(9); OPC__ROW_DECL(a); OPC__ROW_DECL(b);
-#undef OPC__ROW_DECL
+    OPC__ROWS(OPC__ROW_ZERO);
 #define OPC__ROW(A, i, x) av = _mm512_set1_ps((A)[x]); OPC__FMA_PS(c##i##0, av, b0); OPC__FMA_PS(c##i##1, av, b1)
 #define OPC__SK(A, B) do { \
         __m512 b0 = _mm512_load_ps((B)), b1 = _mm512_load_ps((B) + 16), av; \
-        OPC__ROW(A, 0, 0); OPC__ROW(A, 1, 1); OPC__ROW(A, 2, 2); OPC__ROW(A, 3, 3); OPC__ROW(A, 4, 4);   OPC__ROW(A, 5, 5); \
-        OPC__ROW(A, 6, 6); OPC__ROW(A, 7, 7); OPC__ROW(A, 8, 8); OPC__ROW(A, 9, 9); OPC__ROW(A, a, 10); OPC__ROW(A, b, 11); \
+        OPC__ROWS_OF(OPC__ROW, A); \
     } while (0)
     int64_t k = 0;
     for (; k + 2 <= kc; k += 2) {
@@ -394,10 +400,7 @@ OPC_ALWAYS_INLINE void opc__ukr_s_body(int64_t kc, const float *OPC_RESTRICT a,
 #undef OPC__SK
 #undef OPC__ROW
     if (!direct) {
-#define OPC__ROW_ST(i, x) _mm512_store_ps(c + 32 * (x), c##i##0); _mm512_store_ps(c + 32 * (x) + 16, c##i##1)
-        OPC__ROW_ST(0, 0); OPC__ROW_ST(1, 1); OPC__ROW_ST(2, 2); OPC__ROW_ST(3, 3); OPC__ROW_ST(4, 4);   OPC__ROW_ST(5, 5);
-        OPC__ROW_ST(6, 6); OPC__ROW_ST(7, 7); OPC__ROW_ST(8, 8); OPC__ROW_ST(9, 9); OPC__ROW_ST(a, 10); OPC__ROW_ST(b, 11);
-#undef OPC__ROW_ST
+        OPC__ROWS(OPC__ROW_TO_TILE);
         return;
     }
     const __m512 bias0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
@@ -409,8 +412,7 @@ OPC_ALWAYS_INLINE void opc__ukr_s_body(int64_t kc, const float *OPC_RESTRICT a,
         if (bias) { z0 = _mm512_add_ps(z0, bias0); z1 = _mm512_add_ps(z1, bias1); } \
         _mm512_storeu_ps(cr, z0); _mm512_storeu_ps(cr + 16, z1); \
     } while (0)
-    OPC__ROW_ST(0, 0); OPC__ROW_ST(1, 1); OPC__ROW_ST(2, 2); OPC__ROW_ST(3, 3); OPC__ROW_ST(4, 4);   OPC__ROW_ST(5, 5);
-    OPC__ROW_ST(6, 6); OPC__ROW_ST(7, 7); OPC__ROW_ST(8, 8); OPC__ROW_ST(9, 9); OPC__ROW_ST(a, 10); OPC__ROW_ST(b, 11);
+    OPC__ROWS(OPC__ROW_ST);
 #undef OPC__ROW_ST
 }
 __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,

@@ -97,17 +97,12 @@ OPC_BD_TARGET __attribute__((noinline)) static void opc__ukr_bd(int64_t kp, cons
                                                               int last, const float *bias, int relu,
                                                               uint16_t *out, int64_t ldo) {
 #define OPC__DP(acc, x, y) __asm__("vdpbf16ps %[yy], %[xx], %[cc]" : [cc] "+v"(acc) : [xx] "v"(x), [yy] "v"(y))
-#define OPC__ROW_DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps()
-    OPC__ROW_DECL(0); OPC__ROW_DECL(1); OPC__ROW_DECL(2); OPC__ROW_DECL(3);
-    OPC__ROW_DECL(4); OPC__ROW_DECL(5); OPC__ROW_DECL(6); OPC__ROW_DECL(7);
-    OPC__ROW_DECL(8); OPC__ROW_DECL(9); OPC__ROW_DECL(a); OPC__ROW_DECL(b);
-#undef OPC__ROW_DECL
+    OPC__ROWS(OPC__ROW_ZERO);
 #define OPC__ROW(A, i, x) av = _mm512_castsi512_ps(_mm512_set1_epi32((int)(A)[x])); \
     OPC__DP(c##i##0, av, b0); OPC__DP(c##i##1, av, b1)
 #define OPC__PK(A, B) do { \
         __m512 b0 = _mm512_load_ps((const float *)(B)), b1 = _mm512_load_ps((const float *)(B) + 16), av; \
-        OPC__ROW(A, 0, 0); OPC__ROW(A, 1, 1); OPC__ROW(A, 2, 2); OPC__ROW(A, 3, 3); OPC__ROW(A, 4, 4);   OPC__ROW(A, 5, 5); \
-        OPC__ROW(A, 6, 6); OPC__ROW(A, 7, 7); OPC__ROW(A, 8, 8); OPC__ROW(A, 9, 9); OPC__ROW(A, a, 10); OPC__ROW(A, b, 11); \
+        OPC__ROWS_OF(OPC__ROW, A); \
     } while (0)
     int64_t p = 0;
     for (; p + 2 <= kp; p += 2) {
@@ -121,10 +116,7 @@ OPC_BD_TARGET __attribute__((noinline)) static void opc__ukr_bd(int64_t kp, cons
 #undef OPC__ROW
 #undef OPC__DP
     if (!direct) {
-#define OPC__ROW_ST(i, x) _mm512_store_ps(c + 32 * (x), c##i##0); _mm512_store_ps(c + 32 * (x) + 16, c##i##1)
-        OPC__ROW_ST(0, 0); OPC__ROW_ST(1, 1); OPC__ROW_ST(2, 2); OPC__ROW_ST(3, 3); OPC__ROW_ST(4, 4);   OPC__ROW_ST(5, 5);
-        OPC__ROW_ST(6, 6); OPC__ROW_ST(7, 7); OPC__ROW_ST(8, 8); OPC__ROW_ST(9, 9); OPC__ROW_ST(a, 10); OPC__ROW_ST(b, 11);
-#undef OPC__ROW_ST
+        OPC__ROWS(OPC__ROW_TO_TILE);
         return;
     }
     const __m512 bias0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
@@ -137,8 +129,7 @@ OPC_BD_TARGET __attribute__((noinline)) static void opc__ukr_bd(int64_t kp, cons
         _mm256_storeu_si256((__m256i *)(void *)(out + (x) * ldo + 16 * (h)), opc__bd_to_bf16(z)); \
     } while (0)
 #define OPC__ROW_ST(i, xx) do { const int64_t x = (xx); OPC__HALF(c##i##0, 0); OPC__HALF(c##i##1, 1); } while (0)
-    OPC__ROW_ST(0, 0); OPC__ROW_ST(1, 1); OPC__ROW_ST(2, 2); OPC__ROW_ST(3, 3); OPC__ROW_ST(4, 4);   OPC__ROW_ST(5, 5);
-    OPC__ROW_ST(6, 6); OPC__ROW_ST(7, 7); OPC__ROW_ST(8, 8); OPC__ROW_ST(9, 9); OPC__ROW_ST(a, 10); OPC__ROW_ST(b, 11);
+    OPC__ROWS(OPC__ROW_ST);
 #undef OPC__ROW_ST
 #undef OPC__HALF
 }
