@@ -85,8 +85,12 @@ def key_for(source: object, target: object, grad: object, decompose: object, fus
     text = source_bytes(source)
     if text is None:
         return None
-    flavor = "\0".join(os.environ.get(v, "") for v in FLAVOR_ENV)
-    return content_key(text, repr((grad, decompose, fuse)), flavor, code_digest(), length=32)
+    return content_key(text, repr((grad, decompose, fuse)), flavor(), code_digest(), length=32)
+
+
+def flavor() -> str:
+    """The environment that changes what a compile builds (FLAVOR_ENV), as part of a key."""
+    return "\0".join(os.environ.get(v, "") for v in FLAVOR_ENV)
 
 
 def find(source: object, target: object, grad: object, decompose: object, fuse: object,

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from opc.compile_cache import FLAVOR_ENV, code_digest
+from opc.compile_cache import code_digest, flavor
 from opc.lowering.build import content_key
 
 
@@ -41,8 +40,7 @@ def key(digest: str, target: str, *variant: str) -> str:
     """The key of a fact about the model `digest` (its variant, or "checked")."""
     import onnx
 
-    flavor = "\0".join(os.environ.get(v, "") for v in FLAVOR_ENV)
-    return content_key("onnx", digest, target, onnx.__version__, *variant, flavor, code_digest(), length=32)
+    return content_key("onnx", digest, target, onnx.__version__, *variant, flavor(), code_digest(), length=32)
 
 
 def bound_key(shape_key: str, names: Sequence[str], feeds: Mapping[str, Any]) -> str | None:
