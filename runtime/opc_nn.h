@@ -201,12 +201,15 @@ OPC_NN_INLINE int opc_nn_conv_fast_epilogue(const void *x, const void *w, const 
 }
 
 /* conv with an epilogue's fast f32 route (ep on each finished tile, opc_nn_conv.h): 1 when it ran.
- * Depthwise and im2col convs have no such route (their caller runs ep after the conv). */
+ * Depthwise convs the row kernel does not take and im2col convs have no such route (their caller runs ep after the conv). */
 OPC_NN_INLINE int opc_nn_conv_fast_ep(const void *x, const void *w, void *y, const opc_cv_geom *q, opc_cv_epilogue ep,
                                       void *ep_ctx) {
     const float *fx = (const float *)x, *fw = (const float *)w;
     float *fy = (float *)y;
-    if (opc_cf_dw_applies(q, 1)) return 0;
+    if (opc_cf_dw_applies(q, 1)) {
+        if (q->out[2] < OPC_CF_V) return opc_cf_dwc_run(fx, fw, fy, NULL, NULL, OPC_CF_ACT_NONE, q, ep, ep_ctx) == 0;
+        return opc_cf_dwr_applies(q) && opc_cf_dwr_run(fx, fw, fy, NULL, NULL, OPC_CF_ACT_NONE, q, ep, ep_ctx) == 0;
+    }
     const int kernel = opc_nn_conv_fwd_kernel(q);
     return kernel == 1 ? opc_cf_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0
                        : kernel == 2 && opc_cw_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0;

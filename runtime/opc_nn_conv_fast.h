@@ -643,115 +643,272 @@ static int opc_cf_dws_run(const float *src, const float *wk, float *dst, float *
     return failed ? -1 : 0;
 }
 
-/* A depthwise conv on planes whose rows are narrower than a vector (7x7 and 14x14 images, any
- * stride), forward only, channels last, as onnxruntime's NCHWc kernels: per image, the padded input
- * transposed to xt [P][Cr] (Cr: channels rounded up to vectors, zeros beyond) and the taps to
- * wt [kvol][Cr], then each output position is V channels at a time, one vector FMA per tap, into
- * yt [ovol][Cr], transposed back with bias and act on the way. The same sums in the same order as
- * opc_cf_dw_run: taps in order, the padding's zeros included. -1: out of memory. */
-/* xt [PV][Cr] = image xn [C][ivol] channels-last and padded: xl [ivol][Cr] by V x V transposes in
- * registers (a block running past a plane's end element by element, so no read leaves xn), then
- * padded as a plane of Cr floats per position (a channel at a time, padding and scattering each
- * element Cr floats apart cost the layer more than its taps). */
-static void opc_cf_dwc_gather(const float *xn, float *xl, float *xt, int64_t Cr, const opc_cv_geom *q,
-                              const opc_cf_plan *p) {
-    const int64_t C = q->g, ivol = q->ivol;
-    for (int64_t c0 = 0; c0 < Cr; c0 += OPC_CF_V)
-        for (int64_t i0 = 0; i0 < ivol; i0 += OPC_CF_V) {
-#if OPC_CF_TRANSPOSE
-            if (i0 + OPC_CF_V <= ivol) {
-                opc_cf_vec r[OPC_CF_V];
-                for (int j = 0; j < OPC_CF_V; j++)
-                    r[j] = c0 + j < C ? (opc_cf_vec) * (const opc_cf_uvec *)(xn + (c0 + j) * ivol + i0) : (opc_cf_vec){0};
-                opc_cf_transpose(r);
-                for (int i = 0; i < OPC_CF_V; i++) *(opc_cf_uvec *)(xl + (i0 + i) * Cr + c0) = r[i];
+/* xp [PV] of one channel src [in] as opc_cf_pad_channel, by vector stores: a padded row is a zero
+ * vector at each end, then the source row copied over them V floats at a time (the last copy shifted
+ * back to end at the row's end). Where a row or its padding is too short for that, the plain copy. */
+static void opc_cf_pad_plane(const float *s, float *dst, const opc_cf_plan *p) {
+    const int64_t P2 = p->P[2], a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2] < P2 ? p->in[2] + p->pb[2] : P2;
+    if (!(P2 >= OPC_CF_V && a <= OPC_CF_V && P2 - b <= OPC_CF_V && b - a >= OPC_CF_V)) {
+        opc_cf_pad_channel(s, dst, p);
+        return;
+    }
+    const opc_cf_vec zero = {0};
+    for (int64_t i0 = 0; i0 < p->P[0]; i0++) {
+        const int64_t s0 = i0 - p->pb[0];
+        for (int64_t i1 = 0; i1 < p->P[1]; i1++) {
+            const int64_t s1 = i1 - p->pb[1];
+            float *row = dst + (i0 * p->P[1] + i1) * P2;
+            if (s0 < 0 || s0 >= p->in[0] || s1 < 0 || s1 >= p->in[1]) {
+                for (int64_t j = 0; j < P2; j += OPC_CF_V) *(opc_cf_uvec *)(row + (j + OPC_CF_V <= P2 ? j : P2 - OPC_CF_V)) = zero;
                 continue;
             }
-#endif
-            for (int64_t i = i0; i < i0 + OPC_CF_V && i < ivol; i++)
-                for (int64_t j = 0; j < OPC_CF_V; j++) xl[i * Cr + c0 + j] = c0 + j < C ? xn[(c0 + j) * ivol + i] : 0.0f;
-        }
-    opc_cf_pad_positions(xl, xt, p, Cr);
-}
-
-/* The depthwise conv of images whose rows are shorter than a vector: channels-last, V channels
- * per vector (xt [PV][Cr] the padded input, wt [kvol][Cr], yt [ovol][Cr]), laid out to and from
- * NCHW by V x V transposes. */
-#define OPC_CF_DWC_U 4
-static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
-                          const opc_cv_geom *q) {
-    const opc_cf_plan p = opc_cf_dw_plan(q);
-    const int64_t C = q->g, Cr = (C + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V, kvol = q->kvol, ovol = q->ovol;
-    const int64_t ovr = (ovol + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V;
-    float *xt = (float *)malloc(sizeof(float) * Cr * (p.PV + kvol + ovr + q->ivol));
-    if (!xt) return -1;
-    float *wt = xt + Cr * p.PV, *yt = wt + Cr * kvol, *xl = yt + Cr * ovr;
-    for (int64_t k = 0; k < kvol; k++)
-        for (int64_t c = 0; c < Cr; c++) wt[k * Cr + c] = c < C ? wk[c * kvol + k] : 0.0f;
-    memset(yt + Cr * ovol, 0, sizeof(float) * Cr * (ovr - ovol)); /* the last block's rows past ovol */
-    const int par = q->ovol * Cr * kvol >= opc_par_min(32768);
-    for (int64_t n = 0; n < q->n; n++) {
-        const float *xn = src + n * C * q->ivol;
-        opc_cf_dwc_gather(xn, xl, xt, Cr, q, &p);
-        _Pragma("omp parallel for schedule(static) if (par) num_threads(opc_num_threads())")
-        for (int64_t o = 0; o < ovol; o++) {
-            const int64_t o2 = o % q->out[2], o1 = o / q->out[2] % q->out[1], o0 = o / (q->out[1] * q->out[2]);
-            const int64_t base = (o0 * q->s[0] * p.P[1] + o1 * q->s[1]) * p.P[2] + o2 * q->s[2];
-            /* OPC_CF_DWC_U channel vectors side by side: each one's taps are a chain of dependent
-               FMAs, which alone would wait on the FMA's latency */
-            for (int64_t c = 0; c < Cr; c += OPC_CF_DWC_U * OPC_CF_V) {
-                const int u_n = c + OPC_CF_DWC_U * OPC_CF_V <= Cr ? OPC_CF_DWC_U : (int)((Cr - c) / OPC_CF_V);
-                opc_cf_vec a[OPC_CF_DWC_U];
-                for (int u = 0; u < OPC_CF_DWC_U; u++) a[u] = (opc_cf_vec){0};
-                int64_t k = 0;
-                for (int64_t t0 = 0; t0 < q->k[0]; t0++)
-                    for (int64_t t1 = 0; t1 < q->k[1]; t1++)
-                        for (int64_t t2 = 0; t2 < q->k[2]; t2++, k++) {
-                            const int64_t at = base + (t0 * q->d[0] * p.P[1] + t1 * q->d[1]) * p.P[2] + t2 * q->d[2];
-                            const float *wk_c = wt + k * Cr + c, *x_c = xt + at * Cr + c;
-                            if (u_n == OPC_CF_DWC_U) {
-                                _Pragma("GCC unroll 4") for (int u = 0; u < OPC_CF_DWC_U; u++)
-                                    a[u] += *(const opc_cf_uvec *)(wk_c + u * OPC_CF_V) *
-                                            *(const opc_cf_uvec *)(x_c + u * OPC_CF_V);
-                            } else {
-                                for (int u = 0; u < u_n; u++)
-                                    a[u] += *(const opc_cf_uvec *)(wk_c + u * OPC_CF_V) *
-                                            *(const opc_cf_uvec *)(x_c + u * OPC_CF_V);
-                            }
-                        }
-                for (int u = 0; u < u_n; u++) *(opc_cf_uvec *)(yt + o * Cr + c + u * OPC_CF_V) = a[u];
+            const float *src = s + (s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2];
+            *(opc_cf_uvec *)row = zero;
+            *(opc_cf_uvec *)(row + P2 - OPC_CF_V) = zero;
+            for (int64_t j = 0; j < b - a; j += OPC_CF_V) {
+                const int64_t j0 = j + OPC_CF_V <= b - a ? j : b - a - OPC_CF_V;
+                *(opc_cf_uvec *)(row + a + j0) = *(const opc_cf_uvec *)(src + j0);
             }
         }
-        float *yn = dst + n * C * ovol, *zn = pre ? pre + n * C * ovol : NULL;
-        for (int64_t c0 = 0; c0 < Cr; c0 += OPC_CF_V)
-            for (int64_t o0 = 0; o0 < ovol; o0 += OPC_CF_V) {
-                float tile[OPC_CF_V][OPC_CF_V]; /* tile[j][i]: channel c0 + j at output o0 + i */
-#if OPC_CF_TRANSPOSE
-                opc_cf_vec r[OPC_CF_V];
-                for (int i = 0; i < OPC_CF_V; i++) r[i] = *(const opc_cf_uvec *)(yt + (o0 + i) * Cr + c0);
-                opc_cf_transpose(r);
-                for (int j = 0; j < OPC_CF_V; j++) *(opc_cf_uvec *)tile[j] = r[j];
-#else
-                for (int i = 0; i < OPC_CF_V; i++)
-                    for (int j = 0; j < OPC_CF_V; j++) tile[j][i] = yt[(o0 + i) * Cr + c0 + j];
-#endif
-                for (int64_t j = 0; j < OPC_CF_V && c0 + j < C; j++) {
-                    const int64_t c = c0 + j;
-                    const float b = bias ? bias[c] : 0.0f;
-                    if (o0 + OPC_CF_V <= ovol && act != OPC_CF_ACT_GELU) { /* a whole vector of the channel */
-                        const opc_cf_vec v = *(const opc_cf_uvec *)tile[j] + b;
-                        if (zn) *(opc_cf_uvec *)(zn + c * ovol + o0) = v;
-                        const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
-                        *(opc_cf_uvec *)(yn + c * ovol + o0) = (opc_cf_vec)((opc_cf_ivec)v & keep);
-                        continue;
-                    }
-                    for (int64_t i = 0; i < OPC_CF_V && o0 + i < ovol; i++)
-                        opc_cf_dw_put(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, i, tile[j][i], b, act);
+    }
+}
+
+/* The row kernel's output rows per block: R independent FMA chains, and each input vector loaded
+ * once for all the block's rows that read it (k1 / s1 of them). */
+#define OPC_CF_DWR_R 4
+
+/* y[0 .. V) (and pre, or NULL) = act(a + b), a whole vector at a time. */
+static inline void opc_cf_dw_put_vec(float *y, float *pre, opc_cf_vec a, float b, int act) {
+    const opc_cf_vec v = a + b;
+    if (pre) *(opc_cf_uvec *)pre = v;
+    if (act == OPC_CF_ACT_GELU) {
+        for (int j = 0; j < OPC_CF_V; j++) y[j] = opc_cf_act(v[j], act);
+        return;
+    }
+    const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
+    *(opc_cf_uvec *)y = (opc_cf_vec)((opc_cf_ivec)v & keep);
+}
+
+/* The R output rows o1 .. o1 + R of plane slice o0, V columns from c0, of a depthwise conv with
+ * K1 x K2 taps per depth tap at strides S (both in-plane dims), no dilation in the plane: each input
+ * row's vector, per tap column, feeds every row of the block that reads it. Each output's taps are
+ * summed in order (depth, row, column), as in opc_cf_dws_run. Inlined with constant R, K1, K2, S. */
+static inline __attribute__((always_inline)) void opc_cf_dwr_block(const float *xp, const float *w,
+                                                                   const opc_cf_plan *p, const opc_cv_geom *q,
+                                                                   int64_t o0, int64_t o1, int64_t c0, int R,
+                                                                   int K1, int K2, int S, opc_cf_vec *a) {
+    for (int r = 0; r < R; r++) a[r] = (opc_cf_vec){0};
+    for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
+        const float *base = xp + ((o0 * q->s[0] + t0 * q->d[0]) * p->P[1] + o1 * S) * p->P[2] + c0 * S;
+        const float *wt = w + t0 * K1 * K2;
+        _Pragma("GCC unroll 16") for (int i = 0; i < (R - 1) * S + K1; i++)
+            _Pragma("GCC unroll 8") for (int t2 = 0; t2 < K2; t2++) {
+                opc_cf_vec v;
+                opc_cf_strided(base + i * p->P[2] + t2, S, &v);
+                _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
+                    const int t1 = i - r * S;
+                    if (t1 >= 0 && t1 < K1) a[r] += wt[t1 * K2 + t2] * v;
                 }
             }
     }
-    free(xt);
-    return 0;
+}
+
+/* One plane's outputs by the row kernel: blocks of R rows (the last one shifted back to end at the
+ * last row, its overlap recomputed to the same values; planes of fewer rows one row at a time), and
+ * per row V columns at a time (the last vector shifted back likewise). */
+static inline __attribute__((always_inline)) void opc_cf_dwr_plane(const float *xp, const float *w, float *y,
+                                                                   float *z, float b, int act,
+                                                                   const opc_cf_plan *p, const opc_cv_geom *q,
+                                                                   int K1, int K2, int S) {
+    const int64_t O1 = q->out[1], O2 = q->out[2];
+    for (int64_t o0 = 0; o0 < q->out[0]; o0++)
+        for (int64_t o1 = 0; o1 < O1; o1 += O1 >= OPC_CF_DWR_R ? OPC_CF_DWR_R : 1) {
+            const int64_t r0 = O1 < OPC_CF_DWR_R ? o1 : o1 + OPC_CF_DWR_R <= O1 ? o1 : O1 - OPC_CF_DWR_R;
+            const int R = O1 < OPC_CF_DWR_R ? 1 : OPC_CF_DWR_R;
+            for (int64_t c = 0; c < O2; c += OPC_CF_V) {
+                const int64_t c0 = c + OPC_CF_V <= O2 ? c : O2 - OPC_CF_V;
+                opc_cf_vec a[OPC_CF_DWR_R];
+                if (R == OPC_CF_DWR_R)
+                    opc_cf_dwr_block(xp, w, p, q, o0, r0, c0, OPC_CF_DWR_R, K1, K2, S, a);
+                else
+                    opc_cf_dwr_block(xp, w, p, q, o0, r0, c0, 1, K1, K2, S, a);
+                for (int r = 0; r < R; r++) {
+                    const int64_t yo = (o0 * O1 + r0 + r) * O2 + c0;
+                    opc_cf_dw_put_vec(y + yo, z ? z + yo : NULL, a[r], b, act);
+                }
+            }
+        }
+}
+
+/* Whether the row kernel runs conv q: a forward depthwise conv whose output rows hold a vector, with
+ * 3x3 or 5x5 taps in the plane, the same stride 1 or 2 along both plane dims and no dilation there. */
+static inline int opc_cf_dwr_applies(const opc_cv_geom *q) {
+    return q->out[2] >= OPC_CF_V && q->k[1] == q->k[2] && (q->k[1] == 3 || q->k[1] == 5) &&
+           q->s[1] == q->s[2] && (q->s[1] == 1 || q->s[1] == 2) && q->d[1] == 1 && q->d[2] == 1;
+}
+
+/* The depthwise forward by the row kernel (opc_cf_dwr_applies): per plane, the padded copy in a
+ * per-thread buffer, the plane's outputs with bias and act, then ep (or NULL) on the plane while it is
+ * in cache. -1: out of memory. */
+static int opc_cf_dwr_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
+                          const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+    const opc_cf_plan p = opc_cf_dw_plan(q);
+    const int64_t planes = q->n * q->g, ovol = q->ovol, kvol = q->kvol;
+    const int K = (int)q->k[1], S = (int)q->s[1];
+    int failed = 0;
+    _Pragma("omp parallel if (planes * ovol * kvol >= opc_par_min(32768)) num_threads(opc_num_threads())")
+    {
+        float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p.PV + OPC_CF_NR));
+        if (!xp) {
+            _Pragma("omp atomic write")
+            failed = 1;
+        }
+        _Pragma("omp for schedule(dynamic, opc_par_chunk(planes, planes * ovol * kvol, 32768))")
+        for (int64_t pl = 0; pl < planes; pl++) {
+            if (!xp) continue;
+            const int64_t ch = pl % q->g;
+            const float *w = wk + ch * kvol;
+            const float b = bias ? bias[ch] : 0.0f;
+            float *y = dst + pl * ovol, *z = pre ? pre + pl * ovol : NULL;
+            opc_cf_pad_plane(src + pl * q->ivol, xp, &p);
+            if (K == 3 && S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 3, 3, 1);
+            else if (K == 3) opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 3, 3, 2);
+            else if (S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 5, 5, 1);
+            else opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 5, 5, 2);
+            if (ep) ep(ep_ctx, pl, pl + 1, 0, ovol);
+        }
+    }
+    return failed ? -1 : 0;
+}
+
+/* A depthwise conv on planes whose rows are narrower than a vector (7x7 and 14x14 images, any
+ * stride), forward only, channels last as onnxruntime's NCHWc kernels, V channels at a time: the
+ * block's padded input transposed to xt [PV][V] (V x V transposes in registers), each output
+ * position one vector FMA per tap into yt [ovol][V], transposed back with bias and act on the way,
+ * then ep (or NULL) on the block's planes while they are in cache. A block's buffers fit in L1;
+ * blocks (and images) are the parallel loop. The same sums in the same order as opc_cf_dw_run:
+ * taps in order from zero, the padding's zeros included. -1: out of memory. */
+
+/* xt's interior: channels c0 .. c0 + nv of image xn [C][ivol] (zeros for the rest of the V);
+ * at[i]: input position i's padded position, or -1 where the padded plane ends first. */
+static void opc_cf_dwc_gather(const float *xn, float *xt, int64_t c0, int64_t nv, const int64_t *at, int64_t ivol) {
+    for (int64_t i0 = 0; i0 < ivol; i0 += OPC_CF_V) {
+        float tile[OPC_CF_V][OPC_CF_V]; /* tile[i][j]: position i0 + i of channel c0 + j */
+#if OPC_CF_TRANSPOSE
+        if (i0 + OPC_CF_V <= ivol) {
+            opc_cf_vec r[OPC_CF_V];
+            for (int j = 0; j < OPC_CF_V; j++)
+                r[j] = j < nv ? (opc_cf_vec) * (const opc_cf_uvec *)(xn + (c0 + j) * ivol + i0) : (opc_cf_vec){0};
+            opc_cf_transpose(r);
+            for (int i = 0; i < OPC_CF_V; i++) *(opc_cf_uvec *)tile[i] = r[i];
+        } else
+#endif
+            for (int64_t i = 0; i < OPC_CF_V && i0 + i < ivol; i++)
+                for (int j = 0; j < OPC_CF_V; j++) tile[i][j] = j < nv ? xn[(c0 + j) * ivol + i0 + i] : 0.0f;
+        for (int64_t i = 0; i < OPC_CF_V && i0 + i < ivol; i++)
+            if (at[i0 + i] >= 0) *(opc_cf_uvec *)(xt + at[i0 + i] * OPC_CF_V) = *(const opc_cf_uvec *)tile[i];
+    }
+}
+
+/* yt [ovol][V] = the taps wt [kvol][V] over xt, OPC_CF_DWC_U output positions side by side (each
+ * one's taps a chain of dependent FMAs, which alone would wait on the FMA's latency). Inlined with
+ * a constant kvol where it is 9. */
+#define OPC_CF_DWC_U 4
+static inline __attribute__((always_inline)) void opc_cf_dwc_taps(const float *xt, const float *wt, float *yt,
+                                                                   const int64_t *base, const int64_t *off,
+                                                                   int64_t ovol, int64_t kvol) {
+    int64_t o = 0;
+    for (; o + OPC_CF_DWC_U <= ovol; o += OPC_CF_DWC_U) {
+        opc_cf_vec a[OPC_CF_DWC_U];
+        for (int u = 0; u < OPC_CF_DWC_U; u++) a[u] = (opc_cf_vec){0};
+        for (int64_t k = 0; k < kvol; k++) {
+            const opc_cf_vec w = *(const opc_cf_uvec *)(wt + k * OPC_CF_V);
+            _Pragma("GCC unroll 4") for (int u = 0; u < OPC_CF_DWC_U; u++)
+                a[u] += w * *(const opc_cf_uvec *)(xt + (base[o + u] + off[k]) * OPC_CF_V);
+        }
+        for (int u = 0; u < OPC_CF_DWC_U; u++) *(opc_cf_uvec *)(yt + (o + u) * OPC_CF_V) = a[u];
+    }
+    for (; o < ovol; o++) {
+        opc_cf_vec a = {0};
+        for (int64_t k = 0; k < kvol; k++)
+            a += *(const opc_cf_uvec *)(wt + k * OPC_CF_V) * *(const opc_cf_uvec *)(xt + (base[o] + off[k]) * OPC_CF_V);
+        *(opc_cf_uvec *)(yt + o * OPC_CF_V) = a;
+    }
+}
+
+/* Channels c0 .. c0 + nv of image yn [C][ovol] (and zn, or NULL) = act(yt + bias). */
+static void opc_cf_dwc_scatter(const float *yt, float *yn, float *zn, int64_t c0, int64_t nv, const float *bias,
+                               int act, int64_t ovol) {
+    for (int64_t o0 = 0; o0 < ovol; o0 += OPC_CF_V) {
+        float tile[OPC_CF_V][OPC_CF_V]; /* tile[j][i]: channel c0 + j at output o0 + i */
+#if OPC_CF_TRANSPOSE
+        opc_cf_vec r[OPC_CF_V];
+        for (int i = 0; i < OPC_CF_V; i++) r[i] = o0 + i < ovol ? (opc_cf_vec) * (const opc_cf_uvec *)(yt + (o0 + i) * OPC_CF_V) : (opc_cf_vec){0};
+        opc_cf_transpose(r);
+        for (int j = 0; j < OPC_CF_V; j++) *(opc_cf_uvec *)tile[j] = r[j];
+#else
+        for (int i = 0; i < OPC_CF_V; i++)
+            for (int j = 0; j < OPC_CF_V; j++) tile[j][i] = o0 + i < ovol ? yt[(o0 + i) * OPC_CF_V + j] : 0.0f;
+#endif
+        for (int64_t j = 0; j < nv; j++) {
+            const int64_t c = c0 + j;
+            const float b = bias ? bias[c] : 0.0f;
+            if (o0 + OPC_CF_V <= ovol) {
+                opc_cf_dw_put_vec(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, *(const opc_cf_uvec *)tile[j], b, act);
+                continue;
+            }
+            for (int64_t i = 0; o0 + i < ovol; i++)
+                opc_cf_dw_put(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, i, tile[j][i], b, act);
+        }
+    }
+}
+
+static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
+                          const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+    const opc_cf_plan p = opc_cf_dw_plan(q);
+    const int64_t C = q->g, kvol = q->kvol, ovol = q->ovol, blocks = (C + OPC_CF_V - 1) / OPC_CF_V;
+    const int64_t units = q->n * blocks;
+    /* base[o]: output o's first tap's padded position; off[k]: tap k's offset from it; at[i]: input
+       position i's padded position (-1: past the padded plane) */
+    int64_t *base = (int64_t *)malloc(sizeof(int64_t) * (ovol + kvol + q->ivol));
+    if (!base) return -1;
+    int64_t *off = base + ovol, *at = off + kvol, o = 0, i = 0;
+    for (int64_t o0 = 0; o0 < q->out[0]; o0++)
+        for (int64_t o1 = 0; o1 < q->out[1]; o1++)
+            for (int64_t o2 = 0; o2 < q->out[2]; o2++)
+                base[o++] = (o0 * q->s[0] * p.P[1] + o1 * q->s[1]) * p.P[2] + o2 * q->s[2];
+    for (int64_t i0 = p.pb[0]; i0 < q->in[0] + p.pb[0]; i0++)
+        for (int64_t i1 = p.pb[1]; i1 < q->in[1] + p.pb[1]; i1++)
+            for (int64_t i2 = p.pb[2]; i2 < q->in[2] + p.pb[2]; i2++)
+                at[i++] = i0 < p.P[0] && i1 < p.P[1] && i2 < p.P[2] ? (i0 * p.P[1] + i1) * p.P[2] + i2 : -1;
+    opc_cf_offsets(off, &p);
+    int failed = 0;
+    _Pragma("omp parallel if (units * ovol * OPC_CF_V * kvol >= opc_par_min(32768)) num_threads(opc_num_threads())")
+    {
+        /* xt [PV][V], wt [kvol][V], yt [ovol][V]; xt's padding zeroed once (blocks only write its interior) */
+        float *xt = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * OPC_CF_V * (p.PV + kvol + ovol));
+        if (!xt) {
+            _Pragma("omp atomic write")
+            failed = 1;
+        } else {
+            memset(xt, 0, sizeof(float) * OPC_CF_V * p.PV);
+        }
+        float *wt = xt + OPC_CF_V * p.PV, *yt = wt + OPC_CF_V * kvol;
+        _Pragma("omp for schedule(dynamic, opc_par_chunk(units, units * ovol * OPC_CF_V * kvol, 32768))")
+        for (int64_t u = 0; u < units; u++) {
+            if (!xt) continue;
+            const int64_t n = u / blocks, c0 = u % blocks * OPC_CF_V, nv = C - c0 < OPC_CF_V ? C - c0 : OPC_CF_V;
+            for (int64_t k = 0; k < kvol; k++)
+                for (int j = 0; j < OPC_CF_V; j++) wt[k * OPC_CF_V + j] = j < nv ? wk[(c0 + j) * kvol + k] : 0.0f;
+            opc_cf_dwc_gather(src + n * C * q->ivol, xt, c0, nv, at, q->ivol);
+            if (kvol == 9) opc_cf_dwc_taps(xt, wt, yt, base, off, ovol, 9);
+            else opc_cf_dwc_taps(xt, wt, yt, base, off, ovol, kvol);
+            opc_cf_dwc_scatter(yt, dst + n * C * ovol, pre ? pre + n * C * ovol : NULL, c0, nv, bias, act, ovol);
+            if (ep) ep(ep_ctx, n * C + c0, n * C + c0 + nv, 0, ovol);
+        }
+    }
+    free(base);
+    return failed ? -1 : 0;
 }
 
 /* Whether conv q is depthwise (one input and one output channel per group); `any_stride` 0: with
@@ -762,7 +919,8 @@ static inline int opc_cf_dw_applies(const opc_cv_geom *q, int any_stride) {
 
 static int opc_cf_dw_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
                           const opc_cv_geom *q) {
-    if (q->out[2] < OPC_CF_V) return opc_cf_dwc_run(x, w, y, z, bias, act, q);
+    if (q->out[2] < OPC_CF_V) return opc_cf_dwc_run(x, w, y, z, bias, act, q, NULL, NULL);
+    if (opc_cf_dwr_applies(q)) return opc_cf_dwr_run(x, w, y, z, bias, act, q, NULL, NULL);
     if (!(q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1)) return opc_cf_dws_run(x, w, y, z, bias, act, q);
     const opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
     return opc_cf_dw_run(x, w, y, z, q->n, bias, act, &p);

@@ -2,7 +2,7 @@
 runtime/opc_nn.h's opc_nn_conv_ep_*): ResNet's inference BatchNorm + ReLU, with and without the
 residual add, runs on each finished block of the conv's output inside the conv kernel. Against a
 float64 NumPy conv over the kernel routes (stride-1 implicit GEMM, channel-vector kernel, im2col +
-GEMM, depthwise and f64's fallback that runs the epilogue per row after the conv), odd sizes,
+GEMM, the depthwise kernels, and the fallback that runs the epilogue per row after the conv), odd sizes,
 batch 1 and 2, at 1 and 2 threads; the fused result is bitwise the unfused one (same op order)."""
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ CASES = [
     ("s2_batch2", 2, 8, 33, (12, 13), 3, 2, 1, 1, "f32"),
     ("s2_7x7", 1, 3, 16, (29, 29), 7, 2, 3, 1, "f32"),  # ResNet's stem
     ("s2_1x1", 2, 8, 16, (14, 14), 1, 2, 0, 1, "f32"),  # ResNet's downsample
-    ("depthwise", 2, 8, 8, (9, 10), 3, 1, 1, 8, "f32"),  # no fast epilogue: run per row after the conv
+    ("depthwise", 2, 8, 8, (9, 10), 3, 1, 1, 8, "f32"),  # channels last (rows under a vector): per 16 channels
+    ("dw_rows", 2, 5, 5, (11, 37), 3, 1, 1, 5, "f32"),  # the depthwise row kernel: per plane
+    ("dw_rows_s2", 1, 6, 6, (9, 40), 3, 2, 1, 6, "f32"),
+    ("dw_2x2", 1, 24, 24, (2, 2), 3, 1, 1, 24, "f32"),  # channels last, planes under a vector
+    ("dw_k5", 1, 3, 3, (7, 20), 5, 1, 2, 3, "f32"),
     ("f64", 2, 6, 7, (9, 8), 3, 2, 1, 1, "f64"),  # im2col + GEMM in f64: the same fallback
     ("conv1d", 2, 8, 20, (37,), 3, 1, 1, 1, "f32"),  # rank 3: BatchNorm's [c, 1] operands
 ]

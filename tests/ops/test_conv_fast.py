@@ -49,7 +49,15 @@ FAST = [
     Geo("dw_narrow_4x4", (2, 32, 4, 4), (32, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 32),  # whole 16 x 16 blocks
     # 80 channels: one group of 4 channel vectors side by side (OPC_CF_DWC_U), then one alone
     Geo("dw_narrow_80c", (1, 80, 4, 4), (80, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 80),
+    Geo("dw_narrow_2x2", (1, 24, 2, 2), (24, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 24),  # planes under a vector
     Geo("dw_s2_rows", (1, 3, 5, 70), (3, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 3),
+    # the row kernel (opc_cf_dwr_run): 3x3 and 5x5 taps at stride 1 and 2, blocks of 4 rows and
+    # vectors of columns whose last ones are shifted back, uneven pads, a depth tap loop
+    Geo("dw_rows_k3", (2, 5, 11, 37), (5, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 5),
+    Geo("dw_rows_k3_pads", (1, 3, 6, 33), (3, 1, 3, 3), (1, 1), (1, 1), (0, 2, 2, 1), 3),
+    Geo("dw_rows_k5_s2", (1, 3, 14, 40), (3, 1, 5, 5), (2, 2), (1, 1), (2, 2, 2, 2), 3),
+    Geo("dw_rows_k5_s1", (1, 2, 3, 18), (2, 1, 5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 2),
+    Geo("dw_rows_3d", (1, 4, 3, 6, 20), (4, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 1, 1, 1), 4),
     Geo("dw_s3_rows", (1, 2, 4, 60), (2, 1, 2, 3), (1, 3), (1, 2), (0, 1, 1, 0), 2),
     Geo("dw_3d_s2_rows", (1, 4, 3, 4, 40), (4, 1, 2, 3, 3), (1, 2, 2), (1, 1, 1), (0, 1, 1, 1, 0, 1), 4),
     Geo("pointwise_few", (2, 24, 2, 3), (40, 24, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
@@ -127,7 +135,8 @@ def test_fast_kernels_match_numpy(kernels, g: Geo, op: str, dt: str) -> None:
 FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              Geo("strided", (2, 4, 9, 8), (6, 4, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
              Geo("c1d_groups", (2, 6, 17), (4, 3, 3), (1,), (1,), (1, 1), 2), CW[0], CW[2],
-             *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows", "dw_narrow_80c"))]
+             *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows", "dw_narrow_80c", "dw_narrow_2x2",
+                                             "dw_rows_k3", "dw_rows_k5_s2"))]
 ACTS = ("none", "relu", "gelu")
 
 
