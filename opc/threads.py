@@ -9,15 +9,21 @@ for that many threads with `num_threads(...)`: `torch.set_num_threads` or any ot
 The wait policy: libgomp's threads spin for a while (GOMP_SPINCOUNT, 300,000 rounds by default)
 before they sleep, waiting for the next parallel region. On a machine whose cores are all busy
 a spinning thread takes the core from the one that has work, and each region then waits for a
-descheduled thread (a 256 matmul at 2 threads: best 0.19 ms, median 33-70 ms). libgomp reads
-the policy once, when it loads, so opc sets it on import, before any module is loaded:
-WAIT_POLICY below, unless the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, or OPC_WAIT_POLICY=libgomp
-(keep libgomp's default), or libgomp is already loaded (torch imported first: then torch's
-choice stands, libgomp's default spin). The spin costs nothing on an idle machine, the common
-case of `import torch` then `import opc`, so opc stays quiet there; where it will run more than
-one thread and the load average says every core is already busy, it warns once, in one line, what
-to do (on a busy machine the spin made a 256 matmul's median 65-100x slower,
-bench/results/2026-12-03-busy.txt).
+descheduled thread (a 256 matmul at 2 threads: best 0.19 ms, median 33-70 ms). Threads that
+sleep at once (OMP_WAIT_POLICY=passive) cost a wake-up per region instead, tens of microseconds
+on a VM, twice per region (the worker's start, the master's barrier): ResNet-18 at 64x64 ran
+2.75 ms at 2 threads against 2.98 at 1. A short spin (GOMP_SPINCOUNT=1000, tens of
+microseconds) covers the gaps between one call's regions: 1.72 ms on the idle machine, but
+1.5-3x passive's time where every core is busy. So `import opc` picks by the machine's load
+then: WAIT_POLICY (the short spin) on an idle machine, BUSY_POLICY (passive) on a busy one, unless
+the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, or OPC_WAIT_POLICY says which (`spin`,
+`passive`, or `libgomp`: keep libgomp's default), or libgomp is already loaded (torch imported
+first: then torch's choice stands, libgomp's default spin). libgomp reads the policy once, when
+it loads, so a machine that turns busy later keeps the short spin: OPC_WAIT_POLICY=passive is
+the choice for a process that shares its cores. Where libgomp's default spin was loaded first,
+opc will run more than one thread and the load average says every core is already busy, it
+warns once, in one line, what to do (on a busy machine the default spin made a 256 matmul's
+median 65-100x slower, bench/results/2026-12-03-busy.txt).
 bench/bench_threads.py measures the policies; docs/performance.md, Threads, says how; bench/results/ has the figures.
 """
 
@@ -30,8 +36,11 @@ from collections.abc import Callable
 
 from opc.errors import InputError, OpcError
 
-# the environment opc gives libgomp when the user chose nothing (measured: bench/bench_threads.py)
-WAIT_POLICY = {"OMP_WAIT_POLICY": "passive"}
+# the environment opc gives libgomp when the user chose nothing: on an idle machine, and on a busy
+# one (measured: bench/bench_threads.py, bench/bench_models_cpu.py --threads 2)
+WAIT_POLICY = {"GOMP_SPINCOUNT": "1000"}
+BUSY_POLICY = {"OMP_WAIT_POLICY": "passive"}
+POLICIES = {"spin": WAIT_POLICY, "passive": BUSY_POLICY}
 
 _setters: dict[str, Callable[[int], None]] = {}  # each bound module's opc_set_num_threads, by its name
 _count: int | None = None  # set_num_threads's value; None: the environment's
@@ -82,11 +91,17 @@ def libgomp_loaded() -> bool:
 
 
 def apply_wait_policy() -> None:
-    """WAIT_POLICY into the environment, where the user chose no policy and libgomp is not yet loaded."""
-    if os.environ.get("OPC_WAIT_POLICY", "") == "libgomp":
+    """WAIT_POLICY (BUSY_POLICY on a busy machine) into the environment, where the user chose no
+    policy and libgomp is not yet loaded; OPC_WAIT_POLICY=spin|passive names one, =libgomp none."""
+    chosen = os.environ.get("OPC_WAIT_POLICY", "")
+    if chosen == "libgomp":
         return
     if any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")):
         return
+    if chosen and chosen not in POLICIES:  # a warning, not an error: `import opc` should not fail on it
+        warnings.warn(f"opc: OPC_WAIT_POLICY must be spin, passive or libgomp, got {chosen!r}: ignored",
+                      RuntimeWarning, stacklevel=3)
+        chosen = ""
     if libgomp_loaded():
         try:
             threads = default_num_threads()
@@ -97,7 +112,7 @@ def apply_wait_policy() -> None:
                           "slow on this busy machine: set OMP_WAIT_POLICY=passive before importing torch",
                           RuntimeWarning, stacklevel=3)
         return
-    os.environ.update(WAIT_POLICY)
+    os.environ.update(POLICIES[chosen] if chosen else BUSY_POLICY if busy() or busy_now() else WAIT_POLICY)
 
 
 def busy() -> bool:
@@ -108,3 +123,14 @@ def busy() -> bool:
     except OSError:
         return False
     return load >= (os.cpu_count() or 1)
+
+
+def busy_now() -> bool:
+    """Every core has another runnable thread at this moment (/proc/loadavg's running count, less
+    this thread): the load average lags a machine that just turned busy by about a minute."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            running = int(f.read().split()[3].split("/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        return False
+    return running >= (os.cpu_count() or 1)

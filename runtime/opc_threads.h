@@ -35,25 +35,43 @@ static inline int opc_num_threads(void) {
 
 /* The least work (in a kernel's own units) a parallel region must carry to pay for itself,
  * given min_work, the least where idle threads spin (a region then starts in about a
- * microsecond). Under OMP_WAIT_POLICY=passive, opc's default (opc/threads.py), idle threads
- * sleep, and each region pays their wake-up: about 50 us on the 2-core machine, 0.73 ms for
- * 12 regions of 13 us against 0.16 spinning (bench/results/2026-12-03-wake-up.txt); there a
- * region needs OPC_PASSIVE_SCALE times the work, or a small layer runs slower on two threads
- * than on one (MobileNetV2's at 64x64: 3.7 ms at 2 threads against 2.0 at 1). The policy is
- * read once, from the environment libgomp read. */
+ * microsecond). Where they sleep soon, a region may pay their wake-up: about 25-50 us on the
+ * 2-core VMs, 0.73 ms for 12 regions of 13 us against 0.16 spinning
+ * (bench/results/2026-12-03-wake-up.txt). Under OMP_WAIT_POLICY=passive every region pays it,
+ * and needs OPC_PASSIVE_SCALE times the work, or a small layer runs slower on two threads than
+ * on one (MobileNetV2's at 64x64: 3.7 ms at 2 threads against 2.0 at 1). Under a short
+ * GOMP_SPINCOUNT (below OPC_SHORT_SPIN rounds) the threads stay awake between one call's
+ * back-to-back regions and sleep after a few serial kernels: a region needs OPC_SHORT_SPIN_SCALE
+ * times the work (the small CNN at 2 threads, its elementwise kernel after three serial ones:
+ * 0.10-0.12 ms unscaled, 0.08 scaled by 4, as at 1 thread; ResNet-18 at 64x64 1.73 ms, 1.77-2.08
+ * scaled by 16). These are opc's two defaults (opc/threads.py). The policy is read once, from the
+ * environment libgomp read. */
 #ifndef OPC_PASSIVE_SCALE
 #define OPC_PASSIVE_SCALE 16
 #endif
-__attribute__((weak, visibility("hidden"))) int opc_rt_passive = -1;
+#ifndef OPC_SHORT_SPIN_SCALE
+#define OPC_SHORT_SPIN_SCALE 4
+#endif
+#define OPC_SHORT_SPIN 100000
+__attribute__((weak, visibility("hidden"))) int opc_rt_par_scale = 0; /* 0: not read yet */
+
+/* OPC_PASSIVE_SCALE, OPC_SHORT_SPIN_SCALE or 1, by libgomp's wait policy in the environment. */
+static inline int opc_par_scale_of_policy(void) {
+    const char *p = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+    if (p && (p[0] == 'p' || p[0] == 'P')) return OPC_PASSIVE_SCALE; /* PASSIVE, any case */
+    if (p || !spin) return 1;                                        /* active, or libgomp's default spin */
+    char *end;
+    const long long rounds = strtoll(spin, &end, 10);
+    return end != spin && *end == 0 && rounds < OPC_SHORT_SPIN ? OPC_SHORT_SPIN_SCALE : 1;
+}
 
 static inline long long opc_par_min(long long min_work) {
-    int passive = __atomic_load_n(&opc_rt_passive, __ATOMIC_RELAXED);
-    if (passive < 0) {
-        const char *p = getenv("OMP_WAIT_POLICY");
-        passive = p && (p[0] == 'p' || p[0] == 'P');  /* PASSIVE, any case (ACTIVE is the other) */
-        __atomic_store_n(&opc_rt_passive, passive, __ATOMIC_RELAXED);
+    int scale = __atomic_load_n(&opc_rt_par_scale, __ATOMIC_RELAXED);
+    if (scale == 0) {
+        scale = opc_par_scale_of_policy();
+        __atomic_store_n(&opc_rt_par_scale, scale, __ATOMIC_RELAXED);
     }
-    return passive ? min_work * OPC_PASSIVE_SCALE : min_work;
+    return min_work * scale;
 }
 
 /* The chunk of schedule(dynamic, chunk) for `iters` iterations costing `work` in all: about

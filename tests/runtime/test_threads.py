@@ -54,17 +54,23 @@ int main(void) { printf("%lld\n", opc_par_min(1000)); return 0; }
 """
 
 
-@pytest.mark.parametrize("policy,want", [("passive", 1000 * 16), ("PASSIVE", 1000 * 16), ("active", 1000), (None, 1000)])
-def test_a_region_needs_more_work_where_idle_threads_sleep(tmp_path, policy, want):
-    """Under OMP_WAIT_POLICY=passive (opc's default) each region pays the threads' wake-up:
-    opc_par_min scales every kernel's least work by OPC_PASSIVE_SCALE; spinning threads do not."""
+@pytest.mark.parametrize("policy,spin,want", [
+    ("passive", None, 1000 * 16), ("PASSIVE", "1000", 1000 * 16), ("active", None, 1000), ("active", "1000", 1000),
+    (None, None, 1000), (None, "1000", 1000 * 4), (None, "0", 1000 * 4), (None, "100000", 1000), (None, "1k", 1000),
+])  # fmt: skip
+def test_a_region_needs_more_work_where_idle_threads_sleep(tmp_path, policy, spin, want):
+    """Under OMP_WAIT_POLICY=passive each region pays the threads' wake-up: opc_par_min scales
+    every kernel's least work by OPC_PASSIVE_SCALE; under a short GOMP_SPINCOUNT (opc's default on
+    an idle machine) a region after serial kernels pays it: OPC_SHORT_SPIN_SCALE; threads that
+    spin long (libgomp's default, active) need no scale."""
     src, exe = tmp_path / "probe.c", tmp_path / "probe"
     src.write_text(REGION_MIN)
     subprocess.run([os.environ.get("CC", "gcc"), *BASE_FLAGS, *native_flags(), "-I", str(runtime_dir()), str(src),
                     "-o", str(exe)], check=True)
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if policy is not None:
-        env["OMP_WAIT_POLICY"] = policy
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    for var, value in (("OMP_WAIT_POLICY", policy), ("GOMP_SPINCOUNT", spin)):
+        if value is not None:
+            env[var] = value
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True, env=env).stdout.split()
     assert out == [str(want)]
 
@@ -102,16 +108,61 @@ def test_bad_environment_count(monkeypatch):
         threads.default_num_threads()
 
 
-WAIT = "import os, opc; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))"
+# the load average as the case wants it (the test machine's own varies), then opc
+WAIT = ("import os; os.getloadavg = lambda: ({load}, 0.0, 0.0); import opc; "
+        "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
 
 
-@pytest.mark.parametrize("env,want", [({}, "passive None"), ({"OMP_WAIT_POLICY": "active"}, "active None"),
-                                      ({"GOMP_SPINCOUNT": "1000"}, "None 1000"),
-                                      ({"OPC_WAIT_POLICY": "libgomp"}, "None None")])
-def test_wait_policy_only_where_unset(env, want):
+@pytest.mark.parametrize("busy,want", [(False, {"GOMP_SPINCOUNT": "1000"}), (True, {"OMP_WAIT_POLICY": "passive"})])
+def test_wait_policy_by_load(monkeypatch, busy, want):
+    """A short spin on an idle machine, passive threads on a busy one (the choice itself; the
+    subprocess cases below pin what `import opc` does with the environment)."""
+    for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPC_WAIT_POLICY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(threads, "libgomp_loaded", lambda: False)
+    monkeypatch.setattr(threads, "busy", lambda: busy)
+    monkeypatch.setattr(threads, "busy_now", lambda: False)
+    threads.apply_wait_policy()
+    assert {k: os.environ.get(k) for k in want} == want
+    assert [v for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if v not in want and v in os.environ] == []
+
+
+@pytest.mark.parametrize("running,cores,want", [("1/300", 2, False), ("3/300", 2, True), ("2/300", 2, False),
+                                                ("5/300", 4, True), ("x", 2, False)])
+def test_busy_now_reads_the_running_count(monkeypatch, running, cores, want):
+    real_open = open
+
+    def fake_open(path, *a, **k):  # noqa: ANN001, ANN002, ANN003
+        if path == "/proc/loadavg":
+            import io
+            return io.StringIO(f"0.50 0.40 0.30 {running} 12345\n")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert threads.busy_now() is want
+
+
+@pytest.mark.parametrize("env,load,want", [
+    ({}, "1e6", "passive None"),
+    ({"OMP_WAIT_POLICY": "active"}, "0.0", "active None"), ({"GOMP_SPINCOUNT": "7"}, "1e6", "None 7"),
+    ({"OPC_WAIT_POLICY": "libgomp"}, "0.0", "None None"), ({"OPC_WAIT_POLICY": "passive"}, "0.0", "passive None"),
+    ({"OPC_WAIT_POLICY": "spin"}, "1e6", "None 1000"),
+])  # fmt: skip
+def test_wait_policy_only_where_unset(env, load, want):
     base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPC_WAIT_POLICY")}
-    out = subprocess.run([sys.executable, "-c", WAIT], env={**base, **env}, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == want.split()
+    out = subprocess.run([sys.executable, "-c", WAIT.format(load=load)], env={**base, **env}, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split() == want.split() and out.stderr == ""
+
+
+def test_unknown_wait_policy_warns_and_is_ignored():
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPC_WAIT_POLICY")}
+    out = subprocess.run([sys.executable, "-W", "default", "-c", WAIT.format(load="1e6")],
+                         env={**base, "OPC_WAIT_POLICY": "fast"}, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["passive", "None"]
+    assert out.stderr == "<string>:1: RuntimeWarning: opc: OPC_WAIT_POLICY must be spin, passive or libgomp, " \
+        "got 'fast': ignored\n", out.stderr
 
 
 # the load average as the case wants it (the test machine's own varies), then torch before opc
