@@ -1207,4 +1207,55 @@ static int opc_cf_avg_pool_row(const float *x, float *y, const opc_pl_geom *q, i
     return 1;
 }
 
+/* ---- 2x2 windows at stride 2 (f32): whole planes -------------------------------------------------- */
+
+/* Whether pool q takes the plane kernels below: a 2x2 window at stride 2 in the plane, no padding,
+ * dilation or depth taps, every window inside x (the rows twice the output's width): most CNNs'
+ * 2x2 pools, whose short rows cost the row kernels more in overhead than in taps (the small CNN's
+ * 8 x 8 outputs: about 50 ns a row). The plane has fewer than 2^31 elements. */
+static inline int opc_cf_pool2_applies(const opc_pl_geom *q) {
+    return q->k[0] == 1 && q->s[0] == 1 && q->in[0] == q->out[0] && q->pb[0] == 0 && q->k[1] == 2 &&
+           q->k[2] == 2 && q->s[1] == 2 && q->s[2] == 2 && q->d[1] == 1 && q->d[2] == 1 && q->pb[1] == 0 &&
+           q->pb[2] == 0 && q->in[2] == 2 * q->out[2] && q->in[1] >= 2 * q->out[1] && q->ivol < ((int64_t)1 << 31);
+}
+
+/* max_pool of plane x (opc_cf_pool2_applies): y, idx = ibase + the maximum's index in the plane, with
+ * max_pool_one's taps, order and rules (the first tap's value, then a tap replaces a non-NaN
+ * maximum when greater or NaN), each output's four taps in one loop the compiler vectorizes. */
+static void opc_cf_max_pool2_plane(const float *x, float *y, int64_t *idx, int64_t ibase, const opc_pl_geom *q) {
+    const int64_t W = q->in[2], n = q->out[2];
+    for (int64_t o0 = 0; o0 < q->out[0]; o0++)
+        for (int64_t o1 = 0; o1 < q->out[1]; o1++) {
+            const int64_t r = (o0 * q->in[1] + 2 * o1) * W, e = (o0 * q->out[1] + o1) * n;
+            const float *a = x + r, *b = a + W;
+            _Pragma("omp simd")
+            for (int64_t c = 0; c < n; c++) {
+                const float t[4] = {a[2 * c], a[2 * c + 1], b[2 * c], b[2 * c + 1]};
+                const int64_t at[4] = {2 * c, 2 * c + 1, W + 2 * c, W + 2 * c + 1};
+                float acc = t[0];
+                int64_t best = at[0];
+                for (int k = 1; k < 4; k++) {
+                    const int take = acc == acc && (t[k] > acc || t[k] != t[k]);
+                    acc = take ? t[k] : acc;
+                    best = take ? at[k] : best;
+                }
+                y[e + c] = acc;
+                idx[e + c] = ibase + r + best;
+            }
+        }
+}
+
+/* avg_pool of plane x (opc_cf_pool2_applies): each output the sum of its four taps from zero in
+ * pl_window's order, over 4 (every window inside x), as the row kernels. */
+static void opc_cf_avg_pool2_plane(const float *x, float *y, const opc_pl_geom *q) {
+    const int64_t W = q->in[2], n = q->out[2];
+    for (int64_t o0 = 0; o0 < q->out[0]; o0++)
+        for (int64_t o1 = 0; o1 < q->out[1]; o1++) {
+            const float *a = x + (o0 * q->in[1] + 2 * o1) * W, *b = a + W;
+            float *yr = y + (o0 * q->out[1] + o1) * n;
+            _Pragma("omp simd")
+            for (int64_t c = 0; c < n; c++) yr[c] = ((((0.0f + a[2 * c]) + a[2 * c + 1]) + b[2 * c]) + b[2 * c + 1]) / 4.0f;
+        }
+}
+
 #endif /* OPC_NN_CONV_FAST_H */

@@ -116,6 +116,11 @@ WIDE = [
     Pool("n_s2_16", (1, 2, 5, 32), (3, 3), (2, 2), (1, 1, 1, 1)),
     Pool("n_s3_dil", (1, 1, 4, 11), (2, 3), (1, 3), (1, 2, 0, 2), (1, 2)),
     Pool("n_1d_pads", (2, 1, 5), (3,), (1,), (2, 2)),
+    # 2x2 windows at stride 2, whole planes at a time (opc_cf_pool2_applies): an odd last row left
+    # out, 3-D with one depth tap, an end padding no window reaches (counted or not: 4 taps)
+    Pool("k2s2_planes", (2, 3, 9, 16), (2, 2), (2, 2), (0, 0, 0, 0)),
+    Pool("k2s2_3d", (1, 2, 3, 4, 6), (1, 2, 2), (1, 2, 2), (0, 0, 0, 0, 0, 0)),
+    Pool("k2s2_end_pad", (1, 2, 6, 16), (2, 2), (2, 2), (0, 0, 1, 1), include_pad=True),
 ]
 AVG_WIDE = [*WIDE, *(replace(p, name=p.name + "_incl", include_pad=True) for p in WIDE[:4]),
             Pool("a_chunks", (1, 2, 3, 610), (2, 3), (1, 2), (0, 1, 1, 1)),
