@@ -292,9 +292,11 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
         if (DT == OPC_NN_F32 && opc_nn_conv_fast_ep(x, w, y, &q, ep, ep_ctx)) return;                          \
         opc_nn_conv_##SUF(x, w, y, OPC_CV_GEOM_ARGS);                                                          \
-        const int64_t rows = q.n * q.o;                                                                        \
-        _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(rows, rows * q.ovol, OPC_NN_PAR_MIN / 8)) if (rows * q.ovol >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())") \
-        for (int64_t r = 0; r < rows; r++) ep(ep_ctx, r, r + 1, 0, q.ovol);                                   \
+        /* blocks of rows, one call each: a call per row cost more than its outputs on small images */      \
+        const int64_t rows = q.n * q.o, block = opc_par_chunk(rows, rows * q.ovol, OPC_NN_PAR_MIN / 8);       \
+        const int64_t blocks = (rows + block - 1) / block;                                                     \
+        _Pragma("omp parallel for schedule(dynamic, 1) if (rows * q.ovol >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())") \
+        for (int64_t b = 0; b < blocks; b++) ep(ep_ctx, b * block, b * block + block < rows ? b * block + block : rows, 0, q.ovol); \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_conv_grad_input_##SUF(const T *dy, const T *w, T *dx, OPC_CV_GEOM_PARAMS) {       \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
