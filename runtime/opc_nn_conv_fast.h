@@ -1036,7 +1036,8 @@ static void opc_cf_max_pool_span(const float *x, float *y, int64_t *idx, int64_t
             }
         for (int u = 0; u < OPC_CF_POOL_U; u++) {
             *(opc_cf_uvec *)(y + c0[u]) = acc[u];
-            for (int j = 0; j < OPC_CF_V; j++) idx[c0[u] + j] = ibase + best[u][j];
+            if (idx)
+                for (int j = 0; j < OPC_CF_V; j++) idx[c0[u] + j] = ibase + best[u][j];
         }
     }
 }
@@ -1106,12 +1107,13 @@ static int opc_cf_max_pool_lanes(const float *x, float *y, int64_t *idx, int64_t
             }
         if (c + OPC_CF_V <= b) { /* a whole vector (a row of V outputs): stored as the span stores */
             *(opc_cf_uvec *)(y + c) = acc;
-            for (int j = 0; j < OPC_CF_V; j++) idx[c + j] = ibase + best[j];
+            if (idx)
+                for (int j = 0; j < OPC_CF_V; j++) idx[c + j] = ibase + best[j];
             continue;
         }
         for (int64_t j = 0; j < OPC_CF_V && c + j < b; j++) {
             y[c + j] = acc[j];
-            idx[c + j] = ibase + best[j];
+            if (idx) idx[c + j] = ibase + best[j];
         }
     }
     return 1;
@@ -1256,6 +1258,132 @@ static void opc_cf_avg_pool2_plane(const float *x, float *y, const opc_pl_geom *
             _Pragma("omp simd")
             for (int64_t c = 0; c < n; c++) yr[c] = ((((0.0f + a[2 * c]) + a[2 * c + 1]) + b[2 * c]) + b[2 * c + 1]) / 4.0f;
         }
+}
+
+/* ---- max_pool's values alone (f32): whole planes ------------------------------------------------- */
+
+/* The padded plane of max_pool's values kernel: P0 x P1 rows of `pitch` floats, each the input row
+ * with -inf around it up to `reach` (the columns a vector of outputs reads), and V floats beyond
+ * (the strided loads' reach past it). */
+typedef struct {
+    int64_t P[3], reach, pitch, vol;
+} opc_cf_pool_pad;
+
+static inline opc_cf_pool_pad opc_cf_pool_pad_make(const opc_pl_geom *q) {
+    opc_cf_pool_pad b;
+    for (int i = 0; i < 3; i++) b.P[i] = (q->out[i] - 1) * q->s[i] + q->d[i] * (q->k[i] - 1) + 1;
+    const int64_t vec = (OPC_CF_V - 1) * q->s[2] + q->d[2] * (q->k[2] - 1) + 1;
+    b.reach = b.P[2] > vec ? b.P[2] : vec;
+    b.pitch = b.reach + OPC_CF_V;
+    b.vol = b.P[0] * b.P[1] * b.pitch;
+    return b;
+}
+
+/* row[from, to) = -inf by vectors (to - from >= V, or to >= V: the first store shifted to end at
+ * `to` may write columns below `from`, which the caller fills after). */
+static inline void opc_cf_fill_ninf(float *row, int64_t from, int64_t to) {
+    const opc_cf_vec ninf = (opc_cf_vec){0} - (float)INFINITY;
+    for (int64_t j = from; j < to; j += OPC_CF_V) *(opc_cf_uvec *)(row + (j + OPC_CF_V <= to ? j : to - OPC_CF_V)) = ninf;
+}
+
+/* Output rows o1 .. o1 + R of slice o0, V columns from c0: the taps in order, each lane's maximum
+ * kept where a tap is not greater (max_pool_one's rule, so of equal values the first stays), and
+ * the first NaN a lane meets, which is its result (a chain of one max per tap: the NaN bookkeeping
+ * stays off it). */
+static inline __attribute__((always_inline)) void opc_cf_max_values_block(const float *buf, const opc_cf_pool_pad *b,
+                                                                          const opc_pl_geom *q, int64_t o0, int64_t o1,
+                                                                          int64_t c0, int R, int64_t S2, opc_cf_vec *acc) {
+    opc_cf_vec nan_v[OPC_CF_DWR_R];
+    opc_cf_ivec seen[OPC_CF_DWR_R];
+    for (int r = 0; r < R; r++) acc[r] = (opc_cf_vec){0} - (float)INFINITY, nan_v[r] = acc[r], seen[r] = (opc_cf_ivec){0};
+    for (int64_t t0 = 0; t0 < q->k[0]; t0++)
+        for (int64_t t1 = 0; t1 < q->k[1]; t1++)
+            for (int64_t t2 = 0; t2 < q->k[2]; t2++) {
+                const float *at = buf + ((o0 * q->s[0] + t0 * q->d[0]) * b->P[1] + o1 * q->s[1] + t1 * q->d[1]) * b->pitch +
+                                  c0 * S2 + t2 * q->d[2];
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                    opc_cf_vec v;
+                    opc_cf_strided(at + r * q->s[1] * b->pitch, S2, &v);
+                    const opc_cf_ivec first_nan = (v != v) & ~seen[r];
+                    nan_v[r] = (opc_cf_vec)(((opc_cf_ivec)v & first_nan) | ((opc_cf_ivec)nan_v[r] & ~first_nan));
+                    seen[r] |= first_nan;
+                    const opc_cf_ivec gt = v > acc[r];
+                    acc[r] = (opc_cf_vec)((gt & (opc_cf_ivec)v) | (~gt & (opc_cf_ivec)acc[r]));
+                }
+            }
+    for (int r = 0; r < R; r++) acc[r] = (opc_cf_vec)(((opc_cf_ivec)nan_v[r] & seen[r]) | ((opc_cf_ivec)acc[r] & ~seen[r]));
+}
+
+/* max_pool's values of plane x (f32, no indices: an inference graph's pools), any window: the
+ * plane padded with -inf into buf (opc_cf_pool_pad), then OPC_CF_DWR_R output rows and V outputs
+ * at a time (the last row block and vector shifted back, their overlap recomputed to the same
+ * values; a row shorter than a vector computes V outputs into the padding and keeps its own).
+ * Each output is max_pool_one's value: its first NaN where it meets one, else its first greatest
+ * tap, which the padding's -inf never displaces (a window of padding alone: -inf, as there). */
+static void opc_cf_max_pool_values_plane(const float *x, float *y, float *buf, const opc_cf_pool_pad *b,
+                                         const opc_pl_geom *q) {
+    const int64_t a2 = q->pb[2] < b->reach ? q->pb[2] : b->reach;
+    const int64_t n2 = q->in[2] < b->reach - a2 ? q->in[2] : b->reach - a2;
+    for (int64_t i0 = 0; i0 < b->P[0]; i0++)
+        for (int64_t i1 = 0; i1 < b->P[1]; i1++) {
+            float *row = buf + (i0 * b->P[1] + i1) * b->pitch;
+            const int64_t s0 = i0 - q->pb[0], s1 = i1 - q->pb[1];
+            if (!(s0 >= 0 && s0 < q->in[0] && s1 >= 0 && s1 < q->in[1] && n2 > 0)) {
+                opc_cf_fill_ninf(row, 0, b->reach);
+                continue;
+            }
+            /* -inf over the padding on both sides, then the row (over any -inf a shifted store left in it) */
+            opc_cf_fill_ninf(row, 0, a2 > 0 ? OPC_CF_V : 0);
+            opc_cf_fill_ninf(row, a2 + n2, a2 + n2 < b->reach ? (b->reach - a2 - n2 >= OPC_CF_V ? b->reach : a2 + n2 + OPC_CF_V) : 0);
+            const float *src = x + (s0 * q->in[1] + s1) * q->in[2];
+            if (n2 < OPC_CF_V) { /* (a libc call per row cost more than the pool's taps) */
+                for (int64_t j = 0; j < n2; j++) row[a2 + j] = src[j];
+                continue;
+            }
+            for (int64_t j = 0; j < n2; j += OPC_CF_V) {
+                const int64_t j0 = j + OPC_CF_V <= n2 ? j : n2 - OPC_CF_V;
+                *(opc_cf_uvec *)(row + a2 + j0) = *(const opc_cf_uvec *)(src + j0);
+            }
+        }
+    const int64_t O1 = q->out[1], O2 = q->out[2];
+    const int R = O1 >= OPC_CF_DWR_R ? OPC_CF_DWR_R : 1;
+    for (int64_t o0 = 0; o0 < q->out[0]; o0++)
+        for (int64_t o1 = 0; o1 < O1; o1 += R) {
+            const int64_t r0 = o1 + R <= O1 ? o1 : O1 - R;
+            for (int64_t c = 0; c < O2; c += OPC_CF_V) {
+                const int64_t c0 = O2 < OPC_CF_V ? 0 : c + OPC_CF_V <= O2 ? c : O2 - OPC_CF_V;
+                opc_cf_vec acc[OPC_CF_DWR_R];
+                /* inlined with a constant stride along the row where it is 1 or 2 (no branch per load) */
+                if (R == OPC_CF_DWR_R && q->s[2] == 2) opc_cf_max_values_block(buf, b, q, o0, r0, c0, OPC_CF_DWR_R, 2, acc);
+                else if (R == OPC_CF_DWR_R && q->s[2] == 1) opc_cf_max_values_block(buf, b, q, o0, r0, c0, OPC_CF_DWR_R, 1, acc);
+                else if (R == OPC_CF_DWR_R) opc_cf_max_values_block(buf, b, q, o0, r0, c0, OPC_CF_DWR_R, q->s[2], acc);
+                else opc_cf_max_values_block(buf, b, q, o0, r0, c0, 1, q->s[2], acc);
+                for (int r = 0; r < R; r++) {
+                    float *yr = y + (o0 * O1 + r0 + r) * O2 + c0;
+                    if (O2 >= OPC_CF_V) *(opc_cf_uvec *)yr = acc[r];
+                    else
+                        for (int64_t j = 0; j < O2; j++) yr[j] = acc[r][j];
+                }
+            }
+        }
+}
+
+/* max_pool's values (no indices) of every plane: 0 where the plane's buffer cannot be had. */
+static int opc_cf_max_pool_values(const float *x, float *y, const opc_pl_geom *q) {
+    const opc_cf_pool_pad b = opc_cf_pool_pad_make(q);
+    int failed = 0;
+    _Pragma("omp parallel if (q->planes * q->ovol * q->k[0] * q->k[1] * q->k[2] >= opc_par_min(32768)) num_threads(opc_num_threads())")
+    {
+        float *buf = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (size_t)b.vol);
+        if (!buf) {
+            _Pragma("omp atomic write")
+            failed = 1;
+        }
+        _Pragma("omp for schedule(dynamic, opc_par_chunk(q->planes, q->planes * q->ovol * q->k[1] * q->k[2], 32768))")
+        for (int64_t p = 0; p < q->planes; p++)
+            if (buf) opc_cf_max_pool_values_plane(x + p * q->ivol, y + p * q->ovol, buf, &b, q);
+    }
+    return !failed;
 }
 
 #endif /* OPC_NN_CONV_FAST_H */

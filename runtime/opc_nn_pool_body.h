@@ -71,7 +71,7 @@ OPC_NN_INLINE void OPC_NN_FN(max_pool_one)(const void *x, void *y, int64_t *idx,
             }
         }
     ST(y, e, dt, acc);
-    idx[e] = base + best;
+    if (idx) idx[e] = base + best; /* NULL: the values alone (opc_nn_max_pool_values_*) */
 }
 
 /* max_pool of one output row, unit u = (p * out0 + o0) * out1 + o1: f32 a vector of outputs at a
@@ -83,7 +83,8 @@ OPC_NN_INLINE void OPC_NN_FN(max_pool_row)(const void *x, void *y, int64_t *idx,
     const int64_t base = p * q->ivol, e0 = u * q->out[2];
     int64_t left = q->out[2], right = q->out[2]; /* [left, right): the outputs done by vectors */
     if (!(dt == OPC_NN_F32 && q->ivol < ((int64_t)1 << 31) && /* dt: a literal here */
-          opc_cf_max_pool_row((const float *)x + base, (float *)y + e0, idx + e0, base, q, o0, o1, &left, &right)))
+          opc_cf_max_pool_row((const float *)x + base, (float *)y + e0, idx ? idx + e0 : NULL, base, q, o0,
+                              o1, &left, &right)))
         left = right = q->out[2];
     for (int64_t o2 = 0; o2 < left; o2++) OPC_NN_FN(max_pool_one)(x, y, idx, dt, q, p, o0, o1, o2, e0 + o2);
     for (int64_t o2 = right; o2 < q->out[2]; o2++) OPC_NN_FN(max_pool_one)(x, y, idx, dt, q, p, o0, o1, o2, e0 + o2);

@@ -424,6 +424,10 @@ def lower_pool(fl, op: opc.PoolOp) -> None:  # noqa: ANN001
     if isinstance(op, opc.AvgPoolGradOp):
         call(fl, callee, [fl.operand_buffer(op.dout), fl.buffer_for(op.dx)], pool_ints(op))
         return
+    if isinstance(op, opc.MaxPoolOp) and not op.indices.uses and fl.cpu:
+        # indices nothing reads (inference): the CPU's values-only kernel (runtime/opc_nn_conv_fast.h)
+        call(fl, f"max_pool_values_{suffix}", [fl.operand_buffer(op.x), fl.buffer_for(op.y)], pool_ints(op))
+        return
     call(fl, callee, buffers(fl, op), pool_ints(op))
 
 

@@ -82,8 +82,10 @@ class FunctionLowering(PointwiseLowering, ReductionLowering, RowKernelLowering, 
     def __init__(self, fn: func.FuncOp, globals_out: list[memref.GlobalOp] | None = None,
                  memory_order_reductions: bool = True, row_kernels: bool = True,
                  row_buffer_bytes: int = ROW_BUFFER_BYTES, gemm_epilogues: bool = True, strided_views: bool = True,
-                 sizes: FunctionSizes | None = None, symbolic: dict[SSAValue, Shape] | None = None):
+                 sizes: FunctionSizes | None = None, symbolic: dict[SSAValue, Shape] | None = None,
+                 cpu: bool = True):
         self.fn = fn
+        self.cpu = cpu  # the runtime called: runtime/opc_nn.h's entries (else opc_nn.cuh's)
         self.sizes = sizes
         self.symbolic = symbolic if symbolic is not None else {}
         self.row_buffer_bytes = row_buffer_bytes
@@ -393,7 +395,7 @@ class LowerToLoopsPass(ModulePass):
                 with symbolic_shapes(table) if sizes is not None else nullcontext():
                     lowering = FunctionLowering(fn, constants, memory_order_reductions=cpu,
                                                 row_buffer_bytes=ROW_BUFFER_BYTES if cpu else 0, gemm_epilogues=cpu,
-                                                strided_views=cpu, sizes=sizes, symbolic=table)
+                                                strided_views=cpu, sizes=sizes, symbolic=table, cpu=cpu)
                     lowering.control = control
                     new = lowering.run()
                 if is_body(fn):

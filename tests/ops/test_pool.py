@@ -121,6 +121,7 @@ WIDE = [
     Pool("k2s2_planes", (2, 3, 9, 16), (2, 2), (2, 2), (0, 0, 0, 0)),
     Pool("k2s2_3d", (1, 2, 3, 4, 6), (1, 2, 2), (1, 2, 2), (0, 0, 0, 0, 0, 0)),
     Pool("k2s2_end_pad", (1, 2, 6, 16), (2, 2), (2, 2), (0, 0, 1, 1), include_pad=True),
+    Pool("w_3d", (1, 2, 4, 5, 40), (2, 3, 3), (1, 2, 2), (1, 1, 1, 0, 1, 1)),  # depth taps, padded
 ]
 AVG_WIDE = [*WIDE, *(replace(p, name=p.name + "_incl", include_pad=True) for p in WIDE[:4]),
             Pool("a_chunks", (1, 2, 3, 610), (2, 3), (1, 2), (0, 1, 1, 1)),
@@ -189,9 +190,20 @@ def layer(p: Pool) -> str:
     return func(f"layer_{p.name}", [(p.x, t)], body, [(p.y, t)])
 
 
+def values_only(p: Pool, dt: str) -> str:
+    """max_pool whose indices nothing reads: the CPU's values-only kernel (opc_nn_max_pool_values_*)."""
+    tx, ty, ti = ttype(p.x, dt), ttype(p.y, dt), ttype(p.y, "int64")
+    return func(f"maxv_{p.name}_{dt}", [(p.x, dt)], f"%y, %i = opc.max_pool %a0 {p.attrs('max')} : ({tx}) -> ({ty}, {ti})",
+                [(p.y, dt)], ("%y",))
+
+
+VALUES = [(p, dt) for p in [*POOLS, *WIDE] for dt in ("float32", "float64")]
+
+
 @pytest.fixture(scope="module")
 def module():
     wide = [sources(p, dt)[0] for p in WIDE for dt in ("float32", "float64")]
+    wide += [values_only(p, dt) for p, dt in VALUES]
     wide += [sources(p, dt)[1] for p in AVG_WIDE for dt in ("float32", "float64")]
     text = "\n".join([s for p, dt in CASES for s in sources(p, dt)] + [layer(p) for p in POOLS] + wide)
     return opc.compile(text, target="cpu", grad=2)
@@ -233,6 +245,19 @@ def test_max_pool_wide_rows_ties_and_nans(module, p: Pool, dt: str) -> None:
     want_y, want_idx = max_ref(p, x)  # np.argmax: the first NaN, else the first maximum
     np.testing.assert_array_equal(y.astype(np.float64), want_y)  # NaNs in the same places
     np.testing.assert_array_equal(idx, want_idx)
+
+
+@pytest.mark.parametrize("p,dt", VALUES, ids=[f"{p.name}_{dt}" for p, dt in VALUES])
+def test_max_pool_values_alone(module, p: Pool, dt: str) -> None:
+    """Indices nothing reads: the values kernel (f32: whole planes padded with -inf; f64: the row
+    path without indices) gives max_pool_one's values, NaNs and -infs included."""
+    rng = np.random.default_rng(SEED + 1)
+    x = rng.integers(-3, 4, p.x).astype(np_dtype(dt))
+    marks = rng.choice(x.size, 2 * (x.size // 25), replace=False)
+    x.ravel()[marks[: x.size // 25]] = np.nan
+    x.ravel()[marks[x.size // 25:]] = -np.inf
+    x.ravel()[: min(4, x.size)] = -np.inf  # a first window of -infs (not the padding's)
+    np.testing.assert_array_equal(getattr(module, f"maxv_{p.name}_{dt}")(x).astype(np.float64), max_ref(p, x)[0])
 
 
 def test_max_pool_grad_index_outside_its_plane(module) -> None:
