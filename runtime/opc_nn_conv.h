@@ -147,4 +147,43 @@ static inline int64_t opc_pl_count(const opc_pl_geom *q, const int64_t *o) {
     return count;
 }
 
+/* col[r, p] (rows r = cc * kvol + kk, leading dim ld) of one image's group xg [cg, *in], as a
+ * function NAME of element type E: the families' ACC (opc_nn_conv_body.h) and uint16_t (bf16's bits,
+ * opc_nn_cv_fwd_gemm_bf16). */
+#define OPC_CV_IM2COL(NAME, E)                                                                                 \
+static void NAME(const E *xg, E *col, int64_t ld, const opc_cv_geom *q) {                                      \
+    const int64_t rows = q->cg * q->kvol, plane = q->out[1] * q->out[2];                                       \
+    _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(rows, rows * q->ovol, OPC_NN_PAR_MIN / 8)) if (rows * q->ovol >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())") \
+    for (int64_t r = 0; r < rows; r++) {                                                                       \
+        int64_t k[3], lo[3], hi[3], off[3];                                                                    \
+        opc_cv_split(q, r % q->kvol, k);                                                                       \
+        for (int d = 0; d < 3; d++) {                                                                          \
+            off[d] = k[d] * q->d[d] - q->p[d];                                                                 \
+            opc_cv_range(q->in[d], q->out[d], q->s[d], off[d], &lo[d], &hi[d]);                                \
+        }                                                                                                      \
+        const E *xc = xg + (r / q->kvol) * q->ivol;                                                            \
+        E *row = col + r * ld;                                                                                 \
+        for (int64_t o0 = 0; o0 < q->out[0]; o0++) {                                                           \
+            if (o0 < lo[0] || o0 >= hi[0]) {                                                                   \
+                memset(row + o0 * plane, 0, sizeof(E) * plane);                                                \
+                continue;                                                                                      \
+            }                                                                                                  \
+            for (int64_t o1 = 0; o1 < q->out[1]; o1++) {                                                       \
+                E *dst = row + o0 * plane + o1 * q->out[2];                                                    \
+                if (o1 < lo[1] || o1 >= hi[1]) {                                                               \
+                    memset(dst, 0, sizeof(E) * q->out[2]);                                                     \
+                    continue;                                                                                  \
+                }                                                                                              \
+                const E *src = xc + ((o0 * q->s[0] + off[0]) * q->in[1] + o1 * q->s[1] + off[1]) * q->in[2] + off[2]; \
+                for (int64_t o2 = 0; o2 < lo[2]; o2++) dst[o2] = 0;                                            \
+                if (q->s[2] == 1)                                                                              \
+                    memcpy(dst + lo[2], src + lo[2], sizeof(E) * (hi[2] - lo[2]));                             \
+                else                                                                                           \
+                    for (int64_t o2 = lo[2]; o2 < hi[2]; o2++) dst[o2] = src[o2 * q->s[2]];                    \
+                for (int64_t o2 = hi[2]; o2 < q->out[2]; o2++) dst[o2] = 0;                                    \
+            }                                                                                                  \
+        }                                                                                                      \
+    }                                                                                                          \
+}
+
 #endif /* OPC_NN_CONV_H */

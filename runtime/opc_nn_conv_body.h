@@ -149,41 +149,8 @@ OPC_NN_INLINE void OPC_NN_FN(cv_epilogue_unit)(void *pre, const void *bias, void
 
 /* ---- im2col + GEMM ------------------------------------------------------------------------ */
 
-/* col[r, p] (rows r = cc * kvol + kk, leading dim ld) of one image's group xg [cg, *in]. */
-static void OPC_NN_FN(cv_im2col)(const ACC *xg, ACC *col, int64_t ld, const opc_cv_geom *q) {
-    const int64_t rows = q->cg * q->kvol, plane = q->out[1] * q->out[2];
-    _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(rows, rows * q->ovol, OPC_NN_PAR_MIN / 8)) if (rows * q->ovol >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())")
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t k[3], lo[3], hi[3], off[3];
-        opc_cv_split(q, r % q->kvol, k);
-        for (int d = 0; d < 3; d++) {
-            off[d] = k[d] * q->d[d] - q->p[d];
-            opc_cv_range(q->in[d], q->out[d], q->s[d], off[d], &lo[d], &hi[d]);
-        }
-        const ACC *xc = xg + (r / q->kvol) * q->ivol;
-        ACC *row = col + r * ld;
-        for (int64_t o0 = 0; o0 < q->out[0]; o0++) {
-            if (o0 < lo[0] || o0 >= hi[0]) {
-                memset(row + o0 * plane, 0, sizeof(ACC) * plane);
-                continue;
-            }
-            for (int64_t o1 = 0; o1 < q->out[1]; o1++) {
-                ACC *dst = row + o0 * plane + o1 * q->out[2];
-                if (o1 < lo[1] || o1 >= hi[1]) {
-                    memset(dst, 0, sizeof(ACC) * q->out[2]);
-                    continue;
-                }
-                const ACC *src = xc + ((o0 * q->s[0] + off[0]) * q->in[1] + o1 * q->s[1] + off[1]) * q->in[2] + off[2];
-                for (int64_t o2 = 0; o2 < lo[2]; o2++) dst[o2] = 0;
-                if (q->s[2] == 1)
-                    memcpy(dst + lo[2], src + lo[2], sizeof(ACC) * (hi[2] - lo[2]));
-                else
-                    for (int64_t o2 = lo[2]; o2 < hi[2]; o2++) dst[o2] = src[o2 * q->s[2]];
-                for (int64_t o2 = hi[2]; o2 < q->out[2]; o2++) dst[o2] = 0;
-            }
-        }
-    }
-}
+/* col[r, p] (rows r = cc * kvol + kk, leading dim ld) of one image's group xg [cg, *in] (opc_nn_conv.h). */
+OPC_CV_IM2COL(OPC_NN_FN(cv_im2col), ACC)
 
 /* dxg [cg, *in] += the patches of col folded back (each channel in its own thread, rows in order). */
 static void OPC_NN_FN(cv_col2im)(const ACC *col, ACC *dxg, int64_t ld, const opc_cv_geom *q) {
@@ -282,6 +249,7 @@ OPC_NN_INLINE int OPC_NN_FN(cv_gemm_route)(int op, const void *a, int64_t na, co
         if (op == 1) return OPC_NN_FN(cv_data_gemm)((const ACC *)a, (const ACC *)b, (ACC *)r, q);
         return OPC_NN_FN(cv_filter_gemm)((const ACC *)a, (const ACC *)b, (ACC *)r, q);
     }
+    if (dt == OPC_NN_BF16 && op == 0) return opc_nn_cv_fwd_gemm_bf16((const uint16_t *)a, (const uint16_t *)b, (uint16_t *)r, q);
     ACC *wa = OPC_NN_FN(cv_widen)(a, na, dt), *wb = OPC_NN_FN(cv_widen)(b, nb, dt);
     ACC *wr = (ACC *)malloc(sizeof(ACC) * (nr > 0 ? nr : 1));
     int rc = -1;

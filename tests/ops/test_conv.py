@@ -85,7 +85,7 @@ GEOS = [
     Geo("depthwise_3d", (1, 2, 4, 5, 6), (4, 1, 3, 2, 3), (1, 2, 1), (1, 1, 2), (1, 1, 0, 0, 1, 1), 2),
 ]
 BY_NAME = {g.name: g for g in GEOS}
-HALF_GEOS = ("c1d_s2_d2_g2", "c2d", "c2d_s23_asym", "depthwise")
+HALF_GEOS = ("c1d_s2_d2_g2", "c2d", "c2d_s23_asym", "depthwise", "pointwise", "c3d_s2_dil_g2")
 OPS = ("conv", "conv_grad_input", "conv_grad_filter", "conv_transpose")
 
 
