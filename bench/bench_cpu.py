@@ -515,6 +515,36 @@ def bf16_gemm_case(m: int, n: int, k: int, ty: bool) -> Callable[[Context], Cont
     return setup
 
 
+def bf16_conv_case(c: int = 64, hw: int = 56) -> Callable[[Context], Contest]:
+    """A bf16 conv 3x3 (pads 1), f32 accumulation: opc's bf16 route (im2col of the bf16 values and the
+    bf16 GEMM, vdpbf16ps where the CPU has AVX512-BF16), opc's f32 conv on the same shape, torch's bf16."""
+
+    def setup(ctx: Context) -> Contest:
+        import ml_dtypes
+
+        xs, ws = (1, c, hw, hw), (c, c, 3, 3)
+
+        def module(dt: str):  # noqa: ANN202
+            tx, tw = (f"tensor<{'x'.join(map(str, s))}x{dt}>" for s in (xs, ws))
+            return opc.compile(f"func.func @f(%x: {tx}, %w: {tw}) -> {tx} {{\n  %y = opc.conv %x, %w {{pads = "
+                               f"array<i64: 1, 1, 1, 1>}} : ({tx}, {tw}) -> {tx}\n  func.return %y : {tx}\n}}\n").f
+
+        bf = np.dtype(ml_dtypes.bfloat16)
+        x, w = ctx.rng.standard_normal(xs, np.float32), 0.1 * ctx.rng.standard_normal(ws, np.float32)
+        xb, wb = x.astype(bf), w.astype(bf)
+        ours_bf16, ours_f32 = module("bf16"), module("f32")
+        theirs = [Contender("opc f32", lambda: ours_f32(x, w), want=[numpy_conv3x3(x.astype(np.float64), w, 1)])]
+        if ctx.torch is not None:
+            torch = ctx.torch
+            tx, tw = torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(w).to(torch.bfloat16)
+            theirs.append(Contender("torch bf16", lambda: torch.nn.functional.conv2d(tx, tw, padding=1)))
+        return Contest(want=[numpy_conv3x3(xb.astype(np.float64), wb.astype(np.float64), 1)],
+                       ours=[Contender("opc bf16", lambda: ours_bf16(xb, wb))], theirs=theirs,
+                       tol=1e-2, rate="GFLOP/s", work=2.0 * c * c * 9 * hw * hw)
+
+    return setup
+
+
 def epilogue_case(act: str, n: int = 512) -> Callable[[Context], Contest]:
     def setup(ctx: Context) -> Contest:
         m = opc.compile(gemm_mlir(n, act))
@@ -926,6 +956,7 @@ for _act in ("none", "relu", "gelu"):
     add_case(f"epilogue-{_act}", f"fused_gemm_epilogue {_act} 512 f32", epilogue_case(_act))
 add_case("conv3x3", "conv 3x3 64->64 ch 56x56 f32, pads 1 (implicit GEMM)", conv_case(1, False))
 add_case("conv3x3-fwd-bwd", "conv 3x3 64->64 ch 56x56 f32, forward + backward", conv_case(1, True))
+add_case("bf16-conv3x3", "bf16 conv 3x3 64->64 ch 56x56, pads 1, f32 accumulation", bf16_conv_case())
 add_case("conv-dw", "depthwise conv 3x3 64 ch 56x56 f32 (depthwise loop nest)", conv_case(64, False))
 add_case("conv-dw-fwd-bwd", "depthwise conv 3x3 64 ch 56x56 f32, forward + backward", conv_case(64, True))
 add_case("lstm", f"LSTM layer (ONNX LSTM imported): seq {LSTM_T}, batch {LSTM_B}, input {LSTM_I}, hidden {LSTM_H} "
