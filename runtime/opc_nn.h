@@ -227,7 +227,7 @@ OPC_NN_INLINE int opc_nn_conv_fast_ep(const void *x, const void *w, void *y, con
     float *fy = (float *)y;
     if (opc_cf_dw_applies(q, 1)) {
         if (q->out[2] < OPC_CF_V) return opc_cf_dwc_run(fx, fw, fy, NULL, NULL, OPC_CF_ACT_NONE, q, ep, ep_ctx) == 0;
-        return opc_cf_dwr_applies(q) && opc_cf_dwr_run(fx, fw, fy, NULL, NULL, OPC_CF_ACT_NONE, q, ep, ep_ctx) == 0;
+        return opc_cf_dw_planes_apply(q) && opc_cf_dw_planes_run(fx, fw, fy, NULL, NULL, OPC_CF_ACT_NONE, q, ep, ep_ctx) == 0;
     }
     const int kernel = opc_nn_conv_fwd_kernel(q);
     return kernel == 1 ? opc_cf_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0

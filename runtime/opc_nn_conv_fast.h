@@ -594,55 +594,6 @@ static inline void opc_cf_dw_put(float *y, float *pre, int64_t j, float acc, flo
     y[j] = act == OPC_CF_ACT_NONE ? v : act == OPC_CF_ACT_RELU ? (v > 0.0f ? v : 0.0f) : opc_cf_act(v, act);
 }
 
-/* A strided depthwise conv over rows of at least V outputs (MobileNet's stride-2 layers on large
- * images), forward only: per plane, the padded copy in a per-thread buffer, then per output row V
- * outputs at a time, each tap one vector FMA on the row's strided inputs (opc_cf_strided: two loads
- * and a shuffle for stride 2), the row's last vector shifted back to end at the row's end (its
- * overlap recomputed, to the same values). Each output is one sum over the taps in order, zeros of
- * the padding included, as in opc_cf_dw_run. -1: out of memory. */
-static int opc_cf_dws_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
-                          const opc_cv_geom *q) {
-    const opc_cf_plan p = opc_cf_dw_plan(q);
-    const int64_t planes = q->n * q->g, ovol = q->ovol, kvol = q->kvol, s2 = q->s[2];
-    int failed = 0;
-    _Pragma("omp parallel if (planes * ovol * kvol >= opc_par_min(32768)) num_threads(opc_num_threads())")
-    {
-        float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p.PV + OPC_CF_NR));
-        if (!xp) {
-            _Pragma("omp atomic write")
-            failed = 1;
-        }
-        _Pragma("omp for schedule(dynamic, opc_par_chunk(planes, planes, 1))")
-        for (int64_t pl = 0; pl < planes; pl++) {
-            if (!xp) continue;
-            const int64_t ch = pl % q->g;
-            const float *w = wk + ch * kvol;
-            const float b = bias ? bias[ch] : 0.0f;
-            float *y = dst + pl * ovol, *z = pre ? pre + pl * ovol : NULL;
-            opc_cf_pad_channel(src + pl * q->ivol, xp, &p);
-            for (int64_t o0 = 0; o0 < q->out[0]; o0++)
-                for (int64_t o1 = 0; o1 < q->out[1]; o1++) {
-                    const int64_t yo = (o0 * q->out[1] + o1) * q->out[2];
-                    const float *row = xp + (o0 * q->s[0] * p.P[1] + o1 * q->s[1]) * p.P[2];
-                    for (int64_t c = 0; c < q->out[2]; c += OPC_CF_V) {
-                        const int64_t c0 = c + OPC_CF_V <= q->out[2] ? c : q->out[2] - OPC_CF_V;
-                        opc_cf_vec a = (opc_cf_vec){0}, v;
-                        int64_t k = 0;
-                        for (int64_t t0 = 0; t0 < q->k[0]; t0++)
-                            for (int64_t t1 = 0; t1 < q->k[1]; t1++)
-                                for (int64_t t2 = 0; t2 < q->k[2]; t2++, k++) {
-                                    opc_cf_strided(row + (t0 * q->d[0] * p.P[1] + t1 * q->d[1]) * p.P[2] +
-                                                   c0 * s2 + t2 * q->d[2], s2, &v);
-                                    a += w[k] * v;
-                                }
-                        for (int j = 0; j < OPC_CF_V; j++) opc_cf_dw_put(y, z, yo + c0 + j, a[j], b, act);
-                    }
-                }
-        }
-    }
-    return failed ? -1 : 0;
-}
-
 /* xp [PV] of one channel src [in] as opc_cf_pad_channel, by vector stores: a padded row is a zero
  * vector at each end, then the source row copied over them V floats at a time (the last copy shifted
  * back to end at the row's end). Where a row or its padding is too short for that, the plain copy. */
@@ -673,6 +624,35 @@ static void opc_cf_pad_plane(const float *s, float *dst, const opc_cf_plan *p) {
     }
 }
 
+/* One plane of a strided depthwise conv over rows of at least V outputs (MobileNet's stride-2
+ * layers on large images, where the row kernel does not apply), forward only, from its padded copy
+ * xp: per output row V outputs at a time, each tap one vector FMA on the row's strided inputs
+ * (opc_cf_strided: two loads and a shuffle for stride 2), the row's last vector shifted back to end
+ * at the row's end (its overlap recomputed, to the same values). Each output is one sum over the
+ * taps in order, zeros of the padding included, as in opc_cf_dw_run. */
+static void opc_cf_dws_plane(const float *xp, const float *w, float *y, float *z, float b, int act,
+                             const opc_cf_plan *p, const opc_cv_geom *q) {
+    const int64_t s2 = q->s[2];
+    for (int64_t o0 = 0; o0 < q->out[0]; o0++)
+        for (int64_t o1 = 0; o1 < q->out[1]; o1++) {
+            const int64_t yo = (o0 * q->out[1] + o1) * q->out[2];
+            const float *row = xp + (o0 * q->s[0] * p->P[1] + o1 * q->s[1]) * p->P[2];
+            for (int64_t c = 0; c < q->out[2]; c += OPC_CF_V) {
+                const int64_t c0 = c + OPC_CF_V <= q->out[2] ? c : q->out[2] - OPC_CF_V;
+                opc_cf_vec a = (opc_cf_vec){0}, v;
+                int64_t k = 0;
+                for (int64_t t0 = 0; t0 < q->k[0]; t0++)
+                    for (int64_t t1 = 0; t1 < q->k[1]; t1++)
+                        for (int64_t t2 = 0; t2 < q->k[2]; t2++, k++) {
+                            opc_cf_strided(row + (t0 * q->d[0] * p->P[1] + t1 * q->d[1]) * p->P[2] + c0 * s2 + t2 * q->d[2],
+                                           s2, &v);
+                            a += w[k] * v;
+                        }
+                for (int j = 0; j < OPC_CF_V; j++) opc_cf_dw_put(y, z, yo + c0 + j, a[j], b, act);
+            }
+        }
+}
+
 /* The row kernel's output rows per block: R independent FMA chains, and each input vector loaded
  * once for all the block's rows that read it (k1 / s1 of them). */
 #define OPC_CF_DWR_R 4
@@ -692,7 +672,7 @@ static inline void opc_cf_dw_put_vec(float *y, float *pre, opc_cf_vec a, float b
 /* The R output rows o1 .. o1 + R of plane slice o0, V columns from c0, of a depthwise conv with
  * K1 x K2 taps per depth tap at strides S (both in-plane dims), no dilation in the plane: each input
  * row's vector, per tap column, feeds every row of the block that reads it. Each output's taps are
- * summed in order (depth, row, column), as in opc_cf_dws_run. Inlined with constant R, K1, K2, S. */
+ * summed in order (depth, row, column), as in opc_cf_dws_plane. Inlined with constant R, K1, K2, S. */
 static inline __attribute__((always_inline)) void opc_cf_dwr_block(const float *xp, const float *w,
                                                                    const opc_cf_plan *p, const opc_cv_geom *q,
                                                                    int64_t o0, int64_t o1, int64_t c0, int R,
@@ -747,14 +727,20 @@ static inline int opc_cf_dwr_applies(const opc_cv_geom *q) {
            q->s[1] == q->s[2] && (q->s[1] == 1 || q->s[1] == 2) && q->d[1] == 1 && q->d[2] == 1;
 }
 
-/* The depthwise forward by the row kernel (opc_cf_dwr_applies): per plane, the padded copy in a
- * per-thread buffer, the plane's outputs with bias and act, then ep (or NULL) on the plane while it is
- * in cache. -1: out of memory. */
-static int opc_cf_dwr_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
-                          const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+/* Whether opc_cf_dw_planes_run runs conv q: output rows of a vector or more, by the row kernel or
+ * (strided) opc_cf_dws_plane. */
+static inline int opc_cf_dw_planes_apply(const opc_cv_geom *q) {
+    return q->out[2] >= OPC_CF_V && (opc_cf_dwr_applies(q) || q->s[0] != 1 || q->s[1] != 1 || q->s[2] != 1);
+}
+
+/* The depthwise forward plane by plane (opc_cf_dw_planes_apply): per plane, the padded copy in a
+ * per-thread buffer, the plane's outputs with bias and act (the row kernel where it applies, else
+ * opc_cf_dws_plane), then ep (or NULL) on the plane while it is in cache. -1: out of memory. */
+static int opc_cf_dw_planes_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
+                                const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
     const opc_cf_plan p = opc_cf_dw_plan(q);
     const int64_t planes = q->n * q->g, ovol = q->ovol, kvol = q->kvol;
-    const int K = (int)q->k[1], S = (int)q->s[1];
+    const int rows = opc_cf_dwr_applies(q), K = (int)q->k[1], S = (int)q->s[1];
     int failed = 0;
     _Pragma("omp parallel if (planes * ovol * kvol >= opc_par_min(32768)) num_threads(opc_num_threads())")
     {
@@ -771,7 +757,8 @@ static int opc_cf_dwr_run(const float *src, const float *wk, float *dst, float *
             const float b = bias ? bias[ch] : 0.0f;
             float *y = dst + pl * ovol, *z = pre ? pre + pl * ovol : NULL;
             opc_cf_pad_plane(src + pl * q->ivol, xp, &p);
-            if (K == 3 && S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 3, 3, 1);
+            if (!rows) opc_cf_dws_plane(xp, w, y, z, b, act, &p, q);
+            else if (K == 3 && S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 3, 3, 1);
             else if (K == 3) opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 3, 3, 2);
             else if (S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 5, 5, 1);
             else opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 5, 5, 2);
@@ -920,8 +907,7 @@ static inline int opc_cf_dw_applies(const opc_cv_geom *q, int any_stride) {
 static int opc_cf_dw_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
                           const opc_cv_geom *q) {
     if (q->out[2] < OPC_CF_V) return opc_cf_dwc_run(x, w, y, z, bias, act, q, NULL, NULL);
-    if (opc_cf_dwr_applies(q)) return opc_cf_dwr_run(x, w, y, z, bias, act, q, NULL, NULL);
-    if (!(q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1)) return opc_cf_dws_run(x, w, y, z, bias, act, q);
+    if (opc_cf_dw_planes_apply(q)) return opc_cf_dw_planes_run(x, w, y, z, bias, act, q, NULL, NULL);
     const opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
     return opc_cf_dw_run(x, w, y, z, q->n, bias, act, &p);
 }

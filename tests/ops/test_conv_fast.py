@@ -51,7 +51,7 @@ FAST = [
     Geo("dw_narrow_80c", (1, 80, 4, 4), (80, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 80),
     Geo("dw_narrow_2x2", (1, 24, 2, 2), (24, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 24),  # planes under a vector
     Geo("dw_s2_rows", (1, 3, 5, 70), (3, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 3),
-    # the row kernel (opc_cf_dwr_run): 3x3 and 5x5 taps at stride 1 and 2, blocks of 4 rows and
+    # the row kernel (opc_cf_dw_planes_run): 3x3 and 5x5 taps at stride 1 and 2, blocks of 4 rows and
     # vectors of columns whose last ones are shifted back, uneven pads, a depth tap loop
     Geo("dw_rows_k3", (2, 5, 11, 37), (5, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 5),
     Geo("dw_rows_k3_pads", (1, 3, 6, 33), (3, 1, 3, 3), (1, 1), (1, 1), (0, 2, 2, 1), 3),
