@@ -420,6 +420,34 @@ __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s(int64_t kc, const fl
                        const char *pf, int64_t pfld, int pfrows) {
     opc__ukr_s_body(kc, a, b, c, pf, pfld, pfrows, 0, 0, 1, NULL);
 }
+/* The left half of the tile, for a panel whose columns past 16 are all padding (N's edge of 16 or
+   fewer: a pointwise conv's positions on a 4x4 image, a GEMM's last columns): 12 accumulators,
+   so no multiply-add goes to the zeros (the full kernel spent half of a 16-column GEMM on them).
+   The same sums in the same order as the full kernel's left half; c: the tile (row stride NR). */
+#define OPC_GEMM_UKR_HALF 1
+#define OPC__HROW_ZERO(i, x) __m512 c##i##0 = _mm512_setzero_ps()
+#define OPC__HROW_TO_TILE(i, x) _mm512_store_ps(c + 32 * (x), c##i##0)
+__attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_half(int64_t kc, const float *OPC_RESTRICT a,
+                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c) {
+    OPC__ROWS(OPC__HROW_ZERO);
+#define OPC__HROW(A, i, x) av = _mm512_set1_ps((A)[x]); OPC__FMA_PS(c##i##0, av, b0)
+#define OPC__HK(A, B) do { \
+        __m512 b0 = _mm512_load_ps((B)), av; \
+        OPC__ROWS_OF(OPC__HROW, A); \
+    } while (0)
+    int64_t k = 0;
+    for (; k + 2 <= kc; k += 2) {
+        OPC__HK(a, b);
+        OPC__HK(a + 12, b + 32);
+        a += 24; b += 64;
+    }
+    for (; k < kc; k++) { OPC__HK(a, b); a += 12; b += 32; }
+#undef OPC__HK
+#undef OPC__HROW
+    OPC__ROWS(OPC__HROW_TO_TILE);
+}
+#undef OPC__HROW_ZERO
+#undef OPC__HROW_TO_TILE
 /* c: the output tile (f32, MR full rows of NR columns, row stride ldc); bias: applied (this
    being the last K block) or NULL */
 #define OPC_GEMM_UKR_DIRECT 1
@@ -1014,6 +1042,11 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
                                                   first, last && bf ? bf + j : NULL);
                                 continue;
                             }
+#endif
+#ifdef OPC_GEMM_UKR_HALF
+                            if (nr <= 16)
+                                opc__ukr_s_half(kc, apc + ir * kc, bpc + pj * NR * kc, ct);
+                            else
 #endif
                             if (acc && !(last && first))
                                 opc__ukr_s(kc, apc + ir * kc, bpc + pj * NR * kc, ct,
