@@ -594,6 +594,20 @@ static inline void opc_cf_dw_put(float *y, float *pre, int64_t j, float acc, flo
     y[j] = act == OPC_CF_ACT_NONE ? v : act == OPC_CF_ACT_RELU ? (v > 0.0f ? v : 0.0f) : opc_cf_act(v, act);
 }
 
+/* row[from, to) = v by vector stores, the last one shifted back to end at `to` (to - from >= V, or
+ * to >= V: that store may write columns below `from`, which the caller fills after). */
+static inline void opc_cf_fill_vec(float *row, int64_t from, int64_t to, opc_cf_vec v) {
+    for (int64_t j = from; j < to; j += OPC_CF_V) *(opc_cf_uvec *)(row + (j + OPC_CF_V <= to ? j : to - OPC_CF_V)) = v;
+}
+
+/* dst[0, n) = src[0, n) by vector loads and stores, the last pair shifted back to end at n (n >= V). */
+static inline void opc_cf_copy_vec(float *dst, const float *src, int64_t n) {
+    for (int64_t j = 0; j < n; j += OPC_CF_V) {
+        const int64_t j0 = j + OPC_CF_V <= n ? j : n - OPC_CF_V;
+        *(opc_cf_uvec *)(dst + j0) = *(const opc_cf_uvec *)(src + j0);
+    }
+}
+
 /* xp [PV] of one channel src [in] as opc_cf_pad_channel, by vector stores: a padded row is a zero
  * vector at each end, then the source row copied over them V floats at a time (the last copy shifted
  * back to end at the row's end). Where a row or its padding is too short for that, the plain copy. */
@@ -610,16 +624,12 @@ static void opc_cf_pad_plane(const float *s, float *dst, const opc_cf_plan *p) {
             const int64_t s1 = i1 - p->pb[1];
             float *row = dst + (i0 * p->P[1] + i1) * P2;
             if (s0 < 0 || s0 >= p->in[0] || s1 < 0 || s1 >= p->in[1]) {
-                for (int64_t j = 0; j < P2; j += OPC_CF_V) *(opc_cf_uvec *)(row + (j + OPC_CF_V <= P2 ? j : P2 - OPC_CF_V)) = zero;
+                opc_cf_fill_vec(row, 0, P2, zero);
                 continue;
             }
-            const float *src = s + (s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2];
-            *(opc_cf_uvec *)row = zero;
-            *(opc_cf_uvec *)(row + P2 - OPC_CF_V) = zero;
-            for (int64_t j = 0; j < b - a; j += OPC_CF_V) {
-                const int64_t j0 = j + OPC_CF_V <= b - a ? j : b - a - OPC_CF_V;
-                *(opc_cf_uvec *)(row + a + j0) = *(const opc_cf_uvec *)(src + j0);
-            }
+            opc_cf_fill_vec(row, 0, OPC_CF_V, zero);
+            opc_cf_fill_vec(row, P2 - OPC_CF_V, P2, zero);
+            opc_cf_copy_vec(row + a, s + (s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2], b - a);
         }
     }
 }
@@ -1265,13 +1275,6 @@ static inline opc_cf_pool_pad opc_cf_pool_pad_make(const opc_pl_geom *q) {
     return b;
 }
 
-/* row[from, to) = -inf by vectors (to - from >= V, or to >= V: the first store shifted to end at
- * `to` may write columns below `from`, which the caller fills after). */
-static inline void opc_cf_fill_ninf(float *row, int64_t from, int64_t to) {
-    const opc_cf_vec ninf = (opc_cf_vec){0} - (float)INFINITY;
-    for (int64_t j = from; j < to; j += OPC_CF_V) *(opc_cf_uvec *)(row + (j + OPC_CF_V <= to ? j : to - OPC_CF_V)) = ninf;
-}
-
 /* Output rows o1 .. o1 + R of slice o0, V columns from c0: the taps in order, each lane's maximum
  * kept where a tap is not greater (max_pool_one's rule, so of equal values the first stays), and
  * the first NaN a lane meets, which is its result (a chain of one max per tap: the NaN bookkeeping
@@ -1308,6 +1311,7 @@ static inline __attribute__((always_inline)) void opc_cf_max_values_block(const 
  * tap, which the padding's -inf never displaces (a window of padding alone: -inf, as there). */
 static void opc_cf_max_pool_values_plane(const float *x, float *y, float *buf, const opc_cf_pool_pad *b,
                                          const opc_pl_geom *q) {
+    const opc_cf_vec ninf = (opc_cf_vec){0} - (float)INFINITY;
     const int64_t a2 = q->pb[2] < b->reach ? q->pb[2] : b->reach;
     const int64_t n2 = q->in[2] < b->reach - a2 ? q->in[2] : b->reach - a2;
     for (int64_t i0 = 0; i0 < b->P[0]; i0++)
@@ -1315,21 +1319,19 @@ static void opc_cf_max_pool_values_plane(const float *x, float *y, float *buf, c
             float *row = buf + (i0 * b->P[1] + i1) * b->pitch;
             const int64_t s0 = i0 - q->pb[0], s1 = i1 - q->pb[1];
             if (!(s0 >= 0 && s0 < q->in[0] && s1 >= 0 && s1 < q->in[1] && n2 > 0)) {
-                opc_cf_fill_ninf(row, 0, b->reach);
+                opc_cf_fill_vec(row, 0, b->reach, ninf);
                 continue;
             }
             /* -inf over the padding on both sides, then the row (over any -inf a shifted store left in it) */
-            opc_cf_fill_ninf(row, 0, a2 > 0 ? OPC_CF_V : 0);
-            opc_cf_fill_ninf(row, a2 + n2, a2 + n2 < b->reach ? (b->reach - a2 - n2 >= OPC_CF_V ? b->reach : a2 + n2 + OPC_CF_V) : 0);
+            opc_cf_fill_vec(row, 0, a2 > 0 ? OPC_CF_V : 0, ninf);
+            opc_cf_fill_vec(row, a2 + n2, a2 + n2 < b->reach ? (b->reach - a2 - n2 >= OPC_CF_V ? b->reach : a2 + n2 + OPC_CF_V) : 0,
+                            ninf);
             const float *src = x + (s0 * q->in[1] + s1) * q->in[2];
             if (n2 < OPC_CF_V) { /* (a libc call per row cost more than the pool's taps) */
                 for (int64_t j = 0; j < n2; j++) row[a2 + j] = src[j];
                 continue;
             }
-            for (int64_t j = 0; j < n2; j += OPC_CF_V) {
-                const int64_t j0 = j + OPC_CF_V <= n2 ? j : n2 - OPC_CF_V;
-                *(opc_cf_uvec *)(row + a2 + j0) = *(const opc_cf_uvec *)(src + j0);
-            }
+            opc_cf_copy_vec(row + a2, src, n2);
         }
     const int64_t O1 = q->out[1], O2 = q->out[2];
     const int R = O1 >= OPC_CF_DWR_R ? OPC_CF_DWR_R : 1;
