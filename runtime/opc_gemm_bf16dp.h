@@ -104,14 +104,7 @@ OPC_BD_TARGET __attribute__((noinline)) static void opc__ukr_bd(int64_t kp, cons
         __m512 b0 = _mm512_load_ps((const float *)(B)), b1 = _mm512_load_ps((const float *)(B) + 16), av; \
         OPC__ROWS_OF(OPC__ROW, A); \
     } while (0)
-    int64_t p = 0;
-    for (; p + 2 <= kp; p += 2) {
-        _mm_prefetch((const char *)((uintptr_t)a + 192u * sizeof(uint32_t)), _MM_HINT_T0);  /* may pass the end */
-        OPC__PK(a, b);
-        OPC__PK(a + 12, b + 32);
-        a += 24; b += 64;
-    }
-    for (; p < kp; p++) { OPC__PK(a, b); a += 12; b += 32; }
+    OPC__PANEL_STEPS(kp, OPC__PK, OPC__PF_A);
 #undef OPC__PK
 #undef OPC__ROW
 #undef OPC__DP

@@ -93,19 +93,7 @@ OPC_NN_INLINE int64_t opc_nn_label(const void *label, int64_t i, int label64) {
  * widened copies it replaces, and y rounded once from the GEMM's f32 sums. -1 when the patch matrix
  * cannot be allocated. */
 OPC_CV_IM2COL(opc_nn_cv_im2col_u16, uint16_t)
-static int opc_nn_cv_fwd_gemm_bf16(const uint16_t *x, const uint16_t *w, uint16_t *y, const opc_cv_geom *q) {
-    const int64_t ck = q->cg * q->kvol, P = q->ovol;
-    uint16_t *col = NULL;
-    if (!opc_cv_pointwise(q) && !(col = (uint16_t *)malloc(sizeof(uint16_t) * q->g * ck * P))) return -1;
-    for (int64_t n = 0; n < q->n; n++) {
-        const uint16_t *xn = x + n * q->c * q->ivol;
-        if (col)
-            for (int64_t g = 0; g < q->g; g++) opc_nn_cv_im2col_u16(xn + g * q->cg * q->ivol, col + g * ck * P, P, q);
-        opc_rt_gemm_bf16(q->g, q->og, P, ck, w, q->og * ck, 0, col ? col : xn, ck * P, 0, NULL, 0, y + n * q->o * P, NULL);
-    }
-    free(col);
-    return 0;
-}
+OPC_CV_FWD_GEMM(opc_nn_cv_fwd_gemm_bf16, uint16_t, opc_nn_cv_im2col_u16, opc_rt_gemm_bf16)
 
 /* f32, f16, bf16: computed in float */
 #define OPC_NN_ACC float

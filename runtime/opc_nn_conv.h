@@ -186,4 +186,23 @@ static void NAME(const E *xg, E *col, int64_t ld, const opc_cv_geom *q) {       
     }                                                                                                          \
 }
 
+/* y = conv(x, w) as im2col + GEMM, as a function NAME of element type E whose patch matrix IM2COL
+ * (an OPC_CV_IM2COL function) builds and GEMM (opc_gemm_api.h's, of E) multiplies: the families'
+ * (opc_nn_conv_body.h) and bf16's on its own GEMM (opc_nn_cv_fwd_gemm_bf16). -1 when the patch
+ * matrix cannot be allocated. */
+#define OPC_CV_FWD_GEMM(NAME, E, IM2COL, GEMM)                                                                 \
+static int NAME(const E *x, const E *w, E *y, const opc_cv_geom *q) {                                          \
+    const int64_t ck = q->cg * q->kvol, P = q->ovol;                                                           \
+    E *col = NULL;                                                                                             \
+    if (!opc_cv_pointwise(q) && !(col = (E *)malloc(sizeof(E) * q->g * ck * P))) return -1;                    \
+    for (int64_t n = 0; n < q->n; n++) {                                                                       \
+        const E *xn = x + n * q->c * q->ivol;                                                                  \
+        if (col)                                                                                               \
+            for (int64_t g = 0; g < q->g; g++) IM2COL(xn + g * q->cg * q->ivol, col + g * ck * P, P, q);       \
+        GEMM(q->g, q->og, P, ck, w, q->og * ck, 0, col ? col : xn, ck * P, 0, NULL, 0, y + n * q->o * P, NULL); \
+    }                                                                                                          \
+    free(col);                                                                                                 \
+    return 0;                                                                                                  \
+}
+
 #endif /* OPC_NN_CONV_H */

@@ -175,20 +175,8 @@ static void OPC_NN_FN(cv_col2im)(const ACC *col, ACC *dxg, int64_t ld, const opc
     }
 }
 
-/* y = conv(x, w); -1 when the patch matrix cannot be allocated. */
-static int OPC_NN_FN(cv_fwd_gemm)(const ACC *x, const ACC *w, ACC *y, const opc_cv_geom *q) {
-    const int64_t ck = q->cg * q->kvol, P = q->ovol;
-    ACC *col = NULL;
-    if (!opc_cv_pointwise(q) && !(col = (ACC *)malloc(sizeof(ACC) * q->g * ck * P))) return -1;
-    for (int64_t n = 0; n < q->n; n++) {
-        const ACC *xn = x + n * q->c * q->ivol;
-        if (col)
-            for (int64_t g = 0; g < q->g; g++) OPC_NN_FN(cv_im2col)(xn + g * q->cg * q->ivol, col + g * ck * P, P, q);
-        OPC_NN_GEMM(q->g, q->og, P, ck, w, q->og * ck, 0, col ? col : xn, ck * P, 0, NULL, 0, y + n * q->o * P, NULL);
-    }
-    free(col);
-    return 0;
-}
+/* y = conv(x, w); -1 when the patch matrix cannot be allocated (opc_nn_conv.h). */
+OPC_CV_FWD_GEMM(OPC_NN_FN(cv_fwd_gemm), ACC, OPC_NN_FN(cv_im2col), OPC_NN_GEMM)
 
 /* dx = the input gradient of dy; -1 when the scratch cannot be allocated. */
 static int OPC_NN_FN(cv_data_gemm)(const ACC *dy, const ACC *w, ACC *dx, const opc_cv_geom *q) {
