@@ -42,26 +42,22 @@ class OnnxModel:
 
     def __init__(self, model: Any, target: str = "cpu", cache_dir: str | None = None,
                  specialize: bool = False) -> None:
-        from opc.onnx_import.proto import onnx_module, read
-
-        onnx = onnx_module()
-        self.where = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
-        if isinstance(model, onnx.ModelProto):
-            own = onnx.ModelProto()
-            own.CopyFrom(model)
-            model = own
         self.target = target
         self.cache_dir = cache_dir
         # compiles are found again on disk for the cpu target (the key: the model's bytes, onnx_cache.py)
         cached = target == "cpu" and (cache_dir is None or isinstance(cache_dir, (str, os.PathLike)))
-        self.model, data = read(model, self.where, identify=cached)
-        self.digest = None if data is None else onnx_cache.model_digest(data)
-        self.checked()
-        init_names = {t.name for t in self.model.graph.initializer}
-        self.input_names = [vi.name for vi in self.model.graph.input if vi.name not in init_names]
+        self.source = model
+        self.path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+        self.where = self.path if self.path is not None else "<ModelProto>"
+        self.weight_places: dict[str, Any] = {}  # initializer -> where its bytes lie in the file (onnx_cache)
+        self.inputs: list[tuple[str, str, int, list[Any] | None]] = []  # onnx_cache.input_facts
+        file_key = onnx_cache.file_key(self.path, target) if cached and self.path is not None else None
+        facts = compile_cache.read_note(file_key, cache_dir) if file_key is not None else None
+        if not self.known(facts):
+            self.parse(cached, file_key)
+        self.input_names = [name for name, _, _, _ in self.inputs]
         # sequence and optional inputs: kept as lists (or None), each array an argument
-        self.list_inputs = {vi.name for vi in self.model.graph.input if vi.name in self.input_names
-                            and vi.type.WhichOneof("value") in ("sequence_type", "optional_type")}
+        self.list_inputs = {name for name, kind, _, _ in self.inputs if kind in ("sequence_type", "optional_type")}
         self.variants: dict[tuple, list[Variant]] = {}
         # one compile for every size: per dtype and rank signature, the variant whose open dims are `?`
         # (None where the model needs its sizes at compile time: then a variant per shape, as asked
@@ -73,6 +69,47 @@ class OnnxModel:
         # its results need regrouping: a repeat call of those skips feeds/check/variant (~7 us of Python,
         # 1-2% of a small recurrent model's call). Only variants without bound values, and no list inputs.
         self.repeats: dict[tuple, tuple[Variant, bool]] = {}
+
+    def known(self, facts: Any) -> bool:
+        """Whether the file's facts (onnx_cache.file_key's note) were found and read: then the model
+        itself is parsed only if an import needs it."""
+        try:
+            digest, inputs, places = facts["digest"], facts["inputs"], facts["weights"]
+            self.inputs = [(str(n), str(kind), int(elem), None if dims is None else list(dims))
+                           for n, kind, elem, dims in inputs]
+        except (KeyError, TypeError, ValueError):
+            return False
+        if not isinstance(digest, str) or not isinstance(places, dict):
+            return False
+        self.digest, self.weight_places = digest, places
+        return True
+
+    def parse(self, cached: bool, file_key: str | None) -> None:
+        """The model read and checked (onnx.checker, unless these bytes passed it before), its digest
+        taken, and where it is a file, its facts noted under `file_key` for the next load."""
+        from opc.onnx_import.proto import onnx_module, read
+
+        onnx = onnx_module()
+        model = self.source
+        if isinstance(model, onnx.ModelProto):
+            own = onnx.ModelProto()
+            own.CopyFrom(model)
+            model = own
+        self.model, data, whole_file = read(model, self.where, identify=cached)
+        self.digest = None if data is None else onnx_cache.model_digest(data)
+        self.checked()
+        self.inputs = [(n, kind, elem, dims) for n, kind, elem, dims in onnx_cache.input_facts(self.model)]
+        if file_key is not None and self.digest is not None:
+            self.weight_places = onnx_cache.weight_places(self.model, data) if whole_file and data else {}
+            compile_cache.write_note(file_key, {"digest": self.digest, "inputs": [list(f) for f in self.inputs],
+                                                "weights": self.weight_places}, self.cache_dir)
+
+    @functools.cached_property
+    def model(self) -> Any:
+        """The ModelProto, parsed where the file's facts were found in the cache and an import needs it."""
+        from opc.onnx_import.proto import read
+
+        return read(self.source, self.where)[0]
 
     def checked(self) -> None:
         """onnx.checker on the model, unless these bytes passed it before (a note in the cache)."""
@@ -108,7 +145,7 @@ class OnnxModel:
 
     def list_input(self, name: str, value: Any) -> Any:
         """A sequence input as a list of arrays; an optional one as None, a list or an array."""
-        kind = {vi.name: vi for vi in self.model.graph.input}[name].type.WhichOneof("value")
+        kind = next(k for n, k, _, _ in self.inputs if n == name)
         if value is None:
             if kind == "sequence_type":
                 raise ValueError(f"input '{name}' is a sequence: give a list of arrays, not None")
@@ -120,22 +157,21 @@ class OnnxModel:
         return np.asarray(value)
 
     @functools.cached_property
-    def declared(self) -> dict[str, tuple[Any, int, list[int | str | None]]]:
-        """Each graph input's (value info, element type, dims), read off the proto once."""
-        from opc.onnx_import.proto import dims_of
-
-        return {vi.name: (vi, vi.type.tensor_type.elem_type, dims_of(vi)) for vi in self.model.graph.input}
+    def declared(self) -> dict[str, tuple[int, list[int | str | None]]]:
+        """Each graph input's (element type, dims as proto.dims_of gives them)."""
+        return {n: (elem, [None] if dims is None else dims) for n, _, elem, dims in self.inputs}
 
     def check(self, feeds: Mapping[str, Any]) -> None:
         """A call's inputs against the graph's declared dtypes, ranks and static dims."""
-        from opc.onnx_import.proto import TENSOR_TYPES, dtype_name
-
         for name, value in feeds.items():
-            vi, elem, dims = self.declared[name]
+            elem, dims = self.declared[name]
             if name in self.list_inputs:
+                vi = next(vi for vi in self.model.graph.input if vi.name == name)
                 self.check_list(f"input '{name}'", vi.type, value)
                 continue
-            if elem in TENSOR_TYPES and value.dtype != TENSOR_TYPES[elem][1]:
+            if (want := declared_dtype(elem)) is not None and value.dtype != want:
+                from opc.onnx_import.proto import dtype_name
+
                 raise ValueError(f"input '{name}' has dtype {value.dtype}, the model wants {dtype_name(elem).lower()}")
             if dims == [None]:
                 continue
@@ -173,11 +209,8 @@ class OnnxModel:
 
     def open_dims(self) -> bool:
         """Whether some input leaves a dim open (a dim_param, or no size): a `?` dim to compile once."""
-        for vi in self.model.graph.input:
-            if vi.name in self.input_names and vi.type.HasField("tensor_type"):
-                if any(not d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim):
-                    return True
-        return False
+        return any(kind == "tensor_type" and dims is not None and any(not isinstance(d, int) for d in dims)
+                   for _, kind, _, dims in self.inputs)
 
     def variant(self, feeds: Mapping[str, Any]) -> Variant:
         if not self.specialize:
@@ -280,6 +313,9 @@ class OnnxModel:
 
     def initializers(self, names: list[str]) -> list[np.ndarray]:
         """The named initializers as arrays, as the import reads them (graph.read_initializers)."""
+        found = None if self.path is None else onnx_cache.read_weights(self.path, self.weight_places, names)
+        if found is not None:
+            return found
         from onnx import numpy_helper
 
         by_name = {t.name: t for t in self.model.graph.initializer}
@@ -305,6 +341,16 @@ class OnnxModel:
                 self.repeats.clear()
             self.repeats[signature] = (v, any(layout != TENSOR for layout in v.layouts))
         return regroup(v.layouts, list(out) if isinstance(out, tuple) else [out])
+
+
+def declared_dtype(elem: int) -> np.dtype | None:
+    """The NumPy dtype of ONNX element type `elem`; ml_dtypes (0.5 s to import with NumPy 2.4) only
+    imported for the types it holds."""
+    if elem in onnx_cache.PLAIN_TYPES:
+        return np.dtype(onnx_cache.PLAIN_TYPES[elem])
+    from opc.onnx_import.proto import TENSOR_TYPES
+
+    return TENSOR_TYPES[elem][1] if elem in TENSOR_TYPES else None
 
 
 # Distinct input signatures OnnxModel remembers for its fast repeat path.

@@ -74,14 +74,15 @@ def dtype_name(elem_type: int) -> str:
 
 def load(model: Any, where: str):
     """An onnx.ModelProto from a path or a ModelProto, checked by onnx.checker."""
-    model, _ = read(model, where)
+    model = read(model, where)[0]
     check(model, where)
     return model
 
 
-def read(model: Any, where: str, identify: bool = False) -> tuple[Any, bytes | None]:
+def read(model: Any, where: str, identify: bool = False) -> tuple[Any, bytes | None, bool]:
     """(the model from a path or a ModelProto, named `main` where unnamed, not yet checked; with
-    `identify`, the bytes that identify it: the file's where they are all of it, else the serialized proto)."""
+    `identify`, the bytes that identify it: the file's where they are all of it, else the serialized
+    proto; whether they are the file's)."""
     onnx = onnx_module()
     from google.protobuf.message import DecodeError
 
@@ -107,9 +108,10 @@ def read(model: Any, where: str, identify: bool = False) -> tuple[Any, bytes | N
     if not model.graph.name:  # the checker wants a name; SPEC.md: an unnamed graph is `main`
         data = None
         model.graph.name = "main"
+    whole_file = data is not None
     if identify and data is None:
         data = model.SerializeToString()
-    return model, data
+    return model, data, whole_file
 
 
 def check(model: Any, where: str) -> None:

@@ -165,7 +165,7 @@ import numpy as np
 import opc
 x = np.load(sys.argv[3])
 y = opc.load_onnx(sys.argv[1], cache_dir=sys.argv[2])(x)[0]
-print("xdsl" in sys.modules, "opc.onnx_import.graph" in sys.modules)
+print("xdsl" in sys.modules, "opc.onnx_import.graph" in sys.modules, "onnx" in sys.modules, "ml_dtypes" in sys.modules)
 np.save(sys.argv[4], y)
 """
 
@@ -173,6 +173,7 @@ np.save(sys.argv[4], y)
 def test_a_fresh_process_loads_without_xdsl(tmp_path):
     model, x = tmp_path / "mlp.onnx", RNG.standard_normal((3, 6)).astype(np.float32)
     onnx.save(mlp(), str(model))
+    aged(model)
     np.save(tmp_path / "x.npy", x)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
@@ -182,5 +183,105 @@ def test_a_fresh_process_loads_without_xdsl(tmp_path):
         np.testing.assert_allclose(np.load(tmp_path / "y.npy"), oracle(x), rtol=1e-5, atol=1e-6)
         return out.stdout.strip()
 
-    assert child() == "True True"  # compiled
-    assert child() == "False False"  # found again: neither xDSL nor the importer loaded
+    assert child() == "True True True True"  # compiled
+    assert child() == "False False False False"  # found again: neither xDSL, the importer, onnx nor ml_dtypes
+
+
+def aged(path: Path) -> None:
+    """The file's modification time an hour back: a file written in the last seconds is parsed at every
+    load (onnx_cache.RACY_S), as its stat may not yet tell a rewrite."""
+    t = os.path.getmtime(path) - 3600
+    os.utime(path, (t, t))
+
+
+@pytest.fixture
+def parses(monkeypatch) -> list[str]:
+    """The model files parsed (proto.read on a path)."""
+    from opc.onnx_import import proto
+
+    seen: list[str] = []
+    real = proto.read
+
+    def counting(model, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if isinstance(model, (str, os.PathLike)):
+            seen.append(os.fspath(model))
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(proto, "read", counting)
+    return seen
+
+
+def test_a_known_file_loads_without_parsing(tmp_path, imports, parses):
+    model, x = tmp_path / "mlp.onnx", RNG.standard_normal((3, 6)).astype(np.float32)
+    onnx.save(mlp(), str(model))
+    aged(model)
+    miss = load_and_run(str(model), tmp_path / "cache", x)
+    hit = load_and_run(str(model), tmp_path / "cache", x)
+    assert parses == [str(model)] and imports == [False]
+    np.testing.assert_array_equal(hit, miss)
+    np.testing.assert_allclose(hit, oracle(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_rewritten_file_is_parsed_again(tmp_path, imports, parses):
+    model, x = tmp_path / "mlp.onnx", RNG.standard_normal((3, 6)).astype(np.float32)
+    onnx.save(mlp(), str(model))
+    aged(model)
+    load_and_run(str(model), tmp_path / "cache", x)
+    w = W.copy()
+    w[2, 1] += 0.25
+    onnx.save(mlp(w), str(model))  # the same size: its mtime and ctime tell it apart
+    y = load_and_run(str(model), tmp_path / "cache", x)
+    np.testing.assert_allclose(y, oracle(x, w), rtol=1e-5, atol=1e-6)
+    assert parses == [str(model)] * 2 and imports == [False, False]
+
+
+def test_a_file_written_just_now_is_parsed_each_load(tmp_path, imports, parses):
+    model, x = tmp_path / "mlp.onnx", RNG.standard_normal((3, 6)).astype(np.float32)
+    onnx.save(mlp(), str(model))
+    for _ in range(2):
+        np.testing.assert_allclose(load_and_run(str(model), tmp_path / "cache", x), oracle(x), rtol=1e-5, atol=1e-6)
+    assert parses == [str(model)] * 2 and imports == [False]  # parsed, yet the compile is found by its bytes
+
+
+WEIGHTS = {  # every element type a file's weights are read for without onnx, ties and empties among them
+    "f32": np.arange(12, dtype=np.float32).reshape(3, 4) / 7,
+    "f64": np.linspace(-1, 1, 5),
+    "f16": np.array([0.5, -2.0, 65504.0], np.float16),
+    "i64": np.array([[1, -2], [3, 2**40]], np.int64),
+    "i32": np.array([7, -7], np.int32),
+    "i16": np.array([-300], np.int16),
+    "i8": np.array([-5, 5, 0], np.int8),
+    "u8": np.array([255, 0], np.uint8),
+    "u16": np.array([65535], np.uint16),
+    "u32": np.array([2**31], np.uint32),
+    "u64": np.array([2**63], np.uint64),
+    "bool": np.array([True, False, True]),
+    "zeros_a": np.zeros(4, np.float32),
+    "zeros_b": np.zeros(4, np.float32),  # the same bytes as zeros_a: either place holds its values
+    "empty": np.zeros((0, 3), np.float32),
+    "scalar": np.array(3.5, np.float32),
+}
+
+
+def test_weights_are_read_from_their_places_in_the_file(tmp_path):
+    from opc import onnx_cache
+
+    inits = [numpy_helper.from_array(v, k) for k, v in WEIGHTS.items()]
+    inits.append(helper.make_tensor("listed", TensorProto.FLOAT, [2], [1.5, 2.5]))  # float_data, no raw bytes
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], inits)
+    path = tmp_path / "w.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    data = path.read_bytes()
+    places = onnx_cache.weight_places(onnx.load_model_from_string(data), data)
+    assert set(places) == set(WEIGHTS)  # float_data has no raw bytes to find
+    got = onnx_cache.read_weights(str(path), places, list(WEIGHTS))
+    assert got is not None
+    for (name, want), array in zip(WEIGHTS.items(), got):
+        assert array.dtype == want.dtype and array.shape == want.shape, name
+        np.testing.assert_array_equal(array, want)
+        assert array.ctypes.data % 64 == 0
+    assert onnx_cache.read_weights(str(path), places, ["listed"]) is None
+    places["f64"][0] = len(data) - 8  # a place past the end: the read falls short
+    assert onnx_cache.read_weights(str(path), places, ["f64"]) is None
