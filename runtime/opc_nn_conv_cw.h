@@ -41,28 +41,33 @@
 #define OPC_CW_TG 8 /* tiles per group sharing a chunk's panel */
 #endif
 
-/* out[MR][NW] (+)= sum over k < K of xs[m * S + off[k]] times the panel row a[k][NW]. */
-#define OPC_CW_MICRO(MR, S)                                                                                   \
-    __attribute__((noinline)) static void opc_cw_micro_##MR##_##S(int64_t K, const float *a, const float *xs, \
-                                                                  const int64_t *off, float *out, int acc) {  \
-        opc_cf_vec c[MR][OPC_CW_NV];                                                                          \
-        for (int m = 0; m < MR; m++)                                                                          \
-            for (int j = 0; j < OPC_CW_NV; j++)                                                               \
-                c[m][j] = acc ? (opc_cf_vec) * (const opc_cf_uvec *)(out + m * OPC_CW_NW + j * OPC_CF_V)            \
-                              : (opc_cf_vec){0};                                                      \
-        for (int64_t k = 0; k < K; k++) {                                                                     \
-            const float *s = xs + off[k];                                                                     \
-            opc_cf_vec b[OPC_CW_NV];                                                                          \
-            _Pragma("GCC unroll 4") for (int j = 0; j < OPC_CW_NV; j++) b[j] =                                \
-                *(const opc_cf_uvec *)(a + k * OPC_CW_NW + j * OPC_CF_V);                                     \
-            _Pragma("GCC unroll 16") for (int m = 0; m < MR; m++) {                                           \
-                const opc_cf_vec xm = s[m * S] - (opc_cf_vec){0}; /* a splat (x - 0 is exact) */              \
-                _Pragma("GCC unroll 4") for (int j = 0; j < OPC_CW_NV; j++) c[m][j] += xm * b[j];             \
-            }                                                                                                 \
-        }                                                                                                     \
-        for (int m = 0; m < MR; m++)                                                                          \
-            for (int j = 0; j < OPC_CW_NV; j++) *(opc_cf_uvec *)(out + m * OPC_CW_NW + j * OPC_CF_V) = c[m][j]; \
+/* out[MR][NW] (+)= sum over k < K of xs[pos(m) + off[k]] times the panel row a[k][NW], the MR
+ * outputs in rows of W: pos(m) = (m / W) * rstep + (m % W) * S (W = MR: one row, rstep unused). */
+#define OPC_CW_MICRO_RW(MR, W, S)                                                                                  \
+    __attribute__((noinline)) static void opc_cw_micro_##MR##_##W##_##S(int64_t K, const float *a, const float *xs, \
+                                                                        const int64_t *off, float *out, int acc,    \
+                                                                        int64_t rstep) {                            \
+        opc_cf_vec c[MR][OPC_CW_NV];                                                                               \
+        for (int m = 0; m < MR; m++)                                                                               \
+            for (int j = 0; j < OPC_CW_NV; j++)                                                                    \
+                c[m][j] = acc ? (opc_cf_vec) * (const opc_cf_uvec *)(out + m * OPC_CW_NW + j * OPC_CF_V)                 \
+                              : (opc_cf_vec){0};                                                                   \
+        for (int64_t k = 0; k < K; k++) {                                                                          \
+            const float *s = xs + off[k];                                                                          \
+            opc_cf_vec b[OPC_CW_NV];                                                                               \
+            _Pragma("GCC unroll 4") for (int j = 0; j < OPC_CW_NV; j++) b[j] =                                     \
+                *(const opc_cf_uvec *)(a + k * OPC_CW_NW + j * OPC_CF_V);                                          \
+            _Pragma("GCC unroll 4") for (int j = 0; j < OPC_CW_NV; j++) OPC_CF_KEEP(b[j]);                         \
+            _Pragma("GCC unroll 16") for (int m = 0; m < MR; m++) {                                                \
+                const float *sm = m / W ? s + (m / W) * rstep : s;                                                 \
+                const opc_cf_vec xm = sm[(m % W) * S] - (opc_cf_vec){0}; /* a splat (x - 0 is exact) */            \
+                _Pragma("GCC unroll 4") for (int j = 0; j < OPC_CW_NV; j++) c[m][j] += xm * b[j];                  \
+            }                                                                                                      \
+        }                                                                                                          \
+        for (int m = 0; m < MR; m++)                                                                               \
+            for (int j = 0; j < OPC_CW_NV; j++) *(opc_cf_uvec *)(out + m * OPC_CW_NW + j * OPC_CF_V) = c[m][j];      \
     }
+#define OPC_CW_MICRO(MR, S) OPC_CW_MICRO_RW(MR, MR, S)
 OPC_CW_MICRO(14, 1)
 OPC_CW_MICRO(14, 2)
 OPC_CW_MICRO(7, 1)
@@ -73,15 +78,21 @@ OPC_CW_MICRO(4, 1)
 OPC_CW_MICRO(4, 2)
 OPC_CW_MICRO(2, 1)
 OPC_CW_MICRO(2, 2)
+/* two rows per tile, for images of 2 and 4 columns: 8 and 16 accumulators where one row's 4 and 8
+ * left the FMAs waiting on their latency (ResNet-18's 512 channels at 2x2: 94 GFLOP/s) */
+OPC_CW_MICRO_RW(4, 2, 1)
+OPC_CW_MICRO_RW(4, 2, 2)
+OPC_CW_MICRO_RW(8, 4, 1)
+OPC_CW_MICRO_RW(8, 4, 2)
 
-typedef void (*opc_cw_micro_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
+typedef void (*opc_cw_micro_fn)(int64_t, const float *, const float *, const int64_t *, float *, int, int64_t);
 
 /* The conv as the kernels see it. */
 typedef struct {
     opc_cf_plan p;        /* P (padded dims), PV, kvol, K, groups, cin, cout, in, out, pb, k, d */
     int64_t s[3];         /* strides */
-    int64_t mr, nt2;      /* outputs per tile, tiles per row */
-    int64_t rows, tiles;  /* output rows (out0 * out1), rows * nt2 */
+    int64_t mr, nt2, tr;  /* outputs per tile and row, tiles per row, rows per tile (1 or 2) */
+    int64_t rows, tiles;  /* output rows (out0 * out1), rows / tr * nt2 */
     opc_cw_micro_fn micro;
 } opc_cw_plan;
 
@@ -114,12 +125,17 @@ static inline opc_cw_plan opc_cw_plan_make(const opc_cv_geom *q) {
         c.p.PV *= c.p.P[i];
     }
     c.rows = q->out[0] * q->out[1];
-    c.tiles = c.rows * c.nt2;
-    c.micro = c.mr == OPC_CW_MRA   ? (q->s[2] == 1 ? opc_cw_micro_14_1 : opc_cw_micro_14_2)
-              : c.mr == OPC_CW_MRC ? (q->s[2] == 1 ? opc_cw_micro_8_1 : opc_cw_micro_8_2)
-              : c.mr == OPC_CW_MRD ? (q->s[2] == 1 ? opc_cw_micro_4_1 : opc_cw_micro_4_2)
-              : c.mr == OPC_CW_MRE ? (q->s[2] == 1 ? opc_cw_micro_2_1 : opc_cw_micro_2_2)
-                                   : (q->s[2] == 1 ? opc_cw_micro_7_1 : opc_cw_micro_7_2);
+    /* rows of 2 or 4 outputs, an even count of them per plane: tiles of two rows */
+    c.tr = (out2 == OPC_CW_MRE || out2 == OPC_CW_MRD) && q->out[1] % 2 == 0 ? 2 : 1;
+    c.tiles = c.rows / c.tr * c.nt2;
+    const int s1 = q->s[2] == 1;
+    c.micro = c.tr == 2 ? (out2 == OPC_CW_MRD ? (s1 ? opc_cw_micro_8_4_1 : opc_cw_micro_8_4_2)
+                                              : (s1 ? opc_cw_micro_4_2_1 : opc_cw_micro_4_2_2))
+              : c.mr == OPC_CW_MRA ? (s1 ? opc_cw_micro_14_14_1 : opc_cw_micro_14_14_2)
+              : c.mr == OPC_CW_MRC ? (s1 ? opc_cw_micro_8_8_1 : opc_cw_micro_8_8_2)
+              : c.mr == OPC_CW_MRD ? (s1 ? opc_cw_micro_4_4_1 : opc_cw_micro_4_4_2)
+              : c.mr == OPC_CW_MRE ? (s1 ? opc_cw_micro_2_2_1 : opc_cw_micro_2_2_2)
+                                   : (s1 ? opc_cw_micro_7_7_1 : opc_cw_micro_7_7_2);
     return c;
 }
 
@@ -244,25 +260,28 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
                             const float *ak = ready ? ready + (m * K + k0) * OPC_CW_NW : a;
                             if (!ready) opc_cw_pack(wg, q->og, K, m * OPC_CW_NW, k0, kn, a);
                             for (int64_t t = 0; t < tn; t++) {
-                                const int64_t r = (t0 + t) / c.nt2, o2 = (t0 + t) % c.nt2 * c.mr;
+                                const int64_t r = (t0 + t) / c.nt2 * c.tr, o2 = (t0 + t) % c.nt2 * c.mr;
                                 const int64_t o1 = r % q->out[1], o0 = r / q->out[1];
                                 const int64_t base = (o0 * c.s[0] * p->P[1] + o1 * c.s[1]) * p->P[2] + o2 * c.s[2];
-                                c.micro(kn, ak, xp + base, off + k0, acc + t * OPC_CW_MRA * OPC_CW_NW, k0 > 0);
+                                c.micro(kn, ak, xp + base, off + k0, acc + t * OPC_CW_MRA * OPC_CW_NW, k0 > 0,
+                                        c.s[1] * p->P[2]);
                             }
                         }
                         const int64_t nc = q->og - m * OPC_CW_NW < OPC_CW_NW ? q->og - m * OPC_CW_NW : OPC_CW_NW;
                         for (int64_t t = 0; t < tn; t++) {
-                            const int64_t r = (t0 + t) / c.nt2, o2 = (t0 + t) % c.nt2 * c.mr;
+                            const int64_t r = (t0 + t) / c.nt2 * c.tr, o2 = (t0 + t) % c.nt2 * c.mr;
                             const int64_t mv = q->out[2] - o2 < c.mr ? q->out[2] - o2 : c.mr;
-                            opc_cw_store(acc + t * OPC_CW_MRA * OPC_CW_NW, mv, nc, yg + m * OPC_CW_NW * ovol,
-                                         zg ? zg + m * OPC_CW_NW * ovol : NULL, r * q->out[2] + o2, ovol,
-                                         bg ? bg + m * OPC_CW_NW : NULL, act);
+                            for (int64_t rr = 0; rr < c.tr; rr++)
+                                opc_cw_store(acc + (t * OPC_CW_MRA + rr * c.mr) * OPC_CW_NW, mv, nc,
+                                             yg + m * OPC_CW_NW * ovol, zg ? zg + m * OPC_CW_NW * ovol : NULL,
+                                             (r + rr) * q->out[2] + o2, ovol, bg ? bg + m * OPC_CW_NW : NULL, act);
                         }
                         if (ep) { /* the group's tiles cover consecutive outputs: one call for them all */
                             const int64_t r0 = i * q->o + g * q->og + m * OPC_CW_NW, tl = t0 + tn - 1;
-                            const int64_t c0 = t0 / c.nt2 * q->out[2] + t0 % c.nt2 * c.mr;
-                            const int64_t l2 = tl % c.nt2 * c.mr, c1 = tl / c.nt2 * q->out[2] + l2 +
-                                                                       (q->out[2] - l2 < c.mr ? q->out[2] - l2 : c.mr);
+                            const int64_t c0 = t0 / c.nt2 * c.tr * q->out[2] + t0 % c.nt2 * c.mr;
+                            const int64_t l2 = tl % c.nt2 * c.mr;
+                            const int64_t c1 = (tl / c.nt2 * c.tr + c.tr - 1) * q->out[2] + l2 +
+                                               (q->out[2] - l2 < c.mr ? q->out[2] - l2 : c.mr);
                             opc_cv_ep_add(ep, ep_ctx, &pend, r0, r0 + nc, c0, c1);
                         }
                     }

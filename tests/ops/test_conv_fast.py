@@ -86,6 +86,12 @@ CW = [
     Geo("cw_rows4", (2, 20, 4, 4), (36, 20, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
     Geo("cw_rows2", (1, 8, 9, 2), (20, 8, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
     Geo("cw_rows2_s2", (1, 8, 9, 4), (20, 8, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    # tiles of two rows, where rows are 2 or 4 outputs and come in even counts: 9 tiles (two groups),
+    # a partial channel tile; stride 2; 3-D (the pairs inside a plane). (A lone conv on a 2x2 image
+    # takes opc_nn_conv_few; test_conv_epilogue's cw_2x2 runs its tiles here.)
+    Geo("cw_row_pairs2", (1, 24, 18, 2), (40, 24, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_row_pairs4_s2", (2, 16, 8, 8), (36, 16, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_row_pairs_3d", (1, 8, 3, 4, 2), (20, 8, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 0, 1, 1)),
 ]
 OPS = {"conv": lambda g, a, b: conv_ref(g, a, b), "conv_grad_input": lambda g, a, b: grad_input_ref(g, a, b),
        "conv_grad_filter": lambda g, a, b: grad_filter_ref(g, a, b),
