@@ -706,6 +706,7 @@ static inline __attribute__((always_inline)) void opc_cf_dwr_block(const float *
             _Pragma("GCC unroll 8") for (int t2 = 0; t2 < K2; t2++) {
                 opc_cf_vec v;
                 opc_cf_strided(base + i * p->P[2] + t2, S, &v);
+                OPC_CF_KEEP(v); /* loaded once for the block's rows, not once per FMA */
                 _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
                     const int t1 = i - r * S;
                     if (t1 >= 0 && t1 < K1) a[r] += wt[t1 * K2 + t2] * v;
@@ -830,7 +831,8 @@ static inline __attribute__((always_inline)) void opc_cf_dwc_taps(const float *x
         opc_cf_vec a[OPC_CF_DWC_U];
         for (int u = 0; u < OPC_CF_DWC_U; u++) a[u] = (opc_cf_vec){0};
         for (int64_t k = 0; k < kvol; k++) {
-            const opc_cf_vec w = *(const opc_cf_uvec *)(wt + k * OPC_CF_V);
+            opc_cf_vec w = *(const opc_cf_uvec *)(wt + k * OPC_CF_V);
+            OPC_CF_KEEP(w);
             _Pragma("GCC unroll 4") for (int u = 0; u < OPC_CF_DWC_U; u++)
                 a[u] += w * *(const opc_cf_uvec *)(xt + (base[o + u] + off[k]) * OPC_CF_V);
         }
