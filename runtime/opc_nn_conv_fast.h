@@ -37,6 +37,9 @@
 #include <string.h>
 #include <math.h>
 #include "opc_runtime.h"
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #if defined(__AVX512F__) && !defined(OPC_CF_V)
 #define OPC_CF_V 16 /* floats per vector */
@@ -690,6 +693,22 @@ static inline void opc_cf_dw_put_vec(float *y, float *pre, opc_cf_vec a, float b
     *(opc_cf_uvec *)y = (opc_cf_vec)((opc_cf_ivec)v & keep);
 }
 
+/* y[0 .. n) (and pre, or NULL) = act(a + b) for the first n < V lanes of a: masked stores with
+ * AVX-512, else lane by lane. */
+static inline void opc_cf_dw_put_part(float *y, float *pre, opc_cf_vec a, float b, int act, int64_t n) {
+#if OPC_CF_V == 16 && defined(__AVX512F__)
+    if (act != OPC_CF_ACT_GELU) {
+        const __mmask16 lanes = (__mmask16)((1u << n) - 1u);
+        const opc_cf_vec v = a + b;
+        if (pre) _mm512_mask_storeu_ps(pre, lanes, (__m512)v);
+        const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
+        _mm512_mask_storeu_ps(y, lanes, (__m512)(opc_cf_vec)((opc_cf_ivec)v & keep));
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) opc_cf_dw_put(y, pre, i, a[i], b, act);
+}
+
 /* The R output rows o1 .. o1 + R of plane slice o0, V columns from c0, of a depthwise conv with
  * K1 x K2 taps per depth tap at strides S (both in-plane dims), no dilation in the plane: each input
  * row's vector, per tap column, feeds every row of the block that reads it. Each output's taps are
@@ -811,6 +830,16 @@ static void opc_cf_dwc_gather(const float *xn, float *xt, int64_t c0, int64_t nv
             opc_cf_transpose(r);
             for (int i = 0; i < OPC_CF_V; i++) *(opc_cf_uvec *)tile[i] = r[i];
         } else
+#if OPC_CF_V == 16 && defined(__AVX512F__)
+        if (1) { /* the plane's last positions (all of a 2x2 or 3x3 plane's): masked loads, no read past them */
+            const __mmask16 lanes = (__mmask16)((1u << (ivol - i0)) - 1u);
+            opc_cf_vec r[OPC_CF_V];
+            for (int j = 0; j < OPC_CF_V; j++)
+                r[j] = j < nv ? (opc_cf_vec)_mm512_maskz_loadu_ps(lanes, xn + (c0 + j) * ivol + i0) : (opc_cf_vec){0};
+            opc_cf_transpose(r);
+            for (int i = 0; i < OPC_CF_V; i++) *(opc_cf_uvec *)tile[i] = r[i];
+        } else
+#endif
 #endif
             for (int64_t i = 0; i < OPC_CF_V && i0 + i < ivol; i++)
                 for (int j = 0; j < OPC_CF_V; j++) tile[i][j] = j < nv ? xn[(c0 + j) * ivol + i0 + i] : 0.0f;
@@ -867,10 +896,27 @@ static void opc_cf_dwc_scatter(const float *yt, float *yn, float *zn, int64_t c0
                 opc_cf_dw_put_vec(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, *(const opc_cf_uvec *)tile[j], b, act);
                 continue;
             }
-            for (int64_t i = 0; o0 + i < ovol; i++)
-                opc_cf_dw_put(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, i, tile[j][i], b, act);
+            opc_cf_dw_put_part(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, *(const opc_cf_uvec *)tile[j], b, act,
+                               ovol - o0);
         }
     }
+}
+
+/* wt of channels c0 .. c0 + V of wk [C][kvol]: [kvol][V], zeros past C. */
+static void opc_cf_dwc_pack_block(const float *wk, int64_t C, int64_t kvol, int64_t c0, float *wt) {
+    for (int64_t k = 0; k < kvol; k++)
+        for (int j = 0; j < OPC_CF_V; j++) wt[k * OPC_CF_V + j] = c0 + j < C ? wk[(c0 + j) * kvol + k] : 0.0f;
+}
+
+typedef struct {
+    const float *w;
+    int64_t C, kvol;
+} opc_cf_dwc_weights;
+
+/* Every block's wt, [blocks][kvol][V]: what a conv whose weights never change packs once (opc_frozen.h). */
+static void opc_cf_dwc_pack_all(const void *ctx, float *dst) {
+    const opc_cf_dwc_weights *c = (const opc_cf_dwc_weights *)ctx;
+    for (int64_t c0 = 0; c0 < c->C; c0 += OPC_CF_V) opc_cf_dwc_pack_block(c->w, c->C, c->kvol, c0, dst + c0 * c->kvol);
 }
 
 static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
@@ -892,6 +938,10 @@ static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *
             for (int64_t i2 = p.pb[2]; i2 < q->in[2] + p.pb[2]; i2++)
                 at[i++] = i0 < p.P[0] && i1 < p.P[1] && i2 < p.P[2] ? (i0 * p.P[1] + i1) * p.P[2] + i2 : -1;
     opc_cf_offsets(off, &p);
+    const opc_cf_dwc_weights whole = {wk, C, kvol};
+    const int64_t key[OPC_FROZEN_KEY] = {6, C, kvol, OPC_CF_V}; /* 6: this layout */
+    const float *frozen = opc_rt_frozen_packed(wk, (int64_t)sizeof(float) * C * kvol, key, blocks * kvol * OPC_CF_V,
+                                               opc_cf_dwc_pack_all, &whole);
     int failed = 0;
     _Pragma("omp parallel if (units * ovol * OPC_CF_V * kvol >= opc_par_min(32768)) num_threads(opc_num_threads())")
     {
@@ -908,11 +958,11 @@ static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *
         for (int64_t u = 0; u < units; u++) {
             if (!xt) continue;
             const int64_t n = u / blocks, c0 = u % blocks * OPC_CF_V, nv = C - c0 < OPC_CF_V ? C - c0 : OPC_CF_V;
-            for (int64_t k = 0; k < kvol; k++)
-                for (int j = 0; j < OPC_CF_V; j++) wt[k * OPC_CF_V + j] = j < nv ? wk[(c0 + j) * kvol + k] : 0.0f;
+            const float *wb = frozen ? frozen + c0 * kvol : wt;
+            if (!frozen) opc_cf_dwc_pack_block(wk, C, kvol, c0, wt);
             opc_cf_dwc_gather(src + n * C * q->ivol, xt, c0, nv, at, q->ivol);
-            if (kvol == 9) opc_cf_dwc_taps(xt, wt, yt, base, off, ovol, 9);
-            else opc_cf_dwc_taps(xt, wt, yt, base, off, ovol, kvol);
+            if (kvol == 9) opc_cf_dwc_taps(xt, wb, yt, base, off, ovol, 9);
+            else opc_cf_dwc_taps(xt, wb, yt, base, off, ovol, kvol);
             opc_cf_dwc_scatter(yt, dst + n * C * ovol, pre ? pre + n * C * ovol : NULL, c0, nv, bias, act, ovol);
             if (ep) ep(ep_ctx, n * C + c0, n * C + c0 + nv, 0, ovol);
         }

@@ -68,10 +68,11 @@ SHAPES = [
     ("3x4x6x5t", (3, 4, 6), (5, 6), True),  # transposed w
     ("2x5x8x9b", (2, 5, 8), (2, 8, 9), False),  # batched w: a GEMM per batch (rows b * m + i)
     ("2x12x8x9b", (2, 12, 8), (2, 8, 9), False),  # the same past the few-row path: the blocked GEMM's epilogue
+    ("37x20x4", (37, 20), (20, 4), False),  # rows of 4 columns: the epilogue's own loop for them
 ]
 KINDS = ["gelu_erf", "residual", "several"]
 CASES = [(s, k, dt, bias) for s in SHAPES for k in KINDS for dt in DT for bias in (False, True)
-         if dt == "f32" or (k == "gelu_erf" and s[0] in ("13x37x19", "2x9x33x17"))]
+         if dt == "f32" or (k == "gelu_erf" and s[0] in ("13x37x19", "2x9x33x17", "37x20x4"))]
 
 
 def case_name(shape_name: str, kind: str, dt: str, bias: bool) -> str:
