@@ -15,9 +15,9 @@ in an interpreter that has torch and transformers).
 
 The --onnx models (tests/models/NAME.onnx, weights filled by seeded_weights as bench_models_cpu.py
 does, saved to a file) run as a user runs them: `import opc`, `opc.load_onnx(path)` and a first
-call, timed from after `import numpy` (onnx is imported by the compile, never by a cached load). Each: a fresh compile with the runtime objects
-cached, the first-ever compile (an empty cache: opc's runtime objects built too; one run), and the
-load in a fresh process of what the fresh compile cached.
+call, timed from after `import numpy` (onnx is imported by the compile, never by a cached load).
+Each: a fresh compile with the runtime objects cached, the first-ever compile (an empty cache: opc's
+runtime objects built too; one run), and the load in a fresh process of what the fresh compile cached.
 """
 
 from __future__ import annotations
