@@ -1,36 +1,6 @@
 #!/usr/bin/env bash
-# Round 8 of issue 37 on a quiet machine, then the CNNs again with it busy: every figure of the
-# closing note side by side in one run, each command's output in its own file (the `-r8-` ones).
+# Round 8 of issue 37 (its outputs: the `-r8-` files beside this one).
 #   bash bench/results/2026-12-06-r8.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=bench/results/2026-12-06-r8
-run() {  # run FILE COMMAND...: the command, the machine and the load before and after, into FILE
-    local file="$1"
-    shift
-    {
-        echo "# $*"
-        date
-        lscpu | grep "Model name" || true
-        uptime
-        "$@"
-        uptime
-    } > "$file" 2>&1
-}
-for t in 1 2; do
-    run "$out-models-cnn-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t"
-    run "$out-models-lstm-threads$t.txt" python3 bench/bench_control_flow.py --only lstm --seq 64 300 --threads "$t"
-    run "$out-train-threads$t.txt" python3 bench/bench_models_cpu.py --train small_cnn mobilenet_v2 resnet18 --calls 10 --threads "$t"
-    run "$out-transformer-threads$t.txt" python3 bench/bench_transformer.py --threads "$t"
-    run "$out-resnet224-threads$t.txt" python3 bench/bench_cpu.py --threads "$t" --only resnet18
-done
-run "$out-peak.txt" python3 bench/bench_cpu.py --threads 1 --clock thread --only matmul-1024,gemm-fc1,gemm-fc2,conv3x3,conv3x3-fwd-bwd,bf16-fc1,bf16-conv3x3
-run "$out-compile.txt" python3 bench/bench_compile.py --sizes 100,1000 --repeat 2
-# busy: one CPU-bound process per core next to the CNNs (opc chooses its wait policy at import)
-hogs=()
-for _ in $(seq "$(nproc)"); do python3 -c "while True: pass" & hogs+=($!); done
-sleep 2
-for t in 1 2; do
-    run "$out-models-cnn-busy-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t"
-done
-kill "${hogs[@]}"
+bash bench/round.sh bench/results/2026-12-06-r8
