@@ -122,6 +122,12 @@ WIDE = [
     Pool("k2s2_3d", (1, 2, 3, 4, 6), (1, 2, 2), (1, 2, 2), (0, 0, 0, 0, 0, 0)),
     Pool("k2s2_end_pad", (1, 2, 6, 16), (2, 2), (2, 2), (0, 0, 1, 1), include_pad=True),
     Pool("w_3d", (1, 2, 4, 5, 40), (2, 3, 3), (1, 2, 2), (1, 1, 1, 0, 1, 1)),  # depth taps, padded
+    # 3x3 at stride 2, separably (opc_cf_max_pool3_plane): vectors read from the row in place (the
+    # middle ones of 56 outputs) or from its -inf padded copy (a window over either end); no padding
+    # before and one after; an odd row count whose last window hangs over the end
+    Pool("s3_rows112", (1, 1, 5, 112), (3, 3), (2, 2), (1, 1, 1, 1)),
+    Pool("s3_end_pad", (1, 2, 8, 34), (3, 3), (2, 2), (0, 0, 1, 1)),
+    Pool("s3_odd", (2, 1, 9, 41), (3, 3), (2, 2), (1, 1, 1, 1)),
 ]
 AVG_WIDE = [*WIDE, *(replace(p, name=p.name + "_incl", include_pad=True) for p in WIDE[:4]),
             Pool("a_chunks", (1, 2, 3, 610), (2, 3), (1, 2), (0, 1, 1, 1)),
