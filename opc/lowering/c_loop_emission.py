@@ -33,6 +33,16 @@ CHUNK_MIN_WORK = 1 << 14  # scalar steps of the smallest piece a parallel nest i
 TRANSPOSE_TILE = 16  # a transpose's squares: 16 floats are a cache line
 
 
+def known_index(v: SSAValue, constants: dict[SSAValue, int]) -> int | None:
+    """v's value where it is an index constant, emitted (constants) or not yet (its arith.constant)."""
+    if v in constants:
+        return constants[v]
+    owner = v.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(v.type, IndexType):
+        return int_of(owner.value)
+    return None
+
+
 def at_least(extents: Sequence[int | str], n: int) -> bool:
     """Every extent is at least n, a run-time one assumed so (it is a batch or a sequence)."""
     return all(not isinstance(e, int) or e >= n for e in extents)
@@ -181,6 +191,10 @@ class LoopEmission(EmitterState):
         if block:
             self.emit_blocked_sums(op, targets, block)
             return
+        inner = self.short_row_sum(op)
+        if inner is not None:
+            self.emit_row_partials(op, inner, targets)
+            return
         if simd is not None:  # partial accumulators per lane: the sum reassociates, max/min do not change
             self.line("#pragma omp simd " + " ".join(f"reduction({c}:{t})" for c, t in zip(clauses, targets)))
         self.line(f"for (int64_t {i} = {self.name(op.lb)}; {i} < {self.name(op.ub)}; {i} += {self.name(op.step)}) {{")
@@ -222,6 +236,56 @@ class LoopEmission(EmitterState):
             return 0
         block = SUM_BLOCK_BYTES // (4 if op.results[0].type == f32 else 8)
         return block if ub >= 2 * block else 0
+
+    def short_row_sum(self, op: scf.ForOp) -> scf.ForOp | None:
+        """The inner loop where op is a loop over rows whose body is only a short float sum of its row
+        (under two of sum_block's blocks; an image row of 16 in a batch norm's statistics), carrying
+        op's one sum; else None. Each row's `omp simd reduction` ends in a sum across the vector's
+        lanes, which cost more than the row's adds."""
+        if len(op.results) != 1 or op.results[0].type not in (f32, f64):
+            return None
+        loops = [o for o in op.body.block.ops if not isinstance(o, (arith.ConstantOp, scf.YieldOp))]
+        if len(loops) != 1 or not isinstance(inner := loops[0], scf.ForOp) or len(inner.results) != 1:
+            return None
+        simd = inner.attributes.get("opc.simd_reduction")
+        if simd is None or [c.data for c in cast(ArrayAttr[StringAttr], simd).data] != ["+"]:
+            return None
+        yielded = op.body.block.last_op
+        if not (isinstance(yielded, scf.YieldOp) and list(yielded.operands) == [inner.results[0]]
+                and inner.iter_args[0] == op.body.block.args[1] and inner.results[0].type == op.results[0].type):
+            return None
+        if any(o.regions for o in inner.body.block.ops):
+            return None
+        lb, ub, step = (known_index(v, self.constants) for v in (inner.lb, inner.ub, inner.step))
+        block = SUM_BLOCK_BYTES // (4 if op.results[0].type == f32 else 8)
+        return inner if lb == 0 and step == 1 and ub is not None and 4 <= ub < 2 * block else None
+
+    def emit_row_partials(self, op: scf.ForOp, inner: scf.ForOp, targets: list[str]) -> None:
+        """A sum over rows of short rows (short_row_sum) with a partial per column for all the rows:
+        column k of every row adds into partial k (an omp simd loop over the row, no reduction), then
+        the partials are summed across, once, into the sum's initial value. The sum reassociates,
+        nothing else (as emit_blocked_sums)."""
+        n, ct = known_index(inner.ub, self.constants), c_type(op.results[0].type)
+        t, part, i, k = targets[0], f"{targets[0]}_p", self.name(op.body.block.args[0]), f"{targets[0]}_k"
+        row = self.name(inner.results[0])
+        self.names[inner.body.block.args[1]] = row
+        self.line("{")
+        self.indent += 1
+        self.line(f"{ct} {part}[{n}];")
+        self.line(f"for (int64_t {k} = 0; {k} < {n}; {k}++) {part}[{k}] = 0;")
+        self.line(f"for (int64_t {i} = {self.name(op.lb)}; {i} < {self.name(op.ub)}; {i} += {self.name(op.step)}) {{")
+        self.indent += 1
+        for o in op.body.block.ops:  # the row loop's constants (its body may read them)
+            if isinstance(o, arith.ConstantOp):
+                self.emit_op(o)
+        self.line("#pragma omp simd")
+        self.blocked_body(inner, [row], [part], ct, f"for (int64_t {k} = 0; {k} < {n}; {k}++)", k, k)
+        self.indent -= 1
+        self.line("}")
+        self.line(f"#pragma omp simd reduction(+:{t})")
+        self.line(f"for (int64_t {k} = 0; {k} < {n}; {k}++) {t} = {t} + {part}[{k}];")
+        self.indent -= 1
+        self.line("}")
 
     def emit_blocked_sums(self, op: scf.ForOp, targets: list[str], block: int) -> None:
         """The loop as blocks of `block` iterations, iteration k of a block adding into
