@@ -74,9 +74,9 @@ def key(digest: str, target: str, *variant: str) -> str:
 RACY_S = 2.0
 
 
-def file_key(path: str, target: str) -> str | None:
-    """The key of the facts about the model file at `path` as it is now (its stat), or None where it
-    cannot be read or was written too recently to be known by its stat (RACY_S)."""
+def file_state(path: str) -> tuple[str, str] | None:
+    """(the real path, its stat as a string: size, mtime, ctime, inode, device) of the model file at
+    `path`, or None where it cannot be read or was written too recently to be known by its stat (RACY_S)."""
     try:
         real = os.path.realpath(path)
         st = os.stat(real)
@@ -84,22 +84,30 @@ def file_key(path: str, target: str) -> str | None:
         return None
     if time.time() - st.st_mtime < RACY_S:
         return None
-    stat = f"{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\0{st.st_dev}"
-    return content_key("onnx-file", real, stat, target, onnx_version(), flavor(), code_digest(), length=32)
+    return real, stat_signature(st)
+
+
+def stat_signature(st: os.stat_result) -> str:
+    return f"{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\0{st.st_dev}"
+
+
+def file_key(state: tuple[str, str], target: str) -> str:
+    """The key of the facts about the model file in `state` (file_state)."""
+    return content_key("onnx-file", *state, target, onnx_version(), flavor(), code_digest(), length=32)
 
 
 def input_facts(model: Any) -> list[list[Any]]:
     """Each graph input's [name, kind (the type's oneof), element type, dims (proto.dims_of's, None
     where it has no shape)], the initializers left out."""
+    from opc.onnx_import.proto import dims_of
+
     init_names = {t.name for t in model.graph.initializer}
     facts = []
     for vi in model.graph.input:
         if vi.name in init_names:
             continue
         kind, t = vi.type.WhichOneof("value"), vi.type.tensor_type
-        dims = None
-        if kind == "tensor_type" and t.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+        dims = dims_of(vi) if kind == "tensor_type" and t.HasField("shape") else None
         facts.append([vi.name, kind, t.elem_type if kind == "tensor_type" else 0, dims])
     return facts
 
@@ -146,11 +154,12 @@ def read_at(f: Any, offset: int, into: memoryview) -> bool:
     return True
 
 
-def read_weights(path: str, places: Mapping[str, Sequence[Any]], names: Sequence[str]) -> list[np.ndarray] | None:
+def read_weights(path: str, signature: str, places: Mapping[str, Sequence[Any]],
+                 names: Sequence[str]) -> list[np.ndarray] | None:
     """The named initializers read from the file at their places, each starting on a 64-byte boundary
     of one buffer that starts on a 2 MB one (NumPy asks the kernel for huge pages on a buffer that
-    large: ResNet-18's 47 MB then read in 14 ms, not 50), or None where one has no place or the read
-    falls short."""
+    large: ResNet-18's 47 MB then read in 14 ms, not 50), or None where one has no place, the file's
+    stat is no longer `signature` (it changed since its facts were read) or the read falls short."""
     if any(n not in places for n in names):
         return None
     layout, total = [], 0
@@ -166,6 +175,8 @@ def read_weights(path: str, places: Mapping[str, Sequence[Any]], names: Sequence
     out = []
     try:
         with open(path, "rb", buffering=0) as f:
+            if stat_signature(os.fstat(f.fileno())) != signature:
+                return None
             for at, offset, nbytes, dt, dims in layout:
                 view = buf[at:at + nbytes]
                 if not read_at(f, offset, memoryview(view.data)):

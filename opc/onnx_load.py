@@ -51,7 +51,9 @@ class OnnxModel:
         self.where = self.path if self.path is not None else "<ModelProto>"
         self.weight_places: dict[str, Any] = {}  # initializer -> where its bytes lie in the file (onnx_cache)
         self.inputs: list[tuple[str, str, int, list[Any] | None]] = []  # onnx_cache.input_facts
-        file_key = onnx_cache.file_key(self.path, target) if cached and self.path is not None else None
+        # the file's real path and stat when it is known by them (onnx_cache.file_state)
+        self.file = onnx_cache.file_state(self.path) if cached and self.path is not None else None
+        file_key = onnx_cache.file_key(self.file, target) if self.file is not None else None
         facts = compile_cache.read_note(file_key, cache_dir) if file_key is not None else None
         if not self.known(facts):
             self.parse(cached, file_key)
@@ -106,10 +108,15 @@ class OnnxModel:
 
     @functools.cached_property
     def model(self) -> Any:
-        """The ModelProto, parsed where the file's facts were found in the cache and an import needs it."""
+        """The ModelProto, parsed where the file's facts were found in the cache and an import needs it;
+        an InputError where the file no longer holds the bytes those facts describe."""
+        from opc.errors import InputError
         from opc.onnx_import.proto import read
 
-        return read(self.source, self.where)[0]
+        model, data, _ = read(self.source, self.where, identify=True)
+        if data is None or onnx_cache.model_digest(data) != self.digest:
+            raise InputError(f"{self.where} changed since it was loaded: load it again (opc.load_onnx)")
+        return model
 
     def checked(self) -> None:
         """onnx.checker on the model, unless these bytes passed it before (a note in the cache)."""
@@ -313,7 +320,7 @@ class OnnxModel:
 
     def initializers(self, names: list[str]) -> list[np.ndarray]:
         """The named initializers as arrays, as the import reads them (graph.read_initializers)."""
-        found = None if self.path is None else onnx_cache.read_weights(self.path, self.weight_places, names)
+        found = None if self.file is None else onnx_cache.read_weights(*self.file, self.weight_places, names)
         if found is not None:
             return found
         from onnx import numpy_helper

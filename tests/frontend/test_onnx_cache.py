@@ -276,12 +276,35 @@ def test_weights_are_read_from_their_places_in_the_file(tmp_path):
     data = path.read_bytes()
     places = onnx_cache.weight_places(onnx.load_model_from_string(data), data)
     assert set(places) == set(WEIGHTS)  # float_data has no raw bytes to find
-    got = onnx_cache.read_weights(str(path), places, list(WEIGHTS))
+    aged(path)
+    state = onnx_cache.file_state(str(path))
+    assert state is not None
+    got = onnx_cache.read_weights(*state, places, list(WEIGHTS))
     assert got is not None
     for (name, want), array in zip(WEIGHTS.items(), got):
         assert array.dtype == want.dtype and array.shape == want.shape, name
         np.testing.assert_array_equal(array, want)
         assert array.ctypes.data % 64 == 0
-    assert onnx_cache.read_weights(str(path), places, ["listed"]) is None
+    assert onnx_cache.read_weights(*state, places, ["listed"]) is None
+    assert onnx_cache.read_weights(state[0], state[1] + "x", places, ["f64"]) is None  # the file changed since
     places["f64"][0] = len(data) - 8  # a place past the end: the read falls short
-    assert onnx_cache.read_weights(str(path), places, ["f64"]) is None
+    assert onnx_cache.read_weights(*state, places, ["f64"]) is None
+
+
+def test_a_file_changed_after_its_load_is_refused(tmp_path, imports):
+    """A load found by the file's stat reads the weights and, on a miss, the model at the first call: a
+    file rewritten in between is refused in one line, never compiled or run with the other bytes."""
+    w = W.copy()
+    w[0, 0] += 1.0
+    for rows in (3, 4):  # the weights' read (a hit), the import (a miss for 4 rows)
+        model, cache = tmp_path / f"mlp{rows}.onnx", tmp_path / "cache"
+        onnx.save(mlp(rows="n"), str(model))
+        aged(model)
+        x = RNG.standard_normal((3, 6)).astype(np.float32)
+        load_and_run(str(model), cache, x, specialize=True)  # compiles for 3 rows, notes the file's facts
+        compile_cache._memory.clear()
+        f = opc.load_onnx(str(model), cache_dir=str(cache), specialize=True)
+        onnx.save(mlp(w, rows="n"), str(model))
+        with pytest.raises(opc.errors.InputError, match="changed since it was loaded"):
+            f(RNG.standard_normal((rows, 6)).astype(np.float32))
+    assert imports == [False]  # the changed file was never imported (the second file's bytes: a hit)
