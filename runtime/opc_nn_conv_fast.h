@@ -693,20 +693,29 @@ static inline void opc_cf_dw_put_vec(float *y, float *pre, opc_cf_vec a, float b
     *(opc_cf_uvec *)y = (opc_cf_vec)((opc_cf_ivec)v & keep);
 }
 
+#if OPC_CF_V == 16 && defined(__AVX512F__)
+/* y and pre (or NULL) = act(a + b) in the lanes set in `lanes`, by masked stores: nothing else written. */
+static inline void opc_cf_dw_put_lanes(float *y, float *pre, opc_cf_vec a, float b, int act, __mmask16 lanes) {
+    const opc_cf_vec v = a + b;
+    if (pre) _mm512_mask_storeu_ps(pre, lanes, (__m512)v);
+    if (act == OPC_CF_ACT_GELU) {
+        for (int j = 0; j < OPC_CF_V; j++)
+            if (lanes >> j & 1) y[j] = opc_cf_act(v[j], act);
+        return;
+    }
+    const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
+    _mm512_mask_storeu_ps(y, lanes, (__m512)(opc_cf_vec)((opc_cf_ivec)v & keep));
+}
+#endif
+
 /* y[0 .. n) (and pre, or NULL) = act(a + b) for the first n < V lanes of a: masked stores with
  * AVX-512, else lane by lane. */
 static inline void opc_cf_dw_put_part(float *y, float *pre, opc_cf_vec a, float b, int act, int64_t n) {
 #if OPC_CF_V == 16 && defined(__AVX512F__)
-    if (act != OPC_CF_ACT_GELU) {
-        const __mmask16 lanes = (__mmask16)((1u << n) - 1u);
-        const opc_cf_vec v = a + b;
-        if (pre) _mm512_mask_storeu_ps(pre, lanes, (__m512)v);
-        const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
-        _mm512_mask_storeu_ps(y, lanes, (__m512)(opc_cf_vec)((opc_cf_ivec)v & keep));
-        return;
-    }
-#endif
+    opc_cf_dw_put_lanes(y, pre, a, b, act, (__mmask16)((1u << n) - 1u));
+#else
     for (int64_t i = 0; i < n; i++) opc_cf_dw_put(y, pre, i, a[i], b, act);
+#endif
 }
 
 /* The R output rows o1 .. o1 + R of plane slice o0, V columns from c0, of a depthwise conv with
@@ -919,8 +928,110 @@ static void opc_cf_dwc_pack_all(const void *ctx, float *dst) {
     for (int64_t c0 = 0; c0 < c->C; c0 += OPC_CF_V) opc_cf_dwc_pack_block(c->w, c->C, c->kvol, c0, dst + c0 * c->kvol);
 }
 
+/* A depthwise conv whose input and output planes each fit in a vector (4x4 images and smaller, any
+ * stride), forward only, AVX-512: a channel's plane is held in one register, and each tap is one
+ * permute of it (vpermps, the padding's lanes zeroed by its mask) and one FMA with the tap's weight
+ * broadcast: no transposes and no padded copy, where opc_cf_dwc_run transposes V channels at a
+ * time. Each output's taps are summed in order from zero, the padding's zeros included, as in
+ * opc_cf_dw_run. The permutes depend only on the geometry: a table made once per call. */
+#if OPC_CF_V == 16 && defined(__AVX512F__)
+#define OPC_CF_DWV 1
+#define OPC_CF_DWV_TAPS 27  /* 3x3x3 */
+#define OPC_CF_DWV_CHUNK 64 /* channels per parallel unit and per call of the epilogue */
+
+typedef struct {
+    int32_t idx[OPC_CF_V][OPC_CF_DWV_TAPS]; /* [lane][tap]: the input lane output lane l's tap reads */
+    __mmask16 mask[OPC_CF_DWV_TAPS];         /* the lanes whose tap lies inside the input; the rest add w * 0 */
+    __mmask16 in, out;                       /* the input's and output's lanes */
+} opc_cf_dwv_table;
+
+/* The position in the unpadded input plane that output o's tap k reads, or -1 in the padding. */
+static int64_t opc_cf_dwv_source(const opc_cv_geom *q, int64_t o, int64_t k) {
+    int64_t oi[3], ti[3], at = 0;
+    oi[2] = o % q->out[2], oi[1] = o / q->out[2] % q->out[1], oi[0] = o / (q->out[2] * q->out[1]);
+    ti[2] = k % q->k[2], ti[1] = k / q->k[2] % q->k[1], ti[0] = k / (q->k[2] * q->k[1]);
+    for (int d = 0; d < 3; d++) {
+        const int64_t i = oi[d] * q->s[d] - q->p[d] + ti[d] * q->d[d];
+        if (i < 0 || i >= q->in[d]) return -1;
+        at = at * q->in[d] + i;
+    }
+    return at;
+}
+
+/* t's permutes for conv q: 1, or 0 where the kernel does not apply. */
+static int opc_cf_dwv_plan(const opc_cv_geom *q, opc_cf_dwv_table *t) {
+    if (q->ivol > OPC_CF_V || q->ovol > OPC_CF_V || q->kvol > OPC_CF_DWV_TAPS) return 0;
+    memset(t, 0, sizeof *t);
+    t->in = (__mmask16)((1u << q->ivol) - 1u), t->out = (__mmask16)((1u << q->ovol) - 1u);
+    for (int64_t o = 0; o < q->ovol; o++)
+        for (int64_t k = 0; k < q->kvol; k++) {
+            const int64_t i = opc_cf_dwv_source(q, o, k);
+            if (i < 0) continue;
+            t->idx[o][k] = (int32_t)i;
+            t->mask[k] |= (__mmask16)(1u << o);
+        }
+    return 1;
+}
+
+/* Channels c .. c + CH of image x [C][ivol] -> y (and pre, or NULL) [C][ovol]: CH independent FMA
+ * chains. Inlined with constant CH. */
+static inline __attribute__((always_inline)) void opc_cf_dwv_channels(const float *x, const float *wk, float *y,
+                                                                      float *pre, const float *bias, int act,
+                                                                      const opc_cf_dwv_table *t,
+                                                                      const __m512i *idx, const opc_cv_geom *q,
+                                                                      int64_t c, int CH) {
+    const int64_t kvol = q->kvol;
+    __m512 xv[4], acc[4];
+    for (int h = 0; h < CH; h++) {
+        xv[h] = _mm512_maskz_loadu_ps(t->in, x + (c + h) * q->ivol);
+        acc[h] = _mm512_setzero_ps();
+    }
+    const float *w = wk + c * kvol;
+    for (int64_t k = 0; k < kvol; k++, w++)
+        for (int h = 0; h < CH; h++)
+            acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(w[h * kvol]), _mm512_maskz_permutexvar_ps(t->mask[k], idx[k], xv[h]),
+                                     acc[h]);
+    for (int h = 0; h < CH; h++) {
+        const int64_t at = (c + h) * q->ovol;
+        opc_cf_dw_put_lanes(y + at, pre ? pre + at : NULL, (opc_cf_vec)acc[h], bias ? bias[c + h] : 0.0f, act, t->out);
+    }
+}
+
+static void opc_cf_dwv_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
+                           const opc_cv_geom *q, const opc_cf_dwv_table *t, opc_cv_epilogue ep, void *ep_ctx) {
+    const int64_t C = q->g, chunks = (C + OPC_CF_DWV_CHUNK - 1) / OPC_CF_DWV_CHUNK, units = q->n * chunks;
+    const int64_t work = q->n * C * q->ovol * q->kvol;
+    __m512i idx[OPC_CF_DWV_TAPS]; /* tap k's lane indices */
+    for (int64_t k = 0; k < q->kvol; k++) {
+        int32_t lanes[OPC_CF_V];
+        for (int l = 0; l < OPC_CF_V; l++) lanes[l] = t->idx[l][k];
+        idx[k] = _mm512_loadu_si512(lanes);
+    }
+    _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(units, work, 32768)) if (work >= opc_par_min(32768)) num_threads(opc_num_threads())")
+    for (int64_t u = 0; u < units; u++) {
+        const int64_t n = u / chunks, c0 = u % chunks * OPC_CF_DWV_CHUNK;
+        const int64_t c1 = c0 + OPC_CF_DWV_CHUNK < C ? c0 + OPC_CF_DWV_CHUNK : C;
+        const float *x = src + n * C * q->ivol;
+        float *y = dst + n * C * q->ovol, *z = pre ? pre + n * C * q->ovol : NULL;
+        int64_t c = c0;
+        for (; c + 4 <= c1; c += 4) opc_cf_dwv_channels(x, wk, y, z, bias, act, t, idx, q, c, 4);
+        for (; c < c1; c++) opc_cf_dwv_channels(x, wk, y, z, bias, act, t, idx, q, c, 1);
+        if (ep) ep(ep_ctx, n * C + c0, n * C + c1, 0, q->ovol);
+    }
+}
+#else
+#define OPC_CF_DWV 0
+#endif
+
 static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
                           const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+#if OPC_CF_DWV
+    opc_cf_dwv_table table;
+    if (opc_cf_dwv_plan(q, &table)) {
+        opc_cf_dwv_run(src, wk, dst, pre, bias, act, q, &table, ep, ep_ctx);
+        return 0;
+    }
+#endif
     const opc_cf_plan p = opc_cf_dw_plan(q);
     const int64_t C = q->g, kvol = q->kvol, ovol = q->ovol, blocks = (C + OPC_CF_V - 1) / OPC_CF_V;
     const int64_t units = q->n * blocks;

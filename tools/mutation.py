@@ -366,6 +366,12 @@ HAND_MUTANTS = [
     HandMutant("runtime/opc_nn_conv_fast.h", "const opc_cf_ivec first_nan = (v != v) & ~seen[r];",
                "const opc_cf_ivec first_nan = (v != v) & seen[r];",
                "tests/ops/test_pool.py", "max pool values: a NaN never kept"),
+    HandMutant("runtime/opc_nn_conv_fast.h", "if (ep) ep(ep_ctx, n * C + c0, n * C + c1, 0, q->ovol);",
+               "if (ep) ep(ep_ctx, n * C + c0, n * C + c1 - 1, 0, q->ovol);", "tests/lowering/test_conv_epilogue.py",
+               "one-vector depthwise planes: the epilogue leaves each chunk's last channel out"),
+    HandMutant("runtime/opc_nn_conv_fast.h", "        if (i < 0 || i >= q->in[d]) return -1;\n        at = at * q->in[d] + i;",
+               "        if (i < 0 || i > q->in[d]) return -1;\n        at = at * q->in[d] + i;",
+               "tests/ops/test_conv_fast.py", "one-vector depthwise planes: a tap past a row's end reads the next row"),
     # pooling (runtime/opc_nn_pool_body.h)
     HandMutant("runtime/opc_nn_pool_body.h", "            const int64_t i1 = o[1] * q->s[1] - q->pb[1] + t1 * q->d[1];\n            if (i1 < 0 || i1 >= q->in[1]) continue;",
                "            const int64_t i1 = o[1] * q->s[1] - q->pb[1] + t1 * q->d[1];\n            if (i1 < 0 || i1 > q->in[1]) continue;",

@@ -32,7 +32,8 @@ CASES = [
     ("depthwise", 2, 8, 8, (9, 10), 3, 1, 1, 8, "f32"),  # channels last (rows under a vector): per 16 channels
     ("dw_rows", 2, 5, 5, (11, 37), 3, 1, 1, 5, "f32"),  # the depthwise row kernel: per plane
     ("dw_rows_s2", 1, 6, 6, (9, 40), 3, 2, 1, 6, "f32"),
-    ("dw_2x2", 1, 24, 24, (2, 2), 3, 1, 1, 24, "f32"),  # channels last, planes under a vector
+    ("dw_2x2", 1, 24, 24, (2, 2), 3, 1, 1, 24, "f32"),  # planes of a vector: a permute per tap (AVX-512)
+    ("dw_4x4_chunks", 2, 70, 70, (4, 4), 3, 1, 1, 70, "f32"),  # the epilogue per 64 channels and the rest
     ("dw_k5", 1, 3, 3, (7, 20), 5, 1, 2, 3, "f32"),
     ("f64", 2, 6, 7, (9, 8), 3, 2, 1, 1, "f64"),  # im2col + GEMM in f64: the same fallback
     ("conv1d", 2, 8, 20, (37,), 3, 1, 1, 1, "f32"),  # rank 3: BatchNorm's [c, 1] operands

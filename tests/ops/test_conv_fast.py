@@ -41,15 +41,26 @@ FAST = [
     Geo("dw_1d_long", (2, 3, 100), (3, 1, 4), (1,), (1,), (0, 3), 3),
     Geo("dw_3d", (1, 4, 4, 5, 6), (4, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 1, 1, 1), 4),
     # the f32 forward's other depthwise kernels: channels last where rows are narrower than a
-    # vector (20 channels: a partial vector; stride 2 and dilation), strided ones over rows of at
-    # least a vector (stride 2: the shuffle; 3: the plain gather; 3-D); and convs with at most 8
-    # outputs per channel, run transposed (1x1: x itself; 3x3, strided: through im2col)
+    # vector and a plane is more than one (20 channels: a partial vector; stride 2 and dilation),
+    # strided ones over rows of at least a vector (stride 2: the shuffle; 3: the plain gather; 3-D);
+    # and convs with at most 8 outputs per channel, run transposed (1x1: x itself; 3x3, strided:
+    # through im2col)
     Geo("dw_narrow_dil", (2, 20, 9, 9), (20, 1, 3, 3), (1, 1), (2, 1), (2, 1, 0, 2), 20),
     Geo("dw_narrow_s2", (1, 40, 7, 7), (40, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 40),
-    Geo("dw_narrow_4x4", (2, 32, 4, 4), (32, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 32),  # whole 16 x 16 blocks
-    # 80 channels: one group of 4 channel vectors side by side (OPC_CF_DWC_U), then one alone
-    Geo("dw_narrow_80c", (1, 80, 4, 4), (80, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 80),
-    Geo("dw_narrow_2x2", (1, 24, 2, 2), (24, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 24),  # planes under a vector
+    Geo("dw_narrow_8x8", (2, 32, 8, 8), (32, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 32),  # whole 16 x 16 blocks
+    # 80 channels: one group of 4 channel vectors side by side (OPC_CF_DWC_U), then one alone;
+    # 25 positions: one whole block and a masked one
+    Geo("dw_narrow_80c", (1, 80, 5, 5), (80, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 80),
+    # planes of at most one vector in and out (opc_cf_dwv_run, AVX-512): one permute per tap, 4
+    # channels at a time then the rest one by one (7, 130: chunks of 64 and a partial one), any
+    # stride, dilation, uneven pads, 1-D and 3-D
+    Geo("dw_narrow_2x2", (1, 24, 2, 2), (24, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 24),
+    Geo("dw_vec_4x4", (2, 32, 4, 4), (32, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 32),
+    Geo("dw_vec_s2_7c", (1, 7, 4, 4), (7, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 7),
+    Geo("dw_vec_130c", (1, 130, 3, 3), (130, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 130),
+    Geo("dw_vec_dil", (2, 6, 3, 5), (6, 1, 2, 3), (1, 1), (2, 1), (1, 0, 0, 2), 6),
+    Geo("dw_vec_1d", (2, 5, 12), (5, 1, 3), (1,), (1,), (1, 1), 5),
+    Geo("dw_vec_3d", (1, 4, 2, 2, 3), (4, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1, 0, 1, 1), 4),
     Geo("dw_s2_rows", (1, 3, 5, 70), (3, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 3),
     # the row kernel (opc_cf_dw_planes_run): 3x3 and 5x5 taps at stride 1 and 2, blocks of 4 rows and
     # vectors of columns whose last ones are shifted back, uneven pads, a depth tap loop
@@ -142,6 +153,7 @@ FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              Geo("strided", (2, 4, 9, 8), (6, 4, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
              Geo("c1d_groups", (2, 6, 17), (4, 3, 3), (1,), (1,), (1, 1), 2), CW[0], CW[2],
              *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows", "dw_narrow_80c", "dw_narrow_2x2",
+                                             "dw_vec_s2_7c", "dw_vec_130c",
                                              "dw_rows_k3", "dw_rows_k5_s2"))]
 ACTS = ("none", "relu", "gelu")
 

@@ -19,9 +19,10 @@ import opc
 # x [1, C, H, W] * w [O, C / g, 3, 3], pads 1: 8x8 rows take the channel-vector kernel's 8-wide tiles
 # (2x2: few positions, whose weights are read in place unless frozen, then packed once); depthwise
 # ones on planes narrower than a vector take the channels-last kernel, its taps packed once per 16
-# channels (40: the last block partial; a 7x7 plane at stride 2)
+# channels (40: the last block partial; a 7x7 plane at stride 2), except planes of one vector
+# (2x2), whose taps are read in place
 GEOMETRIES = [(16, 32, 8, 1, 1), (16, 32, 8, 2, 1), (32, 48, 8, 1, 2), (24, 64, 4, 1, 1), (24, 64, 2, 1, 1),
-              (40, 40, 2, 1, 40), (20, 20, 7, 2, 20)]
+              (40, 40, 2, 1, 40), (40, 40, 5, 1, 40), (20, 20, 7, 2, 20)]
 
 
 def conv_ref(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> np.ndarray:
