@@ -218,6 +218,12 @@ OPC_NN_INLINE int opc_nn_conv_fast_ep(const void *x, const void *w, void *y, con
         return opc_cf_dw_planes_apply(q) && opc_cf_dw_planes_run(fx, fw, fy, NULL, NULL, OPC_CF_ACT_NONE, q, ep, ep_ctx) == 0;
     }
     const int kernel = opc_nn_conv_fwd_kernel(q);
+    if (kernel == 0 && q->g == 1 && opc_cv_pointwise(q) && q->ovol > OPC_NN_FEW_POSITIONS) {
+        /* y [n, o, P] = w [o, c] @ x [n, c, P]: the GEMM's rows b * o + oc are the conv's, and ep runs on
+           each block it finishes while the block is in cache, not in a pass over y after it */
+        opc_rt_gemm_ep_f32(q->n, q->o, q->ovol, q->c, fw, 0, 0, fx, q->c * q->ivol, 0, NULL, 0, fy, NULL, ep, ep_ctx);
+        return 1;
+    }
     return kernel == 1 ? opc_cf_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0
                        : kernel == 2 && opc_cw_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0;
 }

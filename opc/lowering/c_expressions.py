@@ -153,13 +153,32 @@ def libm(name: str, nargs: int = 1):
     return render
 
 
+# maximumf's and minimumf's comparison negated: against a bound that is not NaN, a is kept unless
+# a <= b (maximum) or a >= b (minimum), NaN a included, so the pick needs one compare
+NOT_PICKED = {">": "<=", "<": ">="}
+
+
 def pick(cmp: str):
-    """NaN-propagating maximum/minimum: (a is NaN or a cmp b) ? a : b."""
+    """NaN-propagating maximum/minimum: (a is NaN or a cmp b) ? a : b. Against a constant bound that
+    is not NaN (a clip's or relu's), the same value with one unordered compare: gcc made the two
+    compares and their or, in a chain of three picks, into mask moves through integer registers."""
     def render(e: Renderer, o: Operation) -> str:
         a, b = e.name(o.operands[0]), e.name(o.operands[1])
+        if not_nan_constant(o.operands[1]):
+            return f"(!({a} {NOT_PICKED[cmp]} {b}) ? {a} : {b})"
         return f"(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})"
 
     return render
+
+
+def not_nan_constant(v: SSAValue) -> bool:
+    """Whether v is an arith.constant float that is not NaN."""
+    owner = v.owner
+    if not isinstance(owner, arith.ConstantOp):
+        return False
+    value = getattr(owner.value, "value", None)
+    data = getattr(value, "data", None)
+    return isinstance(data, float) and not pymath.isnan(data)
 
 
 def int_pick(cmp: str, unsigned: bool = False):

@@ -27,6 +27,7 @@ CASES = [
     ("s2_batch2", 2, 8, 33, (12, 13), 3, 2, 1, 1, "f32"),
     ("s2_7x7", 1, 3, 16, (29, 29), 7, 2, 3, 1, "f32"),  # ResNet's stem
     ("s2_1x1", 2, 8, 16, (14, 14), 1, 2, 0, 1, "f32"),  # ResNet's downsample
+    ("pointwise", 2, 24, 40, (9, 10), 1, 1, 0, 1, "f32"),  # the GEMM, the epilogue on each block it finishes
     ("cw_4x4", 1, 32, 72, (4, 4), 3, 1, 1, 1, "f32"),  # conv_cw's tiles of two rows (ResNet's layer3 at 64x64)
     ("cw_2x2", 2, 40, 48, (2, 2), 3, 1, 1, 1, "f32"),  # (its layer4)
     ("depthwise", 2, 8, 8, (9, 10), 3, 1, 1, 8, "f32"),  # channels last (rows under a vector): per 16 channels

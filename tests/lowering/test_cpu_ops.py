@@ -595,3 +595,25 @@ def test_f64_to_f32_cast_rounds_before_the_next_op():
     x = np.array([1 + 2.0**-30, -(1 + 2.0**-30), 3.0], np.float64)
     y = np.array([2.0**-24, -(2.0**-24), 0.5], np.float32)
     np.testing.assert_array_equal(compile_funcs([text]).f(x, y), x.astype(np.float32) + y)
+
+
+def test_picks_against_constant_bounds_keep_nan_and_the_bound_on_ties() -> None:
+    """Clip's and Relu's bounds are constants, rendered with one unordered compare
+    (c_expressions.pick): NaN kept, and on a tie (-0 against 0 included) the bound, bit for bit."""
+    onnx_helpers = pytest.importorskip("onnx_helpers", reason="needs onnx (the optional extra)")
+    x = np.array([[np.nan, -0.0, 0.0, -1.0, 7.0, 6.0, 3.0, np.inf, -np.inf, 1e-45, -1e-45, 5.9999995]], np.float32)
+    nodes = [onnx_helpers.helper.make_node("Clip", ["x", "lo", "hi"], ["c"]),
+             onnx_helpers.helper.make_node("Relu", ["x"], ["r"])]
+    bounds = {"lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32)}
+    import opc
+
+    run = opc.load_onnx(onnx_helpers.graph_model(nodes, {"x": x}, ["c", "r"], bounds))
+    clip, relu = (np.asarray(v) for v in run(x))
+
+    def pick(a: np.ndarray, b: float, keep: np.ndarray) -> np.ndarray:  # maximumf/minimumf: a if NaN or kept
+        return np.where(np.isnan(a) | keep, a, np.float32(b)).astype(np.float32)
+
+    low = pick(x, 0.0, x > 0)
+    want_clip = pick(low, 6.0, low < 6)
+    np.testing.assert_array_equal(clip.view(np.uint32), want_clip.view(np.uint32))
+    np.testing.assert_array_equal(relu.view(np.uint32), pick(x, 0.0, x > 0).view(np.uint32))
