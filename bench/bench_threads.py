@@ -49,6 +49,7 @@ POLICIES = {
     "passive": {"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": None, "OPC_WAIT_POLICY": "libgomp"},
     "spin 1k then sleep": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "1000", "OPC_WAIT_POLICY": "libgomp"},
     "spin 10k then sleep": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "10000", "OPC_WAIT_POLICY": "libgomp"},
+    "spin 100k then sleep": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "100000", "OPC_WAIT_POLICY": "libgomp"},
     "opc default": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OPC_WAIT_POLICY": None},
     "opc default, torch imported first": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "OPC_WAIT_POLICY": None,
                                           "torch-first": None},

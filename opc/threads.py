@@ -12,18 +12,21 @@ a spinning thread takes the core from the one that has work, and each region the
 descheduled thread (a 256 matmul at 2 threads: best 0.19 ms, median 33-70 ms). Threads that
 sleep at once (OMP_WAIT_POLICY=passive) cost a wake-up per region instead, tens of microseconds
 on a VM, twice per region (the worker's start, the master's barrier): ResNet-18 at 64x64 ran
-2.75 ms at 2 threads against 2.98 at 1. A short spin (GOMP_SPINCOUNT=1000, tens of
-microseconds) covers the gaps between one call's regions: 1.72 ms on the idle machine, but
-1.5-3x passive's time where every core is busy. So `import opc` picks by the machine's load
-then: WAIT_POLICY (the short spin) on an idle machine, BUSY_POLICY (passive) on a busy one, unless
-the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, or OPC_WAIT_POLICY says which (`spin`,
-`passive`, or `libgomp`: keep libgomp's default), or libgomp is already loaded (torch imported
-first: then torch's choice stands, libgomp's default spin). libgomp reads the policy once, when
-it loads, so a machine that turns busy later keeps the short spin: OPC_WAIT_POLICY=passive is
-the choice for a process that shares its cores. Where libgomp's default spin was loaded first,
-opc will run more than one thread and the load average says every core is already busy, it
-warns once, in one line, what to do (on a busy machine the default spin made a 256 matmul's
-median 65-100x slower, bench/results/2026-12-03-busy.txt).
+2.75 ms at 2 threads against 2.98 at 1. A spin of 100,000 rounds (about a millisecond) covers the
+serial stretches between one call's regions, a run of small layers included, where 1,000 rounds
+(tens of microseconds) did not: MobileNetV2 at 2 threads 0.46-0.47 ms against 0.56-0.59
+(onnxruntime, which spins too, 0.55-0.59), and the kernels' parallel thresholds need no wake-up
+margin (runtime/opc_threads.h). So `import opc` picks by the machine's load then: WAIT_POLICY
+(that spin) on an idle machine, BUSY_POLICY (passive) on a busy one, unless the user set
+OMP_WAIT_POLICY or GOMP_SPINCOUNT, or OPC_WAIT_POLICY says which (`spin`, `passive`, or
+`libgomp`: keep libgomp's default), or libgomp is already loaded (torch imported first: then
+torch's choice stands, libgomp's default spin). libgomp reads the policy once, when it loads, so
+a machine that turns busy later keeps the spin (a 256 matmul's median at 2 threads 0.095-5.3 ms
+over two runs of bench/bench_threads.py against passive's 0.13-0.14): OPC_WAIT_POLICY=passive
+is the choice for a process that will share its cores. Where libgomp's default spin was loaded
+first, opc will run more than one thread and the load average says every core is already busy, it
+warns once, in one line, what to do (on a busy machine the default spin made a 256 matmul's median
+65-100x slower, bench/results/2026-12-03-busy.txt).
 bench/bench_threads.py measures the policies; docs/performance.md, Threads, says how; bench/results/ has the figures.
 """
 
@@ -38,7 +41,7 @@ from opc.errors import InputError, OpcError
 
 # the environment opc gives libgomp when the user chose nothing: on an idle machine, and on a busy
 # one (measured: bench/bench_threads.py, bench/bench_models_cpu.py --threads 2)
-WAIT_POLICY = {"GOMP_SPINCOUNT": "1000"}
+WAIT_POLICY = {"GOMP_SPINCOUNT": "100000"}
 BUSY_POLICY = {"OMP_WAIT_POLICY": "passive"}
 POLICIES = {"spin": WAIT_POLICY, "passive": BUSY_POLICY}
 

@@ -36,8 +36,9 @@ static inline int opc_num_threads(void) {
 /* The least work (in a kernel's own units) a parallel region must carry to pay for itself, given
  * min_work, the least where idle threads spin. Where they sleep, a region pays their wake-up (25-50
  * us on the 2-core VMs, bench/results/2026-12-03-wake-up.txt): OPC_PASSIVE_SCALE times the work
- * under OMP_WAIT_POLICY=passive, OPC_SHORT_SPIN_SCALE under a short GOMP_SPINCOUNT, which keeps
- * them awake only between back-to-back regions (opc/threads.py picks one of the two). Read once. */
+ * under OMP_WAIT_POLICY=passive, OPC_SHORT_SPIN_SCALE under a GOMP_SPINCOUNT under OPC_SHORT_SPIN,
+ * which keeps them awake only between back-to-back regions; opc/threads.py picks passive or a spin
+ * of OPC_SHORT_SPIN rounds, which spans a call's serial stretches. Read once. */
 #ifndef OPC_PASSIVE_SCALE
 #define OPC_PASSIVE_SCALE 16
 #endif

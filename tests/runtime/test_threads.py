@@ -60,9 +60,9 @@ int main(void) { printf("%lld\n", opc_par_min(1000)); return 0; }
 ])  # fmt: skip
 def test_a_region_needs_more_work_where_idle_threads_sleep(tmp_path, policy, spin, want):
     """Under OMP_WAIT_POLICY=passive each region pays the threads' wake-up: opc_par_min scales
-    every kernel's least work by OPC_PASSIVE_SCALE; under a short GOMP_SPINCOUNT (opc's default on
-    an idle machine) a region after serial kernels pays it: OPC_SHORT_SPIN_SCALE; threads that
-    spin long (libgomp's default, active) need no scale."""
+    every kernel's least work by OPC_PASSIVE_SCALE; under a short GOMP_SPINCOUNT a region after
+    serial kernels pays it: OPC_SHORT_SPIN_SCALE; threads that spin long (opc's default on an idle
+    machine, 100,000 rounds; libgomp's default; active) need no scale."""
     src, exe = tmp_path / "probe.c", tmp_path / "probe"
     src.write_text(REGION_MIN)
     subprocess.run([os.environ.get("CC", "gcc"), *BASE_FLAGS, *native_flags(), "-I", str(runtime_dir()), str(src),
@@ -113,7 +113,7 @@ WAIT = ("import os; os.getloadavg = lambda: ({load}, 0.0, 0.0); import opc; "
         "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
 
 
-@pytest.mark.parametrize("busy,want", [(False, {"GOMP_SPINCOUNT": "1000"}), (True, {"OMP_WAIT_POLICY": "passive"})])
+@pytest.mark.parametrize("busy,want", [(False, {"GOMP_SPINCOUNT": "100000"}), (True, {"OMP_WAIT_POLICY": "passive"})])
 def test_wait_policy_by_load(monkeypatch, busy, want):
     """A short spin on an idle machine, passive threads on a busy one (the choice itself; the
     subprocess cases below pin what `import opc` does with the environment)."""
@@ -147,7 +147,7 @@ def test_busy_now_reads_the_running_count(monkeypatch, running, cores, want):
     ({}, "1e6", "passive None"),
     ({"OMP_WAIT_POLICY": "active"}, "0.0", "active None"), ({"GOMP_SPINCOUNT": "7"}, "1e6", "None 7"),
     ({"OPC_WAIT_POLICY": "libgomp"}, "0.0", "None None"), ({"OPC_WAIT_POLICY": "passive"}, "0.0", "passive None"),
-    ({"OPC_WAIT_POLICY": "spin"}, "1e6", "None 1000"),
+    ({"OPC_WAIT_POLICY": "spin"}, "1e6", "None 100000"),
 ])  # fmt: skip
 def test_wait_policy_only_where_unset(env, load, want):
     base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPC_WAIT_POLICY")}
