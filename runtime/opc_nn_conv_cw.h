@@ -239,8 +239,10 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
             const float *bg = bias ? bias + g * q->og : NULL;
             /* not opc_par_min's passive scale: a small image's layer streams large weights (ResNet-18's
                512 channels at 2x2: 9 MB, 0.78 ms on one core, 0.47 on two), and the second core's
-               bandwidth pays for the wake-up however few its multiply-adds (2 threads: 4.7 vs 6.4 ms) */
-            _Pragma("omp parallel if (mt * c.tiles * c.mr * K >= 32768) num_threads(opc_num_threads())")
+               bandwidth pays for the wake-up however few its multiply-adds (2 threads: 4.7 vs 6.4 ms);
+               each output's NW channels stored one by one count as NW taps (a stem's 27 taps cost less
+               than its stores: MobileNetV2's 3->32 stem at 64x64, 28 us on one core) */
+            _Pragma("omp parallel if (mt * c.tiles * c.mr * (K + OPC_CW_NW) >= 32768) num_threads(opc_num_threads())")
             {
                 float *acc = (float *)malloc(sizeof(float) * OPC_CW_TG * OPC_CW_MRA * OPC_CW_NW);
                 float *a = (float *)malloc(sizeof(float) * kc * OPC_CW_NW);
