@@ -35,7 +35,8 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from opc.errors import InputError, OpcError
 
@@ -83,6 +84,18 @@ def register(name: str, setter: Callable[[int], None]) -> None:
     with _lock:
         _setters[name] = setter
         setter(n)
+
+
+@contextmanager
+def one_thread(setter: Callable[[int], None]) -> Iterator[None]:
+    """One module (its opc_set_num_threads) on one thread for the block, then on opc's count again."""
+    with _lock:
+        setter(1)
+    try:
+        yield
+    finally:
+        with _lock:
+            setter(get_num_threads())
 
 
 def libgomp_loaded() -> bool:

@@ -39,6 +39,7 @@ def bind(ext: ModuleType, signatures: list[FunctionSignature]) -> dict[str, Comp
     frozen = getattr(ext.lib, FROZEN_FN, None)
     for f in functions.values():
         f.freeze = frozen
+        f.set_threads = setter
         if isinstance(f, DynamicFunction):
             f.release = release
     return functions

@@ -50,6 +50,7 @@ from opc.lowering.abi import (
     FunctionSignature,
     c_symbol,
 )
+from opc.threads import one_thread
 
 # -fno-math-errno and -fno-trapping-math change no result (opc never reads errno
 # or FP exception flags) but let loops with selects and sqrt vectorize.
@@ -775,6 +776,7 @@ class CompiledFunction:
     """A compiled function: checks its arguments, allocates its results."""
 
     freeze = None  # the module's opc_frozen (binding.py), where it has one
+    set_threads: Callable[[int], None] | None = None  # the module's opc_set_num_threads (binding.py), if any
 
     def __init__(self, ffi, cfunc, sig: FunctionSignature, kernel_message=None, detail=None,  # noqa: ANN001
                  oom=None):  # noqa: ANN001
@@ -938,10 +940,19 @@ class CompiledFunction:
         kernels may keep packed copies of them for as long as the returned function lives."""
         n_first = len(self.in_spec) - len(last)
         fixed = self.pointers(last, n_first)
+        # the first call packs the frozen arrays and touches every buffer for the first time: serial
+        # work, which a second thread only slowed, spinning beside it (ResNet-18's first call at 2
+        # threads 33-60 ms, at 1 thread 25), so it runs on one thread
+        set_threads = self.set_threads if frozen and self.freeze is not None else None
+        first_call = [set_threads is not None]
 
         def call(*first):  # noqa: ANN002, ANN202
             if len(first) != n_first:
                 return self(*first, *last)  # the full call's message
+            if first_call[0] and set_threads is not None:
+                first_call[0] = False
+                with one_thread(set_threads):
+                    return self.run(self.pointers(first) + fixed)
             return self.run(self.pointers(first) + fixed)
 
         if frozen:

@@ -175,3 +175,28 @@ func.func @f(%x: tensor<{m}x{k}xf32>, %w: tensor<{n}x{k}xf32>) -> tensor<{m}x{n}
     np.testing.assert_allclose(results[0], x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3)
     for r in results[1:]:
         assert np.array_equal(r, results[0])
+
+
+def test_the_first_call_of_frozen_weights_runs_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded model's first call packs its frozen weights and touches its buffers for the first
+    time, on one thread (build.with_last); its later calls run on opc's count, with the same bits."""
+    from opc import threads
+    from opc.lowering import build
+
+    seen: list[int] = []
+    real = threads.one_thread
+
+    def spy(setter):  # noqa: ANN001, ANN202
+        return real(lambda n: (seen.append(n), setter(n)))
+
+    monkeypatch.setattr(build, "one_thread", spy)
+    c, o, hw = 16, 32, 8
+    w = weights(c, o, 1, 7)
+    x = np.random.default_rng(1).standard_normal((1, c, hw, hw)).astype(np.float32)
+    run = opc.load_onnx(conv_model(c, o, hw, 1, 1, w))
+    first = run(x)[0]
+    assert seen == [1, opc.get_num_threads()]  # one thread for the call, then the count again
+    second = run(x)[0]
+    assert seen == [1, opc.get_num_threads()]  # only the first call
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_allclose(second, conv_ref(x, w, 1, 1), rtol=1e-4, atol=1e-4)
