@@ -940,7 +940,7 @@ static void opc_cf_dwc_pack_all(const void *ctx, float *dst) {
 #define OPC_CF_DWV_CHUNK 64 /* channels per parallel unit and per call of the epilogue */
 
 typedef struct {
-    int32_t idx[OPC_CF_V][OPC_CF_DWV_TAPS]; /* [lane][tap]: the input lane output lane l's tap reads */
+    int32_t idx[OPC_CF_DWV_TAPS][OPC_CF_V]; /* [tap][lane]: the input lane output lane l's tap reads */
     __mmask16 mask[OPC_CF_DWV_TAPS];         /* the lanes whose tap lies inside the input; the rest add w * 0 */
     __mmask16 in, out;                       /* the input's and output's lanes */
 } opc_cf_dwv_table;
@@ -949,7 +949,7 @@ typedef struct {
 static int64_t opc_cf_dwv_source(const opc_cv_geom *q, int64_t o, int64_t k) {
     int64_t oi[3], ti[3], at = 0;
     oi[2] = o % q->out[2], oi[1] = o / q->out[2] % q->out[1], oi[0] = o / (q->out[2] * q->out[1]);
-    ti[2] = k % q->k[2], ti[1] = k / q->k[2] % q->k[1], ti[0] = k / (q->k[2] * q->k[1]);
+    opc_cv_split(q, k, ti);
     for (int d = 0; d < 3; d++) {
         const int64_t i = oi[d] * q->s[d] - q->p[d] + ti[d] * q->d[d];
         if (i < 0 || i >= q->in[d]) return -1;
@@ -967,7 +967,7 @@ static int opc_cf_dwv_plan(const opc_cv_geom *q, opc_cf_dwv_table *t) {
         for (int64_t k = 0; k < q->kvol; k++) {
             const int64_t i = opc_cf_dwv_source(q, o, k);
             if (i < 0) continue;
-            t->idx[o][k] = (int32_t)i;
+            t->idx[k][o] = (int32_t)i;
             t->mask[k] |= (__mmask16)(1u << o);
         }
     return 1;
@@ -978,8 +978,7 @@ static int opc_cf_dwv_plan(const opc_cv_geom *q, opc_cf_dwv_table *t) {
 static inline __attribute__((always_inline)) void opc_cf_dwv_channels(const float *x, const float *wk, float *y,
                                                                       float *pre, const float *bias, int act,
                                                                       const opc_cf_dwv_table *t,
-                                                                      const __m512i *idx, const opc_cv_geom *q,
-                                                                      int64_t c, int CH) {
+                                                                      const opc_cv_geom *q, int64_t c, int CH) {
     const int64_t kvol = q->kvol;
     __m512 xv[4], acc[4];
     for (int h = 0; h < CH; h++) {
@@ -989,7 +988,8 @@ static inline __attribute__((always_inline)) void opc_cf_dwv_channels(const floa
     const float *w = wk + c * kvol;
     for (int64_t k = 0; k < kvol; k++, w++)
         for (int h = 0; h < CH; h++)
-            acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(w[h * kvol]), _mm512_maskz_permutexvar_ps(t->mask[k], idx[k], xv[h]),
+            acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(w[h * kvol]),
+                                     _mm512_maskz_permutexvar_ps(t->mask[k], _mm512_loadu_si512(t->idx[k]), xv[h]),
                                      acc[h]);
     for (int h = 0; h < CH; h++) {
         const int64_t at = (c + h) * q->ovol;
@@ -1001,12 +1001,6 @@ static void opc_cf_dwv_run(const float *src, const float *wk, float *dst, float 
                            const opc_cv_geom *q, const opc_cf_dwv_table *t, opc_cv_epilogue ep, void *ep_ctx) {
     const int64_t C = q->g, chunks = (C + OPC_CF_DWV_CHUNK - 1) / OPC_CF_DWV_CHUNK, units = q->n * chunks;
     const int64_t work = q->n * C * q->ovol * q->kvol;
-    __m512i idx[OPC_CF_DWV_TAPS]; /* tap k's lane indices */
-    for (int64_t k = 0; k < q->kvol; k++) {
-        int32_t lanes[OPC_CF_V];
-        for (int l = 0; l < OPC_CF_V; l++) lanes[l] = t->idx[l][k];
-        idx[k] = _mm512_loadu_si512(lanes);
-    }
     _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(units, work, 32768)) if (work >= opc_par_min(32768)) num_threads(opc_num_threads())")
     for (int64_t u = 0; u < units; u++) {
         const int64_t n = u / chunks, c0 = u % chunks * OPC_CF_DWV_CHUNK;
@@ -1014,8 +1008,8 @@ static void opc_cf_dwv_run(const float *src, const float *wk, float *dst, float 
         const float *x = src + n * C * q->ivol;
         float *y = dst + n * C * q->ovol, *z = pre ? pre + n * C * q->ovol : NULL;
         int64_t c = c0;
-        for (; c + 4 <= c1; c += 4) opc_cf_dwv_channels(x, wk, y, z, bias, act, t, idx, q, c, 4);
-        for (; c < c1; c++) opc_cf_dwv_channels(x, wk, y, z, bias, act, t, idx, q, c, 1);
+        for (; c + 4 <= c1; c += 4) opc_cf_dwv_channels(x, wk, y, z, bias, act, t, q, c, 4);
+        for (; c < c1; c++) opc_cf_dwv_channels(x, wk, y, z, bias, act, t, q, c, 1);
         if (ep) ep(ep_ctx, n * C + c0, n * C + c1, 0, q->ovol);
     }
 }
