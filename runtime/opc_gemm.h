@@ -930,33 +930,25 @@ typedef struct {
     int64_t rows, K, kcb; /* rows: N for B, M for A */
 } opc__frozen_operand;
 
-/* Both pack on every thread where the caller is not in a parallel region (a loaded model's first
-   call), not on one while the others wait. */
 static void opc__pack_frozen_b(const void *ctx, float *dst) {
     const opc__frozen_operand *o = (const opc__frozen_operand *)ctx;
     const int64_t npan = opc__cdiv(o->rows, OPC_S_NR);
-#ifdef _OPENMP
-#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (opc_outside_parallel() && npan > 1) num_threads(opc_num_threads())
-#endif
-    for (int64_t pc = 0; pc < o->K; pc += o->kcb)
-        for (int64_t pj = 0; pj < npan; pj++) {
-            const int64_t kc = opc__min64(o->kcb, o->K - pc);
+    for (int64_t pc = 0; pc < o->K; pc += o->kcb) {
+        const int64_t kc = opc__min64(o->kcb, o->K - pc);
+        for (int64_t pj = 0; pj < npan; pj++)
             opc__packB_s(o->X, o->dt, o->trans, o->rows, o->K, pc, kc, 0, o->rows, pj, dst + pc * npan * OPC_S_NR);
-        }
+    }
 }
 
 static void opc__pack_frozen_a(const void *ctx, float *dst) {
     const opc__frozen_operand *o = (const opc__frozen_operand *)ctx;
     const int64_t npan = opc__cdiv(o->rows, OPC_S_MR), mcb = OPC_S_MC / OPC_S_MR * OPC_S_MR;
-#ifdef _OPENMP
-#pragma omp parallel for collapse(2) schedule(dynamic) if (opc_outside_parallel() && (o->K > o->kcb || o->rows > mcb)) num_threads(opc_num_threads())
-#endif
-    for (int64_t pc = 0; pc < o->K; pc += o->kcb)
-        for (int64_t ic = 0; ic < o->rows; ic += mcb) {
-            const int64_t kc = opc__min64(o->kcb, o->K - pc);
+    for (int64_t pc = 0; pc < o->K; pc += o->kcb) {
+        const int64_t kc = opc__min64(o->kcb, o->K - pc);
+        for (int64_t ic = 0; ic < o->rows; ic += mcb)
             opc__packA_s(o->X, o->dt, o->trans, o->rows, o->K, ic, opc__min64(mcb, o->rows - ic), pc, kc,
                          dst + pc * npan * OPC_S_MR + ic * kc);
-        }
+    }
 }
 
 /* The depth of the blocks a K-deep product is cut into: balanced, at most OPC_S_KC (frozen

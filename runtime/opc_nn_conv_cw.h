@@ -181,9 +181,6 @@ typedef struct {
 static void opc_cw_pack_all(const void *ctx, float *dst) {
     const opc_cw_weights *c = (const opc_cw_weights *)ctx;
     const int64_t mt = (c->og + OPC_CW_NW - 1) / OPC_CW_NW;
-    /* once per weight, on a loaded model's first call: panels on every thread (where the caller is
-       not in a parallel region), not on one while the others wait */
-    _Pragma("omp parallel for collapse(2) schedule(dynamic) if (opc_outside_parallel() && c->g * mt > 1) num_threads(opc_num_threads())")
     for (int64_t g = 0; g < c->g; g++)
         for (int64_t m = 0; m < mt; m++)
             opc_cw_pack(c->w + g * c->og * c->K, c->og, c->K, m * OPC_CW_NW, 0, c->K, dst + (g * mt + m) * c->K * OPC_CW_NW);

@@ -25,16 +25,6 @@
 
 __attribute__((weak, visibility("hidden"))) int opc_rt_threads = 0;
 
-/* Whether no parallel region encloses the caller: work done once outside one (packing a frozen
- * weight on a model's first call) may spread over the team that would otherwise wait. */
-static inline int opc_outside_parallel(void) {
-#ifdef _OPENMP
-    return !omp_in_parallel();
-#else
-    return 1;
-#endif
-}
-
 static inline int opc_num_threads(void) {
 #ifdef _OPENMP
     return opc_rt_threads > 0 ? opc_rt_threads : omp_get_max_threads();
