@@ -943,15 +943,14 @@ class CompiledFunction:
         # the first call packs the frozen arrays and touches every buffer for the first time: serial
         # work, which a second thread only slowed, spinning beside it (ResNet-18's first call at 2
         # threads 33-60 ms, at 1 thread 25), so it runs on one thread
-        set_threads = self.set_threads if frozen and self.freeze is not None else None
-        first_call = [set_threads is not None]
+        first_call_setter = [self.set_threads if frozen and self.freeze is not None else None]
 
         def call(*first):  # noqa: ANN002, ANN202
             if len(first) != n_first:
                 return self(*first, *last)  # the full call's message
-            if first_call[0] and set_threads is not None:
-                first_call[0] = False
-                with one_thread(set_threads):
+            if (setter := first_call_setter[0]) is not None:
+                first_call_setter[0] = None
+                with one_thread(setter):
                     return self.run(self.pointers(first) + fixed)
             return self.run(self.pointers(first) + fixed)
 

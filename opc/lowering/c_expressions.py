@@ -23,6 +23,7 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    FloatAttr,
     IndexType,
     IntegerType,
     Signedness,
@@ -174,11 +175,8 @@ def pick(cmp: str):
 def not_nan_constant(v: SSAValue) -> bool:
     """Whether v is an arith.constant float that is not NaN."""
     owner = v.owner
-    if not isinstance(owner, arith.ConstantOp):
-        return False
-    value = getattr(owner.value, "value", None)
-    data = getattr(value, "data", None)
-    return isinstance(data, float) and not pymath.isnan(data)
+    return (isinstance(owner, arith.ConstantOp) and isinstance(owner.value, FloatAttr)
+            and not pymath.isnan(owner.value.value.data))
 
 
 def int_pick(cmp: str, unsigned: bool = False):
