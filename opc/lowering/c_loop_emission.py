@@ -16,7 +16,7 @@ from xdsl.dialects.builtin import (
     f32,
     f64,
 )
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from opc.dialects.opc import int_of
 from opc.lowering.c_expressions import c_type
@@ -41,6 +41,11 @@ def known_index(v: SSAValue, constants: dict[SSAValue, int]) -> int | None:
     if isinstance(owner, arith.ConstantOp) and isinstance(v.type, IndexType):
         return int_of(owner.value)
     return None
+
+
+def sum_block_len(t: Attribute) -> int:
+    """The iterations of a blocked float sum's block: SUM_BLOCK_BYTES of partials of type t."""
+    return SUM_BLOCK_BYTES // (4 if t == f32 else 8)
 
 
 def at_least(extents: Sequence[int | str], n: int) -> bool:
@@ -234,7 +239,7 @@ class LoopEmission(EmitterState):
         lb, ub, step = (self.constants.get(v) for v in (op.lb, op.ub, op.step))
         if lb != 0 or ub is None or step != 1:
             return 0
-        block = SUM_BLOCK_BYTES // (4 if op.results[0].type == f32 else 8)
+        block = sum_block_len(op.results[0].type)
         return block if ub >= 2 * block else 0
 
     def short_row_sum(self, op: scf.ForOp) -> scf.ForOp | None:
@@ -257,7 +262,7 @@ class LoopEmission(EmitterState):
         if any(o.regions for o in inner.body.block.ops):
             return None
         lb, ub, step = (known_index(v, self.constants) for v in (inner.lb, inner.ub, inner.step))
-        block = SUM_BLOCK_BYTES // (4 if op.results[0].type == f32 else 8)
+        block = sum_block_len(op.results[0].type)
         return inner if lb == 0 and step == 1 and ub is not None and 4 <= ub < 2 * block else None
 
     def emit_row_partials(self, op: scf.ForOp, inner: scf.ForOp, targets: list[str]) -> None:
