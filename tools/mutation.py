@@ -372,6 +372,13 @@ HAND_MUTANTS = [
     HandMutant("runtime/opc_nn_conv_fast.h", "        if (i < 0 || i >= q->in[d]) return -1;\n        at = at * q->in[d] + i;",
                "        if (i < 0 || i > q->in[d]) return -1;\n        at = at * q->in[d] + i;",
                "tests/ops/test_conv_fast.py", "one-vector depthwise planes: a tap past a row's end reads the next row"),
+    # the channel-vector conv's store (runtime/opc_nn_conv_cw.h)
+    HandMutant("runtime/opc_nn_conv_cw.h", "for (int64_t rb = 0; rb < mv[t]; rb += 8)",
+               "for (int64_t rb = 0; rb + 8 <= mv[t]; rb += 8)", "tests/ops/test_conv_fast.py",
+               "the run store skips a tile's last partial block of 8 outputs (tiles of 14 and 7)"),
+    HandMutant("runtime/opc_nn_conv_cw.h", "const int64_t i = i0 + 8 <= n ? i0 : n - 8;",
+               "const int64_t i = i0 + 8 <= n ? i0 : n - 7;", "tests/ops/test_conv_fast.py",
+               "the run store's last 8 outputs shifted back one short"),
     # pooling (runtime/opc_nn_pool_body.h)
     HandMutant("runtime/opc_nn_pool_body.h", "            const int64_t i1 = o[1] * q->s[1] - q->pb[1] + t1 * q->d[1];\n            if (i1 < 0 || i1 >= q->in[1]) continue;",
                "            const int64_t i1 = o[1] * q->s[1] - q->pb[1] + t1 * q->d[1];\n            if (i1 < 0 || i1 > q->in[1]) continue;",

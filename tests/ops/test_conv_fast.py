@@ -152,6 +152,7 @@ def test_fast_kernels_match_numpy(kernels, g: Geo, op: str, dt: str) -> None:
 FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              Geo("strided", (2, 4, 9, 8), (6, 4, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
              Geo("c1d_groups", (2, 6, 17), (4, 3, 3), (1,), (1,), (1, 1), 2), CW[0], CW[2],
+             *(g for g in CW if g.name in ("cw_rows16_shared", "cw_rows4")),  # the cw store's runs of 8
              *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows", "dw_narrow_80c", "dw_narrow_2x2",
                                              "dw_vec_s2_7c", "dw_vec_130c",
                                              "dw_rows_k3", "dw_rows_k5_s2"))]
