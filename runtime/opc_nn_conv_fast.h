@@ -648,6 +648,24 @@ static void opc_cf_pad_plane(const float *s, float *dst, const opc_cf_plan *p) {
     }
 }
 
+/* opc_cf_pad_plane's copy of src's rows only, into an xp whose padding already holds its zeros (a
+ * thread's planes after its first in one call: the same geometry, so the same padding). The first
+ * plane's full pass, with its zero fills and a branch per row, cost more than the taps of a 3x3
+ * stride-2 plane (MobileNetV2's 96 channels 32x32 -> 16x16). */
+static void opc_cf_pad_plane_rows(const float *s, float *dst, const opc_cf_plan *p) {
+    const int64_t P2 = p->P[2], a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2] < P2 ? p->in[2] + p->pb[2] : P2;
+    if (b <= a) return;
+    const int64_t lo0 = p->pb[0] > 0 ? p->pb[0] : 0, hi0 = p->in[0] + p->pb[0] < p->P[0] ? p->in[0] + p->pb[0] : p->P[0];
+    const int64_t lo1 = p->pb[1] > 0 ? p->pb[1] : 0, hi1 = p->in[1] + p->pb[1] < p->P[1] ? p->in[1] + p->pb[1] : p->P[1];
+    for (int64_t i0 = lo0; i0 < hi0; i0++)
+        for (int64_t i1 = lo1; i1 < hi1; i1++) {
+            float *row = dst + (i0 * p->P[1] + i1) * P2 + a;
+            const float *src = s + ((i0 - p->pb[0]) * p->in[1] + i1 - p->pb[1]) * p->in[2] + a - p->pb[2];
+            if (b - a >= OPC_CF_V) opc_cf_copy_vec(row, src, b - a);
+            else memcpy(row, src, sizeof(float) * (b - a));
+        }
+}
+
 /* One plane of a strided depthwise conv over rows of at least V outputs (MobileNet's stride-2
  * layers on large images, where the row kernel does not apply), forward only, from its padded copy
  * xp: per output row V outputs at a time, each tap one vector FMA on the row's strided inputs
@@ -789,29 +807,47 @@ static inline int opc_cf_dw_planes_apply(const opc_cv_geom *q) {
 static int opc_cf_dw_planes_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
                                 const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
     const opc_cf_plan p = opc_cf_dw_plan(q);
+    /* The copy's rows start on a vector: a plane of V zero columns before each row's first input
+     * (pb[2] of them the real padding) and rows of whole vectors, the kernels reading from V - pb[2]
+     * columns in. Copied to an offset of pb[2] (1 for a 3x3), every row's stores split cache lines
+     * and took a third of MobileNetV2's 3x3 stride-2 layer at 32x32. */
+    const int aligned = p.pb[2] >= 0 && p.pb[2] <= OPC_CF_V;
+    opc_cf_plan pa = p;
+    if (aligned) {
+        pa.pb[2] = OPC_CF_V;
+        pa.P[2] = (p.P[2] - p.pb[2] + 2 * OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V;
+        pa.PV = p.P[0] * p.P[1] * pa.P[2];
+    }
+    const int64_t shift = aligned ? OPC_CF_V - p.pb[2] : 0;
     const int64_t planes = q->n * q->g, ovol = q->ovol, kvol = q->kvol;
     const int rows = opc_cf_dwr_applies(q), K = (int)q->k[1], S = (int)q->s[1];
     int failed = 0;
     _Pragma("omp parallel if (planes * ovol * kvol >= opc_par_min(32768)) num_threads(opc_num_threads())")
     {
-        float *xp = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (p.PV + OPC_CF_NR));
-        if (!xp) {
+        float *raw = (float *)opc_cf_scratch(OPC_CF_BUF_XP, sizeof(float) * (pa.PV + OPC_CF_NR + OPC_CF_V));
+        /* the copy 64-byte aligned inside the scratch (malloc's are 16), its reads from `shift` in */
+        float *buf = raw ? raw + (-(intptr_t)((uintptr_t)raw / sizeof(float)) & (OPC_CF_V - 1)) : NULL;
+        const float *xp = buf ? buf + shift : NULL;
+        int64_t first = -1; /* this thread's first plane: the one whose padding it writes */
+        if (!raw) {
             _Pragma("omp atomic write")
             failed = 1;
         }
         _Pragma("omp for schedule(dynamic, opc_par_chunk(planes, planes * ovol * kvol, 32768))")
         for (int64_t pl = 0; pl < planes; pl++) {
-            if (!xp) continue;
+            if (!raw) continue;
+            if (first < 0) first = pl;
             const int64_t ch = pl % q->g;
             const float *w = wk + ch * kvol;
             const float b = bias ? bias[ch] : 0.0f;
             float *y = dst + pl * ovol, *z = pre ? pre + pl * ovol : NULL;
-            opc_cf_pad_plane(src + pl * q->ivol, xp, &p);
-            if (!rows) opc_cf_dws_plane(xp, w, y, z, b, act, &p, q);
-            else if (K == 3 && S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 3, 3, 1);
-            else if (K == 3) opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 3, 3, 2);
-            else if (S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 5, 5, 1);
-            else opc_cf_dwr_plane(xp, w, y, z, b, act, &p, q, 5, 5, 2);
+            if (pl == first) opc_cf_pad_plane(src + pl * q->ivol, buf, &pa);
+            else opc_cf_pad_plane_rows(src + pl * q->ivol, buf, &pa);
+            if (!rows) opc_cf_dws_plane(xp, w, y, z, b, act, &pa, q);
+            else if (K == 3 && S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &pa, q, 3, 3, 1);
+            else if (K == 3) opc_cf_dwr_plane(xp, w, y, z, b, act, &pa, q, 3, 3, 2);
+            else if (S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &pa, q, 5, 5, 1);
+            else opc_cf_dwr_plane(xp, w, y, z, b, act, &pa, q, 5, 5, 2);
             if (ep) ep(ep_ctx, pl, pl + 1, 0, ovol);
         }
     }
