@@ -22,7 +22,8 @@ import opc
 # channels (40: the last block partial; a 7x7 plane at stride 2), except planes of one vector
 # (2x2), whose taps are read in place
 GEOMETRIES = [(16, 32, 8, 1, 1), (16, 32, 8, 2, 1), (32, 48, 8, 1, 2), (24, 64, 4, 1, 1), (24, 64, 2, 1, 1),
-              (40, 40, 2, 1, 40), (40, 40, 5, 1, 40), (20, 20, 7, 2, 20)]
+              (40, 40, 2, 1, 40), (40, 40, 5, 1, 40), (20, 20, 7, 2, 20),
+              (8, 24, 20, 1, 1), (16, 24, 20, 1, 2)]  # the last two: the stride-1 kernel's panels (20x20)
 
 
 def conv_ref(x: np.ndarray, w: np.ndarray, stride: int, groups: int) -> np.ndarray:
@@ -73,6 +74,14 @@ func.func @f(%x: tensor<1x16x8x8xf32>, %w: tensor<32x16x3x3xf32>) -> tensor<1x32
   return %y : tensor<1x32x8x8xf32>
 }
 """, (1, 16, 8, 8), (32, 16, 3, 3), lambda x, w: conv_ref(x, w, 1, 1)),
+    "conv_rows": ("""
+func.func @f(%x: tensor<1x8x20x20xf32>, %w: tensor<24x8x3x3xf32>) -> tensor<1x24x20x20xf32> {
+  %y = opc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>,
+                        dilations = array<i64: 1, 1>, group = 1 : i64}
+       : (tensor<1x8x20x20xf32>, tensor<24x8x3x3xf32>) -> tensor<1x24x20x20xf32>
+  return %y : tensor<1x24x20x20xf32>
+}
+""", (1, 8, 20, 20), (24, 8, 3, 3), lambda x, w: conv_ref(x, w, 1, 1)),  # the stride-1 kernel's panels
     "matmul": ("""
 func.func @f(%x: tensor<24x40xf32>, %w: tensor<40x48xf32>) -> tensor<24x48xf32> {
   %y = opc.matmul %x, %w : (tensor<24x40xf32>, tensor<40x48xf32>) -> tensor<24x48xf32>
