@@ -147,9 +147,14 @@ class Graphs:
         r = int(self.rng.choice([1, 2, 2, 3]))
         n, c = int(self.rng.integers(1, 3)), int(self.rng.integers(1, 5))
         inp = [int(d) for d in self.rng.integers(2, {1: 9, 2: 6, 3: 4}[r] + 1, size=r)]
+        wide = r == 2 and self.chance(0.3)
+        if wide:  # channels and images that the fast kernels take (opc_nn_conv_fast.h, opc_nn_conv_cw.h)
+            c = int(self.rng.choice([8, 16, 24, 40]))
+            inp = [int(d) for d in self.rng.integers(3, 21, size=r)]
         x = self.feed("X", (n, c, *inp))
-        group = c if self.chance(0.3) else int(self.rng.choice([g for g in range(1, c + 1) if c % g == 0]))
-        o = group * int(self.rng.integers(1, 3))
+        group = c if self.chance(0.3 if not wide else 0.5) else \
+            int(self.rng.choice([g for g in range(1, c + 1) if c % g == 0 and (not wide or g <= 2)]))
+        o = group * int(self.rng.integers(1, 3)) if not wide or group == c else int(self.rng.choice([16, 24, 40]))
         kernel = [int(k) for k in self.rng.integers(1, 4, size=r)]
         strides = [int(s) for s in self.rng.integers(1, 3, size=r)]
         dilations = [int(d) for d in self.rng.integers(1, 3, size=r)] if self.chance(0.3) else [1] * r
