@@ -172,14 +172,9 @@ static void opc_cw_pack(const float *wg, int64_t og, int64_t K, int64_t oc0, int
 }
 
 /* Every group's panels of the whole K, [g][mt][K][NW]: what a conv whose weights never change
- * packs once (opc_frozen.h). */
-typedef struct {
-    const float *w;
-    int64_t g, og, K;
-} opc_cw_weights;
-
+ * packs once (opc_frozen.h). ctx: opc_cf_weights. */
 static void opc_cw_pack_all(const void *ctx, float *dst) {
-    const opc_cw_weights *c = (const opc_cw_weights *)ctx;
+    const opc_cf_weights *c = (const opc_cf_weights *)ctx;
     const int64_t mt = (c->og + OPC_CW_NW - 1) / OPC_CW_NW;
     for (int64_t g = 0; g < c->g; g++)
         for (int64_t m = 0; m < mt; m++)
@@ -279,7 +274,7 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
     /* Weights that never change are packed once for all calls (opc_frozen.h); else several tile
      * groups per channel block would each pack its panels again (layer 1 of a ResNet at 64x64:
      * 6 times): then the block's panels are packed once per call, before the groups. */
-    const opc_cw_weights whole = {w, q->g, q->og, K};
+    const opc_cf_weights whole = {w, q->g, q->og, K};
     const int64_t key[OPC_FROZEN_KEY] = {1, q->g, q->og, K}; /* 1: this layout */
     const float *frozen = opc_rt_frozen_packed(w, (int64_t)sizeof(float) * q->g * q->og * K, key,
                                                q->g * mt * K * OPC_CW_NW, opc_cw_pack_all, &whole);

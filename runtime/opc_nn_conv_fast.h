@@ -335,13 +335,14 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
 }
 
 /* The panels of the forward conv: a[g][mt][cc * kvol + kk][m] = w[g * og + mt * MR + m, cc, kk] (0 past og). */
-/* Panels [g][mt][K][MR] of w [g * og][K]: MR rows of w read side by side, each panel written in
- * order (4x faster than row by row for a 512x4608 filter). */
+/* A conv's weights as its packings see them: w [g * og][K]. */
 typedef struct {
     const float *w;
     int64_t g, og, K;
 } opc_cf_weights;
 
+/* Panels [g][mt][K][MR] of w: MR rows of w read side by side, each panel written in order (4x
+ * faster than row by row for a 512x4608 filter). */
 static void opc_cf_pack_all(const void *ctx, float *a) {
     const opc_cf_weights *c = (const opc_cf_weights *)ctx;
     const int64_t mt = (c->og + OPC_CF_MR - 1) / OPC_CF_MR, K = c->K;

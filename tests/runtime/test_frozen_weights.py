@@ -64,24 +64,23 @@ def test_models_sharing_a_module_keep_their_own_weights(c: int, o: int, hw: int,
         np.testing.assert_allclose(run(x)[0], conv_ref(x, w, stride, groups), rtol=1e-4, atol=1e-4)
 
 
-FUNCTIONS = {  # a channel-vector conv (its panels), a GEMM past the few-rows kernel (its B panels),
-    # and one row (the few-rows kernel: B in place, or its panels where frozen)
-    "conv": ("""
-func.func @f(%x: tensor<1x16x8x8xf32>, %w: tensor<32x16x3x3xf32>) -> tensor<1x32x8x8xf32> {
-  %y = opc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>,
-                        dilations = array<i64: 1, 1>, group = 1 : i64}
-       : (tensor<1x16x8x8xf32>, tensor<32x16x3x3xf32>) -> tensor<1x32x8x8xf32>
-  return %y : tensor<1x32x8x8xf32>
-}
-""", (1, 16, 8, 8), (32, 16, 3, 3), lambda x, w: conv_ref(x, w, 1, 1)),
-    "conv_rows": ("""
-func.func @f(%x: tensor<1x8x20x20xf32>, %w: tensor<24x8x3x3xf32>) -> tensor<1x24x20x20xf32> {
-  %y = opc.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>,
-                        dilations = array<i64: 1, 1>, group = 1 : i64}
-       : (tensor<1x8x20x20xf32>, tensor<24x8x3x3xf32>) -> tensor<1x24x20x20xf32>
-  return %y : tensor<1x24x20x20xf32>
-}
-""", (1, 8, 20, 20), (24, 8, 3, 3), lambda x, w: conv_ref(x, w, 1, 1)),  # the stride-1 kernel's panels
+def conv_text(c: int, o: int, hw: int) -> str:
+    """A 3x3, stride-1, padded conv of [1, c, hw, hw] by [o, c, 3, 3], weight last."""
+    x, w, y = f"tensor<1x{c}x{hw}x{hw}xf32>", f"tensor<{o}x{c}x3x3xf32>", f"tensor<1x{o}x{hw}x{hw}xf32>"
+    return f"""
+func.func @f(%x: {x}, %w: {w}) -> {y} {{
+  %y = opc.conv %x, %w {{strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>,
+                        dilations = array<i64: 1, 1>, group = 1 : i64}} : ({x}, {w}) -> {y}
+  return %y : {y}
+}}
+"""
+
+
+FUNCTIONS = {  # a channel-vector conv (its panels), the stride-1 kernel's (a 20x20 image), a GEMM past
+    # the few-rows kernel (its B panels), and one row (the few-rows kernel: B in place, or its panels
+    # where frozen)
+    "conv": (conv_text(16, 32, 8), (1, 16, 8, 8), (32, 16, 3, 3), lambda x, w: conv_ref(x, w, 1, 1)),
+    "conv_rows": (conv_text(8, 24, 20), (1, 8, 20, 20), (24, 8, 3, 3), lambda x, w: conv_ref(x, w, 1, 1)),
     "matmul": ("""
 func.func @f(%x: tensor<24x40xf32>, %w: tensor<40x48xf32>) -> tensor<24x48xf32> {
   %y = opc.matmul %x, %w : (tensor<24x40xf32>, tensor<40x48xf32>) -> tensor<24x48xf32>
