@@ -197,10 +197,8 @@ static void opc_cw_store(const float *acc, int64_t mv, int64_t nc, float *y, flo
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
-/* A tile of 8 outputs stored a channel's 8 at a time: the tile [8][NW] transposed 8 x 8 in registers
- * (three rounds of two-vector shuffles, as opc_cf_transpose), bias and act on whole vectors. The
- * scalar store, one output at a time with a stride of NW floats in acc, took a quarter of a stem's
- * time (27 taps or 147 per output against 8 x NW stores per tile). */
+/* The tiles' stores by vectors of 8 (opc_cw_store_run; GCC's __builtin_shuffle): r[i][l] -> r[l][i],
+ * an 8 x 8 block transposed in registers by three rounds of two-vector shuffles, as opc_cf_transpose. */
 #define OPC_CW_STORE8 1
 typedef float opc_cw_v8 __attribute__((vector_size(32)));
 typedef float opc_cw_uv8 __attribute__((vector_size(32), aligned(4), may_alias));
@@ -300,8 +298,9 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
                than its stores: MobileNetV2's 3->32 stem at 64x64, 28 us on one core) */
             _Pragma("omp parallel if (mt * c.tiles * c.mr * (K + OPC_CW_NW) >= 32768) num_threads(opc_num_threads())")
             {
-                /* + 2 rows: the store's 8 x 8 blocks of a last tile of 14 read 2 rows past it */
-                float *acc = (float *)malloc(sizeof(float) * (OPC_CW_TG * OPC_CW_MRA + 2) * OPC_CW_NW);
+                /* + 2 rows: the store's 8 x 8 blocks of a last tile of 14 read 2 rows past it; zeroed,
+                   as those blocks also read rows that no tile wrote (their lanes are never stored) */
+                float *acc = (float *)calloc((size_t)(OPC_CW_TG * OPC_CW_MRA + 2) * OPC_CW_NW, sizeof(float));
                 float *a = (float *)malloc(sizeof(float) * kc * OPC_CW_NW);
                 opc_cv_pending pend = {0, 0, 0, 0};
                 if (!acc || !a) {

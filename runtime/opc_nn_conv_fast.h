@@ -334,15 +334,15 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
     return failed ? -1 : 0;
 }
 
-/* The panels of the forward conv: a[g][mt][cc * kvol + kk][m] = w[g * og + mt * MR + m, cc, kk] (0 past og). */
 /* A conv's weights as its packings see them: w [g * og][K]. */
 typedef struct {
     const float *w;
     int64_t g, og, K;
 } opc_cf_weights;
 
-/* Panels [g][mt][K][MR] of w: MR rows of w read side by side, each panel written in order (4x
- * faster than row by row for a 512x4608 filter). */
+/* The panels of the forward conv: a[g][mt][cc * kvol + kk][m] = w[g * og + mt * MR + m, cc, kk] (0 past
+ * og), MR rows of w read side by side and each panel written in order (4x faster than row by row for a
+ * 512x4608 filter). */
 static void opc_cf_pack_all(const void *ctx, float *a) {
     const opc_cf_weights *c = (const opc_cf_weights *)ctx;
     const int64_t mt = (c->og + OPC_CF_MR - 1) / OPC_CF_MR, K = c->K;
@@ -372,6 +372,8 @@ static const float *opc_cf_pack_fwd(const float *w, const opc_cv_geom *q) {
     return a;
 }
 
+/* The panels of the input gradient's conv (dy's og channels in, the cg channels of x out, taps
+ * flipped): a[g][mt][ol * kvol + kk][m] = w[g * og + ol, mt * MR + m, kvol - 1 - kk]. */
 static float *opc_cf_pack_data(const float *w, const opc_cv_geom *q) {
     const int64_t mt = (q->cg + OPC_CF_MR - 1) / OPC_CF_MR, K = q->og * q->kvol;
     float *a = (float *)opc_cf_scratch(OPC_CF_BUF_PANELS, sizeof(float) * q->g * mt * K * OPC_CF_MR);
