@@ -116,13 +116,18 @@ static inline opc_cf_plan opc_cf_plan_make(int64_t groups, int64_t cin, int64_t 
     return p;
 }
 
+/* The padded indices [*lo, *hi) of dim d that hold src's values (the rest padding; hi >= lo). */
+static inline void opc_cf_inside(const opc_cf_plan *p, int d, int64_t *lo, int64_t *hi) {
+    *lo = p->pb[d] > 0 ? p->pb[d] : 0;
+    *hi = p->in[d] + p->pb[d] < p->P[d] ? p->in[d] + p->pb[d] : p->P[d];
+    if (*hi < *lo) *hi = *lo;
+}
+
 /* dst [PV][w] of src [in][w] (w floats per position: 1 for one channel's plane, the channels of a
  * channels-last image): dst[i] = src[i - pb] inside src, else 0; each padded row one copy. */
 static void opc_cf_pad_positions(const float *s, float *dst, const opc_cf_plan *p, int64_t w) {
-    /* the columns of P2 that come from src: a = first, b = end */
-    int64_t a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2];
-    if (b > p->P[2]) b = p->P[2];
-    if (b < a) b = a;
+    int64_t a, b; /* the columns of P2 that come from src */
+    opc_cf_inside(p, 2, &a, &b);
     for (int64_t i0 = 0; i0 < p->P[0]; i0++) {
         const int64_t s0 = i0 - p->pb[0];
         for (int64_t i1 = 0; i1 < p->P[1]; i1++) {
@@ -645,7 +650,9 @@ static inline void opc_cf_copy_vec(float *dst, const float *src, int64_t n) {
  * vector at each end, then the source row copied over them V floats at a time (the last copy shifted
  * back to end at the row's end). Where a row or its padding is too short for that, the plain copy. */
 static void opc_cf_pad_plane(const float *s, float *dst, const opc_cf_plan *p) {
-    const int64_t P2 = p->P[2], a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2] < P2 ? p->in[2] + p->pb[2] : P2;
+    const int64_t P2 = p->P[2];
+    int64_t a, b;
+    opc_cf_inside(p, 2, &a, &b);
     if (!(P2 >= OPC_CF_V && a <= OPC_CF_V && P2 - b <= OPC_CF_V && b - a >= OPC_CF_V)) {
         opc_cf_pad_channel(s, dst, p);
         return;
@@ -672,10 +679,12 @@ static void opc_cf_pad_plane(const float *s, float *dst, const opc_cf_plan *p) {
  * plane's full pass, with its zero fills and a branch per row, cost more than the taps of a 3x3
  * stride-2 plane (MobileNetV2's 96 channels 32x32 -> 16x16). */
 static void opc_cf_pad_plane_rows(const float *s, float *dst, const opc_cf_plan *p) {
-    const int64_t P2 = p->P[2], a = p->pb[2] > 0 ? p->pb[2] : 0, b = p->in[2] + p->pb[2] < P2 ? p->in[2] + p->pb[2] : P2;
+    const int64_t P2 = p->P[2];
+    int64_t a, b, lo0, hi0, lo1, hi1;
+    opc_cf_inside(p, 2, &a, &b);
+    opc_cf_inside(p, 0, &lo0, &hi0);
+    opc_cf_inside(p, 1, &lo1, &hi1);
     if (b <= a) return;
-    const int64_t lo0 = p->pb[0] > 0 ? p->pb[0] : 0, hi0 = p->in[0] + p->pb[0] < p->P[0] ? p->in[0] + p->pb[0] : p->P[0];
-    const int64_t lo1 = p->pb[1] > 0 ? p->pb[1] : 0, hi1 = p->in[1] + p->pb[1] < p->P[1] ? p->in[1] + p->pb[1] : p->P[1];
     for (int64_t i0 = lo0; i0 < hi0; i0++)
         for (int64_t i1 = lo1; i1 < hi1; i1++) {
             float *row = dst + (i0 * p->P[1] + i1) * P2 + a;
