@@ -943,16 +943,18 @@ class CompiledFunction:
         # the first call packs the frozen arrays and touches every buffer for the first time: serial
         # work, which a second thread only slowed, spinning beside it (ResNet-18's first call at 2
         # threads 33-60 ms, at 1 thread 25), so it runs on one thread
-        first_call_setter = [self.set_threads if frozen and self.freeze is not None else None]
+        first_call_setter = self.set_threads if frozen and self.freeze is not None else None
 
         def call(*first):  # noqa: ANN002, ANN202
+            nonlocal first_call_setter
             if len(first) != n_first:
                 return self(*first, *last)  # the full call's message
-            if (setter := first_call_setter[0]) is not None:
-                first_call_setter[0] = None
-                with one_thread(setter):
-                    return self.run(self.pointers(first) + fixed)
-            return self.run(self.pointers(first) + fixed)
+            args = self.pointers(first) + fixed
+            if (setter := first_call_setter) is None:
+                return self.run(args)
+            first_call_setter = None
+            with one_thread(setter):
+                return self.run(args)
 
         if frozen:
             freeze_while_alive(call, last, self.freeze)
