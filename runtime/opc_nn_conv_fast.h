@@ -149,6 +149,48 @@ static inline void opc_cf_pad_channel(const float *s, float *dst, const opc_cf_p
     opc_cf_pad_positions(s, dst, p, 1);
 }
 
+/* row[from, to) = v by vector stores, the last one shifted back to end at `to` (to - from >= V, or
+ * to >= V: that store may write columns below `from`, which the caller fills after). */
+static inline void opc_cf_fill_vec(float *row, int64_t from, int64_t to, opc_cf_vec v) {
+    for (int64_t j = from; j < to; j += OPC_CF_V) *(opc_cf_uvec *)(row + (j + OPC_CF_V <= to ? j : to - OPC_CF_V)) = v;
+}
+
+/* dst[0, n) = src[0, n) by vector loads and stores, the last pair shifted back to end at n (n >= V). */
+static inline void opc_cf_copy_vec(float *dst, const float *src, int64_t n) {
+    for (int64_t j = 0; j < n; j += OPC_CF_V) {
+        const int64_t j0 = j + OPC_CF_V <= n ? j : n - OPC_CF_V;
+        *(opc_cf_uvec *)(dst + j0) = *(const opc_cf_uvec *)(src + j0);
+    }
+}
+
+/* xp [PV] of one channel src [in] as opc_cf_pad_channel, by vector stores: a padded row is a zero
+ * vector at each end, then the source row copied over them V floats at a time (the last copy shifted
+ * back to end at the row's end). Where a row or its padding is too short for that, the plain copy. */
+static void opc_cf_pad_plane(const float *s, float *dst, const opc_cf_plan *p) {
+    const int64_t P2 = p->P[2];
+    int64_t a, b;
+    opc_cf_inside(p, 2, &a, &b);
+    if (!(P2 >= OPC_CF_V && a <= OPC_CF_V && P2 - b <= OPC_CF_V && b - a >= OPC_CF_V)) {
+        opc_cf_pad_channel(s, dst, p);
+        return;
+    }
+    const opc_cf_vec zero = {0};
+    for (int64_t i0 = 0; i0 < p->P[0]; i0++) {
+        const int64_t s0 = i0 - p->pb[0];
+        for (int64_t i1 = 0; i1 < p->P[1]; i1++) {
+            const int64_t s1 = i1 - p->pb[1];
+            float *row = dst + (i0 * p->P[1] + i1) * P2;
+            if (s0 < 0 || s0 >= p->in[0] || s1 < 0 || s1 >= p->in[1]) {
+                opc_cf_fill_vec(row, 0, P2, zero);
+                continue;
+            }
+            opc_cf_fill_vec(row, 0, OPC_CF_V, zero);
+            opc_cf_fill_vec(row, P2 - OPC_CF_V, P2, zero);
+            opc_cf_copy_vec(row + a, s + (s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2], b - a);
+        }
+    }
+}
+
 /* xp [cin, PV] (+ NR zeros) of one group's channels src [cin, in]: xp[i] = src[i - pb] inside src, else 0.
  * The parallel loop only where it pays: an OpenMP region costs its call even when its `if` is false,
  * and the depthwise kernels pad one small plane at a time. */
@@ -156,9 +198,9 @@ static void opc_cf_pad(const float *src, float *xp, const opc_cf_plan *p) {
     const int64_t ivol = p->in[0] * p->in[1] * p->in[2];
     if (p->cin * p->PV >= opc_par_min(65536)) {
         _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(p->cin, p->cin * p->PV, 8192)) num_threads(opc_num_threads())")
-        for (int64_t c = 0; c < p->cin; c++) opc_cf_pad_channel(src + c * ivol, xp + c * p->PV, p);
+        for (int64_t c = 0; c < p->cin; c++) opc_cf_pad_plane(src + c * ivol, xp + c * p->PV, p);
     } else {
-        for (int64_t c = 0; c < p->cin; c++) opc_cf_pad_channel(src + c * ivol, xp + c * p->PV, p);
+        for (int64_t c = 0; c < p->cin; c++) opc_cf_pad_plane(src + c * ivol, xp + c * p->PV, p);
     }
     memset(xp + p->cin * p->PV, 0, sizeof(float) * OPC_CF_NR);
 }
@@ -210,35 +252,102 @@ __attribute__((noinline)) static void opc_cf_micro(int64_t K, const float *a, co
         for (int j = 0; j < OPC_CF_NV; j++) *(opc_cf_uvec *)(out + m * OPC_CF_NR + j * OPC_CF_V) = c[m][j];
 }
 
+/* y (and pre, or NULL) at output j of a channel: act(acc + b), acc + b. */
+static inline void opc_cf_put(float *y, float *pre, int64_t j, float acc, float b, int act) {
+    const float v = acc + b;
+    if (pre) pre[j] = v;
+    y[j] = act == OPC_CF_ACT_NONE ? v : act == OPC_CF_ACT_RELU ? (v > 0.0f ? v : 0.0f) : opc_cf_act(v, act);
+}
+
+/* y[0 .. V) (and pre, or NULL) = act(a + b), a whole vector at a time. */
+static inline void opc_cf_put_vec(float *y, float *pre, opc_cf_vec a, float b, int act) {
+    const opc_cf_vec v = a + b;
+    if (pre) *(opc_cf_uvec *)pre = v;
+    if (act == OPC_CF_ACT_GELU) {
+        for (int j = 0; j < OPC_CF_V; j++) y[j] = opc_cf_act(v[j], act);
+        return;
+    }
+    const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
+    *(opc_cf_uvec *)y = (opc_cf_vec)((opc_cf_ivec)v & keep);
+}
+
+#if OPC_CF_V == 16 && defined(__AVX512F__)
+/* y and pre (or NULL) = act(a + b) in the lanes set in `lanes`, by masked stores: nothing else written. */
+static inline void opc_cf_put_lanes(float *y, float *pre, opc_cf_vec a, float b, int act, __mmask16 lanes) {
+    const opc_cf_vec v = a + b;
+    if (pre) _mm512_mask_storeu_ps(pre, lanes, (__m512)v);
+    if (act == OPC_CF_ACT_GELU) {
+        for (int j = 0; j < OPC_CF_V; j++)
+            if (lanes >> j & 1) y[j] = opc_cf_act(v[j], act);
+        return;
+    }
+    const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
+    _mm512_mask_storeu_ps(y, lanes, (__m512)(opc_cf_vec)((opc_cf_ivec)v & keep));
+}
+#endif
+
+/* y[0 .. n) (and pre, or NULL) = act(a + b) for the first n < V lanes of a: masked stores with
+ * AVX-512, else lane by lane. */
+static inline void opc_cf_put_part(float *y, float *pre, opc_cf_vec a, float b, int act, int64_t n) {
+#if OPC_CF_V == 16 && defined(__AVX512F__)
+    opc_cf_put_lanes(y, pre, a, b, act, (__mmask16)((1u << n) - 1u));
+#else
+    for (int64_t i = 0; i < n; i++) opc_cf_put(y, pre, i, a[i], b, act);
+#endif
+}
+
+/* y[0 .. n) (and pre, or NULL) = act(s + b): whole vectors, then the last n % V lanes by masked
+ * loads and stores (AVX-512) or one by one. The stride-1 kernel's rows were scalar loops: two
+ * thirds of its micro-kernel's time on a 3->8 conv at 16x16, whose rows of 16 start anywhere. */
+static inline void opc_cf_put_run(float *y, float *pre, const float *s, int64_t n, float b, int act) {
+    int64_t j = 0;
+    for (; j + OPC_CF_V <= n; j += OPC_CF_V) opc_cf_put_vec(y + j, pre ? pre + j : NULL, *(const opc_cf_uvec *)(s + j), b, act);
+    if (j == n) return;
+#if OPC_CF_V == 16 && defined(__AVX512F__)
+    const __mmask16 lanes = (__mmask16)((1u << (n - j)) - 1u); /* masked: no read past s[n - 1] either */
+    opc_cf_put_lanes(y + j, pre ? pre + j : NULL, (opc_cf_vec)_mm512_maskz_loadu_ps(lanes, s + j), b, act, lanes);
+#else
+    for (; j < n; j++) opc_cf_put(y, pre, j, s[j], b, act);
+#endif
+}
+
+/* opc_cf_store with act (and whether there is a pre) constants where inlined. The padded position
+ * q = (o0 * P1 + o1) * P2 + o2 is followed by steps, not divided per run: two 64-bit divisions per
+ * run cost as much as a 3->8 conv's stores. */
+static inline __attribute__((always_inline)) void opc_cf_store_runs(const float *acc, int mr, int64_t p0, float *dst,
+                                                                    float *pre, int64_t ovol, const float *bias,
+                                                                    int act, const opc_cf_plan *p) {
+    const int64_t end = p0 + OPC_CF_NR < p->L ? p0 + OPC_CF_NR : p->L, P1 = p->P[1], P2 = p->P[2];
+    const int64_t out1 = p->out[1], out2 = p->out[2];
+    int64_t q = p0, o2 = q % P2, o1 = q / P2 % P1, o0 = q / P2 / P1;
+    while (q < end) {
+        if (o1 < out1 && o2 < out2) {
+            const int64_t run = out2 - o2 < end - q ? out2 - o2 : end - q, yo = (o0 * out1 + o1) * out2 + o2;
+            for (int m = 0; m < mr; m++)
+                opc_cf_put_run(dst + m * ovol + yo, pre ? pre + m * ovol + yo : NULL, acc + m * OPC_CF_NR + (q - p0),
+                               run, bias ? bias[m] : 0.0f, act);
+            q += run;
+            o2 += run;
+        }
+        if (o1 >= out1 || o2 >= out2) { /* the row's padding columns (or a padding row): on to the next row */
+            q += P2 - o2;
+            o2 = 0;
+            if (++o1 == P1) {
+                o1 = 0;
+                o0++;
+            }
+        }
+    }
+}
+
 /* Store the valid positions of tile [p0, p0 + NR) of rows m < mr to dst (rows of ovol), bias and act
  * applied; pre (or NULL): the same rows before the activation (fused_conv_epilogue's reserve_space). */
 static void opc_cf_store(const float *acc, int mr, int64_t p0, float *dst, float *pre, int64_t ovol,
                          const float *bias, int act, const opc_cf_plan *p) {
-    const int64_t end = p0 + OPC_CF_NR < p->L ? p0 + OPC_CF_NR : p->L;
-    for (int64_t q = p0; q < end;) {
-        const int64_t o2 = q % p->P[2], r = q / p->P[2], o1 = r % p->P[1], o0 = r / p->P[1];
-        if (o2 >= p->out[2] || o1 >= p->out[1]) { /* a padding column: skip to the next row */
-            q += p->P[2] - o2;
-            continue;
-        }
-        int64_t run = p->out[2] - o2;
-        if (run > end - q) run = end - q;
-        const int64_t yo = (o0 * p->out[1] + o1) * p->out[2] + o2;
-        for (int m = 0; m < mr; m++) {
-            const float *s = acc + m * OPC_CF_NR + (q - p0);
-            float *y = dst + m * ovol + yo;
-            const float b = bias ? bias[m] : 0.0f;
-            if (pre)
-                for (int64_t j = 0; j < run; j++) pre[m * ovol + yo + j] = s[j] + b;
-            if (act == OPC_CF_ACT_NONE)
-                for (int64_t j = 0; j < run; j++) y[j] = s[j] + b;
-            else if (act == OPC_CF_ACT_RELU)
-                for (int64_t j = 0; j < run; j++) y[j] = s[j] + b > 0.0f ? s[j] + b : 0.0f;
-            else
-                for (int64_t j = 0; j < run; j++) y[j] = opc_cf_act(s[j] + b, act);
-        }
-        q += run;
-    }
+    if (pre) opc_cf_store_runs(acc, mr, p0, dst, pre, ovol, bias, act, p);
+    else if (act == OPC_CF_ACT_NONE) opc_cf_store_runs(acc, mr, p0, dst, NULL, ovol, bias, OPC_CF_ACT_NONE, p);
+    else if (act == OPC_CF_ACT_RELU) opc_cf_store_runs(acc, mr, p0, dst, NULL, ovol, bias, OPC_CF_ACT_RELU, p);
+    else opc_cf_store_runs(acc, mr, p0, dst, NULL, ovol, bias, act, p);
 }
 
 /* The outputs [*c0, *c1) (offsets in the ovol of a channel) that tile [p0, p0 + NR) of the padded
@@ -625,55 +734,6 @@ static inline opc_cf_plan opc_cf_dw_plan(const opc_cv_geom *q) {
     return p;
 }
 
-/* y (and pre, or NULL) at output j of a channel: act(acc + b), acc + b. */
-static inline void opc_cf_dw_put(float *y, float *pre, int64_t j, float acc, float b, int act) {
-    const float v = acc + b;
-    if (pre) pre[j] = v;
-    y[j] = act == OPC_CF_ACT_NONE ? v : act == OPC_CF_ACT_RELU ? (v > 0.0f ? v : 0.0f) : opc_cf_act(v, act);
-}
-
-/* row[from, to) = v by vector stores, the last one shifted back to end at `to` (to - from >= V, or
- * to >= V: that store may write columns below `from`, which the caller fills after). */
-static inline void opc_cf_fill_vec(float *row, int64_t from, int64_t to, opc_cf_vec v) {
-    for (int64_t j = from; j < to; j += OPC_CF_V) *(opc_cf_uvec *)(row + (j + OPC_CF_V <= to ? j : to - OPC_CF_V)) = v;
-}
-
-/* dst[0, n) = src[0, n) by vector loads and stores, the last pair shifted back to end at n (n >= V). */
-static inline void opc_cf_copy_vec(float *dst, const float *src, int64_t n) {
-    for (int64_t j = 0; j < n; j += OPC_CF_V) {
-        const int64_t j0 = j + OPC_CF_V <= n ? j : n - OPC_CF_V;
-        *(opc_cf_uvec *)(dst + j0) = *(const opc_cf_uvec *)(src + j0);
-    }
-}
-
-/* xp [PV] of one channel src [in] as opc_cf_pad_channel, by vector stores: a padded row is a zero
- * vector at each end, then the source row copied over them V floats at a time (the last copy shifted
- * back to end at the row's end). Where a row or its padding is too short for that, the plain copy. */
-static void opc_cf_pad_plane(const float *s, float *dst, const opc_cf_plan *p) {
-    const int64_t P2 = p->P[2];
-    int64_t a, b;
-    opc_cf_inside(p, 2, &a, &b);
-    if (!(P2 >= OPC_CF_V && a <= OPC_CF_V && P2 - b <= OPC_CF_V && b - a >= OPC_CF_V)) {
-        opc_cf_pad_channel(s, dst, p);
-        return;
-    }
-    const opc_cf_vec zero = {0};
-    for (int64_t i0 = 0; i0 < p->P[0]; i0++) {
-        const int64_t s0 = i0 - p->pb[0];
-        for (int64_t i1 = 0; i1 < p->P[1]; i1++) {
-            const int64_t s1 = i1 - p->pb[1];
-            float *row = dst + (i0 * p->P[1] + i1) * P2;
-            if (s0 < 0 || s0 >= p->in[0] || s1 < 0 || s1 >= p->in[1]) {
-                opc_cf_fill_vec(row, 0, P2, zero);
-                continue;
-            }
-            opc_cf_fill_vec(row, 0, OPC_CF_V, zero);
-            opc_cf_fill_vec(row, P2 - OPC_CF_V, P2, zero);
-            opc_cf_copy_vec(row + a, s + (s0 * p->in[1] + s1) * p->in[2] + a - p->pb[2], b - a);
-        }
-    }
-}
-
 /* opc_cf_pad_plane's copy of src's rows only, into an xp whose padding already holds its zeros (a
  * thread's planes after its first in one call: the same geometry, so the same padding). The first
  * plane's full pass, with its zero fills and a branch per row, cost more than the taps of a 3x3
@@ -718,7 +778,7 @@ static void opc_cf_dws_plane(const float *xp, const float *w, float *y, float *z
                                            s2, &v);
                             a += w[k] * v;
                         }
-                for (int j = 0; j < OPC_CF_V; j++) opc_cf_dw_put(y, z, yo + c0 + j, a[j], b, act);
+                for (int j = 0; j < OPC_CF_V; j++) opc_cf_put(y, z, yo + c0 + j, a[j], b, act);
             }
         }
 }
@@ -726,43 +786,6 @@ static void opc_cf_dws_plane(const float *xp, const float *w, float *y, float *z
 /* The row kernel's output rows per block: R independent FMA chains, and each input vector loaded
  * once for all the block's rows that read it (k1 / s1 of them). */
 #define OPC_CF_DWR_R 4
-
-/* y[0 .. V) (and pre, or NULL) = act(a + b), a whole vector at a time. */
-static inline void opc_cf_dw_put_vec(float *y, float *pre, opc_cf_vec a, float b, int act) {
-    const opc_cf_vec v = a + b;
-    if (pre) *(opc_cf_uvec *)pre = v;
-    if (act == OPC_CF_ACT_GELU) {
-        for (int j = 0; j < OPC_CF_V; j++) y[j] = opc_cf_act(v[j], act);
-        return;
-    }
-    const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
-    *(opc_cf_uvec *)y = (opc_cf_vec)((opc_cf_ivec)v & keep);
-}
-
-#if OPC_CF_V == 16 && defined(__AVX512F__)
-/* y and pre (or NULL) = act(a + b) in the lanes set in `lanes`, by masked stores: nothing else written. */
-static inline void opc_cf_dw_put_lanes(float *y, float *pre, opc_cf_vec a, float b, int act, __mmask16 lanes) {
-    const opc_cf_vec v = a + b;
-    if (pre) _mm512_mask_storeu_ps(pre, lanes, (__m512)v);
-    if (act == OPC_CF_ACT_GELU) {
-        for (int j = 0; j < OPC_CF_V; j++)
-            if (lanes >> j & 1) y[j] = opc_cf_act(v[j], act);
-        return;
-    }
-    const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
-    _mm512_mask_storeu_ps(y, lanes, (__m512)(opc_cf_vec)((opc_cf_ivec)v & keep));
-}
-#endif
-
-/* y[0 .. n) (and pre, or NULL) = act(a + b) for the first n < V lanes of a: masked stores with
- * AVX-512, else lane by lane. */
-static inline void opc_cf_dw_put_part(float *y, float *pre, opc_cf_vec a, float b, int act, int64_t n) {
-#if OPC_CF_V == 16 && defined(__AVX512F__)
-    opc_cf_dw_put_lanes(y, pre, a, b, act, (__mmask16)((1u << n) - 1u));
-#else
-    for (int64_t i = 0; i < n; i++) opc_cf_dw_put(y, pre, i, a[i], b, act);
-#endif
-}
 
 /* The R output rows o1 .. o1 + R of plane slice o0, V columns from c0, of a depthwise conv with
  * K1 x K2 taps per depth tap at strides S (both in-plane dims), no dilation in the plane: each input
@@ -810,7 +833,7 @@ static inline __attribute__((always_inline)) void opc_cf_dwr_plane(const float *
                     opc_cf_dwr_block(xp, w, p, q, o0, r0, c0, 1, K1, K2, S, a);
                 for (int r = 0; r < R; r++) {
                     const int64_t yo = (o0 * O1 + r0 + r) * O2 + c0;
-                    opc_cf_dw_put_vec(y + yo, z ? z + yo : NULL, a[r], b, act);
+                    opc_cf_put_vec(y + yo, z ? z + yo : NULL, a[r], b, act);
                 }
             }
         }
@@ -966,10 +989,10 @@ static void opc_cf_dwc_scatter(const float *yt, float *yn, float *zn, int64_t c0
             const int64_t c = c0 + j;
             const float b = bias ? bias[c] : 0.0f;
             if (o0 + OPC_CF_V <= ovol) {
-                opc_cf_dw_put_vec(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, *(const opc_cf_uvec *)tile[j], b, act);
+                opc_cf_put_vec(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, *(const opc_cf_uvec *)tile[j], b, act);
                 continue;
             }
-            opc_cf_dw_put_part(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, *(const opc_cf_uvec *)tile[j], b, act,
+            opc_cf_put_part(yn + c * ovol + o0, zn ? zn + c * ovol + o0 : NULL, *(const opc_cf_uvec *)tile[j], b, act,
                                ovol - o0);
         }
     }
@@ -1057,7 +1080,7 @@ static inline __attribute__((always_inline)) void opc_cf_dwv_channels(const floa
                                      acc[h]);
     for (int h = 0; h < CH; h++) {
         const int64_t at = (c + h) * q->ovol;
-        opc_cf_dw_put_lanes(y + at, pre ? pre + at : NULL, (opc_cf_vec)acc[h], bias ? bias[c + h] : 0.0f, act, t->out);
+        opc_cf_put_lanes(y + at, pre ? pre + at : NULL, (opc_cf_vec)acc[h], bias ? bias[c + h] : 0.0f, act, t->out);
     }
 }
 
