@@ -386,9 +386,13 @@ ACT_CODES = {"none": 0, "relu": 1, "gelu": 2}  # runtime/opc_nn.h's fused_conv_e
 
 def lower_fused_conv_epilogue(fl, op: opc.FusedConvEpilogueOp) -> None:  # noqa: ANN001
     """fused_conv_epilogue (x, w, bias, out[, reserve]): one runtime call with the conv's geometry and
-    the activation's code; f32 stride-1 convs apply bias and activation in the kernel's store."""
-    kernel = "fused_conv_epilogue" + ("_reserve" if op.reserve_space is not None else "")
-    call(fl, f"{kernel}_{dtype_suffix(element_of(op.out))}", buffers(fl, op),
+    the activation's code; f32 stride-1 convs apply bias and activation in the kernel's store. A reserve
+    nothing reads (inference) is neither allocated nor written, as the fused GEMM's."""
+    res = op.reserve_space
+    kept = res is not None and (bool(res.uses) or res in fl.returned)
+    args = [fl.operand_buffer(v) for v in op.operands] + [fl.buffer_for(op.out)]
+    kernel = "fused_conv_epilogue" + ("_reserve" if kept else "")
+    call(fl, f"{kernel}_{dtype_suffix(element_of(op.out))}", args + ([fl.buffer_for(res)] if kept else []),
          [*conv_ints(op.geometry()), ACT_CODES[op.activation.data]])
 
 

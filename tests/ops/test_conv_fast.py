@@ -18,8 +18,11 @@ from oracle import func, random_array, ttype
 from test_conv import Geo, assert_near, conv_ref, grad_filter_ref, grad_input_ref
 
 import opc
+from opc.api import lower, prepare
 from opc.explain import explain
+from opc.frontend import load_module
 from opc.ir import parse_text
+from opc.lowering.c_emitter import emit_c
 
 SEED = 23
 
@@ -228,6 +231,14 @@ def test_explain_shows_the_fusion_on_cpu_only() -> None:
     assert "opc.fused_conv_epilogue" in cpu and "opc.relu_grad" in cpu and "opc.add " not in cpu
     cuda = explain(parse_text(text).module, "cuda")
     assert "opc.fused_conv_epilogue" not in cuda and "opc.conv " in cuda and "opc.relu" in cuda
+
+
+def test_a_reserve_nothing_reads_is_not_written() -> None:
+    """The forward (inference) calls the kernel without the pre-activation; its grad keeps it."""
+    source, _, _ = emit_c(lower(prepare(load_module(layer(FAST[1], "relu", "float32")), grad=True)))
+    forward, grad = source.split(f"{FAST[1].name}_relu_float32_grad(", 1)
+    assert "opc_nn_fused_conv_epilogue_f32(" in source and "opc_nn_fused_conv_epilogue_reserve_f32(" in grad
+    assert "_reserve_f32(" not in forward.split(f"{FAST[1].name}_relu_float32(", 1)[-1]
 
 
 def test_fused_epilogue_by_its_rule_matches_numpy() -> None:
