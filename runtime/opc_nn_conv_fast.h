@@ -1015,21 +1015,32 @@ static void opc_cf_dwc_pack_all(const void *ctx, float *dst) {
     for (int64_t c0 = 0; c0 < c->C; c0 += OPC_CF_V) opc_cf_dwc_pack_block(c->w, c->C, c->kvol, c0, dst + c0 * c->kvol);
 }
 
-/* A depthwise conv whose input and output planes each fit in a vector (4x4 images and smaller, any
- * stride), forward only, AVX-512: a channel's plane is held in one register, and each tap is one
- * permute of it (vpermps, the padding's lanes zeroed by its mask) and one FMA with the tap's weight
- * broadcast: no transposes and no padded copy, where opc_cf_dwc_run transposes V channels at a
- * time. Each output's taps are summed in order from zero, the padding's zeros included, as in
- * opc_cf_dw_run. The permutes depend only on the geometry: a table made once per call. */
+/* A depthwise conv on small planes (up to 16 vectors in, 4 out: 16x16 -> 8x8 at stride 2, 8x8 at
+ * stride 1, 4x4 and smaller), forward only, AVX-512: each output vector's tap is one two-source
+ * permute (vpermt2ps, the padding's lanes zeroed by its mask) of the at most two input vectors its
+ * lanes read, and one FMA with the tap's weight broadcast: no transposes and no padded copy, where
+ * opc_cf_dwc_run transposes V channels at a time (MobileNetV2's 144 channels 16x16 -> 8x8 took it
+ * 12.0 us, this 6.5). Each output's taps are summed in order from zero, the padding's zeros
+ * included, as in opc_cf_dw_run. The permutes depend only on the plane's geometry: a table made on
+ * a thread's first call (opc_cf_dwv_table_for). Where some output vector's tap reads more than two
+ * input vectors (8x8 -> 4x4 at stride 2: its one output vector reads all four), the channels-last
+ * kernel runs the conv. */
 #if OPC_CF_V == 16 && defined(__AVX512F__)
 #define OPC_CF_DWV 1
 #define OPC_CF_DWV_TAPS 27  /* 3x3x3 */
+#define OPC_CF_DWV_NI 16    /* input vectors at most */
+#define OPC_CF_DWV_NO 4     /* output vectors at most */
 #define OPC_CF_DWV_CHUNK 64 /* channels per parallel unit and per call of the epilogue */
 
 typedef struct {
-    int32_t idx[OPC_CF_DWV_TAPS][OPC_CF_V]; /* [tap][lane]: the input lane output lane l's tap reads */
-    __mmask16 mask[OPC_CF_DWV_TAPS];         /* the lanes whose tap lies inside the input; the rest add w * 0 */
-    __mmask16 in, out;                       /* the input's and output's lanes */
+    /* [out vector][tap][lane]: the lane output lane l's tap reads, of src[.][.][0] (0 .. V-1) or of
+       src[.][.][1] (V .. 2V-1) */
+    int32_t idx[OPC_CF_DWV_NO][OPC_CF_DWV_TAPS][OPC_CF_V];
+    __mmask16 mask[OPC_CF_DWV_NO][OPC_CF_DWV_TAPS]; /* the lanes whose tap lies inside the input; the rest add w * 0 */
+    uint8_t src[OPC_CF_DWV_NO][OPC_CF_DWV_TAPS][2]; /* the two input vectors a tap's permute reads */
+    __mmask16 in[OPC_CF_DWV_NI], out[OPC_CF_DWV_NO]; /* each input and output vector's lanes */
+    int ni, no;
+    int64_t key[18]; /* the geometry it was made for (opc_cf_dwv_key) */
 } opc_cf_dwv_table;
 
 /* The position in the unpadded input plane that output o's tap k reads, or -1 in the padding. */
@@ -1045,58 +1056,161 @@ static int64_t opc_cf_dwv_source(const opc_cv_geom *q, int64_t o, int64_t k) {
     return at;
 }
 
-/* t's permutes for conv q: 1, or 0 where the kernel does not apply. */
-static int opc_cf_dwv_plan(const opc_cv_geom *q, opc_cf_dwv_table *t) {
-    if (q->ivol > OPC_CF_V || q->ovol > OPC_CF_V || q->kvol > OPC_CF_DWV_TAPS) return 0;
-    memset(t, 0, sizeof *t);
-    t->in = (__mmask16)((1u << q->ivol) - 1u), t->out = (__mmask16)((1u << q->ovol) - 1u);
-    for (int64_t o = 0; o < q->ovol; o++)
-        for (int64_t k = 0; k < q->kvol; k++) {
-            const int64_t i = opc_cf_dwv_source(q, o, k);
-            if (i < 0) continue;
-            t->idx[k][o] = (int32_t)i;
-            t->mask[k] |= (__mmask16)(1u << o);
-        }
+/* The lanes [0, n) of a vector, n <= V. */
+static inline __mmask16 opc_cf_dwv_lanes(int64_t n) { return (__mmask16)(n >= OPC_CF_V ? 0xffffu : (1u << n) - 1u); }
+
+/* Output vector v's tap k in t: its sources, lanes and mask; 0 where its lanes read more than two
+ * input vectors. */
+static int opc_cf_dwv_plan_tap(const opc_cv_geom *q, opc_cf_dwv_table *t, int64_t v, int64_t k) {
+    int64_t s0 = -1, s1 = -1;
+    for (int64_t l = 0; l < OPC_CF_V && v * OPC_CF_V + l < q->ovol; l++) {
+        const int64_t i = opc_cf_dwv_source(q, v * OPC_CF_V + l, k), iv = i / OPC_CF_V;
+        if (i < 0) continue;
+        if (s0 < 0 || iv == s0) s0 = iv;
+        else if (s1 < 0 || iv == s1) s1 = iv;
+        else return 0;
+        t->idx[v][k][l] = (int32_t)(i % OPC_CF_V + (iv == s1 ? OPC_CF_V : 0));
+        t->mask[v][k] |= (__mmask16)(1u << l);
+    }
+    t->src[v][k][0] = (uint8_t)(s0 < 0 ? 0 : s0);
+    t->src[v][k][1] = (uint8_t)(s1 < 0 ? t->src[v][k][0] : s1);
     return 1;
 }
 
-/* Channels c .. c + CH of image x [C][ivol] -> y (and pre, or NULL) [C][ovol]: CH independent FMA
- * chains. Inlined with constant CH. */
-static inline __attribute__((always_inline)) void opc_cf_dwv_channels(const float *x, const float *wk, float *y,
-                                                                      float *pre, const float *bias, int act,
-                                                                      const opc_cf_dwv_table *t,
-                                                                      const opc_cv_geom *q, int64_t c, int CH) {
+/* What a table depends on: the plane's geometry (not the channels or images). */
+static void opc_cf_dwv_key(const opc_cv_geom *q, int64_t *key) {
+    for (int d = 0; d < 3; d++) {
+        key[d] = q->in[d], key[3 + d] = q->out[d], key[6 + d] = q->k[d];
+        key[9 + d] = q->s[d], key[12 + d] = q->d[d], key[15 + d] = q->p[d];
+    }
+}
+
+/* t's permutes for conv q: 1, or 0 where the kernel does not apply. */
+static int opc_cf_dwv_plan(const opc_cv_geom *q, opc_cf_dwv_table *t) {
+    const int64_t ni = (q->ivol + OPC_CF_V - 1) / OPC_CF_V, no = (q->ovol + OPC_CF_V - 1) / OPC_CF_V;
+    if (ni > OPC_CF_DWV_NI || no > OPC_CF_DWV_NO || q->kvol > OPC_CF_DWV_TAPS) return 0;
+    memset(t, 0, sizeof *t);
+    opc_cf_dwv_key(q, t->key);
+    t->ni = (int)ni, t->no = (int)no;
+    for (int64_t v = 0; v < ni; v++) t->in[v] = opc_cf_dwv_lanes(q->ivol - v * OPC_CF_V);
+    for (int64_t v = 0; v < no; v++) {
+        t->out[v] = opc_cf_dwv_lanes(q->ovol - v * OPC_CF_V);
+        for (int64_t k = 0; k < q->kvol; k++)
+            if (!opc_cf_dwv_plan_tap(q, t, v, k)) return 0;
+    }
+    return 1;
+}
+
+/* The calling thread's table for conv q, made on its first call and kept (a network's few depthwise
+ * geometries, OPC_CF_DWV_CACHE of them at once: a table costs more to make, 576 sources of an 8x8
+ * plane, than its layer's taps), or NULL where the kernel does not apply. */
+#define OPC_CF_DWV_CACHE 8
+static __thread opc_cf_dwv_table opc_cf_dwv_tables[OPC_CF_DWV_CACHE];
+static __thread int opc_cf_dwv_made, opc_cf_dwv_next;
+
+static const opc_cf_dwv_table *opc_cf_dwv_table_for(const opc_cv_geom *q) {
+    int64_t key[18];
+    opc_cf_dwv_key(q, key);
+    for (int j = 0; j < opc_cf_dwv_made; j++)
+        if (!memcmp(opc_cf_dwv_tables[j].key, key, sizeof key)) return opc_cf_dwv_tables[j].ni ? &opc_cf_dwv_tables[j] : NULL;
+    opc_cf_dwv_table *t = &opc_cf_dwv_tables[opc_cf_dwv_next];
+    opc_cf_dwv_next = (opc_cf_dwv_next + 1) % OPC_CF_DWV_CACHE;
+    if (opc_cf_dwv_made < OPC_CF_DWV_CACHE) opc_cf_dwv_made++;
+    if (opc_cf_dwv_plan(q, t)) return t;
+    memset(t, 0, sizeof *t); /* remembered as not applying: ni 0 */
+    memcpy(t->key, key, sizeof key);
+    return NULL;
+}
+
+/* Channels c .. c + CH of image x [C][ivol] -> y (and pre, or NULL) [C][ovol] where a plane is one
+ * vector: held in a register, each tap one vpermps of it; CH independent FMA chains. Inlined with
+ * constant CH. */
+static inline __attribute__((always_inline)) void opc_cf_dwv_one(const float *x, const float *wk, float *y, float *pre,
+                                                                 const float *bias, int act, const opc_cf_dwv_table *t,
+                                                                 const opc_cv_geom *q, int64_t c, int CH) {
     const int64_t kvol = q->kvol;
+    const float *w = wk + c * kvol;
     __m512 xv[4], acc[4];
     for (int h = 0; h < CH; h++) {
-        xv[h] = _mm512_maskz_loadu_ps(t->in, x + (c + h) * q->ivol);
+        xv[h] = _mm512_maskz_loadu_ps(t->in[0], x + (c + h) * q->ivol);
         acc[h] = _mm512_setzero_ps();
     }
-    const float *w = wk + c * kvol;
-    for (int64_t k = 0; k < kvol; k++, w++)
+    for (int64_t k = 0; k < kvol; k++) {
+        const __m512i idx = _mm512_loadu_si512(t->idx[0][k]);
         for (int h = 0; h < CH; h++)
-            acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(w[h * kvol]),
-                                     _mm512_maskz_permutexvar_ps(t->mask[k], _mm512_loadu_si512(t->idx[k]), xv[h]),
+            acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(w[h * kvol + k]), _mm512_maskz_permutexvar_ps(t->mask[0][k], idx, xv[h]),
                                      acc[h]);
+    }
     for (int h = 0; h < CH; h++) {
         const int64_t at = (c + h) * q->ovol;
-        opc_cf_put_lanes(y + at, pre ? pre + at : NULL, (opc_cf_vec)acc[h], bias ? bias[c + h] : 0.0f, act, t->out);
+        opc_cf_put_lanes(y + at, pre ? pre + at : NULL, (opc_cf_vec)acc[h], bias ? bias[c + h] : 0.0f, act, t->out[0]);
     }
+}
+
+/* The same where a plane is several vectors: per output vector and tap, each channel's two source
+ * vectors read from x (masked past its last lane) into one vpermt2ps. */
+static inline __attribute__((always_inline)) void opc_cf_dwv_many(const float *x, const float *wk, float *y, float *pre,
+                                                                  const float *bias, int act, const opc_cf_dwv_table *t,
+                                                                  const opc_cv_geom *q, int64_t c, int CH, int FULL) {
+    const int64_t kvol = q->kvol, ivol = q->ivol, ovol = q->ovol;
+    const float *w = wk + c * kvol, *xh[4];
+    for (int h = 0; h < CH; h++) xh[h] = x + (c + h) * ivol;
+    for (int v = 0; v < t->no; v++) {
+        __m512 acc[4];
+        _Pragma("GCC unroll 4") for (int h = 0; h < CH; h++) acc[h] = _mm512_setzero_ps();
+        for (int64_t k = 0; k < kvol; k++) {
+            const __m512i idx = _mm512_loadu_si512(t->idx[v][k]);
+            const int64_t a = t->src[v][k][0], b = t->src[v][k][1];
+            const __mmask16 m = t->mask[v][k], ia = t->in[a], ib = t->in[b];
+            _Pragma("GCC unroll 4") for (int h = 0; h < CH; h++)
+                acc[h] = _mm512_fmadd_ps(
+                    _mm512_set1_ps(w[h * kvol + k]),
+                    _mm512_maskz_permutex2var_ps(m, FULL ? _mm512_loadu_ps(xh[h] + a * OPC_CF_V) : _mm512_maskz_loadu_ps(ia, xh[h] + a * OPC_CF_V),
+                                                 idx, FULL ? _mm512_loadu_ps(xh[h] + b * OPC_CF_V) : _mm512_maskz_loadu_ps(ib, xh[h] + b * OPC_CF_V)),
+                    acc[h]);
+        }
+        _Pragma("GCC unroll 4") for (int h = 0; h < CH; h++) {
+            const int64_t at = (c + h) * ovol + v * OPC_CF_V;
+            opc_cf_put_lanes(y + at, pre ? pre + at : NULL, (opc_cf_vec)acc[h], bias ? bias[c + h] : 0.0f, act, t->out[v]);
+        }
+    }
+}
+
+/* Channels [c0, c1) of image x, 4 at a time then one by one; each form a function of its own (inlined
+ * together in one loop, gcc spilled the accumulators of both). */
+__attribute__((noinline)) static void opc_cf_dwv_chunk_one(const float *x, const float *wk, float *y, float *pre,
+                                                           const float *bias, int act, const opc_cf_dwv_table *t,
+                                                           const opc_cv_geom *q, int64_t c0, int64_t c1) {
+    int64_t c = c0;
+    for (; c + 4 <= c1; c += 4) opc_cf_dwv_one(x, wk, y, pre, bias, act, t, q, c, 4);
+    for (; c < c1; c++) opc_cf_dwv_one(x, wk, y, pre, bias, act, t, q, c, 1);
+}
+__attribute__((noinline)) static void opc_cf_dwv_chunk_many(const float *x, const float *wk, float *y, float *pre,
+                                                            const float *bias, int act, const opc_cf_dwv_table *t,
+                                                            const opc_cv_geom *q, int64_t c0, int64_t c1) {
+    int64_t c = c0;
+    if (q->ivol % OPC_CF_V == 0) { /* whole vectors: plain loads, twice the masked ones' rate */
+        for (; c + 4 <= c1; c += 4) opc_cf_dwv_many(x, wk, y, pre, bias, act, t, q, c, 4, 1);
+        for (; c < c1; c++) opc_cf_dwv_many(x, wk, y, pre, bias, act, t, q, c, 1, 1);
+        return;
+    }
+    for (; c + 4 <= c1; c += 4) opc_cf_dwv_many(x, wk, y, pre, bias, act, t, q, c, 4, 0);
+    for (; c < c1; c++) opc_cf_dwv_many(x, wk, y, pre, bias, act, t, q, c, 1, 0);
 }
 
 static void opc_cf_dwv_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
                            const opc_cv_geom *q, const opc_cf_dwv_table *t, opc_cv_epilogue ep, void *ep_ctx) {
     const int64_t C = q->g, chunks = (C + OPC_CF_DWV_CHUNK - 1) / OPC_CF_DWV_CHUNK, units = q->n * chunks;
     const int64_t work = q->n * C * q->ovol * q->kvol;
+    const int one = t->ni == 1 && t->no == 1;
     _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(units, work, 32768)) if (work >= opc_par_min(32768)) num_threads(opc_num_threads())")
     for (int64_t u = 0; u < units; u++) {
         const int64_t n = u / chunks, c0 = u % chunks * OPC_CF_DWV_CHUNK;
         const int64_t c1 = c0 + OPC_CF_DWV_CHUNK < C ? c0 + OPC_CF_DWV_CHUNK : C;
         const float *x = src + n * C * q->ivol;
         float *y = dst + n * C * q->ovol, *z = pre ? pre + n * C * q->ovol : NULL;
-        int64_t c = c0;
-        for (; c + 4 <= c1; c += 4) opc_cf_dwv_channels(x, wk, y, z, bias, act, t, q, c, 4);
-        for (; c < c1; c++) opc_cf_dwv_channels(x, wk, y, z, bias, act, t, q, c, 1);
+        if (one) opc_cf_dwv_chunk_one(x, wk, y, z, bias, act, t, q, c0, c1);
+        else opc_cf_dwv_chunk_many(x, wk, y, z, bias, act, t, q, c0, c1);
         if (ep) ep(ep_ctx, n * C + c0, n * C + c1, 0, q->ovol);
     }
 }
@@ -1107,9 +1221,9 @@ static void opc_cf_dwv_run(const float *src, const float *wk, float *dst, float 
 static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
                           const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
 #if OPC_CF_DWV
-    opc_cf_dwv_table table;
-    if (opc_cf_dwv_plan(q, &table)) {
-        opc_cf_dwv_run(src, wk, dst, pre, bias, act, q, &table, ep, ep_ctx);
+    const opc_cf_dwv_table *table = opc_cf_dwv_table_for(q);
+    if (table) {
+        opc_cf_dwv_run(src, wk, dst, pre, bias, act, q, table, ep, ep_ctx);
         return 0;
     }
 #endif

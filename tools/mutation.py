@@ -380,6 +380,12 @@ HAND_MUTANTS = [
     HandMutant("runtime/opc_nn_conv_fast.h", "for (int64_t i1 = lo1; i1 < hi1; i1++)",
                "for (int64_t i1 = lo1; i1 < hi1 - 1; i1++)", "tests/ops/test_conv_fast.py",
                "depthwise planes after a thread's first: the last input row not copied (the previous plane's stays)"),
+    HandMutant("runtime/opc_nn_conv_fast.h", "t->idx[v][k][l] = (int32_t)(i % OPC_CF_V + (iv == s1 ? OPC_CF_V : 0));",
+               "t->idx[v][k][l] = (int32_t)(i % OPC_CF_V);", "tests/ops/test_conv_fast.py",
+               "small depthwise planes: a tap's lanes from its second input vector read from the first"),
+    HandMutant("runtime/opc_nn_conv_fast.h", "const int64_t a = t->src[v][k][0], b = t->src[v][k][1];",
+               "const int64_t a = t->src[v][k][1], b = t->src[v][k][1];", "tests/ops/test_conv_fast.py",
+               "small depthwise planes: both of a permute's sources the second input vector"),
     # the channel-vector conv's store (runtime/opc_nn_conv_cw.h)
     HandMutant("runtime/opc_nn_conv_cw.h", "for (int64_t rb = 0; rb < mv[t]; rb += 8)",
                "for (int64_t rb = 0; rb + 8 <= mv[t]; rb += 8)", "tests/ops/test_conv_fast.py",

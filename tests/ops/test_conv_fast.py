@@ -44,16 +44,22 @@ FAST = [
     Geo("dw_1d_long", (2, 3, 100), (3, 1, 4), (1,), (1,), (0, 3), 3),
     Geo("dw_3d", (1, 4, 4, 5, 6), (4, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 1, 1, 1), 4),
     # the f32 forward's other depthwise kernels: channels last where rows are narrower than a
-    # vector and a plane is more than one (20 channels: a partial vector; stride 2 and dilation),
-    # strided ones over rows of at least a vector (stride 2: the shuffle; 3: the plain gather; 3-D);
-    # and convs with at most 8 outputs per channel, run transposed (1x1: x itself; 3x3, strided:
+    # vector and a tap reads more than two vectors of a plane (20 channels: a partial vector;
+    # stride 2 and dilation), strided ones over rows of at least a vector (stride 2: the shuffle;
+    # 3: the plain gather; 3-D); and convs with at most 8 outputs per channel, run transposed (1x1: x itself; 3x3, strided:
     # through im2col)
     Geo("dw_narrow_dil", (2, 20, 9, 9), (20, 1, 3, 3), (1, 1), (2, 1), (2, 1, 0, 2), 20),
     Geo("dw_narrow_s2", (1, 40, 7, 7), (40, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 40),
-    Geo("dw_narrow_8x8", (2, 32, 8, 8), (32, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 32),  # whole 16 x 16 blocks
-    # 80 channels: one group of 4 channel vectors side by side (OPC_CF_DWC_U), then one alone;
-    # 25 positions: one whole block and a masked one
+    # planes of a few vectors whose taps each read at most two of them (opc_cf_dwv_run's two-source
+    # permutes, AVX-512; the channels-last kernel without it): 8x8 (whole vectors), 16x16 -> 8x8 at
+    # stride 2 (a tap's rows two vectors apart; 22 channels: groups of 4 and 2 alone), 5x5 (80
+    # channels: a chunk of 64 and one of 16; a masked last vector), 7x7, dilated, 3-D
+    Geo("dw_narrow_8x8", (2, 32, 8, 8), (32, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 32),
+    Geo("dw_many_s2_16", (2, 22, 16, 16), (22, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 22),
     Geo("dw_narrow_80c", (1, 80, 5, 5), (80, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 80),
+    Geo("dw_narrow_7x7", (1, 18, 7, 7), (18, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 18),
+    Geo("dw_many_dil_6x7", (1, 5, 6, 7), (5, 1, 3, 3), (1, 1), (2, 1), (2, 1, 2, 1), 5),
+    Geo("dw_many_3d", (1, 6, 2, 5, 5), (6, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 0, 1, 1), 6),
     # planes of at most one vector in and out (opc_cf_dwv_run, AVX-512): one permute per tap, 4
     # channels at a time then the rest one by one (7, 130: chunks of 64 and a partial one), any
     # stride, dilation, uneven pads, 1-D and 3-D
@@ -157,6 +163,7 @@ FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              Geo("c1d_groups", (2, 6, 17), (4, 3, 3), (1,), (1,), (1, 1), 2), CW[0], CW[2],
              *(g for g in CW if g.name in ("cw_rows16_shared", "cw_rows4")),  # the cw store's runs of 8
              *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows", "dw_narrow_80c", "dw_narrow_2x2",
+                                             "dw_many_s2_16", "dw_narrow_8x8",
                                              "dw_vec_s2_7c", "dw_vec_130c",
                                              "dw_rows_k3", "dw_rows_k5_s2"))]
 ACTS = ("none", "relu", "gelu")
