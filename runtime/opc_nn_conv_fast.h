@@ -1031,6 +1031,7 @@ static void opc_cf_dwc_pack_all(const void *ctx, float *dst) {
 #define OPC_CF_DWV_NI 16    /* input vectors at most */
 #define OPC_CF_DWV_NO 4     /* output vectors at most */
 #define OPC_CF_DWV_CHUNK 64 /* channels per parallel unit and per call of the epilogue */
+#define OPC_CF_DWV_KEY 18   /* in, out, k, s, d, p: 3 each */
 
 typedef struct {
     /* [out vector][tap][lane]: the lane output lane l's tap reads, of src[.][.][0] (0 .. V-1) or of
@@ -1040,7 +1041,7 @@ typedef struct {
     uint8_t src[OPC_CF_DWV_NO][OPC_CF_DWV_TAPS][2]; /* the two input vectors a tap's permute reads */
     __mmask16 in[OPC_CF_DWV_NI], out[OPC_CF_DWV_NO]; /* each input and output vector's lanes */
     int ni, no;
-    int64_t key[18]; /* the geometry it was made for (opc_cf_dwv_key) */
+    int64_t key[OPC_CF_DWV_KEY]; /* the geometry it was made for (opc_cf_dwv_key) */
 } opc_cf_dwv_table;
 
 /* The position in the unpadded input plane that output o's tap k reads, or -1 in the padding. */
@@ -1103,19 +1104,28 @@ static int opc_cf_dwv_plan(const opc_cv_geom *q, opc_cf_dwv_table *t) {
 
 /* The calling thread's table for conv q, made on its first call and kept (a network's few depthwise
  * geometries, OPC_CF_DWV_CACHE of them at once: a table costs more to make, 576 sources of an 8x8
- * plane, than its layer's taps), or NULL where the kernel does not apply. */
+ * plane, than its layer's taps), or NULL where the kernel does not apply. The tables live on the
+ * heap, a thread's allocated once and kept as opc_cf_scratch's buffers are: as a __thread array
+ * (60 KB), gcc took it for 32-byte aligned and stored to it by aligned moves, while a dlopened
+ * module's thread-local block is only as aligned as malloc makes it (a crash). */
 #define OPC_CF_DWV_CACHE 8
-static __thread opc_cf_dwv_table opc_cf_dwv_tables[OPC_CF_DWV_CACHE];
-static __thread int opc_cf_dwv_made, opc_cf_dwv_next;
+typedef struct {
+    opc_cf_dwv_table table[OPC_CF_DWV_CACHE];
+    int made, next;
+} opc_cf_dwv_cache;
+static __thread opc_cf_dwv_cache *opc_cf_dwv_tables;
 
 static const opc_cf_dwv_table *opc_cf_dwv_table_for(const opc_cv_geom *q) {
-    int64_t key[18];
+    if (!opc_cf_dwv_tables) opc_cf_dwv_tables = (opc_cf_dwv_cache *)calloc(1, sizeof(opc_cf_dwv_cache));
+    opc_cf_dwv_cache *cache = opc_cf_dwv_tables;
+    if (!cache) return NULL; /* no memory: the channels-last kernel, which needs none of it */
+    int64_t key[OPC_CF_DWV_KEY];
     opc_cf_dwv_key(q, key);
-    for (int j = 0; j < opc_cf_dwv_made; j++)
-        if (!memcmp(opc_cf_dwv_tables[j].key, key, sizeof key)) return opc_cf_dwv_tables[j].ni ? &opc_cf_dwv_tables[j] : NULL;
-    opc_cf_dwv_table *t = &opc_cf_dwv_tables[opc_cf_dwv_next];
-    opc_cf_dwv_next = (opc_cf_dwv_next + 1) % OPC_CF_DWV_CACHE;
-    if (opc_cf_dwv_made < OPC_CF_DWV_CACHE) opc_cf_dwv_made++;
+    for (int j = 0; j < cache->made; j++)
+        if (!memcmp(cache->table[j].key, key, sizeof key)) return cache->table[j].ni ? &cache->table[j] : NULL;
+    opc_cf_dwv_table *t = &cache->table[cache->next];
+    cache->next = (cache->next + 1) % OPC_CF_DWV_CACHE;
+    if (cache->made < OPC_CF_DWV_CACHE) cache->made++;
     if (opc_cf_dwv_plan(q, t)) return t;
     memset(t, 0, sizeof *t); /* remembered as not applying: ni 0 */
     memcpy(t->key, key, sizeof key);
