@@ -272,6 +272,9 @@ static inline void opc_cf_put_vec(float *y, float *pre, opc_cf_vec a, float b, i
 }
 
 #if OPC_CF_V == 16 && defined(__AVX512F__)
+/* The lanes [0, n) of a vector, n <= V. */
+static inline __mmask16 opc_cf_lanes(int64_t n) { return (__mmask16)(n >= OPC_CF_V ? 0xffffu : (1u << n) - 1u); }
+
 /* y and pre (or NULL) = act(a + b) in the lanes set in `lanes`, by masked stores: nothing else written. */
 static inline void opc_cf_put_lanes(float *y, float *pre, opc_cf_vec a, float b, int act, __mmask16 lanes) {
     const opc_cf_vec v = a + b;
@@ -290,7 +293,7 @@ static inline void opc_cf_put_lanes(float *y, float *pre, opc_cf_vec a, float b,
  * AVX-512, else lane by lane. */
 static inline void opc_cf_put_part(float *y, float *pre, opc_cf_vec a, float b, int act, int64_t n) {
 #if OPC_CF_V == 16 && defined(__AVX512F__)
-    opc_cf_put_lanes(y, pre, a, b, act, (__mmask16)((1u << n) - 1u));
+    opc_cf_put_lanes(y, pre, a, b, act, opc_cf_lanes(n));
 #else
     for (int64_t i = 0; i < n; i++) opc_cf_put(y, pre, i, a[i], b, act);
 #endif
@@ -304,7 +307,7 @@ static inline void opc_cf_put_run(float *y, float *pre, const float *s, int64_t 
     for (; j + OPC_CF_V <= n; j += OPC_CF_V) opc_cf_put_vec(y + j, pre ? pre + j : NULL, *(const opc_cf_uvec *)(s + j), b, act);
     if (j == n) return;
 #if OPC_CF_V == 16 && defined(__AVX512F__)
-    const __mmask16 lanes = (__mmask16)((1u << (n - j)) - 1u); /* masked: no read past s[n - 1] either */
+    const __mmask16 lanes = opc_cf_lanes(n - j); /* masked: no read past s[n - 1] either */
     opc_cf_put_lanes(y + j, pre ? pre + j : NULL, (opc_cf_vec)_mm512_maskz_loadu_ps(lanes, s + j), b, act, lanes);
 #else
     for (; j < n; j++) opc_cf_put(y, pre, j, s[j], b, act);
@@ -928,7 +931,7 @@ static void opc_cf_dwc_gather(const float *xn, float *xt, int64_t c0, int64_t nv
         } else
 #if OPC_CF_V == 16 && defined(__AVX512F__)
         if (1) { /* the plane's last positions (all of a 2x2 or 3x3 plane's): masked loads, no read past them */
-            const __mmask16 lanes = (__mmask16)((1u << (ivol - i0)) - 1u);
+            const __mmask16 lanes = opc_cf_lanes(ivol - i0);
             opc_cf_vec r[OPC_CF_V];
             for (int j = 0; j < OPC_CF_V; j++)
                 r[j] = j < nv ? (opc_cf_vec)_mm512_maskz_loadu_ps(lanes, xn + (c0 + j) * ivol + i0) : (opc_cf_vec){0};
@@ -1057,9 +1060,6 @@ static int64_t opc_cf_dwv_source(const opc_cv_geom *q, int64_t o, int64_t k) {
     return at;
 }
 
-/* The lanes [0, n) of a vector, n <= V. */
-static inline __mmask16 opc_cf_dwv_lanes(int64_t n) { return (__mmask16)(n >= OPC_CF_V ? 0xffffu : (1u << n) - 1u); }
-
 /* Output vector v's tap k in t: its sources, lanes and mask; 0 where its lanes read more than two
  * input vectors. */
 static int opc_cf_dwv_plan_tap(const opc_cv_geom *q, opc_cf_dwv_table *t, int64_t v, int64_t k) {
@@ -1093,9 +1093,9 @@ static int opc_cf_dwv_plan(const opc_cv_geom *q, opc_cf_dwv_table *t) {
     memset(t, 0, sizeof *t);
     opc_cf_dwv_key(q, t->key);
     t->ni = (int)ni, t->no = (int)no;
-    for (int64_t v = 0; v < ni; v++) t->in[v] = opc_cf_dwv_lanes(q->ivol - v * OPC_CF_V);
+    for (int64_t v = 0; v < ni; v++) t->in[v] = opc_cf_lanes(q->ivol - v * OPC_CF_V);
     for (int64_t v = 0; v < no; v++) {
-        t->out[v] = opc_cf_dwv_lanes(q->ovol - v * OPC_CF_V);
+        t->out[v] = opc_cf_lanes(q->ovol - v * OPC_CF_V);
         for (int64_t k = 0; k < q->kvol; k++)
             if (!opc_cf_dwv_plan_tap(q, t, v, k)) return 0;
     }
@@ -1199,7 +1199,7 @@ __attribute__((noinline)) static void opc_cf_dwv_chunk_many(const float *x, cons
                                                             const float *bias, int act, const opc_cf_dwv_table *t,
                                                             const opc_cv_geom *q, int64_t c0, int64_t c1) {
     int64_t c = c0;
-    if (q->ivol % OPC_CF_V == 0) { /* whole vectors: plain loads, twice the masked ones' rate */
+    if (q->ivol % OPC_CF_V == 0) { /* whole vectors: plain loads (192 channels at 8x8: 8.2 -> 7.6 us) */
         for (; c + 4 <= c1; c += 4) opc_cf_dwv_many(x, wk, y, pre, bias, act, t, q, c, 4, 1);
         for (; c < c1; c++) opc_cf_dwv_many(x, wk, y, pre, bias, act, t, q, c, 1, 1);
         return;
