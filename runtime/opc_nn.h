@@ -196,36 +196,83 @@ OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r
                     : op == 1 ? opc_cf_conv_data(fa, fb, fr, q) : opc_cf_conv_filter(fa, fb, fr, q)) == 0;
 }
 
+/* fused_conv_epilogue's bias and activation on rows [r0, r1) x columns [c0, c1) of y [n * o, ovol], then the
+ * schedule's epilogue there, if any: the epilogue of the GEMM that runs a pointwise conv, which stores the
+ * plain product. */
+typedef struct {
+    const float *bias;
+    int act;
+    float *y;
+    int64_t o, ovol;
+    opc_cv_epilogue ep;
+    void *ep_ctx;
+} opc_nn_bias_ep;
+
+static void opc_nn_bias_then_ep(void *ctx, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const opc_nn_bias_ep *e = (const opc_nn_bias_ep *)ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        float *row = e->y + r * e->ovol;
+        const float b = e->bias[r % e->o];
+        if (e->act == OPC_CF_ACT_NONE) /* the folded BatchNorm's case: a loop gcc vectorizes */
+            for (int64_t j = c0; j < c1; j++) row[j] += b;
+        else if (e->act == OPC_CF_ACT_RELU)
+            for (int64_t j = c0; j < c1; j++) row[j] = row[j] + b > 0.0f ? row[j] + b : 0.0f;
+        else
+            for (int64_t j = c0; j < c1; j++) row[j] = opc_cf_act(row[j] + b, e->act);
+    }
+    if (e->ep) e->ep(e->ep_ctx, r0, r1, c0, c1);
+}
+
+/* A pointwise conv as the GEMM y [n, o, P] = w [o, c] @ x [n, c, P] (the GEMM's rows b * o + oc are the
+ * conv's), bias and act (bias NULL: none) then ep (or NULL) on each block it finishes while the block is
+ * in cache, not in passes over y after it: 1 when it ran. */
+OPC_NN_INLINE int opc_nn_conv_pointwise_ep(const float *x, const float *w, const float *bias, int act, float *y,
+                                           const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+    if (!(opc_nn_conv_fwd_kernel(q) == 0 && q->g == 1 && opc_cv_pointwise(q) && q->ovol > OPC_NN_FEW_POSITIONS))
+        return 0;
+    opc_nn_bias_ep with_bias = {bias, act, y, q->o, q->ovol, ep, ep_ctx};
+    opc_rt_gemm_ep_f32(q->n, q->o, q->ovol, q->c, w, 0, 0, x, q->c * q->ivol, 0, NULL, 0, y, NULL,
+                       bias ? opc_nn_bias_then_ep : ep, bias ? (void *)&with_bias : ep_ctx);
+    return 1;
+}
+
 /* fused_conv_epilogue's fast f32 route (bias, act and the reserve z in the kernel's store): 1 when it ran. */
 OPC_NN_INLINE int opc_nn_conv_fast_epilogue(const void *x, const void *w, const void *b, int64_t act, void *y,
                                             void *z, const opc_cv_geom *q) {
     const float *fx = (const float *)x, *fw = (const float *)w, *fb = (const float *)b;
     float *fy = (float *)y, *fz = (float *)z;
     if (opc_cf_dw_applies(q, 1)) return opc_cf_dw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
+    if (!fz && opc_nn_conv_pointwise_ep(fx, fw, fb, (int)act, fy, q, NULL, NULL)) return 1;
     const int kernel = opc_nn_conv_fwd_kernel(q);
     return kernel == 1 ? opc_cf_conv(fx, fw, fb, (int)act, fy, fz, q, NULL, NULL) == 0
                        : kernel == 2 && opc_cw_conv(fx, fw, fb, (int)act, fy, fz, q, NULL, NULL) == 0;
 }
 
-/* conv with an epilogue's fast f32 route (ep on each finished tile, opc_nn_conv.h): 1 when it ran.
- * Depthwise convs the row kernel does not take and im2col convs have no such route (their caller runs ep after the conv). */
-OPC_NN_INLINE int opc_nn_conv_fast_ep(const void *x, const void *w, void *y, const opc_cv_geom *q, opc_cv_epilogue ep,
-                                      void *ep_ctx) {
-    const float *fx = (const float *)x, *fw = (const float *)w;
+/* conv with an epilogue's fast f32 route (bias and act, when given, in the kernel's store, then ep on each
+ * finished tile, opc_nn_conv.h): 1 when it ran. Depthwise convs the row kernel does not take and im2col
+ * convs have no such route (their caller runs ep after the conv). */
+OPC_NN_INLINE int opc_nn_conv_fast_ep(const void *x, const void *w, const void *b, int64_t act, void *y,
+                                      const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+    const float *fx = (const float *)x, *fw = (const float *)w, *fb = (const float *)b;
     float *fy = (float *)y;
+    const int a = (int)act;
     if (opc_cf_dw_applies(q, 1)) {
-        if (q->out[2] < OPC_CF_V) return opc_cf_dwc_run(fx, fw, fy, NULL, NULL, OPC_CF_ACT_NONE, q, ep, ep_ctx) == 0;
-        return opc_cf_dw_planes_apply(q) && opc_cf_dw_planes_run(fx, fw, fy, NULL, NULL, OPC_CF_ACT_NONE, q, ep, ep_ctx) == 0;
+        if (q->out[2] < OPC_CF_V) return opc_cf_dwc_run(fx, fw, fy, NULL, fb, a, q, ep, ep_ctx) == 0;
+        return opc_cf_dw_planes_apply(q) && opc_cf_dw_planes_run(fx, fw, fy, NULL, fb, a, q, ep, ep_ctx) == 0;
     }
+    if (opc_nn_conv_pointwise_ep(fx, fw, fb, a, fy, q, ep, ep_ctx)) return 1;
     const int kernel = opc_nn_conv_fwd_kernel(q);
-    if (kernel == 0 && q->g == 1 && opc_cv_pointwise(q) && q->ovol > OPC_NN_FEW_POSITIONS) {
-        /* y [n, o, P] = w [o, c] @ x [n, c, P]: the GEMM's rows b * o + oc are the conv's, and ep runs on
-           each block it finishes while the block is in cache, not in a pass over y after it */
-        opc_rt_gemm_ep_f32(q->n, q->o, q->ovol, q->c, fw, 0, 0, fx, q->c * q->ivol, 0, NULL, 0, fy, NULL, ep, ep_ctx);
-        return 1;
-    }
-    return kernel == 1 ? opc_cf_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0
-                       : kernel == 2 && opc_cw_conv(fx, fw, NULL, OPC_CF_ACT_NONE, fy, NULL, q, ep, ep_ctx) == 0;
+    return kernel == 1 ? opc_cf_conv(fx, fw, fb, a, fy, NULL, q, ep, ep_ctx) == 0
+                       : kernel == 2 && opc_cw_conv(fx, fw, fb, a, fy, NULL, q, ep, ep_ctx) == 0;
+}
+
+/* ep on every row of y [n * o, ovol] after a conv that ran without it: blocks of rows, one call each (a
+ * call per row cost more than its outputs on small images) */
+static void opc_nn_conv_ep_rows(const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+    const int64_t rows = q->n * q->o, block = opc_par_chunk(rows, rows * q->ovol, OPC_NN_PAR_MIN / 8);
+    const int64_t blocks = (rows + block - 1) / block;
+    _Pragma("omp parallel for schedule(dynamic, 1) if (rows * q->ovol >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())")
+    for (int64_t b = 0; b < blocks; b++) ep(ep_ctx, b * block, b * block + block < rows ? b * block + block : rows, 0, q->ovol);
 }
 
 /* The units (rows or tiles, see opc_nn_rows.h) of an [outer, n, inner] tensor. */
@@ -303,13 +350,9 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
     OPC_NN_ENTRY void opc_nn_conv_ep_##SUF(const T *x, const T *w, T *y, OPC_CV_GEOM_PARAMS, opc_cv_epilogue ep, \
                                            void *ep_ctx) {                                                     \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
-        if (DT == OPC_NN_F32 && opc_nn_conv_fast_ep(x, w, y, &q, ep, ep_ctx)) return;                          \
+        if (DT == OPC_NN_F32 && opc_nn_conv_fast_ep(x, w, NULL, OPC_CF_ACT_NONE, y, &q, ep, ep_ctx)) return;    \
         opc_nn_conv_##SUF(x, w, y, OPC_CV_GEOM_ARGS);                                                          \
-        /* blocks of rows, one call each: a call per row cost more than its outputs on small images */      \
-        const int64_t rows = q.n * q.o, block = opc_par_chunk(rows, rows * q.ovol, OPC_NN_PAR_MIN / 8);       \
-        const int64_t blocks = (rows + block - 1) / block;                                                     \
-        _Pragma("omp parallel for schedule(dynamic, 1) if (rows * q.ovol >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())") \
-        for (int64_t b = 0; b < blocks; b++) ep(ep_ctx, b * block, b * block + block < rows ? b * block + block : rows, 0, q.ovol); \
+        opc_nn_conv_ep_rows(&q, ep, ep_ctx);                                                                   \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_conv_grad_input_##SUF(const T *dy, const T *w, T *dx, OPC_CV_GEOM_PARAMS) {       \
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
@@ -337,6 +380,16 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
     OPC_NN_ENTRY void opc_nn_fused_conv_epilogue_##SUF(const T *x, const T *w, const T *b, T *y,               \
                                                        OPC_CV_GEOM_PARAMS, int64_t act) {                      \
         opc_nn_fused_conv_epilogue_reserve_##SUF(x, w, b, y, NULL, OPC_CV_GEOM_ARGS, act);                      \
+    }                                                                                                          \
+    /* fused_conv_epilogue, then ep on every output (opc-schedule's nest after it: a folded BatchNorm's \
+     * conv and its Clip or residual add), in the fast kernels on each finished tile */                        \
+    OPC_NN_ENTRY void opc_nn_fused_conv_epilogue_ep_##SUF(const T *x, const T *w, const T *b, T *y,            \
+                                                          OPC_CV_GEOM_PARAMS, int64_t act, opc_cv_epilogue ep, \
+                                                          void *ep_ctx) {                                      \
+        const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
+        if (DT == OPC_NN_F32 && opc_nn_conv_fast_ep(x, w, b, act, y, &q, ep, ep_ctx)) return;                  \
+        opc_nn_fused_conv_epilogue_##SUF(x, w, b, y, OPC_CV_GEOM_ARGS, act);                                    \
+        opc_nn_conv_ep_rows(&q, ep, ep_ctx);                                                                   \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_max_pool_##SUF(const T *x, T *y, int64_t *idx, OPC_PL_GEOM_PARAMS) {              \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \

@@ -48,6 +48,8 @@
     void opc_nn_conv_grad_input_##SUF(const T *dy, const T *w, T *dx, OPC_NN_GEOM);                           \
     void opc_nn_conv_grad_filter_##SUF(const T *x, const T *dy, T *dw, OPC_NN_GEOM);                          \
     void opc_nn_fused_conv_epilogue_##SUF(const T *x, const T *w, const T *b, T *y, OPC_NN_GEOM, int64_t act);  \
+    void opc_nn_fused_conv_epilogue_ep_##SUF(const T *x, const T *w, const T *b, T *y, OPC_NN_GEOM, int64_t act, \
+                                             void (*ep)(void *, int64_t, int64_t, int64_t, int64_t), void *ep_ctx); \
     void opc_nn_fused_conv_epilogue_reserve_##SUF(const T *x, const T *w, const T *b, T *y, T *z, OPC_NN_GEOM,    \
                                                   int64_t act);                                                 \
     void opc_nn_max_pool_##SUF(const T *x, T *y, int64_t *idx, OPC_NN_POOL);                                  \

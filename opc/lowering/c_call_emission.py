@@ -190,7 +190,8 @@ class CallEmission(EmitterState):
             self.line(f"opc_nn_{op.callee.data}({self.call_args(op)});")
             return
         epilogue, captured = self.emit_epilogue(op)  # a conv's, over [n * c, spatial]: as a GEMM's
-        callee = op.callee.data.replace("_", "_ep_", 1) if op.callee.data.startswith("conv_") else op.callee.data
+        kernel, dtype = op.callee.data.rsplit("_", 1)  # conv_f32 -> conv_ep_f32, fused_conv_epilogue_ep_f32
+        callee = f"{kernel}_ep_{dtype}"
         self.line("{")
         ctx = self.epilogue_context(captured)
         self.line(f"  void *opc_ep_ctx[{len(captured)}] = {{{ctx}}};")

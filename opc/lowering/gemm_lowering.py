@@ -81,7 +81,7 @@ class GemmLowering(LoweringState):
             block = Block(arg_types=[IndexType(), IndexType()])
             row, column = block.args
             gshape = shape_of(ep.gemm.results[0])
-            conv = isinstance(ep.gemm, opc.ConvOp)  # rows n * c, columns the spatial offset
+            conv = isinstance(ep.gemm, (opc.ConvOp, opc.FusedConvEpilogueOp))  # rows n * c, columns the spatial offset
             cols = numel(gshape[2:]) if conv else gshape[-1]  # the GEMM's n
             vectors = [u for u in leaves if numel(shape_of(u)) != n]
             for u in leaves:

@@ -372,13 +372,18 @@ def lower_conv(fl, op: opc.ConvBase) -> None:  # noqa: ANN001
     from y to x, so it calls conv_grad_input with x as dy."""
     kernel = "conv_grad_input" if isinstance(op, opc.ConvTransposeOp) else op.name.removeprefix("opc.")
     args, ints = buffers(fl, op), conv_ints(op.geometry())
-    if isinstance(op, opc.ConvOp) and fl.epilogue_body is not None:  # a flat nest on its output (opc-schedule)
-        body, fl.epilogue_body = fl.epilogue_body(), None
-        callee = f"{kernel}_{dtype_suffix(element_of(op.result))}"
-        fl.epilogue_gemm = fl.e.emit(CallOp(callee, args, [fl.size_value(v) if isinstance(v, Sym) else v
-                                                           for v in ints], epilogue=body))
+    call_conv(fl, f"{kernel}_{dtype_suffix(element_of(op.result))}", args, ints)
+
+
+def call_conv(fl, callee: str, args: Sequence[SSAValue], ints: Sequence[int | Sym]) -> None:  # noqa: ANN001
+    """The runtime call of a conv, with the flat nest on its output that opc-schedule gave it as its
+    epilogue, if any (the runtime's `_ep_` entry runs it on each finished tile)."""
+    if fl.epilogue_body is None:
+        call(fl, callee, args, ints)
         return
-    call(fl, f"{kernel}_{dtype_suffix(element_of(op.result))}", args, ints)
+    body, fl.epilogue_body = fl.epilogue_body(), None
+    fl.epilogue_gemm = fl.e.emit(CallOp(callee, args, [fl.size_value(v) if isinstance(v, Sym) else v for v in ints],
+                                        epilogue=body))
 
 
 ACT_CODES = {"none": 0, "relu": 1, "gelu": 2}  # runtime/opc_nn.h's fused_conv_epilogue (opc_gemm.h's codes)
@@ -392,8 +397,8 @@ def lower_fused_conv_epilogue(fl, op: opc.FusedConvEpilogueOp) -> None:  # noqa:
     kept = res is not None and (bool(res.uses) or res in fl.returned)
     args = [fl.operand_buffer(v) for v in op.operands] + [fl.buffer_for(op.out)]
     kernel = "fused_conv_epilogue" + ("_reserve" if kept else "")
-    call(fl, f"{kernel}_{dtype_suffix(element_of(op.out))}", args + ([fl.buffer_for(res)] if kept else []),
-         [*conv_ints(op.geometry()), ACT_CODES[op.activation.data]])
+    call_conv(fl, f"{kernel}_{dtype_suffix(element_of(op.out))}", args + ([fl.buffer_for(res)] if kept else []),
+              [*conv_ints(op.geometry()), ACT_CODES[op.activation.data]])
 
 
 def pool_ints(op: opc.PoolOp) -> list[int]:

@@ -29,7 +29,10 @@ recursion, so models of any length plan):
    GEMM's element count, or is a splat constant or a [n] vector read along the
    rows (a bias): no other broadcast, no transpose --
    takes that nest in as its epilogue: the erf GELU after fc1's matmul + bias,
-   a residual add after fc2, the GELU grad chain on fc2's dx in the backward. The GEMM runtime
+   a residual add after fc2, the GELU grad chain on fc2's dx in the backward.
+   Convs do the same over their [n * c, spatial] output (BatchNorm's [c, 1, 1]
+   operands per row), fused_conv_epilogue ones too where nothing reads the
+   reserve: a folded BatchNorm's conv + bias, then its Clip or residual add. The GEMM runtime
    runs it on each finished block of the output while the block is in cache
    (runtime/opc_gemm.h), instead of a pass of its own over memory. The kernel runs where the nest's root is, so
    whatever else reads the GEMM's result must come after that.
@@ -477,6 +480,17 @@ def plan_slice_views(ops: list[Operation], inlined: set[Operation], returned: se
 
 EPILOGUE_GEMMS = (opc.MatmulOp, opc.FusedGemmEpilogueOp, opc.FusedGemmEpilogueGradOp)  # results[0]: the
 # GEMM's output (fused_gemm_epilogue_grad's dx: its first GEMM, whose epilogue a GELU grad chain can be)
+EPILOGUE_CONVS = (opc.ConvOp, opc.FusedConvEpilogueOp)  # the nest runs after the bias and activation of
+# the fused one (a folded BatchNorm's conv, then its Clip or residual add), whose reserve nothing reads
+
+
+def takes_epilogue(g: Operation) -> bool:
+    """g is a GEMM or conv whose runtime kernel can run a flat nest on each block it finishes."""
+    if not isinstance(g, (*EPILOGUE_GEMMS, *EPILOGUE_CONVS)) or external_symbol(g) is not None:
+        return False
+    if isinstance(g, opc.FusedConvEpilogueOp) and g.reserve_space is not None and g.reserve_space.uses:
+        return False  # the kernel with an epilogue writes no reserve
+    return opc.is_float(element_of(g.results[0]))
 
 
 def plan_epilogues(ops: list[Operation], sched: Schedule, root: dict[Operation, Operation],
@@ -488,13 +502,11 @@ def plan_epilogues(ops: list[Operation], sched: Schedule, root: dict[Operation, 
         if not (is_constant(op) and op in sched.inlined):
             members.setdefault(root[op], []).append(op)
     for g in ops:
-        if not isinstance(g, (*EPILOGUE_GEMMS, opc.ConvOp)) or external_symbol(g) is not None:
-            continue
-        if not opc.is_float(element_of(g.results[0])):
+        if not takes_epilogue(g):
             continue
         views, v = [], g.results[0]
         while (len(readers := value_users(v)) == 1 and isinstance(readers[0], opc.ReshapeOp)
-               and not isinstance(g, opc.ConvOp)):  # a conv's nest reads its [n, c, ..] result as such
+               and not isinstance(g, EPILOGUE_CONVS)):  # a conv's nest reads its [n, c, ..] result as such
             views.append(readers[0])
             v = readers[0].result
         ep = epilogue_nest(g, views, v, sched, root, members, position, order)
@@ -535,7 +547,7 @@ def epilogue_nest(g: Operation, views: list[Operation], v: SSAValue, sched: Sche
     for the backward: three nests), if whatever else reads g's result, its views or the nests'
     roots runs after the last of them."""
     n, cols = numel(shape_of(g.results[0])), shape_of(g.results[0])[-1]
-    conv = isinstance(g, opc.ConvOp)  # operands per channel, not per column; values computed after it
+    conv = isinstance(g, EPILOGUE_CONVS)  # operands per channel, not per column; values computed after it
     later = depends_on(g, list(position), position) if conv else set()  # that do not read it are fine
 
     def nests_reading(w: SSAValue) -> set[Operation]:
@@ -667,7 +679,7 @@ def boundary_reason(group: list[Operation], kind: str, returned: set[SSAValue]) 
     why: list[str] = []
     if kind == "gemm":
         why.append("a GEMM runs as the library's blocked kernel (its epilogue fused)")
-    elif kind == "library" and len(group) > 1 and isinstance(group[0], opc.ConvOp):
+    elif kind == "library" and len(group) > 1 and isinstance(group[0], EPILOGUE_CONVS):
         why.append(f"{group[0].name} runs as a runtime kernel (its epilogue fused)")
     elif kind == "library":
         why.append(f"{group[-1].name} runs as a runtime kernel")

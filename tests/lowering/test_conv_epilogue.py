@@ -179,3 +179,72 @@ def test_fused_is_bitwise_the_unfused(name: str) -> None:
     args = inputs(case, True)
     fused, (unfused, _) = getattr(m, f"{name}_res")(*args), m.apart(*args)
     np.testing.assert_array_equal(fused, unfused)
+
+
+# A folded BatchNorm (torch.onnx.export in eval mode folds it into the conv's weights and bias): opc-fuse
+# makes conv + bias a fused_conv_epilogue, and what follows runs as its epilogue (the runtime's
+# opc_nn_fused_conv_epilogue_ep_*): MobileNetV2's Clip, ResNet's residual add + ReLU, and a ReLU the
+# fused op applies itself before the nest (an add after it).
+FOLDED = {"clip": "bias, then clip to [0, 6]", "res": "bias, + r, relu", "relu_add": "bias, relu, + r"}
+
+
+def folded_function(case: tuple, tail: str) -> str:  # noqa: ANN001
+    name, n, c, o, hw, k, stride, pad, group, dt = case
+    xs, ws, ys = (n, c, *hw), (o, c // group, *(k,) * len(hw)), (n, o, *out_hw(hw, k, stride, pad))
+    strides, pads = ", ".join([str(stride)] * len(hw)), ", ".join([str(pad)] * 2 * len(hw))
+    y, bc, s = t(ys, dt), t((o, *(1,) * len(hw)), dt), t((), dt)
+    args = f"%x: {t(xs, dt)}, %w: {t(ws, dt)}, %b: {t((o,), dt)}" + (f", %r: {y}" if tail != "clip" else "")
+    lines = [f"func.func @{name}_{tail}({args}) -> {y} {{",
+             f"  %c = opc.conv %x, %w {{strides = array<i64: {strides}>, pads = array<i64: {pads}>, group = {group} : i64}}"
+             f" : ({t(xs, dt)}, {t(ws, dt)}) -> {y}",
+             f"  %bc = opc.reshape %b : ({t((o,), dt)}) -> {bc}",
+             f"  %p = opc.add %c, %bc : ({y}, {bc}) -> {y}"]
+    if tail == "clip":
+        lines += [f"  %lo = arith.constant dense<0.0> : {s}", f"  %hi = arith.constant dense<6.0> : {s}",
+                  f"  %m = opc.maximum %p, %lo : ({y}, {s}) -> {y}", f"  %z = opc.minimum %m, %hi : ({y}, {s}) -> {y}"]
+    elif tail == "res":
+        lines += [f"  %a = opc.add %p, %r : ({y}, {y}) -> {y}", f"  %z = opc.relu %a : ({y}) -> {y}"]
+    else:
+        lines += [f"  %q = opc.relu %p : ({y}) -> {y}", f"  %z = opc.add %q, %r : ({y}, {y}) -> {y}"]
+    lines += [f"  func.return %z : {y}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+FOLDED_GRID = [(case, tail) for case in CASES for tail in FOLDED]
+
+
+@pytest.fixture(scope="module")
+def folded_modules():  # noqa: ANN201
+    return opc.compile("".join(folded_function(case, tail) for case, tail in FOLDED_GRID))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case,tail", FOLDED_GRID, ids=[f"{c[0]}_{tail}" for c, tail in FOLDED_GRID])
+def test_folded_conv_and_its_tail_match_numpy(folded_modules, case, tail: str, threads: int) -> None:  # noqa: ANN001
+    x, w, b, *_ = inputs(case, False)
+    r = inputs(case, True)[-1]
+    col = (slice(None), *(None,) * len(case[4]))
+    pre = conv_numpy(x.astype(np.float64), w.astype(np.float64), case[6], case[7], case[8]) + b.astype(np.float64)[col]
+    want = {"clip": lambda: np.clip(pre, 0, 6), "res": lambda: np.maximum(pre + r, 0),
+            "relu_add": lambda: np.maximum(pre, 0) + r}[tail]()
+    before = opc.get_num_threads()
+    try:
+        opc.set_num_threads(threads)
+        got = getattr(folded_modules, f"{case[0]}_{tail}")(x, w, b, *(() if tail == "clip" else (r,)))
+    finally:
+        opc.set_num_threads(before)
+    tol = 1e-4 if case[-1] == "f32" else 1e-10
+    assert got.dtype == DT[case[-1]] and got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_every_folded_tail_runs_in_the_fused_conv(folded_modules) -> None:  # noqa: ANN001
+    """Each function is one runtime call, the fused conv with its tail as the epilogue, and no nest of
+    its own over the conv's output."""
+    src = folded_modules.c_source
+    for case, tail in FOLDED_GRID:
+        body = src.split(f"int opc_fn_{case[0]}_{tail}(")[1].split("cleanup:")[0]
+        assert f"opc_nn_fused_conv_epilogue_ep_{case[-1]}(" in body, (case[0], tail)
+        assert not re.findall(r"^\s+opc_k_\w+\(", body, re.MULTILINE), (case[0], tail)
+    for ops in ("maximum, minimum", "add, relu", "add"):
+        assert f"kernel epilogue: {ops}\n" in src or f"kernel epilogue: {ops} " in src, ops
