@@ -6,6 +6,10 @@ input and every weight, opc (compiled with grad=True, NAME_value_and_grad) again
 autograd running the same graph node by node (bench/onnx_peers.py).
 
     python3 bench/bench_models_cpu.py [mobilenet_v2 resnet18 ...] [--calls 30] [--threads N] [--train]
+                                      [--fold-bn]
+
+--fold-bn: each BatchNorm folded into its Conv first (tests/models/fold_batch_norm.py), the graph
+torch.onnx.export makes in eval mode, its default; the rows are named `model+fold`.
 
 Models are tests/models' exports with their seeded weights (tests/models/seeded_weights.py). Each
 figure is the best of 5 rounds of --calls calls; onnxruntime runs with 1 intra- and 1 inter-op
@@ -24,6 +28,7 @@ import onnxruntime as ort
 
 MODELS = Path(__file__).resolve().parents[1] / "tests" / "models"
 sys.path.insert(0, str(MODELS))
+from fold_batch_norm import fold_batch_norms  # noqa: E402
 from seeded_weights import fill_initializers  # noqa: E402
 
 import opc  # noqa: E402
@@ -49,6 +54,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--train", action="store_true", help="a training step against torch eager")
+    ap.add_argument("--fold-bn", action="store_true", help="BatchNorms folded into their Convs (torch's eval export)")
     args = ap.parse_args()
     if args.train:
         train_rows(args)
@@ -60,6 +66,8 @@ def main() -> None:
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     for name in args.models:
         model = fill_initializers(onnx.load(str(MODELS / f"{name}.onnx")))
+        if args.fold_bn:
+            model, name = fold_batch_norms(model), f"{name}+fold"
         x_info = model.graph.input[0]
         x = np.random.default_rng(0).standard_normal(
             [d.dim_value for d in x_info.type.tensor_type.shape.dim]).astype(np.float32)

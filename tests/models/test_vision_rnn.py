@@ -66,3 +66,24 @@ def test_gradients(name: str) -> None:
         got = grads[arg][: want.shape[0]]  # a big gradient was recorded by its first rows
         tol = MODELS[name][2] * scale
         np.testing.assert_allclose(got, want, rtol=MODELS[name][2], atol=tol, err_msg=arg)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_forward_with_batch_norm_folded(name: str) -> None:
+    """The export torch makes in eval mode (tests/models/fold_batch_norm.py: each BatchNorm folded into
+    its Conv's weights and bias): the same output, and the Clip / residual Add + Relu after each conv
+    running as the fused conv's epilogue (no pass of their own)."""
+    from fold_batch_norm import fold_batch_norms
+
+    model, _, _, ref = compiled(name)
+    folded = fold_batch_norms(model)
+    assert not any(n.op_type == "BatchNormalization" for n in folded.graph.node)
+    module, params = opc.import_onnx(folded)
+    m = opc.compile(module)
+    y = m.main_graph(ref["in_x"], *params.values())
+    tol = MODELS[name][1] * max(1.0, float(np.abs(ref["y"]).max()))
+    np.testing.assert_allclose(y, ref["y"], rtol=MODELS[name][1], atol=tol)
+    # every residual Add (ResNet-18's 8, MobileNetV2's 10) and Clip (its 35) but the last, which joins
+    # the global pooling's reduction instead
+    tails = m.c_source.count("opc_nn_fused_conv_epilogue_ep_f32(")
+    assert tails == {"resnet18": 8 - 1, "mobilenet_v2": 10 + 35 - 1}[name], tails
