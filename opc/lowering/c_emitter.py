@@ -42,6 +42,7 @@ from opc.dialects.opc_loops import (
 )
 from opc.dtypes import numpy_name
 from opc.lowering.abi import ENTRY_PREFIX, FROZEN_FN, OOM_FN, RELEASE_FN, SET_THREADS_FN, FunctionSignature
+from opc.lowering.arena_plan import arena_offsets, live_ranges
 from opc.lowering.c_call_emission import KERNEL_HOST, CallEmission
 from opc.lowering.c_control_emission import (
     C_STACK_MACROS,
@@ -311,15 +312,14 @@ class CEmitter(LoopEmission, MemoryEmission, CallEmission, ControlEmission):
         sizes joins it where they are known at the function's start (polynomials of its
         size parameters): its offset is a C expression of them. One sized by a data size
         (known only once its op ran) has a malloc of its own."""
-        self.arena = {}
         handed = {op.buffer for op in fn.walk() if isinstance(op, HandOutOp)}  # the binding frees them
         top = [b for b in owned if b.owner.parent_block() is fn.body.block and b not in handed
                ] if self.pack_buffers else []
         counts = {b: self.start_count(b, fn) for b in top}
-        size = 0
-        for buf in (b for b in top if isinstance(counts[b], int)):
-            self.arena[buf] = size
-            size += -(-buffer_bytes(buf.type) // ARENA_ALIGN) * ARENA_ALIGN
+        fixed = {b: -(-buffer_bytes(b.type) // ARENA_ALIGN) * ARENA_ALIGN for b in top if isinstance(counts[b], int)}
+        offsets = arena_offsets(live_ranges(fn, list(fixed)), fixed)  # dead buffers' bytes reused
+        self.arena = dict(offsets)
+        size = max((offsets[b] + fixed[b] for b in fixed), default=0)
         for buf in owned:
             if buf not in self.arena and not isinstance(counts.get(buf), str):
                 self.line(f"{c_type(element_of(buf))} *{self.name(buf)} = NULL;")
