@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every figure of an issue-37 round side by side in one run: the CNNs, the LSTM, the training steps,
+# Every figure of an issue-37 round side by side in one run: the CNNs (as exported, and with their
+# BatchNorms folded as torch's eval export does), the LSTM, the training steps,
 # the transformer block and ResNet-18 at 224x224 at 1 and 2 threads on a quiet machine, the peak
 # fractions, the compile times, then the CNNs again with the machine busy. Each command's output goes
 # to its own file, PREFIX-NAME.txt.
@@ -21,6 +22,7 @@ run() {  # run FILE COMMAND...: the command, the machine and the load before and
 }
 for t in 1 2; do
     run "$out-models-cnn-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t"
+    run "$out-models-cnn-fold-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" --fold-bn
     run "$out-models-lstm-threads$t.txt" python3 bench/bench_control_flow.py --only lstm --seq 64 300 --threads "$t"
     run "$out-train-threads$t.txt" python3 bench/bench_models_cpu.py --train small_cnn mobilenet_v2 resnet18 --calls 10 --threads "$t"
     run "$out-transformer-threads$t.txt" python3 bench/bench_transformer.py --threads "$t"
