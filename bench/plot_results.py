@@ -28,13 +28,19 @@ TRANSFORMER_ROW = re.compile(r"^(forward(?: \+ backward)?)\s+vs (.+?)\s+([\d.]+)
 CPU_HEAD = re.compile(r"^numpy .*; threads (\d+) of (\d+) cores;.*load average ([\d.]+)")
 CPU_ROW = re.compile(r"^  (\S.*?)\s{2,}([\d.]+)\s+([\d.]+)\s+([\d.]+)$")
 # bench_models_cpu.py: "resnet18: opc 6.38 ms, onnxruntime 5.08 ms, onnxruntime/opc 0.80 (CPU time per call, 1 ..."
-MODEL_ROW = re.compile(r"^(\w+): opc ([\d.]+) ms, onnxruntime ([\d.]+) ms, onnxruntime/opc ([\d.]+) "
+MODEL_ROW = re.compile(r"^([\w+]+): opc ([\d.]+) ms, onnxruntime ([\d.]+) ms, onnxruntime/opc ([\d.]+) "
                        r"\((\w+) time per call, (\d+) thread")
 # bench_control_flow.py --only lstm: a head naming the threads, then "static seq 300 | first | opc | onnxruntime | diff"
 LSTM_HEAD = re.compile(r"^(\d+-layer LSTM) \((.*?)\), (\d+) thread")
 LSTM_ROW = re.compile(r"^\s+(static|run-time seq) seq\s+(\d+) \|\s+[\d.]+ ms \|\s+([\d.]+) ms \|\s+([\d.]+) ms \|")
 LOAD = re.compile(r"load average: ([\d.]+)")
 MODEL_NAMES = {"resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2", "small_cnn": "small CNN"}
+
+
+def model_name(row: str) -> str:
+    """bench_models_cpu.py's row name as the plots print it (`mobilenet_v2+fold`: --fold-bn's rows)."""
+    name, fold, _ = row.partition("+fold")
+    return MODEL_NAMES.get(name, name) + (" (BatchNorm folded)" if fold else "")
 
 
 def extract(text: str) -> list[dict]:
@@ -57,7 +63,7 @@ def extract_models(text: str) -> list[dict]:
         if (m := LOAD.search(line)) and load is None:
             load = float(m.group(1))
         elif m := MODEL_ROW.match(line):
-            run(int(m.group(6)))["rows"].append({"case": MODEL_NAMES.get(m.group(1), m.group(1)), "vs": "onnxruntime",
+            run(int(m.group(6)))["rows"].append({"case": model_name(m.group(1)), "vs": "onnxruntime",
                                                  "clock": m.group(5), "opc_ms": float(m.group(2)),
                                                  "them_ms": float(m.group(3)), "ratio": float(m.group(4))})
         elif m := LSTM_HEAD.match(line):
