@@ -127,14 +127,22 @@ def test_conv_bn_relu_matches_numpy(modules, case, residual: bool, threads: int)
     if residual:
         want = want + args[6].astype(np.float64)
     want = np.maximum(want, 0)
+    assert_matches(call_at(threads, getattr(modules, fname(case, residual)), *args), want, case[-1])
+
+
+def call_at(threads: int, fn, *args: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    """fn(*args) with opc at `threads` threads (the setting restored after)."""
     before = opc.get_num_threads()
     try:
         opc.set_num_threads(threads)
-        got = getattr(modules, fname(case, residual))(*args)
+        return fn(*args)
     finally:
         opc.set_num_threads(before)
-    tol = 1e-4 if case[-1] == "f32" else 1e-10
-    assert got.dtype == DT[case[-1]] and got.shape == want.shape
+
+
+def assert_matches(got: np.ndarray, want: np.ndarray, dt: str) -> None:
+    tol = 1e-4 if dt == "f32" else 1e-10
+    assert got.dtype == DT[dt] and got.shape == want.shape
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
 
 
@@ -227,15 +235,8 @@ def test_folded_conv_and_its_tail_match_numpy(folded_modules, case, tail: str, t
     pre = conv_numpy(x.astype(np.float64), w.astype(np.float64), case[6], case[7], case[8]) + b.astype(np.float64)[col]
     want = {"clip": lambda: np.clip(pre, 0, 6), "res": lambda: np.maximum(pre + r, 0),
             "relu_add": lambda: np.maximum(pre, 0) + r}[tail]()
-    before = opc.get_num_threads()
-    try:
-        opc.set_num_threads(threads)
-        got = getattr(folded_modules, f"{case[0]}_{tail}")(x, w, b, *(() if tail == "clip" else (r,)))
-    finally:
-        opc.set_num_threads(before)
-    tol = 1e-4 if case[-1] == "f32" else 1e-10
-    assert got.dtype == DT[case[-1]] and got.shape == want.shape
-    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+    fn = getattr(folded_modules, f"{case[0]}_{tail}")
+    assert_matches(call_at(threads, fn, x, w, b, *(() if tail == "clip" else (r,))), want, case[-1])
 
 
 def test_every_folded_tail_runs_in_the_fused_conv(folded_modules) -> None:  # noqa: ANN001
