@@ -73,6 +73,20 @@ func.func @loop(%trips: tensor<i64>, %x: {t(16, 16)}, %w: {t(16, 16)}) -> {t(16,
   %v = opc.add %u, %r1 : ({t(16, 16)}, {t(16, 16)}) -> {t(16, 16)}
   func.return %v : {t(16, 16)}
 }}
+
+func.func @choose(%flag: tensor<i1>, %x: {t(16, 16)}, %w: {t(16, 16)}) -> {t(16, 16)} {{
+  %p = opc.matmul %x, %w : ({t(16, 16)}, {t(16, 16)}) -> {t(16, 16)}
+  %q = opc.matmul %p, %w : ({t(16, 16)}, {t(16, 16)}) -> {t(16, 16)}
+  %f = tensor.extract %flag[] : tensor<i1>
+  %r = scf.if %f -> ({t(16, 16)}) {{
+    scf.yield %p : {t(16, 16)}
+  }} else {{
+    scf.yield %q : {t(16, 16)}
+  }}
+  %s = opc.matmul %x, %x : ({t(16, 16)}, {t(16, 16)}) -> {t(16, 16)}
+  %u = opc.matmul %r, %s : ({t(16, 16)}, {t(16, 16)}) -> {t(16, 16)}
+  func.return %u : {t(16, 16)}
+}}
 """
 
 
@@ -110,4 +124,14 @@ def test_a_loops_results_keep_what_its_iterations_rotate_through_alive(module, t
         a, b = b, a @ w
     want = a @ (x @ x) + b
     got = module.loop(np.array(trips), x.astype(np.float32), w.astype(np.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_what_a_branch_yields_stays_alive(module, flag: bool) -> None:  # noqa: ANN001
+    """%r is %p or %q as a branch yields it (the branches copy it into %r's own buffer), and %s, made
+    after the if, may take the bytes of whichever is dead: the product reads the chosen values."""
+    x, w = (np.random.default_rng(i).standard_normal((16, 16)) / 4 for i in range(2))
+    want = (x @ w if flag else x @ w @ w) @ (x @ x)
+    got = module.choose(np.array(flag), x.astype(np.float32), w.astype(np.float32))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
