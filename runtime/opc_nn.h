@@ -210,15 +210,9 @@ typedef struct {
 
 static void opc_nn_bias_then_ep(void *ctx, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     const opc_nn_bias_ep *e = (const opc_nn_bias_ep *)ctx;
-    for (int64_t r = r0; r < r1; r++) {
-        float *row = e->y + r * e->ovol;
-        const float b = e->bias[r % e->o];
-        if (e->act == OPC_CF_ACT_NONE) /* the folded BatchNorm's case: a loop gcc vectorizes */
-            for (int64_t j = c0; j < c1; j++) row[j] += b;
-        else if (e->act == OPC_CF_ACT_RELU)
-            for (int64_t j = c0; j < c1; j++) row[j] = row[j] + b > 0.0f ? row[j] + b : 0.0f;
-        else
-            for (int64_t j = c0; j < c1; j++) row[j] = opc_cf_act(row[j] + b, e->act);
+    for (int64_t r = r0; r < r1; r++) { /* in place, by the stride-1 kernel's vector store */
+        float *row = e->y + r * e->ovol + c0;
+        opc_cf_put_run(row, NULL, row, c1 - c0, e->bias[r % e->o], e->act);
     }
     if (e->ep) e->ep(e->ep_ctx, r0, r1, c0, c1);
 }

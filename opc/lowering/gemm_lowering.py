@@ -26,7 +26,7 @@ from opc.lowering.scalars import (
     relu_grad_scalar,
 )
 from opc.symbolic import Sym
-from opc.transforms.opc_schedule import GemmEpilogue
+from opc.transforms.opc_schedule import EPILOGUE_CONVS, GemmEpilogue
 
 EPILOGUE_ATTR = "opc.epilogue"
 """On an opc_loops.gemm with an epilogue: the ops of the nest it runs (for the profiler's label)."""
@@ -81,7 +81,7 @@ class GemmLowering(LoweringState):
             block = Block(arg_types=[IndexType(), IndexType()])
             row, column = block.args
             gshape = shape_of(ep.gemm.results[0])
-            conv = isinstance(ep.gemm, (opc.ConvOp, opc.FusedConvEpilogueOp))  # rows n * c, columns the spatial offset
+            conv = isinstance(ep.gemm, EPILOGUE_CONVS)  # rows n * c, columns the spatial offset
             cols = numel(gshape[2:]) if conv else gshape[-1]  # the GEMM's n
             vectors = [u for u in leaves if numel(shape_of(u)) != n]
             for u in leaves:
