@@ -763,10 +763,12 @@ static void opc_cf_pad_plane_rows(const float *s, float *dst, const opc_cf_plan 
     opc_cf_inside(p, 0, &lo0, &hi0);
     opc_cf_inside(p, 1, &lo1, &hi1);
     if (b <= a) return;
+    /* the plan's fields in locals: the vector stores (may_alias) would make gcc reload them per row */
+    const int64_t P1 = p->P[1], in1 = p->in[1], in2 = p->in[2], pb0 = p->pb[0], pb1 = p->pb[1], pb2 = p->pb[2];
     for (int64_t i0 = lo0; i0 < hi0; i0++)
         for (int64_t i1 = lo1; i1 < hi1; i1++) {
-            float *row = dst + (i0 * p->P[1] + i1) * P2 + a;
-            const float *src = s + ((i0 - p->pb[0]) * p->in[1] + i1 - p->pb[1]) * p->in[2] + a - p->pb[2];
+            float *row = dst + (i0 * P1 + i1) * P2 + a;
+            const float *src = s + ((i0 - pb0) * in1 + i1 - pb1) * in2 + a - pb2;
             if (b - a >= OPC_CF_V) opc_cf_copy_vec(row, src, b - a);
             else memcpy(row, src, sizeof(float) * (b - a));
         }
@@ -779,7 +781,11 @@ static void opc_cf_pad_plane_rows(const float *s, float *dst, const opc_cf_plan 
  * at the row's end (its overlap recomputed, to the same values). Each output is one sum over the
  * taps in order, zeros of the padding included, as in opc_cf_dw_run. */
 static void opc_cf_dws_plane(const float *xp, const float *w, float *y, float *z, float b, int act,
-                             const opc_cf_plan *p, const opc_cv_geom *q) {
+                             const opc_cf_plan *pp, const opc_cv_geom *qp) {
+    const opc_cf_plan pc = *pp; /* copies, as in opc_cf_dwr_plane */
+    const opc_cv_geom qc = *qp;
+    const opc_cf_plan *p = &pc;
+    const opc_cv_geom *q = &qc;
     const int64_t s2 = q->s[2];
     for (int64_t o0 = 0; o0 < q->out[0]; o0++)
         for (int64_t o1 = 0; o1 < q->out[1]; o1++) {
@@ -835,8 +841,14 @@ static inline __attribute__((always_inline)) void opc_cf_dwr_block(const float *
  * per row V columns at a time (the last vector shifted back likewise). */
 static inline __attribute__((always_inline)) void opc_cf_dwr_plane(const float *xp, const float *w, float *y,
                                                                    float *z, float b, int act,
-                                                                   const opc_cf_plan *p, const opc_cv_geom *q,
+                                                                   const opc_cf_plan *pp, const opc_cv_geom *qp,
                                                                    int K1, int K2, int S) {
+    /* copies of the geometry that nothing else can point to: through the caller's, every may_alias
+     * vector store would make gcc reload the fields the next block reads */
+    const opc_cf_plan pc = *pp;
+    const opc_cv_geom qc = *qp;
+    const opc_cf_plan *p = &pc;
+    const opc_cv_geom *q = &qc;
     const int64_t O1 = q->out[1], O2 = q->out[2];
     for (int64_t o0 = 0; o0 < q->out[0]; o0++)
         for (int64_t o1 = 0; o1 < O1; o1 += O1 >= OPC_CF_DWR_R ? OPC_CF_DWR_R : 1) {
@@ -845,13 +857,16 @@ static inline __attribute__((always_inline)) void opc_cf_dwr_plane(const float *
             for (int64_t c = 0; c < O2; c += OPC_CF_V) {
                 const int64_t c0 = c + OPC_CF_V <= O2 ? c : O2 - OPC_CF_V;
                 opc_cf_vec a[OPC_CF_DWR_R];
-                if (R == OPC_CF_DWR_R)
+                const int64_t yo = (o0 * O1 + r0) * O2 + c0;
+                /* each count of rows with its own unrolled stores: a loop over R kept the block's sums in
+                   memory and reloaded b and z for every row */
+                if (R == OPC_CF_DWR_R) {
                     opc_cf_dwr_block(xp, w, p, q, o0, r0, c0, OPC_CF_DWR_R, K1, K2, S, a);
-                else
+                    _Pragma("GCC unroll 8") for (int r = 0; r < OPC_CF_DWR_R; r++)
+                        opc_cf_put_vec(y + yo + r * O2, z ? z + yo + r * O2 : NULL, a[r], b, act);
+                } else {
                     opc_cf_dwr_block(xp, w, p, q, o0, r0, c0, 1, K1, K2, S, a);
-                for (int r = 0; r < R; r++) {
-                    const int64_t yo = (o0 * O1 + r0 + r) * O2 + c0;
-                    opc_cf_put_vec(y + yo, z ? z + yo : NULL, a[r], b, act);
+                    opc_cf_put_vec(y + yo, z ? z + yo : NULL, a[0], b, act);
                 }
             }
         }
