@@ -422,7 +422,13 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                     for (int64_t m = 0; m < mt; m++) {
                         if (!acc) continue;
                         const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
+                        /* the next channel tile's panel on its way to L2 while this one's tiles run (as
+                           opc_cw_conv's next chunk): the first tile would wait for it from memory */
+                        const char *next = m + 1 < mt ? (const char *)(ag + (m + 1) * p->K * OPC_CF_MR) : NULL;
+                        const int64_t lines = next ? p->K * OPC_CF_MR * 4 / 64 : 0, per_tile = (lines + tiles - 1) / tiles;
                         for (int64_t t = 0; t < tiles; t++) {
+                            for (int64_t l = t * per_tile; l < lines && l < (t + 1) * per_tile; l++)
+                                __builtin_prefetch(next + l * 64, 0, 2);
                             opc_cf_micro(p->K, ag + m * p->K * OPC_CF_MR, xp + t * OPC_CF_NR, off, acc, 0);
                             opc_cf_store(acc, mr, t * OPC_CF_NR, yg + m * OPC_CF_MR * ovol,
                                          zg ? zg + m * OPC_CF_MR * ovol : NULL, ovol, bg ? bg + m * OPC_CF_MR : NULL,
