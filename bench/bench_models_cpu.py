@@ -34,18 +34,8 @@ from seeded_weights import fill_initializers  # noqa: E402
 import opc  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import best_ms  # noqa: E402
 from onnx_peers import onnx_torch_train  # noqa: E402
-
-
-def best_ms(f, calls: int, clock) -> float:  # noqa: ANN001
-    f()
-    best = float("inf")
-    for _ in range(5):
-        t0 = clock()
-        for _ in range(calls):
-            f()
-        best = min(best, (clock() - t0) / calls)
-    return best * 1e3
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import OPENBLAS_NO_SPIN  # noqa: E402
+from benchlib import OPENBLAS_NO_SPIN, best_ms  # noqa: E402
 
 os.environ.setdefault(*OPENBLAS_NO_SPIN)  # before NumPy loads OpenBLAS
 import numpy as np  # noqa: E402
@@ -42,17 +42,6 @@ def stage_ends(model, pattern: str) -> list[tuple[str, str]]:  # noqa: ANN001
         if m and node.output:
             ends[m.group(1)] = node.output[0]
     return [*ends.items(), ("(the rest: whole model)", model.graph.output[0].name)]
-
-
-def best_per_call(fn, calls: int, clock) -> float:  # noqa: ANN001
-    fn()
-    best = float("inf")
-    for _ in range(7):
-        t0 = clock()
-        for _ in range(calls):
-            fn()
-        best = min(best, (clock() - t0) / calls)
-    return best
 
 
 def main() -> None:
@@ -89,8 +78,8 @@ def main() -> None:
             extract_model(args.model, path, [x_info.name], [output])
             run = opc.load_onnx(path)
             sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-            t_opc = best_per_call(lambda: run(x), args.calls, clock) * 1e6  # noqa: B023
-            t_ort = best_per_call(lambda: sess.run(None, {x_info.name: x}), args.calls, clock) * 1e6  # noqa: B023
+            t_opc = best_ms(lambda: run(x), args.calls, clock, rounds=7) * 1e3  # noqa: B023
+            t_ort = best_ms(lambda: sess.run(None, {x_info.name: x}), args.calls, clock, rounds=7) * 1e3  # noqa: B023
             d_opc, d_ort = t_opc - before[0], t_ort - before[1]
             ratio = f"{d_ort / d_opc:.2f}" if d_opc > 0 else "-"
             print(f"{name[-28:]:28s} {t_opc:9.1f} {t_ort:9.1f} {d_opc:8.1f} {d_ort:8.1f}  {ratio}", flush=True)

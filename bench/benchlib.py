@@ -92,6 +92,19 @@ def best(fn: Callable[[], object], repeat: int = 7, min_time: float = 0.2) -> fl
     return best_of({"fn": fn}, repeat, min_time / repeat)["fn"]
 
 
+def best_ms(fn: Callable[[], object], calls: int, clock: Callable[[], float], rounds: int = 5) -> float:
+    """Best milliseconds per call over `rounds` runs of `calls` calls each, timed by `clock`, after one
+    warm-up call (the CNN and stage rows: one contender at a time, not interleaved)."""
+    fn()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = clock()
+        for _ in range(calls):
+            fn()
+        best = min(best, (clock() - t0) / calls)
+    return best * 1e3
+
+
 def scaled_error(got, want) -> float:
     """max |got - want| / max(1, max |want|): one number for outputs of any magnitude."""
     import numpy as np

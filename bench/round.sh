@@ -3,10 +3,13 @@
 # BatchNorms folded as torch's eval export does), the LSTM, the training steps,
 # the transformer block and ResNet-18 at 224x224 at 1 and 2 threads on a quiet machine, the peak
 # fractions, the compile times, then the CNNs again with the machine busy. Each command's output goes
-# to its own file, PREFIX-NAME.txt.
-#   bash bench/round.sh bench/results/2026-12-06-r8
+# to its own file, PREFIX-NAME.txt. With REPEATS, then REPEATS more runs of the CNN rows, as exported and
+# folded, each a fresh process (PREFIX-models-cnn-repeats.txt, PREFIX-models-cnn-fold-repeats.txt): the
+# medians the docs quote.
+#   bash bench/round.sh bench/results/2026-12-06-r8 [REPEATS]
 set -euo pipefail
 out="$(realpath -m "$1")"
+repeats="${2:-0}"
 cd "$(dirname "$0")/.."
 run() {  # run FILE COMMAND...: the command, the machine and the load before and after, into FILE
     local file="$1"
@@ -38,3 +41,17 @@ for t in 1 2; do
     run "$out-models-cnn-busy-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t"
 done
 kill "${hogs[@]}"
+for fold in "" --fold-bn; do
+    [ "$repeats" -gt 0 ] || break
+    {
+        echo "# for i in 1..$repeats, t in 1 2: python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads t $fold (fresh process each)"
+        date
+        uptime
+        for _ in $(seq "$repeats"); do
+            for t in 1 2; do
+                python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" $fold
+            done
+        done
+        uptime
+    } > "$out-models-cnn${fold:+-fold}-repeats.txt" 2>&1
+done
