@@ -240,12 +240,13 @@ static inline float opc_cf_act(float v, int act) {
     }
 }
 
-/* out[MR][NR] (+)= A panel [K][MR] times xp at p0 + off[k] (NR positions); acc: add to out. */
-__attribute__((noinline)) static void opc_cf_micro(int64_t K, const float *a, const float *xp, const int64_t *off,
-                                                   float *out, int acc) {
+/* out[MR][NV * V] (+)= A panel [K][MR] times xp at p0 + off[k] (NV vectors of positions); acc: add
+ * to out (rows of NR floats). Inlined with a constant NV. */
+static inline __attribute__((always_inline)) void opc_cf_micro_nv(int64_t K, const float *a, const float *xp,
+                                                                  const int64_t *off, float *out, int acc, int NV) {
     opc_cf_vec c[OPC_CF_MR][OPC_CF_NV];
     for (int m = 0; m < OPC_CF_MR; m++)
-        for (int j = 0; j < OPC_CF_NV; j++) {
+        for (int j = 0; j < NV; j++) {
             c[m][j] = (opc_cf_vec){0};
             if (acc) c[m][j] = *(const opc_cf_uvec *)(out + m * OPC_CF_NR + j * OPC_CF_V);
         }
@@ -253,18 +254,38 @@ __attribute__((noinline)) static void opc_cf_micro(int64_t K, const float *a, co
         const float *s = xp + off[k];
         opc_cf_vec b[OPC_CF_NV];
 #pragma GCC unroll 8
-        for (int j = 0; j < OPC_CF_NV; j++) b[j] = *(const opc_cf_uvec *)(s + j * OPC_CF_V);
+        for (int j = 0; j < NV; j++) b[j] = *(const opc_cf_uvec *)(s + j * OPC_CF_V);
 #pragma GCC unroll 8
-        for (int j = 0; j < OPC_CF_NV; j++) OPC_CF_KEEP(b[j]);
+        for (int j = 0; j < NV; j++) OPC_CF_KEEP(b[j]);
 #pragma GCC unroll 16
         for (int m = 0; m < OPC_CF_MR; m++) {
             const opc_cf_vec am = a[k * OPC_CF_MR + m] - (opc_cf_vec){0}; /* a splat (x - 0 is exact) */
 #pragma GCC unroll 8
-            for (int j = 0; j < OPC_CF_NV; j++) c[m][j] += am * b[j];
+            for (int j = 0; j < NV; j++) c[m][j] += am * b[j];
         }
     }
     for (int m = 0; m < OPC_CF_MR; m++)
-        for (int j = 0; j < OPC_CF_NV; j++) *(opc_cf_uvec *)(out + m * OPC_CF_NR + j * OPC_CF_V) = c[m][j];
+        for (int j = 0; j < NV; j++) *(opc_cf_uvec *)(out + m * OPC_CF_NR + j * OPC_CF_V) = c[m][j];
+}
+
+/* A whole tile: NR positions. */
+__attribute__((noinline)) static void opc_cf_micro(int64_t K, const float *a, const float *xp, const int64_t *off,
+                                                   float *out, int acc) {
+    opc_cf_micro_nv(K, a, xp, off, out, acc, OPC_CF_NV);
+}
+
+/* The tile at p0 of a plan's L positions: where fewer than NR are left, only the vectors that hold them
+ * (a 16x16 image's 271 positions at pitch 17: 5 whole tiles and 2 vectors, 272 computed instead of
+ * 288). Each position's sum is the same as in a whole tile. */
+__attribute__((noinline)) static void opc_cf_micro_tail(int64_t K, const float *a, const float *xp, const int64_t *off,
+                                                        float *out, int acc, int64_t left) {
+#if OPC_CF_NV == 3
+    if (left <= OPC_CF_V) opc_cf_micro_nv(K, a, xp, off, out, acc, 1);
+    else if (left <= 2 * OPC_CF_V) opc_cf_micro_nv(K, a, xp, off, out, acc, 2);
+    else
+#endif
+        opc_cf_micro_nv(K, a, xp, off, out, acc, OPC_CF_NV);
+    (void)left;
 }
 
 /* y (and pre, or NULL) at output j of a channel: act(acc + b), acc + b. */
@@ -429,7 +450,9 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                         for (int64_t t = 0; t < tiles; t++) {
                             for (int64_t l = t * per_tile; l < lines && l < (t + 1) * per_tile; l++)
                                 __builtin_prefetch(next + l * 64, 0, 2);
-                            opc_cf_micro(p->K, ag + m * p->K * OPC_CF_MR, xp + t * OPC_CF_NR, off, acc, 0);
+                            if (t + 1 < tiles) opc_cf_micro(p->K, ag + m * p->K * OPC_CF_MR, xp + t * OPC_CF_NR, off, acc, 0);
+                            else opc_cf_micro_tail(p->K, ag + m * p->K * OPC_CF_MR, xp + t * OPC_CF_NR, off, acc, 0,
+                                                   p->L - t * OPC_CF_NR);
                             opc_cf_store(acc, mr, t * OPC_CF_NR, yg + m * OPC_CF_MR * ovol,
                                          zg ? zg + m * OPC_CF_MR * ovol : NULL, ovol, bg ? bg + m * OPC_CF_MR : NULL,
                                          act, p);
@@ -448,8 +471,12 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                         for (int64_t k0 = 0; k0 < p->K; k0 += kc) {
                             const int64_t kn = p->K - k0 < kc ? p->K - k0 : kc;
                             for (int64_t m = 0; m < mt; m++)
-                                opc_cf_micro(kn, ag + (m * p->K + k0) * OPC_CF_MR, xp + t * OPC_CF_NR, off + k0,
-                                             acc + m * OPC_CF_MR * OPC_CF_NR, k0 > 0);
+                                if (t + 1 < tiles)
+                                    opc_cf_micro(kn, ag + (m * p->K + k0) * OPC_CF_MR, xp + t * OPC_CF_NR, off + k0,
+                                                 acc + m * OPC_CF_MR * OPC_CF_NR, k0 > 0);
+                                else
+                                    opc_cf_micro_tail(kn, ag + (m * p->K + k0) * OPC_CF_MR, xp + t * OPC_CF_NR, off + k0,
+                                                      acc + m * OPC_CF_MR * OPC_CF_NR, k0 > 0, p->L - t * OPC_CF_NR);
                         }
                         for (int64_t m = 0; m < mt; m++) {
                             const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
@@ -529,12 +556,14 @@ static float *opc_cf_pack_data(const float *w, const opc_cv_geom *q) {
     return a;
 }
 
-/* The positions the stride-1 kernel computes for conv q's ovol outputs: whole tiles of NR over the
- * padded pitch (the padding columns computed and dropped). */
+/* The positions the stride-1 kernel computes for conv q's ovol outputs: over the forward's padded
+ * pitch (opc_cf_plan_shared: the padding columns computed and dropped), whole tiles of NR and the last
+ * one's vectors (opc_cf_micro_tail). */
 static inline int64_t opc_cf_computed(const opc_cv_geom *q) {
-    const int64_t P1 = q->out[1] + q->d[1] * (q->k[1] - 1), P2 = q->out[2] + q->d[2] * (q->k[2] - 1);
-    const int64_t L = ((q->out[0] - 1) * P1 + q->out[1] - 1) * P2 + q->out[2];
-    return (L + OPC_CF_NR - 1) / OPC_CF_NR * OPC_CF_NR;
+    const opc_cf_plan p = opc_cf_plan_shared(opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p));
+    const int64_t whole = p.L / OPC_CF_NR * OPC_CF_NR, left = p.L - whole;
+    return whole + (left <= 2 * OPC_CF_V && OPC_CF_NV == 3 ? (left + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V
+                                                             : (left + OPC_CF_NR - 1) / OPC_CF_NR * OPC_CF_NR);
 }
 
 /* Whether the fast kernels take conv q (f32 callers): every stride 1, more than one tap, groups of more
