@@ -320,16 +320,11 @@ static int opc_cw_conv(const float *x, const float *w, const float *bias, int ac
                             const int64_t kn = K - k0 < kc ? K - k0 : kc;
                             const float *ak = ready ? ready + (m * K + k0) * OPC_CW_NW : a;
                             if (!ready) opc_cw_pack(wg, q->og, K, m * OPC_CW_NW, k0, kn, a);
-                            /* the next chunk's panel on its way from memory (to L2) while this one's tiles
-                               run, its lines spread over them: a deep layer on a small image streams its
-                               weights from memory once per call (ResNet-18's 512 channels at 7x7: 9.4 MB
-                               a conv), and waiting for each chunk at its first tile cost 0.3 ms of 1.35 */
-                            const char *next = ready && k0 + kc < K ? (const char *)(ak + kn * OPC_CW_NW) : NULL;
-                            const int64_t lines = next ? (K - k0 - kn < kc ? K - k0 - kn : kc) * OPC_CW_NW * 4 / 64 : 0;
-                            const int64_t per_tile = (lines + tn - 1) / (tn > 0 ? tn : 1);
+                            /* the next chunk's packed panel on its way while this one's tiles run */
+                            const float *next = ready && k0 + kc < K ? ak + kn * OPC_CW_NW : NULL;
+                            const int64_t next_kn = K - k0 - kn < kc ? K - k0 - kn : kc;
                             for (int64_t t = 0; t < tn; t++) {
-                                for (int64_t l = t * per_tile; l < lines && l < (t + 1) * per_tile; l++)
-                                    __builtin_prefetch(next + l * 64, 0, 2);
+                                opc_cf_prefetch_part(next, next_kn * OPC_CW_NW * 4 / 64, t, tn);
                                 const int64_t r = (t0 + t) / c.nt2 * c.tr, o2 = (t0 + t) % c.nt2 * c.mr;
                                 const int64_t o1 = r % q->out[1], o0 = r / q->out[1];
                                 const int64_t base = (o0 * c.s[0] * p->P[1] + o1 * c.s[1]) * p->P[2] + o2 * c.s[2];

@@ -268,24 +268,33 @@ static inline __attribute__((always_inline)) void opc_cf_micro_nv(int64_t K, con
         for (int j = 0; j < NV; j++) *(opc_cf_uvec *)(out + m * OPC_CF_NR + j * OPC_CF_V) = c[m][j];
 }
 
-/* A whole tile: NR positions. */
-__attribute__((noinline)) static void opc_cf_micro(int64_t K, const float *a, const float *xp, const int64_t *off,
-                                                   float *out, int acc) {
-    opc_cf_micro_nv(K, a, xp, off, out, acc, OPC_CF_NV);
+/* The vectors a tile computes for its `left` positions (the plan's L - p0): all NV of a whole tile,
+ * and for a last tile with one or two vectors' worth left only those (a 16x16 image's 271 positions at
+ * pitch 17: 5 whole tiles and 2 vectors, 272 computed instead of 288). 0 for none. */
+static inline int opc_cf_tile_vectors(int64_t left) {
+    if (OPC_CF_NV == 3 && left <= 2 * OPC_CF_V) return (int)((left + OPC_CF_V - 1) / OPC_CF_V);
+    return OPC_CF_NV;
 }
 
-/* The tile at p0 of a plan's L positions: where fewer than NR are left, only the vectors that hold them
- * (a 16x16 image's 271 positions at pitch 17: 5 whole tiles and 2 vectors, 272 computed instead of
- * 288). Each position's sum is the same as in a whole tile. */
-__attribute__((noinline)) static void opc_cf_micro_tail(int64_t K, const float *a, const float *xp, const int64_t *off,
-                                                        float *out, int acc, int64_t left) {
-#if OPC_CF_NV == 3
-    if (left <= OPC_CF_V) opc_cf_micro_nv(K, a, xp, off, out, acc, 1);
-    else if (left <= 2 * OPC_CF_V) opc_cf_micro_nv(K, a, xp, off, out, acc, 2);
-    else
-#endif
-        opc_cf_micro_nv(K, a, xp, off, out, acc, OPC_CF_NV);
-    (void)left;
+/* The tile at p0 with `left` positions from it on, in opc_cf_tile_vectors(left) vectors; each
+ * position's sum is the same whatever the tile's width. */
+__attribute__((noinline)) static void opc_cf_micro(int64_t K, const float *a, const float *xp, const int64_t *off,
+                                                   float *out, int acc, int64_t left) {
+    const int nv = opc_cf_tile_vectors(left);
+    if (nv == 1) opc_cf_micro_nv(K, a, xp, off, out, acc, 1);
+    else if (nv == 2) opc_cf_micro_nv(K, a, xp, off, out, acc, 2);
+    else opc_cf_micro_nv(K, a, xp, off, out, acc, OPC_CF_NV);
+}
+
+/* Lines [part * n / parts ...) of the n 64-byte lines from next, prefetched into L2: a panel the next
+ * step reads, its lines spread over this step's parts (tiles) so that they arrive while those run. A
+ * deep layer streams its packed weights from memory once per call (ResNet-18's 512 channels at 7x7:
+ * 9.4 MB a conv, its weights 45 MB against a 32 MB L3), and a panel's first tile waiting for it cost
+ * 0.3 ms of 1.35. next NULL: nothing. */
+static inline void opc_cf_prefetch_part(const void *next, int64_t n, int64_t part, int64_t parts) {
+    if (!next) return;
+    const int64_t per = (n + parts - 1) / parts;
+    for (int64_t l = part * per; l < n && l < (part + 1) * per; l++) __builtin_prefetch((const char *)next + l * 64, 0, 2);
 }
 
 /* y (and pre, or NULL) at output j of a channel: act(acc + b), acc + b. */
@@ -443,16 +452,11 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                     for (int64_t m = 0; m < mt; m++) {
                         if (!acc) continue;
                         const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
-                        /* the next channel tile's panel on its way to L2 while this one's tiles run (as
-                           opc_cw_conv's next chunk): the first tile would wait for it from memory */
-                        const char *next = m + 1 < mt ? (const char *)(ag + (m + 1) * p->K * OPC_CF_MR) : NULL;
-                        const int64_t lines = next ? p->K * OPC_CF_MR * 4 / 64 : 0, per_tile = (lines + tiles - 1) / tiles;
+                        /* the next channel tile's panel on its way while this one's tiles run */
+                        const float *next = m + 1 < mt ? ag + (m + 1) * p->K * OPC_CF_MR : NULL;
                         for (int64_t t = 0; t < tiles; t++) {
-                            for (int64_t l = t * per_tile; l < lines && l < (t + 1) * per_tile; l++)
-                                __builtin_prefetch(next + l * 64, 0, 2);
-                            if (t + 1 < tiles) opc_cf_micro(p->K, ag + m * p->K * OPC_CF_MR, xp + t * OPC_CF_NR, off, acc, 0);
-                            else opc_cf_micro_tail(p->K, ag + m * p->K * OPC_CF_MR, xp + t * OPC_CF_NR, off, acc, 0,
-                                                   p->L - t * OPC_CF_NR);
+                            opc_cf_prefetch_part(next, p->K * OPC_CF_MR * 4 / 64, t, tiles);
+                            opc_cf_micro(p->K, ag + m * p->K * OPC_CF_MR, xp + t * OPC_CF_NR, off, acc, 0, p->L - t * OPC_CF_NR);
                             opc_cf_store(acc, mr, t * OPC_CF_NR, yg + m * OPC_CF_MR * ovol,
                                          zg ? zg + m * OPC_CF_MR * ovol : NULL, ovol, bg ? bg + m * OPC_CF_MR : NULL,
                                          act, p);
@@ -471,12 +475,8 @@ static int opc_cf_run(const float *src, const float *a, float *dst, float *pre, 
                         for (int64_t k0 = 0; k0 < p->K; k0 += kc) {
                             const int64_t kn = p->K - k0 < kc ? p->K - k0 : kc;
                             for (int64_t m = 0; m < mt; m++)
-                                if (t + 1 < tiles)
-                                    opc_cf_micro(kn, ag + (m * p->K + k0) * OPC_CF_MR, xp + t * OPC_CF_NR, off + k0,
-                                                 acc + m * OPC_CF_MR * OPC_CF_NR, k0 > 0);
-                                else
-                                    opc_cf_micro_tail(kn, ag + (m * p->K + k0) * OPC_CF_MR, xp + t * OPC_CF_NR, off + k0,
-                                                      acc + m * OPC_CF_MR * OPC_CF_NR, k0 > 0, p->L - t * OPC_CF_NR);
+                                opc_cf_micro(kn, ag + (m * p->K + k0) * OPC_CF_MR, xp + t * OPC_CF_NR, off + k0,
+                                             acc + m * OPC_CF_MR * OPC_CF_NR, k0 > 0, p->L - t * OPC_CF_NR);
                         }
                         for (int64_t m = 0; m < mt; m++) {
                             const int mr = p->cout - m * OPC_CF_MR < OPC_CF_MR ? (int)(p->cout - m * OPC_CF_MR) : OPC_CF_MR;
@@ -558,12 +558,11 @@ static float *opc_cf_pack_data(const float *w, const opc_cv_geom *q) {
 
 /* The positions the stride-1 kernel computes for conv q's ovol outputs: over the forward's padded
  * pitch (opc_cf_plan_shared: the padding columns computed and dropped), whole tiles of NR and the last
- * one's vectors (opc_cf_micro_tail). */
+ * one's vectors (opc_cf_tile_vectors). */
 static inline int64_t opc_cf_computed(const opc_cv_geom *q) {
     const opc_cf_plan p = opc_cf_plan_shared(opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p));
-    const int64_t whole = p.L / OPC_CF_NR * OPC_CF_NR, left = p.L - whole;
-    return whole + (left <= 2 * OPC_CF_V && OPC_CF_NV == 3 ? (left + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V
-                                                             : (left + OPC_CF_NR - 1) / OPC_CF_NR * OPC_CF_NR);
+    const int64_t whole = p.L / OPC_CF_NR * OPC_CF_NR;
+    return whole + (p.L > whole ? opc_cf_tile_vectors(p.L - whole) * OPC_CF_V : 0);
 }
 
 /* Whether the fast kernels take conv q (f32 callers): every stride 1, more than one tap, groups of more
