@@ -10,7 +10,10 @@
  *    bias, act, out, reserve)
  * A is [batch,M,K] ([batch,K,M] if trans_a), B is [batch,K,N] ([batch,N,K] if
  * trans_b), *_batch_stride in elements (0 = broadcast), bias NULL or [N],
- * act: 0 none, 1 relu, 2 gelu (tanh form), 3 gelu (erf form).
+ * act: 0 none, 1 relu, 2 gelu (tanh form), 3 gelu (erf form), 4 relu6 (min(max(x, 0), 6) as
+ * opc.maximum / opc.minimum compute it: NaN stays NaN, -0 becomes 0); act | OPC_GEMM_ROW_BIAS
+ * (f32, no reserve): bias is [M], one value per row of each matrix (a pointwise conv's per-channel
+ * bias), added in the kernel's store like a column bias.
  * out / reserve: [batch,M,N] contiguous, reserve may be NULL, no aliasing.
  * opc_gemm_ep_*: the same plus an epilogue `ep(ep_ctx, r0, r1, c0, c1)`, called once
  * on every finished block of out -- rows [r0, r1) of the [batch*M, N] output
@@ -47,6 +50,7 @@
 #include "opc_runtime.h"
 #include "opc_threads.h"
 #include "opc_frozen.h"
+#include "opc_gemm_api.h" /* OPC_GEMM_RELU6, OPC_GEMM_ROW_BIAS */
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -200,6 +204,12 @@ static OPC_UNUSED void opc__buf_put(void *p) {
 }
 
 static inline int64_t opc__min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* act 4 on one value (opc.maximum then opc.minimum: a NaN fails both tests and stays) */
+OPC_ALWAYS_INLINE float opc__relu6_f32(float z) {
+    const float t = !(z <= 0.0f) ? z : 0.0f;
+    return !(t >= 6.0f) ? t : 6.0f;
+}
 static inline int64_t opc__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Packing reads a short segment of each source row, and rows are a page or more apart, where the
@@ -232,6 +242,14 @@ OPC_ALWAYS_INLINE float opc__gelu_tanh_fast_f32(float x) {
 OPC_ALWAYS_INLINE void opc__gelu_tanh_row(const float *z, float *o, int n) {
     for (int j = 0; j < n; j++) o[j] = opc__gelu_tanh_fast_f32(z[j]);
 }
+/* act on one value, as the store's loops apply it */
+OPC_ALWAYS_INLINE float opc__act_f32(float z, int act) {
+    if (act == 1) return z < 0.0f ? 0.0f : z;
+    if (act == OPC_GEMM_RELU6) return opc__relu6_f32(z);
+    if (act == 2) return opc__gelu_tanh_fast_f32(z);
+    if (act == 3) return opc_gelu_erf_f32(z);
+    return z;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Epilogue / store for one f32-compute micro-tile.                          */
@@ -241,9 +259,10 @@ OPC_ALWAYS_INLINE void opc__gelu_tanh_row(const float *z, float *o, int n) {
 /*  last: apply bias + activation and store to out/res (dtype dt, row        */
 /*       stride ldo). bias: f32 values for these columns, or NULL.          */
 /* ------------------------------------------------------------------------ */
-static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr,
+/*  rbias: the row bias (OPC_GEMM_ROW_BIAS) of the tile's rows, or NULL.     */
+static OPC_UNUSED void opc__store_rows_s(const float *OPC_RESTRICT ct, int mr, int nr,
                          float *acc, int64_t ldacc, int first, int last,
-                         const float *bias, int act, int dt,
+                         const float *bias, const float *rbias, int act, int dt,
                          void *out, void *res, int64_t ldo) {
     float z[OPC_S_NR];
 #if defined(__AVX__)
@@ -257,10 +276,16 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
                 if (!first) z0 = _mm256_add_ps(_mm256_loadu_ps(ai + c), z0);
                 if (!last) { _mm256_storeu_ps(ai + c, z0); continue; }
                 if (bias) z0 = _mm256_add_ps(z0, _mm256_loadu_ps(bias + c));
+                if (rbias) z0 = _mm256_add_ps(z0, _mm256_set1_ps(rbias[i]));
                 if (r) _mm256_storeu_ps(r + c, z0);
                 if (act == 1) {
                     /* z < 0 ? 0 : z (NaN kept, -0 kept), as the scalar path */
                     z0 = _mm256_andnot_ps(_mm256_cmp_ps(z0, _mm256_setzero_ps(), _CMP_LT_OQ), z0);
+                }
+                else if (act == OPC_GEMM_RELU6) {  /* as opc__relu6_f32: ordered tests, NaN kept */
+                    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+                    z0 = _mm256_blendv_ps(z0, zero, _mm256_cmp_ps(z0, zero, _CMP_LE_OQ));
+                    z0 = _mm256_blendv_ps(z0, six, _mm256_cmp_ps(z0, six, _CMP_GE_OQ));
                 }
                 else if (act >= 2) {  /* gelu: opc_runtime.h's branch-free math, vectorized by gcc */
                     float g[8];
@@ -290,11 +315,13 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
             for (int j = nr; j < OPC_S_NR; j++) z[j] = 0.0f;
         }
         if (bias) { for (int j = 0; j < nr; j++) z[j] += bias[j]; }
+        if (rbias) { for (int j = 0; j < nr; j++) z[j] += rbias[i]; }
         if (dt == OPC_DT_F32) {
             float *o = (float *)out + i * ldo;
             if (res) { float *r = (float *)res + i * ldo; for (int j = 0; j < nr; j++) r[j] = z[j]; }
             if (act == 0) { for (int j = 0; j < nr; j++) o[j] = z[j]; }
             else if (act == 1) { for (int j = 0; j < nr; j++) o[j] = z[j] < 0.0f ? 0.0f : z[j]; }
+            else if (act == OPC_GEMM_RELU6) { for (int j = 0; j < nr; j++) o[j] = opc__relu6_f32(z[j]); }
             else if (act == 2) opc__gelu_tanh_row(z, o, nr);
             else { for (int j = 0; j < nr; j++) o[j] = opc_gelu_erf_f32(z[j]); }
         } else {
@@ -303,6 +330,7 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
             uint16_t *r = res ? (uint16_t *)res + i * ldo : NULL;
             if (act == 0) { for (int j = 0; j < nr; j++) g[j] = z[j]; }
             else if (act == 1) { for (int j = 0; j < nr; j++) g[j] = z[j] < 0.0f ? 0.0f : z[j]; }
+            else if (act == OPC_GEMM_RELU6) { for (int j = 0; j < nr; j++) g[j] = opc__relu6_f32(z[j]); }
             else if (act == 2) opc__gelu_tanh_row(z, g, nr);
             else { for (int j = 0; j < nr; j++) g[j] = opc_gelu_erf_f32(z[j]); }
             if (dt == OPC_DT_F16) {
@@ -327,6 +355,14 @@ static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr
     }
 }
 
+/* opc__store_rows_s without a row bias: a column bias or none */
+static OPC_UNUSED void opc__store_s(const float *OPC_RESTRICT ct, int mr, int nr,
+                         float *acc, int64_t ldacc, int first, int last,
+                         const float *bias, int act, int dt,
+                         void *out, void *res, int64_t ldo) {
+    opc__store_rows_s(ct, mr, nr, acc, ldacc, first, last, bias, NULL, act, dt, out, res, ldo);
+}
+
 static OPC_UNUSED void opc__store_d(const double *OPC_RESTRICT ct, int mr, int nr,
                          double *acc, int64_t ldacc, int first, int last,
                          const double *bias, int act,
@@ -347,6 +383,9 @@ static OPC_UNUSED void opc__store_d(const double *OPC_RESTRICT ct, int mr, int n
         if (res) { double *r = res + i * ldo; for (int j = 0; j < nr; j++) r[j] = z[j]; }
         if (act == 0) { for (int j = 0; j < nr; j++) o[j] = z[j]; }
         else if (act == 1) { for (int j = 0; j < nr; j++) o[j] = z[j] < 0.0 ? 0.0 : z[j]; }
+        else if (act == OPC_GEMM_RELU6) {
+            for (int j = 0; j < nr; j++) { const double t = !(z[j] <= 0.0) ? z[j] : 0.0; o[j] = !(t >= 6.0) ? t : 6.0; }
+        }
         else if (act == 2) { for (int j = 0; j < nr; j++) o[j] = opc_gelu_tanh_f64(z[j]); }
         else { for (int j = 0; j < nr; j++) o[j] = opc_gelu_erf_f64(z[j]); }
     }
@@ -393,7 +432,8 @@ static OPC_UNUSED void opc__store_d(const double *OPC_RESTRICT ct, int mr, int n
 OPC_ALWAYS_INLINE void opc__ukr_s_body(int64_t kc, const float *OPC_RESTRICT a,
                        const float *OPC_RESTRICT b, float *OPC_RESTRICT c,
                        const char *pf, int64_t pfld, int pfrows,
-                       int direct, int64_t ldc, int first, const float *bias) {
+                       int direct, int64_t ldc, int first, const float *bias,
+                       const float *rbias, int act) {
     if (direct) { pf = (const char *)c; pfld = ldc * (int64_t)sizeof(float); pfrows = OPC_S_MR; }
     for (int r = 0; r < pfrows; r++) {   /* destination rows: 128 bytes, 2-3 lines each */
         uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
@@ -416,11 +456,22 @@ OPC_ALWAYS_INLINE void opc__ukr_s_body(int64_t kc, const float *OPC_RESTRICT a,
     }
     const __m512 bias0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
     const __m512 bias1 = bias ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();
+    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
 #define OPC__ROW_ST(i, x) do { \
         float *cr = c + (x) * ldc; \
         __m512 z0 = c##i##0, z1 = c##i##1; \
         if (!first) { z0 = _mm512_add_ps(_mm512_loadu_ps(cr), z0); z1 = _mm512_add_ps(_mm512_loadu_ps(cr + 16), z1); } \
         if (bias) { z0 = _mm512_add_ps(z0, bias0); z1 = _mm512_add_ps(z1, bias1); } \
+        if (rbias) { const __m512 rb = _mm512_set1_ps(rbias[x]); z0 = _mm512_add_ps(z0, rb); z1 = _mm512_add_ps(z1, rb); } \
+        if (act == 1) { /* z < 0 ? 0 : z, as opc__store_s */ \
+            z0 = _mm512_mask_mov_ps(z0, _mm512_cmp_ps_mask(z0, zero, _CMP_LT_OQ), zero); \
+            z1 = _mm512_mask_mov_ps(z1, _mm512_cmp_ps_mask(z1, zero, _CMP_LT_OQ), zero); \
+        } else if (act == OPC_GEMM_RELU6) { /* as opc__relu6_f32 */ \
+            z0 = _mm512_mask_mov_ps(z0, _mm512_cmp_ps_mask(z0, zero, _CMP_LE_OQ), zero); \
+            z1 = _mm512_mask_mov_ps(z1, _mm512_cmp_ps_mask(z1, zero, _CMP_LE_OQ), zero); \
+            z0 = _mm512_mask_mov_ps(z0, _mm512_cmp_ps_mask(z0, six, _CMP_GE_OQ), six); \
+            z1 = _mm512_mask_mov_ps(z1, _mm512_cmp_ps_mask(z1, six, _CMP_GE_OQ), six); \
+        } \
         _mm512_storeu_ps(cr, z0); _mm512_storeu_ps(cr + 16, z1); \
     } while (0)
     OPC__ROWS(OPC__ROW_ST);
@@ -429,7 +480,7 @@ OPC_ALWAYS_INLINE void opc__ukr_s_body(int64_t kc, const float *OPC_RESTRICT a,
 __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s(int64_t kc, const float *OPC_RESTRICT a,
                        const float *OPC_RESTRICT b, float *OPC_RESTRICT c,
                        const char *pf, int64_t pfld, int pfrows) {
-    opc__ukr_s_body(kc, a, b, c, pf, pfld, pfrows, 0, 0, 1, NULL);
+    opc__ukr_s_body(kc, a, b, c, pf, pfld, pfrows, 0, 0, 1, NULL, NULL, 0);
 }
 /* The left half of the tile, for a panel whose columns past 16 are all padding (N's edge of 16 or
    fewer: a pointwise conv's positions on a 4x4 image, a GEMM's last columns): 12 accumulators,
@@ -453,13 +504,14 @@ __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_half(int64_t kc, con
 }
 #undef OPC__HROW_ZERO
 #undef OPC__HROW_TO_TILE
-/* c: the output tile (f32, MR full rows of NR columns, row stride ldc); bias: applied (this
-   being the last K block) or NULL */
+/* c: the output tile (f32, MR full rows of NR columns, row stride ldc); bias (the columns'), rbias
+   (the rows', OPC_GEMM_ROW_BIAS) and act (none, relu or relu6): applied (this being the last K
+   block), else NULL, NULL and 0 */
 #define OPC_GEMM_UKR_DIRECT 1
 __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_direct(int64_t kc, const float *OPC_RESTRICT a,
                        const float *OPC_RESTRICT b, float *OPC_RESTRICT c, int64_t ldc,
-                       int first, const float *bias) {
-    opc__ukr_s_body(kc, a, b, c, NULL, 0, 0, 1, ldc, first, bias);
+                       int first, const float *bias, const float *rbias, int act) {
+    opc__ukr_s_body(kc, a, b, c, NULL, 0, 0, 1, ldc, first, bias, rbias, act);
 }
 
 __attribute__((noinline)) static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
@@ -863,6 +915,8 @@ static OPC_UNUSED void opc__gemm_naive_rng_s(int dt, int64_t b0, int64_t b1, int
                               const void *bias, int bias_dt, int act, void *out, void *res,
                               int64_t ib0, int64_t ib1, int64_t jb0, int64_t jb1,
                               opc_gemm_epilogue ep, void *ep_ctx) {
+    const int row_bias = (act & OPC_GEMM_ROW_BIAS) != 0;  /* bias: the rows' (f32), not the columns' */
+    act &= ~OPC_GEMM_ROW_BIAS;
     for (int64_t b = b0; b < b1; b++) {
         for (int64_t i = ib0; i < ib1; i++)
             for (int64_t j0 = jb0; j0 < jb1; j0 += OPC_S_NR) {
@@ -876,13 +930,14 @@ static OPC_UNUSED void opc__gemm_naive_rng_s(int dt, int64_t b0, int64_t b1, int
                         s += a * w;
                     }
                     ct[j] = s;
-                    bv[j] = bias ? opc__ld_s(bias, j0 + j, bias_dt) : 0.0f;
+                    bv[j] = bias && !row_bias ? opc__ld_s(bias, j0 + j, bias_dt) : 0.0f;
                 }
                 for (int j = nr; j < OPC_S_NR; j++) { ct[j] = 0.0f; bv[j] = 0.0f; }
                 int64_t off = b * M * N + i * N + j0;
                 size_t es = dt == OPC_DT_F32 ? 4 : 2;
-                opc__store_s(ct, 1, nr, NULL, 0, 1, 1, bias ? bv : NULL, act, dt,
-                             (char *)out + off * es, res ? (char *)res + off * es : NULL, N);
+                opc__store_rows_s(ct, 1, nr, NULL, 0, 1, 1, bias && !row_bias ? bv : NULL,
+                                  row_bias ? (const float *)bias + i : NULL, act, dt,
+                                  (char *)out + off * es, res ? (char *)res + off * es : NULL, N);
             }
         if (ep && ib0 < ib1 && jb0 < jb1) ep(ep_ctx, b * M + ib0, b * M + ib1, jb0, jb1);
     }
@@ -988,6 +1043,11 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
     const int MR = OPC_S_MR, NR = OPC_S_NR;
     const size_t es = dt == OPC_DT_F32 ? 4 : 2;
     if (b0 >= b1 || i0 >= i1 || j0 >= j1) return;
+    /* rb: the rows' bias (OPC_GEMM_ROW_BIAS, f32), added in the store as bf is */
+    const float *rb = (act & OPC_GEMM_ROW_BIAS) ? bf : NULL;
+    const int act_flags = act;  /* for the reference loop, which reads the flag itself */
+    if (rb) bf = NULL;
+    act &= ~OPC_GEMM_ROW_BIAS;
     const int64_t mrows = i1 - i0, ncols = j1 - j0;
     const int64_t kcb = opc__kc_block(K);
     const int64_t NC = opc__min64(OPC_S_NC, opc__cdiv(ncols, NR) * NR);
@@ -1000,8 +1060,8 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
     float *sc = need_acc ? (float *)opc__buf_get(OPC__BUF_C, (size_t)mrows * (size_t)NC * sizeof(float)) : NULL;
     if (!bp || !ap || (need_acc && !sc)) {
         opc__buf_put(bp); opc__buf_put(ap); opc__buf_put(sc);
-        opc__gemm_naive_rng_s(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, bf, OPC_DT_F32, act, out, res,
-                              i0, i1, j0, j1, ep, ep_ctx);
+        opc__gemm_naive_rng_s(dt, b0, b1, M, N, K, A, sa, ta, B, sb, tb, rb ? rb : bf, OPC_DT_F32, act_flags,
+                              out, res, i0, i1, j0, j1, ep, ep_ctx);
         return;
     }
     float ct[OPC_S_MR * OPC_S_NR] __attribute__((aligned(64)));
@@ -1043,9 +1103,11 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
                             else if (sc) { acc = sc + (i - i0) * NC + (j - jc); ldacc = NC; }
                             else { acc = NULL; ldacc = 0; }
 #ifdef OPC_GEMM_UKR_DIRECT
-                            if (dt == OPC_DT_F32 && mr == MR && nr == NR && act == 0 && !Rb) {
+                            if (dt == OPC_DT_F32 && mr == MR && nr == NR && !Rb &&
+                                (act == 0 || act == 1 || act == OPC_GEMM_RELU6)) {
                                 opc__ukr_s_direct(kc, apc + ir * kc, bpc + pj * NR * kc, (float *)Ob + i * N + j, N,
-                                                  first, last && bf ? bf + j : NULL);
+                                                  first, last && bf ? bf + j : NULL, last && rb ? rb + i : NULL,
+                                                  last ? act : 0);
                                 continue;
                             }
 #endif
@@ -1060,8 +1122,8 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
                             else
                                 opc__ukr_s(kc, apc + ir * kc, bpc + pj * NR * kc, ct,
                                            Ob + (size_t)(i * N + j) * es, N * (int64_t)es, mr);
-                            opc__store_s(ct, mr, nr, acc, ldacc, first, last,
-                                         bf ? bf + j : NULL, act, dt,
+                            opc__store_rows_s(ct, mr, nr, acc, ldacc, first, last,
+                                         bf ? bf + j : NULL, rb ? rb + i : NULL, act, dt,
                                          Ob + (size_t)(i * N + j) * es,
                                          Rb ? Rb + (size_t)(i * N + j) * es : NULL, N);
                         }
@@ -1082,12 +1144,38 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
    2x the f32 kernel's multiply-adds per instruction, from half the packed bytes */
 #include "opc_gemm_bf16dp.h"
 
+/* A row bias (OPC_GEMM_ROW_BIAS) on a path whose store has none (few rows): the bias and act
+   applied to each finished block, then the caller's epilogue, if any. */
+typedef struct {
+    const float *rb;
+    int act;
+    int64_t M, N;
+    float *out;
+    opc_gemm_epilogue ep;
+    void *ep_ctx;
+} opc__row_bias_ep;
+
+static void opc__row_bias_then_ep(void *ctx, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const opc__row_bias_ep *e = (const opc__row_bias_ep *)ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        float *row = e->out + r * e->N + c0;
+        const float b = e->rb[r % e->M];
+        for (int64_t j = 0; j < c1 - c0; j++) row[j] = opc__act_f32(row[j] + b, e->act);
+    }
+    if (e->ep) e->ep(e->ep_ctx, r0, r1, c0, c1);
+}
+
 static OPC_UNUSED void opc__gemm_s(int dt, int64_t batch, int64_t M, int64_t N, int64_t K,
                         const void *A, int64_t sa, int ta, const void *B, int64_t sb, int tb,
                         const void *bias, int act, void *out, void *res,
                         opc_gemm_epilogue ep, void *ep_ctx) {
     const int MR = OPC_S_MR, NR = OPC_S_NR;
     if (batch <= 0 || M <= 0 || N <= 0) return;
+    if ((act & OPC_GEMM_ROW_BIAS) && K > 0 && !ta && M <= OPC_FR_MAX_M) {
+        opc__row_bias_ep rbe = {(const float *)bias, act & ~OPC_GEMM_ROW_BIAS, M, N, (float *)out, ep, ep_ctx};
+        opc__gemm_s(dt, batch, M, N, K, A, sa, ta, B, sb, tb, NULL, 0, out, res, opc__row_bias_then_ep, &rbe);
+        return;
+    }
     if (K <= 0) {
         opc__gemm_naive_s(dt, batch, M, N, 0, A, sa, ta, B, sb, tb, bias, act, out, res, ep, ep_ctx);
         return;

@@ -7,6 +7,10 @@
 #define OPC_GEMM_API_H
 #include <stdint.h>
 
+/* act 4: relu6; act | OPC_GEMM_ROW_BIAS: the bias is the rows' (opc_gemm.h) */
+#define OPC_GEMM_RELU6 4
+#define OPC_GEMM_ROW_BIAS 0x100
+
 #define OPC_GEMM_PROTO(SUFFIX, T)                                                        \
     void opc_rt_gemm_##SUFFIX(int64_t batch, int64_t M, int64_t N, int64_t K,            \
                               const T *A, int64_t a_batch_stride, int trans_a,           \

@@ -196,37 +196,17 @@ OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r
                     : op == 1 ? opc_cf_conv_data(fa, fb, fr, q) : opc_cf_conv_filter(fa, fb, fr, q)) == 0;
 }
 
-/* fused_conv_epilogue's bias and activation on rows [r0, r1) x columns [c0, c1) of y [n * o, ovol], then the
- * schedule's epilogue there, if any: the epilogue of the GEMM that runs a pointwise conv, which stores the
- * plain product. */
-typedef struct {
-    const float *bias;
-    int act;
-    float *y;
-    int64_t o, ovol;
-    opc_cv_epilogue ep;
-    void *ep_ctx;
-} opc_nn_bias_ep;
-
-static void opc_nn_bias_then_ep(void *ctx, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    const opc_nn_bias_ep *e = (const opc_nn_bias_ep *)ctx;
-    for (int64_t r = r0; r < r1; r++) { /* in place, by the stride-1 kernel's vector store */
-        float *row = e->y + r * e->ovol + c0;
-        opc_cf_put_run(row, NULL, row, c1 - c0, e->bias[r % e->o], e->act);
-    }
-    if (e->ep) e->ep(e->ep_ctx, r0, r1, c0, c1);
-}
-
 /* A pointwise conv as the GEMM y [n, o, P] = w [o, c] @ x [n, c, P] (the GEMM's rows b * o + oc are the
- * conv's), bias and act (bias NULL: none) then ep (or NULL) on each block it finishes while the block is
- * in cache, not in passes over y after it: 1 when it ran. */
+ * conv's), bias (the rows' bias of the GEMM, OPC_GEMM_ROW_BIAS) and act in the GEMM's store, then ep (or
+ * NULL) on each block it finishes while the block is in cache: 1 when it ran. The bias and act were a
+ * pass of their own over each block: with MobileNetV2's ReLU6 after it, 8 of the 16->96 conv's 26 us
+ * at 32x32. */
 OPC_NN_INLINE int opc_nn_conv_pointwise_ep(const float *x, const float *w, const float *bias, int act, float *y,
                                            const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
     if (!(opc_nn_conv_fwd_kernel(q) == 0 && q->g == 1 && opc_cv_pointwise(q) && q->ovol > OPC_NN_FEW_POSITIONS))
         return 0;
-    opc_nn_bias_ep with_bias = {bias, act, y, q->o, q->ovol, ep, ep_ctx};
-    opc_rt_gemm_ep_f32(q->n, q->o, q->ovol, q->c, w, 0, 0, x, q->c * q->ivol, 0, NULL, 0, y, NULL,
-                       bias ? opc_nn_bias_then_ep : ep, bias ? (void *)&with_bias : ep_ctx);
+    opc_rt_gemm_ep_f32(q->n, q->o, q->ovol, q->c, w, 0, 0, x, q->c * q->ivol, 0, bias,
+                       bias ? act | OPC_GEMM_ROW_BIAS : act, y, NULL, ep, ep_ctx);
     return 1;
 }
 

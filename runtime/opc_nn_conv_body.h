@@ -130,7 +130,7 @@ OPC_NN_INLINE void OPC_NN_FN(cv_filter_unit)(const void *x, const void *dy, void
 }
 
 /* fused_conv_epilogue after a plain conv into pre: plane u = n * o + oc of y = act(pre + bias[oc]),
- * act 0 none, 1 relu, 2 gelu (tanh form); keep: pre is reserve_space, stored as pre + bias (and
+ * act 0 none, 1 relu, 2 gelu (tanh form), 4 relu6; keep: pre is reserve_space, stored as pre + bias (and
  * act applied to that stored value, as the unfused ops would). */
 OPC_NN_INLINE void OPC_NN_FN(cv_epilogue_unit)(void *pre, const void *bias, void *y, int keep, int64_t act, int dt,
                                                const opc_cv_geom *q, int64_t u) {
@@ -142,7 +142,10 @@ OPC_NN_INLINE void OPC_NN_FN(cv_epilogue_unit)(void *pre, const void *bias, void
             v = LD(pre, i, dt);
         }
         if (act == 1) v = v > 0 ? v : 0;
-        else if (act == 2) v = (ACC)0.5 * v * (1 + (ACC)tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        else if (act == 4) { /* relu6, as opc.maximum then opc.minimum: a NaN stays */
+            v = !(v <= 0) ? v : 0;
+            v = !(v >= 6) ? v : 6;
+        } else if (act == 2) v = (ACC)0.5 * v * (1 + (ACC)tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
         ST(y, i, dt, v);
     }
 }

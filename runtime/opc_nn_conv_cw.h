@@ -204,6 +204,18 @@ typedef float opc_cw_v8 __attribute__((vector_size(32)));
 typedef float opc_cw_uv8 __attribute__((vector_size(32), aligned(4), may_alias));
 typedef int32_t opc_cw_i8 __attribute__((vector_size(32)));
 
+/* act (not gelu) on 8 values, as opc_cf_act_vec */
+static inline opc_cw_v8 opc_cw_act8(opc_cw_v8 v, int act) {
+    const opc_cw_v8 zero = (opc_cw_v8){0}, six = zero + 6.0f;
+    if (act == OPC_CF_ACT_RELU) return (opc_cw_v8)((opc_cw_i8)v & (v > zero));
+    if (act == OPC_CF_ACT_RELU6) {
+        const opc_cw_v8 t = (opc_cw_v8)((opc_cw_i8)v & ~(v <= zero));
+        const opc_cw_i8 cap = t >= six;
+        return (opc_cw_v8)(((opc_cw_i8)t & ~cap) | ((opc_cw_i8)six & cap));
+    }
+    return v;
+}
+
 static inline void opc_cw_transpose8(opc_cw_v8 *r) {
     static const opc_cw_i8 lo[3] = {{0, 1, 2, 3, 8, 9, 10, 11}, {0, 1, 8, 9, 4, 5, 12, 13}, {0, 8, 2, 10, 4, 12, 6, 14}};
     static const opc_cw_i8 hi[3] = {{4, 5, 6, 7, 12, 13, 14, 15}, {2, 3, 10, 11, 6, 7, 14, 15}, {1, 9, 3, 11, 5, 13, 7, 15}};
@@ -247,8 +259,8 @@ static void opc_cw_store_run(const float *acc, int64_t tn, const int64_t *yo, co
             const int64_t i = i0 + 8 <= n ? i0 : n - 8;
             const opc_cw_v8 v = *(const opc_cw_uv8 *)(s + i) + b;
             if (zj) *(opc_cw_uv8 *)(zj + i) = v;
-            if (act == OPC_CF_ACT_NONE || act == OPC_CF_ACT_RELU)
-                *(opc_cw_uv8 *)(yj + i) = act == OPC_CF_ACT_RELU ? (opc_cw_v8)((opc_cw_i8)v & (v > (opc_cw_v8){0})) : v;
+            if (act != OPC_CF_ACT_GELU)
+                *(opc_cw_uv8 *)(yj + i) = opc_cw_act8(v, act);
             else
                 for (int l = 0; l < 8; l++) yj[i + l] = opc_cf_act(v[l], act);
         }

@@ -72,7 +72,9 @@
 #define OPC_CF_KEEP(v) ((void)0)
 #endif
 
-enum { OPC_CF_ACT_NONE = 0, OPC_CF_ACT_RELU = 1, OPC_CF_ACT_GELU = 2 }; /* opc_gemm.h's codes (gelu: tanh form) */
+/* opc_gemm.h's codes (gelu: tanh form; relu6: min(max(v, 0), 6) as opc.maximum and opc.minimum
+ * compute it, a NaN kept) */
+enum { OPC_CF_ACT_NONE = 0, OPC_CF_ACT_RELU = 1, OPC_CF_ACT_GELU = 2, OPC_CF_ACT_RELU6 = 4 };
 
 typedef float opc_cf_vec __attribute__((vector_size(OPC_CF_V * 4)));
 typedef float opc_cf_uvec __attribute__((vector_size(OPC_CF_V * 4), aligned(4), may_alias));
@@ -232,6 +234,10 @@ static void opc_cf_offsets(int64_t *off, const opc_cf_plan *p) {
 static inline float opc_cf_act(float v, int act) {
     switch (act) {
     case OPC_CF_ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case OPC_CF_ACT_RELU6: {
+        const float t = !(v <= 0.0f) ? v : 0.0f;
+        return !(t >= 6.0f) ? t : 6.0f;
+    }
     case OPC_CF_ACT_GELU: { /* tanh form, as opc_gemm.h's epilogue */
         const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
         return 0.5f * v * (1.0f + tanhf(u));
@@ -304,6 +310,18 @@ static inline void opc_cf_put(float *y, float *pre, int64_t j, float acc, float 
     y[j] = act == OPC_CF_ACT_NONE ? v : act == OPC_CF_ACT_RELU ? (v > 0.0f ? v : 0.0f) : opc_cf_act(v, act);
 }
 
+/* act (not gelu) on a vector: relu keeps the lanes above 0, relu6 as opc_cf_act */
+static inline opc_cf_vec opc_cf_act_vec(opc_cf_vec v, int act) {
+    const opc_cf_vec zero = (opc_cf_vec){0}, six = zero + 6.0f;
+    if (act == OPC_CF_ACT_RELU) return (opc_cf_vec)((opc_cf_ivec)v & (v > zero));
+    if (act == OPC_CF_ACT_RELU6) { /* masks, not ?: (C has no vector conditional): a NaN fails both tests */
+        const opc_cf_vec t = (opc_cf_vec)((opc_cf_ivec)v & ~(v <= zero));
+        const opc_cf_ivec cap = t >= six;
+        return (opc_cf_vec)(((opc_cf_ivec)t & ~cap) | ((opc_cf_ivec)six & cap));
+    }
+    return v;
+}
+
 /* y[0 .. V) (and pre, or NULL) = act(a + b), a whole vector at a time. */
 static inline void opc_cf_put_vec(float *y, float *pre, opc_cf_vec a, float b, int act) {
     const opc_cf_vec v = a + b;
@@ -312,8 +330,7 @@ static inline void opc_cf_put_vec(float *y, float *pre, opc_cf_vec a, float b, i
         for (int j = 0; j < OPC_CF_V; j++) y[j] = opc_cf_act(v[j], act);
         return;
     }
-    const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
-    *(opc_cf_uvec *)y = (opc_cf_vec)((opc_cf_ivec)v & keep);
+    *(opc_cf_uvec *)y = opc_cf_act_vec(v, act);
 }
 
 #if OPC_CF_V == 16 && defined(__AVX512F__)
@@ -329,8 +346,7 @@ static inline void opc_cf_put_lanes(float *y, float *pre, opc_cf_vec a, float b,
             if (lanes >> j & 1) y[j] = opc_cf_act(v[j], act);
         return;
     }
-    const opc_cf_ivec keep = act == OPC_CF_ACT_RELU ? (v > (opc_cf_vec){0}) : (opc_cf_ivec){0} - 1;
-    _mm512_mask_storeu_ps(y, lanes, (__m512)(opc_cf_vec)((opc_cf_ivec)v & keep));
+    _mm512_mask_storeu_ps(y, lanes, (__m512)opc_cf_act_vec(v, act));
 }
 #endif
 
@@ -395,6 +411,7 @@ static void opc_cf_store(const float *acc, int mr, int64_t p0, float *dst, float
     if (pre) opc_cf_store_runs(acc, mr, p0, dst, pre, ovol, bias, act, p);
     else if (act == OPC_CF_ACT_NONE) opc_cf_store_runs(acc, mr, p0, dst, NULL, ovol, bias, OPC_CF_ACT_NONE, p);
     else if (act == OPC_CF_ACT_RELU) opc_cf_store_runs(acc, mr, p0, dst, NULL, ovol, bias, OPC_CF_ACT_RELU, p);
+    else if (act == OPC_CF_ACT_RELU6) opc_cf_store_runs(acc, mr, p0, dst, NULL, ovol, bias, OPC_CF_ACT_RELU6, p);
     else opc_cf_store_runs(acc, mr, p0, dst, NULL, ovol, bias, act, p);
 }
 

@@ -341,6 +341,8 @@ def gather_shape(x: Sequence[int], indices: Sequence[int], axis: int) -> tuple[i
 
 
 ACTIVATIONS = ("none", "relu", "gelu")
+# fused_conv_epilogue's: also relu6 = minimum(maximum(z, 0), 6) (MobileNet's Clip), as Paddle's conv2d_fusion
+CONV_ACTIVATIONS = (*ACTIVATIONS, "relu6")
 ACTIVATION_GRADS = ("none", "relu_grad", "gelu_grad")
 
 # ---------------------------------------------------------------------------
@@ -2406,7 +2408,8 @@ class FusedConvEpilogueOp(OpcOp, ConvAttrs):
 
     out = act(conv(x, w) + bias), bias [O] broadcast over the batch and spatial dims (the conv
     analogue of fused_gemm_epilogue, made by opc-fuse); reserve_space (present iff activation is
-    relu or gelu, the tanh form) is the pre-activation, saved for the backward.
+    relu, gelu (the tanh form) or relu6 (minimum(maximum(z, 0), 6), NaN kept)) is the
+    pre-activation, saved for the backward.
     """
 
     name = "opc.fused_conv_epilogue"
@@ -2456,8 +2459,8 @@ class FusedConvEpilogueOp(OpcOp, ConvAttrs):
         check_same_element(tx, tb, "x and bias")
         check_shape(tb, [g.o], "bias")
         act = self.activation.data
-        if act not in ACTIVATIONS:
-            raise VerifyException(f"activation must be one of {', '.join(ACTIVATIONS)}, got '{act}'")
+        if act not in CONV_ACTIVATIONS:
+            raise VerifyException(f"activation must be one of {', '.join(CONV_ACTIVATIONS)}, got '{act}'")
         if self.reserve_space is not None:
             tr = check_tensor(self.reserve_space, "reserve_space")
             check_shape(tr, g.y_shape, "reserve_space")

@@ -386,7 +386,7 @@ def call_conv(fl, callee: str, args: Sequence[SSAValue], ints: Sequence[int | Sy
                                         epilogue=body))
 
 
-ACT_CODES = {"none": 0, "relu": 1, "gelu": 2}  # runtime/opc_nn.h's fused_conv_epilogue (opc_gemm.h's codes)
+ACT_CODES = {"none": 0, "relu": 1, "gelu": 2, "relu6": 4}  # runtime/opc_nn.h's fused_conv_epilogue (opc_gemm.h's codes)
 
 
 def lower_fused_conv_epilogue(fl, op: opc.FusedConvEpilogueOp) -> None:  # noqa: ANN001

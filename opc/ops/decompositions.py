@@ -461,7 +461,16 @@ class FusedConvEpiloguePattern(RulePattern):
         act = op.activation.data
         if act == "none":
             return [z]
-        return [e.value(o.ReluOp(z) if act == "relu" else o.GeluOp(z, approximate=True)), z]
+        return [conv_activation(e, z, act), z]
+
+
+def conv_activation(e: OpBuilder, z: SSAValue, act: str) -> SSAValue:
+    """fused_conv_epilogue's activation of z as the ops it stands for (relu6: ONNX's Clip to [0, 6])."""
+    if act == "relu":
+        return e.value(o.ReluOp(z))
+    if act == "relu6":
+        return e.value(o.MinimumOp(e.value(o.MaximumOp(z, e.full(0.0, z))), e.full(6.0, z)))
+    return e.value(o.GeluOp(z, approximate=True))
 
 
 @decomposition(o.ConvGradFilterOp)

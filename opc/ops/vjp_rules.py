@@ -406,6 +406,19 @@ def vjp_conv_transpose(e: OpBuilder, op: o.ConvTransposeOp, douts: Douts) -> Gra
             e.value(o.ConvGradFilterOp(d, op.lhs, op.rhs.type, props)))
 
 
+def conv_activation_grad(e: OpBuilder, act: str, z: SSAValue, d: SSAValue) -> SSAValue:
+    """d through fused_conv_epilogue's activation at the pre-activation z. relu6 as the vjps of its
+    maximum and minimum give it: d inside (0, 6), half of it at 0 and at 6 (a tie splits evenly
+    between the operands), 0 outside and at a NaN."""
+    if act == "relu":
+        return e.value(o.ReluGradOp(z, d))
+    if act != "relu6":
+        return e.value(o.GeluGradOp(z, d, approximate=True))
+    zero, six, half, none = e.full(0.0, z), e.full(6.0, z), e.scale(d, 0.5), e.full(0.0, d)
+    below_six = e.select(e.value(o.LessThanOp(z, six)), d, e.select(e.value(o.EqualOp(z, six)), half, none))
+    return e.select(e.value(o.GreaterThanOp(z, zero)), below_six, e.select(e.value(o.EqualOp(z, zero)), half, none))
+
+
 @takes_missing  # None for an unused result's cotangent (see below)
 @vjp(o.FusedConvEpilogueOp)
 def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: MaybeDouts) -> Grads:
@@ -416,7 +429,7 @@ def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: Mayb
     if dz is not None and act != "none":
         reserve = op.reserve_space
         assert reserve is not None
-        dz = e.value(o.ReluGradOp(reserve, dz) if act == "relu" else o.GeluGradOp(reserve, dz, approximate=True))
+        dz = conv_activation_grad(e, act, reserve, dz)
     dreserve = douts[1] if len(douts) > 1 else None
     if dreserve is not None:
         dz = dreserve if dz is None else e.add(dz, dreserve)

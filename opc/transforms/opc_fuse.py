@@ -27,9 +27,10 @@ The same for convolutions (issue 19), on the CPU only:
     %y = opc.conv %x, %w {...}
     %z = opc.add %y, %b            (b [O, 1, ...] or [1, O, 1, ...]: per channel, as the ONNX
                                     importer reshapes a Conv's B)
-    %h = opc.relu %z | opc.gelu %z {approximate = true}     (optional)
+    %h = opc.relu %z | opc.gelu %z {approximate = true}     (optional; or ONNX's Clip to
+         | opc.minimum (opc.maximum %z, 0), 6                   [0, 6]: relu6)
   ->
-    %h, %z = opc.fused_conv_epilogue %x, %w, %b' {..., activation = "relu" | "gelu"}
+    %h, %z = opc.fused_conv_epilogue %x, %w, %b' {..., activation = "relu" | "gelu" | "relu6"}
 
 whose f32 stride-1 kernel (runtime/opc_nn_conv_fast.h) adds the bias and applies the
 activation as it stores each output tile; other convs run the conv, then one pass.
@@ -40,6 +41,7 @@ kernel, before opc-grad (off with fuse=False / --no-fuse).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -56,6 +58,7 @@ from xdsl.rewriter import InsertPoint
 
 from opc.dialects import opc as o
 from opc.dialects.kinds import element_of, shape_of
+from opc.ops.elementwise import splat_value
 from opc.targets.routing import route_op
 from opc.targets.target import Target, get_target
 
@@ -85,14 +88,32 @@ def gemm_and_bias(add: o.AddOp) -> tuple[o.MatmulOp, SSAValue] | None:
     return None
 
 
-def fused_activation(add: o.AddOp) -> tuple[Operation, str] | None:
-    """The relu / tanh-form gelu that is the only user of `add`, and its activation name."""
+# An activation to fuse: its ops, first to last (the first the only user of the add), and its name.
+Activation = tuple[tuple[Operation, ...], str]
+
+
+def fused_activation(add: o.AddOp, relu6: bool = False) -> Activation | None:
+    """The relu / tanh-form gelu that is the only user of `add`, or with relu6=True (the conv's) also
+    ONNX's Clip to [0, 6]: maximum with 0, then minimum with 6, each the only user of the one before."""
     user = add.result.get_user_of_unique_use()
     if isinstance(user, o.ReluOp):
-        return user, "relu"
+        return (user,), "relu"
     if isinstance(user, o.GeluOp) and o.flag(user.approximate):
-        return user, "gelu"
+        return (user,), "gelu"
+    if relu6 and isinstance(user, o.MaximumOp) and bound_of(user, add.result) == 0.0:
+        outer = user.result.get_user_of_unique_use()
+        if isinstance(outer, o.MinimumOp) and bound_of(outer, user.result) == 6.0:
+            return (user, outer), "relu6"
     return None
+
+
+def bound_of(op: o.MaximumOp | o.MinimumOp, v: SSAValue) -> float | None:
+    """The constant that `op` compares v with, where op's result is v's shape and type (a +0.0 or
+    other number; -0.0, which max(-0, -0) would keep, is None)."""
+    if op.result.type != v.type or v not in (op.lhs, op.rhs):
+        return None
+    value = splat_value(op.rhs if v is op.lhs else op.lhs)
+    return None if value is None or math.copysign(1.0, value) < 0 else value
 
 
 class FuseGemmEpiloguePattern(RewritePattern):
@@ -177,7 +198,7 @@ class FuseConvEpiloguePattern(RewritePattern):
             flat = o.ReshapeOp(bias, o.tensor([shape_of(conv.result)[1]], element_of(bias)))
             rewriter.insert_op(flat, InsertPoint.before(add))
             bias = flat.result
-        act = fused_activation(add)
+        act = fused_activation(add, relu6=True)
         for activation in [act[1], "none"] if act else ["none"]:
             fused = o.FusedConvEpilogueOp(conv.lhs, conv.rhs, bias, dict(conv.properties), activation)
             if route_op(fused, self.target) == "kernel":
@@ -191,7 +212,7 @@ class FuseConvEpiloguePattern(RewritePattern):
             rewriter.erase(reshaped)
 
 
-def replace_epilogue(rewriter: PatternRewriter, add: o.AddOp, act: tuple[Operation, str] | None,
+def replace_epilogue(rewriter: PatternRewriter, add: o.AddOp, act: Activation | None,
                      fused: o.FusedGemmEpilogueOp | o.FusedConvEpilogueOp) -> None:
     """The bias add (or, with an activation, the activation) replaced by the fused op, whose reserve
     (the pre-activation) takes the add's name; the add goes with it."""
@@ -200,7 +221,9 @@ def replace_epilogue(rewriter: PatternRewriter, add: o.AddOp, act: tuple[Operati
         return
     assert act is not None
     fused.reserve_space.name_hint = add.result.name_hint
-    rewriter.replace(act[0], fused, [fused.out])
+    rewriter.replace(act[0][-1], fused, [fused.out])
+    for op in reversed(act[0][:-1]):  # relu6's maximum, read by nothing now
+        rewriter.erase(op)
     rewriter.erase(add)
 
 

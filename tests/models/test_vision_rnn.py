@@ -8,6 +8,7 @@ weights against torch's autograd. Neither torch nor the network is needed."""
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from pathlib import Path
 
@@ -83,7 +84,9 @@ def test_forward_with_batch_norm_folded(name: str) -> None:
     y = m.main_graph(ref["in_x"], *params.values())
     tol = MODELS[name][1] * max(1.0, float(np.abs(ref["y"]).max()))
     np.testing.assert_allclose(y, ref["y"], rtol=MODELS[name][1], atol=tol)
-    # every residual Add (ResNet-18's 8, MobileNetV2's 10) and Clip (its 35) but the last, which joins
-    # the global pooling's reduction instead
-    tails = m.c_source.count("opc_nn_fused_conv_epilogue_ep_f32(")
-    assert tails == {"resnet18": 8 - 1, "mobilenet_v2": 10 + 35 - 1}[name], tails
+    # every residual Add (ResNet-18's 8, MobileNetV2's 10) as the epilogue but ResNet's last, which joins
+    # the global pooling's reduction instead; every Clip to [0, 6] (MobileNetV2's 35) as the fused conv's
+    # own relu6 (activation code 4, the last argument)
+    calls = re.findall(r"opc_nn_fused_conv_epilogue_(ep_)?f32\((.*)\);", m.c_source)
+    tails, relu6 = sum(bool(ep) for ep, _ in calls), sum(args.endswith(", 4") for _, args in calls)
+    assert (tails, relu6) == {"resnet18": (8 - 1, 0), "mobilenet_v2": (10, 35)}[name], (tails, relu6)

@@ -165,8 +165,15 @@ FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows", "dw_narrow_80c", "dw_narrow_2x2",
                                              "dw_many_s2_16", "dw_narrow_8x8",
                                              "dw_vec_s2_7c", "dw_vec_130c",
-                                             "dw_rows_k3", "dw_rows_k5_s2"))]
-ACTS = ("none", "relu", "gelu")
+                                             "dw_rows_k3", "dw_rows_k5_s2")),
+             # pointwise convs: the GEMM, its store adding the bias per row (OPC_GEMM_ROW_BIAS): 40 rows
+             # (three tiles of 12 and an edge of 4) x 90 positions (an edge of 26), a deep K (two depth
+             # blocks: the bias and act on the last), 5 rows (the few-rows GEMM: bias and act after it)
+             Geo("pw_edges", (2, 24, 9, 10), (40, 24, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
+             Geo("pw_deep_k", (1, 300, 6, 7), (26, 300, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
+             Geo("pw_few_rows", (2, 16, 12, 12), (5, 16, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0))]
+# relu6: ONNX's Clip to [0, 6] as the importer writes it (maximum, then minimum)
+ACTS = ("none", "relu", "gelu", "relu6")
 
 
 def layer(g: Geo, act: str, dt: str) -> str:
@@ -178,7 +185,12 @@ def layer(g: Geo, act: str, dt: str) -> str:
              f"%br = opc.reshape %b : ({tb}) -> {tr}",
              f"%z = opc.add %y, %br : ({ty}, {tr}) -> {ty}"]
     out = "%z"
-    if act != "none":
+    if act == "relu6":
+        ts = ttype((), dt)
+        lines += [f"%lo = arith.constant dense<0.0> : {ts}", f"%hi = arith.constant dense<6.0> : {ts}",
+                  f"%m = opc.maximum %z, %lo : ({ty}, {ts}) -> {ty}", f"%h = opc.minimum %m, %hi : ({ty}, {ts}) -> {ty}"]
+        out = "%h"
+    elif act != "none":
         attrs = " {approximate = true}" if act == "gelu" else ""
         lines.append(f"%h = opc.{act} %z{attrs} : ({ty}) -> {ty}")
         out = "%h"
@@ -190,6 +202,8 @@ def layer(g: Geo, act: str, dt: str) -> str:
 def numpy_act(z: np.ndarray, act: str) -> np.ndarray:
     if act == "relu":
         return np.maximum(z, 0)
+    if act == "relu6":
+        return np.clip(z, 0, 6)
     if act == "gelu":
         return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
     return z
@@ -198,6 +212,8 @@ def numpy_act(z: np.ndarray, act: str) -> np.ndarray:
 def numpy_act_grad(z: np.ndarray, act: str) -> np.ndarray:
     if act == "relu":
         return (z > 0).astype(np.float64)
+    if act == "relu6":
+        return ((z > 0) & (z < 6)).astype(np.float64)
     if act == "gelu":
         u = np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)
         t = np.tanh(u)
@@ -219,6 +235,8 @@ def test_fused_matches_unfused_and_numpy(layers, g: Geo, act: str, dt: str) -> N
     fused, plain = layers
     rng = np.random.default_rng(SEED)
     x, w, b, dy = (random_array(s, dt, rng, -1, 1) for s in (g.x, g.w, (g.w[0],), g.y))
+    if act == "relu6":  # pre-activations well past 6 and below 0 too
+        x = x * 8
     fn = f"{g.name}_{act}_{dt}"
     z = conv_ref(g, x, w) + b.astype(np.float64).reshape(-1, *[1] * (len(g.x) - 2))
     dz = dy * numpy_act_grad(z, act)
