@@ -874,7 +874,7 @@ static inline __attribute__((always_inline)) void opc_cf_dwr_block(const float *
     for (int64_t t0 = 0; t0 < q->k[0]; t0++) {
         const float *base = xp + ((o0 * q->s[0] + t0 * q->d[0]) * p->P[1] + o1 * S) * p->P[2] + c0 * S;
         const float *wt = w + t0 * K1 * K2;
-        _Pragma("GCC unroll 16") for (int i = 0; i < (R - 1) * S + K1; i++)
+        _Pragma("GCC unroll 32") for (int i = 0; i < (R - 1) * S + K1; i++)
             _Pragma("GCC unroll 8") for (int t2 = 0; t2 < K2; t2++) {
                 opc_cf_vec v;
                 opc_cf_strided(base + i * p->P[2] + t2, S, &v);
@@ -887,9 +887,23 @@ static inline __attribute__((always_inline)) void opc_cf_dwr_block(const float *
     }
 }
 
-/* One plane's outputs by the row kernel: blocks of R rows (the last one shifted back to end at the
- * last row, its overlap recomputed to the same values; planes of fewer rows one row at a time), and
- * per row V columns at a time (the last vector shifted back likewise). */
+/* The row kernel's rows per block on planes of 8 rows or more: 8 FMA chains, where 4 left the FMA
+ * units waiting on their latency (4 chains of 9 taps: MobileNetV2's 32-channel 3x3 layer at 32x32
+ * ran at a third of the FMA rate). */
+#define OPC_CF_DWR_TALL 8
+
+/* The rows of one block and their stores, R a constant: each count of rows with its own unrolled
+ * stores (a loop over R kept the block's sums in memory and reloaded b and z for every row). */
+#define OPC_CF_DWR_ROWS(R)                                                                                   \
+    do {                                                                                                     \
+        opc_cf_dwr_block(xp, w, p, q, o0, r0, c0, R, K1, K2, S, a);                                          \
+        _Pragma("GCC unroll 8") for (int r = 0; r < (R); r++)                                               \
+            opc_cf_put_vec(y + yo + r * O2, z ? z + yo + r * O2 : NULL, a[r], b, act);                      \
+    } while (0)
+
+/* One plane's outputs by the row kernel: blocks of 8 rows (4 on planes of 4 to 7 rows; planes of fewer
+ * rows one row at a time), the last one shifted back to end at the last row (its overlap recomputed,
+ * to the same values), and per row V columns at a time (the last vector shifted back likewise). */
 static inline __attribute__((always_inline)) void opc_cf_dwr_plane(const float *xp, const float *w, float *y,
                                                                    float *z, float b, int act,
                                                                    const opc_cf_plan *pp, const opc_cv_geom *qp,
@@ -901,26 +915,33 @@ static inline __attribute__((always_inline)) void opc_cf_dwr_plane(const float *
     const opc_cf_plan *p = &pc;
     const opc_cv_geom *q = &qc;
     const int64_t O1 = q->out[1], O2 = q->out[2];
+    const int R = O1 >= OPC_CF_DWR_TALL ? OPC_CF_DWR_TALL : O1 >= OPC_CF_DWR_R ? OPC_CF_DWR_R : 1;
     for (int64_t o0 = 0; o0 < q->out[0]; o0++)
-        for (int64_t o1 = 0; o1 < O1; o1 += O1 >= OPC_CF_DWR_R ? OPC_CF_DWR_R : 1) {
-            const int64_t r0 = O1 < OPC_CF_DWR_R ? o1 : o1 + OPC_CF_DWR_R <= O1 ? o1 : O1 - OPC_CF_DWR_R;
-            const int R = O1 < OPC_CF_DWR_R ? 1 : OPC_CF_DWR_R;
+        for (int64_t o1 = 0; o1 < O1; o1 += R) {
+            const int64_t r0 = o1 + R <= O1 ? o1 : O1 - R;
             for (int64_t c = 0; c < O2; c += OPC_CF_V) {
                 const int64_t c0 = c + OPC_CF_V <= O2 ? c : O2 - OPC_CF_V;
-                opc_cf_vec a[OPC_CF_DWR_R];
+                opc_cf_vec a[OPC_CF_DWR_TALL];
                 const int64_t yo = (o0 * O1 + r0) * O2 + c0;
-                /* each count of rows with its own unrolled stores: a loop over R kept the block's sums in
-                   memory and reloaded b and z for every row */
-                if (R == OPC_CF_DWR_R) {
-                    opc_cf_dwr_block(xp, w, p, q, o0, r0, c0, OPC_CF_DWR_R, K1, K2, S, a);
-                    _Pragma("GCC unroll 8") for (int r = 0; r < OPC_CF_DWR_R; r++)
-                        opc_cf_put_vec(y + yo + r * O2, z ? z + yo + r * O2 : NULL, a[r], b, act);
-                } else {
-                    opc_cf_dwr_block(xp, w, p, q, o0, r0, c0, 1, K1, K2, S, a);
-                    opc_cf_put_vec(y + yo, z ? z + yo : NULL, a[0], b, act);
-                }
+                if (R == OPC_CF_DWR_TALL) OPC_CF_DWR_ROWS(OPC_CF_DWR_TALL);
+                else if (R == OPC_CF_DWR_R) OPC_CF_DWR_ROWS(OPC_CF_DWR_R);
+                else OPC_CF_DWR_ROWS(1);
             }
         }
+}
+#undef OPC_CF_DWR_ROWS
+
+/* opc_cf_dwr_plane with act a constant where it is none, relu or relu6: as a variable it cost a test
+ * per vector stored and kept relu6's bound on the stack (a sixth of the kernel's samples on
+ * MobileNetV2's 32-channel layer at 32x32). */
+static inline __attribute__((always_inline)) void opc_cf_dwr_plane_act(const float *xp, const float *w, float *y,
+                                                                       float *z, float b, int act,
+                                                                       const opc_cf_plan *p, const opc_cv_geom *q,
+                                                                       int K1, int K2, int S) {
+    if (act == OPC_CF_ACT_RELU6) opc_cf_dwr_plane(xp, w, y, z, b, OPC_CF_ACT_RELU6, p, q, K1, K2, S);
+    else if (act == OPC_CF_ACT_RELU) opc_cf_dwr_plane(xp, w, y, z, b, OPC_CF_ACT_RELU, p, q, K1, K2, S);
+    else if (act == OPC_CF_ACT_NONE) opc_cf_dwr_plane(xp, w, y, z, b, OPC_CF_ACT_NONE, p, q, K1, K2, S);
+    else opc_cf_dwr_plane(xp, w, y, z, b, act, p, q, K1, K2, S);
 }
 
 /* Whether the row kernel runs conv q: a forward depthwise conv whose output rows hold a vector, with
@@ -979,10 +1000,10 @@ static int opc_cf_dw_planes_run(const float *src, const float *wk, float *dst, f
             if (pl == first) opc_cf_pad_plane(src + pl * q->ivol, buf, &pa);
             else opc_cf_pad_plane_rows(src + pl * q->ivol, buf, &pa);
             if (!rows) opc_cf_dws_plane(xp, w, y, z, b, act, &pa, q);
-            else if (K == 3 && S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &pa, q, 3, 3, 1);
-            else if (K == 3) opc_cf_dwr_plane(xp, w, y, z, b, act, &pa, q, 3, 3, 2);
-            else if (S == 1) opc_cf_dwr_plane(xp, w, y, z, b, act, &pa, q, 5, 5, 1);
-            else opc_cf_dwr_plane(xp, w, y, z, b, act, &pa, q, 5, 5, 2);
+            else if (K == 3 && S == 1) opc_cf_dwr_plane_act(xp, w, y, z, b, act, &pa, q, 3, 3, 1);
+            else if (K == 3) opc_cf_dwr_plane_act(xp, w, y, z, b, act, &pa, q, 3, 3, 2);
+            else if (S == 1) opc_cf_dwr_plane_act(xp, w, y, z, b, act, &pa, q, 5, 5, 1);
+            else opc_cf_dwr_plane_act(xp, w, y, z, b, act, &pa, q, 5, 5, 2);
             if (ep) ep(ep_ctx, pl, pl + 1, 0, ovol);
         }
     }

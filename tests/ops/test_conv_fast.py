@@ -77,6 +77,9 @@ FAST = [
     Geo("dw_rows_k3_pads", (1, 3, 6, 33), (3, 1, 3, 3), (1, 1), (1, 1), (0, 2, 2, 1), 3),
     Geo("dw_rows_k5_s2", (1, 3, 14, 40), (3, 1, 5, 5), (2, 2), (1, 1), (2, 2, 2, 2), 3),
     Geo("dw_rows_k5_s1", (1, 2, 3, 18), (2, 1, 5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 2),
+    # blocks of 8 rows: 11 and 13 output rows (the last block shifted back over the one before)
+    Geo("dw_rows_tall_s2", (1, 4, 21, 36), (4, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 4),
+    Geo("dw_rows_tall_k5", (2, 3, 13, 20), (3, 1, 5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 3),
     Geo("dw_rows_3d", (1, 4, 3, 6, 20), (4, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 1, 1, 1), 4),
     Geo("dw_s3_rows", (1, 2, 4, 60), (2, 1, 2, 3), (1, 3), (1, 2), (0, 1, 1, 0), 2),
     Geo("dw_3d_s2_rows", (1, 4, 3, 4, 40), (4, 1, 2, 3, 3), (1, 2, 2), (1, 1, 1), (0, 1, 1, 1, 0, 1), 4),
@@ -165,7 +168,7 @@ FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows", "dw_narrow_80c", "dw_narrow_2x2",
                                              "dw_many_s2_16", "dw_narrow_8x8",
                                              "dw_vec_s2_7c", "dw_vec_130c",
-                                             "dw_rows_k3", "dw_rows_k5_s2")),
+                                             "dw_rows_k3", "dw_rows_k5_s2", "dw_rows_tall_s2")),
              # pointwise convs: the GEMM, its store adding the bias per row (OPC_GEMM_ROW_BIAS): 40 rows
              # (three tiles of 12 and an edge of 4) x 90 positions (an edge of 26), a deep K (two depth
              # blocks: the bias and act on the last), 5 rows (the few-rows GEMM: bias and act after it)
