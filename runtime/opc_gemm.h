@@ -204,12 +204,6 @@ static OPC_UNUSED void opc__buf_put(void *p) {
 }
 
 static inline int64_t opc__min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* act 4 on one value (opc.maximum then opc.minimum: a NaN fails both tests and stays) */
-OPC_ALWAYS_INLINE float opc__relu6_f32(float z) {
-    const float t = !(z <= 0.0f) ? z : 0.0f;
-    return !(t >= 6.0f) ? t : 6.0f;
-}
 static inline int64_t opc__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Packing reads a short segment of each source row, and rows are a page or more apart, where the
@@ -241,6 +235,11 @@ OPC_ALWAYS_INLINE float opc__gelu_tanh_fast_f32(float x) {
 }
 OPC_ALWAYS_INLINE void opc__gelu_tanh_row(const float *z, float *o, int n) {
     for (int j = 0; j < n; j++) o[j] = opc__gelu_tanh_fast_f32(z[j]);
+}
+/* act 4 on one value (opc.maximum then opc.minimum: a NaN fails both tests and stays) */
+OPC_ALWAYS_INLINE float opc__relu6_f32(float z) {
+    const float t = !(z <= 0.0f) ? z : 0.0f;
+    return !(t >= 6.0f) ? t : 6.0f;
 }
 /* act on one value, as the store's loops apply it */
 OPC_ALWAYS_INLINE float opc__act_f32(float z, int act) {
