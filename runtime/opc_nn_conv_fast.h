@@ -931,16 +931,16 @@ static inline __attribute__((always_inline)) void opc_cf_dwr_plane(const float *
 }
 #undef OPC_CF_DWR_ROWS
 
-/* opc_cf_dwr_plane with act a constant where it is none, relu or relu6: as a variable it cost a test
- * per vector stored and kept relu6's bound on the stack (a sixth of the kernel's samples on
- * MobileNetV2's 32-channel layer at 32x32). */
+/* opc_cf_dwr_plane with act a constant where it is relu6 on 3x3 taps (MobileNet's): as a variable it
+ * cost a test per vector stored and kept relu6's bound on the stack (a sixth of the kernel's samples
+ * on MobileNetV2's 32-channel layer at 32x32). Only there: each constant is another copy of the
+ * unrolled kernel per rows per block, and the runtime library's f32 object took 9 s of gcc -O3 with
+ * 8 copies, 15 s with 48. */
 static inline __attribute__((always_inline)) void opc_cf_dwr_plane_act(const float *xp, const float *w, float *y,
                                                                        float *z, float b, int act,
                                                                        const opc_cf_plan *p, const opc_cv_geom *q,
                                                                        int K1, int K2, int S) {
-    if (act == OPC_CF_ACT_RELU6) opc_cf_dwr_plane(xp, w, y, z, b, OPC_CF_ACT_RELU6, p, q, K1, K2, S);
-    else if (act == OPC_CF_ACT_RELU) opc_cf_dwr_plane(xp, w, y, z, b, OPC_CF_ACT_RELU, p, q, K1, K2, S);
-    else if (act == OPC_CF_ACT_NONE) opc_cf_dwr_plane(xp, w, y, z, b, OPC_CF_ACT_NONE, p, q, K1, K2, S);
+    if (K1 == 3 && act == OPC_CF_ACT_RELU6) opc_cf_dwr_plane(xp, w, y, z, b, OPC_CF_ACT_RELU6, p, q, K1, K2, S);
     else opc_cf_dwr_plane(xp, w, y, z, b, act, p, q, K1, K2, S);
 }
 
