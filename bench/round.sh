@@ -11,18 +11,8 @@ set -euo pipefail
 out="$(realpath -m "$1")"
 repeats="${2:-0}"
 cd "$(dirname "$0")/.."
-run() {  # run FILE COMMAND...: the command, the machine and the load before and after, into FILE
-    local file="$1"
-    shift
-    {
-        echo "# $*"
-        date
-        lscpu | grep "Model name" || true
-        uptime
-        "$@"
-        uptime
-    } > "$file" 2>&1
-}
+# shellcheck source=bench/roundlib.sh
+source bench/roundlib.sh
 for t in 1 2; do
     run "$out-models-cnn-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t"
     run "$out-models-cnn-fold-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" --fold-bn
@@ -41,17 +31,4 @@ for t in 1 2; do
     run "$out-models-cnn-busy-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t"
 done
 kill "${hogs[@]}"
-for fold in "" --fold-bn; do
-    [ "$repeats" -gt 0 ] || break
-    {
-        echo "# for i in 1..$repeats, t in 1 2: python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads t $fold (fresh process each)"
-        date
-        uptime
-        for _ in $(seq "$repeats"); do
-            for t in 1 2; do
-                python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" $fold
-            done
-        done
-        uptime
-    } > "$out-models-cnn${fold:+-fold}-repeats.txt" 2>&1
-done
+cnn_repeats "$out" "$repeats"

@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
 # Round 14 (a partial round at 26b0489: the CNN rows the session's changes touch, as exported and
 # folded, at 1 and 2 threads, MobileNetV2's and the others' training steps, and the CNNs busy), each
-# command's output in bench/results/2026-12-07-r14-NAME.txt; the helper is bench/round.sh's.
+# command's output in bench/results/2026-12-07-r14-NAME.txt; the helpers are bench/roundlib.sh's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=bench/results/2026-12-07-r14
-run() {
-    local file="$1"
-    shift
-    { echo "# $*"; date; lscpu | grep "Model name" || true; uptime; "$@"; uptime; } > "$file" 2>&1
-}
+# shellcheck source=bench/roundlib.sh
+source bench/roundlib.sh
 for t in 1 2; do
     run "$out-models-cnn-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t"
     run "$out-models-cnn-fold-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" --fold-bn
@@ -22,17 +19,5 @@ for t in 1 2; do
     run "$out-models-cnn-fold-busy-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" --fold-bn
 done
 kill "${hogs[@]}"
-# five more fresh processes of the CNN rows, as exported and folded (the medians), as bench/round.sh's REPEATS
-for fold in "" --fold-bn; do
-    {
-        echo "# for i in 1..5, t in 1 2: python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads t $fold (fresh process each)"
-        date
-        uptime
-        for _ in $(seq 5); do
-            for t in 1 2; do
-                python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" $fold
-            done
-        done
-        uptime
-    } > "$out-models-cnn${fold:+-fold}-repeats.txt" 2>&1
-done
+# five more fresh processes of the CNN rows, as exported and folded (the medians)
+cnn_repeats "$out" 5

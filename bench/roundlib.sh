@@ -1,0 +1,33 @@
+# Shared by bench/round.sh and the partial rounds' scripts under bench/results/: source it.
+
+run() {  # run FILE COMMAND...: the command, the machine and the load before and after, into FILE
+    local file="$1"
+    shift
+    {
+        echo "# $*"
+        date
+        lscpu | grep "Model name" || true
+        uptime
+        "$@"
+        uptime
+    } > "$file" 2>&1
+}
+
+cnn_repeats() {  # cnn_repeats PREFIX REPEATS: REPEATS fresh processes of the CNN rows at 1 and 2 threads,
+    # as exported and with their BatchNorms folded, into PREFIX-models-cnn[-fold]-repeats.txt
+    local out="$1" repeats="$2" fold t
+    for fold in "" --fold-bn; do
+        [ "$repeats" -gt 0 ] || break
+        {
+            echo "# for i in 1..$repeats, t in 1 2: python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads t $fold (fresh process each)"
+            date
+            uptime
+            for _ in $(seq "$repeats"); do
+                for t in 1 2; do
+                    python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" $fold
+                done
+            done
+            uptime
+        } > "$out-models-cnn${fold:+-fold}-repeats.txt" 2>&1
+    done
+}
