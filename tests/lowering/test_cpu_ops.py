@@ -486,6 +486,37 @@ def test_matmul(gemms, tx, ty, dt, size):
                  scale=max(1.0, math.sqrt(k)))
 
 
+# Inference: the pre-activation nothing reads, so the GEMM applies the activation in its micro-kernel's
+# direct store on whole tiles (MR x NR: 12 x 32 with AVX-512) and in the tile store on the edges; a K
+# of 300 takes two depth blocks (bias and activation on the last only).
+INFERENCE_SIZES = [(24, 64, 40), (30, 70, 300)]
+
+
+@pytest.fixture(scope="module")
+def inference_gemms():
+    sources = []
+    for act in ("relu", "gelu"):
+        for dt in FLOATS:
+            for m, n, k in INFERENCE_SIZES:
+                xs, ys, out = (m, k), (k, n), ttype((m, n), dt)
+                body = (f'%r, %z = opc.fused_gemm_epilogue %a0, %a1, %a2 {{activation = "{act}"}} : '
+                        f"({ttype(xs, dt)}, {ttype(ys, dt)}, {ttype((n,), dt)}) -> ({out}, {out})")
+                sources.append(func(gemm_name("infer", act, False, False, dt, (m, n, k)), [(xs, dt), (ys, dt), ((n,), dt)],
+                                    body, [((m, n), dt)], returns=("%r",)))
+    return compile_funcs(sources)
+
+
+@pytest.mark.parametrize("size", INFERENCE_SIZES)
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_fused_gemm_epilogue_without_reserve(inference_gemms, act, dt, size):
+    m, n, k = size
+    x, y, b = gemm_inputs(m, n, k, False, False, dt, np.random.default_rng(RNG_SEED))
+    z = x.astype(np.float64) @ y.astype(np.float64) + b.astype(np.float64)
+    got = getattr(inference_gemms, gemm_name("infer", act, False, False, dt, size))(x, y, b)
+    assert_close(got, ACT_REF[act](z).astype(np_dtype(dt)), dt, scale=max(1.0, math.sqrt(k)))
+
+
 def test_batched_matmul(gemms):
     rng = np.random.default_rng(RNG_SEED)
     x, y = rng.standard_normal((2, 5, 7), np.float32), rng.standard_normal((2, 3, 5), np.float32)
