@@ -236,15 +236,10 @@ OPC_ALWAYS_INLINE float opc__gelu_tanh_fast_f32(float x) {
 OPC_ALWAYS_INLINE void opc__gelu_tanh_row(const float *z, float *o, int n) {
     for (int j = 0; j < n; j++) o[j] = opc__gelu_tanh_fast_f32(z[j]);
 }
-/* act 4 on one value (opc.maximum then opc.minimum: a NaN fails both tests and stays) */
-OPC_ALWAYS_INLINE float opc__relu6_f32(float z) {
-    const float t = !(z <= 0.0f) ? z : 0.0f;
-    return !(t >= 6.0f) ? t : 6.0f;
-}
 /* act on one value, as the store's loops apply it */
 OPC_ALWAYS_INLINE float opc__act_f32(float z, int act) {
     if (act == 1) return z < 0.0f ? 0.0f : z;
-    if (act == OPC_GEMM_RELU6) return opc__relu6_f32(z);
+    if (act == OPC_GEMM_RELU6) return opc_relu6_f32(z);
     if (act == 2) return opc__gelu_tanh_fast_f32(z);
     if (act == 3) return opc_gelu_erf_f32(z);
     return z;
@@ -281,7 +276,7 @@ static OPC_UNUSED void opc__store_rows_s(const float *OPC_RESTRICT ct, int mr, i
                     /* z < 0 ? 0 : z (NaN kept, -0 kept), as the scalar path */
                     z0 = _mm256_andnot_ps(_mm256_cmp_ps(z0, _mm256_setzero_ps(), _CMP_LT_OQ), z0);
                 }
-                else if (act == OPC_GEMM_RELU6) {  /* as opc__relu6_f32: ordered tests, NaN kept */
+                else if (act == OPC_GEMM_RELU6) {  /* as opc_relu6_f32: ordered tests, NaN kept */
                     const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
                     z0 = _mm256_blendv_ps(z0, zero, _mm256_cmp_ps(z0, zero, _CMP_LE_OQ));
                     z0 = _mm256_blendv_ps(z0, six, _mm256_cmp_ps(z0, six, _CMP_GE_OQ));
@@ -320,7 +315,7 @@ static OPC_UNUSED void opc__store_rows_s(const float *OPC_RESTRICT ct, int mr, i
             if (res) { float *r = (float *)res + i * ldo; for (int j = 0; j < nr; j++) r[j] = z[j]; }
             if (act == 0) { for (int j = 0; j < nr; j++) o[j] = z[j]; }
             else if (act == 1) { for (int j = 0; j < nr; j++) o[j] = z[j] < 0.0f ? 0.0f : z[j]; }
-            else if (act == OPC_GEMM_RELU6) { for (int j = 0; j < nr; j++) o[j] = opc__relu6_f32(z[j]); }
+            else if (act == OPC_GEMM_RELU6) { for (int j = 0; j < nr; j++) o[j] = opc_relu6_f32(z[j]); }
             else if (act == 2) opc__gelu_tanh_row(z, o, nr);
             else { for (int j = 0; j < nr; j++) o[j] = opc_gelu_erf_f32(z[j]); }
         } else {
@@ -329,7 +324,7 @@ static OPC_UNUSED void opc__store_rows_s(const float *OPC_RESTRICT ct, int mr, i
             uint16_t *r = res ? (uint16_t *)res + i * ldo : NULL;
             if (act == 0) { for (int j = 0; j < nr; j++) g[j] = z[j]; }
             else if (act == 1) { for (int j = 0; j < nr; j++) g[j] = z[j] < 0.0f ? 0.0f : z[j]; }
-            else if (act == OPC_GEMM_RELU6) { for (int j = 0; j < nr; j++) g[j] = opc__relu6_f32(z[j]); }
+            else if (act == OPC_GEMM_RELU6) { for (int j = 0; j < nr; j++) g[j] = opc_relu6_f32(z[j]); }
             else if (act == 2) opc__gelu_tanh_row(z, g, nr);
             else { for (int j = 0; j < nr; j++) g[j] = opc_gelu_erf_f32(z[j]); }
             if (dt == OPC_DT_F16) {
@@ -383,7 +378,7 @@ static OPC_UNUSED void opc__store_d(const double *OPC_RESTRICT ct, int mr, int n
         if (act == 0) { for (int j = 0; j < nr; j++) o[j] = z[j]; }
         else if (act == 1) { for (int j = 0; j < nr; j++) o[j] = z[j] < 0.0 ? 0.0 : z[j]; }
         else if (act == OPC_GEMM_RELU6) {
-            for (int j = 0; j < nr; j++) { const double t = !(z[j] <= 0.0) ? z[j] : 0.0; o[j] = !(t >= 6.0) ? t : 6.0; }
+            for (int j = 0; j < nr; j++) o[j] = opc_relu6_f64(z[j]);
         }
         else if (act == 2) { for (int j = 0; j < nr; j++) o[j] = opc_gelu_tanh_f64(z[j]); }
         else { for (int j = 0; j < nr; j++) o[j] = opc_gelu_erf_f64(z[j]); }
@@ -465,7 +460,7 @@ OPC_ALWAYS_INLINE void opc__ukr_s_body(int64_t kc, const float *OPC_RESTRICT a,
         if (act == 1) { /* z < 0 ? 0 : z, as opc__store_s */ \
             z0 = _mm512_mask_mov_ps(z0, _mm512_cmp_ps_mask(z0, zero, _CMP_LT_OQ), zero); \
             z1 = _mm512_mask_mov_ps(z1, _mm512_cmp_ps_mask(z1, zero, _CMP_LT_OQ), zero); \
-        } else if (act == OPC_GEMM_RELU6) { /* as opc__relu6_f32 */ \
+        } else if (act == OPC_GEMM_RELU6) { /* as opc_relu6_f32 */ \
             z0 = _mm512_mask_mov_ps(z0, _mm512_cmp_ps_mask(z0, zero, _CMP_LE_OQ), zero); \
             z1 = _mm512_mask_mov_ps(z1, _mm512_cmp_ps_mask(z1, zero, _CMP_LE_OQ), zero); \
             z0 = _mm512_mask_mov_ps(z0, _mm512_cmp_ps_mask(z0, six, _CMP_GE_OQ), six); \

@@ -142,10 +142,8 @@ OPC_NN_INLINE void OPC_NN_FN(cv_epilogue_unit)(void *pre, const void *bias, void
             v = LD(pre, i, dt);
         }
         if (act == 1) v = v > 0 ? v : 0;
-        else if (act == 4) { /* relu6, as opc.maximum then opc.minimum: a NaN stays */
-            v = !(v <= 0) ? v : 0;
-            v = !(v >= 6) ? v : 6;
-        } else if (act == 2) v = (ACC)0.5 * v * (1 + (ACC)tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        else if (act == 4) v = (ACC)opc_relu6_f64(v); /* exact in f64 for either ACC */
+        else if (act == 2) v = (ACC)0.5 * v * (1 + (ACC)tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
         ST(y, i, dt, v);
     }
 }

@@ -205,16 +205,7 @@ typedef float opc_cw_uv8 __attribute__((vector_size(32), aligned(4), may_alias))
 typedef int32_t opc_cw_i8 __attribute__((vector_size(32)));
 
 /* act (not gelu) on 8 values, as opc_cf_act_vec */
-static inline opc_cw_v8 opc_cw_act8(opc_cw_v8 v, int act) {
-    const opc_cw_v8 zero = (opc_cw_v8){0}, six = zero + 6.0f;
-    if (act == OPC_CF_ACT_RELU) return (opc_cw_v8)((opc_cw_i8)v & (v > zero));
-    if (act == OPC_CF_ACT_RELU6) {
-        const opc_cw_v8 t = (opc_cw_v8)((opc_cw_i8)v & ~(v <= zero));
-        const opc_cw_i8 cap = t >= six;
-        return (opc_cw_v8)(((opc_cw_i8)t & ~cap) | ((opc_cw_i8)six & cap));
-    }
-    return v;
-}
+OPC_CF_ACT_VEC_FN(opc_cw_act8, opc_cw_v8, opc_cw_i8)
 
 static inline void opc_cw_transpose8(opc_cw_v8 *r) {
     static const opc_cw_i8 lo[3] = {{0, 1, 2, 3, 8, 9, 10, 11}, {0, 1, 8, 9, 4, 5, 12, 13}, {0, 8, 2, 10, 4, 12, 6, 14}};

@@ -234,10 +234,7 @@ static void opc_cf_offsets(int64_t *off, const opc_cf_plan *p) {
 static inline float opc_cf_act(float v, int act) {
     switch (act) {
     case OPC_CF_ACT_RELU: return v > 0.0f ? v : 0.0f;
-    case OPC_CF_ACT_RELU6: {
-        const float t = !(v <= 0.0f) ? v : 0.0f;
-        return !(t >= 6.0f) ? t : 6.0f;
-    }
+    case OPC_CF_ACT_RELU6: return opc_relu6_f32(v);
     case OPC_CF_ACT_GELU: { /* tanh form, as opc_gemm.h's epilogue */
         const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
         return 0.5f * v * (1.0f + tanhf(u));
@@ -310,17 +307,21 @@ static inline void opc_cf_put(float *y, float *pre, int64_t j, float acc, float 
     y[j] = act == OPC_CF_ACT_NONE ? v : act == OPC_CF_ACT_RELU ? (v > 0.0f ? v : 0.0f) : opc_cf_act(v, act);
 }
 
-/* act (not gelu) on a vector: relu keeps the lanes above 0, relu6 as opc_cf_act */
-static inline opc_cf_vec opc_cf_act_vec(opc_cf_vec v, int act) {
-    const opc_cf_vec zero = (opc_cf_vec){0}, six = zero + 6.0f;
-    if (act == OPC_CF_ACT_RELU) return (opc_cf_vec)((opc_cf_ivec)v & (v > zero));
-    if (act == OPC_CF_ACT_RELU6) { /* masks, not ?: (C has no vector conditional): a NaN fails both tests */
-        const opc_cf_vec t = (opc_cf_vec)((opc_cf_ivec)v & ~(v <= zero));
-        const opc_cf_ivec cap = t >= six;
-        return (opc_cf_vec)(((opc_cf_ivec)t & ~cap) | ((opc_cf_ivec)six & cap));
+/* NAME(v, act): act (not gelu) on a vector VEC of lanes IVEC: relu keeps the lanes above 0, relu6 as
+ * opc_relu6_f32, by masks (C has no vector conditional; a NaN fails both tests). One definition for
+ * the kernels' vector widths (opc_cf_act_vec here, opc_cw_act8 in opc_nn_conv_cw.h). */
+#define OPC_CF_ACT_VEC_FN(NAME, VEC, IVEC)                                                                   \
+    static inline VEC NAME(VEC v, int act) {                                                                 \
+        const VEC zero = (VEC){0}, six = zero + 6.0f;                                                        \
+        if (act == OPC_CF_ACT_RELU) return (VEC)((IVEC)v & (v > zero));                                     \
+        if (act == OPC_CF_ACT_RELU6) {                                                                       \
+            const VEC t = (VEC)((IVEC)v & ~(v <= zero));                                                     \
+            const IVEC cap = t >= six;                                                                       \
+            return (VEC)(((IVEC)t & ~cap) | ((IVEC)six & cap));                                              \
+        }                                                                                                    \
+        return v;                                                                                            \
     }
-    return v;
-}
+OPC_CF_ACT_VEC_FN(opc_cf_act_vec, opc_cf_vec, opc_cf_ivec)
 
 /* y[0 .. V) (and pre, or NULL) = act(a + b), a whole vector at a time. */
 static inline void opc_cf_put_vec(float *y, float *pre, opc_cf_vec a, float b, int act) {

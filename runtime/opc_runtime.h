@@ -576,6 +576,17 @@ OPC_FN double opc_log(double x) {
     return x < 0.0 || x != x ? NAN : y;
 }
 
+/* relu6, min(max(x, 0), 6) as opc.maximum then opc.minimum compute it: a NaN fails both tests and
+   stays, -0 becomes 0 (the fused kernels' activation code 4) */
+OPC_FN float opc_relu6_f32(float x) {
+    const float t = !(x <= 0.0f) ? x : 0.0f;
+    return !(t >= 6.0f) ? t : 6.0f;
+}
+OPC_FN double opc_relu6_f64(double x) {
+    const double t = !(x <= 0.0) ? x : 0.0;
+    return !(t >= 6.0) ? t : 6.0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Activations and their derivatives (used by gelu / gelu_grad and by the    */
 /* fused GEMM epilogue and its grad). Formulas are exactly those of SPEC:     */

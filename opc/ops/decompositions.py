@@ -123,8 +123,7 @@ class FusedGemmEpilogueForwardPattern(RulePattern):
         act = op.activation.data
         if act == "none":
             return [z]
-        out = e.value(o.ReluOp(z) if act == "relu" else o.GeluOp(z, approximate=True))
-        return [out, z]
+        return [epilogue_activation(e, z, act), z]
 
 
 @decomposition(o.ReluOp)
@@ -461,11 +460,12 @@ class FusedConvEpiloguePattern(RulePattern):
         act = op.activation.data
         if act == "none":
             return [z]
-        return [conv_activation(e, z, act), z]
+        return [epilogue_activation(e, z, act), z]
 
 
-def conv_activation(e: OpBuilder, z: SSAValue, act: str) -> SSAValue:
-    """fused_conv_epilogue's activation of z as the ops it stands for (relu6: ONNX's Clip to [0, 6])."""
+def epilogue_activation(e: OpBuilder, z: SSAValue, act: str) -> SSAValue:
+    """A fused epilogue's activation of z as the ops it stands for (relu, tanh-form gelu; relu6, the
+    conv's only: ONNX's Clip to [0, 6])."""
     if act == "relu":
         return e.value(o.ReluOp(z))
     if act == "relu6":

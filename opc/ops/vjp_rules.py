@@ -154,6 +154,19 @@ def vjp_matmul(e: OpBuilder, op: o.MatmulOp, douts: Douts) -> Grads:
     return e.unbroadcast(dx, x), e.unbroadcast(dy, y)
 
 
+def epilogue_activation_grad(e: OpBuilder, act: str, z: SSAValue, d: SSAValue) -> SSAValue:
+    """d through a fused epilogue's activation at the pre-activation z. relu6 as the vjps of its
+    maximum and minimum give it: d inside (0, 6), half of it at 0 and at 6 (a tie splits evenly
+    between the operands), 0 outside and at a NaN."""
+    if act == "relu":
+        return e.value(o.ReluGradOp(z, d))
+    if act != "relu6":
+        return e.value(o.GeluGradOp(z, d, approximate=True))
+    zero, six, half, none = e.full(0.0, z), e.full(6.0, z), e.scale(d, 0.5), e.full(0.0, d)
+    below_six = e.select(e.value(o.LessThanOp(z, six)), d, e.select(e.value(o.EqualOp(z, six)), half, none))
+    return e.select(e.value(o.GreaterThanOp(z, zero)), below_six, e.select(e.value(o.EqualOp(z, zero)), half, none))
+
+
 @takes_missing  # None for an unused result's cotangent (see below)
 @vjp(o.FusedGemmEpilogueOp)
 def vjp_fused_gemm_epilogue(e: OpBuilder, op: o.FusedGemmEpilogueOp, douts: MaybeDouts) -> Grads:
@@ -177,8 +190,7 @@ def vjp_fused_gemm_epilogue(e: OpBuilder, op: o.FusedGemmEpilogueOp, douts: Mayb
         assert reserve is not None
         dz = dreserve
         if dout is not None:
-            act_grad = o.ReluGradOp(reserve, dout) if act == "relu" else o.GeluGradOp(reserve, dout, True)
-            dz = e.add(e.value(act_grad), dreserve)
+            dz = e.add(epilogue_activation_grad(e, act, reserve, dout), dreserve)
         grad = o.FusedGemmEpilogueGradOp(op.x, op.y, None, dz, tx, ty, "none")
     e.emit(grad)
     return tuple(grad.results)
@@ -406,19 +418,6 @@ def vjp_conv_transpose(e: OpBuilder, op: o.ConvTransposeOp, douts: Douts) -> Gra
             e.value(o.ConvGradFilterOp(d, op.lhs, op.rhs.type, props)))
 
 
-def conv_activation_grad(e: OpBuilder, act: str, z: SSAValue, d: SSAValue) -> SSAValue:
-    """d through fused_conv_epilogue's activation at the pre-activation z. relu6 as the vjps of its
-    maximum and minimum give it: d inside (0, 6), half of it at 0 and at 6 (a tie splits evenly
-    between the operands), 0 outside and at a NaN."""
-    if act == "relu":
-        return e.value(o.ReluGradOp(z, d))
-    if act != "relu6":
-        return e.value(o.GeluGradOp(z, d, approximate=True))
-    zero, six, half, none = e.full(0.0, z), e.full(6.0, z), e.scale(d, 0.5), e.full(0.0, d)
-    below_six = e.select(e.value(o.LessThanOp(z, six)), d, e.select(e.value(o.EqualOp(z, six)), half, none))
-    return e.select(e.value(o.GreaterThanOp(z, zero)), below_six, e.select(e.value(o.EqualOp(z, zero)), half, none))
-
-
 @takes_missing  # None for an unused result's cotangent (see below)
 @vjp(o.FusedConvEpilogueOp)
 def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: MaybeDouts) -> Grads:
@@ -429,7 +428,7 @@ def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: Mayb
     if dz is not None and act != "none":
         reserve = op.reserve_space
         assert reserve is not None
-        dz = conv_activation_grad(e, act, reserve, dz)
+        dz = epilogue_activation_grad(e, act, reserve, dz)
     dreserve = douts[1] if len(douts) > 1 else None
     if dreserve is not None:
         dz = dreserve if dz is None else e.add(dz, dreserve)
