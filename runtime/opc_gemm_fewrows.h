@@ -29,6 +29,13 @@
 #define OPC_FR_VL 4                  /* SSE's 16 bytes: wider vectors would change the ABI */
 #endif
 typedef float opc_fr_v __attribute__((vector_size(OPC_FR_VL * 4)));  /* loads: memcpy, any alignment */
+/* Keep vector v in a register (x86 only): without it gcc folds a vector that several FMAs use into
+   each one as a memory operand, a load per FMA. */
+#if defined(__x86_64__) && defined(__AVX__)
+#define OPC_FR_KEEP(v) __asm__("" : "+v"(v))
+#else
+#define OPC_FR_KEEP(v) ((void)0)
+#endif
 
 OPC_ALWAYS_INLINE opc_fr_v opc__fr_load(const float *p) { opc_fr_v v; __builtin_memcpy(&v, p, sizeof v); return v; }
 OPC_ALWAYS_INLINE opc_fr_v opc__fr_splat(float x) { opc_fr_v v = {0}; return v + x; }
@@ -196,7 +203,8 @@ OPC_ALWAYS_INLINE void opc__fr_rows_packed(const float *OPC_RESTRICT A, int64_t 
                 }
         for (; k < kc; k++)
             for (int v = 0; v < P * OPC_FR_NV; v++) {
-                const opc_fr_v b = OPC__FR_PANEL(k, v);
+                opc_fr_v b = OPC__FR_PANEL(k, v);
+                OPC_FR_KEEP(b); /* loaded once for the R rows: gcc folded it into each row's FMA */
                 for (int r = 0; r < R; r++) c[r][v] += a[r * K + k] * b;
             }
 #undef OPC__FR_PANEL

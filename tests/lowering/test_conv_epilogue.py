@@ -30,6 +30,10 @@ CASES = [
     ("pointwise", 2, 24, 40, (9, 10), 1, 1, 0, 1, "f32"),  # the GEMM, the epilogue on each block it finishes
     ("cw_4x4", 1, 32, 72, (4, 4), 3, 1, 1, 1, "f32"),  # conv_cw's tiles of two rows (ResNet's layer3 at 64x64)
     ("cw_2x2", 2, 40, 48, (2, 2), 3, 1, 1, 1, "f32"),  # (its layer4)
+    # at most 8 outputs per channel: transposed, the few-rows GEMM adding the bias (opc_nn_conv_few), per
+    # image: MobileNetV2's 1x1 convs at 2x2; a strided 1x1 through im2col
+    ("pw_2x2", 2, 40, 48, (2, 2), 1, 1, 0, 1, "f32"),
+    ("few_1x1_s2", 1, 24, 40, (4, 4), 1, 2, 0, 1, "f32"),
     ("depthwise", 2, 8, 8, (9, 10), 3, 1, 1, 8, "f32"),  # channels last (rows under a vector): per 16 channels
     ("dw_rows", 2, 5, 5, (11, 37), 3, 1, 1, 5, "f32"),  # the depthwise row kernel: per plane
     ("dw_rows_s2", 1, 6, 6, (9, 40), 3, 2, 1, 6, "f32"),

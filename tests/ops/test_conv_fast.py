@@ -169,6 +169,9 @@ FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
                                              "dw_many_s2_16", "dw_narrow_8x8",
                                              "dw_vec_s2_7c", "dw_vec_130c",
                                              "dw_rows_k3", "dw_rows_k5_s2", "dw_rows_tall_s2")),
+             # at most 8 outputs per channel, forward without a reserve: transposed, the few-rows GEMM
+             # adding the bias, the act on the copy back (opc_nn_conv_few); 1x1, and strided through im2col
+             *(g for g in FAST if g.name in ("pointwise_few", "few_k3_s2_dil")),
              # pointwise convs: the GEMM, its store adding the bias per row (OPC_GEMM_ROW_BIAS): 40 rows
              # (three tiles of 12 and an edge of 4) x 90 positions (an edge of 26), a deep K (two depth
              # blocks: the bias and act on the last), 5 rows (the few-rows GEMM: bias and act after it)
