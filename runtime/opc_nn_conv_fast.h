@@ -1147,6 +1147,10 @@ typedef struct {
     uint8_t src[OPC_CF_DWV_NO][OPC_CF_DWV_TAPS][2]; /* the two input vectors a tap's permute reads */
     __mmask16 in[OPC_CF_DWV_NI], out[OPC_CF_DWV_NO]; /* each input and output vector's lanes */
     int ni, no;
+    /* group > 1: that many channels side by side in a vector (opc_cf_dwg_run), idx[0][k][l] the lane of
+       the group's input vector that output lane l's tap k reads; chan[l]: lane l's channel in the group */
+    int group;
+    int32_t chan[OPC_CF_V];
     int64_t key[OPC_CF_DWV_KEY]; /* the geometry it was made for (opc_cf_dwv_key) */
 } opc_cf_dwv_table;
 
@@ -1196,6 +1200,20 @@ static int opc_cf_dwv_plan(const opc_cv_geom *q, opc_cf_dwv_table *t) {
     memset(t, 0, sizeof *t);
     opc_cf_dwv_key(q, t->key);
     t->ni = (int)ni, t->no = (int)no;
+    const int64_t span = q->ivol > q->ovol ? q->ivol : q->ovol;
+    if (2 * span <= OPC_CF_V) { /* two channels or more per vector, in and out */
+        const int g = (int)(OPC_CF_V / span);
+        t->group = g, t->in[0] = opc_cf_lanes(g * q->ivol), t->out[0] = opc_cf_lanes(g * q->ovol);
+        for (int64_t l = 0; l < OPC_CF_V; l++) t->chan[l] = (int32_t)(l / q->ovol < g ? l / q->ovol : g - 1);
+        for (int64_t k = 0; k < q->kvol; k++)
+            for (int64_t l = 0; l < g * q->ovol; l++) {
+                const int64_t i = opc_cf_dwv_source(q, l % q->ovol, k);
+                if (i < 0) continue;
+                t->idx[0][k][l] = (int32_t)(l / q->ovol * q->ivol + i);
+                t->mask[0][k] |= (__mmask16)(1u << l);
+            }
+        return 1;
+    }
     for (int64_t v = 0; v < ni; v++) t->in[v] = opc_cf_lanes(q->ivol - v * OPC_CF_V);
     for (int64_t v = 0; v < no; v++) {
         t->out[v] = opc_cf_lanes(q->ovol - v * OPC_CF_V);
@@ -1311,6 +1329,100 @@ __attribute__((noinline)) static void opc_cf_dwv_chunk_many(const float *x, cons
     for (; c < c1; c++) opc_cf_dwv_many(x, wk, y, pre, bias, act, t, q, c, 1, 0);
 }
 
+/* Depthwise convs on planes of at most V / 2 positions in and out (2x2 images: MobileNetV2's last
+ * blocks at 64x64, 960 channels): G = V / the larger plane channels side by side in a vector, as they
+ * lie in memory (one load), each tap one permute of that vector and one FMA with a vector of the G
+ * channels' weights for the tap: a plane per vector took G times the permutes and FMAs, most of
+ * their lanes empty (960 channels at 2x2: 5.2 us). wv [groups][kvol][V]: lane l of group g's tap k
+ * holds channel g G + chan[l]'s weight. The same sums in the same order as opc_cf_dwv_one's. */
+typedef struct {
+    const float *w;
+    int64_t C, kvol;
+    const opc_cf_dwv_table *t;
+    int64_t ovol;
+} opc_cf_dwg_weights;
+
+static void opc_cf_dwg_pack(const void *ctx, float *dst) {
+    const opc_cf_dwg_weights *c = (const opc_cf_dwg_weights *)ctx;
+    const int g = c->t->group;
+    for (int64_t c0 = 0, gi = 0; c0 < c->C; c0 += g, gi++)
+        for (int64_t k = 0; k < c->kvol; k++)
+            for (int l = 0; l < OPC_CF_V; l++) {
+                const int64_t ch = c0 + c->t->chan[l];
+                dst[(gi * c->kvol + k) * OPC_CF_V + l] = l < g * c->ovol && ch < c->C ? c->w[ch * c->kvol + k] : 0.0f;
+            }
+}
+
+/* Groups [g0, g1) of image x [C][ivol] -> y (and pre, or NULL) [C][ovol]: CH groups at once (independent
+ * FMA chains), inlined with constant CH. */
+static inline __attribute__((always_inline)) void opc_cf_dwg_groups(const float *x, const float *wv, float *y, float *pre,
+                                                                    const float *bias, int act,
+                                                                    const opc_cf_dwv_table *t, const opc_cv_geom *q,
+                                                                    int64_t gi, int CH) {
+    const int64_t kvol = q->kvol, C = q->g, G = t->group;
+    const __m512i chan = _mm512_loadu_si512(t->chan);
+    __m512 xv[4], acc[4];
+    __mmask16 in[4], out[4];
+    for (int h = 0; h < CH; h++) {
+        const int64_t c = (gi + h) * G, n = C - c < G ? C - c : G;
+        in[h] = n == G ? t->in[0] : opc_cf_lanes(n * q->ivol);
+        out[h] = n == G ? t->out[0] : opc_cf_lanes(n * q->ovol);
+        xv[h] = _mm512_maskz_loadu_ps(in[h], x + c * q->ivol);
+        acc[h] = _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < kvol; k++) {
+        const __m512i idx = _mm512_loadu_si512(t->idx[0][k]);
+        for (int h = 0; h < CH; h++)
+            acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(wv + ((gi + h) * kvol + k) * OPC_CF_V),
+                                     _mm512_maskz_permutexvar_ps(t->mask[0][k], idx, xv[h]), acc[h]);
+    }
+    for (int h = 0; h < CH; h++) {
+        const int64_t c = (gi + h) * G;
+        /* each lane's channel bias: the group's (n of them, masked) spread by chan */
+        const __mmask16 own = opc_cf_lanes(C - c < G ? C - c : G);
+        const __m512 b = bias ? _mm512_permutexvar_ps(chan, _mm512_maskz_loadu_ps(own, bias + c)) : _mm512_setzero_ps();
+        opc_cf_vec v = (opc_cf_vec)_mm512_add_ps(acc[h], b);
+        if (pre) _mm512_mask_storeu_ps(pre + c * q->ovol, out[h], (__m512)v);
+        if (act == OPC_CF_ACT_GELU)
+            for (int j = 0; j < OPC_CF_V; j++) v[j] = opc_cf_act(v[j], act);
+        else v = opc_cf_act_vec(v, act);
+        _mm512_mask_storeu_ps(y + c * q->ovol, out[h], (__m512)v);
+    }
+}
+
+__attribute__((noinline)) static void opc_cf_dwg_chunk(const float *x, const float *wv, float *y, float *pre,
+                                                       const float *bias, int act, const opc_cf_dwv_table *t,
+                                                       const opc_cv_geom *q, int64_t g0, int64_t g1) {
+    int64_t gi = g0;
+    for (; gi + 4 <= g1; gi += 4) opc_cf_dwg_groups(x, wv, y, pre, bias, act, t, q, gi, 4);
+    for (; gi < g1; gi++) opc_cf_dwg_groups(x, wv, y, pre, bias, act, t, q, gi, 1);
+}
+
+/* 0 when it ran, -1 when the packed weights' scratch cannot be had. */
+static int opc_cf_dwg_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
+                          const opc_cv_geom *q, const opc_cf_dwv_table *t, opc_cv_epilogue ep, void *ep_ctx) {
+    const int64_t C = q->g, G = t->group, groups = (C + G - 1) / G, floats = groups * q->kvol * OPC_CF_V;
+    const opc_cf_dwg_weights whole = {wk, C, q->kvol, t, q->ovol};
+    const int64_t key[OPC_FROZEN_KEY] = {7, C, q->kvol, G << 16 | q->ovol}; /* 7: this layout */
+    const float *wv = opc_rt_frozen_packed(wk, (int64_t)sizeof(float) * C * q->kvol, key, floats, opc_cf_dwg_pack, &whole);
+    if (!wv) {
+        float *packed = (float *)opc_cf_scratch(OPC_CF_BUF_PANELS, sizeof(float) * (size_t)floats);
+        if (!packed) return -1;
+        opc_cf_dwg_pack(&whole, packed);
+        wv = packed;
+    }
+    const int64_t chunk = (OPC_CF_DWV_CHUNK + G - 1) / G, chunks = (groups + chunk - 1) / chunk, units = q->n * chunks;
+    const int64_t work = q->n * C * q->ovol * q->kvol;
+    _Pragma("omp parallel for schedule(dynamic, opc_par_chunk(units, work, 32768)) if (work >= opc_par_min(32768)) num_threads(opc_num_threads())")
+    for (int64_t u = 0; u < units; u++) {
+        const int64_t n = u / chunks, g0 = u % chunks * chunk, g1 = g0 + chunk < groups ? g0 + chunk : groups;
+        float *z = pre ? pre + n * C * q->ovol : NULL;
+        opc_cf_dwg_chunk(src + n * C * q->ivol, wv, dst + n * C * q->ovol, z, bias, act, t, q, g0, g1);
+        if (ep) ep(ep_ctx, n * C + g0 * G, n * C + (g1 * G < C ? g1 * G : C), 0, q->ovol);
+    }
+    return 0;
+}
+
 static void opc_cf_dwv_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
                            const opc_cv_geom *q, const opc_cf_dwv_table *t, opc_cv_epilogue ep, void *ep_ctx) {
     const int64_t C = q->g, chunks = (C + OPC_CF_DWV_CHUNK - 1) / OPC_CF_DWV_CHUNK, units = q->n * chunks;
@@ -1335,7 +1447,8 @@ static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *
                           const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
 #if OPC_CF_DWV
     const opc_cf_dwv_table *table = opc_cf_dwv_table_for(q);
-    if (table) {
+    if (table && table->group > 1 && opc_cf_dwg_run(src, wk, dst, pre, bias, act, q, table, ep, ep_ctx) == 0) return 0;
+    if (table && table->group == 1) {
         opc_cf_dwv_run(src, wk, dst, pre, bias, act, q, table, ep, ep_ctx);
         return 0;
     }

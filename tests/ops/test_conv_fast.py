@@ -70,6 +70,13 @@ FAST = [
     Geo("dw_vec_dil", (2, 6, 3, 5), (6, 1, 2, 3), (1, 1), (2, 1), (1, 0, 0, 2), 6),
     Geo("dw_vec_1d", (2, 5, 12), (5, 1, 3), (1,), (1,), (1, 1), 5),
     Geo("dw_vec_3d", (1, 4, 2, 2, 3), (4, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1, 0, 1, 1), 4),
+    # planes of at most 8 positions in and out (opc_cf_dwg_run, AVX-512): 16 / the larger plane's
+    # positions channels side by side in a vector: 2x2 (4 a vector), 2x3 (2; 13 channels: a group
+    # of one), 5 -> 3 positions at stride 2 (3 a vector, 15 lanes; 11 channels: a group of two), and
+    # with the batch's images
+    Geo("dw_group_2x3", (2, 13, 2, 3), (13, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 13),
+    Geo("dw_group_1x5_s2", (2, 11, 1, 5), (11, 1, 1, 3), (1, 2), (1, 1), (0, 1, 0, 1), 11),
+    Geo("dw_group_2x2_many", (2, 70, 2, 2), (70, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 70),
     Geo("dw_s2_rows", (1, 3, 5, 70), (3, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 3),
     # the row kernel (opc_cf_dw_planes_run): 3x3 and 5x5 taps at stride 1 and 2, blocks of 4 rows and
     # vectors of columns whose last ones are shifted back, uneven pads, a depth tap loop
@@ -167,7 +174,8 @@ FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              *(g for g in CW if g.name in ("cw_rows16_shared", "cw_rows4")),  # the cw store's runs of 8
              *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows", "dw_narrow_80c", "dw_narrow_2x2",
                                              "dw_many_s2_16", "dw_narrow_8x8",
-                                             "dw_vec_s2_7c", "dw_vec_130c",
+                                             "dw_vec_s2_7c", "dw_vec_130c", "dw_group_2x3", "dw_group_1x5_s2",
+                                             "dw_group_2x2_many",
                                              "dw_rows_k3", "dw_rows_k5_s2", "dw_rows_tall_s2")),
              # at most 8 outputs per channel, forward without a reserve: transposed, the few-rows GEMM
              # adding the bias, the act on the copy back (opc_nn_conv_few); 1x1, and strided through im2col
