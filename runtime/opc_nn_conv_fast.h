@@ -1199,7 +1199,7 @@ static int opc_cf_dwv_plan(const opc_cv_geom *q, opc_cf_dwv_table *t) {
     if (ni > OPC_CF_DWV_NI || no > OPC_CF_DWV_NO || q->kvol > OPC_CF_DWV_TAPS) return 0;
     memset(t, 0, sizeof *t);
     opc_cf_dwv_key(q, t->key);
-    t->ni = (int)ni, t->no = (int)no;
+    t->ni = (int)ni, t->no = (int)no, t->group = 1;
     const int64_t span = q->ivol > q->ovol ? q->ivol : q->ovol;
     if (2 * span <= OPC_CF_V) { /* two channels or more per vector, in and out */
         const int g = (int)(OPC_CF_V / span);
