@@ -786,43 +786,50 @@ def lstm_case(ctx: Context) -> Contest:
                    work=flops)
 
 
-# ResNet-18 forward at 1x3x224x224 (torchvision's, exported by tests/models' script without its
-# weights; seeded_weights.fill_initializers gives them). onnxruntime on the same file is the
-# reference; torch eager and JAX run the same graph node by node (bench/onnx_peers.py).
-RESNET = ROOT / "tests" / "models" / "resnet18.onnx"
+# ImageNet-sized CNN forwards at 1x3x224x224 (torchvision's ResNet-18 and MobileNetV2, exported by
+# tests/models' script without their weights; seeded_weights.fill_initializers gives them). onnxruntime
+# on the same file is the reference; torch eager and JAX run the same graph node by node
+# (bench/onnx_peers.py).
+MODELS = ROOT / "tests" / "models"
 
 
+def imagenet_case(name: str, macs: float) -> Callable[[Context], Contest]:
+    """The forward of tests/models/NAME.onnx at 224x224 (exported at 64x64: every size fits), `macs`
+    multiply-adds per image (torchvision's figures) as the rate's work."""
+    path = MODELS / f"{name}.onnx"
 
-def resnet18_case(ctx: Context) -> Contest:
-    if not RESNET.is_file():
-        raise Skip(f"{RESNET.relative_to(ROOT)} is absent (tests/models' export script commits it)")
-    import onnx
+    def case(ctx: Context) -> Contest:
+        if not path.is_file():
+            raise Skip(f"{path.relative_to(ROOT)} is absent (tests/models' export script commits it)")
+        import onnx
 
-    sys.path.insert(0, str(RESNET.parent))
-    from seeded_weights import fill_initializers
+        sys.path.insert(0, str(MODELS))
+        from seeded_weights import fill_initializers
 
-    model = onnx.load(str(RESNET))
-    fill_initializers(model)
-    for dim in model.graph.input[0].type.tensor_type.shape.dim[2:]:  # exported at 64x64; any size fits
-        dim.dim_value = 224
-    del model.graph.value_info[:]
-    session = ort_session(model)
-    if session is None:
-        raise Skip("onnxruntime is not installed: it is this row's reference")
-    x = ctx.rng.standard_normal((1, 3, 224, 224), np.float32)
-    name = model.graph.input[0].name
-    want = session.run(None, {name: x})
-    m = opc.load_onnx(model)
-    theirs = [Contender("onnxruntime", lambda: session.run(None, {name: x}))]
-    if ctx.torch is not None:
-        run = onnx_torch(ctx.torch, model)
-        tx = ctx.torch.from_numpy(x)
-        theirs.append(Contender("torch eager", lambda: run(tx)))
-    if ctx.jax is not None:
-        run_jax, jx = onnx_jax(ctx.jax, model), ctx.jax.numpy.asarray(x)
-        theirs.append(Contender("JAX jit", lambda: ctx.jax.block_until_ready(run_jax(jx))))
-    return Contest(want=want, ours=[Contender("opc", lambda: m(x))], theirs=theirs, tol=1e-3, rate="GFLOP/s",
-                   work=2 * 1.814e9)
+        model = onnx.load(str(path))
+        fill_initializers(model)
+        for dim in model.graph.input[0].type.tensor_type.shape.dim[2:]:
+            dim.dim_value = 224
+        del model.graph.value_info[:]
+        session = ort_session(model)
+        if session is None:
+            raise Skip("onnxruntime is not installed: it is this row's reference")
+        x = ctx.rng.standard_normal((1, 3, 224, 224), np.float32)
+        inp = model.graph.input[0].name
+        want = session.run(None, {inp: x})
+        m = opc.load_onnx(model)
+        theirs = [Contender("onnxruntime", lambda: session.run(None, {inp: x}))]
+        if ctx.torch is not None:
+            run = onnx_torch(ctx.torch, model)
+            tx = ctx.torch.from_numpy(x)
+            theirs.append(Contender("torch eager", lambda: run(tx)))
+        if ctx.jax is not None:
+            run_jax, jx = onnx_jax(ctx.jax, model), ctx.jax.numpy.asarray(x)
+            theirs.append(Contender("JAX jit", lambda: ctx.jax.block_until_ready(run_jax(jx))))
+        return Contest(want=want, ours=[Contender("opc", lambda: m(x))], theirs=theirs, tol=1e-3, rate="GFLOP/s",
+                       work=2 * macs)
+
+    return case
 
 
 # ---------------------------------------------------------------------------
@@ -962,7 +969,9 @@ add_case("conv-dw-fwd-bwd", "depthwise conv 3x3 64 ch 56x56 f32, forward + backw
 add_case("lstm", f"LSTM layer (ONNX LSTM imported): seq {LSTM_T}, batch {LSTM_B}, input {LSTM_I}, hidden {LSTM_H} "
          "f32, forward", lstm_case)
 add_case("resnet18", "ResNet-18 forward 1x3x224x224 f32 (tests/models/resnet18.onnx, seeded weights; "
-         "onnxruntime is the reference)", resnet18_case)
+         "onnxruntime is the reference)", imagenet_case("resnet18", 1.814e9))
+add_case("mobilenet_v2", "MobileNetV2 forward 1x3x224x224 f32 (tests/models/mobilenet_v2.onnx, seeded weights; "
+         "onnxruntime is the reference)", imagenet_case("mobilenet_v2", 0.301e9))
 add_case("compile", "compile time", run=compile_time_run)
 add_case("mlp-compile", "examples/mlp.mlir compile", run=mlp_compile_run)
 add_case("transformer", "transformer block", run=transformer_run)

@@ -7,17 +7,4 @@ cd "$(dirname "$0")/../.."
 out=bench/results/2026-12-07-r14
 # shellcheck source=bench/roundlib.sh
 source bench/roundlib.sh
-for t in 1 2; do
-    run "$out-models-cnn-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t"
-    run "$out-models-cnn-fold-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" --fold-bn
-done
-run "$out-train-threads1.txt" python3 bench/bench_models_cpu.py --train small_cnn mobilenet_v2 resnet18 --calls 10 --threads 1
-hogs=()
-for _ in $(seq "$(nproc)"); do python3 -c "while True: pass" & hogs+=($!); done
-sleep 2
-for t in 1 2; do
-    run "$out-models-cnn-fold-busy-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" --fold-bn
-done
-kill "${hogs[@]}"
-# five more fresh processes of the CNN rows, as exported and folded (the medians)
-cnn_repeats "$out" 5
+cnn_partial "$out"
