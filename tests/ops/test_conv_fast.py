@@ -50,6 +50,10 @@ FAST = [
     # through im2col)
     Geo("dw_narrow_dil", (2, 20, 9, 9), (20, 1, 3, 3), (1, 1), (2, 1), (2, 1, 0, 2), 20),
     Geo("dw_narrow_s2", (1, 40, 7, 7), (40, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 40),
+    # ImageNet's 14x14 (12 whole tiles of positions and 4; 36 channels: two whole blocks and 4) and
+    # 20x20 -> 10x10 at stride 2, channels last: whole tiles of whole blocks go straight from registers
+    Geo("dw_cl_14x14", (1, 36, 14, 14), (36, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 36),
+    Geo("dw_cl_s2_20", (2, 32, 20, 20), (32, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 32),
     # planes of a few vectors whose taps each read at most two of them (opc_cf_dwv_run's two-source
     # permutes, AVX-512; the channels-last kernel without it): 8x8 (whole vectors), 16x16 -> 8x8 at
     # stride 2 (a tap's rows two vectors apart; 22 channels: groups of 4 and 2 alone), 5x5 (80
@@ -175,7 +179,7 @@ FUSE_GEOS = [FAST[1], FAST[4], FAST[9],
              *(g for g in FAST if g.name in ("dw_narrow_s2", "dw_s2_rows", "dw_narrow_80c", "dw_narrow_2x2",
                                              "dw_many_s2_16", "dw_narrow_8x8",
                                              "dw_vec_s2_7c", "dw_vec_130c", "dw_group_2x3", "dw_group_1x5_s2",
-                                             "dw_group_2x2_many",
+                                             "dw_group_2x2_many", "dw_cl_14x14", "dw_cl_s2_20",
                                              "dw_rows_k3", "dw_rows_k5_s2", "dw_rows_tall_s2")),
              # at most 8 outputs per channel, forward without a reserve: transposed, the few-rows GEMM
              # adding the bias, the act on the copy back (opc_nn_conv_few); 1x1, and strided through im2col
