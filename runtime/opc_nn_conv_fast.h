@@ -1347,15 +1347,18 @@ static inline __attribute__((always_inline)) void opc_cf_dwv_many(const float *x
     }
 }
 
-/* Channels [c0, c1) of image x, 4 at a time then one by one; each form a function of its own (inlined
- * together in one loop, gcc spilled the accumulators of both). */
-__attribute__((noinline)) static void opc_cf_dwv_chunk_one(const float *x, const float *wk, float *y, float *pre,
-                                                           const float *bias, int act, const opc_cf_dwv_table *t,
-                                                           const opc_cv_geom *q, int64_t c0, int64_t c1) {
-    int64_t c = c0;
-    for (; c + 4 <= c1; c += 4) opc_cf_dwv_one(x, wk, y, pre, bias, act, t, q, c, 4);
-    for (; c < c1; c++) opc_cf_dwv_one(x, wk, y, pre, bias, act, t, q, c, 1);
-}
+/* NAME(..., i0, i1): KERNEL on units [i0, i1) (channels, or groups of them) of image x, 4 at a time then
+ * one by one; each form a function of its own (inlined together in one loop, gcc spilled the
+ * accumulators of both). */
+#define OPC_CF_BY_FOURS(NAME, KERNEL)                                                                     \
+    __attribute__((noinline)) static void NAME(const float *x, const float *w, float *y, float *pre,      \
+                                               const float *bias, int act, const opc_cf_dwv_table *t,     \
+                                               const opc_cv_geom *q, int64_t i0, int64_t i1) {            \
+        int64_t i = i0;                                                                                   \
+        for (; i + 4 <= i1; i += 4) KERNEL(x, w, y, pre, bias, act, t, q, i, 4);                          \
+        for (; i < i1; i++) KERNEL(x, w, y, pre, bias, act, t, q, i, 1);                                  \
+    }
+OPC_CF_BY_FOURS(opc_cf_dwv_chunk_one, opc_cf_dwv_one)
 __attribute__((noinline)) static void opc_cf_dwv_chunk_many(const float *x, const float *wk, float *y, float *pre,
                                                             const float *bias, int act, const opc_cf_dwv_table *t,
                                                             const opc_cv_geom *q, int64_t c0, int64_t c1) {
@@ -1430,13 +1433,7 @@ static inline __attribute__((always_inline)) void opc_cf_dwg_groups(const float 
     }
 }
 
-__attribute__((noinline)) static void opc_cf_dwg_chunk(const float *x, const float *wv, float *y, float *pre,
-                                                       const float *bias, int act, const opc_cf_dwv_table *t,
-                                                       const opc_cv_geom *q, int64_t g0, int64_t g1) {
-    int64_t gi = g0;
-    for (; gi + 4 <= g1; gi += 4) opc_cf_dwg_groups(x, wv, y, pre, bias, act, t, q, gi, 4);
-    for (; gi < g1; gi++) opc_cf_dwg_groups(x, wv, y, pre, bias, act, t, q, gi, 1);
-}
+OPC_CF_BY_FOURS(opc_cf_dwg_chunk, opc_cf_dwg_groups)
 
 /* 0 when it ran, -1 when the packed weights' scratch cannot be had. */
 static int opc_cf_dwg_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
