@@ -23,12 +23,5 @@ for t in 1 2; do
 done
 run "$out-peak.txt" python3 bench/bench_cpu.py --threads 1 --clock thread --only matmul-1024,gemm-fc1,gemm-fc2,conv3x3,conv3x3-fwd-bwd,bf16-fc1,bf16-conv3x3
 run "$out-compile.txt" python3 bench/bench_compile.py --sizes 100,1000 --repeat 2
-# busy: one CPU-bound process per core next to the CNNs (opc chooses its wait policy at import)
-hogs=()
-for _ in $(seq "$(nproc)"); do python3 -c "while True: pass" & hogs+=($!); done
-sleep 2
-for t in 1 2; do
-    run "$out-models-cnn-busy-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t"
-done
-kill "${hogs[@]}"
+cnn_busy "$out"
 cnn_repeats "$out" "$repeats"

@@ -32,20 +32,26 @@ cnn_repeats() {  # cnn_repeats PREFIX REPEATS: REPEATS fresh processes of the CN
     done
 }
 
+cnn_busy() {  # cnn_busy PREFIX [--fold-bn]: the CNN rows at 1 and 2 threads with one CPU-bound process per
+    # core beside them (opc chooses its wait policy at import), into PREFIX-models-cnn[-fold]-busy-threadsT.txt
+    local out="$1" fold="${2:-}" t hogs=()
+    for _ in $(seq "$(nproc)"); do python3 -c "while True: pass" & hogs+=($!); done
+    sleep 2
+    for t in 1 2; do
+        run "$out-models-cnn${fold:+-fold}-busy-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" $fold
+    done
+    kill "${hogs[@]}"
+}
+
 cnn_partial() {  # cnn_partial PREFIX: the CNN rows as exported and folded at 1 and 2 threads, the CNNs'
     # training steps at 1 thread, the folded CNNs with the machine busy (a CPU-bound process per core),
     # then five more fresh processes of the CNN rows (the medians); each into PREFIX-NAME.txt
-    local out="$1" t hogs=()
+    local out="$1" t
     for t in 1 2; do
         run "$out-models-cnn-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t"
         run "$out-models-cnn-fold-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" --fold-bn
     done
     run "$out-train-threads1.txt" python3 bench/bench_models_cpu.py --train small_cnn mobilenet_v2 resnet18 --calls 10 --threads 1
-    for _ in $(seq "$(nproc)"); do python3 -c "while True: pass" & hogs+=($!); done
-    sleep 2
-    for t in 1 2; do
-        run "$out-models-cnn-fold-busy-threads$t.txt" python3 bench/bench_models_cpu.py small_cnn mobilenet_v2 resnet18 --calls 30 --threads "$t" --fold-bn
-    done
-    kill "${hogs[@]}"
+    cnn_busy "$out" --fold-bn
     cnn_repeats "$out" 5
 }

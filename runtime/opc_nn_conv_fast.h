@@ -338,9 +338,8 @@ static inline void opc_cf_put_vec(float *y, float *pre, opc_cf_vec a, float b, i
 /* The lanes [0, n) of a vector, n <= V. */
 static inline __mmask16 opc_cf_lanes(int64_t n) { return (__mmask16)(n >= OPC_CF_V ? 0xffffu : (1u << n) - 1u); }
 
-/* y and pre (or NULL) = act(a + b) in the lanes set in `lanes`, by masked stores: nothing else written. */
-static inline void opc_cf_put_lanes(float *y, float *pre, opc_cf_vec a, float b, int act, __mmask16 lanes) {
-    const opc_cf_vec v = a + b;
+/* y and pre (or NULL) = act(v), v in the lanes set in `lanes`, by masked stores: nothing else written. */
+static inline void opc_cf_store_lanes(float *y, float *pre, opc_cf_vec v, int act, __mmask16 lanes) {
     if (pre) _mm512_mask_storeu_ps(pre, lanes, (__m512)v);
     if (act == OPC_CF_ACT_GELU) {
         for (int j = 0; j < OPC_CF_V; j++)
@@ -348,6 +347,11 @@ static inline void opc_cf_put_lanes(float *y, float *pre, opc_cf_vec a, float b,
         return;
     }
     _mm512_mask_storeu_ps(y, lanes, (__m512)opc_cf_act_vec(v, act));
+}
+
+/* y and pre (or NULL) = act(a + b), a + b, in the lanes set in `lanes`. */
+static inline void opc_cf_put_lanes(float *y, float *pre, opc_cf_vec a, float b, int act, __mmask16 lanes) {
+    opc_cf_store_lanes(y, pre, a + b, act, lanes);
 }
 #endif
 
@@ -1405,12 +1409,11 @@ static inline __attribute__((always_inline)) void opc_cf_dwg_groups(const float 
     const int64_t kvol = q->kvol, C = q->g, G = t->group;
     const __m512i chan = _mm512_loadu_si512(t->chan);
     __m512 xv[4], acc[4];
-    __mmask16 in[4], out[4];
+    int64_t n[4]; /* each group's channels: G, fewer in the last */
     for (int h = 0; h < CH; h++) {
-        const int64_t c = (gi + h) * G, n = C - c < G ? C - c : G;
-        in[h] = n == G ? t->in[0] : opc_cf_lanes(n * q->ivol);
-        out[h] = n == G ? t->out[0] : opc_cf_lanes(n * q->ovol);
-        xv[h] = _mm512_maskz_loadu_ps(in[h], x + c * q->ivol);
+        const int64_t c = (gi + h) * G;
+        n[h] = C - c < G ? C - c : G;
+        xv[h] = _mm512_maskz_loadu_ps(n[h] == G ? t->in[0] : opc_cf_lanes(n[h] * q->ivol), x + c * q->ivol);
         acc[h] = _mm512_setzero_ps();
     }
     for (int64_t k = 0; k < kvol; k++) {
@@ -1422,14 +1425,10 @@ static inline __attribute__((always_inline)) void opc_cf_dwg_groups(const float 
     for (int h = 0; h < CH; h++) {
         const int64_t c = (gi + h) * G;
         /* each lane's channel bias: the group's (n of them, masked) spread by chan */
-        const __mmask16 own = opc_cf_lanes(C - c < G ? C - c : G);
-        const __m512 b = bias ? _mm512_permutexvar_ps(chan, _mm512_maskz_loadu_ps(own, bias + c)) : _mm512_setzero_ps();
-        opc_cf_vec v = (opc_cf_vec)_mm512_add_ps(acc[h], b);
-        if (pre) _mm512_mask_storeu_ps(pre + c * q->ovol, out[h], (__m512)v);
-        if (act == OPC_CF_ACT_GELU)
-            for (int j = 0; j < OPC_CF_V; j++) v[j] = opc_cf_act(v[j], act);
-        else v = opc_cf_act_vec(v, act);
-        _mm512_mask_storeu_ps(y + c * q->ovol, out[h], (__m512)v);
+        const __m512 b = bias ? _mm512_permutexvar_ps(chan, _mm512_maskz_loadu_ps(opc_cf_lanes(n[h]), bias + c))
+                              : _mm512_setzero_ps();
+        opc_cf_store_lanes(y + c * q->ovol, pre ? pre + c * q->ovol : NULL, (opc_cf_vec)_mm512_add_ps(acc[h], b), act,
+                           n[h] == G ? t->out[0] : opc_cf_lanes(n[h] * q->ovol));
     }
 }
 
