@@ -257,6 +257,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
     print(f"{args.file}: {len(calls)} functions x {args.repeat} calls, {len(prof.rows())} kernels"
           + (f"; weights from {weights_from}" if weights_from else ""))
     print(prof.table())
+    if routes := prof.routes_table():
+        print(routes)
     if args.trace:
         prof.chrome_trace(args.trace)
         print(f"wrote {args.trace}")

@@ -7,6 +7,7 @@ totals, and the first 65,536 calls one by one):
     with opc.profile(m) as p:      # or p = opc.profile(m); ...; p.stop()
         m.block(x, ...)
     print(p.table())               # kernel, kind, ops, calls, total ms, share
+    print(p.routes())              # the runtime kernels convs took: {"conv: direct": 3, ...}
     p.chrome_trace("trace.json")   # chrome://tracing / Perfetto (onnxruntime's format)
 
 `OPC_PROFILE=1 python model.py` profiles every module the process loads and prints the tables
@@ -91,6 +92,20 @@ class Profile:
         lines.append(f"| total | | | {sum(r['calls'] for r in rows)} | {total:.3f} | 100% |")
         return "\n".join(lines)
 
+    def routes(self) -> dict[str, int]:
+        """How many times each of the runtime's kernel routes ran (a conv's kernel, picked by its geometry:
+        runtime/opc_routes.h), those that ran, by name ("conv: direct", "depthwise: rows", ...)."""
+        n = self.lib.opc_profile_routes(self.ffi.NULL, 0)
+        counts = self.ffi.new("int64_t[]", n)
+        self.lib.opc_profile_routes(counts, n)
+        return {self.ffi.string(self.lib.opc_profile_route_name(k)).decode(): counts[k] for k in range(n) if counts[k]}
+
+    def routes_table(self) -> str:
+        """routes() as a Markdown table ("" when no route ran: a module without convolutions)."""
+        routes = self.routes()
+        return "\n".join(["| route | calls |", "|---|---|", *(f"| {r} | {n} |" for r, n in routes.items())]) \
+            if routes else ""
+
     def events(self) -> list[tuple[int, int, int]]:
         """(kernel, start ns, end ns) of the first calls, in the order they ended."""
         buf = self.ffi.new("int64_t[]", 3 * (1 << 16))
@@ -128,6 +143,7 @@ def report_at_exit() -> None:
     trace = os.environ.get("OPC_PROFILE", "")
     for i, p in enumerate(_at_exit):
         if p.rows():
-            print(f"opc profile ({p.ext.__name__}):\n{p.table()}", file=sys.stderr)
+            routes = p.routes_table()
+            print(f"opc profile ({p.ext.__name__}):\n{p.table()}" + (f"\n{routes}" if routes else ""), file=sys.stderr)
             if trace.endswith(".json"):
                 p.chrome_trace(trace if len(_at_exit) == 1 else trace.replace(".json", f".{i}.json"))

@@ -37,6 +37,7 @@
 #include "opc_frozen.h"
 #include "opc_runtime.h"
 #include "opc_status.h"
+#include "opc_routes.h"
 #include "opc_gemm_api.h"
 #include "opc_nn_conv.h"
 #include "opc_nn_conv_fast.h"
@@ -169,6 +170,7 @@ OPC_NN_INLINE int opc_nn_conv_few(const float *x, const float *w, const float *b
     const int direct = opc_cv_pointwise(q);
     float *xt = (float *)malloc(sizeof(float) * P * (CK + O + (direct ? 0 : CK)));
     if (!xt) return 0;
+    opc_rt_route(OPC_ROUTE_CONV_FEW_POSITIONS);
     float *yt = xt + P * CK, *col = yt + P * O;
     for (int64_t n = 0; n < q->n; n++) {
         const float *xn = x + n * q->c * q->ivol;
@@ -210,6 +212,7 @@ OPC_NN_INLINE int opc_nn_conv_pointwise_ep(const float *x, const float *w, const
                                            const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
     if (!(opc_nn_conv_fwd_kernel(q) == 0 && q->g == 1 && opc_cv_pointwise(q) && q->ovol > OPC_NN_FEW_POSITIONS))
         return 0;
+    opc_rt_route(OPC_ROUTE_CONV_POINTWISE_GEMM);
     opc_rt_gemm_ep_f32(q->n, q->o, q->ovol, q->c, w, 0, 0, x, q->c * q->ivol, 0, bias,
                        bias ? act | OPC_GEMM_ROW_BIAS : act, y, NULL, ep, ep_ctx);
     return 1;
@@ -250,6 +253,7 @@ OPC_NN_INLINE int opc_nn_conv_fast_ep(const void *x, const void *w, const void *
 /* ep on every row of y [n * o, ovol] after a conv that ran without it: blocks of rows, one call each (a
  * call per row cost more than its outputs on small images) */
 static void opc_nn_conv_ep_rows(const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+    opc_rt_route(OPC_ROUTE_CONV_EPILOGUE_PASS);
     const int64_t rows = q->n * q->o, block = opc_par_chunk(rows, rows * q->ovol, OPC_NN_PAR_MIN / 8);
     const int64_t blocks = (rows + block - 1) / block;
     _Pragma("omp parallel for schedule(dynamic, 1) if (rows * q->ovol >= opc_par_min(OPC_NN_PAR_MIN)) num_threads(opc_num_threads())")
@@ -323,6 +327,7 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
         if (DT == OPC_NN_F32 && opc_nn_conv_fast(0, x, w, y, &q)) return;                                       \
         if (opc_nn_conv_gemm_##F(0, x, w, y, DT, &q)) return;                                                  \
+        opc_rt_route(OPC_ROUTE_CONV_LOOPS);                                                                    \
         OPC_NN_FOR_UNITS(q.n * q.o * q.out[0] * q.out[1], q.n * q.o * q.ovol * q.cg * q.kvol,                  \
                          opc_nn_cv_fwd_unit_##F(x, w, y, DT, &q, opc_u));                                      \
     }                                                                                                          \
@@ -339,6 +344,7 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
         if (DT == OPC_NN_F32 && opc_nn_conv_fast(1, dy, w, dx, &q)) return;                                     \
         if (opc_nn_conv_gemm_##F(1, dy, w, dx, DT, &q)) return;                                                \
+        opc_rt_route(OPC_ROUTE_CONV_GRAD_INPUT_LOOPS);                                                         \
         OPC_NN_FOR_UNITS(q.n * q.c * q.in[0] * q.in[1], q.n * q.c * q.ivol * q.og * q.kvol,                    \
                          opc_nn_cv_data_unit_##F(dy, w, dx, DT, &q, opc_u));                                   \
     }                                                                                                          \
@@ -346,6 +352,7 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
         if (DT == OPC_NN_F32 && opc_nn_conv_fast(2, x, dy, dw, &q)) return;                                     \
         if (opc_nn_conv_gemm_##F(2, x, dy, dw, DT, &q)) return;                                                \
+        opc_rt_route(OPC_ROUTE_CONV_GRAD_FILTER_LOOPS);                                                        \
         OPC_NN_FOR_UNITS(q.o * q.cg * q.kvol, q.n * q.o * q.ovol * q.cg * q.kvol,                              \
                          opc_nn_cv_filter_unit_##F(x, dy, dw, DT, &q, opc_u));                                 \
     }                                                                                                          \
@@ -354,6 +361,7 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
         const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
         if (DT == OPC_NN_F32 && opc_nn_conv_fast_epilogue(x, w, b, act, y, z, &q)) return;                       \
         opc_nn_conv_##SUF(x, w, z ? z : y, OPC_CV_GEOM_ARGS);                                                  \
+        opc_rt_route(OPC_ROUTE_CONV_EPILOGUE_PASS);                                                            \
         OPC_NN_FOR_UNITS(q.n * q.o, q.n * q.o * q.ovol,                                                        \
                          opc_nn_cv_epilogue_unit_##F(z ? (void *)z : (void *)y, b, y, z != NULL, act, DT, &q,  \
                                                      opc_u));                                                  \

@@ -261,7 +261,11 @@ OPC_NN_INLINE int OPC_NN_FN(conv_gemm)(int op, const void *a, const void *b, voi
     if (q->cg == 1) return 0;
     const int64_t x = q->n * q->c * q->ivol, w = q->o * q->cg * q->kvol, y = q->n * q->o * q->ovol;
     const int64_t na = op == 1 ? y : x, nb = op == 0 ? w : op == 1 ? w : y, nr = op == 0 ? y : op == 1 ? x : w;
-    return OPC_NN_FN(cv_gemm_route)(op, a, na, b, nb, r, nr, dt, q) == 0;
+    static const int routes[3] = {OPC_ROUTE_CONV_IM2COL_GEMM, OPC_ROUTE_CONV_GRAD_INPUT_IM2COL_GEMM,
+                                  OPC_ROUTE_CONV_GRAD_FILTER_IM2COL_GEMM};
+    const int ran = OPC_NN_FN(cv_gemm_route)(op, a, na, b, nb, r, nr, dt, q) == 0;
+    if (ran) opc_rt_route(routes[op]);
+    return ran;
 }
 
 #undef ACC

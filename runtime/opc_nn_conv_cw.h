@@ -273,6 +273,7 @@ static void opc_cw_store_run(const float *acc, int64_t tn, const int64_t *yo, co
  * of tiles (its channels, its run of outputs); -1 when out of memory. */
 static int opc_cw_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
                        const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+    opc_rt_route(OPC_ROUTE_CONV_CHANNEL_VECTOR);
     const opc_cw_plan c = opc_cw_plan_make(q);
     const opc_cf_plan *p = &c.p;
     const int64_t mt = (q->og + OPC_CW_NW - 1) / OPC_CW_NW, K = p->K, ovol = q->ovol;

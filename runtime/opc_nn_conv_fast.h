@@ -601,6 +601,7 @@ static inline int opc_cf_applies(const opc_cv_geom *q) {
  * -1 when out of memory. */
 static int opc_cf_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
                        const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+    opc_rt_route(OPC_ROUTE_CONV_DIRECT);
     const opc_cf_plan p = opc_cf_plan_shared(opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p));
     const float *a = opc_cf_pack_fwd(w, q);
     return a ? opc_cf_run(x, a, y, z, q->n, bias, act, &p, ep, ep_ctx) : -1;
@@ -608,6 +609,7 @@ static int opc_cf_conv(const float *x, const float *w, const float *bias, int ac
 
 /* dx = the input gradient of dy; -1 when out of memory. */
 static int opc_cf_conv_data(const float *dy, const float *w, float *dx, const opc_cv_geom *q) {
+    opc_rt_route(OPC_ROUTE_CONV_GRAD_INPUT_DIRECT);
     int64_t pb[3];
     for (int i = 0; i < 3; i++) pb[i] = q->d[i] * (q->k[i] - 1) - q->p[i];
     const opc_cf_plan p = opc_cf_plan_shared(opc_cf_plan_make(q->g, q->og, q->cg, q->out, q->in, q->k, q->d, pb));
@@ -661,6 +663,7 @@ __attribute__((noinline)) static void opc_cf_micro_filter(int64_t cnt, const flo
 
 /* dw = the filter gradient of x and dy; -1 when out of memory. */
 static int opc_cf_conv_filter(const float *x, const float *dy, float *dw, const opc_cv_geom *q) {
+    opc_rt_route(OPC_ROUTE_CONV_GRAD_FILTER_DIRECT);
     const opc_cf_plan p = opc_cf_plan_make(q->g, q->cg, q->og, q->in, q->out, q->k, q->d, q->p);
     const int64_t Lr = (p.L + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V; /* dyp's row length */
     const int64_t mrows = (q->og + OPC_CF_MR2 - 1) / OPC_CF_MR2 * OPC_CF_MR2, kt = (p.K + OPC_CF_NK - 1) / OPC_CF_NK;
@@ -967,6 +970,7 @@ static inline int opc_cf_dw_planes_apply(const opc_cv_geom *q) {
  * opc_cf_dws_plane), then ep (or NULL) on the plane while it is in cache. -1: out of memory. */
 static int opc_cf_dw_planes_run(const float *src, const float *wk, float *dst, float *pre, const float *bias, int act,
                                 const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
+    opc_rt_route(OPC_ROUTE_DEPTHWISE_ROWS);
     const opc_cf_plan p = opc_cf_dw_plan(q);
     /* The copy's rows start on a vector: a plane of V zero columns before each row's first input
      * (pb[2] of them the real padding) and rows of whole vectors, the kernels reading from V - pb[2]
@@ -1483,12 +1487,17 @@ static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *
                           const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
 #if OPC_CF_DWV
     const opc_cf_dwv_table *table = opc_cf_dwv_table_for(q);
-    if (table && table->group > 1 && opc_cf_dwg_run(src, wk, dst, pre, bias, act, q, table, ep, ep_ctx) == 0) return 0;
+    if (table && table->group > 1 && opc_cf_dwg_run(src, wk, dst, pre, bias, act, q, table, ep, ep_ctx) == 0) {
+        opc_rt_route(OPC_ROUTE_DEPTHWISE_GROUPED);
+        return 0;
+    }
     if (table && table->group == 1) {
+        opc_rt_route(OPC_ROUTE_DEPTHWISE_PLANE_VECTOR);
         opc_cf_dwv_run(src, wk, dst, pre, bias, act, q, table, ep, ep_ctx);
         return 0;
     }
 #endif
+    opc_rt_route(OPC_ROUTE_DEPTHWISE_CHANNELS_LAST);
     const opc_cf_plan p = opc_cf_dw_plan(q);
     const int64_t C = q->g, kvol = q->kvol, ovol = q->ovol, blocks = (C + OPC_CF_V - 1) / OPC_CF_V;
     const int64_t units = q->n * blocks;
@@ -1549,12 +1558,14 @@ static int opc_cf_dw_conv(const float *x, const float *w, const float *bias, int
                           const opc_cv_geom *q) {
     if (q->out[2] < OPC_CF_V) return opc_cf_dwc_run(x, w, y, z, bias, act, q, NULL, NULL);
     if (opc_cf_dw_planes_apply(q)) return opc_cf_dw_planes_run(x, w, y, z, bias, act, q, NULL, NULL);
+    opc_rt_route(OPC_ROUTE_DEPTHWISE_PLANES);
     const opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
     return opc_cf_dw_run(x, w, y, z, q->n, bias, act, &p);
 }
 
 /* dx: the depthwise conv of dy with the taps flipped (pads d (k - 1) - pb). */
 static int opc_cf_dw_data(const float *dy, const float *w, float *dx, const opc_cv_geom *q) {
+    opc_rt_route(OPC_ROUTE_CONV_GRAD_INPUT_DEPTHWISE);
     int64_t pb[3];
     for (int i = 0; i < 3; i++) pb[i] = q->d[i] * (q->k[i] - 1) - q->p[i];
     const opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->out, q->in, q->k, q->d, pb);
@@ -1570,6 +1581,7 @@ static int opc_cf_dw_data(const float *dy, const float *w, float *dx, const opc_
 /* dw[c, k] = sum over images and positions of dyp[p] * xp[p + off[k]], per channel in its own thread
  * (images in order, each tap's lanes summed once at the end). */
 static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const opc_cv_geom *q) {
+    opc_rt_route(OPC_ROUTE_CONV_GRAD_FILTER_DEPTHWISE);
     const opc_cf_plan p = opc_cf_plan_make(q->g, 1, 1, q->in, q->out, q->k, q->d, q->p);
     const int64_t Lr = (p.L + OPC_CF_V - 1) / OPC_CF_V * OPC_CF_V, kvol = q->kvol;
     int64_t *off = (int64_t *)malloc(sizeof(int64_t) * kvol);

@@ -596,7 +596,8 @@ PROFILE_FN = "opc_profile"  # a CPU module's profiling switch; opc/profile.py re
 PROFILE_CDEF = ("int opc_profile(int on);\nconst char *opc_profile_label(int k);\n"
                 "int64_t opc_profile_label_size(int k);\nint64_t opc_profile_ns(int k);\n"
                 "int64_t opc_profile_calls(int k);\nint64_t opc_profile_events(int64_t *out, int64_t cap);\n"
-                "void opc_profile_reset(void);")
+                "void opc_profile_reset(void);\nint64_t opc_profile_routes(int64_t *counts, int64_t cap);\n"
+                "const char *opc_profile_route_name(int64_t k);")
 
 
 def profile_support(labels: list[str]) -> str:
@@ -607,6 +608,7 @@ def profile_support(labels: list[str]) -> str:
     names = ", ".join(c_string(label) for label in labels) or '""'
     sizes = ", ".join(str(len(label.encode("utf-8", "surrogatepass"))) for label in labels) or "0"
     return f"""#include <time.h>
+#include "opc_routes.h"
 static const char *const opc_prof_labels[{n}] = {{{names}}};
 static const int64_t opc_prof_label_sizes[{n}] = {{{sizes}}};  /* bytes: a name may hold a NUL */
 static int64_t opc_prof_ns[{n}], opc_prof_calls[{n}], opc_prof_ev[{PROFILE_EVENTS}][3], opc_prof_nev = 0;
@@ -621,7 +623,7 @@ static void opc_prof_add(int k, int64_t t0) {{
   const int64_t e = __atomic_fetch_add(&opc_prof_nev, 1, __ATOMIC_RELAXED);
   if (e < {PROFILE_EVENTS}) {{ opc_prof_ev[e][0] = k; opc_prof_ev[e][1] = t0; opc_prof_ev[e][2] = t1; }}
 }}
-int {PROFILE_FN}(int on) {{ opc_prof_on = on; return {len(labels)}; }}
+int {PROFILE_FN}(int on) {{ opc_prof_on = on; opc_rt_routes_on = on; return {len(labels)}; }}
 const char *opc_profile_label(int k) {{ return opc_prof_labels[k]; }}
 int64_t opc_profile_label_size(int k) {{ return opc_prof_label_sizes[k]; }}
 int64_t opc_profile_ns(int k) {{ return opc_prof_ns[k]; }}
@@ -634,7 +636,18 @@ int64_t opc_profile_events(int64_t *out, int64_t cap) {{
 }}
 void opc_profile_reset(void) {{
   memset(opc_prof_ns, 0, sizeof opc_prof_ns); memset(opc_prof_calls, 0, sizeof opc_prof_calls); opc_prof_nev = 0;
+  memset(opc_rt_route_counts, 0, sizeof opc_rt_route_counts);
 }}
+/* the runtime's routes (opc_routes.h): how many there are, their counts copied to `counts` */
+int64_t opc_profile_routes(int64_t *counts, int64_t cap) {{
+  for (int64_t k = 0; k < OPC_ROUTE_COUNT && k < cap; k++)
+    counts[k] = __atomic_load_n(&opc_rt_route_counts[k], __ATOMIC_RELAXED);
+  return OPC_ROUTE_COUNT;
+}}
+#define OPC_RT_ROUTE_NAME(e, name) name,
+static const char *const opc_prof_route_names[] = {{OPC_RT_ROUTES(OPC_RT_ROUTE_NAME)}};
+#undef OPC_RT_ROUTE_NAME
+const char *opc_profile_route_name(int64_t k) {{ return opc_prof_route_names[k]; }}
 """
 
 

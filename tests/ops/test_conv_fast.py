@@ -12,6 +12,10 @@ and strided (conv, then one pass); `opc explain` shows the fused op on the CPU a
 
 from __future__ import annotations
 
+import functools
+import os
+import subprocess
+
 import numpy as np
 import pytest
 from oracle import func, random_array, ttype
@@ -22,6 +26,7 @@ from opc.api import lower, prepare
 from opc.explain import explain
 from opc.frontend import load_module
 from opc.ir import parse_text
+from opc.lowering.build import compile_flags
 from opc.lowering.c_emitter import emit_c
 
 SEED = 23
@@ -113,9 +118,10 @@ CW = [
     Geo("cw_1d_s2", (2, 6, 60), (16, 6, 5), (2,), (1,), (2, 2)),
     Geo("cw_3d_s2", (1, 4, 5, 6, 27), (16, 4, 3, 2, 3), (2, 1, 2), (1, 1, 1), (1, 0, 1, 1, 1, 1)),
     # rows of 16 (8-wide tiles; 4 tile groups share panels packed once, the last 8 of 40 channels
-    # zero-padded, K = 216 transposed in 16 x 16 blocks and a tail of 8), rows of 8 at stride 2,
+    # zero-padded, K = 216 transposed in 16 x 16 blocks and a tail of 8; stride 2: at stride 1 the
+    # kernel above takes a 16x16 image), rows of 8 at stride 2,
     # rows of 4 and 2 (4- and 2-wide tiles)
-    Geo("cw_rows16_shared", (1, 24, 16, 16), (40, 24, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    Geo("cw_rows16_shared", (1, 24, 32, 32), (40, 24, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
     Geo("cw_rows8_s2", (1, 16, 16, 16), (32, 16, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
     Geo("cw_rows4", (2, 20, 4, 4), (36, 20, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
     Geo("cw_rows2", (1, 8, 9, 2), (20, 8, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
@@ -153,6 +159,72 @@ def source(g: Geo, op: str, dt: str) -> str:
 CASES = [(g, op, dt) for g in FAST for op in OPS for dt in DTYPES] + [(g, "conv", dt) for g in CW for dt in DTYPES]
 
 
+# The runtime kernel each case takes (its route, runtime/opc_routes.h, counted while a profile is on).
+# Every kernel computes the same numbers, so a geometry that falls back to another kernel (a dispatch
+# slip: a table's field left 0 sent MobileNetV2's small depthwise planes to a kernel 2x slower) passes
+# every comparison here; its route does not. The f32 forward's, by the vector width of the build:
+FORWARD_ROUTES = {
+    "conv: direct": ("k3_c5_o7", "k3_c17_o13_n2", "wide_rows", "pads_past_kernel", "dilated_asym", "groups3",
+                     "c1d_k7", "c3d"),
+    "conv: channel vector": ("k5_valid", *(g.name for g in CW)),
+    "conv: few positions": ("pointwise_few", "few_k3", "few_k3_s2_dil"),
+    "conv: pointwise gemm": ("pw_edges", "pw_deep_k", "pw_few_rows"),
+    "depthwise: rows": ("dw_s2_rows", "dw_rows_k3", "dw_rows_k3_pads", "dw_rows_k5_s2", "dw_rows_k5_s1",
+                        "dw_rows_tall_s2", "dw_rows_tall_k5", "dw_rows_3d", "dw_s3_rows", "dw_3d_s2_rows"),
+    "depthwise: planes": ("dw_1d_long",),
+    "depthwise: channels last": ("dw_k3_n2", "dw_k5_dil", "dw_3d", "dw_narrow_dil", "dw_narrow_s2", "dw_cl_14x14",
+                                 "dw_cl_s2_20"),
+    "depthwise: plane vector": ("dw_narrow_8x8", "dw_many_s2_16", "dw_narrow_80c", "dw_narrow_7x7",
+                                "dw_many_dil_6x7", "dw_many_3d", "dw_vec_4x4", "dw_vec_s2_7c", "dw_vec_130c",
+                                "dw_vec_dil", "dw_vec_1d", "dw_vec_3d"),
+    "depthwise: grouped": ("dw_narrow_2x2", "dw_group_2x3", "dw_group_1x5_s2", "dw_group_2x2_many"),
+}
+FORWARD_ROUTE = {g: route for route, names in FORWARD_ROUTES.items() for g in names}
+# Without AVX-512 (8 floats a vector) the plane-vector and grouped kernels do not exist, rows of 8
+# to 15 outputs are a vector or more, and tiles of 24 positions waste less
+NARROW_VECTOR_ROUTE = {
+    **{g: "depthwise: channels last" for g in (*FORWARD_ROUTES["depthwise: plane vector"],
+                                                 *FORWARD_ROUTES["depthwise: grouped"])},
+    **{g: "depthwise: rows" for g in ("dw_k3_n2", "dw_cl_14x14", "dw_cl_s2_20", "dw_narrow_8x8", "dw_many_s2_16")},
+    **{g: "depthwise: planes" for g in ("dw_k5_dil", "dw_narrow_dil", "dw_vec_1d")},
+    "cw_over_cf_14": "conv: direct", "c1d_groups": "conv: direct",
+}
+
+
+@functools.cache
+def wide_vectors() -> bool:
+    """Whether opc's C builds for AVX-512 here (runtime/opc_nn_conv_fast.h's OPC_CF_V 16)."""
+    macros = subprocess.run([os.environ.get("CC", "gcc"), *compile_flags(), "-dM", "-E", "-x", "c", os.devnull],
+                            capture_output=True, text=True, check=False).stdout
+    return "__AVX512F__" in macros
+
+
+def expected_routes(g: Geo, op: str, dt: str) -> dict[str, int]:
+    """The route of conv `op` on geometry g in dtype dt, as Profile.routes() counts one call."""
+    depthwise, ones = g.w[1] == 1 and g.group == g.x[1] == g.w[0], all(s == 1 for s in g.strides)
+    prefix = "conv" if op == "conv" else "conv_grad_filter" if op == "conv_grad_filter" else "conv_grad_input"
+    gemm = {"conv": "im2col gemm", "conv_grad_input": "gemm col2im", "conv_grad_filter": "im2col gemm"}[prefix]
+    if dt != "float32":  # every f32 fast kernel's fallback: im2col where a group has channels to sum
+        return {f"{prefix}: {'loops' if g.w[1] == 1 else gemm}": 1}
+    if op == "conv":
+        route = FORWARD_ROUTE.get(g.name, "conv: im2col gemm")
+        return {(route if wide_vectors() else NARROW_VECTOR_ROUTE.get(g.name, route)): 1}
+    if depthwise:  # the gradients' depthwise kernels are for stride 1 alone
+        return {f"{prefix}: {'depthwise' if ones else 'loops'}": 1}
+    return {f"{prefix}: {gemm if int(np.prod(g.y[2:])) <= 8 else 'direct'}": 1}
+
+
+def run_counting_routes(module, fn: str, *args: np.ndarray) -> tuple[object, dict[str, int]]:  # noqa: ANN001
+    """module.fn(*args) and the runtime routes it took."""
+    p = opc.profile(module)
+    p.reset()
+    try:
+        got = getattr(module, fn)(*args)
+    finally:
+        p.stop()
+    return got, p.routes()
+
+
 @pytest.fixture(scope="module")
 def kernels():
     return opc.compile("\n".join(source(*c) for c in CASES), target="cpu")
@@ -162,10 +234,11 @@ def kernels():
 def test_fast_kernels_match_numpy(kernels, g: Geo, op: str, dt: str) -> None:
     rng = np.random.default_rng(SEED)
     a, b = (random_array(s, dt, rng, -1, 1) for s in shapes(g, op)[0])
-    got = getattr(kernels, name(g, op, dt))(a, b)
+    got, routes = run_counting_routes(kernels, name(g, op, dt), a, b)
     want = OPS[op](g, a, b)
     err = float(np.max(np.abs(got.astype(np.float64) - want)))
     assert got.shape == want.shape and err <= TOL[dt] * (float(np.max(np.abs(want))) + 1), (err, dt)
+    assert routes == expected_routes(g, op, dt)
 
 
 # ---------------------------------------------------------------------------
@@ -260,11 +333,17 @@ def test_fused_matches_unfused_and_numpy(layers, g: Geo, act: str, dt: str) -> N
     dz = dy * numpy_act_grad(z, act)
     want = [numpy_act(z, act), grad_input_ref(g, dz, w), grad_filter_ref(g, x, dz),
             dz.sum(axis=(0, *range(2, len(g.x))))]
-    got_f = [getattr(fused, fn)(x, w, b), *getattr(fused, f"{fn}_grad")(x, w, b, dy)]
+    out, routes = run_counting_routes(fused, fn, x, w, b)
+    got_f = [out, *getattr(fused, f"{fn}_grad")(x, w, b, dy)]
     got_p = [getattr(plain, fn)(x, w, b), *getattr(plain, f"{fn}_grad")(x, w, b, dy)]
     for what, f, p, ref in zip(("out", "dx", "dw", "dbias"), got_f, got_p, want):
         assert_near(f, ref, dt, f"fused {what}", scale=4.0)
         assert_near(f, p.astype(np.float64), dt, f"fused vs unfused {what}", scale=2.0)
+    # the fast kernels apply bias and act in their store; the others take a pass after the conv
+    want_routes = expected_routes(g, "conv", dt)
+    if not (dt == "float32" and (g.name in FORWARD_ROUTE or not wide_vectors() and g.name in NARROW_VECTOR_ROUTE)):
+        want_routes["conv: epilogue pass"] = 1
+    assert routes == want_routes
 
 
 def test_explain_shows_the_fusion_on_cpu_only() -> None:

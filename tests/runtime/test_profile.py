@@ -150,3 +150,44 @@ def test_cli_weights_of_an_onnx_model(tmp_path, capsys):
     np.testing.assert_array_equal(weights["w"], w)
     assert main(["profile", str(path), "--repeat", "1"]) == 0
     assert "weights from" in capsys.readouterr().out
+
+
+CONVS = """func.func @convs(%x: tensor<1x8x12x12xf32>, %w: tensor<16x8x3x3xf32>, %d: tensor<8x1x3x3xf32>,
+                  %x64: tensor<1x8x12x12xf64>, %w64: tensor<16x8x3x3xf64>) -> (tensor<1x16x12x12xf32>, tensor<1x8x12x12xf32>, tensor<1x16x12x12xf64>) {
+  %y = opc.conv %x, %w {pads = array<i64: 1, 1, 1, 1>} : (tensor<1x8x12x12xf32>, tensor<16x8x3x3xf32>) -> tensor<1x16x12x12xf32>
+  %z = opc.conv %x, %d {pads = array<i64: 1, 1, 1, 1>, group = 8} : (tensor<1x8x12x12xf32>, tensor<8x1x3x3xf32>) -> tensor<1x8x12x12xf32>
+  %y64 = opc.conv %x64, %w64 {pads = array<i64: 1, 1, 1, 1>} : (tensor<1x8x12x12xf64>, tensor<16x8x3x3xf64>) -> tensor<1x16x12x12xf64>
+  func.return %y, %z, %y64 : tensor<1x16x12x12xf32>, tensor<1x8x12x12xf32>, tensor<1x16x12x12xf64>
+}
+"""
+
+
+def test_routes_count_the_runtime_kernels_each_call_takes(tmp_path, capsys):
+    """Profile.routes(): per call, the kernel each conv took (tests/ops/test_conv_fast.py asserts them per
+    geometry); off, nothing is counted; reset forgets; `opc profile` prints them, and nothing for a
+    module without convs."""
+    m = opc.compile(CONVS)
+    rng = np.random.default_rng(0)
+    shapes = [((1, 8, 12, 12), np.float32), ((16, 8, 3, 3), np.float32), ((8, 1, 3, 3), np.float32),
+              ((1, 8, 12, 12), np.float64), ((16, 8, 3, 3), np.float64)]
+    args = [rng.standard_normal(s).astype(t) for s, t in shapes]
+    m.convs(*args)
+    p = opc.profile(m)
+    p.reset()
+    for _ in range(3):
+        m.convs(*args)
+    p.stop()
+    m.convs(*args)
+    routes = p.routes()
+    assert sum(routes.values()) == 9 and routes["conv: im2col gemm"] == 3, routes  # f64: the GEMM
+    assert all(n == 3 for n in routes.values()) and any(r.startswith("depthwise: ") for r in routes)
+    assert p.routes_table().splitlines()[:2] == ["| route | calls |", "|---|---|"]
+    p.reset()
+    assert p.routes() == {} and p.routes_table() == ""
+    path = tmp_path / "convs.mlir"
+    path.write_text(CONVS)
+    assert main(["profile", str(path), "--repeat", "2"]) == 0
+    assert "| conv: im2col gemm | 2 |" in capsys.readouterr().out
+    path.write_text(SRC)
+    assert main(["profile", str(path), "--repeat", "2"]) == 0
+    assert "| route |" not in capsys.readouterr().out
