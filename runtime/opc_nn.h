@@ -196,6 +196,7 @@ OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r
     if (opc_cf_dw_applies(q, op == 0))
         return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
                         : op == 1 ? opc_cf_dw_data(fa, fb, fr, q) : opc_cf_dw_filter(fa, fb, fr, q)) == 0;
+    if (op != 0 && opc_cf_dw_applies(q, 1) && q->ovol > 0) return opc_cf_dw_strided_grad(op, fa, fb, fr, q) == 0;
     if (op == 0 && opc_nn_conv_few(fa, fb, NULL, OPC_CF_ACT_NONE, fr, q, NULL, NULL)) return 1;
     if (op == 0 && opc_nn_conv_fwd_kernel(q) == 2) return opc_cw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q, NULL, NULL) == 0;
     if (!opc_cf_applies(q)) return 0;

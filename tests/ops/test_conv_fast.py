@@ -201,7 +201,7 @@ def wide_vectors() -> bool:
 
 def expected_routes(g: Geo, op: str, dt: str) -> dict[str, int]:
     """The route of conv `op` on geometry g in dtype dt, as Profile.routes() counts one call."""
-    depthwise, ones = g.w[1] == 1 and g.group == g.x[1] == g.w[0], all(s == 1 for s in g.strides)
+    depthwise = g.w[1] == 1 and g.group == g.x[1] == g.w[0]
     prefix = "conv" if op == "conv" else "conv_grad_filter" if op == "conv_grad_filter" else "conv_grad_input"
     gemm = {"conv": "im2col gemm", "conv_grad_input": "gemm col2im", "conv_grad_filter": "im2col gemm"}[prefix]
     if dt != "float32":  # every f32 fast kernel's fallback: im2col where a group has channels to sum
@@ -209,8 +209,8 @@ def expected_routes(g: Geo, op: str, dt: str) -> dict[str, int]:
     if op == "conv":
         route = FORWARD_ROUTE.get(g.name, "conv: im2col gemm")
         return {(route if wide_vectors() else NARROW_VECTOR_ROUTE.get(g.name, route)): 1}
-    if depthwise:  # the gradients' depthwise kernels are for stride 1 alone
-        return {f"{prefix}: {'depthwise' if ones else 'loops'}": 1}
+    if depthwise:  # strided: the stride-1 kernels on dy spread out (opc_cf_dw_strided_grad)
+        return {f"{prefix}: depthwise": 1}
     return {f"{prefix}: {gemm if int(np.prod(g.y[2:])) <= 8 else 'direct'}": 1}
 
 
