@@ -496,6 +496,52 @@ __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_half(int64_t kc, con
 #undef OPC__HROW
     OPC__ROWS(OPC__HROW_TO_TILE);
 }
+/* The tile of a panel of 17 to 16 + OPC_S_EXTRA columns (N's edge past a whole half: a pointwise
+   conv's 49 positions on a 7x7 image leave 17 in the last panel): the left half as opc__ukr_s_half,
+   each column past it as one vector over the tile's 12 rows (the A panel's k step, against a
+   broadcast of the column's B word), where the full kernel spent a right half of 16 columns on one:
+   MobileNetV2's 320->1280 conv at 7x7, 49 columns, took as long as 64. Every column's products in
+   k order, as the full kernel's: the same bits. */
+#define OPC_GEMM_UKR_HALF_PLUS 1
+#define OPC_S_EXTRA 8
+OPC_ALWAYS_INLINE void opc__ukr_s_half_plus_body(int64_t kc, const float *OPC_RESTRICT a,
+                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c, int extra) {
+    OPC__ROWS(OPC__HROW_ZERO);
+    __m512 x[OPC_S_EXTRA];
+    for (int j = 0; j < extra; j++) x[j] = _mm512_setzero_ps();
+    const __mmask16 rows = (__mmask16)((1u << OPC_S_MR) - 1u);
+#define OPC__HROW(A, i, x) av = _mm512_set1_ps((A)[x]); OPC__FMA_PS(c##i##0, av, b0)
+    for (int64_t k = 0; k < kc; k++, a += OPC_S_MR, b += OPC_S_NR) {
+        __m512 b0 = _mm512_load_ps(b), av;
+        OPC__ROWS_OF(OPC__HROW, a);
+        const __m512 col = _mm512_maskz_loadu_ps(rows, a);
+        for (int j = 0; j < extra; j++) {
+            const __m512 bj = _mm512_set1_ps(b[16 + j]);
+            OPC__FMA_PS(x[j], col, bj);
+        }
+    }
+#undef OPC__HROW
+    OPC__ROWS(OPC__HROW_TO_TILE);
+    for (int j = 0; j < extra; j++) {
+        float lanes[16] __attribute__((aligned(64)));
+        _mm512_store_ps(lanes, x[j]);
+        for (int i = 0; i < OPC_S_MR; i++) c[32 * i + 16 + j] = lanes[i];
+    }
+}
+/* one copy per count of extra columns, each with its accumulators in registers */
+__attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_half_plus(int64_t kc, const float *OPC_RESTRICT a,
+                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c, int extra) {
+    switch (extra) {
+    case 1: opc__ukr_s_half_plus_body(kc, a, b, c, 1); break;
+    case 2: opc__ukr_s_half_plus_body(kc, a, b, c, 2); break;
+    case 3: opc__ukr_s_half_plus_body(kc, a, b, c, 3); break;
+    case 4: opc__ukr_s_half_plus_body(kc, a, b, c, 4); break;
+    case 5: opc__ukr_s_half_plus_body(kc, a, b, c, 5); break;
+    case 6: opc__ukr_s_half_plus_body(kc, a, b, c, 6); break;
+    case 7: opc__ukr_s_half_plus_body(kc, a, b, c, 7); break;
+    default: opc__ukr_s_half_plus_body(kc, a, b, c, 8); break;
+    }
+}
 #undef OPC__HROW_ZERO
 #undef OPC__HROW_TO_TILE
 /* c: the output tile (f32, MR full rows of NR columns, row stride ldc); bias (the columns'), rbias
@@ -1108,6 +1154,11 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
 #ifdef OPC_GEMM_UKR_HALF
                             if (nr <= 16)
                                 opc__ukr_s_half(kc, apc + ir * kc, bpc + pj * NR * kc, ct);
+                            else
+#endif
+#ifdef OPC_GEMM_UKR_HALF_PLUS
+                            if (nr <= 16 + OPC_S_EXTRA)
+                                opc__ukr_s_half_plus(kc, apc + ir * kc, bpc + pj * NR * kc, ct, nr - 16);
                             else
 #endif
                             if (acc && !(last && first))
