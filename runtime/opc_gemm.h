@@ -504,29 +504,33 @@ __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_half(int64_t kc, con
    k order, as the full kernel's: the same bits. */
 #define OPC_GEMM_UKR_HALF_PLUS 1
 #define OPC_S_EXTRA 8
+/* (named accumulators, each step guarded by a constant: an array of them, even indexed by constants,
+   went to the stack around each asm FMA) */
+#define OPC__XCOLS(M) M(0); M(1); M(2); M(3); M(4); M(5); M(6); M(7)
 OPC_ALWAYS_INLINE void opc__ukr_s_half_plus_body(int64_t kc, const float *OPC_RESTRICT a,
                        const float *OPC_RESTRICT b, float *OPC_RESTRICT c, int extra) {
     OPC__ROWS(OPC__HROW_ZERO);
-    __m512 x[OPC_S_EXTRA];
-    for (int j = 0; j < extra; j++) x[j] = _mm512_setzero_ps();
+#define OPC__XCOL_ZERO(j) __m512 x##j = _mm512_setzero_ps()
+    OPC__XCOLS(OPC__XCOL_ZERO);
+#undef OPC__XCOL_ZERO
     const __mmask16 rows = (__mmask16)((1u << OPC_S_MR) - 1u);
 #define OPC__HROW(A, i, x) av = _mm512_set1_ps((A)[x]); OPC__FMA_PS(c##i##0, av, b0)
+#define OPC__XCOL(j) if (extra > (j)) { const __m512 bj = _mm512_set1_ps(b[16 + (j)]); OPC__FMA_PS(x##j, col, bj); }
     for (int64_t k = 0; k < kc; k++, a += OPC_S_MR, b += OPC_S_NR) {
         __m512 b0 = _mm512_load_ps(b), av;
         OPC__ROWS_OF(OPC__HROW, a);
         const __m512 col = _mm512_maskz_loadu_ps(rows, a);
-        for (int j = 0; j < extra; j++) {
-            const __m512 bj = _mm512_set1_ps(b[16 + j]);
-            OPC__FMA_PS(x[j], col, bj);
-        }
+        OPC__XCOLS(OPC__XCOL);
     }
+#undef OPC__XCOL
 #undef OPC__HROW
     OPC__ROWS(OPC__HROW_TO_TILE);
-    for (int j = 0; j < extra; j++) {
-        float lanes[16] __attribute__((aligned(64)));
-        _mm512_store_ps(lanes, x[j]);
-        for (int i = 0; i < OPC_S_MR; i++) c[32 * i + 16 + j] = lanes[i];
-    }
+    float lanes[OPC_S_EXTRA][16] __attribute__((aligned(64)));
+#define OPC__XCOL_OUT(j) if (extra > (j)) _mm512_store_ps(lanes[j], x##j)
+    OPC__XCOLS(OPC__XCOL_OUT);
+#undef OPC__XCOL_OUT
+    for (int j = 0; j < extra; j++)
+        for (int i = 0; i < OPC_S_MR; i++) c[32 * i + 16 + j] = lanes[j][i];
 }
 /* one copy per count of extra columns, each with its accumulators in registers */
 __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_half_plus(int64_t kc, const float *OPC_RESTRICT a,
@@ -541,6 +545,40 @@ __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_half_plus(int64_t kc
     case 7: opc__ukr_s_half_plus_body(kc, a, b, c, 7); break;
     default: opc__ukr_s_half_plus_body(kc, a, b, c, 8); break;
     }
+}
+/* The tile of a row panel of at most 8 rows (M's edge: a pointwise conv's 16 output channels are a
+   panel of 12 and one of 4, MobileNetV2's 32->16 conv at 112x112) with more than 16 columns: ROWS
+   (4 or 8) rows of 2 zmm, where the full kernel multiplied all 12 rows, the packed panel's zeros
+   included. Every product in k order, as the full kernel's: the same bits. */
+#define OPC_GEMM_UKR_ROWS 1
+OPC_ALWAYS_INLINE void opc__ukr_s_rows_body(int64_t kc, const float *OPC_RESTRICT a,
+                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c, const char *pf, int64_t pfld,
+                       int pfrows, int rows) {
+    for (int r = 0; r < pfrows; r++) {   /* destination rows, as opc__ukr_s_body */
+        uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
+        _mm_prefetch((const char *)row, _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 64u), _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 127u), _MM_HINT_T0);
+    }
+#define OPC__RROW_ZERO(i) __m512 lo##i = _mm512_setzero_ps(), hi##i = _mm512_setzero_ps()
+    OPC__XCOLS(OPC__RROW_ZERO);
+#undef OPC__RROW_ZERO
+#define OPC__RROW(i) if (rows > (i)) { const __m512 av = _mm512_set1_ps(a[i]); \
+        OPC__FMA_PS(lo##i, av, b0); OPC__FMA_PS(hi##i, av, b1); }
+    for (int64_t k = 0; k < kc; k++, a += OPC_S_MR, b += OPC_S_NR) {
+        const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        OPC__XCOLS(OPC__RROW);
+    }
+#undef OPC__RROW
+#define OPC__RROW_OUT(i) if (rows > (i)) { _mm512_store_ps(c + 32 * (i), lo##i); _mm512_store_ps(c + 32 * (i) + 16, hi##i); }
+    OPC__XCOLS(OPC__RROW_OUT);
+#undef OPC__RROW_OUT
+}
+__attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_rows(int64_t kc, const float *OPC_RESTRICT a,
+                       const float *OPC_RESTRICT b, float *OPC_RESTRICT c, const char *pf, int64_t pfld,
+                       int mr) {
+    if (mr <= 4) opc__ukr_s_rows_body(kc, a, b, c, pf, pfld, mr, 4);
+    else opc__ukr_s_rows_body(kc, a, b, c, pf, pfld, mr, 8);
 }
 #undef OPC__HROW_ZERO
 #undef OPC__HROW_TO_TILE
@@ -1150,6 +1188,13 @@ static OPC_UNUSED void opc__gemm_s_part(int dt, int64_t b0, int64_t b1, int64_t 
                                                   last ? act : 0);
                                 continue;
                             }
+#endif
+#ifdef OPC_GEMM_UKR_ROWS
+                            if (mr <= 8 && nr > 16)
+                                opc__ukr_s_rows(kc, apc + ir * kc, bpc + pj * NR * kc, ct,
+                                                acc ? (const char *)acc : Ob + (size_t)(i * N + j) * es,
+                                                acc ? ldacc * 4 : N * (int64_t)es, mr);
+                            else
 #endif
 #ifdef OPC_GEMM_UKR_HALF
                             if (nr <= 16)
