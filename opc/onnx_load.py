@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +118,13 @@ class OnnxModel:
         if data is None or onnx_cache.model_digest(data) != self.digest:
             raise InputError(f"{self.where} changed since it was loaded: load it again (opc.load_onnx)")
         return model
+
+    @functools.cached_property
+    def inference_model(self) -> Any:
+        """The model as it is imported: each BatchNorm after a Conv folded into it (onnx_import/fold.py)."""
+        from opc.onnx_import.fold import fold_batch_norms
+
+        return fold_batch_norms(self.model)
 
     def checked(self) -> None:
         """onnx.checker on the model, unless these bytes passed it before (a note in the cache)."""
@@ -249,7 +257,7 @@ class OnnxModel:
                 return found
         layouts: list[Any] = []
         weights: list[str] = []
-        module, params, bound = import_graph(self.model, {n: shapes_of(v) for n, v in feeds.items()}, feeds,
+        module, params, bound = import_graph(self.inference_model, {n: shapes_of(v) for n, v in feeds.items()}, feeds,
                                              self.where, layouts=layouts, weight_sources=weights, checked=True)
         key = None if shape_key is None else onnx_cache.bound_key(shape_key, bound, feeds)
         compiled, function = self.compile(module, key, weights, bound, layouts)
@@ -276,8 +284,8 @@ class OnnxModel:
         layouts: list[Any] = []
         weights: list[str] = []
         try:
-            module, params, _ = import_graph(self.model, None, None, self.where, layouts=layouts, dynamic=True,
-                                             weight_sources=weights, checked=True)
+            module, params, _ = import_graph(self.inference_model, None, None, self.where, layouts=layouts,
+                                             dynamic=True, weight_sources=weights, checked=True)
             compiled, function = self.compile(module, key, weights, [], layouts)
         except Exception as err:  # noqa: BLE001  (any refusal: the per-shape path still runs the model)
             self.static_reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
@@ -319,7 +327,21 @@ class OnnxModel:
         return Variant(function.with_last(cache_aligned(weights), frozen=True), bound, layouts)
 
     def initializers(self, names: list[str]) -> list[np.ndarray]:
-        """The named initializers as arrays, as the import reads them (graph.read_initializers)."""
+        """The named initializers as arrays, as the import reads them (graph.read_initializers); a folded
+        one (onnx_import/fold.py) computed again from the ones it comes from."""
+        from opc.onnx_import.fold import compute, is_folded, sources
+
+        if any(is_folded(n) for n in names):
+            uses = Counter(s for n in names for s in (sources(n) if is_folded(n) else [n]))
+            plain = sorted(uses)
+            arrays = dict(zip(plain, self.file_initializers(plain)))
+            # a conv weight read by its folded weight alone is scaled where it was read
+            return cache_aligned([compute(n, lambda ns: [arrays[m] for m in ns], uses[sources(n)[0]] == 1)
+                                  if is_folded(n) else arrays[n] for n in names])
+        return self.file_initializers(names)
+
+    def file_initializers(self, names: list[str]) -> list[np.ndarray]:
+        """The named initializers of the model's file (or ModelProto) as arrays."""
         found = None if self.file is None else onnx_cache.read_weights(*self.file, self.weight_places, names)
         if found is not None:
             return found
