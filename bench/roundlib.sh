@@ -55,3 +55,12 @@ cnn_partial() {  # cnn_partial PREFIX: the CNN rows as exported and folded at 1 
     cnn_busy "$out" --fold-bn
     cnn_repeats "$out" 5
 }
+
+cnn_imagenet() {  # cnn_imagenet PREFIX: cnn_partial, then ResNet-18 and MobileNetV2 at 224x224 (bench_cpu.py)
+    # at 1 and 2 threads, into PREFIX-imagenet-threadsT.txt
+    local out="$1" t
+    cnn_partial "$out"
+    for t in 1 2; do
+        run "$out-imagenet-threads$t.txt" python3 bench/bench_cpu.py --threads "$t" --only resnet18,mobilenet_v2
+    done
+}

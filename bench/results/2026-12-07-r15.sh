@@ -7,7 +7,4 @@ cd "$(dirname "$0")/../.."
 out=bench/results/2026-12-07-r15
 # shellcheck source=bench/roundlib.sh
 source bench/roundlib.sh
-cnn_partial "$out"
-for t in 1 2; do
-    run "$out-imagenet-threads$t.txt" python3 bench/bench_cpu.py --threads "$t" --only resnet18,mobilenet_v2
-done
+cnn_imagenet "$out"

@@ -8,8 +8,5 @@ cd "$(dirname "$0")/../.."
 out=bench/results/2026-12-07-r16
 # shellcheck source=bench/roundlib.sh
 source bench/roundlib.sh
-cnn_partial "$out"
-for t in 1 2; do
-    run "$out-imagenet-threads$t.txt" python3 bench/bench_cpu.py --threads "$t" --only resnet18,mobilenet_v2
-done
+cnn_imagenet "$out"
 run "$out-compile.txt" python3 bench/bench_compile.py --sizes 100,1000 --repeat 2
