@@ -387,11 +387,13 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
         if (DT == OPC_NN_F32 && !idx && q.ivol < ((int64_t)1 << 31) && opc_cf_max_pool_values((const float *)x, (float *)y, &q)) \
             return;                                                                                            \
         if (DT == OPC_NN_F32 && idx && opc_cf_pool2_applies(&q)) {                                             \
+            opc_rt_route(OPC_ROUTE_MAX_POOL_2X2_PLANES);                                                       \
             OPC_NN_FOR_UNITS(q.planes, q.planes * q.ovol * 4,                                                  \
                              opc_cf_max_pool2_plane((const float *)x + opc_u * q.ivol, (float *)y + opc_u * q.ovol, \
                                                     idx + opc_u * q.ovol, opc_u * q.ivol, &q));                \
             return;                                                                                            \
         }                                                                                                      \
+        opc_rt_route(OPC_ROUTE_MAX_POOL_ROWS);                                                                 \
         OPC_NN_FOR_UNITS(q.planes * q.out[0] * q.out[1], q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],        \
                          opc_nn_max_pool_row_##F(x, y, idx, DT, &q, opc_u));                                   \
     }                                                                                                          \
@@ -408,10 +410,12 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
     OPC_NN_ENTRY void opc_nn_avg_pool_##SUF(const T *x, T *y, OPC_PL_GEOM_PARAMS) {                            \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \
         if (DT == OPC_NN_F32 && opc_cf_pool2_applies(&q)) {                                                    \
+            opc_rt_route(OPC_ROUTE_AVG_POOL_2X2_PLANES);                                                       \
             OPC_NN_FOR_UNITS(q.planes, q.planes * q.ovol * 4,                                                  \
                              opc_cf_avg_pool2_plane((const float *)x + opc_u * q.ivol, (float *)y + opc_u * q.ovol, &q)); \
             return;                                                                                            \
         }                                                                                                      \
+        opc_rt_route(OPC_ROUTE_AVG_POOL_ROWS);                                                                 \
         OPC_NN_FOR_UNITS(q.planes * q.out[0] * q.out[1], q.planes * q.ovol * q.k[0] * q.k[1] * q.k[2],        \
                          opc_nn_avg_pool_row_##F(x, y, DT, &q, opc_u));                                        \
     }                                                                                                          \

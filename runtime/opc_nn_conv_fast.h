@@ -37,6 +37,7 @@
 #include <string.h>
 #include <math.h>
 #include "opc_runtime.h"
+#include "opc_routes.h"
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -2133,6 +2134,7 @@ static void opc_cf_max_pool3_plane(const float *x, float *y, float *h, const opc
 static int opc_cf_max_pool_values(const float *x, float *y, const opc_pl_geom *q) {
     const opc_cf_pool_pad b = opc_cf_pool_pad_make(q);
     const int three = opc_cf_max_pool3_applies(q);
+    opc_rt_route(three ? OPC_ROUTE_MAX_POOL_SEPARABLE : OPC_ROUTE_MAX_POOL_PADDED_PLANES);
     const size_t need = three ? (size_t)(q->in[1] * q->out[2]) : (size_t)b.vol; /* opc_cf_max_pool3_plane's h */
     int failed = 0;
     _Pragma("omp parallel if (q->planes * q->ovol * q->k[0] * q->k[1] * q->k[2] >= opc_par_min(32768)) num_threads(opc_num_threads())")

@@ -33,7 +33,13 @@
     X(CONV_GRAD_FILTER_DIRECT, "conv_grad_filter: direct")                                                    \
     X(CONV_GRAD_FILTER_DEPTHWISE, "conv_grad_filter: depthwise")                                              \
     X(CONV_GRAD_FILTER_IM2COL_GEMM, "conv_grad_filter: im2col gemm")                                          \
-    X(CONV_GRAD_FILTER_LOOPS, "conv_grad_filter: loops")
+    X(CONV_GRAD_FILTER_LOOPS, "conv_grad_filter: loops")                                                      \
+    X(MAX_POOL_SEPARABLE, "max_pool: separable 3x3")  /* values only: row maxima, then column maxima */      \
+    X(MAX_POOL_PADDED_PLANES, "max_pool: padded planes") /* values only: planes padded with -inf */         \
+    X(MAX_POOL_2X2_PLANES, "max_pool: 2x2 planes")    /* 2x2 windows at stride 2, a plane at a time */       \
+    X(MAX_POOL_ROWS, "max_pool: rows")                /* any dtype: a row of outputs at a time */            \
+    X(AVG_POOL_2X2_PLANES, "avg_pool: 2x2 planes")                                                            \
+    X(AVG_POOL_ROWS, "avg_pool: rows")
 
 #define OPC_RT_ROUTE_ENUM(e, name) OPC_ROUTE_##e,
 enum { OPC_RT_ROUTES(OPC_RT_ROUTE_ENUM) OPC_ROUTE_COUNT };

@@ -12,13 +12,10 @@ and strided (conv, then one pass); `opc explain` shows the fused op on the CPU a
 
 from __future__ import annotations
 
-import functools
-import os
-import subprocess
-
 import numpy as np
 import pytest
 from oracle import func, random_array, ttype
+from routes import run_counting_routes, wide_vectors
 from test_conv import Geo, assert_near, conv_ref, grad_filter_ref, grad_input_ref
 
 import opc
@@ -26,7 +23,6 @@ from opc.api import lower, prepare
 from opc.explain import explain
 from opc.frontend import load_module
 from opc.ir import parse_text
-from opc.lowering.build import compile_flags
 from opc.lowering.c_emitter import emit_c
 
 SEED = 23
@@ -191,14 +187,6 @@ NARROW_VECTOR_ROUTE = {
 }
 
 
-@functools.cache
-def wide_vectors() -> bool:
-    """Whether opc's C builds for AVX-512 here (runtime/opc_nn_conv_fast.h's OPC_CF_V 16)."""
-    macros = subprocess.run([os.environ.get("CC", "gcc"), *compile_flags(), "-dM", "-E", "-x", "c", os.devnull],
-                            capture_output=True, text=True, check=False).stdout
-    return "__AVX512F__" in macros
-
-
 def expected_routes(g: Geo, op: str, dt: str) -> dict[str, int]:
     """The route of conv `op` on geometry g in dtype dt, as Profile.routes() counts one call."""
     depthwise = g.w[1] == 1 and g.group == g.x[1] == g.w[0]
@@ -212,17 +200,6 @@ def expected_routes(g: Geo, op: str, dt: str) -> dict[str, int]:
     if depthwise:  # strided: the stride-1 kernels on dy spread out (opc_cf_dw_strided_grad)
         return {f"{prefix}: depthwise": 1}
     return {f"{prefix}: {gemm if int(np.prod(g.y[2:])) <= 8 else 'direct'}": 1}
-
-
-def run_counting_routes(module, fn: str, *args: np.ndarray) -> tuple[object, dict[str, int]]:  # noqa: ANN001
-    """module.fn(*args) and the runtime routes it took."""
-    p = opc.profile(module)
-    p.reset()
-    try:
-        got = getattr(module, fn)(*args)
-    finally:
-        p.stop()
-    return got, p.routes()
 
 
 @pytest.fixture(scope="module")

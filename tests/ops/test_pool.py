@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 from oracle import FLOATS, func, np_dtype, random_array, ttype
+from routes import run_counting_routes, wide_vectors
 
 import opc
 from opc.errors import OpcError
@@ -204,6 +205,19 @@ def values_only(p: Pool, dt: str) -> str:
 
 
 VALUES = [(p, dt) for p in [*POOLS, *WIDE] for dt in ("float32", "float64")]
+# the f32 kernels' routes (runtime/opc_routes.h): whole planes for 2x2 windows at stride 2; values
+# alone 3x3 at stride 2 over rows of a vector or more separably (AVX-512), else planes padded with -inf
+PLANES_2X2 = ("k2s2_planes", "k2s2_3d", "k2s2_end_pad")
+SEPARABLE = ("w_s2", "n_s2_16", "s3_rows112", "s3_end_pad", "s3_odd")
+
+
+def route(op: str, p: Pool, dt: str, values: bool = False) -> dict[str, int]:
+    """The route of `op` (max_pool, avg_pool) on p in dt, as Profile.routes() counts one call."""
+    if dt != "float32":
+        return {f"{op}: rows": 1}
+    if values:
+        return {"max_pool: separable 3x3" if p.name in SEPARABLE and wide_vectors() else "max_pool: padded planes": 1}
+    return {f"{op}: {'2x2 planes' if p.name in PLANES_2X2 else 'rows'}": 1}
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +261,8 @@ def test_max_pool_wide_rows_ties_and_nans(module, p: Pool, dt: str) -> None:
     marks = rng.choice(x.size, 2 * (x.size // 25), replace=False)
     x.ravel()[marks[: x.size // 25]] = np.nan
     x.ravel()[marks[x.size // 25:]] = -np.inf  # never lost to a padded tap
-    y, idx = getattr(module, f"max_{p.name}_{dt}")(x)
+    (y, idx), routes = run_counting_routes(module, f"max_{p.name}_{dt}", x)
+    assert routes == route("max_pool", p, dt)
     want_y, want_idx = max_ref(p, x)  # np.argmax: the first NaN, else the first maximum
     np.testing.assert_array_equal(y.astype(np.float64), want_y)  # NaNs in the same places
     np.testing.assert_array_equal(idx, want_idx)
@@ -263,7 +278,9 @@ def test_max_pool_values_alone(module, p: Pool, dt: str) -> None:
     x.ravel()[marks[: x.size // 25]] = np.nan
     x.ravel()[marks[x.size // 25:]] = -np.inf
     x.ravel()[: min(4, x.size)] = -np.inf  # a first window of -infs (not the padding's)
-    np.testing.assert_array_equal(getattr(module, f"maxv_{p.name}_{dt}")(x).astype(np.float64), max_ref(p, x)[0])
+    got, routes = run_counting_routes(module, f"maxv_{p.name}_{dt}", x)
+    np.testing.assert_array_equal(got.astype(np.float64), max_ref(p, x)[0])
+    assert routes == route("max_pool", p, dt, values=True)
 
 
 def test_max_pool_grad_index_outside_its_plane(module) -> None:
@@ -321,5 +338,6 @@ def test_verifier_names_the_attribute(op: str, tx: str, result: str, message: st
                          ids=[f"{p.name}_{dt}" for p in AVG_WIDE for dt in ("float32", "float64")])
 def test_avg_pool_wide_rows(module, p: Pool, dt: str) -> None:
     x = random_array(p.x, dt, np.random.default_rng(SEED), -2, 2)
-    near(getattr(module, f"avg_{p.name}_{dt}")(x), avg_ref(p, x), dt, "avg_pool")
-
+    got, routes = run_counting_routes(module, f"avg_{p.name}_{dt}", x)
+    near(got, avg_ref(p, x), dt, "avg_pool")
+    assert routes == route("avg_pool", p, dt)
