@@ -418,6 +418,16 @@ static OPC_UNUSED void opc__store_d(const double *OPC_RESTRICT ct, int mr, int n
 #define OPC__ROW_TO_TILE(i, x) _mm512_store_ps(c + 32 * (x), c##i##0); _mm512_store_ps(c + 32 * (x) + 16, c##i##1)
 
 #if defined(OPC_GEMM_AVX512)
+/* The destination tile's rows (128 bytes, 2-3 lines each) prefetched before a micro-kernel: they are
+   read or written right after it, and cold otherwise. */
+OPC_ALWAYS_INLINE void opc__prefetch_rows(const char *pf, int64_t pfld, int pfrows) {
+    for (int r = 0; r < pfrows; r++) {
+        uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
+        _mm_prefetch((const char *)row, _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 64u), _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 127u), _MM_HINT_T0);
+    }
+}
 /* AVX-512: 12 rows x 2 zmm of B per k step, 24 zmm accumulators. Two tails: the tile to ct
    (row stride NR) for opc__store_s, or (direct) straight into a whole f32 tile of the output c
    (row stride ldc): c = [c +] tile [+ bias], the additions in opc__store_s's order, so the
@@ -429,12 +439,7 @@ OPC_ALWAYS_INLINE void opc__ukr_s_body(int64_t kc, const float *OPC_RESTRICT a,
                        int direct, int64_t ldc, int first, const float *bias,
                        const float *rbias, int act) {
     if (direct) { pf = (const char *)c; pfld = ldc * (int64_t)sizeof(float); pfrows = OPC_S_MR; }
-    for (int r = 0; r < pfrows; r++) {   /* destination rows: 128 bytes, 2-3 lines each */
-        uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
-        _mm_prefetch((const char *)row, _MM_HINT_T0);
-        _mm_prefetch((const char *)(row + 64u), _MM_HINT_T0);
-        _mm_prefetch((const char *)(row + 127u), _MM_HINT_T0);
-    }
+    opc__prefetch_rows(pf, pfld, pfrows);
     OPC__ROWS(OPC__ROW_ZERO);
 #define OPC__ROW(A, i, x) av = _mm512_set1_ps((A)[x]); OPC__FMA_PS(c##i##0, av, b0); OPC__FMA_PS(c##i##1, av, b1)
 #define OPC__SK(A, B) do { \
@@ -554,12 +559,7 @@ __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_half_plus(int64_t kc
 OPC_ALWAYS_INLINE void opc__ukr_s_rows_body(int64_t kc, const float *OPC_RESTRICT a,
                        const float *OPC_RESTRICT b, float *OPC_RESTRICT c, const char *pf, int64_t pfld,
                        int pfrows, int rows) {
-    for (int r = 0; r < pfrows; r++) {   /* destination rows, as opc__ukr_s_body */
-        uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
-        _mm_prefetch((const char *)row, _MM_HINT_T0);
-        _mm_prefetch((const char *)(row + 64u), _MM_HINT_T0);
-        _mm_prefetch((const char *)(row + 127u), _MM_HINT_T0);
-    }
+    opc__prefetch_rows(pf, pfld, pfrows);
 #define OPC__RROW_ZERO(i) __m512 lo##i = _mm512_setzero_ps(), hi##i = _mm512_setzero_ps()
     OPC__XCOLS(OPC__RROW_ZERO);
 #undef OPC__RROW_ZERO
@@ -595,12 +595,7 @@ __attribute__((noinline)) static OPC_UNUSED void opc__ukr_s_direct(int64_t kc, c
 __attribute__((noinline)) static OPC_UNUSED void opc__ukr_d(int64_t kc, const double *OPC_RESTRICT a,
                        const double *OPC_RESTRICT b, double *OPC_RESTRICT c,
                        const char *pf, int64_t pfld, int pfrows) {
-    for (int r = 0; r < pfrows; r++) {
-        uintptr_t row = (uintptr_t)pf + (uintptr_t)(r * pfld);  /* integer math: may pass the end */
-        _mm_prefetch((const char *)row, _MM_HINT_T0);
-        _mm_prefetch((const char *)(row + 64u), _MM_HINT_T0);
-        _mm_prefetch((const char *)(row + 127u), _MM_HINT_T0);
-    }
+    opc__prefetch_rows(pf, pfld, pfrows);
     __m512d c00 = _mm512_setzero_pd(), c01 = _mm512_setzero_pd();
     __m512d c10 = _mm512_setzero_pd(), c11 = _mm512_setzero_pd();
     __m512d c20 = _mm512_setzero_pd(), c21 = _mm512_setzero_pd();

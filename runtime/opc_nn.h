@@ -193,10 +193,8 @@ OPC_NN_INLINE int opc_nn_conv_few(const float *x, const float *w, const float *b
 OPC_NN_INLINE int opc_nn_conv_fast(int op, const void *a, const void *b, void *r, const opc_cv_geom *q) {
     const float *fa = (const float *)a, *fb = (const float *)b;
     float *fr = (float *)r;
-    if (opc_cf_dw_applies(q, op == 0))
-        return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q)
-                        : op == 1 ? opc_cf_dw_data(fa, fb, fr, q) : opc_cf_dw_filter(fa, fb, fr, q)) == 0;
-    if (op != 0 && opc_cf_dw_applies(q, 1) && q->ovol > 0) return opc_cf_dw_strided_grad(op, fa, fb, fr, q) == 0;
+    if (opc_cf_dw_applies(q))
+        return (op == 0 ? opc_cf_dw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q) : opc_cf_dw_grad(op, fa, fb, fr, q)) == 0;
     if (op == 0 && opc_nn_conv_few(fa, fb, NULL, OPC_CF_ACT_NONE, fr, q, NULL, NULL)) return 1;
     if (op == 0 && opc_nn_conv_fwd_kernel(q) == 2) return opc_cw_conv(fa, fb, NULL, OPC_CF_ACT_NONE, fr, NULL, q, NULL, NULL) == 0;
     if (!opc_cf_applies(q)) return 0;
@@ -224,7 +222,7 @@ OPC_NN_INLINE int opc_nn_conv_fast_epilogue(const void *x, const void *w, const 
                                             void *z, const opc_cv_geom *q) {
     const float *fx = (const float *)x, *fw = (const float *)w, *fb = (const float *)b;
     float *fy = (float *)y, *fz = (float *)z;
-    if (opc_cf_dw_applies(q, 1)) return opc_cf_dw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
+    if (opc_cf_dw_applies(q)) return opc_cf_dw_conv(fx, fw, fb, (int)act, fy, fz, q) == 0;
     if (!fz && opc_nn_conv_pointwise_ep(fx, fw, fb, (int)act, fy, q, NULL, NULL)) return 1;
     const int kernel = opc_nn_conv_fwd_kernel(q);
     if (!fz && kernel == 0 && opc_nn_conv_few(fx, fw, fb, (int)act, fy, q, NULL, NULL)) return 1;
@@ -240,7 +238,7 @@ OPC_NN_INLINE int opc_nn_conv_fast_ep(const void *x, const void *w, const void *
     const float *fx = (const float *)x, *fw = (const float *)w, *fb = (const float *)b;
     float *fy = (float *)y;
     const int a = (int)act;
-    if (opc_cf_dw_applies(q, 1)) {
+    if (opc_cf_dw_applies(q)) {
         if (q->out[2] < OPC_CF_V) return opc_cf_dwc_run(fx, fw, fy, NULL, fb, a, q, ep, ep_ctx) == 0;
         return opc_cf_dw_planes_apply(q) && opc_cf_dw_planes_run(fx, fw, fy, NULL, fb, a, q, ep, ep_ctx) == 0;
     }

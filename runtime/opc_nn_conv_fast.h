@@ -1549,11 +1549,9 @@ static int opc_cf_dwc_run(const float *src, const float *wk, float *dst, float *
     return failed ? -1 : 0;
 }
 
-/* Whether conv q is depthwise (one input and one output channel per group); `any_stride` 0: with
- * every stride 1 too (the gradients' kernels' case), 1: any strides (the forward's). */
-static inline int opc_cf_dw_applies(const opc_cv_geom *q, int any_stride) {
-    return (any_stride || (q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1)) && q->cg == 1 && q->og == 1;
-}
+/* Whether conv q is depthwise (one input and one output channel per group): its forward and gradients
+ * run the kernels below at any strides. */
+static inline int opc_cf_dw_applies(const opc_cv_geom *q) { return q->cg == 1 && q->og == 1; }
 
 static int opc_cf_dw_conv(const float *x, const float *w, const float *bias, int act, float *y, float *z,
                           const opc_cv_geom *q) {
@@ -1631,13 +1629,17 @@ static int opc_cf_dw_filter(const float *x, const float *dy, float *dw, const op
     return failed ? -1 : 0;
 }
 
-/* The gradients of a strided depthwise conv (op 1: dx from dy = a and w = b; 2: dw from x = a and
- * dy = b) by the stride-1 kernels above: dy spread onto a stride-1 grid of (out - 1) s + 1 positions
+/* The gradients of a depthwise conv (op 1: dx from dy = a and w = b; 2: dw from x = a and dy = b) by
+ * the stride-1 kernels above; strided, on dy spread onto a stride-1 grid of (out - 1) s + 1 positions
  * per dim, zeros between. The stride-1 conv on that grid, read at every s-th position, is the strided
  * conv, so its gradients for the spread dy are the strided conv's. The zeros cost the kernels s0 s1 s2
  * times the products, in vectors where the general loop nest took scalars: MobileNetV2's strided
- * depthwise gradients were a fifth of its training step. -1: out of memory. */
-static int opc_cf_dw_strided_grad(int op, const float *a, const float *b, float *r, const opc_cv_geom *q) {
+ * depthwise gradients were a fifth of its training step. -1: out of memory, or strided with no output
+ * (the general loops then). */
+static int opc_cf_dw_grad(int op, const float *a, const float *b, float *r, const opc_cv_geom *q) {
+    if (q->s[0] == 1 && q->s[1] == 1 && q->s[2] == 1)
+        return op == 1 ? opc_cf_dw_data(a, b, r, q) : opc_cf_dw_filter(a, b, r, q);
+    if (q->ovol == 0) return -1;
     opc_cv_geom q1 = *q;
     for (int i = 0; i < 3; i++) q1.out[i] = (q->out[i] - 1) * q->s[i] + 1, q1.s[i] = 1;
     q1.ovol = q1.out[0] * q1.out[1] * q1.out[2];
