@@ -197,7 +197,7 @@ def expected_routes(g: Geo, op: str, dt: str) -> dict[str, int]:
     if op == "conv":
         route = FORWARD_ROUTE.get(g.name, "conv: im2col gemm")
         return {(route if wide_vectors() else NARROW_VECTOR_ROUTE.get(g.name, route)): 1}
-    if depthwise:  # strided: the stride-1 kernels on dy spread out (opc_cf_dw_strided_grad)
+    if depthwise:  # strided: the stride-1 kernels on dy spread out (opc_cf_dw_grad)
         return {f"{prefix}: depthwise": 1}
     return {f"{prefix}: {gemm if int(np.prod(g.y[2:])) <= 8 else 'direct'}": 1}
 
