@@ -78,6 +78,11 @@ def prepare(source: Source, target: str = "cpu", grad: bool | int = False, decom
     # same reshape and constant many times): one copy of each pure op feeds them all
     CommonSubexpressionElimination().apply(ctx, source.module)
     DeadCodeElimination().apply(ctx, source.module)
+    if fuse and not order and get_target(target).backend == "cpu":
+        from opc.transforms.opc_channels_last import ChannelsLastPass
+
+        ChannelsLastPass().apply(ctx, source.module)  # inference only: the backward would read its layouts
+        verify(source, stage="opc-channels-last")
     return source
 
 

@@ -12,6 +12,8 @@
  *   opc_nn_conv_grad_filter_T(x, dy, dw, GEOM)    (opc_nn_conv.h; they call the GEMM of opc_gemm_api.h)
  *   opc_nn_fused_conv_epilogue_T(x, w, bias, y, GEOM, act), ..._reserve_T(x, w, bias, y, z, GEOM, act):
  *     y = act(conv(x, w) + bias[o]), z the pre-activation; act 0 none, 1 relu, 2 gelu (tanh form)
+ *   opc_nn_fused_conv_epilogue_layout_T(x, w, bias, y, GEOM, act, layout) (and _reserve_T, _ep_T): the same
+ *     with channels-last x and / or out (opc_nn_conv_layout.h)
  *   opc_nn_attention_T(q, k, v, mask, out, lse, AT_GEOM), opc_nn_attention_grad_T(q, k, v, out, lse, dout,
  *   mask, dq, dk, dv, AT_GEOM)                        (opc_nn_attention.h: flash attention's tiled scheme)
  * T is f32, f64, f16 or bf16 (halves as uint16_t bits), L the label type i32
@@ -42,6 +44,7 @@
 #include "opc_nn_conv.h"
 #include "opc_nn_conv_fast.h"
 #include "opc_nn_conv_cw.h"
+#include "opc_nn_conv_layout.h"
 
 #define OPC_NN_F32 0
 #define OPC_NN_F16 1
@@ -160,7 +163,6 @@ OPC_NN_INLINE int opc_nn_conv_fwd_kernel(const opc_cv_geom *q) {
  * opc_cf_act) on the copy back, then ep (or NULL) on each image's outputs while they are in cache:
  * as the generic epilogue's pass per channel, they cost MobileNetV2's 160->960 conv at 2x2 a
  * quarter of its time. 1 when it ran, 0 when it does not apply or its scratch cannot be had. */
-#define OPC_NN_FEW_POSITIONS 8
 OPC_NN_INLINE int opc_nn_conv_few(const float *x, const float *w, const float *bias, int act, float *y,
                                   const opc_cv_geom *q, opc_cv_epilogue ep, void *ep_ctx) {
     const int64_t P = q->ovol, CK = q->c * q->kvol, O = q->o;
@@ -180,8 +182,7 @@ OPC_NN_INLINE int opc_nn_conv_few(const float *x, const float *w, const float *b
         for (int64_t r = 0; r < CK; r++)
             for (int64_t p = 0; p < P; p++) xt[p * CK + r] = cn[r * P + p];
         opc_rt_gemm_f32(1, P, O, CK, xt, 0, 0, w, 0, 1, bias, 0, yt, NULL);
-        for (int64_t o = 0; o < O; o++)
-            for (int64_t p = 0; p < P; p++) yn[o * P + p] = opc_cf_act(yt[p * O + o], act);
+        opc_cl_transpose_act(yt, yn, P, O, act);
         if (ep) ep(ep_ctx, n * O, (n + 1) * O, 0, P);
     }
     free(xt);
@@ -378,6 +379,34 @@ OPC_NN_INLINE int64_t opc_nn_units(int64_t outer, int64_t inner) {
         if (DT == OPC_NN_F32 && opc_nn_conv_fast_ep(x, w, b, act, y, &q, ep, ep_ctx)) return;                  \
         opc_nn_fused_conv_epilogue_##SUF(x, w, b, y, OPC_CV_GEOM_ARGS, act);                                    \
         opc_nn_conv_ep_rows(&q, ep, ep_ctx);                                                                   \
+    }                                                                                                          \
+    /* fused_conv_epilogue with channels-last x and / or out (layout: opc_nn_conv_layout.h's bits; z, the    \
+     * reserve, or NULL, in out's layout), then ep (or NULL; out channels-first) on every output */           \
+    OPC_NN_ENTRY void opc_nn_fused_conv_epilogue_layout_run_##SUF(const T *x, const T *w, const T *b, T *y, T *z, \
+                                                                  OPC_CV_GEOM_PARAMS, int64_t act, int64_t layout, \
+                                                                  opc_cv_epilogue ep, void *ep_ctx) {         \
+        const opc_cv_geom q = opc_cv_make(OPC_CV_GEOM_ARGS);                                                   \
+        if (DT == OPC_NN_F32 && !z && opc_cl_conv_fast((const float *)x, (const float *)w, (const float *)b,   \
+                                                       (int)act, (float *)y, &q, (int)layout, ep, ep_ctx))    \
+            return;                                                                                            \
+        opc_rt_route(OPC_ROUTE_CONV_LAYOUT_LOOPS);                                                             \
+        OPC_NN_FOR_UNITS(q.n * q.o * q.out[0] * q.out[1], q.n * q.o * q.ovol * q.cg * q.kvol,                  \
+                         opc_nn_cv_layout_unit_##F(x, w, b, y, z, act, (int)layout, DT, &q, opc_u));          \
+        if (ep) opc_nn_conv_ep_rows(&q, ep, ep_ctx);                                                           \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_fused_conv_epilogue_layout_##SUF(const T *x, const T *w, const T *b, T *y,        \
+                                                              OPC_CV_GEOM_PARAMS, int64_t act, int64_t layout) { \
+        opc_nn_fused_conv_epilogue_layout_run_##SUF(x, w, b, y, NULL, OPC_CV_GEOM_ARGS, act, layout, NULL, NULL); \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_fused_conv_epilogue_layout_reserve_##SUF(const T *x, const T *w, const T *b, T *y, \
+                                                                      T *z, OPC_CV_GEOM_PARAMS, int64_t act,  \
+                                                                      int64_t layout) {                       \
+        opc_nn_fused_conv_epilogue_layout_run_##SUF(x, w, b, y, z, OPC_CV_GEOM_ARGS, act, layout, NULL, NULL); \
+    }                                                                                                          \
+    OPC_NN_ENTRY void opc_nn_fused_conv_epilogue_layout_ep_##SUF(const T *x, const T *w, const T *b, T *y,     \
+                                                                 OPC_CV_GEOM_PARAMS, int64_t act, int64_t layout, \
+                                                                 opc_cv_epilogue ep, void *ep_ctx) {          \
+        opc_nn_fused_conv_epilogue_layout_run_##SUF(x, w, b, y, NULL, OPC_CV_GEOM_ARGS, act, layout, ep, ep_ctx); \
     }                                                                                                          \
     OPC_NN_ENTRY void opc_nn_max_pool_##SUF(const T *x, T *y, int64_t *idx, OPC_PL_GEOM_PARAMS) {              \
         const opc_pl_geom q = opc_pl_make(OPC_PL_GEOM_ARGS);                                                   \

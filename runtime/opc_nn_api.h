@@ -52,6 +52,14 @@
                                              void (*ep)(void *, int64_t, int64_t, int64_t, int64_t), void *ep_ctx); \
     void opc_nn_fused_conv_epilogue_reserve_##SUF(const T *x, const T *w, const T *b, T *y, T *z, OPC_NN_GEOM,    \
                                                   int64_t act);                                                 \
+    void opc_nn_fused_conv_epilogue_layout_##SUF(const T *x, const T *w, const T *b, T *y, OPC_NN_GEOM,       \
+                                                 int64_t act, int64_t layout);                                \
+    void opc_nn_fused_conv_epilogue_layout_reserve_##SUF(const T *x, const T *w, const T *b, T *y, T *z,      \
+                                                         OPC_NN_GEOM, int64_t act, int64_t layout);           \
+    void opc_nn_fused_conv_epilogue_layout_ep_##SUF(const T *x, const T *w, const T *b, T *y, OPC_NN_GEOM,    \
+                                                    int64_t act, int64_t layout,                              \
+                                                    void (*ep)(void *, int64_t, int64_t, int64_t, int64_t),   \
+                                                    void *ep_ctx);                                            \
     void opc_nn_max_pool_##SUF(const T *x, T *y, int64_t *idx, OPC_NN_POOL);                                  \
     void opc_nn_max_pool_values_##SUF(const T *x, T *y, OPC_NN_POOL);                                         \
     void opc_nn_max_pool_grad_##SUF(const int64_t *idx, const T *dout, T *dx, int64_t *record, OPC_NN_POOL,   \

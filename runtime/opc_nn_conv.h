@@ -86,6 +86,10 @@ static inline void opc_cv_split(const opc_cv_geom *q, int64_t kk, int64_t *k) {
     k[0] = kk / (q->k[2] * q->k[1]);
 }
 
+/* Outputs per channel up to which a conv's GEMM runs transposed (opc_nn.h's opc_nn_conv_few): a few
+ * rows for the GEMM's few-rows kernel instead of a few columns. */
+#define OPC_NN_FEW_POSITIONS 8
+
 /* The 1x1, stride 1, unpadded conv: its im2col matrix is x itself. */
 static inline int opc_cv_pointwise(const opc_cv_geom *q) {
     for (int d = 0; d < 3; d++)

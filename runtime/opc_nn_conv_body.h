@@ -129,6 +129,14 @@ OPC_NN_INLINE void OPC_NN_FN(cv_filter_unit)(const void *x, const void *dy, void
     ST(dw, u, dt, OPC_NN_FN(fold)(lane));
 }
 
+/* fused_conv_epilogue's activation of v: act 0 none, 1 relu, 2 gelu (tanh form), 4 relu6. */
+OPC_NN_INLINE ACC OPC_NN_FN(cv_act)(ACC v, int64_t act) {
+    if (act == 1) return v > 0 ? v : 0;
+    if (act == 4) return (ACC)opc_relu6_f64(v); /* exact in f64 for either ACC */
+    if (act == 2) return (ACC)0.5 * v * (1 + (ACC)tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    return v;
+}
+
 /* fused_conv_epilogue after a plain conv into pre: plane u = n * o + oc of y = act(pre + bias[oc]),
  * act 0 none, 1 relu, 2 gelu (tanh form), 4 relu6; keep: pre is reserve_space, stored as pre + bias (and
  * act applied to that stored value, as the unfused ops would). */
@@ -141,10 +149,50 @@ OPC_NN_INLINE void OPC_NN_FN(cv_epilogue_unit)(void *pre, const void *bias, void
             ST(pre, i, dt, v);
             v = LD(pre, i, dt);
         }
-        if (act == 1) v = v > 0 ? v : 0;
-        else if (act == 4) v = (ACC)opc_relu6_f64(v); /* exact in f64 for either ACC */
-        else if (act == 2) v = (ACC)0.5 * v * (1 + (ACC)tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-        ST(y, i, dt, v);
+        ST(y, i, dt, OPC_NN_FN(cv_act)(v, act));
+    }
+}
+
+/* fused_conv_epilogue with channels-last operands (layout: opc_nn_conv_layout.h's bits), any dtype:
+ * row u = ((n * o + oc) * out0 + o0) * out1 + o1 of outputs, each as cv_fwd_unit sums it, then as
+ * cv_epilogue_unit finishes it (the conv's value stored and read back, so that halves round where
+ * the unfused ops would); x, y and z (or NULL) indexed by their layouts. No heap memory. */
+OPC_NN_INLINE void OPC_NN_FN(cv_layout_unit)(const void *x, const void *w, const void *bias, void *y, void *z,
+                                             int64_t act, int layout, int dt, const opc_cv_geom *q, int64_t u) {
+    const int64_t o1 = u % q->out[1], o0 = (u / q->out[1]) % q->out[0];
+    const int64_t oc = (u / (q->out[1] * q->out[0])) % q->o, n = u / (q->out[1] * q->out[0] * q->o);
+    const int64_t grp = oc / q->og;
+    const int64_t xcs = layout & 1 ? 1 : q->ivol, xps = layout & 1 ? q->c : 1; /* channel and position strides */
+    const int64_t ycs = layout & 2 ? 1 : q->ovol, yps = layout & 2 ? q->o : 1;
+    const ACC b = LD(bias, oc, dt);
+    for (int64_t o2 = 0; o2 < q->out[2]; o2++) {
+        ACC acc = 0;
+        for (int64_t cc = 0; cc < q->cg; cc++) {
+            const int64_t xc = n * q->c * q->ivol + (grp * q->cg + cc) * xcs;
+            for (int64_t k0 = 0; k0 < q->k[0]; k0++) {
+                const int64_t i0 = o0 * q->s[0] + k0 * q->d[0] - q->p[0];
+                if (i0 < 0 || i0 >= q->in[0]) continue;
+                for (int64_t k1 = 0; k1 < q->k[1]; k1++) {
+                    const int64_t i1 = o1 * q->s[1] + k1 * q->d[1] - q->p[1];
+                    if (i1 < 0 || i1 >= q->in[1]) continue;
+                    for (int64_t k2 = 0; k2 < q->k[2]; k2++) {
+                        const int64_t i2 = o2 * q->s[2] + k2 * q->d[2] - q->p[2];
+                        if (i2 < 0 || i2 >= q->in[2]) continue;
+                        const ACC wv = LD(w, (((oc * q->cg + cc) * q->k[0] + k0) * q->k[1] + k1) * q->k[2] + k2, dt);
+                        acc += wv * LD(x, xc + ((i0 * q->in[1] + i1) * q->in[2] + i2) * xps, dt);
+                    }
+                }
+            }
+        }
+        const int64_t i = n * q->o * q->ovol + oc * ycs + ((o0 * q->out[1] + o1) * q->out[2] + o2) * yps;
+        void *pre = z ? z : y;
+        ST(pre, i, dt, acc);
+        ACC v = LD(pre, i, dt) + b;
+        if (z) {
+            ST(z, i, dt, v);
+            v = LD(z, i, dt);
+        }
+        ST(y, i, dt, OPC_NN_FN(cv_act)(v, act));
     }
 }
 

@@ -26,6 +26,9 @@
     X(DEPTHWISE_GROUPED, "depthwise: grouped")     /* planes of <= 8 positions, several a vector (dwg) */    \
     X(DEPTHWISE_CHANNELS_LAST, "depthwise: channels last") /* narrow rows, 16 channels a vector (dwc) */     \
     X(DEPTHWISE_PLANES, "depthwise: planes")       /* the rest, a plane at a time (opc_cf_dw_run) */         \
+    X(CONV_LAYOUT_POINTWISE, "conv channels-last: pointwise gemm") /* the GEMM reading / writing it transposed */ \
+    X(CONV_LAYOUT_DEPTHWISE, "conv channels-last: depthwise") /* a position's channels as vectors */          \
+    X(CONV_LAYOUT_LOOPS, "conv channels-last: loops") /* any dtype or geometry: a loop nest per output row */ \
     X(CONV_GRAD_INPUT_DIRECT, "conv_grad_input: direct")                                                      \
     X(CONV_GRAD_INPUT_DEPTHWISE, "conv_grad_input: depthwise")                                                \
     X(CONV_GRAD_INPUT_IM2COL_GEMM, "conv_grad_input: gemm col2im")                                            \

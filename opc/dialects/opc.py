@@ -29,7 +29,8 @@ Grad ops
 Convolutions (layout NC + spatial, 1 or 2 spatial dims while MAX_RANK is 4)
   conv {strides, dilations, pads, group}, conv_transpose {..., output_padding},
   conv_grad_input {...} (-> dx), conv_grad_filter {...} (-> dw),
-  fused_conv_epilogue {..., activation} -> out[, reserve_space]   (conv + bias + act, CPU kernel)
+  fused_conv_epilogue {..., activation[, x_channels_last, out_channels_last]} -> out[, reserve_space]
+      (conv + bias + act, CPU kernel; the unit flags put x or out (and reserve) in [N, spatial..., C] order)
 Pooling
   max_pool {kernel, strides, dilations, pads, ceil_mode} -> y, indices;
   avg_pool {kernel, strides, dilations, pads, ceil_mode, count_include_pad}; max_pool_grad, avg_pool_grad
@@ -77,6 +78,7 @@ from xdsl.dialects.builtin import (
     Signedness,
     StringAttr,
     TensorType,
+    UnitAttr,
     i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue, TypeAttribute
@@ -2410,6 +2412,11 @@ class FusedConvEpilogueOp(OpcOp, ConvAttrs):
     analogue of fused_gemm_epilogue, made by opc-fuse); reserve_space (present iff activation is
     relu, gelu (the tanh form) or relu6 (minimum(maximum(z, 0), 6), NaN kept)) is the
     pre-activation, saved for the backward.
+
+    x_channels_last / out_channels_last (unit flags, made by opc-channels-last for inference): x,
+    respectively out and reserve_space, hold the same values in channels-last order
+    ([N, spatial..., C], NHWC for a 2-D conv), so that a chain of convs around a depthwise one reads
+    a position's channels as one vector. The geometry and the weights stay channels-first.
     """
 
     name = "opc.fused_conv_epilogue"
@@ -2425,15 +2432,21 @@ class FusedConvEpilogueOp(OpcOp, ConvAttrs):
     pads = opt_prop_def(DenseArrayBase)
     group = int_prop(1)
     activation = prop_def(StringAttr, default_value=StringAttr("none"))
+    x_channels_last = opt_prop_def(UnitAttr)
+    out_channels_last = opt_prop_def(UnitAttr)
     assembly_format = "$x `,` $w `,` $bias attr-dict `:` functional-type(operands, results)"
 
     def __init__(self, x: SSAValue | Operation, w: SSAValue | Operation, bias: SSAValue | Operation,
-                 conv_props: dict[str, Attribute], activation: str = "none"):
+                 conv_props: dict[str, Attribute], activation: str = "none", x_channels_last: bool = False,
+                 out_channels_last: bool = False):
         tx, tw = SSAValue.get(x).type, SSAValue.get(w).type
-        shape = self.geometry_of(shape_of(tx), shape_of(tw), conv_props).y_shape
-        out = tensor(shape, element_of(tx))
+        x_shape = channels_first(shape_of(tx)) if x_channels_last else shape_of(tx)
+        shape = self.geometry_of(x_shape, shape_of(tw), conv_props).y_shape
+        out = tensor(channels_last(shape) if out_channels_last else shape, element_of(tx))
+        flags = {name: UnitAttr() for name, on in (("x_channels_last", x_channels_last),
+                                                   ("out_channels_last", out_channels_last)) if on}
         super().__init__(operands=[x, w, bias], result_types=[out, [out] if activation != "none" else []],
-                         properties={**conv_props, "activation": StringAttr(activation)})
+                         properties={**conv_props, "activation": StringAttr(activation), **flags})
 
     @staticmethod
     def geometry_of(x: Sequence[int], w: Sequence[int], props: dict[str, Attribute]) -> ConvGeometry:
@@ -2445,16 +2458,23 @@ class FusedConvEpilogueOp(OpcOp, ConvAttrs):
         return conv_geometry(x, w[2:], w[0], group, values("strides"), values("dilations"), values("pads"))
 
     def conv_props(self) -> dict[str, Attribute]:
-        """The attributes of the conv this op fuses (activation stays behind)."""
-        return {k: v for k, v in self.properties.items() if k != "activation"}
+        """The attributes of the conv this op fuses (activation and layouts stay behind)."""
+        return {k: v for k, v in self.properties.items() if k not in CONV_EPILOGUE_OWN}
+
+    def layout_code(self) -> int:
+        """runtime/opc_nn_conv_layout.h's layout bits: 1 x channels-last, 2 out channels-last."""
+        return (self.x_channels_last is not None) | (self.out_channels_last is not None) << 1
 
     def geometry(self) -> ConvGeometry:
-        return self.geometry_for(shape_of(self.x), shape_of(self.w))
+        x = shape_of(self.x)
+        last = self.x_channels_last is not None and len(x) >= 3  # else geometry_for names the rank
+        return self.geometry_for(channels_first(x) if last else x, shape_of(self.w))
 
     def verify_(self) -> None:
         tx, tw = check_tensor(self.x, "x"), check_tensor(self.w, "w")
         g = self.geometry()
-        check_conv_types(tx, tw, self.out, g.y_shape, "out")
+        out_shape = channels_last(g.y_shape) if self.out_channels_last is not None else g.y_shape
+        check_conv_types(tx, tw, self.out, out_shape, "out")
         tb = check_tensor(self.bias, "bias")
         check_same_element(tx, tb, "x and bias")
         check_shape(tb, [g.o], "bias")
@@ -2463,12 +2483,25 @@ class FusedConvEpilogueOp(OpcOp, ConvAttrs):
             raise VerifyException(f"activation must be one of {', '.join(CONV_ACTIVATIONS)}, got '{act}'")
         if self.reserve_space is not None:
             tr = check_tensor(self.reserve_space, "reserve_space")
-            check_shape(tr, g.y_shape, "reserve_space")
+            check_shape(tr, out_shape, "reserve_space")
             check_same_element(tx, tr, "x and reserve_space")
         if act == "none" and self.reserve_space is not None:
             raise VerifyException("activation 'none' has exactly one result: no reserve_space")
         if act != "none" and self.reserve_space is None:
             raise VerifyException(f"activation '{act}' has two results: out and reserve_space")
+
+
+CONV_EPILOGUE_OWN = ("activation", "x_channels_last", "out_channels_last")  # fused_conv_epilogue's, not the conv's
+
+
+def channels_last(shape: Sequence[int]) -> list[int]:
+    """[N, C, spatial...] -> [N, spatial..., C]."""
+    return [shape[0], *shape[2:], shape[1]]
+
+
+def channels_first(shape: Sequence[int]) -> list[int]:
+    """[N, spatial..., C] -> [N, C, spatial...]."""
+    return [shape[0], shape[-1], *shape[1:-1]]
 
 
 def conv_grad_ops(op: ConvBase) -> dict[str, Attribute]:

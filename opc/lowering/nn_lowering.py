@@ -392,13 +392,15 @@ ACT_CODES = {"none": 0, "relu": 1, "gelu": 2, "relu6": 4}  # runtime/opc_nn.h's 
 def lower_fused_conv_epilogue(fl, op: opc.FusedConvEpilogueOp) -> None:  # noqa: ANN001
     """fused_conv_epilogue (x, w, bias, out[, reserve]): one runtime call with the conv's geometry and
     the activation's code; f32 stride-1 convs apply bias and activation in the kernel's store. A reserve
-    nothing reads (inference) is neither allocated nor written, as the fused GEMM's."""
+    nothing reads (inference) is neither allocated nor written, as the fused GEMM's. Channels-last
+    operands call the `_layout` entries, with the layout's bits after the activation."""
     res = op.reserve_space
     kept = res is not None and (bool(res.uses) or res in fl.returned)
     args = [fl.operand_buffer(v) for v in op.operands] + [fl.buffer_for(op.out)]
-    kernel = "fused_conv_epilogue" + ("_reserve" if kept else "")
+    layout = op.layout_code()
+    kernel = "fused_conv_epilogue" + ("_layout" if layout else "") + ("_reserve" if kept else "")
     call_conv(fl, f"{kernel}_{dtype_suffix(element_of(op.out))}", args + ([fl.buffer_for(res)] if kept else []),
-              [*conv_ints(op.geometry()), ACT_CODES[op.activation.data]])
+              [*conv_ints(op.geometry()), ACT_CODES[op.activation.data], *([layout] if layout else [])])
 
 
 def pool_ints(op: opc.PoolOp) -> list[int]:

@@ -447,20 +447,25 @@ class ConvPattern(RulePattern):
 
 @decomposition(o.FusedConvEpilogueOp)
 class FusedConvEpiloguePattern(RulePattern):
-    """out = act(conv(x, w) + bias reshaped to [O, 1, ...]); reserve_space = the pre-activation."""
+    """out = act(conv(x, w) + bias reshaped to [O, 1, ...]); reserve_space = the pre-activation;
+    channels-last operands transposed to channels-first and back."""
 
     OP = o.FusedConvEpilogueOp
 
     def build(self, e: OpBuilder, op: o.FusedConvEpilogueOp) -> Sequence[SSAValue]:
-        y = e.value(o.ConvOp(op.x, op.w, op.out.type, op.conv_props()))
-        shape = shape_of(op.out)
-        bias = e.value(o.ReshapeOp(op.bias, o.tensor([shape[1]] + [1] * (len(shape) - 2),
-                                                     element_of(op.bias))))
+        rank = len(shape_of(op.out))
+        x = op.x
+        if op.x_channels_last is not None:
+            x = e.value(o.TransposeOp(x, [0, rank - 1, *range(1, rank - 1)]))
+        g = op.geometry()
+        y = e.value(o.ConvOp(x, op.w, o.tensor(g.y_shape, element_of(op.out)), op.conv_props()))
+        bias = e.value(o.ReshapeOp(op.bias, o.tensor([g.y_shape[1]] + [1] * (rank - 2), element_of(op.bias))))
         z = e.add(y, bias)
         act = op.activation.data
-        if act == "none":
-            return [z]
-        return [epilogue_activation(e, z, act), z]
+        results = [z] if act == "none" else [epilogue_activation(e, z, act), z]
+        if op.out_channels_last is not None:
+            results = [e.value(o.TransposeOp(r, [0, *range(2, rank), 1])) for r in results]
+        return results
 
 
 def epilogue_activation(e: OpBuilder, z: SSAValue, act: str) -> SSAValue:

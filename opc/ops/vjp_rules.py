@@ -422,7 +422,8 @@ def vjp_conv_transpose(e: OpBuilder, op: o.ConvTransposeOp, douts: Douts) -> Gra
 @vjp(o.FusedConvEpilogueOp)
 def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: MaybeDouts) -> Grads:
     """dz = act_grad(reserve_space, dout) (+ reserve_space's own cotangent), then the conv's grads
-    of dz and dbias = dz summed over the batch and spatial dims."""
+    of dz and dbias = dz summed over the batch and spatial dims; channels-last operands transposed
+    to channels-first for the conv's grads (dx back to x's order)."""
     act = op.activation.data
     dz = douts[0]
     if dz is not None and act != "none":
@@ -436,8 +437,13 @@ def vjp_fused_conv_epilogue(e: OpBuilder, op: o.FusedConvEpilogueOp, douts: Mayb
         dz = e.full(0.0, op.out)
     props = op.conv_props()
     rank = len(shape_of(op.out))
-    return (e.value(o.ConvGradInputOp(dz, op.w, op.x.type, props)),
-            e.value(o.ConvGradFilterOp(op.x, dz, op.w.type, props)),
+    to_first, to_last = [0, rank - 1, *range(1, rank - 1)], [0, *range(2, rank), 1]
+    if op.out_channels_last is not None:
+        dz = e.value(o.TransposeOp(dz, to_first))
+    x = op.x if op.x_channels_last is None else e.value(o.TransposeOp(op.x, to_first))
+    dx = e.value(o.ConvGradInputOp(dz, op.w, x.type, props))
+    return (dx if op.x_channels_last is None else e.value(o.TransposeOp(dx, to_last)),
+            e.value(o.ConvGradFilterOp(x, dz, op.w.type, props)),
             e.reduce_sum(dz, [0, *range(2, rank)]))
 
 

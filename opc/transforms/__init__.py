@@ -60,6 +60,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return OutlineControlFlowPass
 
+    def opc_channels_last():
+        from opc.transforms.opc_channels_last import ChannelsLastPass
+
+        return ChannelsLastPass
+
     def opc_lower_to_loops():
         from opc.lowering.opc_lower_to_loops import LowerToLoopsPass
 
@@ -70,6 +75,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "dce": dce,
         "cse": cse,
         "opc-attention": opc_attention,
+        "opc-channels-last": opc_channels_last,
         "opc-decompose": opc_decompose,
         "opc-fuse": opc_fuse,
         "opc-grad": opc_grad,

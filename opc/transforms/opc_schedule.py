@@ -490,6 +490,8 @@ def takes_epilogue(g: Operation) -> bool:
         return False
     if isinstance(g, opc.FusedConvEpilogueOp) and g.reserve_space is not None and g.reserve_space.uses:
         return False  # the kernel with an epilogue writes no reserve
+    if isinstance(g, opc.FusedConvEpilogueOp) and g.out_channels_last is not None:
+        return False  # the epilogue walks the output as [n * c, spatial] rows
     return opc.is_float(element_of(g.results[0]))
 
 

@@ -7,6 +7,7 @@ weights against torch's autograd. Neither torch nor the network is needed."""
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 import sys
@@ -86,7 +87,15 @@ def test_forward_with_batch_norm_folded(name: str) -> None:
     np.testing.assert_allclose(y, ref["y"], rtol=MODELS[name][1], atol=tol)
     # every residual Add (ResNet-18's 8, MobileNetV2's 10) as the epilogue but ResNet's last, which joins
     # the global pooling's reduction instead; every Clip to [0, 6] (MobileNetV2's 35) as the fused conv's
-    # own relu6 (activation code 4, the last argument)
-    calls = re.findall(r"opc_nn_fused_conv_epilogue_(ep_)?f32\((.*)\);", m.c_source)
-    tails, relu6 = sum(bool(ep) for ep, _ in calls), sum(args.endswith(", 4") for _, args in calls)
+    # own relu6 (activation code 4, the last argument but a layout's)
+    calls = re.findall(r"opc_nn_fused_conv_epilogue_(layout_)?(ep_)?f32\((.*)\);", m.c_source)
+    tails = sum(bool(ep) for _, ep, _ in calls)
+    relu6 = sum(bool(re.search(r", 4(, [123])?$", args)) for _, _, args in calls)
     assert (tails, relu6) == {"resnet18": (8 - 1, 0), "mobilenet_v2": (10, 35)}[name], (tails, relu6)
+    # opc-channels-last: MobileNetV2's depthwise convs on narrow or strided rows with the pointwise
+    # convs around them, as whole chains (layout 2: out channels-last, 3: both, 1: x): 15 of its 16
+    # expand -> depthwise -> project blocks at 64x64, all but the one on rows of 16 at stride 1
+    layouts = collections.Counter(re.search(r", (\d+)(, \w+, opc_ep_ctx)?$", args).group(1)
+                                  for layout, _, args in calls if layout)
+    chains = {"resnet18": 0, "mobilenet_v2": 15}[name]
+    assert layouts == ({"2": chains, "3": chains, "1": chains} if chains else {}), layouts
