@@ -15,10 +15,10 @@ pointwise convs on either side write and read that order through the GEMM's tran
 which its packing handles anyway (runtime/opc_nn_conv_layout.h). The chain's ends stay NCHW, so
 nothing else sees a layout: the values in and out are the same.
 
-Rewritten only where it pays and nothing else can see it: f32 (the kernels' dtype), static shapes,
-%h and %d read by the next conv alone (their reserves by nothing), no device kernel chosen for
-them, and a depthwise conv whose output rows are narrower than WIDE_ROWS or strided (wide stride-1
-planes run as fast in NCHW by the row kernel).
+Rewritten only where it pays and nothing else can see it: f32 (the kernels' dtype), static shapes
+but the batch, %h and %d read by the next conv alone (their reserves by nothing), no device kernel
+chosen for them, and a depthwise conv whose output rows are narrower than WIDE_ROWS or strided
+(wide stride-1 planes run as fast in NCHW by the row kernel).
 
 In opc.compile's pipeline for CPU targets when no grad functions are built (inference), after
 opc-fuse made the fused convs.
@@ -42,7 +42,8 @@ WIDE_ROWS = 16  # output rows of at least this many positions (stride 1) stay NC
 
 
 def static_f32(v: SSAValue) -> bool:
-    return element_of(v) == f32 and DYNAMIC_INDEX not in shape_of(v)
+    """f32 with static channels and spatial dims (the batch may be `?`: the kernels take it at run time)."""
+    return element_of(v) == f32 and DYNAMIC_INDEX not in shape_of(v)[1:]
 
 
 def plain_conv(op: object) -> o.FusedConvEpilogueOp | None:

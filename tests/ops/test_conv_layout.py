@@ -41,6 +41,8 @@ GEOS = [
     Geo("dw_1d", (2, 33, 12), (33, 1, 5), (2,), (1,), (2, 2), 33),
     Geo("dw_3d", (1, 16, 3, 4, 5), (16, 1, 2, 3, 3), (1, 1, 1), (1, 1, 1), (0, 1, 1, 1, 1, 1), 16),
     Geo("dw_k5_1x1", (1, 64, 1, 1), (64, 1, 5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 64),
+    # an image of 1 MiB: its next input row prefetched as each output row passes (OPC_CL_STREAM_BYTES)
+    Geo("dw_streamed_s2", (1, 64, 64, 64), (64, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 64),
     # neither: the loops, in any layout
     Geo("k3_groups", (1, 6, 5, 6), (8, 3, 3, 3), (2, 1), (1, 1), (1, 1, 0, 1), 2),
 ]
@@ -140,14 +142,14 @@ def test_verifier_names_the_layout_shape() -> None:
 # ---------------------------------------------------------------------------
 
 def block(name: str, c: int, hidden: int, hw: tuple[int, int], stride: int = 1, dt: str = "float32",
-          residual: bool = False, extra_use: str = "") -> str:
+          residual: bool = False, extra_use: str = "", batch: str = "1") -> str:
     """MobileNetV2's inverted residual: 1x1 expand + relu6, 3x3 depthwise + relu6, 1x1 project
     (+ the input, where residual), as opc-fuse makes them; extra_use: "expand" or "depthwise" also
     returns that conv's output."""
     h, w = hw
     oh, ow = (h - 1) // stride + 1, (w - 1) // stride + 1
-    tx, th, td = ttype((1, c, h, w), dt), ttype((1, hidden, h, w), dt), ttype((1, hidden, oh, ow), dt)
-    ty = ttype((1, c, oh, ow), dt)
+    tx, th, td = ttype((batch, c, h, w), dt), ttype((batch, hidden, h, w), dt), ttype((batch, hidden, oh, ow), dt)
+    ty = ttype((batch, c, oh, ow), dt)
     tw1, tw2, tw3 = ttype((hidden, c, 1, 1), dt), ttype((hidden, 1, 3, 3), dt), ttype((c, hidden, 1, 1), dt)
     tbh, tbc = ttype((hidden,), dt), ttype((c,), dt)
     dw = f'group = {hidden} : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: {stride}, {stride}>'
@@ -171,6 +173,7 @@ BLOCKS = {  # name: (block's arguments, whether the pass rewrites it)
     "narrow_rows": (dict(c=16, hidden=96, hw=(7, 7), residual=True), True),
     "strided_wide": (dict(c=8, hidden=48, hw=(20, 40), stride=2), True),
     "wide_rows": (dict(c=8, hidden=48, hw=(6, 20)), False),  # rows of 20 at stride 1: NCHW's row kernel
+    "batch_at_run_time": (dict(c=8, hidden=32, hw=(7, 7), residual=True, batch="?"), True),
     "float64": (dict(c=8, hidden=32, hw=(7, 7), dt="float64"), False),
     "expand_read_twice": (dict(c=8, hidden=32, hw=(7, 7), extra_use="expand"), False),
     "depthwise_read_twice": (dict(c=8, hidden=32, hw=(7, 7), extra_use="depthwise"), False),
@@ -179,7 +182,7 @@ BLOCKS = {  # name: (block's arguments, whether the pass rewrites it)
 
 def block_args(kw: dict, rng: np.random.Generator) -> list[np.ndarray]:
     c, hidden, (h, w), dt = kw["c"], kw["hidden"], kw["hw"], kw.get("dt", "float32")
-    shapes = [(1, c, h, w), (hidden, c, 1, 1), (hidden,), (hidden, 1, 3, 3), (hidden,), (c, hidden, 1, 1), (c,)]
+    shapes = [(1 if kw.get("batch", "1") == "1" else 3, c, h, w), (hidden, c, 1, 1), (hidden,), (hidden, 1, 3, 3), (hidden,), (c, hidden, 1, 1), (c,)]
     return [random_array(s, dt, rng, -1, 1) for s in shapes]
 
 
@@ -194,7 +197,7 @@ def test_pass_rewrites_whole_chains_only(name: str) -> None:
     flags = (ir.count("x_channels_last"), ir.count("out_channels_last"))
     assert flags == ((2, 2) if rewritten else (0, 0)), (name, flags)
     if rewritten:  # the chain's ends keep the function's layout
-        assert "-> tensor<1x" + str(kw["c"]) in ir
+        assert f"-> tensor<{kw.get('batch', '1')}x{kw['c']}x" in ir
 
 
 @pytest.mark.parametrize("name", BLOCKS)
