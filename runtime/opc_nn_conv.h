@@ -86,6 +86,26 @@ static inline void opc_cv_split(const opc_cv_geom *q, int64_t kk, int64_t *k) {
     k[0] = kk / (q->k[2] * q->k[1]);
 }
 
+/* BODY for each tap of output position (o0, o1, o2) that lies inside the input, with POS its input
+ * position (flat in a plane) and KK its flat kernel index; taps in the padding add zeros and are
+ * skipped. Loops, not divisions: the channels-last kernels run it per output position. */
+#define OPC_CV_FOR_TAPS_INSIDE(q, o0, o1, o2, POS, KK, BODY)                                                  \
+    for (int64_t opc_k0 = 0; opc_k0 < (q)->k[0]; opc_k0++) {                                                 \
+        const int64_t opc_i0 = (o0) * (q)->s[0] + opc_k0 * (q)->d[0] - (q)->p[0];                            \
+        if (opc_i0 < 0 || opc_i0 >= (q)->in[0]) continue;                                                    \
+        for (int64_t opc_k1 = 0; opc_k1 < (q)->k[1]; opc_k1++) {                                             \
+            const int64_t opc_i1 = (o1) * (q)->s[1] + opc_k1 * (q)->d[1] - (q)->p[1];                        \
+            if (opc_i1 < 0 || opc_i1 >= (q)->in[1]) continue;                                                \
+            for (int64_t opc_k2 = 0; opc_k2 < (q)->k[2]; opc_k2++) {                                         \
+                const int64_t opc_i2 = (o2) * (q)->s[2] + opc_k2 * (q)->d[2] - (q)->p[2];                    \
+                if (opc_i2 < 0 || opc_i2 >= (q)->in[2]) continue;                                            \
+                const int64_t POS = (opc_i0 * (q)->in[1] + opc_i1) * (q)->in[2] + opc_i2;                    \
+                const int64_t KK = (opc_k0 * (q)->k[1] + opc_k1) * (q)->k[2] + opc_k2;                       \
+                BODY;                                                                                        \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
 /* Outputs per channel up to which a conv's GEMM runs transposed (opc_nn.h's opc_nn_conv_few): a few
  * rows for the GEMM's few-rows kernel instead of a few columns. */
 #define OPC_NN_FEW_POSITIONS 8

@@ -168,21 +168,8 @@ OPC_NN_INLINE void OPC_NN_FN(cv_layout_unit)(const void *x, const void *w, const
     for (int64_t o2 = 0; o2 < q->out[2]; o2++) {
         ACC acc = 0;
         for (int64_t cc = 0; cc < q->cg; cc++) {
-            const int64_t xc = n * q->c * q->ivol + (grp * q->cg + cc) * xcs;
-            for (int64_t k0 = 0; k0 < q->k[0]; k0++) {
-                const int64_t i0 = o0 * q->s[0] + k0 * q->d[0] - q->p[0];
-                if (i0 < 0 || i0 >= q->in[0]) continue;
-                for (int64_t k1 = 0; k1 < q->k[1]; k1++) {
-                    const int64_t i1 = o1 * q->s[1] + k1 * q->d[1] - q->p[1];
-                    if (i1 < 0 || i1 >= q->in[1]) continue;
-                    for (int64_t k2 = 0; k2 < q->k[2]; k2++) {
-                        const int64_t i2 = o2 * q->s[2] + k2 * q->d[2] - q->p[2];
-                        if (i2 < 0 || i2 >= q->in[2]) continue;
-                        const ACC wv = LD(w, (((oc * q->cg + cc) * q->k[0] + k0) * q->k[1] + k1) * q->k[2] + k2, dt);
-                        acc += wv * LD(x, xc + ((i0 * q->in[1] + i1) * q->in[2] + i2) * xps, dt);
-                    }
-                }
-            }
+            const int64_t xc = n * q->c * q->ivol + (grp * q->cg + cc) * xcs, wc = (oc * q->cg + cc) * q->kvol;
+            OPC_CV_FOR_TAPS_INSIDE(q, o0, o1, o2, pos, kk, acc += LD(w, wc + kk, dt) * LD(x, xc + pos * xps, dt));
         }
         const int64_t i = n * q->o * q->ovol + oc * ycs + ((o0 * q->out[1] + o1) * q->out[2] + o2) * yps;
         void *pre = z ? z : y;

@@ -36,20 +36,7 @@ static void opc_cl_pack_taps(const void *ctx, float *wt) {
  * image, wo[t] their rows of wt; the count. Taps in the padding add zeros and are skipped. */
 static inline int opc_cl_taps_at(const opc_cv_geom *q, int64_t o0, int64_t o1, int64_t o2, int64_t *xo, int64_t *wo) {
     int nt = 0;
-    for (int64_t k0 = 0; k0 < q->k[0]; k0++) {
-        const int64_t i0 = o0 * q->s[0] + k0 * q->d[0] - q->p[0];
-        if (i0 < 0 || i0 >= q->in[0]) continue;
-        for (int64_t k1 = 0; k1 < q->k[1]; k1++) {
-            const int64_t i1 = o1 * q->s[1] + k1 * q->d[1] - q->p[1];
-            if (i1 < 0 || i1 >= q->in[1]) continue;
-            for (int64_t k2 = 0; k2 < q->k[2]; k2++) {
-                const int64_t i2 = o2 * q->s[2] + k2 * q->d[2] - q->p[2];
-                if (i2 < 0 || i2 >= q->in[2]) continue;
-                xo[nt] = ((i0 * q->in[1] + i1) * q->in[2] + i2) * q->g;
-                wo[nt++] = ((k0 * q->k[1] + k1) * q->k[2] + k2) * q->g;
-            }
-        }
-    }
+    OPC_CV_FOR_TAPS_INSIDE(q, o0, o1, o2, pos, kk, (xo[nt] = pos * q->g, wo[nt++] = kk * q->g));
     return nt;
 }
 

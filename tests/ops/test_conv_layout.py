@@ -16,6 +16,7 @@ import pytest
 from oracle import random_array, ttype
 from routes import run_counting_routes
 from test_conv import Geo, assert_near, conv_ref
+from test_conv_fast import numpy_act
 
 import opc
 from opc.api import prepare
@@ -71,16 +72,6 @@ def op_text(g: Geo, layout: int, act: str, dt: str, reserve: bool = False) -> st
             f"  func.return {returned[0]} : {returned[1]}\n}}\n")
 
 
-def act_ref(z: np.ndarray, act: str) -> np.ndarray:
-    if act == "relu":
-        return np.maximum(z, 0)
-    if act == "relu6":
-        return np.clip(z, 0, 6)
-    if act == "gelu":
-        return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
-    return z
-
-
 def to_last(a: np.ndarray) -> np.ndarray:
     return np.moveaxis(a, 1, -1)
 
@@ -113,7 +104,7 @@ def module():
 def test_layouts_match_numpy(module, g: Geo, layout: int, act: str, dt: str) -> None:
     x, w, b, z = inputs(g, layout, dt)
     got, routes = run_counting_routes(module, case_name(g, layout, act, dt), x, w, b)
-    want = act_ref(z, act)
+    want = numpy_act(z, act)
     assert_near(got, to_last(want) if layout & 2 else want, dt, "out", scale=4.0)
     assert routes == {expected_route(g, layout, act, dt): 1}
 
