@@ -13,7 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from opc.errors import InputError, OpcError, UnsupportedError, error_line, printable
 from opc.frontend import read_source
@@ -218,7 +218,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
 
     if args.repeat < 1:
         raise InputError(f"--repeat must be at least 1, got {args.repeat}")
-    module = compile_module(args.file, grad=args.grad, fuse=args.fuse)
+    inference = onnx_inference(args.file) if args.file.endswith(".onnx") and not args.grad else None
+    module = compile_module(inference[0] if inference else args.file, grad=args.grad, fuse=args.fuse)
     rng = np.random.default_rng(0)
 
     def random_input(shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -227,7 +228,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
         return np.zeros(shape, numpy_dtype(dtype))
 
     given = load_profile_inputs(args.inputs)
-    weights, weights_from = model_weights(args.file)
+    weights, weights_from = (inference[1], f"{args.file}'s initializers, BatchNorms folded as opc.load_onnx "
+                             "folds them") if inference else model_weights(args.file)
 
     def argument(function: str, name: str, shape: tuple[int | str, ...], dtype: str) -> np.ndarray:
         if given is not None and name in given:
@@ -262,6 +264,16 @@ def cmd_profile(args: argparse.Namespace) -> None:
     if args.trace:
         prof.chrome_trace(args.trace)
         print(f"wrote {args.trace}")
+
+
+def onnx_inference(path: str) -> tuple[Any, dict]:
+    """An .onnx model as opc.load_onnx runs it (each inference BatchNorm after a Conv folded into it,
+    onnx_import/fold.py) and its weights: the kernels `opc profile` times are the ones it runs."""
+    from opc.onnx_import import import_onnx
+    from opc.onnx_import.fold import fold_batch_norms
+    from opc.onnx_import.proto import load
+
+    return import_onnx(fold_batch_norms(load(path, path)))
 
 
 def model_weights(path: str) -> tuple[dict, str | None]:

@@ -152,6 +152,32 @@ def test_cli_weights_of_an_onnx_model(tmp_path, capsys):
     assert "weights from" in capsys.readouterr().out
 
 
+def test_cli_profiles_an_onnx_model_as_load_onnx_runs_it(tmp_path, capsys):
+    """Conv + BatchNormalization: `opc profile` times the conv with the BatchNorm folded in, as
+    opc.load_onnx runs the model (one fused conv kernel, no batch_norm); --grad keeps the BatchNorm
+    (the training import's: its normalization the conv's epilogue nest)."""
+    onnx = pytest.importorskip("onnx", reason="the optional onnx package is not installed")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    arrays = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "b": np.zeros(4, np.float32),
+              "g": np.ones(4, np.float32), "beta": np.zeros(4, np.float32), "mean": np.zeros(4, np.float32),
+              "var": np.ones(4, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "beta", "mean", "var"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [numpy_helper.from_array(a, n) for n, a in arrays.items()])
+    path = tmp_path / "conv_bn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert main(["profile", str(path), "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "BatchNorms folded" in out and "| fused_conv_epilogue_f32 |" in out and "batch_norm" not in out, out
+    assert main(["profile", str(path), "--repeat", "1", "--grad"]) == 0
+    out = capsys.readouterr().out
+    assert f"weights from {path}'s initializers\n" in out and "sub, mul, add" in out, out
+
+
 CONVS = """func.func @convs(%x: tensor<1x8x12x12xf32>, %w: tensor<16x8x3x3xf32>, %d: tensor<8x1x3x3xf32>,
                   %x64: tensor<1x8x12x12xf64>, %w64: tensor<16x8x3x3xf64>) -> (tensor<1x16x12x12xf32>, tensor<1x8x12x12xf32>, tensor<1x16x12x12xf64>) {
   %y = opc.conv %x, %w {pads = array<i64: 1, 1, 1, 1>} : (tensor<1x8x12x12xf32>, tensor<16x8x3x3xf32>) -> tensor<1x16x12x12xf32>
