@@ -17,7 +17,8 @@ serial stretches between one call's regions, a run of small layers included, whe
 (tens of microseconds) did not: MobileNetV2 at 2 threads 0.46-0.47 ms against 0.56-0.59
 (onnxruntime, which spins too, 0.55-0.59), and the kernels' parallel thresholds need no wake-up
 margin (runtime/opc_threads.h). So `import opc` picks by the machine's load then: WAIT_POLICY
-(that spin) on an idle machine, BUSY_POLICY (passive) on a busy one, unless the user set
+(that spin) on an idle machine, BUSY_POLICY (passive) on a busy one (`busy`: every core has another
+runnable thread now, or the last minute's load says so and something else runs now), unless the user set
 OMP_WAIT_POLICY or GOMP_SPINCOUNT, or OPC_WAIT_POLICY says which (`spin`, `passive`, or
 `libgomp`: keep libgomp's default), or libgomp is already loaded (torch imported first: then
 torch's choice stands, libgomp's default spin). libgomp reads the policy once, when it loads, so
@@ -128,25 +129,40 @@ def apply_wait_policy() -> None:
                           "slow on this busy machine: set OMP_WAIT_POLICY=passive before importing torch",
                           RuntimeWarning, stacklevel=3)
         return
-    os.environ.update(POLICIES[chosen] if chosen else BUSY_POLICY if busy() or busy_now() else WAIT_POLICY)
+    os.environ.update(POLICIES[chosen] if chosen else BUSY_POLICY if busy() else WAIT_POLICY)
 
 
 def busy() -> bool:
-    """The last minute's load average is at least the machine's cores: spinning threads would
-    take cores from the ones with work."""
+    """Every core has another runnable thread now (busy_now), or the last minute's load average is at
+    least the machine's cores and some other thread runs now. The load average alone lags by a
+    minute: after 2-thread processes on 2 cores it reads 2.0 although nothing runs any more, and the
+    next process chose passive threads (four of the five of round 17's bench_models_cpu repeats,
+    whose 2-thread figures then fell to their slow mode): ResNet-18 at 64x64 at 2 threads took
+    2.33-2.51 ms passive against 1.47-1.62 with the spin, back to back."""
+    others = running_others()
+    if others is None:
+        return False
+    if others >= (os.cpu_count() or 1):
+        return True
     try:
         load = os.getloadavg()[0]
     except OSError:
         return False
-    return load >= (os.cpu_count() or 1)
+    return others >= 1 and load >= (os.cpu_count() or 1)
+
+
+def running_others() -> int | None:
+    """The runnable threads at this moment (/proc/loadavg's running count) but this one; None where
+    it cannot be read."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            return int(f.read().split()[3].split("/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def busy_now() -> bool:
-    """Every core has another runnable thread at this moment (/proc/loadavg's running count, less
-    this thread): the load average lags a machine that just turned busy by about a minute."""
-    try:
-        with open("/proc/loadavg", encoding="ascii") as f:
-            running = int(f.read().split()[3].split("/")[0]) - 1
-    except (OSError, ValueError, IndexError):
-        return False
-    return running >= (os.cpu_count() or 1)
+    """Every core has another runnable thread at this moment: the load average lags a machine that
+    just turned busy by about a minute."""
+    others = running_others()
+    return others is not None and others >= (os.cpu_count() or 1)

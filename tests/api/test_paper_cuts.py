@@ -211,7 +211,8 @@ def test_extras_bring_onnxscript():
 
 def test_example_lists_and_prints(capsys, tmp_path):
     assert main(["example"]) == 0
-    assert capsys.readouterr().out.split() == ["cast.mlir", "device_no_fused.toml", "mlp.mlir"]
+    assert capsys.readouterr().out.split() == ["cast.mlir", "device_no_fused.toml", "inverted_residual.mlir",
+                                               "mlp.mlir"]
     assert main(["example", "mlp"]) == 0
     assert capsys.readouterr().out == (ROOT / "examples" / "mlp.mlir").read_text()
     assert main(["example", "mlp.mlir", "-o", str(tmp_path / "m.mlir")]) == 0

@@ -108,9 +108,12 @@ def test_bad_environment_count(monkeypatch):
         threads.default_num_threads()
 
 
-# the load average as the case wants it (the test machine's own varies), then opc
-WAIT = ("import os; os.getloadavg = lambda: ({load}, 0.0, 0.0); import opc; "
-        "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
+# the load average and the running count as the case wants them (the test machine's own vary): a
+# load of 1e6 with one other thread running (busy), 0.0 with none (idle); then opc
+LOAD = ("import builtins, io, os; os.getloadavg = lambda: ({load}, 0.0, 0.0); real_open = builtins.open; "
+        "builtins.open = lambda p, *a, **k: io.StringIO('0 0 0 ' + ('1' if {load} == 0 else '2') + '/300 1') "
+        "if p == '/proc/loadavg' else real_open(p, *a, **k); ")
+WAIT = LOAD + "import opc; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))"
 
 
 @pytest.mark.parametrize("busy,want", [(False, {"GOMP_SPINCOUNT": "100000"}), (True, {"OMP_WAIT_POLICY": "passive"})])
@@ -143,6 +146,29 @@ def test_busy_now_reads_the_running_count(monkeypatch, running, cores, want):
     assert threads.busy_now() is want
 
 
+@pytest.mark.parametrize("load,running,cores,want", [
+    (2.0, "1/300", 2, False),  # the last minute's load, nothing else running now: a process of ours that ended
+    (2.0, "2/300", 2, True), (0.5, "3/300", 2, True), (0.5, "2/300", 2, False), (3.9, "2/300", 4, False),
+    (1e6, "x", 2, False),
+])  # fmt: skip
+def test_busy_needs_other_threads_running_now(monkeypatch, load, running, cores, want):
+    """Busy: every core has another runnable thread now, or the last minute's load average says so and
+    another thread runs now. The load average alone lags: after a 2-thread benchmark process on 2 cores
+    it read 2.0 and the next process chose passive threads (round 17: ResNet-18 at 2 threads 1.5 -> 2.4 ms)."""
+    real_open = open
+
+    def fake_open(path, *a, **k):  # noqa: ANN001, ANN002, ANN003
+        if path == "/proc/loadavg":
+            import io
+            return io.StringIO(f"{load} 0.40 0.30 {running} 12345\n")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert threads.busy() is want
+
+
 @pytest.mark.parametrize("env,load,want", [
     ({}, "1e6", "passive None"),
     ({"OMP_WAIT_POLICY": "active"}, "0.0", "active None"), ({"GOMP_SPINCOUNT": "7"}, "1e6", "None 7"),
@@ -165,8 +191,8 @@ def test_unknown_wait_policy_warns_and_is_ignored():
         "got 'fast': ignored\n", out.stderr
 
 
-# the load average as the case wants it (the test machine's own varies), then torch before opc
-TORCH_FIRST = "import os; os.getloadavg = lambda: ({load}, 0.0, 0.0); import torch, opc"
+# the load as LOAD sets it, then torch before opc
+TORCH_FIRST = LOAD + "import torch, opc"
 
 
 @pytest.mark.parametrize("env,load,warns", [
