@@ -130,19 +130,25 @@ def test_wait_policy_by_load(monkeypatch, busy, want):
     assert [v for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if v not in want and v in os.environ] == []
 
 
-@pytest.mark.parametrize("running,cores,want", [("1/300", 2, False), ("3/300", 2, True), ("2/300", 2, False),
-                                                ("5/300", 4, True), ("x", 2, False)])
-def test_busy_now_reads_the_running_count(monkeypatch, running, cores, want):
+def fake_machine(monkeypatch, load: float, running: str, cores: int) -> None:
+    """/proc/loadavg, os.getloadavg and the core count as a case wants them."""
     real_open = open
 
     def fake_open(path, *a, **k):  # noqa: ANN001, ANN002, ANN003
         if path == "/proc/loadavg":
             import io
-            return io.StringIO(f"0.50 0.40 0.30 {running} 12345\n")
+            return io.StringIO(f"{load} 0.40 0.30 {running} 12345\n")
         return real_open(path, *a, **k)
 
     monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
+
+
+@pytest.mark.parametrize("running,cores,want", [("1/300", 2, False), ("3/300", 2, True), ("2/300", 2, False),
+                                                ("5/300", 4, True), ("x", 2, False)])
+def test_busy_now_reads_the_running_count(monkeypatch, running, cores, want):
+    fake_machine(monkeypatch, 0.5, running, cores)
     assert threads.busy_now() is want
 
 
@@ -155,17 +161,7 @@ def test_busy_needs_other_threads_running_now(monkeypatch, load, running, cores,
     """Busy: every core has another runnable thread now, or the last minute's load average says so and
     another thread runs now. The load average alone lags: after a 2-thread benchmark process on 2 cores
     it read 2.0 and the next process chose passive threads (round 17: ResNet-18 at 2 threads 1.5 -> 2.4 ms)."""
-    real_open = open
-
-    def fake_open(path, *a, **k):  # noqa: ANN001, ANN002, ANN003
-        if path == "/proc/loadavg":
-            import io
-            return io.StringIO(f"{load} 0.40 0.30 {running} 12345\n")
-        return real_open(path, *a, **k)
-
-    monkeypatch.setattr("builtins.open", fake_open)
-    monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    fake_machine(monkeypatch, load, running, cores)
     assert threads.busy() is want
 
 
