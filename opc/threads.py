@@ -133,22 +133,24 @@ def apply_wait_policy() -> None:
 
 
 def busy() -> bool:
-    """Every core has another runnable thread now (busy_now), or the last minute's load average is at
-    least the machine's cores and some other thread runs now. The load average alone lags by a
-    minute: after 2-thread processes on 2 cores it reads 2.0 although nothing runs any more, and the
-    next process chose passive threads (four of the five of round 17's bench_models_cpu repeats,
-    whose 2-thread figures then fell to their slow mode): ResNet-18 at 64x64 at 2 threads took
-    2.33-2.51 ms passive against 1.47-1.62 with the spin, back to back."""
+    """Every core has another runnable thread now, or the last minute's load average is at least the
+    machine's cores and some other thread runs now. The load average alone lags by a minute: after
+    2-thread processes on 2 cores it reads 2.0 although nothing runs any more, and the next process
+    chose passive threads (four of the five of round 17's bench_models_cpu repeats, whose 2-thread
+    figures then fell to their slow mode): ResNet-18 at 64x64 at 2 threads took 2.33-2.51 ms passive
+    against 1.47-1.62 with the spin, back to back. A machine that just turned busy shows in the
+    running count before the load average catches up."""
     others = running_others()
     if others is None:
         return False
-    if others >= (os.cpu_count() or 1):
+    cores = os.cpu_count() or 1
+    if others >= cores:
         return True
     try:
         load = os.getloadavg()[0]
     except OSError:
         return False
-    return others >= 1 and load >= (os.cpu_count() or 1)
+    return others >= 1 and load >= cores
 
 
 def running_others() -> int | None:
@@ -159,10 +161,3 @@ def running_others() -> int | None:
             return int(f.read().split()[3].split("/")[0]) - 1
     except (OSError, ValueError, IndexError):
         return None
-
-
-def busy_now() -> bool:
-    """Every core has another runnable thread at this moment: the load average lags a machine that
-    just turned busy by about a minute."""
-    others = running_others()
-    return others is not None and others >= (os.cpu_count() or 1)

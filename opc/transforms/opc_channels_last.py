@@ -105,10 +105,8 @@ class ChannelsLastPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         del ctx
-        while True:  # one chain at a time: a pointwise conv can end one chain and begin the next
-            found = next(((dw, *pair) for dw in op.walk()
-                          if isinstance(dw, o.FusedConvEpilogueOp) and (pair := chain_at(dw)) is not None), None)
-            if found is None:
-                return
-            dw, before, after = found
-            rewrite_chain(before, dw, after)
+        # one walk; each chain is found at its depthwise conv when it is rewritten, so a pointwise conv
+        # that ended one chain (replaced by then) begins the next as its replacement
+        for dw in [d for d in op.walk() if isinstance(d, o.FusedConvEpilogueOp)]:
+            if dw.parent is not None and (pair := chain_at(dw)) is not None:
+                rewrite_chain(pair[0], dw, pair[1])

@@ -202,6 +202,33 @@ def test_pass_keeps_the_values(name: str) -> None:
         assert_near(g, p.astype(np.float64), kw.get("dt", "float32"), name, scale=4.0)
 
 
+def two_chains() -> str:
+    """pointwise -> depthwise -> pointwise -> depthwise -> pointwise, 16 channels at 7x7: the middle
+    pointwise conv ends the first chain and begins the second."""
+    t, tw, td, tb = (ttype(s, "float32") for s in ((1, 16, 7, 7), (16, 16, 1, 1), (16, 1, 3, 3), (16,)))
+    dw = 'group = 16 : i64, pads = array<i64: 1, 1, 1, 1>'
+    lines, v = [], "%x"
+    for i, kind in enumerate("pdpdp"):
+        attrs, tk = ('{activation = "relu6"}', tw) if kind == "p" else (f'{{activation = "relu6", {dw}}}', td)
+        lines.append(f"%v{i}, %z{i} = opc.fused_conv_epilogue {v}, %w{i}, %b{i} {attrs} : ({t}, {tk}, {tb}) -> ({t}, {t})")
+        v = f"%v{i}"
+    params = ", ".join(f"%w{i}: {tw if k == 'p' else td}, %b{i}: {tb}" for i, k in enumerate("pdpdp"))
+    body = "\n  ".join(lines)
+    return f"func.func @two_chains(%x: {t}, {params}) -> {t} {{\n  {body}\n  func.return %v4 : {t}\n}}\n"
+
+
+def test_pass_rewrites_chains_that_share_a_pointwise_conv() -> None:
+    text = two_chains()
+    ir = prepared(text)
+    assert (ir.count("x_channels_last"), ir.count("out_channels_last")) == (4, 4), ir
+    rng = np.random.default_rng(SEED)
+    shapes = [(1, 16, 7, 7)] + [s for k in "pdpdp" for s in (((16, 16, 1, 1) if k == "p" else (16, 1, 3, 3)), (16,))]
+    args = [random_array(s, "float32", rng, -1, 1) for s in shapes]
+    got = opc.compile(text, target="cpu").two_chains(*args)
+    want = opc.compile(text, target="cpu", fuse=False).two_chains(*args)
+    assert_near(got, want.astype(np.float64), "float32", "two chains", scale=4.0)
+
+
 def test_pass_stays_out_of_gradients() -> None:
     """With grad functions built the forward's tensors are the backward's too: no layouts."""
     ir = prepared(block("narrow_rows", **BLOCKS["narrow_rows"][0]), grad=True)

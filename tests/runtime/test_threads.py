@@ -124,7 +124,6 @@ def test_wait_policy_by_load(monkeypatch, busy, want):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(threads, "libgomp_loaded", lambda: False)
     monkeypatch.setattr(threads, "busy", lambda: busy)
-    monkeypatch.setattr(threads, "busy_now", lambda: False)
     threads.apply_wait_policy()
     assert {k: os.environ.get(k) for k in want} == want
     assert [v for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if v not in want and v in os.environ] == []
@@ -147,9 +146,10 @@ def fake_machine(monkeypatch, load: float, running: str, cores: int) -> None:
 
 @pytest.mark.parametrize("running,cores,want", [("1/300", 2, False), ("3/300", 2, True), ("2/300", 2, False),
                                                 ("5/300", 4, True), ("x", 2, False)])
-def test_busy_now_reads_the_running_count(monkeypatch, running, cores, want):
+def test_busy_reads_the_running_count(monkeypatch, running, cores, want):
+    """Under a low load average: busy exactly where every core has another runnable thread now."""
     fake_machine(monkeypatch, 0.5, running, cores)
-    assert threads.busy_now() is want
+    assert threads.busy() is want
 
 
 @pytest.mark.parametrize("load,running,cores,want", [
